@@ -1,0 +1,114 @@
+/* alloc.c — the allocator registry and the thin dispatch layer of alloc.h: argument checks,
+ * request/allocation counters common to all allocators, and the optional invariant check
+ * after every call (tests turn it on). Used by sim/, runtime/ and the tests. */
+#include "planners/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/alloc_caching.h"
+#include "planners/alloc_expandable.h"
+#include "planners/alloc_static.h"
+#include "planners/alloc_stitch.h"
+
+static const alloc_vtable *const registry[] = {
+    &alloc_caching_vt, &alloc_stitch_vt, &alloc_expandable_vt, &alloc_static_vt,
+};
+
+const alloc_vtable *const *alloc_registry(size_t *n)
+{
+    *n = sizeof registry / sizeof *registry;
+    return registry;
+}
+
+const alloc_vtable *alloc_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)
+        if (strcmp(registry[i]->name, name) == 0) return registry[i];
+    return NULL;
+}
+
+void alloc_config_default(alloc_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->max_split_size_bytes = UINT64_MAX;
+    c->roundup_power2_divisions = 0;
+    /* GMLake: the paper says 128 MB; the released glake code defaults to 512 MiB. We take
+     * the paper's value (see docs/ALLOCATORS.md); it is a knob. */
+    c->frag_limit_bytes = 128ULL << 20;
+    c->stitch_limit_bytes = UINT64_MAX;
+    c->expandable_va_factor = 1.125; /* PyTorch reserves 1.125 x device memory per pool */
+}
+
+ms_status alloc_new(const char *name, const alloc_config *cfg, const mb_backend *be,
+                    alloc_t **out, ms_error *err)
+{
+    *out = NULL;
+    const alloc_vtable *vt = alloc_find(name);
+    if (!vt) return ms_fail(err, MS_ERR_NOTFOUND, "unknown allocator '%s' (memsim list)", name);
+    alloc_t *a = calloc(1, sizeof *a);
+    if (!a) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    a->vt = vt;
+    if (cfg) a->cfg = *cfg;
+    else alloc_config_default(&a->cfg);
+    a->be = *be;
+    ms_status st = vt->create(a);
+    if (st != MS_OK) {
+        free(a);
+        return ms_fail(err, st, "cannot create allocator '%s': %s", name, ms_status_str(st));
+    }
+    *out = a;
+    return MS_OK;
+}
+
+void alloc_free(alloc_t *a)
+{
+    if (!a) return;
+    a->vt->destroy(a);
+    free(a);
+}
+
+/* With check_every_op, an invariant violation is reported as MS_ERR_INVALID and printed:
+ * tests treat it as a failure; it never happens in a correct allocator. */
+static ms_status after_op(alloc_t *a, ms_status st)
+{
+    if (!a->cfg.check_every_op) return st;
+    char why[256];
+    if (a->vt->check(a, why, sizeof why) != MS_OK) {
+        fprintf(stderr, "allocator %s: invariant violated: %s\n", a->vt->name, why);
+        return MS_ERR_INVALID;
+    }
+    return st;
+}
+
+ms_status alloc_block(alloc_t *a, uint64_t bytes, int stream, uint64_t tag, uint64_t *addr)
+{
+    ms_status st = a->vt->block(a, bytes, stream, tag, addr);
+    if (st == MS_OK) {
+        a->stats.num_allocs++;
+    } else if (st == MS_ERR_OOM) {
+        a->stats.num_ooms++;
+    }
+    return after_op(a, st);
+}
+
+ms_status alloc_release(alloc_t *a, uint64_t addr)
+{
+    ms_status st = a->vt->release(a, addr);
+    if (st == MS_OK) a->stats.num_frees++;
+    return after_op(a, st);
+}
+
+ms_status alloc_empty_cache(alloc_t *a) { return after_op(a, a->vt->empty_cache(a)); }
+const alloc_stats *alloc_get_stats(const alloc_t *a) { return &a->stats; }
+const char *alloc_name(const alloc_t *a) { return a->vt->name; }
+ms_status alloc_check(const alloc_t *a, char *why, size_t n) { return a->vt->check(a, why, n); }
+void alloc_dump(const alloc_t *a, FILE *f) { a->vt->dump(a, f); }
+
+void alloc_stat_add(uint64_t *cur, uint64_t *peak, uint64_t delta)
+{
+    *cur += delta;
+    if (*cur > *peak) *peak = *cur;
+}
+
+void alloc_stat_sub(uint64_t *cur, uint64_t delta) { *cur -= delta; }

@@ -1,0 +1,899 @@
+/* lower.c — lowering of a trace and a plan into a schedule (lower.h). One walk over the trace
+ * in program order: the trace's own records go to the compute stream unchanged; at the end of
+ * a layer's forward the plan's recomputed tensors are freed and its swapped tensors offloaded
+ * on the D2H stream; at the start of a layer's backward the swapped tensors (prefetched on the
+ * H2D stream one layer earlier) are waited for and the dropped ones rebuilt by replaying the
+ * layer's forward ops that make them. Used by the memsim command, experiments and runtime/.
+ * The rules and an example timeline are in docs/POLICIES.md. */
+#include "planners/lower.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "traces/roofline.h"
+#include "traces/u64map.h"
+
+#define LOWER_MAX_LAYER (1 << 20) /* a layer index beyond this is a corrupt trace */
+
+typedef enum tstate {
+    TS_LIVE = 0,    /* holds its device block */
+    TS_FREED,       /* the trace freed it */
+    TS_DROPPED,     /* freed after its layer's forward for recomputation */
+    TS_OFFLOADED,   /* copied to host, device block freed */
+    TS_PREFETCHED   /* device block re-allocated on the H2D stream, copy issued */
+} tstate;
+
+typedef struct lw_tensor {
+    const trace_tensor *meta;
+    size_t alloc_rec;        /* trace record that allocated it */
+    uint8_t state;           /* tstate */
+    uint8_t emitted;         /* its ALLOC is in the schedule (not carried from a skipped
+                                iteration) */
+    uint8_t skip_freed;      /* freed by a skipped iteration after its ALLOC was emitted */
+    plan_decision dec;
+    double alpha;
+    uint64_t swap_bytes;     /* bytes copied to host: ceil(alpha * bytes) */
+    uint32_t ev;             /* PREFETCHED: the event recorded when its copy is done */
+    uint8_t ready;           /* PREFETCHED: the compute stream has waited for ev */
+} lw_tensor;
+
+typedef struct idx_list {
+    size_t *v;
+    size_t n, cap;
+} idx_list;
+
+/* One transformer layer within the current forward/backward pass. */
+typedef struct lw_layer {
+    int fwd_state;           /* 0 not seen, 1 open, 2 closed */
+    size_t fwd_begin, fwd_end;
+    idx_list cand;           /* tensors (index into lw.ts) with a recompute/swap decision */
+    idx_list drop, swap;     /* decided at the end of the forward */
+    uint32_t e2, e4;         /* offload done, prefetch done */
+    int prefetched, waited;
+} lw_layer;
+
+typedef struct lw {
+    const trace_t *t;
+    const plan_t *p;
+    const machine_t *m;
+    lower_opts o;
+    schedule_t *s;
+    ms_error *err;
+    lower_report rep;
+    roof_params roof;
+    u64map *plan_idx;        /* tensor id -> index in p->tensors */
+    lw_tensor *ts;
+    size_t n_ts, cap_ts;
+    u64map *tidx;            /* tensor id -> index in ts (latest incarnation) */
+    lw_layer *layers;
+    size_t n_layers;
+    trace_phase phase;
+    int32_t layer;           /* program context: the last layer mark, -1 after a phase mark */
+    int32_t fwd_layer;       /* layer whose forward section is open, -1 if none */
+    int seen_fwd;
+    size_t rec;              /* index of the record being lowered */
+} lw;
+
+/* ---- small helpers ---- */
+
+static ms_status idx_push(idx_list *l, size_t v)
+{
+    if (ms_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) != MS_OK) return MS_ERR_NOMEM;
+    l->v[l->n++] = v;
+    return MS_OK;
+}
+
+static ms_status fail_rec(lw *w, ms_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ms_status fail_rec(lw *w, ms_status st, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const trace_rec *r = trace_get(w->t, w->rec);
+    if (r && r->line)
+        return ms_fail(w->err, st, "trace record %zu (line %" PRIu64 "): %s", w->rec, r->line,
+                       msg);
+    return ms_fail(w->err, st, "trace record %zu: %s", w->rec, msg);
+}
+
+static ms_status nomem(lw *w)
+{
+    return ms_fail(w->err, MS_ERR_NOMEM, "out of memory while lowering");
+}
+
+static sched_action act(const lw *w, sched_kind k, sched_stream s)
+{
+    sched_action a;
+    memset(&a, 0, sizeof a);
+    a.kind = k;
+    a.stream = s;
+    a.op = -1;
+    a.dha_eff = 1.0;
+    a.layer = w->layer;
+    a.phase = w->phase;
+    return a;
+}
+
+static ms_status put(lw *w, const sched_action *a)
+{
+    return sched_add(w->s, a) == MS_OK ? MS_OK : nomem(w);
+}
+
+static ms_status put_tensor(lw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
+{
+    sched_action a = act(w, k, s);
+    a.tensor = id;
+    a.bytes = bytes;
+    return put(w, &a);
+}
+
+static ms_status put_event(lw *w, sched_kind k, sched_stream s, uint32_t e)
+{
+    sched_action a = act(w, k, s);
+    a.event = e;
+    return put(w, &a);
+}
+
+static lw_tensor *find_tensor(lw *w, uint64_t id)
+{
+    uint64_t i;
+    return u64map_get(w->tidx, id, &i) ? &w->ts[i] : NULL;
+}
+
+static lw_layer *get_layer(lw *w, int32_t layer)
+{
+    if (layer < 0 || layer >= LOWER_MAX_LAYER) return NULL;
+    if ((size_t)layer >= w->n_layers) {
+        size_t n = (size_t)layer + 1;
+        lw_layer *nl = realloc(w->layers, n * sizeof *nl);
+        if (!nl) return NULL;
+        memset(nl + w->n_layers, 0, (n - w->n_layers) * sizeof *nl);
+        w->layers = nl;
+        w->n_layers = n;
+    }
+    return &w->layers[layer];
+}
+
+/* A new forward pass: layer sections start over; capacity is kept. */
+static void reset_layers(lw *w)
+{
+    for (size_t i = 0; i < w->n_layers; i++) {
+        lw_layer *L = &w->layers[i];
+        w->rep.ignored += L->cand.n;
+        idx_list c = L->cand, d = L->drop, s = L->swap;
+        memset(L, 0, sizeof *L);
+        c.n = d.n = s.n = 0;
+        L->cand = c, L->drop = d, L->swap = s;
+    }
+}
+
+/* Op duration: the trace's, else the roofline kernel time on the machine. Collectives need
+ * their group, which a trace op does not carry, so they must come with a duration. */
+static ms_status op_us(lw *w, const trace_op *op, double *us)
+{
+    if (op->dur_us >= 0) {
+        *us = op->dur_us;
+        return MS_OK;
+    }
+    if (!w->m || op->kind == TK_COMM)
+        return fail_rec(w, MS_ERR_INVALID, "trace op %" PRIu64 " (%s) has no duration%s",
+                        op->id, op->name, w->m ? " (a collective needs one)" : " and no machine is given");
+    *us = roof_kernel_us(w->m, &w->roof, op->kind, op->flops,
+                         op->bytes_read + op->bytes_written);
+    return MS_OK;
+}
+
+/* ---- plan lookups ---- */
+
+static ms_status index_plan(lw *w)
+{
+    const plan_t *p = w->p;
+    if (!p) return MS_OK;
+    w->plan_idx = u64map_new(p->n_tensors + 16);
+    if (!w->plan_idx) return nomem(w);
+    for (size_t i = 0; i < p->n_tensors; i++) {
+        const plan_tensor *pt = &p->tensors[i];
+        if (pt->decision == PD_SWAP && !(pt->alpha >= 0 && pt->alpha <= 1))
+            return ms_fail(w->err, MS_ERR_INVALID, "plan: tensor %" PRIu64
+                           " is swapped with alpha %g, outside [0,1]", pt->id, pt->alpha);
+        if ((unsigned)pt->decision >= PD_COUNT)
+            return ms_fail(w->err, MS_ERR_INVALID, "plan: tensor %" PRIu64
+                           " has an unknown decision", pt->id);
+        if (!trace_find_tensor(w->t, pt->id)) {
+            w->rep.unknown_ids++;
+            if (!w->o.ignore_unknown_ids)
+                return ms_fail(w->err, MS_ERR_INVALID, "plan names tensor %" PRIu64
+                               ", which the trace never allocates (a plan for another "
+                               "trace?)", pt->id);
+        }
+        if (u64map_put(w->plan_idx, pt->id, i)) return nomem(w);
+    }
+    for (size_t i = 0; i < p->n_layers; i++)
+        if (p->layers[i].pmode != PM_GFGB || p->layers[i].grad_on_host)
+            return ms_fail(w->err, MS_ERR_UNSUPPORTED,
+                           "plan: layer %" PRId32 ": DHA lowering is not implemented yet "
+                           "(parameter mode %s%s)", p->layers[i].layer,
+                           plan_pmode_name(p->layers[i].pmode),
+                           p->layers[i].grad_on_host ? ", gradients on host" : "");
+    return MS_OK;
+}
+
+/* The decision for a tensor: its plan entry, else the plan's default for skeletal layer
+ * activations (alpha 0, as plan.h says), else keep. */
+static void decide(const lw *w, const trace_tensor *x, plan_decision *d, double *alpha)
+{
+    uint64_t i;
+    *d = PD_KEEP;
+    *alpha = 0;
+    if (!w->p) return;
+    if (u64map_get(w->plan_idx, x->id, &i)) {
+        *d = w->p->tensors[i].decision;
+        *alpha = w->p->tensors[i].alpha;
+    } else if (x->cls == TC_ACT_SKEL && x->layer >= 0) {
+        *d = w->p->default_decision;
+    }
+}
+
+/* ---- end of a layer's forward: drop and offload ---- */
+
+static ms_status classify(lw *w, lw_layer *L, int32_t layer)
+{
+    for (size_t k = 0; k < L->cand.n; k++) {
+        lw_tensor *x = &w->ts[L->cand.v[k]];
+        if (x->state != TS_LIVE) {
+            w->rep.ignored++;
+            continue;
+        }
+        if (x->dec == PD_RECOMPUTE && x->alloc_rec < L->fwd_begin) {
+            char b[80];
+            snprintf(b, sizeof b, "%d's forward", (int)layer);
+            return fail_rec(w, MS_ERR_INVALID,
+                            "tensor %" PRIu64 " (%s) is planned for recomputation but is "
+                            "made before layer %s (a layer input? keep or swap it)",
+                            x->meta->id, x->meta->name, b);
+        }
+        ms_status st = idx_push(x->dec == PD_RECOMPUTE ? &L->drop : &L->swap, L->cand.v[k]);
+        if (st != MS_OK) return nomem(w);
+    }
+    L->cand.n = 0;
+    return MS_OK;
+}
+
+static ms_status end_forward(lw *w, int32_t layer)
+{
+    lw_layer *L = &w->layers[layer];
+    L->fwd_state = 2;
+    L->fwd_end = w->rec;
+    ms_status st = classify(w, L, layer);
+    uint32_t e1 = 0;
+    if (st == MS_OK && L->swap.n) {
+        e1 = sched_new_event(w->s);
+        st = put_event(w, SA_RECORD, SS_COMPUTE, e1);
+    }
+    for (size_t k = 0; st == MS_OK && k < L->drop.n; k++) {
+        lw_tensor *x = &w->ts[L->drop.v[k]];
+        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->meta->id, 0);
+        x->state = TS_DROPPED;
+        w->rep.dropped++;
+    }
+    if (st != MS_OK || !L->swap.n) return st;
+    st = put_event(w, SA_WAIT, SS_D2H, e1);
+    for (size_t k = 0; st == MS_OK && k < L->swap.n; k++) {
+        lw_tensor *x = &w->ts[L->swap.v[k]];
+        if (x->swap_bytes) {
+            st = put_tensor(w, SA_HOST_ALLOC, SS_D2H, x->meta->id, x->swap_bytes);
+            if (st == MS_OK) st = put_tensor(w, SA_COPY_D2H, SS_D2H, x->meta->id, x->swap_bytes);
+        }
+        if (st == MS_OK) st = put_tensor(w, SA_FREE, SS_D2H, x->meta->id, 0);
+        x->state = TS_OFFLOADED;
+        w->rep.swapped++;
+        w->rep.d2h_bytes += x->swap_bytes;
+    }
+    if (st != MS_OK) return st;
+    L->e2 = sched_new_event(w->s);
+    return put_event(w, SA_RECORD, SS_D2H, L->e2);
+}
+
+/* ---- start of a layer's backward: prefetch, wait, recompute ---- */
+
+static ms_status issue_prefetch(lw *w, int32_t layer)
+{
+    if (layer < 0 || (size_t)layer >= w->n_layers) return MS_OK;
+    lw_layer *L = &w->layers[layer];
+    if (L->prefetched || !L->swap.n) return MS_OK;
+    L->prefetched = 1;
+    ms_status st = MS_OK;
+    sched_stream as = w->o.prefetch_alloc_on_compute ? SS_COMPUTE : SS_H2D;
+    for (size_t k = 0; st == MS_OK && as == SS_COMPUTE && k < L->swap.n; k++) {
+        lw_tensor *x = &w->ts[L->swap.v[k]];
+        if (x->state == TS_OFFLOADED)
+            st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->meta->id, x->meta->bytes);
+    }
+    uint32_t e3 = sched_new_event(w->s);
+    L->e4 = sched_new_event(w->s);
+    if (st == MS_OK) st = put_event(w, SA_RECORD, SS_COMPUTE, e3);
+    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, e3);
+    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, L->e2);
+    for (size_t k = 0; st == MS_OK && k < L->swap.n; k++) {
+        lw_tensor *x = &w->ts[L->swap.v[k]];
+        if (x->state != TS_OFFLOADED) continue; /* freed by the trace while on the host */
+        if (as == SS_H2D) st = put_tensor(w, SA_ALLOC, SS_H2D, x->meta->id, x->meta->bytes);
+        if (st == MS_OK && x->swap_bytes) {
+            st = put_tensor(w, SA_COPY_H2D, SS_H2D, x->meta->id, x->swap_bytes);
+            if (st == MS_OK) st = put_tensor(w, SA_HOST_FREE, SS_H2D, x->meta->id, 0);
+        }
+        x->state = TS_PREFETCHED;
+        x->ev = L->e4;
+        x->ready = 0;
+        w->rep.prefetched++;
+        w->rep.h2d_bytes += x->swap_bytes;
+    }
+    return st == MS_OK ? put_event(w, SA_RECORD, SS_H2D, L->e4) : st;
+}
+
+/* Compute waits for layer L's prefetch; its tensors become usable. */
+static ms_status wait_layer(lw *w, lw_layer *L)
+{
+    L->waited = 1;
+    for (size_t k = 0; k < L->swap.n; k++) {
+        lw_tensor *x = &w->ts[L->swap.v[k]];
+        if (x->state == TS_PREFETCHED && x->ev == L->e4) x->ready = 1;
+    }
+    return put_event(w, SA_WAIT, SS_COMPUTE, L->e4);
+}
+
+/* The compute stream must not touch a prefetched block before its copy is done. */
+static ms_status ensure_ready(lw *w, lw_tensor *x)
+{
+    if (x->state != TS_PREFETCHED || x->ready) return MS_OK;
+    lw_layer *L = &w->layers[x->meta->layer];
+    if (L->prefetched && L->e4 == x->ev) return wait_layer(w, L);
+    x->ready = 1; /* prefetched in an earlier pass */
+    return put_event(w, SA_WAIT, SS_COMPUTE, x->ev);
+}
+
+/* MEMO's token-wise recomputation of the (1 - alpha) part of partially swapped tensors. The
+ * producer chain is approximated by the producing op alone: one COMPUTE of (1 - alpha) of its
+ * duration; an op producing several such tensors runs once with the largest fraction. */
+static ms_status tokenwise_recompute(lw *w, lw_layer *L)
+{
+    for (size_t k = 0; k < L->swap.n; k++) {
+        lw_tensor *x = &w->ts[L->swap.v[k]];
+        if (x->state != TS_PREFETCHED || x->alpha >= 1.0) continue;
+        int64_t prod = x->meta->producer;
+        int seen = 0;
+        double frac = 1.0 - x->alpha;
+        for (size_t j = 0; j < L->swap.n; j++) {
+            lw_tensor *y = &w->ts[L->swap.v[j]];
+            if (y->state != TS_PREFETCHED || y->alpha >= 1.0 || y->meta->producer != prod)
+                continue;
+            if (j < k) seen = 1;
+            if (1.0 - y->alpha > frac) frac = 1.0 - y->alpha;
+        }
+        if (seen) continue;
+        const trace_op *op = prod >= 0 ? trace_find_op(w->t, (uint64_t)prod) : NULL;
+        if (!op)
+            return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is swapped with alpha < 1 "
+                            "but has no producer op to recompute the rest", x->meta->id,
+                            x->meta->name);
+        double us;
+        ms_status st = op_us(w, op, &us);
+        if (st != MS_OK) return st;
+        sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
+        a.op = (int64_t)op->id;
+        a.dur_us = frac * us;
+        a.recompute = 1;
+        a.layer = op->layer;
+        if ((st = put(w, &a)) != MS_OK) return st;
+        w->rep.recompute_ops++;
+        w->rep.recompute_us += a.dur_us;
+    }
+    return MS_OK;
+}
+
+/* ---- replay of a layer's forward to rebuild dropped tensors ---- */
+
+typedef struct replay {
+    size_t b, e;             /* the forward section [b, e) */
+    u64map *seg_alloc;       /* tensor id -> record index of its alloc inside the section */
+    u64map *need;            /* tensors the replay allocates */
+    u64map *target;          /* the dropped tensors being rebuilt */
+    uint8_t *op_needed;      /* per record of the section */
+} replay;
+
+static int available(lw *w, uint64_t id)
+{
+    lw_tensor *x = find_tensor(w, id);
+    return !x || x->state == TS_LIVE || x->state == TS_PREFETCHED;
+}
+
+static ms_status need_input(lw *w, replay *r, const trace_op *op, uint64_t id, int32_t layer)
+{
+    if (u64map_get(r->need, id, NULL) || available(w, id)) return MS_OK;
+    lw_tensor *x = find_tensor(w, id);
+    if (!u64map_get(r->seg_alloc, id, NULL) || x->state == TS_OFFLOADED) {
+        char b[120];
+        snprintf(b, sizeof b, "; layer %d's forward cannot rebuild it (op %" PRIu64 ")",
+                 (int)layer, op->id);
+        return fail_rec(w, MS_ERR_INVALID, "recomputation needs tensor %" PRIu64
+                        ", which is not on the device%s", id, b);
+    }
+    return u64map_put(r->need, id, 1) ? nomem(w) : MS_OK;
+}
+
+/* Backward walk: an op is needed if it writes a needed tensor; its inputs that are no longer
+ * on the device become needed (and so their producers). */
+static ms_status mark_needed(lw *w, replay *r, int32_t layer)
+{
+    for (size_t i = r->e; i-- > r->b;) {
+        const trace_rec *rec = trace_get(w->t, i);
+        if (rec->type != TR_OP) continue;
+        const trace_op *op = &rec->u.op;
+        int needed = 0;
+        for (uint32_t k = 0; k < op->n_out && !needed; k++)
+            needed = u64map_get(r->need, op->out[k], NULL);
+        if (!needed) continue;
+        r->op_needed[i - r->b] = 1;
+        for (uint32_t k = 0; k < op->n_out; k++)
+            if (!available(w, op->out[k]) && u64map_get(r->seg_alloc, op->out[k], NULL) &&
+                u64map_put(r->need, op->out[k], 1))
+                return nomem(w);
+        for (uint32_t k = 0; k < op->n_in; k++) {
+            ms_status st = need_input(w, r, op, op->in[k], layer);
+            if (st != MS_OK) return st;
+        }
+    }
+    return MS_OK;
+}
+
+/* Library workspaces are not op inputs, but a replayed op needs the ones live around it. */
+static ms_status need_workspaces(lw *w, replay *r)
+{
+    for (size_t i = r->b; i < r->e; i++) {
+        const trace_rec *rec = trace_get(w->t, i);
+        if (rec->type != TR_ALLOC || rec->u.alloc.cls != TC_WORKSPACE) continue;
+        uint64_t id = rec->u.alloc.id;
+        if (available(w, id) || u64map_get(r->need, id, NULL)) continue;
+        for (size_t j = i + 1; j < r->e; j++) {
+            const trace_rec *q = trace_get(w->t, j);
+            if (q->type == TR_FREE && q->u.free_id == id) break;
+            if (q->type == TR_OP && r->op_needed[j - r->b]) {
+                if (u64map_put(r->need, id, 1)) return nomem(w);
+                break;
+            }
+        }
+    }
+    return MS_OK;
+}
+
+static ms_status replay_alloc(lw *w, replay *r, const trace_tensor *t, idx_list *live)
+{
+    uint64_t at;
+    if (!u64map_get(r->need, t->id, NULL) || !u64map_get(r->seg_alloc, t->id, &at)) return MS_OK;
+    lw_tensor *x = find_tensor(w, t->id);
+    ms_status st = put_tensor(w, SA_ALLOC, SS_COMPUTE, t->id, t->bytes);
+    if (st != MS_OK) return st;
+    x->state = TS_LIVE;
+    if (u64map_get(r->target, t->id, NULL)) {
+        w->rep.rebuilt++;
+        return MS_OK;
+    }
+    return idx_push(live, (size_t)(x - w->ts)) == MS_OK ? MS_OK : nomem(w);
+}
+
+static ms_status replay_free(lw *w, replay *r, uint64_t id, idx_list *live)
+{
+    if (!u64map_get(r->need, id, NULL) || u64map_get(r->target, id, NULL)) return MS_OK;
+    lw_tensor *x = find_tensor(w, id);
+    for (size_t k = 0; k < live->n; k++)
+        if (&w->ts[live->v[k]] == x) {
+            live->v[k] = live->v[--live->n]; /* order is restored at the final frees */
+            x->state = TS_FREED;
+            return put_tensor(w, SA_FREE, SS_COMPUTE, id, 0);
+        }
+    return MS_OK;
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Program-order pass over the section emitting the needed allocs, ops and frees. Transients
+ * whose trace free lies beyond the section are freed at the end, in allocation order. */
+static ms_status emit_replay(lw *w, replay *r)
+{
+    idx_list live = { 0 };
+    ms_status st = MS_OK;
+    for (size_t i = r->b; st == MS_OK && i < r->e; i++) {
+        const trace_rec *rec = trace_get(w->t, i);
+        if (rec->type == TR_ALLOC) {
+            uint64_t at;
+            if (u64map_get(r->seg_alloc, rec->u.alloc.id, &at) && at == i)
+                st = replay_alloc(w, r, &rec->u.alloc, &live);
+        } else if (rec->type == TR_FREE) {
+            st = replay_free(w, r, rec->u.free_id, &live);
+        } else if (rec->type == TR_OP && r->op_needed[i - r->b]) {
+            double us;
+            st = op_us(w, &rec->u.op, &us);
+            sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
+            a.op = (int64_t)rec->u.op.id;
+            a.dur_us = us;
+            a.recompute = 1;
+            a.layer = rec->u.op.layer;
+            if (st == MS_OK) st = put(w, &a);
+            w->rep.recompute_ops++;
+            w->rep.recompute_us += us;
+        }
+    }
+    if (live.n > 1) qsort(live.v, live.n, sizeof *live.v, cmp_size);
+    for (size_t k = 0; st == MS_OK && k < live.n; k++) {
+        w->ts[live.v[k]].state = TS_FREED;
+        st = put_tensor(w, SA_FREE, SS_COMPUTE, w->ts[live.v[k]].meta->id, 0);
+    }
+    free(live.v);
+    return st;
+}
+
+static ms_status replay_layer(lw *w, lw_layer *L, int32_t layer)
+{
+    int any = 0;
+    for (size_t k = 0; k < L->drop.n; k++) any |= w->ts[L->drop.v[k]].state == TS_DROPPED;
+    if (!any) return MS_OK;
+    replay r = { L->fwd_begin, L->fwd_end, u64map_new(256), u64map_new(256), u64map_new(64),
+                 calloc(L->fwd_end - L->fwd_begin + 1, 1) };
+    ms_status st = MS_OK;
+    if (!r.seg_alloc || !r.need || !r.target || !r.op_needed) st = nomem(w);
+    for (size_t i = r.b; st == MS_OK && i < r.e; i++) {
+        const trace_rec *rec = trace_get(w->t, i);
+        if (rec->type == TR_ALLOC && u64map_put(r.seg_alloc, rec->u.alloc.id, i)) st = nomem(w);
+    }
+    for (size_t k = 0; st == MS_OK && k < L->drop.n; k++) {
+        lw_tensor *x = &w->ts[L->drop.v[k]];
+        if (x->state != TS_DROPPED) continue;
+        if (u64map_put(r.need, x->meta->id, 1) || u64map_put(r.target, x->meta->id, 1))
+            st = nomem(w);
+    }
+    if (st == MS_OK) st = mark_needed(w, &r, layer);
+    if (st == MS_OK) st = need_workspaces(w, &r);
+    if (st == MS_OK) st = emit_replay(w, &r);
+    u64map_free(r.seg_alloc);
+    u64map_free(r.need);
+    u64map_free(r.target);
+    free(r.op_needed);
+    return st;
+}
+
+/* The next layer whose backward starts after record i within this backward phase, or -1. */
+static int32_t next_bwd_layer(lw *w, size_t i)
+{
+    for (size_t j = i + 1; j < trace_count(w->t); j++) {
+        const trace_rec *r = trace_get(w->t, j);
+        if (r->type != TR_MARK) continue;
+        if (r->u.mark.kind != TM_LAYER) return -1;
+        if (r->u.mark.value >= 0) return (int32_t)r->u.mark.value;
+    }
+    return -1;
+}
+
+/* At layer L's backward mark: release the prefetch of the layer whose backward comes next,
+ * then make L's own swapped tensors ready and rebuild its dropped ones. */
+static ms_status begin_backward(lw *w, int32_t layer)
+{
+    ms_status st = issue_prefetch(w, next_bwd_layer(w, w->rec));
+    if (st != MS_OK || (size_t)layer >= w->n_layers) return st;
+    lw_layer *L = &w->layers[layer];
+    if (L->swap.n) {
+        st = issue_prefetch(w, layer); /* no-op unless the trace's order was unusual */
+        if (st == MS_OK && L->prefetched && !L->waited) st = wait_layer(w, L);
+        if (st == MS_OK) st = tokenwise_recompute(w, L);
+    }
+    return st == MS_OK ? replay_layer(w, L, layer) : st;
+}
+
+/* At "mark phase bwd": every layer with decisions must have had a forward section. */
+static ms_status begin_backward_phase(lw *w)
+{
+    for (size_t l = 0; l < w->n_layers; l++) {
+        lw_layer *L = &w->layers[l];
+        if (L->fwd_state != 0 || !L->cand.n) continue;
+        lw_tensor *x = &w->ts[L->cand.v[0]];
+        char b[160];
+        snprintf(b, sizeof b, " but layer %zu has no forward section (\"mark layer %zu\" in "
+                 "phase fwd) in this pass", l, l);
+        return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is planned for swap or "
+                        "recomputation%s", x->meta->id, x->meta->name, b);
+    }
+    return issue_prefetch(w, next_bwd_layer(w, w->rec));
+}
+
+/* ---- the trace's records ---- */
+
+static ms_status do_mark(lw *w, const trace_mark *mk)
+{
+    ms_status st = MS_OK;
+    if (w->fwd_layer >= 0) {
+        int32_t l = w->fwd_layer;
+        w->fwd_layer = -1;
+        if ((st = end_forward(w, l)) != MS_OK) return st;
+    }
+    if (mk->kind == TM_ITER) {
+        w->phase = TP_NONE;
+        w->layer = -1;
+    } else if (mk->kind == TM_PHASE) {
+        w->phase = (trace_phase)mk->value;
+        w->layer = -1;
+        if (w->phase == TP_FWD) {
+            if (w->seen_fwd) reset_layers(w);
+            w->seen_fwd = 1;
+        }
+    } else {
+        w->layer = (int32_t)mk->value;
+    }
+    if (w->o.emit_marks) {
+        sched_action a = act(w, SA_MARK, SS_COMPUTE);
+        a.mark = mk->kind;
+        a.mark_value = mk->value;
+        if ((st = put(w, &a)) != MS_OK) return st;
+    }
+    if (mk->kind == TM_PHASE && w->phase == TP_BWD) return begin_backward_phase(w);
+    if (mk->kind != TM_LAYER || mk->value < 0) return MS_OK;
+    if (w->phase == TP_BWD) return begin_backward(w, w->layer);
+    if (w->phase != TP_FWD) return MS_OK;
+    lw_layer *L = get_layer(w, w->layer);
+    if (!L) return fail_rec(w, MS_ERR_LIMIT, "layer %" PRId64 " is out of range",
+                            mk->value);
+    if (L->fwd_state != 0)
+        return fail_rec(w, MS_ERR_UNSUPPORTED, "layer %" PRId64 " has a second forward "
+                        "section in one pass", mk->value);
+    L->fwd_state = 1;
+    L->fwd_begin = w->rec + 1;
+    w->fwd_layer = w->layer;
+    return MS_OK;
+}
+
+static ms_status add_tensor(lw *w, const trace_tensor *x, int emitted)
+{
+    lw_tensor *old = find_tensor(w, x->id);
+    if (old && old->state != TS_FREED)
+        return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " is allocated again while "
+                        "live", x->id);
+    if (ms_grow((void **)&w->ts, &w->cap_ts, w->n_ts + 1, sizeof *w->ts) != MS_OK)
+        return nomem(w);
+    lw_tensor *n = &w->ts[w->n_ts];
+    memset(n, 0, sizeof *n);
+    n->meta = x;
+    n->alloc_rec = w->rec;
+    n->state = TS_LIVE;
+    n->emitted = (uint8_t)emitted;
+    if (u64map_put(w->tidx, x->id, w->n_ts)) return nomem(w);
+    w->n_ts++;
+    return MS_OK;
+}
+
+static ms_status do_alloc(lw *w, const trace_tensor *x)
+{
+    ms_status st = add_tensor(w, x, 1);
+    if (st != MS_OK) return st;
+    lw_tensor *n = &w->ts[w->n_ts - 1];
+    decide(w, x, &n->dec, &n->alpha);
+    if (n->dec == PD_DHA)
+        return fail_rec(w, MS_ERR_UNSUPPORTED, "tensor %" PRIu64 " (%s): DHA lowering is not "
+                        "implemented yet", x->id, x->name);
+    if (n->dec == PD_SWAP) {
+        double sb = ceil(n->alpha * (double)x->bytes);
+        n->swap_bytes = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
+    }
+    if ((st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes)) != MS_OK) return st;
+    if (n->dec == PD_KEEP) return MS_OK;
+    if (x->layer < 0)
+        return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is planned for %s but "
+                        "belongs to no transformer layer", x->id, x->name,
+                        plan_decision_name(n->dec));
+    lw_layer *L = get_layer(w, x->layer);
+    if (!L && x->layer >= LOWER_MAX_LAYER)
+        return fail_rec(w, MS_ERR_LIMIT, "tensor %" PRIu64 ": layer %d is out of range", x->id,
+                        (int)x->layer);
+    if (!L) return nomem(w);
+    if (L->fwd_state == 2) {
+        w->rep.ignored++; /* made after its layer's forward: nothing to save */
+        return MS_OK;
+    }
+    return idx_push(&L->cand, w->n_ts - 1) == MS_OK ? MS_OK : nomem(w);
+}
+
+static ms_status do_free(lw *w, uint64_t id)
+{
+    lw_tensor *x = find_tensor(w, id);
+    if (!x || x->state == TS_FREED)
+        return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " is freed but is not live",
+                        id);
+    tstate was = (tstate)x->state;
+    x->state = TS_FREED;
+    switch (was) {
+    case TS_DROPPED:
+        return MS_OK; /* never needed again: its block went at the forward's end */
+    case TS_OFFLOADED:
+        /* never needed again: drop the host copy after the offload (D2H stream order) */
+        return x->swap_bytes ? put_tensor(w, SA_HOST_FREE, SS_D2H, id, 0) : MS_OK;
+    case TS_PREFETCHED: {
+        x->state = TS_PREFETCHED;
+        ms_status st = ensure_ready(w, x);
+        x->state = TS_FREED;
+        return st == MS_OK ? put_tensor(w, SA_FREE, SS_COMPUTE, id, 0) : st;
+    }
+    default:
+        return put_tensor(w, SA_FREE, SS_COMPUTE, id, 0);
+    }
+}
+
+static ms_status op_uses(lw *w, const trace_op *op, uint64_t id)
+{
+    lw_tensor *x = find_tensor(w, id);
+    if (!x) return MS_OK;
+    if (x->state == TS_DROPPED || x->state == TS_OFFLOADED) {
+        char b[200];
+        snprintf(b, sizeof b, ", which the plan %s after layer %d's forward until its backward "
+                 "(op %" PRIu64 " %s)", x->state == TS_DROPPED ? "drops" : "offloads",
+                 (int)x->meta->layer, op->id, op->name);
+        return fail_rec(w, MS_ERR_INVALID, "an op uses tensor %" PRIu64 " (%s)%s", id,
+                        x->meta->name, b);
+    }
+    return ensure_ready(w, x);
+}
+
+static ms_status do_op(lw *w, const trace_op *op)
+{
+    ms_status st = MS_OK;
+    for (uint32_t k = 0; st == MS_OK && k < op->n_in; k++) st = op_uses(w, op, op->in[k]);
+    for (uint32_t k = 0; st == MS_OK && k < op->n_out; k++) st = op_uses(w, op, op->out[k]);
+    double us = 0;
+    if (st == MS_OK) st = op_us(w, op, &us);
+    if (st != MS_OK) return st;
+    sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
+    a.op = (int64_t)op->id;
+    a.dur_us = us;
+    a.layer = op->layer;
+    a.phase = op->phase;
+    return put(w, &a);
+}
+
+/* ---- iteration selection ---- */
+
+/* Records of skipped iterations only move tensors in and out of existence; entering the first
+ * lowered iteration emits what that changed, so the schedule starts from the right state. */
+static ms_status skip_record(lw *w, const trace_rec *r)
+{
+    if (r->type == TR_ALLOC) return add_tensor(w, &r->u.alloc, 0);
+    if (r->type != TR_FREE) return MS_OK;
+    lw_tensor *x = find_tensor(w, r->u.free_id);
+    if (!x || x->state == TS_FREED)
+        return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " is freed but is not live",
+                        r->u.free_id);
+    x->state = TS_FREED;
+    if (x->emitted) x->skip_freed = 1;
+    return MS_OK;
+}
+
+static ms_status sync_carried(lw *w)
+{
+    ms_status st = MS_OK;
+    for (size_t i = 0; st == MS_OK && i < w->n_ts; i++) {
+        lw_tensor *x = &w->ts[i];
+        if (!x->skip_freed) continue;
+        x->skip_freed = 0;
+        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->meta->id, 0);
+    }
+    for (size_t i = 0; st == MS_OK && i < w->n_ts; i++) {
+        lw_tensor *x = &w->ts[i];
+        if (x->state != TS_LIVE || x->emitted) continue;
+        x->emitted = 1;
+        st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->meta->id, x->meta->bytes);
+    }
+    return st;
+}
+
+static int iter_included(const lw *w, int64_t v)
+{
+    if (v < w->o.iter_first) return 0;
+    /* unsigned: v - iter_first cannot overflow that way (v >= iter_first) */
+    return w->o.iter_count <= 0 ||
+           (uint64_t)v - (uint64_t)w->o.iter_first < (uint64_t)w->o.iter_count;
+}
+
+static ms_status walk(lw *w)
+{
+    int included = 1, entered = 0;
+    ms_status st = MS_OK;
+    for (w->rec = 0; st == MS_OK && w->rec < trace_count(w->t); w->rec++) {
+        const trace_rec *r = trace_get(w->t, w->rec);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) {
+            int inc = iter_included(w, r->u.mark.value);
+            if (!inc && entered) break; /* past the last lowered iteration */
+            if (inc && !included && (st = sync_carried(w)) != MS_OK) return st;
+            included = inc;
+            entered |= inc;
+        }
+        if (!included) {
+            st = skip_record(w, r);
+            continue;
+        }
+        switch (r->type) {
+        case TR_MARK: st = do_mark(w, &r->u.mark); break;
+        case TR_ALLOC: st = do_alloc(w, &r->u.alloc); break;
+        case TR_FREE: st = do_free(w, r->u.free_id); break;
+        case TR_OP: st = do_op(w, &r->u.op); break;
+        }
+    }
+    if (st == MS_OK && w->fwd_layer >= 0) {
+        int32_t l = w->fwd_layer;
+        w->fwd_layer = -1;
+        st = end_forward(w, l);
+    }
+    return st;
+}
+
+/* ---- entry point ---- */
+
+void lower_opts_default(lower_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->iter_first = INT64_MIN;
+    o->iter_count = 0;
+    o->emit_marks = 1;
+}
+
+static void lw_free(lw *w)
+{
+    u64map_free(w->plan_idx);
+    u64map_free(w->tidx);
+    free(w->ts);
+    for (size_t i = 0; i < w->n_layers; i++) {
+        free(w->layers[i].cand.v);
+        free(w->layers[i].drop.v);
+        free(w->layers[i].swap.v);
+    }
+    free(w->layers);
+}
+
+ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
+                         const lower_opts *o, schedule_t **out, ms_error *err)
+{
+    *out = NULL;
+    if (!t) return ms_fail(err, MS_ERR_INVALID, "lower: no trace");
+    lw w;
+    memset(&w, 0, sizeof w);
+    w.t = t;
+    w.p = p;
+    w.m = m;
+    w.err = err;
+    if (o) w.o = *o;
+    else lower_opts_default(&w.o);
+    roof_params_default(&w.roof);
+    w.phase = TP_NONE;
+    w.layer = -1;
+    w.fwd_layer = -1;
+    w.s = sched_new();
+    w.tidx = u64map_new(trace_count(t) / 2 + 16);
+    ms_status st = (w.s && w.tidx) ? MS_OK : nomem(&w);
+    if (st == MS_OK) st = index_plan(&w);
+    if (st == MS_OK) st = walk(&w);
+    if (st == MS_OK) {
+        for (size_t i = 0; i < w.n_layers; i++) w.rep.ignored += w.layers[i].cand.n;
+        w.rep.actions = sched_count(w.s);
+        w.rep.events = sched_event_count(w.s);
+        if (w.o.report) *w.o.report = w.rep;
+        *out = w.s;
+    } else {
+        sched_free(w.s);
+    }
+    lw_free(&w);
+    return st;
+}

@@ -1,0 +1,90 @@
+/* plan.h — a policy's decisions as an editable file (format in traces/FORMAT.md): per
+ * tensor keep / swap (token fraction alpha) / recompute / dha, per layer parameter mode and
+ * gradient placement, the allocator and its knobs, static offsets and free-form policy knobs.
+ * Written by planners/policy_*.c, read by lowering (planners/lower.c), which the simulator
+ * and the runtime both use. */
+#ifndef MEMSIM_PLAN_H
+#define MEMSIM_PLAN_H
+
+#include "traces/util.h"
+#include "planners/alloc.h"
+
+#define PLAN_FORMAT_VERSION 1
+
+typedef enum plan_decision {
+    PD_KEEP = 0,    /* stays on the GPU from production to last use */
+    PD_SWAP,        /* offloaded after the layer's forward, prefetched before its backward;
+                       alpha < 1: only that token fraction is swapped, the rest recomputed */
+    PD_RECOMPUTE,   /* freed after forward, recomputed before the layer's backward */
+    PD_DHA,         /* lives in pinned host memory; kernels read it across the link */
+    PD_COUNT
+} plan_decision;
+
+typedef enum plan_pmode {
+    PM_GFGB = 0,    /* parameters copied to the GPU before use (GPU forward, GPU backward) */
+    PM_DHA,         /* parameters read from host by DHA in forward and backward */
+    PM_DFGB,        /* DHA in forward, copied to the GPU for backward */
+    PM_COUNT
+} plan_pmode;
+
+typedef struct plan_tensor {
+    uint64_t id;
+    plan_decision decision;
+    double alpha;         /* swapped token fraction for PD_SWAP, in [0,1] */
+} plan_tensor;
+
+typedef struct plan_layer {
+    int32_t layer;
+    plan_pmode pmode;
+    int grad_on_host;     /* gradients written to host memory (GO-MemFerry) */
+} plan_layer;
+
+typedef struct plan_offset {
+    uint64_t id;
+    uint64_t offset_bytes;
+} plan_offset;
+
+typedef struct plan_knob {
+    char key[48];
+    char value[96];
+} plan_knob;
+
+typedef struct plan {
+    char policy[48];
+    char allocator[32];
+    alloc_config alloc_cfg;       /* knobs for the allocator (static fields unused) */
+    plan_decision default_decision;
+    plan_tensor *tensors; size_t n_tensors, cap_tensors;   /* sorted by id after plan_sort */
+    plan_layer *layers; size_t n_layers, cap_layers;
+    plan_offset *offsets; size_t n_offsets, cap_offsets;   /* sorted by id after plan_sort */
+    uint64_t arena_bytes;                                  /* static arena size, 0 = derive */
+    plan_knob *knobs; size_t n_knobs, cap_knobs;
+} plan_t;
+
+const char *plan_decision_name(plan_decision d);
+const char *plan_pmode_name(plan_pmode m);
+/* Inverse of the names above: 1 and *out on success, 0 for an unknown name. */
+int plan_decision_parse(const char *s, plan_decision *out);
+int plan_pmode_parse(const char *s, plan_pmode *out);
+
+plan_t *plan_new(const char *policy, const char *allocator);
+void plan_free(plan_t *p);
+ms_status plan_set_tensor(plan_t *p, uint64_t id, plan_decision d, double alpha);
+ms_status plan_set_layer(plan_t *p, int32_t layer, plan_pmode m, int grad_on_host);
+ms_status plan_set_offset(plan_t *p, uint64_t id, uint64_t offset_bytes);
+ms_status plan_set_knob(plan_t *p, const char *key, const char *value);
+const char *plan_get_knob(const plan_t *p, const char *key);
+void plan_sort(plan_t *p);
+/* Lookups (after plan_sort). A tensor not listed gets default_decision with alpha 0. */
+const plan_tensor *plan_find_tensor(const plan_t *p, uint64_t id);
+const plan_layer *plan_find_layer(const plan_t *p, int32_t layer);
+int plan_find_offset(const plan_t *p, uint64_t id, uint64_t *offset_bytes);
+/* The decision for tensor id with the default applied (after plan_sort); *alpha (may be NULL)
+ * gets the listed alpha, 0 for an unlisted tensor. */
+plan_decision plan_decision_for(const plan_t *p, uint64_t id, double *alpha);
+
+ms_status plan_load(const char *path, plan_t **out, ms_error *err);
+ms_status plan_write(const plan_t *p, const char *path, ms_error *err);
+ms_status plan_write_fp(const plan_t *p, FILE *fp);
+
+#endif

@@ -1,0 +1,210 @@
+/* policy.c — the policy registry of policy.h and the helpers every policy shares: plan
+ * creation with the common options, knob parsing, and the layer view of a trace (skeletal
+ * activations per layer, which one is the layer input). Used by the memsim command,
+ * experiments and the policies in planners/policy_*.c. */
+#include "planners/policy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/policy_baseline.h"
+#include "traces/u64map.h"
+
+/* The registry. Adding a policy is one line here: X(its pol_policy object), defined in its
+ * own planners/policy_NAME.c. The list's order is the order `memsim list` prints. */
+#define POL_LIST(X)        \
+    X(pol_keep_all)        \
+    X(pol_full_recompute)  \
+    X(pol_full_swap)
+
+#define POL_DECLARE(p) extern const pol_policy p;
+#define POL_ENTRY(p) &p,
+POL_LIST(POL_DECLARE)
+static const pol_policy *const registry[] = { POL_LIST(POL_ENTRY) };
+
+const pol_policy *const *pol_registry(size_t *n)
+{
+    *n = sizeof registry / sizeof *registry;
+    return registry;
+}
+
+const pol_policy *pol_find(const char *name)
+{
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)
+        if (strcmp(registry[i]->name, name) == 0) return registry[i];
+    return NULL;
+}
+
+void pol_opts_default(pol_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->allocator = NULL;
+    o->alloc_cfg = NULL;
+    o->alpha = -1.0;
+}
+
+ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const pol_opts *o,
+                   plan_t **out, ms_error *err)
+{
+    *out = NULL;
+    const pol_policy *p = pol_find(name);
+    if (!p)
+        return ms_fail(err, MS_ERR_NOTFOUND, "unknown policy '%s' (memsim list)",
+                       name ? name : "(null)");
+    if (!t) return ms_fail(err, MS_ERR_INVALID, "policy %s: no trace", name);
+    pol_opts def;
+    if (!o) {
+        pol_opts_default(&def);
+        o = &def;
+    }
+    if (o->alpha > 1.0 || o->alpha != o->alpha)
+        return ms_fail(err, MS_ERR_INVALID, "policy %s: alpha %g is not in [0,1]", name,
+                       o->alpha);
+    ms_status st = p->plan(t, m, o, out, err);
+    if (st == MS_OK && *out) plan_sort(*out);
+    return st;
+}
+
+ms_status pol_plan_new(const char *name, const pol_opts *o, plan_t **out, ms_error *err)
+{
+    const char *alloc_name = (o && o->allocator) ? o->allocator : "caching";
+    plan_t *p = plan_new(name, alloc_name);
+    if (!p) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    if (o && o->alloc_cfg) p->alloc_cfg = *o->alloc_cfg;
+    else alloc_config_default(&p->alloc_cfg);
+    /* A plan file cannot carry the static arena's offset arrays this way; offsets are
+     * plan entries of their own (plan_set_offset). */
+    p->alloc_cfg.static_ids = NULL;
+    p->alloc_cfg.static_offsets = NULL;
+    p->alloc_cfg.static_n = 0;
+    p->default_decision = PD_KEEP;
+    ms_status st = MS_OK;
+    if (o && o->alpha >= 0) {
+        char buf[40];
+        st = plan_set_knob(p, "alpha", ms_fmt_double(o->alpha, buf, sizeof buf));
+    }
+    for (size_t i = 0; st == MS_OK && o && i < o->n_knobs; i++) {
+        st = plan_set_knob(p, o->knobs[i].key, o->knobs[i].value);
+        if (st != MS_OK)
+            st = ms_fail(err, st, "policy %s: cannot record knob '%s=%s' in the plan", name,
+                         o->knobs[i].key, o->knobs[i].value);
+    }
+    if (st != MS_OK) {
+        if (st == MS_ERR_NOMEM) ms_fail(err, st, "out of memory");
+        plan_free(p);
+        return st;
+    }
+    *out = p;
+    return MS_OK;
+}
+
+const char *pol_knob_get(const pol_opts *o, const char *key)
+{
+    const char *v = NULL;
+    for (size_t i = 0; o && i < o->n_knobs; i++)
+        if (o->knobs[i].key && strcmp(o->knobs[i].key, key) == 0) v = o->knobs[i].value;
+    return v;
+}
+
+ms_status pol_knob_double(const pol_opts *o, const char *key, double def, double *out,
+                          ms_error *err)
+{
+    const char *v = pol_knob_get(o, key);
+    *out = def;
+    if (!v) return MS_OK;
+    if (!ms_parse_double(v, out))
+        return ms_fail(err, MS_ERR_INVALID, "knob %s: '%s' is not a number", key, v);
+    return MS_OK;
+}
+
+ms_status pol_knob_bytes(const pol_opts *o, const char *key, uint64_t def, uint64_t *out,
+                         ms_error *err)
+{
+    const char *v = pol_knob_get(o, key);
+    *out = def;
+    if (!v) return MS_OK;
+    if (!ms_parse_bytes(v, out))
+        return ms_fail(err, MS_ERR_INVALID, "knob %s: '%s' is not a byte size", key, v);
+    return MS_OK;
+}
+
+/* ---- layer view ---- */
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static uint64_t group_key(uint32_t pass, int32_t layer)
+{
+    return ((uint64_t)pass << 32) | (uint32_t)layer;
+}
+
+/* Whether the tensor's producer op lies outside layer L's forward (the fallback rule). */
+static int produced_outside(const trace_t *t, const trace_tensor *x)
+{
+    if (x->producer < 0) return 1;
+    const trace_op *op = trace_find_op(t, (uint64_t)x->producer);
+    return !op || op->layer != x->layer || op->phase != TP_FWD;
+}
+
+/* Collects skeletal tensors of forward passes; a trace without phase marks counts as one
+ * forward pass (phase "none"). */
+static ms_status collect(const trace_t *t, pol_skel **out, size_t *n, size_t *cap,
+                         u64map *named)
+{
+    trace_phase phase = TP_NONE;
+    uint32_t pass = 0;
+    int seen_fwd = 0;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
+            phase = (trace_phase)r->u.mark.value;
+            if (phase == TP_FWD) {
+                if (seen_fwd) pass++;
+                seen_fwd = 1;
+            }
+            continue;
+        }
+        if (r->type != TR_ALLOC) continue;
+        const trace_tensor *x = &r->u.alloc;
+        if (x->cls != TC_ACT_SKEL || x->layer < 0) continue;
+        if (phase != TP_FWD && phase != TP_NONE) continue;
+        if (ms_grow((void **)out, cap, *n + 1, sizeof **out) != MS_OK) return MS_ERR_NOMEM;
+        pol_skel *s = &(*out)[(*n)++];
+        memset(s, 0, sizeof *s);
+        s->id = x->id;
+        s->layer = x->layer;
+        s->pass = pass;
+        s->t = x;
+        s->is_input = ends_with(x->name, ".input");
+        s->is_attn_out = ends_with(x->name, ".attn_out");
+        if (s->is_input && u64map_put(named, group_key(pass, x->layer), 1)) return MS_ERR_NOMEM;
+    }
+    return MS_OK;
+}
+
+ms_status pol_skeletal(const trace_t *t, pol_skel **out, size_t *n, ms_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0;
+    u64map *named = u64map_new(256);
+    if (!named) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    ms_status st = collect(t, out, n, &cap, named);
+    for (size_t i = 0; st == MS_OK && i < *n; i++) {
+        pol_skel *s = &(*out)[i];
+        if (!u64map_get(named, group_key(s->pass, s->layer), NULL))
+            s->is_input = produced_outside(t, s->t);
+    }
+    u64map_free(named);
+    if (st != MS_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return ms_fail(err, st, "out of memory");
+    }
+    return MS_OK;
+}

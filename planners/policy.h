@@ -1,0 +1,83 @@
+/* policy.h — the registry of memory policies: each turns a workload trace and a machine into
+ * a plan (planners/plan.h) and is known by name, a one-line description and the paper or
+ * system it follows. Options common to all policies (allocator, alpha override, free-form
+ * knobs) travel in pol_opts. Used by the memsim command (plan, list), experiments and tests;
+ * the policies themselves live in planners/policy_*.c. */
+#ifndef MEMSIM_POLICY_H
+#define MEMSIM_POLICY_H
+
+#include "traces/machine.h"
+#include "traces/trace.h"
+#include "planners/alloc.h"
+#include "planners/plan.h"
+
+/* One free-form policy knob, e.g. {"max_host_bytes", "512G"}. */
+typedef struct pol_knob {
+    const char *key;
+    const char *value;
+} pol_knob;
+
+typedef struct pol_opts {
+    const char *allocator;          /* allocator registry name written into the plan;
+                                       NULL: "caching" */
+    const alloc_config *alloc_cfg;  /* allocator knobs; NULL: alloc_config_default() */
+    double alpha;                   /* swapped token fraction override in [0,1];
+                                       negative: none (the policy decides) */
+    const pol_knob *knobs;          /* policy-specific knobs (later policies) */
+    size_t n_knobs;
+} pol_opts;
+
+void pol_opts_default(pol_opts *o);
+
+typedef ms_status (*pol_plan_fn)(const trace_t *t, const machine_t *m, const pol_opts *o,
+                                 plan_t **out, ms_error *err);
+
+typedef struct pol_policy {
+    const char *name;     /* registry name, e.g. "full-swap" */
+    const char *desc;     /* one line */
+    const char *source;   /* the paper or system it follows */
+    const char *knobs;    /* one line: the knobs it reads, or "" */
+    pol_plan_fn plan;
+} pol_policy;
+
+const pol_policy *const *pol_registry(size_t *n);
+const pol_policy *pol_find(const char *name); /* NULL if unknown */
+
+/* Runs policy `name` (MS_ERR_NOTFOUND if unknown). NULL o: defaults. On success *out is a
+ * sorted plan the caller frees with plan_free. */
+ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const pol_opts *o,
+                   plan_t **out, ms_error *err);
+
+/* ---- helpers for policy implementations ---- */
+
+/* A new plan for policy `name` carrying o's allocator, allocator knobs and (if given) the
+ * alpha override as knob "alpha"; every knob of o is copied into the plan so that the plan
+ * file records how it was made. default_decision is PD_KEEP. */
+ms_status pol_plan_new(const char *name, const pol_opts *o, plan_t **out, ms_error *err);
+
+/* Knob lookup: the value of `key` or NULL (the last one wins if given twice). */
+const char *pol_knob_get(const pol_opts *o, const char *key);
+/* Typed knob lookup: def when absent; MS_ERR_INVALID naming the knob when malformed. */
+ms_status pol_knob_double(const pol_opts *o, const char *key, double def, double *out,
+                          ms_error *err);
+ms_status pol_knob_bytes(const pol_opts *o, const char *key, uint64_t def, uint64_t *out,
+                         ms_error *err);
+
+/* Layer structure of a trace as the baselines (and later policies) see it: every skeletal
+ * activation (TC_ACT_SKEL, layer >= 0) allocated in a forward phase, with whether it is its
+ * layer's input. The layer input of layer L is the skeletal tensor of layer L whose name ends
+ * in ".input"; where no tensor of that layer (in that forward pass) has such a name, it is
+ * any skeletal tensor of layer L whose producer op is not in layer L's forward. */
+typedef struct pol_skel {
+    uint64_t id;
+    int32_t layer;
+    uint32_t pass;        /* forward pass ordinal (0, 1, ... one per "mark phase fwd") */
+    int is_input;         /* the layer's input */
+    int is_attn_out;      /* name ends in ".attn_out" */
+    const trace_tensor *t;
+} pol_skel;
+
+/* Lists the skeletal activations in trace order; caller frees *out. */
+ms_status pol_skeletal(const trace_t *t, pol_skel **out, size_t *n, ms_error *err);
+
+#endif

@@ -1,0 +1,71 @@
+/* schedule.h — the lowered program both executors run: one list of actions in program order,
+ * each bound to a stream, ordered across streams only by record/wait events (CUDA semantics:
+ * a stream runs its actions in order; WAIT(e) blocks until RECORD(e) was reached on its
+ * stream). Made by planners/lower.c from a trace and a plan; executed by sim/exec.c against
+ * simulated resources and by runtime/ on CUDA streams. Dumpable as text for debugging. */
+#ifndef MEMSIM_SCHEDULE_H
+#define MEMSIM_SCHEDULE_H
+
+#include "traces/trace.h"
+
+typedef enum sched_stream {
+    SS_COMPUTE = 0,  /* GPU compute stream: ops, recomputation, allocations */
+    SS_D2H,          /* offload stream (device to host copies) */
+    SS_H2D,          /* prefetch stream (host to device copies) */
+    SS_HOST,         /* host CPU thread (optimizer steps on the host) */
+    SS_COUNT
+} sched_stream;
+
+typedef enum sched_kind {
+    SA_COMPUTE = 0,  /* run op: dur_us on the GPU, plus DHA host traffic if any */
+    SA_ALLOC,        /* allocator: bytes for tensor */
+    SA_FREE,         /* allocator: free tensor's block */
+    SA_COPY_D2H,     /* bytes of tensor to host, over the link */
+    SA_COPY_H2D,     /* bytes of tensor from host, over the link */
+    SA_HOST_ALLOC,   /* reserve bytes of (pinned) host memory for tensor; OOHM if none */
+    SA_HOST_FREE,    /* release tensor's host bytes */
+    SA_HOST_COMPUTE, /* host CPU work of dur_us (e.g. CPU Adam on a chunk) */
+    SA_RECORD,       /* event reached */
+    SA_WAIT,         /* block until event reached */
+    SA_MARK,         /* iteration / phase boundary (bookkeeping only) */
+    SA_COUNT
+} sched_kind;
+
+typedef struct sched_action {
+    sched_kind kind;
+    sched_stream stream;
+    uint32_t event;           /* RECORD / WAIT */
+    uint64_t tensor;          /* ALLOC / FREE / COPY / HOST_*: tensor id */
+    uint64_t bytes;           /* ALLOC, COPY, HOST_ALLOC */
+    int64_t op;               /* COMPUTE: trace op id; -1 otherwise */
+    double dur_us;            /* COMPUTE: GPU time when not link-bound; HOST_COMPUTE: CPU time */
+    uint64_t host_read_bytes; /* COMPUTE under DHA: bytes read across the link */
+    uint64_t host_write_bytes;
+    double dha_eff;           /* DHA efficiency for this op (1 = link rate) */
+    uint8_t recompute;        /* COMPUTE: a recomputation (extra work) */
+    int32_t layer;
+    trace_phase phase;
+    trace_markkind mark;      /* MARK: what kind */
+    int64_t mark_value;
+} sched_action;
+
+typedef struct schedule schedule_t;
+
+schedule_t *sched_new(void);
+void sched_free(schedule_t *s);
+ms_status sched_add(schedule_t *s, const sched_action *a);
+/* A fresh event id (events are numbered from 0). */
+uint32_t sched_new_event(schedule_t *s);
+uint32_t sched_event_count(const schedule_t *s);
+size_t sched_count(const schedule_t *s);
+const sched_action *sched_get(const schedule_t *s, size_t i);
+const char *sched_kind_name(sched_kind k);
+const char *sched_stream_name(sched_stream s);
+/* Checks that every WAIT's event was RECORDed earlier in program order (so execution can
+ * never deadlock: program order is the order the host enqueues, as in CUDA), that events
+ * are recorded once, and that frees match allocs. */
+ms_status sched_validate(const schedule_t *s, ms_error *err);
+/* One line per action. */
+void sched_dump(const schedule_t *s, FILE *f);
+
+#endif

@@ -1,0 +1,131 @@
+/* main.c — memsim-run, the GPU side of the memsim command (`memsim probe`, `memsim run`):
+ * memsim hands these subcommands over to this program, which is built only when configure
+ * finds CUDA. */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/probe.h"
+#include "traces/machine.h"
+#include "traces/util.h"
+
+/* The fields the probe measures: their sources are replaced by the probe's note. */
+static const char *const measured_keys[] = {
+    "gpu.name", "gpu.hbm_bytes", "gpu.reserved_bytes", "gpu.hbm_Bps",
+    "gpu.gemm_eff", "link.h2d_Bps", "link.d2h_Bps", "link.duplex_Bps", "link.small_copy_us",
+    "link.pageable_h2d_Bps", "link.pageable_d2h_Bps", "dha.read_Bps", "dha.write_Bps",
+    "lat.cuda_malloc_base_us", "lat.cuda_malloc_per_gib_us", "lat.cuda_free_base_us",
+    "lat.cuda_free_per_gib_us", "lat.host_alloc_per_gib_us", "vmm.granularity_bytes",
+    "vmm.create_us", "vmm.map_us", "vmm.set_access_us", "vmm.unmap_us", "vmm.release_us",
+    "vmm.reserve_us", "lat.device_sync_us",
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: memsim probe [options]\n"
+            "Measures this GPU machine and writes a machine profile.\n"
+            "  --base NAME|FILE   profile to start from (unmeasured fields keep its values)\n"
+            "  --name NAME        name of the new profile (default: the base's)\n"
+            "  -o FILE            output profile (default: stdout)\n"
+            "  --raw FILE         raw samples CSV (default: FILE.raw.csv or probe.raw.csv)\n"
+            "  --quick            fewer repetitions\n");
+}
+
+static void set_sources(machine_profile *p, const char *note)
+{
+    size_t nf;
+    const machine_field *f = machine_fields(&nf);
+    for (size_t i = 0; i < nf; i++)
+        for (size_t k = 0; k < sizeof measured_keys / sizeof *measured_keys; k++)
+            if (!strcmp(f[i].key, measured_keys[k])) {
+                free(p->sources[i]);
+                p->sources[i] = strdup(note);
+            }
+}
+
+static int cmd_probe(int argc, char **argv)
+{
+    const char *base = "h100-sxm", *name = NULL, *out = "-", *rawp = NULL;
+    int quick = 0;
+    static const struct option opts[] = {
+        {"base", required_argument, 0, 'b'}, {"name", required_argument, 0, 'n'},
+        {"raw", required_argument, 0, 'r'}, {"quick", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': base = optarg; break;
+        case 'n': name = optarg; break;
+        case 'o': out = optarg; break;
+        case 'r': rawp = optarg; break;
+        case 'q': quick = 1; break;
+        case 'h': usage(stdout); return MS_EXIT_OK;
+        default: usage(stderr); return MS_EXIT_USAGE;
+        }
+    }
+    ms_error err;
+    machine_profile *p;
+    ms_status st = machine_load_named(base, &p, &err);
+    if (st != MS_OK) {
+        fprintf(stderr, "memsim probe: %s\n", err.msg);
+        return ms_exit_code(st);
+    }
+    if (name) snprintf(p->m.name, sizeof p->m.name, "%s", name);
+    char rawbuf[1024];
+    if (!rawp) {
+        snprintf(rawbuf, sizeof rawbuf, "%s.raw.csv", strcmp(out, "-") ? out : "probe");
+        rawp = rawbuf;
+    }
+    FILE *raw = fopen(rawp, "w");
+    if (!raw) {
+        fprintf(stderr, "memsim probe: cannot write %s\n", rawp);
+        machine_profile_free(p);
+        return MS_EXIT_IO;
+    }
+    char why[512] = "";
+    rt_status rs = probe_run(p, raw, quick, why, sizeof why);
+    fclose(raw);
+    if (rs != RT_OK) {
+        fprintf(stderr, "memsim probe: %s\n", why);
+        machine_profile_free(p);
+        return rs == RT_ERR_NODEV ? MS_EXIT_FAIL : MS_EXIT_INTERNAL;
+    }
+    char note[1400], date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+    snprintf(note, sizeof note, "memsim probe on %s, %s (raw samples: %s)", p->m.gpu_name,
+             date, rawp);
+    set_sources(p, note);
+    st = machine_write(p, out, &err);
+    machine_profile_free(p);
+    if (st != MS_OK) {
+        fprintf(stderr, "memsim probe: %s\n", err.msg);
+        return ms_exit_code(st);
+    }
+    return MS_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 1) return MS_EXIT_USAGE;
+    const char *cmd = argv[0];
+    const char *slash = strrchr(cmd, '/');
+    if (slash) cmd = slash + 1;
+    /* Called as `memsim-run probe ...` or handed `probe ...` by memsim. */
+    if (!strcmp(cmd, "memsim-run")) {
+        if (argc < 2) {
+            usage(stderr);
+            return MS_EXIT_USAGE;
+        }
+        argc--;
+        argv++;
+        cmd = argv[0];
+    }
+    if (!strcmp(cmd, "probe")) return cmd_probe(argc, argv);
+    fprintf(stderr, "memsim %s: not available yet in this runtime (only 'probe' is)\n", cmd);
+    return MS_EXIT_USAGE;
+}

@@ -1,0 +1,452 @@
+/* probe.cu — `memsim probe`: measures the GPU machine it runs on (pinned and pageable
+ * host-link bandwidth over transfer sizes, both directions at once, DHA read/write bandwidth
+ * and DHA beside a copy, cudaMalloc/cudaFree and CUDA VMM latencies, pinned host allocation,
+ * device copy bandwidth and cuBLAS bf16 GEMM throughput over shapes), fits the latency curves
+ * with GSL, and writes a machine profile whose every number names this measurement as its
+ * source. Raw samples go to a CSV beside it. Called by runtime/main.c. C-style CUDA. */
+#include "runtime/probe.h"
+
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef HAVE_GSL
+#include <gsl/gsl_fit.h>
+#endif
+
+#include "runtime/rt_check.h"
+
+#define MiB (1024.0 * 1024.0)
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+typedef struct probe_ctx {
+    FILE *raw;              /* raw samples CSV */
+    cudaStream_t s0, s1;
+    cudaEvent_t e0, e1, e2, e3;
+    int reps;
+} probe_ctx;
+
+static double host_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void raw(probe_ctx *c, const char *what, double size_bytes, double value, const char *unit)
+{
+    fprintf(c->raw, "%s,%.0f,%.6g,%s\n", what, size_bytes, value, unit);
+}
+
+/* Median time (us) of one async copy of `bytes` on stream s0, measured with events. */
+static rt_status time_copy(probe_ctx *c, void *dst, const void *src, size_t bytes,
+                           cudaMemcpyKind kind, double *us)
+{
+    double t[32];
+    int n = c->reps < 32 ? c->reps : 32;
+    RT_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, c->s0)); /* warm-up */
+    RT_CHECK(cudaStreamSynchronize(c->s0));
+    for (int i = 0; i < n; i++) {
+        float ms;
+        RT_CHECK(cudaEventRecord(c->e0, c->s0));
+        RT_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, c->s0));
+        RT_CHECK(cudaEventRecord(c->e1, c->s0));
+        RT_CHECK(cudaEventSynchronize(c->e1));
+        RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+        t[i] = ms * 1e3;
+    }
+    *us = median(t, n);
+    return RT_OK;
+}
+
+static rt_status probe_link(probe_ctx *c, machine_t *m)
+{
+    size_t maxb = (size_t)1 << 30;
+    void *h = NULL, *d = NULL, *d2 = NULL, *h2 = NULL, *pg = NULL;
+    RT_CHECK(cudaHostAlloc(&h, maxb, cudaHostAllocDefault));
+    RT_CHECK(cudaHostAlloc(&h2, maxb, cudaHostAllocDefault));
+    RT_CHECK(cudaMalloc(&d, maxb));
+    RT_CHECK(cudaMalloc(&d2, maxb));
+    memset(h, 1, maxb);
+    memset(h2, 2, maxb);
+    double h2d_big = 0, d2h_big = 0, small_us = 0;
+    for (size_t b = 4096; b <= maxb; b *= 4) {
+        double us;
+        RT_TRY(time_copy(c, d, h, b, cudaMemcpyHostToDevice, &us));
+        raw(c, "h2d_pinned_us", (double)b, us, "us");
+        if (b == 4096) small_us = us;
+        if (b >= ((size_t)64 << 20)) h2d_big = (double)b / (us * 1e-6);
+        RT_TRY(time_copy(c, h, d, b, cudaMemcpyDeviceToHost, &us));
+        raw(c, "d2h_pinned_us", (double)b, us, "us");
+        if (b >= ((size_t)64 << 20)) d2h_big = (double)b / (us * 1e-6);
+    }
+    m->link_h2d_Bps = h2d_big;
+    m->link_d2h_Bps = d2h_big;
+    m->link_small_copy_us = small_us;
+    /* both directions at once: 256 MiB each way on two streams */
+    size_t b = (size_t)256 << 20;
+    double best = 0;
+    for (int i = 0; i < 5; i++) {
+        double t0 = host_now_us();
+        RT_CHECK(cudaMemcpyAsync(d, h, b, cudaMemcpyHostToDevice, c->s0));
+        RT_CHECK(cudaMemcpyAsync(h2, d2, b, cudaMemcpyDeviceToHost, c->s1));
+        RT_CHECK(cudaDeviceSynchronize());
+        double bw = 2.0 * (double)b / ((host_now_us() - t0) * 1e-6);
+        if (bw > best) best = bw;
+    }
+    m->link_duplex_Bps = best;
+    raw(c, "duplex_total_Bps", (double)b, best, "B/s");
+    /* pageable */
+    pg = malloc(b);
+    if (!pg) return RT_ERR_HOST;
+    memset(pg, 3, b);
+    double t0 = host_now_us();
+    RT_CHECK(cudaMemcpy(d, pg, b, cudaMemcpyHostToDevice));
+    m->link_pageable_h2d_Bps = (double)b / ((host_now_us() - t0) * 1e-6);
+    t0 = host_now_us();
+    RT_CHECK(cudaMemcpy(pg, d, b, cudaMemcpyDeviceToHost));
+    m->link_pageable_d2h_Bps = (double)b / ((host_now_us() - t0) * 1e-6);
+    raw(c, "h2d_pageable_Bps", (double)b, m->link_pageable_h2d_Bps, "B/s");
+    raw(c, "d2h_pageable_Bps", (double)b, m->link_pageable_d2h_Bps, "B/s");
+    free(pg);
+    /* device-to-device copy: HBM bandwidth (bytes read + written) */
+    double us;
+    RT_TRY(time_copy(c, d2, d, maxb, cudaMemcpyDeviceToDevice, &us));
+    m->gpu_hbm_Bps = 2.0 * (double)maxb / (us * 1e-6);
+    raw(c, "d2d_rw_Bps", (double)maxb, m->gpu_hbm_Bps, "B/s");
+    RT_CHECK(cudaFree(d));
+    RT_CHECK(cudaFree(d2));
+    RT_CHECK(cudaFreeHost(h));
+    RT_CHECK(cudaFreeHost(h2));
+    return RT_OK;
+}
+
+/* DHA: a kernel that reads (sums) or writes mapped pinned host memory. */
+__global__ void dha_read_kernel(const uint4 *p, size_t n, unsigned *sink)
+{
+    unsigned acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) *sink = acc; /* keeps the loads alive */
+}
+
+__global__ void dha_write_kernel(uint4 *p, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = make_uint4((unsigned)i, 1u, 2u, 3u);
+}
+
+static rt_status probe_dha(probe_ctx *c, machine_t *m)
+{
+    size_t b = (size_t)256 << 20, n = b / sizeof(uint4);
+    void *h = NULL, *hd = NULL, *h2 = NULL, *d = NULL;
+    unsigned *sink = NULL;
+    RT_CHECK(cudaHostAlloc(&h, b, cudaHostAllocMapped));
+    RT_CHECK(cudaHostGetDevicePointer(&hd, h, 0));
+    RT_CHECK(cudaHostAlloc(&h2, b, cudaHostAllocDefault));
+    RT_CHECK(cudaMalloc(&d, b));
+    RT_CHECK(cudaMalloc(&sink, sizeof *sink));
+    memset(h, 7, b);
+    int sms;
+    RT_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    double tr[8], tw[8];
+    for (int i = 0; i < 8; i++) {
+        float ms;
+        RT_CHECK(cudaEventRecord(c->e0, c->s0));
+        dha_read_kernel<<<sms * 4, 512, 0, c->s0>>>((const uint4 *)hd, n, sink);
+        RT_CHECK(cudaGetLastError());
+        RT_CHECK(cudaEventRecord(c->e1, c->s0));
+        RT_CHECK(cudaEventSynchronize(c->e1));
+        RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+        tr[i] = (double)b / (ms * 1e-3);
+        RT_CHECK(cudaEventRecord(c->e0, c->s0));
+        dha_write_kernel<<<sms * 4, 512, 0, c->s0>>>((uint4 *)hd, n);
+        RT_CHECK(cudaGetLastError());
+        RT_CHECK(cudaEventRecord(c->e1, c->s0));
+        RT_CHECK(cudaEventSynchronize(c->e1));
+        RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+        tw[i] = (double)b / (ms * 1e-3);
+    }
+    m->dha_read_Bps = median(tr + 1, 7);
+    m->dha_write_Bps = median(tw + 1, 7);
+    raw(c, "dha_read_Bps", (double)b, m->dha_read_Bps, "B/s");
+    raw(c, "dha_write_Bps", (double)b, m->dha_write_Bps, "B/s");
+    /* a DHA read beside an H2D copy: do they share the link? */
+    float ms_k, ms_c;
+    RT_CHECK(cudaEventRecord(c->e0, c->s0));
+    dha_read_kernel<<<sms * 4, 512, 0, c->s0>>>((const uint4 *)hd, n, sink);
+    RT_CHECK(cudaEventRecord(c->e1, c->s0));
+    RT_CHECK(cudaEventRecord(c->e2, c->s1));
+    RT_CHECK(cudaMemcpyAsync(d, h2, b, cudaMemcpyHostToDevice, c->s1));
+    RT_CHECK(cudaEventRecord(c->e3, c->s1));
+    RT_CHECK(cudaDeviceSynchronize());
+    RT_CHECK(cudaEventElapsedTime(&ms_k, c->e0, c->e1));
+    RT_CHECK(cudaEventElapsedTime(&ms_c, c->e2, c->e3));
+    raw(c, "dha_read_beside_h2d_Bps", (double)b, (double)b / (ms_k * 1e-3), "B/s");
+    raw(c, "h2d_beside_dha_read_Bps", (double)b, (double)b / (ms_c * 1e-3), "B/s");
+    RT_CHECK(cudaFreeHost(h));
+    RT_CHECK(cudaFreeHost(h2));
+    RT_CHECK(cudaFree(d));
+    RT_CHECK(cudaFree(sink));
+    return RT_OK;
+}
+
+/* Least-squares line through (x, y): GSL when built with it. */
+static void fit_line(const double *x, const double *y, int n, double *c0, double *c1)
+{
+#ifdef HAVE_GSL
+    double cov00, cov01, cov11, sumsq;
+    gsl_fit_linear(x, 1, y, 1, (size_t)n, c0, c1, &cov00, &cov01, &cov11, &sumsq);
+#else
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < n; i++) {
+        sx += x[i]; sy += y[i]; sxx += x[i] * x[i]; sxy += x[i] * y[i];
+    }
+    *c1 = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+    *c0 = (sy - *c1 * sx) / n;
+#endif
+}
+
+static rt_status probe_malloc(probe_ctx *c, machine_t *m)
+{
+    static const size_t sizes_mib[] = {2, 20, 64, 256, 1024, 4096};
+    const int ns = (int)(sizeof sizes_mib / sizeof *sizes_mib);
+    double x[8], ym[8], yf[8];
+    for (int i = 0; i < ns; i++) {
+        size_t b = sizes_mib[i] << 20;
+        double tm[16], tf[16];
+        for (int r = 0; r < 16; r++) {
+            void *p;
+            RT_CHECK(cudaDeviceSynchronize());
+            double t0 = host_now_us();
+            RT_CHECK(cudaMalloc(&p, b));
+            double t1 = host_now_us();
+            RT_CHECK(cudaFree(p));
+            double t2 = host_now_us();
+            tm[r] = t1 - t0;
+            tf[r] = t2 - t1;
+        }
+        x[i] = (double)b / GiB;
+        ym[i] = median(tm, 16);
+        yf[i] = median(tf, 16);
+        raw(c, "cudaMalloc_us", (double)b, ym[i], "us");
+        raw(c, "cudaFree_us", (double)b, yf[i], "us");
+    }
+    fit_line(x, ym, ns, &m->cuda_malloc_base_us, &m->cuda_malloc_per_gib_us);
+    fit_line(x, yf, ns, &m->cuda_free_base_us, &m->cuda_free_per_gib_us);
+    if (m->cuda_malloc_base_us < 0) m->cuda_malloc_base_us = ym[0];
+    if (m->cuda_free_base_us < 0) m->cuda_free_base_us = yf[0];
+    /* pinned host allocation of 1 GiB */
+    void *h;
+    double t0 = host_now_us();
+    RT_CHECK(cudaHostAlloc(&h, (size_t)1 << 30, cudaHostAllocDefault));
+    m->host_alloc_per_gib_us = host_now_us() - t0;
+    RT_CHECK(cudaFreeHost(h));
+    raw(c, "cudaHostAlloc_us", GiB, m->host_alloc_per_gib_us, "us");
+    /* an idle device synchronize */
+    double ts[16];
+    for (int r = 0; r < 16; r++) {
+        t0 = host_now_us();
+        RT_CHECK(cudaDeviceSynchronize());
+        ts[r] = host_now_us() - t0;
+    }
+    m->device_sync_us = median(ts, 16);
+    raw(c, "sync_idle_us", 0, m->device_sync_us, "us");
+    return RT_OK;
+}
+
+static rt_status probe_vmm(probe_ctx *c, machine_t *m)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    size_t gran = 0;
+    RT_CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    m->vmm_granularity_bytes = gran;
+    const int n = 512; /* 1 GiB in 2 MiB chunks */
+    CUmemGenericAllocationHandle *hs = (CUmemGenericAllocationHandle *)calloc(n, sizeof *hs);
+    if (!hs) return RT_ERR_HOST;
+    CUdeviceptr va, va2;
+    double t0 = host_now_us();
+    RT_CU(cuMemAddressReserve(&va, (size_t)n * gran, 0, 0, 0));
+    RT_CU(cuMemAddressReserve(&va2, (size_t)n * gran, 0, 0, 0));
+    double t_res = (host_now_us() - t0) / 2;
+    t0 = host_now_us();
+    for (int i = 0; i < n; i++) RT_CU(cuMemCreate(&hs[i], gran, &prop, 0));
+    double t_create = host_now_us() - t0;
+    t0 = host_now_us();
+    for (int i = 0; i < n; i++) RT_CU(cuMemMap(va + (size_t)i * gran, gran, 0, hs[i], 0));
+    double t_map = host_now_us() - t0;
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof acc);
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    t0 = host_now_us();
+    for (int i = 0; i < n; i++) RT_CU(cuMemSetAccess(va + (size_t)i * gran, gran, &acc, 1));
+    double t_acc = host_now_us() - t0;
+    /* a stitch: map the same chunks again into a second range */
+    t0 = host_now_us();
+    for (int i = 0; i < n; i++) RT_CU(cuMemMap(va2 + (size_t)i * gran, gran, 0, hs[i], 0));
+    RT_CU(cuMemSetAccess(va2, (size_t)n * gran, &acc, 1));
+    double t_stitch = host_now_us() - t0;
+    t0 = host_now_us();
+    for (int i = 0; i < n; i++) RT_CU(cuMemUnmap(va + (size_t)i * gran, gran));
+    double t_unmap = host_now_us() - t0;
+    RT_CU(cuMemUnmap(va2, (size_t)n * gran));
+    t0 = host_now_us();
+    for (int i = 0; i < n; i++) RT_CU(cuMemRelease(hs[i]));
+    double t_rel = host_now_us() - t0;
+    RT_CU(cuMemAddressFree(va, (size_t)n * gran));
+    RT_CU(cuMemAddressFree(va2, (size_t)n * gran));
+    free(hs);
+    m->vmm_reserve_us = t_res;
+    m->vmm_create_us = t_create / n;
+    m->vmm_map_us = t_map / n;
+    m->vmm_set_access_us = t_acc / n;
+    m->vmm_unmap_us = t_unmap / n;
+    m->vmm_release_us = t_rel / n;
+    raw(c, "cuMemCreate_us_per_chunk", (double)gran, m->vmm_create_us, "us");
+    raw(c, "cuMemMap_us_per_chunk", (double)gran, m->vmm_map_us, "us");
+    raw(c, "cuMemSetAccess_us_per_chunk", (double)gran, m->vmm_set_access_us, "us");
+    raw(c, "stitch_remap_1GiB_us", GiB, t_stitch, "us");
+    raw(c, "cuMemUnmap_us_per_chunk", (double)gran, m->vmm_unmap_us, "us");
+    raw(c, "cuMemRelease_us_per_chunk", (double)gran, m->vmm_release_us, "us");
+    return RT_OK;
+}
+
+__global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned x = (unsigned)i * 2654435761u ^ seed;
+        x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+        p[i] = __float2bfloat16(((float)(x & 0xffff) / 65536.0f - 0.5f));
+    }
+}
+
+static rt_status probe_gemm(probe_ctx *c, machine_t *m, double peak_flops)
+{
+    static const int shapes[] = {1024, 2048, 4096, 8192, 16384};
+    cublasHandle_t hd;
+    if (cublasCreate(&hd) != CUBLAS_STATUS_SUCCESS) return RT_ERR_CUDA;
+    cublasSetStream(hd, c->s0);
+    size_t maxn = 16384;
+    __nv_bfloat16 *a, *b, *o;
+    RT_CHECK(cudaMalloc(&a, maxn * maxn * 2));
+    RT_CHECK(cudaMalloc(&b, maxn * maxn * 2));
+    RT_CHECK(cudaMalloc(&o, maxn * maxn * 2));
+    fill_bf16<<<1024, 256>>>(a, maxn * maxn, 1u);
+    fill_bf16<<<1024, 256>>>(b, maxn * maxn, 2u);
+    RT_CHECK(cudaDeviceSynchronize());
+    double best = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        int n = shapes[si];
+        float alpha = 1, beta = 0;
+        double t[10];
+        for (int r = 0; r < 12; r++) {
+            float ms;
+            RT_CHECK(cudaEventRecord(c->e0, c->s0));
+            cublasStatus_t st = cublasGemmEx(hd, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a,
+                                             CUDA_R_16BF, n, b, CUDA_R_16BF, n, &beta, o,
+                                             CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT);
+            if (st != CUBLAS_STATUS_SUCCESS) return RT_ERR_CUDA;
+            RT_CHECK(cudaEventRecord(c->e1, c->s0));
+            RT_CHECK(cudaEventSynchronize(c->e1));
+            RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+            if (r >= 2) t[r - 2] = ms * 1e-3;
+        }
+        double flops = 2.0 * n * (double)n * n / median(t, 10);
+        raw(c, "gemm_bf16_flops", (double)n, flops, "FLOP/s");
+        if (flops > best) best = flops;
+    }
+    m->gpu_gemm_eff = best / peak_flops;
+    RT_CHECK(cudaFree(a));
+    RT_CHECK(cudaFree(b));
+    RT_CHECK(cudaFree(o));
+    cublasDestroy(hd);
+    return RT_OK;
+}
+
+rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n)
+{
+    probe_ctx c;
+    memset(&c, 0, sizeof c);
+    c.raw = raw_csv;
+    c.reps = quick ? 5 : 20;
+    machine_t *m = &p->m;
+    rt_status st = RT_OK;
+    cudaDeviceProp prop;
+    int drv = 0;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+        snprintf(why, n, "no CUDA device is usable: %s", cudaGetErrorString(cudaGetLastError()));
+        return RT_ERR_NODEV;
+    }
+    cudaDriverGetVersion(&drv);
+    if (cuInit(0) != CUDA_SUCCESS) {
+        snprintf(why, n, "cuInit failed (driver %d)", drv);
+        return RT_ERR_NODEV;
+    }
+    snprintf(m->gpu_name, sizeof m->gpu_name, "%s", prop.name);
+    m->gpu_hbm_bytes = prop.totalGlobalMem;
+    /* Datasheet peaks by chip (dense bf16); unknown chips keep what the profile had. */
+    int hopper = prop.major == 9;
+    double peak = hopper ? 989.4e12 : (m->gpu_peak_bf16_flops > 0 ? m->gpu_peak_bf16_flops : 312e12);
+    m->gpu_peak_bf16_flops = peak;
+    fprintf(raw_csv, "what,size_bytes,value,unit\n");
+    fprintf(stderr, "probe: %s, %d SMs, %.1f GiB, driver %d\n", prop.name,
+            prop.multiProcessorCount, prop.totalGlobalMem / GiB, drv);
+    RT_CHECK_GOTO(cudaStreamCreateWithFlags(&c.s0, cudaStreamNonBlocking), st, done);
+    RT_CHECK_GOTO(cudaStreamCreateWithFlags(&c.s1, cudaStreamNonBlocking), st, done);
+    RT_CHECK_GOTO(cudaEventCreate(&c.e0), st, done);
+    RT_CHECK_GOTO(cudaEventCreate(&c.e1), st, done);
+    RT_CHECK_GOTO(cudaEventCreate(&c.e2), st, done);
+    RT_CHECK_GOTO(cudaEventCreate(&c.e3), st, done);
+    fprintf(stderr, "probe: host link\n");
+    if ((st = probe_link(&c, m)) != RT_OK) goto done;
+    fprintf(stderr, "probe: direct host access\n");
+    if ((st = probe_dha(&c, m)) != RT_OK) goto done;
+    fprintf(stderr, "probe: cudaMalloc / cudaFree\n");
+    if ((st = probe_malloc(&c, m)) != RT_OK) goto done;
+    fprintf(stderr, "probe: VMM\n");
+    if ((st = probe_vmm(&c, m)) != RT_OK) goto done;
+    fprintf(stderr, "probe: GEMM\n");
+    if ((st = probe_gemm(&c, m, peak)) != RT_OK) goto done;
+    {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        m->gpu_reserved_bytes = tot - fr; /* what the context and cuBLAS took */
+    }
+done:
+    if (st != RT_OK) snprintf(why, n, "%s", rt_last_error());
+    if (c.e0) cudaEventDestroy(c.e0);
+    if (c.e1) cudaEventDestroy(c.e1);
+    if (c.e2) cudaEventDestroy(c.e2);
+    if (c.e3) cudaEventDestroy(c.e3);
+    if (c.s0) cudaStreamDestroy(c.s0);
+    if (c.s1) cudaStreamDestroy(c.s1);
+    return st;
+}

@@ -1,0 +1,24 @@
+/* probe.h — the GPU machine probe (runtime/probe.cu): measures the machine and fills a machine
+ * profile. Called by runtime/main.c (`memsim probe`). */
+#ifndef MEMSIM_PROBE_H
+#define MEMSIM_PROBE_H
+
+#include <stdio.h>
+
+#include "runtime/rt_check.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "traces/machine.h"
+
+/* Measures GPU 0 and overwrites the measured fields of p->m (the rest are kept). Raw samples
+ * are written to raw_csv. quick: fewer repetitions. On failure, why says what failed. */
+rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,219 @@
+/* cli.c — the shared option parser of the memsim subcommands (see cli.h). getopt_long with
+ * one table; every number is checked and a bad value names the option. */
+#define _POSIX_C_SOURCE 200809L
+#include "sim/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
+    O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
+    O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP
+};
+
+static const struct {
+    struct option o;
+    unsigned group;
+    const char *help;
+} table[] = {
+    {{"model", required_argument, 0, O_MODEL}, CLI_WORKLOAD, "NAME   model from `memsim list` (default gpt-7b)"},
+    {{"dims", required_argument, 0, O_DIMS}, CLI_WORKLOAD, "L,H,A,F,V   explicit layers, hidden, heads, ffn, vocab"},
+    {{"seq", required_argument, 0, O_SEQ}, CLI_WORKLOAD, "N   sequence length (64K, 1M accepted; default: the model's)"},
+    {{"batch", required_argument, 0, O_BATCH}, CLI_WORKLOAD, "N   micro-batch size (default 1)"},
+    {{"tp", required_argument, 0, O_TP}, CLI_WORKLOAD, "N   tensor-parallel degree (with sequence parallelism)"},
+    {{"cp", required_argument, 0, O_CP}, CLI_WORKLOAD, "N   context-parallel degree"},
+    {{"dp", required_argument, 0, O_DP}, CLI_WORKLOAD, "N   data-parallel degree"},
+    {{"iters", required_argument, 0, O_ITERS}, CLI_WORKLOAD, "N   iterations to generate (default 2; the last is reported)"},
+    {{"trace", required_argument, 0, O_TRACE}, CLI_WORKLOAD, "FILE   use this workload trace instead of generating one"},
+    {{"machine", required_argument, 0, O_MACHINE}, CLI_MACHINE, "NAME|FILE   machine profile (default a800-8gpu)"},
+    {{"policy", required_argument, 0, O_POLICY}, CLI_POLICY, "NAME   memory policy (default keep-all)"},
+    {{"plan", required_argument, 0, O_PLAN}, CLI_POLICY, "FILE   use this plan file instead of running a policy"},
+    {{"allocator", required_argument, 0, O_ALLOCATOR}, CLI_POLICY | CLI_POLICIES, "NAME   caching | stitching | expandable | static"},
+    {{"alpha", required_argument, 0, O_ALPHA}, CLI_POLICY | CLI_POLICIES, "X   swapped token fraction in [0,1] (policies that use it)"},
+    {{"knob", required_argument, 0, O_KNOB}, CLI_POLICY | CLI_POLICIES, "KEY=VALUE   a policy knob (repeatable)"},
+    {{"max-split-size", required_argument, 0, O_MAXSPLIT}, CLI_POLICY | CLI_POLICIES, "BYTES   caching allocator max_split_size (e.g. 512MiB)"},
+    {{"roundup-power2", required_argument, 0, O_RP2}, CLI_POLICY | CLI_POLICIES, "N   caching allocator roundup_power2_divisions"},
+    {{"frag-limit", required_argument, 0, O_FRAG}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator fragmentation limit"},
+    {{"stitch-limit", required_argument, 0, O_STITCH}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator StitchFree threshold"},
+    {{"policies", required_argument, 0, O_POLICIES}, CLI_POLICIES, "A,B,C   policies to compare (default keep-all,full-recompute,full-swap)"},
+    {{"csv", required_argument, 0, O_CSV}, CLI_OUTPUTS, "FILE   write the results CSV"},
+    {{"timeline", required_argument, 0, O_TIMELINE}, CLI_OUTPUTS, "FILE   write a Chrome-trace / Perfetto JSON timeline"},
+    {{"memcsv", required_argument, 0, O_MEMCSV}, CLI_OUTPUTS, "FILE   write the memory time series CSV"},
+    {{"schedule", required_argument, 0, O_SCHEDULE}, CLI_OUTPUTS, "FILE   write the lowered schedule as text"},
+    {{"plot", required_argument, 0, O_PLOT}, CLI_OUTPUTS, "DIR   write figures (PNG and SVG, needs gnuplot) and their data"},
+    {{"quiet", no_argument, 0, O_QUIET}, CLI_OUTPUTS, "   print only errors"},
+    {{"help", no_argument, 0, O_HELP}, 0, "   this help"},
+};
+#define NOPT (sizeof table / sizeof *table)
+
+void cli_print_options(FILE *f, unsigned groups)
+{
+    for (size_t i = 0; i < NOPT; i++) {
+        if (table[i].group && !(table[i].group & groups)) continue;
+        const char *h = table[i].help;
+        const char *sp = strstr(h, "   ");
+        int argl = sp ? (int)(sp - h) : 0;
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%.*s", table[i].o.name, argl ? " " : "", argl, h);
+        fprintf(f, "  %-28s %s\n", left, sp ? sp + 3 : h);
+    }
+    if (groups & CLI_OUTPUTS) fprintf(f, "  %-28s %s\n", "-o FILE", "output file (plan / trace)");
+}
+
+static int bad(const char *cmd, const char *opt, const char *val, const char *what)
+{
+    fprintf(stderr, "memsim %s: --%s '%s': %s\n", cmd, opt, val, what);
+    return MS_EXIT_USAGE;
+}
+
+static int parse_int(const char *cmd, const char *opt, const char *v, int *out)
+{
+    uint64_t x;
+    if (!ms_parse_u64(v, &x) || x == 0 || x > 1u << 20)
+        return bad(cmd, opt, v, "expected a whole number from 1 to 1048576");
+    *out = (int)x;
+    return 0;
+}
+
+static int split_policies(const char *cmd, const char *v, cli_args *a)
+{
+    snprintf(a->policies_buf, sizeof a->policies_buf, "%s", v);
+    a->n_policies = 0;
+    for (char *p = strtok(a->policies_buf, ","); p; p = strtok(NULL, ",")) {
+        if (a->n_policies == CLI_MAX_POLICIES) return bad(cmd, "policies", v, "too many");
+        a->policies[a->n_policies++] = p;
+    }
+    return a->n_policies ? 0 : bad(cmd, "policies", v, "empty list");
+}
+
+static int add_knob(const char *cmd, char *v, cli_args *a)
+{
+    char *eq = strchr(v, '=');
+    if (!eq || eq == v) return bad(cmd, "knob", v, "expected KEY=VALUE");
+    if (a->pol.n_knobs == PIPE_MAX_KNOBS) return bad(cmd, "knob", v, "too many knobs");
+    *eq = '\0';
+    a->pol.knobs[a->pol.n_knobs].key = v;
+    a->pol.knobs[a->pol.n_knobs].value = eq + 1;
+    a->pol.n_knobs++;
+    return 0;
+}
+
+static int parse_bytes_opt(const char *cmd, const char *opt, const char *v, uint64_t *out)
+{
+    if (!strcmp(v, "unlimited")) {
+        *out = UINT64_MAX;
+        return 0;
+    }
+    return ms_parse_bytes(v, out) ? 0 : bad(cmd, opt, v, "expected bytes, e.g. 512MiB");
+}
+
+static int apply(int c, char *v, const char *cmd, cli_args *a)
+{
+    uint64_t x;
+    double d;
+    switch (c) {
+    case O_MODEL: a->w.model = v; return 0;
+    case O_DIMS:
+        snprintf(a->dims_model, sizeof a->dims_model, "dims:%s", v);
+        a->w.model = a->dims_model;
+        return 0;
+    case O_SEQ:
+        if (!ms_parse_count(v, &x) || x == 0) return bad(cmd, "seq", v, "expected a positive count");
+        a->w.seq = x;
+        return 0;
+    case O_BATCH:
+        if (!ms_parse_u64(v, &x) || x == 0) return bad(cmd, "batch", v, "expected a positive number");
+        a->w.batch = x;
+        return 0;
+    case O_TP: return parse_int(cmd, "tp", v, &a->w.tp);
+    case O_CP: return parse_int(cmd, "cp", v, &a->w.cp);
+    case O_DP: return parse_int(cmd, "dp", v, &a->w.dp);
+    case O_ITERS: return parse_int(cmd, "iters", v, &a->w.iterations);
+    case O_TRACE: a->w.trace_path = v; return 0;
+    case O_MACHINE: a->machine = v; return 0;
+    case O_POLICY: a->pol.policy = v; return 0;
+    case O_PLAN: a->pol.plan_path = v; return 0;
+    case O_ALLOCATOR: a->pol.allocator = v; return 0;
+    case O_ALPHA:
+        if (!ms_parse_double(v, &d) || d < 0 || d > 1) return bad(cmd, "alpha", v, "expected a number in [0, 1]");
+        a->pol.alpha = d;
+        return 0;
+    case O_KNOB: return add_knob(cmd, v, a);
+    case O_MAXSPLIT:
+        a->pol.alloc_cfg_set = 1;
+        return parse_bytes_opt(cmd, "max-split-size", v, &a->pol.alloc_cfg.max_split_size_bytes);
+    case O_RP2:
+        if (!ms_parse_u64(v, &x) || x > 64) return bad(cmd, "roundup-power2", v, "expected 0..64");
+        a->pol.alloc_cfg.roundup_power2_divisions = (unsigned)x;
+        a->pol.alloc_cfg_set = 1;
+        return 0;
+    case O_FRAG:
+        a->pol.alloc_cfg_set = 1;
+        return parse_bytes_opt(cmd, "frag-limit", v, &a->pol.alloc_cfg.frag_limit_bytes);
+    case O_STITCH:
+        a->pol.alloc_cfg_set = 1;
+        return parse_bytes_opt(cmd, "stitch-limit", v, &a->pol.alloc_cfg.stitch_limit_bytes);
+    case O_POLICIES: return split_policies(cmd, v, a);
+    case O_CSV: a->csv_path = v; return 0;
+    case O_TIMELINE: a->out.timeline_path = v; return 0;
+    case O_MEMCSV: a->out.memcsv_path = v; return 0;
+    case O_SCHEDULE: a->out.schedule_path = v; return 0;
+    case O_PLOT: a->plot_dir = v; return 0;
+    case O_QUIET: a->quiet = 1; return 0;
+    case 'o': a->output = v; return 0;
+    case O_HELP: a->help = 1; return 0;
+    }
+    return MS_EXIT_USAGE;
+}
+
+int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
+{
+    const char *cmd = argv[0];
+    memset(a, 0, sizeof *a);
+    pipe_workload_default(&a->w);
+    pipe_policy_default(&a->pol);
+    a->machine = "a800-8gpu";
+    struct option opts[NOPT + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < NOPT; i++)
+        if (!table[i].group || (table[i].group & groups)) opts[n++] = table[i].o;
+    memset(&opts[n], 0, sizeof opts[n]);
+    optind = 1;
+    opterr = 0;
+    int c;
+    const char *shortopts = (groups & CLI_OUTPUTS) ? ":o:h" : ":h";
+    while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
+        if (c == 'h') c = O_HELP;
+        if (c == '?') {
+            fprintf(stderr, "memsim %s: unknown option '%s' (see --help)\n", cmd, argv[optind - 1]);
+            return MS_EXIT_USAGE;
+        }
+        if (c == ':') {
+            fprintf(stderr, "memsim %s: option '%s' needs a value\n", cmd, argv[optind - 1]);
+            return MS_EXIT_USAGE;
+        }
+        int rc = apply(c, optarg, cmd, a);
+        if (rc) return rc;
+    }
+    if ((groups & CLI_POLICIES) && a->n_policies == 0)
+        split_policies(cmd, "keep-all,full-recompute,full-swap", a);
+    a->npos = argc - optind;
+    a->pos = argv + optind;
+    return MS_EXIT_OK;
+}
+
+int cli_load_machine(const cli_args *a, const char *cmd, machine_profile **out)
+{
+    ms_error err;
+    ms_status st = machine_load_named(a->machine, out, &err);
+    if (st != MS_OK) return cli_fail(cmd, st, &err);
+    return MS_EXIT_OK;
+}
+
+int cli_fail(const char *cmd, ms_status st, const ms_error *err)
+{
+    fprintf(stderr, "memsim %s: %s\n", cmd, err && err->msg[0] ? err->msg : ms_status_str(st));
+    return ms_exit_code(st);
+}

@@ -1,0 +1,51 @@
+/* cli.h — option parsing shared by the memsim subcommands that take a workload, a machine, a
+ * policy and outputs (plan, simulate, compare, trace gen), and small printing helpers. Used
+ * only by sim/cmd_*.c. */
+#ifndef MEMSIM_CLI_H
+#define MEMSIM_CLI_H
+
+#include <getopt.h>
+
+#include "sim/pipeline.h"
+#include "traces/machine.h"
+
+/* Which option groups a command accepts. */
+enum {
+    CLI_WORKLOAD = 1 << 0,  /* --model --dims --seq --batch --tp --cp --dp --iters --trace */
+    CLI_MACHINE = 1 << 1,   /* --machine */
+    CLI_POLICY = 1 << 2,    /* --policy --plan --allocator --alpha --knob and allocator knobs */
+    CLI_POLICIES = 1 << 3,  /* --policies A,B,C */
+    CLI_OUTPUTS = 1 << 4,   /* --csv --timeline --memcsv --schedule --plot -o */
+};
+
+#define CLI_MAX_POLICIES 16
+
+typedef struct cli_args {
+    pipe_workload w;
+    const char *machine;
+    pipe_policy pol;
+    char dims_model[96];
+    const char *policies[CLI_MAX_POLICIES];
+    size_t n_policies;
+    char policies_buf[512];
+    pipe_outputs out;
+    const char *csv_path;
+    const char *plot_dir;
+    const char *output;       /* -o */
+    int quiet;
+    int help;
+    int npos;                 /* positional arguments left in pos[] */
+    char **pos;
+} cli_args;
+
+/* Parses argv for the groups in `groups`; prints "memsim CMD: ..." and returns
+ * MS_EXIT_USAGE on a bad option; MS_EXIT_OK otherwise (a->help set for --help). */
+int cli_parse(int argc, char **argv, unsigned groups, cli_args *a);
+/* The option help text of the groups. */
+void cli_print_options(FILE *f, unsigned groups);
+/* Loads the machine profile (default a800-8gpu); prints the error. */
+int cli_load_machine(const cli_args *a, const char *cmd, machine_profile **out);
+/* Prints "memsim CMD: message" and returns the exit code for st. */
+int cli_fail(const char *cmd, ms_status st, const ms_error *err);
+
+#endif

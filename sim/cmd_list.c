@@ -1,0 +1,82 @@
+/* cmd_list.c — `memsim list`: every model, machine, policy and allocator memsim knows, each
+ * with a one-line description and the paper or source it comes from. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/alloc.h"
+#include "planners/policy.h"
+#include "sim/cli.h"
+#include "sim/cmds.h"
+#include "traces/machine.h"
+#include "traces/models.h"
+
+static void list_machines(void)
+{
+    char **names;
+    size_t n;
+    ms_error err;
+    printf("machines (profiles in %s/machines):\n", machine_data_dir());
+    if (machine_list(&names, &n, &err) != MS_OK) {
+        printf("  (cannot list: %s)\n", err.msg);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        machine_profile *p;
+        if (machine_load_named(names[i], &p, &err) == MS_OK) {
+            printf("  %-16s %s, %.0f GiB, %.0f TFLOP/s bf16, link %.1f GB/s — %s\n", names[i],
+                   p->m.gpu_name, (double)p->m.gpu_hbm_bytes / MS_GiB,
+                   p->m.gpu_peak_bf16_flops / 1e12, p->m.link_h2d_Bps / 1e9,
+                   p->description ? p->description : "");
+            machine_profile_free(p);
+        } else {
+            printf("  %-16s (invalid: %s)\n", names[i], err.msg);
+        }
+        free(names[i]);
+    }
+    free(names);
+}
+
+static void list_policies(void)
+{
+    size_t n;
+    const pol_policy *const *r = pol_registry(&n);
+    printf("policies:\n");
+    for (size_t i = 0; i < n; i++)
+        printf("  %-16s %s [%s]%s%s\n", r[i]->name, r[i]->desc, r[i]->source,
+               r[i]->knobs && *r[i]->knobs ? " knobs: " : "", r[i]->knobs ? r[i]->knobs : "");
+}
+
+static void list_allocators(void)
+{
+    size_t n;
+    const alloc_vtable *const *r = alloc_registry(&n);
+    printf("allocators:\n");
+    for (size_t i = 0; i < n; i++)
+        printf("  %-16s %s [%s]\n", r[i]->name, r[i]->desc, r[i]->source);
+}
+
+int cmd_list(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "all";
+    if (!strcmp(what, "--help") || !strcmp(what, "-h")) {
+        printf("usage: memsim list [models|machines|policies|allocators]\n"
+               "Lists what memsim knows, with one-line descriptions and sources.\n");
+        return MS_EXIT_OK;
+    }
+    int all = !strcmp(what, "all"), any = 0;
+    if (all || !strcmp(what, "models")) {
+        printf("models:\n");
+        model_list(stdout);
+        any = 1;
+    }
+    if (all || !strcmp(what, "machines")) list_machines(), any = 1;
+    if (all || !strcmp(what, "policies")) list_policies(), any = 1;
+    if (all || !strcmp(what, "allocators")) list_allocators(), any = 1;
+    if (!any) {
+        fprintf(stderr, "memsim list: unknown category '%s' (models, machines, policies, "
+                        "allocators)\n", what);
+        return MS_EXIT_USAGE;
+    }
+    return MS_EXIT_OK;
+}

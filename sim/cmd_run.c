@@ -1,0 +1,231 @@
+/* cmd_run.c — `memsim plan`, `memsim simulate` and `memsim compare`: the what-if commands.
+ * They share the pipeline (sim/pipeline.c) and write tables, CSVs and figures. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sim/cli.h"
+#include "sim/cmds.h"
+#include "sim/plot.h"
+
+static int write_csv(const char *cmd, const char *path, const sim_result *rs, size_t n)
+{
+    ms_out *o;
+    ms_error err;
+    ms_status st = ms_out_open(path, &o, &err);
+    if (st != MS_OK) return cli_fail(cmd, st, &err);
+    /* res_csv_* write to a FILE: render into memory, then through the atomic writer. */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&buf, &len);
+    if (!mf) {
+        ms_out_abort(o);
+        return cli_fail(cmd, MS_ERR_NOMEM, NULL);
+    }
+    res_csv_header(mf);
+    for (size_t i = 0; i < n; i++) res_csv_row(mf, &rs[i]);
+    fclose(mf);
+    ms_out_write(o, buf, len);
+    free(buf);
+    st = ms_out_commit(o, &err);
+    return st == MS_OK ? MS_EXIT_OK : cli_fail(cmd, st, &err);
+}
+
+static int make_dir(const char *cmd, const char *dir)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "memsim %s: cannot create %s: %s\n", cmd, dir, strerror(errno));
+        return MS_EXIT_IO;
+    }
+    return MS_EXIT_OK;
+}
+
+static void usage_of(const char *cmd, const char *what, unsigned groups, FILE *f)
+{
+    fprintf(f, "usage: memsim %s [options]\n%s\n\noptions:\n", cmd, what);
+    cli_print_options(f, groups);
+}
+
+/* Loads machine + trace for a command; prints errors. */
+static int setup(const char *cmd, const cli_args *a, machine_profile **mp, trace_t **t)
+{
+    int rc = cli_load_machine(a, cmd, mp);
+    if (rc) return rc;
+    ms_error err;
+    ms_status st = pipe_trace(&a->w, &(*mp)->m, t, &err);
+    if (st != MS_OK) {
+        machine_profile_free(*mp);
+        return cli_fail(cmd, st, &err);
+    }
+    return MS_EXIT_OK;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS;
+    cli_args a;
+    int rc = cli_parse(argc, argv, g, &a);
+    if (rc) return rc;
+    if (a.help) {
+        usage_of("plan", "Runs a policy's planner on a workload and writes the plan file (-o;\n"
+                         "default: standard output). The plan can be edited and simulated with\n"
+                         "memsim simulate --plan FILE.", g, stdout);
+        return MS_EXIT_OK;
+    }
+    machine_profile *mp;
+    trace_t *t;
+    if ((rc = setup("plan", &a, &mp, &t))) return rc;
+    ms_error err;
+    plan_t *plan;
+    ms_status st = pipe_plan(t, &mp->m, &a.pol, &plan, &err);
+    if (st == MS_OK) {
+        st = plan_write(plan, a.output ? a.output : "-", &err);
+        plan_free(plan);
+    }
+    trace_free(t);
+    machine_profile_free(mp);
+    return st == MS_OK ? MS_EXIT_OK : cli_fail("plan", st, &err);
+}
+
+/* Writes the memory and timeline figures of one run from its CSVs. */
+static void draw_run(const char *cmd, const char *dir, const char *tag, const sim_result *r,
+                     int quiet)
+{
+    char data[4096], outb[4096], title[256];
+    ms_error err;
+    snprintf(title, sizeof title, "%s / %s: memory", r->policy, r->model);
+    snprintf(data, sizeof data, "%s/%s.mem.csv", dir, tag);
+    snprintf(outb, sizeof outb, "%s/memory-%s", dir, tag);
+    if (plot_draw("memory", data, outb, title, NULL, &err) != MS_OK)
+        fprintf(stderr, "memsim %s: %s\n", cmd, err.msg);
+    else if (!quiet)
+        printf("wrote %s.png and .svg\n", outb);
+    snprintf(title, sizeof title, "%s / %s: streams", r->policy, r->model);
+    snprintf(data, sizeof data, "%s/%s.intervals.csv", dir, tag);
+    snprintf(outb, sizeof outb, "%s/timeline-%s", dir, tag);
+    if (plot_draw("timeline", data, outb, title, NULL, &err) != MS_OK)
+        fprintf(stderr, "memsim %s: %s\n", cmd, err.msg);
+    else if (!quiet)
+        printf("wrote %s.png and .svg\n", outb);
+}
+
+/* Runs one policy; with a plot dir, also writes its per-run data files there. */
+static int run_one(const char *cmd, const cli_args *a, const trace_t *t, const machine_t *m,
+                   const char *policy, sim_result *r)
+{
+    pipe_policy p = a->pol;
+    p.policy = policy;
+    pipe_outputs out = a->out;
+    char mem[4096], iv[4096];
+    if (a->plot_dir) {
+        snprintf(mem, sizeof mem, "%s/%s.mem.csv", a->plot_dir, policy);
+        snprintf(iv, sizeof iv, "%s/%s.intervals.csv", a->plot_dir, policy);
+        if (!out.memcsv_path) out.memcsv_path = mem;
+        out.intervals_path = iv;
+    }
+    ms_error err;
+    ms_status st = pipe_run(t, m, &p, &out, r, &err);
+    if (st != MS_OK) return cli_fail(cmd, st, &err);
+    return MS_EXIT_OK;
+}
+
+int cmd_simulate(int argc, char **argv)
+{
+    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS;
+    cli_args a;
+    int rc = cli_parse(argc, argv, g, &a);
+    if (rc) return rc;
+    if (a.help) {
+        usage_of("simulate", "Simulates one training iteration of a workload under one policy (or a\n"
+                             "plan file) on a machine and prints the results.", g, stdout);
+        return MS_EXIT_OK;
+    }
+    if (a.plot_dir && (rc = make_dir("simulate", a.plot_dir))) return rc;
+    machine_profile *mp;
+    trace_t *t;
+    if ((rc = setup("simulate", &a, &mp, &t))) return rc;
+    sim_result r;
+    const char *name = a.pol.plan_path ? "plan" : a.pol.policy;
+    rc = run_one("simulate", &a, t, &mp->m, name, &r);
+    if (!rc) {
+        if (!a.quiet) res_table(stdout, &r, 1);
+        if (a.csv_path) rc = write_csv("simulate", a.csv_path, &r, 1);
+        if (!rc && a.plot_dir) draw_run("simulate", a.plot_dir, name, &r, a.quiet);
+    }
+    trace_free(t);
+    machine_profile_free(mp);
+    return rc;
+}
+
+static int write_compare_data(const char *dir, const sim_result *rs, size_t n, char *path,
+                              size_t pathn)
+{
+    snprintf(path, pathn, "%s/compare.csv", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    for (size_t i = 0; i < n; i++) {
+        const sim_result *r = &rs[i];
+        int ok = r->status == RS_OK;
+        fprintf(f, "%s,%s,%.6f,%.6f,%.4f,%.4f\n", r->policy, res_status_name(r->status),
+                ok ? r->iter_time_s : 0.0, ok ? r->mfu : 0.0,
+                ok ? (double)r->peak_reserved_bytes / MS_GiB : 0.0,
+                ok ? (double)r->host_peak_bytes / MS_GiB : 0.0);
+    }
+    return fclose(f);
+}
+
+int cmd_compare(int argc, char **argv)
+{
+    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS;
+    cli_args a;
+    int rc = cli_parse(argc, argv, g, &a);
+    if (rc) return rc;
+    if (a.help) {
+        usage_of("compare", "Runs several policies on one workload and prints them side by side;\n"
+                            "with --plot DIR, draws the comparison bars and each policy's memory\n"
+                            "curve and stream timeline.", g, stdout);
+        return MS_EXIT_OK;
+    }
+    if (a.plot_dir && (rc = make_dir("compare", a.plot_dir))) return rc;
+    machine_profile *mp;
+    trace_t *t;
+    if ((rc = setup("compare", &a, &mp, &t))) return rc;
+    sim_result rs[CLI_MAX_POLICIES];
+    size_t n = 0;
+    for (size_t i = 0; i < a.n_policies && !rc; i++) {
+        if (!a.quiet) fprintf(stderr, "memsim compare: simulating %s (%zu/%zu)\n",
+                              a.policies[i], i + 1, a.n_policies);
+        rc = run_one("compare", &a, t, &mp->m, a.policies[i], &rs[n]);
+        if (!rc) n++;
+    }
+    if (!rc) {
+        if (!a.quiet) res_table(stdout, rs, n);
+        if (a.csv_path) rc = write_csv("compare", a.csv_path, rs, n);
+    }
+    if (!rc && a.plot_dir) {
+        char data[4096], outb[4096], vars[64], title[256];
+        ms_error err;
+        if (write_compare_data(a.plot_dir, rs, n, data, sizeof data) != 0) {
+            fprintf(stderr, "memsim compare: cannot write %s\n", data);
+            rc = MS_EXIT_IO;
+        } else {
+            snprintf(outb, sizeof outb, "%s/compare", a.plot_dir);
+            snprintf(vars, sizeof vars, "capacity_gib=%.2f",
+                     (double)machine_usable_bytes(&mp->m) / MS_GiB);
+            snprintf(title, sizeof title, "%s, seq %llu, on %s", rs[0].model,
+                     (unsigned long long)rs[0].seq, mp->m.name);
+            if (plot_draw("compare", data, outb, title, vars, &err) != MS_OK)
+                fprintf(stderr, "memsim compare: %s\n", err.msg);
+            else if (!a.quiet)
+                printf("wrote %s.png and .svg\n", outb);
+            for (size_t i = 0; i < n; i++)
+                draw_run("compare", a.plot_dir, a.policies[i], &rs[i], a.quiet);
+        }
+    }
+    trace_free(t);
+    machine_profile_free(mp);
+    return rc;
+}

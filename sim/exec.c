@@ -1,0 +1,752 @@
+/* exec.c — the schedule executor of the simulator (see exec.h): splits the schedule into
+ * per-stream queues, runs each stream's actions in order on the discrete-event engine
+ * (compute on the GPU, copies and DHA traffic as flows on the host link, host CPU work in
+ * FIFO order, events, allocator calls over the simulated memory backend with their latencies
+ * and device synchronizes), and fills a sim_result. Semantics in docs/SIMULATOR.md. Used by
+ * the memsim command, experiments/ and the validation driver. */
+#include "sim/exec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/engine.h"
+#include "sim/link.h"
+#include "sim/simbackend.h"
+#include "sim/timeline.h"
+#include "traces/u64map.h"
+
+typedef enum st_state {
+    ST_IDLE = 0,    /* may start its next action */
+    ST_RUN,         /* an action is in progress */
+    ST_WAIT,        /* blocked on a WAIT whose event is not reached */
+    ST_SYNC_DRAIN,  /* made a synchronizing allocator call; other streams are draining */
+    ST_SYNC_COST,   /* drained; paying the call's charged latency */
+    ST_DONE
+} st_state;
+
+typedef struct stream {
+    uint32_t *q;        /* schedule indices, program order */
+    size_t n, pos;
+    st_state state;
+    int parts;          /* parts of the running action still going (timer, DHA flows) */
+    double t_start;     /* when the running action (or the wait / sync) began */
+    double t_exec;      /* HOST_COMPUTE: when the CPU took it (FIFO) */
+    double t_end_exec;
+    uint32_t wait_event;
+    int held;           /* wanted to go on but a synchronize holds every stream */
+    double held_since;
+    int kick_pending;
+} stream;
+
+/* Time sums over the measured window (the last iteration, see win_t0). */
+typedef struct window {
+    double compute_us, recompute_us, host_us, stall_us, alloc_us;
+} window;
+
+typedef struct ex {
+    const schedule_t *s;
+    const machine_t *m;
+    sim_opts o;
+    eng_t *eng;
+    link_t *link;
+    simbe_t *be;
+    alloc_t *alloc;
+    tl_t *tl;
+    stream st[SS_COUNT];
+    uint32_t *qbuf;
+    uint8_t *reached;
+    uint32_t nevents;
+    u64map *dev;         /* tensor id -> device address */
+    u64map *host;        /* tensor id -> host bytes */
+    uint64_t host_used, host_peak, host_cap;
+    double host_free_at; /* the host CPU is a FIFO server */
+    int sync_owner;      /* stream holding everything, -1: none */
+    double sync_cost_us;
+    /* measured window: from the last TM_ITER mark on the compute stream (or 0) */
+    double win_t0;
+    window w;
+    double h2d0_us, d2h0_us;
+    uint64_t retries0;
+    double t_end;
+    /* how the run ended */
+    int stop;
+    res_status rstatus;
+    ms_status fatal;
+    char failure[512];
+    ms_error *err;
+} ex;
+
+static const char *const track_names[SS_COUNT] = { "compute", "d2h copy", "h2d copy",
+                                                   "host cpu" };
+
+void sim_opts_default(sim_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->allocator = "caching";
+    o->host_sharers = 1;
+}
+
+/* ---------- small helpers ---------- */
+
+static void acc(const ex *x, double *field, double s_us, double e_us)
+{
+    double a = s_us > x->win_t0 ? s_us : x->win_t0;
+    if (e_us > a) *field += e_us - a;
+}
+
+static void fail_run(ex *x, ms_status st, const char *fmt_msg)
+{
+    if (x->fatal == MS_OK) {
+        x->fatal = st;
+        ms_fail(x->err, st, "%s", fmt_msg);
+    }
+    x->stop = 1;
+    eng_stop(x->eng);
+}
+
+static void fail_at(ex *x, ms_status st, size_t idx, const char *what)
+{
+    char msg[600];
+    const sched_action *a = sched_get(x->s, idx);
+    snprintf(msg, sizeof msg, "schedule action %zu (%s on stream %s): %s", idx,
+             sched_kind_name(a->kind), sched_stream_name(a->stream), what);
+    fail_run(x, st, msg);
+}
+
+static void end_as(ex *x, res_status rs)
+{
+    x->rstatus = rs;
+    x->stop = 1;
+    eng_stop(x->eng);
+}
+
+static const char *op_name(const ex *x, int64_t op, char *buf, size_t n)
+{
+    const trace_op *t = (x->o.trace && op >= 0) ? trace_find_op(x->o.trace, (uint64_t)op) : NULL;
+    if (t && t->name[0]) snprintf(buf, n, "%s", t->name);
+    else snprintf(buf, n, "op %lld", (long long)op);
+    return buf;
+}
+
+static const char *tensor_name(const ex *x, uint64_t id, char *buf, size_t n)
+{
+    const trace_tensor *t = x->o.trace ? trace_find_tensor(x->o.trace, id) : NULL;
+    if (t && t->name[0]) snprintf(buf, n, "%s", t->name);
+    else snprintf(buf, n, "t%llu", (unsigned long long)id);
+    return buf;
+}
+
+static void mem_sample(ex *x)
+{
+    if (!x->tl) return;
+    const alloc_stats *a = alloc_get_stats(x->alloc);
+    if (tl_mem(x->tl, eng_now(x->eng), a->allocated_bytes, a->reserved_bytes, a->active_bytes,
+               x->host_used) != MS_OK)
+        fail_run(x, MS_ERR_NOMEM, "out of memory recording the memory time series");
+}
+
+static void add_span(ex *x, int track, double s_us, double e_us, size_t idx, const char *name,
+                     const char *cat)
+{
+    if (!x->tl || !(x->o.timeline_path || x->o.intervals_path) || !(e_us > s_us)) return;
+    const sched_action *a = sched_get(x->s, idx);
+    int has_t = a->kind != SA_COMPUTE && a->kind != SA_HOST_COMPUTE && a->kind != SA_WAIT;
+    tl_span_info si = { track, s_us, e_us, name, cat, (int64_t)idx,
+                        a->kind == SA_COMPUTE ? a->op : -1, a->tensor, has_t,
+                        a->kind == SA_COMPUTE ? a->host_read_bytes + a->host_write_bytes
+                                              : a->bytes };
+    if (tl_span(x->tl, &si) != MS_OK)
+        fail_run(x, MS_ERR_NOMEM, "out of memory recording the timeline");
+}
+
+static void advance(ex *x, int s);
+
+static void kick_cb(eng_t *e, void *ctx, uint64_t arg)
+{
+    (void)e;
+    ex *x = ctx;
+    x->st[arg].kick_pending = 0;
+    advance(x, (int)arg);
+}
+
+/* Lets stream s look at its queue again, from an event at the current time (never by
+ * recursion, so the order of simultaneous wake-ups is the engine's sequence order). */
+static void kick(ex *x, int s)
+{
+    if (x->st[s].kick_pending || x->stop) return;
+    if (!eng_after(x->eng, 0, kick_cb, x, (uint64_t)s)) {
+        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        return;
+    }
+    x->st[s].kick_pending = 1;
+}
+
+/* ---------- synchronizes ---------- */
+
+static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg);
+
+/* The caller's drain is over when no other stream has an action in progress. */
+static void check_drain(ex *x)
+{
+    int s = x->sync_owner;
+    if (s < 0 || x->st[s].state != ST_SYNC_DRAIN) return;
+    for (int k = 0; k < SS_COUNT; k++)
+        if (k != s && x->st[k].state == ST_RUN) return;
+    x->st[s].state = ST_SYNC_COST;
+    if (!eng_after(x->eng, x->sync_cost_us, sync_done_cb, x, (uint64_t)s))
+        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+}
+
+static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
+{
+    ex *x = ctx;
+    int s = (int)arg;
+    stream *t = &x->st[s];
+    double now = eng_now(e);
+    size_t idx = t->q[t->pos];
+    acc(x, &x->w.alloc_us, t->t_start, now);
+    if (s == SS_COMPUTE) acc(x, &x->w.stall_us, t->t_start, now);
+    char name[TL_NAME_MAX], tn[48];
+    snprintf(name, sizeof name, "sync (%s %s)",
+             sched_get(x->s, idx)->kind == SA_FREE ? "free" : "alloc",
+             tensor_name(x, sched_get(x->s, idx)->tensor, tn, sizeof tn));
+    add_span(x, s, t->t_start, now, idx, name, "sync");
+    x->sync_owner = -1;
+    t->state = ST_IDLE;
+    t->pos++;
+    if (now > x->t_end) x->t_end = now;
+    for (int k = 0; k < SS_COUNT; k++) {
+        if (x->st[k].held) {
+            if (k == SS_COMPUTE) acc(x, &x->w.stall_us, x->st[k].held_since, now);
+            x->st[k].held = 0;
+        }
+        kick(x, k);
+    }
+}
+
+/* ---------- action completion ---------- */
+
+static void action_done(ex *x, int s)
+{
+    stream *t = &x->st[s];
+    double now = eng_now(x->eng);
+    size_t idx = t->q[t->pos];
+    const sched_action *a = sched_get(x->s, idx);
+    char name[TL_NAME_MAX], nb[48];
+    switch (a->kind) {
+    case SA_COMPUTE:
+        acc(x, &x->w.compute_us, t->t_start, now);
+        if (a->recompute) acc(x, &x->w.recompute_us, t->t_start, now);
+        snprintf(name, sizeof name, "%s%s", a->recompute ? "recompute " : "",
+                 op_name(x, a->op, nb, sizeof nb));
+        add_span(x, s, t->t_start, now, idx, name, a->recompute ? "recompute" : "compute");
+        break;
+    case SA_HOST_COMPUTE:
+        acc(x, &x->w.host_us, t->t_exec, t->t_end_exec);
+        snprintf(name, sizeof name, "host %s", a->op >= 0 ? op_name(x, a->op, nb, sizeof nb)
+                                                          : "compute");
+        add_span(x, s, t->t_exec, t->t_end_exec, idx, name, "host");
+        break;
+    case SA_COPY_D2H:
+    case SA_COPY_H2D:
+        snprintf(name, sizeof name, "%s %s", a->kind == SA_COPY_D2H ? "d2h" : "h2d",
+                 tensor_name(x, a->tensor, nb, sizeof nb));
+        add_span(x, s, t->t_start, now, idx, name, "copy");
+        break;
+    default: /* ALLOC / FREE paying the backend's latency */
+        acc(x, &x->w.alloc_us, t->t_start, now);
+        snprintf(name, sizeof name, "%s %s", a->kind == SA_FREE ? "free" : "alloc",
+                 tensor_name(x, a->tensor, nb, sizeof nb));
+        add_span(x, s, t->t_start, now, idx, name, "alloc");
+        break;
+    }
+    t->state = ST_IDLE;
+    t->pos++;
+    if (now > x->t_end) x->t_end = now;
+    check_drain(x);
+    advance(x, s);
+}
+
+static void part_done(ex *x, int s)
+{
+    if (--x->st[s].parts == 0) action_done(x, s);
+}
+
+static void timer_cb(eng_t *e, void *ctx, uint64_t arg)
+{
+    (void)e;
+    part_done(ctx, (int)arg);
+}
+
+static void flow_cb(void *ctx, uint64_t arg) { part_done(ctx, (int)arg); }
+
+/* ---------- starting actions ---------- */
+
+static void start_flow(ex *x, int s, link_dir dir, uint64_t bytes, double cap_Bps)
+{
+    ms_status st = link_start(x->link, dir, bytes, cap_Bps, flow_cb, x, (uint64_t)s, NULL);
+    if (st != MS_OK) fail_run(x, st, "cannot start a link flow (out of memory)");
+}
+
+static void start_timer(ex *x, int s, double dur_us)
+{
+    if (!eng_after(x->eng, dur_us, timer_cb, x, (uint64_t)s))
+        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+}
+
+/* A DHA kernel's efficiency applies to the link rate its reads and writes get; a missing
+ * (<= 0) efficiency is taken as 1 rather than as a kernel that never finishes. */
+static void start_compute(ex *x, int s, const sched_action *a)
+{
+    double eff = a->dha_eff > 0 ? a->dha_eff : 1.0;
+    stream *t = &x->st[s];
+    t->parts = 1 + (a->host_read_bytes > 0) + (a->host_write_bytes > 0);
+    start_timer(x, s, a->dur_us > 0 ? a->dur_us : 0);
+    if (a->host_read_bytes)
+        start_flow(x, s, LINK_H2D, a->host_read_bytes, x->m->dha_read_Bps * eff);
+    if (a->host_write_bytes)
+        start_flow(x, s, LINK_D2H, a->host_write_bytes, x->m->dha_write_Bps * eff);
+}
+
+static void copy_lat_cb(eng_t *e, void *ctx, uint64_t arg)
+{
+    (void)e;
+    ex *x = ctx;
+    int s = (int)arg;
+    const sched_action *a = sched_get(x->s, x->st[s].q[x->st[s].pos]);
+    if (a->kind == SA_COPY_H2D) start_flow(x, s, LINK_H2D, a->bytes, x->m->link_h2d_Bps);
+    else start_flow(x, s, LINK_D2H, a->bytes, x->m->link_d2h_Bps);
+}
+
+static void start_copy(ex *x, int s)
+{
+    x->st[s].parts = 1;
+    double lat = x->m->link_small_copy_us > 0 ? x->m->link_small_copy_us : 0;
+    if (!eng_after(x->eng, lat, copy_lat_cb, x, (uint64_t)s))
+        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+}
+
+static void start_host(ex *x, int s, const sched_action *a)
+{
+    stream *t = &x->st[s];
+    double now = eng_now(x->eng);
+    t->t_exec = x->host_free_at > now ? x->host_free_at : now;
+    t->t_end_exec = t->t_exec + (a->dur_us > 0 ? a->dur_us : 0);
+    x->host_free_at = t->t_end_exec;
+    t->parts = 1;
+    if (!eng_at(x->eng, t->t_end_exec, timer_cb, x, (uint64_t)s))
+        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+}
+
+/* ---------- allocator and host memory ---------- */
+
+static void oom_failure(ex *x, int s, size_t idx, const sched_action *a)
+{
+    const alloc_stats *st = alloc_get_stats(x->alloc);
+    char b0[32], b1[32], b2[32], b3[32], b4[32], tn[48];
+    uint64_t cached = st->reserved_bytes > st->allocated_bytes
+                          ? st->reserved_bytes - st->allocated_bytes : 0;
+    snprintf(x->failure, sizeof x->failure,
+             "out of device memory allocating tensor %llu '%s' of %llu bytes (%s) on stream %s "
+             "at action %zu, t=%.3f us: allocated %s, reserved %s, free cached %s "
+             "(reserved - allocated), capacity %s",
+             (unsigned long long)a->tensor, tensor_name(x, a->tensor, tn, sizeof tn),
+             (unsigned long long)a->bytes, ms_fmt_bytes(a->bytes, b0, sizeof b0),
+             sched_stream_name((sched_stream)s), idx, eng_now(x->eng),
+             ms_fmt_bytes(st->allocated_bytes, b1, sizeof b1),
+             ms_fmt_bytes(st->reserved_bytes, b2, sizeof b2), ms_fmt_bytes(cached, b3, sizeof b3),
+             ms_fmt_bytes(simbe_backend(x->be)->capacity_bytes, b4, sizeof b4));
+}
+
+/* After an allocator call: a synchronize holds every stream; a plain latency occupies the
+ * calling stream. Returns 1 when the stream may go straight on to its next action. */
+static int after_alloc_call(ex *x, int s)
+{
+    int synced = 0;
+    double cost = simbe_take_cost_us(x->be, &synced);
+    stream *t = &x->st[s];
+    t->t_start = eng_now(x->eng);
+    if (synced) {
+        x->sync_owner = s;
+        x->sync_cost_us = cost > 0 ? cost : 0;
+        t->state = ST_SYNC_DRAIN;
+        check_drain(x);
+        return 0;
+    }
+    if (cost > 0) {
+        t->state = ST_RUN;
+        t->parts = 1;
+        start_timer(x, s, cost);
+        return 0;
+    }
+    t->pos++;
+    return 1;
+}
+
+static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
+{
+    if (u64map_get(x->dev, a->tensor, NULL)) {
+        fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
+        return 0;
+    }
+    uint64_t addr = 0;
+    ms_status st = alloc_block(x->alloc, a->bytes, s, a->tensor, &addr);
+    if (st == MS_ERR_OOM) {
+        oom_failure(x, s, idx, a);
+        end_as(x, RS_OOM);
+        return 0;
+    }
+    if (st != MS_OK) {
+        fail_at(x, st, idx, ms_status_str(st));
+        return 0;
+    }
+    if (u64map_put(x->dev, a->tensor, addr)) {
+        fail_run(x, MS_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    mem_sample(x);
+    return after_alloc_call(x, s);
+}
+
+static int do_free(ex *x, int s, size_t idx, const sched_action *a)
+{
+    uint64_t addr;
+    if (!u64map_del(x->dev, a->tensor, &addr)) {
+        fail_at(x, MS_ERR_INVALID, idx,
+                "tensor is not allocated at this point of the run (never allocated, already "
+                "freed, or its ALLOC is on another stream that has not reached it: a "
+                "missing WAIT)");
+        return 0;
+    }
+    ms_status st = alloc_release(x->alloc, addr);
+    if (st != MS_OK) {
+        fail_at(x, st, idx, ms_status_str(st));
+        return 0;
+    }
+    mem_sample(x);
+    return after_alloc_call(x, s);
+}
+
+/* Host memory is accounted, not timed: pinned buffers are taken as allocated before the
+ * measured iterations (cudaHostAlloc costs ~0.5 s/GiB and frameworks pool it). */
+static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a)
+{
+    if (u64map_get(x->host, a->tensor, NULL)) {
+        fail_at(x, MS_ERR_INVALID, idx, "tensor already has host memory");
+        return 0;
+    }
+    if (x->host_cap && a->bytes > x->host_cap - x->host_used) {
+        char b0[32], b1[32], b2[32], tn[48];
+        snprintf(x->failure, sizeof x->failure,
+                 "out of host memory reserving %llu bytes (%s) for tensor %llu '%s' on stream "
+                 "%s at action %zu, t=%.3f us: host in use %s of this GPU's %s",
+                 (unsigned long long)a->bytes, ms_fmt_bytes(a->bytes, b0, sizeof b0),
+                 (unsigned long long)a->tensor, tensor_name(x, a->tensor, tn, sizeof tn),
+                 sched_stream_name((sched_stream)s), idx, eng_now(x->eng),
+                 ms_fmt_bytes(x->host_used, b1, sizeof b1),
+                 ms_fmt_bytes(x->host_cap, b2, sizeof b2));
+        end_as(x, RS_OOHM);
+        return 0;
+    }
+    if (u64map_put(x->host, a->tensor, a->bytes)) {
+        fail_run(x, MS_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    x->host_used += a->bytes;
+    if (x->host_used > x->host_peak) x->host_peak = x->host_used;
+    mem_sample(x);
+    x->st[s].pos++;
+    return 1;
+}
+
+static int do_host_free(ex *x, int s, size_t idx, const sched_action *a)
+{
+    uint64_t bytes;
+    if (!u64map_del(x->host, a->tensor, &bytes)) {
+        fail_at(x, MS_ERR_INVALID, idx,
+                "tensor has no host memory at this point of the run (never reserved, "
+                "already released, or its HOST_ALLOC is on another stream that has not "
+                "reached it: a missing WAIT)");
+        return 0;
+    }
+    x->host_used -= bytes;
+    mem_sample(x);
+    x->st[s].pos++;
+    return 1;
+}
+
+/* ---------- events, marks ---------- */
+
+static void record_event(ex *x, uint32_t ev)
+{
+    double now = eng_now(x->eng);
+    x->reached[ev] = 1;
+    for (int k = 0; k < SS_COUNT; k++) {
+        stream *t = &x->st[k];
+        if (t->state != ST_WAIT || t->wait_event != ev) continue;
+        if (k == SS_COMPUTE) acc(x, &x->w.stall_us, t->t_start, now);
+        char name[TL_NAME_MAX];
+        snprintf(name, sizeof name, "wait e%u", ev);
+        add_span(x, k, t->t_start, now, t->q[t->pos], name, "wait");
+        t->state = ST_IDLE;
+        t->pos++;
+        kick(x, k);
+    }
+}
+
+/* A TM_ITER mark on the compute stream opens a new measured window. */
+static void iter_mark(ex *x)
+{
+    x->win_t0 = eng_now(x->eng);
+    memset(&x->w, 0, sizeof x->w);
+    x->h2d0_us = link_busy_us(x->link, LINK_H2D);
+    x->d2h0_us = link_busy_us(x->link, LINK_D2H);
+    x->retries0 = alloc_get_stats(x->alloc)->num_alloc_retries;
+}
+
+/* Runs stream s's instantaneous actions and starts its next timed one. Returns when the
+ * stream is busy, blocked, held by a synchronize, or done. */
+static void advance(ex *x, int s)
+{
+    stream *t = &x->st[s];
+    while (!x->stop && t->state == ST_IDLE) {
+        if (t->pos >= t->n) {
+            t->state = ST_DONE;
+            return;
+        }
+        if (x->sync_owner >= 0 && x->sync_owner != s) {
+            if (!t->held) {
+                t->held = 1;
+                t->held_since = eng_now(x->eng);
+            }
+            return;
+        }
+        size_t idx = t->q[t->pos];
+        const sched_action *a = sched_get(x->s, idx);
+        t->t_start = eng_now(x->eng);
+        switch (a->kind) {
+        case SA_RECORD:
+        case SA_WAIT:
+            if (a->event >= x->nevents) {
+                fail_at(x, MS_ERR_INVALID, idx, "event id out of range");
+                return;
+            }
+            if (a->kind == SA_RECORD) {
+                t->pos++;
+                record_event(x, a->event);
+            } else if (x->reached[a->event]) {
+                t->pos++;
+            } else {
+                t->state = ST_WAIT;
+                t->wait_event = a->event;
+                return;
+            }
+            break;
+        case SA_MARK:
+            t->pos++;
+            if (s == SS_COMPUTE && a->mark == TM_ITER) iter_mark(x);
+            break;
+        case SA_COMPUTE:
+            t->state = ST_RUN;
+            start_compute(x, s, a);
+            return;
+        case SA_COPY_D2H:
+        case SA_COPY_H2D:
+            t->state = ST_RUN;
+            start_copy(x, s);
+            return;
+        case SA_HOST_COMPUTE:
+            t->state = ST_RUN;
+            start_host(x, s, a);
+            return;
+        case SA_ALLOC:
+            if (!do_alloc(x, s, idx, a)) return;
+            break;
+        case SA_FREE:
+            if (!do_free(x, s, idx, a)) return;
+            break;
+        case SA_HOST_ALLOC:
+            if (!do_host_alloc(x, s, idx, a)) return;
+            break;
+        case SA_HOST_FREE:
+            if (!do_host_free(x, s, idx, a)) return;
+            break;
+        default:
+            fail_at(x, MS_ERR_INVALID, idx, "unknown action kind");
+            return;
+        }
+    }
+}
+
+/* ---------- setup, run, results ---------- */
+
+/* Per-stream queues in program order, in one buffer. */
+static ms_status split_streams(ex *x)
+{
+    size_t n = sched_count(x->s);
+    size_t cnt[SS_COUNT] = { 0 };
+    for (size_t i = 0; i < n; i++) {
+        const sched_action *a = sched_get(x->s, i);
+        if ((unsigned)a->stream >= SS_COUNT)
+            return ms_fail(x->err, MS_ERR_INVALID, "schedule action %zu: bad stream %d", i,
+                           (int)a->stream);
+        if ((unsigned)a->kind >= SA_COUNT)
+            return ms_fail(x->err, MS_ERR_INVALID, "schedule action %zu: bad kind %d", i,
+                           (int)a->kind);
+        if ((a->kind == SA_COMPUTE || a->kind == SA_HOST_COMPUTE) && !isfinite(a->dur_us))
+            return ms_fail(x->err, MS_ERR_INVALID, "schedule action %zu: non-finite duration",
+                           i);
+        if (a->kind == SA_COMPUTE && a->stream != SS_COMPUTE)
+            return ms_fail(x->err, MS_ERR_INVALID,
+                           "schedule action %zu: compute on stream %s (kernels run only on "
+                           "the compute stream)", i, sched_stream_name(a->stream));
+        cnt[a->stream]++;
+    }
+    x->qbuf = malloc((n ? n : 1) * sizeof *x->qbuf);
+    if (!x->qbuf) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+    size_t off = 0;
+    for (int k = 0; k < SS_COUNT; k++) {
+        x->st[k].q = x->qbuf + off;
+        off += cnt[k];
+    }
+    for (size_t i = 0; i < n; i++) {
+        stream *t = &x->st[sched_get(x->s, i)->stream];
+        t->q[t->n++] = (uint32_t)i;
+    }
+    return MS_OK;
+}
+
+static ms_status setup(ex *x)
+{
+    if (sched_count(x->s) > UINT32_MAX)
+        return ms_fail(x->err, MS_ERR_LIMIT, "schedule too long");
+    x->nevents = sched_event_count(x->s);
+    x->reached = calloc(x->nevents ? x->nevents : 1, 1);
+    x->eng = eng_new();
+    x->dev = u64map_new(1024);
+    x->host = u64map_new(256);
+    if (!x->reached || !x->eng || !x->dev || !x->host)
+        return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+    x->link = link_new(x->eng, x->m->link_h2d_Bps, x->m->link_d2h_Bps, x->m->link_duplex_Bps);
+    x->be = simbe_new(x->m, 0, 0);
+    if (!x->link || !x->be) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+    ms_status st = alloc_new(x->o.allocator ? x->o.allocator : "caching", x->o.alloc_cfg,
+                             simbe_backend(x->be), &x->alloc, x->err);
+    if (st != MS_OK) return st;
+    if (x->o.timeline_path || x->o.memcsv_path || x->o.intervals_path) {
+        x->tl = tl_new();
+        if (!x->tl) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+    }
+    uint64_t gpus = x->m->node_gpus > 0 ? (uint64_t)x->m->node_gpus : 1;
+    x->host_cap = x->o.host_capacity_bytes ? x->o.host_capacity_bytes
+                                           : x->m->host_mem_bytes / gpus;
+    x->sync_owner = -1;
+    return split_streams(x);
+}
+
+static void teardown(ex *x)
+{
+    alloc_free(x->alloc);
+    simbe_free(x->be);
+    link_free(x->link);
+    eng_free(x->eng);
+    tl_free(x->tl);
+    u64map_free(x->dev);
+    u64map_free(x->host);
+    free(x->reached);
+    free(x->qbuf);
+}
+
+/* Why the run stopped with streams unfinished although no event is left. */
+static ms_status report_stuck(ex *x)
+{
+    for (int k = 0; k < SS_COUNT; k++) {
+        stream *t = &x->st[k];
+        if (t->state == ST_WAIT)
+            return ms_fail(x->err, MS_ERR_INVALID,
+                           "schedule deadlock: stream %s blocks at action %u (WAIT event %u), "
+                           "and the event is never recorded",
+                           sched_stream_name((sched_stream)k), t->q[t->pos], t->wait_event);
+    }
+    for (int k = 0; k < SS_COUNT; k++) {
+        stream *t = &x->st[k];
+        if (t->state != ST_DONE)
+            return ms_fail(x->err, MS_ERR_INVALID,
+                           "simulation stuck: stream %s at action %u of %zu",
+                           sched_stream_name((sched_stream)k),
+                           t->pos < t->n ? t->q[t->pos] : 0u, t->n);
+    }
+    return MS_OK;
+}
+
+static void fill_result(ex *x, sim_result *r)
+{
+    const alloc_stats *a = alloc_get_stats(x->alloc);
+    r->status = x->rstatus;
+    snprintf(r->failure, sizeof r->failure, "%s", x->failure);
+    snprintf(r->allocator, sizeof r->allocator, "%s", alloc_name(x->alloc));
+    if (!r->machine[0]) snprintf(r->machine, sizeof r->machine, "%s", x->m->name);
+    r->iter_time_s = x->rstatus == RS_OK ? (x->t_end - x->win_t0) * 1e-6 : 0;
+    r->compute_busy_s = x->w.compute_us * 1e-6;
+    r->recompute_s = x->w.recompute_us * 1e-6;
+    r->host_busy_s = x->w.host_us * 1e-6;
+    r->stall_s = x->w.stall_us * 1e-6;
+    r->alloc_time_s = x->w.alloc_us * 1e-6;
+    r->h2d_busy_s = (link_busy_us(x->link, LINK_H2D) - x->h2d0_us) * 1e-6;
+    r->d2h_busy_s = (link_busy_us(x->link, LINK_D2H) - x->d2h0_us) * 1e-6;
+    r->astats = *a;
+    r->peak_allocated_bytes = a->allocated_peak_bytes;
+    r->peak_reserved_bytes = a->reserved_peak_bytes;
+    r->peak_active_bytes = a->active_peak_bytes;
+    r->fragmentation = a->reserved_peak_bytes
+                           ? 1.0 - (double)a->active_peak_bytes / (double)a->reserved_peak_bytes
+                           : 0;
+    r->host_peak_bytes = x->host_peak;
+    r->host_node_peak_bytes = x->host_peak * (uint64_t)(x->o.host_sharers > 1
+                                                            ? x->o.host_sharers : 1);
+    r->alloc_retries_per_iter = a->num_alloc_retries - x->retries0;
+}
+
+static ms_status write_outputs(ex *x)
+{
+    ms_status st = MS_OK;
+    if (x->o.timeline_path)
+        st = tl_write_json(x->tl, x->o.timeline_path, track_names, SS_COUNT, x->err);
+    if (st == MS_OK && x->o.memcsv_path) st = tl_write_memcsv(x->tl, x->o.memcsv_path, x->err);
+    if (st == MS_OK && x->o.intervals_path)
+        st = tl_write_intervals(x->tl, x->o.intervals_path, x->err);
+    return st;
+}
+
+ms_status sim_execute(const schedule_t *s, const machine_t *m, const sim_opts *o,
+                      sim_result *r, ms_error *err)
+{
+    if (!r) return ms_fail(err, MS_ERR_INVALID, "sim_execute: no result to fill");
+    r->status = RS_ERROR;
+    if (!s || !m) return ms_fail(err, MS_ERR_INVALID, "sim_execute: no schedule or machine");
+    ex x;
+    memset(&x, 0, sizeof x);
+    x.s = s;
+    x.m = m;
+    x.err = err;
+    if (o) x.o = *o;
+    else sim_opts_default(&x.o);
+    r->status = RS_ERROR;
+    r->failure[0] = 0;
+    ms_status st = setup(&x);
+    if (st == MS_OK) {
+        mem_sample(&x);
+        for (int k = 0; k < SS_COUNT; k++) kick(&x, k);
+        eng_run(x.eng);
+        st = x.fatal;
+        if (st == MS_OK && x.rstatus == RS_OK) st = report_stuck(&x);
+    }
+    if (st == MS_OK) {
+        fill_result(&x, r);
+        st = write_outputs(&x);
+    }
+    if (st != MS_OK) r->status = RS_ERROR;
+    teardown(&x);
+    return st;
+}

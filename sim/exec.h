@@ -1,0 +1,33 @@
+/* exec.h — the simulator's schedule executor: runs a lowered schedule on the simulated
+ * machine (compute stream, D2H and H2D copy engines sharing one host link max-min fairly,
+ * host CPU, host memory) with a real allocator over the simulated memory backend.
+ * Deterministic: simulated time only, no wall clock. Used by the memsim command, experiments
+ * and the validation driver. */
+#ifndef MEMSIM_EXEC_H
+#define MEMSIM_EXEC_H
+
+#include "traces/machine.h"
+#include "planners/schedule.h"
+#include "planners/alloc.h"
+#include "sim/results.h"
+
+typedef struct sim_opts {
+    const char *allocator;        /* registry name */
+    const alloc_config *alloc_cfg;/* NULL: defaults */
+    uint64_t host_capacity_bytes; /* this GPU's share of host memory; 0: node / node_gpus */
+    int host_sharers;             /* GPUs whose offloads share the node's host memory (>=1) */
+    const char *timeline_path;    /* Chrome-trace JSON, or NULL */
+    const char *memcsv_path;      /* memory time series CSV, or NULL */
+    const char *intervals_path;   /* lane,start_us,end_us,kind CSV for plots/timeline.gp, or NULL */
+    const trace_t *trace;         /* for op names in the timeline (may be NULL) */
+} sim_opts;
+
+void sim_opts_default(sim_opts *o);
+
+/* Runs s on machine m. An OOM or OOHM is a result (r->status), not an error; errors are
+ * invalid schedules or I/O failures writing the optional outputs. Fills all of r except the
+ * identification fields (policy, model, ...) and MFU, which the caller knows. */
+ms_status sim_execute(const schedule_t *s, const machine_t *m, const sim_opts *o,
+                      sim_result *r, ms_error *err);
+
+#endif

@@ -1,0 +1,51 @@
+/* link.h — the host link (PCIe) of one GPU as a set of flows sharing bandwidth max-min
+ * fairly, after SimGrid's flow-level network model: every flow has a direction (H2D or
+ * D2H), bytes left and an optional own rate cap; the constraints are a cap per direction and
+ * a duplex cap on the sum of both directions. Rates come from progressive filling
+ * (water-filling) over those constraints and the flows' own caps, and are recomputed on every
+ * flow start and finish; the next completion is then rescheduled on the engine. Accounts
+ * busy time (>= 1 active flow) and bytes moved per direction. Used by sim/exec.c for copies
+ * and for the host traffic of DHA kernels. */
+#ifndef MEMSIM_LINK_H
+#define MEMSIM_LINK_H
+
+#include "sim/engine.h"
+
+typedef enum link_dir { LINK_H2D = 0, LINK_D2H = 1, LINK_NDIR = 2 } link_dir;
+
+typedef struct link link_t;
+
+/* Called once when a flow has moved all its bytes, at the simulated time it did. */
+typedef void (*link_done_fn)(void *ctx, uint64_t arg);
+
+/* Caps in bytes/s; a cap <= 0 (or non-finite) means that constraint is absent. The link
+ * schedules its completion events on e, which must outlive it. */
+link_t *link_new(eng_t *e, double h2d_Bps, double d2h_Bps, double duplex_Bps);
+void link_free(link_t *l);
+
+/* Starts a flow of `bytes` now in direction dir, with its own rate cap cap_Bps (<= 0: none).
+ * fn(ctx, arg) runs when it finishes (never from inside link_start, even for 0 bytes).
+ * *flow_id (may be NULL) receives an id for link_flow_rate_Bps. MS_ERR_NOMEM or
+ * MS_ERR_INVALID (bad direction) otherwise. */
+ms_status link_start(link_t *l, link_dir dir, uint64_t bytes, double cap_Bps,
+                     link_done_fn fn, void *ctx, uint64_t arg, uint64_t *flow_id);
+
+/* A live flow's current rate in bytes/s (INFINITY when nothing limits it), or -1 if the
+ * flow is not live. */
+double link_flow_rate_Bps(const link_t *l, uint64_t flow_id);
+/* Live flows in a direction. */
+size_t link_active(const link_t *l, link_dir dir);
+/* Time with at least one live flow in dir, up to now (microseconds). */
+double link_busy_us(link_t *l, link_dir dir);
+/* Bytes moved in dir up to now (finished flows plus the progress of live ones). */
+double link_bytes(link_t *l, link_dir dir);
+/* Flows started so far. */
+uint64_t link_flows_started(const link_t *l);
+
+/* The max-min fair allocation on its own (exposed for tests and for cost models that want
+ * the link's steady-state rates): n flows with directions dir[i] and own caps cap_Bps[i]
+ * (<= 0: none); fills rate_Bps[i]. Needs n scratch bytes in `frozen` (NULL: n <= 64). */
+void link_maxmin(size_t n, const link_dir *dir, const double *cap_Bps, double h2d_Bps,
+                 double d2h_Bps, double duplex_Bps, double *rate_Bps, unsigned char *frozen);
+
+#endif

@@ -1,0 +1,85 @@
+/* main.c — the memsim command: dispatches subcommands to sim/cmd_*.c and hands the GPU
+ * subcommands (run, probe, validate) to the runtime program memsim-run, the way git hands
+ * `git foo` to `git-foo`. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "sim/cmds.h"
+#include "traces/util.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"list", cmd_list, "models, machines, policies and allocators, with their sources"},
+    {"trace", cmd_trace, "gen | check | stats | import: make, validate, summarize, convert traces"},
+    {"plan", cmd_plan, "run a policy's planner on a workload and write the plan file"},
+    {"simulate", cmd_simulate, "simulate one policy (or a trace + plan file) on a machine"},
+    {"compare", cmd_compare, "several policies on one workload, side by side (--plot DIR)"},
+    {"replay", cmd_replay, "replay a trace's alloc/free program through an allocator"},
+    {"dsa", cmd_dsa, "offline storage allocation (static memory planning) of CSV instances"},
+    {"bench", cmd_bench, "memsim's own speed: allocator replay and simulation throughput"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: memsim COMMAND [options]\n\n"
+               "memsim simulates GPU memory management in LLM training: recomputation, swapping,\n"
+               "direct host access and allocators, on a modelled machine.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-9s %s\n", "run", "execute a plan on a real GPU (needs the CUDA runtime)");
+    fprintf(f, "  %-9s %s\n", "probe", "measure the GPU machine and write a machine profile");
+    fprintf(f, "\nRun 'memsim COMMAND --help' for a command's options.\n"
+               "Exit status: 0 ok, 1 the run found problems (check errors, OOM where it matters),\n"
+               "2 usage, 3 bad input or unknown name, 4 file I/O, 5 internal error.\n");
+}
+
+/* Looks for memsim-run next to the build, then in libexecdir, then on the PATH. */
+static int hand_over(int argc, char **argv)
+{
+    const char *cands[] = {MEMSIM_BUILD_RUNTIMEDIR "/memsim-run", MEMSIM_LIBEXECDIR "/memsim-run"};
+    for (size_t i = 0; i < 2; i++) {
+        if (access(cands[i], X_OK) == 0) {
+            execv(cands[i], argv);
+            fprintf(stderr, "memsim: cannot run %s: %s\n", cands[i], strerror(errno));
+            return MS_EXIT_INTERNAL;
+        }
+    }
+    execvp("memsim-run", argv);
+    (void)argc;
+    fprintf(stderr,
+            "memsim %s: the GPU runtime (memsim-run) is not built or installed; it builds when\n"
+            "configure finds CUDA (./configure --with-cuda=DIR)\n",
+            argv[0]);
+    return MS_EXIT_FAIL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return MS_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return MS_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("memsim %s\n", PACKAGE_VERSION);
+        return MS_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run") || !strcmp(cmd, "probe") || !strcmp(cmd, "validate"))
+        return hand_over(argc - 1, argv + 1);
+    fprintf(stderr, "memsim: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return MS_EXIT_USAGE;
+}

@@ -1,0 +1,197 @@
+/* pipeline.c — trace → plan → schedule → simulation → results (see pipeline.h). Used by
+ * memsim plan / simulate / compare and the experiments. */
+#define _POSIX_C_SOURCE 200809L
+#include "sim/pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/lower.h"
+#include "planners/schedule.h"
+#include "sim/exec.h"
+#include "traces/gen.h"
+#include "traces/models.h"
+
+void pipe_workload_default(pipe_workload *w)
+{
+    memset(w, 0, sizeof *w);
+    w->model = "gpt-7b";
+}
+
+void pipe_policy_default(pipe_policy *p)
+{
+    memset(p, 0, sizeof *p);
+    p->policy = "keep-all";
+    p->alpha = -1;
+    alloc_config_default(&p->alloc_cfg);
+}
+
+ms_status pipe_trace(const pipe_workload *w, const machine_t *m, trace_t **out, ms_error *err)
+{
+    if (w->trace_path) return trace_load(w->trace_path, out, err);
+    gen_config c;
+    gen_config_default(&c);
+    ms_status st = model_lookup(w->model, &c.model, err);
+    if (st != MS_OK) return st;
+    c.seq = w->seq ? w->seq : c.model.default_seq;
+    c.micro_batch = w->batch ? w->batch : 1;
+    c.tp = w->tp ? w->tp : 1;
+    c.cp = w->cp ? w->cp : 1;
+    c.dp = w->dp ? w->dp : 1;
+    if (w->iterations > 0) c.iterations = w->iterations;
+    if ((st = gen_validate(&c, err)) != MS_OK) return st;
+    return gen_trace(&c, m, out, err);
+}
+
+ms_status pipe_plan(const trace_t *t, const machine_t *m, const pipe_policy *p, plan_t **out,
+                    ms_error *err)
+{
+    ms_status st;
+    plan_t *plan = NULL;
+    if (p->plan_path) {
+        st = plan_load(p->plan_path, &plan, err);
+    } else {
+        pol_opts o;
+        pol_opts_default(&o);
+        o.allocator = p->allocator;
+        o.alloc_cfg = &p->alloc_cfg;
+        o.alpha = p->alpha;
+        o.knobs = p->knobs;
+        o.n_knobs = p->n_knobs;
+        st = pol_plan(p->policy, t, m, &o, &plan, err);
+    }
+    if (st != MS_OK) return st;
+    if (p->allocator) snprintf(plan->allocator, sizeof plan->allocator, "%s", p->allocator);
+    if (p->alloc_cfg_set) plan->alloc_cfg = p->alloc_cfg;
+    if (!alloc_find(plan->allocator)) {
+        ms_status e = ms_fail(err, MS_ERR_NOTFOUND, "unknown allocator '%s' (memsim list)",
+                              plan->allocator);
+        plan_free(plan);
+        return e;
+    }
+    *out = plan;
+    return MS_OK;
+}
+
+static uint64_t meta_u64(const trace_t *t, const char *key)
+{
+    const char *v = trace_get_meta(t, key);
+    uint64_t x;
+    return (v && ms_parse_u64(v, &x)) ? x : 0;
+}
+
+double pipe_model_flops(const trace_t *t)
+{
+    double s = (double)meta_u64(t, "seq"), P = (double)meta_u64(t, "params");
+    double n = (double)meta_u64(t, "layers"), h = (double)meta_u64(t, "hidden");
+    double b = (double)meta_u64(t, "batch");
+    double tp = (double)meta_u64(t, "tp"), cp = (double)meta_u64(t, "cp");
+    if (s <= 0 || P <= 0 || n <= 0 || h <= 0) return 0;
+    if (b <= 0) b = 1;
+    if (tp <= 0) tp = 1;
+    if (cp <= 0) cp = 1;
+    return b * (6.0 * s * P + 6.0 * n * h * s * s) / (tp * cp);
+}
+
+static void fill_ids(sim_result *r, const trace_t *t, const machine_t *m, const plan_t *plan)
+{
+    const char *model = trace_get_meta(t, "model");
+    snprintf(r->policy, sizeof r->policy, "%s", plan->policy);
+    snprintf(r->allocator, sizeof r->allocator, "%s", plan->allocator);
+    snprintf(r->model, sizeof r->model, "%s", model ? model : "-");
+    snprintf(r->machine, sizeof r->machine, "%s", m->name);
+    r->seq = meta_u64(t, "seq");
+    r->batch = meta_u64(t, "batch");
+    r->tp = (int)meta_u64(t, "tp");
+    r->cp = (int)meta_u64(t, "cp");
+    r->dp = (int)meta_u64(t, "dp");
+}
+
+/* The static arena takes its offsets from the plan. */
+static void static_offsets(const plan_t *plan, alloc_config *cfg, uint64_t **ids,
+                           uint64_t **offs)
+{
+    *ids = *offs = NULL;
+    if (!plan->n_offsets) return;
+    *ids = malloc(plan->n_offsets * sizeof **ids);
+    *offs = malloc(plan->n_offsets * sizeof **offs);
+    if (!*ids || !*offs) return;
+    for (size_t i = 0; i < plan->n_offsets; i++) {
+        (*ids)[i] = plan->offsets[i].id;
+        (*offs)[i] = plan->offsets[i].offset_bytes;
+    }
+    cfg->static_ids = *ids;
+    cfg->static_offsets = *offs;
+    cfg->static_n = plan->n_offsets;
+    cfg->static_arena_bytes = plan->arena_bytes;
+}
+
+static ms_status write_schedule(const schedule_t *s, const char *path, ms_error *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return ms_fail_at(err, MS_ERR_IO, path, 0, "cannot write");
+    sched_dump(s, f);
+    if (fclose(f) != 0) return ms_fail_at(err, MS_ERR_IO, path, 0, "write failed");
+    return MS_OK;
+}
+
+ms_status pipe_simulate(const trace_t *t, const machine_t *m, const plan_t *plan,
+                        const pipe_outputs *out, sim_result *r, ms_error *err)
+{
+    static const pipe_outputs none;
+    if (!out) out = &none;
+    schedule_t *s = NULL;
+    lower_opts lo;
+    lower_opts_default(&lo);
+    ms_status st = lower_schedule(t, plan, m, &lo, &s, err);
+    if (st != MS_OK) return st;
+    if (out->schedule_path && (st = write_schedule(s, out->schedule_path, err)) != MS_OK) {
+        sched_free(s);
+        return st;
+    }
+    if (out->plan_path && (st = plan_write(plan, out->plan_path, err)) != MS_OK) {
+        sched_free(s);
+        return st;
+    }
+    alloc_config cfg = plan->alloc_cfg;
+    uint64_t *ids, *offs;
+    static_offsets(plan, &cfg, &ids, &offs);
+    sim_opts so;
+    sim_opts_default(&so);
+    so.allocator = plan->allocator;
+    so.alloc_cfg = &cfg;
+    so.trace = t;
+    so.timeline_path = out->timeline_path;
+    so.memcsv_path = out->memcsv_path;
+    so.intervals_path = out->intervals_path;
+    uint64_t ranks = meta_u64(t, "tp") * meta_u64(t, "cp") * meta_u64(t, "dp");
+    so.host_sharers = (int)(ranks && m->node_gpus && (int64_t)ranks < m->node_gpus
+                                ? (int64_t)ranks : (m->node_gpus > 0 ? m->node_gpus : 1));
+    res_init(r);
+    st = sim_execute(s, m, &so, r, err);
+    free(ids);
+    free(offs);
+    sched_free(s);
+    if (st != MS_OK) return st;
+    fill_ids(r, t, m, plan);
+    r->model_flops = pipe_model_flops(t);
+    if (r->status == RS_OK && r->iter_time_s > 0) {
+        double tokens = (double)(r->batch ? r->batch : 1) * (double)r->seq /
+                        (double)((r->tp ? r->tp : 1) * (r->cp ? r->cp : 1));
+        r->tgs = tokens / r->iter_time_s;
+        if (m->gpu_peak_bf16_flops > 0)
+            r->mfu = r->model_flops / r->iter_time_s / m->gpu_peak_bf16_flops;
+    }
+    return MS_OK;
+}
+
+ms_status pipe_run(const trace_t *t, const machine_t *m, const pipe_policy *p,
+                   const pipe_outputs *out, sim_result *r, ms_error *err)
+{
+    plan_t *plan;
+    ms_status st = pipe_plan(t, m, p, &plan, err);
+    if (st != MS_OK) return st;
+    st = pipe_simulate(t, m, plan, out, r, err);
+    plan_free(plan);
+    return st;
+}

@@ -1,0 +1,66 @@
+/* pipeline.h — the end-to-end path the memsim command and the experiments share: obtain a
+ * workload trace (generate it for a model, or load a file), run a policy's planner (or load a
+ * plan file), lower trace + plan to a schedule, execute it in the simulator, and fill the
+ * results with MFU and TGS (MEMO §5.1). */
+#ifndef MEMSIM_PIPELINE_H
+#define MEMSIM_PIPELINE_H
+
+#include "planners/plan.h"
+#include "planners/policy.h"
+#include "sim/results.h"
+#include "traces/machine.h"
+#include "traces/trace.h"
+
+typedef struct pipe_workload {
+    const char *model;        /* registry name or dims:L,H,A,F,V (when no trace_path) */
+    uint64_t seq, batch;      /* 0: the model's default sequence; batch 0 = 1 */
+    int tp, cp, dp;           /* parallel degrees, 0 = 1 */
+    int iterations;           /* 0 = generator default (2) */
+    const char *trace_path;   /* a workload trace file instead of generating one */
+} pipe_workload;
+
+#define PIPE_MAX_KNOBS 32
+
+typedef struct pipe_policy {
+    const char *policy;       /* registry name (ignored when plan_path is given) */
+    const char *plan_path;    /* a plan file made by `memsim plan` (possibly edited) */
+    const char *allocator;    /* override the plan's allocator; NULL: keep */
+    alloc_config alloc_cfg;   /* allocator knobs (alloc_config_default unless changed) */
+    int alloc_cfg_set;        /* 1: alloc_cfg overrides the plan's knobs */
+    double alpha;             /* < 0: the policy decides */
+    pol_knob knobs[PIPE_MAX_KNOBS];
+    size_t n_knobs;
+} pipe_policy;
+
+typedef struct pipe_outputs {
+    const char *timeline_path;  /* Chrome-trace JSON */
+    const char *memcsv_path;    /* memory time series CSV */
+    const char *intervals_path; /* stream intervals CSV for the timeline plot */
+    const char *plan_path;      /* write the plan used */
+    const char *schedule_path;  /* write the schedule dump */
+} pipe_outputs;
+
+void pipe_workload_default(pipe_workload *w);
+void pipe_policy_default(pipe_policy *p);
+
+/* The trace of the workload: loaded from trace_path or generated for the model on m. */
+ms_status pipe_trace(const pipe_workload *w, const machine_t *m, trace_t **out, ms_error *err);
+
+/* Makes the plan: loads plan_path or runs the policy; applies allocator overrides. */
+ms_status pipe_plan(const trace_t *t, const machine_t *m, const pipe_policy *p, plan_t **out,
+                    ms_error *err);
+
+/* Lowers, executes and fills r (identification fields, MFU, TGS included). OOM and OOHM are
+ * results (r->status), not errors. */
+ms_status pipe_simulate(const trace_t *t, const machine_t *m, const plan_t *plan,
+                        const pipe_outputs *out, sim_result *r, ms_error *err);
+
+/* Plan + simulate in one call. */
+ms_status pipe_run(const trace_t *t, const machine_t *m, const pipe_policy *p,
+                   const pipe_outputs *out, sim_result *r, ms_error *err);
+
+/* Model FLOPs per GPU per iteration by MEMO's formula, batch * (6sP + 6nhs^2) / (tp * cp),
+ * from the trace's meta lines; 0 when the trace lacks them (imported traces). */
+double pipe_model_flops(const trace_t *t);
+
+#endif

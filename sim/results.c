@@ -1,0 +1,149 @@
+/* results.c — the run result's status names, defaults, the results CSV (one table of
+ * columns drives the header, the rows and the documentation in docs/SIMULATOR.md) and the
+ * human summary table. Used by sim/exec.c, the memsim command and experiments/. */
+#include "sim/results.h"
+
+#include <stddef.h>
+#include <string.h>
+
+const char *res_status_name(res_status s)
+{
+    switch (s) {
+    case RS_OK: return "ok";
+    case RS_OOM: return "oom";
+    case RS_OOHM: return "oohm";
+    case RS_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+void res_init(sim_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->status = RS_OK;
+    r->tp = r->cp = r->dp = 1;
+}
+
+typedef enum col_type { CT_STR, CT_U64, CT_INT, CT_DBL, CT_STATUS } col_type;
+
+#define AS(f) (offsetof(sim_result, astats) + offsetof(alloc_stats, f))
+#define R(f) offsetof(sim_result, f)
+
+/* The column table, in CSV order. Keep docs/SIMULATOR.md's column list in step. */
+#define RES_COLUMNS(X)                                        \
+    X("policy", CT_STR, R(policy))                            \
+    X("allocator", CT_STR, R(allocator))                      \
+    X("model", CT_STR, R(model))                              \
+    X("machine", CT_STR, R(machine))                          \
+    X("seq", CT_U64, R(seq))                                  \
+    X("batch", CT_U64, R(batch))                              \
+    X("tp", CT_INT, R(tp))                                    \
+    X("cp", CT_INT, R(cp))                                    \
+    X("dp", CT_INT, R(dp))                                    \
+    X("status", CT_STATUS, R(status))                         \
+    X("iter_time_s", CT_DBL, R(iter_time_s))                  \
+    X("mfu", CT_DBL, R(mfu))                                  \
+    X("tgs", CT_DBL, R(tgs))                                  \
+    X("peak_allocated_bytes", CT_U64, R(peak_allocated_bytes)) \
+    X("peak_reserved_bytes", CT_U64, R(peak_reserved_bytes))  \
+    X("peak_active_bytes", CT_U64, R(peak_active_bytes))      \
+    X("fragmentation", CT_DBL, R(fragmentation))              \
+    X("host_peak_bytes", CT_U64, R(host_peak_bytes))          \
+    X("compute_busy_s", CT_DBL, R(compute_busy_s))            \
+    X("h2d_busy_s", CT_DBL, R(h2d_busy_s))                    \
+    X("d2h_busy_s", CT_DBL, R(d2h_busy_s))                    \
+    X("alloc_retries", CT_U64, AS(num_alloc_retries))         \
+    X("alloc_retries_per_iter", CT_U64, R(alloc_retries_per_iter)) \
+    X("host_busy_s", CT_DBL, R(host_busy_s))                  \
+    X("recompute_s", CT_DBL, R(recompute_s))                  \
+    X("stall_s", CT_DBL, R(stall_s))                          \
+    X("alloc_time_s", CT_DBL, R(alloc_time_s))                \
+    X("host_node_peak_bytes", CT_U64, R(host_node_peak_bytes)) \
+    X("model_flops", CT_DBL, R(model_flops))                  \
+    X("num_allocs", CT_U64, AS(num_allocs))                   \
+    X("num_frees", CT_U64, AS(num_frees))                     \
+    X("num_ooms", CT_U64, AS(num_ooms))                       \
+    X("num_segment_allocs", CT_U64, AS(num_segment_allocs))   \
+    X("num_segment_frees", CT_U64, AS(num_segment_frees))     \
+    X("num_syncs", CT_U64, AS(num_syncs))                     \
+    X("num_splits", CT_U64, AS(num_splits))                   \
+    X("num_stitches", CT_U64, AS(num_stitches))               \
+    X("num_new_chunks", CT_U64, AS(num_new_chunks))           \
+    X("num_stitch_frees", CT_U64, AS(num_stitch_frees))       \
+    X("mapped_twice_bytes", CT_U64, AS(mapped_twice_bytes))   \
+    X("num_maps", CT_U64, AS(num_maps))                       \
+    X("num_unmaps", CT_U64, AS(num_unmaps))                   \
+    X("peak_requested_bytes", CT_U64, AS(requested_peak_bytes)) \
+    X("peak_inactive_split_bytes", CT_U64, AS(inactive_split_peak_bytes)) \
+    X("failure", CT_STR, R(failure))
+
+#define COL_NAME(name, type, off) name,
+#define COL_DESC(name, type, off) { type, off },
+
+const char *const RES_CSV_COLUMNS[] = { RES_COLUMNS(COL_NAME) NULL };
+
+typedef struct col_desc {
+    col_type type;
+    size_t off;
+} col_desc;
+static const col_desc cols[] = { RES_COLUMNS(COL_DESC) };
+
+size_t res_csv_ncolumns(void) { return sizeof cols / sizeof *cols; }
+
+void res_csv_header(FILE *f)
+{
+    for (size_t i = 0; i < res_csv_ncolumns(); i++)
+        fprintf(f, "%s%s", i ? "," : "", RES_CSV_COLUMNS[i]);
+    fputc('\n', f);
+}
+
+/* RFC 4180: a field with a comma, quote or line break is quoted, quotes doubled. */
+static void put_csv_str(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void res_csv_row(FILE *f, const sim_result *r)
+{
+    const char *base = (const char *)r;
+    char buf[40];
+    for (size_t i = 0; i < res_csv_ncolumns(); i++) {
+        const void *p = base + cols[i].off;
+        if (i) fputc(',', f);
+        switch (cols[i].type) {
+        case CT_STR: put_csv_str(f, (const char *)p); break;
+        case CT_U64: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+        case CT_INT: fprintf(f, "%d", *(const int *)p); break;
+        case CT_DBL: fputs(ms_fmt_double(*(const double *)p, buf, sizeof buf), f); break;
+        case CT_STATUS: fputs(res_status_name(*(const res_status *)p), f); break;
+        }
+    }
+    fputc('\n', f);
+}
+
+static double gib(uint64_t b) { return (double)b / MS_GiB; }
+
+void res_table(FILE *f, const sim_result *rs, size_t n)
+{
+    fprintf(f, "%-20s %-11s %-6s %10s %6s %9s %9s %9s %6s %9s %10s\n", "policy", "allocator",
+            "status", "iter_s", "MFU%", "TGS", "resv_GiB", "alloc_GiB", "frag%", "host_GiB",
+            "retries/it");
+    for (size_t i = 0; i < n; i++) {
+        const sim_result *r = &rs[i];
+        fprintf(f, "%-20.20s %-11.11s %-6s %10.4f %6.2f %9.1f %9.2f %9.2f %6.2f %9.2f %10llu\n",
+                r->policy[0] ? r->policy : "-", r->allocator[0] ? r->allocator : "-",
+                res_status_name(r->status), r->iter_time_s, r->mfu * 100, r->tgs,
+                gib(r->peak_reserved_bytes), gib(r->peak_allocated_bytes),
+                r->fragmentation * 100, gib(r->host_peak_bytes),
+                (unsigned long long)r->alloc_retries_per_iter);
+    }
+}

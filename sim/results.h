@@ -1,0 +1,47 @@
+/* results.h — what one simulated (or measured) run produced: times, MFU, memory peaks,
+ * allocator counters, and the status (ok / oom / oohm) with the failing request. Writers for
+ * the results CSV (columns documented in traces/FORMAT.md), the summary table, the memory
+ * time series CSV and the Chrome-trace / Perfetto JSON timeline. Used by sim/exec.c (fills
+ * it), the memsim command and experiments/. */
+#ifndef MEMSIM_RESULTS_H
+#define MEMSIM_RESULTS_H
+
+#include "traces/util.h"
+#include "planners/alloc.h"
+
+typedef enum res_status { RS_OK = 0, RS_OOM, RS_OOHM, RS_ERROR } res_status;
+const char *res_status_name(res_status s);
+
+typedef struct sim_result {
+    char policy[48], allocator[32], model[48], machine[64];
+    uint64_t seq, batch;
+    int tp, cp, dp;
+    res_status status;
+    char failure[512];           /* the failing request and the allocator's state */
+    double iter_time_s;          /* the last simulated iteration */
+    double mfu;                  /* MEMO §5.1: (6sP + 6nhs^2) per sequence / time / peak */
+    double tgs;                  /* tokens per GPU per second */
+    double model_flops;          /* per iteration per GPU, MEMO's formula */
+    uint64_t peak_allocated_bytes, peak_reserved_bytes, peak_active_bytes;
+    double fragmentation;        /* GMLake: 1 - peak active / peak reserved */
+    uint64_t host_peak_bytes;    /* this GPU's share; node total in host_node_peak_bytes */
+    uint64_t host_node_peak_bytes;
+    double compute_busy_s, h2d_busy_s, d2h_busy_s, host_busy_s;
+    double recompute_s;          /* compute time spent recomputing */
+    double stall_s;              /* compute stream idle while waiting on copies/events */
+    double alloc_time_s;         /* time charged for cudaMalloc/cudaFree/VMM/sync */
+    alloc_stats astats;          /* allocator counters at the end */
+    uint64_t alloc_retries_per_iter; /* num_alloc_retries in the last iteration */
+} sim_result;
+
+void res_init(sim_result *r);
+
+/* Results CSV: a header line then one row per result. */
+extern const char *const RES_CSV_COLUMNS[];
+size_t res_csv_ncolumns(void);
+void res_csv_header(FILE *f);
+void res_csv_row(FILE *f, const sim_result *r);
+/* Human-readable summary table of several results (memsim compare). */
+void res_table(FILE *f, const sim_result *rs, size_t n);
+
+#endif

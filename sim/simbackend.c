@@ -1,0 +1,279 @@
+/* simbackend.c — the simulated memory backend (see simbackend.h). Device addresses come from
+ * a bump pointer so they are deterministic and never reused (a stale pointer is caught);
+ * physical bytes are counted against the capacity; each call adds the machine profile's
+ * latency to a cost the executor drains. Used by sim/exec.c, memsim replay and the tests. */
+#include "sim/simbackend.h"
+
+#include <stdlib.h>
+
+#include "traces/u64map.h"
+
+#define SEG_BASE 0x100000000000ULL    /* cudaMalloc'ed segments */
+#define VA_BASE 0x400000000000ULL     /* cuMemAddressReserve ranges */
+#define HOST_BASE 0x700000000000ULL   /* pinned host memory */
+#define ALIGN_2M (2ULL << 20)
+
+struct simbe {
+    mb_backend be;
+    machine_t m;
+    int have_m;
+    uint64_t dev_used, dev_peak, cap;
+    uint64_t host_used, host_peak, host_cap;
+    uint64_t next_seg, next_va, next_host, next_handle;
+    u64map *segs;      /* addr -> bytes */
+    u64map *handles;   /* handle -> bytes */
+    u64map *maps;      /* va -> handle */
+    u64map *resv;      /* va -> bytes */
+    u64map *hosts;     /* addr -> bytes */
+    uint64_t *seg_log; size_t n_seg_log, cap_seg_log;
+    double cost_us;
+    int synced;
+    uint64_t calls, fail_after;
+};
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+static double granules(const simbe_t *b, uint64_t bytes)
+{
+    uint64_t g = b->be.granularity_bytes ? b->be.granularity_bytes : ALIGN_2M;
+    return (double)((bytes + g - 1) / g);
+}
+
+/* Fault injection: after fail_after successful calls, every call fails. */
+static int injected_failure(simbe_t *b)
+{
+    if (b->fail_after == UINT64_MAX) return 0;
+    if (b->calls >= b->fail_after) return 1;
+    b->calls++;
+    return 0;
+}
+
+static ms_status be_dev_malloc(void *ctx, uint64_t bytes, uint64_t *addr)
+{
+    simbe_t *b = ctx;
+    if (bytes == 0) return MS_ERR_INVALID;
+    if (injected_failure(b) || bytes > b->cap - b->dev_used) return MS_ERR_OOM;
+    if (b->have_m) b->cost_us += machine_malloc_us(&b->m, bytes);
+    *addr = b->next_seg;
+    b->next_seg += align_up(bytes, ALIGN_2M);
+    if (u64map_put(b->segs, *addr, bytes)) return MS_ERR_NOMEM;
+    if (ms_grow((void **)&b->seg_log, &b->cap_seg_log, b->n_seg_log + 1, sizeof *b->seg_log))
+        return MS_ERR_NOMEM;
+    b->seg_log[b->n_seg_log++] = bytes;
+    b->dev_used += bytes;
+    if (b->dev_used > b->dev_peak) b->dev_peak = b->dev_used;
+    return MS_OK;
+}
+
+static ms_status be_dev_free(void *ctx, uint64_t addr)
+{
+    simbe_t *b = ctx;
+    uint64_t bytes;
+    if (!u64map_del(b->segs, addr, &bytes)) return MS_ERR_INVALID;
+    if (b->have_m) b->cost_us += machine_free_us(&b->m, bytes);
+    b->synced = 1; /* cudaFree synchronizes the device */
+    b->dev_used -= bytes;
+    return MS_OK;
+}
+
+static ms_status be_va_reserve(void *ctx, uint64_t bytes, uint64_t *va)
+{
+    simbe_t *b = ctx;
+    if (bytes == 0 || bytes % b->be.granularity_bytes) return MS_ERR_INVALID;
+    if (injected_failure(b)) return MS_ERR_OOM;
+    if (b->have_m) b->cost_us += b->m.vmm_reserve_us;
+    *va = b->next_va;
+    b->next_va += align_up(bytes, ALIGN_2M) + ALIGN_2M; /* a guard gap between ranges */
+    return u64map_put(b->resv, *va, bytes) ? MS_ERR_NOMEM : MS_OK;
+}
+
+static ms_status be_va_free(void *ctx, uint64_t va, uint64_t bytes)
+{
+    simbe_t *b = ctx;
+    uint64_t have;
+    if (!u64map_get(b->resv, va, &have) || have != bytes) return MS_ERR_INVALID;
+    /* Freeing a range that still has mappings is an allocator bug. */
+    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
+        if (u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
+    u64map_del(b->resv, va, NULL);
+    return MS_OK;
+}
+
+static ms_status be_phys_create(void *ctx, uint64_t bytes, uint64_t *handle)
+{
+    simbe_t *b = ctx;
+    if (bytes == 0 || bytes % b->be.granularity_bytes) return MS_ERR_INVALID;
+    if (injected_failure(b) || bytes > b->cap - b->dev_used) return MS_ERR_OOM;
+    if (b->have_m) b->cost_us += b->m.vmm_create_us * granules(b, bytes);
+    *handle = ++b->next_handle;
+    if (u64map_put(b->handles, *handle, bytes)) return MS_ERR_NOMEM;
+    b->dev_used += bytes;
+    if (b->dev_used > b->dev_peak) b->dev_peak = b->dev_used;
+    return MS_OK;
+}
+
+static ms_status be_phys_release(void *ctx, uint64_t handle)
+{
+    simbe_t *b = ctx;
+    uint64_t bytes;
+    if (!u64map_del(b->handles, handle, &bytes)) return MS_ERR_INVALID;
+    if (b->have_m) b->cost_us += b->m.vmm_release_us * granules(b, bytes);
+    b->dev_used -= bytes;
+    return MS_OK;
+}
+
+/* Is [va, va+bytes) inside one reservation? Reservations are few; a linear scan is fine. */
+static int in_reservation(const simbe_t *b, uint64_t va, uint64_t bytes)
+{
+    uint64_t k, v;
+    for (size_t it = 0; u64map_next(b->resv, &it, &k, &v);)
+        if (va >= k && va + bytes <= k + v) return 1;
+    return 0;
+}
+
+static ms_status be_map(void *ctx, uint64_t va, uint64_t bytes, uint64_t handle)
+{
+    simbe_t *b = ctx;
+    uint64_t hb;
+    if (!u64map_get(b->handles, handle, &hb) || hb != bytes) return MS_ERR_INVALID;
+    if (va % b->be.granularity_bytes || !in_reservation(b, va, bytes)) return MS_ERR_INVALID;
+    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
+        if (u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID; /* already mapped */
+    if (b->have_m) b->cost_us += b->m.vmm_map_us * granules(b, bytes);
+    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
+        if (u64map_put(b->maps, p, handle)) return MS_ERR_NOMEM;
+    return MS_OK;
+}
+
+static ms_status be_set_access(void *ctx, uint64_t va, uint64_t bytes)
+{
+    simbe_t *b = ctx;
+    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
+        if (!u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
+    if (b->have_m) b->cost_us += b->m.vmm_set_access_us * granules(b, bytes);
+    return MS_OK;
+}
+
+static ms_status be_unmap(void *ctx, uint64_t va, uint64_t bytes)
+{
+    simbe_t *b = ctx;
+    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
+        if (!u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
+    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
+        u64map_del(b->maps, p, NULL);
+    if (b->have_m) b->cost_us += b->m.vmm_unmap_us * granules(b, bytes);
+    /* cuMemUnmap waits for work using the range: model it as a synchronize. */
+    b->synced = 1;
+    return MS_OK;
+}
+
+static ms_status be_synchronize(void *ctx)
+{
+    simbe_t *b = ctx;
+    if (b->have_m) b->cost_us += b->m.device_sync_us;
+    b->synced = 1;
+    return MS_OK;
+}
+
+static ms_status be_host_alloc(void *ctx, uint64_t bytes, uint64_t *addr)
+{
+    simbe_t *b = ctx;
+    if (bytes == 0) return MS_ERR_INVALID;
+    if (injected_failure(b) || (b->host_cap && bytes > b->host_cap - b->host_used))
+        return MS_ERR_OOHM;
+    if (b->have_m) b->cost_us += b->m.host_alloc_per_gib_us * (double)bytes / MS_GiB;
+    *addr = b->next_host;
+    b->next_host += align_up(bytes, 4096);
+    if (u64map_put(b->hosts, *addr, bytes)) return MS_ERR_NOMEM;
+    b->host_used += bytes;
+    if (b->host_used > b->host_peak) b->host_peak = b->host_used;
+    return MS_OK;
+}
+
+static ms_status be_host_free(void *ctx, uint64_t addr)
+{
+    simbe_t *b = ctx;
+    uint64_t bytes;
+    if (!u64map_del(b->hosts, addr, &bytes)) return MS_ERR_INVALID;
+    b->host_used -= bytes;
+    return MS_OK;
+}
+
+static const mb_ops simbe_ops = {
+    be_dev_malloc, be_dev_free, be_va_reserve, be_va_free, be_phys_create, be_phys_release,
+    be_map, be_set_access, be_unmap, be_synchronize, be_host_alloc, be_host_free,
+};
+
+simbe_t *simbe_new(const machine_t *m, uint64_t capacity_bytes, uint64_t host_capacity_bytes)
+{
+    simbe_t *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->segs = u64map_new(64);
+    b->handles = u64map_new(1024);
+    b->maps = u64map_new(1024);
+    b->resv = u64map_new(16);
+    b->hosts = u64map_new(64);
+    if (!b->segs || !b->handles || !b->maps || !b->resv || !b->hosts) {
+        simbe_free(b);
+        return NULL;
+    }
+    if (m) {
+        b->m = *m;
+        b->have_m = 1;
+    }
+    b->cap = capacity_bytes ? capacity_bytes : (m ? machine_usable_bytes(m) : 0);
+    b->host_cap = host_capacity_bytes;
+    b->next_seg = SEG_BASE;
+    b->next_va = VA_BASE;
+    b->next_host = HOST_BASE;
+    b->fail_after = UINT64_MAX;
+    b->be.ops = &simbe_ops;
+    b->be.ctx = b;
+    b->be.granularity_bytes = (m && m->vmm_granularity_bytes) ? m->vmm_granularity_bytes
+                                                              : ALIGN_2M;
+    b->be.capacity_bytes = b->cap;
+    return b;
+}
+
+void simbe_free(simbe_t *b)
+{
+    if (!b) return;
+    u64map_free(b->segs);
+    u64map_free(b->handles);
+    u64map_free(b->maps);
+    u64map_free(b->resv);
+    u64map_free(b->hosts);
+    free(b->seg_log);
+    free(b);
+}
+
+const mb_backend *simbe_backend(simbe_t *b) { return &b->be; }
+
+double simbe_take_cost_us(simbe_t *b, int *synced)
+{
+    double c = b->cost_us;
+    if (synced) *synced = b->synced;
+    b->cost_us = 0;
+    b->synced = 0;
+    return c;
+}
+
+uint64_t simbe_device_used_bytes(const simbe_t *b) { return b->dev_used; }
+uint64_t simbe_device_peak_bytes(const simbe_t *b) { return b->dev_peak; }
+uint64_t simbe_host_used_bytes(const simbe_t *b) { return b->host_used; }
+uint64_t simbe_host_peak_bytes(const simbe_t *b) { return b->host_peak; }
+size_t simbe_segment_count(const simbe_t *b) { return b->n_seg_log; }
+uint64_t simbe_segment_bytes(const simbe_t *b, size_t i)
+{
+    return i < b->n_seg_log ? b->seg_log[i] : 0;
+}
+size_t simbe_live_handles(const simbe_t *b) { return u64map_count(b->handles); }
+size_t simbe_live_mappings(const simbe_t *b) { return u64map_count(b->maps); }
+size_t simbe_live_reservations(const simbe_t *b) { return u64map_count(b->resv); }
+size_t simbe_live_segments(const simbe_t *b) { return u64map_count(b->segs); }
+
+void simbe_fail_after(simbe_t *b, uint64_t after_calls)
+{
+    b->calls = 0;
+    b->fail_after = after_calls;
+}

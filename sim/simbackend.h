@@ -1,0 +1,43 @@
+/* simbackend.h — the simulated memory backend: an mb_backend over a modelled device address
+ * space. It enforces the device capacity, hands out deterministic addresses, tracks VMM
+ * reservations, physical handles and mappings (so double mapping and leaks are caught), and
+ * charges each call the latency the machine profile gives. The executor drains the charged
+ * time after each allocator call and adds it to the stream that made the call. Also records
+ * the sequence of device segments (dev_malloc sizes) for replay reports and tests. */
+#ifndef MEMSIM_SIMBACKEND_H
+#define MEMSIM_SIMBACKEND_H
+
+#include "planners/membackend.h"
+#include "traces/machine.h"
+
+typedef struct simbe simbe_t;
+
+/* m may be NULL: no latencies, capacity given explicitly. capacity 0: machine_usable_bytes. */
+simbe_t *simbe_new(const machine_t *m, uint64_t capacity_bytes, uint64_t host_capacity_bytes);
+void simbe_free(simbe_t *b);
+/* The backend to hand to alloc_new. */
+const mb_backend *simbe_backend(simbe_t *b);
+
+/* Time charged since the last call, and whether a device synchronize happened in between
+ * (cudaFree and explicit synchronizes). Resets both. */
+double simbe_take_cost_us(simbe_t *b, int *synced);
+
+uint64_t simbe_device_used_bytes(const simbe_t *b);  /* physical bytes in use */
+uint64_t simbe_device_peak_bytes(const simbe_t *b);
+uint64_t simbe_host_used_bytes(const simbe_t *b);
+uint64_t simbe_host_peak_bytes(const simbe_t *b);
+
+/* The sizes of every dev_malloc in order (PyTorch's segment_alloc sequence). */
+size_t simbe_segment_count(const simbe_t *b);
+uint64_t simbe_segment_bytes(const simbe_t *b, size_t i);
+/* Live VMM objects (for leak checks in tests). */
+size_t simbe_live_handles(const simbe_t *b);
+size_t simbe_live_mappings(const simbe_t *b);
+size_t simbe_live_reservations(const simbe_t *b);
+size_t simbe_live_segments(const simbe_t *b);
+
+/* Makes the next n calls of any kind fail with MS_ERR_OOM after `after` successful calls
+ * (fault injection for tests). */
+void simbe_fail_after(simbe_t *b, uint64_t after_calls);
+
+#endif

@@ -1,0 +1,33 @@
+# tests/setup-lib.sh — shared set-up steps for the README's two commands (tests/run.sh and
+# experiments/quickstart.sh): install the Debian packages memsim needs, then configure and
+# build in the source tree. Sourced, not run.
+
+MEMSIM_DEBIAN_PACKAGES="gcc make autoconf automake libtool pkg-config zlib1g-dev libjansson-dev \
+libgsl-dev liblpsolve55-dev lp-solve gnuplot-nox"
+
+memsim_install_deps() {
+    local missing=()
+    for p in $MEMSIM_DEBIAN_PACKAGES; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
+            || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "memsim: missing Debian packages: ${missing[*]} (run as root, or install them)" >&2
+        return 1
+    fi
+    echo "memsim: installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+        >/dev/null
+}
+
+memsim_build() {
+    if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt configure ]; then
+        autoreconf -fi >/dev/null
+    fi
+    if [ ! -f Makefile ] || [ configure -nt config.status ]; then
+        ./configure -q
+    fi
+    make -j2 >/dev/null
+}

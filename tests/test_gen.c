@@ -1,0 +1,482 @@
+/* test_gen.c — unit tests (TAP) of the model registry (traces/models.c), the op-time model
+ * (traces/roofline.c) and the trace generator (traces/gen.c): MEMO's 16bsh skeletal
+ * activations per layer, FLOPs against MEMO's model-FLOPs formula, alloc/free balance,
+ * liveness of every op's tensors, determinism, configuration errors and speed. */
+#define _POSIX_C_SOURCE 200809L
+#include "tests/tap.h"
+#include "traces/gen.h"
+#include "traces/u64map.h"
+
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+/* An H100-like profile; values only need to be plausible for these tests. */
+static machine_t test_machine(void)
+{
+    machine_t m;
+    memset(&m, 0, sizeof m);
+    strcpy(m.name, "test-h100");
+    m.gpu_peak_bf16_flops = 989e12;
+    m.gpu_peak_fp32_flops = 67e12;
+    m.gpu_hbm_Bps = 3.35e12;
+    m.gpu_gemm_eff = 0.75;
+    m.gpu_attn_eff = 0.6;
+    m.gpu_mem_eff = 0.85;
+    m.gpu_kernel_launch_us = 4.0;
+    m.node_gpus = 8;
+    m.nvlink_Bps = 450e9;
+    m.nvlink_lat_us = 3.0;
+    m.net_Bps = 50e9;
+    m.net_lat_us = 10.0;
+    return m;
+}
+
+static gen_config config(const char *model, uint64_t seq, uint64_t b, int tp, int cp, int dp)
+{
+    gen_config c;
+    gen_config_default(&c);
+    ms_error err;
+    if (model_lookup(model, &c.model, &err)) TAP_NOTE("lookup %s: %s", model, err.msg);
+    c.seq = seq;
+    c.micro_batch = b;
+    c.tp = tp;
+    c.cp = cp;
+    c.dp = dp;
+    return c;
+}
+
+static trace_t *gen(const gen_config *c, const machine_t *m)
+{
+    trace_t *t = NULL;
+    ms_error err;
+    ms_error_clear(&err);
+    if (gen_trace(c, m, &t, &err)) TAP_NOTE("gen_trace: %s", err.msg);
+    return t;
+}
+
+/* ---- trace walks ---- */
+
+typedef struct walk {
+    int errors;              /* dead inputs/outputs, double frees, reused ids */
+    uint64_t live_left;      /* tensors live at the end */
+    uint64_t live_left_bad;  /* ... that are not param / grad / optimizer state */
+    uint64_t persistent;     /* param / grad / optstate allocations */
+    char first_error[160];
+} walk;
+
+static void werr(walk *w, const char *what, uint64_t id)
+{
+    if (!w->errors++) snprintf(w->first_error, sizeof w->first_error, "%s %llu", what,
+                               (unsigned long long)id);
+}
+
+/* The in-memory validation: every op's inputs and outputs are live when it runs, frees name
+ * live tensors, ids are never reused. */
+static walk validate(const trace_t *t)
+{
+    walk w;
+    memset(&w, 0, sizeof w);
+    u64map *live = u64map_new(1024), *seen = u64map_new(1024);
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_ALLOC) {
+            if (u64map_get(seen, r->u.alloc.id, NULL)) werr(&w, "reused id", r->u.alloc.id);
+            u64map_put(seen, r->u.alloc.id, 1);
+            u64map_put(live, r->u.alloc.id, (uint64_t)r->u.alloc.cls);
+            if (r->u.alloc.cls <= TC_OPTSTATE) w.persistent++;
+        } else if (r->type == TR_FREE) {
+            if (!u64map_del(live, r->u.free_id, NULL)) werr(&w, "free of dead", r->u.free_id);
+        } else if (r->type == TR_OP) {
+            for (uint32_t j = 0; j < r->u.op.n_in; j++)
+                if (!u64map_get(live, r->u.op.in[j], NULL)) werr(&w, "dead input", r->u.op.in[j]);
+            for (uint32_t j = 0; j < r->u.op.n_out; j++)
+                if (!u64map_get(live, r->u.op.out[j], NULL)) werr(&w, "dead output", r->u.op.out[j]);
+        }
+    }
+    uint64_t k, v;
+    for (size_t it = 0; u64map_next(live, &it, &k, &v);) {
+        w.live_left++;
+        if (v > TC_OPTSTATE) w.live_left_bad++;
+    }
+    u64map_free(live);
+    u64map_free(seen);
+    return w;
+}
+
+/* Skeletal bytes allocated for each layer (by the alloc's layer field) in iteration 0. */
+static void skel_per_layer(const trace_t *t, uint64_t *per, int L, uint64_t *input,
+                           uint64_t *attn)
+{
+    memset(per, 0, sizeof *per * (size_t)L);
+    *input = *attn = 0;
+    int iter = -1;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) iter = (int)r->u.mark.value;
+        if (iter != 0 || r->type != TR_ALLOC || r->u.alloc.cls != TC_ACT_SKEL) continue;
+        const trace_tensor *a = &r->u.alloc;
+        if (a->layer < 0 || a->layer >= L) continue;
+        per[a->layer] += a->bytes;
+        if (a->layer == 0 && strcmp(a->name, "L0.input") == 0) *input = a->bytes;
+        if (a->layer == 0 && strcmp(a->name, "L0.attn_out") == 0) *attn = a->bytes;
+    }
+}
+
+typedef struct flops {
+    double fwd_mm, bwd_mm;   /* GEMM + attention FLOPs of iteration 0 by phase */
+    double fwd_all;
+    int comm_fwd_l0, ring_ovl, ops, dur_bad, dur_unknown;
+} flops;
+
+static flops count_flops(const trace_t *t)
+{
+    flops f;
+    memset(&f, 0, sizeof f);
+    int iter = -1;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) iter = (int)r->u.mark.value;
+        if (r->type != TR_OP) continue;
+        const trace_op *o = &r->u.op;
+        f.ops++;
+        if (!(o->dur_us > 0)) f.dur_bad++;
+        if (o->dur_us == -1.0) f.dur_unknown++;
+        if (iter != 0) continue;
+        int mm = o->kind == TK_GEMM || o->kind == TK_ATTN;
+        if (o->phase == TP_FWD) {
+            f.fwd_all += o->flops;
+            if (mm) f.fwd_mm += o->flops;
+            if (o->kind == TK_COMM && o->layer == 0 && !strstr(o->name, ".ovl")) f.comm_fwd_l0++;
+        }
+        if (o->phase == TP_BWD && mm) f.bwd_mm += o->flops;
+        if (o->kind == TK_COMM && strstr(o->name, ".ovl")) f.ring_ovl++;
+    }
+    return f;
+}
+
+static int same_trace(const trace_t *a, const trace_t *b)
+{
+    if (trace_count(a) != trace_count(b)) return 0;
+    for (size_t i = 0; i < trace_count(a); i++) {
+        const trace_rec *x = trace_get(a, i), *y = trace_get(b, i);
+        if (x->type != y->type) return 0;
+        if (x->type == TR_ALLOC && memcmp(&x->u.alloc, &y->u.alloc, sizeof x->u.alloc)) return 0;
+        if (x->type == TR_FREE && x->u.free_id != y->u.free_id) return 0;
+        if (x->type == TR_MARK && (x->u.mark.kind != y->u.mark.kind ||
+                                   x->u.mark.value != y->u.mark.value)) return 0;
+        if (x->type == TR_OP) {
+            const trace_op *p = &x->u.op, *q = &y->u.op;
+            if (p->id != q->id || p->kind != q->kind || p->phase != q->phase ||
+                p->layer != q->layer || p->flops != q->flops || p->dur_us != q->dur_us ||
+                p->bytes_read != q->bytes_read || p->bytes_written != q->bytes_written ||
+                p->n_in != q->n_in || p->n_out != q->n_out || strcmp(p->name, q->name) ||
+                (p->n_in && memcmp(p->in, q->in, 8 * p->n_in)) ||
+                (p->n_out && memcmp(p->out, q->out, 8 * p->n_out)))
+                return 0;
+        }
+    }
+    for (size_t i = 0; i < trace_meta_count(a); i++)
+        if (strcmp(trace_meta_value(a, i), trace_meta_value(b, i))) return 0;
+    return 1;
+}
+
+/* ---- tests ---- */
+
+static void test_registry(void)
+{
+    const model_t *m = model_find("gpt-7b");
+    TAP_OK(m && m->layers == 32 && m->hidden == 4096 && m->ffn_hidden == 16384 &&
+           m->heads == 32 && m->vocab == 50257, "gpt-7b matches MEMO Table 2");
+    const model_t *g = model_find("gpt2-40b");
+    TAP_OK(g && g->layers == 50 && g->hidden == 8192 && g->heads == 64,
+           "gpt2-40b matches ProTrain Table 1");
+    TAP_OK(model_find("no-such-model") == NULL, "unknown name is not found");
+    model_t x;
+    ms_error err;
+    ms_error_clear(&err);
+    ms_status st = model_lookup("no-such-model", &x, &err);
+    TAP_OK(st == MS_ERR_NOTFOUND && strstr(err.msg, "no-such-model"),
+           "model_lookup of an unknown name: NOTFOUND naming it (%s)", err.msg);
+    st = model_lookup("dims:2,256,4,1024,1000", &x, &err);
+    TAP_OK(st == MS_OK && x.layers == 2 && x.hidden == 256 && x.heads == 4 &&
+           x.ffn_hidden == 1024 && x.vocab == 1000, "dims: spec builds a model");
+    st = model_from_dims(2, 250, 4, 1024, 1000, &x, &err);
+    TAP_OK(st == MS_ERR_INVALID, "heads not dividing hidden is rejected (%s)", err.msg);
+    int unique = 1, described = 1;
+    for (size_t i = 0; i < model_count(); i++) {
+        const model_t *a = model_at(i);
+        if (!a->desc || !*a->desc || !a->source || !*a->source) described = 0;
+        for (size_t j = i + 1; j < model_count(); j++)
+            if (!strcmp(a->name, model_at(j)->name)) unique = 0;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&buf, &len);
+    if (mf) {
+        model_list(mf);
+        fclose(mf);
+    }
+    TAP_OK(buf && strstr(buf, "gpt-65b") && strstr(buf, "roberta-base") &&
+           strstr(buf, "MEMO (SIGMOD'25) Table 2"), "model_list prints names and sources");
+    free(buf);
+    TAP_OK(unique && described && model_count() >= 25,
+           "%zu registered models, unique names, each with description and source",
+           model_count());
+}
+
+static void test_params(void)
+{
+    struct { const char *name; uint64_t params; } ref[] = {
+        /* Public parameter counts of the HF models. */
+        { "gpt2", 124439808ull },        { "gpt2-xl", 1557611200ull },
+        { "bert-base", 109482240ull },   { "opt-1.3b", 1315758080ull },
+        { "llama-13b", 13015864320ull }, { "mistral-7b", 7241732096ull },
+        { "gpt-neox-20b", 20554567680ull },
+    };
+    for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) {
+        const model_t *m = model_find(ref[i].name);
+        uint64_t p = m ? model_params(m) : 0;
+        TAP_OK(p == ref[i].params, "params(%s) = %llu (public count %llu)", ref[i].name,
+               (unsigned long long)p, (unsigned long long)ref[i].params);
+    }
+    const model_t *m = model_find("gpt-7b");
+    double p = (double)model_params(m);
+    TAP_OK(fabs(p - 6.65e9) < 0.01e9, "gpt-7b has %.3fB parameters (12Lh^2 + 13Lh + Vh + 2h)",
+           p / 1e9);
+}
+
+static void test_skeletal(const machine_t *mach)
+{
+    struct { uint64_t seq, b; int tp, cp; } cases[] = {
+        { 4096, 1, 1, 1 }, { 8192, 2, 2, 1 }, { 16384, 1, 4, 2 }, { 65536, 1, 8, 4 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gen_config c = config("gpt-7b", cases[i].seq, cases[i].b, cases[i].tp, cases[i].cp, 1);
+        trace_t *t = gen(&c, mach);
+        uint64_t per[32], input, attn;
+        int all = t != NULL;
+        uint64_t want = 16ull * cases[i].b * (cases[i].seq / (uint64_t)cases[i].cp) * 4096ull *
+                        2ull / (uint64_t)cases[i].tp;
+        if (t) {
+            skel_per_layer(t, per, 32, &input, &attn);
+            for (int l = 0; l < 32; l++) all &= per[l] == want;
+        }
+        TAP_OK(all && gen_layer_skel_bytes(&c) == want,
+               "gpt-7b s=%llu b=%llu tp=%d cp=%d: every layer's skeletal bytes = 16bsh*2/tp = "
+               "%llu", (unsigned long long)cases[i].seq, (unsigned long long)cases[i].b,
+               cases[i].tp, cases[i].cp, (unsigned long long)want);
+        if (i == 2)
+            TAP_OK(t && input * 16 == want && attn * 16 == want,
+                   "layer input and attention output are 1/16 of the layer's skeletal bytes");
+        trace_free(t);
+    }
+}
+
+static void test_flops(const machine_t *mach)
+{
+    /* gpt-7b, s = 4096, b = 1, tp = 2, cp = 2: the rank's FLOPs x tp x cp are the sample's. */
+    gen_config c = config("gpt-7b", 4096, 1, 2, 2, 1);
+    trace_t *t = gen(&c, mach);
+    flops f = count_flops(t);
+    double s = 4096, P = (double)model_params(&c.model), n = 32, h = 4096, ranks = 4;
+    double fwd = f.fwd_mm * ranks, both = (f.fwd_mm + f.bwd_mm) * ranks;
+    double fwd_ref = 2 * s * P + 2 * n * h * s * s;
+    /* Generated GEMM FLOPs are 2s per weight of a GEMM: norms and biases carry parameters but
+     * no GEMM FLOPs (-0.01%), the vocab shard is padded to tp (+0.0001%). */
+    TAP_OK(fabs(fwd / fwd_ref - 1) < 0.002,
+           "forward GEMM+attention FLOPs %.4g = 2sP + 2nhs^2 (%.4g) within 0.2%%", fwd, fwd_ref);
+    double memo = 6 * s * P + 6 * n * h * s * s;
+    /* MEMO's model FLOPs count attention backward as 2x forward; FlashAttention-2 recomputes
+     * the score matrix (2.5x), so the executed FLOPs exceed MEMO's by n*h*s^2. */
+    double expect = memo + n * h * s * s;
+    TAP_OK(fabs(both / expect - 1) < 0.002,
+           "fwd+bwd FLOPs %.4g = MEMO 6sP+6nhs^2 (%.4g) + nhs^2 (FA2 recompute) within 0.2%% "
+           "(ratio to MEMO %.4f)", both, memo, both / memo);
+    TAP_OK(f.comm_fwd_l0 == 4 && f.ring_ovl == 2 * 32,
+           "tp=2 cp=2: 4 TP collectives in layer 0's forward (%d), one CP ring op per layer per "
+           "pass marked .ovl (%d)", f.comm_fwd_l0, f.ring_ovl);
+    TAP_OK(f.dur_bad == 0 && f.ops > 0, "every op has a positive modelled duration (%d ops)",
+           f.ops);
+    trace_free(t);
+
+    c = config("bert-base", 512, 1, 1, 1, 1);
+    t = gen(&c, NULL);
+    f = count_flops(t);
+    double attn_enc = 4.0 * 512 * 512 * 768 * 12;
+    double gemm = f.fwd_mm - attn_enc;
+    /* Position and type embeddings and the pooler hold 1% of BERT's parameters but no
+     * GEMM FLOPs in the generated MLM-style step. */
+    double ratio = gemm / (2.0 * 512 * (double)model_params(&c.model));
+    TAP_OK(t && ratio > 0.985 && ratio < 1.0 && f.dur_unknown == f.ops,
+           "encoder: GEMM FLOPs after removing non-causal attention 4bs^2h = %.4f x 2sP; no "
+           "machine -> unknown durations", ratio);
+    trace_free(t);
+}
+
+static void test_balance(const machine_t *mach)
+{
+    const char *models[] = { "gpt-7b", "mistral-7b", "bert-base", "llama-34b" };
+    int tps[] = { 4, 8, 1, 16 }, cps[] = { 2, 1, 1, 2 }, dps[] = { 2, 1, 4, 1 };
+    for (int i = 0; i < 4; i++) {
+        gen_config c = config(models[i], 0, 1, tps[i], cps[i], dps[i]);
+        c.seq = i == 2 ? 512 : 8192;
+        c.save_small = i == 0;
+        trace_t *t = gen(&c, mach);
+        walk w = t ? validate(t) : (walk){ .errors = 1 };
+        TAP_OK(t && w.errors == 0 && w.live_left_bad == 0 && w.live_left == w.persistent,
+               "%s tp=%d cp=%d dp=%d%s: every op's tensors live, ids unique, all freed but "
+               "%llu params/grads/optimizer states%s%s", models[i], tps[i], cps[i], dps[i],
+               c.save_small ? " save_small" : "", (unsigned long long)w.live_left,
+               w.errors ? "; first error: " : "", w.first_error);
+        trace_free(t);
+    }
+}
+
+/* The written file passes the format's own checker (traces/trace.c). */
+static void test_file_check(const machine_t *mach)
+{
+    gen_config c = config("llama-13b", 2048, 2, 4, 2, 2);
+    trace_t *t = gen(&c, mach);
+    char path[] = "/tmp/memsim-test-gen-XXXXXX";
+    int fd = mkstemp(path);
+    ms_error err;
+    ms_error_clear(&err);
+    trace_check_report rep;
+    memset(&rep, 0, sizeof rep);
+    ms_status st = fd < 0 || !t ? MS_ERR_IO : trace_write(t, path, &err);
+    if (!st) st = trace_check_file(path, stdout, 10, &rep, &err);
+    walk w = t ? validate(t) : (walk){ .errors = 1 };
+    TAP_OK(st == MS_OK && rep.errors == 0 && rep.records == trace_count(t) &&
+           rep.live_at_end == w.persistent,
+           "llama-13b tp=4 cp=2 dp=2 written and checked: %llu records, 0 problems, %llu live "
+           "at end (%s)", (unsigned long long)rep.records, (unsigned long long)rep.live_at_end,
+           st ? err.msg : "ok");
+    if (fd >= 0) {
+        close(fd);
+        remove(path);
+    }
+    trace_free(t);
+}
+
+static void test_meta_determinism(const machine_t *mach)
+{
+    gen_config c = config("gpt-13b", 32768, 1, 8, 2, 2);
+    trace_t *a = gen(&c, mach), *b = gen(&c, mach);
+    TAP_OK(a && b && same_trace(a, b), "generating twice gives identical records and meta");
+    char want[32];
+    snprintf(want, sizeof want, "%llu", (unsigned long long)model_params(&c.model));
+    const char *p = a ? trace_get_meta(a, "params") : NULL;
+    const char *L = a ? trace_get_meta(a, "layers") : NULL;
+    const char *mc = a ? trace_get_meta(a, "machine") : NULL;
+    TAP_OK(p && !strcmp(p, want) && L && !strcmp(L, "40") && mc && !strcmp(mc, "test-h100") &&
+           trace_get_meta(a, "generator"), "meta: params %s, layers, machine, generator", want);
+    /* Iteration 0's layer marks: fwd -1 (embedding), 0..39, -1 (head); bwd -1 (head),
+     * 39..0, -1 (embedding and DP reduction); none in the optimizer phase. */
+    int iters = 0, order = 1, nf = 0, nb = 0;
+    trace_phase ph = TP_NONE;
+    int64_t fwd[64], bwd[64];
+    for (size_t i = 0; a && i < trace_count(a); i++) {
+        const trace_rec *r = trace_get(a, i);
+        if (r->type != TR_MARK) continue;
+        if (r->u.mark.kind == TM_ITER) iters++;
+        if (r->u.mark.kind == TM_PHASE) ph = (trace_phase)r->u.mark.value;
+        if (r->u.mark.kind != TM_LAYER || iters != 1) continue;
+        if (ph == TP_FWD && nf < 64) fwd[nf++] = r->u.mark.value;
+        else if (ph == TP_BWD && nb < 64) bwd[nb++] = r->u.mark.value;
+        else order = 0;
+    }
+    order &= nf == 42 && nb == 42 && fwd[0] == -1 && fwd[41] == -1 && bwd[0] == -1 &&
+             bwd[41] == -1;
+    for (int l = 0; order && l < 40; l++) order &= fwd[1 + l] == l && bwd[1 + l] == 39 - l;
+    TAP_OK(iters == 2 && order, "2 iteration marks; layer marks -1,0..39,-1 in fwd, "
+           "-1,39..0,-1 in bwd");
+    trace_free(a);
+    trace_free(b);
+}
+
+static void test_errors(void)
+{
+    ms_error err;
+    trace_t *t = (trace_t *)1;
+    gen_config c = config("gpt-7b", 4096, 1, 3, 1, 1);
+    ms_status st = gen_trace(&c, NULL, &t, &err);
+    TAP_OK(st == MS_ERR_INVALID && t == NULL && strstr(err.msg, "tp 3") &&
+           strstr(err.msg, "heads"), "tp not dividing heads: %s", err.msg);
+    c = config("gpt-7b", 4097, 1, 1, 2, 1);
+    st = gen_validate(&c, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "cp 2"), "cp not dividing seq: %s", err.msg);
+    c = config("gpt2", 2048, 1, 1, 1, 1);
+    st = gen_validate(&c, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "position"),
+           "seq beyond a learned position table: %s", err.msg);
+    c = config("gpt-7b", 1ull << 40, 1ull << 20, 1, 1, 1);
+    st = gen_validate(&c, &err);
+    TAP_OK(st == MS_ERR_INVALID, "absurd seq x batch: %s", err.msg);
+    c = config("gpt-7b", 4096, 1, 1, 1, 1);
+    c.lora = 1;
+    st = gen_validate(&c, &err);
+    TAP_OK(st == MS_ERR_UNSUPPORTED && strstr(err.msg, "lora"), "lora not implemented: %s",
+           err.msg);
+    c = config("gpt-7b", 4096, 0, 1, 1, 1);
+    st = gen_validate(&c, &err);
+    TAP_OK(st == MS_ERR_INVALID, "zero micro-batch: %s", err.msg);
+}
+
+static void test_roofline(const machine_t *m)
+{
+    roof_params p;
+    roof_params_default(&p);
+    double big = roof_gemm_eff(m, &p, 2.0 * 8192 * 8192 * 8192);
+    double small = roof_gemm_eff(m, &p, 2.0 * 256 * 256 * 256);
+    TAP_OK(big > 0.74 && big <= 0.75 && small < 0.01 * 75,
+           "GEMM ramp: 8192^3 reaches %.3f, 256^3 only %.4f of peak", big, small);
+    uint64_t B = 64ull << 20;
+    double ag = roof_coll_us(m, ROOF_ALL_GATHER, B, 8, 8);
+    double want = 4.0 + 7 * (3.0 + (double)B / 8 / 450e9 * 1e6);
+    double ar = roof_coll_us(m, ROOF_ALL_REDUCE, B, 8, 8);
+    double inter = roof_coll_us(m, ROOF_ALL_GATHER, B, 8, 16);
+    TAP_OK(fabs(ag - want) < 1e-6 && fabs((ar - 4.0) - 2 * (ag - 4.0)) < 1e-6 && inter > ag &&
+           roof_coll_us(m, ROOF_ALL_GATHER, B, 1, 1) == 0.0,
+           "ring all-gather %.1f us, all-reduce 2x, across nodes slower (%.1f us), 1 rank free",
+           ag, inter);
+    double mem = roof_kernel_us(m, &p, TK_NORM, 1e6, 1ull << 30);
+    TAP_OK(fabs(mem - (4.0 + (double)(1ull << 30) / (3.35e12 * 0.85) * 1e6)) < 1e-6,
+           "memory-bound kernel takes bytes / (hbm * mem_eff) + launch: %.1f us", mem);
+}
+
+static void test_speed(const machine_t *mach)
+{
+    gen_config c = config("gpt-7b", 4096, 1, 1, 1, 1);
+    double best = 1e9;
+    size_t n = 0;
+    for (int i = 0; i < 5; i++) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        trace_t *t = gen(&c, mach);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        n = t ? trace_count(t) : 0;
+        trace_free(t);
+        double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+        if (ms < best) best = ms;
+    }
+    TAP_OK(best < 10.0, "gpt-7b, 2 iterations: %zu records in %.2f ms (best of 5)", n, best);
+}
+
+int main(void)
+{
+    machine_t m = test_machine();
+    test_registry();
+    test_params();
+    test_skeletal(&m);
+    test_flops(&m);
+    test_balance(&m);
+    test_file_check(&m);
+    test_meta_determinism(&m);
+    test_errors();
+    test_roofline(&m);
+    test_speed(&m);
+    return tap_done();
+}

@@ -1,0 +1,187 @@
+/* test_schedule.c — unit tests of planners/schedule.c: the action container, events, names,
+ * each error sched_validate must catch, and the dump format (docs/POLICIES.md). TAP output
+ * for `make check`. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/schedule.h"
+#include "tests/tap.h"
+
+static sched_action mk(sched_kind k, sched_stream s, uint64_t tensor, uint64_t bytes)
+{
+    sched_action a;
+    memset(&a, 0, sizeof a);
+    a.kind = k;
+    a.stream = s;
+    a.tensor = tensor;
+    a.bytes = bytes;
+    a.op = -1;
+    a.layer = -1;
+    a.dha_eff = 1;
+    return a;
+}
+
+static sched_action ev(sched_kind k, sched_stream s, uint32_t e)
+{
+    sched_action a = mk(k, s, 0, 0);
+    a.event = e;
+    return a;
+}
+
+/* Builds a schedule from n actions and returns sched_validate's status; the message in err. */
+static ms_status check(const sched_action *acts, size_t n, uint32_t events, ms_error *err)
+{
+    schedule_t *s = sched_new();
+    for (uint32_t i = 0; i < events; i++) sched_new_event(s);
+    for (size_t i = 0; i < n; i++) sched_add(s, &acts[i]);
+    ms_error_clear(err);
+    ms_status st = sched_validate(s, err);
+    sched_free(s);
+    return st;
+}
+
+static void test_container(void)
+{
+    schedule_t *s = sched_new();
+    TAP_OK(s && sched_count(s) == 0 && sched_event_count(s) == 0, "new schedule is empty");
+    uint32_t e0 = sched_new_event(s), e1 = sched_new_event(s);
+    TAP_OK(e0 == 0 && e1 == 1 && sched_event_count(s) == 2, "events are numbered from 0");
+    int ok = 1;
+    for (uint64_t i = 0; i < 1000; i++) {
+        sched_action a = mk(SA_ALLOC, SS_COMPUTE, i, 100 + i);
+        ok &= sched_add(s, &a) == MS_OK;
+    }
+    TAP_OK(ok && sched_count(s) == 1000, "1000 actions added (the array grows)");
+    const sched_action *a = sched_get(s, 999);
+    TAP_OK(a && a->tensor == 999 && a->bytes == 1099, "actions keep their fields and order");
+    TAP_OK(sched_get(s, 1000) == NULL, "sched_get past the end is NULL");
+    sched_free(s);
+    sched_free(NULL);
+    TAP_OK(strcmp(sched_kind_name(SA_COPY_H2D), "copy_h2d") == 0 &&
+           strcmp(sched_stream_name(SS_D2H), "d2h") == 0 &&
+           strcmp(sched_kind_name((sched_kind)99), "?") == 0,
+           "kind and stream names");
+}
+
+static void test_validate_ok(void)
+{
+    ms_error err;
+    sched_action ok[] = {
+        mk(SA_ALLOC, SS_COMPUTE, 1, 1000), ev(SA_RECORD, SS_COMPUTE, 0),
+        ev(SA_WAIT, SS_D2H, 0), mk(SA_HOST_ALLOC, SS_D2H, 1, 500),
+        mk(SA_COPY_D2H, SS_D2H, 1, 500), mk(SA_FREE, SS_D2H, 1, 0), ev(SA_RECORD, SS_D2H, 1),
+        ev(SA_WAIT, SS_H2D, 1), mk(SA_ALLOC, SS_H2D, 1, 1000), mk(SA_COPY_H2D, SS_H2D, 1, 500),
+        mk(SA_HOST_FREE, SS_H2D, 1, 0), ev(SA_RECORD, SS_H2D, 2), ev(SA_WAIT, SS_COMPUTE, 2),
+        ev(SA_WAIT, SS_COMPUTE, 2), mk(SA_FREE, SS_COMPUTE, 1, 0), mk(SA_ALLOC, SS_COMPUTE, 1, 8),
+    };
+    TAP_OK(check(ok, sizeof ok / sizeof *ok, 3, &err) == MS_OK,
+           "a well-formed swap round trip validates (%s)", err.msg);
+}
+
+typedef struct bad_case {
+    const char *what;
+    const char *expect;   /* substring of the error */
+    sched_action a[4];
+    size_t n;
+    uint32_t events;
+} bad_case;
+
+static void test_validate_errors(void)
+{
+    bad_case cases[] = {
+        { "WAIT before its RECORD", "before any RECORD",
+          { ev(SA_WAIT, SS_COMPUTE, 0), ev(SA_RECORD, SS_D2H, 0) }, 2, 1 },
+        { "event recorded twice", "second time",
+          { ev(SA_RECORD, SS_COMPUTE, 0), ev(SA_RECORD, SS_D2H, 0) }, 2, 1 },
+        { "event never created", "never created", { ev(SA_RECORD, SS_COMPUTE, 5) }, 1, 1 },
+        { "FREE of a never-allocated tensor", "holds no device block",
+          { mk(SA_FREE, SS_COMPUTE, 7, 0) }, 1, 0 },
+        { "double FREE (across streams)", "holds no device block",
+          { mk(SA_ALLOC, SS_COMPUTE, 7, 10), mk(SA_FREE, SS_D2H, 7, 0),
+            mk(SA_FREE, SS_COMPUTE, 7, 0) }, 3, 0 },
+        { "ALLOC of a live tensor", "allocated again",
+          { mk(SA_ALLOC, SS_COMPUTE, 7, 10), mk(SA_ALLOC, SS_H2D, 7, 10) }, 2, 0 },
+        { "D2H copy of a missing tensor", "holds no device block",
+          { mk(SA_HOST_ALLOC, SS_D2H, 3, 10), mk(SA_COPY_D2H, SS_D2H, 3, 10) }, 2, 0 },
+        { "H2D copy without a host copy", "no host copy",
+          { mk(SA_ALLOC, SS_H2D, 3, 10), mk(SA_COPY_H2D, SS_H2D, 3, 10) }, 2, 0 },
+        { "copy larger than the block", "whose block has",
+          { mk(SA_ALLOC, SS_COMPUTE, 3, 10), mk(SA_HOST_ALLOC, SS_D2H, 3, 20),
+            mk(SA_COPY_D2H, SS_D2H, 3, 20) }, 3, 0 },
+        { "HOST_FREE without HOST_ALLOC", "holds no host memory",
+          { mk(SA_HOST_FREE, SS_H2D, 3, 0) }, 1, 0 },
+        { "HOST_ALLOC twice", "already holds host memory",
+          { mk(SA_HOST_ALLOC, SS_D2H, 3, 5), mk(SA_HOST_ALLOC, SS_D2H, 3, 5) }, 2, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ms_error err;
+        ms_status st = check(cases[i].a, cases[i].n, cases[i].events, &err);
+        TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, cases[i].expect),
+               "validate catches %s: %s", cases[i].what, err.msg);
+    }
+    sched_action neg = mk(SA_COMPUTE, SS_COMPUTE, 0, 0);
+    neg.dur_us = -1;
+    ms_error err;
+    TAP_OK(check(&neg, 1, 0, &err) == MS_ERR_INVALID && strstr(err.msg, "action 0"),
+           "validate catches a negative duration and names the action: %s", err.msg);
+    sched_action badk = mk((sched_kind)42, SS_COMPUTE, 0, 0);
+    TAP_OK(check(&badk, 1, 0, &err) == MS_ERR_INVALID, "validate rejects an unknown kind");
+    TAP_OK(sched_validate(NULL, &err) == MS_ERR_INVALID, "validate rejects NULL");
+}
+
+static char *dump_str(const schedule_t *s)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sched_dump(s, f);
+    fclose(f);
+    return buf;
+}
+
+static void test_dump(void)
+{
+    schedule_t *s = sched_new();
+    sched_action m = mk(SA_MARK, SS_COMPUTE, 0, 0);
+    m.mark = TM_PHASE;
+    m.mark_value = TP_BWD;
+    m.phase = TP_BWD;
+    sched_add(s, &m);
+    sched_action c = mk(SA_COMPUTE, SS_COMPUTE, 0, 0);
+    c.op = 12;
+    c.dur_us = 2.5;
+    c.recompute = 1;
+    c.layer = 3;
+    c.phase = TP_BWD;
+    sched_add(s, &c);
+    sched_action a = mk(SA_COPY_D2H, SS_D2H, 77, 4096);
+    a.layer = 3;
+    a.phase = TP_FWD;
+    sched_add(s, &a);
+    sched_new_event(s);
+    sched_add(s, &(sched_action){ .kind = SA_WAIT, .stream = SS_H2D, .event = 0, .op = -1,
+                                  .layer = -1 });
+    char *d = dump_str(s);
+    const char *want =
+        "0 compute mark kind=phase value=bwd layer=-1 phase=bwd\n"
+        "1 compute compute op=12 dur_us=2.5 recompute=1 layer=3 phase=bwd\n"
+        "2 d2h copy_d2h t=77 bytes=4096 layer=3 phase=fwd\n"
+        "3 h2d wait e=0 layer=-1 phase=none\n";
+    TAP_OK(d && strcmp(d, want) == 0, "dump format is the documented one");
+    if (!d || strcmp(d, want) != 0) printf("# got:\n%s", d ? d : "(null)\n");
+    char *d2 = dump_str(s);
+    TAP_OK(d && d2 && strcmp(d, d2) == 0, "dump is deterministic");
+    free(d);
+    free(d2);
+    sched_free(s);
+}
+
+int main(void)
+{
+    test_container();
+    test_validate_ok();
+    test_validate_errors();
+    test_dump();
+    return tap_done();
+}

@@ -1,0 +1,183 @@
+/* test_util.c — unit tests for traces/util.c (parsing, line reader, atomic output),
+ * traces/u64map.c and sim/simbackend.c (capacity, VMM bookkeeping, latencies). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "sim/simbackend.h"
+#include "tests/tap.h"
+#include "traces/u64map.h"
+#include "traces/util.h"
+
+static char tmpdir[256];
+
+static void test_parse(void)
+{
+    uint64_t u;
+    int64_t i;
+    double d;
+    TAP_OK(ms_parse_u64("18446744073709551615", &u) && u == UINT64_MAX, "u64 max parses");
+    TAP_OK(!ms_parse_u64("18446744073709551616", &u), "u64 overflow rejected");
+    TAP_OK(!ms_parse_u64("-1", &u) && !ms_parse_u64("12x", &u) && !ms_parse_u64("", &u),
+           "u64 rejects sign, junk, empty");
+    TAP_OK(ms_parse_i64("-42", &i) && i == -42 && !ms_parse_i64("4.2", &i), "i64");
+    TAP_OK(ms_parse_double("1e-3", &d) && d == 1e-3 && !ms_parse_double("nan", &d) &&
+               !ms_parse_double("inf", &d),
+           "double accepts finite, rejects nan/inf");
+    TAP_OK(ms_parse_bytes("2MiB", &u) && u == 2097152 && ms_parse_bytes("80GB", &u) &&
+               u == 80000000000ULL && ms_parse_bytes("1.5G", &u) && u == 1610612736ULL,
+           "byte suffixes (binary and decimal)");
+    TAP_OK(!ms_parse_bytes("1.5", &u) && !ms_parse_bytes("3XB", &u), "fractional bytes rejected");
+    TAP_OK(ms_parse_count("256K", &u) && u == 262144 && ms_parse_count("1M", &u) &&
+               u == 1048576,
+           "token counts with K/M");
+    char line[] = "  alloc 1\t2  3 ";
+    char *tok[8];
+    TAP_OK(ms_split(line, tok, 8) == 4 && strcmp(tok[0], "alloc") == 0 &&
+               strcmp(tok[3], "3") == 0,
+           "split on blanks");
+    char line2[] = "a b c";
+    TAP_OK(ms_split(line2, tok, 2) == 3, "split reports too many tokens");
+    char buf[64];
+    double v = 0.1 + 0.2, back;
+    ms_fmt_double(v, buf, sizeof buf);
+    TAP_OK(ms_parse_double(buf, &back) && back == v, "double formatting round-trips (%s)", buf);
+}
+
+static void test_lines(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/a.txt.gz", tmpdir);
+    gzFile gz = gzopen(path, "wb");
+    gzputs(gz, "first\r\nsecond\nlast-no-newline");
+    gzclose(gz);
+    ms_lines *lr;
+    ms_error err;
+    char *l;
+    TAP_OK(ms_lines_open(path, &lr, &err) == MS_OK, "open gzip file");
+    int ok = ms_lines_next(lr, &l, &err) == MS_OK && strcmp(l, "first") == 0;
+    ok = ok && ms_lines_next(lr, &l, &err) == MS_OK && strcmp(l, "second") == 0;
+    ok = ok && ms_lines_next(lr, &l, &err) == MS_OK && strcmp(l, "last-no-newline") == 0;
+    ok = ok && ms_lines_next(lr, &l, &err) == MS_ERR_LIMIT && ms_lines_lineno(lr) == 3;
+    TAP_OK(ok, "gzip lines read with CRLF stripped, last line without newline, then EOF");
+    ms_lines_free(lr);
+    TAP_OK(ms_lines_open("/nonexistent/x", &lr, &err) == MS_ERR_IO &&
+               strstr(err.msg, "/nonexistent/x") != NULL,
+           "missing file: IO error naming it");
+    /* a line over the limit is an error, not unbounded growth */
+    snprintf(path, sizeof path, "%s/long.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    for (unsigned i = 0; i < MS_LINE_MAX + 10; i++) fputc('x', f);
+    fputc('\n', f);
+    fclose(f);
+    ms_lines_open(path, &lr, &err);
+    TAP_OK(ms_lines_next(lr, &l, &err) == MS_ERR_PARSE && strstr(err.msg, ":1:") != NULL,
+           "over-long line rejected with file:line (%s)", err.msg);
+    ms_lines_free(lr);
+}
+
+static void test_out(void)
+{
+    char path[512];
+    ms_out *o;
+    ms_error err;
+    snprintf(path, sizeof path, "%s/out.csv", tmpdir);
+    ms_out_open(path, &o, &err);
+    ms_out_printf(o, "hello %d\n", 42);
+    TAP_OK(access(path, F_OK) != 0, "output not visible before commit");
+    TAP_OK(ms_out_commit(o, &err) == MS_OK && access(path, F_OK) == 0, "visible after commit");
+    unlink(path);
+    ms_out_open(path, &o, &err);
+    ms_out_printf(o, "partial");
+    ms_out_abort(o);
+    TAP_OK(access(path, F_OK) != 0, "aborted output leaves no file");
+    TAP_OK(ms_out_open("/nonexistent/dir/x", &o, &err) == MS_ERR_IO, "unwritable path: IO error");
+}
+
+static void test_map(void)
+{
+    u64map *m = u64map_new(4);
+    int ok = 1;
+    for (uint64_t k = 0; k < 100000; k++) ok &= u64map_put(m, k * 7919, k) == 0;
+    for (uint64_t k = 0; k < 100000; k += 2) ok &= u64map_del(m, k * 7919, NULL);
+    uint64_t v;
+    for (uint64_t k = 0; k < 100000; k++) {
+        int has = u64map_get(m, k * 7919, &v);
+        ok &= (k % 2) ? (has && v == k) : !has;
+    }
+    TAP_OK(ok && u64map_count(m) == 50000, "100k puts, 50k deletes, lookups consistent");
+    size_t it = 0, n = 0;
+    while (u64map_next(m, &it, NULL, NULL)) n++;
+    TAP_OK(n == 50000, "iteration visits every live key once");
+    u64map_free(m);
+    u64map_free(NULL);
+}
+
+static void test_simbe(void)
+{
+    machine_t mc;
+    memset(&mc, 0, sizeof mc);
+    mc.cuda_malloc_base_us = 70;
+    mc.cuda_malloc_per_gib_us = 380;
+    mc.cuda_free_base_us = 50;
+    mc.vmm_granularity_bytes = 2 << 20;
+    mc.vmm_create_us = 10;
+    mc.vmm_map_us = 1;
+    mc.vmm_set_access_us = 25;
+    simbe_t *b = simbe_new(&mc, 64ULL << 20, 1 << 20);
+    const mb_backend *be = simbe_backend(b);
+    uint64_t a1, a2, a3;
+    int synced;
+    TAP_OK(be->ops->dev_malloc(be->ctx, 40ULL << 20, &a1) == MS_OK, "malloc within capacity");
+    double c = simbe_take_cost_us(b, &synced);
+    TAP_OK(c > 70 && c < 90 && !synced, "cudaMalloc charged base + per-GiB (%.2f us)", c);
+    TAP_OK(be->ops->dev_malloc(be->ctx, 30ULL << 20, &a2) == MS_ERR_OOM, "over capacity: OOM");
+    TAP_OK(be->ops->dev_malloc(be->ctx, 24ULL << 20, &a2) == MS_OK && a2 > a1, "fills exactly");
+    TAP_OK(be->ops->dev_free(be->ctx, a1) == MS_OK && be->ops->dev_free(be->ctx, a1) ==
+               MS_ERR_INVALID,
+           "double free rejected");
+    simbe_take_cost_us(b, &synced);
+    TAP_OK(synced, "cudaFree synchronizes");
+    uint64_t va, h1, h2;
+    be->ops->va_reserve(be->ctx, 8ULL << 20, &va);
+    be->ops->phys_create(be->ctx, 2 << 20, &h1);
+    be->ops->phys_create(be->ctx, 2 << 20, &h2);
+    TAP_OK(be->ops->map(be->ctx, va, 2 << 20, h1) == MS_OK &&
+               be->ops->map(be->ctx, va, 2 << 20, h2) == MS_ERR_INVALID,
+           "a va cannot be mapped twice");
+    TAP_OK(be->ops->map(be->ctx, va + (1 << 20), 2 << 20, h2) == MS_ERR_INVALID,
+           "unaligned map rejected");
+    TAP_OK(be->ops->map(be->ctx, va + (2 << 20), 2 << 20, h1) == MS_OK,
+           "one handle may be mapped at two addresses (stitching)");
+    TAP_OK(be->ops->va_free(be->ctx, va, 8ULL << 20) == MS_ERR_INVALID,
+           "freeing a mapped range rejected");
+    be->ops->unmap(be->ctx, va, 4ULL << 20);
+    TAP_OK(simbe_live_mappings(b) == 0 && be->ops->va_free(be->ctx, va, 8ULL << 20) == MS_OK,
+           "unmapped range frees");
+    be->ops->phys_release(be->ctx, h1);
+    be->ops->phys_release(be->ctx, h2);
+    TAP_OK(be->ops->host_alloc(be->ctx, 2 << 20, &a3) == MS_ERR_OOHM, "host capacity enforced");
+    simbe_fail_after(b, 0);
+    TAP_OK(be->ops->phys_create(be->ctx, 2 << 20, &h1) == MS_ERR_OOM, "fault injection");
+    TAP_OK(simbe_segment_count(b) == 2 && simbe_segment_bytes(b, 1) == (24ULL << 20),
+           "segment log records mallocs in order");
+    simbe_free(b);
+    simbe_free(NULL);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/memsim-test-util-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 99;
+    test_parse();
+    test_lines();
+    test_out();
+    test_map();
+    test_simbe();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) TAP_NOTE("could not remove %s", tmpdir);
+    return tap_done();
+}

@@ -1,0 +1,56 @@
+/* gen.h — the workload-trace generator: from a model shape, a parallel layout (TP with
+ * sequence parallelism, CP, DP with a ZeRO-1 sharded optimizer) and a machine, the in-memory
+ * trace of ONE rank's training iterations in program order: setup allocations, then per
+ * iteration the forward, backward and optimizer ops with every tensor's alloc and free,
+ * FLOPs, bytes and a roofline duration. Used by `memsim gen`, the planners' tests and the
+ * experiments. What it emits and why: docs/GENERATOR.md. */
+#ifndef MEMSIM_GEN_H
+#define MEMSIM_GEN_H
+
+#include "traces/machine.h"
+#include "traces/models.h"
+#include "traces/roofline.h"
+#include "traces/trace.h"
+
+#define GEN_VERSION "memsim-gen-1"
+
+typedef struct gen_config {
+    model_t model;            /* by value: a registry copy or model_from_dims */
+    uint64_t seq;             /* global sequence length s (tokens per sample) */
+    uint64_t micro_batch;     /* samples per micro-batch b */
+    int tp, cp, dp;           /* tensor (with sequence parallelism), context, data parallel */
+    int dtype_bytes;          /* parameters and activations; bf16 = 2 */
+    int grad_bytes;           /* gradient buffer element; default dtype_bytes (ZeRO's 2+2+12
+                                 accounting); Megatron's fp32 main grads: 4 */
+    int opt_bytes_per_param;  /* optimizer states per parameter: fp32 master + Adam m, v = 12 */
+    int iterations;           /* default 2 */
+    double attn_bwd_factor;   /* attention backward FLOPs / forward FLOPs (FA2: 2.5) */
+    int save_small;           /* 1: also emit the small saved tensors (norm statistics,
+                                 attention log-sum-exp) as skeletal; 0 (default) matches
+                                 MEMO's 16bsh accounting, which leaves them out */
+    int lora;                 /* not implemented yet: MS_ERR_UNSUPPORTED when set */
+    int lora_rank;
+    int zero3;                /* not implemented yet: MS_ERR_UNSUPPORTED when set */
+    roof_params roof;         /* op-time knobs */
+} gen_config;
+
+/* Defaults for everything but the model: seq = 0 (the model's default_seq is taken),
+ * micro_batch 1, tp = cp = dp = 1, bf16, grad_bytes 0 (= dtype_bytes), 12 optimizer bytes,
+ * 2 iterations, attn_bwd_factor 2.5. */
+void gen_config_default(gen_config *c);
+
+/* Checks the configuration: all sizes positive, tp divides heads, kv heads (or kv heads
+ * divide tp: replicated) and ffn; cp divides seq; tp divides the per-rank sequence (sequence
+ * parallelism); seq within a learned position table; every tensor size and FLOP count fits.
+ * MS_ERR_INVALID / MS_ERR_UNSUPPORTED with a message naming the field. */
+ms_status gen_validate(const gen_config *c, ms_error *err);
+
+/* Generates the trace. m may be NULL: durations are then -1 (unknown) and meta machine is
+ * "none". On error *out is NULL and nothing leaks. */
+ms_status gen_trace(const gen_config *c, const machine_t *m, trace_t **out, ms_error *err);
+
+/* Skeletal activation bytes of one transformer layer on this rank (the sum the generator
+ * emits for that layer): 16*b*(s/cp)*h*dtype/tp for an MHA model with f = 4h. */
+uint64_t gen_layer_skel_bytes(const gen_config *c);
+
+#endif

@@ -1,0 +1,582 @@
+/* machine.c — machine profiles (traces/FORMAT.md, "Machine profile"): the field table that
+ * drives reading, writing and the documentation's key list, the profile reader with
+ * FILE:LINE errors and per-field source notes, the writer (its output reads back to the same
+ * bytes), the data directory and the derived figures. Implements machine.h; used by the
+ * generator, planners' cost models, the simulator and the runtime's probe. */
+#define _POSIX_C_SOURCE 200809L
+#include "traces/machine.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MACHINE_FORMAT_VERSION 1
+
+#ifndef MEMSIM_SRC_DATADIR
+#define MEMSIM_SRC_DATADIR "traces"
+#endif
+#ifndef MEMSIM_PKGDATADIR
+#define MEMSIM_PKGDATADIR "/usr/local/share/memsim"
+#endif
+
+/* Value rules beyond the type. */
+enum {
+    R_NONNEG = 0, /* a number >= 0 */
+    R_POS,        /* a number > 0 (divided by somewhere) */
+    R_EFF,        /* an efficiency in (0, 1] */
+    R_COUNT,      /* an integer >= 1 */
+    R_TOKEN,      /* a string without blanks */
+    R_TEXT        /* a string; blanks allowed */
+};
+
+/* One list drives the public table and the rules, so they cannot drift apart.
+ * X(key, type, field, rule, doc) */
+#define MACHINE_FIELDS(X)                                                                      \
+    X("name", MF_STR, name, R_TOKEN, "profile name, as in NAME.machine")                       \
+    X("gpu.name", MF_STR, gpu_name, R_TEXT, "GPU model (free text, no '#')")                   \
+    X("gpu.hbm_bytes", MF_U64, gpu_hbm_bytes, R_POS, "physical device memory, bytes")          \
+    X("gpu.reserved_bytes", MF_U64, gpu_reserved_bytes, R_NONNEG,                              \
+      "device memory taken by the CUDA context, NCCL and library workspaces, bytes")           \
+    X("gpu.peak_bf16_flops", MF_DBL, gpu_peak_bf16_flops, R_POS,                               \
+      "dense bf16 tensor-core peak, FLOP/s (the MFU denominator)")                             \
+    X("gpu.peak_fp32_flops", MF_DBL, gpu_peak_fp32_flops, R_POS,                               \
+      "FP32 non-tensor peak, FLOP/s")                                                          \
+    X("gpu.hbm_Bps", MF_DBL, gpu_hbm_Bps, R_POS, "device memory bandwidth, bytes/s")           \
+    X("gpu.gemm_eff", MF_DBL, gpu_gemm_eff, R_EFF,                                             \
+      "achieved fraction of the bf16 peak for large GEMMs, (0,1]")                             \
+    X("gpu.attn_eff", MF_DBL, gpu_attn_eff, R_EFF,                                             \
+      "achieved fraction of the bf16 peak for flash attention, (0,1]")                         \
+    X("gpu.mem_eff", MF_DBL, gpu_mem_eff, R_EFF,                                               \
+      "achieved fraction of HBM bandwidth for memory-bound ops, (0,1]")                        \
+    X("gpu.kernel_launch_us", MF_DBL, gpu_kernel_launch_us, R_NONNEG,                          \
+      "fixed cost per op, microseconds")                                                       \
+    X("link.h2d_Bps", MF_DBL, link_h2d_Bps, R_POS,                                             \
+      "host-to-device copy bandwidth from pinned memory, per GPU, bytes/s")                    \
+    X("link.d2h_Bps", MF_DBL, link_d2h_Bps, R_POS,                                             \
+      "device-to-host copy bandwidth to pinned memory, per GPU, bytes/s")                      \
+    X("link.duplex_Bps", MF_DBL, link_duplex_Bps, R_POS,                                       \
+      "both directions together, per GPU, bytes/s")                                            \
+    X("link.small_copy_us", MF_DBL, link_small_copy_us, R_NONNEG,                              \
+      "fixed latency per copy, microseconds")                                                  \
+    X("link.pageable_h2d_Bps", MF_DBL, link_pageable_h2d_Bps, R_POS,                           \
+      "host-to-device copy bandwidth from pageable memory, bytes/s")                           \
+    X("link.pageable_d2h_Bps", MF_DBL, link_pageable_d2h_Bps, R_POS,                           \
+      "device-to-host copy bandwidth to pageable memory, bytes/s")                             \
+    X("dha.read_Bps", MF_DBL, dha_read_Bps, R_POS,                                             \
+      "a kernel reading mapped pinned host memory (DHA), bytes/s")                             \
+    X("dha.write_Bps", MF_DBL, dha_write_Bps, R_POS,                                           \
+      "a kernel writing mapped pinned host memory (DHA), bytes/s")                             \
+    X("dha.gemm_eff", MF_DBL, dha_gemm_eff, R_EFF,                                             \
+      "fraction of dha.read_Bps a GEMM reading its operand over DHA achieves, (0,1]")          \
+    X("dha.other_eff", MF_DBL, dha_other_eff, R_EFF,                                           \
+      "fraction of dha.read_Bps other ops achieve over DHA, (0,1]")                            \
+    X("host.mem_bytes", MF_U64, host_mem_bytes, R_POS,                                         \
+      "host memory per node, shared by its GPUs, bytes")                                       \
+    X("host.cpu_cores", MF_I64, host_cpu_cores, R_COUNT, "CPU cores per node")                 \
+    X("host.adam_params_per_s", MF_DBL, host_adam_params_per_s, R_POS,                         \
+      "CPU Adam throughput of one GPU's share of the cores, parameters/s")                     \
+    X("lat.cuda_malloc_base_us", MF_DBL, cuda_malloc_base_us, R_NONNEG,                        \
+      "cudaMalloc time = base + per_gib * GiB; base, microseconds")                            \
+    X("lat.cuda_malloc_per_gib_us", MF_DBL, cuda_malloc_per_gib_us, R_NONNEG,                  \
+      "cudaMalloc time per GiB, microseconds")                                                 \
+    X("lat.cuda_free_base_us", MF_DBL, cuda_free_base_us, R_NONNEG,                            \
+      "cudaFree time (it also synchronizes the device); base, microseconds")                   \
+    X("lat.cuda_free_per_gib_us", MF_DBL, cuda_free_per_gib_us, R_NONNEG,                      \
+      "cudaFree time per GiB, microseconds")                                                   \
+    X("lat.host_alloc_per_gib_us", MF_DBL, host_alloc_per_gib_us, R_NONNEG,                    \
+      "cudaHostAlloc (pinned) time per GiB, microseconds")                                     \
+    X("vmm.granularity_bytes", MF_U64, vmm_granularity_bytes, R_POS,                          \
+      "cuMem* physical allocation granularity, bytes")                                         \
+    X("vmm.create_us", MF_DBL, vmm_create_us, R_NONNEG,                                        \
+      "cuMemCreate per granule, microseconds")                                                 \
+    X("vmm.map_us", MF_DBL, vmm_map_us, R_NONNEG, "cuMemMap per granule, microseconds")        \
+    X("vmm.set_access_us", MF_DBL, vmm_set_access_us, R_NONNEG,                                \
+      "cuMemSetAccess per granule, microseconds")                                              \
+    X("vmm.unmap_us", MF_DBL, vmm_unmap_us, R_NONNEG, "cuMemUnmap per granule, microseconds")  \
+    X("vmm.release_us", MF_DBL, vmm_release_us, R_NONNEG,                                     \
+      "cuMemRelease per granule, microseconds")                                                \
+    X("vmm.reserve_us", MF_DBL, vmm_reserve_us, R_NONNEG,                                     \
+      "cuMemAddressReserve per call, microseconds")                                            \
+    X("lat.device_sync_us", MF_DBL, device_sync_us, R_NONNEG,                                  \
+      "a device-wide synchronize when the device is idle, microseconds")                       \
+    X("node.gpus", MF_I64, node_gpus, R_COUNT, "GPUs per node")                                \
+    X("node.gpus_per_switch", MF_I64, node_gpus_per_switch, R_COUNT,                           \
+      "GPUs sharing one PCIe switch / host link")                                              \
+    X("node.nvlink_Bps", MF_DBL, nvlink_Bps, R_NONNEG,                                         \
+      "NVLink bandwidth per GPU, one direction, bytes/s (0: none)")                            \
+    X("node.nvlink_lat_us", MF_DBL, nvlink_lat_us, R_NONNEG,                                   \
+      "NVLink transfer latency, microseconds")                                                 \
+    X("node.net_Bps", MF_DBL, net_Bps, R_NONNEG,                                               \
+      "inter-node network bandwidth per GPU, bytes/s (0: single node)")                        \
+    X("node.net_lat_us", MF_DBL, net_lat_us, R_NONNEG, "inter-node latency, microseconds")
+
+#define AS_FIELD(k, t, f, r, d) {k, t, offsetof(machine_t, f), 1, d},
+#define AS_RULE(k, t, f, r, d) r,
+
+static const machine_field fields[] = {MACHINE_FIELDS(AS_FIELD)};
+static const unsigned char rules[] = {MACHINE_FIELDS(AS_RULE)};
+#define NFIELDS (sizeof fields / sizeof *fields)
+
+_Static_assert(NFIELDS <= 128, "machine_profile.sources has 128 slots");
+_Static_assert(sizeof rules == NFIELDS, "one rule per field");
+
+const machine_field *machine_fields(size_t *n)
+{
+    *n = NFIELDS;
+    return fields;
+}
+
+static int field_index(const char *key)
+{
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (strcmp(fields[i].key, key) == 0) return (int)i;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------ */
+
+machine_profile *machine_profile_new(void)
+{
+    return calloc(1, sizeof(machine_profile));
+}
+
+void machine_profile_free(machine_profile *p)
+{
+    if (!p) return;
+    for (size_t i = 0; i < NFIELDS; i++) free(p->sources[i]);
+    free(p->description);
+    free(p);
+}
+
+static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+static char *trim(char *s)
+{
+    while (is_blank(*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && is_blank(e[-1])) *--e = '\0';
+    return s;
+}
+
+/* Edit distance, for "did you mean". Keys are short. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return (size_t)-1;
+    size_t row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+static const char *closest_key(const char *key)
+{
+    const char *best = "description";
+    size_t bd = edit_distance(key, best);
+    for (size_t i = 0; i < NFIELDS; i++) {
+        size_t d = edit_distance(key, fields[i].key);
+        if (d < bd) { bd = d; best = fields[i].key; }
+    }
+    return best;
+}
+
+/* Parses one value into the field according to its type and rule. Returns NULL on success,
+ * else the reason. */
+static const char *set_field(machine_t *m, size_t i, const char *v)
+{
+    const machine_field *f = &fields[i];
+    char *dst = (char *)m + f->offset;
+    switch (f->type) {
+    case MF_STR: {
+        size_t n = strlen(v);
+        if (n == 0) return "an empty value";
+        if (n >= MACHINE_NAME_MAX) return "longer than 63 characters";
+        if (strchr(v, '#')) return "a '#' in the value";
+        if (rules[i] == R_TOKEN)
+            for (size_t k = 0; k < n; k++)
+                if (is_blank(v[k])) return "blanks in the value";
+        memcpy(dst, v, n + 1);
+        return NULL;
+    }
+    case MF_U64: {
+        uint64_t x;
+        if (*v == '-') return "a negative number";
+        if (!ms_parse_u64(v, &x) && !ms_parse_bytes(v, &x)) return "not a byte count (e.g. 80GiB or 85899345920)";
+        if (rules[i] == R_POS && x == 0) return "zero (it must be > 0)";
+        memcpy(dst, &x, sizeof x);
+        return NULL;
+    }
+    case MF_I64: {
+        int64_t x;
+        if (!ms_parse_i64(v, &x)) return "not an integer";
+        if (x < 0) return "a negative number";
+        if (rules[i] == R_COUNT && x < 1) return "less than 1";
+        memcpy(dst, &x, sizeof x);
+        return NULL;
+    }
+    case MF_DBL: {
+        double x;
+        if (!ms_parse_double(v, &x)) return "not a finite number";
+        if (x < 0) return "a negative number";
+        if (rules[i] == R_POS && x <= 0) return "zero (it must be > 0)";
+        if (rules[i] == R_EFF && (x <= 0 || x > 1)) return "an efficiency outside (0,1]";
+        memcpy(dst, &x, sizeof x);
+        return NULL;
+    }
+    }
+    return "of an unknown type";
+}
+
+/* Whole-profile consistency, reported at the line of the field that breaks it. */
+static ms_status check_profile(const machine_t *m, const char *path, const uint64_t *lines,
+                               ms_error *err)
+{
+    if (m->gpu_reserved_bytes >= m->gpu_hbm_bytes)
+        return ms_fail_at(err, MS_ERR_PARSE, path, lines[field_index("gpu.reserved_bytes")],
+                          "gpu.reserved_bytes must be less than gpu.hbm_bytes");
+    if (m->node_gpus_per_switch > m->node_gpus)
+        return ms_fail_at(err, MS_ERR_PARSE, path,
+                          lines[field_index("node.gpus_per_switch")],
+                          "node.gpus_per_switch must not exceed node.gpus");
+    return MS_OK;
+}
+
+typedef struct mload {
+    const char *path;
+    ms_lines *lr;
+    machine_profile *p;
+    uint64_t lines[NFIELDS];   /* where each field was set; 0 = not yet */
+    uint64_t desc_line;
+} mload;
+
+#define ML_FAIL(L, ...) \
+    ms_fail_at(err, MS_ERR_PARSE, (L)->path, ms_lines_lineno((L)->lr), __VA_ARGS__)
+
+static ms_status ml_header(mload *L, char *line, ms_error *err)
+{
+    char *tok[3];
+    int n = ms_split(line, tok, 2);
+    if (n < 1 || strcmp(tok[0], "memsim-machine") != 0)
+        return ML_FAIL(L, "not a machine profile: expected the header 'memsim-machine %d'",
+                       MACHINE_FORMAT_VERSION);
+    char *dot = n == 2 ? strchr(tok[1], '.') : NULL;
+    uint64_t major, minor;
+    if (dot) *dot = '\0';
+    if (n != 2 || !ms_parse_u64(tok[1], &major) || major == 0 ||
+        (dot && !ms_parse_u64(dot + 1, &minor)))
+        return ML_FAIL(L, "header: expected 'memsim-machine VERSION'");
+    if (major > MACHINE_FORMAT_VERSION)
+        return ML_FAIL(L, "machine profile version %llu is newer than this reader (version %d)",
+                       (unsigned long long)major, MACHINE_FORMAT_VERSION);
+    return MS_OK;
+}
+
+/* One "KEY VALUE [# source]" or "description TEXT" line. */
+static ms_status ml_line(mload *L, char *line, ms_error *err)
+{
+    char *s = trim(line);
+    char *p = s;
+    while (*p && !is_blank(*p)) p++;
+    char *rest = p;
+    if (*p) { *p = '\0'; rest = p + 1; }
+    uint64_t ln = ms_lines_lineno(L->lr);
+    if (strcmp(s, "description") == 0) {
+        if (L->desc_line)
+            return ML_FAIL(L, "duplicate key 'description' (first at line %llu)",
+                           (unsigned long long)L->desc_line);
+        rest = trim(rest);
+        if (!*rest) return ML_FAIL(L, "description: missing text");
+        if (!(L->p->description = strdup(rest))) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        L->desc_line = ln;
+        return MS_OK;
+    }
+    int i = field_index(s);
+    if (i < 0) {
+        char shown[72];
+        snprintf(shown, sizeof shown, "%s", s);
+        return ML_FAIL(L, "unknown key '%s' (did you mean '%s'?)", shown, closest_key(s));
+    }
+    if (L->lines[i])
+        return ML_FAIL(L, "duplicate key '%s' (first at line %llu)", s,
+                       (unsigned long long)L->lines[i]);
+    char *note = strchr(rest, '#');
+    if (note) *note++ = '\0';
+    char *value = trim(rest);
+    if (!*value) return ML_FAIL(L, "%s: missing value", s);
+    const char *why = set_field(&L->p->m, (size_t)i, value);
+    if (why) {
+        char shown[72];
+        snprintf(shown, sizeof shown, "%s", value);
+        return ML_FAIL(L, "%s: bad value '%s': %s (%s)", s, shown, why, fields[i].doc);
+    }
+    if (note && *(note = trim(note)) &&
+        !(L->p->sources[i] = strdup(note)))
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    L->lines[i] = ln;
+    return MS_OK;
+}
+
+static ms_status ml_run(mload *L, ms_error *err)
+{
+    int have_header = 0;
+    for (;;) {
+        char *line;
+        ms_status st = ms_lines_next(L->lr, &line, err);
+        if (st == MS_ERR_LIMIT) break;
+        if (st != MS_OK) return st;
+        const char *q = line;
+        while (is_blank(*q)) q++;
+        if (*q == '\0' || *q == '#') continue;
+        st = have_header ? ml_line(L, line, err) : ml_header(L, line, err);
+        if (st != MS_OK) return st;
+        have_header = 1;
+    }
+    if (!have_header)
+        return ms_fail_at(err, MS_ERR_PARSE, L->path, 0,
+                          "empty file: expected the header 'memsim-machine %d'",
+                          MACHINE_FORMAT_VERSION);
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (fields[i].required && !L->lines[i])
+            return ms_fail_at(err, MS_ERR_PARSE, L->path, 0, "missing required key '%s' (%s)",
+                              fields[i].key, fields[i].doc);
+    return check_profile(&L->p->m, L->path, L->lines, err);
+}
+
+ms_status machine_load(const char *path, machine_profile **out, ms_error *err)
+{
+    *out = NULL;
+    mload L;
+    memset(&L, 0, sizeof L);
+    L.path = path;
+    if (!(L.p = machine_profile_new())) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    ms_status st = ms_lines_open(path, &L.lr, err);
+    if (st == MS_OK) st = ml_run(&L, err);
+    ms_lines_free(L.lr);
+    if (st != MS_OK) { machine_profile_free(L.p); return st; }
+    *out = L.p;
+    return MS_OK;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* writer */
+
+static void fmt_value(const machine_t *m, size_t i, char *buf, size_t n)
+{
+    const char *src = (const char *)m + fields[i].offset;
+    switch (fields[i].type) {
+    case MF_STR: snprintf(buf, n, "%s", src); break;
+    case MF_U64: {
+        uint64_t x;
+        memcpy(&x, src, sizeof x);
+        snprintf(buf, n, "%llu", (unsigned long long)x);
+        break;
+    }
+    case MF_I64: {
+        int64_t x;
+        memcpy(&x, src, sizeof x);
+        snprintf(buf, n, "%lld", (long long)x);
+        break;
+    }
+    case MF_DBL: {
+        double x;
+        memcpy(&x, src, sizeof x);
+        ms_fmt_double(x, buf, n);
+        break;
+    }
+    }
+}
+
+/* Length of a key's group prefix ("gpu" in "gpu.hbm_bytes"; whole key if no dot). */
+static size_t group_len(const char *key)
+{
+    const char *d = strchr(key, '.');
+    return d ? (size_t)(d - key) : strlen(key);
+}
+
+ms_status machine_write(const machine_profile *p, const char *path, ms_error *err)
+{
+    /* Refuse what would not read back: the reader's rules apply to the writer too. */
+    for (size_t i = 0; i < NFIELDS; i++) {
+        char v[MACHINE_NAME_MAX + 40];
+        fmt_value(&p->m, i, v, sizeof v);
+        machine_t scratch;
+        const char *why = set_field(&scratch, i, v);
+        if (why) return ms_fail(err, MS_ERR_INVALID, "machine_write: %s is %s", fields[i].key, why);
+        if (p->sources[i] && strchr(p->sources[i], '\n'))
+            return ms_fail(err, MS_ERR_INVALID, "machine_write: source of %s has a newline",
+                           fields[i].key);
+    }
+    if (p->description && strchr(p->description, '\n'))
+        return ms_fail(err, MS_ERR_INVALID, "machine_write: description has a newline");
+    static const uint64_t no_lines[NFIELDS];
+    ms_status cst = check_profile(&p->m, path, no_lines, err);
+    if (cst != MS_OK) return cst;
+    ms_out *o;
+    ms_status st = ms_out_open(path, &o, err);
+    if (st != MS_OK) return st;
+    ms_out_printf(o, "memsim-machine %d\n", MACHINE_FORMAT_VERSION);
+    if (p->description) {
+        char *d = strdup(p->description);
+        if (!d) { ms_out_abort(o); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
+        if (*trim(d)) ms_out_printf(o, "description %s\n", trim(d));
+        free(d);
+    }
+    for (size_t i = 0; i < NFIELDS; i++) {
+        /* a blank line between groups keeps the file readable; readers ignore it */
+        if (i == 0 || group_len(fields[i].key) != group_len(fields[i - 1].key) ||
+            strncmp(fields[i].key, fields[i - 1].key, group_len(fields[i].key)) != 0)
+            ms_out_printf(o, "\n");
+        char v[MACHINE_NAME_MAX + 40], head[160];
+        fmt_value(&p->m, i, v, sizeof v);
+        snprintf(head, sizeof head, "%-27s %s", fields[i].key, v);
+        char *src = p->sources[i] ? strdup(p->sources[i]) : NULL;
+        const char *note = src ? trim(src) : "";
+        if (*note) ms_out_printf(o, "%-48s  # %s\n", head, note);
+        else ms_out_printf(o, "%s\n", head);
+        free(src);
+    }
+    return ms_out_commit(o, err);
+}
+
+/* The key table of FORMAT.md, generated from the field table. */
+void machine_write_key_table(FILE *f)
+{
+    static const char *const tnames[] = {"string", "bytes", "integer", "number"};
+    static const char *const rnames[] = {">= 0", "> 0", "(0, 1]", ">= 1", "no blanks", "text"};
+    fprintf(f, "| key | type | allowed | meaning and unit |\n|---|---|---|---|\n");
+    for (size_t i = 0; i < NFIELDS; i++)
+        fprintf(f, "| `%s` | %s | %s | %s |\n", fields[i].key, tnames[fields[i].type],
+                rnames[rules[i]], fields[i].doc);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* data directory and names */
+
+static int is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+const char *machine_data_dir(void)
+{
+    const char *env = getenv("MEMSIM_DATADIR");
+    if (env && *env) return env;
+    if (is_dir(MEMSIM_SRC_DATADIR)) return MEMSIM_SRC_DATADIR;
+    return MEMSIM_PKGDATADIR;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+ms_status machine_list(char ***names, size_t *n, ms_error *err)
+{
+    *names = NULL;
+    *n = 0;
+    const char *dir = machine_data_dir();
+    size_t dl = strlen(dir) + 16;
+    char *path = malloc(dl);
+    if (!path) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    snprintf(path, dl, "%s/machines", dir);
+    DIR *d = opendir(path);
+    if (!d) {
+        ms_status st = ms_fail_at(err, MS_ERR_IO, path, 0, "cannot list machine profiles");
+        free(path);
+        return st;
+    }
+    free(path);
+    char **v = NULL;
+    size_t cnt = 0, cap = 0;
+    ms_status st = MS_OK;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len <= 8 || e->d_name[0] == '.' || strcmp(e->d_name + len - 8, ".machine") != 0)
+            continue;
+        char *nm = strndup(e->d_name, len - 8);
+        if (!nm || ms_grow((void **)&v, &cap, cnt + 1, sizeof *v) != MS_OK) {
+            free(nm);
+            st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+            break;
+        }
+        v[cnt++] = nm;
+    }
+    closedir(d);
+    if (st != MS_OK) {
+        for (size_t i = 0; i < cnt; i++) free(v[i]);
+        free(v);
+        return st;
+    }
+    if (cnt) qsort(v, cnt, sizeof *v, cmp_str);
+    *names = v;
+    *n = cnt;
+    return MS_OK;
+}
+
+ms_status machine_load_named(const char *name_or_path, machine_profile **out, ms_error *err)
+{
+    *out = NULL;
+    size_t len = strlen(name_or_path);
+    if (strchr(name_or_path, '/') || (len > 8 && strcmp(name_or_path + len - 8, ".machine") == 0))
+        return machine_load(name_or_path, out, err);
+    if (len == 0) return ms_fail(err, MS_ERR_NOTFOUND, "empty machine name");
+    const char *dir = machine_data_dir();
+    size_t pl = strlen(dir) + len + 32;
+    char *path = malloc(pl);
+    if (!path) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    snprintf(path, pl, "%s/machines/%s.machine", dir, name_or_path);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        char known[512] = "";
+        char **names;
+        size_t n;
+        if (machine_list(&names, &n, NULL) == MS_OK) {
+            for (size_t i = 0; i < n; i++) {
+                size_t kl = strlen(known);
+                snprintf(known + kl, sizeof known - kl, "%s%s", i ? " " : "", names[i]);
+                free(names[i]);
+            }
+            free(names);
+        }
+        ms_status st = ms_fail(err, MS_ERR_NOTFOUND, "unknown machine '%s' (known in %s/machines: %s)",
+                               name_or_path, dir, known[0] ? known : "none");
+        free(path);
+        return st;
+    }
+    ms_status st = machine_load(path, out, err);
+    free(path);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* derived figures */
+
+uint64_t machine_usable_bytes(const machine_t *m)
+{
+    return m->gpu_hbm_bytes > m->gpu_reserved_bytes ? m->gpu_hbm_bytes - m->gpu_reserved_bytes : 0;
+}
+
+double machine_malloc_us(const machine_t *m, uint64_t bytes)
+{
+    return m->cuda_malloc_base_us + m->cuda_malloc_per_gib_us * ((double)bytes / MS_GiB);
+}
+
+double machine_free_us(const machine_t *m, uint64_t bytes)
+{
+    return m->cuda_free_base_us + m->cuda_free_per_gib_us * ((double)bytes / MS_GiB);
+}

@@ -1,0 +1,108 @@
+/* machine.h — machine profiles: the GPU, host link, host, driver/allocator latencies and
+ * node of one machine, each number with the source it came from (format in FORMAT.md).
+ * Shipped profiles live in traces/machines/NAME.machine. Used by the generator's op-time
+ * model, the planners' cost models, the simulator's resources and the runtime's probe. */
+#ifndef MEMSIM_MACHINE_H
+#define MEMSIM_MACHINE_H
+
+#include "traces/util.h"
+
+#define MACHINE_NAME_MAX 64
+
+/* Plain data: every field is one "key value # source" line of the profile file, in the
+ * order of machine_fields(). Units are in the names. */
+typedef struct machine {
+    char name[MACHINE_NAME_MAX];
+    char gpu_name[MACHINE_NAME_MAX];
+    /* GPU */
+    uint64_t gpu_hbm_bytes;          /* physical device memory */
+    uint64_t gpu_reserved_bytes;     /* taken by the CUDA context, NCCL, cuBLAS workspaces */
+    double gpu_peak_bf16_flops;      /* dense bf16 tensor-core peak, FLOP/s (MFU denominator) */
+    double gpu_peak_fp32_flops;      /* FP32 non-tensor peak, FLOP/s */
+    double gpu_hbm_Bps;              /* device memory bandwidth, bytes/s */
+    double gpu_gemm_eff;             /* achieved fraction of peak for large GEMMs */
+    double gpu_attn_eff;             /* achieved fraction of peak for flash attention */
+    double gpu_mem_eff;              /* achieved fraction of HBM bandwidth, memory-bound ops */
+    double gpu_kernel_launch_us;     /* fixed cost per op */
+    /* host link (per GPU, pinned memory unless named otherwise) */
+    double link_h2d_Bps;
+    double link_d2h_Bps;
+    double link_duplex_Bps;          /* both directions together */
+    double link_small_copy_us;       /* fixed latency per copy */
+    double link_pageable_h2d_Bps;
+    double link_pageable_d2h_Bps;
+    double dha_read_Bps;             /* kernel reading mapped pinned host memory */
+    double dha_write_Bps;
+    double dha_gemm_eff;             /* DHA efficiency factor per op kind (MemFerry) */
+    double dha_other_eff;
+    /* host */
+    uint64_t host_mem_bytes;         /* per node, shared by its GPUs */
+    int64_t host_cpu_cores;          /* per node */
+    double host_adam_params_per_s;   /* CPU Adam throughput per GPU's share of cores */
+    /* driver and allocator latencies */
+    double cuda_malloc_base_us;      /* cudaMalloc time = base + per_gib * GiB */
+    double cuda_malloc_per_gib_us;
+    double cuda_free_base_us;        /* cudaFree also synchronizes the device */
+    double cuda_free_per_gib_us;
+    double host_alloc_per_gib_us;    /* cudaHostAlloc (pinned) */
+    uint64_t vmm_granularity_bytes;  /* cuMem* allocation granularity */
+    double vmm_create_us;            /* cuMemCreate per granule */
+    double vmm_map_us;               /* cuMemMap per granule */
+    double vmm_set_access_us;        /* cuMemSetAccess per granule */
+    double vmm_unmap_us;             /* cuMemUnmap per granule */
+    double vmm_release_us;           /* cuMemRelease per granule */
+    double vmm_reserve_us;           /* cuMemAddressReserve per call */
+    double device_sync_us;           /* cost of a device-wide synchronize when idle */
+    /* node */
+    int64_t node_gpus;               /* GPUs per node */
+    int64_t node_gpus_per_switch;    /* GPUs sharing one PCIe switch / host link */
+    double nvlink_Bps;               /* per GPU, one direction */
+    double nvlink_lat_us;
+    double net_Bps;                  /* inter-node, per GPU */
+    double net_lat_us;
+} machine_t;
+
+typedef enum machine_ftype { MF_STR, MF_U64, MF_I64, MF_DBL } machine_ftype;
+
+/* The field table: drives reading, writing, checking and the FORMAT.md list. */
+typedef struct machine_field {
+    const char *key;        /* e.g. "link.h2d_Bps" */
+    machine_ftype type;
+    size_t offset;          /* in machine_t */
+    int required;           /* missing => error */
+    const char *doc;        /* one line: meaning and unit */
+} machine_field;
+const machine_field *machine_fields(size_t *n);
+
+/* A loaded profile keeps, per field, the source note from its "# ..." comment. */
+typedef struct machine_profile {
+    machine_t m;
+    char *sources[128];     /* indexed like machine_fields(); NULL where no note */
+    char *description;      /* the "description" line */
+} machine_profile;
+
+/* Reads a profile file. Unknown keys, duplicates, missing required keys, negative or
+ * non-finite numbers: MS_ERR_PARSE with "file:line: message". */
+ms_status machine_load(const char *path, machine_profile **out, ms_error *err);
+/* Finds NAME.machine in the data directory (see machine_data_dir) or takes a path. */
+ms_status machine_load_named(const char *name_or_path, machine_profile **out, ms_error *err);
+ms_status machine_write(const machine_profile *p, const char *path, ms_error *err);
+void machine_profile_free(machine_profile *p);
+/* Fills a profile with zeros (for the probe and tests). */
+machine_profile *machine_profile_new(void);
+
+/* The data directory: $MEMSIM_DATADIR if set, else the build's source tree if it exists,
+ * else the installed pkgdatadir. Shipped profiles are in DIR/machines/. */
+const char *machine_data_dir(void);
+/* Lists shipped profile names (sorted); caller frees each and the array. */
+ms_status machine_list(char ***names, size_t *n, ms_error *err);
+
+/* Prints the key table of FORMAT.md (markdown) from the field table. */
+void machine_write_key_table(FILE *f);
+
+/* Derived figures used everywhere. */
+uint64_t machine_usable_bytes(const machine_t *m);   /* hbm - reserved */
+double machine_malloc_us(const machine_t *m, uint64_t bytes);
+double machine_free_us(const machine_t *m, uint64_t bytes);
+
+#endif

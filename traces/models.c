@@ -1,0 +1,271 @@
+/* models.c — the model registry: shapes from MEMO Table 2, ProTrain Table 1 (completed from
+ * the public configs of those models), the public GPT-2 family, and the models GMLake and
+ * MemFerry evaluate; parameter counts; `memsim list`. Used by the generator, the planners'
+ * cost models and the memsim command. */
+#define _POSIX_C_SOURCE 200809L
+#include "traces/models.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Field order of the table rows below. */
+#define DEC(nm, L, H, F, A, KV, V, SEQ, POSR, MAXS, NORM, MLP, POS, TIED, BIAS, D, S) \
+    { .name = nm, .layers = L, .hidden = H, .ffn_hidden = F, .heads = A, .kv_heads = KV,  \
+      .vocab = V, .default_seq = SEQ, .pos_rows = POSR, .max_seq = MAXS, .type_vocab = 0, \
+      .norm = NORM, .mlp = MLP, .pos = POS, .tied_embeddings = TIED, .has_bias = BIAS,   \
+      .is_encoder = 0, .parallel_residual = 0, .desc = D, .source = S }
+
+#define LN MODEL_NORM_LAYER
+#define RMS MODEL_NORM_RMS
+#define GELU MODEL_MLP_GELU
+#define SWIGLU MODEL_MLP_SWIGLU
+#define RELU MODEL_MLP_RELU
+#define LEARNED MODEL_POS_LEARNED
+#define ROPE MODEL_POS_ROTARY
+
+static const char SRC_MEMO[] =
+    "MEMO (SIGMOD'25) Table 2; not given there and assumed: Megatron GPT defaults "
+    "(LayerNorm, GeLU, biases, tied embeddings) with rotary positions (no learned table "
+    "at 1M tokens)";
+static const char SRC_PT_GPT2[] =
+    "ProTrain Table 1 (hidden, blocks, heads); not given there: ffn = 4h, GPT-2 vocab "
+    "50257, 1024 learned positions, tied (HF GPT-2 architecture)";
+static const char SRC_PT_GPT2_1B[] =
+    "ProTrain Table 4 (GPT2-1B, 32 blocks); hidden 1536 and 16 heads are not in the paper: "
+    "assumed from the gpt2_1b configuration common to chunk-based offloading benchmarks";
+static const char SRC_HF_GPT2[] = "public HF config (openai-community/gpt2*)";
+
+static const model_t REGISTRY[] = {
+    /* MEMO Table 2: 7B..65B GPT models for long-context training. */
+    DEC("gpt-7b", 32, 4096, 16384, 32, 32, 50257, 4096, 0, 0, LN, GELU, ROPE, 1, 1,
+        "MEMO GPT 7B (32 x 4096)", SRC_MEMO),
+    DEC("gpt-13b", 40, 5120, 20480, 40, 40, 50257, 4096, 0, 0, LN, GELU, ROPE, 1, 1,
+        "MEMO GPT 13B (40 x 5120)", SRC_MEMO),
+    DEC("gpt-30b", 48, 7168, 28672, 56, 56, 50257, 4096, 0, 0, LN, GELU, ROPE, 1, 1,
+        "MEMO GPT 30B (48 x 7168)", SRC_MEMO),
+    DEC("gpt-65b", 80, 8192, 32768, 64, 64, 50257, 4096, 0, 0, LN, GELU, ROPE, 1, 1,
+        "MEMO GPT 65B (80 x 8192)", SRC_MEMO),
+    /* ProTrain Table 1 / Table 4 GPT-2 scalings (HF GPT2LMHeadModel with other sizes). */
+    DEC("gpt2-1b", 32, 1536, 6144, 16, 16, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "ProTrain GPT-2 1B (32 x 1536)", SRC_PT_GPT2_1B),
+    DEC("gpt2-10b", 48, 4096, 16384, 32, 32, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "ProTrain GPT-2 10B (48 x 4096)", SRC_PT_GPT2),
+    DEC("gpt2-15b", 18, 8192, 32768, 64, 64, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "ProTrain GPT-2 15B (18 x 8192)", SRC_PT_GPT2),
+    DEC("gpt2-20b", 24, 8192, 32768, 64, 64, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "ProTrain GPT-2 20B (24 x 8192)", SRC_PT_GPT2),
+    DEC("gpt2-30b", 36, 8192, 32768, 64, 64, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "ProTrain GPT-2 30B (36 x 8192)", SRC_PT_GPT2),
+    DEC("gpt2-40b", 50, 8192, 32768, 64, 64, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "ProTrain GPT-2 40B (50 x 8192)", SRC_PT_GPT2),
+    /* ProTrain Table 1 real models: the table gives size, hidden, blocks, heads; the rest is
+     * the public config of the model. */
+    DEC("mistral-7b", 32, 4096, 14336, 32, 8, 32000, 1024, 0, 0, RMS, SWIGLU, ROPE, 0, 0,
+        "Mistral 7B (GQA 8 kv heads, SwiGLU)",
+        "ProTrain Table 1; ffn, kv heads, vocab from the public mistralai/Mistral-7B-v0.1 "
+        "config"),
+    DEC("llama-13b", 40, 5120, 13824, 40, 40, 32000, 1024, 0, 0, RMS, SWIGLU, ROPE, 0, 0,
+        "LLaMA 13B", "ProTrain Table 1; ffn, vocab from the public LLaMA-13B config"),
+    DEC("llama-34b", 48, 8192, 22016, 64, 8, 32000, 1024, 0, 0, RMS, SWIGLU, ROPE, 0, 0,
+        "LLaMA 34B (GQA 8 kv heads)",
+        "ProTrain Table 1; no LLaMA-2 34B was released: ffn, kv heads, vocab from the public "
+        "CodeLlama-34b config (same 48 x 8192 x 64 shape)"),
+    DEC("opt-13b", 40, 5120, 20480, 40, 40, 50272, 1024, 2050, 2048, LN, RELU, LEARNED, 1, 1,
+        "OPT 13B", "ProTrain Table 1, GMLake Table 2; rest from the public facebook/opt-13b "
+        "config (2048 positions + offset 2)"),
+    DEC("opt-30b", 48, 7168, 28672, 56, 56, 50272, 1024, 2050, 2048, LN, RELU, LEARNED, 1, 1,
+        "OPT 30B", "ProTrain Table 1; rest from the public facebook/opt-30b config"),
+    /* The public GPT-2 family. */
+    DEC("gpt2", 12, 768, 3072, 12, 12, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "GPT-2 small (124M)", SRC_HF_GPT2),
+    DEC("gpt2-medium", 24, 1024, 4096, 16, 16, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "GPT-2 medium (355M); MemFerry", SRC_HF_GPT2),
+    DEC("gpt2-large", 36, 1280, 5120, 20, 20, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "GPT-2 large (774M)", SRC_HF_GPT2),
+    DEC("gpt2-xl", 48, 1600, 6400, 25, 25, 50257, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "GPT-2 XL (1.5B)", SRC_HF_GPT2),
+    /* GMLake Table 2. */
+    DEC("opt-1.3b", 24, 2048, 8192, 32, 32, 50272, 2048, 2050, 2048, LN, RELU, LEARNED, 1, 1,
+        "OPT 1.3B; GMLake", "GMLake Table 2; public facebook/opt-1.3b config"),
+    DEC("vicuna-13b", 40, 5120, 13824, 40, 40, 32000, 2048, 0, 0, RMS, SWIGLU, ROPE, 0, 0,
+        "Vicuna 13B (LLaMA-13B shapes); GMLake",
+        "GMLake Table 2; Vicuna is a LLaMA-13B fine-tune: public LLaMA-13B config"),
+    { .name = "gpt-neox-20b", .layers = 44, .hidden = 6144, .ffn_hidden = 24576, .heads = 64,
+      .kv_heads = 64, .vocab = 50432, .default_seq = 2048, .pos_rows = 0, .max_seq = 0,
+      .norm = LN, .mlp = GELU, .pos = ROPE, .tied_embeddings = 0, .has_bias = 1,
+      .parallel_residual = 1, .desc = "GPT-NeoX 20B (parallel residual); GMLake",
+      .source = "GMLake Table 2; public EleutherAI/gpt-neox-20b config" },
+    DEC("glm-10b", 48, 4096, 16384, 64, 64, 50304, 1024, 1024, 1024, LN, GELU, LEARNED, 1, 1,
+        "GLM 10B; GMLake",
+        "GMLake Table 2; public THUDM/glm-10b config. GLM's second (block) position table "
+        "and its blank-infilling attention mask are not modelled: generated as a causal decoder"),
+    /* MemFerry encoders (HF BertModel / RobertaModel counts: embeddings, layers, pooler). */
+    { .name = "bert-base", .layers = 12, .hidden = 768, .ffn_hidden = 3072, .heads = 12,
+      .kv_heads = 12, .vocab = 30522, .default_seq = 512, .pos_rows = 512, .max_seq = 512,
+      .type_vocab = 2, .norm = LN, .mlp = GELU, .pos = LEARNED, .tied_embeddings = 1,
+      .has_bias = 1, .is_encoder = 1, .desc = "BERT base (110M, encoder); MemFerry",
+      .source = "MemFerry Sec. 5; public bert-base-uncased config" },
+    { .name = "bert-large", .layers = 24, .hidden = 1024, .ffn_hidden = 4096, .heads = 16,
+      .kv_heads = 16, .vocab = 30522, .default_seq = 512, .pos_rows = 512, .max_seq = 512,
+      .type_vocab = 2, .norm = LN, .mlp = GELU, .pos = LEARNED, .tied_embeddings = 1,
+      .has_bias = 1, .is_encoder = 1, .desc = "BERT large (335M, encoder); MemFerry",
+      .source = "MemFerry Sec. 5; public bert-large-uncased config" },
+    { .name = "roberta-base", .layers = 12, .hidden = 768, .ffn_hidden = 3072, .heads = 12,
+      .kv_heads = 12, .vocab = 50265, .default_seq = 512, .pos_rows = 514, .max_seq = 512,
+      .type_vocab = 1, .norm = LN, .mlp = GELU, .pos = LEARNED, .tied_embeddings = 1,
+      .has_bias = 1, .is_encoder = 1, .desc = "RoBERTa base (125M, encoder); MemFerry",
+      .source = "MemFerry Sec. 5; public roberta-base config (514 positions: offset 2)" },
+};
+
+#define NREG (sizeof REGISTRY / sizeof REGISTRY[0])
+
+size_t model_count(void) { return NREG; }
+
+const model_t *model_at(size_t i) { return i < NREG ? &REGISTRY[i] : NULL; }
+
+const model_t *model_find(const char *name)
+{
+    if (!name) return NULL;
+    for (size_t i = 0; i < NREG; i++)
+        if (strcmp(REGISTRY[i].name, name) == 0) return &REGISTRY[i];
+    return NULL;
+}
+
+ms_status model_from_dims(uint64_t layers, uint64_t hidden, uint64_t heads, uint64_t ffn,
+                          uint64_t vocab, model_t *out, ms_error *err)
+{
+    if (!layers || !hidden || !heads || !ffn || !vocab)
+        return ms_fail(err, MS_ERR_INVALID,
+                       "model dims: layers, hidden, heads, ffn and vocab must all be positive");
+    if (hidden % heads)
+        return ms_fail(err, MS_ERR_INVALID,
+                       "model dims: heads (%" PRIu64 ") must divide hidden (%" PRIu64 ")",
+                       heads, hidden);
+    /* Keep byte products far from overflow and an op's id lists (zero_grad names every
+     * layer's gradient buffer) within the trace format's 4096: no real model comes near. */
+    if (layers > 4000 || hidden > (1u << 20) || ffn > (1u << 22) || vocab > (1u << 24))
+        return ms_fail(err, MS_ERR_INVALID, "model dims: implausibly large dimensions");
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "dims:%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
+             ",%" PRIu64, layers, hidden, heads, ffn, vocab);
+    out->layers = layers;
+    out->hidden = hidden;
+    out->ffn_hidden = ffn;
+    out->heads = heads;
+    out->kv_heads = heads;
+    out->vocab = vocab;
+    out->default_seq = 4096;
+    out->norm = MODEL_NORM_LAYER;
+    out->mlp = MODEL_MLP_GELU;
+    out->pos = MODEL_POS_ROTARY;
+    out->tied_embeddings = 1;
+    out->has_bias = 1;
+    out->desc = "decoder with explicit dimensions";
+    out->source = "explicit dimensions (Megatron GPT layout, rotary positions)";
+    return MS_OK;
+}
+
+/* "dims:L,H,A,F,V" -> model. */
+static ms_status parse_dims(const char *spec, model_t *out, ms_error *err)
+{
+    char buf[128];
+    uint64_t v[5];
+    if (strlen(spec) >= sizeof buf)
+        return ms_fail(err, MS_ERR_INVALID, "model '%.40s...': spec too long", spec);
+    strcpy(buf, spec);
+    char *save = NULL, *tok = strtok_r(buf, ",", &save);
+    int n = 0;
+    for (; tok && n < 5; tok = strtok_r(NULL, ",", &save), n++)
+        if (!ms_parse_u64(tok, &v[n]))
+            return ms_fail(err, MS_ERR_INVALID, "model 'dims:%s': '%s' is not a number", spec,
+                           tok);
+    if (n != 5 || tok)
+        return ms_fail(err, MS_ERR_INVALID,
+                       "model 'dims:%s': expected dims:LAYERS,HIDDEN,HEADS,FFN,VOCAB", spec);
+    return model_from_dims(v[0], v[1], v[2], v[3], v[4], out, err);
+}
+
+ms_status model_lookup(const char *name, model_t *out, ms_error *err)
+{
+    if (!name || !*name) return ms_fail(err, MS_ERR_INVALID, "empty model name");
+    if (strncmp(name, "dims:", 5) == 0) return parse_dims(name + 5, out, err);
+    const model_t *m = model_find(name);
+    if (!m)
+        return ms_fail(err, MS_ERR_NOTFOUND,
+                       "unknown model '%s' (`memsim list` shows the registered models, or "
+                       "give dims:LAYERS,HIDDEN,HEADS,FFN,VOCAB)", name);
+    *out = *m;
+    return MS_OK;
+}
+
+uint64_t model_head_dim(const model_t *m) { return m->hidden / m->heads; }
+
+uint64_t model_kv_width(const model_t *m) { return m->kv_heads * model_head_dim(m); }
+
+uint64_t model_fc1_width(const model_t *m)
+{
+    return m->mlp == MODEL_MLP_SWIGLU ? 2 * m->ffn_hidden : m->ffn_hidden;
+}
+
+static uint64_t norm_params(const model_t *m)
+{
+    return m->norm == MODEL_NORM_LAYER ? 2 * m->hidden : m->hidden;
+}
+
+/* qkv + projection + MLP + two norms (+ biases). */
+uint64_t model_layer_params(const model_t *m)
+{
+    uint64_t h = m->hidden, f = m->ffn_hidden, f1 = model_fc1_width(m);
+    uint64_t qkv_out = h + 2 * model_kv_width(m);
+    uint64_t p = h * qkv_out + h * h + h * f1 + f * h + 2 * norm_params(m);
+    if (m->has_bias) p += qkv_out + h + f1 + h;
+    return p;
+}
+
+uint64_t model_embed_params(const model_t *m)
+{
+    uint64_t p = m->vocab * m->hidden + m->pos_rows * m->hidden + m->type_vocab * m->hidden;
+    if (m->is_encoder) p += norm_params(m); /* BERT's embedding LayerNorm */
+    return p;
+}
+
+uint64_t model_head_params(const model_t *m)
+{
+    uint64_t p = 0;
+    if (m->is_encoder) p += m->hidden * m->hidden + m->hidden; /* pooler */
+    else p += norm_params(m);                                  /* final norm */
+    if (!m->tied_embeddings) p += m->vocab * m->hidden;
+    return p;
+}
+
+uint64_t model_params(const model_t *m)
+{
+    return m->layers * model_layer_params(m) + model_embed_params(m) + model_head_params(m);
+}
+
+const char *model_norm_name(model_norm n) { return n == MODEL_NORM_RMS ? "rmsnorm" : "layernorm"; }
+
+const char *model_mlp_name(model_mlp k)
+{
+    switch (k) {
+    case MODEL_MLP_SWIGLU: return "swiglu";
+    case MODEL_MLP_RELU: return "relu";
+    default: return "gelu";
+    }
+}
+
+const char *model_pos_name(model_pos p) { return p == MODEL_POS_ROTARY ? "rotary" : "learned"; }
+
+void model_list(FILE *fp)
+{
+    fprintf(fp, "%-14s %6s %6s %6s %5s %4s %6s %9s  %s\n", "model", "layers", "hidden", "ffn",
+            "heads", "kv", "vocab", "params", "description [source]");
+    for (size_t i = 0; i < NREG; i++) {
+        const model_t *m = &REGISTRY[i];
+        fprintf(fp, "%-14s %6" PRIu64 " %6" PRIu64 " %6" PRIu64 " %5" PRIu64 " %4" PRIu64
+                " %6" PRIu64 " %8.2fB  %s [%s]\n", m->name, m->layers, m->hidden,
+                m->ffn_hidden, m->heads, m->kv_heads, m->vocab, model_params(m) / 1e9, m->desc,
+                m->source);
+    }
+}

@@ -1,0 +1,71 @@
+/* roofline.c — the op-time model (roofline kernels, alpha-beta collectives). Used by the
+ * trace generator (traces/gen.c) and the planners' cost models. docs/GENERATOR.md gives every
+ * formula. */
+#include "traces/roofline.h"
+
+void roof_params_default(roof_params *p)
+{
+    /* A 1024^3 GEMM (2.1 GFLOP) reaches about half the throughput of large GEMMs on
+     * H100/H200-class GPUs (cuBLAS bf16: a few hundred TFLOP/s vs 800-900 at 4096+); the
+     * ramp is a smooth fit of that shape, a knob to refit from probe measurements. */
+    p->gemm_half_flops = 2.0 * 1024.0 * 1024.0 * 1024.0;
+    /* Flash attention on short sequences (few tiles per SM) is likewise far from its peak. */
+    p->attn_half_flops = 2.0 * 1024.0 * 1024.0 * 1024.0;
+    p->vector_eff = 0.5;
+}
+
+static double ramp(double flops, double half)
+{
+    if (half <= 0.0) return 1.0;
+    if (flops <= 0.0) return 0.0;
+    return flops / (flops + half);
+}
+
+double roof_gemm_eff(const machine_t *m, const roof_params *p, double flops)
+{
+    return m->gpu_gemm_eff * ramp(flops, p->gemm_half_flops);
+}
+
+/* Seconds -> microseconds; a zero rate means "term unknown", not "infinitely slow". */
+static double term_us(double amount, double rate)
+{
+    if (amount <= 0.0 || rate <= 0.0) return 0.0;
+    return amount / rate * 1e6;
+}
+
+double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kind, double flops,
+                      uint64_t bytes)
+{
+    double rate;
+    switch (kind) {
+    case TK_GEMM:
+        rate = m->gpu_peak_bf16_flops * roof_gemm_eff(m, p, flops);
+        break;
+    case TK_ATTN:
+        rate = m->gpu_peak_bf16_flops * m->gpu_attn_eff * ramp(flops, p->attn_half_flops);
+        break;
+    case TK_COMM:
+        rate = 0.0; /* not a kernel: roof_coll_us; here only the memory term */
+        break;
+    default:
+        rate = m->gpu_peak_fp32_flops * p->vector_eff;
+        break;
+    }
+    double t_compute = term_us(flops, rate);
+    double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
+    return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
+}
+
+double roof_coll_us(const machine_t *m, roof_coll kind, uint64_t bytes, int ranks,
+                    int span_gpus)
+{
+    if (ranks <= 1) return 0.0;
+    int intra = m->node_gpus <= 0 || span_gpus <= m->node_gpus;
+    double bw = intra ? m->nvlink_Bps : m->net_Bps;
+    double lat = intra ? m->nvlink_lat_us : m->net_lat_us;
+    double p = ranks;
+    double step_bytes = kind == ROOF_RING_EXCHANGE ? (double)bytes : (double)bytes / p;
+    double t = (p - 1.0) * (lat + term_us(step_bytes, bw));
+    if (kind == ROOF_ALL_REDUCE) t *= 2.0; /* reduce-scatter then all-gather */
+    return m->gpu_kernel_launch_us + t;
+}

@@ -1,0 +1,51 @@
+/* roofline.h — the op-time model: how long a compute op or a collective takes on a machine
+ * (traces/machine.h), from its FLOPs and device-memory bytes (roofline with per-kind
+ * efficiencies and a size ramp for small GEMMs) or its message size (alpha-beta ring model
+ * over NVLink or the network). Used by the trace generator to fill dur_us and available to
+ * the planners' cost models. Formulas in docs/GENERATOR.md. */
+#ifndef MEMSIM_ROOFLINE_H
+#define MEMSIM_ROOFLINE_H
+
+#include "traces/machine.h"
+#include "traces/trace.h"
+
+/* Knobs that are not properties of the machine profile. */
+typedef struct roof_params {
+    /* GEMM efficiency ramp: eff = gpu_gemm_eff * F / (F + gemm_half_flops) for a GEMM of
+     * F FLOPs, so a GEMM of gemm_half_flops reaches half the large-GEMM efficiency.
+     * 0 disables the ramp. */
+    double gemm_half_flops;
+    /* The same ramp for attention kernels (FLOPs of one attention op). 0 disables it. */
+    double attn_half_flops;
+    /* Fraction of gpu_peak_fp32_flops that non-matrix ops (norms, activations, element-wise,
+     * loss, optimizer) reach on their FLOPs; they are nearly always memory-bound. */
+    double vector_eff;
+} roof_params;
+
+void roof_params_default(roof_params *p);
+
+/* Efficiency (fraction of bf16 peak) of a GEMM of `flops` FLOPs after the ramp. */
+double roof_gemm_eff(const machine_t *m, const roof_params *p, double flops);
+
+/* Duration of one kernel of the given kind:
+ *   launch + max(flops / (peak_kind * eff_kind), bytes / (hbm * mem_eff)).
+ * GEMM and attention use the bf16 peak, other kinds the fp32 peak; a zero peak or bandwidth
+ * drops that term. TK_COMM is not a kernel of this kind: use roof_coll_us. */
+double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kind, double flops,
+                      uint64_t bytes);
+
+typedef enum roof_coll {
+    ROOF_ALL_GATHER = 0,   /* bytes = the gathered (full) buffer */
+    ROOF_REDUCE_SCATTER,   /* bytes = the full input buffer */
+    ROOF_ALL_REDUCE,       /* bytes = the buffer */
+    ROOF_RING_EXCHANGE     /* ranks-1 point-to-point steps of `bytes` each (context parallel) */
+} roof_coll;
+
+/* Alpha-beta ring model for a collective among `ranks` GPUs whose group spans `span_gpus`
+ * consecutive global ranks (tp for a TP group, tp*cp for CP, tp*cp*dp for DP in Megatron's
+ * rank order). The group is intra-node (NVLink) when span_gpus <= node_gpus, else every ring
+ * step pays the network's latency and bandwidth. 0 when ranks <= 1. */
+double roof_coll_us(const machine_t *m, roof_coll kind, uint64_t bytes, int ranks,
+                    int span_gpus);
+
+#endif

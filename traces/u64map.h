@@ -1,0 +1,26 @@
+/* u64map.h — an open-addressing hash map from 64-bit keys to 64-bit values, for the many
+ * places that look things up by tensor id, address or handle (trace checking, allocators,
+ * the simulated backend, lowering). Deterministic: iteration order depends only on the
+ * sequence of operations. */
+#ifndef MEMSIM_U64MAP_H
+#define MEMSIM_U64MAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct u64map u64map;
+
+u64map *u64map_new(size_t expected);
+void u64map_free(u64map *m);
+/* 0 on success, -1 if out of memory. Overwrites an existing value. */
+int u64map_put(u64map *m, uint64_t key, uint64_t value);
+/* 1 and *value if present, else 0. value may be NULL. */
+int u64map_get(const u64map *m, uint64_t key, uint64_t *value);
+/* 1 if it was present (and removes it), else 0. */
+int u64map_del(u64map *m, uint64_t key, uint64_t *value);
+size_t u64map_count(const u64map *m);
+void u64map_clear(u64map *m);
+/* Iteration: for (size_t it = 0; u64map_next(m, &it, &k, &v);) ... */
+int u64map_next(const u64map *m, size_t *it, uint64_t *key, uint64_t *value);
+
+#endif

@@ -1,0 +1,433 @@
+/* util.c — status strings, error messages, checked parsing, the gzip-transparent line reader
+ * and atomic output files declared in util.h. Used by every module. */
+#define _POSIX_C_SOURCE 200809L
+#include "traces/util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+const char *ms_status_str(ms_status st)
+{
+    switch (st) {
+    case MS_OK: return "ok";
+    case MS_ERR_IO: return "input/output error";
+    case MS_ERR_PARSE: return "parse error";
+    case MS_ERR_INVALID: return "invalid argument";
+    case MS_ERR_NOMEM: return "out of host memory (memsim itself)";
+    case MS_ERR_OOM: return "out of device memory";
+    case MS_ERR_OOHM: return "out of host memory";
+    case MS_ERR_NOTFOUND: return "not found";
+    case MS_ERR_UNSUPPORTED: return "unsupported";
+    case MS_ERR_LIMIT: return "limit reached";
+    }
+    return "unknown status";
+}
+
+int ms_exit_code(ms_status st)
+{
+    switch (st) {
+    case MS_OK: return MS_EXIT_OK;
+    case MS_ERR_IO: return MS_EXIT_IO;
+    case MS_ERR_PARSE: case MS_ERR_INVALID: case MS_ERR_NOTFOUND: return MS_EXIT_INPUT;
+    case MS_ERR_OOM: case MS_ERR_OOHM: case MS_ERR_LIMIT: case MS_ERR_UNSUPPORTED:
+        return MS_EXIT_FAIL;
+    case MS_ERR_NOMEM: return MS_EXIT_INTERNAL;
+    }
+    return MS_EXIT_INTERNAL;
+}
+
+void ms_error_clear(ms_error *e)
+{
+    if (e) e->msg[0] = '\0';
+}
+
+ms_status ms_fail(ms_error *e, ms_status st, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+ms_status ms_fail_at(ms_error *e, ms_status st, const char *file, uint64_t line,
+                     const char *fmt, ...)
+{
+    if (e) {
+        int n = line ? snprintf(e->msg, sizeof e->msg, "%s:%llu: ", file,
+                                (unsigned long long)line)
+                     : snprintf(e->msg, sizeof e->msg, "%s: ", file);
+        if (n < 0 || (size_t)n >= sizeof e->msg) n = 0;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg + n, sizeof e->msg - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+int ms_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || !isdigit((unsigned char)s[0])) return 0;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return 0;
+    *out = v;
+    return 1;
+}
+
+int ms_parse_i64(const char *s, int64_t *out)
+{
+    if (!s || !*s) return 0;
+    const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
+    if (!isdigit((unsigned char)*d)) return 0;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return 0;
+    *out = v;
+    return 1;
+}
+
+int ms_parse_double(const char *s, double *out)
+{
+    if (!s || !*s || isspace((unsigned char)*s)) return 0;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return 0;
+    *out = v;
+    return 1;
+}
+
+/* Parses "<number><suffix>" where the suffix maps to a multiplier from the table. */
+static int parse_scaled(const char *s, uint64_t *out, const char *const *sfx,
+                        const double *mult, size_t nsfx)
+{
+    if (!s || !*s || !(isdigit((unsigned char)*s) || *s == '.')) return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || !isfinite(v) || v < 0) return 0;
+    double m = 1;
+    if (*end) {
+        size_t i;
+        for (i = 0; i < nsfx; i++)
+            if (strcmp(end, sfx[i]) == 0) break;
+        if (i == nsfx) return 0;
+        m = mult[i];
+    }
+    double r = v * m;
+    if (r >= 18446744073709551615.0) return 0;
+    if (r != floor(r)) return 0; /* fractional bytes or tokens */
+    *out = (uint64_t)r;
+    return 1;
+}
+
+int ms_parse_bytes(const char *s, uint64_t *out)
+{
+    static const char *const sfx[] = {"B", "K", "M", "G", "T", "KB", "MB", "GB", "TB",
+                                      "KiB", "MiB", "GiB", "TiB", "k"};
+    static const double mult[] = {1, 1024.0, MS_MiB, MS_GiB, MS_GiB * 1024, 1e3, 1e6, 1e9,
+                                  1e12, 1024.0, MS_MiB, MS_GiB, MS_GiB * 1024, 1024.0};
+    return parse_scaled(s, out, sfx, mult, sizeof sfx / sizeof *sfx);
+}
+
+int ms_parse_count(const char *s, uint64_t *out)
+{
+    static const char *const sfx[] = {"K", "k", "M", "m"};
+    static const double mult[] = {1024.0, 1024.0, MS_MiB, MS_MiB};
+    return parse_scaled(s, out, sfx, mult, sizeof sfx / sizeof *sfx);
+}
+
+int ms_split(char *line, char **tok, int max)
+{
+    int n = 0;
+    char *p = line;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+        if (!*p) break;
+        if (n == max) return max + 1;
+        tok[n++] = p;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\r') p++;
+        if (!*p) break;
+        *p++ = '\0';
+    }
+    return n;
+}
+
+struct ms_lines {
+    gzFile gz;
+    char *path;
+    char *buf;
+    size_t cap;
+    uint64_t lineno;
+};
+
+ms_status ms_lines_open(const char *path, ms_lines **out, ms_error *err)
+{
+    *out = NULL;
+    gzFile gz = gzopen(path, "rb");
+    if (!gz) return ms_fail_at(err, MS_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
+    ms_lines *lr = calloc(1, sizeof *lr);
+    if (!lr || !(lr->path = strdup(path)) || !(lr->buf = malloc(4096))) {
+        gzclose(gz);
+        if (lr) free(lr->path);
+        free(lr);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
+    gzbuffer(gz, 1 << 17);
+    lr->gz = gz;
+    lr->cap = 4096;
+    *out = lr;
+    return MS_OK;
+}
+
+ms_status ms_lines_next(ms_lines *lr, char **line, ms_error *err)
+{
+    size_t len = 0;
+    *line = NULL;
+    for (;;) {
+        if (lr->cap - len < 2) {
+            if (lr->cap >= MS_LINE_MAX)
+                return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1,
+                                  "line longer than %u bytes", MS_LINE_MAX);
+            size_t nc = lr->cap * 2;
+            char *nb = realloc(lr->buf, nc);
+            if (!nb) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+            lr->buf = nb;
+            lr->cap = nc;
+        }
+        if (!gzgets(lr->gz, lr->buf + len, (int)(lr->cap - len))) {
+            int zerr;
+            const char *zmsg = gzerror(lr->gz, &zerr);
+            if (zerr != Z_OK && zerr != Z_BUF_ERROR)
+                return ms_fail_at(err, MS_ERR_IO, lr->path, lr->lineno + 1, "read error: %s",
+                                  zmsg);
+            if (len == 0) return MS_ERR_LIMIT; /* end of file */
+            break;
+        }
+        size_t got = strlen(lr->buf + len);
+        if (got == 0) { /* an embedded NUL byte */
+            return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1,
+                              "NUL byte in text");
+        }
+        len += got;
+        if (lr->buf[len - 1] == '\n') {
+            lr->buf[--len] = '\0';
+            break;
+        }
+    }
+    if (len && lr->buf[len - 1] == '\r') lr->buf[--len] = '\0';
+    if (strlen(lr->buf) != len)
+        return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1, "NUL byte in text");
+    lr->lineno++;
+    *line = lr->buf;
+    return MS_OK;
+}
+
+uint64_t ms_lines_lineno(const ms_lines *lr) { return lr->lineno; }
+const char *ms_lines_path(const ms_lines *lr) { return lr->path; }
+
+void ms_lines_free(ms_lines *lr)
+{
+    if (!lr) return;
+    gzclose(lr->gz);
+    free(lr->path);
+    free(lr->buf);
+    free(lr);
+}
+
+ms_status ms_read_all(const char *path, size_t max_bytes, char **buf, size_t *len,
+                      ms_error *err)
+{
+    *buf = NULL;
+    *len = 0;
+    gzFile gz = gzopen(path, "rb");
+    if (!gz) return ms_fail_at(err, MS_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
+    size_t cap = 65536, n = 0;
+    char *b = malloc(cap + 1);
+    if (!b) { gzclose(gz); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
+    for (;;) {
+        if (n == cap) {
+            if (cap >= max_bytes) {
+                free(b); gzclose(gz);
+                return ms_fail_at(err, MS_ERR_LIMIT, path, 0, "file larger than %zu bytes",
+                                  max_bytes);
+            }
+            size_t nc = cap * 2 > max_bytes ? max_bytes : cap * 2;
+            char *nb = realloc(b, nc + 1);
+            if (!nb) { free(b); gzclose(gz); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
+            b = nb;
+            cap = nc;
+        }
+        int r = gzread(gz, b + n, (unsigned)(cap - n));
+        if (r < 0) {
+            int zerr;
+            const char *zmsg = gzerror(gz, &zerr);
+            ms_fail_at(err, MS_ERR_IO, path, 0, "read error: %s", zmsg);
+            free(b); gzclose(gz);
+            return MS_ERR_IO;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    gzclose(gz);
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return MS_OK;
+}
+
+struct ms_out {
+    FILE *fp;
+    gzFile gz;
+    char *path, *tmp;
+    int is_stdout;
+    int failed;
+};
+
+ms_status ms_out_open(const char *path, ms_out **out, ms_error *err)
+{
+    *out = NULL;
+    ms_out *o = calloc(1, sizeof *o);
+    if (!o) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    if (strcmp(path, "-") == 0) {
+        o->fp = stdout;
+        o->is_stdout = 1;
+        *out = o;
+        return MS_OK;
+    }
+    size_t n = strlen(path) + 32;
+    o->path = strdup(path);
+    o->tmp = malloc(n);
+    if (!o->path || !o->tmp) {
+        free(o->path); free(o->tmp); free(o);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
+    snprintf(o->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    size_t pl = strlen(path);
+    if (pl > 3 && strcmp(path + pl - 3, ".gz") == 0) {
+        o->gz = gzopen(o->tmp, "wb6");
+        if (!o->gz) goto fail;
+    } else {
+        o->fp = fopen(o->tmp, "wb");
+        if (!o->fp) goto fail;
+    }
+    *out = o;
+    return MS_OK;
+fail:
+    ms_fail_at(err, MS_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
+    free(o->path); free(o->tmp); free(o);
+    return MS_ERR_IO;
+}
+
+int ms_out_write(ms_out *o, const void *buf, size_t n)
+{
+    if (o->failed) return -1;
+    if (o->gz) {
+        if (n && gzwrite(o->gz, buf, (unsigned)n) != (int)n) o->failed = 1;
+    } else if (fwrite(buf, 1, n, o->fp) != n) {
+        o->failed = 1;
+    }
+    return o->failed ? -1 : 0;
+}
+
+int ms_out_printf(ms_out *o, const char *fmt, ...)
+{
+    char small[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) { o->failed = 1; return -1; }
+    if ((size_t)n < sizeof small) return ms_out_write(o, small, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big) { o->failed = 1; return -1; }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    int r = ms_out_write(o, big, (size_t)n);
+    free(big);
+    return r;
+}
+
+ms_status ms_out_commit(ms_out *o, ms_error *err)
+{
+    if (o->is_stdout) {
+        int bad = o->failed || fflush(stdout) != 0;
+        free(o);
+        return bad ? ms_fail(err, MS_ERR_IO, "error writing to standard output") : MS_OK;
+    }
+    int bad = o->failed;
+    if (o->gz) bad |= gzclose(o->gz) != Z_OK;
+    else bad |= fclose(o->fp) != 0;
+    ms_status st = MS_OK;
+    if (bad) {
+        st = ms_fail_at(err, MS_ERR_IO, o->path, 0, "write failed: %s", strerror(errno));
+        remove(o->tmp);
+    } else if (rename(o->tmp, o->path) != 0) {
+        st = ms_fail_at(err, MS_ERR_IO, o->path, 0, "cannot rename into place: %s",
+                        strerror(errno));
+        remove(o->tmp);
+    }
+    free(o->path); free(o->tmp); free(o);
+    return st;
+}
+
+void ms_out_abort(ms_out *o)
+{
+    if (!o) return;
+    if (!o->is_stdout) {
+        if (o->gz) gzclose(o->gz);
+        else fclose(o->fp);
+        remove(o->tmp);
+        free(o->path);
+        free(o->tmp);
+    }
+    free(o);
+}
+
+ms_status ms_grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return MS_OK;
+    size_t nc = *cap ? *cap : 16;
+    while (nc < need) {
+        if (nc > SIZE_MAX / 2 / elem) return MS_ERR_NOMEM;
+        nc *= 2;
+    }
+    void *p = realloc(*arr, nc * elem);
+    if (!p) return MS_ERR_NOMEM;
+    *arr = p;
+    *cap = nc;
+    return MS_OK;
+}
+
+const char *ms_fmt_bytes(uint64_t bytes, char *buf, size_t n)
+{
+    double b = (double)bytes;
+    if (b >= MS_GiB) snprintf(buf, n, "%.2f GiB", b / MS_GiB);
+    else if (b >= MS_MiB) snprintf(buf, n, "%.2f MiB", b / MS_MiB);
+    else if (b >= 1024) snprintf(buf, n, "%.2f KiB", b / 1024);
+    else snprintf(buf, n, "%llu B", (unsigned long long)bytes);
+    return buf;
+}
+
+const char *ms_fmt_double(double v, char *buf, size_t n)
+{
+    /* The shortest of %.15g/%.16g/%.17g that reads back to the same double. */
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
