@@ -3,8 +3,11 @@
  * a layer's forward the plan's recomputed tensors are freed and its swapped tensors offloaded
  * on the D2H stream; at the start of a layer's backward the swapped tensors (prefetched on the
  * H2D stream one layer earlier) are waited for and the dropped ones rebuilt by replaying the
- * layer's forward ops that make them. Used by the memsim command, experiments and runtime/.
- * The rules and an example timeline are in docs/POLICIES.md. */
+ * layer's forward ops that make them. With the plan knob rounding_buffers the skeletal
+ * tensors of a layer live in one block of one of MEMO's two rounding buffers (§4.1, Fig. 5);
+ * with memory_plan every re-allocation gets a fresh id for the static arena. Used by the
+ * memsim command, experiments, the MEMO planner and runtime/. The rules and example
+ * timelines are in docs/POLICIES.md and docs/MEMO.md. */
 #include "planners/lower.h"
 
 #include <inttypes.h>
@@ -23,8 +26,30 @@ typedef enum tstate {
     TS_FREED,       /* the trace freed it */
     TS_DROPPED,     /* freed after its layer's forward for recomputation */
     TS_OFFLOADED,   /* copied to host, device block freed */
-    TS_PREFETCHED   /* device block re-allocated on the H2D stream, copy issued */
+    TS_PREFETCHED,  /* device block re-allocated on the H2D stream, copy issued */
+    TS_INBUF        /* lives in its rounding-buffer block (rb_group); no block of its own */
 } tstate;
+
+/* Rounding-buffer block states. */
+enum { RB_NONE = 0, RB_LIVE, RB_OFFLOADED, RB_PREFETCHED, RB_FREED };
+
+/* The skeletal tensors of one layer in one forward pass, placed in one rounding-buffer block
+ * (plan knob rounding_buffers). */
+typedef struct rb_group {
+    uint32_t pass;
+    int32_t layer;
+    uint64_t bytes;          /* sum of the members' bytes */
+    uint64_t copy_bytes;     /* sum of ceil(alpha * bytes) over swapped members */
+    uint32_t n_swap, n_keep; /* members by decision */
+    uint32_t alive;          /* members allocated by the trace and not yet freed */
+    uint8_t state;           /* RB_* */
+    uint8_t ready;           /* RB_PREFETCHED: compute has waited for e4 */
+    uint8_t waited_e2;       /* the next occupant's allocation has waited for e2 */
+    uint32_t e2, e4;         /* offload done, prefetch done */
+    uint64_t sid;            /* the block's current schedule id */
+    uint64_t hid;            /* the host copy's id */
+    double min_alpha;        /* smallest alpha among swapped members */
+} rb_group;
 
 typedef struct lw_tensor {
     const trace_tensor *meta;
@@ -38,6 +63,10 @@ typedef struct lw_tensor {
     uint64_t swap_bytes;     /* bytes copied to host: ceil(alpha * bytes) */
     uint32_t ev;             /* PREFETCHED: the event recorded when its copy is done */
     uint8_t ready;           /* PREFETCHED: the compute stream has waited for ev */
+    uint8_t incarn;          /* re-allocations so far (memory_plan renaming) */
+    uint64_t sid;            /* the id its device block has in the schedule */
+    uint64_t hid;            /* the id of its host copy */
+    int64_t rbg;             /* index of its rounding-buffer group, -1 if none */
 } lw_tensor;
 
 typedef struct idx_list {
@@ -74,7 +103,19 @@ typedef struct lw {
     int32_t layer;           /* program context: the last layer mark, -1 after a phase mark */
     int32_t fwd_layer;       /* layer whose forward section is open, -1 if none */
     int seen_fwd;
+    uint32_t pass;           /* forward pass ordinal (one per "mark phase fwd") */
     size_t rec;              /* index of the record being lowered */
+    /* plan knobs (lower.h) */
+    int rb, rename, host_pow2, chain, overlap;
+    /* rounding buffers */
+    rb_group *groups;
+    size_t n_groups, cap_groups;
+    u64map *rb_rec;          /* alloc record index -> group index, for members */
+    u64map *rb_key;          /* (pass << 32 | layer) -> group index */
+    uint64_t rb_bytes;       /* one buffer's size */
+    /* ".ovl" collectives waiting for their attention kernel */
+    double ovl_us;
+    int ovl_pending;
 } lw;
 
 /* ---- small helpers ---- */
@@ -138,6 +179,59 @@ static ms_status put_event(lw *w, sched_kind k, sched_stream s, uint32_t e)
     sched_action a = act(w, k, s);
     a.event = e;
     return put(w, &a);
+}
+
+/* ---- synthetic ids ---- */
+
+#define ID_KIND_SHIFT 56
+#define ID_KIND_INCARN UINT64_C(1)
+#define ID_KIND_RBUF UINT64_C(2)
+
+uint64_t lower_id_incarnation(uint64_t trace_id, unsigned k)
+{
+    return LOWER_ID_SYNTH | (ID_KIND_INCARN << ID_KIND_SHIFT) | ((uint64_t)(k & 0xff) << 48) |
+           (trace_id & (LOWER_ID_TRACE_LIMIT - 1));
+}
+
+uint64_t lower_id_rbuf(uint32_t pass, int32_t layer, unsigned k)
+{
+    return LOWER_ID_SYNTH | (ID_KIND_RBUF << ID_KIND_SHIFT) | ((uint64_t)(k & 0xff) << 48) |
+           ((uint64_t)(pass & 0xffffff) << 24) | ((uint64_t)layer & 0xffffff);
+}
+
+int lower_id_synthetic(uint64_t id, uint64_t *trace_id)
+{
+    if ((id >> 62) != 1) return 0;
+    if (trace_id)
+        *trace_id = ((id >> ID_KIND_SHIFT) & 0x3f) == ID_KIND_INCARN
+                        ? id & (LOWER_ID_TRACE_LIMIT - 1) : UINT64_MAX;
+    return 1;
+}
+
+int lower_id_is_rbuf(uint64_t id, uint32_t *pass, int32_t *layer)
+{
+    if ((id >> 62) != 1 || ((id >> ID_KIND_SHIFT) & 0x3f) != ID_KIND_RBUF) return 0;
+    if (pass) *pass = (uint32_t)((id >> 24) & 0xffffff);
+    if (layer) *layer = (int32_t)(id & 0xffffff);
+    return 1;
+}
+
+/* Pinned host bytes for a copy of `bytes` (power-of-two rounding with host_pow2). */
+static uint64_t host_bytes(const lw *w, uint64_t bytes)
+{
+    if (!w->host_pow2 || bytes == 0) return bytes;
+    uint64_t p = 1;
+    while (p < bytes && p < (UINT64_C(1) << 62)) p <<= 1;
+    return p;
+}
+
+/* A fresh schedule id for a re-allocation of x (memory_plan), else its trace id. */
+static uint64_t next_sid(lw *w, lw_tensor *x)
+{
+    if (!w->rename) return x->meta->id;
+    x->incarn++;
+    w->rep.renamed++;
+    return lower_id_incarnation(x->meta->id, x->incarn);
 }
 
 static lw_tensor *find_tensor(lw *w, uint64_t id)
@@ -224,6 +318,40 @@ static ms_status index_plan(lw *w)
     return MS_OK;
 }
 
+/* A 0/1 plan knob: absent gives def; anything but 0/1/true/false/yes/no is an error. */
+static ms_status knob_flag(lw *w, const char *key, int def, int *out)
+{
+    const char *v = w->p ? plan_get_knob(w->p, key) : NULL;
+    *out = def;
+    if (!v) return MS_OK;
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes")) *out = 1;
+    else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no")) *out = 0;
+    else return ms_fail(w->err, MS_ERR_INVALID, "plan knob %s=%s: expected 0 or 1", key, v);
+    return MS_OK;
+}
+
+static ms_status read_knobs(lw *w)
+{
+    ms_status st = knob_flag(w, "rounding_buffers", 0, &w->rb);
+    if (st == MS_OK) st = knob_flag(w, "memory_plan", 0, &w->rename);
+    if (st == MS_OK) st = knob_flag(w, "host_pow2", 0, &w->host_pow2);
+    int ov = 1;
+    if (st == MS_OK) st = knob_flag(w, "overlap_comm", 1, &ov);
+    w->overlap = w->o.overlap_ovl && ov;
+    if (st != MS_OK) return st;
+    const char *tw = w->p ? plan_get_knob(w->p, "tokenwise") : NULL;
+    w->chain = w->rb;
+    if (tw && !strcmp(tw, "chain")) w->chain = 1;
+    else if (tw && !strcmp(tw, "producer")) w->chain = 0;
+    else if (tw)
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knob tokenwise=%s: expected chain or "
+                       "producer", tw);
+    if (w->rb && (w->o.iter_first != INT64_MIN || w->o.iter_count > 0))
+        return ms_fail(w->err, MS_ERR_UNSUPPORTED, "rounding buffers: lowering a selection of "
+                       "iterations is not supported (lower them all)");
+    return MS_OK;
+}
+
 /* The decision for a tensor: its plan entry, else the plan's default for skeletal layer
  * activations (alpha 0, as plan.h says), else keep. */
 static void decide(const lw *w, const trace_tensor *x, plan_decision *d, double *alpha)
@@ -238,6 +366,187 @@ static void decide(const lw *w, const trace_tensor *x, plan_decision *d, double 
     } else if (x->cls == TC_ACT_SKEL && x->layer >= 0) {
         *d = w->p->default_decision;
     }
+}
+
+/* ---- rounding buffers: which tensors live in which block ---- */
+
+static int64_t rb_find(const lw *w, uint32_t pass, int32_t layer)
+{
+    uint64_t g;
+    return u64map_get(w->rb_key, ((uint64_t)pass << 32) | (uint32_t)layer, &g) ? (int64_t)g : -1;
+}
+
+static ms_status rb_member(lw *w, size_t rec, uint32_t pass, const trace_tensor *x)
+{
+    plan_decision d;
+    double alpha;
+    decide(w, x, &d, &alpha);
+    if (d != PD_SWAP && d != PD_KEEP) return MS_OK; /* recomputed or DHA: own allocation */
+    if (x->layer >= LOWER_MAX_LAYER)
+        return ms_fail(w->err, MS_ERR_LIMIT, "tensor %" PRIu64 ": layer %d is out of range",
+                       x->id, (int)x->layer);
+    int64_t g = rb_find(w, pass, x->layer);
+    if (g < 0) {
+        if (ms_grow((void **)&w->groups, &w->cap_groups, w->n_groups + 1,
+                    sizeof *w->groups) != MS_OK)
+            return nomem(w);
+        g = (int64_t)w->n_groups++;
+        rb_group *n = &w->groups[g];
+        memset(n, 0, sizeof *n);
+        n->pass = pass;
+        n->layer = x->layer;
+        n->min_alpha = 1.0;
+        if (u64map_put(w->rb_key, ((uint64_t)pass << 32) | (uint32_t)x->layer, (uint64_t)g))
+            return nomem(w);
+    }
+    rb_group *G = &w->groups[g];
+    G->bytes += x->bytes;
+    if (d == PD_KEEP) {
+        G->n_keep++;
+    } else {
+        double sb = ceil(alpha * (double)x->bytes);
+        G->copy_bytes += sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
+        G->n_swap++;
+        if (alpha < G->min_alpha) G->min_alpha = alpha;
+    }
+    if (G->n_keep && G->n_swap)
+        return ms_fail(w->err, MS_ERR_UNSUPPORTED, "rounding buffers: layer %d keeps some "
+                       "skeletal tensors and swaps others (tensor %" PRIu64 " %s); a layer's "
+                       "block is kept or offloaded whole", (int)x->layer, x->id, x->name);
+    return u64map_put(w->rb_rec, rec, (uint64_t)g) ? nomem(w) : MS_OK;
+}
+
+/* Before the walk: every skeletal activation of a layer made in a forward pass (or before any
+ * phase mark) that the plan keeps or swaps becomes a member of its layer's block; the buffer
+ * size is the largest block. */
+static ms_status rb_prescan(lw *w)
+{
+    w->rb_rec = u64map_new(1024);
+    w->rb_key = u64map_new(256);
+    if (!w->rb_rec || !w->rb_key) return nomem(w);
+    trace_phase phase = TP_NONE;
+    uint32_t pass = 0;
+    int seen = 0;
+    ms_status st = MS_OK;
+    for (size_t i = 0; st == MS_OK && i < trace_count(w->t); i++) {
+        const trace_rec *r = trace_get(w->t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
+            phase = (trace_phase)r->u.mark.value;
+            if (phase == TP_FWD) {
+                if (seen) pass++;
+                seen = 1;
+            }
+        } else if (r->type == TR_ALLOC && r->u.alloc.cls == TC_ACT_SKEL &&
+                   r->u.alloc.layer >= 0 && (phase == TP_FWD || phase == TP_NONE)) {
+            st = rb_member(w, i, pass, &r->u.alloc);
+        }
+    }
+    for (size_t g = 0; g < w->n_groups; g++)
+        if (w->groups[g].bytes > w->rb_bytes) w->rb_bytes = w->groups[g].bytes;
+    w->rep.rb_bytes = w->rb_bytes;
+    return st;
+}
+
+/* The block of group G comes into existence when its first member is allocated: after the
+ * offload of the previous occupant of the same buffer (layer L-2 of this pass) is done. */
+static ms_status rb_open(lw *w, rb_group *G)
+{
+    ms_status st = MS_OK;
+    int64_t prev = rb_find(w, G->pass, G->layer - 2);
+    if (prev >= 0) {
+        rb_group *P = &w->groups[prev];
+        if (P->state == RB_OFFLOADED && !P->waited_e2) {
+            P->waited_e2 = 1;
+            st = put_event(w, SA_WAIT, SS_COMPUTE, P->e2);
+        }
+    }
+    G->sid = lower_id_rbuf(G->pass, G->layer, 0);
+    G->hid = lower_id_rbuf(G->pass, G->layer, 1);
+    G->state = RB_LIVE;
+    w->rep.rb_blocks++;
+    return st == MS_OK ? put_tensor(w, SA_ALLOC, SS_COMPUTE, G->sid, w->rb_bytes) : st;
+}
+
+/* Compute must not touch a prefetched block before its copy is done. */
+static ms_status rb_ready(lw *w, rb_group *G)
+{
+    if (G->state != RB_PREFETCHED || G->ready) return MS_OK;
+    G->ready = 1;
+    return put_event(w, SA_WAIT, SS_COMPUTE, G->e4);
+}
+
+/* After layer L's forward: the whole block goes to host (alpha-weighted bytes), then its
+ * device memory is given back on the offload stream. */
+static ms_status rb_offload(lw *w, int32_t layer)
+{
+    int64_t g = rb_find(w, w->pass, layer);
+    if (g < 0) return MS_OK;
+    rb_group *G = &w->groups[g];
+    if (G->state != RB_LIVE || !G->n_swap) return MS_OK;
+    uint32_t e1 = sched_new_event(w->s);
+    ms_status st = put_event(w, SA_RECORD, SS_COMPUTE, e1);
+    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_D2H, e1);
+    if (st == MS_OK && G->copy_bytes) {
+        /* the host copy carries the prefetch block's id, so the H2D copy finds it */
+        st = put_tensor(w, SA_HOST_ALLOC, SS_D2H, G->hid, host_bytes(w, G->copy_bytes));
+        if (st == MS_OK) st = put_tensor(w, SA_COPY_D2H, SS_D2H, G->sid, G->copy_bytes);
+    }
+    if (st == MS_OK) st = put_tensor(w, SA_FREE, SS_D2H, G->sid, 0);
+    G->e2 = sched_new_event(w->s);
+    if (st == MS_OK) st = put_event(w, SA_RECORD, SS_D2H, G->e2);
+    G->state = RB_OFFLOADED;
+    w->rep.rb_offloads++;
+    w->rep.swapped += G->n_swap;
+    w->rep.d2h_bytes += G->copy_bytes;
+    return st;
+}
+
+/* During the backward of the layer before it: the block comes back whole. */
+static ms_status rb_prefetch(lw *w, int32_t layer)
+{
+    int64_t g = rb_find(w, w->pass, layer);
+    if (g < 0) return MS_OK;
+    rb_group *G = &w->groups[g];
+    if (G->state != RB_OFFLOADED) return MS_OK;
+    G->sid = G->hid;
+    ms_status st = MS_OK;
+    if (w->o.prefetch_alloc_on_compute) st = put_tensor(w, SA_ALLOC, SS_COMPUTE, G->sid, w->rb_bytes);
+    uint32_t e3 = sched_new_event(w->s);
+    G->e4 = sched_new_event(w->s);
+    if (st == MS_OK) st = put_event(w, SA_RECORD, SS_COMPUTE, e3);
+    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, e3);
+    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, G->e2);
+    if (st == MS_OK && !w->o.prefetch_alloc_on_compute)
+        st = put_tensor(w, SA_ALLOC, SS_H2D, G->sid, w->rb_bytes);
+    if (st == MS_OK && G->copy_bytes) {
+        st = put_tensor(w, SA_COPY_H2D, SS_H2D, G->sid, G->copy_bytes);
+        if (st == MS_OK) st = put_tensor(w, SA_HOST_FREE, SS_H2D, G->hid, 0);
+    }
+    if (st == MS_OK) st = put_event(w, SA_RECORD, SS_H2D, G->e4);
+    G->state = RB_PREFETCHED;
+    G->ready = 0;
+    w->rep.rb_blocks++;
+    w->rep.prefetched += G->n_swap;
+    w->rep.h2d_bytes += G->copy_bytes;
+    return st;
+}
+
+/* A member freed by the trace; the block goes with its last member. */
+static ms_status rb_free_member(lw *w, lw_tensor *x)
+{
+    rb_group *G = &w->groups[x->rbg];
+    x->state = TS_FREED;
+    if (G->alive) G->alive--;
+    if (G->alive) return MS_OK;
+    ms_status st = MS_OK;
+    if (G->state == RB_LIVE || G->state == RB_PREFETCHED) {
+        st = rb_ready(w, G);
+        if (st == MS_OK) st = put_tensor(w, SA_FREE, SS_COMPUTE, G->sid, 0);
+    } else if (G->state == RB_OFFLOADED && G->copy_bytes) {
+        st = put_tensor(w, SA_HOST_FREE, SS_D2H, G->hid, 0); /* never needed again */
+    }
+    G->state = RB_FREED;
+    return st;
 }
 
 /* ---- end of a layer's forward: drop and offload ---- */
@@ -271,6 +580,7 @@ static ms_status end_forward(lw *w, int32_t layer)
     L->fwd_state = 2;
     L->fwd_end = w->rec;
     ms_status st = classify(w, L, layer);
+    if (st == MS_OK && w->rb) st = rb_offload(w, layer);
     uint32_t e1 = 0;
     if (st == MS_OK && L->swap.n) {
         e1 = sched_new_event(w->s);
@@ -278,7 +588,7 @@ static ms_status end_forward(lw *w, int32_t layer)
     }
     for (size_t k = 0; st == MS_OK && k < L->drop.n; k++) {
         lw_tensor *x = &w->ts[L->drop.v[k]];
-        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->meta->id, 0);
+        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
         x->state = TS_DROPPED;
         w->rep.dropped++;
     }
@@ -286,11 +596,14 @@ static ms_status end_forward(lw *w, int32_t layer)
     st = put_event(w, SA_WAIT, SS_D2H, e1);
     for (size_t k = 0; st == MS_OK && k < L->swap.n; k++) {
         lw_tensor *x = &w->ts[L->swap.v[k]];
+        /* with memory_plan the host copy carries the id the prefetched block will have, so
+           the H2D copy finds it */
+        x->hid = w->rename ? lower_id_incarnation(x->meta->id, x->incarn + 1u) : x->sid;
         if (x->swap_bytes) {
-            st = put_tensor(w, SA_HOST_ALLOC, SS_D2H, x->meta->id, x->swap_bytes);
-            if (st == MS_OK) st = put_tensor(w, SA_COPY_D2H, SS_D2H, x->meta->id, x->swap_bytes);
+            st = put_tensor(w, SA_HOST_ALLOC, SS_D2H, x->hid, host_bytes(w, x->swap_bytes));
+            if (st == MS_OK) st = put_tensor(w, SA_COPY_D2H, SS_D2H, x->sid, x->swap_bytes);
         }
-        if (st == MS_OK) st = put_tensor(w, SA_FREE, SS_D2H, x->meta->id, 0);
+        if (st == MS_OK) st = put_tensor(w, SA_FREE, SS_D2H, x->sid, 0);
         x->state = TS_OFFLOADED;
         w->rep.swapped++;
         w->rep.d2h_bytes += x->swap_bytes;
@@ -304,6 +617,10 @@ static ms_status end_forward(lw *w, int32_t layer)
 
 static ms_status issue_prefetch(lw *w, int32_t layer)
 {
+    if (w->rb && layer >= 0) {
+        ms_status st = rb_prefetch(w, layer);
+        if (st != MS_OK) return st;
+    }
     if (layer < 0 || (size_t)layer >= w->n_layers) return MS_OK;
     lw_layer *L = &w->layers[layer];
     if (L->prefetched || !L->swap.n) return MS_OK;
@@ -312,8 +629,10 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
     sched_stream as = w->o.prefetch_alloc_on_compute ? SS_COMPUTE : SS_H2D;
     for (size_t k = 0; st == MS_OK && as == SS_COMPUTE && k < L->swap.n; k++) {
         lw_tensor *x = &w->ts[L->swap.v[k]];
-        if (x->state == TS_OFFLOADED)
-            st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->meta->id, x->meta->bytes);
+        if (x->state == TS_OFFLOADED) {
+            x->sid = next_sid(w, x);
+            st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->sid, x->meta->bytes);
+        }
     }
     uint32_t e3 = sched_new_event(w->s);
     L->e4 = sched_new_event(w->s);
@@ -323,10 +642,13 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
     for (size_t k = 0; st == MS_OK && k < L->swap.n; k++) {
         lw_tensor *x = &w->ts[L->swap.v[k]];
         if (x->state != TS_OFFLOADED) continue; /* freed by the trace while on the host */
-        if (as == SS_H2D) st = put_tensor(w, SA_ALLOC, SS_H2D, x->meta->id, x->meta->bytes);
+        if (as == SS_H2D) {
+            x->sid = next_sid(w, x);
+            st = put_tensor(w, SA_ALLOC, SS_H2D, x->sid, x->meta->bytes);
+        }
         if (st == MS_OK && x->swap_bytes) {
-            st = put_tensor(w, SA_COPY_H2D, SS_H2D, x->meta->id, x->swap_bytes);
-            if (st == MS_OK) st = put_tensor(w, SA_HOST_FREE, SS_H2D, x->meta->id, 0);
+            st = put_tensor(w, SA_COPY_H2D, SS_H2D, x->sid, x->swap_bytes);
+            if (st == MS_OK) st = put_tensor(w, SA_HOST_FREE, SS_H2D, x->hid, 0);
         }
         x->state = TS_PREFETCHED;
         x->ev = L->e4;
@@ -358,58 +680,63 @@ static ms_status ensure_ready(lw *w, lw_tensor *x)
     return put_event(w, SA_WAIT, SS_COMPUTE, x->ev);
 }
 
-/* MEMO's token-wise recomputation of the (1 - alpha) part of partially swapped tensors. The
- * producer chain is approximated by the producing op alone: one COMPUTE of (1 - alpha) of its
- * duration; an op producing several such tensors runs once with the largest fraction. */
-static ms_status tokenwise_recompute(lw *w, lw_layer *L)
+/* ---- ".ovl" collectives: the CP ring exchange runs under its attention kernel ---- */
+
+static int ends_with(const char *s, const char *suffix)
 {
-    for (size_t k = 0; k < L->swap.n; k++) {
-        lw_tensor *x = &w->ts[L->swap.v[k]];
-        if (x->state != TS_PREFETCHED || x->alpha >= 1.0) continue;
-        int64_t prod = x->meta->producer;
-        int seen = 0;
-        double frac = 1.0 - x->alpha;
-        for (size_t j = 0; j < L->swap.n; j++) {
-            lw_tensor *y = &w->ts[L->swap.v[j]];
-            if (y->state != TS_PREFETCHED || y->alpha >= 1.0 || y->meta->producer != prod)
-                continue;
-            if (j < k) seen = 1;
-            if (1.0 - y->alpha > frac) frac = 1.0 - y->alpha;
-        }
-        if (seen) continue;
-        const trace_op *op = prod >= 0 ? trace_find_op(w->t, (uint64_t)prod) : NULL;
-        if (!op)
-            return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is swapped with alpha < 1 "
-                            "but has no producer op to recompute the rest", x->meta->id,
-                            x->meta->name);
-        double us;
-        ms_status st = op_us(w, op, &us);
-        if (st != MS_OK) return st;
-        sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
-        a.op = (int64_t)op->id;
-        a.dur_us = frac * us;
-        a.recompute = 1;
-        a.layer = op->layer;
-        if ((st = put(w, &a)) != MS_OK) return st;
-        w->rep.recompute_ops++;
-        w->rep.recompute_us += a.dur_us;
-    }
-    return MS_OK;
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* ---- replay of a layer's forward to rebuild dropped tensors ---- */
+/* Whether op record i is a ".ovl" collective that merges into the attention kernel which is
+ * the next op (the next op marked in `needed`, relative to `base`, when given) before `end`
+ * and before any mark, in the same layer and phase. */
+static int ovl_merges(const lw *w, size_t i, size_t end, const uint8_t *needed, size_t base)
+{
+    const trace_op *op = &trace_get(w->t, i)->u.op;
+    if (!w->overlap || op->kind != TK_COMM || !ends_with(op->name, ".ovl")) return 0;
+    for (size_t j = i + 1; j < end; j++) {
+        const trace_rec *r = trace_get(w->t, j);
+        if (r->type == TR_MARK) return 0;
+        if (r->type != TR_OP || (needed && !needed[j - base])) continue;
+        return r->u.op.kind == TK_ATTN && r->u.op.layer == op->layer &&
+               r->u.op.phase == op->phase;
+    }
+    return 0;
+}
+
+/* The duration of an attention kernel that absorbs the pending ".ovl" time. */
+static double ovl_absorb(lw *w, const trace_op *op, double us, double *pending, int *have)
+{
+    if (!*have || op->kind != TK_ATTN) return us;
+    w->rep.overlap_hidden_us += *pending < us ? *pending : us;
+    us = *pending > us ? *pending : us;
+    *pending = 0;
+    *have = 0;
+    return us;
+}
+
+/* ---- replay of a layer's forward: rebuild dropped tensors, or the (1 - alpha) tokens of
+ * partially swapped ones ---- */
 
 typedef struct replay {
     size_t b, e;             /* the forward section [b, e) */
     u64map *seg_alloc;       /* tensor id -> record index of its alloc inside the section */
     u64map *need;            /* tensors the replay allocates */
-    u64map *target;          /* the dropped tensors being rebuilt */
+    u64map *target;          /* the tensors being rebuilt */
     uint8_t *op_needed;      /* per record of the section */
+    double frac;             /* fraction of each op and transient replayed (1 - alpha) */
+    int in_place;            /* targets already hold storage (prefetched block, rounding
+                                buffer): only their missing tokens are recomputed into it */
 } replay;
 
 static int available(lw *w, uint64_t id)
 {
     lw_tensor *x = find_tensor(w, id);
+    if (x && x->state == TS_INBUF) {
+        uint8_t st = w->groups[x->rbg].state;
+        return st == RB_LIVE || st == RB_PREFETCHED;
+    }
     return !x || x->state == TS_LIVE || x->state == TS_PREFETCHED;
 }
 
@@ -417,7 +744,8 @@ static ms_status need_input(lw *w, replay *r, const trace_op *op, uint64_t id, i
 {
     if (u64map_get(r->need, id, NULL) || available(w, id)) return MS_OK;
     lw_tensor *x = find_tensor(w, id);
-    if (!u64map_get(r->seg_alloc, id, NULL) || x->state == TS_OFFLOADED) {
+    if (!u64map_get(r->seg_alloc, id, NULL) || x->state == TS_OFFLOADED ||
+        x->state == TS_INBUF) {
         char b[120];
         snprintf(b, sizeof b, "; layer %d's forward cannot rebuild it (op %" PRIu64 ")",
                  (int)layer, op->id);
@@ -472,15 +800,26 @@ static ms_status need_workspaces(lw *w, replay *r)
     return MS_OK;
 }
 
+static uint64_t scaled_bytes(uint64_t bytes, double frac)
+{
+    if (frac >= 1.0) return bytes;
+    double b = ceil(frac * (double)bytes);
+    return b >= (double)bytes ? bytes : (uint64_t)b;
+}
+
 static ms_status replay_alloc(lw *w, replay *r, const trace_tensor *t, idx_list *live)
 {
     uint64_t at;
     if (!u64map_get(r->need, t->id, NULL) || !u64map_get(r->seg_alloc, t->id, &at)) return MS_OK;
+    int target = u64map_get(r->target, t->id, NULL);
+    if (target && r->in_place) return MS_OK; /* its block is there; its tokens are filled in */
     lw_tensor *x = find_tensor(w, t->id);
-    ms_status st = put_tensor(w, SA_ALLOC, SS_COMPUTE, t->id, t->bytes);
+    x->sid = next_sid(w, x);
+    ms_status st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->sid,
+                              target ? t->bytes : scaled_bytes(t->bytes, r->frac));
     if (st != MS_OK) return st;
     x->state = TS_LIVE;
-    if (u64map_get(r->target, t->id, NULL)) {
+    if (target) {
         w->rep.rebuilt++;
         return MS_OK;
     }
@@ -495,7 +834,7 @@ static ms_status replay_free(lw *w, replay *r, uint64_t id, idx_list *live)
         if (&w->ts[live->v[k]] == x) {
             live->v[k] = live->v[--live->n]; /* order is restored at the final frees */
             x->state = TS_FREED;
-            return put_tensor(w, SA_FREE, SS_COMPUTE, id, 0);
+            return put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
         }
     return MS_OK;
 }
@@ -506,12 +845,38 @@ static int cmp_size(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
+{
+    const trace_op *op = &trace_get(w->t, i)->u.op;
+    double us;
+    ms_status st = op_us(w, op, &us);
+    if (st != MS_OK) return st;
+    us *= r->frac;
+    if (ovl_merges(w, i, r->e, r->op_needed, r->b)) {
+        if (us > *pend) *pend = us;
+        *have = 1;
+        w->rep.overlapped++;
+        return MS_OK;
+    }
+    us = ovl_absorb(w, op, us, pend, have);
+    sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
+    a.op = (int64_t)op->id;
+    a.dur_us = us;
+    a.recompute = 1;
+    a.layer = op->layer;
+    w->rep.recompute_ops++;
+    w->rep.recompute_us += us;
+    return put(w, &a);
+}
+
 /* Program-order pass over the section emitting the needed allocs, ops and frees. Transients
  * whose trace free lies beyond the section are freed at the end, in allocation order. */
 static ms_status emit_replay(lw *w, replay *r)
 {
     idx_list live = { 0 };
     ms_status st = MS_OK;
+    double pend = 0;
+    int have = 0;
     for (size_t i = r->b; st == MS_OK && i < r->e; i++) {
         const trace_rec *rec = trace_get(w->t, i);
         if (rec->type == TR_ALLOC) {
@@ -521,45 +886,33 @@ static ms_status emit_replay(lw *w, replay *r)
         } else if (rec->type == TR_FREE) {
             st = replay_free(w, r, rec->u.free_id, &live);
         } else if (rec->type == TR_OP && r->op_needed[i - r->b]) {
-            double us;
-            st = op_us(w, &rec->u.op, &us);
-            sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
-            a.op = (int64_t)rec->u.op.id;
-            a.dur_us = us;
-            a.recompute = 1;
-            a.layer = rec->u.op.layer;
-            if (st == MS_OK) st = put(w, &a);
-            w->rep.recompute_ops++;
-            w->rep.recompute_us += us;
+            st = replay_op(w, r, i, &pend, &have);
         }
     }
     if (live.n > 1) qsort(live.v, live.n, sizeof *live.v, cmp_size);
     for (size_t k = 0; st == MS_OK && k < live.n; k++) {
         w->ts[live.v[k]].state = TS_FREED;
-        st = put_tensor(w, SA_FREE, SS_COMPUTE, w->ts[live.v[k]].meta->id, 0);
+        st = put_tensor(w, SA_FREE, SS_COMPUTE, w->ts[live.v[k]].sid, 0);
     }
     free(live.v);
     return st;
 }
 
-static ms_status replay_layer(lw *w, lw_layer *L, int32_t layer)
+/* Replays layer L's forward section for the tensors in `targets` (indices into w->ts). */
+static ms_status run_replay(lw *w, lw_layer *L, int32_t layer, const idx_list *targets,
+                            double frac, int in_place)
 {
-    int any = 0;
-    for (size_t k = 0; k < L->drop.n; k++) any |= w->ts[L->drop.v[k]].state == TS_DROPPED;
-    if (!any) return MS_OK;
     replay r = { L->fwd_begin, L->fwd_end, u64map_new(256), u64map_new(256), u64map_new(64),
-                 calloc(L->fwd_end - L->fwd_begin + 1, 1) };
+                 calloc(L->fwd_end - L->fwd_begin + 1, 1), frac, in_place };
     ms_status st = MS_OK;
     if (!r.seg_alloc || !r.need || !r.target || !r.op_needed) st = nomem(w);
     for (size_t i = r.b; st == MS_OK && i < r.e; i++) {
         const trace_rec *rec = trace_get(w->t, i);
         if (rec->type == TR_ALLOC && u64map_put(r.seg_alloc, rec->u.alloc.id, i)) st = nomem(w);
     }
-    for (size_t k = 0; st == MS_OK && k < L->drop.n; k++) {
-        lw_tensor *x = &w->ts[L->drop.v[k]];
-        if (x->state != TS_DROPPED) continue;
-        if (u64map_put(r.need, x->meta->id, 1) || u64map_put(r.target, x->meta->id, 1))
-            st = nomem(w);
+    for (size_t k = 0; st == MS_OK && k < targets->n; k++) {
+        uint64_t id = w->ts[targets->v[k]].meta->id;
+        if (u64map_put(r.need, id, 1) || u64map_put(r.target, id, 1)) st = nomem(w);
     }
     if (st == MS_OK) st = mark_needed(w, &r, layer);
     if (st == MS_OK) st = need_workspaces(w, &r);
@@ -568,6 +921,110 @@ static ms_status replay_layer(lw *w, lw_layer *L, int32_t layer)
     u64map_free(r.need);
     u64map_free(r.target);
     free(r.op_needed);
+    return st;
+}
+
+static ms_status replay_layer(lw *w, lw_layer *L, int32_t layer)
+{
+    idx_list t = { 0 };
+    ms_status st = MS_OK;
+    for (size_t k = 0; st == MS_OK && k < L->drop.n; k++)
+        if (w->ts[L->drop.v[k]].state == TS_DROPPED) st = idx_push(&t, L->drop.v[k]);
+    if (st != MS_OK) st = nomem(w);
+    if (st == MS_OK && t.n) st = run_replay(w, L, layer, &t, 1.0, 0);
+    free(t.v);
+    return st;
+}
+
+/* MEMO's token-wise recomputation (§4.1, "chain"): the (1 - alpha) tokens of the partially
+ * swapped tensors are rebuilt by running, on those tokens, every forward op of the layer they
+ * depend on; tensors swapped whole (the layer input, the attention output) are read as they
+ * are, so the attention kernel is not rerun. Each replayed op and transient takes
+ * (1 - smallest alpha) of its forward time and bytes: tokens are independent in every op but
+ * attention. The targets are written in place (their block already exists). */
+static ms_status chain_recompute(lw *w, lw_layer *L, int32_t layer, const idx_list *cand,
+                                 int want_state)
+{
+    idx_list t = { 0 };
+    double alpha = 1.0;
+    ms_status st = MS_OK;
+    for (size_t k = 0; st == MS_OK && k < cand->n; k++) {
+        lw_tensor *x = &w->ts[cand->v[k]];
+        if (x->state != want_state || x->dec != PD_SWAP || x->alpha >= 1.0) continue;
+        if (x->alloc_rec < L->fwd_begin || x->alloc_rec >= L->fwd_end)
+            st = fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is swapped with alpha "
+                          "< 1 but is not made in layer %d's forward, so its missing tokens "
+                          "cannot be recomputed (swap it whole)", x->meta->id, x->meta->name,
+                          (int)layer);
+        else if (idx_push(&t, cand->v[k]) != MS_OK)
+            st = nomem(w);
+        if (x->alpha < alpha) alpha = x->alpha;
+    }
+    if (st == MS_OK && t.n) st = run_replay(w, L, layer, &t, 1.0 - alpha, 1);
+    free(t.v);
+    return st;
+}
+
+/* MEMO's token-wise recomputation of the (1 - alpha) part of partially swapped tensors. The
+ * producer chain is approximated by the producing op alone: one COMPUTE of (1 - alpha) of its
+ * duration; an op producing several such tensors runs once with the largest fraction.
+ * (tokenwise=chain replays the whole chain instead: chain_recompute.) */
+static ms_status tokenwise_recompute(lw *w, lw_layer *L, int32_t layer)
+{
+    if (w->chain) return chain_recompute(w, L, layer, &L->swap, TS_PREFETCHED);
+    for (size_t k = 0; k < L->swap.n; k++) {
+        lw_tensor *x = &w->ts[L->swap.v[k]];
+        if (x->state != TS_PREFETCHED || x->alpha >= 1.0) continue;
+        int64_t prod = x->meta->producer;
+        int seen = 0;
+        double frac = 1.0 - x->alpha;
+        for (size_t j = 0; j < L->swap.n; j++) {
+            lw_tensor *y = &w->ts[L->swap.v[j]];
+            if (y->state != TS_PREFETCHED || y->alpha >= 1.0 || y->meta->producer != prod)
+                continue;
+            if (j < k) seen = 1;
+            if (1.0 - y->alpha > frac) frac = 1.0 - y->alpha;
+        }
+        if (seen) continue;
+        const trace_op *op = prod >= 0 ? trace_find_op(w->t, (uint64_t)prod) : NULL;
+        if (!op)
+            return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is swapped with alpha < 1 "
+                            "but has no producer op to recompute the rest", x->meta->id,
+                            x->meta->name);
+        double us;
+        ms_status st = op_us(w, op, &us);
+        if (st != MS_OK) return st;
+        sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
+        a.op = (int64_t)op->id;
+        a.dur_us = frac * us;
+        a.recompute = 1;
+        a.layer = op->layer;
+        if ((st = put(w, &a)) != MS_OK) return st;
+        w->rep.recompute_ops++;
+        w->rep.recompute_us += a.dur_us;
+    }
+    return MS_OK;
+}
+
+/* Rounding buffers at layer L's backward start: wait for the block, then recompute the
+ * missing tokens of its members. */
+static ms_status rb_backward(lw *w, lw_layer *L, int32_t layer)
+{
+    int64_t g = rb_find(w, w->pass, layer);
+    if (g < 0) return MS_OK;
+    rb_group *G = &w->groups[g];
+    ms_status st = rb_ready(w, G);
+    if (st != MS_OK || !G->n_swap || G->min_alpha >= 1.0 || G->state != RB_PREFETCHED)
+        return st;
+    if (!w->chain)
+        return fail_rec(w, MS_ERR_UNSUPPORTED, "rounding buffers need tokenwise=chain for "
+                        "alpha < 1 (layer %d)", (int)layer);
+    idx_list m = { 0 };
+    for (size_t i = 0; st == MS_OK && i < w->n_ts; i++)
+        if (w->ts[i].rbg == g && w->ts[i].state == TS_INBUF && idx_push(&m, i) != MS_OK)
+            st = nomem(w);
+    if (st == MS_OK) st = chain_recompute(w, L, layer, &m, TS_INBUF);
+    free(m.v);
     return st;
 }
 
@@ -590,10 +1047,11 @@ static ms_status begin_backward(lw *w, int32_t layer)
     ms_status st = issue_prefetch(w, next_bwd_layer(w, w->rec));
     if (st != MS_OK || (size_t)layer >= w->n_layers) return st;
     lw_layer *L = &w->layers[layer];
+    if (w->rb && (st = rb_backward(w, L, layer)) != MS_OK) return st;
     if (L->swap.n) {
         st = issue_prefetch(w, layer); /* no-op unless the trace's order was unusual */
         if (st == MS_OK && L->prefetched && !L->waited) st = wait_layer(w, L);
-        if (st == MS_OK) st = tokenwise_recompute(w, L);
+        if (st == MS_OK) st = tokenwise_recompute(w, L, layer);
     }
     return st == MS_OK ? replay_layer(w, L, layer) : st;
 }
@@ -631,7 +1089,10 @@ static ms_status do_mark(lw *w, const trace_mark *mk)
         w->phase = (trace_phase)mk->value;
         w->layer = -1;
         if (w->phase == TP_FWD) {
-            if (w->seen_fwd) reset_layers(w);
+            if (w->seen_fwd) {
+                reset_layers(w);
+                w->pass++;
+            }
             w->seen_fwd = 1;
         }
     } else {
@@ -673,17 +1134,39 @@ static ms_status add_tensor(lw *w, const trace_tensor *x, int emitted)
     n->alloc_rec = w->rec;
     n->state = TS_LIVE;
     n->emitted = (uint8_t)emitted;
+    n->sid = n->hid = x->id;
+    n->rbg = -1;
     if (u64map_put(w->tidx, x->id, w->n_ts)) return nomem(w);
     w->n_ts++;
     return MS_OK;
 }
 
+/* A rounding-buffer member: no block of its own; its group's block is made with the first. */
+static ms_status rb_alloc(lw *w, lw_tensor *n, uint64_t g)
+{
+    rb_group *G = &w->groups[g];
+    n->rbg = (int64_t)g;
+    if (G->state == RB_OFFLOADED || G->state == RB_PREFETCHED || G->state == RB_FREED)
+        return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is made after its layer's "
+                        "rounding buffer was offloaded or released", n->meta->id,
+                        n->meta->name);
+    ms_status st = G->state == RB_NONE ? rb_open(w, G) : MS_OK;
+    n->state = TS_INBUF;
+    G->alive++;
+    return st;
+}
+
 static ms_status do_alloc(lw *w, const trace_tensor *x)
 {
+    if ((w->rename || w->rb) && x->id >= LOWER_ID_TRACE_LIMIT)
+        return fail_rec(w, MS_ERR_LIMIT, "tensor id %" PRIu64 " is too large for the ids "
+                        "memory_plan / rounding_buffers make (limit 2^48)", x->id);
     ms_status st = add_tensor(w, x, 1);
     if (st != MS_OK) return st;
     lw_tensor *n = &w->ts[w->n_ts - 1];
     decide(w, x, &n->dec, &n->alpha);
+    uint64_t g;
+    if (w->rb && u64map_get(w->rb_rec, w->rec, &g)) return rb_alloc(w, n, g);
     if (n->dec == PD_DHA)
         return fail_rec(w, MS_ERR_UNSUPPORTED, "tensor %" PRIu64 " (%s): DHA lowering is not "
                         "implemented yet", x->id, x->name);
@@ -716,21 +1199,22 @@ static ms_status do_free(lw *w, uint64_t id)
         return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " is freed but is not live",
                         id);
     tstate was = (tstate)x->state;
+    if (was == TS_INBUF) return rb_free_member(w, x);
     x->state = TS_FREED;
     switch (was) {
     case TS_DROPPED:
         return MS_OK; /* never needed again: its block went at the forward's end */
     case TS_OFFLOADED:
         /* never needed again: drop the host copy after the offload (D2H stream order) */
-        return x->swap_bytes ? put_tensor(w, SA_HOST_FREE, SS_D2H, id, 0) : MS_OK;
+        return x->swap_bytes ? put_tensor(w, SA_HOST_FREE, SS_D2H, x->hid, 0) : MS_OK;
     case TS_PREFETCHED: {
         x->state = TS_PREFETCHED;
         ms_status st = ensure_ready(w, x);
         x->state = TS_FREED;
-        return st == MS_OK ? put_tensor(w, SA_FREE, SS_COMPUTE, id, 0) : st;
+        return st == MS_OK ? put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0) : st;
     }
     default:
-        return put_tensor(w, SA_FREE, SS_COMPUTE, id, 0);
+        return put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
     }
 }
 
@@ -738,6 +1222,16 @@ static ms_status op_uses(lw *w, const trace_op *op, uint64_t id)
 {
     lw_tensor *x = find_tensor(w, id);
     if (!x) return MS_OK;
+    if (x->state == TS_INBUF) {
+        rb_group *G = &w->groups[x->rbg];
+        if (G->state == RB_LIVE) return MS_OK;
+        if (G->state == RB_PREFETCHED) return rb_ready(w, G);
+        char b[200];
+        snprintf(b, sizeof b, ", whose rounding buffer is %s (op %" PRIu64 " %s)",
+                 G->state == RB_OFFLOADED ? "on the host" : "released", op->id, op->name);
+        return fail_rec(w, MS_ERR_INVALID, "an op uses tensor %" PRIu64 " (%s)%s", id,
+                        x->meta->name, b);
+    }
     if (x->state == TS_DROPPED || x->state == TS_OFFLOADED) {
         char b[200];
         snprintf(b, sizeof b, ", which the plan %s after layer %d's forward until its backward "
@@ -757,6 +1251,13 @@ static ms_status do_op(lw *w, const trace_op *op)
     double us = 0;
     if (st == MS_OK) st = op_us(w, op, &us);
     if (st != MS_OK) return st;
+    if (ovl_merges(w, w->rec, trace_count(w->t), NULL, 0)) {
+        if (us > w->ovl_us) w->ovl_us = us;
+        w->ovl_pending = 1;
+        w->rep.overlapped++;
+        return MS_OK;
+    }
+    us = ovl_absorb(w, op, us, &w->ovl_us, &w->ovl_pending);
     sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
     a.op = (int64_t)op->id;
     a.dur_us = us;
@@ -789,13 +1290,13 @@ static ms_status sync_carried(lw *w)
         lw_tensor *x = &w->ts[i];
         if (!x->skip_freed) continue;
         x->skip_freed = 0;
-        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->meta->id, 0);
+        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
     }
     for (size_t i = 0; st == MS_OK && i < w->n_ts; i++) {
         lw_tensor *x = &w->ts[i];
         if (x->state != TS_LIVE || x->emitted) continue;
         x->emitted = 1;
-        st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->meta->id, x->meta->bytes);
+        st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->sid, x->meta->bytes);
     }
     return st;
 }
@@ -848,6 +1349,7 @@ void lower_opts_default(lower_opts *o)
     o->iter_first = INT64_MIN;
     o->iter_count = 0;
     o->emit_marks = 1;
+    o->overlap_ovl = 1;
 }
 
 static void lw_free(lw *w)
@@ -861,6 +1363,9 @@ static void lw_free(lw *w)
         free(w->layers[i].swap.v);
     }
     free(w->layers);
+    free(w->groups);
+    u64map_free(w->rb_rec);
+    u64map_free(w->rb_key);
 }
 
 ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
@@ -884,6 +1389,8 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
     w.tidx = u64map_new(trace_count(t) / 2 + 16);
     ms_status st = (w.s && w.tidx) ? MS_OK : nomem(&w);
     if (st == MS_OK) st = index_plan(&w);
+    if (st == MS_OK) st = read_knobs(&w);
+    if (st == MS_OK && w.rb) st = rb_prescan(&w);
     if (st == MS_OK) st = walk(&w);
     if (st == MS_OK) {
         for (size_t i = 0; i < w.n_layers; i++) w.rep.ignored += w.layers[i].cand.n;

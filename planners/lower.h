@@ -2,8 +2,12 @@
  * run (planners/schedule.h). Keeps the trace's alloc/op/free program on the compute stream and
  * adds what the plan asks for: frees after a layer's forward and replays before its backward
  * (recompute), offload / prefetch on the copy streams with events (swap), token-wise partial
- * recomputation (swap with alpha < 1). Used by the memsim command, experiments, the runtime
- * and the tests; the rules are in docs/POLICIES.md. */
+ * recomputation (swap with alpha < 1), MEMO's two rounding buffers (plan knob
+ * rounding_buffers), fresh ids for re-allocated tensors so a static memory plan can place each
+ * incarnation (plan knob memory_plan), and the overlap of context-parallel ring exchanges with
+ * their attention kernel. Used by the memsim command, experiments, the runtime, the MEMO
+ * planner (planners/policy_memo.c) and the tests; the rules are in docs/POLICIES.md and
+ * docs/MEMO.md. */
 #ifndef MEMSIM_LOWER_H
 #define MEMSIM_LOWER_H
 
@@ -25,6 +29,14 @@ typedef struct lower_report {
     uint64_t ignored;        /* recompute/swap decisions on tensors that were not live at the
                                 end of their layer's forward (nothing to save) */
     uint64_t unknown_ids;    /* plan entries naming tensors the trace never allocates */
+    /* MEMO variants (docs/MEMO.md) */
+    uint64_t rb_blocks;      /* rounding-buffer blocks allocated (one per layer pass and one
+                                per prefetch) */
+    uint64_t rb_bytes;       /* size of one rounding buffer (0 without rounding_buffers) */
+    uint64_t rb_offloads;    /* rounding buffers offloaded after their layer's forward */
+    uint64_t renamed;        /* re-allocations given a fresh id (memory_plan) */
+    uint64_t overlapped;     /* ".ovl" collectives merged into their attention kernel */
+    double overlap_hidden_us;/* their time hidden under the attention kernels */
 } lower_report;
 
 typedef struct lower_opts {
@@ -39,6 +51,11 @@ typedef struct lower_opts {
                                 the main stream and copies on a side stream) */
     int ignore_unknown_ids;  /* 0: a plan entry for a tensor the trace never allocates is
                                 MS_ERR_INVALID (default); 1: counted in the report, ignored */
+    int overlap_ovl;         /* 1 (default): a collective whose name ends in ".ovl" (the CP
+                                ring exchange) runs under the attention kernel that follows it
+                                in the same layer and phase: one COMPUTE of
+                                max(attention, ring) instead of two; 0: serialized. The plan
+                                knob overlap_comm=0 also turns it off. */
     lower_report *report;    /* filled when not NULL */
 } lower_opts;
 
@@ -52,5 +69,37 @@ void lower_opts_default(lower_opts *o);
  * dropped, DHA decisions: MS_ERR_UNSUPPORTED for now). */
 ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
                          const lower_opts *o, schedule_t **out, ms_error *err);
+
+/* ---- plan knobs lowering reads (docs/MEMO.md) ----
+ *  rounding_buffers=1  MEMO's two rounding buffers: the skeletal activations of layer L that
+ *                      the plan keeps or swaps live in one block of the buffer size (the
+ *                      largest layer's skeletal bytes) instead of their own allocations; the
+ *                      block of layer L is made when L first writes into it, after waiting
+ *                      for the offload of layer L-2 (the buffer's previous occupant); it is
+ *                      offloaded whole (alpha-weighted bytes) after L's forward and prefetched
+ *                      whole during layer L+1's backward. A layer's skeletal tensors must be
+ *                      all kept or all swapped.
+ *  memory_plan=1       every re-allocation of a tensor (replay, prefetch) gets a fresh
+ *                      synthetic id, so each incarnation can have its own static offset.
+ *  host_pow2=1         pinned host buffers are rounded up to a power of two (PyTorch's
+ *                      caching host allocator does this before cudaHostAlloc).
+ *  tokenwise=chain     token-wise recomputation replays, on the (1 - alpha) tokens, every
+ *                      forward op of the layer that the partially swapped tensors depend on
+ *                      (MEMO §4.1); tokenwise=producer runs only each tensor's producer.
+ *                      Default: chain with rounding buffers, producer otherwise.
+ *  overlap_comm=0      turns the ".ovl" merge off (see lower_opts.overlap_ovl). */
+
+/* Synthetic tensor ids made by lowering (bit 62 set; never in a trace). Incarnation k >= 1 of
+ * trace tensor id (id < LOWER_ID_TRACE_LIMIT), and rounding-buffer block k of layer `layer`
+ * in forward pass `pass` (k = 0: the forward block, 1: the prefetched block). */
+#define LOWER_ID_SYNTH (UINT64_C(1) << 62)
+#define LOWER_ID_TRACE_LIMIT (UINT64_C(1) << 48)
+uint64_t lower_id_incarnation(uint64_t trace_id, unsigned k);
+uint64_t lower_id_rbuf(uint32_t pass, int32_t layer, unsigned k);
+/* 1 if id was made by lowering; *trace_id (may be NULL) gets the trace tensor an incarnation
+ * id stands for (UINT64_MAX for a rounding-buffer block). */
+int lower_id_synthetic(uint64_t id, uint64_t *trace_id);
+/* 1 if id is a rounding-buffer block; *pass and *layer (may be NULL) are filled. */
+int lower_id_is_rbuf(uint64_t id, uint32_t *pass, int32_t *layer);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "planners/policy_baseline.h"
+#include "planners/policy_memo.h"
 #include "traces/u64map.h"
 
 /* The registry. Adding a policy is one line here: X(its pol_policy object), defined in its
@@ -15,7 +16,10 @@
 #define POL_LIST(X)        \
     X(pol_keep_all)        \
     X(pol_full_recompute)  \
-    X(pol_full_swap)
+    X(pol_full_swap)       \
+    X(pol_full_recompute_plan) \
+    X(pol_full_swap_plan)  \
+    X(pol_memo)
 
 #define POL_DECLARE(p) extern const pol_policy p;
 #define POL_ENTRY(p) &p,
@@ -62,6 +66,15 @@ ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const
         return ms_fail(err, MS_ERR_INVALID, "policy %s: alpha %g is not in [0,1]", name,
                        o->alpha);
     ms_status st = p->plan(t, m, o, out, err);
+    /* the plan knob memory_plan=1 asks any policy for a static memory plan (docs/MEMO.md) */
+    const char *mp = (st == MS_OK && *out) ? plan_get_knob(*out, "memory_plan") : NULL;
+    if (mp && !strcmp(mp, "1") && (*out)->n_offsets == 0) {
+        st = memo_apply_memory_plan(t, m, o, *out, err);
+        if (st != MS_OK) {
+            plan_free(*out);
+            *out = NULL;
+        }
+    }
     if (st == MS_OK && *out) plan_sort(*out);
     return st;
 }

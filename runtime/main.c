@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "runtime/probe.h"
+#include "runtime/rt_run.h"
 #include "traces/machine.h"
 #include "traces/util.h"
 
@@ -126,6 +127,8 @@ int main(int argc, char **argv)
         cmd = argv[0];
     }
     if (!strcmp(cmd, "probe")) return cmd_probe(argc, argv);
-    fprintf(stderr, "memsim %s: not available yet in this runtime (only 'probe' is)\n", cmd);
+    if (!strcmp(cmd, "run")) return rt_run_main(argc, argv);
+    fprintf(stderr, "memsim %s: not available in this runtime (only 'probe' and 'run' are)\n",
+            cmd);
     return MS_EXIT_USAGE;
 }

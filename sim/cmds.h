@@ -11,5 +11,6 @@ int cmd_compare(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_dsa(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_gmlake(int argc, char **argv);
 
 #endif

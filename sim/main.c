@@ -24,6 +24,7 @@ static const struct {
     {"replay", cmd_replay, "replay a trace's alloc/free program through an allocator"},
     {"dsa", cmd_dsa, "offline storage allocation (static memory planning) of CSV instances"},
     {"bench", cmd_bench, "memsim's own speed: allocator replay and simulation throughput"},
+    {"gmlake", cmd_gmlake, "GMLake's fragmentation study (ASPLOS'24 section 5), see experiments/gmlake"},
 };
 
 static void usage(FILE *f)

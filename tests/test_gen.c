@@ -1,7 +1,8 @@
 /* test_gen.c — unit tests (TAP) of the model registry (traces/models.c), the op-time model
  * (traces/roofline.c) and the trace generator (traces/gen.c): MEMO's 16bsh skeletal
  * activations per layer, FLOPs against MEMO's model-FLOPs formula, alloc/free balance,
- * liveness of every op's tensors, determinism, configuration errors and speed. */
+ * liveness of every op's tensors, determinism, configuration errors and speed; the
+ * fine-tuning modes (LoRA, ZeRO-3, offload) by their byte accounting. */
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
 #include "traces/gen.h"
@@ -417,12 +418,308 @@ static void test_errors(void)
     TAP_OK(st == MS_ERR_INVALID, "absurd seq x batch: %s", err.msg);
     c = config("gpt-7b", 4096, 1, 1, 1, 1);
     c.lora = 1;
+    c.lora_rank = 0;
     st = gen_validate(&c, &err);
-    TAP_OK(st == MS_ERR_UNSUPPORTED && strstr(err.msg, "lora"), "lora not implemented: %s",
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "lora_rank"), "lora with rank 0: %s",
            err.msg);
     c = config("gpt-7b", 4096, 0, 1, 1, 1);
     st = gen_validate(&c, &err);
     TAP_OK(st == MS_ERR_INVALID, "zero micro-batch: %s", err.msg);
+}
+
+/* ---- fine-tuning modes ---- */
+
+/* Byte and op accounting of a trace for the fine-tuning tests. */
+typedef struct ftacct {
+    uint64_t setup_bytes[TC_COUNT];  /* allocated before the first iteration mark */
+    uint64_t setup_param_allocs, setup_allocs;
+    int setup_has_embed_grad, setup_has_opt_named_embed;
+    uint64_t gather_allocs[64];      /* "L<l>.params" allocations (layers < 64), all iterations */
+    uint64_t gather_bad_bytes;       /* ... whose bytes differ from want_gather */
+    uint64_t grad_full_allocs;       /* "L<l>.grad_full" allocations */
+    uint64_t grad_full_bad_bytes;
+    uint64_t bwd_grad_writers;       /* backward ops writing a TC_GRAD tensor */
+    uint64_t bwd_grad_writers_nonlora; /* ... whose name lacks "lora" */
+    uint64_t host_optim_ops, host_optim_with_tensors, d2h_ops, h2d_ops, dp_coll_ops;
+    uint64_t iter_optstate_allocs, iter_grad_allocs;
+    uint64_t skel_l0_it0;            /* skeletal bytes of layer 0, iteration 0 */
+} ftacct;
+
+static ftacct ft_account(const trace_t *t, uint64_t want_gather, uint64_t want_grad_full)
+{
+    ftacct a;
+    memset(&a, 0, sizeof a);
+    u64map *cls = u64map_new(1024);
+    int iter = -1;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) iter = (int)r->u.mark.value;
+        if (r->type == TR_ALLOC) {
+            const trace_tensor *x = &r->u.alloc;
+            u64map_put(cls, x->id, (uint64_t)x->cls);
+            if (iter < 0) {
+                a.setup_bytes[x->cls] += x->bytes;
+                a.setup_allocs++;
+                if (x->cls == TC_PARAM) a.setup_param_allocs++;
+                if (!strcmp(x->name, "embed.grad") || !strcmp(x->name, "embed.grad_shard"))
+                    a.setup_has_embed_grad = 1;
+                if (!strcmp(x->name, "embed.opt")) a.setup_has_opt_named_embed = 1;
+                continue;
+            }
+            if (x->cls == TC_OPTSTATE) a.iter_optstate_allocs++;
+            if (x->cls == TC_GRAD) a.iter_grad_allocs++;
+            if (iter == 0 && x->layer == 0 && x->cls == TC_ACT_SKEL) a.skel_l0_it0 += x->bytes;
+            const char *dot = strchr(x->name, '.');
+            if (x->layer >= 0 && x->layer < 64 && dot && !strcmp(dot, ".params")) {
+                a.gather_allocs[x->layer]++;
+                if (x->bytes != want_gather) a.gather_bad_bytes++;
+            }
+            if (x->layer >= 0 && dot && !strcmp(dot, ".grad_full")) {
+                a.grad_full_allocs++;
+                if (x->bytes != want_grad_full) a.grad_full_bad_bytes++;
+            }
+        } else if (r->type == TR_OP) {
+            const trace_op *o = &r->u.op;
+            if (strstr(o->name, "optim.host")) {
+                a.host_optim_ops++;
+                if (o->n_in || o->n_out) a.host_optim_with_tensors++;
+            }
+            if (strstr(o->name, ".d2h")) a.d2h_ops++;
+            if (strstr(o->name, ".h2d")) a.h2d_ops++;
+            if (strstr(o->name, ".dp_rs") || strstr(o->name, ".dp_ag")) a.dp_coll_ops++;
+            if (o->phase != TP_BWD) continue;
+            int writes_grad = 0;
+            for (uint32_t j = 0; j < o->n_out; j++) {
+                uint64_t c;
+                if (u64map_get(cls, o->out[j], &c) && c == TC_GRAD) writes_grad = 1;
+            }
+            if (!writes_grad || o->kind == TK_COMM) continue; /* DP/ZeRO reductions */
+            a.bwd_grad_writers++;
+            if (!strstr(o->name, "lora")) a.bwd_grad_writers_nonlora++;
+        }
+    }
+    u64map_free(cls);
+    return a;
+}
+
+static void test_lora(const machine_t *mach)
+{
+    /* opt-1.3b: h = 2048, f = 8192, 24 layers, MHA, biases, tied embeddings. */
+    gen_config c = config("opt-1.3b", 512, 2, 1, 1, 2);
+    c.lora = 1;
+    c.lora_rank = 16;
+    uint64_t h = 2048, f = 8192, r = 16, L = 24, T = 2 * 512, D = 2;
+    uint64_t want_train = r * (h + 3 * h) + r * (h + h);
+    trace_t *t = gen(&c, mach);
+    walk w = t ? validate(t) : (walk){ .errors = 1 };
+    ftacct a = t ? ft_account(t, 0, 0) : (ftacct){ 0 };
+    uint64_t P = model_params(&c.model);
+    TAP_OK(t && w.errors == 0 && w.live_left == w.persistent && w.live_left_bad == 0 &&
+           gen_layer_trainable_params(&c) == want_train,
+           "LoRA opt-1.3b r=16 dp=2: valid trace (%s), %llu adapter parameters per layer = "
+           "r(h+3h) + r(h+h)", w.errors ? w.first_error : "ok",
+           (unsigned long long)gen_layer_trainable_params(&c));
+    uint64_t adapters = L * want_train;
+    TAP_OK(a.setup_bytes[TC_GRAD] == adapters * D &&
+           a.setup_bytes[TC_OPTSTATE] == L * ((want_train + 1) / 2) * 12 &&
+           !a.setup_has_embed_grad && !a.setup_has_opt_named_embed,
+           "LoRA: gradients only for the adapters (%llu B = adapters x 2), optimizer states "
+           "for their dp shard (%llu B); none for embedding, head or base weights",
+           (unsigned long long)a.setup_bytes[TC_GRAD],
+           (unsigned long long)a.setup_bytes[TC_OPTSTATE]);
+    TAP_OK(a.setup_bytes[TC_PARAM] == (P + adapters) * D,
+           "LoRA: every base weight stays (frozen) plus the adapters: %llu B of parameters",
+           (unsigned long long)a.setup_bytes[TC_PARAM]);
+    TAP_OK(a.bwd_grad_writers == 2 * L * 2 * (uint64_t)c.iterations &&
+           a.bwd_grad_writers_nonlora == 0,
+           "LoRA backward: %llu weight-gradient ops, all adapters' (4 per layer per "
+           "iteration); base weights get none", (unsigned long long)a.bwd_grad_writers);
+    uint64_t base_skel = 16 * T * h * D;
+    TAP_OK(a.skel_l0_it0 == base_skel + 2 * T * r * D &&
+           gen_layer_skel_bytes(&c) == a.skel_l0_it0,
+           "LoRA: layer skeletal bytes = 16bsh*2 + two saved [T, r] adapter intermediates "
+           "(%llu)", (unsigned long long)a.skel_l0_it0);
+    trace_free(t);
+    c.lora_mlp = 1;
+    t = gen(&c, mach);
+    w = t ? validate(t) : (walk){ .errors = 1 };
+    uint64_t want_mlp = want_train + r * (h + f) + r * (f + h);
+    a = t ? ft_account(t, 0, 0) : (ftacct){ 0 };
+    TAP_OK(t && w.errors == 0 && gen_layer_trainable_params(&c) == want_mlp &&
+           a.bwd_grad_writers == 4 * L * 2 * (uint64_t)c.iterations &&
+           a.bwd_grad_writers_nonlora == 0 && a.skel_l0_it0 == base_skel + 4 * T * r * D,
+           "LoRA with lora_mlp: adapters on fc1/fc2 too (%llu per layer), 8 adapter weight "
+           "gradients per layer, 4 saved intermediates", (unsigned long long)want_mlp);
+    trace_free(t);
+}
+
+static void test_zero3(const machine_t *mach)
+{
+    gen_config c = config("opt-1.3b", 512, 2, 1, 1, 4);
+    c.zero3 = 1;
+    c.iterations = 3;
+    uint64_t L = 24, D = 2, dp = 4;
+    uint64_t lp = gen_layer_params(&c);
+    trace_t *t = gen(&c, mach);
+    walk w = t ? validate(t) : (walk){ .errors = 1 };
+    ftacct a = t ? ft_account(t, lp * D, lp * D) : (ftacct){ 0 };
+    TAP_OK(t && w.errors == 0 && w.live_left == a.setup_allocs && w.live_left_bad == 0,
+           "ZeRO-3 opt-1.3b dp=4: valid trace, only the setup shards live at the end (%s)",
+           w.errors ? w.first_error : "ok");
+    int twice = 1;
+    for (uint64_t l = 0; l < L; l++) twice &= a.gather_allocs[l] == 2 * 3;
+    TAP_OK(twice && a.gather_bad_bytes == 0,
+           "ZeRO-3: every layer's full parameters (%llu B) gathered into a fresh buffer twice "
+           "per iteration (forward, backward) and freed", (unsigned long long)(lp * D));
+    uint64_t P = model_params(&c.model);
+    /* Three groups (embed, 24 layers, head) each round their shard up. */
+    uint64_t shard_lo = P * D / dp, shard_hi = shard_lo + (L + 2) * D;
+    TAP_OK(a.setup_bytes[TC_PARAM] >= shard_lo && a.setup_bytes[TC_PARAM] <= shard_hi &&
+           a.setup_bytes[TC_GRAD] == a.setup_bytes[TC_PARAM] &&
+           a.setup_bytes[TC_OPTSTATE] == a.setup_bytes[TC_PARAM] * 6 &&
+           a.setup_param_allocs == L + 2,
+           "ZeRO-3: setup holds 1/dp of parameters (%llu B), gradients and optimizer states "
+           "(x6), one flat shard per group", (unsigned long long)a.setup_bytes[TC_PARAM]);
+    TAP_OK(a.grad_full_allocs == L * 3 && a.grad_full_bad_bytes == 0 && a.dp_coll_ops == 0,
+           "ZeRO-3: one full-size gradient buffer per layer backward (%llu), reduce-scattered "
+           "and freed; no ZeRO-1 dp_rs/dp_ag", (unsigned long long)a.grad_full_allocs);
+    trace_free(t);
+    c.lora = 1;
+    c.lora_rank = 8;
+    c.iterations = 2;
+    lp = gen_layer_params(&c);
+    uint64_t lt = gen_layer_trainable_params(&c);
+    t = gen(&c, mach);
+    w = t ? validate(t) : (walk){ .errors = 1 };
+    a = t ? ft_account(t, lp * D, lt * D) : (ftacct){ 0 };
+    TAP_OK(t && w.errors == 0 && a.gather_bad_bytes == 0 && a.grad_full_allocs == L * 2 &&
+           a.grad_full_bad_bytes == 0 && a.setup_bytes[TC_GRAD] == L * ((lt + 3) / 4) * D,
+           "ZeRO-3 + LoRA: gathers carry base + adapters (%llu params), gradient buffers and "
+           "shards only the adapters (%llu)", (unsigned long long)lp, (unsigned long long)lt);
+    trace_free(t);
+}
+
+static void test_offload(const machine_t *mach)
+{
+    gen_config c = config("opt-1.3b", 512, 2, 1, 1, 4);
+    c.offload = 1;
+    trace_t *t = gen(&c, mach);
+    walk w = t ? validate(t) : (walk){ .errors = 1 };
+    ftacct a = t ? ft_account(t, 0, 0) : (ftacct){ 0 };
+    const char *hob = t ? trace_get_meta(t, "host_opt_bytes") : NULL;
+    uint64_t hv = 0, P = model_params(&c.model);
+    if (hob) ms_parse_u64(hob, &hv);
+    /* 26 groups: embed, 24 layers, head; opt-1.3b ties its embedding (no head.w). */
+    TAP_OK(t && w.errors == 0 && a.setup_bytes[TC_OPTSTATE] == 0 && a.iter_optstate_allocs == 0 &&
+           hv >= P / 4 * 12 && hv <= (P / 4 + 26) * 12,
+           "offload: no optimizer state on the GPU; meta host_opt_bytes %llu = 12 B x P/dp",
+           (unsigned long long)hv);
+    TAP_OK(a.host_optim_ops == 26 * 2 && a.host_optim_with_tensors == 0 &&
+           a.d2h_ops == 26 * 2 && a.h2d_ops == 26 * 2,
+           "offload: per group and iteration a gradient D2H copy, a host Adam op touching no "
+           "device tensor (named *.optim.host) and a parameter H2D copy");
+    trace_free(t);
+    c.zero3 = 1;
+    c.lora = 1;
+    c.lora_rank = 8;
+    c.micro_batch = 1;
+    t = gen(&c, mach);
+    w = t ? validate(t) : (walk){ .errors = 1 };
+    a = t ? ft_account(t, 0, gen_layer_trainable_params(&c) * 2) : (ftacct){ 0 };
+    TAP_OK(t && w.errors == 0 && a.setup_bytes[TC_GRAD] == 0 && a.setup_bytes[TC_OPTSTATE] == 0 &&
+           a.grad_full_bad_bytes == 0 && a.iter_grad_allocs == 2 * 24 * 2 &&
+           a.host_optim_ops == 24 * 2,
+           "LoRA + ZeRO-3 + offload: no GPU gradient shard or state; per layer backward a "
+           "full gradient buffer and a partition copied to the host (%llu grad allocs)",
+           (unsigned long long)a.iter_grad_allocs);
+    gen_config d = c;
+    trace_t *u = gen(&d, mach);
+    TAP_OK(u && same_trace(t, u), "LoRA + ZeRO-3 + offload: generating twice is identical");
+    trace_free(u);
+    char path[] = "/tmp/memsim-test-gen-ft-XXXXXX";
+    int fd = mkstemp(path);
+    ms_error err;
+    ms_error_clear(&err);
+    trace_check_report rep;
+    memset(&rep, 0, sizeof rep);
+    ms_status st = fd < 0 || !t ? MS_ERR_IO : trace_write(t, path, &err);
+    if (!st) st = trace_check_file(path, stdout, 10, &rep, &err);
+    TAP_OK(st == MS_OK && rep.errors == 0 && rep.records == trace_count(t),
+           "LoRA + ZeRO-3 + offload trace written and checked: %llu records, 0 problems (%s)",
+           (unsigned long long)rep.records, st ? err.msg : "ok");
+    if (fd >= 0) {
+        close(fd);
+        remove(path);
+    }
+    trace_free(t);
+    c = config("gpt-7b", 4096, 1, 1, 1, 1);
+    c.lora_mlp = 1;
+    st = gen_validate(&c, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "lora_mlp"), "lora_mlp without lora: %s",
+           err.msg);
+}
+
+/* The HF transformers loss: every step a full [rows, V] tensor; the logits held by the
+ * outputs until the end of the backward, or into the next iteration. */
+static void test_hf_loss(const machine_t *mach)
+{
+    gen_config c = config("opt-1.3b", 512, 2, 1, 1, 1);
+    c.hf_loss = 1;
+    c.hf_loss_shift = 1;
+    c.hf_loss_fp32 = 1;
+    c.iterations = 3;
+    uint64_t V = 50272, T = 2 * 512, R = 2 * 511;
+    trace_t *t = gen(&c, mach);
+    walk w = t ? validate(t) : (walk){ .errors = 1 };
+    /* Per iteration: the bf16 logits, the fp32 copy, the shifted copy, the log-softmax, the
+     * nll and log-softmax gradients, the slice's full gradient and its bf16 cast. */
+    uint64_t want = T * V * 2 + T * V * 4 + R * V * 4 + R * V * 4 + R * V * 4 + R * V * 4 +
+                    T * V * 4 + T * V * 2;
+    uint64_t big = 0;
+    int it = -1, held_across = 0;
+    u64map *iter_of = u64map_new(256);
+    for (size_t i = 0; t && i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) it = (int)r->u.mark.value;
+        if (r->type == TR_ALLOC && it == 1 && r->u.alloc.bytes >= R * V * 2) big += r->u.alloc.bytes;
+        if (r->type == TR_ALLOC && !strcmp(r->u.alloc.name, "logits_fp32"))
+            u64map_put(iter_of, r->u.alloc.id, (uint64_t)it);
+        uint64_t born;
+        if (r->type == TR_FREE && u64map_get(iter_of, r->u.free_id, &born) && (int)born != it)
+            held_across++;
+    }
+    u64map_free(iter_of);
+    TAP_OK(t && w.errors == 0 && w.live_left == w.persistent && big == want && held_across == 0,
+           "HF loss (shift, fp32): valid trace (%s), %llu B of [rows, V] tensors per iteration "
+           "(8 of them), logits freed within their iteration", w.errors ? w.first_error : "ok",
+           (unsigned long long)big);
+    trace_free(t);
+    c.hf_logits_hold = 1;
+    t = gen(&c, mach);
+    w = t ? validate(t) : (walk){ .errors = 1 };
+    held_across = 0;
+    it = -1;
+    iter_of = u64map_new(256);
+    for (size_t i = 0; t && i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) it = (int)r->u.mark.value;
+        if (r->type == TR_ALLOC && !strcmp(r->u.alloc.name, "logits_fp32"))
+            u64map_put(iter_of, r->u.alloc.id, (uint64_t)it);
+        uint64_t born;
+        if (r->type == TR_FREE && u64map_get(iter_of, r->u.free_id, &born) && (int)born == it - 1)
+            held_across++;
+    }
+    u64map_free(iter_of);
+    TAP_OK(t && w.errors == 0 && w.live_left == w.persistent && held_across == 2,
+           "hf_logits_hold: iterations 0 and 1 free their logits in the next iteration's "
+           "forward (%d), the last its own", held_across);
+    trace_free(t);
+    ms_error err;
+    c = config("gpt-7b", 4096, 1, 2, 1, 1);
+    c.hf_loss = 1;
+    ms_status st = gen_validate(&c, &err);
+    TAP_OK(st == MS_ERR_UNSUPPORTED && strstr(err.msg, "hf_loss"), "hf_loss with tp 2: %s",
+           err.msg);
 }
 
 static void test_roofline(const machine_t *m)
@@ -476,6 +773,10 @@ int main(void)
     test_file_check(&m);
     test_meta_determinism(&m);
     test_errors();
+    test_lora(&m);
+    test_zero3(&m);
+    test_offload(&m);
+    test_hf_loss(&m);
     test_roofline(&m);
     test_speed(&m);
     return tap_done();

@@ -1,8 +1,9 @@
 /* gen.c — the workload-trace generator: one rank's Megatron-style training iterations (TP
- * with sequence parallelism, CP ring attention, DP with a ZeRO-1 sharded optimizer) as an
- * in-memory trace. Used by `memsim gen`, planners' tests and experiments. The emitted program,
- * tensor by tensor, and every FLOP and byte formula are in docs/GENERATOR.md; comments here
- * say where the model deviates from the real frameworks. */
+ * with sequence parallelism, CP ring attention, DP with a ZeRO-1 sharded optimizer or ZeRO-3
+ * sharded parameters) as an in-memory trace, optionally as LoRA fine-tuning and with the
+ * optimizer offloaded to the host (ZeRO-Offload). Used by `memsim gen`, planners' tests and
+ * experiments. The emitted program, tensor by tensor, and every FLOP and byte formula are in
+ * docs/GENERATOR.md; comments here say where the model deviates from the real frameworks. */
 #include "traces/gen.h"
 
 #include <inttypes.h>
@@ -21,6 +22,7 @@
 #define ADAM_FLOPS 12.0      /* per parameter of the local shard */
 #define TOKEN_ID_BYTES 8     /* int64 token ids and labels */
 #define F32 4                /* fp32 bytes: statistics, workspaces, per-token losses */
+#define HOST_GRAD_BYTES 4    /* ZeRO-Offload keeps the host gradient partition in fp32 */
 
 void gen_config_default(gen_config *c)
 {
@@ -32,7 +34,7 @@ void gen_config_default(gen_config *c)
     c->opt_bytes_per_param = 12;
     c->iterations = 2;
     c->attn_bwd_factor = 2.5;
-    c->lora_rank = 0;
+    c->lora_rank = 8;
     roof_params_default(&c->roof);
 }
 
@@ -150,10 +152,23 @@ static ms_status check_ranges(const gen_config *c, ms_error *err)
                        c->iterations);
     if (!isfinite(c->attn_bwd_factor) || c->attn_bwd_factor < 0)
         return ms_fail(err, MS_ERR_INVALID, "attn_bwd_factor must be a finite number >= 0");
-    if (c->lora)
-        return ms_fail(err, MS_ERR_UNSUPPORTED, "lora is not implemented by the generator yet");
-    if (c->zero3)
-        return ms_fail(err, MS_ERR_UNSUPPORTED, "zero3 is not implemented by the generator yet");
+    if (c->lora && (c->lora_rank < 1 || (uint64_t)c->lora_rank > c->model.hidden))
+        return ms_fail(err, MS_ERR_INVALID, "lora_rank must be 1..hidden (%" PRIu64 ") with "
+                       "lora (got %d)", c->model.hidden, c->lora_rank);
+    if ((c->lora | c->lora_mlp | c->zero3 | c->offload) & ~1)
+        return ms_fail(err, MS_ERR_INVALID, "lora, lora_mlp, zero3 and offload are 0 or 1");
+    if (c->lora_mlp && !c->lora)
+        return ms_fail(err, MS_ERR_INVALID, "lora_mlp needs lora");
+    if ((c->hf_loss | c->hf_loss_shift | c->hf_loss_fp32 | c->hf_logits_hold) & ~1)
+        return ms_fail(err, MS_ERR_INVALID, "hf_loss, hf_loss_shift, hf_loss_fp32 and "
+                       "hf_logits_hold are 0 or 1");
+    if ((c->hf_loss_shift || c->hf_loss_fp32 || c->hf_logits_hold) && !c->hf_loss)
+        return ms_fail(err, MS_ERR_INVALID, "hf_loss_shift, hf_loss_fp32 and hf_logits_hold "
+                       "need hf_loss");
+    if (c->hf_loss && (c->tp != 1 || c->cp != 1 || c->model.is_encoder))
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "hf_loss is modelled for decoders with tp = cp "
+                       "= 1 only (got tp %d, cp %d%s)", c->tp, c->cp,
+                       c->model.is_encoder ? ", an encoder" : "");
     return MS_OK;
 }
 
@@ -194,35 +209,31 @@ ms_status gen_validate(const gen_config *cin, ms_error *err)
     return st;
 }
 
-uint64_t gen_layer_skel_bytes(const gen_config *cin)
-{
-    gen_config c = resolved(cin);
-    gsz z;
-    sizes(&c, &z);
-    /* input, ln1_out, resid1, ln2_out (SP shards); q, k, v, attn_out, fc1_out, act_out */
-    uint64_t el = 4 * z.Ts * z.h + z.T * (2 * z.hq + 2 * z.hkv + z.f1 + z.f);
-    uint64_t bytes = el * z.D;
-    if (c.save_small) {
-        uint64_t stats = c.model.norm == MODEL_NORM_LAYER ? 2 : 1;
-        bytes += 2 * z.Ts * stats * F32 + z.T * z.heads * F32;
-    }
-    return bytes;
-}
-
 /* ---- emission context ---- */
 
-enum { G_LN1, G_QKV, G_PROJ, G_LN2, G_FC1, G_FC2, G_MAXP = 6 };
+/* Parameter slots of a layer group; the LoRA adapters (A then B) of the four linears follow
+ * the base weights. */
+enum { G_LN1, G_QKV, G_PROJ, G_LN2, G_FC1, G_FC2, G_LORA0, G_MAXP = G_LORA0 + 8 };
+/* Adapter slot of a base linear's A (B is the next slot). */
+#define G_LORA_A(base) (G_LORA0 + 2 * ((base) == G_QKV ? 0 : (base) == G_PROJ ? 1 : \
+                                       (base) == G_FC1 ? 2 : 3))
 
-/* A parameter group: one transformer layer, the embedding, or the head. Each has one
- * contiguous gradient buffer (Megatron's grad buffer, per layer) and one optimizer state
- * shard. */
+/* A parameter group: one transformer layer, the embedding, or the head. Without ZeRO-3 each
+ * has one contiguous gradient buffer (Megatron's grad buffer, per layer) and one optimizer
+ * state shard; with ZeRO-3 a parameter shard, a gradient shard and an optimizer state shard.
+ * Only the trained parameters (all, or the adapters under LoRA) have gradients and states. */
 typedef struct ggroup {
-    uint64_t param[G_MAXP];
+    uint64_t param[G_MAXP];  /* 0 where the slot is empty, and for every slot under ZeRO-3 */
     uint64_t pbytes[G_MAXP];
     const char *pname[G_MAXP];
-    int np;
+    uint8_t trains[G_MAXP];
+    int np;                  /* slots used: 0 .. np-1 (some may be empty) */
     uint64_t nparams;        /* local (TP-sharded) parameters */
-    uint64_t grad, opt;
+    uint64_t ntrain;         /* ... of them trained */
+    uint64_t grad, opt;      /* gradient buffer (ZeRO-3: shard) and optimizer shard; 0: none */
+    uint64_t shard;          /* ZeRO-3: this rank's parameter shard */
+    uint64_t gathered;       /* ZeRO-3: the live all-gathered parameters, 0 when released */
+    uint64_t gfull;          /* ZeRO-3: the live full-size gradient buffer, 0 when none */
     int layer;
     const char *prefix;      /* "embed" / "head" / NULL for layers */
 } ggroup;
@@ -230,6 +241,7 @@ typedef struct ggroup {
 /* Skeletal tensors of one layer in the current iteration. */
 typedef struct lstate {
     uint64_t in, ln1, ln1s, q, k, v, ao, lse, r1, ln2, ln2s, fc1, act;
+    uint64_t mid[4];         /* LoRA: the saved x A of qkv, proj, fc1, fc2 (0: no adapter) */
 } lstate;
 
 typedef struct gctx {
@@ -247,6 +259,8 @@ typedef struct gctx {
     uint64_t final_in, final_out;  /* head's saved tensors */
     uint64_t final_stats;
     uint64_t logits;
+    uint64_t logprobs;             /* hf_loss: the saved log-softmax output */
+    uint64_t held_prev;            /* hf_logits_hold: the previous iteration's logits */
 } gctx;
 
 static ggroup *grp_layer(gctx *x, int l) { return &x->g[l + 1]; }
@@ -311,13 +325,26 @@ typedef struct opspec {
     double flops;
     uint64_t br, bw;
     double dur_us;
-    uint64_t in[12];
+    uint64_t in[24];
     uint32_t nin;
-    uint64_t out[12];
+    uint64_t out[24];
     uint32_t nout;
     const uint64_t *ext_out; /* when set, the outputs (n_ext_out of them) instead of out[] */
     uint32_t n_ext_out;
 } opspec;
+
+/* Copies ids into dst dropping 0 (an absent tensor: a frozen weight's gradient, a released
+ * group) and repeats (ZeRO-3 hands one gathered buffer for several weights). */
+static uint32_t compact_ids(const uint64_t *src, uint32_t n, uint64_t *dst)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int dup = src[i] == 0;
+        for (uint32_t j = 0; j < k && !dup; j++) dup = dst[j] == src[i];
+        if (!dup) dst[k++] = src[i];
+    }
+    return k;
+}
 
 static void emit_op(gctx *x, uint64_t oid, const opspec *o)
 {
@@ -333,10 +360,16 @@ static void emit_op(gctx *x, uint64_t oid, const opspec *o)
     p->bytes_read = o->br;
     p->bytes_written = o->bw;
     p->dur_us = o->dur_us;
-    p->n_in = o->nin;
-    p->in = o->in;
-    p->n_out = o->ext_out ? o->n_ext_out : o->nout;
-    p->out = o->ext_out ? o->ext_out : o->out;
+    uint64_t in[24], out[24];
+    p->n_in = compact_ids(o->in, o->nin, in);
+    p->in = in;
+    if (o->ext_out) {
+        p->n_out = o->n_ext_out;
+        p->out = o->ext_out;
+    } else {
+        p->n_out = compact_ids(o->out, o->nout, out);
+        p->out = out;
+    }
     tname(p->name, o->layer, o->what);
     append(x, &r);
 }
@@ -371,18 +404,28 @@ static void gemm_fwd(gctx *x, uint64_t oid, opspec o, uint64_t M, uint64_t N, ui
 }
 
 /* Data gradient dA = dC W^T and weight gradient dW += A^T dC: two GEMMs, 4MNK FLOPs; the
- * weight gradient is accumulated (read and written) in the gradient buffer. */
-static void gemm_bwd(gctx *x, uint64_t oid, opspec o, uint64_t M, uint64_t N, uint64_t K)
+ * weight gradient is accumulated (read and written) in the gradient buffer. A frozen weight
+ * (wgrad 0: LoRA's base weights) has only the data gradient: 2MNK FLOPs. */
+static void gemm_bwd(gctx *x, uint64_t oid, opspec o, uint64_t M, uint64_t N, uint64_t K,
+                     int wgrad)
 {
     uint64_t D = x->z.D, GB = x->z.GB;
     double half = 2.0 * (double)M * (double)N * (double)K;
     uint64_t dgrad = (M * N + K * N + M * K) * D;
-    uint64_t wgrad = (M * N + M * K) * D + 2 * K * N * GB;
+    uint64_t wg = (M * N + M * K) * D + 2 * K * N * GB;
     o.kind = TK_GEMM;
+    if (!wgrad) {
+        o.flops = half;
+        o.br = (M * N + K * N) * D;
+        o.bw = M * K * D;
+        o.dur_us = kern_us(x, TK_GEMM, half, dgrad);
+        emit_op(x, oid, &o);
+        return;
+    }
     o.flops = 2.0 * half;
     o.br = (2 * M * N + K * N + M * K) * D + K * N * GB;
     o.bw = M * K * D + K * N * GB;
-    o.dur_us = x->m ? kern_us(x, TK_GEMM, half, dgrad) + kern_us(x, TK_GEMM, half, wgrad) : -1.0;
+    o.dur_us = x->m ? kern_us(x, TK_GEMM, half, dgrad) + kern_us(x, TK_GEMM, half, wg) : -1.0;
     emit_op(x, oid, &o);
 }
 
@@ -433,79 +476,273 @@ static uint64_t tp_scatter(gctx *x, int layer, const char *opname, int owner, co
 
 /* ---- setup: parameters, gradient buffers, optimizer state shards ---- */
 
-static void grp_add(ggroup *g, const char *name, uint64_t nparams)
+/* Fills parameter slot j (an empty slot stays empty). Under LoRA only adapters train. */
+static void grp_set(gctx *x, ggroup *g, int j, const char *name, uint64_t nparams, int adapter)
 {
     if (!nparams) return;
-    g->pname[g->np] = name;
-    g->pbytes[g->np] = nparams; /* parameters for now; bytes once dtype is applied */
-    g->np++;
+    g->pname[j] = name;
+    g->pbytes[j] = nparams; /* parameters for now; bytes once dtype is applied */
+    g->trains[j] = (uint8_t)(x->c->lora ? adapter : 1);
+    if (j >= g->np) g->np = j + 1;
     g->nparams += nparams;
+    if (g->trains[j]) g->ntrain += nparams;
+}
+
+static void grp_add(gctx *x, ggroup *g, const char *name, uint64_t nparams)
+{
+    if (nparams) grp_set(x, g, g->np, name, nparams, 0);
+}
+
+/* LoRA adapter shapes on this rank. Column-parallel linears (qkv, fc1) keep A whole and
+ * shard B's output columns like the base weight; row-parallel ones (proj, fc2) shard A's
+ * input rows and keep B whole (the layout of Megatron-style LoRA under TP). */
+static void lora_dims(const gsz *z, int base, uint64_t *kin, uint64_t *nout)
+{
+    switch (base) {
+    case G_QKV: *kin = z->h; *nout = z->hq + 2 * z->hkv; break;
+    case G_PROJ: *kin = z->hq; *nout = z->h; break;
+    case G_FC1: *kin = z->h; *nout = z->f1; break;
+    default: *kin = z->f; *nout = z->h; break;
+    }
+}
+
+static int lora_on(const gen_config *c, int base)
+{
+    if (!c->lora) return 0;
+    return base == G_QKV || base == G_PROJ || (c->lora_mlp && (base == G_FC1 || base == G_FC2));
+}
+
+/* One transformer layer's parameter slots (fixed by the G_* indices). */
+static void plan_layer(gctx *x, ggroup *g, int l)
+{
+    static const char *const an[4][2] = {
+        { "qkv.lora_A", "qkv.lora_B" }, { "proj.lora_A", "proj.lora_B" },
+        { "fc1.lora_A", "fc1.lora_B" }, { "fc2.lora_A", "fc2.lora_B" },
+    };
+    static const int bases[4] = { G_QKV, G_PROJ, G_FC1, G_FC2 };
+    const gsz *z = &x->z;
+    int bias = x->c->model.has_bias;
+    uint64_t qkvw = z->hq + 2 * z->hkv, r = (uint64_t)x->c->lora_rank;
+    g->layer = l;
+    grp_set(x, g, G_LN1, "ln1.w", z->normp, 0);
+    grp_set(x, g, G_QKV, "qkv.w", z->h * qkvw + (bias ? qkvw : 0), 0);
+    grp_set(x, g, G_PROJ, "proj.w", z->hq * z->h + (bias ? z->h : 0), 0);
+    grp_set(x, g, G_LN2, "ln2.w", z->normp, 0);
+    grp_set(x, g, G_FC1, "fc1.w", z->h * z->f1 + (bias ? z->f1 : 0), 0);
+    grp_set(x, g, G_FC2, "fc2.w", z->f * z->h + (bias ? z->h : 0), 0);
+    for (int i = 0; i < 4; i++) {
+        if (!lora_on(x->c, bases[i])) continue;
+        uint64_t kin, nout;
+        lora_dims(z, bases[i], &kin, &nout);
+        grp_set(x, g, G_LORA_A(bases[i]), an[i][0], kin * r, 1);
+        grp_set(x, g, G_LORA_A(bases[i]) + 1, an[i][1], r * nout, 1);
+    }
 }
 
 static void plan_groups(gctx *x)
 {
     const model_t *m = &x->c->model;
     const gsz *z = &x->z;
-    int bias = m->has_bias;
-    uint64_t qkvw = z->hq + 2 * z->hkv;
     ggroup *e = grp_embed(x), *hd = grp_head(x);
     e->layer = -1;
     e->prefix = "embed";
-    grp_add(e, "embed.w", z->V * z->h);
-    grp_add(e, "embed.pos", m->pos_rows * z->h);
-    grp_add(e, "embed.type", m->type_vocab * z->h);
-    if (m->is_encoder) grp_add(e, "embed.norm", z->normp);
-    for (int l = 0; l < (int)m->layers; l++) {
-        ggroup *g = grp_layer(x, l);
-        g->layer = l;
-        /* Order fixed by the G_* indices. */
-        grp_add(g, "ln1.w", z->normp);
-        grp_add(g, "qkv.w", z->h * qkvw + (bias ? qkvw : 0));
-        grp_add(g, "proj.w", z->hq * z->h + (bias ? z->h : 0));
-        grp_add(g, "ln2.w", z->normp);
-        grp_add(g, "fc1.w", z->h * z->f1 + (bias ? z->f1 : 0));
-        grp_add(g, "fc2.w", z->f * z->h + (bias ? z->h : 0));
-    }
+    grp_add(x, e, "embed.w", z->V * z->h);
+    grp_add(x, e, "embed.pos", m->pos_rows * z->h);
+    grp_add(x, e, "embed.type", m->type_vocab * z->h);
+    if (m->is_encoder) grp_add(x, e, "embed.norm", z->normp);
+    for (int l = 0; l < (int)m->layers; l++) plan_layer(x, grp_layer(x, l), l);
     hd->layer = -1;
     hd->prefix = "head";
-    if (m->is_encoder) grp_add(hd, "pooler.w", z->h * z->h + z->h);
-    else grp_add(hd, "final_norm.w", z->normp);
-    if (!m->tied_embeddings) grp_add(hd, "head.w", z->V * z->h);
+    if (m->is_encoder) grp_add(x, hd, "pooler.w", z->h * z->h + z->h);
+    else grp_add(x, hd, "final_norm.w", z->normp);
+    if (!m->tied_embeddings) grp_add(x, hd, "head.w", z->V * z->h);
 }
 
+/* ceil(n / dp): this rank's share of n elements under DP sharding. */
+static uint64_t dp_share(const gctx *x, uint64_t n)
+{
+    return (n + (uint64_t)x->z.dp - 1) / (uint64_t)x->z.dp;
+}
+
+/* "<prefix>.<what>" for the embed and head groups, "<what>" (named L<l>.<what>) for layers. */
+static void gname(char *nm, const ggroup *g, const char *what)
+{
+    snprintf(nm, TRACE_NAME_MAX, "%s%s%s", g->prefix ? g->prefix : "", g->prefix ? "." : "",
+             what);
+}
+
+/* Setup allocations. Without ZeRO-3: every parameter, a gradient buffer of the trained
+ * parameters, the optimizer state shard (ZeRO-1). With ZeRO-3: one flat parameter shard per
+ * group, a gradient shard and an optimizer shard of the trained parameters. With offload the
+ * optimizer states live on the host (meta host_opt_bytes), and under ZeRO-3 the gradient
+ * shard too (DeepSpeed's offload keeps no GPU gradient partition). */
 static void setup(gctx *x)
 {
     char nm[TRACE_NAME_MAX];
+    const gen_config *c = x->c;
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
         for (int j = 0; j < g->np; j++) {
             g->pbytes[j] *= x->z.D;
-            g->param[j] = alloc_t(x, g->layer, g->pname[j], g->pbytes[j], TC_PARAM, -1);
+            if (g->pbytes[j] && !c->zero3)
+                g->param[j] = alloc_t(x, g->layer, g->pname[j], g->pbytes[j], TC_PARAM, -1);
+        }
+        if (c->zero3 && g->nparams) {
+            gname(nm, g, "param_shard");
+            g->shard = alloc_t(x, g->layer, nm, dp_share(x, g->nparams) * x->z.D, TC_PARAM, -1);
         }
     }
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
-        snprintf(nm, sizeof nm, "%s%sgrad", g->prefix ? g->prefix : "", g->prefix ? "." : "");
-        g->grad = alloc_t(x, g->layer, nm, g->nparams * x->z.GB, TC_GRAD, -1);
+        if (!g->ntrain || (c->zero3 && c->offload)) continue;
+        gname(nm, g, c->zero3 ? "grad_shard" : "grad");
+        uint64_t n = c->zero3 ? dp_share(x, g->ntrain) : g->ntrain;
+        g->grad = alloc_t(x, g->layer, nm, n * x->z.GB, TC_GRAD, -1);
     }
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
-        uint64_t shard = (g->nparams + (uint64_t)x->z.dp - 1) / (uint64_t)x->z.dp;
-        if (!shard || !x->z.OB) continue;
-        snprintf(nm, sizeof nm, "%s%sopt", g->prefix ? g->prefix : "", g->prefix ? "." : "");
+        uint64_t shard = dp_share(x, g->ntrain);
+        if (!shard || !x->z.OB || c->offload) continue;
+        gname(nm, g, "opt");
         g->opt = alloc_t(x, g->layer, nm, shard * x->z.OB, TC_OPTSTATE, -1);
     }
 }
 
+/* ---- ZeRO-3: gathering parameters, reducing gradients ---- */
+
+/* The tensor an op reads for parameter slot j: the parameter itself, or under ZeRO-3 the
+ * group's gathered buffer (0, dropped from the op, if that is not live). */
+static uint64_t pw(const gctx *x, const ggroup *g, int j)
+{
+    return x->c->zero3 ? g->gathered : g->param[j];
+}
+
+/* Where a weight-gradient op of slot j accumulates: the group's gradient buffer, under ZeRO-3
+ * the full-size buffer of this backward; 0 for a frozen weight. */
+static uint64_t gw(const gctx *x, const ggroup *g, int j)
+{
+    if (j < 0 || j >= g->np || !g->trains[j]) return 0;
+    return x->c->zero3 ? g->gfull : g->grad;
+}
+
+/* ZeRO-3 all-gather of a group's parameters into a freshly allocated flat buffer (DeepSpeed
+ * gathers a module's partitioned parameters into one flat tensor of which each parameter is a
+ * view). No-op without ZeRO-3 or when already gathered. */
+static void zgather(gctx *x, ggroup *g, const char *what)
+{
+    if (!x->c->zero3 || !g->nparams || g->gathered) return;
+    char nm[TRACE_NAME_MAX], op[TRACE_NAME_MAX];
+    gname(nm, g, "params");
+    snprintf(op, sizeof op, "%s%s%s", g->prefix ? g->prefix : "", g->prefix ? "." : "", what);
+    uint64_t bytes = g->nparams * x->z.D, oid = new_op(x);
+    g->gathered = alloc_t(x, g->layer, nm, bytes, TC_PARAM, (int64_t)oid);
+    comm_op(x, oid, OPS(.layer = g->layer, .what = op, IN(g->shard), OUT(g->gathered)),
+            ROOF_ALL_GATHER, bytes, x->z.dp, x->z.tp * x->z.cp * x->z.dp);
+}
+
+/* Frees the gathered parameters (DeepSpeed's release after the module's forward/backward). */
+static void zrelease(gctx *x, ggroup *g)
+{
+    if (!g->gathered) return;
+    free_t(x, g->gathered);
+    g->gathered = 0;
+}
+
+/* ZeRO-3: the full-size gradient buffer of a group's backward (no-op if it exists or the
+ * group trains nothing). */
+static void zgrad_begin(gctx *x, ggroup *g)
+{
+    if (!x->c->zero3 || !g->ntrain || g->gfull) return;
+    char nm[TRACE_NAME_MAX];
+    gname(nm, g, "grad_full");
+    g->gfull = alloc_t(x, g->layer, nm, g->ntrain * x->z.GB, TC_GRAD, -1);
+}
+
+/* Host copy of a gradient partition (ZeRO-Offload): a comm-kind op over the host link. */
+static void d2h_op(gctx *x, int layer, const char *what, uint64_t src, uint64_t bytes)
+{
+    uint64_t oid = new_op(x);
+    double us = -1.0;
+    if (x->m) us = x->m->link_d2h_Bps > 0 ? (double)bytes / x->m->link_d2h_Bps * 1e6 : 0.0;
+    emit_op(x, oid, &OPS(.kind = TK_COMM, .layer = layer, .what = what, IN(src), .br = bytes,
+                         .dur_us = us));
+}
+
+/* ZeRO-3: reduce-scatter of the full-size gradient buffer into this rank's gradient shard
+ * (with offload into a transient partition that is copied to the host and freed), then the
+ * full-size buffer is freed. */
+static void zgrad_end(gctx *x, ggroup *g)
+{
+    if (!g->gfull) return;
+    char op[TRACE_NAME_MAX];
+    int span = x->z.tp * x->z.cp * x->z.dp;
+    uint64_t part = dp_share(x, g->ntrain);
+    uint64_t dst = g->grad, oid = new_op(x);
+    gname(op, g, "grad.rs");
+    if (x->c->offload) {
+        char nm[TRACE_NAME_MAX];
+        gname(nm, g, "grad_part");
+        dst = alloc_t(x, g->layer, nm, part * x->z.GB, TC_GRAD, (int64_t)oid);
+    }
+    comm_op(x, oid, OPS(.layer = g->layer, .what = op, IN(g->gfull), OUT(dst)),
+            ROOF_REDUCE_SCATTER, g->ntrain * x->z.GB, x->z.dp, span);
+    free_t(x, g->gfull);
+    g->gfull = 0;
+    if (x->c->offload) {
+        gname(op, g, "grad.d2h");
+        d2h_op(x, g->layer, op, dst, part * x->z.GB);
+        free_t(x, dst);
+    }
+}
+
+/* ---- per-layer sizes for callers (tests, experiments) ---- */
+
+uint64_t gen_layer_skel_bytes(const gen_config *cin)
+{
+    gen_config c = resolved(cin);
+    gsz z;
+    sizes(&c, &z);
+    /* input, ln1_out, resid1, ln2_out (SP shards); q, k, v, attn_out, fc1_out, act_out */
+    uint64_t el = 4 * z.Ts * z.h + z.T * (2 * z.hq + 2 * z.hkv + z.f1 + z.f);
+    uint64_t bytes = el * z.D;
+    if (c.save_small) {
+        uint64_t stats = c.model.norm == MODEL_NORM_LAYER ? 2 : 1;
+        bytes += 2 * z.Ts * stats * F32 + z.T * z.heads * F32;
+    }
+    static const int bases[4] = { G_QKV, G_PROJ, G_FC1, G_FC2 };
+    for (int i = 0; i < 4; i++)
+        if (lora_on(&c, bases[i])) bytes += z.T * (uint64_t)c.lora_rank * z.D;
+    return bytes;
+}
+
+/* One layer group planned on its own (no trace is made). */
+static ggroup layer_group(const gen_config *cin)
+{
+    gen_config c = resolved(cin);
+    gctx x;
+    ggroup g;
+    memset(&x, 0, sizeof x);
+    memset(&g, 0, sizeof g);
+    x.c = &c;
+    sizes(&c, &x.z);
+    plan_layer(&x, &g, 0);
+    return g;
+}
+
+uint64_t gen_layer_params(const gen_config *c) { return layer_group(c).nparams; }
+uint64_t gen_layer_trainable_params(const gen_config *c) { return layer_group(c).ntrain; }
+
 /* The LM head weight: the embedding when tied. */
 static uint64_t head_weight(gctx *x)
 {
-    return x->c->model.tied_embeddings ? grp_embed(x)->param[0] : grp_head(x)->param[grp_head(x)->np - 1];
+    if (x->c->model.tied_embeddings) return pw(x, grp_embed(x), 0);
+    return pw(x, grp_head(x), grp_head(x)->np - 1);
 }
 
 static uint64_t head_weight_grad(gctx *x)
 {
-    return x->c->model.tied_embeddings ? grp_embed(x)->grad : grp_head(x)->grad;
+    if (x->c->model.tied_embeddings) return gw(x, grp_embed(x), 0);
+    return gw(x, grp_head(x), grp_head(x)->np - 1);
 }
 
 /* ---- forward ---- */
@@ -513,19 +750,24 @@ static uint64_t head_weight_grad(gctx *x)
 static void zero_grads(gctx *x)
 {
     /* Megatron zeroes its grad buffers at the start of every step: one memset-like op
-     * writing every gradient buffer. */
-    uint64_t oid = new_op(x), bytes = 0;
+     * writing every gradient buffer (under ZeRO-3 the gradient shards; none with offload). */
+    uint64_t bytes = 0;
+    uint32_t n = 0;
     uint64_t *ids = malloc(x->ng * sizeof *ids);
     if (!ids) {
         x->st = x->st ? x->st : MS_ERR_NOMEM;
         return;
     }
     for (size_t i = 0; i < x->ng; i++) {
-        ids[i] = x->g[i].grad;
-        bytes += x->g[i].nparams * x->z.GB;
+        if (!x->g[i].grad) continue;
+        ids[n++] = x->g[i].grad;
+        bytes += (x->c->zero3 ? dp_share(x, x->g[i].ntrain) : x->g[i].ntrain) * x->z.GB;
     }
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "zero_grad", .bw = bytes,
-                          .ext_out = ids, .n_ext_out = (uint32_t)x->ng));
+    if (n) {
+        uint64_t oid = new_op(x);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "zero_grad", .bw = bytes,
+                              .ext_out = ids, .n_ext_out = n));
+    }
     free(ids);
 }
 
@@ -535,17 +777,19 @@ static void embed_fwd(gctx *x)
     ggroup *e = grp_embed(x);
     x->tokens = alloc_t(x, -1, "tokens", z->T * TOKEN_ID_BYTES, TC_ACT_SKEL, -1);
     x->labels = alloc_t(x, -1, "labels", z->T * TOKEN_ID_BYTES, TC_ACT_SKEL, -1);
+    zgather(x, e, "params.ag");
     uint64_t oid = new_op(x), out;
     /* Vocab-parallel embedding: each rank looks up its vocabulary shard; with SP the partial
      * sums are reduce-scattered into the first layer's input. */
     if (z->tp > 1) out = alloc_t(x, -1, "embed_partial", z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
     else out = alloc_t(x, 0, "input", z->Ts * z->h * z->D, TC_ACT_SKEL, (int64_t)oid);
     opspec o = OPS(.kind = TK_EMBED, .layer = -1, .what = "embed", IN(x->tokens), OUT(out));
-    for (int j = 0; j < e->np; j++) o.in[o.nin++] = e->param[j];
+    for (int j = 0; j < e->np; j++) o.in[o.nin++] = pw(x, e, j);
     o.flops = (double)(z->T * z->h) * (double)(e->np - 1 > 0 ? e->np - 1 : 0);
     o.br = z->T * TOKEN_ID_BYTES + z->T * z->h * z->D * (uint64_t)e->np;
     o.bw = z->T * z->h * z->D;
     simple_op(x, oid, o);
+    zrelease(x, e);
     x->ls[0].in = tp_scatter(x, -1, "embed.rs", 0, "input", out, TC_ACT_SKEL);
 }
 
@@ -628,16 +872,69 @@ static void attn_fwd(gctx *x, int l, lstate *s)
     }
 }
 
+/* A linear layer's forward [T, K] x [K, N] into freshly allocated outputs (names, bytes, one
+ * class). With a LoRA adapter on it, peft's out-of-place form
+ *     out = base(in) + lora_B(lora_A(in)) * scaling
+ * as four ops: the base GEMM into a transient, in A into the saved [T, r] intermediate *mid,
+ * mid B into a transient [T, N], and the scaled add into the outputs. The adapter's input
+ * dropout is taken as 0 (no copy of `in`, no mask) and the scaling is fused into the add. */
+static void linear_fwd(gctx *x, int l, const ggroup *g, int base, const char *what,
+                       uint64_t in, uint64_t N, uint64_t K, int nout,
+                       const char *const *onames, const uint64_t *obytes, trace_class ocls,
+                       uint64_t *outs, uint64_t *mid)
+{
+    const gsz *z = &x->z;
+    char nm[TRACE_NAME_MAX], op[TRACE_NAME_MAX];
+    uint64_t oid = new_op(x);
+    *mid = 0;
+    if (!lora_on(x->c, base)) {
+        opspec o = OPS(.layer = l, .what = what, IN(in, pw(x, g, base)));
+        for (int i = 0; i < nout; i++) {
+            outs[i] = alloc_t(x, l, onames[i], obytes[i], ocls, (int64_t)oid);
+            o.out[o.nout++] = outs[i];
+        }
+        gemm_fwd(x, oid, o, z->T, N, K);
+        return;
+    }
+    uint64_t r = (uint64_t)x->c->lora_rank, TN = z->T * N;
+    int a = G_LORA_A(base);
+    snprintf(nm, sizeof nm, "%s_base", what);
+    uint64_t b0 = alloc_t(x, l, nm, TN * z->D, TC_ACT_TRANS, (int64_t)oid);
+    gemm_fwd(x, oid, OPS(.layer = l, .what = what, IN(in, pw(x, g, base)), OUT(b0)), z->T, N, K);
+    oid = new_op(x);
+    snprintf(nm, sizeof nm, "%s.lora_mid", what);
+    *mid = alloc_t(x, l, nm, z->T * r * z->D, TC_ACT_SKEL, (int64_t)oid);
+    snprintf(op, sizeof op, "%s.lora_A", what);
+    gemm_fwd(x, oid, OPS(.layer = l, .what = op, IN(in, pw(x, g, a)), OUT(*mid)), z->T, r, K);
+    oid = new_op(x);
+    snprintf(nm, sizeof nm, "%s.lora_up", what);
+    uint64_t up = alloc_t(x, l, nm, TN * z->D, TC_ACT_TRANS, (int64_t)oid);
+    snprintf(op, sizeof op, "%s.lora_B", what);
+    gemm_fwd(x, oid, OPS(.layer = l, .what = op, IN(*mid, pw(x, g, a + 1)), OUT(up)), z->T, N, r);
+    oid = new_op(x);
+    snprintf(op, sizeof op, "%s.lora_add", what);
+    opspec o = OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(b0, up),
+                   .flops = 2.0 * (double)TN, .br = 2 * TN * z->D, .bw = TN * z->D);
+    for (int i = 0; i < nout; i++) {
+        outs[i] = alloc_t(x, l, onames[i], obytes[i], ocls, (int64_t)oid);
+        o.out[o.nout++] = outs[i];
+    }
+    simple_op(x, oid, o);
+    free_t(x, b0);
+    free_t(x, up);
+}
+
 /* Row-parallel GEMM [T, K] x [K, h] then the SP reduce-scatter; returns the [Ts, h] shard. */
-static uint64_t row_parallel(gctx *x, int l, const char *op, const char *rsop, const char *outn,
-                             uint64_t in, uint64_t w, uint64_t K)
+static uint64_t row_parallel(gctx *x, int l, const ggroup *g, int base, const char *op,
+                             const char *rsop, const char *outn, uint64_t in, uint64_t K,
+                             uint64_t *mid)
 {
     const gsz *z = &x->z;
     char pn[TRACE_NAME_MAX];
     snprintf(pn, sizeof pn, "%s%s", outn, z->tp > 1 ? "_partial" : "");
-    uint64_t oid = new_op(x);
-    uint64_t out = alloc_t(x, l, pn, z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
-    gemm_fwd(x, oid, OPS(.layer = l, .what = op, IN(in, w), OUT(out)), z->T, z->h, K);
+    const char *names[1] = { pn };
+    uint64_t bytes[1] = { z->T * z->h * z->D }, out;
+    linear_fwd(x, l, g, base, op, in, z->h, K, 1, names, bytes, TC_ACT_TRANS, &out, mid);
     return tp_scatter(x, l, rsop, l, outn, out, TC_ACT_TRANS);
 }
 
@@ -656,53 +953,163 @@ static uint64_t resid_add(gctx *x, int l, const char *op, int owner, const char 
 static void layer_fwd(gctx *x, int l)
 {
     const gsz *z = &x->z;
-    const ggroup *g = grp_layer(x, l);
+    ggroup *g = grp_layer(x, l);
     lstate *s = &x->ls[l];
     mark(x, TM_LAYER, l);
+    zgather(x, g, "params.ag");
     /* attention block */
-    s->ln1 = norm_fwd(x, l, "ln1", "ln1_out", s->in, g->param[G_LN1], &s->ln1s);
+    s->ln1 = norm_fwd(x, l, "ln1", "ln1_out", s->in, pw(x, g, G_LN1), &s->ln1s);
     uint64_t a1 = tp_gather(x, l, "ln1.ag", "ln1_full", s->ln1);
-    uint64_t oid = new_op(x);
-    s->q = alloc_t(x, l, "q", z->T * z->hq * z->D, TC_ACT_SKEL, (int64_t)oid);
-    s->k = alloc_t(x, l, "k", z->T * z->hkv * z->D, TC_ACT_SKEL, (int64_t)oid);
-    s->v = alloc_t(x, l, "v", z->T * z->hkv * z->D, TC_ACT_SKEL, (int64_t)oid);
-    gemm_fwd(x, oid, OPS(.layer = l, .what = "qkv", IN(a1, g->param[G_QKV]), OUT(s->q, s->k, s->v)),
-             z->T, z->hq + 2 * z->hkv, z->h);
+    static const char *const qkvn[3] = { "q", "k", "v" };
+    uint64_t qkvb[3] = { z->T * z->hq * z->D, z->T * z->hkv * z->D, z->T * z->hkv * z->D };
+    uint64_t qkv[3];
+    linear_fwd(x, l, g, G_QKV, "qkv", a1, z->hq + 2 * z->hkv, z->h, 3, qkvn, qkvb, TC_ACT_SKEL,
+               qkv, &s->mid[0]);
+    s->q = qkv[0];
+    s->k = qkv[1];
+    s->v = qkv[2];
     if (z->tp > 1) free_t(x, a1);
     attn_fwd(x, l, s);
-    uint64_t po = row_parallel(x, l, "proj", "proj.rs", "proj_out", s->ao, g->param[G_PROJ], z->hq);
+    uint64_t po = row_parallel(x, l, g, G_PROJ, "proj", "proj.rs", "proj_out", s->ao, z->hq,
+                               &s->mid[1]);
     s->r1 = resid_add(x, l, "add1", l, "resid1", s->in, po);
     free_t(x, po);
     /* MLP block */
-    s->ln2 = norm_fwd(x, l, "ln2", "ln2_out", s->r1, g->param[G_LN2], &s->ln2s);
+    s->ln2 = norm_fwd(x, l, "ln2", "ln2_out", s->r1, pw(x, g, G_LN2), &s->ln2s);
     uint64_t a2 = tp_gather(x, l, "ln2.ag", "ln2_full", s->ln2);
-    oid = new_op(x);
-    s->fc1 = alloc_t(x, l, "fc1_out", z->T * z->f1 * z->D, TC_ACT_SKEL, (int64_t)oid);
-    gemm_fwd(x, oid, OPS(.layer = l, .what = "fc1", IN(a2, g->param[G_FC1]), OUT(s->fc1)),
-             z->T, z->f1, z->h);
+    static const char *const fc1n[1] = { "fc1_out" };
+    uint64_t fc1b[1] = { z->T * z->f1 * z->D };
+    linear_fwd(x, l, g, G_FC1, "fc1", a2, z->f1, z->h, 1, fc1n, fc1b, TC_ACT_SKEL, &s->fc1,
+               &s->mid[2]);
     if (z->tp > 1) free_t(x, a2);
-    oid = new_op(x);
+    uint64_t oid = new_op(x);
     s->act = alloc_t(x, l, "act_out", z->T * z->f * z->D, TC_ACT_SKEL, (int64_t)oid);
     simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act", IN(s->fc1), OUT(s->act),
                           .flops = ACT_FWD_FLOPS * (double)(z->T * z->f),
                           .br = z->T * z->f1 * z->D, .bw = z->T * z->f * z->D));
-    uint64_t fo = row_parallel(x, l, "fc2", "fc2.rs", "fc2_out", s->act, g->param[G_FC2], z->f);
+    uint64_t fo = row_parallel(x, l, g, G_FC2, "fc2", "fc2.rs", "fc2_out", s->act, z->f,
+                               &s->mid[3]);
     int last = l + 1 == (int)x->c->model.layers;
     uint64_t out = resid_add(x, l, "add2", last ? -1 : l + 1, last ? "final_in" : "input",
                              s->r1, fo);
     free_t(x, fo);
+    zrelease(x, g);
     if (last) x->final_in = out;
     else x->ls[l + 1].in = out;
+}
+
+/* HF transformers' causal-LM loss (the modeling_*.py of the 4.3x releases GMLake ran, and
+ * ForCausalLMLoss from 4.46 on): [optional fp32 upcast of the logits, which the outputs then
+ * hold instead], [optional contiguous copy of the shifted logits], log-softmax (its output is
+ * what the backward needs), nll. Rows: b(s-1) with the shift, else T (labels are shifted
+ * instead). No fused kernel: every step is a full [rows, V] tensor. */
+static uint64_t hf_rows(const gctx *x)
+{
+    return x->c->hf_loss_shift ? x->z.b * (x->z.sl - 1) : x->z.T;
+}
+
+static void hf_loss_fwd(gctx *x)
+{
+    const gsz *z = &x->z;
+    const gen_config *c = x->c;
+    uint64_t TV = z->T * z->V, RV = hf_rows(x) * z->V, E = c->hf_loss_fp32 ? F32 : z->D, oid;
+    if (c->hf_loss_fp32) {
+        oid = new_op(x);
+        uint64_t f = alloc_t(x, -1, "logits_fp32", TV * F32, TC_ACT_SKEL, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float",
+                              IN(x->logits), OUT(f), .flops = (double)TV, .br = TV * z->D,
+                              .bw = TV * F32));
+        free_t(x, x->logits);
+        x->logits = f;
+    }
+    uint64_t src = x->logits, sh = 0;
+    if (c->hf_loss_shift) {
+        oid = new_op(x);
+        sh = alloc_t(x, -1, "shift_logits", RV * E, TC_ACT_TRANS, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "shift_logits",
+                              IN(x->logits), OUT(sh), .br = RV * E, .bw = RV * E));
+        src = sh;
+    }
+    oid = new_op(x);
+    x->logprobs = alloc_t(x, -1, "log_probs", RV * E, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "log_softmax", IN(src),
+                          OUT(x->logprobs), .flops = (LOSS_FWD_FLOPS - 1) * (double)RV,
+                          .br = RV * E, .bw = RV * E));
+    if (sh) free_t(x, sh);
+    oid = new_op(x);
+    uint64_t lt = alloc_t(x, -1, "loss_tok", hf_rows(x) * F32, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "nll", IN(x->logprobs, x->labels),
+                          OUT(lt), .flops = (double)hf_rows(x),
+                          .br = hf_rows(x) * (E + TOKEN_ID_BYTES), .bw = hf_rows(x) * F32));
+    free_t(x, lt);
+    if (x->held_prev) {
+        /* The previous step's outputs (and their logits) die when `outputs` is reassigned. */
+        free_t(x, x->held_prev);
+        x->held_prev = 0;
+    }
+}
+
+/* The HF loss backward down to the gradient of the lm_head's output ([T, V], model dtype):
+ * nll's zero-filled gradient, log-softmax's, the slice's zero-filled full-size gradient
+ * (shift), the cast back (fp32). Frees the labels and the saved log-probabilities. */
+static uint64_t hf_loss_bwd(gctx *x)
+{
+    const gsz *z = &x->z;
+    const gen_config *c = x->c;
+    uint64_t TV = z->T * z->V, RV = hf_rows(x) * z->V, E = c->hf_loss_fp32 ? F32 : z->D;
+    uint64_t oid = new_op(x);
+    uint64_t g1 = alloc_t(x, -1, "d_log_probs", RV * E, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "nll.bwd", IN(x->labels),
+                          OUT(g1), .flops = (double)hf_rows(x),
+                          .br = hf_rows(x) * TOKEN_ID_BYTES, .bw = RV * E));
+    free_t(x, x->labels);
+    oid = new_op(x);
+    uint64_t g = alloc_t(x, -1, "d_shift_logits", RV * E, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "log_softmax.bwd",
+                          IN(g1, x->logprobs), OUT(g), .flops = LOSS_BWD_FLOPS * (double)RV,
+                          .br = 2 * RV * E, .bw = RV * E));
+    free_t(x, g1);
+    free_t(x, x->logprobs);
+    x->logprobs = 0;
+    if (c->hf_loss_shift) {
+        oid = new_op(x);
+        uint64_t g3 = alloc_t(x, -1, "d_logits_full", TV * E, TC_ACT_TRANS, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "shift_logits.bwd", IN(g),
+                              OUT(g3), .br = RV * E, .bw = TV * E));
+        free_t(x, g);
+        g = g3;
+    }
+    if (c->hf_loss_fp32) {
+        oid = new_op(x);
+        uint64_t g4 = alloc_t(x, -1, "d_logits", TV * z->D, TC_ACT_TRANS, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float.bwd", IN(g),
+                              OUT(g4), .flops = (double)TV, .br = TV * F32, .bw = TV * z->D));
+        free_t(x, g);
+        g = g4;
+    }
+    return g;
+}
+
+/* End of the backward: the logits held by the step's outputs are freed, or kept until the
+ * next step's forward (hf_logits_hold). */
+static void hf_release_logits(gctx *x, int last_iteration)
+{
+    if (!x->c->hf_loss || !x->logits) return;
+    if (x->c->hf_logits_hold && !last_iteration) x->held_prev = x->logits;
+    else free_t(x, x->logits);
+    x->logits = 0;
 }
 
 static void head_fwd(gctx *x)
 {
     const gsz *z = &x->z;
     mark(x, TM_LAYER, -1);
+    zgather(x, grp_head(x), "params.ag");
+    if (x->c->model.tied_embeddings) zgather(x, grp_embed(x), "params.ag");
     uint64_t stats = 0, fn = x->final_in;
     /* Encoders (post-norm BERT layout) have no final norm: the head reads the last output. */
     if (!x->c->model.is_encoder)
-        fn = norm_fwd(x, -1, "final_norm", "final_norm_out", x->final_in, grp_head(x)->param[0],
+        fn = norm_fwd(x, -1, "final_norm", "final_norm_out", x->final_in, pw(x, grp_head(x), 0),
                       &stats);
     x->final_stats = stats;
     x->final_out = fn;
@@ -714,6 +1121,12 @@ static void head_fwd(gctx *x)
     gemm_fwd(x, oid, OPS(.layer = -1, .what = "lm_head", IN(a, head_weight(x)), OUT(x->logits)),
              z->T, z->V, z->h);
     if (z->tp > 1) free_t(x, a);
+    zrelease(x, grp_head(x));
+    zrelease(x, grp_embed(x));
+    if (x->c->hf_loss) {
+        hf_loss_fwd(x);
+        return;
+    }
     oid = new_op(x);
     uint64_t lt = alloc_t(x, -1, "loss_tok", z->T * F32, TC_ACT_TRANS, (int64_t)oid);
     simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss", IN(x->logits, x->labels),
@@ -735,42 +1148,63 @@ static uint64_t head_bwd(gctx *x)
 {
     const gsz *z = &x->z;
     mark(x, TM_LAYER, -1);
-    uint64_t oid = new_op(x);
-    /* The logits buffer becomes the logits gradient in place. */
-    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.bwd",
-                          IN(x->logits, x->labels), OUT(x->logits),
-                          .flops = LOSS_BWD_FLOPS * (double)(z->T * z->V),
-                          .br = z->T * z->V * z->D + z->T * TOKEN_ID_BYTES,
-                          .bw = z->T * z->V * z->D));
-    free_t(x, x->labels);
-    uint64_t a = tp_gather(x, -1, "final_norm.ag.bwd", "final_norm_full.bwd", x->final_out);
+    uint64_t oid, dlog = x->logits;
+    if (x->c->hf_loss) {
+        dlog = hf_loss_bwd(x);
+    } else {
+        oid = new_op(x);
+        /* The logits buffer becomes the logits gradient in place. */
+        simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.bwd",
+                              IN(x->logits, x->labels), OUT(x->logits),
+                              .flops = LOSS_BWD_FLOPS * (double)(z->T * z->V),
+                              .br = z->T * z->V * z->D + z->T * TOKEN_ID_BYTES,
+                              .bw = z->T * z->V * z->D));
+        free_t(x, x->labels);
+    }
+    ggroup *hg = grp_head(x), *eg = grp_embed(x);
+    int tied = x->c->model.tied_embeddings;
+    /* ZeRO-3: the head's parameters (and the tied embedding) are gathered again and the
+     * head's gradient buffer made; a tied embedding's buffer lives until embed_bwd. */
+    zgather(x, hg, "params.ag.bwd");
+    if (tied) zgather(x, eg, "params.ag.bwd");
+    zgrad_begin(x, hg);
+    if (tied) zgrad_begin(x, eg);
+    uint64_t wg = head_weight_grad(x);
+    /* A frozen head (LoRA) needs no re-gathered input: only the data gradient is made. */
+    uint64_t a = wg ? tp_gather(x, -1, "final_norm.ag.bwd", "final_norm_full.bwd",
+                                x->final_out) : 0;
     oid = new_op(x);
     uint64_t dfull = alloc_t(x, -1, z->tp > 1 ? "d_final_norm_full" : "d_final_norm",
                              z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
     gemm_bwd(x, oid, OPS(.layer = -1, .what = "lm_head.bwd",
-                         IN(x->logits, head_weight(x), a), OUT(dfull, head_weight_grad(x))),
-             z->T, z->V, z->h);
-    free_t(x, x->logits);
-    if (z->tp > 1) free_t(x, a);
+                         IN(dlog, head_weight(x), wg ? a : 0), OUT(dfull, wg)),
+             z->T, z->V, z->h, wg != 0);
+    free_t(x, dlog);
+    if (z->tp > 1 && a) free_t(x, a);
     uint64_t dfn = tp_scatter(x, -1, "lm_head.rs", -1, "d_final_norm", dfull, TC_ACT_TRANS);
     if (x->c->model.is_encoder) {
         free_t(x, x->final_in); /* == final_out */
+        zgrad_end(x, hg);
+        zrelease(x, hg);
+        zrelease(x, eg);
         return dfn;
     }
     oid = new_op(x);
-    uint64_t n = z->Ts * z->h;
-    ggroup *hg = grp_head(x);
+    uint64_t n = z->Ts * z->h, ng = gw(x, hg, 0);
     uint64_t dx = alloc_t(x, -1, "d_final_in", n * z->D, TC_ACT_TRANS, (int64_t)oid);
     opspec o = OPS(.kind = TK_NORM, .layer = -1, .what = "final_norm.bwd",
-                   IN(dfn, x->final_in, hg->param[0]), OUT(dx, hg->grad),
+                   IN(dfn, x->final_in, pw(x, hg, 0)), OUT(dx, ng),
                    .flops = NORM_BWD_FLOPS * (double)n, .br = 2 * n * z->D + z->normp * z->D,
-                   .bw = n * z->D + z->normp * z->GB);
+                   .bw = n * z->D + (ng ? z->normp * z->GB : 0));
     if (x->final_stats) o.in[o.nin++] = x->final_stats;
     simple_op(x, oid, o);
     free_t(x, dfn);
     if (x->final_stats) free_t(x, x->final_stats);
     free_t(x, x->final_out);
     free_t(x, x->final_in);
+    zgrad_end(x, hg);
+    zrelease(x, hg);
+    zrelease(x, eg);
     return dx;
 }
 
@@ -784,7 +1218,8 @@ static uint64_t norm_bwd(gctx *x, int l, const char *op, const char *outn, uint6
     uint64_t dx = alloc_t(x, l, outn, n * z->D, TC_ACT_TRANS, (int64_t)oid);
     opspec o = OPS(.kind = TK_NORM, .layer = l, .what = op, IN(dout, saved_in, w, dres),
                    OUT(dx, grad), .flops = NORM_BWD_FLOPS * (double)n,
-                   .br = 3 * n * z->D + z->normp * z->D, .bw = n * z->D + z->normp * z->GB);
+                   .br = 3 * n * z->D + z->normp * z->D,
+                   .bw = n * z->D + (grad ? z->normp * z->GB : 0));
     if (stats) o.in[o.nin++] = stats;
     simple_op(x, oid, o);
     return dx;
@@ -829,30 +1264,70 @@ static void attn_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t *dq, uint
     free_t(x, s->v);
 }
 
+/* LoRA adapter backward of a linear whose forward was out = in W + (in A) B, after the base
+ * data gradient went into din [T, K]: dB and d(mid) = dY B^T (one GEMM backward), dA and the
+ * adapter's input gradient (another), then that gradient is added into din, as autograd
+ * accumulates the two contributions to `in`. Frees the saved intermediate. */
+static void lora_bwd(gctx *x, int l, const ggroup *g, int base, const char *what,
+                     const uint64_t *dout, int ndout, uint64_t in, uint64_t mid, uint64_t din,
+                     uint64_t N, uint64_t K)
+{
+    const gsz *z = &x->z;
+    char nm[TRACE_NAME_MAX], op[TRACE_NAME_MAX];
+    uint64_t r = (uint64_t)x->c->lora_rank;
+    int a = G_LORA_A(base);
+    uint64_t oid = new_op(x);
+    snprintf(nm, sizeof nm, "%s.lora_dmid", what);
+    uint64_t dmid = alloc_t(x, l, nm, z->T * r * z->D, TC_ACT_TRANS, (int64_t)oid);
+    snprintf(op, sizeof op, "%s.lora_B.bwd", what);
+    opspec o = OPS(.layer = l, .what = op, OUT(dmid, gw(x, g, a + 1)));
+    for (int i = 0; i < ndout; i++) o.in[o.nin++] = dout[i];
+    o.in[o.nin++] = mid;
+    o.in[o.nin++] = pw(x, g, a + 1);
+    gemm_bwd(x, oid, o, z->T, N, r, gw(x, g, a + 1) != 0);
+    oid = new_op(x);
+    snprintf(nm, sizeof nm, "%s.lora_din", what);
+    uint64_t dx = alloc_t(x, l, nm, z->T * K * z->D, TC_ACT_TRANS, (int64_t)oid);
+    snprintf(op, sizeof op, "%s.lora_A.bwd", what);
+    gemm_bwd(x, oid, OPS(.layer = l, .what = op, IN(dmid, in, pw(x, g, a)),
+                         OUT(dx, gw(x, g, a))), z->T, r, K, gw(x, g, a) != 0);
+    free_t(x, dmid);
+    free_t(x, mid);
+    oid = new_op(x);
+    uint64_t n = z->T * K;
+    snprintf(op, sizeof op, "%s.lora_dadd", what);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(din, dx), OUT(din),
+                          .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
+    free_t(x, dx);
+}
+
 /* Column-parallel GEMM backward whose input was the gathered norm output: re-gather it (SP
  * keeps only the shard), two GEMMs, reduce-scatter the input gradient. Frees dout(s), the
- * re-gathered copy and the saved shard. Returns the [Ts, h] input-gradient shard. */
-static uint64_t col_parallel_bwd(gctx *x, int l, const char *base, uint64_t saved_shard,
-                                 const uint64_t *dout, int ndout, uint64_t w, uint64_t grad,
-                                 uint64_t N)
+ * re-gathered copy and the saved shard. Returns the [Ts, h] input-gradient shard. A frozen
+ * weight without an adapter needs no re-gathered input (data gradient only). */
+static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+                                 uint64_t saved_shard, const uint64_t *dout, int ndout,
+                                 uint64_t N, uint64_t mid)
 {
     const gsz *z = &x->z;
     char n1[TRACE_NAME_MAX], n2[TRACE_NAME_MAX], n3[TRACE_NAME_MAX], n4[TRACE_NAME_MAX];
     const char *src = strcmp(base, "qkv") == 0 ? "ln1" : "ln2";
+    uint64_t grad = gw(x, g, slot);
     snprintf(n1, sizeof n1, "%s.ag.bwd", src);
     snprintf(n2, sizeof n2, "%s_full.bwd", src);
-    uint64_t a = tp_gather(x, l, n1, n2, saved_shard);
+    uint64_t a = grad || mid ? tp_gather(x, l, n1, n2, saved_shard) : 0;
     snprintf(n3, sizeof n3, "%s.bwd", base);
     snprintf(n4, sizeof n4, "d_%s_out%s", src, z->tp > 1 ? "_full" : "");
     uint64_t oid = new_op(x);
     uint64_t din = alloc_t(x, l, n4, z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
     opspec o = OPS(.layer = l, .what = n3, OUT(din, grad));
     for (int i = 0; i < ndout; i++) o.in[o.nin++] = dout[i];
-    o.in[o.nin++] = w;
-    o.in[o.nin++] = a;
-    gemm_bwd(x, oid, o, z->T, N, z->h);
+    o.in[o.nin++] = pw(x, g, slot);
+    if (grad) o.in[o.nin++] = a;
+    gemm_bwd(x, oid, o, z->T, N, z->h, grad != 0);
+    if (mid) lora_bwd(x, l, g, slot, base, dout, ndout, a, mid, din, N, z->h);
     for (int i = 0; i < ndout; i++) free_t(x, dout[i]);
-    if (z->tp > 1) free_t(x, a);
+    if (z->tp > 1 && a) free_t(x, a);
     free_t(x, saved_shard);
     snprintf(n1, sizeof n1, "%s.rs.bwd", base);
     snprintf(n4, sizeof n4, "d_%s_out", src);
@@ -860,18 +1335,21 @@ static uint64_t col_parallel_bwd(gctx *x, int l, const char *base, uint64_t save
 }
 
 /* Row-parallel GEMM backward: gather the output gradient, dgrad into a [T, K] tensor, wgrad
- * with the saved input. Frees the gathered copy (not dout: the residual branch still needs
- * it) and, if free_saved, the saved input. */
-static uint64_t row_parallel_bwd(gctx *x, int l, const char *op, const char *agop,
-                                 const char *full, const char *dname, uint64_t dout,
-                                 uint64_t saved, uint64_t w, uint64_t grad, uint64_t K,
-                                 int free_saved)
+ * with the saved input (and the LoRA adapter's backward). Frees the gathered copy (not dout:
+ * the residual branch still needs it) and, if free_saved, the saved input. */
+static uint64_t row_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+                                 const char *op, const char *agop, const char *full,
+                                 const char *dname, uint64_t dout, uint64_t saved, uint64_t K,
+                                 int free_saved, uint64_t mid)
 {
     const gsz *z = &x->z;
+    uint64_t grad = gw(x, g, slot);
     uint64_t d = tp_gather(x, l, agop, full, dout);
     uint64_t oid = new_op(x);
     uint64_t din = alloc_t(x, l, dname, z->T * K * z->D, TC_ACT_TRANS, (int64_t)oid);
-    gemm_bwd(x, oid, OPS(.layer = l, .what = op, IN(d, w, saved), OUT(din, grad)), z->T, z->h, K);
+    gemm_bwd(x, oid, OPS(.layer = l, .what = op, IN(d, pw(x, g, slot), grad ? saved : 0),
+                         OUT(din, grad)), z->T, z->h, K, grad != 0);
+    if (mid) lora_bwd(x, l, g, slot, base, &d, 1, saved, mid, din, z->h, K);
     if (z->tp > 1) free_t(x, d);
     if (free_saved) free_t(x, saved);
     return din;
@@ -880,13 +1358,14 @@ static uint64_t row_parallel_bwd(gctx *x, int l, const char *op, const char *ago
 static uint64_t layer_bwd(gctx *x, int l, uint64_t dx)
 {
     const gsz *z = &x->z;
-    const ggroup *g = grp_layer(x, l);
+    ggroup *g = grp_layer(x, l);
     lstate *s = &x->ls[l];
     mark(x, TM_LAYER, l);
+    zgather(x, g, "params.ag.bwd");
+    zgrad_begin(x, g);
     /* MLP block */
-    uint64_t dact = row_parallel_bwd(x, l, "fc2.bwd", "fc2.ag.bwd", "d_fc2_out_full",
-                                     "d_act", dx, s->act,
-                                     g->param[G_FC2], g->grad, z->f, 1);
+    uint64_t dact = row_parallel_bwd(x, l, g, G_FC2, "fc2", "fc2.bwd", "fc2.ag.bwd",
+                                     "d_fc2_out_full", "d_act", dx, s->act, z->f, 1, s->mid[3]);
     uint64_t oid = new_op(x);
     uint64_t dfc1 = alloc_t(x, l, "d_fc1", z->T * z->f1 * z->D, TC_ACT_TRANS, (int64_t)oid);
     simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
@@ -894,29 +1373,29 @@ static uint64_t layer_bwd(gctx *x, int l, uint64_t dx)
                           .br = z->T * (z->f + z->f1) * z->D, .bw = z->T * z->f1 * z->D));
     free_t(x, dact);
     free_t(x, s->fc1);
-    uint64_t dln2 = col_parallel_bwd(x, l, "fc1", s->ln2, &dfc1, 1, g->param[G_FC1], g->grad,
-                                     z->f1);
-    uint64_t dr1 = norm_bwd(x, l, "ln2.bwd", "d_resid1", dln2, s->r1, g->param[G_LN2], s->ln2s,
-                            dx, g->grad);
+    uint64_t dln2 = col_parallel_bwd(x, l, g, G_FC1, "fc1", s->ln2, &dfc1, 1, z->f1, s->mid[2]);
+    uint64_t dr1 = norm_bwd(x, l, "ln2.bwd", "d_resid1", dln2, s->r1, pw(x, g, G_LN2), s->ln2s,
+                            dx, gw(x, g, G_LN2));
     free_t(x, dln2);
     free_t(x, dx);
     free_t(x, s->r1);
     if (s->ln2s) free_t(x, s->ln2s);
     /* attention block */
-    uint64_t dao = row_parallel_bwd(x, l, "proj.bwd", "proj.ag.bwd", "d_proj_out_full",
-                                    "d_attn_out", dr1, s->ao,
-                                    g->param[G_PROJ], g->grad, z->hq,
-                                    0 /* attn_out: still needed by attn.bwd */);
+    uint64_t dao = row_parallel_bwd(x, l, g, G_PROJ, "proj", "proj.bwd", "proj.ag.bwd",
+                                    "d_proj_out_full", "d_attn_out", dr1, s->ao, z->hq,
+                                    0 /* attn_out: still needed by attn.bwd */, s->mid[1]);
     uint64_t dqkv[3];
     attn_bwd(x, l, s, dao, &dqkv[0], &dqkv[1], &dqkv[2]);
-    uint64_t dln1 = col_parallel_bwd(x, l, "qkv", s->ln1, dqkv, 3, g->param[G_QKV], g->grad,
-                                     z->hq + 2 * z->hkv);
-    uint64_t din = norm_bwd(x, l, "ln1.bwd", "d_input", dln1, s->in, g->param[G_LN1], s->ln1s,
-                            dr1, g->grad);
+    uint64_t dln1 = col_parallel_bwd(x, l, g, G_QKV, "qkv", s->ln1, dqkv, 3, z->hq + 2 * z->hkv,
+                                     s->mid[0]);
+    uint64_t din = norm_bwd(x, l, "ln1.bwd", "d_input", dln1, s->in, pw(x, g, G_LN1), s->ln1s,
+                            dr1, gw(x, g, G_LN1));
     free_t(x, dln1);
     free_t(x, dr1);
     free_t(x, s->in);
     if (s->ln1s) free_t(x, s->ln1s);
+    zgrad_end(x, g);
+    zrelease(x, g);
     return din;
 }
 
@@ -925,34 +1404,75 @@ static void embed_bwd(gctx *x, uint64_t dx0)
     const gsz *z = &x->z;
     ggroup *e = grp_embed(x);
     mark(x, TM_LAYER, -1);
-    uint64_t d = tp_gather(x, -1, "embed.ag.bwd", "d_embed_full", dx0);
-    uint64_t oid = new_op(x);
-    simple_op(x, oid, OPS(.kind = TK_EMBED, .layer = -1, .what = "embed.bwd", IN(d, x->tokens),
-                          OUT(e->grad), .flops = (double)(z->T * z->h),
-                          .br = z->T * z->h * z->D + z->T * TOKEN_ID_BYTES,
-                          .bw = z->T * z->h * z->GB));
-    if (z->tp > 1) free_t(x, d);
+    /* A frozen embedding (LoRA) has no backward. The embedding's backward reads no weights,
+     * so ZeRO-3 gathers none here. */
+    if (e->ntrain) {
+        zgrad_begin(x, e);
+        uint64_t d = tp_gather(x, -1, "embed.ag.bwd", "d_embed_full", dx0);
+        uint64_t oid = new_op(x);
+        simple_op(x, oid, OPS(.kind = TK_EMBED, .layer = -1, .what = "embed.bwd",
+                              IN(d, x->tokens), OUT(gw(x, e, 0)), .flops = (double)(z->T * z->h),
+                              .br = z->T * z->h * z->D + z->T * TOKEN_ID_BYTES,
+                              .bw = z->T * z->h * z->GB));
+        if (z->tp > 1) free_t(x, d);
+    }
     free_t(x, dx0);
     free_t(x, x->tokens);
+    zgrad_end(x, e);
 }
 
 /* ZeRO-1 / Megatron distributed optimizer: gradients are reduce-scattered over dp at the end
- * of the backward (Megatron overlaps this per bucket; here it follows the last layer). */
+ * of the backward (Megatron overlaps this per bucket; here it follows the last layer). With
+ * offload this rank's gradient shard is then copied to the host. ZeRO-3 reduces per layer in
+ * the backward instead (zgrad_end). */
 static void dp_reduce(gctx *x)
 {
-    if (x->z.dp == 1) return;
+    if (x->c->zero3) return;
     int span = x->z.tp * x->z.cp * x->z.dp;
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
+        if (!g->grad) continue;
         char nm[TRACE_NAME_MAX];
-        snprintf(nm, sizeof nm, "%s.dp_rs", g->prefix ? g->prefix : "grad");
-        uint64_t oid = new_op(x);
-        comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
-                ROOF_REDUCE_SCATTER, g->nparams * x->z.GB, x->z.dp, span);
+        if (x->z.dp > 1) {
+            snprintf(nm, sizeof nm, "%s.dp_rs", g->prefix ? g->prefix : "grad");
+            uint64_t oid = new_op(x);
+            comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
+                    ROOF_REDUCE_SCATTER, g->ntrain * x->z.GB, x->z.dp, span);
+        }
+        if (x->c->offload) {
+            gname(nm, g, "grad.d2h");
+            d2h_op(x, g->layer, nm, g->grad, dp_share(x, g->ntrain) * x->z.GB);
+        }
     }
 }
 
 /* ---- optimizer ---- */
+
+/* Adam on the host (ZeRO-Offload's CPU Adam over this rank's shard), then the updated fp16
+ * parameters copied back into the GPU parameters (ZeRO-3: the shard). The host op touches no
+ * device memory; "host" in its name marks it for readers of the trace. */
+static void host_optimizer(gctx *x, ggroup *g, uint64_t shard)
+{
+    const gsz *z = &x->z;
+    char nm[TRACE_NAME_MAX];
+    gname(nm, g, "optim.host");
+    uint64_t oid = new_op(x);
+    double us = -1.0;
+    if (x->m) us = x->m->host_adam_params_per_s > 0
+                       ? (double)shard / x->m->host_adam_params_per_s * 1e6 : 0.0;
+    emit_op(x, oid, &OPS(.kind = TK_OPTIM, .layer = g->layer, .what = nm,
+                         .flops = ADAM_FLOPS * (double)shard, .dur_us = us));
+    gname(nm, g, "param.h2d");
+    oid = new_op(x);
+    opspec o = OPS(.kind = TK_COMM, .layer = g->layer, .what = nm, .bw = shard * z->D);
+    if (x->c->zero3) o.out[o.nout++] = g->shard;
+    for (int j = 0; j < g->np && !x->c->zero3; j++)
+        if (g->trains[j]) o.out[o.nout++] = g->param[j];
+    if (x->m) o.dur_us = x->m->link_h2d_Bps > 0
+                             ? (double)(shard * z->D) / x->m->link_h2d_Bps * 1e6 : 0.0;
+    else o.dur_us = -1.0;
+    emit_op(x, oid, &o);
+}
 
 static void optimizer(gctx *x)
 {
@@ -960,30 +1480,42 @@ static void optimizer(gctx *x)
     int span = z->tp * z->cp * z->dp;
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
-        uint64_t shard = (g->nparams + (uint64_t)z->dp - 1) / (uint64_t)z->dp;
+        if (!g->ntrain) continue;
+        uint64_t shard = dp_share(x, g->ntrain);
         char nm[TRACE_NAME_MAX];
-        snprintf(nm, sizeof nm, "%s%soptim", g->prefix ? g->prefix : "", g->prefix ? "." : "");
-        uint64_t oid = new_op(x);
-        opspec o = OPS(.kind = TK_OPTIM, .layer = g->layer, .what = nm, IN(g->grad));
-        if (g->opt) {
-            o.in[o.nin++] = g->opt;
-            o.out[o.nout++] = g->opt;
+        if (x->c->offload) {
+            host_optimizer(x, g, shard);
+        } else {
+            gname(nm, g, "optim");
+            uint64_t oid = new_op(x);
+            opspec o = OPS(.kind = TK_OPTIM, .layer = g->layer, .what = nm, IN(g->grad));
+            if (g->opt) {
+                o.in[o.nin++] = g->opt;
+                o.out[o.nout++] = g->opt;
+            }
+            if (x->c->zero3) {
+                o.in[o.nin++] = g->shard;
+                o.out[o.nout++] = g->shard;
+            }
+            for (int j = 0; j < g->np && !x->c->zero3; j++) {
+                if (!g->trains[j]) continue;
+                o.in[o.nin++] = g->param[j];
+                o.out[o.nout++] = g->param[j];
+            }
+            o.flops = ADAM_FLOPS * (double)shard;
+            o.br = shard * (z->GB + z->OB + z->D);
+            o.bw = shard * (z->OB + z->D);
+            simple_op(x, oid, o);
         }
-        for (int j = 0; j < g->np; j++) {
-            o.in[o.nin++] = g->param[j];
-            o.out[o.nout++] = g->param[j];
-        }
-        o.flops = ADAM_FLOPS * (double)shard;
-        o.br = shard * (z->GB + z->OB + z->D);
-        o.bw = shard * (z->OB + z->D);
-        simple_op(x, oid, o);
-        if (z->dp > 1) {
-            /* The updated parameter shards are all-gathered back to every DP rank. */
+        if (z->dp > 1 && !x->c->zero3) {
+            /* The updated parameter shards are all-gathered back to every DP rank (ZeRO-3
+             * keeps them sharded: the next forward gathers). */
             snprintf(nm, sizeof nm, "%s.dp_ag", g->prefix ? g->prefix : "param");
-            uint64_t bytes = g->nparams * z->D;
-            oid = new_op(x);
+            uint64_t bytes = g->ntrain * z->D;
+            uint64_t oid = new_op(x);
             opspec c = OPS(.layer = g->layer, .what = nm);
             for (int j = 0; j < g->np; j++) {
+                if (!g->trains[j]) continue;
                 c.in[c.nin++] = g->param[j];
                 c.out[c.nout++] = g->param[j];
             }
@@ -1010,6 +1542,7 @@ static void iteration(gctx *x, int it)
     uint64_t dx = head_bwd(x);
     for (int l = L - 1; l >= 0 && !x->st; l--) dx = layer_bwd(x, l, dx);
     embed_bwd(x, dx);
+    hf_release_logits(x, it + 1 == x->c->iterations);
     dp_reduce(x);
     x->phase = TP_OPT;
     mark(x, TM_PHASE, TP_OPT);
@@ -1049,6 +1582,24 @@ static void meta(gctx *x, const machine_t *m)
     set_meta_u64(x, "grad_bytes", x->z.GB);
     set_meta_u64(x, "iterations", (uint64_t)c->iterations);
     set_meta_u64(x, "causal", (uint64_t)x->z.causal);
+    /* Fine-tuning modes: written only when on, so the traces of plain runs are unchanged. */
+    uint64_t train = 0;
+    for (size_t i = 0; i < x->ng; i++) train += x->g[i].ntrain;
+    if (c->lora) {
+        set_meta_u64(x, "lora_rank", (uint64_t)c->lora_rank);
+        set_meta_u64(x, "lora_mlp", (uint64_t)c->lora_mlp);
+    }
+    if (c->lora || c->zero3 || c->offload) set_meta_u64(x, "trainable_params_local", train);
+    if (c->zero3) set_meta_u64(x, "zero3", 1);
+    if (c->offload) {
+        /* What ZeRO-Offload keeps on the host for this rank: fp32 master + Adam states
+         * (opt_bytes_per_param) and an fp32 gradient partition of the trained parameters. */
+        uint64_t share = 0;
+        for (size_t i = 0; i < x->ng; i++) share += dp_share(x, x->g[i].ntrain);
+        set_meta_u64(x, "offload", 1);
+        set_meta_u64(x, "host_opt_bytes", share * x->z.OB);
+        set_meta_u64(x, "host_grad_bytes", share * HOST_GRAD_BYTES);
+    }
     set_meta_str(x, "machine", m && m->name[0] ? m->name : "none");
     set_meta_str(x, "generator", GEN_VERSION);
 }
@@ -1071,8 +1622,8 @@ ms_status gen_trace(const gen_config *cin, const machine_t *m, trace_t **out, ms
     x.t = trace_new();
     if (!x.g || !x.ls || !x.t) x.st = MS_ERR_NOMEM;
     if (!x.st) {
-        meta(&x, m);
         plan_groups(&x);
+        meta(&x, m);
         setup(&x);
         for (int it = 0; it < c.iterations && !x.st; it++) iteration(&x, it);
     }

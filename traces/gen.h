@@ -1,9 +1,11 @@
 /* gen.h — the workload-trace generator: from a model shape, a parallel layout (TP with
- * sequence parallelism, CP, DP with a ZeRO-1 sharded optimizer) and a machine, the in-memory
- * trace of ONE rank's training iterations in program order: setup allocations, then per
- * iteration the forward, backward and optimizer ops with every tensor's alloc and free,
- * FLOPs, bytes and a roofline duration. Used by `memsim gen`, the planners' tests and the
- * experiments. What it emits and why: docs/GENERATOR.md. */
+ * sequence parallelism, CP, DP with a ZeRO-1 sharded optimizer or ZeRO-3 sharded parameters)
+ * and a machine, the in-memory trace of ONE rank's training iterations in program order:
+ * setup allocations, then per iteration the forward, backward and optimizer ops with every
+ * tensor's alloc and free, FLOPs, bytes and a roofline duration. Fine-tuning patterns
+ * (GMLake §5): LoRA adapters on frozen weights, ZeRO-3, ZeRO-Offload of the optimizer. Used by
+ * `memsim gen`, the planners' tests and the experiments. What it emits and why:
+ * docs/GENERATOR.md. */
 #ifndef MEMSIM_GEN_H
 #define MEMSIM_GEN_H
 
@@ -28,15 +30,41 @@ typedef struct gen_config {
     int save_small;           /* 1: also emit the small saved tensors (norm statistics,
                                  attention log-sum-exp) as skeletal; 0 (default) matches
                                  MEMO's 16bsh accounting, which leaves them out */
-    int lora;                 /* not implemented yet: MS_ERR_UNSUPPORTED when set */
-    int lora_rank;
-    int zero3;                /* not implemented yet: MS_ERR_UNSUPPORTED when set */
+    int lora;                 /* 1: LoRA fine-tuning: every base weight frozen (no gradient,
+                                 no optimizer state); adapters A (in x r), B (r x out) on the
+                                 QKV and output projections, trained */
+    int lora_rank;            /* r (default 8, peft's); 1..hidden */
+    int lora_mlp;             /* 1: adapters on fc1 and fc2 too (DeepSpeed-Chat's
+                                 "decoder.layers." adapts every linear); default 0 (peft's
+                                 attention-only default) */
+    int zero3;                /* 1: ZeRO-3: parameters, gradients and optimizer states
+                                 sharded 1/dp at setup; each group's parameters all-gathered
+                                 into a fresh buffer before its forward and again before its
+                                 backward, freed after use; a full-size gradient buffer per
+                                 layer backward, reduce-scattered into the shard and freed */
+    int offload;              /* 1: ZeRO-Offload: optimizer states and fp32 master on the host
+                                 (not in the GPU trace: meta host_opt_bytes); gradients copied
+                                 to the host after the backward; Adam on the host (ops named
+                                 "*.optim.host"), updated fp16 parameters copied back */
+    int hf_loss;              /* 1: the loss as HF transformers computes it (tp = cp = 1,
+                                 decoders): log-softmax of the logits saved, nll and
+                                 log-softmax gradients as full [T, V] tensors, the logits held
+                                 by the model's outputs; 0 (default): Megatron's fused
+                                 vocab-parallel cross entropy, in place on the logits */
+    int hf_loss_shift;        /* with hf_loss: transformers <= 4.45's contiguous copy of the
+                                 shifted logits (and the zero-filled full-size gradient of the
+                                 slice in the backward) */
+    int hf_loss_fp32;         /* with hf_loss: logits upcast to fp32 first (LLaMA in 4.3x;
+                                 every model from 4.46 on) */
+    int hf_logits_hold;       /* with hf_loss: 0 the logits are freed at the end of the
+                                 backward; 1 at the end of the next iteration's forward (a
+                                 training loop that reassigns `outputs = model(...)`) */
     roof_params roof;         /* op-time knobs */
 } gen_config;
 
 /* Defaults for everything but the model: seq = 0 (the model's default_seq is taken),
  * micro_batch 1, tp = cp = dp = 1, bf16, grad_bytes 0 (= dtype_bytes), 12 optimizer bytes,
- * 2 iterations, attn_bwd_factor 2.5. */
+ * 2 iterations, attn_bwd_factor 2.5; lora, zero3, offload off, lora_rank 8. */
 void gen_config_default(gen_config *c);
 
 /* Checks the configuration: all sizes positive, tp divides heads, kv heads (or kv heads
@@ -50,7 +78,13 @@ ms_status gen_validate(const gen_config *c, ms_error *err);
 ms_status gen_trace(const gen_config *c, const machine_t *m, trace_t **out, ms_error *err);
 
 /* Skeletal activation bytes of one transformer layer on this rank (the sum the generator
- * emits for that layer): 16*b*(s/cp)*h*dtype/tp for an MHA model with f = 4h. */
+ * emits for that layer): 16*b*(s/cp)*h*dtype/tp for an MHA model with f = 4h, plus with LoRA
+ * each adapter's saved [T, r] intermediate. */
 uint64_t gen_layer_skel_bytes(const gen_config *c);
+
+/* Parameters of one transformer layer on this rank before any DP sharding (TP-local): all of
+ * them, and those trained (the adapters under LoRA, else all). */
+uint64_t gen_layer_params(const gen_config *c);
+uint64_t gen_layer_trainable_params(const gen_config *c);
 
 #endif

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# experiments/memo/run.sh — reproduces MEMO's (Zhao et al., SIGMOD 2025) Table 4 (MFU of full
+# recomputation, full recomputation + memory plan, full swapping + memory plan and MEMO from 64K
+# to 896K tokens), Table 5 (MFU over the offloaded fraction alpha at 192K-384K), the sequence
+# length above which one layer's full offload stops costing time, and the count of memory
+# reorganizations of full recomputation under PyTorch's caching allocator, for GPT-7B on one
+# node of 8 A800 (TP 4, CP 2). Prints paper-vs-memsim tables cell by cell with differences and
+# draws them (PNG and SVG). A few minutes on a 2-core machine.
+#
+# usage: experiments/memo/run.sh [OUTDIR]   (default: out/memo in the repository; MEMSIM=path/to/memsim)
+# Writes OUTDIR/a800-memo.machine (the profile used), results.tsv (memsim's cells in
+# reference.tsv's layout), compare.txt (the printed comparison), runs/*.csv (memsim's result
+# rows), table4.dat, table5.dat and the figures memo_table4.{png,svg}, memo_table5.{png,svg}.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${1:-$root/out/memo}
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac   # relative to the caller's directory
+cd "$root"
+MEMSIM=${MEMSIM:-$root/sim/memsim}
+if [ ! -x "$MEMSIM" ]; then
+    echo "run.sh: $MEMSIM not found: build memsim first (make) or set MEMSIM" >&2
+    exit 2
+fi
+mkdir -p "$out/runs"
+machine="$out/a800-memo.machine"
+common=(--model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet)
+
+# 1. The machine profile: the shipped a800-8gpu with the overrides (first word = key).
+awk 'NR == FNR { if ($0 !~ /^#/ && NF) ov[$1] = $0; next }
+     NF && $0 !~ /^#/ && ($1 in ov) { print ov[$1]; done[$1] = 1; next }
+     { print }
+     END { for (k in ov) if (!(k in done)) { print "run.sh: override " k " matches no key" > "/dev/stderr"; exit 1 } }' \
+    "$here/a800-memo.overrides" traces/machines/a800-8gpu.machine > "$machine"
+
+# Rows of memsim's results CSV -> "policy seqK status mfu% retries_per_iter stall_s iter_s".
+# Columns (docs/SIMULATOR.md): 1 policy, 5 seq, 10 status, 11 iter_time_s, 12 mfu,
+# 23 alloc_retries_per_iter, 26 stall_s; the failure text (45) may hold commas, so it is last.
+rows() {
+    awk -F, 'FNR > 1 { printf "%s %dK %s %.2f %s %s %s\n", $1, $5 / 1024, $10, 100 * $12, $23, $26, $11 }' "$@"
+}
+
+res="$out/results.tsv"
+: > "$res"
+
+# 2. Table 4: the four methods at each sequence length (one trace per length).
+seqs4="64K 128K 256K 384K 512K 640K 768K 896K"
+for s in $seqs4; do
+    "$MEMSIM" compare "${common[@]}" --seq "$s" \
+        --policies full-recompute,full-recompute+plan,full-swap+plan,memo \
+        --csv "$out/runs/table4-$s.csv"
+done
+rows "$out"/runs/table4-*.csv | awk '{ v = ($3 == "ok") ? $4 : toupper($3); print "table4\t" $1 "\t" $2 "\t" v }' >> "$res"
+rows "$out"/runs/table4-*.csv | awk '$1 == "full-recompute" && ($2 == "128K" || $2 == "256K") {
+    print "reorg\tfull-recompute\t" $2 "\t" (($3 == "ok") ? $5 : toupper($3)) }' >> "$res"
+
+# 3. Table 5: MEMO with alpha fixed.
+for s in 192K 256K 320K 384K; do
+    for a in 0 0.125 0.25 0.375 0.5 0.625 0.75 0.875 1; do
+        "$MEMSIM" simulate "${common[@]}" --seq "$s" --policy memo --alpha "$a" \
+            --csv "$out/runs/table5-$s-$a.csv"
+        rows "$out/runs/table5-$s-$a.csv" | awk -v a="$a" '{ v = ($3 == "ok") ? $4 : toupper($3)
+            printf "table5\t%s\t%.3f\t%s\n", $2, a, v }' >> "$res"
+    done
+done
+
+# 4. Where one layer's full offload stops costing time: full-swap+plan's compute stalls (waits
+# for copies) below 1% of the iteration from this length on; and MEMO's LP view of it (the
+# time constraint allows alpha = 1: alpha_lp_time >= 1).
+cross_sim="" cross_lp=""
+for k in $(seq 64 16 320); do
+    "$MEMSIM" simulate "${common[@]}" --seq "${k}K" --policy full-swap+plan \
+        --csv "$out/runs/offload-${k}K.csv"
+    # stall fraction; runs that do not fit (OOHM) say nothing about the overlap
+    f=$(rows "$out/runs/offload-${k}K.csv" | awk '{ print ($3 == "ok" && $7 > 0) ? $6 / $7 : "-" }')
+    if [ "$f" != "-" ]; then
+        if awk -v f="$f" 'BEGIN { exit !(f < 0.01) }'; then
+            [ -n "$cross_sim" ] || cross_sim="${k}K"
+        else
+            cross_sim=""
+        fi
+    fi
+    at=$("$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "${k}K" \
+         --policy memo --knob memory_plan=0 | awk '$1 == "knob" && $2 == "alpha_lp_time" { print $3 }')
+    if [ -z "$cross_lp" ] && awk -v a="$at" 'BEGIN { exit !(a >= 1) }'; then cross_lp="${k}K"; fi
+done
+printf "crossover\tfull-offload\tseq\t%s\n" "${cross_sim:-none}" >> "$res"
+printf "crossover\tfull-offload-lp\tseq\t%s\n" "${cross_lp:-none}" >> "$res"
+
+# 5. The comparison, and the figures' data.
+awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "$out/compare.txt"
+
+if command -v gnuplot > /dev/null; then
+    for f in png svg; do
+        gnuplot -e "datafile='$out/table4.dat'; outfile='$out/memo_table4.$f'; fmt='$f'" plots/memo_table4.gp
+        gnuplot -e "datafile='$out/table5.dat'; outfile='$out/memo_table5.$f'; fmt='$f'" plots/memo_table5.gp
+    done
+    echo "figures: $out/memo_table4.png/.svg, $out/memo_table5.png/.svg"
+else
+    echo "gnuplot not found: no figures (data in $out/table4.dat, $out/table5.dat)"
+fi

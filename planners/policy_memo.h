@@ -1,0 +1,111 @@
+/* policy_memo.h — MEMO (Zhao et al., SIGMOD 2025) as memsim policies: token-wise
+ * recomputation and swapping of skeletal activations with the offloaded fraction alpha from
+ * MEMO's LP (§4.1), two rounding buffers, and the bi-level static memory plan (§4.2,
+ * planners/memplan.h); plus the ablation variants of its Table 4 (full recomputation and full
+ * swapping, each with the memory plan). Also the per-GPU view of a node's shared resources
+ * (host links behind shared PCIe switches, host memory) that the LP and the experiments use.
+ * Registered in planners/policy.c; used by the memsim command, experiments/memo and the
+ * tests. Described in docs/MEMO.md. */
+#ifndef MEMSIM_POLICY_MEMO_H
+#define MEMSIM_POLICY_MEMO_H
+
+#include "planners/policy.h"
+
+extern const pol_policy pol_memo;
+extern const pol_policy pol_full_recompute_plan;
+extern const pol_policy pol_full_swap_plan;
+
+/* ---- MEMO's LP (§4.1) ----
+ *   max alpha  s.t.  (S_input + S_attn + alpha * S_others) / B <= T_layer
+ *                    (n - 2) * (S_input + S_attn + alpha * S_others) <= M_CPU
+ *                    0 <= alpha <= 1 */
+typedef struct memo_lp_in {
+    double s_input_bytes;   /* a layer's input */
+    double s_attn_bytes;    /* its attention output */
+    double s_others_bytes;  /* its other skeletal activations */
+    double link_Bps;        /* B: this GPU's device-to-host bandwidth */
+    double t_layer_s;       /* T_layer: one layer's forward time */
+    int n_layers;           /* n */
+    double host_bytes;      /* M_CPU: host memory for this GPU's offloads */
+} memo_lp_in;
+
+typedef enum memo_bound {
+    MEMO_BOUND_NONE = 0,    /* alpha = 1: neither constraint binds */
+    MEMO_BOUND_TIME,        /* the offload must hide behind one layer's forward */
+    MEMO_BOUND_HOST         /* n - 2 layers' offloads must fit in host memory */
+} memo_bound;
+
+const char *memo_bound_name(memo_bound b); /* "none", "time", "host" */
+
+typedef struct memo_lp_out {
+    double alpha;           /* the optimum, in [0, 1] */
+    double alpha_time;      /* the largest alpha each constraint allows on its own (may lie */
+    double alpha_host;      /* outside [0, 1]; HUGE_VAL when the constraint is void) */
+    memo_bound binding;     /* which constraint sets alpha (or, when infeasible, fails) */
+    int infeasible;         /* 1: even alpha = 0 violates `binding` */
+    int used_lpsolve;       /* 1: solved by lp_solve, 0: in closed form (no lp_solve) */
+} memo_lp_out;
+
+/* Solves the LP. Inputs must be finite, sizes >= 0, B, T_layer, M_CPU > 0 and n >= 1
+ * (MS_ERR_INVALID naming the field). An infeasible LP (even alpha = 0 breaks a constraint)
+ * is MS_ERR_INVALID with a message saying which and by how much; *out is still filled
+ * (infeasible = 1, binding = the violated constraint, alpha = 0). */
+ms_status memo_alpha_lp(const memo_lp_in *in, memo_lp_out *out, ms_error *err);
+
+/* ---- the LP's inputs from a trace ---- */
+typedef struct memo_layer_info {
+    int n_layers;                  /* layers of the model (highest layer index + 1) */
+    uint64_t s_input_bytes;        /* per layer, identical across layers (checked) */
+    uint64_t s_attn_bytes;
+    uint64_t s_others_bytes;
+    double t_layer_s;              /* smallest forward time of a layer: the sum of its forward
+                                      op durations, a ".ovl" collective counted as hidden
+                                      under its attention kernel (as lowering runs it) */
+} memo_layer_info;
+
+/* From the first forward pass of t. m (may be NULL) times ops without a duration. Layers
+ * whose skeletal sizes differ are MS_ERR_INVALID naming both layers; a trace without layers,
+ * layer inputs or attention outputs is MS_ERR_INVALID. */
+ms_status memo_layer_info_get(const trace_t *t, const machine_t *m, memo_layer_info *out,
+                              ms_error *err);
+
+/* The per-GPU view of a node when `ranks` GPUs of it train together: every GPU copies at the
+ * same time (they run the same schedule), so GPUs sharing a PCIe switch share its uplink: the
+ * host-link and DHA bandwidths are divided by min(node.gpus_per_switch, ranks). Host memory
+ * stays the node's (the executor gives each GPU host.mem_bytes / node.gpus). Other fields are
+ * copied. */
+void memo_gpu_view(const machine_t *m, int ranks, machine_t *out);
+
+/* The GPUs of one node that train together in t (tp * cp * dp from its meta lines, at most
+ * node.gpus, at least 1). */
+int memo_node_ranks(const trace_t *t, const machine_t *m);
+
+/* What the plan knob memory_plan=1 asks of any policy: lowers t under p, makes the bi-level
+ * memory plan of that schedule (planners/memplan.h), stores its offsets and arena in p and
+ * selects the static allocator. Knobs of o: plan_l1_s, plan_l2_s, strict_layers. m (may be
+ * NULL) times ops without durations and gives the device capacity for the arena rule. Called
+ * by the MEMO policies and by pol_plan for a policy that leaves a memory_plan=1 plan without
+ * offsets. */
+ms_status memo_apply_memory_plan(const trace_t *t, const machine_t *m, const pol_opts *o,
+                                 plan_t *p, ms_error *err);
+
+/* The alpha the memo policy uses and why (knobs in docs/MEMO.md). */
+typedef struct memo_alpha_choice {
+    memo_layer_info li;
+    memo_lp_in in;
+    memo_lp_out lp;
+    int lp_failed;                 /* the LP was infeasible; alpha fell back to 0 */
+    double alpha;                  /* after the grid and the host rounding */
+    double alpha_step;             /* grid (0: none) */
+    int host_pow2;                 /* host buffers rounded to powers of two */
+    int grid_steps_down;           /* steps taken because rounded buffers did not fit */
+    uint64_t host_need_bytes;      /* (n - kept layers) offloads at alpha, as allocated */
+} memo_alpha_choice;
+
+/* Runs MEMO's alpha selection for trace t on machine m with policy options o: the LP (or
+ * o->alpha when >= 0), then alpha floored to the knob alpha_step's grid, then stepped down
+ * while the kept layers' power-of-two host buffers exceed M_CPU (host_pow2). */
+ms_status memo_choose_alpha(const trace_t *t, const machine_t *m, const pol_opts *o,
+                            memo_alpha_choice *c, ms_error *err);
+
+#endif

@@ -1,0 +1,1643 @@
+/* rt_exec.cu — the runtime's schedule executor (rt_exec.h): the host-side issue loop over a
+ * device interface, and the CUDA device (streams, events, copies, the calibrated spin kernel,
+ * DHA streaming reads, host work on a CPU thread in stream order). Semantics, including how
+ * frees of blocks other streams used are deferred (PyTorch's record_stream), are in
+ * docs/RUNTIME.md. Used by runtime/rt_run.c (`memsim run`) and the tests. C-style CUDA. */
+#include "runtime/rt_exec.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+extern "C" {
+#include "traces/u64map.h"
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, size_t n)
+{
+    if (!n) return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ======================= the pinned host pool plan ======================= */
+
+typedef struct hole {
+    uint64_t off, len;
+} hole;
+
+typedef struct hplan_state {
+    hole *h;
+    size_t n, cap;
+    uint64_t top;
+} hplan_state;
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* First fit: the lowest hole that holds sz, else the top (growing a hole that ends there). */
+static uint64_t hp_take(hplan_state *p, uint64_t sz)
+{
+    for (size_t k = 0; k < p->n; k++) {
+        if (p->h[k].len < sz) continue;
+        uint64_t off = p->h[k].off;
+        p->h[k].off += sz;
+        p->h[k].len -= sz;
+        if (!p->h[k].len) {
+            memmove(&p->h[k], &p->h[k + 1], (p->n - k - 1) * sizeof *p->h);
+            p->n--;
+        }
+        return off;
+    }
+    if (p->n && p->h[p->n - 1].off + p->h[p->n - 1].len == p->top) {
+        uint64_t off = p->h[--p->n].off;
+        p->top = off + sz;
+        return off;
+    }
+    uint64_t off = p->top;
+    p->top += sz;
+    return off;
+}
+
+/* Returns [off, off + sz) to the holes, kept sorted and coalesced. */
+static ms_status hp_give(hplan_state *p, uint64_t off, uint64_t sz)
+{
+    size_t k = 0;
+    while (k < p->n && p->h[k].off < off) k++;
+    if (k > 0 && p->h[k - 1].off + p->h[k - 1].len == off) {
+        p->h[k - 1].len += sz;
+        if (k < p->n && off + sz == p->h[k].off) {
+            p->h[k - 1].len += p->h[k].len;
+            memmove(&p->h[k], &p->h[k + 1], (p->n - k - 1) * sizeof *p->h);
+            p->n--;
+        }
+        return MS_OK;
+    }
+    if (k < p->n && off + sz == p->h[k].off) {
+        p->h[k].off = off;
+        p->h[k].len += sz;
+        return MS_OK;
+    }
+    if (ms_grow((void **)&p->h, &p->cap, p->n + 1, sizeof *p->h) != MS_OK) return MS_ERR_NOMEM;
+    memmove(&p->h[k + 1], &p->h[k], (p->n - k) * sizeof *p->h);
+    p->h[k].off = off;
+    p->h[k].len = sz;
+    p->n++;
+    return MS_OK;
+}
+
+void rt_host_plan_release(rt_host_plan *hp)
+{
+    if (!hp) return;
+    free(hp->offsets);
+    free(hp->stream_mask);
+    memset(hp, 0, sizeof *hp);
+}
+
+/* Host tensor id -> (HOST_ALLOC action index << 1 | 1), packed with its aligned size in a
+ * second map. */
+ms_status rt_host_plan_make(const schedule_t *s, uint64_t align_bytes, rt_host_plan *hp,
+                            ms_error *err)
+{
+    memset(hp, 0, sizeof *hp);
+    size_t n = sched_count(s);
+    uint64_t al = align_bytes ? align_bytes : 4096;
+    hp->offsets = (uint64_t *)malloc((n ? n : 1) * sizeof *hp->offsets);
+    hp->stream_mask = (uint8_t *)calloc(n ? n : 1, 1);
+    u64map *at = u64map_new(256);   /* tensor -> HOST_ALLOC action index */
+    hplan_state p;
+    memset(&p, 0, sizeof p);
+    ms_status st = MS_OK;
+    if (!hp->offsets || !hp->stream_mask || !at) st = MS_ERR_NOMEM;
+    uint64_t used = 0, scratch = 0;
+    for (size_t i = 0; st == MS_OK && i < n; i++) {
+        const sched_action *a = sched_get(s, i);
+        hp->offsets[i] = UINT64_MAX;
+        uint64_t ai;
+        int live = u64map_get(at, a->tensor, &ai);
+        switch (a->kind) {
+        case SA_HOST_ALLOC:
+            if (live) {
+                st = ms_fail(err, MS_ERR_INVALID, "schedule action %zu: tensor %llu already "
+                             "holds host memory", i, (unsigned long long)a->tensor);
+                break;
+            }
+            hp->offsets[i] = hp_take(&p, align_up(a->bytes ? a->bytes : 1, al));
+            if (u64map_put(at, a->tensor, i)) st = MS_ERR_NOMEM;
+            used += a->bytes;
+            if (used > hp->peak_bytes) hp->peak_bytes = used;
+            break;
+        case SA_HOST_FREE: {
+            if (!live) {
+                st = ms_fail(err, MS_ERR_INVALID, "schedule action %zu: tensor %llu holds no "
+                             "host memory", i, (unsigned long long)a->tensor);
+                break;
+            }
+            const sched_action *h = sched_get(s, ai);
+            hp->stream_mask[ai] |= (uint8_t)(1u << a->stream);
+            st = hp_give(&p, hp->offsets[ai], align_up(h->bytes ? h->bytes : 1, al));
+            used -= h->bytes;
+            u64map_del(at, a->tensor, NULL);
+            break;
+        }
+        case SA_COPY_D2H:
+        case SA_COPY_H2D:
+            if (live) hp->stream_mask[ai] |= (uint8_t)(1u << a->stream);
+            else if (a->bytes > scratch) scratch = a->bytes;
+            break;
+        default:
+            break;
+        }
+    }
+    if (st == MS_OK) {
+        hp->scratch_off = p.top;
+        hp->scratch_bytes = scratch ? align_up(scratch, al) : 0;
+        hp->pool_bytes = p.top + hp->scratch_bytes;
+    }
+    free(p.h);
+    u64map_free(at);
+    if (st != MS_OK) {
+        if (st == MS_ERR_NOMEM) ms_fail(err, st, "out of memory planning the pinned pool");
+        rt_host_plan_release(hp);
+    }
+    return st;
+}
+
+/* ======================= the executor ======================= */
+
+typedef struct dlive {
+    uint64_t addr, bytes;
+    int stream;        /* the allocating stream (the allocator's pool) */
+    unsigned users;    /* streams that used the block, bit per schedule stream */
+} dlive;
+
+typedef struct hlive {
+    uint64_t off, bytes;   /* the range (at least 1 byte) */
+    uint64_t req;          /* bytes asked for (host accounting) */
+    unsigned users;
+} hlive;
+
+/* A free waiting for events on other streams: a device block (released to the allocator when
+ * the last event is reached) or a pinned range (reusable by later HOST_ALLOCs without waiting
+ * once reached; until then they make their streams wait on the events). */
+typedef struct pend {
+    int host, active, outstanding;
+    uint64_t addr, off, bytes;
+    void *ev[SS_COUNT];
+    int n_ev;
+} pend;
+
+typedef struct fitem {
+    void *ev;
+    uint32_t pend;
+} fitem;
+
+/* Events recorded on one stream reach in record order: only the head needs querying. */
+typedef struct fifo {
+    fitem *v;
+    size_t head, n, cap;
+} fifo;
+
+typedef struct tev {
+    void *e0, *e1;
+    size_t action, win;
+    uint64_t bytes;
+    int d2h;
+    double req_us;
+} tev;
+
+typedef struct ex {
+    const schedule_t *s;
+    rt_exec_opts o;
+    const rt_dev_ops *d;
+    const mb_backend *be;
+    rt_exec_result *r;
+    alloc_t *alloc;
+    rt_host_plan hp;
+    uint64_t pool, dha_buf, dha_bytes;     /* host addresses */
+    void *st[SS_COUNT];
+    void **sev;
+    uint32_t n_sev;
+    void **wev;                 /* window start events; [0] is the run's start */
+    size_t n_win, cur_win;
+    void *ev_end;
+    tev *cp;                    /* copies */
+    size_t n_cp, used_cp;
+    tev *op;                    /* per-op events */
+    size_t n_op, used_op;
+    void **pool_ev;             /* every pool event made (destroyed at the end) */
+    size_t n_pool_ev, cap_pool_ev;
+    void **free_ev;             /* pool events ready for reuse */
+    size_t n_free_ev, cap_free_ev;
+    u64map *dmap, *hmap;        /* tensor -> slot */
+    dlive *dl;
+    size_t n_dl, cap_dl;
+    uint32_t *dl_free;
+    size_t n_dl_free, cap_dl_free;
+    hlive *hl;
+    size_t n_hl, cap_hl;
+    uint32_t *hl_free;
+    size_t n_hl_free, cap_hl_free;
+    pend *pd;
+    size_t n_pd, cap_pd;
+    uint32_t *pd_free;
+    size_t n_pd_free, cap_pd_free;
+    uint64_t pending_dev;       /* active device pends */
+    fifo q[SS_COUNT];
+    void **ahead;               /* max_ahead: events after the last compute actions, a ring */
+    size_t ahead_head, ahead_n;
+    uint64_t host_used;
+    uint64_t retries_at_mark;
+    double debt_us, empty_us;
+    double deadline, t0;
+    int stop, hung;
+} ex;
+
+void rt_exec_opts_default(rt_exec_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->allocator = "caching";
+    o->spin_credit = 1;
+    o->large_copy_bytes = 32ULL << 20;
+}
+
+const char *rt_outcome_name(rt_outcome o)
+{
+    switch (o) {
+    case RTX_OK: return "ok";
+    case RTX_OOM: return "oom";
+    case RTX_OOHM: return "oohm";
+    case RTX_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+void rt_exec_result_release(rt_exec_result *r)
+{
+    if (!r) return;
+    free(r->win);
+    free(r->ops);
+    r->win = NULL;
+    r->ops = NULL;
+    r->n_win = r->n_ops = 0;
+}
+
+/* ---- failures ---- */
+
+static rt_status fail(ex *x, rt_outcome oc, rt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static rt_status fail(ex *x, rt_outcome oc, rt_status st, const char *fmt, ...)
+{
+    if (!x->stop) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(x->r->failure, sizeof x->r->failure, fmt, ap);
+        va_end(ap);
+        x->r->outcome = oc;
+    }
+    x->stop = 1;
+    return st;
+}
+
+static rt_status fail_dev(ex *x, size_t i, const char *what)
+{
+    return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: %s: %s", i, what,
+                rt_last_error());
+}
+
+static const char *tname(const ex *x, uint64_t id, char *buf, size_t n)
+{
+    const trace_tensor *t = x->o.trace ? trace_find_tensor(x->o.trace, id) : NULL;
+    snprintf(buf, n, "%s", t && t->name[0] ? t->name : "-");
+    return buf;
+}
+
+/* ---- waiting, with the watchdog ---- */
+
+static rt_status wait_ev(ex *x, void *e, const char *what)
+{
+    double left = x->deadline - mono_s();
+    int q = x->d->host_wait(x->d->ctx, e, left > 0 ? left : 0);
+    if (q > 0) return RT_OK;
+    if (q < 0)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "waiting for %s: %s", what, rt_last_error());
+    x->hung = 1;
+    return fail(x, RTX_ERROR, RT_ERR_CUDA,
+                "watchdog: %s was not reached within %.0f s of the run's start (the GPU may "
+                "be hung); device resources are left to process exit", what, x->o.watchdog_s);
+}
+
+/* ---- event pool (untimed events for deferred frees and joins) ---- */
+
+static void *pool_get(ex *x)
+{
+    if (x->n_free_ev) return x->free_ev[--x->n_free_ev];
+    void *e = NULL;
+    if (x->d->event_new(x->d->ctx, 0, &e) != RT_OK) return NULL;
+    if (ms_grow((void **)&x->pool_ev, &x->cap_pool_ev, x->n_pool_ev + 1, sizeof(void *)) !=
+        MS_OK) {
+        x->d->event_free(x->d->ctx, e);
+        return NULL;
+    }
+    x->pool_ev[x->n_pool_ev++] = e;
+    return e;
+}
+
+static void pool_put(ex *x, void *e)
+{
+    /* cannot fail: free_ev never holds more than pool_ev */
+    if (ms_grow((void **)&x->free_ev, &x->cap_free_ev, x->n_free_ev + 1, sizeof(void *)) ==
+        MS_OK)
+        x->free_ev[x->n_free_ev++] = e;
+}
+
+/* ---- live tables ---- */
+
+static ms_status slot_new(uint32_t **fr, size_t *nfr, size_t *n, size_t *cap, void **arr,
+                          size_t elem, uint32_t *slot)
+{
+    if (*nfr) {
+        *slot = (*fr)[--*nfr];
+        return MS_OK;
+    }
+    if (ms_grow(arr, cap, *n + 1, elem) != MS_OK) return MS_ERR_NOMEM;
+    *slot = (uint32_t)(*n)++;
+    return MS_OK;
+}
+
+static ms_status slot_del(uint32_t **fr, size_t *nfr, size_t *cap, uint32_t slot)
+{
+    if (ms_grow((void **)fr, cap, *nfr + 1, sizeof **fr) != MS_OK) return MS_ERR_NOMEM;
+    (*fr)[(*nfr)++] = slot;
+    return MS_OK;
+}
+
+static dlive *dev_live(ex *x, uint64_t tensor)
+{
+    uint64_t slot;
+    return u64map_get(x->dmap, tensor, &slot) ? &x->dl[slot] : NULL;
+}
+
+static hlive *host_live(ex *x, uint64_t tensor)
+{
+    uint64_t slot;
+    return u64map_get(x->hmap, tensor, &slot) ? &x->hl[slot] : NULL;
+}
+
+/* ---- deferred frees ---- */
+
+static rt_status pend_new(ex *x, uint32_t *idx)
+{
+    if (slot_new(&x->pd_free, &x->n_pd_free, &x->n_pd, &x->cap_pd, (void **)&x->pd,
+                 sizeof *x->pd, idx) != MS_OK)
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    memset(&x->pd[*idx], 0, sizeof x->pd[*idx]);
+    x->pd[*idx].active = 1;
+    return RT_OK;
+}
+
+/* Records an event on stream k that the pend waits for. */
+static rt_status pend_event(ex *x, uint32_t idx, int k, size_t i)
+{
+    void *e = pool_get(x);
+    if (!e) return fail_dev(x, i, "creating an event");
+    if (x->d->record(x->d->ctx, e, x->st[k]) != RT_OK) return fail_dev(x, i, "recording");
+    fifo *f = &x->q[k];
+    if (ms_grow((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v) != MS_OK)
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    f->v[f->n].ev = e;
+    f->v[f->n].pend = idx;
+    f->n++;
+    pend *p = &x->pd[idx];
+    p->ev[p->n_ev++] = e;
+    p->outstanding++;
+    return RT_OK;
+}
+
+static rt_status pend_done(ex *x, uint32_t idx)
+{
+    pend *p = &x->pd[idx];
+    p->active = 0;
+    if (!p->host) {
+        x->pending_dev--;
+        ms_status st = alloc_release(x->alloc, p->addr);
+        if (st != MS_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "releasing a deferred block 0x%llx: %s (%s)",
+                        (unsigned long long)p->addr, ms_status_str(st), rt_last_error());
+    }
+    if (slot_del(&x->pd_free, &x->n_pd_free, &x->cap_pd_free, idx) != MS_OK)
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    return RT_OK;
+}
+
+/* Completes the deferred frees whose events were reached; block = wait for all of them. */
+static rt_status poll_pending(ex *x, int block)
+{
+    for (int k = 0; k < SS_COUNT; k++) {
+        fifo *f = &x->q[k];
+        while (f->head < f->n) {
+            fitem it = f->v[f->head];
+            if (block) {
+                RT_TRY(wait_ev(x, it.ev, "a deferred free's event"));
+            } else {
+                int q = x->d->query(x->d->ctx, it.ev);
+                if (q < 0)
+                    return fail(x, RTX_ERROR, RT_ERR_CUDA, "event query: %s", rt_last_error());
+                if (!q) break;
+            }
+            f->head++;
+            pend *p = &x->pd[it.pend];
+            for (int j = 0; j < p->n_ev; j++)
+                if (p->ev[j] == it.ev) p->ev[j] = NULL; /* reached: may be reused from now */
+            pool_put(x, it.ev);
+            if (--p->outstanding == 0) RT_TRY(pend_done(x, it.pend));
+        }
+        if (f->head == f->n) f->head = f->n = 0;
+    }
+    return RT_OK;
+}
+
+/* alloc_sync: the host waits until stream k has reached this point. */
+static rt_status sync_stream(ex *x, int k, size_t i)
+{
+    void *e = pool_get(x);
+    if (!e) return fail_dev(x, i, "creating an event");
+    if (x->d->record(x->d->ctx, e, x->st[k]) != RT_OK) return fail_dev(x, i, "recording");
+    rt_status st = wait_ev(x, e, "the stream before an allocator call");
+    if (st == RT_OK) pool_put(x, e);
+    x->r->alloc_waits++;
+    return st;
+}
+
+/* ---- actions ---- */
+
+static rt_status oom_result(ex *x, size_t i, const sched_action *a)
+{
+    const alloc_stats *s = alloc_get_stats(x->alloc);
+    char b0[32], b1[32], b2[32], b3[32], b4[32], tn[48];
+    uint64_t cached = s->reserved_bytes > s->allocated_bytes
+                          ? s->reserved_bytes - s->allocated_bytes : 0;
+    return fail(x, RTX_OOM, RT_OK,
+                "out of device memory allocating tensor %llu '%s' of %llu bytes (%s) on stream "
+                "%s at action %zu: allocated %s, reserved %s, free cached %s (reserved - "
+                "allocated), backend capacity %s",
+                (unsigned long long)a->tensor, tname(x, a->tensor, tn, sizeof tn),
+                (unsigned long long)a->bytes, ms_fmt_bytes(a->bytes, b0, sizeof b0),
+                sched_stream_name(a->stream), i, ms_fmt_bytes(s->allocated_bytes, b1, sizeof b1),
+                ms_fmt_bytes(s->reserved_bytes, b2, sizeof b2),
+                ms_fmt_bytes(cached, b3, sizeof b3),
+                ms_fmt_bytes(x->be->capacity_bytes, b4, sizeof b4));
+}
+
+static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
+{
+    if (dev_live(x, a->tensor))
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: tensor %llu is already "
+                    "allocated", i, (unsigned long long)a->tensor);
+    if (x->o.alloc_sync) RT_TRY(sync_stream(x, a->stream, i));
+    RT_TRY(poll_pending(x, 0));
+    uint64_t addr = 0;
+    ms_status st = alloc_block(x->alloc, a->bytes, a->stream, a->tensor, &addr);
+    if (st == MS_ERR_OOM && x->pending_dev) {
+        /* PyTorch's retry path waits for outstanding events before giving up */
+        RT_TRY(poll_pending(x, 1));
+        x->r->oom_drains++;
+        st = alloc_block(x->alloc, a->bytes, a->stream, a->tensor, &addr);
+    }
+    if (st == MS_ERR_OOM) return oom_result(x, i, a);
+    if (st != MS_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: allocating %llu bytes: %s "
+                    "(%s)", i, (unsigned long long)a->bytes, ms_status_str(st), rt_last_error());
+    uint32_t slot;
+    if (slot_new(&x->dl_free, &x->n_dl_free, &x->n_dl, &x->cap_dl, (void **)&x->dl,
+                 sizeof *x->dl, &slot) != MS_OK || u64map_put(x->dmap, a->tensor, slot)) {
+        alloc_release(x->alloc, addr);
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    }
+    dlive *d = &x->dl[slot];
+    d->addr = addr;
+    d->bytes = a->bytes;
+    d->stream = a->stream;
+    d->users = 1u << a->stream;
+    return RT_OK;
+}
+
+/* A block another stream used must not be reused before that use ends: record an event on
+ * every such stream and release the block when all are reached (PyTorch record_stream). The
+ * compute stream counts as a user of every block, since kernels there read and write them. */
+static rt_status do_free(ex *x, size_t i, const sched_action *a)
+{
+    uint64_t slot;
+    if (!u64map_del(x->dmap, a->tensor, &slot))
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: tensor %llu holds no "
+                    "device block", i, (unsigned long long)a->tensor);
+    dlive d = x->dl[slot];
+    if (slot_del(&x->dl_free, &x->n_dl_free, &x->cap_dl_free, (uint32_t)slot) != MS_OK)
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    unsigned others = 0;
+    if (x->o.alloc_sync) {
+        RT_TRY(sync_stream(x, a->stream, i));
+    } else {
+        unsigned users = d.users | (1u << a->stream) | (1u << SS_COMPUTE);
+        others = users & ~(1u << d.stream);
+    }
+    if (!others || !d.addr) {
+        ms_status st = alloc_release(x->alloc, d.addr);
+        if (st != MS_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: freeing: %s (%s)", i,
+                        ms_status_str(st), rt_last_error());
+        return RT_OK;
+    }
+    uint32_t p;
+    RT_TRY(pend_new(x, &p));
+    x->pd[p].addr = d.addr;
+    x->pending_dev++;
+    x->r->deferred_frees++;
+    for (int k = 0; k < SS_COUNT; k++)
+        if (others & (1u << k)) RT_TRY(pend_event(x, p, k, i));
+    return RT_OK;
+}
+
+/* The pinned range is placed by the plan; streams that will use it wait for the earlier
+ * users of overlapping ranges whose frees are not reached yet. */
+static rt_status do_host_alloc(ex *x, size_t i, const sched_action *a)
+{
+    RT_TRY(poll_pending(x, 0));
+    uint64_t off = x->hp.offsets[i], end = off + (a->bytes ? a->bytes : 1);
+    unsigned mask = x->hp.stream_mask[i];
+    for (size_t p = 0; p < x->n_pd; p++) {
+        const pend *q = &x->pd[p];
+        if (!q->active || !q->host || q->off >= end || off >= q->off + q->bytes) continue;
+        for (int k = 0; k < SS_COUNT; k++)
+            if (mask & (1u << k))
+                for (int j = 0; j < q->n_ev; j++)
+                    if (q->ev[j] && x->d->wait(x->d->ctx, x->st[k], q->ev[j]) != RT_OK)
+                        return fail_dev(x, i, "waiting for a pinned range's earlier user");
+    }
+    uint32_t slot;
+    if (slot_new(&x->hl_free, &x->n_hl_free, &x->n_hl, &x->cap_hl, (void **)&x->hl,
+                 sizeof *x->hl, &slot) != MS_OK || u64map_put(x->hmap, a->tensor, slot))
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    x->hl[slot].off = off;
+    x->hl[slot].bytes = end - off;
+    x->hl[slot].req = a->bytes;
+    x->hl[slot].users = 0;
+    x->host_used += a->bytes;
+    if (x->host_used > x->r->host_peak_bytes) x->r->host_peak_bytes = x->host_used;
+    return RT_OK;
+}
+
+static rt_status do_host_free(ex *x, size_t i, const sched_action *a)
+{
+    uint64_t slot;
+    if (!u64map_del(x->hmap, a->tensor, &slot))
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: tensor %llu holds no "
+                    "host memory", i, (unsigned long long)a->tensor);
+    hlive h = x->hl[slot];
+    if (slot_del(&x->hl_free, &x->n_hl_free, &x->cap_hl_free, (uint32_t)slot) != MS_OK)
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    x->host_used -= h.req;
+    unsigned users = h.users | (1u << a->stream);
+    uint32_t p;
+    RT_TRY(pend_new(x, &p));
+    x->pd[p].host = 1;
+    x->pd[p].off = h.off;
+    x->pd[p].bytes = h.bytes;
+    for (int k = 0; k < SS_COUNT; k++)
+        if (users & (1u << k)) RT_TRY(pend_event(x, p, k, i));
+    return RT_OK;
+}
+
+static rt_status do_copy(ex *x, size_t i, const sched_action *a)
+{
+    dlive *d = dev_live(x, a->tensor);
+    if (!d)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: copy of tensor %llu, "
+                    "which holds no device block", i, (unsigned long long)a->tensor);
+    hlive *h = host_live(x, a->tensor);
+    int d2h = a->kind == SA_COPY_D2H;
+    if (!h && !d2h)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: H2D copy of tensor "
+                    "%llu, which has no host copy", i, (unsigned long long)a->tensor);
+    uint64_t host = x->pool + (h ? h->off : x->hp.scratch_off);
+    d->users |= 1u << a->stream;
+    if (h) h->users |= 1u << a->stream;
+    if (!a->bytes || !d->addr) return RT_OK;
+    tev *t = &x->cp[x->used_cp++];
+    t->action = i;
+    t->win = x->cur_win;
+    t->bytes = a->bytes;
+    t->d2h = d2h;
+    void *s = x->st[a->stream];
+    if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
+    if (x->d->copy(x->d->ctx, s, d2h ? host : d->addr, d2h ? d->addr : host, a->bytes, d2h) !=
+        RT_OK)
+        return fail_dev(x, i, d2h ? "device-to-host copy" : "host-to-device copy");
+    if (x->d->record(x->d->ctx, t->e1, s) != RT_OK) return fail_dev(x, i, "recording");
+    rt_window *w = &x->r->win[x->cur_win];
+    w->n_copies++;
+    if (d2h) w->d2h_bytes += a->bytes;
+    else w->h2d_bytes += a->bytes;
+    x->r->copies++;
+    return RT_OK;
+}
+
+/* max_ahead: marks the end of this compute action and waits while more than max_ahead
+ * compute actions are issued but not done. */
+static rt_status hold_back(ex *x, size_t i, void *s)
+{
+    size_t cap = (size_t)x->o.max_ahead + 1;
+    void *e = pool_get(x);
+    if (!e) return fail_dev(x, i, "creating an event");
+    if (x->d->record(x->d->ctx, e, s) != RT_OK) return fail_dev(x, i, "recording");
+    x->ahead[(x->ahead_head + x->ahead_n++) % cap] = e;
+    while (x->ahead_n > (size_t)x->o.max_ahead) {
+        void *old = x->ahead[x->ahead_head];
+        RT_TRY(wait_ev(x, old, "a compute action (max_ahead)"));
+        x->ahead_head = (x->ahead_head + 1) % cap;
+        x->ahead_n--;
+        pool_put(x, old);
+        x->r->ahead_waits++;
+    }
+    return RT_OK;
+}
+
+/* Kernel time after the credit: an op shorter than the shortest kernel runs that long, and
+ * what it ran over is taken off the next ops. */
+static double credited(ex *x, double req)
+{
+    if (!x->o.spin_credit) return req;
+    double want = req - x->debt_us;
+    double run = want > x->empty_us ? want : x->empty_us;
+    x->debt_us += run - req;
+    return run;
+}
+
+static rt_status do_compute(ex *x, size_t i, const sched_action *a)
+{
+    rt_kernel_args k;
+    memset(&k, 0, sizeof k);
+    double req = a->dur_us > 0 ? a->dur_us : 0;
+    int dha = a->host_read_bytes || a->host_write_bytes;
+    k.dur_us = dha ? req : credited(x, req);
+    if (dha) {
+        k.dha_read_host = x->dha_buf;
+        k.dha_read_bytes = a->host_read_bytes < x->dha_bytes ? a->host_read_bytes : x->dha_bytes;
+        k.dha_write_host = x->dha_buf;
+        k.dha_write_bytes =
+            a->host_write_bytes < x->dha_bytes ? a->host_write_bytes : x->dha_bytes;
+    }
+    const trace_op *op = (x->o.trace && a->op >= 0) ? trace_find_op(x->o.trace, (uint64_t)a->op)
+                                                    : NULL;
+    for (uint32_t j = 0; op && j < op->n_out && k.n_touch < RT_TOUCH_MAX; j++) {
+        dlive *d = dev_live(x, op->out[j]);
+        if (!d || !d->addr || !d->bytes) continue;
+        k.touch_addr[k.n_touch] = d->addr;
+        k.touch_bytes[k.n_touch++] = d->bytes;
+    }
+    void *s = x->st[a->stream];
+    tev *t = NULL;
+    if (x->o.per_op) {
+        t = &x->op[x->used_op++];
+        t->action = i;
+        t->win = x->cur_win;
+        t->req_us = req;
+        if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
+    }
+    if (x->d->kernel(x->d->ctx, s, &k) != RT_OK) return fail_dev(x, i, "launching a kernel");
+    if (t && x->d->record(x->d->ctx, t->e1, s) != RT_OK) return fail_dev(x, i, "recording");
+    if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s));
+    rt_window *w = &x->r->win[x->cur_win];
+    w->nominal_s += req * 1e-6;
+    if (a->recompute) w->recompute_nominal_s += req * 1e-6;
+    w->n_compute++;
+    x->r->kernels++;
+    return RT_OK;
+}
+
+static rt_status issue(ex *x, size_t i, const sched_action *a)
+{
+    void *s = x->st[a->stream];
+    switch (a->kind) {
+    case SA_COMPUTE:
+        return do_compute(x, i, a);
+    case SA_ALLOC:
+        return do_alloc(x, i, a);
+    case SA_FREE:
+        return do_free(x, i, a);
+    case SA_COPY_D2H:
+    case SA_COPY_H2D:
+        return do_copy(x, i, a);
+    case SA_HOST_ALLOC:
+        return do_host_alloc(x, i, a);
+    case SA_HOST_FREE:
+        return do_host_free(x, i, a);
+    case SA_HOST_COMPUTE:
+        x->r->win[x->cur_win].host_nominal_s += (a->dur_us > 0 ? a->dur_us : 0) * 1e-6;
+        if (x->d->host_work(x->d->ctx, s, a->dur_us > 0 ? a->dur_us : 0) != RT_OK)
+            return fail_dev(x, i, "host work");
+        return RT_OK;
+    case SA_RECORD:
+        if (x->d->record(x->d->ctx, x->sev[a->event], s) != RT_OK)
+            return fail_dev(x, i, "recording an event");
+        return RT_OK;
+    case SA_WAIT:
+        if (x->d->wait(x->d->ctx, s, x->sev[a->event]) != RT_OK)
+            return fail_dev(x, i, "waiting on an event");
+        return RT_OK;
+    case SA_MARK:
+        if (a->mark == TM_ITER && a->stream == SS_COMPUTE && x->cur_win + 1 < x->n_win) {
+            x->cur_win++;
+            x->retries_at_mark = alloc_get_stats(x->alloc)->num_alloc_retries;
+            if (x->d->record(x->d->ctx, x->wev[x->cur_win], s) != RT_OK)
+                return fail_dev(x, i, "recording an iteration mark");
+        }
+        return RT_OK;
+    default:
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: unknown kind %d", i,
+                    (int)a->kind);
+    }
+}
+
+/* ---- setup ---- */
+
+typedef struct counts {
+    size_t compute, copies, marks;
+    uint64_t dha_bytes;
+    double work_us;     /* compute + host durations, for the watchdog */
+    uint64_t copy_bytes;
+} counts;
+
+static void count_actions(const schedule_t *s, counts *c)
+{
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind == SA_COMPUTE) {
+            c->compute++;
+            if (a->host_read_bytes > c->dha_bytes) c->dha_bytes = a->host_read_bytes;
+            if (a->host_write_bytes > c->dha_bytes) c->dha_bytes = a->host_write_bytes;
+        }
+        if (a->kind == SA_COMPUTE || a->kind == SA_HOST_COMPUTE)
+            c->work_us += a->dur_us > 0 ? a->dur_us : 0;
+        if (a->kind == SA_COPY_D2H || a->kind == SA_COPY_H2D) {
+            c->copies++;
+            c->copy_bytes += a->bytes;
+        }
+        if (a->kind == SA_MARK && a->mark == TM_ITER && a->stream == SS_COMPUTE) c->marks++;
+    }
+}
+
+static rt_status make_events(ex *x, void **v, size_t n, int timing)
+{
+    for (size_t k = 0; k < n; k++)
+        if (x->d->event_new(x->d->ctx, timing, &v[k]) != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "creating events: %s", rt_last_error());
+    return RT_OK;
+}
+
+static rt_status setup(ex *x, const counts *c)
+{
+    rt_exec_result *r = x->r;
+    x->n_win = c->marks + 1;
+    r->win = (rt_window *)calloc(x->n_win, sizeof *r->win);
+    r->n_win = x->n_win;
+    x->n_sev = sched_event_count(x->s);
+    x->sev = (void **)calloc(x->n_sev ? x->n_sev : 1, sizeof(void *));
+    x->wev = (void **)calloc(x->n_win, sizeof(void *));
+    x->n_cp = c->copies;
+    x->cp = (tev *)calloc(x->n_cp ? x->n_cp : 1, sizeof *x->cp);
+    x->n_op = x->o.per_op ? c->compute : 0;
+    x->op = (tev *)calloc(x->n_op ? x->n_op : 1, sizeof *x->op);
+    x->dmap = u64map_new(1024);
+    x->hmap = u64map_new(256);
+    if (x->o.max_ahead < 0) x->o.max_ahead = 0;
+    x->ahead = (void **)calloc((size_t)x->o.max_ahead + 1, sizeof(void *));
+    if (!x->ahead || !r->win || !x->sev || !x->wev || !x->cp || !x->op || !x->dmap || !x->hmap)
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    if (x->d->calibrate && x->d->calibrate(x->d->ctx, &r->calib) != RT_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "calibrating the spin kernel: %s",
+                    rt_last_error());
+    x->empty_us = r->calib.valid ? r->calib.empty_us : 0;
+    for (int k = 0; k < SS_COUNT; k++)
+        if (x->d->stream_new(x->d->ctx, &x->st[k]) != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "creating streams: %s", rt_last_error());
+    RT_TRY(make_events(x, x->sev, x->n_sev, 0));
+    RT_TRY(make_events(x, x->wev, x->n_win, 1));
+    RT_TRY(make_events(x, &x->ev_end, 1, 1));
+    for (size_t k = 0; k < x->n_cp; k++) {
+        RT_TRY(make_events(x, &x->cp[k].e0, 1, 1));
+        RT_TRY(make_events(x, &x->cp[k].e1, 1, 1));
+    }
+    for (size_t k = 0; k < x->n_op; k++) {
+        RT_TRY(make_events(x, &x->op[k].e0, 1, 1));
+        RT_TRY(make_events(x, &x->op[k].e1, 1, 1));
+    }
+    /* the pinned pool (one allocation, sized by the plan) and the DHA buffer */
+    r->host_pool_bytes = x->hp.pool_bytes;
+    if (x->o.host_limit_bytes && x->hp.pool_bytes > x->o.host_limit_bytes) {
+        char b0[32], b1[32];
+        return fail(x, RTX_OOHM, RT_OK, "out of host memory: the schedule needs a pinned pool "
+                    "of %s, above the host limit of %s",
+                    ms_fmt_bytes(x->hp.pool_bytes, b0, sizeof b0),
+                    ms_fmt_bytes(x->o.host_limit_bytes, b1, sizeof b1));
+    }
+    ms_status st = MS_OK;
+    if (x->hp.pool_bytes) st = x->be->ops->host_alloc(x->be->ctx, x->hp.pool_bytes, &x->pool);
+    if (st == MS_OK && c->dha_bytes) {
+        x->dha_bytes = c->dha_bytes;
+        st = x->be->ops->host_alloc(x->be->ctx, x->dha_bytes, &x->dha_buf);
+    }
+    if (st != MS_OK) {
+        char b0[32];
+        return fail(x, st == MS_ERR_OOHM ? RTX_OOHM : RTX_ERROR, st == MS_ERR_OOHM ? RT_OK
+                    : RT_ERR_CUDA, "cannot allocate %s of pinned host memory: %s",
+                    ms_fmt_bytes(x->hp.pool_bytes + x->dha_bytes, b0, sizeof b0),
+                    rt_last_error());
+    }
+    ms_error err;
+    ms_error_clear(&err);
+    st = alloc_new(x->o.allocator ? x->o.allocator : "caching", x->o.alloc_cfg, x->be,
+                   &x->alloc, &err);
+    if (st != MS_OK) return fail(x, RTX_ERROR, RT_ERR_INVALID, "%s", err.msg);
+    return RT_OK;
+}
+
+/* ---- the end: measurements and clean-up ---- */
+
+static void link_stat(rt_link_stat *l, double *bps, size_t n)
+{
+    l->agg_Bps = l->busy_s > 0 ? (double)l->bytes / l->busy_s : 0;
+    if (!n) return;
+    l->min_Bps = l->max_Bps = bps[0];
+    for (size_t k = 1; k < n; k++) {
+        if (bps[k] < l->min_Bps) l->min_Bps = bps[k];
+        if (bps[k] > l->max_Bps) l->max_Bps = bps[k];
+    }
+    l->median_Bps = median_of(bps, n);
+}
+
+static rt_status elapsed_s(ex *x, void *e0, void *e1, double *s)
+{
+    float ms = 0;
+    if (x->d->elapsed_ms(x->d->ctx, e0, e1, &ms) != RT_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "reading event times: %s", rt_last_error());
+    *s = ms * 1e-3;
+    return RT_OK;
+}
+
+static rt_status measure(ex *x)
+{
+    rt_exec_result *r = x->r;
+    for (size_t w = 0; w < x->n_win; w++)
+        RT_TRY(elapsed_s(x, x->wev[w], w + 1 < x->n_win ? x->wev[w + 1] : x->ev_end,
+                         &r->win[w].time_s));
+    double *bps[2];
+    size_t nb[2] = {0, 0};
+    bps[0] = (double *)calloc(x->used_cp + 1, sizeof(double));
+    bps[1] = (double *)calloc(x->used_cp + 1, sizeof(double));
+    if (!bps[0] || !bps[1]) {
+        free(bps[0]);
+        free(bps[1]);
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    }
+    rt_status st = RT_OK;
+    for (size_t k = 0; st == RT_OK && k < x->used_cp; k++) {
+        const tev *t = &x->cp[k];
+        double s = 0;
+        if ((st = elapsed_s(x, t->e0, t->e1, &s)) != RT_OK) break;
+        rt_window *w = &r->win[t->win];
+        if (t->d2h) w->d2h_busy_s += s;
+        else w->h2d_busy_s += s;
+        if (t->bytes < x->o.large_copy_bytes || s <= 0) continue;
+        rt_link_stat *l = t->d2h ? &r->d2h_large : &r->h2d_large;
+        l->n++;
+        l->bytes += t->bytes;
+        l->busy_s += s;
+        bps[t->d2h][nb[t->d2h]++] = (double)t->bytes / s;
+    }
+    link_stat(&r->h2d_large, bps[0], nb[0]);
+    link_stat(&r->d2h_large, bps[1], nb[1]);
+    free(bps[0]);
+    free(bps[1]);
+    RT_TRY(st);
+    if (x->used_op) {
+        r->ops = (rt_op_time *)calloc(x->used_op, sizeof *r->ops);
+        if (!r->ops) return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+        r->n_ops = x->used_op;
+    }
+    for (size_t k = 0; k < x->used_op; k++) {
+        const tev *t = &x->op[k];
+        double s = 0;
+        RT_TRY(elapsed_s(x, t->e0, t->e1, &s));
+        const sched_action *a = sched_get(x->s, t->action);
+        r->ops[k].action = t->action;
+        r->ops[k].op = a->op;
+        r->ops[k].req_us = t->req_us;
+        r->ops[k].meas_us = s * 1e6;
+        r->ops[k].recompute = a->recompute;
+        r->win[t->win].compute_measured_s += s;
+    }
+    const rt_window *l = &r->win[x->n_win - 1];
+    r->iter_time_s = l->time_s;
+    r->nominal_s = l->nominal_s;
+    r->compute_busy_s = x->o.per_op ? l->compute_measured_s : l->nominal_s;
+    r->recompute_s = l->recompute_nominal_s;
+    r->host_busy_s = l->host_nominal_s;
+    r->h2d_busy_s = l->h2d_busy_s;
+    r->d2h_busy_s = l->d2h_busy_s;
+    return RT_OK;
+}
+
+/* Waits until every stream has done all that was issued to it. */
+static rt_status drain_streams(ex *x)
+{
+    for (int k = 0; k < SS_COUNT; k++) {
+        if (!x->st[k]) continue;
+        void *e = pool_get(x);
+        if (!e || x->d->record(x->d->ctx, e, x->st[k]) != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "synchronizing streams: %s",
+                        rt_last_error());
+        RT_TRY(wait_ev(x, e, "the end of a stream's work"));
+        pool_put(x, e);
+    }
+    return RT_OK;
+}
+
+/* The normal end: the compute stream waits for the others, then the end event. */
+static rt_status finish(ex *x)
+{
+    void *j[SS_COUNT];
+    for (int k = 0; k < SS_COUNT; k++) {
+        if (k == SS_COMPUTE) continue;
+        j[k] = pool_get(x);
+        if (!j[k] || x->d->record(x->d->ctx, j[k], x->st[k]) != RT_OK ||
+            x->d->wait(x->d->ctx, x->st[SS_COMPUTE], j[k]) != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "joining the streams: %s", rt_last_error());
+    }
+    if (x->d->record(x->d->ctx, x->ev_end, x->st[SS_COMPUTE]) != RT_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "recording the end: %s", rt_last_error());
+    x->r->issue_s = mono_s() - x->t0;
+    RT_TRY(wait_ev(x, x->ev_end, "the end of the schedule"));
+    x->r->wall_s = mono_s() - x->t0;
+    for (int k = 0; k < SS_COUNT; k++)
+        if (k != SS_COMPUTE) pool_put(x, j[k]);
+    return RT_OK;
+}
+
+static void free_events(ex *x, void **v, size_t n)
+{
+    for (size_t k = 0; v && k < n; k++)
+        if (v[k]) x->d->event_free(x->d->ctx, v[k]);
+}
+
+/* Releases everything. After a watchdog timeout the device memory and pinned buffers are left
+ * alone (freeing them could wait forever for the hung work); the process exit reclaims them. */
+static void teardown(ex *x)
+{
+    if (!x->hung) {
+        if (x->alloc) {
+            size_t it = 0;
+            uint64_t key, slot;
+            while (u64map_next(x->dmap, &it, &key, &slot)) alloc_release(x->alloc, x->dl[slot].addr);
+            for (size_t p = 0; p < x->n_pd; p++)
+                if (x->pd[p].active && !x->pd[p].host) alloc_release(x->alloc, x->pd[p].addr);
+            alloc_empty_cache(x->alloc);
+            alloc_free(x->alloc);
+        }
+        if (x->pool) x->be->ops->host_free(x->be->ctx, x->pool);
+        if (x->dha_buf) x->be->ops->host_free(x->be->ctx, x->dha_buf);
+    } else {
+        x->r->leaked = 1;
+    }
+    free_events(x, x->sev, x->n_sev);
+    free_events(x, x->wev, x->n_win);
+    free_events(x, &x->ev_end, 1);
+    for (size_t k = 0; x->cp && k < x->n_cp; k++) free_events(x, &x->cp[k].e0, 2);
+    for (size_t k = 0; x->op && k < x->n_op; k++) free_events(x, &x->op[k].e0, 2);
+    free_events(x, x->pool_ev, x->n_pool_ev);
+    for (int k = 0; k < SS_COUNT; k++) {
+        if (x->st[k]) x->d->stream_free(x->d->ctx, x->st[k]);
+        free(x->q[k].v);
+    }
+    free(x->sev);
+    free(x->ahead);
+    free(x->wev);
+    free(x->cp);
+    free(x->op);
+    free(x->pool_ev);
+    free(x->free_ev);
+    u64map_free(x->dmap);
+    u64map_free(x->hmap);
+    free(x->dl);
+    free(x->dl_free);
+    free(x->hl);
+    free(x->hl_free);
+    free(x->pd);
+    free(x->pd_free);
+    rt_host_plan_release(&x->hp);
+}
+
+rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_ops *dev,
+                      const mb_backend *be, rt_exec_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->outcome = RTX_ERROR;
+    if (!s || !dev || !be) {
+        snprintf(r->failure, sizeof r->failure, "rt_exec_run: no schedule, device or backend");
+        return RT_ERR_INVALID;
+    }
+    ms_error err;
+    ms_error_clear(&err);
+    if (sched_validate(s, &err) != MS_OK) {
+        snprintf(r->failure, sizeof r->failure, "%s", err.msg);
+        return RT_ERR_INVALID;
+    }
+    ex x;
+    memset(&x, 0, sizeof x);
+    x.s = s;
+    x.d = dev;
+    x.be = be;
+    x.r = r;
+    if (o) x.o = *o;
+    else rt_exec_opts_default(&x.o);
+    if (!x.o.large_copy_bytes) x.o.large_copy_bytes = 32ULL << 20;
+    r->outcome = RTX_OK;
+    if (rt_host_plan_make(s, 4096, &x.hp, &err) != MS_OK) {
+        r->outcome = RTX_ERROR;
+        snprintf(r->failure, sizeof r->failure, "%s", err.msg);
+        return RT_ERR_INVALID;
+    }
+    counts c;
+    count_actions(s, &c);
+    /* generous: the work at a tenth of its speed, copies at 10 GB/s, plus half a minute */
+    if (!(x.o.watchdog_s > 0))
+        x.o.watchdog_s = 30.0 + 4.0 * (c.work_us * 1e-6 + (double)c.copy_bytes / 10e9);
+    rt_status st = setup(&x, &c);
+    size_t n = sched_count(s);
+    if (st == RT_OK && !x.stop) {
+        x.t0 = mono_s();
+        x.deadline = x.t0 + x.o.watchdog_s;
+        if (x.d->record(x.d->ctx, x.wev[0], x.st[SS_COMPUTE]) != RT_OK)
+            st = fail(&x, RTX_ERROR, RT_ERR_CUDA, "recording the start: %s", rt_last_error());
+        for (size_t i = 0; st == RT_OK && !x.stop && i < n; i++) st = issue(&x, i, sched_get(s, i));
+        if (st == RT_OK && !x.stop) st = finish(&x);
+        if (st == RT_OK && !x.stop) st = poll_pending(&x, 1);
+        if (st == RT_OK && !x.stop) st = measure(&x);
+    }
+    if (x.stop && !x.hung && x.t0 > 0) {
+        /* stopped early (OOM, an error): let every stream finish what was issued first */
+        char first[sizeof r->failure];
+        rt_outcome oc = r->outcome;
+        memcpy(first, r->failure, sizeof first);
+        x.stop = 0;
+        rt_status s2 = drain_streams(&x);
+        if (s2 == RT_OK) s2 = poll_pending(&x, 1);
+        if (s2 != RT_OK) {
+            char now[sizeof r->failure];
+            memcpy(now, r->failure, sizeof now);
+            snprintf(r->failure, sizeof r->failure, "%.500s (while stopping after: %.480s)", now,
+                     first);
+            st = s2;
+        } else {
+            memcpy(r->failure, first, sizeof first);
+            r->outcome = oc;
+        }
+        x.stop = 1;
+    }
+    if (x.alloc) {
+        r->astats = *alloc_get_stats(x.alloc);
+        r->alloc_retries_per_iter = r->astats.num_alloc_retries - x.retries_at_mark;
+    }
+    if (!r->host_peak_bytes) r->host_peak_bytes = x.hp.peak_bytes;
+    teardown(&x);
+    if (r->outcome != RTX_OK) {
+        r->iter_time_s = 0;
+        if (st == RT_OK && r->outcome == RTX_ERROR) st = RT_ERR_CUDA;
+    }
+    return st;
+}
+
+/* ======================= the CUDA device ======================= */
+
+typedef struct touch_set {
+    unsigned long long p[RT_TOUCH_MAX], n[RT_TOUCH_MAX];
+    int k;
+} touch_set;
+
+__device__ unsigned g_rt_sink;
+
+static __device__ __forceinline__ unsigned long long gtimer(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Thread 0 of every block spins on the global timer (nanoseconds) for spin_ns; max_clk
+ * cycles bound the spin should the timer not advance. Block 0's next threads read-modify-
+ * write the first and last 16 bytes of each touched range. With src / dst, all threads first
+ * stream over mapped pinned host memory (DHA). */
+__global__ void rt_work_kernel(unsigned long long spin_ns, unsigned long long max_clk,
+                               touch_set t, const uint4 *src, unsigned long long nr, uint4 *dst,
+                               unsigned long long nw)
+{
+    unsigned long long t0 = gtimer();
+    long long c0 = clock64();
+    if (blockIdx.x == 0 && threadIdx.x >= 1 && (int)threadIdx.x <= 2 * t.k) {
+        int i = ((int)threadIdx.x - 1) / 2, last = ((int)threadIdx.x - 1) & 1;
+        unsigned long long n = t.n[i];
+        if (n >= 16) {
+            uint4 *q = (uint4 *)(t.p[i] + (last ? ((n - 16) & ~15ULL) : 0));
+            uint4 v = *q;
+            v.x += 1;
+            *q = v;
+        } else if (n && !last) {
+            unsigned char *q = (unsigned char *)t.p[i];
+            *q = (unsigned char)(*q + 1);
+        }
+    }
+    if (nr || nw) {
+        unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+        unsigned long long i0 = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+        unsigned acc = 0;
+        for (unsigned long long i = i0; i < nr; i += stride) {
+            uint4 v = src[i];
+            acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+        for (unsigned long long i = i0; i < nw; i += stride)
+            dst[i] = make_uint4((unsigned)i, acc, 0u, 0u);
+        if (acc == 0x9e3779b9u) g_rt_sink = acc; /* keeps the reads */
+    }
+    if (threadIdx.x == 0)
+        while (gtimer() - t0 < spin_ns && (unsigned long long)(clock64() - c0) < max_clk) {
+        }
+}
+
+typedef CUresult (*fn_waitval)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+typedef struct hjob {
+    cudaEvent_t ev;             /* recorded on the stream where the work belongs */
+    unsigned long long ns;
+    uint32_t seq;
+} hjob;
+
+/* RT_HOST_THREAD: the worker and its FIFO of jobs. */
+typedef struct hworker {
+    int on, stop;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    hjob *q;
+    size_t head, n, cap;
+    uint32_t *flag;             /* pinned, mapped: the last finished job's seq */
+    CUdeviceptr flag_dev;
+    uint32_t issued;
+    fn_waitval waitval;
+} hworker;
+
+typedef struct cuda_dev {
+    rt_dev_ops ops;
+    int device, sms;
+    int calibrated;
+    rt_calib calib;
+    uint64_t map_host, map_dev;     /* last host -> device pointer translation */
+    rt_host_mode host_mode;
+    hworker hw;
+} cuda_dev;
+
+static rt_status cu_stream_new(void *ctx, void **s)
+{
+    (void)ctx;
+    cudaStream_t st;
+    RT_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    *s = (void *)st;
+    return RT_OK;
+}
+
+static void cu_stream_free(void *ctx, void *s)
+{
+    (void)ctx;
+    cudaStreamDestroy((cudaStream_t)s);
+}
+
+static rt_status cu_event_new(void *ctx, int timing, void **e)
+{
+    (void)ctx;
+    cudaEvent_t ev;
+    RT_CHECK(cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming));
+    *e = (void *)ev;
+    return RT_OK;
+}
+
+static void cu_event_free(void *ctx, void *e)
+{
+    (void)ctx;
+    cudaEventDestroy((cudaEvent_t)e);
+}
+
+static rt_status cu_record(void *ctx, void *e, void *s)
+{
+    (void)ctx;
+    RT_CHECK(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s));
+    return RT_OK;
+}
+
+static rt_status cu_wait(void *ctx, void *s, void *e)
+{
+    (void)ctx;
+    RT_CHECK(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0));
+    return RT_OK;
+}
+
+static int cu_query(void *ctx, void *e)
+{
+    (void)ctx;
+    cudaError_t r = cudaEventQuery((cudaEvent_t)e);
+    if (r == cudaSuccess) return 1;
+    if (r == cudaErrorNotReady) return 0;
+    rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cudaEventQuery", cudaGetErrorString(r));
+    return -1;
+}
+
+/* Polls with a short back-off: never blocks in the driver, so a hung GPU cannot hang the
+ * host past the timeout. */
+static int cu_host_wait(void *ctx, void *e, double timeout_s)
+{
+    double end = mono_s() + timeout_s;
+    for (unsigned spin = 0;; spin++) {
+        int q = cu_query(ctx, e);
+        if (q) return q;
+        if (mono_s() > end) return 0;
+        if (spin < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static rt_status cu_elapsed(void *ctx, void *e0, void *e1, float *ms)
+{
+    (void)ctx;
+    RT_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)e0, (cudaEvent_t)e1));
+    return RT_OK;
+}
+
+static rt_status cu_copy(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h)
+{
+    (void)ctx;
+    RT_CHECK(cudaMemcpyAsync((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, (size_t)bytes,
+                             d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                             (cudaStream_t)s));
+    return RT_OK;
+}
+
+static rt_status launched(void)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "rt_work_kernel<<<>>>",
+                            cudaGetErrorString(e));
+    return RT_OK;
+}
+
+static unsigned long long spin_ns_for(const cuda_dev *c, double dur_us)
+{
+    double us = c->calibrated ? (dur_us - c->calib.overhead_us) / c->calib.slope : dur_us;
+    return us > 0 ? (unsigned long long)(us * 1e3 + 0.5) : 0ULL;
+}
+
+static unsigned long long max_clk_for(unsigned long long ns) { return ns * 4ULL + 4000000ULL; }
+
+static rt_status host_ptr(cuda_dev *c, uint64_t host, uint64_t *dev)
+{
+    if (host != c->map_host) {
+        void *p = NULL;
+        RT_CHECK(cudaHostGetDevicePointer(&p, (void *)(uintptr_t)host, 0));
+        c->map_host = host;
+        c->map_dev = (uint64_t)(uintptr_t)p;
+    }
+    *dev = c->map_dev;
+    return RT_OK;
+}
+
+static rt_status cu_kernel(void *ctx, void *s, const rt_kernel_args *k)
+{
+    cuda_dev *c = (cuda_dev *)ctx;
+    touch_set t;
+    memset(&t, 0, sizeof t);
+    t.k = k->n_touch < RT_TOUCH_MAX ? k->n_touch : RT_TOUCH_MAX;
+    for (int i = 0; i < t.k; i++) {
+        t.p[i] = k->touch_addr[i];
+        t.n[i] = k->touch_bytes[i];
+    }
+    unsigned long long ns = spin_ns_for(c, k->dur_us);
+    const uint4 *src = NULL;
+    uint4 *dst = NULL;
+    uint64_t dp;
+    if (k->dha_read_bytes) {
+        RT_TRY(host_ptr(c, k->dha_read_host, &dp));
+        src = (const uint4 *)(uintptr_t)dp;
+    }
+    if (k->dha_write_bytes) {
+        RT_TRY(host_ptr(c, k->dha_write_host, &dp));
+        dst = (uint4 *)(uintptr_t)dp;
+    }
+    int dha = src || dst;
+    rt_work_kernel<<<dha ? c->sms * 4 : c->sms, dha ? 512 : 64, 0, (cudaStream_t)s>>>(
+        ns, max_clk_for(ns), t, src, k->dha_read_bytes / 16, dst, k->dha_write_bytes / 16);
+    return launched();
+}
+
+static void CUDART_CB host_spin(void *arg)
+{
+    unsigned long long ns = (unsigned long long)(uintptr_t)arg;
+    double end = mono_s() + (double)ns * 1e-9;
+    if (ns > 2000000ULL) { /* sleep most of a long wait, spin the rest for accuracy */
+        unsigned long long sl = ns - 1000000ULL;
+        struct timespec ts = {(time_t)(sl / 1000000000ULL), (long)(sl % 1000000000ULL)};
+        nanosleep(&ts, NULL);
+    }
+    while (mono_s() < end) {
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    cuda_dev *c = (cuda_dev *)arg;
+    hworker *w = &c->hw;
+    cudaSetDevice(c->device);
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->stop && w->head == w->n) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->head == w->n) {
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        hjob j = w->q[w->head++];
+        if (w->head == w->n) w->head = w->n = 0;
+        int stop = w->stop;
+        pthread_mutex_unlock(&w->mu);
+        for (unsigned spin = 0; !stop; spin++) {
+            cudaError_t e = cudaEventQuery(j.ev);
+            if (e != cudaErrorNotReady) break; /* reached, or an error: release the stream */
+            if (spin < 256) {
+                sched_yield();
+            } else {
+                struct timespec ts = {0, 5000};
+                nanosleep(&ts, NULL);
+            }
+            pthread_mutex_lock(&w->mu);
+            stop = w->stop;
+            pthread_mutex_unlock(&w->mu);
+        }
+        if (!stop) host_spin((void *)(uintptr_t)j.ns);
+        cudaEventDestroy(j.ev);
+        __atomic_store_n(w->flag, j.seq, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static rt_status worker_start(cuda_dev *c)
+{
+    hworker *w = &c->hw;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    void *fp = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fp, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess || q != cudaDriverEntryPointSuccess ||
+        !fp) {
+        cudaGetLastError();
+        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cuStreamWaitValue32",
+                            "the driver does not provide this entry point");
+    }
+    w->waitval = (fn_waitval)fp;
+    void *h = NULL, *d = NULL;
+    RT_CHECK(cudaHostAlloc(&h, sizeof(uint32_t), cudaHostAllocPortable | cudaHostAllocMapped));
+    w->flag = (uint32_t *)h;
+    *w->flag = 0;
+    w->issued = 0;
+    RT_CHECK(cudaHostGetDevicePointer(&d, h, 0));
+    w->flag_dev = (CUdeviceptr)(uintptr_t)d;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->stop = 0;
+    if (pthread_create(&w->th, NULL, worker_main, c) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "pthread_create",
+                            "cannot start the host-work thread");
+    }
+    w->on = 1;
+    return RT_OK;
+}
+
+/* Stops the worker: jobs not started are released without their work, so no stream waits
+ * forever on the counter. */
+static void worker_stop(cuda_dev *c)
+{
+    hworker *w = &c->hw;
+    if (!w->on) return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    cudaFreeHost(w->flag);
+    free(w->q);
+    memset(w, 0, sizeof *w);
+}
+
+static rt_status host_thread_work(cuda_dev *c, cudaStream_t s, unsigned long long ns)
+{
+    hworker *w = &c->hw;
+    if (!w->on) RT_TRY(worker_start(c));
+    cudaEvent_t ev;
+    RT_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaError_t e = cudaEventRecord(ev, s);
+    if (e != cudaSuccess) {
+        cudaEventDestroy(ev);
+        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cudaEventRecord",
+                            cudaGetErrorString(e));
+    }
+    pthread_mutex_lock(&w->mu);
+    if (ms_grow((void **)&w->q, &w->cap, w->n + 1, sizeof *w->q) != MS_OK) {
+        pthread_mutex_unlock(&w->mu);
+        cudaEventDestroy(ev);
+        return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "host work", "out of memory");
+    }
+    uint32_t seq = ++w->issued;
+    hjob j = {ev, ns, seq};
+    w->q[w->n++] = j;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    CUresult r = w->waitval((CUstream)s, w->flag_dev, seq, CU_STREAM_WAIT_VALUE_GEQ);
+    if (r != CUDA_SUCCESS) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "CUDA driver error %d", (int)r);
+        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cuStreamWaitValue32", msg);
+    }
+    return RT_OK;
+}
+
+static rt_status cu_host_work(void *ctx, void *s, double dur_us)
+{
+    cuda_dev *c = (cuda_dev *)ctx;
+    unsigned long long ns = dur_us > 0 ? (unsigned long long)(dur_us * 1e3) : 0ULL;
+    if (c->host_mode == RT_HOST_THREAD) return host_thread_work(c, (cudaStream_t)s, ns);
+    RT_CHECK(cudaLaunchHostFunc((cudaStream_t)s, host_spin, (void *)(uintptr_t)ns));
+    return RT_OK;
+}
+
+void rt_cuda_dev_set_host_mode(rt_dev_ops *d, rt_host_mode m)
+{
+    if (d) ((cuda_dev *)d)->host_mode = m; /* ops is the first member of cuda_dev */
+}
+
+/* n back-to-back spin kernels of spin_us each: mean stream time per kernel. */
+static rt_status b2b(cuda_dev *c, cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, double spin_us,
+                     int n, double *per_us)
+{
+    touch_set t;
+    memset(&t, 0, sizeof t);
+    unsigned long long ns = spin_us > 0 ? (unsigned long long)(spin_us * 1e3 + 0.5) : 0ULL;
+    RT_CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < n; i++) {
+        rt_work_kernel<<<c->sms, 64, 0, s>>>(ns, max_clk_for(ns), t, NULL, 0, NULL, 0);
+        RT_TRY(launched());
+    }
+    RT_CHECK(cudaEventRecord(e1, s));
+    RT_CHECK(cudaEventSynchronize(e1));
+    float ms;
+    RT_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    *per_us = ms * 1e3 / n;
+    return RT_OK;
+}
+
+static double spin_of(const rt_calib *cal, double req_us)
+{
+    double us = (req_us - cal->overhead_us) / cal->slope;
+    return us > 0 ? us : 0;
+}
+
+static rt_status calibrate_on(cuda_dev *c, cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1)
+{
+    rt_calib *cal = &c->calib;
+    double w;
+    RT_TRY(b2b(c, s, e0, e1, 10, 50, &w)); /* warm-up: module load, clocks */
+    static const double xs[] = {50, 200, 1000, 3000};
+    static const int ns[] = {100, 40, 10, 5};
+    double y[4], sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < 4; i++) {
+        RT_TRY(b2b(c, s, e0, e1, xs[i], ns[i], &y[i]));
+        sx += xs[i];
+        sy += y[i];
+        sxx += xs[i] * xs[i];
+        sxy += xs[i] * y[i];
+    }
+    cal->slope = (4 * sxy - sx * sy) / (4 * sxx - sx * sx);
+    cal->overhead_us = (sy - cal->slope * sx) / 4;
+    if (!(cal->slope > 0.5 && cal->slope < 2.0))
+        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "spin calibration",
+                            "the GPU's global timer does not advance as expected");
+    RT_TRY(b2b(c, s, e0, e1, 0, 200, &cal->empty_us));
+    static const double req[RT_CALIB_CHECKS] = {10, 100, 1000, 10000};
+    static const int nb[RT_CALIB_CHECKS] = {200, 50, 10, 3};
+    for (int i = 0; i < RT_CALIB_CHECKS; i++) {
+        double sp = spin_of(cal, req[i]);
+        cal->check_req_us[i] = req[i];
+        RT_TRY(b2b(c, s, e0, e1, sp, nb[i], &cal->check_b2b_us[i]));
+        double one[5];
+        for (int r = 0; r < 5; r++) RT_TRY(b2b(c, s, e0, e1, sp, 1, &one[r]));
+        cal->check_single_us[i] = median_of(one, 5);
+    }
+    cal->valid = 1;
+    return RT_OK;
+}
+
+static rt_status cu_calibrate(void *ctx, rt_calib *out)
+{
+    cuda_dev *c = (cuda_dev *)ctx;
+    if (!c->calibrated) {
+        cudaStream_t s;
+        cudaEvent_t e0, e1;
+        RT_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        RT_CHECK(cudaEventCreate(&e0));
+        RT_CHECK(cudaEventCreate(&e1));
+        rt_status st = calibrate_on(c, s, e0, e1);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        cudaStreamDestroy(s);
+        if (st != RT_OK) return st;
+        c->calibrated = 1;
+    }
+    *out = c->calib;
+    return RT_OK;
+}
+
+rt_status rt_cuda_dev_new(int device, rt_dev_ops **out)
+{
+    *out = NULL;
+    RT_CHECK(cudaSetDevice(device));
+    int sms = 0;
+    RT_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    struct cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, rt_work_kernel);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return rt_set_error(RT_ERR_NODEV, __FILE__, __LINE__, "cudaFuncGetAttributes",
+                            "this build has no kernel image for this GPU (rebuild with "
+                            "CUDA_ARCH set to its architecture)");
+    }
+    cuda_dev *c = (cuda_dev *)calloc(1, sizeof *c);
+    if (!c) return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
+    c->device = device;
+    c->sms = sms;
+    rt_dev_ops *o = &c->ops;
+    o->ctx = c;
+    o->name = "cuda";
+    o->stream_new = cu_stream_new;
+    o->stream_free = cu_stream_free;
+    o->event_new = cu_event_new;
+    o->event_free = cu_event_free;
+    o->record = cu_record;
+    o->wait = cu_wait;
+    o->query = cu_query;
+    o->host_wait = cu_host_wait;
+    o->elapsed_ms = cu_elapsed;
+    o->copy = cu_copy;
+    o->kernel = cu_kernel;
+    o->host_work = cu_host_work;
+    o->calibrate = cu_calibrate;
+    *out = o;
+    return RT_OK;
+}
+
+void rt_cuda_dev_free(rt_dev_ops *d)
+{
+    if (!d) return;
+    worker_stop((cuda_dev *)d); /* ops is the first member of cuda_dev */
+    free(d);
+}

@@ -1,0 +1,212 @@
+/* rt_exec.h — the runtime's schedule executor: runs a lowered schedule (planners/schedule.h)
+ * on a GPU. One CUDA stream per schedule stream (compute, D2H offload, H2D prefetch, host),
+ * one CUDA event per schedule event; the host thread walks the actions in program order and
+ * enqueues each on its stream, calling the allocator (planners/alloc.h) over a memory backend
+ * at issue time. Copies are real cudaMemcpyAsync between device blocks and one pinned host
+ * pool; compute actions are calibrated spin kernels that last the action's dur_us and touch
+ * their output tensors; DHA computes stream-read mapped pinned memory; host work runs on a
+ * CPU thread in stream order. Measures iteration times with events, copy times, peaks.
+ * Semantics and deviations: docs/RUNTIME.md. Used by runtime/rt_run.c (`memsim run`) and
+ * the tests.
+ *
+ * The executor talks to the device only through rt_dev_ops, so its host-side logic (issue
+ * order, deferred frees, the pinned pool, OOM clean-up, the watchdog) can be tested without a
+ * GPU against a fake device; rt_cuda_dev_new gives the real one. */
+#ifndef MEMSIM_RT_EXEC_H
+#define MEMSIM_RT_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/rt_check.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "planners/alloc.h"
+#include "planners/schedule.h"
+#include "traces/trace.h"
+
+/* ---- the device interface ---- */
+
+#define RT_TOUCH_MAX 4
+
+/* What one kernel launch does: occupy the GPU for dur_us, touch the first and last 16 bytes
+ * of up to RT_TOUCH_MAX device ranges (read-modify-write), and for DHA read / write that many
+ * bytes of pinned mapped host memory. */
+typedef struct rt_kernel_args {
+    double dur_us;
+    int n_touch;
+    uint64_t touch_addr[RT_TOUCH_MAX], touch_bytes[RT_TOUCH_MAX];
+    uint64_t dha_read_host, dha_read_bytes;    /* host addresses (pinned, mapped) */
+    uint64_t dha_write_host, dha_write_bytes;
+} rt_kernel_args;
+
+#define RT_CALIB_CHECKS 4
+
+/* The spin kernel's calibration: a kernel asked for d microseconds spins for
+ * (d - overhead_us) / slope, so that back to back on one stream each takes d. */
+typedef struct rt_calib {
+    int valid;
+    double overhead_us;      /* per-kernel stream time beyond the spin (launch, block skew) */
+    double slope;            /* stream time per requested spin time (about 1) */
+    double empty_us;         /* an empty kernel back to back: the shortest compute action */
+    double check_req_us[RT_CALIB_CHECKS];
+    double check_b2b_us[RT_CALIB_CHECKS];    /* mean per kernel, back to back */
+    double check_single_us[RT_CALIB_CHECKS]; /* median of single launches between events */
+} rt_calib;
+
+/* Device operations. Streams and events are opaque pointers. query returns 1 when the event
+ * is reached, 0 when not yet, -1 on error (with rt_last_error set); host_wait blocks the host
+ * until the event is reached (1), timeout_s passes (0) or an error (-1). */
+typedef struct rt_dev_ops {
+    void *ctx;
+    const char *name;
+    rt_status (*stream_new)(void *ctx, void **s);
+    void (*stream_free)(void *ctx, void *s);
+    rt_status (*event_new)(void *ctx, int timing, void **e);
+    void (*event_free)(void *ctx, void *e);
+    rt_status (*record)(void *ctx, void *e, void *s);
+    rt_status (*wait)(void *ctx, void *s, void *e);
+    int (*query)(void *ctx, void *e);
+    int (*host_wait)(void *ctx, void *e, double timeout_s);
+    rt_status (*elapsed_ms)(void *ctx, void *e0, void *e1, float *ms);
+    rt_status (*copy)(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h);
+    rt_status (*kernel)(void *ctx, void *s, const rt_kernel_args *k);
+    rt_status (*host_work)(void *ctx, void *s, double dur_us);
+    rt_status (*calibrate)(void *ctx, rt_calib *c);
+} rt_dev_ops;
+
+/* The CUDA device (current device of the calling thread). */
+rt_status rt_cuda_dev_new(int device, rt_dev_ops **out);
+void rt_cuda_dev_free(rt_dev_ops *d);
+
+/* How the CUDA device runs host work (HOST_COMPUTE) on its stream.
+ * RT_HOST_CALLBACK (default): cudaLaunchHostFunc; the driver's callback thread spins.
+ * RT_HOST_THREAD: a worker thread of the runtime polls an event recorded on the stream, spins,
+ * then releases the stream through a counter in pinned memory that the stream waits on
+ * (cuStreamWaitValue32), which avoids the driver's callback wake-up. Jobs run one at a time in
+ * issue order, as the simulator's host CPU does. */
+typedef enum rt_host_mode { RT_HOST_CALLBACK = 0, RT_HOST_THREAD } rt_host_mode;
+void rt_cuda_dev_set_host_mode(rt_dev_ops *d, rt_host_mode m);
+
+/* ---- the pinned host pool plan ---- */
+
+/* Where each HOST_ALLOC's bytes live in the one pinned pool: first fit in program order over
+ * the HOST_ALLOC / HOST_FREE actions (lowest free offset, offsets aligned), so that a tensor
+ * never shares bytes with one that is live at the same point of the program. A D2H copy of a
+ * tensor without host memory goes to a scratch area at the pool's end. */
+typedef struct rt_host_plan {
+    uint64_t *offsets;      /* per action: the HOST_ALLOC's offset, UINT64_MAX elsewhere */
+    uint8_t *stream_mask;   /* per action: for a HOST_ALLOC, the streams that use its bytes
+                               (copies and the HOST_FREE), bit k = schedule stream k */
+    uint64_t pool_bytes;    /* the pool's size: highest end + scratch */
+    uint64_t peak_bytes;    /* largest sum of live host bytes (as the simulator counts it) */
+    uint64_t scratch_off, scratch_bytes;
+} rt_host_plan;
+
+ms_status rt_host_plan_make(const schedule_t *s, uint64_t align_bytes, rt_host_plan *hp,
+                            ms_error *err);
+void rt_host_plan_release(rt_host_plan *hp);
+
+/* ---- execution ---- */
+
+typedef struct rt_exec_opts {
+    const char *allocator;         /* registry name (default "caching") */
+    const alloc_config *alloc_cfg; /* NULL: defaults */
+    const trace_t *trace;          /* op outputs to touch and names in messages; may be NULL */
+    int per_op;                    /* events around every compute action (measured op times) */
+    int alloc_sync;                /* 1: each ALLOC / FREE first waits until its stream has
+                                      reached it, so the allocator sees the order the simulator
+                                      models; 0 (default): the host issues ahead (PyTorch) */
+    int max_ahead;                 /* > 0: the host stays at most this many compute actions
+                                      ahead of the compute stream (it waits), so deferred frees
+                                      complete near the point the simulator frees; 0 (default):
+                                      no bound beyond CUDA's own launch queue */
+    int spin_credit;               /* 1 (default): an op shorter than the shortest kernel runs
+                                      that long and the excess is taken off the next ops */
+    uint64_t host_limit_bytes;     /* a pinned pool above this is out of host memory; 0: none */
+    uint64_t large_copy_bytes;     /* copies at least this big count in the link statistics
+                                      (default 32 MiB) */
+    double watchdog_s;             /* the whole run must end within this; 0: derived */
+} rt_exec_opts;
+
+void rt_exec_opts_default(rt_exec_opts *o);
+
+typedef enum rt_outcome { RTX_OK = 0, RTX_OOM, RTX_OOHM, RTX_ERROR } rt_outcome;
+const char *rt_outcome_name(rt_outcome o); /* "ok", "oom", "oohm", "error" */
+
+/* One measured window: window 0 runs from the start to the first "mark iter" on the compute
+ * stream, window k from the k-th such mark to the next (the last one to the end of all
+ * streams, as the simulator measures its last iteration). */
+typedef struct rt_window {
+    double time_s;               /* measured with events on the compute stream */
+    double nominal_s;            /* sum of the compute actions' dur_us issued in it */
+    double recompute_nominal_s;
+    double host_nominal_s;       /* sum of HOST_COMPUTE dur_us */
+    double compute_measured_s;   /* sum of measured compute action times (per_op only) */
+    double h2d_busy_s, d2h_busy_s;  /* sum of the copies' event-measured times */
+    uint64_t h2d_bytes, d2h_bytes;
+    uint64_t n_compute, n_copies;
+} rt_window;
+
+typedef struct rt_op_time {
+    size_t action;
+    int64_t op;
+    double req_us, meas_us;
+    int recompute;
+} rt_op_time;
+
+/* Copies of at least large_copy_bytes in one direction over the whole run. */
+typedef struct rt_link_stat {
+    uint64_t n, bytes;
+    double busy_s;
+    double agg_Bps;              /* bytes / busy time */
+    double min_Bps, median_Bps, max_Bps;
+} rt_link_stat;
+
+typedef struct rt_exec_result {
+    rt_outcome outcome;
+    char failure[1024];          /* the failing request and the allocator's state, or the
+                                    CUDA call and its message */
+    int leaked;                  /* 1 after a watchdog timeout: device resources were left to
+                                    process exit (freeing memory in use could hang) */
+    rt_window *win;
+    size_t n_win;
+    /* the last window (the reported iteration) */
+    double iter_time_s, nominal_s, compute_busy_s, h2d_busy_s, d2h_busy_s, host_busy_s;
+    double recompute_s;
+    alloc_stats astats;          /* allocator counters at the end */
+    uint64_t alloc_retries_per_iter;
+    uint64_t host_peak_bytes, host_pool_bytes;
+    uint64_t deferred_frees;     /* device frees held back until other streams' use ended */
+    uint64_t oom_drains;         /* OOMs retried after waiting for every deferred free */
+    uint64_t alloc_waits;        /* alloc_sync waits */
+    uint64_t ahead_waits;        /* max_ahead waits */
+    uint64_t kernels, copies;
+    rt_link_stat h2d_large, d2h_large;
+    rt_op_time *ops;             /* per_op: every compute action, in program order */
+    size_t n_ops;
+    double issue_s;              /* host time to enqueue the whole schedule */
+    double wall_s;               /* host time from the first action to the end of all work */
+    rt_calib calib;
+} rt_exec_result;
+
+void rt_exec_result_release(rt_exec_result *r);
+
+/* Runs schedule s on device dev with allocator o->allocator over backend be (its host_alloc
+ * gives the pinned pool). RT_OK when the run ended with a result: r->outcome ok, oom (a
+ * device allocation failed even after every deferred free was waited for) or oohm (the
+ * pinned pool could not be had); in every case all streams were synchronized and every
+ * block, event, stream and pinned buffer released. RT_ERR_INVALID for a schedule that does
+ * not validate; RT_ERR_CUDA for a CUDA failure or a watchdog timeout (r->outcome error,
+ * r->failure says which call). */
+rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_ops *dev,
+                      const mb_backend *be, rt_exec_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

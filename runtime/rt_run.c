@@ -1,0 +1,692 @@
+/* rt_run.c — the body of `memsim run` (see rt_run.h): options, the GPU check, trace → plan →
+ * schedule (the same generator, planners and lowering as `memsim simulate`, so one plan file
+ * drives both), execution on the GPU (runtime/rt_exec.h over runtime/rt_backend.h), the
+ * printed comparison with the schedule's own durations, and the results CSV. Called by
+ * runtime/main.c. */
+#define _POSIX_C_SOURCE 200809L
+#include "runtime/rt_run.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/lower.h"
+#include "planners/policy.h"
+#include "runtime/rt_backend.h"
+#include "runtime/rt_exec.h"
+#include "traces/gen.h"
+#include "traces/machine.h"
+#include "traces/models.h"
+
+typedef struct run_args {
+    const char *model, *trace_path, *machine, *policy, *plan_path, *allocator;
+    const char *csv, *ops_csv, *schedule_path;
+    char dims[96];
+    uint64_t seq, batch;
+    int tp, cp, dp, iters;
+    double alpha;
+    int per_op, alloc_sync, max_ahead, no_credit, quiet, device, host_thread;
+    uint64_t capacity_bytes;      /* 0: the GPU's free memory; UINT64_MAX: the profile's */
+    uint64_t host_limit_bytes;    /* UINT64_MAX: the profile's share (default); 0: none */
+    double watchdog_s;
+} run_args;
+
+enum {
+    O_MODEL = 256, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
+    O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
+    O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
+    O_HELP
+};
+
+static const struct option opts[] = {
+    {"model", required_argument, 0, O_MODEL}, {"dims", required_argument, 0, O_DIMS},
+    {"seq", required_argument, 0, O_SEQ}, {"batch", required_argument, 0, O_BATCH},
+    {"tp", required_argument, 0, O_TP}, {"cp", required_argument, 0, O_CP},
+    {"dp", required_argument, 0, O_DP}, {"iters", required_argument, 0, O_ITERS},
+    {"trace", required_argument, 0, O_TRACE}, {"machine", required_argument, 0, O_MACHINE},
+    {"policy", required_argument, 0, O_POLICY}, {"plan", required_argument, 0, O_PLAN},
+    {"allocator", required_argument, 0, O_ALLOCATOR}, {"alpha", required_argument, 0, O_ALPHA},
+    {"csv", required_argument, 0, O_CSV}, {"per-op", no_argument, 0, O_PEROP},
+    {"ops-csv", required_argument, 0, O_OPSCSV},
+    {"schedule", required_argument, 0, O_SCHEDULE}, {"alloc-sync", no_argument, 0, O_SYNC},
+    {"max-ahead", required_argument, 0, O_AHEAD}, {"no-credit", no_argument, 0, O_NOCREDIT},
+    {"capacity", required_argument, 0, O_CAPACITY},
+    {"host-limit", required_argument, 0, O_HOSTLIMIT},
+    {"watchdog", required_argument, 0, O_WATCHDOG}, {"device", required_argument, 0, O_DEVICE},
+    {"host-work", required_argument, 0, O_HOSTWORK},
+    {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: memsim run --machine NAME [options]\n"
+        "Executes a workload's lowered schedule on this machine's GPU: real allocations (the\n"
+        "chosen allocator over cudaMalloc / CUDA VMM), real copies over the host link into\n"
+        "pinned memory, and spin kernels that last each op's modelled duration. Prints the\n"
+        "measured iterations next to what the schedule's durations imply.\n\n"
+        "workload (as memsim simulate):\n"
+        "  --model NAME         model from `memsim list`, or dims:L,H,A,F,V (default gpt-7b)\n"
+        "  --dims L,H,A,F,V     explicit layers, hidden, heads, ffn, vocab\n"
+        "  --seq N              sequence length (64K, 1M accepted; default: the model's)\n"
+        "  --batch N            micro-batch size (default 1)\n"
+        "  --tp N --cp N --dp N parallel degrees (collectives are spun for their duration)\n"
+        "  --iters N            iterations to generate (default 2; the last is reported)\n"
+        "  --trace FILE         use this workload trace instead of generating one\n"
+        "  --machine NAME|FILE  machine profile for op durations and the host limit (required)\n"
+        "policy:\n"
+        "  --policy NAME        memory policy (default keep-all)\n"
+        "  --plan FILE          a plan file (memsim plan), as memsim simulate --plan FILE\n"
+        "  --allocator NAME     caching | stitching | expandable | static (default: the plan's)\n"
+        "  --alpha X            swapped token fraction in [0,1] (policies that use it)\n"
+        "execution:\n"
+        "  --per-op             events around every compute action (measured op times)\n"
+        "  --ops-csv FILE       write every compute action's asked and measured time (implies\n"
+        "                       --per-op)\n"
+        "  --max-ahead N        the host stays at most N compute actions ahead of the GPU, so\n"
+        "                       frees deferred for other streams end near where the schedule\n"
+        "                       frees (default 0: unbounded, as PyTorch)\n"
+        "  --alloc-sync         each allocator call waits until its stream reaches it (the\n"
+        "                       simulator's allocator order; stalls issue)\n"
+        "  --no-credit          do not carry the excess of too-short ops over to the next ops\n"
+        "  --host-work MODE     callback (cudaLaunchHostFunc, default) or thread (a worker\n"
+        "                       thread released through a stream wait on pinned memory)\n"
+        "  --capacity BYTES|machine  device bytes the allocator may take (default: free memory\n"
+        "                       less 512 MiB; machine: the profile's usable bytes)\n"
+        "  --host-limit BYTES|none   pinned bytes allowed (default: the profile's host memory\n"
+        "                       per GPU, as the simulator)\n"
+        "  --watchdog S         give up (and report) when the run takes longer than S seconds\n"
+        "  --device N           CUDA device (default 0)\n"
+        "output:\n"
+        "  --csv FILE           results CSV (the simulator's columns, then the runtime's)\n"
+        "  --schedule FILE      write the lowered schedule as text\n"
+        "  --quiet              print only errors\n"
+        "  --help               this help\n"
+        "Exit status: 0 a result (ok, oom, oohm), 1 no usable GPU or a failure on the GPU,\n"
+        "2 usage, 3 bad input, 4 file I/O.\n");
+}
+
+static int bad(const char *opt, const char *v, const char *what)
+{
+    fprintf(stderr, "memsim run: --%s '%s': %s\n", opt, v, what);
+    return MS_EXIT_USAGE;
+}
+
+static int parse_pos(const char *opt, const char *v, int *out)
+{
+    uint64_t x;
+    if (!ms_parse_u64(v, &x) || x == 0 || x > (1u << 20))
+        return bad(opt, v, "expected a whole number from 1 to 1048576");
+    *out = (int)x;
+    return 0;
+}
+
+static int apply(int c, char *v, run_args *a)
+{
+    uint64_t x;
+    switch (c) {
+    case O_MODEL: a->model = v; return 0;
+    case O_DIMS:
+        snprintf(a->dims, sizeof a->dims, "dims:%s", v);
+        a->model = a->dims;
+        return 0;
+    case O_SEQ:
+        if (!ms_parse_count(v, &a->seq) || !a->seq) return bad("seq", v, "expected a count");
+        return 0;
+    case O_BATCH:
+        if (!ms_parse_u64(v, &a->batch) || !a->batch) return bad("batch", v, "expected > 0");
+        return 0;
+    case O_TP: return parse_pos("tp", v, &a->tp);
+    case O_CP: return parse_pos("cp", v, &a->cp);
+    case O_DP: return parse_pos("dp", v, &a->dp);
+    case O_ITERS: return parse_pos("iters", v, &a->iters);
+    case O_TRACE: a->trace_path = v; return 0;
+    case O_MACHINE: a->machine = v; return 0;
+    case O_POLICY: a->policy = v; return 0;
+    case O_PLAN: a->plan_path = v; return 0;
+    case O_ALLOCATOR: a->allocator = v; return 0;
+    case O_ALPHA:
+        if (!ms_parse_double(v, &a->alpha) || a->alpha < 0 || a->alpha > 1)
+            return bad("alpha", v, "expected a number in [0, 1]");
+        return 0;
+    case O_CSV: a->csv = v; return 0;
+    case O_PEROP: a->per_op = 1; return 0;
+    case O_OPSCSV: a->ops_csv = v; a->per_op = 1; return 0;
+    case O_SCHEDULE: a->schedule_path = v; return 0;
+    case O_SYNC: a->alloc_sync = 1; return 0;
+    case O_AHEAD:
+        if (!ms_parse_u64(v, &x) || x > 4096) return bad("max-ahead", v, "expected 0..4096");
+        a->max_ahead = (int)x;
+        return 0;
+    case O_NOCREDIT: a->no_credit = 1; return 0;
+    case O_CAPACITY:
+        if (!strcmp(v, "machine")) a->capacity_bytes = UINT64_MAX;
+        else if (!ms_parse_bytes(v, &a->capacity_bytes) || !a->capacity_bytes)
+            return bad("capacity", v, "expected bytes (e.g. 40GiB) or 'machine'");
+        return 0;
+    case O_HOSTLIMIT:
+        if (!strcmp(v, "none")) a->host_limit_bytes = 0;
+        else if (!ms_parse_bytes(v, &a->host_limit_bytes))
+            return bad("host-limit", v, "expected bytes (e.g. 64GiB) or 'none'");
+        return 0;
+    case O_WATCHDOG:
+        if (!ms_parse_double(v, &a->watchdog_s) || a->watchdog_s <= 0)
+            return bad("watchdog", v, "expected seconds > 0");
+        return 0;
+    case O_DEVICE:
+        if (!ms_parse_u64(v, &x) || x > 64) return bad("device", v, "expected 0..64");
+        a->device = (int)x;
+        return 0;
+    case O_HOSTWORK:
+        if (!strcmp(v, "callback")) a->host_thread = 0;
+        else if (!strcmp(v, "thread")) a->host_thread = 1;
+        else return bad("host-work", v, "expected callback or thread");
+        return 0;
+    case O_QUIET: a->quiet = 1; return 0;
+    }
+    return MS_EXIT_USAGE;
+}
+
+/* Returns -1 for --help, 0 to go on, or an exit status. */
+static int parse(int argc, char **argv, run_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->model = "gpt-7b";
+    a->policy = "keep-all";
+    a->alpha = -1;
+    a->host_limit_bytes = UINT64_MAX;
+    int help = 0, c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == '?') {
+            fprintf(stderr, "memsim run: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            return MS_EXIT_USAGE;
+        }
+        if (c == ':') {
+            fprintf(stderr, "memsim run: option '%s' needs a value\n", argv[optind - 1]);
+            return MS_EXIT_USAGE;
+        }
+        if (c == O_HELP) {
+            help = 1;
+            continue;
+        }
+        int rc = apply(c, optarg, a);
+        if (rc) return rc;
+    }
+    if (help) return -1;
+    if (optind < argc) {
+        fprintf(stderr, "memsim run: unexpected argument '%s'\n", argv[optind]);
+        return MS_EXIT_USAGE;
+    }
+    if (!a->machine) {
+        fprintf(stderr, "memsim run: --machine is required (the profile gives op durations)\n");
+        return MS_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int fail_st(ms_status st, const ms_error *err)
+{
+    fprintf(stderr, "memsim run: %s\n", err && err->msg[0] ? err->msg : ms_status_str(st));
+    return ms_exit_code(st);
+}
+
+static ms_status make_trace(const run_args *a, const machine_t *m, trace_t **t, ms_error *err)
+{
+    if (a->trace_path) return trace_load(a->trace_path, t, err);
+    gen_config c;
+    gen_config_default(&c);
+    ms_status st = model_lookup(a->model, &c.model, err);
+    if (st != MS_OK) return st;
+    c.seq = a->seq ? a->seq : c.model.default_seq;
+    c.micro_batch = a->batch ? a->batch : 1;
+    c.tp = a->tp ? a->tp : 1;
+    c.cp = a->cp ? a->cp : 1;
+    c.dp = a->dp ? a->dp : 1;
+    if (a->iters > 0) c.iterations = a->iters;
+    if ((st = gen_validate(&c, err)) != MS_OK) return st;
+    return gen_trace(&c, m, t, err);
+}
+
+static ms_status make_plan(const run_args *a, const trace_t *t, const machine_t *m,
+                           plan_t **out, ms_error *err)
+{
+    ms_status st;
+    if (a->plan_path) {
+        st = plan_load(a->plan_path, out, err);
+    } else {
+        pol_opts o;
+        pol_opts_default(&o);
+        o.allocator = a->allocator;
+        o.alpha = a->alpha;
+        st = pol_plan(a->policy, t, m, &o, out, err);
+    }
+    if (st != MS_OK) return st;
+    if (a->allocator) snprintf((*out)->allocator, sizeof (*out)->allocator, "%s", a->allocator);
+    if (!alloc_find((*out)->allocator)) {
+        st = ms_fail(err, MS_ERR_NOTFOUND, "unknown allocator '%s' (memsim list)",
+                     (*out)->allocator);
+        plan_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static uint64_t meta_u64(const trace_t *t, const char *key)
+{
+    const char *v = trace_get_meta(t, key);
+    uint64_t x;
+    return (v && ms_parse_u64(v, &x)) ? x : 0;
+}
+
+/* MEMO §5.1's model FLOPs per GPU per iteration, as the simulator computes them. */
+static double model_flops(const trace_t *t)
+{
+    double s = (double)meta_u64(t, "seq"), P = (double)meta_u64(t, "params");
+    double n = (double)meta_u64(t, "layers"), h = (double)meta_u64(t, "hidden");
+    double b = (double)meta_u64(t, "batch"), tp = (double)meta_u64(t, "tp");
+    double cp = (double)meta_u64(t, "cp");
+    if (s <= 0 || P <= 0 || n <= 0 || h <= 0) return 0;
+    if (b <= 0) b = 1;
+    if (tp <= 0) tp = 1;
+    if (cp <= 0) cp = 1;
+    return b * (6.0 * s * P + 6.0 * n * h * s * s) / (tp * cp);
+}
+
+/* ---- output ---- */
+
+static double gib(uint64_t b) { return (double)b / MS_GiB; }
+
+static void print_calib(const rt_calib *c)
+{
+    printf("spin kernel: overhead %.2f us, slope %.5f, shortest kernel %.2f us\n",
+           c->overhead_us, c->slope, c->empty_us);
+    printf("  %-10s %14s %8s %14s %8s\n", "asked_us", "back2back_us", "err%", "single_us",
+           "err%");
+    for (int i = 0; i < RT_CALIB_CHECKS; i++) {
+        double q = c->check_req_us[i];
+        if (!(q > 0)) continue;
+        printf("  %-10.0f %14.3f %+8.3f %14.3f %+8.3f\n", q, c->check_b2b_us[i],
+               100 * (c->check_b2b_us[i] / q - 1), c->check_single_us[i],
+               100 * (c->check_single_us[i] / q - 1));
+    }
+}
+
+static void print_windows(const rt_exec_result *r, const machine_t *m)
+{
+    printf("%-7s %12s %12s %7s %9s %9s %11s %11s %10s %8s\n", "window", "measured_ms",
+           "compute_ms", "meas/cmp", "h2d_GiB", "d2h_GiB", "h2d_busy_ms", "d2h_busy_ms",
+           "bound_ms", "meas/bnd");
+    for (size_t w = 0; w < r->n_win; w++) {
+        const rt_window *x = &r->win[w];
+        double link_h = m->link_h2d_Bps > 0 ? (double)x->h2d_bytes / m->link_h2d_Bps : 0;
+        double link_d = m->link_d2h_Bps > 0 ? (double)x->d2h_bytes / m->link_d2h_Bps : 0;
+        double bound = x->nominal_s + x->host_nominal_s;
+        if (link_h > bound) bound = link_h;
+        if (link_d > bound) bound = link_d;
+        char name[32];
+        if (w) snprintf(name, sizeof name, "iter %zu", w - 1);
+        else snprintf(name, sizeof name, "setup");
+        printf("%-7s %12.3f %12.3f %7.4f %9.3f %9.3f %11.3f %11.3f %10.3f %8.4f\n", name,
+               x->time_s * 1e3, x->nominal_s * 1e3,
+               x->nominal_s > 0 ? x->time_s / x->nominal_s : 0, gib(x->h2d_bytes),
+               gib(x->d2h_bytes), x->h2d_busy_s * 1e3, x->d2h_busy_s * 1e3, bound * 1e3,
+               bound > 0 ? x->time_s / bound : 0);
+    }
+    printf("  (compute_ms: the sum of the compute actions' dur_us; bound_ms: a lower bound, the\n"
+           "   larger of compute + host work and each direction's bytes at the profile's link\n"
+           "   rate; `memsim simulate` with the same options predicts the iteration itself)\n");
+}
+
+static void print_link(const char *dir, const rt_link_stat *l, double profile_Bps)
+{
+    if (!l->n) {
+        printf("  %s: no large copies\n", dir);
+        return;
+    }
+    printf("  %s: %llu copies, %.2f GiB in %.3f ms: %.2f GB/s (median %.2f, min %.2f, max "
+           "%.2f) = %.1f%% of the profile's %.2f GB/s\n",
+           dir, (unsigned long long)l->n, gib(l->bytes), l->busy_s * 1e3, l->agg_Bps / 1e9,
+           l->median_Bps / 1e9, l->min_Bps / 1e9, l->max_Bps / 1e9,
+           profile_Bps > 0 ? 100 * l->agg_Bps / profile_Bps : 0, profile_Bps / 1e9);
+}
+
+static void print_report(const run_args *a, const rt_gpu_info *g, const machine_t *m,
+                         const plan_t *plan, const trace_t *t, size_t nact,
+                         const rt_exec_result *r, const rt_backend *be, double mfu, double tgs,
+                         uint64_t large)
+{
+    printf("device: %s (sm_%d%d, %d SMs, %.1f GiB free of %.1f, driver %d.%d); profile %s\n",
+           g->name, g->cc_major, g->cc_minor, g->sms, gib(g->free_bytes), gib(g->total_bytes),
+           g->driver_version / 1000, g->driver_version % 1000 / 10, m->name);
+    const char *model = trace_get_meta(t, "model");
+    char issue[48];
+    if (a->alloc_sync) snprintf(issue, sizeof issue, "alloc-sync");
+    else if (a->max_ahead) snprintf(issue, sizeof issue, "max-ahead %d", a->max_ahead);
+    else snprintf(issue, sizeof issue, "ahead (unbounded)");
+    printf("workload: %s seq %llu batch %llu tp %llu cp %llu dp %llu; policy %s, allocator %s; "
+           "%zu actions; issue %s%s\n", model ? model : "-",
+           (unsigned long long)meta_u64(t, "seq"), (unsigned long long)meta_u64(t, "batch"),
+           (unsigned long long)meta_u64(t, "tp"), (unsigned long long)meta_u64(t, "cp"),
+           (unsigned long long)meta_u64(t, "dp"), plan->policy, plan->allocator, nact, issue,
+           a->per_op ? ", per-op events" : "");
+    if (r->calib.valid) print_calib(&r->calib);
+    if (r->outcome == RTX_OK) {
+        print_windows(r, m);
+        char b[32];
+        printf("large copies (>= %s):\n", ms_fmt_bytes(large, b, sizeof b));
+        print_link("H2D", &r->h2d_large, m->link_h2d_Bps);
+        print_link("D2H", &r->d2h_large, m->link_d2h_Bps);
+    }
+    const alloc_stats *s = &r->astats;
+    printf("memory: peak allocated %.3f GiB, reserved %.3f GiB, active %.3f GiB, "
+           "fragmentation %.2f%%; pinned pool %.3f GiB (host peak %.3f GiB)\n",
+           gib(s->allocated_peak_bytes), gib(s->reserved_peak_bytes), gib(s->active_peak_bytes),
+           s->reserved_peak_bytes ? 100.0 * (1.0 - (double)s->active_peak_bytes /
+                                                       (double)s->reserved_peak_bytes) : 0.0,
+           gib(r->host_pool_bytes), gib(r->host_peak_bytes));
+    printf("allocator: %llu allocs, %llu frees, %llu segment allocs, %llu retries (%llu in the "
+           "last iteration), %llu syncs; executor: %llu deferred frees, %llu OOM drains, %llu "
+           "alloc-sync waits, %llu max-ahead waits; %llu kernels, %llu copies; issue %.3f s, "
+           "wall %.3f s\n",
+           (unsigned long long)s->num_allocs, (unsigned long long)s->num_frees,
+           (unsigned long long)s->num_segment_allocs, (unsigned long long)s->num_alloc_retries,
+           (unsigned long long)r->alloc_retries_per_iter, (unsigned long long)s->num_syncs,
+           (unsigned long long)r->deferred_frees, (unsigned long long)r->oom_drains,
+           (unsigned long long)r->alloc_waits, (unsigned long long)r->ahead_waits,
+           (unsigned long long)r->kernels, (unsigned long long)r->copies, r->issue_s, r->wall_s);
+    rt_backend_print_stats(be, stdout);
+    printf("result: %s", rt_outcome_name(r->outcome));
+    if (r->outcome == RTX_OK)
+        printf(", iteration %.6f s (compute %.6f s nominal), MFU %.2f%%, TGS %.1f", r->iter_time_s,
+               r->nominal_s, 100 * mfu, tgs);
+    if (r->failure[0]) printf(": %s", r->failure);
+    printf("\n");
+}
+
+static void csv_str(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void csv_dbl(FILE *f, double v)
+{
+    char b[40];
+    fputc(',', f);
+    fputs(ms_fmt_double(v, b, sizeof b), f);
+}
+
+static void csv_u64(FILE *f, uint64_t v) { fprintf(f, ",%llu", (unsigned long long)v); }
+
+/* The simulator's columns (sim/results.c), in its order, then the runtime's own. */
+static const char *const csv_header =
+    "policy,allocator,model,machine,seq,batch,tp,cp,dp,status,iter_time_s,mfu,tgs,"
+    "peak_allocated_bytes,peak_reserved_bytes,peak_active_bytes,fragmentation,host_peak_bytes,"
+    "compute_busy_s,h2d_busy_s,d2h_busy_s,alloc_retries,alloc_retries_per_iter,host_busy_s,"
+    "recompute_s,model_flops,num_allocs,num_frees,num_ooms,num_segment_allocs,"
+    "num_segment_frees,num_syncs,num_splits,num_stitches,num_new_chunks,num_stitch_frees,"
+    "mapped_twice_bytes,num_maps,num_unmaps,peak_requested_bytes,peak_inactive_split_bytes,"
+    "executor,device,nominal_iter_s,per_op,max_ahead,alloc_sync,deferred_frees,oom_drains,"
+    "h2d_large_Bps,d2h_large_Bps,issue_s,failure\n";
+
+static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const machine_t *m,
+                    const plan_t *plan, const trace_t *t, const rt_exec_result *r, double mfu,
+                    double tgs, double flops)
+{
+    const alloc_stats *s = &r->astats;
+    const char *model = trace_get_meta(t, "model");
+    csv_str(f, plan->policy);
+    fputc(',', f);
+    csv_str(f, plan->allocator);
+    fputc(',', f);
+    csv_str(f, model ? model : "-");
+    fputc(',', f);
+    csv_str(f, m->name);
+    csv_u64(f, meta_u64(t, "seq"));
+    csv_u64(f, meta_u64(t, "batch"));
+    csv_u64(f, meta_u64(t, "tp"));
+    csv_u64(f, meta_u64(t, "cp"));
+    csv_u64(f, meta_u64(t, "dp"));
+    fprintf(f, ",%s", rt_outcome_name(r->outcome));
+    csv_dbl(f, r->outcome == RTX_OK ? r->iter_time_s : 0);
+    csv_dbl(f, mfu);
+    csv_dbl(f, tgs);
+    csv_u64(f, s->allocated_peak_bytes);
+    csv_u64(f, s->reserved_peak_bytes);
+    csv_u64(f, s->active_peak_bytes);
+    csv_dbl(f, s->reserved_peak_bytes
+                   ? 1.0 - (double)s->active_peak_bytes / (double)s->reserved_peak_bytes : 0);
+    csv_u64(f, r->host_peak_bytes);
+    csv_dbl(f, r->compute_busy_s);
+    csv_dbl(f, r->h2d_busy_s);
+    csv_dbl(f, r->d2h_busy_s);
+    csv_u64(f, s->num_alloc_retries);
+    csv_u64(f, r->alloc_retries_per_iter);
+    csv_dbl(f, r->host_busy_s);
+    csv_dbl(f, r->recompute_s);
+    csv_dbl(f, flops);
+    csv_u64(f, s->num_allocs);
+    csv_u64(f, s->num_frees);
+    csv_u64(f, s->num_ooms);
+    csv_u64(f, s->num_segment_allocs);
+    csv_u64(f, s->num_segment_frees);
+    csv_u64(f, s->num_syncs);
+    csv_u64(f, s->num_splits);
+    csv_u64(f, s->num_stitches);
+    csv_u64(f, s->num_new_chunks);
+    csv_u64(f, s->num_stitch_frees);
+    csv_u64(f, s->mapped_twice_bytes);
+    csv_u64(f, s->num_maps);
+    csv_u64(f, s->num_unmaps);
+    csv_u64(f, s->requested_peak_bytes);
+    csv_u64(f, s->inactive_split_peak_bytes);
+    fputs(",gpu,", f);
+    csv_str(f, g->name);
+    csv_dbl(f, r->nominal_s);
+    csv_u64(f, (uint64_t)a->per_op);
+    csv_u64(f, (uint64_t)a->max_ahead);
+    csv_u64(f, (uint64_t)a->alloc_sync);
+    csv_u64(f, r->deferred_frees);
+    csv_u64(f, r->oom_drains);
+    csv_dbl(f, r->h2d_large.agg_Bps);
+    csv_dbl(f, r->d2h_large.agg_Bps);
+    csv_dbl(f, r->issue_s);
+    fputc(',', f);
+    csv_str(f, r->failure);
+    fputc('\n', f);
+}
+
+/* Renders through a memory stream, then through the atomic output file. */
+static int write_out(const char *path, void (*fill)(FILE *, const void *), const void *ctx)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&buf, &len);
+    if (!mf) return fail_st(MS_ERR_NOMEM, NULL);
+    fill(mf, ctx);
+    fclose(mf);
+    ms_out *o;
+    ms_error err;
+    ms_status st = ms_out_open(path, &o, &err);
+    if (st == MS_OK) {
+        ms_out_write(o, buf, len);
+        st = ms_out_commit(o, &err);
+    }
+    free(buf);
+    return st == MS_OK ? MS_EXIT_OK : fail_st(st, &err);
+}
+
+typedef struct csv_ctx {
+    const run_args *a;
+    const rt_gpu_info *g;
+    const machine_t *m;
+    const plan_t *plan;
+    const trace_t *t;
+    const rt_exec_result *r;
+    double mfu, tgs, flops;
+} csv_ctx;
+
+static void fill_csv(FILE *f, const void *p)
+{
+    const csv_ctx *c = p;
+    fputs(csv_header, f);
+    csv_row(f, c->a, c->g, c->m, c->plan, c->t, c->r, c->mfu, c->tgs, c->flops);
+}
+
+static void fill_ops(FILE *f, const void *p)
+{
+    const csv_ctx *c = p;
+    fprintf(f, "action,op,name,recompute,asked_us,measured_us\n");
+    for (size_t k = 0; k < c->r->n_ops; k++) {
+        const rt_op_time *o = &c->r->ops[k];
+        const trace_op *op = o->op >= 0 ? trace_find_op(c->t, (uint64_t)o->op) : NULL;
+        fprintf(f, "%zu,%lld,", o->action, (long long)o->op);
+        csv_str(f, op && op->name[0] ? op->name : "-");
+        fprintf(f, ",%d", o->recompute);
+        csv_dbl(f, o->req_us);
+        csv_dbl(f, o->meas_us);
+        fputc('\n', f);
+    }
+}
+
+static void fill_sched(FILE *f, const void *p) { sched_dump((const schedule_t *)p, f); }
+
+/* Static arena offsets from the plan, as the simulator passes them. */
+static int static_cfg(const plan_t *plan, alloc_config *cfg, uint64_t **ids, uint64_t **offs)
+{
+    *cfg = plan->alloc_cfg;
+    *ids = *offs = NULL;
+    if (!plan->n_offsets) return 0;
+    *ids = malloc(plan->n_offsets * sizeof **ids);
+    *offs = malloc(plan->n_offsets * sizeof **offs);
+    if (!*ids || !*offs) return -1;
+    for (size_t i = 0; i < plan->n_offsets; i++) {
+        (*ids)[i] = plan->offsets[i].id;
+        (*offs)[i] = plan->offsets[i].offset_bytes;
+    }
+    cfg->static_ids = *ids;
+    cfg->static_offsets = *offs;
+    cfg->static_n = plan->n_offsets;
+    cfg->static_arena_bytes = plan->arena_bytes;
+    return 0;
+}
+
+/* Runs the schedule on the GPU and reports; returns the exit status. */
+static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
+                   const plan_t *plan, const trace_t *t, const schedule_t *s)
+{
+    rt_backend_opts bo;
+    rt_backend_opts_default(&bo);
+    bo.device = a->device;
+    bo.capacity_bytes = a->capacity_bytes == UINT64_MAX ? machine_usable_bytes(m)
+                                                         : a->capacity_bytes;
+    rt_backend *be = NULL;
+    rt_dev_ops *dev = NULL;
+    if (rt_backend_new(&bo, &be) != RT_OK || rt_cuda_dev_new(a->device, &dev) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+        rt_backend_free(be);
+        return MS_EXIT_FAIL;
+    }
+    rt_cuda_dev_set_host_mode(dev, a->host_thread ? RT_HOST_THREAD : RT_HOST_CALLBACK);
+    alloc_config cfg;
+    uint64_t *ids = NULL, *offs = NULL;
+    if (static_cfg(plan, &cfg, &ids, &offs) != 0) {
+        rt_cuda_dev_free(dev);
+        rt_backend_free(be);
+        return fail_st(MS_ERR_NOMEM, NULL);
+    }
+    rt_exec_opts o;
+    rt_exec_opts_default(&o);
+    o.allocator = plan->allocator;
+    o.alloc_cfg = &cfg;
+    o.trace = t;
+    o.per_op = a->per_op;
+    o.alloc_sync = a->alloc_sync;
+    o.max_ahead = a->max_ahead;
+    o.spin_credit = !a->no_credit;
+    o.watchdog_s = a->watchdog_s;
+    uint64_t gpus = m->node_gpus > 0 ? (uint64_t)m->node_gpus : 1;
+    o.host_limit_bytes = a->host_limit_bytes == UINT64_MAX ? m->host_mem_bytes / gpus
+                                                            : a->host_limit_bytes;
+    rt_exec_result r;
+    rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
+    int rc = MS_EXIT_OK;
+    if (rs != RT_OK) rc = rs == RT_ERR_INVALID ? MS_EXIT_INPUT : MS_EXIT_FAIL;
+    double flops = model_flops(t), mfu = 0, tgs = 0;
+    if (r.outcome == RTX_OK && r.iter_time_s > 0) {
+        uint64_t b = meta_u64(t, "batch"), tp = meta_u64(t, "tp"), cp = meta_u64(t, "cp");
+        tgs = (double)(b ? b : 1) * (double)meta_u64(t, "seq") /
+              (double)((tp ? tp : 1) * (cp ? cp : 1)) / r.iter_time_s;
+        if (m->gpu_peak_bf16_flops > 0) mfu = flops / r.iter_time_s / m->gpu_peak_bf16_flops;
+    }
+    if (!a->quiet) print_report(a, g, m, plan, t, sched_count(s), &r, be, mfu, tgs,
+                                o.large_copy_bytes);
+    if (rs != RT_OK) fprintf(stderr, "memsim run: %s\n", r.failure);
+    if (!r.leaked && rt_backend_outstanding(be))
+        fprintf(stderr, "memsim run: warning: %llu backend allocations were not released\n",
+                (unsigned long long)rt_backend_outstanding(be));
+    csv_ctx c = {a, g, m, plan, t, &r, mfu, tgs, flops};
+    if (a->csv) {
+        int w = write_out(a->csv, fill_csv, &c);
+        if (w && !rc) rc = w;
+    }
+    if (a->ops_csv) {
+        int w = write_out(a->ops_csv, fill_ops, &c);
+        if (w && !rc) rc = w;
+    }
+    rt_exec_result_release(&r);
+    free(ids);
+    free(offs);
+    rt_cuda_dev_free(dev);
+    rt_backend_free(be);
+    return rc;
+}
+
+int rt_run_main(int argc, char **argv)
+{
+    run_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc == -1) {
+        usage(stdout);
+        return MS_EXIT_OK;
+    }
+    if (rc) return rc;
+    rt_gpu_info g;
+    char why[512];
+    if (rt_gpu_check(a.device, &g, why, sizeof why) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", why);
+        return MS_EXIT_FAIL;
+    }
+    ms_error err;
+    ms_error_clear(&err);
+    machine_profile *mp = NULL;
+    trace_t *t = NULL;
+    plan_t *plan = NULL;
+    schedule_t *s = NULL;
+    ms_status st = machine_load_named(a.machine, &mp, &err);
+    if (st == MS_OK) st = make_trace(&a, &mp->m, &t, &err);
+    if (st == MS_OK) st = make_plan(&a, t, &mp->m, &plan, &err);
+    if (st == MS_OK) st = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
+    if (st != MS_OK) {
+        rc = fail_st(st, &err);
+    } else if (a.schedule_path && (rc = write_out(a.schedule_path, fill_sched, s)) != 0) {
+        /* reported */
+    } else {
+        rc = execute(&a, &g, &mp->m, plan, t, s);
+    }
+    sched_free(s);
+    plan_free(plan);
+    trace_free(t);
+    machine_profile_free(mp);
+    return rc;
+}

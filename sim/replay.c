@@ -1,0 +1,427 @@
+/* replay.c — memory-only replay of alloc/free programs through an allocator over the
+ * simulated backend, the synthetic benchmark workload, and the replay-throughput benchmark
+ * (see replay.h). Used by the memsim command (replay, bench), experiments and tests. */
+#define _POSIX_C_SOURCE 200809L
+#include "sim/replay.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim/simbackend.h"
+#include "traces/trace.h"
+#include "traces/u64map.h"
+
+void replay_opts_default(replay_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->allocator = "caching";
+}
+
+const char *replay_status_name(replay_status s) { return s == REPLAY_OK ? "ok" : "oom"; }
+
+void replay_result_init(replay_result *r) { memset(r, 0, sizeof *r); }
+
+void replay_result_clear(replay_result *r)
+{
+    free(r->segment_bytes);
+    free(r->oom_dump);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---------------------------------------------------------------- the replay core */
+
+typedef struct rstate {
+    simbe_t *be;
+    alloc_t *a;
+    u64map *addr_of;             /* live tensor id -> address */
+    replay_result *r;
+    const char *src;             /* file name for messages, or "events" */
+} rstate;
+
+static ms_status rs_open(rstate *s, const replay_opts *o, replay_result *r, const char *src,
+                         ms_error *err)
+{
+    memset(s, 0, sizeof *s);
+    s->r = r;
+    s->src = src;
+    replay_result_clear(r);
+    if (o->capacity_bytes == 0 && (!o->machine || machine_usable_bytes(o->machine) == 0))
+        return ms_fail(err, MS_ERR_INVALID,
+                       "replay: a device capacity or a machine with usable memory is needed");
+    s->be = simbe_new(o->machine, o->capacity_bytes, 0);
+    s->addr_of = u64map_new(4096);
+    if (!s->be || !s->addr_of) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    alloc_config cfg;
+    if (o->cfg) cfg = *o->cfg;
+    else alloc_config_default(&cfg);
+    if (o->check_every_op) cfg.check_every_op = 1;
+    return alloc_new(o->allocator ? o->allocator : "caching", &cfg, simbe_backend(s->be), &s->a,
+                     err);
+}
+
+/* Captures the allocator's dump as a string (NULL if out of memory). */
+static char *dump_text(const alloc_t *a)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    alloc_dump(a, f);
+    fclose(f);
+    return buf;
+}
+
+static void charge(rstate *s)
+{
+    int synced = 0;
+    s->r->alloc_time_us += simbe_take_cost_us(s->be, &synced);
+    s->r->sync_calls += synced != 0;
+}
+
+static ms_status where(const rstate *s, ms_error *err, ms_status st, uint64_t line,
+                       uint64_t index, const char *msg, uint64_t id)
+{
+    if (line) return ms_fail_at(err, st, s->src, line, "%s (tensor %llu)", msg,
+                                (unsigned long long)id);
+    return ms_fail(err, st, "%s: event %llu: %s (tensor %llu)", s->src,
+                   (unsigned long long)index, msg, (unsigned long long)id);
+}
+
+/* One alloc. Sets *oom when the allocator ran out of memory (the replay stops there). */
+static ms_status rs_alloc(rstate *s, uint64_t id, uint64_t bytes, int stream, uint64_t line,
+                          int *oom, ms_error *err)
+{
+    replay_result *r = s->r;
+    if (u64map_get(s->addr_of, id, NULL))
+        return where(s, err, MS_ERR_PARSE, line, r->events, "allocated while live", id);
+    uint64_t addr = 0;
+    ms_status st = alloc_block(s->a, bytes, stream, id, &addr);
+    charge(s);
+    if (st == MS_ERR_OOM) {
+        *oom = 1;
+        r->status = REPLAY_OOM;
+        r->oom_index = r->events;
+        r->oom_line = line;
+        r->oom_id = id;
+        r->oom_bytes = bytes;
+        r->oom_stream = stream;
+        r->oom_dump = dump_text(s->a);
+        return MS_OK;
+    }
+    if (st != MS_OK)
+        return where(s, err, st, line, r->events,
+                     st == MS_ERR_INVALID ? "allocator invariant violated on alloc"
+                                          : "allocator failed on alloc", id);
+    if (u64map_put(s->addr_of, id, addr)) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    r->events++;
+    r->allocs++;
+    return MS_OK;
+}
+
+static ms_status rs_free(rstate *s, uint64_t id, uint64_t line, ms_error *err)
+{
+    replay_result *r = s->r;
+    uint64_t addr;
+    if (!u64map_del(s->addr_of, id, &addr))
+        return where(s, err, MS_ERR_PARSE, line, r->events, "free of a tensor that is not live",
+                     id);
+    ms_status st = alloc_release(s->a, addr);
+    charge(s);
+    if (st != MS_OK)
+        return where(s, err, st, line, r->events,
+                     st == MS_ERR_INVALID ? "allocator invariant violated on free"
+                                          : "allocator failed on free", id);
+    r->events++;
+    r->frees++;
+    return MS_OK;
+}
+
+/* Fills the result from the allocator and backend, then frees the state. */
+static ms_status rs_close(rstate *s, ms_status st, ms_error *err)
+{
+    replay_result *r = s->r;
+    if (s->a && s->be && st == MS_OK) {
+        const alloc_stats *as = alloc_get_stats(s->a);
+        r->stats = *as;
+        r->peak_allocated_bytes = as->allocated_peak_bytes;
+        r->peak_reserved_bytes = as->reserved_peak_bytes;
+        r->peak_active_bytes = as->active_peak_bytes;
+        r->peak_requested_bytes = as->requested_peak_bytes;
+        r->device_peak_bytes = simbe_device_peak_bytes(s->be);
+        r->n_segments = simbe_segment_count(s->be);
+        if (r->n_segments) {
+            r->segment_bytes = malloc(r->n_segments * sizeof *r->segment_bytes);
+            if (!r->segment_bytes) {
+                r->n_segments = 0;
+                st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+            }
+            for (size_t i = 0; r->segment_bytes && i < r->n_segments; i++)
+                r->segment_bytes[i] = simbe_segment_bytes(s->be, i);
+        }
+    }
+    alloc_free(s->a);
+    simbe_free(s->be);
+    u64map_free(s->addr_of);
+    if (st != MS_OK) replay_result_clear(r);
+    return st;
+}
+
+ms_status replay_file(const char *path, const replay_opts *o, replay_result *r, ms_error *err)
+{
+    rstate s;
+    trace_reader *tr = NULL;
+    ms_status st = rs_open(&s, o, r, path, err);
+    if (st == MS_OK) st = trace_reader_open(path, &tr, err);
+    int oom = 0;
+    trace_rec rec;
+    while (st == MS_OK && !oom) {
+        st = trace_reader_next(tr, &rec, err);
+        if (st == MS_ERR_LIMIT) {
+            st = MS_OK;
+            break;
+        }
+        if (st != MS_OK) break;
+        if (rec.type == TR_ALLOC)
+            st = rs_alloc(&s, rec.u.alloc.id, rec.u.alloc.bytes, rec.u.alloc.stream, rec.line,
+                          &oom, err);
+        else if (rec.type == TR_FREE)
+            st = rs_free(&s, rec.u.free_id, rec.line, err);
+    }
+    trace_reader_free(tr);
+    return rs_close(&s, st, err);
+}
+
+ms_status replay_events(const replay_event *ev, size_t n, const replay_opts *o,
+                        replay_result *r, ms_error *err)
+{
+    rstate s;
+    ms_status st = rs_open(&s, o, r, "events", err);
+    int oom = 0;
+    for (size_t i = 0; st == MS_OK && !oom && i < n; i++)
+        st = ev[i].is_alloc ? rs_alloc(&s, ev[i].id, ev[i].bytes, ev[i].stream, 0, &oom, err)
+                            : rs_free(&s, ev[i].id, 0, err);
+    return rs_close(&s, st, err);
+}
+
+/* ---------------------------------------------------------------- benchmark workload */
+
+typedef struct gen {
+    replay_event *ev;
+    size_t n, cap, max;
+    uint64_t next_id, rng;
+    int nomem;
+} gen;
+
+static uint64_t g_rand(gen *g)
+{
+    g->rng ^= g->rng << 13;
+    g->rng ^= g->rng >> 7;
+    g->rng ^= g->rng << 17;
+    return g->rng;
+}
+
+static int g_full(const gen *g) { return g->n >= g->max || g->nomem; }
+
+static void g_push(gen *g, replay_event e)
+{
+    if (g_full(g)) return;
+    if (ms_grow((void **)&g->ev, &g->cap, g->n + 1, sizeof *g->ev) != MS_OK) {
+        g->nomem = 1;
+        return;
+    }
+    g->ev[g->n++] = e;
+}
+
+/* Returns the new id, or 0 when the program is complete (then its free is dropped too). */
+static uint64_t g_alloc(gen *g, uint64_t bytes, int stream)
+{
+    if (g_full(g)) return 0;
+    uint64_t id = ++g->next_id;
+    g_push(g, (replay_event){id, bytes, stream, 1});
+    return id;
+}
+
+static void g_free(gen *g, uint64_t id)
+{
+    if (id) g_push(g, (replay_event){id, 0, 0, 0});
+}
+
+/* A transient: made and freed at once (scratch buffers, small scalars, casts). */
+static void g_transient(gen *g, uint64_t bytes) { g_free(g, g_alloc(g, bytes, 0)); }
+
+#define BENCH_LAYERS 24
+#define BENCH_HIDDEN 2048ULL
+#define BENCH_SAVED 9              /* activations kept per layer for backward */
+#define BENCH_PARAMS 6             /* parameter tensors per layer */
+
+/* One training iteration over `tok` tokens; params and grads persist across iterations. */
+static void g_iteration(gen *g, uint64_t tok, uint64_t grads[][BENCH_PARAMS],
+                        const uint64_t *param_bytes)
+{
+    const uint64_t h = BENCH_HIDDEN, bf16 = 2, th = tok * h * bf16;
+    /* Saved activations: norm, qkv, attention out, softmax stats, residual, norm, fc1,
+     * activation, residual (bytes as in a GPT layer, sizes scale with tokens). */
+    const uint64_t saved_bytes[BENCH_SAVED] = {th, 3 * th, th, tok * 16 * 4, th, th,
+                                               4 * th, 4 * th, th};
+    uint64_t saved[BENCH_LAYERS][BENCH_SAVED];
+    for (int l = 0; l < BENCH_LAYERS; l++) {
+        for (int k = 0; k < BENCH_SAVED; k++) {
+            saved[l][k] = g_alloc(g, saved_bytes[k], 0);
+            /* small temporaries around each op: scalars, norms' stats, casts */
+            g_transient(g, 4 + g_rand(g) % 4096);
+            if (k == 2) g_transient(g, th + tok * 64);         /* attention workspace */
+            if (k == 7) g_transient(g, 4 * th);                 /* fc2 input cast */
+        }
+    }
+    uint64_t logits = g_alloc(g, tok * 32000 * 2, 0);           /* LM head, freed after loss */
+    g_transient(g, tok * 4);
+    g_free(g, logits);
+    uint64_t dgrad = g_alloc(g, th, 0);
+    int bucket_fill = 0;
+    for (int l = BENCH_LAYERS - 1; l >= 0; l--) {
+        for (int k = BENCH_SAVED - 1; k >= 0; k--) {
+            uint64_t d = g_alloc(g, saved_bytes[k], 0);         /* gradient of the input */
+            g_transient(g, 4 + g_rand(g) % 2048);
+            g_free(g, saved[l][k]);
+            if (k % 3 == 0) {
+                g_free(g, dgrad);
+                dgrad = d;
+            } else {
+                g_free(g, d);
+            }
+        }
+        for (int p = 0; p < BENCH_PARAMS; p++) {
+            if (!grads[l][p]) grads[l][p] = g_alloc(g, param_bytes[p], 0);
+            else g_transient(g, param_bytes[p]);                /* accumulate: temporary */
+        }
+        if (++bucket_fill == 4) {                               /* all-reduce bucket */
+            bucket_fill = 0;
+            uint64_t b = g_alloc(g, 25ULL << 20, 1);
+            g_transient(g, 512);
+            g_free(g, b);
+        }
+    }
+    g_free(g, dgrad);
+    for (int l = 0; l < BENCH_LAYERS; l++)                      /* optimizer step */
+        for (int p = 0; p < BENCH_PARAMS; p++) {
+            uint64_t t = g_alloc(g, param_bytes[p] * 2, 0);     /* fp32 update scratch */
+            g_transient(g, 4);
+            g_free(g, t);
+        }
+}
+
+ms_status replay_bench_workload(uint64_t seed, size_t n_events, replay_event **out,
+                                size_t *n_out, ms_error *err)
+{
+    gen g = {0};
+    g.max = n_events;
+    g.rng = seed * 0x9e3779b97f4a7c15ULL + 0x2545f4914f6cdd1dULL;
+    if (g.rng == 0) g.rng = 1;
+    const uint64_t h = BENCH_HIDDEN;
+    const uint64_t param_bytes[BENCH_PARAMS] = {3 * h * h * 2, h * h * 2, 4 * h * h * 2,
+                                                4 * h * h * 2, h * 2, h * 2};
+    uint64_t grads[BENCH_LAYERS][BENCH_PARAMS];
+    memset(grads, 0, sizeof grads);
+    for (int l = 0; l < BENCH_LAYERS; l++)      /* parameters: allocated once, never freed */
+        for (int p = 0; p < BENCH_PARAMS; p++) g_alloc(&g, param_bytes[p], 0);
+    while (!g_full(&g)) {
+        /* Mostly the nominal sequence, sometimes a shorter or longer one (packing). */
+        uint64_t tok = 2048;
+        if (g_rand(&g) % 10 < 3) tok = 1024 + 64 * (g_rand(&g) % 49);
+        g_iteration(&g, tok, grads, param_bytes);
+    }
+    if (g.nomem) {
+        free(g.ev);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
+    *out = g.ev;
+    *n_out = g.n;
+    return MS_OK;
+}
+
+/* ---------------------------------------------------------------- throughput */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+ms_status replay_bench(const char *allocator, const alloc_config *cfg, size_t n_events,
+                       uint64_t seed, int runs, replay_bench_result *out, ms_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (runs < 1) runs = 1;
+    replay_event *ev = NULL;
+    size_t n = 0;
+    ms_status st = replay_bench_workload(seed, n_events, &ev, &n, err);
+    if (st != MS_OK) return st;
+    replay_opts o;
+    replay_opts_default(&o);
+    if (allocator) o.allocator = allocator;
+    o.cfg = cfg;
+    o.capacity_bytes = 1ULL << 40; /* the workload needs ~5 GiB; never the limit here */
+    replay_result r;
+    replay_result_init(&r);
+    double total = 0, best = 0;
+    for (int k = 0; k < runs && st == MS_OK; k++) {
+        double t0 = now_s();
+        st = replay_events(ev, n, &o, &r, err);
+        double dt = now_s() - t0;
+        total += dt;
+        if (k == 0 || dt < best) best = dt;
+        if (st == MS_OK && r.status != REPLAY_OK)
+            st = ms_fail(err, MS_ERR_OOM, "bench workload ran out of memory");
+    }
+    if (st == MS_OK) {
+        out->events = r.events;
+        out->runs = runs;
+        out->best_s = best;
+        out->mean_s = total / runs;
+        out->events_per_s = best > 0 ? (double)r.events / best : 0;
+        out->peak_allocated_bytes = r.peak_allocated_bytes;
+        out->peak_reserved_bytes = r.peak_reserved_bytes;
+        out->num_segment_allocs = r.stats.num_segment_allocs;
+    }
+    replay_result_clear(&r);
+    free(ev);
+    return st;
+}
+
+/* ---------------------------------------------------------------- printing */
+
+void replay_print(FILE *f, const replay_result *r)
+{
+    char b[32];
+    const alloc_stats *s = &r->stats;
+    fprintf(f, "status            %s\n", replay_status_name(r->status));
+    fprintf(f, "events            %llu (%llu allocs, %llu frees)\n",
+            (unsigned long long)r->events, (unsigned long long)r->allocs,
+            (unsigned long long)r->frees);
+    fprintf(f, "peak allocated    %llu (%s)\n", (unsigned long long)r->peak_allocated_bytes,
+            ms_fmt_bytes(r->peak_allocated_bytes, b, sizeof b));
+    fprintf(f, "peak reserved     %llu (%s)\n", (unsigned long long)r->peak_reserved_bytes,
+            ms_fmt_bytes(r->peak_reserved_bytes, b, sizeof b));
+    fprintf(f, "peak active       %llu (%s)\n", (unsigned long long)r->peak_active_bytes,
+            ms_fmt_bytes(r->peak_active_bytes, b, sizeof b));
+    fprintf(f, "peak requested    %llu (%s)\n", (unsigned long long)r->peak_requested_bytes,
+            ms_fmt_bytes(r->peak_requested_bytes, b, sizeof b));
+    if (r->peak_reserved_bytes)
+        fprintf(f, "fragmentation     %.4f (1 - peak active / peak reserved)\n",
+                1.0 - (double)r->peak_active_bytes / (double)r->peak_reserved_bytes);
+    fprintf(f, "segments          %llu allocated, %llu freed\n",
+            (unsigned long long)s->num_segment_allocs, (unsigned long long)s->num_segment_frees);
+    fprintf(f, "alloc retries     %llu\n", (unsigned long long)s->num_alloc_retries);
+    fprintf(f, "syncs             %llu\n", (unsigned long long)s->num_syncs);
+    fprintf(f, "allocator time    %.1f us\n", r->alloc_time_us);
+    if (r->status == REPLAY_OOM) {
+        fprintf(f, "oom               event %llu", (unsigned long long)r->oom_index);
+        if (r->oom_line) fprintf(f, " (line %llu)", (unsigned long long)r->oom_line);
+        fprintf(f, ": tensor %llu, %llu bytes (%s), stream %d\n", (unsigned long long)r->oom_id,
+                (unsigned long long)r->oom_bytes, ms_fmt_bytes(r->oom_bytes, b, sizeof b),
+                r->oom_stream);
+        if (r->oom_dump) fputs(r->oom_dump, f);
+    }
+}

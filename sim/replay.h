@@ -1,0 +1,95 @@
+/* replay.h — replays the alloc/free program of a workload trace through one allocator
+ * over the simulated memory backend, without timing the ops: the memory side only (peaks,
+ * segments, allocator counters, OOM with the allocator's state). Also replays in-memory
+ * event arrays, generates a synthetic transformer-like event stream, and measures how many
+ * events per second memsim itself replays (the one wall-clock measurement in memsim; it
+ * times memsim, never the simulated machine). Used by `memsim replay`, `memsim bench`,
+ * the experiments and the tests. */
+#ifndef MEMSIM_REPLAY_H
+#define MEMSIM_REPLAY_H
+
+#include "planners/alloc.h"
+#include "traces/machine.h"
+
+typedef struct replay_opts {
+    const char *allocator;       /* registry name (memsim list); NULL: "caching" */
+    const alloc_config *cfg;     /* NULL: alloc_config_default() */
+    uint64_t capacity_bytes;     /* device bytes the allocator may take; 0: machine's usable */
+    const machine_t *machine;    /* may be NULL: no latencies, capacity_bytes then required */
+    int check_every_op;          /* the allocator's invariant check after every call */
+} replay_opts;
+
+void replay_opts_default(replay_opts *o);
+
+typedef enum replay_status { REPLAY_OK = 0, REPLAY_OOM } replay_status;
+const char *replay_status_name(replay_status s);
+
+typedef struct replay_result {
+    replay_status status;
+    uint64_t events;             /* alloc + free events replayed (the failing one excluded) */
+    uint64_t allocs, frees;
+    uint64_t peak_allocated_bytes, peak_reserved_bytes;
+    uint64_t peak_active_bytes, peak_requested_bytes;
+    alloc_stats stats;           /* the allocator's counters at the end (or at the OOM) */
+    uint64_t *segment_bytes;     /* every dev_malloc of the run, in order */
+    size_t n_segments;
+    uint64_t device_peak_bytes;  /* the backend's peak of physical bytes in use */
+    double alloc_time_us;        /* backend time charged to allocator calls (machine given) */
+    uint64_t sync_calls;         /* allocator calls that synchronized the device */
+    /* status == REPLAY_OOM: the failing request */
+    uint64_t oom_index;          /* 0-based index among the alloc/free events */
+    uint64_t oom_line;           /* its trace line; 0 for in-memory events */
+    uint64_t oom_id, oom_bytes;
+    int oom_stream;
+    char *oom_dump;              /* the allocator's dump at the OOM (alloc_dump text) */
+} replay_result;
+
+/* Zeroes r; replay_result_clear frees what a replay filled in and zeroes r again. */
+void replay_result_init(replay_result *r);
+void replay_result_clear(replay_result *r);
+
+/* Replays a trace file (streaming; ops and marks are ignored). An OOM is a result
+ * (MS_OK, r->status == REPLAY_OOM); a malformed trace, a free of a tensor that is not live,
+ * an id allocated twice or a broken allocator invariant is an error with "FILE:LINE: ...".
+ * r must have been initialised; it is cleared first. */
+ms_status replay_file(const char *path, const replay_opts *o, replay_result *r, ms_error *err);
+
+/* One event of an in-memory alloc/free program. */
+typedef struct replay_event {
+    uint64_t id;                 /* tensor id: live ids are unique */
+    uint64_t bytes;              /* alloc only */
+    int32_t stream;              /* alloc only */
+    uint8_t is_alloc;
+} replay_event;
+
+ms_status replay_events(const replay_event *ev, size_t n, const replay_opts *o,
+                        replay_result *r, ms_error *err);
+
+/* A synthetic transformer-like alloc/free program of n_events events (seeded, byte-for-
+ * byte reproducible): parameters allocated once, per-layer activations of a few distinct
+ * sizes kept from the forward pass and freed in reverse during the backward pass, small
+ * and large transients inside each layer, gradients, gradient buckets on a second stream,
+ * optimizer temporaries, and a sequence length that varies between iterations. *out is
+ * malloc'ed. */
+ms_status replay_bench_workload(uint64_t seed, size_t n_events, replay_event **out,
+                                size_t *n_out, ms_error *err);
+
+typedef struct replay_bench_result {
+    uint64_t events;             /* events per run */
+    int runs;
+    double best_s, mean_s;       /* wall-clock seconds of one replay */
+    double events_per_s;         /* events / best_s */
+    uint64_t peak_allocated_bytes, peak_reserved_bytes;
+    uint64_t num_segment_allocs;
+} replay_bench_result;
+
+/* Replays replay_bench_workload(seed, n_events) `runs` times through `allocator` (NULL:
+ * "caching", cfg NULL: defaults) on one thread over the backend without latencies and
+ * measures wall-clock time with CLOCK_MONOTONIC. The workload's generation is not timed. */
+ms_status replay_bench(const char *allocator, const alloc_config *cfg, size_t n_events,
+                       uint64_t seed, int runs, replay_bench_result *out, ms_error *err);
+
+/* A human-readable summary of a replay (memsim replay). */
+void replay_print(FILE *f, const replay_result *r);
+
+#endif

@@ -1,0 +1,79 @@
+#!/bin/sh
+# tests/check_cli.sh — the memsim command as a user meets it: --help on every subcommand,
+# documented exit statuses, FILE:LINE messages for bad input, no partial output files left
+# behind, byte-identical outputs for identical inputs, and a golden summary table. TAP output.
+M=${MEMSIM:-./sim/memsim}
+[ -x "$M" ] || { echo "1..0 # SKIP memsim not built"; exit 0; }
+T=$(mktemp -d /tmp/memsim-cli-XXXXXX) || exit 99
+trap 'rm -rf "$T"' EXIT
+n=0; bad=0
+ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; bad=1; fi; }
+# expect STATUS DESCRIPTION -- command...: runs it, keeps its stderr in $T/err
+expect() {
+    want=$1; desc=$2; shift 3
+    "$@" >"$T/out" 2>"$T/err"; got=$?
+    [ "$got" = "$want" ]; r=$?
+    [ $r = 0 ] || echo "#   exit $got, wanted $want: $(head -c 300 "$T/err")"
+    ok $r "$desc"
+}
+
+for c in list trace plan simulate compare replay dsa bench; do
+    expect 0 "memsim $c --help exits 0" -- "$M" $c --help
+done
+for c in gen check stats import; do
+    expect 0 "memsim trace $c --help exits 0" -- "$M" trace $c --help
+done
+expect 2 "no command: usage, exit 2" -- "$M"
+expect 2 "unknown command: exit 2" -- "$M" frobnicate
+expect 2 "unknown option: exit 2" -- "$M" simulate --no-such-option
+expect 2 "bad number: exit 2" -- "$M" simulate --tp zero
+grep -q -- "--tp 'zero'" "$T/err"; ok $? "bad number names the option and the value"
+expect 3 "unknown model: exit 3" -- "$M" simulate --model gpt-nope
+grep -q "gpt-nope" "$T/err"; ok $? "unknown model is named in the message"
+expect 3 "unknown machine: exit 3" -- "$M" simulate --machine nowhere
+expect 3 "tp not dividing the heads: exit 3" -- "$M" simulate --model gpt-7b --tp 3
+grep -q "tp 3" "$T/err"; ok $? "impossible TP is explained"
+expect 3 "unknown policy: exit 3" -- "$M" simulate --model gpt-7b --seq 4K --policy nope
+
+# traces: generate, check, break, check again
+expect 0 "trace gen writes a gzip trace" -- "$M" trace gen --model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm -o "$T/w.trace.gz"
+expect 0 "a generated trace checks clean" -- "$M" trace check "$T/w.trace.gz"
+expect 0 "trace stats" -- "$M" trace stats "$T/w.trace.gz"
+grep -q "act_skel" "$T/out"; ok $? "trace stats lists bytes by class"
+gzip -dc "$T/w.trace.gz" | sed '22s/^alloc \([0-9]*\) [0-9]*/alloc \1 -5/' > "$T/bad.trace"
+expect 1 "a broken trace: exit 1" -- "$M" trace check "$T/bad.trace"
+grep -q "bad.trace:22:" "$T/err"; ok $? "the problem is reported as FILE:LINE (line 22)"
+expect 4 "a missing trace: exit 4" -- "$M" trace check "$T/missing.trace"
+expect 3 "a missing model leaves no output file" -- "$M" trace gen --model nope -o "$T/none.trace"
+[ ! -e "$T/none.trace" ] && [ -z "$(ls "$T" | grep tmp)" ]; ok $? "no partial or temporary file left"
+printf 'memsim-trace 1\nalloc 1 100 other -1 0 0 - -\nfree 2\n' > "$T/f.trace"
+expect 3 "replay of a free of an unknown tensor: exit 3" -- "$M" replay --trace "$T/f.trace"
+grep -q "f.trace:3:" "$T/err"; ok $? "replay names FILE:LINE"
+
+# simulate: golden summary, determinism, outputs
+W="--model dims:4,1024,16,4096,50257 --seq 8K --machine h200-sxm"
+expect 0 "simulate full-swap" -- "$M" simulate $W --policy full-swap --csv "$T/a.csv" --timeline "$T/a.json"
+cp "$T/out" "$T/table1"
+expect 0 "simulate again" -- "$M" simulate $W --policy full-swap --csv "$T/b.csv" --timeline "$T/b.json"
+cmp -s "$T/out" "$T/table1" && cmp -s "$T/a.csv" "$T/b.csv" && cmp -s "$T/a.json" "$T/b.json"
+ok $? "identical inputs give byte-identical table, CSV and timeline"
+head -1 "$T/a.csv" | grep -q '^policy,allocator,model,machine,seq,batch,tp,cp,dp,status,iter_time_s,mfu,tgs,peak_allocated_bytes,peak_reserved_bytes,peak_active_bytes,fragmentation,host_peak_bytes,compute_busy_s,h2d_busy_s,d2h_busy_s,alloc_retries'
+ok $? "results CSV has the documented leading columns"
+if [ -n "${srcdir:-}" ] && [ -f "$srcdir/tests/golden/simulate-full-swap.txt" ]; then
+    cmp -s "$T/table1" "$srcdir/tests/golden/simulate-full-swap.txt"
+    r=$?; [ $r = 0 ] || diff "$srcdir/tests/golden/simulate-full-swap.txt" "$T/table1" | sed 's/^/#   /'
+    ok $r "simulate table equals the golden output"
+fi
+grep -q '"traceEvents"' "$T/a.json" && grep -q '"ph":"C"' "$T/a.json"; ok $? "timeline is Chrome-trace JSON with counters"
+expect 0 "plan writes a plan" -- "$M" plan $W --policy full-recompute -o "$T/p.plan"
+expect 0 "simulate the plan file" -- "$M" simulate $W --plan "$T/p.plan"
+grep -q "full-recompute" "$T/out"; ok $? "the plan file names its policy in the results"
+echo "tensor 99999999 swap 1.5" >> "$T/p.plan"
+expect 3 "an edited plan with alpha 1.5 is rejected" -- "$M" simulate $W --plan "$T/p.plan"
+grep -q "p.plan:" "$T/err"; ok $? "plan error names the file and line"
+expect 0 "list" -- "$M" list
+for w in a800-8gpu h200-sxm caching stitching full-swap gpt-7b gpt2-1b; do
+    grep -q "$w" "$T/out"; ok $? "memsim list names $w"
+done
+echo "1..$n"
+exit $bad

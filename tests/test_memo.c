@@ -1,0 +1,497 @@
+/* test_memo.c — TAP tests of the MEMO policies (planners/policy_memo.c) and of the lowering
+ * they rely on (planners/lower.c): MEMO's LP against hand-computed alphas (each constraint
+ * binding in turn, clamping, infeasibility, bad input), the LP's inputs from a generated
+ * trace, the memo plan's decisions and knobs, the rounding-buffer schedule (blocks, waits,
+ * offload and prefetch placement, token-wise recomputation, the last two layers kept), the
+ * ".ovl" overlap of the CP ring with attention, the per-GPU node view, and determinism. */
+#define _POSIX_C_SOURCE 200809L
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/lower.h"
+#include "planners/policy.h"
+#include "planners/policy_memo.h"
+#include "planners/schedule.h"
+#include "tests/tap.h"
+#include "traces/gen.h"
+#include "traces/models.h"
+
+#define NL 6 /* layers of the test model */
+
+static void test_machine(machine_t *m)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "test-a800");
+    m->gpu_hbm_bytes = 80ULL << 30;
+    m->gpu_reserved_bytes = 1ULL << 30;
+    m->gpu_peak_bf16_flops = 312e12;
+    m->gpu_peak_fp32_flops = 19.5e12;
+    m->gpu_hbm_Bps = 2039e9;
+    m->gpu_gemm_eff = 0.7;
+    m->gpu_attn_eff = 0.6;
+    m->gpu_mem_eff = 0.8;
+    m->gpu_kernel_launch_us = 5;
+    m->link_h2d_Bps = m->link_d2h_Bps = 20e9;
+    m->link_duplex_Bps = 36e9;
+    m->dha_read_Bps = m->dha_write_Bps = 18e9;
+    m->host_mem_bytes = 64ULL << 30;
+    m->node_gpus = 8;
+    m->node_gpus_per_switch = 1;
+    m->nvlink_Bps = 200e9;
+    m->nvlink_lat_us = 3;
+    m->net_Bps = 25e9;
+    m->net_lat_us = 5;
+    m->cuda_malloc_base_us = m->cuda_free_base_us = 37;
+}
+
+static trace_t *small_trace(const machine_t *m, int iters, gen_config *out)
+{
+    gen_config c;
+    gen_config_default(&c);
+    ms_error err;
+    if (model_lookup("dims:6,256,4,1024,1000", &c.model, &err) != MS_OK) return NULL;
+    c.seq = 4096;
+    c.tp = 2;
+    c.cp = 2;
+    c.iterations = iters;
+    trace_t *t = NULL;
+    if (gen_trace(&c, m, &t, &err) != MS_OK) {
+        TAP_NOTE("gen_trace: %s", err.msg);
+        return NULL;
+    }
+    if (out) *out = c;
+    return t;
+}
+
+/* ---- the LP ---- */
+
+static memo_lp_in lp_base(void)
+{
+    memo_lp_in in = { 1e9, 1e9, 8e9, 10e9, 0.6, 4, 1e15 };
+    return in;
+}
+
+static void test_lp(void)
+{
+    memo_lp_in in = lp_base();
+    memo_lp_out o;
+    ms_error err;
+    /* time: (2 + 8a)/10 <= 0.6  =>  a <= 0.5 */
+    ms_status st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_OK && fabs(o.alpha - 0.5) < 1e-9 && o.binding == MEMO_BOUND_TIME &&
+           fabs(o.alpha_time - 0.5) < 1e-9, "LP: time constraint binds, alpha 0.5 (got %g, %s)",
+           o.alpha, memo_bound_name(o.binding));
+    /* host: n = 6 -> 4 * (2 + 8a) GB <= 24 GB  =>  a <= 0.5 */
+    in.t_layer_s = 100;
+    in.n_layers = 6;
+    in.host_bytes = 24e9;
+    st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_OK && fabs(o.alpha - 0.5) < 1e-9 && o.binding == MEMO_BOUND_HOST &&
+           o.alpha_time > 1, "LP: host constraint binds, alpha 0.5 (got %g, %s)", o.alpha,
+           memo_bound_name(o.binding));
+    /* host tighter than time: 4*(2+8a) <= 12 -> a = 0.125; time allows 0.5 */
+    in.t_layer_s = 0.6;
+    in.host_bytes = 12e9;
+    st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_OK && fabs(o.alpha - 0.125) < 1e-9 && o.binding == MEMO_BOUND_HOST &&
+           fabs(o.alpha_time - 0.5) < 1e-9, "LP: the tighter of both constraints wins (%g)",
+           o.alpha);
+    in = lp_base();
+    in.t_layer_s = 1000;
+    st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_OK && o.alpha == 1.0 && o.binding == MEMO_BOUND_NONE && o.alpha_time > 1,
+           "LP: alpha clamped to 1 when nothing binds (alpha_time %g)", o.alpha_time);
+    in.t_layer_s = 0.2; /* exactly the input + attention output */
+    st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_OK && fabs(o.alpha) < 1e-9 && !o.infeasible, "LP: alpha 0 at the edge");
+    in.t_layer_s = 0.1;
+    st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_ERR_INVALID && o.infeasible && o.binding == MEMO_BOUND_TIME &&
+           strstr(err.msg, "infeasible") && strstr(err.msg, "longer than one layer"),
+           "LP: infeasible (time) is a clear error: %s", err.msg);
+    in = lp_base();
+    in.t_layer_s = 100;
+    in.n_layers = 6;
+    in.host_bytes = 4e9;
+    st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_ERR_INVALID && o.infeasible && o.binding == MEMO_BOUND_HOST &&
+           strstr(err.msg, "host memory"), "LP: infeasible (host) is a clear error: %s",
+           err.msg);
+    in = lp_base();
+    in.n_layers = 2; /* n - 2 = 0: no host constraint */
+    in.host_bytes = 1;
+    in.t_layer_s = 1000;
+    st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_OK && o.alpha == 1.0 && isinf(o.alpha_host),
+           "LP: with 2 layers nothing is offloaded long, the host constraint is void");
+    in = lp_base();
+    in.link_Bps = 0;
+    st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "link bandwidth"), "LP: bad input: %s",
+           err.msg);
+    in = lp_base();
+    in.n_layers = 0;
+    in.s_others_bytes = NAN;
+    st = memo_alpha_lp(&in, &o, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "S_others"), "LP: NaN input: %s", err.msg);
+    in = lp_base();
+    st = memo_alpha_lp(&in, &o, &err);
+#ifdef HAVE_LPSOLVE
+    TAP_OK(st == MS_OK && o.used_lpsolve == 1, "LP solved by lp_solve");
+#else
+    TAP_OK(st == MS_OK && o.used_lpsolve == 0, "LP solved in closed form (no lp_solve)");
+#endif
+}
+
+/* ---- the LP's inputs, the node view ---- */
+
+static void test_layer_info(const machine_t *m)
+{
+    gen_config c;
+    trace_t *t = small_trace(m, 1, &c);
+    memo_layer_info li;
+    ms_error err;
+    ms_status st = t ? memo_layer_info_get(t, m, &li, &err) : MS_ERR_INVALID;
+    uint64_t skel = gen_layer_skel_bytes(&c);
+    TAP_OK(st == MS_OK && li.n_layers == NL && li.s_input_bytes == li.s_attn_bytes &&
+           li.s_input_bytes + li.s_attn_bytes + li.s_others_bytes == skel &&
+           li.s_others_bytes == 14 * li.s_input_bytes,
+           "layer info: %d layers, input %" PRIu64 " = attention output, others 14x, sum = "
+           "16bsh/tp %" PRIu64, li.n_layers, li.s_input_bytes, skel);
+    /* T_layer: layer 0's forward ops, the ring hidden under its attention kernel */
+    double us = 0, ring = 0;
+    for (size_t i = 0; t && i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type != TR_OP || r->u.op.layer != 0 || r->u.op.phase != TP_FWD) continue;
+        const char *nm = r->u.op.name;
+        size_t n = strlen(nm);
+        if (n > 4 && !strcmp(nm + n - 4, ".ovl")) ring = r->u.op.dur_us;
+        else if (r->u.op.kind == TK_ATTN) us += fmax(r->u.op.dur_us, ring);
+        else us += r->u.op.dur_us;
+    }
+    TAP_OK(st == MS_OK && ring > 0 && fabs(li.t_layer_s - us * 1e-6) < 1e-12,
+           "layer info: T_layer %.6f s = the layer's forward op time with the ring overlapped",
+           li.t_layer_s);
+    /* layers that differ */
+    trace_t *t2 = trace_new();
+    for (size_t i = 0; t && t2 && i < trace_count(t); i++) {
+        trace_rec r = *trace_get(t, i);
+        if (r.type == TR_ALLOC && r.u.alloc.layer == 3 && strstr(r.u.alloc.name, "fc1_out"))
+            r.u.alloc.bytes *= 2;
+        trace_append(t2, &r);
+    }
+    st = t2 ? memo_layer_info_get(t2, m, &li, &err) : MS_ERR_INVALID;
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "layers differ") && strstr(err.msg, "layer 3"),
+           "layers that differ: %s", err.msg);
+    trace_free(t2);
+    machine_t v, m2 = *m;
+    m2.node_gpus_per_switch = 2;
+    memo_gpu_view(&m2, 8, &v);
+    TAP_OK(v.link_d2h_Bps == m2.link_d2h_Bps / 2 && v.link_duplex_Bps == m2.link_duplex_Bps / 2 &&
+           v.host_mem_bytes == m2.host_mem_bytes, "node view: two GPUs per switch halve the link");
+    memo_gpu_view(&m2, 1, &v);
+    TAP_OK(v.link_d2h_Bps == m2.link_d2h_Bps, "node view: a lone GPU keeps its switch's link");
+    TAP_OK(t && memo_node_ranks(t, m) == 4, "node ranks: tp 2 x cp 2 = 4");
+    trace_free(t);
+}
+
+/* ---- plans ---- */
+
+static const char *knob(const plan_t *p, const char *k)
+{
+    const char *v = plan_get_knob(p, k);
+    return v ? v : "";
+}
+
+static void test_memo_plan(const machine_t *m)
+{
+    trace_t *t = small_trace(m, 1, NULL);
+    plan_t *p = NULL;
+    ms_error err;
+    ms_status st = t ? pol_plan("memo", t, m, NULL, &p, &err) : MS_ERR_INVALID;
+    if (st != MS_OK) TAP_NOTE("memo: %s", err.msg);
+    double a = p ? atof(knob(p, "alpha_used")) : -1;
+    TAP_OK(st == MS_OK && !strcmp(p->allocator, "static") && p->n_offsets > 0 &&
+           p->arena_bytes > 0 && !strcmp(knob(p, "rounding_buffers"), "1") &&
+           !strcmp(knob(p, "memory_plan"), "1"),
+           "memo plan: static arena with %zu offsets, rounding buffers, memory plan",
+           p ? p->n_offsets : 0);
+    TAP_OK(a > 0 && a < 1 && fabs(a * 8 - floor(a * 8 + 0.5)) < 1e-9 &&
+           atof(knob(p, "alpha_lp")) >= a, "memo plan: alpha %g on the 1/8 grid, <= LP's %s", a,
+           knob(p, "alpha_lp"));
+    pol_skel *sk = NULL;
+    size_t n = 0;
+    int ok = p && pol_skeletal(t, &sk, &n, &err) == MS_OK && n > 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        double al;
+        plan_decision d = plan_decision_for(p, sk[i].id, &al);
+        if (sk[i].layer >= NL - 2) ok = d == PD_KEEP;
+        else if (sk[i].is_input || sk[i].is_attn_out) ok = d == PD_SWAP && al == 1.0;
+        else ok = d == PD_SWAP && fabs(al - a) < 1e-12;
+    }
+    TAP_OK(ok, "memo decisions: last two layers kept; input and attention output swapped whole; "
+               "the rest swapped at alpha");
+    free(sk);
+    plan_free(p);
+    p = NULL;
+    pol_opts o;
+    pol_opts_default(&o);
+    o.alpha = 0.3;
+    st = pol_plan("memo", t, m, &o, &p, &err);
+    TAP_OK(st == MS_OK && fabs(atof(knob(p, "alpha_used")) - 0.3) < 1e-12,
+           "memo: --alpha 0.3 overrides the LP (no grid)");
+    plan_free(p);
+    p = NULL;
+    o.alpha = 1.5;
+    st = pol_plan("memo", t, m, &o, &p, &err);
+    TAP_OK(st == MS_ERR_INVALID && !p && strstr(err.msg, "not in [0,1]"),
+           "alpha outside [0,1]: %s", err.msg);
+    pol_knob kn[] = { { "alpha_step", "2" } };
+    pol_opts_default(&o);
+    o.knobs = kn;
+    o.n_knobs = 1;
+    st = pol_plan("memo", t, m, &o, &p, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "alpha_step"), "bad knob: %s", err.msg);
+    st = pol_plan("memo", t, NULL, NULL, &p, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "machine"), "memo without a machine: %s",
+           err.msg);
+    /* an infeasible LP: a link far too slow for even the inputs */
+    machine_t slow = *m;
+    slow.link_d2h_Bps = slow.link_h2d_Bps = 1e3;
+    pol_knob strict[] = { { "lp_strict", "1" } };
+    o.knobs = strict;
+    st = pol_plan("memo", t, &slow, &o, &p, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "infeasible"), "lp_strict: %s", err.msg);
+    st = pol_plan("memo", t, &slow, NULL, &p, &err);
+    TAP_OK(st == MS_OK && !strcmp(knob(p, "alpha_lp_bound"), "infeasible-time") &&
+           atof(knob(p, "alpha_used")) == 0, "infeasible LP: alpha 0 and the plan says why");
+    plan_free(p);
+    p = NULL;
+    st = pol_plan("full-swap+plan", t, m, NULL, &p, &err);
+    TAP_OK(st == MS_OK && atof(knob(p, "alpha_used")) == 1 && p->n_offsets > 0,
+           "full-swap+plan: alpha 1, planned");
+    plan_free(p);
+    p = NULL;
+    st = pol_plan("full-recompute+plan", t, m, NULL, &p, &err);
+    size_t n_fr = st == MS_OK ? p->n_offsets : 0;
+    TAP_OK(st == MS_OK && !plan_get_knob(p, "rounding_buffers") && p->n_offsets > 0 &&
+           !strcmp(p->allocator, "static"), "full-recompute+plan: no rounding buffers, planned");
+    plan_free(p);
+    p = NULL;
+    pol_knob mpk[] = { { "memory_plan", "1" } };
+    pol_opts_default(&o);
+    o.knobs = mpk;
+    o.n_knobs = 1;
+    st = pol_plan("full-recompute", t, m, &o, &p, &err);
+    TAP_OK(st == MS_OK && p->n_offsets == n_fr && !strcmp(p->allocator, "static"),
+           "the knob memory_plan=1 plans any policy: full-recompute gets %zu offsets",
+           p ? p->n_offsets : 0);
+    plan_free(p);
+    trace_free(t);
+}
+
+/* ---- the rounding-buffer schedule ---- */
+
+static int find_action(const schedule_t *s, size_t from, sched_kind k, sched_stream st,
+                       uint64_t tensor)
+{
+    for (size_t i = from; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind == k && a->stream == st && a->tensor == tensor) return (int)i;
+    }
+    return -1;
+}
+
+static int find_mark(const schedule_t *s, trace_phase ph, int64_t layer)
+{
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind == SA_MARK && a->mark == TM_LAYER && a->mark_value == layer && a->phase == ph)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* The next compute-stream action after i (skipping RECORDs when skip_record). */
+static int next_compute(const schedule_t *s, int i, int skip_record)
+{
+    for (size_t j = (size_t)i + 1; j < sched_count(s); j++) {
+        const sched_action *a = sched_get(s, j);
+        if (a->stream != SS_COMPUTE || (skip_record && a->kind == SA_RECORD)) continue;
+        return (int)j;
+    }
+    return -1;
+}
+
+static void test_rb_schedule(const machine_t *m)
+{
+    trace_t *t = small_trace(m, 1, NULL);
+    pol_opts o;
+    pol_opts_default(&o);
+    o.alpha = 0.5;
+    pol_knob kn[] = { { "memory_plan", "0" } };
+    o.knobs = kn;
+    o.n_knobs = 1;
+    plan_t *p = NULL;
+    ms_error err;
+    schedule_t *s = NULL;
+    lower_report rep;
+    lower_opts lo;
+    lower_opts_default(&lo);
+    lo.report = &rep;
+    ms_status st = t ? pol_plan("memo", t, m, &o, &p, &err) : MS_ERR_INVALID;
+    if (st == MS_OK) st = lower_schedule(t, p, m, &lo, &s, &err);
+    if (st != MS_OK) TAP_NOTE("lowering: %s", err.msg);
+    TAP_OK(st == MS_OK && sched_validate(s, &err) == MS_OK, "rounding-buffer schedule validates");
+    if (st != MS_OK) {
+        plan_free(p);
+        trace_free(t);
+        return;
+    }
+    int allocs0 = 0, allocs1 = 0, d2h = 0, members = 0, ok_host = 1;
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        uint32_t pass;
+        int32_t layer;
+        if (a->kind == SA_ALLOC && lower_id_is_rbuf(a->tensor, &pass, &layer)) {
+            allocs0 += a->tensor == lower_id_rbuf(pass, layer, 0);
+            allocs1 += a->tensor == lower_id_rbuf(pass, layer, 1);
+        }
+        if (a->kind == SA_COPY_D2H) {
+            d2h++;
+            ok_host &= lower_id_is_rbuf(a->tensor, NULL, &layer) && layer < NL - 2;
+        }
+        if (a->kind == SA_HOST_ALLOC) {
+            uint64_t b = a->bytes;
+            ok_host &= b && (b & (b - 1)) == 0; /* host_pow2 */
+        }
+        if (a->kind == SA_ALLOC) {
+            const trace_tensor *x = trace_find_tensor(t, a->tensor);
+            members += x && x->cls == TC_ACT_SKEL && x->layer >= 0;
+        }
+    }
+    TAP_OK(allocs0 == NL && allocs1 == NL - 2 && rep.rb_blocks == 2 * NL - 2,
+           "one block per layer and one per prefetch of the offloaded layers (%d + %d)", allocs0,
+           allocs1);
+    TAP_OK(d2h == NL - 2 && ok_host, "only the first n-2 layers are offloaded (%d copies), into "
+           "power-of-two host buffers", d2h);
+    TAP_OK(members == 0, "no skeletal tensor of a layer gets a block of its own");
+    /* layer l's block waits for the offload of layer l-2, the previous occupant */
+    int waits_ok = 1;
+    for (int l = 2; l < NL; l++) {
+        int al = find_action(s, 0, SA_ALLOC, SS_COMPUTE, lower_id_rbuf(0, l, 0));
+        int fr = find_action(s, 0, SA_FREE, SS_D2H, lower_id_rbuf(0, l - 2, 0));
+        const sched_action *w = al > 0 ? sched_get(s, (size_t)al - 1) : NULL;
+        const sched_action *r = fr >= 0 ? sched_get(s, (size_t)fr + 1) : NULL;
+        waits_ok &= w && r && w->kind == SA_WAIT && w->stream == SS_COMPUTE &&
+                    r->kind == SA_RECORD && r->stream == SS_D2H && r->event == w->event;
+    }
+    TAP_OK(waits_ok, "layer L's buffer block is allocated right after a WAIT for layer L-2's "
+                     "offload");
+    /* prefetch of layer l during layer l+1's backward; compute waits at l's backward start;
+       token-wise recompute right after, without the attention kernel */
+    int pf_ok = 1, rec_ok = 1, kept_ok = 1;
+    for (int l = 0; l < NL - 2; l++) {
+        int mk1 = find_mark(s, TP_BWD, l + 1), mk0 = find_mark(s, TP_BWD, l);
+        int pa = find_action(s, 0, SA_ALLOC, SS_H2D, lower_id_rbuf(0, l, 1));
+        pf_ok &= mk1 >= 0 && mk0 > mk1 && pa > mk1 && pa < mk0;
+        /* after the mark: the release of layer L-1's prefetch (a compute RECORD and the H2D
+           actions), then compute's WAIT, then the recomputation */
+        int wi = next_compute(s, mk0, 1), ri = wi >= 0 ? next_compute(s, wi, 0) : -1;
+        const sched_action *w = wi >= 0 ? sched_get(s, (size_t)wi) : NULL;
+        pf_ok &= w && w->kind == SA_WAIT;
+        const sched_action *r = ri >= 0 ? sched_get(s, (size_t)ri) : NULL;
+        rec_ok &= r && r->kind == SA_COMPUTE && r->recompute;
+        for (int i = mk0; i >= 0 && i < (int)sched_count(s); i++) {
+            const sched_action *a = sched_get(s, (size_t)i);
+            if (a->kind != SA_COMPUTE || !a->recompute) {
+                if (a->kind == SA_COMPUTE) break;
+                continue;
+            }
+            const trace_op *op = trace_find_op(t, (uint64_t)a->op);
+            rec_ok &= op && op->kind != TK_ATTN && fabs(a->dur_us - 0.5 * op->dur_us) < 1e-9;
+        }
+    }
+    for (int l = NL - 2; l < NL; l++) {
+        int mk0 = find_mark(s, TP_BWD, l);
+        for (int i = mk0; i >= 0 && i < (int)sched_count(s); i++) {
+            const sched_action *a = sched_get(s, (size_t)i);
+            if (a->kind == SA_MARK && i > mk0) break;
+            kept_ok &= !(a->kind == SA_COMPUTE && a->recompute);
+        }
+        kept_ok &= find_action(s, 0, SA_ALLOC, SS_H2D, lower_id_rbuf(0, l, 1)) < 0;
+    }
+    TAP_OK(pf_ok, "layer L's block is prefetched during layer L+1's backward and waited for at "
+                  "L's backward start");
+    TAP_OK(rec_ok && rep.recompute_ops > 0, "token-wise recomputation follows the wait: half of "
+           "each op's time at alpha 0.5, never the attention kernel (%" PRIu64 " ops)",
+           rep.recompute_ops);
+    TAP_OK(kept_ok, "the last two layers are kept: no prefetch, no recomputation");
+    /* the CP ring runs under the attention kernel */
+    int ring = 0;
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        const trace_op *op = a->kind == SA_COMPUTE ? trace_find_op(t, (uint64_t)a->op) : NULL;
+        ring += op && op->kind == TK_COMM && strstr(op->name, ".ovl") != NULL;
+    }
+    schedule_t *s2 = NULL;
+    lo.overlap_ovl = 0;
+    lower_report rep2;
+    lo.report = &rep2;
+    st = lower_schedule(t, p, m, &lo, &s2, &err);
+    TAP_OK(ring == 0 && rep.overlapped == 2 * NL && st == MS_OK && rep2.overlapped == 0 &&
+           sched_count(s2) == sched_count(s) + (size_t)rep.overlapped,
+           "CP ring exchanges merged into their attention kernels (%" PRIu64 "), or not",
+           rep.overlapped);
+    sched_free(s2);
+    sched_free(s);
+    plan_free(p);
+    trace_free(t);
+}
+
+static char *dump_plan(const plan_t *p)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return NULL;
+    plan_write_fp(p, f);
+    fclose(f);
+    return buf;
+}
+
+static void test_determinism(const machine_t *m)
+{
+    trace_t *t = small_trace(m, 2, NULL);
+    plan_t *p1 = NULL, *p2 = NULL;
+    ms_error err;
+    ms_status s1 = t ? pol_plan("memo", t, m, NULL, &p1, &err) : MS_ERR_INVALID;
+    ms_status s2 = t ? pol_plan("memo", t, m, NULL, &p2, &err) : MS_ERR_INVALID;
+    char *d1 = s1 == MS_OK ? dump_plan(p1) : NULL, *d2 = s2 == MS_OK ? dump_plan(p2) : NULL;
+    TAP_OK(d1 && d2 && !strcmp(d1, d2) && strlen(d1) > 1000,
+           "memo plans are byte-identical across runs (2 iterations, %zu bytes)",
+           d1 ? strlen(d1) : 0);
+    free(d1);
+    free(d2);
+    plan_free(p1);
+    plan_free(p2);
+    trace_free(t);
+}
+
+int main(void)
+{
+    machine_t m;
+    test_machine(&m);
+    test_lp();
+    test_layer_info(&m);
+    test_memo_plan(&m);
+    test_rb_schedule(&m);
+    test_determinism(&m);
+    return tap_done();
+}

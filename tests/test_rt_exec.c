@@ -1,0 +1,746 @@
+/* test_rt_exec.c — the runtime executor's host-side logic (runtime/rt_exec.h) without a GPU:
+ * a fake device with a virtual clock (streams, events, copies, kernels as in CUDA's ordering
+ * rules) and a fake memory backend run hand-made and generated schedules. Checks the pinned
+ * pool plan, issue order and measured windows, deferred frees (record_stream), the copy
+ * addresses, the spin credit, per-op timing, alloc_sync, OOM / OOHM as clean results, the
+ * watchdog, and that every stream, event and allocation is released. Runs everywhere. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "planners/lower.h"
+#include "planners/policy.h"
+#include "runtime/rt_exec.h"
+#include "tests/tap.h"
+#include "traces/gen.h"
+#include "traces/machine.h"
+#include "traces/models.h"
+#include "traces/u64map.h"
+
+/* ---------------- fake device: virtual microseconds ---------------- */
+
+typedef struct fstream {
+    double t;          /* when its queued work ends */
+} fstream;
+
+typedef struct fevent {
+    double t;          /* when its last record is reached; -1: never recorded */
+} fevent;
+
+typedef struct fcopy {
+    uint64_t dst, src, bytes;
+    int d2h;
+} fcopy;
+
+typedef struct fdev {
+    rt_dev_ops ops;
+    double now;                  /* host time */
+    double issue_us;             /* host time each enqueue costs */
+    double bw_Bpus;              /* copy bytes per microsecond */
+    double empty_us;             /* calibration's shortest kernel */
+    long streams, events;        /* alive */
+    long kernels;
+    fcopy copies[4096];
+    size_t n_copies;
+    double kernel_dur[8192];
+    size_t n_kernels;
+} fdev;
+
+static double start_at(fdev *f, fstream *s)
+{
+    f->now += f->issue_us;
+    return s->t > f->now ? s->t : f->now;
+}
+
+static rt_status f_stream_new(void *ctx, void **s)
+{
+    fdev *f = ctx;
+    fstream *x = calloc(1, sizeof *x);
+    f->streams++;
+    *s = x;
+    return RT_OK;
+}
+static void f_stream_free(void *ctx, void *s)
+{
+    ((fdev *)ctx)->streams--;
+    free(s);
+}
+static rt_status f_event_new(void *ctx, int timing, void **e)
+{
+    (void)timing;
+    fdev *f = ctx;
+    fevent *x = calloc(1, sizeof *x);
+    x->t = -1;
+    f->events++;
+    *e = x;
+    return RT_OK;
+}
+static void f_event_free(void *ctx, void *e)
+{
+    ((fdev *)ctx)->events--;
+    free(e);
+}
+static rt_status f_record(void *ctx, void *e, void *s)
+{
+    fdev *f = ctx;
+    ((fevent *)e)->t = start_at(f, s);
+    return RT_OK;
+}
+static rt_status f_wait(void *ctx, void *s, void *e)
+{
+    (void)ctx;
+    fstream *x = s;
+    double t = ((fevent *)e)->t;
+    if (t > x->t) x->t = t;
+    return RT_OK;
+}
+static int f_query(void *ctx, void *e)
+{
+    return ((fevent *)e)->t <= ((fdev *)ctx)->now;
+}
+/* The host waits: its clock moves to the event; a never-reached one times out for real. */
+static int f_host_wait(void *ctx, void *e, double timeout_s)
+{
+    fdev *f = ctx;
+    double t = ((fevent *)e)->t;
+    if (isinf(t)) {
+        struct timespec ts = {(time_t)timeout_s, (long)((timeout_s - (time_t)timeout_s) * 1e9)};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
+    if (t > f->now) f->now = t;
+    return 1;
+}
+static rt_status f_elapsed(void *ctx, void *e0, void *e1, float *ms)
+{
+    (void)ctx;
+    *ms = (float)((((fevent *)e1)->t - ((fevent *)e0)->t) / 1e3);
+    return RT_OK;
+}
+static rt_status f_copy(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h)
+{
+    fdev *f = ctx;
+    fstream *x = s;
+    x->t = start_at(f, x) + (double)bytes / f->bw_Bpus;
+    if (f->n_copies < 4096) {
+        fcopy c = {dst, src, bytes, d2h};
+        f->copies[f->n_copies++] = c;
+    }
+    return RT_OK;
+}
+static rt_status f_kernel(void *ctx, void *s, const rt_kernel_args *k)
+{
+    fdev *f = ctx;
+    fstream *x = s;
+    double d = k->dur_us;
+    if (d < f->empty_us) d = f->empty_us;
+    x->t = d >= 1e12 ? INFINITY : start_at(f, x) + d;
+    if (f->n_kernels < 8192) f->kernel_dur[f->n_kernels++] = d;
+    f->kernels++;
+    return RT_OK;
+}
+static rt_status f_host(void *ctx, void *s, double dur_us)
+{
+    fdev *f = ctx;
+    fstream *x = s;
+    x->t = start_at(f, x) + dur_us;
+    return RT_OK;
+}
+static rt_status f_calibrate(void *ctx, rt_calib *c)
+{
+    fdev *f = ctx;
+    memset(c, 0, sizeof *c);
+    c->valid = 1;
+    c->slope = 1;
+    c->empty_us = f->empty_us;
+    return RT_OK;
+}
+
+static void fdev_init(fdev *f)
+{
+    memset(f, 0, sizeof *f);
+    rt_dev_ops *o = &f->ops;
+    o->ctx = f;
+    o->name = "fake";
+    o->stream_new = f_stream_new;
+    o->stream_free = f_stream_free;
+    o->event_new = f_event_new;
+    o->event_free = f_event_free;
+    o->record = f_record;
+    o->wait = f_wait;
+    o->query = f_query;
+    o->host_wait = f_host_wait;
+    o->elapsed_ms = f_elapsed;
+    o->copy = f_copy;
+    o->kernel = f_kernel;
+    o->host_work = f_host;
+    o->calibrate = f_calibrate;
+    f->bw_Bpus = 50e3; /* 50 GB/s */
+}
+
+/* ---------------- fake memory backend ---------------- */
+
+typedef struct fbe {
+    mb_backend mb;
+    u64map *sizes;
+    uint64_t next, used, cap;
+    long dev_allocs, phys, vas, hosts, maps;
+    uint64_t host_next;
+} fbe;
+
+static ms_status b_malloc(void *ctx, uint64_t bytes, uint64_t *addr)
+{
+    fbe *b = ctx;
+    if (b->used + bytes > b->cap) return MS_ERR_OOM;
+    b->used += bytes;
+    *addr = b->next;
+    b->next += (bytes + 0xfffff) & ~0xfffffULL;
+    b->dev_allocs++;
+    return u64map_put(b->sizes, *addr, bytes) ? MS_ERR_NOMEM : MS_OK;
+}
+static ms_status b_free(void *ctx, uint64_t addr)
+{
+    fbe *b = ctx;
+    uint64_t bytes;
+    if (!u64map_del(b->sizes, addr, &bytes)) return MS_ERR_INVALID;
+    b->used -= bytes;
+    b->dev_allocs--;
+    return MS_OK;
+}
+static ms_status b_va_reserve(void *ctx, uint64_t bytes, uint64_t *va)
+{
+    fbe *b = ctx;
+    *va = b->next;
+    b->next += (bytes + 0x1fffff) & ~0x1fffffULL;
+    b->vas++;
+    return MS_OK;
+}
+static ms_status b_va_free(void *ctx, uint64_t va, uint64_t bytes)
+{
+    (void)va, (void)bytes;
+    ((fbe *)ctx)->vas--;
+    return MS_OK;
+}
+static ms_status b_create(void *ctx, uint64_t bytes, uint64_t *h)
+{
+    fbe *b = ctx;
+    if (b->used + bytes > b->cap) return MS_ERR_OOM;
+    b->used += bytes;
+    b->phys++;
+    *h = (bytes << 20) | (uint64_t)b->phys; /* remembers its size */
+    return MS_OK;
+}
+static ms_status b_release(void *ctx, uint64_t h)
+{
+    fbe *b = ctx;
+    b->used -= h >> 20;
+    b->phys--;
+    return MS_OK;
+}
+static ms_status b_map(void *ctx, uint64_t va, uint64_t bytes, uint64_t h)
+{
+    (void)va, (void)bytes, (void)h;
+    ((fbe *)ctx)->maps++;
+    return MS_OK;
+}
+static ms_status b_access(void *ctx, uint64_t va, uint64_t bytes)
+{
+    (void)ctx, (void)va, (void)bytes;
+    return MS_OK;
+}
+static ms_status b_unmap(void *ctx, uint64_t va, uint64_t bytes)
+{
+    (void)va, (void)bytes;
+    ((fbe *)ctx)->maps--;
+    return MS_OK;
+}
+static ms_status b_sync(void *ctx)
+{
+    (void)ctx;
+    return MS_OK;
+}
+static ms_status b_host_alloc(void *ctx, uint64_t bytes, uint64_t *addr)
+{
+    fbe *b = ctx;
+    *addr = b->host_next;
+    b->host_next += bytes + 4096;
+    b->hosts++;
+    return MS_OK;
+}
+static ms_status b_host_free(void *ctx, uint64_t addr)
+{
+    (void)addr;
+    ((fbe *)ctx)->hosts--;
+    return MS_OK;
+}
+
+static const mb_ops fops = {b_malloc, b_free, b_va_reserve, b_va_free, b_create, b_release,
+                            b_map, b_access, b_unmap, b_sync, b_host_alloc, b_host_free};
+
+static void fbe_init(fbe *b, uint64_t cap)
+{
+    static u64map *sizes;
+    if (!sizes) sizes = u64map_new(64);
+    u64map_clear(sizes);
+    memset(b, 0, sizeof *b);
+    b->sizes = sizes;
+    b->mb.ops = &fops;
+    b->mb.ctx = b;
+    b->mb.granularity_bytes = 2ULL << 20;
+    b->mb.capacity_bytes = cap;
+    b->cap = cap;
+    b->next = 1ULL << 40;
+    b->host_next = 1ULL << 44;
+}
+
+/* ---------------- schedule building ---------------- */
+
+static void act(schedule_t *s, sched_kind k, sched_stream st, uint64_t t, uint64_t bytes,
+                double dur, uint32_t ev)
+{
+    sched_action a;
+    memset(&a, 0, sizeof a);
+    a.kind = k;
+    a.stream = st;
+    a.tensor = t;
+    a.bytes = bytes;
+    a.dur_us = dur;
+    a.event = ev;
+    a.op = k == SA_COMPUTE ? 1 : -1;
+    a.layer = -1;
+    if (sched_add(s, &a) != MS_OK) abort();
+}
+
+static void mark_iter(schedule_t *s, int64_t v)
+{
+    sched_action a;
+    memset(&a, 0, sizeof a);
+    a.kind = SA_MARK;
+    a.stream = SS_COMPUTE;
+    a.mark = TM_ITER;
+    a.mark_value = v;
+    a.op = -1;
+    if (sched_add(s, &a) != MS_OK) abort();
+}
+
+/* One iteration that swaps one 64 MiB tensor out and back:
+ * compute 100 | d2h (wait e1): host_alloc, copy 64 MiB, free | compute 300 | h2d: alloc, copy,
+ * host_free | compute waits e4, 50 us | free. 64 MiB at 50 GB/s = 1342 us. */
+static schedule_t *swap_schedule(int iters)
+{
+    schedule_t *s = sched_new();
+    const uint64_t B = 64ULL << 20;
+    for (int it = 0; it < iters; it++) {
+        mark_iter(s, it);
+        uint32_t e1 = sched_new_event(s), e2 = sched_new_event(s), e3 = sched_new_event(s),
+                 e4 = sched_new_event(s);
+        act(s, SA_ALLOC, SS_COMPUTE, 10, B, 0, 0);
+        act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 100, 0);
+        act(s, SA_RECORD, SS_COMPUTE, 0, 0, 0, e1);
+        act(s, SA_WAIT, SS_D2H, 0, 0, 0, e1);
+        act(s, SA_HOST_ALLOC, SS_D2H, 10, B, 0, 0);
+        act(s, SA_COPY_D2H, SS_D2H, 10, B, 0, 0);
+        act(s, SA_FREE, SS_D2H, 10, 0, 0, 0);
+        act(s, SA_RECORD, SS_D2H, 0, 0, 0, e2);
+        act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 300, 0);
+        act(s, SA_RECORD, SS_COMPUTE, 0, 0, 0, e3);
+        act(s, SA_WAIT, SS_H2D, 0, 0, 0, e3);
+        act(s, SA_WAIT, SS_H2D, 0, 0, 0, e2);
+        act(s, SA_ALLOC, SS_H2D, 10, B, 0, 0);
+        act(s, SA_COPY_H2D, SS_H2D, 10, B, 0, 0);
+        act(s, SA_HOST_FREE, SS_H2D, 10, 0, 0, 0);
+        act(s, SA_RECORD, SS_H2D, 0, 0, 0, e4);
+        act(s, SA_WAIT, SS_COMPUTE, 0, 0, 0, e4);
+        act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 50, 0);
+        act(s, SA_FREE, SS_COMPUTE, 10, 0, 0, 0);
+    }
+    return s;
+}
+
+static void test_host_plan(void)
+{
+    schedule_t *s = sched_new();
+    act(s, SA_ALLOC, SS_COMPUTE, 1, 1000, 0, 0);
+    act(s, SA_ALLOC, SS_COMPUTE, 2, 1000, 0, 0);
+    act(s, SA_HOST_ALLOC, SS_D2H, 1, 5000, 0, 0);     /* [0, 8192) */
+    act(s, SA_HOST_ALLOC, SS_D2H, 2, 100, 0, 0);      /* [8192, 12288) */
+    act(s, SA_COPY_D2H, SS_D2H, 1, 1000, 0, 0);
+    act(s, SA_HOST_FREE, SS_H2D, 1, 0, 0, 0);         /* frees [0, 8192) */
+    act(s, SA_HOST_ALLOC, SS_D2H, 1, 3000, 0, 0);     /* first fit: 0 */
+    act(s, SA_COPY_D2H, SS_D2H, 2, 700, 0, 0);        /* tensor 2 has host memory */
+    act(s, SA_FREE, SS_COMPUTE, 2, 0, 0, 0);
+    act(s, SA_ALLOC, SS_COMPUTE, 3, 900, 0, 0);
+    act(s, SA_COPY_D2H, SS_D2H, 3, 900, 0, 0);        /* no host memory: scratch */
+    rt_host_plan hp;
+    ms_error err;
+    ms_status st = rt_host_plan_make(s, 4096, &hp, &err);
+    TAP_OK(st == MS_OK, "host plan made");
+    if (st == MS_OK) {
+        TAP_OK(hp.offsets[2] == 0 && hp.offsets[3] == 8192, "first two host ranges: 0 and 8192 "
+               "(got %llu, %llu)", (unsigned long long)hp.offsets[2],
+               (unsigned long long)hp.offsets[3]);
+        TAP_OK(hp.offsets[6] == 0, "a freed range is reused first fit (got %llu)",
+               (unsigned long long)hp.offsets[6]);
+        TAP_OK(hp.offsets[0] == UINT64_MAX && hp.offsets[4] == UINT64_MAX,
+               "non host-alloc actions have no offset");
+        TAP_OK(hp.peak_bytes == 5100, "peak host bytes 5100 (got %llu)",
+               (unsigned long long)hp.peak_bytes);
+        TAP_OK(hp.scratch_off == 12288 && hp.scratch_bytes == 4096 && hp.pool_bytes == 16384,
+               "scratch after the top: off %llu bytes %llu pool %llu",
+               (unsigned long long)hp.scratch_off, (unsigned long long)hp.scratch_bytes,
+               (unsigned long long)hp.pool_bytes);
+        TAP_OK(hp.stream_mask[2] == ((1u << SS_D2H) | (1u << SS_H2D)),
+               "stream mask of the first host range: its copy and its free (0x%x)",
+               hp.stream_mask[2]);
+        rt_host_plan_release(&hp);
+    }
+    sched_free(s);
+}
+
+static rt_status run(const schedule_t *s, const rt_exec_opts *o, fdev *f, fbe *b,
+                     rt_exec_result *r)
+{
+    return rt_exec_run(s, o, &f->ops, &b->mb, r);
+}
+
+static int clean(const fdev *f, const fbe *b)
+{
+    return f->streams == 0 && f->events == 0 && b->dev_allocs == 0 && b->phys == 0 &&
+           b->vas == 0 && b->hosts == 0 && b->maps == 0;
+}
+
+static void test_swap(void)
+{
+    schedule_t *s = swap_schedule(2);
+    fdev f;
+    fbe b;
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 34);
+    rt_exec_opts o;
+    rt_exec_opts_default(&o);
+    rt_exec_result r;
+    rt_status st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_OK && r.outcome == RTX_OK, "swap schedule runs (%s)", r.failure);
+    TAP_OK(r.n_win == 3, "three windows: setup and two iterations (%zu)", r.n_win);
+    double copy_us = (double)(64ULL << 20) / f.bw_Bpus;
+    /* compute 100, then the D2H copy; compute 300 overlaps it; the H2D copy starts after both
+     * (it waits e2 and e3); then 50 us of compute */
+    double want = 100 + copy_us + copy_us + 50;
+    TAP_OK(fabs(r.iter_time_s * 1e6 - want) < 5, "iteration time %.1f us, as the stream rules "
+           "give (%.1f)", r.iter_time_s * 1e6, want);
+    TAP_OK(fabs(r.nominal_s * 1e6 - 450) < 1e-6, "nominal compute 450 us (%.3f)",
+           r.nominal_s * 1e6);
+    TAP_OK(fabs(r.d2h_busy_s * 1e6 - copy_us) < 1 && fabs(r.h2d_busy_s * 1e6 - copy_us) < 1,
+           "copy busy times from the copy events (%.1f, %.1f us)", r.d2h_busy_s * 1e6,
+           r.h2d_busy_s * 1e6);
+    TAP_OK(r.deferred_frees == 4, "the D2H-stream free and the compute free of the H2D block "
+           "are deferred, twice (%llu)", (unsigned long long)r.deferred_frees);
+    TAP_OK(r.host_peak_bytes == (64ULL << 20) && r.host_pool_bytes == (64ULL << 20),
+           "pinned pool = peak host bytes = 64 MiB");
+    TAP_OK(r.h2d_large.n == 2 && r.d2h_large.n == 2 && fabs(r.h2d_large.agg_Bps - 50e9) < 1e8,
+           "link statistics of large copies: %llu + %llu copies, %.3g B/s",
+           (unsigned long long)r.h2d_large.n, (unsigned long long)r.d2h_large.n,
+           r.h2d_large.agg_Bps);
+    /* copy addresses: the D2H of iteration 0 and the H2D that follows use the same host bytes;
+     * device sides are the tensor's blocks */
+    int ok = f.n_copies == 4;
+    if (ok) {
+        const fcopy *d = &f.copies[0], *h = &f.copies[1];
+        ok = d->d2h && !h->d2h && d->dst == h->src && d->dst >= (1ULL << 44) &&
+             d->src >= (1ULL << 40) && d->src < (1ULL << 44) && h->dst >= (1ULL << 40) &&
+             d->bytes == (64ULL << 20);
+    }
+    TAP_OK(ok, "copies move between the tensor's device block and its pinned range");
+    TAP_OK(clean(&f, &b), "everything released: streams %ld events %ld allocs %ld hosts %ld",
+           f.streams, f.events, b.dev_allocs, b.hosts);
+    TAP_OK(r.astats.num_allocs == 4 && r.astats.num_frees == 4, "allocator saw 4 allocs and 4 "
+           "frees (%llu, %llu)", (unsigned long long)r.astats.num_allocs,
+           (unsigned long long)r.astats.num_frees);
+    rt_exec_result_release(&r);
+
+    /* alloc_sync: no deferral, the host waits */
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 34);
+    o.alloc_sync = 1;
+    st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.deferred_frees == 0 && r.alloc_waits == 8,
+           "alloc_sync: ok, nothing deferred, one wait per allocator call (%llu)",
+           (unsigned long long)r.alloc_waits);
+    TAP_OK(clean(&f, &b), "alloc_sync: everything released");
+    rt_exec_result_release(&r);
+
+    /* per-op events */
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 34);
+    o.alloc_sync = 0;
+    o.per_op = 1;
+    st = run(s, &o, &f, &b, &r);
+    ok = st == RT_OK && r.n_ops == 6;
+    for (size_t k = 0; ok && k < r.n_ops; k++) ok = fabs(r.ops[k].meas_us - r.ops[k].req_us) < 0.01;
+    TAP_OK(ok, "per-op: 6 compute actions, each measured at its duration");
+    TAP_OK(fabs(r.compute_busy_s * 1e6 - 450) < 0.01, "per-op compute busy 450 us (%.3f)",
+           r.compute_busy_s * 1e6);
+    TAP_OK(clean(&f, &b), "per-op: every event released");
+    rt_exec_result_release(&r);
+    sched_free(s);
+}
+
+static void test_credit(void)
+{
+    schedule_t *s = sched_new();
+    mark_iter(s, 0);
+    for (int k = 0; k < 10; k++) act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 2, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 100, 0);
+    fdev f;
+    fbe b;
+    rt_exec_opts o;
+    rt_exec_result r;
+    rt_exec_opts_default(&o);
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 30);
+    f.empty_us = 10;
+    rt_status st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_OK && fabs(r.iter_time_s * 1e6 - 120) < 0.5,
+           "spin credit: 10 x 2 us + 100 us with a 10 us shortest kernel takes 120 us (%.2f)",
+           r.iter_time_s * 1e6);
+    rt_exec_result_release(&r);
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 30);
+    f.empty_us = 10;
+    o.spin_credit = 0;
+    st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_OK && fabs(r.iter_time_s * 1e6 - 200) < 0.5,
+           "without the credit it takes 200 us (%.2f)", r.iter_time_s * 1e6);
+    rt_exec_result_release(&r);
+    sched_free(s);
+}
+
+static void test_failures(void)
+{
+    schedule_t *s = swap_schedule(2);
+    fdev f;
+    fbe b;
+    rt_exec_opts o;
+    rt_exec_result r;
+    rt_exec_opts_default(&o);
+    /* OOM: 40 MiB of device memory cannot hold the 64 MiB block */
+    fdev_init(&f);
+    fbe_init(&b, 40ULL << 20);
+    rt_status st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_OK && r.outcome == RTX_OOM, "OOM is a result (%s)", rt_outcome_name(r.outcome));
+    TAP_OK(strstr(r.failure, "out of device memory allocating tensor 10") != NULL,
+           "the failure names the request: %s", r.failure);
+    TAP_OK(clean(&f, &b), "after an OOM everything is released (streams %ld events %ld "
+           "allocs %ld hosts %ld)", f.streams, f.events, b.dev_allocs, b.hosts);
+    TAP_OK(r.iter_time_s == 0, "no iteration time after an OOM");
+    rt_exec_result_release(&r);
+
+    /* deferred frees are waited for before an OOM is final */
+    fdev_init(&f);
+    fbe_init(&b, 100ULL << 20);
+    f.issue_us = 0;
+    st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.oom_drains >= 1,
+           "a 100 MiB device fits after waiting for the deferred free (%s, drains %llu)",
+           rt_outcome_name(r.outcome), (unsigned long long)r.oom_drains);
+    TAP_OK(clean(&f, &b), "and releases everything");
+    rt_exec_result_release(&r);
+
+    /* OOHM */
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 34);
+    o.host_limit_bytes = 1ULL << 20;
+    st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_OK && r.outcome == RTX_OOHM && strstr(r.failure, "pinned pool"),
+           "a pinned pool over the host limit is out of host memory (%s)", r.failure);
+    TAP_OK(clean(&f, &b), "OOHM: everything released");
+    rt_exec_result_release(&r);
+    o.host_limit_bytes = 0;
+    sched_free(s);
+
+    /* invalid schedule */
+    s = sched_new();
+    uint32_t e = sched_new_event(s);
+    act(s, SA_WAIT, SS_COMPUTE, 0, 0, 0, e);
+    act(s, SA_RECORD, SS_D2H, 0, 0, 0, e);
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 30);
+    st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_ERR_INVALID && strstr(r.failure, "deadlock"),
+           "a schedule that would deadlock is refused: %s", r.failure);
+    TAP_OK(clean(&f, &b), "nothing created for an invalid schedule");
+    sched_free(s);
+
+    /* watchdog */
+    s = sched_new();
+    mark_iter(s, 0);
+    act(s, SA_ALLOC, SS_COMPUTE, 1, 1 << 20, 0, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 1e13, 0);
+    act(s, SA_FREE, SS_COMPUTE, 1, 0, 0, 0);
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 30);
+    o.watchdog_s = 0.3;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = run(s, &o, &f, &b, &r);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    TAP_OK(st == RT_ERR_CUDA && r.outcome == RTX_ERROR && strstr(r.failure, "watchdog") &&
+           r.leaked, "a hung kernel trips the watchdog: %s", r.failure);
+    TAP_OK(dt < 3.0, "and the run returns (%.2f s)", dt);
+    TAP_OK(f.streams == 0 && f.events == 0, "streams and events are still destroyed");
+    rt_exec_result_release(&r);
+    sched_free(s);
+}
+
+/* A generated workload through planning and lowering, every allocator. */
+static void test_generated(void)
+{
+    machine_profile *mp;
+    ms_error err;
+    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
+        TAP_OK(0, "load h200-sxm: %s", err.msg);
+        return;
+    }
+    gen_config c;
+    gen_config_default(&c);
+    if (model_lookup("dims:2,256,4,1024,1000", &c.model, &err) != MS_OK) abort();
+    c.seq = 512;
+    c.iterations = 2;
+    trace_t *t = NULL;
+    ms_status st = gen_trace(&c, &mp->m, &t, &err);
+    TAP_OK(st == MS_OK, "tiny trace generated (%s)", st == MS_OK ? "" : err.msg);
+    const char *pols[] = {"keep-all", "full-swap", "full-recompute"};
+    const char *allocs[] = {"caching", "stitching", "expandable"};
+    for (size_t p = 0; t && p < 3; p++) {
+        plan_t *plan = NULL;
+        schedule_t *s = NULL;
+        st = pol_plan(pols[p], t, &mp->m, NULL, &plan, &err);
+        if (st == MS_OK) st = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
+        TAP_OK(st == MS_OK, "%s: planned and lowered (%s)", pols[p], st == MS_OK ? "" : err.msg);
+        if (st != MS_OK) {
+            plan_free(plan);
+            continue;
+        }
+        double want = 0;
+        int seen = 0;
+        for (size_t i = 0; i < sched_count(s); i++) {
+            const sched_action *a = sched_get(s, i);
+            if (a->kind == SA_MARK && a->mark == TM_ITER && a->stream == SS_COMPUTE) {
+                want = 0;
+                seen = 1;
+            }
+            if (seen && a->kind == SA_COMPUTE) want += a->dur_us;
+        }
+        for (size_t k = 0; k < 3; k++) {
+            fdev f;
+            fbe b;
+            fdev_init(&f);
+            fbe_init(&b, 8ULL << 30);
+            rt_exec_opts o;
+            rt_exec_opts_default(&o);
+            o.allocator = allocs[k];
+            o.trace = t;
+            rt_exec_result r;
+            rt_status rs = run(s, &o, &f, &b, &r);
+            TAP_OK(rs == RT_OK && r.outcome == RTX_OK && r.n_win == 3 &&
+                   fabs(r.nominal_s * 1e6 - want) < 1e-3 * want &&
+                   r.iter_time_s >= r.nominal_s * 0.999 && r.astats.allocated_peak_bytes > 0,
+                   "%s / %s: ok, last iteration %.3f ms for %.3f ms of compute, peak "
+                   "allocated %llu (%s)", pols[p], allocs[k], r.iter_time_s * 1e3,
+                   r.nominal_s * 1e3, (unsigned long long)r.astats.allocated_peak_bytes,
+                   r.failure);
+            TAP_OK(clean(&f, &b), "%s / %s: everything released (allocs %ld phys %ld vas %ld "
+                   "maps %ld)", pols[p], allocs[k], b.dev_allocs, b.phys, b.vas, b.maps);
+            if (p == 1 && k == 0) {
+                TAP_OK(r.copies > 0 && r.deferred_frees > 0 && r.host_peak_bytes > 0,
+                       "full-swap copies (%llu), defers frees (%llu), uses host memory",
+                       (unsigned long long)r.copies, (unsigned long long)r.deferred_frees);
+                /* a host that runs ahead keeps offloaded blocks until the copies end; a host
+                 * held close to the GPU (or waiting at each allocator call) frees them about
+                 * where the schedule does */
+                uint64_t ahead_peak = r.astats.allocated_peak_bytes;
+                for (int mode = 0; mode < 2; mode++) {
+                    rt_exec_result r2;
+                    fdev_init(&f);
+                    f.issue_us = 0.5;
+                    fbe_init(&b, 8ULL << 30);
+                    rt_exec_opts o2 = o;
+                    o2.max_ahead = mode == 0 ? 1 : 0;
+                    o2.alloc_sync = mode == 1;
+                    rs = run(s, &o2, &f, &b, &r2);
+                    /* alloc_sync stalls the issuing thread at H2D-stream allocations, so
+                     * only max_ahead keeps the iteration time */
+                    TAP_OK(rs == RT_OK && r2.outcome == RTX_OK &&
+                           r2.astats.allocated_peak_bytes < ahead_peak &&
+                           (mode || fabs(r2.iter_time_s - r.iter_time_s) < 0.02 * r.iter_time_s),
+                           "full-swap with %s: peak allocated %llu < %llu running ahead, "
+                           "iteration %.3f ms (%.3f ahead)", mode ? "alloc_sync" : "max_ahead 1",
+                           (unsigned long long)r2.astats.allocated_peak_bytes,
+                           (unsigned long long)ahead_peak, r2.iter_time_s * 1e3,
+                           r.iter_time_s * 1e3);
+                    TAP_OK(clean(&f, &b) && (mode ? r2.alloc_waits : r2.ahead_waits) > 0,
+                           "full-swap with %s: waited, everything released",
+                           mode ? "alloc_sync" : "max_ahead 1");
+                    rt_exec_result_release(&r2);
+                }
+            }
+            rt_exec_result_release(&r);
+        }
+        sched_free(s);
+        plan_free(plan);
+    }
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+/* Host work on the host stream between events, and DHA computes (the fake ignores their
+ * link time): the stream order gives 1000 + 3000 + 2000 + 100 us. */
+static void test_host_stream(void)
+{
+    schedule_t *s = sched_new();
+    uint32_t e0 = sched_new_event(s), e1 = sched_new_event(s);
+    mark_iter(s, 0);
+    act(s, SA_ALLOC, SS_COMPUTE, 1, 1 << 20, 0, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 1000, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 3000, 0);
+    act(s, SA_RECORD, SS_COMPUTE, 0, 0, 0, e0);
+    act(s, SA_WAIT, SS_HOST, 0, 0, 0, e0);
+    act(s, SA_HOST_COMPUTE, SS_HOST, 0, 0, 2000, 0);
+    act(s, SA_RECORD, SS_HOST, 0, 0, 0, e1);
+    act(s, SA_WAIT, SS_COMPUTE, 0, 0, 0, e1);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 100, 0);
+    act(s, SA_FREE, SS_COMPUTE, 1, 0, 0, 0);
+    /* the first compute reads 8 MiB of host memory */
+    sched_action *a = (sched_action *)sched_get(s, 2);
+    a->host_read_bytes = 8 << 20;
+    a->dha_eff = 1;
+    fdev f;
+    fbe b;
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 30);
+    rt_exec_opts o;
+    rt_exec_opts_default(&o);
+    rt_exec_result r;
+    rt_status st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_OK && r.outcome == RTX_OK && fabs(r.iter_time_s * 1e6 - 6100) < 0.5 &&
+           fabs(r.host_busy_s * 1e6 - 2000) < 1e-6 && r.host_pool_bytes == 0,
+           "host work runs in its stream's order between events: %.1f us (6100), host %.1f us",
+           r.iter_time_s * 1e6, r.host_busy_s * 1e6);
+    TAP_OK(clean(&f, &b), "the DHA buffer is given back (hosts %ld)", b.hosts);
+    rt_exec_result_release(&r);
+    sched_free(s);
+}
+
+int main(void)
+{
+    test_host_stream();
+    test_host_plan();
+    test_swap();
+    test_credit();
+    test_failures();
+    test_generated();
+    return tap_done();
+}
