@@ -291,16 +291,7 @@ ms_status memo_layer_info_get(const trace_t *t, const machine_t *m, memo_layer_i
 
 void memo_gpu_view(const machine_t *m, int ranks, machine_t *out)
 {
-    *out = *m;
-    int64_t share = m->node_gpus_per_switch > 1 ? m->node_gpus_per_switch : 1;
-    if (ranks >= 1 && share > ranks) share = ranks;
-    if (share <= 1) return;
-    double d = (double)share;
-    out->link_h2d_Bps /= d;
-    out->link_d2h_Bps /= d;
-    out->link_duplex_Bps /= d;
-    out->dha_read_Bps /= d;
-    out->dha_write_Bps /= d;
+    machine_gpu_view(m, ranks, out);
 }
 
 static uint64_t meta_u64(const trace_t *t, const char *key)

@@ -580,3 +580,17 @@ double machine_free_us(const machine_t *m, uint64_t bytes)
 {
     return m->cuda_free_base_us + m->cuda_free_per_gib_us * ((double)bytes / MS_GiB);
 }
+
+void machine_gpu_view(const machine_t *m, int ranks, machine_t *out)
+{
+    *out = *m;
+    int64_t share = m->node_gpus_per_switch > 1 ? m->node_gpus_per_switch : 1;
+    if (ranks >= 1 && share > ranks) share = ranks;
+    if (share <= 1) return;
+    double d = (double)share;
+    out->link_h2d_Bps /= d;
+    out->link_d2h_Bps /= d;
+    out->link_duplex_Bps /= d;
+    out->dha_read_Bps /= d;
+    out->dha_write_Bps /= d;
+}

@@ -100,6 +100,12 @@ ms_status machine_list(char ***names, size_t *n, ms_error *err);
 /* Prints the key table of FORMAT.md (markdown) from the field table. */
 void machine_write_key_table(FILE *f);
 
+/* The per-GPU view of a node when `ranks` of its GPUs train together: they run the same
+ * schedule and copy at the same time, so GPUs behind one PCIe switch share its uplink: the
+ * host-link and DHA bandwidths are divided by min(node_gpus_per_switch, ranks). Host memory
+ * stays the node's (the executor gives each GPU its share). Other fields are copied. */
+void machine_gpu_view(const machine_t *m, int ranks, machine_t *out);
+
 /* Derived figures used everywhere. */
 uint64_t machine_usable_bytes(const machine_t *m);   /* hbm - reserved */
 double machine_malloc_us(const machine_t *m, uint64_t bytes);
