@@ -7,7 +7,9 @@
  * Usage: fuzz_readers [ITERATIONS_PER_READER [SEED]]  (defaults 3000 and 1). Run by make check. */
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
+#include "planners/dsa.h"
 #include "planners/plan.h"
+#include "traces/import_pytorch.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
 
@@ -428,6 +430,67 @@ static void run_plan(const char *path, size_t it, tally *t)
     plan_free(p);
 }
 
+/* The PyTorch snapshot importer: a rejection names the file; an accepted mutant imports. */
+static void run_snapshot(const char *path, size_t it, tally *t)
+{
+    ms_error err;
+    trace_t *tr = NULL;
+    imp_result res;
+    memset(&res, 0, sizeof res);
+    ms_status st = imp_pytorch_load(path, NULL, &tr, &res, &err);
+    if (st != MS_OK) {
+        t->rejected++;
+        if (!names_file(&err, path)) { t->bad_msg++; report_bad("imp_pytorch_load", it, &err); }
+    } else {
+        t->accepted++;
+    }
+    imp_result_release(&res);
+    trace_free(tr);
+}
+
+/* The DSA instance reader: an accepted mutant must also solve and check. */
+static void run_dsa(const char *path, size_t it, tally *t)
+{
+    ms_error err;
+    dsa_instance *in = NULL;
+    ms_status st = dsa_read_csv(path, &in, &err);
+    if (st != MS_OK) {
+        t->rejected++;
+        if (!names_file(&err, path)) { t->bad_msg++; report_bad("dsa_read_csv", it, &err); }
+        return;
+    }
+    t->accepted++;
+    size_t n = dsa_instance_count(in);
+    const dsa_buffer *b = dsa_instance_buffers(in);
+    uint64_t *off = calloc(n ? n : 1, sizeof *off), top = 0, peak;
+    for (size_t i = 0; off && i < n; i++) { off[i] = top; top += b[i].size_bytes; }
+    if (!off || dsa_check(in, off, 0, &peak, &err) != MS_OK) t->bad_roundtrip++;
+    free(off);
+    dsa_instance_free(in);
+}
+
+static void seed_snapshot(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fputs("{\"segments\": [], \"device_traces\": [[\n"
+          " {\"action\": \"segment_alloc\", \"addr\": 1048576, \"size\": 2097152, \"stream\": 0},\n"
+          " {\"action\": \"alloc\", \"addr\": 1048576, \"size\": 4096, \"stream\": 0},\n"
+          " {\"action\": \"alloc\", \"addr\": 1052672, \"size\": 512, \"stream\": 7},\n"
+          " {\"action\": \"free_requested\", \"addr\": 1048576, \"size\": 4096, \"stream\": 0},\n"
+          " {\"action\": \"free_completed\", \"addr\": 1048576, \"size\": 4096, \"stream\": 0}\n"
+          "]]}\n", f);
+    fclose(f);
+}
+
+static void seed_dsa(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fputs("id,lower,upper,size\n0,0,10,100\n1,5,15,200\n2,12,20,50\n3,0,3,64\n", f);
+    fclose(f);
+}
+
 static void fuzz(const char *what, const char *seed_name, const char *case_name, size_t iters,
                  void (*run)(const char *, size_t, tally *), int has_agreement)
 {
@@ -471,9 +534,14 @@ int main(int argc, char **argv)
     fuzz("trace", "seed.trace", "case.trace", iters, run_trace, 1);
     fuzz("machine", "seed.machine", "case.machine", iters, run_machine, 0);
     fuzz("plan", "seed.plan", "case.plan", iters, run_plan, 0);
+    seed_snapshot(tpath("seed.json"));
+    seed_dsa(tpath("seed.csv"));
+    fuzz("pytorch snapshot", "seed.json", "case.json", iters, run_snapshot, 0);
+    fuzz("dsa csv", "seed.csv", "case.csv", iters, run_dsa, 0);
     const char *files[] = {"seed.trace", "seed.machine", "seed.plan", "case.trace",
                            "case.machine", "case.plan", "rt1.trace", "rt2.trace",
-                           "rt1.machine", "rt2.machine", "rt1.plan", "rt2.plan"};
+                           "rt1.machine", "rt2.machine", "rt1.plan", "rt2.plan",
+                           "seed.json", "case.json", "seed.csv", "case.csv"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) remove(tpath(files[i]));
     if (rmdir(tmpdir) != 0) TAP_NOTE("could not remove %s", tmpdir);
     return tap_done();
