@@ -796,7 +796,9 @@ typedef struct bb {
     uint32_t *stamp; uint32_t stamp_now;     /* section marks for floor refinement */
     uint32_t *affected; size_t naff;
     btrail *trail; size_t ntrail, trail_cap;
-    bcand *arena; size_t arena_top, arena_cap;
+    /* candidate lists live in a stack of blocks that grows on demand and never moves a
+     * live list; a mark (block, top) releases everything allocated after it */
+    bcand **blk; size_t *blk_cap; size_t nblk, blk_cur, blk_top;
     int heuristic;                           /* 0 WAT, 1 TAW, 2 TWA */
     uint64_t work, limit;
     int nomem;
@@ -807,7 +809,9 @@ static void bb_free(bb *B)
     sections_free(&B->s);
     free(B->ov_start); free(B->ov); free(B->sec_start); free(B->sec_buf);
     free(B->off); free(B->minoff); free(B->sol); free(B->floor); free(B->total);
-    free(B->cuts); free(B->stamp); free(B->affected); free(B->trail); free(B->arena);
+    free(B->cuts); free(B->stamp); free(B->affected); free(B->trail);
+    for (size_t k = 0; k < B->nblk; k++) free(B->blk[k]);
+    free(B->blk); free(B->blk_cap);
 }
 
 /* Builds the overlap lists with a sweep over lower ends: O(n log n + pairs). */
@@ -913,14 +917,35 @@ static void bb_undo(bb *B, size_t mark)
     }
 }
 
+typedef struct bmark { size_t blk, top; } bmark;
+
+static bmark bb_mark(const bb *B) { return (bmark){B->blk_cur, B->blk_top}; }
+static void bb_release(bb *B, bmark m) { B->blk_cur = m.blk; B->blk_top = m.top; }
+
 static bcand *bb_alloc(bb *B, size_t k)
 {
-    if (B->arena_top + k > B->arena_cap) { /* cannot happen: sized for the deepest search */
-        B->nomem = 1;
-        return NULL;
+    if (B->nblk == 0 || B->blk_top + k > B->blk_cap[B->blk_cur]) {
+        size_t next = B->nblk == 0 ? 0 : B->blk_cur + 1, want = k > 65536 ? k : 65536;
+        if (next == B->nblk) { /* a new block */
+            void *p1 = realloc(B->blk, (B->nblk + 1) * sizeof *B->blk);
+            if (p1) B->blk = p1;
+            void *p2 = p1 ? realloc(B->blk_cap, (B->nblk + 1) * sizeof *B->blk_cap) : NULL;
+            if (p2) B->blk_cap = p2;
+            bcand *b = p2 ? malloc(want * sizeof *b) : NULL;
+            if (!b) { B->nomem = 1; return NULL; }
+            B->blk[B->nblk] = b;
+            B->blk_cap[B->nblk++] = want;
+        } else if (B->blk_cap[next] < k) { /* a free block too small: nothing lives in it */
+            bcand *b = realloc(B->blk[next], want * sizeof *b);
+            if (!b) { B->nomem = 1; return NULL; }
+            B->blk[next] = b;
+            B->blk_cap[next] = want;
+        }
+        B->blk_cur = next;
+        B->blk_top = 0;
     }
-    bcand *p = B->arena + B->arena_top;
-    B->arena_top += k;
+    bcand *p = B->blk[B->blk_cur] + B->blk_top;
+    B->blk_top += k;
     return p;
 }
 
@@ -1033,7 +1058,8 @@ static int bb_search(bb *B, size_t plo, size_t phi, const bcand *up, size_t nup,
 {
     if (B->work >= B->limit) return BB_ABORT;
     B->work += 1 + nup;
-    size_t save_top = B->arena_top, k = 0;
+    bmark save = bb_mark(B);
+    size_t k = 0;
     for (size_t q = 0; q < nup; q++) k += B->off[up[q].i] == NONE64;
     bcand *list = bb_alloc(B, k);
     if (!list) return BB_ABORT;
@@ -1062,7 +1088,7 @@ static int bb_search(bb *B, size_t plo, size_t phi, const bcand *up, size_t nup,
         if (B->nomem) result = BB_ABORT;
         if (result == BB_FAIL && !hat) break;
     }
-    B->arena_top = save_top;
+    bb_release(B, save);
     return result;
 }
 
@@ -1086,7 +1112,7 @@ static int cmp_bpre(const void *x, const void *y)
 static int bb_solve_part(bb *B, size_t plo, size_t phi)
 {
     const dsa_instance *in = B->in;
-    size_t save_top = B->arena_top;
+    bmark save = bb_mark(B);
     /* the partition's unplaced buffers: no unplaced buffer crosses its bounds, so each
      * is counted once, in the section where it starts */
     size_t m = 0;
@@ -1097,7 +1123,7 @@ static int bb_solve_part(bb *B, size_t plo, size_t phi)
         }
     bcand *list = bb_alloc(B, m);
     bpre *pre = malloc((m + 1) * sizeof *pre);
-    if (!list || !pre) { free(pre); B->nomem = 1; B->arena_top = save_top; return BB_ABORT; }
+    if (!list || !pre) { free(pre); B->nomem = 1; bb_release(B, save); return BB_ABORT; }
     m = 0;
     for (size_t k = plo; k < phi; k++)
         for (size_t q = B->sec_start[k]; q < B->sec_start[k + 1]; q++) {
@@ -1116,7 +1142,7 @@ static int bb_solve_part(bb *B, size_t plo, size_t phi)
     for (size_t q = 0; q < m; q++) list[q] = (bcand){0, (uint32_t)q, pre[q].i};
     free(pre);
     int r = bb_search(B, plo, phi, list, m, 0, 0);
-    B->arena_top = save_top;
+    bb_release(B, save);
     return r;
 }
 
@@ -1149,10 +1175,6 @@ ms_status dsa_bb_decide(const dsa_instance *in, uint64_t capacity_bytes, uint64_
         bb_free(&B);
         return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
-    /* candidate lists: at most one per depth, each no longer than the unplaced count */
-    B.arena_cap = n * (n + 1) + 4 * n + 16;
-    B.arena = malloc(B.arena_cap * sizeof *B.arena);
-    if (!B.arena) { bb_free(&B); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
     uint64_t limit = 64 * (uint64_t)n;
     for (;;) {
         int r = BB_ABORT;
@@ -1261,9 +1283,8 @@ static lprec *mip_build(const dsa_instance *in, const sections *s, uint64_t lowe
     row[0] = 1; col[0] = colM;
     if (ok) ok = set_obj_fnex(lp, 1, row, col);
     set_minim(lp);
-    /* the peak is integral (see above), so a node within 0.5 of the incumbent is done */
-    set_mip_gap(lp, TRUE, 0.5);
-    set_mip_gap(lp, FALSE, 0);
+    /* lp_solve's default MIP gaps: a looser absolute gap (0.5, tempting since the peak is
+     * integral) made it stop above the optimum on random 12-buffer instances */
     if (!ok) { delete_lp(lp); return NULL; }
     return lp;
 }

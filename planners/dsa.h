@@ -152,7 +152,7 @@ ms_status dsa_greedy(const dsa_instance *in, uint64_t stop_at_bytes, uint64_t *o
  * memory grows with the square of the count; more is MS_ERR_LIMIT). Sets *res to OK
  * (offsets written, peak <= capacity), INFEASIBLE (proven) or TIMEOUT (work_budget spent);
  * *work_used may be NULL. */
-#define DSA_BB_MAX_BUFFERS 6000
+#define DSA_BB_MAX_BUFFERS 4000
 ms_status dsa_bb_decide(const dsa_instance *in, uint64_t capacity_bytes, uint64_t work_budget,
                         uint64_t *offsets, dsa_result *res, uint64_t *work_used,
                         ms_error *err);

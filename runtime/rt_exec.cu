@@ -1018,7 +1018,8 @@ static void teardown(ex *x)
         if (x->alloc) {
             size_t it = 0;
             uint64_t key, slot;
-            while (u64map_next(x->dmap, &it, &key, &slot)) alloc_release(x->alloc, x->dl[slot].addr);
+            while (u64map_next(x->dmap, &it, &key, &slot))
+                alloc_release(x->alloc, x->dl[slot].addr);
             for (size_t p = 0; p < x->n_pd; p++)
                 if (x->pd[p].active && !x->pd[p].host) alloc_release(x->alloc, x->pd[p].addr);
             alloc_empty_cache(x->alloc);
@@ -1434,10 +1435,15 @@ static rt_status worker_start(cuda_dev *c)
     w->waitval = (fn_waitval)fp;
     void *h = NULL, *d = NULL;
     RT_CHECK(cudaHostAlloc(&h, sizeof(uint32_t), cudaHostAllocPortable | cudaHostAllocMapped));
+    cudaError_t e = cudaHostGetDevicePointer(&d, h, 0);
+    if (e != cudaSuccess) {
+        cudaFreeHost(h);
+        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cudaHostGetDevicePointer",
+                            cudaGetErrorString(e));
+    }
     w->flag = (uint32_t *)h;
     *w->flag = 0;
     w->issued = 0;
-    RT_CHECK(cudaHostGetDevicePointer(&d, h, 0));
     w->flag_dev = (CUdeviceptr)(uintptr_t)d;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
@@ -1445,6 +1451,8 @@ static rt_status worker_start(cuda_dev *c)
     if (pthread_create(&w->th, NULL, worker_main, c) != 0) {
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);
+        cudaFreeHost(h);
+        w->flag = NULL;
         return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "pthread_create",
                             "cannot start the host-work thread");
     }
@@ -1473,7 +1481,6 @@ static void worker_stop(cuda_dev *c)
 static rt_status host_thread_work(cuda_dev *c, cudaStream_t s, unsigned long long ns)
 {
     hworker *w = &c->hw;
-    if (!w->on) RT_TRY(worker_start(c));
     cudaEvent_t ev;
     RT_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     cudaError_t e = cudaEventRecord(ev, s);
@@ -1506,6 +1513,9 @@ static rt_status cu_host_work(void *ctx, void *s, double dur_us)
 {
     cuda_dev *c = (cuda_dev *)ctx;
     unsigned long long ns = dur_us > 0 ? (unsigned long long)(dur_us * 1e3) : 0ULL;
+    /* a driver without stream memory operations falls back to the callback */
+    if (c->host_mode == RT_HOST_THREAD && !c->hw.on && worker_start(c) != RT_OK)
+        c->host_mode = RT_HOST_CALLBACK;
     if (c->host_mode == RT_HOST_THREAD) return host_thread_work(c, (cudaStream_t)s, ns);
     RT_CHECK(cudaLaunchHostFunc((cudaStream_t)s, host_spin, (void *)(uintptr_t)ns));
     return RT_OK;
@@ -1615,6 +1625,7 @@ rt_status rt_cuda_dev_new(int device, rt_dev_ops **out)
     if (!c) return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
     c->device = device;
     c->sms = sms;
+    c->host_mode = RT_HOST_THREAD;
     rt_dev_ops *o = &c->ops;
     o->ctx = c;
     o->name = "cuda";

@@ -1,7 +1,7 @@
-/* link.c — the host link as max-min fair flows (see link.h). One engine event is pending at
- * a time: the earliest completion among live flows; every start or finish integrates the
- * progress made at the old rates, recomputes the rates and moves that event. Used by
- * sim/exec.c. */
+/* link.c — the host link as weighted max-min fair flows (see link.h). One engine event is
+ * pending at a time: the earliest completion among live flows; every start or finish
+ * integrates the progress made at the old rates, recomputes the rates and moves that event.
+ * Used by sim/exec.c. */
 #include "sim/link.h"
 
 #include <math.h>
@@ -19,6 +19,7 @@ typedef struct flow {
     double total;     /* bytes */
     double rem;       /* bytes left */
     double cap_Bps;   /* own cap, <= 0: none */
+    double weight;    /* sharing weight (> 0) */
     double rate_Bps;
     link_done_fn fn;
     void *ctx;
@@ -30,7 +31,8 @@ struct link {
     double cap_Bps[3];   /* H2D, D2H, duplex; INFINITY where absent */
     flow *f;             /* live flows in start order (ids increasing) */
     size_t n, cap;
-    link_dir *sdir; double *scap, *srate; unsigned char *sfrozen; size_t scap_n;
+    link_dir *sdir; double *scap, *sw, *srate; unsigned char *sfrozen; size_t scap_n;
+    double dha_weight;   /* weight of flows started by link_start_dha */
     size_t nactive[LINK_NDIR];
     double busy_us[LINK_NDIR];
     double done_bytes[LINK_NDIR];
@@ -51,6 +53,7 @@ link_t *link_new(eng_t *e, double h2d_Bps, double d2h_Bps, double duplex_Bps)
     l->cap_Bps[2] = norm_cap(duplex_Bps);
     l->last_us = eng_now(e);
     l->next_id = 1;
+    l->dha_weight = 1.0;
     return l;
 }
 
@@ -61,16 +64,25 @@ void link_free(link_t *l)
     free(l->f);
     free(l->sdir);
     free(l->scap);
+    free(l->sw);
     free(l->srate);
     free(l->sfrozen);
     free(l);
 }
 
-/* Progressive filling: all unfrozen flows rise together from 0; at each step the lowest
- * level at which a constraint saturates or a flow meets its own cap freezes the flows
- * concerned at that level. Each step freezes at least one flow, so it ends in <= n steps. */
-void link_maxmin(size_t n, const link_dir *dir, const double *cap_Bps, double h2d_Bps,
-                 double d2h_Bps, double duplex_Bps, double *rate_Bps, unsigned char *frozen)
+static double norm_weight(const double *w, size_t i)
+{
+    return (w && w[i] > 0 && isfinite(w[i])) ? w[i] : 1.0;
+}
+
+/* Progressive filling: all unfrozen flows rise together from level 0, flow i at rate
+ * w_i x level; at each step the lowest level at which a constraint saturates (its remaining
+ * capacity over the summed weights of its unfrozen flows) or a flow meets its own cap
+ * (cap_i / w_i) freezes the flows concerned at that level. Each step freezes at least one
+ * flow, so it ends in <= n steps. With equal weights this is plain max-min fairness. */
+void link_maxmin_w(size_t n, const link_dir *dir, const double *cap_Bps, const double *weight,
+                   double h2d_Bps, double d2h_Bps, double duplex_Bps, double *rate_Bps,
+                   unsigned char *frozen)
 {
     unsigned char local[64];
     if (!frozen) frozen = local; /* callers with n > 64 must pass scratch (see link.h) */
@@ -82,28 +94,30 @@ void link_maxmin(size_t n, const link_dir *dir, const double *cap_Bps, double h2
         rate_Bps[i] = 0;
     }
     while (left > 0) {
-        size_t cnt[3] = { 0, 0, 0 };
+        double wsum[3] = { 0, 0, 0 };
         double level = INFINITY;
         for (size_t i = 0; i < n; i++) {
             if (frozen[i]) continue;
-            cnt[dir[i]]++;
-            cnt[2]++;
-            double c = norm_cap(cap_Bps[i]);
+            double w = norm_weight(weight, i);
+            wsum[dir[i]] += w;
+            wsum[2] += w;
+            double c = norm_cap(cap_Bps[i]) / w;
             if (c < level) level = c;
         }
         double share[3];
         for (int c = 0; c < 3; c++) {
-            share[c] = cnt[c] ? (C[c] - used[c]) / (double)cnt[c] : INFINITY;
+            share[c] = wsum[c] > 0 ? (C[c] - used[c]) / wsum[c] : INFINITY;
             if (share[c] < 0) share[c] = 0;
             if (share[c] < level) level = share[c];
         }
         double lim = isinf(level) ? INFINITY : level * (1 + LEVEL_EPS);
         for (size_t i = 0; i < n; i++) {
             if (frozen[i]) continue;
+            double w = norm_weight(weight, i);
             double c = norm_cap(cap_Bps[i]);
-            int sat = c <= lim || share[dir[i]] <= lim || share[2] <= lim;
+            int sat = c / w <= lim || share[dir[i]] <= lim || share[2] <= lim;
             if (!sat) continue;
-            rate_Bps[i] = c < level ? c : level;
+            rate_Bps[i] = c < w * level ? c : w * level;
             frozen[i] = 1;
             left--;
         }
@@ -114,6 +128,12 @@ void link_maxmin(size_t n, const link_dir *dir, const double *cap_Bps, double h2
                 used[2] += rate_Bps[i];
             }
     }
+}
+
+void link_maxmin(size_t n, const link_dir *dir, const double *cap_Bps, double h2d_Bps,
+                 double d2h_Bps, double duplex_Bps, double *rate_Bps, unsigned char *frozen)
+{
+    link_maxmin_w(n, dir, cap_Bps, NULL, h2d_Bps, d2h_Bps, duplex_Bps, rate_Bps, frozen);
 }
 
 /* Integrates progress and busy time from last_us to now at the current rates. */
@@ -153,19 +173,22 @@ static ms_status reschedule(link_t *l)
         if (d) l->sdir = d;
         double *c = realloc(l->scap, k * sizeof *c);
         if (c) l->scap = c;
+        double *w = realloc(l->sw, k * sizeof *w);
+        if (w) l->sw = w;
         double *r = realloc(l->srate, k * sizeof *r);
         if (r) l->srate = r;
         unsigned char *z = realloc(l->sfrozen, k);
         if (z) l->sfrozen = z;
-        if (!d || !c || !r || !z) return MS_ERR_NOMEM;
+        if (!d || !c || !w || !r || !z) return MS_ERR_NOMEM;
         l->scap_n = k;
     }
     for (size_t i = 0; i < l->n; i++) {
         l->sdir[i] = l->f[i].dir;
         l->scap[i] = l->f[i].cap_Bps;
+        l->sw[i] = l->f[i].weight;
     }
-    link_maxmin(l->n, l->sdir, l->scap, l->cap_Bps[0], l->cap_Bps[1], l->cap_Bps[2], l->srate,
-                l->sfrozen);
+    link_maxmin_w(l->n, l->sdir, l->scap, l->sw, l->cap_Bps[0], l->cap_Bps[1], l->cap_Bps[2],
+                  l->srate, l->sfrozen);
     size_t best = 0;
     double best_t = INFINITY;
     for (size_t i = 0; i < l->n; i++) {
@@ -184,6 +207,27 @@ static ms_status reschedule(link_t *l)
 ms_status link_start(link_t *l, link_dir dir, uint64_t bytes, double cap_Bps,
                      link_done_fn fn, void *ctx, uint64_t arg, uint64_t *flow_id)
 {
+    return link_start_w(l, dir, bytes, cap_Bps, 1.0, fn, ctx, arg, flow_id);
+}
+
+ms_status link_set_dha_weight(link_t *l, double w)
+{
+    if (!(w > 0) || !isfinite(w)) return MS_ERR_INVALID;
+    l->dha_weight = w;
+    return MS_OK;
+}
+
+double link_dha_weight(const link_t *l) { return l->dha_weight; }
+
+ms_status link_start_dha(link_t *l, link_dir dir, uint64_t bytes, double cap_Bps,
+                         link_done_fn fn, void *ctx, uint64_t arg, uint64_t *flow_id)
+{
+    return link_start_w(l, dir, bytes, cap_Bps, l->dha_weight, fn, ctx, arg, flow_id);
+}
+
+ms_status link_start_w(link_t *l, link_dir dir, uint64_t bytes, double cap_Bps, double weight,
+                       link_done_fn fn, void *ctx, uint64_t arg, uint64_t *flow_id)
+{
     if (dir != LINK_H2D && dir != LINK_D2H) return MS_ERR_INVALID;
     advance(l);
     if (ms_grow((void **)&l->f, &l->cap, l->n + 1, sizeof *l->f) != MS_OK) return MS_ERR_NOMEM;
@@ -193,6 +237,7 @@ ms_status link_start(link_t *l, link_dir dir, uint64_t bytes, double cap_Bps,
     f->total = (double)bytes;
     f->rem = (double)bytes;
     f->cap_Bps = cap_Bps;
+    f->weight = (weight > 0 && isfinite(weight)) ? weight : 1.0;
     f->rate_Bps = 0;
     f->fn = fn;
     f->ctx = ctx;

@@ -704,7 +704,16 @@ static void test_host_stream(void)
     uint32_t e0 = sched_new_event(s), e1 = sched_new_event(s);
     mark_iter(s, 0);
     act(s, SA_ALLOC, SS_COMPUTE, 1, 1 << 20, 0, 0);
-    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 1000, 0);
+    sched_action dha; /* the first compute reads 8 MiB of host memory */
+    memset(&dha, 0, sizeof dha);
+    dha.kind = SA_COMPUTE;
+    dha.stream = SS_COMPUTE;
+    dha.op = 1;
+    dha.dur_us = 1000;
+    dha.host_read_bytes = 8 << 20;
+    dha.dha_eff = 1;
+    dha.layer = -1;
+    if (sched_add(s, &dha) != MS_OK) abort();
     act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 3000, 0);
     act(s, SA_RECORD, SS_COMPUTE, 0, 0, 0, e0);
     act(s, SA_WAIT, SS_HOST, 0, 0, 0, e0);
@@ -713,10 +722,6 @@ static void test_host_stream(void)
     act(s, SA_WAIT, SS_COMPUTE, 0, 0, 0, e1);
     act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 100, 0);
     act(s, SA_FREE, SS_COMPUTE, 1, 0, 0, 0);
-    /* the first compute reads 8 MiB of host memory */
-    sched_action *a = (sched_action *)sched_get(s, 2);
-    a->host_read_bytes = 8 << 20;
-    a->dha_eff = 1;
     fdev f;
     fbe b;
     fdev_init(&f);
