@@ -1644,14 +1644,15 @@ static ms_status heur_skyline_one(heur *h, int (*cmp)(const void *, const void *
     return MS_OK;
 }
 
-/* Skyline runs until the plan reaches stop_at or the work reaches budget: the fixed
- * priorities first, then (if perturb) area priorities with seeded noise. */
+/* Skyline runs until the plan reaches stop_at: the fixed priorities always (they are few
+ * and cheap next to an exact search), then, while the work is below budget and if
+ * perturb, area priorities with seeded noise. */
 static ms_status heur_skyline(heur *h, uint64_t budget, int perturb)
 {
     size_t n = h->in->n;
     ms_status st = MS_OK;
     size_t fixed = sky_orders_for(n);
-    for (size_t r = 0; r < fixed && st == MS_OK && !heur_done(h) && h->work < budget; r++) {
+    for (size_t r = 0; r < fixed && st == MS_OK && !heur_done(h); r++) {
         char name[40];
         snprintf(name, sizeof name, "skyline/%s", SKY_ORDERS[r].name);
         st = heur_skyline_one(h, SKY_ORDERS[r].cmp, name, 0);
