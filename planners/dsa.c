@@ -2,6 +2,9 @@
  * greedy, branch-and-bound and MIP solvers behind dsa_solve(). Used by the MEMO bi-level
  * planner (planners/), `memsim dsa` (sim/cmd_dsa.c) and tests/test_dsa.c. See dsa.h. */
 #define _POSIX_C_SOURCE 200809L
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* HAVE_LPSOLVE */
+#endif
 #include "planners/dsa.h"
 
 #include <errno.h>
@@ -1506,8 +1509,9 @@ static const gorder SKY_ORDERS[] = {
 #define SKY_CHEAP_MAX 4000
 static size_t sky_orders_for(size_t n) { return n <= SKY_CHEAP_MAX ? NSKY : 2; }
 
-/* Knobs: how many fit runs an instance of n buffers gets (each costs O(n x live)), and the
- * spread of the multiplicative noise on area in perturbed skyline priorities. */
+/* Knobs: how many fit runs an instance of n buffers gets (each costs O(n x live)), the
+ * spread of the multiplicative noise on area in perturbed skyline priorities, and how many
+ * perturbed runs without a gain end them. */
 static size_t fit_runs_for(size_t n)
 {
     if (n <= 4000) return 2 * NFIT;
@@ -1515,6 +1519,7 @@ static size_t fit_runs_for(size_t n)
     return 2;
 }
 #define SKY_NOISE 0.3
+#define SKY_STALL 64
 
 typedef struct heur {
     const dsa_instance *in;
@@ -1657,11 +1662,17 @@ static ms_status heur_skyline(heur *h, uint64_t budget, int perturb)
         snprintf(name, sizeof name, "skyline/%s", SKY_ORDERS[r].name);
         st = heur_skyline_one(h, SKY_ORDERS[r].cmp, name, 0);
     }
-    for (int seed = 1; perturb && st == MS_OK && !heur_done(h) && h->work < budget; seed++) {
+    /* perturbed runs stop early once they stall: SKY_STALL + 4x the seed of the last
+     * improvement without a better plan (tiny instances have few distinct orders) */
+    int last_gain = 0;
+    for (int seed = 1; perturb && st == MS_OK && !heur_done(h) && h->work < budget &&
+                       seed <= SKY_STALL + 4 * last_gain; seed++) {
+        uint64_t before = h->best_peak;
         for (size_t k = 0; k < n; k++)
             h->key[k].noise =
                 1 + SKY_NOISE * (2 * heur_uniform((uint64_t)seed, h->key[k].i) - 1);
         st = heur_skyline_one(h, by_noisy_area, "skyline/area", seed);
+        if (h->best_peak < before) last_gain = seed;
     }
     return st;
 }
@@ -1812,7 +1823,8 @@ static ms_status solver_bb(solver *v, uint64_t budget, ms_error *err)
         return MS_OK;
     }
     uint64_t lo = v->lb;
-    for (int first = 1; lo < v->sol->peak_bytes && v->used < stop; first = 0) {
+    for (int first = 1; lo < v->sol->peak_bytes && v->used < stop && !solver_done(v);
+         first = 0) {
         uint64_t hi = v->sol->peak_bytes - 1, c = first ? lo : lo + (hi - lo) / 2;
         uint64_t w = 0, probe = (stop - v->used) / 2 + 1;
         dsa_result r;

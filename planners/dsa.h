@@ -8,7 +8,8 @@
  *
  * Solvers (dsa_solve combines them, each usable alone):
  *  - greedy: a portfolio of buffer orderings x placement rules (first fit by offset, best
- *    fit), stopping early at the lower bound LOAD;
+ *    fit), then "skyline" placements (lowest offset first) under fixed and seeded-random
+ *    priorities, stopping early at the lower bound LOAD;
  *  - bb: an exact branch-and-bound for "fits in capacity C" in the spirit of MiniMalloc
  *    (Moffitt, ASPLOS 2023): canonical solutions placed in non-decreasing offset order,
  *    section-based inference, gap dominance, time decomposition; used for a capacity and to
@@ -143,8 +144,10 @@ ms_status dsa_solve(const dsa_instance *in, const dsa_options *opt, dsa_solution
 
 /* ---- the individual solvers (used by dsa_solve and the tests) ------------------------- */
 
-/* Greedy portfolio: writes the best plan found into offsets and returns its peak in *peak.
- * Stops early when a plan reaches stop_at_bytes (pass dsa_load() or 0). */
+/* The heuristic portfolio without perturbed runs (fit placements over several orderings,
+ * then the fixed skyline priorities): writes the best plan found into offsets and its peak
+ * into *peak_bytes. Stops early when a plan reaches stop_at_bytes (pass dsa_load() or 0).
+ * Deterministic, no budget: O(runs x n x live). */
 ms_status dsa_greedy(const dsa_instance *in, uint64_t stop_at_bytes, uint64_t *offsets,
                      uint64_t *peak_bytes, ms_error *err);
 

@@ -45,12 +45,12 @@ typedef struct dsa_cli {
 static const char *verdict(const dsa_solution *s, uint64_t cap)
 {
     if (!cap)
-        return s->status != DSA_OK ? "best found (time limit)"
+        return s->status != DSA_OK ? "best found, optimality not proven"
              : s->gap > 0 ? "within the gap asked for" : "optimal";
     switch (s->status) {
     case DSA_OK: return "fits";
     case DSA_INFEASIBLE: return "does not fit (proven)";
-    case DSA_TIMEOUT: return "undecided (time limit)";
+    case DSA_TIMEOUT: return "undecided within the limit";
     }
     return "?";
 }

@@ -1,0 +1,1230 @@
+/* lower_dha.c — the shadow-model lowering of MemFerry and ZeRO-Offload plans, and the unit
+ * analysis the MemFerry and ZeRO-Offload policies share (see lower_dha.h). Called by
+ * planners/lower.c (dispatch), the policies, sim/cmd_memferry.c and the tests. The rules are
+ * in docs/MEMFERRY.md. */
+#define _POSIX_C_SOURCE 200809L
+#include "planners/lower_dha.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "traces/roofline.h"
+#include "traces/u64map.h"
+
+#define EV_NONE UINT32_MAX
+
+/* What the lowering does with a trace op. */
+enum { RR_NORMAL = 0, RR_ADAM, RR_PARAM_H2D, RR_GRAD_D2H };
+
+typedef struct dtens {
+    uint64_t id, bytes;
+    trace_class cls;
+    int32_t layer;   /* the tensor's own layer field */
+    int owner;       /* unit index; -1 until known */
+} dtens;
+
+/* One parameter read: unit index -> tensor index (deduplicated). */
+typedef struct duse {
+    int unit;
+    size_t tens;
+} duse;
+
+struct dha_model {
+    const trace_t *t;
+    const machine_t *m;
+    roof_params roof;
+    int32_t L;
+    size_t nu;
+    dha_unit *u;
+    int64_t *adam_op;       /* per unit: a *.optim.host op id (names), -1 if none */
+    dtens *tens;
+    size_t nt, cap_t;
+    u64map *tix;            /* tensor id -> index */
+    duse *uses;
+    size_t nuses, cap_uses;
+    size_t nrec;
+    int32_t *unit;          /* per record: unit index of an op, -1 otherwise */
+    uint8_t *role;          /* per record: RR_* */
+    double *dur;            /* per record: op duration, microseconds */
+    size_t setup_end;       /* index of the first "mark iter" (nrec if none) */
+    double grad_ratio;      /* gradient element bytes / parameter element bytes */
+};
+
+/* ---------------------------------------------------------------------------------- */
+/* small helpers                                                                       */
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static uint64_t meta_u64(const trace_t *t, const char *k, uint64_t def)
+{
+    const char *v = trace_get_meta(t, k);
+    uint64_t x;
+    return (v && ms_parse_u64(v, &x)) ? x : def;
+}
+
+static int uidx(const dha_model *d, int32_t layer)
+{
+    (void)d;
+    return (int)(layer + 1);
+}
+
+static const dtens *tens_of(const dha_model *d, uint64_t id, size_t *ix)
+{
+    uint64_t v;
+    if (!u64map_get(d->tix, id, &v)) return NULL;
+    if (ix) *ix = (size_t)v;
+    return &d->tens[v];
+}
+
+static int is_param(const dha_model *d, uint64_t id, size_t *ix)
+{
+    const dtens *x = tens_of(d, id, ix);
+    return x && x->cls == TC_PARAM;
+}
+
+static int is_grad(const dha_model *d, uint64_t id, size_t *ix)
+{
+    const dtens *x = tens_of(d, id, ix);
+    return x && x->cls == TC_GRAD;
+}
+
+/* Bytes a kernel reads of parameter P over DHA: an embedding lookup gathers only the rows
+ * it needs (at most its output's size per table); other kernels read the tensor once. */
+static uint64_t dha_read_bytes(const trace_op *op, uint64_t pbytes)
+{
+    if (op->kind == TK_EMBED && op->phase == TP_FWD && op->bytes_written < pbytes)
+        return op->bytes_written;
+    return pbytes;
+}
+
+/* Bytes a backward kernel writes of gradient buffer G (gbytes) when G lives on the host:
+ * the gradients of the parameters it reads (x the gradient/parameter element ratio), or,
+ * for a kernel reading none (an embedding's scatter-add), what it writes, at most G. */
+static uint64_t dha_write_bytes(const dha_model *d, const trace_op *op, uint64_t gbytes)
+{
+    uint64_t w = 0;
+    for (uint32_t i = 0; i < op->n_in; i++) {
+        size_t ix;
+        if (is_param(d, op->in[i], &ix)) w += (uint64_t)((double)d->tens[ix].bytes * d->grad_ratio);
+    }
+    if (!w) w = op->bytes_written;
+    return w < gbytes ? w : gbytes;
+}
+
+/* Efficiency of a kernel's DHA traffic: GEMMs re-read tiles of host operands
+ * (dha.gemm_eff); streaming kernels and pure gradient writes use dha.other_eff. */
+static double dha_eff_of(const machine_t *m, const trace_op *op, int reads)
+{
+    if (!m) return 1.0;
+    return (reads && op->kind == TK_GEMM) ? m->dha_gemm_eff : m->dha_other_eff;
+}
+
+ms_status dha_check_machine(const machine_t *m, const char *who, ms_error *err)
+{
+    if (!m) return ms_fail(err, MS_ERR_INVALID, "%s needs a machine profile", who);
+    const char *miss = NULL;
+    if (!(m->link_h2d_Bps > 0)) miss = "link.h2d_Bps";
+    else if (!(m->link_d2h_Bps > 0)) miss = "link.d2h_Bps";
+    else if (!(m->dha_read_Bps > 0)) miss = "dha.read_Bps";
+    else if (!(m->dha_write_Bps > 0)) miss = "dha.write_Bps";
+    else if (!(m->dha_gemm_eff > 0)) miss = "dha.gemm_eff";
+    else if (!(m->dha_other_eff > 0)) miss = "dha.other_eff";
+    if (miss)
+        return ms_fail(err, MS_ERR_INVALID,
+                       "machine '%s' has no DHA figures (%s is missing or 0): %s needs the "
+                       "direct-host-access rates of the machine profile (traces/FORMAT.md)",
+                       m->name[0] ? m->name : "(unnamed)", miss, who);
+    return MS_OK;
+}
+
+uint64_t dha_synth_id(unsigned k)
+{
+    return LOWER_ID_SYNTH | (UINT64_C(3) << 56) | (uint64_t)k;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* the unit analysis                                                                   */
+
+void dha_model_free(dha_model *d)
+{
+    if (!d) return;
+    free(d->u);
+    free(d->adam_op);
+    free(d->tens);
+    u64map_free(d->tix);
+    free(d->uses);
+    free(d->unit);
+    free(d->role);
+    free(d->dur);
+    free(d);
+}
+
+size_t dha_model_units(const dha_model *d) { return d ? d->nu : 0; }
+
+const dha_unit *dha_model_unit(const dha_model *d, size_t i)
+{
+    return (d && i < d->nu) ? &d->u[i] : NULL;
+}
+
+int32_t dha_model_layers(const dha_model *d) { return d ? d->L : 0; }
+
+static ms_status add_use(dha_model *d, int unit, size_t tix)
+{
+    for (size_t i = 0; i < d->nuses; i++)
+        if (d->uses[i].unit == unit && d->uses[i].tens == tix) return MS_OK;
+    if (ms_grow((void **)&d->uses, &d->cap_uses, d->nuses + 1, sizeof *d->uses))
+        return MS_ERR_NOMEM;
+    d->uses[d->nuses++] = (duse){ unit, tix };
+    return MS_OK;
+}
+
+static ms_status fail_op(ms_error *err, ms_status st, const trace_rec *r, const char *fmt,
+                         const char *what)
+{
+    return ms_fail(err, st, "trace record at line %" PRIu64 " (op %" PRIu64 " %s): %s%s",
+                   r->line, r->u.op.id, r->u.op.name, fmt, what ? what : "");
+}
+
+/* Checks the trace is one the shadow model can lower. */
+static ms_status check_trace(const trace_t *t, ms_error *err)
+{
+    if (meta_u64(t, "offload", 0) != 1)
+        return ms_fail(err, MS_ERR_INVALID,
+                       "the trace is not a ZeRO-Offload trace (meta offload 1): MemFerry and "
+                       "zero-offload plans need one (traces/gen.h, gen_config.offload)");
+    if (meta_u64(t, "zero3", 0))
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "the shadow-model lowering does not handle "
+                       "ZeRO-3 traces (parameters sharded over data parallelism)");
+    const char *keys[3] = { "tp", "cp", "dp" };
+    for (int i = 0; i < 3; i++)
+        if (meta_u64(t, keys[i], 1) != 1)
+            return ms_fail(err, MS_ERR_UNSUPPORTED, "the shadow-model lowering handles one "
+                           "GPU (meta %s must be 1)", keys[i]);
+    return MS_OK;
+}
+
+/* Pass 1: layers, setup tensors, per-record unit and role, durations. */
+static ms_status scan_records(dha_model *d, ms_error *err)
+{
+    const trace_t *t = d->t;
+    int32_t maxl = -1;
+    d->nrec = trace_count(t);
+    d->setup_end = d->nrec;
+    for (size_t i = 0; i < d->nrec; i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_LAYER && r->u.mark.value > maxl)
+            maxl = (int32_t)r->u.mark.value;
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER && d->setup_end == d->nrec)
+            d->setup_end = i;
+    }
+    if (maxl > 100000) return ms_fail(err, MS_ERR_INVALID, "implausible layer index %d", maxl);
+    d->L = maxl + 1;
+    d->nu = (size_t)d->L + 2;
+    d->u = calloc(d->nu, sizeof *d->u);
+    d->adam_op = malloc(d->nu * sizeof *d->adam_op);
+    d->unit = malloc((d->nrec ? d->nrec : 1) * sizeof *d->unit);
+    d->role = calloc(d->nrec ? d->nrec : 1, 1);
+    d->dur = calloc(d->nrec ? d->nrec : 1, sizeof *d->dur);
+    d->tix = u64map_new(1024);
+    if (!d->u || !d->adam_op || !d->unit || !d->role || !d->dur || !d->tix)
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < d->nu; i++) {
+        d->u[i].layer = (int32_t)i - 1;
+        d->adam_op[i] = -1;
+    }
+    trace_phase ph = TP_NONE;
+    int cur = 0, seen = 0, nfwd = 0, nbwd = 0;
+    for (size_t i = 0; i < d->nrec; i++) {
+        const trace_rec *r = trace_get(t, i);
+        d->unit[i] = -1;
+        if (r->type == TR_MARK) {
+            const trace_mark *mk = &r->u.mark;
+            if (mk->kind == TM_ITER) ph = TP_NONE;
+            else if (mk->kind == TM_PHASE) {
+                ph = (trace_phase)mk->value;
+                seen = 0;
+                cur = ph == TP_BWD ? uidx(d, d->L) : 0;
+                nfwd += ph == TP_FWD;
+                nbwd += ph == TP_BWD;
+            } else if (mk->value >= 0) {
+                cur = uidx(d, (int32_t)mk->value);
+                seen = 1;
+            } else if (ph == TP_FWD) {
+                cur = seen ? uidx(d, d->L) : 0;
+            } else if (ph == TP_BWD) {
+                cur = seen ? 0 : uidx(d, d->L);
+            }
+            continue;
+        }
+        if (r->type == TR_ALLOC) {
+            const trace_tensor *x = &r->u.alloc;
+            if (x->cls != TC_PARAM && x->cls != TC_GRAD) continue;
+            if (i > d->setup_end)
+                return ms_fail(err, MS_ERR_UNSUPPORTED,
+                               "trace line %" PRIu64 ": %s tensor %" PRIu64 " (%s) is allocated "
+                               "inside an iteration; the shadow model needs parameters and "
+                               "gradients allocated once at setup", r->line,
+                               trace_class_name(x->cls), x->id, x->name);
+            if (ms_grow((void **)&d->tens, &d->cap_t, d->nt + 1, sizeof *d->tens) ||
+                u64map_put(d->tix, x->id, d->nt))
+                return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+            d->tens[d->nt++] = (dtens){ x->id, x->bytes, x->cls, x->layer, -1 };
+            continue;
+        }
+        if (r->type != TR_OP) continue;
+        const trace_op *op = &r->u.op;
+        if (op->dur_us >= 0) d->dur[i] = op->dur_us;
+        else if (d->m && op->kind != TK_COMM)
+            d->dur[i] = roof_kernel_us(d->m, &d->roof, op->kind, op->flops,
+                                       op->bytes_read + op->bytes_written);
+        else
+            return fail_op(err, MS_ERR_INVALID, r, "has no duration, so its layer cannot be "
+                           "timed", d->m ? " (a collective needs one)" : " (and no machine is given)");
+        if (op->kind == TK_OPTIM && ends_with(op->name, ".optim.host")) d->role[i] = RR_ADAM;
+        else if (op->kind == TK_COMM && ends_with(op->name, ".param.h2d")) d->role[i] = RR_PARAM_H2D;
+        else if (op->kind == TK_COMM && ends_with(op->name, ".grad.d2h")) d->role[i] = RR_GRAD_D2H;
+        else if (ph == TP_FWD || ph == TP_BWD) d->unit[i] = cur;
+        else d->unit[i] = 0;
+    }
+    if (!nfwd || !nbwd)
+        return ms_fail(err, MS_ERR_INVALID, "the trace has no %s phase (mark phase): the "
+                       "planner cannot time its layers", nfwd ? "backward" : "forward");
+    return MS_OK;
+}
+
+/* The records of the first iteration: [*a, *b). The whole trace when it has no marks. */
+static void first_iteration(const dha_model *d, size_t *a, size_t *b)
+{
+    *a = d->setup_end == d->nrec ? 0 : d->setup_end;
+    *b = d->nrec;
+    for (size_t i = *a + 1; i < d->nrec; i++) {
+        const trace_rec *r = trace_get(d->t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) {
+            *b = i;
+            return;
+        }
+    }
+}
+
+/* Pass 2 (first iteration): parameter reads per unit, owners of parameters and gradients. */
+static ms_status find_owners(dha_model *d, ms_error *err)
+{
+    size_t beg, end;
+    first_iteration(d, &beg, &end);
+    for (size_t i = beg; i < end; i++) {
+        const trace_rec *r = trace_get(d->t, i);
+        if (r->type != TR_OP || d->unit[i] < 0) continue;
+        const trace_op *op = &r->u.op;
+        if (op->phase != TP_FWD && op->phase != TP_BWD) continue;
+        for (uint32_t k = 0; k < op->n_in; k++) {
+            size_t ix;
+            if (!is_param(d, op->in[k], &ix)) continue;
+            if (add_use(d, d->unit[i], ix)) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+            if (d->tens[ix].owner < 0 && op->phase == TP_FWD) d->tens[ix].owner = d->unit[i];
+        }
+        if (op->phase != TP_BWD) continue;
+        for (uint32_t k = 0; k < op->n_out; k++) {
+            size_t ix;
+            if (is_grad(d, op->out[k], &ix)) d->tens[ix].owner = d->unit[i]; /* last wins */
+        }
+    }
+    /* Tensors no op reads (or writes) belong to their own layer, or after the last layer. */
+    for (size_t i = 0; i < d->nt; i++) {
+        dtens *x = &d->tens[i];
+        if (x->owner >= 0) continue;
+        if (x->cls == TC_PARAM) {
+            for (size_t k = 0; k < d->nuses; k++)
+                if (d->uses[k].tens == i) {
+                    x->owner = d->uses[k].unit;
+                    break;
+                }
+        }
+        if (x->owner < 0)
+            x->owner = x->layer >= 0 && x->layer < d->L ? uidx(d, x->layer) : uidx(d, d->L);
+    }
+    return MS_OK;
+}
+
+/* The unit a host Adam op updates: its layer, or for layer -1 the owner of the parameters
+ * the next *.param.h2d op writes back. */
+static int adam_unit(const dha_model *d, size_t i)
+{
+    const trace_op *op = &trace_get(d->t, i)->u.op;
+    if (op->layer >= 0 && op->layer < d->L) return uidx(d, op->layer);
+    for (size_t j = i + 1; j < d->nrec; j++) {
+        const trace_rec *r = trace_get(d->t, j);
+        if (r->type != TR_OP) continue;
+        if (d->role[j] != RR_PARAM_H2D) break;
+        for (uint32_t k = 0; k < r->u.op.n_out; k++) {
+            size_t ix;
+            if (is_param(d, r->u.op.out[k], &ix)) return d->tens[ix].owner;
+        }
+        break;
+    }
+    return strncmp(op->name, "embed.", 6) == 0 ? 0 : uidx(d, d->L);
+}
+
+/* Pass 3 (first iteration): sizes, Adam times and the standalone profile. */
+static void profile(dha_model *d)
+{
+    const machine_t *m = d->m;
+    double h2d = m && m->link_h2d_Bps > 0 ? m->link_h2d_Bps : 0;
+    double d2h = m && m->link_d2h_Bps > 0 ? m->link_d2h_Bps : 0;
+    double rd_Bps = m && m->dha_read_Bps > 0 ? m->dha_read_Bps : 0;
+    double wr_Bps = m && m->dha_write_Bps > 0 ? m->dha_write_Bps : 0;
+    double lat = m && m->link_small_copy_us > 0 ? m->link_small_copy_us : 0;
+    for (size_t k = 0; k < d->nuses; k++) {
+        dha_unit *u = &d->u[d->uses[k].unit];
+        u->n_params++;
+        u->param_bytes += d->tens[d->uses[k].tens].bytes;
+    }
+    for (size_t i = 0; i < d->nt; i++) {
+        dha_unit *u = &d->u[d->tens[i].owner];
+        if (d->tens[i].cls == TC_PARAM) u->own_param_bytes += d->tens[i].bytes;
+        else u->grad_bytes += d->tens[i].bytes;
+    }
+    for (size_t i = 0; i < d->nu; i++) {
+        dha_unit *u = &d->u[i];
+        u->t_trans_us = h2d > 0 ? (double)u->param_bytes / h2d * 1e6 + lat * u->n_params : 0;
+        u->t_grad_d2h_us = d2h > 0 ? (double)u->grad_bytes / d2h * 1e6 : 0;
+    }
+    size_t beg, end;
+    first_iteration(d, &beg, &end);
+    for (size_t i = beg; i < end; i++) {
+        const trace_rec *r = trace_get(d->t, i);
+        if (r->type != TR_OP) continue;
+        const trace_op *op = &r->u.op;
+        double dur = d->dur[i];
+        if (d->role[i] == RR_ADAM) {
+            int a = adam_unit(d, i);
+            d->u[a].adam_us += dur;
+            if (d->adam_op[a] < 0) d->adam_op[a] = (int64_t)op->id;
+            continue;
+        }
+        if (d->unit[i] < 0 || (op->phase != TP_FWD && op->phase != TP_BWD)) continue;
+        dha_unit *u = &d->u[d->unit[i]];
+        uint64_t rd = 0;
+        for (uint32_t k = 0; k < op->n_in; k++) {
+            size_t ix;
+            if (is_param(d, op->in[k], &ix)) rd += dha_read_bytes(op, d->tens[ix].bytes);
+        }
+        int reads = rd > 0;
+        double eff = dha_eff_of(m, op, 1);
+        double tr = rd_Bps > 0 ? (double)rd / (rd_Bps * eff) * 1e6 : 0;
+        double tdha = dur > tr ? dur : tr;
+        if (op->phase == TP_FWD) {
+            if (reads) {
+                u->t_fp_us += dur;
+                u->t_fp_dha_us += tdha;
+            } else {
+                u->t_fp_other_us += dur;
+            }
+            continue;
+        }
+        if (reads) {
+            u->t_bp_us += dur;
+            u->t_bp_dha_us += tdha;
+        } else {
+            u->t_bp_other_us += dur;
+        }
+        for (uint32_t k = 0; k < op->n_out; k++) {
+            size_t ix;
+            if (!is_grad(d, op->out[k], &ix)) continue;
+            dha_unit *o = &d->u[d->tens[ix].owner];
+            uint64_t wb = dha_write_bytes(d, op, d->tens[ix].bytes);
+            double weff = dha_eff_of(m, op, reads);
+            double tw = wr_Bps > 0 ? (double)wb / (wr_Bps * weff) * 1e6 : 0;
+            o->t_gw_extra_us += (tw > dur ? tw : dur) - dur;
+            o->t_gw_extra_dha_us += (tw > tdha ? tw : tdha) - tdha;
+        }
+    }
+    /* Units with gradients but no host Adam op in the trace: the machine's CPU Adam rate. */
+    for (size_t i = 0; i < d->nu; i++) {
+        dha_unit *u = &d->u[i];
+        if (u->adam_us > 0 || !u->grad_bytes || !m || !(m->host_adam_params_per_s > 0)) continue;
+        double gb = (double)meta_u64(d->t, "grad_bytes", 2);
+        u->adam_us = (double)u->grad_bytes / (gb > 0 ? gb : 2) / m->host_adam_params_per_s * 1e6;
+    }
+}
+
+ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, ms_error *err)
+{
+    *out = NULL;
+    if (!t) return ms_fail(err, MS_ERR_INVALID, "no trace");
+    ms_status st = check_trace(t, err);
+    if (st) return st;
+    dha_model *d = calloc(1, sizeof *d);
+    if (!d) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    d->t = t;
+    d->m = m;
+    roof_params_default(&d->roof);
+    double gb = (double)meta_u64(t, "grad_bytes", 2), db = (double)meta_u64(t, "dtype_bytes", 2);
+    d->grad_ratio = db > 0 ? gb / db : 1.0;
+    if ((st = scan_records(d, err)) == MS_OK && (st = find_owners(d, err)) == MS_OK) profile(d);
+    if (st) {
+        dha_model_free(d);
+        return st;
+    }
+    *out = d;
+    return MS_OK;
+}
+
+double dha_fp_estimate_us(const dha_model *d, const plan_pmode *modes, double *link_free_us)
+{
+    double link = 0, now = 0;
+    for (size_t i = 0; i < d->nu; i++) {
+        const dha_unit *u = &d->u[i];
+        if (modes[i] == PM_GFGB) {
+            link += u->t_trans_us;
+            if (link > now) now = link;
+            now += u->t_fp_us;
+        } else {
+            now += u->t_fp_dha_us;
+        }
+        now += u->t_fp_other_us;
+    }
+    if (link_free_us) *link_free_us = link;
+    return now;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* lowering                                                                            */
+
+typedef enum { UPD_PIPELINED = 0, UPD_AFTER_BWD } upd_kind;
+typedef enum { LOAD_FORWARD = 0, LOAD_UPDATE } load_kind;
+
+/* Per-tensor lowering state. */
+typedef struct ltens {
+    int persistent;       /* parameter: a GFGB unit reads it: a device copy for the run */
+    int dyn;              /* parameter: only DFGB units read it on the GPU: loaded per
+                             iteration after the first such unit's forward, freed after */
+    int loader;           /* LOAD_FORWARD: the unit whose load at the forward start brings it */
+    int host_grad;        /* gradient: written to the host over DHA */
+    int realloc;          /* gradient: allocated by each backward (DeepSpeed) */
+    uint32_t ev_ld;       /* this iteration's load event (EV_NONE: resident, no wait) */
+    uint32_t ev_next;     /* next iteration's load, issued after the update */
+    int waited;           /* compute already waited for ev_ld this iteration */
+    int on_dev;           /* dyn parameter / realloc gradient: a device block now */
+    size_t last_bwd_read; /* this iteration: last backward op reading it on the GPU */
+    size_t last_bwd_write;/* this iteration: last backward op writing it (gradient) */
+    int written;          /* gradient written in this iteration's backward */
+} ltens;
+
+typedef struct lw {
+    const dha_model *d;
+    const trace_t *t;
+    const plan_t *p;
+    const machine_t *m;
+    lower_opts o;
+    ms_error *err;
+    schedule_t *s;
+    plan_pmode *mode;     /* per unit */
+    int *ghost;           /* per unit: gradients on the host */
+    upd_kind upd;
+    load_kind load;
+    int realloc, free_at_step;
+    uint64_t bucket_bytes;
+    double copy_ratio;    /* realloc=1: bytes on the link per gradient byte (fp32 copies) */
+    ltens *lt;            /* per dha tensor */
+    /* per iteration */
+    int64_t iter;         /* value of the current "mark iter" */
+    int has_next;         /* another iteration follows */
+    int first_iter;       /* no update happened yet */
+    trace_phase ph;
+    uint32_t *upd_ev;     /* per unit: this iteration's update event */
+    uint32_t *upd_prev;   /* per unit: the previous iteration's */
+    uint32_t *gh_ev;      /* per unit: gradients on the host */
+    int *grads_left;      /* per unit: gradients not yet complete */
+    int *done_owner;      /* per unit: gradients complete */
+    size_t *last_fwd;     /* per unit: last forward op reading parameters */
+    int *order;           /* units in the order their gradients completed */
+    size_t norder;
+    uint64_t bucket_fill;
+    int *bucket_units;
+    size_t nbucket;
+    uint32_t waited_ev[64]; /* load events compute already waited for, this iteration */
+    size_t nwaited;
+    lower_report rep;
+} lw;
+#define WAITED_MAX 64
+
+static ms_status nomem(lw *w) { return ms_fail(w->err, MS_ERR_NOMEM, "out of memory"); }
+
+static sched_action act(sched_kind k, sched_stream s)
+{
+    sched_action a;
+    memset(&a, 0, sizeof a);
+    a.kind = k;
+    a.stream = s;
+    a.op = -1;
+    a.layer = -1;
+    return a;
+}
+
+static ms_status put(lw *w, const sched_action *a)
+{
+    if (sched_add(w->s, a)) return nomem(w);
+    w->rep.actions++;
+    if (a->kind == SA_COPY_H2D) w->rep.h2d_bytes += a->bytes;
+    if (a->kind == SA_COPY_D2H) w->rep.d2h_bytes += a->bytes;
+    return MS_OK;
+}
+
+static ms_status put_t(lw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
+{
+    sched_action a = act(k, s);
+    a.tensor = id;
+    a.bytes = bytes;
+    return put(w, &a);
+}
+
+static ms_status put_e(lw *w, sched_kind k, sched_stream s, uint32_t e)
+{
+    sched_action a = act(k, s);
+    a.event = e;
+    return put(w, &a);
+}
+
+static uint32_t new_ev(lw *w)
+{
+    w->rep.events++;
+    return sched_new_event(w->s);
+}
+
+static ms_status record_new(lw *w, sched_stream s, uint32_t *e)
+{
+    *e = new_ev(w);
+    return put_e(w, SA_RECORD, s, *e);
+}
+
+#define TRY(x) do { ms_status st_ = (x); if (st_ != MS_OK) return st_; } while (0)
+
+/* Plan knobs. */
+static ms_status read_knobs(lw *w)
+{
+    const plan_t *p = w->p;
+    const char *v;
+    w->upd = UPD_PIPELINED;
+    w->load = LOAD_FORWARD;
+    if ((v = plan_get_knob(p, "update"))) {
+        if (!strcmp(v, "pipelined")) w->upd = UPD_PIPELINED;
+        else if (!strcmp(v, "after_bwd")) w->upd = UPD_AFTER_BWD;
+        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob update=%s: expected pipelined "
+                            "or after_bwd", v);
+    }
+    if ((v = plan_get_knob(p, "param_load"))) {
+        if (!strcmp(v, "forward")) w->load = LOAD_FORWARD;
+        else if (!strcmp(v, "update")) w->load = LOAD_UPDATE;
+        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob param_load=%s: expected "
+                            "forward or update", v);
+    }
+    if ((v = plan_get_knob(p, "realloc"))) {
+        if (!strcmp(v, "0") || !strcmp(v, "1")) w->realloc = v[0] == '1';
+        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob realloc=%s: expected 0 or 1", v);
+    }
+    if ((v = plan_get_knob(p, "grad_free"))) {
+        if (!strcmp(v, "copy") || !strcmp(v, "step")) w->free_at_step = v[0] == 's';
+        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob grad_free=%s: expected copy "
+                            "or step", v);
+    }
+    double gb = (double)meta_u64(w->t, "grad_bytes", 2);
+    w->bucket_bytes = (uint64_t)(5e8 * gb);
+    uint64_t cb = 4;
+    if ((v = plan_get_knob(p, "grad_copy_bytes")) && (!ms_parse_u64(v, &cb) || !cb || cb > 16))
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knob grad_copy_bytes=%s: expected 1..16 "
+                       "bytes per gradient element", v);
+    w->copy_ratio = gb > 0 ? (double)cb / gb : 1.0;
+    if ((v = plan_get_knob(p, "bucket_bytes")) &&
+        (!ms_parse_bytes(v, &w->bucket_bytes) || !w->bucket_bytes))
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knob bucket_bytes=%s: expected a "
+                       "positive byte count", v);
+    return MS_OK;
+}
+
+/* Modes per unit from the plan's layer lines; every line must name a unit. */
+static ms_status read_layers(lw *w)
+{
+    const dha_model *d = w->d;
+    for (size_t i = 0; i < w->p->n_layers; i++) {
+        const plan_layer *pl = &w->p->layers[i];
+        if (pl->layer < -1 || pl->layer > d->L)
+            return ms_fail(w->err, MS_ERR_INVALID, "plan layer %d: the trace's units are -1 "
+                           "(embedding), 0..%d (layers) and %d (head)", (int)pl->layer,
+                           (int)d->L - 1, (int)d->L);
+        w->mode[uidx(d, pl->layer)] = pl->pmode;
+        w->ghost[uidx(d, pl->layer)] = pl->grad_on_host;
+    }
+    int dha = 0;
+    for (size_t i = 0; i < d->nu; i++) dha |= w->mode[i] != PM_GFGB || w->ghost[i];
+    if (dha) TRY(dha_check_machine(w->m, "DHA lowering", w->err));
+    if (w->realloc)
+        for (size_t i = 0; i < d->nu; i++)
+            if (w->ghost[i])
+                return ms_fail(w->err, MS_ERR_INVALID, "plan layer %d: grad=host cannot be "
+                               "combined with realloc=1 (DeepSpeed's GPU gradient buckets)",
+                               (int)d->u[i].layer);
+    return MS_OK;
+}
+
+/* Where each tensor lives under the plan. */
+static void place_tensors(lw *w)
+{
+    const dha_model *d = w->d;
+    for (size_t i = 0; i < d->nt; i++) {
+        ltens *x = &w->lt[i];
+        x->loader = -1;
+        x->ev_ld = x->ev_next = EV_NONE;
+        if (d->tens[i].cls == TC_GRAD) {
+            x->host_grad = w->ghost[d->tens[i].owner];
+            x->realloc = w->realloc && !x->host_grad;
+        }
+    }
+    for (size_t k = 0; k < d->nuses; k++) {
+        int u = d->uses[k].unit;
+        ltens *x = &w->lt[d->uses[k].tens];
+        if (w->mode[u] == PM_GFGB && (x->loader < 0 || u < x->loader)) x->loader = u;
+    }
+    for (size_t k = 0; k < d->nuses; k++) {
+        ltens *x = &w->lt[d->uses[k].tens];
+        if (x->loader >= 0) x->persistent = 1;
+        else if (w->mode[d->uses[k].unit] == PM_DFGB) x->dyn = 1;
+    }
+}
+
+/* Device mode of unit u's parameter reads in this phase. */
+static int reads_on_gpu(const lw *w, int u, trace_phase ph)
+{
+    if (w->mode[u] == PM_GFGB) return 1;
+    return ph == TP_BWD && w->mode[u] == PM_DFGB;
+}
+
+/* ---- setup ---- */
+
+static ms_status setup_alloc(lw *w, const trace_tensor *x)
+{
+    size_t ix;
+    const dtens *dt = tens_of(w->d, x->id, &ix);
+    if (!dt) return put_t(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes);
+    const ltens *l = &w->lt[ix];
+    /* Every parameter and gradient has its host home (the shadow model's CPU storage). */
+    TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, x->id, x->bytes));
+    int dev = dt->cls == TC_PARAM ? l->persistent : (!l->host_grad && !l->realloc);
+    return dev ? put_t(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes) : MS_OK;
+}
+
+/* After the setup records: the host optimizer states and DeepSpeed's reduce bucket. */
+static ms_status setup_end(lw *w)
+{
+    uint64_t host = meta_u64(w->t, "host_opt_bytes", 0) + meta_u64(w->t, "host_grad_bytes", 0);
+    if (host) TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, dha_synth_id(0), host));
+    if (!w->realloc) return MS_OK;
+    uint64_t b = w->bucket_bytes;
+    for (size_t i = 0; i < w->d->nu; i++)
+        if (w->d->u[i].grad_bytes > b) b = w->d->u[i].grad_bytes;
+    w->bucket_bytes = b; /* a unit larger than the bucket is reduced as a whole (not in pieces) */
+    TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(1), b));
+    uint64_t hb = (uint64_t)((double)b * w->copy_ratio);
+    return put_t(w, SA_HOST_ALLOC, SS_COMPUTE, dha_synth_id(hb != b ? 2 : 1), hb);
+}
+
+/* ---- iterations ---- */
+
+/* Indices of this iteration's last uses, from record a up to the next "mark iter". */
+static void scan_iteration(lw *w, size_t a)
+{
+    const dha_model *d = w->d;
+    for (size_t i = 0; i < d->nu; i++) w->last_fwd[i] = SIZE_MAX;
+    for (size_t i = 0; i < d->nt; i++) {
+        w->lt[i].last_bwd_read = w->lt[i].last_bwd_write = SIZE_MAX;
+        w->lt[i].written = 0;
+    }
+    w->has_next = 0;
+    for (size_t i = a + 1; i < d->nrec; i++) {
+        const trace_rec *r = trace_get(w->t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) {
+            w->has_next = 1;
+            break;
+        }
+        if (r->type != TR_OP || d->unit[i] < 0) continue;
+        const trace_op *op = &r->u.op;
+        int u = d->unit[i];
+        for (uint32_t k = 0; k < op->n_in; k++) {
+            size_t ix;
+            if (!is_param(d, op->in[k], &ix)) continue;
+            if (op->phase == TP_FWD) w->last_fwd[u] = i;
+            else if (op->phase == TP_BWD && reads_on_gpu(w, u, TP_BWD)) w->lt[ix].last_bwd_read = i;
+        }
+        if (op->phase != TP_BWD) continue;
+        for (uint32_t k = 0; k < op->n_out; k++) {
+            size_t ix;
+            if (is_grad(d, op->out[k], &ix)) {
+                w->lt[ix].last_bwd_write = i;
+                w->lt[ix].written = 1;
+            }
+        }
+    }
+    for (size_t i = 0; i < d->nu; i++) {
+        w->grads_left[i] = 0;
+        w->done_owner[i] = 0;
+        w->gh_ev[i] = EV_NONE;
+        w->upd_prev[i] = w->upd_ev[i];
+        w->upd_ev[i] = EV_NONE;
+    }
+    for (size_t i = 0; i < d->nt; i++) {
+        ltens *x = &w->lt[i];
+        if (d->tens[i].cls == TC_GRAD && x->written) w->grads_left[d->tens[i].owner]++;
+        x->ev_ld = x->ev_next;
+        x->ev_next = EV_NONE;
+        x->waited = 0;
+    }
+    w->norder = 0;
+    w->nwaited = 0;
+    w->bucket_fill = 0;
+    w->nbucket = 0;
+}
+
+/* GFGB loads at the forward's start, in forward order, one event per loading unit. */
+static ms_status forward_loads(lw *w)
+{
+    const dha_model *d = w->d;
+    if (w->load == LOAD_UPDATE && !w->first_iter) return MS_OK;
+    /* The copy stream starts with the forward (MemFerry §IV-B, Fig. 6), not earlier. */
+    uint32_t fs = EV_NONE;
+    for (size_t i = 0; i < d->nt && fs == EV_NONE; i++)
+        if (d->tens[i].cls == TC_PARAM && w->lt[i].loader >= 0) {
+            TRY(record_new(w, SS_COMPUTE, &fs));
+            TRY(put_e(w, SA_WAIT, SS_H2D, fs));
+        }
+    for (size_t u = 0; u < d->nu; u++) {
+        int any = 0;
+        for (size_t i = 0; i < d->nt; i++) {
+            if (d->tens[i].cls != TC_PARAM || w->lt[i].loader != (int)u) continue;
+            uint32_t pe = w->upd_prev[d->tens[i].owner];
+            if (pe != EV_NONE) TRY(put_e(w, SA_WAIT, SS_H2D, pe));
+            TRY(put_t(w, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+            any = 1;
+        }
+        if (!any) continue;
+        uint32_t e;
+        TRY(record_new(w, SS_H2D, &e));
+        for (size_t i = 0; i < d->nt; i++)
+            if (d->tens[i].cls == TC_PARAM && w->lt[i].loader == (int)u) w->lt[i].ev_ld = e;
+    }
+    return MS_OK;
+}
+
+/* DFGB: unit u's forward is done; its GPU-only tensors go to the GPU for the backward. */
+static ms_status dfgb_load(lw *w, int u)
+{
+    const dha_model *d = w->d;
+    uint32_t ef = EV_NONE, e = EV_NONE;
+    for (size_t k = 0; k < d->nuses; k++) {
+        if (d->uses[k].unit != u) continue;
+        size_t i = d->uses[k].tens;
+        ltens *x = &w->lt[i];
+        if (!x->dyn || x->on_dev) continue;
+        if (ef == EV_NONE) {
+            TRY(record_new(w, SS_COMPUTE, &ef));
+            TRY(put_e(w, SA_WAIT, SS_H2D, ef));
+        }
+        TRY(put_t(w, SA_ALLOC, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+        TRY(put_t(w, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+        x->on_dev = 1;
+        x->waited = 0;
+        x->ev_ld = EV_NONE - 1; /* placeholder until the event exists */
+    }
+    if (ef == EV_NONE) return MS_OK;
+    TRY(record_new(w, SS_H2D, &e));
+    for (size_t k = 0; k < d->nuses; k++)
+        if (d->uses[k].unit == u && w->lt[d->uses[k].tens].ev_ld == EV_NONE - 1)
+            w->lt[d->uses[k].tens].ev_ld = e;
+    return MS_OK;
+}
+
+/* Compute waits for a tensor's load before the first kernel that reads it on the GPU. */
+static ms_status need_on_gpu(lw *w, size_t i)
+{
+    ltens *x = &w->lt[i];
+    if (x->waited || x->ev_ld == EV_NONE) return MS_OK;
+    x->waited = 1;
+    for (size_t k = 0; k < w->nwaited; k++)
+        if (w->waited_ev[k] == x->ev_ld) return MS_OK;
+    if (w->nwaited < WAITED_MAX) w->waited_ev[w->nwaited++] = x->ev_ld;
+    return put_e(w, SA_WAIT, SS_COMPUTE, x->ev_ld);
+}
+
+/* Host Adam of unit u once its gradients are home; then (param_load=update) its GFGB
+ * parameters go back to the GPU for the next iteration. */
+static ms_status host_update(lw *w, int u, int wait)
+{
+    const dha_model *d = w->d;
+    if (wait && w->gh_ev[u] != EV_NONE) TRY(put_e(w, SA_WAIT, SS_HOST, w->gh_ev[u]));
+    sched_action a = act(SA_HOST_COMPUTE, SS_HOST);
+    a.dur_us = d->u[u].adam_us;
+    a.op = d->adam_op[u];
+    a.layer = d->u[u].layer;
+    a.phase = TP_OPT;
+    TRY(put(w, &a));
+    TRY(record_new(w, SS_HOST, &w->upd_ev[u]));
+    if (w->load != LOAD_UPDATE || !w->has_next) return MS_OK;
+    int any = 0;
+    for (size_t i = 0; i < d->nt; i++) {
+        if (d->tens[i].cls != TC_PARAM || d->tens[i].owner != u || !w->lt[i].persistent) continue;
+        if (!any) TRY(put_e(w, SA_WAIT, SS_H2D, w->upd_ev[u]));
+        TRY(put_t(w, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+        any = 1;
+    }
+    if (!any) return MS_OK;
+    uint32_t e;
+    TRY(record_new(w, SS_H2D, &e));
+    for (size_t i = 0; i < d->nt; i++)
+        if (d->tens[i].cls == TC_PARAM && d->tens[i].owner == u && w->lt[i].persistent)
+            w->lt[i].ev_next = e;
+    return MS_OK;
+}
+
+/* A memory-bound kernel moving `bytes` through HBM (DeepSpeed's bucket copies and casts). */
+static ms_status hbm_kernel(lw *w, uint64_t bytes, int32_t layer)
+{
+    const machine_t *m = w->m;
+    sched_action a = act(SA_COMPUTE, SS_COMPUTE);
+    double bw = m->gpu_hbm_Bps * (m->gpu_mem_eff > 0 ? m->gpu_mem_eff : 1);
+    a.dur_us = (m->gpu_kernel_launch_us > 0 ? m->gpu_kernel_launch_us : 0) +
+               (bw > 0 ? (double)bytes / bw * 1e6 : 0);
+    a.layer = layer;
+    a.phase = TP_BWD;
+    return put(w, &a);
+}
+
+/* DeepSpeed (ZeRO-2 with CPU offload, stage_1_and_2.py): when the bucket is full and at the
+ * end of the backward, each gradient in it is cast to fp32 on the GPU (a temporary the size
+ * of the fp32 copy) and copied into the host's fp32 gradient partition on the compute
+ * stream itself, so the backward waits for the copy. */
+static ms_status bucket_flush(lw *w)
+{
+    if (!w->nbucket) return MS_OK;
+    uint32_t e, c;
+    uint64_t xb = (uint64_t)((double)w->bucket_fill * w->copy_ratio);
+    uint64_t tmp = dha_synth_id(2);
+    int cast = xb != w->bucket_fill;
+    if (cast) {
+        TRY(put_t(w, SA_ALLOC, SS_COMPUTE, tmp, xb));
+        TRY(hbm_kernel(w, w->bucket_fill + xb, -1));
+    }
+    TRY(record_new(w, SS_COMPUTE, &e));
+    TRY(put_e(w, SA_WAIT, SS_D2H, e));
+    TRY(put_t(w, SA_COPY_D2H, SS_D2H, cast ? tmp : dha_synth_id(1), xb));
+    TRY(record_new(w, SS_D2H, &c));
+    TRY(put_e(w, SA_WAIT, SS_COMPUTE, c));
+    if (cast) TRY(put_t(w, SA_FREE, SS_COMPUTE, tmp, 0));
+    for (size_t i = 0; i < w->nbucket; i++) {
+        int u = w->bucket_units[i];
+        w->gh_ev[u] = c;
+        if (w->upd == UPD_PIPELINED) TRY(host_update(w, u, 1));
+    }
+    w->nbucket = 0;
+    w->bucket_fill = 0;
+    return MS_OK;
+}
+
+/* Unit u's gradients are complete (its last gradient write is done). */
+static ms_status grads_complete(lw *w, int u, int32_t layer)
+{
+    const dha_model *d = w->d;
+    w->done_owner[u] = 1;
+    w->order[w->norder++] = u;
+    if (w->ghost[u]) {
+        TRY(record_new(w, SS_COMPUTE, &w->gh_ev[u]));
+        return w->upd == UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
+    }
+    if (!w->realloc) {
+        uint32_t e;
+        TRY(record_new(w, SS_COMPUTE, &e));
+        TRY(put_e(w, SA_WAIT, SS_D2H, e));
+        for (size_t i = 0; i < d->nt; i++)
+            if (d->tens[i].cls == TC_GRAD && d->tens[i].owner == u)
+                TRY(put_t(w, SA_COPY_D2H, SS_D2H, d->tens[i].id, d->tens[i].bytes));
+        TRY(record_new(w, SS_D2H, &w->gh_ev[u]));
+        return w->upd == UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
+    }
+    /* DeepSpeed: copy the unit's gradients into the bucket (flushing it first if they do
+     * not fit), free them, flush at the end of the backward. */
+    uint64_t b = 0;
+    for (size_t i = 0; i < d->nt; i++)
+        if (d->tens[i].cls == TC_GRAD && d->tens[i].owner == u && w->lt[i].on_dev)
+            b += d->tens[i].bytes;
+    if (!b) {
+        w->gh_ev[u] = EV_NONE;
+        return w->upd == UPD_PIPELINED ? host_update(w, u, 0) : MS_OK;
+    }
+    if (w->bucket_fill && w->bucket_fill + b > w->bucket_bytes) TRY(bucket_flush(w));
+    TRY(hbm_kernel(w, 2 * b, layer)); /* the copy into the contiguous bucket */
+    for (size_t i = 0; i < d->nt; i++) {
+        if (d->tens[i].cls != TC_GRAD || d->tens[i].owner != u || !w->lt[i].on_dev) continue;
+        if (w->free_at_step) continue;
+        TRY(put_t(w, SA_FREE, SS_COMPUTE, d->tens[i].id, 0));
+        w->lt[i].on_dev = 0;
+    }
+    w->bucket_fill += b;
+    w->bucket_units[w->nbucket++] = u;
+    return MS_OK;
+}
+
+/* The end of the backward: remaining bucket, owners without written gradients, the host
+ * updates of update=after_bwd, leftover DFGB copies and gradients freed at the step. */
+static ms_status end_backward(lw *w)
+{
+    const dha_model *d = w->d;
+    for (size_t u = 0; u < d->nu; u++)
+        if (!w->done_owner[u] && d->u[u].grad_bytes) TRY(grads_complete(w, (int)u, d->u[u].layer));
+    TRY(bucket_flush(w));
+    for (size_t i = 0; i < d->nt; i++) {
+        ltens *x = &w->lt[i];
+        if (!x->on_dev) continue;
+        if (d->tens[i].cls == TC_PARAM) TRY(need_on_gpu(w, i));
+        TRY(put_t(w, SA_FREE, SS_COMPUTE, d->tens[i].id, 0));
+        x->on_dev = 0;
+    }
+    if (w->upd == UPD_AFTER_BWD) {
+        for (size_t k = 0; k < w->norder; k++) {
+            uint32_t e = w->gh_ev[w->order[k]];
+            int dup = 0;
+            for (size_t j = 0; j < k; j++) dup |= w->gh_ev[w->order[j]] == e;
+            if (e != EV_NONE && !dup) TRY(put_e(w, SA_WAIT, SS_HOST, e));
+        }
+        for (size_t u = 0; u < d->nu; u++)
+            if (d->u[u].grad_bytes || d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));
+    } else {
+        for (size_t u = 0; u < d->nu; u++)
+            if (!d->u[u].grad_bytes && d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));
+    }
+    return MS_OK;
+}
+
+/* One trace op inside an iteration. */
+static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
+{
+    const dha_model *d = w->d;
+    int u = d->unit[ri];
+    if (d->role[ri] != RR_NORMAL) return MS_OK; /* replaced by the host stream and copies */
+    sched_action a = act(SA_COMPUTE, SS_COMPUTE);
+    a.op = (int64_t)op->id;
+    a.dur_us = d->dur[ri];
+    a.layer = op->layer;
+    a.phase = op->phase;
+    int fb = op->phase == TP_FWD || op->phase == TP_BWD;
+    uint64_t rd = 0, wr = 0, gall = 0, gdev = 0;
+    for (uint32_t k = 0; fb && k < op->n_in; k++) {
+        size_t ix;
+        if (!is_param(d, op->in[k], &ix)) continue;
+        if (reads_on_gpu(w, u, op->phase)) TRY(need_on_gpu(w, ix));
+        else rd += dha_read_bytes(op, d->tens[ix].bytes);
+    }
+    for (uint32_t k = 0; k < op->n_out; k++) {
+        size_t ix;
+        if (!is_grad(d, op->out[k], &ix)) continue;
+        ltens *x = &w->lt[ix];
+        gall += d->tens[ix].bytes;
+        if (x->host_grad) {
+            if (op->phase == TP_BWD) wr += dha_write_bytes(d, op, d->tens[ix].bytes);
+            continue;
+        }
+        if (x->realloc && op->phase == TP_BWD && !x->on_dev) {
+            TRY(put_t(w, SA_ALLOC, SS_COMPUTE, d->tens[ix].id, d->tens[ix].bytes));
+            x->on_dev = 1;
+        }
+        if (!x->realloc || x->on_dev) gdev += d->tens[ix].bytes;
+    }
+    /* zero_grad and the like: only the part that writes GPU-resident gradients runs on
+     * the GPU (DHA gradients are zeroed by the host, not modelled; DeepSpeed's are None). */
+    if (op->phase != TP_BWD && gall) {
+        if (!gdev) return MS_OK;
+        a.dur_us *= (double)gdev / (double)gall;
+    }
+    a.host_read_bytes = rd;
+    a.host_write_bytes = wr;
+    if (rd || wr) a.dha_eff = dha_eff_of(w->m, op, rd > 0);
+    TRY(put(w, &a));
+    /* after the op */
+    if (op->phase == TP_FWD && u >= 0 && w->last_fwd[u] == ri && w->mode[u] == PM_DFGB)
+        TRY(dfgb_load(w, u));
+    if (op->phase != TP_BWD) return MS_OK;
+    for (uint32_t k = 0; k < op->n_in; k++) {
+        size_t ix;
+        if (!is_param(d, op->in[k], &ix)) continue;
+        ltens *x = &w->lt[ix];
+        if (x->dyn && x->on_dev && x->last_bwd_read == ri) {
+            TRY(put_t(w, SA_FREE, SS_COMPUTE, d->tens[ix].id, 0));
+            x->on_dev = 0;
+        }
+    }
+    for (uint32_t k = 0; k < op->n_out; k++) {
+        size_t ix;
+        if (!is_grad(d, op->out[k], &ix) || w->lt[ix].last_bwd_write != ri) continue;
+        int o = d->tens[ix].owner;
+        if (--w->grads_left[o] == 0) TRY(grads_complete(w, o, op->layer));
+    }
+    return MS_OK;
+}
+
+static ms_status lower_mark(lw *w, size_t ri, const trace_mark *mk)
+{
+    const dha_model *d = w->d;
+    if (mk->kind == TM_ITER) {
+        if (w->ph == TP_BWD) TRY(end_backward(w));
+        if (w->iter != INT64_MIN) w->first_iter = 0;
+        scan_iteration(w, ri);
+        /* The iteration starts when the host has updated every parameter of the last one
+         * (the training loop's optimizer.step() returns): the measured window is then one
+         * whole iteration. */
+        for (size_t u = 0; u < d->nu; u++)
+            if (w->upd_prev[u] != EV_NONE) TRY(put_e(w, SA_WAIT, SS_COMPUTE, w->upd_prev[u]));
+        w->iter = mk->value;
+        w->ph = TP_NONE;
+    } else if (mk->kind == TM_PHASE) {
+        if (w->ph == TP_BWD && (trace_phase)mk->value != TP_BWD) TRY(end_backward(w));
+        w->ph = (trace_phase)mk->value;
+    }
+    if (w->o.emit_marks) {
+        sched_action a = act(SA_MARK, SS_COMPUTE);
+        a.mark = mk->kind;
+        a.mark_value = mk->value;
+        TRY(put(w, &a));
+    }
+    if (mk->kind == TM_PHASE && mk->value == TP_FWD) TRY(forward_loads(w));
+    if (mk->kind == TM_PHASE && mk->value == TP_BWD) {
+        for (size_t u = 0; u < d->nu; u++)
+            if (d->u[u].grad_bytes && w->grads_left[u] == 0 && !w->done_owner[u])
+                TRY(grads_complete(w, (int)u, d->u[u].layer));
+    }
+    return MS_OK;
+}
+
+static ms_status lower_all(lw *w)
+{
+    const dha_model *d = w->d;
+    int setup_done = 0;
+    if (d->setup_end == d->nrec) scan_iteration(w, SIZE_MAX); /* no iteration marks */
+    for (size_t i = 0; i < d->nrec; i++) {
+        const trace_rec *r = trace_get(w->t, i);
+        if (!setup_done && i >= d->setup_end) {
+            TRY(setup_end(w));
+            setup_done = 1;
+        }
+        switch (r->type) {
+        case TR_ALLOC:
+            if (i < d->setup_end) TRY(setup_alloc(w, &r->u.alloc));
+            else TRY(put_t(w, SA_ALLOC, SS_COMPUTE, r->u.alloc.id, r->u.alloc.bytes));
+            break;
+        case TR_FREE: {
+            size_t ix;
+            if (tens_of(d, r->u.free_id, &ix))
+                return ms_fail(w->err, MS_ERR_UNSUPPORTED, "trace line %" PRIu64 ": the trace "
+                               "frees parameter or gradient %" PRIu64 ", which the shadow "
+                               "model keeps for the run", r->line, r->u.free_id);
+            TRY(put_t(w, SA_FREE, SS_COMPUTE, r->u.free_id, 0));
+            break;
+        }
+        case TR_OP:
+            TRY(lower_op(w, i, &r->u.op));
+            break;
+        case TR_MARK:
+            TRY(lower_mark(w, i, &r->u.mark));
+            break;
+        }
+    }
+    if (!setup_done) TRY(setup_end(w));
+    if (w->ph == TP_BWD) TRY(end_backward(w));
+    return MS_OK;
+}
+
+int lower_dha_applies(const plan_t *p)
+{
+    if (!p) return 0;
+    const char *v = plan_get_knob(p, "host_params");
+    if (v && !strcmp(v, "1")) return 1;
+    for (size_t i = 0; i < p->n_layers; i++)
+        if (p->layers[i].pmode != PM_GFGB || p->layers[i].grad_on_host) return 1;
+    return 0;
+}
+
+ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const lower_opts *o,
+                    schedule_t **out, ms_error *err)
+{
+    *out = NULL;
+    if (!p) return ms_fail(err, MS_ERR_INVALID, "DHA lowering needs a plan");
+    if (!m) return ms_fail(err, MS_ERR_INVALID, "DHA lowering needs a machine profile (link "
+                           "and DHA rates)");
+    if (!(m->link_h2d_Bps > 0) || !(m->link_d2h_Bps > 0))
+        return ms_fail(err, MS_ERR_INVALID, "machine '%s' has no host link rates",
+                       m->name);
+    lw w;
+    memset(&w, 0, sizeof w);
+    if (o) w.o = *o;
+    else lower_opts_default(&w.o);
+    if (w.o.iter_first != INT64_MIN || w.o.iter_count > 0)
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "DHA lowering lowers whole traces (no "
+                       "iteration selection)");
+    dha_model *d;
+    ms_status st = dha_model_new(t, m, &d, err);
+    if (st) return st;
+    w.d = d;
+    w.t = t;
+    w.p = p;
+    w.m = m;
+    w.err = err;
+    w.iter = INT64_MIN;
+    w.first_iter = 1;
+    w.ph = TP_NONE;
+    size_t nu = d->nu;
+    w.mode = calloc(nu, sizeof *w.mode);
+    w.ghost = calloc(nu, sizeof *w.ghost);
+    w.lt = calloc(d->nt ? d->nt : 1, sizeof *w.lt);
+    w.upd_ev = malloc(nu * sizeof *w.upd_ev);
+    w.upd_prev = malloc(nu * sizeof *w.upd_prev);
+    w.gh_ev = malloc(nu * sizeof *w.gh_ev);
+    w.grads_left = calloc(nu, sizeof *w.grads_left);
+    w.done_owner = calloc(nu, sizeof *w.done_owner);
+    w.last_fwd = malloc(nu * sizeof *w.last_fwd);
+    w.order = malloc(nu * sizeof *w.order);
+    w.bucket_units = malloc(nu * sizeof *w.bucket_units);
+    w.s = sched_new();
+    if (!w.mode || !w.ghost || !w.lt || !w.upd_ev || !w.upd_prev || !w.gh_ev || !w.grads_left ||
+        !w.done_owner || !w.last_fwd || !w.order || !w.bucket_units || !w.s) {
+        st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    } else {
+        for (size_t i = 0; i < nu; i++) w.upd_ev[i] = w.upd_prev[i] = w.gh_ev[i] = EV_NONE;
+        st = read_knobs(&w);
+        if (!st) st = read_layers(&w);
+        if (!st) {
+            place_tensors(&w);
+            st = lower_all(&w);
+        }
+        if (!st) st = sched_validate(w.s, err);
+    }
+    if (!st && w.o.report) *w.o.report = w.rep;
+    free(w.mode);
+    free(w.ghost);
+    free(w.lt);
+    free(w.upd_ev);
+    free(w.upd_prev);
+    free(w.gh_ev);
+    free(w.grads_left);
+    free(w.done_owner);
+    free(w.last_fwd);
+    free(w.order);
+    free(w.bucket_units);
+    dha_model_free(d);
+    if (st) {
+        sched_free(w.s);
+        return st;
+    }
+    *out = w.s;
+    return MS_OK;
+}

@@ -1,0 +1,112 @@
+/* lower_dha.h — lowering for the shadow model of MemFerry (Yao et al., INFOCOM 2025) and for
+ * ZeRO-Offload: parameters, gradients and optimizer states live on the host; per plan layer
+ * the parameters are copied to the GPU before their forward (GFGB), read over direct host
+ * access (DHA) in forward and backward, or read over DHA in forward and copied to the GPU for
+ * the backward (DFGB); gradients stay on the GPU and are copied to the host after their
+ * layer's backward, or are written to the host by the backward kernels (DHA gradients,
+ * GO-MemFerry); the host runs Adam per layer (pipelined with the backward, MemFerry) or after
+ * the backward (ZeRO-Offload), and the updated parameters go back to the GPU. Produces the
+ * whole schedule (planners/schedule.h) for such plans; planners/lower.c hands them over when
+ * lower_dha_applies() says so.
+ *
+ * Also the analysis the MemFerry and ZeRO-Offload policies share: the trace's "units" (what a
+ * plan `layer N` line names) with their profiled times (dha_model). Used by lower.c,
+ * planners/policy_memferry.c, planners/policy_zero_offload.c, sim/cmd_memferry.c and the
+ * tests. Rules and knobs: docs/MEMFERRY.md. */
+#ifndef MEMSIM_LOWER_DHA_H
+#define MEMSIM_LOWER_DHA_H
+
+#include "planners/lower.h"
+
+/* ---- units ----
+ * A unit is one stretch of the forward program that reads parameters, and what a plan line
+ * `layer N PMODE grad=gpu|host` decides for:
+ *   N = -1   the records before layer 0 (the embedding),
+ *   N = 0..L-1  transformer layer N,
+ *   N = L    the records after the last layer (final norm, pooler, LM head, loss).
+ * A unit's mode applies to the parameter reads of its own ops, so a tied LM head (unit L)
+ * reading the embedding matrix may read it over DHA while the lookup (unit -1) reads its
+ * rows over DHA too, or the head may use a GPU copy while the lookup does not.
+ * A parameter tensor is owned by the unit that reads it first in the forward; a gradient
+ * buffer by the unit whose backward writes it last (where it becomes complete); the host
+ * Adam step of a parameter group belongs to the owner of its gradients. */
+typedef struct dha_unit {
+    int32_t layer;            /* plan layer: -1, 0..L-1, L */
+    uint32_t n_params;        /* parameter tensors its ops read */
+    uint64_t param_bytes;     /* their bytes (a tied tensor counts in every unit reading it) */
+    uint64_t own_param_bytes; /* bytes of the parameters it owns */
+    uint64_t grad_bytes;      /* bytes of the gradient buffers it owns */
+    double adam_us;           /* host Adam step of its parameter groups (trace's *.optim.host) */
+    /* Profile of one iteration (the first in the trace), each op alone on the machine: */
+    double t_trans_us;        /* T_trans: param_bytes over link.h2d_Bps + per-copy latency */
+    double t_fp_us;           /* T_FP: its forward ops that read parameters, on the GPU */
+    double t_fp_dha_us;       /* T_FP^H: the same ops reading the parameters over DHA */
+    double t_fp_other_us;     /* T_FP(A): its forward ops that read no parameters */
+    double t_bp_us;           /* T_BP: its backward ops that read parameters, on the GPU */
+    double t_bp_dha_us;       /* T_BP^H: the same ops reading the parameters over DHA */
+    double t_bp_other_us;     /* its backward ops that read no parameters */
+    double t_gw_extra_us;     /* T_GBP - T_CBP: extra backward time when the gradients it owns
+                                 are written to the host over DHA (writers on the GPU) */
+    double t_gw_extra_dha_us; /* the same with the writers' parameters read over DHA */
+    double t_grad_d2h_us;     /* grad_bytes over link.d2h_Bps */
+} dha_unit;
+
+typedef struct dha_model dha_model;
+
+/* Analyses trace t (made with the generator's offload mode, traces/gen.h: meta offload 1,
+ * the host Adam ops *.optim.host, the copies *.grad.d2h and *.param.h2d) for machine m (may
+ * be NULL when every op has a duration; the profile then uses no link rates). Errors name
+ * the record: not an offload trace, tp/cp/dp/ZeRO-3 other than 1/0, no forward or backward
+ * phase, an op without a duration and no machine, a gradient no backward op writes. */
+ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, ms_error *err);
+void dha_model_free(dha_model *d);
+/* Units in forward order: index 0 is layer -1, index i is layer i - 1, the last is layer L. */
+size_t dha_model_units(const dha_model *d);
+const dha_unit *dha_model_unit(const dha_model *d, size_t i);
+int32_t dha_model_layers(const dha_model *d); /* L */
+/* Forward-time estimate of a mode assignment (one per unit, GFGB or DHA; DFGB counts as DHA
+ * in the forward) under the paper's assumptions: GFGB loads run back to back from the
+ * iteration's start in forward order, each unit waits for its own load, and DHA reads do not
+ * slow the loads (MemFerry §IV-B). *link_free_us (may be NULL) gets the end of the last
+ * load. This is the objective Algorithm 1 approximates. */
+double dha_fp_estimate_us(const dha_model *d, const plan_pmode *modes, double *link_free_us);
+/* Checks that m has the DHA figures DHA lowering and the MemFerry policies need
+ * (dha.read_Bps, dha.write_Bps, dha.gemm_eff, dha.other_eff > 0); MS_ERR_INVALID naming the
+ * first missing one and `who` otherwise. */
+ms_status dha_check_machine(const machine_t *m, const char *who, ms_error *err);
+
+/* ---- lowering ----
+ * 1 if plan p needs this lowering: a layer with mode dha/dfgb or grad=host, or the plan knob
+ * host_params=1 (written by the memferry, go-memferry and zero-offload policies). */
+int lower_dha_applies(const plan_t *p);
+
+/* Lowers trace t under plan p for machine m (required: link and DHA rates). Units the plan
+ * does not list are GFGB with gradients on the GPU. Plan knobs (docs/MEMFERRY.md):
+ *   update=pipelined|after_bwd  host Adam per unit as soon as its gradients are on the host
+ *                               (default), or for all units, in forward order, after the
+ *                               last gradient arrived (ZeRO-Offload)
+ *   param_load=forward|update   GFGB parameters copied at the forward's start (default), or
+ *                               each unit's right after its host update (ZeRO-Offload)
+ *   realloc=0|1                 1: DeepSpeed's gradient handling: gradients allocated by the
+ *                               backward, copied into a reduce bucket, freed; the bucket
+ *                               goes to the host when full and at the end, the compute
+ *                               stream waiting for it (default 0: gradient buffers persist
+ *                               on the GPU and each unit's is copied while the backward goes
+ *                               on)
+ *   bucket_bytes=B              realloc=1: the reduce bucket (default 5e8 elements of the
+ *                               gradient type, DeepSpeed's reduce_bucket_size)
+ *   grad_free=copy|step         realloc=1: gradients freed when copied into the bucket
+ *                               (default, DeepSpeed ZeRO-2) or at the end of the backward
+ *   grad_copy_bytes=N           realloc=1: bytes per gradient element on the link (default
+ *                               4: DeepSpeed casts each gradient to fp32 on the GPU and
+ *                               copies it into the host's fp32 gradient partition)
+ * Only whole traces are lowered (o->iter_first / iter_count at their defaults). */
+ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const lower_opts *o,
+                    schedule_t **out, ms_error *err);
+
+/* Synthetic tensor ids of this lowering (kind 3 of lower.h's LOWER_ID_SYNTH space): the host
+ * optimizer states (k = 0), DeepSpeed's reduce bucket (k = 1) and its fp32 cast of a bucket
+ * being copied to the host (k = 2). */
+uint64_t dha_synth_id(unsigned k);
+
+#endif
