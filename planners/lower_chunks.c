@@ -187,26 +187,39 @@ static int is_state_cls(trace_class c)
     return c == TC_PARAM || c == TC_GRAD || c == TC_OPTSTATE;
 }
 
-/* Packs params (bytes, in order) into chunks of capacity S; returns the chunk count and the
- * wasted bytes (capacity not used). */
-static size_t pack(const uint64_t *bytes, size_t n, uint64_t S, uint64_t *waste)
+/* Packs params (bytes, in execution order) into chunks of capacity S. A run of parameters of
+ * the same group (a transformer block: group >= 0) starts a new chunk when it does not fit in
+ * what is left of the current one but fits in an empty one, so blocks are not split across
+ * chunks (ProTrain hooks blocks; its Table 4 chunk counts, 12 for GPT2-1B and 49 for
+ * GPT2-10B, come out of this rule). Fills cid (may be NULL); returns the chunk count and the
+ * wasted bytes. */
+static size_t pack(const uint64_t *bytes, const int32_t *group, size_t n, uint64_t S,
+                   int32_t *cid, uint64_t *waste)
 {
     size_t chunks = 0;
     uint64_t fill = 0, w = 0;
     for (size_t i = 0; i < n; i++) {
-        if (chunks == 0 || fill + bytes[i] > S) {
+        int start = chunks == 0 || fill + bytes[i] > S;
+        if (!start && group && group[i] >= 0 && (i == 0 || group[i - 1] != group[i])) {
+            uint64_t run = 0; /* the whole group */
+            for (size_t j = i; j < n && group[j] == group[i]; j++) run += bytes[j];
+            start = fill + run > S && run <= S;
+        }
+        if (start) {
             if (chunks) w += S - fill;
             chunks++;
             fill = 0;
         }
         fill += bytes[i];
+        if (cid) cid[i] = (int32_t)chunks - 1;
     }
     if (chunks) w += S - fill;
     *waste = w;
     return chunks;
 }
 
-uint64_t lc_chunk_search(const uint64_t *param_bytes, size_t n, uint64_t range_bytes)
+uint64_t lc_chunk_search(const uint64_t *param_bytes, const int32_t *group, size_t n,
+                         uint64_t range_bytes)
 {
     uint64_t mx = 0;
     for (size_t i = 0; i < n; i++)
@@ -217,7 +230,7 @@ uint64_t lc_chunk_search(const uint64_t *param_bytes, size_t n, uint64_t range_b
     uint64_t best = lo, best_w = UINT64_MAX;
     for (uint64_t S = lo; S <= lo + range_bytes; S += step) {
         uint64_t w;
-        pack(param_bytes, n, S, &w);
+        pack(param_bytes, group, n, S, NULL, &w);
         if (w < best_w) {
             best_w = w;
             best = S;
@@ -365,7 +378,9 @@ static ms_status lb_params(lb *b, ms_error *err)
         }
     }
     int32_t *cid = st == MS_OK ? malloc(np * sizeof *cid) : NULL;
-    if (st == MS_OK && !cid) st = MS_ERR_NOMEM;
+    int32_t *grp = st == MS_OK ? malloc(np * sizeof *grp) : NULL;
+    if (st == MS_OK && (!cid || !grp)) st = MS_ERR_NOMEM;
+    for (size_t i = 0; st == MS_OK && i < np; i++) grp[i] = ps[order[i]]->layer;
     if (st == MS_OK && b->k->chunk_by_layer) {
         /* one chunk per run of parameters of the same layer in execution order */
         uint64_t mx = 0, fill = 0;
@@ -383,8 +398,9 @@ static ms_status lb_params(lb *b, ms_error *err)
         }
         L->chunk_bytes = b->k->chunk_bytes > mx ? b->k->chunk_bytes : mx;
     } else if (st == MS_OK) {
-        uint64_t S = b->k->chunk_bytes ? b->k->chunk_bytes
-                                       : lc_chunk_search(bytes, np, b->k->chunk_search_bytes);
+        uint64_t S = b->k->chunk_bytes
+                         ? b->k->chunk_bytes
+                         : lc_chunk_search(bytes, grp, np, b->k->chunk_search_bytes);
         if (S < L->max_param_bytes) {
             char b1[32], b2[32];
             st = ms_fail(err, MS_ERR_INVALID,
@@ -394,16 +410,8 @@ static ms_status lb_params(lb *b, ms_error *err)
                          ms_fmt_bytes(L->max_param_bytes, b2, sizeof b2));
         } else {
             L->chunk_bytes = S;
-            int32_t c = -1;
-            uint64_t fill = 0;
-            for (size_t i = 0; i < np; i++) {
-                if (c < 0 || fill + bytes[i] > S) {
-                    c++;
-                    fill = 0;
-                }
-                fill += bytes[i];
-                cid[i] = c;
-            }
+            uint64_t w;
+            pack(bytes, grp, np, S, cid, &w);
         }
     }
     if (st == MS_OK) {
@@ -447,6 +455,7 @@ static ms_status lb_params(lb *b, ms_error *err)
     free(seen);
     free(bytes);
     free(cid);
+    free(grp);
     u64map_free(pidx);
     return st;
 }
@@ -1627,6 +1636,13 @@ ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t
     st = lcw_alloc(&w);
     if (!st) st = check_config(&w);
     if (!st) st = lc_bufplan_make(w.L, w.k.n_persist, w.k.n_buffer, &w.k, &w.bp, err);
+    if (!st) { /* one event pair per planned load */
+        free(w.ld_ev);
+        free(w.ld2_ev);
+        w.ld_ev = calloc(w.bp.n_loads + 1, sizeof *w.ld_ev);
+        w.ld2_ev = calloc(w.bp.n_loads + 1, sizeof *w.ld2_ev);
+        if (!w.ld_ev || !w.ld2_ev) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
     if (!st) {
         w.s = sched_new();
         if (!w.s) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");

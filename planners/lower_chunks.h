@@ -128,10 +128,14 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
                         lc_layout **out, ms_error *err);
 void lc_layout_free(lc_layout *L);
 
-/* The chunk size ProTrain's search picks for the parameters (bytes, in execution order):
- * the size in [largest, largest + range] (1 MiB steps) that wastes the least chunk space
- * when they are packed in order; ties go to the smaller size. */
-uint64_t lc_chunk_search(const uint64_t *param_bytes, size_t n, uint64_t range_bytes);
+/* The chunk size the search picks for the parameters (bytes, in execution order; group[i]
+ * >= 0 is the transformer block of parameter i, whose parameters are kept in one chunk when
+ * they fit; group may be NULL): the size in [largest, largest + range] (1 MiB steps) that
+ * wastes the least chunk space when they are packed in order; ties go to the smaller size.
+ * ProTrain's own search (its Appendix B.1) is not in the text available here: this rule is
+ * an assumption that reproduces its Table 4 chunk counts. */
+uint64_t lc_chunk_search(const uint64_t *param_bytes, const int32_t *group, size_t n,
+                         uint64_t range_bytes);
 
 /* Block roles in ProTrain's interleaved layout (Fig. 2): the first n_swap + n_ckpt blocks are
  * managed, swap blocks spread evenly among them starting with block 0, checkpoint blocks in

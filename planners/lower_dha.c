@@ -475,24 +475,6 @@ ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, m
     return MS_OK;
 }
 
-double dha_fp_estimate_us(const dha_model *d, const plan_pmode *modes, double *link_free_us)
-{
-    double link = 0, now = 0;
-    for (size_t i = 0; i < d->nu; i++) {
-        const dha_unit *u = &d->u[i];
-        if (modes[i] == PM_GFGB) {
-            link += u->t_trans_us;
-            if (link > now) now = link;
-            now += u->t_fp_us;
-        } else {
-            now += u->t_fp_dha_us;
-        }
-        now += u->t_fp_other_us;
-    }
-    if (link_free_us) *link_free_us = link;
-    return now;
-}
-
 /* ---------------------------------------------------------------------------------- */
 /* lowering                                                                            */
 

@@ -64,12 +64,6 @@ void dha_model_free(dha_model *d);
 size_t dha_model_units(const dha_model *d);
 const dha_unit *dha_model_unit(const dha_model *d, size_t i);
 int32_t dha_model_layers(const dha_model *d); /* L */
-/* Forward-time estimate of a mode assignment (one per unit, GFGB or DHA; DFGB counts as DHA
- * in the forward) under the paper's assumptions: GFGB loads run back to back from the
- * iteration's start in forward order, each unit waits for its own load, and DHA reads do not
- * slow the loads (MemFerry §IV-B). *link_free_us (may be NULL) gets the end of the last
- * load. This is the objective Algorithm 1 approximates. */
-double dha_fp_estimate_us(const dha_model *d, const plan_pmode *modes, double *link_free_us);
 /* Checks that m has the DHA figures DHA lowering and the MemFerry policies need
  * (dha.read_Bps, dha.write_Bps, dha.gemm_eff, dha.other_eff > 0); MS_ERR_INVALID naming the
  * first missing one and `who` otherwise. */

@@ -24,6 +24,8 @@ static const struct {
     {"replay", cmd_replay, "replay a trace's alloc/free program through an allocator"},
     {"dsa", cmd_dsa, "offline storage allocation (static memory planning) of CSV instances"},
     {"bench", cmd_bench, "memsim's own speed: allocator replay and simulation throughput"},
+    {"experiment", cmd_experiment, "run a paper reproduction: experiments/NAME/run.sh (list: memsim experiment list)"},
+    {"validate", cmd_validate, "simulator vs GPU: run the validation cases on a GPU, compare (docs/VALIDATION.md)"},
     {"gmlake", cmd_gmlake, "GMLake's fragmentation study (ASPLOS'24 section 5), see experiments/gmlake"},
 };
 
@@ -78,7 +80,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    if (!strcmp(cmd, "run") || !strcmp(cmd, "probe") || !strcmp(cmd, "validate"))
+    if (!strcmp(cmd, "run") || !strcmp(cmd, "probe"))
         return hand_over(argc - 1, argv + 1);
     fprintf(stderr, "memsim: unknown command '%s'\n\n", cmd);
     usage(stderr);

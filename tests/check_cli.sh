@@ -17,7 +17,7 @@ expect() {
     ok $r "$desc"
 }
 
-for c in list trace plan simulate compare replay dsa bench; do
+for c in list trace plan simulate compare replay dsa bench experiment validate gmlake; do
     expect 0 "memsim $c --help exits 0" -- "$M" $c --help
 done
 for c in gen check stats import; do
@@ -75,5 +75,10 @@ expect 0 "list" -- "$M" list
 for w in a800-8gpu h200-sxm caching stitching full-swap gpt-7b gpt2-1b; do
     grep -q "$w" "$T/out"; ok $? "memsim list names $w"
 done
+if [ -n "${srcdir:-}" ]; then
+    MEMSIM_EXPERIMENTS="$srcdir/experiments" "$M" experiment list > "$T/out" 2>&1
+    grep -q memo "$T/out" && grep -q gmlake "$T/out"; ok $? "memsim experiment list names memo and gmlake"
+fi
+expect 3 "an unknown experiment: exit 3" -- "$M" experiment no-such-study
 echo "1..$n"
 exit $bad

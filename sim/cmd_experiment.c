@@ -1,0 +1,128 @@
+/* cmd_experiment.c — `memsim experiment NAME [ARGS]` and `memsim validate [ARGS]`: run the
+ * reproduction scripts in experiments/NAME/run.sh with this memsim binary (MEMSIM in their
+ * environment), so a user can reproduce a paper's tables with one command. */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sim/cmds.h"
+#include "traces/util.h"
+
+#ifndef MEMSIM_SRC_DATADIR
+#define MEMSIM_SRC_DATADIR "traces"
+#endif
+
+/* experiments/ lives beside traces/ in the source tree; $MEMSIM_EXPERIMENTS overrides. */
+static void experiments_dir(char *buf, size_t n)
+{
+    const char *env = getenv("MEMSIM_EXPERIMENTS");
+    if (env && *env) {
+        snprintf(buf, n, "%s", env);
+        return;
+    }
+    snprintf(buf, n, "%s/../experiments", MEMSIM_SRC_DATADIR);
+}
+
+static int list(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "memsim experiment: cannot open %s: %s (set MEMSIM_EXPERIMENTS)\n", dir,
+                strerror(errno));
+        return MS_EXIT_IO;
+    }
+    printf("experiments in %s:\n", dir);
+    struct dirent *e;
+    char *names[64];
+    size_t n = 0;
+    while ((e = readdir(d)) && n < 64) {
+        char p[2 * PATH_MAX];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s/run.sh", dir, e->d_name);
+        if (e->d_name[0] != '.' && stat(p, &st) == 0) names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    /* sorted, so the listing does not depend on the directory order */
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (strcmp(names[j], names[i]) < 0) {
+                char *t = names[i];
+                names[i] = names[j];
+                names[j] = t;
+            }
+    for (size_t i = 0; i < n; i++) {
+        printf("  %s\n", names[i]);
+        free(names[i]);
+    }
+    return MS_EXIT_OK;
+}
+
+static int run_script(const char *self, const char *name, int argc, char **argv)
+{
+    char dir[PATH_MAX], script[2 * PATH_MAX], me[PATH_MAX];
+    experiments_dir(dir, sizeof dir);
+    if (strchr(name, '/') || name[0] == '.') {
+        fprintf(stderr, "memsim experiment: bad name '%s'\n", name);
+        return MS_EXIT_USAGE;
+    }
+    snprintf(script, sizeof script, "%s/%s/run.sh", dir, name);
+    if (access(script, R_OK) != 0) {
+        fprintf(stderr, "memsim experiment: no experiment '%s' (%s not found; 'memsim experiment "
+                        "list' lists them)\n", name, script);
+        return MS_EXIT_INPUT;
+    }
+    /* The scripts call memsim through $MEMSIM: make it this very binary. */
+    ssize_t k = readlink("/proc/self/exe", me, sizeof me - 1);
+    if (k > 0) {
+        me[k] = '\0';
+        setenv("MEMSIM", me, 1);
+    } else if (strchr(self, '/')) {
+        setenv("MEMSIM", self, 1);
+    }
+    char **args = calloc((size_t)argc + 3, sizeof *args);
+    if (!args) return MS_EXIT_INTERNAL;
+    args[0] = "bash";
+    args[1] = script;
+    for (int i = 0; i < argc; i++) args[2 + i] = argv[i];
+    execvp("bash", args);
+    fprintf(stderr, "memsim experiment: cannot run bash: %s\n", strerror(errno));
+    free(args);
+    return MS_EXIT_INTERNAL;
+}
+
+int cmd_experiment(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        printf("usage: memsim experiment NAME [ARGS]   run experiments/NAME/run.sh\n"
+               "       memsim experiment list          list the experiments\n"
+               "Each experiment reproduces a paper's tables or figures, printing the paper's\n"
+               "numbers beside memsim's with the differences; ARGS go to its run.sh (see its\n"
+               "README.md). The scripts run this memsim binary.\n");
+        return argc < 2 ? MS_EXIT_USAGE : MS_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "list")) {
+        char dir[PATH_MAX];
+        experiments_dir(dir, sizeof dir);
+        return list(dir);
+    }
+    return run_script(argv[0], argv[1], argc - 2, argv + 2);
+}
+
+int cmd_validate(int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: memsim validate gpu OUTDIR        on a GPU machine: run the validation cases\n"
+               "       memsim validate compare GPUDIR [--write-doc]\n"
+               "                                         here: simulate the same cases, compare\n"
+               "Runs experiments/validate/run.sh: predicted vs measured iteration time, peak\n"
+               "reserved bytes and host-link busy time (docs/VALIDATION.md).\n");
+        return MS_EXIT_OK;
+    }
+    return run_script(argv[0], "validate", argc - 1, argv + 1);
+}
