@@ -10,6 +10,8 @@
  * timelines are in docs/POLICIES.md and docs/MEMO.md. */
 #include "planners/lower.h"
 
+#include "planners/lower_dha.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -1373,6 +1375,9 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
 {
     *out = NULL;
     if (!t) return ms_fail(err, MS_ERR_INVALID, "lower: no trace");
+    /* Plans with per-layer parameter modes or host-resident model states (MemFerry,
+     * ZeRO-Offload) have their own lowering. */
+    if (lower_dha_applies(p)) return lower_dha(t, p, m, o, out, err);
     lw w;
     memset(&w, 0, sizeof w);
     w.t = t;

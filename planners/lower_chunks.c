@@ -26,7 +26,9 @@ void lc_knobs_default(lc_knobs *k)
     k->param_xfer_bytes = 2;
     k->grad_xfer_bytes = 2;
     k->coll = LC_COLL_AUTO;
-    k->coll_link_eff = 1;
+    k->coll_link_eff = 0.5;      /* assumed: NCCL without peer access stages through host
+                                    shared memory at about half the link rate (to be measured) */
+    k->persist_shard = 1;
     k->overlap_host_adam = 1;
     k->host_adam_scale = 1;
     k->step_sync = 1;
@@ -100,10 +102,12 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
     if (!st) st = kn_dbl(p, "grad_xfer_bytes", 0, &k->grad_xfer_bytes, err);
     if (!st) st = kn_dbl(p, "coll_link_eff", 1e-3, &k->coll_link_eff, err);
     if (!st) st = kn_int(p, "overlap_host_adam", 0, &k->overlap_host_adam, err);
+    if (!st) st = kn_int(p, "persist_shard", 0, &k->persist_shard, err);
+    if (!st) st = kn_int(p, "staging_separate", 0, &k->staging_separate, err);
     if (!st) st = kn_dbl(p, "host_adam_scale", 1e-6, &k->host_adam_scale, err);
     if (!st) st = kn_int(p, "step_sync", 0, &k->step_sync, err);
     if (!st) st = kn_int(p, "reuse", 0, &k->reuse_resident, err);
-    if (!st) st = kn_int(p, "prefetch_depth", 0, &k->prefetch_depth, err);
+    if (!st) st = kn_int(p, "prefetch_depth", -1, &k->prefetch_depth, err);
     if (!st) st = kn_int(p, "swap_lead", 1, &k->swap_lead, err);
     if (!st) st = kn_bytes(p, "init_device_bytes", &k->init_device_bytes, err);
     if (!st && k->coll_link_eff > 1)
@@ -141,6 +145,8 @@ ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
     if (!st) st = put_knob(p, "coll", "%s", coll[k->coll]);
     if (!st) st = put_knob(p, "coll_link_eff", "%g", k->coll_link_eff);
     if (!st) st = put_knob(p, "overlap_host_adam", "%d", k->overlap_host_adam);
+    if (!st) st = put_knob(p, "persist_shard", "%d", k->persist_shard);
+    if (!st) st = put_knob(p, "staging_separate", "%d", k->staging_separate);
     if (!st) st = put_knob(p, "host_adam_scale", "%g", k->host_adam_scale);
     if (!st) st = put_knob(p, "step_sync", "%d", k->step_sync);
     if (!st) st = put_knob(p, "reuse", "%d", k->reuse_resident);
@@ -638,16 +644,48 @@ void lc_bufplan_clear(lc_bufplan *bp)
     memset(bp, 0, sizeof *bp);
 }
 
-/* Next step after s that needs chunk c (INT32_MAX: none). Linear in the steps left; the
- * layouts are small (hundreds of steps). */
-static int32_t next_use(const lc_layout *L, uint32_t c, int32_t s)
+/* Per chunk, the steps that need it (CSR), for next-use queries by binary search. */
+typedef struct acc_index {
+    uint32_t *off;   /* n_chunks + 1 */
+    int32_t *steps;
+} acc_index;
+
+static int acc_build(const lc_layout *L, acc_index *A)
 {
-    for (size_t i = (size_t)s + 1; i < L->n_steps; i++) {
-        const lc_step *st = &L->steps[i];
-        for (uint32_t j = 0; j < st->n_need; j++)
-            if (L->needs[st->need_first + j] == c) return (int32_t)i;
+    A->off = calloc(L->n_chunks + 1, sizeof *A->off);
+    A->steps = malloc((L->n_needs ? L->n_needs : 1) * sizeof *A->steps);
+    if (!A->off || !A->steps) return -1;
+    for (size_t i = 0; i < L->n_needs; i++) A->off[L->needs[i] + 1]++;
+    for (size_t c = 0; c < L->n_chunks; c++) A->off[c + 1] += A->off[c];
+    uint32_t *fill = calloc(L->n_chunks + 1, sizeof *fill);
+    if (!fill) return -1;
+    for (size_t s = 0; s < L->n_steps; s++) { /* steps in order: each list comes out sorted */
+        const lc_step *S = &L->steps[s];
+        for (uint32_t j = 0; j < S->n_need; j++) {
+            uint32_t c = L->needs[S->need_first + j];
+            A->steps[A->off[c] + fill[c]++] = (int32_t)s;
+        }
     }
-    return INT32_MAX;
+    free(fill);
+    return 0;
+}
+
+static void acc_free(acc_index *A)
+{
+    free(A->off);
+    free(A->steps);
+}
+
+/* Next step after s that needs chunk c (INT32_MAX: none). */
+static int32_t next_use(const acc_index *A, uint32_t c, int32_t s)
+{
+    uint32_t lo = A->off[c], hi = A->off[c + 1];
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (A->steps[mid] <= s) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < A->off[c + 1] ? A->steps[lo] : INT32_MAX;
 }
 
 static int step_needs(const lc_layout *L, int32_t s, int32_t c)
@@ -674,8 +712,10 @@ ms_status lc_bufplan_make(const lc_layout *L, int n_persist, int n_buffer, const
     int32_t *occ = malloc(nb1 * sizeof *occ);      /* chunk whose data the buffer holds */
     int32_t *blast = malloc(nb1 * sizeof *blast);  /* last step that used that data */
     uint8_t *bdone = calloc(nb1, 1);               /* that chunk's gradients are final */
+    acc_index A = {0};
     ms_status st = MS_OK;
-    if (!bp->last_step || !bp->chunk_buffer || !first_bwd || !in_buf || !occ || !blast || !bdone)
+    if (!bp->last_step || !bp->chunk_buffer || !first_bwd || !in_buf || !occ || !blast ||
+        !bdone || acc_build(L, &A))
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     for (size_t c = 0; st == MS_OK && c < N; c++) {
         bp->last_step[c] = first_bwd[c] = -1;
@@ -720,7 +760,7 @@ ms_status lc_bufplan_make(const lc_layout *L, int n_persist, int n_buffer, const
                     /* pinned: its backward began and is not over (partial gradients) */
                     if (first_bwd[o] >= 0 && first_bwd[o] < si && bp->last_step[o] >= si)
                         continue;
-                    nx = next_use(L, (uint32_t)o, si - 1);
+                    nx = next_use(&A, (uint32_t)o, si - 1);
                 }
                 if (nx > best_next) {
                     best_next = nx;
@@ -751,6 +791,8 @@ ms_status lc_bufplan_make(const lc_layout *L, int n_persist, int n_buffer, const
             }
             if (k->prefetch_depth > 0 && ld.emit_after < si - k->prefetch_depth - 1)
                 ld.emit_after = si - k->prefetch_depth - 1;
+            if (k->prefetch_depth < 0 && ld.emit_after < si - 1) /* on demand, no prefetch */
+                ld.emit_after = si - 1;
             if (ld.emit_after < prev_emit) ld.emit_after = prev_emit;
             prev_emit = ld.emit_after;
             if (o >= 0 && in_buf[o] == best) in_buf[o] = -1;
@@ -779,6 +821,7 @@ ms_status lc_bufplan_make(const lc_layout *L, int n_persist, int n_buffer, const
     free(occ);
     free(blast);
     free(bdone);
+    acc_free(&A);
     if (st != MS_OK) lc_bufplan_clear(bp);
     return st;
 }
@@ -809,6 +852,12 @@ double lc_coll_us(const machine_t *m, uint64_t bytes, int dp)
 {
     if (dp <= 1 || !m) return 0;
     return roof_coll_us(m, ROOF_ALL_GATHER, bytes, dp, dp);
+}
+
+double lc_allreduce_us(const machine_t *m, uint64_t bytes, int dp)
+{
+    if (dp <= 1 || !m) return 0;
+    return roof_coll_us(m, ROOF_ALL_REDUCE, bytes, dp, dp);
 }
 
 /* ======================================================================== lowering */
@@ -928,10 +977,14 @@ static ms_status wcompute(lcw *w, int64_t op, double us, int32_t layer, int reco
 static ms_status wcopy(lcw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
 {
     ms_status st = MS_OK;
+    int kind = 0;
+    lc_id_parse(id, &kind, NULL);
+    /* collectives of persistent chunks go through small bounce buffers */
+    uint64_t cut = kind == LC_ID_PERSIST && LC_COLL_STAGE_BYTES < w->S ? LC_COLL_STAGE_BYTES : w->S;
     if (k == SA_COPY_H2D) w->rep.h2d_bytes += bytes;
     else w->rep.d2h_bytes += bytes;
     while (bytes > 0 && st == MS_OK) {
-        uint64_t piece = bytes > w->S ? w->S : bytes;
+        uint64_t piece = bytes > cut ? cut : bytes;
         st = wt(w, k, s, id, piece);
         bytes -= piece;
     }
@@ -960,6 +1013,12 @@ static uint64_t c_ring_link(const lcw *w, int32_t c)
     return ceil_div((double)c_gathered(w, c) * (w->dp - 1) / w->dp, w->k.coll_link_eff);
 }
 
+/* Parameters the GPU Adam of persistent chunk c updates on this rank. */
+static uint64_t p_opt_params(const lcw *w, int32_t c)
+{
+    return w->k.persist_shard ? c_shard_params(w, c) : w->L->chunks[c].params;
+}
+
 static double host_adam_us(const lcw *w, int32_t c)
 {
     return (double)c_shard_params(w, c) / (w->m->host_adam_params_per_s * w->k.host_adam_scale) *
@@ -980,13 +1039,14 @@ static ms_status emit_setup(lcw *w)
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++) {
         st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_PERSIST, (uint32_t)c), L->chunk_bytes);
         w->rep.static_gpu_bytes += L->chunk_bytes;
-        uint64_t ob = ceil_div(w->k.gpu_opt_bytes_per_param * (double)c_shard_params(w, c), 1);
+        uint64_t ob = ceil_div(w->k.gpu_opt_bytes_per_param * (double)p_opt_params(w, c), 1);
         if (!st && ob) {
             st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_POPT, (uint32_t)c), ob);
             w->rep.static_gpu_bytes += ob;
         }
         if (!st && w->coll == LC_COLL_LINK)
-            st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_PERSIST, (uint32_t)c), w->S);
+            st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_PERSIST, (uint32_t)c),
+                    LC_COLL_STAGE_BYTES < w->S ? LC_COLL_STAGE_BYTES : w->S);
     }
     for (int b = 0; st == MS_OK && b < w->k.n_buffer; b++) {
         st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_BUFFER, (uint32_t)b), L->chunk_bytes);
@@ -995,10 +1055,21 @@ static ms_status emit_setup(lcw *w)
         /* pinned staging of the buffer's copies */
         if (!st) st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_BUFFER, (uint32_t)b), w->S);
     }
-    for (size_t c = (size_t)w->k.n_persist; st == MS_OK && c < L->n_chunks; c++) {
-        uint64_t hb = ceil_div(w->k.host_bytes_per_param * (double)c_shard_params(w, (int32_t)c), 1);
-        w->rep.host_state_bytes += hb;
-        if (hb) st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_HOST, (uint32_t)c), hb);
+    /* host states of the non-persistent chunks; the pinned buffers the copies go through are
+     * part of that storage (ProTrain's host chunks are pinned), so they are not counted twice */
+    uint64_t total = 0, staging = (uint64_t)w->k.n_buffer * w->S;
+    if (w->coll == LC_COLL_LINK)
+        staging += (uint64_t)w->k.n_persist *
+                   (LC_COLL_STAGE_BYTES < w->S ? LC_COLL_STAGE_BYTES : w->S);
+    for (size_t c = (size_t)w->k.n_persist; c < L->n_chunks; c++)
+        total += ceil_div(w->k.host_bytes_per_param * (double)c_shard_params(w, (int32_t)c), 1);
+    if (w->k.staging_separate) {
+        w->rep.host_state_bytes = total + staging;
+        if (st == MS_OK && total) st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_HOST, 0), total);
+    } else {
+        w->rep.host_state_bytes = total > staging ? total : staging;
+        if (st == MS_OK && total > staging)
+            st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_HOST, 0), total - staging);
     }
     return st;
 }
@@ -1273,8 +1344,11 @@ static ms_status grads_ready(lcw *w, int32_t c)
     uint64_t ring = w->coll == LC_COLL_LINK ? c_ring_link(w, c) : 0;
     if (c < w->k.n_persist) {
         if (w->dp <= 1) return MS_OK;
-        if (w->coll == LC_COLL_COMPUTE) /* NVLink reduce-scatter */
-            return wcompute(w, -1, lc_coll_us(w->m, c_gathered(w, c), w->dp), -1, 0);
+        if (w->coll == LC_COLL_COMPUTE) /* NVLink reduce-scatter or all-reduce */
+            return wcompute(w, -1, w->k.persist_shard
+                                       ? lc_coll_us(w->m, c_gathered(w, c), w->dp)
+                                       : lc_allreduce_us(w->m, c_gathered(w, c), w->dp), -1, 0);
+        if (!w->k.persist_shard) ring *= 2; /* all-reduce: twice a reduce-scatter's traffic */
         uint64_t id = lc_id(LC_ID_PERSIST, (uint32_t)c);
         uint32_t g = new_ev(w);
         st = wev(w, SA_RECORD, SS_COMPUTE, g);
@@ -1397,9 +1471,9 @@ static ms_status iter_end(lcw *w)
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++) {
         if (w->coll == LC_COLL_LINK && w->dp > 1) st = wev(w, SA_WAIT, SS_COMPUTE, w->prs_ev[c]);
         if (!st)
-            st = wcompute(w, -1, w->L->adam_gpu_us_per_param * (double)c_shard_params(w, c), -1, 0);
+            st = wcompute(w, -1, w->L->adam_gpu_us_per_param * (double)p_opt_params(w, c), -1, 0);
         w->rep.gpu_adam++;
-        if (st || w->dp <= 1) continue;
+        if (st || w->dp <= 1 || !w->k.persist_shard) continue;
         if (w->coll == LC_COLL_COMPUTE) {
             st = wcompute(w, -1, lc_coll_us(w->m, c_gathered(w, c), w->dp), -1, 0);
             continue;
@@ -1427,7 +1501,8 @@ static ms_status iter_end(lcw *w)
         if (!st) st = wev(w, SA_RECORD, SS_HOST, w->adam_ev[c]);
     }
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++)
-        if (w->coll == LC_COLL_LINK && w->dp > 1) st = wev(w, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
+        if (w->coll == LC_COLL_LINK && w->dp > 1 && w->k.persist_shard)
+            st = wev(w, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
     if (!st && w->k.step_sync && w->last_adam >= 0)
         st = wev(w, SA_WAIT, SS_COMPUTE, (uint32_t)w->last_adam);
     if (!st && w->next_load != w->bp.n_loads)

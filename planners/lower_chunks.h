@@ -50,15 +50,24 @@ typedef struct lc_knobs {
     double host_bytes_per_param; /* [host_bytes_per_param] host memory per parameter of a
                                     non-persistent chunk (whole model, split over dp):
                                     default 14 = fp32 master, Adam m and v, fp16 copy */
+    int staging_separate;        /* [staging_separate] 1: the pinned buffers copies go through
+                                    (one chunk per buffer) come on top of host_bytes_per_param;
+                                    0 (default): they are part of it (the host chunks are pinned) */
     double gpu_opt_bytes_per_param; /* [gpu_opt_bytes_per_param] optimizer states of persistent
-                                    chunks on the GPU per parameter before dp sharding (12) */
+                                    chunks on the GPU per parameter (12: fp32 master, m, v) */
+    int persist_shard;           /* [persist_shard] 1 (default): the parameters of persistent
+                                    chunks stay whole on every GPU (ProTrain §3.1.1) but their
+                                    optimizer states are ZeRO-sharded over dp: gradients
+                                    reduce-scattered as their backward ends, Adam on the shard,
+                                    updated parameters all-gathered; 0: nothing partitioned:
+                                    gradients all-reduced, Adam on the whole chunk everywhere */
     double param_xfer_bytes;     /* [param_xfer_bytes] bytes per parameter copied to the GPU
                                     when gathering a chunk (2: fp16; FSDP's fp32 shard: 4) */
     double grad_xfer_bytes;      /* [grad_xfer_bytes] bytes per parameter of the gradient
                                     shard copied to the host (2; FSDP: 4) */
     int coll;                    /* [coll=auto|link|compute] */
     double coll_link_eff;        /* [coll_link_eff] fraction of the link rate collectives
-                                    through host memory reach (default 1) */
+                                    through host memory reach (default 0.5, assumed) */
     int overlap_host_adam;       /* [overlap_host_adam] 1: host Adam of a chunk starts when its
                                     gradients are on the host (ProTrain); 0: after the backward */
     double host_adam_scale;      /* [host_adam_scale] multiplies host.adam_params_per_s */
@@ -68,7 +77,8 @@ typedef struct lc_knobs {
                                     by the backward without reloading; 0: every chunk is
                                     gathered again (FSDP reshards after forward) */
     int prefetch_depth;          /* [prefetch_depth] how many access steps ahead a load may be
-                                    issued; 0: as far as free buffers allow */
+                                    issued; 0: as far as free buffers allow; -1: on demand (when
+                                    the step before the one that needs it ends: no prefetch) */
     int swap_lead;               /* [swap_lead] blocks ahead of need a swapped block is
                                     prefetched in backward (default 1) */
     uint64_t init_device_bytes;  /* [init_device_bytes] bytes allocated and freed on the GPU
@@ -179,8 +189,14 @@ int lc_min_buffers(const lc_layout *L, int n_persist, const lc_knobs *k);
 
 /* The collective mode in force on m. */
 int lc_coll_mode(const lc_knobs *k, const machine_t *m, int dp);
-/* Ring all-gather / reduce-scatter time over NVLink of a `bytes` buffer among dp ranks. */
+/* Ring all-gather / reduce-scatter time over NVLink of a `bytes` buffer among dp ranks;
+ * lc_allreduce_us: the ring all-reduce. */
 double lc_coll_us(const machine_t *m, uint64_t bytes, int dp);
+double lc_allreduce_us(const machine_t *m, uint64_t bytes, int dp);
+
+/* Host bounce buffer of a persistent chunk's collectives through host memory (link mode):
+ * their copies are cut to this size (NCCL's shared-memory transport uses small buffers). */
+#define LC_COLL_STAGE_BYTES (UINT64_C(64) << 20)
 
 /* Synthetic tensor ids of chunk lowering (bit 61 set: never a trace id nor lower.c's). */
 #define LC_ID_BASE (UINT64_C(1) << 61)

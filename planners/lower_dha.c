@@ -117,6 +117,32 @@ static uint64_t dha_write_bytes(const dha_model *d, const trace_op *op, uint64_t
     return w < gbytes ? w : gbytes;
 }
 
+/* grad_write=accumulate: the gradient an op hands to AccumulateGrad for host gradient G: the
+ * full gradient of each parameter it reads (x the element ratio), or all of G for a kernel
+ * reading none (PyTorch's embedding backward makes a dense gradient of the table). */
+static uint64_t acc_bytes(const dha_model *d, const trace_op *op, uint64_t gbytes)
+{
+    uint64_t w = 0;
+    for (uint32_t i = 0; i < op->n_in; i++) {
+        size_t ix;
+        if (is_param(d, op->in[i], &ix)) w += (uint64_t)((double)d->tens[ix].bytes * d->grad_ratio);
+    }
+    if (!w || w > gbytes) w = gbytes;
+    return w;
+}
+
+/* Standalone time of an accumulate kernel reading and writing b bytes of host memory. */
+static double acc_us(const machine_t *m, uint64_t b)
+{
+    if (!m || !(m->dha_read_Bps > 0) || !(m->dha_write_Bps > 0)) return 0;
+    double e = m->dha_other_eff > 0 ? m->dha_other_eff : 1;
+    double t = (double)b / (m->dha_read_Bps * e), tw = (double)b / (m->dha_write_Bps * e);
+    if (tw > t) t = tw;
+    if (m->link_duplex_Bps > 0 && 2.0 * (double)b / m->link_duplex_Bps > t)
+        t = 2.0 * (double)b / m->link_duplex_Bps;
+    return t * 1e6 + (m->gpu_kernel_launch_us > 0 ? m->gpu_kernel_launch_us : 0);
+}
+
 /* Efficiency of a kernel's DHA traffic: GEMMs re-read tiles of host operands
  * (dha.gemm_eff); streaming kernels and pure gradient writes use dha.other_eff. */
 static double dha_eff_of(const machine_t *m, const trace_op *op, int reads)
@@ -442,6 +468,7 @@ static void profile(dha_model *d)
             double tw = wr_Bps > 0 ? (double)wb / (wr_Bps * weff) * 1e6 : 0;
             o->t_gw_extra_us += (tw > dur ? tw : dur) - dur;
             o->t_gw_extra_dha_us += (tw > tdha ? tw : tdha) - tdha;
+            o->t_gw_acc_us += acc_us(m, acc_bytes(d, op, d->tens[ix].bytes));
         }
     }
     /* Units with gradients but no host Adam op in the trace: the machine's CPU Adam rate. */
@@ -479,7 +506,7 @@ ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, m
 /* lowering                                                                            */
 
 typedef enum { UPD_PIPELINED = 0, UPD_AFTER_BWD } upd_kind;
-typedef enum { LOAD_FORWARD = 0, LOAD_UPDATE } load_kind;
+typedef enum { LOAD_FORWARD = 0, LOAD_UPDATE, LOAD_AFTER_UPDATE } load_kind;
 
 /* Per-tensor lowering state. */
 typedef struct ltens {
@@ -511,8 +538,13 @@ typedef struct lw {
     upd_kind upd;
     load_kind load;
     int realloc, free_at_step;
+    int fused_write;      /* grad_write=fused */
     uint64_t bucket_bytes;
     double copy_ratio;    /* realloc=1: bytes on the link per gradient byte (fp32 copies) */
+    int overlap;          /* realloc=1, overlap_comm=1: two buckets, copies off the compute
+                             stream */
+    int bidx;             /* the bucket being filled */
+    uint32_t bucket_ev[2];/* the last flush of each bucket */
     ltens *lt;            /* per dha tensor */
     /* per iteration */
     int64_t iter;         /* value of the current "mark iter" */
@@ -603,12 +635,23 @@ static ms_status read_knobs(lw *w)
     if ((v = plan_get_knob(p, "param_load"))) {
         if (!strcmp(v, "forward")) w->load = LOAD_FORWARD;
         else if (!strcmp(v, "update")) w->load = LOAD_UPDATE;
+        else if (!strcmp(v, "after_update")) w->load = LOAD_AFTER_UPDATE;
         else return ms_fail(w->err, MS_ERR_INVALID, "plan knob param_load=%s: expected "
-                            "forward or update", v);
+                            "forward, update or after_update", v);
     }
     if ((v = plan_get_knob(p, "realloc"))) {
         if (!strcmp(v, "0") || !strcmp(v, "1")) w->realloc = v[0] == '1';
         else return ms_fail(w->err, MS_ERR_INVALID, "plan knob realloc=%s: expected 0 or 1", v);
+    }
+    if ((v = plan_get_knob(p, "overlap_comm"))) {
+        if (!strcmp(v, "0") || !strcmp(v, "1")) w->overlap = v[0] == '1';
+        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob overlap_comm=%s: expected 0 or 1",
+                            v);
+    }
+    if ((v = plan_get_knob(p, "grad_write"))) {
+        if (!strcmp(v, "accumulate") || !strcmp(v, "fused")) w->fused_write = v[0] == 'f';
+        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob grad_write=%s: expected "
+                            "accumulate or fused", v);
     }
     if ((v = plan_get_knob(p, "grad_free"))) {
         if (!strcmp(v, "copy") || !strcmp(v, "step")) w->free_at_step = v[0] == 's';
@@ -700,6 +743,10 @@ static ms_status setup_alloc(lw *w, const trace_tensor *x)
     return dev ? put_t(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes) : MS_OK;
 }
 
+/* DeepSpeed's reduce buckets (two with overlap_comm) and their fp32 casts. */
+static uint64_t bucket_id(int k) { return dha_synth_id(k ? 4 : 1); }
+static uint64_t cast_id(int k) { return dha_synth_id(k ? 5 : 2); }
+
 /* After the setup records: the host optimizer states and DeepSpeed's reduce bucket. */
 static ms_status setup_end(lw *w)
 {
@@ -710,9 +757,13 @@ static ms_status setup_end(lw *w)
     for (size_t i = 0; i < w->d->nu; i++)
         if (w->d->u[i].grad_bytes > b) b = w->d->u[i].grad_bytes;
     w->bucket_bytes = b; /* a unit larger than the bucket is reduced as a whole (not in pieces) */
-    TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(1), b));
     uint64_t hb = (uint64_t)((double)b * w->copy_ratio);
-    return put_t(w, SA_HOST_ALLOC, SS_COMPUTE, dha_synth_id(hb != b ? 2 : 1), hb);
+    for (int k = 0; k <= w->overlap; k++) {
+        TRY(put_t(w, SA_ALLOC, SS_COMPUTE, bucket_id(k), b));
+        TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, hb != b ? cast_id(k) : bucket_id(k), hb));
+    }
+    w->bucket_ev[0] = w->bucket_ev[1] = EV_NONE;
+    return MS_OK;
 }
 
 /* ---- iterations ---- */
@@ -775,7 +826,7 @@ static void scan_iteration(lw *w, size_t a)
 static ms_status forward_loads(lw *w)
 {
     const dha_model *d = w->d;
-    if (w->load == LOAD_UPDATE && !w->first_iter) return MS_OK;
+    if (w->load != LOAD_FORWARD && !w->first_iter) return MS_OK;
     /* The copy stream starts with the forward (MemFerry §IV-B, Fig. 6), not earlier. */
     uint32_t fs = EV_NONE;
     for (size_t i = 0; i < d->nt && fs == EV_NONE; i++)
@@ -871,6 +922,32 @@ static ms_status host_update(lw *w, int u, int wait)
     return MS_OK;
 }
 
+/* param_load=after_update: once the host has updated everything, every GFGB parameter
+ * goes back to the GPU, in forward order, one event per owner unit (ZeRO-Offload's
+ * original single-GPU schedule: the fp16 parameters are swapped in after the update). */
+static ms_status loads_after_update(lw *w)
+{
+    const dha_model *d = w->d;
+    for (size_t u = 0; u < d->nu; u++)
+        if (w->upd_ev[u] != EV_NONE) TRY(put_e(w, SA_WAIT, SS_H2D, w->upd_ev[u]));
+    for (size_t u = 0; u < d->nu; u++) {
+        int any = 0;
+        for (size_t i = 0; i < d->nt; i++) {
+            if (d->tens[i].cls != TC_PARAM || d->tens[i].owner != (int)u || !w->lt[i].persistent)
+                continue;
+            TRY(put_t(w, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+            any = 1;
+        }
+        if (!any) continue;
+        uint32_t e;
+        TRY(record_new(w, SS_H2D, &e));
+        for (size_t i = 0; i < d->nt; i++)
+            if (d->tens[i].cls == TC_PARAM && d->tens[i].owner == (int)u && w->lt[i].persistent)
+                w->lt[i].ev_next = e;
+    }
+    return MS_OK;
+}
+
 /* A memory-bound kernel moving `bytes` through HBM (DeepSpeed's bucket copies and casts). */
 static ms_status hbm_kernel(lw *w, uint64_t bytes, int32_t layer)
 {
@@ -886,14 +963,15 @@ static ms_status hbm_kernel(lw *w, uint64_t bytes, int32_t layer)
 
 /* DeepSpeed (ZeRO-2 with CPU offload, stage_1_and_2.py): when the bucket is full and at the
  * end of the backward, each gradient in it is cast to fp32 on the GPU (a temporary the size
- * of the fp32 copy) and copied into the host's fp32 gradient partition on the compute
- * stream itself, so the backward waits for the copy. */
+ * of the fp32 copy) and copied into the host's fp32 gradient partition — without
+ * overlap_comm on the compute stream itself, so the backward waits for the copy; with it on
+ * a side stream, the backward waiting only before it refills that bucket. */
 static ms_status bucket_flush(lw *w)
 {
     if (!w->nbucket) return MS_OK;
     uint32_t e, c;
     uint64_t xb = (uint64_t)((double)w->bucket_fill * w->copy_ratio);
-    uint64_t tmp = dha_synth_id(2);
+    uint64_t tmp = cast_id(w->bidx);
     int cast = xb != w->bucket_fill;
     if (cast) {
         TRY(put_t(w, SA_ALLOC, SS_COMPUTE, tmp, xb));
@@ -901,10 +979,16 @@ static ms_status bucket_flush(lw *w)
     }
     TRY(record_new(w, SS_COMPUTE, &e));
     TRY(put_e(w, SA_WAIT, SS_D2H, e));
-    TRY(put_t(w, SA_COPY_D2H, SS_D2H, cast ? tmp : dha_synth_id(1), xb));
+    TRY(put_t(w, SA_COPY_D2H, SS_D2H, cast ? tmp : bucket_id(w->bidx), xb));
+    if (cast && w->overlap) TRY(put_t(w, SA_FREE, SS_D2H, tmp, 0));
     TRY(record_new(w, SS_D2H, &c));
-    TRY(put_e(w, SA_WAIT, SS_COMPUTE, c));
-    if (cast) TRY(put_t(w, SA_FREE, SS_COMPUTE, tmp, 0));
+    if (w->overlap) {
+        w->bucket_ev[w->bidx] = c;
+        w->bidx ^= 1;
+    } else {
+        TRY(put_e(w, SA_WAIT, SS_COMPUTE, c));
+        if (cast) TRY(put_t(w, SA_FREE, SS_COMPUTE, tmp, 0));
+    }
     for (size_t i = 0; i < w->nbucket; i++) {
         int u = w->bucket_units[i];
         w->gh_ev[u] = c;
@@ -946,6 +1030,10 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
         return w->upd == UPD_PIPELINED ? host_update(w, u, 0) : MS_OK;
     }
     if (w->bucket_fill && w->bucket_fill + b > w->bucket_bytes) TRY(bucket_flush(w));
+    if (!w->bucket_fill && w->bucket_ev[w->bidx] != EV_NONE) {
+        TRY(put_e(w, SA_WAIT, SS_COMPUTE, w->bucket_ev[w->bidx])); /* its last copy is done */
+        w->bucket_ev[w->bidx] = EV_NONE;
+    }
     TRY(hbm_kernel(w, 2 * b, layer)); /* the copy into the contiguous bucket */
     for (size_t i = 0; i < d->nt; i++) {
         if (d->tens[i].cls != TC_GRAD || d->tens[i].owner != u || !w->lt[i].on_dev) continue;
@@ -986,7 +1074,7 @@ static ms_status end_backward(lw *w)
         for (size_t u = 0; u < d->nu; u++)
             if (!d->u[u].grad_bytes && d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));
     }
-    return MS_OK;
+    return w->load == LOAD_AFTER_UPDATE && w->has_next ? loads_after_update(w) : MS_OK;
 }
 
 /* One trace op inside an iteration. */
@@ -1001,7 +1089,7 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
     a.layer = op->layer;
     a.phase = op->phase;
     int fb = op->phase == TP_FWD || op->phase == TP_BWD;
-    uint64_t rd = 0, wr = 0, gall = 0, gdev = 0;
+    uint64_t rd = 0, wr = 0, acc = 0, gall = 0, gdev = 0;
     for (uint32_t k = 0; fb && k < op->n_in; k++) {
         size_t ix;
         if (!is_param(d, op->in[k], &ix)) continue;
@@ -1014,7 +1102,8 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
         ltens *x = &w->lt[ix];
         gall += d->tens[ix].bytes;
         if (x->host_grad) {
-            if (op->phase == TP_BWD) wr += dha_write_bytes(d, op, d->tens[ix].bytes);
+            if (op->phase == TP_BWD && w->fused_write) wr += dha_write_bytes(d, op, d->tens[ix].bytes);
+            else if (op->phase == TP_BWD) acc += acc_bytes(d, op, d->tens[ix].bytes);
             continue;
         }
         if (x->realloc && op->phase == TP_BWD && !x->on_dev) {
@@ -1032,7 +1121,24 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
     a.host_read_bytes = rd;
     a.host_write_bytes = wr;
     if (rd || wr) a.dha_eff = dha_eff_of(w->m, op, rd > 0);
+    /* grad_write=accumulate: the kernel makes the gradient in a GPU temporary, then
+     * AccumulateGrad adds it into the host gradient (read and written over DHA). */
+    if (acc) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(3), acc));
     TRY(put(w, &a));
+    if (acc) {
+        const machine_t *m = w->m;
+        sched_action g = act(SA_COMPUTE, SS_COMPUTE);
+        double bw = m->gpu_hbm_Bps * (m->gpu_mem_eff > 0 ? m->gpu_mem_eff : 1);
+        g.dur_us = (m->gpu_kernel_launch_us > 0 ? m->gpu_kernel_launch_us : 0) +
+                   (bw > 0 ? (double)acc / bw * 1e6 : 0);
+        g.host_read_bytes = acc;
+        g.host_write_bytes = acc;
+        g.dha_eff = m->dha_other_eff;
+        g.layer = op->layer;
+        g.phase = TP_BWD;
+        TRY(put(w, &g));
+        TRY(put_t(w, SA_FREE, SS_COMPUTE, dha_synth_id(3), 0));
+    }
     /* after the op */
     if (op->phase == TP_FWD && u >= 0 && w->last_fwd[u] == ri && w->mode[u] == PM_DFGB)
         TRY(dfgb_load(w, u));

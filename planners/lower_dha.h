@@ -46,8 +46,11 @@ typedef struct dha_unit {
     double t_bp_dha_us;       /* T_BP^H: the same ops reading the parameters over DHA */
     double t_bp_other_us;     /* its backward ops that read no parameters */
     double t_gw_extra_us;     /* T_GBP - T_CBP: extra backward time when the gradients it owns
-                                 are written to the host over DHA (writers on the GPU) */
+                                 are written to the host over DHA by the kernels that make
+                                 them (grad_write=fused; writers on the GPU) */
     double t_gw_extra_dha_us; /* the same with the writers' parameters read over DHA */
+    double t_gw_acc_us;       /* the same when each host gradient is updated by a separate
+                                 accumulate kernel (grad_write=accumulate, the default) */
     double t_grad_d2h_us;     /* grad_bytes over link.d2h_Bps */
 } dha_unit;
 
@@ -79,8 +82,12 @@ int lower_dha_applies(const plan_t *p);
  *   update=pipelined|after_bwd  host Adam per unit as soon as its gradients are on the host
  *                               (default), or for all units, in forward order, after the
  *                               last gradient arrived (ZeRO-Offload)
- *   param_load=forward|update   GFGB parameters copied at the forward's start (default), or
- *                               each unit's right after its host update (ZeRO-Offload)
+ *   param_load=forward|update|after_update
+ *                               GFGB parameters copied at the forward's start (default,
+ *                               MemFerry), each unit's right after its host update
+ *                               (DeepSpeed's CPU Adam copies while it steps), or all of them
+ *                               once the whole update is done (ZeRO-Offload's original
+ *                               schedule); the forward waits for each unit's copy
  *   realloc=0|1                 1: DeepSpeed's gradient handling: gradients allocated by the
  *                               backward, copied into a reduce bucket, freed; the bucket
  *                               goes to the host when full and at the end, the compute
@@ -91,6 +98,14 @@ int lower_dha_applies(const plan_t *p);
  *                               gradient type, DeepSpeed's reduce_bucket_size)
  *   grad_free=copy|step         realloc=1: gradients freed when copied into the bucket
  *                               (default, DeepSpeed ZeRO-2) or at the end of the backward
+ *   grad_write=accumulate|fused grad=host: PyTorch's way (default): the backward makes each
+ *                               weight gradient in a GPU temporary and an accumulate kernel
+ *                               adds it into the host gradient over DHA (reading and writing
+ *                               it); fused: the kernel making the gradient writes it to the
+ *                               host itself, overlapped with its compute
+ *   overlap_comm=0|1            realloc=1: 1 = DeepSpeed's overlap_comm: two buckets, their
+ *                               copies on a side stream (default 0: DeepSpeed's default,
+ *                               the copies on the compute stream)
  *   grad_copy_bytes=N           realloc=1: bytes per gradient element on the link (default
  *                               4: DeepSpeed casts each gradient to fp32 on the GPU and
  *                               copies it into the host's fp32 gradient partition)
@@ -99,8 +114,9 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
                     schedule_t **out, ms_error *err);
 
 /* Synthetic tensor ids of this lowering (kind 3 of lower.h's LOWER_ID_SYNTH space): the host
- * optimizer states (k = 0), DeepSpeed's reduce bucket (k = 1) and its fp32 cast of a bucket
- * being copied to the host (k = 2). */
+ * optimizer states (k = 0), DeepSpeed's reduce buckets (k = 1 and 4) and their fp32 casts
+ * on the way to the host (k = 2 and 5), the GPU temporary of a gradient on its way to a host
+ * gradient (k = 3). */
 uint64_t dha_synth_id(unsigned k);
 
 #endif

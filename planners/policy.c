@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "planners/policy_baseline.h"
+#include "planners/policy_memferry.h"
 #include "planners/policy_memo.h"
+#include "planners/policy_zero_offload.h"
 #include "traces/u64map.h"
 
 /* The registry. Adding a policy is one line here: X(its pol_policy object), defined in its
@@ -19,7 +21,10 @@
     X(pol_full_swap)       \
     X(pol_full_recompute_plan) \
     X(pol_full_swap_plan)  \
-    X(pol_memo)
+    X(pol_memo)            \
+    X(pol_zero_offload)    \
+    X(pol_memferry)        \
+    X(pol_go_memferry)
 
 #define POL_DECLARE(p) extern const pol_policy p;
 #define POL_ENTRY(p) &p,

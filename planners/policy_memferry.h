@@ -33,12 +33,15 @@ double mf_fp_time(const mf_prof *u, size_t n, const plan_pmode *mode, double *li
 
 /* Algorithm 1 with its backtracking: mode[i] = PM_GFGB or PM_DHA. *t_all_us and *t_res_us
  * (may be NULL) get the algorithm's own estimate of the forward time and the reserved
- * overlap time left. Where the printed pseudo-code is ambiguous (docs/MEMFERRY.md): the
- * criterion of line 3 is read as T_FP^H <= T_FP + T_trans; backtracking (lines 18-30)
- * considers the GFGB units from `tag` (from the first unit when tag is unset) up to l - 1,
- * accumulating the cost of each conversion, and its closing update sets T_all to the best
- * time found rather than adding it. */
-void mf_alg1(const mf_prof *u, size_t n, plan_pmode *mode, double *t_all_us, double *t_res_us);
+ * overlap time left. Where the printed pseudo-code is ambiguous (docs/MEMFERRY.md):
+ * line 3's max(T_trans(l), 0) is a no-op as printed; it is read as the load's stall,
+ * T_FP^H <= T_FP + max(T_trans - T_res, 0) (literal = 0), or as printed, T_FP^H <= T_FP +
+ * T_trans (literal = 1); backtracking (lines 18-30) considers the GFGB units from `tag`
+ * (from the first unit when tag is unset) up to l - 1, accumulating the cost of each
+ * conversion, and its closing update sets T_all to the best time found rather than adding
+ * it to T_all again. */
+void mf_alg1(const mf_prof *u, size_t n, int literal, plan_pmode *mode, double *t_all_us,
+             double *t_res_us);
 
 /* Exhaustive search over the 2^n GFGB/DHA assignments for the least mf_fp_time (n <= 24):
  * the best time, and the assignment in best (may be NULL). */

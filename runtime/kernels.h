@@ -4,7 +4,7 @@
  * its backward, GeLU, residual adds, softmax cross-entropy tiled over the vocabulary, column
  * sums (bias and norm-weight gradients) and AdamW on the GPU and on the host. Storage is bf16
  * (kn_bf16 holds the bits), accumulation fp32; every matrix is row-major. Each kernel has a
- * CPU reference in runtime/kernels_ref.h. Used by runtime/model_rt.cu (the GPT model),
+ * CPU reference in runtime/kernels_ref.h. Used by runtime/model_rt.c (the GPT model),
  * runtime/rt_run.c (`memsim run --math real`) and tests/test_kernels.c.
  *
  * Every function enqueues work on the context's stream and returns at once; it checks its
@@ -128,8 +128,10 @@ void kn_adamw_host(kn_bf16 *param, float *master, float *m, float *v, const floa
  * same counter-based numbers the host draws (runtime/kernels_ref.h). */
 rt_status kn_fill_uniform(kn_ctx *k, kn_bf16 *x, size_t n, uint64_t seed, float scale);
 rt_status kn_fill_f32(kn_ctx *k, float *x, size_t n, float value);
+rt_status kn_fill_bf16(kn_ctx *k, kn_bf16 *x, size_t n, float value);
 /* fp32 -> bf16 (round to nearest even), on the device. */
 rt_status kn_f32_to_bf16(kn_ctx *k, kn_bf16 *dst, const float *src, size_t n);
+rt_status kn_bf16_to_f32(kn_ctx *k, float *dst, const kn_bf16 *src, size_t n);
 
 #ifdef __cplusplus
 }

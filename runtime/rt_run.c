@@ -1,8 +1,9 @@
 /* rt_run.c — the body of `memsim run` (see rt_run.h): options, the GPU check, trace → plan →
  * schedule (the same generator, planners and lowering as `memsim simulate`, so one plan file
  * drives both), execution on the GPU (runtime/rt_exec.h over runtime/rt_backend.h), the
- * printed comparison with the schedule's own durations, and the results CSV. Called by
- * runtime/main.c. */
+ * printed comparison with the schedule's own durations, and the results CSV. With --math real
+ * it runs the model's real kernels instead (runtime/model_rt.h): the one-layer benchmark
+ * (--bench-layer) or training steps (--train N). Called by runtime/main.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_run.h"
 
@@ -10,9 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "planners/lower.h"
 #include "planners/policy.h"
+#include "runtime/model_rt.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_exec.h"
 #include "traces/gen.h"
@@ -30,13 +33,16 @@ typedef struct run_args {
     uint64_t capacity_bytes;      /* 0: the GPU's free memory; UINT64_MAX: the profile's */
     uint64_t host_limit_bytes;    /* UINT64_MAX: the profile's share (default); 0: none */
     double watchdog_s;
+    int math_real;                /* --math real: the model's kernels (model_rt.h) */
+    int bench_layer, train_steps, reps, warmup;
+    double lr;                    /* --train: AdamW learning rate (0: the model's default) */
 } run_args;
 
 enum {
     O_MODEL = 256, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
-    O_HELP
+    O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR
 };
 
 static const struct option opts[] = {
@@ -55,6 +61,9 @@ static const struct option opts[] = {
     {"host-limit", required_argument, 0, O_HOSTLIMIT},
     {"watchdog", required_argument, 0, O_WATCHDOG}, {"device", required_argument, 0, O_DEVICE},
     {"host-work", required_argument, 0, O_HOSTWORK},
+    {"math", required_argument, 0, O_MATH}, {"bench-layer", no_argument, 0, O_BENCH},
+    {"train", required_argument, 0, O_TRAIN}, {"reps", required_argument, 0, O_REPS},
+    {"warmup", required_argument, 0, O_WARMUP}, {"lr", required_argument, 0, O_LR},
     {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
 static void usage(FILE *f)
@@ -99,6 +108,20 @@ static void usage(FILE *f)
         "                       per GPU, as the simulator)\n"
         "  --watchdog S         give up (and report) when the run takes longer than S seconds\n"
         "  --device N           CUDA device (default 0)\n"
+        "real kernels (docs/RUNTIME.md, Real kernels):\n"
+        "  --math MODE          spin (default: spin kernels of each op's modelled duration) or\n"
+        "                       real: each compute action of the schedule runs the real kernel\n"
+        "                       of its op on one stream (keep-all and recomputation plans;\n"
+        "                       the trace gets fp32 gradients and the small saved tensors);\n"
+        "                       with --bench-layer or --train, the model's own programs\n"
+        "  --bench-layer        forward + backward of one keep-all layer of the model at --seq\n"
+        "                       and --batch: FLOPs, median time, MFU against the profile's bf16\n"
+        "                       peak, per-op times\n"
+        "  --reps N --warmup N  timed and warm-up repetitions of the benchmark (12, 3)\n"
+        "  --train N            N training steps of the whole model (AdamW, seeded weights and\n"
+        "                       token stream; --policy full-recompute replays each layer's\n"
+        "                       forward in the backward): the loss curve and step times\n"
+        "  --lr X               --train's AdamW learning rate (default 2e-3)\n"
         "output:\n"
         "  --csv FILE           results CSV (the simulator's columns, then the runtime's)\n"
         "  --schedule FILE      write the lowered schedule as text\n"
@@ -185,6 +208,22 @@ static int apply(int c, char *v, run_args *a)
         else return bad("host-work", v, "expected callback or thread");
         return 0;
     case O_QUIET: a->quiet = 1; return 0;
+    case O_MATH:
+        if (!strcmp(v, "real")) a->math_real = 1;
+        else if (!strcmp(v, "spin")) a->math_real = 0;
+        else return bad("math", v, "expected spin or real");
+        return 0;
+    case O_BENCH: a->bench_layer = 1; return 0;
+    case O_LR:
+        if (!ms_parse_double(v, &a->lr) || a->lr <= 0 || a->lr > 1)
+            return bad("lr", v, "expected a learning rate in (0, 1]");
+        return 0;
+    case O_TRAIN: return parse_pos("train", v, &a->train_steps);
+    case O_REPS: return parse_pos("reps", v, &a->reps);
+    case O_WARMUP:
+        if (!ms_parse_u64(v, &x) || x > 1000) return bad("warmup", v, "expected 0..1000");
+        a->warmup = (int)x;
+        return 0;
     }
     return MS_EXIT_USAGE;
 }
@@ -198,6 +237,7 @@ static int parse(int argc, char **argv, run_args *a)
     a->alpha = -1;
     a->host_limit_bytes = UINT64_MAX;
     a->host_thread = 1;
+    a->warmup = -1;
     /* Bounded run-ahead by default: the simulator runs each allocator call when its stream
      * reaches it, so a host that stays a few ops ahead is what it predicts (measured on an
      * H200: full-swap within 0.7 % in time and 2.1 % in peak reserved; unbounded run-ahead,
@@ -231,6 +271,14 @@ static int parse(int argc, char **argv, run_args *a)
         fprintf(stderr, "memsim run: --machine is required (the profile gives op durations)\n");
         return MS_EXIT_USAGE;
     }
+    if ((a->bench_layer || a->train_steps) && !a->math_real) {
+        fprintf(stderr, "memsim run: --bench-layer and --train need --math real\n");
+        return MS_EXIT_USAGE;
+    }
+    if (a->bench_layer && a->train_steps) {
+        fprintf(stderr, "memsim run: --bench-layer and --train are separate runs\n");
+        return MS_EXIT_USAGE;
+    }
     return 0;
 }
 
@@ -249,6 +297,10 @@ static ms_status make_trace(const run_args *a, const machine_t *m, trace_t **t, 
     if (st != MS_OK) return st;
     c.seq = a->seq ? a->seq : c.model.default_seq;
     c.micro_batch = a->batch ? a->batch : 1;
+    if (a->math_real) {
+        c.grad_bytes = 4;   /* the real kernels accumulate fp32 gradients */
+        c.save_small = 1;   /* and keep the norm statistics and attention log-sum-exp */
+    }
     c.tp = a->tp ? a->tp : 1;
     c.cp = a->cp ? a->cp : 1;
     c.dp = a->dp ? a->dp : 1;
@@ -660,6 +712,259 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     return rc;
 }
 
+/* ---- --math real ---- */
+
+/* The model's shape for the real kernels: the GPT layer model_rt.h implements. */
+static int real_model(const run_args *a, model_t *md)
+{
+    ms_error err;
+    ms_status st = model_lookup(a->model, md, &err);
+    if (st != MS_OK) return fail_st(st, &err);
+    if (md->norm != MODEL_NORM_LAYER || md->mlp != MODEL_MLP_GELU || md->kv_heads != md->heads ||
+        md->is_encoder) {
+        fprintf(stderr, "memsim run: --math real implements GPT layers (LayerNorm, GeLU MLP, "
+                        "full multi-head causal attention); %s is not one\n", md->name);
+        return MS_EXIT_INPUT;
+    }
+    return 0;
+}
+
+static void print_device(const rt_gpu_info *g, const machine_t *m)
+{
+    printf("device: %s (sm_%d%d, %d SMs, driver %d.%d); profile %s, bf16 peak %.1f TFLOP/s\n",
+           g->name, g->cc_major, g->cc_minor, g->sms, g->driver_version / 1000,
+           g->driver_version % 1000 / 10, m->name, m->gpu_peak_bf16_flops / 1e12);
+}
+
+static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m)
+{
+    model_t md;
+    int rc = real_model(a, &md);
+    if (rc) return rc;
+    mrt_bench_cfg c;
+    mrt_bench_default(&c);
+    c.hidden = (int)md.hidden;
+    c.heads = (int)md.heads;
+    c.ffn = (int)md.ffn_hidden;
+    c.seq = (int)(a->seq ? a->seq : md.default_seq);
+    c.batch = (int)(a->batch ? a->batch : 1);
+    if (a->reps) c.iters = a->reps;
+    if (a->warmup >= 0) c.warmup = a->warmup;
+    mrt_bench_result r;
+    if (mrt_bench_layer(&c, NULL, &r) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+        return MS_EXIT_FAIL;
+    }
+    double peak = m->gpu_peak_bf16_flops;
+    print_device(g, m);
+    printf("one keep-all GPT layer, forward + backward, real kernels: hidden %d, heads %d (head "
+           "dim %d), ffn %d, seq %d x batch %d = %d tokens; %.2f GiB on the device\n",
+           c.hidden, c.heads, c.hidden / c.heads, c.ffn, c.seq, c.batch, c.seq * c.batch,
+           gib(r.device_bytes));
+    printf("FLOPs: model %.4g (MEMO: 6 T P_layer + 6 b h s^2), executed %.4g (GEMMs 3x forward, "
+           "attention 2 + 7 causal products)\n", r.model_flops, r.exec_flops);
+    printf("time: median %.3f ms of %d repetitions (min %.3f, max %.3f) after %d warm-up, "
+           "events around each repetition\n", r.median_ms, r.n_times, r.min_ms, r.max_ms,
+           c.warmup);
+    printf("  every repetition (ms):");
+    for (int i = 0; i < r.n_times; i++) printf(" %.3f", r.times_ms[i]);
+    printf("\n");
+    double mfu = peak > 0 ? r.model_flops / (r.median_ms * 1e-3) / peak : 0;
+    printf("MFU %.2f%% (model FLOPs / median time / %.1f TFLOP/s); executed %.1f TFLOP/s\n",
+           100 * mfu, peak / 1e12, r.exec_flops / (r.median_ms * 1e-3) / 1e12);
+    printf("%-10s %10s %7s %10s\n", "op", "ms", "share", "TFLOP/s");
+    for (int i = 0; i < r.n_ops; i++) {
+        const mrt_bench_op *o = &r.ops[i];
+        char tf[32] = "-";
+        if (o->flops > 0 && o->ms > 0) snprintf(tf, sizeof tf, "%.1f", o->flops / (o->ms * 1e-3) / 1e12);
+        printf("%-10s %10.3f %6.1f%% %10s\n", o->name, o->ms,
+               r.ops_sum_ms > 0 ? 100 * o->ms / r.ops_sum_ms : 0, tf);
+    }
+    printf("%-10s %10.3f (per-op events: median of 5 passes each; their sum exceeds the\n"
+           "            median pass by the event gaps)\n", "sum", r.ops_sum_ms);
+    return MS_EXIT_OK;
+}
+
+static void fill_real_ops(FILE *f, const void *p)
+{
+    const void *const *c = p;
+    const trace_t *t = c[0];
+    const mrt_sched_result *r = c[1];
+    fprintf(f, "action,op,name,recompute,asked_us,measured_us\n");
+    for (size_t k = 0; k < r->n_ops; k++) {
+        const mrt_op_time *o = &r->ops[k];
+        const trace_op *op = o->op >= 0 ? trace_find_op(t, (uint64_t)o->op) : NULL;
+        fprintf(f, "%zu,%lld,", o->action, (long long)o->op);
+        csv_str(f, op && op->name[0] ? op->name : "-");
+        fprintf(f, ",%d,%.3f,%.3f\n", o->recompute, o->req_us, o->meas_us);
+    }
+}
+
+/* The op name without its layer ("L3.qkv" -> "qkv"). */
+static const char *op_base(const char *n)
+{
+    if (n[0] == 'L') {
+        const char *p = n + 1;
+        while (*p >= '0' && *p <= '9') p++;
+        if (p > n + 1 && *p == '.') return p + 1;
+    }
+    return n;
+}
+
+/* Per op name over the last iteration: count, modelled and measured time. */
+static void print_real_ops(const trace_t *t, const mrt_sched_result *r, size_t from)
+{
+    enum { MAXN = 64 };
+    char names[MAXN][TRACE_NAME_MAX + 8];
+    double req[MAXN], meas[MAXN];
+    int cnt[MAXN], n = 0;
+    for (size_t k = from; k < r->n_ops; k++) {
+        const trace_op *op = trace_find_op(t, (uint64_t)r->ops[k].op);
+        char nm[TRACE_NAME_MAX + 8];
+        snprintf(nm, sizeof nm, "%s%s", op ? op_base(op->name) : "-",
+                 r->ops[k].recompute ? " (re)" : "");
+        int j = 0;
+        while (j < n && strcmp(names[j], nm)) j++;
+        if (j == n) {
+            if (n == MAXN) continue;
+            snprintf(names[n], sizeof names[n], "%s", nm);
+            req[n] = meas[n] = 0;
+            cnt[n++] = 0;
+        }
+        req[j] += r->ops[k].req_us * 1e-3;
+        meas[j] += r->ops[k].meas_us * 1e-3;
+        cnt[j]++;
+    }
+    printf("%-20s %6s %13s %13s %9s\n", "op (last iteration)", "count", "modelled_ms",
+           "measured_ms", "meas/mod");
+    for (int j = 0; j < n; j++)
+        printf("%-20s %6d %13.3f %13.3f %9.3f\n", names[j], cnt[j], req[j], meas[j],
+               req[j] > 0 ? meas[j] / req[j] : 0);
+}
+
+/* --math real on a schedule: every compute action runs its op's real kernels. */
+static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine_t *m,
+                          const plan_t *plan, const trace_t *t, const schedule_t *s)
+{
+    rt_backend_opts bo;
+    rt_backend_opts_default(&bo);
+    bo.device = a->device;
+    bo.capacity_bytes = a->capacity_bytes == UINT64_MAX ? machine_usable_bytes(m)
+                                                         : a->capacity_bytes;
+    rt_backend *be = NULL;
+    if (rt_backend_new(&bo, &be) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+        return MS_EXIT_FAIL;
+    }
+    mrt_sched_result r;
+    rt_status rs = mrt_sched_run(s, t, rt_backend_mb(be), plan->allocator, &plan->alloc_cfg, 77,
+                                 &r);
+    int rc = MS_EXIT_OK;
+    if (rs != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+        rc = rs == RT_ERR_INVALID ? MS_EXIT_INPUT : MS_EXIT_FAIL;
+    } else if (!a->quiet) {
+        print_device(g, m);
+        const char *model = trace_get_meta(t, "model");
+        printf("workload: %s seq %llu batch %llu; policy %s, allocator %s; %zu actions; real "
+               "kernels on one stream (fp32 gradients, norm statistics and attention lse "
+               "saved)\n", model ? model : "-", (unsigned long long)meta_u64(t, "seq"),
+               (unsigned long long)meta_u64(t, "batch"), plan->policy, plan->allocator,
+               sched_count(s));
+        printf("%-7s %12s %12s %9s %10s\n", "window", "measured_ms", "modelled_ms", "meas/mod",
+               "loss");
+        printf("%-7s %12.3f\n", "setup", r.setup_ms);
+        for (int i = 0; i < r.n_iter; i++)
+            printf("iter %-2d %12.3f %12.3f %9.3f %10.4f\n", i, r.iter_ms[i], r.nominal_ms[i],
+                   r.nominal_ms[i] > 0 ? r.iter_ms[i] / r.nominal_ms[i] : 0, r.loss[i]);
+        printf("  (modelled_ms: the schedule's dur_us, traces/roofline.h on profile %s; loss: "
+               "the mean over the iteration's tokens of the seeded Markov stream)\n", m->name);
+        size_t from = 0;   /* the last iteration's first compute action */
+        if (r.n_iter > 1)
+            for (size_t k = 0; k < r.n_ops; k++)
+                if (sched_get(s, r.ops[k].action)->phase == TP_FWD && k > 0 &&
+                    sched_get(s, r.ops[k - 1].action)->phase == TP_OPT)
+                    from = k;
+        print_real_ops(t, &r, from);
+        double it = r.n_iter ? r.iter_ms[r.n_iter - 1] * 1e-3 : 0, flops = model_flops(t);
+        printf("memory: peak allocated %.3f GiB, reserved %.3f GiB\n",
+               gib(r.astats.allocated_peak_bytes), gib(r.astats.reserved_peak_bytes));
+        printf("result: ok, iteration %.6f s, MFU %.2f%%\n", it,
+               it > 0 && m->gpu_peak_bf16_flops > 0 ? 100 * flops / it / m->gpu_peak_bf16_flops
+                                                    : 0.0);
+    }
+    if (rs == RT_OK && a->ops_csv) {
+        const void *c[2] = {t, &r};
+        int w = write_out(a->ops_csv, fill_real_ops, c);
+        if (w && !rc) rc = w;
+    }
+    mrt_sched_result_release(&r);
+    rt_backend_free(be);
+    return rc;
+}
+
+static int run_train(const run_args *a, const rt_gpu_info *g, const machine_t *m)
+{
+    model_t md;
+    int rc = real_model(a, &md);
+    if (rc) return rc;
+    int recompute = a->policy && !strcmp(a->policy, "full-recompute");
+    if (a->policy && !recompute && strcmp(a->policy, "keep-all")) {
+        fprintf(stderr, "memsim run: --train runs keep-all or full-recompute\n");
+        return MS_EXIT_USAGE;
+    }
+    mrt_config c;
+    mrt_config_default(&c);
+    c.layers = (int)md.layers;
+    c.hidden = (int)md.hidden;
+    c.heads = (int)md.heads;
+    c.ffn = (int)md.ffn_hidden;
+    c.vocab = (int)md.vocab;
+    c.seq = (int)(a->seq ? a->seq : md.default_seq);
+    c.batch = (int)(a->batch ? a->batch : 1);
+    if (a->lr > 0) c.adam.lr = (float)a->lr;
+    mrt_model *mm = NULL;
+    if (mrt_new(&c, NULL, &mm) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+        return MS_EXIT_FAIL;
+    }
+    size_t T = mrt_tokens(mm);
+    int32_t *tok = malloc(T * sizeof *tok), *lab = malloc(T * sizeof *lab);
+    if (!tok || !lab) {
+        free(tok);
+        free(lab);
+        mrt_free(mm);
+        return fail_st(MS_ERR_NOMEM, NULL);
+    }
+    print_device(g, m);
+    printf("training %s with real kernels, %s: %d layers, hidden %d, heads %d, ffn %d, vocab "
+           "%d, seq %d x batch %d; %zu parameters; AdamW lr %g; seeded Markov token stream "
+           "(4 successors per token: loss floor about ln 4 = 1.386)\n", md.name,
+           recompute ? "full-recompute" : "keep-all", c.layers, c.hidden, c.heads, c.ffn,
+           c.vocab, c.seq, c.batch, mrt_param_count(mm), (double)c.adam.lr);
+    printf("%6s %10s %10s\n", "step", "loss", "step_ms");
+    for (int s = 0; s < a->train_steps && rc == 0; s++) {
+        mrt_stream(77, (uint64_t)s, c.vocab, c.seq, c.batch, tok, lab);
+        float loss = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (mrt_set_batch(mm, tok, lab) != RT_OK || mrt_step(mm, recompute, 1, &loss) != RT_OK) {
+            fprintf(stderr, "memsim run: %s\n", rt_last_error());
+            rc = MS_EXIT_FAIL;
+            break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("%6d %10.4f %10.3f\n", s, loss,
+               (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    }
+    printf("device memory: %.3f GiB (weights, fp32 master, moments, gradients, activations)\n",
+           gib(mrt_device_bytes(mm)));
+    free(tok);
+    free(lab);
+    mrt_free(mm);
+    return rc;
+}
+
 int rt_run_main(int argc, char **argv)
 {
     run_args a;
@@ -682,6 +987,11 @@ int rt_run_main(int argc, char **argv)
     plan_t *plan = NULL;
     schedule_t *s = NULL;
     ms_status st = machine_load_named(a.machine, &mp, &err);
+    if (st == MS_OK && a.math_real && (a.bench_layer || a.train_steps)) {
+        rc = a.bench_layer ? run_bench(&a, &g, &mp->m) : run_train(&a, &g, &mp->m);
+        machine_profile_free(mp);
+        return rc;
+    }
     if (st == MS_OK) st = make_trace(&a, &mp->m, &t, &err);
     if (st == MS_OK) st = make_plan(&a, t, &mp->m, &plan, &err);
     if (st == MS_OK) st = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
@@ -689,6 +999,8 @@ int rt_run_main(int argc, char **argv)
         rc = fail_st(st, &err);
     } else if (a.schedule_path && (rc = write_out(a.schedule_path, fill_sched, s)) != 0) {
         /* reported */
+    } else if (a.math_real) {
+        rc = run_sched_real(&a, &g, &mp->m, plan, t, s);
     } else {
         rc = execute(&a, &g, &mp->m, plan, t, s);
     }

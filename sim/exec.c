@@ -289,6 +289,14 @@ static void start_flow(ex *x, int s, link_dir dir, uint64_t bytes, double cap_Bp
     if (st != MS_OK) fail_run(x, st, "cannot start a link flow (out of memory)");
 }
 
+/* DHA traffic shares the link with copies by the profile's weight (measured unfair on
+ * Hopper: the kernel's reads win over a concurrent copy). */
+static void start_dha_flow(ex *x, int s, link_dir dir, uint64_t bytes, double cap_Bps)
+{
+    ms_status st = link_start_dha(x->link, dir, bytes, cap_Bps, flow_cb, x, (uint64_t)s, NULL);
+    if (st != MS_OK) fail_run(x, st, "cannot start a DHA link flow (out of memory)");
+}
+
 static void start_timer(ex *x, int s, double dur_us)
 {
     if (!eng_after(x->eng, dur_us, timer_cb, x, (uint64_t)s))
@@ -304,9 +312,9 @@ static void start_compute(ex *x, int s, const sched_action *a)
     t->parts = 1 + (a->host_read_bytes > 0) + (a->host_write_bytes > 0);
     start_timer(x, s, a->dur_us > 0 ? a->dur_us : 0);
     if (a->host_read_bytes)
-        start_flow(x, s, LINK_H2D, a->host_read_bytes, x->m->dha_read_Bps * eff);
+        start_dha_flow(x, s, LINK_H2D, a->host_read_bytes, x->m->dha_read_Bps * eff);
     if (a->host_write_bytes)
-        start_flow(x, s, LINK_D2H, a->host_write_bytes, x->m->dha_write_Bps * eff);
+        start_dha_flow(x, s, LINK_D2H, a->host_write_bytes, x->m->dha_write_Bps * eff);
 }
 
 static void copy_lat_cb(eng_t *e, void *ctx, uint64_t arg)
@@ -629,6 +637,7 @@ static ms_status setup(ex *x)
     if (!x->reached || !x->eng || !x->dev || !x->host)
         return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
     x->link = link_new(x->eng, x->m->link_h2d_Bps, x->m->link_d2h_Bps, x->m->link_duplex_Bps);
+    if (x->link && x->m->dha_link_weight > 0) link_set_dha_weight(x->link, x->m->dha_link_weight);
     x->be = simbe_new(x->m, 0, 0);
     if (!x->link || !x->be) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
     ms_status st = alloc_new(x->o.allocator ? x->o.allocator : "caching", x->o.alloc_cfg,

@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,12 @@
 #define TOKEN_ID_BYTES 8     /* int64 token ids and labels */
 #define F32 4                /* fp32 bytes: statistics, workspaces, per-token losses */
 #define HOST_GRAD_BYTES 4    /* ZeRO-Offload keeps the host gradient partition in fp32 */
+#define ROPE_FLOPS 3.0       /* per element: two products and a sum (apex's fused RoPE) */
+/* Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (128, its
+ * default) x tp (megatron/training/tokenizer: _vocab_size_with_padding). */
+#define MG_VOCAB_DIVISOR 128
+#define MG_MAX_CP 16         /* the ring's per-step buffers are listed per op */
+#define MG_CP_STREAM 1       /* trace stream of TE's cp_stream (odd ring steps) */
 
 void gen_config_default(gen_config *c)
 {
@@ -35,7 +42,74 @@ void gen_config_default(gen_config *c)
     c->iterations = 2;
     c->attn_bwd_factor = 2.5;
     c->lora_rank = 8;
+    c->framework = GEN_FW_GENERIC;
+    c->loss = GEN_LOSS_AUTO;
     roof_params_default(&c->roof);
+}
+
+/* ---- knobs by name ---- */
+
+/* An integer knob: its field, bounds. */
+typedef struct gen_ikey {
+    const char *key;
+    size_t off;
+    int lo, hi;
+} gen_ikey;
+
+#define IKEY(k, lo, hi) { #k, offsetof(gen_config, k), lo, hi }
+static const gen_ikey ikeys[] = {
+    IKEY(dist_opt, 0, 1), IKEY(grad_bytes, 0, 8), IKEY(opt_bytes_per_param, 0, 64),
+    IKEY(save_small, 0, 1), IKEY(lora, 0, 1), IKEY(lora_rank, 1, 1 << 20),
+    IKEY(lora_mlp, 0, 1), IKEY(zero3, 0, 1), IKEY(offload, 0, 1),
+};
+
+const char *gen_config_keys(void)
+{
+    return "framework (generic|megatron), loss (auto|fused|megatron), dist_opt, grad_bytes, "
+           "opt_bytes_per_param, save_small, attn_bwd_factor, lora, lora_rank, lora_mlp, "
+           "zero3, offload";
+}
+
+/* Index of value in a NULL-terminated list of names, or -1. */
+static int name_index(const char *const *names, const char *value)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], value) == 0) return i;
+    return -1;
+}
+
+ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_error *err)
+{
+    static const char *const fw[] = { "generic", "megatron", NULL };
+    static const char *const loss[] = { "auto", "fused", "megatron", NULL };
+    if (!key || !value) return ms_fail(err, MS_ERR_INVALID, "generator knob: key and value needed");
+    if (strcmp(key, "framework") == 0 || strcmp(key, "loss") == 0) {
+        int fwk = key[0] == 'f', i = name_index(fwk ? fw : loss, value);
+        if (i < 0)
+            return ms_fail(err, MS_ERR_INVALID, "generator knob %s: '%s' is not one of %s", key,
+                           value, fwk ? "generic, megatron" : "auto, fused, megatron");
+        *(fwk ? &c->framework : &c->loss) = i;
+        return MS_OK;
+    }
+    if (strcmp(key, "attn_bwd_factor") == 0) {
+        double d;
+        if (!ms_parse_double(value, &d) || d < 0)
+            return ms_fail(err, MS_ERR_INVALID, "generator knob attn_bwd_factor: '%s' is not a "
+                           "number >= 0", value);
+        c->attn_bwd_factor = d;
+        return MS_OK;
+    }
+    for (size_t i = 0; i < sizeof ikeys / sizeof *ikeys; i++) {
+        if (strcmp(key, ikeys[i].key) != 0) continue;
+        int64_t v;
+        if (!ms_parse_i64(value, &v) || v < ikeys[i].lo || v > ikeys[i].hi)
+            return ms_fail(err, MS_ERR_INVALID, "generator knob %s: '%s' is not a whole number "
+                           "from %d to %d", key, value, ikeys[i].lo, ikeys[i].hi);
+        *(int *)((char *)c + ikeys[i].off) = (int)v;
+        return MS_OK;
+    }
+    return ms_fail(err, MS_ERR_INVALID, "unknown generator knob '%s' (known: %s)", key,
+                   gen_config_keys());
 }
 
 /* ---- sizes of one rank ---- */
@@ -48,7 +122,11 @@ typedef struct gsz {
     uint64_t heads;          /* local heads */
     uint64_t D, GB, OB;      /* dtype, gradient, optimizer bytes per element/param */
     uint64_t normp;          /* parameters of one norm */
+    uint64_t optdeg;         /* ranks the optimizer states are sharded over */
     int tp, cp, dp, causal;
+    int mg;                  /* framework megatron */
+    int small;               /* emit the small saved tensors (save_small, or megatron) */
+    int lossmg;              /* Megatron's cross entropy on fp32 logits */
 } gsz;
 
 static void sizes(const gen_config *c, gsz *z)
@@ -71,9 +149,23 @@ static void sizes(const gen_config *c, gsz *z)
     z->f1 = model_fc1_width(m) / tp;
     /* Megatron pads the vocabulary to a multiple of tp; ceil keeps the shard whole. */
     z->V = (m->vocab + tp - 1) / tp;
+    z->mg = c->framework == GEN_FW_MEGATRON;
+    if (z->mg) {
+        uint64_t mult = MG_VOCAB_DIVISOR * tp;
+        z->V = (m->vocab + mult - 1) / mult * mult / tp;
+    }
+    z->small = c->save_small || z->mg;
+    z->lossmg = c->loss == GEN_LOSS_MEGATRON || (c->loss == GEN_LOSS_AUTO && z->mg);
+    /* The optimizer's sharding degree: ZeRO-1 over dp (generic); Megatron's distributed
+     * optimizer shards over the data-parallel group with context parallelism (dp*cp,
+     * megatron/core/optimizer/__init__.py: get_data_parallel_group(with_context_parallel=
+     * True)); without it every rank holds all states. */
+    z->optdeg = !z->mg ? (uint64_t)c->dp : c->dist_opt ? (uint64_t)c->dp * (uint64_t)c->cp : 1;
     z->heads = m->heads / tp;
     z->D = (uint64_t)c->dtype_bytes;
-    z->GB = (uint64_t)(c->grad_bytes > 0 ? c->grad_bytes : c->dtype_bytes);
+    /* Megatron keeps fp32 main gradients with bf16 parameters (arguments.py: bf16 forces
+     * accumulate_allreduce_grads_in_fp32; the DDP grad buffer is then fp32). */
+    z->GB = (uint64_t)(c->grad_bytes > 0 ? c->grad_bytes : z->mg ? F32 : c->dtype_bytes);
     z->OB = (uint64_t)c->opt_bytes_per_param;
     z->normp = m->norm == MODEL_NORM_LAYER ? 2 * m->hidden : m->hidden;
     z->causal = !m->is_encoder;
@@ -130,6 +222,38 @@ static ms_status check_parallel(const gen_config *c, ms_error *err)
     return MS_OK;
 }
 
+/* The megatron profile models Megatron-LM's GPT pretraining path only. */
+static ms_status check_framework(const gen_config *c, ms_error *err)
+{
+    if (c->framework != GEN_FW_GENERIC && c->framework != GEN_FW_MEGATRON)
+        return ms_fail(err, MS_ERR_INVALID, "framework must be generic (0) or megatron (1) "
+                       "(got %d)", c->framework);
+    if (c->loss < GEN_LOSS_AUTO || c->loss > GEN_LOSS_MEGATRON)
+        return ms_fail(err, MS_ERR_INVALID, "loss must be auto, fused or megatron (got %d)",
+                       c->loss);
+    if (c->dist_opt & ~1) return ms_fail(err, MS_ERR_INVALID, "dist_opt is 0 or 1");
+    if (c->loss == GEN_LOSS_MEGATRON && (c->hf_loss || c->model.is_encoder))
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "loss megatron is a decoder's vocab-parallel "
+                       "cross entropy (not with hf_loss or an encoder)");
+    if (c->framework != GEN_FW_MEGATRON) {
+        if (c->dist_opt)
+            return ms_fail(err, MS_ERR_INVALID, "dist_opt needs framework megatron (the "
+                           "generic program always shards the optimizer over dp)");
+        return MS_OK;
+    }
+    if (c->lora || c->zero3 || c->offload || c->hf_loss || c->model.is_encoder)
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework megatron models Megatron-LM's GPT "
+                       "pretraining: no lora, zero3, offload, hf_loss or encoders");
+    if (c->cp > MG_MAX_CP)
+        return ms_fail(err, MS_ERR_INVALID, "framework megatron: cp %d exceeds %d", c->cp,
+                       MG_MAX_CP);
+    int o = c->opt_bytes_per_param;
+    if (o && (o < F32 || (o - F32) % 2))
+        return ms_fail(err, MS_ERR_INVALID, "framework megatron: opt_bytes_per_param must be "
+                       "0 or 4 (fp32 master) plus two equal moments (got %d)", o);
+    return MS_OK;
+}
+
 static ms_status check_ranges(const gen_config *c, ms_error *err)
 {
     if (c->seq == 0) return ms_fail(err, MS_ERR_INVALID, "seq must be positive");
@@ -169,7 +293,7 @@ static ms_status check_ranges(const gen_config *c, ms_error *err)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "hf_loss is modelled for decoders with tp = cp "
                        "= 1 only (got tp %d, cp %d%s)", c->tp, c->cp,
                        c->model.is_encoder ? ", an encoder" : "");
-    return MS_OK;
+    return check_framework(c, err);
 }
 
 /* The trace format caps a tensor at 2^50 bytes (1 PiB); the largest tensors of a rank are
@@ -230,7 +354,10 @@ typedef struct ggroup {
     int np;                  /* slots used: 0 .. np-1 (some may be empty) */
     uint64_t nparams;        /* local (TP-sharded) parameters */
     uint64_t ntrain;         /* ... of them trained */
-    uint64_t grad, opt;      /* gradient buffer (ZeRO-3: shard) and optimizer shard; 0: none */
+    uint64_t grad, opt;      /* gradient buffer (ZeRO-3: shard) and optimizer shard; 0: none
+                                (megatron: opt is the fp32 master copy) */
+    uint64_t mom[G_MAXP][2]; /* megatron: Adam's exp_avg, exp_avg_sq per parameter, made by the
+                                first optimizer step */
     uint64_t shard;          /* ZeRO-3: this rank's parameter shard */
     uint64_t gathered;       /* ZeRO-3: the live all-gathered parameters, 0 when released */
     uint64_t gfull;          /* ZeRO-3: the live full-size gradient buffer, 0 when none */
@@ -261,6 +388,10 @@ typedef struct gctx {
     uint64_t logits;
     uint64_t logprobs;             /* hf_loss: the saved log-softmax output */
     uint64_t held_prev;            /* hf_logits_hold: the previous iteration's logits */
+    int iter;                      /* the iteration being emitted */
+    uint64_t mpu;                  /* megatron: the global all-gather buffer, 0 before use */
+    uint64_t head_dummy;           /* megatron: the tied output layer's zeroed weight
+                                      gradient, held by autograd until the embedding's */
 } gctx;
 
 static ggroup *grp_layer(gctx *x, int l) { return &x->g[l + 1]; }
@@ -288,8 +419,8 @@ static void mark(gctx *x, trace_markkind k, int64_t v)
     append(x, &r);
 }
 
-static uint64_t alloc_t(gctx *x, int layer, const char *what, uint64_t bytes, trace_class cls,
-                        int64_t producer)
+static uint64_t alloc_s(gctx *x, int layer, const char *what, uint64_t bytes, trace_class cls,
+                        int64_t producer, int stream)
 {
     trace_rec r;
     memset(&r, 0, sizeof r);
@@ -299,12 +430,18 @@ static uint64_t alloc_t(gctx *x, int layer, const char *what, uint64_t bytes, tr
     a->bytes = bytes;
     a->cls = cls;
     a->layer = layer;
-    a->stream = 0;
+    a->stream = stream;
     a->tok_scaled = cls == TC_ACT_SKEL || cls == TC_ACT_TRANS || cls == TC_WORKSPACE;
     a->producer = producer;
     tname(a->name, layer, what);
     append(x, &r);
     return a->id;
+}
+
+static uint64_t alloc_t(gctx *x, int layer, const char *what, uint64_t bytes, trace_class cls,
+                        int64_t producer)
+{
+    return alloc_s(x, layer, what, bytes, cls, producer, 0);
 }
 
 static void free_t(gctx *x, uint64_t id)
@@ -564,6 +701,19 @@ static uint64_t dp_share(const gctx *x, uint64_t n)
     return (n + (uint64_t)x->z.dp - 1) / (uint64_t)x->z.dp;
 }
 
+/* This rank's share of n parameters' optimizer states: ceil(n / dp) under ZeRO-1 (generic);
+ * with Megatron's distributed optimizer ceil(n / (dp*cp)); without it all n. */
+static uint64_t opt_share(const gctx *x, uint64_t n)
+{
+    return (n + x->z.optdeg - 1) / x->z.optdeg;
+}
+
+/* Megatron's optimizer bytes per parameter: the fp32 master copy (made when the optimizer is
+ * built: Float16OptimizerWithFloat16Params, optimizer.py, main_param = param.detach().clone()
+ * .float()) and each of Adam's two moments (made by apex FusedAdam's first step). */
+static uint64_t mg_master_bytes(const gsz *z) { return z->OB >= F32 ? F32 : z->OB; }
+static uint64_t mg_moment_bytes(const gsz *z) { return (z->OB - mg_master_bytes(z)) / 2; }
+
 /* "<prefix>.<what>" for the embed and head groups, "<what>" (named L<l>.<what>) for layers. */
 static void gname(char *nm, const ggroup *g, const char *what)
 {
@@ -601,8 +751,13 @@ static void setup(gctx *x)
     }
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
-        uint64_t shard = dp_share(x, g->ntrain);
+        uint64_t shard = opt_share(x, g->ntrain);
         if (!shard || !x->z.OB || c->offload) continue;
+        if (x->z.mg) {
+            gname(nm, g, "opt_master");
+            g->opt = alloc_t(x, g->layer, nm, shard * mg_master_bytes(&x->z), TC_OPTSTATE, -1);
+            continue;
+        }
         gname(nm, g, "opt");
         g->opt = alloc_t(x, g->layer, nm, shard * x->z.OB, TC_OPTSTATE, -1);
     }
@@ -705,7 +860,7 @@ uint64_t gen_layer_skel_bytes(const gen_config *cin)
     /* input, ln1_out, resid1, ln2_out (SP shards); q, k, v, attn_out, fc1_out, act_out */
     uint64_t el = 4 * z.Ts * z.h + z.T * (2 * z.hq + 2 * z.hkv + z.f1 + z.f);
     uint64_t bytes = el * z.D;
-    if (c.save_small) {
+    if (z.small) {
         uint64_t stats = c.model.norm == MODEL_NORM_LAYER ? 2 : 1;
         bytes += 2 * z.Ts * stats * F32 + z.T * z.heads * F32;
     }
@@ -802,7 +957,7 @@ static uint64_t norm_fwd(gctx *x, int l, const char *op, const char *outn, uint6
     uint64_t out = alloc_t(x, l, outn, n * z->D, TC_ACT_SKEL, (int64_t)oid);
     opspec o = OPS(.kind = TK_NORM, .layer = l, .what = op, IN(in, w), OUT(out));
     *stats = 0;
-    if (x->c->save_small) {
+    if (z->small) {
         uint64_t per = x->c->model.norm == MODEL_NORM_LAYER ? 2 : 1; /* mean, rstd */
         char sn[TRACE_NAME_MAX];
         snprintf(sn, sizeof sn, "%s_stats", op);
@@ -950,6 +1105,139 @@ static uint64_t resid_add(gctx *x, int l, const char *op, int owner, const char 
     return out;
 }
 
+/* ---- framework megatron: one layer's attention block as Megatron-LM ccfeda47cb runs it with
+ * TransformerEngine 1.3 and FlashAttention (docs/GENERATOR.md §9). Sizes: Q = T h_q D (query,
+ * attention output), K = T h_kv D (key or value), L = T (heads/tp) 4 (fp32 log-sum-exp). ---- */
+
+/* FlashAttention's fp32 log-sum-exp [heads/tp, T] of this rank. */
+static uint64_t mg_lse_bytes(const gsz *z) { return z->T * z->heads * F32; }
+
+/* cp = 1: TE's FlashAttention calls flash_attn_varlen_func, which saves q, k, v, its output
+ * and the log-sum-exp. The LSE is emitted inside the attention output's bytes: both come out
+ * of the attention kernel only, so a policy that keeps or swaps the output whole (MEMO) treats
+ * the LSE alike rather than rerunning attention for it. */
+static void mg_flash_fwd(gctx *x, int l, lstate *s)
+{
+    const gsz *z = &x->z;
+    uint64_t QB = z->T * z->hq * z->D, oid = new_op(x);
+    s->ao = alloc_t(x, l, "attn_out", QB + mg_lse_bytes(z), TC_ACT_SKEL, (int64_t)oid);
+    opspec o = OPS(.kind = TK_ATTN, .layer = l, .what = "attn", IN(s->q, s->k, s->v), OUT(s->ao));
+    o.flops = attn_fwd_flops(z);
+    o.br = z->T * (z->hq + 2 * z->hkv) * z->D;
+    o.bw = QB + mg_lse_bytes(z);
+    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    emit_op(x, oid, &o);
+}
+
+/* cp > 1: TE's AttnFuncWithCP.forward (attention.py) on the last CP rank, the one that
+ * computes every step over the full query chunk and so holds the most:
+ *   p2p_comm_buffers[0] = cat(k, v)                                 "kv_send"   2K
+ *   step i < cp-1: p2p_comm_buffers[i+1] = empty_like(...)          "kv_recv<i+1>", the
+ *     last of which ("kv") is what ctx.save_for_backward keeps      2K each
+ *   step i >= 1: kv_inputs = buffer[:, :, 0].contiguous()           "kv_half"   K
+ *   every step: FlashAttention's output and LSE, kept in out_per_step / softmax_lse_per_step
+ *     until the corrections after the loop                          Q + L each
+ *   step 1: out = empty_like(q).zero_(), softmax_lse = clone(lse_0).to(double)   Q, 2L
+ *   after the loop: softmax_lse.to(float)                           L (with "attn_out")
+ * Steps alternate between the current stream and TE's cp_stream ("with torch.cuda.stream(
+ * flash_attn_streams[i % 2])"): what odd steps allocate comes from the cp stream's pool
+ * (trace stream MG_CP_STREAM). When the function returns, everything but q, the last KV
+ * buffer, out and the LSE is freed. With cp > 3 Python's rebinding would free a "kv_half"
+ * two steps later; here all live to the op's end (one op stands for all steps). */
+static void mg_ring_fwd(gctx *x, int l, lstate *s, uint64_t kr, uint64_t vc)
+{
+    const gsz *z = &x->z;
+    int cp = z->cp;
+    uint64_t QB = z->T * z->hq * z->D, KB = z->T * z->hkv * z->D, L = mg_lse_bytes(z);
+    uint64_t chunk = 2 * KB, oid = new_op(x);
+    uint64_t kvs = alloc_t(x, l, "kv_send", chunk, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "kv_cat", IN(kr, vc), OUT(kvs),
+                          .br = chunk, .bw = chunk));
+    uint64_t buf[MG_MAX_CP], outs[3 * MG_MAX_CP + 2];
+    char nm[TRACE_NAME_MAX];
+    oid = new_op(x);
+    for (int j = 1; j < cp; j++) {
+        snprintf(nm, sizeof nm, "kv_recv%d", j);
+        buf[j - 1] = alloc_s(x, l, j == cp - 1 ? "kv" : nm, chunk,
+                             j == cp - 1 ? TC_ACT_SKEL : TC_ACT_TRANS, (int64_t)oid,
+                             (j - 1) % 2 ? MG_CP_STREAM : 0);
+    }
+    comm_op(x, oid, OPS(.layer = l, .what = "cp_ring.ovl", IN(kvs), .ext_out = buf,
+                        .n_ext_out = (uint32_t)(cp - 1)),
+            ROOF_RING_EXCHANGE, chunk, cp, z->tp * cp);
+    s->k = buf[cp - 2];
+    s->v = 0;
+    oid = new_op(x);
+    uint32_t n = 0;
+    for (int i = 0; i < cp; i++) {
+        int st = i % 2 ? MG_CP_STREAM : 0;
+        if (i >= 1) outs[n++] = alloc_s(x, l, "kv_half", KB, TC_ACT_TRANS, (int64_t)oid, st);
+        outs[n++] = alloc_s(x, l, "attn_out_step", QB, TC_ACT_TRANS, (int64_t)oid, st);
+        outs[n++] = alloc_s(x, l, "attn_lse_step", L, TC_ACT_TRANS, (int64_t)oid, st);
+    }
+    uint32_t nstep = n;
+    s->ao = alloc_t(x, l, "attn_out", QB + L, TC_ACT_SKEL, (int64_t)oid);
+    uint64_t lse64 = alloc_t(x, l, "attn_lse_fp64", 2 * L, TC_ACT_TRANS, (int64_t)oid);
+    outs[n++] = s->ao;
+    outs[n++] = lse64;
+    opspec o = OPS(.kind = TK_ATTN, .layer = l, .what = "attn", IN(s->q, kvs), .ext_out = outs,
+                   .n_ext_out = n);
+    for (int j = 0; j < cp - 1; j++) o.in[o.nin++] = buf[j];
+    o.flops = attn_fwd_flops(z);
+    o.br = QB + (uint64_t)cp * chunk + (uint64_t)(cp - 1) * KB;
+    o.bw = (uint64_t)cp * (QB + L) + (uint64_t)(cp - 1) * KB + QB + 3 * L;
+    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    emit_op(x, oid, &o);
+    free_t(x, lse64);
+    free_t(x, kvs);
+    for (int j = 0; j < cp - 2; j++) free_t(x, buf[j]);
+    for (uint32_t k = 0; k < nstep; k++) free_t(x, outs[k]);
+}
+
+/* TELayerNormColumnParallelLinear (LN fused, saving its input, the LN output shard, mu and
+ * rsigma; the SP all-gather into a fresh [T, h] tensor freed when it returns; the QKV GEMM
+ * into one [T, h_q + 2 h_kv] tensor, "qkv_out"); Megatron's Attention splits it into views and
+ * applies RoPE (apex's fused kernel, out of place) to query and key; TEDotProductAttention
+ * makes the strided value view contiguous (a copy). Megatron's Attention.forward keeps
+ * "qkv_out" (through the value view) and the rotated key alive until it returns, after the
+ * output projection: late[] lists them for the caller to free then. */
+static void mg_attn_block_fwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t late[2])
+{
+    const gsz *z = &x->z;
+    uint64_t QB = z->T * z->hq * z->D, KB = z->T * z->hkv * z->D;
+    int cp1 = z->cp == 1;
+    s->ln1 = norm_fwd(x, l, "ln1", "ln1_out", s->in, pw(x, g, G_LN1), &s->ln1s);
+    uint64_t a1 = tp_gather(x, l, "ln1.ag", "ln1_full", s->ln1);
+    uint64_t oid = new_op(x);
+    uint64_t mixed = alloc_t(x, l, "qkv_out", QB + 2 * KB, TC_ACT_TRANS, (int64_t)oid);
+    gemm_fwd(x, oid, OPS(.layer = l, .what = "qkv", IN(a1, pw(x, g, G_QKV)), OUT(mixed)), z->T,
+             z->hq + 2 * z->hkv, z->h);
+    if (z->tp > 1) free_t(x, a1);
+    oid = new_op(x);
+    s->q = alloc_t(x, l, "q", QB, TC_ACT_SKEL, (int64_t)oid);
+    uint64_t kr = alloc_t(x, l, cp1 ? "k" : "k_rope", KB, cp1 ? TC_ACT_SKEL : TC_ACT_TRANS,
+                          (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "rope", IN(mixed), OUT(s->q, kr),
+                          .flops = ROPE_FLOPS * (double)(z->T * (z->hq + z->hkv)),
+                          .br = QB + KB, .bw = QB + KB));
+    oid = new_op(x);
+    uint64_t vc = alloc_t(x, l, cp1 ? "v" : "v_contig", KB, cp1 ? TC_ACT_SKEL : TC_ACT_TRANS,
+                          (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "v_contig", IN(mixed), OUT(vc),
+                          .br = KB, .bw = KB));
+    late[0] = mixed;
+    late[1] = 0;
+    if (cp1) {
+        s->k = kr;
+        s->v = vc;
+        mg_flash_fwd(x, l, s);
+        return;
+    }
+    late[1] = kr;
+    mg_ring_fwd(x, l, s, kr, vc);
+    free_t(x, vc); /* TEDotProductAttention's contiguous copy dies when it returns */
+}
+
 static void layer_fwd(gctx *x, int l)
 {
     const gsz *z = &x->z;
@@ -958,20 +1246,27 @@ static void layer_fwd(gctx *x, int l)
     mark(x, TM_LAYER, l);
     zgather(x, g, "params.ag");
     /* attention block */
-    s->ln1 = norm_fwd(x, l, "ln1", "ln1_out", s->in, pw(x, g, G_LN1), &s->ln1s);
-    uint64_t a1 = tp_gather(x, l, "ln1.ag", "ln1_full", s->ln1);
-    static const char *const qkvn[3] = { "q", "k", "v" };
-    uint64_t qkvb[3] = { z->T * z->hq * z->D, z->T * z->hkv * z->D, z->T * z->hkv * z->D };
-    uint64_t qkv[3];
-    linear_fwd(x, l, g, G_QKV, "qkv", a1, z->hq + 2 * z->hkv, z->h, 3, qkvn, qkvb, TC_ACT_SKEL,
-               qkv, &s->mid[0]);
-    s->q = qkv[0];
-    s->k = qkv[1];
-    s->v = qkv[2];
-    if (z->tp > 1) free_t(x, a1);
-    attn_fwd(x, l, s);
+    uint64_t late[2] = { 0, 0 };
+    if (z->mg) {
+        mg_attn_block_fwd(x, l, g, s, late);
+    } else {
+        s->ln1 = norm_fwd(x, l, "ln1", "ln1_out", s->in, pw(x, g, G_LN1), &s->ln1s);
+        uint64_t a1 = tp_gather(x, l, "ln1.ag", "ln1_full", s->ln1);
+        static const char *const qkvn[3] = { "q", "k", "v" };
+        uint64_t qkvb[3] = { z->T * z->hq * z->D, z->T * z->hkv * z->D, z->T * z->hkv * z->D };
+        uint64_t qkv[3];
+        linear_fwd(x, l, g, G_QKV, "qkv", a1, z->hq + 2 * z->hkv, z->h, 3, qkvn, qkvb,
+                   TC_ACT_SKEL, qkv, &s->mid[0]);
+        s->q = qkv[0];
+        s->k = qkv[1];
+        s->v = qkv[2];
+        if (z->tp > 1) free_t(x, a1);
+        attn_fwd(x, l, s);
+    }
     uint64_t po = row_parallel(x, l, g, G_PROJ, "proj", "proj.rs", "proj_out", s->ao, z->hq,
                                &s->mid[1]);
+    for (int i = 0; i < 2; i++)
+        if (late[i]) free_t(x, late[i]);
     s->r1 = resid_add(x, l, "add1", l, "resid1", s->in, po);
     free_t(x, po);
     /* MLP block */
@@ -1100,6 +1395,92 @@ static void hf_release_logits(gctx *x, int last_iteration)
     x->logits = 0;
 }
 
+/* ---- framework megatron: the head ---- */
+
+/* Megatron's own ColumnParallelLinear (the output layer; TE's layers gather into fresh
+ * tensors instead) all-gathers its sequence-parallel input into the global memory buffer
+ * (LinearWithGradAccumulationAndAsyncCommunication: get_global_memory_buffer().get_tensor(...,
+ * "mpu"), megatron/core/utils.py GlobalMemoryBuffer): made at its first use, kept for good, the
+ * same buffer again for the backward's re-gather. */
+static uint64_t mg_gather_mpu(gctx *x, const char *opname, uint64_t shard)
+{
+    const gsz *z = &x->z;
+    if (z->tp == 1) return shard;
+    uint64_t bytes = z->T * z->h * z->D, oid = new_op(x);
+    if (!x->mpu) x->mpu = alloc_t(x, -1, "mpu_buffer", bytes, TC_WORKSPACE, (int64_t)oid);
+    comm_op(x, oid, OPS(.layer = -1, .what = opname, IN(shard), OUT(x->mpu)), ROOF_ALL_GATHER,
+            bytes, z->tp, z->tp);
+    return x->mpu;
+}
+
+/* Megatron's loss (language_module.py compute_language_model_loss:
+ * vocab_parallel_cross_entropy(logits.float(), labels); cross_entropy.py _VocabParallel-
+ * CrossEntropy.forward): an fp32 copy of the logits; "vocab_parallel_logits -
+ * logits_max.unsqueeze(-1)" out of place, a second fp32 [T, V/tp] tensor that exp, sum and
+ * div then turn into the softmax in place and that save_for_backward keeps; the per-token
+ * reductions are all-reduced over tp. The fp32 copy dies when the loss function returns, the
+ * bf16 logits when GPTModel.forward does: at the peak 10 bytes per logit are live. */
+static void mg_loss_fwd(gctx *x)
+{
+    const gsz *z = &x->z;
+    uint64_t TV = z->T * z->V, oid = new_op(x);
+    uint64_t lf = alloc_t(x, -1, "logits_fp32", TV * F32, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float", IN(x->logits),
+                          OUT(lf), .flops = (double)TV, .br = TV * z->D, .bw = TV * F32));
+    oid = new_op(x);
+    uint64_t sm = alloc_t(x, -1, "softmax", TV * F32, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.shift", IN(lf), OUT(sm),
+                          .flops = 2.0 * (double)TV, .br = 2 * TV * F32, .bw = TV * F32));
+    oid = new_op(x);
+    uint64_t lt = alloc_t(x, -1, "loss_tok", z->T * F32, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss", IN(sm, x->labels),
+                          OUT(lt, sm), .flops = (LOSS_FWD_FLOPS - 2.0) * (double)TV,
+                          .br = 2 * TV * F32 + z->T * TOKEN_ID_BYTES,
+                          .bw = TV * F32 + z->T * F32));
+    if (z->tp > 1) {
+        oid = new_op(x);
+        comm_op(x, oid, OPS(.layer = -1, .what = "loss.ar", IN(lt), OUT(lt)), ROOF_ALL_REDUCE,
+                3 * z->T * F32, z->tp, z->tp);
+    }
+    free_t(x, lt);
+    free_t(x, lf);
+    free_t(x, x->logits);
+    x->logits = sm;
+}
+
+/* Its backward: the saved softmax becomes the gradient in place, the .float() cast's backward
+ * makes a model-dtype copy for the output layer; the fp32 buffer dies with the node. */
+static uint64_t mg_loss_bwd(gctx *x)
+{
+    const gsz *z = &x->z;
+    uint64_t TV = z->T * z->V, sm = x->logits, oid = new_op(x);
+    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.bwd", IN(sm, x->labels),
+                          OUT(sm), .flops = LOSS_BWD_FLOPS * (double)TV,
+                          .br = TV * F32 + z->T * TOKEN_ID_BYTES, .bw = TV * F32));
+    free_t(x, x->labels);
+    oid = new_op(x);
+    uint64_t dl = alloc_t(x, -1, "d_logits", TV * z->D, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float.bwd", IN(sm),
+                          OUT(dl), .flops = (double)TV, .br = TV * F32, .bw = TV * z->D));
+    free_t(x, sm);
+    x->logits = 0;
+    return dl;
+}
+
+/* The output layer's dummy weight gradient. Tied to the embedding, Megatron marks the weight
+ * zero_out_wgrad (language_module.py) and the layer returns torch.zeros of its shape; autograd
+ * holds it in the weight's input buffer until the embedding's gradient arrives at the end of
+ * the backward (x->head_dummy, freed by embed_bwd). Untied, it is torch.empty and dropped at
+ * once (the caller frees it). */
+static uint64_t mg_head_dummy(gctx *x, uint64_t oid)
+{
+    const gsz *z = &x->z;
+    int tied = x->c->model.tied_embeddings;
+    uint64_t id = alloc_t(x, -1, "head.wgrad", z->V * z->h * z->D, TC_GRAD, (int64_t)oid);
+    if (tied) x->head_dummy = id;
+    return id;
+}
+
 static void head_fwd(gctx *x)
 {
     const gsz *z = &x->z;
@@ -1113,18 +1494,25 @@ static void head_fwd(gctx *x)
                       &stats);
     x->final_stats = stats;
     x->final_out = fn;
-    uint64_t a = tp_gather(x, -1, "final_norm.ag", "final_norm_full", fn);
+    uint64_t a = z->mg ? mg_gather_mpu(x, "final_norm.ag", fn)
+                       : tp_gather(x, -1, "final_norm.ag", "final_norm_full", fn);
     uint64_t oid = new_op(x);
-    /* Megatron's vocab-parallel cross entropy keeps the logits (softmax in place) for the
-     * backward: a skeletal tensor of the head. */
-    x->logits = alloc_t(x, -1, "logits", z->T * z->V * z->D, TC_ACT_SKEL, (int64_t)oid);
+    /* A fused vocab-parallel cross entropy keeps the logits (softmax in place) for the
+     * backward: a skeletal tensor of the head. Megatron's own keeps an fp32 softmax instead
+     * and the logits are transient (mg_loss_fwd). */
+    x->logits = alloc_t(x, -1, "logits", z->T * z->V * z->D,
+                        z->lossmg ? TC_ACT_TRANS : TC_ACT_SKEL, (int64_t)oid);
     gemm_fwd(x, oid, OPS(.layer = -1, .what = "lm_head", IN(a, head_weight(x)), OUT(x->logits)),
              z->T, z->V, z->h);
-    if (z->tp > 1) free_t(x, a);
+    if (z->tp > 1 && !z->mg) free_t(x, a);
     zrelease(x, grp_head(x));
     zrelease(x, grp_embed(x));
     if (x->c->hf_loss) {
         hf_loss_fwd(x);
+        return;
+    }
+    if (z->lossmg) {
+        mg_loss_fwd(x);
         return;
     }
     oid = new_op(x);
@@ -1144,6 +1532,8 @@ static void head_fwd(gctx *x)
 
 /* ---- backward ---- */
 
+static uint64_t head_norm_bwd(gctx *x, uint64_t dfn);
+
 static uint64_t head_bwd(gctx *x)
 {
     const gsz *z = &x->z;
@@ -1151,6 +1541,8 @@ static uint64_t head_bwd(gctx *x)
     uint64_t oid, dlog = x->logits;
     if (x->c->hf_loss) {
         dlog = hf_loss_bwd(x);
+    } else if (z->lossmg) {
+        dlog = mg_loss_bwd(x);
     } else {
         oid = new_op(x);
         /* The logits buffer becomes the logits gradient in place. */
@@ -1171,17 +1563,38 @@ static uint64_t head_bwd(gctx *x)
     if (tied) zgrad_begin(x, eg);
     uint64_t wg = head_weight_grad(x);
     /* A frozen head (LoRA) needs no re-gathered input: only the data gradient is made. */
-    uint64_t a = wg ? tp_gather(x, -1, "final_norm.ag.bwd", "final_norm_full.bwd",
-                                x->final_out) : 0;
+    uint64_t a = !wg ? 0
+                 : z->mg ? mg_gather_mpu(x, "final_norm.ag.bwd", x->final_out)
+                         : tp_gather(x, -1, "final_norm.ag.bwd", "final_norm_full.bwd",
+                                     x->final_out);
     oid = new_op(x);
     uint64_t dfull = alloc_t(x, -1, z->tp > 1 ? "d_final_norm_full" : "d_final_norm",
                              z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
+    uint64_t dum = z->mg ? mg_head_dummy(x, oid) : 0;
     gemm_bwd(x, oid, OPS(.layer = -1, .what = "lm_head.bwd",
-                         IN(dlog, head_weight(x), wg ? a : 0), OUT(dfull, wg)),
+                         IN(dlog, head_weight(x), wg ? a : 0), OUT(dfull, wg, dum)),
              z->T, z->V, z->h, wg != 0);
+    if (z->mg) {
+        /* Megatron's linear backward: the input gradient's reduce-scatter output is made
+         * before the function returns; the logits' gradient dies after the node. */
+        if (!tied) free_t(x, dum);
+        uint64_t dfn = tp_scatter(x, -1, "lm_head.rs", -1, "d_final_norm", dfull,
+                                  TC_ACT_TRANS);
+        free_t(x, dlog);
+        return head_norm_bwd(x, dfn);
+    }
     free_t(x, dlog);
     if (z->tp > 1 && a) free_t(x, a);
     uint64_t dfn = tp_scatter(x, -1, "lm_head.rs", -1, "d_final_norm", dfull, TC_ACT_TRANS);
+    return head_norm_bwd(x, dfn);
+}
+
+/* The final norm's backward (decoders) below the head's gradient dfn; frees the head's
+ * saved tensors and, under ZeRO-3, its gathered parameters. */
+static uint64_t head_norm_bwd(gctx *x, uint64_t dfn)
+{
+    const gsz *z = &x->z;
+    ggroup *hg = grp_head(x), *eg = grp_embed(x);
     if (x->c->model.is_encoder) {
         free_t(x, x->final_in); /* == final_out */
         zgrad_end(x, hg);
@@ -1189,7 +1602,7 @@ static uint64_t head_bwd(gctx *x)
         zrelease(x, eg);
         return dfn;
     }
-    oid = new_op(x);
+    uint64_t oid = new_op(x);
     uint64_t n = z->Ts * z->h, ng = gw(x, hg, 0);
     uint64_t dx = alloc_t(x, -1, "d_final_in", n * z->D, TC_ACT_TRANS, (int64_t)oid);
     opspec o = OPS(.kind = TK_NORM, .layer = -1, .what = "final_norm.bwd",
@@ -1355,11 +1768,234 @@ static uint64_t row_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, cons
     return din;
 }
 
+/* ---- framework megatron: one layer's backward (docs/GENERATOR.md §9) ---- */
+
+/* The weight-shaped gradient TE (and Megatron's own linear layers) hand to autograd when the
+ * weight gradient went straight into main_grad (fuse_wgrad_accumulation: "wgrad =
+ * torch.empty(weight.main_grad.shape, dtype=weight.dtype)", layernorm_linear.py / linear.py);
+ * Megatron's DDP hook (distributed_data_parallel.py, param_hook) sets param.grad = None right
+ * after AccumulateGrad, so it lives only across the end of the backward op. */
+static uint64_t mg_dummy(gctx *x, int l, const ggroup *g, int slot, const char *base,
+                         uint64_t oid)
+{
+    char nm[TRACE_NAME_MAX];
+    snprintf(nm, sizeof nm, "%s.wgrad", base);
+    return alloc_t(x, l, nm, g->pbytes[slot], TC_GRAD, (int64_t)oid);
+}
+
+/* TE Linear (row parallel with SP) backward: the output gradient gathered (grad_output_
+ * preprocess), the data gradient, the weight gradient into main_grad, the dummy; the gathered
+ * copy dies when the function returns, the saved input after the node (if free_saved). */
+static uint64_t mg_row_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+                           uint64_t dout, uint64_t saved, uint64_t K, int free_saved,
+                           const char *dname)
+{
+    const gsz *z = &x->z;
+    char op[TRACE_NAME_MAX], ag[TRACE_NAME_MAX], full[TRACE_NAME_MAX];
+    snprintf(op, sizeof op, "%s.bwd", base);
+    snprintf(ag, sizeof ag, "%s.ag.bwd", base);
+    snprintf(full, sizeof full, "d_%s_out_full", base);
+    uint64_t d = tp_gather(x, l, ag, full, dout);
+    uint64_t oid = new_op(x);
+    uint64_t din = alloc_t(x, l, dname, z->T * K * z->D, TC_ACT_TRANS, (int64_t)oid);
+    uint64_t dum = mg_dummy(x, l, g, slot, base, oid);
+    gemm_bwd(x, oid, OPS(.layer = l, .what = op, IN(d, pw(x, g, slot), saved),
+                         OUT(din, gw(x, g, slot), dum)), z->T, z->h, K, 1);
+    if (z->tp > 1) free_t(x, d);
+    if (free_saved) free_t(x, saved);
+    free_t(x, dum);
+    return din;
+}
+
+/* TE LayerNormLinear (column parallel with SP) backward, in its order: the saved LN output
+ * shard re-gathered, the data gradient [T, h], its reduce-scatter issued before the weight
+ * gradient (both live together), the gathered input cleared after the weight gradient, the
+ * fused LN backward into a new [Ts, h] gradient, the dummy weight gradient. Then autograd
+ * adds this LN-branch gradient to the residual gradient dres: in place (InputBuffer
+ * accumulate; newname NULL), or for the layer input into a new tensor `newname` (the
+ * checkpoint's input gradient: AccumulateGrad clones a gradient that is still referenced).
+ * Frees the incoming gradients, the saved LN output and statistics. */
+static uint64_t mg_col_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+                           const char *src, const uint64_t *dout, int ndout, uint64_t N,
+                           uint64_t saved_ln, uint64_t ln_in, uint64_t stats, int ln_slot,
+                           uint64_t dres, const char *newname)
+{
+    const gsz *z = &x->z;
+    char n1[TRACE_NAME_MAX], n2[TRACE_NAME_MAX];
+    snprintf(n1, sizeof n1, "%s.ag.bwd", src);
+    snprintf(n2, sizeof n2, "%s_full.bwd", src);
+    uint64_t a = tp_gather(x, l, n1, n2, saved_ln);
+    snprintf(n1, sizeof n1, "%s.bwd", base);
+    snprintf(n2, sizeof n2, "d_%s_out%s", src, z->tp > 1 ? "_full" : "");
+    uint64_t oid = new_op(x);
+    uint64_t dfull = alloc_t(x, l, n2, z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
+    opspec o = OPS(.layer = l, .what = n1, OUT(dfull, gw(x, g, slot)));
+    for (int i = 0; i < ndout; i++) o.in[o.nin++] = dout[i];
+    o.in[o.nin++] = pw(x, g, slot);
+    o.in[o.nin++] = a;
+    gemm_bwd(x, oid, o, z->T, N, z->h, 1);
+    snprintf(n1, sizeof n1, "%s.rs.bwd", base);
+    snprintf(n2, sizeof n2, "d_%s_out", src);
+    uint64_t drs = tp_scatter(x, l, n1, l, n2, dfull, TC_ACT_TRANS);
+    if (z->tp > 1) free_t(x, a);
+    oid = new_op(x);
+    uint64_t n = z->Ts * z->h;
+    snprintf(n1, sizeof n1, "%s.bwd", src);
+    snprintf(n2, sizeof n2, "d_%s", src);
+    uint64_t dln = alloc_t(x, l, n2, n * z->D, TC_ACT_TRANS, (int64_t)oid);
+    uint64_t dum = mg_dummy(x, l, g, slot, base, oid);
+    uint64_t lg = gw(x, g, ln_slot);
+    opspec q = OPS(.kind = TK_NORM, .layer = l, .what = n1, IN(drs, ln_in, pw(x, g, ln_slot)),
+                   OUT(dln, lg, dum), .flops = NORM_BWD_FLOPS * (double)n,
+                   .br = 2 * n * z->D + z->normp * z->D,
+                   .bw = n * z->D + (lg ? z->normp * z->GB : 0));
+    if (stats) q.in[q.nin++] = stats;
+    simple_op(x, oid, q);
+    free_t(x, drs);
+    free_t(x, dum);
+    for (int i = 0; i < ndout; i++) free_t(x, dout[i]);
+    free_t(x, saved_ln);
+    if (stats) free_t(x, stats);
+    snprintf(n1, sizeof n1, "%s.res", src);
+    oid = new_op(x);
+    uint64_t out = newname ? alloc_t(x, l, newname, n * z->D, TC_ACT_TRANS, (int64_t)oid) : dres;
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = n1, IN(dln, dres), OUT(out),
+                          .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
+    free_t(x, dln);
+    if (newname) free_t(x, dres);
+    return out;
+}
+
+/* cp = 1: flash_attn_varlen_func's backward: dq, dk, dv (empty_like), the fp32 dq accumulator
+ * and softmax_d as a workspace; the saved q, k, v, output (with its LSE) freed after it. */
+static void mg_flash_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
+{
+    const gsz *z = &x->z;
+    uint64_t QB = z->T * z->hq * z->D, KB = z->T * z->hkv * z->D, L = mg_lse_bytes(z);
+    uint64_t oid = new_op(x);
+    d[0] = alloc_t(x, l, "dq", QB, TC_ACT_TRANS, (int64_t)oid);
+    d[1] = alloc_t(x, l, "dk", KB, TC_ACT_TRANS, (int64_t)oid);
+    d[2] = alloc_t(x, l, "dv", KB, TC_ACT_TRANS, (int64_t)oid);
+    uint64_t ws = alloc_t(x, l, "attn_bwd_ws", z->T * z->hq * F32 + L, TC_WORKSPACE,
+                          (int64_t)oid);
+    opspec o = OPS(.kind = TK_ATTN, .layer = l, .what = "attn.bwd",
+                   IN(dao, s->q, s->k, s->v, s->ao), OUT(d[0], d[1], d[2]));
+    o.flops = x->c->attn_bwd_factor * attn_fwd_flops(z);
+    o.br = 3 * QB + 2 * KB + L + 2 * (z->T * z->hq * F32 + L);
+    o.bw = QB + 2 * KB;
+    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    emit_op(x, oid, &o);
+    free_t(x, ws);
+    free_t(x, s->ao);
+    free_t(x, s->q);
+    free_t(x, s->k);
+    free_t(x, s->v);
+    free_t(x, dao);
+}
+
+/* cp > 1: AttnFuncWithCP.backward on the last CP rank: the second half of the LSE made
+ * contiguous (L/2), dq (Q), two p2p buffers of [2, 2, ...] (each twice the KV chunk: KV and
+ * dKV travel together), then per step the half KV chunk made contiguous (steps < cp-1), dq_
+ * and dkv_ (Python rebinding keeps the current and the previous step's), FlashAttention's
+ * fp32 dq accumulator and softmax_d. It returns dq and dk, dv as views of the first p2p
+ * buffer (d[1]), which outlives the function; the rest is freed. */
+static void mg_ring_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
+{
+    const gsz *z = &x->z;
+    int cp = z->cp;
+    uint64_t QB = z->T * z->hq * z->D, KB = z->T * z->hkv * z->D, L = mg_lse_bytes(z);
+    uint64_t chunk = 2 * KB;
+    uint64_t oid_r = new_op(x), oid_a = new_op(x);
+    uint64_t lh = alloc_t(x, l, "attn_lse_half", L / 2, TC_ACT_TRANS, (int64_t)oid_a);
+    d[0] = alloc_t(x, l, "dq", QB, TC_ACT_TRANS, (int64_t)oid_a);
+    uint64_t pb0 = alloc_t(x, l, "dkv_buf0", 2 * chunk, TC_ACT_TRANS, (int64_t)oid_r);
+    uint64_t pb1 = alloc_t(x, l, "dkv_buf1", 2 * chunk, TC_ACT_TRANS, (int64_t)oid_r);
+    comm_op(x, oid_r, OPS(.layer = l, .what = "cp_ring_bwd.ovl", IN(s->k), OUT(pb0, pb1)),
+            ROOF_RING_EXCHANGE, 2 * chunk, cp, z->tp * cp);
+    uint64_t st[6];
+    uint32_t n = 0;
+    for (int i = cp >= 2 ? cp - 2 : 0; i < cp; i++) {
+        if (i < cp - 1) st[n++] = alloc_t(x, l, "kv_half_bwd", KB, TC_ACT_TRANS, (int64_t)oid_a);
+        st[n++] = alloc_t(x, l, "dq_step", QB, TC_ACT_TRANS, (int64_t)oid_a);
+        st[n++] = alloc_t(x, l, "dkv_step", i < cp - 1 ? KB : chunk, TC_ACT_TRANS,
+                          (int64_t)oid_a);
+    }
+    uint64_t wsb = z->T * z->hq * F32 + L;
+    uint64_t ws = alloc_t(x, l, "attn_bwd_ws", wsb, TC_WORKSPACE, (int64_t)oid_a);
+    opspec o = OPS(.kind = TK_ATTN, .layer = l, .what = "attn.bwd",
+                   IN(dao, s->q, s->k, s->ao, lh, pb0, pb1), OUT(d[0], pb0, pb1));
+    for (uint32_t k = 0; k < n; k++) o.out[o.nout++] = st[k];
+    o.flops = x->c->attn_bwd_factor * attn_fwd_flops(z);
+    o.br = z->T * (3 * z->hq + 2 * z->hkv) * z->D + L + 2 * wsb + (uint64_t)(cp - 1) * 2 * chunk;
+    o.bw = z->T * (z->hq + 2 * z->hkv) * z->D + (uint64_t)cp * (QB + chunk);
+    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    emit_op(x, oid_a, &o);
+    free_t(x, ws);
+    for (uint32_t k = 0; k < n; k++) free_t(x, st[k]);
+    free_t(x, pb1);
+    free_t(x, lh);
+    free_t(x, s->ao);
+    free_t(x, s->q);
+    free_t(x, s->k);
+    free_t(x, dao);
+    d[1] = pb0;
+    d[2] = 0;
+}
+
+static uint64_t mg_layer_bwd(gctx *x, int l, uint64_t dx)
+{
+    const gsz *z = &x->z;
+    ggroup *g = grp_layer(x, l);
+    lstate *s = &x->ls[l];
+    uint64_t QB = z->T * z->hq * z->D, KB = z->T * z->hkv * z->D;
+    mark(x, TM_LAYER, l);
+    /* MLP: TE Linear fc2, the fused bias-GeLU (GeLUFunction), TE LayerNormLinear fc1 */
+    uint64_t dact = mg_row_bwd(x, l, g, G_FC2, "fc2", dx, s->act, z->f, 1, "d_act");
+    uint64_t oid = new_op(x);
+    uint64_t dfc1 = alloc_t(x, l, "d_fc1", z->T * z->f1 * z->D, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
+                          OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->f),
+                          .br = z->T * (z->f + z->f1) * z->D, .bw = z->T * z->f1 * z->D));
+    free_t(x, dact);
+    free_t(x, s->fc1);
+    mg_col_bwd(x, l, g, G_FC1, "fc1", "ln2", &dfc1, 1, z->f1, s->ln2, s->r1, s->ln2s, G_LN2, dx,
+               NULL);
+    free_t(x, s->r1);
+    /* attention: TE Linear proj (its saved input is the attention output, still held by the
+     * attention), the attention, RoPE's backward, the split's backward (a cat into one
+     * [T, h_q + 2 h_kv] gradient), TE LayerNormLinear qkv */
+    uint64_t dao = mg_row_bwd(x, l, g, G_PROJ, "proj", dx, s->ao, z->hq, 0, "d_attn_out");
+    uint64_t d[3];
+    if (z->cp == 1) mg_flash_bwd(x, l, s, dao, d);
+    else mg_ring_bwd(x, l, s, dao, d);
+    oid = new_op(x);
+    uint64_t dqr = alloc_t(x, l, "dq_rope", QB, TC_ACT_TRANS, (int64_t)oid);
+    uint64_t dkr = alloc_t(x, l, "dk_rope", KB, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "rope.bwd", IN(d[0], d[1]),
+                          OUT(dqr, dkr), .flops = ROPE_FLOPS * (double)(z->T * (z->hq + z->hkv)),
+                          .br = QB + KB, .bw = QB + KB));
+    free_t(x, d[0]);
+    if (d[2]) free_t(x, d[1]); /* cp = 1: dk; with CP dk and dv are views of one buffer */
+    oid = new_op(x);
+    uint64_t dqkv = alloc_t(x, l, "d_qkv", QB + 2 * KB, TC_ACT_TRANS, (int64_t)oid);
+    uint64_t dv = d[2] ? d[2] : d[1];
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "qkv_split.bwd",
+                          IN(dqr, dkr, dv), OUT(dqkv), .br = QB + 2 * KB, .bw = QB + 2 * KB));
+    free_t(x, dqr);
+    free_t(x, dkr);
+    free_t(x, dv);
+    uint64_t din = mg_col_bwd(x, l, g, G_QKV, "qkv", "ln1", &dqkv, 1, z->hq + 2 * z->hkv,
+                              s->ln1, s->in, s->ln1s, G_LN1, dx, "d_input");
+    free_t(x, s->in); /* the checkpoint's saved input, released when its backward ends */
+    return din;
+}
+
 static uint64_t layer_bwd(gctx *x, int l, uint64_t dx)
 {
     const gsz *z = &x->z;
     ggroup *g = grp_layer(x, l);
     lstate *s = &x->ls[l];
+    if (z->mg) return mg_layer_bwd(x, l, dx);
     mark(x, TM_LAYER, l);
     zgather(x, g, "params.ag.bwd");
     zgrad_begin(x, g);
@@ -1399,6 +2035,33 @@ static uint64_t layer_bwd(gctx *x, int l, uint64_t dx)
     return din;
 }
 
+/* Megatron's embedding backward: the sequence-parallel scatter's backward gathers the
+ * gradient; the lookup "self.weight[masked_input]" has an index backward that makes a dense
+ * zero-filled weight-shaped gradient (model dtype) and scatters into it; autograd adds the
+ * output layer's held zeros (tied weights) to it and Megatron's DDP hook adds the sum into
+ * main_grad; both dense tensors are then freed. */
+static void mg_embed_bwd(gctx *x, uint64_t dx0)
+{
+    const gsz *z = &x->z;
+    ggroup *e = grp_embed(x);
+    uint64_t d = tp_gather(x, -1, "embed.ag.bwd", "d_embed_full", dx0);
+    uint64_t vh = z->V * z->h, oid = new_op(x);
+    uint64_t dense = alloc_t(x, -1, "embed.wgrad", vh * z->D, TC_GRAD, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_EMBED, .layer = -1, .what = "embed.bwd", IN(d, x->tokens),
+                          OUT(dense), .flops = (double)(z->T * z->h),
+                          .br = z->T * z->h * z->D + z->T * TOKEN_ID_BYTES,
+                          .bw = vh * z->D + z->T * z->h * z->D));
+    if (z->tp > 1) free_t(x, d);
+    oid = new_op(x);
+    uint64_t hd = x->head_dummy;
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "embed.grad_acc",
+                          IN(dense, hd, e->grad), OUT(e->grad), .flops = (double)vh,
+                          .br = vh * (z->D * (hd ? 2 : 1) + z->GB), .bw = vh * z->GB));
+    free_t(x, dense);
+    if (hd) free_t(x, hd);
+    x->head_dummy = 0;
+}
+
 static void embed_bwd(gctx *x, uint64_t dx0)
 {
     const gsz *z = &x->z;
@@ -1406,7 +2069,9 @@ static void embed_bwd(gctx *x, uint64_t dx0)
     mark(x, TM_LAYER, -1);
     /* A frozen embedding (LoRA) has no backward. The embedding's backward reads no weights,
      * so ZeRO-3 gathers none here. */
-    if (e->ntrain) {
+    if (e->ntrain && x->z.mg) {
+        mg_embed_bwd(x, dx0);
+    } else if (e->ntrain) {
         zgrad_begin(x, e);
         uint64_t d = tp_gather(x, -1, "embed.ag.bwd", "d_embed_full", dx0);
         uint64_t oid = new_op(x);
@@ -1421,6 +2086,28 @@ static void embed_bwd(gctx *x, uint64_t dx0)
     zgrad_end(x, e);
 }
 
+/* Megatron's gradient reduction after the backward (finalize_model_grads -> DDP
+ * finish_grad_sync): over the data-parallel group with context parallelism (dp*cp ranks hold
+ * the same parameters), all-reduced in place, or reduce-scattered with the distributed
+ * optimizer. One collective per gradient buffer (Megatron buckets them; without
+ * overlap_grad_reduce the whole buffer is one bucket). */
+static void mg_grad_reduce(gctx *x)
+{
+    int ranks = x->z.dp * x->z.cp, span = x->z.tp * x->z.cp * x->z.dp;
+    if (ranks <= 1) return;
+    for (size_t i = 0; i < x->ng; i++) {
+        ggroup *g = &x->g[i];
+        if (!g->grad) continue;
+        char nm[TRACE_NAME_MAX];
+        snprintf(nm, sizeof nm, "%s.%s", g->prefix ? g->prefix : "grad",
+                 x->c->dist_opt ? "dp_rs" : "dp_ar");
+        uint64_t oid = new_op(x);
+        comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
+                x->c->dist_opt ? ROOF_REDUCE_SCATTER : ROOF_ALL_REDUCE, g->ntrain * x->z.GB,
+                ranks, span);
+    }
+}
+
 /* ZeRO-1 / Megatron distributed optimizer: gradients are reduce-scattered over dp at the end
  * of the backward (Megatron overlaps this per bucket; here it follows the last layer). With
  * offload this rank's gradient shard is then copied to the host. ZeRO-3 reduces per layer in
@@ -1428,6 +2115,10 @@ static void embed_bwd(gctx *x, uint64_t dx0)
 static void dp_reduce(gctx *x)
 {
     if (x->c->zero3) return;
+    if (x->z.mg) {
+        mg_grad_reduce(x);
+        return;
+    }
     int span = x->z.tp * x->z.cp * x->z.dp;
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
@@ -1474,6 +2165,63 @@ static void host_optimizer(gctx *x, ggroup *g, uint64_t shard)
     emit_op(x, oid, &o);
 }
 
+/* Megatron's optimizer step for one group: apex FusedAdam makes each parameter's exp_avg and
+ * exp_avg_sq (zeros_like, fp32) in its first step, so in the first iteration they are carved
+ * out of whatever the caching allocator holds after a forward and backward; the fp32 master
+ * copy was made with the optimizer. With the distributed optimizer every state is this
+ * rank's 1/(dp*cp) share of the parameter, and the updated parameters are all-gathered. */
+static void mg_optimizer(gctx *x, ggroup *g, uint64_t shard)
+{
+    const gsz *z = &x->z;
+    char nm[TRACE_NAME_MAX];
+    uint64_t mb = mg_moment_bytes(z);
+    if (x->iter == 0 && mb) {
+        static const char *const mn[2] = { "exp_avg", "exp_avg_sq" };
+        for (int j = 0; j < g->np; j++) {
+            if (!g->pbytes[j] || !g->trains[j]) continue;
+            for (int k = 0; k < 2; k++) {
+                snprintf(nm, sizeof nm, "%s.%s", g->pname[j], mn[k]);
+                g->mom[j][k] = alloc_t(x, g->layer, nm, opt_share(x, g->pbytes[j] / z->D) * mb,
+                                       TC_OPTSTATE, -1);
+            }
+        }
+    }
+    gname(nm, g, "optim");
+    uint64_t oid = new_op(x);
+    opspec o = OPS(.kind = TK_OPTIM, .layer = g->layer, .what = nm, IN(g->grad));
+    if (g->opt) {
+        o.in[o.nin++] = g->opt;
+        o.out[o.nout++] = g->opt;
+    }
+    for (int j = 0; j < g->np; j++)
+        for (int k = 0; k < 2; k++)
+            if (g->mom[j][k]) {
+                o.in[o.nin++] = g->mom[j][k];
+                o.out[o.nout++] = g->mom[j][k];
+            }
+    for (int j = 0; j < g->np; j++) {
+        if (!g->trains[j]) continue;
+        o.in[o.nin++] = g->param[j];
+        o.out[o.nout++] = g->param[j];
+    }
+    o.flops = ADAM_FLOPS * (double)shard;
+    o.br = shard * (z->GB + z->OB + z->D);
+    o.bw = shard * (z->OB + z->D);
+    simple_op(x, oid, o);
+    int ranks = z->dp * z->cp;
+    if (x->c->dist_opt && ranks > 1) {
+        snprintf(nm, sizeof nm, "%s.dp_ag", g->prefix ? g->prefix : "param");
+        opspec c = OPS(.layer = g->layer, .what = nm);
+        for (int j = 0; j < g->np; j++) {
+            if (!g->trains[j]) continue;
+            c.in[c.nin++] = g->param[j];
+            c.out[c.nout++] = g->param[j];
+        }
+        comm_op(x, new_op(x), c, ROOF_ALL_GATHER, g->ntrain * z->D, ranks,
+                z->tp * z->cp * z->dp);
+    }
+}
+
 static void optimizer(gctx *x)
 {
     const gsz *z = &x->z;
@@ -1481,7 +2229,11 @@ static void optimizer(gctx *x)
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
         if (!g->ntrain) continue;
-        uint64_t shard = dp_share(x, g->ntrain);
+        if (z->mg) {
+            mg_optimizer(x, g, opt_share(x, g->ntrain));
+            continue;
+        }
+        uint64_t shard = opt_share(x, g->ntrain);
         char nm[TRACE_NAME_MAX];
         if (x->c->offload) {
             host_optimizer(x, g, shard);
@@ -1529,6 +2281,7 @@ static void optimizer(gctx *x)
 static void iteration(gctx *x, int it)
 {
     int L = (int)x->c->model.layers;
+    x->iter = it;
     mark(x, TM_ITER, it);
     x->phase = TP_FWD;
     mark(x, TM_PHASE, TP_FWD);
@@ -1590,6 +2343,12 @@ static void meta(gctx *x, const machine_t *m)
         set_meta_u64(x, "lora_mlp", (uint64_t)c->lora_mlp);
     }
     if (c->lora || c->zero3 || c->offload) set_meta_u64(x, "trainable_params_local", train);
+    if (x->z.mg) {
+        set_meta_str(x, "framework", "megatron");
+        set_meta_u64(x, "dist_opt", (uint64_t)c->dist_opt);
+    }
+    if (x->z.mg || c->loss != GEN_LOSS_AUTO)
+        set_meta_str(x, "loss", x->z.lossmg ? "megatron" : "fused");
     if (c->zero3) set_meta_u64(x, "zero3", 1);
     if (c->offload) {
         /* What ZeRO-Offload keeps on the host for this rank: fp32 master + Adam states

@@ -3,7 +3,8 @@
  * and a machine, the in-memory trace of ONE rank's training iterations in program order:
  * setup allocations, then per iteration the forward, backward and optimizer ops with every
  * tensor's alloc and free, FLOPs, bytes and a roofline duration. Fine-tuning patterns
- * (GMLake §5): LoRA adapters on frozen weights, ZeRO-3, ZeRO-Offload of the optimizer. Used by
+ * (GMLake §5): LoRA adapters on frozen weights, ZeRO-3, ZeRO-Offload of the optimizer. A
+ * "megatron" profile reproduces Megatron-LM + TransformerEngine's allocations. Used by
  * `memsim gen`, the planners' tests and the experiments. What it emits and why:
  * docs/GENERATOR.md. */
 #ifndef MEMSIM_GEN_H
@@ -15,6 +16,28 @@
 #include "traces/trace.h"
 
 #define GEN_VERSION "memsim-gen-1"
+
+/* Whose memory behaviour the trace reproduces (docs/GENERATOR.md §9). */
+typedef enum gen_framework {
+    GEN_FW_GENERIC = 0,   /* the lean program of §3: exactly MEMO's 16bsh skeletal tensors and
+                             the transients a fused implementation needs */
+    GEN_FW_MEGATRON       /* Megatron-LM ccfeda47cb + TransformerEngine 1.3 with FlashAttention,
+                             bf16 mixed precision, full recomputation's layer program: fp32 main
+                             gradients, lazily made Adam states, the vocab-parallel cross
+                             entropy on fp32 logits, TE's saved and transient tensors, the CP
+                             ring's buffers (on TE's cp stream for odd steps), the global
+                             all-gather buffer of the output layer, dummy weight gradients */
+} gen_framework;
+
+/* The loss program of a decoder's head. */
+typedef enum gen_loss {
+    GEN_LOSS_AUTO = 0,    /* the framework's: generic FUSED, megatron MEGATRON */
+    GEN_LOSS_FUSED,       /* cross entropy in place on the model-dtype logits (what a fused
+                             kernel does; the generic program) */
+    GEN_LOSS_MEGATRON     /* Megatron's vocab_parallel_cross_entropy(logits.float()): an fp32
+                             copy of the logits and an out-of-place max subtraction whose
+                             result becomes the saved softmax (fp32) */
+} gen_loss;
 
 typedef struct gen_config {
     model_t model;            /* by value: a registry copy or model_from_dims */
@@ -59,13 +82,31 @@ typedef struct gen_config {
     int hf_logits_hold;       /* with hf_loss: 0 the logits are freed at the end of the
                                  backward; 1 at the end of the next iteration's forward (a
                                  training loop that reassigns `outputs = model(...)`) */
+    int framework;            /* gen_framework (default GEN_FW_GENERIC) */
+    int dist_opt;             /* framework megatron: 1 = --use-distributed-optimizer (fp32
+                                 master and Adam states sharded over dp*cp, gradients
+                                 reduce-scattered, parameters all-gathered); 0 (Megatron's
+                                 default) = full states on every rank, gradients all-reduced
+                                 over dp*cp */
+    int loss;                 /* gen_loss (default GEN_LOSS_AUTO) */
     roof_params roof;         /* op-time knobs */
 } gen_config;
 
 /* Defaults for everything but the model: seq = 0 (the model's default_seq is taken),
- * micro_batch 1, tp = cp = dp = 1, bf16, grad_bytes 0 (= dtype_bytes), 12 optimizer bytes,
- * 2 iterations, attn_bwd_factor 2.5; lora, zero3, offload off, lora_rank 8. */
+ * micro_batch 1, tp = cp = dp = 1, bf16, grad_bytes 0 (= dtype_bytes; framework megatron:
+ * 4), 12 optimizer bytes, 2 iterations, attn_bwd_factor 2.5; lora, zero3, offload off,
+ * lora_rank 8; framework generic, loss auto, dist_opt 0. */
 void gen_config_default(gen_config *c);
+
+/* Sets one knob by name, as a command line hands them over ("--gen KEY=VALUE"): framework
+ * (generic | megatron), loss (auto | fused | megatron), dist_opt, grad_bytes,
+ * opt_bytes_per_param, save_small, attn_bwd_factor, lora, lora_rank, lora_mlp, zero3,
+ * offload. MS_ERR_INVALID naming the key for an unknown key or a bad value; the combination
+ * is checked later by gen_validate. */
+ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_error *err);
+
+/* The keys gen_config_set accepts, comma-separated (for help texts). */
+const char *gen_config_keys(void);
 
 /* Checks the configuration: all sizes positive, tp divides heads, kv heads (or kv heads
  * divide tp: replicated) and ffn; cp divides seq; tp divides the per-rank sequence (sequence
@@ -79,7 +120,8 @@ ms_status gen_trace(const gen_config *c, const machine_t *m, trace_t **out, ms_e
 
 /* Skeletal activation bytes of one transformer layer on this rank (the sum the generator
  * emits for that layer): 16*b*(s/cp)*h*dtype/tp for an MHA model with f = 4h, plus with LoRA
- * each adapter's saved [T, r] intermediate. */
+ * each adapter's saved [T, r] intermediate, plus with save_small or framework megatron the
+ * fp32 norm statistics and attention log-sum-exp. */
 uint64_t gen_layer_skel_bytes(const gen_config *c);
 
 /* Parameters of one transformer layer on this rank before any DP sharding (TP-local): all of

@@ -73,6 +73,8 @@ enum {
       "fraction of dha.read_Bps a GEMM reading its operand over DHA achieves, (0,1]")          \
     X("dha.other_eff", MF_DBL, dha_other_eff, R_EFF,                                           \
       "fraction of dha.read_Bps other ops achieve over DHA, (0,1]")                            \
+    X("dha.link_weight", MF_DBL, dha_link_weight, R_POS,                                       \
+      "weight of a DHA flow against a copy in the link's max-min sharing (1 = fair)")          \
     X("host.mem_bytes", MF_U64, host_mem_bytes, R_POS,                                         \
       "host memory per node, shared by its GPUs, bytes")                                       \
     X("host.cpu_cores", MF_I64, host_cpu_cores, R_COUNT, "CPU cores per node")                 \

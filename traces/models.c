@@ -35,6 +35,15 @@ static const char SRC_PT_GPT2_1B[] =
     "ProTrain Table 4 (GPT2-1B, 32 blocks); hidden 1536 and 16 heads are not in the paper: "
     "assumed from the gpt2_1b configuration common to chunk-based offloading benchmarks";
 static const char SRC_HF_GPT2[] = "public HF config (openai-community/gpt2*)";
+static const char SRC_TXL[] =
+    "MemFerry §V-A: TransformerXL sizes 0.7B-6.7B with embedding (vocabulary) 32768-130528, "
+    "hidden 2048-4096, sequence 378-4096; the per-size layers, vocabulary and sequence are not "
+    "given there and are assumed: the ranges' ends kept for vocabulary and hidden, the "
+    "sequence growing with size from 378 (MemFerry §V-D: larger models compute more) up to "
+    "1024, the longest at which batch 8 of the 6.7B model fits an A100 80GB without "
+    "recomputation (4096 does not); 64-wide heads, ffn 4h and ReLU as in Dai et al. (ACL 2019); "
+    "relative positions approximated by rotary ones (no position table), adaptive "
+    "embedding/softmax by a full tied vocabulary, pre-norm";
 
 static const model_t REGISTRY[] = {
     /* MEMO Table 2: 7B..65B GPT models for long-context training. */
@@ -100,6 +109,17 @@ static const model_t REGISTRY[] = {
         "GLM 10B; GMLake",
         "GMLake Table 2; public THUDM/glm-10b config. GLM's second (block) position table "
         "and its blank-infilling attention mask are not modelled: generated as a causal decoder"),
+    /* MemFerry's TransformerXL family (§V-A; shapes assumed within the paper's ranges). */
+    DEC("transformerxl-0.7b", 13, 2048, 8192, 32, 32, 32768, 378, 0, 0, LN, RELU, ROPE, 1, 1,
+        "TransformerXL 0.72B (13 x 2048, vocab 32768); MemFerry", SRC_TXL),
+    DEC("transformerxl-1b", 18, 2048, 8192, 32, 32, 49152, 512, 0, 0, LN, RELU, ROPE, 1, 1,
+        "TransformerXL 1.0B (18 x 2048, vocab 49152); MemFerry", SRC_TXL),
+    DEC("transformerxl-2.4b", 28, 2560, 10240, 40, 40, 65536, 768, 0, 0, LN, RELU, ROPE, 1, 1,
+        "TransformerXL 2.4B (28 x 2560, vocab 65536); MemFerry", SRC_TXL),
+    DEC("transformerxl-4.3b", 35, 3072, 12288, 48, 48, 98304, 1024, 0, 0, LN, RELU, ROPE, 1, 1,
+        "TransformerXL 4.3B (35 x 3072, vocab 98304); MemFerry", SRC_TXL),
+    DEC("transformerxl-6.7b", 31, 4096, 16384, 64, 64, 130528, 1024, 0, 0, LN, RELU, ROPE, 1, 1,
+        "TransformerXL 6.8B (31 x 4096, vocab 130528); MemFerry", SRC_TXL),
     /* MemFerry encoders (HF BertModel / RobertaModel counts: embeddings, layers, pooler). */
     { .name = "bert-base", .layers = 12, .hidden = 768, .ffn_hidden = 3072, .heads = 12,
       .kv_heads = 12, .vocab = 30522, .default_seq = 512, .pos_rows = 512, .max_seq = 512,

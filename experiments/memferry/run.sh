@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# experiments/memferry/run.sh — reproduces MemFerry's evaluation (Yao et al., INFOCOM 2025, §V,
+# Figs. 9-13) in memsim, in one command:
+#   1. builds memsim if ./sim/memsim is missing (set MEMSIM=path to use another binary);
+#   2. runs `memsim memferry` (sim/cmd_memferry.c): DeepSpeed, Native-Offload, MemFerry and
+#      GO-MemFerry on BERT-base, BERT-large, RoBERTa and GPT-2-medium (Figs. 9, 10(b), 12),
+#      TransformerXL 0.7B-6.7B (Fig. 13) on MemFerry's A100 with PCIe 3.0, and the largest
+#      model each trains on its V100 32 GB (Fig. 11), plus the sensitivity of Fig. 9 to the
+#      two inputs the paper does not give (host Adam rate, batch);
+#   3. prints the paper-vs-memsim table (reference.tsv; summary.txt);
+#   4. draws the figures (plots/memferry_*.gp, PNG and SVG).
+# Everything lands in out/memferry/ (plans/ holds every plan: the shadow models). Extra
+# arguments go to `memsim memferry` (see `memsim memferry --help`). About 2 s on a 2-core
+# x86-64 box. Exit status: 0 when the runs completed (rows that miss the paper are marked MISS
+# in summary.txt), else memsim's error status.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-out/memferry}
+start=$(date +%s)
+
+if [ -z "${MEMSIM:-}" ]; then
+    MEMSIM=./sim/memsim
+    if [ ! -x "$MEMSIM" ]; then
+        echo "run.sh: building memsim" >&2
+        . tests/setup-lib.sh
+        memsim_build
+    fi
+fi
+if ! "$MEMSIM" memferry --help >/dev/null 2>&1; then
+    echo "run.sh: $MEMSIM has no 'memferry' subcommand (sim/cmd_memferry.c not wired in)" >&2
+    exit 2
+fi
+export MEMSIM_DATADIR=${MEMSIM_DATADIR:-$PWD/traces}
+mkdir -p "$out"
+
+echo "run.sh: memsim memferry (Figs. 9-13)" >&2
+status=0
+"$MEMSIM" memferry --out "$out" --quiet "$@" >/dev/null || status=$?
+if [ "$status" -gt 1 ]; then
+    echo "run.sh: memsim memferry failed (status $status)" >&2
+    exit "$status"
+fi
+{
+    echo "MemFerry (INFOCOM'25) in memsim — $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "host: $(uname -srm), $(nproc) cores; machines: traces/machines/a100-80g-pcie3.machine, v100-32g-pcie3.machine"
+    echo
+    cat "$out/summary.txt"
+    echo
+    echo "== Fig. 9: iteration time (ms) and MemFerry's speedup"
+    awk -F, 'NR > 1 { printf "%-13s b=%-3s %-15s %9.2f ms  x%.3f  peak %6.2f GiB  %s\n", $1, $3, $4, $6, $7, $9, $17 }' "$out/fig9.csv"
+    if [ -f "$out/fig9_sensitivity.csv" ]; then
+        echo
+        echo "== Fig. 9 sensitivity: MemFerry faster than DeepSpeed / Native-Offload (%) by batch and host Adam rate"
+        awk -F, 'NR > 1 { printf "%-13s batch %-3s adam %-8s  %6.1f%% / %5.1f%%  MemFerry fastest: %s\n", $1, $3, $4, $9, $10, ($11 ? "yes" : "no") }' "$out/fig9_sensitivity.csv"
+    fi
+} | tee "$out/report.txt"
+
+if command -v gnuplot >/dev/null 2>&1; then
+    for fmt in png svg; do
+        gnuplot -e "datafile='$out/fig9.dat'; outfile='$out/memferry_fig9.$fmt'; fmt='$fmt'" plots/memferry_fig9.gp
+        gnuplot -e "datafile='$out/fig12.dat'; outfile='$out/memferry_fig12.$fmt'; fmt='$fmt'; \
+ylabel='peak allocated (GiB)'; title='Fig. 12: peak GPU memory (A100 80GB, PCIe 3.0)'" plots/memferry_fig9.gp
+        gnuplot -e "datafile='$out/fig10b.dat'; outfile='$out/memferry_fig10b.$fmt'; fmt='$fmt'" plots/memferry_fig10b.gp
+        gnuplot -e "datafile='$out/fig11.dat'; outfile='$out/memferry_fig11.$fmt'; fmt='$fmt'" plots/memferry_fig11.gp
+        gnuplot -e "datafile='$out/fig13.dat'; outfile='$out/memferry_fig13.$fmt'; fmt='$fmt'" plots/memferry_fig13.gp
+    done
+    echo "figures: $out/memferry_fig*.png and .svg" >&2
+else
+    echo "run.sh: gnuplot not found, figures skipped" >&2
+fi
+echo "run.sh: done in $(( $(date +%s) - start )) s; results in $out/" >&2

@@ -1,0 +1,378 @@
+# experiments/validate/compare.awk — the comparison step of experiments/validate/run.sh: reads
+# the cases, the GPU's results (memsim run's CSV and log per case), the simulator's results
+# (memsim simulate's CSV and the schedule's copies per case) and the profile's probe samples,
+# and prints the validation report in Markdown (docs/VALIDATION.md's generated part).
+# POSIX awk (mawk and gawk). Results CSVs are read by column name: memsim run writes the
+# simulator's leading columns, then its own (traces/FORMAT.md, docs/RUNTIME.md).
+#
+#   awk -f compare.awk -v mode=field -v col=NAME FILE.csv     one column of the first row
+#   awk -f compare.awk -v mode=report [-v dims=.. iters=.. machine=..] \
+#       kind=cases cases.tsv [kind=meta meta.tsv] [kind=device device.csv] [kind=runs runs.tsv] \
+#       { kind=gpu id=ID ID.csv  kind=sim id=ID ID.csv  kind=copies id=ID ID.copies \
+#         [kind=log id=ID ID.log] }...  [kind=probe MACHINE.probe.csv]
+#
+# Errors are (simulated - measured) / measured. Goals: |iteration-time error| <= 5 % and
+# |peak-reserved error| <= 2 % for each case and for the median over the cases.
+
+BEGIN {
+    GIB = 1073741824
+    LARGE = 33554432          # memsim run's link statistics count copies of >= 32 MiB
+    GOAL_T = 5; GOAL_M = 2    # percent
+    FS = "\n"                 # whole lines: each kind splits its own
+}
+
+# Splits one RFC 4180 line into f[1..n]; returns n.
+function csv_split(line, f,    n, i, c, q, cur, len) {
+    n = 0; cur = ""; q = 0; len = length(line)
+    for (i = 1; i <= len; i++) {
+        c = substr(line, i, 1)
+        if (q) {
+            if (c == "\"") {
+                if (substr(line, i + 1, 1) == "\"") { cur = cur "\""; i++ }
+                else q = 0
+            } else cur = cur c
+        } else if (c == "\"") q = 1
+        else if (c == ",") { f[++n] = cur; cur = "" }
+        else cur = cur c
+    }
+    f[++n] = cur
+    return n
+}
+
+function trim(s) { gsub(/^[ \t\r]+|[ \t\r]+$/, "", s); return s }
+function absv(x) { return x < 0 ? -x : x }
+function err(sim, gpu) { return (sim - gpu) / gpu * 100 }
+function pct(x) { return sprintf("%+.2f %%", x) }
+function gib(b) { return sprintf("%.3f", b / GIB) }
+
+# ---- field mode ----
+mode == "field" {
+    if (FNR == 1) { nh = csv_split($0, hd); for (i = 1; i <= nh; i++) col_at[hd[i]] = i; next }
+    if (FNR == 2) { csv_split($0, v); if (col in col_at) print v[col_at[col]]; exit }
+    next
+}
+
+# ---- report mode: inputs ----
+kind == "cases" {
+    if ($0 ~ /^#/ || $0 ~ /^[ \t]*$/) next
+    split($0, c, "\t")
+    if (c[1] == "id") next
+    ncase++; ids[ncase] = c[1]; pol[c[1]] = c[2]; seqs[c[1]] = c[3]; alc[c[1]] = c[4]
+    planhow[c[1]] = c[5]; role[c[1]] = c[6]
+    next
+}
+kind == "meta" { split($0, c, "\t"); meta[c[1]] = c[2]; next }
+kind == "machine" { split($0, c, " "); if (c[1] == "link.h2d_Bps") prof_h2d = c[2] + 0; if (c[1] == "link.d2h_Bps") prof_d2h = c[2] + 0; next }
+kind == "same" { split($0, c, "\t"); same[c[1]] = c[2]; next }
+kind == "device" {
+    if (FNR == 2) { split($0, c, ","); dev_name = trim(c[1]); dev_driver = trim(c[2])
+        dev_mem = trim(c[3]); dev_gen = trim(c[4]); dev_width = trim(c[5]); dev_clock = trim(c[6]) }
+    next
+}
+kind == "runs" { if (FNR > 1) { split($0, c, "\t"); rc[c[1]] = c[2]; wall[c[1]] = c[3]; runhow[c[1]] = c[4]; wall_all += c[3] } next }
+kind == "gpu" || kind == "sim" {
+    if (FNR == 1) { nh = csv_split($0, hd); next }
+    if (FNR == 2) {
+        csv_split($0, v)
+        for (i = 1; i <= nh; i++) {
+            if (kind == "gpu") G[id, hd[i]] = v[i]; else S[id, hd[i]] = v[i]
+        }
+        if (kind == "gpu") hasg[id] = 1; else hass[id] = 1
+    }
+    next
+}
+kind == "copies" {
+    split($0, c, " ")
+    if (c[2] + 0 >= LARGE) {
+        d = (c[1] == "copy_h2d") ? "h2d" : "d2h"
+        key = id SUBSEP d SUBSEP c[2]
+        if (!(key in ncp)) { nsz[id, d]++; szat[id, d, nsz[id, d]] = c[2] }
+        ncp[key]++
+    }
+    next
+}
+kind == "log" {
+    if ($0 ~ /^iter [0-9]+ /) { split($0, c, " "); nit[id]++; itms[id, nit[id]] = c[3] + 0 }
+    else if ($0 ~ /^device: /) { logdev = $0 }
+    else if ($0 ~ /^spin kernel: /) { calib[id] = $0 }
+    else if ($0 ~ /^  (H2D|D2H): [0-9]+ copies/) {
+        d = ($0 ~ /^  H2D/) ? "h2d" : "d2h"
+        if (match($0, /median [0-9.]+/)) lmed[id, d] = substr($0, RSTART + 7, RLENGTH - 7) * 1e9
+        if (match($0, /min [0-9.]+/)) lmin[id, d] = substr($0, RSTART + 4, RLENGTH - 4) * 1e9
+        if (match($0, /: [0-9]+ copies/)) lcnt[id, d] = substr($0, RSTART + 2, RLENGTH - 9) + 0
+    }
+    next
+}
+kind == "train" {
+    if ($0 ~ /^ *[0-9]+ +-?[0-9.]+ +[0-9.]+ *$/) {
+        split($0, c, " "); nst[id]++; stms[id, nst[id]] = c[3] / 1000; stloss[id, nst[id]] = c[2]
+    } else if ($0 ~ /^device memory: /) { split($0, c, " "); trmem[id] = c[3] * GIB }
+    next
+}
+kind == "ops" { split($0, c, " "); tdur[seq, c[1]] = c[2] / 1000; next }
+kind == "bench" {
+    if ($0 ~ /^time: median /) { split($0, c, " "); bmed[seq] = c[3] + 0 }
+    else if ($0 ~ /^[a-z][a-z0-9.]* +[0-9.]+ +[0-9.]+% /) {
+        split($0, c, " "); nbo[seq]++; bname[seq, nbo[seq]] = c[1]; bms[seq, nbo[seq]] = c[2] + 0
+    }
+    if (!(seq in bseen)) { bseen[seq] = 1; bseqs[++nbs] = seq }
+    next
+}
+kind == "probe" {
+    split($0, c, ",")
+    if (c[1] == "h2d_pinned_us" || c[1] == "d2h_pinned_us") {
+        d = substr(c[1], 1, 3); np[d]++; psz[d, np[d]] = c[2] + 0; pus[d, np[d]] = c[3] + 0
+    }
+    next
+}
+
+# ---- report mode: helpers ----
+
+# Probe time (us) of one pinned copy of b bytes in direction d: linear in the size between the
+# two nearest probed sizes (latency + bytes / rate), extended by the largest two beyond them.
+function probe_us(d, b,    i, j) {
+    if (np[d] < 2) return -1
+    for (i = 1; i < np[d] - 1 && psz[d, i + 1] < b; i++) ;
+    j = i + 1
+    return pus[d, i] + (b - psz[d, i]) * (pus[d, j] - pus[d, i]) / (psz[d, j] - psz[d, i])
+}
+
+# Probe rate (B/s) of the case's large copies in direction d: their bytes over the sum of the
+# probe's times for their sizes. Sets probe_bytes and probe_n.
+function probe_rate(idc, d,    k, s, n, t, u) {
+    probe_bytes = 0; probe_n = 0; t = 0
+    for (k = 1; k <= nsz[idc, d]; k++) {
+        s = szat[idc, d, k]; n = ncp[idc, d, s]; u = probe_us(d, s)
+        if (u <= 0) return -1
+        probe_bytes += n * s; probe_n += n; t += n * u
+    }
+    return t > 0 ? probe_bytes / (t * 1e-6) : -1
+}
+
+function sort_num(a, n,    i, j, x) {
+    for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+}
+function median(a, n) {
+    if (n == 0) return -1
+    sort_num(a, n)
+    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+
+# Spread of the measured iterations after the first (the first makes the allocator's segments):
+# (max - min) / last.
+function spread(idc,    k, lo, hi) {
+    if (nit[idc] < 3) return ""
+    lo = hi = itms[idc, 2]
+    for (k = 3; k <= nit[idc]; k++) { if (itms[idc, k] < lo) lo = itms[idc, k]; if (itms[idc, k] > hi) hi = itms[idc, k] }
+    return sprintf("%.2f %%", (hi - lo) / itms[idc, nit[idc]] * 100)
+}
+
+function busy_cell(idc, col,    g, s) {
+    g = G[idc, col] + 0; s = S[idc, col] + 0
+    if (g == 0 && s == 0) return "0 | 0 | —"
+    if (g == 0) return sprintf("0 | %.4f | —", s)
+    return sprintf("%.4f | %.4f | %s", g, s, pct(err(s, g)))
+}
+
+function allocname(idc) { return G[idc, "allocator"] != "" ? G[idc, "allocator"] : alc[idc] }
+
+# ---- report mode: output ----
+END {
+    if (mode != "report") exit
+    dt = meta["date"] != "" ? meta["date"] : "unknown date"
+    dn = dev_name
+    for (k = 1; k <= ncase && dn == ""; k++) if (hasg[ids[k]]) dn = G[ids[k], "device"]
+    if (dn == "") dn = "unknown device"
+    print "### Run"
+    print ""
+    printf "- GPU run: %s on one %s", dt, dn
+    if (dev_mem != "") printf " (%s", dev_mem
+    if (dev_driver != "") printf ", driver %s", dev_driver
+    if (dev_gen != "") printf ", PCIe Gen%s x%s", dev_gen, dev_width
+    if (dev_mem != "") printf ")"
+    if (meta["kernel"] != "") printf ", Linux %s", meta["kernel"]
+    print ""
+    if (logdev != "") { sub(/^device: /, "", logdev); print "- runtime's view: " logdev }
+    printf "- profile: `traces/machines/%s.machine` (the GPU run's copy); simulator: `memsim simulate`, same options and plan files\n", machine
+    printf "- workload: `--dims %s`, micro-batch 1, `--iters %s` (the last iteration reported); runtime: `memsim run --max-ahead %s --capacity machine`, compute as **%s**\n",
+        dims, iters, meta["max_ahead"] != "" ? meta["max_ahead"] : 8,
+        meta["math"] == "real" ? "the real transformer math (`--math real`)" : "spin kernels of the modelled durations (no real math)"
+    nsame = ndiff = 0; difl = ""
+    for (k = 1; k <= ncase; k++) {
+        i = ids[k]
+        if (same[i] == "yes") nsame++
+        else if (same[i] == "no") { ndiff++; difl = difl " " i; miss[++nmiss] = i ": the simulator's schedule differs from the GPU's (rebuilt code between the runs?)" }
+    }
+    if (nsame + ndiff) printf "- schedules: the simulator executed the very schedule the GPU executed (dumps identical) in %d of %d cases%s\n", nsame, nsame + ndiff, ndiff ? "; different:" difl : ""
+    if (meta["run_opts"] != "") printf "- extra runtime options: `%s`\n", meta["run_opts"]
+    if (wall_all > 0) printf "- wall time of the GPU runs: %d s for %d cases (each: start, pinned pool, calibration, %s iterations)\n", wall_all, ncase, iters
+    print ""
+
+    # Time table.
+    print "### Iteration time and host-link busy time (last iteration)"
+    print ""
+    print "| case | policy | allocator | seq | status GPU / sim | schedule compute (s) | GPU (s) | sim (s) | error | GPU spread | H2D busy GPU (s) | sim (s) | error | D2H busy GPU (s) | sim (s) | error |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    nt = nm = nh2 = nd2 = 0
+    for (k = 1; k <= ncase; k++) {
+        i = ids[k]
+        if (!hasg[i] || !hass[i]) {
+            printf "| %s | %s | %s | %s | %s | | | | | | | | | | | |\n", i, pol[i], alc[i], seqs[i],
+                (hasg[i] ? G[i, "status"] : (i in rc ? "no result (rc " rc[i] ")" : "not run")) " / " (hass[i] ? S[i, "status"] : "not simulated")
+            miss[++nmiss] = i ": no result on " (hasg[i] ? "the simulator" : "the GPU") (i in rc ? " (memsim run exit " rc[i] ")" : "")
+            continue
+        }
+        gs = G[i, "status"]; ss = S[i, "status"]
+        both = (gs == "ok" && ss == "ok")
+        line = sprintf("| %s | %s | %s | %s | %s / %s | %.4f |", i, pol[i], allocname(i), seqs[i], gs, ss, G[i, "nominal_iter_s"])
+        if (both) {
+            g = G[i, "iter_time_s"] + 0; s = S[i, "iter_time_s"] + 0; e = err(s, g)
+            te[i] = e; et[++nt] = absv(e)
+            line = line sprintf(" %.4f | %.4f | %s | %s |", g, s, pct(e), spread(i))
+            line = line " " busy_cell(i, "h2d_busy_s") " | " busy_cell(i, "d2h_busy_s") " |"
+            if (G[i, "h2d_busy_s"] > 0) eh2[++nh2] = absv(err(S[i, "h2d_busy_s"], G[i, "h2d_busy_s"]))
+            if (G[i, "d2h_busy_s"] > 0) ed2[++nd2] = absv(err(S[i, "d2h_busy_s"], G[i, "d2h_busy_s"]))
+        } else {
+            line = line " | | | | | | | | | |"
+            if (gs != ss) miss[++nmiss] = i ": status " gs " on the GPU, " ss " in the simulator"
+        }
+        print line
+    }
+    print ""
+    print "Schedule compute: the sum of the schedule's compute durations (the op-time model's prediction"
+    print "of compute alone). GPU spread: (max - min) / last over the measured iterations after the first."
+    print ""
+
+    # Memory table.
+    print "### Memory (whole run)"
+    print ""
+    print "| case | peak reserved GPU (GiB) | sim (GiB) | error | peak allocated GPU (GiB) | sim (GiB) | error | fragmentation GPU / sim | host peak GPU / sim (GiB) | goals (time ≤ 5 %, reserved ≤ 2 %) |"
+    print "|---|---|---|---|---|---|---|---|---|---|"
+    for (k = 1; k <= ncase; k++) {
+        i = ids[k]
+        if (!hasg[i] || !hass[i]) continue
+        if (G[i, "status"] != S[i, "status"]) {
+            printf "| %s | — | — | | — | — | | | | status differs (above) |\n", i
+            continue
+        }
+        gr = G[i, "peak_reserved_bytes"] + 0; sr = S[i, "peak_reserved_bytes"] + 0
+        ga = G[i, "peak_allocated_bytes"] + 0; sa = S[i, "peak_allocated_bytes"] + 0
+        er = gr > 0 ? err(sr, gr) : 0; ea = ga > 0 ? err(sa, ga) : 0
+        ok = 1; why = ""
+        if (G[i, "status"] == "ok" && S[i, "status"] == "ok") {
+            if (absv(te[i]) > GOAL_T) { ok = 0; why = why sprintf(" iteration %s;", pct(te[i])) }
+            em[++nm] = absv(er)
+        }
+        if (absv(er) > GOAL_M) { ok = 0; why = why sprintf(" reserved %s;", pct(er)) }
+        if (!ok) { sub(/;$/, "", why); miss[++nmiss] = i ":" why }
+        printf "| %s | %s | %s | %s | %s | %s | %s | %.2f %% / %.2f %% | %s / %s | %s |\n", i, gib(gr), gib(sr), pct(er),
+            gib(ga), gib(sa), pct(ea), 100 * G[i, "fragmentation"], 100 * S[i, "fragmentation"],
+            gib(G[i, "host_peak_bytes"]), gib(S[i, "host_peak_bytes"]), ok ? "met" : "**missed**"
+    }
+    print ""
+
+    # Real kernels: training steps and the one-layer benchmark.
+    nr = 0
+    for (k = 1; k <= ncase; k++) if (nst[ids[k]] > 1) nr++
+    if (nr) {
+        print "### Real kernels: training steps"
+        print ""
+        print "`memsim run --math real --train N`: the GPT trained with the runtime's kernels (cuBLAS"
+        print "GEMMs, flash attention, fused element-wise kernels, AdamW on the GPU), one step timed by"
+        print "the host around the step; the median of the steps after the first, against the simulated"
+        print "iteration of the same case (op durations from the profile's roofline model)."
+        print ""
+        print "| case | real step (s) | steps | spread | sim iteration (s) | error | loss first → last | real device memory (GiB) | sim peak allocated (GiB) |"
+        print "|---|---|---|---|---|---|---|---|---|"
+        for (k = 1; k <= ncase; k++) {
+            i = ids[k]
+            if (nst[i] < 2) continue
+            n = 0; lo = hi = stms[i, 2]
+            for (j = 2; j <= nst[i]; j++) { v[++n] = stms[i, j]; if (stms[i, j] < lo) lo = stms[i, j]; if (stms[i, j] > hi) hi = stms[i, j] }
+            rs = median(v, n); s = S[i, "iter_time_s"] + 0
+            e = err(s, rs); er_real[++nre] = absv(e)
+            printf "| %s | %.4f | %d | %.2f %% | %.4f | %s | %s → %s | %s | %s |\n", i, rs, n, (hi - lo) / rs * 100,
+                s, pct(e), stloss[i, 1], stloss[i, nst[i]], (i in trmem) ? gib(trmem[i]) : "",
+                gib(S[i, "peak_allocated_bytes"])
+            if (absv(e) > GOAL_T) miss[++nmiss] = i ": real-kernel training step " pct(e) " (simulated against measured)"
+        }
+        print ""
+    }
+    if (nbs) {
+        print "### Real kernels: one layer's ops"
+        print ""
+        print "`memsim run --math real --bench-layer`: one keep-all layer forward and backward, per-op"
+        print "times from events (median of passes), against the op-time model's durations of the"
+        print "trace's layer 0 (`memsim trace gen` with the profile). Error: model against measured."
+        print ""
+        for (q = 1; q <= nbs; q++) {
+            sq = bseqs[q]
+            printf "%s tokens: layer median %.3f ms measured", sq, bmed[sq]
+            tm = 0; tb = 0
+            for (j = 1; j <= nbo[sq]; j++) if ((sq, bname[sq, j]) in tdur) { tm += tdur[sq, bname[sq, j]]; tb += bms[sq, j] }
+            printf "; the matched ops: measured %.3f ms, model %.3f ms (%s)\n\n", tb, tm, (tb > 0 ? pct(err(tm, tb)) : "—")
+            print "| op | measured (ms) | model (ms) | error |"
+            print "|---|---|---|---|"
+            for (j = 1; j <= nbo[sq]; j++) {
+                nmb = bname[sq, j]
+                if (nmb == "sum") continue
+                if ((sq, nmb) in tdur) printf "| %s | %.3f | %.3f | %s |\n", nmb, bms[sq, j], tdur[sq, nmb], (bms[sq, j] > 0 ? pct(err(tdur[sq, nmb], bms[sq, j])) : "—")
+                else printf "| %s | %.3f | (no such op in the trace) | |\n", nmb, bms[sq, j]
+            }
+            print ""
+        }
+    }
+
+    # Medians.
+    mt = median(et, nt); mr = median(em, nm); mh = median(eh2, nh2); md = median(ed2, nd2)
+    print "### Median errors"
+    print ""
+    print "| quantity | cases | median \\|error\\| | goal | |"
+    print "|---|---|---|---|---|"
+    printf "| iteration time | %d | %.2f %% | ≤ %d %% | %s |\n", nt, mt, GOAL_T, (nt && mt <= GOAL_T) ? "met" : "**missed**"
+    printf "| peak reserved bytes | %d | %.2f %% | ≤ %d %% | %s |\n", nm, mr, GOAL_M, (nm && mr <= GOAL_M) ? "met" : "**missed**"
+    if (nre) printf "| training step, real kernels | %d | %.2f %% | ≤ %d %% | %s |\n", nre, median(er_real, nre), GOAL_T, (median(er_real, nre) <= GOAL_T ? "met" : "**missed**")
+    if (nh2) printf "| H2D busy time (cases with copies) | %d | %.2f %% | — | |\n", nh2, mh
+    if (nd2) printf "| D2H busy time (cases with copies) | %d | %.2f %% | — | |\n", nd2, md
+    print ""
+
+    # Host-link benchmark.
+    print "### Host link under a swap schedule"
+    print ""
+    print "Copies of at least 32 MiB over all iterations, measured by `memsim run` (bytes over the"
+    print "event-timed copy durations) against the probe's pinned-copy times for the same sizes"
+    print "(`" machine ".probe.csv`, interpolated). Goal: at least 90 %."
+    print ""
+    print "| case | direction | copies | GiB | measured GB/s | median copy GB/s | slowest copy GB/s | probe GB/s at these sizes | measured / probe | ≥ 90 % | measured / profile's link rate |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|"
+    nl = 0
+    for (k = 1; k <= ncase; k++) {
+        i = ids[k]
+        if (!hasg[i]) continue
+        for (dd = 1; dd <= 2; dd++) {
+            d = dd == 1 ? "h2d" : "d2h"
+            mB = G[i, d "_large_Bps"] + 0
+            if (mB <= 0) continue
+            pB = probe_rate(i, d)
+            r = pB > 0 ? mB / pB * 100 : -1
+            nl++
+            ncop = ((i, d) in lcnt) ? lcnt[i, d] : probe_n
+            cmed = ((i, d) in lmed) ? sprintf("%.2f", lmed[i, d] / 1e9) : ""
+            cmin = ((i, d) in lmin) ? sprintf("%.2f", lmin[i, d] / 1e9) : ""
+            plink = (d == "h2d") ? prof_h2d : prof_d2h
+            printf "| %s | %s | %d | %.2f | %.2f | %s | %s | %s | %s | %s | %s |\n", i, toupper(d),
+                ncop, probe_bytes / GIB, mB / 1e9, cmed, cmin,
+                (pB > 0 ? sprintf("%.2f", pB / 1e9) : "no probe"), (r >= 0 ? sprintf("%.1f %%", r) : ""),
+                (r >= 90 ? "met" : (r >= 0 ? "**missed**" : "")),
+                (plink > 0 ? sprintf("%.1f %% of %.2f GB/s", mB / plink * 100, plink / 1e9) : "")
+            if (r >= 0 && r < 90) miss[++nmiss] = i ": host link " toupper(d) sprintf(" %.1f %%", r) " of the probe"
+        }
+    }
+    if (!nl) print "| (no case moved copies of 32 MiB or more) | | | | | | | | | | |"
+    print ""
+
+    print "### Cases that miss a goal"
+    print ""
+    if (!nmiss) print "None."
+    for (k = 1; k <= nmiss; k++) print "- " miss[k]
+}

@@ -1,0 +1,428 @@
+/* policy_memferry.c — the memferry and go-memferry policies (see policy_memferry.h):
+ * Algorithm 1 for the forward, a greedy DFGB choice for the backward, the gradient-offload
+ * dynamic program, and the plan they write. Registered in planners/policy.c. */
+#include "planners/policy_memferry.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/lower_dha.h"
+
+/* ---- the forward ---- */
+
+double mf_fp_time(const mf_prof *u, size_t n, const plan_pmode *mode, double *link_end_us)
+{
+    double link = 0, now = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (mode[i] == PM_GFGB) {
+            link += u[i].trans_us;
+            if (link > now) now = link;
+            now += u[i].fp_us;
+        } else {
+            now += u[i].fp_dha_us;
+        }
+        now += u[i].fp_other_us;
+    }
+    if (link_end_us) *link_end_us = link;
+    return now;
+}
+
+typedef struct alg1 {
+    const mf_prof *u;
+    plan_pmode *mode;
+    double t_all, t_res;
+    long tag;
+} alg1;
+
+static void update(alg1 *a, double t_o, double t_r)
+{
+    a->t_all += t_o;
+    a->t_res += t_r;
+}
+
+/* Lines 18-30: layer l does not fit in the reserved overlap time; turn earlier GFGB units
+ * to DHA while that shortens the forward (Fig. 7). */
+static void backtrack(alg1 *a, size_t l)
+{
+    const mf_prof *u = a->u;
+    double tall_b = a->t_all, tres_b = a->t_res, extra = 0;
+    double base = tall_b + u[l].trans_us + u[l].fp_us - tres_b;
+    size_t from = a->tag < 0 ? 0 : (size_t)a->tag;
+    for (size_t i = from; i < l; i++) {
+        if (a->mode[i] != PM_GFGB) continue;
+        double gain = u[i].trans_us + u[i].fp_dha_us - u[i].fp_us;
+        double stall = u[l].trans_us - tres_b - gain;
+        double ti = (stall > 0 ? stall : 0) + tall_b + extra +
+                    (u[i].fp_dha_us - u[i].fp_us) + u[l].fp_us;
+        if (ti < base) {
+            a->mode[i] = PM_DHA;
+            a->tag = (long)i + 1;
+            base = ti;
+            tres_b += gain;
+            extra += u[i].fp_dha_us - u[i].fp_us;
+            if (tres_b >= u[l].trans_us) break;
+        }
+    }
+    double left = tres_b - u[l].trans_us;
+    a->t_all = base;
+    a->t_res = (left > 0 ? left : 0) + u[l].fp_us;
+}
+
+void mf_alg1(const mf_prof *u, size_t n, int literal, plan_pmode *mode, double *t_all_us,
+             double *t_res_us)
+{
+    alg1 a = { u, mode, 0, 0, -1 };
+    for (size_t l = 0; l < n; l++) {
+        /* Line 3: DHA when its time beats the on-GPU time plus the load's stall. */
+        double wait = literal ? u[l].trans_us : u[l].trans_us - a.t_res;
+        if (u[l].fp_dha_us <= u[l].fp_us + (wait > 0 ? wait : 0)) {
+            mode[l] = PM_DHA;
+            update(&a, u[l].fp_dha_us, u[l].fp_dha_us);
+        } else {
+            if (u[l].trans_us < a.t_res) {
+                if (a.tag == -1) a.tag = (long)l;
+                update(&a, u[l].fp_us, u[l].fp_us - u[l].trans_us);
+            } else {
+                backtrack(&a, l);
+            }
+            mode[l] = PM_GFGB;
+        }
+        update(&a, u[l].fp_other_us, u[l].fp_other_us);
+    }
+    if (t_all_us) *t_all_us = a.t_all;
+    if (t_res_us) *t_res_us = a.t_res;
+}
+
+double mf_fp_exhaustive(const mf_prof *u, size_t n, plan_pmode *best)
+{
+    if (n > 24) return NAN;
+    plan_pmode cur[24];
+    double bt = INFINITY;
+    for (uint32_t s = 0; s < (UINT32_C(1) << n); s++) {
+        for (size_t i = 0; i < n; i++) cur[i] = (s >> i) & 1 ? PM_DHA : PM_GFGB;
+        double t = mf_fp_time(u, n, cur, NULL);
+        if (t < bt) {
+            bt = t;
+            if (best) memcpy(best, cur, n * sizeof *cur);
+        }
+    }
+    return bt;
+}
+
+/* ---- the backward ---- */
+
+/* Forward end of each unit (ends[i]) and of the last GFGB load (*link). */
+static double fp_timeline(const mf_prof *u, size_t n, const plan_pmode *mode, double *ends,
+                          double *link)
+{
+    double l = 0, now = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (mode[i] == PM_GFGB) {
+            l += u[i].trans_us;
+            if (l > now) now = l;
+            now += u[i].fp_us;
+        } else {
+            now += u[i].fp_dha_us;
+        }
+        now += u[i].fp_other_us;
+        ends[i] = now;
+    }
+    *link = l;
+    return now;
+}
+
+/* Forward + backward with DFGB loads; *stalls counts the DFGB units whose load ends after
+ * their backward would start (the backward then waits). */
+static double iter_time(const mf_prof *u, size_t n, const plan_pmode *mode, size_t *stalls)
+{
+    double *ends = malloc((n ? n : 1) * sizeof *ends);
+    double *ld = malloc((n ? n : 1) * sizeof *ld);
+    if (!ends || !ld) {
+        free(ends);
+        free(ld);
+        return INFINITY;
+    }
+    double link, now = fp_timeline(u, n, mode, ends, &link);
+    for (size_t i = 0; i < n; i++) {
+        if (mode[i] != PM_DFGB) continue;
+        double st = link > ends[i] ? link : ends[i];
+        link = st + u[i].trans_us;
+        ld[i] = link;
+    }
+    size_t ns = 0;
+    for (size_t k = n; k-- > 0;) {
+        if (mode[k] == PM_DFGB && ld[k] > now) {
+            ns++;
+            now = ld[k];
+        }
+        now += u[k].bp_other_us + (mode[k] == PM_DHA ? u[k].bp_dha_us : u[k].bp_us);
+    }
+    free(ends);
+    free(ld);
+    if (stalls) *stalls = ns;
+    return now;
+}
+
+double mf_iter_time(const mf_prof *u, size_t n, const plan_pmode *mode)
+{
+    return iter_time(u, n, mode, NULL);
+}
+
+typedef struct cand {
+    size_t i;
+    double key, benefit;
+} cand;
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    if (x->benefit != y->benefit) return x->benefit > y->benefit ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+size_t mf_dfgb_greedy(const mf_prof *u, size_t n, plan_pmode *mode)
+{
+    cand *c = malloc((n ? n : 1) * sizeof *c);
+    if (!c) return 0;
+    size_t nc = 0, made = 0;
+    for (size_t i = 0; i < n; i++) {
+        double b = u[i].bp_dha_us - u[i].bp_us;
+        if (mode[i] != PM_DHA || !(b > 0)) continue;
+        c[nc++] = (cand){ i, u[i].trans_us > 0 ? b / u[i].trans_us : INFINITY, b };
+    }
+    qsort(c, nc, sizeof *c, cmp_cand);
+    for (size_t k = 0; k < nc; k++) {
+        mode[c[k].i] = PM_DFGB;
+        size_t stalls;
+        iter_time(u, n, mode, &stalls);
+        if (stalls) mode[c[k].i] = PM_DHA;
+        else made++;
+    }
+    free(c);
+    return made;
+}
+
+/* ---- GO-MemFerry's dynamic program ---- */
+
+ms_status mf_go_dp(const double *gain_us, const uint64_t *size, size_t n, uint64_t cap,
+                   int *keep, double *best_us)
+{
+    if (n && cap + 1 > (UINT64_C(1) << 26) / n) return MS_ERR_LIMIT;
+    size_t w = (size_t)cap + 1;
+    double *D = calloc(w, sizeof *D);              /* D[j] for the units so far */
+    size_t cells = n * w;
+    unsigned char *take = calloc(cells ? cells : 1, 1);
+    if (!D || !take) {
+        free(D);
+        free(take);
+        return MS_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double g = gain_us[i] > 0 ? gain_us[i] : 0;
+        if (size[i] > cap) continue;
+        for (size_t j = w; j-- > (size_t)size[i];) {
+            double with = D[j - size[i]] + g;
+            if (with > D[j]) {
+                D[j] = with;
+                take[i * w + j] = 1;
+            }
+        }
+    }
+    size_t j = w - 1;
+    for (size_t i = n; i-- > 0;) {
+        keep[i] = take[i * w + j];
+        if (keep[i]) j -= (size_t)size[i];
+    }
+    if (best_us) *best_us = D[w - 1];
+    free(D);
+    free(take);
+    return MS_OK;
+}
+
+double mf_go_brute(const double *gain_us, const uint64_t *size, size_t n, uint64_t cap,
+                   int *keep)
+{
+    if (n > 24) return NAN;
+    double best = -1;
+    uint32_t bs = 0;
+    for (uint32_t s = 0; s < (UINT32_C(1) << n); s++) {
+        uint64_t used = 0;
+        double g = 0;
+        for (size_t i = 0; i < n; i++)
+            if ((s >> i) & 1) {
+                used += size[i];
+                g += gain_us[i] > 0 ? gain_us[i] : 0;
+            }
+        if (used <= cap && g > best) {
+            best = g;
+            bs = s;
+        }
+    }
+    for (size_t i = 0; keep && i < n; i++) keep[i] = (bs >> i) & 1;
+    return best;
+}
+
+/* ---- the policies ---- */
+
+static void profile_of(const dha_model *d, mf_prof *p)
+{
+    for (size_t i = 0; i < dha_model_units(d); i++) {
+        const dha_unit *u = dha_model_unit(d, i);
+        p[i] = (mf_prof){ u->t_trans_us, u->t_fp_us,    u->t_fp_dha_us, u->t_fp_other_us,
+                          u->t_bp_us,    u->t_bp_dha_us, u->t_bp_other_us };
+    }
+}
+
+static ms_status knob_flag(const pol_opts *o, const char *key, int def, int *out, ms_error *err)
+{
+    const char *v = pol_knob_get(o, key);
+    *out = def;
+    if (!v) return MS_OK;
+    if (strcmp(v, "0") && strcmp(v, "1"))
+        return ms_fail(err, MS_ERR_INVALID, "knob %s=%s: expected 0 or 1", key, v);
+    *out = v[0] == '1';
+    return MS_OK;
+}
+
+static ms_status set_knob_num(plan_t *p, const char *key, double v)
+{
+    char b[48];
+    snprintf(b, sizeof b, "%.6g", v);
+    return plan_set_knob(p, key, b);
+}
+
+/* Shared by memferry and go-memferry: the modes, then (reserve >= 0) the gradient plan. */
+static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
+                         const pol_opts *o, double reserve, plan_t **out, ms_error *err)
+{
+    *out = NULL;
+    char who[64];
+    snprintf(who, sizeof who, "policy %s", name);
+    ms_status st = dha_check_machine(m, who, err);
+    if (st) return st;
+    int dfgb, fused = 0, literal = 0;
+    if ((st = knob_flag(o, "dfgb", 1, &dfgb, err))) return st;
+    const char *al = pol_knob_get(o, "alg1");
+    if (al && strcmp(al, "stall") && strcmp(al, "literal"))
+        return ms_fail(err, MS_ERR_INVALID, "%s: knob alg1=%s: expected stall or literal", who, al);
+    literal = al && !strcmp(al, "literal");
+    const char *gw = pol_knob_get(o, "grad_write");
+    if (gw && strcmp(gw, "accumulate") && strcmp(gw, "fused"))
+        return ms_fail(err, MS_ERR_INVALID, "%s: knob grad_write=%s: expected accumulate or "
+                       "fused", who, gw);
+    fused = gw && !strcmp(gw, "fused");
+    dha_model *d;
+    ms_error e2;
+    if ((st = dha_model_new(t, m, &d, &e2))) return ms_fail(err, st, "%s: %s", who, e2.msg);
+    size_t n = dha_model_units(d);
+    mf_prof *pr = malloc(n * sizeof *pr);
+    plan_pmode *mode = malloc(n * sizeof *mode);
+    int *keep = malloc(n * sizeof *keep);
+    double *gain = calloc(n, sizeof *gain);
+    uint64_t *size = calloc(n, sizeof *size);
+    plan_t *p = NULL;
+    if (!pr || !mode || !keep || !gain || !size) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    double t_all = 0, t_res = 0;
+    size_t made = 0, ngpu = 0;
+    if (!st) {
+        profile_of(d, pr);
+        mf_alg1(pr, n, literal, mode, &t_all, &t_res);
+        if (dfgb) made = mf_dfgb_greedy(pr, n, mode);
+        for (size_t i = 0; i < n; i++) keep[i] = 1;
+    }
+    if (!st && reserve >= 0) {
+        /* Gradients in units of total/4096 bytes (sizes rounded up, the budget down, so the
+         * kept gradients always fit the reserve). */
+        uint64_t total = 0;
+        for (size_t i = 0; i < n; i++) total += dha_model_unit(d, i)->grad_bytes;
+        uint64_t q = total / 4096 + 1;
+        uint64_t cap = (uint64_t)floor(reserve * (double)total / (double)q);
+        for (size_t i = 0; i < n; i++) {
+            const dha_unit *u = dha_model_unit(d, i);
+            gain[i] = !fused ? u->t_gw_acc_us
+                      : mode[i] == PM_DHA ? u->t_gw_extra_dha_us : u->t_gw_extra_us;
+            size[i] = (u->grad_bytes + q - 1) / q;
+        }
+        if (reserve >= 1) {
+            for (size_t i = 0; i < n; i++) keep[i] = 1;
+        } else if ((st = mf_go_dp(gain, size, n, cap, keep, NULL))) {
+            st = ms_fail(err, st, "%s: the gradient dynamic program failed (%s)", who,
+                         ms_status_str(st));
+        }
+    }
+    if (!st) st = pol_plan_new(name, o, &p, err);
+    int made_plan = !st;
+    for (size_t i = 0; !st && i < n; i++) {
+        int host = !keep[i] && dha_model_unit(d, i)->grad_bytes > 0;
+        ngpu += !host;
+        st = plan_set_layer(p, dha_model_unit(d, i)->layer, mode[i], host);
+    }
+    if (!st) st = plan_set_knob(p, "host_params", "1");
+    if (!st && !plan_get_knob(p, "update")) st = plan_set_knob(p, "update", "pipelined");
+    if (!st && !plan_get_knob(p, "param_load")) st = plan_set_knob(p, "param_load", "forward");
+    /* What the planner estimated, for readers of the plan file. */
+    if (!st) st = set_knob_num(p, "est_alg1_fp_us", t_all);
+    if (!st) st = set_knob_num(p, "est_fp_us", mf_fp_time(pr, n, mode, NULL));
+    if (!st) st = set_knob_num(p, "est_iter_compute_us", mf_iter_time(pr, n, mode));
+    if (!st) st = set_knob_num(p, "dfgb_units", (double)made);
+    if (!st && reserve >= 0) st = set_knob_num(p, "grad_units_on_gpu", (double)ngpu);
+    if (st && made_plan) st = ms_fail(err, st, "%s: cannot record the plan", who);
+    free(pr);
+    free(mode);
+    free(keep);
+    free(gain);
+    free(size);
+    dha_model_free(d);
+    if (st) {
+        plan_free(p);
+        return st;
+    }
+    plan_sort(p);
+    *out = p;
+    return MS_OK;
+}
+
+static ms_status plan_memferry(const trace_t *t, const machine_t *m, const pol_opts *o,
+                               plan_t **out, ms_error *err)
+{
+    return plan_mf("memferry", t, m, o, -1, out, err);
+}
+
+static ms_status plan_go_memferry(const trace_t *t, const machine_t *m, const pol_opts *o,
+                                  plan_t **out, ms_error *err)
+{
+    double r;
+    ms_status st = pol_knob_double(o, "reserve", 0.0, &r, err);
+    if (st) return st;
+    if (!(r >= 0 && r <= 1))
+        return ms_fail(err, MS_ERR_INVALID, "policy go-memferry: knob reserve=%s is outside "
+                       "[0,1] (the fraction of the gradients kept on the GPU)",
+                       pol_knob_get(o, "reserve"));
+    return plan_mf("go-memferry", t, m, o, r, out, err);
+}
+
+#define MF_KNOBS                                                                          \
+    "alg1=stall|literal (line 3 of Algorithm 1, default stall); dfgb=0|1 (greedy DFGB "   \
+    "choice, default 1); grad_write=accumulate|fused; lowering: update, param_load"
+
+const pol_policy pol_memferry = {
+    "memferry",
+    "parameters on the host; per layer GFGB (copied to the GPU), DHA (read over the link) or "
+    "DFGB (DHA forward, GPU backward) by Algorithm 1 and a greedy backward choice; gradients "
+    "copied back during the backward, host Adam pipelined with it",
+    "MemFerry (Yao et al., INFOCOM 2025) §IV-B, Algorithm 1, shadow model §IV-C",
+    MF_KNOBS,
+    plan_memferry,
+};
+
+const pol_policy pol_go_memferry = {
+    "go-memferry",
+    "memferry plus DHA gradient offload: the layers whose gradients stay on the GPU chosen by "
+    "a dynamic program within reserve x the gradient bytes, the others written to the host "
+    "by the backward kernels",
+    "MemFerry (Yao et al., INFOCOM 2025) §IV-D, GO-MemFerry",
+    "reserve=0..1 (fraction of gradient bytes kept on the GPU, default 0); " MF_KNOBS,
+    plan_go_memferry,
+};

@@ -1,0 +1,153 @@
+/* policy_protrain.c — the `protrain` policy of policy_protrain.h: the cost-model search of
+ * planners/cost_protrain.c turned into a chunk plan. Registered in planners/policy.c. */
+#define _POSIX_C_SOURCE 200809L
+#include "planners/policy_protrain.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ms_status pt_knobs_from_opts(const pol_opts *o, lc_knobs *k, ms_error *err)
+{
+    /* the knobs have the plan's names: read them through a scratch plan */
+    plan_t *tmp = plan_new("knobs", "caching");
+    if (!tmp) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    ms_status st = MS_OK;
+    for (size_t i = 0; o && i < o->n_knobs && st == MS_OK; i++)
+        if (o->knobs[i].key && o->knobs[i].value &&
+            plan_set_knob(tmp, o->knobs[i].key, o->knobs[i].value) != MS_OK)
+            st = ms_fail(err, MS_ERR_INVALID, "knob '%s=%s' is not a valid plan knob",
+                         o->knobs[i].key, o->knobs[i].value);
+    if (st == MS_OK) st = lc_knobs_from_plan(tmp, k, err);
+    plan_free(tmp);
+    return st;
+}
+
+ms_status pt_protrain_knobs(const pol_opts *o, lc_knobs *k, ms_error *err)
+{
+    ms_status st = pt_knobs_from_opts(o, k, err);
+    if (st) return st;
+    if (!pol_knob_get(o, "host_bytes_per_param")) k->host_bytes_per_param = 12;
+    if (!pol_knob_get(o, "staging_separate")) k->staging_separate = 1;
+    return MS_OK;
+}
+
+uint64_t pt_host_share(const trace_t *t, const machine_t *m)
+{
+    const char *v = trace_get_meta(t, "dp");
+    uint64_t dp = 1;
+    if (!v || !ms_parse_u64(v, &dp) || dp < 1) dp = 1;
+    uint64_t g = m->node_gpus > 0 ? (uint64_t)m->node_gpus : 1;
+    return m->host_mem_bytes / (dp < g ? dp : g);
+}
+
+ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine_t *m,
+                              ptc_search_opts *so, ms_error *err)
+{
+    ptc_search_opts_default(so);
+    double ms = -1;
+    ms_status st = pol_knob_bytes(o, "gpu_bytes", 0, &so->capacity_bytes, err);
+    if (!st) st = pol_knob_double(o, "mem_margin", so->mem_margin, &so->mem_margin, err);
+    if (!st) st = pol_knob_bytes(o, "host_bytes", pt_host_share(t, m), &so->host_capacity_bytes, err);
+    if (!st) st = pol_knob_double(o, "max_swap", so->max_swap, &ms, err);
+    if (!st) st = pol_knob_double(o, "tie_tol", so->tie_tol, &so->tie_tol, err);
+    if (st) return st;
+    so->max_swap = (int)ms;
+    if (so->mem_margin < 0 || so->mem_margin >= 1)
+        return ms_fail(err, MS_ERR_INVALID, "knob mem_margin=%g is not in [0,1)", so->mem_margin);
+    return MS_OK;
+}
+
+ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err)
+{
+    char b[64];
+    struct { const char *k; double v; } d[] = {
+        {"pred_iter_s", e->t_iter_s}, {"pred_fwd_s", e->t_fwd_s}, {"pred_bwd_s", e->t_bwd_s},
+        {"pred_gpu_optim_s", e->t_gpu_optim_s}, {"pred_cpu_optim_s", e->t_cpu_optim_s},
+    };
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) {
+        snprintf(b, sizeof b, "%.6f", d[i].v);
+        if (plan_set_knob(p, d[i].k, b) != MS_OK) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
+    snprintf(b, sizeof b, "%" PRIu64, e->peak_bytes);
+    if (plan_set_knob(p, "pred_peak_bytes", b) != MS_OK) return ms_fail(err, MS_ERR_NOMEM, "oom");
+    snprintf(b, sizeof b, "%" PRIu64, e->host_bytes);
+    if (plan_set_knob(p, "pred_host_bytes", b) != MS_OK) return ms_fail(err, MS_ERR_NOMEM, "oom");
+    return MS_OK;
+}
+
+static int given(const pol_opts *o, const char *key) { return pol_knob_get(o, key) != NULL; }
+
+ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts *o,
+                            plan_t **out, ms_error *err)
+{
+    *out = NULL;
+    if (!m) return ms_fail(err, MS_ERR_INVALID, "policy protrain needs a machine profile");
+    lc_knobs k;
+    ptc_search_opts so;
+    ms_status st = pt_protrain_knobs(o, &k, err);
+    if (!st) st = pt_search_opts_from(o, t, m, &so, err);
+    if (st) return st;
+    ptc_model *M;
+    if ((st = ptc_model_new(t, m, &k, &M, err))) return st;
+    ptc_search_result r;
+    memset(&r, 0, sizeof r);
+    ptc_config cfg;
+    ptc_estimate est;
+    int feasible;
+    if (given(o, "n_persist") && given(o, "n_buffer") && given(o, "n_swap") &&
+        given(o, "n_checkpoint")) {
+        cfg = (ptc_config){k.n_persist, k.n_buffer, k.n_swap, k.n_ckpt};
+        st = ptc_estimate_config(M, &cfg, &est, err);
+        if (!st && !est.valid)
+            st = ms_fail(err, MS_ERR_INVALID, "n_buffer=%d is too few buffers for this model",
+                         cfg.n_buffer);
+        feasible = 1;
+    } else {
+        st = ptc_search(M, &so, &r, err);
+        feasible = r.found;
+        cfg = r.found ? r.best : r.closest;
+        est = r.found ? r.best_est : r.closest_est;
+    }
+    plan_t *p = NULL;
+    if (!st) st = pol_plan_new("protrain", o, &p, err);
+    if (!st) {
+        k.chunk_bytes = ptc_layout(M)->chunk_bytes;
+        k.n_persist = cfg.n_persist;
+        k.n_buffer = cfg.n_buffer;
+        k.n_swap = cfg.n_swap;
+        k.n_ckpt = cfg.n_ckpt;
+        st = lc_knobs_to_plan(&k, p, err);
+    }
+    if (!st) st = pt_record_estimate(p, &est, err);
+    char b[64];
+    if (!st) {
+        snprintf(b, sizeof b, "%zu", ptc_layout(M)->n_chunks);
+        st = plan_set_knob(p, "n_chunk", b);
+        snprintf(b, sizeof b, "%d", ptc_layout(M)->n_blocks);
+        if (!st) st = plan_set_knob(p, "n_block", b);
+        if (!st) st = plan_set_knob(p, "feasible", feasible ? "1" : "0");
+        snprintf(b, sizeof b, "%zu", r.evaluated);
+        if (!st) st = plan_set_knob(p, "search_evaluated", b);
+        if (st) st = ms_fail(err, st, "out of memory");
+    }
+    ptc_search_result_clear(&r);
+    ptc_model_free(M);
+    if (st) {
+        plan_free(p);
+        return st;
+    }
+    *out = p;
+    return MS_OK;
+}
+
+const pol_policy pol_protrain = {
+    "protrain",
+    "chunked model states (persistent chunks, prefetch buffers, host Adam overlapped with the "
+    "backward) and per-block swap/checkpoint, chosen by a cost-model search",
+    "ProTrain (Yang et al., automatic memory management for LLM training), Sec. 3 and App. A",
+    "chunk_bytes host_bytes_per_param coll coll_link_eff gpu_bytes mem_margin host_bytes "
+    "max_swap n_persist n_buffer n_swap n_checkpoint",
+    pol_protrain_plan,
+};

@@ -1,0 +1,65 @@
+/* policy_zero_offload.c — the zero-offload policy (see policy_zero_offload.h): every unit
+ * GFGB with its gradients on the GPU, and the plan knobs that make planners/lower_dha.c run
+ * ZeRO-Offload's schedule. Registered in planners/policy.c. */
+#include "planners/policy_zero_offload.h"
+
+#include <string.h>
+
+#include "planners/lower_dha.h"
+
+static ms_status plan_zero_offload(const trace_t *t, const machine_t *m, const pol_opts *o,
+                                   plan_t **out, ms_error *err)
+{
+    *out = NULL;
+    const char *rv = pol_knob_get(o, "realloc");
+    if (rv && strcmp(rv, "0") && strcmp(rv, "1"))
+        return ms_fail(err, MS_ERR_INVALID, "policy zero-offload: knob realloc=%s: expected 0 "
+                       "(Native-Offload) or 1 (DeepSpeed)", rv);
+    if (!m || !(m->link_h2d_Bps > 0) || !(m->link_d2h_Bps > 0))
+        return ms_fail(err, MS_ERR_INVALID, "policy zero-offload needs a machine profile with "
+                       "host link rates");
+    dha_model *d;
+    ms_error e2;
+    ms_status st = dha_model_new(t, m, &d, &e2);
+    if (st) return ms_fail(err, st, "policy zero-offload: %s", e2.msg);
+    plan_t *p = NULL;
+    st = pol_plan_new("zero-offload", o, &p, err);
+    if (st) {
+        dha_model_free(d);
+        return st;
+    }
+    for (size_t i = 0; !st && i < dha_model_units(d); i++)
+        st = plan_set_layer(p, dha_model_unit(d, i)->layer, PM_GFGB, 0);
+    dha_model_free(d);
+    if (!st) st = plan_set_knob(p, "host_params", "1");
+    if (!st) st = plan_set_knob(p, "realloc", rv ? rv : "1");
+    /* DeepSpeed as Hugging Face's and Lightning's ZeRO-2 configurations run it: overlap_comm
+     * and contiguous gradients on (DeepSpeed's own default leaves overlap_comm off). */
+    if (!st && (!rv || !strcmp(rv, "1")) && !plan_get_knob(p, "overlap_comm"))
+        st = plan_set_knob(p, "overlap_comm", "1");
+    if (!st && !plan_get_knob(p, "update")) st = plan_set_knob(p, "update", "after_bwd");
+    /* DeepSpeed's CPU Adam copies each tile of updated fp16 parameters to the GPU while it
+     * steps (DeepSpeedCPUAdam's step with fp16_param_groups); ZeRO-Offload's original
+     * schedule (Ren et al. §4.1, Fig. 5) swaps the parameters in after the update. */
+    if (!st && !plan_get_knob(p, "param_load"))
+        st = plan_set_knob(p, "param_load", (rv && !strcmp(rv, "0")) ? "after_update" : "update");
+    if (st) {
+        plan_free(p);
+        return ms_fail(err, st, "policy zero-offload: cannot record the plan");
+    }
+    plan_sort(p);
+    *out = p;
+    return MS_OK;
+}
+
+const pol_policy pol_zero_offload = {
+    "zero-offload",
+    "parameters and optimizer states on the host, fp16 parameters copied to the GPU layer by "
+    "layer before the forward, gradients copied back in the backward, host Adam after the "
+    "backward; realloc=1 DeepSpeed's gradient buckets, 0 MemFerry's Native-Offload",
+    "ZeRO-Offload (Ren et al., USENIX ATC 2021) as DeepSpeed implements it and as MemFerry "
+    "(INFOCOM 2025) §V-A re-implements it (Native-Offload)",
+    "realloc=0|1 (default 1); lowering: update, param_load, overlap_comm (default 1 with "
+    "realloc=1), bucket_bytes, grad_free, grad_copy_bytes",
+    plan_zero_offload,
+};

@@ -1,0 +1,1384 @@
+/* kernels.cu — the runtime's transformer kernels (kernels.h): element-wise and row kernels
+ * with 16-byte vector accesses, two-pass deterministic column reductions, GEMMs through
+ * cuBLAS, and causal flash attention on the tensor cores (mma.sync m16n8k16 bf16, ldmatrix,
+ * cp.async double buffering; FlashAttention-2's loop order, written here from the papers'
+ * algorithm). C-style CUDA behind an extern "C" interface. Used by runtime/model_rt.cu,
+ * runtime/rt_run.c and tests/test_kernels.c. */
+#include "runtime/kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef __nv_bfloat16 bf16;
+
+/* ======================= context ======================= */
+
+#define KN_BLAS_WS_BYTES (32u << 20)
+#define KN_COL_CHUNK 64          /* rows per partial sum of the column reductions */
+
+struct kn_ctx {
+    cudaStream_t s;
+    cublasHandle_t blas;
+    void *blas_ws;
+    float *scratch;
+    size_t scratch_floats;
+};
+
+static rt_status launched(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, what, cudaGetErrorString(e));
+    return RT_OK;
+}
+
+static rt_status invalid(const char *what, const char *msg)
+{
+    return rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, what, msg);
+}
+
+static rt_status blas_err(cublasStatus_t st, const char *what)
+{
+    if (st == CUBLAS_STATUS_SUCCESS) return RT_OK;
+    char msg[64];
+    snprintf(msg, sizeof msg, "cuBLAS status %d", (int)st);
+    return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, what, msg);
+}
+
+static int al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+static rt_status attn_setup(void);
+
+rt_status kn_ctx_new(void *stream, kn_ctx **out)
+{
+    *out = NULL;
+    kn_ctx *k = (kn_ctx *)calloc(1, sizeof *k);
+    if (!k) return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
+    k->s = (cudaStream_t)stream;
+    rt_status st = blas_err(cublasCreate(&k->blas), "cublasCreate");
+    if (st == RT_OK) {
+        cudaError_t e = cudaMalloc(&k->blas_ws, KN_BLAS_WS_BYTES);
+        if (e != cudaSuccess)
+            st = rt_set_error(RT_ERR_OOM, __FILE__, __LINE__, "cudaMalloc", cudaGetErrorString(e));
+    }
+    if (st == RT_OK) st = blas_err(cublasSetStream(k->blas, k->s), "cublasSetStream");
+    if (st == RT_OK)
+        st = blas_err(cublasSetWorkspace(k->blas, k->blas_ws, KN_BLAS_WS_BYTES),
+                      "cublasSetWorkspace");
+    if (st == RT_OK) st = attn_setup();
+    if (st != RT_OK) {
+        kn_ctx_free(k);
+        return st;
+    }
+    *out = k;
+    return RT_OK;
+}
+
+void kn_ctx_free(kn_ctx *k)
+{
+    if (!k) return;
+    if (k->blas) cublasDestroy(k->blas);
+    cudaFree(k->blas_ws);
+    cudaFree(k->scratch);
+    free(k);
+}
+
+rt_status kn_ctx_set_stream(kn_ctx *k, void *stream)
+{
+    k->s = (cudaStream_t)stream;
+    return blas_err(cublasSetStream(k->blas, k->s), "cublasSetStream");
+}
+
+void *kn_ctx_stream(const kn_ctx *k) { return (void *)k->s; }
+
+static rt_status scratch(kn_ctx *k, size_t floats)
+{
+    if (floats <= k->scratch_floats) return RT_OK;
+    /* cudaFree waits for the kernels that may still use the old scratch */
+    cudaFree(k->scratch);
+    k->scratch = NULL;
+    k->scratch_floats = 0;
+    RT_CHECK(cudaMalloc(&k->scratch, floats * sizeof(float)));
+    k->scratch_floats = floats;
+    return RT_OK;
+}
+
+static size_t col_chunks(size_t T) { return (T + KN_COL_CHUNK - 1) / KN_COL_CHUNK; }
+
+rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows)
+{
+    size_t a = 2 * col_chunks(rows) * cols;
+    return scratch(k, a > attn_rows ? a : attn_rows);
+}
+
+/* ======================= vector helpers ======================= */
+
+__device__ __forceinline__ void ld8(const bf16 *p, float f[8])
+{
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ void st8(bf16 *p, const float f[8])
+{
+    uint4 u;
+    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+
+__device__ __forceinline__ float warp_sum(float x)
+{
+#pragma unroll
+    for (int o = 16; o; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+static unsigned grid_for(size_t n, unsigned block)
+{
+    size_t g = (n + block - 1) / block;
+    if (g > 65535u * 16u) g = 65535u * 16u;   /* grid-stride loops cover the rest */
+    return (unsigned)(g ? g : 1);
+}
+
+/* ======================= embedding ======================= */
+
+__global__ void embed_fwd_k(bf16 *out, const int32_t *tok, const bf16 *wte, size_t T, size_t h)
+{
+    size_t nv = T * (h / 8);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / (h / 8), c = (i % (h / 8)) * 8;
+        *reinterpret_cast<uint4 *>(out + t * h + c) =
+            *reinterpret_cast<const uint4 *>(wte + (size_t)tok[t] * h + c);
+    }
+}
+
+rt_status kn_embed_fwd(kn_ctx *k, kn_bf16 *out, const int32_t *tok, const kn_bf16 *wte,
+                       size_t T, size_t h)
+{
+    if (h % 8 || !al16(out) || !al16(wte)) return invalid("kn_embed_fwd", "h % 8, alignment");
+    size_t nv = T * (h / 8);
+    embed_fwd_k<<<grid_for(nv, 256), 256, 0, k->s>>>((bf16 *)out, tok, (const bf16 *)wte, T, h);
+    return launched("embed_fwd_k");
+}
+
+/* One thread per column walks the tokens in order: deterministic, no atomics. */
+__global__ void embed_bwd_k(float *dwte, const int32_t *tok, const bf16 *dout, size_t T,
+                            size_t h)
+{
+    size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (c >= h) return;
+    for (size_t t = 0; t < T; t++) {
+        float d = __bfloat162float(dout[t * h + c]);
+        dwte[(size_t)tok[t] * h + c] += d;
+    }
+}
+
+rt_status kn_embed_bwd(kn_ctx *k, float *dwte, const int32_t *tok, const kn_bf16 *dout,
+                       size_t T, size_t h)
+{
+    embed_bwd_k<<<(unsigned)((h + 127) / 128), 128, 0, k->s>>>(dwte, tok, (const bf16 *)dout,
+                                                              T, h);
+    return launched("embed_bwd_k");
+}
+
+/* ======================= layer norm ======================= */
+
+/* One warp per row; three passes over the row (mean, variance, output), which stays in L1. */
+__global__ void ln_fwd_k(bf16 *y, float *mean, float *rstd, const bf16 *x, const bf16 *g,
+                         const bf16 *b, int T, int h, float eps)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= T) return;
+    const bf16 *xr = x + (size_t)row * h;
+    float f[8], s = 0;
+    for (int c = lane * 8; c < h; c += 256) {
+        ld8(xr + c, f);
+#pragma unroll
+        for (int i = 0; i < 8; i++) s += f[i];
+    }
+    float mu = warp_sum(s) / h, v = 0;
+    for (int c = lane * 8; c < h; c += 256) {
+        ld8(xr + c, f);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v += (f[i] - mu) * (f[i] - mu);
+    }
+    float rs = rsqrtf(warp_sum(v) / h + eps);
+    for (int c = lane * 8; c < h; c += 256) {
+        float gg[8], bb[8], o[8];
+        ld8(xr + c, f);
+        ld8(g + c, gg);
+        ld8(b + c, bb);
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[i] = (f[i] - mu) * rs * gg[i] + bb[i];
+        st8(y + (size_t)row * h + c, o);
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = mu;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
+rt_status kn_ln_fwd(kn_ctx *k, kn_bf16 *y, float *mean, float *rstd, const kn_bf16 *x,
+                    const kn_bf16 *g, const kn_bf16 *b, size_t T, size_t h, float eps)
+{
+    if (h % 8 || !al16(y) || !al16(x) || !al16(g) || !al16(b))
+        return invalid("kn_ln_fwd", "h % 8, alignment");
+    ln_fwd_k<<<(unsigned)((T + 7) / 8), 256, 0, k->s>>>((bf16 *)y, mean, rstd, (const bf16 *)x,
+                                                        (const bf16 *)g, (const bf16 *)b,
+                                                        (int)T, (int)h, eps);
+    return launched("ln_fwd_k");
+}
+
+__global__ void ln_bwd_dx_k(bf16 *dx, const bf16 *dy, const bf16 *x, const bf16 *g,
+                            const float *mean, const float *rstd, const bf16 *dres, int T, int h)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= T) return;
+    size_t off = (size_t)row * h;
+    float mu = mean[row], rs = rstd[row], c1 = 0, c2 = 0;
+    float f[8], d[8], gg[8];
+    for (int c = lane * 8; c < h; c += 256) {
+        ld8(x + off + c, f);
+        ld8(dy + off + c, d);
+        ld8(g + c, gg);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float w = d[i] * gg[i];
+            c1 += (f[i] - mu) * rs * w;
+            c2 += w;
+        }
+    }
+    c1 = warp_sum(c1) / h;
+    c2 = warp_sum(c2) / h;
+    for (int c = lane * 8; c < h; c += 256) {
+        float r[8], o[8];
+        ld8(x + off + c, f);
+        ld8(dy + off + c, d);
+        ld8(g + c, gg);
+        if (dres) ld8(dres + off + c, r);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float xh = (f[i] - mu) * rs;
+            o[i] = rs * (d[i] * gg[i] - c2 - xh * c1) + (dres ? r[i] : 0.0f);
+        }
+        st8(dx + off + c, o);
+    }
+}
+
+/* Partial column sums over KN_COL_CHUNK rows: part[chunk][c] = sum a; with x (layer norm):
+ * part[nchunk + chunk][c] = sum a * (x - mean) * rstd. Two columns per thread. */
+__global__ void colsum_part_k(float *part, const bf16 *a, const bf16 *x, const float *mean,
+                              const float *rstd, int T, int n)
+{
+    int c = (blockIdx.x * blockDim.x + threadIdx.x) * 2, chunk = blockIdx.y;
+    if (c >= n) return;
+    int r0 = chunk * KN_COL_CHUNK, r1 = min(T, r0 + KN_COL_CHUNK);
+    float s0 = 0, s1 = 0, q0 = 0, q1 = 0;
+    for (int r = r0; r < r1; r++) {
+        float2 av = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a + (size_t)r * n + c));
+        s0 += av.x;
+        s1 += av.y;
+        if (x) {
+            float2 xv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(x + (size_t)r * n + c));
+            float mu = mean[r], rs = rstd[r];
+            q0 += av.x * ((xv.x - mu) * rs);
+            q1 += av.y * ((xv.y - mu) * rs);
+        }
+    }
+    part[(size_t)chunk * n + c] = s0;
+    part[(size_t)chunk * n + c + 1] = s1;
+    if (x) {
+        size_t o = (size_t)(gridDim.y + chunk) * n + c;
+        part[o] = q0;
+        part[o + 1] = q1;
+    }
+}
+
+/* out[c] += sum over chunks in order (and out2 from the second half when given). */
+__global__ void colsum_fin_k(float *out, float *out2, const float *part, int nchunk, int n)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n) return;
+    float s = 0, q = 0;
+    for (int i = 0; i < nchunk; i++) s += part[(size_t)i * n + c];
+    out[c] += s;
+    if (out2) {
+        for (int i = 0; i < nchunk; i++) q += part[(size_t)(nchunk + i) * n + c];
+        out2[c] += q;
+    }
+}
+
+static rt_status colsum_run(kn_ctx *k, float *out, float *out2, const bf16 *a, const bf16 *x,
+                            const float *mean, const float *rstd, size_t T, size_t n)
+{
+    if (n % 2) return invalid("kn_colsum", "n must be even");
+    size_t nc = col_chunks(T);
+    RT_TRY(scratch(k, (x ? 2 : 1) * nc * n));
+    dim3 grid((unsigned)((n / 2 + 127) / 128), (unsigned)nc);
+    colsum_part_k<<<grid, 128, 0, k->s>>>(k->scratch, a, x, mean, rstd, (int)T, (int)n);
+    RT_TRY(launched("colsum_part_k"));
+    colsum_fin_k<<<(unsigned)((n + 255) / 256), 256, 0, k->s>>>(out, out2, k->scratch, (int)nc,
+                                                                (int)n);
+    return launched("colsum_fin_k");
+}
+
+rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n)
+{
+    return colsum_run(k, out, NULL, (const bf16 *)a, NULL, NULL, NULL, T, n);
+}
+
+rt_status kn_ln_bwd(kn_ctx *k, kn_bf16 *dx, float *dg, float *db, const kn_bf16 *dy,
+                    const kn_bf16 *x, const kn_bf16 *g, const float *mean, const float *rstd,
+                    const kn_bf16 *dres, size_t T, size_t h)
+{
+    if (h % 8 || !al16(dx) || !al16(dy) || !al16(x) || !al16(g) || (dres && !al16(dres)))
+        return invalid("kn_ln_bwd", "h % 8, alignment");
+    /* the weight gradients read dy before dx (which may alias dres, not dy) is written */
+    if (dg || db) {
+        if (!dg || !db) return invalid("kn_ln_bwd", "dg and db go together");
+        RT_TRY(colsum_run(k, db, dg, (const bf16 *)dy, (const bf16 *)x, mean, rstd, T, h));
+    }
+    ln_bwd_dx_k<<<(unsigned)((T + 7) / 8), 256, 0, k->s>>>(
+        (bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)g, mean, rstd,
+        (const bf16 *)dres, (int)T, (int)h);
+    return launched("ln_bwd_dx_k");
+}
+
+/* ======================= GEMM ======================= */
+
+rt_status kn_gemm(kn_ctx *k, int ta, int tb, size_t M, size_t N, size_t K, const kn_bf16 *A,
+                  size_t lda, const kn_bf16 *B, size_t ldb, float beta, void *C, size_t ldc,
+                  int c_fp32)
+{
+    if (!M || !N || !K) return RT_OK;
+    /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands */
+    float alpha = 1.0f;
+    cublasStatus_t st = cublasGemmEx(
+        k->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
+        (int)K, &alpha, B, CUDA_R_16BF, (int)ldb, A, CUDA_R_16BF, (int)lda, &beta, C,
+        c_fp32 ? CUDA_R_32F : CUDA_R_16BF, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return blas_err(st, "cublasGemmEx");
+}
+
+/* ======================= element-wise ======================= */
+
+__global__ void bias_add_k(bf16 *y, const bf16 *bias, size_t T, size_t n, size_t ld)
+{
+    size_t nv = T * (n / 8);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / (n / 8), c = (i % (n / 8)) * 8;
+        float f[8], b[8];
+        ld8(y + t * ld + c, f);
+        ld8(bias + c, b);
+#pragma unroll
+        for (int j = 0; j < 8; j++) f[j] += b[j];
+        st8(y + t * ld + c, f);
+    }
+}
+
+rt_status kn_bias_add(kn_ctx *k, kn_bf16 *y, const kn_bf16 *bias, size_t T, size_t n,
+                      size_t ld)
+{
+    if (n % 8 || ld % 8 || !al16(y) || !al16(bias)) return invalid("kn_bias_add", "n % 8");
+    bias_add_k<<<grid_for(T * (n / 8), 256), 256, 0, k->s>>>((bf16 *)y, (const bf16 *)bias, T,
+                                                            n, ld);
+    return launched("bias_add_k");
+}
+
+__global__ void add_k(bf16 *out, const bf16 *a, const bf16 *b, const bf16 *bias, size_t T,
+                      size_t n)
+{
+    size_t nv = T * (n / 8);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x[8], y[8], z[8];
+        ld8(a + i * 8, x);
+        ld8(b + i * 8, y);
+        if (bias) ld8(bias + (i % (n / 8)) * 8, z);
+#pragma unroll
+        for (int j = 0; j < 8; j++) x[j] = x[j] + y[j] + (bias ? z[j] : 0.0f);
+        st8(out + i * 8, x);
+    }
+}
+
+rt_status kn_add(kn_ctx *k, kn_bf16 *out, const kn_bf16 *a, const kn_bf16 *b,
+                 const kn_bf16 *bias, size_t T, size_t n)
+{
+    if (n % 8 || !al16(out) || !al16(a) || !al16(b) || (bias && !al16(bias)))
+        return invalid("kn_add", "n % 8, alignment");
+    add_k<<<grid_for(T * (n / 8), 256), 256, 0, k->s>>>((bf16 *)out, (const bf16 *)a,
+                                                       (const bf16 *)b, (const bf16 *)bias, T, n);
+    return launched("add_k");
+}
+
+#define GELU_K0 0.7978845608028654f
+#define GELU_K1 0.044715f
+
+__global__ void gelu_fwd_k(bf16 *y, const bf16 *x, const bf16 *bias, size_t T, size_t n)
+{
+    size_t nv = T * (n / 8);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float f[8], b[8];
+        ld8(x + i * 8, f);
+        if (bias) ld8(bias + (i % (n / 8)) * 8, b);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float z = f[j] + (bias ? b[j] : 0.0f);
+            f[j] = 0.5f * z * (1.0f + tanhf(GELU_K0 * (z + GELU_K1 * z * z * z)));
+        }
+        st8(y + i * 8, f);
+    }
+}
+
+__global__ void gelu_bwd_k(bf16 *dx, const bf16 *dy, const bf16 *x, const bf16 *bias, size_t T,
+                           size_t n)
+{
+    size_t nv = T * (n / 8);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float f[8], d[8], b[8];
+        ld8(x + i * 8, f);
+        ld8(dy + i * 8, d);
+        if (bias) ld8(bias + (i % (n / 8)) * 8, b);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float z = f[j] + (bias ? b[j] : 0.0f);
+            float th = tanhf(GELU_K0 * (z + GELU_K1 * z * z * z));
+            float g = 0.5f * (1.0f + th) +
+                      0.5f * z * (1.0f - th * th) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * z * z);
+            d[j] *= g;
+        }
+        st8(dx + i * 8, d);
+    }
+}
+
+rt_status kn_gelu_fwd(kn_ctx *k, kn_bf16 *y, const kn_bf16 *x, const kn_bf16 *bias, size_t T,
+                      size_t n)
+{
+    if (n % 8 || !al16(y) || !al16(x) || (bias && !al16(bias)))
+        return invalid("kn_gelu_fwd", "n % 8, alignment");
+    gelu_fwd_k<<<grid_for(T * (n / 8), 256), 256, 0, k->s>>>((bf16 *)y, (const bf16 *)x,
+                                                            (const bf16 *)bias, T, n);
+    return launched("gelu_fwd_k");
+}
+
+rt_status kn_gelu_bwd(kn_ctx *k, kn_bf16 *dx, const kn_bf16 *dy, const kn_bf16 *x,
+                      const kn_bf16 *bias, size_t T, size_t n)
+{
+    if (n % 8 || !al16(dx) || !al16(dy) || !al16(x) || (bias && !al16(bias)))
+        return invalid("kn_gelu_bwd", "n % 8, alignment");
+    gelu_bwd_k<<<grid_for(T * (n / 8), 256), 256, 0, k->s>>>(
+        (bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)bias, T, n);
+    return launched("gelu_bwd_k");
+}
+
+/* ======================= cross-entropy ======================= */
+
+/* Online (max, sum of exp) pairs, merged. */
+__device__ __forceinline__ void ms_merge(float &m, float &s, float m2, float s2)
+{
+    float M = fmaxf(m, m2);
+    if (M == -INFINITY) return;
+    s = s * __expf(m - M) + s2 * __expf(m2 - M);
+    m = M;
+}
+
+/* One block of 256 per row, vocabulary tiled over the threads, one pass. */
+__global__ void ce_fwd_k(float *loss, float *lse, const bf16 *logits, size_t ldl,
+                         const int32_t *labels, int V)
+{
+    __shared__ float sm[8], ss[8];
+    int row = blockIdx.x, tid = threadIdx.x;
+    const bf16 *z = logits + (size_t)row * ldl;
+    float m = -INFINITY, s = 0;
+    for (int v = tid; v < V; v += blockDim.x) {
+        float x = __bfloat162float(z[v]);
+        if (x > m) {
+            s = s * __expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += __expf(x - m);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        ms_merge(m, s, m2, s2);
+    }
+    if ((tid & 31) == 0) {
+        sm[tid / 32] = m;
+        ss[tid / 32] = s;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < (int)blockDim.x / 32; w++) ms_merge(m, s, sm[w], ss[w]);
+        float l = m + logf(s);
+        if (lse) lse[row] = l;
+        int lab = labels[row];
+        loss[row] = lab < 0 ? 0.0f : l - __bfloat162float(z[lab]);
+    }
+}
+
+rt_status kn_ce_fwd(kn_ctx *k, float *loss, float *lse, const kn_bf16 *logits, size_t ldl,
+                    const int32_t *labels, size_t T, size_t V)
+{
+    if (!V || ldl < V) return invalid("kn_ce_fwd", "ldl < V");
+    ce_fwd_k<<<(unsigned)T, 256, 0, k->s>>>(loss, lse, (const bf16 *)logits, ldl, labels, (int)V);
+    return launched("ce_fwd_k");
+}
+
+__global__ void ce_bwd_k(bf16 *dlogits, const bf16 *logits, size_t ldl, const float *lse,
+                         const int32_t *labels, int V, float scale)
+{
+    int row = blockIdx.x;
+    int lab = labels[row];
+    float l = lse[row];
+    const bf16 *z = logits + (size_t)row * ldl;
+    bf16 *d = dlogits + (size_t)row * ldl;
+    for (int v = threadIdx.x; v < (int)ldl; v += blockDim.x) {
+        float g = 0;
+        if (lab >= 0 && v < V) g = (__expf(__bfloat162float(z[v]) - l) - (v == lab ? 1.0f : 0.0f)) * scale;
+        d[v] = __float2bfloat16(g);
+    }
+}
+
+rt_status kn_ce_bwd(kn_ctx *k, kn_bf16 *dlogits, const kn_bf16 *logits, size_t ldl,
+                    const float *lse, const int32_t *labels, size_t T, size_t V, float scale)
+{
+    if (!V || ldl < V) return invalid("kn_ce_bwd", "ldl < V");
+    ce_bwd_k<<<(unsigned)T, 256, 0, k->s>>>((bf16 *)dlogits, (const bf16 *)logits, ldl, lse,
+                                            labels, (int)V, scale);
+    return launched("ce_bwd_k");
+}
+
+__global__ void sum_k(float *out, const float *x, size_t n)
+{
+    __shared__ float sh[1024];
+    float s = 0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o; o >>= 1) {
+        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = sh[0];
+}
+
+rt_status kn_sum(kn_ctx *k, float *out, const float *x, size_t n)
+{
+    sum_k<<<1, 1024, 0, k->s>>>(out, x, n);
+    return launched("sum_k");
+}
+
+/* ======================= AdamW ======================= */
+
+void kn_adamw_default(kn_adamw_cfg *c)
+{
+    c->lr = 3e-4f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    c->weight_decay = 0.1f;
+    c->step = 1;
+    c->grad_scale = 1.0f;
+}
+
+/* The update of one element; shared by the kernel and the host loop (same float math). */
+__host__ __device__ __forceinline__ float adamw_one(float p, float &m, float &v, float g,
+                                                    float lr, float b1, float b2, float eps,
+                                                    float wd, float bc1, float bc2)
+{
+    m = b1 * m + (1.0f - b1) * g;
+    v = b2 * v + (1.0f - b2) * g * g;
+    float mh = m / bc1, vh = v / bc2;
+    return p - lr * (mh / (sqrtf(vh) + eps) + wd * p);
+}
+
+__global__ void adamw_k(bf16 *param, float *master, float *m, float *v, const float *grad,
+                        size_t n, float lr, float b1, float b2, float eps, float wd, float bc1,
+                        float bc2, float gs)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float mi = m[i], vi = v[i];
+        float p = adamw_one(master[i], mi, vi, grad[i] * gs, lr, b1, b2, eps, wd, bc1, bc2);
+        m[i] = mi;
+        v[i] = vi;
+        master[i] = p;
+        if (param) param[i] = __float2bfloat16(p);
+    }
+}
+
+static void bias_corr(const kn_adamw_cfg *c, float *bc1, float *bc2)
+{
+    *bc1 = (float)(1.0 - pow((double)c->beta1, (double)c->step));
+    *bc2 = (float)(1.0 - pow((double)c->beta2, (double)c->step));
+}
+
+rt_status kn_adamw(kn_ctx *k, kn_bf16 *param, float *master, float *m, float *v,
+                   const float *grad, size_t n, const kn_adamw_cfg *c)
+{
+    if (c->step < 1) return invalid("kn_adamw", "step must be >= 1");
+    float bc1, bc2;
+    bias_corr(c, &bc1, &bc2);
+    adamw_k<<<grid_for(n, 256), 256, 0, k->s>>>((bf16 *)param, master, m, v, grad, n, c->lr,
+                                                c->beta1, c->beta2, c->eps, c->weight_decay,
+                                                bc1, bc2, c->grad_scale);
+    return launched("adamw_k");
+}
+
+void kn_adamw_host(kn_bf16 *param, float *master, float *m, float *v, const float *grad,
+                   size_t n, const kn_adamw_cfg *c)
+{
+    float bc1, bc2;
+    bias_corr(c, &bc1, &bc2);
+    for (size_t i = 0; i < n; i++) {
+        float p = adamw_one(master[i], m[i], v[i], grad[i] * c->grad_scale, c->lr, c->beta1,
+                            c->beta2, c->eps, c->weight_decay, bc1, bc2);
+        master[i] = p;
+        if (param) {
+            __nv_bfloat16 b = __float2bfloat16(p);
+            memcpy(&param[i], &b, 2);
+        }
+    }
+}
+
+/* ======================= fills ======================= */
+
+__device__ __forceinline__ float uniform_at(uint64_t seed, uint64_t i)
+{
+    /* the same numbers as kref_uniform (runtime/kernels_ref.c) */
+    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+__global__ void fill_uniform_k(bf16 *x, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16(uniform_at(seed, i) * scale);
+}
+
+__global__ void fill_f32_k(float *x, size_t n, float value)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = value;
+}
+
+__global__ void f32_to_bf16_k(bf16 *d, const float *s, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        d[i] = __float2bfloat16(s[i]);
+}
+
+__global__ void fill_bf16_k(bf16 *x, size_t n, float value)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16(value);
+}
+
+__global__ void bf16_to_f32_k(float *d, const bf16 *s, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        d[i] = __bfloat162float(s[i]);
+}
+
+rt_status kn_fill_bf16(kn_ctx *k, kn_bf16 *x, size_t n, float value)
+{
+    fill_bf16_k<<<grid_for(n, 256), 256, 0, k->s>>>((bf16 *)x, n, value);
+    return launched("fill_bf16_k");
+}
+
+rt_status kn_bf16_to_f32(kn_ctx *k, float *dst, const kn_bf16 *src, size_t n)
+{
+    bf16_to_f32_k<<<grid_for(n, 256), 256, 0, k->s>>>(dst, (const bf16 *)src, n);
+    return launched("bf16_to_f32_k");
+}
+
+rt_status kn_fill_uniform(kn_ctx *k, kn_bf16 *x, size_t n, uint64_t seed, float scale)
+{
+    fill_uniform_k<<<grid_for(n, 256), 256, 0, k->s>>>((bf16 *)x, n, seed, scale);
+    return launched("fill_uniform_k");
+}
+
+rt_status kn_fill_f32(kn_ctx *k, float *x, size_t n, float value)
+{
+    fill_f32_k<<<grid_for(n, 256), 256, 0, k->s>>>(x, n, value);
+    return launched("fill_f32_k");
+}
+
+rt_status kn_f32_to_bf16(kn_ctx *k, kn_bf16 *dst, const float *src, size_t n)
+{
+    f32_to_bf16_k<<<grid_for(n, 256), 256, 0, k->s>>>((bf16 *)dst, src, n);
+    return launched("f32_to_bf16_k");
+}
+
+/* ======================= attention ======================= */
+/* Tensor-core building blocks (PTX ISA: mma.m16n8k16 fragments, ldmatrix, cp.async).
+ * Fragment layouts, lane = 4 * g + t4:
+ *   A (16x16, row): a0 = (g, 2t4..+1), a1 = (g+8, 2t4..), a2 = (g, 8+2t4..), a3 = (g+8, 8+2t4..)
+ *   B (16x8, col):  b0 = (k 2t4..+1, n g), b1 = (k 8+2t4..+1, n g)
+ *   C (16x8):       c0,c1 = (g, 2t4..+1), c2,c3 = (g+8, 2t4..+1)
+ * so the C fragments of two adjacent 8-column tiles are, packed to bf16 pairs, exactly the
+ * A fragment of the 16-column block they form: scores never leave the registers. Shared
+ * memory rows are padded by 16 bytes (DP = D + 8) so that ldmatrix's eight row addresses
+ * fall in distinct banks. */
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void ldsm4(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm4t(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1)
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t saddr, const void *g)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(g) : "memory");
+}
+
+__device__ __forceinline__ void cp_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> __device__ __forceinline__ void cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ float2 unpack_bf16(uint32_t u)
+{
+    __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162 *>(&u);
+    return __bfloat1622float2(v);
+}
+
+/* R rows of D columns from global (row stride ld) into shared (row stride D + 8). */
+template <int R, int D, int NT>
+__device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int tid)
+{
+    constexpr int CH = D / 8;
+    static_assert(R * CH % NT == 0, "tile must split evenly over the threads");
+#pragma unroll
+    for (int it = 0; it < R * CH / NT; it++) {
+        int i = tid + it * NT, r = i / CH, c = (i % CH) * 8;
+        cp_async16(smem_u32(s + r * (D + 8) + c), g + (size_t)r * ld + c);
+    }
+}
+
+/* n fp32 values (n a multiple of 4) into shared memory. */
+template <int N, int NT>
+__device__ __forceinline__ void load_vec(float *s, const float *g, int tid)
+{
+    static_assert(N / 4 <= NT, "one chunk per thread");
+    if (tid < N / 4) cp_async16(smem_u32(s + tid * 4), g + tid * 4);
+}
+
+/* Address of the A fragment (16 rows from row0, k block ks) for ldsm4, stride DP. */
+template <int DP>
+__device__ __forceinline__ uint32_t a_addr(const bf16 *s, int row0, int ks, int lane)
+{
+    return smem_u32(s + (row0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * DP + ks * 16 +
+                    (lane >> 4) * 8);
+}
+
+/* B fragments of two adjacent n tiles nt, nt+1 from a matrix stored [n][k] (ldsm4). */
+template <int DP>
+__device__ __forceinline__ uint32_t bn_addr(const bf16 *s, int nt, int ks, int lane)
+{
+    return smem_u32(s + ((nt + (lane >> 4)) * 8 + (lane & 7)) * DP + ks * 16 +
+                    ((lane >> 3) & 1) * 8);
+}
+
+/* B fragments of two adjacent n tiles dt, dt+1 from a matrix stored [k][n] (ldsm4t),
+ * k block kk. */
+template <int DP>
+__device__ __forceinline__ uint32_t bt_addr(const bf16 *s, int kk, int dt, int lane)
+{
+    return smem_u32(s + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * DP +
+                    (dt + (lane >> 4)) * 8);
+}
+
+/* ---- forward: CTA = 128 queries of one (batch, head), 8 warps of 16 rows; key tiles of
+ * 64 double-buffered; heaviest query tiles first. ---- */
+#define AF_BR 128
+#define AF_BC 64
+#define AF_NT 256
+
+template <int D>
+__global__ void __launch_bounds__(AF_NT, 1)
+attn_fwd_k(bf16 *o, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int ldqkv, int ldo,
+           int H, int S, float scale_log2)
+{
+    constexpr int DP = D + 8, NKT = D / 16, NDT = D / 8, NST = AF_BC / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw);
+    bf16 *sK = sQ + AF_BR * DP;
+    bf16 *sV = sK + 2 * AF_BC * DP;
+    const int nq = S / AF_BR, qt = nq - 1 - (int)blockIdx.x, bh = blockIdx.y;
+    const int b = bh / H, hd = bh % H;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int q0 = qt * AF_BR, roww = q0 + warp * 16;
+    const size_t tok0 = (size_t)b * S;
+    const bf16 *kg = k + tok0 * ldqkv + hd * D, *vg = v + tok0 * ldqkv + hd * D;
+    const int nkt = (q0 + AF_BR) / AF_BC;
+
+    load_tile<AF_BR, D, AF_NT>(sQ, q + (tok0 + q0) * ldqkv + hd * D, ldqkv, tid);
+    load_tile<AF_BC, D, AF_NT>(sK, kg, ldqkv, tid);
+    load_tile<AF_BC, D, AF_NT>(sV, vg, ldqkv, tid);
+    cp_commit();
+
+    uint32_t qf[NKT][4];
+    float oacc[NDT][4];
+#pragma unroll
+    for (int i = 0; i < NDT; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0;
+    float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0, 0};
+
+    for (int j = 0; j < nkt; j++) {
+        if (j + 1 < nkt) {
+            int nb = (j + 1) & 1;
+            load_tile<AF_BC, D, AF_NT>(sK + nb * AF_BC * DP, kg + (size_t)(j + 1) * AF_BC * ldqkv,
+                                       ldqkv, tid);
+            load_tile<AF_BC, D, AF_NT>(sV + nb * AF_BC * DP, vg + (size_t)(j + 1) * AF_BC * ldqkv,
+                                       ldqkv, tid);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int ks = 0; ks < NKT; ks++) ldsm4(qf[ks], a_addr<DP>(sQ, warp * 16, ks, lane));
+        }
+        const int k0 = j * AF_BC;
+        if (k0 <= roww + 15) {
+            const bf16 *cK = sK + (j & 1) * AF_BC * DP, *cV = sV + (j & 1) * AF_BC * DP;
+            float s[NST][4];
+#pragma unroll
+            for (int i = 0; i < NST; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
+#pragma unroll
+            for (int ks = 0; ks < NKT; ks++)
+#pragma unroll
+                for (int nt = 0; nt < NST; nt += 2) {
+                    uint32_t r[4];
+                    ldsm4(r, bn_addr<DP>(cK, nt, ks, lane));
+                    mma16816(s[nt], qf[ks], r[0], r[1]);
+                    mma16816(s[nt + 1], qf[ks], r[2], r[3]);
+                }
+            const bool diag = k0 + AF_BC - 1 > roww;
+            float mx[2] = {mr[0], mr[1]};
+#pragma unroll
+            for (int nt = 0; nt < NST; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[nt][e] * scale_log2;
+                    if (diag && k0 + nt * 8 + 2 * t4 + (e & 1) > roww + g + (e >> 1) * 8)
+                        x = -INFINITY;
+                    s[nt][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                }
+            float ms[2], alpha[2], rs[2] = {0, 0};
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                ms[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+                alpha[i] = exp2f(mr[i] - ms[i]);
+                mr[i] = mx[i];
+            }
+#pragma unroll
+            for (int nt = 0; nt < NST; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = exp2f(s[nt][e] - ms[e >> 1]);
+                    s[nt][e] = p;
+                    rs[e >> 1] += p;
+                }
+#pragma unroll
+            for (int i = 0; i < 2; i++) lr[i] = lr[i] * alpha[i] + rs[i];
+#pragma unroll
+            for (int dt = 0; dt < NDT; dt++) {
+                oacc[dt][0] *= alpha[0];
+                oacc[dt][1] *= alpha[0];
+                oacc[dt][2] *= alpha[1];
+                oacc[dt][3] *= alpha[1];
+            }
+#pragma unroll
+            for (int kk = 0; kk < AF_BC / 16; kk++) {
+                uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                                 pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                 pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                 pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+                for (int dt = 0; dt < NDT; dt += 2) {
+                    uint32_t r[4];
+                    ldsm4t(r, bt_addr<DP>(cV, kk, dt, lane));
+                    mma16816(oacc[dt], a, r[0], r[1]);
+                    mma16816(oacc[dt + 1], a, r[2], r[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        lr[i] += __shfl_xor_sync(0xffffffffu, lr[i], 1);
+        lr[i] += __shfl_xor_sync(0xffffffffu, lr[i], 2);
+        inv[i] = 1.0f / lr[i];
+    }
+    const size_t r0 = tok0 + roww + g, r1 = r0 + 8;
+#pragma unroll
+    for (int dt = 0; dt < NDT; dt++) {
+        int c = hd * D + dt * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t *>(o + r0 * ldo + c) =
+            pack_bf16(oacc[dt][0] * inv[0], oacc[dt][1] * inv[0]);
+        *reinterpret_cast<uint32_t *>(o + r1 * ldo + c) =
+            pack_bf16(oacc[dt][2] * inv[1], oacc[dt][3] * inv[1]);
+    }
+    if (t4 == 0) {
+        lse[(size_t)bh * S + roww + g] = (mr[0] + log2f(lr[0])) * LN2;
+        lse[(size_t)bh * S + roww + g + 8] = (mr[1] + log2f(lr[1])) * LN2;
+    }
+}
+
+/* ---- backward, preprocessing: dvec[bh][i] = sum_c do * o (FlashAttention-2's D). ---- */
+template <int D>
+__global__ void attn_dvec_k(float *dvec, const bf16 *dout, const bf16 *o, int ldo, int H, int S,
+                            size_t rows)
+{
+    size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x;   /* r = t * H + hd */
+    if (r >= rows) return;
+    size_t t = r / H;
+    int hd = (int)(r % H);
+    const bf16 *a = dout + t * ldo + hd * D, *b = o + t * ldo + hd * D;
+    float s = 0;
+#pragma unroll
+    for (int c = 0; c < D; c += 8) {
+        float x[8], y[8];
+        ld8(a + c, x);
+        ld8(b + c, y);
+#pragma unroll
+        for (int i = 0; i < 8; i++) s += x[i] * y[i];
+    }
+    size_t bi = t / S, i = t % S;
+    dvec[(bi * H + hd) * S + i] = s;
+}
+
+/* ---- backward, dk and dv: CTA = 64 keys of one (batch, head), 4 warps of 16 keys, in the
+ * transposed orientation (S^T = K Q^T) so that P^T and dS^T are A fragments in registers;
+ * query tiles of 64 from the diagonal down, double-buffered. ---- */
+#define AB_BK 64
+#define AB_BQ 64
+#define AB_NT 128
+
+template <int D>
+__global__ void __launch_bounds__(AB_NT, 1)
+attn_bwd_dkv_k(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
+               const bf16 *dout, const float *lse, const float *dvec, int ldqkv, int ldo, int H,
+               int S, float scale_log2, float scale)
+{
+    constexpr int DP = D + 8, NKT = D / 16, NDT = D / 8, NST = AB_BQ / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sK = reinterpret_cast<bf16 *>(smem_raw);
+    bf16 *sV = sK + AB_BK * DP;
+    bf16 *sQ = sV + AB_BK * DP;                  /* 2 buffers */
+    bf16 *sO = sQ + 2 * AB_BQ * DP;              /* dO, 2 buffers */
+    float *sL = reinterpret_cast<float *>(sO + 2 * AB_BQ * DP);   /* lse * log2e, 2 x 64 */
+    float *sD = sL + 2 * AB_BQ;                                   /* dvec, 2 x 64 */
+    const int kt = blockIdx.x, bh = blockIdx.y, b = bh / H, hd = bh % H;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int k0 = kt * AB_BK, kw = k0 + warp * 16;
+    const size_t tok0 = (size_t)b * S;
+    const bf16 *qg = q + tok0 * ldqkv + hd * D, *og = dout + tok0 * ldo + hd * D;
+    const float *lg = lse + (size_t)bh * S, *dg = dvec + (size_t)bh * S;
+    const int qt0 = k0 / AB_BQ, nqt = S / AB_BQ;
+
+    load_tile<AB_BK, D, AB_NT>(sK, k + (tok0 + k0) * ldqkv + hd * D, ldqkv, tid);
+    load_tile<AB_BK, D, AB_NT>(sV, v + (tok0 + k0) * ldqkv + hd * D, ldqkv, tid);
+    load_tile<AB_BQ, D, AB_NT>(sQ, qg + (size_t)qt0 * AB_BQ * ldqkv, ldqkv, tid);
+    load_tile<AB_BQ, D, AB_NT>(sO, og + (size_t)qt0 * AB_BQ * ldo, ldo, tid);
+    load_vec<AB_BQ, AB_NT>(sL, lg + qt0 * AB_BQ, tid);
+    load_vec<AB_BQ, AB_NT>(sD, dg + qt0 * AB_BQ, tid);
+    cp_commit();
+
+    float dka[NDT][4], dva[NDT][4];
+#pragma unroll
+    for (int i = 0; i < NDT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0;
+
+    for (int qt = qt0; qt < nqt; qt++) {
+        const int cur = (qt - qt0) & 1;
+        if (qt + 1 < nqt) {
+            int nb = cur ^ 1;
+            load_tile<AB_BQ, D, AB_NT>(sQ + nb * AB_BQ * DP, qg + (size_t)(qt + 1) * AB_BQ * ldqkv,
+                                       ldqkv, tid);
+            load_tile<AB_BQ, D, AB_NT>(sO + nb * AB_BQ * DP, og + (size_t)(qt + 1) * AB_BQ * ldo,
+                                       ldo, tid);
+            load_vec<AB_BQ, AB_NT>(sL + nb * AB_BQ, lg + (qt + 1) * AB_BQ, tid);
+            load_vec<AB_BQ, AB_NT>(sD + nb * AB_BQ, dg + (qt + 1) * AB_BQ, tid);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const int q0 = qt * AB_BQ;
+        if (kw <= q0 + AB_BQ - 1) {
+            const bf16 *cQ = sQ + cur * AB_BQ * DP, *cO = sO + cur * AB_BQ * DP;
+            const float *cL = sL + cur * AB_BQ, *cD = sD + cur * AB_BQ;
+            float s[NST][4];
+#pragma unroll
+            for (int i = 0; i < NST; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
+#pragma unroll
+            for (int ks = 0; ks < NKT; ks++) {
+                uint32_t a[4];
+                ldsm4(a, a_addr<DP>(sK, warp * 16, ks, lane));
+#pragma unroll
+                for (int nt = 0; nt < NST; nt += 2) {
+                    uint32_t r[4];
+                    ldsm4(r, bn_addr<DP>(cQ, nt, ks, lane));
+                    mma16816(s[nt], a, r[0], r[1]);
+                    mma16816(s[nt + 1], a, r[2], r[3]);
+                }
+            }
+            const bool diag = kw + 15 > q0;
+            /* P^T (keys x queries), packed to bf16 A fragments */
+            uint32_t pf[AB_BQ / 16][4];
+#pragma unroll
+            for (int nt = 0; nt < NST; nt++) {
+                float p[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qi = nt * 8 + 2 * t4 + (e & 1);
+                    float x = exp2f(s[nt][e] * scale_log2 - cL[qi] * LOG2E);
+                    if (diag && kw + g + (e >> 1) * 8 > q0 + qi) x = 0.0f;
+                    p[e] = x;
+                }
+                pf[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(p[0], p[1]);
+                pf[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(p[2], p[3]);
+            }
+            /* dV += P^T dO */
+#pragma unroll
+            for (int kk = 0; kk < AB_BQ / 16; kk++)
+#pragma unroll
+                for (int dt = 0; dt < NDT; dt += 2) {
+                    uint32_t r[4];
+                    ldsm4t(r, bt_addr<DP>(cO, kk, dt, lane));
+                    mma16816(dva[dt], pf[kk], r[0], r[1]);
+                    mma16816(dva[dt + 1], pf[kk], r[2], r[3]);
+                }
+            /* dP^T = V dO^T */
+#pragma unroll
+            for (int i = 0; i < NST; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
+#pragma unroll
+            for (int ks = 0; ks < NKT; ks++) {
+                uint32_t a[4];
+                ldsm4(a, a_addr<DP>(sV, warp * 16, ks, lane));
+#pragma unroll
+                for (int nt = 0; nt < NST; nt += 2) {
+                    uint32_t r[4];
+                    ldsm4(r, bn_addr<DP>(cO, nt, ks, lane));
+                    mma16816(s[nt], a, r[0], r[1]);
+                    mma16816(s[nt + 1], a, r[2], r[3]);
+                }
+            }
+            /* dS^T = P^T * (dP^T - D), packed (reuses pf) */
+#pragma unroll
+            for (int nt = 0; nt < NST; nt++) {
+                float2 p01 = unpack_bf16(pf[nt >> 1][(nt & 1) * 2 + 0]);
+                float2 p23 = unpack_bf16(pf[nt >> 1][(nt & 1) * 2 + 1]);
+                int qi = nt * 8 + 2 * t4;
+                float d0 = cD[qi], d1 = cD[qi + 1];
+                pf[nt >> 1][(nt & 1) * 2 + 0] =
+                    pack_bf16(p01.x * (s[nt][0] - d0), p01.y * (s[nt][1] - d1));
+                pf[nt >> 1][(nt & 1) * 2 + 1] =
+                    pack_bf16(p23.x * (s[nt][2] - d0), p23.y * (s[nt][3] - d1));
+            }
+            /* dK += dS^T Q */
+#pragma unroll
+            for (int kk = 0; kk < AB_BQ / 16; kk++)
+#pragma unroll
+                for (int dt = 0; dt < NDT; dt += 2) {
+                    uint32_t r[4];
+                    ldsm4t(r, bt_addr<DP>(cQ, kk, dt, lane));
+                    mma16816(dka[dt], pf[kk], r[0], r[1]);
+                    mma16816(dka[dt + 1], pf[kk], r[2], r[3]);
+                }
+        }
+        __syncthreads();
+    }
+    const size_t r0 = tok0 + kw + g, r1 = r0 + 8;
+#pragma unroll
+    for (int dt = 0; dt < NDT; dt++) {
+        int c = hd * D + dt * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t *>(dk + r0 * ldqkv + c) =
+            pack_bf16(dka[dt][0] * scale, dka[dt][1] * scale);
+        *reinterpret_cast<uint32_t *>(dk + r1 * ldqkv + c) =
+            pack_bf16(dka[dt][2] * scale, dka[dt][3] * scale);
+        *reinterpret_cast<uint32_t *>(dv + r0 * ldqkv + c) = pack_bf16(dva[dt][0], dva[dt][1]);
+        *reinterpret_cast<uint32_t *>(dv + r1 * ldqkv + c) = pack_bf16(dva[dt][2], dva[dt][3]);
+    }
+}
+
+/* ---- backward, dq: CTA = 64 queries, 4 warps of 16 rows; key tiles of 64 up to the
+ * diagonal, double-buffered; heaviest first. ---- */
+template <int D>
+__global__ void __launch_bounds__(AB_NT, 1)
+attn_bwd_dq_k(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
+              const float *lse, const float *dvec, int ldqkv, int ldo, int H, int S,
+              float scale_log2, float scale)
+{
+    constexpr int DP = D + 8, NKT = D / 16, NDT = D / 8, NST = AB_BK / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw);
+    bf16 *sO = sQ + AB_BQ * DP;
+    bf16 *sK = sO + AB_BQ * DP;              /* 2 buffers */
+    bf16 *sV = sK + 2 * AB_BK * DP;          /* 2 buffers */
+    const int nq = S / AB_BQ, qt = nq - 1 - (int)blockIdx.x, bh = blockIdx.y;
+    const int b = bh / H, hd = bh % H;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int q0 = qt * AB_BQ, roww = q0 + warp * 16;
+    const size_t tok0 = (size_t)b * S;
+    const bf16 *kg = k + tok0 * ldqkv + hd * D, *vg = v + tok0 * ldqkv + hd * D;
+    const int nkt = (q0 + AB_BQ) / AB_BK;
+
+    load_tile<AB_BQ, D, AB_NT>(sQ, q + (tok0 + q0) * ldqkv + hd * D, ldqkv, tid);
+    load_tile<AB_BQ, D, AB_NT>(sO, dout + (tok0 + q0) * ldo + hd * D, ldo, tid);
+    load_tile<AB_BK, D, AB_NT>(sK, kg, ldqkv, tid);
+    load_tile<AB_BK, D, AB_NT>(sV, vg, ldqkv, tid);
+    cp_commit();
+
+    float lr[2], dr[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        lr[i] = lse[(size_t)bh * S + roww + g + i * 8] * LOG2E;
+        dr[i] = dvec[(size_t)bh * S + roww + g + i * 8];
+    }
+    float dqa[NDT][4];
+#pragma unroll
+    for (int i = 0; i < NDT; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0;
+
+    for (int j = 0; j < nkt; j++) {
+        if (j + 1 < nkt) {
+            int nb = (j + 1) & 1;
+            load_tile<AB_BK, D, AB_NT>(sK + nb * AB_BK * DP, kg + (size_t)(j + 1) * AB_BK * ldqkv,
+                                       ldqkv, tid);
+            load_tile<AB_BK, D, AB_NT>(sV + nb * AB_BK * DP, vg + (size_t)(j + 1) * AB_BK * ldqkv,
+                                       ldqkv, tid);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const int k0 = j * AB_BK;
+        if (k0 <= roww + 15) {
+            const bf16 *cK = sK + (j & 1) * AB_BK * DP, *cV = sV + (j & 1) * AB_BK * DP;
+            float s[NST][4], dp[NST][4];
+#pragma unroll
+            for (int i = 0; i < NST; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0;
+#pragma unroll
+            for (int ks = 0; ks < NKT; ks++) {
+                uint32_t a[4], c[4];
+                ldsm4(a, a_addr<DP>(sQ, warp * 16, ks, lane));
+                ldsm4(c, a_addr<DP>(sO, warp * 16, ks, lane));
+#pragma unroll
+                for (int nt = 0; nt < NST; nt += 2) {
+                    uint32_t r[4];
+                    ldsm4(r, bn_addr<DP>(cK, nt, ks, lane));
+                    mma16816(s[nt], a, r[0], r[1]);
+                    mma16816(s[nt + 1], a, r[2], r[3]);
+                    ldsm4(r, bn_addr<DP>(cV, nt, ks, lane));
+                    mma16816(dp[nt], c, r[0], r[1]);
+                    mma16816(dp[nt + 1], c, r[2], r[3]);
+                }
+            }
+            const bool diag = k0 + AB_BK - 1 > roww;
+            uint32_t df[AB_BK / 16][4];
+#pragma unroll
+            for (int nt = 0; nt < NST; nt++) {
+                float d[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int i = e >> 1;
+                    float p = exp2f(s[nt][e] * scale_log2 - lr[i]);
+                    if (diag && k0 + nt * 8 + 2 * t4 + (e & 1) > roww + g + i * 8) p = 0.0f;
+                    d[e] = p * (dp[nt][e] - dr[i]);
+                }
+                df[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(d[0], d[1]);
+                df[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(d[2], d[3]);
+            }
+#pragma unroll
+            for (int kk = 0; kk < AB_BK / 16; kk++)
+#pragma unroll
+                for (int dt = 0; dt < NDT; dt += 2) {
+                    uint32_t r[4];
+                    ldsm4t(r, bt_addr<DP>(cK, kk, dt, lane));
+                    mma16816(dqa[dt], df[kk], r[0], r[1]);
+                    mma16816(dqa[dt + 1], df[kk], r[2], r[3]);
+                }
+        }
+        __syncthreads();
+    }
+    const size_t r0 = tok0 + roww + g, r1 = r0 + 8;
+#pragma unroll
+    for (int dt = 0; dt < NDT; dt++) {
+        int c = hd * D + dt * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t *>(dq + r0 * ldqkv + c) =
+            pack_bf16(dqa[dt][0] * scale, dqa[dt][1] * scale);
+        *reinterpret_cast<uint32_t *>(dq + r1 * ldqkv + c) =
+            pack_bf16(dqa[dt][2] * scale, dqa[dt][3] * scale);
+    }
+}
+
+template <int D> static size_t fwd_smem(void) { return (size_t)(AF_BR + 4 * AF_BC) * (D + 8) * 2; }
+template <int D> static size_t dkv_smem(void)
+{
+    return (size_t)(2 * AB_BK + 4 * AB_BQ) * (D + 8) * 2 + 4 * AB_BQ * sizeof(float);
+}
+template <int D> static size_t dq_smem(void) { return (size_t)(2 * AB_BQ + 4 * AB_BK) * (D + 8) * 2; }
+
+template <int D> static rt_status attn_setup_d(void)
+{
+    RT_CHECK(cudaFuncSetAttribute(attn_fwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)fwd_smem<D>()));
+    RT_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)dkv_smem<D>()));
+    RT_CHECK(cudaFuncSetAttribute(attn_bwd_dq_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)dq_smem<D>()));
+    return RT_OK;
+}
+
+static rt_status attn_setup(void)
+{
+    RT_TRY(attn_setup_d<64>());
+    return attn_setup_d<128>();
+}
+
+static rt_status attn_check(const char *what, const void *const *p, int np, size_t ld_qkv,
+                            size_t ld_o, size_t S, size_t D)
+{
+    if (D != 64 && D != 128) return invalid(what, "head dim must be 64 or 128");
+    if (!S || S % AF_BR) return invalid(what, "sequence length must be a multiple of 128");
+    if (ld_qkv % 8 || ld_o % 8) return invalid(what, "row strides must be multiples of 8");
+    for (int i = 0; i < np; i++)
+        if (!p[i] || !al16(p[i])) return invalid(what, "tensors must be 16-byte aligned");
+    return RT_OK;
+}
+
+rt_status kn_attn_fwd(kn_ctx *k, kn_bf16 *o, float *lse, const kn_bf16 *q, const kn_bf16 *kk,
+                      const kn_bf16 *v, size_t ld_qkv, size_t ld_o, size_t B, size_t H,
+                      size_t S, size_t D)
+{
+    const void *p[5] = {o, lse, q, kk, v};
+    RT_TRY(attn_check("kn_attn_fwd", p, 5, ld_qkv, ld_o, S, D));
+    dim3 grid((unsigned)(S / AF_BR), (unsigned)(B * H));
+    float sl2 = LOG2E / sqrtf((float)D);
+    if (D == 64)
+        attn_fwd_k<64><<<grid, AF_NT, fwd_smem<64>(), k->s>>>(
+            (bf16 *)o, lse, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v, (int)ld_qkv,
+            (int)ld_o, (int)H, (int)S, sl2);
+    else
+        attn_fwd_k<128><<<grid, AF_NT, fwd_smem<128>(), k->s>>>(
+            (bf16 *)o, lse, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v, (int)ld_qkv,
+            (int)ld_o, (int)H, (int)S, sl2);
+    return launched("attn_fwd_k");
+}
+
+rt_status kn_attn_bwd(kn_ctx *k, kn_bf16 *dq, kn_bf16 *dk, kn_bf16 *dv, const kn_bf16 *dout,
+                      const kn_bf16 *q, const kn_bf16 *kk, const kn_bf16 *v, const kn_bf16 *o,
+                      const float *lse, size_t ld_qkv, size_t ld_o, size_t B, size_t H,
+                      size_t S, size_t D)
+{
+    const void *p[9] = {dq, dk, dv, dout, q, kk, v, o, lse};
+    RT_TRY(attn_check("kn_attn_bwd", p, 9, ld_qkv, ld_o, S, D));
+    size_t rows = B * S * H;
+    RT_TRY(scratch(k, rows));
+    float *dvec = k->scratch;
+    float sl2 = LOG2E / sqrtf((float)D), sc = 1.0f / sqrtf((float)D);
+    unsigned gr = (unsigned)((rows + 255) / 256);
+    dim3 gkv((unsigned)(S / AB_BK), (unsigned)(B * H)), gq((unsigned)(S / AB_BQ), (unsigned)(B * H));
+    if (D == 64) {
+        attn_dvec_k<64><<<gr, 256, 0, k->s>>>(dvec, (const bf16 *)dout, (const bf16 *)o,
+                                              (int)ld_o, (int)H, (int)S, rows);
+        RT_TRY(launched("attn_dvec_k"));
+        attn_bwd_dkv_k<64><<<gkv, AB_NT, dkv_smem<64>(), k->s>>>(
+            (bf16 *)dk, (bf16 *)dv, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v,
+            (const bf16 *)dout, lse, dvec, (int)ld_qkv, (int)ld_o, (int)H, (int)S, sl2, sc);
+        RT_TRY(launched("attn_bwd_dkv_k"));
+        attn_bwd_dq_k<64><<<gq, AB_NT, dq_smem<64>(), k->s>>>(
+            (bf16 *)dq, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v, (const bf16 *)dout,
+            lse, dvec, (int)ld_qkv, (int)ld_o, (int)H, (int)S, sl2, sc);
+    } else {
+        attn_dvec_k<128><<<gr, 256, 0, k->s>>>(dvec, (const bf16 *)dout, (const bf16 *)o,
+                                               (int)ld_o, (int)H, (int)S, rows);
+        RT_TRY(launched("attn_dvec_k"));
+        attn_bwd_dkv_k<128><<<gkv, AB_NT, dkv_smem<128>(), k->s>>>(
+            (bf16 *)dk, (bf16 *)dv, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v,
+            (const bf16 *)dout, lse, dvec, (int)ld_qkv, (int)ld_o, (int)H, (int)S, sl2, sc);
+        RT_TRY(launched("attn_bwd_dkv_k"));
+        attn_bwd_dq_k<128><<<gq, AB_NT, dq_smem<128>(), k->s>>>(
+            (bf16 *)dq, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v, (const bf16 *)dout,
+            lse, dvec, (int)ld_qkv, (int)ld_o, (int)H, (int)S, sl2, sc);
+    }
+    return launched("attn_bwd_dq_k");
+}

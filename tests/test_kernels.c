@@ -1,0 +1,606 @@
+/* test_kernels.c — the runtime's transformer kernels (runtime/kernels.h) against their CPU
+ * references (runtime/kernels_ref.h) on small shapes, and the GPT model (runtime/model_rt.h):
+ * keep-all and full-recompute steps give the same loss and gradients bit for bit, the same
+ * model built twice gives the same bits, and the loss falls over 50 steps on the seeded
+ * token stream (the curve is printed); a generated trace's schedule (keep-all and full
+ * recompute) runs through the op dispatcher with real kernels and gives the same losses bit
+ * for bit under both plans. Every check draws fresh random inputs (two seeds per
+ * kernel), poisons the outputs with NaN first, and measures ||out - ref|| / ||ref||; a NaN
+ * never passes. Without a GPU it prints "1..0 # SKIP" and exits 0. */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/lower.h"
+#include "planners/policy.h"
+#include "runtime/kernels.h"
+#include "runtime/kernels_ref.h"
+#include "runtime/model_rt.h"
+#include "runtime/rt_backend.h"
+#include "tests/tap.h"
+#include "traces/gen.h"
+#include "traces/machine.h"
+#include "traces/models.h"
+
+/* bf16 outputs from bf16 operands with fp32 accumulation land at 2e-3..5e-3 */
+#define TOL_BF16 1e-2
+/* fp32 outputs (sums, statistics, gradients in fp32) */
+#define TOL_F32 1e-4
+
+static kn_ctx *K;
+
+/* ---- host/device helpers (abort the check, not the program, on a CUDA error) ---- */
+
+static int cuda_ok = 1;
+
+static void *dmalloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) {
+        cuda_ok = 0;
+        return NULL;
+    }
+    cudaMemset(p, 0xff, bytes ? bytes : 16);   /* NaN in bf16 and fp32 */
+    return p;
+}
+
+static float *hrand(size_t n, uint64_t seed, float scale)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; h && i < n; i++) h[i] = kref_uniform(seed, i) * scale;
+    if (h) kref_round_bf16(h, n);
+    return h;
+}
+
+static kn_bf16 *up_bf16(const float *h, size_t n)
+{
+    kn_bf16 *d = dmalloc(n * 2);
+    uint16_t *b = malloc((n ? n : 1) * 2);
+    for (size_t i = 0; b && i < n; i++) b[i] = kref_f2bf(h[i]);
+    if (d && b && cudaMemcpy(d, b, n * 2, cudaMemcpyHostToDevice) != cudaSuccess) cuda_ok = 0;
+    free(b);
+    return d;
+}
+
+static float *up_f32(const float *h, size_t n)
+{
+    float *d = dmalloc(n * 4);
+    if (d && cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice) != cudaSuccess) cuda_ok = 0;
+    return d;
+}
+
+static void *up_raw(const void *h, size_t bytes)
+{
+    void *d = dmalloc(bytes);
+    if (d && cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) cuda_ok = 0;
+    return d;
+}
+
+static float *down_bf16(const kn_bf16 *d, size_t n)
+{
+    uint16_t *b = malloc((n ? n : 1) * 2);
+    float *h = malloc((n ? n : 1) * 4);
+    if (!b || !h || cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(b, d, n * 2, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        cuda_ok = 0;
+        for (size_t i = 0; h && i < n; i++) h[i] = NAN;
+    } else {
+        for (size_t i = 0; i < n; i++) h[i] = kref_bf2f(b[i]);
+    }
+    free(b);
+    return h;
+}
+
+static float *down_f32(const float *d, size_t n)
+{
+    float *h = malloc((n ? n : 1) * 4);
+    if (!h || cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        cuda_ok = 0;
+        for (size_t i = 0; h && i < n; i++) h[i] = NAN;
+    }
+    return h;
+}
+
+/* One comparison as a TAP line. */
+static void check(const char *what, const float *out, const float *ref, size_t n, double tol)
+{
+    double e = kref_rel_err(out, ref, n);
+    TAP_OK(e <= tol, "%s: rel err %.2e (<= %.0e)", what, e, tol);
+    if (e <= tol) return;
+    size_t worst = 0, bad = 0, first = n;
+    double wd = -1;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)out[i] - ref[i]);
+        if (!isfinite(out[i])) d = INFINITY;
+        if (d > 1e-2 * (fabs(ref[i]) + 1e-2)) {
+            bad++;
+            if (first == n) first = i;
+        }
+        if (d > wd) {
+            wd = d;
+            worst = i;
+        }
+    }
+    TAP_NOTE("  %zu of %zu elements off; first at %zu (out %g, ref %g); worst at %zu (out %g, "
+             "ref %g)", bad, n, first, first < n ? out[first] : 0.0, first < n ? ref[first] : 0.0,
+             worst, out[worst], ref[worst]);
+}
+
+static void check_st(rt_status st, const char *what)
+{
+    if (st != RT_OK) TAP_OK(0, "%s: %s", what, rt_last_error());
+}
+
+/* ---- kernels ---- */
+
+static void t_embed(uint64_t seed)
+{
+    size_t T = 300, h = 136, V = 97;
+    int32_t tok[300];
+    for (size_t t = 0; t < T; t++) tok[t] = (int32_t)(((kref_uniform(seed, t) + 1) / 2) * V) % (int)V;
+    tok[7] = tok[8] = tok[9] = 5;   /* repeats */
+    float *wte = hrand(V * h, seed + 1, 1), *dout = hrand(T * h, seed + 2, 1);
+    float *g0 = hrand(V * h, seed + 3, 1);   /* fp32 gradient to accumulate into */
+    kn_bf16 *dw = up_bf16(wte, V * h), *dd = up_bf16(dout, T * h), *dy = dmalloc(T * h * 2);
+    int32_t *dt = up_raw(tok, sizeof tok);
+    float *dg = up_f32(g0, V * h);
+    check_st(kn_embed_fwd(K, dy, dt, dw, T, h), "embed_fwd");
+    check_st(kn_embed_bwd(K, dg, dt, dd, T, h), "embed_bwd");
+    float *o = down_bf16(dy, T * h), *og = down_f32(dg, V * h), *r = malloc(T * h * 4);
+    kref_embed_fwd(r, tok, wte, T, h);
+    check("embedding forward", o, r, T * h, 0);
+    kref_embed_bwd(g0, tok, dout, T, h);
+    check("embedding backward (scatter-add into fp32)", og, g0, V * h, 1e-6);
+    free(wte); free(dout); free(g0); free(o); free(og); free(r);
+    cudaFree(dw); cudaFree(dd); cudaFree(dy); cudaFree(dt); cudaFree(dg);
+}
+
+static void t_ln(uint64_t seed)
+{
+    size_t T = 77, h = 264;
+    float *x = hrand(T * h, seed, 2), *g = hrand(h, seed + 1, 1), *b = hrand(h, seed + 2, 1);
+    float *dy = hrand(T * h, seed + 3, 1), *dres = hrand(T * h, seed + 4, 1);
+    for (size_t i = 0; i < T * h; i++) x[i] = kref_bf2f(kref_f2bf(x[i] + 0.5f));   /* mean != 0 */
+    float *dg0 = hrand(h, seed + 5, 1), *db0 = hrand(h, seed + 6, 1);
+    kn_bf16 *dx_ = up_bf16(x, T * h), *dg_ = up_bf16(g, h), *db_ = up_bf16(b, h);
+    kn_bf16 *ddy = up_bf16(dy, T * h), *ddr = up_bf16(dres, T * h);
+    kn_bf16 *dyo = dmalloc(T * h * 2), *ddx = dmalloc(T * h * 2);
+    float *mu = dmalloc(T * 4), *rs = dmalloc(T * 4), *gg = up_f32(dg0, h), *gb = up_f32(db0, h);
+    check_st(kn_ln_fwd(K, dyo, mu, rs, dx_, dg_, db_, T, h, 1e-5f), "ln_fwd");
+    check_st(kn_ln_bwd(K, ddx, gg, gb, ddy, dx_, dg_, mu, rs, ddr, T, h), "ln_bwd");
+    float *y = down_bf16(dyo, T * h), *hm = down_f32(mu, T), *hr = down_f32(rs, T);
+    float *dx = down_bf16(ddx, T * h), *hg = down_f32(gg, h), *hb = down_f32(gb, h);
+    float *ry = malloc(T * h * 4), *rm = malloc(T * 4), *rr = malloc(T * 4), *rdx = malloc(T * h * 4);
+    kref_ln_fwd(ry, rm, rr, x, g, b, T, h, 1e-5f);
+    kref_ln_bwd(rdx, dg0, db0, dy, x, g, dres, T, h, 1e-5f);
+    check("layer norm forward y", y, ry, T * h, TOL_BF16);
+    check("layer norm forward mean", hm, rm, T, 1e-5);
+    check("layer norm forward rstd", hr, rr, T, 1e-5);
+    check("layer norm backward dx (+ residual)", dx, rdx, T * h, TOL_BF16);
+    check("layer norm backward dgamma (fp32, accumulated)", hg, dg0, h, TOL_F32);
+    check("layer norm backward dbeta (fp32, accumulated)", hb, db0, h, TOL_F32);
+    free(x); free(g); free(b); free(dy); free(dres); free(dg0); free(db0);
+    free(y); free(hm); free(hr); free(dx); free(hg); free(hb); free(ry); free(rm); free(rr); free(rdx);
+    cudaFree(dx_); cudaFree(dg_); cudaFree(db_); cudaFree(ddy); cudaFree(ddr); cudaFree(dyo);
+    cudaFree(ddx); cudaFree(mu); cudaFree(rs); cudaFree(gg); cudaFree(gb);
+}
+
+static void t_gemm(uint64_t seed)
+{
+    size_t M = 192, N = 136, Kd = 328;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            size_t lda = ta ? M + 8 : Kd + 16, ldb = tb ? Kd + 8 : N + 8, ldc = N + 24;
+            size_t na = (ta ? Kd : M) * lda, nb = (tb ? N : Kd) * ldb, nc = M * ldc;
+            float *A = hrand(na, seed + 10 * ta + tb, 1), *B = hrand(nb, seed + 20 + ta + tb, 1);
+            float *C0 = hrand(nc, seed + 30, 1), *R = malloc(nc * 4);
+            kn_bf16 *dA = up_bf16(A, na), *dB = up_bf16(B, nb), *dC = dmalloc(nc * 2);
+            float *dC32 = up_f32(C0, nc);
+            check_st(kn_gemm(K, ta, tb, M, N, Kd, dA, lda, dB, ldb, 0, dC, ldc, 0), "gemm");
+            check_st(kn_gemm(K, ta, tb, M, N, Kd, dA, lda, dB, ldb, 1, dC32, ldc, 1), "gemm32");
+            float *o = down_bf16(dC, nc), *o32 = down_f32(dC32, nc);
+            /* compare only the M x N window (the rest of each row is padding) */
+            float *ow = malloc(M * N * 4), *rw = malloc(M * N * 4);
+            memcpy(R, C0, nc * 4);
+            kref_gemm(ta, tb, M, N, Kd, A, lda, B, ldb, 0, R, ldc);
+            for (size_t i = 0; i < M; i++)
+                for (size_t j = 0; j < N; j++) {
+                    ow[i * N + j] = o[i * ldc + j];
+                    rw[i * N + j] = R[i * ldc + j];
+                }
+            char what[96];
+            snprintf(what, sizeof what, "GEMM %s%s bf16 out (M %zu N %zu K %zu, strided)",
+                     ta ? "A^T" : "A", tb ? "B^T" : "B", M, N, Kd);
+            check(what, ow, rw, M * N, TOL_BF16);
+            memcpy(R, C0, nc * 4);
+            kref_gemm(ta, tb, M, N, Kd, A, lda, B, ldb, 1, R, ldc);
+            for (size_t i = 0; i < M; i++)
+                for (size_t j = 0; j < N; j++) {
+                    ow[i * N + j] = o32[i * ldc + j];
+                    rw[i * N + j] = R[i * ldc + j];
+                }
+            snprintf(what, sizeof what, "GEMM %s%s fp32 out, beta 1 (gradient accumulation)",
+                     ta ? "A^T" : "A", tb ? "B^T" : "B");
+            check(what, ow, rw, M * N, TOL_F32);
+            free(A); free(B); free(C0); free(R); free(o); free(o32); free(ow); free(rw);
+            cudaFree(dA); cudaFree(dB); cudaFree(dC); cudaFree(dC32);
+        }
+}
+
+static void t_elem(uint64_t seed)
+{
+    size_t T = 65, n = 200, ld = 216;
+    float *x = hrand(T * n, seed, 3), *y = hrand(T * n, seed + 1, 1), *b = hrand(n, seed + 2, 1);
+    float *xl = hrand(T * ld, seed + 3, 1);
+    kn_bf16 *dx = up_bf16(x, T * n), *dy = up_bf16(y, T * n), *db = up_bf16(b, n);
+    kn_bf16 *dxl = up_bf16(xl, T * ld), *o1 = dmalloc(T * n * 2), *o2 = dmalloc(T * n * 2);
+    kn_bf16 *o3 = dmalloc(T * n * 2);
+    float *cs0 = hrand(n, seed + 4, 1), *dcs = up_f32(cs0, n);
+    check_st(kn_add(K, o1, dx, dy, db, T, n), "add");
+    check_st(kn_gelu_fwd(K, o2, dx, db, T, n), "gelu_fwd");
+    check_st(kn_gelu_bwd(K, o3, dy, dx, db, T, n), "gelu_bwd");
+    check_st(kn_bias_add(K, dxl, db, T, n, ld), "bias_add");
+    check_st(kn_colsum(K, dcs, dy, T, n), "colsum");
+    float *h1 = down_bf16(o1, T * n), *h2 = down_bf16(o2, T * n), *h3 = down_bf16(o3, T * n);
+    float *h4 = down_bf16(dxl, T * ld), *h5 = down_f32(dcs, n), *r = malloc(T * ld * 4);
+    kref_add(r, x, y, b, T, n);
+    check("residual add with bias", h1, r, T * n, TOL_BF16);
+    kref_gelu_fwd(r, x, b, T, n);
+    check("GeLU forward (bias fused)", h2, r, T * n, TOL_BF16);
+    kref_gelu_bwd(r, y, x, b, T, n);
+    check("GeLU backward", h3, r, T * n, TOL_BF16);
+    memcpy(r, xl, T * ld * 4);
+    kref_bias_add(r, b, T, n, ld);
+    check("bias add on strided rows (pad columns untouched)", h4, r, T * ld, TOL_BF16);
+    kref_colsum(cs0, y, T, n);
+    check("column sum (bias gradient, fp32 accumulated)", h5, cs0, n, TOL_F32);
+    free(x); free(y); free(b); free(xl); free(cs0); free(h1); free(h2); free(h3); free(h4);
+    free(h5); free(r);
+    cudaFree(dx); cudaFree(dy); cudaFree(db); cudaFree(dxl); cudaFree(o1); cudaFree(o2);
+    cudaFree(o3); cudaFree(dcs);
+}
+
+/* Attention over B sequences of S tokens, H heads of D; packed = q, k, v as the column
+ * blocks of one [T, 3 H D] matrix (the model's layout), else three [T, H D] tensors. */
+static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int packed)
+{
+    size_t T = B * S, w = H * D, ld = packed ? 3 * w : w, n = T * ld;
+    float *q = hrand(n, seed, 1), *k = hrand(n, seed + 1, 1), *v = hrand(n, seed + 2, 1);
+    float *dout = hrand(T * w, seed + 3, 1);
+    const float *hq = q, *hk = packed ? q + w : k, *hv = packed ? q + 2 * w : v;
+    if (packed) {   /* one matrix: k and v are its column blocks */
+        for (size_t t = 0; t < T; t++)
+            for (size_t c = 0; c < w; c++) {
+                q[t * ld + w + c] = k[t * ld + c];
+                q[t * ld + 2 * w + c] = v[t * ld + c];
+            }
+    }
+    kn_bf16 *dq = up_bf16(q, n), *dk = packed ? dq + w : up_bf16(k, n);
+    kn_bf16 *dv = packed ? dq + 2 * w : up_bf16(v, n), *ddo = up_bf16(dout, T * w);
+    kn_bf16 *dO = dmalloc(T * w * 2);
+    kn_bf16 *gq = dmalloc(n * 2), *gk = packed ? gq + w : dmalloc(n * 2);
+    kn_bf16 *gv = packed ? gq + 2 * w : dmalloc(n * 2);
+    float *dl = dmalloc(B * H * S * 4);
+    check_st(kn_attn_fwd(K, dO, dl, dq, dk, dv, ld, w, B, H, S, D), "attn_fwd");
+    check_st(kn_attn_bwd(K, gq, gk, gv, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S, D), "attn_bwd");
+    float *o = down_bf16(dO, T * w), *l = down_f32(dl, B * H * S);
+    float *ro = malloc(T * w * 4), *rl = malloc(B * H * S * 4);
+    kref_attn_fwd(ro, rl, hq, hk, hv, ld, w, B, H, S, D);
+    char what[128];
+    snprintf(what, sizeof what, "attention forward out (B %zu H %zu S %zu D %zu, %s)", B, H, S,
+             D, packed ? "packed qkv" : "separate q k v");
+    check(what, o, ro, T * w, TOL_BF16);
+    snprintf(what, sizeof what, "attention forward log-sum-exp (D %zu)", D);
+    check(what, l, rl, B * H * S, TOL_F32);
+    float *rq = malloc(n * 4), *rk = malloc(n * 4), *rv = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) rq[i] = rk[i] = rv[i] = 0;
+    kref_attn_bwd(rq, rk, rv, dout, hq, hk, hv, ld, w, B, H, S, D);
+    const char *nm[3] = {"dq", "dk", "dv"};
+    kn_bf16 *gg[3] = {gq, gk, gv};
+    float *rr[3] = {rq, rk, rv};
+    float *x = malloc(T * w * 4), *y = malloc(T * w * 4);
+    for (int j = 0; j < 3; j++) {
+        /* this gradient's columns: at block j of the packed matrix, or its own tensor; the
+         * reference wrote each gradient at column 0 of its own array */
+        float *hg = down_bf16(packed ? gq : gg[j], n);
+        size_t c0 = packed ? (size_t)j * w : 0;
+        for (size_t t = 0; t < T; t++)
+            for (size_t c = 0; c < w; c++) {
+                x[t * w + c] = hg[t * ld + c0 + c];
+                y[t * w + c] = rr[j][t * ld + c];
+            }
+        snprintf(what, sizeof what, "attention backward %s (D %zu, %s)", nm[j], D,
+                 packed ? "packed" : "separate");
+        check(what, x, y, T * w, TOL_BF16);
+        free(hg);
+    }
+    free(q); free(k); free(v); free(dout); free(o); free(l); free(ro); free(rl);
+    free(rq); free(rk); free(rv); free(x); free(y);
+    cudaFree(dq); cudaFree(ddo); cudaFree(dO); cudaFree(gq); cudaFree(dl);
+    if (!packed) {
+        cudaFree(dk); cudaFree(dv); cudaFree(gk); cudaFree(gv);
+    }
+}
+
+static void t_ce(uint64_t seed)
+{
+    size_t T = 70, V = 1000, ldl = 1024;
+    float *z = hrand(T * ldl, seed, 4);
+    int32_t lab[70];
+    for (size_t t = 0; t < T; t++) lab[t] = (int32_t)(((kref_uniform(seed + 1, t) + 1) / 2) * V) % (int)V;
+    lab[3] = -1;
+    lab[T - 1] = (int32_t)V - 1;
+    kn_bf16 *dz = up_bf16(z, T * ldl), *dd = dmalloc(T * ldl * 2);
+    int32_t *dlab = up_raw(lab, sizeof lab);
+    float *dloss = dmalloc(T * 4), *dlse = dmalloc(T * 4), *dsum = dmalloc(4);
+    check_st(kn_ce_fwd(K, dloss, dlse, dz, ldl, dlab, T, V), "ce_fwd");
+    check_st(kn_sum(K, dsum, dloss, T), "sum");
+    check_st(kn_ce_bwd(K, dd, dz, ldl, dlse, dlab, T, V, 1.0f / 69), "ce_bwd");
+    float *hl = down_f32(dloss, T), *hs = down_f32(dsum, 1), *hd = down_bf16(dd, T * ldl);
+    float *rl = malloc(T * 4), *rd = malloc(T * ldl * 4);
+    kref_ce_fwd(rl, NULL, z, ldl, lab, T, V);
+    check("cross-entropy forward per-token loss (vocab 1000 in rows of 1024)", hl, rl, T, TOL_F32);
+    double s = 0;
+    for (size_t t = 0; t < T; t++) s += rl[t];
+    float fs = (float)s;
+    check("loss sum (one block, fixed order)", hs, &fs, 1, 1e-5);
+    kref_ce_bwd(rd, z, ldl, lab, T, V, 1.0f / 69);
+    check("cross-entropy backward dlogits", hd, rd, T * ldl, TOL_BF16);
+    int pads = 1;
+    for (size_t t = 0; t < T; t++)
+        for (size_t v = V; v < ldl; v++) pads &= hd[t * ldl + v] == 0.0f;
+    for (size_t v = 0; v < ldl; v++) pads &= hd[3 * ldl + v] == 0.0f;
+    TAP_OK(pads, "cross-entropy backward: padding columns and ignored rows are exactly 0");
+    /* in place, as the model runs it */
+    check_st(kn_ce_bwd(K, dz, dz, ldl, dlse, dlab, T, V, 1.0f / 69), "ce_bwd in place");
+    float *hi = down_bf16(dz, T * ldl);
+    TAP_OK(!memcmp(hi, hd, T * ldl * 4), "cross-entropy backward in place == out of place");
+    free(z); free(hl); free(hs); free(hd); free(rl); free(rd); free(hi);
+    cudaFree(dz); cudaFree(dd); cudaFree(dlab); cudaFree(dloss); cudaFree(dlse); cudaFree(dsum);
+}
+
+static void t_adamw(uint64_t seed)
+{
+    size_t n = 10000;
+    float *w = hrand(n, seed, 1), *g = hrand(n, seed + 1, 0.1f);
+    float *m = hrand(n, seed + 2, 0.01f), *v = hrand(n, seed + 3, 0.01f);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *dw = up_f32(w, n), *dg = up_f32(g, n), *dm = up_f32(m, n), *dv = up_f32(v, n);
+    kn_bf16 *dp = dmalloc(n * 2);
+    kn_adamw_cfg c;
+    kn_adamw_default(&c);
+    c.step = 3;
+    c.lr = 1e-2f;
+    check_st(kn_adamw(K, dp, dw, dm, dv, dg, n, &c), "adamw");
+    float *hw = down_f32(dw, n), *hm = down_f32(dm, n), *hv = down_f32(dv, n);
+    float *hp = down_bf16(dp, n);
+    /* host optimizer on copies, and the double reference */
+    float *w2 = malloc(n * 4), *m2 = malloc(n * 4), *v2 = malloc(n * 4), *p2 = malloc(n * 4);
+    uint16_t *pb = malloc(n * 2);
+    memcpy(w2, w, n * 4);
+    memcpy(m2, m, n * 4);
+    memcpy(v2, v, n * 4);
+    kn_adamw_host(pb, w2, m2, v2, g, n, &c);
+    kref_adamw(p2, w, m, v, g, n, &c);
+    float *d0 = malloc(n * 4), *d1 = malloc(n * 4), *rd = malloc(n * 4);
+    float *w0 = hrand(n, seed, 1);   /* the weights before the step */
+    for (size_t i = 0; i < n; i++) {
+        d0[i] = hw[i] - w0[i];       /* each update against the reference's */
+        d1[i] = w2[i] - w0[i];
+        rd[i] = w[i] - w0[i];
+    }
+    check("AdamW on the GPU: the update vs double reference", d0, rd, n, 1e-4);
+    check("AdamW on the host: the update vs double reference", d1, rd, n, 1e-4);
+    check("AdamW moments m", hm, m, n, 1e-6);
+    check("AdamW moments v", hv, v, n, 1e-6);
+    check("AdamW bf16 parameter copy", hp, p2, n, TOL_BF16);
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++) same += hw[i] == w2[i];
+    TAP_OK(same >= n - n / 100, "AdamW host and GPU agree bit for bit on %zu of %zu weights "
+           "(FMA contraction may differ by an ulp)", same, n);
+    free(w); free(g); free(m); free(v); free(hw); free(hm); free(hv); free(hp); free(w2);
+    free(m2); free(v2); free(p2); free(pb); free(d0); free(d1); free(rd); free(w0);
+    cudaFree(dw); cudaFree(dg); cudaFree(dm); cudaFree(dv); cudaFree(dp);
+}
+
+/* ---- the model ---- */
+
+static int run_steps(mrt_model *m, int recompute, int steps, int update, uint64_t dseed,
+                     float *losses, float *grads_last)
+{
+    mrt_config c;
+    mrt_config_default(&c);
+    size_t T = mrt_tokens(m);
+    int32_t *tok = malloc(T * 4), *lab = malloc(T * 4);
+    int ok = tok && lab;
+    for (int s = 0; ok && s < steps; s++) {
+        mrt_stream(dseed, (uint64_t)s, c.vocab, c.seq, c.batch, tok, lab);
+        ok = mrt_set_batch(m, tok, lab) == RT_OK && mrt_step(m, recompute, update, &losses[s]) == RT_OK;
+    }
+    if (ok && grads_last) ok = mrt_grads(m, grads_last) == RT_OK;
+    if (!ok) TAP_NOTE("model step failed: %s", rt_last_error());
+    free(tok);
+    free(lab);
+    return ok;
+}
+
+static void t_model(void)
+{
+    mrt_config c;
+    mrt_config_default(&c);
+    mrt_model *a = NULL, *b = NULL, *a2 = NULL;
+    rt_status st = mrt_new(&c, NULL, &a);
+    if (st == RT_OK) st = mrt_new(&c, NULL, &b);
+    if (st == RT_OK) st = mrt_new(&c, NULL, &a2);
+    TAP_OK(st == RT_OK, "tiny GPT built three times (L %d h %d heads %d ffn %d V %d, seq %d x "
+           "batch %d) %s", c.layers, c.hidden, c.heads, c.ffn, c.vocab, c.seq, c.batch,
+           st == RT_OK ? "" : rt_last_error());
+    if (st != RT_OK) goto out;
+    size_t np = mrt_param_count(a);
+    float *ga = malloc(np * 4), *gb = malloc(np * 4), *g2 = malloc(np * 4);
+    float la[3], lb[3], l2[3];
+    /* three steps with updates: keep-all, full recompute, and keep-all again */
+    int ok = run_steps(a, 0, 3, 1, 99, la, ga) && run_steps(b, 1, 3, 1, 99, lb, gb) &&
+             run_steps(a2, 0, 3, 1, 99, l2, g2);
+    TAP_OK(ok, "three training steps in each mode");
+    if (ok) {
+        TAP_NOTE("losses keep-all %.7f %.7f %.7f, recompute %.7f %.7f %.7f", la[0], la[1], la[2],
+                 lb[0], lb[1], lb[2]);
+        TAP_OK(fabsf(la[0] - logf((float)c.vocab)) < 0.1f, "first loss %.4f near ln V = %.4f",
+               la[0], logf((float)c.vocab));
+        TAP_OK(!memcmp(la, lb, sizeof la), "keep-all and full-recompute losses are bitwise equal "
+               "over 3 steps");
+        size_t diff = 0;
+        double mx = 0;
+        for (size_t i = 0; i < np; i++)
+            if (memcmp(&ga[i], &gb[i], 4)) {
+                diff++;
+                double d = fabs((double)ga[i] - gb[i]);
+                if (d > mx) mx = d;
+            }
+        TAP_OK(diff == 0, "keep-all and full-recompute gradients are bitwise equal (%zu of %zu "
+               "differ, max |diff| %.3g)", diff, np, mx);
+        TAP_OK(!memcmp(la, l2, sizeof la) && !memcmp(ga, g2, np * 4),
+               "the same model trained twice gives the same bits (no atomics anywhere)");
+        double gn = 0;
+        for (size_t i = 0; i < np; i++) gn += (double)ga[i] * ga[i];
+        TAP_OK(isfinite(gn) && gn > 0, "gradient norm %.4g finite and non-zero", sqrt(gn));
+    }
+    free(ga); free(gb); free(g2);
+    /* 50 steps from a fresh model: the loss must fall */
+    mrt_model *t = NULL;
+    float curve[50];
+    if (mrt_new(&c, NULL, &t) == RT_OK && run_steps(t, 0, 50, 1, 4242, curve, NULL)) {
+        char line[1024];
+        size_t o = 0;
+        for (int s = 0; s < 50; s++) {
+            o += (size_t)snprintf(line + o, sizeof line - o, "%.3f%s", curve[s], s % 10 == 9 ? "" : " ");
+            if (s % 10 == 9) {
+                TAP_NOTE("loss steps %2d-%2d: %s", s - 9, s, line);
+                o = 0;
+            }
+        }
+        double last = 0;
+        for (int s = 45; s < 50; s++) last += curve[s] / 5;
+        TAP_OK(last < curve[0] - 0.5, "loss falls over 50 steps: %.3f -> %.3f (mean of the last "
+               "5; floor of the stream about ln 4 = 1.386)", curve[0], last);
+    } else {
+        TAP_OK(0, "50-step training run: %s", rt_last_error());
+    }
+    mrt_free(t);
+out:
+    mrt_free(a);
+    mrt_free(b);
+    mrt_free(a2);
+}
+
+/* A generated trace, lowered under keep-all and full-recompute, each compute action through
+ * the dispatcher on the caching allocator over the CUDA backend. */
+static void t_trace(void)
+{
+    ms_error err;
+    machine_profile *mp = NULL;
+    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
+        TAP_OK(0, "machine profile h200-sxm (set MEMSIM_DATADIR): %s", err.msg);
+        return;
+    }
+    gen_config c;
+    gen_config_default(&c);
+    trace_t *t = NULL;
+    ms_status ms = model_lookup("dims:2,128,2,512,512", &c.model, &err);
+    c.seq = 128;
+    c.micro_batch = 2;
+    c.iterations = 6;
+    c.grad_bytes = 4;
+    c.save_small = 1;
+    if (ms == MS_OK) ms = gen_trace(&c, &mp->m, &t, &err);
+    TAP_OK(ms == MS_OK, "generated trace dims:2,128,2,512,512 seq 128 x 2, 6 iterations %s",
+           ms == MS_OK ? "" : err.msg);
+    static const char *const pol[2] = {"keep-all", "full-recompute"};
+    mrt_sched_result r[2];
+    int ok[2] = {0, 0};
+    memset(r, 0, sizeof r);
+    for (int p = 0; p < 2 && ms == MS_OK; p++) {
+        plan_t *plan = NULL;
+        schedule_t *s = NULL;
+        rt_backend *be = NULL;
+        rt_backend_opts bo;
+        rt_backend_opts_default(&bo);
+        ms = pol_plan(pol[p], t, &mp->m, NULL, &plan, &err);
+        if (ms == MS_OK) ms = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
+        rt_status st = ms == MS_OK ? rt_backend_new(&bo, &be) : RT_ERR_INVALID;
+        if (st == RT_OK) st = mrt_sched_run(s, t, rt_backend_mb(be), "caching", NULL, 77, &r[p]);
+        ok[p] = st == RT_OK && r[p].n_iter == 6;
+        TAP_OK(ok[p], "%s schedule (%zu actions) ran with real kernels: %s", pol[p],
+               s ? sched_count(s) : 0, ok[p] ? "6 iterations" : ms != MS_OK ? err.msg : rt_last_error());
+        TAP_OK(!be || rt_backend_outstanding(be) == 0, "%s: every device block given back", pol[p]);
+        rt_backend_free(be);
+        sched_free(s);
+        plan_free(plan);
+    }
+    if (ok[0] && ok[1]) {
+        TAP_NOTE("losses keep-all %.4f %.4f %.4f %.4f %.4f %.4f", r[0].loss[0], r[0].loss[1],
+                 r[0].loss[2], r[0].loss[3], r[0].loss[4], r[0].loss[5]);
+        TAP_OK(fabsf(r[0].loss[0] - logf(512.0f)) < 0.1f, "trace run: first loss %.4f near ln V",
+               r[0].loss[0]);
+        TAP_OK(r[0].loss[5] < r[0].loss[0] - 0.1f, "trace run: the loss falls over 6 iterations "
+               "(%.4f -> %.4f)", r[0].loss[0], r[0].loss[5]);
+        TAP_OK(!memcmp(r[0].loss, r[1].loss, sizeof r[0].loss),
+               "keep-all and full-recompute schedules give bitwise equal losses");
+        size_t rec = 0, timed = 0;
+        for (size_t k = 0; k < r[1].n_ops; k++) {
+            rec += r[1].ops[k].recompute;
+            timed += r[1].ops[k].meas_us > 0;
+        }
+        TAP_OK(rec > 0 && timed == r[1].n_ops, "full recompute replayed %zu forward ops; all %zu "
+               "ops measured", rec, r[1].n_ops);
+        TAP_OK(r[1].astats.allocated_peak_bytes < r[0].astats.allocated_peak_bytes,
+               "full recompute peaks lower: %llu < %llu bytes",
+               (unsigned long long)r[1].astats.allocated_peak_bytes,
+               (unsigned long long)r[0].astats.allocated_peak_bytes);
+        double mo = 0, me = 0;
+        for (size_t k = 0; k < r[0].n_ops; k++) {
+            mo += r[0].ops[k].req_us;
+            me += r[0].ops[k].meas_us;
+        }
+        TAP_NOTE("keep-all ops: modelled %.3f ms, measured %.3f ms in all", mo / 1e3, me / 1e3);
+    }
+    mrt_sched_result_release(&r[0]);
+    mrt_sched_result_release(&r[1]);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+int main(void)
+{
+    int n = 0;
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) TAP_SKIP_ALL("no GPU");
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 9)
+        TAP_SKIP_ALL("the kernels are built for compute capability 9.0");
+    if (kn_ctx_new(NULL, &K) != RT_OK) {
+        TAP_OK(0, "kernel context: %s", rt_last_error());
+        return tap_done();
+    }
+    TAP_NOTE("device %s, %d SMs", p.name, p.multiProcessorCount);
+    for (uint64_t seed = 1; seed <= 2; seed++) {   /* two fresh draws per kernel */
+        TAP_NOTE("inputs drawn with seed %llu", (unsigned long long)seed * 1000);
+        t_embed(seed * 1000);
+        t_ln(seed * 1000 + 100);
+        t_gemm(seed * 1000 + 200);
+        t_elem(seed * 1000 + 300);
+        t_attn(seed * 1000 + 400, 2, 2, 256, 64, 1);
+        t_attn(seed * 1000 + 500, 1, 2, 384, 128, 0);
+        t_ce(seed * 1000 + 600);
+        t_adamw(seed * 1000 + 700);
+    }
+    t_attn(3000, 1, 1, 128, 128, 1);   /* one tile: the diagonal only */
+    TAP_OK(cuda_ok, "every CUDA allocation and copy of the checks succeeded");
+    t_model();
+    t_trace();
+    kn_ctx_free(K);
+    return tap_done();
+}
