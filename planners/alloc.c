@@ -3,6 +3,7 @@
  * after every call (tests turn it on). Used by sim/, runtime/ and the tests. */
 #include "planners/alloc.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,3 +113,37 @@ void alloc_stat_add(uint64_t *cur, uint64_t *peak, uint64_t delta)
 }
 
 void alloc_stat_sub(uint64_t *cur, uint64_t delta) { *cur -= delta; }
+
+void alloc_stat_delta(uint64_t *cur, uint64_t *peak, uint64_t before, uint64_t after)
+{
+    if (after > before) alloc_stat_add(cur, peak, after - before);
+    else alloc_stat_sub(cur, before - after);
+}
+
+void alloc_stats_absorb(alloc_stats *s, const alloc_stats *b, const alloc_stats *n)
+{
+    alloc_stat_delta(&s->allocated_bytes, &s->allocated_peak_bytes, b->allocated_bytes,
+               n->allocated_bytes);
+    alloc_stat_delta(&s->requested_bytes, &s->requested_peak_bytes, b->requested_bytes,
+               n->requested_bytes);
+    alloc_stat_delta(&s->reserved_bytes, &s->reserved_peak_bytes, b->reserved_bytes,
+               n->reserved_bytes);
+    alloc_stat_delta(&s->active_bytes, &s->active_peak_bytes, b->active_bytes, n->active_bytes);
+    alloc_stat_delta(&s->inactive_split_bytes, &s->inactive_split_peak_bytes,
+               b->inactive_split_bytes, n->inactive_split_bytes);
+    s->num_alloc_retries += n->num_alloc_retries - b->num_alloc_retries;
+    s->num_segment_allocs += n->num_segment_allocs - b->num_segment_allocs;
+    s->num_segment_frees += n->num_segment_frees - b->num_segment_frees;
+    s->num_syncs += n->num_syncs - b->num_syncs;
+}
+
+ms_status alloc_check_fail(char *why, size_t n, const char *fmt, ...)
+{
+    if (why && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, n, fmt, ap);
+        va_end(ap);
+    }
+    return MS_ERR_INVALID;
+}

@@ -95,5 +95,14 @@ void alloc_dump(const alloc_t *a, FILE *f);
 /* Stats helpers for implementations. */
 void alloc_stat_add(uint64_t *cur, uint64_t *peak, uint64_t delta);
 void alloc_stat_sub(uint64_t *cur, uint64_t delta);
+/* Moves *cur from `before` to `after` (up or down), keeping *peak. */
+void alloc_stat_delta(uint64_t *cur, uint64_t *peak, uint64_t before, uint64_t after);
+/* Folds an inner allocator's counter changes (before -> after) into `into`: allocators that
+ * delegate part of their requests (stitching's small pool, the static arena's fallback) count
+ * the inner allocator's bytes and events in their own totals. */
+void alloc_stats_absorb(alloc_stats *into, const alloc_stats *before, const alloc_stats *after);
+/* For check(): writes the reason into why (may be NULL) and returns MS_ERR_INVALID. */
+ms_status alloc_check_fail(char *why, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -594,18 +594,6 @@ static ms_status xp_release(alloc_t *a, uint64_t addr)
 
 static ms_status xp_empty_cache(alloc_t *a) { return release_cached(a); }
 
-static ms_status bad(char *why, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ms_status bad(char *why, size_t n, const char *fmt, ...)
-{
-    if (why && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return MS_ERR_INVALID;
-}
 
 /* In-order walk: keys strictly increasing, heap order, flags; returns node count or -1. */
 static long check_tree(const xp_t *x, uint32_t t, int by_addr, uint32_t pool, int mapped,
@@ -643,12 +631,12 @@ static ms_status xp_check(const alloc_t *a, char *why, size_t wn)
         for (uint32_t id = g->head; id != NONE; id = x->b[id].next) {
             const xblock *b = &x->b[id];
             if (!b->live || b->seg != sid || b->addr != pos || b->size == 0 || b->prev != prev)
-                return bad(why, wn, "segment %zu: block list broken at 0x%llx", sid,
+                return alloc_check_fail(why, wn, "segment %zu: block list broken at 0x%llx", sid,
                            (unsigned long long)pos);
             size_t p0 = (b->addr - g->va) / g->page, p1 = (b->addr + b->size - g->va + g->page - 1) / g->page;
             if (b->mapped) {
                 for (size_t i = p0; i < p1; i++)
-                    if (!g->handle[i]) return bad(why, wn, "mapped block 0x%llx has an unmapped page",
+                    if (!g->handle[i]) return alloc_check_fail(why, wn, "mapped block 0x%llx has an unmapped page",
                                                   (unsigned long long)b->addr);
                 pages += p1 - (p0 > counted_to ? p0 : counted_to);
                 counted_to = p1;
@@ -656,22 +644,22 @@ static ms_status xp_check(const alloc_t *a, char *why, size_t wn)
                 /* the pages of an unmapped block are not scanned one by one (the tail block
                  * spans the device): its ends are, and the page count below closes the gap */
                 if ((b->addr - g->va) % g->page || b->size % g->page || b->allocated)
-                    return bad(why, wn, "unmapped block 0x%llx not page aligned", (unsigned long long)b->addr);
+                    return alloc_check_fail(why, wn, "unmapped block 0x%llx not page aligned", (unsigned long long)b->addr);
                 if (g->handle[p0] || g->handle[p1 - 1])
-                    return bad(why, wn, "unmapped block 0x%llx has a mapped page",
+                    return alloc_check_fail(why, wn, "unmapped block 0x%llx has a mapped page",
                                (unsigned long long)b->addr);
             }
             if (prev != NONE && !b->allocated && !x->b[prev].allocated && x->b[prev].mapped == b->mapped)
-                return bad(why, wn, "adjacent free blocks 0x%llx not merged", (unsigned long long)b->addr);
+                return alloc_check_fail(why, wn, "adjacent free blocks 0x%llx not merged", (unsigned long long)b->addr);
             if (b->allocated) {
                 uint64_t v;
                 if (b->in_set || !u64map_get(x->live, b->addr, &v) || v != id)
-                    return bad(why, wn, "allocated block 0x%llx not in the live map", (unsigned long long)b->addr);
+                    return alloc_check_fail(why, wn, "allocated block 0x%llx not in the live map", (unsigned long long)b->addr);
                 allocated += b->size;
                 requested += b->req_bytes;
                 n_alloc++;
             } else if (!b->in_set) {
-                return bad(why, wn, "free block 0x%llx in no pool set", (unsigned long long)b->addr);
+                return alloc_check_fail(why, wn, "free block 0x%llx in no pool set", (unsigned long long)b->addr);
             } else if (b->mapped) {
                 n_free++;
             } else {
@@ -681,36 +669,36 @@ static ms_status xp_check(const alloc_t *a, char *why, size_t wn)
             pos += b->size;
             prev = id;
         }
-        if (pos != g->va + g->bytes) return bad(why, wn, "segment %zu: blocks do not cover it", sid);
-        if (pages != g->mapped_pages) return bad(why, wn, "segment %zu: mapped page count wrong", sid);
+        if (pos != g->va + g->bytes) return alloc_check_fail(why, wn, "segment %zu: blocks do not cover it", sid);
+        if (pages != g->mapped_pages) return alloc_check_fail(why, wn, "segment %zu: mapped page count wrong", sid);
         reserved += pages * g->page;
     }
     size_t live_blocks = 0;
     for (size_t i = 0; i < x->nb; i++) live_blocks += x->b[i].live;
-    if (live_blocks != n_live) return bad(why, wn, "%zu live blocks, %zu in segments", live_blocks, n_live);
+    if (live_blocks != n_live) return alloc_check_fail(why, wn, "%zu live blocks, %zu in segments", live_blocks, n_live);
     size_t in_free = 0, in_unmapped = 0;
     for (size_t pi = 0; pi < x->npools; pi++) {
         tkey last = {0, 0};
         int have = 0;
         long c = check_tree(x, x->pools[pi].blocks, 0, (uint32_t)pi, 1, &last, &have);
-        if (c < 0) return bad(why, wn, "pool %zu: free set unsorted or holds a wrong block", pi);
+        if (c < 0) return alloc_check_fail(why, wn, "pool %zu: free set unsorted or holds a wrong block", pi);
         in_free += (size_t)c;
         have = 0;
         c = check_tree(x, x->pools[pi].unmapped, 1, (uint32_t)pi, 0, &last, &have);
-        if (c < 0) return bad(why, wn, "pool %zu: unmapped set unsorted or wrong", pi);
+        if (c < 0) return alloc_check_fail(why, wn, "pool %zu: unmapped set unsorted or wrong", pi);
         in_unmapped += (size_t)c;
     }
     if (in_free != n_free || in_unmapped != n_unmapped)
-        return bad(why, wn, "pool sets hold %zu/%zu of %zu/%zu free/unmapped blocks", in_free,
+        return alloc_check_fail(why, wn, "pool sets hold %zu/%zu of %zu/%zu free/unmapped blocks", in_free,
                    in_unmapped, n_free, n_unmapped);
-    if (u64map_count(x->live) != n_alloc) return bad(why, wn, "live map size wrong");
+    if (u64map_count(x->live) != n_alloc) return alloc_check_fail(why, wn, "live map size wrong");
     const alloc_stats *s = &a->stats;
     if (s->reserved_bytes != reserved || s->allocated_bytes != allocated ||
         s->active_bytes != allocated || s->requested_bytes != requested)
-        return bad(why, wn, "stats (reserved %llu allocated %llu) disagree with a recount (%llu %llu)",
+        return alloc_check_fail(why, wn, "stats (reserved %llu allocated %llu) disagree with a recount (%llu %llu)",
                    (unsigned long long)s->reserved_bytes, (unsigned long long)s->allocated_bytes,
                    (unsigned long long)reserved, (unsigned long long)allocated);
-    if (s->inactive_split_bytes != 0) return bad(why, wn, "inactive_split is not tracked here");
+    if (s->inactive_split_bytes != 0) return alloc_check_fail(why, wn, "inactive_split is not tracked here");
     return MS_OK;
 }
 

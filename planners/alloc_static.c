@@ -41,27 +41,6 @@ typedef struct sa_t {
     uint64_t n_fallbacks;
 } sa_t;
 
-static void stat_delta(uint64_t *cur, uint64_t *peak, uint64_t before, uint64_t after)
-{
-    if (after > before) alloc_stat_add(cur, peak, after - before);
-    else alloc_stat_sub(cur, before - after);
-}
-
-/* Folds the inner allocator's stat changes into a->stats (it counts in the totals). */
-static void absorb(alloc_t *a, const alloc_stats *b, const alloc_stats *n)
-{
-    alloc_stats *s = &a->stats;
-    stat_delta(&s->allocated_bytes, &s->allocated_peak_bytes, b->allocated_bytes, n->allocated_bytes);
-    stat_delta(&s->requested_bytes, &s->requested_peak_bytes, b->requested_bytes, n->requested_bytes);
-    stat_delta(&s->reserved_bytes, &s->reserved_peak_bytes, b->reserved_bytes, n->reserved_bytes);
-    stat_delta(&s->active_bytes, &s->active_peak_bytes, b->active_bytes, n->active_bytes);
-    stat_delta(&s->inactive_split_bytes, &s->inactive_split_peak_bytes, b->inactive_split_bytes,
-               n->inactive_split_bytes);
-    s->num_alloc_retries += n->num_alloc_retries - b->num_alloc_retries;
-    s->num_segment_allocs += n->num_segment_allocs - b->num_segment_allocs;
-    s->num_segment_frees += n->num_segment_frees - b->num_segment_frees;
-    s->num_syncs += n->num_syncs - b->num_syncs;
-}
 
 static int find_offset(const alloc_config *c, uint64_t id, uint64_t *off)
 {
@@ -165,7 +144,7 @@ static ms_status fallback_block(alloc_t *a, uint64_t bytes, int stream, uint64_t
     sa_t *s = a->impl;
     alloc_stats before = s->inner->stats;
     ms_status st = alloc_block(s->inner, bytes, stream, tag, addr);
-    absorb(a, &before, &s->inner->stats);
+    alloc_stats_absorb(&a->stats, &before, &s->inner->stats);
     if (st) return st;
     if (u64map_get(s->live, *addr, NULL) || u64map_put(s->live, *addr, (uint64_t)K_FALLBACK << 32))
         return MS_ERR_INVALID;
@@ -217,7 +196,7 @@ static ms_status sa_release(alloc_t *a, uint64_t addr)
     if (code >> 32 == K_FALLBACK) {
         alloc_stats before = s->inner->stats;
         ms_status st = alloc_release(s->inner, addr);
-        absorb(a, &before, &s->inner->stats);
+        alloc_stats_absorb(&a->stats, &before, &s->inner->stats);
         if (st) return st;
         u64map_del(s->live, addr, NULL);
         return MS_OK;
@@ -240,23 +219,11 @@ static ms_status sa_empty_cache(alloc_t *a)
     sa_t *s = a->impl;
     alloc_stats before = s->inner->stats;
     ms_status st = alloc_empty_cache(s->inner);
-    absorb(a, &before, &s->inner->stats);
+    alloc_stats_absorb(&a->stats, &before, &s->inner->stats);
     ms_status r = s->n_arena_live ? MS_OK : arena_release(a);
     return st ? st : r;
 }
 
-static ms_status bad(char *why, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ms_status bad(char *why, size_t n, const char *fmt, ...)
-{
-    if (why && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return MS_ERR_INVALID;
-}
 
 static int cmp_rec_off(const void *x, const void *y)
 {
@@ -281,23 +248,23 @@ static ms_status sa_check(const alloc_t *a, char *why, size_t wn)
         const srec *r = &s->rec[(uint32_t)val];
         if ((uint32_t)val >= s->nrec || !r->live || k >= s->n_arena_live || !s->have_arena ||
             key != s->base + r->off) {
-            st = bad(why, wn, "live map entry 0x%llx does not match a live arena tensor",
+            st = alloc_check_fail(why, wn, "live map entry 0x%llx does not match a live arena tensor",
                      (unsigned long long)key);
             break;
         }
         if (r->off + r->bytes > s->arena_bytes) {
-            st = bad(why, wn, "tensor at offset %llu ends past the arena", (unsigned long long)r->off);
+            st = alloc_check_fail(why, wn, "tensor at offset %llu ends past the arena", (unsigned long long)r->off);
             break;
         }
         v[k++] = *r;
         allocated += r->bytes;
     }
-    if (!st && k != s->n_arena_live) st = bad(why, wn, "%zu live arena tensors, counted %zu", s->n_arena_live, k);
+    if (!st && k != s->n_arena_live) st = alloc_check_fail(why, wn, "%zu live arena tensors, counted %zu", s->n_arena_live, k);
     if (!st) {
         qsort(v, k, sizeof *v, cmp_rec_off);
         for (size_t i = 1; i < k && !st; i++)
             if (v[i - 1].off + v[i - 1].bytes > v[i].off)
-                st = bad(why, wn, "live tensors overlap in the arena at offsets %llu (+%llu) and %llu",
+                st = alloc_check_fail(why, wn, "live tensors overlap in the arena at offsets %llu (+%llu) and %llu",
                          (unsigned long long)v[i - 1].off, (unsigned long long)v[i - 1].bytes,
                          (unsigned long long)v[i].off);
     }
@@ -312,7 +279,7 @@ static ms_status sa_check(const alloc_t *a, char *why, size_t wn)
         t->active_bytes != allocated + in->active_bytes ||
         t->requested_bytes != allocated + in->requested_bytes ||
         t->inactive_split_bytes != in->inactive_split_bytes)
-        return bad(why, wn, "stats disagree with a recount (reserved %llu, recount %llu)",
+        return alloc_check_fail(why, wn, "stats disagree with a recount (reserved %llu, recount %llu)",
                    (unsigned long long)t->reserved_bytes, (unsigned long long)(reserved + in->reserved_bytes));
     (void)fallbacks;
     return MS_OK;

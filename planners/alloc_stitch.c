@@ -97,30 +97,6 @@ typedef struct st_t {
 
 /* ---- stats helpers: own changes and the inner allocator's changes go to a->stats ---- */
 
-static void stat_delta(uint64_t *cur, uint64_t *peak, uint64_t before, uint64_t after)
-{
-    if (after > before) alloc_stat_add(cur, peak, after - before);
-    else alloc_stat_sub(cur, before - after);
-}
-
-/* Folds the inner allocator's stat changes (before -> after) into a->stats. */
-static void absorb(alloc_t *a, const alloc_stats *b, const alloc_stats *n)
-{
-    alloc_stats *s = &a->stats;
-    stat_delta(&s->allocated_bytes, &s->allocated_peak_bytes, b->allocated_bytes,
-               n->allocated_bytes);
-    stat_delta(&s->requested_bytes, &s->requested_peak_bytes, b->requested_bytes,
-               n->requested_bytes);
-    stat_delta(&s->reserved_bytes, &s->reserved_peak_bytes, b->reserved_bytes,
-               n->reserved_bytes);
-    stat_delta(&s->active_bytes, &s->active_peak_bytes, b->active_bytes, n->active_bytes);
-    stat_delta(&s->inactive_split_bytes, &s->inactive_split_peak_bytes,
-               b->inactive_split_bytes, n->inactive_split_bytes);
-    s->num_alloc_retries += n->num_alloc_retries - b->num_alloc_retries;
-    s->num_segment_allocs += n->num_segment_allocs - b->num_segment_allocs;
-    s->num_segment_frees += n->num_segment_frees - b->num_segment_frees;
-    s->num_syncs += n->num_syncs - b->num_syncs;
-}
 
 /* ---- bucket bitmap ---- */
 
@@ -362,7 +338,7 @@ static ms_status chunks_busy(alloc_t *a, uint32_t pbid, int busy)
     }
     if (busy) g->nfree -= b->n;
     else g->nfree += b->n;
-    stat_delta(&a->stats.inactive_split_bytes, &a->stats.inactive_split_peak_bytes, before,
+    alloc_stat_delta(&a->stats.inactive_split_bytes, &a->stats.inactive_split_peak_bytes, before,
                seg_split_bytes(s, g));
     return MS_OK;
 }
@@ -787,7 +763,7 @@ static ms_status release_cached(alloc_t *a, int all_sblocks)
     if (s->inner) {
         alloc_stats before = s->inner->stats;
         if ((st = alloc_empty_cache(s->inner)) && !err) err = st;
-        absorb(a, &before, &s->inner->stats);
+        alloc_stats_absorb(&a->stats, &before, &s->inner->stats);
     }
     return err;
 }
@@ -929,13 +905,13 @@ static ms_status small_block(alloc_t *a, uint64_t bytes, int stream, uint64_t ta
     st_t *s = a->impl;
     alloc_stats before = s->inner->stats;
     ms_status st = alloc_block(s->inner, bytes, stream, tag, addr);
-    absorb(a, &before, &s->inner->stats);
+    alloc_stats_absorb(&a->stats, &before, &s->inner->stats);
     if (st == MS_ERR_OOM) {   /* the VMM side may hold free segments the small pool needs */
         ms_status r = release_cached(a, 0);
         if (r) return r;
         before = s->inner->stats;
         st = alloc_block(s->inner, bytes, stream, tag, addr);
-        absorb(a, &before, &s->inner->stats);
+        alloc_stats_absorb(&a->stats, &before, &s->inner->stats);
     }
     if (st) return st;
     if (u64map_get(s->live, *addr, NULL) ||
@@ -984,7 +960,7 @@ static ms_status st_release(alloc_t *a, uint64_t addr)
     case K_SMALL: {
         alloc_stats before = s->inner->stats;
         ms_status st = alloc_release(s->inner, addr);
-        absorb(a, &before, &s->inner->stats);
+        alloc_stats_absorb(&a->stats, &before, &s->inner->stats);
         if (st) return st;
         u64map_del(s->live, addr, NULL);
         s->n_small_live--;
@@ -1015,19 +991,6 @@ static ms_status st_empty_cache(alloc_t *a)
 
 /* ---- check ---- */
 
-static ms_status bad(char *why, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static ms_status bad(char *why, size_t n, const char *fmt, ...)
-{
-    if (why && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return MS_ERR_INVALID;
-}
 
 typedef struct vrange { uint64_t va, bytes; } vrange;
 
@@ -1049,41 +1012,41 @@ static ms_status check_segments(const alloc_t *a, recount *r, char *why, size_t 
     for (size_t sid = 0; sid < s->nseg; sid++) {
         const segment *g = &s->seg[sid];
         if (!g->live) continue;
-        if (g->n == 0 || g->pool >= s->npools) return bad(why, wn, "segment %zu malformed", sid);
+        if (g->n == 0 || g->pool >= s->npools) return alloc_check_fail(why, wn, "segment %zu malformed", sid);
         uint32_t pos = 0, nfree = 0, prev = NONE;
         for (uint32_t id = g->c[0].pb; id != NONE; id = s->pb[id].snext) {
             const pblock *b = &s->pb[id];
             if (id >= s->npb || !b->live || b->seg != sid || b->first != pos || b->n == 0 ||
                 b->sprev != prev || pos + b->n > g->n)
-                return bad(why, wn, "segment %zu: pBlock chain broken at chunk %u", sid, pos);
+                return alloc_check_fail(why, wn, "segment %zu: pBlock chain broken at chunk %u", sid, pos);
             for (uint32_t i = b->first; i < b->first + b->n; i++)
                 if (g->c[i].pb != id)
-                    return bad(why, wn, "segment %zu chunk %u not linked to its pBlock", sid, i);
+                    return alloc_check_fail(why, wn, "segment %zu chunk %u not linked to its pBlock", sid, i);
             if (b->state == PB_FREE) {
                 nfree += b->n;
                 r->n_free++;
                 if (s->k.coalesce && prev != NONE && s->pb[prev].state == PB_FREE)
-                    return bad(why, wn, "segment %zu: adjacent free pBlocks not coalesced", sid);
+                    return alloc_check_fail(why, wn, "segment %zu: adjacent free pBlocks not coalesced", sid);
             } else if (b->state == PB_ALLOC) {
                 uint64_t code;
                 if (!u64map_get(s->live, pb_addr(s, b), &code) ||
                     code != ((uint64_t)K_PBLOCK << 32 | id))
-                    return bad(why, wn, "allocated pBlock %u missing from the live map", id);
+                    return alloc_check_fail(why, wn, "allocated pBlock %u missing from the live map", id);
                 r->allocated += (uint64_t)b->n * s->gran;
                 r->requested += b->req_bytes;
                 r->n_alloc++;
             } else if (b->state == PB_STITCHED) {
                 if (b->owner >= s->nsb || !s->sb[b->owner].live || !s->sb[b->owner].active)
-                    return bad(why, wn, "stitched pBlock %u has no active owner", id);
+                    return alloc_check_fail(why, wn, "stitched pBlock %u has no active owner", id);
             } else {
-                return bad(why, wn, "pBlock %u in unknown state %d", id, b->state);
+                return alloc_check_fail(why, wn, "pBlock %u in unknown state %d", id, b->state);
             }
             r->n_pb++;
             pos += b->n;
             prev = id;
         }
-        if (pos != g->n) return bad(why, wn, "segment %zu: pBlocks cover %u of %u chunks", sid, pos, g->n);
-        if (nfree != g->nfree) return bad(why, wn, "segment %zu: free chunks %u, recount %u", sid, g->nfree, nfree);
+        if (pos != g->n) return alloc_check_fail(why, wn, "segment %zu: pBlocks cover %u of %u chunks", sid, pos, g->n);
+        if (nfree != g->nfree) return alloc_check_fail(why, wn, "segment %zu: free chunks %u, recount %u", sid, g->nfree, nfree);
         r->reserved += (uint64_t)g->n * s->gran;
         r->split += seg_split_bytes(s, g);
         /* the chunks' sBlock lists are checked against the sBlocks in check_sblocks */
@@ -1140,7 +1103,7 @@ static ms_status check_sblocks(const alloc_t *a, recount *r, char *why, size_t w
         for (uint32_t i = 0; i < x->n; i++) {
             uint32_t sg = (uint32_t)(x->ref[i] >> 32), ci = (uint32_t)x->ref[i];
             if (sg >= s->nseg || !s->seg[sg].live || ci >= s->seg[sg].n) {
-                st = bad(why, wn, "sBlock %zu maps a chunk of a dead segment", id);
+                st = alloc_check_fail(why, wn, "sBlock %zu maps a chunk of a dead segment", id);
                 break;
             }
             size_t k = off[sg] + ci;
@@ -1148,27 +1111,27 @@ static ms_status check_sblocks(const alloc_t *a, recount *r, char *why, size_t w
             busy += state[k] != PB_FREE;
             if (x->active) {
                 if (++own[k] > 1) {
-                    st = bad(why, wn, "a chunk is owned by two live tensors (sBlock %zu)", id);
+                    st = alloc_check_fail(why, wn, "a chunk is owned by two live tensors (sBlock %zu)", id);
                     break;
                 }
                 if (state[k] != PB_STITCHED || owner[k] != id) {
-                    st = bad(why, wn, "active sBlock %zu maps a chunk it does not own", id);
+                    st = alloc_check_fail(why, wn, "active sBlock %zu maps a chunk it does not own", id);
                     break;
                 }
             }
         }
         if (st) break;
-        if (busy != x->nbusy) st = bad(why, wn, "sBlock %zu busy %u, recount %u", id, x->nbusy, busy);
+        if (busy != x->nbusy) st = alloc_check_fail(why, wn, "sBlock %zu busy %u, recount %u", id, x->nbusy, busy);
         else if (x->active && (x->in_avail || x->in_lru))
-            st = bad(why, wn, "active sBlock %zu is in the sPool or LRU", id);
-        else if (!x->active && !x->in_lru) st = bad(why, wn, "inactive sBlock %zu not in the LRU", id);
+            st = alloc_check_fail(why, wn, "active sBlock %zu is in the sPool or LRU", id);
+        else if (!x->active && !x->in_lru) st = alloc_check_fail(why, wn, "inactive sBlock %zu not in the LRU", id);
         else if (x->in_avail != (!x->active && busy == 0))
-            st = bad(why, wn, "sBlock %zu availability wrong", id);
+            st = alloc_check_fail(why, wn, "sBlock %zu availability wrong", id);
         if (st) break;
         if (x->active) {
             uint64_t code;
             if (!u64map_get(s->live, x->va, &code) || code != ((uint64_t)K_SBLOCK << 32 | id))
-                st = bad(why, wn, "active sBlock %zu missing from the live map", id);
+                st = alloc_check_fail(why, wn, "active sBlock %zu missing from the live map", id);
             r->allocated += (uint64_t)x->n * s->gran;
             r->requested += x->req_bytes;
             r->n_active++;
@@ -1185,11 +1148,11 @@ static ms_status check_sblocks(const alloc_t *a, recount *r, char *why, size_t w
         for (uint32_t i = 0; i < g->n && !st; i++) {
             const chunk *c = &g->c[i];
             if ((state[off[sid] + i] != PB_FREE) != (own[off[sid] + i] == 1))
-                st = bad(why, wn, "segment %zu chunk %u: busy state and owners disagree", sid, i);
+                st = alloc_check_fail(why, wn, "segment %zu chunk %u: busy state and owners disagree", sid, i);
             uint64_t h = 0;
             for (uint32_t j = 0; j < c->nsb; j++) h += mix64((uint64_t)c->sb[j] + 1);
             if (!st && h != hs[off[sid] + i])
-                st = bad(why, wn, "segment %zu chunk %u: its sBlock list disagrees with the sBlocks", sid, i);
+                st = alloc_check_fail(why, wn, "segment %zu chunk %u: its sBlock list disagrees with the sBlocks", sid, i);
         }
     }
     free(hs);
@@ -1210,14 +1173,14 @@ static ms_status check_pools(const alloc_t *a, const recount *r, char *why, size
         /* walk the non-empty buckets by the bitmap; a listed block missing from the walk
          * (a head without its bit) shows up in the count below */
         for (uint32_t bk = bs_next(p, 0); bk != NONE; bk = bs_next(p, bk + 1)) {
-            if (p->head[bk] == NONE) return bad(why, wn, "pool %zu bucket %u bit set but empty", pi, bk);
+            if (p->head[bk] == NONE) return alloc_check_fail(why, wn, "pool %zu bucket %u bit set but empty", pi, bk);
             uint64_t last = 0;
             uint32_t prev = NONE;
             for (uint32_t id = p->head[bk]; id != NONE; id = s->pb[id].qnext) {
                 const pblock *b = &s->pb[id];
                 if (!b->live || b->state != PB_FREE || b->n != bk || s->seg[b->seg].pool != pi ||
                     b->qprev != prev || (prev != NONE && pb_addr(s, b) <= last))
-                    return bad(why, wn, "pPool %zu bucket %u unsorted or holds a bad pBlock", pi, bk);
+                    return alloc_check_fail(why, wn, "pPool %zu bucket %u unsorted or holds a bad pBlock", pi, bk);
                 last = pb_addr(s, b);
                 prev = id;
                 listed++;
@@ -1225,31 +1188,31 @@ static ms_status check_pools(const alloc_t *a, const recount *r, char *why, size
         }
         for (size_t w = 0; w < p->n0; w++)
             if (((p->w1[w >> 6] >> (w & 63)) & 1) != (p->w0[w] != 0))
-                return bad(why, wn, "pool %zu summary bitmap wrong", pi);
+                return alloc_check_fail(why, wn, "pool %zu summary bitmap wrong", pi);
         uint64_t key, val;
         for (size_t it = 0; u64map_next(p->avail, &it, &key, &val);) {
             uint32_t prev = NONE;
             for (uint32_t id = (uint32_t)val; id != NONE; id = s->sb[id].anext) {
                 const sblock *x = &s->sb[id];
                 if (!x->live || !x->in_avail || x->n != key || x->pool != pi || x->aprev != prev)
-                    return bad(why, wn, "sPool %zu list of %llu chunks holds a bad sBlock", pi,
+                    return alloc_check_fail(why, wn, "sPool %zu list of %llu chunks holds a bad sBlock", pi,
                                (unsigned long long)key);
                 prev = id;
                 avail++;
             }
         }
     }
-    if (listed != r->n_free) return bad(why, wn, "pPool lists %zu of %zu free pBlocks", listed, r->n_free);
-    if (avail != r->n_avail) return bad(why, wn, "sPool lists %zu of %zu available sBlocks", avail, r->n_avail);
+    if (listed != r->n_free) return alloc_check_fail(why, wn, "pPool lists %zu of %zu free pBlocks", listed, r->n_free);
+    if (avail != r->n_avail) return alloc_check_fail(why, wn, "sPool lists %zu of %zu available sBlocks", avail, r->n_avail);
     uint32_t prev = NONE;
     for (uint32_t id = s->lru_head; id != NONE; id = s->sb[id].lnext) {
         if (!s->sb[id].live || s->sb[id].active || s->sb[id].lprev != prev || lru > s->nsb)
-            return bad(why, wn, "LRU list broken at sBlock %u", id);
+            return alloc_check_fail(why, wn, "LRU list broken at sBlock %u", id);
         prev = id;
         lru++;
     }
     if (prev != s->lru_tail || lru != r->n_inactive)
-        return bad(why, wn, "LRU holds %zu of %zu inactive sBlocks", lru, r->n_inactive);
+        return alloc_check_fail(why, wn, "LRU holds %zu of %zu inactive sBlocks", lru, r->n_inactive);
     return MS_OK;
 }
 
@@ -1268,7 +1231,7 @@ static ms_status check_ranges(const alloc_t *a, char *why, size_t wn)
     ms_status st = MS_OK;
     for (size_t i = 1; i < k && !st; i++)
         if (v[i - 1].va + v[i - 1].bytes > v[i].va)
-            st = bad(why, wn, "VA ranges overlap at 0x%llx", (unsigned long long)v[i].va);
+            st = alloc_check_fail(why, wn, "VA ranges overlap at 0x%llx", (unsigned long long)v[i].va);
     free(v);
     return st;
 }
@@ -1285,11 +1248,11 @@ static ms_status st_check(const alloc_t *a, char *why, size_t wn)
     if (st) return st;
     size_t npb = 0;
     for (size_t i = 0; i < s->npb; i++) npb += s->pb[i].live;
-    if (npb != r.n_pb) return bad(why, wn, "%zu live pBlocks, %zu in segments", npb, r.n_pb);
+    if (npb != r.n_pb) return alloc_check_fail(why, wn, "%zu live pBlocks, %zu in segments", npb, r.n_pb);
     if (u64map_count(s->live) != r.n_alloc + r.n_active + s->n_small_live)
-        return bad(why, wn, "live map holds %zu entries, recount %zu", u64map_count(s->live),
+        return alloc_check_fail(why, wn, "live map holds %zu entries, recount %zu", u64map_count(s->live),
                    (size_t)(r.n_alloc + r.n_active + s->n_small_live));
-    if (r.stitched != s->stitched_bytes) return bad(why, wn, "stitched bytes disagree with a recount");
+    if (r.stitched != s->stitched_bytes) return alloc_check_fail(why, wn, "stitched bytes disagree with a recount");
     alloc_stats in;
     memset(&in, 0, sizeof in);
     if (s->inner) {
@@ -1298,21 +1261,21 @@ static ms_status st_check(const alloc_t *a, char *why, size_t wn)
     }
     const alloc_stats *t = &a->stats;
     if (t->reserved_bytes != r.reserved + in.reserved_bytes)
-        return bad(why, wn, "reserved %llu, recount %llu", (unsigned long long)t->reserved_bytes,
+        return alloc_check_fail(why, wn, "reserved %llu, recount %llu", (unsigned long long)t->reserved_bytes,
                    (unsigned long long)(r.reserved + in.reserved_bytes));
     if (t->allocated_bytes != r.allocated + in.allocated_bytes ||
         t->active_bytes != r.allocated + in.active_bytes)
-        return bad(why, wn, "allocated/active %llu/%llu, recount %llu",
+        return alloc_check_fail(why, wn, "allocated/active %llu/%llu, recount %llu",
                    (unsigned long long)t->allocated_bytes, (unsigned long long)t->active_bytes,
                    (unsigned long long)(r.allocated + in.allocated_bytes));
     if (t->requested_bytes != r.requested + in.requested_bytes)
-        return bad(why, wn, "requested bytes disagree with a recount");
+        return alloc_check_fail(why, wn, "requested bytes disagree with a recount");
     if (t->inactive_split_bytes != r.split + in.inactive_split_bytes)
-        return bad(why, wn, "inactive_split bytes disagree with a recount");
-    if (t->mapped_twice_bytes != r.twice) return bad(why, wn, "mapped_twice bytes disagree with a recount");
+        return alloc_check_fail(why, wn, "inactive_split bytes disagree with a recount");
+    if (t->mapped_twice_bytes != r.twice) return alloc_check_fail(why, wn, "mapped_twice bytes disagree with a recount");
     if (t->reserved_peak_bytes < t->reserved_bytes || t->allocated_peak_bytes < t->allocated_bytes ||
         t->active_peak_bytes < t->active_bytes)
-        return bad(why, wn, "a peak is below its current value");
+        return alloc_check_fail(why, wn, "a peak is below its current value");
     return MS_OK;
 }
 
@@ -1469,7 +1432,7 @@ ms_status alloc_stitch_set_knobs(alloc_t *a, const alloc_stitch_knobs *k)
     if (s->inner && !k->small_via_caching) {
         alloc_stats zero;
         memset(&zero, 0, sizeof zero);
-        absorb(a, &s->inner->stats, &zero);
+        alloc_stats_absorb(&a->stats, &s->inner->stats, &zero);
         alloc_free(s->inner);
         s->inner = NULL;
     }

@@ -368,12 +368,12 @@ int main(int argc, char **argv)
 {
     uint64_t n_ops = 20000, seed = 1, stride = 1;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
-        uint64_t ev = 1000000;
-        if (argc > 2 && !ms_parse_count(argv[2], &ev)) {
+        uint64_t n_ev = 1000000;
+        if (argc > 2 && !ms_parse_count(argv[2], &n_ev)) {
             fprintf(stderr, "usage: test_alloc_random --bench [EVENTS]\n");
             return 2;
         }
-        return bench(ev);
+        return bench(n_ev);
     }
     if ((argc > 1 && !ms_parse_count(argv[1], &n_ops)) || (argc > 2 && !ms_parse_u64(argv[2], &seed)) ||
         (argc > 3 && !ms_parse_u64(argv[3], &stride)) || n_ops < 100) {
