@@ -30,7 +30,7 @@ struct ptc_model {
     uint32_t *Ns;            /* per block: tensors a swap moves (copy latencies) */
     double *rec_us;          /* per block: recompute time */
     /* scratch for estimates */
-    double *e2, *e3, *e4, *ld_end, *rel, *off, *prs, *pag;
+    double *e2, *e2s, *e3, *e4, *ld_end, *rel, *off, *prs, *pag;
     uint8_t *roles;
     int32_t *deferred;
     int64_t *ck_pre, *sw_pre; /* per block + 1: prefix sums of drops */
@@ -40,6 +40,8 @@ struct ptc_model {
     double *tend;             /* per step: compute end (scratch) */
     double *ag_us, *ar_us;    /* per chunk: NVLink all-gather (= reduce-scatter), all-reduce */
     double *own_b, *ring_b, *grad_b, *hadam_us; /* per chunk: bytes and host Adam time */
+    double *nvg_h, *nvr_d, *nvp_d;/* per chunk, LC_COLL_STREAM: all-gather on H2D, reduce-scatter
+                                     on D2H, persistent reduction on D2H, as copy bytes */
 };
 
 const lc_layout *ptc_layout(const ptc_model *M) { return M->L; }
@@ -57,6 +59,7 @@ void ptc_model_free(ptc_model *M)
     free(M->Ns);
     free(M->rec_us);
     free(M->e2);
+    free(M->e2s);
     free(M->e3);
     free(M->e4);
     free(M->ld_end);
@@ -79,6 +82,9 @@ void ptc_model_free(ptc_model *M)
     free(M->ring_b);
     free(M->grad_b);
     free(M->hadam_us);
+    free(M->nvg_h);
+    free(M->nvr_d);
+    free(M->nvp_d);
     free(M);
 }
 
@@ -297,6 +303,7 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     M->Ns = calloc(B, sizeof *M->Ns);
     M->rec_us = calloc(B, sizeof *M->rec_us);
     M->e2 = calloc(B, sizeof *M->e2);
+    M->e2s = calloc(B, sizeof *M->e2s);
     M->e3 = calloc(B, sizeof *M->e3);
     M->e4 = calloc(B, sizeof *M->e4);
     M->roles = calloc(B, 1);
@@ -318,16 +325,19 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     M->ring_b = calloc(C, sizeof *M->ring_b);
     M->grad_b = calloc(C, sizeof *M->grad_b);
     M->hadam_us = calloc(C, sizeof *M->hadam_us);
+    M->nvg_h = calloc(C, sizeof *M->nvg_h);
+    M->nvr_d = calloc(C, sizeof *M->nvr_d);
+    M->nvp_d = calloc(C, sizeof *M->nvp_d);
     prof p = {.t = t, .M = M};
     roof_params_default(&p.roof);
     p.idx = u64map_new(4096);
     p.lo = calloc(B, sizeof *p.lo);
     p.hi = calloc(B, sizeof *p.hi);
     if (!M->A0 || !M->P || !M->rel || !M->Dc || !M->Ds || !M->Rp || !M->Ns || !M->rec_us ||
-        !M->e2 || !M->e3 || !M->e4 || !M->roles || !M->off || !M->prs || !M->pag || !M->deferred ||
+        !M->e2 || !M->e2s || !M->e3 || !M->e4 || !M->roles || !M->off || !M->prs || !M->pag || !M->deferred ||
         !M->ld_end || !p.idx || !p.lo || !p.hi || !M->ck_pre || !M->sw_pre || !M->bwd_j ||
         !M->fin_off || !M->fin || !M->ld_off || !M->tend || !M->ag_us || !M->ar_us || !M->own_b ||
-        !M->ring_b || !M->grad_b || !M->hadam_us)
+        !M->ring_b || !M->grad_b || !M->hadam_us || !M->nvg_h || !M->nvr_d || !M->nvp_d)
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK) st = profile(&p, err);
     for (size_t c = 0; st == MS_OK && c < M->L->n_chunks; c++) { /* per-chunk constants */
@@ -338,6 +348,12 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
         M->ring_b[c] = ring_bytes(M, ci);
         M->grad_b[c] = ceil(M->k.grad_xfer_bytes * (double)shard_params(M, ci));
         M->hadam_us[c] = m->host_adam_params_per_s > 0 ? host_adam_us(M, ci) : 0;
+        if (M->coll == LC_COLL_STREAM && M->L->dp > 1) {
+            M->nvg_h[c] = ceil(M->ag_us[c] * m->link_h2d_Bps / 1e6);
+            M->nvr_d[c] = ceil(M->ag_us[c] * m->link_d2h_Bps / 1e6);
+            M->nvp_d[c] = ceil((M->k.persist_shard ? M->ag_us[c] : M->ar_us[c]) *
+                               m->link_d2h_Bps / 1e6);
+        }
     }
     if (st == MS_OK) { /* backward steps: which blocks are still ahead */
         const lc_layout *L = M->L;
@@ -405,8 +421,6 @@ static uint64_t static_bytes(const ptc_model *M, const ptc_config *c)
 /* ---- the transfer servers ---- */
 
 typedef struct srv {
-    int both;                /* collectives through host memory keep both directions busy:
-                                every transfer gets its duplex share */
     double h, d, cpu, c;     /* free times, us */
     double rh, rd, dup;      /* rates, bytes/us */
     double lat;              /* per copy, us */
@@ -414,8 +428,9 @@ typedef struct srv {
 } srv;
 
 /* A transfer of `bytes` on direction `dir` (0 H2D, 1 D2H) ready at `ready`; returns its end.
- * While the other direction is busy, both get their duplex share. */
-static double xfer(srv *v, int dir, double ready, double bytes)
+ * While the other direction is busy, both get their duplex share; `paired` transfers (the two
+ * halves of a ring collective through host memory) run against each other all along. */
+static double xfer_p(srv *v, int dir, double ready, double bytes, int paired)
 {
     if (bytes <= 0) return ready;
     double *me = dir ? &v->d : &v->h, other = dir ? v->h : v->d;
@@ -424,7 +439,7 @@ static double xfer(srv *v, int dir, double ready, double bytes)
     double start = *me > ready ? *me : ready;
     double pieces = ceil(bytes / v->piece);
     double t = start + pieces * v->lat, left = bytes;
-    if (v->both) other = INFINITY;
+    if (paired) other = INFINITY;
     if (other > t && shared < full) {
         double part = (other - t) * shared;
         if (part >= left) {
@@ -438,6 +453,11 @@ static double xfer(srv *v, int dir, double ready, double bytes)
     t += left / full;
     *me = t;
     return t;
+}
+
+static double xfer(srv *v, int dir, double ready, double bytes)
+{
+    return xfer_p(v, dir, ready, bytes, 0);
 }
 
 /* The prefetch of swapped block i: starts when the H2D queue reaches it. */
@@ -476,15 +496,22 @@ static int64_t act_peak(const ptc_model *M, const ptc_config *c, const uint8_t *
                 if (roles[fdone] == LC_CKPT) fck += (int64_t)M->Dc[fdone];
                 fdone++;
             }
-            /* swap-outs finish in block order (one D2H queue) */
+            /* swap-outs finish in block order (one D2H queue); the one in progress has freed
+             * the share of its tensors already copied */
+            int64_t part = 0;
             while (sdone < fdone) {
                 if (roles[sdone] == LC_SWAP) {
-                    if (e2 && e2[sdone] > tstart[s]) break;
+                    if (e2 && e2[sdone] > tstart[s]) {
+                        double b = M->e2s[sdone], f = e2[sdone] > b && tstart[s] > b
+                                                          ? (tstart[s] - b) / (e2[sdone] - b) : 0;
+                        part = (int64_t)(f * (double)M->Ds[sdone]);
+                        break;
+                    }
                     fsw += (int64_t)M->Ds[sdone];
                 }
                 sdone++;
             }
-            drop = fck + fsw;
+            drop = fck + fsw + part;
         } else {
             int j = M->bwd_j[s]; /* blocks below j still hold their drops */
             if (j > N) j = N;
@@ -552,7 +579,6 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
     v.dup = M->m.link_duplex_Bps / 1e6;
     v.lat = M->m.link_small_copy_us > 0 ? M->m.link_small_copy_us : 0;
     v.piece = (double)L->chunk_bytes;
-    v.both = M->coll == LC_COLL_LINK && dp > 1;
     double *ld_end = M->ld_end, *tstart = M->ld_end + bp->n_loads; /* then per step */
     double *tend = M->tend;
     /* loads by step (they come sorted by step) */
@@ -582,10 +608,10 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
         double ready = ld->rel_kind == LC_REL_ITER ? 0                                       \
                        : ld->rel_kind == LC_REL_STEP ? M->rel[ld->rel_ref]                   \
                                                      : M->off[ld->rel_ref];                  \
-        double own = M->own_b[ld->chunk];                                                    \
+        double own = M->own_b[ld->chunk] + M->nvg_h[ld->chunk];                              \
         double ring = M->ring_b[ld->chunk];                                                  \
-        double h = xfer(&v, 0, ready, own + ring);                                           \
-        double d = ring > 0 ? xfer(&v, 1, ready, ring) : ready;                              \
+        double h = xfer_p(&v, 0, ready, own + ring, ring > 0);                               \
+        double d = ring > 0 ? xfer_p(&v, 1, ready, ring, 1) : ready;                         \
         ld_end[next++] = h > d ? h : d;                                                      \
     }
     EMIT_LOADS(-1);
@@ -620,6 +646,7 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
             /* tensors copied one by one: a latency each */
             double lat = v.lat;
             v.lat = lat * (M->Ns[j] ? M->Ns[j] : 1);
+            M->e2s[j] = v.d > v.c ? v.d : v.c;
             M->e2[j] = xfer(&v, 1, v.c, (double)M->Ds[j]);
             v.lat = lat;
         }
@@ -631,9 +658,11 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
                 if (dp <= 1) continue;
                 if (M->coll == LC_COLL_COMPUTE)
                     v.c += M->k.persist_shard ? M->ag_us[ci] : M->ar_us[ci];
+                else if (M->coll == LC_COLL_STREAM)
+                    M->prs[ci] = xfer(&v, 1, v.c, M->nvp_d[ci]);
                 else {
                     double rb = M->k.persist_shard ? ring : 2 * ring;
-                    double a = xfer(&v, 1, v.c, rb), b = xfer(&v, 0, v.c, rb);
+                    double a = xfer_p(&v, 1, v.c, rb, 1), b = xfer_p(&v, 0, v.c, rb, 1);
                     M->prs[ci] = a > b ? a : b;
                 }
                 continue;
@@ -641,10 +670,10 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
             if (M->coll == LC_COLL_COMPUTE && dp > 1) v.c += M->ag_us[ci];
             double g = v.c;
             if (ring > 0) {
-                double a = xfer(&v, 1, g, ring), b = xfer(&v, 0, g, ring);
+                double a = xfer_p(&v, 1, g, ring, 1), b = xfer_p(&v, 0, g, ring, 1);
                 g = a > b ? a : b;
             }
-            M->off[ci] = xfer(&v, 1, g, M->grad_b[ci]);
+            M->off[ci] = xfer(&v, 1, g, M->grad_b[ci] + M->nvr_d[ci]);
             if (M->k.overlap_host_adam) {
                 v.cpu = (v.cpu > M->off[ci] ? v.cpu : M->off[ci]) + M->hadam_us[ci];
             } else {
@@ -657,13 +686,16 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
     if (t_fwd < 0) t_fwd = v.c;
     double bwd_end = v.c;
     for (int ci = 0; ci < c->n_persist; ci++) {
-        if (M->coll == LC_COLL_LINK && dp > 1 && M->prs[ci] > v.c) v.c = M->prs[ci];
+        if ((M->coll == LC_COLL_LINK || M->coll == LC_COLL_STREAM) && dp > 1 &&
+            M->prs[ci] > v.c)
+            v.c = M->prs[ci];
         v.c += L->adam_gpu_us_per_param * (double)opt_params(M, ci);
         if (dp <= 1 || !M->k.persist_shard) continue;
         if (M->coll == LC_COLL_COMPUTE) v.c += M->ag_us[ci];
+        else if (M->coll == LC_COLL_STREAM) M->pag[ci] = xfer(&v, 0, v.c, M->nvg_h[ci]);
         else {
             double ring = M->ring_b[ci], g = v.c;
-            double a = xfer(&v, 1, g, ring), b = xfer(&v, 0, g, ring);
+            double a = xfer_p(&v, 1, g, ring, 1), b = xfer_p(&v, 0, g, ring, 1);
             M->pag[ci] = a > b ? a : b;
         }
     }
@@ -672,7 +704,7 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
         int ci = M->deferred[i];
         v.cpu = (v.cpu > M->off[ci] ? v.cpu : M->off[ci]) + M->hadam_us[ci];
     }
-    if (M->coll == LC_COLL_LINK && dp > 1 && M->k.persist_shard)
+    if ((M->coll == LC_COLL_LINK || M->coll == LC_COLL_STREAM) && dp > 1 && M->k.persist_shard)
         for (int ci = 0; ci < c->n_persist; ci++)
             if (M->pag[ci] > v.c) v.c = M->pag[ci];
     double gpu_end = v.c;
@@ -695,7 +727,7 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
     uint64_t host = 0, staging = (uint64_t)c->n_buffer * L->chunk_bytes;
     for (size_t ci = (size_t)c->n_persist; ci < L->n_chunks; ci++)
         host += (uint64_t)ceil(M->k.host_bytes_per_param * (double)shard_params(M, (int)ci));
-    if (M->coll == LC_COLL_LINK && dp > 1)
+    if ((M->coll == LC_COLL_LINK || M->coll == LC_COLL_STREAM) && dp > 1)
         staging += (uint64_t)c->n_persist *
                    (LC_COLL_STAGE_BYTES < L->chunk_bytes ? LC_COLL_STAGE_BYTES : L->chunk_bytes);
     if (M->k.staging_separate) host += staging;
@@ -737,7 +769,7 @@ void ptc_search_opts_default(ptc_search_opts *o)
     memset(o, 0, sizeof *o);
     o->mem_margin = 0.03;
     o->max_swap = 8;
-    o->tie_tol = 0.02;
+    o->tie_tol = 0.03;
 }
 
 void ptc_search_result_clear(ptc_search_result *r)

@@ -64,7 +64,7 @@ typedef struct ptc_search_opts {
     uint64_t host_capacity_bytes; /* host bytes of this rank; 0: no limit */
     int max_swap;              /* cap on n_swap (default 8; -1: no cap) */
     double tie_tol;            /* configurations within this fraction of the fastest count as
-                                  ties, broken toward less link traffic (default 0.02) */
+                                  ties, broken toward less link traffic (default 0.03) */
     int keep_all;              /* 1: r->all lists every configuration evaluated */
 } ptc_search_opts;
 

@@ -86,9 +86,10 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
         if (!strcmp(co, "auto")) k->coll = LC_COLL_AUTO;
         else if (!strcmp(co, "link")) k->coll = LC_COLL_LINK;
         else if (!strcmp(co, "compute")) k->coll = LC_COLL_COMPUTE;
+        else if (!strcmp(co, "stream")) k->coll = LC_COLL_STREAM;
         else
             return ms_fail(err, MS_ERR_INVALID,
-                           "plan knob coll=%s: expected auto, link or compute", co);
+                           "plan knob coll=%s: expected auto, link, compute or stream", co);
     }
     if (!st) st = kn_bytes(p, "chunk_bytes", &k->chunk_bytes, err);
     if (!st) st = kn_bytes(p, "chunk_search", &k->chunk_search_bytes, err);
@@ -130,7 +131,7 @@ static ms_status put_knob(plan_t *p, const char *key, const char *fmt, ...)
 
 ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
 {
-    static const char *coll[] = {"auto", "link", "compute"};
+    static const char *coll[] = {"auto", "link", "compute", "stream"};
     ms_status st = put_knob(p, "chunks", "1");
     if (!st) st = put_knob(p, "chunk_by", "%s", k->chunk_by_layer ? "layer" : "size");
     if (!st) st = put_knob(p, "chunk_bytes", "%" PRIu64, k->chunk_bytes);
@@ -845,7 +846,7 @@ int lc_coll_mode(const lc_knobs *k, const machine_t *m, int dp)
 {
     if (dp <= 1) return LC_COLL_COMPUTE; /* no collective at all */
     if (k->coll != LC_COLL_AUTO) return k->coll;
-    return (m && m->nvlink_Bps > 0) ? LC_COLL_COMPUTE : LC_COLL_LINK;
+    return (m && m->nvlink_Bps > 0) ? LC_COLL_STREAM : LC_COLL_LINK;
 }
 
 double lc_coll_us(const machine_t *m, uint64_t bytes, int dp)
@@ -1013,6 +1014,14 @@ static uint64_t c_ring_link(const lcw *w, int32_t c)
     return ceil_div((double)c_gathered(w, c) * (w->dp - 1) / w->dp, w->k.coll_link_eff);
 }
 
+/* Bytes a copy engine moves in `us` on direction dir (0 H2D, 1 D2H): how an NVLink collective
+ * is charged to the copy stream in LC_COLL_STREAM mode. */
+static uint64_t nv_equiv(const lcw *w, double us, int dir)
+{
+    double rate = dir ? w->m->link_d2h_Bps : w->m->link_h2d_Bps;
+    return ceil_div(us * rate / 1e6, 1);
+}
+
 /* Parameters the GPU Adam of persistent chunk c updates on this rank. */
 static uint64_t p_opt_params(const lcw *w, int32_t c)
 {
@@ -1044,7 +1053,7 @@ static ms_status emit_setup(lcw *w)
             st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_POPT, (uint32_t)c), ob);
             w->rep.static_gpu_bytes += ob;
         }
-        if (!st && w->coll == LC_COLL_LINK)
+        if (!st && (w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1)
             st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_PERSIST, (uint32_t)c),
                     LC_COLL_STAGE_BYTES < w->S ? LC_COLL_STAGE_BYTES : w->S);
     }
@@ -1058,7 +1067,7 @@ static ms_status emit_setup(lcw *w)
     /* host states of the non-persistent chunks; the pinned buffers the copies go through are
      * part of that storage (ProTrain's host chunks are pinned), so they are not counted twice */
     uint64_t total = 0, staging = (uint64_t)w->k.n_buffer * w->S;
-    if (w->coll == LC_COLL_LINK)
+    if ((w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1)
         staging += (uint64_t)w->k.n_persist *
                    (LC_COLL_STAGE_BYTES < w->S ? LC_COLL_STAGE_BYTES : w->S);
     for (size_t c = (size_t)w->k.n_persist; c < L->n_chunks; c++)
@@ -1100,9 +1109,11 @@ static ms_status emit_load(lcw *w, size_t i)
     uint64_t id = lc_id(LC_ID_BUFFER, (uint32_t)ld->buffer);
     uint64_t own = ceil_div(w->k.param_xfer_bytes * (double)c_shard_params(w, c), 1);
     uint64_t ring = w->coll == LC_COLL_LINK ? c_ring_link(w, c) : 0;
+    uint64_t nv = w->coll == LC_COLL_STREAM && w->dp > 1
+                      ? nv_equiv(w, lc_coll_us(w->m, c_gathered(w, c), w->dp), 0) : 0;
     w->rep.loads++;
     ms_status st = wait_release(w, SS_H2D, ld);
-    if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, own + ring);
+    if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, own + ring + nv);
     w->ld_ev[i] = new_ev(w);
     if (!st) st = wev(w, SA_RECORD, SS_H2D, w->ld_ev[i]);
     if (!st && ring) { /* the pieces this rank sends to the others (ring all-gather) */
@@ -1344,15 +1355,21 @@ static ms_status grads_ready(lcw *w, int32_t c)
     uint64_t ring = w->coll == LC_COLL_LINK ? c_ring_link(w, c) : 0;
     if (c < w->k.n_persist) {
         if (w->dp <= 1) return MS_OK;
+        double nv_us = w->k.persist_shard ? lc_coll_us(w->m, c_gathered(w, c), w->dp)
+                                          : lc_allreduce_us(w->m, c_gathered(w, c), w->dp);
         if (w->coll == LC_COLL_COMPUTE) /* NVLink reduce-scatter or all-reduce */
-            return wcompute(w, -1, w->k.persist_shard
-                                       ? lc_coll_us(w->m, c_gathered(w, c), w->dp)
-                                       : lc_allreduce_us(w->m, c_gathered(w, c), w->dp), -1, 0);
+            return wcompute(w, -1, nv_us, -1, 0);
         if (!w->k.persist_shard) ring *= 2; /* all-reduce: twice a reduce-scatter's traffic */
         uint64_t id = lc_id(LC_ID_PERSIST, (uint32_t)c);
         uint32_t g = new_ev(w);
         st = wev(w, SA_RECORD, SS_COMPUTE, g);
         if (!st) st = wev(w, SA_WAIT, SS_D2H, g);
+        if (w->coll == LC_COLL_STREAM) { /* NVLink, on the offload stream */
+            if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, nv_equiv(w, nv_us, 1));
+            w->prs_ev[c] = new_ev(w);
+            if (!st) st = wev(w, SA_RECORD, SS_D2H, w->prs_ev[c]);
+            return st;
+        }
         if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
         if (!st) st = wev(w, SA_WAIT, SS_H2D, g);
         if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, ring);
@@ -1376,6 +1393,8 @@ static ms_status grads_ready(lcw *w, int32_t c)
         if (!st) st = wev(w, SA_RECORD, SS_H2D, rr);
         if (!st) st = wev(w, SA_WAIT, SS_D2H, rr);
     }
+    if (w->coll == LC_COLL_STREAM && w->dp > 1) /* the NVLink reduce-scatter first */
+        shard += nv_equiv(w, lc_coll_us(w->m, c_gathered(w, c), w->dp), 1);
     if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, shard);
     w->off_ev[c] = new_ev(w);
     if (!st) st = wev(w, SA_RECORD, SS_D2H, w->off_ev[c]);
@@ -1469,7 +1488,8 @@ static ms_status iter_end(lcw *w)
     st = wev(w, SA_RECORD, SS_COMPUTE, bwd_end);
     /* GPU Adam of the persistent chunks (their optimizer states are sharded over dp) */
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++) {
-        if (w->coll == LC_COLL_LINK && w->dp > 1) st = wev(w, SA_WAIT, SS_COMPUTE, w->prs_ev[c]);
+        if ((w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1)
+            st = wev(w, SA_WAIT, SS_COMPUTE, w->prs_ev[c]);
         if (!st)
             st = wcompute(w, -1, w->L->adam_gpu_us_per_param * (double)p_opt_params(w, c), -1, 0);
         w->rep.gpu_adam++;
@@ -1481,6 +1501,15 @@ static ms_status iter_end(lcw *w)
         uint64_t id = lc_id(LC_ID_PERSIST, (uint32_t)c), ring = c_ring_link(w, c);
         uint32_t g = new_ev(w);
         st = wev(w, SA_RECORD, SS_COMPUTE, g);
+        if (w->coll == LC_COLL_STREAM) { /* the NVLink all-gather, on the prefetch stream */
+            if (!st) st = wev(w, SA_WAIT, SS_H2D, g);
+            if (!st)
+                st = wcopy(w, SA_COPY_H2D, SS_H2D, id,
+                           nv_equiv(w, lc_coll_us(w->m, c_gathered(w, c), w->dp), 0));
+            w->pag_ev[c] = new_ev(w);
+            if (!st) st = wev(w, SA_RECORD, SS_H2D, w->pag_ev[c]);
+            continue;
+        }
         if (!st) st = wev(w, SA_WAIT, SS_D2H, g);
         if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
         if (!st) st = wev(w, SA_WAIT, SS_H2D, g);
@@ -1501,7 +1530,8 @@ static ms_status iter_end(lcw *w)
         if (!st) st = wev(w, SA_RECORD, SS_HOST, w->adam_ev[c]);
     }
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++)
-        if (w->coll == LC_COLL_LINK && w->dp > 1 && w->k.persist_shard)
+        if ((w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1 &&
+            w->k.persist_shard)
             st = wev(w, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
     if (!st && w->k.step_sync && w->last_adam >= 0)
         st = wev(w, SA_WAIT, SS_COMPUTE, (uint32_t)w->last_adam);

@@ -34,7 +34,11 @@ enum {
     LC_COLL_AUTO = 0,  /* link when the machine has no NVLink (node.nvlink_Bps = 0), else compute */
     LC_COLL_LINK,      /* through host memory (NCCL without peer access): copies on the PCIe
                           link of this GPU, sharing it with parameter loads and swaps */
-    LC_COLL_COMPUTE    /* NVLink: a COMPUTE action of the ring time, serialized with kernels */
+    LC_COLL_COMPUTE,   /* NVLink: a COMPUTE action of the ring time, serialized with kernels */
+    LC_COLL_STREAM     /* NVLink, overlapped: the ring time runs on the copy stream of the
+                          chunk's PCIe copy (gather: before it is ready; gradients: before the
+                          offload), charged as the bytes the copy engine would move in that
+                          time (the simulator has no NVLink resource of its own) */
 };
 
 /* Every knob lowering reads from the plan (plan knob names in brackets). */
@@ -65,7 +69,8 @@ typedef struct lc_knobs {
                                     when gathering a chunk (2: fp16; FSDP's fp32 shard: 4) */
     double grad_xfer_bytes;      /* [grad_xfer_bytes] bytes per parameter of the gradient
                                     shard copied to the host (2; FSDP: 4) */
-    int coll;                    /* [coll=auto|link|compute] */
+    int coll;                    /* [coll=auto|link|compute|stream]; auto: link without NVLink,
+                                    stream with it */
     double coll_link_eff;        /* [coll_link_eff] fraction of the link rate collectives
                                     through host memory reach (default 0.5, assumed) */
     int overlap_host_adam;       /* [overlap_host_adam] 1: host Adam of a chunk starts when its
@@ -187,7 +192,7 @@ int lc_min_buffers(const lc_layout *L, int n_persist, const lc_knobs *k);
 
 /* ---- collectives and transfer sizes (shared with the cost model) ---- */
 
-/* The collective mode in force on m. */
+/* The collective mode in force on m (never LC_COLL_AUTO). */
 int lc_coll_mode(const lc_knobs *k, const machine_t *m, int dp);
 /* Ring all-gather / reduce-scatter time over NVLink of a `bytes` buffer among dp ranks;
  * lc_allreduce_us: the ring all-reduce. */

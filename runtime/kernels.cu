@@ -175,15 +175,38 @@ rt_status kn_embed_fwd(kn_ctx *k, kn_bf16 *out, const int32_t *tok, const kn_bf1
     return launched("embed_fwd_k");
 }
 
-/* One thread per column walks the tokens in order: deterministic, no atomics. */
+/* One thread per column walks the tokens in order: deterministic, no atomics. Tokens go in
+ * batches of EB: repeats inside a batch are summed into their first occurrence (in token
+ * order), then the batch's distinct rows are read together and written back, so that EB
+ * read-modify-writes are in flight instead of one. */
+#define EB 16
 __global__ void embed_bwd_k(float *dwte, const int32_t *tok, const bf16 *dout, size_t T,
                             size_t h)
 {
     size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (c >= h) return;
-    for (size_t t = 0; t < T; t++) {
-        float d = __bfloat162float(dout[t * h + c]);
-        dwte[(size_t)tok[t] * h + c] += d;
+    for (size_t t0 = 0; t0 < T; t0 += EB) {
+        int tk[EB];
+        float d[EB], cur[EB];
+#pragma unroll
+        for (int i = 0; i < EB; i++) {
+            tk[i] = t0 + i < T ? tok[t0 + i] : -1;
+            d[i] = t0 + i < T ? __bfloat162float(dout[(t0 + i) * h + c]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 1; i < EB; i++)
+#pragma unroll
+            for (int j = 0; j < i; j++)
+                if (tk[i] >= 0 && tk[j] == tk[i]) {
+                    d[j] += d[i];
+                    tk[i] = -1;
+                }
+#pragma unroll
+        for (int i = 0; i < EB; i++)
+            if (tk[i] >= 0) cur[i] = dwte[(size_t)tk[i] * h + c];
+#pragma unroll
+        for (int i = 0; i < EB; i++)
+            if (tk[i] >= 0) dwte[(size_t)tk[i] * h + c] = cur[i] + d[i];
     }
 }
 

@@ -211,10 +211,9 @@ void kref_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const flo
                    const float *k, const float *v, size_t ld_qkv, size_t ld_o, size_t B,
                    size_t H, size_t S, size_t D)
 {
-    double *p = malloc(S * sizeof *p), *dp = malloc(S * sizeof *dp);
-    double *o = malloc(D * sizeof *o), *gq = malloc(D * sizeof *gq);
+    double *p = malloc(S * sizeof *p), *gq = malloc(D * sizeof *gq);
     double *gk = calloc(S * D, sizeof *gk), *gv = calloc(S * D, sizeof *gv);
-    if (!p || !dp || !o || !gq || !gk || !gv) goto out;
+    if (!p || !gq || !gk || !gv) goto out;
     double sc = 1.0 / sqrt((double)D);
     for (size_t b = 0; b < B; b++)
         for (size_t hd = 0; hd < H; hd++) {
@@ -225,11 +224,10 @@ void kref_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const flo
             memset(gv, 0, S * D * sizeof *gv);
             for (size_t i = 0; i < S; i++) {
                 attn_row(p, qb, kb, ld_qkv, i, D);
-                double Di = 0;
+                double Di = 0;   /* dO . O with the exact forward output */
                 for (size_t c = 0; c < D; c++) {
                     double s = 0;
                     for (size_t j = 0; j <= i; j++) s += p[j] * vb[j * ld_qkv + c];
-                    o[c] = s;
                     Di += s * db[i * ld_o + c];
                 }
                 for (size_t c = 0; c < D; c++) gq[c] = 0;
@@ -253,8 +251,6 @@ void kref_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const flo
         }
 out:
     free(p);
-    free(dp);
-    free(o);
     free(gq);
     free(gk);
     free(gv);

@@ -1,5 +1,6 @@
-/* model_rt.c — a GPT model trained on the GPU with the runtime's kernels, and the one-layer
- * benchmark (model_rt.h). The layer program follows the trace generator's op order and names
+/* model_rt.c — a GPT model trained on the GPU with the runtime's kernels, the one-layer
+ * benchmark, and the op dispatcher and one-stream schedule walker for generated traces
+ * (model_rt.h). The layer program follows the trace generator's op order and names
  * (docs/GENERATOR.md §3: ln1, qkv, attn, proj, add1, ln2, fc1, act, fc2, add2 and their
  * backward in reverse), so measured op times line up with generated traces. Used by
  * runtime/rt_run.c and tests/test_kernels.c. */
@@ -854,6 +855,8 @@ void mrt_ops_free(mrt_ops *o)
 
 void mrt_ops_set_iter(mrt_ops *o, int iter) { o->iter = iter; }
 
+void mrt_ops_set_adam(mrt_ops *o, const kn_adamw_cfg *c) { o->adam = *c; }
+
 rt_status mrt_ops_losses(mrt_ops *o, float *host, int n)
 {
     if (n > MRT_MAX_ITERS) n = MRT_MAX_ITERS;
@@ -1240,7 +1243,7 @@ static void walk_times(walk *w, mrt_sched_result *r)
 
 rt_status mrt_sched_run(const schedule_t *s, const trace_t *t, const mb_backend *be,
                         const char *allocator, const alloc_config *cfg, uint64_t seed,
-                        mrt_sched_result *r)
+                        const kn_adamw_cfg *adam, mrt_sched_result *r)
 {
     memset(r, 0, sizeof *r);
     size_t nc = 0;
@@ -1258,6 +1261,7 @@ rt_status mrt_sched_run(const schedule_t *s, const trace_t *t, const mb_backend 
     ms_error err;
     rt_status st = mrt_ops_new(t, seed, &w.o);
     if (st != RT_OK) return st;
+    if (adam) mrt_ops_set_adam(w.o, adam);
     r->ops = calloc(nc ? nc : 1, sizeof *r->ops);
     w.ev = calloc(2 * (nc ? nc : 1), sizeof *w.ev);
     w.ia = calloc(max_opnd + 1, sizeof *w.ia);

@@ -5,8 +5,9 @@
  * moments and gradients. One training step runs keep-all (every activation saved) or
  * full-recompute (only each layer's input saved; the backward replays the layer's forward
  * ops first). Weights are seeded random, data a seeded token stream. Also the one-layer
- * benchmark (forward and backward of a keep-all layer, per-op times, MFU). Used by
- * runtime/rt_run.c (`memsim run --math real`) and tests/test_kernels.c. */
+ * benchmark (forward and backward of a keep-all layer, per-op times, MFU), and the op
+ * dispatcher and one-stream schedule walker that run generated traces' ops with these
+ * kernels. Used by runtime/rt_run.c (`memsim run --math real`) and tests/test_kernels.c. */
 #ifndef MEMSIM_MODEL_RT_H
 #define MEMSIM_MODEL_RT_H
 
@@ -81,6 +82,8 @@ rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out);
 void mrt_ops_free(mrt_ops *o);
 /* The iteration the next ops belong to (the executor's `mark iter`). */
 void mrt_ops_set_iter(mrt_ops *o, int iter);
+/* AdamW's knobs (step is counted per group); default: mrt_config_default's. */
+void mrt_ops_set_adam(mrt_ops *o, const kn_adamw_cfg *c);
 /* Enqueues op on stream (a cudaStream_t); in_addr[i] / out_addr[j] are the device addresses
  * of op->in[i] / op->out[j]. RT_ERR_INVALID names an op that has no kernel here. */
 rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,
@@ -113,10 +116,11 @@ typedef struct mrt_sched_result {
  * backend be (the executor's allocator code), each compute action through the dispatcher,
  * events around every compute action and at every `mark iter`. RT_ERR_INVALID for a schedule
  * with copies or other streams (those run through the executor; docs/RUNTIME.md). Device
- * memory is given back before it returns. */
+ * memory is given back before it returns. adam: the optimizer's knobs (NULL: the tiny model's,
+ * lr 2e-3 without weight decay; larger models want less). */
 rt_status mrt_sched_run(const schedule_t *s, const trace_t *t, const mb_backend *be,
                         const char *allocator, const alloc_config *cfg, uint64_t seed,
-                        mrt_sched_result *r);
+                        const kn_adamw_cfg *adam, mrt_sched_result *r);
 void mrt_sched_result_release(mrt_sched_result *r);
 
 /* ---- the one-layer benchmark ---- */

@@ -121,7 +121,7 @@ static void usage(FILE *f)
         "  --train N            N training steps of the whole model (AdamW, seeded weights and\n"
         "                       token stream; --policy full-recompute replays each layer's\n"
         "                       forward in the backward): the loss curve and step times\n"
-        "  --lr X               --train's AdamW learning rate (default 2e-3)\n"
+        "  --lr X               AdamW learning rate of --math real runs (default 2e-3)\n"
         "output:\n"
         "  --csv FILE           results CSV (the simulator's columns, then the runtime's)\n"
         "  --schedule FILE      write the lowered schedule as text\n"
@@ -856,9 +856,12 @@ static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine
         fprintf(stderr, "memsim run: %s\n", rt_last_error());
         return MS_EXIT_FAIL;
     }
+    mrt_config mc;
+    mrt_config_default(&mc);
+    if (a->lr > 0) mc.adam.lr = (float)a->lr;
     mrt_sched_result r;
     rt_status rs = mrt_sched_run(s, t, rt_backend_mb(be), plan->allocator, &plan->alloc_cfg, 77,
-                                 &r);
+                                 &mc.adam, &r);
     int rc = MS_EXIT_OK;
     if (rs != RT_OK) {
         fprintf(stderr, "memsim run: %s\n", rt_last_error());

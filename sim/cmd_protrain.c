@@ -50,6 +50,8 @@ typedef struct pt_opts {
     char knob_buf[PT_MAX_KNOBS][160];
     int quick;                 /* fewer models / batches (tests) */
     const char *m3090, *ma100; /* the two testbeds' profiles (names or files) */
+    const char *trace_out;     /* search: write the workload trace (as simulated) */
+    const char *plan_out;      /* search: write the plan of the chosen configuration */
 } pt_opts;
 
 /* ---------------------------------------------------------------- workloads */
@@ -465,6 +467,14 @@ static int sub_search(const pt_opts *o)
            ms_fmt_bytes(be->host_bytes, b2, sizeof b2));
     plan_t *p;
     if ((st = config_plan(M, best, &p, &err))) goto done;
+    if (o->trace_out && (st = trace_write(t, o->trace_out, &err))) {
+        plan_free(p);
+        goto done;
+    }
+    if (o->plan_out && (st = plan_write(p, o->plan_out, &err))) {
+        plan_free(p);
+        goto done;
+    }
     pt_run run;
     st = simulate(t, &mp->m, p, &run, &err);
     plan_free(p);
@@ -863,6 +873,8 @@ static void usage(FILE *f)
             "  --knob KEY=VALUE    chunk / search knob (docs/PROTRAIN.md), repeatable\n"
             "  --validate N        search: simulate N evaluated configurations (-1: all)\n"
             "  --csv FILE          search: per-configuration predicted vs simulated rows\n"
+            "  --trace-out FILE    search: write the workload trace as simulated\n"
+            "  --plan-out FILE     search: write the plan of the chosen configuration\n"
             "  --quick             fewer models and batches (table2, fig3)\n"
             "  --m3090 M, --ma100 M  the two testbeds' profiles (default rtx3090-pcie3,\n"
             "                      a100-80g-pcie4)\n"
@@ -891,6 +903,7 @@ int cmd_protrain(int argc, char **argv)
         {"validate", required_argument, 0, 'v'}, {"csv", required_argument, 0, 'c'},
         {"quick", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
         {"m3090", required_argument, 0, '3'},  {"ma100", required_argument, 0, 'a'},
+        {"trace-out", required_argument, 0, 'T'}, {"plan-out", required_argument, 0, 'P'},
         {0, 0, 0, 0}};
     optind = 1;
     int c;
@@ -934,6 +947,8 @@ int cmd_protrain(int argc, char **argv)
         case 'c': o.csv = optarg; break;
         case 'q': o.quick = 1; break;
         case '3': o.m3090 = optarg; break;
+        case 'T': o.trace_out = optarg; break;
+        case 'P': o.plan_out = optarg; break;
         case 'a': o.ma100 = optarg; break;
         case 'o': o.out_dir = optarg; break;
         case 'h': usage(stdout); return MS_EXIT_OK;

@@ -2,7 +2,8 @@
  * (traces/roofline.c) and the trace generator (traces/gen.c): MEMO's 16bsh skeletal
  * activations per layer, FLOPs against MEMO's model-FLOPs formula, alloc/free balance,
  * liveness of every op's tensors, determinism, configuration errors and speed; the
- * fine-tuning modes (LoRA, ZeRO-3, offload) by their byte accounting. */
+ * fine-tuning modes (LoRA, ZeRO-3, offload) by their byte accounting; the megatron profile
+ * (fp32 main gradients, lazy Adam states, the fp32 cross entropy, TE's buffers) likewise. */
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
 #include "traces/gen.h"
@@ -722,6 +723,284 @@ static void test_hf_loss(const machine_t *mach)
            err.msg);
 }
 
+/* ---- framework megatron (docs/GENERATOR.md §9) ---- */
+
+static gen_config mg_config(const char *model, uint64_t seq, int tp, int cp, int dp)
+{
+    gen_config c = config(model, seq, 1, tp, cp, dp);
+    ms_error err;
+    if (gen_config_set(&c, "framework", "megatron", &err)) TAP_NOTE("set: %s", err.msg);
+    return c;
+}
+
+/* Byte accounting of a megatron trace. */
+typedef struct mgacct {
+    uint64_t grad_setup, master_setup, opt_other_setup, params_setup;
+    uint64_t moments_it[2];          /* exp_avg / exp_avg_sq bytes made in iteration 0, 1 */
+    uint64_t mpu_allocs, mpu_bytes, mpu_live_end;
+    uint64_t softmax_bytes, logits_fp32_bytes, logits_bytes;
+    uint64_t peak_at_shift;          /* live logits-family bytes at the loss.shift op */
+    uint64_t wgrad_allocs_l0, wgrad_bytes_l0, wgrad_bad_life;
+    int head_dummy_spans;            /* head.wgrad lives from lm_head.bwd to embed.grad_acc */
+    uint64_t stream1_fwd_l0, stream1_bwd;
+    int ring_then_attn, ring_ops;
+    uint64_t skel_l0, inputs_l0, attn_out_l0;
+    int dp_ar, dp_rs, dp_ag;
+} mgacct;
+
+static mgacct mg_account(const trace_t *t)
+{
+    mgacct a;
+    memset(&a, 0, sizeof a);
+    u64map *live = u64map_new(1024), *open = u64map_new(64);
+    int iter = -1;
+    trace_phase ph = TP_NONE;
+    uint64_t fam = 0, head_dummy = 0, last_op_was_ring = 0;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK) {
+            if (r->u.mark.kind == TM_ITER) iter = (int)r->u.mark.value;
+            if (r->u.mark.kind == TM_PHASE) ph = (trace_phase)r->u.mark.value;
+            continue;
+        }
+        if (r->type == TR_ALLOC) {
+            const trace_tensor *x = &r->u.alloc;
+            u64map_put(live, x->id, x->bytes);
+            const char *n = x->name;
+            if (iter < 0) {
+                if (x->cls == TC_GRAD) a.grad_setup += x->bytes;
+                else if (x->cls == TC_PARAM) a.params_setup += x->bytes;
+                else if (strstr(n, "opt_master")) a.master_setup += x->bytes;
+                else if (x->cls == TC_OPTSTATE) a.opt_other_setup += x->bytes;
+                continue;
+            }
+            if (strstr(n, ".exp_avg") && iter < 2) a.moments_it[iter] += x->bytes;
+            if (!strcmp(n, "mpu_buffer")) {
+                a.mpu_allocs++;
+                a.mpu_bytes = x->bytes;
+            }
+            if (iter == 0 && !strcmp(n, "softmax")) a.softmax_bytes = x->bytes;
+            if (iter == 0 && !strcmp(n, "logits_fp32")) a.logits_fp32_bytes = x->bytes;
+            if (iter == 0 && !strcmp(n, "logits")) a.logits_bytes = x->bytes;
+            if (!strcmp(n, "softmax") || !strcmp(n, "logits_fp32") || !strcmp(n, "logits"))
+                fam += x->bytes;
+            if (iter == 0 && x->layer == 0 && strstr(n, ".wgrad")) {
+                a.wgrad_allocs_l0++;
+                a.wgrad_bytes_l0 += x->bytes;
+            }
+            if (strstr(n, ".wgrad") && x->cls == TC_GRAD) u64map_put(open, x->id, i);
+            if (!strcmp(n, "head.wgrad")) head_dummy = x->id;
+            if (x->stream == 1 && ph == TP_FWD && x->layer == 0 && iter == 0) a.stream1_fwd_l0++;
+            if (x->stream == 1 && ph == TP_BWD) a.stream1_bwd++;
+            if (iter == 0 && x->layer == 0 && x->cls == TC_ACT_SKEL && ph == TP_FWD) {
+                a.skel_l0 += x->bytes;
+                if (!strcmp(n, "L0.attn_out")) a.attn_out_l0 = x->bytes;
+            }
+            if (iter == 0 && x->cls == TC_ACT_SKEL && strstr(n, ".input")) a.inputs_l0++;
+        } else if (r->type == TR_FREE) {
+            uint64_t at;
+            u64map_del(live, r->u.free_id, NULL);
+            /* a layer's dummy dies right after its op: within a few records */
+            if (u64map_del(open, r->u.free_id, &at) && r->u.free_id != head_dummy && i - at > 8)
+                a.wgrad_bad_life++;
+        } else if (r->type == TR_OP) {
+            const trace_op *o = &r->u.op;
+            if (iter == 0 && !strcmp(o->name, "loss.shift")) a.peak_at_shift = fam;
+            if (last_op_was_ring) a.ring_then_attn += o->kind == TK_ATTN;
+            last_op_was_ring = o->kind == TK_COMM && strstr(o->name, ".ovl") != NULL;
+            a.ring_ops += last_op_was_ring;
+            if (!strcmp(o->name, "embed.grad_acc") && head_dummy) {
+                int reads = 0;
+                for (uint32_t j = 0; j < o->n_in; j++) reads |= o->in[j] == head_dummy;
+                a.head_dummy_spans += reads;
+            }
+            if (strstr(o->name, ".dp_ar")) a.dp_ar++;
+            if (strstr(o->name, ".dp_rs")) a.dp_rs++;
+            if (strstr(o->name, ".dp_ag")) a.dp_ag++;
+        }
+    }
+    uint64_t k, v;
+    for (size_t it = 0; u64map_next(live, &it, &k, &v);)
+        if (v == a.mpu_bytes) a.mpu_live_end++;
+    u64map_free(live);
+    u64map_free(open);
+    return a;
+}
+
+/* Every op's tensors live, ids unique, the written file passes the checker; live at the end:
+ * parameters, gradients, optimizer states and (tp > 1) the global all-gather buffer. */
+static void test_megatron_balance(const machine_t *mach)
+{
+    struct { const char *m; int tp, cp, dp, dist; } cs[] = {
+        { "gpt-7b", 4, 2, 1, 0 }, { "gpt-7b", 2, 1, 1, 0 }, { "mistral-7b", 4, 2, 2, 1 },
+        { "llama-13b", 8, 4, 1, 1 }, { "gpt-7b", 1, 1, 1, 0 },
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        gen_config c = mg_config(cs[i].m, 8192, cs[i].tp, cs[i].cp, cs[i].dp);
+        c.dist_opt = cs[i].dist;
+        trace_t *t = gen(&c, mach);
+        walk w = t ? validate(t) : (walk){ .errors = 1 };
+        char path[] = "/tmp/memsim-test-gen-XXXXXX";
+        int fd = mkstemp(path);
+        ms_error err;
+        ms_error_clear(&err);
+        trace_check_report rep;
+        memset(&rep, 0, sizeof rep);
+        ms_status st = fd < 0 || !t ? MS_ERR_IO : trace_write(t, path, &err);
+        if (!st) st = trace_check_file(path, stdout, 10, &rep, &err);
+        if (fd >= 0) {
+            close(fd);
+            remove(path);
+        }
+        uint64_t want_bad = cs[i].tp > 1; /* the mpu buffer */
+        TAP_OK(t && w.errors == 0 && w.live_left_bad == want_bad && st == MS_OK &&
+               rep.errors == 0, "megatron %s tp=%d cp=%d dp=%d dist_opt=%d: ops' tensors live, "
+               "file checks, %llu live at end (%llu besides model states)%s%s", cs[i].m,
+               cs[i].tp, cs[i].cp, cs[i].dp, cs[i].dist, (unsigned long long)w.live_left,
+               (unsigned long long)w.live_left_bad, w.errors ? "; " : "", w.first_error);
+        trace_free(t);
+    }
+}
+
+static void test_megatron_bytes(const machine_t *mach)
+{
+    /* GPT-7B, 64K tokens, TP 4, CP 2: T = 32768 tokens per rank, h/tp = 1024 */
+    gen_config c = mg_config("gpt-7b", 65536, 4, 2, 1);
+    trace_t *t = gen(&c, mach);
+    mgacct a = t ? mg_account(t) : (mgacct){ 0 };
+    uint64_t T = 32768, Vl = 50688 / 4, h = 4096, Q = T * 1024 * 2;
+    uint64_t local = gen_layer_params(&c) * 32 + Vl * h + 2 * h; /* layers, embedding, norm */
+    TAP_OK(a.grad_setup == 4 * local && a.params_setup == 2 * local,
+           "fp32 main gradients: %llu bytes for %llu local parameters (bf16 params %llu)",
+           (unsigned long long)a.grad_setup, (unsigned long long)local,
+           (unsigned long long)a.params_setup);
+    TAP_OK(a.master_setup == 4 * local && a.opt_other_setup == 0 &&
+           a.moments_it[0] == 8 * local && a.moments_it[1] == 0,
+           "fp32 master at setup (%llu), Adam moments made by the first step only (%llu, "
+           "then %llu)", (unsigned long long)a.master_setup, (unsigned long long)a.moments_it[0],
+           (unsigned long long)a.moments_it[1]);
+    TAP_OK(a.logits_bytes == T * Vl * 2 && a.logits_fp32_bytes == T * Vl * 4 &&
+           a.softmax_bytes == T * Vl * 4 && a.peak_at_shift == 10 * T * Vl,
+           "cross entropy on logits.float() over the padded vocabulary shard (%llu): 10 bytes "
+           "per logit live at the max subtraction", (unsigned long long)Vl);
+    TAP_OK(a.mpu_allocs == 1 && a.mpu_bytes == T * h * 2 && a.mpu_live_end == 1,
+           "the output layer's global all-gather buffer: made once (%llu bytes), kept",
+           (unsigned long long)a.mpu_bytes);
+    uint64_t wl0 = (uint64_t)gen_layer_params(&c) * 2 - 4 * 2 * h; /* minus the two norms */
+    TAP_OK(a.wgrad_allocs_l0 == 4 && a.wgrad_bytes_l0 == wl0 && a.wgrad_bad_life == 0 &&
+           a.head_dummy_spans == 2,
+           "dummy bf16 weight gradients: 4 per layer (%llu bytes), each freed right after its "
+           "op; the tied head's held until the embedding's backward",
+           (unsigned long long)a.wgrad_bytes_l0);
+    uint64_t L = T * 8 * 4;
+    TAP_OK(a.skel_l0 == gen_layer_skel_bytes(&c) && a.skel_l0 == 16 * Q + 2 * (T / 4) * 2 * 4 + L &&
+           a.attn_out_l0 == Q + L,
+           "layer 0 keeps 16bsh/tp plus norm statistics and the LSE (inside attn_out): %llu",
+           (unsigned long long)a.skel_l0);
+    TAP_OK(a.stream1_fwd_l0 == 3 && a.stream1_bwd == 0 && a.ring_ops == 2 * 2 * 32 &&
+           a.ring_then_attn == a.ring_ops,
+           "ring step 1 allocates on the cp stream (3 tensors per layer forward); every ring "
+           "exchange is followed by its attention kernel (%d)", a.ring_ops);
+    TAP_OK(a.dp_ar == 2 * 34 && a.dp_rs == 0 && a.dp_ag == 0,
+           "no distributed optimizer: gradients all-reduced over dp*cp = 2 (%d ops)", a.dp_ar);
+    trace_free(t);
+    c.dist_opt = 1;
+    t = gen(&c, mach);
+    a = t ? mg_account(t) : (mgacct){ 0 };
+    TAP_OK(a.master_setup == 2 * local && a.moments_it[0] == 4 * local && a.dp_rs == 2 * 34 &&
+           a.dp_ag == 2 * 34 && a.dp_ar == 0,
+           "distributed optimizer: states sharded over dp*cp = 2, reduce-scatter and "
+           "all-gather");
+    trace_free(t);
+}
+
+/* cp = 1: the attention saves q, k, v itself; MEMO's names are there in every layout. */
+static void test_megatron_cp1(const machine_t *mach)
+{
+    gen_config c = mg_config("gpt-7b", 16384, 2, 1, 1);
+    trace_t *t = gen(&c, mach);
+    int q = 0, k = 0, v = 0, ring = 0;
+    for (size_t i = 0; t && i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_ALLOC && r->u.alloc.cls == TC_ACT_SKEL) {
+            q += !strcmp(r->u.alloc.name, "L3.q");
+            k += !strcmp(r->u.alloc.name, "L3.k");
+            v += !strcmp(r->u.alloc.name, "L3.v");
+        }
+        if (r->type == TR_OP && strstr(r->u.op.name, ".ovl")) ring++;
+    }
+    mgacct a = t ? mg_account(t) : (mgacct){ 0 };
+    TAP_OK(q == 2 && k == 2 && v == 2 && ring == 0 && a.skel_l0 == gen_layer_skel_bytes(&c) &&
+           a.dp_ar == 0, "cp = 1: q, k, v saved as skeletal, no ring, no DP reduction");
+    trace_free(t);
+}
+
+/* FLOPs: the padded vocabulary adds a little to MEMO's model FLOPs (+n h s^2, FA2). */
+static void test_megatron_flops(const machine_t *mach)
+{
+    gen_config c = mg_config("gpt-7b", 65536, 4, 2, 1);
+    trace_t *t = gen(&c, mach);
+    flops f = t ? count_flops(t) : (flops){ 0 };
+    double s = 65536, P = (double)model_params(&c.model), n = 32, h = 4096;
+    double memo = (6 * s * P + 6 * n * h * s * s) / 8;
+    double got = f.fwd_mm + f.bwd_mm, want = memo + n * h * s * s / 8;
+    TAP_OK(t && fabs(got / want - 1) < 0.005 && f.dur_bad == 0,
+           "forward+backward GEMM/attention FLOPs %.4g vs MEMO's + FA2 recompute %.4g (%.2f%%)",
+           got, want, 100 * (got / want - 1));
+    trace_free(t);
+}
+
+static void test_megatron_knobs(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = config("gpt-7b", 8192, 1, 4, 2, 1), d = c;
+    TAP_OK(gen_config_set(&d, "framework", "generic", &err) == MS_OK &&
+           gen_config_set(&d, "loss", "auto", &err) == MS_OK, "framework=generic, loss=auto");
+    trace_t *a = gen(&c, mach), *b = gen(&d, mach);
+    TAP_OK(a && b && same_trace(a, b) && !trace_get_meta(a, "framework") &&
+           !trace_get_meta(a, "loss"), "the generic program is the default, without new meta");
+    trace_free(a);
+    trace_free(b);
+    ms_status s1 = gen_config_set(&d, "framework", "deepspeed", &err);
+    TAP_OK(s1 == MS_ERR_INVALID && strstr(err.msg, "framework") && strstr(err.msg, "megatron"),
+           "bad framework: %s", err.msg);
+    s1 = gen_config_set(&d, "dist_opt", "2", &err);
+    TAP_OK(s1 == MS_ERR_INVALID && strstr(err.msg, "dist_opt"), "bad value: %s", err.msg);
+    s1 = gen_config_set(&d, "colour", "1", &err);
+    TAP_OK(s1 == MS_ERR_INVALID && strstr(err.msg, "colour") && strstr(err.msg, "framework"),
+           "unknown key: %s", err.msg);
+    TAP_OK(gen_config_set(&d, "grad_bytes", "2", &err) == MS_OK && d.grad_bytes == 2 &&
+           gen_config_set(&d, "attn_bwd_factor", "2.0", &err) == MS_OK &&
+           d.attn_bwd_factor == 2.0 && gen_config_set(&d, "loss", "megatron", &err) == MS_OK &&
+           d.loss == GEN_LOSS_MEGATRON, "grad_bytes, attn_bwd_factor, loss set by name");
+    /* loss megatron in the generic program: the fp32 softmax replaces the saved logits */
+    trace_t *t = gen(&d, mach);
+    mgacct m = t ? mg_account(t) : (mgacct){ 0 };
+    const char *lm = t ? trace_get_meta(t, "loss") : NULL;
+    TAP_OK(t && m.softmax_bytes == 4 * m.logits_bytes / 2 && m.mpu_allocs == 0 && lm &&
+           !strcmp(lm, "megatron"), "generic + loss megatron: fp32 softmax, no mpu buffer");
+    trace_free(t);
+    gen_config e = mg_config("gpt-7b", 8192, 4, 2, 1);
+    e.lora = 1;
+    s1 = gen_validate(&e, &err);
+    TAP_OK(s1 == MS_ERR_UNSUPPORTED && strstr(err.msg, "megatron"), "megatron + lora: %s",
+           err.msg);
+    e = config("gpt-7b", 8192, 1, 4, 2, 1);
+    e.dist_opt = 1;
+    s1 = gen_validate(&e, &err);
+    TAP_OK(s1 == MS_ERR_INVALID && strstr(err.msg, "dist_opt"), "dist_opt without megatron: %s",
+           err.msg);
+    e = mg_config("gpt-7b", 8192, 4, 2, 1);
+    e.opt_bytes_per_param = 5;
+    s1 = gen_validate(&e, &err);
+    TAP_OK(s1 == MS_ERR_INVALID && strstr(err.msg, "opt_bytes"), "odd optimizer bytes: %s",
+           err.msg);
+    e = mg_config("gpt-7b", 8192, 4, 32, 1);
+    s1 = gen_validate(&e, &err);
+    TAP_OK(s1 == MS_ERR_INVALID && strstr(err.msg, "cp 32"), "cp beyond the ring's limit: %s",
+           err.msg);
+}
+
 static void test_roofline(const machine_t *m)
 {
     roof_params p;
@@ -777,6 +1056,11 @@ int main(void)
     test_zero3(&m);
     test_offload(&m);
     test_hf_loss(&m);
+    test_megatron_balance(&m);
+    test_megatron_bytes(&m);
+    test_megatron_cp1(&m);
+    test_megatron_flops(&m);
+    test_megatron_knobs(&m);
     test_roofline(&m);
     test_speed(&m);
     return tap_done();

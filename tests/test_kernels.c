@@ -532,7 +532,8 @@ static void t_trace(void)
         ms = pol_plan(pol[p], t, &mp->m, NULL, &plan, &err);
         if (ms == MS_OK) ms = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
         rt_status st = ms == MS_OK ? rt_backend_new(&bo, &be) : RT_ERR_INVALID;
-        if (st == RT_OK) st = mrt_sched_run(s, t, rt_backend_mb(be), "caching", NULL, 77, &r[p]);
+        if (st == RT_OK) st = mrt_sched_run(s, t, rt_backend_mb(be), "caching", NULL, 77, NULL,
+                                             &r[p]);
         ok[p] = st == RT_OK && r[p].n_iter == 6;
         TAP_OK(ok[p], "%s schedule (%zu actions) ran with real kernels: %s", pol[p],
                s ? sched_count(s) : 0, ok[p] ? "6 iterations" : ms != MS_OK ? err.msg : rt_last_error());

@@ -4,13 +4,18 @@
 # to 896K tokens), Table 5 (MFU over the offloaded fraction alpha at 192K-384K), the sequence
 # length above which one layer's full offload stops costing time, and the count of memory
 # reorganizations of full recomputation under PyTorch's caching allocator, for GPT-7B on one
-# node of 8 A800 (TP 4, CP 2). Prints paper-vs-memsim tables cell by cell with differences and
-# draws them (PNG and SVG). A few minutes on a 2-core machine.
+# node of 8 A800 (TP 4, CP 2). The traces are generated with the generator's megatron profile
+# (--gen framework=megatron: Megatron-LM ccfeda47cb + TransformerEngine 1.3 allocations,
+# docs/GENERATOR.md §9). Prints paper-vs-memsim tables cell by cell with differences and draws
+# them (PNG and SVG); then Table 4 again under three other trace assumptions (the generic
+# program, Megatron's distributed optimizer, a fused cross entropy) for comparison. A few
+# minutes on a 2-core machine.
 #
 # usage: experiments/memo/run.sh [OUTDIR]   (default: out/memo in the repository; MEMSIM=path/to/memsim)
 # Writes OUTDIR/a800-memo.machine (the profile used), results.tsv (memsim's cells in
 # reference.tsv's layout), compare.txt (the printed comparison), runs/*.csv (memsim's result
-# rows), table4.dat, table5.dat and the figures memo_table4.{png,svg}, memo_table5.{png,svg}.
+# rows), table4.dat, table5.dat and the figures memo_table4.{png,svg}, memo_table5.{png,svg};
+# variants.txt and variants/*.csv (Table 4 under the other trace assumptions).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -22,9 +27,16 @@ if [ ! -x "$MEMSIM" ]; then
     echo "run.sh: $MEMSIM not found: build memsim first (make) or set MEMSIM" >&2
     exit 2
 fi
-mkdir -p "$out/runs"
+if ! "$MEMSIM" simulate --help 2>&1 | grep -q -- '--gen'; then
+    echo "run.sh: $MEMSIM has no --gen option (generator knobs): rebuild memsim" >&2
+    exit 2
+fi
+mkdir -p "$out/runs" "$out/variants"
 machine="$out/a800-memo.machine"
-common=(--model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet)
+# The trace: Megatron-LM + TransformerEngine as MEMO's systems run them (docs/GENERATOR.md §9);
+# Megatron's own defaults otherwise (no distributed optimizer, its fp32 cross entropy).
+gen=(--gen framework=megatron)
+common=(--model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet "${gen[@]}")
 
 # 1. The machine profile: the shipped a800-8gpu with the overrides (first word = key).
 awk 'NR == FNR { if ($0 !~ /^#/ && NF) ov[$1] = $0; next }
@@ -80,7 +92,7 @@ for k in $(seq 64 16 320); do
             cross_sim=""
         fi
     fi
-    at=$("$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "${k}K" \
+    at=$("$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "${k}K" "${gen[@]}" \
          --policy memo --knob memory_plan=0 | awk '$1 == "knob" && $2 == "alpha_lp_time" { print $3 }')
     if [ -z "$cross_lp" ] && awk -v a="$at" 'BEGIN { exit !(a >= 1) }'; then cross_lp="${k}K"; fi
 done
@@ -89,6 +101,58 @@ printf "crossover\tfull-offload-lp\tseq\t%s\n" "${cross_lp:-none}" >> "$res"
 
 # 5. The comparison, and the figures' data.
 awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "$out/compare.txt"
+
+# 6. Table 4 under other trace assumptions, status and MFU per cell next to the paper's:
+# "generic" is the generator's lean default program (MEMO's 16bsh accounting, what this
+# experiment used before the megatron profile); "dist-opt" Megatron's distributed optimizer
+# (states sharded over dp*cp = 2); "fused-ce" a cross entropy that works in place on the bf16
+# logits instead of Megatron's fp32 copies (what MEMO's own runs at 768K-1M tokens need, see
+# README). Also the caching allocator's reserved peak and retries of full recomputation.
+variant() {
+    name=$1; shift
+    for s in $seqs4; do
+        "$MEMSIM" compare --model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet "$@" --seq "$s" \
+            --policies full-recompute,full-recompute+plan,full-swap+plan,memo \
+            --csv "$out/variants/$name-$s.csv"
+    done
+    rows "$out"/variants/"$name"-*.csv | awk -v v="$name" '{ print v "\t" $1 "\t" $2 "\t" (($3 == "ok") ? $4 : toupper($3)) }'
+}
+{
+    rows "$out"/runs/table4-*.csv | awk '{ print "megatron\t" $1 "\t" $2 "\t" (($3 == "ok") ? $4 : toupper($3)) }'
+    variant generic
+    variant dist-opt "${gen[@]}" --gen dist_opt=1
+    variant fused-ce "${gen[@]}" --gen loss=fused
+} > "$out/variants.tsv"
+awk -F'\t' '
+    FNR == NR { if ($1 == "table4") ref[$2 SUBSEP $3] = $4; next }
+    { v[$1 SUBSEP $2 SUBSEP $3] = $4; if (!($1 in seen)) { seen[$1] = 1; order[++nv] = $1 } }
+    END {
+        n = split("64K 128K 256K 384K 512K 640K 768K 896K", sq, " ")
+        m = split("full-recompute full-recompute+plan full-swap+plan memo", me, " ")
+        print "\nTable 4 under other trace assumptions (MFU %, or OOM / OOHM; * = status differs from the paper)"
+        for (i = 1; i <= m; i++) {
+            printf "\n%s\n  %-10s", me[i], "variant"
+            for (j = 1; j <= n; j++) printf " %8s", sq[j]
+            printf "\n  %-10s", "paper"
+            for (j = 1; j <= n; j++) printf " %8s", ref[me[i] SUBSEP sq[j]]
+            printf "\n"
+            for (k = 1; k <= nv; k++) {
+                printf "  %-10s", order[k]
+                for (j = 1; j <= n; j++) {
+                    a = ref[me[i] SUBSEP sq[j]]; b = v[order[k] SUBSEP me[i] SUBSEP sq[j]]
+                    bad = ((a ~ /^[0-9.]+$/) != (b ~ /^[0-9.]+$/)) || (a !~ /^[0-9.]+$/ && a != b)
+                    printf " %8s", b (bad ? "*" : "")
+                }
+                printf "\n"
+            }
+        }
+    }' "$here/reference.tsv" "$out/variants.tsv" | tee "$out/variants.txt"
+awk -F, 'FNR > 1 && $1 == "full-recompute" {
+        split(FILENAME, p, "/"); f = p[length(p)]; sub(/\.csv$/, "", f)
+        printf "  %-18s %-6s reserved peak %6.1f GiB, allocated peak %6.1f GiB, retries per iteration %s\n", \
+            f, $10, $15 / 2^30, $14 / 2^30, $23 }' "$out"/runs/table4-*.csv \
+    | sort -t- -k2 -n | { echo; echo "full recomputation on the caching allocator (megatron trace)"; cat; } \
+    | tee -a "$out/variants.txt"
 
 if command -v gnuplot > /dev/null; then
     for f in png svg; do

@@ -1,0 +1,343 @@
+/* test_cost_protrain.c — ProTrain's cost models and search (planners/cost_protrain.c) and the
+ * pieces of the chunk layout they rest on (planners/lower_chunks.c): the chunk-size search
+ * and the interleaved block layout on hand-made inputs, the runtime model against
+ * hand-computed cases (all persistent; all gathered, forward only), the static memory, the
+ * host-Adam bound, the search against a brute force over the whole space, and bad input
+ * (chunk smaller than a parameter, nothing fits on the device or the host). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "planners/cost_protrain.h"
+#include "tests/tap.h"
+#include "traces/gen.h"
+
+#define MiB (UINT64_C(1) << 20)
+
+/* A small machine with round numbers: 1 GB/s each way, 1.5 GB/s duplex, no copy latency. */
+static machine_profile *small_machine(double host_adam)
+{
+    machine_profile *p = machine_profile_new();
+    machine_t *m = &p->m;
+    snprintf(m->name, sizeof m->name, "test-small");
+    m->gpu_hbm_bytes = UINT64_C(2) << 30;
+    m->gpu_peak_bf16_flops = 100e12;
+    m->gpu_peak_fp32_flops = 20e12;
+    m->gpu_hbm_Bps = 1e12;
+    m->gpu_gemm_eff = 0.5;
+    m->gpu_attn_eff = 0.5;
+    m->gpu_mem_eff = 0.5;
+    m->link_h2d_Bps = 1e9;
+    m->link_d2h_Bps = 1e9;
+    m->link_duplex_Bps = 1.5e9;
+    m->host_mem_bytes = UINT64_C(64) << 30;
+    m->host_adam_params_per_s = host_adam;
+    m->node_gpus = 1;
+    return p;
+}
+
+static trace_t *tiny_trace(const machine_t *m, int layers, uint64_t batch, int dp)
+{
+    gen_config c;
+    gen_config_default(&c);
+    ms_error err;
+    char dims[64];
+    snprintf(dims, sizeof dims, "dims:%d,256,4,1024,1000", layers);
+    if (model_lookup(dims, &c.model, &err)) return NULL;
+    c.seq = 128;
+    c.micro_batch = batch;
+    c.dp = dp;
+    trace_t *t = NULL;
+    if (gen_trace(&c, m, &t, &err)) TAP_NOTE("%s", err.msg);
+    return t;
+}
+
+static void test_chunk_search(void)
+{
+    /* embedding 5 MiB, then three blocks of two 2 MiB parameters each */
+    uint64_t b[] = {5 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB};
+    int32_t g[] = {-1, 0, 0, 1, 1, 2, 2};
+    /* sizes 5..13 MiB: 5 -> [5][4][4][4] wastes 3, 9 -> [5+4][4+4] wastes 1, 10 -> 3,
+     * 12 -> [9][8] wastes 7, 13 -> [13][4] wastes 9: 9 MiB is the least waste */
+    TAP_OK(lc_chunk_search(b, g, 7, 8 * MiB) == 9 * MiB,
+           "chunk search keeps blocks whole and picks the least waste (9 MiB)");
+    /* one by one: 6 -> [5][2 2 2][2 2 2] and 9 -> [5 2 2][2 2 2 2] both waste 1: the
+     * smaller wins */
+    TAP_OK(lc_chunk_search(b, NULL, 7, 8 * MiB) == 6 * MiB,
+           "without blocks the smallest least-waste size is 6 MiB");
+    TAP_OK(lc_chunk_search(b, g, 0, 8 * MiB) == 0, "no parameters: no chunk size");
+}
+
+static void test_block_roles(void)
+{
+    uint8_t r[8];
+    ms_error err;
+    TAP_OK(lc_block_roles(8, 2, 4, r, &err) == MS_OK && r[0] == LC_SWAP && r[1] == LC_CKPT &&
+               r[2] == LC_CKPT && r[3] == LC_SWAP && r[4] == LC_CKPT && r[5] == LC_CKPT &&
+               r[6] == LC_NONE && r[7] == LC_NONE,
+           "interleaved layout of ProTrain Fig. 2: S C C S C C N N");
+    TAP_OK(lc_block_roles(8, 3, 0, r, &err) == MS_OK && r[0] == LC_SWAP && r[2] == LC_SWAP &&
+               r[3] == LC_NONE,
+           "swap blocks first when nothing is checkpointed");
+    TAP_OK(lc_block_roles(4, 3, 2, r, &err) == MS_ERR_INVALID,
+           "n_swap + n_checkpoint beyond the blocks is refused");
+}
+
+static double sum_params(const lc_layout *L)
+{
+    double s = 0;
+    for (size_t c = 0; c < L->n_chunks; c++) s += (double)L->chunks[c].params;
+    return s;
+}
+
+static void test_runtime_hand(void)
+{
+    machine_profile *mp = small_machine(1e9);
+    trace_t *t = tiny_trace(&mp->m, 4, 2, 1);
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 2 * MiB; /* several chunks in this small model */
+    ptc_model *M = NULL;
+    ms_error err;
+    TAP_OK(t && ptc_model_new(t, &mp->m, &k, &M, &err) == MS_OK, "model of a tiny trace");
+    if (!M) {
+        trace_free(t);
+        machine_profile_free(mp);
+        return;
+    }
+    const lc_layout *L = ptc_layout(M);
+    const char *pv = trace_get_meta(t, "params");
+    uint64_t P = 0;
+    if (pv) ms_parse_u64(pv, &P);
+    TAP_OK(L->n_chunks >= 3 && fabs(sum_params(L) - (double)P) < 1e-9,
+           "layout: %zu chunks holding all %llu parameters", L->n_chunks,
+           (unsigned long long)P);
+    int N = (int)L->n_chunks;
+    /* all persistent, one GPU: compute, then GPU Adam over every parameter */
+    ptc_config all = {N, 0, 0, 0};
+    ptc_estimate e;
+    TAP_OK(ptc_estimate_config(M, &all, &e, &err) == MS_OK && e.valid, "all-persistent estimate");
+    double hand = (L->fwd_us + L->bwd_us + L->adam_gpu_us_per_param * sum_params(L)) / 1e6;
+    TAP_OK(fabs(e.t_iter_s - hand) < 1e-9 * hand + 1e-12,
+           "all persistent: T_iter = fwd + bwd + GPU Adam (%.9f vs hand %.9f s)", e.t_iter_s, hand);
+    /* static memory by hand: persistent chunks with fp32 master, m and v */
+    uint64_t st = 0;
+    for (int c = 0; c < N; c++)
+        st += L->chunk_bytes + (uint64_t)ceil(12.0 * (double)L->chunks[c].params);
+    TAP_OK(e.static_bytes == st, "static bytes = sum of chunks and their optimizer states");
+    /* nothing persistent, a buffer per chunk: the forward waits only for the gathers, which all
+     * start at once and run back to back over the link */
+    ptc_config np = {0, N, 0, 0};
+    TAP_OK(ptc_estimate_config(M, &np, &e, &err) == MS_OK && e.valid, "all-gathered estimate");
+    double tc = 0, h = 0, rate = mp->m.link_h2d_Bps / 1e6;
+    double *ready = calloc((size_t)N, sizeof *ready);
+    for (int c = 0; c < N; c++) { /* gathers in order of first need = chunk order */
+        h += ceil(2.0 * (double)L->chunks[c].params) / rate;
+        ready[c] = h;
+    }
+    for (size_t s = 0; s < L->n_steps && L->steps[s].phase == TP_FWD; s++) {
+        for (uint32_t q = 0; q < L->steps[s].n_need; q++) {
+            uint32_t c = L->needs[L->steps[s].need_first + q];
+            if (ready[c] > tc) tc = ready[c];
+        }
+        tc += L->steps[s].compute_us;
+    }
+    free(ready);
+    TAP_OK(fabs(e.t_fwd_s - tc / 1e6) < 1e-9 + 1e-9 * tc,
+           "all gathered: T_fwd from the per-chunk max of compute and gather (%.9f vs %.9f s)",
+           e.t_fwd_s, tc / 1e6);
+    TAP_OK(e.static_bytes == (uint64_t)N * L->chunk_bytes, "all gathered: static = buffers");
+    /* activation memory: checkpointing every block needs less than none, and costs recompute */
+    ptc_config ck = {N, 0, 0, L->n_blocks}, sw = {N, 0, 2, 0};
+    ptc_estimate eck, esw, e0;
+    ptc_estimate_config(M, &all, &e0, &err);
+    ptc_estimate_config(M, &ck, &eck, &err);
+    ptc_estimate_config(M, &sw, &esw, &err);
+    TAP_OK(eck.act_peak_bytes < e0.act_peak_bytes && eck.recompute_s > 0 && e0.recompute_s == 0,
+           "checkpointing lowers the activation peak and adds recompute");
+    TAP_OK(esw.act_peak_bytes < e0.act_peak_bytes && esw.host_bytes > e0.host_bytes,
+           "swapping lowers the activation peak and uses host memory");
+    TAP_OK(ptc_peak_lower_bound(M, &ck) <= eck.peak_bytes,
+           "the pruning bound never exceeds the estimate");
+    ptc_config bad = {N + 1, 0, 0, 0};
+    TAP_OK(ptc_estimate_config(M, &bad, &e, &err) == MS_ERR_INVALID,
+           "n_persist beyond the chunks is refused: %s", err.msg);
+    ptc_config few = {0, 0, 0, 0};
+    TAP_OK(ptc_estimate_config(M, &few, &e, &err) == MS_OK && !e.valid,
+           "no buffer for non-persistent chunks: not a runnable configuration");
+    ptc_model_free(M);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+static void test_host_adam_bound(void)
+{
+    machine_profile *mp = small_machine(1e6); /* a very slow host Adam */
+    trace_t *t = tiny_trace(&mp->m, 4, 2, 1);
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 2 * MiB;
+    ptc_model *M = NULL;
+    ms_error err;
+    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
+        TAP_OK(0, "model with a slow host Adam: %s", err.msg);
+        trace_free(t);
+        machine_profile_free(mp);
+        return;
+    }
+    const lc_layout *L = ptc_layout(M);
+    ptc_config c = {0, (int)L->n_chunks, 0, 0};
+    ptc_estimate e;
+    ptc_estimate_config(M, &c, &e, &err);
+    double adam = sum_params(L) / 1e6;
+    TAP_OK(e.t_iter_s >= adam && e.t_iter_s <= adam + e.t_fwd_s + e.t_bwd_s + 1e-3,
+           "host-Adam bound: T_iter %.3f s within [adam %.3f, adam + fwd + bwd]", e.t_iter_s, adam);
+    TAP_OK(fabs(e.t_iter_s - (e.t_fwd_s + fmax(e.t_bwd_s + e.t_gpu_optim_s, e.t_cpu_optim_s))) <
+               1e-6,
+           "T_iter = T_fwd + max(T_bwd + T_gpu_optim, T_cpu_optim)");
+    ptc_model_free(M);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+static void test_search_brute(void)
+{
+    machine_profile *mp = small_machine(5e7);
+    mp->m.gpu_hbm_bytes = UINT64_C(96) << 20; /* tight: some configurations do not fit */
+    trace_t *t = tiny_trace(&mp->m, 4, 4, 1);
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 2 * MiB;
+    ptc_model *M = NULL;
+    ms_error err;
+    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
+        TAP_OK(0, "model for the brute force: %s", err.msg);
+        trace_free(t);
+        machine_profile_free(mp);
+        return;
+    }
+    const lc_layout *L = ptc_layout(M);
+    ptc_search_opts so;
+    ptc_search_opts_default(&so);
+    so.tie_tol = 0;
+    so.max_swap = -1;
+    ptc_search_result r;
+    TAP_OK(ptc_search(M, &so, &r, &err) == MS_OK, "search runs");
+    /* brute force over the whole space, same capacity, same swap limit */
+    int N = (int)L->n_chunks, B = L->n_blocks, maxsw = B;
+    int nint = ptc_swap_interval(M);
+    maxsw = (B + nint - 1) / nint;
+    double best = INFINITY;
+    size_t feasible = 0, fits_bad = 0;
+    for (int np = 0; np <= N; np++)
+        for (int nb = 0; nb <= N - np; nb++)
+            for (int sw = 0; sw <= maxsw; sw++)
+                for (int ck = 0; ck + sw <= B; ck++) {
+                    ptc_config c = {np, nb, sw, ck};
+                    ptc_estimate e;
+                    if (ptc_estimate_config(M, &c, &e, &err) || !e.valid) continue;
+                    if (e.peak_bytes > r.capacity_bytes) continue;
+                    feasible++;
+                    if (e.t_iter_s < best) best = e.t_iter_s;
+                    if (r.found && e.t_iter_s < r.best_est.t_iter_s * (1 - 1e-9)) fits_bad++;
+                }
+    TAP_OK(r.found && feasible > 0 && fabs(r.best_est.t_iter_s - best) <= 1e-9 * best,
+           "search finds the brute-force optimum (%.6f s among %zu feasible configurations)",
+           best, feasible);
+    TAP_OK(r.found && r.best_est.peak_bytes <= r.capacity_bytes && fits_bad == 0,
+           "the pick fits and nothing feasible is faster");
+    TAP_OK(r.evaluated < r.space, "pruning: %zu of %zu configurations evaluated", r.evaluated,
+           r.space);
+    ptc_search_result_clear(&r);
+    /* with the default tie tolerance the pick is within it of the optimum */
+    ptc_search_opts_default(&so);
+    so.max_swap = -1;
+    ptc_search(M, &so, &r, &err);
+    TAP_OK(r.found && r.best_est.t_iter_s <= best * (1 + so.tie_tol) + 1e-12,
+           "near-tie pick within the tolerance (%.0f %%) of the optimum", 100 * so.tie_tol);
+    ptc_search_result_clear(&r);
+    /* nothing fits: the closest configuration is reported */
+    so.capacity_bytes = UINT64_C(1) << 20;
+    TAP_OK(ptc_search(M, &so, &r, &err) == MS_OK && !r.found && r.closest_est.valid &&
+               r.closest_est.peak_bytes > r.capacity_bytes,
+           "a device that fits nothing: no configuration, the closest one named");
+    ptc_search_result_clear(&r);
+    /* the host cannot hold the states */
+    ptc_search_opts_default(&so);
+    so.host_capacity_bytes = 1024;
+    TAP_OK(ptc_search(M, &so, &r, &err) == MS_OK && (!r.found || r.best.n_persist == N),
+           "a host without memory: only all-persistent configurations remain");
+    ptc_search_result_clear(&r);
+    ptc_model_free(M);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+static void test_bad_chunk(void)
+{
+    machine_profile *mp = small_machine(1e9);
+    trace_t *t = tiny_trace(&mp->m, 2, 1, 1);
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 4096;
+    ptc_model *M = NULL;
+    ms_error err;
+    ms_status st = t ? ptc_model_new(t, &mp->m, &k, &M, &err) : MS_ERR_INVALID;
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "smaller than the largest parameter"),
+           "a chunk smaller than a parameter is refused: %s", err.msg);
+    ptc_model_free(M);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+static void test_real_search_speed(void)
+{
+    machine_profile *mp = NULL;
+    ms_error err;
+    if (machine_load_named("rtx3090-pcie3", &mp, &err)) {
+        TAP_OK(0, "rtx3090 profile: %s", err.msg);
+        return;
+    }
+    gen_config c;
+    gen_config_default(&c);
+    model_lookup("gpt2-10b", &c.model, &err);
+    c.seq = 1024;
+    c.micro_batch = 2;
+    c.dp = 4;
+    trace_t *t = NULL;
+    gen_trace(&c, &mp->m, &t, &err);
+    lc_knobs k;
+    lc_knobs_default(&k);
+    ptc_model *M = NULL;
+    ptc_search_result r;
+    memset(&r, 0, sizeof r);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int ok = t && ptc_model_new(t, &mp->m, &k, &M, &err) == MS_OK &&
+             ptc_search(M, NULL, &r, &err) == MS_OK;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    TAP_OK(ok && r.found && ptc_layout(M)->n_chunks == 49,
+           "GPT2-10B on 4 x RTX 3090: 49 chunks (Table 4), a configuration found");
+    TAP_NOTE("GPT2-10B search: %.3f s (profile + search), %zu evaluated of %zu", s, r.evaluated,
+             r.space);
+    TAP_OK(s < 2.0, "profile and search well under 2 s (ProTrain: 0.06 s)");
+    ptc_search_result_clear(&r);
+    ptc_model_free(M);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+int main(void)
+{
+    test_chunk_search();
+    test_block_roles();
+    test_runtime_hand();
+    test_host_adam_bound();
+    test_search_brute();
+    test_bad_chunk();
+    test_real_search_speed();
+    return tap_done();
+}
