@@ -692,8 +692,57 @@ static double credited(ex *x, double req)
     return run;
 }
 
+/* Device addresses of an op's tensors, for the real-kernel hook; 0 where one holds no block. */
+static int op_addrs(ex *x, const uint64_t *ids, uint32_t n, uint64_t *addr)
+{
+    for (uint32_t j = 0; j < n; j++) {
+        dlive *d = dev_live(x, ids[j]);
+        if (!d || !d->addr) return 0;
+        addr[j] = d->addr;
+    }
+    return 1;
+}
+
+/* A compute action run by the real-kernel hook: no spin credit, no calibration. */
+static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const trace_op *op)
+{
+    enum { MAXT = 64 };
+    uint64_t in[MAXT], out[MAXT];
+    if (op->n_in > MAXT || op->n_out > MAXT)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "op %s: too many tensors for real kernels",
+                    op->name);
+    if (!op_addrs(x, op->in, op->n_in, in) || !op_addrs(x, op->out, op->n_out, out))
+        return fail(x, RTX_ERROR, RT_ERR_INVALID,
+                    "schedule action %zu: op %s has a tensor without a device block", i,
+                    op->name);
+    void *s = x->st[a->stream];
+    double req = a->dur_us > 0 ? a->dur_us : 0;
+    tev *t = NULL;
+    if (x->o.per_op) {
+        t = &x->op[x->used_op++];
+        t->action = i;
+        t->win = x->cur_win;
+        t->req_us = req;
+        if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
+    }
+    if (x->o.compute(x->o.compute_ctx, s, op, in, out) != RT_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "op %s: %s", op->name, rt_last_error());
+    if (t && x->d->record(x->d->ctx, t->e1, s) != RT_OK) return fail_dev(x, i, "recording");
+    if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s));
+    rt_window *w = &x->r->win[x->cur_win];
+    w->nominal_s += req * 1e-6;
+    if (a->recompute) w->recompute_nominal_s += req * 1e-6;
+    w->n_compute++;
+    x->r->kernels++;
+    return RT_OK;
+}
+
 static rt_status do_compute(ex *x, size_t i, const sched_action *a)
 {
+    if (x->o.compute && x->o.trace && a->op >= 0) {
+        const trace_op *rop = trace_find_op(x->o.trace, (uint64_t)a->op);
+        if (rop) return do_compute_real(x, i, a, rop);
+    }
     rt_kernel_args k;
     memset(&k, 0, sizeof k);
     double req = a->dur_us > 0 ? a->dur_us : 0;
@@ -765,6 +814,8 @@ static rt_status issue(ex *x, size_t i, const sched_action *a)
             return fail_dev(x, i, "waiting on an event");
         return RT_OK;
     case SA_MARK:
+        if (a->mark == TM_ITER && a->stream == SS_COMPUTE && x->o.set_iter)
+            x->o.set_iter(x->o.compute_ctx, (int)a->mark_value);
         if (a->mark == TM_ITER && a->stream == SS_COMPUTE && x->cur_win + 1 < x->n_win) {
             x->cur_win++;
             x->retries_at_mark = alloc_get_stats(x->alloc)->num_alloc_retries;

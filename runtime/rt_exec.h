@@ -132,6 +132,14 @@ typedef struct rt_exec_opts {
     uint64_t large_copy_bytes;     /* copies at least this big count in the link statistics
                                       (default 32 MiB) */
     double watchdog_s;             /* the whole run must end within this; 0: derived */
+    /* Real kernels (runtime/model_rt.h): when compute is set, a compute action with a trace op
+     * runs compute(...) on its stream with the device addresses of the op's inputs and outputs
+     * instead of the spin kernel; set_iter is told the value of every compute-stream
+     * `mark iter`. NULL: spin kernels of the modelled duration. */
+    rt_status (*compute)(void *ctx, void *stream, const trace_op *op, const uint64_t *in_addr,
+                         const uint64_t *out_addr);
+    void (*set_iter)(void *ctx, int iter);
+    void *compute_ctx;
 } rt_exec_opts;
 
 void rt_exec_opts_default(rt_exec_opts *o);

@@ -642,6 +642,10 @@ static int static_cfg(const plan_t *plan, alloc_config *cfg, uint64_t **ids, uin
 }
 
 /* Runs the schedule on the GPU and reports; returns the exit status. */
+static rt_status real_compute(void *ctx, void *stream, const trace_op *op,
+                              const uint64_t *in_addr, const uint64_t *out_addr);
+static void real_set_iter(void *ctx, int iter);
+
 static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
                    const plan_t *plan, const trace_t *t, const schedule_t *s)
 {
@@ -678,8 +682,32 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     uint64_t gpus = m->node_gpus > 0 ? (uint64_t)m->node_gpus : 1;
     o.host_limit_bytes = a->host_limit_bytes == UINT64_MAX ? m->host_mem_bytes / gpus
                                                             : a->host_limit_bytes;
+    mrt_ops *ops = NULL;
+    if (a->math_real) {
+        /* Multi-stream schedules (swap, offload): the executor runs the real kernels. */
+        if (mrt_ops_new(t, 77, &ops) != RT_OK) {
+            fprintf(stderr, "memsim run: %s\n", rt_last_error());
+            free(ids);
+            free(offs);
+            rt_cuda_dev_free(dev);
+            rt_backend_free(be);
+            return MS_EXIT_INPUT;
+        }
+        o.compute = real_compute;
+        o.set_iter = real_set_iter;
+        o.compute_ctx = ops;
+        o.spin_credit = 0;
+    }
     rt_exec_result r;
     rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
+    if (ops && rs == RT_OK && !a->quiet) {
+        float loss[MRT_MAX_ITERS];
+        int n = r.n_win > 1 ? (int)r.n_win - 1 : 0; /* window 0 is the set-up */
+        if (n > MRT_MAX_ITERS) n = MRT_MAX_ITERS;
+        if (n > 0 && mrt_ops_losses(ops, loss, n) == RT_OK)
+            for (int k = 0; k < n; k++) printf("loss, iteration %d: %.4f\n", k, loss[k]);
+    }
+    mrt_ops_free(ops);
     int rc = MS_EXIT_OK;
     if (rs != RT_OK) rc = rs == RT_ERR_INVALID ? MS_EXIT_INPUT : MS_EXIT_FAIL;
     double flops = model_flops(t), mfu = 0, tgs = 0;
@@ -713,6 +741,15 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
 }
 
 /* ---- --math real ---- */
+
+/* Adapters from the executor's real-kernel hook to the op dispatcher (model_rt.h). */
+static rt_status real_compute(void *ctx, void *stream, const trace_op *op,
+                              const uint64_t *in_addr, const uint64_t *out_addr)
+{
+    return mrt_ops_run(ctx, stream, op, in_addr, out_addr);
+}
+
+static void real_set_iter(void *ctx, int iter) { mrt_ops_set_iter(ctx, iter); }
 
 /* The model's shape for the real kernels: the GPT layer model_rt.h implements. */
 static int real_model(const run_args *a, model_t *md)
@@ -840,6 +877,15 @@ static void print_real_ops(const trace_t *t, const mrt_sched_result *r, size_t f
     for (int j = 0; j < n; j++)
         printf("%-20s %6d %13.3f %13.3f %9.3f\n", names[j], cnt[j], req[j], meas[j],
                req[j] > 0 ? meas[j] / req[j] : 0);
+}
+
+/* Does every action of s run on the compute stream? (mrt_sched_run's case; schedules with
+ * copies go through the executor with the real-kernel hook.) */
+static int one_stream(const schedule_t *s)
+{
+    for (size_t i = 0; i < sched_count(s); i++)
+        if (sched_get(s, i)->stream != SS_COMPUTE) return 0;
+    return 1;
 }
 
 /* --math real on a schedule: every compute action runs its op's real kernels. */
@@ -1002,7 +1048,7 @@ int rt_run_main(int argc, char **argv)
         rc = fail_st(st, &err);
     } else if (a.schedule_path && (rc = write_out(a.schedule_path, fill_sched, s)) != 0) {
         /* reported */
-    } else if (a.math_real) {
+    } else if (a.math_real && one_stream(s)) {
         rc = run_sched_real(&a, &g, &mp->m, plan, t, s);
     } else {
         rc = execute(&a, &g, &mp->m, plan, t, s);
