@@ -156,7 +156,8 @@ static ms_status prof_replay(prof *p, int32_t j, size_t lo, size_t hi)
         if (R->type != TR_OP) continue;
         const trace_op *op = &R->u.op;
         int needed = 0;
-        for (uint32_t o = 0; o < op->n_out && !needed; o++) needed = u64map_get(need, op->out[o], NULL);
+        for (uint32_t o = 0; o < op->n_out && !needed; o++)
+            needed = u64map_get(need, op->out[o], NULL);
         if (!needed) continue;
         opneed[r - lo] = 1;
         us += dur(p, op);
@@ -334,7 +335,8 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     p.lo = calloc(B, sizeof *p.lo);
     p.hi = calloc(B, sizeof *p.hi);
     if (!M->A0 || !M->P || !M->rel || !M->Dc || !M->Ds || !M->Rp || !M->Ns || !M->rec_us ||
-        !M->e2 || !M->e2s || !M->e3 || !M->e4 || !M->roles || !M->off || !M->prs || !M->pag || !M->deferred ||
+        !M->e2 || !M->e2s || !M->e3 || !M->e4 || !M->roles || !M->off || !M->prs || !M->pag ||
+        !M->deferred ||
         !M->ld_end || !p.idx || !p.lo || !p.hi || !M->ck_pre || !M->sw_pre || !M->bwd_j ||
         !M->fin_off || !M->fin || !M->ld_off || !M->tend || !M->ag_us || !M->ar_us || !M->own_b ||
         !M->ring_b || !M->grad_b || !M->hadam_us || !M->nvg_h || !M->nvr_d || !M->nvp_d)
@@ -821,7 +823,26 @@ ms_status ptc_search(ptc_model *M, const ptc_search_opts *o, ptc_search_result *
     if (o->max_swap >= 0 && max_swap > o->max_swap) max_swap = o->max_swap;
     if (max_swap > Nb) max_swap = Nb;
     size_t keep_cap1 = 0, keep_cap2 = 0;
-    int have_close = 0;
+    /* closest when nothing fits: the configuration with the least device memory (nothing
+     * persistent, the fewest buffers, every block checkpointed or swapped), or, when the
+     * device has room but the host does not, the fitting one needing the least host memory */
+    int have_close = 0, have_host = 0;
+    ptc_config host_c = {0, 0, 0, 0};
+    ptc_estimate host_e;
+    memset(&host_e, 0, sizeof host_e);
+    {
+        int nb0 = lc_min_buffers(L, 0, &M->k);
+        for (int sw = 0; Nc > 0 && sw <= max_swap; sw++) {
+            ptc_config q = {0, nb0, sw, Nb - sw};
+            ptc_estimate e;
+            if (ptc_estimate_config(M, &q, &e, NULL) != MS_OK || !e.valid) continue;
+            if (!have_close || e.peak_bytes < r->closest_est.peak_bytes) {
+                r->closest = q;
+                r->closest_est = e;
+                have_close = 1;
+            }
+        }
+    }
     /* the space: n_persist x n_buffer x (n_swap, n_ckpt) with n_swap + n_ckpt <= Nb */
     r->space = (size_t)(Nc + 1) * (size_t)(Nc + 1) * (size_t)(max_swap + 1) * (size_t)(Nb + 1);
     for (int np = 0; np <= Nc; np++) {
@@ -837,14 +858,6 @@ ms_status ptc_search(ptc_model *M, const ptc_search_opts *o, ptc_search_result *
             }
             if (least > cap) { /* more buffers only need more: the rest of this row is out */
                 r->pruned += (size_t)(nb_hi - nb + 1) * (size_t)(max_swap + 1) * (size_t)(Nb + 1);
-                if (!have_close || least < r->closest_est.peak_bytes) {
-                    ptc_estimate ce;
-                    if (ptc_estimate_config(M, &lb, &ce, NULL) == MS_OK && ce.valid) {
-                        r->closest = lb;
-                        r->closest_est = ce;
-                        have_close = 1;
-                    }
-                }
                 break;
             }
             lc_bufplan bp;
@@ -885,10 +898,10 @@ ms_status ptc_search(ptc_model *M, const ptc_search_opts *o, ptc_search_result *
                 }
                 if (q.n_ckpt > Nb - sw) continue;
                 if (o->host_capacity_bytes && e.host_bytes > o->host_capacity_bytes) {
-                    if (!have_close) {
-                        r->closest = q;
-                        r->closest_est = e;
-                        have_close = 1;
+                    if (!have_host || e.host_bytes < host_e.host_bytes) {
+                        host_c = q;
+                        host_e = e;
+                        have_host = 1;
                     }
                     continue;
                 }
@@ -904,6 +917,10 @@ ms_status ptc_search(ptc_model *M, const ptc_search_opts *o, ptc_search_result *
             }
             lc_bufplan_clear(&bp);
         }
+    }
+    if (!r->found && have_host) {
+        r->closest = host_c;
+        r->closest_est = host_e;
     }
     /* near-ties of the fastest */
     double lim = r->best_est.t_iter_s * (1 + o->tie_tol);

@@ -10,6 +10,7 @@
  * timelines are in docs/POLICIES.md and docs/MEMO.md. */
 #include "planners/lower.h"
 
+#include "planners/lower_chunks.h"
 #include "planners/lower_dha.h"
 
 #include <inttypes.h>
@@ -1378,6 +1379,8 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
     /* Plans with per-layer parameter modes or host-resident model states (MemFerry,
      * ZeRO-Offload) have their own lowering. */
     if (lower_dha_applies(p)) return lower_dha(t, p, m, o, out, err);
+    /* Chunk-managed model states (ProTrain and the ZeRO-3 / Gemini / FSDP baselines). */
+    if (lower_chunks_applies(p)) return lower_chunks(t, p, m, o, out, err);
     lw w;
     memset(&w, 0, sizeof w);
     w.t = t;

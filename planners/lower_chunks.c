@@ -524,7 +524,8 @@ static ms_status lb_steps(lb *b, ms_error *err)
             if ((ph == TP_FWD || ph == TP_BWD) &&
                 (mk->kind == TM_PHASE || mk->kind == TM_LAYER)) {
                 int32_t blk = mk->kind == TM_LAYER ? (int32_t)mk->value : -1;
-                if (open_step(L, &scap, ph, blk)) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+                if (open_step(L, &scap, ph, blk))
+                    return ms_fail(err, MS_ERR_NOMEM, "out of memory");
                 in_step = 1;
             }
             continue;
@@ -1074,7 +1075,8 @@ static ms_status emit_setup(lcw *w)
         total += ceil_div(w->k.host_bytes_per_param * (double)c_shard_params(w, (int32_t)c), 1);
     if (w->k.staging_separate) {
         w->rep.host_state_bytes = total + staging;
-        if (st == MS_OK && total) st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_HOST, 0), total);
+        if (st == MS_OK && total)
+            st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_HOST, 0), total);
     } else {
         w->rep.host_state_bytes = total > staging ? total : staging;
         if (st == MS_OK && total > staging)
@@ -1755,7 +1757,8 @@ ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t
     size_t n = trace_count(t);
     for (size_t i = 0; st == MS_OK && i < n; i++) {
         const trace_rec *r = trace_get(t, i);
-        if (r->type == TR_ALLOC && is_state_cls(r->u.alloc.cls) && u64map_put(w.state, r->u.alloc.id, 1))
+        if (r->type == TR_ALLOC && is_state_cls(r->u.alloc.cls) &&
+            u64map_put(w.state, r->u.alloc.id, 1))
             st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
     for (size_t i = 0; st == MS_OK && i < n; i++) {

@@ -175,8 +175,8 @@ typedef struct lc_load {
 typedef struct lc_bufplan {
     lc_load *loads; size_t n_loads;
     int32_t *last_step;          /* per chunk: its last access (gradients final), -1 if none */
-    int32_t *chunk_buffer;       /* per chunk: buffer holding it at its last access (-1: persistent) */
-    uint64_t h2d_loads_bytes;    /* (set by the caller if wanted) */
+    int32_t *chunk_buffer;       /* per chunk: buffer holding it at its last access (-1 for a
+                                    persistent chunk) */
 } lc_bufplan;
 
 /* Plans the loads of one iteration for n_persist persistent chunks and n_buffer buffers
@@ -223,8 +223,9 @@ typedef struct lc_report {
 } lc_report;
 
 /* Lowers trace t under plan p (chunks=1) for machine m (needed: link rates, collectives,
- * host Adam throughput). NULL o: lower_opts defaults (iter_first / iter_count are honoured;
- * emit_marks too). rep may be NULL. */
+ * host Adam throughput). NULL o: lower_opts defaults. Every iteration is lowered: iter_first
+ * / iter_count set is MS_ERR_UNSUPPORTED; emit_marks is honoured, the other options do not
+ * apply. rep may be NULL. */
 ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t *m,
                               const lower_opts *o, schedule_t **out, lc_report *rep,
                               ms_error *err);

@@ -10,6 +10,8 @@
 #include "planners/policy_baseline.h"
 #include "planners/policy_memferry.h"
 #include "planners/policy_memo.h"
+#include "planners/policy_offload_baselines.h"
+#include "planners/policy_protrain.h"
 #include "planners/policy_zero_offload.h"
 #include "traces/u64map.h"
 
@@ -24,7 +26,11 @@
     X(pol_memo)            \
     X(pol_zero_offload)    \
     X(pol_memferry)        \
-    X(pol_go_memferry)
+    X(pol_go_memferry)     \
+    X(pol_protrain)        \
+    X(pol_zero3_offload)   \
+    X(pol_gemini_static)   \
+    X(pol_fsdp_offload)
 
 #define POL_DECLARE(p) extern const pol_policy p;
 #define POL_ENTRY(p) &p,

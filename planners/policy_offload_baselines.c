@@ -72,7 +72,8 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
     if (!ck) ck = "auto";
     uint64_t cap = so.capacity_bytes ? so.capacity_bytes : machine_usable_bytes(m);
     cap = (uint64_t)((double)cap * (1 - so.mem_margin));
-    ptc_config none = {k.n_persist, k.n_buffer, 0, 0}, all = {k.n_persist, k.n_buffer, 0, L->n_blocks};
+    ptc_config none = {k.n_persist, k.n_buffer, 0, 0};
+    ptc_config all = {k.n_persist, k.n_buffer, 0, L->n_blocks};
     ptc_estimate en, ea;
     st = ptc_estimate_config(M, &none, &en, err);
     if (!st) st = ptc_estimate_config(M, &all, &ea, err);

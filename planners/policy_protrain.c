@@ -49,7 +49,8 @@ ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine
     double ms = -1;
     ms_status st = pol_knob_bytes(o, "gpu_bytes", 0, &so->capacity_bytes, err);
     if (!st) st = pol_knob_double(o, "mem_margin", so->mem_margin, &so->mem_margin, err);
-    if (!st) st = pol_knob_bytes(o, "host_bytes", pt_host_share(t, m), &so->host_capacity_bytes, err);
+    if (!st)
+        st = pol_knob_bytes(o, "host_bytes", pt_host_share(t, m), &so->host_capacity_bytes, err);
     if (!st) st = pol_knob_double(o, "max_swap", so->max_swap, &ms, err);
     if (!st) st = pol_knob_double(o, "tie_tol", so->tie_tol, &so->tie_tol, err);
     if (st) return st;
@@ -68,7 +69,8 @@ ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err)
     };
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) {
         snprintf(b, sizeof b, "%.6f", d[i].v);
-        if (plan_set_knob(p, d[i].k, b) != MS_OK) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        if (plan_set_knob(p, d[i].k, b) != MS_OK)
+            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
     snprintf(b, sizeof b, "%" PRIu64, e->peak_bytes);
     if (plan_set_knob(p, "pred_peak_bytes", b) != MS_OK) return ms_fail(err, MS_ERR_NOMEM, "oom");
@@ -103,7 +105,10 @@ ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts
         if (!st && !est.valid)
             st = ms_fail(err, MS_ERR_INVALID, "n_buffer=%d is too few buffers for this model",
                          cfg.n_buffer);
-        feasible = 1;
+        uint64_t cap = so.capacity_bytes ? so.capacity_bytes : machine_usable_bytes(m);
+        cap = (uint64_t)((double)cap * (1 - so.mem_margin));
+        feasible = est.peak_bytes <= cap &&
+                   (!so.host_capacity_bytes || est.host_bytes <= so.host_capacity_bytes);
     } else {
         st = ptc_search(M, &so, &r, err);
         feasible = r.found;

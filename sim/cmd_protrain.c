@@ -305,7 +305,8 @@ static const t4_row T4[] = {
 
 static const char *testbed(const pt_opts *o, int a100)
 {
-    return a100 ? (o->ma100 ? o->ma100 : "a100-80g-pcie4") : (o->m3090 ? o->m3090 : "rtx3090-pcie3");
+    if (a100) return o->ma100 ? o->ma100 : "a100-80g-pcie4";
+    return o->m3090 ? o->m3090 : "rtx3090-pcie3";
 }
 
 /* A ProTrain search for one workload and the simulation of its pick. */
@@ -437,7 +438,6 @@ static int sub_search(const pt_opts *o)
     if (!st) st = pt_protrain_knobs(&po, &k, &err);
     if (!st) st = pt_search_opts_from(&po, t, &mp->m, &so, &err);
     if (!st) st = ptc_model_new(t, &mp->m, &k, &M, &err);
-    pol_knob_get(&po, "n_persist");
     if (!st && pol_knob_get(&po, "n_persist") && pol_knob_get(&po, "n_buffer") &&
         pol_knob_get(&po, "n_swap") && pol_knob_get(&po, "n_checkpoint")) {
         /* a given configuration: no search */
@@ -968,7 +968,8 @@ int cmd_protrain(int argc, char **argv)
     if (!strcmp(o.sub, "table2")) return sub_table2(&o);
     if (!strcmp(o.sub, "fig3")) return sub_fig3(&o);
     if (!strcmp(o.sub, "fig6")) return sub_fig6(&o);
-    fprintf(stderr, "memsim protrain: unknown subcommand '%s' (search, table4, table2, fig3, fig6)\n",
+    fprintf(stderr,
+            "memsim protrain: unknown subcommand '%s' (search, table4, table2, fig3, fig6)\n",
             o.sub);
     return MS_EXIT_USAGE;
 }

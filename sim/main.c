@@ -26,6 +26,7 @@ static const struct {
     {"bench", cmd_bench, "memsim's own speed: allocator replay and simulation throughput"},
     {"experiment", cmd_experiment, "run a paper reproduction: experiments/NAME/run.sh (list: memsim experiment list)"},
     {"validate", cmd_validate, "simulator vs GPU: run the validation cases on a GPU, compare (docs/VALIDATION.md)"},
+    {"protrain", cmd_protrain, "ProTrain's search, Tables 2 and 4, Figures 3 and 6 (experiments/protrain)"},
     {"memferry", cmd_memferry, "MemFerry's evaluation (Figs. 9-13), see experiments/memferry"},
     {"gmlake", cmd_gmlake, "GMLake's fragmentation study (ASPLOS'24 section 5), see experiments/gmlake"},
 };

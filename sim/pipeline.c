@@ -167,6 +167,8 @@ ms_status pipe_simulate(const trace_t *t, const machine_t *m, const plan_t *plan
     uint64_t ranks = meta_u64(t, "tp") * meta_u64(t, "cp") * meta_u64(t, "dp");
     so.host_sharers = (int)(ranks && m->node_gpus && (int64_t)ranks < m->node_gpus
                                 ? (int64_t)ranks : (m->node_gpus > 0 ? m->node_gpus : 1));
+    /* The job's GPUs on this node share its host memory (a 1-GPU job gets all of it). */
+    so.host_capacity_bytes = m->host_mem_bytes / (uint64_t)(so.host_sharers > 0 ? so.host_sharers : 1);
     /* The GPUs of the node copy at once: those behind one PCIe switch share its uplink. */
     machine_t view;
     machine_gpu_view(m, so.host_sharers, &view);

@@ -138,7 +138,8 @@ static void test_structure(void)
     TAP_OK(st == MS_OK && r.status == RS_OK, "lowered, validated and simulated: %s",
            st ? err.msg : res_status_name(r.status));
     if (st == MS_OK) {
-        TAP_OK(count(s, SA_ALLOC, -1, LC_ID_BUFFER) == 2 && count(s, SA_FREE, -1, LC_ID_BUFFER) == 0,
+        TAP_OK(count(s, SA_ALLOC, -1, LC_ID_BUFFER) == 2 &&
+                   count(s, SA_FREE, -1, LC_ID_BUFFER) == 0,
                "chunk buffers allocated once, never freed");
         TAP_OK(count(s, SA_ALLOC, -1, LC_ID_PERSIST) == 1, "one persistent chunk allocated once");
         TAP_OK(count(s, SA_HOST_COMPUTE, SS_HOST, 0) == (size_t)(N - 1) * 2 &&
@@ -202,7 +203,8 @@ static void test_structure(void)
     plan_free(p);
     /* bad configurations */
     p = chunk_plan(0, 0, 0, 0, NULL, NULL);
-    TAP_OK(run(t, &mp->m, p, NULL, NULL, NULL, &err) == MS_ERR_INVALID && strstr(err.msg, "n_buffer"),
+    TAP_OK(run(t, &mp->m, p, NULL, NULL, NULL, &err) == MS_ERR_INVALID &&
+               strstr(err.msg, "n_buffer"),
            "no buffer for non-persistent chunks: %s", err.msg);
     plan_free(p);
     p = chunk_plan(N, 0, 3, 3, NULL, NULL);
@@ -307,9 +309,11 @@ static void test_policies(void)
     pol_opts_default(&o);
     plan_t *p = NULL;
     ms_status st = pol_protrain_plan(t, &mp->m, &o, &p, &err);
-    const char *np = p ? plan_get_knob(p, "n_persist") : NULL, *pi = p ? plan_get_knob(p, "pred_iter_s") : NULL;
+    const char *np = p ? plan_get_knob(p, "n_persist") : NULL;
+    const char *pi = p ? plan_get_knob(p, "pred_iter_s") : NULL;
     const char *fe = p ? plan_get_knob(p, "feasible") : NULL;
-    TAP_OK(st == MS_OK && lower_chunks_applies(p) && np && pi && atof(pi) > 0 && fe && !strcmp(fe, "1"),
+    TAP_OK(st == MS_OK && lower_chunks_applies(p) && np && pi && atof(pi) > 0 && fe &&
+               !strcmp(fe, "1"),
            "protrain records its configuration and prediction (n_persist=%s, %s s)", np ? np : "-",
            pi ? pi : "-");
     sim_result r;
@@ -366,7 +370,8 @@ static void test_policies(void)
     /* baselines */
     pol_opts_default(&o);
     st = pol_zero3_offload_plan(t, &mp->m, &o, &p, &err);
-    const char *by = p ? plan_get_knob(p, "chunk_by") : NULL, *ov = p ? plan_get_knob(p, "overlap_host_adam") : NULL;
+    const char *by = p ? plan_get_knob(p, "chunk_by") : NULL;
+    const char *ov = p ? plan_get_knob(p, "overlap_host_adam") : NULL;
     TAP_OK(st == MS_OK && by && !strcmp(by, "layer") && ov && !strcmp(ov, "0") &&
                !strcmp(plan_get_knob(p, "n_persist"), "0"),
            "zero3-offload: per-layer gathers, nothing persistent, Adam after the backward");

@@ -1,9 +1,11 @@
 /* gen.c — the workload-trace generator: one rank's Megatron-style training iterations (TP
  * with sequence parallelism, CP ring attention, DP with a ZeRO-1 sharded optimizer or ZeRO-3
  * sharded parameters) as an in-memory trace, optionally as LoRA fine-tuning and with the
- * optimizer offloaded to the host (ZeRO-Offload). Used by `memsim gen`, planners' tests and
- * experiments. The emitted program, tensor by tensor, and every FLOP and byte formula are in
- * docs/GENERATOR.md; comments here say where the model deviates from the real frameworks. */
+ * optimizer offloaded to the host (ZeRO-Offload); with framework megatron, what Megatron-LM
+ * ccfeda47cb + TransformerEngine 1.3 allocate (the mg_* functions, each naming its source).
+ * Used by `memsim trace gen`, planners' tests and experiments. The emitted program, tensor by
+ * tensor, and every FLOP and byte formula are in docs/GENERATOR.md; comments here say where
+ * the model deviates from the real frameworks. */
 #include "traces/gen.h"
 
 #include <inttypes.h>
@@ -26,7 +28,7 @@
 #define HOST_GRAD_BYTES 4    /* ZeRO-Offload keeps the host gradient partition in fp32 */
 #define ROPE_FLOPS 3.0       /* per element: two products and a sum (apex's fused RoPE) */
 /* Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (128, its
- * default) x tp (megatron/training/tokenizer: _vocab_size_with_padding). */
+ * default) x tp (megatron/training/tokenizer/tokenizer.py: _vocab_size_with_padding). */
 #define MG_VOCAB_DIVISOR 128
 #define MG_MAX_CP 16         /* the ring's per-step buffers are listed per op */
 #define MG_CP_STREAM 1       /* trace stream of TE's cp_stream (odd ring steps) */

@@ -21,12 +21,12 @@
 typedef enum gen_framework {
     GEN_FW_GENERIC = 0,   /* the lean program of §3: exactly MEMO's 16bsh skeletal tensors and
                              the transients a fused implementation needs */
-    GEN_FW_MEGATRON       /* Megatron-LM ccfeda47cb + TransformerEngine 1.3 with FlashAttention,
-                             bf16 mixed precision, full recomputation's layer program: fp32 main
-                             gradients, lazily made Adam states, the vocab-parallel cross
-                             entropy on fp32 logits, TE's saved and transient tensors, the CP
-                             ring's buffers (on TE's cp stream for odd steps), the global
-                             all-gather buffer of the output layer, dummy weight gradients */
+    GEN_FW_MEGATRON       /* Megatron-LM ccfeda47cb + TransformerEngine 1.3 with FlashAttention
+                             and bf16 mixed precision: fp32 main gradients, lazily made Adam
+                             states, the vocab-parallel cross entropy on fp32 logits, TE's
+                             saved and transient tensors, the CP ring's buffers (on TE's cp
+                             stream for odd steps), the global all-gather buffer of the output
+                             layer, dummy weight gradients */
 } gen_framework;
 
 /* The loss program of a decoder's head. */

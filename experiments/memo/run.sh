@@ -106,7 +106,7 @@ awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "
 # "generic" is the generator's lean default program (MEMO's 16bsh accounting, what this
 # experiment used before the megatron profile); "dist-opt" Megatron's distributed optimizer
 # (states sharded over dp*cp = 2); "fused-ce" a cross entropy that works in place on the bf16
-# logits instead of Megatron's fp32 copies (what MEMO's own runs at 768K-1M tokens need, see
+# logits instead of Megatron's fp32 copies (what MEMO's own runs from 640K tokens on need, see
 # README). Also the caching allocator's reserved peak and retries of full recomputation.
 variant() {
     name=$1; shift
@@ -148,7 +148,7 @@ awk -F'\t' '
         }
     }' "$here/reference.tsv" "$out/variants.tsv" | tee "$out/variants.txt"
 awk -F, 'FNR > 1 && $1 == "full-recompute" {
-        split(FILENAME, p, "/"); f = p[length(p)]; sub(/\.csv$/, "", f)
+        n = split(FILENAME, p, "/"); f = p[n]; sub(/\.csv$/, "", f)
         printf "  %-18s %-6s reserved peak %6.1f GiB, allocated peak %6.1f GiB, retries per iteration %s\n", \
             f, $10, $15 / 2^30, $14 / 2^30, $23 }' "$out"/runs/table4-*.csv \
     | sort -t- -k2 -n | { echo; echo "full recomputation on the caching allocator (megatron trace)"; cat; } \

@@ -2,32 +2,33 @@
 # experiments/validate/run.sh — memsim's validation: runs the cases of cases.tsv on a real GPU
 # (`memsim run`, the runtime) and in the simulator (`memsim simulate`) and prints predicted
 # against measured iteration time, peak reserved bytes and host-link busy time, with the
-# errors, their medians and the host-link benchmark of the swap cases (docs/VALIDATION.md).
-# `memsim validate` runs this script (MEMSIM in its environment is that memsim binary).
+# errors, their medians, the op-time model against real kernels, and the host-link benchmark
+# of the swap cases (docs/VALIDATION.md). `memsim validate` runs this script (MEMSIM in its
+# environment is that memsim binary).
 #
 # usage:
-#   run.sh gpu OUTDIR                  on the GPU machine: memsim run for every case, writes
-#                                      OUTDIR/ID.csv and ID.log, device.csv, meta.tsv, runs.tsv,
-#                                      the profile it ran with and the plan files it used
+#   run.sh gpu OUTDIR                  on the GPU machine: memsim run for every case; writes
+#                                      OUTDIR/ID.csv, ID.log, ID.sched.gz (and ID.ops.csv for
+#                                      real-kernel cases), device.csv, meta.tsv, runs.tsv, the
+#                                      profile, plan files and traces it ran with
 #   run.sh compare GPUDIR [--write-doc] [--out DIR]
 #                                      here: memsim simulate for the same cases with the
 #                                      profile of the device they ran on, prints the report;
 #                                      --write-doc also rewrites the generated part of
 #                                      docs/VALIDATION.md; DIR keeps the simulator's files
 #                                      (default out/validate/sim)
-#   run.sh plans [MACHINE...]          here (needs lp_solve): writes plans/MACHINE/ID.plan for
-#                                      the cases whose plan column is `file` (default machines:
-#                                      h100-sxm h200-sxm)
+#   run.sh prepare [MACHINE...]        here (needs lp_solve and the built library): writes
+#                                      traces/MACHINE/real-SEQ.trace.gz for the real-kernel
+#                                      cases and plans/MACHINE/ID.plan for the cases whose plan
+#                                      column is `file` (default machines: h100-sxm h200-sxm)
 #   run.sh list                        the cases and the commands they run
 #
 # Environment: MEMSIM (memsim; default sim/memsim), MEMSIM_RUN (the runtime program, called as
 # `$MEMSIM_RUN run ...`; default runtime/memsim-run, else `$MEMSIM run`), VALIDATE_ONLY (an
 # extended regular expression: only the case ids it matches), VALIDATE_MACHINE (profile name
-# instead of the one picked from the GPU's name), VALIDATE_MATH (spin | real: the compute actions
-# of the cases' schedules as spin kernels of the modelled durations, the default, or as real
-# kernels, once the runtime executes schedules that way), VALIDATE_REAL (no: skip the
-# real-kernel runs, see real_math below), VALIDATE_RUN_OPTS (more options for every memsim run, for
-# a diagnostic run such as --alloc-sync), VALIDATE_CASE_TIMEOUT (seconds per case, default 300).
+# instead of the one picked from the GPU's name), VALIDATE_RUN_OPTS (more options for every
+# memsim run, for a diagnostic run such as --max-ahead 1), VALIDATE_CASE_TIMEOUT (seconds per
+# case, default 300).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -47,13 +48,22 @@ die() { echo "run.sh: $*" >&2; exit 2; }
 
 usage() { sed -n '/^# usage:/,/^# Environment/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-# Prints the cases as "id policy seq allocator plan role" lines, VALIDATE_ONLY applied.
+# Prints the cases as "id policy seq allocator plan role math" lines, VALIDATE_ONLY applied.
 cases() {
     awk -F'\t' -v only="${VALIDATE_ONLY:-}" '
         /^#/ || !NF || $1 == "id" { next }
-        NF != 6 { printf "%s:%d: expected 6 tab-separated columns, found %d\n", FILENAME, FNR, NF > "/dev/stderr"; bad = 1; exit }
-        only == "" || $1 ~ only { print $1, $2, $3, $4, $5, $6 }
+        NF != 7 { printf "%s:%d: expected 7 tab-separated columns, found %d\n", FILENAME, FNR, NF > "/dev/stderr"; bad = 1; exit }
+        $7 != "spin" && $7 != "real" { printf "%s:%d: math must be spin or real, not %s\n", FILENAME, FNR, $7 > "/dev/stderr"; bad = 1; exit }
+        only == "" || $1 ~ only { print $1, $2, $3, $4, $5, $6, $7 }
         END { if (bad) exit 3 }' "$CASES"
+}
+
+# The workload options of one case: the generator's (--dims --seq --iters), or for a
+# real-kernel case the trace file made by `run.sh prepare` (the generator with fp32 gradients
+# and the small saved tensors, as memsim run --math real generates it).
+workload_args() { # seq math tracefile
+    if [ "$2" = real ]; then echo --trace "$3"
+    else echo --dims "$DIMS" --seq "$1" --iters "$ITERS"; fi
 }
 
 # The policy options of one case: --policy NAME, or --plan FILE when a plan file is given.
@@ -75,47 +85,84 @@ machine_of() {
 }
 
 cmd_list() {
-    cases | while read -r id pol seq alloc plan role; do
+    cases | while read -r id pol seq alloc plan role math; do
         local pf=""
         [ "$plan" = file ] && pf="plans/MACHINE/$id.plan"
-        printf '%-30s %-9s memsim run|simulate --dims %s --seq %s --iters %s %s\n' "$id" "$role" \
-            "$DIMS" "$seq" "$ITERS" "$(policy_args "$pol" "$alloc" "$pf")"
+        printf '%-28s %-9s %-4s memsim run|simulate %s %s\n' "$id" "$role" "$math" \
+            "$(workload_args "$seq" "$math" "traces/MACHINE/real-$seq.trace.gz")" \
+            "$(policy_args "$pol" "$alloc" "$pf")"
     done
 }
 
-cmd_plans() {
+# The generator helper (gentrace.c) against the built library.
+gentrace_bin() {
+    local b=$root/out/validate/gentrace
+    mkdir -p "$root/out/validate"
+    if [ ! -x "$b" ] || [ "$here/gentrace.c" -nt "$b" ] || [ "$root/libmemsim.a" -nt "$b" ]; then
+        [ -f "$root/libmemsim.a" ] || die "libmemsim.a not found: build memsim first (make)"
+        ${CC:-gcc} -std=c11 -O2 -I"$root" "$here/gentrace.c" "$root/libmemsim.a" -lz -lm -o "$b" \
+            || die "cannot build $b"
+    fi
+    echo "$b"
+}
+
+cmd_prepare() {
     local machines=("$@")
     [ ${#machines[@]} -gt 0 ] || machines=(h100-sxm h200-sxm)
     [ -x "$MEMSIM" ] || die "$MEMSIM not found: build memsim first (make) or set MEMSIM"
+    local gt
+    gt=$(gentrace_bin)
     for m in "${machines[@]}"; do
-        mkdir -p "$here/plans/$m"
-        cases | while read -r id pol seq alloc plan role; do
+        mkdir -p "$here/plans/$m" "$here/traces/$m"
+        cases | while read -r id pol seq alloc plan role math; do
+            local tf=$here/traces/$m/real-$seq.trace.gz
+            if [ "$math" = real ] && [ ! -f "$tf" ]; then
+                "$gt" --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" -o "$tf"
+                echo "traces/$m/real-$seq.trace.gz"
+            fi
             [ "$plan" = file ] || continue
-            "$MEMSIM" plan --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" \
+            # shellcheck disable=SC2046
+            "$MEMSIM" plan --machine "$m" $(workload_args "$seq" "$math" "$tf") \
                 --policy "$pol" -o "$here/plans/$m/$id.plan"
             echo "plans/$m/$id.plan"
         done
     done
 }
 
+# A one-stream real-kernel run (keep-all, recomputation) prints its result but writes no CSV:
+# the columns the comparison reads, from the log.
+csv_from_log() { # log csv id policy allocator
+    awk -v pol="$3" -v alc="$4" '
+        /^device: / { d = $0; sub(/^device: /, "", d); sub(/ \(.*/, "", d) }
+        /^workload: / && match($0, /allocator [a-z]+/) { alc = substr($0, RSTART + 10, RLENGTH - 10) }
+        /^iter [0-9]+ / { nom = $4 / 1000 }
+        /^memory: peak allocated / { pa = $4 * 1073741824; pr = $7 * 1073741824 }
+        /^result: ok, iteration / { st = "ok"; it = $4 }
+        END {
+            print "policy,allocator,status,iter_time_s,peak_allocated_bytes,peak_reserved_bytes,peak_active_bytes,fragmentation,host_peak_bytes,h2d_busy_s,d2h_busy_s,executor,device,nominal_iter_s,h2d_large_Bps,d2h_large_Bps"
+            if (st == "") { st = "error"; it = 0 }
+            printf "%s,%s,%s,%s,%.0f,%.0f,%.0f,%s,0,0,0,gpu-one-stream,%s,%s,0,0\n", pol, alc, st, it, pa, pr, pa,
+                (pr > 0 ? 1 - pa / pr : 0), d, nom
+        }' "$1" > "$2"
+}
+
 cmd_gpu() {
     local out=${1:-}
     [ -n "$out" ] || die "usage: run.sh gpu OUTDIR"
-    mkdir -p "$out/plans"
+    mkdir -p "$out/plans" "$out/traces"
     out=$(cd "$out" && pwd)
     local run=()
     if [ -n "${MEMSIM_RUN:-}" ]; then run=("$MEMSIM_RUN" run)
     elif [ -x "$root/runtime/memsim-run" ]; then run=("$root/runtime/memsim-run" run)
     else run=("$MEMSIM" run); fi
 
-    local dev="" m math=${VALIDATE_MATH:-spin} mathargs=()
+    local dev="" m
     if command -v nvidia-smi > /dev/null; then
         nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current,clocks.max.sm \
             --format=csv > "$out/device.csv" 2> /dev/null || true
         dev=$(sed -n 2p "$out/device.csv" | cut -d, -f1)
     fi
     m=$(machine_of "$dev") || exit 1
-    [ "$math" = spin ] || mathargs=(--math "$math")
     cp "$MEMSIM_DATADIR/machines/$m.machine" "$out/"
     [ -f "$MEMSIM_DATADIR/machines/$m.probe.csv" ] && cp "$MEMSIM_DATADIR/machines/$m.probe.csv" "$out/"
     cp "$CASES" "$out/cases.tsv"
@@ -123,7 +170,6 @@ cmd_gpu() {
         printf 'date\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
         printf 'device\t%s\n' "${dev:-unknown}"
         printf 'machine\t%s\n' "$m"
-        printf 'math\t%s\n' "$math"
         printf 'dims\t%s\n' "$DIMS"
         printf 'iters\t%s\n' "$ITERS"
         printf 'max_ahead\t%s\n' "$MAX_AHEAD"
@@ -131,18 +177,32 @@ cmd_gpu() {
         printf 'run_opts\t%s\n' "${VALIDATE_RUN_OPTS:-}"
         printf 'kernel\t%s\n' "$(uname -r)"
     } > "$out/meta.tsv"
-    printf 'id\trc\twall_s\tplan\n' > "$out/runs.tsv"
-    echo "validate: ${dev:-unknown GPU} -> profile $m, compute: $math, $(cases | wc -l) cases"
+    [ -f "$out/runs.tsv" ] || printf 'id\trc\twall_s\tplan\n' > "$out/runs.tsv"
+    echo "validate: ${dev:-unknown GPU} -> profile $m, $(cases | wc -l) cases"
     local t_all=$SECONDS
-    cases | while read -r id pol seq alloc plan role; do
-        local pf="" how=policy
+    cases | while read -r id pol seq alloc plan role math; do
+        local pf="" how=policy tf="" extra=()
+        if [ "$math" = real ]; then
+            tf=$here/traces/$m/real-$seq.trace.gz
+            if [ ! -f "$tf" ]; then
+                printf '%s\t%s\t%s\t%s\n' "$id" 3 0 no-trace >> "$out/runs.tsv"
+                echo "$id: no trace $tf (run.sh prepare $m): skipped"
+                continue
+            fi
+            cp "$tf" "$out/traces/"
+            tf=$out/traces/real-$seq.trace.gz
+            extra=(--math real)
+            # One-stream plans also time every op (their events are there anyway).
+            case "$pol" in keep-all|full-recompute) extra+=(--ops-csv "$out/$id.ops.csv") ;; esac
+        fi
         if [ "$plan" = file ]; then
             pf="$here/plans/$m/$id.plan"
             if [ ! -f "$pf" ]; then
                 # No plan made here for this profile: make one if memsim plans on this machine;
                 # otherwise the runtime plans from the policy (then the report says so).
                 pf="$out/plans/$id.plan"
-                if ! "$MEMSIM" plan --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" \
+                # shellcheck disable=SC2046
+                if ! "$MEMSIM" plan --machine "$m" $(workload_args "$seq" "$math" "$tf") \
                         --policy "$pol" -o "$pf" 2> /dev/null; then
                     pf=""; how=runtime-planned
                 fi
@@ -152,56 +212,22 @@ cmd_gpu() {
                 how=file
             fi
         fi
+        rm -f "$out/$id.csv"
         local t0=$SECONDS rc=0
         # shellcheck disable=SC2046
-        timeout "${VALIDATE_CASE_TIMEOUT:-300}" "${run[@]}" --machine "$m" --dims "$DIMS" \
-            --seq "$seq" --iters "$ITERS" $(policy_args "$pol" "$alloc" "$pf") \
-            --max-ahead "$MAX_AHEAD" --capacity machine "${mathargs[@]}" ${VALIDATE_RUN_OPTS:-} \
+        timeout "${VALIDATE_CASE_TIMEOUT:-300}" "${run[@]}" --machine "$m" \
+            $(workload_args "$seq" "$math" "$tf") $(policy_args "$pol" "$alloc" "$pf") \
+            --max-ahead "$MAX_AHEAD" --capacity machine "${extra[@]}" ${VALIDATE_RUN_OPTS:-} \
             --schedule "$out/$id.sched" --csv "$out/$id.csv" > "$out/$id.log" 2>&1 < /dev/null || rc=$?
         [ -f "$out/$id.sched" ] && gzip -f "$out/$id.sched"
+        if [ ! -f "$out/$id.csv" ] && [ "$math" = real ]; then
+            csv_from_log "$out/$id.log" "$out/$id.csv" "$pol" "$alloc"
+        fi
         printf '%s\t%s\t%s\t%s\n' "$id" "$rc" "$((SECONDS - t0))" "$how" >> "$out/runs.tsv"
-        printf '%-30s rc %-3s %4ss  %s\n' "$id" "$rc" "$((SECONDS - t0))" \
+        printf '%-28s rc %-3s %4ss  %s\n' "$id" "$rc" "$((SECONDS - t0))" \
             "$(grep -m1 '^result:' "$out/$id.log" || tail -n1 "$out/$id.log")"
     done
-    real_math "$out" "$m" "${run[@]}"
     echo "validate: all cases in $((SECONDS - t_all)) s; results in $out"
-}
-
-# Real kernels, where the runtime has them (`memsim run --math real` with --bench-layer and
-# --train): one layer's forward and backward per sequence length (per-op times against the op-time
-# model) and REAL_STEPS training steps of the whole model for the keep-all and full-recompute
-# cases (the step time against the simulated iteration). VALIDATE_REAL=no skips them.
-REAL_STEPS=5
-real_math() {
-    local out=$1 m=$2; shift 2
-    local run=("$@")
-    [ "${VALIDATE_REAL:-auto}" != no ] || return 0
-    if ! "${run[@]}" --help 2>&1 | grep -q -- '--train'; then
-        echo "validate: this runtime has no real-kernel training (--math real --train): skipped"
-        return 0
-    fi
-    printf 'real_steps\t%s\n' "$REAL_STEPS" >> "$out/meta.tsv"
-    local done_seqs=" "
-    cases | while read -r id pol seq alloc plan role; do
-        [ "$role" = matrix ] || continue
-        case "$pol" in keep-all|full-recompute) ;; *) continue ;; esac
-        local t0=$SECONDS rc=0
-        if [ "${done_seqs#* $seq }" = "$done_seqs" ]; then
-            done_seqs="$done_seqs$seq "
-            timeout "${VALIDATE_CASE_TIMEOUT:-300}" "${run[@]}" --machine "$m" --dims "$DIMS" \
-                --seq "$seq" --math real --bench-layer > "$out/bench-$seq.log" 2>&1 < /dev/null || rc=$?
-            printf '%s\t%s\t%s\t%s\n' "bench-$seq" "$rc" "$((SECONDS - t0))" real >> "$out/runs.tsv"
-            printf '%-30s rc %-3s %4ss  %s\n' "bench-$seq" "$rc" "$((SECONDS - t0))" \
-                "$(grep -m1 '^time:' "$out/bench-$seq.log" || tail -n1 "$out/bench-$seq.log")"
-            t0=$SECONDS; rc=0
-        fi
-        timeout "${VALIDATE_CASE_TIMEOUT:-300}" "${run[@]}" --machine "$m" --dims "$DIMS" \
-            --seq "$seq" --policy "$pol" --math real --train "$REAL_STEPS" \
-            > "$out/$id.train.log" 2>&1 < /dev/null || rc=$?
-        printf '%s\t%s\t%s\t%s\n' "$id.train" "$rc" "$((SECONDS - t0))" real >> "$out/runs.tsv"
-        printf '%-30s rc %-3s %4ss  %s\n' "$id.train" "$rc" "$((SECONDS - t0))" \
-            "$(tail -n2 "$out/$id.train.log" | head -n1)"
-    done
 }
 
 cmd_compare() {
@@ -228,25 +254,28 @@ cmd_compare() {
     [ -f "$gpu/device.csv" ] && args+=(kind=device "$gpu/device.csv")
     [ -f "$gpu/runs.tsv" ] && args+=(kind=runs "$gpu/runs.tsv")
     : > "$sim/same.tsv"
-    rm -f "$sim"/trace-*.ops
-    while read -r id pol seq alloc plan role; do
+    while read -r id pol seq alloc plan role math; do
         [ -f "$gpu/$id.csv" ] || { echo "run.sh: no GPU result for $id ($gpu/$id.csv)" >&2; continue; }
-        local dev m prof pf=""
+        local dev m prof pf="" tf=""
         dev=$(awk -f "$AWK" -v mode=field -v col=device "$gpu/$id.csv")
         m=$(machine_of "$dev") || exit 1
         if [ -n "$machine" ] && [ "$m" != "$machine" ]; then
             die "$id ran on '$dev' ($m), earlier cases on $machine: one device per GPUDIR"
         fi
         machine=$m
-        # The profile the runtime ran with (its copy in GPUDIR), else the tree's.
+        # The profile, plan file and trace the runtime ran with (their copies in GPUDIR).
         prof=$gpu/$m.machine
         [ -f "$prof" ] || prof=$MEMSIM_DATADIR/machines/$m.machine
         if [ "$plan" = file ]; then
             if [ -f "$gpu/plans/$id.plan" ]; then pf=$gpu/plans/$id.plan
             elif [ -f "$here/plans/$m/$id.plan" ]; then pf=$here/plans/$m/$id.plan; fi
         fi
+        if [ "$math" = real ]; then
+            tf=$gpu/traces/real-$seq.trace.gz
+            [ -f "$tf" ] || tf=$here/traces/$m/real-$seq.trace.gz
+        fi
         # shellcheck disable=SC2046
-        "$MEMSIM" simulate --machine "$prof" --dims "$DIMS" --seq "$seq" --iters "$ITERS" \
+        "$MEMSIM" simulate --machine "$prof" $(workload_args "$seq" "$math" "$tf") \
             $(policy_args "$pol" "$alloc" "$pf") --csv "$sim/$id.csv" \
             --schedule "$sim/$id.sched" --quiet
         # The simulator must execute the schedule the GPU executed (same generator, planner and
@@ -264,16 +293,7 @@ cmd_compare() {
         args+=(kind=gpu id="$id" "$gpu/$id.csv" kind=sim id="$id" "$sim/$id.csv"
                kind=copies id="$id" "$sim/$id.copies")
         [ -f "$gpu/$id.log" ] && args+=(kind=log id="$id" "$gpu/$id.log")
-        [ -f "$gpu/$id.train.log" ] && args+=(kind=train id="$id" "$gpu/$id.train.log")
-        if [ -f "$gpu/bench-$seq.log" ] && [ ! -f "$sim/trace-$seq.ops" ]; then
-            # The op-time model's durations of layer 0, for the one-layer benchmark.
-            "$MEMSIM" trace gen --machine "$prof" --dims "$DIMS" --seq "$seq" --iters 1 \
-                -o "$sim/trace-$seq.trace"
-            awk '$1 == "op" && $NF ~ /^L0\./ { print substr($NF, 4), $9 }' "$sim/trace-$seq.trace" \
-                > "$sim/trace-$seq.ops"
-            rm -f "$sim/trace-$seq.trace"
-            args+=(kind=ops seq="$seq" "$sim/trace-$seq.ops" kind=bench seq="$seq" "$gpu/bench-$seq.log")
-        fi
+        [ -f "$gpu/$id.ops.csv" ] && args+=(kind=ops id="$id" "$gpu/$id.ops.csv")
         n=$((n + 1))
     done < <(cases)
     [ "$n" -gt 0 ] || die "no case of $CASES has a result in $gpu"
@@ -282,8 +302,7 @@ cmd_compare() {
     [ -f "$probe" ] && args+=(kind=probe "$probe")
     local prof=$gpu/$machine.machine
     [ -f "$prof" ] || prof=$MEMSIM_DATADIR/machines/$machine.machine
-    args+=(kind=machine "$prof")
-    args+=(kind=same "$sim/same.tsv")
+    args+=(kind=machine "$prof" kind=same "$sim/same.tsv")
     if [ -f "$gpu/$machine.machine" ] && ! cmp -s "$gpu/$machine.machine" "$MEMSIM_DATADIR/machines/$machine.machine"; then
         echo "run.sh: note: $gpu/$machine.machine (what the GPU ran with, used here) differs from the tree's profile" >&2
     fi
@@ -307,7 +326,7 @@ cmd_compare() {
 case "${1:-}" in
     gpu) shift; cmd_gpu "$@" ;;
     compare) shift; cmd_compare "$@" ;;
-    plans) shift; cmd_plans "$@" ;;
+    prepare|plans) shift; cmd_prepare "$@" ;;
     list) cmd_list ;;
     -h|--help|help) usage ;;
     *) usage >&2; exit 2 ;;

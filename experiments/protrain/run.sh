@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# experiments/protrain/run.sh — reproduces ProTrain's (Yang et al., ../shared/papers/protrain.txt)
+# Table 4 (configurations its search picks for GPT2-1B at batch 8 and 64 and GPT2-10B at batch 8
+# on 4 x RTX 3090 and 4 x A100), Table 2 (largest trainable GPT-2 per backend on 1 and 4 GPUs of
+# each testbed), Figure 3 (best throughput of ProTrain, DeepSpeed ZeRO-3 offload, Colossal-AI
+# Gemini and FSDP offload on Table 1's models) and Figure 6 (cost model against the simulation
+# over the searched configurations) with `memsim protrain` (sim/cmd_protrain.c). Prints the
+# paper-vs-memsim comparison cell by cell with differences and draws the figures (PNG and SVG).
+# About a minute on a 2-core machine.
+#
+# usage: experiments/protrain/run.sh [OUTDIR]   (default: out/protrain in the repository;
+#        MEMSIM=path/to/memsim; extra memsim protrain options in PT_OPTS, e.g.
+#        PT_OPTS="--knob coll_link_eff=1" or "--flash")
+# Writes OUTDIR/table4.tsv, table4_validation.tsv (every configuration each Table 4 search
+# evaluated, simulated), search_times.txt, table2.tsv, fig3.tsv, fig6.tsv (a sample of Figure
+# 6's configurations), compare.txt (the printed comparison), the plot data (*.dat) and
+# protrain_table2, protrain_fig3, protrain_fig6 as .png and .svg.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${1:-$root/out/protrain}
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac   # relative to the caller's directory
+cd "$root"
+MEMSIM=${MEMSIM:-$root/sim/memsim}
+if [ ! -x "$MEMSIM" ]; then
+    echo "run.sh: $MEMSIM not found: build memsim first (make) or set MEMSIM" >&2
+    exit 2
+fi
+if ! "$MEMSIM" protrain --help > /dev/null 2>&1; then
+    echo "run.sh: $MEMSIM has no 'protrain' subcommand (sim/cmd_protrain.c not built in)" >&2
+    exit 2
+fi
+export MEMSIM_DATADIR=${MEMSIM_DATADIR:-$root/traces}
+mkdir -p "$out"
+read -r -a opts <<< "${PT_OPTS:-}"
+start=$(date +%s)
+
+# 1. Table 4, with every configuration each search evaluated simulated against its prediction
+#    (the search's own wall time goes to search_times.txt: it is not deterministic).
+"$MEMSIM" protrain table4 --validate -1 -o "$out" "${opts[@]}" 2> "$out/search_times.txt"
+# 2. Table 2: the largest GPT-2 (hidden 8192, 1..128 blocks) each backend trains at batch 1 per GPU.
+"$MEMSIM" protrain table2 -o "$out" "${opts[@]}"
+# 3. Figure 3: best throughput over per-GPU batches 1..64 (and each baseline's variants).
+"$MEMSIM" protrain fig3 -o "$out" "${opts[@]}"
+# 4. Figure 6: GPT2-10B, batch 8, both testbeds: an even sample of 150 evaluated configurations
+#    per testbed for the plot (table4_validation.tsv has the statistics over all of them).
+"$MEMSIM" protrain fig6 --model gpt2-10b --batch 8 --validate 150 -o "$out" "${opts[@]}"
+
+# 5. The comparison and the plot data.
+awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$out/table4.tsv" \
+    "$out/table4_validation.tsv" "$out/table2.tsv" "$out/fig3.tsv" "$out/search_times.txt" \
+    > "$out/compare.txt"
+for hw in RTX3090 A100; do
+    awk -F'\t' -v hw="$hw" 'NR > 1 && $1 == hw && $11 == "ok" { print $8 "\t" $6 "\t" $7 "\t" $9 }' \
+        "$out/fig6.tsv" | sort -g | awk -F'\t' 'BEGIN { print "# index pred_s sim_s pred_peak_gib sim_peak_gib" }
+        { print NR "\t" $2 "\t" $3 "\t" $1 "\t" $4 }' > "$out/fig6_$hw.dat"
+done
+
+# 6. Figures.
+if command -v gnuplot > /dev/null 2>&1; then
+    for fmt in png svg; do
+        gnuplot -e "datafile='$out/table2.dat'; outfile='$out/protrain_table2.$fmt'; fmt='$fmt'" \
+            plots/protrain_table2.gp
+        gnuplot -e "dir='$out'; outfile='$out/protrain_fig3.$fmt'; fmt='$fmt'" plots/protrain_fig3.gp
+        gnuplot -e "dir='$out'; outfile='$out/protrain_fig6.$fmt'; fmt='$fmt'" plots/protrain_fig6.gp
+    done
+else
+    echo "run.sh: gnuplot not found: figures skipped (data in $out/*.dat)" >&2
+fi
+
+cat "$out/compare.txt"
+echo
+echo "run.sh: done in $(( $(date +%s) - start )) s; results in $out"
