@@ -10,7 +10,7 @@
 enum {
     O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
-    O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP
+    O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN
 };
 
 static const struct {
@@ -26,6 +26,7 @@ static const struct {
     {{"cp", required_argument, 0, O_CP}, CLI_WORKLOAD, "N   context-parallel degree"},
     {{"dp", required_argument, 0, O_DP}, CLI_WORKLOAD, "N   data-parallel degree"},
     {{"iters", required_argument, 0, O_ITERS}, CLI_WORKLOAD, "N   iterations to generate (default 2; the last is reported)"},
+    {{"gen", required_argument, 0, O_GEN}, CLI_WORKLOAD, "KEY=VALUE   a generator knob (repeatable), e.g. framework=megatron (docs/GENERATOR.md)"},
     {{"trace", required_argument, 0, O_TRACE}, CLI_WORKLOAD, "FILE   use this workload trace instead of generating one"},
     {{"machine", required_argument, 0, O_MACHINE}, CLI_MACHINE, "NAME|FILE   machine profile (default a800-8gpu)"},
     {{"policy", required_argument, 0, O_POLICY}, CLI_POLICY, "NAME   memory policy (default keep-all)"},
@@ -100,6 +101,18 @@ static int add_knob(const char *cmd, char *v, cli_args *a)
     return 0;
 }
 
+static int add_gen_knob(const char *cmd, char *v, cli_args *a)
+{
+    char *eq = strchr(v, '=');
+    if (!eq || eq == v) return bad(cmd, "gen", v, "expected KEY=VALUE");
+    if (a->w.n_gen_knobs == PIPE_MAX_KNOBS) return bad(cmd, "gen", v, "too many knobs");
+    *eq = '\0';
+    a->w.gen_knobs[a->w.n_gen_knobs].key = v;
+    a->w.gen_knobs[a->w.n_gen_knobs].value = eq + 1;
+    a->w.n_gen_knobs++;
+    return 0;
+}
+
 static int parse_bytes_opt(const char *cmd, const char *opt, const char *v, uint64_t *out)
 {
     if (!strcmp(v, "unlimited")) {
@@ -141,6 +154,7 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
         a->pol.alpha = d;
         return 0;
     case O_KNOB: return add_knob(cmd, v, a);
+    case O_GEN: return add_gen_knob(cmd, v, a);
     case O_MAXSPLIT:
         a->pol.alloc_cfg_set = 1;
         return parse_bytes_opt(cmd, "max-split-size", v, &a->pol.alloc_cfg.max_split_size_bytes);

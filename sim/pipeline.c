@@ -39,6 +39,9 @@ ms_status pipe_trace(const pipe_workload *w, const machine_t *m, trace_t **out, 
     c.cp = w->cp ? w->cp : 1;
     c.dp = w->dp ? w->dp : 1;
     if (w->iterations > 0) c.iterations = w->iterations;
+    for (size_t i = 0; i < w->n_gen_knobs; i++)
+        if ((st = gen_config_set(&c, w->gen_knobs[i].key, w->gen_knobs[i].value, err)) != MS_OK)
+            return st;
     if ((st = gen_validate(&c, err)) != MS_OK) return st;
     return gen_trace(&c, m, out, err);
 }

@@ -11,15 +11,18 @@
 #include "traces/machine.h"
 #include "traces/trace.h"
 
+#define PIPE_MAX_KNOBS 32
+
 typedef struct pipe_workload {
     const char *model;        /* registry name or dims:L,H,A,F,V (when no trace_path) */
     uint64_t seq, batch;      /* 0: the model's default sequence; batch 0 = 1 */
     int tp, cp, dp;           /* parallel degrees, 0 = 1 */
     int iterations;           /* 0 = generator default (2) */
     const char *trace_path;   /* a workload trace file instead of generating one */
+    pol_knob gen_knobs[PIPE_MAX_KNOBS]; /* generator knobs (gen_config_set), e.g.
+                                           framework=megatron */
+    size_t n_gen_knobs;
 } pipe_workload;
-
-#define PIPE_MAX_KNOBS 32
 
 typedef struct pipe_policy {
     const char *policy;       /* registry name (ignored when plan_path is given) */

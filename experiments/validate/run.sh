@@ -24,7 +24,8 @@
 #   run.sh list                        the cases and the commands they run
 #
 # Environment: MEMSIM (memsim; default sim/memsim), MEMSIM_RUN (the runtime program, called as
-# `$MEMSIM_RUN run ...`; default runtime/memsim-run, else `$MEMSIM run`), VALIDATE_ONLY (an
+# `$MEMSIM_RUN run ...`; default runtime/memsim-run, else `$MEMSIM run`; the file must be named
+# memsim-run, which is how it takes the subcommand from its first argument), VALIDATE_ONLY (an
 # extended regular expression: only the case ids it matches), VALIDATE_MACHINE (profile name
 # instead of the one picked from the GPU's name), VALIDATE_RUN_OPTS (more options for every
 # memsim run, for a diagnostic run such as --max-ahead 1), VALIDATE_CASE_TIMEOUT (seconds per
@@ -149,6 +150,7 @@ csv_from_log() { # log csv id policy allocator
 cmd_gpu() {
     local out=${1:-}
     [ -n "$out" ] || die "usage: run.sh gpu OUTDIR"
+    cases > /dev/null || exit 3
     mkdir -p "$out/plans" "$out/traces"
     out=$(cd "$out" && pwd)
     local run=()
@@ -209,12 +211,12 @@ cmd_gpu() {
             fi
             if [ -n "$pf" ]; then
                 [ "$pf" = "$out/plans/$id.plan" ] || cp "$pf" "$out/plans/$id.plan"
-                how=file
+                how="file"
             fi
         fi
         rm -f "$out/$id.csv"
         local t0=$SECONDS rc=0
-        # shellcheck disable=SC2046
+        # shellcheck disable=SC2046,SC2086  # the options split into words on purpose
         timeout "${VALIDATE_CASE_TIMEOUT:-300}" "${run[@]}" --machine "$m" \
             $(workload_args "$seq" "$math" "$tf") $(policy_args "$pol" "$alloc" "$pf") \
             --max-ahead "$MAX_AHEAD" --capacity machine "${extra[@]}" ${VALIDATE_RUN_OPTS:-} \
@@ -241,7 +243,7 @@ cmd_compare() {
         esac
         shift
     done
-    [ -n "$gpu" ] && [ -d "$gpu" ] || die "usage: run.sh compare GPUDIR [--write-doc] [--out DIR]"
+    if [ -z "$gpu" ] || [ ! -d "$gpu" ]; then die "usage: run.sh compare GPUDIR [--write-doc] [--out DIR]"; fi
     [ -x "$MEMSIM" ] || die "$MEMSIM not found: build memsim first (make) or set MEMSIM"
     gpu=$(cd "$gpu" && pwd)
     sim=${sim:-$root/out/validate/sim}
@@ -249,11 +251,13 @@ cmd_compare() {
     sim=$(cd "$sim" && pwd)
     # The cases as they were run (the GPU directory's copy), VALIDATE_ONLY applied.
     [ -f "$gpu/cases.tsv" ] && CASES=$gpu/cases.tsv
+    cases > /dev/null || exit 3
     local args=(kind=cases "$CASES") machine="" n=0
     [ -f "$gpu/meta.tsv" ] && args+=(kind=meta "$gpu/meta.tsv")
     [ -f "$gpu/device.csv" ] && args+=(kind=device "$gpu/device.csv")
     [ -f "$gpu/runs.tsv" ] && args+=(kind=runs "$gpu/runs.tsv")
     : > "$sim/same.tsv"
+    rm -f "$sim"/cal-*.trace.gz
     while read -r id pol seq alloc plan role math; do
         [ -f "$gpu/$id.csv" ] || { echo "run.sh: no GPU result for $id ($gpu/$id.csv)" >&2; continue; }
         local dev m prof pf="" tf=""
@@ -294,6 +298,19 @@ cmd_compare() {
                kind=copies id="$id" "$sim/$id.copies")
         [ -f "$gpu/$id.log" ] && args+=(kind=log id="$id" "$gpu/$id.log")
         [ -f "$gpu/$id.ops.csv" ] && args+=(kind=ops id="$id" "$gpu/$id.ops.csv")
+        # Real kernels: simulated once more with the op times the keep-all real-kernel run of
+        # this length measured (the trace's durations replaced by them, op by op).
+        local ops=$gpu/keep-all-$seq-real.ops.csv
+        if [ "$math" = real ] && [ -f "$ops" ]; then
+            local ct=$sim/cal-$seq.trace.gz
+            if [ ! -f "$ct" ] || [ "$ops" -nt "$ct" ]; then
+                gzip -dc "$tf" | awk -f "$AWK" -v mode=calibrate "$ops" - | gzip > "$ct"
+            fi
+            # shellcheck disable=SC2046
+            "$MEMSIM" simulate --machine "$prof" --trace "$ct" $(policy_args "$pol" "$alloc" "$pf") \
+                --csv "$sim/$id.cal.csv" --quiet
+            args+=(kind=cal id="$id" "$sim/$id.cal.csv")
+        fi
         n=$((n + 1))
     done < <(cases)
     [ "$n" -gt 0 ] || die "no case of $CASES has a result in $gpu"
