@@ -679,3 +679,27 @@ ms_status plan_write(const plan_t *p, const char *path, ms_error *err)
     }
     return ms_out_commit(o, err);
 }
+
+ms_status plan_alloc_config(const plan_t *p, alloc_config *cfg, uint64_t **ids, uint64_t **offs)
+{
+    *cfg = p->alloc_cfg;
+    *ids = *offs = NULL;
+    if (!p->n_offsets) return MS_OK;
+    *ids = malloc(p->n_offsets * sizeof **ids);
+    *offs = malloc(p->n_offsets * sizeof **offs);
+    if (!*ids || !*offs) {
+        free(*ids);
+        free(*offs);
+        *ids = *offs = NULL;
+        return MS_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < p->n_offsets; i++) {
+        (*ids)[i] = p->offsets[i].id;
+        (*offs)[i] = p->offsets[i].offset_bytes;
+    }
+    cfg->static_ids = *ids;
+    cfg->static_offsets = *offs;
+    cfg->static_n = p->n_offsets;
+    cfg->static_arena_bytes = p->arena_bytes;
+    return MS_OK;
+}

@@ -83,6 +83,10 @@ int plan_find_offset(const plan_t *p, uint64_t id, uint64_t *offset_bytes);
  * gets the listed alpha, 0 for an unlisted tensor. */
 plan_decision plan_decision_for(const plan_t *p, uint64_t id, double *alpha);
 
+/* The allocator configuration the plan asks for: its knobs, and for the static arena its
+ * offsets (copied into *ids / *offs, which the caller frees after the allocator is gone). */
+ms_status plan_alloc_config(const plan_t *p, alloc_config *cfg, uint64_t **ids, uint64_t **offs);
+
 ms_status plan_load(const char *path, plan_t **out, ms_error *err);
 ms_status plan_write(const plan_t *p, const char *path, ms_error *err);
 ms_status plan_write_fp(const plan_t *p, FILE *fp);

@@ -621,26 +621,6 @@ static void fill_ops(FILE *f, const void *p)
 
 static void fill_sched(FILE *f, const void *p) { sched_dump((const schedule_t *)p, f); }
 
-/* Static arena offsets from the plan, as the simulator passes them. */
-static int static_cfg(const plan_t *plan, alloc_config *cfg, uint64_t **ids, uint64_t **offs)
-{
-    *cfg = plan->alloc_cfg;
-    *ids = *offs = NULL;
-    if (!plan->n_offsets) return 0;
-    *ids = malloc(plan->n_offsets * sizeof **ids);
-    *offs = malloc(plan->n_offsets * sizeof **offs);
-    if (!*ids || !*offs) return -1;
-    for (size_t i = 0; i < plan->n_offsets; i++) {
-        (*ids)[i] = plan->offsets[i].id;
-        (*offs)[i] = plan->offsets[i].offset_bytes;
-    }
-    cfg->static_ids = *ids;
-    cfg->static_offsets = *offs;
-    cfg->static_n = plan->n_offsets;
-    cfg->static_arena_bytes = plan->arena_bytes;
-    return 0;
-}
-
 /* Runs the schedule on the GPU and reports; returns the exit status. */
 static rt_status real_compute(void *ctx, void *stream, const trace_op *op,
                               const uint64_t *in_addr, const uint64_t *out_addr);
@@ -664,7 +644,7 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     rt_cuda_dev_set_host_mode(dev, a->host_thread ? RT_HOST_THREAD : RT_HOST_CALLBACK);
     alloc_config cfg;
     uint64_t *ids = NULL, *offs = NULL;
-    if (static_cfg(plan, &cfg, &ids, &offs) != 0) {
+    if (plan_alloc_config(plan, &cfg, &ids, &offs) != MS_OK) {
         rt_cuda_dev_free(dev);
         rt_backend_free(be);
         return fail_st(MS_ERR_NOMEM, NULL);

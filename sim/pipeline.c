@@ -110,25 +110,6 @@ static void fill_ids(sim_result *r, const trace_t *t, const machine_t *m, const 
     r->dp = (int)meta_u64(t, "dp");
 }
 
-/* The static arena takes its offsets from the plan. */
-static void static_offsets(const plan_t *plan, alloc_config *cfg, uint64_t **ids,
-                           uint64_t **offs)
-{
-    *ids = *offs = NULL;
-    if (!plan->n_offsets) return;
-    *ids = malloc(plan->n_offsets * sizeof **ids);
-    *offs = malloc(plan->n_offsets * sizeof **offs);
-    if (!*ids || !*offs) return;
-    for (size_t i = 0; i < plan->n_offsets; i++) {
-        (*ids)[i] = plan->offsets[i].id;
-        (*offs)[i] = plan->offsets[i].offset_bytes;
-    }
-    cfg->static_ids = *ids;
-    cfg->static_offsets = *offs;
-    cfg->static_n = plan->n_offsets;
-    cfg->static_arena_bytes = plan->arena_bytes;
-}
-
 static ms_status write_schedule(const schedule_t *s, const char *path, ms_error *err)
 {
     FILE *f = fopen(path, "w");
@@ -156,9 +137,12 @@ ms_status pipe_simulate(const trace_t *t, const machine_t *m, const plan_t *plan
         sched_free(s);
         return st;
     }
-    alloc_config cfg = plan->alloc_cfg;
+    alloc_config cfg;
     uint64_t *ids, *offs;
-    static_offsets(plan, &cfg, &ids, &offs);
+    if ((st = plan_alloc_config(plan, &cfg, &ids, &offs)) != MS_OK) {
+        sched_free(s);
+        return ms_fail(err, st, "out of memory");
+    }
     sim_opts so;
     sim_opts_default(&so);
     so.allocator = plan->allocator;
