@@ -1412,3 +1412,128 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
     lw_free(&w);
     return st;
 }
+
+/* ---- where rounding buffers put their members (lower.h) ---- */
+
+struct lower_rb_map {
+    lower_rb_place *v;       /* sorted by tensor id, then pass */
+    size_t n;
+};
+
+typedef struct rb_item {
+    lower_rb_place pl;
+    double alpha;            /* layout key: swapped whole first */
+    size_t rec;
+} rb_item;
+
+/* Group, then decreasing alpha, then trace order. */
+static int cmp_rb_layout(const void *a, const void *b)
+{
+    const rb_item *x = a, *y = b;
+    if (x->pl.pass != y->pl.pass) return x->pl.pass < y->pl.pass ? -1 : 1;
+    if (x->pl.layer != y->pl.layer) return x->pl.layer < y->pl.layer ? -1 : 1;
+    if (x->alpha != y->alpha) return x->alpha > y->alpha ? -1 : 1;
+    return x->rec < y->rec ? -1 : x->rec > y->rec;
+}
+
+static int cmp_rb_id(const void *a, const void *b)
+{
+    const lower_rb_place *x = a, *y = b;
+    if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
+    return x->pass < y->pass ? -1 : x->pass > y->pass;
+}
+
+/* The members rb_prescan found, laid out group by group. */
+static ms_status rb_layout(lw *w, lower_rb_map *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < trace_count(w->t); i++) n += u64map_get(w->rb_rec, i, NULL);
+    rb_item *it = calloc(n ? n : 1, sizeof *it);
+    m->v = calloc(n ? n : 1, sizeof *m->v);
+    if (!it || !m->v) {
+        free(it);
+        return nomem(w);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < trace_count(w->t) && k < n; i++) {
+        uint64_t g;
+        if (!u64map_get(w->rb_rec, i, &g)) continue;
+        const trace_tensor *x = &trace_get(w->t, i)->u.alloc;
+        plan_decision d;
+        double alpha;
+        decide(w, x, &d, &alpha);
+        it[k].pl.tensor = x->id;
+        it[k].pl.pass = w->groups[g].pass;
+        it[k].pl.layer = w->groups[g].layer;
+        it[k].pl.bytes = x->bytes;
+        it[k].alpha = d == PD_SWAP ? alpha : 1.0;
+        it[k].rec = i;
+        k++;
+    }
+    qsort(it, k, sizeof *it, cmp_rb_layout);
+    uint64_t off = 0;
+    for (size_t j = 0; j < k; j++) {
+        if (j == 0 || it[j].pl.pass != it[j - 1].pl.pass || it[j].pl.layer != it[j - 1].pl.layer)
+            off = 0;
+        it[j].pl.offset_bytes = off;
+        off += it[j].pl.bytes;
+        m->v[j] = it[j].pl;
+    }
+    m->n = k;
+    free(it);
+    qsort(m->v, m->n, sizeof *m->v, cmp_rb_id);
+    return MS_OK;
+}
+
+ms_status lower_rb_map_new(const trace_t *t, const plan_t *p, lower_rb_map **out,
+                           ms_error *err)
+{
+    *out = NULL;
+    if (!t) return ms_fail(err, MS_ERR_INVALID, "lower: no trace");
+    lower_rb_map *m = calloc(1, sizeof *m);
+    lw w;
+    memset(&w, 0, sizeof w);
+    w.t = t;
+    w.p = p;
+    w.err = err;
+    lower_opts_default(&w.o);
+    ms_status st = m ? MS_OK : nomem(&w);
+    /* the chunk and DHA lowerings have no rounding buffers */
+    int plain = !lower_dha_applies(p) && !lower_chunks_applies(p);
+    if (st == MS_OK && plain) st = index_plan(&w);
+    if (st == MS_OK && plain) st = read_knobs(&w);
+    if (st == MS_OK && plain && w.rb) st = rb_prescan(&w);
+    if (st == MS_OK && plain && w.rb) st = rb_layout(&w, m);
+    lw_free(&w);
+    if (st != MS_OK) {
+        lower_rb_map_free(m);
+        return st;
+    }
+    *out = m;
+    return MS_OK;
+}
+
+void lower_rb_map_free(lower_rb_map *m)
+{
+    if (!m) return;
+    free(m->v);
+    free(m);
+}
+
+size_t lower_rb_map_count(const lower_rb_map *m) { return m ? m->n : 0; }
+
+size_t lower_rb_find(const lower_rb_map *m, uint64_t tensor_id, lower_rb_place *out,
+                     size_t max)
+{
+    if (!m) return 0;
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->v[mid].tensor < tensor_id) lo = mid + 1;
+        else hi = mid;
+    }
+    size_t k = 0;
+    for (size_t j = lo; j < m->n && m->v[j].tensor == tensor_id; j++, k++)
+        if (out && k < max) out[k] = m->v[j];
+    return k;
+}

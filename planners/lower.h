@@ -102,4 +102,40 @@ int lower_id_synthetic(uint64_t id, uint64_t *trace_id);
 /* 1 if id is a rounding-buffer block; *pass and *layer (may be NULL) are filled. */
 int lower_id_is_rbuf(uint64_t id, uint32_t *pass, int32_t *layer);
 
+/* ---- where a rounding-buffer member's bytes are ----
+ * With rounding_buffers a member (a skeletal activation of layer L made in forward pass P
+ * that the plan keeps or swaps) has no block of its own in the schedule: it is a slice of its
+ * group's block, lower_id_rbuf(P, L, 0) during the forward and lower_id_rbuf(P, L, 1) once
+ * prefetched (the same offsets in both). The schedule carries blocks, not slices, so the
+ * simulator needs none of this; the runtime's real kernels do (they take operand addresses).
+ * Layout, fixed here: within a group the members in decreasing alpha (swapped whole first,
+ * kept members count as 1), ties in trace order, each at the running sum of the bytes
+ * before it (no padding: the block's size is the sum of its members' bytes). So the block's
+ * offloaded prefix (its copy bytes, the sum of ceil(alpha * bytes)) holds exactly the
+ * members swapped whole, plus the first bytes of at most one partially swapped member;
+ * with several partially swapped members the prefix does not hold each one's saved tokens
+ * (no plan written today does that; memo's alphas are 0 or 1 per tensor). */
+typedef struct lower_rb_place {
+    uint64_t tensor;         /* trace tensor id */
+    uint32_t pass;           /* forward pass and layer of its group (lower_id_rbuf) */
+    int32_t layer;
+    uint64_t offset_bytes;   /* from the block's start */
+    uint64_t bytes;          /* the tensor's bytes */
+} lower_rb_place;
+
+typedef struct lower_rb_map lower_rb_map;
+
+/* The members and their places for trace t under plan p, as lower_schedule lowers them; an
+ * empty map when the plan has no rounding buffers. Fails as lower_schedule would on a plan it
+ * cannot read (knobs, unknown ids). */
+ms_status lower_rb_map_new(const trace_t *t, const plan_t *p, lower_rb_map **out,
+                           ms_error *err);
+void lower_rb_map_free(lower_rb_map *m);
+size_t lower_rb_map_count(const lower_rb_map *m);
+/* The places of trace tensor tensor_id (an id reused after its free can be a member of more
+ * than one group): up to max into out, in pass order; returns how many there are (0: not a
+ * member). NULL m: none. */
+size_t lower_rb_find(const lower_rb_map *m, uint64_t tensor_id, lower_rb_place *out,
+                     size_t max);
+
 #endif

@@ -17,6 +17,7 @@
 #include <time.h>
 
 extern "C" {
+#include "planners/lower.h"
 #include "traces/u64map.h"
 }
 
@@ -198,9 +199,13 @@ typedef struct hlive {
 
 /* A free waiting for events on other streams: a device block (released to the allocator when
  * the last event is reached) or a pinned range (reusable by later HOST_ALLOCs without waiting
- * once reached; until then they make their streams wait on the events). */
+ * once reached; until then they make their streams wait on the events). A device block can
+ * be released early, when an allocation fails while it waits (release_deferred): it then
+ * stays a fence until its events are reached, and a stream handed overlapping bytes waits on
+ * them (fence_block). */
 typedef struct pend {
     int host, active, outstanding;
+    int released;      /* device: already given back to the allocator */
     uint64_t addr, off, bytes;
     void *ev[SS_COUNT];
     int n_ev;
@@ -261,7 +266,10 @@ typedef struct ex {
     size_t n_pd, cap_pd;
     uint32_t *pd_free;
     size_t n_pd_free, cap_pd_free;
-    uint64_t pending_dev;       /* active device pends */
+    uint64_t pending_dev;       /* active device pends still holding their block */
+    uint64_t fenced_dev;        /* active device pends already released (fences) */
+    u64map *alias;              /* trace tensor id -> its latest re-allocation's id
+                                   (memory_plan renaming), for the real-kernel hook */
     fifo q[SS_COUNT];
     void **ahead;               /* max_ahead: events after the last compute actions, a ring */
     size_t ahead_head, ahead_n;
@@ -437,7 +445,9 @@ static rt_status pend_done(ex *x, uint32_t idx)
 {
     pend *p = &x->pd[idx];
     p->active = 0;
-    if (!p->host) {
+    if (!p->host && p->released) {
+        x->fenced_dev--;
+    } else if (!p->host) {
         x->pending_dev--;
         ms_status st = alloc_release(x->alloc, p->addr);
         if (st != MS_OK)
@@ -508,6 +518,61 @@ static rt_status oom_result(ex *x, size_t i, const sched_action *a)
                 ms_fmt_bytes(x->be->capacity_bytes, b4, sizeof b4));
 }
 
+/* An allocation failed while device frees wait for other streams' events: every one is given
+ * to the allocator now, without the host waiting; each stays a fence (see fence_block) until
+ * its events are reached, so whichever stream gets its bytes first waits for them on the GPU.
+ * (PyTorch's retry path synchronizes the outstanding events on the host instead; the order
+ * on the GPU is the same.) An allocator that frees cached segments on the retry does it
+ * through cudaFree, which synchronizes the device, or through cuMemUnmap, preceded by a
+ * synchronize (rt_backend_opts.sync_before_unmap). */
+static rt_status release_deferred(ex *x, size_t i)
+{
+    for (size_t p = 0; p < x->n_pd; p++) {
+        pend *q = &x->pd[p];
+        if (!q->active || q->host || q->released) continue;
+        q->released = 1;
+        x->pending_dev--;
+        x->fenced_dev++;
+        ms_status st = alloc_release(x->alloc, q->addr);
+        if (st != MS_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: releasing a deferred "
+                        "block 0x%llx: %s (%s)", i, (unsigned long long)q->addr,
+                        ms_status_str(st), rt_last_error());
+    }
+    return RT_OK;
+}
+
+/* The stream handed [addr, addr + bytes) waits for the events of every deferred free whose
+ * bytes overlap it: released fences, and with the static arena (which places tensors at
+ * their planned offsets, not where the allocator has room) blocks whose free still waits. */
+static rt_status fence_block(ex *x, size_t i, int stream, uint64_t addr, uint64_t bytes)
+{
+    if (!addr || !(x->pending_dev + x->fenced_dev)) return RT_OK;
+    uint64_t end = addr + (bytes ? bytes : 1);
+    for (size_t p = 0; p < x->n_pd; p++) {
+        const pend *q = &x->pd[p];
+        if (!q->active || q->host || q->addr >= end || addr >= q->addr + q->bytes) continue;
+        int waited = 0;
+        for (int j = 0; j < q->n_ev; j++) {
+            if (!q->ev[j]) continue;
+            if (x->d->wait(x->d->ctx, x->st[stream], q->ev[j]) != RT_OK)
+                return fail_dev(x, i, "waiting for a deferred free's event");
+            waited = 1;
+        }
+        x->r->alloc_fences += (uint64_t)waited;
+    }
+    return RT_OK;
+}
+
+/* Failures that releasing the deferred frees can cure: no room (OOM), or for the static arena
+ * its planned address still held by a tensor whose free waits ("two live tensors, one
+ * address"; a real overlap fails again on the retry). */
+static int retry_after_release(const ex *x, ms_status st)
+{
+    return st == MS_ERR_OOM ||
+           (st == MS_ERR_INVALID && !strcmp(alloc_name(x->alloc), "static"));
+}
+
 static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
 {
     if (dev_live(x, a->tensor))
@@ -517,16 +582,19 @@ static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
     RT_TRY(poll_pending(x, 0));
     uint64_t addr = 0;
     ms_status st = alloc_block(x->alloc, a->bytes, a->stream, a->tensor, &addr);
-    if (st == MS_ERR_OOM && x->pending_dev) {
-        /* PyTorch's retry path waits for outstanding events before giving up */
-        RT_TRY(poll_pending(x, 1));
+    if (st != MS_OK && x->pending_dev && retry_after_release(x, st)) {
+        RT_TRY(release_deferred(x, i));
         x->r->oom_drains++;
         st = alloc_block(x->alloc, a->bytes, a->stream, a->tensor, &addr);
     }
     if (st == MS_ERR_OOM) return oom_result(x, i, a);
-    if (st != MS_OK)
-        return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: allocating %llu bytes: %s "
-                    "(%s)", i, (unsigned long long)a->bytes, ms_status_str(st), rt_last_error());
+    if (st != MS_OK) {
+        char tn[48];
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: allocating %llu bytes for "
+                    "tensor %llu '%s' on stream %s: %s (%s)", i, (unsigned long long)a->bytes,
+                    (unsigned long long)a->tensor, tname(x, a->tensor, tn, sizeof tn),
+                    sched_stream_name(a->stream), ms_status_str(st), rt_last_error());
+    }
     uint32_t slot;
     if (slot_new(&x->dl_free, &x->n_dl_free, &x->n_dl, &x->cap_dl, (void **)&x->dl,
                  sizeof *x->dl, &slot) != MS_OK || u64map_put(x->dmap, a->tensor, slot)) {
@@ -538,7 +606,11 @@ static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
     d->bytes = a->bytes;
     d->stream = a->stream;
     d->users = 1u << a->stream;
-    return RT_OK;
+    uint64_t tid;
+    if (x->alias && lower_id_synthetic(a->tensor, &tid) && tid != UINT64_MAX &&
+        u64map_put(x->alias, tid, a->tensor))
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    return fence_block(x, i, a->stream, addr, a->bytes);
 }
 
 /* A block another stream used must not be reused before that use ends: record an event on
@@ -570,6 +642,7 @@ static rt_status do_free(ex *x, size_t i, const sched_action *a)
     uint32_t p;
     RT_TRY(pend_new(x, &p));
     x->pd[p].addr = d.addr;
+    x->pd[p].bytes = d.bytes ? d.bytes : 1;
     x->pending_dev++;
     x->r->deferred_frees++;
     for (int k = 0; k < SS_COUNT; k++)
@@ -692,15 +765,48 @@ static double credited(ex *x, double req)
     return run;
 }
 
-/* Device addresses of an op's tensors, for the real-kernel hook; 0 where one holds no block. */
-static int op_addrs(ex *x, const uint64_t *ids, uint32_t n, uint64_t *addr)
+/* The device address of trace tensor id for the real-kernel hook: its own block, else the
+ * block of its latest re-allocation (memory_plan gives those fresh ids), else its slice of a
+ * rounding-buffer block (lower_rb_find; the forward block or the prefetched one, whichever is
+ * live). 0 when none holds it; *why says why. */
+static uint64_t resolve(ex *x, uint64_t id, const char **why)
+{
+    const trace_tensor *t = trace_find_tensor(x->o.trace, id);
+    uint64_t need = t ? t->bytes : 0, sid;
+    *why = "holds no device block (its own, a re-allocation's or a rounding buffer's)";
+    const dlive *d = dev_live(x, id);
+    if ((!d || !d->addr) && x->alias && u64map_get(x->alias, id, &sid)) d = dev_live(x, sid);
+    if (d && d->addr) {
+        if (d->bytes >= need) return d->addr;
+        *why = "has a block smaller than the tensor (a token-wise partial replay: the real "
+               "kernels run whole ops)";
+        return 0;
+    }
+    lower_rb_place pl[4];
+    size_t n = lower_rb_find(x->o.rb_map, id, pl, 4);
+    for (size_t k = 0; k < n && k < 4; k++)
+        for (unsigned b = 0; b < 2; b++) {
+            d = dev_live(x, lower_id_rbuf(pl[k].pass, pl[k].layer, b));
+            if (!d || !d->addr) continue;
+            if (pl[k].offset_bytes + pl[k].bytes <= d->bytes) return d->addr + pl[k].offset_bytes;
+            *why = "lies beyond its rounding-buffer block";
+        }
+    return 0;
+}
+
+static rt_status op_addrs(ex *x, size_t i, const trace_op *op, const uint64_t *ids, uint32_t n,
+                          uint64_t *addr)
 {
     for (uint32_t j = 0; j < n; j++) {
-        dlive *d = dev_live(x, ids[j]);
-        if (!d || !d->addr) return 0;
-        addr[j] = d->addr;
+        const char *why = "";
+        if ((addr[j] = resolve(x, ids[j], &why)) == 0) {
+            char tn[48];
+            return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: op %s: tensor %llu "
+                        "'%s' %s", i, op->name, (unsigned long long)ids[j],
+                        tname(x, ids[j], tn, sizeof tn), why);
+        }
     }
-    return 1;
+    return RT_OK;
 }
 
 /* A compute action run by the real-kernel hook: no spin credit, no calibration. */
@@ -711,10 +817,8 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
     if (op->n_in > MAXT || op->n_out > MAXT)
         return fail(x, RTX_ERROR, RT_ERR_INVALID, "op %s: too many tensors for real kernels",
                     op->name);
-    if (!op_addrs(x, op->in, op->n_in, in) || !op_addrs(x, op->out, op->n_out, out))
-        return fail(x, RTX_ERROR, RT_ERR_INVALID,
-                    "schedule action %zu: op %s has a tensor without a device block", i,
-                    op->name);
+    RT_TRY(op_addrs(x, i, op, op->in, op->n_in, in));
+    RT_TRY(op_addrs(x, i, op, op->out, op->n_out, out));
     void *s = x->st[a->stream];
     double req = a->dur_us > 0 ? a->dur_us : 0;
     tev *t = NULL;
@@ -881,6 +985,8 @@ static rt_status setup(ex *x, const counts *c)
     x->op = (tev *)calloc(x->n_op ? x->n_op : 1, sizeof *x->op);
     x->dmap = u64map_new(1024);
     x->hmap = u64map_new(256);
+    if (x->o.compute && !(x->alias = u64map_new(256)))
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
     if (x->o.max_ahead < 0) x->o.max_ahead = 0;
     x->ahead = (void **)calloc((size_t)x->o.max_ahead + 1, sizeof(void *));
     if (!x->ahead || !r->win || !x->sev || !x->wev || !x->cp || !x->op || !x->dmap || !x->hmap)
@@ -1072,7 +1178,8 @@ static void teardown(ex *x)
             while (u64map_next(x->dmap, &it, &key, &slot))
                 alloc_release(x->alloc, x->dl[slot].addr);
             for (size_t p = 0; p < x->n_pd; p++)
-                if (x->pd[p].active && !x->pd[p].host) alloc_release(x->alloc, x->pd[p].addr);
+                if (x->pd[p].active && !x->pd[p].host && !x->pd[p].released)
+                    alloc_release(x->alloc, x->pd[p].addr);
             alloc_empty_cache(x->alloc);
             alloc_free(x->alloc);
         }
@@ -1100,6 +1207,7 @@ static void teardown(ex *x)
     free(x->free_ev);
     u64map_free(x->dmap);
     u64map_free(x->hmap);
+    u64map_free(x->alias);
     free(x->dl);
     free(x->dl_free);
     free(x->hl);
