@@ -219,6 +219,19 @@ int lower_id_is_rbuf(uint64_t id, uint32_t *pass, int32_t *layer)
     return 1;
 }
 
+uint64_t lower_id_host_copy(uint64_t id)
+{
+    uint32_t pass;
+    int32_t layer;
+    if (lower_id_is_rbuf(id, &pass, &layer))
+        return ((id >> 48) & 0xff) == 0 ? lower_id_rbuf(pass, layer, 1) : id;
+    if (id < LOWER_ID_TRACE_LIMIT) return lower_id_incarnation(id, 1);
+    uint64_t tid;
+    if (lower_id_synthetic(id, &tid) && tid != UINT64_MAX)
+        return lower_id_incarnation(tid, (unsigned)((id >> 48) & 0xff) + 1u);
+    return id;
+}
+
 /* Pinned host bytes for a copy of `bytes` (power-of-two rounding with host_pow2). */
 static uint64_t host_bytes(const lw *w, uint64_t bytes)
 {

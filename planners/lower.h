@@ -101,6 +101,14 @@ uint64_t lower_id_rbuf(uint32_t pass, int32_t layer, unsigned k);
 int lower_id_synthetic(uint64_t id, uint64_t *trace_id);
 /* 1 if id is a rounding-buffer block; *pass and *layer (may be NULL) are filled. */
 int lower_id_is_rbuf(uint64_t id, uint32_t *pass, int32_t *layer);
+/* An offload's D2H copy names the device block it reads, while the HOST_ALLOC before it names
+ * the host copy by the id the prefetched block will have, when those differ: rounding-buffer
+ * block k = 0 -> k = 1, and with memory_plan incarnation k -> k + 1 (a trace id -> incarnation
+ * 1). This returns that id for device block id (id itself for other synthetic ids). Without
+ * memory_plan an individually swapped tensor's host copy has the block's own id, so a caller
+ * (the runtime, which must put the copied bytes where the prefetch reads them) looks the
+ * block's own id up first and this one only when that holds no host memory. */
+uint64_t lower_id_host_copy(uint64_t id);
 
 /* ---- where a rounding-buffer member's bytes are ----
  * With rounding_buffers a member (a skeletal activation of layer L made in forward pass P

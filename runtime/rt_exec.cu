@@ -114,8 +114,9 @@ void rt_host_plan_release(rt_host_plan *hp)
     memset(hp, 0, sizeof *hp);
 }
 
-/* Host tensor id -> (HOST_ALLOC action index << 1 | 1), packed with its aligned size in a
- * second map. */
+/* One pass in program order: a map from each live host tensor to its HOST_ALLOC action. A
+ * D2H copy finds its host range under the block's own id or, failing that, under the id
+ * lowering gives the host copy (lower_id_host_copy: MEMO's rounding buffers, memory_plan). */
 ms_status rt_host_plan_make(const schedule_t *s, uint64_t align_bytes, rt_host_plan *hp,
                             ms_error *err)
 {
@@ -135,6 +136,9 @@ ms_status rt_host_plan_make(const schedule_t *s, uint64_t align_bytes, rt_host_p
         hp->offsets[i] = UINT64_MAX;
         uint64_t ai;
         int live = u64map_get(at, a->tensor, &ai);
+        /* an offload writes the host copy named for the block its prefetch will make */
+        if (!live && a->kind == SA_COPY_D2H)
+            live = u64map_get(at, lower_id_host_copy(a->tensor), &ai);
         switch (a->kind) {
         case SA_HOST_ALLOC:
             if (live) {
@@ -590,10 +594,13 @@ static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
     if (st == MS_ERR_OOM) return oom_result(x, i, a);
     if (st != MS_OK) {
         char tn[48];
+        int arena = st == MS_ERR_INVALID && !strcmp(alloc_name(x->alloc), "static");
         return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: allocating %llu bytes for "
                     "tensor %llu '%s' on stream %s: %s (%s)", i, (unsigned long long)a->bytes,
                     (unsigned long long)a->tensor, tname(x, a->tensor, tn, sizeof tn),
-                    sched_stream_name(a->stream), ms_status_str(st), rt_last_error());
+                    sched_stream_name(a->stream), ms_status_str(st),
+                    arena ? "static arena: its planned address is held by a live tensor, or "
+                            "the plan's offsets do not fit the arena" : rt_last_error());
     }
     uint32_t slot;
     if (slot_new(&x->dl_free, &x->n_dl_free, &x->n_dl, &x->cap_dl, (void **)&x->dl,
@@ -708,6 +715,7 @@ static rt_status do_copy(ex *x, size_t i, const sched_action *a)
                     "which holds no device block", i, (unsigned long long)a->tensor);
     hlive *h = host_live(x, a->tensor);
     int d2h = a->kind == SA_COPY_D2H;
+    if (!h && d2h) h = host_live(x, lower_id_host_copy(a->tensor)); /* as the pool plan */
     if (!h && !d2h)
         return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: H2D copy of tensor "
                     "%llu, which has no host copy", i, (unsigned long long)a->tensor);

@@ -25,6 +25,7 @@ extern "C" {
 #endif
 
 #include "planners/alloc.h"
+#include "planners/lower.h"
 #include "planners/schedule.h"
 #include "traces/trace.h"
 
@@ -140,6 +141,11 @@ typedef struct rt_exec_opts {
                          const uint64_t *out_addr);
     void (*set_iter)(void *ctx, int iter);
     void *compute_ctx;
+    /* For the real-kernel hook: where lowering put the rounding buffers' members (their
+     * operand addresses are slices of the buffer blocks the schedule allocates);
+     * lower_rb_map_new on the schedule's trace and plan. NULL: no rounding buffers. Tensors
+     * re-allocated under fresh ids (plan knob memory_plan) are found without it. */
+    const lower_rb_map *rb_map;
 } rt_exec_opts;
 
 void rt_exec_opts_default(rt_exec_opts *o);
@@ -191,7 +197,11 @@ typedef struct rt_exec_result {
     uint64_t alloc_retries_per_iter;
     uint64_t host_peak_bytes, host_pool_bytes;
     uint64_t deferred_frees;     /* device frees held back until other streams' use ended */
-    uint64_t oom_drains;         /* OOMs retried after waiting for every deferred free */
+    uint64_t oom_drains;         /* failed allocations (OOM, or the static arena's planned
+                                    address still held by a block whose free waits) retried
+                                    after giving every deferred free to the allocator */
+    uint64_t alloc_fences;       /* deferred frees a new block overlapped, whose events its
+                                    stream then waited on (stream waits, not host waits) */
     uint64_t alloc_waits;        /* alloc_sync waits */
     uint64_t ahead_waits;        /* max_ahead waits */
     uint64_t kernels, copies;
@@ -207,7 +217,7 @@ void rt_exec_result_release(rt_exec_result *r);
 
 /* Runs schedule s on device dev with allocator o->allocator over backend be (its host_alloc
  * gives the pinned pool). RT_OK when the run ended with a result: r->outcome ok, oom (a
- * device allocation failed even after every deferred free was waited for) or oohm (the
+ * device allocation failed even after every deferred free was released) or oohm (the
  * pinned pool could not be had); in every case all streams were synchronized and every
  * block, event, stream and pinned buffer released. RT_ERR_INVALID for a schedule that does
  * not validate; RT_ERR_CUDA for a CUDA failure or a watchdog timeout (r->outcome error,

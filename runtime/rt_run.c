@@ -354,6 +354,17 @@ static double model_flops(const trace_t *t)
     return b * (6.0 * s * P + 6.0 * n * h * s * s) / (tp * cp);
 }
 
+/* MFU and tokens per GPU per second of an iteration, as the simulator computes them. */
+static void rates(const trace_t *t, const machine_t *m, double iter_s, double *mfu, double *tgs)
+{
+    *mfu = *tgs = 0;
+    if (!(iter_s > 0)) return;
+    uint64_t b = meta_u64(t, "batch"), tp = meta_u64(t, "tp"), cp = meta_u64(t, "cp");
+    *tgs = (double)(b ? b : 1) * (double)meta_u64(t, "seq") /
+           (double)((tp ? tp : 1) * (cp ? cp : 1)) / iter_s;
+    if (m->gpu_peak_bf16_flops > 0) *mfu = model_flops(t) / iter_s / m->gpu_peak_bf16_flops;
+}
+
 /* ---- output ---- */
 
 static double gib(uint64_t b) { return (double)b / MS_GiB; }
@@ -447,14 +458,15 @@ static void print_report(const run_args *a, const rt_gpu_info *g, const machine_
                                                        (double)s->reserved_peak_bytes) : 0.0,
            gib(r->host_pool_bytes), gib(r->host_peak_bytes));
     printf("allocator: %llu allocs, %llu frees, %llu segment allocs, %llu retries (%llu in the "
-           "last iteration), %llu syncs; executor: %llu deferred frees, %llu OOM drains, %llu "
-           "alloc-sync waits, %llu max-ahead waits; %llu kernels, %llu copies; issue %.3f s, "
-           "wall %.3f s\n",
+           "last iteration), %llu syncs; executor: %llu deferred frees, %llu drains (allocations "
+           "retried after releasing them), %llu fenced allocations, %llu alloc-sync waits, %llu "
+           "max-ahead waits; %llu kernels, %llu copies; issue %.3f s, wall %.3f s\n",
            (unsigned long long)s->num_allocs, (unsigned long long)s->num_frees,
            (unsigned long long)s->num_segment_allocs, (unsigned long long)s->num_alloc_retries,
            (unsigned long long)r->alloc_retries_per_iter, (unsigned long long)s->num_syncs,
            (unsigned long long)r->deferred_frees, (unsigned long long)r->oom_drains,
-           (unsigned long long)r->alloc_waits, (unsigned long long)r->ahead_waits,
+           (unsigned long long)r->alloc_fences, (unsigned long long)r->alloc_waits,
+           (unsigned long long)r->ahead_waits,
            (unsigned long long)r->kernels, (unsigned long long)r->copies, r->issue_s, r->wall_s);
     rt_backend_print_stats(be, stdout);
     printf("result: %s", rt_outcome_name(r->outcome));
@@ -497,11 +509,11 @@ static const char *const csv_header =
     "num_segment_frees,num_syncs,num_splits,num_stitches,num_new_chunks,num_stitch_frees,"
     "mapped_twice_bytes,num_maps,num_unmaps,peak_requested_bytes,peak_inactive_split_bytes,"
     "executor,device,nominal_iter_s,per_op,max_ahead,alloc_sync,deferred_frees,oom_drains,"
-    "h2d_large_Bps,d2h_large_Bps,issue_s,failure\n";
+    "alloc_fences,h2d_large_Bps,d2h_large_Bps,issue_s,failure\n";
 
 static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const machine_t *m,
                     const plan_t *plan, const trace_t *t, const rt_exec_result *r, double mfu,
-                    double tgs, double flops)
+                    double tgs, double flops, const char *executor)
 {
     const alloc_stats *s = &r->astats;
     const char *model = trace_get_meta(t, "model");
@@ -550,7 +562,9 @@ static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const mach
     csv_u64(f, s->num_unmaps);
     csv_u64(f, s->requested_peak_bytes);
     csv_u64(f, s->inactive_split_peak_bytes);
-    fputs(",gpu,", f);
+    fputc(',', f);
+    csv_str(f, executor);
+    fputc(',', f);
     csv_str(f, g->name);
     csv_dbl(f, r->nominal_s);
     csv_u64(f, (uint64_t)a->per_op);
@@ -558,6 +572,7 @@ static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const mach
     csv_u64(f, (uint64_t)a->alloc_sync);
     csv_u64(f, r->deferred_frees);
     csv_u64(f, r->oom_drains);
+    csv_u64(f, r->alloc_fences);
     csv_dbl(f, r->h2d_large.agg_Bps);
     csv_dbl(f, r->d2h_large.agg_Bps);
     csv_dbl(f, r->issue_s);
@@ -594,13 +609,14 @@ typedef struct csv_ctx {
     const trace_t *t;
     const rt_exec_result *r;
     double mfu, tgs, flops;
+    const char *executor;    /* "gpu": the executor; "gpu-one-stream": mrt_sched_run */
 } csv_ctx;
 
 static void fill_csv(FILE *f, const void *p)
 {
     const csv_ctx *c = p;
     fputs(csv_header, f);
-    csv_row(f, c->a, c->g, c->m, c->plan, c->t, c->r, c->mfu, c->tgs, c->flops);
+    csv_row(f, c->a, c->g, c->m, c->plan, c->t, c->r, c->mfu, c->tgs, c->flops, c->executor);
 }
 
 static void fill_ops(FILE *f, const void *p)
@@ -663,19 +679,32 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     o.host_limit_bytes = a->host_limit_bytes == UINT64_MAX ? m->host_mem_bytes / gpus
                                                             : a->host_limit_bytes;
     mrt_ops *ops = NULL;
+    lower_rb_map *rbm = NULL;
     if (a->math_real) {
-        /* Multi-stream schedules (swap, offload): the executor runs the real kernels. */
-        if (mrt_ops_new(t, 77, &ops) != RT_OK) {
-            fprintf(stderr, "memsim run: %s\n", rt_last_error());
+        /* Multi-stream schedules (swap, offload): the executor runs the real kernels, which
+         * find rounding-buffer members through lowering's layout. */
+        ms_error err;
+        ms_error_clear(&err);
+        ms_status ls = lower_rb_map_new(t, plan, &rbm, &err);
+        if (ls != MS_OK || mrt_ops_new(t, 77, &ops) != RT_OK) {
+            fprintf(stderr, "memsim run: %s\n", ls != MS_OK ? err.msg : rt_last_error());
+            lower_rb_map_free(rbm);
             free(ids);
             free(offs);
             rt_cuda_dev_free(dev);
             rt_backend_free(be);
-            return MS_EXIT_INPUT;
+            return ls != MS_OK ? ms_exit_code(ls) : MS_EXIT_INPUT;
+        }
+        if (a->lr > 0) {
+            mrt_config mc;
+            mrt_config_default(&mc);
+            mc.adam.lr = (float)a->lr;
+            mrt_ops_set_adam(ops, &mc.adam);
         }
         o.compute = real_compute;
         o.set_iter = real_set_iter;
         o.compute_ctx = ops;
+        o.rb_map = rbm;
         o.spin_credit = 0;
     }
     rt_exec_result r;
@@ -688,22 +717,18 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
             for (int k = 0; k < n; k++) printf("loss, iteration %d: %.4f\n", k, loss[k]);
     }
     mrt_ops_free(ops);
+    lower_rb_map_free(rbm);
     int rc = MS_EXIT_OK;
     if (rs != RT_OK) rc = rs == RT_ERR_INVALID ? MS_EXIT_INPUT : MS_EXIT_FAIL;
     double flops = model_flops(t), mfu = 0, tgs = 0;
-    if (r.outcome == RTX_OK && r.iter_time_s > 0) {
-        uint64_t b = meta_u64(t, "batch"), tp = meta_u64(t, "tp"), cp = meta_u64(t, "cp");
-        tgs = (double)(b ? b : 1) * (double)meta_u64(t, "seq") /
-              (double)((tp ? tp : 1) * (cp ? cp : 1)) / r.iter_time_s;
-        if (m->gpu_peak_bf16_flops > 0) mfu = flops / r.iter_time_s / m->gpu_peak_bf16_flops;
-    }
+    if (r.outcome == RTX_OK) rates(t, m, r.iter_time_s, &mfu, &tgs);
     if (!a->quiet) print_report(a, g, m, plan, t, sched_count(s), &r, be, mfu, tgs,
                                 o.large_copy_bytes);
     if (rs != RT_OK) fprintf(stderr, "memsim run: %s\n", r.failure);
     if (!r.leaked && rt_backend_outstanding(be))
         fprintf(stderr, "memsim run: warning: %llu backend allocations were not released\n",
                 (unsigned long long)rt_backend_outstanding(be));
-    csv_ctx c = {a, g, m, plan, t, &r, mfu, tgs, flops};
+    csv_ctx c = {a, g, m, plan, t, &r, mfu, tgs, flops, "gpu"};
     if (a->csv) {
         int w = write_out(a->csv, fill_csv, &c);
         if (w && !rc) rc = w;
@@ -868,6 +893,38 @@ static int one_stream(const schedule_t *s)
     return 1;
 }
 
+/* The one-stream walker's result as the executor's, for the results CSV: the last iteration
+ * (from the last compute-stream `mark iter`) with its measured and nominal compute, the
+ * allocator's statistics; nothing moved over the link. Per-iteration allocator retries are
+ * not counted by the walker (0). */
+static void sched_real_result(const schedule_t *s, const mrt_sched_result *r, rt_status rs,
+                              rt_exec_result *er)
+{
+    memset(er, 0, sizeof *er);
+    er->astats = r->astats;
+    if (rs != RT_OK) {
+        er->outcome = RTX_ERROR;
+        snprintf(er->failure, sizeof er->failure, "%s", rt_last_error());
+        return;
+    }
+    er->outcome = RTX_OK;
+    size_t last_mark = 0;
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *x = sched_get(s, i);
+        if (x->kind == SA_MARK && x->mark == TM_ITER && x->stream == SS_COMPUTE) last_mark = i;
+    }
+    if (r->n_iter > 0) {
+        er->iter_time_s = r->iter_ms[r->n_iter - 1] * 1e-3;
+        er->nominal_s = r->nominal_ms[r->n_iter - 1] * 1e-3;
+    }
+    for (size_t k = 0; k < r->n_ops; k++) {
+        if (r->ops[k].action < last_mark) continue;
+        er->compute_busy_s += r->ops[k].meas_us * 1e-6;
+        if (r->ops[k].recompute) er->recompute_s += r->ops[k].req_us * 1e-6;
+    }
+    er->kernels = r->n_ops;
+}
+
 /* --math real on a schedule: every compute action runs its op's real kernels. */
 static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine_t *m,
                           const plan_t *plan, const trace_t *t, const schedule_t *s)
@@ -885,10 +942,18 @@ static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine
     mrt_config mc;
     mrt_config_default(&mc);
     if (a->lr > 0) mc.adam.lr = (float)a->lr;
+    alloc_config cfg;
+    uint64_t *ids = NULL, *offs = NULL;   /* the static arena's offsets, as the executor gets */
+    if (plan_alloc_config(plan, &cfg, &ids, &offs) != MS_OK) {
+        rt_backend_free(be);
+        return fail_st(MS_ERR_NOMEM, NULL);
+    }
     mrt_sched_result r;
-    rt_status rs = mrt_sched_run(s, t, rt_backend_mb(be), plan->allocator, &plan->alloc_cfg, 77,
-                                 &mc.adam, &r);
+    rt_status rs = mrt_sched_run(s, t, rt_backend_mb(be), plan->allocator, &cfg, 77, &mc.adam,
+                                 &r);
     int rc = MS_EXIT_OK;
+    rt_exec_result er;   /* the results CSV's view of the run */
+    sched_real_result(s, &r, rs, &er);
     if (rs != RT_OK) {
         fprintf(stderr, "memsim run: %s\n", rt_last_error());
         rc = rs == RT_ERR_INVALID ? MS_EXIT_INPUT : MS_EXIT_FAIL;
@@ -922,12 +987,26 @@ static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine
                it > 0 && m->gpu_peak_bf16_flops > 0 ? 100 * flops / it / m->gpu_peak_bf16_flops
                                                     : 0.0);
     }
+    if (a->csv) {
+        /* the spin path's columns; the walker times every op and does not bound the host */
+        run_args ra = *a;
+        ra.per_op = 1;
+        ra.max_ahead = 0;
+        ra.alloc_sync = 0;
+        double mfu = 0, tgs = 0;
+        if (er.outcome == RTX_OK) rates(t, m, er.iter_time_s, &mfu, &tgs);
+        csv_ctx c = {&ra, g, m, plan, t, &er, mfu, tgs, model_flops(t), "gpu-one-stream"};
+        int w = write_out(a->csv, fill_csv, &c);
+        if (w && !rc) rc = w;
+    }
     if (rs == RT_OK && a->ops_csv) {
         const void *c[2] = {t, &r};
         int w = write_out(a->ops_csv, fill_real_ops, c);
         if (w && !rc) rc = w;
     }
     mrt_sched_result_release(&r);
+    free(ids);
+    free(offs);
     rt_backend_free(be);
     return rc;
 }

@@ -3,7 +3,9 @@
  * rules) and a fake memory backend run hand-made and generated schedules. Checks the pinned
  * pool plan, issue order and measured windows, deferred frees (record_stream), the copy
  * addresses, the spin credit, per-op timing, alloc_sync, OOM / OOHM as clean results, the
- * watchdog, and that every stream, event and allocation is released. Runs everywhere. */
+ * watchdog, the static arena's planned addresses under deferred frees (release, retry,
+ * fences), the real-kernel hook's operands through MEMO's rounding buffers, and that every
+ * stream, event and allocation is released. Runs everywhere. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
@@ -739,6 +741,352 @@ static void test_host_stream(void)
     sched_free(s);
 }
 
+
+/* ---------------- the static arena and deferred frees ---------------- */
+
+static rt_status run_static(const schedule_t *s, const uint64_t *ids, const uint64_t *offs,
+                            size_t n, uint64_t arena, fdev *f, fbe *b, rt_exec_result *r)
+{
+    alloc_config cfg;
+    alloc_config_default(&cfg);
+    cfg.static_ids = ids;
+    cfg.static_offsets = offs;
+    cfg.static_n = n;
+    cfg.static_arena_bytes = arena;
+    rt_exec_opts o;
+    rt_exec_opts_default(&o);
+    o.allocator = "static";
+    o.alloc_cfg = &cfg;
+    fdev_init(f);
+    fbe_init(b, 1ULL << 34);
+    return run(s, &o, f, b, r);
+}
+
+/* Tensor `t` computed on, then offloaded and freed on the D2H stream (a deferred free: the
+ * copy and the compute stream used it); e2 is recorded after the free. */
+static void offload(schedule_t *s, uint64_t t, uint64_t bytes, double us, uint32_t e1,
+                    uint32_t e2)
+{
+    act(s, SA_ALLOC, SS_COMPUTE, t, bytes, 0, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, us, 0);
+    act(s, SA_RECORD, SS_COMPUTE, 0, 0, 0, e1);
+    act(s, SA_WAIT, SS_D2H, 0, 0, 0, e1);
+    act(s, SA_HOST_ALLOC, SS_D2H, t, bytes, 0, 0);
+    act(s, SA_COPY_D2H, SS_D2H, t, bytes, 0, 0);
+    act(s, SA_FREE, SS_D2H, t, 0, 0, 0);
+    act(s, SA_RECORD, SS_D2H, 0, 0, 0, e2);
+}
+
+/* MEMO's rounding buffers under the static arena: the next buffer block is planned at the
+ * address of one whose free still waits for the offload when the host allocates it. */
+static void test_static_deferred(void)
+{
+    const uint64_t B = 64ULL << 20;
+    const double copy_us = (double)B / 50e3;
+    uint64_t ids[4] = {10, 11, 12, 13}, offs[4] = {0, 0, 32ULL << 20, B};
+    fdev f;
+    fbe b;
+    rt_exec_result r;
+
+    /* 11 at 10's offset, after the schedule's wait for 10's offload (the memo case) */
+    schedule_t *s = sched_new();
+    mark_iter(s, 0);
+    uint32_t e1 = sched_new_event(s), e2 = sched_new_event(s);
+    offload(s, 10, B, 100, e1, e2);
+    act(s, SA_WAIT, SS_COMPUTE, 0, 0, 0, e2);
+    act(s, SA_ALLOC, SS_COMPUTE, 11, B, 0, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 50, 0);
+    act(s, SA_FREE, SS_COMPUTE, 11, 0, 0, 0);
+    act(s, SA_HOST_FREE, SS_D2H, 10, 0, 0, 0);
+    rt_status st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r);
+    TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.oom_drains == 1 && r.alloc_fences == 1,
+           "static arena: a planned address held by a block whose free waits for the offload "
+           "is released, fenced and allocated (%s; drains %llu, fences %llu)", r.failure,
+           (unsigned long long)r.oom_drains, (unsigned long long)r.alloc_fences);
+    TAP_OK(fabs(r.iter_time_s * 1e6 - (100 + copy_us + 50)) < 1 && r.astats.num_frees == 2,
+           "and the iteration keeps the schedule's order: %.1f us (%.1f)", r.iter_time_s * 1e6,
+           100 + copy_us + 50);
+    TAP_OK(clean(&f, &b), "static arena after the retry: everything released");
+    rt_exec_result_release(&r);
+    sched_free(s);
+
+    /* 12 overlaps 10's bytes at another address (the arena sees no collision) and the
+     * schedule does not wait: the fence alone makes compute wait for the copy */
+    s = sched_new();
+    mark_iter(s, 0);
+    e1 = sched_new_event(s), e2 = sched_new_event(s);
+    offload(s, 10, B, 100, e1, e2);
+    act(s, SA_ALLOC, SS_COMPUTE, 12, B, 0, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 50, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 1000, 0);
+    act(s, SA_FREE, SS_COMPUTE, 12, 0, 0, 0);
+    act(s, SA_HOST_FREE, SS_D2H, 10, 0, 0, 0);
+    st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r);
+    double want = 100 + copy_us + 1050;
+    TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.oom_drains == 0 && r.alloc_fences == 1 &&
+           fabs(r.iter_time_s * 1e6 - want) < 1,
+           "a planned block overlapping bytes whose free waits: its stream waits on the free's "
+           "events, %.1f us (%.1f; unfenced %.1f)", r.iter_time_s * 1e6, want, 100 + copy_us);
+    TAP_OK(clean(&f, &b), "fenced run: everything released");
+    rt_exec_result_release(&r);
+    sched_free(s);
+
+    /* a real overlap: 11 at 10's address while 10 is live, no free pending */
+    s = sched_new();
+    mark_iter(s, 0);
+    act(s, SA_ALLOC, SS_COMPUTE, 10, B, 0, 0);
+    act(s, SA_ALLOC, SS_COMPUTE, 11, B, 0, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 50, 0);
+    act(s, SA_FREE, SS_COMPUTE, 11, 0, 0, 0);
+    act(s, SA_FREE, SS_COMPUTE, 10, 0, 0, 0);
+    st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r);
+    TAP_OK(st != RT_OK && r.outcome == RTX_ERROR && r.oom_drains == 0 &&
+           strstr(r.failure, "action 2: allocating") && strstr(r.failure, "tensor 11"),
+           "two live tensors at one planned address, no free pending: an error (%s)",
+           r.failure);
+    TAP_OK(clean(&f, &b), "after the error: everything released");
+    rt_exec_result_release(&r);
+    sched_free(s);
+
+    /* the same with another block's free pending: released, retried, still an error */
+    s = sched_new();
+    mark_iter(s, 0);
+    e1 = sched_new_event(s), e2 = sched_new_event(s);
+    offload(s, 13, B, 100, e1, e2);
+    act(s, SA_ALLOC, SS_COMPUTE, 10, B, 0, 0);
+    act(s, SA_ALLOC, SS_COMPUTE, 11, B, 0, 0);
+    act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 50, 0);
+    act(s, SA_FREE, SS_COMPUTE, 11, 0, 0, 0);
+    act(s, SA_FREE, SS_COMPUTE, 10, 0, 0, 0);
+    act(s, SA_HOST_FREE, SS_D2H, 13, 0, 0, 0);
+    st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r);
+    TAP_OK(st != RT_OK && r.outcome == RTX_ERROR && r.oom_drains == 1 &&
+           strstr(r.failure, "tensor 11"),
+           "a real overlap while an unrelated free is pending: retried once, still an error "
+           "(drains %llu: %s)", (unsigned long long)r.oom_drains, r.failure);
+    TAP_OK(clean(&f, &b), "after the retried error: everything released");
+    rt_exec_result_release(&r);
+    sched_free(s);
+}
+
+/* ---------------- real-kernel operands through rounding buffers ---------------- */
+
+/* Every H2D copy reads host bytes an earlier D2H copy of the same size wrote (a prefetch
+ * brings back what its offload stored, not the scratch area's or another range's bytes). */
+static int copies_paired(const fdev *f, int *n_h2d)
+{
+    int ok = 1;
+    *n_h2d = 0;
+    for (size_t i = 0; i < f->n_copies; i++) {
+        if (f->copies[i].d2h) continue;
+        int found = 0;
+        for (size_t j = i; j-- > 0 && !found;)
+            found = f->copies[j].d2h && f->copies[j].dst == f->copies[i].src &&
+                    f->copies[j].bytes == f->copies[i].bytes;
+        ok &= found;
+        (*n_h2d)++;
+    }
+    return ok && f->n_copies < 4096;
+}
+
+#define HOOK_GROUPS 64
+
+/* A fake real-kernel hook: checks that every operand that is a rounding-buffer member lies
+ * at its place in one block per group at a time (the forward block, then the prefetched
+ * one), and counts the calls. */
+typedef struct hook {
+    const lower_rb_map *m;
+    long calls, member_ops, bad;
+    uint64_t base[HOOK_GROUPS];
+    int changes[HOOK_GROUPS];
+} hook;
+
+static rt_status hook_compute(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
+                              const uint64_t *out)
+{
+    (void)stream;
+    hook *h = ctx;
+    h->calls++;
+    int member = 0;
+    for (uint32_t k = 0; k < op->n_in + op->n_out; k++) {
+        uint64_t id = k < op->n_in ? op->in[k] : op->out[k - op->n_in];
+        uint64_t addr = k < op->n_in ? in[k] : out[k - op->n_in];
+        lower_rb_place pl;
+        if (!addr) h->bad++;
+        if (lower_rb_find(h->m, id, &pl, 1) != 1) continue;
+        member = 1;
+        size_t g = (size_t)pl.pass * 8 + (size_t)pl.layer;
+        if (g >= HOOK_GROUPS || addr < pl.offset_bytes) {
+            h->bad++;
+            continue;
+        }
+        uint64_t base = addr - pl.offset_bytes;
+        if (h->base[g] && h->base[g] != base) h->changes[g]++;
+        h->base[g] = base;
+    }
+    h->member_ops += member;
+    return RT_OK;
+}
+
+/* The trace's skeletal activations swapped through rounding buffers as memo plans them: the
+ * layer input and the attention output whole (alpha 1), the rest recomputed token-wise
+ * (alpha 0) into the prefetched block; re-allocations under fresh ids. */
+static plan_t *rb_plan(const trace_t *t)
+{
+    plan_t *p = plan_new("memo", "caching");
+    if (!p) abort();
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type != TR_ALLOC || r->u.alloc.cls != TC_ACT_SKEL || r->u.alloc.layer < 0)
+            continue;
+        const char *n = r->u.alloc.name;
+        int whole = strstr(n, ".input") || strstr(n, ".attn_out");
+        if (plan_set_tensor(p, r->u.alloc.id, PD_SWAP, whole ? 1.0 : 0.0) != MS_OK) abort();
+    }
+    if (plan_set_knob(p, "rounding_buffers", "1") || plan_set_knob(p, "memory_plan", "1") ||
+        plan_set_knob(p, "tokenwise", "chain"))
+        abort();
+    plan_sort(p);
+    return p;
+}
+
+static void test_rb_operands(void)
+{
+    machine_profile *mp;
+    ms_error err;
+    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
+        TAP_OK(0, "load h200-sxm: %s", err.msg);
+        return;
+    }
+    gen_config c;
+    gen_config_default(&c);
+    if (model_lookup("dims:2,256,4,1024,1000", &c.model, &err) != MS_OK) abort();
+    c.seq = 512;
+    c.iterations = 2;
+    trace_t *t = NULL;
+    plan_t *p = NULL;
+    schedule_t *s = NULL;
+    lower_rb_map *m = NULL;
+    ms_status st = gen_trace(&c, &mp->m, &t, &err);
+    if (st == MS_OK) p = rb_plan(t);
+    if (st == MS_OK) st = lower_schedule(t, p, &mp->m, NULL, &s, &err);
+    if (st == MS_OK) st = lower_rb_map_new(t, p, &m, &err);
+    TAP_OK(st == MS_OK && lower_rb_map_count(m) > 0, "rounding-buffer plan lowered, %zu members "
+           "placed (%s)", lower_rb_map_count(m), st == MS_OK ? "" : err.msg);
+    if (st != MS_OK) goto out;
+
+    /* the layout: within each block, the members swapped whole are the offloaded prefix */
+    int layout_ok = 1, groups = 0, renamed = 0;
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        uint32_t pass;
+        int32_t layer;
+        uint64_t tid;
+        if (a->kind == SA_ALLOC && lower_id_synthetic(a->tensor, &tid) && tid != UINT64_MAX)
+            renamed++;
+        if (a->kind != SA_COPY_D2H || !lower_id_is_rbuf(a->tensor, &pass, &layer)) continue;
+        groups++;
+        uint64_t whole = 0, block = 0;
+        for (size_t j = 0; j < sched_count(s); j++) {
+            const sched_action *b2 = sched_get(s, j);
+            if (b2->kind == SA_ALLOC && b2->tensor == a->tensor) block = b2->bytes;
+        }
+        for (size_t j = 0; j < trace_count(t); j++) {
+            const trace_rec *r = trace_get(t, j);
+            lower_rb_place pl;
+            if (r->type != TR_ALLOC || lower_rb_find(m, r->u.alloc.id, &pl, 1) != 1 ||
+                pl.pass != pass || pl.layer != layer)
+                continue;
+            int w = strstr(r->u.alloc.name, ".input") || strstr(r->u.alloc.name, ".attn_out");
+            if (w) whole += pl.bytes;
+            layout_ok &= pl.offset_bytes + pl.bytes <= block && pl.bytes == r->u.alloc.bytes;
+            layout_ok &= w ? pl.offset_bytes + pl.bytes <= a->bytes : pl.offset_bytes >= a->bytes;
+        }
+        layout_ok &= whole == a->bytes;
+    }
+    TAP_OK(layout_ok && groups == 4, "each of %d offloaded blocks holds the members swapped "
+           "whole in its copied prefix, the rest after it, all inside the block", groups);
+
+    /* the real-kernel hook finds every operand: members in the forward block, then in the
+     * prefetched one; re-allocated tensors under their fresh ids */
+    hook h;
+    memset(&h, 0, sizeof h);
+    h.m = m;
+    fdev f;
+    fbe b;
+    fdev_init(&f);
+    fbe_init(&b, 8ULL << 30);
+    rt_exec_opts o;
+    rt_exec_opts_default(&o);
+    o.trace = t;
+    o.compute = hook_compute;
+    o.compute_ctx = &h;
+    o.rb_map = m;
+    rt_exec_result r;
+    rt_status rs = run(s, &o, &f, &b, &r);
+    int changes_ok = 1;
+    for (size_t g = 0; g < HOOK_GROUPS; g++) changes_ok &= h.changes[g] <= 1;
+    int moved = 0;
+    for (size_t g = 0; g < HOOK_GROUPS; g++) moved += h.changes[g];
+    TAP_OK(rs == RT_OK && r.outcome == RTX_OK && h.calls == (long)r.kernels && h.bad == 0 &&
+           h.member_ops > 0 && renamed > 0,
+           "real-kernel hook: every operand resolved (%ld ops, %ld with members, %d "
+           "re-allocations under fresh ids; %s)", h.calls, h.member_ops, renamed, r.failure);
+    TAP_OK(changes_ok && moved == groups, "members stay at their places in one block per group "
+           "and move once, to the prefetched block (%d moves, %d offloaded groups)", moved,
+           groups);
+    int n_h2d = 0, paired = copies_paired(&f, &n_h2d);
+    TAP_OK(paired && n_h2d == groups && r.host_pool_bytes == r.host_peak_bytes,
+           "each block's prefetch reads the pinned bytes its offload wrote (%d prefetches; pool "
+           "%llu = host peak %llu, no scratch)", n_h2d, (unsigned long long)r.host_pool_bytes,
+           (unsigned long long)r.host_peak_bytes);
+    TAP_OK(clean(&f, &b), "rounding-buffer run: everything released");
+    rt_exec_result_release(&r);
+
+    /* without the map the members have no address */
+    memset(&h, 0, sizeof h);
+    h.m = m;
+    fdev_init(&f);
+    fbe_init(&b, 8ULL << 30);
+    o.rb_map = NULL;
+    rs = run(s, &o, &f, &b, &r);
+    TAP_OK(rs != RT_OK && r.outcome == RTX_ERROR && strstr(r.failure, "holds no device block") &&
+           strstr(r.failure, "op embed"), "without lowering's map the embedding's output has "
+           "no address: %s", r.failure);
+    TAP_OK(clean(&f, &b), "and everything is released");
+    rt_exec_result_release(&r);
+    /* memory_plan without rounding buffers: an offload names the block, its host copy the id
+     * of the block the prefetch makes */
+    plan_t *q = NULL;
+    schedule_t *s2 = NULL;
+    st = pol_plan("full-swap", t, &mp->m, NULL, &q, &err);
+    if (st == MS_OK) st = plan_set_knob(q, "memory_plan", "1");
+    if (st == MS_OK) st = lower_schedule(t, q, &mp->m, NULL, &s2, &err);
+    if (st == MS_OK) {
+        fdev_init(&f);
+        fbe_init(&b, 8ULL << 30);
+        rt_exec_opts_default(&o);
+        o.trace = t;
+        rs = run(s2, &o, &f, &b, &r);
+        paired = copies_paired(&f, &n_h2d);
+        TAP_OK(rs == RT_OK && r.outcome == RTX_OK && paired && n_h2d > 0 &&
+               r.host_pool_bytes == r.host_peak_bytes,
+               "full-swap with memory_plan: each prefetch reads what its offload wrote (%d "
+               "prefetches; %s)", n_h2d, r.failure);
+        rt_exec_result_release(&r);
+    } else {
+        TAP_OK(0, "full-swap with memory_plan lowered: %s", err.msg);
+    }
+    sched_free(s2);
+    plan_free(q);
+out:
+    lower_rb_map_free(m);
+    sched_free(s);
+    plan_free(p);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
 int main(void)
 {
     test_host_stream();
@@ -747,5 +1095,7 @@ int main(void)
     test_credit();
     test_failures();
     test_generated();
+    test_static_deferred();
+    test_rb_operands();
     return tap_done();
 }
