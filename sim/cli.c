@@ -7,10 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/exec.h"
+
 enum {
     O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
-    O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN
+    O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN,
+    O_ISSUE_AHEAD, O_ISSUE_US
 };
 
 static const struct {
@@ -38,6 +41,8 @@ static const struct {
     {{"roundup-power2", required_argument, 0, O_RP2}, CLI_POLICY | CLI_POLICIES, "N   caching allocator roundup_power2_divisions"},
     {{"frag-limit", required_argument, 0, O_FRAG}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator fragmentation limit"},
     {{"stitch-limit", required_argument, 0, O_STITCH}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator StitchFree threshold"},
+    {{"issue-ahead", required_argument, 0, O_ISSUE_AHEAD}, CLI_POLICY | CLI_POLICIES, "N|unbounded   a host thread issues the program, at most N compute actions ahead of the GPU; allocator calls at issue time (default 0: at stream time)"},
+    {{"issue-us", required_argument, 0, O_ISSUE_US}, CLI_POLICY | CLI_POLICIES, "US   host time per issued GPU action with --issue-ahead (default 3, assumed)"},
     {{"policies", required_argument, 0, O_POLICIES}, CLI_POLICIES, "A,B,C   policies to compare (default keep-all,full-recompute,full-swap)"},
     {{"csv", required_argument, 0, O_CSV}, CLI_OUTPUTS, "FILE   write the results CSV"},
     {{"timeline", required_argument, 0, O_TIMELINE}, CLI_OUTPUTS, "FILE   write a Chrome-trace / Perfetto JSON timeline"},
@@ -169,6 +174,20 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
     case O_STITCH:
         a->pol.alloc_cfg_set = 1;
         return parse_bytes_opt(cmd, "stitch-limit", v, &a->pol.alloc_cfg.stitch_limit_bytes);
+    case O_ISSUE_AHEAD:
+        if (!strcmp(v, "unbounded")) {
+            a->pol.issue_ahead = SIM_ISSUE_UNBOUNDED;
+            return 0;
+        }
+        if (!ms_parse_u64(v, &x) || x > 1u << 20)
+            return bad(cmd, "issue-ahead", v, "expected 0 to 1048576 or 'unbounded'");
+        a->pol.issue_ahead = (int)x;
+        return 0;
+    case O_ISSUE_US:
+        if (!ms_parse_double(v, &d) || !(d >= 0) || d > 1e9)
+            return bad(cmd, "issue-us", v, "expected microseconds, 0 or more");
+        a->pol.issue_us = d;
+        return 0;
     case O_POLICIES: return split_policies(cmd, v, a);
     case O_CSV: a->csv_path = v; return 0;
     case O_TIMELINE: a->out.timeline_path = v; return 0;

@@ -2,8 +2,11 @@
  * per-stream queues, runs each stream's actions in order on the discrete-event engine
  * (compute on the GPU, copies and DHA traffic as flows on the host link, host CPU work in
  * FIFO order, events, allocator calls over the simulated memory backend with their latencies
- * and device synchronizes), and fills a sim_result. Semantics in docs/SIMULATOR.md. Used by
- * the memsim command, experiments/ and the validation driver. */
+ * and device synchronizes), and fills a sim_result. With sim_opts.issue_ahead set, a host
+ * thread issues the program: streams run only what it has issued, and allocator calls,
+ * their latencies and synchronizes happen on it, with frees of blocks other streams use
+ * deferred until those uses end. Semantics in docs/SIMULATOR.md. Used by the memsim command,
+ * experiments/ and the validation driver. */
 #include "sim/exec.h"
 
 #include <math.h>
@@ -37,7 +40,69 @@ typedef struct stream {
     int held;           /* wanted to go on but a synchronize holds every stream */
     double held_since;
     int kick_pending;
+    /* host issue model */
+    size_t nissued;     /* queue entries the host thread has issued to this stream */
+    int starving;       /* idle until the host issues more */
+    double starve_since;
 } stream;
+
+/* The host thread of the issue model. */
+typedef enum h_state {
+    H_READY = 0,    /* may issue its next action */
+    H_BUSY,         /* paying an issue cost or an allocator call's latency */
+    H_AHEAD,        /* more than issue_ahead compute actions issued and unfinished */
+    H_DRAIN,        /* a synchronizing allocator call: every stream must finish its work */
+    H_FREES,        /* an allocation failed: waits for the uses of every deferred free */
+    H_DONE
+} h_state;
+
+typedef struct hthread {
+    size_t next;            /* the next action to issue, program order */
+    h_state state;
+    int kick_pending;
+    int enqueue_after;      /* H_BUSY: issue action `next` when the busy time ends */
+    int alloc_busy;         /* H_BUSY: the busy time is an allocator call's */
+    double t0;              /* start of the busy time or wait */
+    size_t wait_idx;        /* the action a wait is about */
+    double drain_cost_us;   /* H_DRAIN: the call's latency, paid once drained */
+    size_t call_idx;        /* the allocator call being paid for */
+    double call_t0;         /* when it began */
+    int call_synced;        /* it synchronized the device */
+    int frees_synced;       /* H_FREES: the failed call synchronized: wait for all streams */
+    double frees_cost_us;   /* H_FREES: the failed call's latency, paid after the wait */
+    int retried;            /* the action at `next` already waited for deferred frees */
+    uint64_t c_issued, c_done; /* compute actions issued, finished */
+    int64_t ahead;          /* the bound; INT64_MAX when unbounded */
+    /* from the host's issue of the last iteration mark */
+    double busy_us, alloc_us;
+    uint64_t retries0;
+    /* whole run */
+    uint64_t waits, deferred;
+} hthread;
+
+/* A free held back until the uses issued on other streams before it have run (PyTorch's
+ * record_stream): one "event" per such stream, reached when that stream has passed the
+ * actions issued to it before the free. Completed at the next allocation, as PyTorch's
+ * process_events does. */
+typedef struct pend_free {
+    uint64_t tensor;
+    uint64_t value;         /* device: the block's address; host: bytes */
+    int outstanding;        /* events not yet seen reached */
+    uint8_t host;
+} pend_free;
+
+/* A stream's events of deferred frees, in the order they were made: their targets never
+ * decrease, so only the head can be the next one reached (the runtime keeps the same
+ * per-stream FIFOs of CUDA events and polls them in stream order). */
+typedef struct pend_ev {
+    uint32_t pend;          /* slot in ex.pd */
+    size_t target;          /* reached when the stream's pos >= target */
+} pend_ev;
+
+typedef struct pend_fifo {
+    pend_ev *v;
+    size_t head, n, cap;
+} pend_fifo;
 
 /* Time sums over the measured window (the last iteration, see win_t0). */
 typedef struct window {
@@ -63,6 +128,17 @@ typedef struct ex {
     double host_free_at; /* the host CPU is a FIFO server */
     int sync_owner;      /* stream holding everything, -1: none */
     double sync_cost_us;
+    /* host issue model (o.issue_ahead != 0) */
+    int issue;
+    hthread h;
+    pend_free *pd;       /* deferred frees (slots; free slots listed in pd_free) */
+    size_t n_pd, cap_pd;
+    uint32_t *pd_free;
+    size_t n_pd_free, cap_pd_free;
+    size_t n_live[2];    /* deferred frees not yet done: device, host */
+    pend_fifo fq[SS_COUNT];
+    u64map *duse;        /* tensor -> allocating stream | streams that used it << 8 */
+    u64map *huse;        /* tensor -> streams that used its host memory */
     /* measured window: from the last TM_ITER mark on the compute stream (or 0) */
     double win_t0;
     window w;
@@ -77,14 +153,17 @@ typedef struct ex {
     ms_error *err;
 } ex;
 
-static const char *const track_names[SS_COUNT] = { "compute", "d2h copy", "h2d copy",
-                                                   "host cpu" };
+/* Track SS_COUNT is the host thread of the issue model. */
+#define TRACK_HOST_THREAD SS_COUNT
+static const char *const track_names[SS_COUNT + 1] = { "compute", "d2h copy", "h2d copy",
+                                                       "host cpu", "host thread" };
 
 void sim_opts_default(sim_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->allocator = "caching";
     o->host_sharers = 1;
+    o->issue_us = SIM_ISSUE_US_DEFAULT;
 }
 
 /* ---------- small helpers ---------- */
@@ -236,6 +315,7 @@ static void action_done(ex *x, int s)
     char name[TL_NAME_MAX], nb[48];
     switch (a->kind) {
     case SA_COMPUTE:
+        x->h.c_done++;
         acc(x, &x->w.compute_us, t->t_start, now);
         if (a->recompute) acc(x, &x->w.recompute_us, t->t_start, now);
         snprintf(name, sizeof name, "%s%s", a->recompute ? "recompute " : "",
@@ -436,6 +516,19 @@ static int do_free(ex *x, int s, size_t idx, const sched_action *a)
     return after_alloc_call(x, s);
 }
 
+static void oohm_failure(ex *x, int s, size_t idx, const sched_action *a)
+{
+    char b0[32], b1[32], b2[32], tn[48];
+    snprintf(x->failure, sizeof x->failure,
+             "out of host memory reserving %llu bytes (%s) for tensor %llu '%s' on stream "
+             "%s at action %zu, t=%.3f us: host in use %s of this GPU's %s",
+             (unsigned long long)a->bytes, ms_fmt_bytes(a->bytes, b0, sizeof b0),
+             (unsigned long long)a->tensor, tensor_name(x, a->tensor, tn, sizeof tn),
+             sched_stream_name((sched_stream)s), idx, eng_now(x->eng),
+             ms_fmt_bytes(x->host_used, b1, sizeof b1), ms_fmt_bytes(x->host_cap, b2, sizeof b2));
+    end_as(x, RS_OOHM);
+}
+
 /* Host memory is accounted, not timed: pinned buffers are taken as allocated before the
  * measured iterations (cudaHostAlloc costs ~0.5 s/GiB and frameworks pool it). */
 static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a)
@@ -445,16 +538,7 @@ static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     if (x->host_cap && a->bytes > x->host_cap - x->host_used) {
-        char b0[32], b1[32], b2[32], tn[48];
-        snprintf(x->failure, sizeof x->failure,
-                 "out of host memory reserving %llu bytes (%s) for tensor %llu '%s' on stream "
-                 "%s at action %zu, t=%.3f us: host in use %s of this GPU's %s",
-                 (unsigned long long)a->bytes, ms_fmt_bytes(a->bytes, b0, sizeof b0),
-                 (unsigned long long)a->tensor, tensor_name(x, a->tensor, tn, sizeof tn),
-                 sched_stream_name((sched_stream)s), idx, eng_now(x->eng),
-                 ms_fmt_bytes(x->host_used, b1, sizeof b1),
-                 ms_fmt_bytes(x->host_cap, b2, sizeof b2));
-        end_as(x, RS_OOHM);
+        oohm_failure(x, s, idx, a);
         return 0;
     }
     if (u64map_put(x->host, a->tensor, a->bytes)) {
@@ -482,6 +566,17 @@ static int do_host_free(ex *x, int s, size_t idx, const sched_action *a)
     mem_sample(x);
     x->st[s].pos++;
     return 1;
+}
+
+/* The stream-time model: allocator and host-memory calls when the stream reaches them. */
+static int stream_mem_action(ex *x, int s, size_t idx, const sched_action *a)
+{
+    switch (a->kind) {
+    case SA_ALLOC: return do_alloc(x, s, idx, a);
+    case SA_FREE: return do_free(x, s, idx, a);
+    case SA_HOST_ALLOC: return do_host_alloc(x, s, idx, a);
+    default: return do_host_free(x, s, idx, a);
+    }
 }
 
 /* ---------- events, marks ---------- */
@@ -513,9 +608,452 @@ static void iter_mark(ex *x)
     x->retries0 = alloc_get_stats(x->alloc)->num_alloc_retries;
 }
 
+/* ---------- the host thread (issue model) ----------
+ *
+ * One thread walks the program in order. A GPU action costs it issue_us and is then
+ * enqueued on its stream; ALLOC / FREE / HOST_ALLOC / HOST_FREE run on it at issue time and
+ * their backend latency is its own busy time. It waits while more than `ahead` compute
+ * actions are issued and unfinished (the runtime's --max-ahead), until every stream has run
+ * all it was given after a synchronizing allocator call (cudaFree), and, when an allocation
+ * fails while frees are deferred, until their uses have run (then it retries once). The
+ * runtime (runtime/rt_exec.cu) follows the same rules on a real GPU. */
+
+static void host_step(ex *x);
+
+static void host_kick_cb(eng_t *e, void *ctx, uint64_t arg)
+{
+    (void)e;
+    (void)arg;
+    ex *x = ctx;
+    x->h.kick_pending = 0;
+    host_step(x);
+}
+
+/* Lets the host thread go on, from an event at the current time (never by recursion from
+ * stream code). */
+static void host_kick(ex *x)
+{
+    if (x->h.kick_pending || x->stop) return;
+    if (!eng_after(x->eng, 0, host_kick_cb, x, 0)) {
+        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        return;
+    }
+    x->h.kick_pending = 1;
+}
+
+/* The host thread waits, because of action idx. */
+static void host_wait(ex *x, h_state st, size_t idx)
+{
+    x->h.state = st;
+    x->h.t0 = eng_now(x->eng);
+    x->h.wait_idx = idx;
+    x->h.waits++;
+}
+
+static void host_resume(ex *x, const char *what)
+{
+    add_span(x, TRACK_HOST_THREAD, x->h.t0, eng_now(x->eng), x->h.wait_idx, what, "wait");
+    x->h.state = H_READY;
+    host_kick(x);
+}
+
+static void host_busy_cb(eng_t *e, void *ctx, uint64_t arg);
+
+/* The host thread is busy for dur_us; then it enqueues action `next` (an issue cost) or
+ * just goes on (an allocator call's latency). */
+static void host_busy(ex *x, double dur_us, int enqueue_after, int alloc_busy)
+{
+    hthread *h = &x->h;
+    h->state = H_BUSY;
+    h->t0 = eng_now(x->eng);
+    h->enqueue_after = enqueue_after;
+    h->alloc_busy = alloc_busy;
+    if (!eng_after(x->eng, dur_us > 0 ? dur_us : 0, host_busy_cb, x, 0))
+        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+}
+
+/* Every stream has run all the host gave it (a device synchronize returns). */
+static int streams_drained(const ex *x)
+{
+    for (int k = 0; k < SS_COUNT; k++)
+        if (x->st[k].pos < x->st[k].nissued) return 0;
+    return 1;
+}
+
+/* Every deferred free's uses have run (each stream passed its last event's target). */
+static int pending_all_done(const ex *x)
+{
+    for (int k = 0; k < SS_COUNT; k++) {
+        const pend_fifo *f = &x->fq[k];
+        if (f->head < f->n && x->st[k].pos < f->v[f->n - 1].target) return 0;
+    }
+    return 1;
+}
+
+/* Holds a free back until the uses issued so far on the streams in mask have run. */
+static int pend_add(ex *x, uint64_t tensor, uint64_t value, unsigned mask, int host)
+{
+    uint32_t slot;
+    if (x->n_pd_free) {
+        slot = x->pd_free[--x->n_pd_free];
+    } else {
+        if (x->n_pd >= UINT32_MAX ||
+            ms_grow((void **)&x->pd, &x->cap_pd, x->n_pd + 1, sizeof *x->pd) != MS_OK)
+            goto nomem;
+        slot = (uint32_t)x->n_pd++;
+    }
+    pend_free *p = &x->pd[slot];
+    p->tensor = tensor;
+    p->value = value;
+    p->host = (uint8_t)host;
+    p->outstanding = 0;
+    for (int k = 0; k < SS_COUNT; k++) {
+        if (!(mask & (1u << k))) continue;
+        pend_fifo *f = &x->fq[k];
+        if (ms_grow((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v) != MS_OK) goto nomem;
+        f->v[f->n].pend = slot;
+        f->v[f->n].target = x->st[k].nissued;
+        f->n++;
+        p->outstanding++;
+    }
+    x->n_live[host]++;
+    return 1;
+nomem:
+    fail_run(x, MS_ERR_NOMEM, "out of memory");
+    return 0;
+}
+
+/* A deferred free whose events are all reached goes back. */
+static int pend_release(ex *x, uint32_t slot)
+{
+    pend_free *p = &x->pd[slot];
+    x->n_live[p->host]--;
+    if (p->host) {
+        x->host_used -= p->value;
+    } else {
+        ms_status st = alloc_release(x->alloc, p->value);
+        if (st != MS_OK) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "releasing the deferred block of tensor %llu: %s",
+                     (unsigned long long)p->tensor, ms_status_str(st));
+            fail_run(x, st, msg);
+            return 0;
+        }
+    }
+    if (ms_grow((void **)&x->pd_free, &x->cap_pd_free, x->n_pd_free + 1, sizeof *x->pd_free) !=
+        MS_OK) {
+        fail_run(x, MS_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    x->pd_free[x->n_pd_free++] = slot;
+    return 1;
+}
+
+/* PyTorch's process_events, in the runtime's order: each stream's reached events, streams
+ * in order; a free goes back when its last event is seen. */
+static int process_pending(ex *x)
+{
+    int released = 0;
+    for (int k = 0; k < SS_COUNT; k++) {
+        pend_fifo *f = &x->fq[k];
+        while (f->head < f->n && x->st[k].pos >= f->v[f->head].target) {
+            uint32_t slot = f->v[f->head++].pend;
+            if (--x->pd[slot].outstanding == 0) {
+                if (!pend_release(x, slot)) return 0;
+                released = 1;
+            }
+        }
+        if (f->head == f->n) f->head = f->n = 0;
+    }
+    if (released) mem_sample(x);
+    return 1;
+}
+
+/* Called whenever a stream made progress: ends the host thread's wait if it is over. */
+static void host_check(ex *x)
+{
+    hthread *h = &x->h;
+    switch (h->state) {
+    case H_AHEAD:
+        if ((int64_t)(h->c_issued - h->c_done) <= h->ahead) host_resume(x, "wait run-ahead");
+        break;
+    case H_DRAIN:
+        if (streams_drained(x)) host_busy(x, h->drain_cost_us, 0, 1);
+        break;
+    case H_FREES:
+        /* the wait is part of the allocator call (PyTorch synchronizes events inside
+         * malloc), so its span and time are the call's; then the call is made again */
+        if (h->frees_synced ? streams_drained(x) : pending_all_done(x)) {
+            h->call_idx = h->next;
+            h->call_t0 = h->t0;
+            h->call_synced = h->frees_synced;
+            host_busy(x, h->frees_cost_us, 0, 1);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* A copy makes its stream a user of the tensor's device block and host memory. */
+static void note_use(ex *x, uint64_t tensor, int k)
+{
+    uint64_t u;
+    if (u64map_get(x->duse, tensor, &u) && u64map_put(x->duse, tensor, u | (1ULL << (k + 8))))
+        fail_run(x, MS_ERR_NOMEM, "out of memory");
+    if (u64map_get(x->huse, tensor, &u) && u64map_put(x->huse, tensor, u | (1ULL << k)))
+        fail_run(x, MS_ERR_NOMEM, "out of memory");
+}
+
+/* Action i is issued: its stream may run it. A compute action may make the host wait. */
+static void host_enqueue(ex *x, size_t i)
+{
+    hthread *h = &x->h;
+    const sched_action *a = sched_get(x->s, i);
+    int k = (int)a->stream;
+    if (a->kind == SA_COPY_D2H || a->kind == SA_COPY_H2D) note_use(x, a->tensor, k);
+    x->st[k].nissued++;
+    h->next++;
+    h->retried = 0;
+    if (x->st[k].starving) kick(x, k);
+    if (a->kind == SA_COMPUTE && (int64_t)(++h->c_issued - h->c_done) > h->ahead)
+        host_wait(x, H_AHEAD, i);
+}
+
+static void host_busy_cb(eng_t *e, void *ctx, uint64_t arg)
+{
+    (void)arg;
+    ex *x = ctx;
+    hthread *h = &x->h;
+    double now = eng_now(e);
+    h->busy_us += now - h->t0;
+    if (h->alloc_busy) {
+        /* the span and the allocator time include a synchronize's drain */
+        if (x->tl) {
+            const sched_action *a = sched_get(x->s, h->call_idx);
+            char name[TL_NAME_MAX], tn[48];
+            snprintf(name, sizeof name, "%s%s %s%s", h->call_synced ? "sync (" : "",
+                     a->kind == SA_FREE ? "free" : a->kind == SA_HOST_ALLOC ? "host alloc"
+                                                                            : "alloc",
+                     tensor_name(x, a->tensor, tn, sizeof tn), h->call_synced ? ")" : "");
+            add_span(x, TRACK_HOST_THREAD, h->call_t0, now, h->call_idx, name,
+                     h->call_synced ? "sync" : "alloc");
+        }
+        h->alloc_us += now - h->call_t0;
+    }
+    if (now > x->t_end) x->t_end = now;
+    h->state = H_READY;
+    if (h->enqueue_after) {
+        h->enqueue_after = 0;
+        host_enqueue(x, h->next);
+    }
+    host_step(x);
+}
+
+/* After an allocator call on the host thread (action idx): its latency is the thread's busy
+ * time; a synchronize first waits until every stream has run all it was given. */
+static void host_after_call(ex *x, size_t idx)
+{
+    hthread *h = &x->h;
+    int synced = 0;
+    double cost = simbe_take_cost_us(x->be, &synced);
+    h->call_idx = idx;
+    h->call_t0 = eng_now(x->eng);
+    h->call_synced = synced;
+    if (synced) {
+        h->drain_cost_us = cost > 0 ? cost : 0;
+        host_wait(x, H_DRAIN, idx);
+        host_check(x);
+    } else if (cost > 0) {
+        host_busy(x, cost, 0, 1);
+    }
+}
+
+static void host_alloc(ex *x, size_t i, const sched_action *a)
+{
+    hthread *h = &x->h;
+    int s = (int)a->stream;
+    if (u64map_get(x->dev, a->tensor, NULL)) {
+        fail_at(x, MS_ERR_INVALID, i, "tensor is already allocated");
+        return;
+    }
+    if (!process_pending(x)) return;
+    uint64_t addr = 0;
+    ms_status st = alloc_block(x->alloc, a->bytes, s, a->tensor, &addr);
+    if ((st == MS_ERR_OOM || st == MS_ERR_INVALID) && !h->retried && x->n_live[0]) {
+        /* PyTorch's retry path synchronizes outstanding events before giving up; the
+         * runtime waits for every deferred free and retries once (its oom_drains). A static
+         * arena refuses (MS_ERR_INVALID) a planned offset whose previous tensor's free is
+         * still deferred: the same wait lets it go on, where the runtime stops today
+         * (docs/VALIDATION.md, item 1, names this as the smaller of two fixes). */
+        h->retried = 1;
+        /* a synchronize in the failed call (the allocator's own free-and-retry) drains every
+         * stream, which completes every deferred free too */
+        h->frees_cost_us = simbe_take_cost_us(x->be, &h->frees_synced);
+        host_wait(x, H_FREES, h->next);
+        host_check(x);
+        return;
+    }
+    if (st == MS_ERR_OOM) {
+        oom_failure(x, s, i, a);
+        end_as(x, RS_OOM);
+        return;
+    }
+    if (st != MS_OK) {
+        fail_at(x, st, i, ms_status_str(st));
+        return;
+    }
+    if (u64map_put(x->dev, a->tensor, addr) ||
+        u64map_put(x->duse, a->tensor, (uint64_t)s | (1ULL << (s + 8)))) {
+        fail_run(x, MS_ERR_NOMEM, "out of memory");
+        return;
+    }
+    mem_sample(x);
+    host_enqueue(x, i); /* a no-op for the stream */
+    host_after_call(x, i);
+}
+
+/* A block another stream used goes back only when that use has run (the runtime's rule:
+ * the compute stream counts as a user of every block, the allocating stream needs no event
+ * because its pool serves only its own later requests, in stream order). */
+static void host_free(ex *x, size_t i, const sched_action *a)
+{
+    uint64_t addr, u = 0;
+    if (!u64map_del(x->dev, a->tensor, &addr)) {
+        fail_at(x, MS_ERR_INVALID, i,
+                "tensor is not allocated at this point of the program (never allocated or "
+                "already freed)");
+        return;
+    }
+    u64map_del(x->duse, a->tensor, &u);
+    unsigned alloc_stream = (unsigned)(u & 0xff);
+    unsigned users = (unsigned)(u >> 8) | (1u << a->stream) | (1u << SS_COMPUTE);
+    unsigned others = users & ~(1u << alloc_stream) & ((1u << SS_COUNT) - 1);
+    if (others && addr) {
+        if (!pend_add(x, a->tensor, addr, others, 0)) return;
+        x->h.deferred++;
+    } else {
+        ms_status st = alloc_release(x->alloc, addr);
+        if (st != MS_OK) {
+            fail_at(x, st, i, ms_status_str(st));
+            return;
+        }
+        mem_sample(x);
+    }
+    host_enqueue(x, i); /* a no-op for the stream */
+    host_after_call(x, i);
+}
+
+static void host_host_alloc(ex *x, size_t i, const sched_action *a)
+{
+    hthread *h = &x->h;
+    if (u64map_get(x->host, a->tensor, NULL)) {
+        fail_at(x, MS_ERR_INVALID, i, "tensor already has host memory");
+        return;
+    }
+    if (!process_pending(x)) return;
+    if (x->host_cap && a->bytes > x->host_cap - x->host_used) {
+        if (!h->retried && x->n_live[1]) {
+            h->retried = 1;
+            h->frees_synced = 0;
+            h->frees_cost_us = 0;
+            host_wait(x, H_FREES, h->next);
+            host_check(x);
+            return;
+        }
+        oohm_failure(x, (int)a->stream, i, a);
+        return;
+    }
+    if (u64map_put(x->host, a->tensor, a->bytes) || u64map_put(x->huse, a->tensor, 0)) {
+        fail_run(x, MS_ERR_NOMEM, "out of memory");
+        return;
+    }
+    x->host_used += a->bytes;
+    if (x->host_used > x->host_peak) x->host_peak = x->host_used;
+    mem_sample(x);
+    host_enqueue(x, i); /* a no-op for the stream */
+}
+
+/* Pinned memory goes back when the copies that used it and the freeing stream's earlier
+ * work have run (PyTorch's caching host allocator records an event per using stream). */
+static void host_host_free(ex *x, size_t i, const sched_action *a)
+{
+    uint64_t bytes, users = 0;
+    if (!u64map_del(x->host, a->tensor, &bytes)) {
+        fail_at(x, MS_ERR_INVALID, i,
+                "tensor has no host memory at this point of the program (never reserved or "
+                "already released)");
+        return;
+    }
+    u64map_del(x->huse, a->tensor, &users);
+    if (!pend_add(x, a->tensor, bytes, (unsigned)users | (1u << a->stream), 1)) return;
+    host_enqueue(x, i); /* a no-op for the stream */
+}
+
+/* The host's view of the last iteration starts when it issues the iteration mark. */
+static void host_iter_mark(ex *x)
+{
+    x->h.busy_us = x->h.alloc_us = 0;
+    x->h.retries0 = alloc_get_stats(x->alloc)->num_alloc_retries;
+}
+
+/* Issues actions in program order until the thread is busy, waits, or is done. */
+static void host_step(ex *x)
+{
+    hthread *h = &x->h;
+    size_t n = sched_count(x->s);
+    while (!x->stop && h->state == H_READY) {
+        if (h->next >= n) {
+            h->state = H_DONE;
+            return;
+        }
+        size_t i = h->next;
+        const sched_action *a = sched_get(x->s, i);
+        switch (a->kind) {
+        case SA_COMPUTE:
+        case SA_COPY_D2H:
+        case SA_COPY_H2D:
+        case SA_HOST_COMPUTE:
+        case SA_RECORD:
+        case SA_WAIT:
+            if (x->o.issue_us > 0) {
+                host_busy(x, x->o.issue_us, 1, 0);
+                return;
+            }
+            host_enqueue(x, i);
+            break;
+        case SA_MARK:
+            if (a->stream == SS_COMPUTE && a->mark == TM_ITER) host_iter_mark(x);
+            host_enqueue(x, i);
+            break;
+        case SA_ALLOC: host_alloc(x, i, a); break;
+        case SA_FREE: host_free(x, i, a); break;
+        case SA_HOST_ALLOC: host_host_alloc(x, i, a); break;
+        case SA_HOST_FREE: host_host_free(x, i, a); break;
+        default:
+            fail_at(x, MS_ERR_INVALID, i, "unknown action kind");
+            return;
+        }
+    }
+}
+
+/* Issue model: stream s gets work again after waiting for the host thread; the compute
+ * stream's wait is a stall. */
+static void end_starve(ex *x, int s)
+{
+    stream *t = &x->st[s];
+    double now = eng_now(x->eng);
+    t->starving = 0;
+    if (s == SS_COMPUTE) {
+        acc(x, &x->w.stall_us, t->starve_since, now);
+        add_span(x, s, t->starve_since, now, t->q[t->pos], "wait host", "wait");
+    }
+}
+
 /* Runs stream s's instantaneous actions and starts its next timed one. Returns when the
- * stream is busy, blocked, held by a synchronize, or done. */
-static void advance(ex *x, int s)
+ * stream is busy, blocked, held by a synchronize, waiting for the host thread to issue more
+ * (issue model), or done. */
+static void advance_stream(ex *x, int s)
 {
     stream *t = &x->st[s];
     while (!x->stop && t->state == ST_IDLE) {
@@ -523,6 +1061,14 @@ static void advance(ex *x, int s)
             t->state = ST_DONE;
             return;
         }
+        if (x->issue && t->pos >= t->nissued) {
+            if (!t->starving) {
+                t->starving = 1;
+                t->starve_since = eng_now(x->eng);
+            }
+            return;
+        }
+        if (t->starving) end_starve(x, s);
         if (x->sync_owner >= 0 && x->sync_owner != s) {
             if (!t->held) {
                 t->held = 1;
@@ -569,22 +1115,26 @@ static void advance(ex *x, int s)
             start_host(x, s, a);
             return;
         case SA_ALLOC:
-            if (!do_alloc(x, s, idx, a)) return;
-            break;
         case SA_FREE:
-            if (!do_free(x, s, idx, a)) return;
-            break;
         case SA_HOST_ALLOC:
-            if (!do_host_alloc(x, s, idx, a)) return;
-            break;
         case SA_HOST_FREE:
-            if (!do_host_free(x, s, idx, a)) return;
+            if (!x->issue) {
+                if (!stream_mem_action(x, s, idx, a)) return;
+            } else {
+                t->pos++; /* the host thread ran it when it issued it */
+            }
             break;
         default:
             fail_at(x, MS_ERR_INVALID, idx, "unknown action kind");
             return;
         }
     }
+}
+
+static void advance(ex *x, int s)
+{
+    advance_stream(x, s);
+    if (x->issue) host_check(x);
 }
 
 /* ---------- setup, run, results ---------- */
@@ -651,6 +1201,14 @@ static ms_status setup(ex *x)
     x->host_cap = x->o.host_capacity_bytes ? x->o.host_capacity_bytes
                                            : x->m->host_mem_bytes / gpus;
     x->sync_owner = -1;
+    x->issue = x->o.issue_ahead != 0;
+    if (x->issue) {
+        x->h.ahead = x->o.issue_ahead < 0 ? INT64_MAX : (int64_t)x->o.issue_ahead;
+        x->duse = u64map_new(1024);
+        x->huse = u64map_new(256);
+        if (!x->duse || !x->huse) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+        if (!(x->o.issue_us <= 1e12)) x->o.issue_us = 0; /* NaN or absurd: free */
+    }
     return split_streams(x);
 }
 
@@ -663,6 +1221,11 @@ static void teardown(ex *x)
     tl_free(x->tl);
     u64map_free(x->dev);
     u64map_free(x->host);
+    u64map_free(x->duse);
+    u64map_free(x->huse);
+    free(x->pd);
+    free(x->pd_free);
+    for (int k = 0; k < SS_COUNT; k++) free(x->fq[k].v);
     free(x->reached);
     free(x->qbuf);
 }
@@ -678,6 +1241,12 @@ static ms_status report_stuck(ex *x)
                            "and the event is never recorded",
                            sched_stream_name((sched_stream)k), t->q[t->pos], t->wait_event);
     }
+    static const char *const why[] = { "ready", "busy", "for the run-ahead bound",
+                                       "for a synchronize", "for deferred frees", "done" };
+    if (x->issue && x->h.state != H_DONE)
+        return ms_fail(x->err, MS_ERR_INVALID,
+                       "simulation stuck: the host thread waits %s at action %zu",
+                       why[x->h.state], x->h.next);
     for (int k = 0; k < SS_COUNT; k++) {
         stream *t = &x->st[k];
         if (t->state != ST_DONE)
@@ -715,13 +1284,26 @@ static void fill_result(ex *x, sim_result *r)
     r->host_node_peak_bytes = x->host_peak * (uint64_t)(x->o.host_sharers > 1
                                                             ? x->o.host_sharers : 1);
     r->alloc_retries_per_iter = a->num_alloc_retries - x->retries0;
+    r->issue_ahead = 0;
+    r->issue_busy_s = 0;
+    r->issue_waits = r->deferred_frees = 0;
+    if (x->issue) {
+        /* allocator calls are the host's: counted from its issue of the last mark */
+        r->alloc_time_s = x->h.alloc_us * 1e-6;
+        r->alloc_retries_per_iter = a->num_alloc_retries - x->h.retries0;
+        r->issue_ahead = x->o.issue_ahead < 0 ? SIM_ISSUE_UNBOUNDED : x->o.issue_ahead;
+        r->issue_busy_s = x->h.busy_us * 1e-6;
+        r->issue_waits = x->h.waits;
+        r->deferred_frees = x->h.deferred;
+    }
 }
 
 static ms_status write_outputs(ex *x)
 {
     ms_status st = MS_OK;
     if (x->o.timeline_path)
-        st = tl_write_json(x->tl, x->o.timeline_path, track_names, SS_COUNT, x->err);
+        st = tl_write_json(x->tl, x->o.timeline_path, track_names,
+                           x->issue ? SS_COUNT + 1 : SS_COUNT, x->err);
     if (st == MS_OK && x->o.memcsv_path) st = tl_write_memcsv(x->tl, x->o.memcsv_path, x->err);
     if (st == MS_OK && x->o.intervals_path)
         st = tl_write_intervals(x->tl, x->o.intervals_path, x->err);
@@ -747,6 +1329,7 @@ ms_status sim_execute(const schedule_t *s, const machine_t *m, const sim_opts *o
     if (st == MS_OK) {
         mem_sample(&x);
         for (int k = 0; k < SS_COUNT; k++) kick(&x, k);
+        if (x.issue) host_kick(&x);
         eng_run(x.eng);
         st = x.fatal;
         if (st == MS_OK && x.rstatus == RS_OK) st = report_stuck(&x);

@@ -1,8 +1,9 @@
 /* exec.h — the simulator's schedule executor: runs a lowered schedule on the simulated
  * machine (compute stream, D2H and H2D copy engines sharing one host link max-min fairly,
- * host CPU, host memory) with a real allocator over the simulated memory backend.
- * Deterministic: simulated time only, no wall clock. Used by the memsim command, experiments
- * and the validation driver. */
+ * host CPU, host memory) with a real allocator over the simulated memory backend; optionally
+ * with the host thread that issues the program (allocator calls at issue time, bounded
+ * run-ahead, deferred frees of blocks other streams use). Deterministic: simulated time only,
+ * no wall clock. Used by the memsim command, experiments and the validation driver. */
 #ifndef MEMSIM_EXEC_H
 #define MEMSIM_EXEC_H
 
@@ -10,6 +11,12 @@
 #include "planners/schedule.h"
 #include "planners/alloc.h"
 #include "sim/results.h"
+
+/* sim_opts.issue_ahead: the host thread is never held back by the GPU's progress. */
+#define SIM_ISSUE_UNBOUNDED (-1)
+/* sim_opts.issue_us default: host time to issue one GPU action (assumed: a CUDA launch or
+ * event call costs 2-5 us of CPU time; not measured). */
+#define SIM_ISSUE_US_DEFAULT 3.0
 
 typedef struct sim_opts {
     const char *allocator;        /* registry name */
@@ -20,6 +27,15 @@ typedef struct sim_opts {
     const char *memcsv_path;      /* memory time series CSV, or NULL */
     const char *intervals_path;   /* lane,start_us,end_us,kind CSV for plots/timeline.gp, or NULL */
     const trace_t *trace;         /* for op names in the timeline (may be NULL) */
+    /* The host issue model (docs/SIMULATOR.md, "Host issue model"). 0 (default): allocator
+     * calls happen when a stream reaches them. N > 0: one host thread issues the program in
+     * order, runs ALLOC / FREE at issue time and waits while more than N compute actions are
+     * issued but not finished; SIM_ISSUE_UNBOUNDED (any negative value): it never waits
+     * for the GPU's progress. */
+    int issue_ahead;
+    double issue_us;              /* host time per issued COMPUTE / COPY / HOST_COMPUTE /
+                                     RECORD / WAIT in the issue model (default
+                                     SIM_ISSUE_US_DEFAULT; <= 0: free) */
 } sim_opts;
 
 void sim_opts_default(sim_opts *o);

@@ -24,6 +24,7 @@ void pipe_policy_default(pipe_policy *p)
     p->policy = "keep-all";
     p->alpha = -1;
     alloc_config_default(&p->alloc_cfg);
+    p->issue_us = SIM_ISSUE_US_DEFAULT;
 }
 
 ms_status pipe_trace(const pipe_workload *w, const machine_t *m, trace_t **out, ms_error *err)
@@ -122,6 +123,13 @@ static ms_status write_schedule(const schedule_t *s, const char *path, ms_error 
 ms_status pipe_simulate(const trace_t *t, const machine_t *m, const plan_t *plan,
                         const pipe_outputs *out, sim_result *r, ms_error *err)
 {
+    return pipe_simulate_with(t, m, plan, out, NULL, r, err);
+}
+
+ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t *plan,
+                             const pipe_outputs *out, const pipe_policy *p, sim_result *r,
+                             ms_error *err)
+{
     static const pipe_outputs none;
     if (!out) out = &none;
     schedule_t *s = NULL;
@@ -151,6 +159,10 @@ ms_status pipe_simulate(const trace_t *t, const machine_t *m, const plan_t *plan
     so.timeline_path = out->timeline_path;
     so.memcsv_path = out->memcsv_path;
     so.intervals_path = out->intervals_path;
+    if (p) {
+        so.issue_ahead = p->issue_ahead;
+        so.issue_us = p->issue_us;
+    }
     uint64_t ranks = meta_u64(t, "tp") * meta_u64(t, "cp") * meta_u64(t, "dp");
     so.host_sharers = (int)(ranks && m->node_gpus && (int64_t)ranks < m->node_gpus
                                 ? (int64_t)ranks : (m->node_gpus > 0 ? m->node_gpus : 1));
@@ -183,7 +195,7 @@ ms_status pipe_run(const trace_t *t, const machine_t *m, const pipe_policy *p,
     plan_t *plan;
     ms_status st = pipe_plan(t, m, p, &plan, err);
     if (st != MS_OK) return st;
-    st = pipe_simulate(t, m, plan, out, r, err);
+    st = pipe_simulate_with(t, m, plan, out, p, r, err);
     plan_free(plan);
     return st;
 }

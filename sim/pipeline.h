@@ -33,6 +33,11 @@ typedef struct pipe_policy {
     double alpha;             /* < 0: the policy decides */
     pol_knob knobs[PIPE_MAX_KNOBS];
     size_t n_knobs;
+    /* how the executor issues the program (sim/exec.h): 0 = allocator calls at stream time
+     * (default); N > 0 = a host thread at most N compute actions ahead of the GPU;
+     * SIM_ISSUE_UNBOUNDED = no bound; issue_us = its cost per issued GPU action */
+    int issue_ahead;
+    double issue_us;
 } pipe_policy;
 
 typedef struct pipe_outputs {
@@ -57,6 +62,10 @@ ms_status pipe_plan(const trace_t *t, const machine_t *m, const pipe_policy *p, 
  * results (r->status), not errors. */
 ms_status pipe_simulate(const trace_t *t, const machine_t *m, const plan_t *plan,
                         const pipe_outputs *out, sim_result *r, ms_error *err);
+/* The same with the executor knobs of p (issue_ahead, issue_us); p NULL: defaults. */
+ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t *plan,
+                             const pipe_outputs *out, const pipe_policy *p, sim_result *r,
+                             ms_error *err);
 
 /* Plan + simulate in one call. */
 ms_status pipe_run(const trace_t *t, const machine_t *m, const pipe_policy *p,

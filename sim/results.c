@@ -75,7 +75,11 @@ typedef enum col_type { CT_STR, CT_U64, CT_INT, CT_DBL, CT_STATUS } col_type;
     X("num_unmaps", CT_U64, AS(num_unmaps))                   \
     X("peak_requested_bytes", CT_U64, AS(requested_peak_bytes)) \
     X("peak_inactive_split_bytes", CT_U64, AS(inactive_split_peak_bytes)) \
-    X("failure", CT_STR, R(failure))
+    X("failure", CT_STR, R(failure))                          \
+    X("issue_ahead", CT_INT, R(issue_ahead))                  \
+    X("issue_busy_s", CT_DBL, R(issue_busy_s))                \
+    X("issue_waits", CT_U64, R(issue_waits))                  \
+    X("deferred_frees", CT_U64, R(deferred_frees))
 
 #define COL_NAME(name, type, off) name,
 #define COL_DESC(name, type, off) { type, off },

@@ -32,6 +32,11 @@ typedef struct sim_result {
     double alloc_time_s;         /* time charged for cudaMalloc/cudaFree/VMM/sync */
     alloc_stats astats;          /* allocator counters at the end */
     uint64_t alloc_retries_per_iter; /* num_alloc_retries in the last iteration */
+    /* the host issue model (sim_opts.issue_ahead; all 0 without it) */
+    int issue_ahead;             /* the bound used: 0 = none, -1 = unbounded */
+    double issue_busy_s;         /* host thread busy issuing the last iteration */
+    uint64_t issue_waits;        /* times the host thread waited for the GPU (whole run) */
+    uint64_t deferred_frees;     /* frees held back for other streams' uses (whole run) */
 } sim_result;
 
 void res_init(sim_result *r);

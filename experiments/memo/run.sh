@@ -11,7 +11,9 @@
 # program, Megatron's distributed optimizer, a fused cross entropy) for comparison. A few
 # minutes on a 2-core machine.
 #
-# usage: experiments/memo/run.sh [OUTDIR]   (default: out/memo in the repository; MEMSIM=path/to/memsim)
+# usage: experiments/memo/run.sh [OUTDIR]   (default: out/memo in the repository; MEMSIM=path/to/memsim;
+#        MEMO_ISSUE_AHEAD=N|unbounded simulates the host thread issuing the program, at most N
+#        compute actions ahead of the GPU: memsim's --issue-ahead, default 0 = off)
 # Writes OUTDIR/a800-memo.machine (the profile used), results.tsv (memsim's cells in
 # reference.tsv's layout), compare.txt (the printed comparison), runs/*.csv (memsim's result
 # rows), table4.dat, table5.dat and the figures memo_table4.{png,svg}, memo_table5.{png,svg};
@@ -36,7 +38,9 @@ machine="$out/a800-memo.machine"
 # The trace: Megatron-LM + TransformerEngine as MEMO's systems run them (docs/GENERATOR.md §9);
 # Megatron's own defaults otherwise (no distributed optimizer, its fp32 cross entropy).
 gen=(--gen framework=megatron)
-common=(--model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet "${gen[@]}")
+issue=()
+[ -z "${MEMO_ISSUE_AHEAD:-}" ] || issue=(--issue-ahead "$MEMO_ISSUE_AHEAD")
+common=(--model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet ${issue[@]+"${issue[@]}"} "${gen[@]}")
 
 # 1. The machine profile: the shipped a800-8gpu with the overrides (first word = key).
 awk 'NR == FNR { if ($0 !~ /^#/ && NF) ov[$1] = $0; next }
@@ -47,7 +51,7 @@ awk 'NR == FNR { if ($0 !~ /^#/ && NF) ov[$1] = $0; next }
 
 # Rows of memsim's results CSV -> "policy seqK status mfu% retries_per_iter stall_s iter_s".
 # Columns (docs/SIMULATOR.md): 1 policy, 5 seq, 10 status, 11 iter_time_s, 12 mfu,
-# 23 alloc_retries_per_iter, 26 stall_s; the failure text (45) may hold commas, so it is last.
+# 23 alloc_retries_per_iter, 26 stall_s; the failure text (45) may hold commas: no column after it is read.
 rows() {
     awk -F, 'FNR > 1 { printf "%s %dK %s %.2f %s %s %s\n", $1, $5 / 1024, $10, 100 * $12, $23, $26, $11 }' "$@"
 }
@@ -111,7 +115,7 @@ awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "
 variant() {
     name=$1; shift
     for s in $seqs4; do
-        "$MEMSIM" compare --model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet "$@" --seq "$s" \
+        "$MEMSIM" compare --model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet ${issue[@]+"${issue[@]}"} "$@" --seq "$s" \
             --policies full-recompute,full-recompute+plan,full-swap+plan,memo \
             --csv "$out/variants/$name-$s.csv"
     done
