@@ -517,12 +517,9 @@ static ms_status pl_run(pload *L, ms_error *err)
     int have_header = 0;
     for (;;) {
         char *line;
-        ms_status st = ms_lines_next(L->lr, &line, err);
+        ms_status st = ms_lines_next_content(L->lr, &line, err);
         if (st == MS_ERR_LIMIT) break;
         if (st != MS_OK) return st;
-        const char *q = line;
-        while (is_blank(*q)) q++;
-        if (*q == '\0' || *q == '#') continue;
         st = have_header ? pl_line(L, line, err) : pl_header(L, line, err);
         if (st != MS_OK) return st;
         have_header = 1;

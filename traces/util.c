@@ -235,6 +235,17 @@ ms_status ms_lines_next(ms_lines *lr, char **line, ms_error *err)
     return MS_OK;
 }
 
+ms_status ms_lines_next_content(ms_lines *lr, char **line, ms_error *err)
+{
+    for (;;) {
+        ms_status st = ms_lines_next(lr, line, err);
+        if (st != MS_OK) return st;
+        const char *q = *line;
+        while (*q == ' ' || *q == '\t' || *q == '\r') q++;
+        if (*q != '\0' && *q != '#') return MS_OK;
+    }
+}
+
 uint64_t ms_lines_lineno(const ms_lines *lr) { return lr->lineno; }
 const char *ms_lines_path(const ms_lines *lr) { return lr->path; }
 

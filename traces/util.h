@@ -70,6 +70,9 @@ ms_status ms_lines_open(const char *path, ms_lines **out, ms_error *err);
 /* Returns MS_OK with *line pointing at a NUL-terminated line (no newline), or MS_ERR_LIMIT at
  * end of file (with *line NULL), or an error. The line stays valid until the next call. */
 ms_status ms_lines_next(ms_lines *lr, char **line, ms_error *err);
+/* Like ms_lines_next, but skips blank lines and lines whose first non-blank character is '#'
+ * (the comment rule of every memsim text format). */
+ms_status ms_lines_next_content(ms_lines *lr, char **line, ms_error *err);
 uint64_t ms_lines_lineno(const ms_lines *lr);
 const char *ms_lines_path(const ms_lines *lr);
 void ms_lines_free(ms_lines *lr);
