@@ -21,7 +21,7 @@ static const char *const measured_keys[] = {
     "lat.cuda_malloc_base_us", "lat.cuda_malloc_per_gib_us", "lat.cuda_free_base_us",
     "lat.cuda_free_per_gib_us", "lat.host_alloc_per_gib_us", "vmm.granularity_bytes",
     "vmm.create_us", "vmm.map_us", "vmm.set_access_us", "vmm.unmap_us", "vmm.release_us",
-    "vmm.reserve_us", "lat.device_sync_us",
+    "vmm.reserve_us", "lat.device_sync_us", "gpu.attn_eff",
 };
 
 static void usage(FILE *f)
@@ -46,6 +46,17 @@ static void set_sources(machine_profile *p, const char *note)
                 free(p->sources[i]);
                 p->sources[i] = strdup(note);
             }
+}
+
+static void set_source(machine_profile *p, const char *key, const char *note)
+{
+    size_t nf;
+    const machine_field *f = machine_fields(&nf);
+    for (size_t i = 0; i < nf; i++)
+        if (!strcmp(f[i].key, key)) {
+            free(p->sources[i]);
+            p->sources[i] = strdup(note);
+        }
 }
 
 static int cmd_probe(int argc, char **argv)
@@ -101,6 +112,17 @@ static int cmd_probe(int argc, char **argv)
     snprintf(note, sizeof note, "memsim probe on %s, %s (raw samples: %s)", p->m.gpu_name,
              date, rawp);
     set_sources(p, note);
+    /* Two figures need more than the common note: what was measured and how. */
+    char gnote[2048], anote[2048];
+    snprintf(gnote, sizeof gnote, "%s; FLOP-weighted over one GPT layer's GEMMs (hidden 4096, "
+             "ffn 16384, 8K tokens; forward, input and weight gradients) through the runtime's "
+             "kn_gemm (cuBLAS)", note);
+    snprintf(anote, sizeof anote, "%s; memsim's own attention kernels (runtime/kernels.h: "
+             "mma.sync, 7-product deterministic backward), NOT FlashAttention: causal, head dim "
+             "128, seq 2K-16K, forward + backward model FLOPs (backward 2.5x) over their time; "
+             "per-shape samples in the raw CSV", note);
+    set_source(p, "gpu.gemm_eff", gnote);
+    set_source(p, "gpu.attn_eff", anote);
     st = machine_write(p, out, &err);
     machine_profile_free(p);
     if (st != MS_OK) {

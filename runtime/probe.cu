@@ -1,7 +1,9 @@
 /* probe.cu — `memsim probe`: measures the GPU machine it runs on (pinned and pageable
  * host-link bandwidth over transfer sizes, both directions at once, DHA read/write bandwidth
  * and DHA beside a copy, cudaMalloc/cudaFree and CUDA VMM latencies, pinned host allocation,
- * device copy bandwidth and cuBLAS bf16 GEMM throughput over shapes), fits the latency curves
+ * device copy bandwidth, cuBLAS bf16 GEMM throughput over square shapes and over the shapes of
+ * a transformer layer, and the runtime's own causal attention kernels (runtime/kernels.h)
+ * forward and backward over sequence lengths), fits the latency curves
  * with GSL, and writes a machine profile whose every number names this measurement as its
  * source. Raw samples go to a CSV beside it. Called by runtime/main.c. C-style CUDA. */
 #include "runtime/probe.h"
@@ -19,6 +21,7 @@
 #include <gsl/gsl_fit.h>
 #endif
 
+#include "runtime/kernels.h"
 #include "runtime/rt_check.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -391,6 +394,170 @@ static rt_status probe_gemm(probe_ctx *c, machine_t *m, double peak_flops)
     return RT_OK;
 }
 
+/* Median time (ms) of reps calls of fn(arg) on stream s0, each between two events, after
+ * two warm-up calls. */
+typedef rt_status (*probe_fn)(void *arg);
+
+static rt_status time_calls(probe_ctx *c, probe_fn fn, void *arg, int reps, double *ms_out)
+{
+    double t[32];
+    if (reps > 32) reps = 32;
+    for (int r = 0; r < reps + 2; r++) {
+        float ms;
+        RT_CHECK(cudaEventRecord(c->e0, c->s0));
+        rt_status st = fn(arg);
+        if (st != RT_OK) return st;
+        RT_CHECK(cudaEventRecord(c->e1, c->s0));
+        RT_CHECK(cudaEventSynchronize(c->e1));
+        RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+        if (r >= 2) t[r - 2] = ms;
+    }
+    *ms_out = median(t, reps);
+    return RT_OK;
+}
+
+/* One GEMM of the runtime (kn_gemm: row-major, bf16 in, fp32 accumulation). */
+typedef struct gemm_call {
+    kn_ctx *k;
+    int ta, tb, c_fp32;
+    size_t M, N, K;
+    const kn_bf16 *A, *B;
+    void *C;
+} gemm_call;
+
+static rt_status run_gemm(void *p)
+{
+    gemm_call *g = (gemm_call *)p;
+    size_t lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
+    return kn_gemm(g->k, g->ta, g->tb, g->M, g->N, g->K, g->A, lda, g->B, ldb,
+                   g->c_fp32 ? 1.0f : 0.0f, g->C, g->N, g->c_fp32);
+}
+
+/* The GEMMs of one GPT layer and the LM head as the runtime's dispatcher issues them
+ * (runtime/model_rt.c): forward Y[T,N] = X[T,K] W[K,N] (bf16 out), input gradient
+ * dX[T,K] = dY W^T (bf16), weight gradient dW[K,N] += X^T dY (fp32, beta 1). Shape: hidden
+ * 4096, ffn 16384, 8K tokens, vocabulary 50304 (the 4-layer model of docs/RUNTIME.md).
+ * gpu.gemm_eff becomes the layer's GEMM FLOPs over their summed time, over the bf16 peak
+ * (the LM head is in the raw samples only); the square sweep stays in the raw CSV. */
+static rt_status probe_gemm_layer(probe_ctx *c, machine_t *m, double peak_flops, int quick)
+{
+    const size_t T = 8192, h = 4096, f = 16384, V = 50304;
+    struct { const char *name; size_t N, K; int layer; } w[] = {
+        {"qkv", 3 * h, h, 1}, {"proj", h, h, 1}, {"fc1", f, h, 1}, {"fc2", h, f, 1},
+        {"lm_head", V, h, 0}};
+    size_t maxe = T * V;   /* the largest operand: the logits */
+    kn_ctx *k = NULL;
+    kn_bf16 *a = NULL, *b = NULL;
+    void *o = NULL;
+    rt_status st = kn_ctx_new(c->s0, &k);
+    if (st != RT_OK) return st;
+    RT_CHECK(cudaMalloc(&a, maxe * 2));
+    RT_CHECK(cudaMalloc(&b, maxe * 2));
+    RT_CHECK(cudaMalloc(&o, maxe * 4 > h * V * 4 ? maxe * 4 : h * V * 4));
+    fill_bf16<<<1024, 256, 0, c->s0>>>((__nv_bfloat16 *)a, maxe, 3u);
+    fill_bf16<<<1024, 256, 0, c->s0>>>((__nv_bfloat16 *)b, maxe, 4u);
+    RT_CHECK(cudaMemsetAsync(o, 0, maxe * 4, c->s0));
+    RT_CHECK(cudaStreamSynchronize(c->s0));
+    double lf = 0, lt = 0;
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+        for (int pass = 0; pass < 3; pass++) {
+            /* pass 0: Y = X W; 1: dX = dY W^T; 2: dW += X^T dY */
+            gemm_call g = {k, pass == 2, pass == 1, pass == 2, T, w[i].N, w[i].K, a, b, o};
+            if (pass == 1) { g.N = w[i].K; g.K = w[i].N; }
+            if (pass == 2) { g.M = w[i].K; g.N = w[i].N; g.K = T; }
+            double ms;
+            if ((st = time_calls(c, run_gemm, &g, quick ? 5 : 10, &ms)) != RT_OK) goto out;
+            double fl = 2.0 * (double)g.M * (double)g.N * (double)g.K;
+            char what[96];
+            snprintf(what, sizeof what, "gemm_layer_FLOPps:%s.%s:M%zuxN%zuxK%zu:%s%s", w[i].name,
+                     pass == 0 ? "fwd" : pass == 1 ? "dX" : "dW", g.M, g.N, g.K,
+                     g.ta ? "t" : "n", g.tb ? "t" : "n");
+            raw(c, what, fl, fl / (ms * 1e-3), "FLOP/s");
+            if (w[i].layer) {
+                lf += fl;
+                lt += ms * 1e-3;
+            }
+        }
+    m->gpu_gemm_eff = lf / lt / peak_flops;
+    raw(c, "gemm_layer_eff", lf, m->gpu_gemm_eff, "fraction_of_peak");
+out:
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(o);
+    kn_ctx_free(k);
+    return st;
+}
+
+/* One call of the runtime's attention, forward or backward. */
+typedef struct attn_call {
+    kn_ctx *k;
+    int bwd;
+    size_t B, H, S, D;
+    kn_bf16 *q, *kk, *v, *o, *dout, *dq, *dk, *dv;
+    float *lse;
+} attn_call;
+
+static rt_status run_attn(void *p)
+{
+    attn_call *x = (attn_call *)p;
+    size_t ld = x->H * x->D;
+    if (!x->bwd)
+        return kn_attn_fwd(x->k, x->o, x->lse, x->q, x->kk, x->v, ld, ld, x->B, x->H, x->S,
+                           x->D);
+    return kn_attn_bwd(x->k, x->dq, x->dk, x->dv, x->dout, x->q, x->kk, x->v, x->o, x->lse, ld,
+                       ld, x->B, x->H, x->S, x->D);
+}
+
+/* memsim's own causal attention kernels (runtime/kernels.h: mma.sync, no wgmma; the backward
+ * computes 7 products instead of FlashAttention-2's 5, for determinism), NOT FlashAttention:
+ * 16K tokens of 16 heads of dim 128 at sequence lengths 2K..16K (batch 8..1), forward and
+ * backward. FLOPs are the model's, as the generator counts them (traces/gen.c): forward
+ * 4 B S^2 H D / 2 (causal), backward 2.5 x forward. gpu.attn_eff = the summed forward +
+ * backward FLOPs over the summed times, over the bf16 peak; every shape's sample is in the
+ * raw CSV. */
+static rt_status probe_attn(probe_ctx *c, machine_t *m, double peak_flops, int quick)
+{
+    const size_t Ttok = 16384, H = 16, D = 128, S[] = {2048, 4096, 8192, 16384};
+    size_t e = Ttok * H * D;
+    kn_ctx *k = NULL;
+    kn_bf16 *buf = NULL;
+    float *lse = NULL;
+    rt_status st = kn_ctx_new(c->s0, &k);
+    if (st != RT_OK) return st;
+    if ((st = kn_ctx_reserve(k, 0, 0, Ttok * H)) != RT_OK) {
+        kn_ctx_free(k);
+        return st;
+    }
+    RT_CHECK(cudaMalloc(&buf, 8 * e * 2));
+    RT_CHECK(cudaMalloc(&lse, Ttok * H * sizeof *lse));
+    fill_bf16<<<1024, 256, 0, c->s0>>>((__nv_bfloat16 *)buf, 8 * e, 5u);
+    RT_CHECK(cudaStreamSynchronize(c->s0));
+    double tf = 0, tt = 0;
+    for (size_t i = 0; i < sizeof S / sizeof *S; i++) {
+        attn_call x = {k, 0, Ttok / S[i], H, S[i], D, buf, buf + e, buf + 2 * e, buf + 3 * e,
+                       buf + 4 * e, buf + 5 * e, buf + 6 * e, buf + 7 * e, lse};
+        double fwd = 2.0 * (double)x.B * (double)S[i] * (double)S[i] * (double)H * (double)D;
+        for (int bwd = 0; bwd < 2; bwd++) {
+            x.bwd = bwd;
+            double ms, fl = bwd ? 2.5 * fwd : fwd;
+            if ((st = time_calls(c, run_attn, &x, quick ? 3 : 8, &ms)) != RT_OK) goto out;
+            char what[96];
+            snprintf(what, sizeof what, "attn_%s_FLOPps:b%zu.h%zu.s%zu.d%zu.causal",
+                     bwd ? "bwd" : "fwd", x.B, H, S[i], D);
+            raw(c, what, fl, fl / (ms * 1e-3), "FLOP/s");
+            tf += fl;
+            tt += ms * 1e-3;
+        }
+    }
+    m->gpu_attn_eff = tf / tt / peak_flops;
+    raw(c, "attn_eff_memsim_kernels", tf, m->gpu_attn_eff, "fraction_of_peak");
+out:
+    cudaFree(buf);
+    cudaFree(lse);
+    kn_ctx_free(k);
+    return st;
+}
+
 rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n)
 {
     probe_ctx c;
@@ -435,6 +602,10 @@ rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, siz
     if ((st = probe_vmm(&c, m)) != RT_OK) goto done;
     fprintf(stderr, "probe: GEMM\n");
     if ((st = probe_gemm(&c, m, peak)) != RT_OK) goto done;
+    fprintf(stderr, "probe: GEMM over a transformer layer's shapes\n");
+    if ((st = probe_gemm_layer(&c, m, peak, quick)) != RT_OK) goto done;
+    fprintf(stderr, "probe: attention (memsim's kernels)\n");
+    if ((st = probe_attn(&c, m, peak, quick)) != RT_OK) goto done;
     {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);

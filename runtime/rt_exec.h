@@ -225,6 +225,27 @@ void rt_exec_result_release(rt_exec_result *r);
 rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_ops *dev,
                       const mb_backend *be, rt_exec_result *r);
 
+
+/* ---- recording a run as a workload trace (`memsim run --record`) ---- */
+
+/* The recorded.* meta lines of a recorded trace (FORMAT.md, Workload trace). NULL: "-". */
+typedef struct rt_record_info {
+    const char *device;     /* recorded.device: the GPU's name */
+    const char *date;       /* recorded.date: YYYY-MM-DD (UTC) */
+    const char *math;       /* recorded.math: spin or real */
+    const char *from;       /* recorded.from: the run's workload (model and options) */
+} rt_record_info;
+
+/* A copy of trace t (its meta, then every record in order: the alloc / free program is
+ * unchanged) in which each op's dur_us is the measured time of the compute action that
+ * executed that very op: ops[k] with ops[k].op == the op's id and recompute == 0 (the first
+ * such action if there were several). Recompute actions replay ops under the same id, so
+ * they are skipped: they are not trace ops. An op that no action measured keeps its dur_us.
+ * *n_measured (may be NULL) counts the ops replaced. The caller frees *out. */
+ms_status rt_record_trace(const trace_t *t, const rt_op_time *ops, size_t n_ops,
+                          const rt_record_info *info, trace_t **out, size_t *n_measured,
+                          ms_error *err);
+
 #ifdef __cplusplus
 }
 #endif

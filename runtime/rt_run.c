@@ -25,6 +25,8 @@
 typedef struct run_args {
     const char *model, *trace_path, *machine, *policy, *plan_path, *allocator;
     const char *csv, *ops_csv, *schedule_path;
+    const char *record;           /* --record FILE: the run as a trace of measured ops */
+    char from[1024];              /* the command line, for the record's recorded.from */
     char dims[96];
     uint64_t seq, batch;
     int tp, cp, dp, iters;
@@ -42,7 +44,7 @@ enum {
     O_MODEL = 256, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
-    O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR
+    O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD
 };
 
 static const struct option opts[] = {
@@ -54,7 +56,7 @@ static const struct option opts[] = {
     {"policy", required_argument, 0, O_POLICY}, {"plan", required_argument, 0, O_PLAN},
     {"allocator", required_argument, 0, O_ALLOCATOR}, {"alpha", required_argument, 0, O_ALPHA},
     {"csv", required_argument, 0, O_CSV}, {"per-op", no_argument, 0, O_PEROP},
-    {"ops-csv", required_argument, 0, O_OPSCSV},
+    {"ops-csv", required_argument, 0, O_OPSCSV}, {"record", required_argument, 0, O_RECORD},
     {"schedule", required_argument, 0, O_SCHEDULE}, {"alloc-sync", no_argument, 0, O_SYNC},
     {"max-ahead", required_argument, 0, O_AHEAD}, {"no-credit", no_argument, 0, O_NOCREDIT},
     {"capacity", required_argument, 0, O_CAPACITY},
@@ -125,6 +127,9 @@ static void usage(FILE *f)
         "output:\n"
         "  --csv FILE           results CSV (the simulator's columns, then the runtime's)\n"
         "  --schedule FILE      write the lowered schedule as text\n"
+        "  --record FILE        write the executed trace with every op's dur_us replaced by\n"
+        "                       its measured time (implies --per-op; memsim simulate --trace\n"
+        "                       and memsim replay --trace read it)\n"
         "  --quiet              print only errors\n"
         "  --help               this help\n"
         "Exit status: 0 a result (ok, oom, oohm), 1 no usable GPU or a failure on the GPU,\n"
@@ -177,6 +182,7 @@ static int apply(int c, char *v, run_args *a)
     case O_CSV: a->csv = v; return 0;
     case O_PEROP: a->per_op = 1; return 0;
     case O_OPSCSV: a->ops_csv = v; a->per_op = 1; return 0;
+    case O_RECORD: a->record = v; a->per_op = 1; return 0;
     case O_SCHEDULE: a->schedule_path = v; return 0;
     case O_SYNC: a->alloc_sync = 1; return 0;
     case O_AHEAD:
@@ -244,6 +250,18 @@ static int parse(int argc, char **argv, run_args *a)
      * PyTorch's way, reserved 75 % more: docs/RUNTIME.md). */
     a->max_ahead = 8;
     int help = 0, c;
+    size_t len = 0;
+    for (int i = 0; i < argc && len + 2 < sizeof a->from; i++) {
+        if (!strcmp(argv[i], "--record") && i + 1 < argc) {   /* the output is no workload */
+            i++;
+            continue;
+        }
+        if (!strncmp(argv[i], "--record=", 9)) continue;
+        int w = snprintf(a->from + len, sizeof a->from - len, "%s%s", len ? " " : "",
+                         i == 0 ? "memsim run" : argv[i]);
+        if (w < 0 || (size_t)w >= sizeof a->from - len) break;
+        len += (size_t)w;
+    }
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -273,6 +291,11 @@ static int parse(int argc, char **argv, run_args *a)
     }
     if ((a->bench_layer || a->train_steps) && !a->math_real) {
         fprintf(stderr, "memsim run: --bench-layer and --train need --math real\n");
+        return MS_EXIT_USAGE;
+    }
+    if (a->record && (a->bench_layer || a->train_steps)) {
+        fprintf(stderr, "memsim run: --record records a workload's schedule, not --bench-layer "
+                        "or --train\n");
         return MS_EXIT_USAGE;
     }
     if (a->bench_layer && a->train_steps) {
@@ -637,6 +660,32 @@ static void fill_ops(FILE *f, const void *p)
 
 static void fill_sched(FILE *f, const void *p) { sched_dump((const schedule_t *)p, f); }
 
+/* --record: the executed trace t with each op's measured time (rt_record_trace), written to
+ * a->record. ops: every compute action's measurement. */
+static int write_record(const run_args *a, const rt_gpu_info *g, const trace_t *t,
+                        const rt_op_time *ops, size_t n_ops)
+{
+    char date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+    rt_record_info info = {g->name, date, a->math_real ? "real" : "spin", a->from};
+    ms_error err;
+    ms_error_clear(&err);
+    trace_t *rt = NULL;
+    size_t measured = 0;
+    ms_status st = rt_record_trace(t, ops, n_ops, &info, &rt, &measured, &err);
+    if (st == MS_OK) st = trace_write(rt, a->record, &err);
+    trace_free(rt);
+    if (st != MS_OK) return fail_st(st, &err);
+    if (!a->quiet) {
+        size_t n = 0;
+        for (size_t i = 0; i < trace_count(t); i++) n += trace_get(t, i)->type == TR_OP;
+        printf("recorded %s: %zu of %zu ops with their measured time\n", a->record, measured,
+               n);
+    }
+    return MS_EXIT_OK;
+}
+
 /* Runs the schedule on the GPU and reports; returns the exit status. */
 static rt_status real_compute(void *ctx, void *stream, const trace_op *op,
                               const uint64_t *in_addr, const uint64_t *out_addr);
@@ -735,6 +784,12 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     }
     if (a->ops_csv) {
         int w = write_out(a->ops_csv, fill_ops, &c);
+        if (w && !rc) rc = w;
+    }
+    if (a->record) {
+        int w = MS_EXIT_FAIL;
+        if (rs == RT_OK && r.outcome == RTX_OK) w = write_record(a, g, t, r.ops, r.n_ops);
+        else fprintf(stderr, "memsim run: --record: the run did not end with a result\n");
         if (w && !rc) rc = w;
     }
     rt_exec_result_release(&r);
@@ -1002,6 +1057,20 @@ static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine
     if (rs == RT_OK && a->ops_csv) {
         const void *c[2] = {t, &r};
         int w = write_out(a->ops_csv, fill_real_ops, c);
+        if (w && !rc) rc = w;
+    }
+    if (rs == RT_OK && a->record) {
+        rt_op_time *ot = calloc(r.n_ops ? r.n_ops : 1, sizeof *ot);
+        int w = MS_EXIT_FAIL;
+        if (ot) {
+            for (size_t k = 0; k < r.n_ops; k++)
+                ot[k] = (rt_op_time){r.ops[k].action, r.ops[k].op, r.ops[k].req_us,
+                                     r.ops[k].meas_us, r.ops[k].recompute};
+            w = write_record(a, g, t, ot, r.n_ops);
+            free(ot);
+        } else {
+            w = fail_st(MS_ERR_NOMEM, NULL);
+        }
         if (w && !rc) rc = w;
     }
     mrt_sched_result_release(&r);

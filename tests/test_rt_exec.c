@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "planners/lower.h"
 #include "planners/policy.h"
@@ -42,6 +43,8 @@ typedef struct fdev {
     double issue_us;             /* host time each enqueue costs */
     double bw_Bpus;              /* copy bytes per microsecond */
     double empty_us;             /* calibration's shortest kernel */
+    double kernel_grow;          /* kernel n lasts (1 + kernel_grow * (n + 1)) x its asked time, so
+                                    every action's measurement differs from the others' */
     long streams, events;        /* alive */
     long kernels;
     fcopy copies[4096];
@@ -138,6 +141,7 @@ static rt_status f_kernel(void *ctx, void *s, const rt_kernel_args *k)
     fstream *x = s;
     double d = k->dur_us;
     if (d < f->empty_us) d = f->empty_us;
+    if (d < 1e12) d *= 1 + f->kernel_grow * (double)(f->kernels + 1);
     x->t = d >= 1e12 ? INFINITY : start_at(f, x) + d;
     if (f->n_kernels < 8192) f->kernel_dur[f->n_kernels++] = d;
     f->kernels++;
@@ -698,6 +702,168 @@ static void test_generated(void)
     machine_profile_free(mp);
 }
 
+/* Is a the same record as b, but for an op's dur_us? */
+static int same_but_dur(const trace_rec *a, const trace_rec *b)
+{
+    if (a->type != b->type) return 0;
+    switch (a->type) {
+    case TR_ALLOC:
+        return a->u.alloc.id == b->u.alloc.id && a->u.alloc.bytes == b->u.alloc.bytes &&
+               a->u.alloc.cls == b->u.alloc.cls && a->u.alloc.layer == b->u.alloc.layer &&
+               a->u.alloc.producer == b->u.alloc.producer &&
+               !strcmp(a->u.alloc.name, b->u.alloc.name);
+    case TR_FREE: return a->u.free_id == b->u.free_id;
+    case TR_MARK: return a->u.mark.kind == b->u.mark.kind && a->u.mark.value == b->u.mark.value;
+    case TR_OP:
+        if (a->u.op.id != b->u.op.id || a->u.op.n_in != b->u.op.n_in ||
+            a->u.op.n_out != b->u.op.n_out || a->u.op.kind != b->u.op.kind ||
+            strcmp(a->u.op.name, b->u.op.name))
+            return 0;
+        for (uint32_t i = 0; i < a->u.op.n_in; i++)
+            if (a->u.op.in[i] != b->u.op.in[i]) return 0;
+        for (uint32_t i = 0; i < a->u.op.n_out; i++)
+            if (a->u.op.out[i] != b->u.op.out[i]) return 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* `memsim run --record`: a run on the fake device (every kernel a different length) recorded
+ * as a trace, written, loaded back: the program is unchanged, every op carries the
+ * measurement of the very action that ran it (iteration k's op iteration k's time), the
+ * recompute replays do not override the forward's time, and the recorded.* meta are there. */
+static void test_record(void)
+{
+    machine_profile *mp;
+    ms_error err;
+    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
+        TAP_OK(0, "load h200-sxm: %s", err.msg);
+        return;
+    }
+    gen_config c;
+    gen_config_default(&c);
+    if (model_lookup("dims:2,256,4,1024,1000", &c.model, &err) != MS_OK) abort();
+    c.seq = 512;
+    c.iterations = 3;
+    trace_t *t = NULL;
+    ms_status st = gen_trace(&c, &mp->m, &t, &err);
+    TAP_OK(st == MS_OK, "record: trace generated");
+    const char *pols[] = {"full-swap", "full-recompute"};
+    for (int p = 0; t && p < 2; p++) {
+        plan_t *plan = NULL;
+        schedule_t *s = NULL;
+        st = pol_plan(pols[p], t, &mp->m, NULL, &plan, &err);
+        if (st == MS_OK) st = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
+        if (st != MS_OK) {
+            TAP_OK(0, "record %s: planned (%s)", pols[p], err.msg);
+            plan_free(plan);
+            continue;
+        }
+        fdev f;
+        fbe b;
+        fdev_init(&f);
+        f.kernel_grow = 1e-3;
+        fbe_init(&b, 8ULL << 30);
+        rt_exec_opts o;
+        rt_exec_opts_default(&o);
+        o.trace = t;
+        o.per_op = 1;
+        o.spin_credit = 0;
+        rt_exec_result r;
+        rt_status rs = run(s, &o, &f, &b, &r);
+        TAP_OK(rs == RT_OK && r.outcome == RTX_OK && r.n_ops > 0, "record %s: run ok, %zu "
+               "compute actions timed", pols[p], r.n_ops);
+        size_t n_re = 0;
+        for (size_t k = 0; k < r.n_ops; k++) n_re += r.ops[k].recompute;
+        rt_record_info info = {"Fake GPU", "2026-11-21", "spin", "memsim run --policy x"};
+        trace_t *rec = NULL;
+        size_t measured = 0, n_op = 0;
+        st = rt_record_trace(t, r.ops, r.n_ops, &info, &rec, &measured, &err);
+        for (size_t i = 0; i < trace_count(t); i++) n_op += trace_get(t, i)->type == TR_OP;
+        TAP_OK(st == MS_OK && measured == n_op && measured == r.n_ops - n_re,
+               "record %s: all %zu ops measured (%zu; %zu recompute actions skipped)", pols[p],
+               n_op, measured, n_re);
+        if (p == 1) TAP_OK(n_re > 0, "record %s: the plan recomputes (%zu actions)", pols[p], n_re);
+        char path[128];
+        snprintf(path, sizeof path, "/tmp/test_rt_exec_record_%ld_%d.trace.gz",
+                 (long)getpid(), p);
+        trace_t *back = NULL;
+        if (st == MS_OK) st = trace_write(rec, path, &err);
+        if (st == MS_OK) st = trace_load(path, &back, &err);
+        unlink(path);
+        TAP_OK(st == MS_OK && back && trace_count(back) == trace_count(t),
+               "record %s: written and loaded back, %zu records (%s)", pols[p],
+               back ? trace_count(back) : 0, st == MS_OK ? "" : err.msg);
+        /* every op's duration: the non-recompute action of that op id */
+        size_t same = 0, right = 0, changed = 0, ops_seen = 0, timed = 0;
+        for (size_t i = 0; back && i < trace_count(t); i++) {
+            const trace_rec *a = trace_get(t, i), *x = trace_get(back, i);
+            same += same_but_dur(a, x);
+            if (a->type != TR_OP) continue;
+            ops_seen++;
+            double want = -2, re = -2;
+            for (size_t k = 0; k < r.n_ops; k++)
+                if (r.ops[k].op == (int64_t)a->u.op.id) {
+                    if (r.ops[k].recompute) re = r.ops[k].meas_us;
+                    else if (want == -2) want = r.ops[k].meas_us;
+                }
+            /* the writer prints %.17g-exact numbers or rounds: allow 1e-9 relative */
+            right += fabs(x->u.op.dur_us - want) <= 1e-9 * fabs(want) + 1e-9 &&
+                     (re == -2 || fabs(x->u.op.dur_us - re) > 1e-6);
+            timed += a->u.op.dur_us > 0;   /* a zero-length op stays zero on the fake */
+            changed += a->u.op.dur_us > 0 && fabs(x->u.op.dur_us - a->u.op.dur_us) > 1e-6;
+        }
+        TAP_OK(back && same == trace_count(t), "record %s: the program is unchanged (%zu of "
+               "%zu records equal but for durations)", pols[p], same, trace_count(t));
+        TAP_OK(back && right == ops_seen && changed == timed && timed > ops_seen / 2,
+               "record %s: %zu of %zu ops carry their own action's measurement, %zu of %zu "
+               "differ from the modelled time", pols[p], right, ops_seen, changed, timed);
+        const char *dv = back ? trace_get_meta(back, "recorded.device") : NULL;
+        const char *mv = back ? trace_get_meta(back, "recorded.math") : NULL;
+        const char *fv = back ? trace_get_meta(back, "recorded.from") : NULL;
+        const char *dt = back ? trace_get_meta(back, "recorded.date") : NULL;
+        const char *mo = back ? trace_get_meta(back, "model") : NULL;
+        TAP_OK(dv && !strcmp(dv, "Fake GPU") && mv && !strcmp(mv, "spin") && fv &&
+               !strcmp(fv, "memsim run --policy x") && dt && !strcmp(dt, "2026-11-21") && mo &&
+               !strcmp(mo, trace_get_meta(t, "model")),
+               "record %s: recorded.* meta written, the workload's meta kept", pols[p]);
+        /* the recorded trace plans and lowers again (what memsim simulate --trace does) */
+        plan_t *p2 = NULL;
+        schedule_t *s2 = NULL;
+        st = back ? pol_plan(pols[p], back, &mp->m, NULL, &p2, &err) : MS_ERR_INVALID;
+        if (st == MS_OK) st = lower_schedule(back, p2, &mp->m, NULL, &s2, &err);
+        double sum_rec = 0, sum_meas = 0;
+        int seen = 0;
+        for (size_t i = 0; s2 && i < sched_count(s2); i++) {
+            const sched_action *a = sched_get(s2, i);
+            if (a->kind == SA_MARK && a->mark == TM_ITER && a->stream == SS_COMPUTE) {
+                sum_rec = 0;
+                seen = 1;
+            }
+            if (seen && a->kind == SA_COMPUTE && !a->recompute) sum_rec += a->dur_us;
+        }
+        size_t last = 0;
+        for (size_t i = 0; i < sched_count(s); i++) {
+            const sched_action *a = sched_get(s, i);
+            if (a->kind == SA_MARK && a->mark == TM_ITER && a->stream == SS_COMPUTE) last = i;
+        }
+        for (size_t k = 0; k < r.n_ops; k++)
+            if (r.ops[k].action > last && !r.ops[k].recompute) sum_meas += r.ops[k].meas_us;
+        TAP_OK(st == MS_OK && fabs(sum_rec - sum_meas) <= 1e-6 * sum_meas,
+               "record %s: re-planned from the record, its last iteration's ops sum to the "
+               "measured %.3f ms (%.3f)", pols[p], sum_meas * 1e-3, sum_rec * 1e-3);
+        sched_free(s2);
+        plan_free(p2);
+        trace_free(back);
+        trace_free(rec);
+        rt_exec_result_release(&r);
+        sched_free(s);
+        plan_free(plan);
+    }
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
 /* Host work on the host stream between events, and DHA computes (the fake ignores their
  * link time): the stream order gives 1000 + 3000 + 2000 + 100 us. */
 static void test_host_stream(void)
@@ -1097,5 +1263,6 @@ int main(void)
     test_generated();
     test_static_deferred();
     test_rb_operands();
+    test_record();
     return tap_done();
 }
