@@ -1035,6 +1035,20 @@ static double host_adam_us(const lcw *w, int32_t c)
            1e6;
 }
 
+/* Chunk c's host Adam on the host CPU, once its gradient offload is done; records the event
+ * the next gather of c waits for. */
+static ms_status host_adam(lcw *w, int32_t c)
+{
+    ms_status st = wev(w, SA_WAIT, SS_HOST, w->off_ev[c]);
+    if (!st) st = wcompute(w, -1, host_adam_us(w, c), -1, 2);
+    w->adam_ev[c] = new_ev(w);
+    w->have_adam[c] = 1;
+    w->last_adam = w->adam_ev[c];
+    w->rep.host_adam++;
+    if (!st) st = wev(w, SA_RECORD, SS_HOST, w->adam_ev[c]);
+    return st;
+}
+
 /* ---- setup: chunk buffers, persistent chunks, host states (once) ---- */
 
 static ms_status emit_setup(lcw *w)
@@ -1406,14 +1420,7 @@ static ms_status grads_ready(lcw *w, int32_t c)
         w->deferred[w->n_deferred++] = c;
         return MS_OK;
     }
-    st = wev(w, SA_WAIT, SS_HOST, w->off_ev[c]);
-    if (!st) st = wcompute(w, -1, host_adam_us(w, c), -1, 2);
-    w->adam_ev[c] = new_ev(w);
-    w->have_adam[c] = 1;
-    w->last_adam = w->adam_ev[c];
-    w->rep.host_adam++;
-    if (!st) st = wev(w, SA_RECORD, SS_HOST, w->adam_ev[c]);
-    return st;
+    return host_adam(w, c);
 }
 
 static ms_status post_step(lcw *w, int32_t s)
@@ -1522,14 +1529,7 @@ static ms_status iter_end(lcw *w)
     /* host Adam after the backward (systems that do not overlap it) */
     if (!st && w->n_deferred) st = wev(w, SA_WAIT, SS_HOST, bwd_end);
     for (size_t i = 0; st == MS_OK && i < w->n_deferred; i++) {
-        int32_t c = w->deferred[i];
-        st = wev(w, SA_WAIT, SS_HOST, w->off_ev[c]);
-        if (!st) st = wcompute(w, -1, host_adam_us(w, c), -1, 2);
-        w->adam_ev[c] = new_ev(w);
-        w->have_adam[c] = 1;
-        w->last_adam = w->adam_ev[c];
-        w->rep.host_adam++;
-        if (!st) st = wev(w, SA_RECORD, SS_HOST, w->adam_ev[c]);
+        st = host_adam(w, w->deferred[i]);
     }
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++)
         if ((w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1 &&

@@ -450,31 +450,45 @@ static void csv_row(ms_out *f, const gm_row *w, const gm_run *r)
                                  : 0);
 }
 
+/* Replays p through every allocator of o into runs[0 .. n_allocs-1]; the static arena's
+ * offsets are planned once, on first use. On failure nothing is left to free. */
+static ms_status replay_all(const gm_opts *o, const gm_prog *p, const machine_t *m,
+                            gm_run *runs, ms_error *err)
+{
+    gm_static_plan sp = { 0 };
+    int planned = 0;
+    ms_status st = MS_OK;
+    size_t done = 0;
+    for (size_t k = 0; st == MS_OK && k < o->n_allocs; k++) {
+        int is_static = !strcmp(o->allocs[k], "static");
+        if (is_static && !planned) {
+            planned = 1;
+            if ((st = static_plan(p, &sp, err)) != MS_OK) break;
+        }
+        st = replay_prog(p, o->allocs[k], m, is_static ? &sp : NULL, NULL, &runs[k], err);
+        if (st == MS_OK) done++;
+    }
+    if (st != MS_OK)
+        for (size_t j = 0; j < done; j++) run_free(&runs[j]);
+    static_plan_free(&sp);
+    return st;
+}
+
 /* Runs one workload through every allocator and writes a row each. */
 static ms_status run_case(const gm_opts *o, const gm_case *c, const machine_t *m,
                           const gm_row *base, ms_out *csv, gm_run *runs, ms_error *err)
 {
     gm_prog p;
+    gm_run r[GM_MAX_LIST];
     ms_status st = case_prog(o, c, m, &p, err);
-    gm_static_plan sp = { 0 };
-    int planned = 0;
+    if (st == MS_OK) st = replay_all(o, &p, m, r, err);
     for (size_t k = 0; st == MS_OK && k < o->n_allocs; k++) {
-        int is_static = !strcmp(o->allocs[k], "static");
-        if (is_static && !planned) {
-            st = static_plan(&p, &sp, err);
-            planned = 1;
-            if (st != MS_OK) break;
-        }
-        gm_run r;
-        st = replay_prog(&p, o->allocs[k], m, is_static ? &sp : NULL, NULL, &r, err);
-        if (st != MS_OK) break;
         gm_row w = *base;
         w.allocator = o->allocs[k];
-        csv_row(csv, &w, &r);
-        if (runs) runs[k] = r;
-        else run_free(&r);
+        csv_row(csv, &w, &r[k]);
+        if (runs) runs[k] = r[k];
+        else run_free(&r[k]);
     }
-    static_plan_free(&sp);
     prog_free(&p);
     return st;
 }
@@ -789,27 +803,18 @@ static ms_status real_traces(const gm_opts *o, const machine_t *m, ms_error *err
             }
         }
         prog_free(&q);
-        gm_static_plan sp = { 0 };
-        int planned = 0;
+        gm_run runs[GM_MAX_LIST];
+        if (st == MS_OK) st = replay_all(o, &p, m, runs, err);
         for (size_t k = 0; st == MS_OK && k < o->n_allocs; k++) {
-            int is_static = !strcmp(o->allocs[k], "static");
-            if (is_static && !planned) {
-                st = static_plan(&p, &sp, err);
-                planned = 1;
-                if (st != MS_OK) break;
-            }
-            gm_run r;
-            st = replay_prog(&p, o->allocs[k], m, is_static ? &sp : NULL, NULL, &r, err);
-            if (st != MS_OK) break;
+            const gm_run r = runs[k];
             ms_out_printf(f, "%s,%s,%s,%s,%.2f,%.2f,%.2f,%.2f,%.4f,%" PRIu64 ",%" PRIu64 "\n",
                           base, label, o->allocs[k], r.oom ? "oom" : "ok", (double)pr / 1048576.0,
                           (double)pa / 1048576.0, (double)r.peak_reserved / 1048576.0,
                           (double)r.peak_active / 1048576.0,
                           r.peak_reserved ? (double)r.peak_active / (double)r.peak_reserved : 0,
                           r.st.num_stitches, r.st.num_segment_allocs);
-            run_free(&r);
+            run_free(&runs[k]);
         }
-        static_plan_free(&sp);
         prog_free(&p);
     }
     st = finish_csv(f, st, err);
