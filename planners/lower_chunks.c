@@ -182,13 +182,6 @@ int lc_id_parse(uint64_t id, int *kind, uint32_t *index)
 
 /* ======================================================================== layout */
 
-static uint64_t meta_u64(const trace_t *t, const char *key, uint64_t def)
-{
-    const char *v = trace_get_meta(t, key);
-    uint64_t x;
-    return (v && ms_parse_u64(v, &x)) ? x : def;
-}
-
 static int is_state_cls(trace_class c)
 {
     return c == TC_PARAM || c == TC_GRAD || c == TC_OPTSTATE;
@@ -585,11 +578,11 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
                            "itself does the sharding and offloading)", modes[i]);
     lc_layout *L = calloc(1, sizeof *L);
     if (!L) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-    L->dp = (int)meta_u64(t, "dp", 1);
+    L->dp = (int)trace_meta_u64(t, "dp", 1);
     if (L->dp < 1) L->dp = 1;
-    L->dtype_bytes = (int)meta_u64(t, "dtype_bytes", 2);
+    L->dtype_bytes = (int)trace_meta_u64(t, "dtype_bytes", 2);
     if (L->dtype_bytes < 1) L->dtype_bytes = 2;
-    L->n_blocks = (int)meta_u64(t, "layers", 0);
+    L->n_blocks = (int)trace_meta_u64(t, "layers", 0);
     if (L->n_blocks <= 0 || L->n_blocks > 100000) {
         lc_layout_free(L);
         return ms_fail(err, MS_ERR_INVALID, "the trace has no `meta layers`: blocks unknown");

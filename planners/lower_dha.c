@@ -61,13 +61,6 @@ static int ends_with(const char *s, const char *suf)
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-static uint64_t meta_u64(const trace_t *t, const char *k, uint64_t def)
-{
-    const char *v = trace_get_meta(t, k);
-    uint64_t x;
-    return (v && ms_parse_u64(v, &x)) ? x : def;
-}
-
 static int uidx(const dha_model *d, int32_t layer)
 {
     (void)d;
@@ -220,16 +213,16 @@ static ms_status fail_op(ms_error *err, ms_status st, const trace_rec *r, const 
 /* Checks the trace is one the shadow model can lower. */
 static ms_status check_trace(const trace_t *t, ms_error *err)
 {
-    if (meta_u64(t, "offload", 0) != 1)
+    if (trace_meta_u64(t, "offload", 0) != 1)
         return ms_fail(err, MS_ERR_INVALID,
                        "the trace is not a ZeRO-Offload trace (meta offload 1): MemFerry and "
                        "zero-offload plans need one (traces/gen.h, gen_config.offload)");
-    if (meta_u64(t, "zero3", 0))
+    if (trace_meta_u64(t, "zero3", 0))
         return ms_fail(err, MS_ERR_UNSUPPORTED, "the shadow-model lowering does not handle "
                        "ZeRO-3 traces (parameters sharded over data parallelism)");
     const char *keys[3] = { "tp", "cp", "dp" };
     for (int i = 0; i < 3; i++)
-        if (meta_u64(t, keys[i], 1) != 1)
+        if (trace_meta_u64(t, keys[i], 1) != 1)
             return ms_fail(err, MS_ERR_UNSUPPORTED, "the shadow-model lowering handles one "
                            "GPU (meta %s must be 1)", keys[i]);
     return MS_OK;
@@ -475,7 +468,7 @@ static void profile(dha_model *d)
     for (size_t i = 0; i < d->nu; i++) {
         dha_unit *u = &d->u[i];
         if (u->adam_us > 0 || !u->grad_bytes || !m || !(m->host_adam_params_per_s > 0)) continue;
-        double gb = (double)meta_u64(d->t, "grad_bytes", 2);
+        double gb = (double)trace_meta_u64(d->t, "grad_bytes", 2);
         u->adam_us = (double)u->grad_bytes / (gb > 0 ? gb : 2) / m->host_adam_params_per_s * 1e6;
     }
 }
@@ -491,7 +484,7 @@ ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, m
     d->t = t;
     d->m = m;
     roof_params_default(&d->roof);
-    double gb = (double)meta_u64(t, "grad_bytes", 2), db = (double)meta_u64(t, "dtype_bytes", 2);
+    double gb = (double)trace_meta_u64(t, "grad_bytes", 2), db = (double)trace_meta_u64(t, "dtype_bytes", 2);
     d->grad_ratio = db > 0 ? gb / db : 1.0;
     if ((st = scan_records(d, err)) == MS_OK && (st = find_owners(d, err)) == MS_OK) profile(d);
     if (st) {
@@ -658,7 +651,7 @@ static ms_status read_knobs(lw *w)
         else return ms_fail(w->err, MS_ERR_INVALID, "plan knob grad_free=%s: expected copy "
                             "or step", v);
     }
-    double gb = (double)meta_u64(w->t, "grad_bytes", 2);
+    double gb = (double)trace_meta_u64(w->t, "grad_bytes", 2);
     w->bucket_bytes = (uint64_t)(5e8 * gb);
     uint64_t cb = 4;
     if ((v = plan_get_knob(p, "grad_copy_bytes")) && (!ms_parse_u64(v, &cb) || !cb || cb > 16))
@@ -750,7 +743,7 @@ static uint64_t cast_id(int k) { return dha_synth_id(k ? 5 : 2); }
 /* After the setup records: the host optimizer states and DeepSpeed's reduce bucket. */
 static ms_status setup_end(lw *w)
 {
-    uint64_t host = meta_u64(w->t, "host_opt_bytes", 0) + meta_u64(w->t, "host_grad_bytes", 0);
+    uint64_t host = trace_meta_u64(w->t, "host_opt_bytes", 0) + trace_meta_u64(w->t, "host_grad_bytes", 0);
     if (host) TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, dha_synth_id(0), host));
     if (!w->realloc) return MS_OK;
     uint64_t b = w->bucket_bytes;

@@ -289,21 +289,9 @@ ms_status memo_layer_info_get(const trace_t *t, const machine_t *m, memo_layer_i
 
 /* ---- the node ---- */
 
-void memo_gpu_view(const machine_t *m, int ranks, machine_t *out)
-{
-    machine_gpu_view(m, ranks, out);
-}
-
-static uint64_t meta_u64(const trace_t *t, const char *key)
-{
-    const char *v = trace_get_meta(t, key);
-    uint64_t x;
-    return (v && ms_parse_u64(v, &x)) ? x : 0;
-}
-
 int memo_node_ranks(const trace_t *t, const machine_t *m)
 {
-    uint64_t tp = meta_u64(t, "tp"), cp = meta_u64(t, "cp"), dp = meta_u64(t, "dp");
+    uint64_t tp = trace_meta_u64(t, "tp", 0), cp = trace_meta_u64(t, "cp", 0), dp = trace_meta_u64(t, "dp", 0);
     uint64_t r = (tp ? tp : 1) * (cp ? cp : 1) * (dp ? dp : 1);
     if (m && m->node_gpus > 0 && r > (uint64_t)m->node_gpus) r = (uint64_t)m->node_gpus;
     return r > 0 && r < (1u << 20) ? (int)r : 1;
@@ -395,7 +383,7 @@ static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
     ms_status st = memo_layer_info_get(t, m, &c->li, err);
     if (st != MS_OK) return st;
     machine_t g;
-    memo_gpu_view(m, memo_node_ranks(t, m), &g);
+    machine_gpu_view(m, memo_node_ranks(t, m), &g);
     double host = (double)g.host_mem_bytes / (double)(g.node_gpus > 0 ? g.node_gpus : 1);
     host -= (double)k->host_reserved;
     if (k->host_bytes) host = (double)k->host_bytes;

@@ -69,13 +69,6 @@ typedef struct memo_layer_info {
 ms_status memo_layer_info_get(const trace_t *t, const machine_t *m, memo_layer_info *out,
                               ms_error *err);
 
-/* The per-GPU view of a node when `ranks` GPUs of it train together: every GPU copies at the
- * same time (they run the same schedule), so GPUs sharing a PCIe switch share its uplink: the
- * host-link and DHA bandwidths are divided by min(node.gpus_per_switch, ranks). Host memory
- * stays the node's (the executor gives each GPU host.mem_bytes / node.gpus). Other fields are
- * copied. */
-void memo_gpu_view(const machine_t *m, int ranks, machine_t *out);
-
 /* The GPUs of one node that train together in t (tp * cp * dp from its meta lines, at most
  * node.gpus, at least 1). */
 int memo_node_ranks(const trace_t *t, const machine_t *m);

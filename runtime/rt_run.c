@@ -356,36 +356,16 @@ static ms_status make_plan(const run_args *a, const trace_t *t, const machine_t 
     return st;
 }
 
-static uint64_t meta_u64(const trace_t *t, const char *key)
-{
-    const char *v = trace_get_meta(t, key);
-    uint64_t x;
-    return (v && ms_parse_u64(v, &x)) ? x : 0;
-}
-
 /* MEMO §5.1's model FLOPs per GPU per iteration, as the simulator computes them. */
-static double model_flops(const trace_t *t)
-{
-    double s = (double)meta_u64(t, "seq"), P = (double)meta_u64(t, "params");
-    double n = (double)meta_u64(t, "layers"), h = (double)meta_u64(t, "hidden");
-    double b = (double)meta_u64(t, "batch"), tp = (double)meta_u64(t, "tp");
-    double cp = (double)meta_u64(t, "cp");
-    if (s <= 0 || P <= 0 || n <= 0 || h <= 0) return 0;
-    if (b <= 0) b = 1;
-    if (tp <= 0) tp = 1;
-    if (cp <= 0) cp = 1;
-    return b * (6.0 * s * P + 6.0 * n * h * s * s) / (tp * cp);
-}
-
 /* MFU and tokens per GPU per second of an iteration, as the simulator computes them. */
 static void rates(const trace_t *t, const machine_t *m, double iter_s, double *mfu, double *tgs)
 {
     *mfu = *tgs = 0;
     if (!(iter_s > 0)) return;
-    uint64_t b = meta_u64(t, "batch"), tp = meta_u64(t, "tp"), cp = meta_u64(t, "cp");
-    *tgs = (double)(b ? b : 1) * (double)meta_u64(t, "seq") /
+    uint64_t b = trace_meta_u64(t, "batch", 0), tp = trace_meta_u64(t, "tp", 0), cp = trace_meta_u64(t, "cp", 0);
+    *tgs = (double)(b ? b : 1) * (double)trace_meta_u64(t, "seq", 0) /
            (double)((tp ? tp : 1) * (cp ? cp : 1)) / iter_s;
-    if (m->gpu_peak_bf16_flops > 0) *mfu = model_flops(t) / iter_s / m->gpu_peak_bf16_flops;
+    if (m->gpu_peak_bf16_flops > 0) *mfu = trace_model_flops(t) / iter_s / m->gpu_peak_bf16_flops;
 }
 
 /* ---- output ---- */
@@ -461,9 +441,9 @@ static void print_report(const run_args *a, const rt_gpu_info *g, const machine_
     else snprintf(issue, sizeof issue, "ahead (unbounded)");
     printf("workload: %s seq %llu batch %llu tp %llu cp %llu dp %llu; policy %s, allocator %s; "
            "%zu actions; issue %s%s\n", model ? model : "-",
-           (unsigned long long)meta_u64(t, "seq"), (unsigned long long)meta_u64(t, "batch"),
-           (unsigned long long)meta_u64(t, "tp"), (unsigned long long)meta_u64(t, "cp"),
-           (unsigned long long)meta_u64(t, "dp"), plan->policy, plan->allocator, nact, issue,
+           (unsigned long long)trace_meta_u64(t, "seq", 0), (unsigned long long)trace_meta_u64(t, "batch", 0),
+           (unsigned long long)trace_meta_u64(t, "tp", 0), (unsigned long long)trace_meta_u64(t, "cp", 0),
+           (unsigned long long)trace_meta_u64(t, "dp", 0), plan->policy, plan->allocator, nact, issue,
            a->per_op ? ", per-op events" : "");
     if (r->calib.valid) print_calib(&r->calib);
     if (r->outcome == RTX_OK) {
@@ -547,11 +527,11 @@ static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const mach
     csv_str(f, model ? model : "-");
     fputc(',', f);
     csv_str(f, m->name);
-    csv_u64(f, meta_u64(t, "seq"));
-    csv_u64(f, meta_u64(t, "batch"));
-    csv_u64(f, meta_u64(t, "tp"));
-    csv_u64(f, meta_u64(t, "cp"));
-    csv_u64(f, meta_u64(t, "dp"));
+    csv_u64(f, trace_meta_u64(t, "seq", 0));
+    csv_u64(f, trace_meta_u64(t, "batch", 0));
+    csv_u64(f, trace_meta_u64(t, "tp", 0));
+    csv_u64(f, trace_meta_u64(t, "cp", 0));
+    csv_u64(f, trace_meta_u64(t, "dp", 0));
     fprintf(f, ",%s", rt_outcome_name(r->outcome));
     csv_dbl(f, r->outcome == RTX_OK ? r->iter_time_s : 0);
     csv_dbl(f, mfu);
@@ -769,7 +749,7 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     lower_rb_map_free(rbm);
     int rc = MS_EXIT_OK;
     if (rs != RT_OK) rc = rs == RT_ERR_INVALID ? MS_EXIT_INPUT : MS_EXIT_FAIL;
-    double flops = model_flops(t), mfu = 0, tgs = 0;
+    double flops = trace_model_flops(t), mfu = 0, tgs = 0;
     if (r.outcome == RTX_OK) rates(t, m, r.iter_time_s, &mfu, &tgs);
     if (!a->quiet) print_report(a, g, m, plan, t, sched_count(s), &r, be, mfu, tgs,
                                 o.large_copy_bytes);
@@ -1017,8 +997,8 @@ static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine
         const char *model = trace_get_meta(t, "model");
         printf("workload: %s seq %llu batch %llu; policy %s, allocator %s; %zu actions; real "
                "kernels on one stream (fp32 gradients, norm statistics and attention lse "
-               "saved)\n", model ? model : "-", (unsigned long long)meta_u64(t, "seq"),
-               (unsigned long long)meta_u64(t, "batch"), plan->policy, plan->allocator,
+               "saved)\n", model ? model : "-", (unsigned long long)trace_meta_u64(t, "seq", 0),
+               (unsigned long long)trace_meta_u64(t, "batch", 0), plan->policy, plan->allocator,
                sched_count(s));
         printf("%-7s %12s %12s %9s %10s\n", "window", "measured_ms", "modelled_ms", "meas/mod",
                "loss");
@@ -1035,7 +1015,7 @@ static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine
                     sched_get(s, r.ops[k - 1].action)->phase == TP_OPT)
                     from = k;
         print_real_ops(t, &r, from);
-        double it = r.n_iter ? r.iter_ms[r.n_iter - 1] * 1e-3 : 0, flops = model_flops(t);
+        double it = r.n_iter ? r.iter_ms[r.n_iter - 1] * 1e-3 : 0, flops = trace_model_flops(t);
         printf("memory: peak allocated %.3f GiB, reserved %.3f GiB\n",
                gib(r.astats.allocated_peak_bytes), gib(r.astats.reserved_peak_bytes));
         printf("result: ok, iteration %.6f s, MFU %.2f%%\n", it,
@@ -1050,7 +1030,7 @@ static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine
         ra.alloc_sync = 0;
         double mfu = 0, tgs = 0;
         if (er.outcome == RTX_OK) rates(t, m, er.iter_time_s, &mfu, &tgs);
-        csv_ctx c = {&ra, g, m, plan, t, &er, mfu, tgs, model_flops(t), "gpu-one-stream"};
+        csv_ctx c = {&ra, g, m, plan, t, &er, mfu, tgs, trace_model_flops(t), "gpu-one-stream"};
         int w = write_out(a->csv, fill_csv, &c);
         if (w && !rc) rc = w;
     }

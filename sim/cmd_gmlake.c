@@ -680,13 +680,6 @@ static ms_status fig14(const gm_opts *o, const machine_t *m, ms_error *err)
     return st;
 }
 
-static uint64_t meta_u64(const trace_t *t, const char *k)
-{
-    const char *v = trace_get_meta(t, k);
-    uint64_t x = 0;
-    return v && ms_parse_u64(v, &x) ? x : 0;
-}
-
 /* The generator's version of a recorded run (traces/capture/record_snapshot.py: a small HF
  * GPT-2 trained with AdamW for a few steps), from the capture's meta lines: the same shape,
  * batch, sequence, dtype, mode and steps, the HF loss of transformers >= 4.46 (no shifted
@@ -697,10 +690,10 @@ static uint64_t meta_u64(const trace_t *t, const char *k)
 static ms_status gen_for_capture(const trace_t *t, const machine_t *m, gm_prog *p, int *ok,
                                  ms_error *err)
 {
-    uint64_t L = meta_u64(t, "pytorch.capture.layers"), H = meta_u64(t, "pytorch.capture.hidden");
-    uint64_t A = meta_u64(t, "pytorch.capture.heads"), V = meta_u64(t, "pytorch.capture.vocab");
-    uint64_t S = meta_u64(t, "pytorch.capture.seq"), B = meta_u64(t, "pytorch.capture.batch");
-    uint64_t steps = meta_u64(t, "pytorch.capture.steps"), r = meta_u64(t, "pytorch.capture.lora_r");
+    uint64_t L = trace_meta_u64(t, "pytorch.capture.layers", 0), H = trace_meta_u64(t, "pytorch.capture.hidden", 0);
+    uint64_t A = trace_meta_u64(t, "pytorch.capture.heads", 0), V = trace_meta_u64(t, "pytorch.capture.vocab", 0);
+    uint64_t S = trace_meta_u64(t, "pytorch.capture.seq", 0), B = trace_meta_u64(t, "pytorch.capture.batch", 0);
+    uint64_t steps = trace_meta_u64(t, "pytorch.capture.steps", 0), r = trace_meta_u64(t, "pytorch.capture.lora_r", 0);
     const char *mode = trace_get_meta(t, "pytorch.capture.mode");
     const char *dt = trace_get_meta(t, "pytorch.capture.dtype");
     memset(p, 0, sizeof *p);
@@ -766,9 +759,9 @@ static ms_status real_traces(const gm_opts *o, const machine_t *m, ms_error *err
         trace_t *t = NULL;
         fprintf(stderr, "gmlake: replay %s\n", o->real[i]);
         if ((st = trace_load(o->real[i], &t, err)) != MS_OK) break;
-        uint64_t pr = meta_u64(t, "pytorch.stats.reserved_bytes.all.peak");
-        if (!pr) pr = meta_u64(t, "pytorch.peak_reserved_bytes");
-        uint64_t pa = meta_u64(t, "pytorch.stats.allocated_bytes.all.peak");
+        uint64_t pr = trace_meta_u64(t, "pytorch.stats.reserved_bytes.all.peak", 0);
+        if (!pr) pr = trace_meta_u64(t, "pytorch.peak_reserved_bytes", 0);
+        uint64_t pa = trace_meta_u64(t, "pytorch.stats.allocated_bytes.all.peak", 0);
         const char *mode = trace_get_meta(t, "pytorch.capture.mode");
         const char *conf = trace_get_meta(t, "pytorch.capture.alloc_conf");
         char label[128];

@@ -77,26 +77,6 @@ ms_status pipe_plan(const trace_t *t, const machine_t *m, const pipe_policy *p, 
     return MS_OK;
 }
 
-static uint64_t meta_u64(const trace_t *t, const char *key)
-{
-    const char *v = trace_get_meta(t, key);
-    uint64_t x;
-    return (v && ms_parse_u64(v, &x)) ? x : 0;
-}
-
-double pipe_model_flops(const trace_t *t)
-{
-    double s = (double)meta_u64(t, "seq"), P = (double)meta_u64(t, "params");
-    double n = (double)meta_u64(t, "layers"), h = (double)meta_u64(t, "hidden");
-    double b = (double)meta_u64(t, "batch");
-    double tp = (double)meta_u64(t, "tp"), cp = (double)meta_u64(t, "cp");
-    if (s <= 0 || P <= 0 || n <= 0 || h <= 0) return 0;
-    if (b <= 0) b = 1;
-    if (tp <= 0) tp = 1;
-    if (cp <= 0) cp = 1;
-    return b * (6.0 * s * P + 6.0 * n * h * s * s) / (tp * cp);
-}
-
 static void fill_ids(sim_result *r, const trace_t *t, const machine_t *m, const plan_t *plan)
 {
     const char *model = trace_get_meta(t, "model");
@@ -104,11 +84,11 @@ static void fill_ids(sim_result *r, const trace_t *t, const machine_t *m, const 
     snprintf(r->allocator, sizeof r->allocator, "%s", plan->allocator);
     snprintf(r->model, sizeof r->model, "%s", model ? model : "-");
     snprintf(r->machine, sizeof r->machine, "%s", m->name);
-    r->seq = meta_u64(t, "seq");
-    r->batch = meta_u64(t, "batch");
-    r->tp = (int)meta_u64(t, "tp");
-    r->cp = (int)meta_u64(t, "cp");
-    r->dp = (int)meta_u64(t, "dp");
+    r->seq = trace_meta_u64(t, "seq", 0);
+    r->batch = trace_meta_u64(t, "batch", 0);
+    r->tp = (int)trace_meta_u64(t, "tp", 0);
+    r->cp = (int)trace_meta_u64(t, "cp", 0);
+    r->dp = (int)trace_meta_u64(t, "dp", 0);
 }
 
 static ms_status write_schedule(const schedule_t *s, const char *path, ms_error *err)
@@ -163,7 +143,7 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
         so.issue_ahead = p->issue_ahead;
         so.issue_us = p->issue_us;
     }
-    uint64_t ranks = meta_u64(t, "tp") * meta_u64(t, "cp") * meta_u64(t, "dp");
+    uint64_t ranks = trace_meta_u64(t, "tp", 0) * trace_meta_u64(t, "cp", 0) * trace_meta_u64(t, "dp", 0);
     so.host_sharers = (int)(ranks && m->node_gpus && (int64_t)ranks < m->node_gpus
                                 ? (int64_t)ranks : (m->node_gpus > 0 ? m->node_gpus : 1));
     /* The job's GPUs on this node share its host memory (a 1-GPU job gets all of it). */
@@ -178,7 +158,7 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
     sched_free(s);
     if (st != MS_OK) return st;
     fill_ids(r, t, m, plan);
-    r->model_flops = pipe_model_flops(t);
+    r->model_flops = trace_model_flops(t);
     if (r->status == RS_OK && r->iter_time_s > 0) {
         double tokens = (double)(r->batch ? r->batch : 1) * (double)r->seq /
                         (double)((r->tp ? r->tp : 1) * (r->cp ? r->cp : 1));

@@ -71,8 +71,4 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
 ms_status pipe_run(const trace_t *t, const machine_t *m, const pipe_policy *p,
                    const pipe_outputs *out, sim_result *r, ms_error *err);
 
-/* Model FLOPs per GPU per iteration by MEMO's formula, batch * (6sP + 6nhs^2) / (tp * cp),
- * from the trace's meta lines; 0 when the trace lacks them (imported traces). */
-double pipe_model_flops(const trace_t *t);
-
 #endif

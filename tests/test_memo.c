@@ -192,10 +192,10 @@ static void test_layer_info(const machine_t *m)
     trace_free(t2);
     machine_t v, m2 = *m;
     m2.node_gpus_per_switch = 2;
-    memo_gpu_view(&m2, 8, &v);
+    machine_gpu_view(&m2, 8, &v);
     TAP_OK(v.link_d2h_Bps == m2.link_d2h_Bps / 2 && v.link_duplex_Bps == m2.link_duplex_Bps / 2 &&
            v.host_mem_bytes == m2.host_mem_bytes, "node view: two GPUs per switch halve the link");
-    memo_gpu_view(&m2, 1, &v);
+    machine_gpu_view(&m2, 1, &v);
     TAP_OK(v.link_d2h_Bps == m2.link_d2h_Bps, "node view: a lone GPU keeps its switch's link");
     TAP_OK(t && memo_node_ranks(t, m) == 4, "node ranks: tp 2 x cp 2 = 4");
     trace_free(t);

@@ -93,7 +93,7 @@ static void test_flops(void)
     trace_set_meta(t, "tp", "2");
     trace_set_meta(t, "cp", "1");
     double want = 2.0 * (6.0 * 1000 * 10 + 6.0 * 2 * 3 * 1000.0 * 1000) / 2;
-    TAP_OK(pipe_model_flops(t) == want, "model FLOPs per GPU by hand: %.0f", want);
+    TAP_OK(trace_model_flops(t) == want, "model FLOPs per GPU by hand: %.0f", want);
     trace_free(t);
 }
 

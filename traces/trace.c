@@ -1033,3 +1033,23 @@ ms_status trace_stats_file(const char *path, trace_stats *st, ms_error *err)
     if (s == MS_OK && st->iterations == 0 && st->records > 0) st->iterations = 1;
     return s;
 }
+
+uint64_t trace_meta_u64(const trace_t *t, const char *key, uint64_t def)
+{
+    const char *v = trace_get_meta(t, key);
+    uint64_t x;
+    return (v && ms_parse_u64(v, &x)) ? x : def;
+}
+
+double trace_model_flops(const trace_t *t)
+{
+    double s = (double)trace_meta_u64(t, "seq", 0), P = (double)trace_meta_u64(t, "params", 0);
+    double n = (double)trace_meta_u64(t, "layers", 0), h = (double)trace_meta_u64(t, "hidden", 0);
+    double b = (double)trace_meta_u64(t, "batch", 1), tp = (double)trace_meta_u64(t, "tp", 1);
+    double cp = (double)trace_meta_u64(t, "cp", 1);
+    if (s <= 0 || P <= 0 || n <= 0 || h <= 0) return 0;
+    if (b <= 0) b = 1;
+    if (tp <= 0) tp = 1;
+    if (cp <= 0) cp = 1;
+    return b * (6.0 * s * P + 6.0 * n * h * s * s) / (tp * cp);
+}

@@ -132,6 +132,12 @@ void trace_free(trace_t *t);
 ms_status trace_set_meta(trace_t *t, const char *key, const char *value);
 const char *trace_get_meta(const trace_t *t, const char *key); /* NULL if absent */
 size_t trace_meta_count(const trace_t *t);
+/* A meta value as an unsigned number; def when absent or not a number. */
+uint64_t trace_meta_u64(const trace_t *t, const char *key, uint64_t def);
+/* Model FLOPs per GPU per iteration by MEMO's formula (§5.1), batch * (6sP + 6nhs^2) /
+ * (tp * cp), from the generator's meta lines (seq, params, layers, hidden, batch, tp, cp);
+ * 0 when the trace lacks them (imported traces). The MFU numerator of sim and runtime. */
+double trace_model_flops(const trace_t *t);
 const char *trace_meta_key(const trace_t *t, size_t i);
 const char *trace_meta_value(const trace_t *t, size_t i);
 /* Appends a record; arrays and strings are copied. */
