@@ -21,7 +21,7 @@ static const char *const measured_keys[] = {
     "lat.cuda_malloc_base_us", "lat.cuda_malloc_per_gib_us", "lat.cuda_free_base_us",
     "lat.cuda_free_per_gib_us", "lat.host_alloc_per_gib_us", "vmm.granularity_bytes",
     "vmm.create_us", "vmm.map_us", "vmm.set_access_us", "vmm.unmap_us", "vmm.release_us",
-    "vmm.reserve_us", "lat.device_sync_us", "gpu.attn_eff",
+    "vmm.reserve_us", "lat.device_sync_us",
 };
 
 static void usage(FILE *f)
@@ -119,10 +119,12 @@ static int cmd_probe(int argc, char **argv)
              "kn_gemm (cuBLAS)", note);
     snprintf(anote, sizeof anote, "%s; memsim's own attention kernels (runtime/kernels.h: "
              "mma.sync, 7-product deterministic backward), NOT FlashAttention: causal, head dim "
-             "128, seq 2K-16K, forward + backward model FLOPs (backward 2.5x) over their time; "
-             "per-shape samples in the raw CSV", note);
+             "128, one sequence of 2K-32K tokens, model FLOPs (backward 2.5x forward) over time, fitted to "
+             "eff * S / (S + half_seq); per-shape samples in the raw CSV", note);
     set_source(p, "gpu.gemm_eff", gnote);
-    set_source(p, "gpu.attn_eff", anote);
+    static const char *const rt_keys[] = {"rt.attn_fwd_eff", "rt.attn_fwd_half_seq",
+                                          "rt.attn_bwd_eff", "rt.attn_bwd_half_seq"};
+    for (size_t i = 0; i < sizeof rt_keys / sizeof *rt_keys; i++) set_source(p, rt_keys[i], anote);
     st = machine_write(p, out, &err);
     machine_profile_free(p);
     if (st != MS_OK) {

@@ -508,20 +508,44 @@ static rt_status run_attn(void *p)
                        ld, x->B, x->H, x->S, x->D);
 }
 
+/* eff(S) = e * S / (S + half): 1/eff is linear in 1/S (1/e + half/e * 1/S); fitted by least
+ * squares. A fit that does not have that shape (a <= 0 or b < 0: noise, or no ramp) falls
+ * back to the best sample and no ramp. */
+static void fit_ramp(const double *S, const double *eff, int n, double *e, double *half)
+{
+    double x[8], y[8], a = 0, b = 0, best = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = 1.0 / S[i];
+        y[i] = 1.0 / eff[i];
+        if (eff[i] > best) best = eff[i];
+    }
+    fit_line(x, y, n, &a, &b);
+    if (a > 0 && b >= 0 && 1.0 / a <= 1.0) {
+        *e = 1.0 / a;
+        *half = b / a;
+    } else {
+        *e = best;
+        *half = 0;
+    }
+}
+
 /* memsim's own causal attention kernels (runtime/kernels.h: mma.sync, no wgmma; the backward
  * computes 7 products instead of FlashAttention-2's 5, for determinism), NOT FlashAttention:
- * 16K tokens of 16 heads of dim 128 at sequence lengths 2K..16K (batch 8..1), forward and
- * backward. FLOPs are the model's, as the generator counts them (traces/gen.c): forward
- * 4 B S^2 H D / 2 (causal), backward 2.5 x forward. gpu.attn_eff = the summed forward +
- * backward FLOPs over the summed times, over the bf16 peak; every shape's sample is in the
- * raw CSV. */
+ * one sequence (micro-batch 1, the long-sequence training case the generator's seq ramp
+ * describes) of 16 heads of dim 128 at lengths 2K..32K, forward and backward. FLOPs are the model's, as the generator counts them (traces/gen.c): forward
+ * 2 B S^2 H D (causal), backward 2.5 x forward. Each direction's efficiency over S is fitted
+ * to e * S / (S + half) (rt.attn_{fwd,bwd}_eff, rt.attn_{fwd,bwd}_half_seq: what the generator
+ * knob kernels=runtime uses); gpu.attn_eff, which describes FlashAttention-class kernels, is
+ * left as the base profile has it. Every shape's sample is in the raw CSV. */
 static rt_status probe_attn(probe_ctx *c, machine_t *m, double peak_flops, int quick)
 {
-    const size_t Ttok = 16384, H = 16, D = 128, S[] = {2048, 4096, 8192, 16384};
+    enum { NS = 5 };
+    const size_t Ttok = 32768, H = 16, D = 128, S[NS] = {2048, 4096, 8192, 16384, 32768};
     size_t e = Ttok * H * D;
     kn_ctx *k = NULL;
     kn_bf16 *buf = NULL;
     float *lse = NULL;
+    double Sd[NS], eff[2][NS];
     rt_status st = kn_ctx_new(c->s0, &k);
     if (st != RT_OK) return st;
     if ((st = kn_ctx_reserve(k, 0, 0, Ttok * H)) != RT_OK) {
@@ -532,11 +556,11 @@ static rt_status probe_attn(probe_ctx *c, machine_t *m, double peak_flops, int q
     RT_CHECK(cudaMalloc(&lse, Ttok * H * sizeof *lse));
     fill_bf16<<<1024, 256, 0, c->s0>>>((__nv_bfloat16 *)buf, 8 * e, 5u);
     RT_CHECK(cudaStreamSynchronize(c->s0));
-    double tf = 0, tt = 0;
-    for (size_t i = 0; i < sizeof S / sizeof *S; i++) {
-        attn_call x = {k, 0, Ttok / S[i], H, S[i], D, buf, buf + e, buf + 2 * e, buf + 3 * e,
+    for (size_t i = 0; i < NS; i++) {
+        attn_call x = {k, 0, 1, H, S[i], D, buf, buf + e, buf + 2 * e, buf + 3 * e,
                        buf + 4 * e, buf + 5 * e, buf + 6 * e, buf + 7 * e, lse};
         double fwd = 2.0 * (double)x.B * (double)S[i] * (double)S[i] * (double)H * (double)D;
+        Sd[i] = (double)S[i];
         for (int bwd = 0; bwd < 2; bwd++) {
             x.bwd = bwd;
             double ms, fl = bwd ? 2.5 * fwd : fwd;
@@ -545,12 +569,15 @@ static rt_status probe_attn(probe_ctx *c, machine_t *m, double peak_flops, int q
             snprintf(what, sizeof what, "attn_%s_FLOPps:b%zu.h%zu.s%zu.d%zu.causal",
                      bwd ? "bwd" : "fwd", x.B, H, S[i], D);
             raw(c, what, fl, fl / (ms * 1e-3), "FLOP/s");
-            tf += fl;
-            tt += ms * 1e-3;
+            eff[bwd][i] = fl / (ms * 1e-3) / peak_flops;
         }
     }
-    m->gpu_attn_eff = tf / tt / peak_flops;
-    raw(c, "attn_eff_memsim_kernels", tf, m->gpu_attn_eff, "fraction_of_peak");
+    fit_ramp(Sd, eff[0], NS, &m->rt_attn_fwd_eff, &m->rt_attn_fwd_half_seq);
+    fit_ramp(Sd, eff[1], NS, &m->rt_attn_bwd_eff, &m->rt_attn_bwd_half_seq);
+    raw(c, "rt_attn_fwd_eff", 0, m->rt_attn_fwd_eff, "fraction_of_peak");
+    raw(c, "rt_attn_fwd_half_seq", 0, m->rt_attn_fwd_half_seq, "tokens");
+    raw(c, "rt_attn_bwd_eff", 0, m->rt_attn_bwd_eff, "fraction_of_peak");
+    raw(c, "rt_attn_bwd_half_seq", 0, m->rt_attn_bwd_half_seq, "tokens");
 out:
     cudaFree(buf);
     cudaFree(lse);

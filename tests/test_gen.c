@@ -1023,6 +1023,58 @@ static void test_roofline(const machine_t *m)
            "memory-bound kernel takes bytes / (hbm * mem_eff) + launch: %.1f us", mem);
 }
 
+/* kernels=runtime: attention from the profile's rt.attn_* with the sequence ramp; an error when
+ * the profile has none; vendor kernels unchanged. */
+static void test_runtime_kernels(const machine_t *mach)
+{
+    machine_t m = *mach;
+    roof_params p;
+    roof_params_default(&p);
+    double fl = 1e12;
+    TAP_OK(roof_attn_us(&m, &p, fl, 0, 8192, 1) == roof_kernel_us(&m, &p, TK_ATTN, fl, 0),
+           "vendor kernels: roof_attn_us is roof_kernel_us(TK_ATTN)");
+    p.kernels = ROOF_KERNELS_RUNTIME;
+    TAP_OK(roof_attn_us(&m, &p, fl, 0, 8192, 0) == -1.0,
+           "runtime kernels without rt.attn_* in the profile: -1");
+    m.rt_attn_fwd_eff = 0.3;
+    m.rt_attn_fwd_half_seq = 1024;
+    m.rt_attn_bwd_eff = 0.2;
+    m.rt_attn_bwd_half_seq = 0;
+    double f = roof_attn_us(&m, &p, fl, 0, 3072, 0), b = roof_attn_us(&m, &p, fl, 0, 3072, 1);
+    double fw = 4.0 + fl / (989e12 * 0.3 * 0.75) * 1e6, bw = 4.0 + fl / (989e12 * 0.2) * 1e6;
+    TAP_OK(fabs(f - fw) < 1e-6 && fabs(b - bw) < 1e-6,
+           "runtime attention: forward at S = 3 x half runs at 3/4 of rt.attn_fwd_eff (%.1f us), "
+           "backward without ramp (%.1f us)", f, b);
+    gen_config c = config("gpt-7b", 4096, 1, 1, 1, 1);
+    ms_error err;
+    TAP_OK(gen_config_set(&c, "kernels", "runtime", &err) == MS_OK &&
+           gen_config_set(&c, "kernels", "cudnn", &err) != MS_OK,
+           "generator knob kernels: runtime accepted, an unknown name refused (%s)", err.msg);
+    trace_t *t = NULL;
+    TAP_OK(gen_trace(&c, mach, &t, &err) != MS_OK && strstr(err.msg, "rt.attn_fwd_eff"),
+           "kernels=runtime on a profile without rt.attn_*: refused (%s)", err.msg);
+    trace_free(t);
+    t = NULL;
+    double vend = 0, run = 0;
+    if (gen_trace(&c, &m, &t, &err) == MS_OK) {
+        for (size_t i = 0; i < trace_count(t); i++) {
+            const trace_rec *r = trace_get(t, i);
+            if (r->type == TR_OP && r->u.op.kind == TK_ATTN) run += r->u.op.dur_us;
+        }
+        trace_free(t);
+    }
+    c.roof.kernels = ROOF_KERNELS_VENDOR;
+    if (gen_trace(&c, &m, &t, &err) == MS_OK) {
+        for (size_t i = 0; i < trace_count(t); i++) {
+            const trace_rec *r = trace_get(t, i);
+            if (r->type == TR_OP && r->u.op.kind == TK_ATTN) vend += r->u.op.dur_us;
+        }
+        trace_free(t);
+    }
+    TAP_OK(run > 2.0 * vend && vend > 0,
+           "the trace's attention time with runtime kernels %.0f us, vendor %.0f us", run, vend);
+}
+
 static void test_speed(const machine_t *mach)
 {
     gen_config c = config("gpt-7b", 4096, 1, 1, 1, 1);
@@ -1062,6 +1114,7 @@ int main(void)
     test_megatron_flops(&m);
     test_megatron_knobs(&m);
     test_roofline(&m);
+    test_runtime_kernels(&m);
     test_speed(&m);
     return tap_done();
 }

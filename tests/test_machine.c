@@ -87,7 +87,8 @@ static void test_shipped(void)
                st ? err.msg : "ok");
         if (!p) continue;
         size_t unsourced = 0;
-        for (size_t k = 0; k < nf; k++) unsourced += p->sources[k] == NULL;
+        const machine_field *mf = machine_fields(&nf);
+        for (size_t k = 0; k < nf; k++) unsourced += mf[k].required && p->sources[k] == NULL;
         TAP_OK(unsourced == 0 && p->description, "%s: every field has a source note", shipped[i]);
         const char *a = tpath("a.machine"), *b = tpath("b.machine");
         machine_profile *q = NULL;

@@ -68,7 +68,7 @@ static const gen_ikey ikeys[] = {
 const char *gen_config_keys(void)
 {
     return "framework (generic|megatron), loss (auto|fused|megatron), dist_opt, grad_bytes, "
-           "opt_bytes_per_param, save_small, attn_bwd_factor, lora, lora_rank, lora_mlp, "
+           "opt_bytes_per_param, save_small, attn_bwd_factor, kernels (vendor|runtime), lora, lora_rank, lora_mlp, "
            "zero3, offload";
 }
 
@@ -91,6 +91,15 @@ ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_e
             return ms_fail(err, MS_ERR_INVALID, "generator knob %s: '%s' is not one of %s", key,
                            value, fwk ? "generic, megatron" : "auto, fused, megatron");
         *(fwk ? &c->framework : &c->loss) = i;
+        return MS_OK;
+    }
+    if (strcmp(key, "kernels") == 0) {
+        static const char *const kn[] = { "vendor", "runtime", NULL };
+        int i = name_index(kn, value);
+        if (i < 0)
+            return ms_fail(err, MS_ERR_INVALID, "generator knob kernels: '%s' is not one of "
+                           "vendor, runtime", value);
+        c->roof.kernels = i == 1 ? ROOF_KERNELS_RUNTIME : ROOF_KERNELS_VENDOR;
         return MS_OK;
     }
     if (strcmp(key, "attn_bwd_factor") == 0) {
@@ -516,6 +525,12 @@ static void emit_op(gctx *x, uint64_t oid, const opspec *o)
 static double kern_us(gctx *x, trace_opkind k, double flops, uint64_t bytes)
 {
     return x->m ? roof_kernel_us(x->m, &x->c->roof, k, flops, bytes) : -1.0;
+}
+
+/* An attention kernel over this rank's sequence (the kernels knob picks whose kernels). */
+static double attn_us(gctx *x, int backward, double flops, uint64_t bytes)
+{
+    return x->m ? roof_attn_us(x->m, &x->c->roof, flops, bytes, x->z.sl, backward) : -1.0;
 }
 
 /* Builds an opspec in one expression. */
@@ -1020,7 +1035,7 @@ static void attn_fwd(gctx *x, int l, lstate *s)
     o.flops = attn_fwd_flops(z);
     o.br = z->T * (z->hq + 2 * z->hkv) * z->D + (uint64_t)(z->cp - 1) * chunk;
     o.bw = z->T * z->hq * z->D;
-    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    o.dur_us = attn_us(x, 0, o.flops, o.br + o.bw);
     emit_op(x, oid, &o);
     if (ws) free_t(x, ws);
     if (z->cp > 1) {
@@ -1127,7 +1142,7 @@ static void mg_flash_fwd(gctx *x, int l, lstate *s)
     o.flops = attn_fwd_flops(z);
     o.br = z->T * (z->hq + 2 * z->hkv) * z->D;
     o.bw = QB + mg_lse_bytes(z);
-    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    o.dur_us = attn_us(x, 0, o.flops, o.br + o.bw);
     emit_op(x, oid, &o);
 }
 
@@ -1188,7 +1203,7 @@ static void mg_ring_fwd(gctx *x, int l, lstate *s, uint64_t kr, uint64_t vc)
     o.flops = attn_fwd_flops(z);
     o.br = QB + (uint64_t)cp * chunk + (uint64_t)(cp - 1) * KB;
     o.bw = (uint64_t)cp * (QB + L) + (uint64_t)(cp - 1) * KB + QB + 3 * L;
-    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    o.dur_us = attn_us(x, 0, o.flops, o.br + o.bw);
     emit_op(x, oid, &o);
     free_t(x, lse64);
     free_t(x, kvs);
@@ -1664,7 +1679,7 @@ static void attn_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t *dq, uint
     o.flops = x->c->attn_bwd_factor * attn_fwd_flops(z);
     o.br = z->T * (3 * z->hq + 2 * z->hkv) * z->D + 2 * wsb + (uint64_t)(z->cp - 1) * 2 * kv;
     o.bw = z->T * (z->hq + 2 * z->hkv) * z->D;
-    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    o.dur_us = attn_us(x, 1, o.flops, o.br + o.bw);
     emit_op(x, oid, &o);
     free_t(x, ws);
     if (z->cp > 1) {
@@ -1885,7 +1900,7 @@ static void mg_flash_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
     o.flops = x->c->attn_bwd_factor * attn_fwd_flops(z);
     o.br = 3 * QB + 2 * KB + L + 2 * (z->T * z->hq * F32 + L);
     o.bw = QB + 2 * KB;
-    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    o.dur_us = attn_us(x, 1, o.flops, o.br + o.bw);
     emit_op(x, oid, &o);
     free_t(x, ws);
     free_t(x, s->ao);
@@ -1930,7 +1945,7 @@ static void mg_ring_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
     o.flops = x->c->attn_bwd_factor * attn_fwd_flops(z);
     o.br = z->T * (3 * z->hq + 2 * z->hkv) * z->D + L + 2 * wsb + (uint64_t)(cp - 1) * 2 * chunk;
     o.bw = z->T * (z->hq + 2 * z->hkv) * z->D + (uint64_t)cp * (QB + chunk);
-    o.dur_us = kern_us(x, TK_ATTN, o.flops, o.br + o.bw);
+    o.dur_us = attn_us(x, 1, o.flops, o.br + o.bw);
     emit_op(x, oid_a, &o);
     free_t(x, ws);
     for (uint32_t k = 0; k < n; k++) free_t(x, st[k]);
@@ -2362,6 +2377,7 @@ static void meta(gctx *x, const machine_t *m)
         set_meta_u64(x, "host_grad_bytes", share * HOST_GRAD_BYTES);
     }
     set_meta_str(x, "machine", m && m->name[0] ? m->name : "none");
+    if (x->c->roof.kernels == ROOF_KERNELS_RUNTIME) set_meta_str(x, "kernels", "runtime");
     set_meta_str(x, "generator", GEN_VERSION);
 }
 
@@ -2370,6 +2386,11 @@ ms_status gen_trace(const gen_config *cin, const machine_t *m, trace_t **out, ms
     *out = NULL;
     ms_status st = gen_validate(cin, err);
     if (st) return st;
+    if (m && cin->roof.kernels == ROOF_KERNELS_RUNTIME &&
+        (m->rt_attn_fwd_eff <= 0 || m->rt_attn_bwd_eff <= 0))
+        return ms_fail(err, MS_ERR_INVALID, "generator knob kernels=runtime: profile %s has no "
+                       "rt.attn_fwd_eff / rt.attn_bwd_eff (run memsim probe on that GPU)",
+                       m->name);
     gen_config c = resolved(cin);
     gctx x;
     memset(&x, 0, sizeof x);

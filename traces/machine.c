@@ -29,8 +29,11 @@ enum {
     R_EFF,        /* an efficiency in (0, 1] */
     R_COUNT,      /* an integer >= 1 */
     R_TOKEN,      /* a string without blanks */
-    R_TEXT        /* a string; blanks allowed */
+    R_TEXT,       /* a string; blanks allowed */
+    R_OPT_EFF,    /* optional: 0 or absent = not measured, else an efficiency in (0, 1] */
+    R_OPT_NONNEG  /* optional: absent = 0 */
 };
+#define RULE_REQUIRED(r) ((r) != R_OPT_EFF && (r) != R_OPT_NONNEG)
 
 /* One list drives the public table and the rules, so they cannot drift apart.
  * X(key, type, field, rule, doc) */
@@ -113,9 +116,19 @@ enum {
       "NVLink transfer latency, microseconds")                                                 \
     X("node.net_Bps", MF_DBL, net_Bps, R_NONNEG,                                               \
       "inter-node network bandwidth per GPU, bytes/s (0: single node)")                        \
-    X("node.net_lat_us", MF_DBL, net_lat_us, R_NONNEG, "inter-node latency, microseconds")
+    X("node.net_lat_us", MF_DBL, net_lat_us, R_NONNEG, "inter-node latency, microseconds")    \
+    X("rt.attn_fwd_eff", MF_DBL, rt_attn_fwd_eff, R_OPT_EFF,                                   \
+      "memsim runtime's own attention forward kernel: fraction of the bf16 peak at long "      \
+      "sequences (memsim probe; used by the generator knob kernels=runtime)")                  \
+    X("rt.attn_fwd_half_seq", MF_DBL, rt_attn_fwd_half_seq, R_OPT_NONNEG,                     \
+      "sequence length (tokens) at which that kernel reaches half of rt.attn_fwd_eff")         \
+    X("rt.attn_bwd_eff", MF_DBL, rt_attn_bwd_eff, R_OPT_EFF,                                   \
+      "memsim runtime's attention backward kernel: fraction of the bf16 peak at long "         \
+      "sequences, its FLOPs counted as attn_bwd_factor x the forward's")                      \
+    X("rt.attn_bwd_half_seq", MF_DBL, rt_attn_bwd_half_seq, R_OPT_NONNEG,                     \
+      "sequence length (tokens) at which that kernel reaches half of rt.attn_bwd_eff")
 
-#define AS_FIELD(k, t, f, r, d) {k, t, offsetof(machine_t, f), 1, d},
+#define AS_FIELD(k, t, f, r, d) {k, t, offsetof(machine_t, f), RULE_REQUIRED(r), d},
 #define AS_RULE(k, t, f, r, d) r,
 
 static const machine_field fields[] = {MACHINE_FIELDS(AS_FIELD)};
@@ -236,6 +249,7 @@ static const char *set_field(machine_t *m, size_t i, const char *v)
         if (x < 0) return "a negative number";
         if (rules[i] == R_POS && x <= 0) return "zero (it must be > 0)";
         if (rules[i] == R_EFF && (x <= 0 || x > 1)) return "an efficiency outside (0,1]";
+        if (rules[i] == R_OPT_EFF && x > 1) return "an efficiency above 1";
         memcpy(dst, &x, sizeof x);
         return NULL;
     }
@@ -406,6 +420,15 @@ static size_t group_len(const char *key)
     return d ? (size_t)(d - key) : strlen(key);
 }
 
+/* An optional number left at 0: not measured, so not written. */
+static int optional_unset(const machine_t *m, size_t i)
+{
+    double x;
+    if (fields[i].type != MF_DBL) return 0;
+    memcpy(&x, (const char *)m + fields[i].offset, sizeof x);
+    return x == 0.0;
+}
+
 ms_status machine_write(const machine_profile *p, const char *path, ms_error *err)
 {
     /* Refuse what would not read back: the reader's rules apply to the writer too. */
@@ -435,6 +458,7 @@ ms_status machine_write(const machine_profile *p, const char *path, ms_error *er
         free(d);
     }
     for (size_t i = 0; i < NFIELDS; i++) {
+        if (!fields[i].required && !p->sources[i] && optional_unset(&p->m, i)) continue;
         /* a blank line between groups keeps the file readable; readers ignore it */
         if (i == 0 || group_len(fields[i].key) != group_len(fields[i - 1].key) ||
             strncmp(fields[i].key, fields[i - 1].key, group_len(fields[i].key)) != 0)
@@ -455,7 +479,8 @@ ms_status machine_write(const machine_profile *p, const char *path, ms_error *er
 void machine_write_key_table(FILE *f)
 {
     static const char *const tnames[] = {"string", "bytes", "integer", "number"};
-    static const char *const rnames[] = {">= 0", "> 0", "(0, 1]", ">= 1", "no blanks", "text"};
+    static const char *const rnames[] = {">= 0", "> 0", "(0, 1]", ">= 1", "no blanks", "text",
+                                         "optional: (0, 1]", "optional: >= 0"};
     fprintf(f, "| key | type | allowed | meaning and unit |\n|---|---|---|---|\n");
     for (size_t i = 0; i < NFIELDS; i++)
         fprintf(f, "| `%s` | %s | %s | %s |\n", fields[i].key, tnames[fields[i].type],

@@ -61,6 +61,13 @@ typedef struct machine {
     double nvlink_lat_us;
     double net_Bps;                  /* inter-node, per GPU */
     double net_lat_us;
+    /* memsim runtime's own kernels (optional; 0 = not measured): what `memsim probe` measured
+     * for runtime/kernels.cu, used by the generator knob kernels=runtime so that a trace
+     * predicts the runtime's real-kernel runs rather than FlashAttention-class kernels */
+    double rt_attn_fwd_eff;          /* fraction of bf16 peak at long sequences */
+    double rt_attn_fwd_half_seq;     /* tokens at which half of it is reached */
+    double rt_attn_bwd_eff;
+    double rt_attn_bwd_half_seq;
 } machine_t;
 
 typedef enum machine_ftype { MF_STR, MF_U64, MF_I64, MF_DBL } machine_ftype;

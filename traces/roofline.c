@@ -12,6 +12,7 @@ void roof_params_default(roof_params *p)
     /* Flash attention on short sequences (few tiles per SM) is likewise far from its peak. */
     p->attn_half_flops = 2.0 * 1024.0 * 1024.0 * 1024.0;
     p->vector_eff = 0.5;
+    p->kernels = ROOF_KERNELS_VENDOR;
 }
 
 static double ramp(double flops, double half)
@@ -52,6 +53,20 @@ double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kin
         break;
     }
     double t_compute = term_us(flops, rate);
+    double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
+    return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
+}
+
+double roof_attn_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,
+                    uint64_t seq_tokens, int backward)
+{
+    if (p->kernels != ROOF_KERNELS_RUNTIME) return roof_kernel_us(m, p, TK_ATTN, flops, bytes);
+    double e = backward ? m->rt_attn_bwd_eff : m->rt_attn_fwd_eff;
+    double half = backward ? m->rt_attn_bwd_half_seq : m->rt_attn_fwd_half_seq;
+    if (e <= 0.0) return -1.0;
+    double s = (double)seq_tokens;
+    double eff = half > 0.0 && s > 0.0 ? e * s / (s + half) : e;
+    double t_compute = term_us(flops, m->gpu_peak_bf16_flops * eff);
     double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
     return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
 }

@@ -20,7 +20,13 @@ typedef struct roof_params {
     /* Fraction of gpu_peak_fp32_flops that non-matrix ops (norms, activations, element-wise,
      * loss, optimizer) reach on their FLOPs; they are nearly always memory-bound. */
     double vector_eff;
+    /* Which attention kernels the times describe: ROOF_KERNELS_VENDOR (default: the
+     * profile's gpu.attn_eff, FlashAttention-class kernels) or ROOF_KERNELS_RUNTIME (memsim's
+     * own kernels, runtime/kernels.cu, as `memsim probe` measured them: rt.attn_*). */
+    int kernels;
 } roof_params;
+
+enum { ROOF_KERNELS_VENDOR = 0, ROOF_KERNELS_RUNTIME = 1 };
 
 void roof_params_default(roof_params *p);
 
@@ -33,6 +39,14 @@ double roof_gemm_eff(const machine_t *m, const roof_params *p, double flops);
  * drops that term. TK_COMM is not a kernel of this kind: use roof_coll_us. */
 double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kind, double flops,
                       uint64_t bytes);
+
+/* Duration of one attention kernel (forward, or backward when `backward`) over sequences of
+ * `seq_tokens` keys. Vendor kernels: roof_kernel_us(TK_ATTN). Runtime kernels: efficiency
+ * rt.attn_{fwd,bwd}_eff * S / (S + rt.attn_{fwd,bwd}_half_seq) of the bf16 peak, the shape
+ * memsim probe fits (per-row and diagonal-tile overheads shrink relative to S). Returns -1
+ * when runtime kernels are asked for and the profile has no rt.attn_* measurement. */
+double roof_attn_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,
+                    uint64_t seq_tokens, int backward);
 
 typedef enum roof_coll {
     ROOF_ALL_GATHER = 0,   /* bytes = the gathered (full) buffer */

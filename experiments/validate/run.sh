@@ -41,7 +41,10 @@ AWK=$here/compare.awk
 # The workload every case shares, and how the runtime issues it: at most 8 compute actions
 # ahead of the GPU (what the simulator's stream-time frees model; docs/RUNTIME.md), the
 # allocator capped at the profile's usable bytes (the simulator's device capacity).
-DIMS=24,2048,16,8192,50257
+# Vocabulary 50304: GPT-2's 50257 padded to a multiple of 128, as Megatron-LM and nanoGPT do
+# (at 50257 the logits' rows are 2-byte aligned and cuBLAS takes kernels 5-8x slower: measured
+# on an H200, docs/VALIDATION.md).
+DIMS=24,2048,16,8192,50304
 ITERS=3
 MAX_AHEAD=8
 
@@ -118,7 +121,9 @@ cmd_prepare() {
         cases | while read -r id pol seq alloc plan role math; do
             local tf=$here/traces/$m/real-$seq.trace.gz
             if [ "$math" = real ] && [ ! -f "$tf" ]; then
-                "$gt" --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" -o "$tf"
+                # the op times of memsim's own kernels, as memsim probe measured them
+                "$gt" --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" \
+                    --gen kernels=runtime -o "$tf"
                 echo "traces/$m/real-$seq.trace.gz"
             fi
             [ "$plan" = file ] || continue
