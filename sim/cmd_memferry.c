@@ -281,17 +281,35 @@ static const char CSV_HEAD[] =
     "peak_reserved_gib,compute_ms,h2d_busy_ms,d2h_busy_ms,host_busy_ms,stall_ms,"
     "grad_on_gpu,modes\n";
 
+/* GO-MemFerry with its host Adam after the whole backward (lowering knob update=after_bwd)
+ * instead of pipelined per unit. The paper does not say how GO-MemFerry schedules the update;
+ * it explains GO-MemFerry's V100 slowdown by the DHA gradient writes (§V-C), which can only
+ * lengthen the iteration when the update waits for them. Reported next to the default. */
+static ms_status go_after_bwd(mf_ctx *c, const char *model, uint64_t seq, uint64_t batch,
+                              const machine_t *m, mf_run *o, ms_error *err)
+{
+    model_t md;
+    trace_t *t;
+    ms_status st = model_lookup(model, &md, err);
+    if (st || (st = make_trace(&md, seq, batch, m, &t, err))) return st;
+    st = run_method(c, t, m, M_GO, "update", "after_bwd", NULL, o, err);
+    trace_free(t);
+    if (!st) snprintf(o->r.policy, sizeof o->r.policy, "GO-MemFerry/after_bwd");
+    return st;
+}
+
 /* ---- Figure 9 (iteration time) and Figure 12 (peak memory) ---- */
 
 static ms_status fig9(mf_ctx *c, ms_error *err)
 {
     machine_t m = c->ma->m;
     m.host_adam_params_per_s = c->adam_single;
-    mf_run R[4][MF_NMETH];
+    mf_run R[4][MF_NMETH], GA[4];
     ms_status st = MS_OK;
     for (int w = 0; w < 4 && !st; w++) {
         progress(c, "memferry: Fig. 9, %s%s\n", FIG9[w].model, "");
         st = run_all(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, "fig9", R[w], err);
+        if (!st) st = go_after_bwd(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, &GA[w], err);
     }
     if (st) return st;
     FILE *f = open_out(c, "fig9.csv", err), *d = f ? open_out(c, "fig9.dat", err) : NULL;
@@ -306,6 +324,7 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     fprintf(g, "# model DeepSpeed Native-Offload MemFerry GO-MemFerry (peak allocated, GiB)\n");
     double lo[2] = { INFINITY, INFINITY }, hi[2] = { -INFINITY, -INFINITY }, mx = -INFINITY;
     double sum = 0, n = 0, order = 0, morder = 0, mfs = 0, nfs = 0, gom = 0, mfm = 0, gm = 0;
+    double ga_slow = 0, ga_vs_ds = 0;
     for (int w = 0; w < 4; w++) {
         fprintf(d, "%s", FIG9[w].model);
         fprintf(g, "%s", FIG9[w].model);
@@ -333,6 +352,10 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
             if (k != M_MF && ms(&R[w][k]) <= ms(&R[w][M_MF])) fast = 0;
         }
         order += slow && fast;
+        csv_run(f, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &GA[w],
+                ok(&GA[w]) && ok(&R[w][M_DS]) ? ms(&R[w][M_DS]) / ms(&GA[w]) : NAN);
+        ga_slow += ok(&GA[w]) && ms(&GA[w]) < ms(&R[w][M_DS]);
+        ga_vs_ds += (ms(&GA[w]) / ms(&R[w][M_DS]) - 1) * 100;
         uint64_t ds = R[w][M_DS].r.peak_allocated_bytes, mf = R[w][M_MF].r.peak_allocated_bytes;
         morder += R[w][M_GO].r.peak_allocated_bytes <= mf && mf <= ds;
         if (FIG9[w].small) {
@@ -354,6 +377,8 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     metric(c, "fig9.all.max", hi[0] > hi[1] ? hi[0] : hi[1], NULL);
     metric(c, "fig9.max_ds", (mx - 1) * 100, NULL);
     metric(c, "fig9.mean_ds", sum / n, NULL);
+    metric(c, "fig9.order_go_after_bwd", ga_slow / 4, NULL);
+    metric(c, "fig9.go_after_bwd_vs_ds", ga_vs_ds / 4, NULL);
     metric(c, "fig12.order", morder / 4, NULL);
     metric(c, "fig12.mf_small", nfs ? mfs / nfs : NAN, NULL);
     metric(c, "fig12.go_vs_mf", gom / 4, NULL);
@@ -404,7 +429,7 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
 {
     machine_t m = c->ma->m;
     m.host_adam_params_per_s = c->adam_single;
-    double T[4][MF_NRES], F[4][MF_NRES];
+    double T[4][MF_NRES], F[4][MF_NRES], gspread = 0;
     ms_status st = MS_OK;
     for (int w = 0; w < 4 && !st; w++) {
         progress(c, "memferry: Fig. 10(b), %s%s\n", FIG9[w].model, "");
@@ -413,6 +438,22 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
         if ((st = model_lookup(FIG9[w].model, &md, err)) ||
             (st = make_trace(&md, FIG9[w].seq, FIG9[w].batch, &m, &t, err)))
             break;
+        /* Why the curve is straight or curved: the dynamic program keeps first the units
+         * with the most backward time saved per gradient byte (T_GBP - T_CBP over bytes); a
+         * convex curve needs units that differ in it. */
+        dha_model *dm;
+        if (!st && (st = dha_model_new(t, &m, &dm, err)) == MS_OK) {
+            double lo = INFINITY, hi = 0;
+            for (size_t i = 0; i < dha_model_units(dm); i++) {
+                const dha_unit *u = dha_model_unit(dm, i);
+                if (!u->grad_bytes || !(u->t_gw_acc_us > 0)) continue; /* never written */
+                double g = u->t_gw_acc_us / ((double)u->grad_bytes / 1048576.0);
+                if (g < lo) lo = g;
+                if (g > hi) hi = g;
+            }
+            gspread += lo > 0 ? hi / lo : NAN;
+            dha_model_free(dm);
+        }
         for (int i = 0; i < MF_NRES && !st; i++) {
             char v[16];
             snprintf(v, sizeof v, "%.1f", i / 10.0);
@@ -456,6 +497,7 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
     metric(c, "fig10b.decreasing", dec / 4.0, NULL);
     metric(c, "fig10b.convex", cvx / 4.0, NULL);
     metric(c, "fig10b.span", span / 4, NULL);
+    metric(c, "fig10b.gain_spread", gspread / 4, NULL);
     if ((st = close_out(f, c, "fig10b.csv", err))) {
         fclose(d);
         return st;
@@ -551,7 +593,7 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
     FILE *g = st ? NULL : open_out(c, "fig11_sizes.csv", err);
     if (!st && !g) st = MS_ERR_IO;
     if (!st) fputs(CSV_HEAD, g);
-    double sp = 0, sl = 0, n = 0, order = 0;
+    double sp = 0, sl = 0, n = 0, order = 0, ga_order = 0, ga_sl = 0;
     for (int s = 0; s < 5 && !st; s++) {
         progress(c, "memferry: Fig. 11, %s%s\n", TXL[s], "");
         mf_run R[MF_NMETH];
@@ -562,7 +604,20 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
                                                                        : NAN);
             all &= ok(&R[k]);
         }
-        if (st || !all) continue;
+        mf_run ga;
+        if (!st) st = go_after_bwd(c, TXL[s], 0, 1, m, &ga, err);
+        if (!st)
+            csv_run(g, TXL[s], 0, 1, &ga,
+                    ok(&ga) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&ga) : NAN);
+        if (st || !all || !ok(&ga)) continue;
+        int ga_fast = 1, ga_slow = 1;
+        for (int k = 0; k < MF_NMETH; k++) {
+            if (k != M_MF && k != M_GO && ms(&R[k]) <= ms(&R[M_MF])) ga_fast = 0;
+            if (k != M_GO && ms(&R[k]) >= ms(&ga)) ga_slow = 0;
+        }
+        ga_fast &= ms(&ga) > ms(&R[M_MF]);
+        ga_order += ga_fast && ga_slow;
+        ga_sl += (ms(&ga) / ms(&R[M_DS]) - 1) * 100;
         sp += ms(&R[M_DS]) / ms(&R[M_MF]);
         sl += (ms(&R[M_GO]) / ms(&R[M_DS]) - 1) * 100;
         int fast = 1, slow = 1;
@@ -577,6 +632,8 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
         metric(c, "fig11.mf_speedup", sp / n, NULL);
         metric(c, "fig11.go_vs_ds", sl / n, NULL);
         metric(c, "fig11.order", order / n, NULL);
+        metric(c, "fig11.order_go_after_bwd", ga_order / n, NULL);
+        metric(c, "fig11.go_after_bwd_vs_ds", ga_sl / n, NULL);
     }
     ms_status cs = g ? close_out(g, c, "fig11_sizes.csv", err) : MS_OK;
     ms_status c1 = close_out(f, c, "fig11.csv", err), c2 = close_out(d, c, "fig11.dat", err);

@@ -528,6 +528,69 @@ static void test_bad_input(void)
     trace_free(t);
 }
 
+/* The machine's DHA link weight reaches the executor (sim/exec.c starts DHA flows with
+ * link_start_dha). Hand case on a 50 GB/s link, DHA reads at most 40 GB/s: a DHA kernel of
+ * 100 us compute reading 4 MB beside a 10 MB H2D copy. Fair (weight 1): 25 + 25 GB/s, the
+ * kernel takes 4 MB / 25 GB/s = 160 us. Weight 4: the kernel's share 4/5 x 50 = 40 GB/s (its
+ * cap), 100 us, the copy 10 GB/s meanwhile. Either way the copy ends at 14 MB / 50 GB/s =
+ * 280 us. */
+static void dha_act(schedule_t *s, sched_kind k, sched_stream st, uint64_t t, uint64_t b,
+                    double dur_us, uint64_t rd)
+{
+    sched_action a;
+    memset(&a, 0, sizeof a);
+    a.kind = k;
+    a.stream = st;
+    a.op = -1;
+    a.layer = -1;
+    a.tensor = t;
+    a.bytes = b;
+    a.dha_eff = 1;
+    a.dur_us = dur_us;
+    a.host_read_bytes = rd;
+    sched_add(s, &a);
+}
+
+static double dha_weight_run(double w, double *iter_us)
+{
+    machine_t m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "weightbox");
+    m.gpu_hbm_bytes = UINT64_C(80) << 30;
+    m.gpu_peak_bf16_flops = 1e15;
+    m.link_h2d_Bps = m.link_d2h_Bps = 50e9;
+    m.link_duplex_Bps = 100e9;
+    m.dha_read_Bps = m.dha_write_Bps = 40e9;
+    m.dha_link_weight = w;
+    m.host_mem_bytes = UINT64_C(1) << 40;
+    m.node_gpus = 1;
+    m.vmm_granularity_bytes = 2 << 20;
+    schedule_t *s = sched_new();
+    dha_act(s, SA_ALLOC, SS_COMPUTE, 1, 10000000, 0, 0);
+    dha_act(s, SA_HOST_ALLOC, SS_H2D, 1, 10000000, 0, 0);
+    dha_act(s, SA_COPY_H2D, SS_H2D, 1, 10000000, 0, 0);
+    dha_act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 100, 4000000);
+    sim_opts o;
+    sim_opts_default(&o);
+    sim_result r;
+    ms_error err;
+    res_init(&r);
+    ms_status st = sim_execute(s, &m, &o, &r, &err);
+    sched_free(s);
+    *iter_us = st ? NAN : r.iter_time_s * 1e6;
+    return st ? NAN : r.compute_busy_s * 1e6;
+}
+
+static void test_dha_weight_exec(void)
+{
+    double it1, it4;
+    double k1 = dha_weight_run(1, &it1), k4 = dha_weight_run(4, &it4);
+    TAP_OK(fabs(k1 - 160) < 0.01 && fabs(it1 - 280) < 0.01,
+           "exec, DHA weight 1: kernel %.2f us (hand 160), copy ends %.2f us (280)", k1, it1);
+    TAP_OK(fabs(k4 - 100) < 0.01 && fabs(it4 - 280) < 0.01,
+           "exec, DHA weight 4: kernel %.2f us (hand 100), copy ends %.2f us (280)", k4, it4);
+}
+
 int main(void)
 {
     ms_error err;
@@ -545,6 +608,7 @@ int main(void)
     test_lowering();
     test_policies();
     test_bad_input();
+    test_dha_weight_exec();
     machine_profile_free(mach);
     return tap_done();
 }
