@@ -7,7 +7,8 @@
  * is added in backward, and host Adam follows each chunk's gradient offload. The memory model
  * is the operator walk of the trace's activations (every alloc and free between and inside
  * ops: ProTrain's intra- and inter-operator deltas) minus what the block roles drop, plus the
- * static chunk memory. Formulas: docs/PROTRAIN.md. */
+ * static chunk memory. The search bounds memory and time from tables built once per search
+ * and evaluates rows by increasing time bound. Formulas: docs/PROTRAIN.md. */
 #define _POSIX_C_SOURCE 200809L
 #include "planners/cost_protrain.h"
 

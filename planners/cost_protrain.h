@@ -10,8 +10,9 @@
  * host Adam behind it, recomputation added in backward), and the peak GPU memory (model
  * states: persistent chunks, their optimizer shards, chunk buffers; plus the activation walk
  * under the block roles). The search enumerates the four parameters in order of increasing
- * memory, drops what does not fit, and keeps the fastest. Used by the protrain and offload
- * baseline policies, `memsim protrain` and tests. */
+ * memory, drops what does not fit, skips what a time lower bound puts beyond the fastest
+ * found (branch and bound: the pick stays the exhaustive one), and keeps the fastest. Used by
+ * the protrain and offload baseline policies, `memsim protrain` and tests. */
 #ifndef MEMSIM_COST_PROTRAIN_H
 #define MEMSIM_COST_PROTRAIN_H
 
