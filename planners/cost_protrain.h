@@ -10,8 +10,9 @@
  * host Adam behind it, recomputation added in backward), and the peak GPU memory (model
  * states: persistent chunks, their optimizer shards, chunk buffers; plus the activation walk
  * under the block roles). The search enumerates the four parameters in order of increasing
- * memory, drops what does not fit, and keeps the fastest. Used by the protrain and offload
- * baseline policies, `memsim protrain` and tests. */
+ * memory, drops what does not fit, skips what a time lower bound puts beyond the fastest
+ * found (branch and bound: the pick stays the exhaustive one), and keeps the fastest. Used by
+ * the protrain and offload baseline policies, `memsim protrain` and tests. */
 #ifndef MEMSIM_COST_PROTRAIN_H
 #define MEMSIM_COST_PROTRAIN_H
 
@@ -53,6 +54,12 @@ ms_status ptc_estimate_config(ptc_model *M, const ptc_config *c, ptc_estimate *e
 /* The memory model alone, with swaps taken as instantaneous (a lower bound used to prune). */
 uint64_t ptc_peak_lower_bound(const ptc_model *M, const ptc_config *c);
 
+/* A time no estimate of c can beat, seconds: the compute stream's work (steps, recompute,
+ * GPU Adam), the host Adam behind the forward, and each copy queue's bytes at its full
+ * rate. The search skips what this bound puts beyond the fastest time found plus the tie
+ * band. 0 for parameters out of range. */
+double ptc_time_lower_bound(const ptc_model *M, const ptc_config *c);
+
 /* Swapping interval: blocks of forward compute needed to hide one block's swap-out, and the
  * largest n_swap the search tries (ceil(N_block / N_interval), capped by max_swap). */
 int ptc_swap_interval(const ptc_model *M);
@@ -66,6 +73,8 @@ typedef struct ptc_search_opts {
     double tie_tol;            /* configurations within this fraction of the fastest count as
                                   ties, broken toward less link traffic (default 0.03) */
     int keep_all;              /* 1: r->all lists every configuration evaluated */
+    int no_bound;              /* 1: no time bound (evaluate every configuration whose memory
+                                  fits; the same pick, more evaluations: for checking) */
 } ptc_search_opts;
 
 void ptc_search_opts_default(ptc_search_opts *o);

@@ -53,8 +53,11 @@ ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine
         st = pol_knob_bytes(o, "host_bytes", pt_host_share(t, m), &so->host_capacity_bytes, err);
     if (!st) st = pol_knob_double(o, "max_swap", so->max_swap, &ms, err);
     if (!st) st = pol_knob_double(o, "tie_tol", so->tie_tol, &so->tie_tol, err);
+    double bound = 1;
+    if (!st) st = pol_knob_double(o, "search_bound", 1, &bound, err);
     if (st) return st;
     so->max_swap = (int)ms;
+    so->no_bound = bound == 0;
     if (so->mem_margin < 0 || so->mem_margin >= 1)
         return ms_fail(err, MS_ERR_INVALID, "knob mem_margin=%g is not in [0,1)", so->mem_margin);
     return MS_OK;

@@ -2,7 +2,8 @@
  * pieces of the chunk layout they rest on (planners/lower_chunks.c): the chunk-size search
  * and the interleaved block layout on hand-made inputs, the runtime model against
  * hand-computed cases (all persistent; all gathered, forward only), the static memory, the
- * host-Adam bound, the search against a brute force over the whole space, and bad input
+ * host-Adam bound, the search against a brute force over the whole space, its time bound
+ * against every estimate and the bounded search against the unbounded one, and bad input
  * (chunk smaller than a parameter, nothing fits on the device or the host). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -275,6 +276,106 @@ static void test_search_brute(void)
     machine_profile_free(mp);
 }
 
+/* The time bound against every estimate, and the bounded search against the unbounded one
+ * and a brute force with the same tie rule, on small cases: one GPU, and two GPUs whose
+ * collectives go over the link (with the persistent chunks sharded or whole). */
+static int prefer(const ptc_config *a, const ptc_config *b)
+{
+    if (a->n_persist != b->n_persist) return a->n_persist > b->n_persist;
+    if (a->n_ckpt != b->n_ckpt) return a->n_ckpt < b->n_ckpt;
+    if (a->n_swap != b->n_swap) return a->n_swap < b->n_swap;
+    return a->n_buffer < b->n_buffer;
+}
+
+static void bound_case(const char *name, int layers, uint64_t batch, int dp, int shard,
+                       uint64_t hbm, double tie)
+{
+    machine_profile *mp = small_machine(5e7);
+    mp->m.gpu_hbm_bytes = hbm;
+    mp->m.node_gpus = dp;
+    trace_t *t = tiny_trace(&mp->m, layers, batch, dp);
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 2 * MiB;
+    k.persist_shard = shard;
+    ptc_model *M = NULL;
+    ms_error err;
+    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
+        TAP_OK(0, "%s: model: %s", name, err.msg);
+        trace_free(t);
+        machine_profile_free(mp);
+        return;
+    }
+    const lc_layout *L = ptc_layout(M);
+    ptc_search_opts so;
+    ptc_search_opts_default(&so);
+    so.tie_tol = tie;
+    so.max_swap = -1;
+    so.keep_all = 1;
+    ptc_search_result rb, rx;
+    int ok = ptc_search(M, &so, &rb, &err) == MS_OK;
+    so.no_bound = 1;
+    ok = ok && ptc_search(M, &so, &rx, &err) == MS_OK;
+    int N = (int)L->n_chunks, B = L->n_blocks, nint = ptc_swap_interval(M);
+    int maxsw = (B + nint - 1) / nint;
+    size_t n = 0, below = 0, feasible = 0;
+    double best = INFINITY;
+    for (int pass = 0; pass < 2; pass++) {
+        ptc_config pick = {-1, 0, 0, 0};
+        for (int np = 0; np <= N; np++)
+            for (int nb = np == N ? 0 : 1; nb <= N - np; nb++)
+                for (int sw = 0; sw <= maxsw; sw++)
+                    for (int ck = 0; ck + sw <= B; ck++) {
+                        ptc_config c = {np, nb, sw, ck};
+                        ptc_estimate e;
+                        if (ptc_estimate_config(M, &c, &e, &err) || !e.valid) continue;
+                        if (pass == 0) {
+                            n++;
+                            below += e.t_iter_s < ptc_time_lower_bound(M, &c) * (1 - 1e-9);
+                        }
+                        if (e.peak_bytes > rx.capacity_bytes) continue;
+                        /* the search takes, per (np, nb, sw), the fewest checkpoints that fit */
+                        ptc_config f = c;
+                        int fewer = 0;
+                        for (f.n_ckpt = 0; f.n_ckpt < ck && !fewer; f.n_ckpt++) {
+                            ptc_estimate g;
+                            fewer = !ptc_estimate_config(M, &f, &g, &err) && g.valid &&
+                                    g.peak_bytes <= rx.capacity_bytes;
+                        }
+                        if (fewer) continue;
+                        if (pass == 0) {
+                            feasible++;
+                            if (e.t_iter_s < best) best = e.t_iter_s;
+                        } else if (e.t_iter_s <= best * (1 + tie) &&
+                                   (pick.n_persist < 0 || prefer(&c, &pick)))
+                            pick = c;
+                    }
+        if (pass == 1)
+            TAP_OK(ok && rb.found && feasible &&
+                       !memcmp(&rb.best, &pick, sizeof pick) &&
+                       !memcmp(&rx.best, &pick, sizeof pick),
+                   "%s: bounded, unbounded and brute-force picks agree (%d %d %d %d; %zu "
+                   "evaluated with the time bound, %zu without)", name, pick.n_persist,
+                   pick.n_buffer, pick.n_swap, pick.n_ckpt, rb.evaluated, rx.evaluated);
+    }
+    TAP_OK(n > 0 && below == 0, "%s: no estimate below the time bound (%zu configurations)",
+           name, n);
+    ptc_search_result_clear(&rb);
+    ptc_search_result_clear(&rx);
+    ptc_model_free(M);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+static void test_search_bound(void)
+{
+    /* capacities where the pick mixes buffers, checkpoints and swaps */
+    bound_case("1 GPU, 32 MiB", 4, 4, 1, 1, UINT64_C(32) << 20, 0);
+    bound_case("1 GPU, 40 MiB, 3 % ties", 4, 4, 1, 1, UINT64_C(40) << 20, 0.03);
+    bound_case("2 GPUs over the link, sharded, 24 MiB", 4, 4, 2, 1, UINT64_C(24) << 20, 0.03);
+    bound_case("2 GPUs over the link, whole, 40 MiB", 6, 2, 2, 0, UINT64_C(40) << 20, 0);
+}
+
 static void test_bad_chunk(void)
 {
     machine_profile *mp = small_machine(1e9);
@@ -337,6 +438,7 @@ int main(void)
     test_runtime_hand();
     test_host_adam_bound();
     test_search_brute();
+    test_search_bound();
     test_bad_chunk();
     test_real_search_speed();
     return tap_done();

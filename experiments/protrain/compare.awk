@@ -110,7 +110,7 @@ END {
     printf "  all: %d configurations, %d ran (the rest ran out of memory), time error max %.2f%% (%d over 4%%), peak error max %.2f%% (%d over 4%%); paper: within %s%%\n",
         tot, totok, maxt, o4t, maxm, o4m, claim["fig6_max_error"]
     if (st_n)
-        printf "  search time (profile + search, this build box): mean %.3f s, max %.3f s over %d searches; paper: %s s\n",
+        printf "  search time (ptc_search alone, this build box): mean %.3f s, max %.3f s over %d searches; paper: %s s\n",
             st_sum / st_n, st_max, st_n, claim["search_time"]
     # ---------------- Table 2
     print "\nTable 2: largest trainable GPT-2 (billions of parameters; paper / memsim)"
