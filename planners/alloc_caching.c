@@ -24,8 +24,11 @@
  *  - allocated blocks are found by address in a u64map (PyTorch's allocated_blocks).
  *
  * Deviations from PyTorch (each one a modelling choice):
- *  - No CUDA events / recordStream: a freed block is free at once, so "active" equals
- *    "allocated" (PyTorch counts blocks awaiting their end-of-life events as active).
+ *  - No CUDA events / recordStream inside the allocator: a freed block is free at once, so
+ *    "active" equals "allocated" (PyTorch counts blocks awaiting their end-of-life events as
+ *    active). A caller that models the events holds such frees back itself and registers an
+ *    events hook (alloc_caching_set_events_hook) that release_cached calls after its
+ *    synchronize, where PyTorch's synchronize_and_free_events returns those blocks.
  *  - No expandable segments (that is alloc_expandable.c), no CUDA-graph private pools,
  *    no mempools, no IPC, no set_per_process_memory_fraction: the backend's capacity is the
  *    only limit, so garbage_collection_threshold (active only with a fraction) is not
@@ -83,6 +86,8 @@ typedef struct caching {
     unsigned divisions;
     uint32_t *scratch;       /* release_blocks / check work list */
     size_t cap_scratch;
+    alloc_caching_events_fn ev_fn; /* the caller's deferred frees, returned at release_cached */
+    void *ev_ctx;
 } caching;
 
 /* ---------------------------------------------------------------- rounding */
@@ -406,14 +411,16 @@ static ms_status release_pool(alloc_t *a, cpool *p)
     return MS_OK;
 }
 
-/* release_cached_blocks (= empty_cache): synchronize, then free whole cached segments of
- * the large pool and then the small pool. */
+/* release_cached_blocks (= empty_cache): synchronize, return the blocks waiting for events
+ * (the caller's hook: every event is complete after the synchronize), then free whole cached
+ * segments of the large pool and then the small pool. */
 static ms_status release_cached(alloc_t *a)
 {
     caching *c = impl(a);
     ms_status st = a->be.ops->synchronize(a->be.ctx);
     if (st != MS_OK) return st;
     a->stats.num_syncs++;
+    if (c->ev_fn) c->ev_fn(c->ev_ctx);
     st = release_pool(a, &c->large);
     if (st == MS_OK) st = release_pool(a, &c->small);
     return st;
@@ -557,6 +564,13 @@ static ms_status caching_release(alloc_t *a, uint64_t addr)
 }
 
 static ms_status caching_empty_cache(alloc_t *a) { return release_cached(a); }
+
+void alloc_caching_set_events_hook(alloc_t *a, alloc_caching_events_fn fn, void *ctx)
+{
+    if (!a || a->vt != &alloc_caching_vt || !a->impl) return;
+    impl(a)->ev_fn = fn;
+    impl(a)->ev_ctx = ctx;
+}
 
 static ms_status caching_create(alloc_t *a)
 {

@@ -30,4 +30,13 @@ uint64_t alloc_caching_round_size(uint64_t bytes, unsigned roundup_power2_divisi
 /* PyTorch's get_allocation_size: the cudaMalloc size for a rounded request. */
 uint64_t alloc_caching_segment_bytes(uint64_t rounded_bytes);
 
+/* PyTorch's synchronize_and_free_events: release_cached_blocks (the retry path of malloc and
+ * empty_cache) synchronizes the device and then returns every block whose free was waiting
+ * for stream events (recordStream) to its pool, before it frees the cached segments. This
+ * model keeps no events itself: a caller that holds such frees back (sim/exec.c's deferred
+ * frees) registers fn, which the allocator calls right after that synchronize; fn gives the
+ * blocks back with alloc_release. NULL fn: none. A no-op on other allocators. */
+typedef void (*alloc_caching_events_fn)(void *ctx);
+void alloc_caching_set_events_hook(alloc_t *a, alloc_caching_events_fn fn, void *ctx);
+
 #endif

@@ -119,6 +119,9 @@ typedef struct lw {
     /* ".ovl" collectives waiting for their attention kernel */
     double ovl_us;
     int ovl_pending;
+    /* framework streams (plan knobs record_stream, stream_pools) */
+    int rec_stream, pools;
+    u64map *comm_use;        /* trace ids a collective used since their last FREE */
 } lw;
 
 /* ---- small helpers ---- */
@@ -164,9 +167,47 @@ static sched_action act(const lw *w, sched_kind k, sched_stream s)
     return a;
 }
 
+static lw_tensor *find_tensor(lw *w, uint64_t id);
+
+/* The trace tensor a schedule id stands for (an incarnation's trace id); UINT64_MAX for a
+ * rounding-buffer block. */
+static uint64_t trace_id_of(uint64_t sid)
+{
+    uint64_t tid = sid;
+    if (lower_id_synthetic(sid, &tid)) return tid;
+    return sid;
+}
+
+/* Framework streams on the allocator calls (plan knobs record_stream and stream_pools): an
+ * ALLOC of a tensor the trace allocates on a side stream (TE's cp stream) takes that stream's
+ * pool, and the FREE of a block a collective used since its allocation is marked side_use
+ * (c10d's ProcessGroupNCCL calls recordStream(ncclStream) on a collective's inputs and
+ * outputs unless TORCH_NCCL_AVOID_RECORD_STREAMS=1). */
 static ms_status put(lw *w, const sched_action *a)
 {
-    return sched_add(w->s, a) == MS_OK ? MS_OK : nomem(w);
+    sched_action c = *a;
+    if ((w->rec_stream || w->pools) && (c.kind == SA_ALLOC || c.kind == SA_FREE)) {
+        uint64_t tid = trace_id_of(c.tensor);
+        lw_tensor *x = tid == UINT64_MAX ? NULL : find_tensor(w, tid);
+        if (c.kind == SA_ALLOC && w->pools && x && x->meta->stream > 0)
+            c.pool = x->meta->stream;
+        if (c.kind == SA_FREE && w->rec_stream && tid != UINT64_MAX &&
+            u64map_del(w->comm_use, tid, NULL))
+            c.side_use = 1;
+    }
+    return sched_add(w->s, &c) == MS_OK ? MS_OK : nomem(w);
+}
+
+/* With record_stream: the tensors a collective reads and writes wait, when freed, for the
+ * work issued before the free (see put). */
+static ms_status note_comm(lw *w, const trace_op *op)
+{
+    if (!w->rec_stream || op->kind != TK_COMM) return MS_OK;
+    for (uint32_t k = 0; k < op->n_in; k++)
+        if (u64map_put(w->comm_use, op->in[k], 1)) return nomem(w);
+    for (uint32_t k = 0; k < op->n_out; k++)
+        if (u64map_put(w->comm_use, op->out[k], 1)) return nomem(w);
+    return MS_OK;
 }
 
 static ms_status put_tensor(lw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
@@ -354,7 +395,10 @@ static ms_status read_knobs(lw *w)
     int ov = 1;
     if (st == MS_OK) st = knob_flag(w, "overlap_comm", 1, &ov);
     w->overlap = w->o.overlap_ovl && ov;
+    if (st == MS_OK) st = knob_flag(w, "record_stream", 0, &w->rec_stream);
+    if (st == MS_OK) st = knob_flag(w, "stream_pools", 0, &w->pools);
     if (st != MS_OK) return st;
+    if (w->rec_stream && !(w->comm_use = u64map_new(256))) return nomem(w);
     const char *tw = w->p ? plan_get_knob(w->p, "tokenwise") : NULL;
     w->chain = w->rb;
     if (tw && !strcmp(tw, "chain")) w->chain = 1;
@@ -866,6 +910,7 @@ static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
     const trace_op *op = &trace_get(w->t, i)->u.op;
     double us;
     ms_status st = op_us(w, op, &us);
+    if (st == MS_OK) st = note_comm(w, op);
     if (st != MS_OK) return st;
     us *= r->frac;
     if (ovl_merges(w, i, r->e, r->op_needed, r->b)) {
@@ -1266,6 +1311,7 @@ static ms_status do_op(lw *w, const trace_op *op)
     for (uint32_t k = 0; st == MS_OK && k < op->n_out; k++) st = op_uses(w, op, op->out[k]);
     double us = 0;
     if (st == MS_OK) st = op_us(w, op, &us);
+    if (st == MS_OK) st = note_comm(w, op);
     if (st != MS_OK) return st;
     if (ovl_merges(w, w->rec, trace_count(w->t), NULL, 0)) {
         if (us > w->ovl_us) w->ovl_us = us;
@@ -1382,6 +1428,7 @@ static void lw_free(lw *w)
     free(w->groups);
     u64map_free(w->rb_rec);
     u64map_free(w->rb_key);
+    u64map_free(w->comm_use);
 }
 
 ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,

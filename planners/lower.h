@@ -87,7 +87,17 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
  *                      forward op of the layer that the partially swapped tensors depend on
  *                      (MEMO §4.1); tokenwise=producer runs only each tensor's producer.
  *                      Default: chain with rounding buffers, producer otherwise.
- *  overlap_comm=0      turns the ".ovl" merge off (see lower_opts.overlap_ovl). */
+ *  overlap_comm=0      turns the ".ovl" merge off (see lower_opts.overlap_ovl).
+ *  record_stream=1     the FREE of a block that a collective (op kind comm) read or wrote
+ *                      since its allocation is marked side_use: c10d's NCCL process group
+ *                      records its stream on a collective's tensors (recordStream), so with
+ *                      the host issue model the block goes back only when the GPU has run
+ *                      what was issued before the free (docs/ALLOCATORS.md, "Reorganizations").
+ *                      Default 0 (TORCH_NCCL_AVOID_RECORD_STREAMS=1, or no side stream).
+ *  stream_pools=1      an ALLOC of a tensor the trace allocates on a side stream (stream k > 0,
+ *                      e.g. TE's cp stream) carries pool k: the caching allocator serves it
+ *                      from that stream's pools, as PyTorch's per-stream pools do. Default 0:
+ *                      every trace tensor in the compute stream's pools. */
 
 /* Synthetic tensor ids made by lowering (bit 62 set; never in a trace). Incarnation k >= 1 of
  * trace tensor id (id < LOWER_ID_TRACE_LIMIT), and rounding-buffer block k of layer `layer`

@@ -260,10 +260,12 @@ static void dump_one(const sched_action *a, size_t i, FILE *f)
     case SA_COPY_H2D:
     case SA_HOST_ALLOC:
         fprintf(f, " t=%" PRIu64 " bytes=%" PRIu64, a->tensor, a->bytes);
+        if (a->kind == SA_ALLOC && a->pool) fprintf(f, " pool=%" PRId32, a->pool);
         break;
     case SA_FREE:
     case SA_HOST_FREE:
         fprintf(f, " t=%" PRIu64, a->tensor);
+        if (a->kind == SA_FREE && a->side_use) fprintf(f, " side_use=1");
         break;
     case SA_RECORD:
     case SA_WAIT:

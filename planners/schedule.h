@@ -43,6 +43,13 @@ typedef struct sched_action {
     uint64_t host_write_bytes;
     double dha_eff;           /* DHA efficiency for this op (1 = link rate) */
     uint8_t recompute;        /* COMPUTE: a recomputation (extra work) */
+    uint8_t side_use;         /* FREE: a collective on a framework side stream used the block
+                                 (c10d's recordStream on its NCCL stream, plan knob
+                                 record_stream): with the host issue model its free waits
+                                 for the compute stream's work issued before it */
+    int32_t pool;             /* ALLOC: 0 = the allocator pool of the action's stream; k > 0 =
+                                 the pool of the framework's side stream k (the trace's
+                                 tensor stream, plan knob stream_pools), e.g. TE's cp stream */
     int32_t layer;
     trace_phase phase;
     trace_markkind mark;      /* MARK: what kind */

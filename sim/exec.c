@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planners/alloc_caching.h"
 #include "sim/engine.h"
 #include "sim/link.h"
 #include "sim/simbackend.h"
@@ -94,8 +95,10 @@ typedef struct pend_free {
 /* A stream's events of deferred frees, in the order they were made: their targets never
  * decrease, so only the head can be the next one reached (the runtime keeps the same
  * per-stream FIFOs of CUDA events and polls them in stream order). */
+#define PEND_DONE UINT32_MAX  /* pend_ev.pend of an event completed out of turn (flush) */
+
 typedef struct pend_ev {
-    uint32_t pend;          /* slot in ex.pd */
+    uint32_t pend;          /* slot in ex.pd; PEND_DONE: already completed */
     size_t target;          /* reached when the stream's pos >= target */
 } pend_ev;
 
@@ -139,6 +142,8 @@ typedef struct ex {
     pend_fifo fq[SS_COUNT];
     u64map *duse;        /* tensor -> allocating stream | streams that used it << 8 */
     u64map *huse;        /* tensor -> streams that used its host memory */
+    int side_defer;      /* FREE.side_use defers: a PyTorch allocator (not the static arena,
+                            whose planned addresses no recordStream touches) */
     /* measured window: from the last TM_ITER mark on the compute stream (or 0) */
     double win_t0;
     window w;
@@ -472,6 +477,13 @@ static int after_alloc_call(ex *x, int s)
     return 1;
 }
 
+/* The stream whose pools serve an ALLOC: its own, or a framework side stream's (pool k > 0,
+ * numbered after the executor's streams). */
+static int pool_stream(int s, const sched_action *a)
+{
+    return a->pool > 0 ? SS_COUNT - 1 + a->pool : s;
+}
+
 static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
 {
     if (u64map_get(x->dev, a->tensor, NULL)) {
@@ -479,7 +491,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
-    ms_status st = alloc_block(x->alloc, a->bytes, s, a->tensor, &addr);
+    ms_status st = alloc_block(x->alloc, a->bytes, pool_stream(s, a), a->tensor, &addr);
     if (st == MS_ERR_OOM) {
         oom_failure(x, s, idx, a);
         end_as(x, RS_OOM);
@@ -758,6 +770,7 @@ static int process_pending(ex *x)
         pend_fifo *f = &x->fq[k];
         while (f->head < f->n && x->st[k].pos >= f->v[f->head].target) {
             uint32_t slot = f->v[f->head++].pend;
+            if (slot == PEND_DONE) continue;
             if (--x->pd[slot].outstanding == 0) {
                 if (!pend_release(x, slot)) return 0;
                 released = 1;
@@ -767,6 +780,28 @@ static int process_pending(ex *x)
     }
     if (released) mem_sample(x);
     return 1;
+}
+
+/* The caching allocator's events hook: it synchronized the device inside release_cached
+ * (PyTorch's synchronize_and_free_events), so every deferred device free goes back now, before
+ * it frees its cached segments. Pinned frees stay for the host allocator's next allocation. */
+static void flush_device_frees(void *ctx)
+{
+    ex *x = ctx;
+    int released = 0;
+    for (int k = 0; k < SS_COUNT && !x->stop; k++) {
+        pend_fifo *f = &x->fq[k];
+        for (size_t j = f->head; j < f->n && !x->stop; j++) {
+            uint32_t slot = f->v[j].pend;
+            if (slot == PEND_DONE || x->pd[slot].host) continue;
+            f->v[j].pend = PEND_DONE;
+            if (--x->pd[slot].outstanding == 0) {
+                if (!pend_release(x, slot)) return;
+                released = 1;
+            }
+        }
+    }
+    if (released) mem_sample(x);
 }
 
 /* Called whenever a stream made progress: ends the host thread's wait if it is over. */
@@ -879,7 +914,7 @@ static void host_alloc(ex *x, size_t i, const sched_action *a)
     }
     if (!process_pending(x)) return;
     uint64_t addr = 0;
-    ms_status st = alloc_block(x->alloc, a->bytes, s, a->tensor, &addr);
+    ms_status st = alloc_block(x->alloc, a->bytes, pool_stream(s, a), a->tensor, &addr);
     if ((st == MS_ERR_OOM || st == MS_ERR_INVALID) && !h->retried && x->n_live[0]) {
         /* PyTorch's retry path synchronizes outstanding events before giving up; the
          * runtime waits for every deferred free and retries once (its oom_drains). A static
@@ -929,6 +964,12 @@ static void host_free(ex *x, size_t i, const sched_action *a)
     unsigned alloc_stream = (unsigned)(u & 0xff);
     unsigned users = (unsigned)(u >> 8) | (1u << a->stream) | (1u << SS_COMPUTE);
     unsigned others = users & ~(1u << alloc_stream) & ((1u << SS_COUNT) - 1);
+    /* recordStream by a collective (plan knob record_stream): the NCCL stream's event is
+     * reached when the GPU has run the collectives issued before the free; the compute stream
+     * stands for it (c10d orders the NCCL stream after the compute stream at each collective
+     * and back). Deviation: the event waits for all compute work issued before the free,
+     * not only up to the last collective (a few kernels more). */
+    if (a->side_use && x->side_defer) others |= 1u << SS_COMPUTE;
     if (others && addr) {
         if (!pend_add(x, a->tensor, addr, others, 0)) return;
         x->h.deferred++;
@@ -1175,6 +1216,15 @@ static ms_status split_streams(ex *x)
     return MS_OK;
 }
 
+static int has_side_use(const schedule_t *s)
+{
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind == SA_FREE && a->side_use) return 1;
+    }
+    return 0;
+}
+
 static ms_status setup(ex *x)
 {
     if (sched_count(x->s) > UINT32_MAX)
@@ -1193,6 +1243,13 @@ static ms_status setup(ex *x)
     ms_status st = alloc_new(x->o.allocator ? x->o.allocator : "caching", x->o.alloc_cfg,
                              simbe_backend(x->be), &x->alloc, x->err);
     if (st != MS_OK) return st;
+    x->side_defer = strcmp(alloc_name(x->alloc), "static") != 0;
+    /* A schedule that models recordStream (FREE.side_use, plan knob record_stream) gets
+     * PyTorch's release_cached_blocks for all its deferred frees: they go back inside the
+     * allocator's retry, after its synchronize. Without it the host waits for them after the
+     * failed call and retries once more, as memsim's runtime does (its oom_drains). */
+    if (x->o.issue_ahead != 0 && has_side_use(x->s))
+        alloc_caching_set_events_hook(x->alloc, flush_device_frees, x);
     if (x->o.timeline_path || x->o.memcsv_path || x->o.intervals_path) {
         x->tl = tl_new();
         if (!x->tl) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");

@@ -748,6 +748,92 @@ static ms_status run_issue(const schedule_t *s, const machine_t *m, int ahead, d
     return run(s, m, o, r, err);
 }
 
+/* recordStream by a collective (FREE.side_use): a block only the compute stream allocated and
+ * used waits, with the host issue model, for the GPU to pass the free; an allocation that then
+ * finds the device full makes the caching allocator synchronize, take the block back
+ * (synchronize_and_free_events), free the cached segment and cudaMalloc again: one retry. */
+static void side_free_sched(schedule_t *s, int side_use)
+{
+    tensor_act(s, SA_ALLOC, SS_COMPUTE, 1, 600 * MiB);
+    compute(s, 1000, 1);
+    sched_action f = base(SA_FREE, SS_COMPUTE);
+    f.tensor = 1;
+    f.side_use = (uint8_t)side_use;
+    add(s, f);
+    tensor_act(s, SA_ALLOC, SS_COMPUTE, 2, 600 * MiB);
+    compute(s, 1000, 2);
+    tensor_act(s, SA_FREE, SS_COMPUTE, 2, 0);
+}
+
+static void test_issue_record_stream(void)
+{
+    machine_t m = test_machine();
+    m.gpu_hbm_bytes = GiB;
+    schedule_t *plain = sched_new(), *side = sched_new();
+    side_free_sched(plain, 0);
+    side_free_sched(side, 1);
+    TAP_OK(valid(plain) && valid(side), "record_stream: schedules valid");
+    sim_result r0, r1, r2, r3;
+    ms_error err;
+    run(side, &m, NULL, &r0, &err);
+    run_issue(plain, &m, 8, 0, NULL, &r1, &err);
+    ms_status st = run_issue(side, &m, 8, 0, NULL, &r2, &err);
+    TAP_OK(r0.status == RS_OK && r0.astats.num_alloc_retries == 0 &&
+               r0.astats.num_segment_allocs == 1,
+           "stream time: side_use changes nothing (the GPU is at the free)");
+    TAP_OK(r1.status == RS_OK && r1.deferred_frees == 0 && r1.astats.num_alloc_retries == 0 &&
+               r1.astats.num_segment_allocs == 1,
+           "issue time without side_use: the compute stream's block is reused at once");
+    TAP_OK(st == MS_OK && r2.status == RS_OK && r2.deferred_frees == 1 &&
+               r2.astats.num_alloc_retries == 1 && r2.astats.num_segment_allocs == 2 &&
+               r2.astats.num_segment_frees == 1 && r2.astats.num_ooms == 0,
+           "issue time with side_use: deferred, one release-and-retry (%llu), the segment "
+           "freed and made again",
+           (unsigned long long)r2.astats.num_alloc_retries);
+    /* the host waited for the first kernel (1000 us) inside the synchronizing call */
+    TAP_OK(r2.alloc_time_s * 1e6 >= 1000 - 1e-6 && r2.iter_time_s >= r1.iter_time_s,
+           "the retry's synchronize drains the GPU queue on the host (%.1f us)",
+           r2.alloc_time_s * 1e6);
+    sim_opts o;
+    sim_opts_default(&o);
+    o.allocator = "static";
+    run_issue(side, &m, 8, 0, &o, &r3, &err);
+    TAP_OK(r3.status == RS_OK && r3.deferred_frees == 0,
+           "the static arena ignores side_use (no recordStream on planned addresses)");
+    sched_free(plain);
+    sched_free(side);
+}
+
+/* Per-stream pools (ALLOC.pool): a block freed back to a side stream's pool is not reused by
+ * the compute stream's next request of the same size. */
+static void test_pool_streams(void)
+{
+    machine_t m = test_machine();
+    sim_result r[2];
+    ms_error err;
+    for (int k = 0; k < 2; k++) {
+        schedule_t *s = sched_new();
+        sched_action a = base(SA_ALLOC, SS_COMPUTE);
+        a.tensor = 1;
+        a.bytes = 100 * MiB;
+        a.pool = k;
+        add(s, a);
+        compute(s, 10, 1);
+        tensor_act(s, SA_FREE, SS_COMPUTE, 1, 0);
+        tensor_act(s, SA_ALLOC, SS_COMPUTE, 2, 100 * MiB);
+        compute(s, 10, 2);
+        tensor_act(s, SA_FREE, SS_COMPUTE, 2, 0);
+        run(s, &m, NULL, &r[k], &err);
+        sched_free(s);
+    }
+    TAP_OK(r[0].status == RS_OK && r[0].astats.num_segment_allocs == 1 &&
+               r[0].peak_reserved_bytes == 100 * MiB,
+           "same pool: the freed block is reused");
+    TAP_OK(r[1].status == RS_OK && r[1].astats.num_segment_allocs == 2 &&
+               r[1].peak_reserved_bytes == 200 * MiB,
+           "pool 1 (a side stream): the compute stream cannot reuse its block");
+}
+
 /* The first time in a memory CSV at which allocated bytes reach `bytes` (-1: never). */
 static double first_time_allocated(const char *path, uint64_t bytes)
 {
@@ -1167,6 +1253,8 @@ int main(void)
     test_issue_determinism();
     test_issue_errors();
     test_issue_csv();
+    test_issue_record_stream();
+    test_pool_streams();
     tmp_cleanup();
     return tap_done();
 }

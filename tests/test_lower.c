@@ -675,6 +675,83 @@ static void test_mixed(void)
 
 /* The real generator's trace (2 layers, TP 2, 2 iterations): every baseline lowers to a
  * valid schedule, full-recompute rebuilds all it drops, full-swap brings back all it swaps. */
+/* Plan knobs record_stream and stream_pools: FREEs of blocks a collective used are marked
+ * side_use, ALLOCs of tensors the trace makes on a side stream carry its pool. */
+static const schedule_t *fs_lower(const trace_t *t, const char *rs, const char *sp,
+                                  schedule_t **out, ms_error *err)
+{
+    plan_t *p = NULL;
+    pol_opts po;
+    pol_opts_default(&po);
+    *out = NULL;
+    if (pol_plan("keep-all", t, NULL, &po, &p, err) != MS_OK) return NULL;
+    if (rs) plan_set_knob(p, "record_stream", rs);
+    if (sp) plan_set_knob(p, "stream_pools", sp);
+    lower_schedule(t, p, NULL, NULL, out, err);
+    plan_free(p);
+    return *out;
+}
+
+static const sched_action *fs_act(const schedule_t *s, sched_kind k, uint64_t tensor)
+{
+    size_t i = find(s, 0, k, -1, tensor);
+    return i == SIZE_MAX ? NULL : sched_get(s, i);
+}
+
+static void test_framework_streams(void)
+{
+    trace_t *t = trace_new();
+    t_mark(t, TM_ITER, 0);
+    t_alloc(t, 1, 100 << 20, TC_ACT_TRANS, -1, -1, "x");
+    t_alloc(t, 2, 400 << 20, TC_ACT_TRANS, -1, 1, "x_full");
+    t_op(t, 1, TK_COMM, TP_FWD, -1, 10, IDS(1), IDS(2), "x.ag");
+    t_free(t, 1);
+    trace_rec r;
+    memset(&r, 0, sizeof r);
+    r.type = TR_ALLOC;
+    r.u.alloc.id = 3;
+    r.u.alloc.bytes = 100 << 20;
+    r.u.alloc.cls = TC_ACT_TRANS;
+    r.u.alloc.layer = -1;
+    r.u.alloc.stream = 1;
+    r.u.alloc.producer = 2;
+    snprintf(r.u.alloc.name, sizeof r.u.alloc.name, "side");
+    t_rec(t, &r);
+    t_op(t, 2, TK_GEMM, TP_FWD, -1, 10, IDS(2), IDS(3), "g");
+    t_free(t, 2);
+    t_free(t, 3);
+    ms_error err;
+    schedule_t *s0 = NULL, *s1 = NULL, *s2 = NULL;
+    fs_lower(t, NULL, NULL, &s0, &err);
+    fs_lower(t, "1", "1", &s1, &err);
+    TAP_OK(s0 && s1 && !build_failed, "framework streams: lowered with and without the knobs");
+    if (s0 && s1) {
+        int none = 1;
+        for (size_t i = 0; i < sched_count(s0); i++)
+            none &= !sched_get(s0, i)->side_use && !sched_get(s0, i)->pool;
+        TAP_OK(none, "default: no side_use, no pool");
+        const sched_action *f1 = fs_act(s1, SA_FREE, 1), *f2 = fs_act(s1, SA_FREE, 2),
+                           *f3 = fs_act(s1, SA_FREE, 3), *a3 = fs_act(s1, SA_ALLOC, 3),
+                           *a1 = fs_act(s1, SA_ALLOC, 1);
+        TAP_OK(f1 && f2 && f3 && f1->side_use && f2->side_use && !f3->side_use,
+               "record_stream=1: the collective's input and output are side_use, the GEMM's "
+               "output is not");
+        TAP_OK(a1 && a3 && a1->pool == 0 && a3->pool == 1,
+               "stream_pools=1: the side stream's tensor takes pool 1");
+        char *d = dump_str(s1);
+        TAP_OK(d && strstr(d, "side_use=1") && strstr(d, "pool=1"),
+               "the dump shows side_use and pool");
+        free(d);
+    }
+    TAP_OK(!fs_lower(t, "maybe", NULL, &s2, &err) &&
+               strstr(err.msg, "record_stream"),
+           "a bad record_stream value is an error: %s", err.msg);
+    sched_free(s0);
+    sched_free(s1);
+    sched_free(s2);
+    trace_free(t);
+}
+
 static void fill_machine(machine_t *m);
 static void test_generated(void)
 {
@@ -790,5 +867,6 @@ int main(void)
     test_mixed();
     test_generated();
     test_end_to_end();
+    test_framework_streams();
     return tap_done();
 }
