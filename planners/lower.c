@@ -110,6 +110,7 @@ typedef struct lw {
     size_t rec;              /* index of the record being lowered */
     /* plan knobs (lower.h) */
     int rb, rename, host_pow2, chain, overlap;
+    uint64_t host_granule;   /* host buffers rounded up to a multiple of this (1: exact) */
     /* rounding buffers */
     rb_group *groups;
     size_t n_groups, cap_groups;
@@ -273,10 +274,16 @@ uint64_t lower_id_host_copy(uint64_t id)
     return id;
 }
 
-/* Pinned host bytes for a copy of `bytes` (power-of-two rounding with host_pow2). */
+/* Pinned host bytes for a copy of `bytes`: a power of two with host_pow2 (PyTorch's caching
+ * host allocator), else a multiple of host_granule (an executor's own cudaHostAlloc of the
+ * exact size takes whole host pages). */
 static uint64_t host_bytes(const lw *w, uint64_t bytes)
 {
-    if (!w->host_pow2 || bytes == 0) return bytes;
+    if (bytes == 0) return 0;
+    if (!w->host_pow2) {
+        uint64_t g = w->host_granule > 1 ? w->host_granule : 1;
+        return bytes % g ? bytes + (g - bytes % g) : bytes;
+    }
     uint64_t p = 1;
     while (p < bytes && p < (UINT64_C(1) << 62)) p <<= 1;
     return p;
@@ -392,6 +399,12 @@ static ms_status read_knobs(lw *w)
     ms_status st = knob_flag(w, "rounding_buffers", 0, &w->rb);
     if (st == MS_OK) st = knob_flag(w, "memory_plan", 0, &w->rename);
     if (st == MS_OK) st = knob_flag(w, "host_pow2", 0, &w->host_pow2);
+    const char *hg = w->p ? plan_get_knob(w->p, "host_granule") : NULL;
+    w->host_granule = 1;
+    if (st == MS_OK && hg && (!ms_parse_bytes(hg, &w->host_granule) ||
+                              w->host_granule < 1 || w->host_granule > (UINT64_C(1) << 40)))
+        st = ms_fail(w->err, MS_ERR_INVALID, "plan knob host_granule=%s: expected bytes in "
+                     "[1, 2^40]", hg);
     int ov = 1;
     if (st == MS_OK) st = knob_flag(w, "overlap_comm", 1, &ov);
     w->overlap = w->o.overlap_ovl && ov;

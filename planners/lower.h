@@ -83,6 +83,9 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
  *                      synthetic id, so each incarnation can have its own static offset.
  *  host_pow2=1         pinned host buffers are rounded up to a power of two (PyTorch's
  *                      caching host allocator does this before cudaHostAlloc).
+ *  host_granule=B      without host_pow2: pinned host buffers are rounded up to a multiple
+ *                      of B bytes (default 1: exact; an executor's own cudaHostAlloc takes
+ *                      whole host pages, 4096).
  *  tokenwise=chain     token-wise recomputation replays, on the (1 - alpha) tokens, every
  *                      forward op of the layer that the partially swapped tensors depend on
  *                      (MEMO §4.1); tokenwise=producer runs only each tensor's producer.

@@ -302,6 +302,7 @@ int memo_node_ranks(const trace_t *t, const machine_t *m)
 typedef struct memo_knobs {
     double alpha_step;       /* grid for alpha; 0: continuous */
     int host_pow2;           /* pinned host buffers rounded to powers of two */
+    uint64_t host_granule;   /* else rounded to a multiple of this many bytes */
     uint64_t host_bytes;     /* M_CPU override; 0: host.mem_bytes / node.gpus - reserved */
     uint64_t host_reserved;  /* host bytes per GPU not available to offloads */
     int keep_last;           /* layers at the end kept on the GPU (MEMO: 2) */
@@ -330,7 +331,15 @@ static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
     ms_status st = pol_knob_double(o, "alpha_step", 0.125, &k->alpha_step, err);
     if (st == MS_OK && !(k->alpha_step >= 0 && k->alpha_step <= 1))
         st = ms_fail(err, MS_ERR_INVALID, "knob alpha_step: %g is not in [0, 1]", k->alpha_step);
-    if (st == MS_OK) st = knob_int(o, "host_pow2", 1, 0, 1, &k->host_pow2, err);
+    /* MEMO's executor allocates the host copies of its rounding buffers itself, sized as its
+     * LP counts them ((n-2)(S_input + S_attn + alpha S_others) <= M_CPU, §4.1): exact sizes,
+     * in whole 4 KiB host pages. host_pow2=1 models PyTorch's caching host allocator instead
+     * (the paper does not say which allocator the executor uses). */
+    if (st == MS_OK) st = knob_int(o, "host_pow2", 0, 0, 1, &k->host_pow2, err);
+    if (st == MS_OK) st = pol_knob_bytes(o, "host_granule", 4096, &k->host_granule, err);
+    if (st == MS_OK && (k->host_granule < 1 || k->host_granule > (UINT64_C(1) << 40)))
+        st = ms_fail(err, MS_ERR_INVALID, "knob host_granule: %" PRIu64 " bytes is not in "
+                     "[1, 2^40]", k->host_granule);
     if (st == MS_OK) st = pol_knob_bytes(o, "host_bytes", 0, &k->host_bytes, err);
     if (st == MS_OK) st = pol_knob_bytes(o, "host_reserved", 0, &k->host_reserved, err);
     if (st == MS_OK) st = knob_int(o, "keep_last", 2, 0, 1 << 20, &k->keep_last, err);
@@ -348,16 +357,22 @@ static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
 
 /* ---- alpha ---- */
 
-static uint64_t pow2_ceil(uint64_t b)
+uint64_t memo_host_buffer_bytes(uint64_t bytes, int pow2, uint64_t granule_bytes)
 {
+    if (!bytes) return 0;
+    if (!pow2) {
+        uint64_t g = granule_bytes > 1 ? granule_bytes : 1;
+        return bytes % g ? bytes + (g - bytes % g) : bytes;
+    }
     uint64_t p = 1;
-    while (p < b && p < (UINT64_C(1) << 62)) p <<= 1;
-    return b ? p : 0;
+    while (p < bytes && p < (UINT64_C(1) << 62)) p <<= 1;
+    return p;
 }
 
 /* Host bytes one offloaded layer takes at alpha, as lowering copies it (per-tensor ceil of
  * alpha * bytes, summed over the layer's block; then the pinned allocator's rounding). */
-static uint64_t layer_host_bytes(const trace_t *t, int layer, double alpha, int pow2)
+static uint64_t layer_host_bytes(const trace_t *t, int layer, double alpha, int pow2,
+                                 uint64_t granule)
 {
     pol_skel *sk;
     size_t n;
@@ -371,7 +386,7 @@ static uint64_t layer_host_bytes(const trace_t *t, int layer, double alpha, int 
         sum += b >= (double)sk[i].t->bytes ? sk[i].t->bytes : (uint64_t)b;
     }
     free(sk);
-    return pow2 ? pow2_ceil(sum) : sum;
+    return memo_host_buffer_bytes(sum, pow2, granule);
 }
 
 static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
@@ -380,6 +395,7 @@ static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
     memset(c, 0, sizeof *c);
     c->alpha_step = k->alpha_step;
     c->host_pow2 = k->host_pow2;
+    c->host_granule_bytes = k->host_granule;
     ms_status st = memo_layer_info_get(t, m, &c->li, err);
     if (st != MS_OK) return st;
     machine_t g;
@@ -410,12 +426,12 @@ static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
     if (o->alpha < 0 && k->alpha_step > 0) a = floor(a / k->alpha_step + 1e-9) * k->alpha_step;
     int kept = k->keep_last < c->li.n_layers ? k->keep_last : c->li.n_layers;
     uint64_t layers = (uint64_t)(c->li.n_layers - kept);
-    c->host_need_bytes = layers * layer_host_bytes(t, 0, a, k->host_pow2);
-    while (o->alpha < 0 && k->host_pow2 && k->alpha_step > 0 && a > 0 &&
-           (double)c->host_need_bytes > host) {
+    c->host_need_bytes = layers * layer_host_bytes(t, 0, a, k->host_pow2, k->host_granule);
+    /* the LP counts exact bytes; the buffers as allocated may be larger */
+    while (o->alpha < 0 && k->alpha_step > 0 && a > 0 && (double)c->host_need_bytes > host) {
         a = a - k->alpha_step < 0 ? 0 : a - k->alpha_step;
         c->grid_steps_down++;
-        c->host_need_bytes = layers * layer_host_bytes(t, 0, a, k->host_pow2);
+        c->host_need_bytes = layers * layer_host_bytes(t, 0, a, k->host_pow2, k->host_granule);
     }
     c->alpha = a;
     return MS_OK;
@@ -584,11 +600,18 @@ static ms_status run_memo(const char *name, memo_mode mode, const trace_t *t, co
         st = default_knob(p, "rounding_buffers", "1", err);
         if (st == MS_OK) st = default_knob(p, "tokenwise", "chain", err);
         if (st == MS_OK) st = default_knob(p, "host_pow2", k.host_pow2 ? "1" : "0", err);
+        if (st == MS_OK) st = set_knob(p, "host_granule", "%.0f", (double)k.host_granule, err);
         if (st == MS_OK) st = set_knob(p, "keep_last", "%.0f", k.keep_last, err);
     }
     if (st == MS_OK && mode == MODE_MEMO) st = record_alpha(p, &c, err);
     if (st == MS_OK && mode == MODE_FULL_SWAP) st = set_knob(p, "alpha_used", "%.6g", c.alpha, err);
     if (st == MS_OK) st = default_knob(p, "memory_plan", k.memory_plan ? "1" : "0", err);
+    /* The loss is part of the program the trace records (traces/gen.c, knob loss): the plan
+     * says which one it was made for, since MEMO's executor cannot run Megatron's stock loss
+     * at its reported lengths (docs/MEMO.md). */
+    const char *loss = trace_get_meta(t, "loss");
+    if (st == MS_OK && loss && plan_set_knob(p, "trace_loss", loss) != MS_OK)
+        st = ms_fail(err, MS_ERR_NOMEM, "cannot record knob trace_loss in the plan");
     if (st == MS_OK && k.memory_plan) st = plan_memory(t, m, p, &k, err);
     if (st != MS_OK) {
         plan_free(p);
@@ -617,8 +640,8 @@ static ms_status plan_fr(const trace_t *t, const machine_t *m, const pol_opts *o
     return run_memo("full-recompute+plan", MODE_FULL_RECOMPUTE, t, m, o, out, err);
 }
 
-#define MEMO_KNOBS "alpha (override), alpha_step, host_pow2, host_bytes, host_reserved, " \
-                   "keep_last, lp_strict, memory_plan, plan_l1_s, plan_l2_s, strict_layers"
+#define MEMO_KNOBS "alpha (override), alpha_step, host_pow2, host_granule, host_bytes, " \
+                   "host_reserved, keep_last, lp_strict, memory_plan, plan_l1_s, plan_l2_s, strict_layers"
 
 const pol_policy pol_memo = {
     "memo",
@@ -636,8 +659,8 @@ const pol_policy pol_full_swap_plan = {
     "MEMO with alpha = 1: every skeletal activation of all but the last two layers offloaded "
     "through the rounding buffers; bi-level static memory plan",
     "MEMO (Zhao et al., SIGMOD 2025) Table 4 'Full Swapping + Memory Plan' (§5.3.2)",
-    "alpha (override of 1), host_pow2, keep_last, memory_plan, plan_l1_s, plan_l2_s, "
-    "strict_layers",
+    "alpha (override of 1), host_pow2, host_granule, keep_last, memory_plan, plan_l1_s, "
+    "plan_l2_s, strict_layers",
     plan_fs,
 };
 

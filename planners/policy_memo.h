@@ -82,6 +82,12 @@ int memo_node_ranks(const trace_t *t, const machine_t *m);
 ms_status memo_apply_memory_plan(const trace_t *t, const machine_t *m, const pol_opts *o,
                                  plan_t *p, ms_error *err);
 
+/* The pinned host bytes MEMO's executor takes for an offload of `bytes`: pow2 != 0 rounds up
+ * to a power of two (PyTorch's caching host allocator, c10::llvm::PowerOf2Ceil before
+ * cudaHostAlloc); otherwise up to a multiple of granule_bytes (0 or 1: exact). Lowering sizes
+ * its HOST_ALLOCs by the same rule (plan knobs host_pow2, host_granule). */
+uint64_t memo_host_buffer_bytes(uint64_t bytes, int pow2, uint64_t granule_bytes);
+
 /* The alpha the memo policy uses and why (knobs in docs/MEMO.md). */
 typedef struct memo_alpha_choice {
     memo_layer_info li;
@@ -90,14 +96,16 @@ typedef struct memo_alpha_choice {
     int lp_failed;                 /* the LP was infeasible; alpha fell back to 0 */
     double alpha;                  /* after the grid and the host rounding */
     double alpha_step;             /* grid (0: none) */
-    int host_pow2;                 /* host buffers rounded to powers of two */
+    int host_pow2;                 /* host buffers rounded to powers of two (PyTorch) */
+    uint64_t host_granule_bytes;   /* else rounded up to a multiple of this (1: exact) */
     int grid_steps_down;           /* steps taken because rounded buffers did not fit */
     uint64_t host_need_bytes;      /* (n - kept layers) offloads at alpha, as allocated */
 } memo_alpha_choice;
 
 /* Runs MEMO's alpha selection for trace t on machine m with policy options o: the LP (or
  * o->alpha when >= 0), then alpha floored to the knob alpha_step's grid, then stepped down
- * while the kept layers' power-of-two host buffers exceed M_CPU (host_pow2). */
+ * while the offloaded layers' host buffers, as allocated (memo_host_buffer_bytes), exceed
+ * M_CPU. */
 ms_status memo_choose_alpha(const trace_t *t, const machine_t *m, const pol_opts *o,
                             memo_alpha_choice *c, ms_error *err);
 

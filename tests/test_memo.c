@@ -3,7 +3,9 @@
  * binding in turn, clamping, infeasibility, bad input), the LP's inputs from a generated
  * trace, the memo plan's decisions and knobs, the rounding-buffer schedule (blocks, waits,
  * offload and prefetch placement, token-wise recomputation, the last two layers kept), the
- * ".ovl" overlap of the CP ring with attention, the per-GPU node view, and determinism. */
+ * ".ovl" overlap of the CP ring with attention, the per-GPU node view, the host-buffer sizing
+ * of MEMO's executor against PyTorch's power-of-two rounding, the live bytes of the two loss
+ * variants, and determinism. */
 #define _POSIX_C_SOURCE 200809L
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -21,6 +23,7 @@
 #include "tests/tap.h"
 #include "traces/gen.h"
 #include "traces/models.h"
+#include "traces/u64map.h"
 
 #define NL 6 /* layers of the test model */
 
@@ -298,6 +301,25 @@ static void test_memo_plan(const machine_t *m)
 
 /* ---- the rounding-buffer schedule ---- */
 
+/* The bytes of layer L's block that an offload at alpha copies (per tensor ceil of alpha *
+ * bytes, the input and attention output whole), as lowering counts them. */
+static uint64_t layer_offload_bytes(const trace_t *t, int layer, double alpha)
+{
+    pol_skel *sk = NULL;
+    size_t n = 0;
+    ms_error err;
+    uint64_t sum = 0;
+    if (pol_skeletal(t, &sk, &n, &err) != MS_OK) return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sk[i].pass != 0 || sk[i].layer != layer) continue;
+        double a = (sk[i].is_input || sk[i].is_attn_out) ? 1.0 : alpha;
+        uint64_t b = (uint64_t)ceil(a * (double)sk[i].t->bytes);
+        sum += b > sk[i].t->bytes ? sk[i].t->bytes : b;
+    }
+    free(sk);
+    return sum;
+}
+
 static int find_action(const schedule_t *s, size_t from, sched_kind k, sched_stream st,
                        uint64_t tensor)
 {
@@ -367,10 +389,9 @@ static void test_rb_schedule(const machine_t *m)
             d2h++;
             ok_host &= lower_id_is_rbuf(a->tensor, NULL, &layer) && layer < NL - 2;
         }
-        if (a->kind == SA_HOST_ALLOC) {
-            uint64_t b = a->bytes;
-            ok_host &= b && (b & (b - 1)) == 0; /* host_pow2 */
-        }
+        if (a->kind == SA_HOST_ALLOC) /* MEMO's executor: exact bytes in 4 KiB pages */
+            ok_host &= a->bytes == memo_host_buffer_bytes(layer_offload_bytes(t, 0, 0.5), 0,
+                                                          4096);
         if (a->kind == SA_ALLOC) {
             const trace_tensor *x = trace_find_tensor(t, a->tensor);
             members += x && x->cls == TC_ACT_SKEL && x->layer >= 0;
@@ -380,7 +401,7 @@ static void test_rb_schedule(const machine_t *m)
            "one block per layer and one per prefetch of the offloaded layers (%d + %d)", allocs0,
            allocs1);
     TAP_OK(d2h == NL - 2 && ok_host, "only the first n-2 layers are offloaded (%d copies), into "
-           "power-of-two host buffers", d2h);
+           "host buffers of the offloaded bytes rounded to 4 KiB pages", d2h);
     TAP_OK(members == 0, "no skeletal tensor of a layer gets a block of its own");
     /* layer l's block waits for the offload of layer l-2, the previous occupant */
     int waits_ok = 1;
@@ -484,6 +505,162 @@ static void test_determinism(const machine_t *m)
     trace_free(t);
 }
 
+/* ---- MEMO's executor: host buffers and the loss ---- */
+
+/* The HOST_ALLOC sizes of memo at alpha 0.5 (no memory plan) with extra plan knobs. */
+static int host_allocs(const trace_t *t, const machine_t *m, const pol_knob *kn, size_t nk,
+                       uint64_t *first, int *all_same)
+{
+    pol_opts o;
+    pol_opts_default(&o);
+    o.alpha = 0.5;
+    pol_knob all[4] = { { "memory_plan", "0" } };
+    for (size_t i = 0; i < nk && i < 3; i++) all[i + 1] = kn[i];
+    o.knobs = all;
+    o.n_knobs = 1 + (nk < 3 ? nk : 3);
+    plan_t *p = NULL;
+    schedule_t *s = NULL;
+    ms_error err;
+    lower_opts lo;
+    lower_opts_default(&lo);
+    ms_status st = pol_plan("memo", t, m, &o, &p, &err);
+    if (st == MS_OK) st = lower_schedule(t, p, m, &lo, &s, &err);
+    if (st != MS_OK) TAP_NOTE("host_allocs: %s", err.msg);
+    int n = 0;
+    *first = 0;
+    *all_same = 1;
+    for (size_t i = 0; st == MS_OK && i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind != SA_HOST_ALLOC) continue;
+        if (!n++) *first = a->bytes;
+        *all_same &= a->bytes == *first;
+    }
+    sched_free(s);
+    plan_free(p);
+    return st == MS_OK ? n : -1;
+}
+
+/* A one-iteration megatron-profile trace of model `dims` with the given loss. */
+static trace_t *megatron_trace(const machine_t *m, const char *dims, const char *loss)
+{
+    gen_config c;
+    gen_config_default(&c);
+    ms_error err;
+    trace_t *t = NULL;
+    ms_status st = model_lookup(dims, &c.model, &err);
+    c.seq = 4096;
+    c.tp = 2;
+    c.cp = 2;
+    c.iterations = 1;
+    if (st == MS_OK) st = gen_config_set(&c, "framework", "megatron", &err);
+    if (st == MS_OK) st = gen_config_set(&c, "loss", loss, &err);
+    if (st == MS_OK) st = gen_trace(&c, m, &t, &err);
+    if (st != MS_OK) TAP_NOTE("megatron trace (%s, loss %s): %s", dims, loss, err.msg);
+    return st == MS_OK ? t : NULL;
+}
+
+static void test_host_buffers(const machine_t *m)
+{
+    const uint64_t G = 1ULL << 30, M = 1ULL << 20;
+    TAP_OK(memo_host_buffer_bytes(4 * G + 4 * M + M / 2, 1, 4096) == 8 * G &&
+           memo_host_buffer_bytes(4 * G + 4 * M + M / 2, 0, 4096) == 4 * G + 4 * M + M / 2 &&
+           memo_host_buffer_bytes(4097, 0, 4096) == 8192 && memo_host_buffer_bytes(5, 0, 0) == 5 &&
+           memo_host_buffer_bytes(5, 0, 1) == 5 && memo_host_buffer_bytes(0, 1, 4096) == 0 &&
+           memo_host_buffer_bytes(4096, 1, 1) == 4096,
+           "host buffer sizing: a layer of 4 GiB + 4.5 MiB takes 8 GiB from PyTorch's pinned "
+           "allocator, itself in 4 KiB pages");
+    trace_t *t = small_trace(m, 1, NULL);
+    uint64_t exact = t ? layer_offload_bytes(t, 0, 0.5) : 0, b = 0;
+    int same = 0;
+    int n = t ? host_allocs(t, m, NULL, 0, &b, &same) : -1;
+    TAP_OK(n == NL - 2 && same && b == memo_host_buffer_bytes(exact, 0, 4096) && b % 4096 == 0 &&
+           b - exact < 4096, "memo's default: %d host buffers of %llu B for %llu offloaded bytes",
+           n, (unsigned long long)b, (unsigned long long)exact);
+    pol_knob pw[] = { { "host_pow2", "1" } };
+    n = t ? host_allocs(t, m, pw, 1, &b, &same) : -1;
+    TAP_OK(n == NL - 2 && same && (b & (b - 1)) == 0 && b >= exact && b / 2 < exact,
+           "host_pow2=1 (PyTorch's caching host allocator): %llu B, the next power of two",
+           (unsigned long long)b);
+    pol_knob g1[] = { { "host_granule", "1" } };
+    n = t ? host_allocs(t, m, g1, 1, &b, &same) : -1;
+    TAP_OK(n == NL - 2 && b == exact, "host_granule=1: exactly the offloaded bytes");
+    pol_knob bad[] = { { "host_granule", "0" } };
+    n = t ? host_allocs(t, m, bad, 1, &b, &same) : -1;
+    TAP_OK(n < 0, "host_granule=0 is refused");
+
+    /* alpha: a host that holds the exact buffers at alpha 1 but not their powers of two. The
+     * megatron program's layer (with TE's fp32 statistics) is not a power of two. */
+    trace_free(t);
+    t = megatron_trace(m, "dims:6,256,4,1024,1000", "fused");
+    machine_t fast = *m;
+    fast.link_d2h_Bps = fast.link_h2d_Bps = 1e15; /* the time constraint never binds */
+    uint64_t full = t ? memo_host_buffer_bytes(layer_offload_bytes(t, 0, 1.0), 0, 4096) : 0;
+    char host[32];
+    snprintf(host, sizeof host, "%llu", (unsigned long long)((NL - 2) * full));
+    pol_knob hk[] = { { "host_bytes", host }, { "host_pow2", "0" } };
+    pol_opts o;
+    pol_opts_default(&o);
+    o.knobs = hk;
+    o.n_knobs = 2;
+    memo_alpha_choice c, c2;
+    ms_error err;
+    ms_status st = t ? memo_choose_alpha(t, &fast, &o, &c, &err) : MS_ERR_INVALID;
+    TAP_OK(st == MS_OK && c.alpha == 1.0 && c.grid_steps_down == 0 &&
+           c.host_need_bytes == (NL - 2) * full,
+           "exact host buffers that just fit: alpha 1 (%g), need %llu B", c.alpha,
+           (unsigned long long)c.host_need_bytes);
+    hk[1].value = "1";
+    st = t ? memo_choose_alpha(t, &fast, &o, &c2, &err) : MS_ERR_INVALID;
+    TAP_OK(st == MS_OK && full != memo_host_buffer_bytes(full, 1, 1) && c2.alpha < 1 &&
+           c2.grid_steps_down > 0 && (double)c2.host_need_bytes <= (double)((NL - 2) * full),
+           "the same host with power-of-two buffers: alpha stepped down to %g (%d steps)",
+           c2.alpha, c2.grid_steps_down);
+    trace_free(t);
+}
+
+/* Live bytes of the loss's [tokens, vocab/tp] tensors at their peak, and the logits' own. */
+static int loss_live(const machine_t *m, const char *loss, uint64_t *peak, uint64_t *logits)
+{
+    trace_t *t = megatron_trace(m, "dims:2,256,4,1024,1000", loss);
+    if (!t) return 0;
+    static const char *const fam[] = { "logits", "logits_fp32", "softmax", "d_logits" };
+    u64map *live = u64map_new(64);
+    uint64_t cur = 0;
+    *peak = *logits = 0;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        uint64_t b;
+        if (r->type == TR_ALLOC) {
+            for (size_t k = 0; k < 4; k++)
+                if (!strcmp(r->u.alloc.name, fam[k])) {
+                    u64map_put(live, r->u.alloc.id, r->u.alloc.bytes);
+                    cur += r->u.alloc.bytes;
+                    if (k == 0) *logits = r->u.alloc.bytes;
+                }
+            *peak = cur > *peak ? cur : *peak;
+        } else if (r->type == TR_FREE && u64map_del(live, r->u.free_id, &b)) {
+            cur -= b;
+        }
+    }
+    const char *meta = trace_get_meta(t, "loss");
+    int ok = meta && !strcmp(meta, loss);
+    u64map_free(live);
+    trace_free(t);
+    return ok;
+}
+
+static void test_executor_loss(const machine_t *m)
+{
+    uint64_t pf = 0, lf = 0, pm = 0, lm = 0;
+    int okf = loss_live(m, "fused", &pf, &lf), okm = loss_live(m, "megatron", &pm, &lm);
+    TAP_OK(okf && lf > 0 && pf == lf, "loss fused (MEMO's executor): the bf16 logits alone are "
+           "live, 2 B per logit (%llu of %llu B)", (unsigned long long)pf,
+           (unsigned long long)lf);
+    TAP_OK(okm && lm == lf && pm == 5 * lm, "loss megatron (stock): 10 B per logit at the peak "
+           "(%llu B = %.2f x the bf16 logits)", (unsigned long long)pm,
+           lm ? (double)pm / (double)lm : 0.0);
+}
+
 int main(void)
 {
     machine_t m;
@@ -492,6 +669,8 @@ int main(void)
     test_layer_info(&m);
     test_memo_plan(&m);
     test_rb_schedule(&m);
+    test_host_buffers(&m);
+    test_executor_loss(&m);
     test_determinism(&m);
     return tap_done();
 }

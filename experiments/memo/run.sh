@@ -6,14 +6,16 @@
 # reorganizations of full recomputation under PyTorch's caching allocator, for GPT-7B on one
 # node of 8 A800 (TP 4, CP 2). The traces are generated with the generator's megatron profile
 # (--gen framework=megatron: Megatron-LM ccfeda47cb + TransformerEngine 1.3 allocations,
-# docs/GENERATOR.md §9). Prints paper-vs-memsim tables cell by cell with differences and draws
-# them (PNG and SVG); then Table 4 again under three other trace assumptions (the generic
-# program, Megatron's distributed optimizer, a fused cross entropy) for comparison. A few
-# minutes on a 2-core machine.
+# docs/GENERATOR.md §9; MEMO's executor with a cross entropy in place on the bf16 logits,
+# MEMO_LOSS). Prints paper-vs-memsim tables cell by cell with differences and draws them (PNG
+# and SVG); then Table 4 again under four other assumptions (the stock loss everywhere,
+# PyTorch's power-of-two pinned host buffers, the generic program, Megatron's distributed
+# optimizer) for comparison. A few minutes on a 2-core machine.
 #
 # usage: experiments/memo/run.sh [OUTDIR]   (default: out/memo in the repository; MEMSIM=path/to/memsim;
 #        MEMO_ISSUE_AHEAD=N|unbounded simulates the host thread issuing the program, at most N
-#        compute actions ahead of the GPU: memsim's --issue-ahead, default 0 = off)
+#        compute actions ahead of the GPU: memsim's --issue-ahead, default 0 = off;
+#        MEMO_LOSS=fused|megatron: the loss of MEMO's executor's traces, default fused)
 # Writes OUTDIR/a800-memo.machine (the profile used), results.tsv (memsim's cells in
 # reference.tsv's layout), compare.txt (the printed comparison), runs/*.csv (memsim's result
 # rows), table4.dat, table5.dat and the figures memo_table4.{png,svg}, memo_table5.{png,svg};
@@ -35,12 +37,19 @@ if ! "$MEMSIM" simulate --help 2>&1 | grep -q -- '--gen'; then
 fi
 mkdir -p "$out/runs" "$out/variants"
 machine="$out/a800-memo.machine"
-# The trace: Megatron-LM + TransformerEngine as MEMO's systems run them (docs/GENERATOR.md §9);
-# Megatron's own defaults otherwise (no distributed optimizer, its fp32 cross entropy).
+# The traces: Megatron-LM + TransformerEngine as MEMO's systems run them (docs/GENERATOR.md §9),
+# Megatron's own defaults otherwise (no distributed optimizer). Full recomputation without a
+# plan runs Megatron's stock fp32 cross entropy (10 bytes per logit live); MEMO's executor (MEMO,
+# full swapping + plan, full recomputation + plan) a cross entropy in place on the bf16 logits
+# (MEMO_LOSS, default fused: docs/MEMO.md "MEMO's executor"), because its reported runs (896K
+# here, 1M tokens in its Table 3) cannot hold the stock loss's fp32 copies of the logits.
 gen=(--gen framework=megatron)
+memo_gen=(--gen framework=megatron --gen "loss=${MEMO_LOSS:-fused}")
+exec_pols=full-recompute+plan,full-swap+plan,memo
 issue=()
 [ -z "${MEMO_ISSUE_AHEAD:-}" ] || issue=(--issue-ahead "$MEMO_ISSUE_AHEAD")
-common=(--model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet ${issue[@]+"${issue[@]}"} "${gen[@]}")
+base=(--model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet ${issue[@]+"${issue[@]}"})
+common=("${base[@]}" "${memo_gen[@]}")
 
 # 1. The machine profile: the shipped a800-8gpu with the overrides (first word = key).
 awk 'NR == FNR { if ($0 !~ /^#/ && NF) ov[$1] = $0; next }
@@ -62,11 +71,12 @@ res="$out/results.tsv"
 # 2. Table 4: the four methods at each sequence length (one trace per length).
 seqs4="64K 128K 256K 384K 512K 640K 768K 896K"
 for s in $seqs4; do
-    "$MEMSIM" compare "${common[@]}" --seq "$s" \
-        --policies full-recompute,full-recompute+plan,full-swap+plan,memo \
+    "$MEMSIM" simulate "${base[@]}" "${gen[@]}" --seq "$s" --policy full-recompute \
         --csv "$out/runs/table4-$s.csv"
+    "$MEMSIM" compare "${common[@]}" --seq "$s" --policies "$exec_pols" \
+        --csv "$out/runs/table4x-$s.csv"
 done
-rows "$out"/runs/table4-*.csv | awk '{ v = ($3 == "ok") ? $4 : toupper($3); print "table4\t" $1 "\t" $2 "\t" v }' >> "$res"
+rows "$out"/runs/table4-*.csv "$out"/runs/table4x-*.csv | awk '{ v = ($3 == "ok") ? $4 : toupper($3); print "table4\t" $1 "\t" $2 "\t" v }' >> "$res"
 rows "$out"/runs/table4-*.csv | awk '$1 == "full-recompute" && ($2 == "128K" || $2 == "256K") {
     print "reorg\tfull-recompute\t" $2 "\t" (($3 == "ok") ? $5 : toupper($3)) }' >> "$res"
 
@@ -96,7 +106,7 @@ for k in $(seq 64 16 320); do
             cross_sim=""
         fi
     fi
-    at=$("$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "${k}K" "${gen[@]}" \
+    at=$("$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "${k}K" "${memo_gen[@]}" \
          --policy memo --knob memory_plan=0 | awk '$1 == "knob" && $2 == "alpha_lp_time" { print $3 }')
     if [ -z "$cross_lp" ] && awk -v a="$at" 'BEGIN { exit !(a >= 1) }'; then cross_lp="${k}K"; fi
 done
@@ -106,42 +116,45 @@ printf "crossover\tfull-offload-lp\tseq\t%s\n" "${cross_lp:-none}" >> "$res"
 # 5. The comparison, and the figures' data.
 awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "$out/compare.txt"
 
-# 6. Table 4 under other trace assumptions, status and MFU per cell next to the paper's:
-# "generic" is the generator's lean default program (MEMO's 16bsh accounting, what this
-# experiment used before the megatron profile); "dist-opt" Megatron's distributed optimizer
-# (states sharded over dp*cp = 2); "fused-ce" a cross entropy that works in place on the bf16
-# logits instead of Megatron's fp32 copies (what MEMO's own runs from 640K tokens on need, see
-# README). Also the caching allocator's reserved peak and retries of full recomputation.
+# 6. Table 4 under other assumptions, status and MFU per cell next to the paper's:
+# "stock-loss": every row on Megatron's stock cross entropy (MEMO's executor too);
+# "pytorch-host": MEMO's executor's pinned host buffers from PyTorch's caching host allocator
+# (power-of-two sizes, knob host_pow2=1) instead of exact sizes; "generic": the generator's lean
+# default program (MEMO's 16bsh accounting); "dist-opt": the stock program with Megatron's
+# distributed optimizer (states sharded over dp*cp = 2). Also the caching allocator's reserved
+# peak and retries of full recomputation.
 variant() {
-    name=$1; shift
+    name=$1 pols=$2; shift 2
     for s in $seqs4; do
-        "$MEMSIM" compare --model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet ${issue[@]+"${issue[@]}"} "$@" --seq "$s" \
-            --policies full-recompute,full-recompute+plan,full-swap+plan,memo \
+        "$MEMSIM" compare "${base[@]}" "$@" --seq "$s" --policies "$pols" \
             --csv "$out/variants/$name-$s.csv"
     done
     rows "$out"/variants/"$name"-*.csv | awk -v v="$name" '{ print v "\t" $1 "\t" $2 "\t" (($3 == "ok") ? $4 : toupper($3)) }'
 }
+all4=full-recompute,$exec_pols
 {
-    rows "$out"/runs/table4-*.csv | awk '{ print "megatron\t" $1 "\t" $2 "\t" (($3 == "ok") ? $4 : toupper($3)) }'
-    variant generic
-    variant dist-opt "${gen[@]}" --gen dist_opt=1
-    variant fused-ce "${gen[@]}" --gen loss=fused
+    rows "$out"/runs/table4-*.csv "$out"/runs/table4x-*.csv | awk '{ print "main\t" $1 "\t" $2 "\t" (($3 == "ok") ? $4 : toupper($3)) }'
+    variant stock-loss "$all4" "${gen[@]}"
+    variant pytorch-host "full-swap+plan,memo" "${memo_gen[@]}" --knob host_pow2=1
+    variant generic "$all4"
+    variant dist-opt "$all4" "${gen[@]}" --gen dist_opt=1
 } > "$out/variants.tsv"
 awk -F'\t' '
     FNR == NR { if ($1 == "table4") ref[$2 SUBSEP $3] = $4; next }
-    { v[$1 SUBSEP $2 SUBSEP $3] = $4; if (!($1 in seen)) { seen[$1] = 1; order[++nv] = $1 } }
+    { v[$1 SUBSEP $2 SUBSEP $3] = $4; has[$1 SUBSEP $2] = 1; if (!($1 in seen)) { seen[$1] = 1; order[++nv] = $1 } }
     END {
         n = split("64K 128K 256K 384K 512K 640K 768K 896K", sq, " ")
         m = split("full-recompute full-recompute+plan full-swap+plan memo", me, " ")
-        print "\nTable 4 under other trace assumptions (MFU %, or OOM / OOHM; * = status differs from the paper)"
+        print "\nTable 4 under other assumptions (MFU %, or OOM / OOHM; * = status differs from the paper)"
         for (i = 1; i <= m; i++) {
-            printf "\n%s\n  %-10s", me[i], "variant"
+            printf "\n%s\n  %-12s", me[i], "variant"
             for (j = 1; j <= n; j++) printf " %8s", sq[j]
-            printf "\n  %-10s", "paper"
+            printf "\n  %-12s", "paper"
             for (j = 1; j <= n; j++) printf " %8s", ref[me[i] SUBSEP sq[j]]
             printf "\n"
             for (k = 1; k <= nv; k++) {
-                printf "  %-10s", order[k]
+                if (!((order[k] SUBSEP me[i]) in has)) continue
+                printf "  %-12s", order[k]
                 for (j = 1; j <= n; j++) {
                     a = ref[me[i] SUBSEP sq[j]]; b = v[order[k] SUBSEP me[i] SUBSEP sq[j]]
                     bad = ((a ~ /^[0-9.]+$/) != (b ~ /^[0-9.]+$/)) || (a !~ /^[0-9.]+$/ && a != b)
@@ -155,7 +168,7 @@ awk -F, 'FNR > 1 && $1 == "full-recompute" {
         n = split(FILENAME, p, "/"); f = p[n]; sub(/\.csv$/, "", f)
         printf "  %-18s %-6s reserved peak %6.1f GiB, allocated peak %6.1f GiB, retries per iteration %s\n", \
             f, $10, $15 / 2^30, $14 / 2^30, $23 }' "$out"/runs/table4-*.csv \
-    | sort -t- -k2 -n | { echo; echo "full recomputation on the caching allocator (megatron trace)"; cat; } \
+    | sort -t- -k2 -n | { echo; echo "full recomputation on the caching allocator (megatron trace, stock loss)"; cat; } \
     | tee -a "$out/variants.txt"
 
 if command -v gnuplot > /dev/null; then
