@@ -203,27 +203,45 @@ static void test_host_adam_bound(void)
     machine_profile_free(mp);
 }
 
+/* The cost model of trace t on mp with 2 MiB chunks; on failure one failed check, t and mp
+ * freed, NULL. */
+static ptc_model *search_model(machine_profile *mp, trace_t *t, int shard, const char *what)
+{
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 2 * MiB;
+    k.persist_shard = shard;
+    ptc_model *M = NULL;
+    ms_error err;
+    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
+        TAP_OK(0, "%s: %s", what, t ? err.msg : "no trace");
+        trace_free(t);
+        machine_profile_free(mp);
+        return NULL;
+    }
+    return M;
+}
+
+/* Search options over the whole space (any number of swaps) with the given tie band. */
+static ptc_search_opts search_opts(double tie)
+{
+    ptc_search_opts so;
+    ptc_search_opts_default(&so);
+    so.tie_tol = tie;
+    so.max_swap = -1;
+    return so;
+}
+
 static void test_search_brute(void)
 {
     machine_profile *mp = small_machine(5e7);
     mp->m.gpu_hbm_bytes = UINT64_C(96) << 20; /* tight: some configurations do not fit */
     trace_t *t = tiny_trace(&mp->m, 4, 4, 1);
-    lc_knobs k;
-    lc_knobs_default(&k);
-    k.chunk_bytes = 2 * MiB;
-    ptc_model *M = NULL;
-    ms_error err;
-    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
-        TAP_OK(0, "model for the brute force: %s", err.msg);
-        trace_free(t);
-        machine_profile_free(mp);
-        return;
-    }
+    ptc_model *M = search_model(mp, t, 1, "model for the brute force");
+    if (!M) return;
     const lc_layout *L = ptc_layout(M);
-    ptc_search_opts so;
-    ptc_search_opts_default(&so);
-    so.tie_tol = 0;
-    so.max_swap = -1;
+    ptc_search_opts so = search_opts(0);
+    ms_error err;
     ptc_search_result r;
     TAP_OK(ptc_search(M, &so, &r, &err) == MS_OK, "search runs");
     /* brute force over the whole space, same capacity, same swap limit */
@@ -294,23 +312,11 @@ static void bound_case(const char *name, int layers, uint64_t batch, int dp, int
     mp->m.gpu_hbm_bytes = hbm;
     mp->m.node_gpus = dp;
     trace_t *t = tiny_trace(&mp->m, layers, batch, dp);
-    lc_knobs k;
-    lc_knobs_default(&k);
-    k.chunk_bytes = 2 * MiB;
-    k.persist_shard = shard;
-    ptc_model *M = NULL;
-    ms_error err;
-    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
-        TAP_OK(0, "%s: model: %s", name, err.msg);
-        trace_free(t);
-        machine_profile_free(mp);
-        return;
-    }
+    ptc_model *M = search_model(mp, t, shard, name);
+    if (!M) return;
     const lc_layout *L = ptc_layout(M);
-    ptc_search_opts so;
-    ptc_search_opts_default(&so);
-    so.tie_tol = tie;
-    so.max_swap = -1;
+    ptc_search_opts so = search_opts(tie);
+    ms_error err;
     so.keep_all = 1;
     ptc_search_result rb, rx;
     int ok = ptc_search(M, &so, &rb, &err) == MS_OK;
