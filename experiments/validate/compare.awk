@@ -217,7 +217,7 @@ END {
     if (meta["kernel"] != "") printf ", Linux %s", meta["kernel"]
     print ""
     if (logdev != "") { sub(/^device: /, "", logdev); sub(/driver /, "CUDA driver API ", logdev); print "- runtime's view: " logdev }
-    printf "- profile: `traces/machines/%s.machine` (the GPU run's copy); simulator: `memsim simulate`, same options and plan files\n", machine
+    printf "- profile: `traces/machines/%s.machine` (the GPU run's copy); simulator: `memsim simulate`, same options and plan files%s\n", machine, simopts != "" ? ", and `" simopts "` (the host issue model with the runtime's bound)" : " (stream-time allocator calls)"
     nsp = nre_ = 0
     for (k = 1; k <= ncase; k++) if (hasg[ids[k]]) { if (math[ids[k]] == "real") nre_++; else nsp++ }
     printf "- workload: `--dims %s`, micro-batch 1, `--iters %s` (the last iteration reported); runtime: `memsim run --max-ahead %s --capacity machine`\n",

@@ -29,7 +29,9 @@
 # extended regular expression: only the case ids it matches), VALIDATE_MACHINE (profile name
 # instead of the one picked from the GPU's name), VALIDATE_RUN_OPTS (more options for every
 # memsim run, for a diagnostic run such as --max-ahead 1), VALIDATE_CASE_TIMEOUT (seconds per
-# case, default 300).
+# case, default 300), VALIDATE_SIM_OPTS (options for every memsim simulate of `compare`; default
+# `--issue-ahead 8`: the host issue model with the runtime's bound, so that allocator calls
+# happen at issue time on both sides; set it empty for the stream-time model).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -285,7 +287,7 @@ cmd_compare() {
         fi
         # shellcheck disable=SC2046
         "$MEMSIM" simulate --machine "$prof" $(workload_args "$seq" "$math" "$tf") \
-            $(policy_args "$pol" "$alloc" "$pf") --csv "$sim/$id.csv" \
+            $(policy_args "$pol" "$alloc" "$pf") ${VALIDATE_SIM_OPTS---issue-ahead $MAX_AHEAD} --csv "$sim/$id.csv" \
             --schedule "$sim/$id.sched" --quiet
         # The simulator must execute the schedule the GPU executed (same generator, planner and
         # lowering): a build that changed between the two runs shows here.
@@ -313,7 +315,7 @@ cmd_compare() {
             fi
             # shellcheck disable=SC2046
             "$MEMSIM" simulate --machine "$prof" --trace "$ct" $(policy_args "$pol" "$alloc" "$pf") \
-                --csv "$sim/$id.cal.csv" --quiet
+                ${VALIDATE_SIM_OPTS---issue-ahead $MAX_AHEAD} --csv "$sim/$id.cal.csv" --quiet
             args+=(kind=cal id="$id" "$sim/$id.cal.csv")
         fi
         n=$((n + 1))
@@ -330,7 +332,7 @@ cmd_compare() {
     fi
     local report=$sim/report.md
     awk -f "$AWK" -v mode=report -v dims="$DIMS" -v iters="$ITERS" -v machine="$machine" \
-        "${args[@]}" > "$report"
+        -v simopts="${VALIDATE_SIM_OPTS---issue-ahead $MAX_AHEAD}" "${args[@]}" > "$report"
     cat "$report"
     if [ "$doc" = 1 ]; then
         local docf=$root/docs/VALIDATION.md
