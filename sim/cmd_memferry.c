@@ -142,7 +142,10 @@ static void modes_of(const plan_t *p, mf_run *o)
     size_t k = 0;
     for (size_t i = 0; i < p->n_layers && k + 3 < sizeof o->modes; i++) {
         o->modes[k++] = "GDF"[p->layers[i].pmode];
+        char key[48];
+        snprintf(key, sizeof key, "grad_host.%d", (int)p->layers[i].layer);
         if (p->layers[i].grad_on_host) o->modes[k++] = 'h';
+        else if (plan_get_knob(p, key)) o->modes[k++] = 'm'; /* some modules' on the host */
     }
     o->modes[k] = '\0';
 }
@@ -168,21 +171,10 @@ static ms_status run_method(const mf_ctx *c, const trace_t *t, const machine_t *
     if (st) return st;
     plan_sort(p);
     modes_of(p, o);
-    const char *g = plan_get_knob(p, "grad_units_on_gpu");
+    /* The planner's share of gradient bytes kept on the GPU (go-memferry only). */
+    const char *g = plan_get_knob(p, "grad_gpu_frac");
     o->grad_gpu_frac = 1.0;
-    if (g) {
-        double on = 0, all = 0;
-        dha_model *d;
-        if (dha_model_new(t, m, &d, err) == MS_OK) {
-            for (size_t i = 0; i < p->n_layers; i++) {
-                const dha_unit *u = dha_model_unit(d, (size_t)(p->layers[i].layer + 1));
-                all += (double)u->grad_bytes;
-                if (!p->layers[i].grad_on_host) on += (double)u->grad_bytes;
-            }
-            dha_model_free(d);
-        }
-        o->grad_gpu_frac = all > 0 ? on / all : 1.0;
-    }
+    if (g && !ms_parse_double(g, &o->grad_gpu_frac)) o->grad_gpu_frac = NAN;
     if (plan_path) st = plan_write(p, plan_path, err);
     schedule_t *s = NULL;
     if (!st) st = lower_dha(t, p, m, NULL, &s, err);
