@@ -50,6 +50,13 @@ struct dha_model {
     double *dur;            /* per record: op duration, microseconds */
     size_t setup_end;       /* index of the first "mark iter" (nrec if none) */
     double grad_ratio;      /* gradient element bytes / parameter element bytes */
+    dha_module *mod;        /* modules (lower_dha.h) */
+    size_t nmod;
+    size_t *mod_g;          /* per module: tensor index of its gradient buffer */
+    long *tmod;             /* per tensor: its module (a parameter of a split buffer, or a
+                               gradient buffer that is one module), -1 otherwise */
+    size_t *g_first, *g_count; /* per tensor (gradient buffers): their modules */
+    size_t *scratch;        /* nmod entries: the modules one op makes */
 };
 
 /* ---------------------------------------------------------------------------------- */
@@ -173,6 +180,12 @@ uint64_t dha_synth_id(unsigned k)
 void dha_model_free(dha_model *d)
 {
     if (!d) return;
+    free(d->mod);
+    free(d->mod_g);
+    free(d->tmod);
+    free(d->g_first);
+    free(d->g_count);
+    free(d->scratch);
     free(d->u);
     free(d->adam_op);
     free(d->tens);
@@ -192,6 +205,13 @@ const dha_unit *dha_model_unit(const dha_model *d, size_t i)
 }
 
 int32_t dha_model_layers(const dha_model *d) { return d ? d->L : 0; }
+
+size_t dha_model_modules(const dha_model *d) { return d ? d->nmod : 0; }
+
+const dha_module *dha_model_module(const dha_model *d, size_t i)
+{
+    return (d && i < d->nmod) ? &d->mod[i] : NULL;
+}
 
 static ms_status add_use(dha_model *d, int unit, size_t tix)
 {
@@ -389,7 +409,145 @@ static int adam_unit(const dha_model *d, size_t i)
     return strncmp(op->name, "embed.", 6) == 0 ? 0 : uidx(d, d->L);
 }
 
-/* Pass 3 (first iteration): sizes, Adam times and the standalone profile. */
+/* Bytes of parameter tensor ix's gradient. */
+static uint64_t pgrad_bytes(const dha_model *d, size_t ix)
+{
+    return (uint64_t)((double)d->tens[ix].bytes * d->grad_ratio);
+}
+
+/* Which gradient buffer holds each parameter's gradient (lower_dha.h, "modules"):
+ * mg[P] = tensor index of the buffer, -1 none yet; bad[G] = G cannot be split. */
+static void claim_grads(const dha_model *d, long *mg, unsigned char *bad)
+{
+    size_t beg, end;
+    first_iteration(d, &beg, &end);
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = beg; i < end; i++) {
+            const trace_rec *r = trace_get(d->t, i);
+            if (r->type != TR_OP || r->u.op.phase != TP_BWD || d->unit[i] < 0) continue;
+            const trace_op *op = &r->u.op;
+            int nparam = 0;
+            for (uint32_t k = 0; k < op->n_in; k++) nparam += is_param(d, op->in[k], NULL);
+            for (uint32_t o = 0; o < op->n_out; o++) {
+                size_t g;
+                if (!is_grad(d, op->out[o], &g)) continue;
+                if (pass == 0) { /* kernels reading P make P's gradient */
+                    for (uint32_t k = 0; k < op->n_in; k++) {
+                        size_t ix;
+                        if (!is_param(d, op->in[k], &ix)) continue;
+                        if (mg[ix] < 0) mg[ix] = (long)g;
+                        else if (mg[ix] != (long)g) bad[g] = bad[mg[ix]] = 1;
+                    }
+                } else if (!nparam) { /* a scatter-add: its unit's unclaimed parameters */
+                    for (size_t ix = 0; ix < d->nt; ix++)
+                        if (d->tens[ix].cls == TC_PARAM && mg[ix] < 0 &&
+                            d->tens[ix].owner == d->unit[i])
+                            mg[ix] = (long)g;
+                }
+            }
+        }
+    /* Parameters no backward op touches: the one buffer their unit owns. */
+    for (size_t ix = 0; ix < d->nt; ix++) {
+        if (d->tens[ix].cls != TC_PARAM || mg[ix] >= 0) continue;
+        long only = -1;
+        int n = 0;
+        for (size_t g = 0; g < d->nt; g++)
+            if (d->tens[g].cls == TC_GRAD && d->tens[g].owner == d->tens[ix].owner) {
+                only = (long)g;
+                n++;
+            }
+        if (n == 1) mg[ix] = only;
+    }
+    for (size_t g = 0; g < d->nt; g++) {
+        if (d->tens[g].cls != TC_GRAD) continue;
+        uint64_t sum = 0;
+        size_t n = 0;
+        for (size_t ix = 0; ix < d->nt; ix++)
+            if (d->tens[ix].cls == TC_PARAM && mg[ix] == (long)g) {
+                sum += pgrad_bytes(d, ix);
+                n++;
+            }
+        if (!n || sum != d->tens[g].bytes) bad[g] = 1;
+    }
+}
+
+/* Pass 3 (first iteration): the modules, in unit order. */
+static ms_status find_modules(dha_model *d, ms_error *err)
+{
+    size_t nt = d->nt ? d->nt : 1;
+    long *mg = malloc(nt * sizeof *mg);
+    unsigned char *bad = calloc(nt, 1);
+    d->mod = calloc(nt, sizeof *d->mod);
+    d->mod_g = calloc(nt, sizeof *d->mod_g);
+    d->tmod = malloc(nt * sizeof *d->tmod);
+    d->g_first = calloc(nt, sizeof *d->g_first);
+    d->g_count = calloc(nt, sizeof *d->g_count);
+    d->scratch = calloc(nt, sizeof *d->scratch);
+    if (!mg || !bad || !d->mod || !d->mod_g || !d->tmod || !d->g_first || !d->g_count ||
+        !d->scratch) {
+        free(mg);
+        free(bad);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < d->nt; i++) mg[i] = d->tmod[i] = -1;
+    claim_grads(d, mg, bad);
+    for (size_t u = 0; u < d->nu; u++)
+        for (size_t g = 0; g < d->nt; g++) {
+            if (d->tens[g].cls != TC_GRAD || d->tens[g].owner != (int)u) continue;
+            d->g_first[g] = d->nmod;
+            for (size_t ix = 0; ix < d->nt; ix++) {
+                int whole = bad[g] && ix == g, part = !bad[g] && mg[ix] == (long)g &&
+                                                     d->tens[ix].cls == TC_PARAM;
+                if (!whole && !part) continue;
+                d->tmod[ix] = (long)d->nmod;
+                d->mod_g[d->nmod] = g;
+                d->mod[d->nmod++] = (dha_module){ whole ? 0 : d->tens[ix].id, d->tens[g].id,
+                                                  d->u[u].layer,
+                                                  whole ? d->tens[g].bytes : pgrad_bytes(d, ix),
+                                                  0, 0, 0 };
+            }
+            d->g_count[g] = d->nmod - d->g_first[g];
+        }
+    free(mg);
+    free(bad);
+    return MS_OK;
+}
+
+/* The modules op makes in gradient buffer g: those of its parameters g holds, else (a kernel
+ * reading none, or g is one module) every module of g. In d->scratch; returns the count. */
+static size_t op_modules(const dha_model *d, const trace_op *op, size_t g)
+{
+    size_t n = 0;
+    for (uint32_t k = 0; k < op->n_in; k++) {
+        size_t ix;
+        if (!is_param(d, op->in[k], &ix) || d->tmod[ix] < 0) continue;
+        size_t m = (size_t)d->tmod[ix];
+        if (d->mod_g[m] != g) continue;
+        int dup = 0;
+        for (size_t j = 0; j < n; j++) dup |= d->scratch[j] == m;
+        if (!dup) d->scratch[n++] = m;
+    }
+    for (size_t j = 0; !n && j < d->g_count[g]; j++) d->scratch[j] = d->g_first[g] + j;
+    return n ? n : d->g_count[g];
+}
+
+/* Shares an op's gradient write cost for buffer g among the modules it makes, by bytes. */
+static void share_cost(dha_model *d, const trace_op *op, size_t g, double extra,
+                       double extra_dha, double acc)
+{
+    size_t n = op_modules(d, op, g);
+    uint64_t all = 0;
+    for (size_t j = 0; j < n; j++) all += d->mod[d->scratch[j]].grad_bytes;
+    for (size_t j = 0; j < n; j++) {
+        dha_module *m = &d->mod[d->scratch[j]];
+        double f = all ? (double)m->grad_bytes / (double)all : 1.0 / (double)n;
+        m->t_gw_extra_us += f * extra;
+        m->t_gw_extra_dha_us += f * extra_dha;
+        m->t_gw_acc_us += f * acc;
+    }
+}
+
+/* Pass 4 (first iteration): sizes, Adam times and the standalone profile. */
 static void profile(dha_model *d)
 {
     const machine_t *m = d->m;
@@ -459,9 +617,12 @@ static void profile(dha_model *d)
             uint64_t wb = dha_write_bytes(d, op, d->tens[ix].bytes);
             double weff = dha_eff_of(m, op, reads);
             double tw = wr_Bps > 0 ? (double)wb / (wr_Bps * weff) * 1e6 : 0;
-            o->t_gw_extra_us += (tw > dur ? tw : dur) - dur;
-            o->t_gw_extra_dha_us += (tw > tdha ? tw : tdha) - tdha;
-            o->t_gw_acc_us += acc_us(m, acc_bytes(d, op, d->tens[ix].bytes));
+            double ex = (tw > dur ? tw : dur) - dur, exd = (tw > tdha ? tw : tdha) - tdha;
+            double ac = acc_us(m, acc_bytes(d, op, d->tens[ix].bytes));
+            o->t_gw_extra_us += ex;
+            o->t_gw_extra_dha_us += exd;
+            o->t_gw_acc_us += ac;
+            share_cost(d, op, ix, ex, exd, ac);
         }
     }
     /* Units with gradients but no host Adam op in the trace: the machine's CPU Adam rate. */
@@ -486,7 +647,9 @@ ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, m
     roof_params_default(&d->roof);
     double gb = (double)trace_meta_u64(t, "grad_bytes", 2), db = (double)trace_meta_u64(t, "dtype_bytes", 2);
     d->grad_ratio = db > 0 ? gb / db : 1.0;
-    if ((st = scan_records(d, err)) == MS_OK && (st = find_owners(d, err)) == MS_OK) profile(d);
+    if ((st = scan_records(d, err)) == MS_OK && (st = find_owners(d, err)) == MS_OK &&
+        (st = find_modules(d, err)) == MS_OK)
+        profile(d);
     if (st) {
         dha_model_free(d);
         return st;
@@ -508,6 +671,8 @@ typedef struct ltens {
                              iteration after the first such unit's forward, freed after */
     int loader;           /* LOAD_FORWARD: the unit whose load at the forward start brings it */
     int host_grad;        /* gradient: written to the host over DHA */
+    uint64_t host_bytes;  /* gradient: bytes of it on the host (all of it with host_grad;
+                             some with grad_host.N knobs: module-level offload) */
     int realloc;          /* gradient: allocated by each backward (DeepSpeed) */
     uint32_t ev_ld;       /* this iteration's load event (EV_NONE: resident, no wait) */
     uint32_t ev_next;     /* next iteration's load, issued after the update */
@@ -528,6 +693,7 @@ typedef struct lw {
     schedule_t *s;
     plan_pmode *mode;     /* per unit */
     int *ghost;           /* per unit: gradients on the host */
+    unsigned char *mhost; /* per module: its gradient on the host (grad_host.N knobs) */
     upd_kind upd;
     load_kind load;
     int realloc, free_at_step;
@@ -690,6 +856,56 @@ static ms_status read_layers(lw *w)
     return MS_OK;
 }
 
+/* One grad_host.N knob: the modules of unit N whose gradients go to the host. */
+static ms_status read_grad_host_knob(lw *w, const plan_knob *kn)
+{
+    const dha_model *d = w->d;
+    int64_t L;
+    if (!ms_parse_i64(kn->key + 10, &L) || L < -1 || L > d->L)
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knob %s: the trace's units are -1 "
+                       "(embedding), 0..%d (layers) and %d (head)", kn->key, (int)d->L - 1,
+                       (int)d->L);
+    if (w->realloc)
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knob %s cannot be combined with "
+                       "realloc=1 (DeepSpeed's GPU gradient buckets)", kn->key);
+    if (w->ghost[uidx(d, (int32_t)L)])
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knob %s: layer %d already has every "
+                       "gradient on the host (grad=host)", kn->key, (int)L);
+    char buf[sizeof kn->value];
+    memcpy(buf, kn->value, sizeof buf);
+    buf[sizeof buf - 1] = 0;
+    for (char *tok = buf, *next; tok; tok = next) {
+        next = strchr(tok, ',');
+        if (next) *next++ = 0;
+        while (*tok == ' ') tok++;
+        uint64_t id;
+        size_t m = d->nmod;
+        if (ms_parse_u64(tok, &id) && id)
+            for (m = 0; m < d->nmod; m++)
+                if ((d->mod[m].param_id ? d->mod[m].param_id : d->mod[m].grad_id) == id &&
+                    d->mod[m].layer == (int32_t)L)
+                    break;
+        if (m == d->nmod)
+            return ms_fail(w->err, MS_ERR_INVALID, "plan knob %s=%s: '%s' is not a parameter "
+                           "tensor whose gradient layer %d's buffer holds as a module (nor "
+                           "a gradient buffer that is one module)",
+                           kn->key, kn->value, tok, (int)L);
+        w->mhost[m] = 1;
+    }
+    return MS_OK;
+}
+
+static ms_status read_grad_host(lw *w)
+{
+    int any = 0;
+    for (size_t k = 0; k < w->p->n_knobs; k++) {
+        if (strncmp(w->p->knobs[k].key, "grad_host.", 10)) continue;
+        TRY(read_grad_host_knob(w, &w->p->knobs[k]));
+        any = 1;
+    }
+    return any ? dha_check_machine(w->m, "DHA lowering", w->err) : MS_OK;
+}
+
 /* Where each tensor lives under the plan. */
 static void place_tensors(lw *w)
 {
@@ -700,6 +916,10 @@ static void place_tensors(lw *w)
         x->ev_ld = x->ev_next = EV_NONE;
         if (d->tens[i].cls == TC_GRAD) {
             x->host_grad = w->ghost[d->tens[i].owner];
+            for (size_t j = 0; !x->host_grad && j < d->g_count[i]; j++)
+                if (w->mhost[d->g_first[i] + j]) x->host_bytes += d->mod[d->g_first[i] + j].grad_bytes;
+            if (x->host_bytes >= d->tens[i].bytes) x->host_grad = 1;
+            if (x->host_grad) x->host_bytes = d->tens[i].bytes;
             x->realloc = w->realloc && !x->host_grad;
         }
     }
@@ -733,7 +953,7 @@ static ms_status setup_alloc(lw *w, const trace_tensor *x)
     /* Every parameter and gradient has its host home (the shadow model's CPU storage). */
     TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, x->id, x->bytes));
     int dev = dt->cls == TC_PARAM ? l->persistent : (!l->host_grad && !l->realloc);
-    return dev ? put_t(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes) : MS_OK;
+    return dev ? put_t(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes - l->host_bytes) : MS_OK;
 }
 
 /* DeepSpeed's reduce buckets (two with overlap_comm) and their fp32 casts. */
@@ -998,7 +1218,11 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
     const dha_model *d = w->d;
     w->done_owner[u] = 1;
     w->order[w->norder++] = u;
-    if (w->ghost[u]) {
+    uint64_t dev = 0; /* bytes of its gradients on the GPU */
+    for (size_t i = 0; i < d->nt; i++)
+        if (d->tens[i].cls == TC_GRAD && d->tens[i].owner == u)
+            dev += d->tens[i].bytes - w->lt[i].host_bytes;
+    if (w->ghost[u] || (!w->realloc && !dev)) {
         TRY(record_new(w, SS_COMPUTE, &w->gh_ev[u]));
         return w->upd == UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
     }
@@ -1007,8 +1231,10 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
         TRY(record_new(w, SS_COMPUTE, &e));
         TRY(put_e(w, SA_WAIT, SS_D2H, e));
         for (size_t i = 0; i < d->nt; i++)
-            if (d->tens[i].cls == TC_GRAD && d->tens[i].owner == u)
-                TRY(put_t(w, SA_COPY_D2H, SS_D2H, d->tens[i].id, d->tens[i].bytes));
+            if (d->tens[i].cls == TC_GRAD && d->tens[i].owner == u &&
+                d->tens[i].bytes > w->lt[i].host_bytes)
+                TRY(put_t(w, SA_COPY_D2H, SS_D2H, d->tens[i].id,
+                          d->tens[i].bytes - w->lt[i].host_bytes));
         TRY(record_new(w, SS_D2H, &w->gh_ev[u]));
         return w->upd == UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
     }
@@ -1070,6 +1296,20 @@ static ms_status end_backward(lw *w)
     return w->load == LOAD_AFTER_UPDATE && w->has_next ? loads_after_update(w) : MS_OK;
 }
 
+/* Share of the gradient op makes in buffer g (tensor index) that host modules hold. */
+static double host_share(const lw *w, const trace_op *op, size_t g)
+{
+    const dha_model *d = w->d;
+    size_t n = op_modules(d, op, g);
+    uint64_t all = 0, host = 0;
+    for (size_t j = 0; j < n; j++) {
+        size_t m = d->scratch[j];
+        all += d->mod[m].grad_bytes;
+        if (w->mhost[m]) host += d->mod[m].grad_bytes;
+    }
+    return all ? (double)host / (double)all : 0;
+}
+
 /* One trace op inside an iteration. */
 static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
 {
@@ -1099,11 +1339,18 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
             else if (op->phase == TP_BWD) acc += acc_bytes(d, op, d->tens[ix].bytes);
             continue;
         }
+        if (x->host_bytes && op->phase == TP_BWD) {
+            /* Module-level offload: the part of this op's gradient that belongs to host
+             * modules goes over DHA, the rest to the buffer's GPU part. */
+            double f = host_share(w, op, ix);
+            if (w->fused_write) wr += (uint64_t)(f * (double)dha_write_bytes(d, op, d->tens[ix].bytes));
+            else acc += (uint64_t)(f * (double)acc_bytes(d, op, d->tens[ix].bytes));
+        }
         if (x->realloc && op->phase == TP_BWD && !x->on_dev) {
             TRY(put_t(w, SA_ALLOC, SS_COMPUTE, d->tens[ix].id, d->tens[ix].bytes));
             x->on_dev = 1;
         }
-        if (!x->realloc || x->on_dev) gdev += d->tens[ix].bytes;
+        if (!x->realloc || x->on_dev) gdev += d->tens[ix].bytes - x->host_bytes;
     }
     /* zero_grad and the like: only the part that writes GPU-resident gradients runs on
      * the GPU (DHA gradients are zeroed by the host, not modelled; DeepSpeed's are None). */
@@ -1230,6 +1477,8 @@ int lower_dha_applies(const plan_t *p)
     if (!p) return 0;
     const char *v = plan_get_knob(p, "host_params");
     if (v && !strcmp(v, "1")) return 1;
+    for (size_t i = 0; i < p->n_knobs; i++)
+        if (!strncmp(p->knobs[i].key, "grad_host.", 10)) return 1;
     for (size_t i = 0; i < p->n_layers; i++)
         if (p->layers[i].pmode != PM_GFGB || p->layers[i].grad_on_host) return 1;
     return 0;
@@ -1266,6 +1515,7 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
     size_t nu = d->nu;
     w.mode = calloc(nu, sizeof *w.mode);
     w.ghost = calloc(nu, sizeof *w.ghost);
+    w.mhost = calloc(d->nmod ? d->nmod : 1, 1);
     w.lt = calloc(d->nt ? d->nt : 1, sizeof *w.lt);
     w.upd_ev = malloc(nu * sizeof *w.upd_ev);
     w.upd_prev = malloc(nu * sizeof *w.upd_prev);
@@ -1276,13 +1526,14 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
     w.order = malloc(nu * sizeof *w.order);
     w.bucket_units = malloc(nu * sizeof *w.bucket_units);
     w.s = sched_new();
-    if (!w.mode || !w.ghost || !w.lt || !w.upd_ev || !w.upd_prev || !w.gh_ev || !w.grads_left ||
+    if (!w.mode || !w.ghost || !w.mhost || !w.lt || !w.upd_ev || !w.upd_prev || !w.gh_ev || !w.grads_left ||
         !w.done_owner || !w.last_fwd || !w.order || !w.bucket_units || !w.s) {
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     } else {
         for (size_t i = 0; i < nu; i++) w.upd_ev[i] = w.upd_prev[i] = w.gh_ev[i] = EV_NONE;
         st = read_knobs(&w);
         if (!st) st = read_layers(&w);
+        if (!st) st = read_grad_host(&w);
         if (!st) {
             place_tensors(&w);
             st = lower_all(&w);
@@ -1292,6 +1543,7 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
     if (!st && w.o.report) *w.o.report = w.rep;
     free(w.mode);
     free(w.ghost);
+    free(w.mhost);
     free(w.lt);
     free(w.upd_ev);
     free(w.upd_prev);

@@ -54,6 +54,29 @@ typedef struct dha_unit {
     double t_grad_d2h_us;     /* grad_bytes over link.d2h_Bps */
 } dha_unit;
 
+/* ---- modules ----
+ * The gradient-offload decision of GO-MemFerry is made per PyTorch module in the paper
+ * (§IV-D): each Linear, LayerNorm, Embedding separately. In a trace a module is one parameter
+ * tensor (a Linear's bias is folded into its weight tensor, a norm's scale and shift are one
+ * tensor) and its share of the unit's gradient buffer. Which parameters a gradient buffer G
+ * holds is read from the first iteration: a backward op that reads parameter P and writes G
+ * makes P's gradient; a backward op that writes G and reads no parameter (an embedding's
+ * scatter-add) makes the gradients of the parameters its unit owns that no such op claims;
+ * parameters no op reads go to the one buffer their unit owns. When the members' bytes
+ * (x the gradient/parameter element ratio) do not add up to G's bytes, or a parameter's
+ * gradient lands in two buffers, G is one module (param_id 0). A backward op's gradient
+ * write cost (the unit's t_gw_* below) is shared among the modules it makes by their bytes;
+ * the modules of a unit add up to the unit's figures. */
+typedef struct dha_module {
+    uint64_t param_id;        /* the parameter tensor; 0 = the whole gradient buffer */
+    uint64_t grad_id;         /* the gradient buffer holding its gradient */
+    int32_t layer;            /* plan layer of the unit owning that buffer */
+    uint64_t grad_bytes;      /* its bytes in that buffer */
+    double t_gw_extra_us;     /* as dha_unit's, for this module's gradient alone */
+    double t_gw_extra_dha_us;
+    double t_gw_acc_us;
+} dha_module;
+
 typedef struct dha_model dha_model;
 
 /* Analyses trace t (made with the generator's offload mode, traces/gen.h: meta offload 1,
@@ -67,6 +90,10 @@ void dha_model_free(dha_model *d);
 size_t dha_model_units(const dha_model *d);
 const dha_unit *dha_model_unit(const dha_model *d, size_t i);
 int32_t dha_model_layers(const dha_model *d); /* L */
+/* Modules in unit order (the units' forward order), within a unit in the order the trace
+ * allocates their parameters. */
+size_t dha_model_modules(const dha_model *d);
+const dha_module *dha_model_module(const dha_model *d, size_t i);
 /* Checks that m has the DHA figures DHA lowering and the MemFerry policies need
  * (dha.read_Bps, dha.write_Bps, dha.gemm_eff, dha.other_eff > 0); MS_ERR_INVALID naming the
  * first missing one and `who` otherwise. */
@@ -79,6 +106,13 @@ int lower_dha_applies(const plan_t *p);
 
 /* Lowers trace t under plan p for machine m (required: link and DHA rates). Units the plan
  * does not list are GFGB with gradients on the GPU. Plan knobs (docs/MEMFERRY.md):
+ *   grad_host.N=ID,ID,...       module-level gradient offload (GO-MemFerry's per-module
+ *                               items): the gradients of these parameter tensors, held by
+ *                               unit N's gradient buffer, are written to the host over DHA;
+ *                               the rest of the buffer stays on the GPU (only its bytes are
+ *                               allocated and copied back). Each ID must be a module of unit
+ *                               N (dha_model_module: its param_id, or its grad_id when the
+ *                               buffer is one module); not with grad=host on the same unit
  *   update=pipelined|after_bwd  host Adam per unit as soon as its gradients are on the host
  *                               (default), or for all units, in forward order, after the
  *                               last gradient arrived (ZeRO-Offload)

@@ -293,6 +293,122 @@ static ms_status set_knob_num(plan_t *p, const char *key, double v)
     return plan_set_knob(p, key, b);
 }
 
+/* The items of GO-MemFerry's dynamic program: units (go_granularity=unit) or modules
+ * (module, the paper's: §IV-D lets each PyTorch module's gradient go to the host on its
+ * own). gain = T_GBP - T_CBP for the grad_write in force; for fused writes it depends on
+ * whether the writers read their parameters over DHA (the unit's mode). */
+typedef struct go_items {
+    size_t n;
+    double *gain;
+    uint64_t *bytes;
+    int32_t *layer;     /* plan layer of the unit holding the item */
+    uint64_t *id;       /* module: its grad_host.N id (parameter, or the whole buffer) */
+    int *keep;
+} go_items;
+
+static void go_items_free(go_items *g)
+{
+    free(g->gain);
+    free(g->bytes);
+    free(g->layer);
+    free(g->id);
+    free(g->keep);
+}
+
+static ms_status go_items_of(const dha_model *d, const plan_pmode *mode, int modules, int fused,
+                             go_items *g)
+{
+    size_t n = modules ? dha_model_modules(d) : dha_model_units(d);
+    memset(g, 0, sizeof *g);
+    g->n = n;
+    size_t c = n ? n : 1;
+    g->gain = calloc(c, sizeof *g->gain);
+    g->bytes = calloc(c, sizeof *g->bytes);
+    g->layer = calloc(c, sizeof *g->layer);
+    g->id = calloc(c, sizeof *g->id);
+    g->keep = calloc(c, sizeof *g->keep);
+    if (!g->gain || !g->bytes || !g->layer || !g->id || !g->keep) return MS_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        double acc, ex, exd;
+        if (modules) {
+            const dha_module *m = dha_model_module(d, i);
+            acc = m->t_gw_acc_us, ex = m->t_gw_extra_us, exd = m->t_gw_extra_dha_us;
+            g->bytes[i] = m->grad_bytes;
+            g->layer[i] = m->layer;
+            g->id[i] = m->param_id ? m->param_id : m->grad_id;
+        } else {
+            const dha_unit *u = dha_model_unit(d, i);
+            acc = u->t_gw_acc_us, ex = u->t_gw_extra_us, exd = u->t_gw_extra_dha_us;
+            g->bytes[i] = u->grad_bytes;
+            g->layer[i] = u->layer;
+        }
+        g->gain[i] = !fused ? acc : mode[g->layer[i] + 1] == PM_DHA ? exd : ex;
+    }
+    return MS_OK;
+}
+
+/* The DP over the items for the reserve factor. Bytes in units of total/4096 (sizes rounded
+ * up, the budget down, so the kept gradients always fit the reserve). */
+static ms_status go_choose(go_items *g, double reserve, double *kept_frac, double *cost_us)
+{
+    uint64_t total = 0, kept = 0;
+    for (size_t i = 0; i < g->n; i++) total += g->bytes[i];
+    uint64_t q = total / 4096 + 1;
+    uint64_t cap = (uint64_t)floor(reserve * (double)total / (double)q);
+    uint64_t *size = malloc((g->n ? g->n : 1) * sizeof *size);
+    if (!size) return MS_ERR_NOMEM;
+    for (size_t i = 0; i < g->n; i++) size[i] = (g->bytes[i] + q - 1) / q;
+    ms_status st = MS_OK;
+    if (reserve >= 1)
+        for (size_t i = 0; i < g->n; i++) g->keep[i] = 1;
+    else
+        st = mf_go_dp(g->gain, size, g->n, cap, g->keep, NULL);
+    free(size);
+    *cost_us = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        kept += g->keep[i] ? g->bytes[i] : 0;
+        *cost_us += g->keep[i] || !(g->gain[i] > 0) ? 0 : g->gain[i];
+    }
+    *kept_frac = total ? (double)kept / (double)total : 1.0;
+    return st;
+}
+
+/* The plan's gradient lines: a unit whose items all go to the host is grad=host; a unit with
+ * some modules on the host lists them in knob grad_host.N (planners/lower_dha.h). */
+static ms_status go_write(plan_t *p, const dha_model *d, const plan_pmode *mode,
+                          const go_items *g, int modules, const char *who, ms_error *err)
+{
+    ms_status st = MS_OK;
+    for (size_t u = 0; u < dha_model_units(d) && !st; u++) {
+        int32_t L = dha_model_unit(d, u)->layer;
+        size_t nh = 0, nall = 0;
+        char list[96] = "";
+        size_t len = 0;
+        for (size_t i = 0; i < g->n; i++) {
+            if (g->layer[i] != L || !g->bytes[i]) continue;
+            nall++;
+            if (g->keep[i]) continue;
+            nh++;
+            if (!modules) continue;
+            int w = snprintf(list + len, sizeof list - len, "%s%llu", len ? "," : "",
+                             (unsigned long long)g->id[i]);
+            if (w < 0 || (size_t)w >= sizeof list - len)
+                return ms_fail(err, MS_ERR_LIMIT, "%s: layer %d has too many modules with host "
+                               "gradients for one plan knob (use go_granularity=unit)", who,
+                               (int)L);
+            len += (size_t)w;
+        }
+        int host = nall && nh == nall;
+        st = plan_set_layer(p, L, mode[u], host);
+        if (!st && nh && !host) {
+            char key[48];
+            snprintf(key, sizeof key, "grad_host.%d", (int)L);
+            st = plan_set_knob(p, key, list);
+        }
+    }
+    return st;
+}
+
 /* Shared by memferry and go-memferry: the modes, then (reserve >= 0) the gradient plan. */
 static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
                          const pol_opts *o, double reserve, plan_t **out, ms_error *err)
@@ -302,7 +418,7 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
     snprintf(who, sizeof who, "policy %s", name);
     ms_status st = dha_check_machine(m, who, err);
     if (st) return st;
-    int dfgb, fused = 0, literal = 0;
+    int dfgb, fused = 0, literal = 0, modules = 1;
     if ((st = knob_flag(o, "dfgb", 1, &dfgb, err))) return st;
     const char *al = pol_knob_get(o, "alg1");
     if (al && strcmp(al, "stall") && strcmp(al, "literal"))
@@ -313,52 +429,43 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
         return ms_fail(err, MS_ERR_INVALID, "%s: knob grad_write=%s: expected accumulate or "
                        "fused", who, gw);
     fused = gw && !strcmp(gw, "fused");
+    const char *gg = pol_knob_get(o, "go_granularity");
+    if (gg && strcmp(gg, "module") && strcmp(gg, "unit"))
+        return ms_fail(err, MS_ERR_INVALID, "%s: knob go_granularity=%s: expected module or "
+                       "unit", who, gg);
+    modules = !gg || !strcmp(gg, "module");
     dha_model *d;
     ms_error e2;
     if ((st = dha_model_new(t, m, &d, &e2))) return ms_fail(err, st, "%s: %s", who, e2.msg);
     size_t n = dha_model_units(d);
     mf_prof *pr = malloc(n * sizeof *pr);
     plan_pmode *mode = malloc(n * sizeof *mode);
-    int *keep = malloc(n * sizeof *keep);
-    double *gain = calloc(n, sizeof *gain);
-    uint64_t *size = calloc(n, sizeof *size);
+    go_items g;
+    memset(&g, 0, sizeof g);
     plan_t *p = NULL;
-    if (!pr || !mode || !keep || !gain || !size) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
-    double t_all = 0, t_res = 0;
-    size_t made = 0, ngpu = 0;
+    if (!pr || !mode) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    double t_all = 0, t_res = 0, kept = 1, go_cost = 0;
+    size_t made = 0;
     if (!st) {
         profile_of(d, pr);
         mf_alg1(pr, n, literal, mode, &t_all, &t_res);
         if (dfgb) made = mf_dfgb_greedy(pr, n, mode);
-        for (size_t i = 0; i < n; i++) keep[i] = 1;
     }
     if (!st && reserve >= 0) {
-        /* Gradients in units of total/4096 bytes (sizes rounded up, the budget down, so the
-         * kept gradients always fit the reserve). */
-        uint64_t total = 0;
-        for (size_t i = 0; i < n; i++) total += dha_model_unit(d, i)->grad_bytes;
-        uint64_t q = total / 4096 + 1;
-        uint64_t cap = (uint64_t)floor(reserve * (double)total / (double)q);
-        for (size_t i = 0; i < n; i++) {
-            const dha_unit *u = dha_model_unit(d, i);
-            gain[i] = !fused ? u->t_gw_acc_us
-                      : mode[i] == PM_DHA ? u->t_gw_extra_dha_us : u->t_gw_extra_us;
-            size[i] = (u->grad_bytes + q - 1) / q;
-        }
-        if (reserve >= 1) {
-            for (size_t i = 0; i < n; i++) keep[i] = 1;
-        } else if ((st = mf_go_dp(gain, size, n, cap, keep, NULL))) {
+        if ((st = go_items_of(d, mode, modules, fused, &g)))
+            st = ms_fail(err, st, "out of memory");
+        else if ((st = go_choose(&g, reserve, &kept, &go_cost)))
             st = ms_fail(err, st, "%s: the gradient dynamic program failed (%s)", who,
                          ms_status_str(st));
-        }
     }
     if (!st) st = pol_plan_new(name, o, &p, err);
     int made_plan = !st;
-    for (size_t i = 0; !st && i < n; i++) {
-        int host = !keep[i] && dha_model_unit(d, i)->grad_bytes > 0;
-        ngpu += !host;
-        st = plan_set_layer(p, dha_model_unit(d, i)->layer, mode[i], host);
+    if (!st && reserve >= 0) {
+        st = go_write(p, d, mode, &g, modules, who, err);
+        if (st) made_plan = 0;
     }
+    for (size_t i = 0; !st && reserve < 0 && i < n; i++)
+        st = plan_set_layer(p, dha_model_unit(d, i)->layer, mode[i], 0);
     if (!st) st = plan_set_knob(p, "host_params", "1");
     if (!st && !plan_get_knob(p, "update")) st = plan_set_knob(p, "update", "pipelined");
     if (!st && !plan_get_knob(p, "param_load")) st = plan_set_knob(p, "param_load", "forward");
@@ -367,13 +474,14 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
     if (!st) st = set_knob_num(p, "est_fp_us", mf_fp_time(pr, n, mode, NULL));
     if (!st) st = set_knob_num(p, "est_iter_compute_us", mf_iter_time(pr, n, mode));
     if (!st) st = set_knob_num(p, "dfgb_units", (double)made);
-    if (!st && reserve >= 0) st = set_knob_num(p, "grad_units_on_gpu", (double)ngpu);
+    if (!st && reserve >= 0) st = set_knob_num(p, "grad_gpu_frac", kept);
+    if (!st && reserve >= 0) st = set_knob_num(p, "go_items", (double)g.n);
+    /* The backward time the offloaded gradients add, by the DP's own figures. */
+    if (!st && reserve >= 0) st = set_knob_num(p, "est_go_cost_us", go_cost);
     if (st && made_plan) st = ms_fail(err, st, "%s: cannot record the plan", who);
     free(pr);
     free(mode);
-    free(keep);
-    free(gain);
-    free(size);
+    go_items_free(&g);
     dha_model_free(d);
     if (st) {
         plan_free(p);
@@ -406,6 +514,9 @@ static ms_status plan_go_memferry(const trace_t *t, const machine_t *m, const po
 #define MF_KNOBS                                                                          \
     "alg1=stall|literal (line 3 of Algorithm 1, default stall); dfgb=0|1 (greedy DFGB "   \
     "choice, default 1); grad_write=accumulate|fused; lowering: update, param_load"
+#define GO_KNOBS                                                                          \
+    "go_granularity=module|unit (the dynamic program's items: PyTorch modules as in the " \
+    "paper, default, or whole units); "
 
 const pol_policy pol_memferry = {
     "memferry",
@@ -423,6 +534,6 @@ const pol_policy pol_go_memferry = {
     "a dynamic program within reserve x the gradient bytes, the others written to the host "
     "by the backward kernels",
     "MemFerry (Yao et al., INFOCOM 2025) §IV-D, GO-MemFerry",
-    "reserve=0..1 (fraction of gradient bytes kept on the GPU, default 0); " MF_KNOBS,
+    "reserve=0..1 (fraction of gradient bytes kept on the GPU, default 0); " GO_KNOBS MF_KNOBS,
     plan_go_memferry,
 };

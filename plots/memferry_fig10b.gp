@@ -1,7 +1,7 @@
 # memferry_fig10b.gp — MemFerry Fig. 10(b) in memsim: GO-MemFerry's iteration time over the
 # gradient reserve factor (fraction of the gradient bytes kept on the GPU), one line per model.
-# Input: fig10b.dat of `memsim memferry` (reserve, then one column per model; the header line
-# names the models). Variables (gnuplot -e): datafile, outfile, fmt (png|svg), models (the four
+# Input: fig10b.dat of `memsim memferry` (reserve, then one column per model with the dynamic
+# program's items as modules, then one per model with unit items; the header line names them). Variables (gnuplot -e): datafile, outfile, fmt (png|svg), models (the four
 # model names, blank separated). Drawn by experiments/memferry/run.sh.
 if (!exists("fmt")) fmt = "png"
 if (!exists("models")) models = "bert-base bert-large roberta-base gpt2-medium"
@@ -14,6 +14,7 @@ set multiplot layout 1,words(models) title "Fig. 10(b): GO-MemFerry over the res
 do for [i=1:words(models)] {
     set title word(models, i) noenhanced
     set ylabel (i == 1 ? "iteration time (ms)" : "")
-    plot datafile using 1:(column(i + 1)) with linespoints lw 2 pt 7 lc rgb "#ff7f0e" notitle
+    plot datafile using 1:(column(i + 1)) with linespoints lw 2 pt 7 lc rgb "#ff7f0e" title (i == 1 ? "module items" : ""), \
+         datafile using 1:(column(i + 1 + words(models))) with linespoints lw 1 dt 2 pt 6 lc rgb "#1f77b4" title (i == 1 ? "unit items" : "")
 }
 unset multiplot

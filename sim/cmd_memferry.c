@@ -81,6 +81,7 @@ typedef struct mf_ctx {
     double adam_single;        /* host Adam parameters/s of one GPU using the whole A100 host */
     int sens;                  /* sensitivity tables */
     int ds_overlap;            /* DeepSpeed with overlap_comm */
+    const char *go_gran;       /* GO-MemFerry's go_granularity knob (NULL: the policy's) */
     int quiet;
     machine_profile *ma, *mv;
     /* metrics for the comparison */
@@ -142,7 +143,10 @@ static void modes_of(const plan_t *p, mf_run *o)
     size_t k = 0;
     for (size_t i = 0; i < p->n_layers && k + 3 < sizeof o->modes; i++) {
         o->modes[k++] = "GDF"[p->layers[i].pmode];
+        char key[48];
+        snprintf(key, sizeof key, "grad_host.%d", (int)p->layers[i].layer);
         if (p->layers[i].grad_on_host) o->modes[k++] = 'h';
+        else if (plan_get_knob(p, key)) o->modes[k++] = 'm'; /* some modules' on the host */
     }
     o->modes[k] = '\0';
 }
@@ -154,10 +158,11 @@ static ms_status run_method(const mf_ctx *c, const trace_t *t, const machine_t *
                             ms_error *err)
 {
     memset(o, 0, sizeof *o);
-    pol_knob kn[3];
+    pol_knob kn[4];
     size_t nk = 0;
     if (METHODS[k].key) kn[nk++] = (pol_knob){ METHODS[k].key, METHODS[k].value };
     if (k == M_DS) kn[nk++] = (pol_knob){ "overlap_comm", c->ds_overlap ? "1" : "0" };
+    if (k == M_GO && c->go_gran) kn[nk++] = (pol_knob){ "go_granularity", c->go_gran };
     if (xk) kn[nk++] = (pol_knob){ xk, xv };
     pol_opts po;
     pol_opts_default(&po);
@@ -168,21 +173,10 @@ static ms_status run_method(const mf_ctx *c, const trace_t *t, const machine_t *
     if (st) return st;
     plan_sort(p);
     modes_of(p, o);
-    const char *g = plan_get_knob(p, "grad_units_on_gpu");
+    /* The planner's share of gradient bytes kept on the GPU (go-memferry only). */
+    const char *g = plan_get_knob(p, "grad_gpu_frac");
     o->grad_gpu_frac = 1.0;
-    if (g) {
-        double on = 0, all = 0;
-        dha_model *d;
-        if (dha_model_new(t, m, &d, err) == MS_OK) {
-            for (size_t i = 0; i < p->n_layers; i++) {
-                const dha_unit *u = dha_model_unit(d, (size_t)(p->layers[i].layer + 1));
-                all += (double)u->grad_bytes;
-                if (!p->layers[i].grad_on_host) on += (double)u->grad_bytes;
-            }
-            dha_model_free(d);
-        }
-        o->grad_gpu_frac = all > 0 ? on / all : 1.0;
-    }
+    if (g && !ms_parse_double(g, &o->grad_gpu_frac)) o->grad_gpu_frac = NAN;
     if (plan_path) st = plan_write(p, plan_path, err);
     schedule_t *s = NULL;
     if (!st) st = lower_dha(t, p, m, NULL, &s, err);
@@ -425,12 +419,51 @@ static ms_status fig9_sensitivity(mf_ctx *c, ms_error *err)
 
 /* ---- Figure 10(b): GO-MemFerry over the reserve factor ---- */
 
+/* Why the curve is straight or curved: the dynamic program keeps first the items with the
+ * most backward time saved per gradient byte (T_GBP - T_CBP over bytes); a convex curve needs
+ * items that differ in it. Largest / smallest over the module items holding at least 1 % of
+ * the gradient bytes (smaller ones, the norms, are dominated by the accumulate kernel's
+ * launch and weigh nothing in the curve). */
+static double gain_spread(const dha_model *dm)
+{
+    double lo = INFINITY, hi = 0, all = 0;
+    for (size_t i = 0; i < dha_model_modules(dm); i++) all += (double)dha_model_module(dm, i)->grad_bytes;
+    for (size_t i = 0; i < dha_model_modules(dm); i++) {
+        const dha_module *u = dha_model_module(dm, i);
+        if ((double)u->grad_bytes < 0.01 * all || !(u->t_gw_acc_us > 0)) continue;
+        double g = u->t_gw_acc_us / ((double)u->grad_bytes / 1048576.0);
+        if (g < lo) lo = g;
+        if (g > hi) hi = g;
+    }
+    return lo > 0 && hi > 0 ? hi / lo : NAN;
+}
+
+/* Convex within tolerance (second differences >= -0.5 % of the time at reserve 0), and the
+ * bend: time saved from reserve 0 to 0.5 over the time saved from 0.5 to 1 (1: a straight
+ * line; above 1: convex, as the paper's curves). */
+static int curve_convex(const double *T)
+{
+    double tol = 0.005 * T[0];
+    for (int i = 1; i + 1 < MF_NRES; i++)
+        if (!(T[i + 1] - 2 * T[i] + T[i - 1] >= -tol)) return 0;
+    return 1;
+}
+
+static double curve_bend(const double *T)
+{
+    int h = MF_NRES / 2;
+    return (T[0] - T[h]) / (T[h] - T[MF_NRES - 1]);
+}
+
 static ms_status fig10b(mf_ctx *c, ms_error *err)
 {
     machine_t m = c->ma->m;
     m.host_adam_params_per_s = c->adam_single;
-    double T[4][MF_NRES], F[4][MF_NRES], gspread = 0;
+    /* [0]: module items (the paper's, the default), [1]: unit items */
+    static const char *GRAN[2] = { "module", "unit" };
+    double T[2][4][MF_NRES], F[2][4][MF_NRES], gspread = 0;
     ms_status st = MS_OK;
+    const char *keep = c->go_gran;
     for (int w = 0; w < 4 && !st; w++) {
         progress(c, "memferry: Fig. 10(b), %s%s\n", FIG9[w].model, "");
         model_t md;
@@ -438,30 +471,22 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
         if ((st = model_lookup(FIG9[w].model, &md, err)) ||
             (st = make_trace(&md, FIG9[w].seq, FIG9[w].batch, &m, &t, err)))
             break;
-        /* Why the curve is straight or curved: the dynamic program keeps first the units
-         * with the most backward time saved per gradient byte (T_GBP - T_CBP over bytes); a
-         * convex curve needs units that differ in it. */
         dha_model *dm;
         if (!st && (st = dha_model_new(t, &m, &dm, err)) == MS_OK) {
-            double lo = INFINITY, hi = 0;
-            for (size_t i = 0; i < dha_model_units(dm); i++) {
-                const dha_unit *u = dha_model_unit(dm, i);
-                if (!u->grad_bytes || !(u->t_gw_acc_us > 0)) continue; /* never written */
-                double g = u->t_gw_acc_us / ((double)u->grad_bytes / 1048576.0);
-                if (g < lo) lo = g;
-                if (g > hi) hi = g;
-            }
-            gspread += lo > 0 ? hi / lo : NAN;
+            gspread += gain_spread(dm);
             dha_model_free(dm);
         }
-        for (int i = 0; i < MF_NRES && !st; i++) {
-            char v[16];
-            snprintf(v, sizeof v, "%.1f", i / 10.0);
-            mf_run r;
-            st = run_method(c, t, &m, M_GO, "reserve", v, NULL, &r, err);
-            T[w][i] = ok(&r) ? ms(&r) : NAN;
-            F[w][i] = r.grad_gpu_frac;
-        }
+        for (int g = 0; g < 2 && !st; g++)
+            for (int i = 0; i < MF_NRES && !st; i++) {
+                char v[16];
+                snprintf(v, sizeof v, "%.1f", i / 10.0);
+                mf_run r;
+                c->go_gran = GRAN[g];
+                st = run_method(c, t, &m, M_GO, "reserve", v, NULL, &r, err);
+                c->go_gran = keep;
+                T[g][w][i] = ok(&r) ? ms(&r) : NAN;
+                F[g][w][i] = r.grad_gpu_frac;
+            }
         trace_free(t);
     }
     if (st) return st;
@@ -470,32 +495,39 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
         if (f) fclose(f);
         return MS_ERR_IO;
     }
-    fprintf(f, "model,reserve,iter_ms,grad_on_gpu\n");
+    fprintf(f, "model,reserve,iter_ms,grad_on_gpu,iter_ms_unit_items,grad_on_gpu_unit_items\n");
     fprintf(d, "# reserve");
     for (int w = 0; w < 4; w++) fprintf(d, " %s", FIG9[w].model);
-    fprintf(d, "   (GO-MemFerry iteration time, ms)\n");
-    int dec = 0, cvx = 0;
-    double span = 0;
+    for (int w = 0; w < 4; w++) fprintf(d, " %s/unit", FIG9[w].model);
+    fprintf(d, "   (GO-MemFerry iteration time, ms: module items, then unit items)\n");
+    int dec = 0, cvx = 0, cvx_u = 0;
+    double span = 0, bend = 0, bend_u = 0;
     for (int w = 0; w < 4; w++) {
-        int d_ok = 1, c_ok = 1;
-        double tol = 0.005 * T[w][0];
+        int d_ok = 1;
+        double tol = 0.005 * T[0][w][0];
         for (int i = 0; i < MF_NRES; i++) {
-            fprintf(f, "%s,%.1f,%.4f,%.4f\n", FIG9[w].model, i / 10.0, T[w][i], F[w][i]);
-            if (i && !(T[w][i] <= T[w][i - 1] + tol)) d_ok = 0;
-            if (i && i + 1 < MF_NRES && !(T[w][i + 1] - 2 * T[w][i] + T[w][i - 1] >= -tol))
-                c_ok = 0;
+            fprintf(f, "%s,%.1f,%.4f,%.4f,%.4f,%.4f\n", FIG9[w].model, i / 10.0, T[0][w][i],
+                    F[0][w][i], T[1][w][i], F[1][w][i]);
+            if (i && !(T[0][w][i] <= T[0][w][i - 1] + tol)) d_ok = 0;
         }
         dec += d_ok;
-        cvx += c_ok;
-        span += T[w][0] / T[w][MF_NRES - 1];
+        cvx += curve_convex(T[0][w]);
+        cvx_u += curve_convex(T[1][w]);
+        bend += curve_bend(T[0][w]);
+        bend_u += curve_bend(T[1][w]);
+        span += T[0][w][0] / T[0][w][MF_NRES - 1];
     }
     for (int i = 0; i < MF_NRES; i++) {
         fprintf(d, "%.1f", i / 10.0);
-        for (int w = 0; w < 4; w++) fprintf(d, " %.3f", T[w][i]);
+        for (int g = 0; g < 2; g++)
+            for (int w = 0; w < 4; w++) fprintf(d, " %.3f", T[g][w][i]);
         fprintf(d, "\n");
     }
     metric(c, "fig10b.decreasing", dec / 4.0, NULL);
     metric(c, "fig10b.convex", cvx / 4.0, NULL);
+    metric(c, "fig10b.convex_unit", cvx_u / 4.0, NULL);
+    metric(c, "fig10b.bend", bend / 4, NULL);
+    metric(c, "fig10b.bend_unit", bend_u / 4, NULL);
     metric(c, "fig10b.span", span / 4, NULL);
     metric(c, "fig10b.gain_spread", gspread / 4, NULL);
     if ((st = close_out(f, c, "fig10b.csv", err))) {

@@ -2,7 +2,8 @@
  * and against exhaustive search over every GFGB/DHA assignment; MemFerry's full choice
  * (Algorithm 1 + the greedy DFGB choice) against exhaustive search over all 3^L mode
  * assignments, by the planner's own timing model and by the simulator on a small trace; the
- * GO-MemFerry dynamic program against brute force; the shadow-model lowering's structure
+ * GO-MemFerry dynamic program against brute force (random instances and the per-module
+ * items of a small model); module-level gradient offload; the shadow-model lowering's structure
  * (planners/lower_dha.c); the plans of memferry, go-memferry and zero-offload; bad input.
  * How often and by how much the algorithms miss the optimum is printed as TAP notes. Part of
  * `make check` (links the simulator: it is the reference for the 3^L search). */
@@ -591,6 +592,143 @@ static void test_dha_weight_exec(void)
            "exec, DHA weight 4: kernel %.2f us (hand 100), copy ends %.2f us (280)", k4, it4);
 }
 
+/* ---- GO-MemFerry's per-module items (go_granularity=module, the paper's §IV-D) ---- */
+
+static uint64_t d2h_of(const trace_t *t, const plan_t *p)
+{
+    ms_error err;
+    schedule_t *s = NULL;
+    lower_report rep;
+    lower_opts o;
+    lower_opts_default(&o);
+    o.report = &rep;
+    if (lower_dha(t, p, &mach->m, &o, &s, &err)) {
+        TAP_NOTE("lower: %s", err.msg);
+        return UINT64_MAX;
+    }
+    sched_free(s);
+    return rep.d2h_bytes;
+}
+
+static void test_modules(void)
+{
+    ms_error err;
+    trace_t *t = tiny_trace(2, 2);
+    dha_model *d = NULL;
+    if (!t || dha_model_new(t, &mach->m, &d, &err)) {
+        TAP_OK(0, "module analysis of the small trace");
+        trace_free(t);
+        return;
+    }
+    size_t nm = dha_model_modules(d), nu = dha_model_units(d);
+    int sums = 1, split = 1;
+    for (size_t u = 0; u < nu; u++) {
+        const dha_unit *un = dha_model_unit(d, u);
+        uint64_t b = 0;
+        double acc = 0, ex = 0;
+        size_t k = 0;
+        for (size_t i = 0; i < nm; i++) {
+            const dha_module *m = dha_model_module(d, i);
+            if (m->layer != un->layer) continue;
+            b += m->grad_bytes;
+            acc += m->t_gw_acc_us;
+            ex += m->t_gw_extra_us;
+            k++;
+        }
+        if (b != un->grad_bytes || fabs(acc - un->t_gw_acc_us) > 1e-6 * (1 + acc) ||
+            fabs(ex - un->t_gw_extra_us) > 1e-6 * (1 + ex))
+            sums = 0;
+        if (un->layer >= 0 && un->layer < dha_model_layers(d) && k != 6) split = 0;
+    }
+    TAP_OK(sums, "the modules of each unit add up to its gradient bytes and write costs");
+    TAP_OK(split && nm > nu, "each layer's gradient buffer splits into its 6 modules (%zu "
+           "modules over %zu units)", nm, nu);
+    /* Every Linear of a layer: the same accumulate cost per gradient byte up to the kernel
+     * launch (the cost is link time proportional to the bytes) — why the curve stays close
+     * to straight in memsim. */
+    double lo = INFINITY, hi = 0;
+    for (size_t i = 0; i < nm; i++) {
+        const dha_module *m = dha_model_module(d, i);
+        if (m->layer != 0 || m->grad_bytes < 65536) continue;
+        double g = m->t_gw_acc_us / (double)m->grad_bytes;
+        lo = g < lo ? g : lo;
+        hi = g > hi ? g : hi;
+    }
+    TAP_OK(hi > 0 && hi / lo < 1.1, "layer 0's Linear modules cost within 10%% per byte of "
+           "each other (%.3f)", hi / lo);
+    /* The DP over the module items, as the policy quantizes them, against brute force. */
+    int bad = 0, tried = 0;
+    if (nm <= 24) {
+        double g[24];
+        uint64_t sz[24], total = 0;
+        int keep[24], kb[24];
+        for (size_t i = 0; i < nm; i++) total += dha_model_module(d, i)->grad_bytes;
+        uint64_t q = total / 4096 + 1;
+        for (size_t i = 0; i < nm; i++) {
+            g[i] = dha_model_module(d, i)->t_gw_acc_us;
+            sz[i] = (dha_model_module(d, i)->grad_bytes + q - 1) / q;
+        }
+        for (int r = 1; r < 10; r++) {
+            uint64_t cap = (uint64_t)floor(r / 10.0 * (double)total / (double)q);
+            double best;
+            tried++;
+            if (mf_go_dp(g, sz, nm, cap, keep, &best) ||
+                fabs(best - mf_go_brute(g, sz, nm, cap, kb)) > 1e-9 * (1 + best))
+                bad++;
+        }
+    }
+    TAP_OK(tried == 9 && bad == 0, "DP == brute force over the %zu module items of a 2-layer "
+           "model at reserve 0.1..0.9 (%d differ)", nm, bad);
+    /* A module-level plan: some of a unit's gradient on the host, the rest copied back. */
+    plan_t *g5 = plan_of(&pol_go_memferry, t, "reserve", "0.5", &err);
+    plan_t *mf = plan_of(&pol_memferry, t, NULL, NULL, &err);
+    plan_t *g0 = plan_of(&pol_go_memferry, t, "reserve", "0", &err);
+    int knobs = 0;
+    for (size_t i = 0; g5 && i < g5->n_knobs; i++)
+        knobs += !strncmp(g5->knobs[i].key, "grad_host.", 10);
+    TAP_OK(g5 && knobs > 0, "reserve=0.5 puts some modules' gradients on the host (%d "
+           "grad_host knobs)", knobs);
+    uint64_t c5 = g5 ? d2h_of(t, g5) : UINT64_MAX, c1 = mf ? d2h_of(t, mf) : 0;
+    TAP_OK(c5 > 0 && c5 < c1, "its schedule copies back only the GPU part (%llu of %llu "
+           "bytes)", (unsigned long long)c5, (unsigned long long)c1);
+    sim_result r5, r1, r0;
+    double t5 = g5 ? simulate(t, g5, &r5) : -1, t1 = mf ? simulate(t, mf, &r1) : -1;
+    double t0 = g0 ? simulate(t, g0, &r0) : -1;
+    TAP_OK(t5 > 0 && t1 > 0 && t0 > 0 && t1 <= t5 && t5 <= t0,
+           "and simulates between all on the host and all on the GPU (%.1f <= %.1f <= %.1f us)",
+           t1 * 1e6, t5 * 1e6, t0 * 1e6);
+    TAP_OK(t5 > 0 && r5.peak_allocated_bytes < r1.peak_allocated_bytes &&
+           r5.peak_allocated_bytes > r0.peak_allocated_bytes,
+           "its peak memory lies between theirs too");
+    /* Bad input: a knob naming no module of its unit, a unit already on the host. */
+    plan_t *q = g5 ? g5 : NULL;
+    if (q) {
+        schedule_t *s = NULL;
+        plan_set_knob(q, "grad_host.0", "999999");
+        ms_status st = lower_dha(t, q, &mach->m, NULL, &s, &err);
+        TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "grad_host.0"), "%s", err.msg);
+        sched_free(s);
+        s = NULL;
+        plan_set_knob(q, "grad_host.0", "1");
+        plan_set_layer(q, 0, PM_GFGB, 1);
+        plan_sort(q);
+        st = lower_dha(t, q, &mach->m, NULL, &s, &err);
+        TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "grad=host"), "%s", err.msg);
+        sched_free(s);
+    } else {
+        TAP_OK(0, "bad grad_host knob");
+        TAP_OK(0, "grad_host with grad=host");
+    }
+    plan_t *bg = plan_of(&pol_go_memferry, t, "go_granularity", "layer", &err);
+    TAP_OK(!bg && strstr(err.msg, "go_granularity=layer"), "%s", err.msg);
+    plan_free(bg);
+    plan_free(g5);
+    plan_free(mf);
+    plan_free(g0);
+    dha_model_free(d);
+    trace_free(t);
+}
+
 int main(void)
 {
     ms_error err;
@@ -608,6 +746,7 @@ int main(void)
     test_lowering();
     test_policies();
     test_bad_input();
+    test_modules();
     test_dha_weight_exec();
     machine_profile_free(mach);
     return tap_done();
