@@ -43,6 +43,7 @@ typedef struct rb_group {
     int32_t layer;
     uint64_t bytes;          /* sum of the members' bytes */
     uint64_t copy_bytes;     /* sum of ceil(alpha * bytes) over swapped members */
+    uint64_t host_pow2_sum;  /* sum of the power-of-two ceilings of the same slices */
     uint32_t n_swap, n_keep; /* members by decision */
     uint32_t alive;          /* members allocated by the trace and not yet freed */
     uint8_t state;           /* RB_* */
@@ -109,8 +110,9 @@ typedef struct lw {
     uint32_t pass;           /* forward pass ordinal (one per "mark phase fwd") */
     size_t rec;              /* index of the record being lowered */
     /* plan knobs (lower.h) */
-    int rb, rename, host_pow2, chain, overlap;
-    uint64_t host_granule;   /* host buffers rounded up to a multiple of this (1: exact) */
+    int rb, rename, chain, overlap;
+    int host_round;          /* HR_*: how pinned host buffers are sized (plan knob host_round) */
+    uint64_t host_granule;   /* exact host buffers rounded up to a multiple of this (1: exact) */
     /* rounding buffers */
     rb_group *groups;
     size_t n_groups, cap_groups;
@@ -274,19 +276,36 @@ uint64_t lower_id_host_copy(uint64_t id)
     return id;
 }
 
-/* Pinned host bytes for a copy of `bytes`: a power of two with host_pow2 (PyTorch's caching
- * host allocator), else a multiple of host_granule (an executor's own cudaHostAlloc of the
- * exact size takes whole host pages). */
+/* Plan knob host_round: where an executor's pinned host buffers come from (lower.h). */
+enum { HR_EXACT = 0, HR_LAYER_POW2, HR_TENSOR_POW2 };
+
+static uint64_t pow2_ceil(uint64_t bytes)
+{
+    uint64_t p = 1;
+    while (p < bytes && p < (UINT64_C(1) << 62)) p <<= 1;
+    return bytes ? p : 0;
+}
+
+/* Pinned host bytes for one host buffer of `bytes`: a power of two from PyTorch's caching
+ * host allocator (layer_pow2, tensor_pow2), else a multiple of host_granule (an executor's
+ * own cudaHostAlloc of the exact size takes whole host pages). A swapped tensor outside a
+ * rounding buffer is one buffer under either power-of-two reading. */
 static uint64_t host_bytes(const lw *w, uint64_t bytes)
 {
     if (bytes == 0) return 0;
-    if (!w->host_pow2) {
+    if (w->host_round == HR_EXACT) {
         uint64_t g = w->host_granule > 1 ? w->host_granule : 1;
         return bytes % g ? bytes + (g - bytes % g) : bytes;
     }
-    uint64_t p = 1;
-    while (p < bytes && p < (UINT64_C(1) << 62)) p <<= 1;
-    return p;
+    return pow2_ceil(bytes);
+}
+
+/* Pinned host bytes of a rounding-buffer block's offload: one buffer for the layer, or with
+ * tensor_pow2 one power-of-two buffer per member slice (summed; the schedule carries them as
+ * one HOST_ALLOC, since they are made and released together). */
+static uint64_t rb_host_bytes(const lw *w, const rb_group *G)
+{
+    return w->host_round == HR_TENSOR_POW2 ? G->host_pow2_sum : host_bytes(w, G->copy_bytes);
 }
 
 /* A fresh schedule id for a re-allocation of x (memory_plan), else its trace id. */
@@ -394,11 +413,36 @@ static ms_status knob_flag(lw *w, const char *key, int def, int *out)
     return MS_OK;
 }
 
+/* host_round=exact|layer_pow2|tensor_pow2 (default exact); the older host_pow2=1 means
+ * layer_pow2 and must not contradict host_round. */
+static ms_status read_host_round(lw *w)
+{
+    static const char *const names[] = { "exact", "layer_pow2", "tensor_pow2" };
+    int pow2 = 0;
+    const char *hp = w->p ? plan_get_knob(w->p, "host_pow2") : NULL;
+    ms_status st = knob_flag(w, "host_pow2", 0, &pow2);
+    if (st != MS_OK) return st;
+    const char *v = w->p ? plan_get_knob(w->p, "host_round") : NULL;
+    w->host_round = pow2 ? HR_LAYER_POW2 : HR_EXACT;
+    if (!v) return MS_OK;
+    int r = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(v, names[i])) r = i;
+    if (r < 0)
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knob host_round=%s: expected exact, "
+                       "layer_pow2 or tensor_pow2", v);
+    if (hp && r != w->host_round)
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knobs host_round=%s and host_pow2=%s "
+                       "disagree (host_pow2=1 is layer_pow2, 0 exact)", v, hp);
+    w->host_round = r;
+    return MS_OK;
+}
+
 static ms_status read_knobs(lw *w)
 {
     ms_status st = knob_flag(w, "rounding_buffers", 0, &w->rb);
     if (st == MS_OK) st = knob_flag(w, "memory_plan", 0, &w->rename);
-    if (st == MS_OK) st = knob_flag(w, "host_pow2", 0, &w->host_pow2);
+    if (st == MS_OK) st = read_host_round(w);
     const char *hg = w->p ? plan_get_knob(w->p, "host_granule") : NULL;
     w->host_granule = 1;
     if (st == MS_OK && hg && (!ms_parse_bytes(hg, &w->host_granule) ||
@@ -478,7 +522,9 @@ static ms_status rb_member(lw *w, size_t rec, uint32_t pass, const trace_tensor 
         G->n_keep++;
     } else {
         double sb = ceil(alpha * (double)x->bytes);
-        G->copy_bytes += sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
+        uint64_t cb = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
+        G->copy_bytes += cb;
+        G->host_pow2_sum += pow2_ceil(cb);
         G->n_swap++;
         if (alpha < G->min_alpha) G->min_alpha = alpha;
     }
@@ -561,7 +607,7 @@ static ms_status rb_offload(lw *w, int32_t layer)
     if (st == MS_OK) st = put_event(w, SA_WAIT, SS_D2H, e1);
     if (st == MS_OK && G->copy_bytes) {
         /* the host copy carries the prefetch block's id, so the H2D copy finds it */
-        st = put_tensor(w, SA_HOST_ALLOC, SS_D2H, G->hid, host_bytes(w, G->copy_bytes));
+        st = put_tensor(w, SA_HOST_ALLOC, SS_D2H, G->hid, rb_host_bytes(w, G));
         if (st == MS_OK) st = put_tensor(w, SA_COPY_D2H, SS_D2H, G->sid, G->copy_bytes);
     }
     if (st == MS_OK) st = put_tensor(w, SA_FREE, SS_D2H, G->sid, 0);

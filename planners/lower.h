@@ -81,9 +81,16 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
  *                      all kept or all swapped.
  *  memory_plan=1       every re-allocation of a tensor (replay, prefetch) gets a fresh
  *                      synthetic id, so each incarnation can have its own static offset.
- *  host_pow2=1         pinned host buffers are rounded up to a power of two (PyTorch's
- *                      caching host allocator does this before cudaHostAlloc).
- *  host_granule=B      without host_pow2: pinned host buffers are rounded up to a multiple
+ *  host_round=R        how pinned host buffers are sized: exact (default; rounded up to a
+ *                      multiple of host_granule), layer_pow2 (a rounding-buffer block's
+ *                      offload is one buffer rounded up to a power of two, as PyTorch's
+ *                      caching host allocator does before cudaHostAlloc) or tensor_pow2 (one
+ *                      power-of-two buffer per member tensor's slice, summed into the block's
+ *                      HOST_ALLOC). A swapped tensor outside a block is one buffer, rounded
+ *                      to a power of two under either pow2 reading.
+ *  host_pow2=1         the older spelling of host_round=layer_pow2 (0: exact); must agree
+ *                      with host_round when both are given.
+ *  host_granule=B      with host_round=exact: pinned host buffers are rounded up to a multiple
  *                      of B bytes (default 1: exact; an executor's own cudaHostAlloc takes
  *                      whole host pages, 4096).
  *  tokenwise=chain     token-wise recomputation replays, on the (1 - alpha) tokens, every

@@ -301,8 +301,8 @@ int memo_node_ranks(const trace_t *t, const machine_t *m)
 
 typedef struct memo_knobs {
     double alpha_step;       /* grid for alpha; 0: continuous */
-    int host_pow2;           /* pinned host buffers rounded to powers of two */
-    uint64_t host_granule;   /* else rounded to a multiple of this many bytes */
+    memo_host_round host_round; /* where the pinned host buffers come from */
+    uint64_t host_granule;   /* exact buffers rounded to a multiple of this many bytes */
     uint64_t host_bytes;     /* M_CPU override; 0: host.mem_bytes / node.gpus - reserved */
     uint64_t host_reserved;  /* host bytes per GPU not available to offloads */
     int keep_last;           /* layers at the end kept on the GPU (MEMO: 2) */
@@ -325,17 +325,44 @@ static ms_status knob_int(const pol_opts *o, const char *key, int def, int lo, i
     return MS_OK;
 }
 
+/* The paper does not say where MEMO's executor gets its pinned host memory (docs/MEMO.md,
+ * "MEMO's executor"). The default reads it as PyTorch code: MEMO runs on Megatron-LM and
+ * TransformerEngine (§4.3.4), token-wise swapping copies alpha of the tokens of each skeletal
+ * tensor (§4.1, Fig. 5), so the offloaded parts of a layer are one slice per tensor, not one
+ * contiguous range; the stack's own offload (TE 1.3's CPU offload) copies each tensor into its
+ * own torch.empty(..., pin_memory=True), and PyTorch's caching host allocator rounds each such
+ * allocation up to a power of two (c10::llvm::PowerOf2Ceil before cudaHostAlloc). The paper
+ * names no host pool of its own. host_round=exact (the LP's exact bytes in 4 KiB pages) and
+ * layer_pow2 (one pinned tensor per layer) are the other readings; the older knob host_pow2=1
+ * is layer_pow2 and host_pow2=0 is exact. */
+static ms_status read_host_round(const pol_opts *o, memo_host_round *out, ms_error *err)
+{
+    const char *v = pol_knob_get(o, "host_round");
+    int pow2 = -1;
+    ms_status st = MS_OK;
+    if (pol_knob_get(o, "host_pow2")) st = knob_int(o, "host_pow2", 0, 0, 1, &pow2, err);
+    if (st != MS_OK) return st;
+    memo_host_round legacy = pow2 == 1 ? MEMO_HOST_LAYER_POW2 : MEMO_HOST_EXACT;
+    if (!v) {
+        *out = pow2 < 0 ? MEMO_HOST_TENSOR_POW2 : legacy;
+        return MS_OK;
+    }
+    if (memo_host_round_parse(v, out) != 0)
+        return ms_fail(err, MS_ERR_INVALID, "knob host_round=%s: expected exact, layer_pow2 or "
+                       "tensor_pow2", v);
+    if (pow2 >= 0 && *out != legacy)
+        return ms_fail(err, MS_ERR_INVALID, "knobs host_round=%s and host_pow2=%d disagree "
+                       "(host_pow2=1 is layer_pow2, host_pow2=0 exact)", v, pow2);
+    return MS_OK;
+}
+
 static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
 {
     memset(k, 0, sizeof *k);
     ms_status st = pol_knob_double(o, "alpha_step", 0.125, &k->alpha_step, err);
     if (st == MS_OK && !(k->alpha_step >= 0 && k->alpha_step <= 1))
         st = ms_fail(err, MS_ERR_INVALID, "knob alpha_step: %g is not in [0, 1]", k->alpha_step);
-    /* MEMO's executor allocates the host copies of its rounding buffers itself, sized as its
-     * LP counts them ((n-2)(S_input + S_attn + alpha S_others) <= M_CPU, §4.1): exact sizes,
-     * in whole 4 KiB host pages. host_pow2=1 models PyTorch's caching host allocator instead
-     * (the paper does not say which allocator the executor uses). */
-    if (st == MS_OK) st = knob_int(o, "host_pow2", 0, 0, 1, &k->host_pow2, err);
+    if (st == MS_OK) st = read_host_round(o, &k->host_round, err);
     if (st == MS_OK) st = pol_knob_bytes(o, "host_granule", 4096, &k->host_granule, err);
     if (st == MS_OK && (k->host_granule < 1 || k->host_granule > (UINT64_C(1) << 40)))
         st = ms_fail(err, MS_ERR_INVALID, "knob host_granule: %" PRIu64 " bytes is not in "
@@ -357,6 +384,13 @@ static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
 
 /* ---- alpha ---- */
 
+static uint64_t pow2_ceil(uint64_t bytes)
+{
+    uint64_t p = 1;
+    while (p < bytes && p < (UINT64_C(1) << 62)) p <<= 1;
+    return p;
+}
+
 uint64_t memo_host_buffer_bytes(uint64_t bytes, int pow2, uint64_t granule_bytes)
 {
     if (!bytes) return 0;
@@ -364,29 +398,64 @@ uint64_t memo_host_buffer_bytes(uint64_t bytes, int pow2, uint64_t granule_bytes
         uint64_t g = granule_bytes > 1 ? granule_bytes : 1;
         return bytes % g ? bytes + (g - bytes % g) : bytes;
     }
-    uint64_t p = 1;
-    while (p < bytes && p < (UINT64_C(1) << 62)) p <<= 1;
-    return p;
+    return pow2_ceil(bytes);
+}
+
+const char *memo_host_round_name(memo_host_round r)
+{
+    switch (r) {
+    case MEMO_HOST_EXACT: return "exact";
+    case MEMO_HOST_LAYER_POW2: return "layer_pow2";
+    case MEMO_HOST_TENSOR_POW2: return "tensor_pow2";
+    }
+    return "?";
+}
+
+int memo_host_round_parse(const char *s, memo_host_round *out)
+{
+    for (int r = MEMO_HOST_EXACT; s && r <= MEMO_HOST_TENSOR_POW2; r++)
+        if (!strcmp(s, memo_host_round_name((memo_host_round)r))) {
+            *out = (memo_host_round)r;
+            return 0;
+        }
+    return -1;
+}
+
+uint64_t memo_host_layer_bytes(const uint64_t *copy_bytes, size_t n, memo_host_round r,
+                               uint64_t granule_bytes)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += r == MEMO_HOST_TENSOR_POW2 && copy_bytes[i] ? pow2_ceil(copy_bytes[i])
+                                                           : copy_bytes[i];
+    if (r == MEMO_HOST_TENSOR_POW2) return sum;
+    return memo_host_buffer_bytes(sum, r == MEMO_HOST_LAYER_POW2, granule_bytes);
 }
 
 /* Host bytes one offloaded layer takes at alpha, as lowering copies it (per-tensor ceil of
- * alpha * bytes, summed over the layer's block; then the pinned allocator's rounding). */
-static uint64_t layer_host_bytes(const trace_t *t, int layer, double alpha, int pow2,
+ * alpha * bytes over the layer's block, then the pinned allocator's rounding). */
+static uint64_t layer_host_bytes(const trace_t *t, int layer, double alpha, memo_host_round r,
                                  uint64_t granule)
 {
     pol_skel *sk;
-    size_t n;
+    size_t n, m = 0;
     ms_error e;
     if (pol_skeletal(t, &sk, &n, &e) != MS_OK) return UINT64_MAX;
-    uint64_t sum = 0;
+    uint64_t *cb = malloc((n ? n : 1) * sizeof *cb);
+    if (!cb) {
+        free(sk);
+        return UINT64_MAX;
+    }
     for (size_t i = 0; i < n; i++) {
         if (sk[i].pass != 0 || sk[i].layer != layer) continue;
         double a = (sk[i].is_input || sk[i].is_attn_out) ? 1.0 : alpha;
         double b = ceil(a * (double)sk[i].t->bytes);
-        sum += b >= (double)sk[i].t->bytes ? sk[i].t->bytes : (uint64_t)b;
+        cb[m++] = b >= (double)sk[i].t->bytes ? sk[i].t->bytes : (uint64_t)b;
     }
     free(sk);
-    return memo_host_buffer_bytes(sum, pow2, granule);
+    uint64_t bytes = memo_host_layer_bytes(cb, m, r, granule);
+    free(cb);
+    return bytes;
 }
 
 static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
@@ -394,7 +463,8 @@ static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
 {
     memset(c, 0, sizeof *c);
     c->alpha_step = k->alpha_step;
-    c->host_pow2 = k->host_pow2;
+    c->host_round = k->host_round;
+    c->host_pow2 = k->host_round == MEMO_HOST_LAYER_POW2;
     c->host_granule_bytes = k->host_granule;
     ms_status st = memo_layer_info_get(t, m, &c->li, err);
     if (st != MS_OK) return st;
@@ -426,12 +496,12 @@ static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
     if (o->alpha < 0 && k->alpha_step > 0) a = floor(a / k->alpha_step + 1e-9) * k->alpha_step;
     int kept = k->keep_last < c->li.n_layers ? k->keep_last : c->li.n_layers;
     uint64_t layers = (uint64_t)(c->li.n_layers - kept);
-    c->host_need_bytes = layers * layer_host_bytes(t, 0, a, k->host_pow2, k->host_granule);
+    c->host_need_bytes = layers * layer_host_bytes(t, 0, a, k->host_round, k->host_granule);
     /* the LP counts exact bytes; the buffers as allocated may be larger */
     while (o->alpha < 0 && k->alpha_step > 0 && a > 0 && (double)c->host_need_bytes > host) {
         a = a - k->alpha_step < 0 ? 0 : a - k->alpha_step;
         c->grid_steps_down++;
-        c->host_need_bytes = layers * layer_host_bytes(t, 0, a, k->host_pow2, k->host_granule);
+        c->host_need_bytes = layers * layer_host_bytes(t, 0, a, k->host_round, k->host_granule);
     }
     c->alpha = a;
     return MS_OK;
@@ -599,7 +669,8 @@ static ms_status run_memo(const char *name, memo_mode mode, const trace_t *t, co
     if (st == MS_OK && mode != MODE_FULL_RECOMPUTE) {
         st = default_knob(p, "rounding_buffers", "1", err);
         if (st == MS_OK) st = default_knob(p, "tokenwise", "chain", err);
-        if (st == MS_OK) st = default_knob(p, "host_pow2", k.host_pow2 ? "1" : "0", err);
+        if (st == MS_OK && plan_set_knob(p, "host_round", memo_host_round_name(k.host_round)))
+            st = ms_fail(err, MS_ERR_NOMEM, "cannot record knob host_round in the plan");
         if (st == MS_OK) st = set_knob(p, "host_granule", "%.0f", (double)k.host_granule, err);
         if (st == MS_OK) st = set_knob(p, "keep_last", "%.0f", k.keep_last, err);
     }
@@ -640,7 +711,7 @@ static ms_status plan_fr(const trace_t *t, const machine_t *m, const pol_opts *o
     return run_memo("full-recompute+plan", MODE_FULL_RECOMPUTE, t, m, o, out, err);
 }
 
-#define MEMO_KNOBS "alpha (override), alpha_step, host_pow2, host_granule, host_bytes, " \
+#define MEMO_KNOBS "alpha (override), alpha_step, host_round, host_pow2, host_granule, host_bytes, " \
                    "host_reserved, keep_last, lp_strict, memory_plan, plan_l1_s, plan_l2_s, strict_layers"
 
 const pol_policy pol_memo = {
@@ -659,7 +730,7 @@ const pol_policy pol_full_swap_plan = {
     "MEMO with alpha = 1: every skeletal activation of all but the last two layers offloaded "
     "through the rounding buffers; bi-level static memory plan",
     "MEMO (Zhao et al., SIGMOD 2025) Table 4 'Full Swapping + Memory Plan' (§5.3.2)",
-    "alpha (override of 1), host_pow2, host_granule, keep_last, memory_plan, plan_l1_s, "
+    "alpha (override of 1), host_round, host_pow2, host_granule, keep_last, memory_plan, plan_l1_s, "
     "plan_l2_s, strict_layers",
     plan_fs,
 };

@@ -2,8 +2,9 @@
  * (planners/policy_baseline.c) and lowering (planners/lower.c) on a hand-built 3-layer trace:
  * keep-all is the trace 1:1, full-recompute frees and rebuilds, full-swap offloads and
  * prefetches on the right streams and at the right places, alpha < 1 splits copy and
- * recomputation, schedules validate and dump deterministically, bad plans are reported, and
- * the simulator sees full-recompute lower the peak. TAP output for `make check`. */
+ * recomputation, the plan knob host_round sizes host buffers, schedules validate and dump
+ * deterministically, bad plans are reported, and the simulator sees full-recompute lower the
+ * peak. TAP output for `make check`. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
@@ -487,6 +488,51 @@ static void test_full_swap(void)
     trace_free(t);
 }
 
+/* Plan knob host_round sizes the pinned host buffers: a swapped tensor's own buffer (no
+ * rounding buffers) is its copied bytes with exact, their power of two otherwise. */
+static void test_host_round(void)
+{
+    trace_t *t = build(1, 1, D_OP1);
+    static const char *const vals[] = { "exact", "layer_pow2", "tensor_pow2" };
+    const uint64_t want[] = { 3 * MiB, 4 * MiB, 4 * MiB };
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        pol_opts o;
+        pol_opts_default(&o);
+        o.alpha = 0.75; /* a's 4 MiB: 3 MiB copied */
+        plan_t *p = NULL;
+        schedule_t *s = NULL;
+        ms_error err;
+        ms_status st = pol_plan("full-swap", t, NULL, &o, &p, &err);
+        if (st == MS_OK) plan_set_knob(p, "host_round", vals[i]);
+        if (st == MS_OK) st = lower_schedule(t, p, NULL, NULL, &s, &err);
+        size_t h = st == MS_OK ? find(s, 0, SA_HOST_ALLOC, SS_D2H, T_A(0, 1)) : SIZE_MAX;
+        size_t d = st == MS_OK ? find(s, 0, SA_COPY_D2H, SS_D2H, T_A(0, 1)) : SIZE_MAX;
+        ok &= h != SIZE_MAX && d != SIZE_MAX && sched_get(s, h)->bytes == want[i] &&
+              sched_get(s, d)->bytes == 3 * MiB;
+        sched_free(s);
+        plan_free(p);
+    }
+    TAP_OK(ok, "host_round: a 3 MiB copy takes 3 MiB of host (exact), 4 MiB (layer_pow2, "
+           "tensor_pow2); the copy stays 3 MiB");
+    const char *bad[][2] = { { "host_round", "pow2" }, { "host_pow2", "1" } };
+    int refused = 0;
+    for (int i = 0; i < 2; i++) {
+        plan_t *p = NULL;
+        schedule_t *s = NULL;
+        ms_error err;
+        ms_status st = pol_plan("full-swap", t, NULL, NULL, &p, &err);
+        if (st == MS_OK) plan_set_knob(p, bad[i][0], bad[i][1]);
+        if (st == MS_OK && i == 1) plan_set_knob(p, "host_round", "exact");
+        if (st == MS_OK) st = lower_schedule(t, p, NULL, NULL, &s, &err);
+        refused += st == MS_ERR_INVALID && strstr(err.msg, "host_round") != NULL;
+        sched_free(s);
+        plan_free(p);
+    }
+    TAP_OK(refused == 2, "an unknown host_round, or one that contradicts host_pow2, is refused");
+    trace_free(t);
+}
+
 static void test_alpha(void)
 {
     trace_t *t = build(1, 1, D_OP1);
@@ -862,6 +908,7 @@ int main(void)
     test_full_recompute();
     test_full_swap();
     test_alpha();
+    test_host_round();
     test_bad_plans();
     test_iterations();
     test_mixed();

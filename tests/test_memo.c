@@ -4,7 +4,8 @@
  * trace, the memo plan's decisions and knobs, the rounding-buffer schedule (blocks, waits,
  * offload and prefetch placement, token-wise recomputation, the last two layers kept), the
  * ".ovl" overlap of the CP ring with attention, the per-GPU node view, the host-buffer sizing
- * of MEMO's executor against PyTorch's power-of-two rounding, the live bytes of the two loss
+ * of MEMO's executor under its three readings (exact, one power-of-two buffer per layer, one
+ * per tensor slice), the live bytes of the two loss
  * variants, and determinism. */
 #define _POSIX_C_SOURCE 200809L
 #ifdef HAVE_CONFIG_H
@@ -320,6 +321,34 @@ static uint64_t layer_offload_bytes(const trace_t *t, int layer, double alpha)
     return sum;
 }
 
+/* The same offload's pinned host bytes under each reading of MEMO's host buffers, computed
+ * here from the trace: [0] exact in 4 KiB pages, [1] the layer's sum rounded up to a power of
+ * two, [2] each tensor's slice rounded up to a power of two, summed. */
+static void layer_host_readings(const trace_t *t, int layer, double alpha, uint64_t out[3])
+{
+    pol_skel *sk = NULL;
+    size_t n = 0;
+    ms_error err;
+    uint64_t sum = 0, p2 = 0;
+    out[0] = out[1] = out[2] = 0;
+    if (pol_skeletal(t, &sk, &n, &err) != MS_OK) return;
+    for (size_t i = 0; i < n; i++) {
+        if (sk[i].pass != 0 || sk[i].layer != layer) continue;
+        double a = (sk[i].is_input || sk[i].is_attn_out) ? 1.0 : alpha;
+        uint64_t b = (uint64_t)ceil(a * (double)sk[i].t->bytes), q = 1;
+        if (b > sk[i].t->bytes) b = sk[i].t->bytes;
+        while (q < b) q <<= 1;
+        sum += b;
+        p2 += b ? q : 0;
+    }
+    free(sk);
+    uint64_t q = 1;
+    while (q < sum) q <<= 1;
+    out[0] = (sum + 4095) / 4096 * 4096;
+    out[1] = sum ? q : 0;
+    out[2] = p2;
+}
+
 static int find_action(const schedule_t *s, size_t from, sched_kind k, sched_stream st,
                        uint64_t tensor)
 {
@@ -389,9 +418,11 @@ static void test_rb_schedule(const machine_t *m)
             d2h++;
             ok_host &= lower_id_is_rbuf(a->tensor, NULL, &layer) && layer < NL - 2;
         }
-        if (a->kind == SA_HOST_ALLOC) /* MEMO's executor: exact bytes in 4 KiB pages */
-            ok_host &= a->bytes == memo_host_buffer_bytes(layer_offload_bytes(t, 0, 0.5), 0,
-                                                          4096);
+        if (a->kind == SA_HOST_ALLOC) { /* default host_round=tensor_pow2 */
+            uint64_t hr[3];
+            layer_host_readings(t, 0, 0.5, hr);
+            ok_host &= a->bytes == hr[2] && hr[2] >= layer_offload_bytes(t, 0, 0.5);
+        }
         if (a->kind == SA_ALLOC) {
             const trace_tensor *x = trace_find_tensor(t, a->tensor);
             members += x && x->cls == TC_ACT_SKEL && x->layer >= 0;
@@ -401,7 +432,7 @@ static void test_rb_schedule(const machine_t *m)
            "one block per layer and one per prefetch of the offloaded layers (%d + %d)", allocs0,
            allocs1);
     TAP_OK(d2h == NL - 2 && ok_host, "only the first n-2 layers are offloaded (%d copies), into "
-           "host buffers of the offloaded bytes rounded to 4 KiB pages", d2h);
+           "one power-of-two host buffer per offloaded tensor slice", d2h);
     TAP_OK(members == 0, "no skeletal tensor of a layer gets a block of its own");
     /* layer l's block waits for the offload of layer l-2, the previous occupant */
     int waits_ok = 1;
@@ -559,6 +590,103 @@ static trace_t *megatron_trace(const machine_t *m, const char *dims, const char 
     return st == MS_OK ? t : NULL;
 }
 
+/* The three readings of MEMO's host buffers (knob host_round) on the unit function, on the
+ * knobs, and on lowered schedules of a program whose tensors are not powers of two. */
+static void test_host_round(const machine_t *m)
+{
+    const uint64_t M = 1ULL << 20, G = 1ULL << 30;
+    /* a 384K-like layer: slices of 3 x 2^k bytes and TE's small fp32 statistics */
+    const uint64_t sl[] = { 3 * 256 * M, 3 * 16 * M, 0, 3 * 512 * M, 1536 * 1024 + 512 };
+    const size_t ns = sizeof sl / sizeof sl[0];
+    uint64_t sum = 0;
+    for (size_t i = 0; i < ns; i++) sum += sl[i];
+    uint64_t ex = memo_host_layer_bytes(sl, ns, MEMO_HOST_EXACT, 4096);
+    uint64_t lp = memo_host_layer_bytes(sl, ns, MEMO_HOST_LAYER_POW2, 4096);
+    uint64_t tp = memo_host_layer_bytes(sl, ns, MEMO_HOST_TENSOR_POW2, 4096);
+    uint64_t tp_hand = 1 * G + 64 * M + 2 * G + 2 * M;
+    TAP_OK(ex == (sum + 4095) / 4096 * 4096 && lp == 4 * G && tp == tp_hand && ex < tp && tp < lp,
+           "per-layer host bytes: exact %llu, layer_pow2 %llu (4 GiB), tensor_pow2 %llu "
+           "(1 GiB + 64 MiB + 2 GiB + 2 MiB)", (unsigned long long)ex, (unsigned long long)lp,
+           (unsigned long long)tp);
+    const uint64_t p2[] = { 256 * M, 4 * G, 4096 };
+    TAP_OK(memo_host_layer_bytes(p2, 3, MEMO_HOST_TENSOR_POW2, 4096) == 256 * M + 4 * G + 4096 &&
+           memo_host_layer_bytes(p2, 3, MEMO_HOST_LAYER_POW2, 4096) == 8 * G &&
+           memo_host_layer_bytes(p2, 3, MEMO_HOST_EXACT, 1) == 256 * M + 4 * G + 4096 &&
+           memo_host_layer_bytes(NULL, 0, MEMO_HOST_TENSOR_POW2, 4096) == 0 &&
+           memo_host_layer_bytes(sl + 2, 1, MEMO_HOST_LAYER_POW2, 4096) == 0,
+           "power-of-two slices cost nothing extra per tensor, but 4 GiB + 256 MiB + 4 KiB "
+           "rounds to 8 GiB as one buffer; nothing offloaded takes nothing");
+    memo_host_round r = MEMO_HOST_EXACT;
+    int ok = 1;
+    for (int i = MEMO_HOST_EXACT; i <= MEMO_HOST_TENSOR_POW2; i++)
+        ok &= memo_host_round_parse(memo_host_round_name((memo_host_round)i), &r) == 0 &&
+              (int)r == i;
+    TAP_OK(ok && memo_host_round_parse("pow2", &r) != 0 && memo_host_round_parse(NULL, &r) != 0,
+           "host_round names round-trip; unknown names are refused");
+
+    /* the megatron program: TE's fp32 statistics make the layer's slices not powers of two */
+    trace_t *t = megatron_trace(m, "dims:6,256,4,1024,1000", "fused");
+    uint64_t hr[3] = { 0, 0, 0 }, b[3] = { 0, 0, 0 };
+    int same[3] = { 0, 0, 0 }, n[3] = { -1, -1, -1 };
+    static const char *const names[] = { "exact", "layer_pow2", "tensor_pow2" };
+    if (t) layer_host_readings(t, 0, 0.5, hr);
+    for (int i = 0; i < 3 && t; i++) {
+        pol_knob k[] = { { "host_round", names[i] } };
+        n[i] = host_allocs(t, m, k, 1, &b[i], &same[i]);
+    }
+    TAP_OK(n[0] == NL - 2 && n[1] == NL - 2 && n[2] == NL - 2 && same[0] && same[1] && same[2] &&
+           b[0] == hr[0] && b[1] == hr[1] && b[2] == hr[2] && hr[0] < hr[2] && hr[2] != hr[1],
+           "lowered schedule, alpha 0.5: HOST_ALLOC per offloaded layer exact %llu, layer_pow2 "
+           "%llu, tensor_pow2 %llu B, each as computed from the trace's tensors",
+           (unsigned long long)b[0], (unsigned long long)b[1], (unsigned long long)b[2]);
+    uint64_t bd = 0;
+    int sd = 0;
+    int nd = t ? host_allocs(t, m, NULL, 0, &bd, &sd) : -1;
+    TAP_OK(nd == NL - 2 && bd == b[2], "the default reading is tensor_pow2 (%llu B)",
+           (unsigned long long)bd);
+    pol_knob legacy[] = { { "host_pow2", "1" } };
+    uint64_t bl = 0;
+    int sl1 = 0;
+    int nl = t ? host_allocs(t, m, legacy, 1, &bl, &sl1) : -1;
+    TAP_OK(nl == NL - 2 && bl == b[1], "host_pow2=1 still means layer_pow2");
+    pol_knob clash[] = { { "host_round", "tensor_pow2" }, { "host_pow2", "1" } };
+    pol_knob bogus[] = { { "host_round", "pow2" } };
+    TAP_OK(t && host_allocs(t, m, clash, 2, &bl, &sl1) < 0 &&
+           host_allocs(t, m, bogus, 1, &bl, &sl1) < 0,
+           "host_round contradicting host_pow2, or an unknown host_round, is refused");
+
+    /* alpha is lowered by the reading's buffers, and the plan records the reading */
+    machine_t fast = *m;
+    fast.link_d2h_Bps = fast.link_h2d_Bps = 1e15; /* the time constraint never binds */
+    uint64_t full[3] = { 0, 0, 0 };
+    if (t) layer_host_readings(t, 0, 1.0, full);
+    char host[32];
+    snprintf(host, sizeof host, "%llu", (unsigned long long)((NL - 2) * full[2]));
+    pol_knob hk[] = { { "host_bytes", host }, { "host_round", "tensor_pow2" } };
+    pol_opts o;
+    pol_opts_default(&o);
+    o.knobs = hk;
+    o.n_knobs = 2;
+    memo_alpha_choice c;
+    ms_error err;
+    plan_t *p = NULL;
+    ms_status st = t ? memo_choose_alpha(t, &fast, &o, &c, &err) : MS_ERR_INVALID;
+    TAP_OK(st == MS_OK && c.alpha == 1.0 && c.host_round == MEMO_HOST_TENSOR_POW2 &&
+           c.host_need_bytes == (NL - 2) * full[2],
+           "tensor_pow2: a host of exactly the per-tensor buffers holds alpha 1 (need %llu B)",
+           (unsigned long long)c.host_need_bytes);
+    hk[1].value = "layer_pow2";
+    st = t ? memo_choose_alpha(t, &fast, &o, &c, &err) : MS_ERR_INVALID;
+    TAP_OK(st == MS_OK && full[1] > full[2] && c.alpha < 1 && c.grid_steps_down > 0,
+           "layer_pow2 on the same host: alpha stepped down to %g", c.alpha);
+    o.n_knobs = 0;
+    st = t ? pol_plan("memo", t, m, &o, &p, &err) : MS_ERR_INVALID;
+    TAP_OK(st == MS_OK && !strcmp(knob(p, "host_round"), "tensor_pow2"),
+           "the plan records host_round=%s", st == MS_OK ? knob(p, "host_round") : "?");
+    plan_free(p);
+    trace_free(t);
+}
+
 static void test_host_buffers(const machine_t *m)
 {
     const uint64_t G = 1ULL << 30, M = 1ULL << 20;
@@ -572,17 +700,18 @@ static void test_host_buffers(const machine_t *m)
     trace_t *t = small_trace(m, 1, NULL);
     uint64_t exact = t ? layer_offload_bytes(t, 0, 0.5) : 0, b = 0;
     int same = 0;
-    int n = t ? host_allocs(t, m, NULL, 0, &b, &same) : -1;
+    pol_knob ex[] = { { "host_round", "exact" } };
+    int n = t ? host_allocs(t, m, ex, 1, &b, &same) : -1;
     TAP_OK(n == NL - 2 && same && b == memo_host_buffer_bytes(exact, 0, 4096) && b % 4096 == 0 &&
-           b - exact < 4096, "memo's default: %d host buffers of %llu B for %llu offloaded bytes",
+           b - exact < 4096, "host_round=exact: %d host buffers of %llu B for %llu offloaded bytes",
            n, (unsigned long long)b, (unsigned long long)exact);
     pol_knob pw[] = { { "host_pow2", "1" } };
     n = t ? host_allocs(t, m, pw, 1, &b, &same) : -1;
     TAP_OK(n == NL - 2 && same && (b & (b - 1)) == 0 && b >= exact && b / 2 < exact,
            "host_pow2=1 (PyTorch's caching host allocator): %llu B, the next power of two",
            (unsigned long long)b);
-    pol_knob g1[] = { { "host_granule", "1" } };
-    n = t ? host_allocs(t, m, g1, 1, &b, &same) : -1;
+    pol_knob g1[] = { { "host_round", "exact" }, { "host_granule", "1" } };
+    n = t ? host_allocs(t, m, g1, 2, &b, &same) : -1;
     TAP_OK(n == NL - 2 && b == exact, "host_granule=1: exactly the offloaded bytes");
     pol_knob bad[] = { { "host_granule", "0" } };
     n = t ? host_allocs(t, m, bad, 1, &b, &same) : -1;
@@ -597,7 +726,7 @@ static void test_host_buffers(const machine_t *m)
     uint64_t full = t ? memo_host_buffer_bytes(layer_offload_bytes(t, 0, 1.0), 0, 4096) : 0;
     char host[32];
     snprintf(host, sizeof host, "%llu", (unsigned long long)((NL - 2) * full));
-    pol_knob hk[] = { { "host_bytes", host }, { "host_pow2", "0" } };
+    pol_knob hk[] = { { "host_bytes", host }, { "host_pow2", "0" } }; /* exact */
     pol_opts o;
     pol_opts_default(&o);
     o.knobs = hk;
@@ -670,6 +799,7 @@ int main(void)
     test_memo_plan(&m);
     test_rb_schedule(&m);
     test_host_buffers(&m);
+    test_host_round(&m);
     test_executor_loss(&m);
     test_determinism(&m);
     return tap_done();

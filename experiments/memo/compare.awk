@@ -55,12 +55,20 @@ END {
             line(al, ref[k], sim[k])
         }
     }
-    print "\nMemory reorganizations per iteration, full recomputation without a plan (caching allocator)"
+    print "\nMemory reorganizations per iteration, full recomputation without a plan (caching allocator,"
+    print "recordStream on collectives' tensors, per-stream pools, host issuing ahead without a bound)"
+    printf "  %-8s %9s %9s   %10s %10s   %s\n", "seq", "paper", "memsim", "MFU paper", "MFU memsim", \
+        "memsim: host time in allocator calls / iteration"
     for (j = 1; j <= 2; j++) {
         sq = j == 1 ? "128K" : "256K"
         k = "reorg" SUBSEP "full-recompute" SUBSEP sq
-        printf "  %-24s %9s %9s\n", sq, ref[k], sim[k]
+        m = "table4" SUBSEP "full-recompute" SUBSEP sq
+        printf "  %-8s %9s %9s   %10s %10s   %s s / %s s\n", sq, ref[k], sim[k], cell(ref[m]), \
+            cell(sim[m]), sim["reorg-host" SUBSEP "full-recompute" SUBSEP sq], \
+            sim["reorg-iter" SUBSEP "full-recompute" SUBSEP sq]
     }
+    print "  (the host waits in each reorganization's synchronize while the GPU runs the kernels it"
+    print "  had queued, so the GPU loses only the cudaFree/cudaMalloc latencies: docs/ALLOCATORS.md)"
     print "\nSequence length above which one layer's full offload hides behind its forward"
     printf "  %-24s %9s %9s\n", "simulated (stall < 1%)", ref["crossover" SUBSEP "full-offload" SUBSEP "seq"], \
         sim["crossover" SUBSEP "full-offload" SUBSEP "seq"]

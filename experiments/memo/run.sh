@@ -3,23 +3,28 @@
 # recomputation, full recomputation + memory plan, full swapping + memory plan and MEMO from 64K
 # to 896K tokens), Table 5 (MFU over the offloaded fraction alpha at 192K-384K), the sequence
 # length above which one layer's full offload stops costing time, and the count of memory
-# reorganizations of full recomputation under PyTorch's caching allocator, for GPT-7B on one
-# node of 8 A800 (TP 4, CP 2). The traces are generated with the generator's megatron profile
-# (--gen framework=megatron: Megatron-LM ccfeda47cb + TransformerEngine 1.3 allocations,
-# docs/GENERATOR.md §9; MEMO's executor with a cross entropy in place on the bf16 logits,
-# MEMO_LOSS). Prints paper-vs-memsim tables cell by cell with differences and draws them (PNG
-# and SVG); then Table 4 again under four other assumptions (the stock loss everywhere,
-# PyTorch's power-of-two pinned host buffers, the generic program, Megatron's distributed
-# optimizer) for comparison. A few minutes on a 2-core machine.
+# reorganizations of full recomputation under PyTorch's caching allocator (c10d's recordStream
+# on collectives' tensors and per-stream pools, the host thread running ahead of the GPU), for
+# GPT-7B on one node of 8 A800 (TP 4, CP 2). The traces are generated with the generator's
+# megatron profile (--gen framework=megatron: Megatron-LM ccfeda47cb + TransformerEngine 1.3
+# allocations, docs/GENERATOR.md §9; MEMO's executor with a cross entropy in place on the bf16
+# logits, MEMO_LOSS). Prints paper-vs-memsim tables cell by cell with differences and draws
+# them (PNG and SVG); then Table 4 again under other assumptions (the stock loss everywhere, no
+# reorganization model, the two other readings of MEMO's pinned host buffers, the generic
+# program, Megatron's distributed optimizer) and the three host-buffer readings side by side.
+# A few minutes on a 2-core machine.
 #
 # usage: experiments/memo/run.sh [OUTDIR]   (default: out/memo in the repository; MEMSIM=path/to/memsim;
 #        MEMO_ISSUE_AHEAD=N|unbounded simulates the host thread issuing the program, at most N
-#        compute actions ahead of the GPU: memsim's --issue-ahead, default 0 = off;
+#        compute actions ahead of the GPU: memsim's --issue-ahead, default 0 = off, for every
+#        run but full recomputation without a plan, which runs MEMO_REORG_AHEAD (default
+#        unbounded: PyTorch does not throttle the CPU) with recordStream and per-stream pools;
 #        MEMO_LOSS=fused|megatron: the loss of MEMO's executor's traces, default fused)
 # Writes OUTDIR/a800-memo.machine (the profile used), results.tsv (memsim's cells in
 # reference.tsv's layout), compare.txt (the printed comparison), runs/*.csv (memsim's result
 # rows), table4.dat, table5.dat and the figures memo_table4.{png,svg}, memo_table5.{png,svg};
-# variants.txt and variants/*.csv (Table 4 under the other trace assumptions).
+# variants.txt and variants/*.csv (Table 4 under the other trace assumptions); host_readings.tsv
+# and readings.txt (the three readings of MEMO's pinned host buffers compared).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -48,8 +53,15 @@ memo_gen=(--gen framework=megatron --gen "loss=${MEMO_LOSS:-fused}")
 exec_pols=full-recompute+plan,full-swap+plan,memo
 issue=()
 [ -z "${MEMO_ISSUE_AHEAD:-}" ] || issue=(--issue-ahead "$MEMO_ISSUE_AHEAD")
-base=(--model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet ${issue[@]+"${issue[@]}"})
+model=(--model gpt-7b --tp 4 --cp 2 --machine "$machine" --quiet)
+base=("${model[@]}" ${issue[@]+"${issue[@]}"})
 common=("${base[@]}" "${memo_gen[@]}")
+# Full recomputation without a plan runs on PyTorch's caching allocator as Megatron-LM drives
+# it (docs/ALLOCATORS.md, "Reorganizations"): c10d records its NCCL stream on a collective's
+# tensors (plan knob record_stream=1), TE's cp-stream tensors come from that stream's own pool
+# (stream_pools=1), and the host thread issues the program ahead of the GPU without a bound
+# (PyTorch has none: the CPU waits only at synchronizations, a reorganization's among them).
+reorg=(--knob record_stream=1 --knob stream_pools=1 --issue-ahead "${MEMO_REORG_AHEAD:-unbounded}")
 
 # 1. The machine profile: the shipped a800-8gpu with the overrides (first word = key).
 awk 'NR == FNR { if ($0 !~ /^#/ && NF) ov[$1] = $0; next }
@@ -71,7 +83,7 @@ res="$out/results.tsv"
 # 2. Table 4: the four methods at each sequence length (one trace per length).
 seqs4="64K 128K 256K 384K 512K 640K 768K 896K"
 for s in $seqs4; do
-    "$MEMSIM" simulate "${base[@]}" "${gen[@]}" --seq "$s" --policy full-recompute \
+    "$MEMSIM" simulate "${model[@]}" "${reorg[@]}" "${gen[@]}" --seq "$s" --policy full-recompute \
         --csv "$out/runs/table4-$s.csv"
     "$MEMSIM" compare "${common[@]}" --seq "$s" --policies "$exec_pols" \
         --csv "$out/runs/table4x-$s.csv"
@@ -79,6 +91,11 @@ done
 rows "$out"/runs/table4-*.csv "$out"/runs/table4x-*.csv | awk '{ v = ($3 == "ok") ? $4 : toupper($3); print "table4\t" $1 "\t" $2 "\t" v }' >> "$res"
 rows "$out"/runs/table4-*.csv | awk '$1 == "full-recompute" && ($2 == "128K" || $2 == "256K") {
     print "reorg\tfull-recompute\t" $2 "\t" (($3 == "ok") ? $5 : toupper($3)) }' >> "$res"
+# what the reorganizations cost: the host thread's time in allocator calls per iteration (the
+# synchronizes of release-and-retry, while the GPU runs its queue) against the iteration
+awk -F, 'FNR > 1 && $1 == "full-recompute" && ($5 == 131072 || $5 == 262144) {
+    printf "reorg-host\tfull-recompute\t%dK\t%.1f\nreorg-iter\tfull-recompute\t%dK\t%.2f\n", \
+        $5 / 1024, $27, $5 / 1024, $11 }' "$out"/runs/table4-*.csv >> "$res"
 
 # 3. Table 5: MEMO with alpha fixed.
 for s in 192K 256K 320K 384K; do
@@ -118,15 +135,24 @@ awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "
 
 # 6. Table 4 under other assumptions, status and MFU per cell next to the paper's:
 # "stock-loss": every row on Megatron's stock cross entropy (MEMO's executor too);
-# "pytorch-host": MEMO's executor's pinned host buffers from PyTorch's caching host allocator
-# (power-of-two sizes, knob host_pow2=1) instead of exact sizes; "generic": the generator's lean
-# default program (MEMO's 16bsh accounting); "dist-opt": the stock program with Megatron's
-# distributed optimizer (states sharded over dp*cp = 2). Also the caching allocator's reserved
-# peak and retries of full recomputation.
+# "stream-time": full recomputation without the reorganization model (no recordStream, one
+# pool, allocator calls at stream time); "host-exact" and "host-layer": MEMO's executor's
+# pinned host buffers under the two other readings (knob host_round=exact: exact bytes in
+# 4 KiB pages; layer_pow2: one power-of-two buffer per layer) instead of one per tensor slice;
+# "generic": the generator's lean default program (MEMO's 16bsh accounting); "dist-opt": the
+# stock program with Megatron's distributed optimizer (states sharded over dp*cp = 2). Also the
+# caching allocator's reserved peak and retries of full recomputation. Full recomputation runs
+# apart, with fr_opts (the reorganization model, as in the main table, unless said otherwise).
+fr_opts=("${reorg[@]}")
 variant() {
     name=$1 pols=$2; shift 2
+    rest=$(echo "$pols" | awk -F, '{ for (i = 1; i <= NF; i++) if ($i != "full-recompute") o = o (o ? "," : "") $i; print o }')
     for s in $seqs4; do
-        "$MEMSIM" compare "${base[@]}" "$@" --seq "$s" --policies "$pols" \
+        case ",$pols," in *,full-recompute,*)
+            "$MEMSIM" simulate "${model[@]}" ${fr_opts[@]+"${fr_opts[@]}"} "$@" --seq "$s" \
+                --policy full-recompute --csv "$out/variants/$name-fr-$s.csv" ;;
+        esac
+        [ -z "$rest" ] || "$MEMSIM" compare "${base[@]}" "$@" --seq "$s" --policies "$rest" \
             --csv "$out/variants/$name-$s.csv"
     done
     rows "$out"/variants/"$name"-*.csv | awk -v v="$name" '{ print v "\t" $1 "\t" $2 "\t" (($3 == "ok") ? $4 : toupper($3)) }'
@@ -135,7 +161,11 @@ all4=full-recompute,$exec_pols
 {
     rows "$out"/runs/table4-*.csv "$out"/runs/table4x-*.csv | awk '{ print "main\t" $1 "\t" $2 "\t" (($3 == "ok") ? $4 : toupper($3)) }'
     variant stock-loss "$all4" "${gen[@]}"
-    variant pytorch-host "full-swap+plan,memo" "${memo_gen[@]}" --knob host_pow2=1
+    fr_opts=(${issue[@]+"${issue[@]}"})
+    variant stream-time full-recompute "${gen[@]}"
+    fr_opts=("${reorg[@]}")
+    variant host-exact "full-swap+plan,memo" "${memo_gen[@]}" --knob host_round=exact
+    variant host-layer "full-swap+plan,memo" "${memo_gen[@]}" --knob host_round=layer_pow2
     variant generic "$all4"
     variant dist-opt "$all4" "${gen[@]}" --gen dist_opt=1
 } > "$out/variants.tsv"
@@ -166,10 +196,40 @@ awk -F'\t' '
     }' "$here/reference.tsv" "$out/variants.tsv" | tee "$out/variants.txt"
 awk -F, 'FNR > 1 && $1 == "full-recompute" {
         n = split(FILENAME, p, "/"); f = p[n]; sub(/\.csv$/, "", f)
-        printf "  %-18s %-6s reserved peak %6.1f GiB, allocated peak %6.1f GiB, retries per iteration %s\n", \
-            f, $10, $15 / 2^30, $14 / 2^30, $23 }' "$out"/runs/table4-*.csv \
-    | sort -t- -k2 -n | { echo; echo "full recomputation on the caching allocator (megatron trace, stock loss)"; cat; } \
+        printf "  %-12s %-4s reserved peak %4.1f GiB, allocated peak %4.1f GiB, retries per iteration %2s, host in allocator calls %5.1f s of %5.1f s\n", \
+            f, $10, $15 / 2^30, $14 / 2^30, $23, $27, $11 }' "$out"/runs/table4-*.csv \
+    | sort -t- -k2 -n | { echo; echo "full recomputation on the caching allocator (megatron trace, stock loss; recordStream, per-stream pools, host issue unbounded)"; cat; } \
     | tee -a "$out/variants.txt"
+
+# 7. The three readings of MEMO's host buffers (knob host_round) side by side: Table 5's host
+# cells from the plan's host need at each alpha (memsim plan: the buffers as lowering allocates
+# them, (n - 2) offloaded layers) against the host each GPU has (lp_host_bytes); Table 4's
+# executor rows from the main run and the host-exact / host-layer variants. The host reading
+# changes no time (pinned allocations are taken as made before training), so a Table 5 cell
+# that fits has the main run's MFU under every reading.
+for r in exact layer_pow2 tensor_pow2; do
+    for s in 192K 256K 320K 384K; do
+        for a in 0 0.125 0.25 0.375 0.5 0.625 0.75 0.875 1; do
+            "$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "$s" "${memo_gen[@]}" \
+                --policy memo --alpha "$a" --knob memory_plan=0 --knob host_round="$r" \
+              | awk -v r="$r" -v s="$s" -v a="$a" '$1 == "knob" && $2 == "host_need_bytes" { n = $3 }
+                    $1 == "knob" && $2 == "lp_host_bytes" { c = $3 }
+                    END { printf "%s\t%s\t%.3f\t%.1f\t%.1f\n", r, s, a, n / 2^30, c / 2^30 }'
+        done
+    done
+done > "$out/host_readings.tsv"
+# Table 5 cells that fit under a reading but not under the main run's: simulated under it.
+: > "$out/table5-readings.tsv"
+awk -F'\t' 'FNR == NR { if ($1 == "table5") v[$2 SUBSEP $3] = $4; next }
+    $1 != "tensor_pow2" && $4 <= $5 && v[$2 SUBSEP $3] !~ /^[0-9.]+$/ { print $1, $2, $3 }' \
+    "$res" "$out/host_readings.tsv" | while read -r r s a; do
+    "$MEMSIM" simulate "${common[@]}" --seq "$s" --policy memo --alpha "$a" --knob host_round="$r" \
+        --csv "$out/runs/table5-$r-$s-$a.csv"
+    rows "$out/runs/table5-$r-$s-$a.csv" | awk -v r="$r" -v a="$a" '{
+        printf "%s\t%s\t%.3f\t%s\n", r, $2, a, ($3 == "ok") ? $4 : toupper($3) }' >> "$out/table5-readings.tsv"
+done
+awk -F'\t' -v res="$res" -v vt="$out/variants.tsv" -v t5x="$out/table5-readings.tsv" \
+    -f "$here/readings.awk" "$here/reference.tsv" "$out/host_readings.tsv" | tee "$out/readings.txt"
 
 if command -v gnuplot > /dev/null; then
     for f in png svg; do
