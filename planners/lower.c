@@ -984,6 +984,7 @@ static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
     a.dur_us = us;
     a.recompute = 1;
     a.layer = op->layer;
+    if (r->in_place && r->frac < 1.0) a.replay_frac = r->frac; /* rows for the real kernels */
     w->rep.recompute_ops++;
     w->rep.recompute_us += us;
     return put(w, &a);

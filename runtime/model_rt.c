@@ -953,9 +953,9 @@ static float *grad_of(mrt_ops *o, uint64_t gbuf, uint64_t param)
 /* qkv, proj, fc1, fc2: out_j = X W_j + b_j, W = [K x Ntot weights | Ntot bias], one output
  * per column block. */
 static rt_status op_linear(mrt_ops *o, const trace_op *op, const uint64_t *in,
-                           const uint64_t *out)
+                           const uint64_t *out, size_t rows)
 {
-    size_t T = o->z.T, K = tbytes(o, op->in[0]) / 2 / T, n = tbytes(o, op->in[1]) / 2;
+    size_t T = rows, K = tbytes(o, op->in[0]) / 2 / o->z.T, n = tbytes(o, op->in[1]) / 2;
     size_t Nt = n / (K + 1), N = op->n_out ? Nt / op->n_out : 0;
     if (!K || !N || N * op->n_out != Nt || Nt * (K + 1) != n)
         return bad_trace("a linear op's shapes do not match its weight");
@@ -1068,7 +1068,7 @@ rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64
             RT_TRY(kn_gemm(o->k, 0, 0, T, h, o->V, BF(in[0]), o->V, BF(in[1]), h, 0, BF(out[0]), h, 0));
             return kn_gemm(o->k, 1, 0, o->V, h, T, BF(in[0]), o->V, BF(in[2]), h, 1, g, h, 1);
         }
-        if (op->phase == TP_FWD && op->n_in == 2) return op_linear(o, op, in, out);
+        if (op->phase == TP_FWD && op->n_in == 2) return op_linear(o, op, in, out, T);
         if (op->phase == TP_BWD) return op_linear_bwd(o, op, in, out);
         break;
     case TK_ATTN:
@@ -1111,6 +1111,110 @@ rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64
     snprintf(why, sizeof why, "op '%s' (%s) has no real kernel", op->name,
              trace_opkind_name(op->kind));
     return bad_trace(why);
+}
+
+/* ---- token-wise partial replays (MEMO) ---- */
+
+int mrt_ops_token_rows(const mrt_ops *o, uint64_t tensor, unsigned *arrays, uint64_t *row_bytes)
+{
+    const trace_tensor *x = trace_find_tensor(o->t, tensor);
+    size_t T = o->z.T;
+    if (!x || (x->cls != TC_ACT_SKEL && x->cls != TC_ACT_TRANS) || !T) return 0;
+    if (ends_with(x->name, "attn_lse")) return 0; /* [batch, head, seq]: not token-major */
+    if (ends_with(x->name, "_stats")) {             /* mean[T] then rstd[T], fp32 */
+        if (x->bytes != 2 * T * 4) return 0;
+        *arrays = 2;
+        *row_bytes = 4;
+        return 1;
+    }
+    if (x->bytes % T) return 0;
+    *arrays = 1;
+    *row_bytes = x->bytes / T;
+    return 1;
+}
+
+/* Where array `arr` of operand id starts for rows [r0, T): a full-size activation at row r0
+ * of that array; a replay transient (part) holds only the n replayed rows of each array;
+ * weights and other tensors that are not token rows as they are. */
+static uint64_t rows_at(const mrt_ops *o, uint64_t id, uint64_t addr, int part, size_t r0,
+                        size_t n, unsigned arr)
+{
+    unsigned k = 0;
+    uint64_t rb = 0;
+    if (!mrt_ops_token_rows(o, id, &k, &rb)) return addr;
+    if (arr >= k) arr = k - 1;
+    return part ? addr + (uint64_t)arr * n * rb : addr + ((uint64_t)arr * o->z.T + r0) * rb;
+}
+
+rt_status mrt_ops_run_rows(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in,
+                           const uint64_t *out, const uint8_t *in_part,
+                           const uint8_t *out_part, double frac)
+{
+    enum { MAXT = 64 };
+    const shape *z = &o->z;
+    size_t T = z->T, h = z->h;
+    char why[200];
+    double nr = frac * (double)T;
+    size_t n = (size_t)llround(nr);
+    if (!(frac > 0 && frac < 1) || fabs(nr - (double)n) > 1e-6 || n == 0 || n >= T) {
+        snprintf(why, sizeof why, "op '%s': a token-wise replay of %.9g of %zu token rows is "
+                 "not a whole number of rows", op->name, frac, T);
+        return bad_trace(why);
+    }
+    if (op->n_in > MAXT || op->n_out > MAXT) return bad_trace("a replayed op has too many tensors");
+    size_t r0 = T - n;
+    if (kn_ctx_stream(o->k) != stream) RT_TRY(kn_ctx_set_stream(o->k, stream));
+    RT_TRY(init_inputs(o, op, in));
+    uint64_t ia[MAXT], oa[MAXT];
+    for (uint32_t j = 0; j < op->n_in; j++) ia[j] = rows_at(o, op->in[j], in[j], in_part[j], r0, n, 0);
+    for (uint32_t j = 0; j < op->n_out; j++)
+        oa[j] = rows_at(o, op->out[j], out[j], out_part[j], r0, n, 0);
+    const char *b = base_name(op->name);
+    if (op->phase != TP_FWD) {
+        snprintf(why, sizeof why, "op '%s': only forward ops are replayed token-wise", op->name);
+        return bad_trace(why);
+    }
+    switch (op->kind) {
+    case TK_NORM:
+        if (op->n_in == 2 && op->n_out == 2) {
+            float *mean = F32(oa[1]);
+            float *rstd = F32(rows_at(o, op->out[1], out[1], out_part[1], r0, n, 1));
+            return kn_ln_fwd(o->k, BF(oa[0]), mean, rstd, BF(ia[0]), BF(ia[1]), BF(ia[1]) + h,
+                             n, h, z->eps);
+        }
+        break;
+    case TK_GEMM:
+        if (strcmp(b, "lm_head") && op->n_in == 2) return op_linear(o, op, ia, oa, n);
+        break;
+    case TK_ELEM:
+        if ((!strcmp(b, "add1") || !strcmp(b, "add2")) && op->n_in == 2 && op->n_out == 1)
+            return kn_add(o->k, BF(oa[0]), BF(ia[0]), BF(ia[1]), NULL, n, h);
+        break;
+    case TK_ACT:
+        if (op->n_in == 1 && op->n_out == 1) return kn_gelu_fwd(o->k, BF(oa[0]), BF(ia[0]), NULL, n, z->f);
+        break;
+    case TK_ATTN:
+        snprintf(why, sizeof why, "op '%s': attention mixes tokens and is never replayed "
+                 "token-wise (swap its inputs' consumers' inputs whole)", op->name);
+        return bad_trace(why);
+    default:
+        break;
+    }
+    snprintf(why, sizeof why, "op '%s' (%s) has no row-range kernel for a token-wise replay",
+             op->name, trace_opkind_name(op->kind));
+    return bad_trace(why);
+}
+
+rt_status mrt_ops_rows_hook(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
+                            const uint64_t *out, const uint8_t *in_part,
+                            const uint8_t *out_part, double frac)
+{
+    return mrt_ops_run_rows((mrt_ops *)ctx, stream, op, in, out, in_part, out_part, frac);
+}
+
+int mrt_ops_token_rows_hook(void *ctx, uint64_t tensor, unsigned *arrays, uint64_t *row_bytes)
+{
+    return mrt_ops_token_rows((const mrt_ops *)ctx, tensor, arrays, row_bytes);
 }
 
 /* ---- the one-stream schedule walker ---- */

@@ -88,6 +88,25 @@ void mrt_ops_set_adam(mrt_ops *o, const kn_adamw_cfg *c);
  * of op->in[i] / op->out[j]. RT_ERR_INVALID names an op that has no kernel here. */
 rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,
                       const uint64_t *out_addr);
+/* MEMO's token-wise partial replay of forward op (schedule field replay_frac = frac): runs
+ * it on the token rows [(1 - frac) T, T) only (layer norm with its two statistics arrays,
+ * the linear GEMMs, residual adds, GeLU; anything else, attention included, is refused with
+ * a message, as is a frac * T that is not a whole number). in_part[j] / out_part[j]: the
+ * operand's block holds only those rows (a replay transient), else it is full size and is
+ * offset by (1 - frac) T rows in each of its arrays; weights are used as they are. */
+rt_status mrt_ops_run_rows(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,
+                           const uint64_t *out_addr, const uint8_t *in_part,
+                           const uint8_t *out_part, double frac);
+/* The token-row layout of trace tensor `tensor`: 1 with *arrays arrays of T rows of
+ * *row_bytes (norm statistics: 2 arrays of fp32), 0 for weights, attention's per-head
+ * log-sum-exp and anything whose bytes are not token rows. */
+int mrt_ops_token_rows(const mrt_ops *o, uint64_t tensor, unsigned *arrays,
+                       uint64_t *row_bytes);
+/* The two as rt_exec_opts hooks (ctx: the mrt_ops). */
+rt_status mrt_ops_rows_hook(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
+                            const uint64_t *out, const uint8_t *in_part,
+                            const uint8_t *out_part, double frac);
+int mrt_ops_token_rows_hook(void *ctx, uint64_t tensor, unsigned *arrays, uint64_t *row_bytes);
 /* Mean loss of iterations 0 .. n-1 (waits for the device). */
 rt_status mrt_ops_losses(mrt_ops *o, float *host, int n);
 

@@ -707,6 +707,153 @@ static rt_status do_host_free(ex *x, size_t i, const sched_action *a)
     return RT_OK;
 }
 
+/* ---- copies of partially swapped tensors (real kernels) ---- */
+
+/* ceil(frac * bytes), as lowering sizes a replay's transients and swapped bytes (planners/lower.c). */
+static uint64_t frac_bytes(uint64_t bytes, double frac)
+{
+    if (frac >= 1.0) return bytes;
+    double b = ceil(frac * (double)bytes);
+    return b >= (double)bytes ? bytes : (uint64_t)b;
+}
+
+
+typedef struct cmember {
+    uint64_t tensor, off, bytes;
+} cmember;
+
+static int cmp_cmember(const void *a, const void *b)
+{
+    const cmember *p = (const cmember *)a, *q = (const cmember *)b;
+    return p->off < q->off ? -1 : p->off > q->off;
+}
+
+/* The trace tensors a copied block holds, in layout order: a rounding-buffer block's members
+ * (lower_rb_find over the trace's skeletal activations of its layer), else the tensor itself
+ * when the block's id is a trace id. Returns how many (at most max), 0 for none known. */
+static size_t copy_members(ex *x, uint64_t block, cmember *m, size_t max)
+{
+    uint32_t pass;
+    int32_t layer;
+    size_t n = 0;
+    if (!lower_id_is_rbuf(block, &pass, &layer)) {
+        const trace_tensor *t = trace_find_tensor(x->o.trace, block);
+        if (!t || max < 1) return 0;
+        m[0].tensor = block;
+        m[0].off = 0;
+        m[0].bytes = t->bytes;
+        return 1;
+    }
+    for (size_t r = 0; r < trace_count(x->o.trace); r++) {
+        const trace_rec *rec = trace_get(x->o.trace, r);
+        if (rec->type != TR_ALLOC || rec->u.alloc.layer != layer ||
+            rec->u.alloc.cls != TC_ACT_SKEL)
+            continue;
+        lower_rb_place pl[4];
+        size_t k = lower_rb_find(x->o.rb_map, rec->u.alloc.id, pl, 4);
+        for (size_t j = 0; j < k && j < 4; j++) {
+            if (pl[j].pass != pass || pl[j].layer != layer) continue;
+            int dup = 0;
+            for (size_t q = 0; q < n; q++) dup |= m[q].tensor == pl[j].tensor;
+            if (dup) continue;
+            if (n == max) return max + 1;
+            m[n].tensor = pl[j].tensor;
+            m[n].off = pl[j].offset_bytes;
+            m[n].bytes = pl[j].bytes;
+            n++;
+        }
+    }
+    qsort(m, n, sizeof *m, cmp_cmember);
+    return n;
+}
+
+/* One piece of a gathered copy; adjacent pieces are merged into one cudaMemcpyAsync. */
+typedef struct cpiece {
+    uint64_t dev, host, bytes;
+} cpiece;
+
+static rt_status piece_add(cpiece *p, size_t *n, size_t max, uint64_t dev, uint64_t host,
+                           uint64_t bytes)
+{
+    if (!bytes) return RT_OK;
+    if (*n && p[*n - 1].dev + p[*n - 1].bytes == dev && p[*n - 1].host + p[*n - 1].bytes == host) {
+        p[*n - 1].bytes += bytes;
+        return RT_OK;
+    }
+    if (*n == max) return RT_ERR_INVALID;
+    p[*n].dev = dev;
+    p[*n].host = host;
+    p[*n].bytes = bytes;
+    (*n)++;
+    return RT_OK;
+}
+
+/* With real kernels a copy of a block that holds partially swapped tensors moves, of each
+ * tensor, the first ceil(alpha * T) rows of each of its row arrays (members swapped whole:
+ * all their bytes), packed on the host in the block's layout order; the prefetch puts them
+ * back where they were. The rows a token-wise replay does not recompute are then exactly the
+ * ones that came back. The schedule's byte count must be the sum (lowering's copy bytes), and
+ * each tensor's share a whole number of rows, else the run stops: computing on rows that are
+ * neither copied nor recomputed would be silently wrong. *n = 0: a plain copy will do. */
+#define RT_MAX_PIECES 256
+static rt_status copy_plan(ex *x, size_t i, const sched_action *a, uint64_t dev,
+                           uint64_t host, cpiece *p, size_t *n)
+{
+    *n = 0;
+    if (!x->o.compute || !x->o.plan || !x->o.token_rows || !x->o.trace) return RT_OK;
+    cmember m[64];
+    size_t nm = copy_members(x, a->tensor, m, 64);
+    if (nm == 0) return RT_OK;
+    if (nm > 64)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: block %llu holds more "
+                    "than 64 tensors", i, (unsigned long long)a->tensor);
+    int partial = 0;
+    uint64_t sum = 0, hoff = 0;
+    for (size_t k = 0; k < nm; k++) {
+        double alpha = 1;
+        plan_decision dec = plan_decision_for(x->o.plan, m[k].tensor, &alpha);
+        uint64_t cb = dec == PD_SWAP ? frac_bytes(m[k].bytes, alpha) : m[k].bytes;
+        if (dec == PD_SWAP && cb < m[k].bytes) partial = 1;
+        sum += cb;
+    }
+    if (!partial) return RT_OK;
+    if (sum != a->bytes)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: copy of block %llu: "
+                    "%llu bytes, its tensors' swapped rows are %llu bytes", i,
+                    (unsigned long long)a->tensor, (unsigned long long)a->bytes,
+                    (unsigned long long)sum);
+    for (size_t k = 0; k < nm; k++) {
+        double alpha = 1;
+        plan_decision dec = plan_decision_for(x->o.plan, m[k].tensor, &alpha);
+        uint64_t cb = dec == PD_SWAP ? frac_bytes(m[k].bytes, alpha) : m[k].bytes;
+        rt_status st = RT_OK;
+        if (cb == m[k].bytes) {
+            st = piece_add(p, n, RT_MAX_PIECES, dev + m[k].off, host + hoff, cb);
+        } else {
+            unsigned arrays = 0;
+            uint64_t rowb = 0;
+            char tn[48];
+            if (!x->o.token_rows(x->o.compute_ctx, m[k].tensor, &arrays, &rowb) || !arrays ||
+                !rowb || m[k].bytes % arrays || cb % arrays || (cb / arrays) % rowb)
+                return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: tensor %llu "
+                            "'%s' is swapped with alpha %g, which is not a whole number of its "
+                            "token rows (or its bytes are not token rows)", i,
+                            (unsigned long long)m[k].tensor, tname(x, m[k].tensor, tn, sizeof tn),
+                            alpha);
+            uint64_t arr = m[k].bytes / arrays, piece = cb / arrays;
+            for (unsigned j = 0; j < arrays && st == RT_OK; j++)
+                st = piece_add(p, n, RT_MAX_PIECES, dev + m[k].off + j * arr,
+                               host + hoff + j * piece, piece);
+        }
+        if (st != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: copy of block %llu "
+                        "in more than %d pieces", i, (unsigned long long)a->tensor,
+                        RT_MAX_PIECES);
+        hoff += cb;
+    }
+    return RT_OK;
+}
+
 static rt_status do_copy(ex *x, size_t i, const sched_action *a)
 {
     dlive *d = dev_live(x, a->tensor);
@@ -730,9 +877,14 @@ static rt_status do_copy(ex *x, size_t i, const sched_action *a)
     t->d2h = d2h;
     void *s = x->st[a->stream];
     if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
-    if (x->d->copy(x->d->ctx, s, d2h ? host : d->addr, d2h ? d->addr : host, a->bytes, d2h) !=
-        RT_OK)
-        return fail_dev(x, i, d2h ? "device-to-host copy" : "host-to-device copy");
+    cpiece pc[RT_MAX_PIECES];
+    size_t np = 0;
+    RT_TRY(copy_plan(x, i, a, d->addr, host, pc, &np));
+    if (!np) pc[np++] = (cpiece){ d->addr, host, a->bytes };
+    for (size_t k = 0; k < np; k++)
+        if (x->d->copy(x->d->ctx, s, d2h ? pc[k].host : pc[k].dev, d2h ? pc[k].dev : pc[k].host,
+                       pc[k].bytes, d2h) != RT_OK)
+            return fail_dev(x, i, d2h ? "device-to-host copy" : "host-to-device copy");
     if (x->d->record(x->d->ctx, t->e1, s) != RT_OK) return fail_dev(x, i, "recording");
     rt_window *w = &x->r->win[x->cur_win];
     w->n_copies++;
@@ -776,18 +928,25 @@ static double credited(ex *x, double req)
 /* The device address of trace tensor id for the real-kernel hook: its own block, else the
  * block of its latest re-allocation (memory_plan gives those fresh ids), else its slice of a
  * rounding-buffer block (lower_rb_find; the forward block or the prefetched one, whichever is
- * live). 0 when none holds it; *why says why. */
-static uint64_t resolve(ex *x, uint64_t id, const char **why)
+ * live). In a token-wise replay (0 < frac < 1) a block smaller than the tensor but of the
+ * replay's size holds only the replayed rows (*part = 1). 0 when none holds it; *why says
+ * why. */
+static uint64_t resolve(ex *x, uint64_t id, double frac, uint8_t *part, const char **why)
 {
     const trace_tensor *t = trace_find_tensor(x->o.trace, id);
     uint64_t need = t ? t->bytes : 0, sid;
+    *part = 0;
     *why = "holds no device block (its own, a re-allocation's or a rounding buffer's)";
     const dlive *d = dev_live(x, id);
     if ((!d || !d->addr) && x->alias && u64map_get(x->alias, id, &sid)) d = dev_live(x, sid);
     if (d && d->addr) {
         if (d->bytes >= need) return d->addr;
-        *why = "has a block smaller than the tensor (a token-wise partial replay: the real "
-               "kernels run whole ops)";
+        if (frac > 0 && frac < 1 && d->bytes >= frac_bytes(need, frac)) {
+            *part = 1;
+            return d->addr;
+        }
+        *why = frac > 0 && frac < 1 ? "has a block smaller than the replayed fraction of the "
+               "tensor" : "has a block smaller than the tensor outside a token-wise replay";
         return 0;
     }
     lower_rb_place pl[4];
@@ -803,11 +962,11 @@ static uint64_t resolve(ex *x, uint64_t id, const char **why)
 }
 
 static rt_status op_addrs(ex *x, size_t i, const trace_op *op, const uint64_t *ids, uint32_t n,
-                          uint64_t *addr)
+                          double frac, uint64_t *addr, uint8_t *part)
 {
     for (uint32_t j = 0; j < n; j++) {
         const char *why = "";
-        if ((addr[j] = resolve(x, ids[j], &why)) == 0) {
+        if ((addr[j] = resolve(x, ids[j], frac, &part[j], &why)) == 0) {
             char tn[48];
             return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: op %s: tensor %llu "
                         "'%s' %s", i, op->name, (unsigned long long)ids[j],
@@ -825,8 +984,14 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
     if (op->n_in > MAXT || op->n_out > MAXT)
         return fail(x, RTX_ERROR, RT_ERR_INVALID, "op %s: too many tensors for real kernels",
                     op->name);
-    RT_TRY(op_addrs(x, i, op, op->in, op->n_in, in));
-    RT_TRY(op_addrs(x, i, op, op->out, op->n_out, out));
+    uint8_t in_part[MAXT], out_part[MAXT];
+    double frac = a->replay_frac > 0 && a->replay_frac < 1 ? a->replay_frac : 0;
+    if (frac > 0 && !x->o.compute_rows)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: op %s is a token-wise "
+                    "partial replay (fraction %g of its rows) and the real-kernel hook has no "
+                    "row-range entry", i, op->name, frac);
+    RT_TRY(op_addrs(x, i, op, op->in, op->n_in, frac, in, in_part));
+    RT_TRY(op_addrs(x, i, op, op->out, op->n_out, frac, out, out_part));
     void *s = x->st[a->stream];
     double req = a->dur_us > 0 ? a->dur_us : 0;
     tev *t = NULL;
@@ -837,8 +1002,12 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
         t->req_us = req;
         if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
     }
-    if (x->o.compute(x->o.compute_ctx, s, op, in, out) != RT_OK)
-        return fail(x, RTX_ERROR, RT_ERR_CUDA, "op %s: %s", op->name, rt_last_error());
+    rt_status cs = frac > 0 ? x->o.compute_rows(x->o.compute_ctx, s, op, in, out, in_part,
+                                                out_part, frac)
+                            : x->o.compute(x->o.compute_ctx, s, op, in, out);
+    if (cs != RT_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: op %s: %s", i, op->name,
+                    rt_last_error());
     if (t && x->d->record(x->d->ctx, t->e1, s) != RT_OK) return fail_dev(x, i, "recording");
     if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s));
     rt_window *w = &x->r->win[x->cur_win];

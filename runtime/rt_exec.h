@@ -146,6 +146,24 @@ typedef struct rt_exec_opts {
      * lower_rb_map_new on the schedule's trace and plan. NULL: no rounding buffers. Tensors
      * re-allocated under fresh ids (plan knob memory_plan) are found without it. */
     const lower_rb_map *rb_map;
+    /* Token-wise partial replays (MEMO, schedule field replay_frac in (0, 1)): such a compute
+     * action runs compute_rows(...) instead of compute, on the token rows
+     * [(1 - frac) T, T) only; in_part[j] / out_part[j] are 1 where the operand's block is a
+     * replay transient holding only those rows (ceil(frac * bytes)), 0 where it is full size
+     * (the in-place targets, the tensors read as they are, the weights). NULL: such an action
+     * stops the run with a message. */
+    rt_status (*compute_rows)(void *ctx, void *stream, const trace_op *op,
+                              const uint64_t *in_addr, const uint64_t *out_addr,
+                              const uint8_t *in_part, const uint8_t *out_part, double frac);
+    /* The token-row layout of a trace tensor: 1 with *arrays row-major arrays of T rows of
+     * *row_bytes each (norm statistics: 2, mean then rstd), 0 when its bytes are not token
+     * rows. With plan and this set, copies of partially swapped tensors move the first
+     * ceil(alpha * T) rows of each array (a rounding-buffer block: of each member, packed on
+     * the host in the block's layout order), so that the rows a replay does not recompute are
+     * the ones that came back; the byte count is the schedule's. NULL: one copy of the
+     * leading bytes (right for spin kernels, wrong data for several partial members). */
+    int (*token_rows)(void *ctx, uint64_t tensor, unsigned *arrays, uint64_t *row_bytes);
+    const plan_t *plan;            /* the plan the schedule was lowered from (member alphas) */
 } rt_exec_opts;
 
 void rt_exec_opts_default(rt_exec_opts *o);

@@ -734,6 +734,9 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
         o.set_iter = real_set_iter;
         o.compute_ctx = ops;
         o.rb_map = rbm;
+        o.compute_rows = mrt_ops_rows_hook;
+        o.token_rows = mrt_ops_token_rows_hook;
+        o.plan = plan;
         o.spin_credit = 0;
     }
     rt_exec_result r;

@@ -1253,6 +1253,275 @@ out:
     machine_profile_free(mp);
 }
 
+/* ---------------- token-wise partial replays (MEMO, alpha strictly inside (0, 1)) ------- */
+
+typedef struct rhook {
+    const trace_t *t;
+    long whole, rows, bad_frac, targets_full, transients_part, bad_part;
+    double frac;
+} rhook;
+
+static rt_status rhook_compute(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
+                               const uint64_t *out)
+{
+    (void)stream; (void)op; (void)in; (void)out;
+    ((rhook *)ctx)->whole++;
+    return RT_OK;
+}
+
+/* A replayed op: its outputs that are rounding-buffer members (skeletal: written in place)
+ * come full size, the others (the replay's transients) as partial blocks. */
+static rt_status rhook_rows(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
+                            const uint64_t *out, const uint8_t *in_part,
+                            const uint8_t *out_part, double frac)
+{
+    (void)stream; (void)in;
+    rhook *h = ctx;
+    h->rows++;
+    if (frac != h->frac) h->bad_frac++;
+    /* only the kinds the dispatcher runs on a row range (runtime/model_rt.c) */
+    const char *b = strchr(op->name, '.') ? strchr(op->name, '.') + 1 : op->name;
+    int known = op->phase == TP_FWD &&
+                (op->kind == TK_NORM || op->kind == TK_ACT ||
+                 (op->kind == TK_GEMM && strcmp(b, "lm_head")) ||
+                 (op->kind == TK_ELEM && (!strcmp(b, "add1") || !strcmp(b, "add2"))));
+    if (!known) h->bad_part++;
+    for (uint32_t k = 0; k < op->n_out; k++) {
+        const trace_tensor *x = trace_find_tensor(h->t, op->out[k]);
+        if (!out[k] || !x) h->bad_part++;
+        else if (x->cls == TC_ACT_SKEL) out_part[k] ? h->bad_part++ : h->targets_full++;
+        else out_part[k] ? h->transients_part++ : h->bad_part++;
+    }
+    for (uint32_t k = 0; k < op->n_in; k++) {
+        const trace_tensor *x = trace_find_tensor(h->t, op->in[k]);
+        if (x && x->cls != TC_ACT_TRANS && in_part[k]) h->bad_part++;
+    }
+    return RT_OK;
+}
+
+static int rhook_token_rows(void *ctx, uint64_t id, unsigned *arrays, uint64_t *row_bytes)
+{
+    const trace_tensor *x = trace_find_tensor(((rhook *)ctx)->t, id);
+    const uint64_t T = 256;
+    if (!x || (x->cls != TC_ACT_SKEL && x->cls != TC_ACT_TRANS) || strstr(x->name, "attn_lse"))
+        return 0;
+    *arrays = strstr(x->name, "_stats") ? 2 : 1;
+    if (x->bytes % (*arrays * T)) return 0;
+    *row_bytes = x->bytes / (*arrays * T);
+    return 1;
+}
+
+static plan_t *partial_plan(const trace_t *t, double alpha)
+{
+    plan_t *p = plan_new("memo", "caching");
+    if (!p) abort();
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type != TR_ALLOC || r->u.alloc.cls != TC_ACT_SKEL || r->u.alloc.layer < 0)
+            continue;
+        const char *n = r->u.alloc.name;
+        int whole = strstr(n, ".input") || strstr(n, ".attn_out") || strstr(n, "attn_lse");
+        if (plan_set_tensor(p, r->u.alloc.id, PD_SWAP, whole ? 1.0 : alpha) != MS_OK) abort();
+    }
+    if (plan_set_knob(p, "rounding_buffers", "1") || plan_set_knob(p, "memory_plan", "1") ||
+        plan_set_knob(p, "tokenwise", "chain"))
+        abort();
+    plan_sort(p);
+    return p;
+}
+
+/* The device bytes each D2H copy of block `blk` must read: every member's first
+ * ceil(alpha T) rows of each row array (whole members: all), at its place in the block. */
+static int pieces_expected(const trace_t *t, const lower_rb_map *m, const plan_t *p,
+                           uint32_t pass, int32_t layer, uint64_t base, const fdev *f,
+                           size_t c0, size_t c1)
+{
+    uint64_t want = 0, got = 0;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        lower_rb_place pl;
+        if (r->type != TR_ALLOC || lower_rb_find(m, r->u.alloc.id, &pl, 1) != 1 ||
+            pl.pass != pass || pl.layer != layer)
+            continue;
+        double alpha = 1;
+        plan_decision_for(p, pl.tensor, &alpha);
+        unsigned k = strstr(r->u.alloc.name, "_stats") ? 2 : 1;
+        uint64_t arr = pl.bytes / k, cb = (uint64_t)(alpha * (double)arr);
+        for (unsigned j = 0; j < k; j++) {
+            uint64_t lo = base + pl.offset_bytes + j * arr, hi = lo + cb;
+            want += cb;
+            /* the copies of [c0, c1) must cover [lo, hi) */
+            uint64_t cov = 0;
+            for (size_t c = c0; c < c1; c++) {
+                uint64_t a = f->copies[c].src, b = a + f->copies[c].bytes;
+                uint64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+                if (y > x) cov += y - x;
+            }
+            if (cov != cb) return 0;
+        }
+    }
+    for (size_t c = c0; c < c1; c++) got += f->copies[c].bytes;
+    return got == want;
+}
+
+static void test_partial_replay(void)
+{
+    machine_profile *mp;
+    ms_error err;
+    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
+        TAP_OK(0, "load h200-sxm: %s", err.msg);
+        return;
+    }
+    gen_config c;
+    gen_config_default(&c);
+    /* the shape tests/test_rt_partial runs on the GPU: T = 128 x 2 token rows */
+    if (model_lookup("dims:2,128,2,512,512", &c.model, &err) != MS_OK) abort();
+    c.seq = 128;
+    c.micro_batch = 2;
+    c.iterations = 2;
+    c.grad_bytes = 4;
+    c.save_small = 1;
+    trace_t *t = NULL;
+    ms_status st = gen_trace(&c, &mp->m, &t, &err);
+    TAP_OK(st == MS_OK, "partial replay: trace generated (%s)", st == MS_OK ? "" : err.msg);
+    if (st != MS_OK) {
+        machine_profile_free(mp);
+        return;
+    }
+    const double alphas[3] = { 0.5, 0.75, 0.875 };
+    for (int ai = 0; ai < 3; ai++) {
+        plan_t *p = partial_plan(t, alphas[ai]);
+        schedule_t *s = NULL;
+        lower_rb_map *m = NULL;
+        st = lower_schedule(t, p, &mp->m, NULL, &s, &err);
+        if (st == MS_OK) st = lower_rb_map_new(t, p, &m, &err);
+        size_t n_partial = 0, bad_frac = 0;
+        for (size_t i = 0; st == MS_OK && i < sched_count(s); i++) {
+            const sched_action *a = sched_get(s, i);
+            if (a->kind != SA_COMPUTE || a->replay_frac == 0) continue;
+            n_partial++;
+            bad_frac += !a->recompute || fabs(a->replay_frac - (1 - alphas[ai])) > 1e-12;
+        }
+        TAP_OK(st == MS_OK && n_partial > 0 && bad_frac == 0, "alpha %g: lowered, %zu compute actions carry "
+               "replay_frac %g (%s)", alphas[ai], n_partial, 1 - alphas[ai],
+               st == MS_OK ? "" : err.msg);
+        if (st != MS_OK) goto next;
+        rhook h;
+        memset(&h, 0, sizeof h);
+        h.t = t;
+        h.frac = 1 - alphas[ai];
+        fdev f;
+        fbe b;
+        fdev_init(&f);
+        fbe_init(&b, 8ULL << 30);
+        rt_exec_opts o;
+        rt_exec_opts_default(&o);
+        o.trace = t;
+        o.compute = rhook_compute;
+        o.compute_rows = rhook_rows;
+        o.token_rows = rhook_token_rows;
+        o.plan = p;
+        o.compute_ctx = &h;
+        o.rb_map = m;
+        rt_exec_result r;
+        rt_status rs = run(s, &o, &f, &b, &r);
+        TAP_OK(rs == RT_OK && r.outcome == RTX_OK && h.rows == (long)n_partial &&
+               h.bad_frac == 0 && h.bad_part == 0 && h.targets_full > 0 && h.transients_part > 0,
+               "alpha %g: every replayed op runs on the row range (%ld of %ld ops; in-place "
+               "targets full size %ld, partial transients %ld, wrong %ld; %s)", alphas[ai],
+               h.rows, h.rows + h.whole, h.targets_full, h.transients_part, h.bad_part,
+               r.failure);
+        /* each offload reads each member's leading rows per array; its prefetch writes the
+         * same pieces back from the same host bytes */
+        int ok = 1, blocks = 0;
+        for (size_t i = 0; i < f.n_copies; i++) {
+            if (!f.copies[i].d2h) continue;
+            /* one block's offload: the shortest run of D2H pieces from i that is exactly some
+             * group's expected pieces (consecutive offloads follow each other directly) */
+            size_t j = i + 1;
+            uint64_t host0 = f.copies[i].dst, dev0 = f.copies[i].src;
+            int found = 0;
+            for (; !found && j <= f.n_copies && f.copies[j - 1].d2h; j++)
+                for (size_t q = 0; q < trace_count(t) && !found; q++) {
+                    const trace_rec *rr = trace_get(t, q);
+                    lower_rb_place pl;
+                    if (rr->type != TR_ALLOC || lower_rb_find(m, rr->u.alloc.id, &pl, 1) != 1 ||
+                        pl.offset_bytes != 0)
+                        continue;
+                    found = pieces_expected(t, m, p, pl.pass, pl.layer, dev0, &f, i, j);
+                }
+            j--;
+            blocks++;
+            ok &= found;
+            /* the H2D pieces reading this host range mirror the D2H ones */
+            size_t n_back = 0;
+            for (size_t q = j; q < f.n_copies && !(q > j && f.copies[q].d2h &&
+                                                     f.copies[q].dst == host0); q++)
+                if (!f.copies[q].d2h && f.copies[q].src >= host0 &&
+                    f.copies[q].src < host0 + (f.copies[j - 1].dst + f.copies[j - 1].bytes - host0))
+                    for (size_t u = i; u < j; u++)
+                        n_back += f.copies[u].dst == f.copies[q].src &&
+                                  f.copies[u].bytes == f.copies[q].bytes;
+            ok &= n_back == j - i;
+            if (!ok) TAP_NOTE("block at copy %zu: found %d, %zu pieces, %zu back", i, found, j - i, n_back);
+            i = j - 1;
+        }
+        TAP_OK(ok && blocks > 0, "alpha %g: %d offloads move each member's leading rows of "
+               "each row array (norm statistics: 2 arrays), the prefetches put the same pieces "
+               "back", alphas[ai], blocks);
+        TAP_OK(clean(&f, &b), "alpha %g: everything released", alphas[ai]);
+        rt_exec_result_release(&r);
+        /* without the row-range hook the run stops with the reason */
+        fdev_init(&f);
+        fbe_init(&b, 8ULL << 30);
+        o.compute_rows = NULL;
+        rs = run(s, &o, &f, &b, &r);
+        TAP_OK(rs != RT_OK && r.outcome == RTX_ERROR && strstr(r.failure, "token-wise") &&
+               clean(&f, &b), "alpha %g: without a row-range hook: %s", alphas[ai], r.failure);
+        rt_exec_result_release(&r);
+    next:
+        lower_rb_map_free(m);
+        sched_free(s);
+        plan_free(p);
+    }
+    /* an alpha that is not a whole number of rows (0.3 of 256) stops at the first offload */
+    {
+        plan_t *p = partial_plan(t, 0.3);
+        schedule_t *s = NULL;
+        lower_rb_map *m = NULL;
+        st = lower_schedule(t, p, &mp->m, NULL, &s, &err);
+        if (st == MS_OK) st = lower_rb_map_new(t, p, &m, &err);
+        rhook h;
+        memset(&h, 0, sizeof h);
+        h.t = t;
+        h.frac = 0.7;
+        fdev f;
+        fbe b;
+        fdev_init(&f);
+        fbe_init(&b, 8ULL << 30);
+        rt_exec_opts o;
+        rt_exec_opts_default(&o);
+        o.trace = t;
+        o.compute = rhook_compute;
+        o.compute_rows = rhook_rows;
+        o.token_rows = rhook_token_rows;
+        o.plan = p;
+        o.compute_ctx = &h;
+        o.rb_map = m;
+        rt_exec_result r;
+        rt_status rs = st == MS_OK ? run(s, &o, &f, &b, &r) : RT_ERR_INVALID;
+        TAP_OK(st == MS_OK && rs != RT_OK && r.outcome == RTX_ERROR &&
+               strstr(r.failure, "whole number") && clean(&f, &b),
+               "alpha 0.3 of 256 rows: %s", st == MS_OK ? r.failure : err.msg);
+        if (st == MS_OK) rt_exec_result_release(&r);
+        lower_rb_map_free(m);
+        sched_free(s);
+        plan_free(p);
+    }
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
 int main(void)
 {
     test_host_stream();
@@ -1263,6 +1532,7 @@ int main(void)
     test_generated();
     test_static_deferred();
     test_rb_operands();
+    test_partial_replay();
     test_record();
     return tap_done();
 }
