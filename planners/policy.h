@@ -73,7 +73,8 @@ typedef struct pol_skel {
     int32_t layer;
     uint32_t pass;        /* forward pass ordinal (0, 1, ... one per "mark phase fwd") */
     int is_input;         /* the layer's input */
-    int is_attn_out;      /* name ends in ".attn_out" */
+    int is_attn_out;      /* name ends in ".attn_out" or ".attn_lse" (the attention kernel's
+                             outputs) */
     const trace_tensor *t;
 } pol_skel;
 
