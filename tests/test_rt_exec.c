@@ -1713,7 +1713,6 @@ out:
 
 int main(void)
 {
-    test_dha();
     test_host_stream();
     test_host_plan();
     test_swap();
@@ -1724,5 +1723,6 @@ int main(void)
     test_rb_operands();
     test_partial_replay();
     test_record();
+    test_dha();
     return tap_done();
 }
