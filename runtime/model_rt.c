@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planners/lower_dha.h"
 #include "runtime/kernels_ref.h"
 #include "traces/models.h"
 #include "traces/u64map.h"
@@ -729,6 +730,22 @@ rt_status mrt_bench_layer(const mrt_bench_cfg *c, void *stream, mrt_bench_result
 
 /* ======================= generated traces ======================= */
 
+/* A parameter group of an offload trace, stepped on the host: its gradient buffer (the
+ * input of `<group>.grad.d2h`), its parameters in group order (the outputs of
+ * `<group>.param.h2d`), its elements and where its [master, m, v] lie in the host optimizer
+ * state (lower_dha's one pinned block, dha_synth_id(0): the groups' states one after the
+ * other, 12 bytes per element, in the order of the groups' first host steps). steps is
+ * counted at issue time (mrt_ops_host_prepare), so the host thread never writes it. */
+#define MRT_HG_PARAMS 32
+typedef struct mrt_hgroup {
+    char name[64];
+    uint64_t grad;
+    uint64_t param[MRT_HG_PARAMS];
+    uint32_t n_param;
+    size_t elems, state_off;      /* elements; offset in the state block (elements) */
+    int64_t steps;
+} mrt_hgroup;
+
 struct mrt_ops {
     const trace_t *t;
     kn_ctx *k;
@@ -744,6 +761,10 @@ struct mrt_ops {
     int32_t *tok, *lab;      /* host: the current iteration's tokens and labels */
     kn_adamw_cfg adam;
     float init_std;
+    /* offload traces: the host optimizer's groups (docs/RUNTIME.md, "DHA and the host
+     * optimizer"), in the order of their first `<group>.optim.host` op */
+    mrt_hgroup *hg;
+    size_t n_hg;
 };
 
 static rt_status bad_trace(const char *why)
@@ -781,6 +802,63 @@ static rt_status param_offsets(mrt_ops *o)
     return RT_OK;
 }
 
+static const trace_op *find_named_op(const trace_t *t, const char *name)
+{
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_OP && !strcmp(r->u.op.name, name)) return &r->u.op;
+    }
+    return NULL;
+}
+
+/* Offload traces (gen offload 1): the groups their `<group>.optim.host` ops step, and the
+ * parameters' offsets in their gradient buffers (the `<group>.param.h2d` outputs in group
+ * order, as the `<group>.optim` inputs of other traces). */
+static rt_status host_groups(mrt_ops *o)
+{
+    size_t state = 0;
+    for (size_t i = 0; i < trace_count(o->t); i++) {
+        const trace_rec *r = trace_get(o->t, i);
+        const char *n = r->type == TR_OP ? r->u.op.name : "";
+        size_t len = strlen(n), sl = strlen(".optim.host");
+        if (r->type != TR_OP || r->u.op.kind != TK_OPTIM || len <= sl ||
+            strcmp(n + len - sl, ".optim.host"))
+            continue;
+        if (len - sl >= sizeof o->hg[0].name) return bad_trace("a group name is too long");
+        char g[64], nm[96];
+        snprintf(g, sizeof g, "%.*s", (int)(len - sl), n);
+        int seen = 0;
+        for (size_t k = 0; k < o->n_hg && !seen; k++) seen = !strcmp(o->hg[k].name, g);
+        if (seen) continue;
+        snprintf(nm, sizeof nm, "%s.grad.d2h", g);
+        const trace_op *gd = find_named_op(o->t, nm);
+        snprintf(nm, sizeof nm, "%s.param.h2d", g);
+        const trace_op *ph = find_named_op(o->t, nm);
+        if (!gd || gd->n_in != 1 || !ph || !ph->n_out || ph->n_out > MRT_HG_PARAMS)
+            return bad_trace("an offload group without its gradient copy (<group>.grad.d2h) "
+                             "or parameter copy (<group>.param.h2d)");
+        mrt_hgroup *ng = realloc(o->hg, (o->n_hg + 1) * sizeof *ng);
+        if (!ng) return bad_trace("out of memory");
+        o->hg = ng;
+        mrt_hgroup *h = &o->hg[o->n_hg++];
+        memset(h, 0, sizeof *h);
+        snprintf(h->name, sizeof h->name, "%s", g);
+        h->grad = gd->in[0];
+        h->n_param = ph->n_out;
+        h->state_off = state;
+        for (uint32_t j = 0; j < ph->n_out; j++) {
+            h->param[j] = ph->out[j];
+            if (!u64map_get(o->poff, ph->out[j], NULL) && u64map_put(o->poff, ph->out[j], h->elems))
+                return bad_trace("out of memory");
+            h->elems += tbytes(o, ph->out[j]) / 2;
+        }
+        if (h->elems * 4 > tbytes(o, h->grad))
+            return bad_trace("an offload group's parameters exceed its gradient buffer");
+        state += h->elems;
+    }
+    return RT_OK;
+}
+
 rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out)
 {
     *out = NULL;
@@ -788,9 +866,8 @@ rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out)
         return bad_trace("real kernels run tp = cp = dp = 1 traces only");
     if (tmeta(t, "dtype_bytes") != 2 || tmeta(t, "grad_bytes") != 4)
         return bad_trace("real kernels need bf16 tensors and fp32 gradients (grad_bytes 4)");
-    if (trace_get_meta(t, "lora_rank") || trace_get_meta(t, "zero3") ||
-        trace_get_meta(t, "offload") || tmeta(t, "causal") != 1)
-        return bad_trace("LoRA, ZeRO-3, offload and encoder traces have no real kernels yet");
+    if (trace_get_meta(t, "lora_rank") || trace_get_meta(t, "zero3") || tmeta(t, "causal") != 1)
+        return bad_trace("LoRA, ZeRO-3 and encoder traces have no real kernels yet");
     const char *mname = trace_get_meta(t, "model");
     model_t md;
     ms_error err;
@@ -824,6 +901,7 @@ rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out)
     rt_status st = RT_OK;
     if (!o->inited || !o->poff || !o->gstep || !o->tok || !o->lab) st = bad_trace("out of memory");
     if (st == RT_OK) st = param_offsets(o);
+    if (st == RT_OK && trace_get_meta(t, "offload")) st = host_groups(o);
     if (st == RT_OK) st = kn_ctx_new(NULL, &o->k);
     if (st == RT_OK && (cudaMalloc((void **)&o->lse, z.T * 4) != cudaSuccess ||
                         cudaMalloc((void **)&o->loss_hist, MRT_MAX_ITERS * 4) != cudaSuccess ||
@@ -848,6 +926,7 @@ void mrt_ops_free(mrt_ops *o)
     u64map_free(o->inited);
     u64map_free(o->poff);
     u64map_free(o->gstep);
+    free(o->hg);
     free(o->tok);
     free(o->lab);
     free(o);
@@ -1111,6 +1190,121 @@ rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64
     snprintf(why, sizeof why, "op '%s' (%s) has no real kernel", op->name,
              trace_opkind_name(op->kind));
     return bad_trace(why);
+}
+
+/* ---- host-resident tensors and the host optimizer (DHA, offload plans) ---- */
+
+rt_status mrt_ops_host_init(mrt_ops *o, void *stream, uint64_t tensor, uint64_t dev_addr,
+                            uint64_t bytes)
+{
+    const trace_tensor *x = trace_find_tensor(o->t, tensor);
+    if (!x || (x->cls != TC_PARAM && x->cls != TC_GRAD)) return RT_OK;
+    if (bytes < x->bytes) return bad_trace("a host home smaller than its tensor");
+    if (kn_ctx_stream(o->k) != stream) RT_TRY(kn_ctx_set_stream(o->k, stream));
+    if (x->cls == TC_GRAD) {
+        RT_CHECK(cudaMemsetAsync((void *)(uintptr_t)dev_addr, 0, x->bytes, (cudaStream_t)stream));
+        return RT_OK;
+    }
+    if (u64map_get(o->inited, tensor, NULL)) return RT_OK;
+    RT_TRY(init_param(o, tensor, dev_addr));
+    if (u64map_put(o->inited, tensor, 1)) return bad_trace("out of memory");
+    return RT_OK;
+}
+
+static const mrt_hgroup *hgroup_of(const mrt_ops *o, const trace_op *op, size_t *gi)
+{
+    size_t len = strlen(op->name), sl = strlen(".optim.host");
+    if (op->kind != TK_OPTIM || len <= sl || strcmp(op->name + len - sl, ".optim.host"))
+        return NULL;
+    for (size_t k = 0; k < o->n_hg; k++)
+        if (strlen(o->hg[k].name) == len - sl && !strncmp(o->hg[k].name, op->name, len - sl)) {
+            *gi = k;
+            return &o->hg[k];
+        }
+    return NULL;
+}
+
+int mrt_ops_host_prepare(mrt_ops *o, const trace_op *op, uint64_t *ids, size_t max,
+                         int64_t *tag)
+{
+    size_t gi = 0;
+    const mrt_hgroup *c = hgroup_of(o, op, &gi);
+    if (!c) {
+        char why[160];
+        snprintf(why, sizeof why, "host op '%s' has no host math (only <group>.optim.host of "
+                 "an offload trace)", op->name);
+        bad_trace(why);
+        return -1;
+    }
+    if (2 + (size_t)c->n_param > max) {
+        bad_trace("a host optimizer group with too many parameters");
+        return -1;
+    }
+    ids[0] = c->grad;
+    ids[1] = dha_synth_id(0);
+    for (uint32_t j = 0; j < c->n_param; j++) ids[2 + j] = c->param[j];
+    o->hg[gi].steps++;
+    *tag = (int64_t)((uint64_t)gi << 32 | (uint64_t)o->hg[gi].steps);
+    return 2 + (int)c->n_param;
+}
+
+/* Runs on the executor's host thread: AdamW (kn_adamw_host, the float arithmetic of the
+ * GPU's kn_adamw) of every parameter of the group on its pinned host copies, the fp32
+ * master set from the bf16 parameters and the moments zeroed at the group's first step;
+ * then the host gradient is zeroed, as the host does for DHA gradients (lower_dha does not
+ * emit zero_grad for gradients that live on the host; a GPU gradient's host copy is
+ * overwritten by the next copy anyway). */
+rt_status mrt_ops_host_compute(mrt_ops *o, const trace_op *op, int64_t tag,
+                               const uint64_t *addr, const uint64_t *bytes, size_t n)
+{
+    (void)op;
+    size_t gi = (size_t)((uint64_t)tag >> 32);
+    int step = (int)(tag & 0xffffffff);
+    if (gi >= o->n_hg) return bad_trace("a host step of an unknown group");
+    const mrt_hgroup *c = &o->hg[gi];
+    size_t total = c->elems;
+    if (n != 2 + (size_t)c->n_param || bytes[0] < total * 4 ||
+        bytes[1] < (c->state_off + total) * 12)
+        return bad_trace("a host step's gradient or optimizer state is smaller than its group");
+    float *g = F32(addr[0]), *st = F32(addr[1]) + c->state_off * 3;
+    float *master = st, *m = st + total, *v = st + 2 * total;
+    kn_adamw_cfg a = o->adam;
+    a.step = step;
+    if (step == 1) memset(m, 0, total * 8);
+    for (uint32_t j = 0; j < c->n_param; j++) {
+        uint64_t off = 0;
+        size_t pn = tbytes(o, c->param[j]) / 2;
+        if (!u64map_get(o->poff, c->param[j], &off) || off + pn > total || bytes[2 + j] < pn * 2)
+            return bad_trace("a host step's parameter outside its group");
+        kn_bf16 *p = BF(addr[2 + j]);
+        if (step == 1)
+            for (size_t i = 0; i < pn; i++) {
+                uint16_t b;
+                memcpy(&b, &p[i], 2);
+                master[off + i] = kref_bf2f(b);
+            }
+        kn_adamw_host(p, master + off, m + off, v + off, g + off, pn, &a);
+    }
+    memset(g, 0, total * 4);
+    return RT_OK;
+}
+
+rt_status mrt_ops_host_init_hook(void *ctx, void *stream, uint64_t tensor, uint64_t dev_addr,
+                                 uint64_t bytes)
+{
+    return mrt_ops_host_init((mrt_ops *)ctx, stream, tensor, dev_addr, bytes);
+}
+
+int mrt_ops_host_prepare_hook(void *ctx, const trace_op *op, uint64_t *ids, size_t max,
+                              int64_t *tag)
+{
+    return mrt_ops_host_prepare((mrt_ops *)ctx, op, ids, max, tag);
+}
+
+rt_status mrt_ops_host_compute_hook(void *ctx, const trace_op *op, int64_t tag,
+                                    const uint64_t *addr, const uint64_t *bytes, size_t n)
+{
+    return mrt_ops_host_compute((mrt_ops *)ctx, op, tag, addr, bytes, n);
 }
 
 /* ---- token-wise partial replays (MEMO) ---- */

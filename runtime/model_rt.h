@@ -107,6 +107,27 @@ rt_status mrt_ops_rows_hook(void *ctx, void *stream, const trace_op *op, const u
                             const uint64_t *out, const uint8_t *in_part,
                             const uint8_t *out_part, double frac);
 int mrt_ops_token_rows_hook(void *ctx, uint64_t tensor, unsigned *arrays, uint64_t *row_bytes);
+/* DHA and host-optimizer plans (planners/lower_dha.c) on offload traces (gen offload 1):
+ * mrt_ops_host_init seeds a parameter (as its first read would) or zeroes a gradient in its
+ * pinned host home, at dev_addr (the mapped address), on stream; other tensors are left.
+ * mrt_ops_host_prepare, for a `<group>.optim.host` op, lists the host ranges the step uses
+ * (the group's gradient buffer, the host optimizer state dha_synth_id(0), the parameters)
+ * and counts the group's step into *tag; -1 for any other op. mrt_ops_host_compute runs the
+ * step on those host addresses (any thread; it touches only the group's host memory):
+ * kn_adamw_host per parameter, then the host gradient zeroed. */
+rt_status mrt_ops_host_init(mrt_ops *o, void *stream, uint64_t tensor, uint64_t dev_addr,
+                            uint64_t bytes);
+int mrt_ops_host_prepare(mrt_ops *o, const trace_op *op, uint64_t *ids, size_t max,
+                         int64_t *tag);
+rt_status mrt_ops_host_compute(mrt_ops *o, const trace_op *op, int64_t tag,
+                               const uint64_t *addr, const uint64_t *bytes, size_t n);
+/* The three as rt_exec_opts hooks (ctx: the mrt_ops). */
+rt_status mrt_ops_host_init_hook(void *ctx, void *stream, uint64_t tensor, uint64_t dev_addr,
+                                 uint64_t bytes);
+int mrt_ops_host_prepare_hook(void *ctx, const trace_op *op, uint64_t *ids, size_t max,
+                              int64_t *tag);
+rt_status mrt_ops_host_compute_hook(void *ctx, const trace_op *op, int64_t tag,
+                                    const uint64_t *addr, const uint64_t *bytes, size_t n);
 /* Mean loss of iterations 0 .. n-1 (waits for the device). */
 rt_status mrt_ops_losses(mrt_ops *o, float *host, int n);
 

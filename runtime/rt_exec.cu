@@ -243,6 +243,11 @@ typedef struct ex {
     alloc_t *alloc;
     rt_host_plan hp;
     uint64_t pool, dha_buf, dha_bytes;     /* host addresses */
+    uint64_t pool_dev;                     /* the pool's mapped device address */
+    struct hstep **steps;                  /* real host steps issued (freed at the end) */
+    size_t n_steps, cap_steps;
+    int step_fail;                         /* a host step failed (set on the host thread) */
+    char step_msg[256];
     void *st[SS_COUNT];
     void **sev;
     uint32_t n_sev;
@@ -683,6 +688,16 @@ static rt_status do_host_alloc(ex *x, size_t i, const sched_action *a)
     x->hl[slot].users = 0;
     x->host_used += a->bytes;
     if (x->host_used > x->r->host_peak_bytes) x->r->host_peak_bytes = x->host_used;
+    if (x->o.host_init && x->o.trace && trace_find_tensor(x->o.trace, a->tensor)) {
+        if (x->o.host_init(x->o.compute_ctx, x->st[a->stream], a->tensor, x->pool_dev + off,
+                           a->bytes) != RT_OK) {
+            char tn[48];
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: initializing the host "
+                        "home of tensor %llu '%s': %s", i, (unsigned long long)a->tensor,
+                        tname(x, a->tensor, tn, sizeof tn), rt_last_error());
+        }
+        x->r->host_inits++;
+    }
     return RT_OK;
 }
 
@@ -949,6 +964,18 @@ static uint64_t resolve(ex *x, uint64_t id, double frac, uint8_t *part, const ch
                "tensor" : "has a block smaller than the tensor outside a token-wise replay";
         return 0;
     }
+    /* DHA: no device block, but a pinned host home under its own id (lower_dha: a parameter
+     * read over the link, a gradient written to the host): the kernel gets the mapped
+     * address of that range. Not in token-wise replays (those operands are activations). */
+    const hlive *h = host_live(x, id);
+    if (h && !(frac > 0 && frac < 1)) {
+        if (h->req >= need) {
+            *part = 2;
+            return x->pool_dev + h->off;
+        }
+        *why = "has a pinned host range smaller than the tensor";
+        return 0;
+    }
     lower_rb_place pl[4];
     size_t n = lower_rb_find(x->o.rb_map, id, pl, 4);
     for (size_t k = 0; k < n && k < 4; k++)
@@ -971,6 +998,10 @@ static rt_status op_addrs(ex *x, size_t i, const trace_op *op, const uint64_t *i
             return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: op %s: tensor %llu "
                         "'%s' %s", i, op->name, (unsigned long long)ids[j],
                         tname(x, ids[j], tn, sizeof tn), why);
+        }
+        if (part[j] == 2) { /* in pinned host memory: a whole tensor to the kernel */
+            part[j] = 0;
+            x->r->host_operands++;
         }
     }
     return RT_OK;
@@ -1064,6 +1095,77 @@ static rt_status do_compute(ex *x, size_t i, const sched_action *a)
     return RT_OK;
 }
 
+/* ---- host compute with real math ---- */
+
+#define RT_STEP_MAX 64
+
+/* One host step handed to the device's host thread: the hook, its op and the host ranges
+ * found at issue time. Kept by the executor until every stream is drained. */
+typedef struct hstep {
+    ex *x;
+    const trace_op *op;
+    int64_t tag;
+    size_t n;
+    uint64_t addr[RT_STEP_MAX], bytes[RT_STEP_MAX];
+} hstep;
+
+/* Runs on the host thread: a failure is kept for the issuing thread (first one wins). */
+static void host_step_run(void *arg)
+{
+    hstep *h = (hstep *)arg;
+    ex *x = h->x;
+    if (__atomic_load_n(&x->step_fail, __ATOMIC_ACQUIRE)) return;
+    if (x->o.host_compute(x->o.compute_ctx, h->op, h->tag, h->addr, h->bytes, h->n) == RT_OK)
+        return;
+    int no = 0;
+    if (__atomic_compare_exchange_n(&x->step_fail, &no, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        snprintf(x->step_msg, sizeof x->step_msg, "host step %s: %s", h->op->name,
+                 rt_last_error());
+}
+
+static rt_status do_host_step(ex *x, size_t i, const sched_action *a)
+{
+    const trace_op *op = trace_find_op(x->o.trace, (uint64_t)a->op);
+    if (!op)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: host compute of op "
+                    "%lld, which the trace lacks", i, (long long)a->op);
+    if (!x->d->host_call)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: host step %s: the "
+                    "device %s cannot run host calls", i, op->name, x->d->name);
+    uint64_t ids[RT_STEP_MAX];
+    int64_t tag = 0;
+    int n = x->o.host_prepare(x->o.compute_ctx, op, ids, RT_STEP_MAX, &tag);
+    if (n < 0)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: host step %s: %s", i,
+                    op->name, rt_last_error());
+    hstep *h = (hstep *)calloc(1, sizeof *h);
+    if (!h || ms_grow((void **)&x->steps, &x->cap_steps, x->n_steps + 1, sizeof *x->steps) !=
+                  MS_OK) {
+        free(h);
+        return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    }
+    x->steps[x->n_steps++] = h;
+    h->x = x;
+    h->op = op;
+    h->tag = tag;
+    h->n = (size_t)n;
+    for (int k = 0; k < n; k++) {
+        const hlive *l = host_live(x, ids[k]);
+        if (!l) {
+            char tn[48];
+            return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: host step %s: "
+                        "tensor %llu '%s' has no pinned host range", i, op->name,
+                        (unsigned long long)ids[k], tname(x, ids[k], tn, sizeof tn));
+        }
+        h->addr[k] = x->pool + l->off;
+        h->bytes[k] = l->req;
+    }
+    if (x->d->host_call(x->d->ctx, x->st[a->stream], host_step_run, h) != RT_OK)
+        return fail_dev(x, i, "host step");
+    x->r->host_steps++;
+    return RT_OK;
+}
+
 static rt_status issue(ex *x, size_t i, const sched_action *a)
 {
     void *s = x->st[a->stream];
@@ -1083,6 +1185,8 @@ static rt_status issue(ex *x, size_t i, const sched_action *a)
         return do_host_free(x, i, a);
     case SA_HOST_COMPUTE:
         x->r->win[x->cur_win].host_nominal_s += (a->dur_us > 0 ? a->dur_us : 0) * 1e-6;
+        if (x->o.host_compute && x->o.host_prepare && x->o.trace && a->op >= 0)
+            return do_host_step(x, i, a);
         if (x->d->host_work(x->d->ctx, s, a->dur_us > 0 ? a->dur_us : 0) != RT_OK)
             return fail_dev(x, i, "host work");
         return RT_OK;
@@ -1197,6 +1301,10 @@ static rt_status setup(ex *x, const counts *c)
     }
     ms_status st = MS_OK;
     if (x->hp.pool_bytes) st = x->be->ops->host_alloc(x->be->ctx, x->hp.pool_bytes, &x->pool);
+    x->pool_dev = x->pool;
+    if (st == MS_OK && x->pool && x->d->host_map &&
+        x->d->host_map(x->d->ctx, x->pool, &x->pool_dev) != RT_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "mapping the pinned pool: %s", rt_last_error());
     if (st == MS_OK && c->dha_bytes) {
         x->dha_bytes = c->dha_bytes;
         st = x->be->ops->host_alloc(x->be->ctx, x->dha_bytes, &x->dha_buf);
@@ -1362,9 +1470,11 @@ static void teardown(ex *x)
         }
         if (x->pool) x->be->ops->host_free(x->be->ctx, x->pool);
         if (x->dha_buf) x->be->ops->host_free(x->be->ctx, x->dha_buf);
+        for (size_t k = 0; k < x->n_steps; k++) free(x->steps[k]);
     } else {
-        x->r->leaked = 1;
+        x->r->leaked = 1; /* the host thread may still hold the steps */
     }
+    free(x->steps);
     free_events(x, x->sev, x->n_sev);
     free_events(x, x->wev, x->n_win);
     free_events(x, &x->ev_end, 1);
@@ -1439,6 +1549,8 @@ rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_o
         for (size_t i = 0; st == RT_OK && !x.stop && i < n; i++) st = issue(&x, i, sched_get(s, i));
         if (st == RT_OK && !x.stop) st = finish(&x);
         if (st == RT_OK && !x.stop) st = poll_pending(&x, 1);
+        if (st == RT_OK && !x.stop && __atomic_load_n(&x.step_fail, __ATOMIC_ACQUIRE))
+            st = fail(&x, RTX_ERROR, RT_ERR_HOST, "%s", x.step_msg);
         if (st == RT_OK && !x.stop) st = measure(&x);
     }
     if (x.stop && !x.hung && x.t0 > 0) {
@@ -1536,6 +1648,8 @@ typedef struct hjob {
     cudaEvent_t ev;             /* recorded on the stream where the work belongs */
     unsigned long long ns;
     uint32_t seq;
+    void (*fn)(void *);         /* real host work instead of the spin, or NULL */
+    void *arg;
 } hjob;
 
 /* RT_HOST_THREAD: the worker and its FIFO of jobs. */
@@ -1749,7 +1863,8 @@ static void *worker_main(void *arg)
             stop = w->stop;
             pthread_mutex_unlock(&w->mu);
         }
-        if (!stop) host_spin((void *)(uintptr_t)j.ns);
+        if (!stop && j.fn) j.fn(j.arg);
+        else if (!stop) host_spin((void *)(uintptr_t)j.ns);
         cudaEventDestroy(j.ev);
         __atomic_store_n(w->flag, j.seq, __ATOMIC_RELEASE);
     }
@@ -1814,7 +1929,8 @@ static void worker_stop(cuda_dev *c)
     memset(w, 0, sizeof *w);
 }
 
-static rt_status host_thread_work(cuda_dev *c, cudaStream_t s, unsigned long long ns)
+static rt_status host_thread_work(cuda_dev *c, cudaStream_t s, unsigned long long ns,
+                                  void (*fn)(void *), void *arg)
 {
     hworker *w = &c->hw;
     cudaEvent_t ev;
@@ -1832,7 +1948,7 @@ static rt_status host_thread_work(cuda_dev *c, cudaStream_t s, unsigned long lon
         return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "host work", "out of memory");
     }
     uint32_t seq = ++w->issued;
-    hjob j = {ev, ns, seq};
+    hjob j = {ev, ns, seq, fn, arg};
     w->q[w->n++] = j;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -1852,8 +1968,29 @@ static rt_status cu_host_work(void *ctx, void *s, double dur_us)
     /* a driver without stream memory operations falls back to the callback */
     if (c->host_mode == RT_HOST_THREAD && !c->hw.on && worker_start(c) != RT_OK)
         c->host_mode = RT_HOST_CALLBACK;
-    if (c->host_mode == RT_HOST_THREAD) return host_thread_work(c, (cudaStream_t)s, ns);
+    if (c->host_mode == RT_HOST_THREAD) return host_thread_work(c, (cudaStream_t)s, ns, NULL, NULL);
     RT_CHECK(cudaLaunchHostFunc((cudaStream_t)s, host_spin, (void *)(uintptr_t)ns));
+    return RT_OK;
+}
+
+/* Real host work (a host optimizer step) in the stream's order, on the same thread as the
+ * spun host work: the worker, or the driver's callback thread. */
+static rt_status cu_host_call(void *ctx, void *s, void (*fn)(void *), void *arg)
+{
+    cuda_dev *c = (cuda_dev *)ctx;
+    if (c->host_mode == RT_HOST_THREAD && !c->hw.on && worker_start(c) != RT_OK)
+        c->host_mode = RT_HOST_CALLBACK;
+    if (c->host_mode == RT_HOST_THREAD) return host_thread_work(c, (cudaStream_t)s, 0, fn, arg);
+    RT_CHECK(cudaLaunchHostFunc((cudaStream_t)s, fn, arg));
+    return RT_OK;
+}
+
+static rt_status cu_host_map(void *ctx, uint64_t host, uint64_t *dev)
+{
+    (void)ctx;
+    void *p = NULL;
+    RT_CHECK(cudaHostGetDevicePointer(&p, (void *)(uintptr_t)host, 0));
+    *dev = (uint64_t)(uintptr_t)p;
     return RT_OK;
 }
 
@@ -1978,6 +2115,8 @@ rt_status rt_cuda_dev_new(int device, rt_dev_ops **out)
     o->kernel = cu_kernel;
     o->host_work = cu_host_work;
     o->calibrate = cu_calibrate;
+    o->host_call = cu_host_call;
+    o->host_map = cu_host_map;
     *out = o;
     return RT_OK;
 }

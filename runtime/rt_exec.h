@@ -77,6 +77,12 @@ typedef struct rt_dev_ops {
     rt_status (*kernel)(void *ctx, void *s, const rt_kernel_args *k);
     rt_status (*host_work)(void *ctx, void *s, double dur_us);
     rt_status (*calibrate)(void *ctx, rt_calib *c);
+    /* Real host work: fn(arg) on the host thread that runs host work, in the order of stream
+     * s (as host_work, with fn's run in place of the spin). NULL: the device has none. */
+    rt_status (*host_call)(void *ctx, void *s, void (*fn)(void *arg), void *arg);
+    /* The address kernels use for pinned mapped host memory at host address `host`
+     * (cudaHostGetDevicePointer). NULL: the same address (unified addressing). */
+    rt_status (*host_map)(void *ctx, uint64_t host, uint64_t *dev);
 } rt_dev_ops;
 
 /* The CUDA device (current device of the calling thread). */
@@ -164,6 +170,26 @@ typedef struct rt_exec_opts {
      * leading bytes (right for spin kernels, wrong data for several partial members). */
     int (*token_rows)(void *ctx, uint64_t tensor, unsigned *arrays, uint64_t *row_bytes);
     const plan_t *plan;            /* the plan the schedule was lowered from (member alphas) */
+    /* Host-resident tensors with real kernels (DHA and host-optimizer plans,
+     * planners/lower_dha.c). An operand of a real-kernel compute action that has no device
+     * block but a pinned host range under its own id (a HOST_ALLOC of the trace tensor: a
+     * parameter read over DHA, a gradient written to the host) is given to the kernel as
+     * the mapped device address of that range (host_map). host_init, when set, is called at
+     * each HOST_ALLOC of a trace tensor with the range's mapped address, on the action's
+     * stream (the dispatcher seeds parameters and zeroes gradients in their host homes). */
+    rt_status (*host_init)(void *ctx, void *stream, uint64_t tensor, uint64_t dev_addr,
+                           uint64_t bytes);
+    /* Host compute with real math (HOST_COMPUTE with a trace op, e.g. `<group>.optim.host`):
+     * host_prepare, at issue time on the issuing thread, lists in ids (at most max) the
+     * tensors whose pinned host ranges the step uses and sets *tag (passed back); it returns
+     * their number, or -1 (with rt_last_error) for an op it has no host math for. The
+     * executor finds each range (its own HOST_ALLOC) and has the device run host_compute
+     * with their host addresses and bytes on its host thread in the host stream's order
+     * (rt_dev_ops.host_call) instead of the spin. NULL: host work spins dur_us. */
+    int (*host_prepare)(void *ctx, const trace_op *op, uint64_t *ids, size_t max,
+                        int64_t *tag);
+    rt_status (*host_compute)(void *ctx, const trace_op *op, int64_t tag,
+                              const uint64_t *host_addr, const uint64_t *host_bytes, size_t n);
 } rt_exec_opts;
 
 void rt_exec_opts_default(rt_exec_opts *o);
@@ -223,6 +249,9 @@ typedef struct rt_exec_result {
     uint64_t alloc_waits;        /* alloc_sync waits */
     uint64_t ahead_waits;        /* max_ahead waits */
     uint64_t kernels, copies;
+    uint64_t host_operands;      /* real-kernel operands found in pinned host memory (DHA) */
+    uint64_t host_steps;         /* HOST_COMPUTE actions run with real math (host_compute) */
+    uint64_t host_inits;         /* host_init calls */
     rt_link_stat h2d_large, d2h_large;
     rt_op_time *ops;             /* per_op: every compute action, in program order */
     size_t n_ops;

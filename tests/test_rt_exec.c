@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "planners/lower.h"
+#include "planners/lower_dha.h"
 #include "planners/policy.h"
 #include "runtime/rt_exec.h"
 #include "tests/tap.h"
@@ -154,6 +155,15 @@ static rt_status f_host(void *ctx, void *s, double dur_us)
     x->t = start_at(f, x) + dur_us;
     return RT_OK;
 }
+/* Real host work: runs at issue, the stream's clock as for host work of no duration. */
+static rt_status f_host_call(void *ctx, void *s, void (*fn)(void *), void *arg)
+{
+    fdev *f = ctx;
+    fstream *x = s;
+    x->t = start_at(f, x);
+    fn(arg);
+    return RT_OK;
+}
 static rt_status f_calibrate(void *ctx, rt_calib *c)
 {
     fdev *f = ctx;
@@ -183,6 +193,7 @@ static void fdev_init(fdev *f)
     o->kernel = f_kernel;
     o->host_work = f_host;
     o->calibrate = f_calibrate;
+    o->host_call = f_host_call;
     f->bw_Bpus = 50e3; /* 50 GB/s */
 }
 
@@ -1522,6 +1533,184 @@ static void test_partial_replay(void)
     machine_profile_free(mp);
 }
 
+/* ---------------- DHA and host-optimizer plans (lower_dha) ---------------- */
+
+typedef struct dhook {
+    const trace_t *t;
+    uint64_t host_lo;             /* fake pinned addresses are at or above this */
+    long calls, inits, bad_init, steps, bad_step, prepared;
+    int emb_host, l0fwd_host, l0bwd_w_dev, l0bwd_g_host, l1_dev, l1_g_dev, head_host;
+    int fail_prepare;
+    int64_t seq[64];              /* the ops of the host steps, in the order they ran */
+} dhook;
+
+static int is_host(const dhook *h, uint64_t a) { return a >= h->host_lo; }
+
+/* Records where the executor put the operands of a few ops of the mixed plan below. */
+static rt_status dh_compute(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
+                            const uint64_t *out)
+{
+    (void)stream;
+    dhook *h = ctx;
+    h->calls++;
+    if (!strcmp(op->name, "embed")) h->emb_host += is_host(h, in[1]);
+    if (!strcmp(op->name, "L0.qkv")) h->l0fwd_host += is_host(h, in[1]);
+    if (!strcmp(op->name, "L0.qkv.bwd")) {
+        h->l0bwd_w_dev += !is_host(h, in[3]);
+        h->l0bwd_g_host += is_host(h, out[1]);
+    }
+    if (!strcmp(op->name, "L1.fc1")) h->l1_dev += !is_host(h, in[1]);
+    if (!strcmp(op->name, "L1.fc1.bwd")) h->l1_g_dev += !is_host(h, out[1]);
+    if (!strcmp(op->name, "lm_head")) h->head_host += is_host(h, in[1]);
+    return RT_OK;
+}
+
+static rt_status dh_init(void *ctx, void *stream, uint64_t tensor, uint64_t dev, uint64_t bytes)
+{
+    (void)stream;
+    dhook *h = ctx;
+    const trace_tensor *x = trace_find_tensor(h->t, tensor);
+    h->inits++;
+    h->bad_init += !x || x->bytes > bytes || !is_host(h, dev);
+    return RT_OK;
+}
+
+static int dh_prepare(void *ctx, const trace_op *op, uint64_t *ids, size_t max, int64_t *tag)
+{
+    dhook *h = ctx;
+    if (h->fail_prepare) {
+        rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, "test", "no host math here");
+        return -1;
+    }
+    /* the group's gradient buffer and parameters, from the trace's copies */
+    char g[96];
+    size_t n = strlen(op->name) - strlen(".optim.host");
+    snprintf(g, sizeof g, "%.*s.grad.d2h", (int)n, op->name);
+    size_t k = 0;
+    for (size_t i = 0; i < trace_count(h->t) && !k; i++) {
+        const trace_rec *r = trace_get(h->t, i);
+        if (r->type == TR_OP && !strcmp(r->u.op.name, g) && r->u.op.n_in == 1 && max > 0)
+            ids[k++] = r->u.op.in[0];
+    }
+    ids[k++] = dha_synth_id(0);
+    *tag = (int64_t)op->layer + 1;
+    h->prepared++;
+    return (int)k;
+}
+
+static rt_status dh_step(void *ctx, const trace_op *op, int64_t tag, const uint64_t *addr,
+                         const uint64_t *bytes, size_t n)
+{
+    dhook *h = ctx;
+    h->steps++;
+    h->bad_step += n != 2 || tag != (int64_t)op->layer + 1 || !bytes[0] || !bytes[1];
+    for (size_t k = 0; k < n; k++) h->bad_step += !is_host(h, addr[k]);
+    if (h->steps <= 64) h->seq[h->steps - 1] = (int64_t)op->id;
+    return RT_OK;
+}
+
+static void test_dha(void)
+{
+    machine_profile *mp;
+    ms_error err;
+    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
+        TAP_OK(0, "load h200-sxm: %s", err.msg);
+        return;
+    }
+    gen_config c;
+    gen_config_default(&c);
+    if (model_lookup("dims:2,128,2,512,512", &c.model, &err) != MS_OK) abort();
+    c.seq = 128;
+    c.micro_batch = 2;
+    c.iterations = 3;
+    c.grad_bytes = 4;
+    c.save_small = 1;
+    c.offload = 1;
+    trace_t *t = NULL;
+    schedule_t *s = NULL;
+    plan_t *p = plan_new("manual", "caching");
+    ms_status st = p ? gen_trace(&c, &mp->m, &t, &err) : MS_ERR_NOMEM;
+    if (st == MS_OK && (plan_set_knob(p, "host_params", "1") ||
+                        plan_set_layer(p, -1, PM_DHA, 0) || plan_set_layer(p, 0, PM_DFGB, 1) ||
+                        plan_set_layer(p, 1, PM_GFGB, 0) || plan_set_layer(p, 2, PM_DHA, 1)))
+        st = MS_ERR_NOMEM;
+    if (st == MS_OK) {
+        plan_sort(p);
+        st = lower_schedule(t, p, &mp->m, NULL, &s, &err);
+    }
+    TAP_OK(st == MS_OK, "offload trace (the shape of test_rt_dha) lowered under a plan with "
+           "DHA, DFGB and GFGB units, gradients on the GPU and on the host (%s)",
+           st == MS_OK ? "" : err.msg);
+    if (st != MS_OK) goto out;
+    size_t n_host = 0, n_homes = 0, n_ops = 0;
+    int64_t want[64];
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        const trace_tensor *x = trace_find_tensor(t, a->tensor);
+        if (a->kind == SA_HOST_COMPUTE && n_host < 64) want[n_host] = a->op;
+        n_host += a->kind == SA_HOST_COMPUTE;
+        n_ops += a->kind == SA_COMPUTE && a->op >= 0;
+        n_homes += a->kind == SA_HOST_ALLOC && x;
+    }
+    for (int neg = 0; neg < 2; neg++) {
+        dhook h;
+        memset(&h, 0, sizeof h);
+        h.t = t;
+        h.host_lo = 1ULL << 44;
+        h.fail_prepare = neg;
+        fdev f;
+        fbe b;
+        fdev_init(&f);
+        fbe_init(&b, 8ULL << 30);
+        rt_exec_opts o;
+        rt_exec_opts_default(&o);
+        o.trace = t;
+        o.compute = dh_compute;
+        o.host_init = dh_init;
+        o.host_prepare = dh_prepare;
+        o.host_compute = dh_step;
+        o.compute_ctx = &h;
+        rt_exec_result r;
+        rt_status rs = run(s, &o, &f, &b, &r);
+        if (neg) {
+            TAP_OK(rs != RT_OK && r.outcome == RTX_ERROR && strstr(r.failure, "optim.host") &&
+                   strstr(r.failure, "no host math here") && clean(&f, &b),
+                   "a host step the hook refuses stops the run naming the op and why, "
+                   "everything released (%s)", r.failure);
+        } else {
+            TAP_OK(rs == RT_OK && r.outcome == RTX_OK && h.calls == (long)n_ops &&
+                   r.host_operands > 0, "DHA plan through the real-kernel hook: %ld ops, %llu "
+                   "operands in pinned host memory (%s)", h.calls,
+                   (unsigned long long)r.host_operands, r.failure);
+            TAP_OK(h.emb_host == 3 && h.l0fwd_host == 3 && h.head_host == 3,
+                   "DHA reads: the embedding lookup, layer 0's forward (DFGB) and the head get "
+                   "their weights in pinned host memory in each of 3 iterations (%d %d %d)",
+                   h.emb_host, h.l0fwd_host, h.head_host);
+            TAP_OK(h.l0bwd_w_dev == 3 && h.l1_dev == 3 && h.l1_g_dev == 3 && h.l0bwd_g_host == 3,
+                   "GPU copies: layer 0's backward (DFGB) and layer 1 (GFGB) read device "
+                   "weights; layer 0's gradient (grad=host) goes to host memory, layer 1's "
+                   "(grad=gpu) to the device (%d %d %d %d)", h.l0bwd_w_dev, h.l1_dev,
+                   h.l1_g_dev, h.l0bwd_g_host);
+            TAP_OK(h.inits == (long)n_homes && r.host_inits == n_homes && h.bad_init == 0,
+                   "host_init once per host home of a trace tensor, at a mapped address, "
+                   "with its bytes (%ld of %zu)", h.inits, n_homes);
+            int order = n_host <= 64 && !memcmp(want, h.seq, n_host * sizeof *want);
+            TAP_OK(h.steps == (long)n_host && r.host_steps == n_host && n_host == 12 &&
+                   h.bad_step == 0 && order,
+                   "every host AdamW step (%ld of %zu: 4 groups x 3 iterations) ran through "
+                   "host_compute with its pinned ranges, in the schedule's order (bad %ld, order %d)",
+                   h.steps, n_host, h.bad_step, order);
+            TAP_OK(clean(&f, &b), "everything released");
+        }
+        rt_exec_result_release(&r);
+    }
+out:
+    sched_free(s);
+    plan_free(p);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
 int main(void)
 {
     test_host_stream();
@@ -1534,5 +1723,6 @@ int main(void)
     test_rb_operands();
     test_partial_replay();
     test_record();
+    test_dha();
     return tap_done();
 }
