@@ -736,6 +736,10 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
         o.rb_map = rbm;
         o.compute_rows = mrt_ops_rows_hook;
         o.token_rows = mrt_ops_token_rows_hook;
+        /* DHA and host-optimizer plans: kernels on mapped host memory, host AdamW */
+        o.host_init = mrt_ops_host_init_hook;
+        o.host_prepare = mrt_ops_host_prepare_hook;
+        o.host_compute = mrt_ops_host_compute_hook;
         o.plan = plan;
         o.spin_credit = 0;
     }
