@@ -187,6 +187,24 @@ ms_status rt_host_plan_make(const schedule_t *s, uint64_t align_bytes, rt_host_p
     return st;
 }
 
+/* ======================= swap checksums ======================= */
+
+uint64_t rt_checksum(const void *p, uint64_t bytes, uint64_t pos)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t acc = 0, j = 0;
+    for (; j < bytes && ((pos + j) & 7); j++)
+        acc += ((uint64_t)b[j] << (8 * ((pos + j) & 7))) * (2 * ((pos + j) >> 3) + 1);
+    for (; j + 8 <= bytes; j += 8) {
+        uint64_t w = 0;
+        for (int l = 0; l < 8; l++) w |= (uint64_t)b[j + l] << (8 * l); /* little-endian */
+        acc += w * (2 * ((pos + j) >> 3) + 1);
+    }
+    for (; j < bytes; j++)
+        acc += ((uint64_t)b[j] << (8 * ((pos + j) & 7))) * (2 * ((pos + j) >> 3) + 1);
+    return acc;
+}
+
 /* ======================= the executor ======================= */
 
 typedef struct dlive {
@@ -199,6 +217,8 @@ typedef struct hlive {
     uint64_t off, bytes;   /* the range (at least 1 byte) */
     uint64_t req;          /* bytes asked for (host accounting) */
     unsigned users;
+    size_t last_d2h;       /* verify_swaps: 1 + the copy index of the last D2H copy into the
+                              range, 0 when none (or host work used the range since) */
 } hlive;
 
 /* A free waiting for events on other streams: a device block (released to the allocator when
@@ -232,6 +252,9 @@ typedef struct tev {
     uint64_t bytes;
     int d2h;
     double req_us;
+    uint64_t tensor;   /* copies: the copied block's id */
+    size_t pair;       /* verify_swaps, H2D: 1 + the index of the D2H copy read back */
+    int summed, read_back;
 } tev;
 
 typedef struct ex {
@@ -287,6 +310,7 @@ typedef struct ex {
     double debt_us, empty_us;
     double deadline, t0;
     int stop, hung;
+    int sums_on;                /* verify_swaps: the device holds a sum slot per copy */
 } ex;
 
 void rt_exec_opts_default(rt_exec_opts *o)
@@ -686,6 +710,7 @@ static rt_status do_host_alloc(ex *x, size_t i, const sched_action *a)
     x->hl[slot].bytes = end - off;
     x->hl[slot].req = a->bytes;
     x->hl[slot].users = 0;
+    x->hl[slot].last_d2h = 0;
     x->host_used += a->bytes;
     if (x->host_used > x->r->host_peak_bytes) x->r->host_peak_bytes = x->host_used;
     if (x->o.host_init && x->o.trace && trace_find_tensor(x->o.trace, a->tensor)) {
@@ -869,6 +894,21 @@ static rt_status copy_plan(ex *x, size_t i, const sched_action *a, uint64_t dev,
     return RT_OK;
 }
 
+/* verify_swaps: the checksum of a copy's device pieces into its slot, each piece at its
+ * position in the copied stream (its offset in the pinned range), so that an offload and the
+ * prefetch of the same bytes give the same sum whatever the device addresses. */
+static rt_status sum_pieces(ex *x, size_t i, size_t slot, void *s, const cpiece *pc,
+                            size_t np, uint64_t host)
+{
+    for (size_t k = 0; k < np; k++)
+        if (x->d->sum_add(x->d->ctx, s, slot, pc[k].dev, pc[k].bytes, pc[k].host - host) !=
+            RT_OK)
+            return fail_dev(x, i, "checksumming a copy");
+    x->cp[slot].summed = 1;
+    x->r->swap_sums++;
+    return RT_OK;
+}
+
 static rt_status do_copy(ex *x, size_t i, const sched_action *a)
 {
     dlive *d = dev_live(x, a->tensor);
@@ -885,22 +925,36 @@ static rt_status do_copy(ex *x, size_t i, const sched_action *a)
     d->users |= 1u << a->stream;
     if (h) h->users |= 1u << a->stream;
     if (!a->bytes || !d->addr) return RT_OK;
-    tev *t = &x->cp[x->used_cp++];
+    size_t ci = x->used_cp++;
+    tev *t = &x->cp[ci];
     t->action = i;
     t->win = x->cur_win;
     t->bytes = a->bytes;
     t->d2h = d2h;
+    t->tensor = a->tensor;
     void *s = x->st[a->stream];
-    if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
     cpiece pc[RT_MAX_PIECES];
     size_t np = 0;
     RT_TRY(copy_plan(x, i, a, d->addr, host, pc, &np));
     if (!np) pc[np++] = (cpiece){ d->addr, host, a->bytes };
+    /* verify_swaps: the device bytes an offload reads, summed on its stream just before */
+    if (x->sums_on && d2h) RT_TRY(sum_pieces(x, i, ci, s, pc, np, host));
+    if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
     for (size_t k = 0; k < np; k++)
         if (x->d->copy(x->d->ctx, s, d2h ? pc[k].host : pc[k].dev, d2h ? pc[k].dev : pc[k].host,
                        pc[k].bytes, d2h) != RT_OK)
             return fail_dev(x, i, d2h ? "device-to-host copy" : "host-to-device copy");
     if (x->d->record(x->d->ctx, t->e1, s) != RT_OK) return fail_dev(x, i, "recording");
+    /* ... and the bytes a prefetch wrote, just after (before the schedule's next record) */
+    if (x->sums_on && !d2h) RT_TRY(sum_pieces(x, i, ci, s, pc, np, host));
+    if (x->sums_on && h) {
+        if (d2h) {
+            h->last_d2h = ci + 1;
+        } else if (h->last_d2h) {
+            t->pair = h->last_d2h;
+            x->cp[h->last_d2h - 1].read_back = 1;
+        }
+    }
     rt_window *w = &x->r->win[x->cur_win];
     w->n_copies++;
     if (d2h) w->d2h_bytes += a->bytes;
@@ -967,10 +1021,11 @@ static uint64_t resolve(ex *x, uint64_t id, double frac, uint8_t *part, const ch
     /* DHA: no device block, but a pinned host home under its own id (lower_dha: a parameter
      * read over the link, a gradient written to the host): the kernel gets the mapped
      * address of that range. Not in token-wise replays (those operands are activations). */
-    const hlive *h = host_live(x, id);
+    hlive *h = host_live(x, id);
     if (h && !(frac > 0 && frac < 1)) {
         if (h->req >= need) {
             *part = 2;
+            h->last_d2h = 0; /* a kernel may write it: a later prefetch is not a swap back */
             return x->pool_dev + h->off;
         }
         *why = "has a pinned host range smaller than the tensor";
@@ -1150,7 +1205,7 @@ static rt_status do_host_step(ex *x, size_t i, const sched_action *a)
     h->tag = tag;
     h->n = (size_t)n;
     for (int k = 0; k < n; k++) {
-        const hlive *l = host_live(x, ids[k]);
+        hlive *l = host_live(x, ids[k]);
         if (!l) {
             char tn[48];
             return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: host step %s: "
@@ -1159,6 +1214,7 @@ static rt_status do_host_step(ex *x, size_t i, const sched_action *a)
         }
         h->addr[k] = x->pool + l->off;
         h->bytes[k] = l->req;
+        l->last_d2h = 0; /* the host step rewrites it (parameters, gradients) */
     }
     if (x->d->host_call(x->d->ctx, x->st[a->stream], host_step_run, h) != RT_OK)
         return fail_dev(x, i, "host step");
@@ -1279,6 +1335,14 @@ static rt_status setup(ex *x, const counts *c)
     for (int k = 0; k < SS_COUNT; k++)
         if (x->d->stream_new(x->d->ctx, &x->st[k]) != RT_OK)
             return fail(x, RTX_ERROR, RT_ERR_CUDA, "creating streams: %s", rt_last_error());
+    if (x->o.verify_swaps) {
+        if (!x->d->sum_begin || !x->d->sum_add || !x->d->sum_read || !x->d->sum_end)
+            return fail(x, RTX_ERROR, RT_ERR_INVALID, "verify_swaps: the device %s cannot "
+                        "checksum copies", x->d->name);
+        if (x->d->sum_begin(x->d->ctx, x->n_cp) != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "verify_swaps: %s", rt_last_error());
+        x->sums_on = 1;
+    }
     RT_TRY(make_events(x, x->sev, x->n_sev, 0));
     RT_TRY(make_events(x, x->wev, x->n_win, 1));
     RT_TRY(make_events(x, &x->ev_end, 1, 1));
@@ -1410,6 +1474,56 @@ static rt_status measure(ex *x)
     return RT_OK;
 }
 
+/* verify_swaps, once every stream is done: each prefetch's sum against its offload's. The
+ * first difference is the error; all are counted. */
+static rt_status verify_sums(ex *x)
+{
+    rt_exec_result *r = x->r;
+    if (!x->used_cp) return RT_OK;
+    uint64_t *v = (uint64_t *)calloc(x->used_cp, sizeof *v);
+    if (!v) return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
+    if (x->d->sum_read(x->d->ctx, v, x->used_cp) != RT_OK) {
+        free(v);
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "verify_swaps: reading the sums: %s",
+                    rt_last_error());
+    }
+    char msg[sizeof r->failure] = "";
+    for (size_t k = 0; k < x->used_cp; k++) {
+        const tev *t = &x->cp[k];
+        if (!t->summed) continue;
+        if (t->d2h) {
+            if (!t->read_back) r->swap_unpaired++;
+            continue;
+        }
+        if (!t->pair) {
+            r->swap_unpaired++;
+            continue;
+        }
+        const tev *o = &x->cp[t->pair - 1];
+        if (v[k] == v[t->pair - 1] && t->bytes == o->bytes) {
+            r->swap_verified++;
+            continue;
+        }
+        if (!r->swap_mismatches++) {
+            char n0[48], n1[48];
+            snprintf(msg, sizeof msg, "swapped bytes came back different: tensor %llu '%s' "
+                     "offloaded by schedule action %zu (%llu bytes, checksum 0x%016llx), "
+                     "prefetched as tensor %llu '%s' by action %zu (%llu bytes, checksum "
+                     "0x%016llx)", (unsigned long long)o->tensor,
+                     tname(x, o->tensor, n0, sizeof n0), o->action,
+                     (unsigned long long)o->bytes, (unsigned long long)v[t->pair - 1],
+                     (unsigned long long)t->tensor, tname(x, t->tensor, n1, sizeof n1),
+                     t->action, (unsigned long long)t->bytes, (unsigned long long)v[k]);
+        }
+    }
+    free(v);
+    if (r->swap_mismatches)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "%s; %llu of %llu prefetches differ", msg,
+                    (unsigned long long)r->swap_mismatches,
+                    (unsigned long long)(r->swap_mismatches + r->swap_verified));
+    return RT_OK;
+}
+
 /* Waits until every stream has done all that was issued to it. */
 static rt_status drain_streams(ex *x)
 {
@@ -1469,6 +1583,7 @@ static void teardown(ex *x)
             alloc_free(x->alloc);
         }
         if (x->pool) x->be->ops->host_free(x->be->ctx, x->pool);
+        if (x->sums_on) x->d->sum_end(x->d->ctx);
         if (x->dha_buf) x->be->ops->host_free(x->be->ctx, x->dha_buf);
         for (size_t k = 0; k < x->n_steps; k++) free(x->steps[k]);
     } else {
@@ -1551,6 +1666,7 @@ rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_o
         if (st == RT_OK && !x.stop) st = poll_pending(&x, 1);
         if (st == RT_OK && !x.stop && __atomic_load_n(&x.step_fail, __ATOMIC_ACQUIRE))
             st = fail(&x, RTX_ERROR, RT_ERR_HOST, "%s", x.step_msg);
+        if (st == RT_OK && !x.stop && x.sums_on) st = verify_sums(&x);
         if (st == RT_OK && !x.stop) st = measure(&x);
     }
     if (x.stop && !x.hung && x.t0 > 0) {
@@ -1642,6 +1758,37 @@ __global__ void rt_work_kernel(unsigned long long spin_ns, unsigned long long ma
         }
 }
 
+/* rt_checksum of n bytes at p, stream position pos onwards, added to *slot: 8-byte words
+ * when p and pos are both 8-aligned (the usual case: blocks are 512-aligned and copy pieces
+ * whole rows), bytes otherwise and for the tail. Integer sums, so the atomicAdd of each
+ * block's partial sum is deterministic. */
+__global__ void rt_sum_kernel(unsigned long long *slot, const unsigned char *p,
+                              unsigned long long n, unsigned long long pos)
+{
+    unsigned long long acc = 0, head = 0;
+    unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    if (!(((uintptr_t)p | pos) & 7)) {
+        const unsigned long long *w = (const unsigned long long *)p;
+        unsigned long long nw = n >> 3, w0 = pos >> 3;
+        for (unsigned long long i = tid; i < nw; i += stride) acc += w[i] * (2 * (w0 + i) + 1);
+        head = nw << 3;
+    }
+    for (unsigned long long j = head + tid; j < n; j += stride) {
+        unsigned long long q = pos + j;
+        acc += ((unsigned long long)p[j] << (8 * (q & 7))) * (2 * (q >> 3) + 1);
+    }
+    __shared__ unsigned long long part[32];
+    for (int o = 16; o; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        acc = threadIdx.x < (blockDim.x + 31) / 32 ? part[threadIdx.x] : 0;
+        for (int o = 16; o; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+        if (threadIdx.x == 0 && acc) atomicAdd(slot, acc);
+    }
+}
+
 typedef CUresult (*fn_waitval)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 typedef struct hjob {
@@ -1674,6 +1821,8 @@ typedef struct cuda_dev {
     uint64_t map_host, map_dev;     /* last host -> device pointer translation */
     rt_host_mode host_mode;
     hworker hw;
+    unsigned long long *sums;       /* verify_swaps: one slot per copy (device memory) */
+    size_t n_sums;
 } cuda_dev;
 
 static rt_status cu_stream_new(void *ctx, void **s)
@@ -1994,6 +2143,58 @@ static rt_status cu_host_map(void *ctx, uint64_t host, uint64_t *dev)
     return RT_OK;
 }
 
+/* ---- swap checksums ---- */
+
+static rt_status cu_sum_begin(void *ctx, size_t n)
+{
+    cuda_dev *c = (cuda_dev *)ctx;
+    if (c->sums) cudaFree(c->sums);
+    c->sums = NULL;
+    c->n_sums = 0;
+    size_t bytes = (n ? n : 1) * sizeof *c->sums;
+    RT_CHECK(cudaMalloc((void **)&c->sums, bytes));
+    c->n_sums = n;
+    RT_CHECK(cudaMemset(c->sums, 0, bytes));
+    RT_CHECK(cudaDeviceSynchronize()); /* the run's streams do not wait for the null stream */
+    return RT_OK;
+}
+
+static rt_status cu_sum_add(void *ctx, void *s, size_t k, uint64_t dev, uint64_t bytes,
+                            uint64_t pos)
+{
+    cuda_dev *c = (cuda_dev *)ctx;
+    if (k >= c->n_sums)
+        return rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, "cu_sum_add", "no such slot");
+    if (!bytes) return RT_OK;
+    unsigned long long blocks = (bytes + 256ULL * 64 - 1) / (256ULL * 64);
+    unsigned long long most = (unsigned long long)(c->sms > 0 ? c->sms : 1) * 4;
+    if (blocks > most) blocks = most;
+    rt_sum_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)s>>>(
+        c->sums + k, (const unsigned char *)(uintptr_t)dev, bytes, pos);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "rt_sum_kernel<<<>>>",
+                            cudaGetErrorString(e));
+    return RT_OK;
+}
+
+static rt_status cu_sum_read(void *ctx, uint64_t *out, size_t n)
+{
+    cuda_dev *c = (cuda_dev *)ctx;
+    if (n > c->n_sums)
+        return rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, "cu_sum_read", "no such slot");
+    if (n) RT_CHECK(cudaMemcpy(out, c->sums, n * sizeof *out, cudaMemcpyDeviceToHost));
+    return RT_OK;
+}
+
+static void cu_sum_end(void *ctx)
+{
+    cuda_dev *c = (cuda_dev *)ctx;
+    if (c->sums) cudaFree(c->sums);
+    c->sums = NULL;
+    c->n_sums = 0;
+}
+
 void rt_cuda_dev_set_host_mode(rt_dev_ops *d, rt_host_mode m)
 {
     if (d) ((cuda_dev *)d)->host_mode = m; /* ops is the first member of cuda_dev */
@@ -2117,6 +2318,10 @@ rt_status rt_cuda_dev_new(int device, rt_dev_ops **out)
     o->calibrate = cu_calibrate;
     o->host_call = cu_host_call;
     o->host_map = cu_host_map;
+    o->sum_begin = cu_sum_begin;
+    o->sum_add = cu_sum_add;
+    o->sum_read = cu_sum_read;
+    o->sum_end = cu_sum_end;
     *out = o;
     return RT_OK;
 }
@@ -2125,6 +2330,7 @@ void rt_cuda_dev_free(rt_dev_ops *d)
 {
     if (!d) return;
     worker_stop((cuda_dev *)d); /* ops is the first member of cuda_dev */
+    cu_sum_end(d->ctx);
     free(d);
 }
 

@@ -83,7 +83,25 @@ typedef struct rt_dev_ops {
     /* The address kernels use for pinned mapped host memory at host address `host`
      * (cudaHostGetDevicePointer). NULL: the same address (unified addressing). */
     rt_status (*host_map)(void *ctx, uint64_t host, uint64_t *dev);
+    /* Swap verification (rt_exec_opts.verify_swaps). sum_begin: n 64-bit slots, zeroed,
+     * before the run. sum_add: on stream s, adds to slot k rt_checksum of the device bytes
+     * [dev, dev + bytes) taken as position pos onwards of a copy's byte stream (pieces of one
+     * copy add up to the checksum of the whole). sum_read: the n slots, once every stream is
+     * done. sum_end: releases them. NULL: the device cannot verify copies. */
+    rt_status (*sum_begin)(void *ctx, size_t n);
+    rt_status (*sum_add)(void *ctx, void *s, size_t k, uint64_t dev, uint64_t bytes,
+                         uint64_t pos);
+    rt_status (*sum_read)(void *ctx, uint64_t *out, size_t n);
+    void (*sum_end)(void *ctx);
 } rt_dev_ops;
+
+/* The checksum of `bytes` bytes at p that stand at position pos onwards of a byte stream:
+ * the sum mod 2^64 over each byte b at stream position q of (b << 8 (q mod 8)) * (2 floor(q/8)
+ * + 1), i.e. each little-endian 8-byte word of the stream times an odd weight that grows
+ * with its index. Linear, so pieces add up and the GPU's blocks may add in any order
+ * (deterministic); any change of one byte changes it; moved words mostly do. The CUDA
+ * device's kernel computes the same value (tests/test_rt_partial compares them). */
+uint64_t rt_checksum(const void *p, uint64_t bytes, uint64_t pos);
 
 /* The CUDA device (current device of the calling thread). */
 rt_status rt_cuda_dev_new(int device, rt_dev_ops **out);
@@ -190,6 +208,16 @@ typedef struct rt_exec_opts {
                         int64_t *tag);
     rt_status (*host_compute)(void *ctx, const trace_op *op, int64_t tag,
                               const uint64_t *host_addr, const uint64_t *host_bytes, size_t n);
+    /* 1: checksum swapped bytes. Every D2H copy first checksums the device bytes it reads
+     * (exactly the pieces it copies, on its stream just before the copy); every H2D copy
+     * checksums the device bytes it wrote, on its stream just after. An H2D copy reads back
+     * the bytes of the last D2H copy into its pinned range, unless host work or a kernel on
+     * mapped host memory used that range in between; the pair's sums are compared at the end
+     * of the run (no host wait during it). A difference stops the run with an error naming
+     * both tensors, both actions and both sums. Costs a read of every copied byte on the
+     * copy streams (outside the copies' timing events, but delaying them) and two kernels per
+     * copy piece. Needs the device's sum_* entries. */
+    int verify_swaps;
 } rt_exec_opts;
 
 void rt_exec_opts_default(rt_exec_opts *o);
@@ -252,6 +280,11 @@ typedef struct rt_exec_result {
     uint64_t host_operands;      /* real-kernel operands found in pinned host memory (DHA) */
     uint64_t host_steps;         /* HOST_COMPUTE actions run with real math (host_compute) */
     uint64_t host_inits;         /* host_init calls */
+    /* verify_swaps: copies checksummed; H2D copies whose sum equalled the D2H copy's whose
+     * bytes they read back (verified) or not (mismatches); copies without a partner in the
+     * run (a D2H never read back, an H2D of bytes no D2H of the run wrote or that host work
+     * used in between: unpaired). */
+    uint64_t swap_sums, swap_verified, swap_mismatches, swap_unpaired;
     rt_link_stat h2d_large, d2h_large;
     rt_op_time *ops;             /* per_op: every compute action, in program order */
     size_t n_ops;
@@ -267,8 +300,8 @@ void rt_exec_result_release(rt_exec_result *r);
  * device allocation failed even after every deferred free was released) or oohm (the
  * pinned pool could not be had); in every case all streams were synchronized and every
  * block, event, stream and pinned buffer released. RT_ERR_INVALID for a schedule that does
- * not validate; RT_ERR_CUDA for a CUDA failure or a watchdog timeout (r->outcome error,
- * r->failure says which call). */
+ * not validate; RT_ERR_CUDA for a CUDA failure, a watchdog timeout or (verify_swaps) swapped
+ * bytes that came back different (r->outcome error, r->failure says which call or copy). */
 rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_ops *dev,
                       const mb_backend *be, rt_exec_result *r);
 

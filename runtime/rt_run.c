@@ -32,6 +32,7 @@ typedef struct run_args {
     int tp, cp, dp, iters;
     double alpha;
     int per_op, alloc_sync, max_ahead, no_credit, quiet, device, host_thread;
+    int verify_swaps;             /* --verify-swaps: checksum swapped bytes (rt_exec.h) */
     uint64_t capacity_bytes;      /* 0: the GPU's free memory; UINT64_MAX: the profile's */
     uint64_t host_limit_bytes;    /* UINT64_MAX: the profile's share (default); 0: none */
     double watchdog_s;
@@ -44,7 +45,7 @@ enum {
     O_MODEL = 256, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
-    O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD
+    O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY
 };
 
 static const struct option opts[] = {
@@ -59,6 +60,7 @@ static const struct option opts[] = {
     {"ops-csv", required_argument, 0, O_OPSCSV}, {"record", required_argument, 0, O_RECORD},
     {"schedule", required_argument, 0, O_SCHEDULE}, {"alloc-sync", no_argument, 0, O_SYNC},
     {"max-ahead", required_argument, 0, O_AHEAD}, {"no-credit", no_argument, 0, O_NOCREDIT},
+    {"verify-swaps", no_argument, 0, O_VERIFY},
     {"capacity", required_argument, 0, O_CAPACITY},
     {"host-limit", required_argument, 0, O_HOSTLIMIT},
     {"watchdog", required_argument, 0, O_WATCHDOG}, {"device", required_argument, 0, O_DEVICE},
@@ -101,6 +103,11 @@ static void usage(FILE *f)
         "  --alloc-sync         each allocator call waits until its stream reaches it (the\n"
         "                       simulator's allocator order; stalls issue)\n"
         "  --no-credit          do not carry the excess of too-short ops over to the next ops\n"
+        "  --verify-swaps       checksum the device bytes of every D2H copy (just before it)\n"
+        "                       and of every H2D copy (just after it) on the copy's stream;\n"
+        "                       a prefetch whose sum differs from its offload's is an error.\n"
+        "                       Costs a read of every copied byte on the copy streams\n"
+        "                       (delays copies; measured times are not the plain run's)\n"
         "  --host-work MODE     thread (default: a worker thread that releases the stream\n"
         "                       through a wait on pinned memory) or callback\n"
         "                       (cudaLaunchHostFunc)\n"
@@ -190,6 +197,7 @@ static int apply(int c, char *v, run_args *a)
         a->max_ahead = (int)x;
         return 0;
     case O_NOCREDIT: a->no_credit = 1; return 0;
+    case O_VERIFY: a->verify_swaps = 1; return 0;
     case O_CAPACITY:
         if (!strcmp(v, "machine")) a->capacity_bytes = UINT64_MAX;
         else if (!ms_parse_bytes(v, &a->capacity_bytes) || !a->capacity_bytes)
@@ -472,6 +480,11 @@ static void print_report(const run_args *a, const rt_gpu_info *g, const machine_
            (unsigned long long)r->ahead_waits,
            (unsigned long long)r->kernels, (unsigned long long)r->copies, r->issue_s, r->wall_s);
     rt_backend_print_stats(be, stdout);
+    if (a->verify_swaps)
+        printf("swap checks: %llu copies checksummed, %llu prefetches verified against their "
+               "offloads, %llu mismatches, %llu copies unpaired\n",
+               (unsigned long long)r->swap_sums, (unsigned long long)r->swap_verified,
+               (unsigned long long)r->swap_mismatches, (unsigned long long)r->swap_unpaired);
     printf("result: %s", rt_outcome_name(r->outcome));
     if (r->outcome == RTX_OK)
         printf(", iteration %.6f s (compute %.6f s nominal), MFU %.2f%%, TGS %.1f", r->iter_time_s,
@@ -704,6 +717,7 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     o.max_ahead = a->max_ahead;
     o.spin_credit = !a->no_credit;
     o.watchdog_s = a->watchdog_s;
+    o.verify_swaps = a->verify_swaps;
     uint64_t gpus = m->node_gpus > 0 ? (uint64_t)m->node_gpus : 1;
     o.host_limit_bytes = a->host_limit_bytes == UINT64_MAX ? m->host_mem_bytes / gpus
                                                             : a->host_limit_bytes;

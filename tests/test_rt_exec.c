@@ -52,6 +52,15 @@ typedef struct fdev {
     size_t n_copies;
     double kernel_dur[8192];
     size_t n_kernels;
+    /* swap checksums (fdev_sums_on): a model of the bytes, one value per copied range keyed
+     * by its start address, moved by the copies; the sum of a range mixes its value with its
+     * stream position and length */
+    u64map *dval, *hval;
+    uint64_t *sums;
+    size_t n_sums;
+    long sum_calls, sums_live, n_d2h;
+    long corrupt_d2h;            /* > 0: the host bytes of this D2H copy (1-based) change after
+                                    the copy, before any prefetch reads them */
 } fdev;
 
 static double start_at(fdev *f, fstream *s)
@@ -125,10 +134,40 @@ static rt_status f_elapsed(void *ctx, void *e0, void *e1, float *ms)
     *ms = (float)((((fevent *)e1)->t - ((fevent *)e0)->t) / 1e3);
     return RT_OK;
 }
+static uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* The modelled contents of a device range: what a copy wrote there, else a function of the
+ * address and length (bytes no copy wrote). */
+static uint64_t f_dev_value(const fdev *f, uint64_t addr, uint64_t bytes)
+{
+    uint64_t v;
+    return u64map_get(f->dval, addr, &v) ? v : mix64(addr ^ mix64(bytes));
+}
+
+static void f_move(fdev *f, uint64_t dst, uint64_t src, uint64_t bytes, int d2h)
+{
+    uint64_t v;
+    if (d2h) {
+        v = f_dev_value(f, src, bytes);
+        if (++f->n_d2h == f->corrupt_d2h) v ^= 1; /* a flipped bit in pinned memory */
+        if (u64map_put(f->hval, dst, v)) abort();
+    } else {
+        if (!u64map_get(f->hval, src, &v)) v = mix64(src ^ mix64(bytes) ^ 1);
+        if (u64map_put(f->dval, dst, v)) abort();
+    }
+}
+
 static rt_status f_copy(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h)
 {
     fdev *f = ctx;
     fstream *x = s;
+    if (f->dval) f_move(f, dst, src, bytes, d2h);
     x->t = start_at(f, x) + (double)bytes / f->bw_Bpus;
     if (f->n_copies < 4096) {
         fcopy c = {dst, src, bytes, d2h};
@@ -172,6 +211,42 @@ static rt_status f_calibrate(void *ctx, rt_calib *c)
     c->slope = 1;
     c->empty_us = f->empty_us;
     return RT_OK;
+}
+
+static rt_status f_sum_begin(void *ctx, size_t n)
+{
+    fdev *f = ctx;
+    f->sums = calloc(n ? n : 1, sizeof *f->sums);
+    if (!f->sums) return RT_ERR_HOST;
+    f->n_sums = n;
+    f->sums_live++;
+    return RT_OK;
+}
+static rt_status f_sum_add(void *ctx, void *s, size_t k, uint64_t dev, uint64_t bytes,
+                           uint64_t pos)
+{
+    fdev *f = ctx;
+    fstream *x = s;
+    if (k >= f->n_sums) return RT_ERR_INVALID;
+    x->t = start_at(f, x) + (double)bytes / (20 * f->bw_Bpus);
+    f->sums[k] += mix64(f_dev_value(f, dev, bytes) ^ mix64(pos ^ mix64(bytes)));
+    f->sum_calls++;
+    return RT_OK;
+}
+static rt_status f_sum_read(void *ctx, uint64_t *out, size_t n)
+{
+    fdev *f = ctx;
+    if (n > f->n_sums) return RT_ERR_INVALID;
+    memcpy(out, f->sums, n * sizeof *out);
+    return RT_OK;
+}
+static void f_sum_end(void *ctx)
+{
+    fdev *f = ctx;
+    free(f->sums);
+    f->sums = NULL;
+    f->n_sums = 0;
+    f->sums_live--;
 }
 
 static void fdev_init(fdev *f)
@@ -1711,6 +1786,154 @@ out:
     machine_profile_free(mp);
 }
 
+/* ---------------- swap checksums (verify_swaps) ---------------- */
+
+/* The fake device with the checksum entries and its model of the bytes. */
+static void fdev_sums_on(fdev *f, long corrupt_d2h)
+{
+    static u64map *dv, *hv;
+    if (!dv) dv = u64map_new(256);
+    if (!hv) hv = u64map_new(256);
+    if (!dv || !hv) abort();
+    u64map_clear(dv);
+    u64map_clear(hv);
+    f->dval = dv;
+    f->hval = hv;
+    f->corrupt_d2h = corrupt_d2h;
+    f->ops.sum_begin = f_sum_begin;
+    f->ops.sum_add = f_sum_add;
+    f->ops.sum_read = f_sum_read;
+    f->ops.sum_end = f_sum_end;
+}
+
+static void test_verify_swaps(void)
+{
+    /* the host reference: pieces add up, position matters, one changed byte shows */
+    unsigned char buf[100];
+    for (int k = 0; k < 100; k++) buf[k] = (unsigned char)(k * 37 + 11);
+    uint64_t whole = rt_checksum(buf, 100, 0);
+    TAP_OK(rt_checksum(buf, 13, 0) + rt_checksum(buf + 13, 51, 13) + rt_checksum(buf + 64, 36, 64)
+           == whole, "rt_checksum: pieces at their positions add up to the whole (0x%016llx)",
+           (unsigned long long)whole);
+    uint64_t at8 = rt_checksum(buf, 100, 8);
+    buf[57] ^= 0x80;
+    TAP_OK(at8 != whole && rt_checksum(buf, 100, 0) != whole, "rt_checksum: another position "
+           "or one flipped bit gives another sum");
+    buf[57] ^= 0x80;
+
+    schedule_t *s = swap_schedule(2);
+    fdev f;
+    fbe b;
+    rt_exec_opts o;
+    rt_exec_result r;
+    fdev_init(&f);
+    fdev_sums_on(&f, 0);
+    fbe_init(&b, 1ULL << 34);
+    rt_exec_opts_default(&o);
+    o.verify_swaps = 1;
+    rt_status st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.swap_sums == 4 && r.swap_verified == 2 &&
+           r.swap_mismatches == 0 && r.swap_unpaired == 0 && f.sum_calls == 4,
+           "verify_swaps: 4 copies checksummed, both prefetches match their offloads (sums %llu "
+           "verified %llu mismatches %llu unpaired %llu; %s)", (unsigned long long)r.swap_sums,
+           (unsigned long long)r.swap_verified, (unsigned long long)r.swap_mismatches,
+           (unsigned long long)r.swap_unpaired, r.failure);
+    TAP_OK(clean(&f, &b) && f.sums_live == 0, "verify_swaps: the sums are released too");
+    rt_exec_result_release(&r);
+
+    /* the second offload's pinned bytes change before its prefetch reads them */
+    fdev_init(&f);
+    fdev_sums_on(&f, 2);
+    fbe_init(&b, 1ULL << 34);
+    st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_ERR_CUDA && r.outcome == RTX_ERROR && r.swap_mismatches == 1 &&
+           r.swap_verified == 1 && strstr(r.failure, "came back different") &&
+           strstr(r.failure, "tensor 10 ") && strstr(r.failure, "action 26 ") &&
+           strstr(r.failure, "action 34 ") && strstr(r.failure, "checksum 0x"),
+           "corrupted host bytes: the prefetch's sum differs: %s", r.failure);
+    TAP_OK(clean(&f, &b) && f.sums_live == 0 && r.iter_time_s == 0,
+           "after the mismatch everything is released");
+    rt_exec_result_release(&r);
+
+    /* a device without the checksum entries refuses the option */
+    fdev_init(&f);
+    fbe_init(&b, 1ULL << 34);
+    st = run(s, &o, &f, &b, &r);
+    TAP_OK(st == RT_ERR_INVALID && r.outcome == RTX_ERROR &&
+           strstr(r.failure, "cannot checksum") && clean(&f, &b),
+           "verify_swaps without device support: %s", r.failure);
+    rt_exec_result_release(&r);
+    sched_free(s);
+
+    /* generated plans: memo's gathered row pieces (alpha 0.75) and full-swap */
+    machine_profile *mp;
+    ms_error err;
+    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
+        TAP_OK(0, "load h200-sxm: %s", err.msg);
+        return;
+    }
+    gen_config c;
+    gen_config_default(&c);
+    if (model_lookup("dims:2,128,2,512,512", &c.model, &err) != MS_OK) abort();
+    c.seq = 128;
+    c.micro_batch = 2;
+    c.iterations = 2;
+    c.grad_bytes = 4;
+    c.save_small = 1;
+    trace_t *t = NULL;
+    ms_status ms = gen_trace(&c, &mp->m, &t, &err);
+    for (int k = 0; ms == MS_OK && k < 2; k++) {
+        plan_t *p = NULL;
+        if (k == 0) p = partial_plan(t, 0.75);
+        else if (pol_plan("full-swap", t, &mp->m, NULL, &p, &err) != MS_OK) p = NULL;
+        schedule_t *gs = NULL;
+        lower_rb_map *m = NULL;
+        ms_status ls = p ? lower_schedule(t, p, &mp->m, NULL, &gs, &err) : MS_ERR_INVALID;
+        if (ls == MS_OK) ls = lower_rb_map_new(t, p, &m, &err);
+        if (ls != MS_OK) {
+            TAP_OK(0, "verify_swaps: plan %d lowered: %s", k, err.msg);
+        } else {
+            rhook h;
+            memset(&h, 0, sizeof h);
+            h.t = t;
+            h.frac = 0.25;
+            fdev_init(&f);
+            fdev_sums_on(&f, 0);
+            fbe_init(&b, 8ULL << 30);
+            rt_exec_opts_default(&o);
+            o.trace = t;
+            o.compute = rhook_compute;
+            o.compute_rows = rhook_rows;
+            o.token_rows = rhook_token_rows;
+            o.plan = p;
+            o.compute_ctx = &h;
+            o.rb_map = m;
+            o.verify_swaps = 1;
+            st = run(gs, &o, &f, &b, &r);
+            size_t n_h2d = 0;
+            for (size_t i = 0; i < sched_count(gs); i++)
+                n_h2d += sched_get(gs, i)->kind == SA_COPY_H2D && sched_get(gs, i)->bytes;
+            TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.swap_mismatches == 0 &&
+                   r.swap_verified == n_h2d && n_h2d > 0 &&
+                   (k == 0 ? f.sum_calls > (long)r.swap_sums : f.sum_calls == (long)r.swap_sums),
+                   "verify_swaps %s: every one of %zu prefetches matches its offload (verified "
+                   "%llu, unpaired %llu, %ld pieces summed in %llu copies; %s)",
+                   k ? "full-swap" : "memo alpha 0.75", n_h2d,
+                   (unsigned long long)r.swap_verified, (unsigned long long)r.swap_unpaired,
+                   f.sum_calls, (unsigned long long)r.swap_sums, r.failure);
+            TAP_OK(clean(&f, &b) && f.sums_live == 0, "verify_swaps %s: everything released",
+                   k ? "full-swap" : "memo");
+            rt_exec_result_release(&r);
+        }
+        lower_rb_map_free(m);
+        sched_free(gs);
+        plan_free(p);
+    }
+    TAP_OK(ms == MS_OK, "verify_swaps: trace generated");
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
 int main(void)
 {
     test_host_stream();
@@ -1724,5 +1947,6 @@ int main(void)
     test_partial_replay();
     test_record();
     test_dha();
+    test_verify_swaps();
     return tap_done();
 }

@@ -1,9 +1,14 @@
-/* test_rt_partial — MEMO's token-wise partial replays with the real kernels on a GPU: a small
- * generated GPT run through the executor (compute, offload and prefetch streams) under
- * keep-all and under memo-style plans whose skeletal tensors are swapped with alpha 0.5, 0.75
+/* test_rt_partial — swaps and MEMO's token-wise partial replays with the real kernels on a
+ * GPU: a small generated GPT run through the executor (compute, offload and prefetch streams)
+ * under keep-all, under full-swap (every skeletal activation offloaded in the forward and
+ * prefetched on the H2D stream for the backward: losses bitwise equal to keep-all's), and
+ * under memo-style plans whose skeletal tensors are swapped with alpha 0.5, 0.75
  * and 0.875 through rounding buffers (the layer input, attention output and log-sum-exp
  * whole), so each layer's backward first replays ln1, qkv, proj, add1, ln2, fc1, GeLU, fc2,
- * add2 on the missing token rows. The losses of 3 iterations must match keep-all's. Prints
+ * add2 on the missing token rows. The losses of 3 iterations must match keep-all's. Every run
+ * checksums its swapped bytes (verify_swaps): no prefetch may differ from its offload, and
+ * the swap plans must verify some; the checksum kernel is first compared with rt_checksum on
+ * aligned and unaligned pieces. Prints
  * "1..0 # SKIP" without a GPU of compute capability 9.0. Run by `make check` (it needs
  * MEMSIM_DATADIR for the machine profile, which make check sets). */
 #include <cuda_runtime_api.h>
@@ -63,6 +68,7 @@ typedef struct outcome {
     float loss[ITERS];
     size_t partial_actions;
     uint64_t h2d_bytes;
+    uint64_t verified, mismatches, unpaired, sums;
 } outcome;
 
 static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, plan_t *plan,
@@ -100,7 +106,12 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         o.rb_map = rbm;
         o.spin_credit = 0;
         o.max_ahead = 8;
+        o.verify_swaps = 1;
         st = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
+        oc.verified = r.swap_verified;
+        oc.mismatches = r.swap_mismatches;
+        oc.unpaired = r.swap_unpaired;
+        oc.sums = r.swap_sums;
         oc.ok = st == RT_OK && r.outcome == RTX_OK;
         if (oc.ok) oc.ok = mrt_ops_losses(ops, oc.loss, ITERS) == RT_OK;
         for (size_t k = 0; k < r.n_win; k++) oc.h2d_bytes += r.win[k].h2d_bytes;
@@ -110,11 +121,50 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
            oc.ok ? "ok" : (r.failure[0] ? r.failure : rt_last_error()));
     if (st == RT_OK) rt_exec_result_release(&r);
     TAP_OK(!be || rt_backend_outstanding(be) == 0, "%s: every device block given back", what);
+    TAP_NOTE("%s: swap checks: %llu copies checksummed, %llu prefetches verified, %llu "
+             "mismatches, %llu unpaired", what, (unsigned long long)oc.sums,
+             (unsigned long long)oc.verified, (unsigned long long)oc.mismatches,
+             (unsigned long long)oc.unpaired);
     rt_backend_free(be);
     mrt_ops_free(ops);
     lower_rb_map_free(rbm);
     sched_free(s);
     return oc;
+}
+
+/* The device's checksum kernel against rt_checksum: a whole aligned buffer, an unaligned
+ * piece at an unaligned position, and two pieces of one stream adding up. */
+static void check_sum_kernel(rt_dev_ops *dev)
+{
+    enum { N = (1 << 20) + 13 };
+    unsigned char *h = malloc(N);
+    void *d = NULL, *s = NULL;
+    uint64_t got[3] = {0, 0, 0};
+    int ok = h && cudaMalloc(&d, N) == cudaSuccess && dev->stream_new(dev->ctx, &s) == RT_OK;
+    uint64_t x = 0x243f6a8885a308d3ULL;
+    for (size_t k = 0; ok && k < N; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        h[k] = (unsigned char)(x >> 24);
+    }
+    uint64_t base = (uint64_t)(uintptr_t)d;
+    ok = ok && cudaMemcpy(d, h, N, cudaMemcpyHostToDevice) == cudaSuccess &&
+         dev->sum_begin(dev->ctx, 3) == RT_OK;
+    ok = ok && dev->sum_add(dev->ctx, s, 0, base, N, 0) == RT_OK &&
+         dev->sum_add(dev->ctx, s, 1, base + 3, 100003, 5) == RT_OK &&
+         dev->sum_add(dev->ctx, s, 2, base, 4096, 0) == RT_OK &&
+         dev->sum_add(dev->ctx, s, 2, base + 4096, N - 4096, 4096) == RT_OK &&
+         cudaStreamSynchronize((cudaStream_t)s) == cudaSuccess &&
+         dev->sum_read(dev->ctx, got, 3) == RT_OK;
+    uint64_t want0 = ok ? rt_checksum(h, N, 0) : 0, want1 = ok ? rt_checksum(h + 3, 100003, 5) : 0;
+    TAP_OK(ok && got[0] == want0 && got[1] == want1 && got[2] == want0,
+           "checksum kernel = rt_checksum: whole 0x%016llx (0x%016llx), unaligned 0x%016llx "
+           "(0x%016llx), two pieces 0x%016llx", (unsigned long long)got[0],
+           (unsigned long long)want0, (unsigned long long)got[1], (unsigned long long)want1,
+           (unsigned long long)got[2]);
+    if (dev->sum_end) dev->sum_end(dev->ctx);
+    if (s) dev->stream_free(dev->ctx, s);
+    if (d) cudaFree(d);
+    free(h);
 }
 
 int main(void)
@@ -137,6 +187,7 @@ int main(void)
         machine_profile_free(mp);
         return tap_done();
     }
+    check_sum_kernel(dev);
     gen_config c;
     gen_config_default(&c);
     trace_t *t = NULL;
@@ -156,6 +207,20 @@ int main(void)
         plan_free(kp);
         if (keep.ok)
             TAP_NOTE("keep-all losses %.6f %.6f %.6f", keep.loss[0], keep.loss[1], keep.loss[2]);
+        /* full-swap: the same kernels on the same bytes, only moved through pinned memory */
+        plan_t *fp = NULL;
+        if (pol_plan("full-swap", t, &mp->m, NULL, &fp, &err) != MS_OK) fp = NULL;
+        outcome fs = run_plan(dev, t, &mp->m, fp, "full-swap");
+        plan_free(fp);
+        if (keep.ok && fs.ok) {
+            TAP_NOTE("full-swap losses %.6f %.6f %.6f", fs.loss[0], fs.loss[1], fs.loss[2]);
+            TAP_OK(!memcmp(fs.loss, keep.loss, sizeof fs.loss), "full-swap: the 3 losses are "
+                   "bitwise equal to keep-all's");
+            TAP_OK(fs.h2d_bytes > 0 && fs.verified > 0 && fs.mismatches == 0,
+                   "full-swap: %llu bytes prefetched, %llu prefetches checksummed equal to "
+                   "their offloads, %llu differ", (unsigned long long)fs.h2d_bytes,
+                   (unsigned long long)fs.verified, (unsigned long long)fs.mismatches);
+        }
         static const double alphas[3] = { 0.5, 0.75, 0.875 };
         for (int a = 0; a < 3; a++) {
             char what[64];
@@ -172,6 +237,9 @@ int main(void)
             int bitwise = !memcmp(mo.loss, keep.loss, sizeof mo.loss);
             TAP_NOTE("%s losses %.6f %.6f %.6f (%s)", what, mo.loss[0], mo.loss[1], mo.loss[2],
                      bitwise ? "bitwise equal to keep-all" : "not bitwise equal");
+            TAP_OK(mo.verified > 0 && mo.mismatches == 0, "%s: %llu prefetches checksummed "
+                   "equal to their offloads, %llu differ", what,
+                   (unsigned long long)mo.verified, (unsigned long long)mo.mismatches);
             TAP_OK(mo.partial_actions > 0 && mo.h2d_bytes > 0,
                    "%s: the schedule swaps (%llu bytes prefetched) and replays %zu ops on the "
                    "missing rows", what, (unsigned long long)mo.h2d_bytes, mo.partial_actions);
