@@ -46,6 +46,9 @@ void gen_config_default(gen_config *c)
     c->lora_rank = 8;
     c->framework = GEN_FW_GENERIC;
     c->loss = GEN_LOSS_AUTO;
+    c->attn_impl = GEN_ATTN_FLASH;
+    c->attn_dropout = 1;
+    c->attn_softmax_saves_input = 1;
     roof_params_default(&c->roof);
 }
 
@@ -63,13 +66,14 @@ static const gen_ikey ikeys[] = {
     IKEY(dist_opt, 0, 1), IKEY(grad_bytes, 0, 8), IKEY(opt_bytes_per_param, 0, 64),
     IKEY(save_small, 0, 1), IKEY(lora, 0, 1), IKEY(lora_rank, 1, 1 << 20),
     IKEY(lora_mlp, 0, 1), IKEY(zero3, 0, 1), IKEY(offload, 0, 1),
+    IKEY(attn_dropout, 0, 1), IKEY(attn_softmax_saves_input, 0, 1),
 };
 
 const char *gen_config_keys(void)
 {
     return "framework (generic|megatron), loss (auto|fused|megatron), dist_opt, grad_bytes, "
            "opt_bytes_per_param, save_small, attn_bwd_factor, kernels (vendor|runtime), lora, lora_rank, lora_mlp, "
-           "zero3, offload";
+           "zero3, offload, attn_impl (flash|eager), attn_dropout, attn_softmax_saves_input";
 }
 
 /* Index of value in a NULL-terminated list of names, or -1. */
@@ -91,6 +95,15 @@ ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_e
             return ms_fail(err, MS_ERR_INVALID, "generator knob %s: '%s' is not one of %s", key,
                            value, fwk ? "generic, megatron" : "auto, fused, megatron");
         *(fwk ? &c->framework : &c->loss) = i;
+        return MS_OK;
+    }
+    if (strcmp(key, "attn_impl") == 0) {
+        static const char *const ai[] = { "flash", "eager", NULL };
+        int i = name_index(ai, value);
+        if (i < 0)
+            return ms_fail(err, MS_ERR_INVALID, "generator knob attn_impl: '%s' is not one of "
+                           "flash, eager", value);
+        c->attn_impl = i;
         return MS_OK;
     }
     if (strcmp(key, "kernels") == 0) {
@@ -300,6 +313,20 @@ static ms_status check_ranges(const gen_config *c, ms_error *err)
     if ((c->hf_loss_shift || c->hf_loss_fp32 || c->hf_logits_hold) && !c->hf_loss)
         return ms_fail(err, MS_ERR_INVALID, "hf_loss_shift, hf_loss_fp32 and hf_logits_hold "
                        "need hf_loss");
+    if (c->attn_impl != GEN_ATTN_FLASH && c->attn_impl != GEN_ATTN_EAGER)
+        return ms_fail(err, MS_ERR_INVALID, "attn_impl must be flash (0) or eager (1) (got %d)",
+                       c->attn_impl);
+    if ((c->attn_dropout | c->attn_softmax_saves_input) & ~1)
+        return ms_fail(err, MS_ERR_INVALID, "attn_dropout and attn_softmax_saves_input are 0 "
+                       "or 1");
+    /* Eager attention is Hugging Face's single-GPU module: no ring attention, no Megatron
+     * program, and no grouped-query repeat_kv copies (not modelled). */
+    if (c->attn_impl == GEN_ATTN_EAGER &&
+        (c->framework != GEN_FW_GENERIC || c->cp != 1 || c->model.kv_heads != c->model.heads))
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "attn_impl eager is modelled for framework "
+                       "generic, cp 1 and kv_heads = heads only (got %s, cp %d, %" PRIu64
+                       " of %" PRIu64 " kv heads)", c->framework == GEN_FW_GENERIC ? "generic"
+                       : "megatron", c->cp, c->model.kv_heads, c->model.heads);
     if (c->hf_loss && (c->tp != 1 || c->cp != 1 || c->model.is_encoder))
         return ms_fail(err, MS_ERR_UNSUPPORTED, "hf_loss is modelled for decoders with tp = cp "
                        "= 1 only (got tp %d, cp %d%s)", c->tp, c->cp,
@@ -328,6 +355,13 @@ static ms_status check_fits(const gen_config *c, ms_error *err)
                        c->seq, c->micro_batch);
     double group = (double)model_layer_params(m) + (double)model_embed_params(m) +
                    (double)model_head_params(m);
+    /* Eager attention's [b, heads/tp, s, s] scores. */
+    double sq = (double)c->micro_batch * (double)c->seq * (double)c->seq *
+                (double)(m->heads / (uint64_t)c->tp) * 8.0;
+    if (c->attn_impl == GEN_ATTN_EAGER && sq > GEN_TENSOR_MAX)
+        return ms_fail(err, MS_ERR_INVALID, "attn_impl eager: seq %" PRIu64 " x micro-batch %"
+                       PRIu64 " makes attention scores beyond the trace format's 1 PiB",
+                       c->seq, c->micro_batch);
     if (group * 64.0 > GEN_TENSOR_MAX || (double)model_params(m) * 80.0 > 0x1p62)
         return ms_fail(err, MS_ERR_INVALID, "model '%s' too large to account in bytes",
                        m->name);
@@ -379,6 +413,9 @@ typedef struct ggroup {
 /* Skeletal tensors of one layer in the current iteration. */
 typedef struct lstate {
     uint64_t in, ln1, ln1s, q, k, v, ao, lse, r1, ln2, ln2s, fc1, act;
+    uint64_t esc, epr, emask, edrop; /* eager attention's saved [b, heads, s, s] tensors:
+                                        masked scores, softmax output, dropout mask and
+                                        output (0: not saved) */
     uint64_t mid[4];         /* LoRA: the saved x A of qkv, proj, fc1, fc2 (0: no adapter) */
 } lstate;
 
@@ -879,12 +916,31 @@ uint64_t gen_layer_skel_bytes(const gen_config *cin)
     uint64_t bytes = el * z.D;
     if (z.small) {
         uint64_t stats = c.model.norm == MODEL_NORM_LAYER ? 2 : 1;
-        bytes += 2 * z.Ts * stats * F32 + z.T * z.heads * F32;
+        bytes += 2 * z.Ts * stats * F32;
+        if (c.attn_impl != GEN_ATTN_EAGER) bytes += z.T * z.heads * F32; /* flash's LSE */
     }
     static const int bases[4] = { G_QKV, G_PROJ, G_FC1, G_FC2 };
     for (int i = 0; i < 4; i++)
         if (lora_on(&c, bases[i])) bytes += z.T * (uint64_t)c.lora_rank * z.D;
-    return bytes;
+    return bytes + gen_layer_eager_attn_bytes(&c);
+}
+
+/* Bytes per element of eager attention's saved [b, heads, s, s] tensors (0: flash). */
+static uint64_t eager_saved_per_el(const gen_config *c, const gsz *z)
+{
+    if (c->attn_impl != GEN_ATTN_EAGER) return 0;
+    return z->D + (c->attn_dropout ? z->D + 1 : 0) + (c->attn_softmax_saves_input ? z->D : 0);
+}
+
+/* Elements of one layer's attention scores on this rank: b * heads/tp * s * s (cp = 1). */
+static uint64_t eager_elems(const gsz *z) { return z->b * z->heads * z->sl * z->sl; }
+
+uint64_t gen_layer_eager_attn_bytes(const gen_config *cin)
+{
+    gen_config c = resolved(cin);
+    gsz z;
+    sizes(&c, &z);
+    return eager_elems(&z) * eager_saved_per_el(&c, &z);
 }
 
 /* One layer group planned on its own (no trace is made). */
@@ -1042,6 +1098,87 @@ static void attn_fwd(gctx *x, int l, lstate *s)
         free_t(x, r[0]);
         free_t(x, r[1]);
     }
+}
+
+/* ---- eager attention (attn_impl eager) ----
+ * Hugging Face transformers' eager attention as PyTorch autograd runs it: GPT2Attention._attn
+ * and BertSelfAttention.forward of transformers 4.x (the releases contemporary with PyTorch
+ * 1.9, the paper's), in fp16 without autocast (DeepSpeed's fp16 mode runs the model in half):
+ *     scores = matmul(q, k^T)             [b, H, s, s]   bmm saves q, k (views of the
+ *                                                         projections: no copy)
+ *     scores = scores / sqrt(d)           out of place, saves nothing (a scalar)
+ *     scores = where(causal, scores, -inf) (GPT-2) or + attention_mask (BERT): out of place,
+ *                                          saves only the (buffer) condition
+ *     probs  = softmax(scores)            saves its output; PyTorch <= 1.10 also its input
+ *                                          (attn_softmax_saves_input, pytorch/pytorch#64000)
+ *     probs  = dropout(probs)             p > 0 (attn_dropout): _fused_dropout's output and
+ *                                          its 1-byte mask; dropout's backward keeps the mask
+ *     ctx    = matmul(probs, v)           bmm saves probs (the dropped ones) and v
+ *     attn_out = ctx.permute(0, 2, 1, 3).contiguous()   a copy: the projection's input
+ * Each [b, H, s, s] step is out of place, so two of them are live at a time. The causal mask
+ * does not save work: both GEMMs run over the full square. Memory-bound steps are TK_ELEM
+ * ops timed by their bytes. */
+
+/* A batched GEMM over this layer's heads: FLOPs 2 x T x s x hq (one of QK^T or PV). */
+static double eager_gemm_flops(const gsz *z)
+{
+    return 2.0 * (double)z->T * (double)z->sl * (double)z->hq;
+}
+
+/* A memory-bound step over the [b, H, s, s] scores: in -> a fresh out of class cls. */
+static uint64_t eager_elem(gctx *x, int l, const char *op, const char *outn, uint64_t in,
+                           trace_class cls, double flops_per_el)
+{
+    const gsz *z = &x->z;
+    uint64_t E = eager_elems(z), oid = new_op(x);
+    uint64_t out = alloc_t(x, l, outn, E * z->D, cls, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(in), OUT(out),
+                          .flops = flops_per_el * (double)E, .br = E * z->D, .bw = E * z->D));
+    return out;
+}
+
+static void attn_eager_fwd(gctx *x, int l, lstate *s)
+{
+    const gsz *z = &x->z;
+    uint64_t E = eager_elems(z), D = z->D, QB = z->T * z->hq * D, KB = z->T * z->hkv * D;
+    int keep_in = x->c->attn_softmax_saves_input;
+    uint64_t oid = new_op(x);
+    uint64_t sc = alloc_t(x, l, "attn_scores", E * D, TC_ACT_TRANS, (int64_t)oid);
+    double g = eager_gemm_flops(z);
+    emit_op(x, oid, &OPS(.kind = TK_GEMM, .layer = l, .what = "attn.qk", IN(s->q, s->k), OUT(sc),
+                         .flops = g, .br = QB + KB, .bw = E * D,
+                         .dur_us = kern_us(x, TK_GEMM, g, QB + KB + E * D)));
+    uint64_t scaled = eager_elem(x, l, "attn.scale", "attn_scaled", sc, TC_ACT_TRANS, 1.0);
+    free_t(x, sc);
+    s->esc = eager_elem(x, l, "attn.mask", "attn_masked", scaled,
+                        keep_in ? TC_ACT_SKEL : TC_ACT_TRANS, 1.0);
+    free_t(x, scaled);
+    s->epr = eager_elem(x, l, "attn.softmax", "attn_probs", s->esc, TC_ACT_SKEL, LOSS_FWD_FLOPS);
+    if (!keep_in) {
+        free_t(x, s->esc);
+        s->esc = 0;
+    }
+    s->emask = s->edrop = 0;
+    if (x->c->attn_dropout) {
+        oid = new_op(x);
+        s->edrop = alloc_t(x, l, "attn_drop", E * D, TC_ACT_SKEL, (int64_t)oid);
+        s->emask = alloc_t(x, l, "attn_drop_mask", E, TC_ACT_SKEL, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "attn.dropout", IN(s->epr),
+                              OUT(s->edrop, s->emask), .flops = 2.0 * (double)E,
+                              .br = E * D, .bw = E * (D + 1)));
+    }
+    uint64_t pin = s->edrop ? s->edrop : s->epr;
+    oid = new_op(x);
+    uint64_t ctx = alloc_t(x, l, "attn_ctx", QB, TC_ACT_TRANS, (int64_t)oid);
+    emit_op(x, oid, &OPS(.kind = TK_GEMM, .layer = l, .what = "attn.pv", IN(pin, s->v), OUT(ctx),
+                         .flops = g, .br = E * D + KB, .bw = QB,
+                         .dur_us = kern_us(x, TK_GEMM, g, E * D + KB + QB)));
+    oid = new_op(x);
+    s->ao = alloc_t(x, l, "attn_out", QB, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "attn.merge", IN(ctx),
+                          OUT(s->ao), .br = QB, .bw = QB));
+    free_t(x, ctx);
+    s->lse = 0;
 }
 
 /* A linear layer's forward [T, K] x [K, N] into freshly allocated outputs (names, bytes, one
@@ -1278,7 +1415,8 @@ static void layer_fwd(gctx *x, int l)
         s->k = qkv[1];
         s->v = qkv[2];
         if (z->tp > 1) free_t(x, a1);
-        attn_fwd(x, l, s);
+        if (x->c->attn_impl == GEN_ATTN_EAGER) attn_eager_fwd(x, l, s);
+        else attn_fwd(x, l, s);
     }
     uint64_t po = row_parallel(x, l, g, G_PROJ, "proj", "proj.rs", "proj_out", s->ao, z->hq,
                                &s->mid[1]);
@@ -1694,6 +1832,66 @@ static void attn_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t *dq, uint
     free_t(x, s->v);
 }
 
+/* Eager attention's backward, autograd's reverse order; each node frees what it saved when it
+ * has run. bmm's backward is two GEMMs (grad x mat2^T, self^T x grad), 4 x T x s x hq FLOPs
+ * for each of PV and QK^T; dropout's backward multiplies by the mask; softmax's is
+ * p * (g - sum(g * p)); the mask step passes the gradient through (BERT's add; GPT-2's
+ * where makes one more [b, H, s, s] copy, not emitted: the peak is the same) and the scale
+ * divides out of place. Nothing is recomputed. */
+static void attn_eager_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t *dq, uint64_t *dk,
+                           uint64_t *dv)
+{
+    const gsz *z = &x->z;
+    uint64_t E = eager_elems(z), D = z->D, QB = z->T * z->hq * D, KB = z->T * z->hkv * D;
+    double g = eager_gemm_flops(z);
+    free_t(x, s->ao); /* the projection's saved input; eager attention does not read it */
+    uint64_t pin = s->edrop ? s->edrop : s->epr, oid = new_op(x);
+    uint64_t dp = alloc_t(x, l, s->edrop ? "d_attn_drop" : "d_attn_probs", E * D, TC_ACT_TRANS,
+                          (int64_t)oid);
+    *dv = alloc_t(x, l, "dv", KB, TC_ACT_TRANS, (int64_t)oid);
+    double us = x->m ? kern_us(x, TK_GEMM, g, QB + KB + E * D) +
+                       kern_us(x, TK_GEMM, g, E * D + QB + KB) : -1.0;
+    emit_op(x, oid, &OPS(.kind = TK_GEMM, .layer = l, .what = "attn.pv.bwd", IN(dao, pin, s->v),
+                         OUT(dp, *dv), .flops = 2.0 * g, .br = 2 * QB + KB + E * D,
+                         .bw = E * D + KB, .dur_us = us));
+    free_t(x, dao);
+    free_t(x, s->v);
+    if (s->edrop) {
+        free_t(x, s->edrop);
+        oid = new_op(x);
+        uint64_t dpr = alloc_t(x, l, "d_attn_probs", E * D, TC_ACT_TRANS, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "attn.dropout.bwd",
+                              IN(dp, s->emask), OUT(dpr), .flops = 2.0 * (double)E,
+                              .br = E * (D + 1), .bw = E * D));
+        free_t(x, dp);
+        free_t(x, s->emask);
+        dp = dpr;
+    }
+    oid = new_op(x);
+    uint64_t ds = alloc_t(x, l, "d_attn_masked", E * D, TC_ACT_TRANS, (int64_t)oid);
+    opspec o = OPS(.kind = TK_ELEM, .layer = l, .what = "attn.softmax.bwd", IN(dp, s->epr),
+                   OUT(ds), .flops = 4.0 * (double)E, .br = 2 * E * D, .bw = E * D);
+    if (s->esc) o.in[o.nin++] = s->esc; /* kept, not read: PyTorch 1.9 hands it over unused */
+    simple_op(x, oid, o);
+    free_t(x, dp);
+    free_t(x, s->epr);
+    if (s->esc) free_t(x, s->esc);
+    s->esc = s->epr = s->emask = s->edrop = 0;
+    uint64_t dsc = eager_elem(x, l, "attn.scale.bwd", "d_attn_scores", ds, TC_ACT_TRANS, 1.0);
+    free_t(x, ds);
+    oid = new_op(x);
+    *dq = alloc_t(x, l, "dq", QB, TC_ACT_TRANS, (int64_t)oid);
+    *dk = alloc_t(x, l, "dk", KB, TC_ACT_TRANS, (int64_t)oid);
+    us = x->m ? kern_us(x, TK_GEMM, g, E * D + KB + QB) + kern_us(x, TK_GEMM, g, E * D + QB + KB)
+              : -1.0;
+    emit_op(x, oid, &OPS(.kind = TK_GEMM, .layer = l, .what = "attn.qk.bwd",
+                         IN(dsc, s->q, s->k), OUT(*dq, *dk), .flops = 2.0 * g,
+                         .br = E * D + QB + KB, .bw = QB + KB, .dur_us = us));
+    free_t(x, dsc);
+    free_t(x, s->q);
+    free_t(x, s->k);
+}
+
 /* LoRA adapter backward of a linear whose forward was out = in W + (in A) B, after the base
  * data gradient went into din [T, K]: dB and d(mid) = dY B^T (one GEMM backward), dA and the
  * adapter's input gradient (another), then that gradient is added into din, as autograd
@@ -2038,7 +2236,10 @@ static uint64_t layer_bwd(gctx *x, int l, uint64_t dx)
                                     "d_proj_out_full", "d_attn_out", dr1, s->ao, z->hq,
                                     0 /* attn_out: still needed by attn.bwd */, s->mid[1]);
     uint64_t dqkv[3];
-    attn_bwd(x, l, s, dao, &dqkv[0], &dqkv[1], &dqkv[2]);
+    if (x->c->attn_impl == GEN_ATTN_EAGER)
+        attn_eager_bwd(x, l, s, dao, &dqkv[0], &dqkv[1], &dqkv[2]);
+    else
+        attn_bwd(x, l, s, dao, &dqkv[0], &dqkv[1], &dqkv[2]);
     uint64_t dln1 = col_parallel_bwd(x, l, g, G_QKV, "qkv", s->ln1, dqkv, 3, z->hq + 2 * z->hkv,
                                      s->mid[0]);
     uint64_t din = norm_bwd(x, l, "ln1.bwd", "d_input", dln1, s->in, pw(x, g, G_LN1), s->ln1s,
@@ -2367,6 +2568,11 @@ static void meta(gctx *x, const machine_t *m)
     if (x->z.mg || c->loss != GEN_LOSS_AUTO)
         set_meta_str(x, "loss", x->z.lossmg ? "megatron" : "fused");
     if (c->zero3) set_meta_u64(x, "zero3", 1);
+    if (c->attn_impl == GEN_ATTN_EAGER) {
+        set_meta_str(x, "attn_impl", "eager");
+        set_meta_u64(x, "attn_dropout", (uint64_t)c->attn_dropout);
+        set_meta_u64(x, "attn_softmax_saves_input", (uint64_t)c->attn_softmax_saves_input);
+    }
     if (c->offload) {
         /* What ZeRO-Offload keeps on the host for this rank: fp32 master + Adam states
          * (opt_bytes_per_param) and an fp32 gradient partition of the trained parameters. */

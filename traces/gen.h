@@ -29,6 +29,17 @@ typedef enum gen_framework {
                              layer, dummy weight gradients */
 } gen_framework;
 
+/* How the attention core (softmax(Q K^T / sqrt(d)) V) runs (docs/GENERATOR.md, "Eager
+ * attention"). */
+typedef enum gen_attn {
+    GEN_ATTN_FLASH = 0,   /* one fused kernel (FlashAttention): no [s, s] tensor is stored */
+    GEN_ATTN_EAGER        /* Hugging Face's eager attention under PyTorch autograd
+                             (GPT2Attention._attn / BertSelfAttention.forward): the scores
+                             [b, heads, s, s] materialized, softmax and dropout out of place,
+                             their outputs (and dropout's mask) saved for the backward; what a
+                             GPU without FlashAttention (V100, sm_70) and PyTorch < 2.0 run */
+} gen_attn;
+
 /* The loss program of a decoder's head. */
 typedef enum gen_loss {
     GEN_LOSS_AUTO = 0,    /* the framework's: generic FUSED, megatron MEGATRON */
@@ -89,19 +100,31 @@ typedef struct gen_config {
                                  default) = full states on every rank, gradients all-reduced
                                  over dp*cp */
     int loss;                 /* gen_loss (default GEN_LOSS_AUTO) */
+    int attn_impl;            /* gen_attn (default GEN_ATTN_FLASH); eager needs framework
+                                 generic, cp = 1 and kv_heads = heads */
+    int attn_dropout;         /* eager: 1 (default) = attention dropout > 0 (HF's defaults:
+                                 attn_pdrop 0.1 for GPT-2, attention_probs_dropout_prob 0.1
+                                 for BERT): a 1-byte mask and the dropped probabilities saved;
+                                 0 = p 0: dropout returns its input, nothing more saved */
+    int attn_softmax_saves_input; /* eager: 1 (default) = PyTorch <= 1.10's autograd, whose
+                                 softmax backward node also keeps its input (the masked
+                                 scores; pytorch/pytorch#64000), as the paper's PyTorch 1.9;
+                                 0 = later releases: only the output */
     roof_params roof;         /* op-time knobs */
 } gen_config;
 
 /* Defaults for everything but the model: seq = 0 (the model's default_seq is taken),
  * micro_batch 1, tp = cp = dp = 1, bf16, grad_bytes 0 (= dtype_bytes; framework megatron:
  * 4), 12 optimizer bytes, 2 iterations, attn_bwd_factor 2.5; lora, zero3, offload off,
- * lora_rank 8; framework generic, loss auto, dist_opt 0. */
+ * lora_rank 8; framework generic, loss auto, dist_opt 0; attn_impl flash (with eager:
+ * attn_dropout 1, attn_softmax_saves_input 1). */
 void gen_config_default(gen_config *c);
 
 /* Sets one knob by name, as a command line hands them over ("--gen KEY=VALUE"): framework
  * (generic | megatron), loss (auto | fused | megatron), dist_opt, grad_bytes,
  * opt_bytes_per_param, save_small, attn_bwd_factor, lora, lora_rank, lora_mlp, zero3,
- * offload. MS_ERR_INVALID naming the key for an unknown key or a bad value; the combination
+ * offload, attn_impl (flash | eager), attn_dropout, attn_softmax_saves_input.
+ * MS_ERR_INVALID naming the key for an unknown key or a bad value; the combination
  * is checked later by gen_validate. */
 ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_error *err);
 
@@ -121,8 +144,14 @@ ms_status gen_trace(const gen_config *c, const machine_t *m, trace_t **out, ms_e
 /* Skeletal activation bytes of one transformer layer on this rank (the sum the generator
  * emits for that layer): 16*b*(s/cp)*h*dtype/tp for an MHA model with f = 4h, plus with LoRA
  * each adapter's saved [T, r] intermediate, plus with save_small or framework megatron the
- * fp32 norm statistics and attention log-sum-exp. */
+ * fp32 norm statistics and attention log-sum-exp, plus with eager attention the saved
+ * [b, heads, s, s] tensors (gen_layer_eager_attn_bytes). */
 uint64_t gen_layer_skel_bytes(const gen_config *c);
+
+/* Eager attention's saved [b, heads/tp, s, s] bytes of one layer: the softmax output (D
+ * bytes an element), with attn_dropout its mask (1) and output (D), with
+ * attn_softmax_saves_input the masked scores (D); 0 with flash attention. */
+uint64_t gen_layer_eager_attn_bytes(const gen_config *c);
 
 /* Parameters of one transformer layer on this rank before any DP sharding (TP-local): all of
  * them, and those trained (the adapters under LoRA, else all). */
