@@ -3,7 +3,8 @@
  * activations per layer, FLOPs against MEMO's model-FLOPs formula, alloc/free balance,
  * liveness of every op's tensors, determinism, configuration errors and speed; the
  * fine-tuning modes (LoRA, ZeRO-3, offload) by their byte accounting; the megatron profile
- * (fp32 main gradients, lazy Adam states, the fp32 cross entropy, TE's buffers) likewise. */
+ * (fp32 main gradients, lazy Adam states, the fp32 cross entropy, TE's buffers) likewise;
+ * eager attention's saved score tensors and FLOPs by hand. */
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
 #include "traces/gen.h"
@@ -1093,6 +1094,155 @@ static void test_speed(const machine_t *mach)
     TAP_OK(best < 10.0, "gpt-7b, 2 iterations: %zu records in %.2f ms (best of 5)", n, best);
 }
 
+/* ---- eager attention (attn_impl eager) ---- */
+
+/* Name of tensor id in trace t (the first alloc with that id), or "". */
+static const char *tensor_name(const trace_t *t, uint64_t id)
+{
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_ALLOC && r->u.alloc.id == id) return r->u.alloc.name;
+    }
+    return "";
+}
+
+/* 1 when the first op named `op` reads every tensor named in `names` (NULL-terminated). */
+static int op_reads(const trace_t *t, const char *op, const char *const *names)
+{
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type != TR_OP || strcmp(r->u.op.name, op)) continue;
+        for (int k = 0; names[k]; k++) {
+            int found = 0;
+            for (uint32_t j = 0; j < r->u.op.n_in && !found; j++)
+                found = strcmp(tensor_name(t, r->u.op.in[j]), names[k]) == 0;
+            if (!found) return 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* FLOPs of iteration 0's ops whose name ends in `suffix`, summed over layers. */
+static double flops_named(const trace_t *t, const char *suffix)
+{
+    double f = 0;
+    int iter = -1;
+    size_t n = strlen(suffix);
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) iter = (int)r->u.mark.value;
+        if (r->type != TR_OP || iter != 0) continue;
+        size_t m = strlen(r->u.op.name);
+        if (m >= n && strcmp(r->u.op.name + m - n, suffix) == 0) f += r->u.op.flops;
+    }
+    return f;
+}
+
+static void test_eager(const machine_t *mach)
+{
+    /* gpt2-medium: 24 layers, h 1024, 16 heads; b 2, s 1024. Per layer by hand: the 16bsh*2
+     * skeletal bytes 16*2*1024*1024*2 = 67108864, and E = b*heads*s^2 = 33554432 score
+     * elements saved as the masked scores (2 B, PyTorch 1.9's softmax input), the softmax
+     * output (2 B), the dropout mask (1 B) and output (2 B): 7E = 234881024. */
+    gen_config c = config("gpt2-medium", 1024, 2, 1, 1, 1);
+    ms_error err;
+    TAP_OK(gen_config_set(&c, "attn_impl", "eager", &err) == MS_OK &&
+           c.attn_impl == GEN_ATTN_EAGER && c.attn_dropout == 1 &&
+           c.attn_softmax_saves_input == 1, "attn_impl=eager sets eager; dropout and the "
+           "softmax input saved by default");
+    trace_t *t = gen(&c, mach);
+    uint64_t per[24], input, attn;
+    int all = t != NULL;
+    if (t) {
+        skel_per_layer(t, per, 24, &input, &attn);
+        for (int l = 0; l < 24; l++) all &= per[l] == 67108864ull + 234881024ull;
+    }
+    TAP_OK(all && gen_layer_skel_bytes(&c) == 301989888ull &&
+           gen_layer_eager_attn_bytes(&c) == 234881024ull,
+           "eager gpt2-medium b=2 s=1024: every layer saves 16bsh*2 + 7*b*heads*s^2 = "
+           "301989888 bytes (layer 0: %llu)", t ? (unsigned long long)per[0] : 0ull);
+    walk w = t ? validate(t) : (walk){ .errors = 1 };
+    TAP_OK(t && w.errors == 0 && w.live_left_bad == 0 && w.live_left == w.persistent,
+           "eager: every op's tensors live, all activations freed%s%s",
+           w.errors ? "; first error: " : "", w.first_error);
+    static const char *const pvb[] = { "L0.attn_drop", "L0.v", NULL };
+    static const char *const drb[] = { "L0.attn_drop_mask", NULL };
+    static const char *const smb[] = { "L0.attn_probs", "L0.attn_masked", NULL };
+    static const char *const qkb[] = { "L0.q", "L0.k", NULL };
+    TAP_OK(t && op_reads(t, "L0.attn.pv.bwd", pvb) && op_reads(t, "L0.attn.dropout.bwd", drb) &&
+           op_reads(t, "L0.attn.softmax.bwd", smb) && op_reads(t, "L0.attn.qk.bwd", qkb),
+           "eager backward reads the saved tensors: dropout output and v, the mask, the "
+           "softmax output and input, q and k");
+    /* FLOPs: QK^T and PV each 2*b*s^2*h per layer, the full square (the causal mask saves
+     * nothing); each backward two GEMMs of the same size. */
+    double g = 2.0 * 2 * 1024 * 1024 * 1024 * 24;
+    TAP_OK(t && flops_named(t, ".attn.qk") == g && flops_named(t, ".attn.pv") == g &&
+           flops_named(t, ".attn.qk.bwd") == 2 * g && flops_named(t, ".attn.pv.bwd") == 2 * g,
+           "eager FLOPs: QK^T = PV = 2bs^2h x 24 = %.4g, their backwards twice that", g);
+    gen_config cf = config("gpt2-medium", 1024, 2, 1, 1, 1);
+    trace_t *tf = gen(&cf, mach);
+    flops fe = t ? count_flops(t) : (flops){ 0 }, ff = tf ? count_flops(tf) : (flops){ 0 };
+    /* Per layer, flash (causal): fwd 2bs^2h (g/24), bwd 2.5x that; eager: fwd 4bs^2h, bwd
+     * 8bs^2h. Over 24 layers: fwd +g, bwd 4g - 2.5g = +1.5g. */
+    TAP_OK(tf && fabs((fe.fwd_mm - ff.fwd_mm) - g) < 1 && fabs((fe.bwd_mm - ff.bwd_mm) -
+           1.5 * g) < 1 && fe.dur_bad == 0,
+           "eager vs flash: +%.4g forward, +%.4g backward FLOPs (by hand %.4g, %.4g); every "
+           "duration positive", fe.fwd_mm - ff.fwd_mm, fe.bwd_mm - ff.bwd_mm, g, 1.5 * g);
+    trace_free(t);
+    /* The default is flash, and naming it changes nothing. */
+    gen_config cn = config("gpt2-medium", 1024, 2, 1, 1, 1);
+    TAP_OK(gen_config_set(&cn, "attn_impl", "flash", &err) == MS_OK, "attn_impl=flash accepted");
+    t = gen(&cn, mach);
+    TAP_OK(t && tf && same_trace(t, tf) && trace_meta_count(t) == trace_meta_count(tf) &&
+           trace_meta_u64(tf, "attn_dropout", 7) == 7,
+           "attn_impl=flash gives the default trace, record for record, no new meta");
+    trace_free(t);
+    trace_free(tf);
+    /* The knobs: dropout 0 saves no mask and no copy; later PyTorch no softmax input. */
+    struct { int drop, keep; uint64_t per_el; } v[] = { { 0, 0, 2 }, { 1, 0, 5 }, { 0, 1, 4 } };
+    for (int i = 0; i < 3; i++) {
+        gen_config cv = c;
+        cv.attn_dropout = v[i].drop;
+        cv.attn_softmax_saves_input = v[i].keep;
+        t = gen(&cv, mach);
+        all = t != NULL;
+        if (t) {
+            skel_per_layer(t, per, 24, &input, &attn);
+            for (int l = 0; l < 24; l++) all &= per[l] == 67108864ull + v[i].per_el * 33554432ull;
+            w = validate(t);
+            all &= w.errors == 0 && w.live_left == w.persistent;
+        }
+        TAP_OK(all && gen_layer_eager_attn_bytes(&cv) == v[i].per_el * 33554432ull,
+               "eager attn_dropout=%d attn_softmax_saves_input=%d: %llu bytes per score "
+               "element saved, trace balanced", v[i].drop, v[i].keep,
+               (unsigned long long)v[i].per_el);
+        trace_free(t);
+    }
+    /* An encoder under tp 2 with offload (MemFerry's setting): balanced, heads halved. */
+    gen_config cb = config("bert-base", 512, 4, 2, 1, 1);
+    cb.attn_impl = GEN_ATTN_EAGER;
+    t = gen(&cb, mach);
+    w = t ? validate(t) : (walk){ .errors = 1 };
+    TAP_OK(t && w.errors == 0 && w.live_left == w.persistent &&
+           gen_layer_eager_attn_bytes(&cb) == 7ull * 4 * 6 * 512 * 512,
+           "eager bert-base tp=2 b=4: balanced, 7 x b x heads/tp x s^2 saved per layer");
+    trace_free(t);
+    /* What eager does not model is refused. */
+    gen_config bad = config("gpt2-medium", 1024, 1, 1, 2, 1);
+    bad.attn_impl = GEN_ATTN_EAGER;
+    ms_error_clear(&err);
+    TAP_OK(gen_validate(&bad, &err) == MS_ERR_UNSUPPORTED && strstr(err.msg, "cp"),
+           "eager with cp 2 refused: %s", err.msg);
+    bad = config("mistral-7b", 4096, 1, 1, 1, 1);
+    bad.attn_impl = GEN_ATTN_EAGER;
+    TAP_OK(gen_validate(&bad, &err) == MS_ERR_UNSUPPORTED && strstr(err.msg, "kv heads"),
+           "eager with grouped-query attention refused");
+    TAP_OK(gen_config_set(&bad, "attn_impl", "sdpa", &err) == MS_ERR_INVALID &&
+           strstr(err.msg, "attn_impl") && gen_config_set(&bad, "attn_dropout", "2", &err),
+           "attn_impl sdpa and attn_dropout 2 rejected by name");
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -1115,6 +1265,7 @@ int main(void)
     test_megatron_knobs(&m);
     test_roofline(&m);
     test_runtime_kernels(&m);
+    test_eager(&m);
     test_speed(&m);
     return tap_done();
 }
