@@ -82,6 +82,9 @@ typedef struct mf_ctx {
     int sens;                  /* sensitivity tables */
     int ds_overlap;            /* DeepSpeed with overlap_comm */
     const char *go_gran;       /* GO-MemFerry's go_granularity knob (NULL: the policy's) */
+    int attn_a100, attn_v100;  /* gen_attn of the A100 figures (9, 10(b), 12, 13) and of
+                                  Fig. 11: eager on the V100 (sm_70 runs no FlashAttention) */
+    int attn_now;              /* the one of the figure being run */
     int quiet;
     machine_profile *ma, *mv;
     /* metrics for the comparison */
@@ -124,11 +127,12 @@ static void progress(const mf_ctx *c, const char *fmt, const char *a, const char
 
 /* ---- one simulation ---- */
 
-static ms_status make_trace(const model_t *md, uint64_t seq, uint64_t batch, const machine_t *m,
-                            trace_t **t, ms_error *err)
+static ms_status make_trace(const mf_ctx *c, const model_t *md, uint64_t seq, uint64_t batch,
+                            const machine_t *m, trace_t **t, ms_error *err)
 {
     gen_config g;
     gen_config_default(&g);
+    g.attn_impl = c->attn_now;
     g.model = *md;
     g.seq = seq ? seq : md->default_seq;
     g.micro_batch = batch;
@@ -210,7 +214,7 @@ static ms_status run_all(mf_ctx *c, const char *model, uint64_t seq, uint64_t ba
     ms_status st = model_lookup(model, &md, err);
     if (st) return st;
     trace_t *t;
-    if ((st = make_trace(&md, seq, batch, m, &t, err))) return st;
+    if ((st = make_trace(c, &md, seq, batch, m, &t, err))) return st;
     for (int k = 0; k < MF_NMETH && !st; k++) {
         char path[512];
         if (plan_tag)
@@ -285,7 +289,7 @@ static ms_status go_after_bwd(mf_ctx *c, const char *model, uint64_t seq, uint64
     model_t md;
     trace_t *t;
     ms_status st = model_lookup(model, &md, err);
-    if (st || (st = make_trace(&md, seq, batch, m, &t, err))) return st;
+    if (st || (st = make_trace(c, &md, seq, batch, m, &t, err))) return st;
     st = run_method(c, t, m, M_GO, "update", "after_bwd", NULL, o, err);
     trace_free(t);
     if (!st) snprintf(o->r.policy, sizeof o->r.policy, "GO-MemFerry/after_bwd");
@@ -469,7 +473,7 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
         model_t md;
         trace_t *t = NULL;
         if ((st = model_lookup(FIG9[w].model, &md, err)) ||
-            (st = make_trace(&md, FIG9[w].seq, FIG9[w].batch, &m, &t, err)))
+            (st = make_trace(c, &md, FIG9[w].seq, FIG9[w].batch, &m, &t, err)))
             break;
         dha_model *dm;
         if (!st && (st = dha_model_new(t, &m, &dm, err)) == MS_OK) {
@@ -549,7 +553,7 @@ static ms_status fits(const mf_ctx *c, const model_t *shape, uint64_t layers,
     snprintf(md.name, sizeof md.name, "txl-scan-%" PRIu64, layers);
     *params = (double)model_params(&md);
     trace_t *t;
-    ms_status st = make_trace(&md, md.default_seq, 1, m, &t, err);
+    ms_status st = make_trace(c, &md, md.default_seq, 1, m, &t, err);
     if (st) return st;
     mf_run r;
     st = run_method(c, t, m, k, NULL, NULL, NULL, &r, err);
@@ -865,6 +869,9 @@ static void usage(FILE *f)
             "  --ds-overlap-comm 0|1  DeepSpeed's overlap_comm (default 1, as Hugging Face's and\n"
             "                         Lightning's ZeRO-2 configurations set it; 0: DeepSpeed's\n"
             "                         own default, gradient copies on the compute stream)\n"
+            "  --attn-a100 flash|eager  attention of Figs. 9, 10(b), 12, 13 (default flash)\n"
+            "  --attn-v100 flash|eager  attention of Fig. 11 (default eager: the V100, sm_70,\n"
+            "                         runs no FlashAttention; PyTorch 1.9's HF models are eager)\n"
             "  --no-sensitivity       skip the Adam-rate and batch sensitivity of Fig. 9\n"
             "  --quiet                no progress lines\n"
             "Exit status 1 when a checked comparison row misses the paper (summary.txt).\n");
@@ -908,6 +915,7 @@ static int parse_args(int argc, char **argv, mf_ctx *c)
         { "adam", required_argument, 0, 'A' },  { "batches", required_argument, 0, 'b' },
         { "reference", required_argument, 0, 'r' },
         { "ds-overlap-comm", required_argument, 0, 'O' },
+        { "attn-a100", required_argument, 0, 'x' }, { "attn-v100", required_argument, 0, 'y' },
         { "no-sensitivity", no_argument, 0, 'n' }, { "quiet", no_argument, 0, 'q' },
         { "help", no_argument, 0, 'h' },        { 0, 0, 0, 0 }
     };
@@ -928,6 +936,16 @@ static int parse_args(int argc, char **argv, mf_ctx *c)
             fprintf(stderr, "memsim memferry: --ds-overlap-comm %s: expected 0 or 1\n", optarg);
             return -1;
         case 'q': c->quiet = 1; break;
+        case 'x':
+        case 'y':
+            if (!strcmp(optarg, "flash") || !strcmp(optarg, "eager")) {
+                *(ch == 'x' ? &c->attn_a100 : &c->attn_v100) =
+                    optarg[0] == 'e' ? GEN_ATTN_EAGER : GEN_ATTN_FLASH;
+                break;
+            }
+            fprintf(stderr, "memsim memferry: --attn-%s %s: expected flash or eager\n",
+                    ch == 'x' ? "a100" : "v100", optarg);
+            return -1;
         case 'h': usage(stdout); return -2;
         case 'f':
             if (parse_figs(optarg, &c->figs) == 0) break;
@@ -956,10 +974,13 @@ static int parse_args(int argc, char **argv, mf_ctx *c)
 static ms_status run_figs(mf_ctx *c, ms_error *err)
 {
     ms_status st = MS_OK;
+    c->attn_now = c->attn_a100;
     if (c->figs & (1u << 9)) st = fig9(c, err);
     if (!st && c->sens && (c->figs & (1u << 9))) st = fig9_sensitivity(c, err);
     if (!st && (c->figs & (1u << 10))) st = fig10b(c, err);
+    c->attn_now = c->attn_v100;
     if (!st && (c->figs & (1u << 11))) st = fig11(c, err);
+    c->attn_now = c->attn_a100;
     if (!st && (c->figs & (1u << 13))) st = fig13(c, err);
     return st;
 }
@@ -975,6 +996,8 @@ int cmd_memferry(int argc, char **argv)
     c->adam_single = 8e9;
     c->sens = 1;
     c->ds_overlap = 1;
+    c->attn_a100 = GEN_ATTN_FLASH;
+    c->attn_v100 = GEN_ATTN_EAGER;
     parse_figs("all", &c->figs);
     int pa = parse_args(argc, argv, c);
     if (pa) {
