@@ -687,19 +687,28 @@ static void test_failures(void)
     sched_free(s);
 }
 
+/* The h200-sxm profile and a small generated workload's config (model dims, seq, micro-batch
+ * 1, the generator's defaults otherwise); 0 (one failed check) when the profile is missing. */
+static int small_workload(const char *dims, uint64_t seq, machine_profile **mp, gen_config *c)
+{
+    ms_error err;
+    if (machine_load_named("h200-sxm", mp, &err) != MS_OK) {
+        TAP_OK(0, "load h200-sxm: %s", err.msg);
+        return 0;
+    }
+    gen_config_default(c);
+    if (model_lookup(dims, &c->model, &err) != MS_OK) abort();
+    c->seq = seq;
+    return 1;
+}
+
 /* A generated workload through planning and lowering, every allocator. */
 static void test_generated(void)
 {
     machine_profile *mp;
     ms_error err;
-    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
-        TAP_OK(0, "load h200-sxm: %s", err.msg);
-        return;
-    }
     gen_config c;
-    gen_config_default(&c);
-    if (model_lookup("dims:2,256,4,1024,1000", &c.model, &err) != MS_OK) abort();
-    c.seq = 512;
+    if (!small_workload("dims:2,256,4,1024,1000", 512, &mp, &c)) return;
     c.iterations = 2;
     trace_t *t = NULL;
     ms_status st = gen_trace(&c, &mp->m, &t, &err);
@@ -822,14 +831,8 @@ static void test_record(void)
 {
     machine_profile *mp;
     ms_error err;
-    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
-        TAP_OK(0, "load h200-sxm: %s", err.msg);
-        return;
-    }
     gen_config c;
-    gen_config_default(&c);
-    if (model_lookup("dims:2,256,4,1024,1000", &c.model, &err) != MS_OK) abort();
-    c.seq = 512;
+    if (!small_workload("dims:2,256,4,1024,1000", 512, &mp, &c)) return;
     c.iterations = 3;
     trace_t *t = NULL;
     ms_status st = gen_trace(&c, &mp->m, &t, &err);
@@ -1206,14 +1209,8 @@ static void test_rb_operands(void)
 {
     machine_profile *mp;
     ms_error err;
-    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
-        TAP_OK(0, "load h200-sxm: %s", err.msg);
-        return;
-    }
     gen_config c;
-    gen_config_default(&c);
-    if (model_lookup("dims:2,256,4,1024,1000", &c.model, &err) != MS_OK) abort();
-    c.seq = 512;
+    if (!small_workload("dims:2,256,4,1024,1000", 512, &mp, &c)) return;
     c.iterations = 2;
     trace_t *t = NULL;
     plan_t *p = NULL;
@@ -1454,15 +1451,9 @@ static void test_partial_replay(void)
 {
     machine_profile *mp;
     ms_error err;
-    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
-        TAP_OK(0, "load h200-sxm: %s", err.msg);
-        return;
-    }
     gen_config c;
-    gen_config_default(&c);
     /* the shape tests/test_rt_partial runs on the GPU: T = 128 x 2 token rows */
-    if (model_lookup("dims:2,128,2,512,512", &c.model, &err) != MS_OK) abort();
-    c.seq = 128;
+    if (!small_workload("dims:2,128,2,512,512", 128, &mp, &c)) return;
     c.micro_batch = 2;
     c.iterations = 2;
     c.grad_bytes = 4;
@@ -1688,14 +1679,8 @@ static void test_dha(void)
 {
     machine_profile *mp;
     ms_error err;
-    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
-        TAP_OK(0, "load h200-sxm: %s", err.msg);
-        return;
-    }
     gen_config c;
-    gen_config_default(&c);
-    if (model_lookup("dims:2,128,2,512,512", &c.model, &err) != MS_OK) abort();
-    c.seq = 128;
+    if (!small_workload("dims:2,128,2,512,512", 128, &mp, &c)) return;
     c.micro_batch = 2;
     c.iterations = 3;
     c.grad_bytes = 4;
@@ -1868,14 +1853,8 @@ static void test_verify_swaps(void)
     /* generated plans: memo's gathered row pieces (alpha 0.75) and full-swap */
     machine_profile *mp;
     ms_error err;
-    if (machine_load_named("h200-sxm", &mp, &err) != MS_OK) {
-        TAP_OK(0, "load h200-sxm: %s", err.msg);
-        return;
-    }
     gen_config c;
-    gen_config_default(&c);
-    if (model_lookup("dims:2,128,2,512,512", &c.model, &err) != MS_OK) abort();
-    c.seq = 128;
+    if (!small_workload("dims:2,128,2,512,512", 128, &mp, &c)) return;
     c.micro_batch = 2;
     c.iterations = 2;
     c.grad_bytes = 4;
