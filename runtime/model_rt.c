@@ -1399,6 +1399,27 @@ rt_status mrt_ops_run_rows(mrt_ops *o, void *stream, const trace_op *op, const u
     return bad_trace(why);
 }
 
+static rt_status compute_hook(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
+                              const uint64_t *out)
+{
+    return mrt_ops_run(ctx, stream, op, in, out);
+}
+
+static void iter_hook(void *ctx, int iter) { mrt_ops_set_iter(ctx, iter); }
+
+void mrt_ops_exec_hooks(mrt_ops *o, rt_exec_opts *x)
+{
+    x->compute = compute_hook;
+    x->set_iter = iter_hook;
+    x->compute_rows = mrt_ops_rows_hook;
+    x->token_rows = mrt_ops_token_rows_hook;
+    x->host_init = mrt_ops_host_init_hook;
+    x->host_prepare = mrt_ops_host_prepare_hook;
+    x->host_compute = mrt_ops_host_compute_hook;
+    x->compute_ctx = o;
+    x->spin_credit = 0;
+}
+
 rt_status mrt_ops_rows_hook(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
                             const uint64_t *out, const uint8_t *in_part,
                             const uint8_t *out_part, double frac)

@@ -18,6 +18,7 @@
 #include "planners/schedule.h"
 #include "runtime/kernels.h"
 #include "runtime/rt_check.h"
+#include "runtime/rt_exec.h"
 #include "traces/trace.h"
 
 #ifdef __cplusplus
@@ -128,6 +129,10 @@ int mrt_ops_host_prepare_hook(void *ctx, const trace_op *op, uint64_t *ids, size
                               int64_t *tag);
 rt_status mrt_ops_host_compute_hook(void *ctx, const trace_op *op, int64_t tag,
                                     const uint64_t *addr, const uint64_t *bytes, size_t n);
+/* Sets every real-kernel hook of the executor to this dispatcher (ctx o): each compute
+ * action's op (mrt_ops_run), iteration marks, token-row replays, host-resident operands and
+ * host optimizer steps; no spin credit. The one wiring memsim run and the GPU tests share. */
+void mrt_ops_exec_hooks(mrt_ops *o, rt_exec_opts *x);
 /* Mean loss of iterations 0 .. n-1 (waits for the device). */
 rt_status mrt_ops_losses(mrt_ops *o, float *host, int n);
 

@@ -681,10 +681,6 @@ static int write_record(const run_args *a, const rt_gpu_info *g, const trace_t *
 }
 
 /* Runs the schedule on the GPU and reports; returns the exit status. */
-static rt_status real_compute(void *ctx, void *stream, const trace_op *op,
-                              const uint64_t *in_addr, const uint64_t *out_addr);
-static void real_set_iter(void *ctx, int iter);
-
 static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
                    const plan_t *plan, const trace_t *t, const schedule_t *s)
 {
@@ -745,18 +741,9 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
             mc.adam.lr = (float)a->lr;
             mrt_ops_set_adam(ops, &mc.adam);
         }
-        o.compute = real_compute;
-        o.set_iter = real_set_iter;
-        o.compute_ctx = ops;
+        mrt_ops_exec_hooks(ops, &o);
         o.rb_map = rbm;
-        o.compute_rows = mrt_ops_rows_hook;
-        o.token_rows = mrt_ops_token_rows_hook;
-        /* DHA and host-optimizer plans: kernels on mapped host memory, host AdamW */
-        o.host_init = mrt_ops_host_init_hook;
-        o.host_prepare = mrt_ops_host_prepare_hook;
-        o.host_compute = mrt_ops_host_compute_hook;
         o.plan = plan;
-        o.spin_credit = 0;
     }
     rt_exec_result r;
     rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
@@ -804,14 +791,6 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
 
 /* ---- --math real ---- */
 
-/* Adapters from the executor's real-kernel hook to the op dispatcher (model_rt.h). */
-static rt_status real_compute(void *ctx, void *stream, const trace_op *op,
-                              const uint64_t *in_addr, const uint64_t *out_addr)
-{
-    return mrt_ops_run(ctx, stream, op, in_addr, out_addr);
-}
-
-static void real_set_iter(void *ctx, int iter) { mrt_ops_set_iter(ctx, iter); }
 
 /* The model's shape for the real kernels: the GPT layer model_rt.h implements. */
 static int real_model(const run_args *a, model_t *md)

@@ -27,13 +27,6 @@
 
 #define ITERS 3
 
-static rt_status hook_run(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
-                          const uint64_t *out)
-{
-    return mrt_ops_run((mrt_ops *)ctx, stream, op, in, out);
-}
-
-static void hook_iter(void *ctx, int iter) { mrt_ops_set_iter((mrt_ops *)ctx, iter); }
 
 typedef struct outcome {
     int ok;
@@ -63,14 +56,8 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         rt_exec_opts o;
         rt_exec_opts_default(&o);
         o.trace = t;
-        o.compute = hook_run;
-        o.set_iter = hook_iter;
-        o.host_init = mrt_ops_host_init_hook;
-        o.host_prepare = mrt_ops_host_prepare_hook;
-        o.host_compute = mrt_ops_host_compute_hook;
+        mrt_ops_exec_hooks(ops, &o);
         o.plan = plan;
-        o.compute_ctx = ops;
-        o.spin_credit = 0;
         o.max_ahead = 8;
         st = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
         oc.ok = st == RT_OK && r.outcome == RTX_OK;

@@ -28,13 +28,6 @@
 
 #define ITERS 3
 
-static rt_status hook_run(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
-                          const uint64_t *out)
-{
-    return mrt_ops_run((mrt_ops *)ctx, stream, op, in, out);
-}
-
-static void hook_iter(void *ctx, int iter) { mrt_ops_set_iter((mrt_ops *)ctx, iter); }
 
 /* memo's plan shape at a fixed alpha: every skeletal activation of a layer swapped, the
  * layer input and attention's outputs whole, the rest with alpha; rounding buffers, fresh
@@ -97,14 +90,9 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         rt_exec_opts o;
         rt_exec_opts_default(&o);
         o.trace = t;
-        o.compute = hook_run;
-        o.set_iter = hook_iter;
-        o.compute_rows = mrt_ops_rows_hook;
-        o.token_rows = mrt_ops_token_rows_hook;
+        mrt_ops_exec_hooks(ops, &o);
         o.plan = plan;
-        o.compute_ctx = ops;
         o.rb_map = rbm;
-        o.spin_credit = 0;
         o.max_ahead = 8;
         o.verify_swaps = 1;
         st = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
