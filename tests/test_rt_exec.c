@@ -1394,6 +1394,23 @@ static int rhook_token_rows(void *ctx, uint64_t id, unsigned *arrays, uint64_t *
     return 1;
 }
 
+/* Executor options with the row-range hooks on h (reset, replaying frac of the rows). */
+static void rhook_opts(rhook *h, const trace_t *t, double frac, const plan_t *p,
+                       const lower_rb_map *m, rt_exec_opts *o)
+{
+    memset(h, 0, sizeof *h);
+    h->t = t;
+    h->frac = frac;
+    rt_exec_opts_default(o);
+    o->trace = t;
+    o->compute = rhook_compute;
+    o->compute_rows = rhook_rows;
+    o->token_rows = rhook_token_rows;
+    o->plan = p;
+    o->compute_ctx = h;
+    o->rb_map = m;
+}
+
 static plan_t *partial_plan(const trace_t *t, double alpha)
 {
     plan_t *p = plan_new("memo", "caching");
@@ -1484,22 +1501,12 @@ static void test_partial_replay(void)
                st == MS_OK ? "" : err.msg);
         if (st != MS_OK) goto next;
         rhook h;
-        memset(&h, 0, sizeof h);
-        h.t = t;
-        h.frac = 1 - alphas[ai];
+        rt_exec_opts o;
+        rhook_opts(&h, t, 1 - alphas[ai], p, m, &o);
         fdev f;
         fbe b;
         fdev_init(&f);
         fbe_init(&b, 8ULL << 30);
-        rt_exec_opts o;
-        rt_exec_opts_default(&o);
-        o.trace = t;
-        o.compute = rhook_compute;
-        o.compute_rows = rhook_rows;
-        o.token_rows = rhook_token_rows;
-        o.plan = p;
-        o.compute_ctx = &h;
-        o.rb_map = m;
         rt_exec_result r;
         rt_status rs = run(s, &o, &f, &b, &r);
         TAP_OK(rs == RT_OK && r.outcome == RTX_OK && h.rows == (long)n_partial &&
@@ -1569,22 +1576,12 @@ static void test_partial_replay(void)
         st = lower_schedule(t, p, &mp->m, NULL, &s, &err);
         if (st == MS_OK) st = lower_rb_map_new(t, p, &m, &err);
         rhook h;
-        memset(&h, 0, sizeof h);
-        h.t = t;
-        h.frac = 0.7;
+        rt_exec_opts o;
+        rhook_opts(&h, t, 0.7, p, m, &o);
         fdev f;
         fbe b;
         fdev_init(&f);
         fbe_init(&b, 8ULL << 30);
-        rt_exec_opts o;
-        rt_exec_opts_default(&o);
-        o.trace = t;
-        o.compute = rhook_compute;
-        o.compute_rows = rhook_rows;
-        o.token_rows = rhook_token_rows;
-        o.plan = p;
-        o.compute_ctx = &h;
-        o.rb_map = m;
         rt_exec_result r;
         rt_status rs = st == MS_OK ? run(s, &o, &f, &b, &r) : RT_ERR_INVALID;
         TAP_OK(st == MS_OK && rs != RT_OK && r.outcome == RTX_ERROR &&
@@ -1873,20 +1870,10 @@ static void test_verify_swaps(void)
             TAP_OK(0, "verify_swaps: plan %d lowered: %s", k, err.msg);
         } else {
             rhook h;
-            memset(&h, 0, sizeof h);
-            h.t = t;
-            h.frac = 0.25;
+            rhook_opts(&h, t, 0.25, p, m, &o);
             fdev_init(&f);
             fdev_sums_on(&f, 0);
             fbe_init(&b, 8ULL << 30);
-            rt_exec_opts_default(&o);
-            o.trace = t;
-            o.compute = rhook_compute;
-            o.compute_rows = rhook_rows;
-            o.token_rows = rhook_token_rows;
-            o.plan = p;
-            o.compute_ctx = &h;
-            o.rb_map = m;
             o.verify_swaps = 1;
             st = run(gs, &o, &f, &b, &r);
             size_t n_h2d = 0;
