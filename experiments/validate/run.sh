@@ -49,6 +49,9 @@ AWK=$here/compare.awk
 DIMS=24,2048,16,8192,50304
 ITERS=3
 MAX_AHEAD=8
+# The simulator's options in `compare`: the host issue model at the runtime's bound, unless
+# VALIDATE_SIM_OPTS says otherwise (set and empty: the stream-time model).
+SIM_OPTS=${VALIDATE_SIM_OPTS---issue-ahead $MAX_AHEAD}
 
 die() { echo "run.sh: $*" >&2; exit 2; }
 
@@ -287,7 +290,7 @@ cmd_compare() {
         fi
         # shellcheck disable=SC2046
         "$MEMSIM" simulate --machine "$prof" $(workload_args "$seq" "$math" "$tf") \
-            $(policy_args "$pol" "$alloc" "$pf") ${VALIDATE_SIM_OPTS---issue-ahead $MAX_AHEAD} --csv "$sim/$id.csv" \
+            $(policy_args "$pol" "$alloc" "$pf") $SIM_OPTS --csv "$sim/$id.csv" \
             --schedule "$sim/$id.sched" --quiet
         # The simulator must execute the schedule the GPU executed (same generator, planner and
         # lowering): a build that changed between the two runs shows here.
@@ -315,7 +318,7 @@ cmd_compare() {
             fi
             # shellcheck disable=SC2046
             "$MEMSIM" simulate --machine "$prof" --trace "$ct" $(policy_args "$pol" "$alloc" "$pf") \
-                ${VALIDATE_SIM_OPTS---issue-ahead $MAX_AHEAD} --csv "$sim/$id.cal.csv" --quiet
+                $SIM_OPTS --csv "$sim/$id.cal.csv" --quiet
             args+=(kind=cal id="$id" "$sim/$id.cal.csv")
         fi
         n=$((n + 1))
@@ -332,7 +335,7 @@ cmd_compare() {
     fi
     local report=$sim/report.md
     awk -f "$AWK" -v mode=report -v dims="$DIMS" -v iters="$ITERS" -v machine="$machine" \
-        -v simopts="${VALIDATE_SIM_OPTS---issue-ahead $MAX_AHEAD}" "${args[@]}" > "$report"
+        -v simopts="$SIM_OPTS" "${args[@]}" > "$report"
     cat "$report"
     if [ "$doc" = 1 ]; then
         local docf=$root/docs/VALIDATION.md
