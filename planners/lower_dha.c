@@ -94,6 +94,17 @@ static int is_grad(const dha_model *d, uint64_t id, size_t *ix)
     return x && x->cls == TC_GRAD;
 }
 
+/* Whether op reads a parameter (a kernel that writes a gradient without reading one makes
+ * the dense gradient of an embedding table). */
+static int reads_param(const dha_model *d, const trace_op *op)
+{
+    for (uint32_t i = 0; i < op->n_in; i++) {
+        size_t ix;
+        if (is_param(d, op->in[i], &ix)) return 1;
+    }
+    return 0;
+}
+
 /* Bytes a kernel reads of parameter P over DHA: an embedding lookup gathers only the rows
  * it needs (at most its output's size per table); other kernels read the tensor once. */
 static uint64_t dha_read_bytes(const trace_op *op, uint64_t pbytes)
@@ -131,15 +142,28 @@ static uint64_t acc_bytes(const dha_model *d, const trace_op *op, uint64_t gbyte
     return w;
 }
 
-/* Standalone time of an accumulate kernel reading and writing b bytes of host memory. */
+/* Bytes of an accumulate of b bytes that move one way only: a streaming kernel keeps about
+ * one wave in flight (dha.inflight_bytes), so its first reads go out before any write and
+ * its last writes drain after the last read; only the rest overlaps both ways. Measured on
+ * an H200 (experiments/memferry/go_probe.py): `grad += new` into mapped host memory moves
+ * 27 GB/s of gradient up to 2 MB, 29 at 4 MB, 38 at 16 MB, 42 at 128 MB. */
+static uint64_t acc_one_way_bytes(const machine_t *m, uint64_t b)
+{
+    if (!m || !(m->dha_inflight_bytes > 0)) return 0;
+    return (double)b < m->dha_inflight_bytes ? b : (uint64_t)m->dha_inflight_bytes;
+}
+
+/* Standalone time of an accumulate kernel reading and writing b bytes of host memory: its
+ * one-way bytes read then written, the rest at the slower of read, write and duplex. */
 static double acc_us(const machine_t *m, uint64_t b)
 {
     if (!m || !(m->dha_read_Bps > 0) || !(m->dha_write_Bps > 0)) return 0;
     double e = m->dha_other_eff > 0 ? m->dha_other_eff : 1;
-    double t = (double)b / (m->dha_read_Bps * e), tw = (double)b / (m->dha_write_Bps * e);
-    if (tw > t) t = tw;
-    if (m->link_duplex_Bps > 0 && 2.0 * (double)b / m->link_duplex_Bps > t)
-        t = 2.0 * (double)b / m->link_duplex_Bps;
+    double rd = 1.0 / (m->dha_read_Bps * e), wr = 1.0 / (m->dha_write_Bps * e);
+    double both = rd > wr ? rd : wr;
+    if (m->link_duplex_Bps > 0 && 2.0 / m->link_duplex_Bps > both) both = 2.0 / m->link_duplex_Bps;
+    uint64_t s = acc_one_way_bytes(m, b);
+    double t = (double)s * (rd + wr) + (double)(b - s) * both;
     return t * 1e6 + (m->gpu_kernel_launch_us > 0 ? m->gpu_kernel_launch_us : 0);
 }
 
@@ -547,6 +571,21 @@ static void share_cost(dha_model *d, const trace_op *op, size_t g, double extra,
     }
 }
 
+/* For every gradient buffer, the record of the last backward op writing it in records
+ * [beg, end) (SIZE_MAX: none). */
+static void last_writers(const dha_model *d, size_t beg, size_t end, size_t *last_w)
+{
+    for (size_t i = 0; i < d->nt; i++) last_w[i] = SIZE_MAX;
+    for (size_t i = beg; i < end; i++) {
+        const trace_rec *r = trace_get(d->t, i);
+        if (r->type != TR_OP || r->u.op.phase != TP_BWD || d->unit[i] < 0) continue;
+        for (uint32_t k = 0; k < r->u.op.n_out; k++) {
+            size_t ix;
+            if (is_grad(d, r->u.op.out[k], &ix)) last_w[ix] = i;
+        }
+    }
+}
+
 /* Pass 4 (first iteration): sizes, Adam times and the standalone profile. */
 static void profile(dha_model *d)
 {
@@ -573,6 +612,8 @@ static void profile(dha_model *d)
     }
     size_t beg, end;
     first_iteration(d, &beg, &end);
+    size_t *last_w = calloc(d->nt ? d->nt : 1, sizeof *last_w);
+    if (last_w) last_writers(d, beg, end, last_w);
     for (size_t i = beg; i < end; i++) {
         const trace_rec *r = trace_get(d->t, i);
         if (r->type != TR_OP) continue;
@@ -618,7 +659,11 @@ static void profile(dha_model *d)
             double weff = dha_eff_of(m, op, reads);
             double tw = wr_Bps > 0 ? (double)wb / (wr_Bps * weff) * 1e6 : 0;
             double ex = (tw > dur ? tw : dur) - dur, exd = (tw > tdha ? tw : tdha) - tdha;
-            double ac = acc_us(m, acc_bytes(d, op, d->tens[ix].bytes));
+            /* a contribution that waits for the table's dense gradient is accumulated
+             * with it, once (lower_op) */
+            int wait = last_w && last_w[ix] != SIZE_MAX && last_w[ix] != i &&
+                       !reads_param(d, &trace_get(d->t, last_w[ix])->u.op);
+            double ac = wait ? 0 : acc_us(m, acc_bytes(d, op, d->tens[ix].bytes));
             o->t_gw_extra_us += ex;
             o->t_gw_extra_dha_us += exd;
             o->t_gw_acc_us += ac;
@@ -632,6 +677,7 @@ static void profile(dha_model *d)
         double gb = (double)trace_meta_u64(d->t, "grad_bytes", 2);
         u->adam_us = (double)u->grad_bytes / (gb > 0 ? gb : 2) / m->host_adam_params_per_s * 1e6;
     }
+    free(last_w);
 }
 
 ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, ms_error *err)
@@ -681,6 +727,11 @@ typedef struct ltens {
     size_t last_bwd_read; /* this iteration: last backward op reading it on the GPU */
     size_t last_bwd_write;/* this iteration: last backward op writing it (gradient) */
     int written;          /* gradient written in this iteration's backward */
+    int dense_last;       /* gradient: its last backward writer reads no parameter (an
+                             embedding's dense table gradient): earlier contributions are
+                             the same leaf's (a tied LM head) and wait for it */
+    uint64_t held_bytes;  /* gradient: contributions waiting in AccumulateGrad's input
+                             buffer on the GPU (PyTorch sums a leaf's gradients first) */
 } ltens;
 
 typedef struct lw {
@@ -988,7 +1039,8 @@ static void scan_iteration(lw *w, size_t a)
     for (size_t i = 0; i < d->nu; i++) w->last_fwd[i] = SIZE_MAX;
     for (size_t i = 0; i < d->nt; i++) {
         w->lt[i].last_bwd_read = w->lt[i].last_bwd_write = SIZE_MAX;
-        w->lt[i].written = 0;
+        w->lt[i].written = w->lt[i].dense_last = 0;
+        w->lt[i].held_bytes = 0;
     }
     w->has_next = 0;
     for (size_t i = a + 1; i < d->nrec; i++) {
@@ -1012,6 +1064,7 @@ static void scan_iteration(lw *w, size_t a)
             if (is_grad(d, op->out[k], &ix)) {
                 w->lt[ix].last_bwd_write = i;
                 w->lt[ix].written = 1;
+                w->lt[ix].dense_last = !reads_param(d, op);
             }
         }
     }
@@ -1310,6 +1363,71 @@ static double host_share(const lw *w, const trace_op *op, size_t g)
     return all ? (double)host / (double)all : 0;
 }
 
+/* Whether op's contribution to gradient buffer g waits in AccumulateGrad's input buffer:
+ * PyTorch's engine sums every gradient of a leaf before it calls AccumulateGrad once, so a
+ * tied LM head's weight gradient waits on the GPU for the embedding's dense table gradient,
+ * the buffer's last writer, and the two are accumulated (into a host gradient: over DHA)
+ * once. DeepSpeed's re-allocated gradients and fused host writes keep their own paths. */
+static int waits_for_dense(const lw *w, const trace_op *op, size_t g, size_t ri)
+{
+    const ltens *x = &w->lt[g];
+    return op->phase == TP_BWD && !x->realloc && !w->fused_write && x->dense_last &&
+           x->last_bwd_write != ri && x->last_bwd_write != SIZE_MAX;
+}
+
+/* The synthetic id of gradient buffer g's waiting contributions. */
+static uint64_t held_id(size_t g) { return dha_synth_id(8u + (unsigned)g); }
+
+static ms_status hold_contribution(lw *w, size_t g, uint64_t bytes)
+{
+    ltens *x = &w->lt[g];
+    /* one input buffer per leaf: a further contribution is summed into it */
+    if (!x->held_bytes && bytes) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, held_id(g), bytes));
+    x->held_bytes += bytes;
+    return MS_OK;
+}
+
+/* After the last writer of a buffer with waiting contributions: the input buffer is free. */
+static ms_status release_held(lw *w, const trace_op *op, size_t ri)
+{
+    for (uint32_t k = 0; k < op->n_out; k++) {
+        size_t ix;
+        if (!is_grad(w->d, op->out[k], &ix)) continue;
+        ltens *x = &w->lt[ix];
+        if (!x->held_bytes || x->last_bwd_write != ri) continue;
+        TRY(put_t(w, SA_FREE, SS_COMPUTE, held_id(ix), 0));
+        x->held_bytes = 0;
+    }
+    return MS_OK;
+}
+
+/* AccumulateGrad's kernel adding an acc-byte GPU temporary into host gradients: it reads and
+ * writes them over DHA. Its one-way bytes (acc_one_way_bytes) are read before any write and
+ * written after the last read; the rest reads and writes at once. One action per phase,
+ * the launch on the first, the temporary's HBM read spread over the reading phases. */
+static ms_status put_accumulate(lw *w, const trace_op *op, uint64_t acc)
+{
+    const machine_t *m = w->m;
+    double bw = m->gpu_hbm_Bps * (m->gpu_mem_eff > 0 ? m->gpu_mem_eff : 1);
+    double launch = m->gpu_kernel_launch_us > 0 ? m->gpu_kernel_launch_us : 0;
+    uint64_t s = acc_one_way_bytes(m, acc), mid = acc - s;
+    const uint64_t rd[3] = { s, mid, 0 }, wr[3] = { 0, mid, s };
+    int first = 1;
+    for (int i = 0; i < 3; i++) {
+        if (!rd[i] && !wr[i]) continue;
+        sched_action g = act(SA_COMPUTE, SS_COMPUTE);
+        g.dur_us = (first ? launch : 0) + (bw > 0 ? (double)rd[i] / bw * 1e6 : 0);
+        g.host_read_bytes = rd[i];
+        g.host_write_bytes = wr[i];
+        g.dha_eff = m->dha_other_eff;
+        g.layer = op->layer;
+        g.phase = TP_BWD;
+        TRY(put(w, &g));
+        first = 0;
+    }
+    return MS_OK;
+}
+
 /* One trace op inside an iteration. */
 static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
 {
@@ -1334,6 +1452,10 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
         if (!is_grad(d, op->out[k], &ix)) continue;
         ltens *x = &w->lt[ix];
         gall += d->tens[ix].bytes;
+        if (waits_for_dense(w, op, ix, ri)) {
+            TRY(hold_contribution(w, ix, acc_bytes(d, op, d->tens[ix].bytes)));
+            continue;
+        }
         if (x->host_grad) {
             if (op->phase == TP_BWD && w->fused_write) wr += dha_write_bytes(d, op, d->tens[ix].bytes);
             else if (op->phase == TP_BWD) acc += acc_bytes(d, op, d->tens[ix].bytes);
@@ -1366,19 +1488,10 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
     if (acc) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(3), acc));
     TRY(put(w, &a));
     if (acc) {
-        const machine_t *m = w->m;
-        sched_action g = act(SA_COMPUTE, SS_COMPUTE);
-        double bw = m->gpu_hbm_Bps * (m->gpu_mem_eff > 0 ? m->gpu_mem_eff : 1);
-        g.dur_us = (m->gpu_kernel_launch_us > 0 ? m->gpu_kernel_launch_us : 0) +
-                   (bw > 0 ? (double)acc / bw * 1e6 : 0);
-        g.host_read_bytes = acc;
-        g.host_write_bytes = acc;
-        g.dha_eff = m->dha_other_eff;
-        g.layer = op->layer;
-        g.phase = TP_BWD;
-        TRY(put(w, &g));
+        TRY(put_accumulate(w, op, acc));
         TRY(put_t(w, SA_FREE, SS_COMPUTE, dha_synth_id(3), 0));
     }
+    TRY(release_held(w, op, ri));
     /* after the op */
     if (op->phase == TP_FWD && u >= 0 && w->last_fwd[u] == ri && w->mode[u] == PM_DFGB)
         TRY(dfgb_load(w, u));

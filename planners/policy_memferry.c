@@ -315,8 +315,20 @@ static void go_items_free(go_items *g)
     free(g->keep);
 }
 
-static ms_status go_items_of(const dha_model *d, const plan_pmode *mode, int modules, int fused,
-                             go_items *g)
+/* go_gain=copy: an item of the unit whose backward runs last (the embedding) kept on the
+ * GPU still has its gradient copied to the host for the host Adam, and nothing after that
+ * backward hides the copy: its gain is the write cost less that copy. Every other unit's
+ * copy overlaps the backward of the units after it. */
+static double exposed_copy_us(const dha_model *d, const machine_t *m, int32_t layer,
+                              uint64_t bytes)
+{
+    int32_t last = dha_model_unit(d, 0)->layer;
+    if (layer != last || !m || !(m->link_d2h_Bps > 0)) return 0;
+    return (double)bytes / m->link_d2h_Bps * 1e6;
+}
+
+static ms_status go_items_of(const dha_model *d, const machine_t *mach, const plan_pmode *mode,
+                             int modules, int fused, int copy_aware, go_items *g)
 {
     size_t n = modules ? dha_model_modules(d) : dha_model_units(d);
     memset(g, 0, sizeof *g);
@@ -343,6 +355,7 @@ static ms_status go_items_of(const dha_model *d, const plan_pmode *mode, int mod
             g->layer[i] = u->layer;
         }
         g->gain[i] = !fused ? acc : mode[g->layer[i] + 1] == PM_DHA ? exd : ex;
+        if (copy_aware) g->gain[i] -= exposed_copy_us(d, mach, g->layer[i], g->bytes[i]);
     }
     return MS_OK;
 }
@@ -434,6 +447,10 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
         return ms_fail(err, MS_ERR_INVALID, "%s: knob go_granularity=%s: expected module or "
                        "unit", who, gg);
     modules = !gg || !strcmp(gg, "module");
+    const char *gn = pol_knob_get(o, "go_gain");
+    if (gn && strcmp(gn, "paper") && strcmp(gn, "copy"))
+        return ms_fail(err, MS_ERR_INVALID, "%s: knob go_gain=%s: expected paper or copy", who, gn);
+    int copy_aware = gn && !strcmp(gn, "copy");
     dha_model *d;
     ms_error e2;
     if ((st = dha_model_new(t, m, &d, &e2))) return ms_fail(err, st, "%s: %s", who, e2.msg);
@@ -452,7 +469,7 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
         if (dfgb) made = mf_dfgb_greedy(pr, n, mode);
     }
     if (!st && reserve >= 0) {
-        if ((st = go_items_of(d, mode, modules, fused, &g)))
+        if ((st = go_items_of(d, m, mode, modules, fused, copy_aware, &g)))
             st = ms_fail(err, st, "out of memory");
         else if ((st = go_choose(&g, reserve, &kept, &go_cost)))
             st = ms_fail(err, st, "%s: the gradient dynamic program failed (%s)", who,
@@ -516,7 +533,8 @@ static ms_status plan_go_memferry(const trace_t *t, const machine_t *m, const po
     "choice, default 1); grad_write=accumulate|fused; lowering: update, param_load"
 #define GO_KNOBS                                                                          \
     "go_granularity=module|unit (the dynamic program's items: PyTorch modules as in the " \
-    "paper, default, or whole units); "
+    "paper, default, or whole units); go_gain=paper|copy (an item's gain: T_GBP - T_CBP " \
+    "as in the paper, default, or less the GPU gradient copy no later backward hides); "
 
 const pol_policy pol_memferry = {
     "memferry",

@@ -82,6 +82,7 @@ typedef struct mf_ctx {
     int sens;                  /* sensitivity tables */
     int ds_overlap;            /* DeepSpeed with overlap_comm */
     const char *go_gran;       /* GO-MemFerry's go_granularity knob (NULL: the policy's) */
+    const char *go_gain;       /* GO-MemFerry's go_gain knob (NULL: the policy's) */
     int attn_a100, attn_v100;  /* gen_attn of the A100 figures (9, 10(b), 12, 13) and of
                                   Fig. 11: eager on the V100 (sm_70 runs no FlashAttention) */
     int attn_now;              /* the one of the figure being run */
@@ -162,11 +163,12 @@ static ms_status run_method(const mf_ctx *c, const trace_t *t, const machine_t *
                             ms_error *err)
 {
     memset(o, 0, sizeof *o);
-    pol_knob kn[4];
+    pol_knob kn[5];
     size_t nk = 0;
     if (METHODS[k].key) kn[nk++] = (pol_knob){ METHODS[k].key, METHODS[k].value };
     if (k == M_DS) kn[nk++] = (pol_knob){ "overlap_comm", c->ds_overlap ? "1" : "0" };
     if (k == M_GO && c->go_gran) kn[nk++] = (pol_knob){ "go_granularity", c->go_gran };
+    if (k == M_GO && c->go_gain) kn[nk++] = (pol_knob){ "go_gain", c->go_gain };
     if (xk) kn[nk++] = (pol_knob){ xk, xv };
     pol_opts po;
     pol_opts_default(&po);
@@ -453,6 +455,15 @@ static int curve_convex(const double *T)
     return 1;
 }
 
+/* Non-increasing within the same tolerance. */
+static int curve_decreasing(const double *T)
+{
+    double tol = 0.005 * T[0];
+    for (int i = 1; i < MF_NRES; i++)
+        if (!(T[i] <= T[i - 1] + tol)) return 0;
+    return 1;
+}
+
 static double curve_bend(const double *T)
 {
     int h = MF_NRES / 2;
@@ -463,11 +474,13 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
 {
     machine_t m = c->ma->m;
     m.host_adam_params_per_s = c->adam_single;
-    /* [0]: module items (the paper's, the default), [1]: unit items */
-    static const char *GRAN[2] = { "module", "unit" };
-    double T[2][4][MF_NRES], F[2][4][MF_NRES], gspread = 0;
+    /* [0]: module items (the paper's, the default), [1]: unit items, [2]: module items whose
+     * gain counts the embedding's exposed gradient copy (go_gain=copy) */
+    static const char *GRAN[3] = { "module", "unit", "module" };
+    static const char *GAIN[3] = { "paper", "paper", "copy" };
+    double T[3][4][MF_NRES], F[3][4][MF_NRES], gspread = 0;
     ms_status st = MS_OK;
-    const char *keep = c->go_gran;
+    const char *keep = c->go_gran, *keep_gain = c->go_gain;
     for (int w = 0; w < 4 && !st; w++) {
         progress(c, "memferry: Fig. 10(b), %s%s\n", FIG9[w].model, "");
         model_t md;
@@ -480,14 +493,16 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
             gspread += gain_spread(dm);
             dha_model_free(dm);
         }
-        for (int g = 0; g < 2 && !st; g++)
+        for (int g = 0; g < 3 && !st; g++)
             for (int i = 0; i < MF_NRES && !st; i++) {
                 char v[16];
                 snprintf(v, sizeof v, "%.1f", i / 10.0);
                 mf_run r;
                 c->go_gran = GRAN[g];
+                c->go_gain = GAIN[g];
                 st = run_method(c, t, &m, M_GO, "reserve", v, NULL, &r, err);
                 c->go_gran = keep;
+                c->go_gain = keep_gain;
                 T[g][w][i] = ok(&r) ? ms(&r) : NAN;
                 F[g][w][i] = r.grad_gpu_frac;
             }
@@ -499,38 +514,43 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
         if (f) fclose(f);
         return MS_ERR_IO;
     }
-    fprintf(f, "model,reserve,iter_ms,grad_on_gpu,iter_ms_unit_items,grad_on_gpu_unit_items\n");
+    fprintf(f, "model,reserve,iter_ms,grad_on_gpu,iter_ms_unit_items,grad_on_gpu_unit_items,"
+               "iter_ms_copy_gain,grad_on_gpu_copy_gain\n");
     fprintf(d, "# reserve");
     for (int w = 0; w < 4; w++) fprintf(d, " %s", FIG9[w].model);
     for (int w = 0; w < 4; w++) fprintf(d, " %s/unit", FIG9[w].model);
-    fprintf(d, "   (GO-MemFerry iteration time, ms: module items, then unit items)\n");
-    int dec = 0, cvx = 0, cvx_u = 0;
-    double span = 0, bend = 0, bend_u = 0;
+    for (int w = 0; w < 4; w++) fprintf(d, " %s/copy", FIG9[w].model);
+    fprintf(d, "   (GO-MemFerry iteration time, ms: module items, unit items, module items with "
+               "go_gain=copy)\n");
+    int dec = 0, dec_c = 0, cvx = 0, cvx_u = 0, cvx_c = 0;
+    double span = 0, bend = 0, bend_u = 0, bend_c = 0;
     for (int w = 0; w < 4; w++) {
-        int d_ok = 1;
-        double tol = 0.005 * T[0][w][0];
-        for (int i = 0; i < MF_NRES; i++) {
-            fprintf(f, "%s,%.1f,%.4f,%.4f,%.4f,%.4f\n", FIG9[w].model, i / 10.0, T[0][w][i],
-                    F[0][w][i], T[1][w][i], F[1][w][i]);
-            if (i && !(T[0][w][i] <= T[0][w][i - 1] + tol)) d_ok = 0;
-        }
-        dec += d_ok;
+        for (int i = 0; i < MF_NRES; i++)
+            fprintf(f, "%s,%.1f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", FIG9[w].model, i / 10.0,
+                    T[0][w][i], F[0][w][i], T[1][w][i], F[1][w][i], T[2][w][i], F[2][w][i]);
+        dec += curve_decreasing(T[0][w]);
+        dec_c += curve_decreasing(T[2][w]);
         cvx += curve_convex(T[0][w]);
         cvx_u += curve_convex(T[1][w]);
+        cvx_c += curve_convex(T[2][w]);
         bend += curve_bend(T[0][w]);
         bend_u += curve_bend(T[1][w]);
+        bend_c += curve_bend(T[2][w]);
         span += T[0][w][0] / T[0][w][MF_NRES - 1];
     }
     for (int i = 0; i < MF_NRES; i++) {
         fprintf(d, "%.1f", i / 10.0);
-        for (int g = 0; g < 2; g++)
+        for (int g = 0; g < 3; g++)
             for (int w = 0; w < 4; w++) fprintf(d, " %.3f", T[g][w][i]);
         fprintf(d, "\n");
     }
     metric(c, "fig10b.decreasing", dec / 4.0, NULL);
     metric(c, "fig10b.convex", cvx / 4.0, NULL);
+    metric(c, "fig10b.decreasing_copy", dec_c / 4.0, NULL);
+    metric(c, "fig10b.convex_copy", cvx_c / 4.0, NULL);
     metric(c, "fig10b.convex_unit", cvx_u / 4.0, NULL);
     metric(c, "fig10b.bend", bend / 4, NULL);
+    metric(c, "fig10b.bend_copy", bend_c / 4, NULL);
     metric(c, "fig10b.bend_unit", bend_u / 4, NULL);
     metric(c, "fig10b.span", span / 4, NULL);
     metric(c, "fig10b.gain_spread", gspread / 4, NULL);

@@ -8,6 +8,7 @@
  * How often and by how much the algorithms miss the optimum is printed as TAP notes. Part of
  * `make check` (links the simulator: it is the reference for the 3^L search). */
 #define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -729,6 +730,97 @@ static void test_modules(void)
     trace_free(t);
 }
 
+
+/* AccumulateGrad into host gradients (grad_write=accumulate): every gradient buffer is
+ * accumulated once per backward, the tied LM head's contribution waiting on the GPU for the
+ * embedding's dense table gradient (PyTorch sums a leaf's gradients before AccumulateGrad);
+ * with dha.inflight_bytes an accumulate reads its first bytes alone and writes its last ones
+ * alone (the fill and drain measured on an H200, experiments/memferry/go_probe.py). */
+static void acc_stats(const trace_t *t, const plan_t *p, const machine_t *m, uint64_t *wr,
+                      size_t *write_only, size_t *read_only, uint64_t *max_one_way)
+{
+    ms_error err;
+    schedule_t *s = NULL;
+    *wr = 0;
+    *write_only = *read_only = 0;
+    *max_one_way = 0;
+    if (lower_dha(t, p, m, NULL, &s, &err)) {
+        TAP_NOTE("lower: %s", err.msg);
+        return;
+    }
+    int64_t it = -1;
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind == SA_MARK && a->mark == TM_ITER) it++;
+        if (it != 0 || a->kind != SA_COMPUTE || a->phase != TP_BWD) continue;
+        *wr += a->host_write_bytes;
+        if (a->host_write_bytes && !a->host_read_bytes) {
+            ++*write_only;
+            if (a->host_write_bytes > *max_one_way) *max_one_way = a->host_write_bytes;
+        }
+        if (a->host_read_bytes && !a->host_write_bytes) ++*read_only;
+    }
+    sched_free(s);
+}
+
+static void test_accumulate(void)
+{
+    ms_error err;
+    trace_t *t = tiny_trace(2, 2);
+    plan_t *p = t ? plan_of(&pol_go_memferry, t, "reserve", "0", &err) : NULL;
+    dha_model *d = NULL;
+    if (!p || dha_model_new(t, &mach->m, &d, &err)) {
+        TAP_OK(0, "GO-MemFerry plans the small trace with every gradient on the host");
+        plan_free(p);
+        trace_free(t);
+        return;
+    }
+    uint64_t gbytes = 0;
+    for (size_t u = 0; u < dha_model_units(d); u++) gbytes += dha_model_unit(d, u)->grad_bytes;
+    const machine_t *m = &mach->m;
+    machine_t flat = *m;
+    flat.dha_inflight_bytes = 0;
+    uint64_t wr, wr0, one, one0;
+    size_t wo, ro, wo0, ro0;
+    acc_stats(t, p, m, &wr, &wo, &ro, &one);
+    acc_stats(t, p, &flat, &wr0, &wo0, &ro0, &one0);
+    TAP_OK(wr == gbytes && wr0 == gbytes,
+           "every gradient byte is accumulated into the host once per backward, the tied head's "
+           "share included (%" PRIu64 " and %" PRIu64 " bytes written, %" PRIu64 " of gradients)",
+           wr, wr0, gbytes);
+    TAP_OK(wo0 == 0 && ro0 == 0, "without dha.inflight_bytes an accumulate reads and writes at once");
+    TAP_OK(wo > 0 && wo == ro && one > 0 && (double)one <= m->dha_inflight_bytes,
+           "with it every accumulate has a read-only fill and a write-only drain (%zu, %zu) of at "
+           "most one wave (largest %" PRIu64 " <= %.0f bytes)", ro, wo, one, m->dha_inflight_bytes);
+    /* the embedding unit (first unit, last in the backward): its buffer accumulated once, by
+     * the hand formula: one wave read then written, the rest at the duplex-bound rate */
+    const dha_unit *e = dha_model_unit(d, 0);
+    double b = (double)e->grad_bytes, sw = b < m->dha_inflight_bytes ? b : m->dha_inflight_bytes;
+    double rd = 1 / (m->dha_read_Bps * m->dha_other_eff), wt = 1 / (m->dha_write_Bps * m->dha_other_eff);
+    double both = fmax(fmax(rd, wt), 2 / m->link_duplex_Bps);
+    double hand = (sw * (rd + wt) + (b - sw) * both) * 1e6 + m->gpu_kernel_launch_us;
+    TAP_OK(fabs(e->t_gw_acc_us - hand) <= 1e-6 * hand,
+           "the embedding's accumulate is charged once: %.2f us (hand: %.2f us for %.0f bytes)",
+           e->t_gw_acc_us, hand, b);
+    sim_result r0, r1;
+    double t0 = -1, t1 = -1;
+    machine_profile *keep = mach;
+    machine_profile flat_prof = *mach;
+    flat_prof.m = flat;
+    t1 = simulate(t, p, &r1);
+    mach = &flat_prof;
+    t0 = simulate(t, p, &r0);
+    mach = keep;
+    TAP_OK(t1 > t0 && t0 > 0, "the fill and drain make the backward slower (%.3f ms vs %.3f ms)",
+           t1 * 1e3, t0 * 1e3);
+    plan_t *bad = plan_of(&pol_go_memferry, t, "go_gain", "fast", &err);
+    TAP_OK(!bad && strstr(err.msg, "go_gain=fast"), "go_gain=fast is refused: %s", bad ? "" : err.msg);
+    plan_free(bad);
+    dha_model_free(d);
+    plan_free(p);
+    trace_free(t);
+}
+
 int main(void)
 {
     ms_error err;
@@ -747,6 +839,7 @@ int main(void)
     test_policies();
     test_bad_input();
     test_modules();
+    test_accumulate();
     test_dha_weight_exec();
     machine_profile_free(mach);
     return tap_done();

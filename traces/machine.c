@@ -78,6 +78,11 @@ enum {
       "fraction of dha.read_Bps other ops achieve over DHA, (0,1]")                            \
     X("dha.link_weight", MF_DBL, dha_link_weight, R_POS,                                       \
       "weight of a DHA flow against a copy in the link's max-min sharing (1 = fair)")          \
+    X("dha.inflight_bytes", MF_DBL, dha_inflight_bytes, R_OPT_NONNEG,                          \
+      "host bytes a streaming kernel keeps in flight (about one wave: SMs x 2048 threads x "   \
+      "16 B); a kernel reading and writing host memory (a gradient accumulate) moves this "   \
+      "much one way before its reads and writes overlap and again after (absent: always "     \
+      "overlapped)")                                                                           \
     X("host.mem_bytes", MF_U64, host_mem_bytes, R_POS,                                         \
       "host memory per node, shared by its GPUs, bytes")                                       \
     X("host.cpu_cores", MF_I64, host_cpu_cores, R_COUNT, "CPU cores per node")                 \

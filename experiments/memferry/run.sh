@@ -55,6 +55,34 @@ fi
     fi
 } | tee "$out/report.txt"
 
+# GO-MemFerry's gradient writes against the GPU: the same Fig. 10(b) sweep on the H200
+# profile, beside what go_probe.py measured on that H200 (PyTorch AccumulateGrad into mapped
+# host memory, parameters kept in model precision on the GPU; go_probe_h200/): the time the
+# host gradients add at each reserve factor, over keeping every gradient on the GPU.
+h200="$out/h200"
+if "$MEMSIM" memferry --a100 h200-sxm --figs 10 --no-sensitivity --quiet --out "$h200" >/dev/null 2>&1 ||
+   [ -s "$h200/fig10b.csv" ]; then
+    awk -F, 'FNR == 1 { f++; next }
+        f == 1 { sim[$1 SUBSEP $2] = $3; next }
+        $2 == "cost" { hw[$1 SUBSEP $3] = $5; seen[$1] = 1 }
+        END {
+            print "== GO gradient writes on the H200: time added over all gradients on the GPU (ms), measured vs memsim"
+            n = split("bert-large gpt2-medium", M, " ")
+            for (i = 1; i <= n; i++) {
+                m = M[i]
+                if (!(m in seen)) continue
+                printf "%-12s reserve", m
+                for (r = 0; r <= 10; r++) printf " %6.1f", r / 10
+                printf "\n%-12s measured", ""
+                for (r = 0; r <= 10; r++) printf " %6.2f", hw[m SUBSEP sprintf("%.1f", r / 10)] - hw[m SUBSEP "1.0"]
+                printf "\n%-12s memsim  ", ""
+                for (r = 0; r <= 10; r++) printf " %6.2f", sim[m SUBSEP sprintf("%.1f", r / 10)] - sim[m SUBSEP "1.0"]
+                printf "\n"
+            }
+        }' "$h200/fig10b.csv" experiments/memferry/go_probe_h200/sweep-*.csv | tee -a "$out/report.txt"
+else
+    echo "run.sh: the H200 comparison could not run (memsim memferry --a100 h200-sxm)" >&2
+fi
 if command -v gnuplot >/dev/null 2>&1; then
     for fmt in png svg; do
         gnuplot -e "datafile='$out/fig9.dat'; outfile='$out/memferry_fig9.$fmt'; fmt='$fmt'" plots/memferry_fig9.gp
