@@ -587,7 +587,7 @@ static void last_writers(const dha_model *d, size_t beg, size_t end, size_t *las
 }
 
 /* Pass 4 (first iteration): sizes, Adam times and the standalone profile. */
-static void profile(dha_model *d)
+static ms_status profile(dha_model *d, ms_error *err)
 {
     const machine_t *m = d->m;
     double h2d = m && m->link_h2d_Bps > 0 ? m->link_h2d_Bps : 0;
@@ -613,7 +613,8 @@ static void profile(dha_model *d)
     size_t beg, end;
     first_iteration(d, &beg, &end);
     size_t *last_w = calloc(d->nt ? d->nt : 1, sizeof *last_w);
-    if (last_w) last_writers(d, beg, end, last_w);
+    if (!last_w) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    last_writers(d, beg, end, last_w);
     for (size_t i = beg; i < end; i++) {
         const trace_rec *r = trace_get(d->t, i);
         if (r->type != TR_OP) continue;
@@ -661,7 +662,7 @@ static void profile(dha_model *d)
             double ex = (tw > dur ? tw : dur) - dur, exd = (tw > tdha ? tw : tdha) - tdha;
             /* a contribution that waits for the table's dense gradient is accumulated
              * with it, once (lower_op) */
-            int wait = last_w && last_w[ix] != SIZE_MAX && last_w[ix] != i &&
+            int wait = last_w[ix] != SIZE_MAX && last_w[ix] != i &&
                        !reads_param(d, &trace_get(d->t, last_w[ix])->u.op);
             double ac = wait ? 0 : acc_us(m, acc_bytes(d, op, d->tens[ix].bytes));
             o->t_gw_extra_us += ex;
@@ -678,6 +679,7 @@ static void profile(dha_model *d)
         u->adam_us = (double)u->grad_bytes / (gb > 0 ? gb : 2) / m->host_adam_params_per_s * 1e6;
     }
     free(last_w);
+    return MS_OK;
 }
 
 ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, ms_error *err)
@@ -695,7 +697,7 @@ ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, m
     d->grad_ratio = db > 0 ? gb / db : 1.0;
     if ((st = scan_records(d, err)) == MS_OK && (st = find_owners(d, err)) == MS_OK &&
         (st = find_modules(d, err)) == MS_OK)
-        profile(d);
+        st = profile(d, err);
     if (st) {
         dha_model_free(d);
         return st;
