@@ -57,6 +57,10 @@ struct dha_model {
                                gradient buffer that is one module), -1 otherwise */
     size_t *g_first, *g_count; /* per tensor (gradient buffers): their modules */
     size_t *scratch;        /* nmod entries: the modules one op makes */
+    uint8_t *dense_grad;    /* per tensor: a gradient buffer whose last backward writer reads
+                               no parameter (an embedding's dense table gradient): earlier
+                               contributions are the same leaf's (a tied LM head) and wait
+                               for it in AccumulateGrad's input buffer */
 };
 
 /* ---------------------------------------------------------------------------------- */
@@ -205,6 +209,7 @@ void dha_model_free(dha_model *d)
 {
     if (!d) return;
     free(d->mod);
+    free(d->dense_grad);
     free(d->mod_g);
     free(d->tmod);
     free(d->g_first);
@@ -613,8 +618,14 @@ static ms_status profile(dha_model *d, ms_error *err)
     size_t beg, end;
     first_iteration(d, &beg, &end);
     size_t *last_w = calloc(d->nt ? d->nt : 1, sizeof *last_w);
-    if (!last_w) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    d->dense_grad = calloc(d->nt ? d->nt : 1, 1);
+    if (!last_w || !d->dense_grad) {
+        free(last_w);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
     last_writers(d, beg, end, last_w);
+    for (size_t k = 0; k < d->nt; k++)
+        d->dense_grad[k] = last_w[k] != SIZE_MAX && !reads_param(d, &trace_get(d->t, last_w[k])->u.op);
     for (size_t i = beg; i < end; i++) {
         const trace_rec *r = trace_get(d->t, i);
         if (r->type != TR_OP) continue;
@@ -662,8 +673,7 @@ static ms_status profile(dha_model *d, ms_error *err)
             double ex = (tw > dur ? tw : dur) - dur, exd = (tw > tdha ? tw : tdha) - tdha;
             /* a contribution that waits for the table's dense gradient is accumulated
              * with it, once (lower_op) */
-            int wait = last_w[ix] != SIZE_MAX && last_w[ix] != i &&
-                       !reads_param(d, &trace_get(d->t, last_w[ix])->u.op);
+            int wait = d->dense_grad[ix] && last_w[ix] != i;
             double ac = wait ? 0 : acc_us(m, acc_bytes(d, op, d->tens[ix].bytes));
             o->t_gw_extra_us += ex;
             o->t_gw_extra_dha_us += exd;
@@ -729,9 +739,6 @@ typedef struct ltens {
     size_t last_bwd_read; /* this iteration: last backward op reading it on the GPU */
     size_t last_bwd_write;/* this iteration: last backward op writing it (gradient) */
     int written;          /* gradient written in this iteration's backward */
-    int dense_last;       /* gradient: its last backward writer reads no parameter (an
-                             embedding's dense table gradient): earlier contributions are
-                             the same leaf's (a tied LM head) and wait for it */
     uint64_t held_bytes;  /* gradient: contributions waiting in AccumulateGrad's input
                              buffer on the GPU (PyTorch sums a leaf's gradients first) */
 } ltens;
@@ -1041,7 +1048,7 @@ static void scan_iteration(lw *w, size_t a)
     for (size_t i = 0; i < d->nu; i++) w->last_fwd[i] = SIZE_MAX;
     for (size_t i = 0; i < d->nt; i++) {
         w->lt[i].last_bwd_read = w->lt[i].last_bwd_write = SIZE_MAX;
-        w->lt[i].written = w->lt[i].dense_last = 0;
+        w->lt[i].written = 0;
         w->lt[i].held_bytes = 0;
     }
     w->has_next = 0;
@@ -1066,7 +1073,6 @@ static void scan_iteration(lw *w, size_t a)
             if (is_grad(d, op->out[k], &ix)) {
                 w->lt[ix].last_bwd_write = i;
                 w->lt[ix].written = 1;
-                w->lt[ix].dense_last = !reads_param(d, op);
             }
         }
     }
@@ -1373,7 +1379,7 @@ static double host_share(const lw *w, const trace_op *op, size_t g)
 static int waits_for_dense(const lw *w, const trace_op *op, size_t g, size_t ri)
 {
     const ltens *x = &w->lt[g];
-    return op->phase == TP_BWD && !x->realloc && !w->fused_write && x->dense_last &&
+    return op->phase == TP_BWD && !x->realloc && !w->fused_write && w->d->dense_grad[g] &&
            x->last_bwd_write != ri && x->last_bwd_write != SIZE_MAX;
 }
 
