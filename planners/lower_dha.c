@@ -50,6 +50,7 @@ struct dha_model {
     double *dur;            /* per record: op duration, microseconds */
     size_t setup_end;       /* index of the first "mark iter" (nrec if none) */
     double grad_ratio;      /* gradient element bytes / parameter element bytes */
+    double param_elem_bytes; /* bytes per parameter element (the trace's dtype_bytes) */
     dha_module *mod;        /* modules (lower_dha.h) */
     size_t nmod;
     size_t *mod_g;          /* per module: tensor index of its gradient buffer */
@@ -109,13 +110,37 @@ static int reads_param(const dha_model *d, const trace_op *op)
     return 0;
 }
 
+/* How many times a GEMM reads its host operand: it tiles its output by dha.gemm_rows rows of
+ * the other operand and every tile reads the whole weight, so over M rows ceil(M / rows)
+ * times (measured with cuBLAS on an H200, experiments/memferry/host_probe.py: 256-row tiles,
+ * each re-reading the weight over PCIe; L2 keeps none of it). M comes from the FLOPs: the
+ * weight is the largest parameter the op reads, 2 M K N FLOPs in the forward; a generated
+ * backward GEMM is the input and the weight gradient together (4 M K N), and only the
+ * first reads the weight. Other kernels read their host operands once. */
+static double dha_rereads(const dha_model *d, const trace_op *op)
+{
+    const machine_t *m = d->m;
+    if (op->kind != TK_GEMM || !m || !(m->dha_gemm_rows > 0)) return 1;
+    uint64_t wb = 0;
+    for (uint32_t k = 0; k < op->n_in; k++) {
+        size_t ix;
+        if (is_param(d, op->in[k], &ix) && d->tens[ix].bytes > wb) wb = d->tens[ix].bytes;
+    }
+    double elems = (double)wb / d->param_elem_bytes;
+    if (!(elems > 0) || !(op->flops > 0)) return 1;
+    double rows = op->flops / (2.0 * elems) / (op->phase == TP_BWD ? 2.0 : 1.0);
+    double n = ceil(rows / m->dha_gemm_rows - 1e-9);
+    return n > 1 ? n : 1;
+}
+
 /* Bytes a kernel reads of parameter P over DHA: an embedding lookup gathers only the rows
- * it needs (at most its output's size per table); other kernels read the tensor once. */
-static uint64_t dha_read_bytes(const trace_op *op, uint64_t pbytes)
+ * it needs (at most its output's size per table); a GEMM re-reads the weight per tile of
+ * rows (dha_rereads); other kernels read the tensor once. */
+static uint64_t dha_read_bytes(const dha_model *d, const trace_op *op, uint64_t pbytes)
 {
     if (op->kind == TK_EMBED && op->phase == TP_FWD && op->bytes_written < pbytes)
         return op->bytes_written;
-    return pbytes;
+    return (uint64_t)((double)pbytes * dha_rereads(d, op));
 }
 
 /* Bytes a backward kernel writes of gradient buffer G (gbytes) when G lives on the host:
@@ -642,7 +667,7 @@ static ms_status profile(dha_model *d, ms_error *err)
         uint64_t rd = 0;
         for (uint32_t k = 0; k < op->n_in; k++) {
             size_t ix;
-            if (is_param(d, op->in[k], &ix)) rd += dha_read_bytes(op, d->tens[ix].bytes);
+            if (is_param(d, op->in[k], &ix)) rd += dha_read_bytes(d, op, d->tens[ix].bytes);
         }
         int reads = rd > 0;
         double eff = dha_eff_of(m, op, 1);
@@ -705,6 +730,7 @@ ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, m
     roof_params_default(&d->roof);
     double gb = (double)trace_meta_u64(t, "grad_bytes", 2), db = (double)trace_meta_u64(t, "dtype_bytes", 2);
     d->grad_ratio = db > 0 ? gb / db : 1.0;
+    d->param_elem_bytes = db > 0 ? db : 2.0;
     if ((st = scan_records(d, err)) == MS_OK && (st = find_owners(d, err)) == MS_OK &&
         (st = find_modules(d, err)) == MS_OK)
         st = profile(d, err);
@@ -1453,7 +1479,7 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
         size_t ix;
         if (!is_param(d, op->in[k], &ix)) continue;
         if (reads_on_gpu(w, u, op->phase)) TRY(need_on_gpu(w, ix));
-        else rd += dha_read_bytes(op, d->tens[ix].bytes);
+        else rd += dha_read_bytes(d, op, d->tens[ix].bytes);
     }
     for (uint32_t k = 0; k < op->n_out; k++) {
         size_t ix;

@@ -821,6 +821,66 @@ static void test_accumulate(void)
     trace_free(t);
 }
 
+/* Host bytes the layer-0 fc1 GEMMs of an all-DHA plan read, forward and backward, with the
+ * machine's dha.gemm_rows set to rows. */
+static void fc1_reads(const trace_t *t, double rows, uint64_t *fwd, uint64_t *bwd)
+{
+    *fwd = *bwd = 0;
+    machine_t m = mach->m;
+    m.dha_gemm_rows = rows;
+    plan_t *p = plan_new("memferry", "caching");
+    plan_set_knob(p, "host_params", "1");
+    for (int l = -1; l <= 2; l++) plan_set_layer(p, l, PM_DHA, 0);
+    plan_sort(p);
+    schedule_t *s = NULL;
+    ms_error err;
+    if (lower_dha(t, p, &m, NULL, &s, &err) != MS_OK) {
+        TAP_NOTE("lower: %s", err.msg);
+        plan_free(p);
+        return;
+    }
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        const trace_op *op = a->kind == SA_COMPUTE && a->op >= 0 ? trace_find_op(t, (uint64_t)a->op) : NULL;
+        if (!op || op->layer != 0 || !strstr(op->name, "fc1")) continue;
+        if (op->phase == TP_FWD) *fwd = a->host_read_bytes;
+        if (op->phase == TP_BWD) *bwd = a->host_read_bytes;
+    }
+    sched_free(s);
+    plan_free(p);
+}
+
+/* A GEMM reading a host weight reads it once per dha.gemm_rows rows of its other operand
+ * (cuBLAS's row tiles, measured: experiments/memferry/host_probe.py); a generated backward
+ * GEMM is the input gradient (reads the weight) and the weight gradient (does not). */
+static void test_gemm_rereads(void)
+{
+    trace_t *t = tiny_trace(2, 2); /* 2 x 256 = 512 rows, hidden 512, ffn 2048 */
+    if (!t) {
+        TAP_OK(0, "small trace");
+        return;
+    }
+    uint64_t w = 0;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_ALLOC && !strcmp(r->u.alloc.name, "L0.fc1.w")) w = r->u.alloc.bytes;
+    }
+    uint64_t f0, b0, f256, b256, f100, b100, f1k, b1k;
+    fc1_reads(t, 0, &f0, &b0);
+    fc1_reads(t, 256, &f256, &b256);
+    fc1_reads(t, 100, &f100, &b100);
+    fc1_reads(t, 1000, &f1k, &b1k);
+    TAP_OK(w > 0 && f0 == w && b0 == w, "without dha.gemm_rows the fc1 weight (%llu B) is read "
+           "once forward and backward (%llu, %llu)", (unsigned long long)w,
+           (unsigned long long)f0, (unsigned long long)b0);
+    TAP_OK(f256 == 2 * w && b256 == 2 * w, "512 rows in 256-row tiles: read twice, forward and "
+           "backward (%llu, %llu)", (unsigned long long)f256, (unsigned long long)b256);
+    TAP_OK(f100 == 6 * w && b100 == 6 * w, "512 rows in 100-row tiles: read ceil(5.12) = 6 "
+           "times (%llu, %llu)", (unsigned long long)f100, (unsigned long long)b100);
+    TAP_OK(f1k == w && b1k == w, "a tile taller than the rows: read once");
+    trace_free(t);
+}
+
 int main(void)
 {
     ms_error err;
@@ -840,6 +900,7 @@ int main(void)
     test_bad_input();
     test_modules();
     test_accumulate();
+    test_gemm_rereads();
     test_dha_weight_exec();
     machine_profile_free(mach);
     return tap_done();

@@ -74,6 +74,10 @@ enum {
       "a kernel writing mapped pinned host memory (DHA), bytes/s")                             \
     X("dha.gemm_eff", MF_DBL, dha_gemm_eff, R_EFF,                                             \
       "fraction of dha.read_Bps a GEMM reading its operand over DHA achieves, (0,1]")          \
+    X("dha.gemm_rows", MF_DBL, dha_gemm_rows, R_OPT_NONNEG,                                    \
+      "rows of a GEMM's other operand per read of its host operand: the GEMM tiles its output "\
+      "by this many rows and each tile reads the whole host operand again (cuBLAS: 256 "     \
+      "measured); absent: read once")                                                          \
     X("dha.other_eff", MF_DBL, dha_other_eff, R_EFF,                                           \
       "fraction of dha.read_Bps other ops achieve over DHA, (0,1]")                            \
     X("dha.link_weight", MF_DBL, dha_link_weight, R_POS,                                       \

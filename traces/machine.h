@@ -36,6 +36,7 @@ typedef struct machine {
     double dha_gemm_eff;             /* DHA efficiency factor per op kind (MemFerry) */
     double dha_other_eff;
     double dha_link_weight;          /* a DHA flow's share of the link against a copy (1 = fair) */
+    double dha_gemm_rows;            /* rows per read of a GEMM's host operand (0: read once) */
     double dha_inflight_bytes;       /* one wave's host bytes in flight (0: not modelled) */
     /* host */
     uint64_t host_mem_bytes;         /* per node, shared by its GPUs */

@@ -27,9 +27,10 @@ Example: python3 go_probe.py --models bert-base --reps 10 --out /tmp/go
 import argparse
 import os
 import re
-import sys
 
 import torch
+
+from dha_common import emit, host_mapped_zeros, timed_ms
 
 SHAPES = {
     # name: (seq, default batch: experiments/memferry's Fig. 9 batches)
@@ -55,41 +56,6 @@ def build(name):
         cfg = tf.GPT2Config(n_embd=1024, n_layer=24, n_head=16)
         return tf.GPT2LMHeadModel(cfg), 50257
     raise SystemExit(f"go_probe.py: unknown model {name}")
-
-
-class _Mapped:
-    """A CUDA view of pinned host memory: with unified addressing the host pointer of a
-    cudaHostAlloc'ed block is valid on the device, so kernels read and write it over PCIe."""
-
-    def __init__(self, host):
-        typestr = {torch.float16: "<f2", torch.float32: "<f4", torch.bfloat16: "<V2"}[host.dtype]
-        self.host = host
-        self.__cuda_array_interface__ = {
-            "shape": tuple(host.shape), "typestr": typestr,
-            "data": (host.data_ptr(), False), "version": 2, "strides": None,
-        }
-
-
-def host_mapped_zeros(like):
-    host = torch.zeros(like.shape, dtype=like.dtype, pin_memory=True)
-    view = torch.as_tensor(_Mapped(host), device=like.device)
-    view._pinned_owner = host  # keep the host block alive as long as the view
-    return view
-
-
-def timed_ms(fn, reps, warm=2):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for s, e in ev:
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    t = sorted(s.elapsed_time(e) for s, e in ev)
-    return t[len(t) // 2]
 
 
 LOOP = 20  # kernels per timed sample: launches queue ahead, so the GPU time is measured
@@ -189,15 +155,6 @@ def run_model(args, model_name, out):
             pred = base_ms + sum(per_byte[n] * nbytes[n] for n in on_host)
             srows.append(f"{model_name},{order_name},{r:.1f},{used / total:.4f},{t:.3f},{pred:.3f}")
     emit(out, f"sweep-{model_name}.csv", srows)
-
-
-def emit(out, fname, rows):
-    text = "\n".join(rows) + "\n"
-    sys.stdout.write(f"# {fname}\n{text}")
-    sys.stdout.flush()
-    if out:
-        with open(os.path.join(out, fname), "w") as f:
-            f.write(text)
 
 
 def main():

@@ -19,8 +19,10 @@
 #                                      (default out/validate/sim)
 #   run.sh prepare [MACHINE...]        here (needs lp_solve and the built library): writes
 #                                      traces/MACHINE/real-SEQ.trace.gz for the real-kernel
-#                                      cases and plans/MACHINE/ID.plan for the cases whose plan
-#                                      column is `file` (default machines: h100-sxm h200-sxm)
+#                                      cases, traces/MACHINE/offload-SEQ.trace.gz for the
+#                                      host-offload cases, and plans/MACHINE/ID.plan for the
+#                                      cases whose plan column is `file` (default machines:
+#                                      h100-sxm h200-sxm)
 #   run.sh list                        the cases and the commands they run
 #
 # Environment: MEMSIM (memsim; default sim/memsim), MEMSIM_RUN (the runtime program, called as
@@ -62,24 +64,47 @@ cases() {
     awk -F'\t' -v only="${VALIDATE_ONLY:-}" '
         /^#/ || !NF || $1 == "id" { next }
         NF != 7 { printf "%s:%d: expected 7 tab-separated columns, found %d\n", FILENAME, FNR, NF > "/dev/stderr"; bad = 1; exit }
+        $2 ~ /[+]/ && $5 != "file" { printf "%s:%d: policy %s has knobs: its plan column must be file\n", FILENAME, FNR, $2 > "/dev/stderr"; bad = 1; exit }
         $7 != "spin" && $7 != "real" { printf "%s:%d: math must be spin or real, not %s\n", FILENAME, FNR, $7 > "/dev/stderr"; bad = 1; exit }
         only == "" || $1 ~ only { print $1, $2, $3, $4, $5, $6, $7 }
         END { if (bad) exit 3 }' "$CASES"
 }
 
-# The workload options of one case: the generator's (--dims --seq --iters), or for a
-# real-kernel case the trace file made by `run.sh prepare` (the generator with fp32 gradients
-# and the small saved tensors, as memsim run --math real generates it).
-workload_args() { # seq math tracefile
-    if [ "$2" = real ]; then echo --trace "$3"
+# The trace file a case runs on, by name (empty: the generator's workload): a real-kernel case
+# reads real-SEQ (the generator with fp32 gradients and the small saved tensors, as memsim run
+# --math real generates it); a host-offload policy (zero-offload, memferry, go-memferry: their
+# plans need the generator's ZeRO-Offload trace, `--gen offload=1`) reads offload-SEQ. Both
+# are made by `run.sh prepare`.
+trace_name() { # seq math policy
+    if [ "$2" = real ]; then echo "real-$1.trace.gz"; return; fi
+    case "${3%%+*}" in
+        zero-offload|memferry|go-memferry) echo "offload-$1.trace.gz" ;;
+    esac
+}
+
+# The workload options of one case: --trace FILE when it has one, else the generator's.
+workload_args() { # seq tracefile
+    if [ -n "$2" ]; then echo --trace "$2"
     else echo --dims "$DIMS" --seq "$1" --iters "$ITERS"; fi
 }
 
 # The policy options of one case: --policy NAME, or --plan FILE when a plan file is given.
+# The policy column may carry knobs after the name (go-memferry+reserve=0.5): they reach the
+# planner of `run.sh prepare` (memsim plan --knob), so such a case needs a plan file.
 policy_args() { # policy allocator planfile
     local a=()
-    if [ -n "$3" ]; then a+=(--plan "$3"); else a+=(--policy "$1"); fi
+    if [ -n "$3" ]; then a+=(--plan "$3"); else a+=(--policy "${1%%+*}"); fi
     [ "$2" = - ] || a+=(--allocator "$2")
+    echo "${a[@]}"
+}
+
+# The planner options of a policy column: --policy NAME and a --knob per +KEY=VALUE.
+plan_args() { # policy
+    local rest=$1 a=(--policy "${1%%+*}")
+    while [ "$rest" != "${rest#*+}" ]; do
+        rest=${rest#*+}
+        a+=(--knob "${rest%%+*}")
+    done
     echo "${a[@]}"
 }
 
@@ -95,10 +120,11 @@ machine_of() {
 
 cmd_list() {
     cases | while read -r id pol seq alloc plan role math; do
-        local pf=""
+        local pf="" tn
         [ "$plan" = file ] && pf="plans/MACHINE/$id.plan"
+        tn=$(trace_name "$seq" "$math" "$pol")
         printf '%-28s %-9s %-4s memsim run|simulate %s %s\n' "$id" "$role" "$math" \
-            "$(workload_args "$seq" "$math" "traces/MACHINE/real-$seq.trace.gz")" \
+            "$(workload_args "$seq" "${tn:+traces/MACHINE/$tn}")" \
             "$(policy_args "$pol" "$alloc" "$pf")"
     done
 }
@@ -124,17 +150,23 @@ cmd_prepare() {
     for m in "${machines[@]}"; do
         mkdir -p "$here/plans/$m" "$here/traces/$m"
         cases | while read -r id pol seq alloc plan role math; do
-            local tf=$here/traces/$m/real-$seq.trace.gz
+            local tn tf=""
+            tn=$(trace_name "$seq" "$math" "$pol")
+            [ -n "$tn" ] && tf=$here/traces/$m/$tn
             if [ "$math" = real ] && [ ! -f "$tf" ]; then
                 # the op times of memsim's own kernels, as memsim probe measured them
                 "$gt" --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" \
                     --gen kernels=runtime -o "$tf"
-                echo "traces/$m/real-$seq.trace.gz"
+                echo "traces/$m/$tn"
+            elif [ -n "$tf" ] && [ ! -f "$tf" ]; then
+                "$MEMSIM" trace gen --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" \
+                    --gen offload=1 -o "$tf"
+                echo "traces/$m/$tn"
             fi
             [ "$plan" = file ] || continue
             # shellcheck disable=SC2046
-            "$MEMSIM" plan --machine "$m" $(workload_args "$seq" "$math" "$tf") \
-                --policy "$pol" -o "$here/plans/$m/$id.plan"
+            "$MEMSIM" plan --machine "$m" $(workload_args "$seq" "$tf") \
+                $(plan_args "$pol") -o "$here/plans/$m/$id.plan"
             echo "plans/$m/$id.plan"
         done
     done
@@ -193,16 +225,19 @@ cmd_gpu() {
     echo "validate: ${dev:-unknown GPU} -> profile $m, $(cases | wc -l) cases"
     local t_all=$SECONDS
     cases | while read -r id pol seq alloc plan role math; do
-        local pf="" how=policy tf="" extra=()
-        if [ "$math" = real ]; then
-            tf=$here/traces/$m/real-$seq.trace.gz
+        local pf="" how=policy tf="" tn extra=()
+        tn=$(trace_name "$seq" "$math" "$pol")
+        if [ -n "$tn" ]; then
+            tf=$here/traces/$m/$tn
             if [ ! -f "$tf" ]; then
                 printf '%s\t%s\t%s\t%s\n' "$id" 3 0 no-trace >> "$out/runs.tsv"
                 echo "$id: no trace $tf (run.sh prepare $m): skipped"
                 continue
             fi
             cp "$tf" "$out/traces/"
-            tf=$out/traces/real-$seq.trace.gz
+            tf=$out/traces/$tn
+        fi
+        if [ "$math" = real ]; then
             extra=(--math real)
             # One-stream plans also time every op (their events are there anyway).
             case "$pol" in keep-all|full-recompute) extra+=(--ops-csv "$out/$id.ops.csv") ;; esac
@@ -214,8 +249,8 @@ cmd_gpu() {
                 # otherwise the runtime plans from the policy (then the report says so).
                 pf="$out/plans/$id.plan"
                 # shellcheck disable=SC2046
-                if ! "$MEMSIM" plan --machine "$m" $(workload_args "$seq" "$math" "$tf") \
-                        --policy "$pol" -o "$pf" 2> /dev/null; then
+                if ! "$MEMSIM" plan --machine "$m" $(workload_args "$seq" "$tf") \
+                        $(plan_args "$pol") -o "$pf" 2> /dev/null; then
                     pf=""; how=runtime-planned
                 fi
             fi
@@ -228,7 +263,7 @@ cmd_gpu() {
         local t0=$SECONDS rc=0
         # shellcheck disable=SC2046,SC2086  # the options split into words on purpose
         timeout "${VALIDATE_CASE_TIMEOUT:-300}" "${run[@]}" --machine "$m" \
-            $(workload_args "$seq" "$math" "$tf") $(policy_args "$pol" "$alloc" "$pf") \
+            $(workload_args "$seq" "$tf") $(policy_args "$pol" "$alloc" "$pf") \
             --max-ahead "$MAX_AHEAD" --capacity machine "${extra[@]}" ${VALIDATE_RUN_OPTS:-} \
             --schedule "$out/$id.sched" --csv "$out/$id.csv" > "$out/$id.log" 2>&1 < /dev/null || rc=$?
         [ -f "$out/$id.sched" ] && gzip -f "$out/$id.sched"
@@ -262,7 +297,10 @@ cmd_compare() {
     # The cases as they were run (the GPU directory's copy), VALIDATE_ONLY applied.
     [ -f "$gpu/cases.tsv" ] && CASES=$gpu/cases.tsv
     cases > /dev/null || exit 3
-    local args=(kind=cases "$CASES") machine="" n=0
+    # The report lists the cases VALIDATE_ONLY selects (the header and comments kept).
+    awk -F'\t' -v only="${VALIDATE_ONLY:-}" '/^#/ || !NF || $1 == "id" || only == "" || $1 ~ only' \
+        "$CASES" > "$sim/cases.tsv"
+    local args=(kind=cases "$sim/cases.tsv") machine="" n=0
     [ -f "$gpu/meta.tsv" ] && args+=(kind=meta "$gpu/meta.tsv")
     [ -f "$gpu/device.csv" ] && args+=(kind=device "$gpu/device.csv")
     [ -f "$gpu/runs.tsv" ] && args+=(kind=runs "$gpu/runs.tsv")
@@ -270,7 +308,7 @@ cmd_compare() {
     rm -f "$sim"/cal-*.trace.gz
     while read -r id pol seq alloc plan role math; do
         [ -f "$gpu/$id.csv" ] || { echo "run.sh: no GPU result for $id ($gpu/$id.csv)" >&2; continue; }
-        local dev m prof pf="" tf=""
+        local dev m prof pf="" tf="" tn
         dev=$(awk -f "$AWK" -v mode=field -v col=device "$gpu/$id.csv")
         m=$(machine_of "$dev") || exit 1
         if [ -n "$machine" ] && [ "$m" != "$machine" ]; then
@@ -284,12 +322,13 @@ cmd_compare() {
             if [ -f "$gpu/plans/$id.plan" ]; then pf=$gpu/plans/$id.plan
             elif [ -f "$here/plans/$m/$id.plan" ]; then pf=$here/plans/$m/$id.plan; fi
         fi
-        if [ "$math" = real ]; then
-            tf=$gpu/traces/real-$seq.trace.gz
-            [ -f "$tf" ] || tf=$here/traces/$m/real-$seq.trace.gz
+        tn=$(trace_name "$seq" "$math" "$pol")
+        if [ -n "$tn" ]; then
+            tf=$gpu/traces/$tn
+            [ -f "$tf" ] || tf=$here/traces/$m/$tn
         fi
         # shellcheck disable=SC2046
-        "$MEMSIM" simulate --machine "$prof" $(workload_args "$seq" "$math" "$tf") \
+        "$MEMSIM" simulate --machine "$prof" $(workload_args "$seq" "$tf") \
             $(policy_args "$pol" "$alloc" "$pf") $SIM_OPTS --csv "$sim/$id.csv" \
             --schedule "$sim/$id.sched" --quiet
         # The simulator must execute the schedule the GPU executed (same generator, planner and
