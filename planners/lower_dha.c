@@ -134,13 +134,13 @@ static double dha_rereads(const dha_model *d, const trace_op *op)
 }
 
 /* Bytes a kernel reads of parameter P over DHA: an embedding lookup gathers only the rows
- * it needs (at most its output's size per table); a GEMM re-reads the weight per tile of
- * rows (dha_rereads); other kernels read the tensor once. */
-static uint64_t dha_read_bytes(const dha_model *d, const trace_op *op, uint64_t pbytes)
+ * it needs (at most its output's size per table); other kernels read the tensor `rereads`
+ * times (the op's dha_rereads, computed once per op by the callers). */
+static uint64_t dha_read_bytes(const trace_op *op, uint64_t pbytes, double rereads)
 {
     if (op->kind == TK_EMBED && op->phase == TP_FWD && op->bytes_written < pbytes)
         return op->bytes_written;
-    return (uint64_t)((double)pbytes * dha_rereads(d, op));
+    return (uint64_t)((double)pbytes * rereads);
 }
 
 /* Bytes a backward kernel writes of gradient buffer G (gbytes) when G lives on the host:
@@ -665,9 +665,10 @@ static ms_status profile(dha_model *d, ms_error *err)
         if (d->unit[i] < 0 || (op->phase != TP_FWD && op->phase != TP_BWD)) continue;
         dha_unit *u = &d->u[d->unit[i]];
         uint64_t rd = 0;
+        double rr = dha_rereads(d, op);
         for (uint32_t k = 0; k < op->n_in; k++) {
             size_t ix;
-            if (is_param(d, op->in[k], &ix)) rd += dha_read_bytes(d, op, d->tens[ix].bytes);
+            if (is_param(d, op->in[k], &ix)) rd += dha_read_bytes(op, d->tens[ix].bytes, rr);
         }
         int reads = rd > 0;
         double eff = dha_eff_of(m, op, 1);
@@ -1475,11 +1476,12 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
     a.phase = op->phase;
     int fb = op->phase == TP_FWD || op->phase == TP_BWD;
     uint64_t rd = 0, wr = 0, acc = 0, gall = 0, gdev = 0;
+    double rr = fb ? dha_rereads(d, op) : 1;
     for (uint32_t k = 0; fb && k < op->n_in; k++) {
         size_t ix;
         if (!is_param(d, op->in[k], &ix)) continue;
         if (reads_on_gpu(w, u, op->phase)) TRY(need_on_gpu(w, ix));
-        else rd += dha_read_bytes(d, op, d->tens[ix].bytes);
+        else rd += dha_read_bytes(op, d->tens[ix].bytes, rr);
     }
     for (uint32_t k = 0; k < op->n_out; k++) {
         size_t ix;

@@ -43,6 +43,15 @@ def timed_ms(fn, reps, warm=2):
     return t[len(t) // 2]
 
 
+def per_call_ms(fn, reps, calls):
+    """Median GPU time of one call of fn: each timed sample issues `calls` calls back to back,
+    so launches queue ahead and the GPU's time is measured, not the host's."""
+    def many():
+        for _ in range(calls):
+            fn()
+    return timed_ms(many, reps) / calls
+
+
 def emit(out, fname, rows):
     text = "\n".join(rows) + "\n"
     sys.stdout.write(f"# {fname}\n{text}")

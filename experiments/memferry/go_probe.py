@@ -30,7 +30,7 @@ import re
 
 import torch
 
-from dha_common import emit, host_mapped_zeros, timed_ms
+from dha_common import emit, host_mapped_zeros, per_call_ms, timed_ms
 
 SHAPES = {
     # name: (seq, default batch: experiments/memferry's Fig. 9 batches)
@@ -58,12 +58,7 @@ def build(name):
     raise SystemExit(f"go_probe.py: unknown model {name}")
 
 
-LOOP = 20  # kernels per timed sample: launches queue ahead, so the GPU time is measured
-
-
-def loop(fn, arg):
-    for _ in range(LOOP):
-        fn(arg)
+LOOP = 20  # kernels per timed sample (dha_common.per_call_ms)
 
 
 def micro(out, reps):
@@ -73,8 +68,8 @@ def micro(out, reps):
         new = torch.randn(n, device="cuda", dtype=torch.float16)
         g = torch.zeros(n, device="cuda", dtype=torch.float16)
         h = host_mapped_zeros(g)
-        tg = timed_ms(lambda: loop(g.add_, new), reps) / LOOP
-        th = timed_ms(lambda: loop(h.add_, new), reps) / LOOP
+        tg = per_call_ms(lambda: g.add_(new), reps, LOOP)
+        th = per_call_ms(lambda: h.add_(new), reps, LOOP)
         # the kernel reads and writes the host gradient: 2 bytes moved per gradient byte
         rows.append(f"accumulate,{2 * n},{tg * 1e3:.2f},{th * 1e3:.2f},{2 * 2 * n / (th * 1e-3) / 1e9:.2f}")
     emit(out, "micro.csv", rows)

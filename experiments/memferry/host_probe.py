@@ -30,9 +30,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from dha_common import emit, host_mapped_zeros, timed_ms
+from dha_common import emit, host_mapped_zeros, per_call_ms
 
-LOOP = 10  # kernels per timed sample: launches queue ahead, so the GPU time is measured
+LOOP = 10  # kernels per timed sample (dha_common.per_call_ms)
 MiB = 1 << 20
 
 # (in, out) of the Linear weights of the models memsim reproduces MemFerry on, and of the
@@ -43,20 +43,13 @@ SHAPES = [(768, 3072), (3072, 768), (1024, 4096), (4096, 1024), (1024, 3072),
 TOKENS = [512, 2048, 4096, 8192, 16384, 32768]
 
 
-def looped(fn):
-    def run():
-        for _ in range(LOOP):
-            fn()
-    return run
-
-
 def link(out, reps):
     n = 256 * MiB // 2
     dev = torch.empty(n, device="cuda", dtype=torch.float16)
     h = host_mapped_zeros(dev)
     pinned = h._pinned_owner
-    t_sum = timed_ms(looped(lambda: h.sum()), reps) / LOOP
-    t_copy = timed_ms(looped(lambda: dev.copy_(pinned, non_blocking=True)), reps) / LOOP
+    t_sum = per_call_ms(lambda: h.sum(), reps, LOOP)
+    t_copy = per_call_ms(lambda: dev.copy_(pinned, non_blocking=True), reps, LOOP)
     rows = ["what,bytes,ms,GBps",
             f"dha_read_sum,{2 * n},{t_sum:.4f},{2 * n / (t_sum * 1e-3) / 1e9:.2f}",
             f"h2d_copy,{2 * n},{t_copy:.4f},{2 * n / (t_copy * 1e-3) / 1e9:.2f}"]
@@ -76,8 +69,8 @@ def dha_gemm(out, reps, read_Bps, tokens):
             dy = torch.randn(m, n, device="cuda", dtype=torch.float16)
             cases = (("fwd", lambda W: F.linear(x, W)), ("dgrad", lambda W: dy @ W))
             for name, f in cases:
-                td = timed_ms(looped(lambda: f(w)), reps) / LOOP
-                th = timed_ms(looped(lambda: f(wh)), reps) / LOOP
+                td = per_call_ms(lambda: f(w), reps, LOOP)
+                th = per_call_ms(lambda: f(wh), reps, LOOP)
                 gbps = wb / (th * 1e-3) / 1e9
                 rows.append(f"{name},{k},{n},{m},{wb},{td * 1e3:.1f},{th * 1e3:.1f},"
                             f"{gbps:.2f},{gbps * 1e9 / read_Bps:.4f}")
@@ -94,8 +87,8 @@ def dha_embed(out, reps):
         th.copy_(t)
         for m in (512, 4096, 32768):
             ids = torch.randint(0, v, (m,), device="cuda")
-            td = timed_ms(looped(lambda: F.embedding(ids, t)), reps) / LOOP
-            tt = timed_ms(looped(lambda: F.embedding(ids, th)), reps) / LOOP
+            td = per_call_ms(lambda: F.embedding(ids, t), reps, LOOP)
+            tt = per_call_ms(lambda: F.embedding(ids, th), reps, LOOP)
             rows.append(f"{v},{hdim},{m},{v * hdim * 2},{m * hdim * 2},{td * 1e3:.1f},"
                         f"{tt * 1e3:.1f}")
     emit(out, "dha_embed.csv", rows)
