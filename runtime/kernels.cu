@@ -683,6 +683,40 @@ void kn_adamw_host(kn_bf16 *param, float *master, float *m, float *v, const floa
     }
 }
 
+typedef struct adamw_job {
+    kn_bf16 *param;
+    float *master, *m, *v;
+    const float *grad;
+    const kn_adamw_cfg *c;
+} adamw_job;
+
+static void adamw_range(void *ctx, size_t lo, size_t hi)
+{
+    const adamw_job *j = (const adamw_job *)ctx;
+    kn_adamw_host(j->param ? j->param + lo : NULL, j->master + lo, j->m + lo, j->v + lo,
+                  j->grad + lo, hi - lo, j->c);
+}
+
+/* 64 Ki elements per range at least: below that a thread's wake-up costs more than it does. */
+#define HOST_GRAIN 65536
+
+void kn_adamw_host_pool(rt_pool *pool, kn_bf16 *param, float *master, float *m, float *v,
+                        const float *grad, size_t n, const kn_adamw_cfg *c)
+{
+    adamw_job j = {param, master, m, v, grad, c};
+    rt_pool_for(pool, n, HOST_GRAIN, adamw_range, &j);
+}
+
+static void zero_range(void *ctx, size_t lo, size_t hi)
+{
+    memset((float *)ctx + lo, 0, (hi - lo) * sizeof(float));
+}
+
+void kn_zero_host_pool(rt_pool *pool, float *x, size_t n)
+{
+    rt_pool_for(pool, n, HOST_GRAIN, zero_range, x);
+}
+
 /* ======================= fills ======================= */
 
 __device__ __forceinline__ float uniform_at(uint64_t seed, uint64_t i)

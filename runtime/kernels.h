@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "runtime/rt_check.h"
+#include "runtime/rt_pool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,6 +123,11 @@ rt_status kn_adamw(kn_ctx *k, kn_bf16 *param, float *master, float *m, float *v,
 /* The same update on host arrays (ZeRO-Offload's CPU optimizer), same float arithmetic. */
 void kn_adamw_host(kn_bf16 *param, float *master, float *m, float *v, const float *grad,
                    size_t n, const kn_adamw_cfg *c);
+/* kn_adamw_host split over pool's threads (NULL: this thread alone); the same bits. */
+void kn_adamw_host_pool(rt_pool *pool, kn_bf16 *param, float *master, float *m, float *v,
+                        const float *grad, size_t n, const kn_adamw_cfg *c);
+/* x[0 .. n) = 0 on pool's threads (the host step's gradient reset). */
+void kn_zero_host_pool(rt_pool *pool, float *x, size_t n);
 
 /* ---- helpers ---- */
 /* x[i] = bf16 of a seeded uniform in [-scale, scale): kref_uniform(seed, i) * scale, the

@@ -765,6 +765,7 @@ struct mrt_ops {
      * optimizer"), in the order of their first `<group>.optim.host` op */
     mrt_hgroup *hg;
     size_t n_hg;
+    rt_pool *pool;           /* the host steps' threads (offload traces only) */
 };
 
 static rt_status bad_trace(const char *why)
@@ -902,6 +903,7 @@ rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out)
     if (!o->inited || !o->poff || !o->gstep || !o->tok || !o->lab) st = bad_trace("out of memory");
     if (st == RT_OK) st = param_offsets(o);
     if (st == RT_OK && trace_get_meta(t, "offload")) st = host_groups(o);
+    if (st == RT_OK && o->n_hg) st = rt_pool_new(0, &o->pool);
     if (st == RT_OK) st = kn_ctx_new(NULL, &o->k);
     if (st == RT_OK && (cudaMalloc((void **)&o->lse, z.T * 4) != cudaSuccess ||
                         cudaMalloc((void **)&o->loss_hist, MRT_MAX_ITERS * 4) != cudaSuccess ||
@@ -927,6 +929,7 @@ void mrt_ops_free(mrt_ops *o)
     u64map_free(o->poff);
     u64map_free(o->gstep);
     free(o->hg);
+    rt_pool_free(o->pool);
     free(o->tok);
     free(o->lab);
     free(o);
@@ -935,6 +938,18 @@ void mrt_ops_free(mrt_ops *o)
 void mrt_ops_set_iter(mrt_ops *o, int iter) { o->iter = iter; }
 
 void mrt_ops_set_adam(mrt_ops *o, const kn_adamw_cfg *c) { o->adam = *c; }
+
+rt_status mrt_ops_set_host_threads(mrt_ops *o, int threads)
+{
+    if (!o->n_hg) return RT_OK;
+    rt_pool *p;
+    RT_TRY(rt_pool_new(threads, &p));
+    rt_pool_free(o->pool);
+    o->pool = p;
+    return RT_OK;
+}
+
+int mrt_ops_host_threads(const mrt_ops *o) { return o->pool ? rt_pool_threads(o->pool) : 0; }
 
 rt_status mrt_ops_losses(mrt_ops *o, float *host, int n)
 {
@@ -1248,7 +1263,8 @@ int mrt_ops_host_prepare(mrt_ops *o, const trace_op *op, uint64_t *ids, size_t m
     return 2 + (int)c->n_param;
 }
 
-/* Runs on the executor's host thread: AdamW (kn_adamw_host, the float arithmetic of the
+/* Runs on the executor's host thread, split over the dispatcher's thread pool: AdamW
+ * (kn_adamw_host_pool, the float arithmetic of the
  * GPU's kn_adamw) of every parameter of the group on its pinned host copies, the fp32
  * master set from the bf16 parameters and the moments zeroed at the group's first step;
  * then the host gradient is zeroed, as the host does for DHA gradients (lower_dha does not
@@ -1283,9 +1299,9 @@ rt_status mrt_ops_host_compute(mrt_ops *o, const trace_op *op, int64_t tag,
                 memcpy(&b, &p[i], 2);
                 master[off + i] = kref_bf2f(b);
             }
-        kn_adamw_host(p, master + off, m + off, v + off, g + off, pn, &a);
+        kn_adamw_host_pool(o->pool, p, master + off, m + off, v + off, g + off, pn, &a);
     }
-    memset(g, 0, total * 4);
+    kn_zero_host_pool(o->pool, g, total);
     return RT_OK;
 }
 

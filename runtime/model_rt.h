@@ -85,6 +85,10 @@ void mrt_ops_free(mrt_ops *o);
 void mrt_ops_set_iter(mrt_ops *o, int iter);
 /* AdamW's knobs (step is counted per group); default: mrt_config_default's. */
 void mrt_ops_set_adam(mrt_ops *o, const kn_adamw_cfg *c);
+/* Threads of the host optimizer steps of an offload trace (rt_pool_new's count: 0 = the
+ * online CPUs less one, the default); 0 when the trace has no host steps. */
+rt_status mrt_ops_set_host_threads(mrt_ops *o, int threads);
+int mrt_ops_host_threads(const mrt_ops *o);
 /* Enqueues op on stream (a cudaStream_t); in_addr[i] / out_addr[j] are the device addresses
  * of op->in[i] / op->out[j]. RT_ERR_INVALID names an op that has no kernel here. */
 rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,

@@ -2,8 +2,8 @@
  * host-link bandwidth over transfer sizes, both directions at once, DHA read/write bandwidth
  * and DHA beside a copy, cudaMalloc/cudaFree and CUDA VMM latencies, pinned host allocation,
  * device copy bandwidth, cuBLAS bf16 GEMM throughput over square shapes and over the shapes of
- * a transformer layer, and the runtime's own causal attention kernels (runtime/kernels.h)
- * forward and backward over sequence lengths), fits the latency curves
+ * a transformer layer, the runtime's own causal attention kernels (runtime/kernels.h)
+ * forward and backward over sequence lengths, and its host AdamW step), fits the latency curves
  * with GSL, and writes a machine profile whose every number names this measurement as its
  * source. Raw samples go to a CSV beside it. Called by runtime/main.c. C-style CUDA. */
 #include "runtime/probe.h"
@@ -585,6 +585,80 @@ out:
     return st;
 }
 
+/* ---- the runtime's host AdamW (rt.host_adam_params_per_s) ---- */
+
+typedef struct host_arrays {
+    kn_bf16 *p;
+    float *master, *m, *v, *g;
+} host_arrays;
+
+static void host_fill(void *ctx, size_t lo, size_t hi)
+{
+    host_arrays *a = (host_arrays *)ctx;
+    for (size_t i = lo; i < hi; i++) {
+        a->p[i] = 0x3c00; /* bf16 0.0078125 */
+        a->master[i] = 0.01f * (float)(i % 97);
+        a->m[i] = a->v[i] = 0.0f;
+        a->g[i] = 1e-3f * (float)(i % 13);
+    }
+}
+
+/* The step memsim run gives every host optimizer group of an offload plan (model_rt.c:
+ * AdamW on the fp32 master and moments, the bf16 parameter written back, then the fp32
+ * gradient zeroed), over n parameters of host memory on the same thread pool (the online
+ * CPUs less one), first-touched by it. The generator times `*.optim.host` ops with this rate
+ * when the trace is for the runtime's kernels (--gen kernels=runtime). */
+static rt_status probe_host_adam(probe_ctx *c, machine_t *m, int quick)
+{
+    size_t n = (size_t)(quick ? 16 : 64) << 20;
+    host_arrays a = {(kn_bf16 *)malloc(n * sizeof(kn_bf16)), (float *)malloc(n * 4),
+                     (float *)malloc(n * 4), (float *)malloc(n * 4), (float *)malloc(n * 4)};
+    rt_pool *pool = NULL;
+    rt_status st = RT_OK;
+    if (!a.p || !a.master || !a.m || !a.v || !a.g)
+        st = rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "malloc", "host AdamW arrays");
+    if (st == RT_OK) st = rt_pool_new(0, &pool);
+    if (st == RT_OK) {
+        rt_pool_for(pool, n, 65536, host_fill, &a);
+        kn_adamw_cfg cfg;
+        kn_adamw_default(&cfg);
+        enum { REPS = 7 };
+        double t[REPS];
+        int reps = quick ? 3 : REPS;
+        for (int r = 0; r <= reps; r++) { /* the first pass warms up */
+            cfg.step = r + 1;
+            double t0 = host_now_us();
+            kn_adamw_host_pool(pool, a.p, a.master, a.m, a.v, a.g, n, &cfg);
+            kn_zero_host_pool(pool, a.g, n);
+            if (r) t[r - 1] = host_now_us() - t0;
+        }
+        double us = median(t, reps);
+        m->rt_host_adam_params_per_s = (double)n / (us * 1e-6);
+        raw(c, "rt_host_adam_params_per_s", (double)n, m->rt_host_adam_params_per_s, "params/s");
+        raw(c, "rt_host_adam_threads", 0, rt_pool_threads(pool), "threads");
+        fprintf(stderr, "probe: host AdamW %.3g parameters/s on %d threads\n",
+                m->rt_host_adam_params_per_s, rt_pool_threads(pool));
+    }
+    rt_pool_free(pool);
+    free(a.p);
+    free(a.master);
+    free(a.m);
+    free(a.v);
+    free(a.g);
+    return st;
+}
+
+rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n)
+{
+    probe_ctx c;
+    memset(&c, 0, sizeof c);
+    c.raw = raw_csv;
+    fprintf(raw_csv, "what,size_bytes,value,unit\n");
+    rt_status st = probe_host_adam(&c, &p->m, quick);
+    if (st != RT_OK) snprintf(why, n, "%s", rt_last_error());
+    return st;
+}
+
 rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n)
 {
     probe_ctx c;
@@ -633,6 +707,8 @@ rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, siz
     if ((st = probe_gemm_layer(&c, m, peak, quick)) != RT_OK) goto done;
     fprintf(stderr, "probe: attention (memsim's kernels)\n");
     if ((st = probe_attn(&c, m, peak, quick)) != RT_OK) goto done;
+    fprintf(stderr, "probe: host AdamW (the runtime's host optimizer step)\n");
+    if ((st = probe_host_adam(&c, m, quick)) != RT_OK) goto done;
     {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);

@@ -16,6 +16,8 @@ extern "C" {
 /* Measures GPU 0 and overwrites the measured fields of p->m (the rest are kept). Raw samples
  * are written to raw_csv. quick: fewer repetitions. On failure, why says what failed. */
 rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n);
+/* Only the runtime's host AdamW rate (rt.host_adam_params_per_s); needs no GPU. */
+rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n);
 
 #ifdef __cplusplus
 }

@@ -233,6 +233,7 @@ typedef struct rt_window {
     double nominal_s;            /* sum of the compute actions' dur_us issued in it */
     double recompute_nominal_s;
     double host_nominal_s;       /* sum of HOST_COMPUTE dur_us */
+    double host_measured_s;      /* wall time of the real host steps issued in it (real math) */
     double compute_measured_s;   /* sum of measured compute action times (per_op only) */
     double h2d_busy_s, d2h_busy_s;  /* sum of the copies' event-measured times */
     uint64_t h2d_bytes, d2h_bytes;

@@ -39,13 +39,15 @@ typedef struct run_args {
     int math_real;                /* --math real: the model's kernels (model_rt.h) */
     int bench_layer, train_steps, reps, warmup;
     double lr;                    /* --train: AdamW learning rate (0: the model's default) */
+    int host_threads;             /* --host-threads: host optimizer threads (0: CPUs - 1) */
 } run_args;
 
 enum {
     O_MODEL = 256, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
-    O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY
+    O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY,
+    O_HOSTTHREADS
 };
 
 static const struct option opts[] = {
@@ -68,6 +70,7 @@ static const struct option opts[] = {
     {"math", required_argument, 0, O_MATH}, {"bench-layer", no_argument, 0, O_BENCH},
     {"train", required_argument, 0, O_TRAIN}, {"reps", required_argument, 0, O_REPS},
     {"warmup", required_argument, 0, O_WARMUP}, {"lr", required_argument, 0, O_LR},
+    {"host-threads", required_argument, 0, O_HOSTTHREADS},
     {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
 static void usage(FILE *f)
@@ -132,6 +135,9 @@ static void usage(FILE *f)
         "                       token stream; --policy full-recompute replays each layer's\n"
         "                       forward in the backward): the loss curve and step times\n"
         "  --lr X               AdamW learning rate of --math real runs (default 2e-3)\n"
+        "  --host-threads N     threads of the host AdamW steps of offload plans with --math\n"
+        "                       real (default: the online CPUs less one; memsim probe\n"
+        "                       measures the rate with the same default)\n"
         "output:\n"
         "  --csv FILE           results CSV (the simulator's columns, then the runtime's)\n"
         "  --schedule FILE      write the lowered schedule as text\n"
@@ -234,6 +240,7 @@ static int apply(int c, char *v, run_args *a)
             return bad("lr", v, "expected a learning rate in (0, 1]");
         return 0;
     case O_TRAIN: return parse_pos("train", v, &a->train_steps);
+    case O_HOSTTHREADS: return parse_pos("host-threads", v, &a->host_threads);
     case O_REPS: return parse_pos("reps", v, &a->reps);
     case O_WARMUP:
         if (!ms_parse_u64(v, &x) || x > 1000) return bad("warmup", v, "expected 0..1000");
@@ -398,9 +405,11 @@ static void print_calib(const rt_calib *c)
 
 static void print_windows(const rt_exec_result *r, const machine_t *m)
 {
-    printf("%-7s %12s %12s %7s %9s %9s %11s %11s %10s %8s\n", "window", "measured_ms",
+    int real_host = 0;
+    for (size_t w = 0; w < r->n_win; w++) real_host |= r->win[w].host_measured_s > 0;
+    printf("%-7s %12s %12s %7s %9s %9s %11s %11s %10s %8s%s\n", "window", "measured_ms",
            "compute_ms", "meas/cmp", "h2d_GiB", "d2h_GiB", "h2d_busy_ms", "d2h_busy_ms",
-           "bound_ms", "meas/bnd");
+           "bound_ms", "meas/bnd", real_host ? "   host_ms host_nominal_ms" : "");
     for (size_t w = 0; w < r->n_win; w++) {
         const rt_window *x = &r->win[w];
         double link_h = m->link_h2d_Bps > 0 ? (double)x->h2d_bytes / m->link_h2d_Bps : 0;
@@ -411,12 +420,17 @@ static void print_windows(const rt_exec_result *r, const machine_t *m)
         char name[32];
         if (w) snprintf(name, sizeof name, "iter %zu", w - 1);
         else snprintf(name, sizeof name, "setup");
-        printf("%-7s %12.3f %12.3f %7.4f %9.3f %9.3f %11.3f %11.3f %10.3f %8.4f\n", name,
+        printf("%-7s %12.3f %12.3f %7.4f %9.3f %9.3f %11.3f %11.3f %10.3f %8.4f", name,
                x->time_s * 1e3, x->nominal_s * 1e3,
                x->nominal_s > 0 ? x->time_s / x->nominal_s : 0, gib(x->h2d_bytes),
                gib(x->d2h_bytes), x->h2d_busy_s * 1e3, x->d2h_busy_s * 1e3, bound * 1e3,
                bound > 0 ? x->time_s / bound : 0);
+        if (real_host) printf(" %9.3f %15.3f", x->host_measured_s * 1e3, x->host_nominal_s * 1e3);
+        printf("\n");
     }
+    if (real_host)
+        printf("  (host_ms: wall time of the real host steps issued in the window, on the host\n"
+               "   thread; host_nominal_ms: their trace durations)\n");
     printf("  (compute_ms: the sum of the compute actions' dur_us; bound_ms: a lower bound, the\n"
            "   larger of compute + host work and each direction's bytes at the profile's link\n"
            "   rate; `memsim simulate` with the same options predicts the iteration itself)\n");
@@ -741,6 +755,18 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
             mc.adam.lr = (float)a->lr;
             mrt_ops_set_adam(ops, &mc.adam);
         }
+        if (a->host_threads && mrt_ops_set_host_threads(ops, a->host_threads) != RT_OK) {
+            fprintf(stderr, "memsim run: %s\n", rt_last_error());
+            mrt_ops_free(ops);
+            lower_rb_map_free(rbm);
+            free(ids);
+            free(offs);
+            rt_cuda_dev_free(dev);
+            rt_backend_free(be);
+            return MS_EXIT_FAIL;
+        }
+        if (mrt_ops_host_threads(ops) && !a->quiet)
+            printf("host optimizer steps: AdamW on %d threads\n", mrt_ops_host_threads(ops));
         mrt_ops_exec_hooks(ops, &o);
         o.rb_map = rbm;
         o.plan = plan;

@@ -1076,6 +1076,45 @@ static void test_runtime_kernels(const machine_t *mach)
            "the trace's attention time with runtime kernels %.0f us, vendor %.0f us", run, vend);
 }
 
+/* Sum of the `*.optim.host` durations of a generated trace (-1: generation failed). */
+static double host_adam_us(const gen_config *c, const machine_t *m, ms_error *err)
+{
+    trace_t *t = NULL;
+    if (gen_trace(c, m, &t, err) != MS_OK) return -1;
+    double us = 0;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_OP && strstr(r->u.op.name, ".optim.host")) us += r->u.op.dur_us;
+    }
+    trace_free(t);
+    return us;
+}
+
+/* kernels=runtime on an offload trace: the host Adam ops run at the runtime's own measured
+ * rate (rt.host_adam_params_per_s), a profile without it is refused; vendor kernels keep
+ * host.adam_params_per_s. */
+static void test_runtime_host_adam(const machine_t *mach)
+{
+    machine_t m = *mach;
+    m.rt_attn_fwd_eff = 0.3;
+    m.rt_attn_bwd_eff = 0.2;
+    m.host_adam_params_per_s = 4e9;
+    gen_config c = config("gpt2-medium", 1024, 1, 1, 1, 1);
+    ms_error err;
+    c.offload = 1;
+    c.grad_bytes = 4;
+    double vend = host_adam_us(&c, &m, &err);
+    c.roof.kernels = ROOF_KERNELS_RUNTIME;
+    double none = host_adam_us(&c, &m, &err);
+    TAP_OK(none == -1 && strstr(err.msg, "rt.host_adam_params_per_s"),
+           "kernels=runtime, offload=1 without rt.host_adam_params_per_s: refused (%s)", err.msg);
+    m.rt_host_adam_params_per_s = 1e9;
+    double run = host_adam_us(&c, &m, &err);
+    TAP_OK(vend > 0 && fabs(run / vend - 4.0) < 1e-9,
+           "host Adam at the runtime's 1e9/s takes 4x the vendor trace's 4e9/s (%.0f vs %.0f us)",
+           run, vend);
+}
+
 static void test_speed(const machine_t *mach)
 {
     gen_config c = config("gpt-7b", 4096, 1, 1, 1, 1);
@@ -1265,6 +1304,7 @@ int main(void)
     test_megatron_knobs(&m);
     test_roofline(&m);
     test_runtime_kernels(&m);
+    test_runtime_host_adam(&m);
     test_eager(&m);
     test_speed(&m);
     return tap_done();

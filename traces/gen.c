@@ -2367,8 +2367,12 @@ static void host_optimizer(gctx *x, ggroup *g, uint64_t shard)
     gname(nm, g, "optim.host");
     uint64_t oid = new_op(x);
     double us = -1.0;
-    if (x->m) us = x->m->host_adam_params_per_s > 0
-                       ? (double)shard / x->m->host_adam_params_per_s * 1e6 : 0.0;
+    if (x->m) {
+        /* the runtime's own host step when the trace is for its kernels (checked present) */
+        double rate = x->c->roof.kernels == ROOF_KERNELS_RUNTIME
+                          ? x->m->rt_host_adam_params_per_s : x->m->host_adam_params_per_s;
+        us = rate > 0 ? (double)shard / rate * 1e6 : 0.0;
+    }
     emit_op(x, oid, &OPS(.kind = TK_OPTIM, .layer = g->layer, .what = nm,
                          .flops = ADAM_FLOPS * (double)shard, .dur_us = us));
     gname(nm, g, "param.h2d");
@@ -2597,6 +2601,11 @@ ms_status gen_trace(const gen_config *cin, const machine_t *m, trace_t **out, ms
         return ms_fail(err, MS_ERR_INVALID, "generator knob kernels=runtime: profile %s has no "
                        "rt.attn_fwd_eff / rt.attn_bwd_eff (run memsim probe on that GPU)",
                        m->name);
+    if (m && cin->roof.kernels == ROOF_KERNELS_RUNTIME && cin->offload &&
+        !(m->rt_host_adam_params_per_s > 0))
+        return ms_fail(err, MS_ERR_INVALID, "generator knobs kernels=runtime and offload=1: "
+                       "profile %s has no rt.host_adam_params_per_s, the runtime's host AdamW "
+                       "rate (run memsim probe --host-adam on that machine)", m->name);
     gen_config c = resolved(cin);
     gctx x;
     memset(&x, 0, sizeof x);

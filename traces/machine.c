@@ -135,7 +135,10 @@ enum {
       "memsim runtime's attention backward kernel: fraction of the bf16 peak at long "         \
       "sequences, its FLOPs counted as attn_bwd_factor x the forward's")                      \
     X("rt.attn_bwd_half_seq", MF_DBL, rt_attn_bwd_half_seq, R_OPT_NONNEG,                     \
-      "sequence length (tokens) at which that kernel reaches half of rt.attn_bwd_eff")
+      "sequence length (tokens) at which that kernel reaches half of rt.attn_bwd_eff")         \
+    X("rt.host_adam_params_per_s", MF_DBL, rt_host_adam_params_per_s, R_OPT_NONNEG,           \
+      "memsim runtime's host AdamW step (offload plans with --math real): parameters/s on "   \
+      "its default threads (memsim probe; times host Adam ops under kernels=runtime)")
 
 #define AS_FIELD(k, t, f, r, d) {k, t, offsetof(machine_t, f), RULE_REQUIRED(r), d},
 #define AS_RULE(k, t, f, r, d) r,

@@ -70,6 +70,7 @@ typedef struct machine {
     double rt_attn_fwd_half_seq;     /* tokens at which half of it is reached */
     double rt_attn_bwd_eff;
     double rt_attn_bwd_half_seq;
+    double rt_host_adam_params_per_s; /* the runtime's host AdamW (0: not probed) */
 } machine_t;
 
 typedef enum machine_ftype { MF_STR, MF_U64, MF_I64, MF_DBL } machine_ftype;

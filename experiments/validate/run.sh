@@ -74,12 +74,14 @@ cases() {
 # reads real-SEQ (the generator with fp32 gradients and the small saved tensors, as memsim run
 # --math real generates it); a host-offload policy (zero-offload, memferry, go-memferry: their
 # plans need the generator's ZeRO-Offload trace, `--gen offload=1`) reads offload-SEQ. Both
-# are made by `run.sh prepare`.
+# are made by `run.sh prepare`; a real-kernel host-offload case reads real-offload-SEQ (both,
+# its host Adam ops timed by the profile's rt.host_adam_params_per_s, the runtime's own step).
 trace_name() { # seq math policy
-    if [ "$2" = real ]; then echo "real-$1.trace.gz"; return; fi
-    case "${3%%+*}" in
-        zero-offload|memferry|go-memferry) echo "offload-$1.trace.gz" ;;
-    esac
+    local off=""
+    case "${3%%+*}" in zero-offload|memferry|go-memferry) off=offload- ;; esac
+    if [ "$2" = real ]; then echo "real-$off$1.trace.gz"; return; fi
+    [ -n "$off" ] && echo "offload-$1.trace.gz"
+    return 0
 }
 
 # The workload options of one case: --trace FILE when it has one, else the generator's.
@@ -153,10 +155,18 @@ cmd_prepare() {
             local tn tf=""
             tn=$(trace_name "$seq" "$math" "$pol")
             [ -n "$tn" ] && tf=$here/traces/$m/$tn
+            if [ "${tn#real-offload-}" != "$tn" ] && [ ! -f "$tf" ] &&
+                ! grep -q '^rt.host_adam_params_per_s' "$MEMSIM_DATADIR/machines/$m.machine"; then
+                echo "$id: profile $m has no rt.host_adam_params_per_s (memsim probe --host-adam" \
+                    "on that machine): skipped" >&2
+                continue
+            fi
             if [ "$math" = real ] && [ ! -f "$tf" ]; then
                 # the op times of memsim's own kernels, as memsim probe measured them
+                local og=()
+                [ "${tn#real-offload-}" != "$tn" ] && og=(--gen offload=1)
                 "$gt" --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" \
-                    --gen kernels=runtime -o "$tf"
+                    --gen kernels=runtime "${og[@]}" -o "$tf"
                 echo "traces/$m/$tn"
             elif [ -n "$tf" ] && [ ! -f "$tf" ]; then
                 "$MEMSIM" trace gen --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" \
@@ -348,9 +358,10 @@ cmd_compare() {
         [ -f "$gpu/$id.log" ] && args+=(kind=log id="$id" "$gpu/$id.log")
         [ -f "$gpu/$id.ops.csv" ] && args+=(kind=ops id="$id" "$gpu/$id.ops.csv")
         # Real kernels: simulated once more with the op times the keep-all real-kernel run of
-        # this length measured (the trace's durations replaced by them, op by op).
+        # this length measured (the trace's durations replaced by them, op by op); not the
+        # host-offload traces, whose ops differ from keep-all's.
         local ops=$gpu/keep-all-$seq-real.ops.csv
-        if [ "$math" = real ] && [ -f "$ops" ]; then
+        if [ "$math" = real ] && [ -f "$ops" ] && [ "$tn" = "real-$seq.trace.gz" ]; then
             local ct=$sim/cal-$seq.trace.gz
             if [ ! -f "$ct" ] || [ "$ops" -nt "$ct" ]; then
                 gzip -dc "$tf" | awk -f "$AWK" -v mode=calibrate "$ops" - | gzip > "$ct"
