@@ -78,10 +78,16 @@ cases() {
 # its host Adam ops timed by the profile's rt.host_adam_params_per_s, the runtime's own step).
 trace_name() { # seq math policy
     local off=""
-    case "${3%%+*}" in zero-offload|memferry|go-memferry) off=offload- ;; esac
+    is_offload "$3" && off=offload-
     if [ "$2" = real ]; then echo "real-$off$1.trace.gz"; return; fi
     [ -n "$off" ] && echo "offload-$1.trace.gz"
     return 0
+}
+
+# Whether a policy column names a host-offload policy (its plans need the ZeRO-Offload trace).
+is_offload() { # policy
+    case "${1%%+*}" in zero-offload|memferry|go-memferry) return 0 ;; esac
+    return 1
 }
 
 # The workload options of one case: --trace FILE when it has one, else the generator's.
@@ -155,7 +161,7 @@ cmd_prepare() {
             local tn tf=""
             tn=$(trace_name "$seq" "$math" "$pol")
             [ -n "$tn" ] && tf=$here/traces/$m/$tn
-            if [ "${tn#real-offload-}" != "$tn" ] && [ ! -f "$tf" ] &&
+            if [ "$math" = real ] && is_offload "$pol" && [ ! -f "$tf" ] &&
                 ! grep -q '^rt.host_adam_params_per_s' "$MEMSIM_DATADIR/machines/$m.machine"; then
                 echo "$id: profile $m has no rt.host_adam_params_per_s (memsim probe --host-adam" \
                     "on that machine): skipped" >&2
@@ -164,7 +170,7 @@ cmd_prepare() {
             if [ "$math" = real ] && [ ! -f "$tf" ]; then
                 # the op times of memsim's own kernels, as memsim probe measured them
                 local og=()
-                [ "${tn#real-offload-}" != "$tn" ] && og=(--gen offload=1)
+                is_offload "$pol" && og=(--gen offload=1)
                 "$gt" --machine "$m" --dims "$DIMS" --seq "$seq" --iters "$ITERS" \
                     --gen kernels=runtime "${og[@]}" -o "$tf"
                 echo "traces/$m/$tn"
@@ -361,7 +367,7 @@ cmd_compare() {
         # this length measured (the trace's durations replaced by them, op by op); not the
         # host-offload traces, whose ops differ from keep-all's.
         local ops=$gpu/keep-all-$seq-real.ops.csv
-        if [ "$math" = real ] && [ -f "$ops" ] && [ "$tn" = "real-$seq.trace.gz" ]; then
+        if [ "$math" = real ] && [ -f "$ops" ] && ! is_offload "$pol"; then
             local ct=$sim/cal-$seq.trace.gz
             if [ ! -f "$ct" ] || [ "$ops" -nt "$ct" ]; then
                 gzip -dc "$tf" | awk -f "$AWK" -v mode=calibrate "$ops" - | gzip > "$ct"
