@@ -115,12 +115,20 @@ typedef struct kn_adamw_cfg {
     float lr, beta1, beta2, eps, weight_decay;
     int step;          /* 1 for the first update */
     float grad_scale;  /* the gradient is multiplied by this first (1: none) */
+    int flush_denormals; /* host step only: subnormal inputs and results read as 0 (x86
+                          * FTZ and DAZ) while it runs; the GPU kernel keeps them */
 } kn_adamw_cfg;
-void kn_adamw_default(kn_adamw_cfg *c);   /* lr 3e-4, 0.9, 0.95, 1e-8, wd 0.1, step 1 */
+/* lr 3e-4, 0.9, 0.95, 1e-8, wd 0.1, step 1, flush_denormals 1 */
+void kn_adamw_default(kn_adamw_cfg *c);
 /* master, m, v: fp32; grad fp32; param (bf16, may be NULL): the rounded master copy. */
 rt_status kn_adamw(kn_ctx *k, kn_bf16 *param, float *master, float *m, float *v,
                    const float *grad, size_t n, const kn_adamw_cfg *c);
-/* The same update on host arrays (ZeRO-Offload's CPU optimizer), same float arithmetic. */
+/* The same update on host arrays (ZeRO-Offload's CPU optimizer), same float arithmetic;
+ * bitwise the kernel's where no input or intermediate is subnormal or flush_denormals is 0.
+ * Why the flush: an x86 core takes a microcode assist per subnormal operand or result, and
+ * squared gradients below about 1e-19 are subnormal: measured on the H200's Xeon host, a
+ * pass over such gradients ran 30x slower (60e6 instead of 1.8e9 parameters/s), which made
+ * the step's time depend on the gradients' values and not on the probed rate. */
 void kn_adamw_host(kn_bf16 *param, float *master, float *m, float *v, const float *grad,
                    size_t n, const kn_adamw_cfg *c);
 /* kn_adamw_host split over pool's threads (NULL: this thread alone); the same bits. */

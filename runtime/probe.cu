@@ -592,21 +592,40 @@ typedef struct host_arrays {
     float *master, *m, *v, *g;
 } host_arrays;
 
+/* A value in [-1, 1) from an index: the probe's weights and gradients look like a model's
+ * (random mantissas), not a pattern a branch predictor could learn. */
+static float host_noise(uint64_t i)
+{
+    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
 static void host_fill(void *ctx, size_t lo, size_t hi)
 {
     host_arrays *a = (host_arrays *)ctx;
     for (size_t i = lo; i < hi; i++) {
         a->p[i] = 0x3c00; /* bf16 0.0078125 */
-        a->master[i] = 0.01f * (float)(i % 97);
+        a->master[i] = 0.04f * host_noise(i);
         a->m[i] = a->v[i] = 0.0f;
-        a->g[i] = 1e-3f * (float)(i % 13);
+        a->g[i] = 1e-3f * host_noise(i + ((uint64_t)1 << 40));
     }
+}
+
+/* New gradients before each timed pass, as the D2H copies bring them before each step. */
+static void host_grad_fill(void *ctx, size_t lo, size_t hi)
+{
+    host_arrays *a = (host_arrays *)ctx;
+    for (size_t i = lo; i < hi; i++) a->g[i] = 1e-3f * host_noise(i ^ 0x5DEECE66DULL);
 }
 
 /* The step memsim run gives every host optimizer group of an offload plan (model_rt.c:
  * AdamW on the fp32 master and moments, the bf16 parameter written back, then the fp32
  * gradient zeroed), over n parameters of host memory on the same thread pool (the online
- * CPUs less one), first-touched by it. The generator times `*.optim.host` ops with this rate
+ * CPUs less one), first-touched by it, with random weights and new random gradients before
+ * every timed pass (values, not patterns: the step's speed may depend on them). The generator times `*.optim.host` ops with this rate
  * when the trace is for the runtime's kernels (--gen kernels=runtime). */
 static rt_status probe_host_adam(probe_ctx *c, machine_t *m, int quick)
 {
@@ -627,6 +646,7 @@ static rt_status probe_host_adam(probe_ctx *c, machine_t *m, int quick)
         int reps = quick ? 3 : REPS;
         for (int r = 0; r <= reps; r++) { /* the first pass warms up */
             cfg.step = r + 1;
+            if (r) rt_pool_for(pool, n, 65536, host_grad_fill, &a);
             double t0 = host_now_us();
             kn_adamw_host_pool(pool, a.p, a.master, a.m, a.v, a.g, n, &cfg);
             kn_zero_host_pool(pool, a.g, n);

@@ -1,8 +1,9 @@
-/* rt_pool.h — a fixed pool of host worker threads that splits a loop over [0, n) into one
- * contiguous range per thread. The runtime's host optimizer step (model_rt.c, AdamW on the
- * pinned host copies of offloaded parameters) and `memsim probe`'s measurement of it
- * (probe.cu) run on it, so the probed rate is the rate of the step the runtime runs.
- * Elementwise work gives the same bits for any thread count. */
+/* rt_pool.h — a fixed pool of host worker threads that splits a loop over [0, n) into
+ * contiguous chunks, about 8 per thread, handed out as threads come free. The runtime's host
+ * optimizer step (model_rt.c, AdamW on the pinned host copies of offloaded parameters) and
+ * `memsim probe`'s measurement of it (probe.cu) run on it,
+ * so the probed rate is the rate of the step the runtime runs. Elementwise work gives the
+ * same bits for any thread count. */
 #ifndef MEMSIM_RT_POOL_H
 #define MEMSIM_RT_POOL_H
 
@@ -26,9 +27,9 @@ rt_status rt_pool_new(int threads, rt_pool **out);
 void rt_pool_free(rt_pool *p);
 int rt_pool_threads(const rt_pool *p);
 
-/* Runs fn over [0, n) split into rt_pool_threads ranges (ranges shorter than `grain` items
- * are not split further) and returns when all are done. One loop at a time per pool: the
- * caller serializes. */
+/* Runs fn over [0, n) split into about 8 chunks per thread (none shorter than `grain`
+ * items) and returns when all are done. One loop at a time per pool: the caller
+ * serializes. */
 void rt_pool_for(rt_pool *p, size_t n, size_t grain, rt_pool_fn fn, void *ctx);
 
 #ifdef __cplusplus

@@ -40,6 +40,7 @@ typedef struct run_args {
     int bench_layer, train_steps, reps, warmup;
     double lr;                    /* --train: AdamW learning rate (0: the model's default) */
     int host_threads;             /* --host-threads: host optimizer threads (0: CPUs - 1) */
+    int host_denormals_keep;      /* --host-denormals keep: the host step without FTZ/DAZ */
 } run_args;
 
 enum {
@@ -47,7 +48,7 @@ enum {
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
     O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY,
-    O_HOSTTHREADS
+    O_HOSTTHREADS, O_HOSTDENORM
 };
 
 static const struct option opts[] = {
@@ -71,6 +72,7 @@ static const struct option opts[] = {
     {"train", required_argument, 0, O_TRAIN}, {"reps", required_argument, 0, O_REPS},
     {"warmup", required_argument, 0, O_WARMUP}, {"lr", required_argument, 0, O_LR},
     {"host-threads", required_argument, 0, O_HOSTTHREADS},
+    {"host-denormals", required_argument, 0, O_HOSTDENORM},
     {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
 static void usage(FILE *f)
@@ -138,6 +140,11 @@ static void usage(FILE *f)
         "  --host-threads N     threads of the host AdamW steps of offload plans with --math\n"
         "                       real (default: the online CPUs less one; memsim probe\n"
         "                       measures the rate with the same default)\n"
+        "  --host-denormals flush|keep\n"
+        "                       subnormal numbers in those steps: flush (default) reads and\n"
+        "                       writes them as 0, so a step's time does not depend on its\n"
+        "                       gradients' values; keep computes them (the GPU AdamW's bits,\n"
+        "                       up to 30x slower per subnormal on x86 hosts)\n"
         "output:\n"
         "  --csv FILE           results CSV (the simulator's columns, then the runtime's)\n"
         "  --schedule FILE      write the lowered schedule as text\n"
@@ -241,6 +248,11 @@ static int apply(int c, char *v, run_args *a)
         return 0;
     case O_TRAIN: return parse_pos("train", v, &a->train_steps);
     case O_HOSTTHREADS: return parse_pos("host-threads", v, &a->host_threads);
+    case O_HOSTDENORM:
+        if (strcmp(v, "flush") && strcmp(v, "keep"))
+            return bad("host-denormals", v, "expected flush or keep");
+        a->host_denormals_keep = !strcmp(v, "keep");
+        return 0;
     case O_REPS: return parse_pos("reps", v, &a->reps);
     case O_WARMUP:
         if (!ms_parse_u64(v, &x) || x > 1000) return bad("warmup", v, "expected 0..1000");
@@ -749,10 +761,11 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
             rt_backend_free(be);
             return ls != MS_OK ? ms_exit_code(ls) : MS_EXIT_INPUT;
         }
-        if (a->lr > 0) {
+        if (a->lr > 0 || a->host_denormals_keep) {
             mrt_config mc;
             mrt_config_default(&mc);
-            mc.adam.lr = (float)a->lr;
+            if (a->lr > 0) mc.adam.lr = (float)a->lr;
+            mc.adam.flush_denormals = !a->host_denormals_keep;
             mrt_ops_set_adam(ops, &mc.adam);
         }
         if (a->host_threads && mrt_ops_set_host_threads(ops, a->host_threads) != RT_OK) {

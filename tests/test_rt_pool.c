@@ -7,8 +7,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 #include "runtime/kernels.h"
+#include "runtime/kernels_ref.h"
 #include "runtime/rt_pool.h"
 #include "tests/tap.h"
 
@@ -115,6 +119,78 @@ static void test_adamw_bits(void)
     free(a2);
 }
 
+/* flush_denormals: a squared gradient of 1e-20 is subnormal (5e-42 after the 0.05 factor):
+ * kept, the second moment holds it; flushed, it reads 0; either way the thread's
+ * floating-point mode is what it was before the step. */
+static void test_denormals(void)
+{
+    enum { N = 1000 };
+    static float master[2][N], m[2][N], v[2][N], g[N];
+    for (size_t i = 0; i < N; i++) {
+        g[i] = 1e-20f;
+        master[0][i] = master[1][i] = 1.0f;
+    }
+    kn_adamw_cfg c;
+    kn_adamw_default(&c);
+    TAP_OK(c.flush_denormals == 1, "the host step flushes subnormals by default");
+#if defined(__x86_64__) || defined(__SSE2__)
+    unsigned int csr = _mm_getcsr();
+#endif
+    kn_adamw_host(NULL, master[0], m[0], v[0], g, N, &c);
+#if defined(__x86_64__) || defined(__SSE2__)
+    TAP_OK(_mm_getcsr() == csr, "the thread's MXCSR is restored after a flushing step");
+#endif
+    c.flush_denormals = 0;
+    kn_adamw_host(NULL, master[1], m[1], v[1], g, N, &c);
+    int flushed = 1, kept = 1;
+    for (size_t i = 0; i < N; i++) {
+        flushed &= v[0][i] == 0.0f;
+        kept &= v[1][i] > 0.0f && v[1][i] < 1.17549435e-38f;
+    }
+#if defined(__x86_64__) || defined(__SSE2__)
+    TAP_OK(flushed, "flush: a subnormal second moment reads 0");
+#else
+    (void)flushed; /* no MXCSR: the step keeps subnormals (kernels.cu) */
+#endif
+    TAP_OK(kept, "keep: the second moment holds the subnormal 0.05 * g^2");
+}
+
+/* The host step's bf16 copy is round-to-nearest-even of the fp32 master, as the GPU's
+ * conversion: checked on values with every kind of discarded half (below, at and above the
+ * tie, with an even and an odd kept bit), overflow to infinity, and NaN (0x7fff, CUDA's). */
+static void test_bf16_rounding(void)
+{
+    enum { N = 4096 };
+    static float master[N], m[N], v[N], g[N];
+    static kn_bf16 p[N];
+    for (size_t i = 0; i < N; i++) {
+        uint32_t hi = 0x3f80u + (uint32_t)(i % 64), lo;
+        switch (i % 8) {
+        case 0: lo = 0x7fffu; break;
+        case 1: case 6: lo = 0x8000u; break;    /* ties: an odd and an even kept bit */
+        case 2: lo = 0x8001u; break;
+        case 3: lo = (uint32_t)(i * 2654435761u) & 0xffffu; break;
+        default: lo = (uint32_t)((i * 40503u) ^ (i >> 3)) & 0xffffu; break;
+        }
+        uint32_t u = hi << 16 | lo;
+        if (i % 2) u |= 0x80000000u;
+        memcpy(&master[i], &u, 4);
+    }
+    uint32_t big = 0x7f7fffffu, nan = 0xffc00001u; /* FLT_MAX rounds up to infinity */
+    memcpy(&master[N - 2], &big, 4);
+    memcpy(&master[N - 1], &nan, 4);
+    float before[N];
+    memcpy(before, master, sizeof before);
+    kn_adamw_cfg c;
+    kn_adamw_default(&c);
+    c.lr = 0.0f; /* the master stays as it is: the bf16 copy is its rounding */
+    kn_adamw_host(p, master, m, v, g, N, &c);
+    int same = !memcmp(before, master, (N - 1) * sizeof(float)), ok = 1;
+    for (size_t i = 0; i + 1 < N; i++) ok &= p[i] == kref_f2bf(before[i]);
+    TAP_OK(same && ok, "bf16 copy: round to nearest even of the master (ties, overflow)");
+    TAP_OK(p[N - 2] == 0x7f80u && p[N - 1] == 0x7fffu, "bf16 copy: FLT_MAX -> inf, NaN -> 0x7fff");
+}
+
 int main(void)
 {
     test_cover(1);
@@ -124,6 +200,8 @@ int main(void)
     test_cover(0);
     test_many_loops();
     test_adamw_bits();
+    test_denormals();
+    test_bf16_rounding();
     rt_pool *p = NULL;
     TAP_OK(rt_pool_new(-1, &p) == RT_ERR_INVALID && p == NULL, "a negative thread count is refused");
     return tap_done();
