@@ -2020,8 +2020,12 @@ static void *worker_main(void *arg)
         }
         if (!stop && j.fn) j.fn(j.arg);
         else if (!stop) host_spin((void *)(uintptr_t)j.ns);
-        cudaEventDestroy(j.ev);
+        /* Release the stream before any CUDA call: cudaEventDestroy takes the driver's lock
+         * for writing, and the issuing thread may hold it for reading inside a launch that
+         * waits for room in a queue only this stream's progress frees (seen on an H200 with
+         * GO-MemFerry's real kernels: the launch spinning, the GPU idle on this wait). */
         __atomic_store_n(w->flag, j.seq, __ATOMIC_RELEASE);
+        cudaEventDestroy(j.ev);
     }
     return NULL;
 }
