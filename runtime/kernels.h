@@ -123,9 +123,9 @@ void kn_adamw_default(kn_adamw_cfg *c);
 /* master, m, v: fp32; grad fp32; param (bf16, may be NULL): the rounded master copy. */
 rt_status kn_adamw(kn_ctx *k, kn_bf16 *param, float *master, float *m, float *v,
                    const float *grad, size_t n, const kn_adamw_cfg *c);
-/* The same update on host arrays (ZeRO-Offload's CPU optimizer), same float arithmetic;
- * bitwise the kernel's where no input or intermediate is subnormal or flush_denormals is 0.
- * Why the flush: an x86 core takes a microcode assist per subnormal operand or result, and
+/* The same update on host arrays (ZeRO-Offload's CPU optimizer), the same float expression
+ * (nvcc may contract the kernel's to FMA: the last bit can differ, docs/RUNTIME.md). With
+ * flush_denormals (the default) subnormal inputs and results are 0, unlike the kernel's. Why: an x86 core takes a microcode assist per subnormal operand or result, and
  * squared gradients below about 1e-19 are subnormal: measured on the H200's Xeon host, a
  * pass over such gradients ran 30x slower (60e6 instead of 1.8e9 parameters/s), which made
  * the step's time depend on the gradients' values and not on the probed rate. */

@@ -625,8 +625,9 @@ static void host_grad_fill(void *ctx, size_t lo, size_t hi)
  * AdamW on the fp32 master and moments, the bf16 parameter written back, then the fp32
  * gradient zeroed), over n parameters of host memory on the same thread pool (the online
  * CPUs less one), first-touched by it, with random weights and new random gradients before
- * every timed pass (values, not patterns: the step's speed may depend on them). The generator times `*.optim.host` ops with this rate
- * when the trace is for the runtime's kernels (--gen kernels=runtime). */
+ * every timed pass (values, not patterns: the step's speed may depend on them). The
+ * generator times `*.optim.host` ops with this rate when the trace is for the runtime's
+ * kernels (--gen kernels=runtime). */
 static rt_status probe_host_adam(probe_ctx *c, machine_t *m, int quick)
 {
     size_t n = (size_t)(quick ? 16 : 64) << 20;

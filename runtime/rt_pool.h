@@ -1,9 +1,8 @@
 /* rt_pool.h — a fixed pool of host worker threads that splits a loop over [0, n) into
  * contiguous chunks, about 8 per thread, handed out as threads come free. The runtime's host
  * optimizer step (model_rt.c, AdamW on the pinned host copies of offloaded parameters) and
- * `memsim probe`'s measurement of it (probe.cu) run on it,
- * so the probed rate is the rate of the step the runtime runs. Elementwise work gives the
- * same bits for any thread count. */
+ * `memsim probe`'s measurement of it (probe.cu) run on it, so the probed rate is the rate
+ * of the step the runtime runs. Elementwise work gives the same bits for any thread count. */
 #ifndef MEMSIM_RT_POOL_H
 #define MEMSIM_RT_POOL_H
 
