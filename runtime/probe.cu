@@ -22,6 +22,7 @@
 #endif
 
 #include "runtime/kernels.h"
+#include "runtime/kernels_ref.h"
 #include "runtime/rt_check.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -592,25 +593,14 @@ typedef struct host_arrays {
     float *master, *m, *v, *g;
 } host_arrays;
 
-/* A value in [-1, 1) from an index: the probe's weights and gradients look like a model's
- * (random mantissas), not a pattern a branch predictor could learn. */
-static float host_noise(uint64_t i)
-{
-    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
-
 static void host_fill(void *ctx, size_t lo, size_t hi)
 {
     host_arrays *a = (host_arrays *)ctx;
     for (size_t i = lo; i < hi; i++) {
         a->p[i] = 0x3c00; /* bf16 0.0078125 */
-        a->master[i] = 0.04f * host_noise(i);
+        a->master[i] = 0.04f * kref_uniform(1, i); /* random mantissas, as a model's */
         a->m[i] = a->v[i] = 0.0f;
-        a->g[i] = 1e-3f * host_noise(i + ((uint64_t)1 << 40));
+        a->g[i] = 1e-3f * kref_uniform(2, i);
     }
 }
 
@@ -618,7 +608,7 @@ static void host_fill(void *ctx, size_t lo, size_t hi)
 static void host_grad_fill(void *ctx, size_t lo, size_t hi)
 {
     host_arrays *a = (host_arrays *)ctx;
-    for (size_t i = lo; i < hi; i++) a->g[i] = 1e-3f * host_noise(i ^ 0x5DEECE66DULL);
+    for (size_t i = lo; i < hi; i++) a->g[i] = 1e-3f * kref_uniform(3, i);
 }
 
 /* The step memsim run gives every host optimizer group of an offload plan (model_rt.c:
