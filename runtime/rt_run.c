@@ -1162,6 +1162,19 @@ static int run_train(const run_args *a, const rt_gpu_info *g, const machine_t *m
     return rc;
 }
 
+/* The real kernels write each gradient buffer whole to one place, the GPU or the host. A plan
+ * that splits a layer's gradient by module (GO-MemFerry with a reserve above 0: grad_host.N
+ * knobs) has no such place; refuse it before the pinned pool is allocated. */
+static ms_status check_real_plan(const plan_t *p, ms_error *err)
+{
+    for (size_t i = 0; p && i < p->n_knobs; i++)
+        if (!strncmp(p->knobs[i].key, "grad_host.", 10))
+            return ms_fail(err, MS_ERR_UNSUPPORTED, "--math real does not run module-level "
+                           "host gradients (plan knob %s: GO-MemFerry with a reserve above 0); "
+                           "run it with --math spin", p->knobs[i].key);
+    return MS_OK;
+}
+
 int rt_run_main(int argc, char **argv)
 {
     run_args a;
@@ -1191,6 +1204,7 @@ int rt_run_main(int argc, char **argv)
     }
     if (st == MS_OK) st = make_trace(&a, &mp->m, &t, &err);
     if (st == MS_OK) st = make_plan(&a, t, &mp->m, &plan, &err);
+    if (st == MS_OK && a.math_real) st = check_real_plan(plan, &err);
     if (st == MS_OK) st = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
     if (st != MS_OK) {
         rc = fail_st(st, &err);
