@@ -643,12 +643,21 @@ static rt_status probe_host_adam(probe_ctx *c, machine_t *m, int quick)
             kn_zero_host_pool(pool, a.g, n);
             if (r) t[r - 1] = host_now_us() - t0;
         }
-        double us = median(t, reps);
+        double us = median(t, reps), lo = t[0], hi = t[0];
+        for (int r = 1; r < reps; r++) {
+            if (t[r] < lo) lo = t[r];
+            if (t[r] > hi) hi = t[r];
+        }
         m->rt_host_adam_params_per_s = (double)n / (us * 1e-6);
         raw(c, "rt_host_adam_params_per_s", (double)n, m->rt_host_adam_params_per_s, "params/s");
+        /* the spread over the passes: a shared host's step varies, and a report should be
+         * able to tell that noise from a model error */
+        raw(c, "rt_host_adam_params_per_s_slowest", (double)n, (double)n / (hi * 1e-6), "params/s");
+        raw(c, "rt_host_adam_params_per_s_fastest", (double)n, (double)n / (lo * 1e-6), "params/s");
         raw(c, "rt_host_adam_threads", 0, rt_pool_threads(pool), "threads");
-        fprintf(stderr, "probe: host AdamW %.3g parameters/s on %d threads\n",
-                m->rt_host_adam_params_per_s, rt_pool_threads(pool));
+        fprintf(stderr, "probe: host AdamW %.3g parameters/s on %d threads (passes %.3g to %.3g)\n",
+                m->rt_host_adam_params_per_s, rt_pool_threads(pool), (double)n / (hi * 1e-6),
+                (double)n / (lo * 1e-6));
     }
     rt_pool_free(pool);
     free(a.p);
