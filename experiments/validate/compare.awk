@@ -113,7 +113,11 @@ kind == "copies" {
     next
 }
 kind == "log" {
-    if ($0 ~ /^iter [0-9]+ /) { split($0, c, " "); nit[id]++; itms[id, nit[id]] = c[3] + 0 }
+    if ($0 ~ /^iter [0-9]+ /) {
+        split($0, c, " "); nit[id]++; itms[id, nit[id]] = c[3] + 0
+        # the real host steps' wall time and their trace durations (ms; the last iteration's)
+        if (12 in c) { hstg[id] = c[12] / 1000; hstn[id] = c[13] / 1000 }
+    }
     else if ($0 ~ /^device: /) { logdev = $0 }
     else if ($0 ~ /^spin kernel: /) { calib[id] = $0 }
     else if ($0 ~ /^  (H2D|D2H): [0-9]+ copies/) {
@@ -280,6 +284,26 @@ END {
         print "link as well as the copies; the runtime times the copies only. Not compared (not in the medians)."
     }
     print ""
+
+    # Host steps of real-kernel host-offload cases: the step the probe times, on the critical
+    # path of these schedules, so the first place to look when their iteration misses.
+    nhs = 0
+    for (k = 1; k <= ncase; k++) if (math[ids[k]] == "real" && hstg[ids[k]] > 0 && hstn[ids[k]] > 0) nhs++
+    if (nhs) {
+        print "### Host optimizer steps (real kernels, last iteration)"
+        print ""
+        print "| case | host steps GPU (s) | trace (s) | GPU / trace |"
+        print "|---|---|---|---|"
+        for (k = 1; k <= ncase; k++) {
+            i = ids[k]
+            if (math[i] != "real" || !(hstg[i] > 0) || !(hstn[i] > 0)) continue
+            printf "| %s | %.3f | %.3f | %.2f |\n", i, hstg[i], hstn[i], hstg[i] / hstn[i]
+        }
+        print ""
+        print "The trace times each host AdamW step at the profile's `rt.host_adam_params_per_s` (`memsim"
+        print "probe --host-adam`, which also records its slowest and fastest pass in the raw CSV)."
+        print ""
+    }
 
     # Memory table.
     print "### Memory (whole run)"
