@@ -207,6 +207,9 @@ function busy_cell(idc, col,    g, s) {
     return sprintf("%.4f | %.4f | %s", g, s, pct(err(s, g)))
 }
 
+# A real-kernel case whose log shows real host steps (host-offload schedules).
+function host_steps(idc) { return math[idc] == "real" && hstg[idc] > 0 && hstn[idc] > 0 }
+
 function allocname(idc) { return G[idc, "allocator"] != "" ? G[idc, "allocator"] : alc[idc] }
 
 # ---- report mode: output ----
@@ -288,7 +291,7 @@ END {
     # Host steps of real-kernel host-offload cases: the step the probe times, on the critical
     # path of these schedules, so the first place to look when their iteration misses.
     nhs = 0
-    for (k = 1; k <= ncase; k++) if (math[ids[k]] == "real" && hstg[ids[k]] > 0 && hstn[ids[k]] > 0) nhs++
+    for (k = 1; k <= ncase; k++) if (host_steps(ids[k])) nhs++
     if (nhs) {
         print "### Host optimizer steps (real kernels, last iteration)"
         print ""
@@ -296,7 +299,7 @@ END {
         print "|---|---|---|---|"
         for (k = 1; k <= ncase; k++) {
             i = ids[k]
-            if (math[i] != "real" || !(hstg[i] > 0) || !(hstn[i] > 0)) continue
+            if (!host_steps(i)) continue
             printf "| %s | %.3f | %.3f | %.2f |\n", i, hstg[i], hstn[i], hstg[i] / hstn[i]
         }
         print ""
