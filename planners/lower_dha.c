@@ -1621,13 +1621,19 @@ static ms_status lower_all(lw *w)
     return MS_OK;
 }
 
+const char *lower_dha_module_grads(const plan_t *p)
+{
+    for (size_t i = 0; p && i < p->n_knobs; i++)
+        if (!strncmp(p->knobs[i].key, "grad_host.", 10)) return p->knobs[i].key;
+    return NULL;
+}
+
 int lower_dha_applies(const plan_t *p)
 {
     if (!p) return 0;
     const char *v = plan_get_knob(p, "host_params");
     if (v && !strcmp(v, "1")) return 1;
-    for (size_t i = 0; i < p->n_knobs; i++)
-        if (!strncmp(p->knobs[i].key, "grad_host.", 10)) return 1;
+    if (lower_dha_module_grads(p)) return 1;
     for (size_t i = 0; i < p->n_layers; i++)
         if (p->layers[i].pmode != PM_GFGB || p->layers[i].grad_on_host) return 1;
     return 0;

@@ -104,6 +104,10 @@ ms_status dha_check_machine(const machine_t *m, const char *who, ms_error *err);
  * host_params=1 (written by the memferry, go-memferry and zero-offload policies). */
 int lower_dha_applies(const plan_t *p);
 
+/* The key of plan p's first grad_host.N knob (module-level gradient offload: some modules of
+ * unit N keep their gradients on the host, the rest on the GPU, in one buffer), or NULL. */
+const char *lower_dha_module_grads(const plan_t *p);
+
 /* Lowers trace t under plan p for machine m (required: link and DHA rates). Units the plan
  * does not list are GFGB with gradients on the GPU. Plan knobs (docs/MEMFERRY.md):
  *   grad_host.N=ID,ID,...       module-level gradient offload (GO-MemFerry's per-module

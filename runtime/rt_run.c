@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "planners/lower.h"
+#include "planners/lower_dha.h"
 #include "planners/policy.h"
 #include "runtime/model_rt.h"
 #include "runtime/rt_backend.h"
@@ -1167,11 +1168,11 @@ static int run_train(const run_args *a, const rt_gpu_info *g, const machine_t *m
  * knobs) has no such place; refuse it before the pinned pool is allocated. */
 static ms_status check_real_plan(const plan_t *p, ms_error *err)
 {
-    for (size_t i = 0; p && i < p->n_knobs; i++)
-        if (!strncmp(p->knobs[i].key, "grad_host.", 10))
-            return ms_fail(err, MS_ERR_UNSUPPORTED, "--math real does not run module-level "
-                           "host gradients (plan knob %s: GO-MemFerry with a reserve above 0); "
-                           "run it with --math spin", p->knobs[i].key);
+    const char *knob = lower_dha_module_grads(p);
+    if (knob)
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "--math real does not run module-level host "
+                       "gradients (plan knob %s: GO-MemFerry with a reserve above 0); run it "
+                       "with --math spin", knob);
     return MS_OK;
 }
 
