@@ -298,7 +298,26 @@ static ms_status go_after_bwd(mf_ctx *c, const char *model, uint64_t seq, uint64
     return st;
 }
 
-/* ---- Figure 9 (iteration time) and Figure 12 (peak memory) ---- */
+/* GPU utilization as the paper reads it: the share of the iteration the GPU computes (DHA
+ * kernels included, they occupy the SMs while they read or write host memory). */
+static double util(const mf_run *r)
+{
+    return ok(r) && r->r.iter_time_s > 0 ? r->r.compute_busy_s / r->r.iter_time_s : NAN;
+}
+
+/* Figure 10(a): GPU utilization of the four methods training GPT-2 (§V-B: GO-MemFerry highest,
+ * then MemFerry, Native-Offload, DeepSpeed; ratios as the abstract's "1.27x"). */
+static void fig10a(mf_ctx *c, const mf_run *r)
+{
+    double ds = util(&r[M_DS]), nat = util(&r[M_NATIVE]), mf = util(&r[M_MF]);
+    double go = util(&r[M_GO]);
+    metric(c, "fig10a.order", go > mf && mf > nat && nat > ds, NULL);
+    metric(c, "fig10a.mf_vs_ds", (mf / ds - 1) * 100, NULL);
+    metric(c, "fig10a.mf_vs_native", (mf / nat - 1) * 100, NULL);
+    metric(c, "fig10a.go_vs_ds", (go / ds - 1) * 100, NULL);
+}
+
+/* ---- Figure 9 (iteration time), 10(a) (GPU utilization) and 12 (peak memory) ---- */
 
 static ms_status fig9(mf_ctx *c, ms_error *err)
 {
@@ -314,28 +333,35 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     if (st) return st;
     FILE *f = open_out(c, "fig9.csv", err), *d = f ? open_out(c, "fig9.dat", err) : NULL;
     FILE *g = d ? open_out(c, "fig12.dat", err) : NULL;
-    if (!g) {
+    FILE *u = g ? open_out(c, "fig10a.dat", err) : NULL;
+    if (!u) {
         if (f) fclose(f);
         if (d) fclose(d);
+        if (g) fclose(g);
         return MS_ERR_IO;
     }
     fputs(CSV_HEAD, f);
     fprintf(d, "# model DeepSpeed Native-Offload MemFerry GO-MemFerry (iteration time, ms)\n");
     fprintf(g, "# model DeepSpeed Native-Offload MemFerry GO-MemFerry (peak allocated, GiB)\n");
+    fprintf(u, "# model DeepSpeed Native-Offload MemFerry GO-MemFerry (GPU utilization, %%)\n");
     double lo[2] = { INFINITY, INFINITY }, hi[2] = { -INFINITY, -INFINITY }, mx = -INFINITY;
     double sum = 0, n = 0, order = 0, morder = 0, mfs = 0, nfs = 0, gom = 0, mfm = 0, gm = 0;
     double ga_slow = 0, ga_vs_ds = 0;
     for (int w = 0; w < 4; w++) {
         fprintf(d, "%s", FIG9[w].model);
         fprintf(g, "%s", FIG9[w].model);
+        fprintf(u, "%s", FIG9[w].model);
         for (int k = 0; k < MF_NMETH; k++) {
             csv_run(f, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &R[w][k],
                     ok(&R[w][k]) && ok(&R[w][M_DS]) ? ms(&R[w][M_DS]) / ms(&R[w][k]) : NAN);
             fprintf(d, " %.3f", ok(&R[w][k]) ? ms(&R[w][k]) : NAN);
             fprintf(g, " %.4f", gib(&R[w][k]));
+            fprintf(u, " %.2f", ok(&R[w][k]) ? util(&R[w][k]) * 100 : NAN);
         }
         fprintf(d, "\n");
         fprintf(g, "\n");
+        fprintf(u, "\n");
+        if (!strcmp(FIG9[w].model, "gpt2-medium")) fig10a(c, R[w]);
         int cls = FIG9[w].small ? 0 : 1;
         for (int b = M_DS; b <= M_NATIVE; b++) {
             double s = gain_pct(&R[w][b], &R[w][M_MF]);
@@ -384,9 +410,10 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     metric(c, "fig12.go_vs_mf", gom / 4, NULL);
     metric(c, "fig12.mf_mean", mfm / 4, NULL);
     metric(c, "fig12.go_mean", gm / 4, NULL);
-    if ((st = close_out(f, c, "fig9.csv", err)) || (st = close_out(d, c, "fig9.dat", err)))
+    if ((st = close_out(f, c, "fig9.csv", err)) || (st = close_out(d, c, "fig9.dat", err)) ||
+        (st = close_out(g, c, "fig12.dat", err)))
         return st;
-    return close_out(g, c, "fig12.dat", err);
+    return close_out(u, c, "fig10a.dat", err);
 }
 
 /* Figure 9's speedups over the host Adam rate and over the batch (the two inputs the paper

@@ -88,6 +88,8 @@ if command -v gnuplot >/dev/null 2>&1; then
         gnuplot -e "datafile='$out/fig9.dat'; outfile='$out/memferry_fig9.$fmt'; fmt='$fmt'" plots/memferry_fig9.gp
         gnuplot -e "datafile='$out/fig12.dat'; outfile='$out/memferry_fig12.$fmt'; fmt='$fmt'; \
 ylabel='peak allocated (GiB)'; title='Fig. 12: peak GPU memory (A100 80GB, PCIe 3.0)'" plots/memferry_fig9.gp
+        gnuplot -e "datafile='$out/fig10a.dat'; outfile='$out/memferry_fig10a.$fmt'; fmt='$fmt'; \
+ylabel='GPU utilization (%)'; title='Fig. 10(a): GPU utilization (A100 80GB, PCIe 3.0; the paper shows GPT-2)'" plots/memferry_fig9.gp
         gnuplot -e "datafile='$out/fig10b.dat'; outfile='$out/memferry_fig10b.$fmt'; fmt='$fmt'" plots/memferry_fig10b.gp
         gnuplot -e "datafile='$out/fig11.dat'; outfile='$out/memferry_fig11.$fmt'; fmt='$fmt'" plots/memferry_fig11.gp
         gnuplot -e "datafile='$out/fig13.dat'; outfile='$out/memferry_fig13.$fmt'; fmt='$fmt'" plots/memferry_fig13.gp
