@@ -943,6 +943,19 @@ static ms_status read_layers(lw *w)
     return MS_OK;
 }
 
+/* The next comma-separated token of a grad_host.N value at *cur (blanks before it skipped),
+ * NUL-terminated in place; *cur moves past it (NULL after the last). NULL when none is left. */
+static char *next_token(char **cur)
+{
+    char *tok = *cur;
+    if (!tok) return NULL;
+    char *next = strchr(tok, ',');
+    if (next) *next++ = 0;
+    *cur = next;
+    while (*tok == ' ') tok++;
+    return tok;
+}
+
 /* One grad_host.N knob: the modules of unit N whose gradients go to the host. */
 static ms_status read_grad_host_knob(lw *w, const plan_knob *kn)
 {
@@ -961,10 +974,7 @@ static ms_status read_grad_host_knob(lw *w, const plan_knob *kn)
     char buf[sizeof kn->value];
     memcpy(buf, kn->value, sizeof buf);
     buf[sizeof buf - 1] = 0;
-    for (char *tok = buf, *next; tok; tok = next) {
-        next = strchr(tok, ',');
-        if (next) *next++ = 0;
-        while (*tok == ' ') tok++;
+    for (char *cur = buf, *tok; (tok = next_token(&cur));) {
         uint64_t id;
         size_t m = d->nmod;
         if (ms_parse_u64(tok, &id) && id)
@@ -1626,6 +1636,43 @@ const char *lower_dha_module_grads(const plan_t *p)
     for (size_t i = 0; p && i < p->n_knobs; i++)
         if (!strncmp(p->knobs[i].key, "grad_host.", 10)) return p->knobs[i].key;
     return NULL;
+}
+
+ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms_error *err)
+{
+    *ids = NULL;
+    *n = 0;
+    size_t cap = 0;
+    for (size_t k = 0; p && k < p->n_knobs; k++) {
+        const plan_knob *kn = &p->knobs[k];
+        if (strncmp(kn->key, "grad_host.", 10)) continue;
+        char buf[sizeof kn->value];
+        memcpy(buf, kn->value, sizeof buf);
+        buf[sizeof buf - 1] = 0;
+        for (char *cur = buf, *tok; (tok = next_token(&cur));) {
+            uint64_t id;
+            if (!ms_parse_u64(tok, &id) || !id) {
+                free(*ids);
+                *ids = NULL;
+                *n = 0;
+                return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: '%s' is not a tensor id",
+                               kn->key, kn->value, tok);
+            }
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 16;
+                uint64_t *g = realloc(*ids, cap * sizeof *g);
+                if (!g) {
+                    free(*ids);
+                    *ids = NULL;
+                    *n = 0;
+                    return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+                }
+                *ids = g;
+            }
+            (*ids)[(*n)++] = id;
+        }
+    }
+    return MS_OK;
 }
 
 int lower_dha_applies(const plan_t *p)

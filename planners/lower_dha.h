@@ -108,6 +108,13 @@ int lower_dha_applies(const plan_t *p);
  * unit N keep their gradients on the host, the rest on the GPU, in one buffer), or NULL. */
 const char *lower_dha_module_grads(const plan_t *p);
 
+/* The tensor ids plan p's grad_host.N knobs list, in knob order, in a malloc'd array the
+ * caller frees (*ids NULL and *n 0 when there are none). The runtime's real kernels use it to
+ * place each parameter's gradient in the split buffers (docs/RUNTIME.md). MS_ERR_INVALID
+ * naming the knob for a token that is not a tensor id; whether each id is a module of its
+ * unit is checked by lower_dha. */
+ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms_error *err);
+
 /* Lowers trace t under plan p for machine m (required: link and DHA rates). Units the plan
  * does not list are GFGB with gradients on the GPU. Plan knobs (docs/MEMFERRY.md):
  *   grad_host.N=ID,ID,...       module-level gradient offload (GO-MemFerry's per-module

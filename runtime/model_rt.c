@@ -766,6 +766,13 @@ struct mrt_ops {
     mrt_hgroup *hg;
     size_t n_hg;
     rt_pool *pool;           /* the host steps' threads (offload traces only) */
+    /* module-level host gradients (mrt_ops_set_plan): a split group's buffer is laid out
+     * GPU parameters first, then host parameters (each in group order), so that its device
+     * block is a prefix of its host home and one copy brings the GPU part home */
+    u64map *hostp;           /* parameter id -> 1: its gradient lives on the host */
+    u64map *goff;            /* parameter id -> offset (elements) in a split group's buffer */
+    u64map *gdev;            /* split gradient buffer id -> bytes of its device block */
+    const uint64_t *out_host; /* the current op's split outputs' host homes (compute_split) */
 };
 
 static rt_status bad_trace(const char *why)
@@ -897,10 +904,15 @@ rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out)
     o->inited = u64map_new(64);
     o->poff = u64map_new(64);
     o->gstep = u64map_new(16);
+    o->hostp = u64map_new(16);
+    o->goff = u64map_new(16);
+    o->gdev = u64map_new(16);
     o->tok = malloc(z.T * sizeof *o->tok);
     o->lab = malloc(z.T * sizeof *o->lab);
     rt_status st = RT_OK;
-    if (!o->inited || !o->poff || !o->gstep || !o->tok || !o->lab) st = bad_trace("out of memory");
+    if (!o->inited || !o->poff || !o->gstep || !o->hostp || !o->goff || !o->gdev || !o->tok ||
+        !o->lab)
+        st = bad_trace("out of memory");
     if (st == RT_OK) st = param_offsets(o);
     if (st == RT_OK && trace_get_meta(t, "offload")) st = host_groups(o);
     if (st == RT_OK && o->n_hg) st = rt_pool_new(0, &o->pool);
@@ -928,6 +940,9 @@ void mrt_ops_free(mrt_ops *o)
     u64map_free(o->inited);
     u64map_free(o->poff);
     u64map_free(o->gstep);
+    u64map_free(o->hostp);
+    u64map_free(o->goff);
+    u64map_free(o->gdev);
     free(o->hg);
     rt_pool_free(o->pool);
     free(o->tok);
@@ -1037,11 +1052,24 @@ static rt_status upload_ids(mrt_ops *o, uint64_t addr, const int32_t *h, uint64_
 #define BF(a) ((kn_bf16 *)(uintptr_t)(a))
 #define F32(a) ((float *)(uintptr_t)(a))
 
-static float *grad_of(mrt_ops *o, uint64_t gbuf, uint64_t param)
+/* Where parameter param's gradient lies in the buffer the op writes as output j: at its
+ * offset in the device block, or for a module kept on the host of a split buffer in the host
+ * home (mrt_ops_set_plan). */
+static float *grad_of(mrt_ops *o, const uint64_t *out, uint32_t j, uint64_t param)
 {
     uint64_t off = 0;
-    if (!u64map_get(o->poff, param, &off)) return NULL;
-    return F32(gbuf) + off;
+    if (!u64map_get(o->goff, param, &off) && !u64map_get(o->poff, param, &off)) return NULL;
+    uint64_t home = o->out_host ? o->out_host[j] : 0;
+    if (home) return u64map_get(o->hostp, param, NULL) ? F32(home) + off : F32(out[j]) + off;
+    return F32(out[j]) + off;
+}
+
+/* The bytes of output j a GPU kernel may touch: the device block of a split buffer. */
+static uint64_t dev_bytes(const mrt_ops *o, const trace_op *op, uint32_t j)
+{
+    uint64_t b = 0;
+    if (o->out_host && o->out_host[j] && u64map_get(o->gdev, op->out[j], &b)) return b;
+    return tbytes(o, op->out[j]);
 }
 
 /* qkv, proj, fc1, fc2: out_j = X W_j + b_j, W = [K x Ntot weights | Ntot bias], one output
@@ -1070,7 +1098,7 @@ static rt_status op_linear_bwd(mrt_ops *o, const trace_op *op, const uint64_t *i
     uint32_t ny = op->n_in - 2;
     size_t T = o->z.T, K = tbytes(o, op->in[ny + 1]) / 2 / T, n = tbytes(o, op->in[ny]) / 2;
     size_t Nt = n / (K + 1), N = Nt / ny;
-    float *gW = grad_of(o, out[1], op->in[ny]);
+    float *gW = grad_of(o, out, 1, op->in[ny]);
     if (!gW || !K || N * ny != Nt || Nt * (K + 1) != n)
         return bad_trace("a linear backward op's shapes or gradient offset");
     kn_bf16 *W = BF(in[ny]), *X = BF(in[ny + 1]);
@@ -1123,7 +1151,7 @@ rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64
     case TK_ELEM:
         if (!strcmp(b, "zero_grad")) {
             for (uint32_t j = 0; j < op->n_out; j++)
-                RT_CHECK(cudaMemsetAsync((void *)(uintptr_t)out[j], 0, tbytes(o, op->out[j]), s));
+                RT_CHECK(cudaMemsetAsync((void *)(uintptr_t)out[j], 0, dev_bytes(o, op, j), s));
             return RT_OK;
         }
         if ((!strcmp(b, "add1") || !strcmp(b, "add2")) && op->n_in == 2 && op->n_out == 1)
@@ -1135,8 +1163,11 @@ rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64
             RT_TRY(upload_ids(o, in[0], o->tok, tbytes(o, op->in[0]), s));
             return kn_embed_fwd(o->k, BF(out[0]), (const int32_t *)(uintptr_t)in[0], BF(in[1]), T, h);
         }
-        if (!strcmp(b, "embed.bwd") && op->n_in == 2 && op->n_out == 1)
+        if (!strcmp(b, "embed.bwd") && op->n_in == 2 && op->n_out == 1) {
+            if (o->out_host && o->out_host[0])
+                return bad_trace("the embedding's gradient buffer is split by module");
             return kn_embed_bwd(o->k, F32(out[0]), (const int32_t *)(uintptr_t)in[1], BF(in[0]), T, h);
+        }
         break;
     case TK_NORM:
         if (op->phase == TP_FWD && op->n_in == 2) {
@@ -1146,7 +1177,7 @@ rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64
                              h, z->eps);
         }
         if (op->phase == TP_BWD && op->n_in >= 4 && op->n_out == 2) {
-            float *st = F32(in[op->n_in - 1]), *g = grad_of(o, out[1], op->in[2]);
+            float *st = F32(in[op->n_in - 1]), *g = grad_of(o, out, 1, op->in[2]);
             if (!g) return bad_trace("a norm's gradient offset is unknown");
             return kn_ln_bwd(o->k, BF(out[0]), g, g + h, BF(in[0]), BF(in[1]), BF(in[2]), st,
                              st + T, op->n_in == 5 ? BF(in[3]) : NULL, T, h);
@@ -1157,7 +1188,7 @@ rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64
             return kn_gemm(o->k, 0, 1, T, o->V, h, BF(in[0]), h, BF(in[1]), h, 0, BF(out[0]),
                            o->V, 0);
         if (!strcmp(b, "lm_head.bwd") && op->n_in == 3 && op->n_out == 2) {
-            float *g = grad_of(o, out[1], op->in[1]);
+            float *g = grad_of(o, out, 1, op->in[1]);
             if (!g) return bad_trace("the embedding's gradient offset is unknown");
             RT_TRY(kn_gemm(o->k, 0, 0, T, h, o->V, BF(in[0]), o->V, BF(in[1]), h, 0, BF(out[0]), h, 0));
             return kn_gemm(o->k, 1, 0, o->V, h, T, BF(in[0]), o->V, BF(in[2]), h, 1, g, h, 1);
@@ -1205,6 +1236,58 @@ rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64
     snprintf(why, sizeof why, "op '%s' (%s) has no real kernel", op->name,
              trace_opkind_name(op->kind));
     return bad_trace(why);
+}
+
+rt_status mrt_ops_run_split(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,
+                            const uint64_t *out_addr, const uint64_t *out_host)
+{
+    o->out_host = out_host;
+    rt_status st = mrt_ops_run(o, stream, op, in_addr, out_addr);
+    o->out_host = NULL;
+    return st;
+}
+
+/* ---- module-level host gradients (GO-MemFerry's grad_host.N knobs) ---- */
+
+/* Group c's buffer in the split layout: its GPU parameters' gradients first, then the host
+ * parameters', each in group order; the device block holds the first part. */
+static rt_status split_group(mrt_ops *o, const mrt_hgroup *c)
+{
+    size_t nhost = 0;
+    for (uint32_t j = 0; j < c->n_param; j++) nhost += u64map_get(o->hostp, c->param[j], NULL);
+    if (!nhost || nhost == c->n_param) return RT_OK;   /* whole on one side: group order */
+    uint64_t off = 0;
+    for (int host = 0; host < 2; host++) {
+        if (host && u64map_put(o->gdev, c->grad, off * 4)) return bad_trace("out of memory");
+        for (uint32_t j = 0; j < c->n_param; j++) {
+            if (u64map_get(o->hostp, c->param[j], NULL) != host) continue;
+            if (u64map_put(o->goff, c->param[j], off)) return bad_trace("out of memory");
+            off += tbytes(o, c->param[j]) / 2;
+        }
+    }
+    return RT_OK;
+}
+
+rt_status mrt_ops_set_plan(mrt_ops *o, const plan_t *p)
+{
+    uint64_t *ids = NULL;
+    size_t n = 0;
+    ms_error err;
+    if (lower_dha_grad_host_ids(p, &ids, &n, &err) != MS_OK) return bad_trace(err.msg);
+    rt_status st = RT_OK;
+    if (n && !o->n_hg) st = bad_trace("a plan with module-level host gradients (grad_host "
+                                      "knobs) on a trace without host optimizer groups");
+    for (size_t i = 0; i < n && st == RT_OK; i++) {
+        const trace_tensor *x = trace_find_tensor(o->t, ids[i]);
+        if (!x || x->cls != TC_PARAM)
+            st = bad_trace("a grad_host knob names a tensor that is not a parameter of the "
+                           "trace (the real kernels split buffers by parameter)");
+        else if (u64map_put(o->hostp, ids[i], 1))
+            st = bad_trace("out of memory");
+    }
+    free(ids);
+    for (size_t k = 0; k < o->n_hg && st == RT_OK; k++) st = split_group(o, &o->hg[k]);
+    return st;
 }
 
 /* ---- host-resident tensors and the host optimizer (DHA, offload plans) ---- */
@@ -1288,10 +1371,11 @@ rt_status mrt_ops_host_compute(mrt_ops *o, const trace_op *op, int64_t tag,
     a.step = step;
     if (step == 1) memset(m, 0, total * 8);
     for (uint32_t j = 0; j < c->n_param; j++) {
-        uint64_t off = 0;
+        uint64_t off = 0, goff = 0;
         size_t pn = tbytes(o, c->param[j]) / 2;
         if (!u64map_get(o->poff, c->param[j], &off) || off + pn > total || bytes[2 + j] < pn * 2)
             return bad_trace("a host step's parameter outside its group");
+        if (!u64map_get(o->goff, c->param[j], &goff)) goff = off;
         kn_bf16 *p = BF(addr[2 + j]);
         if (step == 1)
             for (size_t i = 0; i < pn; i++) {
@@ -1299,7 +1383,7 @@ rt_status mrt_ops_host_compute(mrt_ops *o, const trace_op *op, int64_t tag,
                 memcpy(&b, &p[i], 2);
                 master[off + i] = kref_bf2f(b);
             }
-        kn_adamw_host_pool(o->pool, p, master + off, m + off, v + off, g + off, pn, &a);
+        kn_adamw_host_pool(o->pool, p, master + off, m + off, v + off, g + goff, pn, &a);
     }
     kn_zero_host_pool(o->pool, g, total);
     return RT_OK;
@@ -1421,11 +1505,18 @@ static rt_status compute_hook(void *ctx, void *stream, const trace_op *op, const
     return mrt_ops_run(ctx, stream, op, in, out);
 }
 
+static rt_status split_hook(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
+                            const uint64_t *out, const uint64_t *out_host)
+{
+    return mrt_ops_run_split(ctx, stream, op, in, out, out_host);
+}
+
 static void iter_hook(void *ctx, int iter) { mrt_ops_set_iter(ctx, iter); }
 
 void mrt_ops_exec_hooks(mrt_ops *o, rt_exec_opts *x)
 {
     x->compute = compute_hook;
+    x->compute_split = split_hook;
     x->set_iter = iter_hook;
     x->compute_rows = mrt_ops_rows_hook;
     x->token_rows = mrt_ops_token_rows_hook;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "planners/alloc.h"
+#include "planners/plan.h"
 #include "planners/schedule.h"
 #include "runtime/kernels.h"
 #include "runtime/rt_check.h"
@@ -93,6 +94,19 @@ int mrt_ops_host_threads(const mrt_ops *o);
  * of op->in[i] / op->out[j]. RT_ERR_INVALID names an op that has no kernel here. */
 rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,
                       const uint64_t *out_addr);
+/* mrt_ops_run for an op writing gradient buffers split by module (rt_exec_opts
+ * compute_split): out_host[j] the mapped address of output j's whole host home, 0 when it is
+ * not split. */
+rt_status mrt_ops_run_split(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,
+                            const uint64_t *out_addr, const uint64_t *out_host);
+/* Takes plan p's module-level host gradients (lower_dha's grad_host.N knobs: parameters
+ * whose gradients lie in pinned host memory while the rest of their buffer stays on the
+ * GPU). Such a buffer is laid out with the GPU parameters' gradients first, then the host
+ * ones (each in group order), in the device block and the host home alike: the block is the
+ * home's prefix, the one gradient copy of lower_dha brings it home, and the host step reads
+ * every gradient at its place. Call before running; plans without the knobs change nothing.
+ * RT_ERR_INVALID for an id that is not a parameter of the trace. */
+rt_status mrt_ops_set_plan(mrt_ops *o, const plan_t *p);
 /* MEMO's token-wise partial replay of forward op (schedule field replay_frac = frac): runs
  * it on the token rows [(1 - frac) T, T) only (layer norm with its two statistics arrays,
  * the linear GEMMs, residual adds, GeLU; anything else, attention included, is refused with

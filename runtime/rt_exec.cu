@@ -1000,7 +1000,8 @@ static double credited(ex *x, double req)
  * live). In a token-wise replay (0 < frac < 1) a block smaller than the tensor but of the
  * replay's size holds only the replayed rows (*part = 1). 0 when none holds it; *why says
  * why. */
-static uint64_t resolve(ex *x, uint64_t id, double frac, uint8_t *part, const char **why)
+static uint64_t resolve(ex *x, uint64_t id, double frac, uint8_t *part, const char **why,
+                        uint64_t *host)
 {
     const trace_tensor *t = trace_find_tensor(x->o.trace, id);
     uint64_t need = t ? t->bytes : 0, sid;
@@ -1012,6 +1013,14 @@ static uint64_t resolve(ex *x, uint64_t id, double frac, uint8_t *part, const ch
         if (d->bytes >= need) return d->addr;
         if (frac > 0 && frac < 1 && d->bytes >= frac_bytes(need, frac)) {
             *part = 1;
+            return d->addr;
+        }
+        /* A gradient buffer split by module: its GPU modules here, the rest at home. */
+        hlive *h = host && !(frac > 0 && frac < 1) ? host_live(x, id) : NULL;
+        if (h && h->req >= need && t && t->cls == TC_GRAD) {
+            *part = 3;
+            *host = x->pool_dev + h->off;
+            h->last_d2h = 0;
             return d->addr;
         }
         *why = frac > 0 && frac < 1 ? "has a block smaller than the replayed fraction of the "
@@ -1043,18 +1052,21 @@ static uint64_t resolve(ex *x, uint64_t id, double frac, uint8_t *part, const ch
     return 0;
 }
 
+/* The operands' device addresses; host (NULL for inputs) gets the host homes of split
+ * gradient buffers (0 for the others). */
 static rt_status op_addrs(ex *x, size_t i, const trace_op *op, const uint64_t *ids, uint32_t n,
-                          double frac, uint64_t *addr, uint8_t *part)
+                          double frac, uint64_t *addr, uint8_t *part, uint64_t *host)
 {
     for (uint32_t j = 0; j < n; j++) {
         const char *why = "";
-        if ((addr[j] = resolve(x, ids[j], frac, &part[j], &why)) == 0) {
+        if (host) host[j] = 0;
+        if ((addr[j] = resolve(x, ids[j], frac, &part[j], &why, host ? &host[j] : NULL)) == 0) {
             char tn[48];
             return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: op %s: tensor %llu "
                         "'%s' %s", i, op->name, (unsigned long long)ids[j],
                         tname(x, ids[j], tn, sizeof tn), why);
         }
-        if (part[j] == 2) { /* in pinned host memory: a whole tensor to the kernel */
+        if (part[j] == 2 || part[j] == 3) { /* (partly) in pinned host memory */
             part[j] = 0;
             x->r->host_operands++;
         }
@@ -1066,7 +1078,7 @@ static rt_status op_addrs(ex *x, size_t i, const trace_op *op, const uint64_t *i
 static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const trace_op *op)
 {
     enum { MAXT = 64 };
-    uint64_t in[MAXT], out[MAXT];
+    uint64_t in[MAXT], out[MAXT], out_host[MAXT];
     if (op->n_in > MAXT || op->n_out > MAXT)
         return fail(x, RTX_ERROR, RT_ERR_INVALID, "op %s: too many tensors for real kernels",
                     op->name);
@@ -1076,8 +1088,14 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
         return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: op %s is a token-wise "
                     "partial replay (fraction %g of its rows) and the real-kernel hook has no "
                     "row-range entry", i, op->name, frac);
-    RT_TRY(op_addrs(x, i, op, op->in, op->n_in, frac, in, in_part));
-    RT_TRY(op_addrs(x, i, op, op->out, op->n_out, frac, out, out_part));
+    RT_TRY(op_addrs(x, i, op, op->in, op->n_in, frac, in, in_part, NULL));
+    RT_TRY(op_addrs(x, i, op, op->out, op->n_out, frac, out, out_part, out_host));
+    int split = 0;
+    for (uint32_t j = 0; j < op->n_out; j++) split |= out_host[j] != 0;
+    if (split && !x->o.compute_split)
+        return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: op %s writes a gradient "
+                    "buffer split between the GPU and the host (grad_host knobs) and the "
+                    "real-kernel hook has no entry for it", i, op->name);
     void *s = x->st[a->stream];
     double req = a->dur_us > 0 ? a->dur_us : 0;
     tev *t = NULL;
@@ -1090,6 +1108,7 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
     }
     rt_status cs = frac > 0 ? x->o.compute_rows(x->o.compute_ctx, s, op, in, out, in_part,
                                                 out_part, frac)
+                   : split  ? x->o.compute_split(x->o.compute_ctx, s, op, in, out, out_host)
                             : x->o.compute(x->o.compute_ctx, s, op, in, out);
     if (cs != RT_OK)
         return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: op %s: %s", i, op->name,

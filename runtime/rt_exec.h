@@ -179,6 +179,15 @@ typedef struct rt_exec_opts {
     rt_status (*compute_rows)(void *ctx, void *stream, const trace_op *op,
                               const uint64_t *in_addr, const uint64_t *out_addr,
                               const uint8_t *in_part, const uint8_t *out_part, double frac);
+    /* Module-level host gradients (lower_dha's grad_host.N knobs): a gradient buffer whose
+     * device block holds only the modules kept on the GPU, the others written to its pinned
+     * host home. A compute action writing such a buffer runs compute_split instead of
+     * compute, out_addr[j] being the device block and out_host[j] the mapped address of the
+     * whole host home (0 for an output that is not split); the hook knows which module lives
+     * where. NULL: such an action stops the run with a message. */
+    rt_status (*compute_split)(void *ctx, void *stream, const trace_op *op,
+                               const uint64_t *in_addr, const uint64_t *out_addr,
+                               const uint64_t *out_host);
     /* The token-row layout of a trace tensor: 1 with *arrays row-major arrays of T rows of
      * *row_bytes each (norm statistics: 2, mean then rstd), 0 when its bytes are not token
      * rows. With plan and this set, copies of partially swapped tensors move the first

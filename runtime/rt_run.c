@@ -14,7 +14,6 @@
 #include <time.h>
 
 #include "planners/lower.h"
-#include "planners/lower_dha.h"
 #include "planners/policy.h"
 #include "runtime/model_rt.h"
 #include "runtime/rt_backend.h"
@@ -769,7 +768,9 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
             mc.adam.flush_denormals = !a->host_denormals_keep;
             mrt_ops_set_adam(ops, &mc.adam);
         }
-        if (a->host_threads && mrt_ops_set_host_threads(ops, a->host_threads) != RT_OK) {
+        int bad_plan = mrt_ops_set_plan(ops, plan) != RT_OK;
+        if (bad_plan ||
+            (a->host_threads && mrt_ops_set_host_threads(ops, a->host_threads) != RT_OK)) {
             fprintf(stderr, "memsim run: %s\n", rt_last_error());
             mrt_ops_free(ops);
             lower_rb_map_free(rbm);
@@ -777,7 +778,7 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
             free(offs);
             rt_cuda_dev_free(dev);
             rt_backend_free(be);
-            return MS_EXIT_FAIL;
+            return bad_plan ? MS_EXIT_INPUT : MS_EXIT_FAIL;
         }
         if (mrt_ops_host_threads(ops) && !a->quiet)
             printf("host optimizer steps: AdamW on %d threads\n", mrt_ops_host_threads(ops));
@@ -1163,19 +1164,6 @@ static int run_train(const run_args *a, const rt_gpu_info *g, const machine_t *m
     return rc;
 }
 
-/* The real kernels write each gradient buffer whole to one place, the GPU or the host. A plan
- * that splits a layer's gradient by module (GO-MemFerry with a reserve above 0: grad_host.N
- * knobs) has no such place; refuse it before the pinned pool is allocated. */
-static ms_status check_real_plan(const plan_t *p, ms_error *err)
-{
-    const char *knob = lower_dha_module_grads(p);
-    if (knob)
-        return ms_fail(err, MS_ERR_UNSUPPORTED, "--math real does not run module-level host "
-                       "gradients (plan knob %s: GO-MemFerry with a reserve above 0); run it "
-                       "with --math spin", knob);
-    return MS_OK;
-}
-
 int rt_run_main(int argc, char **argv)
 {
     run_args a;
@@ -1205,7 +1193,6 @@ int rt_run_main(int argc, char **argv)
     }
     if (st == MS_OK) st = make_trace(&a, &mp->m, &t, &err);
     if (st == MS_OK) st = make_plan(&a, t, &mp->m, &plan, &err);
-    if (st == MS_OK && a.math_real) st = check_real_plan(plan, &err);
     if (st == MS_OK) st = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
     if (st != MS_OK) {
         rc = fail_st(st, &err);

@@ -701,6 +701,31 @@ static void test_modules(void)
     TAP_OK(t5 > 0 && r5.peak_allocated_bytes < r1.peak_allocated_bytes &&
            r5.peak_allocated_bytes > r0.peak_allocated_bytes,
            "its peak memory lies between theirs too");
+    /* The ids the runtime's real kernels place (lower_dha_grad_host_ids): every token of
+     * every grad_host knob, in knob order; a token that is not an id is refused. */
+    uint64_t *gid = NULL;
+    size_t ngid = 0, ntok = 0;
+    ms_status gs = g5 ? lower_dha_grad_host_ids(g5, &gid, &ngid, &err) : MS_ERR_INVALID;
+    for (size_t i = 0; g5 && i < g5->n_knobs; i++)
+        if (!strncmp(g5->knobs[i].key, "grad_host.", 10))
+            for (const char *c = g5->knobs[i].value; c; c = strchr(c, ','), c = c ? c + 1 : c)
+                ntok++;
+    int listed = gs == MS_OK && ngid == ntok && ngid > 0;
+    for (size_t i = 0; listed && i < ngid; i++) {
+        char want[24];
+        snprintf(want, sizeof want, "%llu", (unsigned long long)gid[i]);
+        int found = 0;
+        for (size_t k = 0; k < g5->n_knobs && !found; k++)
+            found = !strncmp(g5->knobs[k].key, "grad_host.", 10) && strstr(g5->knobs[k].value, want);
+        listed = found;
+    }
+    TAP_OK(listed, "lower_dha_grad_host_ids lists the %zu ids of the grad_host knobs", ngid);
+    free(gid);
+    plan_t *bq = plan_new("manual", "caching");
+    if (bq) plan_set_knob(bq, "grad_host.1", "12, x7");
+    gs = bq ? lower_dha_grad_host_ids(bq, &gid, &ngid, &err) : MS_OK;
+    TAP_OK(gs == MS_ERR_INVALID && !gid && !ngid && strstr(err.msg, "'x7'"), "%s", err.msg);
+    plan_free(bq);
     /* Bad input: a knob naming no module of its unit, a unit already on the host. */
     plan_t *q = g5 ? g5 : NULL;
     if (q) {

@@ -3,7 +3,9 @@
  * AdamW, the plain trace) and, on the same model's offload trace (gen offload 1), under
  * shadow-model plans lowered by planners/lower_dha.c: the memferry policy's plan, two mixed
  * plans (DHA, DFGB and GFGB units; gradients on the GPU and written to the host, with
- * grad_write fused and accumulate) and zero-offload (MemFerry's Native-Offload, realloc=0).
+ * grad_write fused and accumulate), zero-offload (MemFerry's Native-Offload, realloc=0) and
+ * go-memferry at reserve 0.3 and 0.5 (module-level host gradients: buffers split between the
+ * GPU and the host; without the executor's compute_split hook such a run must stop).
  * Host-resident operands are given to the kernels as mapped pinned addresses; each
  * `<group>.optim.host` runs AdamW on the host copies on the executor's host thread. The
  * losses of 3 iterations must match keep-all's within 1e-4 relative (host and GPU AdamW
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "planners/lower.h"
+#include "planners/lower_dha.h"
 #include "planners/policy.h"
 #include "runtime/model_rt.h"
 #include "runtime/rt_backend.h"
@@ -34,6 +37,8 @@ typedef struct outcome {
     uint64_t host_operands, host_steps, host_inits;
 } outcome;
 
+static int no_split; /* run without the executor's compute_split hook */
+
 static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, plan_t *plan,
                         const char *what)
 {
@@ -49,6 +54,7 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         return oc;
     }
     rt_status st = mrt_ops_new(t, 1234, &ops);
+    if (st == RT_OK) st = mrt_ops_set_plan(ops, plan);
     if (st == RT_OK) st = rt_backend_new(NULL, &be);
     rt_exec_result r;
     memset(&r, 0, sizeof r);
@@ -59,6 +65,7 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         mrt_ops_exec_hooks(ops, &o);
         o.plan = plan;
         o.max_ahead = 8;
+        if (no_split) o.compute_split = NULL;
         st = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
         oc.ok = st == RT_OK && r.outcome == RTX_OK;
         if (oc.ok) oc.ok = mrt_ops_losses(ops, oc.loss, ITERS) == RT_OK;
@@ -66,10 +73,14 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         oc.host_steps = r.host_steps;
         oc.host_inits = r.host_inits;
     }
-    TAP_OK(oc.ok, "%s: %zu actions ran with real kernels (%llu operands in pinned host memory, "
-           "%llu host AdamW steps): %s", what, sched_count(s),
-           (unsigned long long)oc.host_operands, (unsigned long long)oc.host_steps,
-           oc.ok ? "ok" : (r.failure[0] ? r.failure : rt_last_error()));
+    if (no_split)
+        TAP_OK(!oc.ok && strstr(r.failure, "split"), "%s: stopped: %s", what,
+               r.failure[0] ? r.failure : "(no message)");
+    else
+        TAP_OK(oc.ok, "%s: %zu actions ran with real kernels (%llu operands in pinned host "
+               "memory, %llu host AdamW steps): %s", what, sched_count(s),
+               (unsigned long long)oc.host_operands, (unsigned long long)oc.host_steps,
+               oc.ok ? "ok" : (r.failure[0] ? r.failure : rt_last_error()));
     if (st == RT_OK) rt_exec_result_release(&r);
     TAP_OK(!be || rt_backend_outstanding(be) == 0, "%s: every device block given back", what);
     rt_backend_free(be);
@@ -193,6 +204,32 @@ int main(void)
         outcome o4 = run_plan(dev, to, &mp->m, pl, "zero-offload realloc=0");
         plan_free(pl);
         compare(&keep, &o4, "zero-offload realloc=0", 0);
+
+        /* GO-MemFerry with a reserve: module-level host gradients, buffers split between
+         * the GPU (a prefix of the split layout) and their host homes. */
+        static const char *const reserve[] = {"0.3", "0.5"};
+        for (int k = 0; k < 2; k++) {
+            pol_knob rk = {"reserve", reserve[k]};
+            po.knobs = &rk;
+            pl = NULL;
+            if (pol_plan("go-memferry", to, &mp->m, &po, &pl, &err) != MS_OK) {
+                TAP_NOTE("go-memferry plan: %s", err.msg);
+                pl = NULL;
+            }
+            char what[64];
+            snprintf(what, sizeof what, "go-memferry reserve=%s", reserve[k]);
+            TAP_OK(pl && lower_dha_module_grads(pl), "%s: the plan splits gradient buffers by "
+                   "module (%s)", what, pl && lower_dha_module_grads(pl) ? lower_dha_module_grads(pl) : "none");
+            outcome o5 = run_plan(dev, to, &mp->m, pl, what);
+            compare(&keep, &o5, what, 1);
+            if (k == 1) { /* the executor refuses split outputs without the hook */
+                no_split = 1;
+                run_plan(dev, to, &mp->m, pl, "go-memferry reserve=0.5 without the "
+                         "executor's compute_split hook");
+                no_split = 0;
+            }
+            plan_free(pl);
+        }
     }
     trace_free(tp);
     trace_free(to);
