@@ -41,6 +41,18 @@ void alloc_config_default(alloc_config *c)
     c->expandable_va_factor = 1.125; /* PyTorch reserves 1.125 x device memory per pool */
 }
 
+const char *alloc_config_problem(const alloc_config *c)
+{
+    unsigned d = c->roundup_power2_divisions;
+    if (c->max_split_size_bytes < (20ULL << 20))
+        return "max_split_size must be at least 20 MiB (PyTorch's max_split_size_mb >= 20)";
+    if (d > 64 || (d > 1 && (d & (d - 1))))
+        return "roundup_power2_divisions must be 0, 1 or a power of two up to 64";
+    if (!(c->expandable_va_factor >= 1 && c->expandable_va_factor <= 64))
+        return "expandable_va_factor must be in [1, 64] (the virtual range per device byte)";
+    return NULL;
+}
+
 ms_status alloc_new(const char *name, const alloc_config *cfg, const mb_backend *be,
                     alloc_t **out, ms_error *err)
 {
@@ -55,8 +67,10 @@ ms_status alloc_new(const char *name, const alloc_config *cfg, const mb_backend 
     a->be = *be;
     ms_status st = vt->create(a);
     if (st != MS_OK) {
+        const char *why = st == MS_ERR_INVALID ? alloc_config_problem(&a->cfg) : NULL;
         free(a);
-        return ms_fail(err, st, "cannot create allocator '%s': %s", name, ms_status_str(st));
+        return ms_fail(err, st, "cannot create allocator '%s': %s", name,
+                       why ? why : ms_status_str(st));
     }
     *out = a;
     return MS_OK;

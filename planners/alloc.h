@@ -27,6 +27,10 @@ typedef struct alloc_config {
 } alloc_config;
 
 void alloc_config_default(alloc_config *c);
+/* What is wrong with cfg as PyTorch's config parser and memsim's allocators read it (a
+ * sentence naming the setting), or NULL: max_split_size below 20 MiB, roundup divisions
+ * other than 0, 1 or a power of two up to 64, a virtual-range factor outside [1, 64]. */
+const char *alloc_config_problem(const alloc_config *c);
 
 typedef struct alloc_stats {
     uint64_t allocated_bytes, allocated_peak_bytes;   /* handed to tensors (rounded) */

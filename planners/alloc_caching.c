@@ -578,8 +578,9 @@ static ms_status caching_create(alloc_t *a)
     /* PyTorch's config parser: max_split_size_mb must be >= 20 (kLargeBuffer), and the
      * divisions a power of two (0 and 1 switch rounding off). */
     if (cfg->max_split_size_bytes < ALLOC_CACHING_LARGE_BUFFER_BYTES) return MS_ERR_INVALID;
-    if (cfg->roundup_power2_divisions > 1 && !is_pow2(cfg->roundup_power2_divisions))
-        return MS_ERR_INVALID;
+    if (cfg->roundup_power2_divisions > 64 ||
+        (cfg->roundup_power2_divisions > 1 && !is_pow2(cfg->roundup_power2_divisions)))
+        return MS_ERR_INVALID;   /* alloc_config_problem says why */
     if (!a->be.ops || !a->be.ops->dev_malloc || !a->be.ops->dev_free ||
         !a->be.ops->synchronize)
         return MS_ERR_INVALID;

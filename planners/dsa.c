@@ -1216,8 +1216,15 @@ out:
  * default (for fixed z the constraints are difference constraints, so optimal offsets are
  * integral anyway); the solution is re-stacked in the order of its offsets, which gives
  * integer offsets with a peak no higher. The effort limit is a count of branch-and-bound
- * nodes checked in lp_solve's abort callback, never its wall-clock timeout.
+ * nodes and of simplex iterations (scaled by the LP's rows) checked in lp_solve's abort
+ * callback, never its wall-clock timeout, so that results do not depend on the machine.
  * ====================================================================================== */
+
+/* MIP work units per lp_solve branch-and-bound node (a knob: measured about 10^4 nodes/s
+ * on 30-buffer models on the calibration box, i.e. 6e8 / 1e4 units), and per simplex
+ * iteration and LP row (measured as said at dsa_mip). */
+#define DSA_MIP_WORK_PER_NODE 60000
+#define DSA_MIP_WORK_PER_ROW_ITER 16
 
 #ifdef HAVE_LPSOLVE
 
@@ -1313,7 +1320,15 @@ ms_status dsa_mip(const dsa_instance *in, uint64_t lower_bytes, uint64_t upper_b
         sections_free(&s);
         return ms_fail(err, MS_ERR_NOMEM, "cannot build the MIP");
     }
-    mip_limit lim = {(long long)node_budget, 1000 * (long long)node_budget + 100000};
+    /* Nodes bound the search; simplex iterations bound each LP, whose cost grows with its
+     * rows (a 154-buffer instance with 4642 overlapping pairs, 9438 rows: 2000 iterations
+     * took 0.45 s on the 2-core build box, about 14 work units per row and iteration). */
+    long long rows = get_Nrows(lp) > 0 ? get_Nrows(lp) : 1;
+    long long by_work = (long long)(node_budget * DSA_MIP_WORK_PER_NODE) /
+                        (DSA_MIP_WORK_PER_ROW_ITER * rows);
+    long long iters = 1000 * (long long)node_budget + 100000;
+    if (by_work < iters) iters = by_work > 1000 ? by_work : 1000;
+    mip_limit lim = {(long long)node_budget, iters};
     put_abortfunc(lp, mip_abort, &lim);
     int ret = solve(lp);
     if (nodes_used) *nodes_used = (uint64_t)get_total_nodes(lp);
@@ -1842,10 +1857,6 @@ static ms_status solver_bb(solver *v, uint64_t budget, ms_error *err)
     }
     return MS_OK;
 }
-
-/* MIP work units per lp_solve branch-and-bound node (a knob: measured about 10^4 nodes/s
- * on 30-buffer models on the calibration box, i.e. 6e8 / 1e4 units). */
-#define DSA_MIP_WORK_PER_NODE 60000
 
 static ms_status solver_mip(solver *v, uint64_t budget, ms_error *err)
 {

@@ -37,8 +37,8 @@ static const struct {
     {{"allocator", required_argument, 0, O_ALLOCATOR}, CLI_POLICY | CLI_POLICIES, "NAME   caching | stitching | expandable | static"},
     {{"alpha", required_argument, 0, O_ALPHA}, CLI_POLICY | CLI_POLICIES, "X   swapped token fraction in [0,1] (policies that use it)"},
     {{"knob", required_argument, 0, O_KNOB}, CLI_POLICY | CLI_POLICIES, "KEY=VALUE   a policy knob (repeatable)"},
-    {{"max-split-size", required_argument, 0, O_MAXSPLIT}, CLI_POLICY | CLI_POLICIES, "BYTES   caching allocator max_split_size (e.g. 512MiB)"},
-    {{"roundup-power2", required_argument, 0, O_RP2}, CLI_POLICY | CLI_POLICIES, "N   caching allocator roundup_power2_divisions"},
+    {{"max-split-size", required_argument, 0, O_MAXSPLIT}, CLI_POLICY | CLI_POLICIES, "BYTES   caching allocator max_split_size (at least 20MiB, e.g. 512MiB)"},
+    {{"roundup-power2", required_argument, 0, O_RP2}, CLI_POLICY | CLI_POLICIES, "N   caching allocator roundup_power2_divisions (0, 1 or a power of two up to 64)"},
     {{"frag-limit", required_argument, 0, O_FRAG}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator fragmentation limit"},
     {{"stitch-limit", required_argument, 0, O_STITCH}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator StitchFree threshold"},
     {{"issue-ahead", required_argument, 0, O_ISSUE_AHEAD}, CLI_POLICY | CLI_POLICIES, "N|unbounded   a host thread issues the program, at most N compute actions ahead of the GPU; allocator calls at issue time (default 0: at stream time)"},
@@ -162,9 +162,14 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
     case O_GEN: return add_gen_knob(cmd, v, a);
     case O_MAXSPLIT:
         a->pol.alloc_cfg_set = 1;
-        return parse_bytes_opt(cmd, "max-split-size", v, &a->pol.alloc_cfg.max_split_size_bytes);
+        if (parse_bytes_opt(cmd, "max-split-size", v, &a->pol.alloc_cfg.max_split_size_bytes))
+            return MS_EXIT_USAGE;
+        if (a->pol.alloc_cfg.max_split_size_bytes < (20ULL << 20))
+            return bad(cmd, "max-split-size", v, "at least 20 MiB (PyTorch's rule)");
+        return 0;
     case O_RP2:
-        if (!ms_parse_u64(v, &x) || x > 64) return bad(cmd, "roundup-power2", v, "expected 0..64");
+        if (!ms_parse_u64(v, &x) || x > 64 || (x > 1 && (x & (x - 1))))
+            return bad(cmd, "roundup-power2", v, "expected 0, 1 or a power of two up to 64");
         a->pol.alloc_cfg.roundup_power2_divisions = (unsigned)x;
         a->pol.alloc_cfg_set = 1;
         return 0;

@@ -93,22 +93,23 @@ int cmd_replay(int argc, char **argv)
     int list_segments = 0, c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    int li = -1;
+    while ((c = getopt_long(argc, argv, ":h", opts, &li)) != -1) {
         uint64_t x;
         switch (c) {
         case 't': trace = optarg; break;
         case 'a': snprintf(allocs, sizeof allocs, "%s", optarg); break;
         case 'm': machine = optarg; break;
         case 'c':
-            if (!ms_parse_bytes(optarg, &x) || !x) goto badval;
+            if (!ms_parse_bytes(optarg, &x) || !x || x > (UINT64_C(1) << 50)) goto badval;
             o.capacity_bytes = x;
             break;
         case 's':
-            if (!ms_parse_bytes(optarg, &x)) goto badval;
+            if (!ms_parse_bytes(optarg, &x) || x < (20ULL << 20)) goto badval;
             cfg.max_split_size_bytes = x;
             break;
         case 'r':
-            if (!ms_parse_u64(optarg, &x) || x > 64) goto badval;
+            if (!ms_parse_u64(optarg, &x) || x > 64 || (x > 1 && (x & (x - 1)))) goto badval;
             cfg.roundup_power2_divisions = (unsigned)x;
             break;
         case 'f':
@@ -122,6 +123,7 @@ int cmd_replay(int argc, char **argv)
             fprintf(stderr, "memsim replay: bad option '%s' (see --help)\n", argv[optind - 1]);
             return MS_EXIT_USAGE;
         }
+        li = -1;
     }
     if (!trace || optind != argc) {
         usage(stderr);
@@ -141,6 +143,8 @@ int cmd_replay(int argc, char **argv)
     machine_profile_free(mp);
     return rc;
 badval:
-    fprintf(stderr, "memsim replay: bad value '%s' for %s\n", optarg, argv[optind - 1]);
+    fprintf(stderr, "memsim replay: bad value '%s' for --%s (--help: bytes up to 1 PiB; "
+            "max-split-size at least 20 MiB; roundup-power2 0, 1 or a power of two up to 64)\n",
+            optarg, li >= 0 ? opts[li].name : "?");
     return MS_EXIT_USAGE;
 }

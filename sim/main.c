@@ -65,6 +65,15 @@ static int hand_over(int argc, char **argv)
     return MS_EXIT_FAIL;
 }
 
+/* A command's tables on standard output count as its output: a failed write (a full disk,
+ * /dev/full) makes an otherwise successful run exit MS_EXIT_IO. */
+static int stdout_checked(int rc)
+{
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    fprintf(stderr, "memsim: error writing to standard output: %s\n", strerror(errno));
+    return rc == MS_EXIT_OK ? MS_EXIT_IO : rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -81,7 +90,7 @@ int main(int argc, char **argv)
         return MS_EXIT_OK;
     }
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(cmd, commands[i].name)) return stdout_checked(commands[i].fn(argc - 1, argv + 1));
     if (!strcmp(cmd, "run") || !strcmp(cmd, "probe"))
         return hand_over(argc - 1, argv + 1);
     fprintf(stderr, "memsim: unknown command '%s'\n\n", cmd);

@@ -91,13 +91,26 @@ static void fill_ids(sim_result *r, const trace_t *t, const machine_t *m, const 
     r->dp = (int)trace_meta_u64(t, "dp", 0);
 }
 
+/* The schedule's text through ms_out (atomic, gzip for ".gz"), made in memory first. */
 static ms_status write_schedule(const schedule_t *s, const char *path, ms_error *err)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return ms_fail_at(err, MS_ERR_IO, path, 0, "cannot write");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     sched_dump(s, f);
-    if (fclose(f) != 0) return ms_fail_at(err, MS_ERR_IO, path, 0, "write failed");
-    return MS_OK;
+    int bad = fclose(f) != 0;
+    ms_out *o = NULL;
+    ms_status st = bad ? ms_fail(err, MS_ERR_NOMEM, "out of memory")
+                       : ms_out_open(path, &o, err);
+    if (!st && ms_out_write(o, text, len) != 0) {
+        ms_out_abort(o);
+        st = ms_fail_at(err, MS_ERR_IO, path, 0, "write failed");
+    } else if (!st) {
+        st = ms_out_commit(o, err);
+    }
+    free(text);
+    return st;
 }
 
 ms_status pipe_simulate(const trace_t *t, const machine_t *m, const plan_t *plan,

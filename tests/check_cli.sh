@@ -80,5 +80,37 @@ if [ -n "${srcdir:-}" ]; then
     grep -q memo "$T/out" && grep -q gmlake "$T/out"; ok $? "memsim experiment list names memo and gmlake"
 fi
 expect 3 "an unknown experiment: exit 3" -- "$M" experiment no-such-study
+
+# outputs that are not plain files: a symbolic link keeps pointing at its (rewritten) target,
+# a FIFO stays a FIFO and its reader gets the bytes; a full standard output is an error
+: > "$T/target.plan"; ln -s target.plan "$T/link.plan"
+expect 0 "plan -o a symbolic link" -- "$M" plan $W --policy keep-all -o "$T/link.plan"
+[ -L "$T/link.plan" ] && grep -q "^policy keep-all" "$T/target.plan"; ok $? "the link stays, its target holds the plan"
+if mkfifo "$T/fifo" 2>/dev/null; then
+    cat "$T/fifo" > "$T/from-fifo" & rd=$!
+    expect 0 "plan -o a FIFO" -- "$M" plan $W --policy keep-all -o "$T/fifo"
+    wait $rd
+    [ -p "$T/fifo" ] && grep -q "^policy keep-all" "$T/from-fifo"; ok $? "the FIFO stays a FIFO and its reader got the plan"
+fi
+if [ -c /dev/full ]; then
+    "$M" list > /dev/full 2>"$T/err"; [ $? = 4 ] && grep -q "standard output" "$T/err"
+    ok $? "a table written to a full device: exit 4, said on stderr"
+fi
+# damaged inputs: a cut gzip stream, a NUL byte inside a line
+"$M" trace gen --model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm -o "$T/cut.trace.gz" 2>/dev/null
+head -c 2000 "$T/cut.trace.gz" > "$T/cut2.trace.gz"
+expect 4 "a truncated gzip trace: exit 4" -- "$M" trace check "$T/cut2.trace.gz"
+grep -q "truncated gzip" "$T/err"; ok $? "the truncation is named"
+printf 'memsim-trace 1\nalloc 1 100 other -1 0 0 - -\000x\nfree 1\n' > "$T/nul.trace"
+expect 3 "a NUL byte inside a line: exit 3" -- "$M" trace check "$T/nul.trace"
+grep -q "nul.trace:2: NUL byte" "$T/err"; ok $? "the NUL byte is reported at its line"
+# values that used to hang or fail without saying why
+sed 's/^vmm.granularity_bytes .*/vmm.granularity_bytes 3/' "${srcdir:-.}/traces/machines/h200-sxm.machine" > "$T/g3.machine"
+expect 3 "a machine with a VMM granularity of 3 bytes: exit 3" -- "$M" replay --trace "$T/f.trace" --machine "$T/g3.machine" --allocator expandable
+grep -q "g3.machine:[0-9]*: vmm.granularity_bytes must be a power of two" "$T/err"; ok $? "the profile's line is named"
+expect 2 "replay --capacity 0: exit 2" -- "$M" replay --trace "$T/f.trace" --capacity 0
+grep -q "for --capacity" "$T/err"; ok $? "the option is named"
+expect 2 "--roundup-power2 3: exit 2" -- "$M" simulate $W --roundup-power2 3
+grep -q "power of two" "$T/err"; ok $? "the rule is said"
 echo "1..$n"
 exit $bad

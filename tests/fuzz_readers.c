@@ -288,6 +288,7 @@ static void seed_machine(const char *path)
         p->sources[i] = strdup(note);
     }
     p->m.gpu_reserved_bytes = 1; /* below hbm */
+    p->m.vmm_granularity_bytes = 2ULL << 20; /* a power of two */
     p->description = strdup("a seed profile # for fuzzing");
     ms_error err;
     if (machine_write(p, path, &err) != MS_OK) { fprintf(stderr, "%s\n", err.msg); exit(99); }

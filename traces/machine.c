@@ -276,6 +276,14 @@ static ms_status check_profile(const machine_t *m, const char *path, const uint6
     if (m->gpu_reserved_bytes >= m->gpu_hbm_bytes)
         return ms_fail_at(err, MS_ERR_PARSE, path, lines[field_index("gpu.reserved_bytes")],
                           "gpu.reserved_bytes must be less than gpu.hbm_bytes");
+    uint64_t g = m->vmm_granularity_bytes;
+    if (g < 4096 || (g & (g - 1)))
+        return ms_fail_at(err, MS_ERR_PARSE, path, lines[field_index("vmm.granularity_bytes")],
+                          "vmm.granularity_bytes must be a power of two of at least 4 KiB "
+                          "(CUDA's is 2 MiB)");
+    if (m->gpu_hbm_bytes > (UINT64_C(1) << 50))
+        return ms_fail_at(err, MS_ERR_PARSE, path, lines[field_index("gpu.hbm_bytes")],
+                          "gpu.hbm_bytes above 1 PiB");
     if (m->node_gpus_per_switch > m->node_gpus)
         return ms_fail_at(err, MS_ERR_PARSE, path,
                           lines[field_index("node.gpus_per_switch")],

@@ -1,6 +1,6 @@
 /* util.c — status strings, error messages, checked parsing, the gzip-transparent line reader
  * and atomic output files declared in util.h. Used by every module. */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* POSIX 2008 with realpath */
 #include "traces/util.h"
 
 #include <ctype.h>
@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -210,17 +211,22 @@ ms_status ms_lines_next(ms_lines *lr, char **line, ms_error *err)
         if (!gzgets(lr->gz, lr->buf + len, (int)(lr->cap - len))) {
             int zerr;
             const char *zmsg = gzerror(lr->gz, &zerr);
-            if (zerr != Z_OK && zerr != Z_BUF_ERROR)
+            if (zerr == Z_BUF_ERROR) /* zlib's "unexpected end of file" */
+                return ms_fail_at(err, MS_ERR_IO, lr->path, lr->lineno + 1,
+                                  "truncated gzip data (%s)", zmsg);
+            if (zerr != Z_OK)
                 return ms_fail_at(err, MS_ERR_IO, lr->path, lr->lineno + 1, "read error: %s",
                                   zmsg);
             if (len == 0) return MS_ERR_LIMIT; /* end of file */
             break;
         }
         size_t got = strlen(lr->buf + len);
-        if (got == 0) { /* an embedded NUL byte */
+        /* gzgets stops at a newline, a full buffer or the end; stopping short of all three
+         * means a NUL byte cut what it read */
+        if (got == 0 || (got < lr->cap - len - 1 && lr->buf[len + got - 1] != '\n' &&
+                         !gzeof(lr->gz)))
             return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1,
                               "NUL byte in text");
-        }
         len += got;
         if (lr->buf[len - 1] == '\n') {
             lr->buf[--len] = '\0';
@@ -289,7 +295,16 @@ ms_status ms_read_all(const char *path, size_t max_bytes, char **buf, size_t *le
             free(b); gzclose(gz);
             return MS_ERR_IO;
         }
-        if (r == 0) break;
+        if (r == 0) {
+            int zerr;
+            const char *zmsg = gzerror(gz, &zerr);
+            if (zerr == Z_BUF_ERROR) { /* zlib's "unexpected end of file" */
+                ms_fail_at(err, MS_ERR_IO, path, 0, "truncated gzip data (%s)", zmsg);
+                free(b); gzclose(gz);
+                return MS_ERR_IO;
+            }
+            break;
+        }
         n += (size_t)r;
     }
     gzclose(gz);
@@ -304,8 +319,24 @@ struct ms_out {
     gzFile gz;
     char *path, *tmp;
     int is_stdout;
+    int direct;     /* written in place: a device, a FIFO or a socket (no rename onto it) */
     int failed;
 };
+
+/* Where an output named path really goes: the target of a symbolic link (so the link stays
+ * and its file is replaced), else path itself; *special is set for an existing path that is
+ * not a regular file (/dev/null, a FIFO), which must be written in place. NULL: no memory. */
+static char *out_target(const char *path, int *special)
+{
+    struct stat st;
+    *special = 0;
+    char *real = NULL;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) real = realpath(path, NULL);
+    const char *p = real ? real : path;
+    if (stat(p, &st) == 0 && !S_ISREG(st.st_mode)) *special = 1;
+    else if (!real && lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) *special = 1; /* dangling */
+    return real ? real : strdup(path);
+}
 
 ms_status ms_out_open(const char *path, ms_out **out, ms_error *err)
 {
@@ -318,14 +349,15 @@ ms_status ms_out_open(const char *path, ms_out **out, ms_error *err)
         *out = o;
         return MS_OK;
     }
-    size_t n = strlen(path) + 32;
-    o->path = strdup(path);
+    o->path = out_target(path, &o->direct);
+    size_t n = (o->path ? strlen(o->path) : 0) + 32;
     o->tmp = malloc(n);
     if (!o->path || !o->tmp) {
         free(o->path); free(o->tmp); free(o);
         return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
-    snprintf(o->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    if (o->direct) snprintf(o->tmp, n, "%s", path);
+    else snprintf(o->tmp, n, "%s.tmp.%ld", o->path, (long)getpid());
     size_t pl = strlen(path);
     if (pl > 3 && strcmp(path + pl - 3, ".gz") == 0) {
         o->gz = gzopen(o->tmp, "wb6");
@@ -385,8 +417,8 @@ ms_status ms_out_commit(ms_out *o, ms_error *err)
     ms_status st = MS_OK;
     if (bad) {
         st = ms_fail_at(err, MS_ERR_IO, o->path, 0, "write failed: %s", strerror(errno));
-        remove(o->tmp);
-    } else if (rename(o->tmp, o->path) != 0) {
+        if (!o->direct) remove(o->tmp);
+    } else if (!o->direct && rename(o->tmp, o->path) != 0) {
         st = ms_fail_at(err, MS_ERR_IO, o->path, 0, "cannot rename into place: %s",
                         strerror(errno));
         remove(o->tmp);
@@ -401,7 +433,7 @@ void ms_out_abort(ms_out *o)
     if (!o->is_stdout) {
         if (o->gz) gzclose(o->gz);
         else fclose(o->fp);
-        remove(o->tmp);
+        if (!o->direct) remove(o->tmp);
         free(o->path);
         free(o->tmp);
     }

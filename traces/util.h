@@ -82,7 +82,8 @@ ms_status ms_read_all(const char *path, size_t max_bytes, char **buf, size_t *le
 
 /* An output file written to "path.tmp.PID" and renamed over path on commit, so a failed run
  * never leaves a half-written file behind. A path ending in ".gz" is gzip-compressed.
- * "-" writes to stdout. */
+ * "-" writes to stdout. A symbolic link is followed (its target is replaced, the link kept);
+ * an existing path that is not a regular file (/dev/null, a FIFO) is written in place. */
 typedef struct ms_out ms_out;
 ms_status ms_out_open(const char *path, ms_out **out, ms_error *err);
 int ms_out_printf(ms_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -304,15 +304,23 @@ cmd_compare() {
         esac
         shift
     done
-    if [ -z "$gpu" ] || [ ! -d "$gpu" ]; then die "usage: run.sh compare GPUDIR [--write-doc] [--out DIR]"; fi
+    [ -n "$gpu" ] || die "usage: run.sh compare GPUDIR [--write-doc] [--out DIR]"
+    if [ ! -d "$gpu" ]; then echo "run.sh: compare: $gpu: not a directory (the folder run.sh gpu wrote)" >&2; exit 4; fi
     [ -x "$MEMSIM" ] || die "$MEMSIM not found: build memsim first (make) or set MEMSIM"
     gpu=$(cd "$gpu" && pwd)
-    sim=${sim:-$root/out/validate/sim}
-    mkdir -p "$sim"
-    sim=$(cd "$sim" && pwd)
     # The cases as they were run (the GPU directory's copy), VALIDATE_ONLY applied.
     [ -f "$gpu/cases.tsv" ] && CASES=$gpu/cases.tsv
     cases > /dev/null || exit 3
+    # Inputs before outputs: without a single GPU result nothing below may touch the output.
+    local any=0 cid
+    for cid in $(cases | awk '{print $1}'); do [ -f "$gpu/$cid.csv" ] && any=1; done
+    if [ $any = 0 ]; then
+        echo "run.sh: compare: no GPU results (CASE.csv of the selected cases) in $gpu" >&2
+        exit 3
+    fi
+    sim=${sim:-$root/out/validate/sim}
+    mkdir -p "$sim"
+    sim=$(cd "$sim" && pwd)
     # The report lists the cases VALIDATE_ONLY selects (the header and comments kept).
     awk -F'\t' -v only="${VALIDATE_ONLY:-}" '/^#/ || !NF || $1 == "id" || only == "" || $1 ~ only' \
         "$CASES" > "$sim/cases.tsv"
