@@ -998,8 +998,10 @@ static double credited(ex *x, double req)
  * block of its latest re-allocation (memory_plan gives those fresh ids), else its slice of a
  * rounding-buffer block (lower_rb_find; the forward block or the prefetched one, whichever is
  * live). In a token-wise replay (0 < frac < 1) a block smaller than the tensor but of the
- * replay's size holds only the replayed rows (*part = 1). 0 when none holds it; *why says
- * why. */
+ * replay's size holds only the replayed rows (*part = 1). With host set (outputs), a
+ * gradient whose block is smaller than it and whose pinned home holds all of it is split by
+ * module (lower_dha's grad_host knobs): the block, *part = 3, *host = the home's mapped
+ * address. 0 when none holds it; *why says why. */
 static uint64_t resolve(ex *x, uint64_t id, double frac, uint8_t *part, const char **why,
                         uint64_t *host)
 {
