@@ -44,7 +44,7 @@ void alloc_config_default(alloc_config *c)
 const char *alloc_config_problem(const alloc_config *c)
 {
     unsigned d = c->roundup_power2_divisions;
-    if (c->max_split_size_bytes < (20ULL << 20))
+    if (c->max_split_size_bytes < ALLOC_CACHING_LARGE_BUFFER_BYTES)
         return "max_split_size must be at least 20 MiB (PyTorch's max_split_size_mb >= 20)";
     if (d > 64 || (d > 1 && (d & (d - 1))))
         return "roundup_power2_divisions must be 0, 1 or a power of two up to 64";

@@ -575,12 +575,8 @@ void alloc_caching_set_events_hook(alloc_t *a, alloc_caching_events_fn fn, void 
 static ms_status caching_create(alloc_t *a)
 {
     const alloc_config *cfg = &a->cfg;
-    /* PyTorch's config parser: max_split_size_mb must be >= 20 (kLargeBuffer), and the
-     * divisions a power of two (0 and 1 switch rounding off). */
-    if (cfg->max_split_size_bytes < ALLOC_CACHING_LARGE_BUFFER_BYTES) return MS_ERR_INVALID;
-    if (cfg->roundup_power2_divisions > 64 ||
-        (cfg->roundup_power2_divisions > 1 && !is_pow2(cfg->roundup_power2_divisions)))
-        return MS_ERR_INVALID;   /* alloc_config_problem says why */
+    /* PyTorch's config parser's rules (alloc_config_problem says which is broken). */
+    if (alloc_config_problem(cfg)) return MS_ERR_INVALID;
     if (!a->be.ops || !a->be.ops->dev_malloc || !a->be.ops->dev_free ||
         !a->be.ops->synchronize)
         return MS_ERR_INVALID;

@@ -729,8 +729,7 @@ static void xp_dump(const alloc_t *a, FILE *f)
 
 static ms_status xp_create(alloc_t *a)
 {
-    double f = a->cfg.expandable_va_factor;
-    if (!(f >= 1 && f <= 64)) return MS_ERR_INVALID;   /* alloc_config_problem says why */
+    if (alloc_config_problem(&a->cfg)) return MS_ERR_INVALID;
     xp_t *x = calloc(1, sizeof *x);
     if (!x) return MS_ERR_NOMEM;
     x->live = u64map_new(1024);

@@ -130,6 +130,7 @@ static int parse_bytes_opt(const char *cmd, const char *opt, const char *v, uint
 static int apply(int c, char *v, const char *cmd, cli_args *a)
 {
     uint64_t x;
+    const char *why;
     double d;
     switch (c) {
     case O_MODEL: a->w.model = v; return 0;
@@ -164,13 +165,13 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
         a->pol.alloc_cfg_set = 1;
         if (parse_bytes_opt(cmd, "max-split-size", v, &a->pol.alloc_cfg.max_split_size_bytes))
             return MS_EXIT_USAGE;
-        if (a->pol.alloc_cfg.max_split_size_bytes < (20ULL << 20))
-            return bad(cmd, "max-split-size", v, "at least 20 MiB (PyTorch's rule)");
-        return 0;
+        why = alloc_config_problem(&a->pol.alloc_cfg);
+        return why ? bad(cmd, "max-split-size", v, why) : 0;
     case O_RP2:
-        if (!ms_parse_u64(v, &x) || x > 64 || (x > 1 && (x & (x - 1))))
-            return bad(cmd, "roundup-power2", v, "expected 0, 1 or a power of two up to 64");
+        if (!ms_parse_u64(v, &x) || x > 64) return bad(cmd, "roundup-power2", v, "expected 0..64");
         a->pol.alloc_cfg.roundup_power2_divisions = (unsigned)x;
+        if ((why = alloc_config_problem(&a->pol.alloc_cfg)))
+            return bad(cmd, "roundup-power2", v, why);
         a->pol.alloc_cfg_set = 1;
         return 0;
     case O_FRAG:

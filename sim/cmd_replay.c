@@ -105,12 +105,14 @@ int cmd_replay(int argc, char **argv)
             o.capacity_bytes = x;
             break;
         case 's':
-            if (!ms_parse_bytes(optarg, &x) || x < (20ULL << 20)) goto badval;
+            if (!ms_parse_bytes(optarg, &x)) goto badval;
             cfg.max_split_size_bytes = x;
+            if (alloc_config_problem(&cfg)) goto badval;
             break;
         case 'r':
-            if (!ms_parse_u64(optarg, &x) || x > 64 || (x > 1 && (x & (x - 1)))) goto badval;
+            if (!ms_parse_u64(optarg, &x) || x > 64) goto badval;
             cfg.roundup_power2_divisions = (unsigned)x;
+            if (alloc_config_problem(&cfg)) goto badval;
             break;
         case 'f':
             if (!ms_parse_bytes(optarg, &x)) goto badval;
@@ -143,8 +145,9 @@ int cmd_replay(int argc, char **argv)
     machine_profile_free(mp);
     return rc;
 badval:
-    fprintf(stderr, "memsim replay: bad value '%s' for --%s (--help: bytes up to 1 PiB; "
-            "max-split-size at least 20 MiB; roundup-power2 0, 1 or a power of two up to 64)\n",
-            optarg, li >= 0 ? opts[li].name : "?");
+    fprintf(stderr, "memsim replay: bad value '%s' for --%s (%s)\n", optarg,
+            li >= 0 ? opts[li].name : "?",
+            alloc_config_problem(&cfg) ? alloc_config_problem(&cfg)
+                                       : "a number, bytes for sizes; --capacity at most 1 PiB");
     return MS_EXIT_USAGE;
 }
