@@ -1651,23 +1651,17 @@ ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms
         buf[sizeof buf - 1] = 0;
         for (char *cur = buf, *tok; (tok = next_token(&cur));) {
             uint64_t id;
-            if (!ms_parse_u64(tok, &id) || !id) {
+            ms_status st = MS_OK;
+            if (!ms_parse_u64(tok, &id) || !id)
+                st = ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: '%s' is not a tensor id",
+                             kn->key, kn->value, tok);
+            else if (ms_grow((void **)ids, &cap, *n + 1, sizeof **ids))
+                st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+            if (st) {
                 free(*ids);
                 *ids = NULL;
                 *n = 0;
-                return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: '%s' is not a tensor id",
-                               kn->key, kn->value, tok);
-            }
-            if (*n == cap) {
-                cap = cap ? 2 * cap : 16;
-                uint64_t *g = realloc(*ids, cap * sizeof *g);
-                if (!g) {
-                    free(*ids);
-                    *ids = NULL;
-                    *n = 0;
-                    return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-                }
-                *ids = g;
+                return st;
             }
             (*ids)[(*n)++] = id;
         }

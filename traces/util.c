@@ -193,6 +193,18 @@ ms_status ms_lines_open(const char *path, ms_lines **out, ms_error *err)
     return MS_OK;
 }
 
+/* After a gzip read returned nothing: MS_OK at a clean end of the stream, else the error
+ * (a truncated gzip stream is zlib's Z_BUF_ERROR, "unexpected end of file") at path:line. */
+static ms_status gz_end(gzFile gz, const char *path, uint64_t line, ms_error *err)
+{
+    int zerr;
+    const char *zmsg = gzerror(gz, &zerr);
+    if (zerr == Z_BUF_ERROR)
+        return ms_fail_at(err, MS_ERR_IO, path, line, "truncated gzip data (%s)", zmsg);
+    if (zerr != Z_OK) return ms_fail_at(err, MS_ERR_IO, path, line, "read error: %s", zmsg);
+    return MS_OK;
+}
+
 ms_status ms_lines_next(ms_lines *lr, char **line, ms_error *err)
 {
     size_t len = 0;
@@ -209,14 +221,8 @@ ms_status ms_lines_next(ms_lines *lr, char **line, ms_error *err)
             lr->cap = nc;
         }
         if (!gzgets(lr->gz, lr->buf + len, (int)(lr->cap - len))) {
-            int zerr;
-            const char *zmsg = gzerror(lr->gz, &zerr);
-            if (zerr == Z_BUF_ERROR) /* zlib's "unexpected end of file" */
-                return ms_fail_at(err, MS_ERR_IO, lr->path, lr->lineno + 1,
-                                  "truncated gzip data (%s)", zmsg);
-            if (zerr != Z_OK)
-                return ms_fail_at(err, MS_ERR_IO, lr->path, lr->lineno + 1, "read error: %s",
-                                  zmsg);
+            ms_status st = gz_end(lr->gz, lr->path, lr->lineno + 1, err);
+            if (st) return st;
             if (len == 0) return MS_ERR_LIMIT; /* end of file */
             break;
         }
@@ -288,21 +294,10 @@ ms_status ms_read_all(const char *path, size_t max_bytes, char **buf, size_t *le
             cap = nc;
         }
         int r = gzread(gz, b + n, (unsigned)(cap - n));
-        if (r < 0) {
-            int zerr;
-            const char *zmsg = gzerror(gz, &zerr);
-            ms_fail_at(err, MS_ERR_IO, path, 0, "read error: %s", zmsg);
-            free(b); gzclose(gz);
-            return MS_ERR_IO;
-        }
-        if (r == 0) {
-            int zerr;
-            const char *zmsg = gzerror(gz, &zerr);
-            if (zerr == Z_BUF_ERROR) { /* zlib's "unexpected end of file" */
-                ms_fail_at(err, MS_ERR_IO, path, 0, "truncated gzip data (%s)", zmsg);
-                free(b); gzclose(gz);
-                return MS_ERR_IO;
-            }
+        if (r <= 0) {
+            ms_status st = gz_end(gz, path, 0, err);
+            if (st == MS_OK && r < 0) st = ms_fail_at(err, MS_ERR_IO, path, 0, "read error");
+            if (st) { free(b); gzclose(gz); return st; }
             break;
         }
         n += (size_t)r;
@@ -330,12 +325,15 @@ static char *out_target(const char *path, int *special)
 {
     struct stat st;
     *special = 0;
-    char *real = NULL;
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) real = realpath(path, NULL);
-    const char *p = real ? real : path;
-    if (stat(p, &st) == 0 && !S_ISREG(st.st_mode)) *special = 1;
-    else if (!real && lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) *special = 1; /* dangling */
-    return real ? real : strdup(path);
+    if (lstat(path, &st) != 0) return strdup(path);          /* a new file */
+    if (S_ISLNK(st.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (!real) { *special = 1; return strdup(path); }    /* dangling: through the link */
+        *special = stat(real, &st) == 0 && !S_ISREG(st.st_mode);
+        return real;
+    }
+    *special = !S_ISREG(st.st_mode);
+    return strdup(path);
 }
 
 ms_status ms_out_open(const char *path, ms_out **out, ms_error *err)
