@@ -438,6 +438,12 @@ static ms_status read_host_round(lw *w)
     return MS_OK;
 }
 
+/* Every key read_knobs reads and the memory_plan the policies pass through. */
+const char *const lower_knob_names[] = {
+    "rounding_buffers", "memory_plan", "host_round", "host_pow2", "host_granule",
+    "overlap_comm", "record_stream", "stream_pools", "tokenwise", NULL,
+};
+
 static ms_status read_knobs(lw *w)
 {
     ms_status st = knob_flag(w, "rounding_buffers", 0, &w->rb);

@@ -166,4 +166,8 @@ size_t lower_rb_map_count(const lower_rb_map *m);
 size_t lower_rb_find(const lower_rb_map *m, uint64_t tensor_id, lower_rb_place *out,
                      size_t max);
 
+/* The plan knobs the lowering of this file reads (NULL-terminated; the policy registry's
+ * knob check, planners/policy.h). */
+extern const char *const lower_knob_names[];
+
 #endif

@@ -69,6 +69,14 @@ static ms_status kn_bytes(const plan_t *p, const char *key, uint64_t *out, ms_er
     return MS_OK;
 }
 
+const char *const lc_knob_names[] = {
+    "chunks", "chunk_by", "coll", "chunk_bytes", "chunk_search", "n_persist", "n_buffer",
+    "n_swap", "n_checkpoint", "host_bytes_per_param", "gpu_opt_bytes_per_param",
+    "param_xfer_bytes", "grad_xfer_bytes", "coll_link_eff", "overlap_host_adam",
+    "persist_shard", "staging_separate", "host_adam_scale", "step_sync", "reuse",
+    "prefetch_depth", "swap_lead", "init_device_bytes", NULL,
+};
+
 ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
 {
     lc_knobs_default(k);

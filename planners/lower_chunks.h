@@ -232,4 +232,8 @@ ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t
 ms_status lower_chunks(const trace_t *t, const plan_t *p, const machine_t *m,
                        const lower_opts *o, schedule_t **out, ms_error *err);
 
+/* The plan knobs lc_knobs_from_plan reads (NULL-terminated), for the policy registry's
+ * knob check (planners/policy.h). */
+extern const char *const lc_knob_names[];
+
 #endif

@@ -865,6 +865,12 @@ static ms_status record_new(lw *w, sched_stream s, uint32_t *e)
 
 #define TRY(x) do { ms_status st_ = (x); if (st_ != MS_OK) return st_; } while (0)
 
+/* Every key read_knobs, read_grad_host and lower_dha_applies read. */
+const char *const lower_dha_knob_names[] = {
+    "update", "param_load", "realloc", "overlap_comm", "grad_write", "grad_free",
+    "grad_copy_bytes", "bucket_bytes", "grad_host.", "host_params", NULL,
+};
+
 /* Plan knobs. */
 static ms_status read_knobs(lw *w)
 {

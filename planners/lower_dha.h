@@ -164,4 +164,8 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
  * gradient (k = 3). */
 uint64_t dha_synth_id(unsigned k);
 
+/* The plan knobs lower_dha reads (NULL-terminated; "grad_host." stands for every
+ * grad_host.N), for the policy registry's knob check (planners/policy.h). */
+extern const char *const lower_dha_knob_names[];
+
 #endif

@@ -51,6 +51,127 @@ const pol_policy *pol_find(const char *name)
     return NULL;
 }
 
+/* ---- knob names ---- */
+
+const char *const pol_common_knob_names[] = {
+    "memory_plan", "plan_l1_s", "plan_l2_s", "strict_layers", NULL,
+};
+
+static int name_covers(const char *name, const char *key)
+{
+    size_t n = strlen(name);
+    if (n && name[n - 1] == '.') return strncmp(name, key, n) == 0 && key[n];
+    return strcmp(name, key) == 0;
+}
+
+int pol_knob_known(const pol_policy *p, const char *key)
+{
+    for (const char *const *const *g = p && key ? p->knob_names : NULL; g && *g; g++)
+        for (const char *const *k = *g; *k; k++)
+            if (name_covers(*k, key)) return 1;
+    return 0;
+}
+
+/* Edit distance of two short strings (longer ones compare as far apart). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    enum { MAXL = 64 };
+    size_t la = strlen(a), lb = strlen(b), row[MAXL + 1];
+    if (la > MAXL || lb > MAXL) return (size_t)-1;
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* p's names, sorted, repeats dropped; at most cap kept. */
+static size_t knob_names_sorted(const pol_policy *p, const char **v, size_t cap)
+{
+    size_t n = 0;
+    for (const char *const *const *g = p->knob_names; g && *g; g++)
+        for (const char *const *k = *g; *k && n < cap; k++) v[n++] = *k;
+    qsort(v, n, sizeof *v, cmp_str);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!m || strcmp(v[m - 1], v[i])) v[m++] = v[i];
+    return m;
+}
+
+size_t pol_knob_list(const pol_policy *p, char *buf, size_t size)
+{
+    const char *v[256];
+    size_t n = p ? knob_names_sorted(p, v, sizeof v / sizeof *v) : 0, len = 0;
+    if (size) buf[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        int w = snprintf(buf && len < size ? buf + len : NULL, len < size ? size - len : 0,
+                         "%s%s%s", i ? " " : "", v[i],
+                         v[i][strlen(v[i]) - 1] == '.' ? "N" : "");
+        if (w > 0) len += (size_t)w;
+    }
+    return len;
+}
+
+/* The known name closest to key among the named policies' (NULL when none is within a
+ * third of key's length; ties: the first met). */
+static const char *closest_knob(const char *const *policies, size_t n, const char *key)
+{
+    const char *best = NULL;
+    size_t bd = strlen(key) / 3 + 1;
+    for (size_t i = 0; i < n; i++) {
+        const pol_policy *p = pol_find(policies[i]);
+        for (const char *const *const *g = p ? p->knob_names : NULL; g && *g; g++)
+            for (const char *const *k = *g; *k; k++) {
+                size_t d = edit_distance(*k, key);
+                if (d < bd) {
+                    bd = d;
+                    best = *k;
+                }
+            }
+    }
+    return best;
+}
+
+ms_status pol_knobs_check(const char *const *policies, size_t n, const pol_opts *o,
+                          ms_error *err)
+{
+    for (size_t i = 0; o && i < o->n_knobs; i++) {
+        const char *key = o->knobs[i].key;
+        int known = 0, listed = 0;
+        for (size_t j = 0; j < n && !known; j++) {
+            const pol_policy *p = pol_find(policies[j]);
+            listed |= p != NULL;
+            known = !p || pol_knob_known(p, key);
+        }
+        if (known || !listed) continue;
+        if (key && !strcmp(key, "alpha"))
+            return ms_fail(err, MS_ERR_INVALID, "knob 'alpha': the swapped fraction is an option "
+                           "of its own (pol_opts.alpha; memsim --alpha X), not a knob");
+        const char *near = closest_knob(policies, n, key);
+        char list[2048] = "memsim list shows each policy's knobs";
+        if (n == 1) pol_knob_list(pol_find(policies[0]), list, sizeof list);
+        return ms_fail(err, MS_ERR_INVALID, "knob '%s' is not read by %s%s%s%s%s (%s%s)",
+                       key ? key : "", n > 1 ? "any of these policies" : "policy ",
+                       n > 1 ? "" : policies[0], near ? "; did you mean '" : "",
+                       near ? near : "", near ? "'?" : "", n == 1 ? "its knobs: " : "",
+                       list[0] ? list : "none");
+    }
+    return MS_OK;
+}
+
 void pol_opts_default(pol_opts *o)
 {
     memset(o, 0, sizeof *o);

@@ -38,6 +38,10 @@ typedef struct pol_policy {
     const char *source;   /* the paper or system it follows */
     const char *knobs;    /* one line: the knobs it reads, or "" */
     pol_plan_fn plan;
+    /* every knob key it, its lowering and the memory plan read: NULL-terminated groups of
+     * NULL-terminated names (a name ending in '.' covers every key it starts); a key no
+     * group names is a typo to the knob check below, not a silent no-op */
+    const char *const *const *knob_names;
 } pol_policy;
 
 const pol_policy *const *pol_registry(size_t *n);
@@ -47,6 +51,23 @@ const pol_policy *pol_find(const char *name); /* NULL if unknown */
  * sorted plan the caller frees with plan_free. */
 ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const pol_opts *o,
                    plan_t **out, ms_error *err);
+
+/* 1 when policy p (or its lowering, or the memory plan) reads knob `key`. */
+int pol_knob_known(const pol_policy *p, const char *key);
+
+/* Every knob of o must be read by at least one of the n named policies (several: `memsim
+ * compare` gives one set of knobs to all); unknown policy names are skipped (running them
+ * reports it). MS_ERR_INVALID naming the first unknown key, the closest known one and the
+ * policy's full list otherwise. */
+ms_status pol_knobs_check(const char *const *policies, size_t n, const pol_opts *o,
+                          ms_error *err);
+
+/* p's knob keys, sorted and without repeats, separated by single blanks, into buf (always
+ * NUL-terminated; truncated to size). Returns the length the whole list needs. */
+size_t pol_knob_list(const pol_policy *p, char *buf, size_t size);
+
+/* The knobs pol_plan itself reads for any policy (memory_plan=1: MEMO's bi-level plan). */
+extern const char *const pol_common_knob_names[];
 
 /* ---- helpers for policy implementations ---- */
 

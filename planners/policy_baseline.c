@@ -7,6 +7,8 @@
 
 #include <stdlib.h>
 
+#include "planners/lower.h"
+
 /* Shared driver: lists the skeletal tensors, asks `decide` for each, records the answer. */
 typedef void (*decide_fn)(const pol_skel *s, const pol_opts *o, plan_decision *d,
                           double *alpha);
@@ -88,12 +90,16 @@ static ms_status plan_full_swap(const trace_t *t, const machine_t *m, const pol_
     return run_baseline("full-swap", decide_swap, t, o, out, err);
 }
 
+/* keep-all, full-recompute and full-swap: the lowering's knobs and memory_plan=1's */
+static const char *const *const BASE_KNOBS[] = { pol_common_knob_names, lower_knob_names, NULL };
+
 const pol_policy pol_keep_all = {
     "keep-all",
     "every activation stays on the GPU from its forward to its backward",
     "PyTorch eager training without checkpointing (MEMO §5 w/o recomputation)",
     "",
     plan_keep_all,
+    BASE_KNOBS,
 };
 
 const pol_policy pol_full_recompute = {
@@ -103,6 +109,7 @@ const pol_policy pol_full_recompute = {
     "Megatron-LM full activation recomputation (Korthikanti et al., MLSys 2023; MEMO §5.3.2)",
     "",
     plan_full_recompute,
+    BASE_KNOBS,
 };
 
 const pol_policy pol_full_swap = {
@@ -112,4 +119,5 @@ const pol_policy pol_full_swap = {
     "MEMO full swapping (Zhao et al., SIGMOD 2025, §4.3.4 Fig. 10, §5.3.2)",
     "alpha (pol_opts.alpha): token fraction swapped for tensors other than .input/.attn_out",
     plan_full_swap,
+    BASE_KNOBS,
 };

@@ -536,6 +536,12 @@ static ms_status plan_go_memferry(const trace_t *t, const machine_t *m, const po
     "paper, default, or whole units); go_gain=paper|copy (an item's gain: T_GBP - T_CBP " \
     "as in the paper, default, or less the GPU gradient copy no later backward hides); "
 
+static const char *const MF_OWN_KNOBS[] = { "dfgb", "alg1", "grad_write", NULL };
+static const char *const GO_OWN_KNOBS[] = { "reserve", "go_granularity", "go_gain", NULL };
+static const char *const *const MF_KNOB_GROUPS[] = { MF_OWN_KNOBS, lower_dha_knob_names, NULL };
+static const char *const *const GO_KNOB_GROUPS[] = { GO_OWN_KNOBS, MF_OWN_KNOBS,
+                                                     lower_dha_knob_names, NULL };
+
 const pol_policy pol_memferry = {
     "memferry",
     "parameters on the host; per layer GFGB (copied to the GPU), DHA (read over the link) or "
@@ -544,6 +550,7 @@ const pol_policy pol_memferry = {
     "MemFerry (Yao et al., INFOCOM 2025) §IV-B, Algorithm 1, shadow model §IV-C",
     MF_KNOBS,
     plan_memferry,
+    MF_KNOB_GROUPS,
 };
 
 const pol_policy pol_go_memferry = {
@@ -554,4 +561,5 @@ const pol_policy pol_go_memferry = {
     "MemFerry (Yao et al., INFOCOM 2025) §IV-D, GO-MemFerry",
     "reserve=0..1 (fraction of gradient bytes kept on the GPU, default 0); " GO_KNOBS MF_KNOBS,
     plan_go_memferry,
+    GO_KNOB_GROUPS,
 };

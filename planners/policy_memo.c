@@ -356,6 +356,11 @@ static ms_status read_host_round(const pol_opts *o, memo_host_round *out, ms_err
     return MS_OK;
 }
 
+const char *const memo_knob_names[] = {
+    "alpha_step", "host_round", "host_pow2", "host_granule", "host_bytes", "host_reserved",
+    "keep_last", "lp_strict", "memory_plan", "strict_layers", "plan_l1_s", "plan_l2_s", NULL,
+};
+
 static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
 {
     memset(k, 0, sizeof *k);
@@ -714,6 +719,8 @@ static ms_status plan_fr(const trace_t *t, const machine_t *m, const pol_opts *o
 #define MEMO_KNOBS "alpha (override), alpha_step, host_round, host_pow2, host_granule, host_bytes, " \
                    "host_reserved, keep_last, lp_strict, memory_plan, plan_l1_s, plan_l2_s, strict_layers"
 
+static const char *const *const MEMO_KNOB_GROUPS[] = { memo_knob_names, lower_knob_names, NULL };
+
 const pol_policy pol_memo = {
     "memo",
     "layer input and attention output offloaded; other skeletal activations: alpha of the "
@@ -723,6 +730,7 @@ const pol_policy pol_memo = {
     "bi-level memory planning",
     MEMO_KNOBS,
     plan_memo,
+    MEMO_KNOB_GROUPS,
 };
 
 const pol_policy pol_full_swap_plan = {
@@ -733,6 +741,7 @@ const pol_policy pol_full_swap_plan = {
     "alpha (override of 1), host_round, host_pow2, host_granule, keep_last, memory_plan, plan_l1_s, "
     "plan_l2_s, strict_layers",
     plan_fs,
+    MEMO_KNOB_GROUPS,
 };
 
 const pol_policy pol_full_recompute_plan = {
@@ -742,4 +751,5 @@ const pol_policy pol_full_recompute_plan = {
     "MEMO (Zhao et al., SIGMOD 2025) Table 4 'Full Recomputation + Memory Plan' (§5.3.1)",
     "memory_plan, plan_l1_s, plan_l2_s, strict_layers",
     plan_fr,
+    MEMO_KNOB_GROUPS,
 };

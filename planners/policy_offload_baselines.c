@@ -183,6 +183,15 @@ ms_status pol_fsdp_offload_plan(const trace_t *t, const machine_t *m, const pol_
     return bl_plan(&b, t, m, o, out, err);
 }
 
+/* each system's own knobs beside the chunk lowering's and the search options' it reads */
+static const char *const Z3_OWN[] = { "max_live_params", "checkpoint", NULL };
+static const char *const GEM_OWN[] = { "static_frac", "checkpoint", NULL };
+static const char *const FSDP_OWN[] = { "init_bytes_per_param", "checkpoint", NULL };
+#define BL_KNOB_GROUPS(own) { own, lc_knob_names, pt_search_knob_names, pol_common_knob_names, NULL }
+static const char *const *const Z3_KNOBS[] = BL_KNOB_GROUPS(Z3_OWN);
+static const char *const *const GEM_KNOBS[] = BL_KNOB_GROUPS(GEM_OWN);
+static const char *const *const FSDP_KNOBS[] = BL_KNOB_GROUPS(FSDP_OWN);
+
 const pol_policy pol_zero3_offload = {
     "zero3-offload",
     "DeepSpeed ZeRO-3 with parameter and optimizer offload: per-layer gathers, CPU Adam after "
@@ -190,6 +199,7 @@ const pol_policy pol_zero3_offload = {
     "DeepSpeed v0.12 (Rajbhandari et al., ZeRO-Infinity); ProTrain Sec. 5.1 baseline",
     "max_live_params prefetch_depth checkpoint host_bytes_per_param host_adam_scale gpu_bytes",
     pol_zero3_offload_plan,
+    Z3_KNOBS,
 };
 
 const pol_policy pol_gemini_static = {
@@ -199,6 +209,7 @@ const pol_policy pol_gemini_static = {
     "Colossal-AI 0.3.3 Gemini (Fang et al., TPDS 2022); ProTrain Sec. 5.1 baseline",
     "static_frac chunk_bytes checkpoint host_bytes_per_param gpu_bytes",
     pol_gemini_static_plan,
+    GEM_KNOBS,
 };
 
 const pol_policy pol_fsdp_offload = {
@@ -208,4 +219,5 @@ const pol_policy pol_fsdp_offload = {
     "PyTorch 2.0.1 FSDP (Zhao et al., VLDB 2023); ProTrain Sec. 5.1 baseline",
     "checkpoint init_bytes_per_param host_adam_scale prefetch_depth gpu_bytes",
     pol_fsdp_offload_plan,
+    FSDP_KNOBS,
 };

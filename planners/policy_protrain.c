@@ -42,6 +42,10 @@ uint64_t pt_host_share(const trace_t *t, const machine_t *m)
     return m->host_mem_bytes / (dp < g ? dp : g);
 }
 
+const char *const pt_search_knob_names[] = {
+    "gpu_bytes", "mem_margin", "host_bytes", "max_swap", "tie_tol", "search_bound", NULL,
+};
+
 ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine_t *m,
                               ptc_search_opts *so, ms_error *err)
 {
@@ -150,6 +154,9 @@ ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts
     return MS_OK;
 }
 
+static const char *const *const PT_KNOBS[] = { lc_knob_names, pt_search_knob_names,
+                                               pol_common_knob_names, NULL };
+
 const pol_policy pol_protrain = {
     "protrain",
     "chunked model states (persistent chunks, prefetch buffers, host Adam overlapped with the "
@@ -158,4 +165,5 @@ const pol_policy pol_protrain = {
     "chunk_bytes host_bytes_per_param coll coll_link_eff gpu_bytes mem_margin host_bytes "
     "max_swap n_persist n_buffer n_swap n_checkpoint",
     pol_protrain_plan,
+    PT_KNOBS,
 };

@@ -39,4 +39,8 @@ uint64_t pt_host_share(const trace_t *t, const machine_t *m);
  * pred_cpu_optim_s, pred_peak_bytes, pred_host_bytes. */
 ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err);
 
+/* The knobs pt_search_opts_from reads (NULL-terminated), for the policy registry's knob
+ * check (planners/policy.h). */
+extern const char *const pt_search_knob_names[];
+
 #endif

@@ -52,6 +52,9 @@ static ms_status plan_zero_offload(const trace_t *t, const machine_t *m, const p
     return MS_OK;
 }
 
+static const char *const ZO_OWN_KNOBS[] = { "realloc", NULL };
+static const char *const *const ZO_KNOBS[] = { ZO_OWN_KNOBS, lower_dha_knob_names, NULL };
+
 const pol_policy pol_zero_offload = {
     "zero-offload",
     "parameters and optimizer states on the host, fp16 parameters copied to the GPU layer by "
@@ -62,4 +65,5 @@ const pol_policy pol_zero_offload = {
     "realloc=0|1 (default 1); lowering: update, param_load, overlap_comm (default 1 with "
     "realloc=1), bucket_bytes, grad_free, grad_copy_bytes",
     plan_zero_offload,
+    ZO_KNOBS,
 };

@@ -207,6 +207,35 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
     return MS_EXIT_USAGE;
 }
 
+/* What the options cannot say alone: no stray arguments, knobs only for a policy that reads
+ * them (a typo would otherwise change nothing and say nothing). */
+static int check_args(const char *cmd, unsigned groups, const cli_args *a)
+{
+    if (a->help) return MS_EXIT_OK;
+    if (a->npos > 0) {
+        fprintf(stderr, "memsim %s: unexpected argument '%s' (options only; see --help)\n", cmd,
+                a->pos[0]);
+        return MS_EXIT_USAGE;
+    }
+    if (a->pol.plan_path && (a->pol.n_knobs || a->pol.alpha >= 0)) {
+        fprintf(stderr, "memsim %s: --%s acts on a policy's planner; with --plan FILE edit the "
+                        "plan's lines instead\n", cmd, a->pol.n_knobs ? "knob" : "alpha");
+        return MS_EXIT_USAGE;
+    }
+    if (!a->pol.n_knobs) return MS_EXIT_OK;
+    pol_opts o;
+    pol_opts_default(&o);
+    o.knobs = a->pol.knobs;
+    o.n_knobs = a->pol.n_knobs;
+    const char *one = a->pol.policy;
+    const char *const *names = (groups & CLI_POLICIES) ? (const char *const *)a->policies : &one;
+    size_t n = (groups & CLI_POLICIES) ? a->n_policies : 1;
+    ms_error err;
+    ms_status st = pol_knobs_check(names, n, &o, &err);
+    if (st != MS_OK) return cli_fail(cmd, st, &err);
+    return MS_EXIT_OK;
+}
+
 int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
 {
     const char *cmd = argv[0];
@@ -240,7 +269,7 @@ int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
         split_policies(cmd, "keep-all,full-recompute,full-swap", a);
     a->npos = argc - optind;
     a->pos = argv + optind;
-    return MS_EXIT_OK;
+    return check_args(cmd, groups, a);
 }
 
 int cli_load_machine(const cli_args *a, const char *cmd, machine_profile **out)

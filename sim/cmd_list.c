@@ -42,9 +42,14 @@ static void list_policies(void)
     size_t n;
     const pol_policy *const *r = pol_registry(&n);
     printf("policies:\n");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        char all[2048];
         printf("  %-16s %s [%s]%s%s\n", r[i]->name, r[i]->desc, r[i]->source,
                r[i]->knobs && *r[i]->knobs ? " knobs: " : "", r[i]->knobs ? r[i]->knobs : "");
+        /* every key --knob accepts for it (its own, its lowering's, the memory plan's) */
+        pol_knob_list(r[i], all, sizeof all);
+        printf("  %-16s --knob keys: %s\n", "", all[0] ? all : "none");
+    }
 }
 
 static void list_allocators(void)

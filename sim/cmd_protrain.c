@@ -959,6 +959,19 @@ int cmd_protrain(int argc, char **argv)
         fprintf(stderr, "memsim protrain: unexpected argument '%s'\n", argv[optind + 1]);
         return MS_EXIT_USAGE;
     }
+    /* the knobs go to every backend the subcommand runs: each must be read by one */
+    static const char *const backends[] = { "protrain", "zero3-offload", "gemini-static",
+                                            "fsdp-offload" };
+    pol_opts ko;
+    pol_opts_default(&ko);
+    ko.knobs = o.knobs;
+    ko.n_knobs = o.n_knobs;
+    ms_error kerr;
+    ms_status kst = pol_knobs_check(backends, strcmp(o.sub, "search") ? 4 : 1, &ko, &kerr);
+    if (kst != MS_OK) {
+        fprintf(stderr, "memsim protrain: %s\n", kerr.msg);
+        return ms_exit_code(kst);
+    }
     if (o.out_dir && mkdir(o.out_dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "memsim protrain: cannot create %s: %s\n", o.out_dir, strerror(errno));
         return MS_EXIT_IO;

@@ -112,5 +112,24 @@ expect 2 "replay --capacity 0: exit 2" -- "$M" replay --trace "$T/f.trace" --cap
 grep -q "for --capacity" "$T/err"; ok $? "the option is named"
 expect 2 "--roundup-power2 3: exit 2" -- "$M" simulate $W --roundup-power2 3
 grep -q "power of two" "$T/err"; ok $? "the rule is said"
+# knobs: a key no policy reads is a typo, not a silent no-op
+expect 3 "a misspelt knob: exit 3" -- "$M" simulate $W --policy memo --knob host_rond=exact
+grep -q "knob 'host_rond' is not read by policy memo; did you mean 'host_round'" "$T/err"; ok $? "the knob is named with the closest known one"
+expect 3 "a knob of another policy: exit 3" -- "$M" plan $W --policy full-recompute --knob reserve=0.5
+expect 0 "compare: a knob one of the policies reads is accepted" -- "$M" compare $W --policies full-recompute,memo --knob keep_last=3
+expect 3 "compare: a knob none of them reads: exit 3" -- "$M" compare $W --policies full-recompute,full-swap --knob keep_last=3
+grep -q "any of these policies" "$T/err"; ok $? "compare says none of its policies reads it"
+expect 3 "--knob alpha: exit 3, pointing to --alpha" -- "$M" simulate $W --policy memo --knob alpha=0.5
+grep -q -- "--alpha" "$T/err"; ok $? "the message names --alpha"
+expect 3 "protrain: a misspelt knob: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tl=0
+expect 2 "--knob with --plan FILE: exit 2" -- "$M" simulate $W --plan "$T/p.plan" --knob keep_last=3
+expect 2 "a stray argument: exit 2" -- "$M" simulate $W --policy keep-all extra
+grep -q "unexpected argument 'extra'" "$T/err"; ok $? "the stray argument is named"
+# every knob key a planner or lowering reads is one some policy declares (memsim list)
+"$M" list | sed -n 's/.*--knob keys: //p' | tr ' ' '\n' | sort -u > "$T/declared"
+grep -ohE '(plan_get_knob|pol_knob_get|pol_knob_double|pol_knob_bytes|kn_int|kn_dbl|kn_bytes|knob_flag|knob_int)\([a-z_>-]+, *"[a-z0-9_.]+"' "${srcdir:-.}"/planners/*.c \
+    | sed -E 's/.*"([a-z0-9_.]+)"/\1/' | sort -u > "$T/read"
+[ -s "$T/read" ] && [ -z "$(comm -23 "$T/read" "$T/declared")" ]
+ok $? "every knob the planners read is declared by a policy (undeclared: $(comm -23 "$T/read" "$T/declared" | tr '\n' ' '))"
 echo "1..$n"
 exit $bad

@@ -1,9 +1,11 @@
 /* test_plan.c — unit tests of the plan file (planners/plan.c): building, sorting with
  * last-wins duplicates, lookups with the default decision, a deterministic writer whose output
- * reads back to the same bytes, and FILE:LINE errors. Run by make check. */
+ * reads back to the same bytes, and FILE:LINE errors; the policy registry's knob check
+ * (planners/policy.h), which refuses keys the plan's readers never look at. Run by make check. */
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
 #include "planners/plan.h"
+#include "planners/policy.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +190,55 @@ static void test_errors(void)
     plan_free(q);
 }
 
+static ms_status check1(const char *policy, const char *key, ms_error *err)
+{
+    pol_knob k = { key, "1" };
+    pol_opts o;
+    pol_opts_default(&o);
+    o.knobs = &k;
+    o.n_knobs = 1;
+    return pol_knobs_check(&policy, 1, &o, err);
+}
+
+static void test_knob_check(void)
+{
+    ms_error err;
+    TAP_OK(pol_knob_known(pol_find("memo"), "host_round") &&
+           pol_knob_known(pol_find("memo"), "record_stream") &&
+           !pol_knob_known(pol_find("memo"), "reserve"),
+           "memo reads its own knobs and plain lowering's, not go-memferry's");
+    TAP_OK(pol_knob_known(pol_find("go-memferry"), "grad_host.3") &&
+           !pol_knob_known(pol_find("go-memferry"), "grad_host.") &&
+           !pol_knob_known(pol_find("memferry"), "reserve"),
+           "a prefix name covers grad_host.N but not the bare prefix; reserve is GO-MemFerry's");
+    TAP_OK(check1("protrain", "tie_tol", &err) == MS_OK &&
+           check1("zero3-offload", "max_live_params", &err) == MS_OK,
+           "known keys pass");
+    TAP_OK(check1("protrain", "tie_tl", &err) == MS_ERR_INVALID &&
+           strstr(err.msg, "did you mean 'tie_tol'"), "a typo fails with the closest key: %s",
+           err.msg);
+    TAP_OK(check1("keep-all", "zzzzzzzz", &err) == MS_ERR_INVALID &&
+           !strstr(err.msg, "did you mean"), "no suggestion when nothing is close");
+    TAP_OK(check1("no-such-policy", "foo", &err) == MS_OK,
+           "an unknown policy is left to the planner's own error");
+    const char *two[] = { "full-recompute", "memo" };
+    pol_knob k = { "keep_last", "3" };
+    pol_opts o;
+    pol_opts_default(&o);
+    o.knobs = &k;
+    o.n_knobs = 1;
+    TAP_OK(pol_knobs_check(two, 2, &o, &err) == MS_OK &&
+           pol_knobs_check(two, 1, &o, &err) == MS_ERR_INVALID,
+           "several policies: a key one of them reads is accepted");
+    char list[4096];
+    size_t need = pol_knob_list(pol_find("memo"), list, sizeof list), small = 0;
+    char tiny[8];
+    small = pol_knob_list(pol_find("memo"), tiny, sizeof tiny);
+    TAP_OK(need == strlen(list) && small == need && strlen(tiny) == 7 &&
+           strstr(list, "alpha_step host_bytes") == list,
+           "the key list is sorted, says its length and truncates safely");
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -195,6 +246,7 @@ int main(void)
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 99; }
     test_build_and_roundtrip();
     test_errors();
+    test_knob_check();
     const char *files[] = {"a.plan", "b.plan", "c.plan", "bad.plan", "ok.plan"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) remove(tpath(files[i]));
     if (rmdir(tmpdir) != 0) TAP_NOTE("could not remove %s", tmpdir);
