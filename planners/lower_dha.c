@@ -746,7 +746,7 @@ ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, m
 /* ---------------------------------------------------------------------------------- */
 /* lowering                                                                            */
 
-typedef enum { UPD_PIPELINED = 0, UPD_AFTER_BWD } upd_kind;
+typedef enum { UPD_PIPELINED = 0, UPD_AFTER_BWD, UPD_AFTER_BP } upd_kind;
 typedef enum { LOAD_FORWARD = 0, LOAD_UPDATE, LOAD_AFTER_UPDATE } load_kind;
 
 /* Per-tensor lowering state. */
@@ -881,8 +881,9 @@ static ms_status read_knobs(lw *w)
     if ((v = plan_get_knob(p, "update"))) {
         if (!strcmp(v, "pipelined")) w->upd = UPD_PIPELINED;
         else if (!strcmp(v, "after_bwd")) w->upd = UPD_AFTER_BWD;
-        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob update=%s: expected pipelined "
-                            "or after_bwd", v);
+        else if (!strcmp(v, "after_bp")) w->upd = UPD_AFTER_BP;
+        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob update=%s: expected pipelined, "
+                            "after_bp or after_bwd", v);
     }
     if ((v = plan_get_knob(p, "param_load"))) {
         if (!strcmp(v, "forward")) w->load = LOAD_FORWARD;
@@ -1393,6 +1394,15 @@ static ms_status end_backward(lw *w)
         }
         for (size_t u = 0; u < d->nu; u++)
             if (d->u[u].grad_bytes || d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));
+    } else if (w->upd == UPD_AFTER_BP) {
+        /* the step starts when the backward's kernels are done, then takes each unit as its
+         * gradients arrive (those still in flight keep copying under the first steps) */
+        uint32_t e;
+        TRY(record_new(w, SS_COMPUTE, &e));
+        TRY(put_e(w, SA_WAIT, SS_HOST, e));
+        for (size_t k = 0; k < w->norder; k++) TRY(host_update(w, w->order[k], 1));
+        for (size_t u = 0; u < d->nu; u++)
+            if (!d->u[u].grad_bytes && d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));
     } else {
         for (size_t u = 0; u < d->nu; u++)
             if (!d->u[u].grad_bytes && d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));

@@ -4,8 +4,9 @@
  * access (DHA) in forward and backward, or read over DHA in forward and copied to the GPU for
  * the backward (DFGB); gradients stay on the GPU and are copied to the host after their
  * layer's backward, or are written to the host by the backward kernels (DHA gradients,
- * GO-MemFerry); the host runs Adam per layer (pipelined with the backward, MemFerry) or after
- * the backward (ZeRO-Offload), and the updated parameters go back to the GPU. Produces the
+ * GO-MemFerry); the host runs Adam per layer (from the backward's end as gradients land,
+ * MemFerry; or pipelined with the backward) or after every gradient is home (ZeRO-Offload),
+ * and the updated parameters go back to the GPU. Produces the
  * whole schedule (planners/schedule.h) for such plans; planners/lower.c hands them over when
  * lower_dha_applies() says so.
  *
@@ -124,9 +125,13 @@ ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms
  *                               allocated and copied back). Each ID must be a module of unit
  *                               N (dha_model_module: its param_id, or its grad_id when the
  *                               buffer is one module); not with grad=host on the same unit
- *   update=pipelined|after_bwd  host Adam per unit as soon as its gradients are on the host
- *                               (default), or for all units, in forward order, after the
- *                               last gradient arrived (ZeRO-Offload)
+ *   update=pipelined|after_bp|after_bwd
+ *                               host Adam per unit as soon as its gradients are on the host
+ *                               (pipelined, the lowering's default); or from the end of the
+ *                               backward's kernels on, per unit as its gradients land, in
+ *                               the order they complete (after_bp, the memferry policies'
+ *                               default); or for all units, in forward order, after the
+ *                               last gradient arrived (after_bwd, ZeRO-Offload)
  *   param_load=forward|update|after_update
  *                               GFGB parameters copied at the forward's start (default,
  *                               MemFerry), each unit's right after its host update

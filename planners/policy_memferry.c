@@ -484,7 +484,13 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
     for (size_t i = 0; !st && reserve < 0 && i < n; i++)
         st = plan_set_layer(p, dha_model_unit(d, i)->layer, mode[i], 0);
     if (!st) st = plan_set_knob(p, "host_params", "1");
-    if (!st && !plan_get_knob(p, "update")) st = plan_set_knob(p, "update", "pipelined");
+    /* The host update starts when the backward's kernels are done and takes each unit as its
+     * gradients land, in parallel with the copies still under way: MemFerry §II-C moves the
+     * "BP bubble" (ZeRO-Offload's update waiting for the last gradient copy) by running the
+     * update in parallel with the remaining gradient transmission, not with the BP; MemFerry
+     * builds on ZeRO-Offload, whose CPU Adam is the optimizer step after the backward.
+     * update=pipelined (each unit's step during the backward) is the other reading. */
+    if (!st && !plan_get_knob(p, "update")) st = plan_set_knob(p, "update", "after_bp");
     if (!st && !plan_get_knob(p, "param_load")) st = plan_set_knob(p, "param_load", "forward");
     /* What the planner estimated, for readers of the plan file. */
     if (!st) st = set_knob_num(p, "est_alg1_fp_us", t_all);
@@ -530,7 +536,8 @@ static ms_status plan_go_memferry(const trace_t *t, const machine_t *m, const po
 
 #define MF_KNOBS                                                                          \
     "alg1=stall|literal (line 3 of Algorithm 1, default stall); dfgb=0|1 (greedy DFGB "   \
-    "choice, default 1); grad_write=accumulate|fused; lowering: update, param_load"
+    "choice, default 1); grad_write=accumulate|fused; lowering: update=after_bp|pipelined|" \
+    "after_bwd (default after_bp), param_load"
 #define GO_KNOBS                                                                          \
     "go_granularity=module|unit (the dynamic program's items: PyTorch modules as in the " \
     "paper, default, or whole units); go_gain=paper|copy (an item's gain: T_GBP - T_CBP " \
@@ -546,7 +553,8 @@ const pol_policy pol_memferry = {
     "memferry",
     "parameters on the host; per layer GFGB (copied to the GPU), DHA (read over the link) or "
     "DFGB (DHA forward, GPU backward) by Algorithm 1 and a greedy backward choice; gradients "
-    "copied back during the backward, host Adam pipelined with it",
+    "copied back during the backward, host Adam from the backward's end, overlapping the last "
+    "copies",
     "MemFerry (Yao et al., INFOCOM 2025) §IV-B, Algorithm 1, shadow model §IV-C",
     MF_KNOBS,
     plan_memferry,

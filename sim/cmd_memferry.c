@@ -281,20 +281,24 @@ static const char CSV_HEAD[] =
     "peak_reserved_gib,compute_ms,h2d_busy_ms,d2h_busy_ms,host_busy_ms,stall_ms,"
     "grad_on_gpu,modes\n";
 
-/* GO-MemFerry with its host Adam after the whole backward (lowering knob update=after_bwd)
- * instead of pipelined per unit. The paper does not say how GO-MemFerry schedules the update;
- * it explains GO-MemFerry's V100 slowdown by the DHA gradient writes (§V-C), which can only
- * lengthen the iteration when the update waits for them. Reported next to the default. */
-static ms_status go_after_bwd(mf_ctx *c, const char *model, uint64_t seq, uint64_t batch,
-                              const machine_t *m, mf_run *o, ms_error *err)
+/* MemFerry and GO-MemFerry with the other reading of their host update: pipelined per unit
+ * with the backward (lowering knob update=pipelined) instead of memsim's default, which
+ * starts it when the backward's kernels are done (update=after_bp, MemFerry §II-C: the
+ * update runs in parallel with the remaining gradient transmission, not with the BP).
+ * o[0]: MemFerry, o[1]: GO-MemFerry; each named "<method>/pipelined". */
+static ms_status pipelined_pair(mf_ctx *c, const char *model, uint64_t seq, uint64_t batch,
+                                const machine_t *m, mf_run o[2], ms_error *err)
 {
     model_t md;
     trace_t *t;
     ms_status st = model_lookup(model, &md, err);
     if (st || (st = make_trace(c, &md, seq, batch, m, &t, err))) return st;
-    st = run_method(c, t, m, M_GO, "update", "after_bwd", NULL, o, err);
+    const int k[2] = { M_MF, M_GO };
+    for (int i = 0; i < 2 && !st; i++) {
+        st = run_method(c, t, m, k[i], "update", "pipelined", NULL, &o[i], err);
+        if (!st) snprintf(o[i].r.policy, sizeof o[i].r.policy, "%s/pipelined", METHODS[k[i]].name);
+    }
     trace_free(t);
-    if (!st) snprintf(o->r.policy, sizeof o->r.policy, "GO-MemFerry/after_bwd");
     return st;
 }
 
@@ -323,12 +327,12 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
 {
     machine_t m = c->ma->m;
     m.host_adam_params_per_s = c->adam_single;
-    mf_run R[4][MF_NMETH], GA[4];
+    mf_run R[4][MF_NMETH], PL[4][2]; /* PL: MemFerry, GO-MemFerry with update=pipelined */
     ms_status st = MS_OK;
     for (int w = 0; w < 4 && !st; w++) {
         progress(c, "memferry: Fig. 9, %s%s\n", FIG9[w].model, "");
         st = run_all(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, "fig9", R[w], err);
-        if (!st) st = go_after_bwd(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, &GA[w], err);
+        if (!st) st = pipelined_pair(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, PL[w], err);
     }
     if (st) return st;
     FILE *f = open_out(c, "fig9.csv", err), *d = f ? open_out(c, "fig9.dat", err) : NULL;
@@ -346,7 +350,7 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     fprintf(u, "# model DeepSpeed Native-Offload MemFerry GO-MemFerry (GPU utilization, %%)\n");
     double lo[2] = { INFINITY, INFINITY }, hi[2] = { -INFINITY, -INFINITY }, mx = -INFINITY;
     double sum = 0, n = 0, order = 0, morder = 0, mfs = 0, nfs = 0, gom = 0, mfm = 0, gm = 0;
-    double ga_slow = 0, ga_vs_ds = 0;
+    double pl_order = 0, pl_mx = -INFINITY;
     for (int w = 0; w < 4; w++) {
         fprintf(d, "%s", FIG9[w].model);
         fprintf(g, "%s", FIG9[w].model);
@@ -378,10 +382,15 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
             if (k != M_MF && ms(&R[w][k]) <= ms(&R[w][M_MF])) fast = 0;
         }
         order += slow && fast;
-        csv_run(f, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &GA[w],
-                ok(&GA[w]) && ok(&R[w][M_DS]) ? ms(&R[w][M_DS]) / ms(&GA[w]) : NAN);
-        ga_slow += ok(&GA[w]) && ms(&GA[w]) < ms(&R[w][M_DS]);
-        ga_vs_ds += (ms(&GA[w]) / ms(&R[w][M_DS]) - 1) * 100;
+        /* the pipelined reading: the same order with its MemFerry and GO-MemFerry */
+        for (int i = 0; i < 2; i++)
+            csv_run(f, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &PL[w][i],
+                    ok(&PL[w][i]) && ok(&R[w][M_DS]) ? ms(&R[w][M_DS]) / ms(&PL[w][i]) : NAN);
+        double pmf = ms(&PL[w][0]), pgo = ms(&PL[w][1]), pds = ms(&R[w][M_DS]);
+        double pnat = ms(&R[w][M_NATIVE]);
+        pl_order += ok(&PL[w][0]) && ok(&PL[w][1]) && pmf < pgo && pmf < pnat && pgo < pds &&
+                    pnat < pds;
+        if (pds / pmf > pl_mx) pl_mx = pds / pmf;
         uint64_t ds = R[w][M_DS].r.peak_allocated_bytes, mf = R[w][M_MF].r.peak_allocated_bytes;
         morder += R[w][M_GO].r.peak_allocated_bytes <= mf && mf <= ds;
         if (FIG9[w].small) {
@@ -403,8 +412,8 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     metric(c, "fig9.all.max", hi[0] > hi[1] ? hi[0] : hi[1], NULL);
     metric(c, "fig9.max_ds", (mx - 1) * 100, NULL);
     metric(c, "fig9.mean_ds", sum / n, NULL);
-    metric(c, "fig9.order_go_after_bwd", ga_slow / 4, NULL);
-    metric(c, "fig9.go_after_bwd_vs_ds", ga_vs_ds / 4, NULL);
+    metric(c, "fig9.order_pipelined", pl_order / 4, NULL);
+    metric(c, "fig9.max_ds_pipelined", (pl_mx - 1) * 100, NULL);
     metric(c, "fig12.order", morder / 4, NULL);
     metric(c, "fig12.mf_small", nfs ? mfs / nfs : NAN, NULL);
     metric(c, "fig12.go_vs_mf", gom / 4, NULL);
@@ -676,7 +685,7 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
     FILE *g = st ? NULL : open_out(c, "fig11_sizes.csv", err);
     if (!st && !g) st = MS_ERR_IO;
     if (!st) fputs(CSV_HEAD, g);
-    double sp = 0, sl = 0, n = 0, order = 0, ga_order = 0, ga_sl = 0;
+    double sp = 0, sl = 0, n = 0, order = 0, pl_order = 0, pl_sl = 0;
     for (int s = 0; s < 5 && !st; s++) {
         progress(c, "memferry: Fig. 11, %s%s\n", TXL[s], "");
         mf_run R[MF_NMETH];
@@ -687,20 +696,18 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
                                                                        : NAN);
             all &= ok(&R[k]);
         }
-        mf_run ga;
-        if (!st) st = go_after_bwd(c, TXL[s], 0, 1, m, &ga, err);
-        if (!st)
-            csv_run(g, TXL[s], 0, 1, &ga,
-                    ok(&ga) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&ga) : NAN);
-        if (st || !all || !ok(&ga)) continue;
-        int ga_fast = 1, ga_slow = 1;
-        for (int k = 0; k < MF_NMETH; k++) {
-            if (k != M_MF && k != M_GO && ms(&R[k]) <= ms(&R[M_MF])) ga_fast = 0;
-            if (k != M_GO && ms(&R[k]) >= ms(&ga)) ga_slow = 0;
-        }
-        ga_fast &= ms(&ga) > ms(&R[M_MF]);
-        ga_order += ga_fast && ga_slow;
-        ga_sl += (ms(&ga) / ms(&R[M_DS]) - 1) * 100;
+        mf_run pl[2];
+        if (!st) st = pipelined_pair(c, TXL[s], 0, 1, m, pl, err);
+        for (int i = 0; i < 2 && !st; i++)
+            csv_run(g, TXL[s], 0, 1, &pl[i],
+                    ok(&pl[i]) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&pl[i]) : NAN);
+        if (st || !all || !ok(&pl[0]) || !ok(&pl[1])) continue;
+        /* the pipelined reading: MemFerry fastest and GO-MemFerry slowest among DeepSpeed,
+         * Native-Offload and its own MemFerry and GO-MemFerry */
+        double pmf = ms(&pl[0]), pgo = ms(&pl[1]);
+        pl_order += pmf < ms(&R[M_DS]) && pmf < ms(&R[M_NATIVE]) && pmf < pgo &&
+                    pgo > ms(&R[M_DS]) && pgo > ms(&R[M_NATIVE]);
+        pl_sl += (pgo / ms(&R[M_DS]) - 1) * 100;
         sp += ms(&R[M_DS]) / ms(&R[M_MF]);
         sl += (ms(&R[M_GO]) / ms(&R[M_DS]) - 1) * 100;
         int fast = 1, slow = 1;
@@ -715,8 +722,8 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
         metric(c, "fig11.mf_speedup", sp / n, NULL);
         metric(c, "fig11.go_vs_ds", sl / n, NULL);
         metric(c, "fig11.order", order / n, NULL);
-        metric(c, "fig11.order_go_after_bwd", ga_order / n, NULL);
-        metric(c, "fig11.go_after_bwd_vs_ds", ga_sl / n, NULL);
+        metric(c, "fig11.order_pipelined", pl_order / n, NULL);
+        metric(c, "fig11.go_pipelined_vs_ds", pl_sl / n, NULL);
     }
     ms_status cs = g ? close_out(g, c, "fig11_sizes.csv", err) : MS_OK;
     ms_status c1 = close_out(f, c, "fig11.csv", err), c2 = close_out(d, c, "fig11.dat", err);

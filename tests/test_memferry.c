@@ -437,6 +437,44 @@ static void test_lowering(void)
     trace_free(t);
 }
 
+/* The host update's three schedules on one Native-Offload plan: pipelined with the backward
+ * (each unit as its gradients land), after_bp (from the end of the backward's kernels, each
+ * unit as its gradients land, so the step overlaps the last copies) and after_bwd (once every
+ * gradient is home). Each later start can only lengthen the iteration; with host Adam slow
+ * next to the backward the first gap is strict, and the last gradient copy makes the second. */
+static void test_update_modes(void)
+{
+    double rate = mach->m.host_adam_params_per_s;
+    mach->m.host_adam_params_per_s = rate / 20; /* the trace's host steps: slow */
+    trace_t *t = tiny_trace(3, 64);             /* a backward longer than one copy */
+    mach->m.host_adam_params_per_s = rate;
+    ms_error err;
+    plan_t *p = t ? plan_of(&pol_zero_offload, t, "realloc", "0", &err) : NULL;
+    if (!p) {
+        TAP_OK(0, "zero-offload realloc=0 plans the small trace");
+        trace_free(t);
+        return;
+    }
+    static const char *const mode[3] = { "pipelined", "after_bp", "after_bwd" };
+    double T[3];
+    sim_result r[3];
+    for (int i = 0; i < 3; i++) {
+        plan_set_knob(p, "update", mode[i]);
+        plan_sort(p);
+        T[i] = simulate(t, p, &r[i]);
+    }
+    TAP_NOTE("update pipelined %.4f ms, after_bp %.4f ms, after_bwd %.4f ms", T[0] * 1e3,
+             T[1] * 1e3, T[2] * 1e3);
+    TAP_OK(T[0] > 0 && T[0] < T[1] && T[1] < T[2],
+           "pipelined < after_bp < after_bwd in iteration time");
+    TAP_OK(fabs(r[0].host_busy_s - r[1].host_busy_s) < 1e-9 * r[0].host_busy_s &&
+               fabs(r[1].host_busy_s - r[2].host_busy_s) < 1e-9 * r[0].host_busy_s,
+           "the same host work in each (only its start moves): %.6f %.6f %.6f s",
+           r[0].host_busy_s, r[1].host_busy_s, r[2].host_busy_s);
+    plan_free(p);
+    trace_free(t);
+}
+
 static void test_policies(void)
 {
     trace_t *t = tiny_trace(3, 8);
@@ -921,6 +959,7 @@ int main(void)
     test_dp();
     test_sim_exhaustive();
     test_lowering();
+    test_update_modes();
     test_policies();
     test_bad_input();
     test_modules();

@@ -12,7 +12,8 @@
 # them (PNG and SVG); then Table 4 again under other assumptions (the stock loss everywhere, no
 # reorganization model, the two other readings of MEMO's pinned host buffers, the generic
 # program, Megatron's distributed optimizer) and the three host-buffer readings side by side.
-# A few minutes on a 2-core machine.
+# About 8 minutes on a 2-core x86-64 machine; progress lines go to standard error
+# (MEMO_QUIET=1 silences them).
 #
 # usage: experiments/memo/run.sh [OUTDIR]   (default: out/memo in the repository; MEMSIM=path/to/memsim;
 #        MEMO_ISSUE_AHEAD=N|unbounded simulates the host thread issuing the program, at most N
@@ -79,10 +80,16 @@ rows() {
 
 res="$out/results.tsv"
 : > "$res"
+t0=$(date +%s)
+# One progress line on standard error per step: what runs now and the time so far.
+progress() {
+    [ -n "${MEMO_QUIET:-}" ] || echo "run.sh: [$1/7] $2 ($(( $(date +%s) - t0 )) s so far)" >&2
+}
 
 # 2. Table 4: the four methods at each sequence length (one trace per length).
 seqs4="64K 128K 256K 384K 512K 640K 768K 896K"
 for s in $seqs4; do
+    progress 2 "Table 4 at $s"
     "$MEMSIM" simulate "${model[@]}" "${reorg[@]}" "${gen[@]}" --seq "$s" --policy full-recompute \
         --csv "$out/runs/table4-$s.csv"
     "$MEMSIM" compare "${common[@]}" --seq "$s" --policies "$exec_pols" \
@@ -99,6 +106,7 @@ awk -F, 'FNR > 1 && $1 == "full-recompute" && ($5 == 131072 || $5 == 262144) {
 
 # 3. Table 5: MEMO with alpha fixed.
 for s in 192K 256K 320K 384K; do
+    progress 3 "Table 5 at $s"
     for a in 0 0.125 0.25 0.375 0.5 0.625 0.75 0.875 1; do
         "$MEMSIM" simulate "${common[@]}" --seq "$s" --policy memo --alpha "$a" \
             --csv "$out/runs/table5-$s-$a.csv"
@@ -111,6 +119,7 @@ done
 # for copies) below 1% of the iteration from this length on; and MEMO's LP view of it (the
 # time constraint allows alpha = 1: alpha_lp_time >= 1).
 cross_sim="" cross_lp=""
+progress 4 "full-offload cross-over, 64K..320K"
 for k in $(seq 64 16 320); do
     "$MEMSIM" simulate "${common[@]}" --seq "${k}K" --policy full-swap+plan \
         --csv "$out/runs/offload-${k}K.csv"
@@ -131,6 +140,7 @@ printf "crossover\tfull-offload\tseq\t%s\n" "${cross_sim:-none}" >> "$res"
 printf "crossover\tfull-offload-lp\tseq\t%s\n" "${cross_lp:-none}" >> "$res"
 
 # 5. The comparison, and the figures' data.
+progress 5 "comparison"
 awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "$out/compare.txt"
 
 # 6. Table 4 under other assumptions, status and MFU per cell next to the paper's:
@@ -146,6 +156,7 @@ awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "
 fr_opts=("${reorg[@]}")
 variant() {
     name=$1 pols=$2; shift 2
+    progress 6 "Table 4 variant $name"
     rest=$(echo "$pols" | awk -F, '{ for (i = 1; i <= NF; i++) if ($i != "full-recompute") o = o (o ? "," : "") $i; print o }')
     for s in $seqs4; do
         case ",$pols," in *,full-recompute,*)
@@ -207,6 +218,7 @@ awk -F, 'FNR > 1 && $1 == "full-recompute" {
 # executor rows from the main run and the host-exact / host-layer variants. The host reading
 # changes no time (pinned allocations are taken as made before training), so a Table 5 cell
 # that fits has the main run's MFU under every reading.
+progress 7 "MEMO's host buffers under three readings"
 for r in exact layer_pow2 tensor_pow2; do
     for s in 192K 256K 320K 384K; do
         for a in 0 0.125 0.25 0.375 0.5 0.625 0.75 0.875 1; do
