@@ -1134,7 +1134,11 @@ static rt_status do_compute(ex *x, size_t i, const sched_action *a)
     rt_kernel_args k;
     memset(&k, 0, sizeof k);
     double req = a->dur_us > 0 ? a->dur_us : 0;
-    int dha = a->host_read_bytes || a->host_write_bytes;
+    /* With the real-kernel hook an action without an op that moves host bytes is an
+     * AccumulateGrad of host gradients (lower_dha's put_accumulate): the op's real kernel
+     * already added its gradient into the mapped home (beta = 1), so the host traffic is
+     * done; only the action's own time remains. Without the hook the spin kernel moves it. */
+    int dha = (a->host_read_bytes || a->host_write_bytes) && !(x->o.compute && a->op < 0);
     k.dur_us = dha ? req : credited(x, req);
     if (dha) {
         k.dha_read_host = x->dha_buf;
