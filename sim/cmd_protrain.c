@@ -959,15 +959,17 @@ int cmd_protrain(int argc, char **argv)
         fprintf(stderr, "memsim protrain: unexpected argument '%s'\n", argv[optind + 1]);
         return MS_EXIT_USAGE;
     }
-    /* the knobs go to every backend the subcommand runs: each must be read by one */
-    static const char *const backends[] = { "protrain", "zero3-offload", "gemini-static",
-                                            "fsdp-offload" };
+    /* the knobs go to every backend the subcommand runs (table2 and fig3 all of them, the
+     * others ProTrain alone): each must be read by one */
+    const char *backends[BK_COUNT];
+    for (int b = 0; b < BK_COUNT; b++) backends[b] = BK_POLICY[b]->name;
+    int all = !strcmp(o.sub, "table2") || !strcmp(o.sub, "fig3");
     pol_opts ko;
     pol_opts_default(&ko);
     ko.knobs = o.knobs;
     ko.n_knobs = o.n_knobs;
     ms_error kerr;
-    ms_status kst = pol_knobs_check(backends, strcmp(o.sub, "search") ? 4 : 1, &ko, &kerr);
+    ms_status kst = pol_knobs_check(backends, all ? BK_COUNT : 1, &ko, &kerr);
     if (kst != MS_OK) {
         fprintf(stderr, "memsim protrain: %s\n", kerr.msg);
         return ms_exit_code(kst);
