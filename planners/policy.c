@@ -64,11 +64,23 @@ static int name_covers(const char *name, const char *key)
     return strcmp(name, key) == 0;
 }
 
+enum { KNOB_NAMES_MAX = 256 };
+
+/* p's names, its groups flattened in order (repeats kept); at most cap. */
+static size_t knob_names(const pol_policy *p, const char **v, size_t cap)
+{
+    size_t n = 0;
+    for (const char *const *const *g = p ? p->knob_names : NULL; g && *g; g++)
+        for (const char *const *k = *g; *k && n < cap; k++) v[n++] = *k;
+    return n;
+}
+
 int pol_knob_known(const pol_policy *p, const char *key)
 {
-    for (const char *const *const *g = p && key ? p->knob_names : NULL; g && *g; g++)
-        for (const char *const *k = *g; *k; k++)
-            if (name_covers(*k, key)) return 1;
+    const char *v[KNOB_NAMES_MAX];
+    size_t n = key ? knob_names(p, v, KNOB_NAMES_MAX) : 0;
+    for (size_t i = 0; i < n; i++)
+        if (name_covers(v[i], key)) return 1;
     return 0;
 }
 
@@ -101,9 +113,7 @@ static int cmp_str(const void *a, const void *b)
 /* p's names, sorted, repeats dropped; at most cap kept. */
 static size_t knob_names_sorted(const pol_policy *p, const char **v, size_t cap)
 {
-    size_t n = 0;
-    for (const char *const *const *g = p->knob_names; g && *g; g++)
-        for (const char *const *k = *g; *k && n < cap; k++) v[n++] = *k;
+    size_t n = knob_names(p, v, cap);
     qsort(v, n, sizeof *v, cmp_str);
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
@@ -113,8 +123,8 @@ static size_t knob_names_sorted(const pol_policy *p, const char **v, size_t cap)
 
 size_t pol_knob_list(const pol_policy *p, char *buf, size_t size)
 {
-    const char *v[256];
-    size_t n = p ? knob_names_sorted(p, v, sizeof v / sizeof *v) : 0, len = 0;
+    const char *v[KNOB_NAMES_MAX];
+    size_t n = knob_names_sorted(p, v, KNOB_NAMES_MAX), len = 0;
     if (size) buf[0] = 0;
     for (size_t i = 0; i < n; i++) {
         int w = snprintf(buf && len < size ? buf + len : NULL, len < size ? size - len : 0,
@@ -132,15 +142,15 @@ static const char *closest_knob(const char *const *policies, size_t n, const cha
     const char *best = NULL;
     size_t bd = strlen(key) / 3 + 1;
     for (size_t i = 0; i < n; i++) {
-        const pol_policy *p = pol_find(policies[i]);
-        for (const char *const *const *g = p ? p->knob_names : NULL; g && *g; g++)
-            for (const char *const *k = *g; *k; k++) {
-                size_t d = edit_distance(*k, key);
-                if (d < bd) {
-                    bd = d;
-                    best = *k;
-                }
+        const char *v[KNOB_NAMES_MAX];
+        size_t m = knob_names(pol_find(policies[i]), v, KNOB_NAMES_MAX);
+        for (size_t j = 0; j < m; j++) {
+            size_t d = edit_distance(v[j], key);
+            if (d < bd) {
+                bd = d;
+                best = v[j];
             }
+        }
     }
     return best;
 }
