@@ -790,6 +790,10 @@ typedef struct lw {
     int overlap;          /* realloc=1, overlap_comm=1: two buckets, copies off the compute
                              stream */
     int bidx;             /* the bucket being filled */
+    int ds_sync;          /* realloc=1: DeepSpeed's per-parameter flush with a host
+                             synchronization per parameter (ds_* knobs) */
+    double ds_pre_us, ds_sync_us, ds_post_us;
+    int *ds_extra;        /* per unit: framework parameter tensors beyond its modules */
     uint32_t bucket_ev[2];/* the last flush of each bucket */
     ltens *lt;            /* per dha tensor */
     /* per iteration */
@@ -808,6 +812,8 @@ typedef struct lw {
     uint64_t bucket_fill;
     int *bucket_units;
     size_t nbucket;
+    size_t *bucket_bufs;  /* gradient buffers (tensor indices) in the bucket, in order */
+    size_t nbufs;
     uint32_t waited_ev[64]; /* load events compute already waited for, this iteration */
     size_t nwaited;
     lower_report rep;
@@ -868,8 +874,41 @@ static ms_status record_new(lw *w, sched_stream s, uint32_t *e)
 /* Every key read_knobs, read_grad_host and lower_dha_applies read. */
 const char *const lower_dha_knob_names[] = {
     "update", "param_load", "realloc", "overlap_comm", "grad_write", "grad_free",
-    "grad_copy_bytes", "bucket_bytes", "grad_host.", "host_params", NULL,
+    "grad_copy_bytes", "bucket_bytes", "grad_host.", "host_params", "ds_sync", "ds_pre_us",
+    "ds_sync_us", "ds_post_us", NULL,
 };
+
+/* A non-negative time knob (microseconds) into *us, which keeps its default when absent. */
+static ms_status time_knob(lw *w, const char *key, double *us)
+{
+    const char *v = plan_get_knob(w->p, key);
+    if (!v) return MS_OK;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= 0) || x > 1e9)
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knob %s=%s: expected microseconds >= 0",
+                       key, v);
+    *us = x;
+    return MS_OK;
+}
+
+/* DeepSpeed's per-parameter flush (bucket_flush_ds). The host times default to those
+ * measured on an H200's host (Xeon, PyTorch 2.11; experiments/memferry/ds_probe_h200):
+ * medians over the 1,090 parameters of BERT-base, BERT-large, RoBERTa and GPT-2-medium. */
+static ms_status read_ds_knobs(lw *w)
+{
+    const char *v;
+    w->ds_pre_us = 66;
+    w->ds_sync_us = 13;
+    w->ds_post_us = 23;
+    if ((v = plan_get_knob(w->p, "ds_sync"))) {
+        if (!strcmp(v, "0") || !strcmp(v, "1")) w->ds_sync = v[0] == '1';
+        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob ds_sync=%s: expected 0 or 1", v);
+    }
+    TRY(time_knob(w, "ds_pre_us", &w->ds_pre_us));
+    TRY(time_knob(w, "ds_sync_us", &w->ds_sync_us));
+    return time_knob(w, "ds_post_us", &w->ds_post_us);
+}
 
 /* Plan knobs. */
 static ms_status read_knobs(lw *w)
@@ -922,7 +961,7 @@ static ms_status read_knobs(lw *w)
         (!ms_parse_bytes(v, &w->bucket_bytes) || !w->bucket_bytes))
         return ms_fail(w->err, MS_ERR_INVALID, "plan knob bucket_bytes=%s: expected a "
                        "positive byte count", v);
-    return MS_OK;
+    return read_ds_knobs(w);
 }
 
 /* Modes per unit from the plan's layer lines; every line must name a unit. */
@@ -1011,6 +1050,42 @@ static ms_status read_grad_host(lw *w)
 }
 
 /* Where each tensor lives under the plan. */
+/* Framework parameter tensors (trace meta param_tensors, param_tensors_layer: what the
+ * model's Hugging Face implementation registers) beyond the trace's modules, per unit: a
+ * layer gets its layer count less its modules; the embedding and head units share the rest
+ * by their module counts. Without the meta every unit has none. */
+static void ds_extras(lw *w)
+{
+    const dha_model *d = w->d;
+    uint64_t total = trace_meta_u64(w->t, "param_tensors", 0);
+    uint64_t per_layer = trace_meta_u64(w->t, "param_tensors_layer", 0);
+    if (!total || !w->realloc) return;
+    uint64_t other = total, other_mods = 0;
+    for (size_t u = 0; u < d->nu; u++) {
+        uint64_t mods = 0;
+        for (size_t g = 0; g < d->nt; g++)
+            if (d->tens[g].cls == TC_GRAD && d->tens[g].owner == (int)u) mods += d->g_count[g];
+        int layer = d->u[u].layer >= 0 && d->u[u].layer < d->L;
+        if (layer) {
+            w->ds_extra[u] = per_layer > mods ? (int)(per_layer - mods) : 0;
+            other -= other > per_layer ? per_layer : other;
+        } else {
+            w->ds_extra[u] = (int)mods; /* scaled below */
+            other_mods += mods;
+        }
+    }
+    uint64_t spare = other > other_mods ? other - other_mods : 0, given = 0;
+    int first = -1;
+    for (size_t u = 0; u < d->nu; u++) {
+        if (d->u[u].layer >= 0 && d->u[u].layer < d->L) continue;
+        uint64_t mods = (uint64_t)w->ds_extra[u];
+        w->ds_extra[u] = other_mods ? (int)(spare * mods / other_mods) : 0;
+        given += (uint64_t)w->ds_extra[u];
+        if (first < 0 && mods) first = (int)u;
+    }
+    if (first >= 0) w->ds_extra[first] += (int)(spare - given);
+}
+
 static void place_tensors(lw *w)
 {
     const dha_model *d = w->d;
@@ -1279,14 +1354,91 @@ static ms_status hbm_kernel(lw *w, uint64_t bytes, int32_t layer)
     return put(w, &a);
 }
 
-/* DeepSpeed (ZeRO-2 with CPU offload, stage_1_and_2.py): when the bucket is full and at the
- * end of the backward, each gradient in it is cast to fp32 on the GPU (a temporary the size
- * of the fp32 copy) and copied into the host's fp32 gradient partition — without
- * overlap_comm on the compute stream itself, so the backward waits for the copy; with it on
- * a side stream, the backward waiting only before it refills that bucket. */
+/* One parameter of DeepSpeed's per-parameter flush (bucket_flush_ds); bytes 0 for the
+ * framework tensors the trace folds into others (biases, norms). *copy: the previous
+ * parameter's copy event, then this one's. */
+static ms_status ds_param(lw *w, uint64_t bytes, uint32_t *copy)
+{
+    sched_action a = act(SA_HOST_COMPUTE, SS_HOST);
+    uint32_t h, k;
+    a.dur_us = w->ds_pre_us; /* issue .double().norm(2) and the overflow check's kernels */
+    a.phase = TP_BWD;
+    TRY(put(w, &a));
+    TRY(record_new(w, SS_HOST, &h));
+    TRY(put_e(w, SA_WAIT, SS_COMPUTE, h));
+    if (*copy != EV_NONE) TRY(put_e(w, SA_WAIT, SS_COMPUTE, *copy)); /* one stream in DeepSpeed */
+    double gb = (double)trace_meta_u64(w->t, "grad_bytes", 2);
+    uint64_t dbl = (uint64_t)((double)bytes * 8.0 / gb), xb = (uint64_t)((double)bytes * w->copy_ratio);
+    if (bytes) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(6), dbl));
+    /* the fp64 copy written and read, the fp32 copy (half its size) written and summed */
+    TRY(hbm_kernel(w, bytes + dbl * 3, -1));
+    if (bytes) TRY(put_t(w, SA_FREE, SS_COMPUTE, dha_synth_id(6), 0));
+    TRY(record_new(w, SS_COMPUTE, &k));
+    TRY(put_e(w, SA_WAIT, SS_HOST, k)); /* float(sum): the host waits for the stream */
+    a.dur_us = w->ds_sync_us + w->ds_post_us; /* wakes, issues the cast and the copy */
+    TRY(put(w, &a));
+    TRY(record_new(w, SS_HOST, &h));
+    TRY(put_e(w, SA_WAIT, SS_COMPUTE, h));
+    if (!bytes) return hbm_kernel(w, 0, -1);
+    TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(7), xb));
+    TRY(hbm_kernel(w, bytes + xb, -1));
+    TRY(record_new(w, SS_COMPUTE, &k));
+    TRY(put_e(w, SA_WAIT, SS_D2H, k));
+    TRY(put_t(w, SA_COPY_D2H, SS_D2H, dha_synth_id(7), xb));
+    TRY(put_t(w, SA_FREE, SS_D2H, dha_synth_id(7), 0));
+    return record_new(w, SS_D2H, copy);
+}
+
+/* DeepSpeed's flush as stage_1_and_2.py runs it (reduce_ipg_grads -> copy_grads_in_partition,
+ * every DeepSpeed version): per parameter of the bucket, on one stream that first waits for
+ * the backward, a .double().norm(2), an overflow check whose result the host reads — one
+ * host synchronization per parameter — then a .float() cast copied to the host's fp32
+ * partition. The host (the autograd thread when the bucket fills in the backward) issues
+ * the next parameter's work only after that synchronization, so the copies leave one at a
+ * time with the host's time between them; the backward goes on after the last copy is
+ * issued. The unit's framework tensors the trace folds (ds_extra) are spread among its
+ * modules, as biases and norms sit among the weights. */
+static ms_status bucket_flush_ds(lw *w)
+{
+    const dha_model *d = w->d;
+    uint32_t c = EV_NONE;
+    for (size_t b = 0; b < w->nbufs; b++) {
+        size_t g = w->bucket_bufs[b], n = d->g_count[g];
+        int u = d->tens[g].owner, extra = w->ds_extra[u], done = 0;
+        size_t bufs_u = 0; /* the unit's extras go with its first buffer */
+        for (size_t j = 0; j < b; j++) bufs_u += d->tens[w->bucket_bufs[j]].owner == u;
+        if (bufs_u) extra = 0;
+        for (size_t j = 0; j < n; j++) {
+            TRY(ds_param(w, d->mod[d->g_first[g] + j].grad_bytes, &c));
+            int upto = (int)((size_t)extra * (j + 1) / n);
+            for (; done < upto; done++) TRY(ds_param(w, 0, &c));
+        }
+    }
+    w->nbufs = 0;
+    if (c == EV_NONE) TRY(record_new(w, SS_COMPUTE, &c));
+    for (size_t i = 0; i < w->nbucket; i++) {
+        int u = w->bucket_units[i];
+        w->gh_ev[u] = c;
+        if (w->upd == UPD_PIPELINED) TRY(host_update(w, u, 1));
+    }
+    if (w->overlap) {
+        w->bucket_ev[w->bidx] = c;
+        w->bidx ^= 1;
+    }
+    w->nbucket = 0;
+    w->bucket_fill = 0;
+    return MS_OK;
+}
+
+/* DeepSpeed (ZeRO-2 with CPU offload, stage_1_and_2.py) with ds_sync=0: when the bucket is
+ * full and at the end of the backward, the bucket is cast to fp32 on the GPU (a temporary
+ * the size of the fp32 copy) and copied into the host's fp32 gradient partition in one
+ * piece — without overlap_comm on the compute stream itself, so the backward waits for the
+ * copy; with it on a side stream, the backward waiting only before it refills that bucket. */
 static ms_status bucket_flush(lw *w)
 {
     if (!w->nbucket) return MS_OK;
+    if (w->ds_sync) return bucket_flush_ds(w);
     uint32_t e, c;
     uint64_t xb = (uint64_t)((double)w->bucket_fill * w->copy_ratio);
     uint64_t tmp = cast_id(w->bidx);
@@ -1361,6 +1513,7 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
     TRY(hbm_kernel(w, 2 * b, layer)); /* the copy into the contiguous bucket */
     for (size_t i = 0; i < d->nt; i++) {
         if (d->tens[i].cls != TC_GRAD || d->tens[i].owner != u || !w->lt[i].on_dev) continue;
+        w->bucket_bufs[w->nbufs++] = i;
         if (w->free_at_step) continue;
         TRY(put_t(w, SA_FREE, SS_COMPUTE, d->tens[i].id, 0));
         w->lt[i].on_dev = 0;
@@ -1737,9 +1890,12 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
     w.last_fwd = malloc(nu * sizeof *w.last_fwd);
     w.order = malloc(nu * sizeof *w.order);
     w.bucket_units = malloc(nu * sizeof *w.bucket_units);
+    w.bucket_bufs = malloc((d->nt ? d->nt : 1) * sizeof *w.bucket_bufs);
+    w.ds_extra = calloc(nu, sizeof *w.ds_extra);
     w.s = sched_new();
     if (!w.mode || !w.ghost || !w.mhost || !w.lt || !w.upd_ev || !w.upd_prev || !w.gh_ev || !w.grads_left ||
-        !w.done_owner || !w.last_fwd || !w.order || !w.bucket_units || !w.s) {
+        !w.done_owner || !w.last_fwd || !w.order || !w.bucket_units || !w.bucket_bufs ||
+        !w.ds_extra || !w.s) {
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     } else {
         for (size_t i = 0; i < nu; i++) w.upd_ev[i] = w.upd_prev[i] = w.gh_ev[i] = EV_NONE;
@@ -1748,6 +1904,7 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
         if (!st) st = read_grad_host(&w);
         if (!st) {
             place_tensors(&w);
+            ds_extras(&w);
             st = lower_all(&w);
         }
         if (!st) st = sched_validate(w.s, err);
@@ -1765,6 +1922,8 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
     free(w.last_fwd);
     free(w.order);
     free(w.bucket_units);
+    free(w.bucket_bufs);
+    free(w.ds_extra);
     dha_model_free(d);
     if (st) {
         sched_free(w.s);

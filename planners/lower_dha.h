@@ -159,6 +159,20 @@ ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms
  *   grad_copy_bytes=N           realloc=1: bytes per gradient element on the link (default
  *                               4: DeepSpeed casts each gradient to fp32 on the GPU and
  *                               copies it into the host's fp32 gradient partition)
+ *   ds_sync=0|1                 realloc=1: 1 = DeepSpeed's flush as its code runs it: per
+ *                               parameter tensor (the trace's modules, plus the framework
+ *                               tensors its meta param_tensors counts beyond them, spread
+ *                               among the modules), a norm and an overflow check the host
+ *                               waits for, then the fp32 cast and its copy; each copy is
+ *                               issued after the previous one finished and the backward
+ *                               resumes after the last is issued (default 0: the bucket
+ *                               cast and copied in one piece; the zero-offload policy
+ *                               writes 1)
+ *   ds_pre_us, ds_sync_us, ds_post_us
+ *                               ds_sync=1: host time per parameter to issue the norm and
+ *                               overflow kernels (default 66), to wake from the wait (13),
+ *                               to issue the cast and the copy (23); measured on an H200's
+ *                               host (experiments/memferry/ds_probe_h200)
  * Only whole traces are lowered (o->iter_first / iter_count at their defaults). */
 ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const lower_opts *o,
                     schedule_t **out, ms_error *err);
@@ -166,7 +180,8 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
 /* Synthetic tensor ids of this lowering (kind 3 of lower.h's LOWER_ID_SYNTH space): the host
  * optimizer states (k = 0), DeepSpeed's reduce buckets (k = 1 and 4) and their fp32 casts
  * on the way to the host (k = 2 and 5), the GPU temporary of a gradient on its way to a host
- * gradient (k = 3). */
+ * gradient (k = 3), DeepSpeed's per-parameter fp64 norm copy (k = 6) and fp32 cast (k = 7);
+ * k >= 8: gradients PyTorch holds for AccumulateGrad. */
 uint64_t dha_synth_id(unsigned k);
 
 /* The plan knobs lower_dha reads (NULL-terminated; "grad_host." stands for every

@@ -37,6 +37,10 @@ static ms_status plan_zero_offload(const trace_t *t, const machine_t *m, const p
      * and contiguous gradients on (DeepSpeed's own default leaves overlap_comm off). */
     if (!st && (!rv || !strcmp(rv, "1")) && !plan_get_knob(p, "overlap_comm"))
         st = plan_set_knob(p, "overlap_comm", "1");
+    /* DeepSpeed's flush synchronizes the host once per parameter (stage_1_and_2.py's
+     * overflow check; lower_dha.c bucket_flush_ds). */
+    if (!st && (!rv || !strcmp(rv, "1")) && !plan_get_knob(p, "ds_sync"))
+        st = plan_set_knob(p, "ds_sync", "1");
     if (!st && !plan_get_knob(p, "update")) st = plan_set_knob(p, "update", "after_bwd");
     /* DeepSpeed's CPU Adam copies each tile of updated fp16 parameters to the GPU while it
      * steps (DeepSpeedCPUAdam's step with fp16_param_groups); ZeRO-Offload's original
@@ -62,8 +66,9 @@ const pol_policy pol_zero_offload = {
     "backward; realloc=1 DeepSpeed's gradient buckets, 0 MemFerry's Native-Offload",
     "ZeRO-Offload (Ren et al., USENIX ATC 2021) as DeepSpeed implements it and as MemFerry "
     "(INFOCOM 2025) §V-A re-implements it (Native-Offload)",
-    "realloc=0|1 (default 1); lowering: update, param_load, overlap_comm (default 1 with "
-    "realloc=1), bucket_bytes, grad_free, grad_copy_bytes",
+    "realloc=0|1 (default 1); lowering: update, param_load, overlap_comm and ds_sync (default "
+    "1 with realloc=1), ds_pre_us, ds_sync_us, ds_post_us, bucket_bytes, grad_free, "
+    "grad_copy_bytes",
     plan_zero_offload,
     ZO_KNOBS,
 };

@@ -302,6 +302,32 @@ static ms_status pipelined_pair(mf_ctx *c, const char *model, uint64_t seq, uint
     return st;
 }
 
+/* DeepSpeed without its per-parameter host synchronizations (ds_sync=0: each bucket cast and
+ * copied in one piece, memsim's model before 2026-11-22), named "DeepSpeed/bucket": the other
+ * reading of DeepSpeed reported beside the default (lower_dha.c bucket_flush_ds). */
+static ms_status ds_bucket(mf_ctx *c, const char *model, uint64_t seq, uint64_t batch,
+                           const machine_t *m, mf_run *o, ms_error *err)
+{
+    model_t md;
+    trace_t *t;
+    ms_status st = model_lookup(model, &md, err);
+    if (st || (st = make_trace(c, &md, seq, batch, m, &t, err))) return st;
+    st = run_method(c, t, m, M_DS, "ds_sync", "0", NULL, o, err);
+    if (!st) snprintf(o->r.policy, sizeof o->r.policy, "%s/bucket", METHODS[M_DS].name);
+    trace_free(t);
+    return st;
+}
+
+/* MemFerry fastest and DeepSpeed slowest of runs r with DeepSpeed's time ds (Fig. 9). */
+static int fig9_order(const mf_run *r, double ds)
+{
+    int ok_order = ds > ms(&r[M_MF]);
+    for (int k = 0; k < MF_NMETH; k++) {
+        if (k != M_DS && k != M_MF && (ms(&r[k]) >= ds || ms(&r[k]) <= ms(&r[M_MF]))) ok_order = 0;
+    }
+    return ok_order;
+}
+
 /* GPU utilization as the paper reads it: the share of the iteration the GPU computes (DHA
  * kernels included, they occupy the SMs while they read or write host memory). */
 static double util(const mf_run *r)
@@ -328,11 +354,13 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     machine_t m = c->ma->m;
     m.host_adam_params_per_s = c->adam_single;
     mf_run R[4][MF_NMETH], PL[4][2]; /* PL: MemFerry, GO-MemFerry with update=pipelined */
+    mf_run DB[4];                    /* DeepSpeed/bucket */
     ms_status st = MS_OK;
     for (int w = 0; w < 4 && !st; w++) {
         progress(c, "memferry: Fig. 9, %s%s\n", FIG9[w].model, "");
         st = run_all(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, "fig9", R[w], err);
         if (!st) st = pipelined_pair(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, PL[w], err);
+        if (!st) st = ds_bucket(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, &DB[w], err);
     }
     if (st) return st;
     FILE *f = open_out(c, "fig9.csv", err), *d = f ? open_out(c, "fig9.dat", err) : NULL;
@@ -350,7 +378,8 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     fprintf(u, "# model DeepSpeed Native-Offload MemFerry GO-MemFerry (GPU utilization, %%)\n");
     double lo[2] = { INFINITY, INFINITY }, hi[2] = { -INFINITY, -INFINITY }, mx = -INFINITY;
     double sum = 0, n = 0, order = 0, morder = 0, mfs = 0, nfs = 0, gom = 0, mfm = 0, gm = 0;
-    double pl_order = 0, pl_mx = -INFINITY;
+    double pl_order = 0, pl_mx = -INFINITY, db_order = 0, db_mx = -INFINITY, db_lo = INFINITY,
+           db_hi = -INFINITY;
     for (int w = 0; w < 4; w++) {
         fprintf(d, "%s", FIG9[w].model);
         fprintf(g, "%s", FIG9[w].model);
@@ -376,12 +405,18 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
         sum += sd;
         n++;
         if (sd > mx) mx = sd;
-        int slow = 1, fast = 1;
-        for (int k = 0; k < MF_NMETH; k++) {
-            if (k != M_DS && ms(&R[w][k]) >= ms(&R[w][M_DS])) slow = 0;
-            if (k != M_MF && ms(&R[w][k]) <= ms(&R[w][M_MF])) fast = 0;
+        order += fig9_order(R[w], ms(&R[w][M_DS]));
+        /* the bucket reading of DeepSpeed */
+        csv_run(f, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &DB[w],
+                ok(&DB[w]) && ok(&R[w][M_DS]) ? ms(&R[w][M_DS]) / ms(&DB[w]) : NAN);
+        db_order += ok(&DB[w]) && fig9_order(R[w], ms(&DB[w]));
+        if (ms(&DB[w]) / ms(&R[w][M_MF]) > db_mx) db_mx = ms(&DB[w]) / ms(&R[w][M_MF]);
+        if (FIG9[w].small) {
+            double a = gain_pct(&DB[w], &R[w][M_MF]), b = gain_pct(&R[w][M_NATIVE], &R[w][M_MF]);
+            double l = a < b ? a : b, h = a > b ? a : b;
+            if (l < db_lo) db_lo = l;
+            if (h > db_hi) db_hi = h;
         }
-        order += slow && fast;
         /* the pipelined reading: the same order with its MemFerry and GO-MemFerry */
         for (int i = 0; i < 2; i++)
             csv_run(f, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &PL[w][i],
@@ -414,6 +449,10 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     metric(c, "fig9.mean_ds", sum / n, NULL);
     metric(c, "fig9.order_pipelined", pl_order / 4, NULL);
     metric(c, "fig9.max_ds_pipelined", (pl_mx - 1) * 100, NULL);
+    metric(c, "fig9.order_bucket", db_order / 4, NULL);
+    metric(c, "fig9.max_ds_bucket", (db_mx - 1) * 100, NULL);
+    metric(c, "fig9.small_bucket.min", db_lo, NULL);
+    metric(c, "fig9.small_bucket.max", db_hi, NULL);
     metric(c, "fig12.order", morder / 4, NULL);
     metric(c, "fig12.mf_small", nfs ? mfs / nfs : NAN, NULL);
     metric(c, "fig12.go_vs_mf", gom / 4, NULL);
@@ -685,7 +724,7 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
     FILE *g = st ? NULL : open_out(c, "fig11_sizes.csv", err);
     if (!st && !g) st = MS_ERR_IO;
     if (!st) fputs(CSV_HEAD, g);
-    double sp = 0, sl = 0, n = 0, order = 0, pl_order = 0, pl_sl = 0;
+    double sp = 0, sl = 0, n = 0, order = 0, pl_order = 0, pl_sl = 0, db_order = 0, db_sl = 0;
     for (int s = 0; s < 5 && !st; s++) {
         progress(c, "memferry: Fig. 11, %s%s\n", TXL[s], "");
         mf_run R[MF_NMETH];
@@ -696,12 +735,19 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
                                                                        : NAN);
             all &= ok(&R[k]);
         }
-        mf_run pl[2];
+        mf_run pl[2], db;
         if (!st) st = pipelined_pair(c, TXL[s], 0, 1, m, pl, err);
+        if (!st) st = ds_bucket(c, TXL[s], 0, 1, m, &db, err);
         for (int i = 0; i < 2 && !st; i++)
             csv_run(g, TXL[s], 0, 1, &pl[i],
                     ok(&pl[i]) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&pl[i]) : NAN);
-        if (st || !all || !ok(&pl[0]) || !ok(&pl[1])) continue;
+        if (!st) csv_run(g, TXL[s], 0, 1, &db, ok(&db) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&db) : NAN);
+        if (st || !all || !ok(&pl[0]) || !ok(&pl[1]) || !ok(&db)) continue;
+        /* the bucket reading of DeepSpeed: MemFerry fastest, GO-MemFerry slowest */
+        double dsb = ms(&db), go = ms(&R[M_GO]);
+        db_order += ms(&R[M_MF]) < dsb && ms(&R[M_MF]) < ms(&R[M_NATIVE]) && ms(&R[M_MF]) < go &&
+                    go > dsb && go > ms(&R[M_NATIVE]);
+        db_sl += (go / dsb - 1) * 100;
         /* the pipelined reading: MemFerry fastest and GO-MemFerry slowest among DeepSpeed,
          * Native-Offload and its own MemFerry and GO-MemFerry */
         double pmf = ms(&pl[0]), pgo = ms(&pl[1]);
@@ -724,6 +770,8 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
         metric(c, "fig11.order", order / n, NULL);
         metric(c, "fig11.order_pipelined", pl_order / n, NULL);
         metric(c, "fig11.go_pipelined_vs_ds", pl_sl / n, NULL);
+        metric(c, "fig11.order_bucket", db_order / n, NULL);
+        metric(c, "fig11.go_vs_ds_bucket", db_sl / n, NULL);
     }
     ms_status cs = g ? close_out(g, c, "fig11_sizes.csv", err) : MS_OK;
     ms_status c1 = close_out(f, c, "fig11.csv", err), c2 = close_out(d, c, "fig11.dat", err);
@@ -745,11 +793,12 @@ static ms_status fig13(mf_ctx *c, ms_error *err)
     fprintf(d, "# model time_ms(DS Native MF GO) peak_GiB(DS Native MF GO)\n");
     ms_status st = MS_OK;
     double sum = 0, s1 = NAN, s67 = NAN, order = 0, least = 0, mem = 0, lo = INFINITY,
-           hi = -INFINITY;
+           hi = -INFINITY, db_sum = 0;
     for (int s = 0; s < 5 && !st; s++) {
         progress(c, "memferry: Fig. 13, %s%s\n", TXL[s], "");
-        mf_run R[MF_NMETH];
+        mf_run R[MF_NMETH], db;
         if ((st = run_all(c, TXL[s], 0, 8, &m, "fig13", R, err))) break;
+        if ((st = ds_bucket(c, TXL[s], 0, 8, &m, &db, err))) break;
         fprintf(d, "%s", TXL[s] + strlen("transformerxl-"));
         for (int k = 0; k < MF_NMETH; k++) {
             csv_run(f, TXL[s], 0, 8, &R[k], ok(&R[k]) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&R[k])
@@ -758,6 +807,8 @@ static ms_status fig13(mf_ctx *c, ms_error *err)
         }
         for (int k = 0; k < MF_NMETH; k++) fprintf(d, " %.4f", gib(&R[k]));
         fprintf(d, "\n");
+        csv_run(f, TXL[s], 0, 8, &db, ok(&db) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&db) : NAN);
+        db_sum += ms(&db) / ms(&R[M_MF]);
         double sd = ms(&R[M_DS]) / ms(&R[M_MF]);
         sum += sd;
         if (s == 1) s1 = sd;
@@ -777,6 +828,7 @@ static ms_status fig13(mf_ctx *c, ms_error *err)
     if (!st) {
         metric(c, "fig13.order", order / 5, NULL);
         metric(c, "fig13.mean", sum / 5, NULL);
+        metric(c, "fig13.mean_bucket", db_sum / 5, NULL);
         metric(c, "fig13.s1b", s1, NULL);
         metric(c, "fig13.s67b", s67, NULL);
         metric(c, "fig13.trend", 0, s1 > s67 ? "decreasing" : "not decreasing");

@@ -475,6 +475,55 @@ static void test_update_modes(void)
     trace_free(t);
 }
 
+/* DeepSpeed's per-parameter flush (ds_sync=1, the zero-offload policy's default): with the
+ * host's time per parameter far above every copy, the flush is host-bound, so raising the
+ * issue time by 5 ms lengthens the iteration by 5 ms per framework parameter tensor (the
+ * trace's meta param_tensors: 3 layers x 16 + 3 for this decoder). */
+static void test_ds_flush(void)
+{
+    trace_t *t = tiny_trace(3, 8);
+    ms_error err;
+    plan_t *p = t ? plan_of(&pol_zero_offload, t, "realloc", "1", &err) : NULL;
+    if (!p) {
+        TAP_OK(0, "zero-offload realloc=1 plans the small trace");
+        trace_free(t);
+        return;
+    }
+    uint64_t n = trace_meta_u64(t, "param_tensors", 0);
+    TAP_OK(n == 3 * 16 + 3 && trace_meta_u64(t, "param_tensors_layer", 0) == 16,
+           "the trace counts the framework's parameter tensors (%llu)", (unsigned long long)n);
+    const char *v = plan_get_knob(p, "ds_sync");
+    TAP_OK(v && !strcmp(v, "1"), "DeepSpeed's plan flushes per parameter (ds_sync=1)");
+    double T[4];
+    static const char *const pre[3] = { "10000", "5000", "66" };
+    for (int i = 0; i < 3; i++) {
+        plan_set_knob(p, "ds_pre_us", pre[i]);
+        plan_sort(p);
+        T[i] = simulate(t, p, NULL);
+    }
+    plan_set_knob(p, "ds_sync", "0");
+    plan_sort(p);
+    T[3] = simulate(t, p, NULL);
+    double want = (double)n * 5e-3;
+    TAP_NOTE("issue 10 ms: %.3f ms, 5 ms: %.3f ms, 66 us: %.3f ms, no synchronization: %.3f ms",
+             T[0] * 1e3, T[1] * 1e3, T[2] * 1e3, T[3] * 1e3);
+    TAP_OK(T[1] > 0 && fabs((T[0] - T[1]) - want) < 1e-6 * want,
+           "host-bound: 5 ms more per parameter adds %.1f ms (%llu x 5 ms)",
+           (T[0] - T[1]) * 1e3, (unsigned long long)n);
+    TAP_OK(T[3] > 0 && T[2] > T[3], "the synchronizations lengthen the iteration (%.3f > %.3f ms)",
+           T[2] * 1e3, T[3] * 1e3);
+    plan_set_knob(p, "ds_sync", "1");
+    plan_set_knob(p, "ds_post_us", "-1");
+    plan_sort(p);
+    schedule_t *s = NULL;
+    ms_status st = lower_dha(t, p, &mach->m, NULL, &s, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "ds_post_us=-1"),
+           "a negative host time is refused: %s", err.msg);
+    sched_free(s);
+    plan_free(p);
+    trace_free(t);
+}
+
 static void test_policies(void)
 {
     trace_t *t = tiny_trace(3, 8);
@@ -961,6 +1010,7 @@ int main(void)
     test_lowering();
     test_update_modes();
     test_policies();
+    test_ds_flush();
     test_bad_input();
     test_modules();
     test_accumulate();

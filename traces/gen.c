@@ -2585,6 +2585,11 @@ static void meta(gctx *x, const machine_t *m)
         set_meta_u64(x, "offload", 1);
         set_meta_u64(x, "host_opt_bytes", share * x->z.OB);
         set_meta_u64(x, "host_grad_bytes", share * HOST_GRAD_BYTES);
+        if (!c->lora) { /* the framework's tensors, for per-tensor host work (DeepSpeed) */
+            uint64_t per_layer;
+            set_meta_u64(x, "param_tensors", model_param_tensors(md, &per_layer));
+            set_meta_u64(x, "param_tensors_layer", per_layer);
+        }
     }
     set_meta_str(x, "machine", m && m->name[0] ? m->name : "none");
     if (x->c->roof.kernels == ROOF_KERNELS_RUNTIME) set_meta_str(x, "kernels", "runtime");

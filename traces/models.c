@@ -264,6 +264,32 @@ uint64_t model_params(const model_t *m)
     return m->layers * model_layer_params(m) + model_embed_params(m) + model_head_params(m);
 }
 
+/* Per layer: the Hugging Face layouts MemFerry's models use (BertForMaskedLM and
+ * RobertaForMaskedLM: separate query, key, value; GPT2LMHeadModel: one c_attn;
+ * TransfoXLLMHeadModel: qkv_net, o_net, r_net without biases, a two-layer CoreNet), else
+ * separate q, k, v, o and MLP projections (LLaMA, OPT, Mistral). */
+static uint64_t layer_tensors(const model_t *m, int gpt2, int txl)
+{
+    uint64_t norm = m->norm == MODEL_NORM_LAYER ? 2 : 1, b = m->has_bias ? 2 : 1;
+    if (txl) return 3 + 2 * norm + 2 * b;
+    uint64_t linears = gpt2 ? 4 : m->mlp == MODEL_MLP_SWIGLU ? 7 : 6;
+    return linears * b + 2 * norm;
+}
+
+uint64_t model_param_tensors(const model_t *m, uint64_t *per_layer)
+{
+    int gpt2 = !strncmp(m->name, "gpt2", 4), txl = !strncmp(m->name, "transformerxl", 13);
+    uint64_t norm = m->norm == MODEL_NORM_LAYER ? 2 : 1, pl = layer_tensors(m, gpt2, txl);
+    uint64_t other;
+    if (txl) other = 4;  /* r_w_bias, r_r_bias, the word embedding, the softmax's bias */
+    else if (m->is_encoder) /* word, position, type embeddings and their norm; the MLM head's
+                               transform (dense, norm) and decoder bias */
+        other = 1 + (m->pos_rows > 0) + (m->type_vocab > 0) + norm + 2 + norm + 1;
+    else other = 1 + (m->pos_rows > 0) + norm + !m->tied_embeddings;
+    if (per_layer) *per_layer = pl;
+    return m->layers * pl + other;
+}
+
 const char *model_norm_name(model_norm n) { return n == MODEL_NORM_RMS ? "rmsnorm" : "layernorm"; }
 
 const char *model_mlp_name(model_mlp k)

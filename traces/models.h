@@ -65,6 +65,12 @@ uint64_t model_embed_params(const model_t *m);  /* token (+ position, type) embe
 uint64_t model_head_params(const model_t *m);   /* final norm (decoders), untied LM head,
                                                    pooler (encoders) */
 uint64_t model_params(const model_t *m);        /* total */
+/* Parameter tensors the model's Hugging Face implementation registers (what its
+ * parameters() yields; DeepSpeed's ZeRO-2 CPU offload does host work per tensor): the count
+ * per transformer layer in *per_layer (may be NULL), the total returned. The generator folds
+ * biases and norm parameters into fewer tensors, so its trace has fewer. Layouts in
+ * docs/GENERATOR.md. */
+uint64_t model_param_tensors(const model_t *m, uint64_t *per_layer);
 uint64_t model_head_dim(const model_t *m);
 uint64_t model_kv_width(const model_t *m);      /* kv_heads * head_dim */
 uint64_t model_fc1_width(const model_t *m);     /* f, or 2f for swiglu */

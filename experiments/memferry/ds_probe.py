@@ -1,25 +1,38 @@
 """ds_probe.py — what DeepSpeed's ZeRO-2 CPU offload does per parameter, timed on this GPU and
 host for the four models of MemFerry's Fig. 9 at their memsim batches (experiments/memferry/
-README.md). memsim models DeepSpeed's gradients per reduce bucket (one fp32 cast and one copy
-to the host per bucket); DeepSpeed's stage_1_and_2.py (cpu_offload, at the gradient
-accumulation boundary, for every parameter of a reduced bucket) runs:
+README.md). DeepSpeed's stage_1_and_2.py (cpu_offload, at the gradient accumulation boundary,
+reduce_ipg_grads -> copy_grads_in_partition, for every parameter of a reduced bucket, on the
+reduction stream with overlap_comm, which first waits for the compute stream) runs:
     set_norm_for_param_grad_in_gpu:        grad.view(-1).double().norm(2)
-    update_overflow_tracker_for_param_grad: gpu_sum = gpu_sum + grad.float().sum()  (overlap_comm)
+    update_overflow_tracker_for_param_grad: if _has_inf_or_nan(grad): ...
+        _has_inf_or_nan, DeepSpeed 0.3 (2020) to 0.13 (Feb 2024): float(x.float().sum());
+        later: a tensor (isnan | isinf).max() that the `if` turns into a bool. Either way the
+        host synchronizes with the reduction stream once per parameter.
     async_inplace_copy_grad_to_fp32_buffer_from_gpu:
                                            fp32_partition[off].copy_(grad.float(), non_blocking=True)
                                            param.grad = None
 and, in the backward, copies each gradient into the contiguous reduce bucket
 (reduce_independent_p_g_buckets_and_remove_grads). This probe re-enacts those calls in plain
-PyTorch (DeepSpeed itself is not installed here) and reports, per model:
+PyTorch (DeepSpeed itself is not installed here) and reports, per model (ds_probe.csv):
     fwd_bwd_ms        forward and backward, gradients left in place (median, GPU time)
     bucket_ms         the same with each gradient copied into a bucket by a hook, less fwd_bwd
-    tail_ms           the per-parameter tail above after the backward (GPU time to its end)
+    tail_ms           the per-parameter tail without the synchronization (GPU time to its end)
     tail_host_ms      the host's time issuing that tail (the Python loop alone)
     params            parameter tensors
     tail_per_param_us tail_host_ms per parameter
-Usage: python3 ds_probe.py [--out DIR] [--reps N] [--models a,b]. Needs PyTorch with CUDA and
-transformers (no network: the models are built from their public configurations)."""
+    sync_tail_ms      the tail as DeepSpeed runs it: reduction stream, one synchronization per
+                      parameter (host time from its start to the last copy's end)
+    copy_ms           the fp32 copies alone, back to back on one stream (GPU time)
+    pre_us, wait_us, post_us  medians per parameter of the host's time issuing the norm and the
+                      overflow kernels, waiting in the synchronization, and from its return to
+                      the copy issued (cast, copy, grad = None)
+ds_sync_params.csv has the three host times of every parameter of every model (the last rep).
+A "tiny" workload (--tiny N: N parameters of 768 elements, no model) gives the per-parameter
+cost when the copies take no time.
+Usage: python3 ds_probe.py [--out DIR] [--reps N] [--models a,b] [--tiny N]. Needs PyTorch with
+CUDA and transformers (no network: the models are built from their public configurations)."""
 import argparse
+import os
 import time
 
 import torch
@@ -118,8 +131,75 @@ def probe(name, reps):
     host.sort()
     n = len(params)
     tg, th = gpu[len(gpu) // 2], host[len(host) // 2]
+    st, per = sync_tail(name, params, pinned, step, reps)
     return (f"{name},{batch},{seq},{n},{t_plain:.3f},{t_bucket - t_plain:.3f},{tg:.3f},{th:.3f},"
-            f"{th / n * 1e3:.1f}")
+            f"{th / n * 1e3:.1f},{st}"), per
+
+
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2]
+
+
+def sync_tail(name, params, pinned, prepare, reps):
+    """DeepSpeed's tail with its per-parameter synchronization (module docstring): returns the
+    CSV columns sync_tail_ms,copy_ms,pre_us,wait_us,post_us and the per-parameter rows."""
+    red = torch.cuda.Stream()
+    total, pre, wait, post, rows = [], [], [], [], []
+    for r in range(reps + 2):
+        prepare()
+        torch.cuda.synchronize()
+        ph = []
+        t0 = time.perf_counter()
+        red.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(red):
+            for p, h in zip(params, pinned):
+                a = time.perf_counter()
+                g = p.grad.view(-1)
+                g.double().norm(2)
+                s = g.float().sum()
+                b = time.perf_counter()
+                v = float(s)  # the synchronization
+                c = time.perf_counter()
+                if v != v or v in (float("inf"), float("-inf")):
+                    pass
+                h.copy_(g.float(), non_blocking=True)
+                p.grad = None
+                d = time.perf_counter()
+                ph.append((p.numel(), (b - a) * 1e6, (c - b) * 1e6, (d - c) * 1e6))
+        red.synchronize()
+        t1 = time.perf_counter()
+        if r >= 2:
+            total.append((t1 - t0) * 1e3)
+            pre += [x[1] for x in ph]
+            wait += [x[2] for x in ph]
+            post += [x[3] for x in ph]
+            rows = ph
+    # the copies alone
+    src = [torch.empty(h.numel(), dtype=torch.float32, device="cuda") for h in pinned]
+
+    def copies():
+        for x, h in zip(src, pinned):
+            h.copy_(x, non_blocking=True)
+    cm = timed_ms(copies, reps)
+    del src
+    per = [f"{name},{i},{n},{a:.1f},{b:.1f},{c:.1f}" for i, (n, a, b, c) in enumerate(rows)]
+    return (f"{median(total):.3f},{cm:.3f},{median(pre):.1f},{median(wait):.1f},"
+            f"{median(post):.1f}"), per
+
+
+def tiny(n, reps):
+    """n parameters of 768 fp16 elements with gradients, no model: the tail's fixed cost."""
+    dev = torch.device("cuda")
+    params = [torch.zeros(768, dtype=torch.float16, device=dev, requires_grad=True)
+              for _ in range(n)]
+    pinned = [torch.empty(768, dtype=torch.float32, pin_memory=True) for _ in range(n)]
+
+    def prepare():
+        for p in params:
+            p.grad = torch.ones_like(p)
+    st, per = sync_tail("tiny", params, pinned, prepare, reps)
+    return f"tiny,0,0,{n},,,,,,{st}", per
 
 
 def main():
@@ -127,13 +207,25 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--models", default=",".join(FIG9))
+    ap.add_argument("--tiny", type=int, default=200, help="parameters of the tiny workload (0: none)")
     a = ap.parse_args()
     rows = ["# " + torch.cuda.get_device_name(0),
-            "model,batch,seq,params,fwd_bwd_ms,bucket_ms,tail_ms,tail_host_ms,tail_per_param_us"]
-    for name in a.models.split(","):
-        rows.append(probe(name, a.reps))
+            "model,batch,seq,params,fwd_bwd_ms,bucket_ms,tail_ms,tail_host_ms,tail_per_param_us,"
+            "sync_tail_ms,copy_ms,pre_us,wait_us,post_us"]
+    per = ["model,index,numel,pre_us,wait_us,post_us"]
+    for name in filter(None, a.models.split(",")):
+        row, p = probe(name, a.reps)
+        rows.append(row)
+        per += p
         torch.cuda.empty_cache()
+    if a.tiny:
+        row, p = tiny(a.tiny, a.reps)
+        rows.append(row)
+        per += p
     emit(a.out, "ds_probe.csv", rows)
+    if a.out:  # per parameter: to the file only
+        with open(os.path.join(a.out, "ds_sync_params.csv"), "w") as f:
+            f.write("\n".join(per) + "\n")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,32 @@ def cpu_adam(out, reps, nparams, max_threads):
     emit(out, "cpu_adam.csv", rows)
 
 
+def launch(out, reps):
+    """What a kernel costs beyond its work: GPU time per tiny kernel queued back to back
+    (`gpu_us`), the host's time per launch (`host_us`), and one kernel's launch-to-finish time
+    with a synchronization (`sync_us`), for PyTorch's elementwise add on 1 to 2^20 elements."""
+    rows = ["elements,gpu_us,host_us,sync_us"]
+    calls = 1000
+    for n in (1, 1024, 65536, 1 << 20):
+        x = torch.zeros(n, device="cuda")
+        gpu = per_call_ms(lambda: x.add_(1), reps, calls) * 1e3
+        hs, ss = [], []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                x.add_(1)
+            hs.append((time.perf_counter() - t0) / calls * 1e6)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(100):
+                x.add_(1)
+                torch.cuda.synchronize()
+            ss.append((time.perf_counter() - t0) / 100 * 1e6)
+        rows.append(f"{n},{gpu:.2f},{sorted(hs)[reps // 2]:.2f},{sorted(ss)[reps // 2]:.2f}")
+    emit(out, "launch.csv", rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=8, help="timed samples per point (median)")
@@ -147,6 +173,8 @@ def main():
             dha_gemm(args.out, args.reps, read_Bps, [int(x) for x in args.tokens.split(",")])
         if "dha_embed" not in skip:
             dha_embed(args.out, args.reps)
+        if "launch" not in skip:
+            launch(args.out, args.reps)
     if "cpu_adam" not in skip:
         print(f"# cpu: {os.cpu_count()} logical cores", flush=True)
         cpu_adam(args.out, args.reps, args.adam_params, args.threads)
