@@ -437,6 +437,19 @@ static void test_lowering(void)
     trace_free(t);
 }
 
+/* The zero-offload plan of t with the given realloc, or NULL after a failed test point (t
+ * freed). */
+static plan_t *zo_plan_or_fail(trace_t *t, const char *realloc)
+{
+    ms_error err;
+    plan_t *p = t ? plan_of(&pol_zero_offload, t, "realloc", realloc, &err) : NULL;
+    if (!p) {
+        TAP_OK(0, "zero-offload realloc=%s plans the small trace", realloc);
+        trace_free(t);
+    }
+    return p;
+}
+
 /* The host update's three schedules on one Native-Offload plan: pipelined with the backward
  * (each unit as its gradients land), after_bp (from the end of the backward's kernels, each
  * unit as its gradients land, so the step overlaps the last copies) and after_bwd (once every
@@ -448,13 +461,8 @@ static void test_update_modes(void)
     mach->m.host_adam_params_per_s = rate / 20; /* the trace's host steps: slow */
     trace_t *t = tiny_trace(3, 64);             /* a backward longer than one copy */
     mach->m.host_adam_params_per_s = rate;
-    ms_error err;
-    plan_t *p = t ? plan_of(&pol_zero_offload, t, "realloc", "0", &err) : NULL;
-    if (!p) {
-        TAP_OK(0, "zero-offload realloc=0 plans the small trace");
-        trace_free(t);
-        return;
-    }
+    plan_t *p = zo_plan_or_fail(t, "0");
+    if (!p) return;
     static const char *const mode[3] = { "pipelined", "after_bp", "after_bwd" };
     double T[3];
     sim_result r[3];
@@ -483,12 +491,8 @@ static void test_ds_flush(void)
 {
     trace_t *t = tiny_trace(3, 8);
     ms_error err;
-    plan_t *p = t ? plan_of(&pol_zero_offload, t, "realloc", "1", &err) : NULL;
-    if (!p) {
-        TAP_OK(0, "zero-offload realloc=1 plans the small trace");
-        trace_free(t);
-        return;
-    }
+    plan_t *p = zo_plan_or_fail(t, "1");
+    if (!p) return;
     uint64_t n = trace_meta_u64(t, "param_tensors", 0);
     TAP_OK(n == 3 * 16 + 3 && trace_meta_u64(t, "param_tensors_layer", 0) == 16,
            "the trace counts the framework's parameter tensors (%llu)", (unsigned long long)n);
