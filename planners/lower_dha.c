@@ -1049,7 +1049,6 @@ static ms_status read_grad_host(lw *w)
     return any ? dha_check_machine(w->m, "DHA lowering", w->err) : MS_OK;
 }
 
-/* Where each tensor lives under the plan. */
 /* Framework parameter tensors (trace meta param_tensors, param_tensors_layer: what the
  * model's Hugging Face implementation registers) beyond the trace's modules, per unit: a
  * layer gets its layer count less its modules; the embedding and head units share the rest
@@ -1086,6 +1085,7 @@ static void ds_extras(lw *w)
     if (first >= 0) w->ds_extra[first] += (int)(spare - given);
 }
 
+/* Where each tensor lives under the plan. */
 static void place_tensors(lw *w)
 {
     const dha_model *d = w->d;
@@ -1368,10 +1368,12 @@ static ms_status ds_param(lw *w, uint64_t bytes, uint32_t *copy)
     TRY(put_e(w, SA_WAIT, SS_COMPUTE, h));
     if (*copy != EV_NONE) TRY(put_e(w, SA_WAIT, SS_COMPUTE, *copy)); /* one stream in DeepSpeed */
     double gb = (double)trace_meta_u64(w->t, "grad_bytes", 2);
-    uint64_t dbl = (uint64_t)((double)bytes * 8.0 / gb), xb = (uint64_t)((double)bytes * w->copy_ratio);
+    uint64_t dbl = (uint64_t)((double)bytes * 8.0 / gb);
+    uint64_t xb = (uint64_t)((double)bytes * w->copy_ratio);
     if (bytes) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(6), dbl));
-    /* the fp64 copy written and read, the fp32 copy (half its size) written and summed */
-    TRY(hbm_kernel(w, bytes + dbl * 3, -1));
+    /* the gradient read twice; the fp64 copy written and read, the fp32 copy (half its size)
+     * written and summed */
+    TRY(hbm_kernel(w, 2 * bytes + dbl * 3, -1));
     if (bytes) TRY(put_t(w, SA_FREE, SS_COMPUTE, dha_synth_id(6), 0));
     TRY(record_new(w, SS_COMPUTE, &k));
     TRY(put_e(w, SA_WAIT, SS_HOST, k)); /* float(sum): the host waits for the stream */
