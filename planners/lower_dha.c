@@ -787,6 +787,7 @@ typedef struct lw {
     int fused_write;      /* grad_write=fused */
     uint64_t bucket_bytes;
     double copy_ratio;    /* realloc=1: bytes on the link per gradient byte (fp32 copies) */
+    double grad_elem_bytes; /* the trace's bytes per gradient element */
     int overlap;          /* realloc=1, overlap_comm=1: two buckets, copies off the compute
                              stream */
     int bidx;             /* the bucket being filled */
@@ -883,9 +884,8 @@ static ms_status time_knob(lw *w, const char *key, double *us)
 {
     const char *v = plan_get_knob(w->p, key);
     if (!v) return MS_OK;
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x >= 0) || x > 1e9)
+    double x;
+    if (!ms_parse_double(v, &x) || x < 0 || x > 1e9)
         return ms_fail(w->err, MS_ERR_INVALID, "plan knob %s=%s: expected microseconds >= 0",
                        key, v);
     *us = x;
@@ -957,6 +957,7 @@ static ms_status read_knobs(lw *w)
         return ms_fail(w->err, MS_ERR_INVALID, "plan knob grad_copy_bytes=%s: expected 1..16 "
                        "bytes per gradient element", v);
     w->copy_ratio = gb > 0 ? (double)cb / gb : 1.0;
+    w->grad_elem_bytes = gb > 0 ? gb : 2;
     if ((v = plan_get_knob(p, "bucket_bytes")) &&
         (!ms_parse_bytes(v, &w->bucket_bytes) || !w->bucket_bytes))
         return ms_fail(w->err, MS_ERR_INVALID, "plan knob bucket_bytes=%s: expected a "
@@ -1367,8 +1368,7 @@ static ms_status ds_param(lw *w, uint64_t bytes, uint32_t *copy)
     TRY(record_new(w, SS_HOST, &h));
     TRY(put_e(w, SA_WAIT, SS_COMPUTE, h));
     if (*copy != EV_NONE) TRY(put_e(w, SA_WAIT, SS_COMPUTE, *copy)); /* one stream in DeepSpeed */
-    double gb = (double)trace_meta_u64(w->t, "grad_bytes", 2);
-    uint64_t dbl = (uint64_t)((double)bytes * 8.0 / gb);
+    uint64_t dbl = (uint64_t)((double)bytes * 8.0 / w->grad_elem_bytes);
     uint64_t xb = (uint64_t)((double)bytes * w->copy_ratio);
     if (bytes) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(6), dbl));
     /* the gradient read twice; the fp64 copy written and read, the fp32 copy (half its size)

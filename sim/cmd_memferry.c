@@ -281,51 +281,42 @@ static const char CSV_HEAD[] =
     "peak_reserved_gib,compute_ms,h2d_busy_ms,d2h_busy_ms,host_busy_ms,stall_ms,"
     "grad_on_gpu,modes\n";
 
-/* MemFerry and GO-MemFerry with the other reading of their host update: pipelined per unit
- * with the backward (lowering knob update=pipelined) instead of memsim's default, which
- * starts it when the backward's kernels are done (update=after_bp, MemFerry §II-C: the
- * update runs in parallel with the remaining gradient transmission, not with the BP).
- * o[0]: MemFerry, o[1]: GO-MemFerry; each named "<method>/pipelined". */
-static ms_status pipelined_pair(mf_ctx *c, const char *model, uint64_t seq, uint64_t batch,
-                                const machine_t *m, mf_run o[2], ms_error *err)
+/* The other readings on one workload's trace, beside the defaults: MemFerry and GO-MemFerry
+ * with their host update pipelined per unit with the backward (update=pipelined) instead of
+ * memsim's default, which starts it when the backward's kernels are done (update=after_bp,
+ * MemFerry §II-C: the update runs in parallel with the remaining gradient transmission, not
+ * with the BP), named "<method>/pipelined" in pl[0], pl[1] (pl may be NULL); and DeepSpeed
+ * without its per-parameter host synchronizations (ds_sync=0: each bucket cast and copied in
+ * one piece, memsim's model before 2026-11-22; lower_dha.c bucket_flush_ds), named
+ * "DeepSpeed/bucket" in *db. */
+static ms_status other_readings(mf_ctx *c, const char *model, uint64_t seq, uint64_t batch,
+                                const machine_t *m, mf_run pl[2], mf_run *db, ms_error *err)
 {
     model_t md;
     trace_t *t;
     ms_status st = model_lookup(model, &md, err);
     if (st || (st = make_trace(c, &md, seq, batch, m, &t, err))) return st;
     const int k[2] = { M_MF, M_GO };
-    for (int i = 0; i < 2 && !st; i++) {
-        st = run_method(c, t, m, k[i], "update", "pipelined", NULL, &o[i], err);
-        if (!st) snprintf(o[i].r.policy, sizeof o[i].r.policy, "%s/pipelined", METHODS[k[i]].name);
+    for (int i = 0; pl && i < 2 && !st; i++) {
+        st = run_method(c, t, m, k[i], "update", "pipelined", NULL, &pl[i], err);
+        if (!st) snprintf(pl[i].r.policy, sizeof pl[i].r.policy, "%s/pipelined", METHODS[k[i]].name);
     }
+    if (!st) st = run_method(c, t, m, M_DS, "ds_sync", "0", NULL, db, err);
+    if (!st) snprintf(db->r.policy, sizeof db->r.policy, "%s/bucket", METHODS[M_DS].name);
     trace_free(t);
     return st;
 }
 
-/* DeepSpeed without its per-parameter host synchronizations (ds_sync=0: each bucket cast and
- * copied in one piece, memsim's model before 2026-11-22), named "DeepSpeed/bucket": the other
- * reading of DeepSpeed reported beside the default (lower_dha.c bucket_flush_ds). */
-static ms_status ds_bucket(mf_ctx *c, const char *model, uint64_t seq, uint64_t batch,
-                           const machine_t *m, mf_run *o, ms_error *err)
+/* Fig. 9's order from the iteration times: DeepSpeed slowest, MemFerry fastest. */
+static int fig9_order(double mf, double go, double nat, double ds)
 {
-    model_t md;
-    trace_t *t;
-    ms_status st = model_lookup(model, &md, err);
-    if (st || (st = make_trace(c, &md, seq, batch, m, &t, err))) return st;
-    st = run_method(c, t, m, M_DS, "ds_sync", "0", NULL, o, err);
-    if (!st) snprintf(o->r.policy, sizeof o->r.policy, "%s/bucket", METHODS[M_DS].name);
-    trace_free(t);
-    return st;
+    return mf < ds && go > mf && go < ds && nat > mf && nat < ds;
 }
 
-/* MemFerry fastest and DeepSpeed slowest of runs r with DeepSpeed's time ds (Fig. 9). */
-static int fig9_order(const mf_run *r, double ds)
+/* Fig. 11's order from the iteration times: MemFerry fastest, GO-MemFerry slowest. */
+static int fig11_order(double mf, double go, double ds, double nat)
 {
-    int ok_order = ds > ms(&r[M_MF]);
-    for (int k = 0; k < MF_NMETH; k++) {
-        if (k != M_DS && k != M_MF && (ms(&r[k]) >= ds || ms(&r[k]) <= ms(&r[M_MF]))) ok_order = 0;
-    }
-    return ok_order;
+    return mf < ds && mf < nat && mf < go && go > ds && go > nat;
 }
 
 /* GPU utilization as the paper reads it: the share of the iteration the GPU computes (DHA
@@ -359,8 +350,9 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
     for (int w = 0; w < 4 && !st; w++) {
         progress(c, "memferry: Fig. 9, %s%s\n", FIG9[w].model, "");
         st = run_all(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, "fig9", R[w], err);
-        if (!st) st = pipelined_pair(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, PL[w], err);
-        if (!st) st = ds_bucket(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, &DB[w], err);
+        if (!st)
+            st = other_readings(c, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &m, PL[w], &DB[w],
+                                err);
     }
     if (st) return st;
     FILE *f = open_out(c, "fig9.csv", err), *d = f ? open_out(c, "fig9.dat", err) : NULL;
@@ -405,11 +397,12 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
         sum += sd;
         n++;
         if (sd > mx) mx = sd;
-        order += fig9_order(R[w], ms(&R[w][M_DS]));
+        double tmf = ms(&R[w][M_MF]), tgo = ms(&R[w][M_GO]), tnat = ms(&R[w][M_NATIVE]);
+        order += fig9_order(tmf, tgo, tnat, ms(&R[w][M_DS]));
         /* the bucket reading of DeepSpeed */
         csv_run(f, FIG9[w].model, FIG9[w].seq, FIG9[w].batch, &DB[w],
                 ok(&DB[w]) && ok(&R[w][M_DS]) ? ms(&R[w][M_DS]) / ms(&DB[w]) : NAN);
-        db_order += ok(&DB[w]) && fig9_order(R[w], ms(&DB[w]));
+        db_order += ok(&DB[w]) && fig9_order(tmf, tgo, tnat, ms(&DB[w]));
         if (ms(&DB[w]) / ms(&R[w][M_MF]) > db_mx) db_mx = ms(&DB[w]) / ms(&R[w][M_MF]);
         if (FIG9[w].small) {
             double a = gain_pct(&DB[w], &R[w][M_MF]), b = gain_pct(&R[w][M_NATIVE], &R[w][M_MF]);
@@ -423,8 +416,7 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
                     ok(&PL[w][i]) && ok(&R[w][M_DS]) ? ms(&R[w][M_DS]) / ms(&PL[w][i]) : NAN);
         double pmf = ms(&PL[w][0]), pgo = ms(&PL[w][1]), pds = ms(&R[w][M_DS]);
         double pnat = ms(&R[w][M_NATIVE]);
-        pl_order += ok(&PL[w][0]) && ok(&PL[w][1]) && pmf < pgo && pmf < pnat && pgo < pds &&
-                    pnat < pds;
+        pl_order += ok(&PL[w][0]) && ok(&PL[w][1]) && fig9_order(pmf, pgo, pnat, pds);
         if (pds / pmf > pl_mx) pl_mx = pds / pmf;
         uint64_t ds = R[w][M_DS].r.peak_allocated_bytes, mf = R[w][M_MF].r.peak_allocated_bytes;
         morder += R[w][M_GO].r.peak_allocated_bytes <= mf && mf <= ds;
@@ -736,32 +728,23 @@ static ms_status fig11(mf_ctx *c, ms_error *err)
             all &= ok(&R[k]);
         }
         mf_run pl[2], db;
-        if (!st) st = pipelined_pair(c, TXL[s], 0, 1, m, pl, err);
-        if (!st) st = ds_bucket(c, TXL[s], 0, 1, m, &db, err);
+        if (!st) st = other_readings(c, TXL[s], 0, 1, m, pl, &db, err);
         for (int i = 0; i < 2 && !st; i++)
             csv_run(g, TXL[s], 0, 1, &pl[i],
                     ok(&pl[i]) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&pl[i]) : NAN);
         if (!st) csv_run(g, TXL[s], 0, 1, &db, ok(&db) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&db) : NAN);
         if (st || !all || !ok(&pl[0]) || !ok(&pl[1]) || !ok(&db)) continue;
-        /* the bucket reading of DeepSpeed: MemFerry fastest, GO-MemFerry slowest */
-        double dsb = ms(&db), go = ms(&R[M_GO]);
-        db_order += ms(&R[M_MF]) < dsb && ms(&R[M_MF]) < ms(&R[M_NATIVE]) && ms(&R[M_MF]) < go &&
-                    go > dsb && go > ms(&R[M_NATIVE]);
-        db_sl += (go / dsb - 1) * 100;
+        double mf = ms(&R[M_MF]), go = ms(&R[M_GO]), ds = ms(&R[M_DS]), nat = ms(&R[M_NATIVE]);
+        db_order += fig11_order(mf, go, ms(&db), nat); /* the bucket reading of DeepSpeed */
+        db_sl += (go / ms(&db) - 1) * 100;
         /* the pipelined reading: MemFerry fastest and GO-MemFerry slowest among DeepSpeed,
          * Native-Offload and its own MemFerry and GO-MemFerry */
         double pmf = ms(&pl[0]), pgo = ms(&pl[1]);
-        pl_order += pmf < ms(&R[M_DS]) && pmf < ms(&R[M_NATIVE]) && pmf < pgo &&
-                    pgo > ms(&R[M_DS]) && pgo > ms(&R[M_NATIVE]);
-        pl_sl += (pgo / ms(&R[M_DS]) - 1) * 100;
-        sp += ms(&R[M_DS]) / ms(&R[M_MF]);
-        sl += (ms(&R[M_GO]) / ms(&R[M_DS]) - 1) * 100;
-        int fast = 1, slow = 1;
-        for (int k = 0; k < MF_NMETH; k++) {
-            if (k != M_MF && ms(&R[k]) <= ms(&R[M_MF])) fast = 0;
-            if (k != M_GO && ms(&R[k]) >= ms(&R[M_GO])) slow = 0;
-        }
-        order += fast && slow;
+        pl_order += fig11_order(pmf, pgo, ds, nat);
+        pl_sl += (pgo / ds - 1) * 100;
+        sp += ds / mf;
+        sl += (go / ds - 1) * 100;
+        order += fig11_order(mf, go, ds, nat);
         n++;
     }
     if (!st && n) {
@@ -798,7 +781,7 @@ static ms_status fig13(mf_ctx *c, ms_error *err)
         progress(c, "memferry: Fig. 13, %s%s\n", TXL[s], "");
         mf_run R[MF_NMETH], db;
         if ((st = run_all(c, TXL[s], 0, 8, &m, "fig13", R, err))) break;
-        if ((st = ds_bucket(c, TXL[s], 0, 8, &m, &db, err))) break;
+        if ((st = other_readings(c, TXL[s], 0, 8, &m, NULL, &db, err))) break;
         fprintf(d, "%s", TXL[s] + strlen("transformerxl-"));
         for (int k = 0; k < MF_NMETH; k++) {
             csv_run(f, TXL[s], 0, 8, &R[k], ok(&R[k]) && ok(&R[M_DS]) ? ms(&R[M_DS]) / ms(&R[k])
