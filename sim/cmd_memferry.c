@@ -387,6 +387,8 @@ static ms_status fig9(mf_ctx *c, ms_error *err)
         fprintf(g, "\n");
         fprintf(u, "\n");
         if (!strcmp(FIG9[w].model, "gpt2-medium")) fig10a(c, R[w]);
+        if (!strcmp(FIG9[w].model, "bert-base"))
+            metric(c, "intro.ds_util", util(&R[w][M_DS]) * 100, NULL);
         int cls = FIG9[w].small ? 0 : 1;
         for (int b = M_DS; b <= M_NATIVE; b++) {
             double s = gain_pct(&R[w][b], &R[w][M_MF]);
@@ -465,7 +467,8 @@ static ms_status fig9_sensitivity(mf_ctx *c, ms_error *err)
     FILE *f = open_out(c, "fig9_sensitivity.csv", err);
     if (!f) return MS_ERR_IO;
     fprintf(f, "model,seq,batch,adam_params_per_s,deepspeed_ms,native_ms,memferry_ms,"
-               "go_memferry_ms,mf_vs_deepspeed_pct,mf_vs_native_pct,mf_fastest\n");
+               "go_memferry_ms,mf_vs_deepspeed_pct,mf_vs_native_pct,mf_fastest,"
+               "deepspeed_gpu_util_pct\n");
     ms_status st = MS_OK;
     for (int w = 0; w < 4 && !st; w++) {
         progress(c, "memferry: sensitivity, %s%s\n", FIG9[w].model, "");
@@ -480,10 +483,11 @@ static ms_status fig9_sensitivity(mf_ctx *c, ms_error *err)
                 int fast = 1;
                 for (int k = 0; k < MF_NMETH; k++)
                     if (k != M_MF && (!ok(&R[k]) || ms(&R[k]) <= ms(&R[M_MF]))) fast = 0;
-                fprintf(f, "%s,%" PRIu64 ",%" PRIu64 ",%.3g,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d\n",
+                fprintf(f, "%s,%" PRIu64 ",%" PRIu64 ",%.3g,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%.1f\n",
                         FIG9[w].model, FIG9[w].seq, batch[b], adam[a], ms(&R[M_DS]),
                         ms(&R[M_NATIVE]), ms(&R[M_MF]), ms(&R[M_GO]),
-                        gain_pct(&R[M_DS], &R[M_MF]), gain_pct(&R[M_NATIVE], &R[M_MF]), fast);
+                        gain_pct(&R[M_DS], &R[M_MF]), gain_pct(&R[M_NATIVE], &R[M_MF]), fast,
+                        util(&R[M_DS]) * 100);
             }
     }
     ms_status cs = close_out(f, c, "fig9_sensitivity.csv", err);

@@ -50,8 +50,8 @@ fi
     awk -F, 'NR > 1 { printf "%-13s b=%-3s %-15s %9.2f ms  x%.3f  peak %6.2f GiB  %s\n", $1, $3, $4, $6, $7, $9, $17 }' "$out/fig9.csv"
     if [ -f "$out/fig9_sensitivity.csv" ]; then
         echo
-        echo "== Fig. 9 sensitivity: MemFerry faster than DeepSpeed / Native-Offload (%) by batch and host Adam rate"
-        awk -F, 'NR > 1 { printf "%-13s batch %-3s adam %-8s  %6.1f%% / %5.1f%%  MemFerry fastest: %s\n", $1, $3, $4, $9, $10, ($11 ? "yes" : "no") }' "$out/fig9_sensitivity.csv"
+        echo "== Fig. 9 sensitivity: MemFerry faster than DeepSpeed / Native-Offload (%) by batch and host Adam rate; DeepSpeed's GPU utilization"
+        awk -F, 'NR > 1 { printf "%-13s batch %-3s adam %-8s  %6.1f%% / %5.1f%%  MemFerry fastest: %-3s  DeepSpeed util %5.1f%%\n", $1, $3, $4, $9, $10, ($11 ? "yes" : "no"), $12 }' "$out/fig9_sensitivity.csv"
     fi
 } | tee "$out/report.txt"
 
