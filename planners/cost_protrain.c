@@ -1259,7 +1259,7 @@ ms_status ptc_search(ptc_model *M, const ptc_search_opts *o, ptc_search_result *
     /* pass 2: rows by increasing time bound (branch and bound): once a row's bound is past
      * the fastest time so far plus the tie band, so is every later row's, and no
      * configuration there can be picked or tie with the pick. */
-    if (st == MS_OK) qsort(rows, nrows, sizeof *rows, srow_cmp);
+    if (st == MS_OK && nrows > 1) qsort(rows, nrows, sizeof *rows, srow_cmp);
     for (size_t i = 0; i < nrows && st == MS_OK; i++) {
         if (rows[i].tlb * (1 - 1e-9) > time_limit(&S)) {
             r->pruned += (nrows - i) * (size_t)(max_swap + 1) * (size_t)(Nb + 1);
