@@ -125,6 +125,26 @@ expect 3 "protrain: a misspelt knob: exit 3" -- "$M" protrain search --model gpt
 expect 2 "--knob with --plan FILE: exit 2" -- "$M" simulate $W --plan "$T/p.plan" --knob keep_last=3
 expect 2 "a stray argument: exit 2" -- "$M" simulate $W --policy keep-all extra
 grep -q "unexpected argument 'extra'" "$T/err"; ok $? "the stray argument is named"
+# validation's host-rate attribution (experiments/validate/compare.awk): the run's host steps
+# over the trace's, and a trace with its host optimizer steps scaled by that ratio
+A="${srcdir:-.}/experiments/validate/compare.awk"
+printf 'iter 1 900 234 3.8 2.4 4.8 48 95 973 0.92 800.0 739.177\niter 2 902 234 3.8 2.4 4.8 48 95 973 0.92 821.638 739.177\n' > "$T/h.log"
+[ "$(awk -f "$A" -v mode=hostratio "$T/h.log")" = "1.11155785" ]; ok $? "hostratio: the last iteration's host_ms over host_nominal_ms"
+printf 'iter 2 902 234 3.8 2.4 4.8 48 95 973 0.92\n' > "$T/h0.log"
+[ -z "$(awk -f "$A" -v mode=hostratio "$T/h0.log")" ]; ok $? "hostratio: nothing for a log without host steps"
+"$M" trace gen --model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm --gen offload=1 -o "$T/o.trace.gz" 2>/dev/null
+gzip -dc "$T/o.trace.gz" | awk -f "$A" -v mode=hostscale -v f=3 > "$T/o3.trace"
+gzip -dc "$T/o.trace.gz" | awk '$1 == "op" && $NF ~ /[.]optim[.]host$/ { print $9 * 3 }' > "$T/want"
+awk '$1 == "op" && $NF ~ /[.]optim[.]host$/ { print $9 + 0 }' "$T/o3.trace" > "$T/got"
+[ -s "$T/want" ] && cmp -s "$T/want" "$T/got" && \
+    [ "$(gzip -dc "$T/o.trace.gz" | awk '$1 == "op" && $NF !~ /[.]optim[.]host$/' | md5sum)" = \
+      "$(awk '$1 == "op" && $NF !~ /[.]optim[.]host$/' "$T/o3.trace" | md5sum)" ]
+ok $? "hostscale: host optimizer steps times 3, every other op unchanged"
+"$M" simulate --trace "$T/o.trace.gz" --machine h200-sxm --policy zero-offload --csv "$T/o1.csv" --quiet
+"$M" simulate --trace "$T/o3.trace" --machine h200-sxm --policy zero-offload --csv "$T/o3.csv" --quiet
+t1=$(awk -f "$A" -v mode=field -v col=iter_time_s "$T/o1.csv")
+t3=$(awk -f "$A" -v mode=field -v col=iter_time_s "$T/o3.csv")
+awk -v a="$t1" -v b="$t3" 'BEGIN { exit !(b > a) }'; ok $? "zero-offload takes longer with its host steps 3x slower ($t1 -> $t3 s)"
 # every knob key a planner or lowering reads is one some policy declares (memsim list)
 "$M" list | sed -n 's/.*--knob keys: //p' | tr ' ' '\n' | sort -u > "$T/declared"
 grep -ohE '(plan_get_knob|pol_knob_get|pol_knob_double|pol_knob_bytes|kn_int|kn_dbl|kn_bytes|knob_flag|knob_int)\([a-z_>-]+, *"[a-z0-9_.]+"' "${srcdir:-.}"/planners/*.c \

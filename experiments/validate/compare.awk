@@ -9,10 +9,15 @@
 #   awk -f compare.awk -v mode=calibrate OPS.csv TRACE        the trace with every op's duration
 #       replaced by its measured time in the last iteration of OPS.csv (memsim run --ops-csv of
 #       a real-kernel run), matched by op name
+#   awk -f compare.awk -v mode=hostratio ID.log               the last iteration's real host
+#       steps over their trace durations (memsim run's log; nothing when it shows none)
+#   awk -f compare.awk -v mode=hostscale -v f=X TRACE         the trace with every host
+#       optimizer step's duration (ops named *.optim.host) multiplied by X
 #   awk -f compare.awk -v mode=report [-v dims=.. iters=.. machine=..] \
 #       kind=cases cases.tsv [kind=meta meta.tsv] [kind=device device.csv] [kind=runs runs.tsv] \
 #       { kind=gpu id=ID ID.csv  kind=sim id=ID ID.csv  kind=copies id=ID ID.copies \
-#         [kind=log id=ID ID.log] }...  [kind=probe MACHINE.probe.csv]
+#         [kind=log id=ID ID.log] [kind=cal id=ID ID.cal.csv] [kind=hcal id=ID ID.hcal.csv] }...
+#       [kind=probe MACHINE.probe.csv]
 #
 # Errors are (simulated - measured) / measured. Goals: |iteration-time error| <= 5 % and
 # |peak-reserved error| <= 2 % for each case and for the median over the cases.
@@ -67,6 +72,22 @@ mode == "calibrate" {
     n = split($0, c, " ")
     if (c[1] == "op" && n >= 12 && (c[n] in meas)) {
         c[9] = meas[c[n]]; line = c[1]
+        for (k = 2; k <= n; k++) line = line " " c[k]
+        print line
+    } else print
+    next
+}
+
+# ---- hostratio and hostscale modes ----
+mode == "hostratio" {
+    n = split($0, c, " ")
+    if (c[1] == "iter" && n >= 13 && c[13] + 0 > 0) r = (c[12] + 0) / (c[13] + 0)
+    next
+}
+mode == "hostscale" {
+    n = split($0, c, " ")
+    if (c[1] == "op" && n >= 12 && c[n] ~ /[.]optim[.]host$/) {
+        c[9] = sprintf("%.17g", c[9] * f); line = c[1]
         for (k = 2; k <= n; k++) line = line " " c[k]
         print line
     } else print
@@ -146,6 +167,11 @@ kind == "cal" {
     if (FNR == 2) { csv_split($0, v); for (i = 1; i <= nh; i++) C[id, hd[i]] = v[i]; hasc[id] = 1 }
     next
 }
+kind == "hcal" {
+    if (FNR == 1) { nh = csv_split($0, hd); next }
+    if (FNR == 2) { csv_split($0, v); for (i = 1; i <= nh; i++) H[id, hd[i]] = v[i]; hash_[id] = 1 }
+    next
+}
 kind == "probe" {
     split($0, c, ",")
     if (c[1] == "h2d_pinned_us" || c[1] == "d2h_pinned_us") {
@@ -214,6 +240,7 @@ function allocname(idc) { return G[idc, "allocator"] != "" ? G[idc, "allocator"]
 
 # ---- report mode: output ----
 END {
+    if (mode == "hostratio" && r > 0) printf "%.9g\n", r
     if (mode != "report") exit
     dt = meta["date"] != "" ? meta["date"] : "unknown date"
     dn = dev_name
@@ -295,16 +322,28 @@ END {
     if (nhs) {
         print "### Host optimizer steps (real kernels, last iteration)"
         print ""
-        print "| case | host steps GPU (s) | trace (s) | GPU / trace |"
-        print "|---|---|---|---|"
+        print "| case | host steps GPU (s) | trace (s) | GPU / trace | iteration GPU (s) | sim (s) | error | sim at the run's host rate (s) | error |"
+        print "|---|---|---|---|---|---|---|---|---|"
+        nhc = 0
         for (k = 1; k <= ncase; k++) {
             i = ids[k]
             if (!host_steps(i)) continue
-            printf "| %s | %.3f | %.3f | %.2f |\n", i, hstg[i], hstn[i], hstg[i] / hstn[i]
+            g = G[i, "iter_time_s"] + 0; s0 = S[i, "iter_time_s"] + 0
+            printf "| %s | %.3f | %.3f | %.2f | %.4f | %.4f | %s |", i, hstg[i], hstn[i],
+                hstg[i] / hstn[i], g, s0, (g > 0 ? pct(err(s0, g)) : "—")
+            if (hash_[i] && H[i, "status"] == "ok" && g > 0) {
+                s1 = H[i, "iter_time_s"] + 0
+                printf " %.4f | %s |\n", s1, pct(err(s1, g))
+                hce[++nhc] = absv(err(s1, g)); hc0[nhc] = absv(err(s0, g))
+            } else printf " — | |\n"
         }
         print ""
         print "The trace times each host AdamW step at the profile's `rt.host_adam_params_per_s` (`memsim"
         print "probe --host-adam`, which also records its slowest and fastest pass in the raw CSV)."
+        print "\"At the run's host rate\": the same plan simulated once more on the trace with every host step"
+        print "scaled by the run's GPU / trace ratio (its last iteration), which separates the host's speed"
+        print "on the day from the rest of the model."
+        if (nhc) printf "Median |error| over these %d cases: %.2f %% as predicted, %.2f %% at the run's host rate.\n", nhc, median(hc0, nhc), median(hce, nhc)
         print ""
     }
 

@@ -385,6 +385,22 @@ cmd_compare() {
                 $SIM_OPTS --csv "$sim/$id.cal.csv" --quiet
             args+=(kind=cal id="$id" "$sim/$id.cal.csv")
         fi
+        # Real-kernel host-offload cases: simulated once more with the trace's host AdamW steps
+        # scaled to the rate the run's last iteration measured (its log's host_ms over
+        # host_nominal_ms), to tell the host's speed on the day from the rest of the model.
+        local hr=""
+        if [ "$math" = real ] && is_offload "$pol" && [ -n "$tf" ] && [ -f "$gpu/$id.log" ]; then
+            hr=$(awk -f "$AWK" -v mode=hostratio "$gpu/$id.log")
+        fi
+        if [ -n "$hr" ]; then
+            local ht=$sim/$id.host.trace.gz
+            gzip -dc "$tf" | awk -f "$AWK" -v mode=hostscale -v f="$hr" | gzip > "$ht"
+            # shellcheck disable=SC2046
+            "$MEMSIM" simulate --machine "$prof" --trace "$ht" $(policy_args "$pol" "$alloc" "$pf") \
+                $SIM_OPTS --csv "$sim/$id.hcal.csv" --quiet
+            rm -f "$ht"
+            args+=(kind=hcal id="$id" "$sim/$id.hcal.csv")
+        fi
         n=$((n + 1))
     done < <(cases)
     [ "$n" -gt 0 ] || die "no case of $CASES has a result in $gpu"
