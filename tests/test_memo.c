@@ -788,6 +788,11 @@ static void test_executor_loss(const machine_t *m)
     TAP_OK(okm && lm == lf && pm == 5 * lm, "loss megatron (stock): 10 B per logit at the peak "
            "(%llu B = %.2f x the bf16 logits)", (unsigned long long)pm,
            lm ? (double)pm / (double)lm : 0.0);
+    uint64_t pi = 0, li = 0;
+    int oki = loss_live(m, "megatron-inplace", &pi, &li);
+    TAP_OK(oki && li == lf && pi == 3 * li, "loss megatron-inplace (June 2024): 6 B per logit at "
+           "the peak (%llu B = %.2f x the bf16 logits)", (unsigned long long)pi,
+           li ? (double)pi / (double)li : 0.0);
 }
 
 int main(void)

@@ -87,13 +87,13 @@ static int name_index(const char *const *names, const char *value)
 ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_error *err)
 {
     static const char *const fw[] = { "generic", "megatron", NULL };
-    static const char *const loss[] = { "auto", "fused", "megatron", NULL };
+    static const char *const loss[] = { "auto", "fused", "megatron", "megatron-inplace", NULL };
     if (!key || !value) return ms_fail(err, MS_ERR_INVALID, "generator knob: key and value needed");
     if (strcmp(key, "framework") == 0 || strcmp(key, "loss") == 0) {
         int fwk = key[0] == 'f', i = name_index(fwk ? fw : loss, value);
         if (i < 0)
             return ms_fail(err, MS_ERR_INVALID, "generator knob %s: '%s' is not one of %s", key,
-                           value, fwk ? "generic, megatron" : "auto, fused, megatron");
+                           value, fwk ? "generic, megatron" : "auto, fused, megatron, megatron-inplace");
         *(fwk ? &c->framework : &c->loss) = i;
         return MS_OK;
     }
@@ -151,6 +151,7 @@ typedef struct gsz {
     int mg;                  /* framework megatron */
     int small;               /* emit the small saved tensors (save_small, or megatron) */
     int lossmg;              /* Megatron's cross entropy on fp32 logits */
+    int lossip;              /* ... with the max subtracted in place (the copy is the softmax) */
 } gsz;
 
 static void sizes(const gen_config *c, gsz *z)
@@ -179,7 +180,8 @@ static void sizes(const gen_config *c, gsz *z)
         z->V = (m->vocab + mult - 1) / mult * mult / tp;
     }
     z->small = c->save_small || z->mg;
-    z->lossmg = c->loss == GEN_LOSS_MEGATRON || (c->loss == GEN_LOSS_AUTO && z->mg);
+    z->lossip = c->loss == GEN_LOSS_MEGATRON_INPLACE;
+    z->lossmg = c->loss == GEN_LOSS_MEGATRON || z->lossip || (c->loss == GEN_LOSS_AUTO && z->mg);
     /* The optimizer's sharding degree: ZeRO-1 over dp (generic); Megatron's distributed
      * optimizer shards over the data-parallel group with context parallelism (dp*cp,
      * megatron/core/optimizer/__init__.py: get_data_parallel_group(with_context_parallel=
@@ -252,11 +254,12 @@ static ms_status check_framework(const gen_config *c, ms_error *err)
     if (c->framework != GEN_FW_GENERIC && c->framework != GEN_FW_MEGATRON)
         return ms_fail(err, MS_ERR_INVALID, "framework must be generic (0) or megatron (1) "
                        "(got %d)", c->framework);
-    if (c->loss < GEN_LOSS_AUTO || c->loss > GEN_LOSS_MEGATRON)
-        return ms_fail(err, MS_ERR_INVALID, "loss must be auto, fused or megatron (got %d)",
-                       c->loss);
+    if (c->loss < GEN_LOSS_AUTO || c->loss > GEN_LOSS_MEGATRON_INPLACE)
+        return ms_fail(err, MS_ERR_INVALID, "loss must be auto, fused, megatron or "
+                       "megatron-inplace (got %d)", c->loss);
     if (c->dist_opt & ~1) return ms_fail(err, MS_ERR_INVALID, "dist_opt is 0 or 1");
-    if (c->loss == GEN_LOSS_MEGATRON && (c->hf_loss || c->model.is_encoder))
+    if ((c->loss == GEN_LOSS_MEGATRON || c->loss == GEN_LOSS_MEGATRON_INPLACE) &&
+        (c->hf_loss || c->model.is_encoder))
         return ms_fail(err, MS_ERR_UNSUPPORTED, "loss megatron is a decoder's vocab-parallel "
                        "cross entropy (not with hf_loss or an encoder)");
     if (c->framework != GEN_FW_MEGATRON) {
@@ -1579,11 +1582,15 @@ static void mg_loss_fwd(gctx *x)
 {
     const gsz *z = &x->z;
     uint64_t TV = z->T * z->V, oid = new_op(x);
-    uint64_t lf = alloc_t(x, -1, "logits_fp32", TV * F32, TC_ACT_TRANS, (int64_t)oid);
+    /* loss megatron-inplace (cross_entropy.py from June 2024: "In-place subtraction reduces
+     * memory pressure"): the fp32 copy is shifted in place and is the saved softmax. */
+    uint64_t lf = alloc_t(x, -1, "logits_fp32", TV * F32, z->lossip ? TC_ACT_SKEL : TC_ACT_TRANS,
+                          (int64_t)oid);
     simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float", IN(x->logits),
                           OUT(lf), .flops = (double)TV, .br = TV * z->D, .bw = TV * F32));
     oid = new_op(x);
-    uint64_t sm = alloc_t(x, -1, "softmax", TV * F32, TC_ACT_SKEL, (int64_t)oid);
+    uint64_t sm = lf;
+    if (!z->lossip) sm = alloc_t(x, -1, "softmax", TV * F32, TC_ACT_SKEL, (int64_t)oid);
     simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.shift", IN(lf), OUT(sm),
                           .flops = 2.0 * (double)TV, .br = 2 * TV * F32, .bw = TV * F32));
     oid = new_op(x);
@@ -1598,7 +1605,7 @@ static void mg_loss_fwd(gctx *x)
                 3 * z->T * F32, z->tp, z->tp);
     }
     free_t(x, lt);
-    free_t(x, lf);
+    if (sm != lf) free_t(x, lf);
     free_t(x, x->logits);
     x->logits = sm;
 }
@@ -2570,7 +2577,8 @@ static void meta(gctx *x, const machine_t *m)
         set_meta_u64(x, "dist_opt", (uint64_t)c->dist_opt);
     }
     if (x->z.mg || c->loss != GEN_LOSS_AUTO)
-        set_meta_str(x, "loss", x->z.lossmg ? "megatron" : "fused");
+        set_meta_str(x, "loss", x->z.lossip ? "megatron-inplace"
+                                : x->z.lossmg ? "megatron" : "fused");
     if (c->zero3) set_meta_u64(x, "zero3", 1);
     if (c->attn_impl == GEN_ATTN_EAGER) {
         set_meta_str(x, "attn_impl", "eager");

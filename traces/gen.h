@@ -45,9 +45,12 @@ typedef enum gen_loss {
     GEN_LOSS_AUTO = 0,    /* the framework's: generic FUSED, megatron MEGATRON */
     GEN_LOSS_FUSED,       /* cross entropy in place on the model-dtype logits (what a fused
                              kernel does; the generic program) */
-    GEN_LOSS_MEGATRON     /* Megatron's vocab_parallel_cross_entropy(logits.float()): an fp32
+    GEN_LOSS_MEGATRON,    /* Megatron's vocab_parallel_cross_entropy(logits.float()): an fp32
                              copy of the logits and an out-of-place max subtraction whose
                              result becomes the saved softmax (fp32) */
+    GEN_LOSS_MEGATRON_INPLACE /* Megatron-LM from June 2024: the max subtracted in place, so the
+                             fp32 copy itself becomes the saved softmax (6 bytes per logit at
+                             the peak instead of 10) */
 } gen_loss;
 
 typedef struct gen_config {

@@ -149,6 +149,8 @@ awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "
 # pool, allocator calls at stream time); "host-exact" and "host-layer": MEMO's executor's
 # pinned host buffers under the two other readings (knob host_round=exact: exact bytes in
 # 4 KiB pages; layer_pow2: one power-of-two buffer per layer) instead of one per tensor slice;
+# "inplace-loss": MEMO's executor on Megatron-LM's cross entropy from June 2024 (the max
+# subtracted in place on the fp32 copy: 6 bytes per logit at the peak, loss=megatron-inplace);
 # "generic": the generator's lean default program (MEMO's 16bsh accounting); "dist-opt": the
 # stock program with Megatron's distributed optimizer (states sharded over dp*cp = 2). Also the
 # caching allocator's reserved peak and retries of full recomputation. Full recomputation runs
@@ -177,6 +179,7 @@ all4=full-recompute,$exec_pols
     fr_opts=("${reorg[@]}")
     variant host-exact "full-swap+plan,memo" "${memo_gen[@]}" --knob host_round=exact
     variant host-layer "full-swap+plan,memo" "${memo_gen[@]}" --knob host_round=layer_pow2
+    variant inplace-loss "$exec_pols" "${gen[@]}" --gen loss=megatron-inplace
     variant generic "$all4"
     variant dist-opt "$all4" "${gen[@]}" --gen dist_opt=1
 } > "$out/variants.tsv"
