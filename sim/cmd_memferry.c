@@ -483,7 +483,8 @@ static ms_status fig9_sensitivity(mf_ctx *c, ms_error *err)
                 int fast = 1;
                 for (int k = 0; k < MF_NMETH; k++)
                     if (k != M_MF && (!ok(&R[k]) || ms(&R[k]) <= ms(&R[M_MF]))) fast = 0;
-                fprintf(f, "%s,%" PRIu64 ",%" PRIu64 ",%.3g,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%.1f\n",
+                fprintf(f,
+                        "%s,%" PRIu64 ",%" PRIu64 ",%.3g,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%.1f\n",
                         FIG9[w].model, FIG9[w].seq, batch[b], adam[a], ms(&R[M_DS]),
                         ms(&R[M_NATIVE]), ms(&R[M_MF]), ms(&R[M_GO]),
                         gain_pct(&R[M_DS], &R[M_MF]), gain_pct(&R[M_NATIVE], &R[M_MF]), fast,

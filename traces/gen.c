@@ -93,7 +93,8 @@ ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_e
         int fwk = key[0] == 'f', i = name_index(fwk ? fw : loss, value);
         if (i < 0)
             return ms_fail(err, MS_ERR_INVALID, "generator knob %s: '%s' is not one of %s", key,
-                           value, fwk ? "generic, megatron" : "auto, fused, megatron, megatron-inplace");
+                           value,
+                           fwk ? "generic, megatron" : "auto, fused, megatron, megatron-inplace");
         *(fwk ? &c->framework : &c->loss) = i;
         return MS_OK;
     }
@@ -260,8 +261,8 @@ static ms_status check_framework(const gen_config *c, ms_error *err)
     if (c->dist_opt & ~1) return ms_fail(err, MS_ERR_INVALID, "dist_opt is 0 or 1");
     if ((c->loss == GEN_LOSS_MEGATRON || c->loss == GEN_LOSS_MEGATRON_INPLACE) &&
         (c->hf_loss || c->model.is_encoder))
-        return ms_fail(err, MS_ERR_UNSUPPORTED, "loss megatron is a decoder's vocab-parallel "
-                       "cross entropy (not with hf_loss or an encoder)");
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "loss megatron(-inplace) is a decoder's "
+                       "vocab-parallel cross entropy (not with hf_loss or an encoder)");
     if (c->framework != GEN_FW_MEGATRON) {
         if (c->dist_opt)
             return ms_fail(err, MS_ERR_INVALID, "dist_opt needs framework megatron (the "
