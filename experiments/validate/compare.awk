@@ -52,6 +52,21 @@ function absv(x) { return x < 0 ? -x : x }
 function err(sim, gpu) { return (sim - gpu) / gpu * 100 }
 function pct(x) { return sprintf("%+.2f %%", x) }
 function gib(b) { return sprintf("%.3f", b / GIB) }
+# Prints c[1..n] joined by single spaces (a trace line with a field replaced).
+function print_fields(c, n,    line, k) {
+    line = c[1]
+    for (k = 2; k <= n; k++) line = line " " c[k]
+    print line
+}
+# A results CSV (memsim's columns by name): its header on line 1, the result on line 2, kept as
+# A[id, column]; returns 1 on the result line.
+function result_row(A,    v, i) {
+    if (FNR == 1) { nh = csv_split($0, hd); return 0 }
+    if (FNR != 2) return 0
+    csv_split($0, v)
+    for (i = 1; i <= nh; i++) A[id, hd[i]] = v[i]
+    return 1
+}
 
 # ---- field mode ----
 mode == "field" {
@@ -71,9 +86,8 @@ mode == "calibrate" && FNR == NR {
 mode == "calibrate" {
     n = split($0, c, " ")
     if (c[1] == "op" && n >= 12 && (c[n] in meas)) {
-        c[9] = meas[c[n]]; line = c[1]
-        for (k = 2; k <= n; k++) line = line " " c[k]
-        print line
+        c[9] = meas[c[n]]
+        print_fields(c, n)
     } else print
     next
 }
@@ -87,9 +101,8 @@ mode == "hostratio" {
 mode == "hostscale" {
     n = split($0, c, " ")
     if (c[1] == "op" && n >= 12 && c[n] ~ /[.]optim[.]host$/) {
-        c[9] = sprintf("%.17g", c[9] * f); line = c[1]
-        for (k = 2; k <= n; k++) line = line " " c[k]
-        print line
+        c[9] = sprintf("%.17g", c[9] * f)
+        print_fields(c, n)
     } else print
     next
 }
@@ -112,17 +125,8 @@ kind == "device" {
     next
 }
 kind == "runs" { if (FNR > 1) { split($0, c, "\t"); rc[c[1]] = c[2]; wall[c[1]] = c[3]; runhow[c[1]] = c[4]; wall_all += c[3] } next }
-kind == "gpu" || kind == "sim" {
-    if (FNR == 1) { nh = csv_split($0, hd); next }
-    if (FNR == 2) {
-        csv_split($0, v)
-        for (i = 1; i <= nh; i++) {
-            if (kind == "gpu") G[id, hd[i]] = v[i]; else S[id, hd[i]] = v[i]
-        }
-        if (kind == "gpu") hasg[id] = 1; else hass[id] = 1
-    }
-    next
-}
+kind == "gpu" { if (result_row(G)) hasg[id] = 1; next }
+kind == "sim" { if (result_row(S)) hass[id] = 1; next }
 kind == "copies" {
     split($0, c, " ")
     if (c[2] + 0 >= LARGE) {
@@ -162,16 +166,8 @@ kind == "ops" {
     opask[id, nm_] += c[5]; opmeas[id, nm_] += c[6]; opcnt[id, nm_]++
     next
 }
-kind == "cal" {
-    if (FNR == 1) { nh = csv_split($0, hd); next }
-    if (FNR == 2) { csv_split($0, v); for (i = 1; i <= nh; i++) C[id, hd[i]] = v[i]; hasc[id] = 1 }
-    next
-}
-kind == "hcal" {
-    if (FNR == 1) { nh = csv_split($0, hd); next }
-    if (FNR == 2) { csv_split($0, v); for (i = 1; i <= nh; i++) H[id, hd[i]] = v[i]; hash_[id] = 1 }
-    next
-}
+kind == "cal" { if (result_row(C)) hasc[id] = 1; next }
+kind == "hcal" { if (result_row(H)) hash_[id] = 1; next }
 kind == "probe" {
     split($0, c, ",")
     if (c[1] == "h2d_pinned_us" || c[1] == "d2h_pinned_us") {
