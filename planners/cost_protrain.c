@@ -7,8 +7,10 @@
  * is added in backward, and host Adam follows each chunk's gradient offload. The memory model
  * is the operator walk of the trace's activations (every alloc and free between and inside
  * ops: ProTrain's intra- and inter-operator deltas) minus what the block roles drop, plus the
- * static chunk memory. The search bounds memory and time from tables built once per search
- * and evaluates rows by increasing time bound. Formulas: docs/PROTRAIN.md. */
+ * static chunk memory. ProTrain's Appendix A.1 formula as written (a sum over chunks of
+ * max(compute, communication), PTC_RT_APPENDIX) can replace the recurrence's times. The search
+ * bounds memory and time from tables built once per search and evaluates rows by increasing
+ * time bound. Formulas: docs/PROTRAIN.md. */
 #define _POSIX_C_SOURCE 200809L
 #include "planners/cost_protrain.h"
 
@@ -43,7 +45,12 @@ struct ptc_model {
     double *own_b, *ring_b, *grad_b, *hadam_us; /* per chunk: bytes and host Adam time */
     double *nvg_h, *nvr_d, *nvp_d;/* per chunk, LC_COLL_STREAM: all-gather on H2D, reduce-scatter
                                      on D2H, persistent reduction on D2H, as copy bytes */
+    int rt_model;             /* PTC_RT_RECURRENCE or PTC_RT_APPENDIX */
+    double *ax;               /* appendix model scratch: 5 per chunk + 1 per step */
 };
+
+void ptc_model_set_runtime(ptc_model *M, int rt_model) { M->rt_model = rt_model; }
+int ptc_model_runtime(const ptc_model *M) { return M->rt_model; }
 
 const lc_layout *ptc_layout(const ptc_model *M) { return M->L; }
 const lc_knobs *ptc_knobs(const ptc_model *M) { return &M->k; }
@@ -86,6 +93,7 @@ void ptc_model_free(ptc_model *M)
     free(M->nvg_h);
     free(M->nvr_d);
     free(M->nvp_d);
+    free(M->ax);
     free(M);
 }
 
@@ -330,6 +338,7 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     M->nvg_h = calloc(C, sizeof *M->nvg_h);
     M->nvr_d = calloc(C, sizeof *M->nvr_d);
     M->nvp_d = calloc(C, sizeof *M->nvp_d);
+    M->ax = calloc(5 * C + S, sizeof *M->ax);
     prof p = {.t = t, .M = M};
     roof_params_default(&p.roof);
     p.idx = u64map_new(4096);
@@ -340,7 +349,7 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
         !M->deferred ||
         !M->ld_end || !p.idx || !p.lo || !p.hi || !M->ck_pre || !M->sw_pre || !M->bwd_j ||
         !M->fin_off || !M->fin || !M->ld_off || !M->tend || !M->ag_us || !M->ar_us || !M->own_b ||
-        !M->ring_b || !M->grad_b || !M->hadam_us || !M->nvg_h || !M->nvr_d || !M->nvp_d)
+        !M->ring_b || !M->grad_b || !M->hadam_us || !M->nvg_h || !M->nvr_d || !M->nvp_d || !M->ax)
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK) st = profile(&p, err);
     for (size_t c = 0; st == MS_OK && c < M->L->n_chunks; c++) { /* per-chunk constants */
@@ -567,6 +576,9 @@ int ptc_swap_interval(const ptc_model *M)
 
 /* ---- runtime ---- */
 
+static void appendix_times(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
+                           ptc_estimate *e);
+
 static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
                                ptc_estimate *e, ms_error *err)
 {
@@ -738,7 +750,123 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
     for (int i = 0; i < N; i++)
         if (M->roles[i] == LC_SWAP) host += M->Ds[i];
     e->host_bytes = host;
+    if (M->rt_model == PTC_RT_APPENDIX) appendix_times(M, c, bp, e);
     return MS_OK;
+}
+
+/* ---- the appendix runtime model (PTC_RT_APPENDIX) ---- */
+
+/* One transfer alone on an idle link: `h` bytes H2D and `d` D2H, `ring` of each the paired
+ * halves of a collective through host memory. us. */
+static double alone_us(const ptc_model *M, double h, double d, int paired)
+{
+    srv v = {0};
+    v.rh = M->m.link_h2d_Bps / 1e6;
+    v.rd = M->m.link_d2h_Bps / 1e6;
+    v.dup = M->m.link_duplex_Bps / 1e6;
+    v.lat = M->m.link_small_copy_us > 0 ? M->m.link_small_copy_us : 0;
+    v.piece = (double)M->L->chunk_bytes;
+    double a = xfer_p(&v, 0, 0, h, paired), b = xfer_p(&v, 1, 0, d, paired);
+    return a > b ? a : b;
+}
+
+/* Gathering chunk c (its shard uploaded, the rest all-gathered): ProTrain's T_gather +
+ * T_upload. us. */
+static double gather_us(const ptc_model *M, int c)
+{
+    double ring = M->ring_b[c];
+    double t = alone_us(M, M->own_b[c] + M->nvg_h[c] + ring, ring, ring > 0);
+    if (M->coll == LC_COLL_COMPUTE && M->L->dp > 1) t += M->ag_us[c];
+    return t;
+}
+
+/* Reducing chunk c's gradients over the ranks (T_reduce, every chunk) and, for a
+ * non-persistent one, offloading this rank's shard (T_offload). us. */
+static double reduce_us(const ptc_model *M, int c, int persistent)
+{
+    double t = 0, ring = M->ring_b[c];
+    int ar = persistent && !M->k.persist_shard; /* an all-reduce, not a reduce-scatter */
+    if (M->L->dp > 1) {
+        if (M->coll == LC_COLL_COMPUTE) t = ar ? M->ar_us[c] : M->ag_us[c];
+        else if (ring > 0) t = ar ? alone_us(M, 2 * ring, 2 * ring, 1) : alone_us(M, ring, ring, 1);
+        else t = alone_us(M, 0, persistent ? M->nvp_d[c] : M->nvr_d[c], 0);
+    }
+    if (!persistent) t += alone_us(M, 0, M->grad_b[c], 0);
+    return t;
+}
+
+/* ProTrain's runtime model as its Appendix A.1 writes it (docs/PROTRAIN.md §4): every phase
+ * a sum over chunks of max(compute, communication), no queues carried from chunk to chunk.
+ * A step's compute belongs to the chunk whose forward window it falls in (the newest chunk
+ * the forward has reached; a backward step takes its block's forward window). Forward:
+ * non-persistent chunks gather; backward: every chunk reduces (Eq. 6 charges T_reduce on all
+ * of them), non-persistent ones offload and, when the buffer plan reloads them, gather
+ * again; swaps add their copy to their block's window; recomputation adds to the compute.
+ * T_gpu_optim: GPU Adam of the persistent chunks; T_cpu_optim: host Adam of the others.
+ * What it leaves out and the simulator does not: the persistent chunks' all-gather after a
+ * sharded Adam (or an all-reduce's second half), queueing across chunks. */
+static void appendix_times(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
+                           ptc_estimate *e)
+{
+    const lc_layout *L = M->L;
+    int Nc = (int)L->n_chunks, N = L->n_blocks;
+    double *cf = M->ax, *cb = cf + Nc, *mf = cb + Nc, *mb = mf + Nc;
+    double *reload = mb + Nc;  /* per chunk: 1 if the backward gathers it again */
+    double *own = reload + Nc; /* per step: its window (chunk), as a double */
+    memset(M->ax, 0, (5 * (size_t)Nc + L->n_steps) * sizeof *M->ax);
+    int w = 0, first_w = -1, last_fwd_w = 0;
+    for (size_t s = 0; s < L->n_steps; s++) {
+        const lc_step *S = &L->steps[s];
+        if (S->phase != TP_FWD) continue;
+        for (uint32_t j = 0; j < S->n_need; j++) {
+            int ch = (int)L->needs[S->need_first + j];
+            if (ch > w) w = ch;
+        }
+        if (first_w < 0) first_w = w;
+        own[s] = w;
+        last_fwd_w = w;
+        cf[w] += S->compute_us;
+    }
+    if (first_w < 0) first_w = 0;
+    int seen_block = 0;
+    for (size_t s = 0; s < L->n_steps; s++) {
+        const lc_step *S = &L->steps[s];
+        if (S->phase != TP_BWD) continue;
+        int j = S->block;
+        if (j >= 0 && j < N && L->fwd_step[j] >= 0) {
+            seen_block = 1;
+            w = (int)own[L->fwd_step[j]];
+        } else {
+            w = seen_block ? first_w : last_fwd_w;
+        }
+        cb[w] += S->compute_us;
+        if (j >= 0 && j < N && M->roles[j] == LC_CKPT) cb[w] += M->rec_us[j];
+        if (j >= 0 && j < N && M->roles[j] == LC_SWAP)
+            mb[w] += alone_us(M, (double)M->Ds[j], 0, 0);
+    }
+    for (int j = 0; j < N; j++)
+        if (M->roles[j] == LC_SWAP && L->fwd_step[j] >= 0)
+            mf[(int)own[L->fwd_step[j]]] += alone_us(M, 0, (double)M->Ds[j], 0);
+    for (size_t l = 0; l < bp->n_loads; l++)
+        if (L->steps[bp->loads[l].step].phase == TP_BWD) reload[bp->loads[l].chunk] = 1;
+    double tf = 0, tb = 0, gpu = 0, cpu = 0;
+    for (int ch = 0; ch < Nc; ch++) {
+        int pers = ch < c->n_persist, used = bp->last_step[ch] >= 0;
+        if (used) {
+            if (!pers) mf[ch] += gather_us(M, ch);
+            mb[ch] += reduce_us(M, ch, pers) + (!pers && reload[ch] > 0 ? gather_us(M, ch) : 0);
+        }
+        tf += cf[ch] > mf[ch] ? cf[ch] : mf[ch];
+        tb += cb[ch] > mb[ch] ? cb[ch] : mb[ch];
+        if (pers) gpu += L->adam_gpu_us_per_param * (double)opt_params(M, ch);
+        else if (used) cpu += M->hadam_us[ch];
+    }
+    e->t_fwd_s = tf / 1e6;
+    e->t_bwd_s = tb / 1e6;
+    e->t_gpu_optim_s = gpu / 1e6;
+    e->t_cpu_optim_s = cpu / 1e6;
+    double tail = tb + gpu > cpu ? tb + gpu : cpu;
+    e->t_iter_s = (tf + tail) / 1e6;
 }
 
 ms_status ptc_estimate_config(ptc_model *M, const ptc_config *c, ptc_estimate *e,
@@ -1092,7 +1220,7 @@ typedef struct sstate {
 /* The time a configuration must beat to matter: the fastest so far plus the tie band. */
 static double time_limit(const sstate *S)
 {
-    if (!S->r->found || S->o->no_bound) return INFINITY;
+    if (!S->r->found || S->o->no_bound || S->M->rt_model != PTC_RT_RECURRENCE) return INFINITY;
     return S->r->best_est.t_iter_s * (1 + S->o->tie_tol);
 }
 

@@ -43,6 +43,15 @@ typedef struct ptc_model ptc_model;
 ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
                         ptc_model **out, ms_error *err);
 void ptc_model_free(ptc_model *M);
+
+/* The runtime model ptc_estimate_config uses (the memory model is the same for both):
+ * PTC_RT_RECURRENCE (default): the chunk access program walked in order with compute, H2D,
+ * D2H and host CPU queues (transfers wait for buffers, compete for the link, host Adam trails
+ * the offloads); PTC_RT_APPENDIX: ProTrain's Appendix A.1 as written, each phase a sum over
+ * chunks of max(compute, communication) (docs/PROTRAIN.md §4). */
+enum { PTC_RT_RECURRENCE = 0, PTC_RT_APPENDIX = 1 };
+void ptc_model_set_runtime(ptc_model *M, int rt_model);
+int ptc_model_runtime(const ptc_model *M);
 const lc_layout *ptc_layout(const ptc_model *M);
 const lc_knobs *ptc_knobs(const ptc_model *M);
 
@@ -75,6 +84,9 @@ typedef struct ptc_search_opts {
     int keep_all;              /* 1: r->all lists every configuration evaluated */
     int no_bound;              /* 1: no time bound (evaluate every configuration whose memory
                                   fits; the same pick, more evaluations: for checking) */
+    int runtime_model;         /* PTC_RT_*, for the caller to give the model (pt_model_new);
+                                  the time bound holds for the recurrence only, so the search
+                                  runs unbounded under PTC_RT_APPENDIX */
 } ptc_search_opts;
 
 void ptc_search_opts_default(ptc_search_opts *o);

@@ -43,7 +43,8 @@ uint64_t pt_host_share(const trace_t *t, const machine_t *m)
 }
 
 const char *const pt_search_knob_names[] = {
-    "gpu_bytes", "mem_margin", "host_bytes", "max_swap", "tie_tol", "search_bound", NULL,
+    "gpu_bytes", "mem_margin", "host_bytes", "max_swap", "tie_tol", "search_bound",
+    "cost_model", NULL,
 };
 
 ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine_t *m,
@@ -62,9 +63,22 @@ ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine
     if (st) return st;
     so->max_swap = (int)ms;
     so->no_bound = bound == 0;
+    const char *cm = pol_knob_get(o, "cost_model");
+    if (cm && strcmp(cm, "appendix") == 0) so->runtime_model = PTC_RT_APPENDIX;
+    else if (cm && strcmp(cm, "recurrence") != 0)
+        return ms_fail(err, MS_ERR_INVALID, "knob cost_model=%s is not recurrence or appendix",
+                       cm);
     if (so->mem_margin < 0 || so->mem_margin >= 1)
         return ms_fail(err, MS_ERR_INVALID, "knob mem_margin=%g is not in [0,1)", so->mem_margin);
     return MS_OK;
+}
+
+ms_status pt_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
+                       const ptc_search_opts *so, ptc_model **out, ms_error *err)
+{
+    ms_status st = ptc_model_new(t, m, k, out, err);
+    if (st == MS_OK) ptc_model_set_runtime(*out, so->runtime_model);
+    return st;
 }
 
 ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err)
@@ -99,7 +113,7 @@ ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts
     if (!st) st = pt_search_opts_from(o, t, m, &so, err);
     if (st) return st;
     ptc_model *M;
-    if ((st = ptc_model_new(t, m, &k, &M, err))) return st;
+    if ((st = pt_model_new(t, m, &k, &so, &M, err))) return st;
     ptc_search_result r;
     memset(&r, 0, sizeof r);
     ptc_config cfg;
@@ -163,7 +177,7 @@ const pol_policy pol_protrain = {
     "backward) and per-block swap/checkpoint, chosen by a cost-model search",
     "ProTrain (Yang et al., automatic memory management for LLM training), Sec. 3 and App. A",
     "chunk_bytes host_bytes_per_param coll coll_link_eff gpu_bytes mem_margin host_bytes "
-    "max_swap n_persist n_buffer n_swap n_checkpoint",
+    "max_swap n_persist n_buffer n_swap n_checkpoint cost_model",
     pol_protrain_plan,
     PT_KNOBS,
 };

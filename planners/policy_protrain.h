@@ -33,6 +33,9 @@ ms_status pt_knobs_from_opts(const pol_opts *o, lc_knobs *k, ms_error *err);
 /* Search options from pol_opts for trace t on m. */
 ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine_t *m,
                               ptc_search_opts *so, ms_error *err);
+/* ptc_model_new with the runtime model so->runtime_model (knob cost_model). */
+ms_status pt_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
+                       const ptc_search_opts *so, ptc_model **out, ms_error *err);
 /* Host memory of one rank of trace t on m: host.mem_bytes / min(dp, node.gpus). */
 uint64_t pt_host_share(const trace_t *t, const machine_t *m);
 /* Records an estimate as plan knobs pred_iter_s, pred_fwd_s, pred_bwd_s, pred_gpu_optim_s,

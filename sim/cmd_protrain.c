@@ -384,7 +384,7 @@ static ms_status pick(const pt_opts *o, const char *model, uint64_t batch, int g
     ms_status st = make_trace(model, batch, gpus, o->seq, o->hf_eager, m, &t, err);
     if (!st) st = pt_protrain_knobs(&po, &k, err);
     if (!st) st = pt_search_opts_from(&po, t, m, &so, err);
-    if (!st) st = ptc_model_new(t, m, &k, &M, err);
+    if (!st) st = pt_model_new(t, m, &k, &so, &M, err);
     if (!st) {
         double t0 = now_s();
         so.keep_all = pe != NULL;
@@ -437,7 +437,7 @@ static int sub_search(const pt_opts *o)
     ms_status st = make_trace(o->model, o->batch, o->gpus, o->seq, o->hf_eager, &mp->m, &t, &err);
     if (!st) st = pt_protrain_knobs(&po, &k, &err);
     if (!st) st = pt_search_opts_from(&po, t, &mp->m, &so, &err);
-    if (!st) st = ptc_model_new(t, &mp->m, &k, &M, &err);
+    if (!st) st = pt_model_new(t, &mp->m, &k, &so, &M, &err);
     if (!st && pol_knob_get(&po, "n_persist") && pol_knob_get(&po, "n_buffer") &&
         pol_knob_get(&po, "n_swap") && pol_knob_get(&po, "n_checkpoint")) {
         /* a given configuration: no search */
@@ -817,7 +817,7 @@ static int sub_fig6(const pt_opts *o)
                                   &err);
         if (!st) st = pt_protrain_knobs(&po, &k, &err);
         if (!st) st = pt_search_opts_from(&po, t, &mp->m, &so, &err);
-        if (!st) st = ptc_model_new(t, &mp->m, &k, &M, &err);
+        if (!st) st = pt_model_new(t, &mp->m, &k, &so, &M, &err);
         so.keep_all = 1;
         if (!st) st = ptc_search(M, &so, &r, &err);
         /* every evaluated configuration, or an even sample of `validate` of them */

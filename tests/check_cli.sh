@@ -122,6 +122,9 @@ grep -q "any of these policies" "$T/err"; ok $? "compare says none of its polici
 expect 3 "--knob alpha: exit 3, pointing to --alpha" -- "$M" simulate $W --policy memo --knob alpha=0.5
 grep -q -- "--alpha" "$T/err"; ok $? "the message names --alpha"
 expect 3 "protrain: a misspelt knob: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tl=0
+expect 3 "protrain: cost_model neither recurrence nor appendix: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob cost_model=apendix
+grep -q "cost_model=apendix is not recurrence or appendix" "$T/err"; ok $? "the value and the choices are named"
+expect 0 "protrain: cost_model=appendix searches" -- "$M" protrain search --model gpt2-1b --batch 8 --knob cost_model=appendix
 expect 2 "--knob with --plan FILE: exit 2" -- "$M" simulate $W --plan "$T/p.plan" --knob keep_last=3
 expect 2 "a stray argument: exit 2" -- "$M" simulate $W --policy keep-all extra
 grep -q "unexpected argument 'extra'" "$T/err"; ok $? "the stray argument is named"

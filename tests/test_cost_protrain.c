@@ -1,7 +1,8 @@
 /* test_cost_protrain.c — ProTrain's cost models and search (planners/cost_protrain.c) and the
  * pieces of the chunk layout they rest on (planners/lower_chunks.c): the chunk-size search
  * and the interleaved block layout on hand-made inputs, the runtime model against
- * hand-computed cases (all persistent; all gathered, forward only), the static memory, the
+ * hand-computed cases (all persistent; all gathered, forward only; ProTrain's appendix model
+ * as written), the static memory, the
  * host-Adam bound, the search against a brute force over the whole space, its time bound
  * against every estimate and the bounded search against the unbounded one, and bad input
  * (chunk smaller than a parameter, nothing fits on the device or the host). */
@@ -173,6 +174,137 @@ static void test_runtime_hand(void)
     machine_profile_free(mp);
 }
 
+/* The appendix model (PTC_RT_APPENDIX) by hand on one GPU: each phase is the sum over chunks
+ * of max(compute in the chunk's window, its communication), T_iter = T_fwd + max(T_bwd +
+ * T_gpu_optim, T_cpu_optim). Windows: a forward step belongs to the newest chunk the forward
+ * has needed; a block's backward step to its forward step's window; the backward's other
+ * steps to the last forward window before the blocks, to the first after them. */
+static void test_appendix_hand(void)
+{
+    machine_profile *mp = small_machine(1e9);
+    trace_t *t = tiny_trace(&mp->m, 4, 2, 1);
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 2 * MiB;
+    ptc_model *M = NULL;
+    ms_error err;
+    TAP_OK(t && ptc_model_new(t, &mp->m, &k, &M, &err) == MS_OK, "appendix: model of a tiny trace");
+    if (!M) {
+        trace_free(t);
+        machine_profile_free(mp);
+        return;
+    }
+    ptc_model_set_runtime(M, PTC_RT_APPENDIX);
+    TAP_OK(ptc_model_runtime(M) == PTC_RT_APPENDIX, "appendix model selected");
+    const lc_layout *L = ptc_layout(M);
+    int N = (int)L->n_chunks;
+    double *cf = calloc((size_t)N, sizeof *cf), *cb = calloc((size_t)N, sizeof *cb);
+    int *win = calloc(L->n_steps, sizeof *win);
+    int w = 0, first = -1, lastw = 0, seen = 0;
+    for (size_t s = 0; s < L->n_steps; s++) {
+        if (L->steps[s].phase != TP_FWD) continue;
+        for (uint32_t q = 0; q < L->steps[s].n_need; q++)
+            if ((int)L->needs[L->steps[s].need_first + q] > w) w = (int)L->needs[L->steps[s].need_first + q];
+        if (first < 0) first = w;
+        win[s] = lastw = w;
+        cf[w] += L->steps[s].compute_us;
+    }
+    for (size_t s = 0; s < L->n_steps; s++) {
+        int j = L->steps[s].block;
+        if (L->steps[s].phase != TP_BWD) continue;
+        if (j >= 0 && L->fwd_step[j] >= 0) {
+            seen = 1;
+            w = win[L->fwd_step[j]];
+        } else {
+            w = seen ? first : lastw;
+        }
+        cb[w] += L->steps[s].compute_us;
+    }
+    /* all persistent: no communication on one GPU, T = compute + GPU Adam */
+    ptc_config all = {N, 0, 0, 0};
+    ptc_estimate e;
+    double P = sum_params(L);
+    double hand = (L->fwd_us + L->bwd_us + L->adam_gpu_us_per_param * P) / 1e6;
+    ms_status st = ptc_estimate_config(M, &all, &e, &err);
+    TAP_OK(st == MS_OK && e.valid && fabs(e.t_iter_s - hand) < 1e-9 * hand,
+           "appendix, all persistent: compute + GPU Adam (%.9f vs hand %.9f s)", e.t_iter_s, hand);
+    /* nothing persistent, a buffer per chunk (no reload in the backward): gathers in the
+     * forward, gradient offloads in the backward, host Adam beside the backward */
+    ptc_config np = {0, N, 0, 0};
+    double tf = 0, tb = 0, cpu = 0, rate = mp->m.link_h2d_Bps / 1e6;
+    for (int c = 0; c < N; c++) {
+        double x = ceil(2.0 * (double)L->chunks[c].params) / rate;
+        tf += cf[c] > x ? cf[c] : x;
+        tb += cb[c] > x ? cb[c] : x;
+        cpu += (double)L->chunks[c].params / 1e9 * 1e6;
+    }
+    hand = (tf + (tb > cpu ? tb : cpu)) / 1e6;
+    st = ptc_estimate_config(M, &np, &e, &err);
+    TAP_OK(st == MS_OK && e.valid &&
+               fabs(e.t_iter_s - hand) < 1e-9 * hand && fabs(e.t_fwd_s - tf / 1e6) < 1e-12 + 1e-9 * tf &&
+               fabs(e.t_cpu_optim_s - cpu / 1e6) < 1e-12 + 1e-9 * cpu,
+           "appendix, all gathered: sum of per-chunk max(compute, gather / offload) (%.9f vs "
+           "hand %.9f s)", e.t_iter_s, hand);
+    /* the memory model is the same under both runtime models */
+    ptc_estimate er;
+    ptc_model_set_runtime(M, PTC_RT_RECURRENCE);
+    st = ptc_estimate_config(M, &np, &er, &err);
+    TAP_OK(st == MS_OK && er.peak_bytes == e.peak_bytes &&
+               er.host_bytes == e.host_bytes,
+           "appendix and recurrence predict the same peak (%llu bytes)",
+           (unsigned long long)e.peak_bytes);
+    free(cf);
+    free(cb);
+    free(win);
+    ptc_model_free(M);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+/* The appendix model with two ranks and collectives through host memory: every chunk
+ * reduces its gradients in the backward (Eq. 6 charges T_reduce on all of them), the two ring
+ * halves at the duplex share; the all-gather after a persistent chunk's sharded Adam is not
+ * in the formula, so the recurrence, which has it, predicts more. */
+static void test_appendix_dp(void)
+{
+    machine_profile *mp = small_machine(1e9);
+    trace_t *t = tiny_trace(&mp->m, 4, 2, 2);
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 2 * MiB;
+    ptc_model *M = NULL;
+    ms_error err;
+    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
+        TAP_OK(0, "appendix dp 2: model");
+        trace_free(t);
+        machine_profile_free(mp);
+        return;
+    }
+    const lc_layout *L = ptc_layout(M);
+    int N = (int)L->n_chunks;
+    ptc_config all = {N, 0, 0, 0};
+    ptc_estimate er, ea;
+    ms_status st = ptc_estimate_config(M, &all, &er, &err);
+    ptc_model_set_runtime(M, PTC_RT_APPENDIX);
+    if (!st) st = ptc_estimate_config(M, &all, &ea, &err);
+    /* the reduce-scatter of chunk c: (dp-1)/dp of its fp16 bytes at coll_link_eff 0.5, each
+     * direction, both at the duplex share 0.75 GB/s; at least the backward's compute */
+    double red = 0, share = mp->m.link_duplex_Bps / 2 / 1e6;
+    for (int c = 0; c < N; c++)
+        red += ceil(2.0 * (double)L->chunks[c].params * 0.5 / 0.5) / share;
+    TAP_OK(st == MS_OK && ea.t_bwd_s >= red / 1e6 * (1 - 1e-9) &&
+               ea.t_bwd_s >= L->bwd_us / 1e6 * (1 - 1e-9) &&
+               ea.t_bwd_s <= (red + L->bwd_us) / 1e6 * (1 + 1e-9),
+           "appendix dp 2, all persistent: T_bwd %.6f s between max and sum of compute %.6f s "
+           "and reductions %.6f s", ea.t_bwd_s, L->bwd_us / 1e6, red / 1e6);
+    TAP_OK(st == MS_OK && er.t_iter_s > ea.t_iter_s,
+           "the recurrence adds the persistent all-gather the appendix leaves out (%.6f > %.6f s)",
+           er.t_iter_s, ea.t_iter_s);
+    ptc_model_free(M);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
 static void test_host_adam_bound(void)
 {
     machine_profile *mp = small_machine(1e6); /* a very slow host Adam */
@@ -269,7 +401,26 @@ static void test_search_brute(void)
            "the pick fits and nothing feasible is faster");
     TAP_OK(r.evaluated < r.space, "pruning: %zu of %zu configurations evaluated", r.evaluated,
            r.space);
+    uint64_t cap = r.capacity_bytes;
     ptc_search_result_clear(&r);
+    /* the appendix model: the search (unbounded in time) finds its brute-force optimum too */
+    ptc_model_set_runtime(M, PTC_RT_APPENDIX);
+    double best_a = INFINITY;
+    for (int np = 0; np <= N; np++)
+        for (int nb = 0; nb <= N - np; nb++)
+            for (int sw = 0; sw <= maxsw; sw++)
+                for (int ck = 0; ck + sw <= B; ck++) {
+                    ptc_config c = {np, nb, sw, ck};
+                    ptc_estimate e;
+                    if (ptc_estimate_config(M, &c, &e, &err) || !e.valid) continue;
+                    if (e.peak_bytes <= cap && e.t_iter_s < best_a) best_a = e.t_iter_s;
+                }
+    ms_status st = ptc_search(M, &so, &r, &err);
+    TAP_OK(st == MS_OK && r.found && isfinite(best_a) &&
+               fabs(r.best_est.t_iter_s - best_a) <= 1e-9 * best_a,
+           "appendix model: search finds the brute-force optimum (%.6f s)", best_a);
+    ptc_search_result_clear(&r);
+    ptc_model_set_runtime(M, PTC_RT_RECURRENCE);
     /* with the default tie tolerance the pick is within it of the optimum */
     ptc_search_opts_default(&so);
     so.max_swap = -1;
@@ -442,6 +593,8 @@ int main(void)
     test_chunk_search();
     test_block_roles();
     test_runtime_hand();
+    test_appendix_hand();
+    test_appendix_dp();
     test_host_adam_bound();
     test_search_brute();
     test_search_bound();

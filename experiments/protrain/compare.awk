@@ -1,8 +1,10 @@
 # compare.awk — prints ProTrain's published numbers (reference.tsv) next to memsim's
 # (`memsim protrain` outputs) with differences, and writes the figures' data files.
 # Usage (run.sh): awk -F'\t' -f compare.awk -v outdir=DIR reference.tsv table4.tsv
-#   table4_validation.tsv table2.tsv fig3.tsv search_times.txt
-# Files are told apart by name. Table 4 "regime" match: per parameter the class the value
+#   table4_validation.tsv [appendix/table4.tsv appendix/table4_validation.tsv] table2.tsv
+#   fig3.tsv search_times.txt
+# Files are told apart by name; Table 4 files under a directory `appendix` are the search
+# under ProTrain's appendix runtime model (knob cost_model=appendix). Table 4 "regime" match: per parameter the class the value
 # falls in — n_checkpoint: none / some / all blocks; n_swap: none / some; n_persist: none /
 # some / all chunks; n_buffer: 0 / 1-4 / 5 or more — a row matches when all four classes do
 # (row A, "RTX 3090 or A100", must match on both testbeds).
@@ -13,6 +15,52 @@ function cls_pe(v, n) { return v == 0 ? "none" : (v == n ? "all" : "some") }
 function cls_bu(v) { return v == 0 ? "0" : (v <= 4 ? "1-4" : "5+") }
 function base(f) { sub(/.*\//, "", f); return f }
 function abs(x) { return x < 0 ? -x : x }
+
+# Table 4 of model set ms against the paper, cell by cell and by regime.
+function print_table4(ms, title,    i, id, p, m, same, k, ok, hw, model, batch, rows, R, rowok) {
+    print title
+    printf "  %-3s %-9s %5s %-10s | %-22s | %-22s | %s\n", "id", "model", "batch", "hardware",
+        "paper  Nb ck sw Nc pe bu", "memsim Nb ck sw Nc pe bu", "cells  regime"
+    for (i = 1; i <= n4; i++) {
+        id = t4order[i]
+        split(t4p[id], p, " "); split(t4m[ms, id], m, " ")
+        same = 0
+        for (k = 1; k <= 6; k++) same += (p[k] == m[k])
+        ok = cls_ck(p[2], p[1]) == cls_ck(m[2], m[1]) && cls_sw(p[3]) == cls_sw(m[3]) &&
+             cls_pe(p[5], p[4]) == cls_pe(m[5], m[4]) && cls_bu(p[6]) == cls_bu(m[6])
+        rowok[id] = ok
+        hw = (id ~ /'/ || id == "C" || id == "E") ? "4xA100" : "4xRTX3090"
+        model = (id == "D" || id == "E") ? "gpt2-10b" : "gpt2-1b"
+        batch = (id == "B" || id == "C") ? 64 : 8
+        printf "  %-3s %-9s %5d %-10s | %3d %2d %2d %2d %2d %2d | %3d %2d %2d %2d %2d %2d | %d/6    %s\n",
+            id, model, batch, hw, p[1], p[2], p[3], p[4], p[5], p[6],
+            m[1], m[2], m[3], m[4], m[5], m[6], same, ok ? "match" : "differs"
+    }
+    rows = 0
+    split("A B C D E", R, " ")
+    for (i = 1; i <= 5; i++)
+        rows += (R[i] == "A") ? rowok["A"] && rowok["A'"] : rowok[R[i]]
+    printf "  rows whose regime matches (A needs both testbeds): %d of 5\n", rows
+}
+
+# The cost model of set ms against the simulation, per Table 4 search.
+function print_validation(ms, title,    i, id, k, tot, totok, maxt, maxm, o4t, o4m) {
+    print title
+    printf "  %-3s %7s %5s | %-24s | %-24s\n", "id", "configs", "ran", "time error mean/max (>4%)",
+        "peak error mean/max (>4%)"
+    tot = 0; totok = 0; maxt = 0; maxm = 0; o4t = 0; o4m = 0
+    for (i = 1; i <= n4; i++) {
+        id = t4order[i]; k = ms SUBSEP id
+        if (!(k in vn)) continue
+        printf "  %-3s %7d %5d | %6.2f%% / %6.2f%% (%4d) | %6.2f%% / %6.2f%% (%4d)\n", id, vn[k],
+            vok[k], vtm[k], vtx[k], vt4[k], vmm[k], vmx[k], vm4[k]
+        tot += vn[k]; totok += vok[k]; o4t += vt4[k]; o4m += vm4[k]
+        if (vtx[k] > maxt) maxt = vtx[k]
+        if (vmx[k] > maxm) maxm = vmx[k]
+    }
+    printf "  all: %d configurations, %d ran (the rest ran out of memory), time error max %.2f%% (%d over 4%%), peak error max %.2f%% (%d over 4%%); paper: within %s%%\n",
+        tot, totok, maxt, o4t, maxm, o4m, claim["fig6_max_error"]
+}
 
 BEGIN { FS = "\t"; nrow = 0 }
 
@@ -27,17 +75,19 @@ base(FILENAME) == "reference.tsv" {
     next
 }
 
+function model_set(f) { return f ~ /(^|\/)appendix\/[^\/]*$/ ? "appendix" : "recurrence" }
+
 base(FILENAME) == "table4.tsv" {
     if (FNR == 1 || $5 != "memsim") next
-    t4m[$1] = $6 " " $7 " " $8 " " $9 " " $10 " " $11
-    t4t[$1] = $12 "\t" $13 "\t" $14 "\t" $15
+    t4m[model_set(FILENAME), $1] = $6 " " $7 " " $8 " " $9 " " $10 " " $11
     next
 }
 
 base(FILENAME) == "table4_validation.tsv" {
     if (FNR == 1) next
-    vn[$1] = $2; vok[$1] = $3; vtm[$1] = $4; vtx[$1] = $5; vt4[$1] = $6
-    vmm[$1] = $7; vmx[$1] = $8; vm4[$1] = $9
+    k = model_set(FILENAME) SUBSEP $1
+    vn[k] = $2; vok[k] = $3; vtm[k] = $4; vtx[k] = $5; vt4[k] = $6
+    vmm[k] = $7; vmx[k] = $8; vm4[k] = $9
     next
 }
 
@@ -66,52 +116,16 @@ base(FILENAME) == "search_times.txt" {
 
 END {
     nb = split("ProTrain DeepSpeed Colossal-AI FSDP", BK, " ")
-    # ---------------- Table 4
-    print "Table 4: configurations the search picks (paper / memsim)"
-    printf "  %-3s %-9s %5s %-10s | %-22s | %-22s | %s\n", "id", "model", "batch", "hardware",
-        "paper  Nb ck sw Nc pe bu", "memsim Nb ck sw Nc pe bu", "cells  regime"
-    matched = 0
-    for (i = 1; i <= n4; i++) {
-        id = t4order[i]
-        split(t4p[id], p, " "); split(t4m[id], m, " ")
-        same = 0
-        for (k = 1; k <= 6; k++) same += (p[k] == m[k])
-        ok = cls_ck(p[2], p[1]) == cls_ck(m[2], m[1]) && cls_sw(p[3]) == cls_sw(m[3]) &&
-             cls_pe(p[5], p[4]) == cls_pe(m[5], m[4]) && cls_bu(p[6]) == cls_bu(m[6])
-        rowok[id] = ok
-        hw = (id ~ /'/ || id == "C" || id == "E") ? "4xA100" : "4xRTX3090"
-        model = (id == "D" || id == "E") ? "gpt2-10b" : "gpt2-1b"
-        batch = (id == "B" || id == "C") ? 64 : 8
-        printf "  %-3s %-9s %5d %-10s | %3d %2d %2d %2d %2d %2d | %3d %2d %2d %2d %2d %2d | %d/6    %s\n",
-            id, model, batch, hw, p[1], p[2], p[3], p[4], p[5], p[6],
-            m[1], m[2], m[3], m[4], m[5], m[6], same, ok ? "match" : "differs"
-    }
-    rows = 0
-    split("A B C D E", R, " ")
-    for (i = 1; i <= 5; i++) {
-        ok = (R[i] == "A") ? rowok["A"] && rowok["A'"] : rowok[R[i]]
-        rows += ok
-    }
-    printf "  rows whose regime matches (A needs both testbeds): %d of 5\n", rows
-    # ---------------- validation
-    print "\nCost model vs simulation, every configuration each Table 4 search evaluated"
-    printf "  %-3s %7s %5s | %-24s | %-24s\n", "id", "configs", "ran", "time error mean/max (>4%)",
-        "peak error mean/max (>4%)"
-    tot = 0; totok = 0; maxt = 0; maxm = 0; o4t = 0; o4m = 0
-    for (i = 1; i <= n4; i++) {
-        id = t4order[i]
-        if (!(id in vn)) continue
-        printf "  %-3s %7d %5d | %6.2f%% / %6.2f%% (%4d) | %6.2f%% / %6.2f%% (%4d)\n", id, vn[id],
-            vok[id], vtm[id], vtx[id], vt4[id], vmm[id], vmx[id], vm4[id]
-        tot += vn[id]; totok += vok[id]; o4t += vt4[id]; o4m += vm4[id]
-        if (vtx[id] > maxt) maxt = vtx[id]
-        if (vmx[id] > maxm) maxm = vmx[id]
-    }
-    printf "  all: %d configurations, %d ran (the rest ran out of memory), time error max %.2f%% (%d over 4%%), peak error max %.2f%% (%d over 4%%); paper: within %s%%\n",
-        tot, totok, maxt, o4t, maxm, o4m, claim["fig6_max_error"]
+    # ---------------- Table 4 and the cost model against the simulation, per runtime model
+    print_table4("recurrence", "Table 4: configurations the search picks (paper / memsim)")
+    print_validation("recurrence", "\nCost model vs simulation, every configuration each Table 4 search evaluated")
     if (st_n)
         printf "  search time (ptc_search alone, this build box): mean %.3f s, max %.3f s over %d searches; paper: %s s\n",
             st_sum / st_n, st_max, st_n, claim["search_time"]
+    if (("appendix" SUBSEP "A") in t4m) {
+        print_table4("appendix", "\nTable 4 under ProTrain's appendix runtime model (cost_model=appendix; paper / memsim)")
+        print_validation("appendix", "\nThe appendix model vs simulation, every configuration each search evaluated")
+    }
     # ---------------- Table 2
     print "\nTable 2: largest trainable GPT-2 (billions of parameters; paper / memsim)"
     n2 = split("RTX3090:1 RTX3090:4 A100:1 A100:4", C2, " ")
