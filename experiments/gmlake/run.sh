@@ -8,11 +8,21 @@
 #      stitching, expandable and static allocators on an A100 80 GB, and the imported traces;
 #   4. prints the comparison with the paper (compare.sh against reference.tsv);
 #   5. draws the figures (plots/gmlake_*.gp, PNG and SVG).
-# Everything lands in out/gmlake/ (summary.txt is the printed comparison). Extra arguments go to
-# `memsim gmlake` (see `memsim gmlake --help`). About 30 s on a 2-core x86-64 box.
+# usage: experiments/gmlake/run.sh [OUTDIR] [memsim gmlake options]
+# Everything lands in OUTDIR (default $OUT, else out/gmlake/; summary.txt is the printed
+# comparison). The other arguments go to `memsim gmlake` (see `memsim gmlake --help`). About
+# 30 s on a 2-core x86-64 box.
 set -euo pipefail
+# An optional first argument not starting with '-' is the output directory (as for the other
+# experiments), relative to the caller's directory; else $OUT, else out/gmlake.
+out_arg=
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+    out_arg=$1
+    shift
+    case "$out_arg" in /*) ;; *) out_arg="$PWD/$out_arg" ;; esac
+fi
 cd "$(dirname "$0")/../.."
-out=${OUT:-out/gmlake}
+out=${out_arg:-${OUT:-out/gmlake}}
 start=$(date +%s)
 
 if [ -z "${MEMSIM:-}" ]; then

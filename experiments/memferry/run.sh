@@ -9,13 +9,22 @@
 #      two inputs the paper does not give (host Adam rate, batch);
 #   3. prints the paper-vs-memsim table (reference.tsv; summary.txt);
 #   4. draws the figures (plots/memferry_*.gp, PNG and SVG).
-# Everything lands in out/memferry/ (plans/ holds every plan: the shadow models). Extra
-# arguments go to `memsim memferry` (see `memsim memferry --help`). About 2 s on a 2-core
-# x86-64 box. Exit status: 0 when the runs completed (rows that miss the paper are marked MISS
-# in summary.txt), else memsim's error status.
+# usage: experiments/memferry/run.sh [OUTDIR] [memsim memferry options]
+# Everything lands in OUTDIR (default $OUT, else out/memferry/; plans/ holds every plan: the
+# shadow models). The other arguments go to `memsim memferry` (see `memsim memferry --help`).
+# About 2 s on a 2-core x86-64 box. Exit status: 0 when the runs completed (rows that miss the
+# paper are marked MISS in summary.txt), else memsim's error status.
 set -euo pipefail
+# An optional first argument not starting with '-' is the output directory (as for the other
+# experiments), relative to the caller's directory; else $OUT, else out/memferry.
+out_arg=
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+    out_arg=$1
+    shift
+    case "$out_arg" in /*) ;; *) out_arg="$PWD/$out_arg" ;; esac
+fi
 cd "$(dirname "$0")/../.."
-out=${OUT:-out/memferry}
+out=${out_arg:-${OUT:-out/memferry}}
 start=$(date +%s)
 
 if [ -z "${MEMSIM:-}" ]; then
