@@ -164,8 +164,10 @@ ms_status pol_fsdp_offload_plan(const trace_t *t, const machine_t *m, const pol_
     b.k.param_xfer_bytes = 4;     /* the fp32 shard goes to the GPU, cast there to bf16 */
     b.k.grad_xfer_bytes = 4;      /* fp32 gradient shard back to the host */
     b.k.overlap_host_adam = 0;
-    b.k.host_adam_scale = 0.25;   /* torch.optim.Adam on the CPU (foreach, not the vectorized
-                                     DeepSpeed kernel): assumed 4x slower */
+    b.k.host_adam_scale = 0.25;   /* torch.optim.Adam on the CPU (foreach, not a vectorized
+                                     kernel): 0.25-0.28 of PyTorch's fused CPU Adam at 1-16
+                                     threads, measured on the lent H200's host
+                                     (experiments/memferry/host_probe_h200/cpu_adam.csv) */
     b.k.reuse_resident = 0;       /* reshard_after_forward */
     b.k.prefetch_depth = 1;       /* BACKWARD_PRE prefetch of the next unit */
     b.min_buffers = 2;
