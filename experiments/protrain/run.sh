@@ -57,15 +57,24 @@ mkdir -p "$out/appendix"
 #    per testbed for the plot (table4_validation.tsv has the statistics over all of them).
 "$MEMSIM" protrain fig6 --model gpt2-10b --batch 8 --validate 150 --knob search_bound=0 -o "$out" \
     "${opts[@]}"
+#    The same configurations predicted by ProTrain's appendix formula (the search is unbounded
+#    in both, so it evaluates the same configurations and the sample is the same).
+"$MEMSIM" protrain fig6 --model gpt2-10b --batch 8 --validate 150 --knob search_bound=0 \
+    --knob cost_model=appendix -o "$out/appendix" "${opts[@]}"
 
 # 5. The comparison and the plot data.
 awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$out/table4.tsv" \
     "$out/table4_validation.tsv" "$out/appendix/table4.tsv" "$out/appendix/table4_validation.tsv" \
     "$out/table2.tsv" "$out/fig3.tsv" "$out/search_times.txt" > "$out/compare.txt"
 for hw in RTX3090 A100; do
-    awk -F'\t' -v hw="$hw" 'NR > 1 && $1 == hw && $11 == "ok" { print $8 "\t" $6 "\t" $7 "\t" $9 }' \
-        "$out/fig6.tsv" | sort -g | awk -F'\t' 'BEGIN { print "# index pred_s sim_s pred_peak_gib sim_peak_gib" }
-        { print NR "\t" $2 "\t" $3 "\t" $1 "\t" $4 }' > "$out/fig6_$hw.dat"
+    # the appendix formula's prediction of each configuration joined on (testbed, configuration)
+    awk -F'\t' -v hw="$hw" 'FNR == 1 { f++; next }
+        f == 1 { app[$1 SUBSEP $2 SUBSEP $3 SUBSEP $4 SUBSEP $5] = $6; next }
+        $1 == hw && $11 == "ok" { k = $1 SUBSEP $2 SUBSEP $3 SUBSEP $4 SUBSEP $5
+            print $8 "\t" $6 "\t" $7 "\t" $9 "\t" ((k in app) ? app[k] : "NaN") }' \
+        "$out/appendix/fig6.tsv" "$out/fig6.tsv" | sort -g |
+        awk -F'\t' 'BEGIN { print "# index pred_s sim_s pred_peak_gib sim_peak_gib appendix_pred_s" }
+        { print NR "\t" $2 "\t" $3 "\t" $1 "\t" $4 "\t" $5 }' > "$out/fig6_$hw.dat"
 done
 
 # 6. Figures.
