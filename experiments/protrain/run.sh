@@ -12,7 +12,7 @@
 #        MEMSIM=path/to/memsim; extra memsim protrain options in PT_OPTS, e.g.
 #        PT_OPTS="--knob coll_link_eff=1" or "--flash")
 # Writes OUTDIR/table4.tsv, table4_validation.tsv (every configuration each Table 4 search
-# evaluated, simulated), appendix/ (the same under ProTrain's appendix runtime model),
+# evaluated, simulated), appendix/ (those and fig6.tsv under ProTrain's appendix formula),
 # search_times.txt, table2.tsv, fig3.tsv, fig6.tsv (a sample of Figure
 # 6's configurations), compare.txt (the printed comparison), the plot data (*.dat) and
 # protrain_table2, protrain_fig3, protrain_fig6 as .png and .svg.
