@@ -472,6 +472,18 @@ static double xfer(srv *v, int dir, double ready, double bytes)
     return xfer_p(v, dir, ready, bytes, 0);
 }
 
+/* The servers at time 0 with M's link rates. */
+static srv srv_idle(const ptc_model *M)
+{
+    srv v = {0};
+    v.rh = M->m.link_h2d_Bps / 1e6;
+    v.rd = M->m.link_d2h_Bps / 1e6;
+    v.dup = M->m.link_duplex_Bps / 1e6;
+    v.lat = M->m.link_small_copy_us > 0 ? M->m.link_small_copy_us : 0;
+    v.piece = (double)M->L->chunk_bytes;
+    return v;
+}
+
 /* The prefetch of swapped block i: starts when the H2D queue reaches it. */
 static void swap_in(ptc_model *M, srv *v, int i)
 {
@@ -588,12 +600,7 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
     if (st != MS_OK) return st;
     memset(e, 0, sizeof *e);
     e->valid = 1;
-    srv v = {0};
-    v.rh = M->m.link_h2d_Bps / 1e6;
-    v.rd = M->m.link_d2h_Bps / 1e6;
-    v.dup = M->m.link_duplex_Bps / 1e6;
-    v.lat = M->m.link_small_copy_us > 0 ? M->m.link_small_copy_us : 0;
-    v.piece = (double)L->chunk_bytes;
+    srv v = srv_idle(M);
     double *ld_end = M->ld_end, *tstart = M->ld_end + bp->n_loads; /* then per step */
     double *tend = M->tend;
     /* loads by step (they come sorted by step) */
@@ -760,12 +767,7 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
  * halves of a collective through host memory. us. */
 static double alone_us(const ptc_model *M, double h, double d, int paired)
 {
-    srv v = {0};
-    v.rh = M->m.link_h2d_Bps / 1e6;
-    v.rd = M->m.link_d2h_Bps / 1e6;
-    v.dup = M->m.link_duplex_Bps / 1e6;
-    v.lat = M->m.link_small_copy_us > 0 ? M->m.link_small_copy_us : 0;
-    v.piece = (double)M->L->chunk_bytes;
+    srv v = srv_idle(M);
     double a = xfer_p(&v, 0, 0, h, paired), b = xfer_p(&v, 1, 0, d, paired);
     return a > b ? a : b;
 }

@@ -174,6 +174,25 @@ static void test_runtime_hand(void)
     machine_profile_free(mp);
 }
 
+/* The cost model of trace t on mp with 2 MiB chunks; on failure one failed check, t and mp
+ * freed, NULL. */
+static ptc_model *search_model(machine_profile *mp, trace_t *t, int shard, const char *what)
+{
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 2 * MiB;
+    k.persist_shard = shard;
+    ptc_model *M = NULL;
+    ms_error err;
+    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
+        TAP_OK(0, "%s: %s", what, t ? err.msg : "no trace");
+        trace_free(t);
+        machine_profile_free(mp);
+        return NULL;
+    }
+    return M;
+}
+
 /* The appendix model (PTC_RT_APPENDIX) by hand on one GPU: each phase is the sum over chunks
  * of max(compute in the chunk's window, its communication), T_iter = T_fwd + max(T_bwd +
  * T_gpu_optim, T_cpu_optim). Windows: a forward step belongs to the newest chunk the forward
@@ -183,17 +202,9 @@ static void test_appendix_hand(void)
 {
     machine_profile *mp = small_machine(1e9);
     trace_t *t = tiny_trace(&mp->m, 4, 2, 1);
-    lc_knobs k;
-    lc_knobs_default(&k);
-    k.chunk_bytes = 2 * MiB;
-    ptc_model *M = NULL;
+    ptc_model *M = search_model(mp, t, 1, "appendix: model of a tiny trace");
+    if (!M) return;
     ms_error err;
-    TAP_OK(t && ptc_model_new(t, &mp->m, &k, &M, &err) == MS_OK, "appendix: model of a tiny trace");
-    if (!M) {
-        trace_free(t);
-        machine_profile_free(mp);
-        return;
-    }
     ptc_model_set_runtime(M, PTC_RT_APPENDIX);
     TAP_OK(ptc_model_runtime(M) == PTC_RT_APPENDIX, "appendix model selected");
     const lc_layout *L = ptc_layout(M);
@@ -269,17 +280,9 @@ static void test_appendix_dp(void)
 {
     machine_profile *mp = small_machine(1e9);
     trace_t *t = tiny_trace(&mp->m, 4, 2, 2);
-    lc_knobs k;
-    lc_knobs_default(&k);
-    k.chunk_bytes = 2 * MiB;
-    ptc_model *M = NULL;
+    ptc_model *M = search_model(mp, t, 1, "appendix dp 2: model");
+    if (!M) return;
     ms_error err;
-    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
-        TAP_OK(0, "appendix dp 2: model");
-        trace_free(t);
-        machine_profile_free(mp);
-        return;
-    }
     const lc_layout *L = ptc_layout(M);
     int N = (int)L->n_chunks;
     ptc_config all = {N, 0, 0, 0};
@@ -335,24 +338,6 @@ static void test_host_adam_bound(void)
     machine_profile_free(mp);
 }
 
-/* The cost model of trace t on mp with 2 MiB chunks; on failure one failed check, t and mp
- * freed, NULL. */
-static ptc_model *search_model(machine_profile *mp, trace_t *t, int shard, const char *what)
-{
-    lc_knobs k;
-    lc_knobs_default(&k);
-    k.chunk_bytes = 2 * MiB;
-    k.persist_shard = shard;
-    ptc_model *M = NULL;
-    ms_error err;
-    if (!t || ptc_model_new(t, &mp->m, &k, &M, &err)) {
-        TAP_OK(0, "%s: %s", what, t ? err.msg : "no trace");
-        trace_free(t);
-        machine_profile_free(mp);
-        return NULL;
-    }
-    return M;
-}
 
 /* Search options over the whole space (any number of swaps) with the given tie band. */
 static ptc_search_opts search_opts(double tie)
