@@ -45,6 +45,7 @@ struct ptc_model {
     double *own_b, *ring_b, *grad_b, *hadam_us; /* per chunk: bytes and host Adam time */
     double *nvg_h, *nvr_d, *nvp_d;/* per chunk, LC_COLL_STREAM: all-gather on H2D, reduce-scatter
                                      on D2H, persistent reduction on D2H, as copy bytes */
+    int32_t *first_use;       /* per chunk: the first step that needs it (-1: none) */
     int rt_model;             /* PTC_RT_RECURRENCE or PTC_RT_APPENDIX */
     double *ax;               /* appendix model scratch: 5 per chunk + 1 per step */
 };
@@ -94,6 +95,7 @@ void ptc_model_free(ptc_model *M)
     free(M->nvr_d);
     free(M->nvp_d);
     free(M->ax);
+    free(M->first_use);
     free(M);
 }
 
@@ -339,6 +341,7 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     M->nvr_d = calloc(C, sizeof *M->nvr_d);
     M->nvp_d = calloc(C, sizeof *M->nvp_d);
     M->ax = calloc(5 * C + S, sizeof *M->ax);
+    M->first_use = malloc(C * sizeof *M->first_use);
     prof p = {.t = t, .M = M};
     roof_params_default(&p.roof);
     p.idx = u64map_new(4096);
@@ -349,7 +352,8 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
         !M->deferred ||
         !M->ld_end || !p.idx || !p.lo || !p.hi || !M->ck_pre || !M->sw_pre || !M->bwd_j ||
         !M->fin_off || !M->fin || !M->ld_off || !M->tend || !M->ag_us || !M->ar_us || !M->own_b ||
-        !M->ring_b || !M->grad_b || !M->hadam_us || !M->nvg_h || !M->nvr_d || !M->nvp_d || !M->ax)
+        !M->ring_b || !M->grad_b || !M->hadam_us || !M->nvg_h || !M->nvr_d || !M->nvp_d || !M->ax ||
+        !M->first_use)
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK) st = profile(&p, err);
     for (size_t c = 0; st == MS_OK && c < M->L->n_chunks; c++) { /* per-chunk constants */
@@ -366,6 +370,13 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
             M->nvp_d[c] = ceil((M->k.persist_shard ? M->ag_us[c] : M->ar_us[c]) *
                                m->link_d2h_Bps / 1e6);
         }
+    }
+    if (st == MS_OK) { /* the first step that needs each chunk */
+        const lc_layout *L = M->L;
+        for (size_t c = 0; c <= L->n_chunks; c++) M->first_use[c] = -1;
+        for (size_t i = L->n_steps; i-- > 0;)
+            for (uint32_t j = 0; j < L->steps[i].n_need; j++)
+                M->first_use[L->needs[L->steps[i].need_first + j]] = (int32_t)i;
     }
     if (st == MS_OK) { /* backward steps: which blocks are still ahead */
         const lc_layout *L = M->L;
@@ -591,8 +602,38 @@ int ptc_swap_interval(const ptc_model *M)
 static void appendix_times(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
                            ptc_estimate *e);
 
+/* Whether the persistent chunks' all-gathers can move to the next iteration's start: they
+ * exist (sharded states, several ranks) and are copies on the link or the copy streams. */
+static int persist_gather_movable(const ptc_model *M, const ptc_config *c)
+{
+    return c->n_persist > 0 && M->k.persist_shard && M->L->dp > 1 &&
+           (M->coll == LC_COLL_LINK || M->coll == LC_COLL_STREAM);
+}
+
+static ms_status estimate_run(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
+                              int defer, ptc_estimate *e, ms_error *err);
+
+/* The estimate of c under the knob persist_gather; auto: the faster of the two placements
+ * (the step's, on a tie; always the step's under the appendix formula, which charges the
+ * all-gather nowhere). */
 static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
                                ptc_estimate *e, ms_error *err)
+{
+    int pg = M->k.persist_gather;
+    if (!persist_gather_movable(M, c) || pg == LC_PG_STEP ||
+        (pg == LC_PG_AUTO && M->rt_model == PTC_RT_APPENDIX))
+        return estimate_run(M, c, bp, 0, e, err);
+    if (pg == LC_PG_NEXT) return estimate_run(M, c, bp, 1, e, err);
+    ptc_estimate en;
+    ms_status st = estimate_run(M, c, bp, 1, &en, err);
+    if (!st) st = estimate_run(M, c, bp, 0, e, err);
+    if (!st && en.t_iter_s < e->t_iter_s) *e = en;
+    return st;
+}
+
+/* One estimate of c; defer: the persistent chunks' all-gathers run at the iteration's start. */
+static ms_status estimate_run(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
+                              int defer, ptc_estimate *e, ms_error *err)
 {
     const lc_layout *L = M->L;
     int N = L->n_blocks, dp = L->dp, lead = M->k.swap_lead;
@@ -636,10 +677,26 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
         double d = ring > 0 ? xfer_p(&v, 1, ready, ring, 1) : ready;                         \
         ld_end[next++] = h > d ? h : d;                                                      \
     }
+    /* persist_gather=next: the persistent chunks' all-gathers of the last step's updates lead
+     * the link queues at the iteration's start, before the buffers' first loads */
+    e->persist_gather = defer ? LC_PG_NEXT : LC_PG_STEP;
+    for (int ci = 0; defer && ci < c->n_persist; ci++) {
+        if (M->first_use[ci] < 0) continue;
+        if (M->coll == LC_COLL_STREAM) M->pag[ci] = xfer(&v, 0, 0, M->nvg_h[ci]);
+        else {
+            double a = xfer_p(&v, 1, 0, M->ring_b[ci], 1), b = xfer_p(&v, 0, 0, M->ring_b[ci], 1);
+            M->pag[ci] = a > b ? a : b;
+        }
+    }
     EMIT_LOADS(-1);
     for (size_t s = 0; s < L->n_steps; s++) {
         const lc_step *S = &L->steps[s];
         int j = S->block;
+        for (uint32_t q = 0; defer && q < S->n_need; q++) {
+            uint32_t ci = L->needs[S->need_first + q];
+            if ((int)ci < c->n_persist && M->first_use[ci] == (int32_t)s && M->pag[ci] > v.c)
+                v.c = M->pag[ci];
+        }
         if (S->phase == TP_BWD) {
             if (!prev_bwd) {
                 t_fwd = v.c;
@@ -712,7 +769,7 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
             M->prs[ci] > v.c)
             v.c = M->prs[ci];
         v.c += L->adam_gpu_us_per_param * (double)opt_params(M, ci);
-        if (dp <= 1 || !M->k.persist_shard) continue;
+        if (dp <= 1 || !M->k.persist_shard || defer) continue;
         if (M->coll == LC_COLL_COMPUTE) v.c += M->ag_us[ci];
         else if (M->coll == LC_COLL_STREAM) M->pag[ci] = xfer(&v, 0, v.c, M->nvg_h[ci]);
         else {
@@ -726,7 +783,8 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
         int ci = M->deferred[i];
         v.cpu = (v.cpu > M->off[ci] ? v.cpu : M->off[ci]) + M->hadam_us[ci];
     }
-    if ((M->coll == LC_COLL_LINK || M->coll == LC_COLL_STREAM) && dp > 1 && M->k.persist_shard)
+    if ((M->coll == LC_COLL_LINK || M->coll == LC_COLL_STREAM) && dp > 1 && M->k.persist_shard &&
+        !defer)
         for (int ci = 0; ci < c->n_persist; ci++)
             if (M->pag[ci] > v.c) v.c = M->pag[ci];
     double gpu_end = v.c;

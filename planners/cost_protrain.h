@@ -34,6 +34,9 @@ typedef struct ptc_estimate {
     uint64_t static_bytes;     /* chunks, optimizer shards, buffers */
     uint64_t act_peak_bytes;   /* activations at the peak */
     uint64_t host_bytes;       /* host memory of this rank (states, staging, swapped blocks) */
+    int persist_gather;        /* LC_PG_STEP or LC_PG_NEXT: where the persistent chunks'
+                                  all-gathers run in this estimate (knob persist_gather=auto
+                                  takes the faster) */
 } ptc_estimate;
 
 typedef struct ptc_model ptc_model;

@@ -73,7 +73,7 @@ const char *const lc_knob_names[] = {
     "chunks", "chunk_by", "coll", "chunk_bytes", "chunk_search", "n_persist", "n_buffer",
     "n_swap", "n_checkpoint", "host_bytes_per_param", "gpu_opt_bytes_per_param",
     "param_xfer_bytes", "grad_xfer_bytes", "coll_link_eff", "overlap_host_adam",
-    "persist_shard", "staging_separate", "host_adam_scale", "step_sync", "reuse",
+    "persist_shard", "persist_gather", "staging_separate", "host_adam_scale", "step_sync", "reuse",
     "prefetch_depth", "swap_lead", "init_device_bytes", NULL,
 };
 
@@ -112,6 +112,15 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
     if (!st) st = kn_dbl(p, "coll_link_eff", 1e-3, &k->coll_link_eff, err);
     if (!st) st = kn_int(p, "overlap_host_adam", 0, &k->overlap_host_adam, err);
     if (!st) st = kn_int(p, "persist_shard", 0, &k->persist_shard, err);
+    const char *pg = plan_get_knob(p, "persist_gather");
+    if (!st && pg) {
+        if (!strcmp(pg, "step")) k->persist_gather = LC_PG_STEP;
+        else if (!strcmp(pg, "next")) k->persist_gather = LC_PG_NEXT;
+        else if (!strcmp(pg, "auto")) k->persist_gather = LC_PG_AUTO;
+        else
+            st = ms_fail(err, MS_ERR_INVALID,
+                         "plan knob persist_gather=%s: expected step, next or auto", pg);
+    }
     if (!st) st = kn_int(p, "staging_separate", 0, &k->staging_separate, err);
     if (!st) st = kn_dbl(p, "host_adam_scale", 1e-6, &k->host_adam_scale, err);
     if (!st) st = kn_int(p, "step_sync", 0, &k->step_sync, err);
@@ -158,6 +167,10 @@ ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
     if (!st) st = put_knob(p, "staging_separate", "%d", k->staging_separate);
     if (!st) st = put_knob(p, "host_adam_scale", "%g", k->host_adam_scale);
     if (!st) st = put_knob(p, "step_sync", "%d", k->step_sync);
+    if (!st)
+        st = put_knob(p, "persist_gather", "%s",
+                      k->persist_gather == LC_PG_NEXT ? "next"
+                      : k->persist_gather == LC_PG_AUTO ? "auto" : "step");
     if (!st) st = put_knob(p, "reuse", "%d", k->reuse_resident);
     if (!st) st = put_knob(p, "prefetch_depth", "%d", k->prefetch_depth);
     if (!st) st = put_knob(p, "swap_lead", "%d", k->swap_lead);
@@ -902,6 +915,7 @@ typedef struct lcw {
     uint32_t *rel_ev;            /* per step */
     uint8_t *rel_need;
     uint32_t *off_ev, *adam_ev, *prs_ev, *pag_ev; /* per chunk */
+    int32_t *first_use;          /* per chunk: the first step that needs it, -1 none */
     uint8_t *have_adam;
     uint32_t iter_ev;
     size_t *fwd_lo, *fwd_hi;     /* per block, record range of its forward segment */
@@ -1319,6 +1333,40 @@ static ms_status replay_block(lcw *w, int32_t j)
     return st;
 }
 
+/* ---- persistent chunks' all-gathers ---- */
+
+/* Whether the persistent chunks' all-gathers move to the next iteration's start
+ * (persist_gather=next; only where they are copies on the link or the copy streams). */
+static int gather_deferred(const lcw *w)
+{
+    return w->k.persist_gather == LC_PG_NEXT && w->k.persist_shard && w->dp > 1 &&
+           (w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM);
+}
+
+/* The all-gather of persistent chunk c's updated shards after event `after` (recorded on the
+ * compute stream): over NVLink on the prefetch stream, or through host memory as the two
+ * halves of a ring on the copy streams. Records pag_ev[c] when it is done. */
+static ms_status persist_allgather(lcw *w, int c, uint32_t after)
+{
+    uint64_t id = lc_id(LC_ID_PERSIST, (uint32_t)c);
+    ms_status st;
+    if (w->coll == LC_COLL_STREAM) {
+        st = wev(w, SA_WAIT, SS_H2D, after);
+        if (!st)
+            st = wcopy(w, SA_COPY_H2D, SS_H2D, id,
+                       nv_equiv(w, lc_coll_us(w->m, c_gathered(w, c), w->dp), 0));
+    } else {
+        uint64_t ring = c_ring_link(w, c);
+        st = wev(w, SA_WAIT, SS_D2H, after);
+        if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
+        if (!st) st = wev(w, SA_WAIT, SS_H2D, after);
+        if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, ring);
+    }
+    w->pag_ev[c] = new_ev(w);
+    if (!st) st = wev(w, SA_RECORD, SS_H2D, w->pag_ev[c]);
+    return st;
+}
+
 /* ---- steps ---- */
 
 static ms_status pre_step(lcw *w, int32_t s)
@@ -1326,6 +1374,11 @@ static ms_status pre_step(lcw *w, int32_t s)
     const lc_step *S = &w->L->steps[s];
     int32_t j = S->block, N = w->L->n_blocks, lead = w->k.swap_lead;
     ms_status st = MS_OK;
+    for (uint32_t q = 0; gather_deferred(w) && st == MS_OK && q < S->n_need; q++) {
+        uint32_t c = w->L->needs[S->need_first + q];
+        if ((int)c < w->k.n_persist && w->first_use[c] == s)
+            st = wev(w, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
+    }
     if (S->phase == TP_BWD) {
         int first_bwd = s == 0 || w->L->steps[s - 1].phase != TP_BWD;
         if (first_bwd)
@@ -1481,6 +1534,10 @@ static ms_status iter_begin(lcw *w, int64_t value)
         if (w->rel_need[i]) w->rel_ev[i] = new_ev(w);
     w->iter_ev = new_ev(w);
     ms_status st = wev(w, SA_RECORD, SS_COMPUTE, w->iter_ev);
+    /* persist_gather=next: the last step's updates of the persistent chunks, all-gathered
+     * ahead of the buffers' first loads */
+    for (int c = 0; gather_deferred(w) && st == MS_OK && c < w->k.n_persist; c++)
+        if (w->first_use[c] >= 0) st = persist_allgather(w, c, w->iter_ev);
     if (!st) st = emit_loads_after(w, -1);
     return st;
 }
@@ -1503,29 +1560,14 @@ static ms_status iter_end(lcw *w)
         if (!st)
             st = wcompute(w, -1, w->L->adam_gpu_us_per_param * (double)p_opt_params(w, c), -1, 0);
         w->rep.gpu_adam++;
-        if (st || w->dp <= 1 || !w->k.persist_shard) continue;
+        if (st || w->dp <= 1 || !w->k.persist_shard || gather_deferred(w)) continue;
         if (w->coll == LC_COLL_COMPUTE) {
             st = wcompute(w, -1, lc_coll_us(w->m, c_gathered(w, c), w->dp), -1, 0);
             continue;
         }
-        uint64_t id = lc_id(LC_ID_PERSIST, (uint32_t)c), ring = c_ring_link(w, c);
         uint32_t g = new_ev(w);
         st = wev(w, SA_RECORD, SS_COMPUTE, g);
-        if (w->coll == LC_COLL_STREAM) { /* the NVLink all-gather, on the prefetch stream */
-            if (!st) st = wev(w, SA_WAIT, SS_H2D, g);
-            if (!st)
-                st = wcopy(w, SA_COPY_H2D, SS_H2D, id,
-                           nv_equiv(w, lc_coll_us(w->m, c_gathered(w, c), w->dp), 0));
-            w->pag_ev[c] = new_ev(w);
-            if (!st) st = wev(w, SA_RECORD, SS_H2D, w->pag_ev[c]);
-            continue;
-        }
-        if (!st) st = wev(w, SA_WAIT, SS_D2H, g);
-        if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
-        if (!st) st = wev(w, SA_WAIT, SS_H2D, g);
-        if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, ring);
-        w->pag_ev[c] = new_ev(w);
-        if (!st) st = wev(w, SA_RECORD, SS_H2D, w->pag_ev[c]);
+        if (!st) st = persist_allgather(w, c, g);
     }
     /* host Adam after the backward (systems that do not overlap it) */
     if (!st && w->n_deferred) st = wev(w, SA_WAIT, SS_HOST, bwd_end);
@@ -1534,7 +1576,7 @@ static ms_status iter_end(lcw *w)
     }
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++)
         if ((w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1 &&
-            w->k.persist_shard)
+            w->k.persist_shard && !gather_deferred(w))
             st = wev(w, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
     if (!st && w->k.step_sync && w->last_adam >= 0)
         st = wev(w, SA_WAIT, SS_COMPUTE, (uint32_t)w->last_adam);
@@ -1651,6 +1693,7 @@ static ms_status lcw_alloc(lcw *w)
     w->adam_ev = calloc(nc, sizeof *w->adam_ev);
     w->prs_ev = calloc(nc, sizeof *w->prs_ev);
     w->pag_ev = calloc(nc, sizeof *w->pag_ev);
+    w->first_use = malloc((nc + 1) * sizeof *w->first_use);
     w->have_adam = calloc(nc, 1);
     w->deferred = calloc(nc, sizeof *w->deferred);
     w->fwd_lo = calloc(nb, sizeof *w->fwd_lo);
@@ -1663,9 +1706,13 @@ static ms_status lcw_alloc(lcw *w)
     w->tidx = u64map_new(4096);
     if (!w->ld_ev || !w->ld2_ev || !w->rel_ev || !w->rel_need || !w->off_ev || !w->adam_ev ||
         !w->prs_ev || !w->pag_ev || !w->have_adam || !w->deferred || !w->fwd_lo || !w->fwd_hi ||
-        !w->e2 || !w->e4 || !w->roles || !w->buf_off || !w->state || !w->tidx)
+        !w->e2 || !w->e4 || !w->roles || !w->buf_off || !w->state || !w->tidx || !w->first_use)
         return ms_fail(w->err, MS_ERR_NOMEM, "out of memory");
     for (size_t b = 0; b < nbuf; b++) w->buf_off[b] = -1;
+    for (size_t c = 0; c <= nc; c++) w->first_use[c] = -1;
+    for (size_t i = L->n_steps; i-- > 0;)
+        for (uint32_t q = 0; q < L->steps[i].n_need; q++)
+            w->first_use[L->needs[L->steps[i].need_first + q]] = (int32_t)i;
     return MS_OK;
 }
 
@@ -1679,6 +1726,7 @@ static void lcw_free(lcw *w)
     free(w->adam_ev);
     free(w->prs_ev);
     free(w->pag_ev);
+    free(w->first_use);
     free(w->have_adam);
     free(w->deferred);
     free(w->fwd_lo);
@@ -1735,6 +1783,9 @@ ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t
     w.cur = -1;
     roof_params_default(&w.roof);
     ms_status st = lc_knobs_from_plan(p, &w.k, err);
+    if (!st && w.k.persist_gather == LC_PG_AUTO)
+        st = ms_fail(err, MS_ERR_INVALID, "plan knob persist_gather=auto is a search setting: "
+                     "the plan to lower must give step or next");
     if (!st) st = lc_layout_new(t, m, &w.k, &w.L, err);
     if (st) return st;
     w.k.chunk_bytes = w.L->chunk_bytes;

@@ -65,6 +65,15 @@ typedef struct lc_knobs {
                                     reduce-scattered as their backward ends, Adam on the shard,
                                     updated parameters all-gathered; 0: nothing partitioned:
                                     gradients all-reduced, Adam on the whole chunk everywhere */
+    int persist_gather;          /* [persist_gather=step|next|auto] with persist_shard: the
+                                    updated parameters of a persistent chunk are all-gathered
+                                    right after its GPU Adam and the step waits for them
+                                    (LC_PG_STEP, default), or at the start of the next
+                                    iteration, each waited for only before the chunk's first
+                                    use (LC_PG_NEXT: the all-gather overlaps the forward, as
+                                    Megatron-LM's overlap_param_gather does); LC_PG_AUTO: the
+                                    cost model takes the faster per configuration (a search
+                                    setting: a plan to lower gives step or next) */
     double param_xfer_bytes;     /* [param_xfer_bytes] bytes per parameter copied to the GPU
                                     when gathering a chunk (2: fp16; FSDP's fp32 shard: 4) */
     double grad_xfer_bytes;      /* [grad_xfer_bytes] bytes per parameter of the gradient
@@ -89,6 +98,8 @@ typedef struct lc_knobs {
     uint64_t init_device_bytes;  /* [init_device_bytes] bytes allocated and freed on the GPU
                                     before the first iteration (model initialization) */
 } lc_knobs;
+
+enum { LC_PG_STEP = 0, LC_PG_NEXT = 1, LC_PG_AUTO = 2 };
 
 void lc_knobs_default(lc_knobs *k);
 /* Reads the knobs above from p (absent: default). MS_ERR_INVALID names a malformed knob. */

@@ -93,6 +93,7 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
         k.chunk_bytes = L->chunk_bytes;
         k.n_ckpt = pick->n_ckpt;
         k.n_swap = 0;
+        k.persist_gather = pe->persist_gather; /* auto resolved by the estimate */
         st = lc_knobs_to_plan(&k, p, err);
     }
     if (!st) st = pt_record_estimate(p, pe, err);

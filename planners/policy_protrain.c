@@ -30,6 +30,7 @@ ms_status pt_protrain_knobs(const pol_opts *o, lc_knobs *k, ms_error *err)
     if (st) return st;
     if (!pol_knob_get(o, "host_bytes_per_param")) k->host_bytes_per_param = 12;
     if (!pol_knob_get(o, "staging_separate")) k->staging_separate = 1;
+    if (!pol_knob_get(o, "persist_gather")) k->persist_gather = LC_PG_AUTO;
     return MS_OK;
 }
 
@@ -144,6 +145,7 @@ ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts
         k.n_buffer = cfg.n_buffer;
         k.n_swap = cfg.n_swap;
         k.n_ckpt = cfg.n_ckpt;
+        k.persist_gather = est.persist_gather; /* auto resolved by the estimate */
         st = lc_knobs_to_plan(&k, p, err);
     }
     if (!st) st = pt_record_estimate(p, &est, err);
@@ -177,7 +179,7 @@ const pol_policy pol_protrain = {
     "backward) and per-block swap/checkpoint, chosen by a cost-model search",
     "ProTrain (Yang et al., automatic memory management for LLM training), Sec. 3 and App. A",
     "chunk_bytes host_bytes_per_param coll coll_link_eff gpu_bytes mem_margin host_bytes "
-    "max_swap n_persist n_buffer n_swap n_checkpoint cost_model",
+    "max_swap n_persist n_buffer n_swap n_checkpoint cost_model persist_gather",
     pol_protrain_plan,
     PT_KNOBS,
 };

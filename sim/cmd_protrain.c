@@ -217,11 +217,12 @@ static ms_status simulate(const trace_t *t, const machine_t *m, const plan_t *p,
 }
 
 /* A plan for configuration c under knobs k (the chunk size of the layout). */
-static ms_status config_plan(const ptc_model *M, const ptc_config *c, plan_t **out,
-                             ms_error *err)
+static ms_status config_plan(const ptc_model *M, const ptc_config *c, const ptc_estimate *e,
+                             plan_t **out, ms_error *err)
 {
     lc_knobs k = *ptc_knobs(M);
     k.chunk_bytes = ptc_layout(M)->chunk_bytes;
+    k.persist_gather = e->persist_gather; /* what the estimate assumed (auto resolved) */
     k.n_persist = c->n_persist;
     k.n_buffer = c->n_buffer;
     k.n_swap = c->n_swap;
@@ -341,7 +342,7 @@ static ms_status validate_all(const ptc_model *M, const trace_t *t, const machin
         if (i % stride && !chosen) continue;
         plan_t *p;
         pt_run run;
-        ms_status st = config_plan(M, &r->all[i], &p, err);
+        ms_status st = config_plan(M, &r->all[i], &r->all_est[i], &p, err);
         if (st) return st;
         st = simulate(t, m, p, &run, err);
         plan_free(p);
@@ -395,7 +396,8 @@ static ms_status pick(const pt_opts *o, const char *model, uint64_t batch, int g
     }
     if (!st && simulate_it) {
         plan_t *p;
-        st = config_plan(M, pk->r.found ? &pk->r.best : &pk->r.closest, &p, err);
+        st = config_plan(M, pk->r.found ? &pk->r.best : &pk->r.closest,
+                         pk->r.found ? &pk->r.best_est : &pk->r.closest_est, &p, err);
         if (!st) st = simulate(t, m, p, &pk->run, err);
         plan_free(p);
     }
@@ -466,7 +468,7 @@ static int sub_search(const pt_opts *o)
            be->t_gpu_optim_s, be->t_cpu_optim_s, ms_fmt_bytes(be->peak_bytes, b1, sizeof b1),
            ms_fmt_bytes(be->host_bytes, b2, sizeof b2));
     plan_t *p;
-    if ((st = config_plan(M, best, &p, &err))) goto done;
+    if ((st = config_plan(M, best, be, &p, &err))) goto done;
     if (o->trace_out && (st = trace_write(t, o->trace_out, &err))) {
         plan_free(p);
         goto done;
@@ -828,7 +830,7 @@ static int sub_fig6(const pt_opts *o)
             if (i % stride && !chosen) continue;
             plan_t *p;
             pt_run run;
-            st = config_plan(M, &r.all[i], &p, &err);
+            st = config_plan(M, &r.all[i], &r.all_est[i], &p, &err);
             if (!st) st = simulate(t, &mp->m, p, &run, &err);
             if (!st) plan_free(p);
             if (st) break;

@@ -308,6 +308,43 @@ static void test_appendix_dp(void)
     machine_profile_free(mp);
 }
 
+/* persist_gather: with sharded optimizer states the persistent chunks' all-gathers run after
+ * the GPU Adam (step: the step waits for them) or at the next iteration's start (next: the
+ * forward waits for each before the chunk's first use); auto predicts the faster. */
+static void test_persist_gather(void)
+{
+    machine_profile *mp = small_machine(1e9);
+    trace_t *t = tiny_trace(&mp->m, 4, 2, 2);
+    ptc_estimate e[3];
+    ms_status st = t ? MS_OK : MS_ERR_INVALID;
+    for (int pg = LC_PG_STEP; pg <= LC_PG_AUTO && st == MS_OK; pg++) {
+        lc_knobs k;
+        lc_knobs_default(&k);
+        k.chunk_bytes = 2 * MiB;
+        k.persist_gather = pg;
+        ptc_model *M = NULL;
+        ms_error err;
+        st = ptc_model_new(t, &mp->m, &k, &M, &err);
+        ptc_config all = {st ? 0 : (int)ptc_layout(M)->n_chunks, 0, 0, 0};
+        if (!st) st = ptc_estimate_config(M, &all, &e[pg], &err);
+        ptc_model_free(M);
+    }
+    TAP_OK(st == MS_OK && e[LC_PG_STEP].persist_gather == LC_PG_STEP &&
+               e[LC_PG_NEXT].persist_gather == LC_PG_NEXT &&
+               e[LC_PG_NEXT].t_gpu_optim_s < e[LC_PG_STEP].t_gpu_optim_s &&
+               e[LC_PG_NEXT].t_fwd_s > e[LC_PG_STEP].t_fwd_s,
+           "next moves the all-gathers from after the GPU Adam (%.6f -> %.6f s) into the forward "
+           "(%.6f -> %.6f s)", e[0].t_gpu_optim_s, e[1].t_gpu_optim_s, e[0].t_fwd_s, e[1].t_fwd_s);
+    double lo = e[0].t_iter_s < e[1].t_iter_s ? e[0].t_iter_s : e[1].t_iter_s;
+    TAP_OK(st == MS_OK && e[LC_PG_AUTO].t_iter_s == lo &&
+               e[LC_PG_AUTO].persist_gather == (e[1].t_iter_s < e[0].t_iter_s ? LC_PG_NEXT
+                                                                               : LC_PG_STEP),
+           "auto predicts the faster placement (%.6f s: step %.6f, next %.6f)",
+           e[2].t_iter_s, e[0].t_iter_s, e[1].t_iter_s);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
 static void test_host_adam_bound(void)
 {
     machine_profile *mp = small_machine(1e6); /* a very slow host Adam */
@@ -580,6 +617,7 @@ int main(void)
     test_runtime_hand();
     test_appendix_hand();
     test_appendix_dp();
+    test_persist_gather();
     test_host_adam_bound();
     test_search_brute();
     test_search_bound();

@@ -104,6 +104,14 @@ static void test_knobs(void)
                k.n_swap == 1 && k.n_ckpt == 4 && k.coll == LC_COLL_LINK &&
                k.chunk_bytes == 2 * MiB && k.persist_shard == 1,
            "knobs round-trip through the plan");
+    TAP_OK(k.persist_gather == LC_PG_STEP, "persist_gather defaults to step");
+    plan_set_knob(p, "persist_gather", "next");
+    TAP_OK(lc_knobs_from_plan(p, &k, &err) == MS_OK && k.persist_gather == LC_PG_NEXT,
+           "persist_gather=next read back");
+    plan_set_knob(p, "persist_gather", "later");
+    TAP_OK(lc_knobs_from_plan(p, &k, &err) == MS_ERR_INVALID && strstr(err.msg, "persist_gather"),
+           "persist_gather=later refused: %s", err.msg);
+    plan_set_knob(p, "persist_gather", "step");
     plan_set_knob(p, "n_persist", "abc");
     TAP_OK(lc_knobs_from_plan(p, &k, &err) == MS_ERR_INVALID && strstr(err.msg, "n_persist"),
            "a malformed knob is named: %s", err.msg);
@@ -129,9 +137,17 @@ static void test_structure(void)
     lc_layout_new(t, &mp->m, &k, &L, &err);
     int N = L ? (int)L->n_chunks : 0;
     TAP_OK(N >= 3, "the tiny model spans %d chunks", N);
-    /* one persistent chunk, two buffers, one swapped and one checkpointed block */
-    plan_t *p = chunk_plan(1, 2, 1, 1, NULL, NULL);
+    /* persist_gather=auto is for the search; a plan to lower names a placement */
+    plan_t *p = chunk_plan(1, 2, 1, 1, "persist_gather", "auto");
     schedule_t *s = NULL;
+    TAP_OK(p && lower_chunks(t, p, &mp->m, NULL, &s, &err) == MS_ERR_INVALID &&
+               strstr(err.msg, "persist_gather=auto"),
+           "a plan with persist_gather=auto is refused: %s", err.msg);
+    sched_free(s);
+    s = NULL;
+    plan_free(p);
+    /* one persistent chunk, two buffers, one swapped and one checkpointed block */
+    p = chunk_plan(1, 2, 1, 1, NULL, NULL);
     lc_report rep;
     sim_result r;
     ms_status st = run(t, &mp->m, p, &s, &rep, &r, &err);
@@ -235,12 +251,16 @@ static void test_structure(void)
 }
 
 /* Every configuration the search evaluates, simulated: prediction errors. */
-static void test_resimulate(const char *machine, const char *model, uint64_t batch)
+/* Every configuration the search evaluates, lowered and simulated against its prediction;
+ * pg: the knob persist_gather (auto: each estimate's placement goes into its plan). */
+static void test_resimulate(const char *machine, const char *model, uint64_t batch, int pg)
 {
     machine_profile *mp = load(machine);
     trace_t *t = mp ? gen(&mp->m, model, 1024, batch, 4, 0) : NULL;
     lc_knobs k;
     lc_knobs_default(&k);
+    k.persist_gather = pg;
+    size_t n_next = 0;
     ptc_model *M = NULL;
     ms_error err;
     ptc_search_opts so;
@@ -260,6 +280,8 @@ static void test_resimulate(const char *machine, const char *model, uint64_t bat
         kk.n_buffer = r.all[i].n_buffer;
         kk.n_swap = r.all[i].n_swap;
         kk.n_ckpt = r.all[i].n_ckpt;
+        kk.persist_gather = r.all_est[i].persist_gather;
+        n_next += kk.persist_gather == LC_PG_NEXT;
         plan_t *p = plan_new("protrain", "caching");
         lc_knobs_to_plan(&kk, p, NULL);
         schedule_t *s = NULL;
@@ -285,9 +307,13 @@ static void test_resimulate(const char *machine, const char *model, uint64_t bat
              "%.2f%%", model, (unsigned long long)batch, machine, r.n_all, 100 * max_t,
              100 * max_m);
     TAP_OK(r.n_all > 50 && oom == 0 && max_t < 0.04 && max_m < 0.04,
-           "%s batch %llu on %s: all %zu searched configurations simulated, within 4 %% (time "
-           "%.2f%%, peak %.2f%%)", model, (unsigned long long)batch, machine, r.n_all,
-           100 * max_t, 100 * max_m);
+           "%s batch %llu on %s, persist_gather %d: all %zu searched configurations simulated, "
+           "within 4 %% (time %.2f%%, peak %.2f%%)", model, (unsigned long long)batch, machine,
+           pg, r.n_all, 100 * max_t, 100 * max_m);
+    if (pg == LC_PG_AUTO)
+        TAP_OK(n_next > 0 && n_next < r.n_all,
+               "persist_gather=auto: %zu of %zu estimates all-gather in the next forward, the "
+               "others after the step", n_next, r.n_all);
 done:
     ptc_search_result_clear(&r);
     ptc_model_free(M);
@@ -412,8 +438,9 @@ int main(void)
 {
     test_knobs();
     test_structure();
-    test_resimulate("rtx3090-pcie3", "gpt2-1b", 2);
-    test_resimulate("a100-80g-pcie4", "gpt2-1b", 16);
+    test_resimulate("rtx3090-pcie3", "gpt2-1b", 2, LC_PG_STEP);
+    test_resimulate("a100-80g-pcie4", "gpt2-1b", 16, LC_PG_STEP);
+    test_resimulate("rtx3090-pcie3", "gpt2-1b", 2, LC_PG_AUTO);
     test_policies();
     return tap_done();
 }
