@@ -25,7 +25,9 @@
 #                                      h100-sxm h200-sxm)
 #   run.sh list                        the cases and the commands they run
 #
-# Environment: MEMSIM (memsim; default sim/memsim), MEMSIM_RUN (the runtime program, called as
+# Environment: VALIDATE_CASES (another cases file in cases.tsv's format, e.g. a sweep's; its
+# plan=file cases without a file in plans/MACHINE are planned where they run), MEMSIM (memsim;
+# default sim/memsim), MEMSIM_RUN (the runtime program, called as
 # `$MEMSIM_RUN run ...`; default runtime/memsim-run, else `$MEMSIM run`; the file must be named
 # memsim-run, which is how it takes the subcommand from its first argument), VALIDATE_ONLY (an
 # extended regular expression: only the case ids it matches), VALIDATE_MACHINE (profile name
@@ -39,7 +41,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 export MEMSIM_DATADIR=${MEMSIM_DATADIR:-$root/traces}
 MEMSIM=${MEMSIM:-$root/sim/memsim}
-CASES=$here/cases.tsv
+CASES=${VALIDATE_CASES:-$here/cases.tsv}
 AWK=$here/compare.awk
 
 # The workload every case shares, and how the runtime issues it: at most 8 compute actions
