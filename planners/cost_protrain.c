@@ -45,7 +45,6 @@ struct ptc_model {
     double *own_b, *ring_b, *grad_b, *hadam_us; /* per chunk: bytes and host Adam time */
     double *nvg_h, *nvr_d, *nvp_d;/* per chunk, LC_COLL_STREAM: all-gather on H2D, reduce-scatter
                                      on D2H, persistent reduction on D2H, as copy bytes */
-    int32_t *first_use;       /* per chunk: the first step that needs it (-1: none) */
     int rt_model;             /* PTC_RT_RECURRENCE or PTC_RT_APPENDIX */
     double *ax;               /* appendix model scratch: 5 per chunk + 1 per step */
 };
@@ -95,7 +94,6 @@ void ptc_model_free(ptc_model *M)
     free(M->nvr_d);
     free(M->nvp_d);
     free(M->ax);
-    free(M->first_use);
     free(M);
 }
 
@@ -341,7 +339,6 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     M->nvr_d = calloc(C, sizeof *M->nvr_d);
     M->nvp_d = calloc(C, sizeof *M->nvp_d);
     M->ax = calloc(5 * C + S, sizeof *M->ax);
-    M->first_use = malloc(C * sizeof *M->first_use);
     prof p = {.t = t, .M = M};
     roof_params_default(&p.roof);
     p.idx = u64map_new(4096);
@@ -352,8 +349,7 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
         !M->deferred ||
         !M->ld_end || !p.idx || !p.lo || !p.hi || !M->ck_pre || !M->sw_pre || !M->bwd_j ||
         !M->fin_off || !M->fin || !M->ld_off || !M->tend || !M->ag_us || !M->ar_us || !M->own_b ||
-        !M->ring_b || !M->grad_b || !M->hadam_us || !M->nvg_h || !M->nvr_d || !M->nvp_d || !M->ax ||
-        !M->first_use)
+        !M->ring_b || !M->grad_b || !M->hadam_us || !M->nvg_h || !M->nvr_d || !M->nvp_d || !M->ax)
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK) st = profile(&p, err);
     for (size_t c = 0; st == MS_OK && c < M->L->n_chunks; c++) { /* per-chunk constants */
@@ -370,13 +366,6 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
             M->nvp_d[c] = ceil((M->k.persist_shard ? M->ag_us[c] : M->ar_us[c]) *
                                m->link_d2h_Bps / 1e6);
         }
-    }
-    if (st == MS_OK) { /* the first step that needs each chunk */
-        const lc_layout *L = M->L;
-        for (size_t c = 0; c <= L->n_chunks; c++) M->first_use[c] = -1;
-        for (size_t i = L->n_steps; i-- > 0;)
-            for (uint32_t j = 0; j < L->steps[i].n_need; j++)
-                M->first_use[L->needs[L->steps[i].need_first + j]] = (int32_t)i;
     }
     if (st == MS_OK) { /* backward steps: which blocks are still ahead */
         const lc_layout *L = M->L;
@@ -681,7 +670,7 @@ static ms_status estimate_run(ptc_model *M, const ptc_config *c, const lc_bufpla
      * the link queues at the iteration's start, before the buffers' first loads */
     e->persist_gather = defer ? LC_PG_NEXT : LC_PG_STEP;
     for (int ci = 0; defer && ci < c->n_persist; ci++) {
-        if (M->first_use[ci] < 0) continue;
+        if (L->first_use[ci] < 0) continue;
         if (M->coll == LC_COLL_STREAM) M->pag[ci] = xfer(&v, 0, 0, M->nvg_h[ci]);
         else {
             double a = xfer_p(&v, 1, 0, M->ring_b[ci], 1), b = xfer_p(&v, 0, 0, M->ring_b[ci], 1);
@@ -694,7 +683,7 @@ static ms_status estimate_run(ptc_model *M, const ptc_config *c, const lc_bufpla
         int j = S->block;
         for (uint32_t q = 0; defer && q < S->n_need; q++) {
             uint32_t ci = L->needs[S->need_first + q];
-            if ((int)ci < c->n_persist && M->first_use[ci] == (int32_t)s && M->pag[ci] > v.c)
+            if ((int)ci < c->n_persist && L->first_use[ci] == (int32_t)s && M->pag[ci] > v.c)
                 v.c = M->pag[ci];
         }
         if (S->phase == TP_BWD) {

@@ -628,6 +628,14 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     u64map_free(b.state);
     u64map_free(b.pchunk);
     u64map_free(b.gchunk);
+    if (st == MS_OK) { /* the first step that needs each chunk */
+        L->first_use = malloc((L->n_chunks + 1) * sizeof *L->first_use);
+        if (!L->first_use) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        for (size_t c = 0; st == MS_OK && c <= L->n_chunks; c++) L->first_use[c] = -1;
+        for (size_t i = L->n_steps; st == MS_OK && i-- > 0;)
+            for (uint32_t q = 0; q < L->steps[i].n_need; q++)
+                L->first_use[L->needs[L->steps[i].need_first + q]] = (int32_t)i;
+    }
     if (st != MS_OK) {
         lc_layout_free(L);
         return st;
@@ -646,6 +654,7 @@ void lc_layout_free(lc_layout *L)
     free(L->bwd_step);
     free(L->block_chunk_lo);
     free(L->block_chunk_hi);
+    free(L->first_use);
     free(L);
 }
 
@@ -915,7 +924,6 @@ typedef struct lcw {
     uint32_t *rel_ev;            /* per step */
     uint8_t *rel_need;
     uint32_t *off_ev, *adam_ev, *prs_ev, *pag_ev; /* per chunk */
-    int32_t *first_use;          /* per chunk: the first step that needs it, -1 none */
     uint8_t *have_adam;
     uint32_t iter_ev;
     size_t *fwd_lo, *fwd_hi;     /* per block, record range of its forward segment */
@@ -1376,7 +1384,7 @@ static ms_status pre_step(lcw *w, int32_t s)
     ms_status st = MS_OK;
     for (uint32_t q = 0; gather_deferred(w) && st == MS_OK && q < S->n_need; q++) {
         uint32_t c = w->L->needs[S->need_first + q];
-        if ((int)c < w->k.n_persist && w->first_use[c] == s)
+        if ((int)c < w->k.n_persist && w->L->first_use[c] == s)
             st = wev(w, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
     }
     if (S->phase == TP_BWD) {
@@ -1537,7 +1545,7 @@ static ms_status iter_begin(lcw *w, int64_t value)
     /* persist_gather=next: the last step's updates of the persistent chunks, all-gathered
      * ahead of the buffers' first loads */
     for (int c = 0; gather_deferred(w) && st == MS_OK && c < w->k.n_persist; c++)
-        if (w->first_use[c] >= 0) st = persist_allgather(w, c, w->iter_ev);
+        if (w->L->first_use[c] >= 0) st = persist_allgather(w, c, w->iter_ev);
     if (!st) st = emit_loads_after(w, -1);
     return st;
 }
@@ -1693,7 +1701,6 @@ static ms_status lcw_alloc(lcw *w)
     w->adam_ev = calloc(nc, sizeof *w->adam_ev);
     w->prs_ev = calloc(nc, sizeof *w->prs_ev);
     w->pag_ev = calloc(nc, sizeof *w->pag_ev);
-    w->first_use = malloc((nc + 1) * sizeof *w->first_use);
     w->have_adam = calloc(nc, 1);
     w->deferred = calloc(nc, sizeof *w->deferred);
     w->fwd_lo = calloc(nb, sizeof *w->fwd_lo);
@@ -1706,13 +1713,9 @@ static ms_status lcw_alloc(lcw *w)
     w->tidx = u64map_new(4096);
     if (!w->ld_ev || !w->ld2_ev || !w->rel_ev || !w->rel_need || !w->off_ev || !w->adam_ev ||
         !w->prs_ev || !w->pag_ev || !w->have_adam || !w->deferred || !w->fwd_lo || !w->fwd_hi ||
-        !w->e2 || !w->e4 || !w->roles || !w->buf_off || !w->state || !w->tidx || !w->first_use)
+        !w->e2 || !w->e4 || !w->roles || !w->buf_off || !w->state || !w->tidx)
         return ms_fail(w->err, MS_ERR_NOMEM, "out of memory");
     for (size_t b = 0; b < nbuf; b++) w->buf_off[b] = -1;
-    for (size_t c = 0; c <= nc; c++) w->first_use[c] = -1;
-    for (size_t i = L->n_steps; i-- > 0;)
-        for (uint32_t q = 0; q < L->steps[i].n_need; q++)
-            w->first_use[L->needs[L->steps[i].need_first + q]] = (int32_t)i;
     return MS_OK;
 }
 
@@ -1726,7 +1729,6 @@ static void lcw_free(lcw *w)
     free(w->adam_ev);
     free(w->prs_ev);
     free(w->pag_ev);
-    free(w->first_use);
     free(w->have_adam);
     free(w->deferred);
     free(w->fwd_lo);

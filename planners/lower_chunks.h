@@ -141,6 +141,7 @@ typedef struct lc_layout {
     size_t n_needs;
     int32_t *fwd_step, *bwd_step;/* per block: its forward / backward step (-1 if none) */
     int32_t *block_chunk_lo, *block_chunk_hi; /* per block: chunks its parameters span */
+    int32_t *first_use;          /* per chunk: the first step that needs it (-1: none) */
     double adam_gpu_us_per_param;/* GPU Adam time per local-shard parameter (trace optim ops) */
     double fwd_us, bwd_us;       /* total compute of the steps */
 } lc_layout;
