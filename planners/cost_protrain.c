@@ -591,14 +591,6 @@ int ptc_swap_interval(const ptc_model *M)
 static void appendix_times(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
                            ptc_estimate *e);
 
-/* Whether the persistent chunks' all-gathers can move to the next iteration's start: they
- * exist (sharded states, several ranks) and are copies on the link or the copy streams. */
-static int persist_gather_movable(const ptc_model *M, const ptc_config *c)
-{
-    return c->n_persist > 0 && M->k.persist_shard && M->L->dp > 1 &&
-           (M->coll == LC_COLL_LINK || M->coll == LC_COLL_STREAM);
-}
-
 static ms_status estimate_run(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
                               int defer, ptc_estimate *e, ms_error *err);
 
@@ -609,7 +601,8 @@ static ms_status estimate_plan(ptc_model *M, const ptc_config *c, const lc_bufpl
                                ptc_estimate *e, ms_error *err)
 {
     int pg = M->k.persist_gather;
-    if (!persist_gather_movable(M, c) || pg == LC_PG_STEP ||
+    if (c->n_persist == 0 || !lc_persist_gather_movable(&M->k, M->coll, M->L->dp) ||
+        pg == LC_PG_STEP ||
         (pg == LC_PG_AUTO && M->rt_model == PTC_RT_APPENDIX))
         return estimate_run(M, c, bp, 0, e, err);
     if (pg == LC_PG_NEXT) return estimate_run(M, c, bp, 1, e, err);

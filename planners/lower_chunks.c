@@ -873,6 +873,11 @@ int lc_coll_mode(const lc_knobs *k, const machine_t *m, int dp)
     return (m && m->nvlink_Bps > 0) ? LC_COLL_STREAM : LC_COLL_LINK;
 }
 
+int lc_persist_gather_movable(const lc_knobs *k, int coll, int dp)
+{
+    return k->persist_shard && dp > 1 && (coll == LC_COLL_LINK || coll == LC_COLL_STREAM);
+}
+
 double lc_coll_us(const machine_t *m, uint64_t bytes, int dp)
 {
     if (dp <= 1 || !m) return 0;
@@ -1343,12 +1348,10 @@ static ms_status replay_block(lcw *w, int32_t j)
 
 /* ---- persistent chunks' all-gathers ---- */
 
-/* Whether the persistent chunks' all-gathers move to the next iteration's start
- * (persist_gather=next; only where they are copies on the link or the copy streams). */
+/* Whether the persistent chunks' all-gathers move to the next iteration's start. */
 static int gather_deferred(const lcw *w)
 {
-    return w->k.persist_gather == LC_PG_NEXT && w->k.persist_shard && w->dp > 1 &&
-           (w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM);
+    return w->k.persist_gather == LC_PG_NEXT && lc_persist_gather_movable(&w->k, w->coll, w->dp);
 }
 
 /* The all-gather of persistent chunk c's updated shards after event `after` (recorded on the

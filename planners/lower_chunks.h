@@ -206,6 +206,10 @@ int lc_min_buffers(const lc_layout *L, int n_persist, const lc_knobs *k);
 
 /* The collective mode in force on m (never LC_COLL_AUTO). */
 int lc_coll_mode(const lc_knobs *k, const machine_t *m, int dp);
+/* Whether the persistent chunks' all-gathers exist and are copies that can move to the next
+ * iteration's start (sharded optimizer states, dp > 1, collective mode coll link or stream):
+ * where persist_gather=next applies (the lowering and the cost model agree on it). */
+int lc_persist_gather_movable(const lc_knobs *k, int coll, int dp);
 /* Ring all-gather / reduce-scatter time over NVLink of a `bytes` buffer among dp ranks;
  * lc_allreduce_us: the ring all-reduce. */
 double lc_coll_us(const machine_t *m, uint64_t bytes, int dp);

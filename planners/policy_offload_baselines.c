@@ -42,7 +42,7 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
     ptc_search_opts so;
     if ((st = pt_search_opts_from(o, t, m, &so, err))) return st;
     ptc_model *M;
-    if ((st = ptc_model_new(t, m, &k, &M, err))) return st;
+    if ((st = pt_model_new(t, m, &k, &so, &M, err))) return st;
     const lc_layout *L = ptc_layout(M);
     int N = (int)L->n_chunks;
     if (k.n_persist > N) k.n_persist = N;
@@ -90,10 +90,7 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
     plan_t *p = NULL;
     if (!st) st = pol_plan_new(b->name, o, &p, err);
     if (!st) {
-        k.chunk_bytes = L->chunk_bytes;
-        k.n_ckpt = pick->n_ckpt;
-        k.n_swap = 0;
-        k.persist_gather = pe->persist_gather; /* auto resolved by the estimate */
+        k = pt_config_knobs(M, pick, pe);
         st = lc_knobs_to_plan(&k, p, err);
     }
     if (!st) st = pt_record_estimate(p, pe, err);

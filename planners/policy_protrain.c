@@ -82,6 +82,18 @@ ms_status pt_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     return st;
 }
 
+lc_knobs pt_config_knobs(const ptc_model *M, const ptc_config *c, const ptc_estimate *e)
+{
+    lc_knobs k = *ptc_knobs(M);
+    k.chunk_bytes = ptc_layout(M)->chunk_bytes;
+    k.n_persist = c->n_persist;
+    k.n_buffer = c->n_buffer;
+    k.n_swap = c->n_swap;
+    k.n_ckpt = c->n_ckpt;
+    k.persist_gather = e->persist_gather;
+    return k;
+}
+
 ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err)
 {
     char b[64];
@@ -140,12 +152,7 @@ ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts
     plan_t *p = NULL;
     if (!st) st = pol_plan_new("protrain", o, &p, err);
     if (!st) {
-        k.chunk_bytes = ptc_layout(M)->chunk_bytes;
-        k.n_persist = cfg.n_persist;
-        k.n_buffer = cfg.n_buffer;
-        k.n_swap = cfg.n_swap;
-        k.n_ckpt = cfg.n_ckpt;
-        k.persist_gather = est.persist_gather; /* auto resolved by the estimate */
+        k = pt_config_knobs(M, &cfg, &est);
         st = lc_knobs_to_plan(&k, p, err);
     }
     if (!st) st = pt_record_estimate(p, &est, err);

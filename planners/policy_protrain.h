@@ -36,6 +36,10 @@ ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine
 /* ptc_model_new with the runtime model so->runtime_model (knob cost_model). */
 ms_status pt_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
                        const ptc_search_opts *so, ptc_model **out, ms_error *err);
+/* The chunk knobs of a plan for configuration c of model M as estimate e predicted it: M's
+ * knobs with the layout's chunk size, c's four numbers and e's all-gather placement (auto
+ * resolved). */
+lc_knobs pt_config_knobs(const ptc_model *M, const ptc_config *c, const ptc_estimate *e);
 /* Host memory of one rank of trace t on m: host.mem_bytes / min(dp, node.gpus). */
 uint64_t pt_host_share(const trace_t *t, const machine_t *m);
 /* Records an estimate as plan knobs pred_iter_s, pred_fwd_s, pred_bwd_s, pred_gpu_optim_s,

@@ -220,13 +220,7 @@ static ms_status simulate(const trace_t *t, const machine_t *m, const plan_t *p,
 static ms_status config_plan(const ptc_model *M, const ptc_config *c, const ptc_estimate *e,
                              plan_t **out, ms_error *err)
 {
-    lc_knobs k = *ptc_knobs(M);
-    k.chunk_bytes = ptc_layout(M)->chunk_bytes;
-    k.persist_gather = e->persist_gather; /* what the estimate assumed (auto resolved) */
-    k.n_persist = c->n_persist;
-    k.n_buffer = c->n_buffer;
-    k.n_swap = c->n_swap;
-    k.n_ckpt = c->n_ckpt;
+    lc_knobs k = pt_config_knobs(M, c, e);
     plan_t *p = plan_new("protrain", "caching");
     if (!p) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     ms_status st = lc_knobs_to_plan(&k, p, err);
