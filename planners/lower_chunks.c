@@ -770,7 +770,10 @@ ms_status lc_bufplan_make(const lc_layout *L, int n_persist, int n_buffer, const
             int32_t c = (int32_t)L->needs[S->need_first + j];
             if (c < n_persist || in_buf[c] >= 0) continue;
             /* choose a buffer: an empty one, else the evictable one whose data is used
-             * farthest ahead (stale or finished data: never again) */
+             * farthest ahead (stale or finished data: never again); among equals the one
+             * whose data was used longest ago, which is released first (in the backward
+             * every resident chunk is finished, and taking the most recent one would make
+             * each gather wait for the gradient offload of the step just done) */
             int best = -1;
             int32_t best_next = -1;
             for (int b = 0; b < n_buffer; b++) {
@@ -787,7 +790,7 @@ ms_status lc_bufplan_make(const lc_layout *L, int n_persist, int n_buffer, const
                         continue;
                     nx = next_use(&A, (uint32_t)o, si - 1);
                 }
-                if (nx > best_next) {
+                if (nx > best_next || (nx == best_next && blast[b] < blast[best])) {
                     best_next = nx;
                     best = b;
                 }

@@ -1,6 +1,7 @@
 /* test_protrain.c — chunk lowering (planners/lower_chunks.c), the protrain policy and the
  * offload baselines, end to end through the simulator: the schedule's structure (chunk
- * buffers allocated once, gathers before use, reuse in backward, host Adam on the host
+ * buffers allocated once, gathers before use, reuse in backward, the buffers' eviction order
+ * (three rotate in the backward), host Adam on the host
  * stream, GPU Adam for persistent chunks, recompute and swap per block), every searched
  * configuration re-simulated against its prediction, determinism, and bad input (traces the
  * lowering cannot take, too few buffers, impossible block counts, machines without a host
@@ -120,11 +121,47 @@ static void test_knobs(void)
     plan_free(p);
 }
 
+/* In the backward every resident chunk is finished; a gather must evict the one finished
+ * longest ago (ProTrain's predefined eviction order), so that with three buffers it can be
+ * issued two steps ahead of its use, while the step before it runs and that step's
+ * predecessor offloads: evicting the chunk of the step just done would make every gather
+ * wait for that step's gradient offload. */
+static void test_eviction_order(const machine_t *m)
+{
+    trace_t *t = gen(m, "dims:12,256,4,1024,1000", 128, 2, 1, 0);
+    lc_knobs k;
+    lc_knobs_default(&k);
+    k.chunk_bytes = 2 * MiB;
+    lc_layout *L = NULL;
+    lc_bufplan bp;
+    ms_error err = {0};
+    if (!t || lc_layout_new(t, m, &k, &L, &err) || lc_bufplan_make(L, 0, 3, &k, &bp, &err)) {
+        TAP_OK(0, "buffer plan with 3 buffers: %s", err.msg);
+        lc_layout_free(L);
+        trace_free(t);
+        return;
+    }
+    int n = 0, ahead = 0;
+    for (size_t i = 0; i < bp.n_loads; i++) {
+        const lc_load *ld = &bp.loads[i];
+        if (L->steps[ld->step].phase != TP_BWD || ld->rel_kind != LC_REL_OFFLOAD) continue;
+        n++;
+        ahead += ld->step - ld->emit_after >= 2;
+    }
+    TAP_OK(n >= (int)L->n_chunks - 4 && ahead == n,
+           "3 buffers, %zu chunks: each of the backward's %d re-gathers released two steps "
+           "ahead (%d)", L->n_chunks, n, ahead);
+    lc_bufplan_clear(&bp);
+    lc_layout_free(L);
+    trace_free(t);
+}
+
 static void test_structure(void)
 {
     machine_profile *mp = load("rtx3090-pcie3");
     trace_t *t = mp ? gen(&mp->m, "dims:4,256,4,1024,1000", 128, 2, 1, 0) : NULL;
     TAP_OK(t != NULL, "tiny trace on the RTX 3090 profile");
+    if (mp) test_eviction_order(&mp->m);
     if (!t) {
         machine_profile_free(mp);
         return;
