@@ -126,9 +126,11 @@ static void test_knobs(void)
  * issued two steps ahead of its use, while the step before it runs and that step's
  * predecessor offloads: evicting the chunk of the step just done would make every gather
  * wait for that step's gradient offload. */
-static void test_eviction_order(const machine_t *m)
+static void test_eviction_order(void)
 {
-    trace_t *t = gen(m, "dims:12,256,4,1024,1000", 128, 2, 1, 0);
+    machine_profile *mp = load("rtx3090-pcie3");
+    const machine_t *m = mp ? &mp->m : NULL;
+    trace_t *t = m ? gen(m, "dims:12,256,4,1024,1000", 128, 2, 1, 0) : NULL;
     lc_knobs k;
     lc_knobs_default(&k);
     k.chunk_bytes = 2 * MiB;
@@ -139,6 +141,7 @@ static void test_eviction_order(const machine_t *m)
         TAP_OK(0, "buffer plan with 3 buffers: %s", err.msg);
         lc_layout_free(L);
         trace_free(t);
+        machine_profile_free(mp);
         return;
     }
     int n = 0, ahead = 0;
@@ -154,6 +157,7 @@ static void test_eviction_order(const machine_t *m)
     lc_bufplan_clear(&bp);
     lc_layout_free(L);
     trace_free(t);
+    machine_profile_free(mp);
 }
 
 static void test_structure(void)
@@ -161,7 +165,6 @@ static void test_structure(void)
     machine_profile *mp = load("rtx3090-pcie3");
     trace_t *t = mp ? gen(&mp->m, "dims:4,256,4,1024,1000", 128, 2, 1, 0) : NULL;
     TAP_OK(t != NULL, "tiny trace on the RTX 3090 profile");
-    if (mp) test_eviction_order(&mp->m);
     if (!t) {
         machine_profile_free(mp);
         return;
@@ -475,6 +478,7 @@ int main(void)
 {
     test_knobs();
     test_structure();
+    test_eviction_order();
     test_resimulate("rtx3090-pcie3", "gpt2-1b", 2, LC_PG_STEP);
     test_resimulate("a100-80g-pcie4", "gpt2-1b", 16, LC_PG_STEP);
     test_resimulate("rtx3090-pcie3", "gpt2-1b", 2, LC_PG_AUTO);
