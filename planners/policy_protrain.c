@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 ms_status pt_knobs_from_opts(const pol_opts *o, lc_knobs *k, ms_error *err)
@@ -62,6 +63,13 @@ ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine
     double bound = 1;
     if (!st) st = pol_knob_double(o, "search_bound", 1, &bound, err);
     if (st) return st;
+    if (!(ms >= -1 && ms <= 1e6) || ms != floor(ms))
+        return ms_fail(err, MS_ERR_INVALID, "knob max_swap=%g is not an integer in [-1, 1e6] "
+                       "(-1: no cap)", ms);
+    if (!(so->tie_tol >= 0 && so->tie_tol <= 1))
+        return ms_fail(err, MS_ERR_INVALID, "knob tie_tol=%g is not in [0, 1]", so->tie_tol);
+    if (bound != 0 && bound != 1)
+        return ms_fail(err, MS_ERR_INVALID, "knob search_bound=%g is not 0 or 1", bound);
     so->max_swap = (int)ms;
     so->no_bound = bound == 0;
     const char *cm = pol_knob_get(o, "cost_model");

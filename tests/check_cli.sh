@@ -125,6 +125,9 @@ expect 3 "protrain: a misspelt knob: exit 3" -- "$M" protrain search --model gpt
 expect 3 "protrain: cost_model neither recurrence nor appendix: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob cost_model=apendix
 grep -q "cost_model=apendix is not recurrence or appendix" "$T/err"; ok $? "the value and the choices are named"
 expect 0 "protrain: cost_model=appendix searches" -- "$M" protrain search --model gpt2-1b --batch 8 --knob cost_model=appendix
+expect 3 "protrain: a negative tie tolerance: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tol=-0.1
+grep -q "tie_tol=-0.1 is not in \[0, 1\]" "$T/err"; ok $? "the tie tolerance's range is named"
+expect 3 "protrain: a fractional swap cap: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob max_swap=2.5
 expect 2 "--knob with --plan FILE: exit 2" -- "$M" simulate $W --plan "$T/p.plan" --knob keep_last=3
 expect 2 "a stray argument: exit 2" -- "$M" simulate $W --policy keep-all extra
 grep -q "unexpected argument 'extra'" "$T/err"; ok $? "the stray argument is named"
