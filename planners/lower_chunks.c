@@ -1357,6 +1357,17 @@ static int gather_deferred(const lcw *w)
     return w->k.persist_gather == LC_PG_NEXT && lc_persist_gather_movable(&w->k, w->coll, w->dp);
 }
 
+/* The two halves of a ring collective through host memory (coll=link): the pieces this rank
+ * sends leave on the D2H stream (which the caller has made wait for `ev`), the pieces it
+ * receives come in on the H2D stream after `ev`. */
+static ms_status ring_via_host(lcw *w, uint64_t id, uint64_t ring, uint32_t ev)
+{
+    ms_status st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
+    if (!st) st = wev(w, SA_WAIT, SS_H2D, ev);
+    if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, ring);
+    return st;
+}
+
 /* The all-gather of persistent chunk c's updated shards after event `after` (recorded on the
  * compute stream): over NVLink on the prefetch stream, or through host memory as the two
  * halves of a ring on the copy streams. Records pag_ev[c] when it is done. */
@@ -1372,9 +1383,7 @@ static ms_status persist_allgather(lcw *w, int c, uint32_t after)
     } else {
         uint64_t ring = c_ring_link(w, c);
         st = wev(w, SA_WAIT, SS_D2H, after);
-        if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
-        if (!st) st = wev(w, SA_WAIT, SS_H2D, after);
-        if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, ring);
+        if (!st) st = ring_via_host(w, id, ring, after);
     }
     w->pag_ev[c] = new_ev(w);
     if (!st) st = wev(w, SA_RECORD, SS_H2D, w->pag_ev[c]);
@@ -1454,9 +1463,7 @@ static ms_status grads_ready(lcw *w, int32_t c)
             if (!st) st = wev(w, SA_RECORD, SS_D2H, w->prs_ev[c]);
             return st;
         }
-        if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
-        if (!st) st = wev(w, SA_WAIT, SS_H2D, g);
-        if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, ring);
+        if (!st) st = ring_via_host(w, id, ring, g);
         w->prs_ev[c] = new_ev(w);
         if (!st) st = wev(w, SA_RECORD, SS_H2D, w->prs_ev[c]);
         return st;
@@ -1470,9 +1477,7 @@ static ms_status grads_ready(lcw *w, int32_t c)
     if (!st) st = wev(w, SA_RECORD, SS_COMPUTE, g);
     if (!st) st = wev(w, SA_WAIT, SS_D2H, g);
     if (!st && ring) { /* reduce-scatter through host memory */
-        st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
-        if (!st) st = wev(w, SA_WAIT, SS_H2D, g);
-        if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, ring);
+        st = ring_via_host(w, id, ring, g);
         uint32_t rr = new_ev(w);
         if (!st) st = wev(w, SA_RECORD, SS_H2D, rr);
         if (!st) st = wev(w, SA_WAIT, SS_D2H, rr);
