@@ -35,6 +35,9 @@ struct ptc_model {
     /* scratch for estimates */
     double *e2, *e2s, *e3, *e4, *ld_end, *rel, *off, *prs, *pag;
     uint8_t *roles;
+    int32_t *sw_at, *sw_for;  /* per block: where its swap-in is issued (lc_swap_issue); the
+                                 swap block issued before a block's backward, or -1 */
+    int32_t *sw_below;        /* per block + 1: the highest swap block below it, or -1 */
     int32_t *deferred;
     int64_t *ck_pre, *sw_pre; /* per block + 1: prefix sums of drops */
     int32_t *bwd_j;           /* per backward step: blocks below it have not run backward */
@@ -76,6 +79,9 @@ void ptc_model_free(ptc_model *M)
     free(M->prs);
     free(M->pag);
     free(M->roles);
+    free(M->sw_at);
+    free(M->sw_for);
+    free(M->sw_below);
     free(M->deferred);
     free(M->ck_pre);
     free(M->sw_pre);
@@ -317,6 +323,9 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     M->e3 = calloc(B, sizeof *M->e3);
     M->e4 = calloc(B, sizeof *M->e4);
     M->roles = calloc(B, 1);
+    M->sw_at = calloc(B, sizeof *M->sw_at);
+    M->sw_for = calloc(B, sizeof *M->sw_for);
+    M->sw_below = calloc(B, sizeof *M->sw_below);
     M->off = calloc(C, sizeof *M->off);
     M->prs = calloc(C, sizeof *M->prs);
     M->pag = calloc(C, sizeof *M->pag);
@@ -346,7 +355,7 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     p.hi = calloc(B, sizeof *p.hi);
     if (!M->A0 || !M->P || !M->rel || !M->Dc || !M->Ds || !M->Rp || !M->Ns || !M->rec_us ||
         !M->e2 || !M->e2s || !M->e3 || !M->e4 || !M->roles || !M->off || !M->prs || !M->pag ||
-        !M->deferred ||
+        !M->deferred || !M->sw_at || !M->sw_for || !M->sw_below ||
         !M->ld_end || !p.idx || !p.lo || !p.hi || !M->ck_pre || !M->sw_pre || !M->bwd_j ||
         !M->fin_off || !M->fin || !M->ld_off || !M->tend || !M->ag_us || !M->ar_us || !M->own_b ||
         !M->ring_b || !M->grad_b || !M->hadam_us || !M->nvg_h || !M->nvr_d || !M->nvp_d || !M->ax)
@@ -502,13 +511,21 @@ static int64_t act_peak(const ptc_model *M, const ptc_config *c, const uint8_t *
                         const double *tend)
 {
     const lc_layout *L = M->L;
-    int N = L->n_blocks, lead = M->k.swap_lead;
+    int N = L->n_blocks;
     int64_t *ck = M->ck_pre, *sw = M->sw_pre;
-    ck[0] = sw[0] = 0;
+    int32_t *at = M->sw_at, *below = M->sw_below;
+    lc_swap_issue(roles, N, M->k.swap_lead, at);
+    below[0] = -1;
+    for (int i = 0; i < N; i++) below[i + 1] = roles[i] == LC_SWAP ? i : below[i];
+    /* ck[j]: drops of the checkpoint blocks below j; sw[j]: of the swap blocks whose
+     * prefetch is not yet issued when block j runs its backward (at[k] < j) */
+    ck[0] = 0;
+    for (int i = 0; i <= N; i++) sw[i] = 0;
     for (int i = 0; i < N; i++) {
         ck[i + 1] = ck[i] + (roles[i] == LC_CKPT ? (int64_t)M->Dc[i] : 0);
-        sw[i + 1] = sw[i] + (roles[i] == LC_SWAP ? (int64_t)M->Ds[i] : 0);
+        if (roles[i] == LC_SWAP && at[i] < N) sw[at[i] + 1] += (int64_t)M->Ds[i];
     }
+    for (int i = 0; i < N; i++) sw[i + 1] += sw[i];
     int64_t peak = 0, fck = 0, fsw = 0;
     int fdone = 0;     /* forward: blocks whose forward step is behind */
     int sdone = 0;     /* forward: swap blocks checked for completion, in block order */
@@ -539,11 +556,12 @@ static int64_t act_peak(const ptc_model *M, const ptc_config *c, const uint8_t *
         } else {
             int j = M->bwd_j[s]; /* blocks below j still hold their drops */
             if (j > N) j = N;
-            int jl = j - lead;   /* swap blocks below j - lead are not yet prefetched */
-            drop = (j > 0 ? ck[j] : 0) + (jl > 0 ? sw[jl] : 0);
-            /* prefetches issued whose copy has not started by the step's end */
-            for (int i = jl < 0 ? 0 : jl; e3 && i < j && i < N; i++)
-                if (roles[i] == LC_SWAP && e3[i] >= tend[s]) drop += (int64_t)M->Ds[i];
+            drop = j > 0 ? ck[j] + sw[j] : 0;
+            /* prefetches issued whose copy has not started by the step's end: the swap
+             * blocks below j issued already (at[] grows with the block) */
+            for (int i = j > 0 ? below[j < N ? j : N] : -1; e3 && i >= 0 && at[i] >= j;
+                 i = below[i])
+                if (e3[i] >= tend[s]) drop += (int64_t)M->Ds[i];
         }
         int64_t a = M->P[s] - drop;
         if (S->phase == TP_BWD && S->block >= 0 && S->block < N && roles[S->block] == LC_CKPT) {
@@ -618,9 +636,13 @@ static ms_status estimate_run(ptc_model *M, const ptc_config *c, const lc_bufpla
                               int defer, ptc_estimate *e, ms_error *err)
 {
     const lc_layout *L = M->L;
-    int N = L->n_blocks, dp = L->dp, lead = M->k.swap_lead;
+    int N = L->n_blocks, dp = L->dp;
     ms_status st = lc_block_roles(N, c->n_swap, c->n_ckpt, M->roles, err);
     if (st != MS_OK) return st;
+    lc_swap_issue(M->roles, N, M->k.swap_lead, M->sw_at);
+    for (int i = 0; i <= N; i++) M->sw_for[i] = -1;
+    for (int i = 0; i < N; i++)
+        if (M->sw_at[i] >= 0 && M->sw_at[i] < N) M->sw_for[M->sw_at[i]] = i;
     memset(e, 0, sizeof *e);
     e->valid = 1;
     srv v = srv_idle(M);
@@ -682,12 +704,11 @@ static ms_status estimate_run(ptc_model *M, const ptc_config *c, const lc_bufpla
         if (S->phase == TP_BWD) {
             if (!prev_bwd) {
                 t_fwd = v.c;
-                for (int i = N - 1; i >= 0 && i + lead >= N; i--)
-                    if (M->roles[i] == LC_SWAP) swap_in(M, &v, i);
+                for (int i = N - 1; i >= 0; i--)
+                    if (M->sw_at[i] == N) swap_in(M, &v, i);
             }
             prev_bwd = 1;
-            if (j >= 0 && j < N && j - lead >= 0 && M->roles[j - lead] == LC_SWAP)
-                swap_in(M, &v, j - lead);
+            if (j >= 0 && j < N && M->sw_for[j] >= 0) swap_in(M, &v, M->sw_for[j]);
         }
         for (size_t l = M->ld_off[s]; l < M->ld_off[s + 1]; l++) {
             if (ld_end[l] > v.c) v.c = ld_end[l];

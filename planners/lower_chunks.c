@@ -33,7 +33,7 @@ void lc_knobs_default(lc_knobs *k)
     k->host_adam_scale = 1;
     k->step_sync = 1;
     k->reuse_resident = 1;
-    k->swap_lead = 1;
+    k->swap_lead = 0;
 }
 
 static ms_status kn_int(const plan_t *p, const char *key, int lo, int *out, ms_error *err)
@@ -126,7 +126,7 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
     if (!st) st = kn_int(p, "step_sync", 0, &k->step_sync, err);
     if (!st) st = kn_int(p, "reuse", 0, &k->reuse_resident, err);
     if (!st) st = kn_int(p, "prefetch_depth", -1, &k->prefetch_depth, err);
-    if (!st) st = kn_int(p, "swap_lead", 1, &k->swap_lead, err);
+    if (!st) st = kn_int(p, "swap_lead", 0, &k->swap_lead, err);
     if (!st) st = kn_bytes(p, "init_device_bytes", &k->init_device_bytes, err);
     if (!st && k->coll_link_eff > 1)
         st = ms_fail(err, MS_ERR_INVALID, "plan knob coll_link_eff=%g: expected at most 1",
@@ -272,6 +272,20 @@ ms_status lc_block_roles(int n_blocks, int n_swap, int n_ckpt, uint8_t *roles, m
      * checkpoint blocks between them give each swap-out time to drain (ProTrain Fig. 2) */
     for (int i = 0; i < n_swap; i++) roles[(int)((int64_t)i * R / n_swap)] = LC_SWAP;
     return MS_OK;
+}
+
+void lc_swap_issue(const uint8_t *roles, int n_blocks, int lead, int32_t *at)
+{
+    int above = n_blocks; /* the next swapped block above, or the first unmanaged block */
+    while (above > 0 && roles[above - 1] == LC_NONE) above--;
+    for (int k = n_blocks - 1; k >= 0; k--) {
+        at[k] = -1;
+        if (roles[k] != LC_SWAP) continue;
+        int p = lead > 0 ? k + lead : above - 1;
+        if (p < k + 1) p = k + 1;
+        at[k] = p < n_blocks ? p : n_blocks;
+        above = k;
+    }
 }
 
 /* Workspace of the layout builder. */
@@ -911,6 +925,7 @@ typedef struct lcw {
     lc_layout *L;
     lc_bufplan bp;
     uint8_t *roles;
+    int32_t *swap_at;            /* per block: before which block's backward its swap-in starts */
     schedule_t *s;
     lc_report rep;
     ms_error *err;
@@ -1395,7 +1410,7 @@ static ms_status persist_allgather(lcw *w, int c, uint32_t after)
 static ms_status pre_step(lcw *w, int32_t s)
 {
     const lc_step *S = &w->L->steps[s];
-    int32_t j = S->block, N = w->L->n_blocks, lead = w->k.swap_lead;
+    int32_t j = S->block, N = w->L->n_blocks;
     ms_status st = MS_OK;
     for (uint32_t q = 0; gather_deferred(w) && st == MS_OK && q < S->n_need; q++) {
         uint32_t c = w->L->needs[S->need_first + q];
@@ -1404,11 +1419,11 @@ static ms_status pre_step(lcw *w, int32_t s)
     }
     if (S->phase == TP_BWD) {
         int first_bwd = s == 0 || w->L->steps[s - 1].phase != TP_BWD;
-        if (first_bwd)
-            for (int32_t i = N - 1; st == MS_OK && i >= 0 && i + lead >= N; i--)
-                if (w->roles[i] == LC_SWAP) st = swap_in(w, i);
-        if (!st && j >= 0 && j < N && j - lead >= 0 && w->roles[j - lead] == LC_SWAP)
-            st = swap_in(w, j - lead);
+        /* swap-ins in descending block order: the order the backward needs them */
+        for (int32_t i = N - 1; first_bwd && st == MS_OK && i >= 0; i--)
+            if (w->swap_at[i] == N) st = swap_in(w, i);
+        for (int32_t i = j - 1; st == MS_OK && j >= 0 && j < N && i >= 0; i--)
+            if (w->swap_at[i] == j) st = swap_in(w, i);
     }
     for (size_t i = 0; st == MS_OK && i < w->bp.n_loads; i++) {
         const lc_load *ld = &w->bp.loads[i];
@@ -1719,12 +1734,13 @@ static ms_status lcw_alloc(lcw *w)
     w->e2 = calloc(nb, sizeof *w->e2);
     w->e4 = calloc(nb, sizeof *w->e4);
     w->roles = calloc(nb, 1);
+    w->swap_at = calloc(nb + 1, sizeof *w->swap_at);
     w->buf_off = malloc(nbuf * sizeof *w->buf_off);
     w->state = u64map_new(1024);
     w->tidx = u64map_new(4096);
     if (!w->ld_ev || !w->ld2_ev || !w->rel_ev || !w->rel_need || !w->off_ev || !w->adam_ev ||
         !w->prs_ev || !w->pag_ev || !w->have_adam || !w->deferred || !w->fwd_lo || !w->fwd_hi ||
-        !w->e2 || !w->e4 || !w->roles || !w->buf_off || !w->state || !w->tidx)
+        !w->e2 || !w->e4 || !w->roles || !w->swap_at || !w->buf_off || !w->state || !w->tidx)
         return ms_fail(w->err, MS_ERR_NOMEM, "out of memory");
     for (size_t b = 0; b < nbuf; b++) w->buf_off[b] = -1;
     return MS_OK;
@@ -1747,6 +1763,7 @@ static void lcw_free(lcw *w)
     free(w->e2);
     free(w->e4);
     free(w->roles);
+    free(w->swap_at);
     free(w->buf_off);
     free(w->ts);
     u64map_free(w->state);
@@ -1770,7 +1787,9 @@ static ms_status check_config(lcw *w)
         return ms_fail(w->err, MS_ERR_INVALID,
                        "machine '%s' gives no host.adam_params_per_s: host Adam cannot be timed",
                        w->m ? w->m->name : "(none)");
-    return lc_block_roles(L->n_blocks, w->k.n_swap, w->k.n_ckpt, w->roles, w->err);
+    ms_status st = lc_block_roles(L->n_blocks, w->k.n_swap, w->k.n_ckpt, w->roles, w->err);
+    if (!st) lc_swap_issue(w->roles, (int)L->n_blocks, w->k.swap_lead, w->swap_at);
+    return st;
 }
 
 ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t *m,

@@ -94,7 +94,8 @@ typedef struct lc_knobs {
                                     issued; 0: as far as free buffers allow; -1: on demand (when
                                     the step before the one that needs it ends: no prefetch) */
     int swap_lead;               /* [swap_lead] blocks ahead of need a swapped block is
-                                    prefetched in backward (default 1) */
+                                    prefetched in backward; 0 (default): as soon as the
+                                    swapped block above it has finished its backward */
     uint64_t init_device_bytes;  /* [init_device_bytes] bytes allocated and freed on the GPU
                                     before the first iteration (model initialization) */
 } lc_knobs;
@@ -169,6 +170,16 @@ uint64_t lc_chunk_search(const uint64_t *param_bytes, const int32_t *group, size
  * between, the last blocks unmanaged. roles has n_blocks entries. MS_ERR_INVALID when
  * n_swap + n_ckpt > n_blocks or negative. */
 ms_status lc_block_roles(int n_blocks, int n_swap, int n_ckpt, uint8_t *roles, ms_error *err);
+
+/* When each swapped block's prefetch is issued in backward: at[k] is the block before whose
+ * backward the swap-in of swap block k starts (in [k + 1, n_blocks]; n_blocks: at the
+ * backward's first step), -1 for blocks not swapped. lead >= 1: k + lead. lead 0 ("timely",
+ * ProTrain §3.1: the unmanaged blocks' backward frees memory early, "enabling timely
+ * prefetching for swapping blocks"): right after the swapped block above k has finished its
+ * backward, so that one swapped block at a time is back on the GPU, as with lead 1, but the
+ * copy has the whole interval to hide in; the highest swapped block after the last managed
+ * block's backward. Distinct swap blocks get distinct points below n_blocks. */
+void lc_swap_issue(const uint8_t *roles, int n_blocks, int lead, int32_t *at);
 
 /* ---- the buffer plan: which load fills which buffer when ---- */
 

@@ -2,7 +2,8 @@
  * offload baselines, end to end through the simulator: the schedule's structure (chunk
  * buffers allocated once, gathers before use, reuse in backward, the buffers' eviction order
  * (three rotate in the backward), host Adam on the host
- * stream, GPU Adam for persistent chunks, recompute and swap per block), every searched
+ * stream, GPU Adam for persistent chunks, recompute and swap per block, when swapped blocks
+ * come back), every searched
  * configuration re-simulated against its prediction, determinism, and bad input (traces the
  * lowering cannot take, too few buffers, impossible block counts, machines without a host
  * Adam rate, malformed knobs, nothing fitting the device or the host). */
@@ -156,6 +157,59 @@ static void test_eviction_order(void)
            "ahead (%d)", L->n_chunks, n, ahead);
     lc_bufplan_clear(&bp);
     lc_layout_free(L);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
+/* When swapped blocks come back in backward (lc_swap_issue): fixed leads and the timely
+ * rule, and what the timely rule buys on a link slow enough that one block's backward cannot
+ * hide a swap-in. */
+static void test_swap_issue(void)
+{
+    uint8_t roles[16];
+    int32_t at[16];
+    lc_block_roles(10, 2, 6, roles, NULL); /* managed 0..7, swaps 0 and 4 */
+    lc_swap_issue(roles, 10, 0, at);
+    TAP_OK(at[0] == 3 && at[4] == 7 && at[1] == -1 && at[8] == -1,
+           "timely: swap block 0 after block 4's backward (at 3: %d), block 4 after the last "
+           "managed block's (at 7: %d)", at[0], at[4]);
+    lc_swap_issue(roles, 10, 1, at);
+    TAP_OK(at[0] == 1 && at[4] == 5, "lead 1: one block ahead (%d, %d)", at[0], at[4]);
+    lc_swap_issue(roles, 10, 9, at);
+    TAP_OK(at[0] == 9 && at[4] == 10, "lead 9: block 4 at the backward's start (%d, %d)", at[0],
+           at[4]);
+    lc_block_roles(4, 3, 0, roles, NULL); /* adjacent swap blocks 0, 1, 2 */
+    lc_swap_issue(roles, 4, 0, at);
+    TAP_OK(at[0] == 1 && at[1] == 2 && at[2] == 3, "timely, adjacent swaps: one block ahead "
+           "(%d %d %d)", at[0], at[1], at[2]);
+
+    machine_profile *mp = load("rtx3090-pcie3");
+    trace_t *t = mp ? gen(&mp->m, "dims:12,256,4,1024,1000", 512, 4, 1, 0) : NULL;
+    if (!t) {
+        TAP_OK(0, "trace for the swap timing");
+        machine_profile_free(mp);
+        return;
+    }
+    mp->m.link_h2d_Bps = mp->m.link_d2h_Bps = 2e9;
+    mp->m.link_duplex_Bps = 4e9;
+    double it[2] = {0, 0};
+    uint64_t peak[2] = {0, 0};
+    for (int lead = 0; lead < 2; lead++) {
+        plan_t *p = chunk_plan(12, 0, 2, 8, "swap_lead", lead ? "1" : "0");
+        lc_report rep;
+        sim_result r;
+        ms_error err;
+        ms_status st = run(t, &mp->m, p, NULL, &rep, &r, &err);
+        TAP_OK(st == MS_OK && r.status == RS_OK, "swap_lead=%d simulates: %s", lead,
+               st ? err.msg : res_status_name(r.status));
+        it[lead] = r.iter_time_s;
+        peak[lead] = r.peak_allocated_bytes;
+        plan_free(p);
+    }
+    TAP_OK(it[0] < it[1] * 0.99, "timely prefetch hides what one block ahead cannot: %.6f s < "
+           "%.6f s", it[0], it[1]);
+    TAP_OK(peak[0] <= peak[1] + peak[1] / 20, "at a peak within 5 %% of lead 1's (%.1f vs %.1f "
+           "MiB)", (double)peak[0] / MiB, (double)peak[1] / MiB);
     trace_free(t);
     machine_profile_free(mp);
 }
@@ -479,6 +533,7 @@ int main(void)
     test_knobs();
     test_structure();
     test_eviction_order();
+    test_swap_issue();
     test_resimulate("rtx3090-pcie3", "gpt2-1b", 2, LC_PG_STEP);
     test_resimulate("a100-80g-pcie4", "gpt2-1b", 16, LC_PG_STEP);
     test_resimulate("rtx3090-pcie3", "gpt2-1b", 2, LC_PG_AUTO);
