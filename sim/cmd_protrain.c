@@ -41,7 +41,8 @@ typedef struct pt_opts {
     uint64_t batch;            /* global batch over the GPUs */
     uint64_t seq;
     int gpus;
-    int hf_eager;              /* HF eager attention activations (see add_eager) */
+    int hf_eager;              /* HF eager attention activations (see add_hf) */
+    int hf_gelu_new;           /* GPT-2's gelu_new as HF runs it, unfused (see add_hf) */
     int validate;              /* search: configurations to simulate (0 none, -1 all) */
     const char *out_dir;
     const char *csv;
@@ -56,93 +57,162 @@ typedef struct pt_opts {
 
 /* ---------------------------------------------------------------- workloads */
 
-/* HF GPT-2 eager attention keeps, per layer, the attention probabilities and their dropout
- * output and mask (5·a·s²·b bytes) and the two hidden-size dropout masks (2·s·b·h bytes):
- * Korthikanti et al.'s 34sbh + 5as²b per layer against the generator's flash-attention
- * 32sbh (bf16, no dropout). ProTrain ran HuggingFace models; this adds one skeletal tensor per
- * layer, made by the attention op and freed after its backward, and charges the attention
- * kernels the memory traffic of the score matrix (written and read three times forward,
- * five times backward). */
-static ms_status add_eager(const trace_t *in, const machine_t *m, trace_t **out, ms_error *err)
+/* What a Hugging Face model's block keeps beyond the generator's trace, and what it costs.
+ *
+ * Eager attention (HF GPT-2 and the others ProTrain ran, pt_opts.hf_eager): per layer the
+ * attention probabilities and their dropout output and mask (5·a·s²·b bytes) and the two
+ * hidden-size dropout masks (2·s·b·h bytes): Korthikanti et al.'s 34sbh + 5as²b against the
+ * generator's flash-attention 32sbh (bf16, no dropout). One skeletal tensor per layer, made by
+ * the attention op and freed after its backward; the attention kernels are charged the score
+ * matrix's memory traffic (written and read three times forward, five times backward).
+ *
+ * GPT-2's `gelu_new` (pt_opts.hf_gelu_new): transformers' NewGELUActivation is a Python
+ * expression, 0.5·x·(1 + tanh(c·(x + 0.044715·x³))), not a fused kernel. Autograd keeps its
+ * input, the tanh, 0.5·x and 1 + tanh: three tensors of the MLP width more than a fused GeLU
+ * (6·s·b·f bytes), freed after the activation's backward; its eight forward kernels make 18
+ * passes over an s·b·f tensor against a fused GeLU's 2, its backward 28 against 3. Measured
+ * on an H100 (experiments/protrain/act_probe.py, act_h100/): one GPT2Block at hidden 1536,
+ * batch 8 keeps 302.0 MB more with gelu_new than with the fused tanh GeLU (6·s·b·f =
+ * 302.0 MB), and otherwise exactly 34sbh + 5as²b less its input; forward +0.58 ms, backward
+ * +0.85 ms (16 and 25 passes at the probed 2.99 TB/s; memsim times them at hbm_Bps ×
+ * mem_eff, about 20 % slower). */
+typedef struct hf_add {
+    uint64_t attn_bytes, gelu_bytes;   /* per layer, kept */
+    double attn_fwd_us, attn_bwd_us;   /* extra time of one attention op */
+    double gelu_fwd_us, gelu_bwd_us;   /* extra time of one activation op */
+} hf_add;
+
+static void hf_sizes(const trace_t *in, const machine_t *m, int eager, int gelu_new, hf_add *x)
 {
-    *out = NULL;
-    uint64_t b = 1, s = 1024, a = 1, h = 1, tp = 1, cp = 1;
+    uint64_t b = 1, s = 1024, a = 1, h = 1, f = 4, tp = 1, cp = 1;
     const char *v;
     if ((v = trace_get_meta(in, "batch"))) ms_parse_u64(v, &b);
     if ((v = trace_get_meta(in, "seq"))) ms_parse_u64(v, &s);
     if ((v = trace_get_meta(in, "heads"))) ms_parse_u64(v, &a);
     if ((v = trace_get_meta(in, "hidden"))) ms_parse_u64(v, &h);
+    if ((v = trace_get_meta(in, "ffn"))) ms_parse_u64(v, &f);
     if ((v = trace_get_meta(in, "tp"))) ms_parse_u64(v, &tp);
     if ((v = trace_get_meta(in, "cp"))) ms_parse_u64(v, &cp);
+    if (!tp) tp = 1;
     uint64_t sl = s / (cp ? cp : 1);
-    uint64_t extra = (5 * (a / (tp ? tp : 1)) * sl * s * b + 2 * sl * b * h / (tp ? tp : 1));
-    double score_bytes = 2.0 * (double)(a / (tp ? tp : 1)) * (double)sl * (double)s * (double)b;
     double bw = m ? m->gpu_hbm_Bps * (m->gpu_mem_eff > 0 ? m->gpu_mem_eff : 1) : 0;
+    double score = 2.0 * (double)(a / tp) * (double)sl * (double)s * (double)b;
+    double act = 2.0 * (double)sl * (double)b * (double)(f / tp);
+    memset(x, 0, sizeof *x);
+    if (eager) {
+        x->attn_bytes = 5 * (a / tp) * sl * s * b + 2 * sl * b * h / tp;
+        x->attn_fwd_us = bw > 0 ? 6 * score / bw * 1e6 : 0;
+        x->attn_bwd_us = bw > 0 ? 10 * score / bw * 1e6 : 0;
+    }
+    if (gelu_new) {
+        x->gelu_bytes = 3 * (uint64_t)act;
+        x->gelu_fwd_us = bw > 0 ? 16 * act / bw * 1e6 : 0;
+        x->gelu_bwd_us = bw > 0 ? 25 * act / bw * 1e6 : 0;
+    }
+}
+
+/* Appends the forward op c with one more output, a new skeletal tensor of bytes for layer l. */
+static ms_status hf_keep(trace_t *t, trace_rec *c, uint64_t id, uint64_t bytes,
+                         const char *what, uint64_t *outs)
+{
+    const trace_op *op = &c->u.op;
+    trace_rec al;
+    memset(&al, 0, sizeof al);
+    al.type = TR_ALLOC;
+    al.u.alloc.id = id;
+    al.u.alloc.bytes = bytes;
+    al.u.alloc.cls = TC_ACT_SKEL;
+    al.u.alloc.layer = op->layer;
+    al.u.alloc.tok_scaled = 1;
+    al.u.alloc.producer = (int64_t)op->id;
+    snprintf(al.u.alloc.name, sizeof al.u.alloc.name, "L%d.%s", op->layer, what);
+    ms_status st = trace_append(t, &al);
+    memcpy(outs, op->out, op->n_out * sizeof *outs);
+    outs[op->n_out] = id;
+    c->u.op.out = outs;
+    c->u.op.n_out = op->n_out + 1;
+    return st ? st : trace_append(t, c);
+}
+
+static ms_status hf_free(trace_t *t, uint64_t id)
+{
+    trace_rec fr;
+    memset(&fr, 0, sizeof fr);
+    fr.type = TR_FREE;
+    fr.u.free_id = id;
+    return trace_append(t, &fr);
+}
+
+/* One op of in onto t: the extra tensor and time of its kind (attention or activation). */
+static ms_status hf_op(trace_t *t, const trace_rec *r, const hf_add *x, u64map *kept,
+                       uint64_t *next_id)
+{
+    const trace_op *op = &r->u.op;
+    int attn = op->kind == TK_ATTN && x->attn_bytes;
+    int gelu = op->kind == TK_ACT && x->gelu_bytes;
+    trace_rec c = *r;
+    if ((!attn && !gelu) || op->layer < 0 || op->n_out >= 63) return trace_append(t, &c);
+    uint64_t outs[64], key = (uint64_t)op->layer * 2 + (uint64_t)gelu, id;
+    int fwd = op->phase == TP_FWD;
+    if (c.u.op.dur_us >= 0)
+        c.u.op.dur_us += attn ? (fwd ? x->attn_fwd_us : x->attn_bwd_us)
+                              : (fwd ? x->gelu_fwd_us : x->gelu_bwd_us);
+    if (fwd) {
+        id = (*next_id)++;
+        if (u64map_put(kept, key, id)) return MS_ERR_NOMEM;
+        return hf_keep(t, &c, id, attn ? x->attn_bytes : x->gelu_bytes,
+                       attn ? "attn_probs" : "gelu_new", outs);
+    }
+    ms_status st = trace_append(t, &c);
+    if (!st && op->phase == TP_BWD && u64map_del(kept, key, &id)) st = hf_free(t, id);
+    return st;
+}
+
+static ms_status add_hf(const trace_t *in, const machine_t *m, int eager, int gelu_new,
+                        trace_t **out, ms_error *err)
+{
+    *out = NULL;
+    hf_add x;
+    hf_sizes(in, m, eager, gelu_new, &x);
     trace_t *t = trace_new();
-    if (!t) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    u64map *kept = u64map_new(256); /* layer * 2 + (1: activation, 0: attention) -> id */
+    if (!t || !kept) {
+        trace_free(t);
+        u64map_free(kept);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
     ms_status st = MS_OK;
     for (size_t i = 0; i < trace_meta_count(in) && !st; i++)
         st = trace_set_meta(t, trace_meta_key(in, i), trace_meta_value(in, i));
-    if (!st) st = trace_set_meta(t, "attn", "eager");
+    if (!st && eager) st = trace_set_meta(t, "attn", "eager");
+    if (!st && gelu_new) st = trace_set_meta(t, "act_impl", "gelu_new");
     uint64_t next_id = 0;
     for (size_t i = 0; i < trace_count(in); i++) {
         const trace_rec *r = trace_get(in, i);
         if (r->type == TR_ALLOC && r->u.alloc.id >= next_id) next_id = r->u.alloc.id + 1;
     }
-    u64map *probs = u64map_new(256); /* layer -> tensor id */
-    if (!probs) st = MS_ERR_NOMEM;
-    uint64_t outs[64];
     for (size_t i = 0; i < trace_count(in) && !st; i++) {
         const trace_rec *r = trace_get(in, i);
-        trace_rec c = *r;
-        if (r->type == TR_OP && r->u.op.kind == TK_ATTN && r->u.op.layer >= 0 &&
-            r->u.op.n_out < 63) {
-            const trace_op *op = &r->u.op;
-            if (op->phase == TP_FWD) {
-                trace_rec al;
-                memset(&al, 0, sizeof al);
-                al.type = TR_ALLOC;
-                al.u.alloc.id = next_id;
-                al.u.alloc.bytes = extra;
-                al.u.alloc.cls = TC_ACT_SKEL;
-                al.u.alloc.layer = op->layer;
-                al.u.alloc.tok_scaled = 1;
-                al.u.alloc.producer = (int64_t)op->id;
-                snprintf(al.u.alloc.name, sizeof al.u.alloc.name, "L%d.attn_probs", op->layer);
-                if ((st = trace_append(t, &al))) break;
-                if (u64map_put(probs, (uint64_t)op->layer, next_id)) st = MS_ERR_NOMEM;
-                memcpy(outs, op->out, op->n_out * sizeof *outs);
-                outs[op->n_out] = next_id++;
-                c.u.op.out = outs;
-                c.u.op.n_out = op->n_out + 1;
-                if (bw > 0 && c.u.op.dur_us >= 0) c.u.op.dur_us += 6 * score_bytes / bw * 1e6;
-            } else if (bw > 0 && c.u.op.dur_us >= 0) {
-                c.u.op.dur_us += 10 * score_bytes / bw * 1e6;
-            }
-            if (!st) st = trace_append(t, &c);
-            uint64_t pid;
-            if (!st && op->phase == TP_BWD && u64map_del(probs, (uint64_t)op->layer, &pid)) {
-                trace_rec fr;
-                memset(&fr, 0, sizeof fr);
-                fr.type = TR_FREE;
-                fr.u.free_id = pid;
-                st = trace_append(t, &fr);
-            }
-            continue;
-        }
-        st = trace_append(t, &c);
+        st = r->type == TR_OP ? hf_op(t, r, &x, kept, &next_id) : trace_append(t, r);
     }
-    u64map_free(probs);
+    u64map_free(kept);
     if (st) {
         trace_free(t);
-        return ms_fail(err, st, "cannot build the eager-attention trace");
+        return ms_fail(err, st, "cannot build the Hugging Face trace");
     }
     *out = t;
     return MS_OK;
 }
 
-static ms_status make_trace(const char *model, uint64_t batch, int gpus, uint64_t seq,
-                            int eager, const machine_t *m, trace_t **out, ms_error *err)
+/* Hugging Face's GPT-2 (GPT2LMHeadModel, activation gelu_new): the gpt2-* models and Table 2's
+ * ladder of GPT-2 shapes. */
+static int is_hf_gpt2(const char *model)
+{
+    return strncmp(model, "gpt2", 4) == 0 || strncmp(model, "dims:", 5) == 0;
+}
+
+static ms_status make_trace(const char *model, uint64_t batch, int gpus, const pt_opts *o,
+                            const machine_t *m, trace_t **out, ms_error *err)
 {
     gen_config c;
     gen_config_default(&c);
@@ -151,18 +221,19 @@ static ms_status make_trace(const char *model, uint64_t batch, int gpus, uint64_
     if (gpus < 1 || batch < (uint64_t)gpus || batch % (uint64_t)gpus)
         return ms_fail(err, MS_ERR_INVALID, "batch %" PRIu64 " does not split over %d GPUs",
                        batch, gpus);
-    c.seq = seq ? seq : c.model.default_seq;
+    c.seq = o->seq ? o->seq : c.model.default_seq;
     c.micro_batch = batch / (uint64_t)gpus;
     c.dp = gpus;
     c.iterations = 2;
     if ((st = gen_validate(&c, err))) return st;
     trace_t *t;
     if ((st = gen_trace(&c, m, &t, err))) return st;
-    if (!eager) {
+    int gelu_new = o->hf_gelu_new && is_hf_gpt2(model) && c.model.mlp == MODEL_MLP_GELU;
+    if (!o->hf_eager && !gelu_new) {
         *out = t;
         return MS_OK;
     }
-    st = add_eager(t, m, out, err);
+    st = add_hf(t, m, o->hf_eager, gelu_new, out, err);
     trace_free(t);
     return st;
 }
@@ -376,7 +447,7 @@ static ms_status pick(const pt_opts *o, const char *model, uint64_t batch, int g
     pol_opts_of(o, &po);
     lc_knobs k;
     ptc_search_opts so;
-    ms_status st = make_trace(model, batch, gpus, o->seq, o->hf_eager, m, &t, err);
+    ms_status st = make_trace(model, batch, gpus, o, m, &t, err);
     if (!st) st = pt_protrain_knobs(&po, &k, err);
     if (!st) st = pt_search_opts_from(&po, t, m, &so, err);
     if (!st) st = pt_model_new(t, m, &k, &so, &M, err);
@@ -430,7 +501,7 @@ static int sub_search(const pt_opts *o)
     pol_opts_of(o, &po);
     lc_knobs k;
     ptc_search_opts so;
-    ms_status st = make_trace(o->model, o->batch, o->gpus, o->seq, o->hf_eager, &mp->m, &t, &err);
+    ms_status st = make_trace(o->model, o->batch, o->gpus, o, &mp->m, &t, &err);
     if (!st) st = pt_protrain_knobs(&po, &k, &err);
     if (!st) st = pt_search_opts_from(&po, t, &mp->m, &so, &err);
     if (!st) st = pt_model_new(t, &mp->m, &k, &so, &M, &err);
@@ -448,8 +519,10 @@ static int sub_search(const pt_opts *o)
     }
     if (st) goto done;
     char cb[96], b1[32], b2[32];
-    printf("workload: %s, batch %" PRIu64 " over %d GPU(s), seq %" PRIu64 "%s, on %s\n", o->model,
-           o->batch, o->gpus, o->seq, o->hf_eager ? ", eager attention" : "", mp->m.name);
+    const char *act = trace_get_meta(t, "act_impl");
+    printf("workload: %s, batch %" PRIu64 " over %d GPU(s), seq %" PRIu64 "%s%s, on %s\n",
+           o->model, o->batch, o->gpus, o->seq, o->hf_eager ? ", eager attention" : "",
+           act && !strcmp(act, "gelu_new") ? ", gelu_new" : "", mp->m.name);
     print_layout(stdout, ptc_layout(M));
     printf("search: space %zu, evaluated %zu, pruned %zu, swap interval %d, capacity %s\n",
            r.space, r.evaluated, r.pruned, ptc_swap_interval(M),
@@ -648,7 +721,7 @@ static ms_status trains(const pt_opts *o, int bk, int layers, int gpus, const ma
     char model[64];
     ladder_name(layers, model, sizeof model);
     trace_t *t;
-    ms_status st = make_trace(model, (uint64_t)gpus, gpus, o->seq, o->hf_eager, m, &t, err);
+    ms_status st = make_trace(model, (uint64_t)gpus, gpus, o, m, &t, err);
     if (st) return st;
     const char *pv = trace_get_meta(t, "params");
     uint64_t P = 0;
@@ -746,7 +819,7 @@ static int sub_fig3(const pt_opts *o)
                 for (size_t bi = 0; bi < sizeof per_gpu / sizeof *per_gpu && !st; bi++) {
                     if (o->quick && bi > 3) break;
                     trace_t *t;
-                    st = make_trace(F3_MODELS[mi], per_gpu[bi] * 4, 4, o->seq, o->hf_eager,
+                    st = make_trace(F3_MODELS[mi], per_gpu[bi] * 4, 4, o,
                                     &mp->m, &t, &err);
                     if (st) break;
                     int any = 0;
@@ -809,7 +882,7 @@ static int sub_fig6(const pt_opts *o)
         pol_opts_of(o, &po);
         lc_knobs k;
         ptc_search_opts so;
-        ms_status st = make_trace(o->model, o->batch, o->gpus, o->seq, o->hf_eager, &mp->m, &t,
+        ms_status st = make_trace(o->model, o->batch, o->gpus, o, &mp->m, &t,
                                   &err);
         if (!st) st = pt_protrain_knobs(&po, &k, &err);
         if (!st) st = pt_search_opts_from(&po, t, &mp->m, &so, &err);
@@ -866,6 +939,9 @@ static void usage(FILE *f)
             "  --gpus N            data-parallel GPUs (default 4)\n"
             "  --seq N             sequence length (default 1024)\n"
             "  --eager / --flash   HF eager attention activations (default) or flash attention\n"
+            "  --gelu-new / --fused-gelu  GPT-2's activation as Hugging Face runs it (eight\n"
+            "                      element-wise ops keeping three more tensors), or one fused\n"
+            "                      kernel (default; see experiments/protrain/README.md)\n"
             "  --knob KEY=VALUE    chunk / search knob (docs/PROTRAIN.md), repeatable; e.g.\n"
             "                      cost_model=recurrence|appendix (memsim's queue model or\n"
             "                      ProTrain's Appendix A.1 formula), persist_gather=auto|step|next\n"
@@ -890,6 +966,7 @@ int cmd_protrain(int argc, char **argv)
     o.gpus = 4;
     o.seq = 1024;
     o.hf_eager = 1;
+    o.hf_gelu_new = 0;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? MS_EXIT_USAGE : MS_EXIT_OK;
@@ -904,6 +981,7 @@ int cmd_protrain(int argc, char **argv)
         {"quick", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
         {"m3090", required_argument, 0, '3'},  {"ma100", required_argument, 0, 'a'},
         {"trace-out", required_argument, 0, 'T'}, {"plan-out", required_argument, 0, 'P'},
+        {"gelu-new", no_argument, 0, 'G'},     {"fused-gelu", no_argument, 0, 'U'},
         {0, 0, 0, 0}};
     optind = 1;
     int c;
@@ -927,6 +1005,8 @@ int cmd_protrain(int argc, char **argv)
             break;
         case 'E': o.hf_eager = 1; break;
         case 'F': o.hf_eager = 0; break;
+        case 'G': o.hf_gelu_new = 1; break;
+        case 'U': o.hf_gelu_new = 0; break;
         case 'k': {
             if (o.n_knobs >= PT_MAX_KNOBS || strlen(optarg) >= sizeof o.knob_buf[0]) {
                 fprintf(stderr, "memsim protrain: too many or too long --knob\n");

@@ -128,6 +128,14 @@ expect 0 "protrain: cost_model=appendix searches" -- "$M" protrain search --mode
 expect 3 "protrain: a negative tie tolerance: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tol=-0.1
 grep -q "tie_tol=-0.1 is not in \[0, 1\]" "$T/err"; ok $? "the tie tolerance's range is named"
 expect 3 "protrain: a fractional swap cap: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob max_swap=2.5
+# --gelu-new: GPT-2's unfused activation keeps three more MLP-wide tensors per block
+expect 0 "protrain: --gelu-new searches" -- "$M" protrain search --model gpt2-1b --batch 8 --knob n_persist=12 --knob n_buffer=0 --knob n_swap=0 --knob n_checkpoint=0 --gelu-new
+grep -q "eager attention, gelu_new" "$T/out"; ok $? "the workload line says gelu_new"
+pk_new=$(sed -n 's/.*peak allocated \([0-9.]*\) GiB.*/\1/p' "$T/out")
+expect 0 "protrain: the fused activation (default)" -- "$M" protrain search --model gpt2-1b --batch 8 --knob n_persist=12 --knob n_buffer=0 --knob n_swap=0 --knob n_checkpoint=0
+pk_fused=$(sed -n 's/.*peak allocated \([0-9.]*\) GiB.*/\1/p' "$T/out")
+# 32 blocks x 6 s b f bytes at batch 2 per GPU: 32 x 6 x 1024 x 2 x 6144 = 2.25 GiB more
+awk -v a="$pk_new" -v b="$pk_fused" 'BEGIN { d = a - b; exit !(d > 2.2 && d < 2.3) }'; ok $? "gelu_new keeps 6·s·b·f bytes more per block ($pk_new vs $pk_fused GiB)"
 expect 2 "--knob with --plan FILE: exit 2" -- "$M" simulate $W --plan "$T/p.plan" --knob keep_last=3
 expect 2 "a stray argument: exit 2" -- "$M" simulate $W --policy keep-all extra
 grep -q "unexpected argument 'extra'" "$T/err"; ok $? "the stray argument is named"
