@@ -31,6 +31,11 @@ struct ptc_model {
     uint64_t *Dc, *Ds;       /* per block: bytes a checkpoint drops, bytes a swap moves */
     uint64_t *Rp;            /* per block: replay peak (bytes it allocates, at most) */
     uint32_t *Ns;            /* per block: tensors a swap moves (copy latencies) */
+    uint64_t *sw_sz;         /* the tensors a swap moves, block by block in copy order: the
+                                block's bytes up to and including each */
+    double *sw_t;            /* the same: the block's copy time up to the end of each, us */
+    uint32_t *sw_first;      /* per block + 1: its first entry in sw_sz */
+    size_t sw_cap;
     double *rec_us;          /* per block: recompute time */
     /* scratch for estimates */
     double *e2, *e2s, *e3, *e4, *ld_end, *rel, *off, *prs, *pag;
@@ -68,6 +73,9 @@ void ptc_model_free(ptc_model *M)
     free(M->Ds);
     free(M->Rp);
     free(M->Ns);
+    free(M->sw_sz);
+    free(M->sw_t);
+    free(M->sw_first);
     free(M->rec_us);
     free(M->e2);
     free(M->e2s);
@@ -126,6 +134,30 @@ typedef struct prof {
     size_t *lo, *hi;         /* per block: forward segment record range */
     roof_params roof;
 } prof;
+
+/* Appends one swapped tensor's bytes to sw_sz (the tensors of the block being closed: the
+ * lowering copies them in this order, allocation order). sw_first[n_blocks] is the end. */
+static int sw_push(ptc_model *M, int32_t j, uint64_t bytes)
+{
+    size_t n = M->sw_first[M->L->n_blocks];
+    if (n == M->sw_cap) {
+        size_t cap = M->sw_cap ? 2 * M->sw_cap : 256;
+        uint64_t *a = realloc(M->sw_sz, cap * sizeof *a);
+        if (a) M->sw_sz = a;
+        double *b = a ? realloc(M->sw_t, cap * sizeof *b) : NULL;
+        if (!b) return -1;
+        M->sw_t = b;
+        M->sw_cap = cap;
+    }
+    /* each copy a latency and its bytes at the D2H rate: only the shares matter */
+    double lat = M->m.link_small_copy_us > 0 ? M->m.link_small_copy_us : 0;
+    double t = lat + (double)bytes / (M->m.link_d2h_Bps / 1e6);
+    int first = n == M->sw_first[j];
+    M->sw_sz[n] = bytes + (first ? 0 : M->sw_sz[n - 1]);
+    M->sw_t[n] = t + (first ? 0 : M->sw_t[n - 1]);
+    M->sw_first[M->L->n_blocks] = (uint32_t)n + 1;
+    return 0;
+}
 
 static pt_tensor *pfind(prof *p, uint64_t id)
 {
@@ -241,12 +273,14 @@ static ms_status profile(prof *p, ms_error *err)
                 if (S->phase == TP_FWD && S->block >= 0 && S->block < L->n_blocks) {
                     int32_t j = S->block;
                     p->hi[j] = i;
+                    if (!M->Ns[j]) M->sw_first[j] = M->sw_first[L->n_blocks];
                     for (size_t q = 0; q < p->n; q++) {
                         pt_tensor *x = &p->ts[q];
                         if (!x->live || x->layer != j || x->cls != TC_ACT_SKEL) continue;
                         M->Ds[j] += x->bytes;
                         M->Ns[j]++;
                         if (x->step == step) M->Dc[j] += x->bytes;
+                        if (sw_push(M, j, x->bytes)) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
                     }
                 }
                 in_step = 0;
@@ -317,6 +351,7 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     M->Ds = calloc(B, sizeof *M->Ds);
     M->Rp = calloc(B, sizeof *M->Rp);
     M->Ns = calloc(B, sizeof *M->Ns);
+    M->sw_first = calloc(B, sizeof *M->sw_first);
     M->rec_us = calloc(B, sizeof *M->rec_us);
     M->e2 = calloc(B, sizeof *M->e2);
     M->e2s = calloc(B, sizeof *M->e2s);
@@ -353,7 +388,7 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     p.idx = u64map_new(4096);
     p.lo = calloc(B, sizeof *p.lo);
     p.hi = calloc(B, sizeof *p.hi);
-    if (!M->A0 || !M->P || !M->rel || !M->Dc || !M->Ds || !M->Rp || !M->Ns || !M->rec_us ||
+    if (!M->A0 || !M->P || !M->rel || !M->Dc || !M->Ds || !M->Rp || !M->Ns || !M->sw_first || !M->rec_us ||
         !M->e2 || !M->e2s || !M->e3 || !M->e4 || !M->roles || !M->off || !M->prs || !M->pag ||
         !M->deferred || !M->sw_at || !M->sw_for || !M->sw_below ||
         !M->ld_end || !p.idx || !p.lo || !p.hi || !M->ck_pre || !M->sw_pre || !M->bwd_j ||
@@ -503,6 +538,17 @@ static void swap_in(ptc_model *M, srv *v, int i)
 
 /* ---- memory ---- */
 
+/* Bytes of block j's swapped tensors whose copies have ended when a fraction f of its swap-out
+ * time has passed (each tensor takes its share of the time: latencies are per tensor too). */
+static int64_t copied_whole(const ptc_model *M, int j, double f)
+{
+    uint32_t a = M->sw_first[j], n = M->Ns[j], k = 0;
+    if (!n) return 0;
+    double t = f * M->sw_t[a + n - 1] * (1 + 1e-12);
+    while (k < n && M->sw_t[a + k] <= t) k++;
+    return k ? (int64_t)M->sw_sz[a + k - 1] : 0;
+}
+
 /* Activation peak of c given the swap-out completion times e2 (NULL: instantaneous) and the
  * compute start time of every step (NULL with e2 NULL). Linear in steps + blocks: the drops
  * are prefix sums over the blocks. */
@@ -538,14 +584,14 @@ static int64_t act_peak(const ptc_model *M, const ptc_config *c, const uint8_t *
                 fdone++;
             }
             /* swap-outs finish in block order (one D2H queue); the one in progress has freed
-             * the share of its tensors already copied */
+             * the tensors already copied, each when its copy ends */
             int64_t part = 0;
             while (sdone < fdone) {
                 if (roles[sdone] == LC_SWAP) {
                     if (e2 && e2[sdone] > tstart[s]) {
                         double b = M->e2s[sdone], f = e2[sdone] > b && tstart[s] > b
                                                           ? (tstart[s] - b) / (e2[sdone] - b) : 0;
-                        part = (int64_t)(f * (double)M->Ds[sdone]);
+                        part = copied_whole(M, sdone, f);
                         break;
                     }
                     fsw += (int64_t)M->Ds[sdone];
