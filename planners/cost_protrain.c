@@ -151,7 +151,8 @@ static int sw_push(ptc_model *M, int32_t j, uint64_t bytes)
     }
     /* each copy a latency and its bytes at the D2H rate: only the shares matter */
     double lat = M->m.link_small_copy_us > 0 ? M->m.link_small_copy_us : 0;
-    double t = lat + (double)bytes / (M->m.link_d2h_Bps / 1e6);
+    double rate = M->m.link_d2h_Bps / 1e6;
+    double t = lat + (rate > 0 ? (double)bytes / rate : 0);
     int first = n == M->sw_first[j];
     M->sw_sz[n] = bytes + (first ? 0 : M->sw_sz[n - 1]);
     M->sw_t[n] = t + (first ? 0 : M->sw_t[n - 1]);
@@ -280,7 +281,8 @@ static ms_status profile(prof *p, ms_error *err)
                         M->Ds[j] += x->bytes;
                         M->Ns[j]++;
                         if (x->step == step) M->Dc[j] += x->bytes;
-                        if (sw_push(M, j, x->bytes)) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+                        if (sw_push(M, j, x->bytes))
+                            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
                     }
                 }
                 in_step = 0;
@@ -388,7 +390,8 @@ ms_status ptc_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     p.idx = u64map_new(4096);
     p.lo = calloc(B, sizeof *p.lo);
     p.hi = calloc(B, sizeof *p.hi);
-    if (!M->A0 || !M->P || !M->rel || !M->Dc || !M->Ds || !M->Rp || !M->Ns || !M->sw_first || !M->rec_us ||
+    if (!M->A0 || !M->P || !M->rel || !M->Dc || !M->Ds || !M->Rp || !M->Ns || !M->rec_us ||
+        !M->sw_first ||
         !M->e2 || !M->e2s || !M->e3 || !M->e4 || !M->roles || !M->off || !M->prs || !M->pag ||
         !M->deferred || !M->sw_at || !M->sw_for || !M->sw_below ||
         !M->ld_end || !p.idx || !p.lo || !p.hi || !M->ck_pre || !M->sw_pre || !M->bwd_j ||
