@@ -46,6 +46,21 @@ static trace_t *gen(const machine_t *m, const char *model, uint64_t seq, uint64_
     return t;
 }
 
+/* The profile `machine` and a trace of `model` on it; NULL (reported as a failure, the profile
+ * freed) when either cannot be made. */
+static trace_t *workload(const char *machine, const char *model, uint64_t seq, uint64_t batch,
+                         int dp, machine_profile **mp)
+{
+    *mp = load(machine);
+    trace_t *t = *mp ? gen(&(*mp)->m, model, seq, batch, dp, 0) : NULL;
+    if (!t) {
+        TAP_OK(0, "%s trace on %s", model, machine);
+        machine_profile_free(*mp);
+        *mp = NULL;
+    }
+    return t;
+}
+
 static plan_t *chunk_plan(int np, int nb, int sw, int ck, const char *extra_k,
                           const char *extra_v)
 {
@@ -183,13 +198,9 @@ static void test_swap_issue(void)
     TAP_OK(at[0] == 1 && at[1] == 2 && at[2] == 3, "timely, adjacent swaps: one block ahead "
            "(%d %d %d)", at[0], at[1], at[2]);
 
-    machine_profile *mp = load("rtx3090-pcie3");
-    trace_t *t = mp ? gen(&mp->m, "dims:12,256,4,1024,1000", 512, 4, 1, 0) : NULL;
-    if (!t) {
-        TAP_OK(0, "trace for the swap timing");
-        machine_profile_free(mp);
-        return;
-    }
+    machine_profile *mp;
+    trace_t *t = workload("rtx3090-pcie3", "dims:12,256,4,1024,1000", 512, 4, 1, &mp);
+    if (!t) return;
     mp->m.link_h2d_Bps = mp->m.link_d2h_Bps = 2e9;
     mp->m.link_duplex_Bps = 4e9;
     double it[2] = {0, 0};
@@ -417,13 +428,9 @@ done:
 
 static void test_policies(void)
 {
-    machine_profile *mp = load("rtx3090-pcie3");
-    trace_t *t = mp ? gen(&mp->m, "gpt2-1b", 1024, 2, 4, 0) : NULL;
-    if (!t) {
-        TAP_OK(0, "gpt2-1b trace");
-        machine_profile_free(mp);
-        return;
-    }
+    machine_profile *mp;
+    trace_t *t = workload("rtx3090-pcie3", "gpt2-1b", 1024, 2, 4, &mp);
+    if (!t) return;
     ms_error err;
     pol_opts o;
     pol_opts_default(&o);
