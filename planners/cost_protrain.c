@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "planners/cost_protrain.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1013,6 +1014,7 @@ void ptc_search_opts_default(ptc_search_opts *o)
     o->mem_margin = 0.03;
     o->max_swap = 8;
     o->tie_tol = 0.03;
+    o->swap_bw = 1;
 }
 
 void ptc_search_result_clear(ptc_search_result *r)
@@ -1068,7 +1070,10 @@ typedef struct lb_tab {
     double *h2d, *d2h;       /* per n_persist: us each copy queue is busy at least, the
                                 gathers counted once per chunk */
     double *ld_h, *ld_d;     /* per chunk: us one gather takes on each queue at least */
-    double compute_us, fwd_us, rd;
+    double *rs_h;            /* per chunk: us its gradients' synchronization takes on H2D in
+                                the backward (0 when it does not cross the link) */
+    int32_t *last;           /* per chunk: its last step, -1 if none */
+    double compute_us, fwd_us, bwd_us, rd, rh, swap_out_us, swap_in_us;
 } lb_tab;
 
 static void lb_tab_clear(lb_tab *T)
@@ -1081,6 +1086,8 @@ static void lb_tab_clear(lb_tab *T)
     free(T->d2h);
     free(T->ld_h);
     free(T->ld_d);
+    free(T->rs_h);
+    free(T->last);
     free(T->gadam);
     free(T->hadam);
     memset(T, 0, sizeof *T);
@@ -1109,19 +1116,21 @@ static ms_status lb_tab_make(const ptc_model *M, int max_swap, lb_tab *T)
     T->d2h = calloc((size_t)Nc + 1, sizeof *T->d2h);
     T->ld_h = calloc((size_t)Nc + 1, sizeof *T->ld_h);
     T->ld_d = calloc((size_t)Nc + 1, sizeof *T->ld_d);
+    T->rs_h = calloc((size_t)Nc + 1, sizeof *T->rs_h);
     /* full rates; the paired halves of a ring run at the duplex share all along (xfer_p) */
     double rh = M->m.link_h2d_Bps / 1e6, rd = M->m.link_d2h_Bps / 1e6;
     double dup = M->m.link_duplex_Bps / 1e6;
     double shh = dup > 0 && dup < 2 * rh ? dup / 2 : rh, shd = dup > 0 && dup < 2 * rd ? dup / 2 : rd;
     T->rd = rd;
+    T->rh = rh;
     uint8_t *roles = malloc((size_t)Nb + 1);
     double *brec = calloc((size_t)Nb + 1, sizeof *brec);   /* per block: recompute, all steps */
-    int32_t *last = malloc(((size_t)Nc + 1) * sizeof *last);
+    int32_t *last = T->last = malloc(((size_t)Nc + 1) * sizeof *last);
     if (!T->pstat || !T->act || !T->rec || !T->swb || !T->gadam || !T->hadam || !T->h2d ||
-        !T->d2h || !T->ld_h || !T->ld_d || !roles || !brec || !last || !(rh > 0) || !(rd > 0)) {
+        !T->d2h || !T->ld_h || !T->ld_d || !T->rs_h || !roles || !brec || !last ||
+        !(rh > 0) || !(rd > 0)) {
         free(roles);
         free(brec);
-        free(last);
         lb_tab_clear(T);
         return MS_ERR_NOMEM;
     }
@@ -1130,6 +1139,7 @@ static ms_status lb_tab_make(const ptc_model *M, int max_swap, lb_tab *T)
         const lc_step *S = &L->steps[s];
         T->compute_us += S->compute_us;
         if (S->phase == TP_FWD) T->fwd_us += S->compute_us;
+        if (S->phase == TP_BWD) T->bwd_us += S->compute_us;
         if (S->phase == TP_BWD && S->block >= 0 && S->block < Nb) brec[S->block] += M->rec_us[S->block];
         for (uint32_t j = 0; j < S->n_need; j++) last[L->needs[S->need_first + j]] = (int32_t)s;
     }
@@ -1147,7 +1157,6 @@ static ms_status lb_tab_make(const ptc_model *M, int max_swap, lb_tab *T)
         free(pd);
         free(roles);
         free(brec);
-        free(last);
         lb_tab_clear(T);
         return MS_ERR_NOMEM;
     }
@@ -1155,6 +1164,7 @@ static ms_status lb_tab_make(const ptc_model *M, int max_swap, lb_tab *T)
         int used = last[i] >= 0;
         T->ld_h[i] = (M->own_b[i] + M->nvg_h[i]) / rh + M->ring_b[i] / shh;
         T->ld_d[i] = M->ring_b[i] / shd;
+        T->rs_h[i] = used || used_persistent_sync(M, last[i]) ? M->ring_b[i] / shh : 0;
         /* one gather, then the gradients: reduce-scatter halves and the shard's copy */
         T->h2d[i] = T->h2d[i + 1] + (used ? T->ld_h[i] + M->ring_b[i] / shh : 0);
         T->d2h[i] = T->d2h[i + 1] +
@@ -1188,9 +1198,18 @@ static ms_status lb_tab_make(const ptc_model *M, int max_swap, lb_tab *T)
             T->swb[x] = sb;
             if (ck + sw == Nb && (sw == 0 || a < T->least)) T->least = a;
         }
+    /* one swapped block's copies, the mean over the blocks (ptc_swap_interval's) */
+    double ds = 0;
+    int nd = 0;
+    for (int j = 0; j < Nb; j++)
+        if (L->fwd_step[j] >= 0) {
+            ds += (double)M->Ds[j];
+            nd++;
+        }
+    T->swap_out_us = nd ? ds / nd / rd : 0;
+    T->swap_in_us = nd ? ds / nd / rh : 0;
     free(roles);
     free(brec);
-    free(last);
     return MS_OK;
 }
 
@@ -1249,6 +1268,48 @@ double ptc_time_lower_bound(const ptc_model *M, const ptc_config *c)
     double b = tlb_of(&T, Nb, c->n_persist, c->n_swap, c->n_ckpt);
     lb_tab_clear(&T);
     return b;
+}
+
+/* The bandwidth bound on n_swap of row (np, bp). ProTrain §3.3 bounds n_swap "by the swapping
+ * interval and available bandwidth" and §5.4 says how the bandwidth is meant: what the
+ * parameter traffic leaves of the link goes to swapping, in blocks "entirely overlapped with
+ * computation without disrupting parameter loading". The formula is not published; memsim's
+ * reading (docs/PROTRAIN.md §5): the swap-outs must fit in the forward's compute time less
+ * the D2H time of the forward's gathers, and the swap-ins in the backward's compute time less
+ * the H2D time of the backward's gathers and of the gradient synchronization (the ring's H2D
+ * halves), each block's copy at the link's full rate. */
+static int swap_bw_bound(const ptc_model *M, const lb_tab *T, const lc_bufplan *bp)
+{
+    const lc_layout *L = M->L;
+    double fd = 0, bh = 0;
+    for (size_t l = 0; l < bp->n_loads; l++) {
+        const lc_load *ld = &bp->loads[l];
+        int ph = L->steps[ld->step].phase;
+        if (ph == TP_FWD) fd += T->ld_d[ld->chunk];
+        else if (ph == TP_BWD) bh += T->ld_h[ld->chunk];
+    }
+    for (int c = 0; c < (int)L->n_chunks; c++)
+        if (T->last[c] >= 0 && L->steps[T->last[c]].phase == TP_BWD) bh += T->rs_h[c];
+    if (!(T->swap_out_us > 0) || !(T->swap_in_us > 0)) return INT_MAX;
+    double n = fmin((T->fwd_us - fd) / T->swap_out_us, (T->bwd_us - bh) / T->swap_in_us);
+    if (!(n > 0)) return 0;
+    return n >= (double)INT_MAX ? INT_MAX : (int)floor(n);
+}
+
+int ptc_swap_bw_limit(const ptc_model *M, int n_persist, int n_buffer)
+{
+    const lc_layout *L = M->L;
+    if (n_persist < 0 || (size_t)n_persist > L->n_chunks || n_buffer < 0) return -1;
+    lc_bufplan bp;
+    if (lc_bufplan_make(L, n_persist, n_buffer, &M->k, &bp, NULL) != MS_OK) return -1;
+    lb_tab T;
+    int n = -1;
+    if (lb_tab_make(M, 0, &T) == MS_OK) {
+        n = swap_bw_bound(M, &T, &bp);
+        lb_tab_clear(&T);
+    }
+    lc_bufplan_clear(&bp);
+    return n;
 }
 
 /* A row of the search: one (n_persist, n_buffer) whose memory bound fits, its time bound (the
@@ -1365,7 +1426,15 @@ static ms_status search_row(sstate *S, int np, int nb, ms_error *err)
     ms_status st = MS_OK;
     double xh, xd;
     reload_us(T, &bp, Nc, &xh, &xd);
-    for (int sw = 0; sw <= S->max_swap && st == MS_OK; sw++) {
+    int msw = S->max_swap;
+    if (S->o->swap_bw) {
+        int b = swap_bw_bound(M, T, &bp);
+        if (b < msw) {
+            r->pruned += (size_t)(msw - b) * (size_t)(Nb + 1);
+            msw = b;
+        }
+    }
+    for (int sw = 0; sw <= msw && st == MS_OK; sw++) {
         /* the fewest checkpoints that fit: memory falls and time rises with them */
         int lo = 0, hi = Nb - sw;
         ptc_config q = {np, nb, sw, hi};

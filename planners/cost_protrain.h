@@ -76,6 +76,13 @@ double ptc_time_lower_bound(const ptc_model *M, const ptc_config *c);
  * largest n_swap the search tries (ceil(N_block / N_interval), capped by max_swap). */
 int ptc_swap_interval(const ptc_model *M);
 
+/* The bandwidth bound on n_swap for n_persist persistent chunks and n_buffer buffers: the
+ * swapped blocks whose copies fit in the link time the parameter traffic leaves, the
+ * swap-outs in the forward's compute and the swap-ins in the backward's (docs/PROTRAIN.md
+ * §5; INT_MAX without swappable activations). The search applies it with swap_bw = 1.
+ * -1 when the buffers cannot serve the access program or the arguments are out of range. */
+int ptc_swap_bw_limit(const ptc_model *M, int n_persist, int n_buffer);
+
 typedef struct ptc_search_opts {
     uint64_t capacity_bytes;   /* GPU bytes for the run; 0: machine_usable_bytes */
     double mem_margin;         /* fraction of the capacity kept free for the allocator's
@@ -84,6 +91,9 @@ typedef struct ptc_search_opts {
     int max_swap;              /* cap on n_swap (default 8; -1: no cap) */
     double tie_tol;            /* configurations within this fraction of the fastest count as
                                   ties, broken toward less link traffic (default 0.03) */
+    int swap_bw;               /* 1 (default): n_swap also bounded per (n_persist, n_buffer) by
+                                  the link time the parameter traffic leaves (ProTrain §3.3;
+                                  docs/PROTRAIN.md §5); 0: by the swap interval only */
     int keep_all;              /* 1: r->all lists every configuration evaluated */
     int no_bound;              /* 1: no time bound (evaluate every configuration whose memory
                                   fits; the same pick, more evaluations: for checking) */

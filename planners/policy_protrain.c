@@ -46,7 +46,7 @@ uint64_t pt_host_share(const trace_t *t, const machine_t *m)
 
 const char *const pt_search_knob_names[] = {
     "gpu_bytes", "mem_margin", "host_bytes", "max_swap", "tie_tol", "search_bound",
-    "cost_model", NULL,
+    "cost_model", "swap_bw", NULL,
 };
 
 ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine_t *m,
@@ -62,7 +62,12 @@ ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine
     if (!st) st = pol_knob_double(o, "tie_tol", so->tie_tol, &so->tie_tol, err);
     double bound = 1;
     if (!st) st = pol_knob_double(o, "search_bound", 1, &bound, err);
+    double sbw = 1;
+    if (!st) st = pol_knob_double(o, "swap_bw", 1, &sbw, err);
     if (st) return st;
+    if (sbw != 0 && sbw != 1)
+        return ms_fail(err, MS_ERR_INVALID, "knob swap_bw=%g is not 0 or 1", sbw);
+    so->swap_bw = sbw == 1;
     if (!(ms >= -1 && ms <= 1e6) || ms != floor(ms))
         return ms_fail(err, MS_ERR_INVALID, "knob max_swap=%g is not an integer in [-1, 1e6] "
                        "(-1: no cap)", ms);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -524,11 +525,16 @@ static int sub_search(const pt_opts *o)
            o->model, o->batch, o->gpus, o->seq, o->hf_eager ? ", eager attention" : "",
            act && !strcmp(act, "gelu_new") ? ", gelu_new" : "", mp->m.name);
     print_layout(stdout, ptc_layout(M));
-    printf("search: space %zu, evaluated %zu, pruned %zu, swap interval %d, capacity %s\n",
-           r.space, r.evaluated, r.pruned, ptc_swap_interval(M),
-           ms_fmt_bytes(r.capacity_bytes, b1, sizeof b1));
     const ptc_config *best = r.found ? &r.best : &r.closest;
     const ptc_estimate *be = r.found ? &r.best_est : &r.closest_est;
+    int nint = ptc_swap_interval(M), nbw = ptc_swap_bw_limit(M, best->n_persist, best->n_buffer);
+    char bw[48] = "none";
+    if (nbw >= 0 && nbw < INT_MAX) snprintf(bw, sizeof bw, "%d", nbw);
+    printf("search: space %zu, evaluated %zu, pruned %zu, swap interval %d (n_swap <= %d), "
+           "bandwidth bound %s%s, capacity %s\n", r.space, r.evaluated, r.pruned, nint,
+           so.max_swap >= 0 && so.max_swap < (ptc_layout(M)->n_blocks + nint - 1) / nint
+               ? so.max_swap : (ptc_layout(M)->n_blocks + nint - 1) / nint, bw,
+           so.swap_bw ? "" : " (off)", ms_fmt_bytes(r.capacity_bytes, b1, sizeof b1));
     printf("%s: %s  predicted %.4f s (fwd %.4f bwd %.4f gpu-optim %.4f cpu-optim %.4f), peak %s, "
            "host %s\n", r.found ? "chosen" : "NO FEASIBLE CONFIGURATION; closest",
            cfg_str(best, cb, sizeof cb), be->t_iter_s, be->t_fwd_s, be->t_bwd_s,
@@ -946,6 +952,8 @@ static void usage(FILE *f)
             "                      cost_model=recurrence|appendix (memsim's queue model or\n"
             "                      ProTrain's Appendix A.1 formula), persist_gather=auto|step|next\n"
             "                      (the persistent all-gather's placement), tie_tol=0.03,\n"
+            "                      swap_bw=1|0 (n_swap bounded by the link time parameter\n"
+            "                      traffic leaves, or by the swap interval only),\n"
             "                      n_persist= n_buffer= n_swap= n_checkpoint= (no search)\n"
             "  --validate N        search: simulate N evaluated configurations (-1: all)\n"
             "  --csv FILE          search: per-configuration predicted vs simulated rows\n"

@@ -377,6 +377,14 @@ static void test_host_adam_bound(void)
 
 
 /* Search options over the whole space (any number of swaps) with the given tie band. */
+/* Whether n_swap sw is beyond the search's bandwidth bound for (np, nb): the brute forces
+ * below enumerate the space the search is defined over. */
+static int over_bw(const ptc_model *M, int np, int nb, int sw)
+{
+    int lim = ptc_swap_bw_limit(M, np, nb);
+    return lim >= 0 && sw > lim;
+}
+
 static ptc_search_opts search_opts(double tie)
 {
     ptc_search_opts so;
@@ -406,7 +414,7 @@ static void test_search_brute(void)
     size_t feasible = 0, fits_bad = 0;
     for (int np = 0; np <= N; np++)
         for (int nb = 0; nb <= N - np; nb++)
-            for (int sw = 0; sw <= maxsw; sw++)
+            for (int sw = 0; sw <= maxsw && !over_bw(M, np, nb, sw); sw++)
                 for (int ck = 0; ck + sw <= B; ck++) {
                     ptc_config c = {np, nb, sw, ck};
                     ptc_estimate e;
@@ -430,7 +438,7 @@ static void test_search_brute(void)
     double best_a = INFINITY;
     for (int np = 0; np <= N; np++)
         for (int nb = 0; nb <= N - np; nb++)
-            for (int sw = 0; sw <= maxsw; sw++)
+            for (int sw = 0; sw <= maxsw && !over_bw(M, np, nb, sw); sw++)
                 for (int ck = 0; ck + sw <= B; ck++) {
                     ptc_config c = {np, nb, sw, ck};
                     ptc_estimate e;
@@ -512,6 +520,7 @@ static void bound_case(const char *name, int layers, uint64_t batch, int dp, int
                             n++;
                             below += e.t_iter_s < ptc_time_lower_bound(M, &c) * (1 - 1e-9);
                         }
+                        if (over_bw(M, np, nb, sw)) continue; /* the search's n_swap bound */
                         if (e.peak_bytes > rx.capacity_bytes) continue;
                         /* the search takes, per (np, nb, sw), the fewest checkpoints that fit */
                         ptc_config f = c;
@@ -610,6 +619,63 @@ static void test_real_search_speed(void)
     machine_profile_free(mp);
 }
 
+/* The bandwidth bound on n_swap (docs/PROTRAIN.md §5): parameter traffic leaves fewer swaps,
+ * a link twice as fast twice as many, and the search never evaluates beyond it (and does with
+ * swap_bw=0 where it binds). */
+static void test_swap_bw(void)
+{
+    machine_profile *mp = small_machine(5e7);
+    mp->m.node_gpus = 2;
+    mp->m.link_h2d_Bps *= 10; /* a block's swap-out a third of the forward at most */
+    mp->m.link_d2h_Bps *= 10;
+    mp->m.link_duplex_Bps *= 10;
+    trace_t *t = tiny_trace(&mp->m, 6, 4, 2);
+    ptc_model *M = search_model(mp, t, 1, "model for the swap bound");
+    if (!M) return;
+    int N = (int)ptc_layout(M)->n_chunks, B = ptc_layout(M)->n_blocks;
+    int l0 = ptc_swap_bw_limit(M, 0, N), lN = ptc_swap_bw_limit(M, N, 0);
+    TAP_OK(l0 >= 0 && l0 < lN, "gathers over the link leave fewer swaps: %d with no chunk "
+           "persistent, %d with all", l0, lN);
+    TAP_OK(ptc_swap_bw_limit(M, 0, 0) == -1 && ptc_swap_bw_limit(M, N + 1, 0) == -1,
+           "no bound for buffers that cannot serve the program or out-of-range arguments");
+    ptc_search_opts so = search_opts(0);
+    so.keep_all = 1;
+    so.no_bound = 1;
+    ms_error err;
+    int beyond[2] = {0, 0};
+    for (int off = 0; off < 2; off++) {
+        so.swap_bw = !off;
+        ptc_search_result r;
+        if (ptc_search(M, &so, &r, &err) != MS_OK) continue;
+        for (size_t i = 0; i < r.n_all; i++) {
+            const ptc_config *c = &r.all[i];
+            beyond[off] += c->n_swap > ptc_swap_bw_limit(M, c->n_persist, c->n_buffer);
+        }
+        ptc_search_result_clear(&r);
+    }
+    TAP_OK(beyond[0] == 0 && beyond[1] > 0, "the search stays within the bound (%d beyond it; "
+           "%d without the bound)", beyond[0], beyond[1]);
+    ptc_model_free(M);
+    /* one GPU, everything persistent: no parameter traffic, the bound scales with the link */
+    mp->m.node_gpus = 1;
+    trace_free(t);
+    t = tiny_trace(&mp->m, 6, 4, 1);
+    int lim[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+        M = search_model(mp, t, 1, "model for the swap bound, one GPU");
+        if (!M) return;
+        lim[k] = ptc_swap_bw_limit(M, (int)ptc_layout(M)->n_chunks, 0);
+        ptc_model_free(M);
+        mp->m.link_h2d_Bps *= 2;
+        mp->m.link_d2h_Bps *= 2;
+        mp->m.link_duplex_Bps *= 2;
+    }
+    TAP_OK(lim[0] >= 1 && lim[0] <= B && (lim[1] == 2 * lim[0] || lim[1] == 2 * lim[0] + 1),
+           "twice the link rate, twice the swaps (%d, then %d)", lim[0], lim[1]);
+    trace_free(t);
+    machine_profile_free(mp);
+}
+
 int main(void)
 {
     test_chunk_search();
@@ -621,6 +687,7 @@ int main(void)
     test_host_adam_bound();
     test_search_brute();
     test_search_bound();
+    test_swap_bw();
     test_bad_chunk();
     test_real_search_speed();
     return tap_done();

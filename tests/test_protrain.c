@@ -371,6 +371,7 @@ static void test_resimulate(const char *machine, const char *model, uint64_t bat
     ptc_search_opts so;
     ptc_search_opts_default(&so);
     so.keep_all = 1;
+    so.swap_bw = 0; /* every n_swap the interval allows: more swapping configurations checked */
     ptc_search_result r;
     memset(&r, 0, sizeof r);
     if (!t || ptc_model_new(t, &mp->m, &k, &M, &err) || ptc_search(M, &so, &r, &err)) {

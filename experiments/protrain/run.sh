@@ -36,31 +36,38 @@ mkdir -p "$out"
 read -r -a opts <<< "${PT_OPTS:-}"
 start=$(date +%s)
 
-# 1. Table 4, with every configuration whose memory fits simulated against its prediction
-#    (search_bound=0: the search evaluates all of them, not only those its time bound keeps;
-#    the pick is the same), then the search alone for its wall time (search_times.txt: not
-#    deterministic).
-"$MEMSIM" protrain table4 --knob search_bound=0 --validate -1 -o "$out" "${opts[@]}" 2> /dev/null
-mkdir -p "$out/.t4"
-"$MEMSIM" protrain table4 -o "$out/.t4" "${opts[@]}" 2> "$out/search_times.txt"
-rm -rf "$out/.t4"
+# 1. Table 4: the searches' picks and wall times (search_times.txt: not deterministic), then
+#    every configuration whose memory fits simulated against its prediction, over a superset
+#    of what the searches evaluate (search_bound=0: not only those the time bound keeps;
+#    swap_bw=0: every n_swap the swap interval allows, not only those the bandwidth bound does).
+val() { # val DIR KNOBS...: the validation table of the searches with KNOBS into DIR
+    local d=$1
+    shift
+    mkdir -p "$d/.val"
+    "$MEMSIM" protrain table4 --knob search_bound=0 --knob swap_bw=0 "$@" --validate -1 \
+        -o "$d/.val" "${opts[@]}" 2> /dev/null
+    mv "$d/.val/table4_validation.tsv" "$d/table4_validation.tsv"
+    rm -rf "$d/.val"
+}
+"$MEMSIM" protrain table4 -o "$out" "${opts[@]}" 2> "$out/search_times.txt"
+val "$out"
 #    The same searches under ProTrain's appendix runtime model as written (cost_model=appendix:
 #    per-chunk max of compute and communication, no queues; docs/PROTRAIN.md §4), simulated too.
 mkdir -p "$out/appendix"
-"$MEMSIM" protrain table4 --knob search_bound=0 --knob cost_model=appendix --validate -1 \
-    -o "$out/appendix" "${opts[@]}" 2> /dev/null
+"$MEMSIM" protrain table4 --knob cost_model=appendix -o "$out/appendix" "${opts[@]}" 2> /dev/null
+val "$out/appendix" --knob cost_model=appendix
 # 2. Table 2: the largest GPT-2 (hidden 8192, 1..128 blocks) each backend trains at batch 1 per GPU.
 "$MEMSIM" protrain table2 -o "$out" "${opts[@]}"
 # 3. Figure 3: best throughput over per-GPU batches 1..64 (and each baseline's variants).
 "$MEMSIM" protrain fig3 -o "$out" "${opts[@]}"
 # 4. Figure 6: GPT2-10B, batch 8, both testbeds: an even sample of 150 evaluated configurations
 #    per testbed for the plot (table4_validation.tsv has the statistics over all of them).
-"$MEMSIM" protrain fig6 --model gpt2-10b --batch 8 --validate 150 --knob search_bound=0 -o "$out" \
-    "${opts[@]}"
+"$MEMSIM" protrain fig6 --model gpt2-10b --batch 8 --validate 150 --knob search_bound=0 \
+    --knob swap_bw=0 -o "$out" "${opts[@]}"
 #    The same configurations predicted by ProTrain's appendix formula (the search is unbounded
 #    in both, so it evaluates the same configurations and the sample is the same).
 "$MEMSIM" protrain fig6 --model gpt2-10b --batch 8 --validate 150 --knob search_bound=0 \
-    --knob cost_model=appendix -o "$out/appendix" "${opts[@]}"
+    --knob swap_bw=0 --knob cost_model=appendix -o "$out/appendix" "${opts[@]}"
 
 # 5. The comparison and the plot data.
 awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$out/table4.tsv" \
