@@ -345,6 +345,29 @@ static int fail(ms_status st, const ms_error *err)
     return ms_exit_code(st);
 }
 
+/* The search line: what the search did and the bounds on n_swap at configuration c (the
+ * chosen one, or the one given, which no search bounded). */
+static void print_search(const ptc_model *M, const machine_t *m, const ptc_search_opts *so,
+                         const ptc_search_result *r, int given, const ptc_config *c)
+{
+    int nint = ptc_swap_interval(M), nb = ptc_layout(M)->n_blocks;
+    int nmax = (nb + nint - 1) / nint;
+    if (so->max_swap >= 0 && so->max_swap < nmax) nmax = so->max_swap;
+    int nbw = ptc_swap_bw_limit(M, c->n_persist, c->n_buffer);
+    char bw[64] = "none", b1[32];
+    if (nbw >= 0 && nbw < INT_MAX)
+        snprintf(bw, sizeof bw, "%d%s", nbw, given && c->n_swap > nbw ? " (n_swap above it)" : "");
+    uint64_t cap = so->capacity_bytes ? so->capacity_bytes : machine_usable_bytes(m);
+    cap = (uint64_t)((double)cap * (1.0 - so->mem_margin));
+    if (given)
+        printf("search: none (configuration given), ");
+    else
+        printf("search: space %zu, evaluated %zu, pruned %zu, ", r->space, r->evaluated,
+               r->pruned);
+    printf("swap interval %d (n_swap <= %d), bandwidth bound %s%s, capacity %s\n", nint, nmax, bw,
+           so->swap_bw ? "" : " (off)", ms_fmt_bytes(given ? cap : r->capacity_bytes, b1, sizeof b1));
+}
+
 static const char *cfg_str(const ptc_config *c, char *buf, size_t n)
 {
     snprintf(buf, n, "persist=%d buffer=%d swap=%d ckpt=%d", c->n_persist, c->n_buffer,
@@ -496,6 +519,7 @@ static int sub_search(const pt_opts *o)
     trace_t *t = NULL;
     ptc_model *M = NULL;
     ptc_search_result r;
+    int given = 0;          /* the configuration comes from the knobs: no search */
     memset(&r, 0, sizeof r);
     FILE *csv = NULL;
     pol_opts po;
@@ -509,6 +533,7 @@ static int sub_search(const pt_opts *o)
     if (!st && pol_knob_get(&po, "n_persist") && pol_knob_get(&po, "n_buffer") &&
         pol_knob_get(&po, "n_swap") && pol_knob_get(&po, "n_checkpoint")) {
         /* a given configuration: no search */
+        given = 1;
         r.found = 1;
         r.best = (ptc_config){k.n_persist, k.n_buffer, k.n_swap, k.n_ckpt};
         st = ptc_estimate_config(M, &r.best, &r.best_est, &err);
@@ -527,16 +552,9 @@ static int sub_search(const pt_opts *o)
     print_layout(stdout, ptc_layout(M));
     const ptc_config *best = r.found ? &r.best : &r.closest;
     const ptc_estimate *be = r.found ? &r.best_est : &r.closest_est;
-    int nint = ptc_swap_interval(M), nbw = ptc_swap_bw_limit(M, best->n_persist, best->n_buffer);
-    char bw[48] = "none";
-    if (nbw >= 0 && nbw < INT_MAX) snprintf(bw, sizeof bw, "%d", nbw);
-    printf("search: space %zu, evaluated %zu, pruned %zu, swap interval %d (n_swap <= %d), "
-           "bandwidth bound %s%s, capacity %s\n", r.space, r.evaluated, r.pruned, nint,
-           so.max_swap >= 0 && so.max_swap < (ptc_layout(M)->n_blocks + nint - 1) / nint
-               ? so.max_swap : (ptc_layout(M)->n_blocks + nint - 1) / nint, bw,
-           so.swap_bw ? "" : " (off)", ms_fmt_bytes(r.capacity_bytes, b1, sizeof b1));
+    print_search(M, &mp->m, &so, &r, given, best);
     printf("%s: %s  predicted %.4f s (fwd %.4f bwd %.4f gpu-optim %.4f cpu-optim %.4f), peak %s, "
-           "host %s\n", r.found ? "chosen" : "NO FEASIBLE CONFIGURATION; closest",
+           "host %s\n", given ? "given" : r.found ? "chosen" : "NO FEASIBLE CONFIGURATION; closest",
            cfg_str(best, cb, sizeof cb), be->t_iter_s, be->t_fwd_s, be->t_bwd_s,
            be->t_gpu_optim_s, be->t_cpu_optim_s, ms_fmt_bytes(be->peak_bytes, b1, sizeof b1),
            ms_fmt_bytes(be->host_bytes, b2, sizeof b2));

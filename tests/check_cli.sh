@@ -128,13 +128,18 @@ expect 0 "protrain: cost_model=appendix searches" -- "$M" protrain search --mode
 expect 3 "protrain: a negative tie tolerance: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tol=-0.1
 grep -q "tie_tol=-0.1 is not in \[0, 1\]" "$T/err"; ok $? "the tie tolerance's range is named"
 expect 3 "protrain: a fractional swap cap: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob max_swap=2.5
+expect 3 "protrain: swap_bw neither 0 nor 1: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob swap_bw=2
+grep -q "swap_bw=2 is not 0 or 1" "$T/err"; ok $? "the bandwidth bound's knob value is named"
+# a given configuration beyond the bandwidth bound runs, and the search line says so
+expect 0 "protrain: a given configuration above the bandwidth bound" -- "$M" protrain search --model gpt2-1b --batch 8 --knob n_persist=0 --knob n_buffer=3 --knob n_swap=3 --knob n_checkpoint=10
+grep -q "^search: none (configuration given), .*bandwidth bound [0-9]* (n_swap above it)" "$T/out"; ok $? "the search line names the bound the given n_swap exceeds"
 # the memory model frees a swap-out's tensors one by one as their copies end, as the executors
 # do: row B's workload on PCIe 3 at pinned-copy rates, 4 swapped blocks, where the forward's
 # peak (the logits) comes while a swapped block's 1.3 GiB attention probabilities are on the link
 sed 's/^link.h2d_Bps .*/link.h2d_Bps 12.5e9/; s/^link.d2h_Bps .*/link.d2h_Bps 12.5e9/; s/^link.duplex_Bps .*/link.duplex_Bps 22.6e9/' \
     "${srcdir:-.}/traces/machines/rtx3090-pcie3.machine" > "$T/pinned.machine"
 expect 0 "protrain: row B with 4 swapped blocks at pinned-copy rates" -- "$M" protrain search --model gpt2-1b --batch 64 --machine "$T/pinned.machine" --knob n_persist=0 --knob n_buffer=7 --knob n_swap=4 --knob n_checkpoint=20
-pk_pred=$(sed -n 's/^chosen:.* peak \([0-9.]*\) GiB.*/\1/p' "$T/out")
+pk_pred=$(sed -n 's/^given:.* peak \([0-9.]*\) GiB.*/\1/p' "$T/out")
 pk_sim=$(sed -n 's/^simulated:.*peak allocated \([0-9.]*\) GiB.*/\1/p' "$T/out")
 awk -v p="$pk_pred" -v s="$pk_sim" 'BEGIN { e = (p - s) / s; exit !(s > 0 && e < 0.005 && e > -0.005) }'; ok $? "its predicted peak is the simulated one within 0.5 % ($pk_pred vs $pk_sim GiB)"
 # --gelu-new: GPT-2's unfused activation keeps three more MLP-wide tensors per block
