@@ -1164,7 +1164,7 @@ static ms_status lb_tab_make(const ptc_model *M, int max_swap, lb_tab *T)
         int used = last[i] >= 0;
         T->ld_h[i] = (M->own_b[i] + M->nvg_h[i]) / rh + M->ring_b[i] / shh;
         T->ld_d[i] = M->ring_b[i] / shd;
-        T->rs_h[i] = used || used_persistent_sync(M, last[i]) ? M->ring_b[i] / shh : 0;
+        T->rs_h[i] = used ? M->ring_b[i] / shh : 0;
         /* one gather, then the gradients: reduce-scatter halves and the shard's copy */
         T->h2d[i] = T->h2d[i + 1] + (used ? T->ld_h[i] + M->ring_b[i] / shh : 0);
         T->d2h[i] = T->d2h[i + 1] +

@@ -376,7 +376,6 @@ static void test_host_adam_bound(void)
 }
 
 
-/* Search options over the whole space (any number of swaps) with the given tie band. */
 /* Whether n_swap sw is beyond the search's bandwidth bound for (np, nb): the brute forces
  * below enumerate the space the search is defined over. */
 static int over_bw(const ptc_model *M, int np, int nb, int sw)
@@ -385,6 +384,7 @@ static int over_bw(const ptc_model *M, int np, int nb, int sw)
     return lim >= 0 && sw > lim;
 }
 
+/* Search options over the whole space (any number of swaps) with the given tie band. */
 static ptc_search_opts search_opts(double tie)
 {
     ptc_search_opts so;
