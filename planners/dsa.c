@@ -113,6 +113,10 @@ ms_status dsa_instance_add(dsa_instance *in, const char *id, int64_t lower, int6
     if (lower >= upper)
         return ms_fail(err, MS_ERR_INVALID, "lower %lld must be below upper %lld",
                        (long long)lower, (long long)upper);
+    /* the planners take upper - lower in int64 arithmetic (and sums of it) */
+    if ((uint64_t)upper - (uint64_t)lower > DSA_MAX_TOTAL_BYTES)
+        return ms_fail(err, MS_ERR_INVALID, "lifetime [%lld, %lld) is longer than 2^62",
+                       (long long)lower, (long long)upper);
     if (size_bytes == 0) return ms_fail(err, MS_ERR_INVALID, "size must be positive");
     if (size_bytes >= DSA_MAX_TOTAL_BYTES - in->total_bytes)
         return ms_fail(err, MS_ERR_INVALID, "total size of all buffers reaches 2^62 bytes");

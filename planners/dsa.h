@@ -44,7 +44,8 @@ typedef struct dsa_instance dsa_instance; /* opaque: buffers plus their ids */
 dsa_instance *dsa_instance_new(void);
 void dsa_instance_free(dsa_instance *in); /* NULL ok */
 /* Appends a buffer. id may be NULL (the buffer is then named by its index); a repeated id,
- * lower >= upper, size 0 or a total size >= DSA_MAX_TOTAL_BYTES is MS_ERR_INVALID. */
+ * lower >= upper, upper - lower > 2^62, size 0 or a total size >= DSA_MAX_TOTAL_BYTES is
+ * MS_ERR_INVALID. */
 ms_status dsa_instance_add(dsa_instance *in, const char *id, int64_t lower, int64_t upper,
                            uint64_t size_bytes, ms_error *err);
 size_t dsa_instance_count(const dsa_instance *in);

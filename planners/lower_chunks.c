@@ -15,6 +15,8 @@
 #include "traces/roofline.h"
 #include "traces/u64map.h"
 
+#define LC_CHUNK_SEARCH_MAX (UINT64_C(64) << 30) /* chunk_search knob, at most */
+
 /* ======================================================================== knobs */
 
 void lc_knobs_default(lc_knobs *k)
@@ -101,6 +103,10 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
     }
     if (!st) st = kn_bytes(p, "chunk_bytes", &k->chunk_bytes, err);
     if (!st) st = kn_bytes(p, "chunk_search", &k->chunk_search_bytes, err);
+    /* the chunk-size search packs once per MiB of its range: bound the work */
+    if (!st && k->chunk_search_bytes > LC_CHUNK_SEARCH_MAX)
+        return ms_fail(err, MS_ERR_INVALID, "plan knob chunk_search=%s: at most 64GiB (the "
+                       "search tries every MiB of the range)", plan_get_knob(p, "chunk_search"));
     if (!st) st = kn_int(p, "n_persist", 0, &k->n_persist, err);
     if (!st) st = kn_int(p, "n_buffer", 0, &k->n_buffer, err);
     if (!st) st = kn_int(p, "n_swap", 0, &k->n_swap, err);

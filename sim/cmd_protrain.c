@@ -313,20 +313,35 @@ static void pol_opts_of(const pt_opts *o, pol_opts *po)
 
 /* ---------------------------------------------------------------- output helpers */
 
-static FILE *open_out(const pt_opts *o, const char *name, ms_error *err)
+static int fail(ms_status st, const ms_error *err)
+{
+    fprintf(stderr, "memsim protrain: %s\n", err->msg);
+    return ms_exit_code(st);
+}
+
+/* An output of the run, OUTDIR/name (stdout without -o), written to a temporary file and
+ * renamed into place by close_out, so a failed run leaves no half-written table. */
+static ms_out *open_out(const pt_opts *o, const char *name, ms_error *err)
 {
     char path[1024];
-    if (!o->out_dir) return stdout;
-    snprintf(path, sizeof path, "%s/%s", o->out_dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) ms_fail(err, MS_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    snprintf(path, sizeof path, "%s/%s", o->out_dir ? o->out_dir : "", name);
+    ms_out *f = NULL;
+    if (ms_out_open(o->out_dir ? path : "-", &f, err) != MS_OK) return NULL;
     return f;
 }
 
-static void close_out(FILE *f)
+/* Commits f when the run succeeded (rc 0) or removes it; the exit status, a write error's
+ * included. */
+static int close_out(ms_out *f, int rc)
 {
-    if (f && f != stdout) fclose(f);
-    else if (f) fflush(f);
+    if (!f) return rc;
+    if (rc) {
+        ms_out_abort(f);
+        return rc;
+    }
+    ms_error err;
+    ms_status st = ms_out_commit(f, &err);
+    return st ? fail(st, &err) : 0;
 }
 
 static int load_machine(const char *name, machine_profile **mp)
@@ -339,11 +354,6 @@ static int load_machine(const char *name, machine_profile **mp)
     return 0;
 }
 
-static int fail(ms_status st, const ms_error *err)
-{
-    fprintf(stderr, "memsim protrain: %s\n", err->msg);
-    return ms_exit_code(st);
-}
 
 /* The search line: what the search did and the bounds on n_swap at configuration c (the
  * chosen one, or the one given, which no search bounded). */
@@ -422,7 +432,7 @@ typedef struct pt_err {
 } pt_err;
 
 static ms_status validate_all(const ptc_model *M, const trace_t *t, const machine_t *m,
-                              const ptc_search_result *r, size_t want, FILE *rows,
+                              const ptc_search_result *r, size_t want, ms_out *rows,
                               const char *tag, pt_err *pe, ms_error *err)
 {
     size_t stride = want == 0 || r->n_all <= want ? 1 : (r->n_all + want - 1) / want;
@@ -451,7 +461,7 @@ static ms_status validate_all(const ptc_model *M, const trace_t *t, const machin
             pe->m4 += em > 0.04;
         }
         if (rows)
-            fprintf(rows, "%s\t%d\t%d\t%d\t%d\t%.6f\t%.6f\t%.4f\t%.4f\t%.4f\t%s\t%d\n", tag,
+            ms_out_printf(rows, "%s\t%d\t%d\t%d\t%d\t%.6f\t%.6f\t%.4f\t%.4f\t%.4f\t%s\t%d\n", tag,
                     r->all[i].n_persist, r->all[i].n_buffer, r->all[i].n_swap, r->all[i].n_ckpt,
                     e->t_iter_s, run.r.iter_time_s, e->peak_bytes / GIB,
                     run.r.peak_allocated_bytes / GIB, run.r.peak_reserved_bytes / GIB,
@@ -521,7 +531,7 @@ static int sub_search(const pt_opts *o)
     ptc_search_result r;
     int given = 0;          /* the configuration comes from the knobs: no search */
     memset(&r, 0, sizeof r);
-    FILE *csv = NULL;
+    ms_out *csv = NULL;
     pol_opts po;
     pol_opts_of(o, &po);
     lc_knobs k;
@@ -582,12 +592,8 @@ static int sub_search(const pt_opts *o)
     if (run.r.status != RS_OK) printf("  %s\n", run.r.failure);
     if (!o->validate) goto done;
     if (o->csv) {
-        csv = fopen(o->csv, "w");
-        if (!csv) {
-            st = ms_fail(&err, MS_ERR_IO, "%s: cannot write: %s", o->csv, strerror(errno));
-            goto done;
-        }
-        fprintf(csv, "hardware\tn_persist\tn_buffer\tn_swap\tn_ckpt\tpred_s\tsim_s\t"
+        if ((st = ms_out_open(o->csv, &csv, &err))) goto done;
+        ms_out_printf(csv, "hardware\tn_persist\tn_buffer\tn_swap\tn_ckpt\tpred_s\tsim_s\t"
                      "pred_peak_gib\tsim_peak_gib\tsim_reserved_gib\tstatus\tchosen\n");
     }
     pt_err pe;
@@ -600,7 +606,8 @@ static int sub_search(const pt_opts *o)
            pe.ok ? 100 * pe.sum_t / (double)pe.ok : 0, 100 * pe.max_t,
            pe.ok ? 100 * pe.sum_m / (double)pe.ok : 0, 100 * pe.max_m);
 done:
-    if (csv) fclose(csv);
+    if (csv && st) ms_out_abort(csv);
+    else if (csv) st = ms_out_commit(csv, &err);
     ptc_search_result_clear(&r);
     ptc_model_free(M);
     trace_free(t);
@@ -610,18 +617,18 @@ done:
 static int sub_table4(const pt_opts *o)
 {
     ms_error err;
-    FILE *f = open_out(o, "table4.tsv", &err);
+    ms_out *f = open_out(o, "table4.tsv", &err);
     if (!f) return fail(MS_ERR_IO, &err);
-    fprintf(f, "id\tmodel\tbatch\thardware\tsource\tN_block\tn_checkpoint\tn_swap\tN_chunk\t"
+    ms_out_printf(f, "id\tmodel\tbatch\thardware\tsource\tN_block\tn_checkpoint\tn_swap\tN_chunk\t"
                "n_persist\tn_buffer\tpred_iter_s\tsim_iter_s\tsim_status\ttokens_per_s\t"
                "pred_peak_gib\tsim_peak_gib\n");
-    FILE *fv = o->validate ? open_out(o, "table4_validation.tsv", &err) : NULL;
+    ms_out *fv = o->validate ? open_out(o, "table4_validation.tsv", &err) : NULL;
     if (o->validate && !fv) {
-        close_out(f);
+        close_out(f, 1); /* removed: the run failed */
         return fail(MS_ERR_IO, &err);
     }
     if (fv)
-        fprintf(fv, "id\tconfigurations\tran\ttime_err_mean_pct\ttime_err_max_pct\t"
+        ms_out_printf(fv, "id\tconfigurations\tran\ttime_err_mean_pct\ttime_err_max_pct\t"
                     "over_4pct\tpeak_err_mean_pct\tpeak_err_max_pct\tpeak_over_4pct\n");
     int rc = 0;
     for (size_t i = 0; i < sizeof T4 / sizeof *T4 && !rc; i++) {
@@ -638,12 +645,12 @@ static int sub_table4(const pt_opts *o)
             break;
         }
         const char *hw = R->a100 ? "4xA100" : "4xRTX3090";
-        fprintf(f, "%s\t%s\t%" PRIu64 "\t%s\tpaper\t%d\t%d\t%d\t%d\t%d\t%d\t-\t-\t-\t-\t-\t-\n",
+        ms_out_printf(f, "%s\t%s\t%" PRIu64 "\t%s\tpaper\t%d\t%d\t%d\t%d\t%d\t%d\t-\t-\t-\t-\t-\t-\n",
                 R->id, R->model, R->batch, hw, R->paper[0], R->paper[1], R->paper[2],
                 R->paper[3], R->paper[4], R->paper[5]);
         const ptc_config *c = pk.r.found ? &pk.r.best : &pk.r.closest;
         const ptc_estimate *e = pk.r.found ? &pk.r.best_est : &pk.r.closest_est;
-        fprintf(f, "%s\t%s\t%" PRIu64 "\t%s\tmemsim\t%d\t%d\t%d\t%d\t%d\t%d\t%.4f\t%.4f\t%s\t%.1f\t"
+        ms_out_printf(f, "%s\t%s\t%" PRIu64 "\t%s\tmemsim\t%d\t%d\t%d\t%d\t%d\t%d\t%.4f\t%.4f\t%s\t%.1f\t"
                    "%.3f\t%.3f\n", R->id, R->model, R->batch, hw, pk.n_block, c->n_ckpt,
                 c->n_swap, pk.n_chunk, c->n_persist, c->n_buffer, e->t_iter_s,
                 pk.run.r.iter_time_s, pk.r.found ? res_status_name(pk.run.r.status) : "nofit",
@@ -651,15 +658,14 @@ static int sub_table4(const pt_opts *o)
         fprintf(stderr, "table4 %s: search %.3f s, %zu evaluated of %zu\n", R->id, pk.search_s,
                 pk.r.evaluated, pk.r.space);
         if (fv)
-            fprintf(fv, "%s\t%zu\t%zu\t%.3f\t%.3f\t%zu\t%.3f\t%.3f\t%zu\n", R->id, pe.n, pe.ok,
+            ms_out_printf(fv, "%s\t%zu\t%zu\t%.3f\t%.3f\t%zu\t%.3f\t%.3f\t%zu\n", R->id, pe.n, pe.ok,
                     pe.ok ? 100 * pe.sum_t / (double)pe.ok : 0, 100 * pe.max_t, pe.t4,
                     pe.ok ? 100 * pe.sum_m / (double)pe.ok : 0, 100 * pe.max_m, pe.m4);
         ptc_search_result_clear(&pk.r);
         machine_profile_free(mp);
     }
-    close_out(f);
-    close_out(fv);
-    return rc;
+    rc = close_out(f, rc);
+    return close_out(fv, rc);
 }
 
 /* ---------------------------------------------------------------- backends */
@@ -768,9 +774,9 @@ static ms_status trains(const pt_opts *o, int bk, int layers, int gpus, const ma
 static int sub_table2(const pt_opts *o)
 {
     ms_error err;
-    FILE *f = open_out(o, "table2.tsv", &err);
+    ms_out *f = open_out(o, "table2.tsv", &err);
     if (!f) return fail(MS_ERR_IO, &err);
-    fprintf(f, "hardware\tgpus\tbackend\tpaper_b\tmemsim_b\tmemsim_layers\tnext_status\n");
+    ms_out_printf(f, "hardware\tgpus\tbackend\tpaper_b\tmemsim_b\tmemsim_layers\tnext_status\n");
     int rc = 0;
     for (size_t i = 0; i < sizeof T2 / sizeof *T2 && !rc; i++) {
         machine_profile *mp;
@@ -803,14 +809,13 @@ static int sub_table2(const pt_opts *o)
                 rc = fail(st, &err);
                 break;
             }
-            fprintf(f, "%s\t%d\t%s\t%g\t%.1f\t%d\t%s\n", T2[i].a100 ? "A100" : "RTX3090",
+            ms_out_printf(f, "%s\t%d\t%s\t%g\t%.1f\t%d\t%s\n", T2[i].a100 ? "A100" : "RTX3090",
                     T2[i].gpus, BK_NAME[bk], T2[i].paper[bk], best_b, lo, why_hi);
-            fflush(f);
+            fflush(stdout);
         }
         machine_profile_free(mp);
     }
-    close_out(f);
-    return rc;
+    return close_out(f, rc);
 }
 
 /* ---------------------------------------------------------------- figure 3 */
@@ -822,9 +827,9 @@ static const char *const F3_MODELS[] = {"mistral-7b", "gpt2-10b", "llama-13b", "
 static int sub_fig3(const pt_opts *o)
 {
     ms_error err;
-    FILE *f = open_out(o, "fig3.tsv", &err);
+    ms_out *f = open_out(o, "fig3.tsv", &err);
     if (!f) return fail(MS_ERR_IO, &err);
-    fprintf(f, "hardware\tmodel\tbackend\tbest_batch\ttokens_per_s\tstatus\tvariant\t"
+    ms_out_printf(f, "hardware\tmodel\tbackend\tbest_batch\ttokens_per_s\tstatus\tvariant\t"
                "pred_tokens_per_s\n");
     static const uint64_t per_gpu[] = {1, 2, 4, 8, 16, 32, 64};
     size_t nmodels = sizeof F3_MODELS / sizeof *F3_MODELS;
@@ -872,16 +877,15 @@ static int sub_fig3(const pt_opts *o)
                     rc = fail(st, &err);
                     break;
                 }
-                fprintf(f, "%s\t%s\t%s\t%" PRIu64 "\t%.1f\t%s\t%s\t%.1f\n",
+                ms_out_printf(f, "%s\t%s\t%s\t%" PRIu64 "\t%.1f\t%s\t%s\t%.1f\n",
                         a100 ? "A100" : "RTX3090", F3_MODELS[mi], BK_NAME[bk], best_batch, best,
                         status, best_var, best_pred);
-                fflush(f);
+                fflush(stdout);
             }
         }
         machine_profile_free(mp);
     }
-    close_out(f);
-    return rc;
+    return close_out(f, rc);
 }
 
 /* ---------------------------------------------------------------- figure 6 */
@@ -889,9 +893,9 @@ static int sub_fig3(const pt_opts *o)
 static int sub_fig6(const pt_opts *o)
 {
     ms_error err;
-    FILE *f = open_out(o, "fig6.tsv", &err);
+    ms_out *f = open_out(o, "fig6.tsv", &err);
     if (!f) return fail(MS_ERR_IO, &err);
-    fprintf(f, "hardware\tn_persist\tn_buffer\tn_swap\tn_ckpt\tpred_s\tsim_s\tpred_peak_gib\t"
+    ms_out_printf(f, "hardware\tn_persist\tn_buffer\tn_swap\tn_ckpt\tpred_s\tsim_s\tpred_peak_gib\t"
                "sim_peak_gib\tsim_reserved_gib\tstatus\tchosen\n");
     int rc = 0;
     for (int a100 = 0; a100 <= 1 && !rc; a100++) {
@@ -926,7 +930,7 @@ static int sub_fig6(const pt_opts *o)
             if (!st) plan_free(p);
             if (st) break;
             const ptc_estimate *e = &r.all_est[i];
-            fprintf(f, "%s\t%d\t%d\t%d\t%d\t%.6f\t%.6f\t%.4f\t%.4f\t%.4f\t%s\t%d\n",
+            ms_out_printf(f, "%s\t%d\t%d\t%d\t%d\t%.6f\t%.6f\t%.4f\t%.4f\t%.4f\t%s\t%d\n",
                     a100 ? "A100" : "RTX3090", r.all[i].n_persist, r.all[i].n_buffer,
                     r.all[i].n_swap, r.all[i].n_ckpt, e->t_iter_s, run.r.iter_time_s,
                     e->peak_bytes / GIB, run.r.peak_allocated_bytes / GIB,
@@ -938,8 +942,7 @@ static int sub_fig6(const pt_opts *o)
         trace_free(t);
         machine_profile_free(mp);
     }
-    close_out(f);
-    return rc;
+    return close_out(f, rc);
 }
 
 /* ---------------------------------------------------------------- command line */

@@ -130,6 +130,18 @@ grep -q "tie_tol=-0.1 is not in \[0, 1\]" "$T/err"; ok $? "the tie tolerance's r
 expect 3 "protrain: a fractional swap cap: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob max_swap=2.5
 expect 3 "protrain: swap_bw neither 0 nor 1: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob swap_bw=2
 grep -q "swap_bw=2 is not 0 or 1" "$T/err"; ok $? "the bandwidth bound's knob value is named"
+# robustness: a chunk-size search range that would run for hours, a lifetime wider than the
+# planners' arithmetic, and a table that cannot be written (exit 4, nothing left behind)
+expect 3 "chunk_search beyond 64GiB: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob chunk_search=9223372036854775807
+grep -q "chunk_search=9223372036854775807: at most 64GiB" "$T/err"; ok $? "the chunk_search limit is named"
+printf 'a,-9223372036854775808,9223372036854775807,100\n' > "$T/wide.csv"
+expect 3 "dsa: a lifetime longer than 2^62: exit 3" -- "$M" dsa "$T/wide.csv"
+grep -q "wide.csv:1: lifetime .* is longer than 2^62" "$T/err"; ok $? "the file, line and lifetime are named"
+if [ -w /dev/full ]; then
+    expect 4 "protrain: a validation CSV that cannot be written: exit 4" -- "$M" protrain search --model gpt2-1b --batch 8 --validate 2 --csv /dev/full
+    mkdir -p "$T/pto" && ln -sf /dev/full "$T/pto/table4.tsv"
+    expect 4 "protrain table4: a table that cannot be written: exit 4" -- "$M" protrain table4 -o "$T/pto"
+fi
 # a given configuration beyond the bandwidth bound runs, and the search line says so
 expect 0 "protrain: a given configuration above the bandwidth bound" -- "$M" protrain search --model gpt2-1b --batch 8 --knob n_persist=0 --knob n_buffer=3 --knob n_swap=3 --knob n_checkpoint=10
 grep -q "^search: none (configuration given), .*bandwidth bound [0-9]* (n_swap above it)" "$T/out"; ok $? "the search line names the bound the given n_swap exceeds"
