@@ -654,6 +654,14 @@ int ptc_swap_interval(const ptc_model *M)
     return k < 1 ? 1 : k;
 }
 
+int ptc_swap_max(const ptc_model *M, int cap)
+{
+    int nb = M->L->n_blocks, nint = ptc_swap_interval(M);
+    int n = (nb + nint - 1) / nint;
+    if (cap >= 0 && n > cap) n = cap;
+    return n > nb ? nb : n;
+}
+
 /* ---- runtime ---- */
 
 static void appendix_times(ptc_model *M, const ptc_config *c, const lc_bufplan *bp,
@@ -1510,10 +1518,7 @@ ms_status ptc_search(ptc_model *M, const ptc_search_opts *o, ptc_search_result *
     uint64_t cap = o->capacity_bytes ? o->capacity_bytes : machine_usable_bytes(&M->m);
     cap = (uint64_t)((double)cap * (1.0 - o->mem_margin));
     r->capacity_bytes = cap;
-    int nint = ptc_swap_interval(M);
-    int max_swap = (Nb + nint - 1) / nint;
-    if (o->max_swap >= 0 && max_swap > o->max_swap) max_swap = o->max_swap;
-    if (max_swap > Nb) max_swap = Nb;
+    int max_swap = ptc_swap_max(M, o->max_swap);
     lb_tab T;
     if (lb_tab_make(M, max_swap, &T) != MS_OK) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     sstate S = {.M = M, .o = o, .r = r, .T = &T, .cap = cap, .max_swap = max_swap};

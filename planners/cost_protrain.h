@@ -75,6 +75,9 @@ double ptc_time_lower_bound(const ptc_model *M, const ptc_config *c);
 /* Swapping interval: blocks of forward compute needed to hide one block's swap-out, and the
  * largest n_swap the search tries (ceil(N_block / N_interval), capped by max_swap). */
 int ptc_swap_interval(const ptc_model *M);
+/* The largest n_swap the interval allows, ceil(N_block / N_interval), capped by cap (-1: no
+ * cap) and by N_block: the search's range before the bandwidth bound. */
+int ptc_swap_max(const ptc_model *M, int cap);
 
 /* The bandwidth bound on n_swap for n_persist persistent chunks and n_buffer buffers: the
  * swapped blocks whose copies fit in the link time the parameter traffic leaves, the

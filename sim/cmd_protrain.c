@@ -360,9 +360,7 @@ static int load_machine(const char *name, machine_profile **mp)
 static void print_search(const ptc_model *M, const machine_t *m, const ptc_search_opts *so,
                          const ptc_search_result *r, int given, const ptc_config *c)
 {
-    int nint = ptc_swap_interval(M), nb = ptc_layout(M)->n_blocks;
-    int nmax = (nb + nint - 1) / nint;
-    if (so->max_swap >= 0 && so->max_swap < nmax) nmax = so->max_swap;
+    int nint = ptc_swap_interval(M), nmax = ptc_swap_max(M, so->max_swap);
     int nbw = ptc_swap_bw_limit(M, c->n_persist, c->n_buffer);
     char bw[64] = "none", b1[32];
     if (nbw >= 0 && nbw < INT_MAX)
