@@ -4,6 +4,7 @@
 #include "planners/alloc.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,8 +97,23 @@ static ms_status after_op(alloc_t *a, ms_status st)
     return st;
 }
 
+const char *alloc_problem(const alloc_t *a)
+{
+    return a->problem;
+}
+
+ms_status alloc_fail(alloc_t *a, ms_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->problem, sizeof a->problem, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
 ms_status alloc_block(alloc_t *a, uint64_t bytes, int stream, uint64_t tag, uint64_t *addr)
 {
+    a->problem[0] = '\0';
     ms_status st = a->vt->block(a, bytes, stream, tag, addr);
     if (st == MS_OK) {
         a->stats.num_allocs++;
@@ -109,6 +125,7 @@ ms_status alloc_block(alloc_t *a, uint64_t bytes, int stream, uint64_t tag, uint
 
 ms_status alloc_release(alloc_t *a, uint64_t addr)
 {
+    a->problem[0] = '\0';
     ms_status st = a->vt->release(a, addr);
     if (st == MS_OK) a->stats.num_frees++;
     return after_op(a, st);

@@ -72,6 +72,7 @@ struct alloc {
     mb_backend be;
     alloc_stats stats;
     void *impl;
+    char problem[200];   /* why the last failed call failed, when the allocator says (or "") */
 };
 
 const alloc_vtable *const *alloc_registry(size_t *n);
@@ -94,6 +95,12 @@ const alloc_stats *alloc_get_stats(const alloc_t *a);
 const char *alloc_name(const alloc_t *a);
 /* Expensive invariant check (pools sorted, no overlap, stats equal a recount). */
 ms_status alloc_check(const alloc_t *a, char *why, size_t n);
+/* Why the last alloc_block / alloc_release returned an error other than MS_ERR_OOM, where the
+ * allocator says ("" where it does not): a user-facing explanation for MS_ERR_INVALID. */
+const char *alloc_problem(const alloc_t *a);
+/* For implementations: records the reason of the failing call and returns st. */
+ms_status alloc_fail(alloc_t *a, ms_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void alloc_dump(const alloc_t *a, FILE *f);
 
 /* Stats helpers for implementations. */

@@ -38,7 +38,9 @@ typedef struct xblock {
 typedef struct xseg {
     uint64_t va, bytes, page;
     size_t npages, mapped_pages;
-    uint64_t *handle;         /* per page, 0 = not mapped */
+    uint64_t *handle;         /* per page, 0 = not mapped; hcap pages long, grown as pages
+                                 are mapped (a segment spans the device, few pages map) */
+    size_t hcap;
     uint32_t pool, head;
     int live;
 } xseg;
@@ -55,6 +57,7 @@ typedef struct xp_t {
     xseg *seg; size_t nseg, capseg;
     xpool *pools; size_t npools, cappools;
     u64map *live;             /* address -> block of allocated blocks */
+    u64map *poolidx;          /* (stream, small) -> index in pools */
     uint32_t *tmp; size_t captmp;
     uint32_t prio_seed;
 } xp_t;
@@ -227,15 +230,37 @@ static void try_merge(xp_t *x, uint32_t dst, uint32_t src)
 
 static ms_status pool_get(xp_t *x, int stream, int small, uint32_t *idx)
 {
-    for (size_t i = 0; i < x->npools; i++)
-        if (x->pools[i].stream == stream && x->pools[i].small == small) {
-            *idx = (uint32_t)i;
-            return MS_OK;
-        }
-    if (ms_grow((void **)&x->pools, &x->cappools, x->npools + 1, sizeof *x->pools))
+    uint64_t key = (uint64_t)(uint32_t)stream << 1 | (uint64_t)(small != 0), v;
+    if (u64map_get(x->poolidx, key, &v)) {
+        *idx = (uint32_t)v;
+        return MS_OK;
+    }
+    if (ms_grow((void **)&x->pools, &x->cappools, x->npools + 1, sizeof *x->pools) ||
+        u64map_put(x->poolidx, key, x->npools))
         return MS_ERR_NOMEM;
     x->pools[x->npools] = (xpool){stream, small, NONE, NONE};
     *idx = (uint32_t)x->npools++;
+    return MS_OK;
+}
+
+/* The handle of page i of g: 0 (unmapped) beyond the pages mapped so far. */
+static uint64_t seg_handle(const xseg *g, size_t i)
+{
+    return i < g->hcap ? g->handle[i] : 0;
+}
+
+/* Makes room for the handles of pages [0, end) of g, zero-filled. */
+static ms_status seg_handles(xseg *g, size_t end)
+{
+    if (end <= g->hcap) return MS_OK;
+    size_t cap = g->hcap ? g->hcap : 16;
+    while (cap < end) cap *= 2;
+    if (cap > g->npages) cap = g->npages;
+    uint64_t *h = realloc(g->handle, cap * sizeof *h);
+    if (!h) return MS_ERR_NOMEM;
+    memset(h + g->hcap, 0, (cap - g->hcap) * sizeof *h);
+    g->handle = h;
+    g->hcap = cap;
     return MS_OK;
 }
 
@@ -259,16 +284,13 @@ static ms_status seg_new(alloc_t *a, uint32_t pool, uint64_t need, uint32_t *blk
     uint64_t va;
     ms_status st = a->be.ops->va_reserve(a->be.ctx, npages * page, &va);
     if (st) return st;
-    uint64_t *h = calloc(npages, sizeof *h);
     uint32_t sid = (uint32_t)x->nseg, id;
-    if (!h || ms_grow((void **)&x->seg, &x->capseg, x->nseg + 1, sizeof *x->seg) ||
-        blk_new(x, &id)) {
-        free(h);
+    if (ms_grow((void **)&x->seg, &x->capseg, x->nseg + 1, sizeof *x->seg) || blk_new(x, &id)) {
         a->be.ops->va_free(a->be.ctx, va, npages * page);
         return MS_ERR_NOMEM;
     }
     x->nseg++;
-    x->seg[sid] = (xseg){va, npages * page, page, npages, 0, h, pool, id, 1};
+    x->seg[sid] = (xseg){va, npages * page, page, npages, 0, NULL, 0, pool, id, 1};
     xblock *b = &x->b[id];
     b->addr = va;
     b->size = npages * page;
@@ -288,7 +310,8 @@ static ms_status map_block(alloc_t *a, uint32_t id, uint64_t size)
     xseg *g = &x->seg[x->b[id].seg];
     uint64_t page = g->page, off = x->b[id].addr - g->va;
     size_t begin = off / page, end = (off + size + page - 1) / page, made = begin;
-    ms_status st = MS_OK;
+    ms_status st = seg_handles(g, end);
+    if (st) return st;
     for (; made < end; made++) {
         uint64_t h = 0;
         if ((st = o->phys_create(a->be.ctx, page, &h))) break;
@@ -478,6 +501,7 @@ static ms_status seg_release(alloc_t *a, uint32_t sid)
     ms_status st = a->be.ops->va_free(a->be.ctx, g->va, g->bytes);
     free(g->handle);
     g->handle = NULL;
+    g->hcap = 0;
     g->live = 0;
     return st;
 }
@@ -636,7 +660,7 @@ static ms_status xp_check(const alloc_t *a, char *why, size_t wn)
             size_t p0 = (b->addr - g->va) / g->page, p1 = (b->addr + b->size - g->va + g->page - 1) / g->page;
             if (b->mapped) {
                 for (size_t i = p0; i < p1; i++)
-                    if (!g->handle[i]) return alloc_check_fail(why, wn, "mapped block 0x%llx has an unmapped page",
+                    if (!seg_handle(g, i)) return alloc_check_fail(why, wn, "mapped block 0x%llx has an unmapped page",
                                                   (unsigned long long)b->addr);
                 pages += p1 - (p0 > counted_to ? p0 : counted_to);
                 counted_to = p1;
@@ -645,7 +669,7 @@ static ms_status xp_check(const alloc_t *a, char *why, size_t wn)
                  * spans the device): its ends are, and the page count below closes the gap */
                 if ((b->addr - g->va) % g->page || b->size % g->page || b->allocated)
                     return alloc_check_fail(why, wn, "unmapped block 0x%llx not page aligned", (unsigned long long)b->addr);
-                if (g->handle[p0] || g->handle[p1 - 1])
+                if (seg_handle(g, p0) || seg_handle(g, p1 - 1))
                     return alloc_check_fail(why, wn, "unmapped block 0x%llx has a mapped page",
                                (unsigned long long)b->addr);
             }
@@ -733,7 +757,11 @@ static ms_status xp_create(alloc_t *a)
     xp_t *x = calloc(1, sizeof *x);
     if (!x) return MS_ERR_NOMEM;
     x->live = u64map_new(1024);
-    if (!x->live) {
+    x->poolidx = u64map_new(16);
+    if (!x->live || !x->poolidx) {
+        u64map_free(x->live);
+    u64map_free(x->poolidx);
+        u64map_free(x->poolidx);
         free(x);
         return MS_ERR_NOMEM;
     }
@@ -751,7 +779,7 @@ static void xp_destroy(alloc_t *a)
     for (size_t sid = 0; sid < x->nseg; sid++) {
         xseg *g = &x->seg[sid];
         if (!g->live) continue;
-        for (size_t i = 0; i < g->npages; i++)
+        for (size_t i = 0; i < g->hcap; i++)
             if (g->handle[i]) {
                 o->unmap(a->be.ctx, g->va + i * g->page, g->page);
                 o->phys_release(a->be.ctx, g->handle[i]);
@@ -765,6 +793,7 @@ static void xp_destroy(alloc_t *a)
     free(x->pools);
     free(x->tmp);
     u64map_free(x->live);
+    u64map_free(x->poolidx);
     free(x);
     a->impl = NULL;
 }

@@ -13,6 +13,7 @@
  * memory is exactly max(offset + bytes) rounded to the granule. */
 #include "planners/alloc_static.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,16 +161,20 @@ static ms_status sa_block(alloc_t *a, uint64_t bytes, int stream, uint64_t tag, 
     if (bytes == 0) return MS_OK;   /* as the caching allocator (PyTorch): null, no block */
     if (bytes > a->be.capacity_bytes) return MS_ERR_OOM;
     if (!find_offset(&a->cfg, tag, &off)) return fallback_block(a, bytes, stream, tag, addr);
-    if (off > UINT64_MAX - bytes) return MS_ERR_INVALID;
+    if (off > UINT64_MAX - bytes || (!s->lazy && off + bytes > s->arena_bytes))
+        return alloc_fail(a, MS_ERR_INVALID, "the plan puts tensor %" PRIu64 " (%" PRIu64
+                          " bytes) at offset %" PRIu64 ", beyond its arena of %" PRIu64
+                          " bytes: plan and trace disagree", tag, bytes, off, s->arena_bytes);
     ms_status st;
     if (!s->lazy) {
-        if (off + bytes > s->arena_bytes) return MS_ERR_INVALID;  /* plan and trace disagree */
         if (!s->have_arena && (st = arena_fixed_make(a))) return st;
     } else if ((st = arena_grow(a, off + bytes))) {
         return st;
     }
     uint64_t ad = s->base + off;
-    if (u64map_get(s->live, ad, NULL)) return MS_ERR_INVALID;  /* two live tensors, one address */
+    if (u64map_get(s->live, ad, NULL))
+        return alloc_fail(a, MS_ERR_INVALID, "the plan puts tensor %" PRIu64 " at offset %" PRIu64
+                          ", where a live tensor starts: plan and trace disagree", tag, off);
     uint32_t r;
     if (s->nfreerec) {
         r = s->freerec[--s->nfreerec];

@@ -650,8 +650,11 @@ int ptc_swap_interval(const ptc_model *M)
         n++;
     }
     if (!n || fwd <= 0) return 1;
-    int k = (int)ceil(sw / fwd);
-    return k < 1 ? 1 : k;
+    double k = ceil(sw / fwd);
+    /* an interval beyond the blocks allows one swapped block, as any larger one (and keeps
+     * an extreme profile's quotient out of int's range) */
+    if (!(k <= L->n_blocks)) return L->n_blocks > 0 ? L->n_blocks : 1;
+    return k < 1 ? 1 : (int)k;
 }
 
 int ptc_swap_max(const ptc_model *M, int cap)

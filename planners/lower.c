@@ -1502,6 +1502,13 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
 {
     *out = NULL;
     if (!t) return ms_fail(err, MS_ERR_INVALID, "lower: no trace");
+    /* the markers that pick a lowering: anything but 0 or 1 is a hand edit gone wrong */
+    static const char *const markers[] = { "chunks", "host_params" };
+    for (size_t i = 0; p && i < 2; i++) {
+        const char *v = plan_get_knob(p, markers[i]);
+        if (v && strcmp(v, "0") && strcmp(v, "1"))
+            return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected 0 or 1", markers[i], v);
+    }
     /* Plans with per-layer parameter modes or host-resident model states (MemFerry,
      * ZeRO-Offload) have their own lowering. */
     if (lower_dha_applies(p)) return lower_dha(t, p, m, o, out, err);

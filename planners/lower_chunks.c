@@ -84,6 +84,10 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
     lc_knobs_default(k);
     if (!p) return MS_OK;
     ms_status st = MS_OK;
+    const char *mark = plan_get_knob(p, "chunks");
+    if (mark && strcmp(mark, "1"))
+        return ms_fail(err, MS_ERR_INVALID, "plan knob chunks=%s: the chunk lowering's marker is "
+                       "1 on every chunk-managed plan (leave it unset)", mark);
     const char *by = plan_get_knob(p, "chunk_by");
     if (by) {
         if (!strcmp(by, "layer")) k->chunk_by_layer = 1;
@@ -358,7 +362,7 @@ static ms_status lb_params(lb *b, ms_error *err)
         }
         if (r->type != TR_ALLOC || !is_state_cls(r->u.alloc.cls)) continue;
         if (b->first_iter != SIZE_MAX) {
-            st = ms_fail(err, MS_ERR_UNSUPPORTED,
+            st = ms_fail(err, MS_ERR_INVALID,
                          "trace record %zu: model state '%s' is allocated inside an iteration "
                          "(a ZeRO-3 or offload trace?); chunk lowering needs a plain trace",
                          i, r->u.alloc.name);
@@ -614,7 +618,7 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     static const char *modes[] = {"zero3", "offload", "lora_rank"};
     for (size_t i = 0; i < 3; i++)
         if (trace_get_meta(t, modes[i]))
-            return ms_fail(err, MS_ERR_UNSUPPORTED,
+            return ms_fail(err, MS_ERR_INVALID,
                            "chunk lowering needs a plain trace (meta %s found: the chunk manager "
                            "itself does the sharding and offloading)", modes[i]);
     lc_layout *L = calloc(1, sizeof *L);

@@ -190,6 +190,28 @@ void pol_opts_default(pol_opts *o)
     o->alpha = -1.0;
 }
 
+/* The common knobs are checked for every policy, also where the policy never reads them
+ * (plan_l1_s without memory_plan=1): a typed-in value that nothing parses is a mistake. */
+static ms_status common_knobs_check(const pol_opts *o, ms_error *err)
+{
+    static const char *const flags[] = { "memory_plan", "strict_layers" };
+    for (size_t i = 0; i < 2; i++) {
+        const char *v = pol_knob_get(o, flags[i]);
+        if (v && strcmp(v, "0") && strcmp(v, "1"))
+            return ms_fail(err, MS_ERR_INVALID, "knob %s: '%s' is not 0 or 1", flags[i], v);
+    }
+    static const char *const limits[] = { "plan_l1_s", "plan_l2_s" };
+    for (size_t i = 0; i < 2; i++) {
+        double x;
+        ms_status st = pol_knob_double(o, limits[i], 1, &x, err);
+        if (st) return st;
+        if (!(x > 0 && x < 3600))
+            return ms_fail(err, MS_ERR_INVALID, "knob %s: effort limits must lie in (0, 3600) "
+                           "seconds", limits[i]);
+    }
+    return MS_OK;
+}
+
 ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const pol_opts *o,
                    plan_t **out, ms_error *err)
 {
@@ -207,7 +229,9 @@ ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const
     if (o->alpha > 1.0 || o->alpha != o->alpha)
         return ms_fail(err, MS_ERR_INVALID, "policy %s: alpha %g is not in [0,1]", name,
                        o->alpha);
-    ms_status st = p->plan(t, m, o, out, err);
+    ms_status st = common_knobs_check(o, err);
+    if (st) return st;
+    st = p->plan(t, m, o, out, err);
     /* the plan knob memory_plan=1 asks any policy for a static memory plan (docs/MEMO.md) */
     const char *mp = (st == MS_OK && *out) ? plan_get_knob(*out, "memory_plan") : NULL;
     if (mp && !strcmp(mp, "1") && (*out)->n_offsets == 0) {

@@ -285,3 +285,14 @@ int cli_fail(const char *cmd, ms_status st, const ms_error *err)
     fprintf(stderr, "memsim %s: %s\n", cmd, err && err->msg[0] ? err->msg : ms_status_str(st));
     return ms_exit_code(st);
 }
+
+#ifndef MEMSIM_SRC_DATADIR
+#define MEMSIM_SRC_DATADIR "traces"
+#endif
+
+void cli_experiments_dir(char *buf, size_t n)
+{
+    const char *env = getenv("MEMSIM_EXPERIMENTS");
+    if (env && *env) snprintf(buf, n, "%s", env);
+    else snprintf(buf, n, "%s/../experiments", MEMSIM_SRC_DATADIR);
+}

@@ -45,6 +45,8 @@ int cli_parse(int argc, char **argv, unsigned groups, cli_args *a);
 void cli_print_options(FILE *f, unsigned groups);
 /* Loads the machine profile (default a800-8gpu); prints the error. */
 int cli_load_machine(const cli_args *a, const char *cmd, machine_profile **out);
+/* The experiments/ folder: $MEMSIM_EXPERIMENTS, else the one beside the source tree's traces/. */
+void cli_experiments_dir(char *buf, size_t n);
 /* Prints "memsim CMD: message" and returns the exit code for st. */
 int cli_fail(const char *cmd, ms_status st, const ms_error *err);
 

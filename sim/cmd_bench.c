@@ -106,6 +106,10 @@ int cmd_bench(int argc, char **argv)
             goto bad;
         }
     }
+    if (optind < argc) {
+        fprintf(stderr, "memsim bench: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return MS_EXIT_USAGE;
+    }
     int rc = 0;
     static const char *const allocs[] = {"caching", "stitching", "expandable"};
     for (size_t i = 0; i < 3 && !rc; i++) rc = bench_replay(allocs[i], events, (int)runs);

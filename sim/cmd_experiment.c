@@ -12,22 +12,8 @@
 #include <unistd.h>
 
 #include "sim/cmds.h"
+#include "sim/cli.h"
 #include "traces/util.h"
-
-#ifndef MEMSIM_SRC_DATADIR
-#define MEMSIM_SRC_DATADIR "traces"
-#endif
-
-/* experiments/ lives beside traces/ in the source tree; $MEMSIM_EXPERIMENTS overrides. */
-static void experiments_dir(char *buf, size_t n)
-{
-    const char *env = getenv("MEMSIM_EXPERIMENTS");
-    if (env && *env) {
-        snprintf(buf, n, "%s", env);
-        return;
-    }
-    snprintf(buf, n, "%s/../experiments", MEMSIM_SRC_DATADIR);
-}
 
 static int list(const char *dir)
 {
@@ -66,7 +52,7 @@ static int list(const char *dir)
 static int run_script(const char *self, const char *name, int argc, char **argv)
 {
     char dir[PATH_MAX], script[2 * PATH_MAX], me[PATH_MAX];
-    experiments_dir(dir, sizeof dir);
+    cli_experiments_dir(dir, sizeof dir);
     if (strchr(name, '/') || name[0] == '.') {
         fprintf(stderr, "memsim experiment: bad name '%s'\n", name);
         return MS_EXIT_USAGE;
@@ -107,8 +93,12 @@ int cmd_experiment(int argc, char **argv)
         return argc < 2 ? MS_EXIT_USAGE : MS_EXIT_OK;
     }
     if (!strcmp(argv[1], "list")) {
+        if (argc > 2) {
+            fprintf(stderr, "memsim experiment list: unexpected argument '%s'\n", argv[2]);
+            return MS_EXIT_USAGE;
+        }
         char dir[PATH_MAX];
-        experiments_dir(dir, sizeof dir);
+        cli_experiments_dir(dir, sizeof dir);
         return list(dir);
     }
     return run_script(argv[0], argv[1], argc - 2, argv + 2);

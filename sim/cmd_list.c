@@ -69,6 +69,10 @@ int cmd_list(int argc, char **argv)
                "Lists what memsim knows, with one-line descriptions and sources.\n");
         return MS_EXIT_OK;
     }
+    if (argc > 2) {
+        fprintf(stderr, "memsim list: unexpected argument '%s'\n", argv[2]);
+        return MS_EXIT_USAGE;
+    }
     int all = !strcmp(what, "all"), any = 0;
     if (all || !strcmp(what, "models")) {
         printf("models:\n");

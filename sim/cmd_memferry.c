@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "sim/cli.h"
 #include "sim/cmds.h"
 #include "planners/lower_dha.h"
 #include "planners/policy.h"
@@ -77,6 +78,9 @@ typedef struct mf_ctx {
     const char *out;
     const char *a100, *v100;
     const char *ref;
+    char *ref_buf;             /* the reference file, tokenized in place by ref_load */
+    char *(*ref_rows)[8];      /* its rows: id figure quantity kind paper tol unit source */
+    size_t n_ref;
     unsigned figs;             /* bit n: Figure n (10 = 10(b)) */
     double adam_single;        /* host Adam parameters/s of one GPU using the whole A100 host */
     int sens;                  /* sensitivity tables */
@@ -881,49 +885,70 @@ static void compare_row(const mf_ctx *c, char **tok, FILE *o, int *miss, int *ch
             verdict, tok[2]);
 }
 
+/* Reads and checks the whole reference table before anything is simulated, so a bad file
+ * costs no simulation time and never leaves a half-written summary. */
+static ms_status ref_load(mf_ctx *c, ms_error *err)
+{
+    size_t len;
+    ms_status st = ms_read_all(c->ref, 1u << 20, &c->ref_buf, &len, err);
+    if (st) return st;
+    size_t cap = 0;
+    unsigned long ln = 0;
+    for (char *line = c->ref_buf, *next; line && *line; line = next) {
+        ln++;
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        line[strcspn(line, "\r")] = '\0';
+        if (!line[0] || line[0] == '#') continue;
+        char *tok[8];
+        int n = 0;
+        for (char *p = line, *t; n < 8; p = t + 1) {
+            tok[n++] = p;
+            if (!(t = strchr(p, '\t'))) break;
+            *t = '\0';
+        }
+        if (n < 8)
+            return ms_fail_at(err, MS_ERR_PARSE, c->ref, ln, "expected 8 tab-separated fields "
+                              "(id figure quantity kind paper tol unit source), found %d", n);
+        if (ms_grow((void **)&c->ref_rows, &cap, c->n_ref + 1, sizeof *c->ref_rows))
+            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        memcpy(c->ref_rows[c->n_ref++], tok, sizeof tok);
+    }
+    if (!c->n_ref) return ms_fail_at(err, MS_ERR_PARSE, c->ref, 0, "no reference rows");
+    return MS_OK;
+}
+
+/* The comparison table: written whole to summary.txt (atomically) and to stdout. */
 static ms_status compare(const mf_ctx *c, int *misses, ms_error *err)
 {
-    FILE *in = fopen(c->ref, "r");
-    if (!in) return ms_fail_at(err, MS_ERR_IO, c->ref, 0, "cannot read: %s", strerror(errno));
-    FILE *o = open_out(c, "summary.txt", err);
-    if (!o) {
-        fclose(in);
-        return MS_ERR_IO;
-    }
+    char *text = NULL;
+    size_t size = 0;
+    FILE *o = open_memstream(&text, &size);
+    if (!o) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     fprintf(o, "MemFerry (INFOCOM'25) Figs. 9-13 in memsim: paper vs memsim (units: %% = percent "
                "faster or less memory, x = time ratio)\n");
     fprintf(o, "%-20s %-5s %-12s %-14s %-16s %-6s %-6s %s\n", "id", "fig", "paper", "memsim",
             "memsim-paper", "unit", "check", "quantity");
-    char line[2048];
     int miss = 0, checked = 0;
-    unsigned long ln = 0;
-    ms_status st = MS_OK;
-    while (fgets(line, sizeof line, in)) {
-        ln++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (!line[0] || line[0] == '#') continue;
-        char *tok[8];
-        int n = 0;
-        for (char *p = line, *s; n < 8; n++, p = s + 1) {
-            tok[n] = p;
-            s = strchr(p, '\t');
-            if (!s) {
-                n++;
-                break;
-            }
-            *s = '\0';
-        }
-        if (n < 8) {
-            st = ms_fail_at(err, MS_ERR_PARSE, c->ref, ln, "expected 8 tab-separated fields "
-                            "(id figure quantity kind paper tol unit source)");
-            break;
-        }
-        compare_row(c, tok, o, &miss, &checked);
-    }
+    for (size_t i = 0; i < c->n_ref; i++) compare_row(c, c->ref_rows[i], o, &miss, &checked);
     fprintf(o, "\n%d checked rows, %d outside the paper's value +- tolerance (MISS)\n", checked,
             miss);
-    fclose(in);
-    if (fclose(o) != 0 && !st) st = ms_fail(err, MS_ERR_IO, "cannot write summary.txt");
+    if (fclose(o) != 0 || !text) {
+        free(text);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/summary.txt", c->out);
+    ms_out *f;
+    ms_status st = ms_out_open(path, &f, err);
+    if (!st && ms_out_write(f, text, size)) {
+        ms_out_abort(f);
+        st = ms_fail_at(err, MS_ERR_IO, path, 0, "write failed");
+    } else if (!st) {
+        st = ms_out_commit(f, err);
+    }
+    if (!st && !c->quiet) fwrite(text, 1, size, stdout);
+    free(text);
     *misses = miss;
     return st;
 }
@@ -962,7 +987,8 @@ static void usage(FILE *f)
             "                         host (default 8e9; the profile's per-GPU share is 1.6e9)\n"
             "  --batches A,B,C,D      Fig. 9 batches of bert-base, bert-large, roberta-base,\n"
             "                         gpt2-medium (default 8,64,8,32)\n"
-            "  --reference FILE       paper numbers (default experiments/memferry/reference.tsv)\n"
+            "  --reference FILE       paper numbers (default memferry/reference.tsv in the\n"
+            "                         source tree's experiments/ or $MEMSIM_EXPERIMENTS)\n"
             "  --ds-overlap-comm 0|1  DeepSpeed's overlap_comm (default 1, as Hugging Face's and\n"
             "                         Lightning's ZeRO-2 configurations set it; 0: DeepSpeed's\n"
             "                         own default, gradient copies on the compute stream)\n"
@@ -988,7 +1014,7 @@ static int parse_figs(const char *s, unsigned *figs)
         if (!ms_parse_u64(t, &v) || v < 9 || v > 13) return -1;
         *figs |= 1u << (v == 12 ? 9 : v);
     }
-    return 0;
+    return *figs ? 0 : -1;
 }
 
 static int parse_batches(const char *s)
@@ -1053,8 +1079,11 @@ static int parse_args(int argc, char **argv, mf_ctx *c)
             fprintf(stderr, "memsim memferry: --batches %s: expected four batch sizes\n", optarg);
             return -1;
         case 'A':
-            if (ms_parse_double(optarg, &c->adam_single) && c->adam_single > 0) break;
-            fprintf(stderr, "memsim memferry: --adam %s: expected a positive rate\n", optarg);
+            if (ms_parse_double(optarg, &c->adam_single) && c->adam_single >= 1 &&
+                c->adam_single <= 1e18)
+                break;
+            fprintf(stderr, "memsim memferry: --adam %s: expected a rate in [1, 1e18] "
+                            "parameters/s\n", optarg);
             return -1;
         default:
             fprintf(stderr, "memsim memferry: see --help\n");
@@ -1089,7 +1118,10 @@ int cmd_memferry(int argc, char **argv)
     c->out = "out/memferry";
     c->a100 = "a100-80g-pcie3";
     c->v100 = "v100-32g-pcie3";
-    c->ref = "experiments/memferry/reference.tsv";
+    char ref[1024], dir[900];
+    cli_experiments_dir(dir, sizeof dir);
+    snprintf(ref, sizeof ref, "%s/memferry/reference.tsv", dir);
+    c->ref = ref;
     c->adam_single = 8e9;
     c->sens = 1;
     c->ds_overlap = 1;
@@ -1103,7 +1135,8 @@ int cmd_memferry(int argc, char **argv)
     }
     ms_error err;
     ms_error_clear(&err);
-    ms_status st = machine_load_named(c->a100, &c->ma, &err);
+    ms_status st = ref_load(c, &err);
+    if (!st) st = machine_load_named(c->a100, &c->ma, &err);
     if (!st) st = machine_load_named(c->v100, &c->mv, &err);
     char plans[512];
     snprintf(plans, sizeof plans, "%s/plans", c->out);
@@ -1112,17 +1145,10 @@ int cmd_memferry(int argc, char **argv)
     if (!st) st = run_figs(c, &err);
     int misses = 0;
     if (!st) st = compare(c, &misses, &err);
-    if (!st && !c->quiet) {
-        char path[600];
-        snprintf(path, sizeof path, "%s/summary.txt", c->out);
-        FILE *f = fopen(path, "r");
-        char buf[4096];
-        size_t n;
-        while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
-        if (f) fclose(f);
-    }
     machine_profile_free(c->ma);
     machine_profile_free(c->mv);
+    free(c->ref_rows);
+    free(c->ref_buf);
     free(c);
     if (st) {
         fprintf(stderr, "memsim memferry: %s\n", err.msg);

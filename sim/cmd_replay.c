@@ -131,6 +131,10 @@ int cmd_replay(int argc, char **argv)
         usage(stderr);
         return MS_EXIT_USAGE;
     }
+    if (!allocs[strspn(allocs, ",")]) {
+        fprintf(stderr, "memsim replay: --allocator names no allocator (see --help)\n");
+        return MS_EXIT_USAGE;
+    }
     machine_profile *mp = NULL;
     ms_error err;
     ms_status st = machine_load_named(machine, &mp, &err);

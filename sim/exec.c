@@ -198,6 +198,14 @@ static void fail_at(ex *x, ms_status st, size_t idx, const char *what)
     fail_run(x, st, msg);
 }
 
+/* The allocator's own reason for a failed call where it gives one (the static arena: plan
+ * and trace disagree), else the status's name. */
+static const char *alloc_why(const ex *x, ms_status st)
+{
+    const char *why = alloc_problem(x->alloc);
+    return why[0] ? why : ms_status_str(st);
+}
+
 static void end_as(ex *x, res_status rs)
 {
     x->rstatus = rs;
@@ -498,7 +506,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     if (st != MS_OK) {
-        fail_at(x, st, idx, ms_status_str(st));
+        fail_at(x, st, idx, alloc_why(x, st));
         return 0;
     }
     if (u64map_put(x->dev, a->tensor, addr)) {
@@ -521,7 +529,7 @@ static int do_free(ex *x, int s, size_t idx, const sched_action *a)
     }
     ms_status st = alloc_release(x->alloc, addr);
     if (st != MS_OK) {
-        fail_at(x, st, idx, ms_status_str(st));
+        fail_at(x, st, idx, alloc_why(x, st));
         return 0;
     }
     mem_sample(x);
@@ -745,9 +753,9 @@ static int pend_release(ex *x, uint32_t slot)
     } else {
         ms_status st = alloc_release(x->alloc, p->value);
         if (st != MS_OK) {
-            char msg[200];
+            char msg[300];
             snprintf(msg, sizeof msg, "releasing the deferred block of tensor %llu: %s",
-                     (unsigned long long)p->tensor, ms_status_str(st));
+                     (unsigned long long)p->tensor, alloc_why(x, st));
             fail_run(x, st, msg);
             return 0;
         }
@@ -935,7 +943,7 @@ static void host_alloc(ex *x, size_t i, const sched_action *a)
         return;
     }
     if (st != MS_OK) {
-        fail_at(x, st, i, ms_status_str(st));
+        fail_at(x, st, i, alloc_why(x, st));
         return;
     }
     if (u64map_put(x->dev, a->tensor, addr) ||
@@ -976,7 +984,7 @@ static void host_free(ex *x, size_t i, const sched_action *a)
     } else {
         ms_status st = alloc_release(x->alloc, addr);
         if (st != MS_OK) {
-            fail_at(x, st, i, ms_status_str(st));
+            fail_at(x, st, i, alloc_why(x, st));
             return;
         }
         mem_sample(x);

@@ -29,7 +29,14 @@ void pipe_policy_default(pipe_policy *p)
 
 ms_status pipe_trace(const pipe_workload *w, const machine_t *m, trace_t **out, ms_error *err)
 {
-    if (w->trace_path) return trace_load(w->trace_path, out, err);
+    if (w->trace_path) {
+        ms_status st = trace_load(w->trace_path, out, err);
+        if (st || trace_count(*out)) return st;
+        trace_free(*out);
+        *out = NULL;
+        return ms_fail_at(err, MS_ERR_INVALID, w->trace_path, 0,
+                          "no records after the header: nothing to plan or simulate");
+    }
     gen_config c;
     gen_config_default(&c);
     ms_status st = model_lookup(w->model, &c.model, err);
@@ -190,5 +197,11 @@ ms_status pipe_run(const trace_t *t, const machine_t *m, const pipe_policy *p,
     if (st != MS_OK) return st;
     st = pipe_simulate_with(t, m, plan, out, p, r, err);
     plan_free(plan);
+    if (st == MS_ERR_INVALID && p->plan_path && err) {
+        /* a plan file that does not fit the trace: name the file the user has to look at */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        ms_fail_at(err, st, p->plan_path, 0, "%s", why);
+    }
     return st;
 }

@@ -24,6 +24,10 @@ struct simbe {
     u64map *handles;   /* handle -> bytes */
     u64map *maps;      /* va -> handle */
     u64map *resv;      /* va -> bytes */
+    /* the reservations in address order (the bump pointer hands them out ascending), each
+     * with its count of mapped granules: range lookups by binary search, not a scan */
+    struct resv_ent { uint64_t va, bytes, mapped; } *rv;
+    size_t n_rv, cap_rv;
     u64map *hosts;     /* addr -> bytes */
     uint64_t *seg_log; size_t n_seg_log, cap_seg_log;
     double cost_us;
@@ -82,9 +86,26 @@ static ms_status be_va_reserve(void *ctx, uint64_t bytes, uint64_t *va)
     if (bytes == 0 || bytes % b->be.granularity_bytes) return MS_ERR_INVALID;
     if (injected_failure(b)) return MS_ERR_OOM;
     if (b->have_m) b->cost_us += b->m.vmm_reserve_us;
+    if (ms_grow((void **)&b->rv, &b->cap_rv, b->n_rv + 1, sizeof *b->rv)) return MS_ERR_NOMEM;
     *va = b->next_va;
     b->next_va += align_up(bytes, ALIGN_2M) + ALIGN_2M; /* a guard gap between ranges */
-    return u64map_put(b->resv, *va, bytes) ? MS_ERR_NOMEM : MS_OK;
+    if (u64map_put(b->resv, *va, bytes)) return MS_ERR_NOMEM;
+    b->rv[b->n_rv++] = (struct resv_ent){ *va, bytes, 0 };
+    return MS_OK;
+}
+
+/* The live reservation holding [va, va+bytes), or NULL. */
+static struct resv_ent *reservation_of(const simbe_t *b, uint64_t va, uint64_t bytes)
+{
+    size_t lo = 0, hi = b->n_rv;     /* the last entry starting at or below va */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->rv[mid].va <= va) lo = mid + 1;
+        else hi = mid;
+    }
+    if (!lo) return NULL;
+    struct resv_ent *r = &b->rv[lo - 1];
+    return r->bytes && bytes <= r->bytes && va - r->va <= r->bytes - bytes ? r : NULL;
 }
 
 static ms_status be_va_free(void *ctx, uint64_t va, uint64_t bytes)
@@ -92,16 +113,10 @@ static ms_status be_va_free(void *ctx, uint64_t va, uint64_t bytes)
     simbe_t *b = ctx;
     uint64_t have;
     if (!u64map_get(b->resv, va, &have) || have != bytes) return MS_ERR_INVALID;
-    /* Freeing a range that still has mappings is an allocator bug. Look through whichever
-     * is fewer, the range's granules or the mappings (a huge reserve would take hours). */
-    if (bytes / b->be.granularity_bytes <= u64map_count(b->maps)) {
-        for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
-            if (u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
-    } else {
-        uint64_t k, v;
-        for (size_t it = 0; u64map_next(b->maps, &it, &k, &v);)
-            if (k >= va && k - va < bytes) return MS_ERR_INVALID;
-    }
+    /* freeing a range that still has mappings is an allocator bug */
+    struct resv_ent *r = reservation_of(b, va, bytes);
+    if (!r || r->mapped) return MS_ERR_INVALID;
+    r->bytes = 0;
     u64map_del(b->resv, va, NULL);
     return MS_OK;
 }
@@ -129,25 +144,17 @@ static ms_status be_phys_release(void *ctx, uint64_t handle)
     return MS_OK;
 }
 
-/* Is [va, va+bytes) inside one reservation? Reservations are few; a linear scan is fine. */
-static int in_reservation(const simbe_t *b, uint64_t va, uint64_t bytes)
-{
-    uint64_t k, v;
-    for (size_t it = 0; u64map_next(b->resv, &it, &k, &v);)
-        if (va >= k && va + bytes <= k + v) return 1;
-    return 0;
-}
-
 static ms_status be_map(void *ctx, uint64_t va, uint64_t bytes, uint64_t handle)
 {
     simbe_t *b = ctx;
     uint64_t hb;
     if (!u64map_get(b->handles, handle, &hb) || hb != bytes) return MS_ERR_INVALID;
-    if (va % b->be.granularity_bytes || !in_reservation(b, va, bytes)) return MS_ERR_INVALID;
+    struct resv_ent *r = reservation_of(b, va, bytes);
+    if (va % b->be.granularity_bytes || !r) return MS_ERR_INVALID;
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
         if (u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID; /* already mapped */
     if (b->have_m) b->cost_us += b->m.vmm_map_us * granules(b, bytes);
-    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
+    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes, r->mapped++)
         if (u64map_put(b->maps, p, handle)) return MS_ERR_NOMEM;
     return MS_OK;
 }
@@ -166,8 +173,9 @@ static ms_status be_unmap(void *ctx, uint64_t va, uint64_t bytes)
     simbe_t *b = ctx;
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
         if (!u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
+    struct resv_ent *r = reservation_of(b, va, bytes);
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
-        u64map_del(b->maps, p, NULL);
+        if (u64map_del(b->maps, p, NULL) && r) r->mapped--;
     if (b->have_m) b->cost_us += b->m.vmm_unmap_us * granules(b, bytes);
     /* cuMemUnmap waits for work using the range: model it as a synchronize. */
     b->synced = 1;
@@ -249,6 +257,7 @@ void simbe_free(simbe_t *b)
     u64map_free(b->handles);
     u64map_free(b->maps);
     u64map_free(b->resv);
+    free(b->rv);
     u64map_free(b->hosts);
     free(b->seg_log);
     free(b);

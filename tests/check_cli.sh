@@ -185,6 +185,46 @@ ok $? "hostscale: host optimizer steps times 3, every other op unchanged"
 t1=$(awk -f "$A" -v mode=field -v col=iter_time_s "$T/o1.csv")
 t3=$(awk -f "$A" -v mode=field -v col=iter_time_s "$T/o3.csv")
 awk -v a="$t1" -v b="$t3" 'BEGIN { exit !(b > a) }'; ok $? "zero-offload takes longer with its host steps 3x slower ($t1 -> $t3 s)"
+# bad command lines that once ran as if fine
+expect 2 "replay --allocator naming no allocator: exit 2" -- "$M" replay --trace "$T/w.trace.gz" --allocator ,
+expect 2 "memferry --figs naming no figure: exit 2" -- "$M" memferry --figs ,
+expect 2 "bench with a stray argument: exit 2" -- "$M" bench extra
+expect 2 "list with a stray argument: exit 2" -- "$M" list models extra
+expect 2 "experiment list with a stray argument: exit 2" -- "$M" experiment list extra
+expect 2 "a byte size in hexadecimal is refused" -- "$M" replay --trace "$T/w.trace.gz" --capacity 0x10
+expect 2 "a byte size with an exponent is refused" -- "$M" replay --trace "$T/w.trace.gz" --capacity 1e3
+expect 0 "a byte size with a fraction and a suffix is taken" -- "$M" replay --trace "$T/w.trace.gz" --capacity 1.5G
+# MemFerry's reference table is read and checked before anything is simulated
+printf 'fig9.x\t9\n' > "$T/ref.tsv"
+expect 3 "memferry: a reference row of 2 fields: exit 3" -- "$M" memferry --out "$T/mf" --reference "$T/ref.tsv" --quiet
+grep -q "ref.tsv:1: expected 8 tab-separated fields" "$T/err"; ok $? "memferry: the reference's file and line are named"
+[ ! -e "$T/mf/summary.txt" ]; ok $? "memferry: nothing simulated, no summary written after a bad reference"
+expect 4 "memferry: a directory as the reference: exit 4" -- "$M" memferry --out "$T/mf" --reference "$T" --quiet
+# inputs that are well formed but say nothing, or the wrong thing, for the command
+gzip -dc "$T/w.trace.gz" | grep '^memsim-trace\|^meta' > "$T/h.trace"
+expect 3 "a trace with only its header: exit 3" -- "$M" simulate --trace "$T/h.trace" --machine h200-sxm
+grep -q "no records after the header" "$T/err"; ok $? "the header-only trace is named as such"
+expect 3 "protrain on an offload trace: exit 3 (input, not a missing feature)" -- "$M" simulate --trace "$T/o.trace.gz" --machine h200-sxm --policy protrain
+S="--model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm"
+expect 3 "plan_l1_s=abc is refused though memory_plan is off" -- "$M" simulate $S --policy keep-all --knob plan_l1_s=abc
+expect 3 "memory_plan=2 is refused on a policy that never plans memory" -- "$M" simulate $S --policy protrain --knob memory_plan=2
+expect 3 "the chunk marker set by hand to abc: exit 3" -- "$M" simulate $S --policy protrain --knob chunks=abc
+# a hand-edited plan whose offsets the trace contradicts
+"$M" plan $S --policy keep-all --knob memory_plan=1 -o "$T/mp.plan" 2>/dev/null
+a=$(awk '$1 == "offset" { print $3; exit }' "$T/mp.plan")
+awk -v a="$a" '$1 == "offset" && n++ == 1 { $3 = a } { print }' "$T/mp.plan" > "$T/mp2.plan"
+expect 3 "a plan putting two live tensors at one offset: exit 3" -- "$M" simulate $S --plan "$T/mp2.plan"
+grep -q "mp2.plan: .*plan and trace disagree" "$T/err"; ok $? "the disagreeing plan file and the cause are named"
+# machine values outside physical sense are refused where they are read
+for kv in "lat.cuda_malloc_base_us 1e17" "link.h2d_Bps 1e-300" "gpu.peak_bf16_flops 1e30"; do
+    k=${kv%% *}
+    sed "s/^$k .*/$kv/" "${srcdir:-.}/traces/machines/h200-sxm.machine" > "$T/x.machine"
+    expect 3 "machine $kv: exit 3" -- "$M" simulate $S --machine "$T/x.machine"
+    grep -q "x.machine:[0-9]*: $k: bad value" "$T/err"; ok $? "machine $kv: file, line and key named"
+done
+# the expandable allocator with a stream per allocation (40,000 pools): lookups by key, not scans
+awk 'BEGIN { print "memsim-trace 1"; for (i = 0; i < 40000; i++) { print "alloc", i + 1, 1048576, "act_trans 0 0", i, "- t" i; if (i % 2) print "free", i + 1 } }' > "$T/streams.trace"
+expect 0 "expandable over 40,000 streams finishes (within the 20 s limit)" -- timeout 20 "$M" replay --trace "$T/streams.trace" --allocator expandable
 # every knob key a planner or lowering reads is one some policy declares (memsim list)
 "$M" list | sed -n 's/.*--knob keys: //p' | tr ' ' '\n' | sort -u > "$T/declared"
 grep -ohE '(plan_get_knob|pol_knob_get|pol_knob_double|pol_knob_bytes|kn_int|kn_dbl|kn_bytes|knob_flag|knob_int)\([a-z_>-]+, *"[a-z0-9_.]+"' "${srcdir:-.}"/planners/*.c \

@@ -275,6 +275,10 @@ static void seed_machine(const char *path)
     for (size_t i = 0; i < nf; i++) {
         char *dst = (char *)&p->m + f[i].offset;
         double d = 0.5 + (double)i / 100;
+        size_t kl = strlen(f[i].key);   /* rates are at least 1 per second */
+        if (strstr(f[i].key, "_Bps") || strstr(f[i].key, "_flops") ||
+            (kl > 6 && !strcmp(f[i].key + kl - 6, "_per_s")))
+            d = 1e9 + (double)i;
         uint64_t u = (uint64_t)(i + 1) << 30;
         int64_t v = 8;
         switch (f[i].type) {

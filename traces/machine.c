@@ -221,6 +221,24 @@ static const char *closest_key(const char *key)
     return best;
 }
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Physically sane magnitudes: a rate of at least 1 per second (bytes, FLOPs, parameters)
+ * and at most 1e18, a latency of at most 1000 s. Outside them the simulator's arithmetic
+ * turns to infinities and zero-length iterations, never a result anyone meant. */
+static const char *range_problem(const char *key, double x)
+{
+    int rate = ends_with(key, "_Bps") || ends_with(key, "_flops") || ends_with(key, "_per_s");
+    if (rate && x != 0 && x < 1) return "a rate below 1 per second";
+    if (rate && x > 1e18) return "a rate above 1e18 per second";
+    if (ends_with(key, "_us") && x > 1e9) return "a latency above 1e9 microseconds (1000 s)";
+    return NULL;
+}
+
 /* Parses one value into the field according to its type and rule. Returns NULL on success,
  * else the reason. */
 static const char *set_field(machine_t *m, size_t i, const char *v)
@@ -262,6 +280,8 @@ static const char *set_field(machine_t *m, size_t i, const char *v)
         if (rules[i] == R_POS && x <= 0) return "zero (it must be > 0)";
         if (rules[i] == R_EFF && (x <= 0 || x > 1)) return "an efficiency outside (0,1]";
         if (rules[i] == R_OPT_EFF && x > 1) return "an efficiency above 1";
+        const char *bad = range_problem(f->key, x);
+        if (bad) return bad;
         memcpy(dst, &x, sizeof x);
         return NULL;
     }

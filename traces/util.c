@@ -114,11 +114,12 @@ int ms_parse_double(const char *s, double *out)
 static int parse_scaled(const char *s, uint64_t *out, const char *const *sfx,
                         const double *mult, size_t nsfx)
 {
-    if (!s || !*s || !(isdigit((unsigned char)*s) || *s == '.')) return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || !isfinite(v) || v < 0) return 0;
+    /* plain decimal only ("12", "1.5"): no sign, exponent or hexadecimal, which strtod takes */
+    if (!s) return 0;
+    size_t nd = strspn(s, "0123456789."), dots = 0;
+    for (size_t i = 0; i < nd; i++) dots += s[i] == '.';
+    if (nd == dots || dots > 1 || nd >= 40) return 0;
+    const char *end = s + nd;
     double m = 1;
     if (*end) {
         size_t i;
@@ -126,11 +127,16 @@ static int parse_scaled(const char *s, uint64_t *out, const char *const *sfx,
             if (strcmp(end, sfx[i]) == 0) break;
         if (i == nsfx) return 0;
         m = mult[i];
+    } else if (!dots) {
+        return ms_parse_u64(s, out); /* exact beyond 2^53 */
     }
-    double r = v * m;
-    if (r >= 18446744073709551615.0) return 0;
-    if (r != floor(r)) return 0; /* fractional bytes or tokens */
-    *out = (uint64_t)r;
+    char num[40];
+    memcpy(num, s, nd);
+    num[nd] = '\0';
+    double v = strtod(num, NULL) * m;
+    if (!isfinite(v) || v >= 18446744073709551615.0) return 0;
+    if (v != floor(v)) return 0; /* fractional bytes or tokens */
+    *out = (uint64_t)v;
     return 1;
 }
 
