@@ -103,6 +103,7 @@ typedef struct mf_run {
     sim_result r;
     char modes[160];           /* the plan's modes per unit, e.g. DFGG...; h = grad on host */
     double grad_gpu_frac;      /* gradient bytes kept on the GPU */
+    double go_cost_us;         /* GO-MemFerry: the time its plan expects the host gradients to add */
 } mf_run;
 
 static void metric(mf_ctx *c, const char *id, double v, const char *txt)
@@ -187,6 +188,10 @@ static ms_status run_method(const mf_ctx *c, const trace_t *t, const machine_t *
     const char *g = plan_get_knob(p, "grad_gpu_frac");
     o->grad_gpu_frac = 1.0;
     if (g && !ms_parse_double(g, &o->grad_gpu_frac)) o->grad_gpu_frac = NAN;
+    /* and the time its dynamic program expects the host-written gradients to add */
+    const char *gc = plan_get_knob(p, "est_go_cost_us");
+    o->go_cost_us = 0;
+    if (gc && !ms_parse_double(gc, &o->go_cost_us)) o->go_cost_us = NAN;
     if (plan_path) st = plan_write(p, plan_path, err);
     schedule_t *s = NULL;
     if (!st) st = lower_dha(t, p, m, NULL, &s, err);
@@ -554,7 +559,7 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
      * gain counts the embedding's exposed gradient copy (go_gain=copy) */
     static const char *GRAN[3] = { "module", "unit", "module" };
     static const char *GAIN[3] = { "paper", "paper", "copy" };
-    double T[3][4][MF_NRES], F[3][4][MF_NRES], gspread = 0;
+    double T[3][4][MF_NRES], F[3][4][MF_NRES], E[4][MF_NRES], gspread = 0;
     ms_status st = MS_OK;
     const char *keep = c->go_gran, *keep_gain = c->go_gain;
     for (int w = 0; w < 4 && !st; w++) {
@@ -581,6 +586,7 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
                 c->go_gain = keep_gain;
                 T[g][w][i] = ok(&r) ? ms(&r) : NAN;
                 F[g][w][i] = r.grad_gpu_frac;
+                if (!g) E[w][i] = r.go_cost_us / 1e3;
             }
         trace_free(t);
     }
@@ -591,7 +597,7 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
         return MS_ERR_IO;
     }
     fprintf(f, "model,reserve,iter_ms,grad_on_gpu,iter_ms_unit_items,grad_on_gpu_unit_items,"
-               "iter_ms_copy_gain,grad_on_gpu_copy_gain\n");
+               "iter_ms_copy_gain,grad_on_gpu_copy_gain,est_cost_ms,sim_cost_ms\n");
     fprintf(d, "# reserve");
     for (int w = 0; w < 4; w++) fprintf(d, " %s", FIG9[w].model);
     for (int w = 0; w < 4; w++) fprintf(d, " %s/unit", FIG9[w].model);
@@ -602,8 +608,9 @@ static ms_status fig10b(mf_ctx *c, ms_error *err)
     double span = 0, bend = 0, bend_u = 0, bend_c = 0;
     for (int w = 0; w < 4; w++) {
         for (int i = 0; i < MF_NRES; i++)
-            fprintf(f, "%s,%.1f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", FIG9[w].model, i / 10.0,
-                    T[0][w][i], F[0][w][i], T[1][w][i], F[1][w][i], T[2][w][i], F[2][w][i]);
+            fprintf(f, "%s,%.1f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", FIG9[w].model,
+                    i / 10.0, T[0][w][i], F[0][w][i], T[1][w][i], F[1][w][i], T[2][w][i],
+                    F[2][w][i], E[w][i], T[0][w][i] - T[0][w][MF_NRES - 1]);
         dec += curve_decreasing(T[0][w]);
         dec_c += curve_decreasing(T[2][w]);
         cvx += curve_convex(T[0][w]);
