@@ -870,7 +870,7 @@ static ms_status estimate_run(ptc_model *M, const ptc_config *c, const lc_bufpla
     if (M->k.init_device_bytes > e->peak_bytes) e->peak_bytes = M->k.init_device_bytes;
     uint64_t host = 0, staging = (uint64_t)c->n_buffer * L->chunk_bytes;
     for (size_t ci = (size_t)c->n_persist; ci < L->n_chunks; ci++)
-        host += (uint64_t)ceil(M->k.host_bytes_per_param * (double)shard_params(M, (int)ci));
+        host += lc_host_chunk_bytes(&M->k, shard_params(M, (int)ci));
     if ((M->coll == LC_COLL_LINK || M->coll == LC_COLL_STREAM) && dp > 1)
         staging += (uint64_t)c->n_persist *
                    (LC_COLL_STAGE_BYTES < L->chunk_bytes ? LC_COLL_STAGE_BYTES : L->chunk_bytes);

@@ -73,7 +73,8 @@ static ms_status kn_bytes(const plan_t *p, const char *key, uint64_t *out, ms_er
 
 const char *const lc_knob_names[] = {
     "chunks", "chunk_by", "coll", "chunk_bytes", "chunk_search", "n_persist", "n_buffer",
-    "n_swap", "n_checkpoint", "host_bytes_per_param", "gpu_opt_bytes_per_param",
+    "n_swap", "n_checkpoint", "host_bytes_per_param", "host_pinned_tensors",
+    "host_pinned_bytes_per_param", "gpu_opt_bytes_per_param",
     "param_xfer_bytes", "grad_xfer_bytes", "coll_link_eff", "overlap_host_adam",
     "persist_shard", "persist_gather", "staging_separate", "host_adam_scale", "step_sync", "reuse",
     "prefetch_depth", "swap_lead", "init_device_bytes", NULL,
@@ -116,6 +117,16 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
     if (!st) st = kn_int(p, "n_swap", 0, &k->n_swap, err);
     if (!st) st = kn_int(p, "n_checkpoint", 0, &k->n_ckpt, err);
     if (!st) st = kn_dbl(p, "host_bytes_per_param", 0, &k->host_bytes_per_param, err);
+    if (!st) st = kn_int(p, "host_pinned_tensors", 0, &k->host_pinned_tensors, err);
+    if (!st)
+        st = kn_dbl(p, "host_pinned_bytes_per_param", 0, &k->host_pinned_bytes_per_param, err);
+    if (!st && (k->host_pinned_tensors > 64 ||
+                k->host_pinned_tensors * k->host_pinned_bytes_per_param >
+                    k->host_bytes_per_param))
+        st = ms_fail(err, MS_ERR_INVALID, "plan knobs host_pinned_tensors x "
+                     "host_pinned_bytes_per_param (%d x %g) exceed host_bytes_per_param (%g)",
+                     k->host_pinned_tensors, k->host_pinned_bytes_per_param,
+                     k->host_bytes_per_param);
     if (!st) st = kn_dbl(p, "gpu_opt_bytes_per_param", 0, &k->gpu_opt_bytes_per_param, err);
     if (!st) st = kn_dbl(p, "param_xfer_bytes", 0, &k->param_xfer_bytes, err);
     if (!st) st = kn_dbl(p, "grad_xfer_bytes", 0, &k->grad_xfer_bytes, err);
@@ -167,6 +178,12 @@ ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
     if (!st) st = put_knob(p, "n_swap", "%d", k->n_swap);
     if (!st) st = put_knob(p, "n_checkpoint", "%d", k->n_ckpt);
     if (!st) st = put_knob(p, "host_bytes_per_param", "%g", k->host_bytes_per_param);
+    if (!st && k->host_pinned_tensors) {
+        st = put_knob(p, "host_pinned_tensors", "%d", k->host_pinned_tensors);
+        if (!st)
+            st = put_knob(p, "host_pinned_bytes_per_param", "%g",
+                          k->host_pinned_bytes_per_param);
+    }
     if (!st) st = put_knob(p, "gpu_opt_bytes_per_param", "%g", k->gpu_opt_bytes_per_param);
     if (!st) st = put_knob(p, "param_xfer_bytes", "%g", k->param_xfer_bytes);
     if (!st) st = put_knob(p, "grad_xfer_bytes", "%g", k->grad_xfer_bytes);
@@ -1055,6 +1072,16 @@ static uint64_t ceil_div(double num, double den)
     return x > 0 ? (uint64_t)x : 0;
 }
 
+uint64_t lc_host_chunk_bytes(const lc_knobs *k, uint64_t shard_params)
+{
+    double p = (double)shard_params, n = k->host_pinned_tensors;
+    uint64_t rest = ceil_div((k->host_bytes_per_param - n * k->host_pinned_bytes_per_param) * p, 1);
+    uint64_t one = ceil_div(k->host_pinned_bytes_per_param * p, 1), pinned = one ? 1 : 0;
+    while (pinned && pinned < one && pinned < (UINT64_C(1) << 63))
+        pinned <<= 1;   /* c10::llvm::PowerOf2Ceil in CachingHostAllocator::allocate */
+    return rest + (uint64_t)k->host_pinned_tensors * pinned;
+}
+
 /* Chunk c's sizes on this rank. */
 static uint64_t c_gathered(const lcw *w, int32_t c) /* fp16 bytes of the full chunk */
 {
@@ -1142,7 +1169,7 @@ static ms_status emit_setup(lcw *w)
         staging += (uint64_t)w->k.n_persist *
                    (LC_COLL_STAGE_BYTES < w->S ? LC_COLL_STAGE_BYTES : w->S);
     for (size_t c = (size_t)w->k.n_persist; c < L->n_chunks; c++)
-        total += ceil_div(w->k.host_bytes_per_param * (double)c_shard_params(w, (int32_t)c), 1);
+        total += lc_host_chunk_bytes(&w->k, c_shard_params(w, (int32_t)c));
     if (w->k.staging_separate) {
         w->rep.host_state_bytes = total + staging;
         if (st == MS_OK && total)

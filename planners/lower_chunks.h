@@ -54,6 +54,12 @@ typedef struct lc_knobs {
     double host_bytes_per_param; /* [host_bytes_per_param] host memory per parameter of a
                                     non-persistent chunk (whole model, split over dp):
                                     default 14 = fp32 master, Adam m and v, fp16 copy */
+    int host_pinned_tensors;     /* [host_pinned_tensors] of host_bytes_per_param, this many
+                                    tensors per chunk shard are pinned PyTorch tensors of
+                                    host_pinned_bytes_per_param each, which PyTorch's
+                                    CachingHostAllocator rounds up to a power of two (FSDP's
+                                    pinned parameter shard and CPU gradient); default 0 */
+    double host_pinned_bytes_per_param; /* [host_pinned_bytes_per_param] see above */
     int staging_separate;        /* [staging_separate] 1: the pinned buffers copies go through
                                     (one chunk per buffer) come on top of host_bytes_per_param;
                                     0 (default): they are part of it (the host chunks are pinned) */
@@ -212,6 +218,11 @@ void lc_bufplan_clear(lc_bufplan *bp);
 /* The smallest n_buffer that lc_bufplan_make accepts for n_persist (0 when every chunk is
  * persistent). */
 int lc_min_buffers(const lc_layout *L, int n_persist, const lc_knobs *k);
+
+/* Host bytes of one non-persistent chunk's states, shard_params parameters of it on this
+ * rank: host_bytes_per_param each, the pinned tensors among them rounded up to a power of
+ * two as PyTorch's pinned allocator does (shared with the cost model). */
+uint64_t lc_host_chunk_bytes(const lc_knobs *k, uint64_t shard_params);
 
 /* ---- collectives and transfer sizes (shared with the cost model) ---- */
 

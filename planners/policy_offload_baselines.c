@@ -159,6 +159,11 @@ ms_status pol_fsdp_offload_plan(const trace_t *t, const machine_t *m, const pol_
     lc_knobs_default(&b.k);
     b.k.chunk_by_layer = 1;       /* transformer_auto_wrap_policy: one FlatParameter per block */
     b.k.host_bytes_per_param = 16;/* fp32 parameter shard 4 + fp32 gradient 4 + Adam m, v 8 */
+    /* FSDP pins both shards (flat_param._local_shard.pin_memory() and _cpu_grad, "non-blocking
+     * D2H transfer"), PyTorch's pinned allocator rounding each up to a power of two; the
+     * optimizer's moments are plain CPU tensors */
+    b.k.host_pinned_tensors = 2;
+    b.k.host_pinned_bytes_per_param = 4;
     b.k.param_xfer_bytes = 4;     /* the fp32 shard goes to the GPU, cast there to bf16 */
     b.k.grad_xfer_bytes = 4;      /* fp32 gradient shard back to the host */
     b.k.overlap_host_adam = 0;

@@ -134,6 +134,22 @@ static void test_knobs(void)
            "a malformed knob is named: %s", err.msg);
     plan_set_knob(p, "chunks", "0");
     TAP_OK(!lower_chunks_applies(p), "chunks=0: not chunk lowering");
+    /* pinned host tensors round up to a power of two (PyTorch's CachingHostAllocator) */
+    lc_knobs_default(&k);
+    k.host_bytes_per_param = 16;
+    TAP_OK(lc_host_chunk_bytes(&k, 3 * MiB) == 48 * MiB, "host states: 16 B per parameter");
+    k.host_pinned_tensors = 2;
+    k.host_pinned_bytes_per_param = 4;
+    TAP_OK(lc_host_chunk_bytes(&k, 3 * MiB) == 24 * MiB + 2 * 16 * MiB,
+           "two pinned 12 MiB tensors take 16 MiB each, the other 8 B per parameter exact");
+    TAP_OK(lc_host_chunk_bytes(&k, MiB) == 16 * MiB, "a power of two is not rounded");
+    plan_set_knob(p, "chunks", "1");
+    plan_set_knob(p, "n_persist", "2");
+    plan_set_knob(p, "host_bytes_per_param", "6");
+    plan_set_knob(p, "host_pinned_tensors", "2");
+    plan_set_knob(p, "host_pinned_bytes_per_param", "4");
+    TAP_OK(lc_knobs_from_plan(p, &k, &err) == MS_ERR_INVALID && strstr(err.msg, "host_pinned"),
+           "pinned tensors beyond the host bytes refused: %s", err.msg);
     plan_free(p);
 }
 
@@ -521,6 +537,9 @@ static void test_policies(void)
     TAP_OK(st == MS_OK && p && atoi(plan_get_knob(p, "n_checkpoint")) == 32 &&
                !strcmp(plan_get_knob(p, "reuse"), "0"),
            "fsdp-offload: checkpointing on all blocks, resharded after forward");
+    TAP_OK(p && !strcmp(plan_get_knob(p, "host_pinned_tensors"), "2") &&
+               !strcmp(plan_get_knob(p, "host_pinned_bytes_per_param"), "4"),
+           "fsdp-offload: its parameter shard and CPU gradient are pinned tensors");
     TAP_OK(p && run(t, &mp->m, p, NULL, NULL, &r, &err) == MS_OK && r.status == RS_OK &&
                r.recompute_s > 0,
            "fsdp-offload simulates with recomputation");
