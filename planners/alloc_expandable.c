@@ -760,7 +760,6 @@ static ms_status xp_create(alloc_t *a)
     x->poolidx = u64map_new(16);
     if (!x->live || !x->poolidx) {
         u64map_free(x->live);
-    u64map_free(x->poolidx);
         u64map_free(x->poolidx);
         free(x);
         return MS_ERR_NOMEM;

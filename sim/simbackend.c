@@ -27,7 +27,7 @@ struct simbe {
     /* the reservations in address order (the bump pointer hands them out ascending), each
      * with its count of mapped granules: range lookups by binary search, not a scan */
     struct resv_ent { uint64_t va, bytes, mapped; } *rv;
-    size_t n_rv, cap_rv;
+    size_t n_rv, cap_rv, n_rv_freed;
     u64map *hosts;     /* addr -> bytes */
     uint64_t *seg_log; size_t n_seg_log, cap_seg_log;
     double cost_us;
@@ -117,6 +117,13 @@ static ms_status be_va_free(void *ctx, uint64_t va, uint64_t bytes)
     struct resv_ent *r = reservation_of(b, va, bytes);
     if (!r || r->mapped) return MS_ERR_INVALID;
     r->bytes = 0;
+    if (++b->n_rv_freed > 64 && b->n_rv_freed > b->n_rv / 2) { /* drop the freed, in order */
+        size_t n = 0;
+        for (size_t i = 0; i < b->n_rv; i++)
+            if (b->rv[i].bytes) b->rv[n++] = b->rv[i];
+        b->n_rv = n;
+        b->n_rv_freed = 0;
+    }
     u64map_del(b->resv, va, NULL);
     return MS_OK;
 }
