@@ -21,6 +21,7 @@
 
 #include "traces/roofline.h"
 #include "traces/u64map.h"
+#include "traces/util.h"
 
 #define LOWER_MAX_LAYER (1 << 20) /* a layer index beyond this is a corrupt trace */
 
@@ -807,19 +808,13 @@ static ms_status ensure_ready(lw *w, lw_tensor *x)
 
 /* ---- ".ovl" collectives: the CP ring exchange runs under its attention kernel ---- */
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 /* Whether op record i is a ".ovl" collective that merges into the attention kernel which is
  * the next op (the next op marked in `needed`, relative to `base`, when given) before `end`
  * and before any mark, in the same layer and phase. */
 static int ovl_merges(const lw *w, size_t i, size_t end, const uint8_t *needed, size_t base)
 {
     const trace_op *op = &trace_get(w->t, i)->u.op;
-    if (!w->overlap || op->kind != TK_COMM || !ends_with(op->name, ".ovl")) return 0;
+    if (!w->overlap || op->kind != TK_COMM || !ms_ends_with(op->name, ".ovl")) return 0;
     for (size_t j = i + 1; j < end; j++) {
         const trace_rec *r = trace_get(w->t, j);
         if (r->type == TR_MARK) return 0;

@@ -12,6 +12,7 @@
 
 #include "traces/roofline.h"
 #include "traces/u64map.h"
+#include "traces/util.h"
 
 #define EV_NONE UINT32_MAX
 
@@ -66,12 +67,6 @@ struct dha_model {
 
 /* ---------------------------------------------------------------------------------- */
 /* small helpers                                                                       */
-
-static int ends_with(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
 
 static int uidx(const dha_model *d, int32_t layer)
 {
@@ -379,9 +374,10 @@ static ms_status scan_records(dha_model *d, ms_error *err)
         else
             return fail_op(err, MS_ERR_INVALID, r, "has no duration, so its layer cannot be "
                            "timed", d->m ? " (a collective needs one)" : " (and no machine is given)");
-        if (op->kind == TK_OPTIM && ends_with(op->name, ".optim.host")) d->role[i] = RR_ADAM;
-        else if (op->kind == TK_COMM && ends_with(op->name, ".param.h2d")) d->role[i] = RR_PARAM_H2D;
-        else if (op->kind == TK_COMM && ends_with(op->name, ".grad.d2h")) d->role[i] = RR_GRAD_D2H;
+        const char *nm = op->name;
+        if (op->kind == TK_OPTIM && ms_ends_with(nm, ".optim.host")) d->role[i] = RR_ADAM;
+        else if (op->kind == TK_COMM && ms_ends_with(nm, ".param.h2d")) d->role[i] = RR_PARAM_H2D;
+        else if (op->kind == TK_COMM && ms_ends_with(nm, ".grad.d2h")) d->role[i] = RR_GRAD_D2H;
         else if (ph == TP_FWD || ph == TP_BWD) d->unit[i] = cur;
         else d->unit[i] = 0;
     }

@@ -14,6 +14,7 @@
 #include "planners/policy_protrain.h"
 #include "planners/policy_zero_offload.h"
 #include "traces/u64map.h"
+#include "traces/util.h"
 
 /* The registry. Adding a policy is one line here: X(its pol_policy object), defined in its
  * own planners/policy_NAME.c. The list's order is the order `memsim list` prints. */
@@ -310,12 +311,6 @@ ms_status pol_knob_bytes(const pol_opts *o, const char *key, uint64_t def, uint6
 
 /* ---- layer view ---- */
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 static uint64_t group_key(uint32_t pass, int32_t layer)
 {
     return ((uint64_t)pass << 32) | (uint32_t)layer;
@@ -358,10 +353,10 @@ static ms_status collect(const trace_t *t, pol_skel **out, size_t *n, size_t *ca
         s->layer = x->layer;
         s->pass = pass;
         s->t = x;
-        s->is_input = ends_with(x->name, ".input");
+        s->is_input = ms_ends_with(x->name, ".input");
         /* the attention kernel's outputs: its output and, when saved apart, its log-sum-exp
          * (MEMO offloads "the FlashAttention output" whole; the backward needs both) */
-        s->is_attn_out = ends_with(x->name, ".attn_out") || ends_with(x->name, ".attn_lse");
+        s->is_attn_out = ms_ends_with(x->name, ".attn_out") || ms_ends_with(x->name, ".attn_lse");
         if (s->is_input && u64map_put(named, group_key(pass, x->layer), 1)) return MS_ERR_NOMEM;
     }
     return MS_OK;

@@ -21,6 +21,7 @@
 #include "planners/lower.h"
 #include "planners/memplan.h"
 #include "traces/roofline.h"
+#include "traces/util.h"
 
 const char *memo_bound_name(memo_bound b)
 {
@@ -182,12 +183,6 @@ static ms_status op_dur_us(const trace_op *op, const machine_t *m, const roof_pa
     return MS_OK;
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 /* Forward op time per layer in the first forward pass; a ".ovl" collective followed by its
  * attention kernel counts as max(ring, attention), as lowering runs it. */
 static ms_status layer_times(const trace_t *t, const machine_t *m, layer_acc *acc, int n,
@@ -210,7 +205,7 @@ static ms_status layer_times(const trace_t *t, const machine_t *m, layer_acc *ac
         double us = 0;
         ms_status st = op_dur_us(op, m, &rp, &us, err);
         if (st != MS_OK) return st;
-        if (op->kind == TK_COMM && ends_with(op->name, ".ovl")) {
+        if (op->kind == TK_COMM && ms_ends_with(op->name, ".ovl")) {
             ovl = us > ovl ? us : ovl;
             continue;
         }

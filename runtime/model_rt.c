@@ -17,6 +17,7 @@
 #include "runtime/kernels_ref.h"
 #include "traces/models.h"
 #include "traces/u64map.h"
+#include "traces/util.h"
 
 /* ---- shapes and the parameter layout ---- */
 
@@ -985,12 +986,6 @@ static const char *base_name(const char *name)
     return name;
 }
 
-static int ends_with(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 /* A parameter's first use: gains 1, biases 0, matrices and the embedding seeded uniform of
  * std init_std (proj and fc2 scaled by 1/sqrt(2 layers), as the model above). */
 static rt_status init_param(mrt_ops *o, uint64_t id, uint64_t addr)
@@ -1228,7 +1223,7 @@ rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64
                              (const int32_t *)(uintptr_t)in[1], T, o->V, 1.0f / (float)T);
         break;
     case TK_OPTIM:
-        if (!strcmp(b, "optim") || ends_with(b, ".optim")) return op_optim(o, op, in, s);
+        if (!strcmp(b, "optim") || ms_ends_with(b, ".optim")) return op_optim(o, op, in, s);
         break;
     default:
         break;
@@ -1414,8 +1409,8 @@ int mrt_ops_token_rows(const mrt_ops *o, uint64_t tensor, unsigned *arrays, uint
     const trace_tensor *x = trace_find_tensor(o->t, tensor);
     size_t T = o->z.T;
     if (!x || (x->cls != TC_ACT_SKEL && x->cls != TC_ACT_TRANS) || !T) return 0;
-    if (ends_with(x->name, "attn_lse")) return 0; /* [batch, head, seq]: not token-major */
-    if (ends_with(x->name, "_stats")) {             /* mean[T] then rstd[T], fp32 */
+    if (ms_ends_with(x->name, "attn_lse")) return 0; /* [batch, head, seq]: not token-major */
+    if (ms_ends_with(x->name, "_stats")) {             /* mean[T] then rstd[T], fp32 */
         if (x->bytes != 2 * T * 4) return 0;
         *arrays = 2;
         *row_bytes = 4;

@@ -5,6 +5,7 @@
  * generator, planners' cost models, the simulator and the runtime's probe. */
 #define _POSIX_C_SOURCE 200809L
 #include "traces/machine.h"
+#include "traces/util.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -221,21 +222,16 @@ static const char *closest_key(const char *key)
     return best;
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
-
 /* Physically sane magnitudes: a rate of at least 1 per second (bytes, FLOPs, parameters)
  * and at most 1e18, a latency of at most 1000 s. Outside them the simulator's arithmetic
  * turns to infinities and zero-length iterations, never a result anyone meant. */
 static const char *range_problem(const char *key, double x)
 {
-    int rate = ends_with(key, "_Bps") || ends_with(key, "_flops") || ends_with(key, "_per_s");
+    int rate = ms_ends_with(key, "_Bps") || ms_ends_with(key, "_flops") ||
+               ms_ends_with(key, "_per_s");
     if (rate && x != 0 && x < 1) return "a rate below 1 per second";
     if (rate && x > 1e18) return "a rate above 1e18 per second";
-    if (ends_with(key, "_us") && x > 1e9) return "a latency above 1e9 microseconds (1000 s)";
+    if (ms_ends_with(key, "_us") && x > 1e9) return "a latency above 1e9 microseconds (1000 s)";
     return NULL;
 }
 

@@ -156,6 +156,12 @@ int ms_parse_count(const char *s, uint64_t *out)
     return parse_scaled(s, out, sfx, mult, sizeof sfx / sizeof *sfx);
 }
 
+int ms_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
 int ms_split(char *line, char **tok, int max)
 {
     int n = 0;

@@ -91,6 +91,9 @@ int ms_out_write(ms_out *o, const void *buf, size_t n);
 ms_status ms_out_commit(ms_out *o, ms_error *err); /* closes and renames; frees o */
 void ms_out_abort(ms_out *o);                       /* closes and removes; frees o; NULL ok */
 
+/* 1 when s ends with suffix. */
+int ms_ends_with(const char *s, const char *suffix);
+
 /* Growable array helper: ensures *cap >= need elements of elem bytes. */
 ms_status ms_grow(void **arr, size_t *cap, size_t need, size_t elem);
 
