@@ -280,13 +280,6 @@ uint64_t lower_id_host_copy(uint64_t id)
 /* Plan knob host_round: where an executor's pinned host buffers come from (lower.h). */
 enum { HR_EXACT = 0, HR_LAYER_POW2, HR_TENSOR_POW2 };
 
-static uint64_t pow2_ceil(uint64_t bytes)
-{
-    uint64_t p = 1;
-    while (p < bytes && p < (UINT64_C(1) << 62)) p <<= 1;
-    return bytes ? p : 0;
-}
-
 /* Pinned host bytes for one host buffer of `bytes`: a power of two from PyTorch's caching
  * host allocator (layer_pow2, tensor_pow2), else a multiple of host_granule (an executor's
  * own cudaHostAlloc of the exact size takes whole host pages). A swapped tensor outside a
@@ -298,7 +291,7 @@ static uint64_t host_bytes(const lw *w, uint64_t bytes)
         uint64_t g = w->host_granule > 1 ? w->host_granule : 1;
         return bytes % g ? bytes + (g - bytes % g) : bytes;
     }
-    return pow2_ceil(bytes);
+    return ms_pow2_ceil(bytes);
 }
 
 /* Pinned host bytes of a rounding-buffer block's offload: one buffer for the layer, or with
@@ -531,7 +524,7 @@ static ms_status rb_member(lw *w, size_t rec, uint32_t pass, const trace_tensor 
         double sb = ceil(alpha * (double)x->bytes);
         uint64_t cb = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
         G->copy_bytes += cb;
-        G->host_pow2_sum += pow2_ceil(cb);
+        G->host_pow2_sum += ms_pow2_ceil(cb);
         G->n_swap++;
         if (alpha < G->min_alpha) G->min_alpha = alpha;
     }

@@ -1076,9 +1076,7 @@ uint64_t lc_host_chunk_bytes(const lc_knobs *k, uint64_t shard_params)
 {
     double p = (double)shard_params, n = k->host_pinned_tensors;
     uint64_t rest = ceil_div((k->host_bytes_per_param - n * k->host_pinned_bytes_per_param) * p, 1);
-    uint64_t one = ceil_div(k->host_pinned_bytes_per_param * p, 1), pinned = one ? 1 : 0;
-    while (pinned && pinned < one && pinned < (UINT64_C(1) << 63))
-        pinned <<= 1;   /* c10::llvm::PowerOf2Ceil in CachingHostAllocator::allocate */
+    uint64_t pinned = ms_pow2_ceil(ceil_div(k->host_pinned_bytes_per_param * p, 1));
     return rest + (uint64_t)k->host_pinned_tensors * pinned;
 }
 

@@ -193,7 +193,7 @@ void pol_opts_default(pol_opts *o)
 
 /* The common knobs are checked for every policy, also where the policy never reads them
  * (plan_l1_s without memory_plan=1): a typed-in value that nothing parses is a mistake. */
-static ms_status common_knobs_check(const pol_opts *o, ms_error *err)
+ms_status pol_common_knobs_check(const pol_opts *o, ms_error *err)
 {
     static const char *const flags[] = { "memory_plan", "strict_layers" };
     for (size_t i = 0; i < 2; i++) {
@@ -230,7 +230,7 @@ ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const
     if (o->alpha > 1.0 || o->alpha != o->alpha)
         return ms_fail(err, MS_ERR_INVALID, "policy %s: alpha %g is not in [0,1]", name,
                        o->alpha);
-    ms_status st = common_knobs_check(o, err);
+    ms_status st = pol_common_knobs_check(o, err);
     if (st) return st;
     st = p->plan(t, m, o, out, err);
     /* the plan knob memory_plan=1 asks any policy for a static memory plan (docs/MEMO.md) */

@@ -66,6 +66,9 @@ ms_status pol_knobs_check(const char *const *policies, size_t n, const pol_opts 
  * NUL-terminated; truncated to size). Returns the length the whole list needs. */
 size_t pol_knob_list(const pol_policy *p, char *buf, size_t size);
 
+/* Checks the common knobs' values (0/1 flags, effort limits in (0, 3600) s) whichever policy
+ * runs: pol_plan calls it before every policy, MEMO's knob reader too. */
+ms_status pol_common_knobs_check(const pol_opts *o, ms_error *err);
 /* The knobs pol_plan itself reads for any policy (memory_plan=1: MEMO's bi-level plan). */
 extern const char *const pol_common_knob_names[];
 

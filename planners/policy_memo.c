@@ -375,21 +375,11 @@ static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
     if (st == MS_OK) st = knob_int(o, "strict_layers", 0, 0, 1, &k->strict_layers, err);
     if (st == MS_OK) st = pol_knob_double(o, "plan_l1_s", 0.5, &k->plan_l1_s, err);
     if (st == MS_OK) st = pol_knob_double(o, "plan_l2_s", 3.0, &k->plan_l2_s, err);
-    if (st == MS_OK && !(k->plan_l1_s > 0 && k->plan_l2_s > 0 && k->plan_l1_s < 3600 &&
-                         k->plan_l2_s < 3600))
-        st = ms_fail(err, MS_ERR_INVALID, "knobs plan_l1_s, plan_l2_s: effort limits must lie "
-                     "in (0, 3600) seconds");
+    if (st == MS_OK) st = pol_common_knobs_check(o, err);
     return st;
 }
 
 /* ---- alpha ---- */
-
-static uint64_t pow2_ceil(uint64_t bytes)
-{
-    uint64_t p = 1;
-    while (p < bytes && p < (UINT64_C(1) << 62)) p <<= 1;
-    return p;
-}
 
 uint64_t memo_host_buffer_bytes(uint64_t bytes, int pow2, uint64_t granule_bytes)
 {
@@ -398,7 +388,7 @@ uint64_t memo_host_buffer_bytes(uint64_t bytes, int pow2, uint64_t granule_bytes
         uint64_t g = granule_bytes > 1 ? granule_bytes : 1;
         return bytes % g ? bytes + (g - bytes % g) : bytes;
     }
-    return pow2_ceil(bytes);
+    return ms_pow2_ceil(bytes);
 }
 
 const char *memo_host_round_name(memo_host_round r)
@@ -426,7 +416,7 @@ uint64_t memo_host_layer_bytes(const uint64_t *copy_bytes, size_t n, memo_host_r
 {
     uint64_t sum = 0;
     for (size_t i = 0; i < n; i++)
-        sum += r == MEMO_HOST_TENSOR_POW2 && copy_bytes[i] ? pow2_ceil(copy_bytes[i])
+        sum += r == MEMO_HOST_TENSOR_POW2 && copy_bytes[i] ? ms_pow2_ceil(copy_bytes[i])
                                                            : copy_bytes[i];
     if (r == MEMO_HOST_TENSOR_POW2) return sum;
     return memo_host_buffer_bytes(sum, r == MEMO_HOST_LAYER_POW2, granule_bytes);

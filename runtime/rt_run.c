@@ -633,13 +633,8 @@ static int write_out(const char *path, void (*fill)(FILE *, const void *), const
     if (!mf) return fail_st(MS_ERR_NOMEM, NULL);
     fill(mf, ctx);
     fclose(mf);
-    ms_out *o;
     ms_error err;
-    ms_status st = ms_out_open(path, &o, &err);
-    if (st == MS_OK) {
-        ms_out_write(o, buf, len);
-        st = ms_out_commit(o, &err);
-    }
+    ms_status st = ms_out_save(path, buf, len, &err);
     free(buf);
     return st == MS_OK ? MS_EXIT_OK : fail_st(st, &err);
 }

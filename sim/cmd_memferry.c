@@ -946,14 +946,7 @@ static ms_status compare(const mf_ctx *c, int *misses, ms_error *err)
     }
     char path[512];
     snprintf(path, sizeof path, "%s/summary.txt", c->out);
-    ms_out *f;
-    ms_status st = ms_out_open(path, &f, err);
-    if (!st && ms_out_write(f, text, size)) {
-        ms_out_abort(f);
-        st = ms_fail_at(err, MS_ERR_IO, path, 0, "write failed");
-    } else if (!st) {
-        st = ms_out_commit(f, err);
-    }
+    ms_status st = ms_out_save(path, text, size, err);
     if (!st && !c->quiet) fwrite(text, 1, size, stdout);
     free(text);
     *misses = miss;

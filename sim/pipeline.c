@@ -106,16 +106,8 @@ static ms_status write_schedule(const schedule_t *s, const char *path, ms_error 
     FILE *f = open_memstream(&text, &len);
     if (!f) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     sched_dump(s, f);
-    int bad = fclose(f) != 0;
-    ms_out *o = NULL;
-    ms_status st = bad ? ms_fail(err, MS_ERR_NOMEM, "out of memory")
-                       : ms_out_open(path, &o, err);
-    if (!st && ms_out_write(o, text, len) != 0) {
-        ms_out_abort(o);
-        st = ms_fail_at(err, MS_ERR_IO, path, 0, "write failed");
-    } else if (!st) {
-        st = ms_out_commit(o, err);
-    }
+    ms_status st = fclose(f) != 0 ? ms_fail(err, MS_ERR_NOMEM, "out of memory")
+                                  : ms_out_save(path, text, len, err);
     free(text);
     return st;
 }

@@ -156,6 +156,13 @@ int ms_parse_count(const char *s, uint64_t *out)
     return parse_scaled(s, out, sfx, mult, sizeof sfx / sizeof *sfx);
 }
 
+uint64_t ms_pow2_ceil(uint64_t x)
+{
+    uint64_t p = 1;
+    while (p < x && p < (UINT64_C(1) << 63)) p <<= 1;
+    return x ? p : 0;
+}
+
 int ms_ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
@@ -448,6 +455,18 @@ void ms_out_abort(ms_out *o)
         free(o->tmp);
     }
     free(o);
+}
+
+ms_status ms_out_save(const char *path, const void *buf, size_t len, ms_error *err)
+{
+    ms_out *o;
+    ms_status st = ms_out_open(path, &o, err);
+    if (st) return st;
+    if (ms_out_write(o, buf, len) != 0) {
+        ms_out_abort(o);
+        return ms_fail_at(err, MS_ERR_IO, path, 0, "write failed");
+    }
+    return ms_out_commit(o, err);
 }
 
 ms_status ms_grow(void **arr, size_t *cap, size_t need, size_t elem)

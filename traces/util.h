@@ -90,6 +90,12 @@ int ms_out_printf(ms_out *o, const char *fmt, ...) __attribute__((format(printf,
 int ms_out_write(ms_out *o, const void *buf, size_t n);
 ms_status ms_out_commit(ms_out *o, ms_error *err); /* closes and renames; frees o */
 void ms_out_abort(ms_out *o);                       /* closes and removes; frees o; NULL ok */
+/* The whole of buf written to path through ms_out (atomic; ".gz" compressed). */
+ms_status ms_out_save(const char *path, const void *buf, size_t len, ms_error *err);
+
+/* The smallest power of two >= x (0 for 0; capped at 2^63), as PyTorch's pinned host
+ * allocator rounds (c10::llvm::PowerOf2Ceil). */
+uint64_t ms_pow2_ceil(uint64_t x);
 
 /* 1 when s ends with suffix. */
 int ms_ends_with(const char *s, const char *suffix);
