@@ -231,5 +231,11 @@ grep -ohE '(plan_get_knob|pol_knob_get|pol_knob_double|pol_knob_bytes|kn_int|kn_
     | sed -E 's/.*"([a-z0-9_.]+)"/\1/' | sort -u > "$T/read"
 [ -s "$T/read" ] && [ -z "$(comm -23 "$T/read" "$T/declared")" ]
 ok $? "every knob the planners read is declared by a policy (undeclared: $(comm -23 "$T/read" "$T/declared" | tr '\n' ' '))"
+# the experiments' own machine profiles: what an experiment feeds memsim, memsim still reads
+sh "${srcdir:-.}/experiments/memo/profile.sh" "$T/a800-memo.machine"
+ok $? "experiments/memo/profile.sh writes MEMO's testbed profile"
+expect 0 "memsim plans MEMO at 384K on experiments/memo's profile" -- "$M" plan --policy memo --model gpt-7b --tp 4 --cp 2 --seq 384K --machine "$T/a800-memo.machine" --gen framework=megatron --gen loss=fused --knob memory_plan=0 -o "$T/memo384.plan"
+grep -q "^knob lp_host_bytes 250000000000$" "$T/memo384.plan"; ok $? "MEMO's profile gives each of 8 GPUs 2 TB / 8 of host memory"
+grep -q "^knob alpha_used 0.625$" "$T/memo384.plan"; ok $? "MEMO at 384K takes alpha 0.625 there (experiments/memo/README.md)"
 echo "1..$n"
 exit $bad

@@ -65,11 +65,7 @@ common=("${base[@]}" "${memo_gen[@]}")
 reorg=(--knob record_stream=1 --knob stream_pools=1 --issue-ahead "${MEMO_REORG_AHEAD:-unbounded}")
 
 # 1. The machine profile: the shipped a800-8gpu with the overrides (first word = key).
-awk 'NR == FNR { if ($0 !~ /^#/ && NF) ov[$1] = $0; next }
-     NF && $0 !~ /^#/ && ($1 in ov) { print ov[$1]; done[$1] = 1; next }
-     { print }
-     END { for (k in ov) if (!(k in done)) { print "run.sh: override " k " matches no key" > "/dev/stderr"; exit 1 } }' \
-    "$here/a800-memo.overrides" traces/machines/a800-8gpu.machine > "$machine"
+"$here/profile.sh" "$machine"
 
 # Rows of memsim's results CSV -> "policy seqK status mfu% retries_per_iter stall_s iter_s".
 # Columns (docs/SIMULATOR.md): 1 policy, 5 seq, 10 status, 11 iter_time_s, 12 mfu,
