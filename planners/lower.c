@@ -44,7 +44,7 @@ typedef struct rb_group {
     int32_t layer;
     uint64_t bytes;          /* sum of the members' bytes */
     uint64_t copy_bytes;     /* sum of ceil(alpha * bytes) over swapped members */
-    uint64_t host_pow2_sum;  /* sum of the power-of-two ceilings of the same slices */
+    lower_host_acc host;     /* the same slices, for the pinned host buffers' size */
     uint32_t n_swap, n_keep; /* members by decision */
     uint32_t alive;          /* members allocated by the trace and not yet freed */
     uint8_t state;           /* RB_* */
@@ -112,7 +112,7 @@ typedef struct lw {
     size_t rec;              /* index of the record being lowered */
     /* plan knobs (lower.h) */
     int rb, rename, chain, overlap;
-    int host_round;          /* HR_*: how pinned host buffers are sized (plan knob host_round) */
+    lower_host_round host_round; /* how pinned host buffers are sized (plan knob host_round) */
     uint64_t host_granule;   /* exact host buffers rounded up to a multiple of this (1: exact) */
     /* rounding buffers */
     rb_group *groups;
@@ -277,29 +277,80 @@ uint64_t lower_id_host_copy(uint64_t id)
     return id;
 }
 
-/* Plan knob host_round: where an executor's pinned host buffers come from (lower.h). */
-enum { HR_EXACT = 0, HR_LAYER_POW2, HR_TENSOR_POW2 };
+const char *lower_host_round_name(lower_host_round r)
+{
+    switch (r) {
+    case LOWER_HOST_EXACT: return "exact";
+    case LOWER_HOST_LAYER_POW2: return "layer_pow2";
+    case LOWER_HOST_TENSOR_POW2: return "tensor_pow2";
+    case LOWER_HOST_BUFFER_POW2: return "buffer_pow2";
+    }
+    return "?";
+}
 
-/* Pinned host bytes for one host buffer of `bytes`: a power of two from PyTorch's caching
- * host allocator (layer_pow2, tensor_pow2), else a multiple of host_granule (an executor's
- * own cudaHostAlloc of the exact size takes whole host pages). A swapped tensor outside a
- * rounding buffer is one buffer under either power-of-two reading. */
+int lower_host_round_parse(const char *s, lower_host_round *out)
+{
+    for (int r = LOWER_HOST_EXACT; s && r <= LOWER_HOST_BUFFER_POW2; r++)
+        if (!strcmp(s, lower_host_round_name((lower_host_round)r))) {
+            *out = (lower_host_round)r;
+            return 0;
+        }
+    return -1;
+}
+
+int lower_is_statistic(const char *name)
+{
+    return name && (ms_ends_with(name, "_stats") || ms_ends_with(name, ".attn_lse"));
+}
+
+void lower_host_acc_add(lower_host_acc *a, uint64_t bytes, int is_stat)
+{
+    if (!bytes) return;
+    a->bytes += bytes;
+    a->pow2_sum += ms_pow2_ceil(bytes);
+    if (is_stat) {
+        a->stat_bytes += bytes;
+        a->stat_pow2_sum += ms_pow2_ceil(bytes);
+    }
+}
+
+/* exact's buffer: whole granules */
+static uint64_t granules(uint64_t bytes, uint64_t granule_bytes)
+{
+    uint64_t g = granule_bytes > 1 ? granule_bytes : 1;
+    return bytes % g ? bytes + (g - bytes % g) : bytes;
+}
+
+uint64_t lower_host_acc_bytes(const lower_host_acc *a, lower_host_round r,
+                              uint64_t granule_bytes)
+{
+    if (!a->bytes) return 0;
+    switch (r) {
+    case LOWER_HOST_EXACT: return granules(a->bytes, granule_bytes);
+    case LOWER_HOST_LAYER_POW2: return ms_pow2_ceil(a->bytes);
+    case LOWER_HOST_TENSOR_POW2: return a->pow2_sum;
+    case LOWER_HOST_BUFFER_POW2: {
+        uint64_t act = a->bytes - a->stat_bytes;
+        return (act ? ms_pow2_ceil(act) : 0) + a->stat_pow2_sum;
+    }
+    }
+    return a->bytes;
+}
+
+/* Pinned host bytes for one host buffer of `bytes` (a swapped tensor outside a rounding
+ * buffer): a power of two under every pow2 reading, else whole host_granule pages. */
 static uint64_t host_bytes(const lw *w, uint64_t bytes)
 {
     if (bytes == 0) return 0;
-    if (w->host_round == HR_EXACT) {
-        uint64_t g = w->host_granule > 1 ? w->host_granule : 1;
-        return bytes % g ? bytes + (g - bytes % g) : bytes;
-    }
-    return ms_pow2_ceil(bytes);
+    return w->host_round == LOWER_HOST_EXACT ? granules(bytes, w->host_granule)
+                                             : ms_pow2_ceil(bytes);
 }
 
-/* Pinned host bytes of a rounding-buffer block's offload: one buffer for the layer, or with
- * tensor_pow2 one power-of-two buffer per member slice (summed; the schedule carries them as
- * one HOST_ALLOC, since they are made and released together). */
+/* Pinned host bytes of a rounding-buffer block's offload (the schedule carries them as one
+ * HOST_ALLOC, since they are made and released together). */
 static uint64_t rb_host_bytes(const lw *w, const rb_group *G)
 {
-    return w->host_round == HR_TENSOR_POW2 ? G->host_pow2_sum : host_bytes(w, G->copy_bytes);
+    return lower_host_acc_bytes(&G->host, w->host_round, w->host_granule);
 }
 
 /* A fresh schedule id for a re-allocation of x (memory_plan), else its trace id. */
@@ -407,24 +458,21 @@ static ms_status knob_flag(lw *w, const char *key, int def, int *out)
     return MS_OK;
 }
 
-/* host_round=exact|layer_pow2|tensor_pow2 (default exact); the older host_pow2=1 means
- * layer_pow2 and must not contradict host_round. */
+/* host_round=exact|layer_pow2|tensor_pow2|buffer_pow2 (default exact); the older
+ * host_pow2=1 means layer_pow2 and must not contradict host_round. */
 static ms_status read_host_round(lw *w)
 {
-    static const char *const names[] = { "exact", "layer_pow2", "tensor_pow2" };
     int pow2 = 0;
     const char *hp = w->p ? plan_get_knob(w->p, "host_pow2") : NULL;
     ms_status st = knob_flag(w, "host_pow2", 0, &pow2);
     if (st != MS_OK) return st;
     const char *v = w->p ? plan_get_knob(w->p, "host_round") : NULL;
-    w->host_round = pow2 ? HR_LAYER_POW2 : HR_EXACT;
+    w->host_round = pow2 ? LOWER_HOST_LAYER_POW2 : LOWER_HOST_EXACT;
     if (!v) return MS_OK;
-    int r = -1;
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(v, names[i])) r = i;
-    if (r < 0)
+    lower_host_round r;
+    if (lower_host_round_parse(v, &r) != 0)
         return ms_fail(w->err, MS_ERR_INVALID, "plan knob host_round=%s: expected exact, "
-                       "layer_pow2 or tensor_pow2", v);
+                       "layer_pow2, tensor_pow2 or buffer_pow2", v);
     if (hp && r != w->host_round)
         return ms_fail(w->err, MS_ERR_INVALID, "plan knobs host_round=%s and host_pow2=%s "
                        "disagree (host_pow2=1 is layer_pow2, 0 exact)", v, hp);
@@ -524,7 +572,7 @@ static ms_status rb_member(lw *w, size_t rec, uint32_t pass, const trace_tensor 
         double sb = ceil(alpha * (double)x->bytes);
         uint64_t cb = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
         G->copy_bytes += cb;
-        G->host_pow2_sum += ms_pow2_ceil(cb);
+        lower_host_acc_add(&G->host, cb, lower_is_statistic(x->name));
         G->n_swap++;
         if (alpha < G->min_alpha) G->min_alpha = alpha;
     }

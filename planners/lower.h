@@ -81,13 +81,10 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
  *                      all kept or all swapped.
  *  memory_plan=1       every re-allocation of a tensor (replay, prefetch) gets a fresh
  *                      synthetic id, so each incarnation can have its own static offset.
- *  host_round=R        how pinned host buffers are sized: exact (default; rounded up to a
- *                      multiple of host_granule), layer_pow2 (a rounding-buffer block's
- *                      offload is one buffer rounded up to a power of two, as PyTorch's
- *                      caching host allocator does before cudaHostAlloc) or tensor_pow2 (one
- *                      power-of-two buffer per member tensor's slice, summed into the block's
- *                      HOST_ALLOC). A swapped tensor outside a block is one buffer, rounded
- *                      to a power of two under either pow2 reading.
+ *  host_round=R        how pinned host buffers are sized (lower_host_round below): exact
+ *                      (default), layer_pow2, tensor_pow2 or buffer_pow2. A swapped tensor
+ *                      outside a block is one buffer, rounded to a power of two under every
+ *                      pow2 reading.
  *  host_pow2=1         the older spelling of host_round=layer_pow2 (0: exact); must agree
  *                      with host_round when both are given.
  *  host_granule=B      with host_round=exact: pinned host buffers are rounded up to a multiple
@@ -169,5 +166,49 @@ size_t lower_rb_find(const lower_rb_map *m, uint64_t tensor_id, lower_rb_place *
 /* The plan knobs the lowering of this file reads (NULL-terminated; the policy registry's
  * knob check, planners/policy.h). */
 extern const char *const lower_knob_names[];
+
+/* How an executor's pinned host buffers are sized for one offloaded rounding-buffer block
+ * (plan knob host_round; MEMO's executor, docs/MEMO.md "MEMO's executor"):
+ *  LOWER_HOST_EXACT        one buffer of the offloaded bytes, rounded up to a multiple of
+ *                          host_granule (an executor's own cudaHostAlloc in whole pages);
+ *  LOWER_HOST_LAYER_POW2   one buffer rounded up to a power of two (one torch.empty(...,
+ *                          pin_memory=True): PyTorch's caching host allocator rounds with
+ *                          c10::llvm::PowerOf2Ceil before cudaHostAlloc);
+ *  LOWER_HOST_TENSOR_POW2  one power-of-two buffer per member tensor's slice, summed;
+ *  LOWER_HOST_BUFFER_POW2  one power-of-two buffer for the slices of the block's activations
+ *                          (the rounding buffer's offloaded part, copied as one) and one per
+ *                          fp32 statistic (lower_is_statistic), which MEMO's rounding buffer,
+ *                          sized by its 16bsh count of bf16 activations, does not hold. */
+typedef enum lower_host_round {
+    LOWER_HOST_EXACT = 0,
+    LOWER_HOST_LAYER_POW2,
+    LOWER_HOST_TENSOR_POW2,
+    LOWER_HOST_BUFFER_POW2,
+} lower_host_round;
+
+/* "exact", "layer_pow2", "tensor_pow2", "buffer_pow2". */
+const char *lower_host_round_name(lower_host_round r);
+
+/* Parses a host_round value; 0 on success, -1 if `s` names none. */
+int lower_host_round_parse(const char *s, lower_host_round *out);
+
+/* Whether a skeletal tensor is a normalization's or the attention's fp32 statistic (a name
+ * ending in "_stats" or ".attn_lse", as the generator writes them): small tensors that
+ * autograd saves beside the bf16 activations. */
+int lower_is_statistic(const char *name);
+
+/* The slices one offloaded block copies, summed as each reading needs them. */
+typedef struct lower_host_acc {
+    uint64_t bytes, pow2_sum;           /* all slices: their bytes, their powers of two */
+    uint64_t stat_bytes, stat_pow2_sum; /* the same over the statistics */
+} lower_host_acc;
+
+/* Adds a slice of `bytes` (0 adds nothing); is_stat: the slice is of a statistic. */
+void lower_host_acc_add(lower_host_acc *a, uint64_t bytes, int is_stat);
+
+/* The pinned host bytes of the block's offload under reading r (granule_bytes: exact's page
+ * size, 0 or 1 exact). */
+uint64_t lower_host_acc_bytes(const lower_host_acc *a, lower_host_round r,
+                              uint64_t granule_bytes);
 
 #endif

@@ -296,7 +296,7 @@ int memo_node_ranks(const trace_t *t, const machine_t *m)
 
 typedef struct memo_knobs {
     double alpha_step;       /* grid for alpha; 0: continuous */
-    memo_host_round host_round; /* where the pinned host buffers come from */
+    lower_host_round host_round; /* where the pinned host buffers come from */
     uint64_t host_granule;   /* exact buffers rounded to a multiple of this many bytes */
     uint64_t host_bytes;     /* M_CPU override; 0: host.mem_bytes / node.gpus - reserved */
     uint64_t host_reserved;  /* host bytes per GPU not available to offloads */
@@ -321,30 +321,30 @@ static ms_status knob_int(const pol_opts *o, const char *key, int def, int lo, i
 }
 
 /* The paper does not say where MEMO's executor gets its pinned host memory (docs/MEMO.md,
- * "MEMO's executor"). The default reads it as PyTorch code: MEMO runs on Megatron-LM and
- * TransformerEngine (§4.3.4), token-wise swapping copies alpha of the tokens of each skeletal
- * tensor (§4.1, Fig. 5), so the offloaded parts of a layer are one slice per tensor, not one
- * contiguous range; the stack's own offload (TE 1.3's CPU offload) copies each tensor into its
- * own torch.empty(..., pin_memory=True), and PyTorch's caching host allocator rounds each such
- * allocation up to a power of two (c10::llvm::PowerOf2Ceil before cudaHostAlloc). The paper
- * names no host pool of its own. host_round=exact (the LP's exact bytes in 4 KiB pages) and
- * layer_pow2 (one pinned tensor per layer) are the other readings; the older knob host_pow2=1
- * is layer_pow2 and host_pow2=0 is exact. */
-static ms_status read_host_round(const pol_opts *o, memo_host_round *out, ms_error *err)
+ * "MEMO's executor"). The default, buffer_pow2, follows its mechanism: "rounding buffer (i%2)
+ * will be offloaded to CPU" (§4.1, Fig. 5), one copy per layer of the buffer that holds MEMO's
+ * 16bsh of bf16 skeletal activations, into one PyTorch pinned tensor, which the caching host
+ * allocator rounds up to a power of two (c10::llvm::PowerOf2Ceil before cudaHostAlloc); TE's
+ * fp32 statistics, outside that count, pinned one tensor each. Its Tables 4 and 5 agree (MEMO
+ * took alpha 1 at 256K and 0.5 at 384K, which only this reading gives). exact (the LP's
+ * bytes in 4 KiB pages), layer_pow2 (statistics in the one tensor) and tensor_pow2 (one per
+ * tensor slice) are the other readings; the older knob host_pow2=1 is layer_pow2 and
+ * host_pow2=0 is exact. */
+static ms_status read_host_round(const pol_opts *o, lower_host_round *out, ms_error *err)
 {
     const char *v = pol_knob_get(o, "host_round");
     int pow2 = -1;
     ms_status st = MS_OK;
     if (pol_knob_get(o, "host_pow2")) st = knob_int(o, "host_pow2", 0, 0, 1, &pow2, err);
     if (st != MS_OK) return st;
-    memo_host_round legacy = pow2 == 1 ? MEMO_HOST_LAYER_POW2 : MEMO_HOST_EXACT;
+    lower_host_round legacy = pow2 == 1 ? LOWER_HOST_LAYER_POW2 : LOWER_HOST_EXACT;
     if (!v) {
-        *out = pow2 < 0 ? MEMO_HOST_TENSOR_POW2 : legacy;
+        *out = pow2 < 0 ? LOWER_HOST_BUFFER_POW2 : legacy;
         return MS_OK;
     }
-    if (memo_host_round_parse(v, out) != 0)
-        return ms_fail(err, MS_ERR_INVALID, "knob host_round=%s: expected exact, layer_pow2 or "
-                       "tensor_pow2", v);
+    if (lower_host_round_parse(v, out) != 0)
+        return ms_fail(err, MS_ERR_INVALID, "knob host_round=%s: expected exact, layer_pow2, "
+                       "tensor_pow2 or buffer_pow2", v);
     if (pow2 >= 0 && *out != legacy)
         return ms_fail(err, MS_ERR_INVALID, "knobs host_round=%s and host_pow2=%d disagree "
                        "(host_pow2=1 is layer_pow2, host_pow2=0 exact)", v, pow2);
@@ -391,61 +391,33 @@ uint64_t memo_host_buffer_bytes(uint64_t bytes, int pow2, uint64_t granule_bytes
     return ms_pow2_ceil(bytes);
 }
 
-const char *memo_host_round_name(memo_host_round r)
+uint64_t memo_host_layer_bytes(const uint64_t *copy_bytes, const unsigned char *is_stat, size_t n,
+                               lower_host_round r, uint64_t granule_bytes)
 {
-    switch (r) {
-    case MEMO_HOST_EXACT: return "exact";
-    case MEMO_HOST_LAYER_POW2: return "layer_pow2";
-    case MEMO_HOST_TENSOR_POW2: return "tensor_pow2";
-    }
-    return "?";
-}
-
-int memo_host_round_parse(const char *s, memo_host_round *out)
-{
-    for (int r = MEMO_HOST_EXACT; s && r <= MEMO_HOST_TENSOR_POW2; r++)
-        if (!strcmp(s, memo_host_round_name((memo_host_round)r))) {
-            *out = (memo_host_round)r;
-            return 0;
-        }
-    return -1;
-}
-
-uint64_t memo_host_layer_bytes(const uint64_t *copy_bytes, size_t n, memo_host_round r,
-                               uint64_t granule_bytes)
-{
-    uint64_t sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += r == MEMO_HOST_TENSOR_POW2 && copy_bytes[i] ? ms_pow2_ceil(copy_bytes[i])
-                                                           : copy_bytes[i];
-    if (r == MEMO_HOST_TENSOR_POW2) return sum;
-    return memo_host_buffer_bytes(sum, r == MEMO_HOST_LAYER_POW2, granule_bytes);
+    lower_host_acc a = { 0, 0, 0, 0 };
+    for (size_t i = 0; i < n; i++) lower_host_acc_add(&a, copy_bytes[i], is_stat && is_stat[i]);
+    return lower_host_acc_bytes(&a, r, granule_bytes);
 }
 
 /* Host bytes one offloaded layer takes at alpha, as lowering copies it (per-tensor ceil of
  * alpha * bytes over the layer's block, then the pinned allocator's rounding). */
-static uint64_t layer_host_bytes(const trace_t *t, int layer, double alpha, memo_host_round r,
+static uint64_t layer_host_bytes(const trace_t *t, int layer, double alpha, lower_host_round r,
                                  uint64_t granule)
 {
     pol_skel *sk;
-    size_t n, m = 0;
+    size_t n;
     ms_error e;
     if (pol_skeletal(t, &sk, &n, &e) != MS_OK) return UINT64_MAX;
-    uint64_t *cb = malloc((n ? n : 1) * sizeof *cb);
-    if (!cb) {
-        free(sk);
-        return UINT64_MAX;
-    }
+    lower_host_acc acc = { 0, 0, 0, 0 };
     for (size_t i = 0; i < n; i++) {
         if (sk[i].pass != 0 || sk[i].layer != layer) continue;
         double a = (sk[i].is_input || sk[i].is_attn_out) ? 1.0 : alpha;
         double b = ceil(a * (double)sk[i].t->bytes);
-        cb[m++] = b >= (double)sk[i].t->bytes ? sk[i].t->bytes : (uint64_t)b;
+        lower_host_acc_add(&acc, b >= (double)sk[i].t->bytes ? sk[i].t->bytes : (uint64_t)b,
+                           lower_is_statistic(sk[i].t->name));
     }
     free(sk);
-    uint64_t bytes = memo_host_layer_bytes(cb, m, r, granule);
-    free(cb);
-    return bytes;
+    return lower_host_acc_bytes(&acc, r, granule);
 }
 
 static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
@@ -454,7 +426,7 @@ static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
     memset(c, 0, sizeof *c);
     c->alpha_step = k->alpha_step;
     c->host_round = k->host_round;
-    c->host_pow2 = k->host_round == MEMO_HOST_LAYER_POW2;
+    c->host_pow2 = k->host_round == LOWER_HOST_LAYER_POW2;
     c->host_granule_bytes = k->host_granule;
     ms_status st = memo_layer_info_get(t, m, &c->li, err);
     if (st != MS_OK) return st;
@@ -659,7 +631,7 @@ static ms_status run_memo(const char *name, memo_mode mode, const trace_t *t, co
     if (st == MS_OK && mode != MODE_FULL_RECOMPUTE) {
         st = default_knob(p, "rounding_buffers", "1", err);
         if (st == MS_OK) st = default_knob(p, "tokenwise", "chain", err);
-        if (st == MS_OK && plan_set_knob(p, "host_round", memo_host_round_name(k.host_round)))
+        if (st == MS_OK && plan_set_knob(p, "host_round", lower_host_round_name(k.host_round)))
             st = ms_fail(err, MS_ERR_NOMEM, "cannot record knob host_round in the plan");
         if (st == MS_OK) st = set_knob(p, "host_granule", "%.0f", (double)k.host_granule, err);
         if (st == MS_OK) st = set_knob(p, "keep_last", "%.0f", k.keep_last, err);

@@ -9,6 +9,7 @@
 #ifndef MEMSIM_POLICY_MEMO_H
 #define MEMSIM_POLICY_MEMO_H
 
+#include "planners/lower.h"
 #include "planners/policy.h"
 
 extern const pol_policy pol_memo;
@@ -88,33 +89,13 @@ ms_status memo_apply_memory_plan(const trace_t *t, const machine_t *m, const pol
  * its HOST_ALLOCs by the same rule (plan knobs host_pow2, host_granule). */
 uint64_t memo_host_buffer_bytes(uint64_t bytes, int pow2, uint64_t granule_bytes);
 
-/* Where MEMO's executor gets its pinned host buffers from (knob host_round; the paper does
- * not say, docs/MEMO.md "MEMO's executor"):
- *  MEMO_HOST_EXACT        its own cudaHostAlloc of the offloaded bytes, one buffer per layer,
- *                         in whole pages (knob host_granule), as the LP counts them;
- *  MEMO_HOST_LAYER_POW2   one torch.empty(..., pin_memory=True) per layer: PyTorch's caching
- *                         host allocator rounds it up to a power of two;
- *  MEMO_HOST_TENSOR_POW2  one pinned tensor per offloaded tensor slice, each rounded up to a
- *                         power of two by the same allocator (TE's CPU offload does this). */
-typedef enum memo_host_round {
-    MEMO_HOST_EXACT = 0,
-    MEMO_HOST_LAYER_POW2,
-    MEMO_HOST_TENSOR_POW2,
-} memo_host_round;
-
-/* "exact", "layer_pow2", "tensor_pow2". */
-const char *memo_host_round_name(memo_host_round r);
-
-/* Parses a host_round value; 0 on success, -1 if `s` names none. */
-int memo_host_round_parse(const char *s, memo_host_round *out);
-
-/* The pinned host bytes one offloaded layer takes under reading r when its tensors copy
- * copy_bytes[0..n) bytes each (ceil(alpha * bytes) for token-wise tensors): exact sums them
- * and rounds the sum up to a multiple of granule_bytes (0 or 1: exact); layer_pow2 rounds the
- * sum up to a power of two; tensor_pow2 sums each slice's power of two. Zero-byte slices take
- * nothing. Lowering sizes its HOST_ALLOCs by the same rule (plan knob host_round). */
-uint64_t memo_host_layer_bytes(const uint64_t *copy_bytes, size_t n, memo_host_round r,
-                               uint64_t granule_bytes);
+/* The pinned host bytes one offloaded layer takes under reading r (lower_host_round, plan knob
+ * host_round; the paper does not say, docs/MEMO.md "MEMO's executor") when its tensors copy
+ * copy_bytes[0..n) bytes each (ceil(alpha * bytes) for token-wise tensors); is_stat[i] != 0
+ * marks a statistic's slice (lower_is_statistic; NULL: none). Zero-byte slices take nothing.
+ * Lowering sizes its HOST_ALLOCs by the same rule (lower_host_acc_bytes). */
+uint64_t memo_host_layer_bytes(const uint64_t *copy_bytes, const unsigned char *is_stat, size_t n,
+                               lower_host_round r, uint64_t granule_bytes);
 
 /* The alpha the memo policy uses and why (knobs in docs/MEMO.md). */
 typedef struct memo_alpha_choice {
@@ -124,8 +105,8 @@ typedef struct memo_alpha_choice {
     int lp_failed;                 /* the LP was infeasible; alpha fell back to 0 */
     double alpha;                  /* after the grid and the host rounding */
     double alpha_step;             /* grid (0: none) */
-    int host_pow2;                 /* host_round == MEMO_HOST_LAYER_POW2 (older knob) */
-    memo_host_round host_round;    /* where the pinned host buffers come from */
+    int host_pow2;                 /* host_round == LOWER_HOST_LAYER_POW2 (older knob) */
+    lower_host_round host_round;    /* where the pinned host buffers come from */
     uint64_t host_granule_bytes;   /* exact buffers rounded up to a multiple of this */
     int grid_steps_down;           /* steps taken because rounded buffers did not fit */
     uint64_t host_need_bytes;      /* (n - kept layers) offloads at alpha, as allocated */

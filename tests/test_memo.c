@@ -324,29 +324,44 @@ static uint64_t layer_offload_bytes(const trace_t *t, int layer, double alpha)
 /* The same offload's pinned host bytes under each reading of MEMO's host buffers, computed
  * here from the trace: [0] exact in 4 KiB pages, [1] the layer's sum rounded up to a power of
  * two, [2] each tensor's slice rounded up to a power of two, summed. */
-static void layer_host_readings(const trace_t *t, int layer, double alpha, uint64_t out[3])
+/* The next power of two at or above b (0 for 0), by hand. */
+static uint64_t p2_hand(uint64_t b)
+{
+    uint64_t q = 1;
+    while (q < b) q <<= 1;
+    return b ? q : 0;
+}
+
+/* A layer's host bytes at alpha under the four readings, by hand: exact in 4 KiB pages,
+ * layer_pow2, tensor_pow2, buffer_pow2 (the fp32 statistics, named *_stats or *.attn_lse,
+ * apart from one buffer of the rest). */
+static void layer_host_readings(const trace_t *t, int layer, double alpha, uint64_t out[4])
 {
     pol_skel *sk = NULL;
     size_t n = 0;
     ms_error err;
-    uint64_t sum = 0, p2 = 0;
-    out[0] = out[1] = out[2] = 0;
+    uint64_t sum = 0, p2 = 0, act = 0, stat_p2 = 0;
+    out[0] = out[1] = out[2] = out[3] = 0;
     if (pol_skeletal(t, &sk, &n, &err) != MS_OK) return;
     for (size_t i = 0; i < n; i++) {
         if (sk[i].pass != 0 || sk[i].layer != layer) continue;
         double a = (sk[i].is_input || sk[i].is_attn_out) ? 1.0 : alpha;
-        uint64_t b = (uint64_t)ceil(a * (double)sk[i].t->bytes), q = 1;
+        uint64_t b = (uint64_t)ceil(a * (double)sk[i].t->bytes);
         if (b > sk[i].t->bytes) b = sk[i].t->bytes;
-        while (q < b) q <<= 1;
+        const char *nm = sk[i].t->name;
+        size_t len = strlen(nm);
+        int stat = (len >= 6 && !strcmp(nm + len - 6, "_stats")) ||
+                   (len >= 9 && !strcmp(nm + len - 9, ".attn_lse"));
         sum += b;
-        p2 += b ? q : 0;
+        p2 += p2_hand(b);
+        if (stat) stat_p2 += p2_hand(b);
+        else act += b;
     }
     free(sk);
-    uint64_t q = 1;
-    while (q < sum) q <<= 1;
     out[0] = (sum + 4095) / 4096 * 4096;
-    out[1] = sum ? q : 0;
+    out[1] = p2_hand(sum);
     out[2] = p2;
+    out[3] = p2_hand(act) + stat_p2;
 }
 
 static int find_action(const schedule_t *s, size_t from, sched_kind k, sched_stream st,
@@ -418,10 +433,10 @@ static void test_rb_schedule(const machine_t *m)
             d2h++;
             ok_host &= lower_id_is_rbuf(a->tensor, NULL, &layer) && layer < NL - 2;
         }
-        if (a->kind == SA_HOST_ALLOC) { /* default host_round=tensor_pow2 */
-            uint64_t hr[3];
+        if (a->kind == SA_HOST_ALLOC) { /* default host_round=buffer_pow2 */
+            uint64_t hr[4];
             layer_host_readings(t, 0, 0.5, hr);
-            ok_host &= a->bytes == hr[2] && hr[2] >= layer_offload_bytes(t, 0, 0.5);
+            ok_host &= a->bytes == hr[3] && hr[3] >= layer_offload_bytes(t, 0, 0.5);
         }
         if (a->kind == SA_ALLOC) {
             const trace_tensor *x = trace_find_tensor(t, a->tensor);
@@ -590,59 +605,77 @@ static trace_t *megatron_trace(const machine_t *m, const char *dims, const char 
     return st == MS_OK ? t : NULL;
 }
 
-/* The three readings of MEMO's host buffers (knob host_round) on the unit function, on the
- * knobs, and on lowered schedules of a program whose tensors are not powers of two. */
+/* The four readings of MEMO's host buffers (knob host_round) on the unit function, on the
+ * knobs, and on lowered schedules of the megatron program. */
 static void test_host_round(const machine_t *m)
 {
     const uint64_t M = 1ULL << 20, G = 1ULL << 30;
     /* a 384K-like layer: slices of 3 x 2^k bytes and TE's small fp32 statistics */
     const uint64_t sl[] = { 3 * 256 * M, 3 * 16 * M, 0, 3 * 512 * M, 1536 * 1024 + 512 };
+    const unsigned char st5[] = { 0, 0, 0, 0, 1 };
     const size_t ns = sizeof sl / sizeof sl[0];
     uint64_t sum = 0;
     for (size_t i = 0; i < ns; i++) sum += sl[i];
-    uint64_t ex = memo_host_layer_bytes(sl, ns, MEMO_HOST_EXACT, 4096);
-    uint64_t lp = memo_host_layer_bytes(sl, ns, MEMO_HOST_LAYER_POW2, 4096);
-    uint64_t tp = memo_host_layer_bytes(sl, ns, MEMO_HOST_TENSOR_POW2, 4096);
+    uint64_t ex = memo_host_layer_bytes(sl, st5, ns, LOWER_HOST_EXACT, 4096);
+    uint64_t lp = memo_host_layer_bytes(sl, st5, ns, LOWER_HOST_LAYER_POW2, 4096);
+    uint64_t tp = memo_host_layer_bytes(sl, st5, ns, LOWER_HOST_TENSOR_POW2, 4096);
+    uint64_t bp = memo_host_layer_bytes(sl, st5, ns, LOWER_HOST_BUFFER_POW2, 4096);
     uint64_t tp_hand = 1 * G + 64 * M + 2 * G + 2 * M;
-    TAP_OK(ex == (sum + 4095) / 4096 * 4096 && lp == 4 * G && tp == tp_hand && ex < tp && tp < lp,
+    TAP_OK(ex == (sum + 4095) / 4096 * 4096 && lp == 4 * G && tp == tp_hand && bp == 4 * G + 2 * M &&
+           ex < tp && tp < lp,
            "per-layer host bytes: exact %llu, layer_pow2 %llu (4 GiB), tensor_pow2 %llu "
-           "(1 GiB + 64 MiB + 2 GiB + 2 MiB)", (unsigned long long)ex, (unsigned long long)lp,
-           (unsigned long long)tp);
+           "(1 GiB + 64 MiB + 2 GiB + 2 MiB), buffer_pow2 %llu (4 GiB + 2 MiB)",
+           (unsigned long long)ex, (unsigned long long)lp, (unsigned long long)tp,
+           (unsigned long long)bp);
+    /* a 256K layer of MEMO's program: 4 GiB of bf16 activations, 4.5 MiB of fp32 statistics */
+    const uint64_t l256[] = { G, G, 2 * G, 4 * M, 256 * 1024, 256 * 1024 };
+    const unsigned char st6[] = { 0, 0, 0, 1, 1, 1 };
+    TAP_OK(memo_host_layer_bytes(l256, st6, 6, LOWER_HOST_LAYER_POW2, 4096) == 8 * G &&
+           memo_host_layer_bytes(l256, st6, 6, LOWER_HOST_BUFFER_POW2, 4096) ==
+               4 * G + 4 * M + M / 2 &&
+           memo_host_layer_bytes(l256, NULL, 6, LOWER_HOST_BUFFER_POW2, 4096) == 8 * G,
+           "4 GiB of activations and 4.5 MiB of statistics: 8 GiB as one buffer, 4 GiB + 4.5 MiB "
+           "with the statistics apart (buffer_pow2); unmarked, the statistics join the buffer");
     const uint64_t p2[] = { 256 * M, 4 * G, 4096 };
-    TAP_OK(memo_host_layer_bytes(p2, 3, MEMO_HOST_TENSOR_POW2, 4096) == 256 * M + 4 * G + 4096 &&
-           memo_host_layer_bytes(p2, 3, MEMO_HOST_LAYER_POW2, 4096) == 8 * G &&
-           memo_host_layer_bytes(p2, 3, MEMO_HOST_EXACT, 1) == 256 * M + 4 * G + 4096 &&
-           memo_host_layer_bytes(NULL, 0, MEMO_HOST_TENSOR_POW2, 4096) == 0 &&
-           memo_host_layer_bytes(sl + 2, 1, MEMO_HOST_LAYER_POW2, 4096) == 0,
+    TAP_OK(memo_host_layer_bytes(p2, NULL, 3, LOWER_HOST_TENSOR_POW2, 4096) ==
+               256 * M + 4 * G + 4096 &&
+           memo_host_layer_bytes(p2, NULL, 3, LOWER_HOST_LAYER_POW2, 4096) == 8 * G &&
+           memo_host_layer_bytes(p2, NULL, 3, LOWER_HOST_EXACT, 1) == 256 * M + 4 * G + 4096 &&
+           memo_host_layer_bytes(NULL, NULL, 0, LOWER_HOST_TENSOR_POW2, 4096) == 0 &&
+           memo_host_layer_bytes(sl + 2, NULL, 1, LOWER_HOST_LAYER_POW2, 4096) == 0 &&
+           memo_host_layer_bytes(sl + 2, st5 + 2, 1, LOWER_HOST_BUFFER_POW2, 4096) == 0,
            "power-of-two slices cost nothing extra per tensor, but 4 GiB + 256 MiB + 4 KiB "
            "rounds to 8 GiB as one buffer; nothing offloaded takes nothing");
-    memo_host_round r = MEMO_HOST_EXACT;
+    lower_host_round r = LOWER_HOST_EXACT;
     int ok = 1;
-    for (int i = MEMO_HOST_EXACT; i <= MEMO_HOST_TENSOR_POW2; i++)
-        ok &= memo_host_round_parse(memo_host_round_name((memo_host_round)i), &r) == 0 &&
+    for (int i = LOWER_HOST_EXACT; i <= LOWER_HOST_BUFFER_POW2; i++)
+        ok &= lower_host_round_parse(lower_host_round_name((lower_host_round)i), &r) == 0 &&
               (int)r == i;
-    TAP_OK(ok && memo_host_round_parse("pow2", &r) != 0 && memo_host_round_parse(NULL, &r) != 0,
+    TAP_OK(ok && lower_host_round_parse("pow2", &r) != 0 && lower_host_round_parse(NULL, &r) != 0,
            "host_round names round-trip; unknown names are refused");
 
-    /* the megatron program: TE's fp32 statistics make the layer's slices not powers of two */
+    /* the megatron program: its layer's statistics (LSE, LayerNorm mean and rsigma) are the
+     * slices that are not powers of two */
     trace_t *t = megatron_trace(m, "dims:6,256,4,1024,1000", "fused");
-    uint64_t hr[3] = { 0, 0, 0 }, b[3] = { 0, 0, 0 };
-    int same[3] = { 0, 0, 0 }, n[3] = { -1, -1, -1 };
-    static const char *const names[] = { "exact", "layer_pow2", "tensor_pow2" };
+    uint64_t hr[4] = { 0, 0, 0, 0 }, b[4] = { 0, 0, 0, 0 };
+    int same[4] = { 0, 0, 0, 0 }, n[4] = { -1, -1, -1, -1 };
+    static const char *const names[] = { "exact", "layer_pow2", "tensor_pow2", "buffer_pow2" };
     if (t) layer_host_readings(t, 0, 0.5, hr);
-    for (int i = 0; i < 3 && t; i++) {
+    int all = 1;
+    for (int i = 0; i < 4 && t; i++) {
         pol_knob k[] = { { "host_round", names[i] } };
         n[i] = host_allocs(t, m, k, 1, &b[i], &same[i]);
+        all &= n[i] == NL - 2 && same[i] && b[i] == hr[i];
     }
-    TAP_OK(n[0] == NL - 2 && n[1] == NL - 2 && n[2] == NL - 2 && same[0] && same[1] && same[2] &&
-           b[0] == hr[0] && b[1] == hr[1] && b[2] == hr[2] && hr[0] < hr[2] && hr[2] != hr[1],
+    TAP_OK(all && hr[0] < hr[1] && hr[3] != hr[1] && hr[3] != hr[2],
            "lowered schedule, alpha 0.5: HOST_ALLOC per offloaded layer exact %llu, layer_pow2 "
-           "%llu, tensor_pow2 %llu B, each as computed from the trace's tensors",
-           (unsigned long long)b[0], (unsigned long long)b[1], (unsigned long long)b[2]);
+           "%llu, tensor_pow2 %llu, buffer_pow2 %llu B, each as computed from the trace's tensors",
+           (unsigned long long)b[0], (unsigned long long)b[1], (unsigned long long)b[2],
+           (unsigned long long)b[3]);
     uint64_t bd = 0;
     int sd = 0;
     int nd = t ? host_allocs(t, m, NULL, 0, &bd, &sd) : -1;
-    TAP_OK(nd == NL - 2 && bd == b[2], "the default reading is tensor_pow2 (%llu B)",
+    TAP_OK(nd == NL - 2 && bd == b[3], "the default reading is buffer_pow2 (%llu B)",
            (unsigned long long)bd);
     pol_knob legacy[] = { { "host_pow2", "1" } };
     uint64_t bl = 0;
@@ -658,11 +691,11 @@ static void test_host_round(const machine_t *m)
     /* alpha is lowered by the reading's buffers, and the plan records the reading */
     machine_t fast = *m;
     fast.link_d2h_Bps = fast.link_h2d_Bps = 1e15; /* the time constraint never binds */
-    uint64_t full[3] = { 0, 0, 0 };
+    uint64_t full[4] = { 0, 0, 0, 0 };
     if (t) layer_host_readings(t, 0, 1.0, full);
     char host[32];
-    snprintf(host, sizeof host, "%llu", (unsigned long long)((NL - 2) * full[2]));
-    pol_knob hk[] = { { "host_bytes", host }, { "host_round", "tensor_pow2" } };
+    snprintf(host, sizeof host, "%llu", (unsigned long long)((NL - 2) * full[3]));
+    pol_knob hk[] = { { "host_bytes", host }, { "host_round", "buffer_pow2" } };
     pol_opts o;
     pol_opts_default(&o);
     o.knobs = hk;
@@ -671,17 +704,17 @@ static void test_host_round(const machine_t *m)
     ms_error err;
     plan_t *p = NULL;
     ms_status st = t ? memo_choose_alpha(t, &fast, &o, &c, &err) : MS_ERR_INVALID;
-    TAP_OK(st == MS_OK && c.alpha == 1.0 && c.host_round == MEMO_HOST_TENSOR_POW2 &&
-           c.host_need_bytes == (NL - 2) * full[2],
-           "tensor_pow2: a host of exactly the per-tensor buffers holds alpha 1 (need %llu B)",
+    TAP_OK(st == MS_OK && c.alpha == 1.0 && c.host_round == LOWER_HOST_BUFFER_POW2 &&
+           c.host_need_bytes == (NL - 2) * full[3],
+           "buffer_pow2: a host of exactly the per-layer buffers holds alpha 1 (need %llu B)",
            (unsigned long long)c.host_need_bytes);
     hk[1].value = "layer_pow2";
     st = t ? memo_choose_alpha(t, &fast, &o, &c, &err) : MS_ERR_INVALID;
-    TAP_OK(st == MS_OK && full[1] > full[2] && c.alpha < 1 && c.grid_steps_down > 0,
+    TAP_OK(st == MS_OK && full[1] > full[3] && c.alpha < 1 && c.grid_steps_down > 0,
            "layer_pow2 on the same host: alpha stepped down to %g", c.alpha);
     o.n_knobs = 0;
     st = t ? pol_plan("memo", t, m, &o, &p, &err) : MS_ERR_INVALID;
-    TAP_OK(st == MS_OK && !strcmp(knob(p, "host_round"), "tensor_pow2"),
+    TAP_OK(st == MS_OK && !strcmp(knob(p, "host_round"), "buffer_pow2"),
            "the plan records host_round=%s", st == MS_OK ? knob(p, "host_round") : "?");
     plan_free(p);
     trace_free(t);

@@ -1271,15 +1271,18 @@ static uint64_t resid_add(gctx *x, int l, const char *op, int owner, const char 
 static uint64_t mg_lse_bytes(const gsz *z) { return z->T * z->heads * F32; }
 
 /* cp = 1: TE's FlashAttention calls flash_attn_varlen_func, which saves q, k, v, its output
- * and the log-sum-exp. The LSE is emitted inside the attention output's bytes: both come out
- * of the attention kernel only, so a policy that keeps or swaps the output whole (MEMO) treats
- * the LSE alike rather than rerunning attention for it. */
+ * and the log-sum-exp, two tensors (the output first: mha_fwd's empty_like(q), then the fp32
+ * softmax_lse). Both come out of the attention kernel only; policies read "*.attn_lse" as part
+ * of the attention output (planners/policy.c: MEMO keeps or swaps it whole, never reruns
+ * attention for it), and MEMO's host buffers tell it from the bf16 skeletal tensors. */
 static void mg_flash_fwd(gctx *x, int l, lstate *s)
 {
     const gsz *z = &x->z;
     uint64_t QB = z->T * z->hq * z->D, oid = new_op(x);
-    s->ao = alloc_t(x, l, "attn_out", QB + mg_lse_bytes(z), TC_ACT_SKEL, (int64_t)oid);
-    opspec o = OPS(.kind = TK_ATTN, .layer = l, .what = "attn", IN(s->q, s->k, s->v), OUT(s->ao));
+    s->ao = alloc_t(x, l, "attn_out", QB, TC_ACT_SKEL, (int64_t)oid);
+    s->lse = alloc_t(x, l, "attn_lse", mg_lse_bytes(z), TC_ACT_SKEL, (int64_t)oid);
+    opspec o = OPS(.kind = TK_ATTN, .layer = l, .what = "attn", IN(s->q, s->k, s->v),
+                   OUT(s->ao, s->lse));
     o.flops = attn_fwd_flops(z);
     o.br = z->T * (z->hq + 2 * z->hkv) * z->D;
     o.bw = QB + mg_lse_bytes(z);
@@ -1296,7 +1299,7 @@ static void mg_flash_fwd(gctx *x, int l, lstate *s)
  *   every step: FlashAttention's output and LSE, kept in out_per_step / softmax_lse_per_step
  *     until the corrections after the loop                          Q + L each
  *   step 1: out = empty_like(q).zero_(), softmax_lse = clone(lse_0).to(double)   Q, 2L
- *   after the loop: softmax_lse.to(float)                           L (with "attn_out")
+ *   after the loop: softmax_lse.to(float)                           L ("attn_lse")
  * Steps alternate between the current stream and TE's cp_stream ("with torch.cuda.stream(
  * flash_attn_streams[i % 2])"): what odd steps allocate comes from the cp stream's pool
  * (trace stream MG_CP_STREAM). When the function returns, everything but q, the last KV
@@ -1334,10 +1337,12 @@ static void mg_ring_fwd(gctx *x, int l, lstate *s, uint64_t kr, uint64_t vc)
         outs[n++] = alloc_s(x, l, "attn_lse_step", L, TC_ACT_TRANS, (int64_t)oid, st);
     }
     uint32_t nstep = n;
-    s->ao = alloc_t(x, l, "attn_out", QB + L, TC_ACT_SKEL, (int64_t)oid);
+    s->ao = alloc_t(x, l, "attn_out", QB, TC_ACT_SKEL, (int64_t)oid);
     uint64_t lse64 = alloc_t(x, l, "attn_lse_fp64", 2 * L, TC_ACT_TRANS, (int64_t)oid);
+    s->lse = alloc_t(x, l, "attn_lse", L, TC_ACT_SKEL, (int64_t)oid);
     outs[n++] = s->ao;
     outs[n++] = lse64;
+    outs[n++] = s->lse;
     opspec o = OPS(.kind = TK_ATTN, .layer = l, .what = "attn", IN(s->q, kvs), .ext_out = outs,
                    .n_ext_out = n);
     for (int j = 0; j < cp - 1; j++) o.in[o.nin++] = buf[j];
@@ -2090,7 +2095,7 @@ static uint64_t mg_col_bwd(gctx *x, int l, const ggroup *g, int slot, const char
 }
 
 /* cp = 1: flash_attn_varlen_func's backward: dq, dk, dv (empty_like), the fp32 dq accumulator
- * and softmax_d as a workspace; the saved q, k, v, output (with its LSE) freed after it. */
+ * and softmax_d as a workspace; the saved q, k, v, output and LSE freed after it. */
 static void mg_flash_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
 {
     const gsz *z = &x->z;
@@ -2102,7 +2107,7 @@ static void mg_flash_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
     uint64_t ws = alloc_t(x, l, "attn_bwd_ws", z->T * z->hq * F32 + L, TC_WORKSPACE,
                           (int64_t)oid);
     opspec o = OPS(.kind = TK_ATTN, .layer = l, .what = "attn.bwd",
-                   IN(dao, s->q, s->k, s->v, s->ao), OUT(d[0], d[1], d[2]));
+                   IN(dao, s->q, s->k, s->v, s->ao, s->lse), OUT(d[0], d[1], d[2]));
     o.flops = x->c->attn_bwd_factor * attn_fwd_flops(z);
     o.br = 3 * QB + 2 * KB + L + 2 * (z->T * z->hq * F32 + L);
     o.bw = QB + 2 * KB;
@@ -2110,6 +2115,7 @@ static void mg_flash_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
     emit_op(x, oid, &o);
     free_t(x, ws);
     free_t(x, s->ao);
+    free_t(x, s->lse);
     free_t(x, s->q);
     free_t(x, s->k);
     free_t(x, s->v);
@@ -2146,7 +2152,7 @@ static void mg_ring_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
     uint64_t wsb = z->T * z->hq * F32 + L;
     uint64_t ws = alloc_t(x, l, "attn_bwd_ws", wsb, TC_WORKSPACE, (int64_t)oid_a);
     opspec o = OPS(.kind = TK_ATTN, .layer = l, .what = "attn.bwd",
-                   IN(dao, s->q, s->k, s->ao, lh, pb0, pb1), OUT(d[0], pb0, pb1));
+                   IN(dao, s->q, s->k, s->ao, s->lse, lh, pb0, pb1), OUT(d[0], pb0, pb1));
     for (uint32_t k = 0; k < n; k++) o.out[o.nout++] = st[k];
     o.flops = x->c->attn_bwd_factor * attn_fwd_flops(z);
     o.br = z->T * (3 * z->hq + 2 * z->hkv) * z->D + L + 2 * wsb + (uint64_t)(cp - 1) * 2 * chunk;
@@ -2158,6 +2164,7 @@ static void mg_ring_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
     free_t(x, pb1);
     free_t(x, lh);
     free_t(x, s->ao);
+    free_t(x, s->lse);
     free_t(x, s->q);
     free_t(x, s->k);
     free_t(x, dao);

@@ -10,8 +10,8 @@
 # allocations, docs/GENERATOR.md §9; MEMO's executor with a cross entropy in place on the bf16
 # logits, MEMO_LOSS). Prints paper-vs-memsim tables cell by cell with differences and draws
 # them (PNG and SVG); then Table 4 again under other assumptions (the stock loss everywhere, no
-# reorganization model, the two other readings of MEMO's pinned host buffers, the generic
-# program, Megatron's distributed optimizer) and the three host-buffer readings side by side.
+# reorganization model, the three other readings of MEMO's pinned host buffers, the generic
+# program, Megatron's distributed optimizer) and the four host-buffer readings side by side.
 # About 8 minutes on a 2-core x86-64 machine; progress lines go to standard error
 # (MEMO_QUIET=1 silences them).
 #
@@ -25,7 +25,7 @@
 # reference.tsv's layout), compare.txt (the printed comparison), runs/*.csv (memsim's result
 # rows), table4.dat, table5.dat and the figures memo_table4.{png,svg}, memo_table5.{png,svg};
 # variants.txt and variants/*.csv (Table 4 under the other trace assumptions); host_readings.tsv
-# and readings.txt (the three readings of MEMO's pinned host buffers compared).
+# and readings.txt (the four readings of MEMO's pinned host buffers compared).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -142,9 +142,10 @@ awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "
 # 6. Table 4 under other assumptions, status and MFU per cell next to the paper's:
 # "stock-loss": every row on Megatron's stock cross entropy (MEMO's executor too);
 # "stream-time": full recomputation without the reorganization model (no recordStream, one
-# pool, allocator calls at stream time); "host-exact" and "host-layer": MEMO's executor's
-# pinned host buffers under the two other readings (knob host_round=exact: exact bytes in
-# 4 KiB pages; layer_pow2: one power-of-two buffer per layer) instead of one per tensor slice;
+# pool, allocator calls at stream time); "host-exact", "host-layer", "host-tensor": MEMO's
+# executor's pinned host buffers under the three other readings (knob host_round=exact: exact bytes in
+# 4 KiB pages; layer_pow2: one power-of-two buffer per layer, statistics included;
+# "host-tensor": tensor_pow2, one per tensor slice) instead of the default buffer_pow2;
 # "inplace-loss": MEMO's executor on Megatron-LM's cross entropy from June 2024 (the max
 # subtracted in place on the fp32 copy: 6 bytes per logit at the peak, loss=megatron-inplace);
 # "generic": the generator's lean default program (MEMO's 16bsh accounting); "dist-opt": the
@@ -175,6 +176,7 @@ all4=full-recompute,$exec_pols
     fr_opts=("${reorg[@]}")
     variant host-exact "full-swap+plan,memo" "${memo_gen[@]}" --knob host_round=exact
     variant host-layer "full-swap+plan,memo" "${memo_gen[@]}" --knob host_round=layer_pow2
+    variant host-tensor "full-swap+plan,memo" "${memo_gen[@]}" --knob host_round=tensor_pow2
     variant inplace-loss "$exec_pols" "${gen[@]}" --gen loss=megatron-inplace
     variant generic "$all4"
     variant dist-opt "$all4" "${gen[@]}" --gen dist_opt=1
@@ -211,14 +213,14 @@ awk -F, 'FNR > 1 && $1 == "full-recompute" {
     | sort -t- -k2 -n | { echo; echo "full recomputation on the caching allocator (megatron trace, stock loss; recordStream, per-stream pools, host issue unbounded)"; cat; } \
     | tee -a "$out/variants.txt"
 
-# 7. The three readings of MEMO's host buffers (knob host_round) side by side: Table 5's host
+# 7. The four readings of MEMO's host buffers (knob host_round) side by side: Table 5's host
 # cells from the plan's host need at each alpha (memsim plan: the buffers as lowering allocates
 # them, (n - 2) offloaded layers) against the host each GPU has (lp_host_bytes); Table 4's
-# executor rows from the main run and the host-exact / host-layer variants. The host reading
+# executor rows from the main run and the host-exact / host-layer / host-tensor variants. The host reading
 # changes no time (pinned allocations are taken as made before training), so a Table 5 cell
 # that fits has the main run's MFU under every reading.
-progress 7 "MEMO's host buffers under three readings"
-for r in exact layer_pow2 tensor_pow2; do
+progress 7 "MEMO's host buffers under four readings"
+for r in exact layer_pow2 tensor_pow2 buffer_pow2; do
     for s in 192K 256K 320K 384K; do
         for a in 0 0.125 0.25 0.375 0.5 0.625 0.75 0.875 1; do
             "$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "$s" "${memo_gen[@]}" \
@@ -232,7 +234,7 @@ done > "$out/host_readings.tsv"
 # Table 5 cells that fit under a reading but not under the main run's: simulated under it.
 : > "$out/table5-readings.tsv"
 awk -F'\t' 'FNR == NR { if ($1 == "table5") v[$2 SUBSEP $3] = $4; next }
-    $1 != "tensor_pow2" && $4 <= $5 && v[$2 SUBSEP $3] !~ /^[0-9.]+$/ { print $1, $2, $3 }' \
+    $1 != "buffer_pow2" && $4 <= $5 && v[$2 SUBSEP $3] !~ /^[0-9.]+$/ { print $1, $2, $3 }' \
     "$res" "$out/host_readings.tsv" | while read -r r s a; do
     "$MEMSIM" simulate "${common[@]}" --seq "$s" --policy memo --alpha "$a" --knob host_round="$r" \
         --csv "$out/runs/table5-$r-$s-$a.csv"
