@@ -383,12 +383,9 @@ static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
 
 uint64_t memo_host_buffer_bytes(uint64_t bytes, int pow2, uint64_t granule_bytes)
 {
-    if (!bytes) return 0;
-    if (!pow2) {
-        uint64_t g = granule_bytes > 1 ? granule_bytes : 1;
-        return bytes % g ? bytes + (g - bytes % g) : bytes;
-    }
-    return ms_pow2_ceil(bytes);
+    lower_host_acc a = { 0, 0, 0, 0 };
+    lower_host_acc_add(&a, bytes, 0);
+    return lower_host_acc_bytes(&a, pow2 ? LOWER_HOST_LAYER_POW2 : LOWER_HOST_EXACT, granule_bytes);
 }
 
 uint64_t memo_host_layer_bytes(const uint64_t *copy_bytes, const unsigned char *is_stat, size_t n,

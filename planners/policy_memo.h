@@ -114,7 +114,7 @@ typedef struct memo_alpha_choice {
 
 /* Runs MEMO's alpha selection for trace t on machine m with policy options o: the LP (or
  * o->alpha when >= 0), then alpha floored to the knob alpha_step's grid, then stepped down
- * while the offloaded layers' host buffers, as allocated (memo_host_buffer_bytes), exceed
+ * while the offloaded layers' host buffers, as allocated (memo_host_layer_bytes under the knob host_round), exceed
  * M_CPU. */
 ms_status memo_choose_alpha(const trace_t *t, const machine_t *m, const pol_opts *o,
                             memo_alpha_choice *c, ms_error *err);
