@@ -143,9 +143,9 @@ awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "
 # "stock-loss": every row on Megatron's stock cross entropy (MEMO's executor too);
 # "stream-time": full recomputation without the reorganization model (no recordStream, one
 # pool, allocator calls at stream time); "host-exact", "host-layer", "host-tensor": MEMO's
-# executor's pinned host buffers under the three other readings (knob host_round=exact: exact bytes in
-# 4 KiB pages; layer_pow2: one power-of-two buffer per layer, statistics included;
-# "host-tensor": tensor_pow2, one per tensor slice) instead of the default buffer_pow2;
+# executor's pinned host buffers under the three other readings instead of the default
+# buffer_pow2 (knob host_round=exact: exact bytes in 4 KiB pages; layer_pow2: one
+# power-of-two buffer per layer, statistics included; tensor_pow2: one per tensor slice);
 # "inplace-loss": MEMO's executor on Megatron-LM's cross entropy from June 2024 (the max
 # subtracted in place on the fp32 copy: 6 bytes per logit at the peak, loss=megatron-inplace);
 # "generic": the generator's lean default program (MEMO's 16bsh accounting); "dist-opt": the
@@ -216,8 +216,8 @@ awk -F, 'FNR > 1 && $1 == "full-recompute" {
 # 7. The four readings of MEMO's host buffers (knob host_round) side by side: Table 5's host
 # cells from the plan's host need at each alpha (memsim plan: the buffers as lowering allocates
 # them, (n - 2) offloaded layers) against the host each GPU has (lp_host_bytes); Table 4's
-# executor rows from the main run and the host-exact / host-layer / host-tensor variants. The host reading
-# changes no time (pinned allocations are taken as made before training), so a Table 5 cell
+# executor rows from the main run and the host-exact / host-layer / host-tensor variants. The
+# host reading changes no time (pinned allocations are taken as made before training), so a Table 5 cell
 # that fits has the main run's MFU under every reading.
 progress 7 "MEMO's host buffers under four readings"
 for r in exact layer_pow2 tensor_pow2 buffer_pow2; do
