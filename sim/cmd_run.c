@@ -202,7 +202,10 @@ int cmd_compare(int argc, char **argv)
         if (!rc) n++;
     }
     if (!rc) {
-        if (!a.quiet) res_table(stdout, rs, n);
+        if (!a.quiet) {
+            res_table(stdout, rs, n);
+            res_verdict(stdout, rs, n);
+        }
         if (a.csv_path) rc = write_csv("compare", a.csv_path, rs, n);
     }
     if (!rc && a.plot_dir) {

@@ -151,3 +151,42 @@ void res_table(FILE *f, const sim_result *rs, size_t n)
                 (unsigned long long)r->alloc_retries_per_iter);
     }
 }
+
+/* The fastest result that fits, then the failures by kind (oom, oohm, error). */
+long res_verdict(FILE *f, const sim_result *rs, size_t n)
+{
+    long best = -1, second = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (rs[i].status != RS_OK || !(rs[i].iter_time_s > 0)) continue;
+        if (best < 0 || rs[i].iter_time_s < rs[best].iter_time_s) {
+            second = best;
+            best = (long)i;
+        } else if (second < 0 || rs[i].iter_time_s < rs[second].iter_time_s) {
+            second = (long)i;
+        }
+    }
+    if (best < 0) fprintf(f, "fastest that fits: none");
+    else {
+        fprintf(f, "fastest that fits: %s, %.4f s per iteration", rs[best].policy,
+                rs[best].iter_time_s);
+        if (second >= 0)
+            fprintf(f, " (%.1f %% faster than %s)",
+                    100.0 * (rs[second].iter_time_s / rs[best].iter_time_s - 1.0),
+                    rs[second].policy);
+    }
+    static const res_status fails[] = { RS_OOM, RS_OOHM, RS_ERROR };
+    for (size_t k = 0; k < sizeof fails / sizeof *fails; k++) {
+        size_t c = 0;
+        for (size_t i = 0; i < n; i++) c += rs[i].status == fails[k];
+        if (!c) continue;
+        fprintf(f, "; %s:", res_status_name(fails[k]));
+        const char *sep = " ";
+        for (size_t i = 0; i < n; i++)
+            if (rs[i].status == fails[k]) {
+                fprintf(f, "%s%s", sep, rs[i].policy[0] ? rs[i].policy : "-");
+                sep = ", ";
+            }
+    }
+    fputc('\n', f);
+    return best;
+}

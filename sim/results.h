@@ -48,5 +48,9 @@ void res_csv_header(FILE *f);
 void res_csv_row(FILE *f, const sim_result *r);
 /* Human-readable summary table of several results (memsim compare). */
 void res_table(FILE *f, const sim_result *rs, size_t n);
+/* One line under that table: which result runs fastest of those that fit (status ok), how far
+ * ahead of the next, and which ran out of device or host memory. Returns the index of the
+ * fastest, or -1 when none fits. */
+long res_verdict(FILE *f, const sim_result *rs, size_t n);
 
 #endif

@@ -119,6 +119,11 @@ expect 3 "a knob of another policy: exit 3" -- "$M" plan $W --policy full-recomp
 expect 0 "compare: a knob one of the policies reads is accepted" -- "$M" compare $W --policies full-recompute,memo --knob keep_last=3
 expect 3 "compare: a knob none of them reads: exit 3" -- "$M" compare $W --policies full-recompute,full-swap --knob keep_last=3
 grep -q "any of these policies" "$T/err"; ok $? "compare says none of its policies reads it"
+# compare's verdict line names the fastest of the rows that fit and lists the ones that failed
+expect 0 "compare: three policies, one out of memory" -- "$M" compare --model gpt-7b --seq 256K --machine a800-8gpu --tp 4 --cp 2 --policies keep-all,full-recompute,full-swap
+want=$(awk '$3 == "ok" && (b == "" || $4 < t) { b = $1; t = $4 } END { print b }' "$T/out")
+grep -q "^fastest that fits: $want, " "$T/out"; ok $? "the verdict names the fastest row that fits ($want)"
+grep -q "; oom: keep-all$" "$T/out"; ok $? "the verdict lists the policy that ran out of memory"
 expect 3 "--knob alpha: exit 3, pointing to --alpha" -- "$M" simulate $W --policy memo --knob alpha=0.5
 grep -q -- "--alpha" "$T/err"; ok $? "the message names --alpha"
 expect 3 "protrain: a misspelt knob: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tl=0
