@@ -16,6 +16,7 @@
 #include "traces/u64map.h"
 
 #define LC_CHUNK_SEARCH_MAX (UINT64_C(64) << 30) /* chunk_search knob, at most */
+#define LC_MAX_BYTES_PER_PARAM 64 /* every bytes-per-parameter knob, at most */
 
 /* ======================================================================== knobs */
 
@@ -58,6 +59,21 @@ static ms_status kn_dbl(const plan_t *p, const char *key, double lo, double *out
     if (!ms_parse_double(v, &x) || x < lo)
         return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected a number >= %g", key, v,
                        lo);
+    *out = x;
+    return MS_OK;
+}
+
+/* A bytes-per-parameter figure: at most LC_MAX_BYTES_PER_PARAM. Beyond any training format
+ * (fp64 parameters, gradients, master copy and both moments are 40), and the lowering cuts a
+ * copy into pieces of one chunk, so an absurd figure would make millions of actions. */
+static ms_status kn_per_param(const plan_t *p, const char *key, double *out, ms_error *err)
+{
+    const char *v = plan_get_knob(p, key);
+    double x;
+    if (!v) return MS_OK;
+    if (!ms_parse_double(v, &x) || !(x >= 0 && x <= LC_MAX_BYTES_PER_PARAM))
+        return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected bytes per parameter in "
+                       "[0, %d]", key, v, LC_MAX_BYTES_PER_PARAM);
     *out = x;
     return MS_OK;
 }
@@ -116,10 +132,11 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
     if (!st) st = kn_int(p, "n_buffer", 0, &k->n_buffer, err);
     if (!st) st = kn_int(p, "n_swap", 0, &k->n_swap, err);
     if (!st) st = kn_int(p, "n_checkpoint", 0, &k->n_ckpt, err);
-    if (!st) st = kn_dbl(p, "host_bytes_per_param", 0, &k->host_bytes_per_param, err);
+    if (!st) st = kn_per_param(p, "host_bytes_per_param", &k->host_bytes_per_param, err);
     if (!st) st = kn_int(p, "host_pinned_tensors", 0, &k->host_pinned_tensors, err);
     if (!st)
-        st = kn_dbl(p, "host_pinned_bytes_per_param", 0, &k->host_pinned_bytes_per_param, err);
+        st = kn_per_param(p, "host_pinned_bytes_per_param", &k->host_pinned_bytes_per_param,
+                          err);
     if (!st && (k->host_pinned_tensors > 64 ||
                 k->host_pinned_tensors * k->host_pinned_bytes_per_param >
                     k->host_bytes_per_param))
@@ -127,9 +144,9 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
                      "host_pinned_bytes_per_param (%d x %g) exceed host_bytes_per_param (%g)",
                      k->host_pinned_tensors, k->host_pinned_bytes_per_param,
                      k->host_bytes_per_param);
-    if (!st) st = kn_dbl(p, "gpu_opt_bytes_per_param", 0, &k->gpu_opt_bytes_per_param, err);
-    if (!st) st = kn_dbl(p, "param_xfer_bytes", 0, &k->param_xfer_bytes, err);
-    if (!st) st = kn_dbl(p, "grad_xfer_bytes", 0, &k->grad_xfer_bytes, err);
+    if (!st) st = kn_per_param(p, "gpu_opt_bytes_per_param", &k->gpu_opt_bytes_per_param, err);
+    if (!st) st = kn_per_param(p, "param_xfer_bytes", &k->param_xfer_bytes, err);
+    if (!st) st = kn_per_param(p, "grad_xfer_bytes", &k->grad_xfer_bytes, err);
     if (!st) st = kn_dbl(p, "coll_link_eff", 1e-3, &k->coll_link_eff, err);
     if (!st) st = kn_int(p, "overlap_host_adam", 0, &k->overlap_host_adam, err);
     if (!st) st = kn_int(p, "persist_shard", 0, &k->persist_shard, err);

@@ -135,6 +135,10 @@ grep -q "tie_tol=-0.1 is not in \[0, 1\]" "$T/err"; ok $? "the tie tolerance's r
 expect 3 "protrain: a fractional swap cap: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob max_swap=2.5
 expect 3 "protrain: swap_bw neither 0 nor 1: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob swap_bw=2
 grep -q "swap_bw=2 is not 0 or 1" "$T/err"; ok $? "the bandwidth bound's knob value is named"
+# a bytes-per-parameter figure beyond any format used to be lowered into millions of copies
+expect 3 "protrain: param_xfer_bytes beyond 64: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob param_xfer_bytes=1e6
+grep -q "param_xfer_bytes=1e6: expected bytes per parameter in \[0, 64\]" "$T/err"; ok $? "the knob and its range are named"
+expect 3 "zero3-offload: host_bytes_per_param beyond 64: exit 3" -- "$M" simulate $W --policy zero3-offload --knob host_bytes_per_param=65
 # robustness: a chunk-size search range that would run for hours, a lifetime wider than the
 # planners' arithmetic, and a table that cannot be written (exit 4, nothing left behind)
 expect 3 "chunk_search beyond 64GiB: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob chunk_search=9223372036854775807
