@@ -209,6 +209,10 @@ expect 3 "memferry: a reference row of 2 fields: exit 3" -- "$M" memferry --out 
 grep -q "ref.tsv:1: expected 8 tab-separated fields" "$T/err"; ok $? "memferry: the reference's file and line are named"
 [ ! -e "$T/mf/summary.txt" ]; ok $? "memferry: nothing simulated, no summary written after a bad reference"
 expect 4 "memferry: a directory as the reference: exit 4" -- "$M" memferry --out "$T/mf" --reference "$T" --quiet
+# a reference row memsim misses: exit 1, and the summary's last line names it
+printf 'fig9.order\t9\tq\tall\tall\t-\t-\ts\nfig9.max_ds\t9\tq\tvalue\t0\t1\t%%\ts\n' > "$T/ref2.tsv"
+expect 1 "memferry: a row outside its tolerance: exit 1" -- "$M" memferry --figs 9 --no-sensitivity --out "$T/mf2" --reference "$T/ref2.tsv" --quiet
+tail -n 1 "$T/mf2/summary.txt" | grep -q "^2 checked rows, 1 outside .*(MISS): fig9.max_ds$"; ok $? "memferry: the summary names the row that misses"
 # inputs that are well formed but say nothing, or the wrong thing, for the command
 gzip -dc "$T/w.trace.gz" | grep '^memsim-trace\|^meta' > "$T/h.trace"
 expect 3 "a trace with only its header: exit 3" -- "$M" simulate --trace "$T/h.trace" --machine h200-sxm
