@@ -13,51 +13,65 @@ enum {
     O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
     O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN,
-    O_ISSUE_AHEAD, O_ISSUE_US
+    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_LONGEST, O_STEP
 };
 
+/* An option is offered to a command whose groups include `group` (0: every command) and none
+ * of `not_with` (a sweep generates its own workloads at its own lengths, and writes no
+ * per-run outputs). */
 static const struct {
     struct option o;
     unsigned group;
     const char *help;
+    unsigned not_with;
 } table[] = {
-    {{"model", required_argument, 0, O_MODEL}, CLI_WORKLOAD, "NAME   model from `memsim list` (default gpt-7b)"},
-    {{"dims", required_argument, 0, O_DIMS}, CLI_WORKLOAD, "L,H,A,F,V   explicit layers, hidden, heads, ffn, vocab"},
-    {{"seq", required_argument, 0, O_SEQ}, CLI_WORKLOAD, "N   sequence length (64K, 1M accepted; default: the model's)"},
-    {{"batch", required_argument, 0, O_BATCH}, CLI_WORKLOAD, "N   micro-batch size (default 1)"},
-    {{"tp", required_argument, 0, O_TP}, CLI_WORKLOAD, "N   tensor-parallel degree (with sequence parallelism)"},
-    {{"cp", required_argument, 0, O_CP}, CLI_WORKLOAD, "N   context-parallel degree"},
-    {{"dp", required_argument, 0, O_DP}, CLI_WORKLOAD, "N   data-parallel degree"},
-    {{"iters", required_argument, 0, O_ITERS}, CLI_WORKLOAD, "N   iterations to generate (default 2; the last is reported)"},
-    {{"gen", required_argument, 0, O_GEN}, CLI_WORKLOAD, "KEY=VALUE   a generator knob (repeatable), e.g. framework=megatron (docs/GENERATOR.md)"},
-    {{"trace", required_argument, 0, O_TRACE}, CLI_WORKLOAD, "FILE   use this workload trace instead of generating one"},
-    {{"machine", required_argument, 0, O_MACHINE}, CLI_MACHINE, "NAME|FILE   machine profile (default a800-8gpu)"},
-    {{"policy", required_argument, 0, O_POLICY}, CLI_POLICY, "NAME   memory policy (default keep-all)"},
-    {{"plan", required_argument, 0, O_PLAN}, CLI_POLICY, "FILE   use this plan file instead of running a policy"},
-    {{"allocator", required_argument, 0, O_ALLOCATOR}, CLI_POLICY | CLI_POLICIES, "NAME   caching | stitching | expandable | static"},
-    {{"alpha", required_argument, 0, O_ALPHA}, CLI_POLICY | CLI_POLICIES, "X   swapped token fraction in [0,1] (policies that use it)"},
-    {{"knob", required_argument, 0, O_KNOB}, CLI_POLICY | CLI_POLICIES, "KEY=VALUE   a policy knob (repeatable)"},
-    {{"max-split-size", required_argument, 0, O_MAXSPLIT}, CLI_POLICY | CLI_POLICIES, "BYTES   caching allocator max_split_size (at least 20MiB, e.g. 512MiB)"},
-    {{"roundup-power2", required_argument, 0, O_RP2}, CLI_POLICY | CLI_POLICIES, "N   caching allocator roundup_power2_divisions (0, 1 or a power of two up to 64)"},
-    {{"frag-limit", required_argument, 0, O_FRAG}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator fragmentation limit"},
-    {{"stitch-limit", required_argument, 0, O_STITCH}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator StitchFree threshold"},
-    {{"issue-ahead", required_argument, 0, O_ISSUE_AHEAD}, CLI_POLICY | CLI_POLICIES, "N|unbounded   a host thread issues the program, at most N compute actions ahead of the GPU; allocator calls at issue time (default 0: at stream time)"},
-    {{"issue-us", required_argument, 0, O_ISSUE_US}, CLI_POLICY | CLI_POLICIES, "US   host time per issued GPU action with --issue-ahead (default 3, assumed)"},
-    {{"policies", required_argument, 0, O_POLICIES}, CLI_POLICIES, "A,B,C   policies to compare (default keep-all,full-recompute,full-swap)"},
-    {{"csv", required_argument, 0, O_CSV}, CLI_OUTPUTS, "FILE   write the results CSV"},
-    {{"timeline", required_argument, 0, O_TIMELINE}, CLI_OUTPUTS, "FILE   write a Chrome-trace / Perfetto JSON timeline"},
-    {{"memcsv", required_argument, 0, O_MEMCSV}, CLI_OUTPUTS, "FILE   write the memory time series CSV"},
-    {{"schedule", required_argument, 0, O_SCHEDULE}, CLI_OUTPUTS, "FILE   write the lowered schedule as text"},
-    {{"plot", required_argument, 0, O_PLOT}, CLI_OUTPUTS, "DIR   write figures (PNG and SVG, needs gnuplot) and their data"},
-    {{"quiet", no_argument, 0, O_QUIET}, CLI_OUTPUTS, "   print only errors"},
-    {{"help", no_argument, 0, O_HELP}, 0, "   this help"},
+    {{"model", required_argument, 0, O_MODEL}, CLI_WORKLOAD, "NAME   model from `memsim list` (default gpt-7b)", 0},
+    {{"dims", required_argument, 0, O_DIMS}, CLI_WORKLOAD, "L,H,A,F,V   explicit layers, hidden, heads, ffn, vocab", 0},
+    {{"seq", required_argument, 0, O_SEQ}, CLI_WORKLOAD, "N   sequence length (64K, 1M accepted; default: the model's)", CLI_SWEEP},
+    {{"batch", required_argument, 0, O_BATCH}, CLI_WORKLOAD, "N   micro-batch size (default 1)", 0},
+    {{"tp", required_argument, 0, O_TP}, CLI_WORKLOAD, "N   tensor-parallel degree (with sequence parallelism)", 0},
+    {{"cp", required_argument, 0, O_CP}, CLI_WORKLOAD, "N   context-parallel degree", 0},
+    {{"dp", required_argument, 0, O_DP}, CLI_WORKLOAD, "N   data-parallel degree", 0},
+    {{"iters", required_argument, 0, O_ITERS}, CLI_WORKLOAD, "N   iterations to generate (default 2; the last is reported)", 0},
+    {{"gen", required_argument, 0, O_GEN}, CLI_WORKLOAD, "KEY=VALUE   a generator knob (repeatable), e.g. framework=megatron (docs/GENERATOR.md)", 0},
+    {{"trace", required_argument, 0, O_TRACE}, CLI_WORKLOAD, "FILE   use this workload trace instead of generating one", CLI_SWEEP},
+    {{"machine", required_argument, 0, O_MACHINE}, CLI_MACHINE, "NAME|FILE   machine profile (default a800-8gpu)", 0},
+    {{"policy", required_argument, 0, O_POLICY}, CLI_POLICY, "NAME   memory policy (default keep-all)", 0},
+    {{"plan", required_argument, 0, O_PLAN}, CLI_POLICY, "FILE   use this plan file instead of running a policy", 0},
+    {{"allocator", required_argument, 0, O_ALLOCATOR}, CLI_POLICY | CLI_POLICIES, "NAME   caching | stitching | expandable | static", 0},
+    {{"alpha", required_argument, 0, O_ALPHA}, CLI_POLICY | CLI_POLICIES, "X   swapped token fraction in [0,1] (policies that use it)", 0},
+    {{"knob", required_argument, 0, O_KNOB}, CLI_POLICY | CLI_POLICIES, "KEY=VALUE   a policy knob (repeatable)", 0},
+    {{"max-split-size", required_argument, 0, O_MAXSPLIT}, CLI_POLICY | CLI_POLICIES, "BYTES   caching allocator max_split_size (at least 20MiB, e.g. 512MiB)", 0},
+    {{"roundup-power2", required_argument, 0, O_RP2}, CLI_POLICY | CLI_POLICIES, "N   caching allocator roundup_power2_divisions (0, 1 or a power of two up to 64)", 0},
+    {{"frag-limit", required_argument, 0, O_FRAG}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator fragmentation limit", 0},
+    {{"stitch-limit", required_argument, 0, O_STITCH}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator StitchFree threshold", 0},
+    {{"issue-ahead", required_argument, 0, O_ISSUE_AHEAD}, CLI_POLICY | CLI_POLICIES, "N|unbounded   a host thread issues the program, at most N compute actions ahead of the GPU; allocator calls at issue time (default 0: at stream time)", 0},
+    {{"issue-us", required_argument, 0, O_ISSUE_US}, CLI_POLICY | CLI_POLICIES, "US   host time per issued GPU action with --issue-ahead (default 3, assumed)", 0},
+    {{"policies", required_argument, 0, O_POLICIES}, CLI_POLICIES, "A,B,C   policies to compare (default keep-all,full-recompute,full-swap)", 0},
+    {{"seqs", required_argument, 0, O_SEQS}, CLI_SWEEP, "LIST   sequence lengths, e.g. 64K,128K,256K (default 8K,16K,...,1M)", 0},
+    {{"longest", no_argument, 0, O_LONGEST}, CLI_SWEEP, "   also bisect each policy's longest sequence that fits, between its last fitting length and the next", 0},
+    {{"step", required_argument, 0, O_STEP}, CLI_SWEEP, "N   resolution of --longest (default 1K x tp x cp)", 0},
+    {{"csv", required_argument, 0, O_CSV}, CLI_OUTPUTS, "FILE   write the results CSV", 0},
+    {{"timeline", required_argument, 0, O_TIMELINE}, CLI_OUTPUTS, "FILE   write a Chrome-trace / Perfetto JSON timeline", CLI_SWEEP},
+    {{"memcsv", required_argument, 0, O_MEMCSV}, CLI_OUTPUTS, "FILE   write the memory time series CSV", CLI_SWEEP},
+    {{"schedule", required_argument, 0, O_SCHEDULE}, CLI_OUTPUTS, "FILE   write the lowered schedule as text", CLI_SWEEP},
+    {{"plot", required_argument, 0, O_PLOT}, CLI_OUTPUTS, "DIR   write figures (PNG and SVG, needs gnuplot) and their data", 0},
+    {{"quiet", no_argument, 0, O_QUIET}, CLI_OUTPUTS, "   print only errors", 0},
+    {{"help", no_argument, 0, O_HELP}, 0, "   this help", 0},
 };
 #define NOPT (sizeof table / sizeof *table)
+
+static int offered(size_t i, unsigned groups)
+{
+    return (!table[i].group || (table[i].group & groups)) && !(table[i].not_with & groups);
+}
+
+static int takes_o(unsigned groups) { return (groups & CLI_OUTPUTS) && !(groups & CLI_SWEEP); }
 
 void cli_print_options(FILE *f, unsigned groups)
 {
     for (size_t i = 0; i < NOPT; i++) {
-        if (table[i].group && !(table[i].group & groups)) continue;
+        if (!offered(i, groups)) continue;
         const char *h = table[i].help;
         const char *sp = strstr(h, "   ");
         int argl = sp ? (int)(sp - h) : 0;
@@ -65,7 +79,7 @@ void cli_print_options(FILE *f, unsigned groups)
         snprintf(left, sizeof left, "--%s%s%.*s", table[i].o.name, argl ? " " : "", argl, h);
         fprintf(f, "  %-28s %s\n", left, sp ? sp + 3 : h);
     }
-    if (groups & CLI_OUTPUTS) fprintf(f, "  %-28s %s\n", "-o FILE", "output file (plan / trace)");
+    if (takes_o(groups)) fprintf(f, "  %-28s %s\n", "-o FILE", "output file (plan / trace)");
 }
 
 static int bad(const char *cmd, const char *opt, const char *val, const char *what)
@@ -92,6 +106,32 @@ static int split_policies(const char *cmd, const char *v, cli_args *a)
         a->policies[a->n_policies++] = p;
     }
     return a->n_policies ? 0 : bad(cmd, "policies", v, "empty list");
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* --seqs: counts with K/M suffixes, sorted; a repeated length is an error (a typo). */
+static int split_seqs(const char *cmd, const char *v, cli_args *a)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", v);
+    a->n_seqs = 0;
+    for (char *p = strtok(buf, ","); p; p = strtok(NULL, ",")) {
+        uint64_t x;
+        if (a->n_seqs == CLI_MAX_SEQS) return bad(cmd, "seqs", v, "at most 64 lengths");
+        if (!ms_parse_count(p, &x) || x == 0)
+            return bad(cmd, "seqs", v, "expected positive counts such as 64K,128K");
+        a->seqs[a->n_seqs++] = x;
+    }
+    if (!a->n_seqs) return bad(cmd, "seqs", v, "empty list");
+    qsort(a->seqs, a->n_seqs, sizeof *a->seqs, cmp_u64);
+    for (size_t i = 1; i < a->n_seqs; i++)
+        if (a->seqs[i] == a->seqs[i - 1]) return bad(cmd, "seqs", v, "a length appears twice");
+    return 0;
 }
 
 static int add_knob(const char *cmd, char *v, cli_args *a)
@@ -195,6 +235,12 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
         a->pol.issue_us = d;
         return 0;
     case O_POLICIES: return split_policies(cmd, v, a);
+    case O_SEQS: return split_seqs(cmd, v, a);
+    case O_LONGEST: a->longest = 1; return 0;
+    case O_STEP:
+        if (!ms_parse_count(v, &x) || x == 0) return bad(cmd, "step", v, "expected a positive count");
+        a->step = x;
+        return 0;
     case O_CSV: a->csv_path = v; return 0;
     case O_TIMELINE: a->out.timeline_path = v; return 0;
     case O_MEMCSV: a->out.memcsv_path = v; return 0;
@@ -246,12 +292,12 @@ int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
     struct option opts[NOPT + 1];
     size_t n = 0;
     for (size_t i = 0; i < NOPT; i++)
-        if (!table[i].group || (table[i].group & groups)) opts[n++] = table[i].o;
+        if (offered(i, groups)) opts[n++] = table[i].o;
     memset(&opts[n], 0, sizeof opts[n]);
     optind = 1;
     opterr = 0;
     int c;
-    const char *shortopts = (groups & CLI_OUTPUTS) ? ":o:h" : ":h";
+    const char *shortopts = takes_o(groups) ? ":o:h" : ":h";
     while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         if (c == 'h') c = O_HELP;
         if (c == '?') {

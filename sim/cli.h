@@ -1,5 +1,5 @@
 /* cli.h — option parsing shared by the memsim subcommands that take a workload, a machine, a
- * policy and outputs (plan, simulate, compare, trace gen), and small printing helpers. Used
+ * policy and outputs (plan, simulate, compare, sweep, trace gen), and small printing helpers. Used
  * only by sim/cmd_*.c. */
 #ifndef MEMSIM_CLI_H
 #define MEMSIM_CLI_H
@@ -16,9 +16,11 @@ enum {
     CLI_POLICY = 1 << 2,    /* --policy --plan --allocator --alpha --knob and allocator knobs */
     CLI_POLICIES = 1 << 3,  /* --policies A,B,C */
     CLI_OUTPUTS = 1 << 4,   /* --csv --timeline --memcsv --schedule --plot -o */
+    CLI_SWEEP = 1 << 5,     /* --seqs LIST --longest --step N */
 };
 
 #define CLI_MAX_POLICIES 16
+#define CLI_MAX_SEQS 64
 
 typedef struct cli_args {
     pipe_workload w;
@@ -34,6 +36,10 @@ typedef struct cli_args {
     const char *output;       /* -o */
     int quiet;
     int help;
+    uint64_t seqs[CLI_MAX_SEQS]; /* --seqs, ascending, no repeats */
+    size_t n_seqs;
+    int longest;              /* --longest */
+    uint64_t step;            /* --step (0: the command's default) */
     int npos;                 /* positional arguments left in pos[] */
     char **pos;
 } cli_args;

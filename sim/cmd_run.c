@@ -1,5 +1,6 @@
-/* cmd_run.c — `memsim plan`, `memsim simulate` and `memsim compare`: the what-if commands.
- * They share the pipeline (sim/pipeline.c) and write tables, CSVs and figures. */
+/* cmd_run.c — `memsim plan`, `memsim simulate`, `memsim compare` and `memsim sweep`: the
+ * what-if commands. They share the pipeline (sim/pipeline.c) and write tables, CSVs and
+ * figures. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -229,6 +230,200 @@ int cmd_compare(int argc, char **argv)
         }
     }
     trace_free(t);
+    machine_profile_free(mp);
+    return rc;
+}
+
+/* ---- memsim sweep: policies over sequence lengths ---- */
+
+#define SWEEP_DEFAULT_SEQS "8K,16K,32K,64K,128K,256K,512K,1M"
+
+/* 64K, 1M, or the plain count when it is not a whole number of K. */
+static const char *seq_name(uint64_t x, char *buf, size_t n)
+{
+    if (x % (UINT64_C(1) << 20) == 0) snprintf(buf, n, "%lluM", (unsigned long long)(x >> 20));
+    else if (x % 1024 == 0) snprintf(buf, n, "%lluK", (unsigned long long)(x >> 10));
+    else snprintf(buf, n, "%llu", (unsigned long long)x);
+    return buf;
+}
+
+/* Generates the workload at `seq` tokens once and runs policies[0..n) on it into rs[0..n). */
+static int sweep_at(const cli_args *a, const machine_t *m, uint64_t seq, const char *const *policies,
+                    size_t n, sim_result *rs)
+{
+    pipe_workload w = a->w;
+    w.seq = seq;
+    trace_t *t;
+    ms_error err;
+    ms_status st = pipe_trace(&w, m, &t, &err);
+    char sn[32];
+    if (st != MS_OK) {
+        fprintf(stderr, "memsim sweep: at %s tokens: %s\n", seq_name(seq, sn, sizeof sn), err.msg);
+        return ms_exit_code(st);
+    }
+    for (size_t i = 0; i < n && st == MS_OK; i++) {
+        pipe_policy p = a->pol;
+        p.policy = policies[i];
+        pipe_outputs out;
+        memset(&out, 0, sizeof out);
+        st = pipe_run(t, m, &p, &out, &rs[i], &err);
+        if (st != MS_OK)
+            fprintf(stderr, "memsim sweep: %s at %s tokens: %s\n", policies[i],
+                    seq_name(seq, sn, sizeof sn), err.msg);
+    }
+    trace_free(t);
+    return st == MS_OK ? MS_EXIT_OK : ms_exit_code(st);
+}
+
+/* The table: one row per length, MFU (%) or the failure per policy, then the fastest. */
+static void sweep_table(const cli_args *a, const sim_result *rs)
+{
+    size_t np = a->n_policies;
+    char sn[32];
+    printf("%-8s", "seq");
+    for (size_t j = 0; j < np; j++) printf(" %14.14s", a->policies[j]);
+    printf("  fastest that fits (MFU %%, or why the run failed)\n");
+    for (size_t i = 0; i < a->n_seqs; i++) {
+        const sim_result *row = &rs[i * np];
+        printf("%-8s", seq_name(a->seqs[i], sn, sizeof sn));
+        for (size_t j = 0; j < np; j++) {
+            if (row[j].status == RS_OK) printf(" %14.2f", row[j].mfu * 100);
+            else printf(" %14s", res_status_name(row[j].status));
+        }
+        long b = res_fastest(row, np, NULL);
+        printf("  %s\n", b < 0 ? "none" : a->policies[b]);
+    }
+}
+
+/* --longest for policy j: bisects between its last fitting length of the grid and the next one
+ * (which failed), in multiples of step. Assumes that a length fits when a longer one does. */
+static int sweep_longest(const cli_args *a, const machine_t *m, const sim_result *rs, size_t j,
+                         uint64_t step)
+{
+    size_t np = a->n_policies, f = 0;
+    while (f < a->n_seqs && rs[f * np + j].status == RS_OK) f++;
+    char s1[32], s2[32];
+    const char *pol = a->policies[j];
+    if (f == a->n_seqs) {
+        printf("  %-20s fits every length tried (longest %s)\n", pol,
+               seq_name(a->seqs[f - 1], s1, sizeof s1));
+        return MS_EXIT_OK;
+    }
+    uint64_t lo = f ? a->seqs[f - 1] : 0, hi = a->seqs[f];
+    res_status why = rs[f * np + j].status;
+    if (!a->quiet)
+        fprintf(stderr, "memsim sweep: bisecting %s between %s and %s\n", pol,
+                seq_name(lo, s1, sizeof s1), seq_name(hi, s2, sizeof s2));
+    for (;;) {
+        uint64_t mid = (lo + (hi - lo) / 2) / step * step;
+        if (mid <= lo || mid >= hi) break;
+        sim_result r;
+        int rc = sweep_at(a, m, mid, &pol, 1, &r);
+        if (rc) return rc;
+        if (r.status == RS_OK) lo = mid;
+        else {
+            hi = mid;
+            why = r.status;
+        }
+    }
+    if (lo) printf("  %-20s %s (%s: %s)\n", pol, seq_name(lo, s1, sizeof s1),
+                   seq_name(hi, s2, sizeof s2), res_status_name(why));
+    else printf("  %-20s none (%s: %s)\n", pol, seq_name(hi, s2, sizeof s2),
+                res_status_name(why));
+    return MS_EXIT_OK;
+}
+
+/* The figure's data: one block per policy (header line, then seq in K, MFU %, peak reserved
+ * GiB; failed lengths as NaN), for plots/sweep.gp. */
+static int write_sweep_data(const char *dir, const cli_args *a, const sim_result *rs, char *path,
+                            size_t pathn)
+{
+    snprintf(path, pathn, "%s/sweep.dat", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    size_t np = a->n_policies;
+    for (size_t j = 0; j < np; j++) {
+        fprintf(f, "%sseq_k \"%s\" reserved_gib\n", j ? "\n\n" : "", a->policies[j]);
+        for (size_t i = 0; i < a->n_seqs; i++) {
+            const sim_result *r = &rs[i * np + j];
+            if (r->status == RS_OK)
+                fprintf(f, "%.3f %.4f %.4f\n", (double)a->seqs[i] / 1024, r->mfu * 100,
+                        (double)r->peak_reserved_bytes / MS_GiB);
+            else fprintf(f, "%.3f NaN NaN\n", (double)a->seqs[i] / 1024);
+        }
+    }
+    return fclose(f);
+}
+
+static void sweep_plot(const cli_args *a, const machine_t *m, const sim_result *rs)
+{
+    char data[4096], outb[4096], vars[160], title[256];
+    if (write_sweep_data(a->plot_dir, a, rs, data, sizeof data) != 0) {
+        fprintf(stderr, "memsim sweep: cannot write %s\n", data);
+        return;
+    }
+    snprintf(outb, sizeof outb, "%s/sweep", a->plot_dir);
+    snprintf(vars, sizeof vars, "capacity_gib=%.2f; npol=%zu; kmin=%.3f; kmax=%.3f",
+             (double)machine_usable_bytes(m) / MS_GiB, a->n_policies,
+             (double)a->seqs[0] / 1024, (double)a->seqs[a->n_seqs - 1] / 1024);
+    snprintf(title, sizeof title, "%s on %s: MFU and memory against the sequence length",
+             rs[0].model, m->name);
+    ms_error err;
+    if (plot_draw("sweep", data, outb, title, vars, &err) != MS_OK)
+        fprintf(stderr, "memsim sweep: %s\n", err.msg);
+    else if (!a->quiet)
+        printf("wrote %s.png and .svg\n", outb);
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_SWEEP;
+    cli_args a;
+    int rc = cli_parse(argc, argv, g, &a);
+    if (rc) return rc;
+    if (a.help) {
+        usage_of("sweep", "Runs several policies at several sequence lengths of one model on a\n"
+                          "machine: the MFU of each (or oom / oohm), the fastest policy that fits\n"
+                          "at each length, and with --longest each policy's longest sequence that\n"
+                          "fits. --csv writes every run's results row, --plot DIR the figure.",
+                 g, stdout);
+        return MS_EXIT_OK;
+    }
+    if (!a.n_seqs) {
+        char *argv2[] = { "sweep", "--seqs", SWEEP_DEFAULT_SEQS, NULL };
+        cli_args d;
+        if ((rc = cli_parse(3, argv2, CLI_SWEEP, &d))) return rc;
+        memcpy(a.seqs, d.seqs, sizeof d.seqs);
+        a.n_seqs = d.n_seqs;
+    }
+    if (a.plot_dir && (rc = make_dir("sweep", a.plot_dir))) return rc;
+    machine_profile *mp;
+    if ((rc = cli_load_machine(&a, "sweep", &mp))) return rc;
+    size_t np = a.n_policies;
+    sim_result *rs = calloc(a.n_seqs * np, sizeof *rs);
+    if (!rs) {
+        machine_profile_free(mp);
+        return cli_fail("sweep", MS_ERR_NOMEM, NULL);
+    }
+    char sn[32];
+    for (size_t i = 0; i < a.n_seqs && !rc; i++) {
+        if (!a.quiet)
+            fprintf(stderr, "memsim sweep: %s tokens (%zu/%zu)\n",
+                    seq_name(a.seqs[i], sn, sizeof sn), i + 1, a.n_seqs);
+        rc = sweep_at(&a, &mp->m, a.seqs[i], a.policies, np, &rs[i * np]);
+    }
+    if (!rc && !a.quiet) sweep_table(&a, rs);
+    if (!rc && a.longest && !a.quiet) {
+        uint64_t step = a.step ? a.step
+                               : UINT64_C(1024) * (uint64_t)(a.w.tp > 0 ? a.w.tp : 1) *
+                                     (uint64_t)(a.w.cp > 0 ? a.w.cp : 1);
+        printf("longest sequence that fits (bisection to %s; the first length that failed and "
+               "why):\n", seq_name(step, sn, sizeof sn));
+        for (size_t j = 0; j < np && !rc; j++) rc = sweep_longest(&a, &mp->m, rs, j, step);
+    }
+    if (!rc && a.csv_path) rc = write_csv("sweep", a.csv_path, rs, a.n_seqs * np);
+    if (!rc && a.plot_dir) sweep_plot(&a, &mp->m, rs);
+    free(rs);
     machine_profile_free(mp);
     return rc;
 }

@@ -8,6 +8,7 @@ int cmd_trace(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_simulate(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_dsa(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -21,6 +21,7 @@ static const struct {
     {"plan", cmd_plan, "run a policy's planner on a workload and write the plan file"},
     {"simulate", cmd_simulate, "simulate one policy (or a trace + plan file) on a machine"},
     {"compare", cmd_compare, "several policies on one workload, side by side (--plot DIR)"},
+    {"sweep", cmd_sweep, "several policies over sequence lengths: MFU, fastest, longest that fits"},
     {"replay", cmd_replay, "replay a trace's alloc/free program through an allocator"},
     {"dsa", cmd_dsa, "offline storage allocation (static memory planning) of CSV instances"},
     {"bench", cmd_bench, "memsim's own speed: allocator replay and simulation throughput"},

@@ -153,18 +153,26 @@ void res_table(FILE *f, const sim_result *rs, size_t n)
 }
 
 /* The fastest result that fits, then the failures by kind (oom, oohm, error). */
-long res_verdict(FILE *f, const sim_result *rs, size_t n)
+long res_fastest(const sim_result *rs, size_t n, long *second)
 {
-    long best = -1, second = -1;
+    long best = -1, next = -1;
     for (size_t i = 0; i < n; i++) {
         if (rs[i].status != RS_OK || !(rs[i].iter_time_s > 0)) continue;
         if (best < 0 || rs[i].iter_time_s < rs[best].iter_time_s) {
-            second = best;
+            next = best;
             best = (long)i;
-        } else if (second < 0 || rs[i].iter_time_s < rs[second].iter_time_s) {
-            second = (long)i;
+        } else if (next < 0 || rs[i].iter_time_s < rs[next].iter_time_s) {
+            next = (long)i;
         }
     }
+    if (second) *second = next;
+    return best;
+}
+
+long res_verdict(FILE *f, const sim_result *rs, size_t n)
+{
+    long second;
+    long best = res_fastest(rs, n, &second);
     if (best < 0) fprintf(f, "fastest that fits: none");
     else {
         fprintf(f, "fastest that fits: %s, %.4f s per iteration", rs[best].policy,

@@ -48,6 +48,9 @@ void res_csv_header(FILE *f);
 void res_csv_row(FILE *f, const sim_result *r);
 /* Human-readable summary table of several results (memsim compare). */
 void res_table(FILE *f, const sim_result *rs, size_t n);
+/* The index of the fastest result that fits (status ok), -1 when none does; *second (if not
+ * NULL) the next fastest, or -1. */
+long res_fastest(const sim_result *rs, size_t n, long *second);
 /* One line under that table: which result runs fastest of those that fit (status ok), how far
  * ahead of the next, and which ran out of device or host memory. Returns the index of the
  * fastest, or -1 when none fits. */

@@ -17,7 +17,7 @@ expect() {
     ok $r "$desc"
 }
 
-for c in list trace plan simulate compare replay dsa bench experiment validate gmlake; do
+for c in list trace plan simulate compare sweep replay dsa bench experiment validate gmlake; do
     expect 0 "memsim $c --help exits 0" -- "$M" $c --help
 done
 for c in gen check stats import; do
@@ -124,6 +124,30 @@ expect 0 "compare: three policies, one out of memory" -- "$M" compare --model gp
 want=$(awk '$3 == "ok" && (b == "" || $4 < t) { b = $1; t = $4 } END { print b }' "$T/out")
 grep -q "^fastest that fits: $want, " "$T/out"; ok $? "the verdict names the fastest row that fits ($want)"
 grep -q "; oom: keep-all$" "$T/out"; ok $? "the verdict lists the policy that ran out of memory"
+# sweep: the fastest column agrees with the row's MFUs, and --longest's answer is checked by
+# simulating the length it names (fits) and one step more (fails)
+SW="--dims 8,2048,16,8192,50257 --machine h200-sxm"
+expect 0 "sweep: three policies over five lengths with --longest" -- "$M" sweep $SW --seqs 16K,32K,64K,128K,256K --policies keep-all,full-recompute,full-swap --longest
+cp "$T/out" "$T/sweep1"
+awk 'NR == 1 { for (i = 2; i <= 4; i++) name[i] = $i; next }
+     /^longest/ { exit }
+     { best = ""; b = -1; for (i = 2; i <= 4; i++) if ($i ~ /^[0-9.]+$/ && $i + 0 > b) { b = $i + 0; best = name[i] }
+       if (best == "") best = "none"; if ($5 != best) bad = 1; rows++ }
+     END { exit !(rows == 5 && !bad) }' "$T/sweep1"; ok $? "sweep: each row's fastest is the policy with the highest MFU"
+grep -q "^256K  *oom " "$T/sweep1"; ok $? "sweep: keep-all runs out of memory at 256K"
+L=$(awk '$1 == "keep-all" && NF >= 2 && $2 ~ /K$/ { print $2 }' "$T/sweep1")
+N=$(awk '$1 == "keep-all" && NF >= 2 && $2 ~ /K$/ { gsub(/[(:]/, "", $3); print $3 }' "$T/sweep1")
+"$M" simulate $SW --seq "$L" --policy keep-all 2>/dev/null | tail -n 1 | grep -q " ok "; ok $? "sweep: keep-all fits at the longest length sweep names ($L)"
+"$M" simulate $SW --seq "$N" --policy keep-all 2>/dev/null | tail -n 1 | grep -q " oom "; ok $? "sweep: keep-all runs out of memory one step beyond ($N)"
+"$M" sweep $SW --seqs 16K,32K,64K,128K,256K --policies keep-all,full-recompute,full-swap --longest > "$T/sweep2" 2>/dev/null
+cmp -s "$T/sweep1" "$T/sweep2"; ok $? "sweep: the same inputs give byte-identical output"
+expect 0 "sweep: --csv with --quiet" -- "$M" sweep $SW --seqs 16K,32K --policies keep-all,full-recompute --csv "$T/sw.csv" --quiet
+[ "$(wc -l < "$T/sw.csv")" -eq 5 ] && [ ! -s "$T/out" ]; ok $? "sweep: one CSV row per length and policy, nothing on stdout with --quiet"
+expect 2 "sweep: a length given twice: exit 2" -- "$M" sweep $SW --seqs 16K,16K
+grep -q "a length appears twice" "$T/err"; ok $? "sweep: the repeated length is named"
+expect 2 "sweep: --trace is not a sweep option: exit 2" -- "$M" sweep --trace "$T/w.trace.gz"
+expect 3 "sweep: a length the generator refuses: exit 3, the length named" -- "$M" sweep --model gpt-7b --tp 4 --cp 2 --seqs 6
+grep -q "at 6 tokens" "$T/err"; ok $? "sweep: the refused length is in the message"
 expect 3 "--knob alpha: exit 3, pointing to --alpha" -- "$M" simulate $W --policy memo --knob alpha=0.5
 grep -q -- "--alpha" "$T/err"; ok $? "the message names --alpha"
 expect 3 "protrain: a misspelt knob: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tl=0
