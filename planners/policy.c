@@ -161,6 +161,7 @@ ms_status pol_knobs_check(const char *const *policies, size_t n, const pol_opts 
 {
     for (size_t i = 0; o && i < o->n_knobs; i++) {
         const char *key = o->knobs[i].key;
+        if (!key || !key[0]) return ms_fail(err, MS_ERR_INVALID, "a knob without a key");
         int known = 0, listed = 0;
         for (size_t j = 0; j < n && !known; j++) {
             const pol_policy *p = pol_find(policies[j]);
@@ -168,14 +169,14 @@ ms_status pol_knobs_check(const char *const *policies, size_t n, const pol_opts 
             known = !p || pol_knob_known(p, key);
         }
         if (known || !listed) continue;
-        if (key && !strcmp(key, "alpha"))
+        if (!strcmp(key, "alpha"))
             return ms_fail(err, MS_ERR_INVALID, "knob 'alpha': the swapped fraction is an option "
                            "of its own (pol_opts.alpha; memsim --alpha X), not a knob");
         const char *near = closest_knob(policies, n, key);
         char list[2048] = "memsim list shows each policy's knobs";
         if (n == 1) pol_knob_list(pol_find(policies[0]), list, sizeof list);
         return ms_fail(err, MS_ERR_INVALID, "knob '%s' is not read by %s%s%s%s%s (%s%s)",
-                       key ? key : "", n > 1 ? "any of these policies" : "policy ",
+                       key, n > 1 ? "any of these policies" : "policy ",
                        n > 1 ? "" : policies[0], near ? "; did you mean '" : "",
                        near ? near : "", near ? "'?" : "", n == 1 ? "its knobs: " : "",
                        list[0] ? list : "none");
