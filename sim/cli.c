@@ -114,8 +114,7 @@ static int cmp_u64(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* --seqs: counts with K/M suffixes, sorted; a repeated length is an error (a typo). */
-static int split_seqs(const char *cmd, const char *v, cli_args *a)
+int cli_set_seqs(const char *cmd, const char *v, cli_args *a)
 {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", v);
@@ -235,7 +234,7 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
         a->pol.issue_us = d;
         return 0;
     case O_POLICIES: return split_policies(cmd, v, a);
-    case O_SEQS: return split_seqs(cmd, v, a);
+    case O_SEQS: return cli_set_seqs(cmd, v, a);
     case O_LONGEST: a->longest = 1; return 0;
     case O_STEP:
         if (!ms_parse_count(v, &x) || x == 0) return bad(cmd, "step", v, "expected a positive count");

@@ -47,6 +47,9 @@ typedef struct cli_args {
 /* Parses argv for the groups in `groups`; prints "memsim CMD: ..." and returns
  * MS_EXIT_USAGE on a bad option; MS_EXIT_OK otherwise (a->help set for --help). */
 int cli_parse(int argc, char **argv, unsigned groups, cli_args *a);
+/* --seqs LIST into a->seqs: counts with K/M suffixes, sorted; an empty list, a repeated length
+ * (a typo) or more than CLI_MAX_SEQS: prints why, returns MS_EXIT_USAGE. */
+int cli_set_seqs(const char *cmd, const char *list, cli_args *a);
 /* The option help text of the groups. */
 void cli_print_options(FILE *f, unsigned groups);
 /* Loads the machine profile (default a800-8gpu); prints the error. */

@@ -389,13 +389,7 @@ int cmd_sweep(int argc, char **argv)
                  g, stdout);
         return MS_EXIT_OK;
     }
-    if (!a.n_seqs) {
-        char *argv2[] = { "sweep", "--seqs", SWEEP_DEFAULT_SEQS, NULL };
-        cli_args d;
-        if ((rc = cli_parse(3, argv2, CLI_SWEEP, &d))) return rc;
-        memcpy(a.seqs, d.seqs, sizeof d.seqs);
-        a.n_seqs = d.n_seqs;
-    }
+    if (!a.n_seqs && (rc = cli_set_seqs("sweep", SWEEP_DEFAULT_SEQS, &a))) return rc;
     if (a.plot_dir && (rc = make_dir("sweep", a.plot_dir))) return rc;
     machine_profile *mp;
     if ((rc = cli_load_machine(&a, "sweep", &mp))) return rc;
