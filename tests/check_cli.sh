@@ -148,6 +148,11 @@ grep -q "a length appears twice" "$T/err"; ok $? "sweep: the repeated length is 
 expect 2 "sweep: --trace is not a sweep option: exit 2" -- "$M" sweep --trace "$T/w.trace.gz"
 expect 3 "sweep: a length the generator refuses: exit 3, the length named" -- "$M" sweep --model gpt-7b --tp 4 --cp 2 --seqs 6
 grep -q "at 6 tokens" "$T/err"; ok $? "sweep: the refused length is in the message"
+# the longest-sequence boundaries measured on an H100 (experiments/validate/boundary_h100): the
+# simulator must still give every run's status and peak bytes exactly
+MEMSIM="$M" bash "${srcdir:-.}/experiments/validate/boundary.sh" compare "${srcdir:-.}/experiments/validate/boundary_h100" > "$T/bnd" 2>&1
+ok $? "sweep's boundaries: 20 H100 runs around keep-all's and full-recompute's longest sequence agree with the simulator"
+grep -q "keep-all             36K (37K: oom)" "$T/bnd"; ok $? "sweep --longest predicts keep-all's H100 boundary (36K fits, 37K does not)"
 expect 3 "--knob alpha: exit 3, pointing to --alpha" -- "$M" simulate $W --policy memo --knob alpha=0.5
 grep -q -- "--alpha" "$T/err"; ok $? "the message names --alpha"
 expect 3 "protrain: a misspelt knob: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tl=0
