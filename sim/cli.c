@@ -13,7 +13,7 @@ enum {
     O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
     O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN,
-    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_LONGEST, O_STEP
+    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP
 };
 
 /* An option is offered to a command whose groups include `group` (0: every command) and none
@@ -27,7 +27,7 @@ static const struct {
 } table[] = {
     {{"model", required_argument, 0, O_MODEL}, CLI_WORKLOAD, "NAME   model from `memsim list` (default gpt-7b)", 0},
     {{"dims", required_argument, 0, O_DIMS}, CLI_WORKLOAD, "L,H,A,F,V   explicit layers, hidden, heads, ffn, vocab", 0},
-    {{"seq", required_argument, 0, O_SEQ}, CLI_WORKLOAD, "N   sequence length (64K, 1M accepted; default: the model's)", CLI_SWEEP},
+    {{"seq", required_argument, 0, O_SEQ}, CLI_WORKLOAD, "N   sequence length (64K, 1M accepted; default: the model's)", 0},
     {{"batch", required_argument, 0, O_BATCH}, CLI_WORKLOAD, "N   micro-batch size (default 1)", 0},
     {{"tp", required_argument, 0, O_TP}, CLI_WORKLOAD, "N   tensor-parallel degree (with sequence parallelism)", 0},
     {{"cp", required_argument, 0, O_CP}, CLI_WORKLOAD, "N   context-parallel degree", 0},
@@ -49,6 +49,7 @@ static const struct {
     {{"issue-us", required_argument, 0, O_ISSUE_US}, CLI_POLICY | CLI_POLICIES, "US   host time per issued GPU action with --issue-ahead (default 3, assumed)", 0},
     {{"policies", required_argument, 0, O_POLICIES}, CLI_POLICIES, "A,B,C   policies to compare (default keep-all,full-recompute,full-swap)", 0},
     {{"seqs", required_argument, 0, O_SEQS}, CLI_SWEEP, "LIST   sequence lengths, e.g. 64K,128K,256K (default 8K,16K,...,1M)", 0},
+    {{"batches", required_argument, 0, O_BATCHES}, CLI_SWEEP, "LIST   micro-batch sizes instead, e.g. 1,2,4,8 (at --seq)", 0},
     {{"longest", no_argument, 0, O_LONGEST}, CLI_SWEEP, "   also bisect each policy's longest sequence that fits, between its last fitting length and the next", 0},
     {{"step", required_argument, 0, O_STEP}, CLI_SWEEP, "N   resolution of --longest (default 1K x tp x cp)", 0},
     {{"csv", required_argument, 0, O_CSV}, CLI_OUTPUTS, "FILE   write the results CSV", 0},
@@ -114,22 +115,24 @@ static int cmp_u64(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-int cli_set_seqs(const char *cmd, const char *v, cli_args *a)
+int cli_set_points(const char *cmd, const char *opt, const char *v, int batches, cli_args *a)
 {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", v);
-    a->n_seqs = 0;
+    a->n_points = 0;
+    a->points_are_batches = batches;
     for (char *p = strtok(buf, ","); p; p = strtok(NULL, ",")) {
         uint64_t x;
-        if (a->n_seqs == CLI_MAX_SEQS) return bad(cmd, "seqs", v, "at most 64 lengths");
+        if (a->n_points == CLI_MAX_POINTS) return bad(cmd, opt, v, "at most 64 values");
         if (!ms_parse_count(p, &x) || x == 0)
-            return bad(cmd, "seqs", v, "expected positive counts such as 64K,128K");
-        a->seqs[a->n_seqs++] = x;
+            return bad(cmd, opt, v, batches ? "expected positive counts such as 1,2,4,8"
+                                            : "expected positive counts such as 64K,128K");
+        a->points[a->n_points++] = x;
     }
-    if (!a->n_seqs) return bad(cmd, "seqs", v, "empty list");
-    qsort(a->seqs, a->n_seqs, sizeof *a->seqs, cmp_u64);
-    for (size_t i = 1; i < a->n_seqs; i++)
-        if (a->seqs[i] == a->seqs[i - 1]) return bad(cmd, "seqs", v, "a length appears twice");
+    if (!a->n_points) return bad(cmd, opt, v, "empty list");
+    qsort(a->points, a->n_points, sizeof *a->points, cmp_u64);
+    for (size_t i = 1; i < a->n_points; i++)
+        if (a->points[i] == a->points[i - 1]) return bad(cmd, opt, v, "a value appears twice");
     return 0;
 }
 
@@ -234,7 +237,11 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
         a->pol.issue_us = d;
         return 0;
     case O_POLICIES: return split_policies(cmd, v, a);
-    case O_SEQS: return cli_set_seqs(cmd, v, a);
+    case O_SEQS:
+    case O_BATCHES:
+        if (a->n_points) return bad(cmd, c == O_SEQS ? "seqs" : "batches", v,
+                                    "give one of --seqs and --batches, once");
+        return cli_set_points(cmd, c == O_SEQS ? "seqs" : "batches", v, c == O_BATCHES, a);
     case O_LONGEST: a->longest = 1; return 0;
     case O_STEP:
         if (!ms_parse_count(v, &x) || x == 0) return bad(cmd, "step", v, "expected a positive count");

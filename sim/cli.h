@@ -16,11 +16,11 @@ enum {
     CLI_POLICY = 1 << 2,    /* --policy --plan --allocator --alpha --knob and allocator knobs */
     CLI_POLICIES = 1 << 3,  /* --policies A,B,C */
     CLI_OUTPUTS = 1 << 4,   /* --csv --timeline --memcsv --schedule --plot -o */
-    CLI_SWEEP = 1 << 5,     /* --seqs LIST --longest --step N */
+    CLI_SWEEP = 1 << 5,     /* --seqs LIST | --batches LIST, --longest, --step N */
 };
 
 #define CLI_MAX_POLICIES 16
-#define CLI_MAX_SEQS 64
+#define CLI_MAX_POINTS 64
 
 typedef struct cli_args {
     pipe_workload w;
@@ -36,8 +36,9 @@ typedef struct cli_args {
     const char *output;       /* -o */
     int quiet;
     int help;
-    uint64_t seqs[CLI_MAX_SEQS]; /* --seqs, ascending, no repeats */
-    size_t n_seqs;
+    uint64_t points[CLI_MAX_POINTS]; /* --seqs or --batches: ascending, no repeats */
+    size_t n_points;
+    int points_are_batches;   /* 1: --batches (micro-batch sizes), 0: sequence lengths */
     int longest;              /* --longest */
     uint64_t step;            /* --step (0: the command's default) */
     int npos;                 /* positional arguments left in pos[] */
@@ -47,9 +48,10 @@ typedef struct cli_args {
 /* Parses argv for the groups in `groups`; prints "memsim CMD: ..." and returns
  * MS_EXIT_USAGE on a bad option; MS_EXIT_OK otherwise (a->help set for --help). */
 int cli_parse(int argc, char **argv, unsigned groups, cli_args *a);
-/* --seqs LIST into a->seqs: counts with K/M suffixes, sorted; an empty list, a repeated length
- * (a typo) or more than CLI_MAX_SEQS: prints why, returns MS_EXIT_USAGE. */
-int cli_set_seqs(const char *cmd, const char *list, cli_args *a);
+/* --seqs / --batches LIST (option name opt) into a->points: counts with K/M suffixes, sorted;
+ * an empty list, a repeated value (a typo) or more than CLI_MAX_POINTS: prints why, returns
+ * MS_EXIT_USAGE. */
+int cli_set_points(const char *cmd, const char *opt, const char *list, int batches, cli_args *a);
 /* The option help text of the groups. */
 void cli_print_options(FILE *f, unsigned groups);
 /* Loads the machine profile (default a800-8gpu); prints the error. */

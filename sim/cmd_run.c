@@ -234,31 +234,45 @@ int cmd_compare(int argc, char **argv)
     return rc;
 }
 
-/* ---- memsim sweep: policies over sequence lengths ---- */
+/* ---- memsim sweep: policies over sequence lengths or micro-batch sizes ---- */
 
 #define SWEEP_DEFAULT_SEQS "8K,16K,32K,64K,128K,256K,512K,1M"
 
-/* 64K, 1M, or the plain count when it is not a whole number of K. */
-static const char *seq_name(uint64_t x, char *buf, size_t n)
+/* A swept value as the table shows it: 64K or 1M for lengths (plain when not a whole number of
+ * K), the number for batch sizes. */
+static const char *point_name(const cli_args *a, uint64_t x, char *buf, size_t n)
 {
-    if (x % (UINT64_C(1) << 20) == 0) snprintf(buf, n, "%lluM", (unsigned long long)(x >> 20));
+    if (a->points_are_batches) snprintf(buf, n, "%llu", (unsigned long long)x);
+    else if (x % (UINT64_C(1) << 20) == 0)
+        snprintf(buf, n, "%lluM", (unsigned long long)(x >> 20));
     else if (x % 1024 == 0) snprintf(buf, n, "%lluK", (unsigned long long)(x >> 10));
     else snprintf(buf, n, "%llu", (unsigned long long)x);
     return buf;
 }
 
-/* Generates the workload at `seq` tokens once and runs policies[0..n) on it into rs[0..n). */
-static int sweep_at(const cli_args *a, const machine_t *m, uint64_t seq, const char *const *policies,
+/* "at 64K tokens" / "at batch 8", for messages. */
+static const char *point_at(const cli_args *a, uint64_t x, char *buf, size_t n)
+{
+    char v[32];
+    point_name(a, x, v, sizeof v);
+    if (a->points_are_batches) snprintf(buf, n, "at batch %s", v);
+    else snprintf(buf, n, "at %s tokens", v);
+    return buf;
+}
+
+/* Generates the workload at point x once and runs policies[0..n) on it into rs[0..n). */
+static int sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const char *const *policies,
                     size_t n, sim_result *rs)
 {
     pipe_workload w = a->w;
-    w.seq = seq;
+    if (a->points_are_batches) w.batch = x;
+    else w.seq = x;
     trace_t *t;
     ms_error err;
     ms_status st = pipe_trace(&w, m, &t, &err);
-    char sn[32];
+    char at[48];
     if (st != MS_OK) {
-        fprintf(stderr, "memsim sweep: at %s tokens: %s\n", seq_name(seq, sn, sizeof sn), err.msg);
+        fprintf(stderr, "memsim sweep: %s: %s\n", point_at(a, x, at, sizeof at), err.msg);
         return ms_exit_code(st);
     }
     for (size_t i = 0; i < n && st == MS_OK; i++) {
@@ -268,24 +282,24 @@ static int sweep_at(const cli_args *a, const machine_t *m, uint64_t seq, const c
         memset(&out, 0, sizeof out);
         st = pipe_run(t, m, &p, &out, &rs[i], &err);
         if (st != MS_OK)
-            fprintf(stderr, "memsim sweep: %s at %s tokens: %s\n", policies[i],
-                    seq_name(seq, sn, sizeof sn), err.msg);
+            fprintf(stderr, "memsim sweep: %s %s: %s\n", policies[i],
+                    point_at(a, x, at, sizeof at), err.msg);
     }
     trace_free(t);
     return st == MS_OK ? MS_EXIT_OK : ms_exit_code(st);
 }
 
-/* The table: one row per length, MFU (%) or the failure per policy, then the fastest. */
+/* The table: one row per point, MFU (%) or the failure per policy, then the fastest. */
 static void sweep_table(const cli_args *a, const sim_result *rs)
 {
     size_t np = a->n_policies;
-    char sn[32];
-    printf("%-8s", "seq");
+    char v[32];
+    printf("%-8s", a->points_are_batches ? "batch" : "seq");
     for (size_t j = 0; j < np; j++) printf(" %14.14s", a->policies[j]);
     printf("  fastest that fits (MFU %%, or why the run failed)\n");
-    for (size_t i = 0; i < a->n_seqs; i++) {
+    for (size_t i = 0; i < a->n_points; i++) {
         const sim_result *row = &rs[i * np];
-        printf("%-8s", seq_name(a->seqs[i], sn, sizeof sn));
+        printf("%-8s", point_name(a, a->points[i], v, sizeof v));
         for (size_t j = 0; j < np; j++) {
             if (row[j].status == RS_OK) printf(" %14.2f", row[j].mfu * 100);
             else printf(" %14s", res_status_name(row[j].status));
@@ -295,25 +309,25 @@ static void sweep_table(const cli_args *a, const sim_result *rs)
     }
 }
 
-/* --longest for policy j: bisects between its last fitting length of the grid and the next one
- * (which failed), in multiples of step. Assumes that a length fits when a longer one does. */
+/* --longest for policy j: bisects between its last fitting point of the grid and the next one
+ * (which failed), in multiples of step. Assumes that a point fits when a larger one does. */
 static int sweep_longest(const cli_args *a, const machine_t *m, const sim_result *rs, size_t j,
                          uint64_t step)
 {
     size_t np = a->n_policies, f = 0;
-    while (f < a->n_seqs && rs[f * np + j].status == RS_OK) f++;
+    while (f < a->n_points && rs[f * np + j].status == RS_OK) f++;
     char s1[32], s2[32];
     const char *pol = a->policies[j];
-    if (f == a->n_seqs) {
-        printf("  %-20s fits every length tried (longest %s)\n", pol,
-               seq_name(a->seqs[f - 1], s1, sizeof s1));
+    if (f == a->n_points) {
+        printf("  %-20s fits every value tried (largest %s)\n", pol,
+               point_name(a, a->points[f - 1], s1, sizeof s1));
         return MS_EXIT_OK;
     }
-    uint64_t lo = f ? a->seqs[f - 1] : 0, hi = a->seqs[f];
+    uint64_t lo = f ? a->points[f - 1] : 0, hi = a->points[f];
     res_status why = rs[f * np + j].status;
     if (!a->quiet)
         fprintf(stderr, "memsim sweep: bisecting %s between %s and %s\n", pol,
-                seq_name(lo, s1, sizeof s1), seq_name(hi, s2, sizeof s2));
+                point_name(a, lo, s1, sizeof s1), point_name(a, hi, s2, sizeof s2));
     for (;;) {
         uint64_t mid = (lo + (hi - lo) / 2) / step * step;
         if (mid <= lo || mid >= hi) break;
@@ -326,15 +340,21 @@ static int sweep_longest(const cli_args *a, const machine_t *m, const sim_result
             why = r.status;
         }
     }
-    if (lo) printf("  %-20s %s (%s: %s)\n", pol, seq_name(lo, s1, sizeof s1),
-                   seq_name(hi, s2, sizeof s2), res_status_name(why));
-    else printf("  %-20s none (%s: %s)\n", pol, seq_name(hi, s2, sizeof s2),
+    if (lo) printf("  %-20s %s (%s: %s)\n", pol, point_name(a, lo, s1, sizeof s1),
+                   point_name(a, hi, s2, sizeof s2), res_status_name(why));
+    else printf("  %-20s none (%s: %s)\n", pol, point_name(a, hi, s2, sizeof s2),
                 res_status_name(why));
     return MS_EXIT_OK;
 }
 
-/* The figure's data: one block per policy (header line, then seq in K, MFU %, peak reserved
- * GiB; failed lengths as NaN), for plots/sweep.gp. */
+/* The x coordinate of a point in the figure: K tokens, or the batch size. */
+static double point_x(const cli_args *a, uint64_t x)
+{
+    return a->points_are_batches ? (double)x : (double)x / 1024;
+}
+
+/* The figure's data: one block per policy (header line, then x, MFU %, peak reserved GiB;
+ * failed points as NaN), for plots/sweep.gp. */
 static int write_sweep_data(const char *dir, const cli_args *a, const sim_result *rs, char *path,
                             size_t pathn)
 {
@@ -343,13 +363,14 @@ static int write_sweep_data(const char *dir, const cli_args *a, const sim_result
     if (!f) return -1;
     size_t np = a->n_policies;
     for (size_t j = 0; j < np; j++) {
-        fprintf(f, "%sseq_k \"%s\" reserved_gib\n", j ? "\n\n" : "", a->policies[j]);
-        for (size_t i = 0; i < a->n_seqs; i++) {
+        fprintf(f, "%sx \"%s\" reserved_gib\n", j ? "\n\n" : "", a->policies[j]);
+        for (size_t i = 0; i < a->n_points; i++) {
             const sim_result *r = &rs[i * np + j];
+            double x = point_x(a, a->points[i]);
             if (r->status == RS_OK)
-                fprintf(f, "%.3f %.4f %.4f\n", (double)a->seqs[i] / 1024, r->mfu * 100,
+                fprintf(f, "%.3f %.4f %.4f\n", x, r->mfu * 100,
                         (double)r->peak_reserved_bytes / MS_GiB);
-            else fprintf(f, "%.3f NaN NaN\n", (double)a->seqs[i] / 1024);
+            else fprintf(f, "%.3f NaN NaN\n", x);
         }
     }
     return fclose(f);
@@ -357,22 +378,35 @@ static int write_sweep_data(const char *dir, const cli_args *a, const sim_result
 
 static void sweep_plot(const cli_args *a, const machine_t *m, const sim_result *rs)
 {
-    char data[4096], outb[4096], vars[160], title[256];
+    char data[4096], outb[4096], vars[256], title[256];
     if (write_sweep_data(a->plot_dir, a, rs, data, sizeof data) != 0) {
         fprintf(stderr, "memsim sweep: cannot write %s\n", data);
         return;
     }
+    int b = a->points_are_batches;
     snprintf(outb, sizeof outb, "%s/sweep", a->plot_dir);
-    snprintf(vars, sizeof vars, "capacity_gib=%.2f; npol=%zu; kmin=%.3f; kmax=%.3f",
+    snprintf(vars, sizeof vars, "capacity_gib=%.2f; npol=%zu; xmin=%.3f; xmax=%.3f; xlab=\"%s\"",
              (double)machine_usable_bytes(m) / MS_GiB, a->n_policies,
-             (double)a->seqs[0] / 1024, (double)a->seqs[a->n_seqs - 1] / 1024);
-    snprintf(title, sizeof title, "%s on %s: MFU and memory against the sequence length",
-             rs[0].model, m->name);
+             point_x(a, a->points[0]), point_x(a, a->points[a->n_points - 1]),
+             b ? "micro-batch size" : "sequence length (K tokens)");
+    snprintf(title, sizeof title, "%s on %s: MFU and memory against the %s", rs[0].model,
+             m->name, b ? "micro-batch size" : "sequence length");
     ms_error err;
     if (plot_draw("sweep", data, outb, title, vars, &err) != MS_OK)
         fprintf(stderr, "memsim sweep: %s\n", err.msg);
     else if (!a->quiet)
         printf("wrote %s.png and .svg\n", outb);
+}
+
+/* The fixed dimension of the sweep must not be the swept one. */
+static int sweep_args_check(const cli_args *a)
+{
+    const char *bad = NULL;
+    if (a->points_are_batches && a->w.batch) bad = "--batch with --batches";
+    if (!a->points_are_batches && a->w.seq) bad = "--seq with --seqs (or without --batches)";
+    if (!bad) return MS_EXIT_OK;
+    fprintf(stderr, "memsim sweep: %s: the swept quantity cannot also be fixed\n", bad);
+    return MS_EXIT_USAGE;
 }
 
 int cmd_sweep(int argc, char **argv)
@@ -382,40 +416,46 @@ int cmd_sweep(int argc, char **argv)
     int rc = cli_parse(argc, argv, g, &a);
     if (rc) return rc;
     if (a.help) {
-        usage_of("sweep", "Runs several policies at several sequence lengths of one model on a\n"
-                          "machine: the MFU of each (or oom / oohm), the fastest policy that fits\n"
-                          "at each length, and with --longest each policy's longest sequence that\n"
-                          "fits. --csv writes every run's results row, --plot DIR the figure.",
+        usage_of("sweep", "Runs several policies at several sequence lengths (--seqs) or micro-batch\n"
+                          "sizes (--batches, at --seq) of one model on a machine: the MFU of each\n"
+                          "(or oom / oohm), the fastest policy that fits at each point, and with\n"
+                          "--longest each policy's longest sequence (largest batch) that fits.\n"
+                          "--csv writes every run's results row, --plot DIR the figure.",
                  g, stdout);
         return MS_EXIT_OK;
     }
-    if (!a.n_seqs && (rc = cli_set_seqs("sweep", SWEEP_DEFAULT_SEQS, &a))) return rc;
+    if (!a.n_points && (rc = cli_set_points("sweep", "seqs", SWEEP_DEFAULT_SEQS, 0, &a)))
+        return rc;
+    if ((rc = sweep_args_check(&a))) return rc;
     if (a.plot_dir && (rc = make_dir("sweep", a.plot_dir))) return rc;
     machine_profile *mp;
     if ((rc = cli_load_machine(&a, "sweep", &mp))) return rc;
     size_t np = a.n_policies;
-    sim_result *rs = calloc(a.n_seqs * np, sizeof *rs);
+    sim_result *rs = calloc(a.n_points * np, sizeof *rs);
     if (!rs) {
         machine_profile_free(mp);
         return cli_fail("sweep", MS_ERR_NOMEM, NULL);
     }
-    char sn[32];
-    for (size_t i = 0; i < a.n_seqs && !rc; i++) {
+    char v[48];
+    for (size_t i = 0; i < a.n_points && !rc; i++) {
         if (!a.quiet)
-            fprintf(stderr, "memsim sweep: %s tokens (%zu/%zu)\n",
-                    seq_name(a.seqs[i], sn, sizeof sn), i + 1, a.n_seqs);
-        rc = sweep_at(&a, &mp->m, a.seqs[i], a.policies, np, &rs[i * np]);
+            fprintf(stderr, "memsim sweep: %s (%zu/%zu)\n",
+                    point_at(&a, a.points[i], v, sizeof v), i + 1, a.n_points);
+        rc = sweep_at(&a, &mp->m, a.points[i], a.policies, np, &rs[i * np]);
     }
     if (!rc && !a.quiet) sweep_table(&a, rs);
     if (!rc && a.longest && !a.quiet) {
         uint64_t step = a.step ? a.step
-                               : UINT64_C(1024) * (uint64_t)(a.w.tp > 0 ? a.w.tp : 1) *
-                                     (uint64_t)(a.w.cp > 0 ? a.w.cp : 1);
-        printf("longest sequence that fits (bisection to %s; the first length that failed and "
-               "why):\n", seq_name(step, sn, sizeof sn));
+                        : a.points_are_batches
+                            ? 1
+                            : UINT64_C(1024) * (uint64_t)(a.w.tp > 0 ? a.w.tp : 1) *
+                                  (uint64_t)(a.w.cp > 0 ? a.w.cp : 1);
+        printf("%s that fits (bisection to %s; the first value that failed and why):\n",
+               a.points_are_batches ? "largest micro-batch" : "longest sequence",
+               point_name(&a, step, v, sizeof v));
         for (size_t j = 0; j < np && !rc; j++) rc = sweep_longest(&a, &mp->m, rs, j, step);
     }
-    if (!rc && a.csv_path) rc = write_csv("sweep", a.csv_path, rs, a.n_seqs * np);
+    if (!rc && a.csv_path) rc = write_csv("sweep", a.csv_path, rs, a.n_points * np);
     if (!rc && a.plot_dir) sweep_plot(&a, &mp->m, rs);
     free(rs);
     machine_profile_free(mp);

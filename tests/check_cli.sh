@@ -144,8 +144,14 @@ cmp -s "$T/sweep1" "$T/sweep2"; ok $? "sweep: the same inputs give byte-identica
 expect 0 "sweep: --csv with --quiet" -- "$M" sweep $SW --seqs 16K,32K --policies keep-all,full-recompute --csv "$T/sw.csv" --quiet
 [ "$(wc -l < "$T/sw.csv")" -eq 5 ] && [ ! -s "$T/out" ]; ok $? "sweep: one CSV row per length and policy, nothing on stdout with --quiet"
 expect 2 "sweep: a length given twice: exit 2" -- "$M" sweep $SW --seqs 16K,16K
-grep -q "a length appears twice" "$T/err"; ok $? "sweep: the repeated length is named"
+grep -q "a value appears twice" "$T/err"; ok $? "sweep: the repeated length is named"
 expect 2 "sweep: --trace is not a sweep option: exit 2" -- "$M" sweep --trace "$T/w.trace.gz"
+expect 0 "sweep: micro-batch sizes at a fixed length, with --longest" -- "$M" sweep $SW --seq 16K --batches 1,2,4,8,16 --policies keep-all,full-recompute --longest
+B=$(awk '$1 == "keep-all" && $2 ~ /^[0-9]+$/ { print $2 }' "$T/out")
+"$M" simulate $SW --seq 16K --batch "$B" --policy keep-all 2>/dev/null | tail -n 1 | grep -q " ok "; ok $? "sweep --batches: keep-all fits at the largest batch named ($B)"
+"$M" simulate $SW --seq 16K --batch $((B + 1)) --policy keep-all 2>/dev/null | tail -n 1 | grep -q " oom "; ok $? "sweep --batches: keep-all runs out of memory at one more"
+expect 2 "sweep: --batch with --batches: exit 2" -- "$M" sweep $SW --batch 2 --batches 1,2
+expect 2 "sweep: --seq with --seqs: exit 2" -- "$M" sweep $SW --seq 8K --seqs 8K,16K
 expect 3 "sweep: a length the generator refuses: exit 3, the length named" -- "$M" sweep --model gpt-7b --tp 4 --cp 2 --seqs 6
 grep -q "at 6 tokens" "$T/err"; ok $? "sweep: the refused length is in the message"
 # the longest-sequence boundaries measured on an H100 (experiments/validate/boundary_h100): the
