@@ -294,15 +294,20 @@ static void sweep_table(const cli_args *a, const sim_result *rs)
 {
     size_t np = a->n_policies;
     char v[32];
+    int wd[CLI_MAX_POLICIES]; /* a column as wide as its policy's name, at least 8 */
     printf("%-8s", a->points_are_batches ? "batch" : "seq");
-    for (size_t j = 0; j < np; j++) printf(" %14.14s", a->policies[j]);
+    for (size_t j = 0; j < np; j++) {
+        size_t l = strlen(a->policies[j]);
+        wd[j] = l > 8 ? (int)l : 8;
+        printf(" %*s", wd[j], a->policies[j]);
+    }
     printf("  fastest that fits (MFU %%, or why the run failed)\n");
     for (size_t i = 0; i < a->n_points; i++) {
         const sim_result *row = &rs[i * np];
         printf("%-8s", point_name(a, a->points[i], v, sizeof v));
         for (size_t j = 0; j < np; j++) {
-            if (row[j].status == RS_OK) printf(" %14.2f", row[j].mfu * 100);
-            else printf(" %14s", res_status_name(row[j].status));
+            if (row[j].status == RS_OK) printf(" %*.2f", wd[j], row[j].mfu * 100);
+            else printf(" %*s", wd[j], res_status_name(row[j].status));
         }
         long b = res_fastest(row, np, NULL);
         printf("  %s\n", b < 0 ? "none" : a->policies[b]);
