@@ -159,6 +159,8 @@ grep -q "at 6 tokens" "$T/err"; ok $? "sweep: the refused length is in the messa
 MEMSIM="$M" bash "${srcdir:-.}/experiments/validate/boundary.sh" compare "${srcdir:-.}/experiments/validate/boundary_h100" > "$T/bnd" 2>&1
 ok $? "sweep's boundaries: 20 H100 runs around keep-all's and full-recompute's longest sequence agree with the simulator"
 grep -q "keep-all             36K (37K: oom)" "$T/bnd"; ok $? "sweep --longest predicts keep-all's H100 boundary (36K fits, 37K does not)"
+MEMSIM="$M" bash "${srcdir:-.}/experiments/validate/boundary.sh" compare "${srcdir:-.}/experiments/validate/boundary_h200" h200-sxm > "$T/bnd2" 2>&1
+ok $? "sweep's boundaries: 20 H200 runs agree with the simulator"
 expect 3 "--knob alpha: exit 3, pointing to --alpha" -- "$M" simulate $W --policy memo --knob alpha=0.5
 grep -q -- "--alpha" "$T/err"; ok $? "the message names --alpha"
 expect 3 "protrain: a misspelt knob: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tl=0

@@ -15,7 +15,8 @@
 # usage:
 #   boundary.sh gpu OUTDIR [MACHINE]   on the GPU machine (runtime/memsim-run built, or
 #                                      MEMSIM_RUN): writes OUTDIR/gpu.tsv and OUTDIR/gpu.csv
-#                                      (nvidia-smi); MACHINE default h100-sxm
+#                                      (nvidia-smi); MACHINE (the GPU's profile) h100-sxm
+#                                      (default) or h200-sxm, or any with BOUNDARY_SCANS
 #   boundary.sh compare OUTDIR [MACHINE]
 #                                      here: memsim sweep --longest's prediction and memsim
 #                                      simulate for every scanned case, beside OUTDIR/gpu.tsv
@@ -25,8 +26,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 MEMSIM=${MEMSIM:-$root/sim/memsim}
 W=(--dims 24,2048,16,8192,50304 --iters 3)
-# policy, then the first and last length (K tokens) of its scan around the prediction
-SCANS=("keep-all 34 38" "full-recompute 227 231")
+# The scans per machine: policy, then the first and last length (K tokens), 2K either side of
+# `memsim sweep --longest`'s prediction on the fast profile (BOUNDARY_SCANS, "POLICY LO HI;...",
+# overrides them; `compare` reads the cases from gpu.tsv and prints the prediction beside it).
+scans_of() { # machine
+    if [ -n "${BOUNDARY_SCANS:-}" ]; then echo "$BOUNDARY_SCANS"; return; fi
+    case $1 in
+        h100-sxm) echo "keep-all 34 38;full-recompute 227 231" ;;
+        h200-sxm) echo "keep-all 72 76;full-recompute 464 468" ;;
+        *) echo "boundary.sh: no scans known for $1: set BOUNDARY_SCANS" >&2; exit 3 ;;
+    esac
+}
 
 usage() { sed -n '/^# usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
@@ -53,8 +63,10 @@ cmd_gpu() { # outdir machine
     nvidia-smi --query-gpu=name,memory.total,memory.used,memory.free,driver_version \
         --format=csv > "$out/gpu.csv" 2>&1 || true
     printf 'policy\tseq_k\tcapacity\trc\tstatus\tpeak_reserved_bytes\tpeak_allocated_bytes\n' > "$out/gpu.tsv"
-    local s pol lo hi k cap f rc
-    for s in "${SCANS[@]}"; do
+    local s pol lo hi k cap f rc scans
+    scans=$(scans_of "$m")
+    IFS=';' read -r -a scans <<< "$scans"
+    for s in "${scans[@]}"; do
         read -r pol lo hi <<< "$s"
         for k in $(seq "$lo" "$hi"); do
             for cap in machine 1000GiB; do
@@ -76,18 +88,17 @@ cmd_compare() { # outdir machine
     tmp=$(mktemp -d) # global: the EXIT trap reads it after the function returns
     trap 'rm -rf "$tmp"' EXIT
     fast_profile "$m" "$tmp/fast.machine"
+    local pols pol k
+    pols=$(awk -F'\t' 'NR > 1 && !seen[$1]++ { printf "%s%s", n++ ? "," : "", $1 }' "$out/gpu.tsv")
     echo "memsim sweep --longest on $m (compute x100), the prediction:"
-    "$MEMSIM" sweep --machine "$tmp/fast.machine" "${W[@]}" --seqs 32K,64K,128K,256K \
-        --policies keep-all,full-recompute --longest --issue-ahead 8 2> /dev/null | sed -n '/^longest/,$p'
-    local s pol lo hi k
-    for s in "${SCANS[@]}"; do
-        read -r pol lo hi <<< "$s"
-        for k in $(seq "$lo" "$hi"); do
+    "$MEMSIM" sweep --machine "$tmp/fast.machine" "${W[@]}" --seqs 32K,64K,128K,256K,512K \
+        --policies "$pols" --longest --issue-ahead 8 2> /dev/null | sed -n '/^longest/,$p'
+    awk -F'\t' 'NR > 1 && !seen[$1 FS $2]++ { print $1, $2 }' "$out/gpu.tsv" |
+        while read -r pol k; do
             "$MEMSIM" simulate --machine "$tmp/fast.machine" "${W[@]}" --seq "${k}K" --policy "$pol" \
                 --issue-ahead 8 --quiet --csv "$tmp/s.csv"
             printf '%s\t%s\t%s\n' "$pol" "$k" "$(csv_fields "$tmp/s.csv")"
-        done
-    done > "$tmp/sim.tsv"
+        done > "$tmp/sim.tsv"
     echo
     echo "policy          seq   capacity   GPU status   sim status   GPU peak reserved   sim peak reserved   GPU peak allocated   sim peak allocated"
     awk -F'\t' 'NR == FNR { st[$1 "," $2] = $3; rs[$1 "," $2] = $4; al[$1 "," $2] = $5; next }
