@@ -152,7 +152,7 @@ void res_table(FILE *f, const sim_result *rs, size_t n)
     }
 }
 
-/* The fastest result that fits, then the failures by kind (oom, oohm, error). */
+/* Of equal times the earlier result wins (the order the caller listed them in). */
 long res_fastest(const sim_result *rs, size_t n, long *second)
 {
     long best = -1, next = -1;
@@ -169,6 +169,7 @@ long res_fastest(const sim_result *rs, size_t n, long *second)
     return best;
 }
 
+/* The fastest that fits and its lead over the next, then the failures by kind. */
 long res_verdict(FILE *f, const sim_result *rs, size_t n)
 {
     long second;
