@@ -17,8 +17,7 @@ enum {
 };
 
 /* An option is offered to a command whose groups include `group` (0: every command) and none
- * of `not_with` (a sweep generates its own workloads at its own lengths, and writes no
- * per-run outputs). */
+ * of `not_with` (a sweep generates its own workloads, and writes no per-run outputs). */
 static const struct {
     struct option o;
     unsigned group;
@@ -50,8 +49,8 @@ static const struct {
     {{"policies", required_argument, 0, O_POLICIES}, CLI_POLICIES, "A,B,C   policies to compare (default keep-all,full-recompute,full-swap)", 0},
     {{"seqs", required_argument, 0, O_SEQS}, CLI_SWEEP, "LIST   sequence lengths, e.g. 64K,128K,256K (default 8K,16K,...,1M)", 0},
     {{"batches", required_argument, 0, O_BATCHES}, CLI_SWEEP, "LIST   micro-batch sizes instead, e.g. 1,2,4,8 (at --seq)", 0},
-    {{"longest", no_argument, 0, O_LONGEST}, CLI_SWEEP, "   also bisect each policy's longest sequence that fits, between its last fitting length and the next", 0},
-    {{"step", required_argument, 0, O_STEP}, CLI_SWEEP, "N   resolution of --longest (default 1K x tp x cp)", 0},
+    {{"longest", no_argument, 0, O_LONGEST}, CLI_SWEEP, "   also bisect each policy's longest sequence (largest batch) that fits, between its last fitting value and the next", 0},
+    {{"step", required_argument, 0, O_STEP}, CLI_SWEEP, "N   resolution of --longest (default 1K x tp x cp; 1 with --batches)", 0},
     {{"csv", required_argument, 0, O_CSV}, CLI_OUTPUTS, "FILE   write the results CSV", 0},
     {{"timeline", required_argument, 0, O_TIMELINE}, CLI_OUTPUTS, "FILE   write a Chrome-trace / Perfetto JSON timeline", CLI_SWEEP},
     {{"memcsv", required_argument, 0, O_MEMCSV}, CLI_OUTPUTS, "FILE   write the memory time series CSV", CLI_SWEEP},
