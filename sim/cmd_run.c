@@ -321,7 +321,7 @@ static int sweep_longest(const cli_args *a, const machine_t *m, const sim_result
 {
     size_t np = a->n_policies, f = 0;
     while (f < a->n_points && rs[f * np + j].status == RS_OK) f++;
-    char s1[32], s2[32];
+    char s1[48], s2[32];
     const char *pol = a->policies[j];
     if (f == a->n_points) {
         printf("  %-20s fits every value tried (largest %s)\n", pol,
@@ -339,6 +339,9 @@ static int sweep_longest(const cli_args *a, const machine_t *m, const sim_result
         sim_result r;
         int rc = sweep_at(a, m, mid, &pol, 1, &r);
         if (rc) return rc;
+        if (!a->quiet)
+            fprintf(stderr, "memsim sweep:   %s %s: %s\n", pol, point_at(a, mid, s1, sizeof s1),
+                    res_status_name(r.status));
         if (r.status == RS_OK) lo = mid;
         else {
             hi = mid;
