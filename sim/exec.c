@@ -492,6 +492,13 @@ static int pool_stream(int s, const sched_action *a)
     return a->pool > 0 ? SS_COUNT - 1 + a->pool : s;
 }
 
+/* Before an allocation: how long the device-to-host copies in flight still run, for the
+ * backend's cuMemSetAccess cost (slower while one runs; sim/simbackend.c). */
+static void note_d2h_copies(ex *x)
+{
+    simbe_set_d2h_copies_left_us(x->be, link_copies_left_us(x->link, LINK_D2H));
+}
+
 static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
 {
     if (u64map_get(x->dev, a->tensor, NULL)) {
@@ -499,6 +506,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
+    note_d2h_copies(x);
     ms_status st = alloc_block(x->alloc, a->bytes, pool_stream(s, a), a->tensor, &addr);
     if (st == MS_ERR_OOM) {
         oom_failure(x, s, idx, a);
@@ -922,6 +930,7 @@ static void host_alloc(ex *x, size_t i, const sched_action *a)
     }
     if (!process_pending(x)) return;
     uint64_t addr = 0;
+    note_d2h_copies(x);
     ms_status st = alloc_block(x->alloc, a->bytes, pool_stream(s, a), a->tensor, &addr);
     if ((st == MS_ERR_OOM || st == MS_ERR_INVALID) && !h->retried && x->n_live[0]) {
         /* PyTorch's retry path synchronizes outstanding events before giving up; the

@@ -20,6 +20,7 @@ typedef struct flow {
     double rem;       /* bytes left */
     double cap_Bps;   /* own cap, <= 0: none */
     double weight;    /* sharing weight (> 0) */
+    int dha;          /* a DHA kernel's traffic, not a copy engine's */
     double rate_Bps;
     link_done_fn fn;
     void *ctx;
@@ -222,7 +223,9 @@ double link_dha_weight(const link_t *l) { return l->dha_weight; }
 ms_status link_start_dha(link_t *l, link_dir dir, uint64_t bytes, double cap_Bps,
                          link_done_fn fn, void *ctx, uint64_t arg, uint64_t *flow_id)
 {
-    return link_start_w(l, dir, bytes, cap_Bps, l->dha_weight, fn, ctx, arg, flow_id);
+    ms_status st = link_start_w(l, dir, bytes, cap_Bps, l->dha_weight, fn, ctx, arg, flow_id);
+    if (st == MS_OK) l->f[l->n - 1].dha = 1;
+    return st;
 }
 
 ms_status link_start_w(link_t *l, link_dir dir, uint64_t bytes, double cap_Bps, double weight,
@@ -238,6 +241,7 @@ ms_status link_start_w(link_t *l, link_dir dir, uint64_t bytes, double cap_Bps, 
     f->rem = (double)bytes;
     f->cap_Bps = cap_Bps;
     f->weight = (weight > 0 && isfinite(weight)) ? weight : 1.0;
+    f->dha = 0;
     f->rate_Bps = 0;
     f->fn = fn;
     f->ctx = ctx;
@@ -292,6 +296,19 @@ double link_flow_rate_Bps(const link_t *l, uint64_t flow_id)
 size_t link_active(const link_t *l, link_dir dir)
 {
     return (dir == LINK_H2D || dir == LINK_D2H) ? l->nactive[dir] : 0;
+}
+
+double link_copies_left_us(link_t *l, link_dir dir)
+{
+    if (dir != LINK_H2D && dir != LINK_D2H) return 0;
+    advance(l);
+    double left = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->f[i].dir != dir || l->f[i].dha) continue;
+        double t = time_left_us(&l->f[i]);
+        if (t > left) left = t;
+    }
+    return left;
 }
 
 double link_busy_us(link_t *l, link_dir dir)

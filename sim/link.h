@@ -56,6 +56,9 @@ ms_status link_start_dha(link_t *l, link_dir dir, uint64_t bytes, double cap_Bps
 double link_flow_rate_Bps(const link_t *l, uint64_t flow_id);
 /* Live flows in a direction. */
 size_t link_active(const link_t *l, link_dir dir);
+/* How long the live copies in dir (flows not started by link_start_dha) still run if their
+ * rates stay as they are now, microseconds (0: none; INFINITY: a copy that gets no rate). */
+double link_copies_left_us(link_t *l, link_dir dir);
 /* Time with at least one live flow in dir, up to now (microseconds). */
 double link_busy_us(link_t *l, link_dir dir);
 /* Bytes moved in dir up to now (finished flows plus the progress of live ones). */

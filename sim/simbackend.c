@@ -4,6 +4,8 @@
  * latency to a cost the executor drains. Used by sim/exec.c, memsim replay and the tests. */
 #include "sim/simbackend.h"
 
+#include <math.h>
+
 #include <stdlib.h>
 
 #include "traces/u64map.h"
@@ -32,6 +34,7 @@ struct simbe {
     uint64_t *seg_log; size_t n_seg_log, cap_seg_log;
     double cost_us;
     int synced;
+    double d2h_left_us; /* device-to-host copies in flight at the call's start, time left */
     uint64_t calls, fail_after;
 };
 
@@ -166,12 +169,26 @@ static ms_status be_map(void *ctx, uint64_t va, uint64_t bytes, uint64_t handle)
     return MS_OK;
 }
 
+/* cuMemSetAccess of n granules. Measured on an H100 (experiments/validate/vmm_probe.cu): while
+ * a device-to-host copy runs, each granule takes vmm.set_access_d2h_us (about 1 ms there,
+ * against 34 us otherwise; a running kernel or host-to-device copy barely matters), and once
+ * the copy has ended the rest go at vmm.set_access_us. The copy's time left counts from the
+ * allocator call's start, less what the call has spent before this. */
+static double set_access_us(const simbe_t *b, double n)
+{
+    double fast = b->m.vmm_set_access_us, slow = b->m.vmm_set_access_d2h_us;
+    double left = b->synced ? 0 : b->d2h_left_us - b->cost_us;
+    if (!(slow > fast) || !(left > 0)) return n * fast;
+    double during = isinf(left) ? n : fmin(n, left / slow);
+    return during * slow + (n - during) * fast;
+}
+
 static ms_status be_set_access(void *ctx, uint64_t va, uint64_t bytes)
 {
     simbe_t *b = ctx;
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
         if (!u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
-    if (b->have_m) b->cost_us += b->m.vmm_set_access_us * granules(b, bytes);
+    if (b->have_m) b->cost_us += set_access_us(b, granules(b, bytes));
     return MS_OK;
 }
 
@@ -271,6 +288,11 @@ void simbe_free(simbe_t *b)
 }
 
 const mb_backend *simbe_backend(simbe_t *b) { return &b->be; }
+
+void simbe_set_d2h_copies_left_us(simbe_t *b, double us)
+{
+    b->d2h_left_us = us > 0 ? us : 0;
+}
 
 double simbe_take_cost_us(simbe_t *b, int *synced)
 {

@@ -18,6 +18,10 @@ void simbe_free(simbe_t *b);
 /* The backend to hand to alloc_new. */
 const mb_backend *simbe_backend(simbe_t *b);
 
+/* How long the device-to-host copies in flight still run, from the start of the next allocator
+ * call (cuMemSetAccess is slower while one runs: vmm.set_access_d2h_us). The executor sets it
+ * before each call; 0: none. */
+void simbe_set_d2h_copies_left_us(simbe_t *b, double us);
 /* Time charged since the last call, and whether a device synchronize happened in between
  * (cudaFree and explicit synchronizes). Resets both. */
 double simbe_take_cost_us(simbe_t *b, int *synced);

@@ -193,6 +193,27 @@ static void test_zero_bytes(void)
     link_free(NULL);
 }
 
+/* What cuMemSetAccess's cost depends on (sim/simbackend.c): the time the live device-to-host
+ * copies still need at their current rates, DHA flows not counted. A 2 GB copy beside a DHA
+ * write of 1 GB capped at 10 GB/s on a 50 GB/s direction: the copy gets 40 GB/s, so 50000 us
+ * left at the start; the H2D direction has none. */
+static void test_copies_left(void)
+{
+    eng_t *e = eng_new();
+    link_t *l = link_new(e, 50 * GB, 50 * GB, 0);
+    done_log d = { .n = 0, .e = e };
+    link_start_dha(l, LINK_D2H, 1000000000ULL, 10 * GB, on_done, &d, 0, NULL);
+    link_start(l, LINK_D2H, 2000000000ULL, 0, on_done, &d, 1, NULL);
+    TAP_OK(near(link_copies_left_us(l, LINK_D2H), 50000),
+           "copies left: 2 GB at 40 GB/s = 50000 us (the DHA write not counted; got %.1f)",
+           link_copies_left_us(l, LINK_D2H));
+    TAP_OK(link_copies_left_us(l, LINK_H2D) == 0, "no copy in the other direction: 0");
+    eng_run(e);
+    TAP_OK(link_copies_left_us(l, LINK_D2H) == 0, "all done: 0");
+    link_free(l);
+    eng_free(e);
+}
+
 int main(void)
 {
     test_maxmin_direct();
@@ -201,5 +222,6 @@ int main(void)
     test_dha_beside_copy();
     test_join_and_gap();
     test_zero_bytes();
+    test_copies_left();
     return tap_done();
 }

@@ -1,6 +1,7 @@
 /* test_util.c — unit tests for traces/util.c (parsing, line reader, atomic output),
  * traces/u64map.c and sim/simbackend.c (capacity, VMM bookkeeping, latencies). */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -167,6 +168,54 @@ static void test_simbe(void)
     simbe_free(NULL);
 }
 
+/* cuMemSetAccess while a device-to-host copy runs: granules at vmm.set_access_d2h_us until the
+ * copy's time left (counted from the call's start, less what the call spent before) runs out,
+ * then at vmm.set_access_us; a synchronize in the call ends the copies first. */
+static double set_access_cost(simbe_t *b, double d2h_left_us, int sync_first, int granules)
+{
+    const mb_backend *be = simbe_backend(b);
+    uint64_t va, h;
+    int synced;
+    be->ops->va_reserve(be->ctx, (uint64_t)granules << 21, &va);
+    for (int i = 0; i < granules; i++) {
+        be->ops->phys_create(be->ctx, 2 << 20, &h);
+        be->ops->map(be->ctx, va + ((uint64_t)i << 21), 2 << 20, h);
+    }
+    simbe_take_cost_us(b, &synced); /* a new call starts here */
+    simbe_set_d2h_copies_left_us(b, d2h_left_us);
+    if (sync_first) be->ops->synchronize(be->ctx); /* costs device_sync_us, 1 */
+    be->ops->set_access(be->ctx, va, (uint64_t)granules << 21);
+    return simbe_take_cost_us(b, &synced) - (sync_first ? 1.0 : 0.0);
+}
+
+static void test_simbe_set_access(void)
+{
+    machine_t mc;
+    memset(&mc, 0, sizeof mc);
+    mc.vmm_granularity_bytes = 2 << 20;
+    mc.vmm_set_access_us = 30;
+    mc.vmm_set_access_d2h_us = 1000;
+    mc.device_sync_us = 1;
+    simbe_t *b = simbe_new(&mc, 1ULL << 34, 1 << 20);
+    double c = set_access_cost(b, 0, 0, 16);
+    TAP_OK(fabs(c - 16 * 30) < 1e-6, "no copy in flight: 16 granules at 30 us (%.1f)", c);
+    c = set_access_cost(b, 5000, 0, 16);
+    TAP_OK(fabs(c - (5 * 1000 + 11 * 30)) < 1e-6,
+           "a copy with 5 ms left: 5 granules at 1 ms, 11 at 30 us (%.1f)", c);
+    c = set_access_cost(b, 1e9, 0, 16);
+    TAP_OK(fabs(c - 16 * 1000) < 1e-6, "a copy outlasting the call: every granule at 1 ms (%.1f)",
+           c);
+    c = set_access_cost(b, 5000, 1, 16);
+    TAP_OK(fabs(c - 16 * 30) < 1e-6, "after a synchronize in the call: 30 us each (%.1f)", c);
+    mc.vmm_set_access_d2h_us = 0;
+    simbe_free(b);
+    b = simbe_new(&mc, 1ULL << 34, 1 << 20);
+    c = set_access_cost(b, 5000, 0, 16);
+    TAP_OK(fabs(c - 16 * 30) < 1e-6, "without vmm.set_access_d2h_us a copy changes nothing (%.1f)",
+           c);
+    simbe_free(b);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/memsim-test-util-XXXXXX");
@@ -176,6 +225,7 @@ int main(void)
     test_out();
     test_map();
     test_simbe();
+    test_simbe_set_access();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd)) TAP_NOTE("could not remove %s", tmpdir);

@@ -110,6 +110,9 @@ enum {
     X("vmm.map_us", MF_DBL, vmm_map_us, R_NONNEG, "cuMemMap per granule, microseconds")        \
     X("vmm.set_access_us", MF_DBL, vmm_set_access_us, R_NONNEG,                                \
       "cuMemSetAccess per granule, microseconds")                                              \
+    X("vmm.set_access_d2h_us", MF_DBL, vmm_set_access_d2h_us, R_OPT_NONNEG,                    \
+      "cuMemSetAccess per granule while a device-to-host copy runs, microseconds (absent: "    \
+      "vmm.set_access_us)")                                                                    \
     X("vmm.unmap_us", MF_DBL, vmm_unmap_us, R_NONNEG, "cuMemUnmap per granule, microseconds")  \
     X("vmm.release_us", MF_DBL, vmm_release_us, R_NONNEG,                                     \
       "cuMemRelease per granule, microseconds")                                                \

@@ -52,6 +52,7 @@ typedef struct machine {
     double vmm_create_us;            /* cuMemCreate per granule */
     double vmm_map_us;               /* cuMemMap per granule */
     double vmm_set_access_us;        /* cuMemSetAccess per granule */
+    double vmm_set_access_d2h_us;    /* the same while a device-to-host copy runs; 0: as above */
     double vmm_unmap_us;             /* cuMemUnmap per granule */
     double vmm_release_us;           /* cuMemRelease per granule */
     double vmm_reserve_us;           /* cuMemAddressReserve per call */
