@@ -493,7 +493,9 @@ static int pool_stream(int s, const sched_action *a)
 }
 
 /* Before an allocation: how long the device-to-host copies in flight still run, for the
- * backend's cuMemSetAccess cost (slower while one runs; sim/simbackend.c). */
+ * backend's cuMemSetAccess cost (slower while one runs; sim/simbackend.c). Only the copies on
+ * the link count: those queued behind them wait for events of compute that has not run yet,
+ * which the executor cannot see ahead (docs/VALIDATION.md: why the model captures little). */
 static void note_d2h_copies(ex *x)
 {
     simbe_set_d2h_copies_left_us(x->be, link_copies_left_us(x->link, LINK_D2H));

@@ -40,12 +40,6 @@ struct simbe {
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-static double granules(const simbe_t *b, uint64_t bytes)
-{
-    uint64_t g = b->be.granularity_bytes ? b->be.granularity_bytes : ALIGN_2M;
-    return (double)((bytes + g - 1) / g);
-}
-
 /* Fault injection: after fail_after successful calls, every call fails. */
 static int injected_failure(simbe_t *b)
 {
@@ -136,7 +130,7 @@ static ms_status be_phys_create(void *ctx, uint64_t bytes, uint64_t *handle)
     simbe_t *b = ctx;
     if (bytes == 0 || bytes % b->be.granularity_bytes) return MS_ERR_INVALID;
     if (injected_failure(b) || bytes > b->cap - b->dev_used) return MS_ERR_OOM;
-    if (b->have_m) b->cost_us += b->m.vmm_create_us * granules(b, bytes);
+    if (b->have_m) b->cost_us += b->m.vmm_create_us; /* per call: see mappings_in */
     *handle = ++b->next_handle;
     if (u64map_put(b->handles, *handle, bytes)) return MS_ERR_NOMEM;
     b->dev_used += bytes;
@@ -149,7 +143,7 @@ static ms_status be_phys_release(void *ctx, uint64_t handle)
     simbe_t *b = ctx;
     uint64_t bytes;
     if (!u64map_del(b->handles, handle, &bytes)) return MS_ERR_INVALID;
-    if (b->have_m) b->cost_us += b->m.vmm_release_us * granules(b, bytes);
+    if (b->have_m) b->cost_us += b->m.vmm_release_us;
     b->dev_used -= bytes;
     return MS_OK;
 }
@@ -163,17 +157,32 @@ static ms_status be_map(void *ctx, uint64_t va, uint64_t bytes, uint64_t handle)
     if (va % b->be.granularity_bytes || !r) return MS_ERR_INVALID;
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
         if (u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID; /* already mapped */
-    if (b->have_m) b->cost_us += b->m.vmm_map_us * granules(b, bytes);
+    if (b->have_m) b->cost_us += b->m.vmm_map_us; /* one handle */
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes, r->mapped++)
         if (u64map_put(b->maps, p, handle)) return MS_ERR_NOMEM;
     return MS_OK;
 }
 
-/* cuMemSetAccess of n granules. Measured on an H100 (experiments/validate/vmm_probe.cu): while
- * a device-to-host copy runs, each granule takes vmm.set_access_d2h_us (about 1 ms there,
- * against 34 us otherwise; a running kernel or host-to-device copy barely matters), and once
- * the copy has ended the rest go at vmm.set_access_us. The copy's time left counts from the
- * allocator call's start, less what the call has spent before this. */
+/* The mappings (one cuMemMap'd handle each) that cover [va, va + bytes). The cuMem* calls cost
+ * per handle or mapping, not per byte: on this workplace's H100 16 mappings of 20 MiB took the
+ * same cuMemSetAccess time as 16 of 2 MiB, idle and during a copy
+ * (experiments/validate/vmm_probe.cu), and cuMemCreate, cuMemMap, cuMemUnmap and cuMemRelease
+ * of PyTorch's 20 MiB expandable pages took about what the probe's 2 MiB granules take
+ * (docs/VALIDATION.md). */
+static double mappings_in(const simbe_t *b, uint64_t va, uint64_t bytes)
+{
+    double n = 0;
+    uint64_t prev = 0, h = 0;
+    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes, prev = h)
+        if (u64map_get(b->maps, p, &h) && (p == va || h != prev)) n++;
+    return n;
+}
+
+/* cuMemSetAccess of n mappings. Measured on the H100 and H200 (vmm_probe.cu): while a
+ * device-to-host copy runs, each takes vmm.set_access_d2h_us (about 1.06 ms, against 30-34 us
+ * otherwise; a running kernel or host-to-device copy barely matters), and once the copy has
+ * ended the rest go at vmm.set_access_us. The copy's time left counts from the allocator
+ * call's start, less what the call has spent before this. */
 static double set_access_us(const simbe_t *b, double n)
 {
     double fast = b->m.vmm_set_access_us, slow = b->m.vmm_set_access_d2h_us;
@@ -188,7 +197,7 @@ static ms_status be_set_access(void *ctx, uint64_t va, uint64_t bytes)
     simbe_t *b = ctx;
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
         if (!u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
-    if (b->have_m) b->cost_us += set_access_us(b, granules(b, bytes));
+    if (b->have_m) b->cost_us += set_access_us(b, mappings_in(b, va, bytes));
     return MS_OK;
 }
 
@@ -198,9 +207,9 @@ static ms_status be_unmap(void *ctx, uint64_t va, uint64_t bytes)
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
         if (!u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
     struct resv_ent *r = reservation_of(b, va, bytes);
+    if (b->have_m) b->cost_us += b->m.vmm_unmap_us * mappings_in(b, va, bytes);
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
         if (u64map_del(b->maps, p, NULL) && r) r->mapped--;
-    if (b->have_m) b->cost_us += b->m.vmm_unmap_us * granules(b, bytes);
     /* cuMemUnmap waits for work using the range: model it as a synchronize. */
     b->synced = 1;
     return MS_OK;

@@ -168,7 +168,7 @@ static void test_simbe(void)
     simbe_free(NULL);
 }
 
-/* cuMemSetAccess while a device-to-host copy runs: granules at vmm.set_access_d2h_us until the
+/* cuMemSetAccess while a device-to-host copy runs: mappings at vmm.set_access_d2h_us until the
  * copy's time left (counted from the call's start, less what the call spent before) runs out,
  * then at vmm.set_access_us; a synchronize in the call ends the copies first. */
 static double set_access_cost(simbe_t *b, double d2h_left_us, int sync_first, int granules)
@@ -195,6 +195,7 @@ static void test_simbe_set_access(void)
     mc.vmm_granularity_bytes = 2 << 20;
     mc.vmm_set_access_us = 30;
     mc.vmm_set_access_d2h_us = 1000;
+    mc.vmm_unmap_us = 7;
     mc.device_sync_us = 1;
     simbe_t *b = simbe_new(&mc, 1ULL << 34, 1 << 20);
     double c = set_access_cost(b, 0, 0, 16);
@@ -207,6 +208,26 @@ static void test_simbe_set_access(void)
            c);
     c = set_access_cost(b, 5000, 1, 16);
     TAP_OK(fabs(c - 16 * 30) < 1e-6, "after a synchronize in the call: 30 us each (%.1f)", c);
+    /* per mapping, not per byte: 4 mappings of 20 MiB cost what 4 of 2 MiB do */
+    {
+        const mb_backend *be = simbe_backend(b);
+        uint64_t va, h;
+        int synced;
+        be->ops->va_reserve(be->ctx, 80ULL << 20, &va);
+        for (int i = 0; i < 4; i++) {
+            be->ops->phys_create(be->ctx, 20ULL << 20, &h);
+            be->ops->map(be->ctx, va + (uint64_t)i * (20ULL << 20), 20ULL << 20, h);
+        }
+        simbe_take_cost_us(b, &synced);
+        simbe_set_d2h_copies_left_us(b, 0);
+        be->ops->set_access(be->ctx, va, 80ULL << 20);
+        c = simbe_take_cost_us(b, &synced);
+        TAP_OK(fabs(c - 4 * 30) < 1e-6, "4 mappings of 20 MiB: 4 x 30 us, not 40 granules (%.1f)",
+               c);
+        be->ops->unmap(be->ctx, va, 80ULL << 20);
+        c = simbe_take_cost_us(b, &synced);
+        TAP_OK(fabs(c - 4 * mc.vmm_unmap_us) < 1e-6 && synced, "unmap charged per mapping");
+    }
     mc.vmm_set_access_d2h_us = 0;
     simbe_free(b);
     b = simbe_new(&mc, 1ULL << 34, 1 << 20);

@@ -106,16 +106,16 @@ enum {
     X("vmm.granularity_bytes", MF_U64, vmm_granularity_bytes, R_POS,                          \
       "cuMem* physical allocation granularity, bytes")                                         \
     X("vmm.create_us", MF_DBL, vmm_create_us, R_NONNEG,                                        \
-      "cuMemCreate per granule, microseconds")                                                 \
-    X("vmm.map_us", MF_DBL, vmm_map_us, R_NONNEG, "cuMemMap per granule, microseconds")        \
+      "cuMemCreate per call (one handle, any size), microseconds")                                                 \
+    X("vmm.map_us", MF_DBL, vmm_map_us, R_NONNEG, "cuMemMap per handle, microseconds")        \
     X("vmm.set_access_us", MF_DBL, vmm_set_access_us, R_NONNEG,                                \
-      "cuMemSetAccess per granule, microseconds")                                              \
+      "cuMemSetAccess per mapping in the range, microseconds")                                              \
     X("vmm.set_access_d2h_us", MF_DBL, vmm_set_access_d2h_us, R_OPT_NONNEG,                    \
-      "cuMemSetAccess per granule while a device-to-host copy runs, microseconds (absent: "    \
+      "cuMemSetAccess per mapping while a device-to-host copy runs, microseconds (absent: "    \
       "vmm.set_access_us)")                                                                    \
-    X("vmm.unmap_us", MF_DBL, vmm_unmap_us, R_NONNEG, "cuMemUnmap per granule, microseconds")  \
+    X("vmm.unmap_us", MF_DBL, vmm_unmap_us, R_NONNEG, "cuMemUnmap per mapping, microseconds")  \
     X("vmm.release_us", MF_DBL, vmm_release_us, R_NONNEG,                                     \
-      "cuMemRelease per granule, microseconds")                                                \
+      "cuMemRelease per handle, microseconds")                                                \
     X("vmm.reserve_us", MF_DBL, vmm_reserve_us, R_NONNEG,                                     \
       "cuMemAddressReserve per call, microseconds")                                            \
     X("lat.device_sync_us", MF_DBL, device_sync_us, R_NONNEG,                                  \

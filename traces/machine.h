@@ -49,12 +49,12 @@ typedef struct machine {
     double cuda_free_per_gib_us;
     double host_alloc_per_gib_us;    /* cudaHostAlloc (pinned) */
     uint64_t vmm_granularity_bytes;  /* cuMem* allocation granularity */
-    double vmm_create_us;            /* cuMemCreate per granule */
-    double vmm_map_us;               /* cuMemMap per granule */
-    double vmm_set_access_us;        /* cuMemSetAccess per granule */
+    double vmm_create_us;            /* cuMemCreate per call (handle) */
+    double vmm_map_us;               /* cuMemMap per handle */
+    double vmm_set_access_us;        /* cuMemSetAccess per mapping in the range */
     double vmm_set_access_d2h_us;    /* the same while a device-to-host copy runs; 0: as above */
-    double vmm_unmap_us;             /* cuMemUnmap per granule */
-    double vmm_release_us;           /* cuMemRelease per granule */
+    double vmm_unmap_us;             /* cuMemUnmap per mapping */
+    double vmm_release_us;           /* cuMemRelease per handle */
     double vmm_reserve_us;           /* cuMemAddressReserve per call */
     double device_sync_us;           /* cost of a device-wide synchronize when idle */
     /* node */

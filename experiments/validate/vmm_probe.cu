@@ -1,7 +1,8 @@
 // vmm_probe.cu — what one cuMemSetAccess call costs on this GPU, and what it waits for: the
 // call's time for 1..256 fresh 2 MiB-granule mappings while the GPU is idle, while a kernel
 // runs, while a device-to-host or host-to-device copy runs (pinned memory), and with many
-// mappings already live. For each busy case it also says whether the call returned only
+// mappings already live, and for 16 mappings of 2 MiB against 16 of 20 MiB (cases idle_xN,
+// d2h_xN: N granules per mapping). For each busy case it also says whether the call returned only
 // after the work in flight had finished. Used by docs/VALIDATION.md ("What cuMemSetAccess
 // waits for") to explain the expandable-segments and stitching cases under full swap; the
 // simulator's VMM costs are the profile's vmm.* figures.
@@ -34,24 +35,28 @@ static int dev;
 static size_t gran;
 
 /* n granules reserved, created and mapped (not yet accessible) */
-typedef struct { CUdeviceptr va; CUmemGenericAllocationHandle *h; int n; } range_t;
+/* n handles of `per` granules each, one range */
+typedef struct { CUdeviceptr va; CUmemGenericAllocationHandle *h; int n; size_t hb; } range_t;
 
-static range_t map_range(int n)
+static range_t map_range_of(int n, int per)
 {
     range_t r;
     r.n = n;
+    r.hb = gran * per;
     r.h = (CUmemGenericAllocationHandle *)malloc(sizeof *r.h * n);
-    CK(cuMemAddressReserve(&r.va, gran * n, 0, 0, 0));
+    CK(cuMemAddressReserve(&r.va, r.hb * n, 0, 0, 0));
     CUmemAllocationProp p = {};
     p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     p.location.id = dev;
     for (int i = 0; i < n; i++) {
-        CK(cuMemCreate(&r.h[i], gran, &p, 0));
-        CK(cuMemMap(r.va + gran * i, gran, 0, r.h[i], 0));
+        CK(cuMemCreate(&r.h[i], r.hb, &p, 0));
+        CK(cuMemMap(r.va + r.hb * i, r.hb, 0, r.h[i], 0));
     }
     return r;
 }
+
+static range_t map_range(int n) { return map_range_of(n, 1); }
 
 static double set_access_us(range_t *r)
 {
@@ -60,16 +65,16 @@ static double set_access_us(range_t *r)
     d.location.id = dev;
     d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     double t0 = now_us();
-    CK(cuMemSetAccess(r->va, gran * r->n, &d, 1));
+    CK(cuMemSetAccess(r->va, r->hb * r->n, &d, 1));
     return now_us() - t0;
 }
 
 static void unmap_range(range_t *r)
 {
     RK(cudaDeviceSynchronize());
-    CK(cuMemUnmap(r->va, gran * r->n));
+    CK(cuMemUnmap(r->va, r->hb * r->n));
     for (int i = 0; i < r->n; i++) CK(cuMemRelease(r->h[i]));
-    CK(cuMemAddressFree(r->va, gran * r->n));
+    CK(cuMemAddressFree(r->va, r->hb * r->n));
     free(r->h);
 }
 
@@ -133,6 +138,25 @@ int main(void)
                     RK(cudaEventDestroy(e));
                     printf("%s,%d,0,%.2f,%.1f,%.0f,%d\n", cases[c], ns[k], busy_ms, us, left, done);
                 }
+                unmap_range(&r);
+            }
+    /* per handle or per granule? 16 handles of 1 and of 10 granules (20 MiB, the size of
+     * PyTorch's expandable-segment steps), idle and with a D2H copy running */
+    for (int rep = 0; rep < 3; rep++)
+        for (int per = 1; per <= 10; per += 9)
+            for (int c = 0; c < 4; c += 3) {
+                range_t r = map_range_of(16, per);
+                double us, left = 0;
+                int done = -1;
+                if (c == 0) us = set_access_us(&r);
+                else {
+                    cudaEvent_t e = start_busy("d2h", s, dbuf, hbuf, bytes, 0);
+                    us = set_access_us(&r);
+                    done = cudaEventQuery(e) == cudaSuccess;
+                    RK(cudaEventSynchronize(e));
+                    RK(cudaEventDestroy(e));
+                }
+                printf("%s_x%d,16,0,0,%.1f,%.0f,%d\n", c ? "d2h" : "idle", per, us, left, done);
                 unmap_range(&r);
             }
     /* the same call with 0..48 GiB of other mappings live (accessible), GPU idle */
