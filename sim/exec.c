@@ -41,6 +41,7 @@ typedef struct stream {
     int held;           /* wanted to go on but a synchronize holds every stream */
     double held_since;
     int kick_pending;
+    double sa_left;     /* cuMemSetAccess mappings of its allocator call still to pace */
     /* host issue model */
     size_t nissued;     /* queue entries the host thread has issued to this stream */
     int starving;       /* idle until the host issues more */
@@ -72,6 +73,7 @@ typedef struct hthread {
     int frees_synced;       /* H_FREES: the failed call synchronized: wait for all streams */
     double frees_cost_us;   /* H_FREES: the failed call's latency, paid after the wait */
     int retried;            /* the action at `next` already waited for deferred frees */
+    double sa_left;         /* cuMemSetAccess mappings of the call still to pace */
     uint64_t c_issued, c_done; /* compute actions issued, finished */
     int64_t ahead;          /* the bound; INT64_MAX when unbounded */
     /* from the host's issue of the last iteration mark */
@@ -460,25 +462,52 @@ static void oom_failure(ex *x, int s, size_t idx, const sched_action *a)
              ms_fmt_bytes(simbe_backend(x->be)->capacity_bytes, b4, sizeof b4));
 }
 
+/* One cuMemSetAccess mapping's time, decided as it starts: slower while a device-to-host copy
+ * is on the link (the profile's vmm.set_access_d2h_us; sim/simbackend.c). */
+static double set_access_step_us(const ex *x)
+{
+    return link_copies_left_us(x->link, LINK_D2H) > 0 ? x->m->vmm_set_access_d2h_us
+                                                       : x->m->vmm_set_access_us;
+}
+
+/* The end of an allocator call's latency on stream s: its paced mappings, one by one, then
+ * the action is done. */
+static void alloc_timer_cb(eng_t *e, void *ctx, uint64_t arg)
+{
+    ex *x = ctx;
+    stream *t = &x->st[(int)arg];
+    if (t->sa_left > 0) {
+        t->sa_left -= 1;
+        if (!eng_after(e, set_access_step_us(x), alloc_timer_cb, x, arg))
+            fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        return;
+    }
+    part_done(x, (int)arg);
+}
+
 /* After an allocator call: a synchronize holds every stream; a plain latency occupies the
  * calling stream. Returns 1 when the stream may go straight on to its next action. */
 static int after_alloc_call(ex *x, int s)
 {
     int synced = 0;
+    double paced = simbe_take_set_access_mappings(x->be);
     double cost = simbe_take_cost_us(x->be, &synced);
     stream *t = &x->st[s];
     t->t_start = eng_now(x->eng);
-    if (synced) {
+    if (synced) { /* the device drains first: no copy runs while the mappings are made */
+        cost += paced * x->m->vmm_set_access_us;
         x->sync_owner = s;
         x->sync_cost_us = cost > 0 ? cost : 0;
         t->state = ST_SYNC_DRAIN;
         check_drain(x);
         return 0;
     }
-    if (cost > 0) {
+    if (cost > 0 || paced > 0) {
         t->state = ST_RUN;
         t->parts = 1;
-        start_timer(x, s, cost);
+        t->sa_left = paced;
+        if (!eng_after(x->eng, cost > 0 ? cost : 0, alloc_timer_cb, x, (uint64_t)s))
+            fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
         return 0;
     }
     t->pos++;
@@ -492,15 +521,6 @@ static int pool_stream(int s, const sched_action *a)
     return a->pool > 0 ? SS_COUNT - 1 + a->pool : s;
 }
 
-/* Before an allocation: how long the device-to-host copies in flight still run, for the
- * backend's cuMemSetAccess cost (slower while one runs; sim/simbackend.c). Only the copies on
- * the link count: those queued behind them wait for events of compute that has not run yet,
- * which the executor cannot see ahead (docs/VALIDATION.md: why the model captures little). */
-static void note_d2h_copies(ex *x)
-{
-    simbe_set_d2h_copies_left_us(x->be, link_copies_left_us(x->link, LINK_D2H));
-}
-
 static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
 {
     if (u64map_get(x->dev, a->tensor, NULL)) {
@@ -508,7 +528,6 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
-    note_d2h_copies(x);
     ms_status st = alloc_block(x->alloc, a->bytes, pool_stream(s, a), a->tensor, &addr);
     if (st == MS_ERR_OOM) {
         oom_failure(x, s, idx, a);
@@ -878,6 +897,12 @@ static void host_busy_cb(eng_t *e, void *ctx, uint64_t arg)
     (void)arg;
     ex *x = ctx;
     hthread *h = &x->h;
+    if (h->alloc_busy && h->sa_left > 0) { /* the call's paced mappings, one by one */
+        h->sa_left -= 1;
+        if (!eng_after(e, set_access_step_us(x), host_busy_cb, x, 0))
+            fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        return;
+    }
     double now = eng_now(e);
     h->busy_us += now - h->t0;
     if (h->alloc_busy) {
@@ -909,15 +934,18 @@ static void host_after_call(ex *x, size_t idx)
 {
     hthread *h = &x->h;
     int synced = 0;
+    double paced = simbe_take_set_access_mappings(x->be);
     double cost = simbe_take_cost_us(x->be, &synced);
     h->call_idx = idx;
     h->call_t0 = eng_now(x->eng);
     h->call_synced = synced;
-    if (synced) {
+    if (synced) { /* the device drains first: no copy runs while the mappings are made */
+        cost += paced * x->m->vmm_set_access_us;
         h->drain_cost_us = cost > 0 ? cost : 0;
         host_wait(x, H_DRAIN, idx);
         host_check(x);
-    } else if (cost > 0) {
+    } else if (cost > 0 || paced > 0) {
+        h->sa_left = paced;
         host_busy(x, cost, 0, 1);
     }
 }
@@ -932,7 +960,6 @@ static void host_alloc(ex *x, size_t i, const sched_action *a)
     }
     if (!process_pending(x)) return;
     uint64_t addr = 0;
-    note_d2h_copies(x);
     ms_status st = alloc_block(x->alloc, a->bytes, pool_stream(s, a), a->tensor, &addr);
     if ((st == MS_ERR_OOM || st == MS_ERR_INVALID) && !h->retried && x->n_live[0]) {
         /* PyTorch's retry path synchronizes outstanding events before giving up; the

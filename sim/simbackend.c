@@ -34,7 +34,7 @@ struct simbe {
     uint64_t *seg_log; size_t n_seg_log, cap_seg_log;
     double cost_us;
     int synced;
-    double d2h_left_us; /* device-to-host copies in flight at the call's start, time left */
+    double sa_pending;  /* cuMemSetAccess mappings whose time the executor paces (see below) */
     uint64_t calls, fail_after;
 };
 
@@ -180,16 +180,14 @@ static double mappings_in(const simbe_t *b, uint64_t va, uint64_t bytes)
 
 /* cuMemSetAccess of n mappings. Measured on the H100 and H200 (vmm_probe.cu): while a
  * device-to-host copy runs, each takes vmm.set_access_d2h_us (about 1.06 ms, against 30-34 us
- * otherwise; a running kernel or host-to-device copy barely matters), and once the copy has
- * ended the rest go at vmm.set_access_us. The copy's time left counts from the allocator
- * call's start, less what the call has spent before this. */
-static double set_access_us(const simbe_t *b, double n)
+ * otherwise; a running kernel or host-to-device copy barely matters). Which rate applies is
+ * known only as the call runs, so with that key set the mappings are left to the executor
+ * (simbe_take_set_access_mappings), which paces them one by one against the link; after a
+ * synchronize in the call the copies have ended and they cost the plain rate here. */
+static void set_access_cost(simbe_t *b, double n)
 {
-    double fast = b->m.vmm_set_access_us, slow = b->m.vmm_set_access_d2h_us;
-    double left = b->synced ? 0 : b->d2h_left_us - b->cost_us;
-    if (!(slow > fast) || !(left > 0)) return n * fast;
-    double during = isinf(left) ? n : fmin(n, left / slow);
-    return during * slow + (n - during) * fast;
+    if (b->m.vmm_set_access_d2h_us > b->m.vmm_set_access_us && !b->synced) b->sa_pending += n;
+    else b->cost_us += n * b->m.vmm_set_access_us;
 }
 
 static ms_status be_set_access(void *ctx, uint64_t va, uint64_t bytes)
@@ -197,7 +195,7 @@ static ms_status be_set_access(void *ctx, uint64_t va, uint64_t bytes)
     simbe_t *b = ctx;
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
         if (!u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
-    if (b->have_m) b->cost_us += set_access_us(b, mappings_in(b, va, bytes));
+    if (b->have_m) set_access_cost(b, mappings_in(b, va, bytes));
     return MS_OK;
 }
 
@@ -298,13 +296,18 @@ void simbe_free(simbe_t *b)
 
 const mb_backend *simbe_backend(simbe_t *b) { return &b->be; }
 
-void simbe_set_d2h_copies_left_us(simbe_t *b, double us)
+double simbe_take_set_access_mappings(simbe_t *b)
 {
-    b->d2h_left_us = us > 0 ? us : 0;
+    double n = b->sa_pending;
+    b->sa_pending = 0;
+    return n;
 }
 
 double simbe_take_cost_us(simbe_t *b, int *synced)
 {
+    /* mappings the caller did not take to pace: at the plain rate */
+    b->cost_us += b->sa_pending * b->m.vmm_set_access_us;
+    b->sa_pending = 0;
     double c = b->cost_us;
     if (synced) *synced = b->synced;
     b->cost_us = 0;

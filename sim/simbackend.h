@@ -18,10 +18,11 @@ void simbe_free(simbe_t *b);
 /* The backend to hand to alloc_new. */
 const mb_backend *simbe_backend(simbe_t *b);
 
-/* How long the device-to-host copies in flight still run, from the start of the next allocator
- * call (cuMemSetAccess is slower while one runs: vmm.set_access_d2h_us). The executor sets it
- * before each call; 0: none. */
-void simbe_set_d2h_copies_left_us(simbe_t *b, double us);
+/* The cuMemSetAccess mappings of the calls since the last take whose time depends on the link
+ * (the profile has vmm.set_access_d2h_us): the executor paces them, each at that rate if a
+ * device-to-host copy is on the link when it starts, else at vmm.set_access_us. Resets the
+ * count; take it before simbe_take_cost_us, which charges mappings left at the plain rate. */
+double simbe_take_set_access_mappings(simbe_t *b);
 /* Time charged since the last call, and whether a device synchronize happened in between
  * (cudaFree and explicit synchronizes). Resets both. */
 double simbe_take_cost_us(simbe_t *b, int *synced);

@@ -1223,6 +1223,46 @@ static void test_issue_csv(void)
     free(buf);
 }
 
+/* cuMemSetAccess paced against the link (sim/exec.c, set_access_step_us): with the expandable
+ * allocator (20 MiB pages) a 30 MB tensor maps 2 pages while nothing is copied (2 x 30 us);
+ * a 50 MB offload of it then runs 1000 us; 100 us into it a 60 MB tensor maps 3 more pages,
+ * each at the slow 1000 us while the copy is on the link: the first starts at 160 us and ends
+ * at 1160, after the copy (ending at 1060), so the next two go at 30 us: 1000 + 60. In both
+ * issue models. Without the slow rate the three cost 90 us. */
+static void test_set_access_paced(void)
+{
+    for (int slow = 0; slow < 2; slow++)
+        for (int issue = 0; issue < 2; issue++) {
+            machine_t m = test_machine();
+            m.vmm_set_access_us = 30;
+            m.vmm_set_access_d2h_us = slow ? 1000 : 0;
+            schedule_t *s = sched_new();
+            uint32_t e1 = sched_new_event(s);
+            tensor_act(s, SA_ALLOC, SS_COMPUTE, 1, 30000000);
+            event_act(s, SA_RECORD, SS_COMPUTE, e1);
+            event_act(s, SA_WAIT, SS_D2H, e1);
+            tensor_act(s, SA_HOST_ALLOC, SS_D2H, 1, 50000000);
+            tensor_act(s, SA_COPY_D2H, SS_D2H, 1, 50000000);
+            compute(s, 100, 1);
+            tensor_act(s, SA_ALLOC, SS_COMPUTE, 2, 60000000);
+            compute(s, 10, 2);
+            sim_opts o;
+            sim_opts_default(&o);
+            o.allocator = "expandable";
+            o.issue_ahead = issue ? 8 : 0;
+            o.issue_us = 0;
+            sim_result r;
+            ms_error err;
+            ms_status st = run(s, &m, &o, &r, &err);
+            double want = 60 + (slow ? 1000 + 60 : 90);
+            TAP_OK(st == MS_OK && r.status == RS_OK && near_us(r.alloc_time_s, want),
+                   "set-access %s, %s: allocator time %.0f us (got %.1f)",
+                   slow ? "slow during the copy" : "at the plain rate",
+                   issue ? "host issue model" : "stream time", want, r.alloc_time_s * 1e6);
+            sched_free(s);
+        }
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/memsim-test_exec-XXXXXX");
@@ -1255,6 +1295,7 @@ int main(void)
     test_issue_csv();
     test_issue_record_stream();
     test_pool_streams();
+    test_set_access_paced();
     tmp_cleanup();
     return tap_done();
 }

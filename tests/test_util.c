@@ -168,24 +168,21 @@ static void test_simbe(void)
     simbe_free(NULL);
 }
 
-/* cuMemSetAccess while a device-to-host copy runs: mappings at vmm.set_access_d2h_us until the
- * copy's time left (counted from the call's start, less what the call spent before) runs out,
- * then at vmm.set_access_us; a synchronize in the call ends the copies first. */
-static double set_access_cost(simbe_t *b, double d2h_left_us, int sync_first, int granules)
+/* cuMemSetAccess's cost per mapping. With vmm.set_access_d2h_us the mappings are left for the
+ * executor to pace against the link (simbe_take_set_access_mappings; tests/test_exec.c times
+ * them), except after a synchronize in the call; a caller that does not take them pays the
+ * plain rate. */
+static void map_n(simbe_t *b, int n, uint64_t handle_bytes, uint64_t *va)
 {
     const mb_backend *be = simbe_backend(b);
-    uint64_t va, h;
+    uint64_t h;
     int synced;
-    be->ops->va_reserve(be->ctx, (uint64_t)granules << 21, &va);
-    for (int i = 0; i < granules; i++) {
-        be->ops->phys_create(be->ctx, 2 << 20, &h);
-        be->ops->map(be->ctx, va + ((uint64_t)i << 21), 2 << 20, h);
+    be->ops->va_reserve(be->ctx, (uint64_t)n * handle_bytes, va);
+    for (int i = 0; i < n; i++) {
+        be->ops->phys_create(be->ctx, handle_bytes, &h);
+        be->ops->map(be->ctx, *va + (uint64_t)i * handle_bytes, handle_bytes, h);
     }
     simbe_take_cost_us(b, &synced); /* a new call starts here */
-    simbe_set_d2h_copies_left_us(b, d2h_left_us);
-    if (sync_first) be->ops->synchronize(be->ctx); /* costs device_sync_us, 1 */
-    be->ops->set_access(be->ctx, va, (uint64_t)granules << 21);
-    return simbe_take_cost_us(b, &synced) - (sync_first ? 1.0 : 0.0);
 }
 
 static void test_simbe_set_access(void)
@@ -194,46 +191,40 @@ static void test_simbe_set_access(void)
     memset(&mc, 0, sizeof mc);
     mc.vmm_granularity_bytes = 2 << 20;
     mc.vmm_set_access_us = 30;
-    mc.vmm_set_access_d2h_us = 1000;
     mc.vmm_unmap_us = 7;
     mc.device_sync_us = 1;
     simbe_t *b = simbe_new(&mc, 1ULL << 34, 1 << 20);
-    double c = set_access_cost(b, 0, 0, 16);
-    TAP_OK(fabs(c - 16 * 30) < 1e-6, "no copy in flight: 16 granules at 30 us (%.1f)", c);
-    c = set_access_cost(b, 5000, 0, 16);
-    TAP_OK(fabs(c - (5 * 1000 + 11 * 30)) < 1e-6,
-           "a copy with 5 ms left: 5 granules at 1 ms, 11 at 30 us (%.1f)", c);
-    c = set_access_cost(b, 1e9, 0, 16);
-    TAP_OK(fabs(c - 16 * 1000) < 1e-6, "a copy outlasting the call: every granule at 1 ms (%.1f)",
-           c);
-    c = set_access_cost(b, 5000, 1, 16);
-    TAP_OK(fabs(c - 16 * 30) < 1e-6, "after a synchronize in the call: 30 us each (%.1f)", c);
-    /* per mapping, not per byte: 4 mappings of 20 MiB cost what 4 of 2 MiB do */
-    {
-        const mb_backend *be = simbe_backend(b);
-        uint64_t va, h;
-        int synced;
-        be->ops->va_reserve(be->ctx, 80ULL << 20, &va);
-        for (int i = 0; i < 4; i++) {
-            be->ops->phys_create(be->ctx, 20ULL << 20, &h);
-            be->ops->map(be->ctx, va + (uint64_t)i * (20ULL << 20), 20ULL << 20, h);
-        }
-        simbe_take_cost_us(b, &synced);
-        simbe_set_d2h_copies_left_us(b, 0);
-        be->ops->set_access(be->ctx, va, 80ULL << 20);
-        c = simbe_take_cost_us(b, &synced);
-        TAP_OK(fabs(c - 4 * 30) < 1e-6, "4 mappings of 20 MiB: 4 x 30 us, not 40 granules (%.1f)",
-               c);
-        be->ops->unmap(be->ctx, va, 80ULL << 20);
-        c = simbe_take_cost_us(b, &synced);
-        TAP_OK(fabs(c - 4 * mc.vmm_unmap_us) < 1e-6 && synced, "unmap charged per mapping");
-    }
-    mc.vmm_set_access_d2h_us = 0;
+    const mb_backend *be = simbe_backend(b);
+    uint64_t va;
+    int synced;
+    map_n(b, 4, 20ULL << 20, &va);
+    be->ops->set_access(be->ctx, va, 80ULL << 20);
+    double c = simbe_take_cost_us(b, &synced);
+    TAP_OK(fabs(c - 4 * 30) < 1e-6, "4 mappings of 20 MiB: 4 x 30 us, not 40 granules (%.1f)", c);
+    be->ops->unmap(be->ctx, va, 80ULL << 20);
+    c = simbe_take_cost_us(b, &synced);
+    TAP_OK(fabs(c - 4 * 7) < 1e-6 && synced, "unmap charged per mapping, and synchronizes");
     simbe_free(b);
+    mc.vmm_set_access_d2h_us = 1000;
     b = simbe_new(&mc, 1ULL << 34, 1 << 20);
-    c = set_access_cost(b, 5000, 0, 16);
-    TAP_OK(fabs(c - 16 * 30) < 1e-6, "without vmm.set_access_d2h_us a copy changes nothing (%.1f)",
-           c);
+    be = simbe_backend(b);
+    map_n(b, 16, 2 << 20, &va);
+    be->ops->set_access(be->ctx, va, 32ULL << 20);
+    double n = simbe_take_set_access_mappings(b);
+    c = simbe_take_cost_us(b, &synced);
+    TAP_OK(n == 16 && c == 0, "with the slow rate: 16 mappings left to pace, nothing charged");
+    map_n(b, 16, 2 << 20, &va);
+    be->ops->set_access(be->ctx, va, 32ULL << 20);
+    c = simbe_take_cost_us(b, &synced);
+    TAP_OK(fabs(c - 16 * 30) < 1e-6 && simbe_take_set_access_mappings(b) == 0,
+           "not taken: the plain rate (%.1f)", c);
+    map_n(b, 16, 2 << 20, &va);
+    be->ops->synchronize(be->ctx);
+    be->ops->set_access(be->ctx, va, 32ULL << 20);
+    n = simbe_take_set_access_mappings(b);
+    c = simbe_take_cost_us(b, &synced);
+    TAP_OK(n == 0 && fabs(c - (1 + 16 * 30)) < 1e-6,
+           "after a synchronize in the call: charged at once at the plain rate (%.1f)", c);
     simbe_free(b);
 }
 
