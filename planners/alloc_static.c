@@ -388,12 +388,6 @@ static int cmp_order(const void *x, const void *y)
     return p->id < q->id ? -1 : p->id > q->id;
 }
 
-static int cmp_u64(const void *x, const void *y)
-{
-    uint64_t p = *(const uint64_t *)x, q = *(const uint64_t *)y;
-    return p < q ? -1 : p > q;
-}
-
 static uint64_t round_align(uint64_t b)
 {
     return (b + ALLOC_STATIC_ALIGN_BYTES - 1) / ALLOC_STATIC_ALIGN_BYTES * ALLOC_STATIC_ALIGN_BYTES;
@@ -416,7 +410,7 @@ ms_status alloc_static_plan_greedy(const uint64_t *ids, const uint64_t *bytes,
         return MS_ERR_NOMEM;
     }
     memcpy(sorted_ids, ids, n * sizeof *ids);
-    qsort(sorted_ids, n, sizeof *sorted_ids, cmp_u64);
+    qsort(sorted_ids, n, sizeof *sorted_ids, ms_cmp_u64);
     ms_status st = MS_OK;
     for (size_t i = 1; i < n; i++)
         if (sorted_ids[i - 1] == sorted_ids[i]) st = MS_ERR_INVALID;

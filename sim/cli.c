@@ -108,12 +108,6 @@ static int split_policies(const char *cmd, const char *v, cli_args *a)
     return a->n_policies ? 0 : bad(cmd, "policies", v, "empty list");
 }
 
-static int cmp_u64(const void *x, const void *y)
-{
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return (a > b) - (a < b);
-}
-
 int cli_set_points(const char *cmd, const char *opt, const char *v, int batches, cli_args *a)
 {
     char buf[1024];
@@ -129,7 +123,7 @@ int cli_set_points(const char *cmd, const char *opt, const char *v, int batches,
         a->points[a->n_points++] = x;
     }
     if (!a->n_points) return bad(cmd, opt, v, "empty list");
-    qsort(a->points, a->n_points, sizeof *a->points, cmp_u64);
+    qsort(a->points, a->n_points, sizeof *a->points, ms_cmp_u64);
     for (size_t i = 1; i < a->n_points; i++)
         if (a->points[i] == a->points[i - 1]) return bad(cmd, opt, v, "a value appears twice");
     return 0;

@@ -470,19 +470,37 @@ static double set_access_step_us(const ex *x)
                                                        : x->m->vmm_set_access_us;
 }
 
+/* Paces the next of *left mappings: one step, then cb(arg) again. Returns 0 when none is left. */
+static int pace_mapping(ex *x, double *left, eng_fn cb, uint64_t arg)
+{
+    if (!(*left > 0)) return 0;
+    *left -= 1;
+    if (!eng_after(x->eng, set_access_step_us(x), cb, x, arg))
+        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+    return 1;
+}
+
+/* An allocator call's charged latency, and in *paced its cuMemSetAccess mappings to pace; after
+ * a synchronize in the call the device has drained (no copy runs), so those cost the plain
+ * rate at once. */
+static double take_call_cost(ex *x, int *synced, double *paced)
+{
+    *paced = simbe_take_set_access_mappings(x->be);
+    double cost = simbe_take_cost_us(x->be, synced);
+    if (*synced) {
+        cost += *paced * x->m->vmm_set_access_us;
+        *paced = 0;
+    }
+    return cost;
+}
+
 /* The end of an allocator call's latency on stream s: its paced mappings, one by one, then
  * the action is done. */
 static void alloc_timer_cb(eng_t *e, void *ctx, uint64_t arg)
 {
+    (void)e;
     ex *x = ctx;
-    stream *t = &x->st[(int)arg];
-    if (t->sa_left > 0) {
-        t->sa_left -= 1;
-        if (!eng_after(e, set_access_step_us(x), alloc_timer_cb, x, arg))
-            fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
-        return;
-    }
-    part_done(x, (int)arg);
+    if (!pace_mapping(x, &x->st[(int)arg].sa_left, alloc_timer_cb, arg)) part_done(x, (int)arg);
 }
 
 /* After an allocator call: a synchronize holds every stream; a plain latency occupies the
@@ -490,12 +508,11 @@ static void alloc_timer_cb(eng_t *e, void *ctx, uint64_t arg)
 static int after_alloc_call(ex *x, int s)
 {
     int synced = 0;
-    double paced = simbe_take_set_access_mappings(x->be);
-    double cost = simbe_take_cost_us(x->be, &synced);
+    double paced;
+    double cost = take_call_cost(x, &synced, &paced);
     stream *t = &x->st[s];
     t->t_start = eng_now(x->eng);
-    if (synced) { /* the device drains first: no copy runs while the mappings are made */
-        cost += paced * x->m->vmm_set_access_us;
+    if (synced) {
         x->sync_owner = s;
         x->sync_cost_us = cost > 0 ? cost : 0;
         t->state = ST_SYNC_DRAIN;
@@ -897,12 +914,7 @@ static void host_busy_cb(eng_t *e, void *ctx, uint64_t arg)
     (void)arg;
     ex *x = ctx;
     hthread *h = &x->h;
-    if (h->alloc_busy && h->sa_left > 0) { /* the call's paced mappings, one by one */
-        h->sa_left -= 1;
-        if (!eng_after(e, set_access_step_us(x), host_busy_cb, x, 0))
-            fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
-        return;
-    }
+    if (h->alloc_busy && pace_mapping(x, &h->sa_left, host_busy_cb, 0)) return;
     double now = eng_now(e);
     h->busy_us += now - h->t0;
     if (h->alloc_busy) {
@@ -934,13 +946,12 @@ static void host_after_call(ex *x, size_t idx)
 {
     hthread *h = &x->h;
     int synced = 0;
-    double paced = simbe_take_set_access_mappings(x->be);
-    double cost = simbe_take_cost_us(x->be, &synced);
+    double paced;
+    double cost = take_call_cost(x, &synced, &paced);
     h->call_idx = idx;
     h->call_t0 = eng_now(x->eng);
     h->call_synced = synced;
-    if (synced) { /* the device drains first: no copy runs while the mappings are made */
-        cost += paced * x->m->vmm_set_access_us;
+    if (synced) {
         h->drain_cost_us = cost > 0 ? cost : 0;
         host_wait(x, H_DRAIN, idx);
         host_check(x);

@@ -185,16 +185,13 @@ long res_verdict(FILE *f, const sim_result *rs, size_t n)
     }
     static const res_status fails[] = { RS_OOM, RS_OOHM, RS_ERROR };
     for (size_t k = 0; k < sizeof fails / sizeof *fails; k++) {
-        size_t c = 0;
-        for (size_t i = 0; i < n; i++) c += rs[i].status == fails[k];
-        if (!c) continue;
-        fprintf(f, "; %s:", res_status_name(fails[k]));
-        const char *sep = " ";
-        for (size_t i = 0; i < n; i++)
-            if (rs[i].status == fails[k]) {
-                fprintf(f, "%s%s", sep, rs[i].policy[0] ? rs[i].policy : "-");
-                sep = ", ";
-            }
+        int first = 1;
+        for (size_t i = 0; i < n; i++) {
+            if (rs[i].status != fails[k]) continue;
+            if (first) fprintf(f, "; %s:", res_status_name(fails[k]));
+            fprintf(f, "%s%s", first ? " " : ", ", rs[i].policy[0] ? rs[i].policy : "-");
+            first = 0;
+        }
     }
     fputc('\n', f);
     return best;

@@ -4,8 +4,6 @@
  * latency to a cost the executor drains. Used by sim/exec.c, memsim replay and the tests. */
 #include "sim/simbackend.h"
 
-#include <math.h>
-
 #include <stdlib.h>
 
 #include "traces/u64map.h"
@@ -163,18 +161,20 @@ static ms_status be_map(void *ctx, uint64_t va, uint64_t bytes, uint64_t handle)
     return MS_OK;
 }
 
-/* The mappings (one cuMemMap'd handle each) that cover [va, va + bytes). The cuMem* calls cost
- * per handle or mapping, not per byte: on this workplace's H100 16 mappings of 20 MiB took the
- * same cuMemSetAccess time as 16 of 2 MiB, idle and during a copy
- * (experiments/validate/vmm_probe.cu), and cuMemCreate, cuMemMap, cuMemUnmap and cuMemRelease
- * of PyTorch's 20 MiB expandable pages took about what the probe's 2 MiB granules take
- * (docs/VALIDATION.md). */
+/* The mappings (one cuMemMap'd handle each) that cover [va, va + bytes), or -1 when a granule
+ * of the range is not mapped. The cuMem* calls cost per handle or mapping, not per byte: on
+ * this workplace's H100 16 mappings of 20 MiB took the same cuMemSetAccess time as 16 of 2 MiB,
+ * idle and during a copy (experiments/validate/vmm_probe.cu), and cuMemCreate, cuMemMap,
+ * cuMemUnmap and cuMemRelease of PyTorch's 20 MiB expandable pages took about what the probe's
+ * 2 MiB granules take (docs/VALIDATION.md). */
 static double mappings_in(const simbe_t *b, uint64_t va, uint64_t bytes)
 {
     double n = 0;
     uint64_t prev = 0, h = 0;
-    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes, prev = h)
-        if (u64map_get(b->maps, p, &h) && (p == va || h != prev)) n++;
+    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes, prev = h) {
+        if (!u64map_get(b->maps, p, &h)) return -1;
+        if (p == va || h != prev) n++;
+    }
     return n;
 }
 
@@ -193,19 +193,19 @@ static void set_access_cost(simbe_t *b, double n)
 static ms_status be_set_access(void *ctx, uint64_t va, uint64_t bytes)
 {
     simbe_t *b = ctx;
-    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
-        if (!u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
-    if (b->have_m) set_access_cost(b, mappings_in(b, va, bytes));
+    double n = mappings_in(b, va, bytes);
+    if (n < 0) return MS_ERR_INVALID;
+    if (b->have_m) set_access_cost(b, n);
     return MS_OK;
 }
 
 static ms_status be_unmap(void *ctx, uint64_t va, uint64_t bytes)
 {
     simbe_t *b = ctx;
-    for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
-        if (!u64map_get(b->maps, p, NULL)) return MS_ERR_INVALID;
+    double n = mappings_in(b, va, bytes);
+    if (n < 0) return MS_ERR_INVALID;
     struct resv_ent *r = reservation_of(b, va, bytes);
-    if (b->have_m) b->cost_us += b->m.vmm_unmap_us * mappings_in(b, va, bytes);
+    if (b->have_m) b->cost_us += b->m.vmm_unmap_us * n;
     for (uint64_t p = va; p < va + bytes; p += b->be.granularity_bytes)
         if (u64map_del(b->maps, p, NULL) && r) r->mapped--;
     /* cuMemUnmap waits for work using the range: model it as a synchronize. */

@@ -163,6 +163,12 @@ uint64_t ms_pow2_ceil(uint64_t x)
     return x ? p : 0;
 }
 
+int ms_cmp_u64(const void *x, const void *y)
+{
+    uint64_t p = *(const uint64_t *)x, q = *(const uint64_t *)y;
+    return (p > q) - (p < q);
+}
+
 int ms_ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);

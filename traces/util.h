@@ -99,6 +99,8 @@ uint64_t ms_pow2_ceil(uint64_t x);
 
 /* 1 when s ends with suffix. */
 int ms_ends_with(const char *s, const char *suffix);
+/* qsort comparator of uint64_t values, ascending. */
+int ms_cmp_u64(const void *x, const void *y);
 
 /* Growable array helper: ensures *cap >= need elements of elem bytes. */
 ms_status ms_grow(void **arr, size_t *cap, size_t need, size_t elem);
