@@ -120,6 +120,7 @@ typedef struct lw {
     u64map *rb_rec;          /* alloc record index -> group index, for members */
     u64map *rb_key;          /* (pass << 32 | layer) -> group index */
     uint64_t rb_bytes;       /* one buffer's size */
+    uint64_t idle_bytes;     /* plan knob idle_buffer_bytes */
     /* ".ovl" collectives waiting for their attention kernel */
     double ovl_us;
     int ovl_pending;
@@ -234,6 +235,7 @@ static ms_status put_event(lw *w, sched_kind k, sched_stream s, uint32_t e)
 #define ID_KIND_SHIFT 56
 #define ID_KIND_INCARN UINT64_C(1)
 #define ID_KIND_RBUF UINT64_C(2)
+#define ID_KIND_IDLE UINT64_C(4) /* 3 is lower_dha.c's */
 
 uint64_t lower_id_incarnation(uint64_t trace_id, unsigned k)
 {
@@ -262,6 +264,11 @@ int lower_id_is_rbuf(uint64_t id, uint32_t *pass, int32_t *layer)
     if (pass) *pass = (uint32_t)((id >> 24) & 0xffffff);
     if (layer) *layer = (int32_t)(id & 0xffffff);
     return 1;
+}
+
+uint64_t lower_id_idle_buffer(void)
+{
+    return LOWER_ID_SYNTH | (ID_KIND_IDLE << ID_KIND_SHIFT);
 }
 
 uint64_t lower_id_host_copy(uint64_t id)
@@ -483,7 +490,7 @@ static ms_status read_host_round(lw *w)
 /* Every key read_knobs reads and the memory_plan the policies pass through. */
 const char *const lower_knob_names[] = {
     "rounding_buffers", "memory_plan", "host_round", "host_pow2", "host_granule",
-    "overlap_comm", "record_stream", "stream_pools", "tokenwise", NULL,
+    "overlap_comm", "record_stream", "stream_pools", "tokenwise", "idle_buffer_bytes", NULL,
 };
 
 static ms_status read_knobs(lw *w)
@@ -497,6 +504,11 @@ static ms_status read_knobs(lw *w)
                               w->host_granule < 1 || w->host_granule > (UINT64_C(1) << 40)))
         st = ms_fail(w->err, MS_ERR_INVALID, "plan knob host_granule=%s: expected bytes in "
                      "[1, 2^40]", hg);
+    const char *ib = w->p ? plan_get_knob(w->p, "idle_buffer_bytes") : NULL;
+    if (st == MS_OK && ib && (!ms_parse_bytes(ib, &w->idle_bytes) ||
+                              w->idle_bytes > LOWER_ID_TRACE_LIMIT))
+        st = ms_fail(w->err, MS_ERR_INVALID, "plan knob idle_buffer_bytes=%s: expected bytes "
+                     "in [0, 2^48]", ib);
     int ov = 1;
     if (st == MS_OK) st = knob_flag(w, "overlap_comm", 1, &ov);
     w->overlap = w->o.overlap_ovl && ov;
@@ -1477,6 +1489,9 @@ static ms_status walk(lw *w)
 {
     int included = 1, entered = 0;
     ms_status st = MS_OK;
+    /* MEMO allocates its rounding buffers before the training iterations begin (§4.1). */
+    if (w->idle_bytes)
+        st = put_tensor(w, SA_ALLOC, SS_COMPUTE, lower_id_idle_buffer(), w->idle_bytes);
     for (w->rec = 0; st == MS_OK && w->rec < trace_count(w->t); w->rec++) {
         const trace_rec *r = trace_get(w->t, w->rec);
         if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) {
@@ -1502,6 +1517,9 @@ static ms_status walk(lw *w)
         w->fwd_layer = -1;
         st = end_forward(w, l);
     }
+    if (st == MS_OK && w->idle_bytes)
+        st = put_tensor(w, SA_FREE, SS_COMPUTE, lower_id_idle_buffer(), 0);
+    w->rep.idle_bytes = w->idle_bytes;
     return st;
 }
 

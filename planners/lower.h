@@ -34,6 +34,8 @@ typedef struct lower_report {
                                 per prefetch) */
     uint64_t rb_bytes;       /* size of one rounding buffer (0 without rounding_buffers) */
     uint64_t rb_offloads;    /* rounding buffers offloaded after their layer's forward */
+    uint64_t idle_bytes;     /* the idle rounding buffer held for the whole schedule
+                                (plan knob idle_buffer_bytes; 0: none) */
     uint64_t renamed;        /* re-allocations given a fresh id (memory_plan) */
     uint64_t overlapped;     /* ".ovl" collectives merged into their attention kernel */
     double overlap_hidden_us;/* their time hidden under the attention kernels */
@@ -79,6 +81,11 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
  *                      offloaded whole (alpha-weighted bytes) after L's forward and prefetched
  *                      whole during layer L+1's backward. A layer's skeletal tensors must be
  *                      all kept or all swapped.
+ *  idle_buffer_bytes=B one device block of B bytes (id lower_id_idle_buffer()) allocated on
+ *                      the compute stream before the first lowered record and freed after
+ *                      the last: the rounding buffer that MEMO's executor holds while a
+ *                      full-recomputation layer uses the other (docs/MEMO.md, "MEMO's
+ *                      executor"). Default 0: none.
  *  memory_plan=1       every re-allocation of a tensor (replay, prefetch) gets a fresh
  *                      synthetic id, so each incarnation can have its own static offset.
  *  host_round=R        how pinned host buffers are sized (lower_host_round below): exact
@@ -126,6 +133,8 @@ int lower_id_is_rbuf(uint64_t id, uint32_t *pass, int32_t *layer);
  * (the runtime, which must put the copied bytes where the prefetch reads them) looks the
  * block's own id up first and this one only when that holds no host memory. */
 uint64_t lower_id_host_copy(uint64_t id);
+/* The block of plan knob idle_buffer_bytes (one per schedule). */
+uint64_t lower_id_idle_buffer(void);
 
 /* ---- where a rounding-buffer member's bytes are ----
  * With rounding_buffers a member (a skeletal activation of layer L made in forward pass P

@@ -1,6 +1,7 @@
 /* policy_memo.c — the MEMO policies (policy_memo.h): `memo` (token-wise swap/recompute with
  * alpha from MEMO's LP, two rounding buffers, bi-level memory plan), `full-swap+plan` and
- * `full-recompute+plan` (MEMO's Table 4 ablation variants), the LP itself (lp_solve, or its
+ * `full-recompute+plan` (MEMO's Table 4 ablation variants, the latter holding MEMO's idle
+ * second rounding buffer), the LP itself (lp_solve, or its
  * closed form when the build has no lp_solve), the LP's inputs from a trace and the per-GPU
  * view of a node. Registered in planners/policy.c; described in docs/MEMO.md. */
 #ifdef HAVE_CONFIG_H
@@ -21,6 +22,7 @@
 #include "planners/lower.h"
 #include "planners/memplan.h"
 #include "traces/roofline.h"
+#include "traces/u64map.h"
 #include "traces/util.h"
 
 const char *memo_bound_name(memo_bound b)
@@ -305,6 +307,7 @@ typedef struct memo_knobs {
     int memory_plan;         /* 1: bi-level plan and the static arena */
     double plan_l1_s, plan_l2_s;
     int strict_layers;
+    int fr_buffers;          /* full-recompute+plan: layer-sized buffers the executor holds */
 } memo_knobs;
 
 static ms_status knob_int(const pol_opts *o, const char *key, int def, int lo, int hi, int *out,
@@ -356,6 +359,9 @@ const char *const memo_knob_names[] = {
     "keep_last", "lp_strict", "memory_plan", "strict_layers", "plan_l1_s", "plan_l2_s", NULL,
 };
 
+/* full-recompute+plan's own. */
+static const char *const fr_knob_names[] = { "fr_buffers", NULL };
+
 static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
 {
     memset(k, 0, sizeof *k);
@@ -373,6 +379,7 @@ static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
     if (st == MS_OK) st = knob_int(o, "lp_strict", 0, 0, 1, &k->lp_strict, err);
     if (st == MS_OK) st = knob_int(o, "memory_plan", 1, 0, 1, &k->memory_plan, err);
     if (st == MS_OK) st = knob_int(o, "strict_layers", 0, 0, 1, &k->strict_layers, err);
+    if (st == MS_OK) st = knob_int(o, "fr_buffers", 2, 1, 2, &k->fr_buffers, err);
     if (st == MS_OK) st = pol_knob_double(o, "plan_l1_s", 0.5, &k->plan_l1_s, err);
     if (st == MS_OK) st = pol_knob_double(o, "plan_l2_s", 3.0, &k->plan_l2_s, err);
     if (st == MS_OK) st = pol_common_knobs_check(o, err);
@@ -529,6 +536,37 @@ static ms_status decide_all(const trace_t *t, plan_t *p, memo_mode mode, double 
     return st;
 }
 
+/* Full recomputation in MEMO's executor (knob fr_buffers, docs/MEMO.md "MEMO's executor"):
+ * its two rounding buffers are allocated before training (§4.1) and the §5.3 variants are
+ * "variants of Memo", so while a layer is computed or recomputed in one buffer the other
+ * stays allocated with nothing to prefetch into it. Lowering models the layer in use by its
+ * own tensors and the other buffer by one block held throughout (plan knob
+ * idle_buffer_bytes): the largest layer's recomputed skeletal bytes in one forward pass. The
+ * kept layer input is outside the buffer (the checkpoint keeps it). */
+static ms_status fr_idle_buffer(const trace_t *t, plan_t *p, int fr_buffers, ms_error *err)
+{
+    if (fr_buffers < 2) return MS_OK;
+    pol_skel *sk;
+    size_t n;
+    ms_status st = pol_skeletal(t, &sk, &n, err);
+    if (st != MS_OK) return st;
+    u64map *sum = u64map_new(256);
+    int ok = sum != NULL;
+    uint64_t best = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        if (sk[i].is_input) continue;
+        uint64_t key = ((uint64_t)sk[i].pass << 32) | (uint32_t)sk[i].layer, v = 0;
+        u64map_get(sum, key, &v);
+        v += sk[i].t->bytes;
+        if (v > best) best = v;
+        ok = u64map_put(sum, key, v) == 0;
+    }
+    free(sk);
+    u64map_free(sum);
+    if (!ok) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    return set_knob(p, "idle_buffer_bytes", "%.0f", (double)best, err);
+}
+
 /* Lowers the trace with the plan's decisions and knobs, plans the schedule's memory and
  * stores the offsets for the static arena. */
 static ms_status plan_memory(const trace_t *t, const machine_t *m, plan_t *p,
@@ -633,6 +671,10 @@ static ms_status run_memo(const char *name, memo_mode mode, const trace_t *t, co
         if (st == MS_OK) st = set_knob(p, "host_granule", "%.0f", (double)k.host_granule, err);
         if (st == MS_OK) st = set_knob(p, "keep_last", "%.0f", k.keep_last, err);
     }
+    if (st == MS_OK && mode == MODE_FULL_RECOMPUTE) st = fr_idle_buffer(t, p, k.fr_buffers, err);
+    if (st == MS_OK && mode != MODE_FULL_RECOMPUTE && pol_knob_get(o, "fr_buffers"))
+        st = ms_fail(err, MS_ERR_INVALID, "policy %s: knob fr_buffers applies to "
+                     "full-recompute+plan only", name);
     if (st == MS_OK && mode == MODE_MEMO) st = record_alpha(p, &c, err);
     if (st == MS_OK && mode == MODE_FULL_SWAP) st = set_knob(p, "alpha_used", "%.6g", c.alpha, err);
     if (st == MS_OK) st = default_knob(p, "memory_plan", k.memory_plan ? "1" : "0", err);
@@ -674,6 +716,8 @@ static ms_status plan_fr(const trace_t *t, const machine_t *m, const pol_opts *o
                    "host_reserved, keep_last, lp_strict, memory_plan, plan_l1_s, plan_l2_s, strict_layers"
 
 static const char *const *const MEMO_KNOB_GROUPS[] = { memo_knob_names, lower_knob_names, NULL };
+static const char *const *const FR_KNOB_GROUPS[] = { memo_knob_names, fr_knob_names,
+                                                     lower_knob_names, NULL };
 
 const pol_policy pol_memo = {
     "memo",
@@ -700,10 +744,10 @@ const pol_policy pol_full_swap_plan = {
 
 const pol_policy pol_full_recompute_plan = {
     "full-recompute+plan",
-    "keep each layer's input, recompute its other skeletal activations before its backward; "
-    "bi-level static memory plan",
+    "keep each layer's input, recompute its other skeletal activations before its backward "
+    "into one of MEMO's two rounding buffers (the other held idle); bi-level static memory plan",
     "MEMO (Zhao et al., SIGMOD 2025) Table 4 'Full Recomputation + Memory Plan' (§5.3.1)",
-    "memory_plan, plan_l1_s, plan_l2_s, strict_layers",
+    "fr_buffers, memory_plan, plan_l1_s, plan_l2_s, strict_layers",
     plan_fr,
-    MEMO_KNOB_GROUPS,
+    FR_KNOB_GROUPS,
 };

@@ -213,6 +213,24 @@ static const char *knob(const plan_t *p, const char *k)
     return v ? v : "";
 }
 
+/* Layer 0's skeletal activations other than its input, summed from the trace's allocations
+ * up to the first backward mark (the first forward pass). */
+static uint64_t fr_layer_recomputed_bytes(const trace_t *t)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE && r->u.mark.value == TP_BWD) break;
+        if (r->type != TR_ALLOC) continue;
+        const trace_tensor *x = &r->u.alloc;
+        size_t L = strlen(x->name);
+        if (x->cls == TC_ACT_SKEL && x->layer == 0 &&
+            !(L >= 6 && !strcmp(x->name + L - 6, ".input")))
+            sum += x->bytes;
+    }
+    return sum;
+}
+
 static void test_memo_plan(const machine_t *m)
 {
     trace_t *t = small_trace(m, 1, NULL);
@@ -283,18 +301,56 @@ static void test_memo_plan(const machine_t *m)
     plan_free(p);
     p = NULL;
     st = pol_plan("full-recompute+plan", t, m, NULL, &p, &err);
-    size_t n_fr = st == MS_OK ? p->n_offsets : 0;
+    size_t n_fr2 = st == MS_OK ? p->n_offsets : 0;
+    uint64_t idle = st == MS_OK && knob(p, "idle_buffer_bytes") ?
+                    strtoull(knob(p, "idle_buffer_bytes"), NULL, 10) : 0;
+    uint64_t load2 = st == MS_OK ? strtoull(knob(p, "plan_load_bytes"), NULL, 10) : 0;
     TAP_OK(st == MS_OK && !plan_get_knob(p, "rounding_buffers") && p->n_offsets > 0 &&
            !strcmp(p->allocator, "static"), "full-recompute+plan: no rounding buffers, planned");
+    TAP_OK(idle == fr_layer_recomputed_bytes(t),
+           "full-recompute+plan holds MEMO's idle rounding buffer: %" PRIu64 " bytes, a "
+           "layer's recomputed skeletal bytes", idle);
+    schedule_t *s = NULL;
+    if (st == MS_OK) st = lower_schedule(t, p, m, NULL, &s, &err);
+    size_t na = s ? sched_count(s) : 0;
+    const sched_action *a0 = na ? sched_get(s, 0) : NULL, *az = na ? sched_get(s, na - 1) : NULL;
+    TAP_OK(a0 && a0->kind == SA_ALLOC && a0->tensor == lower_id_idle_buffer() &&
+           a0->bytes == idle && a0->stream == SS_COMPUTE && az->kind == SA_FREE &&
+           az->tensor == lower_id_idle_buffer(),
+           "the idle buffer is the schedule's first allocation and its last free");
+    sched_free(s);
+    s = NULL;
+    if (p && plan_set_knob(p, "idle_buffer_bytes", "-5") == MS_OK)
+        st = lower_schedule(t, p, m, NULL, &s, &err);
+    TAP_OK(st == MS_ERR_INVALID && !s && strstr(err.msg, "idle_buffer_bytes=-5"),
+           "a bad idle_buffer_bytes: %s", err.msg);
     plan_free(p);
     p = NULL;
+    pol_knob one[] = { { "fr_buffers", "1" } };
+    pol_opts_default(&o);
+    o.knobs = one;
+    o.n_knobs = 1;
+    st = pol_plan("full-recompute+plan", t, m, &o, &p, &err);
+    size_t n_fr = st == MS_OK ? p->n_offsets : 0;
+    TAP_OK(st == MS_OK && !plan_get_knob(p, "idle_buffer_bytes") && n_fr + 1 == n_fr2,
+           "fr_buffers=1: no idle buffer, one offset fewer (%zu, %zu)", n_fr, n_fr2);
+    /* a block held over the whole schedule adds its bytes to every point's live bytes */
+    uint64_t load1 = st == MS_OK ? strtoull(knob(p, "plan_load_bytes"), NULL, 10) : 0;
+    TAP_OK(load1 > 0 && load1 + idle == load2, "LOAD with the idle buffer: %" PRIu64 " = %"
+           PRIu64 " + %" PRIu64, load2, load1, idle);
+    plan_free(p);
+    p = NULL;
+    st = pol_plan("memo", t, m, &o, &p, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "full-recompute+plan only"),
+           "fr_buffers given to memo: %s", err.msg);
     pol_knob mpk[] = { { "memory_plan", "1" } };
     pol_opts_default(&o);
     o.knobs = mpk;
     o.n_knobs = 1;
     st = pol_plan("full-recompute", t, m, &o, &p, &err);
     TAP_OK(st == MS_OK && p->n_offsets == n_fr && !strcmp(p->allocator, "static"),
-           "the knob memory_plan=1 plans any policy: full-recompute gets %zu offsets",
+           "the knob memory_plan=1 plans any policy: full-recompute gets %zu offsets, "
+           "full-recompute+plan fr_buffers=1's count",
            p ? p->n_offsets : 0);
     plan_free(p);
     trace_free(t);

@@ -148,6 +148,8 @@ awk -f "$here/compare.awk" -v outdir="$out" "$here/reference.tsv" "$res" | tee "
 # power-of-two buffer per layer, statistics included; tensor_pow2: one per tensor slice);
 # "inplace-loss": MEMO's executor on Megatron-LM's cross entropy from June 2024 (the max
 # subtracted in place on the fp32 copy: 6 bytes per logit at the peak, loss=megatron-inplace);
+# "fr-one-buffer": full recomputation + plan without MEMO's second rounding buffer (knob
+# fr_buffers=1: only the layer in use holds its recomputed activations);
 # "generic": the generator's lean default program (MEMO's 16bsh accounting); "dist-opt": the
 # stock program with Megatron's distributed optimizer (states sharded over dp*cp = 2). Also the
 # caching allocator's reserved peak and retries of full recomputation. Full recomputation runs
@@ -178,6 +180,7 @@ all4=full-recompute,$exec_pols
     variant host-layer "full-swap+plan,memo" "${memo_gen[@]}" --knob host_round=layer_pow2
     variant host-tensor "full-swap+plan,memo" "${memo_gen[@]}" --knob host_round=tensor_pow2
     variant inplace-loss "$exec_pols" "${gen[@]}" --gen loss=megatron-inplace
+    variant fr-one-buffer full-recompute+plan "${memo_gen[@]}" --knob fr_buffers=1
     variant generic "$all4"
     variant dist-opt "$all4" "${gen[@]}" --gen dist_opt=1
 } > "$out/variants.tsv"

@@ -86,9 +86,19 @@ trace_name() { # seq math policy
     return 0
 }
 
+# The policy name of a policy column: the text before the first '+', except for the MEMO
+# variants whose names hold one (full-recompute+plan, full-swap+plan).
+pol_name() { # policy
+    case "$1" in
+        full-recompute+plan|full-recompute+plan+*) echo full-recompute+plan ;;
+        full-swap+plan|full-swap+plan+*) echo full-swap+plan ;;
+        *) echo "${1%%+*}" ;;
+    esac
+}
+
 # Whether a policy column names a host-offload policy (its plans need the ZeRO-Offload trace).
 is_offload() { # policy
-    case "${1%%+*}" in zero-offload|memferry|go-memferry) return 0 ;; esac
+    case "$(pol_name "$1")" in zero-offload|memferry|go-memferry) return 0 ;; esac
     return 1
 }
 
@@ -103,14 +113,17 @@ workload_args() { # seq tracefile
 # planner of `run.sh prepare` (memsim plan --knob), so such a case needs a plan file.
 policy_args() { # policy allocator planfile
     local a=()
-    if [ -n "$3" ]; then a+=(--plan "$3"); else a+=(--policy "${1%%+*}"); fi
+    if [ -n "$3" ]; then a+=(--plan "$3"); else a+=(--policy "$(pol_name "$1")"); fi
     [ "$2" = - ] || a+=(--allocator "$2")
     echo "${a[@]}"
 }
 
 # The planner options of a policy column: --policy NAME and a --knob per +KEY=VALUE.
 plan_args() { # policy
-    local rest=$1 a=(--policy "${1%%+*}")
+    local name rest a
+    name=$(pol_name "$1")
+    rest=${1#"$name"}
+    a=(--policy "$name")
     while [ "$rest" != "${rest#*+}" ]; do
         rest=${rest#*+}
         a+=(--knob "${rest%%+*}")
