@@ -111,18 +111,22 @@ static int split_policies(const char *cmd, const char *v, cli_args *a)
 int cli_set_points(const char *cmd, const char *opt, const char *v, int batches, cli_args *a)
 {
     char buf[1024];
-    snprintf(buf, sizeof buf, "%s", v);
+    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+        return bad(cmd, opt, v, "the list is longer than 1023 characters");
     a->n_points = 0;
     a->points_are_batches = batches;
-    for (char *p = strtok(buf, ","); p; p = strtok(NULL, ",")) {
+    /* strtok would skip an empty item ("1K,,2K"): walk the commas by hand */
+    for (char *p = buf, *end; p; p = end ? end + 1 : NULL) {
+        end = strchr(p, ',');
+        if (end) *end = '\0';
         uint64_t x;
+        if (!*p) return bad(cmd, opt, v, "an empty item in the list");
         if (a->n_points == CLI_MAX_POINTS) return bad(cmd, opt, v, "at most 64 values");
         if (!ms_parse_count(p, &x) || x == 0)
             return bad(cmd, opt, v, batches ? "expected positive counts such as 1,2,4,8"
                                             : "expected positive counts such as 64K,128K");
         a->points[a->n_points++] = x;
     }
-    if (!a->n_points) return bad(cmd, opt, v, "empty list");
     qsort(a->points, a->n_points, sizeof *a->points, ms_cmp_u64);
     for (size_t i = 1; i < a->n_points; i++)
         if (a->points[i] == a->points[i - 1]) return bad(cmd, opt, v, "a value appears twice");

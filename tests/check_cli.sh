@@ -145,6 +145,8 @@ expect 0 "sweep: --csv with --quiet" -- "$M" sweep $SW --seqs 16K,32K --policies
 [ "$(wc -l < "$T/sw.csv")" -eq 5 ] && [ ! -s "$T/out" ]; ok $? "sweep: one CSV row per length and policy, nothing on stdout with --quiet"
 expect 2 "sweep: a length given twice: exit 2" -- "$M" sweep $SW --seqs 16K,16K
 grep -q "a value appears twice" "$T/err"; ok $? "sweep: the repeated length is named"
+expect 2 "sweep: an empty item in the list: exit 2" -- "$M" sweep $SW --seqs 16K,,32K
+grep -q "an empty item" "$T/err"; ok $? "sweep: the empty item is named"
 expect 2 "sweep: --trace is not a sweep option: exit 2" -- "$M" sweep --trace "$T/w.trace.gz"
 expect 0 "sweep: micro-batch sizes at a fixed length, with --longest" -- "$M" sweep $SW --seq 16K --batches 1,2,4,8,16 --policies keep-all,full-recompute --longest
 B=$(awk '$1 == "keep-all" && $2 ~ /^[0-9]+$/ { print $2 }' "$T/out")
