@@ -545,7 +545,7 @@ static ms_status decide_all(const trace_t *t, plan_t *p, memo_mode mode, double 
  * kept layer input is outside the buffer (the checkpoint keeps it). */
 static ms_status fr_idle_buffer(const trace_t *t, plan_t *p, int fr_buffers, ms_error *err)
 {
-    if (fr_buffers < 2) return MS_OK;
+    if (fr_buffers < 2 || plan_get_knob(p, "idle_buffer_bytes")) return MS_OK; /* user's wins */
     pol_skel *sk;
     size_t n;
     ms_status st = pol_skeletal(t, &sk, &n, err);

@@ -343,6 +343,14 @@ static void test_memo_plan(const machine_t *m)
     st = pol_plan("memo", t, m, &o, &p, &err);
     TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "full-recompute+plan only"),
            "fr_buffers given to memo: %s", err.msg);
+    pol_knob given[] = { { "idle_buffer_bytes", "12345" } };
+    o.knobs = given;
+    st = pol_plan("full-recompute+plan", t, m, &o, &p, &err);
+    TAP_OK(st == MS_OK && !strcmp(knob(p, "idle_buffer_bytes"), "12345"),
+           "a user's idle_buffer_bytes wins over the policy's: %s",
+           st == MS_OK ? knob(p, "idle_buffer_bytes") : err.msg);
+    plan_free(p);
+    p = NULL;
     pol_knob mpk[] = { { "memory_plan", "1" } };
     pol_opts_default(&o);
     o.knobs = mpk;
