@@ -231,6 +231,18 @@ static uint64_t fr_layer_recomputed_bytes(const trace_t *t)
     return sum;
 }
 
+/* pol_plan with one knob. */
+static ms_status plan_knob1(const char *policy, const trace_t *t, const machine_t *m,
+                            const char *key, const char *value, plan_t **p, ms_error *err)
+{
+    pol_knob k = { key, value };
+    pol_opts o;
+    pol_opts_default(&o);
+    o.knobs = &k;
+    o.n_knobs = 1;
+    return pol_plan(policy, t, m, &o, p, err);
+}
+
 static void test_memo_plan(const machine_t *m)
 {
     trace_t *t = small_trace(m, 1, NULL);
@@ -326,11 +338,7 @@ static void test_memo_plan(const machine_t *m)
            "a bad idle_buffer_bytes: %s", err.msg);
     plan_free(p);
     p = NULL;
-    pol_knob one[] = { { "fr_buffers", "1" } };
-    pol_opts_default(&o);
-    o.knobs = one;
-    o.n_knobs = 1;
-    st = pol_plan("full-recompute+plan", t, m, &o, &p, &err);
+    st = plan_knob1("full-recompute+plan", t, m, "fr_buffers", "1", &p, &err);
     size_t n_fr = st == MS_OK ? p->n_offsets : 0;
     TAP_OK(st == MS_OK && !plan_get_knob(p, "idle_buffer_bytes") && n_fr + 1 == n_fr2,
            "fr_buffers=1: no idle buffer, one offset fewer (%zu, %zu)", n_fr, n_fr2);
@@ -340,22 +348,16 @@ static void test_memo_plan(const machine_t *m)
            PRIu64 " + %" PRIu64, load2, load1, idle);
     plan_free(p);
     p = NULL;
-    st = pol_plan("memo", t, m, &o, &p, &err);
+    st = plan_knob1("memo", t, m, "fr_buffers", "1", &p, &err);
     TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "full-recompute+plan only"),
            "fr_buffers given to memo: %s", err.msg);
-    pol_knob given[] = { { "idle_buffer_bytes", "12345" } };
-    o.knobs = given;
-    st = pol_plan("full-recompute+plan", t, m, &o, &p, &err);
+    st = plan_knob1("full-recompute+plan", t, m, "idle_buffer_bytes", "12345", &p, &err);
     TAP_OK(st == MS_OK && !strcmp(knob(p, "idle_buffer_bytes"), "12345"),
            "a user's idle_buffer_bytes wins over the policy's: %s",
            st == MS_OK ? knob(p, "idle_buffer_bytes") : err.msg);
     plan_free(p);
     p = NULL;
-    pol_knob mpk[] = { { "memory_plan", "1" } };
-    pol_opts_default(&o);
-    o.knobs = mpk;
-    o.n_knobs = 1;
-    st = pol_plan("full-recompute", t, m, &o, &p, &err);
+    st = plan_knob1("full-recompute", t, m, "memory_plan", "1", &p, &err);
     TAP_OK(st == MS_OK && p->n_offsets == n_fr && !strcmp(p->allocator, "static"),
            "the knob memory_plan=1 plans any policy: full-recompute gets %zu offsets, "
            "full-recompute+plan fr_buffers=1's count",
