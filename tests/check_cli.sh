@@ -163,6 +163,9 @@ ok $? "sweep's boundaries: 20 H100 runs around keep-all's and full-recompute's l
 grep -q "keep-all             36K (37K: oom)" "$T/bnd"; ok $? "sweep --longest predicts keep-all's H100 boundary (36K fits, 37K does not)"
 MEMSIM="$M" bash "${srcdir:-.}/experiments/validate/boundary.sh" compare "${srcdir:-.}/experiments/validate/boundary_h200" h200-sxm > "$T/bnd2" 2>&1
 ok $? "sweep's boundaries: 20 H200 runs agree with the simulator"
+MEMSIM="$M" bash "${srcdir:-.}/experiments/validate/boundary.sh" compare "${srcdir:-.}/experiments/validate/boundary_h200_plan" h200-sxm > "$T/bnd3" 2>&1
+ok $? "sweep's boundaries: full-recompute+plan's 10 H200 runs (static arena, idle rounding buffer) agree with the simulator"
+grep -q "full-recompute+plan  460K (461K: oom)" "$T/bnd3"; ok $? "sweep --longest predicts full-recompute+plan's H200 boundary (460K fits, 461K does not)"
 expect 3 "--knob alpha: exit 3, pointing to --alpha" -- "$M" simulate $W --policy memo --knob alpha=0.5
 grep -q -- "--alpha" "$T/err"; ok $? "the message names --alpha"
 expect 3 "protrain: a misspelt knob: exit 3" -- "$M" protrain search --model gpt2-1b --batch 8 --knob tie_tl=0
