@@ -323,13 +323,17 @@ static void test_memo_plan(const machine_t *m)
            "full-recompute+plan holds MEMO's idle rounding buffer: %" PRIu64 " bytes, a "
            "layer's recomputed skeletal bytes", idle);
     schedule_t *s = NULL;
-    if (st == MS_OK) st = lower_schedule(t, p, m, NULL, &s, &err);
+    lower_report rep;
+    lower_opts lo;
+    lower_opts_default(&lo);
+    lo.report = &rep;
+    if (st == MS_OK) st = lower_schedule(t, p, m, &lo, &s, &err);
     size_t na = s ? sched_count(s) : 0;
     const sched_action *a0 = na ? sched_get(s, 0) : NULL, *az = na ? sched_get(s, na - 1) : NULL;
     TAP_OK(a0 && a0->kind == SA_ALLOC && a0->tensor == lower_id_idle_buffer() &&
            a0->bytes == idle && a0->stream == SS_COMPUTE && az->kind == SA_FREE &&
-           az->tensor == lower_id_idle_buffer(),
-           "the idle buffer is the schedule's first allocation and its last free");
+           az->tensor == lower_id_idle_buffer() && rep.idle_bytes == idle,
+           "the idle buffer is the schedule's first allocation and its last free (reported)");
     sched_free(s);
     s = NULL;
     if (p && plan_set_knob(p, "idle_buffer_bytes", "-5") == MS_OK)
