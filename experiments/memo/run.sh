@@ -79,7 +79,7 @@ res="$out/results.tsv"
 t0=$(date +%s)
 # One progress line on standard error per step: what runs now and the time so far.
 progress() {
-    [ -n "${MEMO_QUIET:-}" ] || echo "run.sh: [$1/7] $2 ($(( $(date +%s) - t0 )) s so far)" >&2
+    [ -n "${MEMO_QUIET:-}" ] || echo "run.sh: [$1/8] $2 ($(( $(date +%s) - t0 )) s so far)" >&2
 }
 
 # 2. Table 4: the four methods at each sequence length (one trace per length).
@@ -246,6 +246,35 @@ awk -F'\t' 'FNR == NR { if ($1 == "table5") v[$2 SUBSEP $3] = $4; next }
 done
 awk -F'\t' -v res="$res" -v vt="$out/variants.tsv" -v t5x="$out/table5-readings.tsv" \
     -f "$here/readings.awk" "$here/reference.tsv" "$out/host_readings.tsv" | tee "$out/readings.txt"
+
+# 8. The longest sequence each method fits, bisected in 8K steps by memsim sweep --longest, beside
+# the interval the paper's Table 4 cells put it in (the last length that ran, the first that
+# failed). Full recomputation without a plan as in Table 4's first row (stock loss, the
+# reorganization model); the executor rows on MEMO's loss.
+progress 8 "longest sequence per method"
+sw=(--model gpt-7b --tp 4 --cp 2 --machine "$machine") # as model, without --quiet
+{
+    "$MEMSIM" sweep "${sw[@]}" "${reorg[@]}" "${gen[@]}" --policies full-recompute \
+        --seqs 256K,384K,512K --longest --step 8K 2> /dev/null
+    "$MEMSIM" sweep "${sw[@]}" ${issue[@]+"${issue[@]}"} "${memo_gen[@]}" --policies "$exec_pols" \
+        --seqs 256K,384K,512K,640K,768K,896K,1024K --longest --step 8K 2> /dev/null
+} | awk '/^longest/ { on = 1; next } /^seq/ { on = 0; next } on && NF >= 2 { print }' > "$out/longest.txt"
+awk -F'\t' 'FNR == NR { if ($1 == "table4") { k = $3; sub(/K$/, "", k); k += 0
+                   if ($4 ~ /^[0-9.]+$/) { if (k > ok[$2]) ok[$2] = k }
+                   else if (!($2 in fail) || k < fail[$2]) fail[$2] = k }
+               next }
+    { line = $0; sub(/^ +/, "", line); split(line, w, " "); m = w[1]
+      fits = line; sub(/^[^ ]+ +/, "", fits)
+      n = (fits ~ /^[0-9]+K/) ? substr(fits, 1, index(fits, "K") - 1) + 0 : -1
+      lo = ok[m]; hi = (m in fail) ? fail[m] : 0
+      paper = hi ? sprintf("%dK to %dK", lo, hi - 1) : sprintf(">= %dK", lo)
+      inside = (n < 0) ? "fits all tried" : (n >= lo && (!hi || n < hi)) ? "yes" : "no"
+      if (inside == "yes") agree++
+      printf "  %-20s %-16s %-26s %s\n", m, paper, fits, inside; rows++ }
+    END { printf "memsim inside the paper'"'"'s interval for %d of %d methods\n", agree, rows }' \
+    "$here/reference.tsv" "$out/longest.txt" \
+  | { echo; echo "Longest sequence that fits (memsim sweep --longest, 8K steps; the paper: from its Table 4 cells)"
+      printf '  %-20s %-16s %-26s %s\n' method paper memsim inside; cat; } | tee "$out/longest_compare.txt"
 
 if command -v gnuplot > /dev/null; then
     for f in png svg; do
