@@ -13,7 +13,7 @@ enum {
     O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
     O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN,
-    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP
+    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP, O_BREAKDOWN
 };
 
 /* An option is offered to a command whose groups include `group` (0: every command) and none
@@ -56,6 +56,7 @@ static const struct {
     {{"memcsv", required_argument, 0, O_MEMCSV}, CLI_OUTPUTS, "FILE   write the memory time series CSV", CLI_SWEEP},
     {{"schedule", required_argument, 0, O_SCHEDULE}, CLI_OUTPUTS, "FILE   write the lowered schedule as text", CLI_SWEEP},
     {{"plot", required_argument, 0, O_PLOT}, CLI_OUTPUTS, "DIR   write figures (PNG and SVG, needs gnuplot) and their data", 0},
+    {{"breakdown", no_argument, 0, O_BREAKDOWN}, CLI_BREAKDOWN, "   also print what device memory holds at the peak, by kind (parameters, gradients, optimizer states, activations, lowering's buffers)", 0},
     {{"quiet", no_argument, 0, O_QUIET}, CLI_OUTPUTS, "   print only errors", 0},
     {{"help", no_argument, 0, O_HELP}, 0, "   this help", 0},
 };
@@ -240,6 +241,7 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
                                     "give one of --seqs and --batches, once");
         return cli_set_points(cmd, c == O_SEQS ? "seqs" : "batches", v, c == O_BATCHES, a);
     case O_LONGEST: a->longest = 1; return 0;
+    case O_BREAKDOWN: a->breakdown = 1; return 0;
     case O_STEP:
         if (!ms_parse_count(v, &x) || x == 0) return bad(cmd, "step", v, "expected a positive count");
         a->step = x;

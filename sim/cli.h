@@ -17,6 +17,7 @@ enum {
     CLI_POLICIES = 1 << 3,  /* --policies A,B,C */
     CLI_OUTPUTS = 1 << 4,   /* --csv --timeline --memcsv --schedule --plot -o */
     CLI_SWEEP = 1 << 5,     /* --seqs LIST | --batches LIST, --longest, --step N */
+    CLI_BREAKDOWN = 1 << 6, /* --breakdown (commands that print one result per policy) */
 };
 
 #define CLI_MAX_POLICIES 16
@@ -40,6 +41,7 @@ typedef struct cli_args {
     size_t n_points;
     int points_are_batches;   /* 1: --batches (micro-batch sizes), 0: sequence lengths */
     int longest;              /* --longest */
+    int breakdown;            /* --breakdown */
     uint64_t step;            /* --step (0: the command's default) */
     int npos;                 /* positional arguments left in pos[] */
     char **pos;

@@ -135,7 +135,7 @@ static int run_one(const char *cmd, const cli_args *a, const trace_t *t, const m
 
 int cmd_simulate(int argc, char **argv)
 {
-    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS;
+    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS | CLI_BREAKDOWN;
     cli_args a;
     int rc = cli_parse(argc, argv, g, &a);
     if (rc) return rc;
@@ -153,6 +153,7 @@ int cmd_simulate(int argc, char **argv)
     rc = run_one("simulate", &a, t, &mp->m, name, &r);
     if (!rc) {
         if (!a.quiet) res_table(stdout, &r, 1);
+        if (!a.quiet && a.breakdown) res_breakdown(stdout, &r, 1);
         if (a.csv_path) rc = write_csv("simulate", a.csv_path, &r, 1);
         if (!rc && a.plot_dir) draw_run("simulate", a.plot_dir, name, &r, a.quiet);
     }
@@ -180,7 +181,7 @@ static int write_compare_data(const char *dir, const sim_result *rs, size_t n, c
 
 int cmd_compare(int argc, char **argv)
 {
-    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS;
+    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_BREAKDOWN;
     cli_args a;
     int rc = cli_parse(argc, argv, g, &a);
     if (rc) return rc;
@@ -206,6 +207,7 @@ int cmd_compare(int argc, char **argv)
         if (!a.quiet) {
             res_table(stdout, rs, n);
             res_verdict(stdout, rs, n);
+            if (a.breakdown) res_breakdown(stdout, rs, n);
         }
         if (a.csv_path) rc = write_csv("compare", a.csv_path, rs, n);
     }

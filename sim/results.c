@@ -152,6 +152,55 @@ void res_table(FILE *f, const sim_result *rs, size_t n)
     }
 }
 
+const char *res_mem_kind_name(res_mem_kind k)
+{
+    static const char *const names[RM_COUNT] = {
+        "parameters", "gradients", "optimizer states", "model-state chunks",
+        "skeletal activations", "transient activations", "workspaces", "rounding buffers",
+        "idle rounding buffer", "lowering buffers", "other",
+    };
+    return (unsigned)k < RM_COUNT ? names[k] : "?";
+}
+
+/* GiB in a column w wide: "-" for nothing. */
+static void gib_cell(FILE *f, int w, uint64_t b)
+{
+    if (b) fprintf(f, " %*.2f", w, gib(b));
+    else fprintf(f, " %*s", w, "-");
+}
+
+void res_breakdown(FILE *f, const sim_result *rs, size_t n)
+{
+    int w[64];
+    n = n > 64 ? 64 : n;
+    fprintf(f, "device memory at the peak of live bytes (GiB requested; at the failing request "
+               "for an oom)\n%-22s", "kind");
+    for (size_t i = 0; i < n; i++) {
+        const char *name = rs[i].policy[0] ? rs[i].policy : "-";
+        size_t len = strlen(name);
+        w[i] = len > 9 ? (int)len : 9;
+        fprintf(f, " %*s", w[i], name);
+    }
+    fputc('\n', f);
+    for (int k = 0; k < RM_COUNT; k++) {
+        int any = 0;
+        for (size_t i = 0; i < n; i++) any |= rs[i].peak_live_bytes[k] != 0;
+        if (!any) continue;
+        fprintf(f, "%-22s", res_mem_kind_name((res_mem_kind)k));
+        for (size_t i = 0; i < n; i++) gib_cell(f, w[i], rs[i].peak_live_bytes[k]);
+        fputc('\n', f);
+    }
+    fprintf(f, "%-22s", "total");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t = 0;
+        for (int k = 0; k < RM_COUNT; k++) t += rs[i].peak_live_bytes[k];
+        gib_cell(f, w[i], t);
+    }
+    fprintf(f, "\n%-22s", "peak allocated");
+    for (size_t i = 0; i < n; i++) gib_cell(f, w[i], rs[i].peak_allocated_bytes);
+    fputc('\n', f);
+}
+
 /* Of equal times the earlier result wins (the order the caller listed them in). */
 long res_fastest(const sim_result *rs, size_t n, long *second)
 {

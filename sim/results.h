@@ -12,6 +12,15 @@
 typedef enum res_status { RS_OK = 0, RS_OOM, RS_OOHM, RS_ERROR } res_status;
 const char *res_status_name(res_status s);
 
+/* What a device block holds, for the breakdown of the peak: the trace's tensor classes, and
+ * the blocks lowering makes of its own (rounding buffers, the idle rounding buffer, ProTrain's
+ * persistent chunks, chunk buffers and staging). */
+typedef enum res_mem_kind {
+    RM_PARAM = 0, RM_GRAD, RM_OPTSTATE, RM_CHUNK, RM_ACT_SKEL, RM_ACT_TRANS, RM_WORKSPACE,
+    RM_RBUF, RM_IDLE, RM_BUFFER, RM_OTHER, RM_COUNT
+} res_mem_kind;
+const char *res_mem_kind_name(res_mem_kind k);
+
 typedef struct sim_result {
     char policy[48], allocator[32], model[48], machine[64];
     uint64_t seq, batch;
@@ -37,6 +46,10 @@ typedef struct sim_result {
     double issue_busy_s;         /* host thread busy issuing the last iteration */
     uint64_t issue_waits;        /* times the host thread waited for the GPU (whole run) */
     uint64_t deferred_frees;     /* frees held back for other streams' uses (whole run) */
+    /* Device bytes live by kind (the bytes requested, not the allocator's rounding) at the
+     * moment their sum peaked, or, for an oom, when the failing request was made. */
+    uint64_t peak_live_bytes[RM_COUNT];
+    int peak_live_at_failure;    /* 1: peak_live_bytes is the state at the oom */
 } sim_result;
 
 void res_init(sim_result *r);
@@ -51,6 +64,9 @@ void res_table(FILE *f, const sim_result *rs, size_t n);
 /* The index of the fastest result that fits (status ok), -1 when none does; *second (if not
  * NULL) the next fastest, or -1. */
 long res_fastest(const sim_result *rs, size_t n, long *second);
+/* What was live at the peak (peak_live_bytes), one column per result: a row per kind that
+ * any result holds, then the total and the allocator's peak allocated bytes. */
+void res_breakdown(FILE *f, const sim_result *rs, size_t n);
 /* One line under that table: which result runs fastest of those that fit (status ok), how far
  * ahead of the next, and which ran out of device or host memory. Returns the index of the
  * fastest, or -1 when none fits. */

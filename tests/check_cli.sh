@@ -156,6 +156,14 @@ expect 2 "sweep: --batch with --batches: exit 2" -- "$M" sweep $SW --batch 2 --b
 expect 2 "sweep: --seq with --seqs: exit 2" -- "$M" sweep $SW --seq 8K --seqs 8K,16K
 expect 3 "sweep: a length the generator refuses: exit 3, the length named" -- "$M" sweep --model gpt-7b --tp 4 --cp 2 --seqs 6
 grep -q "at 6 tokens" "$T/err"; ok $? "sweep: the refused length is in the message"
+# --breakdown: on the static arena (exact bytes) the kinds add up to the peak allocated bytes,
+# and full-recompute+plan's idle rounding buffer is one of them; compare gives a column each
+expect 0 "simulate --breakdown" -- "$M" simulate $W --policy full-recompute+plan --breakdown
+awk '$1 == "total" { t = $2 } $1 == "peak" && $2 == "allocated" { p = $3 } $1 == "idle" { i = $4 }
+     END { exit !(t != "" && t == p && i + 0 > 0) }' "$T/out"; ok $? "breakdown: the kinds sum to the peak allocated bytes; the idle buffer is listed"
+expect 0 "compare --breakdown" -- "$M" compare $W --policies keep-all,memo --breakdown
+grep -q "^rounding buffers  *- " "$T/out"; ok $? "breakdown: memo's rounding buffers in its column, none for keep-all"
+expect 2 "sweep --breakdown: exit 2 (a sweep prints no per-run breakdown)" -- "$M" sweep $SW --seqs 16K --breakdown
 # the longest-sequence boundaries measured on an H100 (experiments/validate/boundary_h100): the
 # simulator must still give every run's status and peak bytes exactly
 MEMSIM="$M" bash "${srcdir:-.}/experiments/validate/boundary.sh" compare "${srcdir:-.}/experiments/validate/boundary_h100" > "$T/bnd" 2>&1

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "planners/lower.h"
 #include "tests/tap.h"
 
 #define GB 1e9
@@ -382,6 +383,86 @@ static void test_oom(void)
            "failure gives the allocator's state");
     TAP_OK(r.iter_time_s == 0 && r.astats.num_ooms == 1, "no iteration time; one OOM counted");
     TAP_OK(file_has(o.timeline_path, "qkv_gemm"), "timeline of the failed run names ops from the trace");
+    sched_free(s);
+    trace_free(tr);
+}
+
+/* A trace holding tensors of three classes (ids 1, 2, 3: parameter, skeletal, transient). */
+static trace_t *kinds_trace(void)
+{
+    static const trace_class cls[] = { TC_PARAM, TC_ACT_SKEL, TC_ACT_TRANS };
+    trace_t *t = trace_new();
+    for (int i = 0; i < 3; i++) {
+        trace_rec rec;
+        memset(&rec, 0, sizeof rec);
+        rec.type = TR_ALLOC;
+        rec.u.alloc.id = (uint64_t)i + 1;
+        rec.u.alloc.bytes = MiB;
+        rec.u.alloc.cls = cls[i];
+        rec.u.alloc.layer = i ? 0 : -1;
+        rec.u.alloc.producer = -1;
+        snprintf(rec.u.alloc.name, sizeof rec.u.alloc.name, "t%d", i + 1);
+        if (trace_append(t, &rec) != MS_OK) TAP_NOTE("trace_append failed");
+    }
+    return t;
+}
+
+/* The peak's breakdown by kind, on both issue models: parameter 100 MiB and skeletal 60 MiB
+ * live, a 50 MiB transient on top (the peak: 210 MiB), then freed, a 20 MiB rounding-buffer
+ * block and the 8 MiB idle buffer (188 MiB, below the peak); ids unknown to the trace are
+ * "other". With 180 MiB of device the transient fails: the breakdown is the state then. */
+static void test_peak_breakdown(void)
+{
+    machine_t m = test_machine();
+    trace_t *tr = kinds_trace();
+    schedule_t *s = sched_new();
+    tensor_act(s, SA_ALLOC, SS_COMPUTE, 1, 100 * MiB);
+    tensor_act(s, SA_ALLOC, SS_COMPUTE, 2, 60 * MiB);
+    compute(s, 10, -1);
+    tensor_act(s, SA_ALLOC, SS_COMPUTE, 3, 50 * MiB);
+    compute(s, 10, -1);
+    tensor_act(s, SA_FREE, SS_COMPUTE, 3, 0);
+    tensor_act(s, SA_ALLOC, SS_COMPUTE, lower_id_rbuf(0, 0, 0), 20 * MiB);
+    tensor_act(s, SA_ALLOC, SS_COMPUTE, lower_id_idle_buffer(), 8 * MiB);
+    tensor_act(s, SA_ALLOC, SS_COMPUTE, 77, MiB);
+    compute(s, 10, -1);
+    for (int ahead = 0; ahead <= 4; ahead += 4) {
+        sim_opts o;
+        sim_opts_default(&o);
+        o.trace = tr;
+        o.issue_ahead = ahead;
+        sim_result r;
+        ms_error err;
+        ms_status st = run(s, &m, &o, &r, &err);
+        const uint64_t *b = r.peak_live_bytes;
+        TAP_OK(st == MS_OK && r.status == RS_OK && b[RM_PARAM] == 100 * MiB &&
+                   b[RM_ACT_SKEL] == 60 * MiB && b[RM_ACT_TRANS] == 50 * MiB && !b[RM_RBUF] &&
+                   !b[RM_IDLE] && !b[RM_OTHER] && !r.peak_live_at_failure,
+               "issue_ahead %d: the peak holds the parameter, the skeletal and the transient "
+               "tensor (%llu, %llu, %llu MiB)", ahead, (unsigned long long)(b[RM_PARAM] / MiB),
+               (unsigned long long)(b[RM_ACT_SKEL] / MiB),
+               (unsigned long long)(b[RM_ACT_TRANS] / MiB));
+    }
+    /* the later blocks make a new peak once the transient is larger than what they add */
+    sched_action big = base(SA_ALLOC, SS_COMPUTE);
+    big.tensor = 78;
+    big.bytes = 40 * MiB;
+    sched_add(s, &big);
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace = tr;
+    sim_result r;
+    ms_error err;
+    ms_status st = run(s, &m, &o, &r, &err);
+    const uint64_t *b = r.peak_live_bytes;
+    TAP_OK(st == MS_OK && !b[RM_ACT_TRANS] && b[RM_RBUF] == 20 * MiB && b[RM_IDLE] == 8 * MiB &&
+               b[RM_OTHER] == 41 * MiB,
+           "a later peak: rounding buffer, idle buffer and two tensors the trace does not know");
+    m.gpu_hbm_bytes = 180 * MiB;
+    st = run(s, &m, &o, &r, &err);
+    TAP_OK(st == MS_OK && r.status == RS_OOM && r.peak_live_at_failure &&
+               b[RM_PARAM] == 100 * MiB && b[RM_ACT_SKEL] == 60 * MiB && b[RM_ACT_TRANS] == 0,
+           "oom: the breakdown is what was live at the failing request (%s)", r.failure);
     sched_free(s);
     trace_free(tr);
 }
@@ -1278,6 +1359,7 @@ int main(void)
     test_host_fifo();
     test_oom();
     test_oohm();
+    test_peak_breakdown();
     test_iterations();
     test_deadlock();
     test_bad_input();
