@@ -179,6 +179,33 @@ static int write_compare_data(const char *dir, const sim_result *rs, size_t n, c
     return fclose(f);
 }
 
+/* breakdown.csv for plots/breakdown.gp: the kinds some policy holds, a row per policy in GiB.
+ * *nkinds gets the number of kind columns. */
+static int write_breakdown_data(const char *dir, const sim_result *rs, size_t n, char *path,
+                                size_t pathn, int *nkinds)
+{
+    int used[RM_COUNT] = { 0 };
+    *nkinds = 0;
+    for (int k = 0; k < RM_COUNT; k++) {
+        for (size_t i = 0; i < n; i++) used[k] |= rs[i].peak_live_bytes[k] != 0;
+        *nkinds += used[k];
+    }
+    snprintf(path, pathn, "%s/breakdown.csv", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "policy");
+    for (int k = 0; k < RM_COUNT; k++)
+        if (used[k]) fprintf(f, ",%s", res_mem_kind_name((res_mem_kind)k));
+    fputc('\n', f);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "%s%s", rs[i].policy, rs[i].peak_live_at_failure ? " (oom)" : "");
+        for (int k = 0; k < RM_COUNT; k++)
+            if (used[k]) fprintf(f, ",%.4f", (double)rs[i].peak_live_bytes[k] / MS_GiB);
+        fputc('\n', f);
+    }
+    return fclose(f);
+}
+
 int cmd_compare(int argc, char **argv)
 {
     const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_BREAKDOWN;
@@ -227,6 +254,19 @@ int cmd_compare(int argc, char **argv)
                 fprintf(stderr, "memsim compare: %s\n", err.msg);
             else if (!a.quiet)
                 printf("wrote %s.png and .svg\n", outb);
+            int nk;
+            if (write_breakdown_data(a.plot_dir, rs, n, data, sizeof data, &nk) != 0) {
+                fprintf(stderr, "memsim compare: cannot write %s\n", data);
+                rc = MS_EXIT_IO;
+            } else if (nk > 0) {
+                char bvars[96];
+                snprintf(outb, sizeof outb, "%s/breakdown", a.plot_dir);
+                snprintf(bvars, sizeof bvars, "%s; nkinds=%d", vars, nk);
+                if (plot_draw("breakdown", data, outb, title, bvars, &err) != MS_OK)
+                    fprintf(stderr, "memsim compare: %s\n", err.msg);
+                else if (!a.quiet)
+                    printf("wrote %s.png and .svg\n", outb);
+            }
             for (size_t i = 0; i < n; i++)
                 draw_run("compare", a.plot_dir, a.policies[i], &rs[i], a.quiet);
         }

@@ -163,6 +163,12 @@ awk '$1 == "total" { t = $2 } $1 == "peak" && $2 == "allocated" { p = $3 } $1 ==
      END { exit !(t != "" && t == p && i + 0 > 0) }' "$T/out"; ok $? "breakdown: the kinds sum to the peak allocated bytes; the idle buffer is listed"
 expect 0 "compare --breakdown" -- "$M" compare $W --policies keep-all,memo --breakdown
 grep -q "^rounding buffers  *- " "$T/out"; ok $? "breakdown: memo's rounding buffers in its column, none for keep-all"
+expect 0 "compare --plot" -- "$M" compare $W --policies keep-all,memo --plot "$T/cplot"
+awk -F, 'NR == 1 { ok = ($1 == "policy" && /rounding buffers/) } NR > 1 { rows++ }
+     END { exit !(ok && rows == 2) }' "$T/cplot/breakdown.csv"; ok $? "compare --plot: breakdown.csv, a kind per column, a row per policy"
+if command -v gnuplot > /dev/null; then
+    [ -s "$T/cplot/breakdown.png" ] && [ -s "$T/cplot/breakdown.svg" ]; ok $? "compare --plot: the breakdown figure (PNG and SVG)"
+fi
 expect 2 "sweep --breakdown: exit 2 (a sweep prints no per-run breakdown)" -- "$M" sweep $SW --seqs 16K --breakdown
 # the longest-sequence boundaries measured on an H100 (experiments/validate/boundary_h100): the
 # simulator must still give every run's status and peak bytes exactly
