@@ -11,8 +11,10 @@
 # logits, MEMO_LOSS). Prints paper-vs-memsim tables cell by cell with differences and draws
 # them (PNG and SVG); then Table 4 again under other assumptions (the stock loss everywhere, no
 # reorganization model, the three other readings of MEMO's pinned host buffers, the generic
-# program, Megatron's distributed optimizer) and the four host-buffer readings side by side.
-# About 8 minutes on a 2-core x86-64 machine; progress lines go to standard error
+# program, Megatron's distributed optimizer, full recomputation + plan without MEMO's idle
+# rounding buffer), the four host-buffer readings side by side, and each method's longest
+# sequence (memsim sweep --longest) beside the interval the paper's Table 4 leaves for it.
+# About 12 minutes on a 2-core x86-64 machine; progress lines go to standard error
 # (MEMO_QUIET=1 silences them).
 #
 # usage: experiments/memo/run.sh [OUTDIR]   (default: out/memo in the repository; MEMSIM=path/to/memsim;
@@ -25,7 +27,8 @@
 # reference.tsv's layout), compare.txt (the printed comparison), runs/*.csv (memsim's result
 # rows), table4.dat, table5.dat and the figures memo_table4.{png,svg}, memo_table5.{png,svg};
 # variants.txt and variants/*.csv (Table 4 under the other trace assumptions); host_readings.tsv
-# and readings.txt (the four readings of MEMO's pinned host buffers compared).
+# and readings.txt (the four readings of MEMO's pinned host buffers compared); longest.txt and
+# longest_compare.txt (the longest sequence per method).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
