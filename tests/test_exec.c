@@ -444,10 +444,7 @@ static void test_peak_breakdown(void)
                (unsigned long long)(b[RM_ACT_TRANS] / MiB));
     }
     /* the later blocks make a new peak once the transient is larger than what they add */
-    sched_action big = base(SA_ALLOC, SS_COMPUTE);
-    big.tensor = 78;
-    big.bytes = 40 * MiB;
-    sched_add(s, &big);
+    tensor_act(s, SA_ALLOC, SS_COMPUTE, 78, 40 * MiB);
     sim_opts o;
     sim_opts_default(&o);
     o.trace = tr;
