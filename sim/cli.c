@@ -56,7 +56,7 @@ static const struct {
     {{"memcsv", required_argument, 0, O_MEMCSV}, CLI_OUTPUTS, "FILE   write the memory time series CSV", CLI_SWEEP},
     {{"schedule", required_argument, 0, O_SCHEDULE}, CLI_OUTPUTS, "FILE   write the lowered schedule as text", CLI_SWEEP},
     {{"plot", required_argument, 0, O_PLOT}, CLI_OUTPUTS, "DIR   write figures (PNG and SVG, needs gnuplot) and their data", 0},
-    {{"breakdown", no_argument, 0, O_BREAKDOWN}, CLI_BREAKDOWN, "   also print what device memory holds at the peak, by kind (parameters, gradients, optimizer states, activations, lowering's buffers)", 0},
+    {{"breakdown", no_argument, 0, O_BREAKDOWN}, CLI_BREAKDOWN, "   also print what device memory holds at the peak, by kind (parameters, gradients, optimizer states, activations, rounding buffers, chunks, staging buffers)", 0},
     {{"quiet", no_argument, 0, O_QUIET}, CLI_OUTPUTS, "   print only errors", 0},
     {{"help", no_argument, 0, O_HELP}, 0, "   this help", 0},
 };

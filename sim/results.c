@@ -157,7 +157,7 @@ const char *res_mem_kind_name(res_mem_kind k)
     static const char *const names[RM_COUNT] = {
         "parameters", "gradients", "optimizer states", "model-state chunks",
         "skeletal activations", "transient activations", "workspaces", "rounding buffers",
-        "idle rounding buffer", "lowering buffers", "other",
+        "idle rounding buffer", "staging buffers", "other",
     };
     return (unsigned)k < RM_COUNT ? names[k] : "?";
 }
