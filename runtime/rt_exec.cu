@@ -5,6 +5,8 @@
  * docs/RUNTIME.md. Used by runtime/rt_run.c (`memsim run`) and the tests. C-style CUDA. */
 #include "runtime/rt_exec.h"
 
+#include "planners/blockmix.h"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -264,6 +266,7 @@ typedef struct ex {
     const mb_backend *be;
     rt_exec_result *r;
     alloc_t *alloc;
+    blockmix *mix;                         /* what the peak holds (planners/blockmix.h) */
     rt_host_plan hp;
     uint64_t pool, dha_buf, dha_bytes;     /* host addresses */
     uint64_t pool_dev;                     /* the pool's mapped device address */
@@ -486,6 +489,7 @@ static rt_status pend_done(ex *x, uint32_t idx)
         if (st != MS_OK)
             return fail(x, RTX_ERROR, RT_ERR_CUDA, "releasing a deferred block 0x%llx: %s (%s)",
                         (unsigned long long)p->addr, ms_status_str(st), rt_last_error());
+        bm_release(x->mix, p->addr);
     }
     if (slot_del(&x->pd_free, &x->n_pd_free, &x->cap_pd_free, idx) != MS_OK)
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
@@ -535,6 +539,7 @@ static rt_status sync_stream(ex *x, int k, size_t i)
 
 static rt_status oom_result(ex *x, size_t i, const sched_action *a)
 {
+    bm_failed(x->mix);
     const alloc_stats *s = alloc_get_stats(x->alloc);
     char b0[32], b1[32], b2[32], b3[32], b4[32], tn[48];
     uint64_t cached = s->reserved_bytes > s->allocated_bytes
@@ -571,6 +576,7 @@ static rt_status release_deferred(ex *x, size_t i)
             return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: releasing a deferred "
                         "block 0x%llx: %s (%s)", i, (unsigned long long)q->addr,
                         ms_status_str(st), rt_last_error());
+        bm_release(x->mix, q->addr);
     }
     return RT_OK;
 }
@@ -633,7 +639,8 @@ static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
     }
     uint32_t slot;
     if (slot_new(&x->dl_free, &x->n_dl_free, &x->n_dl, &x->cap_dl, (void **)&x->dl,
-                 sizeof *x->dl, &slot) != MS_OK || u64map_put(x->dmap, a->tensor, slot)) {
+                 sizeof *x->dl, &slot) != MS_OK || u64map_put(x->dmap, a->tensor, slot) ||
+        !bm_alloc(x->mix, a->tensor, addr, a->bytes)) {
         alloc_release(x->alloc, addr);
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
     }
@@ -673,6 +680,7 @@ static rt_status do_free(ex *x, size_t i, const sched_action *a)
         if (st != MS_OK)
             return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: freeing: %s (%s)", i,
                         ms_status_str(st), rt_last_error());
+        bm_release(x->mix, d.addr);
         return RT_OK;
     }
     uint32_t p;
@@ -1353,11 +1361,13 @@ static rt_status setup(ex *x, const counts *c)
     x->op = (tev *)calloc(x->n_op ? x->n_op : 1, sizeof *x->op);
     x->dmap = u64map_new(1024);
     x->hmap = u64map_new(256);
+    x->mix = bm_new(x->o.trace);
     if (x->o.compute && !(x->alias = u64map_new(256)))
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
     if (x->o.max_ahead < 0) x->o.max_ahead = 0;
     x->ahead = (void **)calloc((size_t)x->o.max_ahead + 1, sizeof(void *));
-    if (!x->ahead || !r->win || !x->sev || !x->wev || !x->cp || !x->op || !x->dmap || !x->hmap)
+    if (!x->ahead || !r->win || !x->sev || !x->wev || !x->cp || !x->op || !x->dmap || !x->hmap ||
+        !x->mix)
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
     if (x->d->calibrate && x->d->calibrate(x->d->ctx, &r->calib) != RT_OK)
         return fail(x, RTX_ERROR, RT_ERR_CUDA, "calibrating the spin kernel: %s",
@@ -1639,6 +1649,7 @@ static void teardown(ex *x)
     free(x->pool_ev);
     free(x->free_ev);
     u64map_free(x->dmap);
+    bm_free(x->mix);
     u64map_free(x->hmap);
     u64map_free(x->alias);
     free(x->dl);
@@ -1720,6 +1731,7 @@ rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_o
         }
         x.stop = 1;
     }
+    if (x.mix) bm_peak(x.mix, r->peak_live_bytes, &r->peak_live_at_failure);
     if (x.alloc) {
         r->astats = *alloc_get_stats(x.alloc);
         r->alloc_retries_per_iter = r->astats.num_alloc_retries - x.retries_at_mark;

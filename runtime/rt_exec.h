@@ -25,6 +25,7 @@ extern "C" {
 #endif
 
 #include "planners/alloc.h"
+#include "planners/blockmix.h"
 #include "planners/lower.h"
 #include "planners/schedule.h"
 #include "traces/trace.h"
@@ -278,6 +279,10 @@ typedef struct rt_exec_result {
     alloc_stats astats;          /* allocator counters at the end */
     uint64_t alloc_retries_per_iter;
     uint64_t host_peak_bytes, host_pool_bytes;
+    /* device bytes live by kind at the peak of their sum, or at the failing request
+     * (planners/blockmix.h: the simulator's breakdown, by the same code) */
+    uint64_t peak_live_bytes[BM_COUNT];
+    int peak_live_at_failure;
     uint64_t deferred_frees;     /* device frees held back until other streams' use ended */
     uint64_t oom_drains;         /* failed allocations (OOM, or the static arena's planned
                                     address still held by a block whose free waits) retried

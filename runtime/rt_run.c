@@ -415,6 +415,20 @@ static void print_calib(const rt_calib *c)
     }
 }
 
+/* What the peak held, by kind (the kinds the simulator's --breakdown lists; planners/blockmix.h). */
+static void print_breakdown(const rt_exec_result *r)
+{
+    uint64_t total = 0;
+    printf("memory by kind at the %s (GiB requested):",
+           r->peak_live_at_failure ? "failing request" : "peak of live bytes");
+    for (int k = 0; k < BM_COUNT; k++) {
+        if (!r->peak_live_bytes[k]) continue;
+        printf(" %s %.3f,", bm_kind_name((bm_kind)k), gib(r->peak_live_bytes[k]));
+        total += r->peak_live_bytes[k];
+    }
+    printf(" total %.3f\n", gib(total));
+}
+
 static void print_windows(const rt_exec_result *r, const machine_t *m)
 {
     int real_host = 0;
@@ -495,6 +509,7 @@ static void print_report(const run_args *a, const rt_gpu_info *g, const machine_
            s->reserved_peak_bytes ? 100.0 * (1.0 - (double)s->active_peak_bytes /
                                                        (double)s->reserved_peak_bytes) : 0.0,
            gib(r->host_pool_bytes), gib(r->host_peak_bytes));
+    print_breakdown(r);
     printf("allocator: %llu allocs, %llu frees, %llu segment allocs, %llu retries (%llu in the "
            "last iteration), %llu syncs; executor: %llu deferred frees, %llu drains (allocations "
            "retried after releasing them), %llu fenced allocations, %llu alloc-sync waits, %llu "

@@ -184,9 +184,9 @@ static int write_compare_data(const char *dir, const sim_result *rs, size_t n, c
 static int write_breakdown_data(const char *dir, const sim_result *rs, size_t n, char *path,
                                 size_t pathn, int *nkinds)
 {
-    int used[RM_COUNT] = { 0 };
+    int used[BM_COUNT] = { 0 };
     *nkinds = 0;
-    for (int k = 0; k < RM_COUNT; k++) {
+    for (int k = 0; k < BM_COUNT; k++) {
         for (size_t i = 0; i < n; i++) used[k] |= rs[i].peak_live_bytes[k] != 0;
         *nkinds += used[k];
     }
@@ -194,12 +194,12 @@ static int write_breakdown_data(const char *dir, const sim_result *rs, size_t n,
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     fprintf(f, "policy");
-    for (int k = 0; k < RM_COUNT; k++)
-        if (used[k]) fprintf(f, ",%s", res_mem_kind_name((res_mem_kind)k));
+    for (int k = 0; k < BM_COUNT; k++)
+        if (used[k]) fprintf(f, ",%s", bm_kind_name((bm_kind)k));
     fputc('\n', f);
     for (size_t i = 0; i < n; i++) {
         fprintf(f, "%s%s", rs[i].policy, rs[i].peak_live_at_failure ? " (oom)" : "");
-        for (int k = 0; k < RM_COUNT; k++)
+        for (int k = 0; k < BM_COUNT; k++)
             if (used[k]) fprintf(f, ",%.4f", (double)rs[i].peak_live_bytes[k] / MS_GiB);
         fputc('\n', f);
     }

@@ -14,8 +14,6 @@
 #include <string.h>
 
 #include "planners/alloc_caching.h"
-#include "planners/lower.h"
-#include "planners/lower_chunks.h"
 #include "sim/engine.h"
 #include "sim/link.h"
 #include "sim/simbackend.h"
@@ -130,12 +128,7 @@ typedef struct ex {
     uint8_t *reached;
     uint32_t nevents;
     u64map *dev;         /* tensor id -> device address */
-    /* the breakdown of the peak (sim_result.peak_live_bytes): device address -> requested
-     * bytes << 4 | res_mem_kind of each live block, the live bytes by kind and their sum,
-     * and the kinds at the largest sum so far */
-    u64map *pb;
-    uint64_t pb_live[RM_COUNT], pb_sum, pb_best, pb_peak[RM_COUNT];
-    int pb_fail;
+    blockmix *mix;       /* what the peak holds (sim_result.peak_live_bytes) */
     u64map *host;        /* tensor id -> host bytes */
     uint64_t host_used, host_peak, host_cap;
     double host_free_at; /* the host CPU is a FIFO server */
@@ -237,51 +230,6 @@ static const char *tensor_name(const ex *x, uint64_t id, char *buf, size_t n)
     if (t && t->name[0]) snprintf(buf, n, "%s", t->name);
     else snprintf(buf, n, "t%llu", (unsigned long long)id);
     return buf;
-}
-
-/* What block id holds: a trace tensor's class (a re-allocation lowering renamed counts as its
- * tensor), or the kind of block lowering made. */
-static res_mem_kind mem_kind(const ex *x, uint64_t id)
-{
-    if (lower_id_is_rbuf(id, NULL, NULL)) return RM_RBUF;
-    if (id == lower_id_idle_buffer()) return RM_IDLE;
-    int ck;
-    if (lc_id_parse(id, &ck, NULL))
-        return ck == LC_ID_PERSIST ? RM_CHUNK : ck == LC_ID_POPT ? RM_OPTSTATE : RM_BUFFER;
-    uint64_t tid = id;
-    if (lower_id_synthetic(id, &tid) && tid == UINT64_MAX) return RM_BUFFER;
-    const trace_tensor *t = x->o.trace ? trace_find_tensor(x->o.trace, tid) : NULL;
-    switch (t ? t->cls : TC_OTHER) {
-    case TC_PARAM: return RM_PARAM;
-    case TC_GRAD: return RM_GRAD;
-    case TC_OPTSTATE: return RM_OPTSTATE;
-    case TC_ACT_SKEL: return RM_ACT_SKEL;
-    case TC_ACT_TRANS: return RM_ACT_TRANS;
-    case TC_WORKSPACE: return RM_WORKSPACE;
-    default: return RM_OTHER;
-    }
-}
-
-/* A block allocated: its kind's live bytes, and a new peak of their sum. 0: out of memory. */
-static int pb_alloc(ex *x, uint64_t id, uint64_t addr, uint64_t bytes)
-{
-    res_mem_kind k = mem_kind(x, id);
-    if (u64map_put(x->pb, addr, bytes << 4 | (uint64_t)k)) return 0;
-    x->pb_live[k] += bytes;
-    x->pb_sum += bytes;
-    if (x->pb_sum > x->pb_best && !x->pb_fail) {
-        x->pb_best = x->pb_sum;
-        memcpy(x->pb_peak, x->pb_live, sizeof x->pb_peak);
-    }
-    return 1;
-}
-
-static void pb_release(ex *x, uint64_t addr)
-{
-    uint64_t v;
-    if (!u64map_del(x->pb, addr, &v)) return; /* a second zero-byte block at one address */
-    x->pb_live[v & 15] -= v >> 4;
-    x->pb_sum -= v >> 4;
 }
 
 static void mem_sample(ex *x)
@@ -499,8 +447,7 @@ static void start_host(ex *x, int s, const sched_action *a)
 
 static void oom_failure(ex *x, int s, size_t idx, const sched_action *a)
 {
-    memcpy(x->pb_peak, x->pb_live, sizeof x->pb_peak);
-    x->pb_fail = 1;
+    bm_failed(x->mix);
     const alloc_stats *st = alloc_get_stats(x->alloc);
     char b0[32], b1[32], b2[32], b3[32], b4[32], tn[48];
     uint64_t cached = st->reserved_bytes > st->allocated_bytes
@@ -610,7 +557,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         fail_at(x, st, idx, alloc_why(x, st));
         return 0;
     }
-    if (u64map_put(x->dev, a->tensor, addr) || !pb_alloc(x, a->tensor, addr, a->bytes)) {
+    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, addr, a->bytes)) {
         fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
@@ -633,7 +580,7 @@ static int do_free(ex *x, int s, size_t idx, const sched_action *a)
         fail_at(x, st, idx, alloc_why(x, st));
         return 0;
     }
-    pb_release(x, addr);
+    bm_release(x->mix, addr);
     mem_sample(x);
     return after_alloc_call(x, s);
 }
@@ -861,7 +808,7 @@ static int pend_release(ex *x, uint32_t slot)
             fail_run(x, st, msg);
             return 0;
         }
-        pb_release(x, p->value);
+        bm_release(x->mix, p->value);
     }
     if (ms_grow((void **)&x->pd_free, &x->cap_pd_free, x->n_pd_free + 1, sizeof *x->pd_free) !=
         MS_OK) {
@@ -1052,7 +999,7 @@ static void host_alloc(ex *x, size_t i, const sched_action *a)
         fail_at(x, st, i, alloc_why(x, st));
         return;
     }
-    if (u64map_put(x->dev, a->tensor, addr) || !pb_alloc(x, a->tensor, addr, a->bytes) ||
+    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, addr, a->bytes) ||
         u64map_put(x->duse, a->tensor, (uint64_t)s | (1ULL << (s + 8)))) {
         fail_run(x, MS_ERR_NOMEM, "out of memory");
         return;
@@ -1093,7 +1040,7 @@ static void host_free(ex *x, size_t i, const sched_action *a)
             fail_at(x, st, i, alloc_why(x, st));
             return;
         }
-        pb_release(x, addr);
+        bm_release(x->mix, addr);
         mem_sample(x);
     }
     host_enqueue(x, i); /* a no-op for the stream */
@@ -1348,9 +1295,9 @@ static ms_status setup(ex *x)
     x->reached = calloc(x->nevents ? x->nevents : 1, 1);
     x->eng = eng_new();
     x->dev = u64map_new(1024);
-    x->pb = u64map_new(1024);
+    x->mix = bm_new(x->o.trace);
     x->host = u64map_new(256);
-    if (!x->reached || !x->eng || !x->dev || !x->pb || !x->host)
+    if (!x->reached || !x->eng || !x->dev || !x->mix || !x->host)
         return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
     x->link = link_new(x->eng, x->m->link_h2d_Bps, x->m->link_d2h_Bps, x->m->link_duplex_Bps);
     if (x->link && x->m->dha_link_weight > 0) link_set_dha_weight(x->link, x->m->dha_link_weight);
@@ -1393,7 +1340,7 @@ static void teardown(ex *x)
     eng_free(x->eng);
     tl_free(x->tl);
     u64map_free(x->dev);
-    u64map_free(x->pb);
+    bm_free(x->mix);
     u64map_free(x->host);
     u64map_free(x->duse);
     u64map_free(x->huse);
@@ -1449,8 +1396,7 @@ static void fill_result(ex *x, sim_result *r)
     r->d2h_busy_s = (link_busy_us(x->link, LINK_D2H) - x->d2h0_us) * 1e-6;
     r->astats = *a;
     r->peak_allocated_bytes = a->allocated_peak_bytes;
-    memcpy(r->peak_live_bytes, x->pb_peak, sizeof r->peak_live_bytes);
-    r->peak_live_at_failure = x->pb_fail;
+    bm_peak(x->mix, r->peak_live_bytes, &r->peak_live_at_failure);
     r->peak_reserved_bytes = a->reserved_peak_bytes;
     r->peak_active_bytes = a->active_peak_bytes;
     r->fragmentation = a->reserved_peak_bytes

@@ -152,16 +152,6 @@ void res_table(FILE *f, const sim_result *rs, size_t n)
     }
 }
 
-const char *res_mem_kind_name(res_mem_kind k)
-{
-    static const char *const names[RM_COUNT] = {
-        "parameters", "gradients", "optimizer states", "model-state chunks",
-        "skeletal activations", "transient activations", "workspaces", "rounding buffers",
-        "idle rounding buffer", "staging buffers", "other",
-    };
-    return (unsigned)k < RM_COUNT ? names[k] : "?";
-}
-
 /* GiB in a column w wide: "-" for nothing. */
 static void gib_cell(FILE *f, int w, uint64_t b)
 {
@@ -182,18 +172,18 @@ void res_breakdown(FILE *f, const sim_result *rs, size_t n)
         fprintf(f, " %*s", w[i], name);
     }
     fputc('\n', f);
-    for (int k = 0; k < RM_COUNT; k++) {
+    for (int k = 0; k < BM_COUNT; k++) {
         int any = 0;
         for (size_t i = 0; i < n; i++) any |= rs[i].peak_live_bytes[k] != 0;
         if (!any) continue;
-        fprintf(f, "%-22s", res_mem_kind_name((res_mem_kind)k));
+        fprintf(f, "%-22s", bm_kind_name((bm_kind)k));
         for (size_t i = 0; i < n; i++) gib_cell(f, w[i], rs[i].peak_live_bytes[k]);
         fputc('\n', f);
     }
     fprintf(f, "%-22s", "total");
     for (size_t i = 0; i < n; i++) {
         uint64_t t = 0;
-        for (int k = 0; k < RM_COUNT; k++) t += rs[i].peak_live_bytes[k];
+        for (int k = 0; k < BM_COUNT; k++) t += rs[i].peak_live_bytes[k];
         gib_cell(f, w[i], t);
     }
     fprintf(f, "\n%-22s", "peak allocated");

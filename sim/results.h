@@ -8,18 +8,10 @@
 
 #include "traces/util.h"
 #include "planners/alloc.h"
+#include "planners/blockmix.h"
 
 typedef enum res_status { RS_OK = 0, RS_OOM, RS_OOHM, RS_ERROR } res_status;
 const char *res_status_name(res_status s);
-
-/* What a device block holds, for the breakdown of the peak: the trace's tensor classes, and
- * the blocks lowering makes of its own (rounding buffers, the idle rounding buffer, ProTrain's
- * persistent chunks, chunk buffers and staging). */
-typedef enum res_mem_kind {
-    RM_PARAM = 0, RM_GRAD, RM_OPTSTATE, RM_CHUNK, RM_ACT_SKEL, RM_ACT_TRANS, RM_WORKSPACE,
-    RM_RBUF, RM_IDLE, RM_BUFFER, RM_OTHER, RM_COUNT
-} res_mem_kind;
-const char *res_mem_kind_name(res_mem_kind k);
 
 typedef struct sim_result {
     char policy[48], allocator[32], model[48], machine[64];
@@ -46,9 +38,10 @@ typedef struct sim_result {
     double issue_busy_s;         /* host thread busy issuing the last iteration */
     uint64_t issue_waits;        /* times the host thread waited for the GPU (whole run) */
     uint64_t deferred_frees;     /* frees held back for other streams' uses (whole run) */
-    /* Device bytes live by kind (the bytes requested, not the allocator's rounding) at the
-     * moment their sum peaked, or, for an oom, when the failing request was made. */
-    uint64_t peak_live_bytes[RM_COUNT];
+    /* Device bytes live by kind (planners/blockmix.h; the bytes requested, not the
+     * allocator's rounding) at the moment their sum peaked, or, for an oom, when the failing
+     * request was made. */
+    uint64_t peak_live_bytes[BM_COUNT];
     int peak_live_at_failure;    /* 1: peak_live_bytes is the state at the oom */
 } sim_result;
 

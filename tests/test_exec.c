@@ -435,13 +435,13 @@ static void test_peak_breakdown(void)
         ms_error err;
         ms_status st = run(s, &m, &o, &r, &err);
         const uint64_t *b = r.peak_live_bytes;
-        TAP_OK(st == MS_OK && r.status == RS_OK && b[RM_PARAM] == 100 * MiB &&
-                   b[RM_ACT_SKEL] == 60 * MiB && b[RM_ACT_TRANS] == 50 * MiB && !b[RM_RBUF] &&
-                   !b[RM_IDLE] && !b[RM_OTHER] && !r.peak_live_at_failure,
+        TAP_OK(st == MS_OK && r.status == RS_OK && b[BM_PARAM] == 100 * MiB &&
+                   b[BM_ACT_SKEL] == 60 * MiB && b[BM_ACT_TRANS] == 50 * MiB && !b[BM_RBUF] &&
+                   !b[BM_IDLE] && !b[BM_OTHER] && !r.peak_live_at_failure,
                "issue_ahead %d: the peak holds the parameter, the skeletal and the transient "
-               "tensor (%llu, %llu, %llu MiB)", ahead, (unsigned long long)(b[RM_PARAM] / MiB),
-               (unsigned long long)(b[RM_ACT_SKEL] / MiB),
-               (unsigned long long)(b[RM_ACT_TRANS] / MiB));
+               "tensor (%llu, %llu, %llu MiB)", ahead, (unsigned long long)(b[BM_PARAM] / MiB),
+               (unsigned long long)(b[BM_ACT_SKEL] / MiB),
+               (unsigned long long)(b[BM_ACT_TRANS] / MiB));
     }
     /* the later blocks make a new peak once the transient is larger than what they add */
     tensor_act(s, SA_ALLOC, SS_COMPUTE, 78, 40 * MiB);
@@ -452,13 +452,13 @@ static void test_peak_breakdown(void)
     ms_error err;
     ms_status st = run(s, &m, &o, &r, &err);
     const uint64_t *b = r.peak_live_bytes;
-    TAP_OK(st == MS_OK && !b[RM_ACT_TRANS] && b[RM_RBUF] == 20 * MiB && b[RM_IDLE] == 8 * MiB &&
-               b[RM_OTHER] == 41 * MiB,
+    TAP_OK(st == MS_OK && !b[BM_ACT_TRANS] && b[BM_RBUF] == 20 * MiB && b[BM_IDLE] == 8 * MiB &&
+               b[BM_OTHER] == 41 * MiB,
            "a later peak: rounding buffer, idle buffer and two tensors the trace does not know");
     m.gpu_hbm_bytes = 180 * MiB;
     st = run(s, &m, &o, &r, &err);
     TAP_OK(st == MS_OK && r.status == RS_OOM && r.peak_live_at_failure &&
-               b[RM_PARAM] == 100 * MiB && b[RM_ACT_SKEL] == 60 * MiB && b[RM_ACT_TRANS] == 0,
+               b[BM_PARAM] == 100 * MiB && b[BM_ACT_SKEL] == 60 * MiB && b[BM_ACT_TRANS] == 0,
            "oom: the breakdown is what was live at the failing request (%s)", r.failure);
     sched_free(s);
     trace_free(tr);

@@ -1,0 +1,105 @@
+/* blockmix.c — the breakdown of device memory at its peak, by kind (blockmix.h), shared by the
+ * simulator's and the runtime's executors. */
+#include "planners/blockmix.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "planners/lower.h"
+#include "planners/lower_chunks.h"
+#include "traces/u64map.h"
+
+struct blockmix {
+    const trace_t *t;
+    u64map *live;                 /* device address -> requested bytes << 4 | kind */
+    uint64_t bytes[BM_COUNT];     /* live bytes by kind */
+    uint64_t sum, best;           /* their sum, and its largest value so far */
+    uint64_t peak[BM_COUNT];      /* the kinds when the sum was largest (or at the failure) */
+    int failed;
+};
+
+const char *bm_kind_name(bm_kind k)
+{
+    static const char *const names[BM_COUNT] = {
+        "parameters", "gradients", "optimizer states", "model-state chunks",
+        "skeletal activations", "transient activations", "workspaces", "rounding buffers",
+        "idle rounding buffer", "staging buffers", "other",
+    };
+    return (unsigned)k < BM_COUNT ? names[k] : "?";
+}
+
+bm_kind bm_kind_of(const trace_t *t, uint64_t id)
+{
+    if (lower_id_is_rbuf(id, NULL, NULL)) return BM_RBUF;
+    if (id == lower_id_idle_buffer()) return BM_IDLE;
+    int ck;
+    /* ProTrain's persistent chunks hold parameters and gradients; their optimizer states
+     * have blocks of their own; chunk buffers are staging */
+    if (lc_id_parse(id, &ck, NULL))
+        return ck == LC_ID_PERSIST ? BM_CHUNK : ck == LC_ID_POPT ? BM_OPTSTATE : BM_STAGING;
+    uint64_t tid = id;
+    if (lower_id_synthetic(id, &tid) && tid == UINT64_MAX) return BM_STAGING;
+    const trace_tensor *x = t ? trace_find_tensor(t, tid) : NULL;
+    switch (x ? x->cls : TC_OTHER) {
+    case TC_PARAM: return BM_PARAM;
+    case TC_GRAD: return BM_GRAD;
+    case TC_OPTSTATE: return BM_OPTSTATE;
+    case TC_ACT_SKEL: return BM_ACT_SKEL;
+    case TC_ACT_TRANS: return BM_ACT_TRANS;
+    case TC_WORKSPACE: return BM_WORKSPACE;
+    default: return BM_OTHER;
+    }
+}
+
+blockmix *bm_new(const trace_t *t)
+{
+    blockmix *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->t = t;
+    if (!(b->live = u64map_new(1024))) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void bm_free(blockmix *b)
+{
+    if (!b) return;
+    u64map_free(b->live);
+    free(b);
+}
+
+int bm_alloc(blockmix *b, uint64_t id, uint64_t addr, uint64_t bytes)
+{
+    bm_kind k = bm_kind_of(b->t, id);
+    if (u64map_get(b->live, addr, NULL)) return 1; /* a zero-byte block sharing an address */
+    if (u64map_put(b->live, addr, bytes << 4 | (uint64_t)k)) return 0;
+    b->bytes[k] += bytes;
+    b->sum += bytes;
+    if (b->sum > b->best && !b->failed) {
+        b->best = b->sum;
+        memcpy(b->peak, b->bytes, sizeof b->peak);
+    }
+    return 1;
+}
+
+void bm_release(blockmix *b, uint64_t addr)
+{
+    uint64_t v;
+    if (!u64map_del(b->live, addr, &v)) return;
+    b->bytes[v & 15] -= v >> 4;
+    b->sum -= v >> 4;
+}
+
+void bm_failed(blockmix *b)
+{
+    memcpy(b->peak, b->bytes, sizeof b->peak);
+    b->failed = 1;
+}
+
+void bm_peak(const blockmix *b, uint64_t out[BM_COUNT], int *at_failure)
+{
+    memcpy(out, b->peak, sizeof b->peak);
+    if (at_failure) *at_failure = b->failed;
+}

@@ -1,0 +1,43 @@
+/* blockmix.h — what device memory holds at its peak, by kind: a tracker both executors (the
+ * simulator, sim/exec.c, and the CUDA runtime, runtime/rt_exec.cu) feed with every device
+ * block they allocate and release, so that the breakdown they report is computed by one code
+ * (`memsim simulate --breakdown`, `memsim run`). A block's kind is the trace class of its
+ * tensor (a re-allocation lowering renamed counts as its tensor) or the kind of block
+ * lowering made (planners/lower.h, planners/lower_chunks.h). */
+#ifndef MEMSIM_BLOCKMIX_H
+#define MEMSIM_BLOCKMIX_H
+
+#include <stdint.h>
+
+#include "traces/trace.h"
+
+typedef enum bm_kind {
+    BM_PARAM = 0, BM_GRAD, BM_OPTSTATE, BM_CHUNK, BM_ACT_SKEL, BM_ACT_TRANS, BM_WORKSPACE,
+    BM_RBUF, BM_IDLE, BM_STAGING, BM_OTHER, BM_COUNT
+} bm_kind;
+
+/* "parameters", "gradients", ..., "staging buffers", "other". */
+const char *bm_kind_name(bm_kind k);
+/* The kind of the block with schedule id `id`; t (may be NULL) gives trace tensors' classes:
+ * without it, or for an id it does not hold, a trace tensor is BM_OTHER. */
+bm_kind bm_kind_of(const trace_t *t, uint64_t id);
+
+typedef struct blockmix blockmix;
+
+/* NULL when out of memory. t may be NULL (every trace tensor is then "other"). */
+blockmix *bm_new(const trace_t *t);
+void bm_free(blockmix *b);
+/* A block of `bytes` requested bytes for schedule id `id` now lives at device address `addr`
+ * (addresses of live blocks are distinct; a later zero-byte block at the same address is
+ * counted once). Keeps the kinds at the largest sum of live bytes so far, unless
+ * bm_failed was called. 0 when out of memory. */
+int bm_alloc(blockmix *b, uint64_t id, uint64_t addr, uint64_t bytes);
+/* The block at addr went back to the allocator (a deferred free: when it really went back).
+ * An address it does not hold is ignored. */
+void bm_release(blockmix *b, uint64_t addr);
+/* An allocation failed (out of memory): the breakdown becomes the state now, and stays. */
+void bm_failed(blockmix *b);
+/* The bytes by kind at the peak (or at the failure), and whether it is the failure's. */
+void bm_peak(const blockmix *b, uint64_t out[BM_COUNT], int *at_failure);
+
+#endif
