@@ -44,10 +44,16 @@ static int make_dir(const char *cmd, const char *dir)
     return MS_EXIT_OK;
 }
 
-static void usage_of(const char *cmd, const char *what, unsigned groups, FILE *f)
+/* Parses a command's options; with --help prints its usage (what the command does, then the
+ * options of its groups) and returns -1. Otherwise the parse's exit status (0: go on). */
+static int parse_cmd(int argc, char **argv, unsigned groups, const char *cmd, const char *what,
+                     cli_args *a)
 {
-    fprintf(f, "usage: memsim %s [options]\n%s\n\noptions:\n", cmd, what);
-    cli_print_options(f, groups);
+    int rc = cli_parse(argc, argv, groups, a);
+    if (rc || !a->help) return rc;
+    printf("usage: memsim %s [options]\n%s\n\noptions:\n", cmd, what);
+    cli_print_options(stdout, groups);
+    return -1;
 }
 
 /* Loads machine + trace for a command; prints errors. */
@@ -68,14 +74,10 @@ int cmd_plan(int argc, char **argv)
 {
     const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS;
     cli_args a;
-    int rc = cli_parse(argc, argv, g, &a);
-    if (rc) return rc;
-    if (a.help) {
-        usage_of("plan", "Runs a policy's planner on a workload and writes the plan file (-o;\n"
+    int rc = parse_cmd(argc, argv, g, "plan", "Runs a policy's planner on a workload and writes the plan file (-o;\n"
                          "default: standard output). The plan can be edited and simulated with\n"
-                         "memsim simulate --plan FILE.", g, stdout);
-        return MS_EXIT_OK;
-    }
+                         "memsim simulate --plan FILE.", &a);
+    if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     machine_profile *mp;
     trace_t *t;
     if ((rc = setup("plan", &a, &mp, &t))) return rc;
@@ -137,13 +139,9 @@ int cmd_simulate(int argc, char **argv)
 {
     const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS | CLI_BREAKDOWN;
     cli_args a;
-    int rc = cli_parse(argc, argv, g, &a);
-    if (rc) return rc;
-    if (a.help) {
-        usage_of("simulate", "Simulates one training iteration of a workload under one policy (or a\n"
-                             "plan file) on a machine and prints the results.", g, stdout);
-        return MS_EXIT_OK;
-    }
+    int rc = parse_cmd(argc, argv, g, "simulate", "Simulates one training iteration of a workload under one policy (or a\n"
+                             "plan file) on a machine and prints the results.", &a);
+    if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("simulate", a.plot_dir))) return rc;
     machine_profile *mp;
     trace_t *t;
@@ -210,14 +208,10 @@ int cmd_compare(int argc, char **argv)
 {
     const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_BREAKDOWN;
     cli_args a;
-    int rc = cli_parse(argc, argv, g, &a);
-    if (rc) return rc;
-    if (a.help) {
-        usage_of("compare", "Runs several policies on one workload and prints them side by side;\n"
+    int rc = parse_cmd(argc, argv, g, "compare", "Runs several policies on one workload and prints them side by side;\n"
                             "with --plot DIR, draws the comparison bars and each policy's memory\n"
-                            "curve and stream timeline.", g, stdout);
-        return MS_EXIT_OK;
-    }
+                            "curve and stream timeline.", &a);
+    if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("compare", a.plot_dir))) return rc;
     machine_profile *mp;
     trace_t *t;
@@ -463,17 +457,13 @@ int cmd_sweep(int argc, char **argv)
 {
     const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_SWEEP;
     cli_args a;
-    int rc = cli_parse(argc, argv, g, &a);
-    if (rc) return rc;
-    if (a.help) {
-        usage_of("sweep", "Runs several policies at several sequence lengths (--seqs) or micro-batch\n"
-                          "sizes (--batches, at --seq) of one model on a machine: the MFU of each\n"
-                          "(or oom / oohm), the fastest policy that fits at each point, and with\n"
-                          "--longest each policy's longest sequence (largest batch) that fits.\n"
-                          "--csv writes every run's results row, --plot DIR the figure.",
-                 g, stdout);
-        return MS_EXIT_OK;
-    }
+    int rc = parse_cmd(argc, argv, g, "sweep",
+                       "Runs several policies at several sequence lengths (--seqs) or micro-batch\n"
+                       "sizes (--batches, at --seq) of one model on a machine: the MFU of each\n"
+                       "(or oom / oohm), the fastest policy that fits at each point, and with\n"
+                       "--longest each policy's longest sequence (largest batch) that fits.\n"
+                       "--csv writes every run's results row, --plot DIR the figure.", &a);
+    if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (!a.n_points && (rc = cli_set_points("sweep", "seqs", SWEEP_DEFAULT_SEQS, 0, &a)))
         return rc;
     if ((rc = sweep_args_check(&a))) return rc;
