@@ -28,6 +28,15 @@ const char *bm_kind_name(bm_kind k)
     return (unsigned)k < BM_COUNT ? names[k] : "?";
 }
 
+const char *bm_kind_key(bm_kind k)
+{
+    static const char *const keys[BM_COUNT] = {
+        "params", "grads", "optstates", "chunks", "act_skel", "act_trans", "workspace", "rbuf",
+        "idle", "staging", "other",
+    };
+    return (unsigned)k < BM_COUNT ? keys[k] : "?";
+}
+
 bm_kind bm_kind_of(const trace_t *t, uint64_t id)
 {
     if (lower_id_is_rbuf(id, NULL, NULL)) return BM_RBUF;
@@ -96,6 +105,11 @@ void bm_failed(blockmix *b)
 {
     memcpy(b->peak, b->bytes, sizeof b->peak);
     b->failed = 1;
+}
+
+void bm_live(const blockmix *b, uint64_t out[BM_COUNT])
+{
+    memcpy(out, b->bytes, sizeof b->bytes);
 }
 
 void bm_peak(const blockmix *b, uint64_t out[BM_COUNT], int *at_failure)

@@ -18,6 +18,9 @@ typedef enum bm_kind {
 
 /* "parameters", "gradients", ..., "staging buffers", "other". */
 const char *bm_kind_name(bm_kind k);
+/* The same as identifiers, for column names: "params", "grads", "optstates", "chunks",
+ * "act_skel", "act_trans", "workspace", "rbuf", "idle", "staging", "other". */
+const char *bm_kind_key(bm_kind k);
 /* The kind of the block with schedule id `id`; t (may be NULL) gives trace tensors' classes:
  * without it, or for an id it does not hold, a trace tensor is BM_OTHER. */
 bm_kind bm_kind_of(const trace_t *t, uint64_t id);
@@ -37,6 +40,8 @@ int bm_alloc(blockmix *b, uint64_t id, uint64_t addr, uint64_t bytes);
 void bm_release(blockmix *b, uint64_t addr);
 /* An allocation failed (out of memory): the breakdown becomes the state now, and stays. */
 void bm_failed(blockmix *b);
+/* The bytes by kind live now. */
+void bm_live(const blockmix *b, uint64_t out[BM_COUNT]);
 /* The bytes by kind at the peak (or at the failure), and whether it is the failure's. */
 void bm_peak(const blockmix *b, uint64_t out[BM_COUNT], int *at_failure);
 

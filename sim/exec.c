@@ -236,8 +236,10 @@ static void mem_sample(ex *x)
 {
     if (!x->tl) return;
     const alloc_stats *a = alloc_get_stats(x->alloc);
+    uint64_t kinds[BM_COUNT];
+    bm_live(x->mix, kinds);
     if (tl_mem(x->tl, eng_now(x->eng), a->allocated_bytes, a->reserved_bytes, a->active_bytes,
-               x->host_used) != MS_OK)
+               x->host_used, kinds) != MS_OK)
         fail_run(x, MS_ERR_NOMEM, "out of memory recording the memory time series");
 }
 

@@ -19,6 +19,7 @@ typedef struct span {
 typedef struct sample {
     double t;
     uint64_t alloc, resv, active, host;
+    uint64_t kinds[BM_COUNT];   /* device bytes live by kind */
 } sample;
 
 struct tl {
@@ -69,18 +70,19 @@ ms_status tl_span(tl_t *t, const tl_span_info *s)
 }
 
 ms_status tl_mem(tl_t *t, double time_us, uint64_t allocated_bytes, uint64_t reserved_bytes,
-                 uint64_t active_bytes, uint64_t host_bytes)
+                 uint64_t active_bytes, uint64_t host_bytes, const uint64_t *kinds)
 {
+    sample n = { time_us, allocated_bytes, reserved_bytes, active_bytes, host_bytes, { 0 } };
+    if (kinds) memcpy(n.kinds, kinds, sizeof n.kinds);
     if (t->nmem > 0) {
         const sample *q = &t->mem[t->nmem - 1];
-        if (q->alloc == allocated_bytes && q->resv == reserved_bytes &&
-            q->active == active_bytes && q->host == host_bytes)
+        if (q->alloc == n.alloc && q->resv == n.resv && q->active == n.active &&
+            q->host == n.host && !memcmp(q->kinds, n.kinds, sizeof n.kinds))
             return MS_OK;
     }
     if (ms_grow((void **)&t->mem, &t->capmem, t->nmem + 1, sizeof *t->mem) != MS_OK)
         return MS_ERR_NOMEM;
-    t->mem[t->nmem++] = (sample){ time_us, allocated_bytes, reserved_bytes, active_bytes,
-                                  host_bytes };
+    t->mem[t->nmem++] = n;
     return MS_OK;
 }
 
@@ -145,6 +147,17 @@ static void put_counter(ms_out *o, const char *name, double t, uint64_t v)
                   name, t, (unsigned long long)v);
 }
 
+/* One counter with a value per kind: Perfetto and chrome://tracing stack them. */
+static void put_kinds(ms_out *o, double t, const uint64_t *kinds)
+{
+    ms_out_printf(o, ",\n{\"name\":\"device memory by kind\",\"ph\":\"C\",\"pid\":1,"
+                     "\"ts\":%.3f,\"args\":{", t);
+    for (int k = 0; k < BM_COUNT; k++)
+        ms_out_printf(o, "%s\"%s\":%llu", k ? "," : "", bm_kind_name((bm_kind)k),
+                      (unsigned long long)kinds[k]);
+    ms_out_printf(o, "}}");
+}
+
 /* Spans by (start, insertion order); NULL when out of memory. */
 static const span **sorted_spans(const tl_t *t)
 {
@@ -183,6 +196,7 @@ ms_status tl_write_json(const tl_t *t, const char *path, const char *const *trac
         if (!p || p->resv != q->resv) put_counter(o, "reserved", q->t, q->resv);
         if (!p || p->active != q->active) put_counter(o, "active", q->t, q->active);
         if (!p || p->host != q->host) put_counter(o, "host", q->t, q->host);
+        if (!p || memcmp(p->kinds, q->kinds, sizeof q->kinds)) put_kinds(o, q->t, q->kinds);
     }
     ms_out_printf(o, "\n]}\n");
     free(order);
@@ -194,12 +208,17 @@ ms_status tl_write_memcsv(const tl_t *t, const char *path, ms_error *err)
     ms_out *o;
     ms_status st = ms_out_open(path, &o, err);
     if (st != MS_OK) return st;
-    ms_out_printf(o, "time_us,allocated_bytes,reserved_bytes,active_bytes,host_bytes\n");
+    ms_out_printf(o, "time_us,allocated_bytes,reserved_bytes,active_bytes,host_bytes");
+    for (int k = 0; k < BM_COUNT; k++) ms_out_printf(o, ",%s_bytes", bm_kind_key((bm_kind)k));
+    ms_out_printf(o, "\n");
     for (size_t i = 0; i < t->nmem; i++) {
         const sample *q = &t->mem[i];
-        ms_out_printf(o, "%.3f,%llu,%llu,%llu,%llu\n", q->t, (unsigned long long)q->alloc,
+        ms_out_printf(o, "%.3f,%llu,%llu,%llu,%llu", q->t, (unsigned long long)q->alloc,
                       (unsigned long long)q->resv, (unsigned long long)q->active,
                       (unsigned long long)q->host);
+        for (int k = 0; k < BM_COUNT; k++)
+            ms_out_printf(o, ",%llu", (unsigned long long)q->kinds[k]);
+        ms_out_printf(o, "\n");
     }
     return ms_out_commit(o, err);
 }

@@ -1,14 +1,16 @@
 /* timeline.h — what the simulator saw, for people: spans (one per action that took time, on
  * a track per stream / engine) and the memory time series (allocated, reserved, active and
- * host bytes at every change). Written as a Chrome-trace / Perfetto JSON file
- * ({"traceEvents":[...]}: "X" complete events, "C" counter events, thread_name metadata)
- * as a CSV (time_us,allocated_bytes,reserved_bytes,active_bytes,host_bytes), and as the
+ * host bytes, and the device bytes live by kind, at every change). Written as a Chrome-trace /
+ * Perfetto JSON file ({"traceEvents":[...]}: "X" complete events, "C" counter events,
+ * thread_name metadata) as a CSV (time_us,allocated_bytes,reserved_bytes,active_bytes,
+ * host_bytes, then one <kind>_bytes column per planners/blockmix.h kind), and as the
  * intervals CSV the timeline plot reads (lane,start_us,end_us,kind). The files
  * are written through ms_out (they appear only when complete) with fixed number formats, so
  * the same run gives the same bytes. Filled by sim/exec.c; format in docs/SIMULATOR.md. */
 #ifndef MEMSIM_TIMELINE_H
 #define MEMSIM_TIMELINE_H
 
+#include "planners/blockmix.h"
 #include "traces/util.h"
 
 #define TL_NAME_MAX 64
@@ -32,10 +34,10 @@ tl_t *tl_new(void);
 void tl_free(tl_t *t);
 
 ms_status tl_span(tl_t *t, const tl_span_info *s);
-/* A memory sample; a sample equal to the previous one (all four values) is dropped, so the
- * series has one row per change. */
+/* A memory sample; kinds (may be NULL: all 0) are the device bytes live by kind. A sample
+ * equal to the previous one in every value is dropped, so the series has one row per change. */
 ms_status tl_mem(tl_t *t, double time_us, uint64_t allocated_bytes, uint64_t reserved_bytes,
-                 uint64_t active_bytes, uint64_t host_bytes);
+                 uint64_t active_bytes, uint64_t host_bytes, const uint64_t *kinds);
 
 size_t tl_span_count(const tl_t *t);
 size_t tl_mem_count(const tl_t *t);

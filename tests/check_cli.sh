@@ -161,6 +161,10 @@ grep -q "at 6 tokens" "$T/err"; ok $? "sweep: the refused length is in the messa
 expect 0 "simulate --breakdown" -- "$M" simulate $W --policy full-recompute+plan --breakdown
 awk '$1 == "total" { t = $2 } $1 == "peak" && $2 == "allocated" { p = $3 } $1 == "idle" { i = $4 }
      END { exit !(t != "" && t == p && i + 0 > 0) }' "$T/out"; ok $? "breakdown: the kinds sum to the peak allocated bytes; the idle buffer is listed"
+expect 0 "simulate --memcsv on the static arena" -- "$M" simulate $W --policy full-recompute+plan --memcsv "$T/kinds.csv"
+awk -F, 'NR == 1 { ok = ($6 == "params_bytes" && $NF == "other_bytes"); next }
+     { s = 0; for (i = 6; i <= NF; i++) s += $i; if (s != $2) bad++; if ($14 > 0) idle = 1; rows++ }
+     END { exit !(ok && rows > 10 && !bad && idle) }' "$T/kinds.csv"; ok $? "memory CSV: on the static arena the kind columns add up to the allocated bytes in every row"
 expect 0 "compare --breakdown" -- "$M" compare $W --policies keep-all,memo --breakdown
 grep -q "^rounding buffers  *- " "$T/out"; ok $? "breakdown: memo's rounding buffers in its column, none for keep-all"
 expect 0 "compare --plot" -- "$M" compare $W --policies keep-all,memo --plot "$T/cplot"

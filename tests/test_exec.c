@@ -716,15 +716,19 @@ static void test_determinism_and_outputs(void)
     size_t na = read_file(tl[0], &a), nb = read_file(tl[1], &b);
     TAP_OK(na > 0 && na == nb && memcmp(a, b, na) == 0, "identical timeline bytes (%zu)", na);
     TAP_OK(a && strncmp(a, "{\"traceEvents\":[", 16) == 0 && strstr(a, "\"thread_name\"") &&
-               strstr(a, "\"d2h copy\"") && strstr(a, "\"ph\":\"X\"") && strstr(a, "\"ph\":\"C\""),
-           "timeline: traceEvents with thread names, X and C events");
+               strstr(a, "\"d2h copy\"") && strstr(a, "\"ph\":\"X\"") && strstr(a, "\"ph\":\"C\"") &&
+               strstr(a, "\"device memory by kind\""),
+           "timeline: traceEvents with thread names, X and C events, the counter by kind");
     free(a);
     free(b);
     na = read_file(mc[0], &a);
     nb = read_file(mc[1], &b);
     TAP_OK(na > 0 && na == nb && memcmp(a, b, na) == 0, "identical memory CSV bytes");
-    TAP_OK(a && strncmp(a, "time_us,allocated_bytes,reserved_bytes,active_bytes,host_bytes\n", 63) == 0,
-           "memory CSV header");
+    TAP_OK(a && strncmp(a, "time_us,allocated_bytes,reserved_bytes,active_bytes,host_bytes,"
+                           "params_bytes,grads_bytes,optstates_bytes,chunks_bytes,act_skel_bytes,"
+                           "act_trans_bytes,workspace_bytes,rbuf_bytes,idle_bytes,staging_bytes,"
+                           "other_bytes\n", 212) == 0,
+           "memory CSV header: the allocator's values, then the live bytes of each kind");
     free(a);
     free(b);
     na = read_file(iv[0], &a);
