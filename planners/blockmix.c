@@ -81,8 +81,11 @@ void bm_free(blockmix *b)
 
 int bm_alloc(blockmix *b, uint64_t id, uint64_t addr, uint64_t bytes)
 {
+    /* an empty request gets no block (the allocators return address 0, as PyTorch a null
+     * pointer), so several may share an address: none is recorded */
+    if (!bytes) return 1;
     bm_kind k = bm_kind_of(b->t, id);
-    if (u64map_get(b->live, addr, NULL)) return 1; /* a zero-byte block sharing an address */
+    if (u64map_get(b->live, addr, NULL)) return 1; /* cannot happen: two live blocks at one address */
     if (u64map_put(b->live, addr, bytes << 4 | (uint64_t)k)) return 0;
     b->bytes[k] += bytes;
     b->sum += bytes;

@@ -31,9 +31,9 @@ typedef struct blockmix blockmix;
 blockmix *bm_new(const trace_t *t);
 void bm_free(blockmix *b);
 /* A block of `bytes` requested bytes for schedule id `id` now lives at device address `addr`
- * (addresses of live blocks are distinct; a later zero-byte block at the same address is
- * counted once). Keeps the kinds at the largest sum of live bytes so far, unless
- * bm_failed was called. 0 when out of memory. */
+ * (addresses of live blocks are distinct; an empty request, which gets no block, is not
+ * recorded, so its release finds nothing). Keeps the kinds at the largest sum of live bytes
+ * so far, unless bm_failed was called. 0 when out of memory. */
 int bm_alloc(blockmix *b, uint64_t id, uint64_t addr, uint64_t bytes);
 /* The block at addr went back to the allocator (a deferred free: when it really went back).
  * An address it does not hold is ignored. */
