@@ -407,6 +407,18 @@ static trace_t *kinds_trace(void)
     return t;
 }
 
+/* run() with a trace for names and kinds and the issue model's bound. */
+static ms_status run_with_trace(const schedule_t *s, const machine_t *m, const trace_t *tr,
+                                int ahead, sim_result *r)
+{
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace = tr;
+    o.issue_ahead = ahead;
+    ms_error err;
+    return run(s, m, &o, r, &err);
+}
+
 /* The peak's breakdown by kind, on both issue models: parameter 100 MiB and skeletal 60 MiB
  * live, a 50 MiB transient on top (the peak: 210 MiB), then freed, a 20 MiB rounding-buffer
  * block and the 8 MiB idle buffer (188 MiB, below the peak); ids unknown to the trace are
@@ -428,15 +440,10 @@ static void test_peak_breakdown(void)
     tensor_act(s, SA_ALLOC, SS_COMPUTE, lower_id_idle_buffer(), 8 * MiB);
     tensor_act(s, SA_ALLOC, SS_COMPUTE, 77, MiB);
     compute(s, 10, -1);
+    sim_result r;
+    const uint64_t *b = r.peak_live_bytes;
     for (int ahead = 0; ahead <= 4; ahead += 4) {
-        sim_opts o;
-        sim_opts_default(&o);
-        o.trace = tr;
-        o.issue_ahead = ahead;
-        sim_result r;
-        ms_error err;
-        ms_status st = run(s, &m, &o, &r, &err);
-        const uint64_t *b = r.peak_live_bytes;
+        ms_status st = run_with_trace(s, &m, tr, ahead, &r);
         TAP_OK(st == MS_OK && r.status == RS_OK && b[BM_PARAM] == 100 * MiB &&
                    b[BM_ACT_SKEL] == 60 * MiB && b[BM_ACT_TRANS] == 50 * MiB && !b[BM_RBUF] &&
                    !b[BM_IDLE] && !b[BM_OTHER] && !r.peak_live_at_failure,
@@ -447,18 +454,12 @@ static void test_peak_breakdown(void)
     }
     /* the later blocks make a new peak once the transient is larger than what they add */
     tensor_act(s, SA_ALLOC, SS_COMPUTE, 78, 40 * MiB);
-    sim_opts o;
-    sim_opts_default(&o);
-    o.trace = tr;
-    sim_result r;
-    ms_error err;
-    ms_status st = run(s, &m, &o, &r, &err);
-    const uint64_t *b = r.peak_live_bytes;
+    ms_status st = run_with_trace(s, &m, tr, 0, &r);
     TAP_OK(st == MS_OK && !b[BM_ACT_TRANS] && b[BM_RBUF] == 20 * MiB && b[BM_IDLE] == 8 * MiB &&
                b[BM_OTHER] == 41 * MiB,
            "a later peak: rounding buffer, idle buffer and two tensors the trace does not know");
     m.gpu_hbm_bytes = 180 * MiB;
-    st = run(s, &m, &o, &r, &err);
+    st = run_with_trace(s, &m, tr, 0, &r);
     TAP_OK(st == MS_OK && r.status == RS_OOM && r.peak_live_at_failure &&
                b[BM_PARAM] == 100 * MiB && b[BM_ACT_SKEL] == 60 * MiB && b[BM_ACT_TRANS] == 0,
            "oom: the breakdown is what was live at the failing request (%s)", r.failure);
