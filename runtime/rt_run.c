@@ -567,7 +567,10 @@ static const char *const csv_header =
     "num_segment_frees,num_syncs,num_splits,num_stitches,num_new_chunks,num_stitch_frees,"
     "mapped_twice_bytes,num_maps,num_unmaps,peak_requested_bytes,peak_inactive_split_bytes,"
     "executor,device,nominal_iter_s,per_op,max_ahead,alloc_sync,deferred_frees,oom_drains,"
-    "alloc_fences,h2d_large_Bps,d2h_large_Bps,issue_s,failure\n";
+    "alloc_fences,h2d_large_Bps,d2h_large_Bps,issue_s,failure,"
+    "peak_params_bytes,peak_grads_bytes,peak_optstates_bytes,peak_chunks_bytes,"
+    "peak_act_skel_bytes,peak_act_trans_bytes,peak_workspace_bytes,peak_rbuf_bytes,"
+    "peak_idle_bytes,peak_staging_bytes,peak_other_bytes,peak_kinds_at_failure\n";
 
 static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const machine_t *m,
                     const plan_t *plan, const trace_t *t, const rt_exec_result *r, double mfu,
@@ -636,6 +639,9 @@ static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const mach
     csv_dbl(f, r->issue_s);
     fputc(',', f);
     csv_str(f, r->failure);
+    /* the kinds at the peak, in planners/blockmix.h's order, as the simulator's columns */
+    for (int k = 0; k < BM_COUNT; k++) csv_u64(f, r->peak_live_bytes[k]);
+    csv_u64(f, (uint64_t)r->peak_live_at_failure);
     fputc('\n', f);
 }
 

@@ -28,6 +28,7 @@ typedef enum col_type { CT_STR, CT_U64, CT_INT, CT_DBL, CT_STATUS } col_type;
 
 #define AS(f) (offsetof(sim_result, astats) + offsetof(alloc_stats, f))
 #define R(f) offsetof(sim_result, f)
+#define KIND(k) (offsetof(sim_result, peak_live_bytes) + (size_t)(k) * sizeof(uint64_t))
 
 /* The column table, in CSV order. Keep docs/SIMULATOR.md's column list in step. */
 #define RES_COLUMNS(X)                                        \
@@ -79,7 +80,19 @@ typedef enum col_type { CT_STR, CT_U64, CT_INT, CT_DBL, CT_STATUS } col_type;
     X("issue_ahead", CT_INT, R(issue_ahead))                  \
     X("issue_busy_s", CT_DBL, R(issue_busy_s))                \
     X("issue_waits", CT_U64, R(issue_waits))                  \
-    X("deferred_frees", CT_U64, R(deferred_frees))
+    X("deferred_frees", CT_U64, R(deferred_frees))            \
+    X("peak_params_bytes", CT_U64, KIND(BM_PARAM))            \
+    X("peak_grads_bytes", CT_U64, KIND(BM_GRAD))              \
+    X("peak_optstates_bytes", CT_U64, KIND(BM_OPTSTATE))      \
+    X("peak_chunks_bytes", CT_U64, KIND(BM_CHUNK))            \
+    X("peak_act_skel_bytes", CT_U64, KIND(BM_ACT_SKEL))       \
+    X("peak_act_trans_bytes", CT_U64, KIND(BM_ACT_TRANS))     \
+    X("peak_workspace_bytes", CT_U64, KIND(BM_WORKSPACE))     \
+    X("peak_rbuf_bytes", CT_U64, KIND(BM_RBUF))               \
+    X("peak_idle_bytes", CT_U64, KIND(BM_IDLE))               \
+    X("peak_staging_bytes", CT_U64, KIND(BM_STAGING))         \
+    X("peak_other_bytes", CT_U64, KIND(BM_OTHER))             \
+    X("peak_kinds_at_failure", CT_INT, R(peak_live_at_failure))
 
 #define COL_NAME(name, type, off) name,
 #define COL_DESC(name, type, off) { type, off },

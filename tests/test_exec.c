@@ -773,8 +773,10 @@ static void test_results_csv(void)
     size_t commas = 0;
     for (const char *p = buf; *p != '\n'; p++) commas += *p == ',';
     TAP_OK(commas + 1 == res_csv_ncolumns(), "header has res_csv_ncolumns() columns");
-    TAP_OK(strstr(buf, "\nmemo,,,,0,0,1,1,1,oom,0,") && strstr(buf, ",\"out of memory, \"\"x\"\"\",0,0,0,0\n"),
-           "row: status name, defaults, quoted failure");
+    TAP_OK(strstr(buf, "\nmemo,,,,0,0,1,1,1,oom,0,") &&
+               strstr(buf, ",\"out of memory, \"\"x\"\"\",0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0\n"),
+           "row: status name, defaults, quoted failure, then the issue model's and the kinds' "
+           "columns");
     TAP_OK(strcmp(res_status_name(RS_OOHM), "oohm") == 0 && strcmp(res_status_name(RS_OK), "ok") == 0,
            "status names");
     free(buf);
@@ -1303,8 +1305,12 @@ static void test_issue_csv(void)
     FILE *f = open_memstream(&buf, &n);
     res_csv_header(f);
     fclose(f);
-    TAP_OK(strstr(buf, ",failure,issue_ahead,issue_busy_s,issue_waits,deferred_frees\n") != NULL,
-           "CSV: the issue model's columns come last");
+    TAP_OK(strstr(buf, ",failure,issue_ahead,issue_busy_s,issue_waits,deferred_frees,"
+                       "peak_params_bytes,peak_grads_bytes,peak_optstates_bytes,peak_chunks_bytes,"
+                       "peak_act_skel_bytes,peak_act_trans_bytes,peak_workspace_bytes,"
+                       "peak_rbuf_bytes,peak_idle_bytes,peak_staging_bytes,peak_other_bytes,"
+                       "peak_kinds_at_failure\n") != NULL,
+           "CSV: after the failure the issue model's columns, then what the peak holds by kind");
     free(buf);
 }
 

@@ -371,6 +371,35 @@ END {
     }
     print ""
 
+    # What the peak holds, by kind (planners/blockmix.h; both CSVs carry peak_<kind>_bytes from
+    # 2026-11-28 on): equal kind by kind, or the largest difference.
+    nk = split("params grads optstates chunks act_skel act_trans workspace rbuf idle staging other", kk, " ")
+    nkc = 0; nke = 0
+    for (k = 1; k <= ncase; k++) {
+        i = ids[k]
+        if (!hasg[i] || !hass[i] || G[i, "peak_params_bytes"] == "" || S[i, "peak_params_bytes"] == "") continue
+        if (!nkc++) {
+            print "### What the peak holds, by kind"
+            print ""
+            print "The device bytes live at the peak (requested bytes; at the failing request for an oom), by"
+            print "kind, as the runtime and the simulator count them with the same code."
+            print ""
+            print "| case | GPU total (GiB) | sim total (GiB) | kinds equal to the byte | largest difference |"
+            print "|---|---|---|---|---|"
+        }
+        gt = 0; st = 0; keq = 0; dmax = -1; dk = ""
+        for (q = 1; q <= nk; q++) {
+            col = "peak_" kk[q] "_bytes"
+            gv = G[i, col] + 0; sv = S[i, col] + 0
+            gt += gv; st += sv; keq += (gv == sv)
+            d = absv(gv - sv); if (d > dmax) { dmax = d; dk = kk[q] }
+        }
+        nke += (keq == nk)
+        printf "| %s | %s | %s | %d of %d | %s |\n", i, gib(gt), gib(st), keq, nk,
+            (dmax > 0 ? sprintf("%s: %.3f GiB", dk, dmax / 1073741824) : "none")
+    }
+    if (nkc) { printf "\n%d of %d cases hold the same bytes of every kind.\n\n", nke, nkc }
+
     # Real kernels: the simulator with measured op times.
     ncal = 0
     for (k = 1; k <= ncase; k++) {
