@@ -110,6 +110,13 @@ void bm_failed(blockmix *b)
     b->failed = 1;
 }
 
+uint64_t bm_sum(const uint64_t v[BM_COUNT])
+{
+    uint64_t s = 0;
+    for (int k = 0; k < BM_COUNT; k++) s += v[k];
+    return s;
+}
+
 void bm_live(const blockmix *b, uint64_t out[BM_COUNT])
 {
     memcpy(out, b->bytes, sizeof b->bytes);

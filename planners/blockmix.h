@@ -40,6 +40,8 @@ int bm_alloc(blockmix *b, uint64_t id, uint64_t addr, uint64_t bytes);
 void bm_release(blockmix *b, uint64_t addr);
 /* An allocation failed (out of memory): the breakdown becomes the state now, and stays. */
 void bm_failed(blockmix *b);
+/* The sum of a vector of bytes by kind. */
+uint64_t bm_sum(const uint64_t v[BM_COUNT]);
 /* The bytes by kind live now. */
 void bm_live(const blockmix *b, uint64_t out[BM_COUNT]);
 /* The bytes by kind at the peak (or at the failure), and whether it is the failure's. */

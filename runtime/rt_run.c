@@ -418,15 +418,12 @@ static void print_calib(const rt_calib *c)
 /* What the peak held, by kind (the kinds the simulator's --breakdown lists; planners/blockmix.h). */
 static void print_breakdown(const rt_exec_result *r)
 {
-    uint64_t total = 0;
     printf("memory by kind at the %s (GiB requested):",
            r->peak_live_at_failure ? "failing request" : "peak of live bytes");
-    for (int k = 0; k < BM_COUNT; k++) {
-        if (!r->peak_live_bytes[k]) continue;
-        printf(" %s %.3f,", bm_kind_name((bm_kind)k), gib(r->peak_live_bytes[k]));
-        total += r->peak_live_bytes[k];
-    }
-    printf(" total %.3f\n", gib(total));
+    for (int k = 0; k < BM_COUNT; k++)
+        if (r->peak_live_bytes[k])
+            printf(" %s %.3f,", bm_kind_name((bm_kind)k), gib(r->peak_live_bytes[k]));
+    printf(" total %.3f\n", gib(bm_sum(r->peak_live_bytes)));
 }
 
 static void print_windows(const rt_exec_result *r, const machine_t *m)
@@ -567,10 +564,7 @@ static const char *const csv_header =
     "num_segment_frees,num_syncs,num_splits,num_stitches,num_new_chunks,num_stitch_frees,"
     "mapped_twice_bytes,num_maps,num_unmaps,peak_requested_bytes,peak_inactive_split_bytes,"
     "executor,device,nominal_iter_s,per_op,max_ahead,alloc_sync,deferred_frees,oom_drains,"
-    "alloc_fences,h2d_large_Bps,d2h_large_Bps,issue_s,failure,"
-    "peak_params_bytes,peak_grads_bytes,peak_optstates_bytes,peak_chunks_bytes,"
-    "peak_act_skel_bytes,peak_act_trans_bytes,peak_workspace_bytes,peak_rbuf_bytes,"
-    "peak_idle_bytes,peak_staging_bytes,peak_other_bytes,peak_kinds_at_failure\n";
+    "alloc_fences,h2d_large_Bps,d2h_large_Bps,issue_s,failure";
 
 static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const machine_t *m,
                     const plan_t *plan, const trace_t *t, const rt_exec_result *r, double mfu,
@@ -675,6 +669,9 @@ static void fill_csv(FILE *f, const void *p)
 {
     const csv_ctx *c = p;
     fputs(csv_header, f);
+    /* then the kinds at the peak, named as the simulator's columns (peak_<kind>_bytes) */
+    for (int k = 0; k < BM_COUNT; k++) fprintf(f, ",peak_%s_bytes", bm_kind_key((bm_kind)k));
+    fputs(",peak_kinds_at_failure\n", f);
     csv_row(f, c->a, c->g, c->m, c->plan, c->t, c->r, c->mfu, c->tgs, c->flops, c->executor);
 }
 

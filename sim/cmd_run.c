@@ -74,9 +74,10 @@ int cmd_plan(int argc, char **argv)
 {
     const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS;
     cli_args a;
-    int rc = parse_cmd(argc, argv, g, "plan", "Runs a policy's planner on a workload and writes the plan file (-o;\n"
-                         "default: standard output). The plan can be edited and simulated with\n"
-                         "memsim simulate --plan FILE.", &a);
+    int rc = parse_cmd(argc, argv, g, "plan",
+                       "Runs a policy's planner on a workload and writes the plan file (-o;\n"
+                       "default: standard output). The plan can be edited and simulated with\n"
+                       "memsim simulate --plan FILE.", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     machine_profile *mp;
     trace_t *t;
@@ -139,8 +140,9 @@ int cmd_simulate(int argc, char **argv)
 {
     const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS | CLI_BREAKDOWN;
     cli_args a;
-    int rc = parse_cmd(argc, argv, g, "simulate", "Simulates one training iteration of a workload under one policy (or a\n"
-                             "plan file) on a machine and prints the results.", &a);
+    int rc = parse_cmd(argc, argv, g, "simulate",
+                       "Simulates one training iteration of a workload under one policy (or a\n"
+                       "plan file) on a machine and prints the results.", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("simulate", a.plot_dir))) return rc;
     machine_profile *mp;
@@ -208,9 +210,10 @@ int cmd_compare(int argc, char **argv)
 {
     const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_BREAKDOWN;
     cli_args a;
-    int rc = parse_cmd(argc, argv, g, "compare", "Runs several policies on one workload and prints them side by side;\n"
-                            "with --plot DIR, draws the comparison bars and each policy's memory\n"
-                            "curve and stream timeline.", &a);
+    int rc = parse_cmd(argc, argv, g, "compare",
+                       "Runs several policies on one workload and prints them side by side;\n"
+                       "with --plot DIR, draws the comparison bars and each policy's memory\n"
+                       "curve and stream timeline.", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("compare", a.plot_dir))) return rc;
     machine_profile *mp;

@@ -194,11 +194,7 @@ void res_breakdown(FILE *f, const sim_result *rs, size_t n)
         fputc('\n', f);
     }
     fprintf(f, "%-22s", "total");
-    for (size_t i = 0; i < n; i++) {
-        uint64_t t = 0;
-        for (int k = 0; k < BM_COUNT; k++) t += rs[i].peak_live_bytes[k];
-        gib_cell(f, w[i], t);
-    }
+    for (size_t i = 0; i < n; i++) gib_cell(f, w[i], bm_sum(rs[i].peak_live_bytes));
     fprintf(f, "\n%-22s", "peak allocated");
     for (size_t i = 0; i < n; i++) gib_cell(f, w[i], rs[i].peak_allocated_bytes);
     fputc('\n', f);
