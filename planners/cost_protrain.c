@@ -1597,6 +1597,8 @@ ms_status ptc_search(ptc_model *M, const ptc_search_opts *o, ptc_search_result *
         r->closest_est = S.host_e;
     }
     /* near-ties of the fastest */
+    r->fastest = r->best;
+    r->fastest_est = r->best_est;
     double lim = r->best_est.t_iter_s * (1 + o->tie_tol);
     for (size_t i = 0; r->found && i < r->n_all; i++)
         if (r->all_est[i].t_iter_s <= lim && preferred(&r->all[i], &r->best)) {

@@ -109,8 +109,11 @@ void ptc_search_opts_default(ptc_search_opts *o);
 
 typedef struct ptc_search_result {
     int found;                 /* a feasible configuration exists */
-    ptc_config best;
+    ptc_config best;           /* the pick: near-ties of the fastest broken (tie_tol) */
     ptc_estimate best_est;
+    ptc_config fastest;        /* the strict minimum of the predicted time (= best when
+                                  tie_tol is 0 or no near-tie is preferred) */
+    ptc_estimate fastest_est;
     ptc_config closest;        /* when none fits: the one with the smallest peak */
     ptc_estimate closest_est;
     uint64_t capacity_bytes;   /* the capacity used, after the margin */

@@ -128,6 +128,20 @@ ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err)
 
 static int given(const pol_opts *o, const char *key) { return pol_knob_get(o, key) != NULL; }
 
+/* The search's strict minimum beside its pick, so that a plan shows what the tie band
+ * (tie_tol) traded: knobs fastest (n_persist,n_buffer,n_swap,n_checkpoint) and
+ * fastest_pred_iter_s. Informational: lowering reads neither. */
+static ms_status record_fastest(plan_t *p, const ptc_search_result *r)
+{
+    char b[64];
+    snprintf(b, sizeof b, "%d,%d,%d,%d", r->fastest.n_persist, r->fastest.n_buffer,
+             r->fastest.n_swap, r->fastest.n_ckpt);
+    ms_status st = plan_set_knob(p, "fastest", b);
+    snprintf(b, sizeof b, "%.6f", r->fastest_est.t_iter_s);
+    if (!st) st = plan_set_knob(p, "fastest_pred_iter_s", b);
+    return st;
+}
+
 ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts *o,
                             plan_t **out, ms_error *err)
 {
@@ -178,6 +192,7 @@ ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts
         if (!st) st = plan_set_knob(p, "feasible", feasible ? "1" : "0");
         snprintf(b, sizeof b, "%zu", r.evaluated);
         if (!st) st = plan_set_knob(p, "search_evaluated", b);
+        if (!st && r.found) st = record_fastest(p, &r);
         if (st) st = ms_fail(err, st, "out of memory");
     }
     ptc_search_result_clear(&r);

@@ -383,6 +383,19 @@ static const char *cfg_str(const ptc_config *c, char *buf, size_t n)
     return buf;
 }
 
+/* When the tie band picked another configuration than the fastest, says so: the pick rests
+ * on memsim's rule, not on the cost model alone (docs/PROTRAIN.md §5). */
+static void print_tie(const ptc_search_opts *so, const ptc_search_result *r)
+{
+    if (!memcmp(&r->fastest, &r->best, sizeof r->best)) return;
+    char cb[96];
+    printf("fastest: %s  predicted %.4f s; chosen instead within tie_tol %.3g %% (%.2f %% "
+           "slower): more persistent chunks, then fewer checkpointed and swapped blocks, then "
+           "fewer buffers (--knob tie_tol=0 takes the fastest)\n",
+           cfg_str(&r->fastest, cb, sizeof cb), r->fastest_est.t_iter_s, so->tie_tol * 100,
+           (r->best_est.t_iter_s / r->fastest_est.t_iter_s - 1) * 100);
+}
+
 /* ---------------------------------------------------------------- table 4 */
 
 typedef struct t4_row {
@@ -566,6 +579,7 @@ static int sub_search(const pt_opts *o)
            cfg_str(best, cb, sizeof cb), be->t_iter_s, be->t_fwd_s, be->t_bwd_s,
            be->t_gpu_optim_s, be->t_cpu_optim_s, ms_fmt_bytes(be->peak_bytes, b1, sizeof b1),
            ms_fmt_bytes(be->host_bytes, b2, sizeof b2));
+    if (r.found && !given) print_tie(&so, &r);
     plan_t *p;
     if ((st = config_plan(M, best, be, &p, &err))) goto done;
     if (o->trace_out && (st = trace_write(t, o->trace_out, &err))) {

@@ -429,6 +429,9 @@ static void test_search_brute(void)
            best, feasible);
     TAP_OK(r.found && r.best_est.peak_bytes <= r.capacity_bytes && fits_bad == 0,
            "the pick fits and nothing feasible is faster");
+    TAP_OK(r.found && !memcmp(&r.fastest, &r.best, sizeof r.best) &&
+               r.fastest_est.t_iter_s == r.best_est.t_iter_s,
+           "without a tie band the fastest reported is the pick");
     TAP_OK(r.evaluated < r.space, "pruning: %zu of %zu configurations evaluated", r.evaluated,
            r.space);
     uint64_t cap = r.capacity_bytes;
@@ -457,6 +460,11 @@ static void test_search_brute(void)
     ptc_search(M, &so, &r, &err);
     TAP_OK(r.found && r.best_est.t_iter_s <= best * (1 + so.tie_tol) + 1e-12,
            "near-tie pick within the tolerance (%.0f %%) of the optimum", 100 * so.tie_tol);
+    TAP_OK(r.found && fabs(r.fastest_est.t_iter_s - best) <= 1e-9 * best &&
+               r.fastest.n_persist <= r.best.n_persist,
+           "with the band the strict optimum is still reported (%.6f s), the pick persisting "
+           "as many chunks or more (%d vs %d)", r.fastest_est.t_iter_s, r.best.n_persist,
+           r.fastest.n_persist);
     ptc_search_result_clear(&r);
     /* nothing fits: the closest configuration is reported */
     so.capacity_bytes = UINT64_C(1) << 20;
