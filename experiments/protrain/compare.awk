@@ -43,6 +43,32 @@ function print_table4(ms, title,    i, id, p, m, same, k, ok, hw, model, batch, 
     printf "  rows whose regime matches (A needs both testbeds): %d of 5\n", rows
 }
 
+# How far each row's pick and the paper's configuration are from the fastest the search found
+# (predicted times; the paper's configuration also simulated).
+function print_distance(ms, title,    i, id, k, m) {
+    print title
+    printf "  %-3s | %-11s %8s | %-11s %8s %7s | %-11s %8s %8s %7s\n", "id", "fastest",
+        "pred s", "pick", "pred s", "slower", "paper's", "pred s", "sim s", "slower"
+    for (i = 1; i <= n4; i++) {
+        id = t4order[i]; k = ms SUBSEP id
+        if (!(k in t4f)) continue
+        split(t4m[k], m, " ")
+        printf "  %-3s | %-11s %8.4f | %2d %2d %2d %2d %8.4f %6.2f%% | ", id, t4f[k], t4ft[k],
+            m[2], m[3], m[5], m[6], t4mt[k], 100 * (t4mt[k] / t4ft[k] - 1)
+        if (k in t4pt)
+            printf "%-11s %8.4f %8.4f %6.2f%%%s\n", pcfg(id), t4pt[k], t4ps[k],
+                100 * (t4pt[k] / t4ft[k] - 1), t4pst[k] == "ok" ? "" : " (" t4pst[k] " when simulated)"
+        else
+            printf "%-11s (not a configuration of memsim's layout)\n", pcfg(id)
+    }
+}
+
+# The paper's configuration of row id as ck sw pe bu.
+function pcfg(id,    p) {
+    split(t4p[id], p, " ")
+    return sprintf("%2d %2d %2d %2d", p[2], p[3], p[5], p[6])
+}
+
 # The cost model of set ms against the simulation, per Table 4 search.
 function print_validation(ms, title,    i, id, k, tot, totok, maxt, maxm, o4t, o4m) {
     print title
@@ -78,8 +104,12 @@ base(FILENAME) == "reference.tsv" {
 function model_set(f) { return f ~ /(^|\/)appendix\/[^\/]*$/ ? "appendix" : "recurrence" }
 
 base(FILENAME) == "table4.tsv" {
-    if (FNR == 1 || $5 != "memsim") next
-    t4m[model_set(FILENAME), $1] = $6 " " $7 " " $8 " " $9 " " $10 " " $11
+    if (FNR == 1) next
+    k = model_set(FILENAME) SUBSEP $1
+    if ($5 == "memsim") { t4m[k] = $6 " " $7 " " $8 " " $9 " " $10 " " $11; t4mt[k] = $12 }
+    # the strict optimum and the paper's configuration, predicted ($12) and simulated ($13, $14)
+    else if ($5 == "fastest") { t4f[k] = sprintf("%2d %2d %2d %2d", $7, $8, $10, $11); t4ft[k] = $12 }
+    else if ($5 == "paper_config") { t4pt[k] = $12; t4ps[k] = $13; t4pst[k] = $14 }
     next
 }
 
@@ -118,6 +148,7 @@ END {
     nb = split("ProTrain DeepSpeed Colossal-AI FSDP", BK, " ")
     # ---------------- Table 4 and the cost model against the simulation, per runtime model
     print_table4("recurrence", "Table 4: configurations the search picks (paper / memsim)")
+    print_distance("recurrence", "\nThe fastest configuration the search found, its pick within the tie band (tie_tol), and the paper's\nconfiguration under memsim's cost model (ck sw pe bu; slower = predicted time over the fastest's)")
     print_validation("recurrence", "\nCost model vs simulation, every configuration each Table 4 search evaluated")
     if (st_n)
         printf "  search time (ptc_search alone, this build box): mean %.3f s, max %.3f s over %d searches; paper: %s s\n",
