@@ -505,7 +505,9 @@ static ms_status pick_also(ptc_model *M, const trace_t *t, const machine_t *m,
                            const ptc_config *also, pt_pick *pk, ms_error *err)
 {
     ms_status st = MS_OK;
-    if (pk->r.found)
+    if (pk->r.found && !memcmp(&pk->r.fastest, &pk->r.best, sizeof pk->r.best))
+        pk->fastest_run = pk->run; /* the pick itself, already simulated */
+    else if (pk->r.found)
         st = sim_config(M, t, m, &pk->r.fastest, &pk->r.fastest_est, &pk->fastest_run, err);
     if (st || !also || also->n_persist + also->n_buffer > pk->n_chunk ||
         also->n_swap + also->n_ckpt > pk->n_block)
