@@ -442,6 +442,18 @@ static double now_s(void)
 
 /* Simulates the evaluated configurations of a search (all: every one; else an even sample
  * of `want` plus the chosen one); adds their relative errors to the sums. */
+/* Lowers configuration c (estimated as e) and simulates it. */
+static ms_status sim_config(const ptc_model *M, const trace_t *t, const machine_t *m,
+                            const ptc_config *c, const ptc_estimate *e, pt_run *run,
+                            ms_error *err)
+{
+    plan_t *p = NULL;
+    ms_status st = config_plan(M, c, e, &p, err);
+    if (!st) st = simulate(t, m, p, run, err);
+    plan_free(p);
+    return st;
+}
+
 typedef struct pt_err {
     size_t n, ok, t4, m4;
     double sum_t, max_t, sum_m, max_m;
@@ -455,12 +467,8 @@ static ms_status validate_all(const ptc_model *M, const trace_t *t, const machin
     for (size_t i = 0; i < r->n_all; i++) {
         int chosen = r->found && !memcmp(&r->all[i], &r->best, sizeof r->best);
         if (i % stride && !chosen) continue;
-        plan_t *p;
         pt_run run;
-        ms_status st = config_plan(M, &r->all[i], &r->all_est[i], &p, err);
-        if (st) return st;
-        st = simulate(t, m, p, &run, err);
-        plan_free(p);
+        ms_status st = sim_config(M, t, m, &r->all[i], &r->all_est[i], &run, err);
         if (st) return st;
         const ptc_estimate *e = &r->all_est[i];
         pe->n++;
@@ -484,18 +492,6 @@ static ms_status validate_all(const ptc_model *M, const trace_t *t, const machin
                     res_status_name(run.r.status), chosen);
     }
     return MS_OK;
-}
-
-/* Lowers configuration c (estimated as e) and simulates it. */
-static ms_status sim_config(const ptc_model *M, const trace_t *t, const machine_t *m,
-                            const ptc_config *c, const ptc_estimate *e, pt_run *run,
-                            ms_error *err)
-{
-    plan_t *p;
-    ms_status st = config_plan(M, c, e, &p, err);
-    if (!st) st = simulate(t, m, p, run, err);
-    plan_free(p);
-    return st;
 }
 
 /* The strict optimum and configuration `also` beside the pick (Table 4's rows). A
@@ -987,12 +983,8 @@ static int sub_fig6(const pt_opts *o)
         for (size_t i = 0; !st && i < r.n_all; i++) {
             int chosen = r.found && !memcmp(&r.all[i], &r.best, sizeof r.best);
             if (i % stride && !chosen) continue;
-            plan_t *p;
             pt_run run;
-            st = config_plan(M, &r.all[i], &r.all_est[i], &p, &err);
-            if (!st) st = simulate(t, &mp->m, p, &run, &err);
-            if (!st) plan_free(p);
-            if (st) break;
+            if ((st = sim_config(M, t, &mp->m, &r.all[i], &r.all_est[i], &run, &err))) break;
             const ptc_estimate *e = &r.all_est[i];
             ms_out_printf(f, "%s\t%d\t%d\t%d\t%d\t%.6f\t%.6f\t%.4f\t%.4f\t%.4f\t%s\t%d\n",
                     a100 ? "A100" : "RTX3090", r.all[i].n_persist, r.all[i].n_buffer,
