@@ -654,7 +654,9 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
         if (trace_get_meta(t, modes[i]))
             return ms_fail(err, MS_ERR_INVALID,
                            "chunk lowering needs a plain trace (meta %s found: the chunk manager "
-                           "itself does the sharding and offloading)", modes[i]);
+                           "itself does the sharding and offloading; generate the workload "
+                           "without --gen %s)", modes[i],
+                           i == 2 ? "lora" : modes[i]);
     lc_layout *L = calloc(1, sizeof *L);
     if (!L) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     L->dp = (int)trace_meta_u64(t, "dp", 1);

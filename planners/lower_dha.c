@@ -285,7 +285,8 @@ static ms_status check_trace(const trace_t *t, ms_error *err)
     if (trace_meta_u64(t, "offload", 0) != 1)
         return ms_fail(err, MS_ERR_INVALID,
                        "the trace is not a ZeRO-Offload trace (meta offload 1): MemFerry and "
-                       "zero-offload plans need one (traces/gen.h, gen_config.offload)");
+                       "zero-offload plans need one (traces/gen.h, gen_config.offload; memsim "
+                       "generates it for them unless --gen offload=0 or --trace is given)");
     if (trace_meta_u64(t, "zero3", 0))
         return ms_fail(err, MS_ERR_UNSUPPORTED, "the shadow-model lowering does not handle "
                        "ZeRO-3 traces (parameters sharded over data parallelism)");

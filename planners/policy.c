@@ -52,6 +52,23 @@ const pol_policy *pol_find(const char *name)
     return NULL;
 }
 
+pol_form pol_form_of(const char *name)
+{
+    const pol_policy *p = pol_find(name);
+    return p ? p->form : POL_FORM_PLAIN;
+}
+
+pol_form pol_form_for(const char *policy, const char *plan_path)
+{
+    if (!plan_path) return pol_form_of(policy);
+    plan_t *plan;
+    ms_error err;
+    if (plan_load(plan_path, &plan, &err) != MS_OK) return POL_FORM_PLAIN;
+    pol_form k = pol_form_of(plan->policy);
+    plan_free(plan);
+    return k;
+}
+
 /* ---- knob names ---- */
 
 const char *const pol_common_knob_names[] = {

@@ -32,6 +32,16 @@ void pol_opts_default(pol_opts *o);
 typedef ms_status (*pol_plan_fn)(const trace_t *t, const machine_t *m, const pol_opts *o,
                                  plan_t **out, ms_error *err);
 
+/* The form of workload trace a policy plans. A generated workload takes its policy's form
+ * (pipe_trace_for, `memsim run`) unless the user sets the generator's offload knob; a trace
+ * file is taken as it is. */
+typedef enum pol_form {
+    POL_FORM_PLAIN = 0,  /* everything on the GPU as the framework allocates it (the chunk
+                            policies shard and offload the model states themselves) */
+    POL_FORM_OFFLOAD     /* ZeRO-Offload's: optimizer states and Adam on the host (traces/gen.h
+                            offload=1), which the shadow-model lowering needs */
+} pol_form;
+
 typedef struct pol_policy {
     const char *name;     /* registry name, e.g. "full-swap" */
     const char *desc;     /* one line */
@@ -42,10 +52,16 @@ typedef struct pol_policy {
      * NULL-terminated names (a name ending in '.' covers every key it starts); a key no
      * group names is a typo to the knob check below, not a silent no-op */
     const char *const *const *knob_names;
+    pol_form form;        /* the workload form it plans (POL_FORM_PLAIN when not given) */
 } pol_policy;
 
 const pol_policy *const *pol_registry(size_t *n);
 const pol_policy *pol_find(const char *name); /* NULL if unknown */
+/* The form policy `name` plans; POL_FORM_PLAIN for an unknown name (running it reports it). */
+pol_form pol_form_of(const char *name);
+/* The form of the policy a run plans: the one plan_path names when given (POL_FORM_PLAIN
+ * when the file cannot be read: loading it for the run reports why), else `policy`'s. */
+pol_form pol_form_for(const char *policy, const char *plan_path);
 
 /* Runs policy `name` (MS_ERR_NOTFOUND if unknown). NULL o: defaults. On success *out is a
  * sorted plan the caller frees with plan_free. */

@@ -100,6 +100,7 @@ const pol_policy pol_keep_all = {
     "",
     plan_keep_all,
     BASE_KNOBS,
+    POL_FORM_PLAIN,
 };
 
 const pol_policy pol_full_recompute = {
@@ -110,6 +111,7 @@ const pol_policy pol_full_recompute = {
     "",
     plan_full_recompute,
     BASE_KNOBS,
+    POL_FORM_PLAIN,
 };
 
 const pol_policy pol_full_swap = {
@@ -120,4 +122,5 @@ const pol_policy pol_full_swap = {
     "alpha (pol_opts.alpha): token fraction swapped for tensors other than .input/.attn_out",
     plan_full_swap,
     BASE_KNOBS,
+    POL_FORM_PLAIN,
 };

@@ -559,6 +559,7 @@ const pol_policy pol_memferry = {
     MF_KNOBS,
     plan_memferry,
     MF_KNOB_GROUPS,
+    POL_FORM_OFFLOAD,
 };
 
 const pol_policy pol_go_memferry = {
@@ -570,4 +571,5 @@ const pol_policy pol_go_memferry = {
     "reserve=0..1 (fraction of gradient bytes kept on the GPU, default 0); " GO_KNOBS MF_KNOBS,
     plan_go_memferry,
     GO_KNOB_GROUPS,
+    POL_FORM_OFFLOAD,
 };

@@ -729,6 +729,7 @@ const pol_policy pol_memo = {
     MEMO_KNOBS,
     plan_memo,
     MEMO_KNOB_GROUPS,
+    POL_FORM_PLAIN,
 };
 
 const pol_policy pol_full_swap_plan = {
@@ -740,6 +741,7 @@ const pol_policy pol_full_swap_plan = {
     "plan_l2_s, strict_layers",
     plan_fs,
     MEMO_KNOB_GROUPS,
+    POL_FORM_PLAIN,
 };
 
 const pol_policy pol_full_recompute_plan = {
@@ -750,4 +752,5 @@ const pol_policy pol_full_recompute_plan = {
     "fr_buffers, memory_plan, plan_l1_s, plan_l2_s, strict_layers",
     plan_fr,
     FR_KNOB_GROUPS,
+    POL_FORM_PLAIN,
 };

@@ -205,6 +205,7 @@ const pol_policy pol_zero3_offload = {
     "max_live_params prefetch_depth checkpoint host_bytes_per_param host_adam_scale gpu_bytes",
     pol_zero3_offload_plan,
     Z3_KNOBS,
+    POL_FORM_PLAIN,
 };
 
 const pol_policy pol_gemini_static = {
@@ -215,6 +216,7 @@ const pol_policy pol_gemini_static = {
     "static_frac chunk_bytes checkpoint host_bytes_per_param gpu_bytes",
     pol_gemini_static_plan,
     GEM_KNOBS,
+    POL_FORM_PLAIN,
 };
 
 const pol_policy pol_fsdp_offload = {
@@ -225,4 +227,5 @@ const pol_policy pol_fsdp_offload = {
     "checkpoint init_bytes_per_param host_adam_scale prefetch_depth gpu_bytes",
     pol_fsdp_offload_plan,
     FSDP_KNOBS,
+    POL_FORM_PLAIN,
 };

@@ -217,4 +217,5 @@ const pol_policy pol_protrain = {
     "max_swap n_persist n_buffer n_swap n_checkpoint cost_model persist_gather",
     pol_protrain_plan,
     PT_KNOBS,
+    POL_FORM_PLAIN,
 };

@@ -71,4 +71,5 @@ const pol_policy pol_zero_offload = {
     "grad_copy_bytes",
     plan_zero_offload,
     ZO_KNOBS,
+    POL_FORM_OFFLOAD,
 };

@@ -356,6 +356,8 @@ static ms_status make_trace(const run_args *a, const machine_t *m, trace_t **t, 
     c.cp = a->cp ? a->cp : 1;
     c.dp = a->dp ? a->dp : 1;
     if (a->iters > 0) c.iterations = a->iters;
+    /* the form the policy plans (zero-offload, MemFerry: ZeRO-Offload's), as memsim simulate */
+    c.offload = pol_form_for(a->policy, a->plan_path) == POL_FORM_OFFLOAD;
     if ((st = gen_validate(&c, err)) != MS_OK) return st;
     return gen_trace(&c, m, t, err);
 }

@@ -49,6 +49,9 @@ static void list_policies(void)
         /* every key --knob accepts for it (its own, its lowering's, the memory plan's) */
         pol_knob_list(r[i], all, sizeof all);
         printf("  %-16s --knob keys: %s\n", "", all[0] ? all : "none");
+        if (r[i]->form != POL_FORM_PLAIN)
+            printf("  %-16s workload: generated in ZeRO-Offload's form (--gen offload=1) "
+                   "unless --trace or --gen offload is given\n", "");
     }
 }
 

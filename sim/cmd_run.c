@@ -56,13 +56,49 @@ static int parse_cmd(int argc, char **argv, unsigned groups, const char *cmd, co
     return -1;
 }
 
-/* Loads machine + trace for a command; prints errors. */
-static int setup(const char *cmd, const cli_args *a, machine_profile **mp, trace_t **t)
+/* The workload in the forms the policies of one command plan (pol_form), each made once:
+ * generated in a policy's form unless the user fixed the form (pipe_form_set). */
+typedef struct forms {
+    trace_t *t[2];
+} forms;
+
+static ms_status forms_get(forms *f, const pipe_workload *w, const machine_t *m, pol_form k,
+                           const trace_t **t, ms_error *err)
+{
+    if (pipe_form_set(w)) k = POL_FORM_PLAIN;
+    if (!f->t[k]) {
+        ms_status st = pipe_trace_for(w, m, k, &f->t[k], err);
+        if (st != MS_OK) return st;
+    }
+    *t = f->t[k];
+    return MS_OK;
+}
+
+static void forms_free(forms *f)
+{
+    trace_free(f->t[0]);
+    trace_free(f->t[1]);
+}
+
+/* Says which policies of a comparison ran on the workload's ZeRO-Offload form. */
+static void forms_note(FILE *out, const cli_args *a)
+{
+    fprintf(out, "ZeRO-Offload form of the workload (optimizer states and Adam on the host, "
+            "--gen offload=1) for:");
+    for (size_t i = 0; i < a->n_policies; i++)
+        if (pol_form_of(a->policies[i]) == POL_FORM_OFFLOAD) fprintf(out, " %s", a->policies[i]);
+    fprintf(out, "; the others ran on the plain form\n");
+}
+
+/* Loads the machine and the workload in the form of the command's policy; prints errors. */
+static int setup(const char *cmd, const cli_args *a, machine_profile **mp, forms *f,
+                 const trace_t **t)
 {
     int rc = cli_load_machine(a, cmd, mp);
     if (rc) return rc;
     ms_error err;
-    ms_status st = pipe_trace(&a->w, &(*mp)->m, t, &err);
+    memset(f, 0, sizeof *f);
+    ms_status st = forms_get(f, &a->w, &(*mp)->m, pol_form_for(a->pol.policy, a->pol.plan_path), t, &err);
     if (st != MS_OK) {
         machine_profile_free(*mp);
         return cli_fail(cmd, st, &err);
@@ -80,8 +116,9 @@ int cmd_plan(int argc, char **argv)
                        "memsim simulate --plan FILE.", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     machine_profile *mp;
-    trace_t *t;
-    if ((rc = setup("plan", &a, &mp, &t))) return rc;
+    forms f;
+    const trace_t *t;
+    if ((rc = setup("plan", &a, &mp, &f, &t))) return rc;
     ms_error err;
     plan_t *plan;
     ms_status st = pipe_plan(t, &mp->m, &a.pol, &plan, &err);
@@ -89,7 +126,7 @@ int cmd_plan(int argc, char **argv)
         st = plan_write(plan, a.output ? a.output : "-", &err);
         plan_free(plan);
     }
-    trace_free(t);
+    forms_free(&f);
     machine_profile_free(mp);
     return st == MS_OK ? MS_EXIT_OK : cli_fail("plan", st, &err);
 }
@@ -146,8 +183,9 @@ int cmd_simulate(int argc, char **argv)
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("simulate", a.plot_dir))) return rc;
     machine_profile *mp;
-    trace_t *t;
-    if ((rc = setup("simulate", &a, &mp, &t))) return rc;
+    forms f;
+    const trace_t *t;
+    if ((rc = setup("simulate", &a, &mp, &f, &t))) return rc;
     sim_result r;
     const char *name = a.pol.plan_path ? "plan" : a.pol.policy;
     rc = run_one("simulate", &a, t, &mp->m, name, &r);
@@ -157,7 +195,7 @@ int cmd_simulate(int argc, char **argv)
         if (a.csv_path) rc = write_csv("simulate", a.csv_path, &r, 1);
         if (!rc && a.plot_dir) draw_run("simulate", a.plot_dir, name, &r, a.quiet);
     }
-    trace_free(t);
+    forms_free(&f);
     machine_profile_free(mp);
     return rc;
 }
@@ -217,20 +255,26 @@ int cmd_compare(int argc, char **argv)
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("compare", a.plot_dir))) return rc;
     machine_profile *mp;
-    trace_t *t;
-    if ((rc = setup("compare", &a, &mp, &t))) return rc;
+    if ((rc = cli_load_machine(&a, "compare", &mp))) return rc;
+    forms f;
+    memset(&f, 0, sizeof f);
     sim_result rs[CLI_MAX_POLICIES];
     size_t n = 0;
     for (size_t i = 0; i < a.n_policies && !rc; i++) {
         if (!a.quiet) fprintf(stderr, "memsim compare: simulating %s (%zu/%zu)\n",
                               a.policies[i], i + 1, a.n_policies);
-        rc = run_one("compare", &a, t, &mp->m, a.policies[i], &rs[n]);
+        const trace_t *t;
+        ms_error err;
+        ms_status st = forms_get(&f, &a.w, &mp->m, pol_form_of(a.policies[i]), &t, &err);
+        if (st != MS_OK) rc = cli_fail("compare", st, &err);
+        else rc = run_one("compare", &a, t, &mp->m, a.policies[i], &rs[n]);
         if (!rc) n++;
     }
     if (!rc) {
         if (!a.quiet) {
             res_table(stdout, rs, n);
             res_verdict(stdout, rs, n);
+            if (f.t[POL_FORM_PLAIN] && f.t[POL_FORM_OFFLOAD]) forms_note(stdout, &a);
             if (a.breakdown) res_breakdown(stdout, rs, n);
         }
         if (a.csv_path) rc = write_csv("compare", a.csv_path, rs, n);
@@ -268,7 +312,7 @@ int cmd_compare(int argc, char **argv)
                 draw_run("compare", a.plot_dir, a.policies[i], &rs[i], a.quiet);
         }
     }
-    trace_free(t);
+    forms_free(&f);
     machine_profile_free(mp);
     return rc;
 }
@@ -306,15 +350,17 @@ static int sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const cha
     pipe_workload w = a->w;
     if (a->points_are_batches) w.batch = x;
     else w.seq = x;
-    trace_t *t;
+    forms f;
+    memset(&f, 0, sizeof f);
     ms_error err;
-    ms_status st = pipe_trace(&w, m, &t, &err);
+    ms_status st = MS_OK;
     char at[48];
-    if (st != MS_OK) {
-        fprintf(stderr, "memsim sweep: %s: %s\n", point_at(a, x, at, sizeof at), err.msg);
-        return ms_exit_code(st);
-    }
     for (size_t i = 0; i < n && st == MS_OK; i++) {
+        const trace_t *t;
+        if ((st = forms_get(&f, &w, m, pol_form_of(policies[i]), &t, &err)) != MS_OK) {
+            fprintf(stderr, "memsim sweep: %s: %s\n", point_at(a, x, at, sizeof at), err.msg);
+            break;
+        }
         pipe_policy p = a->pol;
         p.policy = policies[i];
         pipe_outputs out;
@@ -324,7 +370,7 @@ static int sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const cha
             fprintf(stderr, "memsim sweep: %s %s: %s\n", policies[i],
                     point_at(a, x, at, sizeof at), err.msg);
     }
-    trace_free(t);
+    forms_free(&f);
     return st == MS_OK ? MS_EXIT_OK : ms_exit_code(st);
 }
 

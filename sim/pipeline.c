@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sim/pipeline.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,20 @@ void pipe_policy_default(pipe_policy *p)
 
 ms_status pipe_trace(const pipe_workload *w, const machine_t *m, trace_t **out, ms_error *err)
 {
+    return pipe_trace_for(w, m, POL_FORM_PLAIN, out, err);
+}
+
+int pipe_form_set(const pipe_workload *w)
+{
+    if (w->trace_path) return 1;
+    for (size_t i = 0; i < w->n_gen_knobs; i++)
+        if (!strcmp(w->gen_knobs[i].key, "offload")) return 1;
+    return 0;
+}
+
+ms_status pipe_trace_for(const pipe_workload *w, const machine_t *m, pol_form form,
+                         trace_t **out, ms_error *err)
+{
     if (w->trace_path) {
         ms_status st = trace_load(w->trace_path, out, err);
         if (st || trace_count(*out)) return st;
@@ -47,10 +62,19 @@ ms_status pipe_trace(const pipe_workload *w, const machine_t *m, trace_t **out, 
     c.cp = w->cp ? w->cp : 1;
     c.dp = w->dp ? w->dp : 1;
     if (w->iterations > 0) c.iterations = w->iterations;
+    c.offload = form == POL_FORM_OFFLOAD; /* the user's --gen offload, below, wins */
     for (size_t i = 0; i < w->n_gen_knobs; i++)
         if ((st = gen_config_set(&c, w->gen_knobs[i].key, w->gen_knobs[i].value, err)) != MS_OK)
             return st;
-    if ((st = gen_validate(&c, err)) != MS_OK) return st;
+    if ((st = gen_validate(&c, err)) != MS_OK) {
+        if (form == POL_FORM_OFFLOAD && c.offload) { /* the user did not ask for it: say so */
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err ? err->msg : "");
+            return ms_fail(err, st, "the workload's ZeRO-Offload form (offload=1, which "
+                           "zero-offload and the MemFerry policies plan): %s", why);
+        }
+        return st;
+    }
     return gen_trace(&c, m, out, err);
 }
 

@@ -53,6 +53,14 @@ void pipe_policy_default(pipe_policy *p);
 
 /* The trace of the workload: loaded from trace_path or generated for the model on m. */
 ms_status pipe_trace(const pipe_workload *w, const machine_t *m, trace_t **out, ms_error *err);
+/* The same, generated in the form a policy plans (pol_form: the ZeRO-Offload form for
+ * zero-offload and the MemFerry policies) unless w sets the generator's offload knob; a
+ * trace file is loaded as it is. */
+ms_status pipe_trace_for(const pipe_workload *w, const machine_t *m, pol_form form,
+                         trace_t **out, ms_error *err);
+/* 1 when w fixes the trace's form itself (a trace file, or --gen offload=...): the policies'
+ * forms then do not apply. */
+int pipe_form_set(const pipe_workload *w);
 
 /* Makes the plan: loads plan_path or runs the policy; applies allocator overrides. */
 ms_status pipe_plan(const trace_t *t, const machine_t *m, const pipe_policy *p, plan_t **out,

@@ -325,5 +325,26 @@ ok $? "experiments/memo/profile.sh writes MEMO's testbed profile"
 expect 0 "memsim plans MEMO at 384K on experiments/memo's profile" -- "$M" plan --policy memo --model gpt-7b --tp 4 --cp 2 --seq 384K --machine "$T/a800-memo.machine" --gen framework=megatron --gen loss=fused --knob memory_plan=0 -o "$T/memo384.plan"
 grep -q "^knob lp_host_bytes 250000000000$" "$T/memo384.plan"; ok $? "MEMO's profile gives each of 8 GPUs 2 TB / 8 of host memory"
 grep -q "^knob alpha_used 0.5$" "$T/memo384.plan"; ok $? "MEMO at 384K takes alpha 0.5 there, as the paper's Table 4 (experiments/memo/README.md)"
+# a policy gets the workload form it plans: the MemFerry policies and zero-offload ZeRO-Offload's
+# (optimizer and Adam on the host), the others the plain one; --gen offload and --trace win
+B="--model bert-base --seq 512 --batch 4 --machine a100-80g-pcie3"
+expect 0 "simulate memferry generates the ZeRO-Offload form by itself" -- "$M" simulate $B --policy memferry --csv "$T/mf1.csv"
+expect 0 "the same with --gen offload=1" -- "$M" simulate $B --policy memferry --gen offload=1 --csv "$T/mf2.csv"
+cmp -s "$T/mf1.csv" "$T/mf2.csv"; ok $? "memferry's results equal those on the explicit ZeRO-Offload form"
+expect 3 "memferry with --gen offload=0: exit 3" -- "$M" simulate $B --policy memferry --gen offload=0
+grep -q "gen offload=0" "$T/err"; ok $? "the refusal says that --gen offload=0 kept the plain form"
+expect 0 "compare mixes forms" -- "$M" compare $B --policies keep-all,zero-offload,protrain --csv "$T/mix.csv"
+grep -q "^ZeRO-Offload form of the workload .* for: zero-offload; the others ran on the plain form" "$T/out"
+ok $? "compare names the policies that ran on the ZeRO-Offload form"
+expect 0 "keep-all alone" -- "$M" simulate $B --policy keep-all --csv "$T/ka.csv"
+sed -n 2p "$T/ka.csv" > "$T/ka.row"; grep -q "^keep-all," "$T/mix.csv" && grep "^keep-all," "$T/mix.csv" | cmp -s - "$T/ka.row"
+ok $? "compare's keep-all ran on the plain form (its row equals simulate's)"
+grep "^zero-offload," "$T/mix.csv" | awk -F, '{ exit !($18 > 0) }'; ok $? "compare's zero-offload holds host memory (its form's optimizer states)"
+expect 0 "plan memferry" -- "$M" plan $B --policy memferry -o "$T/mf.plan"
+expect 0 "simulate its plan file" -- "$M" simulate $B --plan "$T/mf.plan" --csv "$T/mf3.csv"
+cut -d, -f2- "$T/mf3.csv" | cmp -s - "$(cut -d, -f2- "$T/mf1.csv" > "$T/mf1.rest"; echo "$T/mf1.rest")"
+ok $? "a memferry plan file gets the ZeRO-Offload form too (same results as the policy)"
+expect 1 "memferry on Megatron's framework (unsupported): exit 1" -- "$M" simulate --model gpt-7b --seq 4K --gen framework=megatron --policy memferry
+grep -q "ZeRO-Offload form" "$T/err"; ok $? "the generator's refusal says it was the ZeRO-Offload form"
 echo "1..$n"
 exit $bad
