@@ -190,7 +190,10 @@ int cmd_simulate(int argc, char **argv)
     const char *name = a.pol.plan_path ? "plan" : a.pol.policy;
     rc = run_one("simulate", &a, t, &mp->m, name, &r);
     if (!rc) {
-        if (!a.quiet) res_table(stdout, &r, 1);
+        if (!a.quiet) {
+            res_table(stdout, &r, 1);
+            res_notes(stdout, &r, 1);
+        }
         if (!a.quiet && a.breakdown) res_breakdown(stdout, &r, 1);
         if (a.csv_path) rc = write_csv("simulate", a.csv_path, &r, 1);
         if (!rc && a.plot_dir) draw_run("simulate", a.plot_dir, name, &r, a.quiet);
@@ -274,6 +277,7 @@ int cmd_compare(int argc, char **argv)
         if (!a.quiet) {
             res_table(stdout, rs, n);
             res_verdict(stdout, rs, n);
+            res_notes(stdout, rs, n);
             if (f.t[POL_FORM_PLAIN] && f.t[POL_FORM_OFFLOAD]) forms_note(stdout, &a);
             if (a.breakdown) res_breakdown(stdout, rs, n);
         }

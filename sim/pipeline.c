@@ -122,6 +122,32 @@ static void fill_ids(sim_result *r, const trace_t *t, const machine_t *m, const 
     r->dp = (int)trace_meta_u64(t, "dp", 0);
 }
 
+/* The planner's caveat for the results: a search that found nothing within its budget
+ * (ProTrain's and its baselines' plan knob feasible 0) plans the closest configuration,
+ * which the simulation then runs on the machine as it is. */
+static void plan_note(sim_result *r, const plan_t *plan)
+{
+    const char *fe = plan_get_knob(plan, "feasible");
+    if (!fe || strcmp(fe, "0")) return;
+    const char *k[4] = { "n_persist", "n_buffer", "n_swap", "n_checkpoint" };
+    char cfg[128] = "";
+    size_t len = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *v = plan_get_knob(plan, k[i]);
+        if (v && len < sizeof cfg)
+            len += (size_t)snprintf(cfg + len, sizeof cfg - len, " %s=%s", k[i], v);
+    }
+    uint64_t peak = 0, host = 0;
+    const char *pp = plan_get_knob(plan, "pred_peak_bytes"), *ph = plan_get_knob(plan,
+                                                                               "pred_host_bytes");
+    if (pp) ms_parse_u64(pp, &peak);
+    if (ph) ms_parse_u64(ph, &host);
+    snprintf(r->plan_note, sizeof r->plan_note, "no configuration fits the planner's device and "
+             "host budget (the machine's, or the knobs gpu_bytes / host_bytes); simulated the "
+             "closest:%s, predicted peak %.2f GiB, host %.2f GiB", cfg, (double)peak / MS_GiB,
+             (double)host / MS_GiB);
+}
+
 /* The schedule's text through ms_out (atomic, gzip for ".gz"), made in memory first. */
 static ms_status write_schedule(const schedule_t *s, const char *path, ms_error *err)
 {
@@ -194,6 +220,7 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
     sched_free(s);
     if (st != MS_OK) return st;
     fill_ids(r, t, m, plan);
+    plan_note(r, plan);
     r->model_flops = trace_model_flops(t);
     if (r->status == RS_OK && r->iter_time_s > 0) {
         double tokens = (double)(r->batch ? r->batch : 1) * (double)r->seq /

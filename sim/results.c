@@ -244,3 +244,9 @@ long res_verdict(FILE *f, const sim_result *rs, size_t n)
     fputc('\n', f);
     return best;
 }
+
+void res_notes(FILE *f, const sim_result *rs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (rs[i].plan_note[0]) fprintf(f, "note: %s: %s\n", rs[i].policy, rs[i].plan_note);
+}

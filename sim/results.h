@@ -43,6 +43,9 @@ typedef struct sim_result {
      * request was made. */
     uint64_t peak_live_bytes[BM_COUNT];
     int peak_live_at_failure;    /* 1: peak_live_bytes is the state at the oom */
+    char plan_note[320];         /* the planner's caveat, "" for none: its search found no
+                                    configuration within its budget (plan knob feasible 0)
+                                    and the plan is the closest one */
 } sim_result;
 
 void res_init(sim_result *r);
@@ -64,5 +67,7 @@ void res_breakdown(FILE *f, const sim_result *rs, size_t n);
  * ahead of the next, and which ran out of device or host memory. Returns the index of the
  * fastest, or -1 when none fits. */
 long res_verdict(FILE *f, const sim_result *rs, size_t n);
+/* A line "note: POLICY: ..." per result with a plan_note. */
+void res_notes(FILE *f, const sim_result *rs, size_t n);
 
 #endif

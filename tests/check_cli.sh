@@ -346,5 +346,12 @@ cut -d, -f2- "$T/mf3.csv" | cmp -s - "$(cut -d, -f2- "$T/mf1.csv" > "$T/mf1.rest
 ok $? "a memferry plan file gets the ZeRO-Offload form too (same results as the policy)"
 expect 1 "memferry on Megatron's framework (unsupported): exit 1" -- "$M" simulate --model gpt-7b --seq 4K --gen framework=megatron --policy memferry
 grep -q "ZeRO-Offload form" "$T/err"; ok $? "the generator's refusal says it was the ZeRO-Offload form"
+# a search that finds nothing within its budget says so, and what it simulated instead
+P="--model gpt2-10b --seq 1024 --batch 8 --machine rtx3090-pcie3 --policy protrain"
+expect 0 "protrain within the machine's budget" -- "$M" simulate $P
+! grep -q "^note:" "$T/out"; ok $? "a configuration that fits carries no note"
+expect 0 "protrain with 10 GiB of host memory" -- "$M" simulate $P --knob host_bytes=10GiB
+grep -q "^note: protrain: no configuration fits .* simulated the closest: n_persist=[0-9]* n_buffer=[0-9]* n_swap=[0-9]* n_checkpoint=[0-9]*, predicted peak [0-9.]* GiB, host [0-9.]* GiB$" "$T/out"
+ok $? "no configuration within 10 GiB of host memory: the note names the closest one"
 echo "1..$n"
 exit $bad
