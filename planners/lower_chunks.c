@@ -666,7 +666,9 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     L->n_blocks = (int)trace_meta_u64(t, "layers", 0);
     if (L->n_blocks <= 0 || L->n_blocks > 100000) {
         lc_layout_free(L);
-        return ms_fail(err, MS_ERR_INVALID, "the trace has no `meta layers`: blocks unknown");
+        return ms_fail(err, MS_ERR_INVALID, "the trace has no `meta layers`: its transformer blocks "
+                           "are unknown, so its model states cannot be chunked (an "
+                           "allocator-only trace, such as memsim trace import makes?)");
     }
     L->fwd_step = malloc((size_t)L->n_blocks * sizeof *L->fwd_step);
     L->bwd_step = malloc((size_t)L->n_blocks * sizeof *L->bwd_step);

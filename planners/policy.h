@@ -121,4 +121,9 @@ typedef struct pol_skel {
 /* Lists the skeletal activations in trace order; caller frees *out. */
 ms_status pol_skeletal(const trace_t *t, pol_skel **out, size_t *n, ms_error *err);
 
+/* MS_ERR_INVALID naming `policy` when t has no skeletal activations of layers (an
+ * allocator-only trace, such as one imported from a PyTorch snapshot): a policy that
+ * recomputes or swaps them would otherwise plan keep-all without a word. */
+ms_status pol_need_skeletal(const char *policy, const trace_t *t, ms_error *err);
+
 #endif

@@ -13,6 +13,8 @@
 typedef void (*decide_fn)(const pol_skel *s, const pol_opts *o, plan_decision *d,
                           double *alpha);
 
+static void decide_keep(const pol_skel *s, const pol_opts *o, plan_decision *d, double *alpha);
+
 static ms_status run_baseline(const char *name, decide_fn decide, const trace_t *t,
                               const pol_opts *o, plan_t **out, ms_error *err)
 {
@@ -23,6 +25,11 @@ static ms_status run_baseline(const char *name, decide_fn decide, const trace_t 
     pol_skel *sk;
     size_t n;
     st = pol_skeletal(t, &sk, &n, err);
+    if (st == MS_OK && !n && decide != decide_keep) { /* say so rather than plan keep-all */
+        free(sk);
+        plan_free(p);
+        return pol_need_skeletal(name, t, err);
+    }
     for (size_t i = 0; st == MS_OK && i < n; i++) {
         plan_decision d = PD_KEEP;
         double alpha = 0;

@@ -658,7 +658,9 @@ static ms_status run_memo(const char *name, memo_mode mode, const trace_t *t, co
     } else if (mode == MODE_FULL_SWAP) {
         st = memo_layer_info_get(t, m, &c.li, err);
         c.alpha = o->alpha >= 0 ? o->alpha : 1.0;
-    } /* full recomputation needs no layer sizes: any trace with layers will do */
+    } else { /* full recomputation needs no layer sizes: any trace with layers will do */
+        st = pol_need_skeletal(name, t, err);
+    }
     if (st != MS_OK) return st;
     plan_t *p;
     if ((st = pol_plan_new(name, o, &p, err)) != MS_OK) return st;

@@ -353,5 +353,13 @@ expect 0 "protrain within the machine's budget" -- "$M" simulate $P
 expect 0 "protrain with 10 GiB of host memory" -- "$M" simulate $P --knob host_bytes=10GiB
 grep -q "^note: protrain: no configuration fits .* simulated the closest: n_persist=[0-9]* n_buffer=[0-9]* n_swap=[0-9]* n_checkpoint=[0-9]*, predicted peak [0-9.]* GiB, host [0-9.]* GiB$" "$T/out"
 ok $? "no configuration within 10 GiB of host memory: the note names the closest one"
+# an allocator-only trace (imported from a PyTorch snapshot) has nothing to recompute or swap:
+# the policies that would say so, rather than plan keep-all in silence
+expect 0 "import a PyTorch snapshot" -- "$M" trace import --from pytorch-snapshot "${srcdir:-.}/tests/fixtures/gpt2-plain.json.gz" -o "$T/snap.trace"
+expect 0 "keep-all runs the imported trace" -- "$M" simulate --trace "$T/snap.trace" --machine h200-sxm --policy keep-all
+for p in full-recompute full-swap full-recompute+plan; do
+    expect 3 "$p on an allocator-only trace: exit 3" -- "$M" simulate --trace "$T/snap.trace" --machine h200-sxm --policy $p
+    grep -q "policy $p: the trace has no skeletal activations" "$T/err"; ok $? "$p says the trace has nothing to recompute or swap"
+done
 echo "1..$n"
 exit $bad
