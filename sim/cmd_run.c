@@ -154,8 +154,8 @@ static void draw_run(const char *cmd, const char *dir, const char *tag, const si
 }
 
 /* Runs one policy; with a plot dir, also writes its per-run data files there. */
-static int run_one(const char *cmd, const cli_args *a, const trace_t *t, const machine_t *m,
-                   const char *policy, sim_result *r)
+static ms_status run_one(const cli_args *a, const trace_t *t, const machine_t *m,
+                         const char *policy, sim_result *r, ms_error *err)
 {
     pipe_policy p = a->pol;
     p.policy = policy;
@@ -167,10 +167,7 @@ static int run_one(const char *cmd, const cli_args *a, const trace_t *t, const m
         if (!out.memcsv_path) out.memcsv_path = mem;
         out.intervals_path = iv;
     }
-    ms_error err;
-    ms_status st = pipe_run(t, m, &p, &out, r, &err);
-    if (st != MS_OK) return cli_fail(cmd, st, &err);
-    return MS_EXIT_OK;
+    return pipe_run(t, m, &p, &out, r, err);
 }
 
 int cmd_simulate(int argc, char **argv)
@@ -188,7 +185,9 @@ int cmd_simulate(int argc, char **argv)
     if ((rc = setup("simulate", &a, &mp, &f, &t))) return rc;
     sim_result r;
     const char *name = a.pol.plan_path ? "plan" : a.pol.policy;
-    rc = run_one("simulate", &a, t, &mp->m, name, &r);
+    ms_error err;
+    ms_status st = run_one(&a, t, &mp->m, name, &r, &err);
+    if (st != MS_OK) rc = cli_fail("simulate", st, &err);
     if (!rc) {
         if (!a.quiet) {
             res_table(stdout, &r, 1);
@@ -254,7 +253,12 @@ int cmd_compare(int argc, char **argv)
     int rc = parse_cmd(argc, argv, g, "compare",
                        "Runs several policies on one workload and prints them side by side;\n"
                        "with --plot DIR, draws the comparison bars and each policy's memory\n"
-                       "curve and stream timeline.", &a);
+                       "curve and stream timeline. Each policy gets the workload in the form\n"
+                       "it plans (ZeRO-Offload's for zero-offload and the MemFerry policies,\n"
+                       "unless --trace or --gen offload fixes one). A policy that cannot run\n"
+                       "on the workload gets an 'error' row (why: on standard error and in the\n"
+                       "CSV's failure column); the others still run, and the exit status is\n"
+                       "the first such error's.", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("compare", a.plot_dir))) return rc;
     machine_profile *mp;
@@ -263,15 +267,26 @@ int cmd_compare(int argc, char **argv)
     memset(&f, 0, sizeof f);
     sim_result rs[CLI_MAX_POLICIES];
     size_t n = 0;
-    for (size_t i = 0; i < a.n_policies && !rc; i++) {
+    int failed = 0; /* a policy that cannot run on this workload: an error row, the rest go on */
+    for (size_t i = 0; i < a.n_policies; i++) {
         if (!a.quiet) fprintf(stderr, "memsim compare: simulating %s (%zu/%zu)\n",
                               a.policies[i], i + 1, a.n_policies);
         const trace_t *t;
         ms_error err;
         ms_status st = forms_get(&f, &a.w, &mp->m, pol_form_of(a.policies[i]), &t, &err);
-        if (st != MS_OK) rc = cli_fail("compare", st, &err);
-        else rc = run_one("compare", &a, t, &mp->m, a.policies[i], &rs[n]);
-        if (!rc) n++;
+        if (st == MS_OK) st = run_one(&a, t, &mp->m, a.policies[i], &rs[n], &err);
+        if (st != MS_OK) {
+            int r = cli_fail("compare", st, &err);
+            if (!failed) failed = r;
+            res_init(&rs[n]);
+            snprintf(rs[n].policy, sizeof rs[n].policy, "%s", a.policies[i]);
+            snprintf(rs[n].model, sizeof rs[n].model, "%s",
+                     a.w.trace_path ? "-" : a.w.model);
+            snprintf(rs[n].machine, sizeof rs[n].machine, "%s", mp->m.name);
+            snprintf(rs[n].failure, sizeof rs[n].failure, "%.500s", err.msg);
+            rs[n].status = RS_ERROR;
+        }
+        n++;
     }
     if (!rc) {
         if (!a.quiet) {
@@ -318,7 +333,7 @@ int cmd_compare(int argc, char **argv)
     }
     forms_free(&f);
     machine_profile_free(mp);
-    return rc;
+    return rc ? rc : failed;
 }
 
 /* ---- memsim sweep: policies over sequence lengths or micro-batch sizes ---- */

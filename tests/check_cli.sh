@@ -346,6 +346,12 @@ cut -d, -f2- "$T/mf3.csv" | cmp -s - "$(cut -d, -f2- "$T/mf1.csv" > "$T/mf1.rest
 ok $? "a memferry plan file gets the ZeRO-Offload form too (same results as the policy)"
 expect 1 "memferry on Megatron's framework (unsupported): exit 1" -- "$M" simulate --model gpt-7b --seq 4K --gen framework=megatron --policy memferry
 grep -q "ZeRO-Offload form" "$T/err"; ok $? "the generator's refusal says it was the ZeRO-Offload form"
+# a policy that cannot run on the workload is an error row; the others still run
+expect 1 "compare with a policy that cannot run at tp 2: exit 1" -- "$M" compare --model dims:2,1024,16,4096,1000 --seq 4K --tp 2 --machine h100-sxm --policies keep-all,memferry,full-recompute --csv "$T/err.csv"
+grep -q "^keep-all .* ok " "$T/out" && grep -q "^memferry .* error " "$T/out" && grep -q "^full-recompute .* ok " "$T/out"
+ok $? "compare prints the error row between the rows that ran"
+grep -q "^memferry,.*,error,.*handles one GPU" "$T/err.csv" && grep -q "memferry: the shadow-model lowering handles one GPU" "$T/err"
+ok $? "why it failed: on standard error and in the CSV's failure column"
 # a search that finds nothing within its budget says so, and what it simulated instead
 P="--model gpt2-10b --seq 1024 --batch 8 --machine rtx3090-pcie3 --policy protrain"
 expect 0 "protrain within the machine's budget" -- "$M" simulate $P
