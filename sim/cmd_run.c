@@ -299,15 +299,25 @@ int cmd_compare(int argc, char **argv)
         if (a.csv_path) rc = write_csv("compare", a.csv_path, rs, n);
     }
     if (!rc && a.plot_dir) {
-        char data[4096], outb[4096], vars[64], title[256];
+        char data[4096], outb[4096], vars[96], title[256];
         ms_error err;
         if (write_compare_data(a.plot_dir, rs, n, data, sizeof data) != 0) {
             fprintf(stderr, "memsim compare: cannot write %s\n", data);
             rc = MS_EXIT_IO;
         } else {
             snprintf(outb, sizeof outb, "%s/compare", a.plot_dir);
-            snprintf(vars, sizeof vars, "capacity_gib=%.2f",
-                     (double)machine_usable_bytes(&mp->m) / MS_GiB);
+            /* the job's share of host memory, as the simulator gives it (sim/pipeline.c) */
+            int64_t ranks = 1;
+            for (size_t i = 0; i < n; i++) {
+                int64_t r = (int64_t)(rs[i].tp > 0 ? rs[i].tp : 1) * (rs[i].cp > 0 ? rs[i].cp : 1) *
+                            (rs[i].dp > 0 ? rs[i].dp : 1);
+                if (r > ranks) ranks = r;
+            }
+            int64_t sharers = mp->m.node_gpus > 0 && ranks > mp->m.node_gpus ? mp->m.node_gpus
+                                                                             : ranks;
+            snprintf(vars, sizeof vars, "capacity_gib=%.2f; host_gib=%.2f",
+                     (double)machine_usable_bytes(&mp->m) / MS_GiB,
+                     (double)mp->m.host_mem_bytes / (double)sharers / MS_GiB);
             snprintf(title, sizeof title, "%s, seq %llu, on %s", rs[0].model,
                      (unsigned long long)rs[0].seq, mp->m.name);
             if (plot_draw("compare", data, outb, title, vars, &err) != MS_OK)
@@ -319,7 +329,7 @@ int cmd_compare(int argc, char **argv)
                 fprintf(stderr, "memsim compare: cannot write %s\n", data);
                 rc = MS_EXIT_IO;
             } else if (nk > 0) {
-                char bvars[96];
+                char bvars[128];
                 snprintf(outb, sizeof outb, "%s/breakdown", a.plot_dir);
                 snprintf(bvars, sizeof bvars, "%s; nkinds=%d", vars, nk);
                 if (plot_draw("breakdown", data, outb, title, bvars, &err) != MS_OK)
