@@ -92,6 +92,9 @@ if "$MEMSIM" memferry --a100 h200-sxm --figs 10 --no-sensitivity --quiet --out "
 else
     echo "run.sh: the H200 comparison could not run (memsim memferry --a100 h200-sxm)" >&2
 fi
+# memsim's op times against the GPU time Hugging Face's models take (hf_probe.py on an H200)
+experiments/memferry/hf_compare.sh "$out" | tee -a "$out/report.txt" ||
+    echo "run.sh: the op-time comparison could not run (experiments/memferry/hf_compare.sh)" >&2
 if command -v gnuplot >/dev/null 2>&1; then
     for fmt in png svg; do
         gnuplot -e "datafile='$out/fig9.dat'; outfile='$out/memferry_fig9.$fmt'; fmt='$fmt'" plots/memferry_fig9.gp
