@@ -1024,6 +1024,55 @@ static void test_roofline(const machine_t *m)
            "memory-bound kernel takes bytes / (hbm * mem_eff) + launch: %.1f us", mem);
 }
 
+/* The first op named `name` (the generator's names: "lm_head", "L0.qkv", ...); its dur_us, -1
+ * when absent. */
+static double op_dur(const trace_t *t, const char *name)
+{
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_OP && !strcmp(r->u.op.name, name)) return r->u.op.dur_us;
+    }
+    return -1;
+}
+
+/* GEMM alignment (gpu.gemm_even_eff, gpu.gemm_odd_eff): a leading dimension that is not a
+ * multiple of 16 bytes slows the GEMM's compute term; GPT-2's odd vocabulary slows its output
+ * projection and nothing else. */
+static void test_gemm_align(const machine_t *base)
+{
+    machine_t m = *base;
+    m.gpu_gemm_even_eff = 0.35;
+    m.gpu_gemm_odd_eff = 0.18;
+    TAP_OK(roof_gemm_align(&m, 4096, 50264, 768, 2) == 1.0 &&
+           roof_gemm_align(&m, 4096, 50258, 768, 2) == 0.35 &&
+           roof_gemm_align(&m, 4096, 50260, 768, 2) == 0.35 &&
+           roof_gemm_align(&m, 4096, 50257, 768, 2) == 0.18 &&
+           roof_gemm_align(&m, 4095, 50264, 768, 2) == 0.18 &&
+           roof_gemm_align(&m, 4096, 50260, 768, 4) == 1.0 &&
+           roof_gemm_align(base, 4096, 50257, 768, 2) == 1.0,
+           "alignment classes: a multiple of 8 fp16 elements 1, of 2 or 4 0.35, odd 0.18; fp32 "
+           "needs 4; a profile without the keys 1");
+    roof_params p;
+    roof_params_default(&p);
+    double f = 2.0 * 16384 * 50257 * 1024;
+    double al = roof_gemm_us(&m, &p, f, 0, 16384, 50264, 1024, 2) - m.gpu_kernel_launch_us;
+    double odd = roof_gemm_us(&m, &p, f, 0, 16384, 50257, 1024, 2) - m.gpu_kernel_launch_us;
+    TAP_OK(fabs(odd / al - 1 / 0.18) < 1e-9 &&
+           fabs(roof_gemm_us(base, &p, f, 0, 16384, 50257, 1024, 2) -
+                roof_kernel_us(base, &p, TK_GEMM, f, 0)) < 1e-9,
+           "an odd compute-bound GEMM takes 1/0.18 the aligned time (%.0f vs %.0f us); without "
+           "the keys roof_kernel_us's", odd, al);
+    gen_config c = config("gpt2", 1024, 8, 1, 1, 1);
+    trace_t *a = gen(&c, base), *b = gen(&c, &m);
+    double ha = op_dur(a, "lm_head"), hb = op_dur(b, "lm_head");
+    double qa = op_dur(a, "L0.qkv"), qb = op_dur(b, "L0.qkv");
+    TAP_OK(ha > 0 && hb / ha > 4.5 && hb / ha < 1 / 0.18 + 1e-9 && qa > 0 && qa == qb,
+           "GPT-2's output projection (vocabulary 50257) %.1fx longer, a block's qkv unchanged",
+           hb / ha);
+    trace_free(a);
+    trace_free(b);
+}
+
 /* kernels=runtime: attention from the profile's rt.attn_* with the sequence ramp; an error when
  * the profile has none; vendor kernels unchanged. */
 static void test_runtime_kernels(const machine_t *mach)
@@ -1309,6 +1358,7 @@ int main(void)
     test_megatron_flops(&m);
     test_megatron_knobs(&m);
     test_roofline(&m);
+    test_gemm_align(&m);
     test_runtime_kernels(&m);
     test_runtime_host_adam(&m);
     test_eager(&m);

@@ -57,6 +57,11 @@ enum {
       "achieved fraction of HBM bandwidth for memory-bound ops, (0,1]")                        \
     X("gpu.kernel_launch_us", MF_DBL, gpu_kernel_launch_us, R_NONNEG,                          \
       "fixed cost per op, microseconds")                                                       \
+    X("gpu.gemm_even_eff", MF_DBL, gpu_gemm_even_eff, R_OPT_EFF,                               \
+      "an fp16/bf16 GEMM with a dimension even but not a multiple of 8 elements (16 bytes): "  \
+      "fraction of the aligned GEMM's rate, (0,1]; absent: 1")                                 \
+    X("gpu.gemm_odd_eff", MF_DBL, gpu_gemm_odd_eff, R_OPT_EFF,                                 \
+      "the same with an odd dimension, (0,1]; absent: 1")                                      \
     X("link.h2d_Bps", MF_DBL, link_h2d_Bps, R_POS,                                             \
       "host-to-device copy bandwidth from pinned memory, per GPU, bytes/s")                    \
     X("link.d2h_Bps", MF_DBL, link_d2h_Bps, R_POS,                                             \

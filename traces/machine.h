@@ -24,6 +24,9 @@ typedef struct machine {
     double gpu_attn_eff;             /* achieved fraction of peak for flash attention */
     double gpu_mem_eff;              /* achieved fraction of HBM bandwidth, memory-bound ops */
     double gpu_kernel_launch_us;     /* fixed cost per op */
+    double gpu_gemm_even_eff;        /* a GEMM with a dimension even but not a multiple of 16
+                                        bytes: fraction of the aligned rate (0: not modelled) */
+    double gpu_gemm_odd_eff;         /* the same with an odd dimension (0: not modelled) */
     /* host link (per GPU, pinned memory unless named otherwise) */
     double link_h2d_Bps;
     double link_d2h_Bps;

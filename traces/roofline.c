@@ -57,6 +57,26 @@ double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kin
     return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
 }
 
+double roof_gemm_align(const machine_t *m, uint64_t M, uint64_t N, uint64_t K, int elem_bytes)
+{
+    uint64_t per16 = elem_bytes > 0 && elem_bytes < 16 ? (uint64_t)(16 / elem_bytes) : 1;
+    int odd = (M | N | K) & 1;
+    int even = !odd && (M % per16 || N % per16 || K % per16);
+    if (odd && m->gpu_gemm_odd_eff > 0) return m->gpu_gemm_odd_eff;
+    if ((odd || even) && m->gpu_gemm_even_eff > 0) return m->gpu_gemm_even_eff;
+    return 1.0;
+}
+
+double roof_gemm_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,
+                    uint64_t M, uint64_t N, uint64_t K, int elem_bytes)
+{
+    double rate = m->gpu_peak_bf16_flops * roof_gemm_eff(m, p, flops) *
+                  roof_gemm_align(m, M, N, K, elem_bytes);
+    double t_compute = term_us(flops, rate);
+    double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
+    return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
+}
+
 double roof_attn_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,
                     uint64_t seq_tokens, int backward)
 {

@@ -40,6 +40,18 @@ double roof_gemm_eff(const machine_t *m, const roof_params *p, double flops);
 double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kind, double flops,
                       uint64_t bytes);
 
+/* Fraction of the aligned rate a GEMM of dimensions M x N x K in elements of elem_bytes runs
+ * at: cuBLAS needs every leading dimension a multiple of 16 bytes for its fastest
+ * tensor-core kernels; an even misaligned dimension gets gpu.gemm_even_eff, an odd one
+ * gpu.gemm_odd_eff (measured on an H200, experiments/memferry/hf_probe_h200); 1 when aligned
+ * or when the profile does not model it. */
+double roof_gemm_align(const machine_t *m, uint64_t M, uint64_t N, uint64_t K, int elem_bytes);
+
+/* roof_kernel_us(TK_GEMM) of one GEMM of those dimensions, its compute term slowed by
+ * roof_gemm_align. */
+double roof_gemm_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,
+                    uint64_t M, uint64_t N, uint64_t K, int elem_bytes);
+
 /* Duration of one attention kernel (forward, or backward when `backward`) over sequences of
  * `seq_tokens` keys. Vendor kernels: roof_kernel_us(TK_ATTN). Runtime kernels: efficiency
  * rt.attn_{fwd,bwd}_eff * S / (S + rt.attn_{fwd,bwd}_half_seq) of the bf16 peak, the shape

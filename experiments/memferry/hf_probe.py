@@ -11,6 +11,8 @@ the GPU's busy time, whether or not the Python host keeps up; the step's wall ti
 events, the median of --reps) is written beside it.
 
 usage: python3 hf_probe.py [--models a,b] [--attn sdpa|eager] [--batch N] [--reps N] --out DIR
+       python3 hf_probe.py --gemm-align [--reps N] --out DIR   (gemm-align.csv: an LM head's
+       fp16 GEMMs with the vocabulary a multiple of 8, 4 or 2 elements, or odd)
 (models: bert-base, roberta-base, bert-large, gpt2-medium, and ProTrain's gpt2-1b at 2 sequences
 per GPU, its Table 4 batch 8 on 4 GPUs) writes DIR/hf-ATTN[-MODELS][-bN].csv (MODELS when not
 the default four): model,batch,seq,attn,params,gpu_ms,gemm_ms,attn_ms,other_ms,kernels,
@@ -98,18 +100,49 @@ def run(name, attn, reps, batch_arg):
             f"{sums['attn']:.3f},{sums['other']:.3f},{count},{wall:.3f}")
 
 
+def gemm_align(out, reps):
+    """fp16 GEMMs of a language-model head, [T, h] x [h, V]^T and its two backward products,
+    with V's alignment varied (a multiple of 8 elements, of 4, of 2, odd): each one's time
+    against the same product at the next multiple of 64, per FLOP."""
+    from dha_common import per_call_ms
+    rows = ["T,h,V,align,fwd_ms,dgrad_ms,wgrad_ms,rate_vs_aligned"]
+    for T, h in ((4096, 768), (4096, 1024), (32768, 1024), (2048, 1536), (16384, 1536)):
+        x = torch.randn(T, h, device="cuda", dtype=torch.float16)
+        ref = None
+        for V in (50304, 50264, 50260, 50258, 50257, 30528, 30524, 30522, 30521):
+            w = torch.randn(V, h, device="cuda", dtype=torch.float16)
+            dy = torch.randn(T, V, device="cuda", dtype=torch.float16)
+            f = per_call_ms(lambda: torch.matmul(x, w.t()), reps, 5)
+            d = per_call_ms(lambda: torch.matmul(dy, w), reps, 5)
+            g = per_call_ms(lambda: torch.matmul(dy.t(), x), reps, 5)
+            al = 8 if V % 8 == 0 else 4 if V % 4 == 0 else 2 if V % 2 == 0 else 1
+            tot = f + d + g
+            if V in (50304, 30528):
+                ref = tot / V
+            rows.append(f"{T},{h},{V},{al},{f:.4f},{d:.4f},{g:.4f},{ref * V / tot:.3f}")
+            del w, dy
+        del x
+        torch.cuda.empty_cache()
+    emit(out, "gemm-align.csv", rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="bert-base,roberta-base,bert-large,gpt2-medium")
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=0, help="override every model's batch")
+    ap.add_argument("--gemm-align", action="store_true",
+                    help="only the GEMM alignment sweep (gemm-align.csv)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("hf_probe.py: no CUDA device")
     if a.out:
         os.makedirs(a.out, exist_ok=True)
+    if a.gemm_align:
+        gemm_align(a.out, a.reps)
+        return
     rows = ["model,batch,seq,attn,params,gpu_ms,gemm_ms,attn_ms,other_ms,kernels,wall_ms"]
     for name in a.models.split(","):
         rows.append(run(name, a.attn, a.reps, a.batch))
