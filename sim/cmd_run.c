@@ -98,7 +98,8 @@ static int setup(const char *cmd, const cli_args *a, machine_profile **mp, forms
     if (rc) return rc;
     ms_error err;
     memset(f, 0, sizeof *f);
-    ms_status st = forms_get(f, &a->w, &(*mp)->m, pol_form_for(a->pol.policy, a->pol.plan_path), t, &err);
+    pol_form k = pol_form_for(a->pol.policy, a->pol.plan_path);
+    ms_status st = forms_get(f, &a->w, &(*mp)->m, k, t, &err);
     if (st != MS_OK) {
         machine_profile_free(*mp);
         return cli_fail(cmd, st, &err);
@@ -306,18 +307,11 @@ int cmd_compare(int argc, char **argv)
             rc = MS_EXIT_IO;
         } else {
             snprintf(outb, sizeof outb, "%s/compare", a.plot_dir);
-            /* the job's share of host memory, as the simulator gives it (sim/pipeline.c) */
-            int64_t ranks = 1;
-            for (size_t i = 0; i < n; i++) {
-                int64_t r = (int64_t)(rs[i].tp > 0 ? rs[i].tp : 1) * (rs[i].cp > 0 ? rs[i].cp : 1) *
-                            (rs[i].dp > 0 ? rs[i].dp : 1);
-                if (r > ranks) ranks = r;
-            }
-            int64_t sharers = mp->m.node_gpus > 0 && ranks > mp->m.node_gpus ? mp->m.node_gpus
-                                                                             : ranks;
+            uint64_t host = 0; /* the job's share of host memory, as the simulator gave it */
+            for (size_t i = 0; i < n; i++)
+                if (rs[i].host_capacity_bytes > host) host = rs[i].host_capacity_bytes;
             snprintf(vars, sizeof vars, "capacity_gib=%.2f; host_gib=%.2f",
-                     (double)machine_usable_bytes(&mp->m) / MS_GiB,
-                     (double)mp->m.host_mem_bytes / (double)sharers / MS_GiB);
+                     (double)machine_usable_bytes(&mp->m) / MS_GiB, (double)host / MS_GiB);
             snprintf(title, sizeof title, "%s, seq %llu, on %s", rs[0].model,
                      (unsigned long long)rs[0].seq, mp->m.name);
             if (plot_draw("compare", data, outb, title, vars, &err) != MS_OK)

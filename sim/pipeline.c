@@ -221,6 +221,7 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
     if (st != MS_OK) return st;
     fill_ids(r, t, m, plan);
     plan_note(r, plan);
+    r->host_capacity_bytes = so.host_capacity_bytes;
     r->model_flops = trace_model_flops(t);
     if (r->status == RS_OK && r->iter_time_s > 0) {
         double tokens = (double)(r->batch ? r->batch : 1) * (double)r->seq /

@@ -27,6 +27,7 @@ typedef struct sim_result {
     double fragmentation;        /* GMLake: 1 - peak active / peak reserved */
     uint64_t host_peak_bytes;    /* this GPU's share; node total in host_node_peak_bytes */
     uint64_t host_node_peak_bytes;
+    uint64_t host_capacity_bytes; /* this job's share of the node's host memory (the limit) */
     double compute_busy_s, h2d_busy_s, d2h_busy_s, host_busy_s;
     double recompute_s;          /* compute time spent recomputing */
     double stall_s;              /* compute stream idle while waiting on copies/events */
