@@ -403,6 +403,14 @@ ms_status pol_skeletal(const trace_t *t, pol_skel **out, size_t *n, ms_error *er
     return MS_OK;
 }
 
+ms_status pol_no_skeletal(const char *policy, ms_error *err)
+{
+    return ms_fail(err, MS_ERR_INVALID, "policy %s: the trace has no skeletal activations of "
+                   "layers (act_skel tensors with a layer, made in a forward phase): nothing "
+                   "to recompute or swap; an allocator-only trace (memsim trace import) runs "
+                   "under keep-all or memsim replay", policy);
+}
+
 ms_status pol_need_skeletal(const char *policy, const trace_t *t, ms_error *err)
 {
     pol_skel *sk;
@@ -410,9 +418,5 @@ ms_status pol_need_skeletal(const char *policy, const trace_t *t, ms_error *err)
     ms_status st = pol_skeletal(t, &sk, &n, err);
     if (st != MS_OK) return st;
     free(sk);
-    if (n) return MS_OK;
-    return ms_fail(err, MS_ERR_INVALID, "policy %s: the trace has no skeletal activations of "
-                   "layers (act_skel tensors with a layer, made in a forward phase): nothing "
-                   "to recompute or swap; an allocator-only trace (memsim trace import) runs "
-                   "under keep-all or memsim replay", policy);
+    return n ? MS_OK : pol_no_skeletal(policy, err);
 }

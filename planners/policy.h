@@ -125,5 +125,7 @@ ms_status pol_skeletal(const trace_t *t, pol_skel **out, size_t *n, ms_error *er
  * allocator-only trace, such as one imported from a PyTorch snapshot): a policy that
  * recomputes or swaps them would otherwise plan keep-all without a word. */
 ms_status pol_need_skeletal(const char *policy, const trace_t *t, ms_error *err);
+/* That refusal, for a caller that has already listed the skeletal activations. */
+ms_status pol_no_skeletal(const char *policy, ms_error *err);
 
 #endif

@@ -28,7 +28,7 @@ static ms_status run_baseline(const char *name, decide_fn decide, const trace_t 
     if (st == MS_OK && !n && decide != decide_keep) { /* say so rather than plan keep-all */
         free(sk);
         plan_free(p);
-        return pol_need_skeletal(name, t, err);
+        return pol_no_skeletal(name, err);
     }
     for (size_t i = 0; st == MS_OK && i < n; i++) {
         plan_decision d = PD_KEEP;
