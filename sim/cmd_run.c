@@ -90,6 +90,21 @@ static void forms_note(FILE *out, const cli_args *a)
     fprintf(out, "; the others ran on the plain form\n");
 }
 
+/* The row of a policy that could not run on the workload (compare, sweep): status error, why
+ * in the failure column. */
+static void error_row(sim_result *r, const char *policy, const pipe_workload *w,
+                      const machine_t *m, const char *why)
+{
+    res_init(r);
+    snprintf(r->policy, sizeof r->policy, "%s", policy);
+    snprintf(r->model, sizeof r->model, "%s", w->trace_path ? "-" : w->model);
+    snprintf(r->machine, sizeof r->machine, "%s", m->name);
+    r->seq = w->seq;
+    r->batch = w->batch;
+    snprintf(r->failure, sizeof r->failure, "%.500s", why);
+    r->status = RS_ERROR;
+}
+
 /* Loads the machine and the workload in the form of the command's policy; prints errors. */
 static int setup(const char *cmd, const cli_args *a, machine_profile **mp, forms *f,
                  const trace_t **t)
@@ -279,13 +294,7 @@ int cmd_compare(int argc, char **argv)
         if (st != MS_OK) {
             int r = cli_fail("compare", st, &err);
             if (!failed) failed = r;
-            res_init(&rs[n]);
-            snprintf(rs[n].policy, sizeof rs[n].policy, "%s", a.policies[i]);
-            snprintf(rs[n].model, sizeof rs[n].model, "%s",
-                     a.w.trace_path ? "-" : a.w.model);
-            snprintf(rs[n].machine, sizeof rs[n].machine, "%s", mp->m.name);
-            snprintf(rs[n].failure, sizeof rs[n].failure, "%.500s", err.msg);
-            rs[n].status = RS_ERROR;
+            error_row(&rs[n], a.policies[i], &a.w, &mp->m, err.msg);
         }
         n++;
     }
@@ -366,35 +375,37 @@ static const char *point_at(const cli_args *a, uint64_t x, char *buf, size_t n)
     return buf;
 }
 
-/* Generates the workload at point x once and runs policies[0..n) on it into rs[0..n). */
-static int sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const char *const *policies,
-                    size_t n, sim_result *rs)
+/* Generates the workload at point x (once per form) and runs policies[0..n) on it into
+ * rs[0..n); a policy that cannot run there gets an error row, and *failed (when still 0) the
+ * exit status of its error. */
+static void sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const char *const *policies,
+                     size_t n, sim_result *rs, int *failed)
 {
     pipe_workload w = a->w;
     if (a->points_are_batches) w.batch = x;
     else w.seq = x;
     forms f;
     memset(&f, 0, sizeof f);
-    ms_error err;
-    ms_status st = MS_OK;
     char at[48];
-    for (size_t i = 0; i < n && st == MS_OK; i++) {
+    for (size_t i = 0; i < n; i++) {
         const trace_t *t;
-        if ((st = forms_get(&f, &w, m, pol_form_of(policies[i]), &t, &err)) != MS_OK) {
-            fprintf(stderr, "memsim sweep: %s: %s\n", point_at(a, x, at, sizeof at), err.msg);
-            break;
+        ms_error err;
+        ms_status st = forms_get(&f, &w, m, pol_form_of(policies[i]), &t, &err);
+        if (st == MS_OK) {
+            pipe_policy p = a->pol;
+            p.policy = policies[i];
+            pipe_outputs out;
+            memset(&out, 0, sizeof out);
+            st = pipe_run(t, m, &p, &out, &rs[i], &err);
         }
-        pipe_policy p = a->pol;
-        p.policy = policies[i];
-        pipe_outputs out;
-        memset(&out, 0, sizeof out);
-        st = pipe_run(t, m, &p, &out, &rs[i], &err);
-        if (st != MS_OK)
+        if (st != MS_OK) {
             fprintf(stderr, "memsim sweep: %s %s: %s\n", policies[i],
                     point_at(a, x, at, sizeof at), err.msg);
+            if (!*failed) *failed = ms_exit_code(st);
+            error_row(&rs[i], policies[i], &w, m, err.msg);
+        }
     }
     forms_free(&f);
-    return st == MS_OK ? MS_EXIT_OK : ms_exit_code(st);
 }
 
 /* The table: one row per point, MFU (%) or the failure per policy, then the fastest. */
@@ -438,6 +449,11 @@ static int sweep_longest(const cli_args *a, const machine_t *m, const sim_result
     }
     uint64_t lo = f ? a->points[f - 1] : 0, hi = a->points[f];
     res_status why = rs[f * np + j].status;
+    if (why == RS_ERROR) { /* it cannot run there: nothing to bisect */
+        printf("  %-20s error at %s (standard error says why)\n", pol,
+               point_name(a, hi, s2, sizeof s2));
+        return MS_EXIT_OK;
+    }
     if (!a->quiet)
         fprintf(stderr, "memsim sweep: bisecting %s between %s and %s\n", pol,
                 point_name(a, lo, s1, sizeof s1), point_name(a, hi, s2, sizeof s2));
@@ -445,8 +461,9 @@ static int sweep_longest(const cli_args *a, const machine_t *m, const sim_result
         uint64_t mid = (lo + (hi - lo) / 2) / step * step;
         if (mid <= lo || mid >= hi) break;
         sim_result r;
-        int rc = sweep_at(a, m, mid, &pol, 1, &r);
-        if (rc) return rc;
+        int failed = 0;
+        sweep_at(a, m, mid, &pol, 1, &r, &failed);
+        if (failed) return failed;
         if (!a->quiet)
             fprintf(stderr, "memsim sweep:   %s %s: %s\n", pol, point_at(a, mid, s1, sizeof s1),
                     res_status_name(r.status));
@@ -534,7 +551,10 @@ int cmd_sweep(int argc, char **argv)
                        "sizes (--batches, at --seq) of one model on a machine: the MFU of each\n"
                        "(or oom / oohm), the fastest policy that fits at each point, and with\n"
                        "--longest each policy's longest sequence (largest batch) that fits.\n"
-                       "--csv writes every run's results row, --plot DIR the figure.", &a);
+                       "--csv writes every run's results row, --plot DIR the figure. Each\n"
+                       "policy gets the workload in the form it plans (as compare); a policy\n"
+                       "that cannot run at a point shows 'error' there (why: on standard\n"
+                       "error), the others go on, and the exit status is the first error's.", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (!a.n_points && (rc = cli_set_points("sweep", "seqs", SWEEP_DEFAULT_SEQS, 0, &a)))
         return rc;
@@ -549,11 +569,12 @@ int cmd_sweep(int argc, char **argv)
         return cli_fail("sweep", MS_ERR_NOMEM, NULL);
     }
     char v[48];
-    for (size_t i = 0; i < a.n_points && !rc; i++) {
+    int failed = 0; /* a policy that cannot run at some point: error cells, the rest go on */
+    for (size_t i = 0; i < a.n_points; i++) {
         if (!a.quiet)
             fprintf(stderr, "memsim sweep: %s (%zu/%zu)\n",
                     point_at(&a, a.points[i], v, sizeof v), i + 1, a.n_points);
-        rc = sweep_at(&a, &mp->m, a.points[i], a.policies, np, &rs[i * np]);
+        sweep_at(&a, &mp->m, a.points[i], a.policies, np, &rs[i * np], &failed);
     }
     if (!rc && !a.quiet) sweep_table(&a, rs);
     if (!rc && a.longest && !a.quiet) {
@@ -571,5 +592,5 @@ int cmd_sweep(int argc, char **argv)
     if (!rc && a.plot_dir) sweep_plot(&a, &mp->m, rs);
     free(rs);
     machine_profile_free(mp);
-    return rc;
+    return rc ? rc : failed;
 }

@@ -352,6 +352,10 @@ grep -q "^keep-all .* ok " "$T/out" && grep -q "^memferry .* error " "$T/out" &&
 ok $? "compare prints the error row between the rows that ran"
 grep -q "^memferry,.*,error,.*handles one GPU" "$T/err.csv" && grep -q "memferry: the shadow-model lowering handles one GPU" "$T/err"
 ok $? "why it failed: on standard error and in the CSV's failure column"
+expect 1 "sweep with a policy that cannot run at tp 2: exit 1" -- "$M" sweep --model dims:2,1024,16,4096,1000 --seqs 4K,8K --tp 2 --machine h100-sxm --policies keep-all,memferry --longest
+grep -q "^4K  *[0-9.][0-9.]*  *error  *keep-all$" "$T/out" && grep -q "^  memferry  *error at 4K" "$T/out" &&
+    grep -q "^  keep-all  *fits every value tried" "$T/out"
+ok $? "sweep shows error cells and still bisects the others"
 # a search that finds nothing within its budget says so, and what it simulated instead
 P="--model gpt2-10b --seq 1024 --batch 8 --machine rtx3090-pcie3 --policy protrain"
 expect 0 "protrain within the machine's budget" -- "$M" simulate $P
