@@ -16,7 +16,7 @@
 /* The fields the probe measures: their sources are replaced by the probe's note. */
 static const char *const measured_keys[] = {
     "gpu.name", "gpu.hbm_bytes", "gpu.reserved_bytes", "gpu.hbm_Bps",
-    "gpu.gemm_eff", "link.h2d_Bps", "link.d2h_Bps", "link.duplex_Bps", "link.small_copy_us",
+    "gpu.gemm_eff", "gpu.gemm_even_eff", "gpu.gemm_odd_eff", "link.h2d_Bps", "link.d2h_Bps", "link.duplex_Bps", "link.small_copy_us",
     "link.pageable_h2d_Bps", "link.pageable_d2h_Bps", "dha.read_Bps", "dha.write_Bps",
     "lat.cuda_malloc_base_us", "lat.cuda_malloc_per_gib_us", "lat.cuda_free_base_us",
     "lat.cuda_free_per_gib_us", "lat.host_alloc_per_gib_us", "vmm.granularity_bytes",
@@ -147,6 +147,12 @@ static int cmd_probe(int argc, char **argv)
              "128, one sequence of 2K-32K tokens, model FLOPs (backward 2.5x forward) over time, fitted to "
              "eff * S / (S + half_seq); per-shape samples in the raw CSV", note);
     set_source(p, "gpu.gemm_eff", gnote);
+    char lnote[1600];
+    snprintf(lnote, sizeof lnote, "%s; an LM head's three bf16 GEMMs (8K tokens, hidden 4096, "
+             "kn_gemm) with the vocabulary even but not a multiple of 8 (50300, 50258; the "
+             "mean) or odd (50257), per FLOP over the same at 50304", note);
+    set_source(p, "gpu.gemm_even_eff", lnote);
+    set_source(p, "gpu.gemm_odd_eff", lnote);
     static const char *const rt_keys[] = {"rt.attn_fwd_eff", "rt.attn_fwd_half_seq",
                                           "rt.attn_bwd_eff", "rt.attn_bwd_half_seq"};
     for (size_t i = 0; i < sizeof rt_keys / sizeof *rt_keys; i++) set_source(p, rt_keys[i], anote);

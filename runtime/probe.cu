@@ -434,6 +434,51 @@ static rt_status run_gemm(void *p)
                    g->c_fp32 ? 1.0f : 0.0f, g->C, g->N, g->c_fp32);
 }
 
+/* The three GEMMs of an LM head [T, h] x [h, V] (forward, input and weight gradients), their
+ * summed time in ms. */
+static rt_status time_head(probe_ctx *c, kn_ctx *k, const kn_bf16 *a, const kn_bf16 *b, void *o,
+                           size_t T, size_t h, size_t V, int quick, double *ms_out)
+{
+    *ms_out = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        gemm_call g = {k, pass == 2, pass == 1, pass == 2, T, V, h, a, b, o};
+        if (pass == 1) { g.N = h; g.K = V; }
+        if (pass == 2) { g.M = h; g.N = V; g.K = T; }
+        double ms;
+        rt_status st = time_calls(c, run_gemm, &g, quick ? 5 : 10, &ms);
+        if (st != RT_OK) return st;
+        *ms_out += ms;
+    }
+    return RT_OK;
+}
+
+/* GEMM alignment: the LM head with its vocabulary a multiple of 64 (50304), even but not a
+ * multiple of 8 elements (50300, 50258) and odd (50257); gpu.gemm_even_eff is the mean rate of
+ * the two even ones, gpu.gemm_odd_eff the odd one's, each over the aligned rate per FLOP
+ * (cuBLAS picks slower kernels when a leading dimension is not a multiple of 16 bytes). */
+static rt_status probe_gemm_align(probe_ctx *c, kn_ctx *k, machine_t *m, const kn_bf16 *a,
+                                  const kn_bf16 *b, void *o, size_t T, size_t h, int quick)
+{
+    const size_t V[4] = {50304, 50300, 50258, 50257};
+    double rate[4];
+    for (int i = 0; i < 4; i++) {
+        double ms;
+        rt_status st = time_head(c, k, a, b, o, T, h, V[i], quick, &ms);
+        if (st != RT_OK) return st;
+        rate[i] = 6.0 * (double)T * (double)h * (double)V[i] / (ms * 1e-3);
+        char what[64];
+        snprintf(what, sizeof what, "gemm_align_FLOPps:lm_head:T%zuxh%zuxV%zu", T, h, V[i]);
+        raw(c, what, 6.0 * (double)T * (double)h * (double)V[i], rate[i], "FLOP/s");
+    }
+    m->gpu_gemm_even_eff = (rate[1] + rate[2]) / 2 / rate[0];
+    m->gpu_gemm_odd_eff = rate[3] / rate[0];
+    if (m->gpu_gemm_even_eff > 1) m->gpu_gemm_even_eff = 1;
+    if (m->gpu_gemm_odd_eff > 1) m->gpu_gemm_odd_eff = 1;
+    raw(c, "gemm_even_eff", 0, m->gpu_gemm_even_eff, "fraction_of_aligned");
+    raw(c, "gemm_odd_eff", 0, m->gpu_gemm_odd_eff, "fraction_of_aligned");
+    return RT_OK;
+}
+
 /* The GEMMs of one GPT layer and the LM head as the runtime's dispatcher issues them
  * (runtime/model_rt.c): forward Y[T,N] = X[T,K] W[K,N] (bf16 out), input gradient
  * dX[T,K] = dY W^T (bf16), weight gradient dW[K,N] += X^T dY (fp32, beta 1). Shape: hidden
@@ -481,6 +526,7 @@ static rt_status probe_gemm_layer(probe_ctx *c, machine_t *m, double peak_flops,
         }
     m->gpu_gemm_eff = lf / lt / peak_flops;
     raw(c, "gemm_layer_eff", lf, m->gpu_gemm_eff, "fraction_of_peak");
+    st = probe_gemm_align(c, k, m, a, b, o, T, h, quick);
 out:
     cudaFree(a);
     cudaFree(b);
