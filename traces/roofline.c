@@ -34,6 +34,14 @@ static double term_us(double amount, double rate)
     return amount / rate * 1e6;
 }
 
+/* launch + the longer of the compute term at `rate` and the memory term. */
+static double kernel_us(const machine_t *m, double rate, double flops, uint64_t bytes)
+{
+    double t_compute = term_us(flops, rate);
+    double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
+    return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
+}
+
 double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kind, double flops,
                       uint64_t bytes)
 {
@@ -52,9 +60,7 @@ double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kin
         rate = m->gpu_peak_fp32_flops * p->vector_eff;
         break;
     }
-    double t_compute = term_us(flops, rate);
-    double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
-    return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
+    return kernel_us(m, rate, flops, bytes);
 }
 
 double roof_gemm_align(const machine_t *m, uint64_t M, uint64_t N, uint64_t K, int elem_bytes)
@@ -72,9 +78,7 @@ double roof_gemm_us(const machine_t *m, const roof_params *p, double flops, uint
 {
     double rate = m->gpu_peak_bf16_flops * roof_gemm_eff(m, p, flops) *
                   roof_gemm_align(m, M, N, K, elem_bytes);
-    double t_compute = term_us(flops, rate);
-    double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
-    return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
+    return kernel_us(m, rate, flops, bytes);
 }
 
 double roof_attn_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,
