@@ -13,6 +13,11 @@ typedef enum model_norm { MODEL_NORM_LAYER = 0, MODEL_NORM_RMS } model_norm;
 /* gelu and relu MLPs: fc1 h->f, activation, fc2 f->h. swiglu: gate and up projections h->2f
  * in one GEMM, silu(gate)*up, down f->h. */
 typedef enum model_mlp { MODEL_MLP_GELU = 0, MODEL_MLP_SWIGLU, MODEL_MLP_RELU } model_mlp;
+/* The MLP's activation: gelu (erf), gelu_new (tanh approximation, GPT-2), silu (SwiGLU's
+ * gate), relu. MODEL_ACT_DEFAULT: the mlp kind's usual one. */
+typedef enum model_act {
+    MODEL_ACT_DEFAULT = 0, MODEL_ACT_GELU, MODEL_ACT_GELU_TANH, MODEL_ACT_SILU, MODEL_ACT_RELU
+} model_act;
 /* learned: a position table of pos_rows x hidden parameters; rotary: no parameters. */
 typedef enum model_pos { MODEL_POS_LEARNED = 0, MODEL_POS_ROTARY } model_pos;
 
@@ -38,6 +43,27 @@ typedef struct model {
     int is_encoder;          /* bidirectional attention (BERT family); has a pooler */
     int parallel_residual;   /* attention and MLP read the same input (GPT-NeoX); informative:
                                 the generator lays every layer out sequentially */
+    /* Finer architecture, as a Hugging Face config.json states it (traces/hfconfig.c);
+     * all zero for the registry's older rows, which keep their meaning above. */
+    char family[24];         /* HF model_type it was read from or shaped after ("" = none) */
+    uint64_t head_dim;       /* 0: hidden / heads (Mistral and Qwen3 give it explicitly) */
+    int qkv_bias;            /* q, k, v projections carry biases although has_bias is 0
+                                (Qwen2) */
+    model_act act;           /* the MLP's activation function */
+    double resid_dropout;    /* dropout probability after attention, MLP and embedding in
+                                training (GPT-2: 0.1); 0 none */
+    double attn_dropout;     /* attention-probability dropout (GPT-2: 0.1) */
+    /* Mixture of experts (n_experts > 0): every moe_every-th layer's MLP is a router
+     * (h -> n_experts), top-k dispatch and n_experts expert MLPs of width expert_ffn (mlp
+     * kind), plus an optional shared expert of width shared_ffn with a sigmoid gate (h -> 1)
+     * when shared_gate. ffn_hidden stays the width of dense layers' MLPs. */
+    uint64_t n_experts;
+    uint64_t experts_per_tok;
+    uint64_t expert_ffn;
+    uint64_t shared_ffn;
+    int shared_gate;
+    int moe_every;           /* 0 or 1: every layer */
+    int norm_topk;           /* top-k weights renormalized (Mixtral 1, Qwen2-MoE config) */
     const char *desc;        /* one line */
     const char *source;      /* paper / table / config it comes from, and assumptions */
 } model_t;
