@@ -10,9 +10,11 @@
  * 0.3-2 M events, three streams, with and without a memory fraction, max_split_size_mb and
  * roundup_power2_divisions): handed the addresses the real cudaMalloc returned, this model
  * ends with every statistic equal (peaks, current values, retries, segment allocs and frees,
- * the OOM event). Over the simulated backend's increasing addresses the results can differ
- * a little: best fit breaks ties between equal-size blocks by address, and cudaMalloc does
- * not hand out increasing addresses.
+ * the OOM event). Best fit breaks ties between equal-size blocks by address, and cudaMalloc
+ * does not hand out increasing addresses (mostly decreasing ones), so over the simulated
+ * backend's bump addresses the results can differ; memsim replay hands the allocator the
+ * addresses a recorded run got (docs/ALLOCATORS.md, "Segment addresses"), and so reproduces
+ * the 18 H200 training runs of experiments/realworld/h200 exactly.
  *
  * Data structures (the replay of long traces calls this millions of times):
  *  - every block (free or allocated piece of a segment) lives in one arena array and is

@@ -26,20 +26,24 @@ static void usage(FILE *f)
             "  --max-split-size BYTES   caching: max_split_size\n"
             "  --roundup-power2 N       caching: roundup_power2_divisions\n"
             "  --frag-limit BYTES       stitching: fragmentation limit\n"
+            "  --addresses A            segment addresses: recorded (default: the trace's\n"
+            "                           own, from the PyTorch importer, where it has them),\n"
+            "                           ascending or descending (cudaMalloc's usual order)\n"
             "  --check                  run the allocator's invariant check after every call\n"
             "  --segments               list every segment size in order\n");
 }
 
 /* PyTorch's numbers, from the importer's meta lines. */
-static void pytorch_meta(const char *path, uint64_t *peak, uint64_t *segs)
+static void pytorch_meta(const char *path, uint64_t *peak, uint64_t *segs, uint64_t *alloc_peak)
 {
-    *peak = *segs = 0;
+    *peak = *segs = *alloc_peak = 0;
     trace_reader *r;
     if (trace_reader_open(path, &r, NULL) != MS_OK) return;
     for (size_t i = 0; i < trace_reader_meta_count(r); i++) {
         const char *k = trace_reader_meta_key(r, i), *v = trace_reader_meta_value(r, i);
         if (!strcmp(k, "pytorch.peak_reserved_bytes")) ms_parse_u64(v, peak);
         if (!strcmp(k, "pytorch.segments")) ms_parse_u64(v, segs);
+        if (!strcmp(k, "pytorch.stats.allocated_bytes.all.peak")) ms_parse_u64(v, alloc_peak);
     }
     trace_reader_free(r);
 }
@@ -59,8 +63,8 @@ static int replay_one(const char *path, const char *allocator, const replay_opts
     }
     printf("== %s through %s\n", path, allocator);
     replay_print(stdout, &r);
-    uint64_t pt_peak, pt_segs;
-    pytorch_meta(path, &pt_peak, &pt_segs);
+    uint64_t pt_peak, pt_segs, pt_alloc;
+    pytorch_meta(path, &pt_peak, &pt_segs, &pt_alloc);
     if (pt_peak)
         printf("PyTorch recorded: peak reserved %llu bytes, %llu segments; memsim: %llu bytes "
                "(%+.3f%%), %zu segments\n",
@@ -68,6 +72,10 @@ static int replay_one(const char *path, const char *allocator, const replay_opts
                (unsigned long long)r.peak_reserved_bytes,
                100.0 * ((double)r.peak_reserved_bytes - (double)pt_peak) / (double)pt_peak,
                r.n_segments);
+    if (pt_alloc)
+        printf("PyTorch memory_stats: peak allocated %llu bytes; memsim: %llu bytes (%+lld)\n",
+               (unsigned long long)pt_alloc, (unsigned long long)r.peak_allocated_bytes,
+               (long long)(r.peak_allocated_bytes - pt_alloc));
     if (list_segments)
         for (size_t i = 0; i < r.n_segments; i++)
             printf("segment %zu %llu\n", i, (unsigned long long)r.segment_bytes[i]);
@@ -83,7 +91,8 @@ int cmd_replay(int argc, char **argv)
         {"machine", required_argument, 0, 'm'}, {"capacity", required_argument, 0, 'c'},
         {"max-split-size", required_argument, 0, 's'}, {"roundup-power2", required_argument, 0, 'r'},
         {"frag-limit", required_argument, 0, 'f'}, {"check", no_argument, 0, 'k'},
-        {"segments", no_argument, 0, 'g'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"segments", no_argument, 0, 'g'}, {"addresses", required_argument, 0, 'd'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *trace = NULL, *machine = "h100-sxm";
     char allocs[256] = "caching";
     alloc_config cfg;
@@ -117,6 +126,20 @@ int cmd_replay(int argc, char **argv)
         case 'f':
             if (!ms_parse_bytes(optarg, &x)) goto badval;
             cfg.frag_limit_bytes = x;
+            break;
+        case 'd':
+            if (!strcmp(optarg, "recorded")) {
+                o.ignore_recorded_addresses = o.descending_addresses = 0;
+            } else if (!strcmp(optarg, "ascending")) {
+                o.ignore_recorded_addresses = 1;
+                o.descending_addresses = 0;
+            } else if (!strcmp(optarg, "descending")) {
+                o.ignore_recorded_addresses = o.descending_addresses = 1;
+            } else {
+                fprintf(stderr, "memsim replay: bad value '%s' for --addresses (recorded, "
+                        "ascending or descending)\n", optarg);
+                return MS_EXIT_USAGE;
+            }
             break;
         case 'k': o.check_every_op = 1; break;
         case 'g': list_segments = 1; break;

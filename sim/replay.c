@@ -52,6 +52,13 @@ static ms_status rs_open(rstate *s, const replay_opts *o, replay_result *r, cons
     s->be = simbe_new(o->machine, o->capacity_bytes, 0);
     s->addr_of = u64map_new(4096);
     if (!s->be || !s->addr_of) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    if (o->descending_addresses) simbe_set_descending(s->be, 1);
+    if (o->segment_addrs && o->segment_sizes && o->n_segment_addrs) {
+        if (simbe_set_segment_script(s->be, o->segment_addrs, o->segment_sizes,
+                                     o->n_segment_addrs) != MS_OK)
+            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        r->recorded_addresses = o->n_segment_addrs;
+    }
     alloc_config cfg;
     if (o->cfg) cfg = *o->cfg;
     else alloc_config_default(&cfg);
@@ -149,6 +156,7 @@ static ms_status rs_close(rstate *s, ms_status st, ms_error *err)
         r->peak_active_bytes = as->active_peak_bytes;
         r->peak_requested_bytes = as->requested_peak_bytes;
         r->device_peak_bytes = simbe_device_peak_bytes(s->be);
+        r->recorded_addresses_used = simbe_segment_script_used(s->be);
         r->n_segments = simbe_segment_count(s->be);
         if (r->n_segments) {
             r->segment_bytes = malloc(r->n_segments * sizeof *r->segment_bytes);
@@ -167,12 +175,77 @@ static ms_status rs_close(rstate *s, ms_status st, ms_error *err)
     return st;
 }
 
+/* Parses one "meta pytorch.segment_allocs.K" value (ADDR:BYTES items, comma-separated) onto
+ * the arrays. */
+static ms_status parse_segment_allocs(const char *path, const char *v, uint64_t **addrs,
+                                      uint64_t **sizes, size_t *n, size_t *cap_a,
+                                      size_t *cap_s, ms_error *err)
+{
+    const char *p = v;
+    while (*p) {
+        char *end;
+        uint64_t a = strtoull(p, &end, 0);
+        if (end == p || *end != ':')
+            return ms_fail_at(err, MS_ERR_PARSE, path, 0, "meta pytorch.segment_allocs: "
+                              "expected ADDR:BYTES at \"%.20s\"", p);
+        p = end + 1;
+        uint64_t z = strtoull(p, &end, 10);
+        if (end == p || (*end && *end != ',') || z == 0)
+            return ms_fail_at(err, MS_ERR_PARSE, path, 0, "meta pytorch.segment_allocs: "
+                              "expected ADDR:BYTES at \"%.20s\"", p);
+        if (ms_grow((void **)addrs, cap_a, *n + 1, sizeof **addrs) != MS_OK ||
+            ms_grow((void **)sizes, cap_s, *n + 1, sizeof **sizes) != MS_OK)
+            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        (*addrs)[*n] = a;
+        (*sizes)[(*n)++] = z;
+        p = *end ? end + 1 : end;
+    }
+    return MS_OK;
+}
+
+/* The trace's recorded segment addresses, lines .0, .1, ... in order (none: *n = 0). */
+static ms_status recorded_addresses(const char *path, trace_reader *tr, uint64_t **addrs,
+                                    uint64_t **sizes, size_t *n, ms_error *err)
+{
+    size_t cap_a = 0, cap_s = 0;
+    *addrs = *sizes = NULL;
+    *n = 0;
+    for (size_t k = 0;; k++) {
+        char key[64];
+        const char *v = NULL;
+        snprintf(key, sizeof key, "pytorch.segment_allocs.%zu", k);
+        for (size_t i = 0; !v && i < trace_reader_meta_count(tr); i++)
+            if (!strcmp(trace_reader_meta_key(tr, i), key)) v = trace_reader_meta_value(tr, i);
+        if (!v) return MS_OK;
+        ms_status st = parse_segment_allocs(path, v, addrs, sizes, n, &cap_a, &cap_s, err);
+        if (st != MS_OK) return st;
+    }
+}
+
 ms_status replay_file(const char *path, const replay_opts *o, replay_result *r, ms_error *err)
 {
     rstate s;
     trace_reader *tr = NULL;
-    ms_status st = rs_open(&s, o, r, path, err);
-    if (st == MS_OK) st = trace_reader_open(path, &tr, err);
+    replay_opts oo = *o;
+    uint64_t *addrs = NULL, *sizes = NULL;
+    size_t n_addrs = 0;
+    ms_status st = trace_reader_open(path, &tr, err);
+    if (st == MS_OK && !o->segment_addrs && !o->ignore_recorded_addresses) {
+        st = recorded_addresses(path, tr, &addrs, &sizes, &n_addrs, err);
+        oo.segment_addrs = addrs;
+        oo.segment_sizes = sizes;
+        oo.n_segment_addrs = n_addrs;
+    }
+    if (st != MS_OK) {
+        trace_reader_free(tr);
+        free(addrs);
+        free(sizes);
+        replay_result_clear(r);
+        return st;
+    }
+    st = rs_open(&s, &oo, r, path, err);
+    free(addrs);
+    free(sizes);
     int oom = 0;
     trace_rec rec;
     while (st == MS_OK && !oom) {
@@ -416,6 +489,9 @@ void replay_print(FILE *f, const replay_result *r)
     fprintf(f, "alloc retries     %llu\n", (unsigned long long)s->num_alloc_retries);
     fprintf(f, "syncs             %llu\n", (unsigned long long)s->num_syncs);
     fprintf(f, "allocator time    %.1f us\n", r->alloc_time_us);
+    if (r->recorded_addresses)
+        fprintf(f, "segment addresses recorded: %zu of %zu used\n", r->recorded_addresses_used,
+                r->recorded_addresses);
     if (r->status == REPLAY_OOM) {
         fprintf(f, "oom               event %llu", (unsigned long long)r->oom_index);
         if (r->oom_line) fprintf(f, " (line %llu)", (unsigned long long)r->oom_line);

@@ -17,6 +17,17 @@ typedef struct replay_opts {
     uint64_t capacity_bytes;     /* device bytes the allocator may take; 0: machine's usable */
     const machine_t *machine;    /* may be NULL: no latencies, capacity_bytes then required */
     int check_every_op;          /* the allocator's invariant check after every call */
+    /* Segment addresses (the caching allocator's best fit breaks ties between free blocks of
+     * one size by address, so where cudaMalloc puts segments changes which block is reused):
+     * a recorded run's segment_alloc addresses and sizes, handed out in order while the
+     * replay asks for the same sizes (simbe_set_segment_script). NULL: replay_file takes them
+     * from the trace's "meta pytorch.segment_allocs.K" lines (the PyTorch importer's) unless
+     * ignore_recorded_addresses. Without a script, or past it, addresses ascend from a bump
+     * pointer, or descend with descending_addresses. */
+    const uint64_t *segment_addrs, *segment_sizes;
+    size_t n_segment_addrs;
+    int ignore_recorded_addresses;
+    int descending_addresses;
 } replay_opts;
 
 void replay_opts_default(replay_opts *o);
@@ -35,6 +46,8 @@ typedef struct replay_result {
     size_t n_segments;
     uint64_t device_peak_bytes;  /* the backend's peak of physical bytes in use */
     double alloc_time_us;        /* backend time charged to allocator calls (machine given) */
+    size_t recorded_addresses;   /* segment addresses given (replay_opts.segment_addrs) */
+    size_t recorded_addresses_used; /* how many of them the replay's cudaMallocs took */
     uint64_t sync_calls;         /* allocator calls that synchronized the device */
     /* status == REPLAY_OOM: the failing request */
     uint64_t oom_index;          /* 0-based index among the alloc/free events */

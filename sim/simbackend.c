@@ -1,10 +1,12 @@
 /* simbackend.c — the simulated memory backend (see simbackend.h). Device addresses come from
- * a bump pointer so they are deterministic and never reused (a stale pointer is caught);
+ * a bump pointer (ascending, or descending) so they are deterministic and never reused (a
+ * stale pointer is caught), or from a recorded run's script while the calls match it;
  * physical bytes are counted against the capacity; each call adds the machine profile's
  * latency to a cost the executor drains. Used by sim/exec.c, memsim replay and the tests. */
 #include "sim/simbackend.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "traces/u64map.h"
 
@@ -34,6 +36,11 @@ struct simbe {
     int synced;
     double sa_pending;  /* cuMemSetAccess mappings whose time the executor paces (see below) */
     uint64_t calls, fail_after;
+    int descending;    /* segments handed out from the top down (simbe_set_descending) */
+    /* simbe_set_segment_script: the addresses to hand out while the calls match */
+    uint64_t *sc_addr, *sc_bytes;
+    size_t n_sc, sc_next;
+    int sc_off;
 };
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -47,14 +54,43 @@ static int injected_failure(simbe_t *b)
     return 0;
 }
 
+/* Whether [addr, addr + bytes) overlaps a live segment. */
+static int seg_overlaps(const simbe_t *b, uint64_t addr, uint64_t bytes)
+{
+    uint64_t k, v;
+    for (size_t it = 0; u64map_next(b->segs, &it, &k, &v);)
+        if (k < addr + bytes && addr < k + v) return 1;
+    return 0;
+}
+
+/* The script's address for this call, or 0 once a call differs from it (then never again). */
+static uint64_t script_addr(simbe_t *b, uint64_t bytes)
+{
+    if (b->sc_off || b->sc_next >= b->n_sc) return 0;
+    uint64_t a = b->sc_addr[b->sc_next];
+    if (b->sc_bytes[b->sc_next] != bytes || a == 0 || a + bytes < a ||
+        seg_overlaps(b, a, bytes)) {
+        b->sc_off = 1;
+        return 0;
+    }
+    b->sc_next++;
+    return a;
+}
+
 static ms_status be_dev_malloc(void *ctx, uint64_t bytes, uint64_t *addr)
 {
     simbe_t *b = ctx;
     if (bytes == 0) return MS_ERR_INVALID;
     if (injected_failure(b) || bytes > b->cap - b->dev_used) return MS_ERR_OOM;
     if (b->have_m) b->cost_us += machine_malloc_us(&b->m, bytes);
-    *addr = b->next_seg;
-    b->next_seg += align_up(bytes, ALIGN_2M);
+    *addr = script_addr(b, bytes);
+    if (*addr == 0 && b->descending) {
+        b->next_seg -= align_up(bytes, ALIGN_2M);
+        *addr = b->next_seg;
+    } else if (*addr == 0) {
+        *addr = b->next_seg;
+        b->next_seg += align_up(bytes, ALIGN_2M);
+    }
     if (u64map_put(b->segs, *addr, bytes)) return MS_ERR_NOMEM;
     if (ms_grow((void **)&b->seg_log, &b->cap_seg_log, b->n_seg_log + 1, sizeof *b->seg_log))
         return MS_ERR_NOMEM;
@@ -291,6 +327,8 @@ void simbe_free(simbe_t *b)
     free(b->rv);
     u64map_free(b->hosts);
     free(b->seg_log);
+    free(b->sc_addr);
+    free(b->sc_bytes);
     free(b);
 }
 
@@ -334,3 +372,42 @@ void simbe_fail_after(simbe_t *b, uint64_t after_calls)
     b->calls = 0;
     b->fail_after = after_calls;
 }
+
+void simbe_set_descending(simbe_t *b, int on)
+{
+    if (!b || b->n_seg_log) return;
+    b->descending = on != 0;
+    b->next_seg = on ? VA_BASE : SEG_BASE;
+}
+
+ms_status simbe_set_segment_script(simbe_t *b, const uint64_t *addrs, const uint64_t *bytes,
+                                   size_t n)
+{
+    if (!b || b->n_seg_log || b->n_sc) return MS_ERR_INVALID;
+    if (n == 0) return MS_OK;
+    b->sc_addr = malloc(n * sizeof *b->sc_addr);
+    b->sc_bytes = malloc(n * sizeof *b->sc_bytes);
+    if (!b->sc_addr || !b->sc_bytes) {
+        free(b->sc_addr);
+        free(b->sc_bytes);
+        b->sc_addr = b->sc_bytes = NULL;
+        return MS_ERR_NOMEM;
+    }
+    memcpy(b->sc_addr, addrs, n * sizeof *addrs);
+    memcpy(b->sc_bytes, bytes, n * sizeof *bytes);
+    b->n_sc = n;
+    /* Fallback addresses stay clear of the script's range: ascending above its end,
+     * descending below its start. */
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (addrs[i] < lo) lo = addrs[i];
+        if (addrs[i] + bytes[i] > hi) hi = addrs[i] + bytes[i];
+    }
+    lo -= lo % ALIGN_2M;
+    hi = align_up(hi, ALIGN_2M);
+    if (b->descending && lo < b->next_seg) b->next_seg = lo;
+    if (!b->descending && hi > b->next_seg) b->next_seg = hi;
+    return MS_OK;
+}
+
+size_t simbe_segment_script_used(const simbe_t *b) { return b ? b->sc_next : 0; }

@@ -41,6 +41,20 @@ size_t simbe_live_mappings(const simbe_t *b);
 size_t simbe_live_reservations(const simbe_t *b);
 size_t simbe_live_segments(const simbe_t *b);
 
+/* Segment addresses. By default dev_malloc hands out ascending addresses from a bump pointer.
+ * simbe_set_descending(b, 1) hands them out from the top down instead (the CUDA driver's
+ * cudaMalloc mostly returns decreasing addresses); only before the first dev_malloc.
+ * simbe_set_segment_script gives the addresses of a recorded run: while the i-th dev_malloc
+ * asks for bytes[i] and [addrs[i], addrs[i] + bytes[i]) overlaps no live segment it returns
+ * addrs[i]; from the first call that differs on, the bump pointer gives every address,
+ * outside the script's range. Set the order first. The arrays are copied; MS_ERR_INVALID
+ * after the first dev_malloc or for a second script. simbe_segment_script_used: how many
+ * scripted addresses were handed out. */
+void simbe_set_descending(simbe_t *b, int on);
+ms_status simbe_set_segment_script(simbe_t *b, const uint64_t *addrs, const uint64_t *bytes,
+                                   size_t n);
+size_t simbe_segment_script_used(const simbe_t *b);
+
 /* Makes the next n calls of any kind fail with MS_ERR_OOM after `after` successful calls
  * (fault injection for tests). */
 void simbe_fail_after(simbe_t *b, uint64_t after_calls);

@@ -366,6 +366,12 @@ ok $? "no configuration within 10 GiB of host memory: the note names the closest
 # an allocator-only trace (imported from a PyTorch snapshot) has nothing to recompute or swap:
 # the policies that would say so, rather than plan keep-all in silence
 expect 0 "import a PyTorch snapshot" -- "$M" trace import --from pytorch-snapshot "${srcdir:-.}/tests/fixtures/gpt2-plain.json.gz" -o "$T/snap.trace"
+expect 0 "replay of the imported trace" -- "$M" replay --trace "$T/snap.trace" --machine h200-sxm
+grep -q "^segment addresses recorded: 47 of 47 used$" "$T/out"; ok $? "replay hands the allocator the recorded segment addresses"
+grep -q "^PyTorch memory_stats: peak allocated 1214225408 bytes; memsim: 1214225408 bytes (+0)$" "$T/out"; ok $? "replay prints PyTorch's peak allocated beside memsim's"
+expect 0 "replay --addresses ascending" -- "$M" replay --trace "$T/snap.trace" --machine h200-sxm --addresses ascending
+! grep -q "^segment addresses" "$T/out"; ok $? "--addresses ascending ignores the recorded addresses"
+expect 2 "replay --addresses bogus: exit 2" -- "$M" replay --trace "$T/snap.trace" --addresses bogus
 expect 0 "keep-all runs the imported trace" -- "$M" simulate --trace "$T/snap.trace" --machine h200-sxm --policy keep-all
 for p in full-recompute full-swap full-recompute+plan; do
     expect 3 "$p on an allocator-only trace: exit 3" -- "$M" simulate --trace "$T/snap.trace" --machine h200-sxm --policy $p

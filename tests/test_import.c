@@ -105,6 +105,12 @@ static void test_fixture(void)
     TAP_OK(r.segments == 3 && r.segment_sizes[0] == 20971520 && r.segment_sizes[1] == 2097152 &&
            r.segment_sizes[2] == 20971520 && r.segment_frees == 1,
            "segment_alloc sizes in order");
+    TAP_OK(r.segment_addrs && r.segment_addrs[0] == 139637976727552ULL &&
+           r.segment_addrs[1] == 139638245163008ULL && r.segment_addrs[2] == 139638513598464ULL &&
+           meta_is(t, "pytorch.segment_allocs.0",
+                   "0x7f0000000000:20971520,0x7f0010000000:2097152,0x7f0020000000:20971520") &&
+           !trace_get_meta(t, "pytorch.segment_allocs.1"),
+           "segment_alloc addresses kept, and written as meta pytorch.segment_allocs.0");
     TAP_OK(r.peak_reserved_bytes == 44040192 && r.reserved_start_bytes == 0 &&
            r.end_reserved_bytes == 23068672,
            "peak reserved 44040192 (got %llu), start 0, end 23068672",

@@ -96,6 +96,83 @@ static uint64_t line_of(const char *path, const char *prefix)
     return found;
 }
 
+/* Best fit breaks ties between free blocks of one size by address, so where cudaMalloc puts
+ * segments matters: P (30 MiB) makes segment S1, Q (40 MiB) segment S2; Q freed, A (10 MiB)
+ * splits S2; P freed: two free 30 MiB blocks, S1 and the rest of S2. R (30 MiB) takes the
+ * lower one; A freed; T (40 MiB) reuses S2 if R took S1 (70 MiB reserved), else needs a third
+ * segment (110 MiB). `script`: the value of meta pytorch.segment_allocs.0, or NULL. */
+static const char *write_ties(const char *script, const char *name)
+{
+    static char path[3][128];
+    static int k;
+    char *p = path[k++ % 3];
+    snprintf(p, sizeof path[0], "%s/%s.trace", dir, name);
+    trace_t *t = trace_new();
+    if (script && trace_set_meta(t, "pytorch.segment_allocs.0", script) != MS_OK) exit(99);
+    add_alloc(t, 1, 30 * MiB, 0);
+    add_alloc(t, 2, 40 * MiB, 0);
+    add_free(t, 2);
+    add_alloc(t, 3, 10 * MiB, 0);
+    add_free(t, 1);
+    add_alloc(t, 4, 30 * MiB, 0);
+    add_free(t, 3);
+    add_alloc(t, 5, 40 * MiB, 0);
+    ms_error err;
+    if (trace_write(t, p, &err) != MS_OK) exit(99);
+    trace_free(t);
+    return p;
+}
+
+static void test_addresses(void)
+{
+    const char *plain = write_ties(NULL, "ties");
+    const char *scripted = write_ties("0x7f0000000000:31457280,0x7e0000000000:41943040",
+                                      "ties-script");
+    const char *bad = write_ties("0x7f0000000000;31457280", "ties-bad");
+    replay_opts o;
+    replay_opts_default(&o);
+    o.capacity_bytes = GiB;
+    o.check_every_op = 1;
+    replay_result r;
+    replay_result_init(&r);
+    ms_error err;
+    ms_status st = replay_file(plain, &o, &r, &err);
+    TAP_OK(st == MS_OK && r.peak_reserved_bytes == 70 * MiB && r.n_segments == 2 &&
+           r.recorded_addresses == 0,
+           "ascending addresses: R takes S1, T reuses S2 (70 MiB reserved, got %llu)",
+           (unsigned long long)r.peak_reserved_bytes);
+    o.descending_addresses = 1;
+    st = replay_file(plain, &o, &r, &err);
+    TAP_OK(st == MS_OK && r.peak_reserved_bytes == 110 * MiB && r.n_segments == 3,
+           "descending addresses: R takes S2's rest, T needs a third segment (110 MiB)");
+    o.descending_addresses = 0;
+    st = replay_file(scripted, &o, &r, &err);
+    TAP_OK(st == MS_OK && r.peak_reserved_bytes == 110 * MiB && r.n_segments == 3 &&
+           r.recorded_addresses == 2 && r.recorded_addresses_used == 2,
+           "recorded addresses from the trace's meta: both used, 110 MiB");
+    o.ignore_recorded_addresses = 1;
+    st = replay_file(scripted, &o, &r, &err);
+    TAP_OK(st == MS_OK && r.peak_reserved_bytes == 70 * MiB && r.recorded_addresses == 0,
+           "ignore_recorded_addresses: ascending again");
+    /* A script whose sizes differ from the replay's calls is left at the first difference. */
+    const uint64_t addrs[2] = {0x7f0000000000ULL, 0x7e0000000000ULL};
+    const uint64_t sizes[2] = {30 * MiB, 42 * MiB};
+    o.segment_addrs = addrs;
+    o.segment_sizes = sizes;
+    o.n_segment_addrs = 2;
+    st = replay_file(plain, &o, &r, &err);
+    TAP_OK(st == MS_OK && r.recorded_addresses == 2 && r.recorded_addresses_used == 1 &&
+           r.peak_reserved_bytes == 70 * MiB,
+           "a script that differs is used up to the difference only (%zu used)",
+           r.recorded_addresses_used);
+    o.segment_addrs = NULL;
+    o.ignore_recorded_addresses = 0;
+    st = replay_file(bad, &o, &r, &err);
+    TAP_OK(st == MS_ERR_PARSE && strstr(err.msg, "pytorch.segment_allocs"),
+           "a malformed segment_allocs line is an error (%s)", st == MS_OK ? "ok" : err.msg);
+    replay_result_clear(&r);
+}
+
 static void test_small_trace(void)
 {
     const char *path = write_small();
@@ -275,6 +352,7 @@ int main(void)
         return 99;
     }
     test_small_trace();
+    test_addresses();
     test_oom();
     test_bad_traces();
     test_events_and_bench();

@@ -39,6 +39,8 @@
 #define IMP_HARD_MAX_SIZE ((uint64_t)1 << 50)      /* the trace format's own limit */
 /* trace.c keeps meta values to 4096 characters: a longer segment list is left out. */
 #define IMP_MAX_SEGMETA ((size_t)4096)
+/* Lines of "meta pytorch.segment_allocs.K" at most (about 200 000 segments). */
+#define IMP_MAX_SEGALLOC_LINES 1024
 #define IMP_MAX_CAPTURE_META 64                    /* meta entries copied from the wrapper */
 #define IMP_MAX_CAPTURE_KEY 40                     /* "pytorch.capture." + this < 64 */
 /* Running byte sums stay below 2^61 so that sums and differences of two never overflow. */
@@ -65,7 +67,7 @@ typedef struct imp_ctx {
     u64map *live_bytes;        /* addr -> its requested bytes */
     u64map *requested;         /* addr -> 1 between free_requested and free_completed */
     u64map *stream_idx;        /* raw stream value -> trace stream number */
-    size_t stream_cap, seg_cap;
+    size_t stream_cap, seg_cap, seg_addr_cap;
     uint64_t next_id;
     int64_t reserved, reserved_min, reserved_max; /* net change since the first entry */
     int64_t live_sum;
@@ -100,8 +102,10 @@ void imp_result_release(imp_result *res)
     if (!res) return;
     free(res->stream_values);
     free(res->segment_sizes);
+    free(res->segment_addrs);
     res->stream_values = NULL;
     res->segment_sizes = NULL;
+    res->segment_addrs = NULL;
     res->streams = 0;
     res->segments = 0;
 }
@@ -408,15 +412,22 @@ static ms_status imp_on_free(imp_ctx *c, json_t *e, size_t off, const char *labe
 static ms_status imp_on_segment(imp_ctx *c, json_t *e, size_t off, const char *label,
                                 int sign, uint64_t *counter, int record_size)
 {
-    uint64_t size = 0;
+    uint64_t size = 0, addr = 0;
     ms_status st = imp_get_size(c, e, off, label, &size);
+    json_int_t a = 0;
+    if (st == MS_OK && record_size)  /* optional: without it a replay cannot reuse it */
+        st = imp_get_int(c, e, "addr", off, label, 0, 0, LLONG_MAX, &a, NULL);
+    addr = (uint64_t)a;
     if (st != MS_OK) return st;
     imp_result *r = c->res;
     if (record_size) {
         if (ms_grow((void **)&r->segment_sizes, &c->seg_cap, r->segments + 1,
-                    sizeof *r->segment_sizes) != MS_OK)
+                    sizeof *r->segment_sizes) != MS_OK ||
+            ms_grow((void **)&r->segment_addrs, &c->seg_addr_cap, r->segments + 1,
+                    sizeof *r->segment_addrs) != MS_OK)
             return imp_fail(c, MS_ERR_NOMEM, off, "out of memory");
         r->segment_sizes[r->segments] = size;
+        r->segment_addrs[r->segments] = addr;
     }
     (*counter)++;
     c->reserved += sign * (int64_t)size;
@@ -641,6 +652,48 @@ static char *imp_join(const uint64_t *u, const int64_t *s, size_t n, size_t max)
     return out;
 }
 
+/* The segment_alloc entries as "meta pytorch.segment_allocs.K" lines (K = 0, 1, ...), each a
+ * comma-separated list of ADDR:BYTES items (ADDR in hex) of at most IMP_MAX_SEGMETA
+ * characters: the addresses cudaMalloc returned, which replay hands to the allocator (best fit
+ * breaks ties by address). Left out entirely beyond IMP_MAX_SEGALLOC_LINES lines or when an
+ * entry has no address. */
+static int imp_segment_item(const imp_result *r, size_t i, char *item, size_t n)
+{
+    return snprintf(item, n, "0x%llx:%llu", (unsigned long long)r->segment_addrs[i],
+                    (unsigned long long)r->segment_sizes[i]);
+}
+
+static ms_status imp_segment_allocs_meta(imp_ctx *c)
+{
+    const imp_result *r = c->res;
+    char line[IMP_MAX_SEGMETA + 1], item[48], key[64];
+    if (r->segments == 0) return MS_OK;
+    for (size_t i = 0; i < r->segments; i++)
+        if (r->segment_addrs[i] == 0) return MS_OK;
+    size_t lines = 1, len = 0;
+    for (size_t i = 0; i < r->segments; i++) {  /* all lines or none */
+        size_t n = (size_t)imp_segment_item(r, i, item, sizeof item);
+        if (len && len + 1 + n > IMP_MAX_SEGMETA) lines++, len = 0;
+        len += (len ? 1 : 0) + n;
+    }
+    if (lines > IMP_MAX_SEGALLOC_LINES) return MS_OK;
+    size_t k = 0;
+    len = 0;
+    for (size_t i = 0; i <= r->segments; i++) {
+        size_t n = i < r->segments ? (size_t)imp_segment_item(r, i, item, sizeof item) : 0;
+        if (i == r->segments || (len && len + 1 + n > IMP_MAX_SEGMETA)) {
+            snprintf(key, sizeof key, "pytorch.segment_allocs.%zu", k++);
+            ms_status st = trace_set_meta(c->t, key, line);
+            if (st != MS_OK || i == r->segments) return st;
+            len = 0;
+        }
+        if (len) line[len++] = ',';
+        memcpy(line + len, item, n + 1);
+        len += n;
+    }
+    return MS_OK;
+}
+
 /* Copies the capture script's scalar "meta" entries as pytorch.capture.KEY (the first
  * IMP_MAX_CAPTURE_META). Keys of other characters than [A-Za-z0-9_.-] are left out; control
  * characters in values become '_' and outer blanks are dropped, as meta values require. */
@@ -709,6 +762,7 @@ static ms_status imp_write_meta(imp_ctx *c)
         if (s) st = trace_set_meta(c->t, "pytorch.segment_sizes", s);
         free(s);
     }
+    if (st == MS_OK) st = imp_segment_allocs_meta(c);
     if (st == MS_OK && c->capture_meta) st = imp_capture_meta(c);
     return st == MS_OK ? MS_OK : ms_fail(c->err, st, "%s: cannot set meta: %s", c->path,
                                          ms_status_str(st));

@@ -59,6 +59,7 @@ typedef struct imp_result {
     /* allocator side information: what PyTorch's allocator did */
     uint64_t segments;           /* segment_alloc entries (cudaMalloc calls in the window) */
     uint64_t *segment_sizes;     /* [segments] their sizes in order */
+    uint64_t *segment_addrs;     /* [segments] the addresses cudaMalloc returned for them */
     uint64_t segment_frees, segment_maps, segment_unmaps;
     uint64_t ooms;               /* oom entries */
     uint64_t reserved_start_bytes; /* reserved before the first entry (estimated) */
