@@ -27,7 +27,8 @@ static void usage(FILE *f)
             "  --roundup-power2 N       caching: roundup_power2_divisions\n"
             "  --frag-limit BYTES       stitching: fragmentation limit\n"
             "  --addresses A            segment addresses: recorded (default: the trace's\n"
-            "                           own, from the PyTorch importer, where it has them),\n"
+            "                           own, from the PyTorch importer, where it has them;\n"
+            "                           else the machine's order, lat.malloc_top_down),\n"
             "                           ascending or descending (cudaMalloc's usual order)\n"
             "  --check                  run the allocator's invariant check after every call\n"
             "  --segments               list every segment size in order\n");

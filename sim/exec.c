@@ -1305,6 +1305,9 @@ static ms_status setup(ex *x)
     if (x->link && x->m->dha_link_weight > 0) link_set_dha_weight(x->link, x->m->dha_link_weight);
     x->be = simbe_new(x->m, 0, 0);
     if (!x->link || !x->be) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+    /* The allocator's best fit breaks ties between equal free blocks by address, so the
+     * order in which the driver hands out segments decides which block is reused. */
+    if (x->m->malloc_top_down) simbe_set_descending(x->be, 1);
     ms_status st = alloc_new(x->o.allocator ? x->o.allocator : "caching", x->o.alloc_cfg,
                              simbe_backend(x->be), &x->alloc, x->err);
     if (st != MS_OK) return st;

@@ -52,8 +52,13 @@ static ms_status rs_open(rstate *s, const replay_opts *o, replay_result *r, cons
     s->be = simbe_new(o->machine, o->capacity_bytes, 0);
     s->addr_of = u64map_new(4096);
     if (!s->be || !s->addr_of) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-    if (o->descending_addresses) simbe_set_descending(s->be, 1);
-    if (o->segment_addrs && o->segment_sizes && o->n_segment_addrs) {
+    int scripted = o->segment_addrs && o->segment_sizes && o->n_segment_addrs;
+    /* Without recorded addresses (or with --addresses recorded on a trace that has none)
+     * the machine profile says in which order the driver hands segments out. */
+    if (o->descending_addresses ||
+        (!scripted && !o->ignore_recorded_addresses && o->machine && o->machine->malloc_top_down))
+        simbe_set_descending(s->be, 1);
+    if (scripted) {
         if (simbe_set_segment_script(s->be, o->segment_addrs, o->segment_sizes,
                                      o->n_segment_addrs) != MS_OK)
             return ms_fail(err, MS_ERR_NOMEM, "out of memory");

@@ -108,6 +108,9 @@ grep -q "nul.trace:2: NUL byte" "$T/err"; ok $? "the NUL byte is reported at its
 sed 's/^vmm.granularity_bytes .*/vmm.granularity_bytes 3/' "${srcdir:-.}/traces/machines/h200-sxm.machine" > "$T/g3.machine"
 expect 3 "a machine with a VMM granularity of 3 bytes: exit 3" -- "$M" replay --trace "$T/f.trace" --machine "$T/g3.machine" --allocator expandable
 grep -q "g3.machine:[0-9]*: vmm.granularity_bytes must be a power of two" "$T/err"; ok $? "the profile's line is named"
+sed 's/^lat.malloc_top_down .*/lat.malloc_top_down 2/' "${srcdir:-.}/traces/machines/h200-sxm.machine" > "$T/td2.machine"
+expect 3 "lat.malloc_top_down 2: exit 3" -- "$M" replay --trace "$T/f.trace" --machine "$T/td2.machine"
+grep -q "td2.machine:[0-9]*: lat.malloc_top_down.*neither 0 nor 1" "$T/err"; ok $? "the flag's line and problem are named"
 expect 2 "replay --capacity 0: exit 2" -- "$M" replay --trace "$T/f.trace" --capacity 0
 grep -q "for --capacity" "$T/err"; ok $? "the option is named"
 expect 2 "--roundup-power2 3: exit 2" -- "$M" simulate $W --roundup-power2 3

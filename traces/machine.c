@@ -32,9 +32,10 @@ enum {
     R_TOKEN,      /* a string without blanks */
     R_TEXT,       /* a string; blanks allowed */
     R_OPT_EFF,    /* optional: 0 or absent = not measured, else an efficiency in (0, 1] */
-    R_OPT_NONNEG  /* optional: absent = 0 */
+    R_OPT_NONNEG, /* optional: absent = 0 */
+    R_OPT_FLAG    /* optional: absent = 0, else 0 or 1 */
 };
-#define RULE_REQUIRED(r) ((r) != R_OPT_EFF && (r) != R_OPT_NONNEG)
+#define RULE_REQUIRED(r) ((r) != R_OPT_EFF && (r) != R_OPT_NONNEG && (r) != R_OPT_FLAG)
 
 /* One list drives the public table and the rules, so they cannot drift apart.
  * X(key, type, field, rule, doc) */
@@ -125,6 +126,10 @@ enum {
       "cuMemAddressReserve per call, microseconds")                                            \
     X("lat.device_sync_us", MF_DBL, device_sync_us, R_NONNEG,                                  \
       "a device-wide synchronize when the device is idle, microseconds")                       \
+    X("lat.malloc_top_down", MF_I64, malloc_top_down, R_OPT_FLAG,                              \
+      "1: cudaMalloc hands out segments from the top of the address space down, as the CUDA "  \
+      "driver mostly does (the caching allocator's best fit breaks ties by address); absent "  \
+      "or 0: ascending")                                                                       \
     X("node.gpus", MF_I64, node_gpus, R_COUNT, "GPUs per node")                                \
     X("node.gpus_per_switch", MF_I64, node_gpus_per_switch, R_COUNT,                           \
       "GPUs sharing one PCIe switch / host link")                                              \
@@ -274,6 +279,7 @@ static const char *set_field(machine_t *m, size_t i, const char *v)
         if (!ms_parse_i64(v, &x)) return "not an integer";
         if (x < 0) return "a negative number";
         if (rules[i] == R_COUNT && x < 1) return "less than 1";
+        if (rules[i] == R_OPT_FLAG && x > 1) return "neither 0 nor 1";
         memcpy(dst, &x, sizeof x);
         return NULL;
     }
@@ -524,7 +530,7 @@ void machine_write_key_table(FILE *f)
 {
     static const char *const tnames[] = {"string", "bytes", "integer", "number"};
     static const char *const rnames[] = {">= 0", "> 0", "(0, 1]", ">= 1", "no blanks", "text",
-                                         "optional: (0, 1]", "optional: >= 0"};
+                                         "optional: (0, 1]", "optional: >= 0", "optional: 0 or 1"};
     fprintf(f, "| key | type | allowed | meaning and unit |\n|---|---|---|---|\n");
     for (size_t i = 0; i < NFIELDS; i++)
         fprintf(f, "| `%s` | %s | %s | %s |\n", fields[i].key, tnames[fields[i].type],

@@ -60,6 +60,7 @@ typedef struct machine {
     double vmm_release_us;           /* cuMemRelease per handle */
     double vmm_reserve_us;           /* cuMemAddressReserve per call */
     double device_sync_us;           /* cost of a device-wide synchronize when idle */
+    int64_t malloc_top_down;         /* 1: cudaMalloc addresses descend (lat.malloc_top_down) */
     /* node */
     int64_t node_gpus;               /* GPUs per node */
     int64_t node_gpus_per_switch;    /* GPUs sharing one PCIe switch / host link */
