@@ -371,5 +371,22 @@ for p in full-recompute full-swap full-recompute+plan; do
     expect 3 "$p on an allocator-only trace: exit 3" -- "$M" simulate --trace "$T/snap.trace" --machine h200-sxm --policy $p
     grep -q "policy $p: the trace has no skeletal activations" "$T/err"; ok $? "$p says the trace has nothing to recompute or swap"
 done
+# a layer index the format allows (2^31-1) but no layer of the trace: refused, never a crash
+gzip -dc "$T/w.trace.gz" | awk '$1 == "alloc" && $4 == "act_skel" && $5 == 0 && !done { $5 = 2147483647; done = 1 } { print }' > "$T/bigl.trace"
+sed '/^meta layers /d' "$T/bigl.trace" > "$T/bigl2.trace"
+expect 0 "a trace with a skeletal tensor in layer 2147483647 checks clean" -- "$M" trace check "$T/bigl.trace"
+for tr in bigl bigl2; do
+    for p in memo full-swap+plan; do
+        expect 3 "$p on layer 2147483647 ($tr): exit 3, not a crash" -- "$M" simulate --trace "$T/$tr.trace" --machine h200-sxm --policy $p
+        grep -q "memo: skeletal tensor [0-9]* (.*): layer 2147483647 is" "$T/err"; ok $? "$p ($tr) names the tensor and its layer"
+    done
+done
+expect 3 "plan memo on layer 2147483647: exit 3" -- "$M" plan --trace "$T/bigl.trace" --machine h200-sxm --policy memo -o "$T/bigl.plan"
+grep -q "beyond the 2 layers the trace declares" "$T/err"; ok $? "the refusal names the layers the trace declares"
+expect 3 "full-swap on layer 2147483647: exit 3" -- "$M" simulate --trace "$T/bigl.trace" --machine h200-sxm --policy full-swap
+expect 3 "compare keep-all,memo,full-swap+plan on layer 2147483647: exit 3" -- "$M" compare --trace "$T/bigl.trace" --machine h200-sxm --policies keep-all,memo,full-swap+plan --csv "$T/bigl.csv"
+grep -q "^keep-all .* ok " "$T/out" && grep -q "^memo .* error " "$T/out" && grep -q "^full-swap+plan .* error " "$T/out" &&
+    grep -q "^keep-all,.*,ok," "$T/bigl.csv" && [ "$(grep -c "^memo,.*,error,\|^full-swap+plan,.*,error," "$T/bigl.csv")" = 2 ]
+ok $? "compare keeps keep-all's row and writes the CSV with the two error rows"
 echo "1..$n"
 exit $bad
