@@ -302,7 +302,17 @@ expect 3 "the chunk marker set by hand to abc: exit 3" -- "$M" simulate $S --pol
 a=$(awk '$1 == "offset" { print $3; exit }' "$T/mp.plan")
 awk -v a="$a" '$1 == "offset" && n++ == 1 { $3 = a } { print }' "$T/mp.plan" > "$T/mp2.plan"
 expect 3 "a plan putting two live tensors at one offset: exit 3" -- "$M" simulate $S --plan "$T/mp2.plan"
-grep -q "mp2.plan: .*plan and trace disagree" "$T/err"; ok $? "the disagreeing plan file and the cause are named"
+grep -q "mp2.plan:[0-9]*: tensor [0-9]* \[[0-9]*,[0-9]*) overlaps tensor [0-9]* \[[0-9]*,[0-9]*) while both are live" "$T/err"; ok $? "the disagreeing plan file, its line and the cause are named"
+# offsets at which two live tensors share some bytes (not the same start): refused like the
+# memory planner's own (the second tensor starts 512 bytes into the first)
+awk '$1 == "offset" && $2 == 1 { a = $3 } $1 == "offset" && $2 == 3 { $3 = a + 512 } { print }' "$T/mp.plan" > "$T/mp3.plan"
+expect 3 "a plan with two live tensors overlapping at different offsets: exit 3" -- "$M" simulate $S --plan "$T/mp3.plan"
+l=$(grep -n "^offset 3 " "$T/mp3.plan" | cut -d: -f1)
+grep -q "mp3.plan:$l: tensor 3 \[[0-9]*,[0-9]*) overlaps tensor 1 \[[0-9]*,[0-9]*) while both are live" "$T/err"
+ok $? "the overlap names PLANFILE:LINE of the tensor's offset and both byte ranges"
+expect 0 "the unedited plan with offsets simulates" -- "$M" simulate $S --plan "$T/mp.plan"
+"$M" plan $S --policy memo -o "$T/memo.plan" 2>/dev/null
+expect 0 "a MEMO plan file passes the same check" -- "$M" simulate $S --plan "$T/memo.plan"
 # machine values outside physical sense are refused where they are read
 for kv in "lat.cuda_malloc_base_us 1e17" "link.h2d_Bps 1e-300" "gpu.peak_bf16_flops 1e30"; do
     k=${kv%% *}
