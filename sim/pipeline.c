@@ -223,6 +223,10 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
     so.alloc_cfg = &cfg;
     so.trace = t;
     so.timeline_path = out->timeline_path;
+    so.timeline_out = out->timeline_out;
+    so.timeline_pid = out->timeline_pid;
+    so.timeline_process = out->timeline_process;
+    so.timeline_first = out->timeline_first;
     so.memcsv_path = out->memcsv_path;
     so.intervals_path = out->intervals_path;
     if (p) {

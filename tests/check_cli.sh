@@ -65,6 +65,15 @@ if [ -n "${srcdir:-}" ] && [ -f "$srcdir/tests/golden/simulate-full-swap.txt" ];
     ok $r "simulate table equals the golden output"
 fi
 grep -q '"traceEvents"' "$T/a.json" && grep -q '"ph":"C"' "$T/a.json"; ok $? "timeline is Chrome-trace JSON with counters"
+TL="${srcdir:-.}/tests/timeline_check.awk"
+awk -f "$TL" "$T/a.json" > "$T/tl.out"; r=$?; [ $r = 0 ] || sed 's/^/#   /' "$T/tl.out" | head -5
+ok $r "timeline slices are whole nanoseconds and never overlap on a track"
+expect 0 "compare --timeline" -- "$M" compare $W --policies keep-all,full-swap,full-recompute --timeline "$T/c.json"
+awk -f "$TL" "$T/c.json" > "$T/tl.out"; r=$?; [ $r = 0 ] || sed 's/^/#   /' "$T/tl.out" | head -5
+ok $r "compare's timeline: no two slices on one (pid, tid) overlap"
+grep -q "^processes: keep-all full-swap full-recompute$" "$T/tl.out"; ok $? "compare's timeline has a process per policy, named after it"
+[ "$(grep -c '"ph":"X","pid":3,' "$T/c.json")" -gt 0 ] && [ "$(grep -c '"ph":"X","pid":1,' "$T/c.json")" -gt 0 ]
+ok $? "the first and the last policy's slices are both in compare's timeline"
 expect 0 "plan writes a plan" -- "$M" plan $W --policy full-recompute -o "$T/p.plan"
 expect 0 "simulate the plan file" -- "$M" simulate $W --plan "$T/p.plan"
 grep -q "full-recompute" "$T/out"; ok $? "the plan file names its policy in the results"
