@@ -147,7 +147,7 @@ grep -q "^256K  *oom " "$T/sweep1"; ok $? "sweep: keep-all runs out of memory at
 L=$(awk '$1 == "keep-all" && NF >= 2 && $2 ~ /K$/ { print $2 }' "$T/sweep1")
 N=$(awk '$1 == "keep-all" && NF >= 2 && $2 ~ /K$/ { gsub(/[(:]/, "", $3); print $3 }' "$T/sweep1")
 "$M" simulate $SW --seq "$L" --policy keep-all 2>/dev/null | tail -n 1 | grep -q " ok "; ok $? "sweep: keep-all fits at the longest length sweep names ($L)"
-"$M" simulate $SW --seq "$N" --policy keep-all 2>/dev/null | tail -n 1 | grep -q " oom "; ok $? "sweep: keep-all runs out of memory one step beyond ($N)"
+"$M" simulate $SW --seq "$N" --policy keep-all 2>/dev/null | grep -q "^keep-all .* oom "; ok $? "sweep: keep-all runs out of memory one step beyond ($N)"
 "$M" sweep $SW --seqs 16K,32K,64K,128K,256K --policies keep-all,full-recompute,full-swap --longest > "$T/sweep2" 2>/dev/null
 cmp -s "$T/sweep1" "$T/sweep2"; ok $? "sweep: the same inputs give byte-identical output"
 expect 0 "sweep: --csv with --quiet" -- "$M" sweep $SW --seqs 16K,32K --policies keep-all,full-recompute --csv "$T/sw.csv" --quiet
@@ -160,7 +160,7 @@ expect 2 "sweep: --trace is not a sweep option: exit 2" -- "$M" sweep --trace "$
 expect 0 "sweep: micro-batch sizes at a fixed length, with --longest" -- "$M" sweep $SW --seq 16K --batches 1,2,4,8,16 --policies keep-all,full-recompute --longest
 B=$(awk '$1 == "keep-all" && $2 ~ /^[0-9]+$/ { print $2 }' "$T/out")
 "$M" simulate $SW --seq 16K --batch "$B" --policy keep-all 2>/dev/null | tail -n 1 | grep -q " ok "; ok $? "sweep --batches: keep-all fits at the largest batch named ($B)"
-"$M" simulate $SW --seq 16K --batch $((B + 1)) --policy keep-all 2>/dev/null | tail -n 1 | grep -q " oom "; ok $? "sweep --batches: keep-all runs out of memory at one more"
+"$M" simulate $SW --seq 16K --batch $((B + 1)) --policy keep-all 2>/dev/null | grep -q "^keep-all .* oom "; ok $? "sweep --batches: keep-all runs out of memory at one more"
 expect 2 "sweep: --batch with --batches: exit 2" -- "$M" sweep $SW --batch 2 --batches 1,2
 expect 2 "sweep: --seq with --seqs: exit 2" -- "$M" sweep $SW --seq 8K --seqs 8K,16K
 expect 3 "sweep: a length the generator refuses: exit 3, the length named" -- "$M" sweep --model gpt-7b --tp 4 --cp 2 --seqs 6
@@ -407,5 +407,12 @@ expect 3 "compare keep-all,memo,full-swap+plan on layer 2147483647: exit 3" -- "
 grep -q "^keep-all .* ok " "$T/out" && grep -q "^memo .* error " "$T/out" && grep -q "^full-swap+plan .* error " "$T/out" &&
     grep -q "^keep-all,.*,ok," "$T/bigl.csv" && [ "$(grep -c "^memo,.*,error,\|^full-swap+plan,.*,error," "$T/bigl.csv")" = 2 ]
 ok $? "compare keeps keep-all's row and writes the CSV with the two error rows"
+# an oom is a result: its row shows the peaks reached before the failing request, and the
+# request itself (size, tensor, stream) on the line below, as the CSV's failure column has it
+expect 0 "keep-all out of memory: a result, exit 0" -- "$M" simulate --model dims:4,1024,16,4096,50257 --seq 1M --machine h200-sxm --policy keep-all --csv "$T/oom.csv"
+grep -q "^keep-all  *caching  *oom  *-  *-  *-  *[1-9][0-9.]*  *[1-9][0-9.]* " "$T/out"; ok $? "the oom row shows the peaks reached, no iteration time"
+f=$(grep -o '"out of [^"]*"' "$T/oom.csv" | tr -d '"')
+[ -n "$f" ] && grep -q "^  oom: out of device memory allocating tensor [0-9]* '.*' of [0-9]* bytes (.*) on stream " "$T/out" && grep -qF "  oom: $f" "$T/out"
+ok $? "the line under the oom row names the failing request, as the CSV's failure column"
 echo "1..$n"
 exit $bad
