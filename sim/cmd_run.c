@@ -186,13 +186,23 @@ static ms_status run_one(const cli_args *a, const trace_t *t, const machine_t *m
         out.timeline_first = tl_first;
     }
     char mem[4096], iv[4096];
-    if (a->plot_dir) {
+    if (a->plot_dir) { /* the plot reads its data files here, whatever --memcsv names */
         snprintf(mem, sizeof mem, "%s/%s.mem.csv", a->plot_dir, policy);
         snprintf(iv, sizeof iv, "%s/%s.intervals.csv", a->plot_dir, policy);
-        if (!out.memcsv_path) out.memcsv_path = mem;
+        out.memcsv_path = mem;
         out.intervals_path = iv;
     }
-    return pipe_run(t, m, &p, &out, r, err);
+    ms_status st = pipe_run(t, m, &p, &out, r, err);
+    if (st == MS_OK && a->plot_dir && a->out.memcsv_path) { /* and --memcsv gets the same */
+        char *buf;
+        size_t len;
+        st = ms_read_all(mem, SIZE_MAX, &buf, &len, err);
+        if (st == MS_OK) {
+            st = ms_out_save(a->out.memcsv_path, buf, len, err);
+            free(buf);
+        }
+    }
+    return st;
 }
 
 int cmd_simulate(int argc, char **argv)

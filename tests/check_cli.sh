@@ -414,5 +414,10 @@ grep -q "^keep-all  *caching  *oom  *-  *-  *-  *[1-9][0-9.]*  *[1-9][0-9.]* " "
 f=$(grep -o '"out of [^"]*"' "$T/oom.csv" | tr -d '"')
 [ -n "$f" ] && grep -q "^  oom: out of device memory allocating tensor [0-9]* '.*' of [0-9]* bytes (.*) on stream " "$T/out" && grep -qF "  oom: $f" "$T/out"
 ok $? "the line under the oom row names the failing request, as the CSV's failure column"
+# --plot DIR with --memcsv FILE: the plot's memory data is written in DIR all the same
+expect 0 "compare --plot with --memcsv" -- "$M" compare --model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm --policies keep-all,full-swap --plot "$T/pm" --memcsv "$T/pm.csv"
+[ "$(wc -l < "$T/pm/keep-all.mem.csv")" -gt 1 ] && [ "$(wc -l < "$T/pm/full-swap.mem.csv")" -gt 1 ]
+ok $? "the memory plots' data files hold the series when --memcsv is given too"
+cmp -s "$T/pm.csv" "$T/pm/full-swap.mem.csv"; ok $? "--memcsv FILE gets the series as well (the last policy's)"
 echo "1..$n"
 exit $bad
