@@ -12,6 +12,7 @@
 
 #include "planners/lower_chunks.h"
 #include "planners/lower_dha.h"
+#include "planners/policy.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -104,6 +105,8 @@ typedef struct lw {
     u64map *tidx;            /* tensor id -> index in ts (latest incarnation) */
     lw_layer *layers;
     size_t n_layers;
+    int32_t max_layer;       /* layer indices are below this: the trace's declared layers, or
+                                LOWER_MAX_LAYER when it declares none */
     trace_phase phase;
     int32_t layer;           /* program context: the last layer mark, -1 after a phase mark */
     int32_t fwd_layer;       /* layer whose forward section is open, -1 if none */
@@ -375,9 +378,28 @@ static lw_tensor *find_tensor(lw *w, uint64_t id)
     return u64map_get(w->tidx, id, &i) ? &w->ts[i] : NULL;
 }
 
+static int32_t layer_bound(const trace_t *t)
+{
+    int32_t d = pol_declared_layers(t);
+    return d > 0 && d < LOWER_MAX_LAYER ? d : LOWER_MAX_LAYER;
+}
+
+/* A record's layer at or beyond w->max_layer: MS_ERR_INVALID naming it and the bound. */
+static ms_status layer_range(lw *w, const char *what, uint64_t id, const char *name,
+                             int32_t layer)
+{
+    char b[120];
+    if (name) snprintf(b, sizeof b, "%s %" PRIu64 " (%s)", what, id, name);
+    else snprintf(b, sizeof b, "%s", what);
+    ms_error e = {{0}};
+    if (pol_check_layer(w->t, layer, LOWER_MAX_LAYER, b, &e) == MS_OK) /* beyond LOWER_MAX_LAYER */
+        snprintf(e.msg, sizeof e.msg, "%s: layer %d is out of range", b, (int)layer);
+    return fail_rec(w, MS_ERR_INVALID, "%s", e.msg);
+}
+
 static lw_layer *get_layer(lw *w, int32_t layer)
 {
-    if (layer < 0 || layer >= LOWER_MAX_LAYER) return NULL;
+    if (layer < 0 || layer >= w->max_layer) return NULL;
     if ((size_t)layer >= w->n_layers) {
         size_t n = (size_t)layer + 1;
         lw_layer *nl = realloc(w->layers, n * sizeof *nl);
@@ -559,9 +581,10 @@ static ms_status rb_member(lw *w, size_t rec, uint32_t pass, const trace_tensor 
     double alpha;
     decide(w, x, &d, &alpha);
     if (d != PD_SWAP && d != PD_KEEP) return MS_OK; /* recomputed or DHA: own allocation */
-    if (x->layer >= LOWER_MAX_LAYER)
-        return ms_fail(w->err, MS_ERR_LIMIT, "tensor %" PRIu64 ": layer %d is out of range",
-                       x->id, (int)x->layer);
+    if (x->layer >= w->max_layer) {
+        w->rec = rec;
+        return layer_range(w, "tensor", x->id, x->name, x->layer);
+    }
     int64_t g = rb_find(w, pass, x->layer);
     if (g < 0) {
         if (ms_grow((void **)&w->groups, &w->cap_groups, w->n_groups + 1,
@@ -1284,8 +1307,8 @@ static ms_status do_mark(lw *w, const trace_mark *mk)
     if (w->phase == TP_BWD) return begin_backward(w, w->layer);
     if (w->phase != TP_FWD) return MS_OK;
     lw_layer *L = get_layer(w, w->layer);
-    if (!L) return fail_rec(w, MS_ERR_LIMIT, "layer %" PRId64 " is out of range",
-                            mk->value);
+    if (!L && w->layer >= w->max_layer) return layer_range(w, "mark layer", 0, NULL, w->layer);
+    if (!L) return nomem(w);
     if (L->fwd_state != 0)
         return fail_rec(w, MS_ERR_UNSUPPORTED, "layer %" PRId64 " has a second forward "
                         "section in one pass", mk->value);
@@ -1356,9 +1379,8 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
                         "belongs to no transformer layer", x->id, x->name,
                         plan_decision_name(n->dec));
     lw_layer *L = get_layer(w, x->layer);
-    if (!L && x->layer >= LOWER_MAX_LAYER)
-        return fail_rec(w, MS_ERR_LIMIT, "tensor %" PRIu64 ": layer %d is out of range", x->id,
-                        (int)x->layer);
+    if (!L && x->layer >= w->max_layer)
+        return layer_range(w, "tensor", x->id, x->name, x->layer);
     if (!L) return nomem(w);
     if (L->fwd_state == 2) {
         w->rep.ignored++; /* made after its layer's forward: nothing to save */
@@ -1574,6 +1596,7 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
     w.p = p;
     w.m = m;
     w.err = err;
+    w.max_layer = t ? layer_bound(t) : LOWER_MAX_LAYER;
     if (o) w.o = *o;
     else lower_opts_default(&w.o);
     roof_params_default(&w.roof);
@@ -1683,6 +1706,7 @@ ms_status lower_rb_map_new(const trace_t *t, const plan_t *p, lower_rb_map **out
     w.t = t;
     w.p = p;
     w.err = err;
+    w.max_layer = t ? layer_bound(t) : LOWER_MAX_LAYER;
     lower_opts_default(&w.o);
     ms_status st = m ? MS_OK : nomem(&w);
     /* the chunk and DHA lowerings have no rounding buffers */

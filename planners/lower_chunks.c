@@ -659,12 +659,12 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
                            i == 2 ? "lora" : modes[i]);
     lc_layout *L = calloc(1, sizeof *L);
     if (!L) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-    L->dp = (int)trace_meta_u64(t, "dp", 1);
-    if (L->dp < 1) L->dp = 1;
-    L->dtype_bytes = (int)trace_meta_u64(t, "dtype_bytes", 2);
-    if (L->dtype_bytes < 1) L->dtype_bytes = 2;
-    L->n_blocks = (int)trace_meta_u64(t, "layers", 0);
-    if (L->n_blocks <= 0 || L->n_blocks > 100000) {
+    uint64_t dp = trace_meta_u64(t, "dp", 1), db = trace_meta_u64(t, "dtype_bytes", 2);
+    L->dp = dp >= 1 && dp <= (1u << 20) ? (int)dp : 1;
+    L->dtype_bytes = db >= 1 && db <= 64 ? (int)db : 2;
+    uint64_t blocks = trace_meta_u64(t, "layers", 0);
+    L->n_blocks = blocks <= 100000 ? (int)blocks : 0;
+    if (L->n_blocks <= 0) {
         lc_layout_free(L);
         return ms_fail(err, MS_ERR_INVALID, "the trace has no `meta layers`: its transformer blocks "
                            "are unknown, so its model states cannot be chunked (an "

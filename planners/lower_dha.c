@@ -313,6 +313,10 @@ static ms_status scan_records(dha_model *d, ms_error *err)
             d->setup_end = i;
     }
     if (maxl > 100000) return ms_fail(err, MS_ERR_INVALID, "implausible layer index %d", maxl);
+    uint64_t declared = trace_meta_u64(t, "layers", 0);
+    if (declared > 0 && (uint64_t)maxl >= declared && maxl >= 0)
+        return ms_fail(err, MS_ERR_INVALID, "mark layer %d: beyond the %" PRIu64 " layers the "
+                       "trace declares (meta layers)", maxl, declared);
     d->L = maxl + 1;
     d->nu = (size_t)d->L + 2;
     d->u = calloc(d->nu, sizeof *d->u);
@@ -1051,12 +1055,18 @@ static ms_status read_grad_host(lw *w)
  * model's Hugging Face implementation registers) beyond the trace's modules, per unit: a
  * layer gets its layer count less its modules; the embedding and head units share the rest
  * by their module counts. Without the meta every unit has none. */
-static void ds_extras(lw *w)
+#define DS_MAX_PARAM_TENSORS (1u << 24) /* more framework tensors than this: a corrupt meta */
+static ms_status ds_extras(lw *w)
 {
     const dha_model *d = w->d;
     uint64_t total = trace_meta_u64(w->t, "param_tensors", 0);
     uint64_t per_layer = trace_meta_u64(w->t, "param_tensors_layer", 0);
-    if (!total || !w->realloc) return;
+    if (!total || !w->realloc) return MS_OK;
+    if (total > DS_MAX_PARAM_TENSORS || per_layer > total)
+        return ms_fail(w->err, MS_ERR_INVALID, "trace meta param_tensors %" PRIu64
+                       ", param_tensors_layer %" PRIu64 ": expected at most %u tensors, and "
+                       "no more per layer than in all", total, per_layer,
+                       (unsigned)DS_MAX_PARAM_TENSORS);
     uint64_t other = total, other_mods = 0;
     for (size_t u = 0; u < d->nu; u++) {
         uint64_t mods = 0;
@@ -1081,6 +1091,7 @@ static void ds_extras(lw *w)
         if (first < 0 && mods) first = (int)u;
     }
     if (first >= 0) w->ds_extra[first] += (int)(spare - given);
+    return MS_OK;
 }
 
 /* Where each tensor lives under the plan. */
@@ -1903,8 +1914,8 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
         if (!st) st = read_grad_host(&w);
         if (!st) {
             place_tensors(&w);
-            ds_extras(&w);
-            st = lower_all(&w);
+            st = ds_extras(&w);
+            if (!st) st = lower_all(&w);
         }
         if (!st) st = sched_validate(w.s, err);
     }

@@ -672,6 +672,151 @@ ms_status memplan_check(const schedule_t *s, const memplan_result *r, uint64_t a
     return st;
 }
 
+/* ---- offsets given by hand ---- */
+
+typedef struct hv {
+    uint64_t id, lo, hi;     /* arena bytes [lo, hi) */
+    size_t a;                /* ALLOC action */
+    int64_t lower, upper;    /* lifetime, program positions */
+} hv;
+
+typedef struct hv_ev {
+    int64_t at;
+    int start;               /* 0: a lifetime ends, 1: one begins (ends first at one time) */
+    size_t k;
+} hv_ev;
+
+static int cmp_hv_ev(const void *x, const void *y)
+{
+    const hv_ev *a = x, *b = y;
+    if (a->at != b->at) return a->at < b->at ? -1 : 1;
+    if (a->start != b->start) return a->start - b->start;
+    return a->k < b->k ? -1 : a->k > b->k;
+}
+
+static int find_sorted(const uint64_t *ids, size_t n, uint64_t id, size_t *at)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ids[mid] < id) lo = mid + 1;
+        else hi = mid;
+    }
+    *at = lo;
+    return lo < n && ids[lo] == id;
+}
+
+/* Lifetimes of the allocations that have offsets, in allocation order. */
+static ms_status hv_collect(mp *p, const uint64_t *ids, const uint64_t *offsets, size_t n,
+                            hv **out, size_t *nv)
+{
+    size_t cap = 0;
+    *out = NULL;
+    *nv = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        const sched_action *a = sched_get(p->s, i);
+        size_t j;
+        if (a->kind == SA_ALLOC && a->bytes) {
+            if (!find_sorted(ids, n, a->tensor, &j)) continue;
+            if (ms_grow((void **)out, &cap, *nv + 1, sizeof **out)) return nomem(p);
+            hv *v = &(*out)[*nv];
+            v->id = a->tensor;
+            v->lo = offsets[j];
+            v->hi = offsets[j] > UINT64_MAX - a->bytes ? UINT64_MAX : offsets[j] + a->bytes;
+            v->a = i;
+            v->lower = p->lo[i];
+            v->upper = (int64_t)p->n + 1;
+            if (u64map_put(p->open, a->tensor, *nv)) return nomem(p);
+            (*nv)++;
+        } else if (a->kind == SA_FREE) {
+            uint64_t k;
+            if (!u64map_del(p->open, a->tensor, &k)) continue; /* not planned, or 0 bytes */
+            (*out)[k].upper = p->hi[i] + 1;
+        }
+    }
+    for (size_t k = 0; k < *nv; k++)
+        if ((*out)[k].upper <= (*out)[k].lower) (*out)[k].upper = (*out)[k].lower + 1;
+    return MS_OK;
+}
+
+/* Sweeps the lifetimes in program order keeping the live blocks sorted by offset; as live
+ * blocks never overlap while the check passes, a new block need only be compared with its
+ * neighbours. */
+static ms_status hv_sweep(mp *p, const hv *v, size_t nv, memplan_overlap *ov)
+{
+    hv_ev *ev = malloc((2 * nv + 1) * sizeof *ev);
+    size_t *live = malloc((nv + 1) * sizeof *live), nlive = 0;
+    if (!ev || !live) {
+        free(ev);
+        free(live);
+        return nomem(p);
+    }
+    for (size_t k = 0; k < nv; k++) {
+        ev[2 * k] = (hv_ev){v[k].lower, 1, k};
+        ev[2 * k + 1] = (hv_ev){v[k].upper, 0, k};
+    }
+    qsort(ev, 2 * nv, sizeof *ev, cmp_hv_ev);
+    ms_status st = MS_OK;
+    for (size_t e = 0; st == MS_OK && e < 2 * nv; e++) {
+        const hv *x = &v[ev[e].k];
+        size_t lo = 0, hi = nlive; /* first live block at or after x's offset */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (v[live[mid]].lo < x->lo) lo = mid + 1;
+            else hi = mid;
+        }
+        if (!ev[e].start) {
+            while (lo < nlive && live[lo] != ev[e].k) lo++;
+            if (lo < nlive) {
+                memmove(live + lo, live + lo + 1, (nlive - lo - 1) * sizeof *live);
+                nlive--;
+            }
+            continue;
+        }
+        const hv *y = NULL;
+        if (lo > 0 && v[live[lo - 1]].hi > x->lo) y = &v[live[lo - 1]];
+        else if (lo < nlive && x->hi > v[live[lo]].lo) y = &v[live[lo]];
+        if (y) {
+            if (ov)
+                *ov = (memplan_overlap){ y->id, y->lo, y->hi, y->a, x->id, x->lo, x->hi, x->a };
+            st = ms_fail(p->err, MS_ERR_INVALID, "tensor %" PRIu64 " [%" PRIu64 ",%" PRIu64
+                         ") overlaps tensor %" PRIu64 " [%" PRIu64 ",%" PRIu64 ") while both "
+                         "are live (schedule actions %zu and %zu allocate them)", x->id, x->lo,
+                         x->hi, y->id, y->lo, y->hi, x->a, y->a);
+            break;
+        }
+        memmove(live + lo + 1, live + lo, (nlive - lo) * sizeof *live);
+        live[lo] = ev[e].k;
+        nlive++;
+    }
+    free(ev);
+    free(live);
+    return st;
+}
+
+ms_status memplan_check_offsets(const schedule_t *s, const uint64_t *ids,
+                                const uint64_t *offsets, size_t n, memplan_overlap *ov,
+                                ms_error *err)
+{
+    if (!s || !n) return MS_OK;
+    mp p;
+    memset(&p, 0, sizeof p);
+    p.s = s;
+    p.err = err;
+    memplan_opts_default(&p.o);
+    p.n = sched_count(s);
+    p.open = u64map_new(4096);
+    p.zero = u64map_new(64);
+    ms_status st = p.open && p.zero ? bounds(&p) : nomem(&p);
+    hv *v = NULL;
+    size_t nv = 0;
+    if (st == MS_OK) st = hv_collect(&p, ids, offsets, n, &v, &nv);
+    if (st == MS_OK) st = hv_sweep(&p, v, nv, ov);
+    free(v);
+    mp_free(&p);
+    return st;
+}
+
 ms_status memplan_apply(const memplan_result *r, plan_t *p, uint64_t capacity_bytes,
                         ms_error *err)
 {

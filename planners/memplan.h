@@ -71,6 +71,26 @@ ms_status memplan_schedule(const schedule_t *s, const memplan_opts *o, memplan_r
 ms_status memplan_check(const schedule_t *s, const memplan_result *r, uint64_t align_bytes,
                         uint64_t *peak_bytes, ms_error *err);
 
+/* A conflict memplan_check_offsets found: tensor b, allocated at schedule action b_action,
+ * takes bytes [b_lo, b_hi) of the arena while tensor a (allocated at a_action) holds
+ * [a_lo, a_hi). */
+typedef struct memplan_overlap {
+    uint64_t a, a_lo, a_hi;
+    size_t a_action;
+    uint64_t b, b_lo, b_hi;
+    size_t b_action;
+} memplan_overlap;
+
+/* Checks static offsets given by hand (a plan file's `offset` lines: ids sorted, offsets[i]
+ * for ids[i]) against the schedule with memplan_schedule's conservative lifetimes, as its own
+ * result is checked: no two tensors with offsets that can be live at the same time share
+ * bytes. Tensors without an offset are not planned (the static arena's fallback serves them);
+ * an id allocated more than once is checked at each allocation. MS_ERR_INVALID on the first
+ * conflict in program order (*ov filled when not NULL), naming both tensors. */
+ms_status memplan_check_offsets(const schedule_t *s, const uint64_t *ids,
+                                const uint64_t *offsets, size_t n, memplan_overlap *ov,
+                                ms_error *err);
+
 /* Writes the offsets into the plan (plan_set_offset) and the arena size: arena_bytes when it
  * fits capacity_bytes (0: no limit), else 0 so that the static arena grows on demand and the
  * run reports OOM where the plan crosses the device's capacity. */

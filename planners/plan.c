@@ -118,7 +118,7 @@ ms_status plan_set_offset(plan_t *p, uint64_t id, uint64_t offset_bytes)
 {
     if (ms_grow((void **)&p->offsets, &p->cap_offsets, p->n_offsets + 1, sizeof *p->offsets))
         return MS_ERR_NOMEM;
-    p->offsets[p->n_offsets++] = (plan_offset){id, offset_bytes};
+    p->offsets[p->n_offsets++] = (plan_offset){id, offset_bytes, 0};
     return MS_OK;
 }
 
@@ -281,6 +281,12 @@ int plan_find_offset(const plan_t *p, uint64_t id, uint64_t *offset_bytes)
     return 1;
 }
 
+uint64_t plan_offset_line(const plan_t *p, uint64_t id)
+{
+    const plan_offset *o = find_id(p->offsets, p->n_offsets, sizeof *p->offsets, id);
+    return o ? o->line : 0;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* reader */
 
@@ -416,6 +422,7 @@ static ms_status pl_offset(pload *L, char **tok, int n, ms_error *err)
     if (u64map_put(L->offset_line, id, ms_lines_lineno(L->lr)) ||
         plan_set_offset(L->p, id, off) != MS_OK)
         return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    L->p->offsets[L->p->n_offsets - 1].line = ms_lines_lineno(L->lr);
     return MS_OK;
 }
 

@@ -42,6 +42,7 @@ typedef struct plan_layer {
 typedef struct plan_offset {
     uint64_t id;
     uint64_t offset_bytes;
+    uint64_t line;           /* its line in the plan file read (plan_load), 0 otherwise */
 } plan_offset;
 
 typedef struct plan_knob {
@@ -79,6 +80,8 @@ void plan_sort(plan_t *p);
 const plan_tensor *plan_find_tensor(const plan_t *p, uint64_t id);
 const plan_layer *plan_find_layer(const plan_t *p, int32_t layer);
 int plan_find_offset(const plan_t *p, uint64_t id, uint64_t *offset_bytes);
+/* The line of tensor id's offset in the plan file it was read from (p sorted); 0 if none. */
+uint64_t plan_offset_line(const plan_t *p, uint64_t id);
 /* The decision for tensor id with the default applied (after plan_sort); *alpha (may be NULL)
  * gets the listed alpha, 0 for an unlisted tensor. */
 plan_decision plan_decision_for(const plan_t *p, uint64_t id, double *alpha);

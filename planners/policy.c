@@ -4,6 +4,9 @@
  * experiments and the policies in planners/policy_*.c. */
 #include "planners/policy.h"
 
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -377,6 +380,27 @@ static ms_status collect(const trace_t *t, pol_skel **out, size_t *n, size_t *ca
         s->is_attn_out = ms_ends_with(x->name, ".attn_out") || ms_ends_with(x->name, ".attn_lse");
         if (s->is_input && u64map_put(named, group_key(pass, x->layer), 1)) return MS_ERR_NOMEM;
     }
+    return MS_OK;
+}
+
+int32_t pol_declared_layers(const trace_t *t)
+{
+    uint64_t v = trace_meta_u64(t, "layers", 0);
+    return v <= INT32_MAX ? (int32_t)v : 0;
+}
+
+ms_status pol_check_layer(const trace_t *t, int32_t layer, int32_t limit, const char *what,
+                          ms_error *err)
+{
+    int32_t declared = pol_declared_layers(t);
+    if (declared > 0 && layer >= declared)
+        return ms_fail(err, MS_ERR_INVALID, "%s: layer %d is beyond the %d layers the trace "
+                       "declares (meta layers %d: layers 0..%d)", what, (int)layer, (int)declared,
+                       (int)declared, (int)declared - 1);
+    if (declared == 0 && layer >= limit)
+        return ms_fail(err, MS_ERR_INVALID, "%s: layer %d is out of range (the trace declares "
+                       "no layer count (meta layers); layers 0..%d are accepted here)", what,
+                       (int)layer, (int)limit - 1);
     return MS_OK;
 }
 

@@ -121,6 +121,15 @@ typedef struct pol_skel {
 /* Lists the skeletal activations in trace order; caller frees *out. */
 ms_status pol_skeletal(const trace_t *t, pol_skel **out, size_t *n, ms_error *err);
 
+/* The number of transformer layers the trace declares (its `meta layers`), 0 when it declares
+ * none or a count beyond INT32_MAX. */
+int32_t pol_declared_layers(const trace_t *t);
+/* MS_OK when a record's layer index (>= 0) names a layer the trace declares, or, when it
+ * declares none, is below `limit`; MS_ERR_INVALID naming `what` (e.g. "tensor 27 (L0.q)")
+ * otherwise. A planner that sizes an array or a loop by a layer index checks it first. */
+ms_status pol_check_layer(const trace_t *t, int32_t layer, int32_t limit, const char *what,
+                          ms_error *err);
+
 /* MS_ERR_INVALID naming `policy` when t has no skeletal activations of layers (an
  * allocator-only trace, such as one imported from a PyTorch snapshot): a policy that
  * recomputes or swaps them would otherwise plan keep-all without a word. */

@@ -229,9 +229,29 @@ ms_status memo_layer_info_get(const trace_t *t, const machine_t *m, memo_layer_i
     size_t n;
     ms_status st = pol_skeletal(t, &sk, &n, err);
     if (st != MS_OK) return st;
+    /* Layers 0..max each need skeletal activations of their own in the first pass, so a layer
+     * index at or beyond that pass's count (or beyond the layers the trace declares) cannot
+     * be dense: it is refused before it sizes the per-layer table. */
+    size_t n0 = 0;
+    for (size_t i = 0; i < n; i++) n0 += sk[i].pass == 0;
+    int32_t limit = n0 < INT32_MAX ? (int32_t)n0 : INT32_MAX;
     int nl = 0;
-    for (size_t i = 0; i < n; i++)
-        if (sk[i].pass == 0 && sk[i].layer + 1 > nl) nl = sk[i].layer + 1;
+    for (size_t i = 0; st == MS_OK && i < n; i++) {
+        if (sk[i].pass != 0) continue;
+        char what[96];
+        snprintf(what, sizeof what, "memo: skeletal tensor %" PRIu64 " (%s)", sk[i].id,
+                 sk[i].t->name);
+        st = pol_check_layer(t, sk[i].layer, limit, what, err);
+        if (st == MS_OK && sk[i].layer >= limit)
+            st = ms_fail(err, MS_ERR_INVALID, "%s: layer %d, but the first forward pass has "
+                         "only %zu skeletal activations: layers 0..%d cannot all have theirs",
+                         what, (int)sk[i].layer, n0, (int)sk[i].layer);
+        if (st == MS_OK && sk[i].layer + 1 > nl) nl = sk[i].layer + 1;
+    }
+    if (st != MS_OK) {
+        free(sk);
+        return st;
+    }
     if (nl == 0) {
         free(sk);
         return ms_fail(err, MS_ERR_INVALID, "memo: the trace has no skeletal activations of "

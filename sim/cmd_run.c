@@ -169,21 +169,40 @@ static void draw_run(const char *cmd, const char *dir, const char *tag, const si
         printf("wrote %s.png and .svg\n", outb);
 }
 
-/* Runs one policy; with a plot dir, also writes its per-run data files there. */
+/* Runs one policy; with a plot dir, also writes its per-run data files there. With tl (compare's
+ * timeline, open), its events go there as process pid, named after the policy. */
 static ms_status run_one(const cli_args *a, const trace_t *t, const machine_t *m,
-                         const char *policy, sim_result *r, ms_error *err)
+                         const char *policy, ms_out *tl, int pid, int *tl_first,
+                         sim_result *r, ms_error *err)
 {
     pipe_policy p = a->pol;
     p.policy = policy;
     pipe_outputs out = a->out;
+    if (tl) {
+        out.timeline_path = NULL;
+        out.timeline_out = tl;
+        out.timeline_pid = pid;
+        out.timeline_process = policy;
+        out.timeline_first = tl_first;
+    }
     char mem[4096], iv[4096];
-    if (a->plot_dir) {
+    if (a->plot_dir) { /* the plot reads its data files here, whatever --memcsv names */
         snprintf(mem, sizeof mem, "%s/%s.mem.csv", a->plot_dir, policy);
         snprintf(iv, sizeof iv, "%s/%s.intervals.csv", a->plot_dir, policy);
-        if (!out.memcsv_path) out.memcsv_path = mem;
+        out.memcsv_path = mem;
         out.intervals_path = iv;
     }
-    return pipe_run(t, m, &p, &out, r, err);
+    ms_status st = pipe_run(t, m, &p, &out, r, err);
+    if (st == MS_OK && a->plot_dir && a->out.memcsv_path) { /* and --memcsv gets the same */
+        char *buf;
+        size_t len;
+        st = ms_read_all(mem, SIZE_MAX, &buf, &len, err);
+        if (st == MS_OK) {
+            st = ms_out_save(a->out.memcsv_path, buf, len, err);
+            free(buf);
+        }
+    }
+    return st;
 }
 
 int cmd_simulate(int argc, char **argv)
@@ -202,7 +221,7 @@ int cmd_simulate(int argc, char **argv)
     sim_result r;
     const char *name = a.pol.plan_path ? "plan" : a.pol.policy;
     ms_error err;
-    ms_status st = run_one(&a, t, &mp->m, name, &r, &err);
+    ms_status st = run_one(&a, t, &mp->m, name, NULL, 0, NULL, &r, &err);
     if (st != MS_OK) rc = cli_fail("simulate", st, &err);
     if (!rc) {
         if (!a.quiet) {
@@ -284,19 +303,38 @@ int cmd_compare(int argc, char **argv)
     sim_result rs[CLI_MAX_POLICIES];
     size_t n = 0;
     int failed = 0; /* a policy that cannot run on this workload: an error row, the rest go on */
+    /* --timeline: one file, a process per policy (pid = its place in --policies, from 1) */
+    ms_out *tl = NULL;
+    int tl_first = 1;
+    if (a.out.timeline_path) {
+        ms_error err;
+        ms_status st = ms_out_open(a.out.timeline_path, &tl, &err);
+        if (st != MS_OK) {
+            machine_profile_free(mp);
+            return cli_fail("compare", st, &err);
+        }
+        ms_out_printf(tl, "{\"traceEvents\":[");
+    }
     for (size_t i = 0; i < a.n_policies; i++) {
         if (!a.quiet) fprintf(stderr, "memsim compare: simulating %s (%zu/%zu)\n",
                               a.policies[i], i + 1, a.n_policies);
         const trace_t *t;
         ms_error err;
         ms_status st = forms_get(&f, &a.w, &mp->m, pol_form_of(a.policies[i]), &t, &err);
-        if (st == MS_OK) st = run_one(&a, t, &mp->m, a.policies[i], &rs[n], &err);
+        if (st == MS_OK)
+            st = run_one(&a, t, &mp->m, a.policies[i], tl, (int)i + 1, &tl_first, &rs[n], &err);
         if (st != MS_OK) {
             int r = cli_fail("compare", st, &err);
             if (!failed) failed = r;
             error_row(&rs[n], a.policies[i], &a.w, &mp->m, err.msg);
         }
         n++;
+    }
+    if (tl) {
+        ms_error err;
+        ms_out_printf(tl, "\n]}\n");
+        ms_status st = ms_out_commit(tl, &err);
+        if (st != MS_OK) rc = cli_fail("compare", st, &err);
     }
     if (!rc) {
         if (!a.quiet) {

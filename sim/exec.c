@@ -246,7 +246,9 @@ static void mem_sample(ex *x)
 static void add_span(ex *x, int track, double s_us, double e_us, size_t idx, const char *name,
                      const char *cat)
 {
-    if (!x->tl || !(x->o.timeline_path || x->o.intervals_path) || !(e_us > s_us)) return;
+    if (!x->tl || !(x->o.timeline_path || x->o.timeline_out || x->o.intervals_path) ||
+        !(e_us > s_us))
+        return;
     const sched_action *a = sched_get(x->s, idx);
     int has_t = a->kind != SA_COMPUTE && a->kind != SA_HOST_COMPUTE && a->kind != SA_WAIT;
     tl_span_info si = { track, s_us, e_us, name, cat, (int64_t)idx,
@@ -1318,7 +1320,7 @@ static ms_status setup(ex *x)
      * failed call and retries once more, as memsim's runtime does (its oom_drains). */
     if (x->o.issue_ahead != 0 && has_side_use(x->s))
         alloc_caching_set_events_hook(x->alloc, flush_device_frees, x);
-    if (x->o.timeline_path || x->o.memcsv_path || x->o.intervals_path) {
+    if (x->o.timeline_path || x->o.timeline_out || x->o.memcsv_path || x->o.intervals_path) {
         x->tl = tl_new();
         if (!x->tl) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
     }
@@ -1428,9 +1430,15 @@ static void fill_result(ex *x, sim_result *r)
 static ms_status write_outputs(ex *x)
 {
     ms_status st = MS_OK;
-    if (x->o.timeline_path)
-        st = tl_write_json(x->tl, x->o.timeline_path, track_names,
-                           x->issue ? SS_COUNT + 1 : SS_COUNT, x->err);
+    size_t ntracks = x->issue ? SS_COUNT + 1 : SS_COUNT;
+    if (x->o.timeline_out && x->o.timeline_first) {
+        st = tl_write_json_events(x->tl, x->o.timeline_out, x->o.timeline_pid,
+                                  x->o.timeline_process ? x->o.timeline_process : "memsim",
+                                  track_names, ntracks, x->o.timeline_first);
+        if (st != MS_OK) st = ms_fail(x->err, st, "out of memory writing the timeline");
+    }
+    else if (x->o.timeline_path)
+        st = tl_write_json(x->tl, x->o.timeline_path, track_names, ntracks, x->err);
     if (st == MS_OK && x->o.memcsv_path) st = tl_write_memcsv(x->tl, x->o.memcsv_path, x->err);
     if (st == MS_OK && x->o.intervals_path)
         st = tl_write_intervals(x->tl, x->o.intervals_path, x->err);

@@ -24,6 +24,13 @@ typedef struct sim_opts {
     uint64_t host_capacity_bytes; /* this GPU's share of host memory; 0: node / node_gpus */
     int host_sharers;             /* GPUs whose offloads share the node's host memory (>=1) */
     const char *timeline_path;    /* Chrome-trace JSON, or NULL */
+    /* Instead of timeline_path: the run's events go into this open Chrome-trace file as
+     * process timeline_pid named timeline_process (compare puts one process per policy in
+     * one file); *timeline_first is 1 before the file's first event. */
+    ms_out *timeline_out;
+    int timeline_pid;
+    const char *timeline_process;
+    int *timeline_first;
     const char *memcsv_path;      /* memory time series CSV, or NULL */
     const char *intervals_path;   /* lane,start_us,end_us,kind CSV for plots/timeline.gp, or NULL */
     const trace_t *trace;         /* for op names in the timeline (may be NULL) */

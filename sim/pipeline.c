@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "planners/lower.h"
+#include "planners/memplan.h"
 #include "planners/schedule.h"
 #include "sim/exec.h"
 #include "traces/gen.h"
@@ -168,6 +169,22 @@ ms_status pipe_simulate(const trace_t *t, const machine_t *m, const plan_t *plan
     return pipe_simulate_with(t, m, plan, out, NULL, r, err);
 }
 
+/* A plan file's static offsets are checked as the memory planner's own are (memplan.h):
+ * two tensors that can be live at once never share bytes; a conflict names the plan file and
+ * the line of the later tensor's offset. */
+static ms_status check_plan_offsets(const schedule_t *s, const plan_t *plan, const char *path,
+                                    const uint64_t *ids, const uint64_t *offs, ms_error *err)
+{
+    memplan_overlap ov;
+    ms_error e;
+    ms_error_clear(&e);
+    ms_status st = memplan_check_offsets(s, ids, offs, plan->n_offsets, &ov, &e);
+    if (st == MS_ERR_INVALID)
+        return ms_fail_at(err, st, path, plan_offset_line(plan, ov.b), "%s", e.msg);
+    if (st != MS_OK) return ms_fail(err, st, "%s", e.msg);
+    return MS_OK;
+}
+
 ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t *plan,
                              const pipe_outputs *out, const pipe_policy *p, sim_result *r,
                              ms_error *err)
@@ -193,12 +210,23 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
         sched_free(s);
         return ms_fail(err, st, "out of memory");
     }
+    if (p && p->plan_path && plan->n_offsets &&
+        (st = check_plan_offsets(s, plan, p->plan_path, ids, offs, err)) != MS_OK) {
+        free(ids);
+        free(offs);
+        sched_free(s);
+        return st;
+    }
     sim_opts so;
     sim_opts_default(&so);
     so.allocator = plan->allocator;
     so.alloc_cfg = &cfg;
     so.trace = t;
     so.timeline_path = out->timeline_path;
+    so.timeline_out = out->timeline_out;
+    so.timeline_pid = out->timeline_pid;
+    so.timeline_process = out->timeline_process;
+    so.timeline_first = out->timeline_first;
     so.memcsv_path = out->memcsv_path;
     so.intervals_path = out->intervals_path;
     if (p) {
@@ -241,7 +269,9 @@ ms_status pipe_run(const trace_t *t, const machine_t *m, const pipe_policy *p,
     if (st != MS_OK) return st;
     st = pipe_simulate_with(t, m, plan, out, p, r, err);
     plan_free(plan);
-    if (st == MS_ERR_INVALID && p->plan_path && err) {
+    size_t np = p->plan_path ? strlen(p->plan_path) : 0;
+    if (st == MS_ERR_INVALID && p->plan_path && err && /* not named already */
+        !(strncmp(err->msg, p->plan_path, np) == 0 && err->msg[np] == ':')) {
         /* a plan file that does not fit the trace: name the file the user has to look at */
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err->msg);

@@ -46,6 +46,11 @@ typedef struct pipe_outputs {
     const char *intervals_path; /* stream intervals CSV for the timeline plot */
     const char *plan_path;      /* write the plan used */
     const char *schedule_path;  /* write the schedule dump */
+    ms_out *timeline_out;       /* instead of timeline_path: events into this open file as
+                                   process timeline_pid (sim_opts) */
+    int timeline_pid;
+    const char *timeline_process;
+    int *timeline_first;
 } pipe_outputs;
 
 void pipe_workload_default(pipe_workload *w);

@@ -156,12 +156,25 @@ void res_table(FILE *f, const sim_result *rs, size_t n)
             "retries/it");
     for (size_t i = 0; i < n; i++) {
         const sim_result *r = &rs[i];
-        fprintf(f, "%-20.20s %-11.11s %-6s %10.4f %6.2f %9.1f %9.2f %9.2f %6.2f %9.2f %10llu\n",
+        int failed = r->status == RS_OOM || r->status == RS_OOHM;
+        if (!failed) {
+            fprintf(f, "%-20.20s %-11.11s %-6s %10.4f %6.2f %9.1f %9.2f %9.2f %6.2f %9.2f %10llu\n",
+                    r->policy[0] ? r->policy : "-", r->allocator[0] ? r->allocator : "-",
+                    res_status_name(r->status), r->iter_time_s, r->mfu * 100, r->tgs,
+                    gib(r->peak_reserved_bytes), gib(r->peak_allocated_bytes),
+                    r->fragmentation * 100, gib(r->host_peak_bytes),
+                    (unsigned long long)r->alloc_retries_per_iter);
+            continue;
+        }
+        /* a run that failed has no iteration time: the peaks it reached before the failing
+         * request, then that request on a line of its own */
+        fprintf(f, "%-20.20s %-11.11s %-6s %10s %6s %9s %9.2f %9.2f %6.2f %9.2f %10llu\n",
                 r->policy[0] ? r->policy : "-", r->allocator[0] ? r->allocator : "-",
-                res_status_name(r->status), r->iter_time_s, r->mfu * 100, r->tgs,
-                gib(r->peak_reserved_bytes), gib(r->peak_allocated_bytes),
-                r->fragmentation * 100, gib(r->host_peak_bytes),
-                (unsigned long long)r->alloc_retries_per_iter);
+                res_status_name(r->status), "-", "-", "-", gib(r->peak_reserved_bytes),
+                gib(r->peak_allocated_bytes), r->fragmentation * 100,
+                gib(r->host_peak_bytes), (unsigned long long)r->alloc_retries_per_iter);
+        fprintf(f, "  %s: %s\n", res_status_name(r->status),
+                r->failure[0] ? r->failure : "the failing request was not recorded");
     }
 }
 

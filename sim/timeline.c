@@ -2,6 +2,8 @@
  * (see timeline.h and docs/SIMULATOR.md). Used by sim/exec.c. */
 #include "sim/timeline.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,23 +108,42 @@ static void put_json_str(ms_out *o, const char *s)
     ms_out_write(o, "\"", 1);
 }
 
-static void put_meta(ms_out *o, const char *what, int tid, const char *name, int *first)
+/* Times go out as whole nanoseconds, each bound rounded by itself from the simulator's time
+ * (microseconds, a double): spans that follow one another on a track stay apart, and a
+ * span's end is its start plus its duration exactly. Written as microseconds with three
+ * decimals, which is that nanosecond count. */
+static int64_t to_ns(double us)
 {
-    ms_out_printf(o, "%s\n{\"name\":\"%s\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":",
-                  *first ? "" : ",", what, tid);
+    return us > 0 ? (int64_t)llround(us * 1000.0) : 0;
+}
+
+static void put_us(ms_out *o, int64_t ns)
+{
+    ms_out_printf(o, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+}
+
+static void put_meta(ms_out *o, const char *what, int pid, int tid, const char *name,
+                     int *first)
+{
+    ms_out_printf(o, "%s\n{\"name\":\"%s\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+                  *first ? "" : ",", what, pid, tid);
     put_json_str(o, name);
     ms_out_printf(o, "}}");
     *first = 0;
 }
 
-static void put_span(ms_out *o, const span *p)
+static void put_span(ms_out *o, int pid, const span *p)
 {
+    int64_t s = to_ns(p->s), e = to_ns(p->e);
     ms_out_printf(o, ",\n{\"name\":");
     put_json_str(o, p->name);
     ms_out_printf(o, ",\"cat\":");
     put_json_str(o, p->cat[0] ? p->cat : "action");
-    ms_out_printf(o, ",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{",
-                  p->track, p->s, p->e - p->s);
+    ms_out_printf(o, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":", pid, p->track);
+    put_us(o, s);
+    ms_out_printf(o, ",\"dur\":");
+    put_us(o, e > s ? e - s : 0);
+    ms_out_printf(o, ",\"args\":{");
     const char *sep = "";
     if (p->index >= 0) {
         ms_out_printf(o, "\"index\":%lld", (long long)p->index);
@@ -140,18 +161,20 @@ static void put_span(ms_out *o, const span *p)
     ms_out_printf(o, "}}");
 }
 
-static void put_counter(ms_out *o, const char *name, double t, uint64_t v)
+static void put_counter(ms_out *o, int pid, const char *name, double t, uint64_t v)
 {
-    ms_out_printf(o, ",\n{\"name\":\"%s\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,"
-                     "\"args\":{\"bytes\":%llu}}",
-                  name, t, (unsigned long long)v);
+    ms_out_printf(o, ",\n{\"name\":\"%s\",\"ph\":\"C\",\"pid\":%d,\"ts\":", name, pid);
+    put_us(o, to_ns(t));
+    ms_out_printf(o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)v);
 }
 
 /* One counter with a value per kind: Perfetto and chrome://tracing stack them. */
-static void put_kinds(ms_out *o, double t, const uint64_t *kinds)
+static void put_kinds(ms_out *o, int pid, double t, const uint64_t *kinds)
 {
-    ms_out_printf(o, ",\n{\"name\":\"device memory by kind\",\"ph\":\"C\",\"pid\":1,"
-                     "\"ts\":%.3f,\"args\":{", t);
+    ms_out_printf(o, ",\n{\"name\":\"device memory by kind\",\"ph\":\"C\",\"pid\":%d,"
+                     "\"ts\":", pid);
+    put_us(o, to_ns(t));
+    ms_out_printf(o, ",\"args\":{");
     for (int k = 0; k < BM_COUNT; k++)
         ms_out_printf(o, "%s\"%s\":%llu", k ? "," : "", bm_kind_name((bm_kind)k),
                       (unsigned long long)kinds[k]);
@@ -168,38 +191,48 @@ static const span **sorted_spans(const tl_t *t)
     return order;
 }
 
-ms_status tl_write_json(const tl_t *t, const char *path, const char *const *track_names,
-                        size_t ntracks, ms_error *err)
+ms_status tl_write_json_events(const tl_t *t, ms_out *o, int pid, const char *process,
+                               const char *const *track_names, size_t ntracks, int *first)
 {
     const span **order = sorted_spans(t);
-    if (!order) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-    ms_out *o;
-    ms_status st = ms_out_open(path, &o, err);
-    if (st != MS_OK) {
-        free(order);
-        return st;
-    }
-    int first = 1;
-    ms_out_printf(o, "{\"traceEvents\":[");
-    put_meta(o, "process_name", 0, "memsim", &first);
+    if (!order) return MS_ERR_NOMEM;
+    put_meta(o, "process_name", pid, 0, process, first);
+    if (pid != 1)
+        ms_out_printf(o, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,"
+                         "\"tid\":0,\"args\":{\"sort_index\":%d}}", pid, pid);
     for (size_t i = 0; i < ntracks; i++) {
-        put_meta(o, "thread_name", (int)i, track_names[i], &first);
-        ms_out_printf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,"
+        put_meta(o, "thread_name", pid, (int)i, track_names[i], first);
+        ms_out_printf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,"
                          "\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-                      (int)i, (int)i);
+                      pid, (int)i, (int)i);
     }
-    for (size_t i = 0; i < t->nsp; i++) put_span(o, order[i]);
+    for (size_t i = 0; i < t->nsp; i++) put_span(o, pid, order[i]);
     /* A counter event only where that counter changed (all four at the first sample). */
     for (size_t i = 0; i < t->nmem; i++) {
         const sample *q = &t->mem[i], *p = i ? &t->mem[i - 1] : NULL;
-        if (!p || p->alloc != q->alloc) put_counter(o, "allocated", q->t, q->alloc);
-        if (!p || p->resv != q->resv) put_counter(o, "reserved", q->t, q->resv);
-        if (!p || p->active != q->active) put_counter(o, "active", q->t, q->active);
-        if (!p || p->host != q->host) put_counter(o, "host", q->t, q->host);
-        if (!p || memcmp(p->kinds, q->kinds, sizeof q->kinds)) put_kinds(o, q->t, q->kinds);
+        if (!p || p->alloc != q->alloc) put_counter(o, pid, "allocated", q->t, q->alloc);
+        if (!p || p->resv != q->resv) put_counter(o, pid, "reserved", q->t, q->resv);
+        if (!p || p->active != q->active) put_counter(o, pid, "active", q->t, q->active);
+        if (!p || p->host != q->host) put_counter(o, pid, "host", q->t, q->host);
+        if (!p || memcmp(p->kinds, q->kinds, sizeof q->kinds)) put_kinds(o, pid, q->t, q->kinds);
+    }
+    free(order);
+    return MS_OK;
+}
+
+ms_status tl_write_json(const tl_t *t, const char *path, const char *const *track_names,
+                        size_t ntracks, ms_error *err)
+{
+    ms_out *o;
+    ms_status st = ms_out_open(path, &o, err);
+    if (st != MS_OK) return st;
+    int first = 1;
+    ms_out_printf(o, "{\"traceEvents\":[");
+    if (tl_write_json_events(t, o, 1, "memsim", track_names, ntracks, &first) != MS_OK) {
+        ms_out_abort(o);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
     ms_out_printf(o, "\n]}\n");
-    free(order);
     return ms_out_commit(o, err);
 }
 

@@ -46,6 +46,13 @@ size_t tl_mem_count(const tl_t *t);
  * ordered by start time, then by the order they were added. */
 ms_status tl_write_json(const tl_t *t, const char *path, const char *const *track_names,
                         size_t ntracks, ms_error *err);
+/* The same events into an open Chrome-trace file, as process pid named `process` (a
+ * process_name metadata event; pid 1 is the one tl_write_json writes): *first is 1 before
+ * the file's first event and 0 after. Times are whole nanoseconds, written as microseconds
+ * with three decimals; each span's bounds are rounded apart, so spans that follow one another
+ * on a track never overlap. MS_ERR_NOMEM when out of memory. */
+ms_status tl_write_json_events(const tl_t *t, ms_out *o, int pid, const char *process,
+                               const char *const *track_names, size_t ntracks, int *first);
 /* The memory time series CSV. */
 ms_status tl_write_memcsv(const tl_t *t, const char *path, ms_error *err);
 /* The stream intervals CSV for plots/timeline.gp: a header "lane,start_us,end_us,kind", then

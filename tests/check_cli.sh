@@ -65,6 +65,15 @@ if [ -n "${srcdir:-}" ] && [ -f "$srcdir/tests/golden/simulate-full-swap.txt" ];
     ok $r "simulate table equals the golden output"
 fi
 grep -q '"traceEvents"' "$T/a.json" && grep -q '"ph":"C"' "$T/a.json"; ok $? "timeline is Chrome-trace JSON with counters"
+TL="${srcdir:-.}/tests/timeline_check.awk"
+awk -f "$TL" "$T/a.json" > "$T/tl.out"; r=$?; [ $r = 0 ] || sed 's/^/#   /' "$T/tl.out" | head -5
+ok $r "timeline slices are whole nanoseconds and never overlap on a track"
+expect 0 "compare --timeline" -- "$M" compare $W --policies keep-all,full-swap,full-recompute --timeline "$T/c.json"
+awk -f "$TL" "$T/c.json" > "$T/tl.out"; r=$?; [ $r = 0 ] || sed 's/^/#   /' "$T/tl.out" | head -5
+ok $r "compare's timeline: no two slices on one (pid, tid) overlap"
+grep -q "^processes: keep-all full-swap full-recompute$" "$T/tl.out"; ok $? "compare's timeline has a process per policy, named after it"
+[ "$(grep -c '"ph":"X","pid":3,' "$T/c.json")" -gt 0 ] && [ "$(grep -c '"ph":"X","pid":1,' "$T/c.json")" -gt 0 ]
+ok $? "the first and the last policy's slices are both in compare's timeline"
 expect 0 "plan writes a plan" -- "$M" plan $W --policy full-recompute -o "$T/p.plan"
 expect 0 "simulate the plan file" -- "$M" simulate $W --plan "$T/p.plan"
 grep -q "full-recompute" "$T/out"; ok $? "the plan file names its policy in the results"
@@ -141,7 +150,7 @@ grep -q "^256K  *oom " "$T/sweep1"; ok $? "sweep: keep-all runs out of memory at
 L=$(awk '$1 == "keep-all" && NF >= 2 && $2 ~ /K$/ { print $2 }' "$T/sweep1")
 N=$(awk '$1 == "keep-all" && NF >= 2 && $2 ~ /K$/ { gsub(/[(:]/, "", $3); print $3 }' "$T/sweep1")
 "$M" simulate $SW --seq "$L" --policy keep-all 2>/dev/null | tail -n 1 | grep -q " ok "; ok $? "sweep: keep-all fits at the longest length sweep names ($L)"
-"$M" simulate $SW --seq "$N" --policy keep-all 2>/dev/null | tail -n 1 | grep -q " oom "; ok $? "sweep: keep-all runs out of memory one step beyond ($N)"
+"$M" simulate $SW --seq "$N" --policy keep-all 2>/dev/null | grep -q "^keep-all .* oom "; ok $? "sweep: keep-all runs out of memory one step beyond ($N)"
 "$M" sweep $SW --seqs 16K,32K,64K,128K,256K --policies keep-all,full-recompute,full-swap --longest > "$T/sweep2" 2>/dev/null
 cmp -s "$T/sweep1" "$T/sweep2"; ok $? "sweep: the same inputs give byte-identical output"
 expect 0 "sweep: --csv with --quiet" -- "$M" sweep $SW --seqs 16K,32K --policies keep-all,full-recompute --csv "$T/sw.csv" --quiet
@@ -154,7 +163,7 @@ expect 2 "sweep: --trace is not a sweep option: exit 2" -- "$M" sweep --trace "$
 expect 0 "sweep: micro-batch sizes at a fixed length, with --longest" -- "$M" sweep $SW --seq 16K --batches 1,2,4,8,16 --policies keep-all,full-recompute --longest
 B=$(awk '$1 == "keep-all" && $2 ~ /^[0-9]+$/ { print $2 }' "$T/out")
 "$M" simulate $SW --seq 16K --batch "$B" --policy keep-all 2>/dev/null | tail -n 1 | grep -q " ok "; ok $? "sweep --batches: keep-all fits at the largest batch named ($B)"
-"$M" simulate $SW --seq 16K --batch $((B + 1)) --policy keep-all 2>/dev/null | tail -n 1 | grep -q " oom "; ok $? "sweep --batches: keep-all runs out of memory at one more"
+"$M" simulate $SW --seq 16K --batch $((B + 1)) --policy keep-all 2>/dev/null | grep -q "^keep-all .* oom "; ok $? "sweep --batches: keep-all runs out of memory at one more"
 expect 2 "sweep: --batch with --batches: exit 2" -- "$M" sweep $SW --batch 2 --batches 1,2
 expect 2 "sweep: --seq with --seqs: exit 2" -- "$M" sweep $SW --seq 8K --seqs 8K,16K
 expect 3 "sweep: a length the generator refuses: exit 3, the length named" -- "$M" sweep --model gpt-7b --tp 4 --cp 2 --seqs 6
@@ -305,7 +314,17 @@ expect 3 "the chunk marker set by hand to abc: exit 3" -- "$M" simulate $S --pol
 a=$(awk '$1 == "offset" { print $3; exit }' "$T/mp.plan")
 awk -v a="$a" '$1 == "offset" && n++ == 1 { $3 = a } { print }' "$T/mp.plan" > "$T/mp2.plan"
 expect 3 "a plan putting two live tensors at one offset: exit 3" -- "$M" simulate $S --plan "$T/mp2.plan"
-grep -q "mp2.plan: .*plan and trace disagree" "$T/err"; ok $? "the disagreeing plan file and the cause are named"
+grep -q "mp2.plan:[0-9]*: tensor [0-9]* \[[0-9]*,[0-9]*) overlaps tensor [0-9]* \[[0-9]*,[0-9]*) while both are live" "$T/err"; ok $? "the disagreeing plan file, its line and the cause are named"
+# offsets at which two live tensors share some bytes (not the same start): refused like the
+# memory planner's own (the second tensor starts 512 bytes into the first)
+awk '$1 == "offset" && $2 == 1 { a = $3 } $1 == "offset" && $2 == 3 { $3 = a + 512 } { print }' "$T/mp.plan" > "$T/mp3.plan"
+expect 3 "a plan with two live tensors overlapping at different offsets: exit 3" -- "$M" simulate $S --plan "$T/mp3.plan"
+l=$(grep -n "^offset 3 " "$T/mp3.plan" | cut -d: -f1)
+grep -q "mp3.plan:$l: tensor 3 \[[0-9]*,[0-9]*) overlaps tensor 1 \[[0-9]*,[0-9]*) while both are live" "$T/err"
+ok $? "the overlap names PLANFILE:LINE of the tensor's offset and both byte ranges"
+expect 0 "the unedited plan with offsets simulates" -- "$M" simulate $S --plan "$T/mp.plan"
+"$M" plan $S --policy memo -o "$T/memo.plan" 2>/dev/null
+expect 0 "a MEMO plan file passes the same check" -- "$M" simulate $S --plan "$T/memo.plan"
 # machine values outside physical sense are refused where they are read
 for kv in "lat.cuda_malloc_base_us 1e17" "link.h2d_Bps 1e-300" "gpu.peak_bf16_flops 1e30"; do
     k=${kv%% *}
@@ -380,5 +399,34 @@ for p in full-recompute full-swap full-recompute+plan; do
     expect 3 "$p on an allocator-only trace: exit 3" -- "$M" simulate --trace "$T/snap.trace" --machine h200-sxm --policy $p
     grep -q "policy $p: the trace has no skeletal activations" "$T/err"; ok $? "$p says the trace has nothing to recompute or swap"
 done
+# a layer index the format allows (2^31-1) but no layer of the trace: refused, never a crash
+gzip -dc "$T/w.trace.gz" | awk '$1 == "alloc" && $4 == "act_skel" && $5 == 0 && !done { $5 = 2147483647; done = 1 } { print }' > "$T/bigl.trace"
+sed '/^meta layers /d' "$T/bigl.trace" > "$T/bigl2.trace"
+expect 0 "a trace with a skeletal tensor in layer 2147483647 checks clean" -- "$M" trace check "$T/bigl.trace"
+for tr in bigl bigl2; do
+    for p in memo full-swap+plan; do
+        expect 3 "$p on layer 2147483647 ($tr): exit 3, not a crash" -- "$M" simulate --trace "$T/$tr.trace" --machine h200-sxm --policy $p
+        grep -q "memo: skeletal tensor [0-9]* (.*): layer 2147483647 is" "$T/err"; ok $? "$p ($tr) names the tensor and its layer"
+    done
+done
+expect 3 "plan memo on layer 2147483647: exit 3" -- "$M" plan --trace "$T/bigl.trace" --machine h200-sxm --policy memo -o "$T/bigl.plan"
+grep -q "beyond the 2 layers the trace declares" "$T/err"; ok $? "the refusal names the layers the trace declares"
+expect 3 "full-swap on layer 2147483647: exit 3" -- "$M" simulate --trace "$T/bigl.trace" --machine h200-sxm --policy full-swap
+expect 3 "compare keep-all,memo,full-swap+plan on layer 2147483647: exit 3" -- "$M" compare --trace "$T/bigl.trace" --machine h200-sxm --policies keep-all,memo,full-swap+plan --csv "$T/bigl.csv"
+grep -q "^keep-all .* ok " "$T/out" && grep -q "^memo .* error " "$T/out" && grep -q "^full-swap+plan .* error " "$T/out" &&
+    grep -q "^keep-all,.*,ok," "$T/bigl.csv" && [ "$(grep -c "^memo,.*,error,\|^full-swap+plan,.*,error," "$T/bigl.csv")" = 2 ]
+ok $? "compare keeps keep-all's row and writes the CSV with the two error rows"
+# an oom is a result: its row shows the peaks reached before the failing request, and the
+# request itself (size, tensor, stream) on the line below, as the CSV's failure column has it
+expect 0 "keep-all out of memory: a result, exit 0" -- "$M" simulate --model dims:4,1024,16,4096,50257 --seq 1M --machine h200-sxm --policy keep-all --csv "$T/oom.csv"
+grep -q "^keep-all  *caching  *oom  *-  *-  *-  *[1-9][0-9.]*  *[1-9][0-9.]* " "$T/out"; ok $? "the oom row shows the peaks reached, no iteration time"
+f=$(grep -o '"out of [^"]*"' "$T/oom.csv" | tr -d '"')
+[ -n "$f" ] && grep -q "^  oom: out of device memory allocating tensor [0-9]* '.*' of [0-9]* bytes (.*) on stream " "$T/out" && grep -qF "  oom: $f" "$T/out"
+ok $? "the line under the oom row names the failing request, as the CSV's failure column"
+# --plot DIR with --memcsv FILE: the plot's memory data is written in DIR all the same
+expect 0 "compare --plot with --memcsv" -- "$M" compare --model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm --policies keep-all,full-swap --plot "$T/pm" --memcsv "$T/pm.csv"
+[ "$(wc -l < "$T/pm/keep-all.mem.csv")" -gt 1 ] && [ "$(wc -l < "$T/pm/full-swap.mem.csv")" -gt 1 ]
+ok $? "the memory plots' data files hold the series when --memcsv is given too"
+cmp -s "$T/pm.csv" "$T/pm/full-swap.mem.csv"; ok $? "--memcsv FILE gets the series as well (the last policy's)"
 echo "1..$n"
 exit $bad
