@@ -33,6 +33,10 @@ static void tap_ok_(int cond, const char *file, int line, const char *fmt, ...)
 /* Diagnostics (ignored by the harness, kept in the log). */
 #define TAP_NOTE(...) (printf("# "), printf(__VA_ARGS__), printf("\n"))
 
+/* Skips one test, counted as skipped by the harness: "ok N # SKIP reason". */
+#define TAP_SKIP(...) (tap_count_++, printf("ok %d # SKIP ", tap_count_), printf(__VA_ARGS__), \
+                       printf("\n"))
+
 /* Skips the whole program: "1..0 # SKIP reason". */
 #define TAP_SKIP_ALL(reason) do { printf("1..0 # SKIP %s\n", reason); return 0; } while (0)
 

@@ -5,8 +5,8 @@
 # instances, and the compiler traces with a 0.5 % gap target.
 #
 # usage: experiments/dsa/run.sh [BENCH_DIR]
-#   BENCH_DIR   folder with the instance CSVs (default $MEMSIM_DSA_DIR, else the shared/
-#               benchmarks/dsa folder beside or inside the checkout)
+#   BENCH_DIR   folder with the instance CSVs (default $MEMSIM_DSA_DIR, else
+#               experiments/dsa/instances, the public instances kept in the repository)
 #   MEMSIM      the memsim binary (default: memsim on PATH; e.g. MEMSIM=./sim/memsim)
 #   TIME_LIMIT  --time-limit of the minimize and capacity runs (default 10)
 # Prints Markdown on stdout. memsim's exit status 1 (an instance does not fit or is
@@ -16,7 +16,7 @@ MEMSIM=${MEMSIM:-memsim}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 DIR=${1:-${MEMSIM_DSA_DIR:-}}
 if [ -z "$DIR" ]; then
-    for d in "$root/../shared/benchmarks/dsa" "$root/shared/benchmarks/dsa"; do
+    for d in "$root/experiments/dsa/instances"; do
         [ -d "$d" ] && { DIR=$d; break; }
     done
 fi
