@@ -47,6 +47,10 @@ static void test_realworld_counts(void)
         {"qwen2.5-0.5b", 494032768ull},  {"qwen2.5-1.5b", 1543714304ull},
         {"mistral-7b", 7248023552ull},   {"mixtral-mini", 1525318656ull},
         {"qwen2-moe-mini", 880813056ull},
+        /* the other configs the H200 runs recorded (the JSON results in experiments/realworld/h200) */
+        {"gpt2-large", 783205120ull},    {"llama-tiny-2l", 38308352ull},
+        {"llama3-8b-8l", 2795573248ull}, {"mistral-7b-4l", 1140887552ull},
+        {"mixtral-mini-4l", 430482432ull}, {"qwen2-moe-mini-4l", 501048320ull},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         model_t m;
