@@ -1,14 +1,16 @@
-/* fuzz_readers.c — a deterministic mutational fuzzer for the trace, machine-profile and plan
- * readers. It writes one valid seed file of each kind, then applies seeded random byte flips,
- * truncations, insertions and line duplications/deletions (sometimes gzip-compressing the
- * result, sometimes corrupting the compressed bytes) and runs every reader on it. It checks
- * that nothing crashes, that every failure comes with a "FILE:..." message, that whatever loads
- * round-trips byte-identically, and that trace_load, trace_check_file and trace_stats_file agree.
+/* fuzz_readers.c — a deterministic mutational fuzzer for the trace, machine-profile, plan,
+ * snapshot, DSA and config.json readers. It writes one valid seed file of each kind, then
+ * applies seeded random byte flips, truncations, insertions and line duplications/deletions
+ * (sometimes gzip-compressing the result, sometimes corrupting the compressed bytes) and runs
+ * every reader on it. It checks that nothing crashes, that every failure comes with a
+ * "FILE:..." message, that whatever loads round-trips byte-identically (a config.json: has a
+ * parameter count), and that trace_load, trace_check_file and trace_stats_file agree.
  * Usage: fuzz_readers [ITERATIONS_PER_READER [SEED]]  (defaults 3000 and 1). Run by make check. */
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
 #include "planners/dsa.h"
 #include "planners/plan.h"
+#include "traces/hfconfig.h"
 #include "traces/import_pytorch.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
@@ -474,6 +476,33 @@ static void run_dsa(const char *path, size_t it, tally *t)
     dsa_instance_free(in);
 }
 
+/* The config.json reader: a rejection names the file; an accepted mutant has a count. */
+static void run_hfconfig(const char *path, size_t it, tally *t)
+{
+    ms_error err;
+    model_t m;
+    if (hfc_load(path, &m, &err) != MS_OK) {
+        t->rejected++;
+        if (!names_file(&err, path)) { t->bad_msg++; report_bad("hfc_load", it, &err); }
+        return;
+    }
+    t->accepted++;
+    if (model_params(&m) == 0 || model_param_tensors(&m, NULL) == 0) t->bad_roundtrip++;
+}
+
+static void seed_hfconfig(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fputs("{\"model_type\": \"qwen2_moe\", \"num_hidden_layers\": 4, \"hidden_size\": 256,\n"
+          " \"intermediate_size\": 1024, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,\n"
+          " \"vocab_size\": 1000, \"num_experts\": 8, \"num_experts_per_tok\": 2,\n"
+          " \"moe_intermediate_size\": 128, \"shared_expert_intermediate_size\": 512,\n"
+          " \"decoder_sparse_step\": 2, \"mlp_only_layers\": [], \"tie_word_embeddings\": false}\n",
+          f);
+    fclose(f);
+}
+
 static void seed_snapshot(const char *path)
 {
     FILE *f = fopen(path, "w");
@@ -543,10 +572,13 @@ int main(int argc, char **argv)
     seed_dsa(tpath("seed.csv"));
     fuzz("pytorch snapshot", "seed.json", "case.json", iters, run_snapshot, 0);
     fuzz("dsa csv", "seed.csv", "case.csv", iters, run_dsa, 0);
+    seed_hfconfig(tpath("seed.config.json"));
+    fuzz("config.json", "seed.config.json", "case.config.json", iters, run_hfconfig, 0);
     const char *files[] = {"seed.trace", "seed.machine", "seed.plan", "case.trace",
                            "case.machine", "case.plan", "rt1.trace", "rt2.trace",
                            "rt1.machine", "rt2.machine", "rt1.plan", "rt2.plan",
-                           "seed.json", "case.json", "seed.csv", "case.csv"};
+                           "seed.json", "case.json", "seed.csv", "case.csv",
+                           "seed.config.json", "case.config.json"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) remove(tpath(files[i]));
     if (rmdir(tmpdir) != 0) TAP_NOTE("could not remove %s", tmpdir);
     return tap_done();
