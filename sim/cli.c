@@ -13,7 +13,8 @@ enum {
     O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
     O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN,
-    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP, O_BREAKDOWN
+    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP, O_BREAKDOWN,
+    O_MODEL_CONFIG, O_FRAMEWORK, O_PRECISION
 };
 
 /* An option is offered to a command whose groups include `group` (0: every command) and none
@@ -25,13 +26,16 @@ static const struct {
     unsigned not_with;
 } table[] = {
     {{"model", required_argument, 0, O_MODEL}, CLI_WORKLOAD, "NAME   model from `memsim list` (default gpt-7b)", 0},
-    {{"dims", required_argument, 0, O_DIMS}, CLI_WORKLOAD, "L,H,A,F,V   explicit layers, hidden, heads, ffn, vocab", 0},
+    {{"model-config", required_argument, 0, O_MODEL_CONFIG}, CLI_WORKLOAD, "FILE   the model of a Hugging Face config.json (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt2, gpt_neox, opt, bert; docs/GENERATOR.md)", 0},
+    {{"dims", required_argument, 0, O_DIMS}, CLI_WORKLOAD, "L,H,A,F,V   a GPT decoder of these layers, hidden, heads, ffn, vocab: LayerNorm, GeLU MLP (f = F), biases, full multi-head attention, rotary positions, tied embeddings; LLaMA-style (RMSNorm, SwiGLU, GQA) or MoE models: --model-config", 0},
     {{"seq", required_argument, 0, O_SEQ}, CLI_WORKLOAD, "N   sequence length (64K, 1M accepted; default: the model's)", 0},
     {{"batch", required_argument, 0, O_BATCH}, CLI_WORKLOAD, "N   micro-batch size (default 1)", 0},
     {{"tp", required_argument, 0, O_TP}, CLI_WORKLOAD, "N   tensor-parallel degree (with sequence parallelism)", 0},
     {{"cp", required_argument, 0, O_CP}, CLI_WORKLOAD, "N   context-parallel degree", 0},
     {{"dp", required_argument, 0, O_DP}, CLI_WORKLOAD, "N   data-parallel degree", 0},
     {{"iters", required_argument, 0, O_ITERS}, CLI_WORKLOAD, "N   iterations to generate (default 2; the last is reported)", 0},
+    {{"framework", required_argument, 0, O_FRAMEWORK}, CLI_WORKLOAD, "NAME   generic | megatron | hf: the training framework whose program is generated (as --gen framework=NAME)", 0},
+    {{"precision", required_argument, 0, O_PRECISION}, CLI_WORKLOAD, "P   amp | bf16 | fp32: the training precision (as --gen precision=P)", 0},
     {{"gen", required_argument, 0, O_GEN}, CLI_WORKLOAD, "KEY=VALUE   a generator knob (repeatable), e.g. framework=megatron (docs/GENERATOR.md)", 0},
     {{"trace", required_argument, 0, O_TRACE}, CLI_WORKLOAD, "FILE   use this workload trace instead of generating one", CLI_SWEEP},
     {{"machine", required_argument, 0, O_MACHINE}, CLI_MACHINE, "NAME|FILE   machine profile (default a800-8gpu)", 0},
@@ -158,6 +162,27 @@ static int add_gen_knob(const char *cmd, char *v, cli_args *a)
     return 0;
 }
 
+/* --framework / --precision: a checked value, passed on as the generator knob it names. */
+static int add_named_gen_knob(const char *cmd, const char *key, const char *v,
+                              const char *const *accepted, const char *list, cli_args *a)
+{
+    size_t i = 0;
+    while (accepted[i] && strcmp(accepted[i], v)) i++;
+    if (!accepted[i]) {
+        char why[96];
+        snprintf(why, sizeof why, "expected one of %s", list);
+        return bad(cmd, key, v, why);
+    }
+    if (a->w.n_gen_knobs == PIPE_MAX_KNOBS) return bad(cmd, key, v, "too many generator knobs");
+    a->w.gen_knobs[a->w.n_gen_knobs].key = key;
+    a->w.gen_knobs[a->w.n_gen_knobs].value = v;
+    a->w.n_gen_knobs++;
+    return 0;
+}
+
+static const char *const FRAMEWORKS[] = {"generic", "megatron", "hf", NULL};
+static const char *const PRECISIONS[] = {"amp", "bf16", "fp32", NULL};
+
 static int parse_bytes_opt(const char *cmd, const char *opt, const char *v, uint64_t *out)
 {
     if (!strcmp(v, "unlimited")) {
@@ -178,6 +203,16 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
         snprintf(a->dims_model, sizeof a->dims_model, "dims:%s", v);
         a->w.model = a->dims_model;
         return 0;
+    case O_MODEL_CONFIG:
+        if (snprintf(a->config_model, sizeof a->config_model, "config:%s", v) >=
+            (int)sizeof a->config_model)
+            return bad(cmd, "model-config", v, "the path is too long");
+        a->w.model = a->config_model;
+        return 0;
+    case O_FRAMEWORK:
+        return add_named_gen_knob(cmd, "framework", v, FRAMEWORKS, "generic, megatron, hf", a);
+    case O_PRECISION:
+        return add_named_gen_knob(cmd, "precision", v, PRECISIONS, "amp, bf16, fp32", a);
     case O_SEQ:
         if (!ms_parse_count(v, &x) || x == 0) return bad(cmd, "seq", v, "expected a positive count");
         a->w.seq = x;

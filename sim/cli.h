@@ -11,7 +11,8 @@
 
 /* Which option groups a command accepts. */
 enum {
-    CLI_WORKLOAD = 1 << 0,  /* --model --dims --seq --batch --tp --cp --dp --iters --trace */
+    CLI_WORKLOAD = 1 << 0,  /* --model --model-config --dims --seq --batch --tp --cp --dp --iters
+                               --framework --precision --gen --trace */
     CLI_MACHINE = 1 << 1,   /* --machine */
     CLI_POLICY = 1 << 2,    /* --policy --plan --allocator --alpha --knob and allocator knobs */
     CLI_POLICIES = 1 << 3,  /* --policies A,B,C */
@@ -28,6 +29,7 @@ typedef struct cli_args {
     const char *machine;
     pipe_policy pol;
     char dims_model[96];
+    char config_model[1100];  /* "config:" + the --model-config path */
     const char *policies[CLI_MAX_POLICIES];
     size_t n_policies;
     char policies_buf[512];

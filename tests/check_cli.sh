@@ -371,5 +371,43 @@ for p in full-recompute full-swap full-recompute+plan; do
     expect 3 "$p on an allocator-only trace: exit 3" -- "$M" simulate --trace "$T/snap.trace" --machine h200-sxm --policy $p
     grep -q "policy $p: the trace has no skeletal activations" "$T/err"; ok $? "$p says the trace has nothing to recompute or swap"
 done
+# Hugging Face config.json (--model-config): the model it describes, refusals as exit 3 with
+# no output file; --framework / --precision checked, then passed on as generator knobs
+cat > "$T/llama2.json" <<'EOF'
+{"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+ "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+ "vocab_size": 32000, "max_position_embeddings": 4096, "hidden_act": "silu",
+ "rms_norm_eps": 1e-05, "tie_word_embeddings": false, "attention_bias": false}
+EOF
+H="--seq 1K --machine h200-sxm --policy keep-all"
+expect 0 "simulate --model-config a llama config.json" -- "$M" simulate --model-config "$T/llama2.json" $H --csv "$T/hf1.csv"
+expect 0 "simulate the registry's llama2-7b" -- "$M" simulate --model llama2-7b $H --framework generic --csv "$T/hf2.csv"
+cut -d, -f3 --complement "$T/hf1.csv" > "$T/hf1.cut"; cut -d, -f3 --complement "$T/hf2.csv" > "$T/hf2.cut"
+grep -q "^keep-all,caching,llama2,h200-sxm," "$T/hf1.csv" && cmp -s "$T/hf1.cut" "$T/hf2.cut"
+ok $? "the config.json and the registry row simulate alike (the model named after the file)"
+expect 0 "simulate --model-config of an experiments/realworld MoE config" -- "$M" simulate --model-config "${srcdir:-.}/experiments/realworld/configs/mixtral-tiny-2l.json" $H
+printf '{"model_type": "llama",\n  "hidden_size": 64 64}\n' > "$T/notjson.json"
+expect 3 "a config.json that is not JSON: exit 3" -- "$M" simulate --model-config "$T/notjson.json" $H --csv "$T/hfbad.csv"
+grep -q "notjson.json:2: not JSON" "$T/err" && [ ! -e "$T/hfbad.csv" ]
+ok $? "FILE:LINE named, no CSV written"
+printf '{"model_type": "llama", "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100, "num_attention_heads": 2}\n' > "$T/nohidden.json"
+expect 3 "a config.json without hidden_size: exit 3" -- "$M" simulate --model-config "$T/nohidden.json" $H --csv "$T/hfbad.csv"
+grep -q "nohidden.json: hidden_size: missing" "$T/err" && [ ! -e "$T/hfbad.csv" ]
+ok $? "FILE: field: problem, no CSV written"
+printf '{"model_type": "falcon"}\n' > "$T/falcon.json"
+expect 3 "an unsupported model_type: exit 3" -- "$M" trace gen --model-config "$T/falcon.json" -o "$T/falcon.trace"
+grep -q "falcon.json: model_type: 'falcon' is not supported" "$T/err" && [ ! -e "$T/falcon.trace" ]
+ok $? "the model_type named, no trace written"
+expect 3 "--model config:FILE is the same route" -- "$M" simulate --model "config:$T/falcon.json" $H
+expect 4 "a missing config.json: exit 4" -- "$M" simulate --model-config "$T/none.json" $H
+expect 2 "--framework nonsense: exit 2" -- "$M" simulate --framework deepspeed $H
+grep -q -- "--framework 'deepspeed': expected one of generic, megatron, hf" "$T/err"; ok $? "the accepted frameworks are listed"
+expect 2 "--precision nonsense: exit 2" -- "$M" simulate --precision fp16 $H
+grep -q -- "--precision 'fp16': expected one of amp, bf16, fp32" "$T/err"; ok $? "the accepted precisions are listed"
+D="--model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm --policy keep-all"
+expect 0 "--framework megatron" -- "$M" simulate $D --framework megatron --csv "$T/fw1.csv"
+cp "$T/out" "$T/fw1.out"
+expect 0 "--gen framework=megatron" -- "$M" simulate $D --gen framework=megatron --csv "$T/fw2.csv"
+cmp -s "$T/fw1.csv" "$T/fw2.csv" && cmp -s "$T/fw1.out" "$T/out"; ok $? "--framework megatron is --gen framework=megatron"
 echo "1..$n"
 exit $bad

@@ -5,6 +5,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "traces/models.h"
 
+#include "traces/hfconfig.h"
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,16 @@ static const char SRC_TXL[] =
     "recomputation (4096 does not); 64-wide heads, ffn 4h and ReLU as in Dai et al. (ACL 2019); "
     "relative positions approximated by rotary ones (no position table), adaptive "
     "embedding/softmax by a full tied vocabulary, pre-norm";
+
+/* Public checkpoints as their Hugging Face config.json gives them (traces/hfconfig.c reads the
+ * same file into the same fields): RMSNorm, SwiGLU (silu), rotary, no biases; default
+ * sequence the context up to 4096. The row's closing brace is left to the row, so that a
+ * mixture-of-experts row adds its expert fields. */
+#define HFD(nm, fam, L, H, F, A, KV, V, QKVB, D, S)                                        \
+    { .name = nm, .family = fam, .layers = L, .hidden = H, .ffn_hidden = F, .heads = A,     \
+      .kv_heads = KV, .vocab = V, .default_seq = 4096, .norm = MODEL_NORM_RMS,             \
+      .mlp = MODEL_MLP_SWIGLU, .pos = MODEL_POS_ROTARY, .qkv_bias = QKVB,                  \
+      .act = MODEL_ACT_SILU, .desc = D, .source = S
 
 static const model_t REGISTRY[] = {
     /* MEMO Table 2: 7B..65B GPT models for long-context training. */
@@ -136,6 +148,37 @@ static const model_t REGISTRY[] = {
       .type_vocab = 1, .norm = LN, .mlp = GELU, .pos = LEARNED, .tied_embeddings = 1,
       .has_bias = 1, .is_encoder = 1, .desc = "RoBERTa base (125M, encoder); MemFerry",
       .source = "MemFerry Sec. 5; public roberta-base config (514 positions: offset 2)" },
+    /* Public decoders (their config.json files; untied embeddings). */
+    HFD("llama2-7b", "llama", 32, 4096, 11008, 32, 32, 32000, 0, "LLaMA-2 7B",
+        "meta-llama/Llama-2-7b-hf config.json") },
+    HFD("llama2-13b", "llama", 40, 5120, 13824, 40, 40, 32000, 0, "LLaMA-2 13B",
+        "meta-llama/Llama-2-13b-hf config.json") },
+    HFD("llama2-70b", "llama", 80, 8192, 28672, 64, 8, 32000, 0, "LLaMA-2 70B (GQA 8 kv heads)",
+        "meta-llama/Llama-2-70b-hf config.json") },
+    HFD("llama3-8b", "llama", 32, 4096, 14336, 32, 8, 128256, 0, "LLaMA-3 8B (GQA 8 kv heads)",
+        "meta-llama/Meta-Llama-3-8B config.json (context 8192)") },
+    HFD("llama3-70b", "llama", 80, 8192, 28672, 64, 8, 128256, 0,
+        "LLaMA-3 70B (GQA 8 kv heads)", "meta-llama/Meta-Llama-3-70B config.json") },
+    HFD("mistral-7b-v0.3", "mistral", 32, 4096, 14336, 32, 8, 32768, 0,
+        "Mistral 7B v0.3 (GQA 8 kv heads, no sliding window)",
+        "mistralai/Mistral-7B-v0.3 config.json (head_dim 128, sliding_window null; v0.1's "
+        "4096-token window is not modelled, hence this version)") },
+    HFD("mixtral-8x7b", "mixtral", 32, 4096, 14336, 32, 8, 32000, 0,
+        "Mixtral 8x7B (MoE 8 experts, top-2)",
+        "mistralai/Mixtral-8x7B-v0.1 config.json (sliding_window null)"),
+        .n_experts = 8, .experts_per_tok = 2, .expert_ffn = 14336, .moe_every = 1,
+        .norm_topk = 1 },
+    HFD("qwen2.5-7b", "qwen2", 28, 3584, 18944, 28, 4, 152064, 1,
+        "Qwen2.5 7B (GQA 4 kv heads, q/k/v biases)",
+        "Qwen/Qwen2.5-7B config.json (use_sliding_window false)") },
+    HFD("qwen2.5-72b", "qwen2", 80, 8192, 29568, 64, 8, 152064, 1,
+        "Qwen2.5 72B (GQA 8 kv heads, q/k/v biases)",
+        "Qwen/Qwen2.5-72B config.json (use_sliding_window false)") },
+    HFD("qwen1.5-moe-a2.7b", "qwen2_moe", 24, 2048, 5632, 16, 16, 151936, 1,
+        "Qwen1.5-MoE-A2.7B (60 experts, top-4, shared expert)",
+        "Qwen/Qwen1.5-MoE-A2.7B config.json (context 8192, use_sliding_window false)"),
+        .n_experts = 60, .experts_per_tok = 4, .expert_ffn = 1408, .shared_ffn = 5632,
+        .shared_gate = 1, .moe_every = 1, .norm_topk = 0 },
 };
 
 #define NREG (sizeof REGISTRY / sizeof REGISTRY[0])
@@ -210,16 +253,22 @@ ms_status model_lookup(const char *name, model_t *out, ms_error *err)
 {
     if (!name || !*name) return ms_fail(err, MS_ERR_INVALID, "empty model name");
     if (strncmp(name, "dims:", 5) == 0) return parse_dims(name + 5, out, err);
+    if (strncmp(name, "config:", 7) == 0) return hfc_load(name + 7, out, err);
     const model_t *m = model_find(name);
     if (!m)
         return ms_fail(err, MS_ERR_NOTFOUND,
-                       "unknown model '%s' (`memsim list` shows the registered models, or "
-                       "give dims:LAYERS,HIDDEN,HEADS,FFN,VOCAB)", name);
+                       "unknown model '%s' (`memsim list` shows the registered models; or "
+                       "give config:CONFIG.JSON or dims:LAYERS,HIDDEN,HEADS,FFN,VOCAB)", name);
     *out = *m;
     return MS_OK;
 }
 
-uint64_t model_head_dim(const model_t *m) { return m->hidden / m->heads; }
+uint64_t model_head_dim(const model_t *m)
+{
+    return m->head_dim ? m->head_dim : m->hidden / m->heads;
+}
+
+uint64_t model_q_width(const model_t *m) { return m->heads * model_head_dim(m); }
 
 uint64_t model_kv_width(const model_t *m) { return m->kv_heads * model_head_dim(m); }
 
@@ -228,20 +277,71 @@ uint64_t model_fc1_width(const model_t *m)
     return m->mlp == MODEL_MLP_SWIGLU ? 2 * m->ffn_hidden : m->ffn_hidden;
 }
 
+/* Qwen3 normalizes each head's query and key (q_norm, k_norm: RMSNorm of head_dim). */
+int model_has_qk_norm(const model_t *m) { return !strcmp(m->family, "qwen3"); }
+
+static uint64_t moe_every(const model_t *m) { return m->moe_every > 1 ? (uint64_t)m->moe_every : 1; }
+
+/* Hugging Face's rule (Qwen2-MoE's decoder_sparse_step): layer i is sparse when
+ * (i + 1) % step == 0. */
+int model_layer_is_moe(const model_t *m, uint64_t layer)
+{
+    return m->n_experts && (layer + 1) % moe_every(m) == 0;
+}
+
+uint64_t model_moe_layers(const model_t *m)
+{
+    return m->n_experts ? m->layers / moe_every(m) : 0;
+}
+
 static uint64_t norm_params(const model_t *m)
 {
     return m->norm == MODEL_NORM_LAYER ? 2 * m->hidden : m->hidden;
 }
 
-/* qkv + projection + MLP + two norms (+ biases). */
-uint64_t model_layer_params(const model_t *m)
+/* q, k, v, o projections (+ biases: all four with has_bias, q k v with qkv_bias) and
+ * Qwen3's per-head q/k norms. */
+static uint64_t attn_params(const model_t *m)
 {
-    uint64_t h = m->hidden, f = m->ffn_hidden, f1 = model_fc1_width(m);
-    uint64_t qkv_out = h + 2 * model_kv_width(m);
-    uint64_t p = h * qkv_out + h * h + h * f1 + f * h + 2 * norm_params(m);
-    if (m->has_bias) p += qkv_out + h + f1 + h;
+    uint64_t h = m->hidden, q = model_q_width(m), kv = model_kv_width(m);
+    uint64_t p = h * (q + 2 * kv) + q * h;
+    if (m->has_bias) p += q + 2 * kv + h;
+    else if (m->qkv_bias) p += q + 2 * kv;
+    if (model_has_qk_norm(m)) p += 2 * model_head_dim(m);
     return p;
 }
+
+/* One MLP of inner width f in the model's kind (swiglu: gate and up, then down). */
+static uint64_t mlp_params(const model_t *m, uint64_t f)
+{
+    uint64_t h = m->hidden, f1 = m->mlp == MODEL_MLP_SWIGLU ? 2 * f : f;
+    uint64_t p = h * f1 + f * h;
+    if (m->has_bias) p += f1 + h;
+    return p;
+}
+
+/* Router h x E (no bias), E experts, the shared expert and its h x 1 gate. */
+static uint64_t moe_params(const model_t *m)
+{
+    uint64_t p = m->hidden * m->n_experts + m->n_experts * mlp_params(m, m->expert_ffn);
+    if (m->shared_ffn) p += mlp_params(m, m->shared_ffn);
+    if (m->shared_gate) p += m->hidden;
+    return p;
+}
+
+/* attention + MLP (or experts) + two norms. */
+static uint64_t layer_params(const model_t *m, int moe)
+{
+    uint64_t mlp = moe ? moe_params(m) : mlp_params(m, m->ffn_hidden);
+    return attn_params(m) + mlp + 2 * norm_params(m);
+}
+
+uint64_t model_layer_params_at(const model_t *m, uint64_t layer)
+{
+    return layer_params(m, model_layer_is_moe(m, layer));
+}
+
+uint64_t model_layer_params(const model_t *m) { return layer_params(m, model_moe_layers(m) > 0); }
 
 uint64_t model_embed_params(const model_t *m)
 {
@@ -261,25 +361,52 @@ uint64_t model_head_params(const model_t *m)
 
 uint64_t model_params(const model_t *m)
 {
-    return m->layers * model_layer_params(m) + model_embed_params(m) + model_head_params(m);
+    uint64_t sparse = model_moe_layers(m), dense = m->layers - sparse;
+    return dense * layer_params(m, 0) + sparse * layer_params(m, 1) + model_embed_params(m) +
+           model_head_params(m);
+}
+
+/* A mixture-of-experts layer as transformers 5 registers it: q, k, v, o (+ Qwen2's q, k, v
+ * biases, Qwen3's q/k norms), the router's weight, the experts fused into two 3-D tensors
+ * (gate_up_proj, down_proj; one fc1 and one fc2 for ungated experts), the shared expert's
+ * three projections and its gate. */
+static uint64_t moe_layer_tensors(const model_t *m, uint64_t norm, uint64_t b)
+{
+    uint64_t t = 4 * b + (m->qkv_bias && !m->has_bias ? 3 : 0) + 2 * model_has_qk_norm(m);
+    t += 1 + 2;
+    if (m->shared_ffn) t += (m->mlp == MODEL_MLP_SWIGLU ? 3 : 2) * b;
+    return t + (uint64_t)m->shared_gate + 2 * norm;
 }
 
 /* Per layer: the Hugging Face layouts MemFerry's models use (BertForMaskedLM and
  * RobertaForMaskedLM: separate query, key, value; GPT2LMHeadModel: one c_attn;
- * TransfoXLLMHeadModel: qkv_net, o_net, r_net without biases, a two-layer CoreNet), else
- * separate q, k, v, o and MLP projections (LLaMA, OPT, Mistral). */
-static uint64_t layer_tensors(const model_t *m, int gpt2, int txl)
+ * TransfoXLLMHeadModel: qkv_net, o_net, r_net without biases, a two-layer CoreNet), GPT-NeoX
+ * read from a config.json (one query_key_value), else separate q, k, v, o and MLP
+ * projections (LLaMA, OPT, Mistral, Qwen2 with its q, k, v biases, Qwen3 with q/k norms). */
+static uint64_t layer_tensors(const model_t *m, int fused_qkv, int txl, int moe)
 {
     uint64_t norm = m->norm == MODEL_NORM_LAYER ? 2 : 1, b = m->has_bias ? 2 : 1;
     if (txl) return 3 + 2 * norm + 2 * b;
-    uint64_t linears = gpt2 ? 4 : m->mlp == MODEL_MLP_SWIGLU ? 7 : 6;
-    return linears * b + 2 * norm;
+    if (moe) return moe_layer_tensors(m, norm, b);
+    uint64_t linears = fused_qkv ? 4 : m->mlp == MODEL_MLP_SWIGLU ? 7 : 6;
+    uint64_t extra = (m->qkv_bias && !m->has_bias ? 3 : 0) + 2 * (uint64_t)model_has_qk_norm(m);
+    return linears * b + 2 * norm + extra;
+}
+
+/* The older registry rows carry no family: GPT-2's layout is told by the name. */
+static int fused_qkv_layout(const model_t *m)
+{
+    if (m->family[0]) return !strcmp(m->family, "gpt2") || !strcmp(m->family, "gpt_neox");
+    return !strncmp(m->name, "gpt2", 4);
 }
 
 uint64_t model_param_tensors(const model_t *m, uint64_t *per_layer)
 {
-    int gpt2 = !strncmp(m->name, "gpt2", 4), txl = !strncmp(m->name, "transformerxl", 13);
-    uint64_t norm = m->norm == MODEL_NORM_LAYER ? 2 : 1, pl = layer_tensors(m, gpt2, txl);
+    int fused = fused_qkv_layout(m);
+    int txl = !m->family[0] && !strncmp(m->name, "transformerxl", 13);
+    uint64_t sparse = model_moe_layers(m), dense = m->layers - sparse;
+    uint64_t norm = m->norm == MODEL_NORM_LAYER ? 2 : 1;
+    uint64_t pl = layer_tensors(m, fused, txl, sparse > 0);
     uint64_t other;
     if (txl) other = 4;  /* r_w_bias, r_r_bias, the word embedding, the softmax's bias */
     else if (m->is_encoder) /* word, position, type embeddings and their norm; the MLM head's
@@ -287,7 +414,7 @@ uint64_t model_param_tensors(const model_t *m, uint64_t *per_layer)
         other = 1 + (m->pos_rows > 0) + (m->type_vocab > 0) + norm + 2 + norm + 1;
     else other = 1 + (m->pos_rows > 0) + norm + !m->tied_embeddings;
     if (per_layer) *per_layer = pl;
-    return m->layers * pl + other;
+    return sparse * pl + dense * layer_tensors(m, fused, txl, 0) + other;
 }
 
 const char *model_norm_name(model_norm n) { return n == MODEL_NORM_RMS ? "rmsnorm" : "layernorm"; }
@@ -303,15 +430,30 @@ const char *model_mlp_name(model_mlp k)
 
 const char *model_pos_name(model_pos p) { return p == MODEL_POS_ROTARY ? "rotary" : "learned"; }
 
+/* "RMS SwiGLU GQA MoE 60 x top-4 +shared": norm, MLP, attention and experts at a glance. */
+static void shape_str(const model_t *m, char *buf, size_t n)
+{
+    const char *mlp = m->mlp == MODEL_MLP_SWIGLU ? "SwiGLU" : m->mlp == MODEL_MLP_RELU ? "ReLU"
+                                                                                       : "GeLU";
+    const char *attn = m->kv_heads == m->heads ? "MHA" : m->kv_heads == 1 ? "MQA" : "GQA";
+    int k = snprintf(buf, n, "%s %s %s%s", m->norm == MODEL_NORM_RMS ? "RMS" : "LN", mlp, attn,
+                     m->is_encoder ? " enc" : "");
+    if (m->n_experts && k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, " MoE %" PRIu64 " x top-%" PRIu64 "%s", m->n_experts,
+                 m->experts_per_tok, m->shared_ffn ? " +shared" : "");
+}
+
 void model_list(FILE *fp)
 {
-    fprintf(fp, "%-14s %6s %6s %6s %5s %4s %6s %9s  %s\n", "model", "layers", "hidden", "ffn",
-            "heads", "kv", "vocab", "params", "description [source]");
+    fprintf(fp, "%-18s %6s %6s %6s %5s %4s %6s %9s  %-37s %s\n", "model", "layers", "hidden",
+            "ffn", "heads", "kv", "vocab", "params", "shape", "description [source]");
     for (size_t i = 0; i < NREG; i++) {
         const model_t *m = &REGISTRY[i];
-        fprintf(fp, "%-14s %6" PRIu64 " %6" PRIu64 " %6" PRIu64 " %5" PRIu64 " %4" PRIu64
-                " %6" PRIu64 " %8.2fB  %s [%s]\n", m->name, m->layers, m->hidden,
-                m->ffn_hidden, m->heads, m->kv_heads, m->vocab, model_params(m) / 1e9, m->desc,
-                m->source);
+        char shape[64];
+        shape_str(m, shape, sizeof shape);
+        fprintf(fp, "%-18s %6" PRIu64 " %6" PRIu64 " %6" PRIu64 " %5" PRIu64 " %4" PRIu64
+                " %6" PRIu64 " %8.2fB  %-37s %s [%s]\n", m->name, m->layers, m->hidden,
+                m->ffn_hidden, m->heads, m->kv_heads, m->vocab, model_params(m) / 1e9, shape,
+                m->desc, m->source);
     }
 }

@@ -21,8 +21,9 @@ typedef enum model_act {
 /* learned: a position table of pos_rows x hidden parameters; rotary: no parameters. */
 typedef enum model_pos { MODEL_POS_LEARNED = 0, MODEL_POS_ROTARY } model_pos;
 
-/* Plain data. head_dim = hidden / heads; the query width is hidden and the key/value width
- * is kv_heads * head_dim (grouped-query attention when kv_heads < heads). */
+/* Plain data. The head dimension d is head_dim, or hidden / heads when head_dim is 0; the
+ * query width is heads * d (hidden unless head_dim says otherwise) and the key/value width
+ * kv_heads * d (grouped-query attention when kv_heads < heads). */
 typedef struct model {
     char name[MODEL_NAME_MAX];
     uint64_t layers;
@@ -74,8 +75,9 @@ const model_t *model_at(size_t i);
 /* NULL if no model has that name (case-sensitive). */
 const model_t *model_find(const char *name);
 
-/* Looks up NAME in the registry, or builds a model from "dims:L,H,A,F,V" (layers, hidden,
- * heads, ffn hidden, vocab). Unknown names: MS_ERR_NOTFOUND with a message. */
+/* Looks up NAME in the registry, builds a model from "dims:L,H,A,F,V" (layers, hidden,
+ * heads, ffn hidden, vocab), or reads "config:PATH", a Hugging Face config.json
+ * (traces/hfconfig.h: its errors). Unknown names: MS_ERR_NOTFOUND with a message. */
 ms_status model_lookup(const char *name, model_t *out, ms_error *err);
 
 /* A GPT-style decoder with explicit dimensions: LayerNorm, GeLU MLP, biases, rotary
@@ -84,8 +86,10 @@ ms_status model_lookup(const char *name, model_t *out, ms_error *err);
 ms_status model_from_dims(uint64_t layers, uint64_t hidden, uint64_t heads, uint64_t ffn,
                           uint64_t vocab, model_t *out, ms_error *err);
 
-/* Parameter counts (formula in docs/GENERATOR.md). */
-uint64_t model_layer_params(const model_t *m);  /* one transformer layer */
+/* Parameter counts as Hugging Face counts them (formula in docs/GENERATOR.md). */
+uint64_t model_layer_params(const model_t *m);  /* one transformer layer (a mixture-of-
+                                                   experts one if the model has any) */
+uint64_t model_layer_params_at(const model_t *m, uint64_t layer); /* layer 0..layers-1 */
 uint64_t model_embed_params(const model_t *m);  /* token (+ position, type) embeddings
                                                    (+ embedding norm for encoders) */
 uint64_t model_head_params(const model_t *m);   /* final norm (decoders), untied LM head,
@@ -97,8 +101,15 @@ uint64_t model_params(const model_t *m);        /* total */
  * biases and norm parameters into fewer tensors, so its trace has fewer. Layouts in
  * docs/GENERATOR.md. */
 uint64_t model_param_tensors(const model_t *m, uint64_t *per_layer);
-uint64_t model_head_dim(const model_t *m);
+uint64_t model_head_dim(const model_t *m);      /* head_dim, or hidden / heads */
+uint64_t model_q_width(const model_t *m);       /* heads * head_dim */
 uint64_t model_kv_width(const model_t *m);      /* kv_heads * head_dim */
+/* Per-head RMSNorm of queries and keys (q_norm, k_norm of head_dim; Qwen3). */
+int model_has_qk_norm(const model_t *m);
+/* Whether layer i (0-based) is a mixture-of-experts layer: n_experts > 0 and
+ * (i + 1) % moe_every == 0 (Hugging Face's decoder_sparse_step rule); and how many are. */
+int model_layer_is_moe(const model_t *m, uint64_t layer);
+uint64_t model_moe_layers(const model_t *m);
 uint64_t model_fc1_width(const model_t *m);     /* f, or 2f for swiglu */
 
 const char *model_norm_name(model_norm n);
