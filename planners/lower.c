@@ -86,6 +86,8 @@ typedef struct lw_layer {
     size_t fwd_begin, fwd_end;
     idx_list cand;           /* tensors (index into lw.ts) with a recompute/swap decision */
     idx_list drop, swap;     /* decided at the end of the forward */
+    idx_list held;           /* kept tensors of this layer the trace freed during its forward
+                                while the plan recomputes in it: held to its backward */
     uint32_t e2, e4;         /* offload done, prefetch done */
     int prefetched, waited;
 } lw_layer;
@@ -417,10 +419,10 @@ static void reset_layers(lw *w)
     for (size_t i = 0; i < w->n_layers; i++) {
         lw_layer *L = &w->layers[i];
         w->rep.ignored += L->cand.n;
-        idx_list c = L->cand, d = L->drop, s = L->swap;
+        idx_list c = L->cand, d = L->drop, s = L->swap, h = L->held;
         memset(L, 0, sizeof *L);
-        c.n = d.n = s.n = 0;
-        L->cand = c, L->drop = d, L->swap = s;
+        c.n = d.n = s.n = h.n = 0;
+        L->cand = c, L->drop = d, L->swap = s, L->held = h;
     }
 }
 
@@ -1251,7 +1253,14 @@ static ms_status begin_backward(lw *w, int32_t layer)
         if (st == MS_OK && L->prefetched && !L->waited) st = wait_layer(w, L);
         if (st == MS_OK) st = tokenwise_recompute(w, L, layer);
     }
-    return st == MS_OK ? replay_layer(w, L, layer) : st;
+    if (st == MS_OK) st = replay_layer(w, L, layer);
+    for (size_t k = 0; st == MS_OK && k < L->held.n; k++) {
+        lw_tensor *x = &w->ts[L->held.v[k]];
+        x->state = TS_FREED;
+        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+    }
+    L->held.n = 0;
+    return st;
 }
 
 /* At "mark phase bwd": every layer with decisions must have had a forward section. */
@@ -1389,6 +1398,22 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
     return idx_push(&L->cand, w->n_ts - 1) == MS_OK ? MS_OK : nomem(w);
 }
 
+/* A kept skeletal tensor of layer l (its input) that the trace frees inside l's forward,
+ * while the plan recomputes tensors of l: the recomputation in l's backward starts from it,
+ * so it is held until then, as PyTorch's checkpoint holds the inputs of the function it
+ * reruns (a Hugging Face bf16 layer's residual input dies at its first residual add). */
+static lw_layer *hold_layer(lw *w, const lw_tensor *x)
+{
+    int32_t l = x->meta->layer;
+    if (x->dec != PD_KEEP || x->meta->cls != TC_ACT_SKEL || l < 0 || w->phase != TP_FWD ||
+        (size_t)l >= w->n_layers || w->layers[l].fwd_state != 1)
+        return NULL;
+    lw_layer *L = &w->layers[l];
+    for (size_t k = 0; k < L->cand.n; k++)
+        if (w->ts[L->cand.v[k]].dec == PD_RECOMPUTE) return L;
+    return NULL;
+}
+
 static ms_status do_free(lw *w, uint64_t id)
 {
     lw_tensor *x = find_tensor(w, id);
@@ -1397,6 +1422,8 @@ static ms_status do_free(lw *w, uint64_t id)
                         id);
     tstate was = (tstate)x->state;
     if (was == TS_INBUF) return rb_free_member(w, x);
+    lw_layer *H = was == TS_LIVE ? hold_layer(w, x) : NULL;
+    if (H) return idx_push(&H->held, (size_t)(x - w->ts)) == MS_OK ? MS_OK : nomem(w);
     x->state = TS_FREED;
     switch (was) {
     case TS_DROPPED:
@@ -1565,6 +1592,7 @@ static void lw_free(lw *w)
         free(w->layers[i].cand.v);
         free(w->layers[i].drop.v);
         free(w->layers[i].swap.v);
+        free(w->layers[i].held.v);
     }
     free(w->layers);
     free(w->groups);

@@ -1337,6 +1337,130 @@ static void test_eager(const machine_t *mach)
            "attn_impl sdpa and attn_dropout 2 rejected by name");
 }
 
+/* ---- framework hf ---- */
+
+static gen_config hf_config(const char *prec)
+{
+    gen_config c;
+    ms_error err;
+    gen_config_default(&c);
+    model_t *m = &c.model;
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "tiny-llama");
+    snprintf(m->family, sizeof m->family, "llama");
+    m->layers = 2;
+    m->hidden = 64;
+    m->heads = 4;
+    m->kv_heads = 2;
+    m->ffn_hidden = 160;
+    m->vocab = 1000;
+    m->default_seq = 32;
+    m->norm = MODEL_NORM_RMS;
+    m->mlp = MODEL_MLP_SWIGLU;
+    m->pos = MODEL_POS_ROTARY;
+    c.seq = 32;
+    c.micro_batch = 2;
+    gen_config_set(&c, "framework", "hf", &err);
+    gen_config_set(&c, "precision", prec, &err);
+    return c;
+}
+
+/* The most live bytes of the classes in mask at any point, and the sum of the allocations
+ * in iteration 0 whose name ends with suffix. */
+static uint64_t hf_peak_classes(const trace_t *t, unsigned mask, const char *suffix,
+                                uint64_t *named)
+{
+    size_t n = trace_count(t);
+    uint64_t *bytes = calloc(n + 2, sizeof *bytes), live = 0, peak = 0;
+    int iter = -1;
+    *named = 0;
+    for (size_t i = 0; i < n; i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) iter = (int)r->u.mark.value;
+        if (r->type == TR_ALLOC) {
+            const trace_tensor *a = &r->u.alloc;
+            if (a->id <= n && (mask >> a->cls & 1u)) {
+                bytes[a->id] = a->bytes;
+                live += a->bytes;
+            }
+            if (iter == 0 && suffix && ms_ends_with(a->name, suffix)) *named += a->bytes;
+        } else if (r->type == TR_FREE && r->u.free_id <= n) {
+            live -= bytes[r->u.free_id];
+            bytes[r->u.free_id] = 0;
+        }
+        if (live > peak) peak = live;
+    }
+    free(bytes);
+    return peak;
+}
+
+static void test_hf(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_config("amp");
+    const model_t *m = &c.model;
+    uint64_t h = m->hidden, V = m->vocab, T = c.seq * c.micro_batch, kv = 2 * 16;
+    uint64_t lin = h * h + 2 * kv * h + h * h + 3 * m->ffn_hidden * h;
+    uint64_t P = V * h + m->layers * (lin + 2 * h) + h + V * h;
+    unsigned states = 1u << TC_PARAM | 1u << TC_GRAD | 1u << TC_OPTSTATE;
+    trace_t *t = NULL, *t2 = NULL;
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf amp trace: %s", err.msg);
+    if (!t) return;
+    uint64_t casts, fp32 = 0, lp = 0;
+    TAP_OK(hf_peak_classes(t, states, ".wcast", &casts) == 16 * P,
+           "amp: fp32 parameters, gradients and both AdamW states, 16 B/param");
+    TAP_OK(casts == 2 * (m->layers * lin + V * h),
+           "amp: every linear's weight (and the LM head's) cast to bf16 once per forward");
+    TAP_OK(trace_get_meta(t, "framework") && strcmp(trace_get_meta(t, "framework"), "hf") == 0,
+           "meta framework hf");
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type != TR_ALLOC) continue;
+        if (strcmp(r->u.alloc.name, "logits_fp32") == 0) fp32 = r->u.alloc.bytes;
+        if (strcmp(r->u.alloc.name, "log_probs") == 0) lp = r->u.alloc.bytes;
+    }
+    TAP_OK(fp32 == T * V * 4 && lp == T * V * 4,
+           "the loss upcasts the logits to fp32 and saves an fp32 log-softmax");
+    TAP_OK(gen_trace(&c, mach, &t2, &err) == MS_OK, "second hf trace");
+    int same = t2 && trace_count(t) == trace_count(t2);
+    FILE *a = tmpfile(), *b = tmpfile();
+    if (same && a && b) {
+        trace_write_fp(t, a);
+        trace_write_fp(t2, b);
+        rewind(a);
+        rewind(b);
+        int ca, cb;
+        do {
+            ca = fgetc(a);
+            cb = fgetc(b);
+        } while (ca == cb && ca != EOF);
+        same = ca == cb;
+    }
+    if (a) fclose(a);
+    if (b) fclose(b);
+    TAP_OK(same, "hf generation is deterministic");
+    trace_free(t);
+    trace_free(t2);
+    c = hf_config("bf16");
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf bf16 trace: %s", err.msg);
+    if (!t) return;
+    TAP_OK(hf_peak_classes(t, states, ".wcast", &casts) == 8 * P && casts == 0,
+           "bf16: parameters, gradients and AdamW states in bf16, 8 B/param, no casts");
+    trace_free(t);
+    c = hf_config("amp");
+    snprintf(c.model.family, sizeof c.model.family, "gpt_neox");
+    TAP_OK(gen_validate(&c, &err) == MS_ERR_UNSUPPORTED && strstr(err.msg, "gpt_neox"),
+           "an unmodelled family is refused by name: %s", err.msg);
+    gen_config g;
+    gen_config_default(&g);
+    model_lookup("gpt2", &g.model, &err);
+    TAP_OK(gen_config_set(&g, "precision", "bf16", &err) == MS_OK &&
+           gen_validate(&g, &err) == MS_ERR_INVALID && strstr(err.msg, "precision"),
+           "precision needs framework hf");
+    TAP_OK(gen_config_set(&g, "precision", "fp16", &err) == MS_ERR_INVALID,
+           "precision fp16 rejected by name");
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -1362,6 +1486,7 @@ int main(void)
     test_runtime_kernels(&m);
     test_runtime_host_adam(&m);
     test_eager(&m);
+    test_hf(&m);
     test_speed(&m);
     return tap_done();
 }

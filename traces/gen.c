@@ -7,6 +7,7 @@
  * tensor, and every FLOP and byte formula are in docs/GENERATOR.md; comments here say where
  * the model deviates from the real frameworks. */
 #include "traces/gen.h"
+#include "traces/gen_hf.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -71,7 +72,7 @@ static const gen_ikey ikeys[] = {
 
 const char *gen_config_keys(void)
 {
-    return "framework (generic|megatron), loss (auto|fused|megatron), dist_opt, grad_bytes, "
+    return "framework (generic|megatron|hf), precision (amp|bf16|fp32), loss (auto|fused|megatron), dist_opt, grad_bytes, "
            "opt_bytes_per_param, save_small, attn_bwd_factor, kernels (vendor|runtime), lora, lora_rank, lora_mlp, "
            "zero3, offload, attn_impl (flash|eager), attn_dropout, attn_softmax_saves_input";
 }
@@ -86,7 +87,7 @@ static int name_index(const char *const *names, const char *value)
 
 ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_error *err)
 {
-    static const char *const fw[] = { "generic", "megatron", NULL };
+    static const char *const fw[] = { "generic", "megatron", "hf", NULL };
     static const char *const loss[] = { "auto", "fused", "megatron", "megatron-inplace", NULL };
     if (!key || !value) return ms_fail(err, MS_ERR_INVALID, "generator knob: key and value needed");
     if (strcmp(key, "framework") == 0 || strcmp(key, "loss") == 0) {
@@ -94,8 +95,17 @@ ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_e
         if (i < 0)
             return ms_fail(err, MS_ERR_INVALID, "generator knob %s: '%s' is not one of %s", key,
                            value,
-                           fwk ? "generic, megatron" : "auto, fused, megatron, megatron-inplace");
+                           fwk ? "generic, megatron, hf" : "auto, fused, megatron, megatron-inplace");
         *(fwk ? &c->framework : &c->loss) = i;
+        return MS_OK;
+    }
+    if (strcmp(key, "precision") == 0) {
+        static const char *const pr[] = { "auto", "amp", "bf16", "fp32", NULL };
+        int i = name_index(pr, value);
+        if (i < 0)
+            return ms_fail(err, MS_ERR_INVALID, "generator knob precision: '%s' is not one of "
+                           "amp, bf16, fp32", value);
+        c->precision = i;
         return MS_OK;
     }
     if (strcmp(key, "attn_impl") == 0) {
@@ -252,9 +262,21 @@ static ms_status check_parallel(const gen_config *c, ms_error *err)
 /* The megatron profile models Megatron-LM's GPT pretraining path only. */
 static ms_status check_framework(const gen_config *c, ms_error *err)
 {
-    if (c->framework != GEN_FW_GENERIC && c->framework != GEN_FW_MEGATRON)
-        return ms_fail(err, MS_ERR_INVALID, "framework must be generic (0) or megatron (1) "
-                       "(got %d)", c->framework);
+    if (c->framework < GEN_FW_GENERIC || c->framework > GEN_FW_HF)
+        return ms_fail(err, MS_ERR_INVALID, "framework must be generic (0), megatron (1) or "
+                       "hf (2) (got %d)", c->framework);
+    if (c->precision < GEN_PREC_AUTO || c->precision > GEN_PREC_FP32)
+        return ms_fail(err, MS_ERR_INVALID, "precision must be auto, amp, bf16 or fp32 (got "
+                       "%d)", c->precision);
+    if (c->precision != GEN_PREC_AUTO && c->framework != GEN_FW_HF)
+        return ms_fail(err, MS_ERR_INVALID, "precision needs framework hf (the generic and "
+                       "megatron programs take dtype_bytes / grad_bytes)");
+    if (c->framework == GEN_FW_HF) {
+        if (c->dist_opt || c->loss != GEN_LOSS_AUTO)
+            return ms_fail(err, MS_ERR_INVALID, "framework hf has its own loss and optimizer "
+                           "(no dist_opt or loss knob)");
+        return gen_hf_check(c, err);
+    }
     if (c->loss < GEN_LOSS_AUTO || c->loss > GEN_LOSS_MEGATRON_INPLACE)
         return ms_fail(err, MS_ERR_INVALID, "loss must be auto, fused, megatron or "
                        "megatron-inplace (got %d)", c->loss);
@@ -2646,7 +2668,10 @@ ms_status gen_trace(const gen_config *cin, const machine_t *m, trace_t **out, ms
     x.ls = calloc((size_t)c.model.layers, sizeof *x.ls);
     x.t = trace_new();
     if (!x.g || !x.ls || !x.t) x.st = MS_ERR_NOMEM;
-    if (!x.st) {
+    if (!x.st && c.framework == GEN_FW_HF) {
+        meta(&x, m);
+        if (!x.st) x.st = gen_hf_emit(&c, m, x.t);
+    } else if (!x.st) {
         plan_groups(&x);
         meta(&x, m);
         setup(&x);

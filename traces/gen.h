@@ -21,13 +21,26 @@
 typedef enum gen_framework {
     GEN_FW_GENERIC = 0,   /* the lean program of §3: exactly MEMO's 16bsh skeletal tensors and
                              the transients a fused implementation needs */
-    GEN_FW_MEGATRON       /* Megatron-LM ccfeda47cb + TransformerEngine 1.3 with FlashAttention
+    GEN_FW_MEGATRON,      /* Megatron-LM ccfeda47cb + TransformerEngine 1.3 with FlashAttention
                              and bf16 mixed precision: fp32 main gradients, lazily made Adam
                              states, the vocab-parallel cross entropy on fp32 logits, TE's
                              saved and transient tensors, the CP ring's buffers (on TE's cp
                              stream for odd steps), the global all-gather buffer of the output
                              layer, dummy weight gradients */
+    GEN_FW_HF             /* PyTorch 2.11 eager + Hugging Face transformers 5 on one GPU, as a
+                             user's training loop runs it (docs/GENERATOR.md "The hf
+                             profile"): autocast's weight casts, fp32 norms and loss, SDPA,
+                             torch.optim.AdamW (foreach); precision picks the dtypes */
 } gen_framework;
+
+/* framework hf: the training precision (hf_run.py --precision). */
+typedef enum gen_precision {
+    GEN_PREC_AUTO = 0,    /* amp */
+    GEN_PREC_AMP,         /* fp32 parameters, gradients and AdamW states; forward and loss
+                             under torch.autocast("cuda", dtype=torch.bfloat16) */
+    GEN_PREC_BF16,        /* the model and AdamW states in bf16, no casts */
+    GEN_PREC_FP32         /* everything fp32, no autocast */
+} gen_precision;
 
 /* How the attention core (softmax(Q K^T / sqrt(d)) V) runs (docs/GENERATOR.md, "Eager
  * attention"). */
@@ -113,6 +126,7 @@ typedef struct gen_config {
                                  softmax backward node also keeps its input (the masked
                                  scores; pytorch/pytorch#64000), as the paper's PyTorch 1.9;
                                  0 = later releases: only the output */
+    int precision;            /* framework hf: gen_precision (default auto = amp) */
     roof_params roof;         /* op-time knobs */
 } gen_config;
 
@@ -124,7 +138,7 @@ typedef struct gen_config {
 void gen_config_default(gen_config *c);
 
 /* Sets one knob by name, as a command line hands them over ("--gen KEY=VALUE"): framework
- * (generic | megatron), loss (auto | fused | megatron), dist_opt, grad_bytes,
+ * (generic | megatron | hf), precision (amp | bf16 | fp32; framework hf), loss (auto | fused | megatron), dist_opt, grad_bytes,
  * opt_bytes_per_param, save_small, attn_bwd_factor, lora, lora_rank, lora_mlp, zero3,
  * offload, attn_impl (flash | eager), attn_dropout, attn_softmax_saves_input.
  * MS_ERR_INVALID naming the key for an unknown key or a bad value; the combination

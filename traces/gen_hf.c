@@ -1,0 +1,1052 @@
+/* gen_hf.c — the generator's hf profile: one GPU's training steps of a Hugging Face
+ * transformers 5 causal LM under PyTorch 2.11 eager, as a user's loop runs them
+ * (`loss = model(input_ids=x, labels=x).loss; loss.backward(); opt.step(); opt.zero_grad()`
+ * with torch.optim.AdamW's foreach path), in precision amp (fp32 model under
+ * torch.autocast bf16), bf16 or fp32: every tensor PyTorch's caching allocator sees, in the
+ * order autograd makes and frees them. The program, tensor by tensor with the source each
+ * follows, is docs/GENERATOR.md "The hf profile"; comments here say why where it is not
+ * obvious. */
+#include "traces/gen_hf.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define F32 4
+#define BF16 2
+#define TOKEN_BYTES 8          /* int64 ids and labels */
+/* cuBLAS's workspace on Hopper (CUBLAS_WORKSPACE_CONFIG default :4096:8 = 32 MiB), taken
+ * from the caching allocator once per handle: the forward's thread and autograd's device
+ * thread have one each (aten/src/ATen/cuda/CublasHandlePool.cpp). */
+#define CUBLAS_WS (32ull << 20)
+#define EW_FLOPS 1.0           /* nominal FLOPs per element of an element-wise kernel */
+#define SDPA_WS_EXTRA 256      /* the cuDNN backward's workspace beyond its fp32 dQ
+                                  accumulator and softmax statistics (seen in the trace) */
+
+/* Parameter slots of a decoder layer, in the order the module registers them
+ * (LlamaDecoderLayer: self_attn q, k, v, o with optional biases, mlp gate, up, down,
+ * input_layernorm, post_attention_layernorm). */
+enum { P_Q, P_QB, P_K, P_KB, P_V, P_VB, P_O, P_GATE, P_UP, P_DOWN, P_LN1, P_LN2, P_SLOTS };
+
+typedef struct hf_param {
+    uint64_t id, n;            /* tensor id; elements (0: slot unused) */
+    uint64_t grad;             /* .grad, 0 when None */
+    uint64_t m1, m2;           /* AdamW exp_avg, exp_avg_sq (made by the first step) */
+    uint64_t cast;             /* amp: this forward's bf16 copy (autocast's cast cache) */
+    int layer;
+} hf_param;
+
+/* What one layer's forward saved for its backward. */
+typedef struct hf_ls {
+    uint64_t in;               /* the layer input (amp: saved by the norm; bf16: the residual) */
+    uint64_t n1x, n1rs, n1nrm; /* norm 1: fp32 input copy (bf16), rsqrt, normalized */
+    uint64_t n1out;            /* norm 1 output (bf16: saved by q, k, v) */
+    uint64_t xq, xk, xv;       /* amp: each projection's bf16 cast of its input */
+    uint64_t q, k, v, ao, lse; /* what SDPA saves: its q, k, v, output, log-sum-exp */
+    uint64_t r1;               /* the residual after attention */
+    uint64_t n2x, n2rs, n2nrm, n2out;
+    uint64_t xg, xu;           /* amp: casts of the MLP input */
+    uint64_t gate, act, up, prod;
+} hf_ls;
+
+typedef struct hf_x {
+    const gen_config *c;
+    const machine_t *m;
+    trace_t *t;
+    ms_status st;
+    uint64_t next_tid, next_oid;
+    trace_phase phase;
+    /* sizes */
+    uint64_t b, s, T, h, hd, heads, hq, kv, f, V;
+    int L, amp, tied;
+    int insaved;               /* the residual stream is fp32: the norms save their input */
+    uint64_t PB, CB, RB;       /* bytes of a parameter, of a linear's compute dtype, of the
+                                  residual stream */
+    hf_param *p;               /* [0] embedding, then P_SLOTS per layer, final norm, head */
+    size_t np;
+    hf_ls *ls;
+    uint64_t tokens, cos, sin, ws_fwd, ws_bwd;
+    uint64_t head_x, head_nrm, head_rs, head_in, head_xf, head_out, logsm, labels;
+    int iter;
+} hf_x;
+
+/* ---- emission ---- */
+
+static void hf_append(hf_x *x, const trace_rec *r)
+{
+    if (!x->st) x->st = trace_append(x->t, r);
+}
+
+static void hf_mark(hf_x *x, trace_markkind k, int64_t v)
+{
+    trace_rec r;
+    memset(&r, 0, sizeof r);
+    r.type = TR_MARK;
+    r.u.mark.kind = k;
+    r.u.mark.value = v;
+    hf_append(x, &r);
+}
+
+static void hf_name(char *buf, int layer, const char *what)
+{
+    if (layer >= 0) snprintf(buf, TRACE_NAME_MAX, "L%d.%s", layer, what);
+    else snprintf(buf, TRACE_NAME_MAX, "%s", what);
+}
+
+static uint64_t hf_alloc_tok(hf_x *x, int layer, const char *what, uint64_t bytes,
+                             trace_class cls, int64_t producer, int tok)
+{
+    trace_rec r;
+    memset(&r, 0, sizeof r);
+    r.type = TR_ALLOC;
+    trace_tensor *a = &r.u.alloc;
+    a->id = x->next_tid++;
+    a->bytes = bytes;
+    a->cls = cls;
+    a->layer = layer;
+    a->tok_scaled = (uint8_t)tok;
+    a->producer = producer;
+    hf_name(a->name, layer, what);
+    hf_append(x, &r);
+    return a->id;
+}
+
+/* Activations scale with the tokens; parameters, gradients, states and casts of weights do
+ * not. */
+static uint64_t hf_alloc(hf_x *x, int layer, const char *what, uint64_t bytes, trace_class cls,
+                         int64_t producer)
+{
+    return hf_alloc_tok(x, layer, what, bytes, cls, producer,
+                        cls == TC_ACT_SKEL || cls == TC_ACT_TRANS);
+}
+
+static void hf_free(hf_x *x, uint64_t *id)
+{
+    if (!*id) return;
+    trace_rec r;
+    memset(&r, 0, sizeof r);
+    r.type = TR_FREE;
+    r.u.free_id = *id;
+    hf_append(x, &r);
+    *id = 0;
+}
+
+typedef struct hf_op {
+    trace_opkind kind;
+    int layer;
+    const char *what;
+    double flops;
+    uint64_t br, bw;
+    double dur;
+    uint64_t in[8], out[8];
+    uint32_t nin, nout;
+} hf_op;
+
+static void hf_emit(hf_x *x, uint64_t oid, const hf_op *o)
+{
+    trace_rec r;
+    memset(&r, 0, sizeof r);
+    r.type = TR_OP;
+    trace_op *p = &r.u.op;
+    uint64_t in[8], out[8];
+    uint32_t ni = 0, no = 0;
+    for (uint32_t i = 0; i < o->nin; i++) if (o->in[i]) in[ni++] = o->in[i];
+    for (uint32_t i = 0; i < o->nout; i++) if (o->out[i]) out[no++] = o->out[i];
+    p->id = oid;
+    p->kind = o->kind;
+    p->phase = x->phase;
+    p->layer = o->layer;
+    p->flops = o->flops;
+    p->bytes_read = o->br;
+    p->bytes_written = o->bw;
+    p->dur_us = o->dur;
+    p->in = in;
+    p->n_in = ni;
+    p->out = out;
+    p->n_out = no;
+    hf_name(p->name, o->layer, o->what);
+    hf_append(x, &r);
+}
+
+/* A memory-bound kernel: its time from its bytes (roof_kernel_us). */
+static void hf_mem_op(hf_x *x, uint64_t oid, hf_op o)
+{
+    o.dur = x->m ? roof_kernel_us(x->m, &x->c->roof, o.kind, o.flops, o.br + o.bw) : -1.0;
+    hf_emit(x, oid, &o);
+}
+
+/* An element-wise kernel of one new output (out_bytes, class cls) from inputs a and b that
+ * reads in_bytes: returns the output's id. */
+static uint64_t hf_ew(hf_x *x, int l, const char *op, const char *outn, uint64_t out_bytes,
+                      trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes,
+                      trace_opkind kind)
+{
+    uint64_t oid = x->next_oid++;
+    uint64_t out = hf_alloc(x, l, outn, out_bytes, cls, (int64_t)oid);
+    hf_op o = { .kind = kind, .layer = l, .what = op, .br = in_bytes, .bw = out_bytes,
+                .in = { a, b }, .nin = 2, .out = { out }, .nout = 1 };
+    o.flops = EW_FLOPS * (double)(out_bytes > in_bytes ? out_bytes : in_bytes) / 2.0;
+    hf_mem_op(x, oid, o);
+    return out;
+}
+
+/* An in-place element-wise kernel on acc (reads acc and a, writes acc). */
+static void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a,
+                          uint64_t bytes)
+{
+    uint64_t oid = x->next_oid++;
+    hf_op o = { .kind = TK_ELEM, .layer = l, .what = op, .br = 2 * bytes, .bw = bytes,
+                .in = { acc, a }, .nin = 2, .out = { acc }, .nout = 1,
+                .flops = EW_FLOPS * (double)bytes / 2.0 };
+    hf_mem_op(x, oid, o);
+}
+
+/* Duration of a GEMM of M x N x K in elements of eb bytes: bf16 at the tensor-core rate with
+ * cuBLAS's alignment penalty; fp32 (sgemm) at the fp32 rate. */
+static double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t bytes)
+{
+    if (!x->m) return -1.0;
+    double fl = 2.0 * (double)M * (double)N * (double)K;
+    if (eb <= BF16) return roof_gemm_us(x->m, &x->c->roof, fl, bytes, M, N, K, eb);
+    double rate = x->m->gpu_peak_fp32_flops * roof_gemm_eff(x->m, &x->c->roof, fl);
+    double us = rate > 0 ? fl / rate * 1e6 : 0;
+    double mem = x->m->gpu_hbm_Bps > 0 ? (double)bytes / (x->m->gpu_hbm_Bps *
+                 x->m->gpu_mem_eff) * 1e6 : 0;
+    return x->m->gpu_kernel_launch_us + (us > mem ? us : mem);
+}
+
+/* out[M, N] = in[M, K] W^T: returns the output (class cls). */
+static uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class cls,
+                        uint64_t in, uint64_t w, uint64_t M, uint64_t N, uint64_t K)
+{
+    uint64_t oid = x->next_oid++, eb = x->CB;
+    uint64_t out = hf_alloc(x, l, outn, M * N * eb, cls, (int64_t)oid);
+    hf_op o = { .kind = TK_GEMM, .layer = l, .what = op, .br = (M * K + K * N) * eb,
+                .bw = M * N * eb, .in = { in, w }, .nin = 2, .out = { out }, .nout = 1,
+                .flops = 2.0 * (double)M * (double)N * (double)K };
+    o.dur = hf_gemm_us(x, M, N, K, (int)eb, o.br + o.bw);
+    hf_emit(x, oid, &o);
+    return out;
+}
+
+/* ---- parameters ---- */
+
+static hf_param *hf_lp(hf_x *x, int l, int slot) { return &x->p[1 + (size_t)l * P_SLOTS + slot]; }
+static hf_param *hf_embed(hf_x *x) { return &x->p[0]; }
+static hf_param *hf_fnorm(hf_x *x) { return &x->p[1 + (size_t)x->L * P_SLOTS]; }
+/* The LM head's weight: the embedding's when tied. */
+static hf_param *hf_headw(hf_x *x)
+{
+    return x->tied ? hf_embed(x) : &x->p[2 + (size_t)x->L * P_SLOTS];
+}
+
+static const char *const slot_name[P_SLOTS] = {
+    "q_proj.w", "q_proj.b", "k_proj.w", "k_proj.b", "v_proj.w", "v_proj.b", "o_proj.w",
+    "gate_proj.w", "up_proj.w", "down_proj.w", "input_layernorm.w", "post_attn_layernorm.w"
+};
+
+static void hf_plan_params(hf_x *x)
+{
+    const model_t *md = &x->c->model;
+    uint64_t h = x->h, bias = md->qkv_bias || md->has_bias;
+    hf_embed(x)->n = x->V * h;
+    hf_embed(x)->layer = -1;
+    for (int l = 0; l < x->L; l++) {
+        uint64_t n[P_SLOTS] = { x->hq * h, bias ? x->hq : 0, x->kv * h, bias ? x->kv : 0,
+                                x->kv * h, bias ? x->kv : 0, h * x->hq, x->f * h, x->f * h,
+                                h * x->f, h, h };
+        for (int j = 0; j < P_SLOTS; j++) {
+            hf_lp(x, l, j)->n = n[j];
+            hf_lp(x, l, j)->layer = l;
+        }
+    }
+    hf_fnorm(x)->n = h;
+    hf_fnorm(x)->layer = -1;
+    if (!x->tied) {
+        hf_headw(x)->n = x->V * h;
+        hf_headw(x)->layer = -1;
+    }
+}
+
+static void hf_pname(hf_x *x, size_t i, char *nm)
+{
+    if (i == 0) snprintf(nm, TRACE_NAME_MAX, "embed_tokens.w");
+    else if (&x->p[i] == hf_fnorm(x)) snprintf(nm, TRACE_NAME_MAX, "norm.w");
+    else if (i == x->np - 1 && !x->tied) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
+    else snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, slot_name[(i - 1) % P_SLOTS]);
+}
+
+/* The model built on the GPU in its training dtype: one allocation per parameter in module
+ * order (modeling_utils from_config under `with torch.device("cuda")`), then the input ids. */
+static void hf_setup(hf_x *x)
+{
+    for (size_t i = 0; i < x->np; i++) {
+        hf_param *p = &x->p[i];
+        if (!p->n) continue;
+        char nm[TRACE_NAME_MAX];
+        hf_pname(x, i, nm);
+        p->id = hf_alloc(x, -1, nm, p->n * x->PB, TC_PARAM, -1);
+    }
+    x->tokens = hf_alloc(x, -1, "input_ids", x->T * TOKEN_BYTES, TC_OTHER, -1);
+}
+
+/* amp: autocast casts a leaf fp32 weight to bf16 once per autocast region and caches the
+ * copy (aten/src/ATen/autocast_mode.cpp, cached_cast); autograd saves it for the weight's
+ * backward, so it lives until that backward has run. */
+static uint64_t hf_wcast(hf_x *x, int l, hf_param *p, const char *what)
+{
+    if (!x->amp) return p->id;
+    uint64_t oid = x->next_oid++;
+    p->cast = hf_alloc_tok(x, l, what, p->n * BF16, TC_ACT_SKEL, (int64_t)oid, 0);
+    hf_op o = { .kind = TK_ELEM, .layer = l, .what = what, .br = p->n * F32,
+                .bw = p->n * BF16, .in = { p->id }, .nin = 1, .out = { p->cast }, .nout = 1,
+                .flops = EW_FLOPS * (double)p->n };
+    hf_mem_op(x, oid, o);
+    return p->cast;
+}
+
+/* amp: a linear's fp32 activation input cast to bf16 (not cached: only leaves are), saved
+ * for the weight gradient. Other precisions: the input itself. */
+static uint64_t hf_xcast(hf_x *x, int l, const char *what, uint64_t in, uint64_t n)
+{
+    if (!x->amp) return in;
+    return hf_ew(x, l, what, what, n * BF16, TC_ACT_SKEL, in, 0, n * F32, TK_ELEM);
+}
+
+/* An nn.Linear of K -> N on M rows, weight slot j (amp: weight cast, the input cast when
+ * it is fp32 (in32), bf16 GEMM). *xc gets the saved input. */
+static uint64_t hf_linear(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
+                          uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xc)
+{
+    char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX], c[TRACE_NAME_MAX];
+    snprintf(a, sizeof a, "%s.wcast", nm);
+    snprintf(b, sizeof b, "%s.xcast", nm);
+    snprintf(c, sizeof c, "%s_out", nm);
+    uint64_t w = hf_wcast(x, l, hf_lp(x, l, j), a);
+    *xc = in32 ? hf_xcast(x, l, b, in, M * K) : in;
+    return hf_gemm(x, l, nm, c, cls, *xc, w, M, N, K);
+}
+
+/* ---- forward ---- */
+
+/* LlamaRMSNorm.forward: hidden.to(float32); variance = pow(2).mean(-1); hidden *
+ * rsqrt(variance + eps); weight * hidden.to(input_dtype). Saved: the fp32 input (the input
+ * itself when already fp32), rsqrt, the normalized tensor in the input dtype. Returns the
+ * output. */
+static uint64_t hf_norm_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w,
+                            uint64_t *xf, uint64_t *rs, uint64_t *nrm)
+{
+    uint64_t T = x->T, h = x->h, RB = x->RB;
+    char op[TRACE_NAME_MAX];
+    *xf = 0; /* 0: the input itself (already fp32) */
+    if (RB != F32) {
+        snprintf(op, sizeof op, "%s.to_fp32", nm);
+        *xf = hf_ew(x, l, op, op, T * h * F32, TC_ACT_SKEL, in, 0, T * h * RB, TK_NORM);
+    }
+    uint64_t xin = *xf ? *xf : in;
+    snprintf(op, sizeof op, "%s.pow", nm);
+    uint64_t sq = hf_ew(x, l, op, op, T * h * F32, TC_ACT_TRANS, xin, 0, T * h * F32, TK_NORM);
+    snprintf(op, sizeof op, "%s.mean", nm);
+    uint64_t var = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, sq, 0, T * h * F32, TK_NORM);
+    hf_free(x, &sq);
+    snprintf(op, sizeof op, "%s.add_eps", nm);
+    uint64_t ve = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, var, 0, T * F32, TK_NORM);
+    snprintf(op, sizeof op, "%s.rsqrt", nm);
+    *rs = hf_ew(x, l, op, op, T * F32, TC_ACT_SKEL, ve, 0, T * F32, TK_NORM);
+    hf_free(x, &ve);
+    hf_free(x, &var);
+    snprintf(op, sizeof op, "%s.mul", nm);
+    uint64_t pr = hf_ew(x, l, op, op, T * h * F32, TC_ACT_SKEL, xin, *rs, T * h * F32, TK_NORM);
+    *nrm = pr;
+    if (RB != F32) { /* .to(input_dtype): the cast is what the weight product saves */
+        snprintf(op, sizeof op, "%s.to_in", nm);
+        *nrm = hf_ew(x, l, op, op, T * h * RB, TC_ACT_SKEL, pr, 0, T * h * F32, TK_NORM);
+        hf_free(x, &pr);
+    }
+    snprintf(op, sizeof op, "%s.weight", nm);
+    /* amp: the fp32 output only feeds casts (transient); bf16: q/k/v save it */
+    return hf_ew(x, l, op, op, T * h * RB, x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, *nrm, w,
+                 T * h * RB, TK_NORM);
+}
+
+/* Rotary embedding of one of q / k (apply_rotary_pos_emb: x*cos + rotate_half(x)*sin, in
+ * the promoted dtype: fp32 under amp, where cos/sin are fp32 and x bf16). */
+static uint64_t hf_rope(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w)
+{
+    uint64_t T = x->T, eb = x->amp ? F32 : x->CB, ib = x->CB;
+    char op[TRACE_NAME_MAX], a[TRACE_NAME_MAX];
+    snprintf(op, sizeof op, "%s.rope_cos", nm);
+    uint64_t t1 = hf_ew(x, l, op, op, T * w * eb, TC_ACT_TRANS, in, x->cos, T * w * ib, TK_ELEM);
+    snprintf(op, sizeof op, "%s.rope_neg", nm);
+    uint64_t ng = hf_ew(x, l, op, op, T * w / 2 * ib, TC_ACT_TRANS, in, 0, T * w / 2 * ib,
+                        TK_ELEM);
+    snprintf(op, sizeof op, "%s.rope_cat", nm);
+    uint64_t ct = hf_ew(x, l, op, op, T * w * ib, TC_ACT_TRANS, ng, in, T * w * ib, TK_ELEM);
+    hf_free(x, &ng);
+    snprintf(op, sizeof op, "%s.rope_sin", nm);
+    uint64_t t2 = hf_ew(x, l, op, op, T * w * eb, TC_ACT_TRANS, ct, x->sin, T * w * ib, TK_ELEM);
+    hf_free(x, &ct);
+    snprintf(op, sizeof op, "%s.rope_add", nm);
+    snprintf(a, sizeof a, "%s_rope", nm);
+    /* amp: transient until SDPA's bf16 cast; else SDPA saves it */
+    uint64_t e = hf_ew(x, l, op, a, T * w * eb, x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, t1, t2,
+                       2 * T * w * eb, TK_ELEM);
+    hf_free(x, &t1);
+    hf_free(x, &t2);
+    return e;
+}
+
+/* SDPA as transformers' sdpa_attention_forward calls it (enable_gqa: k and v keep their kv
+ * heads, no repeat_kv copies); on an H200 PyTorch 2.11 runs the cuDNN kernels, which save
+ * q, k, v, the output and the fp32 log-sum-exp. */
+static void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
+{
+    uint64_t T = x->T;
+    s->k = ke;
+    s->q = qe;
+    if (x->amp) { /* SDPA is on autocast's bf16 list: k, then q cast (the trace's order) */
+        s->k = hf_ew(x, l, "sdpa.kcast", "k", T * x->kv * BF16, TC_ACT_SKEL, ke, 0,
+                     T * x->kv * F32, TK_ELEM);
+        s->q = hf_ew(x, l, "sdpa.qcast", "q", T * x->hq * BF16, TC_ACT_SKEL, qe, 0,
+                     T * x->hq * F32, TK_ELEM);
+    }
+    uint64_t oid = x->next_oid++;
+    s->ao = hf_alloc(x, l, "attn_out", T * x->hq * x->CB, TC_ACT_SKEL, (int64_t)oid);
+    s->lse = hf_alloc(x, l, "attn_lse", x->b * x->heads * x->s * F32, TC_ACT_SKEL,
+                      (int64_t)oid);
+    double fl = 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
+    hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
+                .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
+                .in = { s->q, s->k, s->v }, .nin = 3, .out = { s->ao, s->lse }, .nout = 2 };
+    o.dur = x->m ? roof_attn_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s, 0) : -1.0;
+    hf_emit(x, oid, &o);
+    if (x->amp) {
+        hf_free(x, &qe);
+        hf_free(x, &ke);
+    }
+}
+
+static void hf_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
+{
+    uint64_t T = x->T, h = x->h;
+    uint64_t q = hf_linear(x, l, P_Q, "q_proj", nout, 1, T, x->hq, h, TC_ACT_TRANS, &s->xq);
+    uint64_t k = hf_linear(x, l, P_K, "k_proj", nout, 1, T, x->kv, h, TC_ACT_TRANS, &s->xk);
+    s->v = hf_linear(x, l, P_V, "v_proj", nout, 1, T, x->kv, h, TC_ACT_SKEL, &s->xv);
+    uint64_t qe = hf_rope(x, l, "q", q, x->hq);
+    hf_free(x, &q);
+    uint64_t ke = hf_rope(x, l, "k", k, x->kv);
+    hf_free(x, &k);
+    hf_sdpa_fwd(x, l, s, qe, ke);
+}
+
+static uint64_t hf_add(hf_x *x, int l, const char *op, const char *outn, trace_class cls,
+                       uint64_t a, uint64_t b)
+{
+    uint64_t n = x->T * x->h;
+    return hf_ew(x, l, op, outn, n * x->RB, cls, a, b, n * (x->RB + x->CB), TK_ELEM);
+}
+
+/* LlamaDecoderLayer.forward: residual + self_attn(input_layernorm(x)), then residual +
+ * mlp(post_attention_layernorm(.)), mlp = down(act(gate(x)) * up(x)). Returns the output
+ * (the next layer's input). */
+static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
+{
+    hf_ls *s = &x->ls[l];
+    uint64_t T = x->T, h = x->h, f = x->f, xd;
+    memset(s, 0, sizeof *s);
+    s->in = in;
+    s->n1out = hf_norm_fwd(x, l, "ln1", in, hf_lp(x, l, P_LN1)->id, &s->n1x, &s->n1rs,
+                           &s->n1nrm);
+    hf_attn_fwd(x, l, s, s->n1out);
+    uint64_t po = hf_linear(x, l, P_O, "o_proj", s->ao, 0, T, h, x->hq, TC_ACT_TRANS, &xd);
+    if (x->amp) hf_free(x, &s->n1out);
+    /* amp: the fp32 residual is saved by the next norm; bf16: only the next add reads it */
+    s->r1 = hf_add(x, l, "add1", "resid1", x->insaved ? TC_ACT_SKEL : TC_ACT_TRANS, in, po);
+    hf_free(x, &po);
+    if (!x->insaved) hf_free(x, &s->in); /* the residual was its last use */
+    s->n2out = hf_norm_fwd(x, l, "ln2", s->r1, hf_lp(x, l, P_LN2)->id, &s->n2x, &s->n2rs,
+                           &s->n2nrm);
+    s->gate = hf_linear(x, l, P_GATE, "gate_proj", s->n2out, 1, T, f, h, TC_ACT_SKEL, &s->xg);
+    s->act = hf_ew(x, l, "act", "act_out", T * f * x->CB, TC_ACT_SKEL, s->gate, 0,
+                   T * f * x->CB, TK_ACT);
+    s->up = hf_linear(x, l, P_UP, "up_proj", s->n2out, 1, T, f, h, TC_ACT_SKEL, &s->xu);
+    s->prod = hf_ew(x, l, "act_mul", "act_prod", T * f * x->CB, TC_ACT_SKEL, s->act, s->up,
+                    2 * T * f * x->CB, TK_ELEM);
+    uint64_t dn = hf_linear(x, l, P_DOWN, "down_proj", s->prod, 0, T, h, f, TC_ACT_TRANS, &xd);
+    if (x->amp) hf_free(x, &s->n2out);
+    /* The next layer's input: named and layered as that layer's (what a policy keeps) */
+    uint64_t out = hf_add(x, l + 1 < x->L ? l + 1 : -1, "add2", l + 1 < x->L ? "input" :
+                          "final_norm.input", TC_ACT_SKEL, s->r1, dn);
+    hf_free(x, &dn);
+    if (!x->insaved) hf_free(x, &s->r1);
+    return out;
+}
+
+/* LlamaModel.forward before the layers: embed_tokens, then the rotary cos/sin once for all
+ * layers (LlamaRotaryEmbedding.forward in fp32 with autocast off, cast to the embedding's
+ * dtype). */
+static uint64_t hf_embed_fwd(hf_x *x)
+{
+    uint64_t T = x->T, h = x->h, hd = x->hd;
+    uint64_t oid = x->next_oid++;
+    uint64_t e = hf_alloc(x, 0, "input", T * h * x->RB, TC_ACT_SKEL, (int64_t)oid);
+    hf_op o = { .kind = TK_EMBED, .layer = -1, .what = "embed", .br = T * (h * x->PB + 8),
+                .bw = T * h * x->RB, .in = { x->tokens, hf_embed(x)->id }, .nin = 2,
+                .out = { e }, .nout = 1 };
+    hf_mem_op(x, oid, o);
+    if (x->iter == 0) /* the first matmul (inv_freq @ position_ids) makes cuBLAS's workspace */
+        x->ws_fwd = hf_alloc(x, -1, "cublas_ws", CUBLAS_WS, TC_OTHER, -1);
+    uint64_t sz = x->s * hd * x->RB;
+    uint64_t fr = hf_ew(x, -1, "rope.freqs", "rope_emb", x->s * hd * F32, TC_ACT_TRANS,
+                        0, 0, x->s * hd / 2 * F32, TK_ELEM);
+    x->cos = hf_ew(x, -1, "rope.cos", "rope_cos", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
+                   TK_ELEM);
+    x->sin = hf_ew(x, -1, "rope.sin", "rope_sin", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
+                   TK_ELEM);
+    hf_free(x, &fr);
+    return e;
+}
+
+/* Final norm, lm_head, then transformers 5's ForCausalLMLoss (loss/loss_utils.py):
+ * logits.float(), labels padded by one and shifted (contiguous), cross_entropy = log_softmax
+ * (saved) + nll_loss. The fp32 logits die when the loss function returns, the bf16 ones when
+ * the model's output is dropped (`model(...).loss`). */
+static void hf_head_fwd(hf_x *x, uint64_t in)
+{
+    uint64_t T = x->T, h = x->h, V = x->V;
+    x->head_in = in;
+    x->head_out = hf_norm_fwd(x, -1, "norm", in, hf_fnorm(x)->id, &x->head_xf, &x->head_rs,
+                              &x->head_nrm);
+    if (!x->insaved) hf_free(x, &x->head_in);
+    hf_param *hw = hf_headw(x);
+    uint64_t w = hf_wcast(x, -1, hw, "lm_head.wcast");
+    x->head_x = hf_xcast(x, -1, "lm_head.xcast", x->head_out, T * h);
+    uint64_t oid = x->next_oid++;
+    uint64_t lg = hf_alloc(x, -1, "logits", T * V * x->CB, TC_ACT_TRANS, (int64_t)oid);
+    hf_op o = { .kind = TK_GEMM, .layer = -1, .what = "lm_head", .br = (T * h + h * V) * x->CB,
+                .bw = T * V * x->CB, .in = { x->head_x, w }, .nin = 2, .out = { lg },
+                .nout = 1, .flops = 2.0 * (double)T * (double)V * (double)h };
+    o.dur = hf_gemm_us(x, T, V, h, (int)x->CB, o.br + o.bw);
+    hf_emit(x, oid, &o);
+    uint64_t lf = lg;
+    if (x->CB != F32)
+        lf = hf_ew(x, -1, "logits.float", "logits_fp32", T * V * F32, TC_ACT_TRANS, lg, 0,
+                   T * V * x->CB, TK_ELEM);
+    x->labels = hf_ew(x, -1, "labels.shift", "shift_labels", T * TOKEN_BYTES, TC_ACT_SKEL,
+                      x->tokens, 0, T * TOKEN_BYTES, TK_ELEM);
+    x->logsm = hf_ew(x, -1, "log_softmax", "log_probs", T * V * F32, TC_ACT_SKEL, lf, 0,
+                     T * V * F32, TK_LOSS);
+    uint64_t oid2 = x->next_oid++;
+    hf_op nl = { .kind = TK_LOSS, .layer = -1, .what = "nll_loss", .br = T * (F32 + 8),
+                 .in = { x->logsm, x->labels }, .nin = 2 };
+    hf_mem_op(x, oid2, nl);
+    if (lf != lg) hf_free(x, &lf);
+    if (x->amp) hf_free(x, &x->head_out);
+    hf_free(x, &lg);
+}
+
+/* ---- backward ---- */
+
+/* The .grad of p receives g (bytes p->n * PB, made by the caller): AccumulateGrad steals a
+ * first gradient, adds a later one in place and drops it (tied embeddings). */
+static void hf_accum_grad(hf_x *x, hf_param *p, uint64_t g)
+{
+    if (!p->grad) {
+        p->grad = g;
+        return;
+    }
+    hf_ew_inplace(x, p->layer, "grad_accum", p->grad, g, p->n * x->PB);
+    hf_free(x, &g);
+}
+
+/* A weight's gradient from a bf16 GEMM: under amp made in bf16 and cast into a new fp32
+ * tensor by the weight cast's backward (ToCopyBackward), which becomes the .grad. */
+static void hf_wgrad(hf_x *x, int l, hf_param *p, uint64_t *dw16)
+{
+    if (!x->amp) {
+        hf_accum_grad(x, p, *dw16);
+        *dw16 = 0;
+        return;
+    }
+    uint64_t g = hf_ew(x, l, "wcast.bwd", "wgrad", p->n * F32, TC_GRAD, *dw16, 0,
+                       p->n * BF16, TK_ELEM);
+    hf_accum_grad(x, p, g);
+    hf_free(x, dw16);
+}
+
+/* Backward of a linear (slot j, K -> N on M rows) whose output gradient is dy: the weight
+ * gradient then the input gradient (one launch each), the saved weight cast and input
+ * freed. Returns the input gradient in the compute dtype. */
+static uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
+                              int free_dy, uint64_t *xs, uint64_t M, uint64_t N, uint64_t K,
+                              int free_x)
+{
+    uint64_t eb = x->CB;
+    char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX];
+    snprintf(a, sizeof a, "%s.bwd", nm);
+    snprintf(b, sizeof b, "d_%s_in", nm);
+    uint64_t w = x->amp ? p->cast : p->id;
+    uint64_t oid = x->next_oid++;
+    uint64_t dw = hf_alloc(x, l, "dweight", p->n * eb, x->amp ? TC_ACT_TRANS : TC_GRAD,
+                           (int64_t)oid);
+    uint64_t dx = hf_alloc(x, l, b, M * K * eb, TC_ACT_TRANS, (int64_t)oid);
+    hf_op o = { .kind = TK_GEMM, .layer = l, .what = a, .br = 2 * (M * N + M * K + N * K) * eb,
+                .bw = (N * K + M * K) * eb, .in = { dy, *xs, w }, .nin = 3,
+                .out = { dw, dx }, .nout = 2,
+                .flops = 4.0 * (double)M * (double)N * (double)K };
+    o.dur = x->m ? hf_gemm_us(x, N, K, M, (int)eb, (M * N + M * K + N * K) * eb) +
+                   hf_gemm_us(x, M, K, N, (int)eb, (M * N + M * K + N * K) * eb) : -1.0;
+    hf_emit(x, oid, &o);
+    if (free_dy) hf_free(x, &dy);
+    if (x->amp) hf_free(x, &p->cast);
+    if (free_x) hf_free(x, xs);
+    hf_wgrad(x, l, p, &dw);
+    return dx;
+}
+
+/* amp: the input cast's backward, bf16 -> a new fp32 gradient. */
+static uint64_t hf_up32(hf_x *x, int l, const char *op, uint64_t *g, uint64_t n)
+{
+    if (!x->amp) {
+        uint64_t r = *g;
+        *g = 0;
+        return r;
+    }
+    uint64_t r = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, *g, 0, n * BF16, TK_ELEM);
+    hf_free(x, g);
+    return r;
+}
+
+/* Adds g into *acc (autograd's InputBuffer: the first gradient is kept, later ones added in
+ * place and dropped). */
+static void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes)
+{
+    if (!*acc) {
+        *acc = *g;
+        *g = 0;
+        return;
+    }
+    hf_ew_inplace(x, l, "grad_add", *acc, *g, bytes);
+    hf_free(x, g);
+}
+
+/* LlamaRMSNorm backward from the output gradient g (freed): the weight's gradient, then the
+ * input gradient (the x * rsqrt path, then the pow/mean path added in place), accumulated
+ * into the residual stream's gradient *G. Frees what the forward saved. */
+static void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
+                        uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G)
+{
+    uint64_t n = x->T * x->h, RB = x->RB, xin = *xf ? *xf : (in ? *in : 0);
+    char op[TRACE_NAME_MAX];
+    snprintf(op, sizeof op, "%s.bwd_mul", nm);
+    uint64_t dn = hf_ew(x, l, op, op, n * RB, TC_ACT_TRANS, *g, w->id, n * RB, TK_NORM);
+    snprintf(op, sizeof op, "%s.bwd_wprod", nm);
+    uint64_t wp = hf_ew(x, l, op, op, n * RB, TC_ACT_TRANS, *g, *nrm, 2 * n * RB, TK_NORM);
+    uint64_t wg = hf_ew(x, l, "norm.wgrad", "wgrad", w->n * x->PB, TC_GRAD, wp, 0, n * RB,
+                        TK_NORM);
+    hf_accum_grad(x, w, wg);
+    hf_free(x, &wp);
+    hf_free(x, g);
+    hf_free(x, nrm);
+    if (RB != F32) { /* .to(input_dtype) backward */
+        snprintf(op, sizeof op, "%s.bwd_up", nm);
+        uint64_t d32 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, 0, n * RB, TK_NORM);
+        hf_free(x, &dn);
+        dn = d32;
+    }
+    snprintf(op, sizeof op, "%s.bwd_x", nm);
+    uint64_t d1 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, *rs, n * F32, TK_NORM);
+    snprintf(op, sizeof op, "%s.bwd_rs", nm);
+    uint64_t t2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, xin, 2 * n * F32, TK_NORM);
+    hf_free(x, &t2);
+    hf_free(x, &dn);
+    hf_free(x, rs);
+    snprintf(op, sizeof op, "%s.bwd_mean", nm);
+    uint64_t dp = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, 0, 0, x->T * F32, TK_NORM);
+    snprintf(op, sizeof op, "%s.bwd_pow", nm);
+    uint64_t d2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dp, xin, 2 * n * F32, TK_NORM);
+    hf_free(x, &dp);
+    hf_ew_inplace(x, l, "norm.bwd_add", d1, d2, n * F32);
+    hf_free(x, &d2);
+    hf_free(x, xf);
+    if (in && *in) hf_free(x, in);
+    if (RB != F32) { /* .to(float32) backward */
+        snprintf(op, sizeof op, "%s.bwd_down", nm);
+        uint64_t d = hf_ew(x, l, op, op, n * RB, TC_ACT_TRANS, d1, 0, n * F32, TK_NORM);
+        hf_free(x, &d1);
+        d1 = d;
+    }
+    hf_acc(x, l, G, &d1, n * RB);
+}
+
+/* The backward of one rotated tensor (q or k) from its gradient de: de*cos, de*sin and
+ * rotate_half's backward, summed (and cast back to bf16 under amp). */
+static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
+{
+    uint64_t n = x->T * w, eb = x->amp ? F32 : x->CB, ib = x->CB;
+    char op[TRACE_NAME_MAX];
+    snprintf(op, sizeof op, "%s.rope_bwd_cos", nm);
+    uint64_t a = hf_ew(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->cos, n * eb, TK_ELEM);
+    uint64_t ac = a;
+    if (eb != ib) {
+        ac = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, a, 0, n * eb, TK_ELEM);
+        hf_free(x, &a);
+    }
+    snprintf(op, sizeof op, "%s.rope_bwd_sin", nm);
+    uint64_t b = hf_ew(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->sin, n * eb, TK_ELEM);
+    hf_free(x, de);
+    uint64_t bc = b;
+    if (eb != ib) {
+        bc = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, b, 0, n * eb, TK_ELEM);
+        hf_free(x, &b);
+    }
+    snprintf(op, sizeof op, "%s.rope_bwd_rot", nm);
+    uint64_t r = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, bc, 0, n * ib, TK_ELEM);
+    hf_free(x, &bc);
+    hf_ew_inplace(x, l, "rope.bwd_add", ac, r, n * ib);
+    hf_free(x, &r);
+    return ac;
+}
+
+/* The cuDNN SDPA backward: dq, dk, dv and a workspace (fp32 dQ accumulator, softmax
+ * statistics) freed by the op; then everything SDPA saved. */
+static void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
+                        uint64_t *dv)
+{
+    uint64_t T = x->T, eb = x->CB;
+    uint64_t oid = x->next_oid++;
+    *dq = hf_alloc(x, l, "dq", T * x->hq * eb, TC_ACT_TRANS, (int64_t)oid);
+    *dk = hf_alloc(x, l, "dk", T * x->kv * eb, TC_ACT_TRANS, (int64_t)oid);
+    *dv = hf_alloc(x, l, "dv", T * x->kv * eb, TC_ACT_TRANS, (int64_t)oid);
+    uint64_t ws = hf_alloc(x, l, "sdpa_bwd_ws", T * x->hq * F32 + x->b * x->heads * x->s * F32
+                           + SDPA_WS_EXTRA, TC_WORKSPACE, (int64_t)oid);
+    double fl = 2.5 * 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
+    hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa.bwd", .flops = fl,
+                .br = T * (2 * x->hq + 2 * x->kv) * eb, .bw = T * (x->hq + 2 * x->kv) * eb,
+                .in = { *dao, s->q, s->k, s->v, s->ao, s->lse }, .nin = 6,
+                .out = { *dq, *dk, *dv, ws }, .nout = 4 };
+    o.dur = x->m ? roof_attn_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s, 1) : -1.0;
+    hf_emit(x, oid, &o);
+    hf_free(x, &ws);
+    hf_free(x, dao);
+    hf_free(x, &s->k);
+    hf_free(x, &s->q);
+    hf_free(x, &s->v);
+    hf_free(x, &s->lse);
+    hf_free(x, &s->ao);
+}
+
+/* amp: the bf16 gradient of a bf16 tensor added to the fp32 residual (type promotion's
+ * backward casts the gradient to the input's dtype). */
+static uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G)
+{
+    uint64_t n = x->T * x->h;
+    if (!x->amp) return G;
+    return hf_ew(x, l, op, op, n * BF16, TC_ACT_TRANS, G, 0, n * F32, TK_ELEM);
+}
+
+static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
+{
+    uint64_t T = x->T, h = x->h, f = x->f, n = T * f * x->CB, dxa = 0;
+    /* amp: a bf16 copy of the residual gradient; else the residual gradient itself */
+    uint64_t gd = hf_down16(x, l, "add2.bwd", *G);
+    uint64_t dp = hf_linear_bwd(x, l, hf_lp(x, l, P_DOWN), "down_proj", gd, x->amp, &s->prod,
+                                T, h, f, 1);
+    uint64_t du = hf_ew(x, l, "act_mul.bwd_up", "d_up", n, TC_ACT_TRANS, dp, s->act, 2 * n,
+                        TK_ELEM);
+    uint64_t da = hf_ew(x, l, "act_mul.bwd_act", "d_act", n, TC_ACT_TRANS, dp, s->up, 2 * n,
+                        TK_ELEM);
+    hf_free(x, &dp);
+    hf_free(x, &s->up);
+    hf_free(x, &s->act);
+    uint64_t dxu = hf_linear_bwd(x, l, hf_lp(x, l, P_UP), "up_proj", du, 1, &s->xu, T, f, h,
+                                 x->amp);
+    uint64_t t = hf_up32(x, l, "up_proj.xcast.bwd", &dxu, T * h);
+    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    uint64_t dg = hf_ew(x, l, "act.bwd", "d_gate", n, TC_ACT_TRANS, da, s->gate, 2 * n, TK_ACT);
+    hf_free(x, &da);
+    hf_free(x, &s->gate);
+    uint64_t dxg = hf_linear_bwd(x, l, hf_lp(x, l, P_GATE), "gate_proj", dg, 1, &s->xg, T, f,
+                                 h, x->amp);
+    t = hf_up32(x, l, "gate_proj.xcast.bwd", &dxg, T * h);
+    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    if (!x->amp) hf_free(x, &s->n2out);
+    hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
+                x->insaved ? &s->r1 : NULL, G);
+}
+
+static void hf_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
+{
+    uint64_t T = x->T, h = x->h, dxa = 0, dq, dk, dv, xd = s->ao;
+    uint64_t go = hf_down16(x, l, "add1.bwd", *G);
+    uint64_t dao = hf_linear_bwd(x, l, hf_lp(x, l, P_O), "o_proj", go, x->amp, &xd, T, h,
+                                 x->hq, 0);
+    hf_sdpa_bwd(x, l, s, &dao, &dq, &dk, &dv);
+    uint64_t dqe = hf_up32(x, l, "sdpa.qcast.bwd", &dq, T * x->hq);
+    uint64_t dke = hf_up32(x, l, "sdpa.kcast.bwd", &dk, T * x->kv);
+    uint64_t dk2 = hf_rope_bwd(x, l, "k", &dke, x->kv);
+    uint64_t dq2 = hf_rope_bwd(x, l, "q", &dqe, x->hq);
+    uint64_t t, d;
+    d = hf_linear_bwd(x, l, hf_lp(x, l, P_V), "v_proj", dv, 1, &s->xv, T, x->kv, h, x->amp);
+    t = hf_up32(x, l, "v_proj.xcast.bwd", &d, T * h);
+    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    d = hf_linear_bwd(x, l, hf_lp(x, l, P_K), "k_proj", dk2, 1, &s->xk, T, x->kv, h, x->amp);
+    t = hf_up32(x, l, "k_proj.xcast.bwd", &d, T * h);
+    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    d = hf_linear_bwd(x, l, hf_lp(x, l, P_Q), "q_proj", dq2, 1, &s->xq, T, x->hq, h, x->amp);
+    t = hf_up32(x, l, "q_proj.xcast.bwd", &d, T * h);
+    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    if (!x->amp) hf_free(x, &s->n1out);
+    hf_norm_bwd(x, l, "ln1", &dxa, hf_lp(x, l, P_LN1), &s->n1x, &s->n1rs, &s->n1nrm,
+                x->insaved ? &s->in : NULL, G);
+}
+
+/* The loss and head backward: nll's zero-filled gradient, log_softmax's, the .float()
+ * cast's, then lm_head (autograd's thread makes its own cuBLAS workspace on the first
+ * backward GEMM). Returns the final norm's output gradient. */
+static uint64_t hf_head_bwd(hf_x *x)
+{
+    uint64_t T = x->T, V = x->V, h = x->h;
+    uint64_t dl = hf_ew(x, -1, "nll_loss.bwd", "d_log_probs", T * V * F32, TC_ACT_TRANS,
+                        x->labels, 0, T * TOKEN_BYTES, TK_LOSS);
+    uint64_t dlf = hf_ew(x, -1, "log_softmax.bwd", "d_logits_fp32", T * V * F32, TC_ACT_TRANS,
+                         dl, x->logsm, 2 * T * V * F32, TK_LOSS);
+    hf_free(x, &dl);
+    hf_free(x, &x->logsm);
+    hf_free(x, &x->labels);
+    uint64_t dlg = dlf;
+    if (x->CB != F32) {
+        dlg = hf_ew(x, -1, "logits.float.bwd", "d_logits", T * V * x->CB, TC_ACT_TRANS, dlf, 0,
+                    T * V * F32, TK_ELEM);
+        hf_free(x, &dlf);
+    }
+    hf_param *hw = hf_headw(x);
+    uint64_t w = x->amp ? hw->cast : hw->id;
+    uint64_t oid = x->next_oid++, eb = x->CB;
+    uint64_t dw = hf_alloc(x, -1, "lm_head.dweight", hw->n * eb, x->amp ? TC_ACT_TRANS : TC_GRAD,
+                           (int64_t)oid);
+    if (x->iter == 0) x->ws_bwd = hf_alloc(x, -1, "cublas_ws_bwd", CUBLAS_WS, TC_OTHER, -1);
+    uint64_t dx = hf_alloc(x, -1, "d_norm_out", T * h * eb, TC_ACT_TRANS, (int64_t)oid);
+    hf_op o = { .kind = TK_GEMM, .layer = -1, .what = "lm_head.bwd",
+                .br = 2 * (T * V + T * h + V * h) * eb, .bw = (V * h + T * h) * eb,
+                .in = { dlg, x->head_x, w }, .nin = 3, .out = { dw, dx }, .nout = 2,
+                .flops = 4.0 * (double)T * (double)V * (double)h };
+    o.dur = x->m ? hf_gemm_us(x, V, h, T, (int)eb, (T * V + T * h + V * h) * eb) +
+                   hf_gemm_us(x, T, h, V, (int)eb, (T * V + T * h + V * h) * eb) : -1.0;
+    hf_emit(x, oid, &o);
+    hf_free(x, &dlg);
+    if (x->amp) {
+        hf_free(x, &hw->cast);
+        hf_free(x, &x->head_x);
+    }
+    uint64_t g = hf_up32(x, -1, "lm_head.xcast.bwd", &dx, T * h);
+    hf_wgrad(x, -1, hw, &dw);
+    return g;
+}
+
+/* The embedding's backward (embedding_dense_backward: a zero-filled [V, h] gradient,
+ * scatter-added), then the residual gradient is released. */
+static void hf_embed_bwd(hf_x *x, uint64_t *G)
+{
+    hf_param *e = hf_embed(x);
+    uint64_t g = hf_ew(x, -1, "embed.bwd", "embed_grad", e->n * x->PB, TC_GRAD, *G, x->tokens,
+                       x->T * x->h * x->RB, TK_EMBED);
+    hf_accum_grad(x, e, g);
+    hf_free(x, G);
+}
+
+static void hf_backward(hf_x *x)
+{
+    uint64_t G = 0;
+    hf_mark(x, TM_LAYER, -1);
+    uint64_t g = hf_head_bwd(x);
+    hf_norm_bwd(x, -1, "norm", &g, hf_fnorm(x), &x->head_xf, &x->head_rs, &x->head_nrm,
+                x->insaved ? &x->head_in : NULL, &G);
+    if (!x->amp) hf_free(x, &x->head_out);
+    for (int l = x->L - 1; l >= 0 && !x->st; l--) {
+        hf_mark(x, TM_LAYER, l);
+        hf_mlp_bwd(x, l, &x->ls[l], &G);
+        hf_attn_bwd(x, l, &x->ls[l], &G);
+    }
+    hf_mark(x, TM_LAYER, -1);
+    hf_free(x, &x->cos);
+    hf_free(x, &x->sin);
+    hf_embed_bwd(x, &G);
+}
+
+/* ---- optimizer ---- */
+
+/* torch.optim.AdamW (foreach, the CUDA default when not fused): the first step makes
+ * exp_avg and exp_avg_sq per parameter (zeros_like, in the parameter's dtype: adam.py
+ * _init_group); _multi_tensor_adam then runs its foreach kernels over all parameters of the
+ * dtype group at once; _foreach_sqrt(exp_avg_sq) is the one list of temporaries, freed after
+ * the update (last first). zero_grad() then sets every .grad to None. */
+static void hf_optimizer(hf_x *x)
+{
+    uint64_t tot = 0;
+    for (size_t i = 0; i < x->np; i++) {
+        hf_param *p = &x->p[i];
+        if (!p->n) continue;
+        tot += p->n;
+        if (p->m1) continue;
+        char nm[TRACE_NAME_MAX], a[TRACE_NAME_MAX];
+        hf_pname(x, i, nm);
+        snprintf(a, sizeof a, "%.36s.exp_avg", nm);
+        p->m1 = hf_alloc(x, p->layer, a, p->n * x->PB, TC_OPTSTATE, -1);
+        snprintf(a, sizeof a, "%.36s.exp_avg_sq", nm);
+        p->m2 = hf_alloc(x, p->layer, a, p->n * x->PB, TC_OPTSTATE, -1);
+    }
+    static const char *const k1[] = { "adamw.lerp", "adamw.mul_sq", "adamw.addcmul",
+                                      "adamw.decay" };
+    static const int rw1[][2] = { { 2, 1 }, { 1, 1 }, { 2, 1 }, { 1, 1 } };
+    for (int k = 0; k < 4; k++) {
+        hf_op o = { .kind = TK_OPTIM, .layer = -1, .what = k1[k],
+                    .br = tot * x->PB * (uint64_t)rw1[k][0], .bw = tot * x->PB * (uint64_t)rw1[k][1],
+                    .flops = (double)tot };
+        hf_mem_op(x, x->next_oid++, o);
+    }
+    uint64_t *sq = calloc(x->np, sizeof *sq);
+    if (!sq) {
+        x->st = MS_ERR_NOMEM;
+        return;
+    }
+    uint64_t oid = x->next_oid++;
+    for (size_t i = 0; i < x->np; i++)
+        if (x->p[i].n)
+            sq[i] = hf_alloc(x, x->p[i].layer, "adamw.sqrt", x->p[i].n * x->PB, TC_WORKSPACE,
+                             (int64_t)oid);
+    hf_op s = { .kind = TK_OPTIM, .layer = -1, .what = "adamw.sqrt", .br = tot * x->PB,
+                .bw = tot * x->PB, .flops = (double)tot };
+    hf_mem_op(x, oid, s);
+    static const char *const k2[] = { "adamw.div", "adamw.add_eps", "adamw.addcdiv" };
+    static const int rw2[][2] = { { 1, 1 }, { 1, 1 }, { 3, 1 } };
+    for (int k = 0; k < 3; k++) {
+        hf_op o = { .kind = TK_OPTIM, .layer = -1, .what = k2[k],
+                    .br = tot * x->PB * (uint64_t)rw2[k][0], .bw = tot * x->PB * (uint64_t)rw2[k][1],
+                    .flops = (double)tot };
+        hf_mem_op(x, x->next_oid++, o);
+    }
+    for (size_t i = x->np; i-- > 0;) hf_free(x, &sq[i]);
+    free(sq);
+    for (size_t i = 0; i < x->np; i++) hf_free(x, &x->p[i].grad);
+}
+
+/* ---- driver ---- */
+
+static void hf_iteration(hf_x *x, int it)
+{
+    x->iter = it;
+    hf_mark(x, TM_ITER, it);
+    x->phase = TP_FWD;
+    hf_mark(x, TM_PHASE, TP_FWD);
+    hf_mark(x, TM_LAYER, -1);
+    uint64_t h = hf_embed_fwd(x);
+    for (int l = 0; l < x->L && !x->st; l++) {
+        hf_mark(x, TM_LAYER, l);
+        h = hf_layer_fwd(x, l, h);
+    }
+    hf_mark(x, TM_LAYER, -1);
+    hf_head_fwd(x, h);
+    x->phase = TP_BWD;
+    hf_mark(x, TM_PHASE, TP_BWD);
+    hf_backward(x);
+    x->phase = TP_OPT;
+    hf_mark(x, TM_PHASE, TP_OPT);
+    hf_optimizer(x);
+}
+
+static void hf_sizes(hf_x *x, const gen_config *c)
+{
+    const model_t *md = &c->model;
+    x->b = c->micro_batch;
+    x->s = c->seq;
+    x->T = x->b * x->s;
+    x->h = md->hidden;
+    x->heads = md->heads;
+    x->hd = md->head_dim ? md->head_dim : md->hidden / md->heads;
+    x->hq = x->heads * x->hd;
+    x->kv = md->kv_heads * x->hd;
+    x->f = md->ffn_hidden;
+    x->V = md->vocab;
+    x->L = (int)md->layers;
+    x->tied = md->tied_embeddings;
+    x->amp = c->precision == GEN_PREC_AMP || c->precision == GEN_PREC_AUTO;
+    int fp32 = c->precision == GEN_PREC_FP32;
+    x->PB = x->amp || fp32 ? F32 : BF16;
+    x->CB = fp32 ? F32 : BF16;
+    x->RB = x->amp || fp32 ? F32 : BF16;
+    x->insaved = x->RB == F32;
+}
+
+static const char *const hf_families[] = { "llama", "mistral", "qwen2", NULL };
+
+ms_status gen_hf_check(const gen_config *c, ms_error *err)
+{
+    const char *fam = c->model.family;
+    int ok = 0;
+    for (int i = 0; hf_families[i] && !ok; i++) ok = strcmp(fam, hf_families[i]) == 0;
+    if (!ok)
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
+                       "'%s' of %s (modelled: llama, mistral, qwen2)", fam[0] ? fam : "(none)",
+                       c->model.name);
+    if (c->tp != 1 || c->cp != 1 || c->dp != 1 || c->lora || c->zero3 || c->offload ||
+        c->hf_loss || c->model.is_encoder || c->attn_impl != GEN_ATTN_FLASH)
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models one GPU's plain training "
+                       "(tp = cp = dp = 1; no lora, zero3, offload, hf_loss, attn_impl eager "
+                       "or encoders)");
+    if (c->model.mlp != MODEL_MLP_SWIGLU || c->model.norm != MODEL_NORM_RMS)
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf: family %s needs an RMSNorm "
+                       "SwiGLU model", fam);
+    return MS_OK;
+}
+
+uint64_t gen_hf_params(const gen_config *c)
+{
+    hf_x x;
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    hf_sizes(&x, c);
+    x.np = 2 + (size_t)x.L * P_SLOTS + 1;
+    x.p = calloc(x.np, sizeof *x.p);
+    if (!x.p) return 0;
+    hf_plan_params(&x);
+    uint64_t n = 0;
+    for (size_t i = 0; i < x.np; i++) n += x.p[i].n;
+    free(x.p);
+    return n;
+}
+
+static void hf_meta(hf_x *x)
+{
+    const gen_config *c = x->c;
+    static const char *const pn[] = { "amp", "amp", "bf16", "fp32" };
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRIu64, gen_hf_params(c));
+    if (!x->st) x->st = trace_set_meta(x->t, "framework", "hf");
+    if (!x->st) x->st = trace_set_meta(x->t, "precision", pn[c->precision]);
+    if (!x->st) x->st = trace_set_meta(x->t, "hf_params", buf);
+}
+
+ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
+{
+    hf_x x;
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    x.m = m;
+    x.t = t;
+    x.next_tid = x.next_oid = 1;
+    hf_sizes(&x, c);
+    x.np = 2 + (size_t)x.L * P_SLOTS + 1;
+    x.p = calloc(x.np, sizeof *x.p);
+    x.ls = calloc((size_t)x.L, sizeof *x.ls);
+    if (!x.p || !x.ls) x.st = MS_ERR_NOMEM;
+    if (!x.st) {
+        hf_plan_params(&x);
+        hf_meta(&x);
+        hf_setup(&x);
+        for (int it = 0; it < c->iterations && !x.st; it++) hf_iteration(&x, it);
+    }
+    free(x.p);
+    free(x.ls);
+    return x.st;
+}
