@@ -418,7 +418,8 @@ static void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
     hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
                 .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
                 .in = { s->q, s->k, s->v }, .nin = 3, .out = { s->ao, s->lse }, .nout = 2 };
-    o.dur = x->m ? roof_attn_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s, 0) : -1.0;
+    o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
+                                         model_head_dim(&x->c->model), 0) : -1.0;
     hf_emit(x, oid, &o);
     if (x->amp) {
         hf_free(x, &qe);
@@ -725,7 +726,8 @@ static void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, u
                 .br = T * (2 * x->hq + 2 * x->kv) * eb, .bw = T * (x->hq + 2 * x->kv) * eb,
                 .in = { *dao, s->q, s->k, s->v, s->ao, s->lse }, .nin = 6,
                 .out = { *dq, *dk, *dv, ws }, .nout = 4 };
-    o.dur = x->m ? roof_attn_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s, 1) : -1.0;
+    o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
+                                         model_head_dim(&x->c->model), 1) : -1.0;
     hf_emit(x, oid, &o);
     hf_free(x, &ws);
     hf_free(x, dao);

@@ -63,6 +63,21 @@ enum {
       "fraction of the aligned GEMM's rate, (0,1]; absent: 1")                                 \
     X("gpu.gemm_odd_eff", MF_DBL, gpu_gemm_odd_eff, R_OPT_EFF,                                 \
       "the same with an odd dimension, (0,1]; absent: 1")                                      \
+    X("gpu.sdpa_fwd_eff", MF_DBL, gpu_sdpa_fwd_eff, R_OPT_EFF,                                 \
+      "PyTorch's fused causal attention (scaled_dot_product_attention), forward: efficiency "  \
+      "eff * S / (S + gpu.sdpa_fwd_half_seq) of the bf16 peak over S keys, head dim 128 (0 "    \
+      "or absent: gpu.attn_eff for every attention kernel)")                                  \
+    X("gpu.sdpa_fwd_half_seq", MF_DBL, gpu_sdpa_fwd_half_seq, R_OPT_NONNEG,                    \
+      "keys at which that forward reaches half its efficiency")                                \
+    X("gpu.sdpa_bwd_eff", MF_DBL, gpu_sdpa_bwd_eff, R_OPT_EFF,                                 \
+      "the same for the backward (model FLOPs 2.5x the forward's)")                            \
+    X("gpu.sdpa_bwd_half_seq", MF_DBL, gpu_sdpa_bwd_half_seq, R_OPT_NONNEG,                    \
+      "keys at which that backward reaches half its efficiency")                               \
+    X("gpu.sdpa_hd64_fwd", MF_DBL, gpu_sdpa_hd64_fwd, R_OPT_EFF,                               \
+      "forward efficiency at head dim 64 relative to head dim 128 (0 or absent: 1); between "  \
+      "64 and 128 interpolated")                                                               \
+    X("gpu.sdpa_hd64_bwd", MF_DBL, gpu_sdpa_hd64_bwd, R_OPT_EFF,                               \
+      "the same for the backward")                                                             \
     X("link.h2d_Bps", MF_DBL, link_h2d_Bps, R_POS,                                             \
       "host-to-device copy bandwidth from pinned memory, per GPU, bytes/s")                    \
     X("link.d2h_Bps", MF_DBL, link_d2h_Bps, R_POS,                                             \

@@ -27,6 +27,12 @@ typedef struct machine {
     double gpu_gemm_even_eff;        /* a GEMM with a dimension even but not a multiple of 16
                                         bytes: fraction of the aligned rate (0: not modelled) */
     double gpu_gemm_odd_eff;         /* the same with an odd dimension (0: not modelled) */
+    double gpu_sdpa_fwd_eff;         /* fused attention forward: eff * S / (S + half), d 128 */
+    double gpu_sdpa_fwd_half_seq;    /*   (0: gpu_attn_eff for every attention kernel) */
+    double gpu_sdpa_bwd_eff;         /* the same for the backward */
+    double gpu_sdpa_bwd_half_seq;
+    double gpu_sdpa_hd64_fwd;        /* head dim 64 relative to 128, forward (0: 1) */
+    double gpu_sdpa_hd64_bwd;        /* the same, backward */
     /* host link (per GPU, pinned memory unless named otherwise) */
     double link_h2d_Bps;
     double link_d2h_Bps;

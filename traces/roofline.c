@@ -95,6 +95,30 @@ double roof_attn_us(const machine_t *m, const roof_params *p, double flops, uint
     return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
 }
 
+/* The head-dim 64 ratio at d <= 64, 1 at d >= 128, linear between (an assumption: only
+ * those two dims are measured). */
+static double hd_scale(double ratio64, uint64_t head_dim)
+{
+    if (ratio64 <= 0.0 || head_dim >= 128) return 1.0;
+    if (head_dim <= 64) return ratio64;
+    return ratio64 + (1.0 - ratio64) * (double)(head_dim - 64) / 64.0;
+}
+
+double roof_attn_hd_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,
+                       uint64_t seq_tokens, uint64_t head_dim, int backward)
+{
+    double e = backward ? m->gpu_sdpa_bwd_eff : m->gpu_sdpa_fwd_eff;
+    if (p->kernels == ROOF_KERNELS_RUNTIME || e <= 0.0)
+        return roof_attn_us(m, p, flops, bytes, seq_tokens, backward);
+    double half = backward ? m->gpu_sdpa_bwd_half_seq : m->gpu_sdpa_fwd_half_seq;
+    double s = (double)seq_tokens;
+    double eff = s > 0.0 ? e * s / (s + half) : e;
+    eff *= hd_scale(backward ? m->gpu_sdpa_hd64_bwd : m->gpu_sdpa_hd64_fwd, head_dim);
+    double t_compute = term_us(flops, m->gpu_peak_bf16_flops * eff);
+    double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
+    return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
+}
+
 double roof_coll_us(const machine_t *m, roof_coll kind, uint64_t bytes, int ranks,
                     int span_gpus)
 {
