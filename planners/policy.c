@@ -105,27 +105,6 @@ int pol_knob_known(const pol_policy *p, const char *key)
     return 0;
 }
 
-/* Edit distance of two short strings (longer ones compare as far apart). */
-static size_t edit_distance(const char *a, const char *b)
-{
-    enum { MAXL = 64 };
-    size_t la = strlen(a), lb = strlen(b), row[MAXL + 1];
-    if (la > MAXL || lb > MAXL) return (size_t)-1;
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[lb];
-}
-
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -166,7 +145,7 @@ static const char *closest_knob(const char *const *policies, size_t n, const cha
         const char *v[KNOB_NAMES_MAX];
         size_t m = knob_names(pol_find(policies[i]), v, KNOB_NAMES_MAX);
         for (size_t j = 0; j < m; j++) {
-            size_t d = edit_distance(v[j], key);
+            size_t d = ms_edit_distance(v[j], key);
             if (d < bd) {
                 bd = d;
                 best = v[j];
@@ -239,9 +218,16 @@ ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const
 {
     *out = NULL;
     const pol_policy *p = pol_find(name);
-    if (!p)
-        return ms_fail(err, MS_ERR_NOTFOUND, "unknown policy '%s' (memsim list)",
-                       name ? name : "(null)");
+    if (!p) {
+        const char *names[64];
+        size_t n = 0;
+        for (size_t i = 0; i < sizeof registry / sizeof *registry && n < 64; i++)
+            names[n++] = registry[i]->name;
+        const char *near = name ? ms_closest(name, names, n) : NULL;
+        return ms_fail(err, MS_ERR_NOTFOUND, "unknown policy '%s'%s%s%s (memsim list)",
+                       name ? name : "(null)", near ? "; did you mean '" : "",
+                       near ? near : "", near ? "'?" : "");
+    }
     if (!t) return ms_fail(err, MS_ERR_INVALID, "policy %s: no trace", name);
     pol_opts def;
     if (!o) {

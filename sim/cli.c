@@ -87,6 +87,22 @@ void cli_print_options(FILE *f, unsigned groups)
     if (takes_o(groups)) fprintf(f, "  %-28s %s\n", "-o FILE", "output file (plan / trace)");
 }
 
+/* "unknown option", with the closest option this command offers. */
+static void unknown_option(const char *cmd, const char *arg, unsigned groups)
+{
+    const char *names[NOPT];
+    size_t n = 0;
+    for (size_t i = 0; i < NOPT; i++)
+        if (offered(i, groups)) names[n++] = table[i].o.name;
+    const char *given = arg;
+    while (*given == '-') given++;
+    char key[64];
+    snprintf(key, sizeof key, "%.*s", (int)strcspn(given, "="), given);
+    const char *near = ms_closest(key, names, n);
+    fprintf(stderr, "memsim %s: unknown option '%s'%s%s%s (see --help)\n", cmd, arg,
+            near ? "; did you mean '--" : "", near ? near : "", near ? "'?" : "");
+}
+
 static int bad(const char *cmd, const char *opt, const char *val, const char *what)
 {
     fprintf(stderr, "memsim %s: --%s '%s': %s\n", cmd, opt, val, what);
@@ -341,7 +357,7 @@ int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
     while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         if (c == 'h') c = O_HELP;
         if (c == '?') {
-            fprintf(stderr, "memsim %s: unknown option '%s' (see --help)\n", cmd, argv[optind - 1]);
+            unknown_option(cmd, argv[optind - 1], groups);
             return MS_EXIT_USAGE;
         }
         if (c == ':') {

@@ -94,7 +94,13 @@ int main(int argc, char **argv)
         if (!strcmp(cmd, commands[i].name)) return stdout_checked(commands[i].fn(argc - 1, argv + 1));
     if (!strcmp(cmd, "run") || !strcmp(cmd, "probe"))
         return hand_over(argc - 1, argv + 1);
-    fprintf(stderr, "memsim: unknown command '%s'\n\n", cmd);
+    const char *names[64] = {"run", "probe"};
+    size_t n = 2;
+    for (size_t i = 0; i < sizeof commands / sizeof *commands && n < 64; i++)
+        names[n++] = commands[i].name;
+    const char *near = ms_closest(cmd, names, n);
+    fprintf(stderr, "memsim: unknown command '%s'%s%s%s\n\n", cmd,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
     usage(stderr);
     return MS_EXIT_USAGE;
 }

@@ -466,5 +466,16 @@ expect 0 "--framework megatron" -- "$M" simulate $D --framework megatron --csv "
 cp "$T/out" "$T/fw1.out"
 expect 0 "--gen framework=megatron" -- "$M" simulate $D --gen framework=megatron --csv "$T/fw2.csv"
 cmp -s "$T/fw1.csv" "$T/fw2.csv" && cmp -s "$T/fw1.out" "$T/out"; ok $? "--framework megatron is --gen framework=megatron"
+# misspelled names get the closest known one
+expect 2 "a misspelled command: exit 2" -- "$M" simualte
+grep -q "unknown command 'simualte'; did you mean 'simulate'?" "$T/err"; ok $? "the command is suggested"
+expect 2 "a misspelled option: exit 2" -- "$M" simulate --model-conifg x.json
+grep -q "unknown option '--model-conifg'; did you mean '--model-config'?" "$T/err"; ok $? "the option is suggested"
+expect 3 "a misspelled model: exit 3" -- "$M" simulate --model llama3-8 --seq 1K
+grep -q "unknown model 'llama3-8'; did you mean 'llama3-8b'?" "$T/err"; ok $? "the model is suggested"
+expect 3 "a misspelled policy: exit 3" -- "$M" simulate --model dims:2,256,4,1024,1000 --seq 512 --policy ful-swap
+grep -q "unknown policy 'ful-swap'; did you mean 'full-swap'?" "$T/err"; ok $? "the policy is suggested"
+expect 3 "a name far from every model: exit 3, no suggestion" -- "$M" simulate --model zzzzzzzz --seq 1K
+! grep -q "did you mean" "$T/err"; ok $? "nothing is suggested when nothing is close"
 echo "1..$n"
 exit $bad

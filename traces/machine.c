@@ -217,34 +217,12 @@ static char *trim(char *s)
     return s;
 }
 
-/* Edit distance, for "did you mean". Keys are short. */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64) return (size_t)-1;
-    size_t row[65];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 static const char *closest_key(const char *key)
 {
     const char *best = "description";
-    size_t bd = edit_distance(key, best);
+    size_t bd = ms_edit_distance(key, best);
     for (size_t i = 0; i < NFIELDS; i++) {
-        size_t d = edit_distance(key, fields[i].key);
+        size_t d = ms_edit_distance(key, fields[i].key);
         if (d < bd) { bd = d; best = fields[i].key; }
     }
     return best;

@@ -255,10 +255,16 @@ ms_status model_lookup(const char *name, model_t *out, ms_error *err)
     if (strncmp(name, "dims:", 5) == 0) return parse_dims(name + 5, out, err);
     if (strncmp(name, "config:", 7) == 0) return hfc_load(name + 7, out, err);
     const model_t *m = model_find(name);
-    if (!m)
+    if (!m) {
+        const char *names[256];
+        size_t n = 0;
+        for (size_t i = 0; i < model_count() && n < 256; i++) names[n++] = model_at(i)->name;
+        const char *near = ms_closest(name, names, n);
         return ms_fail(err, MS_ERR_NOTFOUND,
-                       "unknown model '%s' (`memsim list` shows the registered models; or "
-                       "give config:CONFIG.JSON or dims:LAYERS,HIDDEN,HEADS,FFN,VOCAB)", name);
+                       "unknown model '%s'%s%s%s (`memsim list` shows the registered models; "
+                       "or give --model-config CONFIG.JSON or dims:LAYERS,HIDDEN,HEADS,FFN,VOCAB)",
+                       name, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+    }
     *out = *m;
     return MS_OK;
 }

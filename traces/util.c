@@ -175,6 +175,40 @@ int ms_ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+size_t ms_edit_distance(const char *a, const char *b)
+{
+    enum { MAXL = 64 };
+    size_t la = strlen(a), lb = strlen(b), row[MAXL + 1];
+    if (la > MAXL || lb > MAXL) return (size_t)-1;
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+const char *ms_closest(const char *s, const char *const *cands, size_t n)
+{
+    const char *best = NULL;
+    size_t bd = strlen(s) / 3 + 1;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = cands[i] ? ms_edit_distance(s, cands[i]) : (size_t)-1;
+        if (d < bd) {
+            bd = d;
+            best = cands[i];
+        }
+    }
+    return best;
+}
+
 int ms_split(char *line, char **tok, int max)
 {
     int n = 0;

@@ -99,6 +99,13 @@ uint64_t ms_pow2_ceil(uint64_t x);
 
 /* 1 when s ends with suffix. */
 int ms_ends_with(const char *s, const char *suffix);
+
+/* Edit distance (insertions, deletions, substitutions) of two short strings; strings over
+ * 64 characters compare as SIZE_MAX apart. For "did you mean" hints. */
+size_t ms_edit_distance(const char *a, const char *b);
+/* The candidate closest to s, or NULL when none is within a third of s's length (plus one);
+ * ties: the first met. */
+const char *ms_closest(const char *s, const char *const *cands, size_t n);
 /* qsort comparator of uint64_t values, ascending. */
 int ms_cmp_u64(const void *x, const void *y);
 
