@@ -1461,6 +1461,127 @@ static void test_hf(const machine_t *mach)
            "precision fp16 rejected by name");
 }
 
+/* ---- framework hf: mixture-of-experts layers ---- */
+
+static gen_config hf_moe_config(const char *prec, uint64_t k)
+{
+    gen_config c = hf_config(prec);
+    model_t *m = &c.model;
+    snprintf(m->name, sizeof m->name, "tiny-mixtral");
+    snprintf(m->family, sizeof m->family, "mixtral");
+    m->n_experts = 4;
+    m->experts_per_tok = k;
+    m->expert_ffn = m->ffn_hidden;
+    m->moe_every = 1;
+    m->norm_topk = 1;
+    return c;
+}
+
+/* Bytes of the iteration-0 allocation named name (0 when none), and the FLOPs of the first
+ * op named op. */
+static uint64_t hf_named(const trace_t *t, const char *name, const char *op, double *fl)
+{
+    uint64_t b = 0;
+    int iter = -1, got = 0;
+    if (fl) *fl = 0;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) iter = (int)r->u.mark.value;
+        if (iter != 0) continue;
+        if (r->type == TR_ALLOC && !b && strcmp(r->u.alloc.name, name) == 0) b = r->u.alloc.bytes;
+        if (r->type == TR_OP && op && fl && !got && strcmp(r->u.op.name, op) == 0) {
+            *fl = r->u.op.flops;
+            got = 1;
+        }
+    }
+    return b;
+}
+
+static void test_hf_moe(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_moe_config("amp", 2);
+    const model_t *m = &c.model;
+    uint64_t h = m->hidden, V = m->vocab, T = c.seq * c.micro_batch, kv = 2 * 16;
+    uint64_t E = m->n_experts, fe = m->expert_ffn, k = m->experts_per_tok, S = T * k;
+    uint64_t attn = h * h + 2 * kv * h + h * h, router = E * h, experts = 3 * E * fe * h;
+    uint64_t P = V * h + m->layers * (attn + router + experts + 2 * h) + h + V * h;
+    unsigned states = 1u << TC_PARAM | 1u << TC_GRAD | 1u << TC_OPTSTATE;
+    trace_t *t = NULL;
+    TAP_OK(gen_validate(&c, &err) == MS_OK, "hf: family mixtral is modelled");
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf MoE amp trace");
+    if (!t) return;
+    char pb[32];
+    snprintf(pb, sizeof pb, "%llu", (unsigned long long)P);
+    TAP_OK(trace_get_meta(t, "hf_params") && strcmp(trace_get_meta(t, "hf_params"), pb) == 0,
+           "hf MoE: the router and the fused 3-D experts counted (%s params)", pb);
+    uint64_t casts;
+    TAP_OK(hf_peak_classes(t, states, ".wcast", &casts) == 16 * P,
+           "MoE amp: experts' fp32 parameters, gradients and AdamW states, 16 B/param");
+    TAP_OK(casts == 2 * (m->layers * (attn + router) + V * h),
+           "MoE amp: the router's weight is cast to bf16, the experts' 3-D weights are not");
+    TAP_OK(hf_named(t, "L0.router_probs", NULL, NULL) == T * E * 4 &&
+           hf_named(t, "L0.router_logits_fp32", NULL, NULL) == T * E * 4,
+           "MoE amp: the router's softmax runs on an fp32 copy of the bf16 logits");
+    TAP_OK(hf_named(t, "L0.experts_in", NULL, NULL) == S * h * 4 &&
+           hf_named(t, "L0.experts.gate_up", NULL, NULL) == S * 2 * fe * 4,
+           "MoE amp: the gathered tokens and the experts' activations are fp32 (T*k rows)");
+    double f0, fb;
+    hf_named(t, "x", "L0.experts.gate_up.e0", &fb);
+    TAP_OK(fb == 2.0 * (double)(S / E) * 2.0 * (double)fe * (double)h,
+           "MoE amp: one fp32 GEMM per expert on S/E tokens (balanced routing)");
+    trace_free(t);
+    c = hf_moe_config("amp", 1);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf MoE amp top-1 trace");
+    if (!t) return;
+    TAP_OK(hf_named(t, "L0.experts_in", NULL, NULL) == T * h * 4 &&
+           hf_named(t, "L0.perm", NULL, NULL) == T * 8 &&
+           hf_named(t, "L0.experts_prod", NULL, NULL) == T * fe * 4,
+           "MoE: the dispatch buffers scale with top_k (k = 1: T rows)");
+    trace_free(t);
+    c = hf_moe_config("amp", 2);
+    TAP_OK(gen_config_set(&c, "moe_imbalance", "2", &err) == MS_OK &&
+           gen_trace(&c, mach, &t, &err) == MS_OK, "hf MoE amp trace, moe_imbalance 2");
+    if (!t) return;
+    hf_named(t, "x", "L0.experts.gate_up.e0", &f0);
+    double f1;
+    hf_named(t, "x", "L0.experts.gate_up.e1", &f1);
+    TAP_OK(f0 == 2.0 * fb && f1 < fb,
+           "moe_imbalance 2: the busiest expert's GEMMs on twice the mean tokens, the others "
+           "on fewer");
+    trace_free(t);
+    TAP_OK(gen_config_set(&c, "moe_imbalance", "0.5", &err) == MS_ERR_INVALID &&
+           strstr(err.msg, "moe_imbalance"), "moe_imbalance below 1 rejected by name");
+    c = hf_moe_config("bf16", 2);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf MoE bf16 trace");
+    if (!t) return;
+    TAP_OK(hf_peak_classes(t, states, ".wcast", &casts) == 8 * P && casts == 0,
+           "MoE bf16: parameters, gradients and AdamW states in bf16, 8 B/param, no casts");
+    TAP_OK(hf_named(t, "L0.router_probs", NULL, NULL) == T * E * 4 &&
+           hf_named(t, "L0.experts_in", NULL, NULL) == S * h * 2 &&
+           hf_named(t, "L0.weighted", NULL, NULL) == S * h * 4,
+           "MoE bf16: fp32 softmax; bf16 experts; Mixtral's fp32 routing weights promote the "
+           "weighted outputs to fp32");
+    hf_named(t, "x", "L0.experts.gate_up", &f0);
+    TAP_OK(f0 == 2.0 * (double)S * 2.0 * (double)fe * (double)h,
+           "MoE bf16: one grouped GEMM over all experts' tokens");
+    trace_free(t);
+    c = hf_moe_config("amp", 2);
+    snprintf(c.model.family, sizeof c.model.family, "qwen2_moe");
+    c.model.shared_ffn = 96;
+    c.model.shared_gate = 1;
+    c.model.norm_topk = 0;
+    c.model.qkv_bias = 1;
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf qwen2_moe amp trace");
+    if (!t) return;
+    TAP_OK(hf_named(t, "L0.shared_sigmoid", NULL, NULL) == T * 2 &&
+           hf_named(t, "L0.shared.down_proj_out", NULL, NULL) == T * h * 2 &&
+           hf_named(t, "L0.topk_sum", NULL, NULL) == 0,
+           "qwen2_moe: the shared expert (bf16 under amp) and its sigmoid gate; no "
+           "renormalization without norm_topk_prob");
+    trace_free(t);
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -1487,6 +1608,7 @@ int main(void)
     test_runtime_host_adam(&m);
     test_eager(&m);
     test_hf(&m);
+    test_hf_moe(&m);
     test_speed(&m);
     return tap_done();
 }

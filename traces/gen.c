@@ -74,7 +74,7 @@ const char *gen_config_keys(void)
 {
     return "framework (generic|megatron|hf), precision (amp|bf16|fp32), loss (auto|fused|megatron), dist_opt, grad_bytes, "
            "opt_bytes_per_param, save_small, attn_bwd_factor, kernels (vendor|runtime), lora, lora_rank, lora_mlp, "
-           "zero3, offload, attn_impl (flash|eager), attn_dropout, attn_softmax_saves_input";
+           "zero3, offload, attn_impl (flash|eager), attn_dropout, attn_softmax_saves_input, moe_imbalance";
 }
 
 /* Index of value in a NULL-terminated list of names, or -1. */
@@ -132,6 +132,14 @@ ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_e
             return ms_fail(err, MS_ERR_INVALID, "generator knob attn_bwd_factor: '%s' is not a "
                            "number >= 0", value);
         c->attn_bwd_factor = d;
+        return MS_OK;
+    }
+    if (strcmp(key, "moe_imbalance") == 0) {
+        double d;
+        if (!ms_parse_double(value, &d) || d < 1)
+            return ms_fail(err, MS_ERR_INVALID, "generator knob moe_imbalance: '%s' is not a "
+                           "number >= 1", value);
+        c->moe_imbalance = d;
         return MS_OK;
     }
     for (size_t i = 0; i < sizeof ikeys / sizeof *ikeys; i++) {

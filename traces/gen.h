@@ -127,6 +127,8 @@ typedef struct gen_config {
                                  scores; pytorch/pytorch#64000), as the paper's PyTorch 1.9;
                                  0 = later releases: only the output */
     int precision;            /* framework hf: gen_precision (default auto = amp) */
+    double moe_imbalance;     /* framework hf, MoE layers: tokens of the busiest expert over
+                                 the mean (>= 1; 0 or 1 = balanced routing, S/E each) */
     roof_params roof;         /* op-time knobs */
 } gen_config;
 
@@ -140,7 +142,8 @@ void gen_config_default(gen_config *c);
 /* Sets one knob by name, as a command line hands them over ("--gen KEY=VALUE"): framework
  * (generic | megatron | hf), precision (amp | bf16 | fp32; framework hf), loss (auto | fused | megatron), dist_opt, grad_bytes,
  * opt_bytes_per_param, save_small, attn_bwd_factor, lora, lora_rank, lora_mlp, zero3,
- * offload, attn_impl (flash | eager), attn_dropout, attn_softmax_saves_input.
+ * offload, attn_impl (flash | eager), attn_dropout, attn_softmax_saves_input,
+ * moe_imbalance.
  * MS_ERR_INVALID naming the key for an unknown key or a bad value; the combination
  * is checked later by gen_validate. */
 ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_error *err);

@@ -26,7 +26,10 @@
 /* Parameter slots of a decoder layer, in the order the module registers them
  * (LlamaDecoderLayer: self_attn q, k, v, o with optional biases, mlp gate, up, down,
  * input_layernorm, post_attention_layernorm). */
-enum { P_Q, P_QB, P_K, P_KB, P_V, P_VB, P_O, P_GATE, P_UP, P_DOWN, P_LN1, P_LN2, P_SLOTS };
+enum { P_Q, P_QB, P_K, P_KB, P_V, P_VB, P_O, P_GATE, P_UP, P_DOWN, P_LN1, P_LN2,
+       /* MoE layers (gen_hf_moe.c): router, the experts' fused 3-D gate_up and down,
+        * Qwen2-MoE's shared_expert_gate; gate/up/down hold the shared expert */
+       P_ROUTER, P_EGU, P_EDN, P_SHG, P_SLOTS };
 
 typedef struct hf_param {
     uint64_t id, n;            /* tensor id; elements (0: slot unused) */
@@ -68,7 +71,14 @@ typedef struct hf_x {
     uint64_t tokens, cos, sin, ws_fwd, ws_bwd;
     uint64_t head_x, head_nrm, head_rs, head_in, head_xf, head_out, logsm, labels;
     int iter;
+    struct hf_moe_ls *mls;     /* per layer: what an MoE layer saved (gen_hf_moe.c) */
 } hf_x;
+
+/* The MoE layer program (gen_hf_moe.c, included at the end of this file). */
+static struct hf_moe_ls *moe_alloc(size_t layers);
+static void moe_plan(hf_x *x, int l);
+static uint64_t moe_fwd(hf_x *x, int l, hf_ls *s);
+static uint64_t moe_bwd(hf_x *x, int l, hf_ls *s, uint64_t G);
 
 /* ---- emission ---- */
 
@@ -242,7 +252,8 @@ static hf_param *hf_headw(hf_x *x)
 
 static const char *const slot_name[P_SLOTS] = {
     "q_proj.w", "q_proj.b", "k_proj.w", "k_proj.b", "v_proj.w", "v_proj.b", "o_proj.w",
-    "gate_proj.w", "up_proj.w", "down_proj.w", "input_layernorm.w", "post_attn_layernorm.w"
+    "gate_proj.w", "up_proj.w", "down_proj.w", "input_layernorm.w", "post_attn_layernorm.w",
+    "router.w", "experts.gate_up_proj", "experts.down_proj", "shared_expert_gate.w"
 };
 
 static void hf_plan_params(hf_x *x)
@@ -259,6 +270,7 @@ static void hf_plan_params(hf_x *x)
             hf_lp(x, l, j)->n = n[j];
             hf_lp(x, l, j)->layer = l;
         }
+        moe_plan(x, l);
     }
     hf_fnorm(x)->n = h;
     hf_fnorm(x)->layer = -1;
@@ -467,14 +479,20 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
     if (!x->insaved) hf_free(x, &s->in); /* the residual was its last use */
     s->n2out = hf_norm_fwd(x, l, "ln2", s->r1, hf_lp(x, l, P_LN2)->id, &s->n2x, &s->n2rs,
                            &s->n2nrm);
+    uint64_t dn;
+    if (model_layer_is_moe(&x->c->model, (uint64_t)l)) {
+        dn = moe_fwd(x, l, s);
+        goto residual;
+    }
     s->gate = hf_linear(x, l, P_GATE, "gate_proj", s->n2out, 1, T, f, h, TC_ACT_SKEL, &s->xg);
     s->act = hf_ew(x, l, "act", "act_out", T * f * x->CB, TC_ACT_SKEL, s->gate, 0,
                    T * f * x->CB, TK_ACT);
     s->up = hf_linear(x, l, P_UP, "up_proj", s->n2out, 1, T, f, h, TC_ACT_SKEL, &s->xu);
     s->prod = hf_ew(x, l, "act_mul", "act_prod", T * f * x->CB, TC_ACT_SKEL, s->act, s->up,
                     2 * T * f * x->CB, TK_ELEM);
-    uint64_t dn = hf_linear(x, l, P_DOWN, "down_proj", s->prod, 0, T, h, f, TC_ACT_TRANS, &xd);
+    dn = hf_linear(x, l, P_DOWN, "down_proj", s->prod, 0, T, h, f, TC_ACT_TRANS, &xd);
     if (x->amp) hf_free(x, &s->n2out);
+residual:;
     /* The next layer's input: named and layered as that layer's (what a policy keeps) */
     uint64_t out = hf_add(x, l + 1 < x->L ? l + 1 : -1, "add2", l + 1 < x->L ? "input" :
                           "final_norm.input", TC_ACT_SKEL, s->r1, dn);
@@ -750,6 +768,12 @@ static uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G)
 static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
 {
     uint64_t T = x->T, h = x->h, f = x->f, n = T * f * x->CB, dxa = 0;
+    if (model_layer_is_moe(&x->c->model, (uint64_t)l)) {
+        dxa = moe_bwd(x, l, s, *G);
+        hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
+                    x->insaved ? &s->r1 : NULL, G);
+        return;
+    }
     /* amp: a bf16 copy of the residual gradient; else the residual gradient itself */
     uint64_t gd = hf_down16(x, l, "add2.bwd", *G);
     uint64_t dp = hf_linear_bwd(x, l, hf_lp(x, l, P_DOWN), "down_proj", gd, x->amp, &s->prod,
@@ -980,7 +1004,8 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->insaved = x->RB == F32;
 }
 
-static const char *const hf_families[] = { "llama", "mistral", "qwen2", NULL };
+static const char *const hf_families[] = { "llama", "mistral", "qwen2", "mixtral", "qwen2_moe",
+                                           NULL };
 
 ms_status gen_hf_check(const gen_config *c, ms_error *err)
 {
@@ -989,7 +1014,8 @@ ms_status gen_hf_check(const gen_config *c, ms_error *err)
     for (int i = 0; hf_families[i] && !ok; i++) ok = strcmp(fam, hf_families[i]) == 0;
     if (!ok)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
-                       "'%s' of %s (modelled: llama, mistral, qwen2)", fam[0] ? fam : "(none)",
+                       "'%s' of %s (modelled: llama, mistral, qwen2, mixtral, "
+                       "qwen2_moe)", fam[0] ? fam : "(none)",
                        c->model.name);
     if (c->tp != 1 || c->cp != 1 || c->dp != 1 || c->lora || c->zero3 || c->offload ||
         c->hf_loss || c->model.is_encoder || c->attn_impl != GEN_ATTN_FLASH)
@@ -1041,7 +1067,8 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
     x.np = 2 + (size_t)x.L * P_SLOTS + 1;
     x.p = calloc(x.np, sizeof *x.p);
     x.ls = calloc((size_t)x.L, sizeof *x.ls);
-    if (!x.p || !x.ls) x.st = MS_ERR_NOMEM;
+    x.mls = moe_alloc((size_t)x.L);
+    if (!x.p || !x.ls || !x.mls) x.st = MS_ERR_NOMEM;
     if (!x.st) {
         hf_plan_params(&x);
         hf_meta(&x);
@@ -1050,5 +1077,10 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
     }
     free(x.p);
     free(x.ls);
+    free(x.mls);
     return x.st;
 }
+
+#define MEMSIM_GEN_HF_MOE_FRAGMENT
+#include "traces/gen_hf_moe.c"
+
