@@ -864,6 +864,7 @@ struct trace {
     size_t n_meta, cap_meta;
     u64map *tensor_idx, *op_idx;   /* id -> index of the most recent record */
     u64blk *blocks;
+    size_t block_bytes;            /* sum of the blocks' sizes */
 };
 
 trace_t *trace_new(void)
@@ -943,6 +944,7 @@ static const uint64_t *copy_ids(trace_t *t, const uint64_t *ids, uint32_t n, int
         nb->used = 0;
         nb->cap = cap;
         t->blocks = b = nb;
+        t->block_bytes += sizeof *nb + cap * sizeof(uint64_t);
     }
     uint64_t *dst = b->v + b->used;
     memcpy(dst, ids, n * sizeof *ids);
@@ -986,8 +988,16 @@ static int rec_valid(const trace_rec *rec)
 ms_status trace_append(trace_t *t, const trace_rec *rec)
 {
     if (!rec_valid(rec)) return MS_ERR_INVALID;
-    if (ms_grow((void **)&t->recs, &t->cap, t->n + 1, sizeof *t->recs) != MS_OK)
-        return MS_ERR_NOMEM;
+    if (t->n == t->cap) {
+        /* by half again: less slack than doubling, and large reallocs are remapped, not
+         * copied */
+        size_t nc = t->cap < 64 ? 64 : t->cap + t->cap / 2;
+        if (nc > SIZE_MAX / sizeof *t->recs) return MS_ERR_NOMEM;
+        trace_rec *p = realloc(t->recs, nc * sizeof *p);
+        if (!p) return MS_ERR_NOMEM;
+        t->recs = p;
+        t->cap = nc;
+    }
     trace_rec *dst = &t->recs[t->n];
     *dst = *rec;
     if (rec->type == TR_OP) {
@@ -1020,13 +1030,53 @@ const trace_op *trace_find_op(const trace_t *t, uint64_t id)
     return u64map_get(t->op_idx, id, &i) ? &t->recs[i].u.op : NULL;
 }
 
+size_t trace_mem_bytes(const trace_t *t)
+{
+    return sizeof *t + t->cap * sizeof *t->recs + t->block_bytes + u64map_bytes(t->tensor_idx) +
+           u64map_bytes(t->op_idx);
+}
+
+/* What trace_mem_bytes becomes if rec is appended: the record array at its grown size (a
+ * large realloc is remapped in place), a map that must grow with its old and new slot arrays
+ * side by side, a new id block. */
+static size_t mem_after(const trace_t *t, const trace_rec *rec)
+{
+    size_t b = trace_mem_bytes(t);
+    if (t->n == t->cap) b += (t->cap < 64 ? 64 : t->cap / 2) * sizeof *t->recs;
+    const u64map *m = rec->type == TR_ALLOC ? t->tensor_idx : rec->type == TR_OP ? t->op_idx
+                                                                                 : NULL;
+    if (m && u64map_put_grows(m)) b += 2 * u64map_bytes(m);
+    if (rec->type == TR_OP) {
+        size_t n = (size_t)rec->u.op.n_in + rec->u.op.n_out;
+        if (n && (!t->blocks || t->blocks->cap - t->blocks->used < n))
+            b += sizeof(u64blk) + (n > 65536 ? n : 65536) * sizeof(uint64_t) * 2;
+    }
+    return b;
+}
+
+typedef struct load_ctx {
+    trace_t *t;
+    uint64_t max_bytes;  /* 0: no bound */
+    int over;            /* the next record would pass the bound */
+} load_ctx;
+
 static ms_status load_one(void *ctx, const trace_rec *rec, uint64_t cur)
 {
     (void)cur;
-    return trace_append(ctx, rec);
+    load_ctx *lc = ctx;
+    if (lc->max_bytes && mem_after(lc->t, rec) > lc->max_bytes) {
+        lc->over = 1;
+        return MS_ERR_LIMIT;
+    }
+    return trace_append(lc->t, rec);
 }
 
 ms_status trace_load(const char *path, trace_t **out, ms_error *err)
+{
+    return trace_load_max(path, TRACE_LOAD_MAX_BYTES, out, err);
+}
+
+ms_status trace_load_max(const char *path, uint64_t max_bytes, trace_t **out, ms_error *err)
 {
     *out = NULL;
     trace_reader *r;
@@ -1036,12 +1086,26 @@ ms_status trace_load(const char *path, trace_t **out, ms_error *err)
     if (!t) { trace_reader_free(r); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
     for (size_t i = 0; i < r->n_meta && st == MS_OK; i++)
         st = trace_set_meta(t, r->mkey[i], r->mval[i]);
+    load_ctx lc = {t, max_bytes, 0};
     if (st != MS_OK) ms_fail_at(err, st, path, 0, "cannot keep meta data: %s", ms_status_str(st));
-    else st = scan_checked(r, path, load_one, t, NULL, err);
-    if (st == MS_ERR_INVALID || st == MS_ERR_NOMEM)
+    else st = scan_checked(r, path, load_one, &lc, NULL, err);
+    if (lc.over) {
+        char mb[32];
+        st = ms_fail_at(err, MS_ERR_INVALID, path, 0,
+                        "the trace holds more than %zu records (%s in memory, the bound of a "
+                        "trace loaded whole, traces/FORMAT.md); planning and simulating load a "
+                        "trace whole: cut it into fewer iterations, or use memsim replay, trace "
+                        "check or trace stats, which stream traces of any size",
+                        t->n, ms_fmt_bytes(max_bytes, mb, sizeof mb));
+    } else if (st == MS_ERR_INVALID || st == MS_ERR_NOMEM) {
         ms_fail_at(err, st, path, 0, "cannot keep record: %s", ms_status_str(st));
+    }
     trace_reader_free(r);
     if (st != MS_OK) { trace_free(t); return st; }
+    if (t->cap > t->n && t->n) { /* give the slack back */
+        trace_rec *p = realloc(t->recs, t->n * sizeof *p);
+        if (p) { t->recs = p; t->cap = t->n; }
+    }
     *out = t;
     return MS_OK;
 }
