@@ -243,12 +243,16 @@ static void mem_sample(ex *x)
         fail_run(x, MS_ERR_NOMEM, "out of memory recording the memory time series");
 }
 
+/* Spans are recorded (and their names formatted) only for a timeline or an intervals CSV. */
+static int spans_on(const ex *x)
+{
+    return x->tl && (x->o.timeline_path || x->o.timeline_out || x->o.intervals_path);
+}
+
 static void add_span(ex *x, int track, double s_us, double e_us, size_t idx, const char *name,
                      const char *cat)
 {
-    if (!x->tl || !(x->o.timeline_path || x->o.timeline_out || x->o.intervals_path) ||
-        !(e_us > s_us))
-        return;
+    if (!spans_on(x) || !(e_us > s_us)) return;
     const sched_action *a = sched_get(x->s, idx);
     int has_t = a->kind != SA_COMPUTE && a->kind != SA_HOST_COMPUTE && a->kind != SA_WAIT;
     tl_span_info si = { track, s_us, e_us, name, cat, (int64_t)idx,
@@ -306,11 +310,13 @@ static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
     size_t idx = t->q[t->pos];
     acc(x, &x->w.alloc_us, t->t_start, now);
     if (s == SS_COMPUTE) acc(x, &x->w.stall_us, t->t_start, now);
-    char name[TL_NAME_MAX], tn[48];
-    snprintf(name, sizeof name, "sync (%s %s)",
-             sched_get(x->s, idx)->kind == SA_FREE ? "free" : "alloc",
-             tensor_name(x, sched_get(x->s, idx)->tensor, tn, sizeof tn));
-    add_span(x, s, t->t_start, now, idx, name, "sync");
+    if (spans_on(x)) {
+        char name[TL_NAME_MAX], tn[48];
+        snprintf(name, sizeof name, "sync (%s %s)",
+                 sched_get(x->s, idx)->kind == SA_FREE ? "free" : "alloc",
+                 tensor_name(x, sched_get(x->s, idx)->tensor, tn, sizeof tn));
+        add_span(x, s, t->t_start, now, idx, name, "sync");
+    }
     x->sync_owner = -1;
     t->state = ST_IDLE;
     t->pos++;
@@ -333,29 +339,34 @@ static void action_done(ex *x, int s)
     size_t idx = t->q[t->pos];
     const sched_action *a = sched_get(x->s, idx);
     char name[TL_NAME_MAX], nb[48];
+    int sp = spans_on(x);
     switch (a->kind) {
     case SA_COMPUTE:
         x->h.c_done++;
         acc(x, &x->w.compute_us, t->t_start, now);
         if (a->recompute) acc(x, &x->w.recompute_us, t->t_start, now);
+        if (!sp) break;
         snprintf(name, sizeof name, "%s%s", a->recompute ? "recompute " : "",
                  op_name(x, a->op, nb, sizeof nb));
         add_span(x, s, t->t_start, now, idx, name, a->recompute ? "recompute" : "compute");
         break;
     case SA_HOST_COMPUTE:
         acc(x, &x->w.host_us, t->t_exec, t->t_end_exec);
+        if (!sp) break;
         snprintf(name, sizeof name, "host %s", a->op >= 0 ? op_name(x, a->op, nb, sizeof nb)
                                                           : "compute");
         add_span(x, s, t->t_exec, t->t_end_exec, idx, name, "host");
         break;
     case SA_COPY_D2H:
     case SA_COPY_H2D:
+        if (!sp) break;
         snprintf(name, sizeof name, "%s %s", a->kind == SA_COPY_D2H ? "d2h" : "h2d",
                  tensor_name(x, a->tensor, nb, sizeof nb));
         add_span(x, s, t->t_start, now, idx, name, "copy");
         break;
     default: /* ALLOC / FREE paying the backend's latency */
         acc(x, &x->w.alloc_us, t->t_start, now);
+        if (!sp) break;
         snprintf(name, sizeof name, "%s %s", a->kind == SA_FREE ? "free" : "alloc",
                  tensor_name(x, a->tensor, nb, sizeof nb));
         add_span(x, s, t->t_start, now, idx, name, "alloc");
@@ -662,9 +673,11 @@ static void record_event(ex *x, uint32_t ev)
         stream *t = &x->st[k];
         if (t->state != ST_WAIT || t->wait_event != ev) continue;
         if (k == SS_COMPUTE) acc(x, &x->w.stall_us, t->t_start, now);
-        char name[TL_NAME_MAX];
-        snprintf(name, sizeof name, "wait e%u", ev);
-        add_span(x, k, t->t_start, now, t->q[t->pos], name, "wait");
+        if (spans_on(x)) {
+            char name[TL_NAME_MAX];
+            snprintf(name, sizeof name, "wait e%u", ev);
+            add_span(x, k, t->t_start, now, t->q[t->pos], name, "wait");
+        }
         t->state = ST_IDLE;
         t->pos++;
         kick(x, k);
@@ -927,7 +940,7 @@ static void host_busy_cb(eng_t *e, void *ctx, uint64_t arg)
     h->busy_us += now - h->t0;
     if (h->alloc_busy) {
         /* the span and the allocator time include a synchronize's drain */
-        if (x->tl) {
+        if (spans_on(x)) {
             const sched_action *a = sched_get(x->s, h->call_idx);
             char name[TL_NAME_MAX], tn[48];
             snprintf(name, sizeof name, "%s%s %s%s", h->call_synced ? "sync (" : "",

@@ -385,6 +385,12 @@ expect 0 "protrain within the machine's budget" -- "$M" simulate $P
 expect 0 "protrain with 10 GiB of host memory" -- "$M" simulate $P --knob host_bytes=10GiB
 grep -q "^note: protrain: no configuration fits .* simulated the closest: n_persist=[0-9]* n_buffer=[0-9]* n_swap=[0-9]* n_checkpoint=[0-9]*, predicted peak [0-9.]* GiB, host [0-9.]* GiB$" "$T/out"
 ok $? "no configuration within 10 GiB of host memory: the note names the closest one"
+# a trace too large to load whole is refused before memory grows past the bound
+# (TRACE_LOAD_MAX_BYTES, traces/FORMAT.md), and the streaming commands still read it
+awk 'BEGIN { print "memsim-trace 1"; for (i = 1; i <= 400000; i++) { print "alloc " i " 4096 other -1 0 0 - -"; print "free " i } }' | gzip -1 > "$T/huge.trace.gz"
+expect 3 "simulate --trace: a trace over the in-memory bound is refused with exit 3" -- "$M" simulate --trace "$T/huge.trace.gz" --policy keep-all
+grep -q "huge.trace.gz: the trace holds more than [0-9]* records (64.00 MiB in memory" "$T/err"; ok $? "the refusal names the file, the records and the bound"
+expect 0 "replay streams the same trace" -- "$M" replay --trace "$T/huge.trace.gz"
 # an allocator-only trace (imported from a PyTorch snapshot) has nothing to recompute or swap:
 # the policies that would say so, rather than plan keep-all in silence
 expect 0 "import a PyTorch snapshot" -- "$M" trace import --from pytorch-snapshot "${srcdir:-.}/tests/fixtures/gpt2-plain.json.gz" -o "$T/snap.trace"

@@ -55,7 +55,7 @@ const char *trace_markkind_name(trace_markkind k)
 static int find_name(const char *s, const char *const *names, int n)
 {
     for (int i = 0; i < n; i++)
-        if (strcmp(s, names[i]) == 0) return i;
+        if (s[0] == names[i][0] && strcmp(s, names[i]) == 0) return i;
     return -1;
 }
 
@@ -87,6 +87,30 @@ int trace_opkind_parse(const char *s, trace_opkind *out)
 /* rules shared by the reader and trace_append, so whatever one accepts the other does */
 
 static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+/* s is exactly the one-character string c ("-", "0", "1") */
+static int is1(const char *s, char c) { return s[0] == c && s[1] == '\0'; }
+
+/* 1: a blank (space, tab, CR), 2: the end of the line; 0: part of a field */
+static const unsigned char sep_class[256] = {[' '] = 1, ['\t'] = 1, ['\r'] = 1, ['\0'] = 2};
+
+/* ms_split with a table lookup per character: splits line in place on blanks into at most
+ * max tokens; returns the count, or max + 1 if there were more. */
+static int split_fields(char *line, char **tok, int max)
+{
+    int n = 0;
+    unsigned char *p = (unsigned char *)line;
+    for (;;) {
+        while (sep_class[*p] == 1) p++;
+        if (!*p) break;
+        if (n == max) return max + 1;
+        tok[n++] = (char *)p;
+        while (!sep_class[*p]) p++;
+        if (!*p) break;
+        *p++ = '\0';
+    }
+    return n;
+}
 
 /* A token: non-empty, no blank or newline, shorter than max. */
 static int valid_token(const char *s, size_t max)
@@ -201,10 +225,66 @@ static ms_status rd_open(const char *path, trace_reader **out, ms_error *err)
     return MS_OK;
 }
 
+/* Number fields on the reader's hot path. Each accepts exactly what its ms_parse_*
+ * counterpart accepts and gives the same value: the common short forms are converted here,
+ * anything else (20 digits, exponents, long mantissas) is handed to the general parser. */
+static int fast_u64(const char *s, uint64_t *out)
+{
+    const char *p = s;
+    unsigned d = (unsigned char)*p - '0';
+    if (d > 9) return 0;
+    uint64_t v = 0;
+    do {
+        v = v * 10 + d;
+        d = (unsigned char)*++p - '0';
+    } while (d <= 9 && p - s < 19);
+    if (d <= 9) return ms_parse_u64(s, out); /* 20 digits or more: overflow is checked there */
+    if (*p) return 0;
+    *out = v;
+    return 1;
+}
+
+static int fast_i64(const char *s, int64_t *out)
+{
+    const char *p = s;
+    int neg = 0;
+    if (*p == '-' || *p == '+') neg = *p++ == '-';
+    const char *d0 = p;
+    unsigned d = (unsigned char)*p - '0';
+    if (d > 9) return 0;
+    uint64_t v = 0;
+    do {
+        v = v * 10 + d;
+        d = (unsigned char)*++p - '0';
+    } while (d <= 9 && p - d0 < 18);
+    if (d <= 9) return ms_parse_i64(s, out);
+    if (*p) return 0;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return 1;
+}
+
+/* Plain decimals of at most 15 digits: the mantissa and the power of ten are exact doubles,
+ * so one division rounds correctly, to strtod's value. */
+static int fast_double(const char *s, double *out)
+{
+    static const double p10[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    const char *p = s;
+    uint64_t m = 0;
+    int nd = 0, frac = 0;
+    unsigned d;
+    while ((d = (unsigned char)*p - '0') <= 9) { m = m * 10 + d; p++; nd++; }
+    if (*p == '.')
+        for (p++; (d = (unsigned char)*p - '0') <= 9; p++, nd++, frac++) m = m * 10 + d;
+    if (*p || nd == 0 || nd > 15) return ms_parse_double(s, out);
+    *out = frac ? (double)m / p10[frac] : (double)m;
+    return 1;
+}
+
 static ms_status parse_u64_field(trace_reader *r, const char *rt, const char *what,
                                  const char *s, uint64_t *v, ms_error *err)
 {
-    if (!ms_parse_u64(s, v)) return RD_FAIL(r, err, "%s: bad %s '%s'", rt, what, s);
+    if (!fast_u64(s, v)) return RD_FAIL(r, err, "%s: bad %s '%s'", rt, what, s);
     return MS_OK;
 }
 
@@ -213,7 +293,7 @@ static ms_status parse_i32_field(trace_reader *r, const char *rt, const char *wh
                                  const char *s, int32_t lo, int32_t *v, ms_error *err)
 {
     int64_t x;
-    if (!ms_parse_i64(s, &x) || x < lo || x > INT32_MAX)
+    if (!fast_i64(s, &x) || x < lo || x > INT32_MAX)
         return RD_FAIL(r, err, "%s: bad %s '%s' (an integer >= %d)", rt, what, s, (int)lo);
     *v = (int32_t)x;
     return MS_OK;
@@ -222,10 +302,11 @@ static ms_status parse_i32_field(trace_reader *r, const char *rt, const char *wh
 static ms_status parse_name(trace_reader *r, const char *rt, const char *s, char *name,
                             ms_error *err)
 {
-    if (strcmp(s, "-") == 0) { name[0] = '\0'; return MS_OK; }
-    if (strlen(s) >= TRACE_NAME_MAX)
+    if (is1(s, '-')) { name[0] = '\0'; return MS_OK; }
+    size_t n = strlen(s);
+    if (n >= TRACE_NAME_MAX)
         return RD_FAIL(r, err, "%s: NAME longer than %d characters", rt, TRACE_NAME_MAX - 1);
-    strcpy(name, s);
+    memcpy(name, s, n + 1);
     return MS_OK;
 }
 
@@ -235,8 +316,7 @@ static ms_status parse_alloc(trace_reader *r, char **tok, int n, trace_rec *rec,
         return RD_FAIL(r, err,
                        "alloc: expected 8 fields (ID BYTES CLASS LAYER TOK STREAM PRODUCER "
                        "NAME), got %d", n - 1);
-    trace_tensor *t = &rec->u.alloc;
-    memset(t, 0, sizeof *t);
+    trace_tensor *t = &rec->u.alloc; /* zeroed by rd_line */
     rec->type = TR_ALLOC;
     ms_status st;
     if ((st = parse_u64_field(r, "alloc", "ID", tok[1], &t->id, err))) return st;
@@ -247,15 +327,15 @@ static ms_status parse_alloc(trace_reader *r, char **tok, int n, trace_rec *rec,
         return RD_FAIL(r, err, "alloc: unknown CLASS '%s' (param grad optstate act_skel "
                        "act_trans workspace other)", tok[3]);
     if ((st = parse_i32_field(r, "alloc", "LAYER", tok[4], -1, &t->layer, err))) return st;
-    if (strcmp(tok[5], "0") != 0 && strcmp(tok[5], "1") != 0)
+    if (!is1(tok[5], '0') && !is1(tok[5], '1'))
         return RD_FAIL(r, err, "alloc: TOK must be 0 or 1, not '%s'", tok[5]);
     t->tok_scaled = tok[5][0] == '1';
     if ((st = parse_i32_field(r, "alloc", "STREAM", tok[6], 0, &t->stream, err))) return st;
-    if (strcmp(tok[7], "-") == 0) {
+    if (is1(tok[7], '-')) {
         t->producer = -1;
     } else {
         uint64_t p;
-        if (!ms_parse_u64(tok[7], &p) || p > INT64_MAX)
+        if (!fast_u64(tok[7], &p) || p > INT64_MAX)
             return RD_FAIL(r, err, "alloc: bad PRODUCER '%s' (an op id or -)", tok[7]);
         t->producer = (int64_t)p;
     }
@@ -267,7 +347,7 @@ static ms_status parse_list(trace_reader *r, const char *what, char *s, uint64_t
                             size_t *cap, uint32_t *n_out, ms_error *err)
 {
     *n_out = 0;
-    if (strcmp(s, "-") == 0) return MS_OK;
+    if (is1(s, '-')) return MS_OK;
     uint32_t n = 0;
     for (char *p = s;;) {
         char *comma = strchr(p, ',');
@@ -276,7 +356,7 @@ static ms_status parse_list(trace_reader *r, const char *what, char *s, uint64_t
             return RD_FAIL(r, err, "op: more than %d %s ids", TRACE_LIST_MAX, what);
         if (ms_grow((void **)buf, cap, (size_t)n + 1, sizeof **buf) != MS_OK)
             return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-        if (!ms_parse_u64(p, &(*buf)[n]))
+        if (!fast_u64(p, &(*buf)[n]))
             return RD_FAIL(r, err, "op: bad %s id '%s'", what, p);
         n++;
         if (!comma) break;
@@ -292,8 +372,7 @@ static ms_status parse_op(trace_reader *r, char **tok, int n, trace_rec *rec, ms
         return RD_FAIL(r, err,
                        "op: expected 11 fields (ID KIND PHASE LAYER FLOPS BYTES_READ "
                        "BYTES_WRITTEN DUR_US IN OUT NAME), got %d", n - 1);
-    trace_op *o = &rec->u.op;
-    memset(o, 0, sizeof *o);
+    trace_op *o = &rec->u.op; /* zeroed by rd_line */
     rec->type = TR_OP;
     ms_status st;
     if ((st = parse_u64_field(r, "op", "ID", tok[1], &o->id, err))) return st;
@@ -303,14 +382,14 @@ static ms_status parse_op(trace_reader *r, char **tok, int n, trace_rec *rec, ms
     if (!trace_phase_parse(tok[3], &o->phase))
         return RD_FAIL(r, err, "op: unknown PHASE '%s' (none fwd bwd opt)", tok[3]);
     if ((st = parse_i32_field(r, "op", "LAYER", tok[4], -1, &o->layer, err))) return st;
-    if (!ms_parse_double(tok[5], &o->flops) || o->flops < 0)
+    if (!fast_double(tok[5], &o->flops) || o->flops < 0)
         return RD_FAIL(r, err, "op: bad FLOPS '%s' (a number >= 0)", tok[5]);
     if ((st = parse_u64_field(r, "op", "BYTES_READ", tok[6], &o->bytes_read, err))) return st;
     if ((st = parse_u64_field(r, "op", "BYTES_WRITTEN", tok[7], &o->bytes_written, err)))
         return st;
-    if (strcmp(tok[8], "-") == 0) {
+    if (is1(tok[8], '-')) {
         o->dur_us = -1;
-    } else if (!ms_parse_double(tok[8], &o->dur_us) || o->dur_us < 0) {
+    } else if (!fast_double(tok[8], &o->dur_us) || o->dur_us < 0) {
         return RD_FAIL(r, err, "op: bad DUR_US '%s' (a number >= 0, or - if unknown)", tok[8]);
     }
     if ((st = parse_list(r, "input", tok[9], &r->in, &r->cap_in, &o->n_in, err))) return st;
@@ -328,7 +407,7 @@ static ms_status parse_mark(trace_reader *r, char **tok, int n, trace_rec *rec, 
     rec->type = TR_MARK;
     if (strcmp(tok[1], "iter") == 0) {
         uint64_t v;
-        if (!ms_parse_u64(tok[2], &v) || v > INT64_MAX)
+        if (!fast_u64(tok[2], &v) || v > INT64_MAX)
             return RD_FAIL(r, err, "mark iter: bad iteration '%s'", tok[2]);
         m->kind = TM_ITER;
         m->value = (int64_t)v;
@@ -372,11 +451,101 @@ static ms_status parse_meta(trace_reader *r, char *line, char **key, char **val,
     return MS_OK;
 }
 
-static int starts_with_word(const char *line, const char *w)
+/* ---- fast path: the canonical spelling of alloc and free records, as trace_write writes
+ * them (single spaces, plain decimals, no leading or trailing blanks), is parsed in one pass
+ * without splitting the line. Anything else (another record type, other blanks, a value out
+ * of range, any error) makes it return 0 with the line untouched, and the general parser
+ * below reads the line and reports its problems. It accepts only lines the general parser
+ * accepts and gives the same record. */
+
+/* Digits up to the terminator `end`: at most maxd digits (so no overflow), value in *v. */
+static int fp_digits(const char **pp, char end, int maxd, uint64_t *v)
+{
+    const char *p = *pp;
+    unsigned d = (unsigned char)*p - '0';
+    if (d > 9) return 0;
+    const char *p0 = p;
+    uint64_t x = 0;
+    do {
+        x = x * 10 + d;
+        d = (unsigned char)*++p - '0';
+    } while (d <= 9);
+    if (p - p0 > maxd || *p != end) return 0;
+    *v = x;
+    *pp = p + (end != '\0');
+    return 1;
+}
+
+static int fp_alloc(const char *p, trace_rec *rec)
+{
+    trace_tensor *t = &rec->u.alloc;
+    uint64_t v;
+    if (!fp_digits(&p, ' ', 19, &t->id)) return 0;
+    if (!fp_digits(&p, ' ', 16, &t->bytes) || t->bytes == 0 || t->bytes > TRACE_BYTES_MAX)
+        return 0;
+    int c;
+    for (c = 0; c < TC_COUNT; c++) {
+        static const unsigned char len[TC_COUNT] = {5, 4, 8, 8, 9, 9, 5};
+        const char *nm = class_names[c];
+        size_t k = len[c];
+        if (p[0] == nm[0] && strncmp(p, nm, k) == 0 && p[k] == ' ') { p += k + 1; break; }
+    }
+    if (c == TC_COUNT) return 0;
+    t->cls = (trace_class)c;
+    if (p[0] == '-' && p[1] == '1' && p[2] == ' ') {
+        t->layer = -1;
+        p += 3;
+    } else {
+        if (!fp_digits(&p, ' ', 9, &v)) return 0;
+        t->layer = (int32_t)v;
+    }
+    if ((p[0] != '0' && p[0] != '1') || p[1] != ' ') return 0;
+    t->tok_scaled = p[0] == '1';
+    p += 2;
+    if (!fp_digits(&p, ' ', 9, &v)) return 0;
+    t->stream = (int32_t)v;
+    if (p[0] == '-' && p[1] == ' ') {
+        t->producer = -1;
+        p += 2;
+    } else {
+        if (!fp_digits(&p, ' ', 18, &v)) return 0;
+        t->producer = (int64_t)v;
+    }
+    if (p[0] == '-' && p[1] == '\0') {
+        t->name[0] = '\0';
+    } else {
+        size_t n = 0;
+        while (!sep_class[(unsigned char)p[n]]) n++;
+        if (p[n] != '\0' || n == 0 || n >= TRACE_NAME_MAX) return 0;
+        memcpy(t->name, p, n + 1);
+    }
+    rec->type = TR_ALLOC;
+    return 1;
+}
+
+/* 1 when the line was read by the fast path into rec (already zeroed, line set). */
+static int fp_line(const char *line, trace_rec *rec)
+{
+    if (line[0] == 'a' && memcmp(line, "alloc ", 6) == 0) {
+        if (fp_alloc(line + 6, rec)) return 1;
+        memset(&rec->u, 0, sizeof rec->u);
+        return 0;
+    }
+    if (line[0] == 'f' && memcmp(line, "free ", 5) == 0) {
+        const char *p = line + 5;
+        if (!fp_digits(&p, '\0', 19, &rec->u.free_id)) return 0;
+        rec->type = TR_FREE;
+        return 1;
+    }
+    return 0;
+}
+
+/* The first word of the line is "meta". */
+static int is_meta_line(const char *line)
 {
     while (is_blank(*line)) line++;
-    size_t n = strlen(w);
-    return strncmp(line, w, n) == 0 && (line[n] == '\0' || is_blank(line[n]));
+    return line[0] == 'm' && line[1] == 'e' && line[2] == 't' && line[3] == 'a' &&
+           (line[4] == '\0' || is_blank(line[4]));
 }
 
 /* Reads and parses the next line. A parse error consumes the line, so the caller may go on
@@ -390,7 +559,7 @@ static ms_status rd_line(trace_reader *r, trace_rec *rec, char **key, char **val
     ms_status st = rd_raw(r, &line, err);
     if (st != MS_OK) return st;
     if (!line) return MS_OK;
-    if (starts_with_word(line, "meta")) {
+    if (is_meta_line(line)) {
         *kind = LN_META;
         if (r->seen_record) return RD_FAIL(r, err, "meta after records");
         return parse_meta(r, line, key, val, err);
@@ -399,13 +568,15 @@ static ms_status rd_line(trace_reader *r, trace_rec *rec, char **key, char **val
     *kind = LN_REC;
     memset(rec, 0, sizeof *rec);
     rec->line = rd_line_no(r);
+    if (fp_line(line, rec)) return MS_OK;
     char *tok[13];
-    int n = ms_split(line, tok, 12);
+    int n = split_fields(line, tok, 12);
     if (n > 12) return RD_FAIL(r, err, "%.20s: too many fields", tok[0]);
-    if (strcmp(tok[0], "alloc") == 0) return parse_alloc(r, tok, n, rec, err);
-    if (strcmp(tok[0], "op") == 0) return parse_op(r, tok, n, rec, err);
-    if (strcmp(tok[0], "mark") == 0) return parse_mark(r, tok, n, rec, err);
-    if (strcmp(tok[0], "free") == 0) {
+    const char *t0 = tok[0];
+    if (t0[0] == 'a' && strcmp(t0, "alloc") == 0) return parse_alloc(r, tok, n, rec, err);
+    if (t0[0] == 'o' && t0[1] == 'p' && !t0[2]) return parse_op(r, tok, n, rec, err);
+    if (t0[0] == 'm' && strcmp(t0, "mark") == 0) return parse_mark(r, tok, n, rec, err);
+    if (t0[0] == 'f' && strcmp(t0, "free") == 0) {
         rec->type = TR_FREE;
         if (n != 2) return RD_FAIL(r, err, "free: expected 1 field (ID), got %d", n - 1);
         return parse_u64_field(r, "free", "ID", tok[1], &rec->u.free_id, err);
@@ -693,6 +864,7 @@ struct trace {
     size_t n_meta, cap_meta;
     u64map *tensor_idx, *op_idx;   /* id -> index of the most recent record */
     u64blk *blocks;
+    size_t block_bytes;            /* sum of the blocks' sizes */
 };
 
 trace_t *trace_new(void)
@@ -772,6 +944,7 @@ static const uint64_t *copy_ids(trace_t *t, const uint64_t *ids, uint32_t n, int
         nb->used = 0;
         nb->cap = cap;
         t->blocks = b = nb;
+        t->block_bytes += sizeof *nb + cap * sizeof(uint64_t);
     }
     uint64_t *dst = b->v + b->used;
     memcpy(dst, ids, n * sizeof *ids);
@@ -815,8 +988,16 @@ static int rec_valid(const trace_rec *rec)
 ms_status trace_append(trace_t *t, const trace_rec *rec)
 {
     if (!rec_valid(rec)) return MS_ERR_INVALID;
-    if (ms_grow((void **)&t->recs, &t->cap, t->n + 1, sizeof *t->recs) != MS_OK)
-        return MS_ERR_NOMEM;
+    if (t->n == t->cap) {
+        /* by half again: less slack than doubling, and large reallocs are remapped, not
+         * copied */
+        size_t nc = t->cap < 64 ? 64 : t->cap + t->cap / 2;
+        if (nc > SIZE_MAX / sizeof *t->recs) return MS_ERR_NOMEM;
+        trace_rec *p = realloc(t->recs, nc * sizeof *p);
+        if (!p) return MS_ERR_NOMEM;
+        t->recs = p;
+        t->cap = nc;
+    }
     trace_rec *dst = &t->recs[t->n];
     *dst = *rec;
     if (rec->type == TR_OP) {
@@ -849,13 +1030,53 @@ const trace_op *trace_find_op(const trace_t *t, uint64_t id)
     return u64map_get(t->op_idx, id, &i) ? &t->recs[i].u.op : NULL;
 }
 
+size_t trace_mem_bytes(const trace_t *t)
+{
+    return sizeof *t + t->cap * sizeof *t->recs + t->block_bytes + u64map_bytes(t->tensor_idx) +
+           u64map_bytes(t->op_idx);
+}
+
+/* What trace_mem_bytes becomes if rec is appended: the record array at its grown size (a
+ * large realloc is remapped in place), a map that must grow with its old and new slot arrays
+ * side by side, a new id block. */
+static size_t mem_after(const trace_t *t, const trace_rec *rec)
+{
+    size_t b = trace_mem_bytes(t);
+    if (t->n == t->cap) b += (t->cap < 64 ? 64 : t->cap / 2) * sizeof *t->recs;
+    const u64map *m = rec->type == TR_ALLOC ? t->tensor_idx : rec->type == TR_OP ? t->op_idx
+                                                                                 : NULL;
+    if (m && u64map_put_grows(m)) b += 2 * u64map_bytes(m);
+    if (rec->type == TR_OP) {
+        size_t n = (size_t)rec->u.op.n_in + rec->u.op.n_out;
+        if (n && (!t->blocks || t->blocks->cap - t->blocks->used < n))
+            b += sizeof(u64blk) + (n > 65536 ? n : 65536) * sizeof(uint64_t) * 2;
+    }
+    return b;
+}
+
+typedef struct load_ctx {
+    trace_t *t;
+    uint64_t max_bytes;  /* 0: no bound */
+    int over;            /* the next record would pass the bound */
+} load_ctx;
+
 static ms_status load_one(void *ctx, const trace_rec *rec, uint64_t cur)
 {
     (void)cur;
-    return trace_append(ctx, rec);
+    load_ctx *lc = ctx;
+    if (lc->max_bytes && mem_after(lc->t, rec) > lc->max_bytes) {
+        lc->over = 1;
+        return MS_ERR_LIMIT;
+    }
+    return trace_append(lc->t, rec);
 }
 
 ms_status trace_load(const char *path, trace_t **out, ms_error *err)
+{
+    return trace_load_max(path, TRACE_LOAD_MAX_BYTES, out, err);
+}
+
+ms_status trace_load_max(const char *path, uint64_t max_bytes, trace_t **out, ms_error *err)
 {
     *out = NULL;
     trace_reader *r;
@@ -865,12 +1086,26 @@ ms_status trace_load(const char *path, trace_t **out, ms_error *err)
     if (!t) { trace_reader_free(r); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
     for (size_t i = 0; i < r->n_meta && st == MS_OK; i++)
         st = trace_set_meta(t, r->mkey[i], r->mval[i]);
+    load_ctx lc = {t, max_bytes, 0};
     if (st != MS_OK) ms_fail_at(err, st, path, 0, "cannot keep meta data: %s", ms_status_str(st));
-    else st = scan_checked(r, path, load_one, t, NULL, err);
-    if (st == MS_ERR_INVALID || st == MS_ERR_NOMEM)
+    else st = scan_checked(r, path, load_one, &lc, NULL, err);
+    if (lc.over) {
+        char mb[32];
+        st = ms_fail_at(err, MS_ERR_INVALID, path, 0,
+                        "the trace holds more than %zu records (%s in memory, the bound of a "
+                        "trace loaded whole, traces/FORMAT.md); planning and simulating load a "
+                        "trace whole: cut it into fewer iterations, or use memsim replay, trace "
+                        "check or trace stats, which stream traces of any size",
+                        t->n, ms_fmt_bytes(max_bytes, mb, sizeof mb));
+    } else if (st == MS_ERR_INVALID || st == MS_ERR_NOMEM) {
         ms_fail_at(err, st, path, 0, "cannot keep record: %s", ms_status_str(st));
+    }
     trace_reader_free(r);
     if (st != MS_OK) { trace_free(t); return st; }
+    if (t->cap > t->n && t->n) { /* give the slack back */
+        trace_rec *p = realloc(t->recs, t->n * sizeof *p);
+        if (p) { t->recs = p; t->cap = t->n; }
+    }
     *out = t;
     return MS_OK;
 }

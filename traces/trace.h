@@ -147,8 +147,15 @@ const trace_rec *trace_get(const trace_t *t, size_t i);
 /* Tensor metadata by id: the most recent alloc record with that id (NULL if none). */
 const trace_tensor *trace_find_tensor(const trace_t *t, uint64_t id);
 const trace_op *trace_find_op(const trace_t *t, uint64_t id);
-/* Loads a whole file (checks it as it goes; fails on the first problem). */
+/* Loads a whole file (checks it as it goes; fails on the first problem). A trace whose
+ * in-memory form would take more than TRACE_LOAD_MAX_BYTES is refused (MS_ERR_INVALID, "FILE:
+ * the trace holds more than N records ...") before memory grows past that bound. */
+#define TRACE_LOAD_MAX_BYTES (64ULL << 20)
 ms_status trace_load(const char *path, trace_t **out, ms_error *err);
+/* The same with another bound (0: none). */
+ms_status trace_load_max(const char *path, uint64_t max_bytes, trace_t **out, ms_error *err);
+/* Bytes the in-memory trace holds: records, op id lists and the id indexes. */
+size_t trace_mem_bytes(const trace_t *t);
 /* Writes the trace; the output file appears only when complete. */
 ms_status trace_write(const trace_t *t, const char *path, ms_error *err);
 ms_status trace_write_fp(const trace_t *t, FILE *fp);

@@ -56,9 +56,13 @@ static int grow(u64map *m)
     return 0;
 }
 
+size_t u64map_bytes(const u64map *m) { return m ? m->cap * sizeof *m->s : 0; }
+
+int u64map_put_grows(const u64map *m) { return (m->n + 1) * 4 > m->cap * 3; }
+
 int u64map_put(u64map *m, uint64_t key, uint64_t value)
 {
-    if ((m->n + 1) * 4 > m->cap * 3 && grow(m)) return -1;
+    if (u64map_put_grows(m) && grow(m)) return -1;
     size_t mask = m->cap - 1, i = hash64(key) & mask;
     while (m->s[i].used) {
         if (m->s[i].key == key) { m->s[i].value = value; return 0; }

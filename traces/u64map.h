@@ -19,6 +19,10 @@ int u64map_get(const u64map *m, uint64_t key, uint64_t *value);
 /* 1 if it was present (and removes it), else 0. */
 int u64map_del(u64map *m, uint64_t key, uint64_t *value);
 size_t u64map_count(const u64map *m);
+/* Bytes of its slot array (what the map holds in memory besides its header). */
+size_t u64map_bytes(const u64map *m);
+/* 1 if putting a new key would first double the slot array. */
+int u64map_put_grows(const u64map *m);
 void u64map_clear(u64map *m);
 /* Iteration: for (size_t it = 0; u64map_next(m, &it, &k, &v);) ... */
 int u64map_next(const u64map *m, size_t *it, uint64_t *key, uint64_t *value);

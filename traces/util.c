@@ -225,11 +225,18 @@ int ms_split(char *line, char **tok, int max)
     return n;
 }
 
+/* The reader keeps one buffer of MS_LINE_MAX plus a read chunk: lines are found with memchr
+ * in large gzread blocks and handed out in place (NUL-terminated where the newline was), so
+ * reading costs one pass over the bytes and no copy per line. */
+#define MS_LINES_CHUNK (1u << 16)
+#define MS_LINES_CAP (MS_LINE_MAX + MS_LINES_CHUNK)
+
 struct ms_lines {
     gzFile gz;
     char *path;
-    char *buf;
-    size_t cap;
+    char *buf;                 /* MS_LINES_CAP bytes; [start, end) not yet handed out */
+    size_t start, end;
+    int eof;                   /* gzread returned the end of the data */
     uint64_t lineno;
 };
 
@@ -239,15 +246,14 @@ ms_status ms_lines_open(const char *path, ms_lines **out, ms_error *err)
     gzFile gz = gzopen(path, "rb");
     if (!gz) return ms_fail_at(err, MS_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
     ms_lines *lr = calloc(1, sizeof *lr);
-    if (!lr || !(lr->path = strdup(path)) || !(lr->buf = malloc(4096))) {
+    if (!lr || !(lr->path = strdup(path)) || !(lr->buf = malloc(MS_LINES_CAP))) {
         gzclose(gz);
         if (lr) free(lr->path);
         free(lr);
         return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
-    gzbuffer(gz, 1 << 17);
+    gzbuffer(gz, 1 << 18);
     lr->gz = gz;
-    lr->cap = 4096;
     *out = lr;
     return MS_OK;
 }
@@ -264,45 +270,55 @@ static ms_status gz_end(gzFile gz, const char *path, uint64_t line, ms_error *er
     return MS_OK;
 }
 
+/* Moves the unread bytes to the front and reads more behind them. */
+static ms_status lines_fill(ms_lines *lr, ms_error *err)
+{
+    size_t avail = lr->end - lr->start;
+    if (lr->start) {
+        memmove(lr->buf, lr->buf + lr->start, avail);
+        lr->start = 0;
+        lr->end = avail;
+    }
+    size_t room = MS_LINES_CAP - 1 - lr->end; /* one byte for the NUL of a last line */
+    int got = gzread(lr->gz, lr->buf + lr->end, (unsigned)room);
+    if (got <= 0) {
+        ms_status st = gz_end(lr->gz, lr->path, lr->lineno + 1, err);
+        if (st) return st;
+        if (got < 0)
+            return ms_fail_at(err, MS_ERR_IO, lr->path, lr->lineno + 1, "read error");
+        lr->eof = 1;
+        return MS_OK;
+    }
+    lr->end += (size_t)got;
+    return MS_OK;
+}
+
 ms_status ms_lines_next(ms_lines *lr, char **line, ms_error *err)
 {
-    size_t len = 0;
     *line = NULL;
+    char *s, *nl;
+    size_t len;
     for (;;) {
-        if (lr->cap - len < 2) {
-            if (lr->cap >= MS_LINE_MAX)
-                return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1,
-                                  "line longer than %u bytes", MS_LINE_MAX);
-            size_t nc = lr->cap * 2;
-            char *nb = realloc(lr->buf, nc);
-            if (!nb) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-            lr->buf = nb;
-            lr->cap = nc;
-        }
-        if (!gzgets(lr->gz, lr->buf + len, (int)(lr->cap - len))) {
-            ms_status st = gz_end(lr->gz, lr->path, lr->lineno + 1, err);
-            if (st) return st;
-            if (len == 0) return MS_ERR_LIMIT; /* end of file */
-            break;
-        }
-        size_t got = strlen(lr->buf + len);
-        /* gzgets stops at a newline, a full buffer or the end; stopping short of all three
-         * means a NUL byte cut what it read */
-        if (got == 0 || (got < lr->cap - len - 1 && lr->buf[len + got - 1] != '\n' &&
-                         !gzeof(lr->gz)))
-            return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1,
-                              "NUL byte in text");
-        len += got;
-        if (lr->buf[len - 1] == '\n') {
-            lr->buf[--len] = '\0';
-            break;
-        }
+        s = lr->buf + lr->start;
+        size_t avail = lr->end - lr->start;
+        nl = memchr(s, '\n', avail);
+        if (nl) { len = (size_t)(nl - s); break; }
+        if (lr->eof || avail >= MS_LINE_MAX - 1) { len = avail; break; }
+        ms_status st = lines_fill(lr, err);
+        if (st) return st;
     }
-    if (len && lr->buf[len - 1] == '\r') lr->buf[--len] = '\0';
-    if (strlen(lr->buf) != len)
+    if (!nl && len == 0) return MS_ERR_LIMIT; /* end of file */
+    /* a NUL within the first MS_LINE_MAX - 1 bytes is reported before the length */
+    if (memchr(s, '\0', len < MS_LINE_MAX - 1 ? len : MS_LINE_MAX - 1))
         return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1, "NUL byte in text");
+    if (len >= MS_LINE_MAX - 1)
+        return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1,
+                          "line longer than %u bytes", MS_LINE_MAX);
+    lr->start += len + (nl != NULL);
+    s[len] = '\0';
+    if (len && s[len - 1] == '\r') s[--len] = '\0';
     lr->lineno++;
-    *line = lr->buf;
+    *line = s;
     return MS_OK;
 }
 
