@@ -988,6 +988,9 @@ static void hf_meta(hf_x *x)
     if (!x->st) x->st = trace_set_meta(x->t, "framework", "hf");
     if (!x->st) x->st = trace_set_meta(x->t, "precision", pn[c->precision]);
     if (!x->st) x->st = trace_set_meta(x->t, "hf_params", buf);
+    /* GPT-2: a checkpointed layer's weight casts stay in autocast's cache to the forward's
+       end (planners/lower.c) */
+    if (x->gpt2 && x->amp && !x->st) x->st = trace_set_meta(x->t, "autocast_cache", "1");
 }
 
 ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
