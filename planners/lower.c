@@ -113,6 +113,9 @@ typedef struct lw {
     int32_t layer;           /* program context: the last layer mark, -1 after a phase mark */
     int32_t fwd_layer;       /* layer whose forward section is open, -1 if none */
     int seen_fwd;
+    int autocast_cache;      /* trace meta autocast_cache 1: dropped "*.wcast" tensors are
+                                freed at the backward phase mark (cache_held) */
+    idx_list cache_held;     /* dropped weight casts autocast's cache still holds */
     uint32_t pass;           /* forward pass ordinal (one per "mark phase fwd") */
     size_t rec;              /* index of the record being lowered */
     /* plan knobs (lower.h) */
@@ -792,7 +795,12 @@ static ms_status end_forward(lw *w, int32_t layer)
     }
     for (size_t k = 0; st == MS_OK && k < L->drop.n; k++) {
         lw_tensor *x = &w->ts[L->drop.v[k]];
-        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+        /* PyTorch's checkpoint drops its saved reference, but autocast's cast cache keeps a
+           weight cast until the autocast region (the forward) ends */
+        if (w->autocast_cache && x->rbg < 0 && ms_ends_with(x->meta->name, ".wcast"))
+            st = idx_push(&w->cache_held, L->drop.v[k]) == MS_OK ? MS_OK : nomem(w);
+        else
+            st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
         x->state = TS_DROPPED;
         w->rep.dropped++;
     }
@@ -1263,9 +1271,17 @@ static ms_status begin_backward(lw *w, int32_t layer)
     return st;
 }
 
-/* At "mark phase bwd": every layer with decisions must have had a forward section. */
+/* At "mark phase bwd": the weight casts autocast's cache held are freed (the region has
+ * ended); every layer with decisions must have had a forward section. */
 static ms_status begin_backward_phase(lw *w)
 {
+    for (size_t k = 0; k < w->cache_held.n; k++) {
+        lw_tensor *x = &w->ts[w->cache_held.v[k]];
+        if (x->state != TS_DROPPED) continue;
+        ms_status st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+        if (st != MS_OK) return st;
+    }
+    w->cache_held.n = 0;
     for (size_t l = 0; l < w->n_layers; l++) {
         lw_layer *L = &w->layers[l];
         if (L->fwd_state != 0 || !L->cand.n) continue;
@@ -1595,6 +1611,7 @@ static void lw_free(lw *w)
         free(w->layers[i].held.v);
     }
     free(w->layers);
+    free(w->cache_held.v);
     free(w->groups);
     u64map_free(w->rb_rec);
     u64map_free(w->rb_key);
@@ -1625,6 +1642,7 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
     w.m = m;
     w.err = err;
     w.max_layer = t ? layer_bound(t) : LOWER_MAX_LAYER;
+    w.autocast_cache = trace_meta_u64(t, "autocast_cache", 0) == 1;
     if (o) w.o = *o;
     else lower_opts_default(&w.o);
     roof_params_default(&w.roof);

@@ -1582,6 +1582,121 @@ static void test_hf_moe(const machine_t *mach)
     trace_free(t);
 }
 
+/* A two-layer GPT-2 (hf config.json's gpt2 shape: LayerNorm, gelu_new, biases, learned
+ * positions, tied head, dropout 0.1) in the hf profile. */
+static gen_config hf_gpt2_config(const char *prec, double pdrop)
+{
+    gen_config c;
+    ms_error err;
+    gen_config_default(&c);
+    model_t *m = &c.model;
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "tiny-gpt2");
+    snprintf(m->family, sizeof m->family, "gpt2");
+    m->layers = 2;
+    m->hidden = 64;
+    m->heads = 4;
+    m->kv_heads = 4;
+    m->ffn_hidden = 256;
+    m->vocab = 1001;
+    m->default_seq = 32;
+    m->pos_rows = 128;
+    m->max_seq = 128;
+    m->norm = MODEL_NORM_LAYER;
+    m->mlp = MODEL_MLP_GELU;
+    m->act = MODEL_ACT_GELU_TANH;
+    m->pos = MODEL_POS_LEARNED;
+    m->has_bias = 1;
+    m->tied_embeddings = 1;
+    m->resid_dropout = pdrop;
+    m->attn_dropout = pdrop;
+    c.seq = 32;
+    c.micro_batch = 2;
+    gen_config_set(&c, "framework", "hf", &err);
+    gen_config_set(&c, "precision", prec, &err);
+    return c;
+}
+
+/* Live bytes of class cls when iteration 0 reaches its optimizer phase. */
+static uint64_t hf_live_at_opt(const trace_t *t, trace_class cls)
+{
+    size_t n = trace_count(t);
+    uint64_t *bytes = calloc(n + 2, sizeof *bytes), live = 0;
+    for (size_t i = 0; bytes && i < n; i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE && r->u.mark.value == TP_OPT) break;
+        if (r->type == TR_ALLOC && r->u.alloc.cls == cls && r->u.alloc.id <= n) {
+            bytes[r->u.alloc.id] = r->u.alloc.bytes;
+            live += r->u.alloc.bytes;
+        } else if (r->type == TR_FREE && r->u.free_id <= n) {
+            live -= bytes[r->u.free_id];
+            bytes[r->u.free_id] = 0;
+        }
+    }
+    free(bytes);
+    return live;
+}
+
+static void test_hf_gpt2(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_gpt2_config("amp", 0.1);
+    const model_t *m = &c.model;
+    uint64_t h = m->hidden, f = m->ffn_hidden, V = m->vocab, L = m->layers;
+    uint64_t T = c.seq * c.micro_batch, lin = 4 * h * h + 2 * h * f;
+    uint64_t P = V * h + m->pos_rows * h + L * (lin + 9 * h + f) + 2 * h;
+    unsigned states = 1u << TC_PARAM | 1u << TC_GRAD | 1u << TC_OPTSTATE;
+    TAP_OK(gen_validate(&c, &err) == MS_OK, "hf gpt2 validates: %s", err.msg);
+    trace_t *t = NULL;
+    memset(&err, 0, sizeof err);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf gpt2 amp trace: %s", err.msg);
+    if (!t) return;
+    TAP_OK(trace_meta_u64(t, "hf_params", 0) == P, "gpt2 parameters as GPT2LMHeadModel "
+           "registers them (wte, wpe, 12 per block, ln_f; tied head once): %llu",
+           (unsigned long long)trace_meta_u64(t, "hf_params", 0));
+    uint64_t casts, masks, bcasts, tanh32 = 0;
+    TAP_OK(hf_peak_classes(t, states, ".wcast", &casts) == 16 * P + 4 * V * h,
+           "amp: 16 B/param, plus wte's dense gradient while it is added into the tied head's");
+    TAP_OK(casts == 2 * (L * lin + V * h),
+           "amp: every Conv1D weight and the tied head cast to bf16 once per forward");
+    hf_peak_classes(t, 0, ".bcast", &bcasts);
+    TAP_OK(bcasts == 2 * L * (3 * h + h + f + h), "amp: the four biases of a block cast too");
+    hf_peak_classes(t, 0, "_mask", &masks);
+    TAP_OK(masks == (2 * L + 1) * T * h,
+           "dropout saves a 1-byte mask per element: embedding + two per block");
+    TAP_OK(hf_live_at_opt(t, TC_GRAD) == 4 * P,
+           "one fp32 .grad per parameter at the step: the tied head's and wte's are one");
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_ALLOC && strcmp(r->u.alloc.name, "L0.gelu_tanh") == 0)
+            tanh32 = r->u.alloc.bytes;
+    }
+    TAP_OK(tanh32 == T * f * 4, "amp: gelu_new's tanh runs in fp32 (promotion after pow)");
+    const char *ac = trace_get_meta(t, "autocast_cache");
+    TAP_OK(ac && strcmp(ac, "1") == 0, "amp gpt2 traces say autocast's cache holds the casts");
+    trace_free(t);
+    c = hf_gpt2_config("bf16", 0.1);
+    memset(&err, 0, sizeof err);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf gpt2 bf16 trace: %s", err.msg);
+    if (!t) return;
+    TAP_OK(hf_peak_classes(t, states, ".wcast", &casts) == 8 * P + 2 * V * h && casts == 0,
+           "bf16: 8 B/param, no casts");
+    TAP_OK(hf_live_at_opt(t, TC_GRAD) == 2 * P, "bf16: one bf16 .grad per parameter");
+    TAP_OK(!trace_get_meta(t, "autocast_cache"), "bf16: no autocast cache");
+    trace_free(t);
+    c = hf_gpt2_config("amp", 0);
+    memset(&err, 0, sizeof err);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf gpt2 without dropout: %s", err.msg);
+    if (!t) return;
+    hf_peak_classes(t, 0, "_mask", &masks);
+    TAP_OK(masks == 0, "dropout 0: no masks");
+    trace_free(t);
+    c = hf_gpt2_config("amp", 0.1);
+    c.model.act = MODEL_ACT_GELU;
+    TAP_OK(gen_validate(&c, &err) == MS_ERR_UNSUPPORTED && strstr(err.msg, "gelu_new"),
+           "gpt2 with another activation refused: %s", err.msg);
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -1609,6 +1724,7 @@ int main(void)
     test_eager(&m);
     test_hf(&m);
     test_hf_moe(&m);
+    test_hf_gpt2(&m);
     test_speed(&m);
     return tap_done();
 }

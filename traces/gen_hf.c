@@ -6,22 +6,11 @@
  * order autograd makes and frees them. The program, tensor by tensor with the source each
  * follows, is docs/GENERATOR.md "The hf profile"; comments here say why where it is not
  * obvious. */
-#include "traces/gen_hf.h"
+#include "traces/gen_hf_int.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define F32 4
-#define BF16 2
-#define TOKEN_BYTES 8          /* int64 ids and labels */
-/* cuBLAS's workspace on Hopper (CUBLAS_WORKSPACE_CONFIG default :4096:8 = 32 MiB), taken
- * from the caching allocator once per handle: the forward's thread and autograd's device
- * thread have one each (aten/src/ATen/cuda/CublasHandlePool.cpp). */
-#define CUBLAS_WS (32ull << 20)
-#define EW_FLOPS 1.0           /* nominal FLOPs per element of an element-wise kernel */
-#define SDPA_WS_EXTRA 256      /* the cuDNN backward's workspace beyond its fp32 dQ
-                                  accumulator and softmax statistics (seen in the trace) */
 
 /* Parameter slots of a decoder layer, in the order the module registers them
  * (LlamaDecoderLayer: self_attn q, k, v, o with optional biases, mlp gate, up, down,
@@ -31,16 +20,8 @@ enum { P_Q, P_QB, P_K, P_KB, P_V, P_VB, P_O, P_GATE, P_UP, P_DOWN, P_LN1, P_LN2,
         * Qwen2-MoE's shared_expert_gate; gate/up/down hold the shared expert */
        P_ROUTER, P_EGU, P_EDN, P_SHG, P_SLOTS };
 
-typedef struct hf_param {
-    uint64_t id, n;            /* tensor id; elements (0: slot unused) */
-    uint64_t grad;             /* .grad, 0 when None */
-    uint64_t m1, m2;           /* AdamW exp_avg, exp_avg_sq (made by the first step) */
-    uint64_t cast;             /* amp: this forward's bf16 copy (autocast's cast cache) */
-    int layer;
-} hf_param;
-
 /* What one layer's forward saved for its backward. */
-typedef struct hf_ls {
+struct hf_ls {
     uint64_t in;               /* the layer input (amp: saved by the norm; bf16: the residual) */
     uint64_t n1x, n1rs, n1nrm; /* norm 1: fp32 input copy (bf16), rsqrt, normalized */
     uint64_t n1out;            /* norm 1 output (bf16: saved by q, k, v) */
@@ -50,29 +31,8 @@ typedef struct hf_ls {
     uint64_t n2x, n2rs, n2nrm, n2out;
     uint64_t xg, xu;           /* amp: casts of the MLP input */
     uint64_t gate, act, up, prod;
-} hf_ls;
+};
 
-typedef struct hf_x {
-    const gen_config *c;
-    const machine_t *m;
-    trace_t *t;
-    ms_status st;
-    uint64_t next_tid, next_oid;
-    trace_phase phase;
-    /* sizes */
-    uint64_t b, s, T, h, hd, heads, hq, kv, f, V;
-    int L, amp, tied;
-    int insaved;               /* the residual stream is fp32: the norms save their input */
-    uint64_t PB, CB, RB;       /* bytes of a parameter, of a linear's compute dtype, of the
-                                  residual stream */
-    hf_param *p;               /* [0] embedding, then P_SLOTS per layer, final norm, head */
-    size_t np;
-    hf_ls *ls;
-    uint64_t tokens, cos, sin, ws_fwd, ws_bwd;
-    uint64_t head_x, head_nrm, head_rs, head_in, head_xf, head_out, logsm, labels;
-    int iter;
-    struct hf_moe_ls *mls;     /* per layer: what an MoE layer saved (gen_hf_moe.c) */
-} hf_x;
 
 /* The MoE layer program (gen_hf_moe.c, included at the end of this file). */
 static struct hf_moe_ls *moe_alloc(size_t layers);
@@ -87,7 +47,7 @@ static void hf_append(hf_x *x, const trace_rec *r)
     if (!x->st) x->st = trace_append(x->t, r);
 }
 
-static void hf_mark(hf_x *x, trace_markkind k, int64_t v)
+void hf_mark(hf_x *x, trace_markkind k, int64_t v)
 {
     trace_rec r;
     memset(&r, 0, sizeof r);
@@ -103,8 +63,8 @@ static void hf_name(char *buf, int layer, const char *what)
     else snprintf(buf, TRACE_NAME_MAX, "%s", what);
 }
 
-static uint64_t hf_alloc_tok(hf_x *x, int layer, const char *what, uint64_t bytes,
-                             trace_class cls, int64_t producer, int tok)
+uint64_t hf_alloc_tok(hf_x *x, int layer, const char *what, uint64_t bytes,
+                      trace_class cls, int64_t producer, int tok)
 {
     trace_rec r;
     memset(&r, 0, sizeof r);
@@ -123,14 +83,14 @@ static uint64_t hf_alloc_tok(hf_x *x, int layer, const char *what, uint64_t byte
 
 /* Activations scale with the tokens; parameters, gradients, states and casts of weights do
  * not. */
-static uint64_t hf_alloc(hf_x *x, int layer, const char *what, uint64_t bytes, trace_class cls,
-                         int64_t producer)
+uint64_t hf_alloc(hf_x *x, int layer, const char *what, uint64_t bytes, trace_class cls,
+                  int64_t producer)
 {
     return hf_alloc_tok(x, layer, what, bytes, cls, producer,
                         cls == TC_ACT_SKEL || cls == TC_ACT_TRANS);
 }
 
-static void hf_free(hf_x *x, uint64_t *id)
+void hf_free(hf_x *x, uint64_t *id)
 {
     if (!*id) return;
     trace_rec r;
@@ -141,18 +101,8 @@ static void hf_free(hf_x *x, uint64_t *id)
     *id = 0;
 }
 
-typedef struct hf_op {
-    trace_opkind kind;
-    int layer;
-    const char *what;
-    double flops;
-    uint64_t br, bw;
-    double dur;
-    uint64_t in[8], out[8];
-    uint32_t nin, nout;
-} hf_op;
 
-static void hf_emit(hf_x *x, uint64_t oid, const hf_op *o)
+void hf_emit(hf_x *x, uint64_t oid, const hf_op *o)
 {
     trace_rec r;
     memset(&r, 0, sizeof r);
@@ -179,7 +129,7 @@ static void hf_emit(hf_x *x, uint64_t oid, const hf_op *o)
 }
 
 /* A memory-bound kernel: its time from its bytes (roof_kernel_us). */
-static void hf_mem_op(hf_x *x, uint64_t oid, hf_op o)
+void hf_mem_op(hf_x *x, uint64_t oid, hf_op o)
 {
     o.dur = x->m ? roof_kernel_us(x->m, &x->c->roof, o.kind, o.flops, o.br + o.bw) : -1.0;
     hf_emit(x, oid, &o);
@@ -187,9 +137,9 @@ static void hf_mem_op(hf_x *x, uint64_t oid, hf_op o)
 
 /* An element-wise kernel of one new output (out_bytes, class cls) from inputs a and b that
  * reads in_bytes: returns the output's id. */
-static uint64_t hf_ew(hf_x *x, int l, const char *op, const char *outn, uint64_t out_bytes,
-                      trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes,
-                      trace_opkind kind)
+uint64_t hf_ew(hf_x *x, int l, const char *op, const char *outn, uint64_t out_bytes,
+               trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes,
+               trace_opkind kind)
 {
     uint64_t oid = x->next_oid++;
     uint64_t out = hf_alloc(x, l, outn, out_bytes, cls, (int64_t)oid);
@@ -201,8 +151,8 @@ static uint64_t hf_ew(hf_x *x, int l, const char *op, const char *outn, uint64_t
 }
 
 /* An in-place element-wise kernel on acc (reads acc and a, writes acc). */
-static void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a,
-                          uint64_t bytes)
+void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a,
+                   uint64_t bytes)
 {
     uint64_t oid = x->next_oid++;
     hf_op o = { .kind = TK_ELEM, .layer = l, .what = op, .br = 2 * bytes, .bw = bytes,
@@ -213,7 +163,7 @@ static void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t
 
 /* Duration of a GEMM of M x N x K in elements of eb bytes: bf16 at the tensor-core rate with
  * cuBLAS's alignment penalty; fp32 (sgemm) at the fp32 rate. */
-static double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t bytes)
+double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t bytes)
 {
     if (!x->m) return -1.0;
     double fl = 2.0 * (double)M * (double)N * (double)K;
@@ -226,8 +176,8 @@ static double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, ui
 }
 
 /* out[M, N] = in[M, K] W^T: returns the output (class cls). */
-static uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class cls,
-                        uint64_t in, uint64_t w, uint64_t M, uint64_t N, uint64_t K)
+uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class cls,
+                 uint64_t in, uint64_t w, uint64_t M, uint64_t N, uint64_t K)
 {
     uint64_t oid = x->next_oid++, eb = x->CB;
     uint64_t out = hf_alloc(x, l, outn, M * N * eb, cls, (int64_t)oid);
@@ -247,7 +197,7 @@ static hf_param *hf_fnorm(hf_x *x) { return &x->p[1 + (size_t)x->L * P_SLOTS]; }
 /* The LM head's weight: the embedding's when tied. */
 static hf_param *hf_headw(hf_x *x)
 {
-    return x->tied ? hf_embed(x) : &x->p[2 + (size_t)x->L * P_SLOTS];
+    return x->tied ? hf_embed(x) : &x->p[x->np - 1];
 }
 
 static const char *const slot_name[P_SLOTS] = {
@@ -282,6 +232,10 @@ static void hf_plan_params(hf_x *x)
 
 static void hf_pname(hf_x *x, size_t i, char *nm)
 {
+    if (x->gpt2) {
+        hf_g2_pname(x, i, nm);
+        return;
+    }
     if (i == 0) snprintf(nm, TRACE_NAME_MAX, "embed_tokens.w");
     else if (&x->p[i] == hf_fnorm(x)) snprintf(nm, TRACE_NAME_MAX, "norm.w");
     else if (i == x->np - 1 && !x->tied) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
@@ -305,7 +259,7 @@ static void hf_setup(hf_x *x)
 /* amp: autocast casts a leaf fp32 weight to bf16 once per autocast region and caches the
  * copy (aten/src/ATen/autocast_mode.cpp, cached_cast); autograd saves it for the weight's
  * backward, so it lives until that backward has run. */
-static uint64_t hf_wcast(hf_x *x, int l, hf_param *p, const char *what)
+uint64_t hf_wcast(hf_x *x, int l, hf_param *p, const char *what)
 {
     if (!x->amp) return p->id;
     uint64_t oid = x->next_oid++;
@@ -319,7 +273,7 @@ static uint64_t hf_wcast(hf_x *x, int l, hf_param *p, const char *what)
 
 /* amp: a linear's fp32 activation input cast to bf16 (not cached: only leaves are), saved
  * for the weight gradient. Other precisions: the input itself. */
-static uint64_t hf_xcast(hf_x *x, int l, const char *what, uint64_t in, uint64_t n)
+uint64_t hf_xcast(hf_x *x, int l, const char *what, uint64_t in, uint64_t n)
 {
     if (!x->amp) return in;
     return hf_ew(x, l, what, what, n * BF16, TC_ACT_SKEL, in, 0, n * F32, TK_ELEM);
@@ -532,11 +486,16 @@ static uint64_t hf_embed_fwd(hf_x *x)
  * the model's output is dropped (`model(...).loss`). */
 static void hf_head_fwd(hf_x *x, uint64_t in)
 {
-    uint64_t T = x->T, h = x->h, V = x->V;
     x->head_in = in;
     x->head_out = hf_norm_fwd(x, -1, "norm", in, hf_fnorm(x)->id, &x->head_xf, &x->head_rs,
                               &x->head_nrm);
     if (!x->insaved) hf_free(x, &x->head_in);
+    hf_lmhead_fwd(x);
+}
+
+void hf_lmhead_fwd(hf_x *x)
+{
+    uint64_t T = x->T, h = x->h, V = x->V;
     hf_param *hw = hf_headw(x);
     uint64_t w = hf_wcast(x, -1, hw, "lm_head.wcast");
     x->head_x = hf_xcast(x, -1, "lm_head.xcast", x->head_out, T * h);
@@ -568,7 +527,7 @@ static void hf_head_fwd(hf_x *x, uint64_t in)
 
 /* The .grad of p receives g (bytes p->n * PB, made by the caller): AccumulateGrad steals a
  * first gradient, adds a later one in place and drops it (tied embeddings). */
-static void hf_accum_grad(hf_x *x, hf_param *p, uint64_t g)
+void hf_accum_grad(hf_x *x, hf_param *p, uint64_t g)
 {
     if (!p->grad) {
         p->grad = g;
@@ -580,7 +539,7 @@ static void hf_accum_grad(hf_x *x, hf_param *p, uint64_t g)
 
 /* A weight's gradient from a bf16 GEMM: under amp made in bf16 and cast into a new fp32
  * tensor by the weight cast's backward (ToCopyBackward), which becomes the .grad. */
-static void hf_wgrad(hf_x *x, int l, hf_param *p, uint64_t *dw16)
+void hf_wgrad(hf_x *x, int l, hf_param *p, uint64_t *dw16)
 {
     if (!x->amp) {
         hf_accum_grad(x, p, *dw16);
@@ -624,7 +583,7 @@ static uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint6
 }
 
 /* amp: the input cast's backward, bf16 -> a new fp32 gradient. */
-static uint64_t hf_up32(hf_x *x, int l, const char *op, uint64_t *g, uint64_t n)
+uint64_t hf_up32(hf_x *x, int l, const char *op, uint64_t *g, uint64_t n)
 {
     if (!x->amp) {
         uint64_t r = *g;
@@ -758,7 +717,7 @@ static void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, u
 
 /* amp: the bf16 gradient of a bf16 tensor added to the fp32 residual (type promotion's
  * backward casts the gradient to the input's dtype). */
-static uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G)
+uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G)
 {
     uint64_t n = x->T * x->h;
     if (!x->amp) return G;
@@ -830,7 +789,7 @@ static void hf_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
 /* The loss and head backward: nll's zero-filled gradient, log_softmax's, the .float()
  * cast's, then lm_head (autograd's thread makes its own cuBLAS workspace on the first
  * backward GEMM). Returns the final norm's output gradient. */
-static uint64_t hf_head_bwd(hf_x *x)
+uint64_t hf_head_bwd(hf_x *x)
 {
     uint64_t T = x->T, V = x->V, h = x->h;
     uint64_t dl = hf_ew(x, -1, "nll_loss.bwd", "d_log_probs", T * V * F32, TC_ACT_TRANS,
@@ -907,7 +866,7 @@ static void hf_backward(hf_x *x)
  * _init_group); _multi_tensor_adam then runs its foreach kernels over all parameters of the
  * dtype group at once; _foreach_sqrt(exp_avg_sq) is the one list of temporaries, freed after
  * the update (last first). zero_grad() then sets every .grad to None. */
-static void hf_optimizer(hf_x *x)
+void hf_optimizer(hf_x *x)
 {
     uint64_t tot = 0;
     for (size_t i = 0; i < x->np; i++) {
@@ -1002,10 +961,11 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->CB = fp32 ? F32 : BF16;
     x->RB = x->amp || fp32 ? F32 : BF16;
     x->insaved = x->RB == F32;
+    x->gpt2 = strcmp(md->family, "gpt2") == 0;
 }
 
-static const char *const hf_families[] = { "llama", "mistral", "qwen2", "mixtral", "qwen2_moe",
-                                           NULL };
+static const char *const hf_families[] = { "llama", "mistral", "qwen2", "gpt2", "mixtral",
+                                           "qwen2_moe", NULL };
 
 ms_status gen_hf_check(const gen_config *c, ms_error *err)
 {
@@ -1014,14 +974,14 @@ ms_status gen_hf_check(const gen_config *c, ms_error *err)
     for (int i = 0; hf_families[i] && !ok; i++) ok = strcmp(fam, hf_families[i]) == 0;
     if (!ok)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
-                       "'%s' of %s (modelled: llama, mistral, qwen2, mixtral, "
-                       "qwen2_moe)", fam[0] ? fam : "(none)",
-                       c->model.name);
+                       "'%s' of %s (modelled: llama, mistral, qwen2, gpt2, mixtral, "
+                       "qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
     if (c->tp != 1 || c->cp != 1 || c->dp != 1 || c->lora || c->zero3 || c->offload ||
         c->hf_loss || c->model.is_encoder || c->attn_impl != GEN_ATTN_FLASH)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models one GPU's plain training "
                        "(tp = cp = dp = 1; no lora, zero3, offload, hf_loss, attn_impl eager "
                        "or encoders)");
+    if (strcmp(fam, "gpt2") == 0) return hf_g2_check(c, err);
     if (c->model.mlp != MODEL_MLP_SWIGLU || c->model.norm != MODEL_NORM_RMS)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf: family %s needs an RMSNorm "
                        "SwiGLU model", fam);
@@ -1034,10 +994,11 @@ uint64_t gen_hf_params(const gen_config *c)
     memset(&x, 0, sizeof x);
     x.c = c;
     hf_sizes(&x, c);
-    x.np = 2 + (size_t)x.L * P_SLOTS + 1;
+    x.np = x.gpt2 ? hf_g2_nparams(&x) : 2 + (size_t)x.L * P_SLOTS + 1;
     x.p = calloc(x.np, sizeof *x.p);
     if (!x.p) return 0;
-    hf_plan_params(&x);
+    if (x.gpt2) hf_g2_plan_params(&x);
+    else hf_plan_params(&x);
     uint64_t n = 0;
     for (size_t i = 0; i < x.np; i++) n += x.p[i].n;
     free(x.p);
@@ -1053,6 +1014,9 @@ static void hf_meta(hf_x *x)
     if (!x->st) x->st = trace_set_meta(x->t, "framework", "hf");
     if (!x->st) x->st = trace_set_meta(x->t, "precision", pn[c->precision]);
     if (!x->st) x->st = trace_set_meta(x->t, "hf_params", buf);
+    /* GPT-2: a checkpointed layer's weight casts stay in autocast's cache to the forward's
+       end (planners/lower.c) */
+    if (x->gpt2 && x->amp && !x->st) x->st = trace_set_meta(x->t, "autocast_cache", "1");
 }
 
 ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
@@ -1064,17 +1028,30 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
     x.t = t;
     x.next_tid = x.next_oid = 1;
     hf_sizes(&x, c);
-    x.np = 2 + (size_t)x.L * P_SLOTS + 1;
+    x.np = x.gpt2 ? hf_g2_nparams(&x) : 2 + (size_t)x.L * P_SLOTS + 1;
     x.p = calloc(x.np, sizeof *x.p);
     x.ls = calloc((size_t)x.L, sizeof *x.ls);
     x.mls = moe_alloc((size_t)x.L);
     if (!x.p || !x.ls || !x.mls) x.st = MS_ERR_NOMEM;
     if (!x.st) {
-        hf_plan_params(&x);
+        if (x.gpt2) hf_g2_plan_params(&x);
+        else hf_plan_params(&x);
         hf_meta(&x);
         hf_setup(&x);
-        for (int it = 0; it < c->iterations && !x.st; it++) hf_iteration(&x, it);
+        if (x.gpt2 && !x.st) x.st = hf_g2_begin(&x);
+        for (int it = 0; it < c->iterations && !x.st; it++) {
+            if (!x.gpt2) {
+                hf_iteration(&x, it);
+                continue;
+            }
+            x.iter = it;
+            hf_g2_step(&x);
+            x.phase = TP_OPT;
+            hf_mark(&x, TM_PHASE, TP_OPT);
+            hf_optimizer(&x);
+        }
     }
+    if (x.gpt2) hf_g2_end(&x);
     free(x.p);
     free(x.ls);
     free(x.mls);

@@ -1,0 +1,107 @@
+/* gen_hf_int.h — internal to the hf profile: the emission context and the helpers that
+ * traces/gen_hf.c (the LLaMA family, the driver) shares with traces/gen_hf_gpt2.c (GPT-2).
+ * Not an interface of the generator: gen_hf.h is what gen.c calls. */
+#ifndef MEMSIM_GEN_HF_INT_H
+#define MEMSIM_GEN_HF_INT_H
+
+#include "traces/gen_hf.h"
+
+#define F32 4
+#define BF16 2
+#define TOKEN_BYTES 8          /* int64 ids and labels */
+/* cuBLAS's workspace on Hopper (CUBLAS_WORKSPACE_CONFIG default :4096:8 = 32 MiB), taken
+ * from the caching allocator once per handle: the forward's thread and autograd's device
+ * thread have one each (aten/src/ATen/cuda/CublasHandlePool.cpp). */
+#define CUBLAS_WS (32ull << 20)
+#define EW_FLOPS 1.0           /* nominal FLOPs per element of an element-wise kernel */
+#define SDPA_WS_EXTRA 256      /* the cuDNN backward's workspace beyond its fp32 dQ
+                                  accumulator and softmax statistics (seen in the trace) */
+
+typedef struct hf_param {
+    uint64_t id, n;            /* tensor id; elements (0: slot unused) */
+    uint64_t grad;             /* .grad, 0 when None */
+    uint64_t m1, m2;           /* AdamW exp_avg, exp_avg_sq (made by the first step) */
+    uint64_t cast;             /* amp: this forward's bf16 copy (autocast's cast cache) */
+    int layer;
+} hf_param;
+
+typedef struct hf_ls hf_ls;    /* a LLaMA-family layer's saved tensors (gen_hf.c) */
+typedef struct hf_g2 hf_g2;    /* GPT-2's forward state (gen_hf_gpt2.c) */
+
+typedef struct hf_x {
+    const gen_config *c;
+    const machine_t *m;
+    trace_t *t;
+    ms_status st;
+    uint64_t next_tid, next_oid;
+    trace_phase phase;
+    /* sizes */
+    uint64_t b, s, T, h, hd, heads, hq, kv, f, V;
+    int L, amp, tied;
+    int insaved;               /* the residual stream is fp32: the norms save their input */
+    uint64_t PB, CB, RB;       /* bytes of a parameter, of a linear's compute dtype, of the
+                                  residual stream */
+    hf_param *p;               /* LLaMA family: [0] embedding, then P_SLOTS per layer, final
+                                  norm, head; GPT-2: gen_hf_gpt2.c's layout; the untied head
+                                  last */
+    size_t np;
+    hf_ls *ls;
+    uint64_t tokens, cos, sin, ws_fwd, ws_bwd;
+    uint64_t head_x, head_nrm, head_rs, head_in, head_xf, head_out, logsm, labels;
+    int iter;
+    struct hf_moe_ls *mls;     /* per layer: what an MoE layer saved (gen_hf_moe.c) */
+    int gpt2;                  /* model family gpt2: gen_hf_gpt2.c's program */
+    hf_g2 *g2;
+} hf_x;
+
+typedef struct hf_op {
+    trace_opkind kind;
+    int layer;
+    const char *what;
+    double flops;
+    uint64_t br, bw;
+    double dur;
+    uint64_t in[8], out[8];
+    uint32_t nin, nout;
+} hf_op;
+
+/* Emission (gen_hf.c). */
+void hf_mark(hf_x *x, trace_markkind k, int64_t v);
+uint64_t hf_alloc_tok(hf_x *x, int layer, const char *what, uint64_t bytes, trace_class cls,
+                      int64_t producer, int tok);
+uint64_t hf_alloc(hf_x *x, int layer, const char *what, uint64_t bytes, trace_class cls,
+                  int64_t producer);
+void hf_free(hf_x *x, uint64_t *id);
+void hf_emit(hf_x *x, uint64_t oid, const hf_op *o);
+void hf_mem_op(hf_x *x, uint64_t oid, hf_op o);
+uint64_t hf_ew(hf_x *x, int l, const char *op, const char *outn, uint64_t out_bytes,
+               trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes, trace_opkind kind);
+void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a, uint64_t bytes);
+double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t bytes);
+uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class cls,
+                 uint64_t in, uint64_t w, uint64_t M, uint64_t N, uint64_t K);
+/* Autocast's casts, gradients (gen_hf.c). */
+uint64_t hf_wcast(hf_x *x, int l, hf_param *p, const char *what);
+uint64_t hf_xcast(hf_x *x, int l, const char *what, uint64_t in, uint64_t n);
+void hf_accum_grad(hf_x *x, hf_param *p, uint64_t g);
+void hf_wgrad(hf_x *x, int l, hf_param *p, uint64_t *dw16);
+uint64_t hf_up32(hf_x *x, int l, const char *op, uint64_t *g, uint64_t n);
+uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G);
+/* The LM head and ForCausalLMLoss from the final norm's output x->head_out, and their
+ * backward (returns the final norm's output gradient); the optimizer step (gen_hf.c). */
+void hf_lmhead_fwd(hf_x *x);
+uint64_t hf_head_bwd(hf_x *x);
+void hf_optimizer(hf_x *x);
+
+/* GPT-2 (gen_hf_gpt2.c): parameter layout and names, one iteration's forward and backward
+ * (the driver then runs hf_optimizer), the forward state's lifetime. */
+size_t hf_g2_nparams(const hf_x *x);
+void hf_g2_plan_params(hf_x *x);
+void hf_g2_pname(const hf_x *x, size_t i, char *nm);
+ms_status hf_g2_begin(hf_x *x);
+void hf_g2_end(hf_x *x);
+void hf_g2_step(hf_x *x);
+/* MS_ERR_UNSUPPORTED naming what the GPT-2 program does not model; MS_OK otherwise. */
+ms_status hf_g2_check(const gen_config *c, ms_error *err);
+
+#endif
