@@ -472,6 +472,19 @@ expect 0 "--framework megatron" -- "$M" simulate $D --framework megatron --csv "
 cp "$T/out" "$T/fw1.out"
 expect 0 "--gen framework=megatron" -- "$M" simulate $D --gen framework=megatron --csv "$T/fw2.csv"
 cmp -s "$T/fw1.csv" "$T/fw2.csv" && cmp -s "$T/fw1.out" "$T/out"; ok $? "--framework megatron is --gen framework=megatron"
+# experiments/realworld: every measured Hugging Face run predicted from its config.json; the
+# goals of peak memory and status hold (docs/VALIDATION.md has the table)
+MEMSIM="$M" REALWORLD_QUIET=1 bash "${srcdir:-.}/experiments/realworld/run.sh" "$T/rw" > "$T/rw.out" 2>&1
+ok $? "experiments/realworld runs"
+n_cases=$(grep -c . "${T}/rw/results.tsv"); n_cases=$((n_cases - 1))
+grep -q "^status (fits / out of memory) right in $n_cases of $n_cases cases" "$T/rw.out"
+ok $? "realworld: every status (fits / out of memory) predicted right ($n_cases cases)"
+awk '/^peak allocated:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 2 && w <= 5) }' "$T/rw.out"
+ok $? "realworld: peak allocated within 2 % (median) and 5 % (worst)"
+awk '/^peak reserved:/ { m = $5 + 0; exit !(m <= 3) }' "$T/rw.out"
+ok $? "realworld: peak reserved within 3 % (median)"
+awk '/^step time:/ { m = $5 + 0; exit !(m <= 10) }' "$T/rw.out"
+ok $? "realworld: step time within 10 % (median)"
 # misspelled names get the closest known one
 expect 2 "a misspelled command: exit 2" -- "$M" simualte
 grep -q "unknown command 'simualte'; did you mean 'simulate'?" "$T/err"; ok $? "the command is suggested"
