@@ -295,6 +295,7 @@ static void seed_machine(const char *path)
     }
     p->m.gpu_reserved_bytes = 1; /* below hbm */
     p->m.vmm_granularity_bytes = 2ULL << 20; /* a power of two */
+    p->m.malloc_top_down = 1; /* a flag: 0 or 1 */
     p->description = strdup("a seed profile # for fuzzing");
     ms_error err;
     if (machine_write(p, path, &err) != MS_OK) { fprintf(stderr, "%s\n", err.msg); exit(99); }
