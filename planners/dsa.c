@@ -333,7 +333,42 @@ static ms_status conflict(const dsa_instance *in, const uint64_t *off, size_t a,
                    (unsigned long long)(off[b] + in->b[b].size_bytes));
 }
 
-/* Sweeps buffers in order of lower; each new buffer is compared with the live ones. */
+/* Occupied ranks of the checker's sweep: a count per node of a perfect binary tree. */
+typedef struct rankset { size_t P; uint32_t *cnt; } rankset;
+
+static void rankset_add(rankset *t, size_t r, int d)
+{
+    for (size_t k = r + t->P; k; k /= 2) t->cnt[k] = (uint32_t)((int64_t)t->cnt[k] + d);
+}
+
+/* The largest occupied rank below r (dir -1) or the smallest above it (dir +1); SIZE_MAX
+ * for none. */
+static size_t rankset_near(const rankset *t, size_t r, int dir)
+{
+    size_t k = r + t->P;
+    for (;;) { /* up until a sibling on the wanted side holds something */
+        if (k == 1) return SIZE_MAX;
+        size_t sib = k ^ 1;
+        if ((dir < 0 ? (k & 1) : !(k & 1)) && t->cnt[sib]) { k = sib; break; }
+        k /= 2;
+    }
+    while (k < t->P) /* down to the nearest leaf on that side */
+        k = dir < 0 ? (t->cnt[2 * k + 1] ? 2 * k + 1 : 2 * k)
+                    : (t->cnt[2 * k] ? 2 * k : 2 * k + 1);
+    return k - t->P;
+}
+
+static const uint64_t *check_off; /* qsort has no context argument */
+static int cmp_by_off(const void *x, const void *y)
+{
+    size_t a = *(const size_t *)x, b = *(const size_t *)y;
+    if (check_off[a] != check_off[b]) return check_off[a] < check_off[b] ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* Sweeps lifetime ends and starts in time order (ends first) over the live buffers kept by
+ * offset: while they are disjoint, a new buffer overlaps one of them exactly when it
+ * overlaps its neighbour below or above in offset order. O(n log n). */
 ms_status dsa_check(const dsa_instance *in, const uint64_t *off, uint64_t capacity_bytes,
                     uint64_t *peak_bytes, ms_error *err)
 {
@@ -350,28 +385,43 @@ ms_status dsa_check(const dsa_instance *in, const uint64_t *off, uint64_t capaci
                            (unsigned long long)capacity_bytes);
         if (off[i] + s > peak) peak = off[i] + s;
     }
-    event *e = malloc((n + 1) * sizeof *e);
-    size_t *live = malloc((n + 1) * sizeof *live);
-    if (!e || !live) { free(e); free(live); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
-    for (size_t i = 0; i < n; i++) e[i] = (event){in->b[i].lower, 0, i};
-    qsort(e, n, sizeof *e, cmp_event);
-    size_t nl = 0;
+    event *e = malloc((2 * n + 1) * sizeof *e);
+    size_t *byoff = malloc((n + 1) * sizeof *byoff), *rank = malloc((n + 1) * sizeof *rank);
+    rankset t = {1, NULL};
+    while (t.P < (n ? n : 1)) t.P *= 2;
+    t.cnt = calloc(2 * t.P, sizeof *t.cnt);
+    if (!e || !byoff || !rank || !t.cnt) {
+        free(e); free(byoff); free(rank); free(t.cnt);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) byoff[i] = i;
+    check_off = off;
+    qsort(byoff, n, sizeof *byoff, cmp_by_off);
+    for (size_t r = 0; r < n; r++) rank[byoff[r]] = r;
+    for (size_t i = 0; i < n; i++) {
+        e[2 * i] = (event){in->b[i].lower, 0, i};
+        e[2 * i + 1] = (event){in->b[i].upper, 1, i};
+    }
+    qsort(e, 2 * n, sizeof *e, cmp_event);
     ms_status st = MS_OK;
-    for (size_t k = 0; k < n && st == MS_OK; k++) {
+    for (size_t k = 0; k < 2 * n && st == MS_OK; k++) {
         size_t a = e[k].i;
-        for (size_t j = 0; j < nl;) {
-            size_t b = live[j];
-            if (in->b[b].upper <= in->b[a].lower) { live[j] = live[--nl]; continue; }
-            if (off[a] < off[b] + in->b[b].size_bytes && off[b] < off[a] + in->b[a].size_bytes) {
-                st = conflict(in, off, b, a, err);
-                break;
-            }
-            j++;
+        if (e[k].up) { rankset_add(&t, rank[a], -1); continue; }
+        size_t lo = rankset_near(&t, rank[a], -1), hi = rankset_near(&t, rank[a], +1);
+        if (lo != SIZE_MAX) {
+            size_t b = byoff[lo];
+            if (off[b] + in->b[b].size_bytes > off[a]) st = conflict(in, off, b, a, err);
         }
-        live[nl++] = a;
+        if (st == MS_OK && hi != SIZE_MAX) {
+            size_t b = byoff[hi];
+            if (off[a] + in->b[a].size_bytes > off[b]) st = conflict(in, off, b, a, err);
+        }
+        rankset_add(&t, rank[a], +1);
     }
     free(e);
-    free(live);
+    free(byoff);
+    free(rank);
+    free(t.cnt);
     if (st == MS_OK && peak_bytes) *peak_bytes = peak;
     return st;
 }
@@ -468,6 +518,16 @@ ms_status dsa_brute_force(const dsa_instance *in, uint64_t *offsets, uint64_t *p
  * buffer scans the live entries in offset order, tracking the top of what lies below the
  * scan position: "first fit" takes the first gap that is large enough, "best fit" the
  * smallest such gap, both falling back to the top.
+ *
+ * That scan visits every chunk, so it costs O(placed) per buffer whatever the lifetimes. On
+ * large instances whose buffers each overlap few others (a long training step) the placed
+ * buffers are kept instead in an interval tree over sections: each at the smallest node
+ * whose leaves contain its sections, with a count per subtree so that empty subtrees are
+ * skipped. A query gathers the placed buffers live during the new one's lifetime, sorts
+ * them by offset and runs the same scan over them: the same offsets, in O(K log K) for K
+ * overlapping buffers. Both find the lowest (first fit) or the tightest (best fit) gap in
+ * the union of the overlapping buffers' offset ranges, which does not depend on the order
+ * of equal offsets.
  * ====================================================================================== */
 
 #define GCHUNK 64
@@ -479,15 +539,197 @@ typedef struct gchunk {
     int32_t lo[GCHUNK], hi[GCHUNK];
 } gchunk;
 
+typedef struct gspan { uint64_t off, end; } gspan;
+
+/* The entries stored at one tree node, all containing the node's middle: by lower section
+ * ascending and by upper section descending, so a query on one side of the middle reads
+ * only the entries that reach it. */
+typedef struct gent { uint64_t off, end; int32_t lo, hi; } gent;
+typedef struct gnode {
+    int32_t n, cap;
+    gent *bylo, *byhi;
+} gnode;
+
 typedef struct gplace {
     gchunk **ch;
     size_t nch, cap;
+    /* the interval tree, when tree is set */
+    int tree;
+    size_t P;                 /* leaves: a power of two >= sections */
+    gnode **node;             /* per node (2P), NULL while empty */
+    int32_t *cnt;             /* per node: entries stored in its subtree */
+    size_t ne;
+    gspan *span;              /* scratch: the overlapping entries */
+    size_t span_cap, nspan;
 } gplace;
 
 static void gplace_clear(gplace *g)
 {
     for (size_t i = 0; i < g->nch; i++) free(g->ch[i]);
     g->nch = 0;
+    if (g->tree && g->ne) {
+        for (size_t k = 0; k < 2 * g->P; k++)
+            if (g->node[k]) g->node[k]->n = 0;
+        memset(g->cnt, 0, 2 * g->P * sizeof *g->cnt);
+        g->ne = 0;
+    }
+}
+
+static void gplace_free(gplace *g)
+{
+    gplace_clear(g);
+    free(g->ch);
+    if (g->node)
+        for (size_t k = 0; k < 2 * g->P; k++)
+            if (g->node[k]) { free(g->node[k]->bylo); free(g->node[k]->byhi); free(g->node[k]); }
+    free(g->node); free(g->cnt); free(g->span);
+}
+
+static ms_status gplace_tree_init(gplace *g, size_t n, size_t ns)
+{
+    g->tree = 1;
+    g->P = 1;
+    while (g->P < (ns ? ns : 1)) g->P *= 2;
+    g->node = calloc(2 * g->P, sizeof *g->node);
+    g->cnt = calloc(2 * g->P, sizeof *g->cnt);
+    (void)n;
+    g->span_cap = 1024;
+    g->span = malloc(g->span_cap * sizeof *g->span);
+    if (!g->node || !g->cnt || !g->span) return MS_ERR_NOMEM;
+    return MS_OK;
+}
+
+/* The node holding sections [lo, hi): the lowest common ancestor of its two end leaves. */
+static size_t gtree_node(const gplace *g, int32_t lo, int32_t hi)
+{
+    size_t a = (size_t)lo + g->P, b = (size_t)hi - 1 + g->P;
+    while (a != b) { a /= 2; b /= 2; }
+    return a;
+}
+
+static int gtree_push(gplace *g, const gent *e)
+{
+    if (g->nspan == g->span_cap) {
+        gspan *ns = realloc(g->span, 2 * g->span_cap * sizeof *ns);
+        if (!ns) return -1;
+        g->span = ns;
+        g->span_cap *= 2;
+    }
+    g->span[g->nspan++] = (gspan){e->off, e->end};
+    return 0; /* counted by the sort, 4 units per entry and level */
+}
+
+/* Appends the entries of node k's subtree (leaves [L, R)) live during [lo, hi) to span.
+ * The entries at an inner node contain its middle M - 1 | M; a query below M meets those
+ * whose lower is below hi, one above M those whose upper is above lo. */
+static int gtree_collect(gplace *g, size_t k, size_t L, size_t R, int32_t lo, int32_t hi,
+                         uint64_t *work)
+{
+    if (g->cnt[k] == 0 || R <= (size_t)lo || L >= (size_t)hi) return 0;
+    ++*work;
+    size_t M = (L + R) / 2;
+    const gnode *nd = g->node[k];
+    if (nd && nd->n) {
+        if ((size_t)hi <= M && k < g->P) {
+            for (int32_t j = 0; j < nd->n && nd->bylo[j].lo < hi; j++)
+                if (gtree_push(g, &nd->bylo[j]) < 0) return -1;
+        } else if ((size_t)lo >= M && k < g->P) {
+            for (int32_t j = 0; j < nd->n && nd->byhi[j].hi > lo; j++)
+                if (gtree_push(g, &nd->byhi[j]) < 0) return -1;
+        } else {
+            for (int32_t j = 0; j < nd->n; j++)
+                if (gtree_push(g, &nd->bylo[j]) < 0) return -1;
+        }
+        *work += 2;
+    }
+    if (k >= g->P) return 0;
+    if (gtree_collect(g, 2 * k, L, M, lo, hi, work) < 0) return -1;
+    return gtree_collect(g, 2 * k + 1, M, R, lo, hi, work);
+}
+
+/* Sorts spans by offset (the order of equal offsets does not matter to the scan). */
+static void gspan_sort(gspan *a, size_t n)
+{
+    while (n > 16) {
+        uint64_t x = a[0].off, y = a[n / 2].off, z = a[n - 1].off; /* median of three */
+        uint64_t piv = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
+        size_t i = 0, j = n - 1;
+        for (;;) {
+            while (a[i].off < piv) i++;
+            while (a[j].off > piv) j--;
+            if (i >= j) break;
+            gspan t = a[i]; a[i] = a[j]; a[j] = t;
+            i++; j--;
+        }
+        /* [0, j] <= piv <= [j + 1, n): recurse into the smaller side */
+        size_t left = j + 1;
+        if (left < n - left) { gspan_sort(a, left); a += left; n -= left; }
+        else { gspan_sort(a + left, n - left); n = left; }
+    }
+    for (size_t i = 1; i < n; i++) {
+        gspan t = a[i];
+        size_t j = i;
+        while (j > 0 && a[j - 1].off > t.off) { a[j] = a[j - 1]; j--; }
+        a[j] = t;
+    }
+}
+
+/* gplace_find over the interval tree; NONE64 when out of memory. */
+static uint64_t gtree_find(gplace *g, int32_t lo, int32_t hi, uint64_t size, int best_fit,
+                           uint64_t *work)
+{
+    g->nspan = 0;
+    if (gtree_collect(g, 1, 0, g->P, lo, hi, work) < 0) return NONE64;
+    size_t m = g->nspan;
+    if (m > 1) {
+        gspan_sort(g->span, m);
+        unsigned lg = 1;
+        while (((size_t)1 << lg) < m) lg++;
+        *work += (uint64_t)m * lg * 4;
+    }
+    uint64_t cand = 0, best = NONE64, best_gap = NONE64;
+    for (size_t k = 0; k < m; k++) {
+        uint64_t o = g->span[k].off;
+        if (o >= cand + size) {
+            if (!best_fit) return cand;
+            uint64_t gap = o - cand;
+            if (gap < best_gap) {
+                best_gap = gap;
+                best = cand;
+                if (gap == size) return cand;
+            }
+        }
+        if (g->span[k].end > cand) cand = g->span[k].end;
+    }
+    return best != NONE64 ? best : cand;
+}
+
+static ms_status gtree_insert(gplace *g, uint64_t off, uint64_t size, int32_t lo, int32_t hi)
+{
+    gent e = {off, off + size, lo, hi};
+    size_t k = gtree_node(g, lo, hi);
+    gnode *nd = g->node[k];
+    if (!nd && !(nd = g->node[k] = calloc(1, sizeof *nd))) return MS_ERR_NOMEM;
+    if (nd->n == nd->cap) {
+        int32_t nc = nd->cap ? 2 * nd->cap : 4;
+        gent *a = realloc(nd->bylo, (size_t)nc * sizeof *a);
+        if (!a) return MS_ERR_NOMEM;
+        nd->bylo = a;
+        gent *b = realloc(nd->byhi, (size_t)nc * sizeof *b);
+        if (!b) return MS_ERR_NOMEM;
+        nd->byhi = b;
+        nd->cap = nc;
+    }
+    g->ne++;
+    int32_t j = nd->n;
+    while (j > 0 && nd->bylo[j - 1].lo > lo) { nd->bylo[j] = nd->bylo[j - 1]; j--; }
+    nd->bylo[j] = e;
+    j = nd->n;
+    while (j > 0 && nd->byhi[j - 1].hi < hi) { nd->byhi[j] = nd->byhi[j - 1]; j--; }
+    nd->byhi[j] = e;
+    nd->n++;
+    for (; k; k /= 2) g->cnt[k]++;
+    return MS_OK;
 }
 
 static void gchunk_bounds(gchunk *c)
@@ -501,9 +743,10 @@ static void gchunk_bounds(gchunk *c)
 }
 
 /* Lowest offset for [lo, hi) x size among the placed buffers. */
-static uint64_t gplace_find(const gplace *g, int32_t lo, int32_t hi, uint64_t size, int best_fit,
+static uint64_t gplace_find(gplace *g, int32_t lo, int32_t hi, uint64_t size, int best_fit,
                             uint64_t *work)
 {
+    if (g->tree) return gtree_find(g, lo, hi, size, best_fit, work);
     uint64_t cand = 0, best = NONE64, best_gap = NONE64;
     *work += g->nch;
     for (size_t c = 0; c < g->nch; c++) {
@@ -530,6 +773,7 @@ static uint64_t gplace_find(const gplace *g, int32_t lo, int32_t hi, uint64_t si
 
 static ms_status gplace_insert(gplace *g, uint64_t off, uint64_t size, int32_t lo, int32_t hi)
 {
+    if (g->tree) return gtree_insert(g, off, size, lo, hi);
     size_t c = 0;
     { /* the last chunk whose first offset is <= off */
         size_t a = 0, b = g->nch;
@@ -583,19 +827,47 @@ static ms_status gplace_insert(gplace *g, uint64_t off, uint64_t size, int32_t l
     return MS_OK;
 }
 
+/* The effort limit of a heuristic stage: counted work, and as a backstop the wall clock
+ * (deadline 0: none), read every DSA_CLOCK_EVERY steps. */
+typedef struct glimit {
+    uint64_t work;   /* stop once the work count reaches this */
+    double deadline; /* CLOCK_MONOTONIC seconds, or 0 */
+    int hit;         /* set once either was reached */
+} glimit;
+
+#define DSA_CLOCK_EVERY 1024
+
+static double wall_s(void);
+
+static int glimit_over(glimit *l, uint64_t work)
+{
+    if (!l->hit && (work >= l->work || (l->deadline > 0 && wall_s() > l->deadline))) l->hit = 1;
+    return l->hit;
+}
+
 /* Places all buffers in the given order; returns the peak or NONE64 when out of memory.
- * Gives up (returning NONE64 - 1) as soon as the peak reaches give_up_at. */
+ * Gives up (returning NONE64 - 1) as soon as the peak reaches give_up_at, or when the
+ * limit is reached: then, with complete set, it finishes the plan by stacking the buffers
+ * not placed yet above the peak (a valid plan, not a good one) and returns its peak. */
 static uint64_t greedy_run(const dsa_instance *in, const sections *s, const size_t *order,
                            int best_fit, uint64_t give_up_at, gplace *g, uint64_t *off,
-                           uint64_t *work)
+                           uint64_t *work, glimit *lim, int complete)
 {
     uint64_t peak = 0;
     gplace_clear(g);
     for (size_t k = 0; k < in->n; k++) {
+        if (lim && (k + 1) % DSA_CLOCK_EVERY == 0 && glimit_over(lim, *work)) {
+            if (!complete) return NONE64 - 1;
+            for (; k < in->n; k++) {
+                off[order[k]] = peak;
+                peak += in->b[order[k]].size_bytes;
+            }
+            return peak;
+        }
         size_t i = order[k];
         uint64_t size = in->b[i].size_bytes;
         uint64_t x = gplace_find(g, s->sl[i], s->su[i], size, best_fit, work);
-        if (gplace_insert(g, x, size, s->sl[i], s->su[i]) != MS_OK) return NONE64;
+        if (x == NONE64 || gplace_insert(g, x, size, s->sl[i], s->su[i]) != MS_OK) return NONE64;
         off[i] = x;
         if (x + size > peak) peak = x + size;
         if (peak >= give_up_at) return NONE64 - 1;
@@ -736,7 +1008,7 @@ static void skyline_free(skyline *k)
  * peak, or NONE64 - 1 as soon as the peak reaches give_up_at. Adds its work to *work. */
 static uint64_t skyline_run(skyline *k, const dsa_instance *in, const sections *s,
                             const uint32_t *rank, uint64_t give_up_at, uint64_t *off,
-                            uint64_t *work)
+                            uint64_t *work, glimit *lim)
 {
     size_t n = in->n, hn = 0;
     uint64_t peak = 0, ops = 0;
@@ -747,6 +1019,11 @@ static uint64_t skyline_run(skyline *k, const dsa_instance *in, const sections *
         size_t i = e.i;
         uint64_t x = seg_max(&k->seg, (size_t)s->sl[i], (size_t)s->su[i]);
         ops++;
+        if (lim && ops % DSA_CLOCK_EVERY == 0 &&
+            glimit_over(lim, *work + ops * 7 * (2 + k->logs))) {
+            peak = NONE64 - 1;
+            break;
+        }
         if (x > e.key) { /* stale: another buffer rose under it since it was keyed */
             e.key = x;
             heap_push(k->heap, &hn, e);
@@ -1392,31 +1669,29 @@ int dsa_have_mip(void) { return 0; }
 
 #endif
 
-/* Fills total[i]: the largest sum of live sizes over buffer i's sections (a sparse table
- * answers each range maximum in O(1)). */
+/* Fills total[i]: the largest sum of live sizes over buffer i's sections (a bottom-up
+ * segment tree answers each range maximum in O(log sections), in O(sections) memory). */
 static ms_status section_totals(const dsa_instance *in, const sections *s, uint64_t *total)
 {
-    size_t ns = s->ns ? s->ns : 1, levels = 1;
-    while (((size_t)1 << levels) <= ns) levels++;
+    size_t ns = s->ns ? s->ns : 1, P = 1;
+    while (P < ns) P *= 2;
     uint64_t *sec = calloc(ns + 1, sizeof *sec);
-    uint64_t *tab = malloc(levels * ns * sizeof *tab);
+    uint64_t *tab = calloc(2 * P, sizeof *tab);
     if (!sec || !tab) { free(sec); free(tab); return MS_ERR_NOMEM; }
     for (size_t i = 0; i < in->n; i++) { /* difference array */
         sec[s->sl[i]] += in->b[i].size_bytes;
         sec[s->su[i]] -= in->b[i].size_bytes;
     }
     for (size_t k = 1; k <= ns; k++) sec[k] += sec[k - 1];
-    memcpy(tab, sec, ns * sizeof *tab);
-    for (size_t l = 1; l < levels; l++)
-        for (size_t k = 0; k + ((size_t)1 << l) <= ns; k++) {
-            uint64_t a = tab[(l - 1) * ns + k], b = tab[(l - 1) * ns + k + ((size_t)1 << (l - 1))];
-            tab[l * ns + k] = a > b ? a : b;
-        }
+    memcpy(tab + P, sec, ns * sizeof *tab);
+    for (size_t k = P - 1; k >= 1; k--) tab[k] = MAX64(tab[2 * k], tab[2 * k + 1]);
     for (size_t i = 0; i < in->n; i++) {
-        size_t lo = (size_t)s->sl[i], len = (size_t)(s->su[i] - s->sl[i]), l = 0;
-        while (((size_t)2 << l) <= len) l++;
-        uint64_t a = tab[l * ns + lo], b = tab[l * ns + lo + len - ((size_t)1 << l)];
-        total[i] = a > b ? a : b;
+        uint64_t v = 0;
+        for (size_t a = (size_t)s->sl[i] + P, b = (size_t)s->su[i] + P; a < b; a /= 2, b /= 2) {
+            if (a & 1) { v = MAX64(v, tab[a]); a++; }
+            if (b & 1) { b--; v = MAX64(v, tab[b]); }
+        }
+        total[i] = v;
     }
     free(sec);
     free(tab);
@@ -1540,6 +1815,42 @@ static size_t fit_runs_for(size_t n)
 #define SKY_NOISE 0.3
 #define SKY_STALL 64
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The mean number of buffers whose lifetime overlaps a buffer's (itself included):
+ * n - #(upper_j <= lower_i) - #(lower_j >= upper_i), averaged; -1 when out of memory. */
+static double mean_overlap(const sections *s)
+{
+    size_t n = s->n;
+    int32_t *lo = malloc((n + 1) * sizeof *lo), *up = malloc((n + 1) * sizeof *up);
+    if (!lo || !up) { free(lo); free(up); return -1; }
+    memcpy(lo, s->sl, n * sizeof *lo);
+    memcpy(up, s->su, n * sizeof *up);
+    qsort(lo, n, sizeof *lo, cmp_i32);
+    qsort(up, n, sizeof *up, cmp_i32);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t a = 0, b = n; /* uppers <= sl[i] */
+        while (a < b) { size_t m = (a + b) / 2; if (up[m] <= s->sl[i]) a = m + 1; else b = m; }
+        size_t ends_before = a;
+        a = 0; b = n;        /* lowers < su[i] */
+        while (a < b) { size_t m = (a + b) / 2; if (lo[m] < s->su[i]) a = m + 1; else b = m; }
+        sum += (double)(a - ends_before);
+    }
+    free(lo);
+    free(up);
+    return n ? sum / (double)n : 0;
+}
+
+/* The interval tree places instances of at least GTREE_MIN buffers whose buffers overlap
+ * on average at most 1 / GTREE_RATIO of the others; the chunk list all others. */
+#define GTREE_MIN 32768
+#define GTREE_RATIO 64
+
 typedef struct heur {
     const dsa_instance *in;
     sections s;
@@ -1553,6 +1864,7 @@ typedef struct heur {
     uint64_t best_peak;
     char best_how[40];
     uint64_t stop_at;     /* a plan this low ends the search */
+    glimit lim;           /* the stage's effort limit */
     uint64_t work;
     size_t sky_runs;      /* skyline runs done so far (the next seed) */
 } heur;
@@ -1561,8 +1873,7 @@ static void heur_free(heur *h)
 {
     sections_free(&h->s);
     free(h->key); free(h->order); free(h->rank); free(h->off); free(h->off2);
-    gplace_clear(&h->g);
-    free(h->g.ch);
+    gplace_free(&h->g);
     skyline_free(&h->sky);
 }
 
@@ -1593,10 +1904,18 @@ static ms_status heur_init(heur *h, const dsa_instance *in, uint64_t *best_off,
                            (double)b->size_bytes * (double)(b->upper - b->lower), total[i], 1};
     }
     free(total);
+    h->lim = (glimit){NONE64, 0, 0};
+    if (n >= GTREE_MIN) {
+        double mo = mean_overlap(&h->s);
+        if (mo < 0) return MS_ERR_NOMEM;
+        if (mo * GTREE_RATIO <= (double)n && gplace_tree_init(&h->g, n, h->s.ns) != MS_OK)
+            return MS_ERR_NOMEM;
+    }
     return MS_OK;
 }
 
 static int heur_done(const heur *h) { return h->best_peak <= h->stop_at; }
+static int heur_over(heur *h) { return glimit_over(&h->lim, h->work); }
 
 static void heur_offer(heur *h, const uint64_t *off, uint64_t peak, const char *how, int seed)
 {
@@ -1606,20 +1925,22 @@ static void heur_offer(heur *h, const uint64_t *off, uint64_t peak, const char *
     snprintf(h->best_how, sizeof h->best_how, seed ? "%s~%d" : "%s", how, seed);
 }
 
-/* Fit runs: each ordering with first fit, then best fit. */
+/* Fit runs: each ordering with first fit, then best fit, while the limit allows; the first
+ * run always ends with a plan (stacking what it had no time to place). */
 static ms_status heur_fits(heur *h)
 {
     size_t n = h->in->n, runs = fit_runs_for(n);
-    for (size_t r = 0; r < runs && !heur_done(h); r++) {
+    for (size_t r = 0; r < runs && !heur_done(h) && (r == 0 || !heur_over(h)); r++) {
         const gorder *go = &FIT_ORDERS[(r / 2) % NFIT];
         int best_fit = (int)(r % 2);
         if (!best_fit) qsort(h->key, n, sizeof *h->key, go->cmp);
         for (size_t k = 0; k < n; k++) h->order[k] = h->key[k].i;
         uint64_t p = greedy_run(h->in, &h->s, h->order, best_fit, h->best_peak, &h->g, h->off,
-                                &h->work);
+                                &h->work, &h->lim, r == 0);
         if (p == NONE64) return MS_ERR_NOMEM;
-        char how[32];
-        snprintf(how, sizeof how, "%s-fit/%s", best_fit ? "best" : "first", go->name);
+        char how[40];
+        snprintf(how, sizeof how, "%s-fit/%s%s", best_fit ? "best" : "first", go->name,
+                 r == 0 && h->lim.hit ? "+stacked" : "");
         heur_offer(h, h->off, p, how, 0);
     }
     return MS_OK;
@@ -1651,7 +1972,8 @@ static ms_status heur_skyline_one(heur *h, int (*cmp)(const void *, const void *
     size_t n = h->in->n;
     qsort(h->key, n, sizeof *h->key, cmp);
     for (size_t k = 0; k < n; k++) h->rank[h->key[k].i] = (uint32_t)k;
-    uint64_t p = skyline_run(&h->sky, h->in, &h->s, h->rank, h->best_peak, h->off, &h->work);
+    uint64_t p = skyline_run(&h->sky, h->in, &h->s, h->rank, h->best_peak, h->off, &h->work,
+                             &h->lim);
     h->sky_runs++;
     if (p >= h->best_peak) return MS_OK;
     heur_offer(h, h->off, p, name, seed);
@@ -1660,7 +1982,8 @@ static ms_status heur_skyline_one(heur *h, int (*cmp)(const void *, const void *
     for (size_t i = 0; i < n; i++) e[i] = (hentry){h->off[i], h->rank[i], (uint32_t)i};
     qsort(e, n, sizeof *e, cmp_hentry);
     for (size_t k = 0; k < n; k++) h->order[k] = e[k].i;
-    uint64_t q = greedy_run(h->in, &h->s, h->order, 0, h->best_peak, &h->g, h->off2, &h->work);
+    uint64_t q = greedy_run(h->in, &h->s, h->order, 0, h->best_peak, &h->g, h->off2, &h->work,
+                            &h->lim, 0);
     if (q == NONE64) return MS_ERR_NOMEM;
     char how[40];
     snprintf(how, sizeof how, "%s+compact", name);
@@ -1676,7 +1999,7 @@ static ms_status heur_skyline(heur *h, uint64_t budget, int perturb)
     size_t n = h->in->n;
     ms_status st = MS_OK;
     size_t fixed = sky_orders_for(n);
-    for (size_t r = 0; r < fixed && st == MS_OK && !heur_done(h); r++) {
+    for (size_t r = 0; r < fixed && st == MS_OK && !heur_done(h) && !heur_over(h); r++) {
         char name[40];
         snprintf(name, sizeof name, "skyline/%s", SKY_ORDERS[r].name);
         st = heur_skyline_one(h, SKY_ORDERS[r].cmp, name, 0);
@@ -1685,6 +2008,7 @@ static ms_status heur_skyline(heur *h, uint64_t budget, int perturb)
      * improvement without a better plan (tiny instances have few distinct orders) */
     int last_gain = 0;
     for (int seed = 1; perturb && st == MS_OK && !heur_done(h) && h->work < budget &&
+                       !heur_over(h) &&
                        seed <= SKY_STALL + 4 * last_gain; seed++) {
         uint64_t before = h->best_peak;
         for (size_t k = 0; k < n; k++)
@@ -1776,6 +2100,8 @@ typedef struct solver {
     uint64_t budget, used;  /* work */
     uint64_t lb;            /* proven lower bound on the minimal peak */
     int infeasible;         /* capacity mode: proven not to fit */
+    double deadline;        /* wall-clock backstop of the heuristics (0: none) */
+    int timed_out;          /* the heuristics stopped at the limit */
 } solver;
 
 /* The peak that ends a minimization: the lower bound, or within rel_gap of it. */
@@ -1807,12 +2133,17 @@ static ms_status solver_heuristics(solver *v, int bb_follows, ms_error *err)
     uint64_t cap = v->opt->capacity_bytes;
     heur h;
     ms_status st = heur_init(&h, v->in, v->tmp, NONE64 - 1, cap ? cap : solver_target(v));
+    uint64_t room = v->budget > v->used ? v->budget - v->used : 0;
+    /* every run stops at the budget (the first fit run then stacks what it had no time to
+     * place), and at the wall-clock backstop */
+    h.lim = (glimit){room, v->deadline, 0};
     if (st == MS_OK) st = heur_fits(&h);
     /* the skyline gets all the budget when nothing follows, a fiftieth when an exact
      * method does (its first descent is a skyline run itself) */
-    uint64_t room = v->budget > v->used ? v->budget - v->used : 0;
+    room = v->budget > v->used ? v->budget - v->used : 0;
     uint64_t sky_budget = bb_follows ? room / 50 : room;
     if (st == MS_OK) st = heur_skyline(&h, h.work + sky_budget, 1);
+    v->timed_out |= h.lim.hit;
     v->used += h.work;
     if (st == MS_OK && h.best_peak < NONE64 - 1)
         solver_offer(v, v->tmp, h.best_peak, DSA_GREEDY, h.best_how);
@@ -1928,8 +2259,12 @@ ms_status dsa_solve(const dsa_instance *in, const dsa_options *opt, dsa_solution
         dsa_solution_free(sol);
         return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
-    solver v = {in, &o, sol, tmp, 0, 0, 0, 0};
+    solver v = {in, &o, sol, tmp, 0, 0, 0, 0, 0, 0};
     v.budget = o.work_budget ? o.work_budget : (uint64_t)(o.time_limit_s * o.work_per_s);
+    /* the work count is the limit (deterministic); the clock, where asked for, is only a
+     * backstop against a machine slower than the calibration (or a loaded one) */
+    if (!o.work_budget && o.clock_backstop > 0)
+        v.deadline = t0 + o.clock_backstop * o.time_limit_s + 0.25;
     sol->load_bytes = v.lb = dsa_load(in);
     if (n == 0) { /* nothing to place: peak 0, which fits anything */
         free(tmp);

@@ -114,6 +114,10 @@ typedef struct dsa_options {
     int mip_integer_offsets;  /* offsets as integer (1) or continuous (0, default) columns */
     double rel_gap;           /* minimize: stop once (peak - lower bound) / lower bound is at
                                  most this (default 0: only a proven optimum stops early) */
+    double clock_backstop;    /* > 0 (with work_budget 0): the heuristics also stop once the
+                                 wall clock reaches this many times time_limit_s (+ 0.25 s),
+                                 on a machine slower than the calibration; 0 (default): work
+                                 counts only, so plans never depend on the clock */
 } dsa_options;
 
 void dsa_options_default(dsa_options *o);

@@ -496,5 +496,21 @@ expect 3 "a misspelled policy: exit 3" -- "$M" simulate --model dims:2,256,4,102
 grep -q "unknown policy 'ful-swap'; did you mean 'full-swap'?" "$T/err"; ok $? "the policy is suggested"
 expect 3 "a name far from every model: exit 3, no suggestion" -- "$M" simulate --model zzzzzzzz --seq 1K
 ! grep -q "did you mean" "$T/err"; ok $? "nothing is suggested when nothing is close"
+# small inputs that must not cost minutes: 800 million blank lines (20 gzip members, 800 KB)
+# are read at the speed of decompression; a DSA time limit bounds every stage of the solver
+head -c 4000000 /dev/zero | tr '\0' '\n' > "$T/nl4m"
+cat "$T/nl4m" "$T/nl4m" "$T/nl4m" "$T/nl4m" "$T/nl4m" "$T/nl4m" "$T/nl4m" "$T/nl4m" "$T/nl4m" "$T/nl4m" | gzip -9 > "$T/nl40m.gz"
+rm -f "$T/nl4m"
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do cat "$T/nl40m.gz"; done > "$T/blank.trace.gz"
+expect 3 "trace check of 800M blank lines ends within 14 s, exit 3" -- timeout 14 "$M" trace check "$T/blank.trace.gz"
+grep -q "empty file" "$T/err"; ok $? "blank lines only: the empty-file message"
+awk 'BEGIN { print "id,lower,upper,size"; s = 12345;
+    for (i = 0; i < 40000; i++) { s = (s * 1103515245 + 12345) % 2147483648; lo = s % 40000;
+        s = (s * 1103515245 + 12345) % 2147483648; len = 1 + s % 20000;
+        s = (s * 1103515245 + 12345) % 2147483648; print i "," lo "," lo + len "," 1 + s % 1048576 } }' > "$T/long.csv"
+start=$(date +%s)
+expect 0 "dsa --time-limit 1 on 40,000 long-lived buffers" -- "$M" dsa --time-limit 1 "$T/long.csv"
+el=$(( $(date +%s) - start ))
+[ "$el" -le 6 ]; ok $? "... ends within 6 s (took $el s)"
 echo "1..$n"
 exit $bad

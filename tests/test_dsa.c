@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "planners/dsa.h"
@@ -307,6 +308,53 @@ static void test_benchmark(void)
     dsa_instance_free(in);
 }
 
+/* A long training step: 60,000 buffers, each live a few hundred steps of 60,000 */
+static dsa_instance *long_step_instance(size_t n)
+{
+    dsa_instance *in = dsa_instance_new();
+    for (size_t i = 0; i < n; i++) {
+        int64_t lo = (int64_t)(next_rand() % (uint64_t)n);
+        dsa_instance_add(in, NULL, lo, lo + 1 + (int64_t)(next_rand() % 200),
+                         1 + next_rand() % (1u << 20), NULL);
+    }
+    return in;
+}
+
+static void test_large(void)
+{
+    rng = 7;
+    size_t n = 60000;
+    dsa_instance *in = long_step_instance(n);
+    ms_error err;
+    /* every stage stops at the budget, the greedy fit runs and skyline runs included */
+    dsa_options o;
+    dsa_options_default(&o);
+    o.methods = DSA_GREEDY;
+    o.work_budget = 2000000;
+    dsa_solution s;
+    ms_status st = dsa_solve(in, &o, &s, &err);
+    TAP_OK(st == MS_OK && s.work <= 3 * o.work_budget && s.peak_bytes >= s.load_bytes &&
+               dsa_check(in, s.offsets, 0, NULL, &err) == MS_OK,
+           "a budget of %llu work units is honoured on %zu buffers (work %llu, %s)",
+           (unsigned long long)o.work_budget, n, (unsigned long long)(st == MS_OK ? s.work : 0),
+           st == MS_OK ? s.detail : err.msg);
+    if (st == MS_OK) dsa_solution_free(&s);
+    /* the greedy portfolio over the interval tree: a valid plan close to LOAD, fast */
+    uint64_t *off = malloc(n * sizeof *off), peak = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = dsa_greedy(in, dsa_load(in), off, &peak, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double el = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    uint64_t load = dsa_load(in);
+    TAP_OK(st == MS_OK && dsa_check(in, off, 0, NULL, &err) == MS_OK &&
+               (double)peak <= 1.15 * (double)load && el < 20,
+           "greedy places %zu buffers in %.2f s: peak %.2f %% above LOAD", n, el,
+           load ? 100.0 * ((double)peak - (double)load) / (double)load : 0);
+    free(off);
+    dsa_instance_free(in);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/test_dsa.XXXXXX");
@@ -321,6 +369,7 @@ int main(void)
     test_against_brute();
     test_determinism();
     test_benchmark();
+    test_large();
     for (int i = 0; i < nmade; i++) unlink(made[i]);
     rmdir(tmpdir);
     return tap_done();

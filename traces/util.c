@@ -225,100 +225,230 @@ int ms_split(char *line, char **tok, int max)
     return n;
 }
 
-/* The reader keeps one buffer of MS_LINE_MAX plus a read chunk: lines are found with memchr
- * in large gzread blocks and handed out in place (NUL-terminated where the newline was), so
- * reading costs one pass over the bytes and no copy per line. */
-#define MS_LINES_CHUNK (1u << 16)
-#define MS_LINES_CAP (MS_LINE_MAX + MS_LINES_CHUNK)
+/* The raw input under both readers: a plain file, or gzip members one after another (what
+ * gzip -c a b > ab makes), inflated with zlib in blocks. */
+#define ZIN_BUF (1u << 17)
 
+typedef struct zin {
+    FILE *f;
+    int gz;          /* 1: gzip data */
+    int zinit;       /* z holds an inflate state */
+    int in_member;   /* inside a gzip member */
+    int file_eof;
+    z_stream z;      /* next_in / avail_in: the unread input, in both modes */
+    unsigned char in[ZIN_BUF];
+} zin;
+
+static ms_status zin_fill(zin *r, const char *path, uint64_t line, ms_error *err)
+{
+    if (r->z.avail_in || r->file_eof) return MS_OK;
+    size_t n = fread(r->in, 1, ZIN_BUF, r->f);
+    if (n < ZIN_BUF) {
+        if (ferror(r->f))
+            return ms_fail_at(err, MS_ERR_IO, path, line, "read error: %s", strerror(errno));
+        r->file_eof = 1;
+    }
+    r->z.next_in = r->in;
+    r->z.avail_in = (uInt)n;
+    return MS_OK;
+}
+
+static ms_status zin_open(zin *r, const char *path, ms_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->f = fopen(path, "rb");
+    if (!r->f) return ms_fail_at(err, MS_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
+    ms_status st = zin_fill(r, path, 0, err);
+    if (st == MS_OK && r->z.avail_in == 1 && !r->file_eof) { /* a 2-byte magic needs 2 bytes */
+        size_t n = fread(r->in + 1, 1, ZIN_BUF - 1, r->f);
+        if (n < ZIN_BUF - 1) r->file_eof = 1;
+        r->z.avail_in += (uInt)n;
+    }
+    if (st != MS_OK) { fclose(r->f); r->f = NULL; return st; }
+    r->gz = r->z.avail_in >= 2 && r->in[0] == 0x1f && r->in[1] == 0x8b;
+    if (r->gz) {
+        unsigned char *ni = r->z.next_in;
+        uInt na = r->z.avail_in;
+        r->z.next_in = Z_NULL;
+        r->z.avail_in = 0;
+        if (inflateInit2(&r->z, 15 + 16) != Z_OK) {
+            fclose(r->f);
+            r->f = NULL;
+            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        }
+        r->zinit = 1;
+        r->z.next_in = ni;
+        r->z.avail_in = na;
+    }
+    return MS_OK;
+}
+
+static void zin_close(zin *r)
+{
+    if (r->zinit) inflateEnd(&r->z);
+    if (r->f) fclose(r->f);
+    r->zinit = 0;
+    r->f = NULL;
+}
+
+/* Reads up to cap bytes into out; *got 0 at the end. line: where errors are reported. */
+static ms_status zin_read(zin *r, char *out, size_t cap, size_t *got, const char *path,
+                          uint64_t line, ms_error *err)
+{
+    ms_status st;
+    *got = 0;
+    if (cap > ZIN_BUF) cap = ZIN_BUF;
+    if (!r->gz) {
+        if ((st = zin_fill(r, path, line, err)) != MS_OK) return st;
+        size_t n = r->z.avail_in < cap ? r->z.avail_in : cap;
+        memcpy(out, r->z.next_in, n);
+        r->z.next_in += n;
+        r->z.avail_in -= (uInt)n;
+        *got = n;
+        return MS_OK;
+    }
+    r->z.next_out = (unsigned char *)out;
+    r->z.avail_out = (uInt)cap;
+    while (r->z.avail_out == cap) {
+        if ((st = zin_fill(r, path, line, err)) != MS_OK) return st;
+        if (!r->in_member) { /* the end, another member, or bytes that are neither */
+            if (r->z.avail_in == 0) return MS_OK;
+            if (r->z.avail_in == 1 && !r->file_eof) { /* the magic straddles a block */
+                r->in[0] = r->z.next_in[0];
+                size_t n = fread(r->in + 1, 1, ZIN_BUF - 1, r->f);
+                if (n < ZIN_BUF - 1) r->file_eof = 1;
+                r->z.next_in = r->in;
+                r->z.avail_in = (uInt)(1 + n);
+            }
+            if (r->z.avail_in < 2 || r->z.next_in[0] != 0x1f || r->z.next_in[1] != 0x8b) {
+                r->z.avail_in = 0; /* trailing bytes that are not gzip: ignored */
+                r->file_eof = 1;
+                return MS_OK;
+            }
+            if (inflateReset(&r->z) != Z_OK)
+                return ms_fail_at(err, MS_ERR_IO, path, line, "read error: %s",
+                                  r->z.msg ? r->z.msg : "inflate");
+            r->in_member = 1;
+        }
+        if (r->z.avail_in == 0)
+            return ms_fail_at(err, MS_ERR_IO, path, line,
+                              "truncated gzip data (unexpected end of file)");
+        int rc = inflate(&r->z, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END) {
+            r->in_member = 0;
+        } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+            return ms_fail_at(err, MS_ERR_IO, path, line, "read error: %s",
+                              r->z.msg ? r->z.msg : zError(rc));
+        }
+        *got = cap - r->z.avail_out;
+    }
+    *got = cap - r->z.avail_out;
+    return MS_OK;
+}
+
+/* Lines are cut out of blocks of decompressed input; a line within one block is returned
+ * in place, one that spans blocks is assembled in buf. */
 struct ms_lines {
-    gzFile gz;
+    zin r;
     char *path;
-    char *buf;                 /* MS_LINES_CAP bytes; [start, end) not yet handed out */
-    size_t start, end;
-    int eof;                   /* gzread returned the end of the data */
+    char *blk;          /* ZIN_BUF + 1 bytes */
+    size_t bpos, blen;
+    int eof;
+    char *buf;          /* a line spanning blocks */
+    size_t cap;
     uint64_t lineno;
 };
 
 ms_status ms_lines_open(const char *path, ms_lines **out, ms_error *err)
 {
     *out = NULL;
-    gzFile gz = gzopen(path, "rb");
-    if (!gz) return ms_fail_at(err, MS_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
     ms_lines *lr = calloc(1, sizeof *lr);
-    if (!lr || !(lr->path = strdup(path)) || !(lr->buf = malloc(MS_LINES_CAP))) {
-        gzclose(gz);
-        if (lr) free(lr->path);
+    if (!lr || !(lr->path = strdup(path)) || !(lr->blk = malloc(ZIN_BUF + 1)) ||
+        !(lr->buf = malloc(4096))) {
+        if (lr) { free(lr->path); free(lr->blk); }
         free(lr);
         return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
-    gzbuffer(gz, 1 << 18);
-    lr->gz = gz;
+    lr->cap = 4096;
+    ms_status st = zin_open(&lr->r, path, err);
+    if (st != MS_OK) {
+        free(lr->path); free(lr->blk); free(lr->buf); free(lr);
+        return st;
+    }
     *out = lr;
     return MS_OK;
 }
 
-/* After a gzip read returned nothing: MS_OK at a clean end of the stream, else the error
- * (a truncated gzip stream is zlib's Z_BUF_ERROR, "unexpected end of file") at path:line. */
-static ms_status gz_end(gzFile gz, const char *path, uint64_t line, ms_error *err)
-{
-    int zerr;
-    const char *zmsg = gzerror(gz, &zerr);
-    if (zerr == Z_BUF_ERROR)
-        return ms_fail_at(err, MS_ERR_IO, path, line, "truncated gzip data (%s)", zmsg);
-    if (zerr != Z_OK) return ms_fail_at(err, MS_ERR_IO, path, line, "read error: %s", zmsg);
-    return MS_OK;
-}
-
-/* Moves the unread bytes to the front and reads more behind them. */
-static ms_status lines_fill(ms_lines *lr, ms_error *err)
-{
-    size_t avail = lr->end - lr->start;
-    if (lr->start) {
-        memmove(lr->buf, lr->buf + lr->start, avail);
-        lr->start = 0;
-        lr->end = avail;
-    }
-    size_t room = MS_LINES_CAP - 1 - lr->end; /* one byte for the NUL of a last line */
-    int got = gzread(lr->gz, lr->buf + lr->end, (unsigned)room);
-    if (got <= 0) {
-        ms_status st = gz_end(lr->gz, lr->path, lr->lineno + 1, err);
-        if (st) return st;
-        if (got < 0)
-            return ms_fail_at(err, MS_ERR_IO, lr->path, lr->lineno + 1, "read error");
-        lr->eof = 1;
-        return MS_OK;
-    }
-    lr->end += (size_t)got;
-    return MS_OK;
-}
+/* The longest line content (without its newline) the reader takes. */
+#define LINE_CONTENT_MAX (MS_LINE_MAX - 2)
 
 ms_status ms_lines_next(ms_lines *lr, char **line, ms_error *err)
 {
+    size_t len = 0;
+    int spanning = 0;
+    char *p = NULL;
     *line = NULL;
-    char *s, *nl;
-    size_t len;
-    for (;;) {
-        s = lr->buf + lr->start;
-        size_t avail = lr->end - lr->start;
-        nl = memchr(s, '\n', avail);
-        if (nl) { len = (size_t)(nl - s); break; }
-        if (lr->eof || avail >= MS_LINE_MAX - 1) { len = avail; break; }
-        ms_status st = lines_fill(lr, err);
-        if (st) return st;
+    if (lr->bpos < lr->blen && lr->blk[lr->bpos] == '\n') { /* a blank line, the cheap way */
+        p = lr->blk + lr->bpos++;
+        *p = '\0';
+        lr->lineno++;
+        *line = p;
+        return MS_OK;
     }
-    if (!nl && len == 0) return MS_ERR_LIMIT; /* end of file */
-    /* a NUL within the first MS_LINE_MAX - 1 bytes is reported before the length */
-    if (memchr(s, '\0', len < MS_LINE_MAX - 1 ? len : MS_LINE_MAX - 1))
-        return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1, "NUL byte in text");
-    if (len >= MS_LINE_MAX - 1)
+    for (;;) {
+        if (lr->bpos == lr->blen) {
+            size_t got = 0;
+            if (!lr->eof) {
+                ms_status st = zin_read(&lr->r, lr->blk, ZIN_BUF, &got, lr->path,
+                                        lr->lineno + 1, err);
+                if (st != MS_OK) return st;
+            }
+            if (got == 0) {
+                lr->eof = 1;
+                if (!spanning) return MS_ERR_LIMIT; /* end of file */
+                p = lr->buf;
+                break;
+            }
+            lr->bpos = 0;
+            lr->blen = got;
+        }
+        char *s = lr->blk + lr->bpos;
+        size_t avail = lr->blen - lr->bpos;
+        char *nl = memchr(s, '\n', avail);
+        size_t take = nl ? (size_t)(nl - s) : avail;
+        if (!spanning && nl) { /* the whole line in this block */
+            *nl = '\0';
+            lr->bpos += take + 1;
+            p = s;
+            len = take;
+            break;
+        }
+        if (len + take > LINE_CONTENT_MAX)
+            return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1,
+                              "line longer than %u bytes", MS_LINE_MAX);
+        if (len + take + 1 > lr->cap) {
+            size_t nc = lr->cap;
+            while (nc < len + take + 1) nc *= 2;
+            char *nb = realloc(lr->buf, nc);
+            if (!nb) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+            lr->buf = nb;
+            lr->cap = nc;
+        }
+        memcpy(lr->buf + len, s, take);
+        len += take;
+        lr->bpos += take + (nl ? 1 : 0);
+        spanning = 1;
+        if (nl) { p = lr->buf; break; }
+    }
+    p[len] = '\0';
+    if (len > LINE_CONTENT_MAX)
         return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1,
                           "line longer than %u bytes", MS_LINE_MAX);
-    lr->start += len + (nl != NULL);
-    s[len] = '\0';
-    if (len && s[len - 1] == '\r') s[--len] = '\0';
+    if (len && memchr(p, '\0', len))
+        return ms_fail_at(err, MS_ERR_PARSE, lr->path, lr->lineno + 1, "NUL byte in text");
+    if (len && p[len - 1] == '\r') p[--len] = '\0';
     lr->lineno++;
-    *line = s;
+    *line = p;
     return MS_OK;
 }
 
@@ -339,8 +469,9 @@ const char *ms_lines_path(const ms_lines *lr) { return lr->path; }
 void ms_lines_free(ms_lines *lr)
 {
     if (!lr) return;
-    gzclose(lr->gz);
+    zin_close(&lr->r);
     free(lr->path);
+    free(lr->blk);
     free(lr->buf);
     free(lr);
 }
@@ -350,34 +481,32 @@ ms_status ms_read_all(const char *path, size_t max_bytes, char **buf, size_t *le
 {
     *buf = NULL;
     *len = 0;
-    gzFile gz = gzopen(path, "rb");
-    if (!gz) return ms_fail_at(err, MS_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
+    zin r;
+    ms_status st = zin_open(&r, path, err);
+    if (st != MS_OK) return st;
     size_t cap = 65536, n = 0;
     char *b = malloc(cap + 1);
-    if (!b) { gzclose(gz); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
+    if (!b) { zin_close(&r); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
     for (;;) {
         if (n == cap) {
             if (cap >= max_bytes) {
-                free(b); gzclose(gz);
+                free(b); zin_close(&r);
                 return ms_fail_at(err, MS_ERR_LIMIT, path, 0, "file larger than %zu bytes",
                                   max_bytes);
             }
             size_t nc = cap * 2 > max_bytes ? max_bytes : cap * 2;
             char *nb = realloc(b, nc + 1);
-            if (!nb) { free(b); gzclose(gz); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
+            if (!nb) { free(b); zin_close(&r); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
             b = nb;
             cap = nc;
         }
-        int r = gzread(gz, b + n, (unsigned)(cap - n));
-        if (r <= 0) {
-            ms_status st = gz_end(gz, path, 0, err);
-            if (st == MS_OK && r < 0) st = ms_fail_at(err, MS_ERR_IO, path, 0, "read error");
-            if (st) { free(b); gzclose(gz); return st; }
-            break;
-        }
-        n += (size_t)r;
+        size_t got;
+        st = zin_read(&r, b + n, cap - n, &got, path, 0, err);
+        if (st != MS_OK) { free(b); zin_close(&r); return st; }
+        if (got == 0) break;
+        n += got;
     }
-    gzclose(gz);
+    zin_close(&r);
     b[n] = '\0';
     *buf = b;
     *len = n;
