@@ -1448,8 +1448,8 @@ static void test_hf(const machine_t *mach)
            "bf16: parameters, gradients and AdamW states in bf16, 8 B/param, no casts");
     trace_free(t);
     c = hf_config("amp");
-    snprintf(c.model.family, sizeof c.model.family, "gpt_neox");
-    TAP_OK(gen_validate(&c, &err) == MS_ERR_UNSUPPORTED && strstr(err.msg, "gpt_neox"),
+    snprintf(c.model.family, sizeof c.model.family, "falcon");
+    TAP_OK(gen_validate(&c, &err) == MS_ERR_UNSUPPORTED && strstr(err.msg, "falcon"),
            "an unmodelled family is refused by name: %s", err.msg);
     gen_config g;
     gen_config_default(&g);
@@ -1697,6 +1697,99 @@ static void test_hf_gpt2(const machine_t *mach)
            "gpt2 with another activation refused: %s", err.msg);
 }
 
+/* ---- framework hf: Qwen3 (the LLaMA program with per-head q/k RMSNorms) ---- */
+
+static gen_config hf_qwen3_config(const char *prec)
+{
+    gen_config c = hf_config(prec);
+    model_t *m = &c.model;
+    snprintf(m->name, sizeof m->name, "tiny-qwen3");
+    snprintf(m->family, sizeof m->family, "qwen3");
+    m->head_dim = 24; /* the query width 4 x 24 = 96 is not hidden 64 */
+    return c;
+}
+
+/* An hf trace is well formed: every op's tensors live, no double frees, and at the end only
+ * the model states and the input ids and cuBLAS workspaces (at most 4 others) are live. */
+static int hf_walk_ok(const trace_t *t)
+{
+    walk w = validate(t);
+    if (w.errors || w.live_left_bad > 4)
+        printf("# %d errors (first: %s), %llu others live at the end\n", w.errors,
+               w.first_error, (unsigned long long)w.live_left_bad);
+    return w.errors == 0 && w.live_left_bad <= 4;
+}
+
+static void test_hf_qwen3(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_qwen3_config("amp");
+    const model_t *m = &c.model;
+    uint64_t h = m->hidden, f = m->ffn_hidden, V = m->vocab, L = m->layers, d = 24;
+    uint64_t T = c.seq * c.micro_batch, q = m->heads * d, kv = m->kv_heads * d;
+    uint64_t P = V * h + L * (2 * q * h + 2 * kv * h + 3 * f * h + 2 * d + 2 * h) + h + V * h;
+    unsigned states = 1u << TC_PARAM | 1u << TC_GRAD | 1u << TC_OPTSTATE;
+    TAP_OK(gen_validate(&c, &err) == MS_OK, "hf qwen3 validates: %s", err.msg);
+    TAP_OK(model_q_width(m) == q && model_params(m) == P, "qwen3 config: q width %llu, %llu "
+           "parameters", (unsigned long long)model_q_width(m),
+           (unsigned long long)model_params(m));
+    trace_t *t = NULL;
+    memset(&err, 0, sizeof err);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf qwen3 amp trace: %s", err.msg);
+    if (!t) return;
+    TAP_OK(hf_walk_ok(t), "qwen3 amp trace balanced and live");
+    TAP_OK(trace_meta_u64(t, "hf_params", 0) == P, "qwen3 parameters = model_params (q_norm, "
+           "k_norm of head_dim per layer): %llu",
+           (unsigned long long)trace_meta_u64(t, "hf_params", 0));
+    uint64_t casts, n = 0, qn = 0, kn = 0;
+    TAP_OK(hf_peak_classes(t, states, ".wcast", &casts) == 16 * P, "qwen3 amp: 16 B/param");
+    TAP_OK(casts == 2 * (L * (2 * q * h + 2 * kv * h + 3 * f * h) + V * h),
+           "qwen3 amp: the linears' weights cast, not the q/k norms'");
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type != TR_ALLOC) continue;
+        if (strcmp(r->u.alloc.name, "L0.q_proj.b") == 0) n++;
+        if (strcmp(r->u.alloc.name, "L0.q_norm.w") == 0) qn = r->u.alloc.bytes;
+        if (strcmp(r->u.alloc.name, "L0.k_norm.w") == 0) kn = r->u.alloc.bytes;
+    }
+    TAP_OK(n == 0 && qn == d * 4 && kn == d * 4,
+           "qwen3: q_norm and k_norm weights of head_dim, no q/k/v biases");
+    TAP_OK(hf_named(t, "L0.q_norm.to_fp32", NULL, NULL) == T * q * 4 &&
+           hf_named(t, "L0.q_norm.rsqrt", NULL, NULL) == T * m->heads * 4 &&
+           hf_named(t, "L0.q_norm.to_in", NULL, NULL) == T * q * 2 &&
+           hf_named(t, "L0.k_norm.to_fp32", NULL, NULL) == T * kv * 4 &&
+           hf_named(t, "L0.k_norm.rsqrt", NULL, NULL) == T * m->kv_heads * 4 &&
+           hf_named(t, "L0.k_norm.to_in", NULL, NULL) == T * kv * 2,
+           "qwen3 amp: q/k norms save the fp32 copy, a per-head rsqrt and the bf16 normalized "
+           "tensor of [b, s, heads, d] and [b, s, kv_heads, d]");
+    TAP_OK(hf_named(t, "L0.q_norm.weight", NULL, NULL) == T * q * 4 &&
+           hf_named(t, "L0.q_rope", NULL, NULL) == T * q * 4 &&
+           hf_named(t, "L0.q", NULL, NULL) == T * q * 2,
+           "qwen3 amp: the fp32 weight promotes q_norm's output; rotary in fp32, SDPA's bf16 "
+           "cast");
+    trace_free(t);
+    c = hf_qwen3_config("bf16");
+    memset(&err, 0, sizeof err);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf qwen3 bf16 trace: %s", err.msg);
+    if (!t) return;
+    TAP_OK(hf_walk_ok(t), "qwen3 bf16 trace balanced and live");
+    TAP_OK(hf_peak_classes(t, states, ".wcast", &casts) == 8 * P && casts == 0,
+           "qwen3 bf16: 8 B/param, no casts");
+    TAP_OK(hf_named(t, "L0.q_norm.to_fp32", NULL, NULL) == T * q * 4 &&
+           hf_named(t, "L0.q_norm.weight", NULL, NULL) == T * q * 2 &&
+           hf_named(t, "L0.q_rope", NULL, NULL) == T * q * 2,
+           "qwen3 bf16: q_norm's fp32 copy, bf16 output and rotary");
+    trace_free(t);
+    c = hf_qwen3_config("fp32");
+    memset(&err, 0, sizeof err);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf qwen3 fp32 trace: %s", err.msg);
+    if (t) {
+        TAP_OK(hf_walk_ok(t) && hf_named(t, "L0.q_norm.to_fp32", NULL, NULL) == 0,
+               "qwen3 fp32: balanced; the norm saves the projection's output itself");
+    }
+    trace_free(t);
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -1725,6 +1818,7 @@ int main(void)
     test_hf(&m);
     test_hf_moe(&m);
     test_hf_gpt2(&m);
+    test_hf_qwen3(&m);
     test_speed(&m);
     return tap_done();
 }

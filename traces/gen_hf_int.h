@@ -80,6 +80,11 @@ void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a, uin
 double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t bytes);
 uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class cls,
                  uint64_t in, uint64_t w, uint64_t M, uint64_t N, uint64_t K);
+/* Rotary embedding of q or k, width w, input ib bytes an element, the result of class ocls;
+ * its backward (the gradient in the input's dtype) (gen_hf.c). */
+uint64_t hf_rope_w(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w, uint64_t ib,
+                   trace_class ocls);
+uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w, uint64_t ib);
 /* Autocast's casts, gradients (gen_hf.c). */
 uint64_t hf_wcast(hf_x *x, int l, hf_param *p, const char *what);
 uint64_t hf_xcast(hf_x *x, int l, const char *what, uint64_t in, uint64_t n);
