@@ -239,6 +239,10 @@ static void hf_pname(hf_x *x, size_t i, char *nm)
         hf_g2_pname(x, i, nm);
         return;
     }
+    if (x->lnfam) {
+        hf_ln_pname(x, i, nm);
+        return;
+    }
     if (i == 0) snprintf(nm, TRACE_NAME_MAX, "embed_tokens.w");
     else if (&x->p[i] == hf_fnorm(x)) snprintf(nm, TRACE_NAME_MAX, "norm.w");
     else if (i == x->np - 1 && !x->tied) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
@@ -529,7 +533,17 @@ static uint64_t hf_embed_fwd(hf_x *x)
                 .bw = T * h * x->RB, .in = { x->tokens, hf_embed(x)->id }, .nin = 2,
                 .out = { e }, .nout = 1 };
     hf_mem_op(x, oid, o);
-    if (x->iter == 0) /* the first matmul (inv_freq @ position_ids) makes cuBLAS's workspace */
+    hf_rope_tables(x, hd);
+    return e;
+}
+
+/* The rotary cos/sin of `width` columns (LlamaRotaryEmbedding.forward, GPT-NeoX's too), once
+ * per forward; in iteration 0 its first matmul (inv_freq @ position_ids) makes cuBLAS's
+ * workspace. */
+void hf_rope_tables(hf_x *x, uint64_t width)
+{
+    uint64_t hd = width;
+    if (x->iter == 0)
         x->ws_fwd = hf_alloc(x, -1, "cublas_ws", CUBLAS_WS, TC_OTHER, -1);
     uint64_t sz = x->s * hd * x->RB;
     uint64_t fr = hf_ew(x, -1, "rope.freqs", "rope_emb", x->s * hd * F32, TC_ACT_TRANS,
@@ -539,7 +553,6 @@ static uint64_t hf_embed_fwd(hf_x *x)
     x->sin = hf_ew(x, -1, "rope.sin", "rope_sin", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
                    TK_ELEM);
     hf_free(x, &fr);
-    return e;
 }
 
 /* Final norm, lm_head, then transformers 5's ForCausalLMLoss (loss/loss_utils.py):
@@ -737,8 +750,10 @@ static void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w
 
 /* The backward of one rotated tensor (q or k, width w, input ib bytes an element) from its
  * gradient de: de*cos, de*sin and rotate_half's backward, summed (and cast back to the
- * input's dtype when the rotation ran promoted). */
-uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w, uint64_t ib)
+ * input's dtype when the rotation ran promoted); de is freed after its last read unless keep
+ * (it is a view of a larger gradient still needed). */
+uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w, uint64_t ib,
+                       int keep)
 {
     uint64_t n = x->T * w, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX];
@@ -751,7 +766,7 @@ uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w,
     }
     snprintf(op, sizeof op, "%s.rope_bwd_sin", nm);
     uint64_t b = hf_ew(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->sin, n * eb, TK_ELEM);
-    hf_free(x, de);
+    if (!keep) hf_free(x, de);
     uint64_t bc = b;
     if (eb != ib) {
         bc = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, b, 0, n * eb, TK_ELEM);
@@ -767,7 +782,7 @@ uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w,
 
 static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
 {
-    return hf_rope_bwd_w(x, l, nm, de, w, x->CB);
+    return hf_rope_bwd_w(x, l, nm, de, w, x->CB, 0);
 }
 
 /* The cuDNN SDPA backward: dq, dk, dv and a workspace (fp32 dQ accumulator, softmax
@@ -855,8 +870,10 @@ static void hf_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
     hf_sdpa_bwd(x, l, s, &dao, &dq, &dk, &dv);
     uint64_t dqe = hf_up32(x, l, "sdpa.qcast.bwd", &dq, T * x->hq);
     uint64_t dke = hf_up32(x, l, "sdpa.kcast.bwd", &dk, T * x->kv);
-    uint64_t dk2 = qk ? hf_rope_bwd_w(x, l, "k", &dke, x->kv, ob) : hf_rope_bwd(x, l, "k", &dke, x->kv);
-    uint64_t dq2 = qk ? hf_rope_bwd_w(x, l, "q", &dqe, x->hq, ob) : hf_rope_bwd(x, l, "q", &dqe, x->hq);
+    uint64_t dk2 = qk ? hf_rope_bwd_w(x, l, "k", &dke, x->kv, ob, 0)
+                      : hf_rope_bwd(x, l, "k", &dke, x->kv);
+    uint64_t dq2 = qk ? hf_rope_bwd_w(x, l, "q", &dqe, x->hq, ob, 0)
+                      : hf_rope_bwd(x, l, "q", &dqe, x->hq);
     uint64_t t, d;
     d = hf_linear_bwd(x, l, hf_lp(x, l, P_V), "v_proj", dv, 1, &s->xv, T, x->kv, h, x->amp);
     t = hf_up32(x, l, "v_proj.xcast.bwd", &d, T * h);
@@ -1063,26 +1080,48 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->RB = x->amp || fp32 ? F32 : BF16;
     x->insaved = x->RB == F32;
     x->gpt2 = strcmp(md->family, "gpt2") == 0;
+    x->lnfam = !strcmp(md->family, "gpt_neox") ? HF_LN_NEOX
+             : !strcmp(md->family, "opt") ? HF_LN_OPT : 0;
+}
+
+static size_t hf_nparams(const hf_x *x)
+{
+    if (x->gpt2) return hf_g2_nparams(x);
+    if (x->lnfam) return hf_ln_nparams(x);
+    return 2 + (size_t)x->L * P_SLOTS + 1;
+}
+
+static void hf_plan(hf_x *x)
+{
+    if (x->gpt2) hf_g2_plan_params(x);
+    else if (x->lnfam) hf_ln_plan_params(x);
+    else hf_plan_params(x);
 }
 
 static const char *const hf_families[] = { "llama", "mistral", "qwen2", "qwen3", "gpt2",
-                                           "mixtral", "qwen2_moe", NULL };
+                                           "gpt_neox", "opt", "mixtral", "qwen2_moe", NULL };
 
 ms_status gen_hf_check(const gen_config *c, ms_error *err)
 {
     const char *fam = c->model.family;
     int ok = 0;
     for (int i = 0; hf_families[i] && !ok; i++) ok = strcmp(fam, hf_families[i]) == 0;
+    if (!strcmp(fam, "bert"))
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model %s: BERT is an "
+                       "encoder (bidirectional attention), and training it as a causal LM "
+                       "(AutoModelForCausalLM) needs is_decoder true, which the config reader "
+                       "refuses; use --framework generic for BERT", c->model.name);
     if (!ok)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
                        "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, gpt2, "
-                       "mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
+                       "gpt_neox, opt, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
     if (c->tp != 1 || c->cp != 1 || c->dp != 1 || c->lora || c->zero3 || c->offload ||
         c->hf_loss || c->model.is_encoder || c->attn_impl != GEN_ATTN_FLASH)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models one GPU's plain training "
                        "(tp = cp = dp = 1; no lora, zero3, offload, hf_loss, attn_impl eager "
                        "or encoders)");
     if (strcmp(fam, "gpt2") == 0) return hf_g2_check(c, err);
+    if (!strcmp(fam, "gpt_neox") || !strcmp(fam, "opt")) return hf_ln_check(c, err);
     if (c->model.mlp != MODEL_MLP_SWIGLU || c->model.norm != MODEL_NORM_RMS)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf: family %s needs an RMSNorm "
                        "SwiGLU model", fam);
@@ -1095,11 +1134,10 @@ uint64_t gen_hf_params(const gen_config *c)
     memset(&x, 0, sizeof x);
     x.c = c;
     hf_sizes(&x, c);
-    x.np = x.gpt2 ? hf_g2_nparams(&x) : 2 + (size_t)x.L * P_SLOTS + 1;
+    x.np = hf_nparams(&x);
     x.p = calloc(x.np, sizeof *x.p);
     if (!x.p) return 0;
-    if (x.gpt2) hf_g2_plan_params(&x);
-    else hf_plan_params(&x);
+    hf_plan(&x);
     uint64_t n = 0;
     for (size_t i = 0; i < x.np; i++) n += x.p[i].n;
     free(x.p);
@@ -1117,7 +1155,8 @@ static void hf_meta(hf_x *x)
     if (!x->st) x->st = trace_set_meta(x->t, "hf_params", buf);
     /* GPT-2: a checkpointed layer's weight casts stay in autocast's cache to the forward's
        end (planners/lower.c) */
-    if (x->gpt2 && x->amp && !x->st) x->st = trace_set_meta(x->t, "autocast_cache", "1");
+    if ((x->gpt2 || x->lnfam) && x->amp && !x->st)
+        x->st = trace_set_meta(x->t, "autocast_cache", "1");
 }
 
 ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
@@ -1129,30 +1168,32 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
     x.t = t;
     x.next_tid = x.next_oid = 1;
     hf_sizes(&x, c);
-    x.np = x.gpt2 ? hf_g2_nparams(&x) : 2 + (size_t)x.L * P_SLOTS + 1;
+    x.np = hf_nparams(&x);
     x.p = calloc(x.np, sizeof *x.p);
     x.ls = calloc((size_t)x.L, sizeof *x.ls);
     x.mls = moe_alloc((size_t)x.L);
     if (!x.p || !x.ls || !x.mls) x.st = MS_ERR_NOMEM;
     if (!x.st) {
-        if (x.gpt2) hf_g2_plan_params(&x);
-        else hf_plan_params(&x);
+        hf_plan(&x);
         hf_meta(&x);
         hf_setup(&x);
         if (x.gpt2 && !x.st) x.st = hf_g2_begin(&x);
+        if (x.lnfam && !x.st) x.st = hf_ln_begin(&x);
         for (int it = 0; it < c->iterations && !x.st; it++) {
-            if (!x.gpt2) {
+            if (!x.gpt2 && !x.lnfam) {
                 hf_iteration(&x, it);
                 continue;
             }
             x.iter = it;
-            hf_g2_step(&x);
+            if (x.gpt2) hf_g2_step(&x);
+            else hf_ln_step(&x);
             x.phase = TP_OPT;
             hf_mark(&x, TM_PHASE, TP_OPT);
             hf_optimizer(&x);
         }
     }
     if (x.gpt2) hf_g2_end(&x);
+    if (x.lnfam) hf_ln_end(&x);
     free(x.p);
     free(x.ls);
     free(x.mls);
