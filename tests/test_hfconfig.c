@@ -186,6 +186,18 @@ static void test_families(void)
     TAP_OK(st == MS_OK && m.parallel_residual && !m.tied_embeddings && m.has_bias &&
            model_params(&m) == 20554567680ull && model_param_tensors(&m, &per) == 44 * 12 + 4,
            "gpt_neox: parallel residual, untied, GPT-NeoX-20B's 20 554 567 680 (%s)", e.msg);
+    TAP_OK(st == MS_OK && m.rotary_pct == 0.25, "gpt_neox: rotary_pct defaults to 0.25");
+    st = parse("nx2.json", "{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 1, "
+               "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 2, "
+               "\"vocab_size\": 100, \"rotary_pct\": 0.5}", &m, &e);
+    TAP_OK(st == MS_OK && m.rotary_pct == 0.5, "gpt_neox: rotary_pct read (%s)", e.msg);
+    st = parse("nx3.json", "{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 1, "
+               "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 2, "
+               "\"vocab_size\": 100, \"rope_parameters\": {\"rope_type\": \"default\", "
+               "\"partial_rotary_factor\": 1.0}}", &m, &e);
+    TAP_OK(st == MS_OK && m.rotary_pct == 1.0,
+           "gpt_neox: rope_parameters' partial_rotary_factor when rotary_pct is absent (%s)",
+           e.msg);
 
     st = parse("o.json", "{\"model_type\": \"opt\", \"num_hidden_layers\": 24, "
                "\"hidden_size\": 2048, \"ffn_dim\": 8192, \"num_attention_heads\": 32, "
@@ -431,6 +443,9 @@ static void test_bad_input(void)
         "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"intermediate_size\": 128, "
         "\"num_attention_heads\": 2, \"vocab_size\": 100, \"attention_bias\": false}",
         MS_ERR_INVALID, "attention_bias");
+    bad("gpt_neox rotary_pct 0", "{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 1, "
+        "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 2, "
+        "\"vocab_size\": 100, \"rotary_pct\": 0}", MS_ERR_INVALID, "rotary_pct");
     model_t m;
     ms_error e;
     TAP_OK(hfc_load("/nonexistent/config.json", &m, &e) == MS_ERR_IO &&

@@ -13,9 +13,9 @@
 #include <string.h>
 
 /* Parameter slots of a decoder layer, in the order the module registers them
- * (LlamaDecoderLayer: self_attn q, k, v, o with optional biases, mlp gate, up, down,
- * input_layernorm, post_attention_layernorm). */
-enum { P_Q, P_QB, P_K, P_KB, P_V, P_VB, P_O, P_GATE, P_UP, P_DOWN, P_LN1, P_LN2,
+ * (LlamaDecoderLayer: self_attn q, k, v, o with optional biases, Qwen3's q_norm and k_norm,
+ * mlp gate, up, down, input_layernorm, post_attention_layernorm). */
+enum { P_Q, P_QB, P_K, P_KB, P_V, P_VB, P_O, P_QN, P_KN, P_GATE, P_UP, P_DOWN, P_LN1, P_LN2,
        /* MoE layers (gen_hf_moe.c): router, the experts' fused 3-D gate_up and down,
         * Qwen2-MoE's shared_expert_gate; gate/up/down hold the shared expert */
        P_ROUTER, P_EGU, P_EDN, P_SHG, P_SLOTS };
@@ -27,6 +27,9 @@ struct hf_ls {
     uint64_t n1out;            /* norm 1 output (bf16: saved by q, k, v) */
     uint64_t xq, xk, xv;       /* amp: each projection's bf16 cast of its input */
     uint64_t q, k, v, ao, lse; /* what SDPA saves: its q, k, v, output, log-sum-exp */
+    /* Qwen3's q_norm / k_norm: fp32 input copy, rsqrt, normalized (as n1x, n1rs, n1nrm);
+     * qin/kin: the projection's output when it is the saved input itself (fp32) */
+    uint64_t qnx, qnrs, qnnrm, knx, knrs, knnrm, qin, kin;
     uint64_t r1;               /* the residual after attention */
     uint64_t n2x, n2rs, n2nrm, n2out;
     uint64_t xg, xu;           /* amp: casts of the MLP input */
@@ -202,20 +205,20 @@ static hf_param *hf_headw(hf_x *x)
 
 static const char *const slot_name[P_SLOTS] = {
     "q_proj.w", "q_proj.b", "k_proj.w", "k_proj.b", "v_proj.w", "v_proj.b", "o_proj.w",
-    "gate_proj.w", "up_proj.w", "down_proj.w", "input_layernorm.w", "post_attn_layernorm.w",
+    "q_norm.w", "k_norm.w", "gate_proj.w", "up_proj.w", "down_proj.w", "input_layernorm.w", "post_attn_layernorm.w",
     "router.w", "experts.gate_up_proj", "experts.down_proj", "shared_expert_gate.w"
 };
 
 static void hf_plan_params(hf_x *x)
 {
     const model_t *md = &x->c->model;
-    uint64_t h = x->h, bias = md->qkv_bias || md->has_bias;
+    uint64_t h = x->h, bias = md->qkv_bias || md->has_bias, qk = model_has_qk_norm(md) ? x->hd : 0;
     hf_embed(x)->n = x->V * h;
     hf_embed(x)->layer = -1;
     for (int l = 0; l < x->L; l++) {
         uint64_t n[P_SLOTS] = { x->hq * h, bias ? x->hq : 0, x->kv * h, bias ? x->kv : 0,
-                                x->kv * h, bias ? x->kv : 0, h * x->hq, x->f * h, x->f * h,
-                                h * x->f, h, h };
+                                x->kv * h, bias ? x->kv : 0, h * x->hq, qk, qk, x->f * h,
+                                x->f * h, h * x->f, h, h };
         for (int j = 0; j < P_SLOTS; j++) {
             hf_lp(x, l, j)->n = n[j];
             hf_lp(x, l, j)->layer = l;
@@ -234,6 +237,10 @@ static void hf_pname(hf_x *x, size_t i, char *nm)
 {
     if (x->gpt2) {
         hf_g2_pname(x, i, nm);
+        return;
+    }
+    if (x->lnfam) {
+        hf_ln_pname(x, i, nm);
         return;
     }
     if (i == 0) snprintf(nm, TRACE_NAME_MAX, "embed_tokens.w");
@@ -296,24 +303,26 @@ static uint64_t hf_linear(hf_x *x, int l, int j, const char *nm, uint64_t in, in
 /* ---- forward ---- */
 
 /* LlamaRMSNorm.forward: hidden.to(float32); variance = pow(2).mean(-1); hidden *
- * rsqrt(variance + eps); weight * hidden.to(input_dtype). Saved: the fp32 input (the input
- * itself when already fp32), rsqrt, the normalized tensor in the input dtype. Returns the
- * output. */
-static uint64_t hf_norm_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w,
-                            uint64_t *xf, uint64_t *rs, uint64_t *nrm)
+ * rsqrt(variance + eps); weight * hidden.to(input_dtype), over `rows` vectors of `width`
+ * elements whose input is ib bytes an element; the output is ob bytes an element (the weight
+ * product's promoted dtype) of class ocls. Saved: the fp32 input (the input itself when
+ * already fp32), rsqrt, the normalized tensor in the input dtype. Returns the output. */
+static uint64_t hf_rms_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w,
+                           uint64_t rows, uint64_t width, uint64_t ib, uint64_t ob,
+                           trace_class ocls, uint64_t *xf, uint64_t *rs, uint64_t *nrm)
 {
-    uint64_t T = x->T, h = x->h, RB = x->RB;
+    uint64_t T = rows, n = rows * width;
     char op[TRACE_NAME_MAX];
     *xf = 0; /* 0: the input itself (already fp32) */
-    if (RB != F32) {
+    if (ib != F32) {
         snprintf(op, sizeof op, "%s.to_fp32", nm);
-        *xf = hf_ew(x, l, op, op, T * h * F32, TC_ACT_SKEL, in, 0, T * h * RB, TK_NORM);
+        *xf = hf_ew(x, l, op, op, n * F32, TC_ACT_SKEL, in, 0, n * ib, TK_NORM);
     }
     uint64_t xin = *xf ? *xf : in;
     snprintf(op, sizeof op, "%s.pow", nm);
-    uint64_t sq = hf_ew(x, l, op, op, T * h * F32, TC_ACT_TRANS, xin, 0, T * h * F32, TK_NORM);
+    uint64_t sq = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, xin, 0, n * F32, TK_NORM);
     snprintf(op, sizeof op, "%s.mean", nm);
-    uint64_t var = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, sq, 0, T * h * F32, TK_NORM);
+    uint64_t var = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, sq, 0, n * F32, TK_NORM);
     hf_free(x, &sq);
     snprintf(op, sizeof op, "%s.add_eps", nm);
     uint64_t ve = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, var, 0, T * F32, TK_NORM);
@@ -322,24 +331,33 @@ static uint64_t hf_norm_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_
     hf_free(x, &ve);
     hf_free(x, &var);
     snprintf(op, sizeof op, "%s.mul", nm);
-    uint64_t pr = hf_ew(x, l, op, op, T * h * F32, TC_ACT_SKEL, xin, *rs, T * h * F32, TK_NORM);
+    uint64_t pr = hf_ew(x, l, op, op, n * F32, TC_ACT_SKEL, xin, *rs, n * F32, TK_NORM);
     *nrm = pr;
-    if (RB != F32) { /* .to(input_dtype): the cast is what the weight product saves */
+    if (ib != F32) { /* .to(input_dtype): the cast is what the weight product saves */
         snprintf(op, sizeof op, "%s.to_in", nm);
-        *nrm = hf_ew(x, l, op, op, T * h * RB, TC_ACT_SKEL, pr, 0, T * h * F32, TK_NORM);
+        *nrm = hf_ew(x, l, op, op, n * ib, TC_ACT_SKEL, pr, 0, n * F32, TK_NORM);
         hf_free(x, &pr);
     }
     snprintf(op, sizeof op, "%s.weight", nm);
-    /* amp: the fp32 output only feeds casts (transient); bf16: q/k/v save it */
-    return hf_ew(x, l, op, op, T * h * RB, x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, *nrm, w,
-                 T * h * RB, TK_NORM);
+    return hf_ew(x, l, op, op, n * ob, ocls, *nrm, w, n * ib, TK_NORM);
 }
 
-/* Rotary embedding of one of q / k (apply_rotary_pos_emb: x*cos + rotate_half(x)*sin, in
- * the promoted dtype: fp32 under amp, where cos/sin are fp32 and x bf16). */
-static uint64_t hf_rope(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w)
+/* A layer norm over the residual stream [T, h] (dtype R): amp: the fp32 output only feeds
+ * casts (transient); bf16: q/k/v save it. */
+static uint64_t hf_norm_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w,
+                            uint64_t *xf, uint64_t *rs, uint64_t *nrm)
 {
-    uint64_t T = x->T, eb = x->amp ? F32 : x->CB, ib = x->CB;
+    return hf_rms_fwd(x, l, nm, in, w, x->T, x->h, x->RB, x->RB,
+                      x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, xf, rs, nrm);
+}
+
+/* Rotary embedding of one of q / k of width w (apply_rotary_pos_emb: x*cos +
+ * rotate_half(x)*sin) on an input of ib bytes an element, in the promoted dtype: fp32 under
+ * amp, where cos/sin are fp32. The result is of class ocls. */
+uint64_t hf_rope_w(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w, uint64_t ib,
+                   trace_class ocls)
+{
+    uint64_t T = x->T, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX], a[TRACE_NAME_MAX];
     snprintf(op, sizeof op, "%s.rope_cos", nm);
     uint64_t t1 = hf_ew(x, l, op, op, T * w * eb, TC_ACT_TRANS, in, x->cos, T * w * ib, TK_ELEM);
@@ -354,12 +372,17 @@ static uint64_t hf_rope(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w)
     hf_free(x, &ct);
     snprintf(op, sizeof op, "%s.rope_add", nm);
     snprintf(a, sizeof a, "%s_rope", nm);
-    /* amp: transient until SDPA's bf16 cast; else SDPA saves it */
-    uint64_t e = hf_ew(x, l, op, a, T * w * eb, x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, t1, t2,
-                       2 * T * w * eb, TK_ELEM);
+    uint64_t e = hf_ew(x, l, op, a, T * w * eb, ocls, t1, t2, 2 * T * w * eb, TK_ELEM);
     hf_free(x, &t1);
     hf_free(x, &t2);
     return e;
+}
+
+/* The LLaMA program's rotary on a bf16 (compute dtype) projection output: amp: transient
+ * until SDPA's bf16 cast; else SDPA saves it. */
+static uint64_t hf_rope(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w)
+{
+    return hf_rope_w(x, l, nm, in, w, x->CB, x->amp ? TC_ACT_TRANS : TC_ACT_SKEL);
 }
 
 /* SDPA as transformers' sdpa_attention_forward calls it (enable_gqa: k and v keep their kv
@@ -393,9 +416,52 @@ static void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
     }
 }
 
+/* Qwen3RMSNorm of q or k per head (head_dim wide) on the projection's output *in (bf16
+ * under amp and bf16): its output is promoted by the fp32 weight under amp. The projection's
+ * output goes once the norm has its fp32 copy; in fp32 the norm saves it itself (*keep). */
+static uint64_t hf_qk_norm_fwd(hf_x *x, int l, const char *nm, int slot, uint64_t *in,
+                               uint64_t w, uint64_t *xf, uint64_t *rs, uint64_t *nrm,
+                               uint64_t *keep)
+{
+    uint64_t ob = x->amp ? F32 : x->CB;
+    uint64_t o = hf_rms_fwd(x, l, nm, *in, hf_lp(x, l, slot)->id, x->T * (w / x->hd), x->hd,
+                            x->CB, ob, TC_ACT_TRANS, xf, rs, nrm);
+    if (*xf) hf_free(x, in);
+    else {
+        *keep = *in;
+        *in = 0;
+    }
+    return o;
+}
+
+/* Qwen3Attention.forward: q_norm(q_proj(x)), k_norm(k_proj(x)), v_proj(x), then the rotary
+ * on the normalized q and k (fp32 under amp) and SDPA. */
+static void hf_attn_fwd_qk(hf_x *x, int l, hf_ls *s, uint64_t nout)
+{
+    uint64_t T = x->T, h = x->h, ob = x->amp ? F32 : x->CB;
+    trace_class rc = x->amp ? TC_ACT_TRANS : TC_ACT_SKEL;
+    trace_class pc = x->CB == F32 ? TC_ACT_SKEL : TC_ACT_TRANS; /* fp32: the norm saves it */
+    uint64_t q = hf_linear(x, l, P_Q, "q_proj", nout, 1, T, x->hq, h, pc, &s->xq);
+    uint64_t qn = hf_qk_norm_fwd(x, l, "q_norm", P_QN, &q, x->hq, &s->qnx, &s->qnrs,
+                                 &s->qnnrm, &s->qin);
+    uint64_t k = hf_linear(x, l, P_K, "k_proj", nout, 1, T, x->kv, h, pc, &s->xk);
+    uint64_t kn = hf_qk_norm_fwd(x, l, "k_norm", P_KN, &k, x->kv, &s->knx, &s->knrs,
+                                 &s->knnrm, &s->kin);
+    s->v = hf_linear(x, l, P_V, "v_proj", nout, 1, T, x->kv, h, TC_ACT_SKEL, &s->xv);
+    uint64_t qe = hf_rope_w(x, l, "q", qn, x->hq, ob, rc);
+    hf_free(x, &qn);
+    uint64_t ke = hf_rope_w(x, l, "k", kn, x->kv, ob, rc);
+    hf_free(x, &kn);
+    hf_sdpa_fwd(x, l, s, qe, ke);
+}
+
 static void hf_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
 {
     uint64_t T = x->T, h = x->h;
+    if (model_has_qk_norm(&x->c->model)) {
+        hf_attn_fwd_qk(x, l, s, nout);
+        return;
+    }
     uint64_t q = hf_linear(x, l, P_Q, "q_proj", nout, 1, T, x->hq, h, TC_ACT_TRANS, &s->xq);
     uint64_t k = hf_linear(x, l, P_K, "k_proj", nout, 1, T, x->kv, h, TC_ACT_TRANS, &s->xk);
     s->v = hf_linear(x, l, P_V, "v_proj", nout, 1, T, x->kv, h, TC_ACT_SKEL, &s->xv);
@@ -467,7 +533,17 @@ static uint64_t hf_embed_fwd(hf_x *x)
                 .bw = T * h * x->RB, .in = { x->tokens, hf_embed(x)->id }, .nin = 2,
                 .out = { e }, .nout = 1 };
     hf_mem_op(x, oid, o);
-    if (x->iter == 0) /* the first matmul (inv_freq @ position_ids) makes cuBLAS's workspace */
+    hf_rope_tables(x, hd);
+    return e;
+}
+
+/* The rotary cos/sin of `width` columns (LlamaRotaryEmbedding.forward, GPT-NeoX's too), once
+ * per forward; in iteration 0 its first matmul (inv_freq @ position_ids) makes cuBLAS's
+ * workspace. */
+void hf_rope_tables(hf_x *x, uint64_t width)
+{
+    uint64_t hd = width;
+    if (x->iter == 0)
         x->ws_fwd = hf_alloc(x, -1, "cublas_ws", CUBLAS_WS, TC_OTHER, -1);
     uint64_t sz = x->s * hd * x->RB;
     uint64_t fr = hf_ew(x, -1, "rope.freqs", "rope_emb", x->s * hd * F32, TC_ACT_TRANS,
@@ -477,7 +553,6 @@ static uint64_t hf_embed_fwd(hf_x *x)
     x->sin = hf_ew(x, -1, "rope.sin", "rope_sin", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
                    TK_ELEM);
     hf_free(x, &fr);
-    return e;
 }
 
 /* Final norm, lm_head, then transformers 5's ForCausalLMLoss (loss/loss_utils.py):
@@ -608,27 +683,36 @@ static void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes)
     hf_free(x, g);
 }
 
-/* LlamaRMSNorm backward from the output gradient g (freed): the weight's gradient, then the
- * input gradient (the x * rsqrt path, then the pow/mean path added in place), accumulated
- * into the residual stream's gradient *G. Frees what the forward saved. */
-static void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
-                        uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G)
+/* LlamaRMSNorm backward from the output gradient g (freed; ob bytes an element) over rows x
+ * width elements of input dtype ib: the weight's gradient, then the input gradient (the
+ * x * rsqrt path, then the pow/mean path added in place), accumulated into *G. A promoted
+ * output (ob > ib) has g * w cast back to the normalized tensor's dtype (autograd's
+ * validate_outputs). Frees what the forward saved. */
+static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
+                       uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G, uint64_t rows,
+                       uint64_t width, uint64_t ib, uint64_t ob)
 {
-    uint64_t n = x->T * x->h, RB = x->RB, xin = *xf ? *xf : (in ? *in : 0);
+    uint64_t n = rows * width, xin = *xf ? *xf : (in ? *in : 0);
     char op[TRACE_NAME_MAX];
     snprintf(op, sizeof op, "%s.bwd_mul", nm);
-    uint64_t dn = hf_ew(x, l, op, op, n * RB, TC_ACT_TRANS, *g, w->id, n * RB, TK_NORM);
+    uint64_t dn = hf_ew(x, l, op, op, n * ob, TC_ACT_TRANS, *g, w->id, n * ob, TK_NORM);
+    if (ob != ib) {
+        snprintf(op, sizeof op, "%s.bwd_mul_cast", nm);
+        uint64_t d = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, dn, 0, n * ob, TK_ELEM);
+        hf_free(x, &dn);
+        dn = d;
+    }
     snprintf(op, sizeof op, "%s.bwd_wprod", nm);
-    uint64_t wp = hf_ew(x, l, op, op, n * RB, TC_ACT_TRANS, *g, *nrm, 2 * n * RB, TK_NORM);
-    uint64_t wg = hf_ew(x, l, "norm.wgrad", "wgrad", w->n * x->PB, TC_GRAD, wp, 0, n * RB,
+    uint64_t wp = hf_ew(x, l, op, op, n * ob, TC_ACT_TRANS, *g, *nrm, n * (ob + ib), TK_NORM);
+    uint64_t wg = hf_ew(x, l, "norm.wgrad", "wgrad", w->n * x->PB, TC_GRAD, wp, 0, n * ob,
                         TK_NORM);
     hf_accum_grad(x, w, wg);
     hf_free(x, &wp);
     hf_free(x, g);
     hf_free(x, nrm);
-    if (RB != F32) { /* .to(input_dtype) backward */
+    if (ib != F32) { /* .to(input_dtype) backward */
         snprintf(op, sizeof op, "%s.bwd_up", nm);
-        uint64_t d32 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, 0, n * RB, TK_NORM);
+        uint64_t d32 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, 0, n * ib, TK_NORM);
         hf_free(x, &dn);
         dn = d32;
     }
@@ -640,7 +724,7 @@ static void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w
     hf_free(x, &dn);
     hf_free(x, rs);
     snprintf(op, sizeof op, "%s.bwd_mean", nm);
-    uint64_t dp = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, 0, 0, x->T * F32, TK_NORM);
+    uint64_t dp = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, 0, 0, rows * F32, TK_NORM);
     snprintf(op, sizeof op, "%s.bwd_pow", nm);
     uint64_t d2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dp, xin, 2 * n * F32, TK_NORM);
     hf_free(x, &dp);
@@ -648,20 +732,30 @@ static void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w
     hf_free(x, &d2);
     hf_free(x, xf);
     if (in && *in) hf_free(x, in);
-    if (RB != F32) { /* .to(float32) backward */
+    if (ib != F32) { /* .to(float32) backward */
         snprintf(op, sizeof op, "%s.bwd_down", nm);
-        uint64_t d = hf_ew(x, l, op, op, n * RB, TC_ACT_TRANS, d1, 0, n * F32, TK_NORM);
+        uint64_t d = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, d1, 0, n * F32, TK_NORM);
         hf_free(x, &d1);
         d1 = d;
     }
-    hf_acc(x, l, G, &d1, n * RB);
+    hf_acc(x, l, G, &d1, n * ib);
 }
 
-/* The backward of one rotated tensor (q or k) from its gradient de: de*cos, de*sin and
- * rotate_half's backward, summed (and cast back to bf16 under amp). */
-static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
+/* A layer norm's backward over the residual stream. */
+static void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
+                        uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G)
 {
-    uint64_t n = x->T * w, eb = x->amp ? F32 : x->CB, ib = x->CB;
+    hf_rms_bwd(x, l, nm, g, w, xf, rs, nrm, in, G, x->T, x->h, x->RB, x->RB);
+}
+
+/* The backward of one rotated tensor (q or k, width w, input ib bytes an element) from its
+ * gradient de: de*cos, de*sin and rotate_half's backward, summed (and cast back to the
+ * input's dtype when the rotation ran promoted); de is freed after its last read unless keep
+ * (it is a view of a larger gradient still needed). */
+uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w, uint64_t ib,
+                       int keep)
+{
+    uint64_t n = x->T * w, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX];
     snprintf(op, sizeof op, "%s.rope_bwd_cos", nm);
     uint64_t a = hf_ew(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->cos, n * eb, TK_ELEM);
@@ -672,7 +766,7 @@ static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64
     }
     snprintf(op, sizeof op, "%s.rope_bwd_sin", nm);
     uint64_t b = hf_ew(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->sin, n * eb, TK_ELEM);
-    hf_free(x, de);
+    if (!keep) hf_free(x, de);
     uint64_t bc = b;
     if (eb != ib) {
         bc = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, b, 0, n * eb, TK_ELEM);
@@ -684,6 +778,11 @@ static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64
     hf_ew_inplace(x, l, "rope.bwd_add", ac, r, n * ib);
     hf_free(x, &r);
     return ac;
+}
+
+static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
+{
+    return hf_rope_bwd_w(x, l, nm, de, w, x->CB, 0);
 }
 
 /* The cuDNN SDPA backward: dq, dk, dv and a workspace (fp32 dQ accumulator, softmax
@@ -763,21 +862,40 @@ static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
 static void hf_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
 {
     uint64_t T = x->T, h = x->h, dxa = 0, dq, dk, dv, xd = s->ao;
+    int qk = model_has_qk_norm(&x->c->model);
+    uint64_t ob = x->amp ? F32 : x->CB;
     uint64_t go = hf_down16(x, l, "add1.bwd", *G);
     uint64_t dao = hf_linear_bwd(x, l, hf_lp(x, l, P_O), "o_proj", go, x->amp, &xd, T, h,
                                  x->hq, 0);
     hf_sdpa_bwd(x, l, s, &dao, &dq, &dk, &dv);
     uint64_t dqe = hf_up32(x, l, "sdpa.qcast.bwd", &dq, T * x->hq);
     uint64_t dke = hf_up32(x, l, "sdpa.kcast.bwd", &dk, T * x->kv);
-    uint64_t dk2 = hf_rope_bwd(x, l, "k", &dke, x->kv);
-    uint64_t dq2 = hf_rope_bwd(x, l, "q", &dqe, x->hq);
+    uint64_t dk2 = qk ? hf_rope_bwd_w(x, l, "k", &dke, x->kv, ob, 0)
+                      : hf_rope_bwd(x, l, "k", &dke, x->kv);
+    uint64_t dq2 = qk ? hf_rope_bwd_w(x, l, "q", &dqe, x->hq, ob, 0)
+                      : hf_rope_bwd(x, l, "q", &dqe, x->hq);
     uint64_t t, d;
     d = hf_linear_bwd(x, l, hf_lp(x, l, P_V), "v_proj", dv, 1, &s->xv, T, x->kv, h, x->amp);
     t = hf_up32(x, l, "v_proj.xcast.bwd", &d, T * h);
     hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    if (qk) { /* k_norm's, then q_norm's backward: the projections' output gradients */
+        uint64_t gk = 0, gq = 0;
+        hf_rms_bwd(x, l, "k_norm", &dk2, hf_lp(x, l, P_KN), &s->knx, &s->knrs, &s->knnrm,
+                   &s->kin, &gk, T * x->kv / x->hd, x->hd, x->CB, ob);
+        dk2 = gk;
+        d = hf_linear_bwd(x, l, hf_lp(x, l, P_K), "k_proj", dk2, 1, &s->xk, T, x->kv, h,
+                          x->amp);
+        t = hf_up32(x, l, "k_proj.xcast.bwd", &d, T * h);
+        hf_acc(x, l, &dxa, &t, T * h * x->RB);
+        hf_rms_bwd(x, l, "q_norm", &dq2, hf_lp(x, l, P_QN), &s->qnx, &s->qnrs, &s->qnnrm,
+                   &s->qin, &gq, T * x->heads, x->hd, x->CB, ob);
+        dq2 = gq;
+        goto q_proj;
+    }
     d = hf_linear_bwd(x, l, hf_lp(x, l, P_K), "k_proj", dk2, 1, &s->xk, T, x->kv, h, x->amp);
     t = hf_up32(x, l, "k_proj.xcast.bwd", &d, T * h);
     hf_acc(x, l, &dxa, &t, T * h * x->RB);
+q_proj:
     d = hf_linear_bwd(x, l, hf_lp(x, l, P_Q), "q_proj", dq2, 1, &s->xq, T, x->hq, h, x->amp);
     t = hf_up32(x, l, "q_proj.xcast.bwd", &d, T * h);
     hf_acc(x, l, &dxa, &t, T * h * x->RB);
@@ -962,26 +1080,48 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->RB = x->amp || fp32 ? F32 : BF16;
     x->insaved = x->RB == F32;
     x->gpt2 = strcmp(md->family, "gpt2") == 0;
+    x->lnfam = !strcmp(md->family, "gpt_neox") ? HF_LN_NEOX
+             : !strcmp(md->family, "opt") ? HF_LN_OPT : 0;
 }
 
-static const char *const hf_families[] = { "llama", "mistral", "qwen2", "gpt2", "mixtral",
-                                           "qwen2_moe", NULL };
+static size_t hf_nparams(const hf_x *x)
+{
+    if (x->gpt2) return hf_g2_nparams(x);
+    if (x->lnfam) return hf_ln_nparams(x);
+    return 2 + (size_t)x->L * P_SLOTS + 1;
+}
+
+static void hf_plan(hf_x *x)
+{
+    if (x->gpt2) hf_g2_plan_params(x);
+    else if (x->lnfam) hf_ln_plan_params(x);
+    else hf_plan_params(x);
+}
+
+static const char *const hf_families[] = { "llama", "mistral", "qwen2", "qwen3", "gpt2",
+                                           "gpt_neox", "opt", "mixtral", "qwen2_moe", NULL };
 
 ms_status gen_hf_check(const gen_config *c, ms_error *err)
 {
     const char *fam = c->model.family;
     int ok = 0;
     for (int i = 0; hf_families[i] && !ok; i++) ok = strcmp(fam, hf_families[i]) == 0;
+    if (!strcmp(fam, "bert"))
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model %s: BERT is an "
+                       "encoder (bidirectional attention), and training it as a causal LM "
+                       "(AutoModelForCausalLM) needs is_decoder true, which the config reader "
+                       "refuses; use --framework generic for BERT", c->model.name);
     if (!ok)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
-                       "'%s' of %s (modelled: llama, mistral, qwen2, gpt2, mixtral, "
-                       "qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
+                       "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, gpt2, "
+                       "gpt_neox, opt, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
     if (c->tp != 1 || c->cp != 1 || c->dp != 1 || c->lora || c->zero3 || c->offload ||
         c->hf_loss || c->model.is_encoder || c->attn_impl != GEN_ATTN_FLASH)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models one GPU's plain training "
                        "(tp = cp = dp = 1; no lora, zero3, offload, hf_loss, attn_impl eager "
                        "or encoders)");
     if (strcmp(fam, "gpt2") == 0) return hf_g2_check(c, err);
+    if (!strcmp(fam, "gpt_neox") || !strcmp(fam, "opt")) return hf_ln_check(c, err);
     if (c->model.mlp != MODEL_MLP_SWIGLU || c->model.norm != MODEL_NORM_RMS)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf: family %s needs an RMSNorm "
                        "SwiGLU model", fam);
@@ -994,11 +1134,10 @@ uint64_t gen_hf_params(const gen_config *c)
     memset(&x, 0, sizeof x);
     x.c = c;
     hf_sizes(&x, c);
-    x.np = x.gpt2 ? hf_g2_nparams(&x) : 2 + (size_t)x.L * P_SLOTS + 1;
+    x.np = hf_nparams(&x);
     x.p = calloc(x.np, sizeof *x.p);
     if (!x.p) return 0;
-    if (x.gpt2) hf_g2_plan_params(&x);
-    else hf_plan_params(&x);
+    hf_plan(&x);
     uint64_t n = 0;
     for (size_t i = 0; i < x.np; i++) n += x.p[i].n;
     free(x.p);
@@ -1016,7 +1155,8 @@ static void hf_meta(hf_x *x)
     if (!x->st) x->st = trace_set_meta(x->t, "hf_params", buf);
     /* GPT-2: a checkpointed layer's weight casts stay in autocast's cache to the forward's
        end (planners/lower.c) */
-    if (x->gpt2 && x->amp && !x->st) x->st = trace_set_meta(x->t, "autocast_cache", "1");
+    if ((x->gpt2 || x->lnfam) && x->amp && !x->st)
+        x->st = trace_set_meta(x->t, "autocast_cache", "1");
 }
 
 ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
@@ -1028,30 +1168,32 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
     x.t = t;
     x.next_tid = x.next_oid = 1;
     hf_sizes(&x, c);
-    x.np = x.gpt2 ? hf_g2_nparams(&x) : 2 + (size_t)x.L * P_SLOTS + 1;
+    x.np = hf_nparams(&x);
     x.p = calloc(x.np, sizeof *x.p);
     x.ls = calloc((size_t)x.L, sizeof *x.ls);
     x.mls = moe_alloc((size_t)x.L);
     if (!x.p || !x.ls || !x.mls) x.st = MS_ERR_NOMEM;
     if (!x.st) {
-        if (x.gpt2) hf_g2_plan_params(&x);
-        else hf_plan_params(&x);
+        hf_plan(&x);
         hf_meta(&x);
         hf_setup(&x);
         if (x.gpt2 && !x.st) x.st = hf_g2_begin(&x);
+        if (x.lnfam && !x.st) x.st = hf_ln_begin(&x);
         for (int it = 0; it < c->iterations && !x.st; it++) {
-            if (!x.gpt2) {
+            if (!x.gpt2 && !x.lnfam) {
                 hf_iteration(&x, it);
                 continue;
             }
             x.iter = it;
-            hf_g2_step(&x);
+            if (x.gpt2) hf_g2_step(&x);
+            else hf_ln_step(&x);
             x.phase = TP_OPT;
             hf_mark(&x, TM_PHASE, TP_OPT);
             hf_optimizer(&x);
         }
     }
     if (x.gpt2) hf_g2_end(&x);
+    if (x.lnfam) hf_ln_end(&x);
     free(x.p);
     free(x.ls);
     free(x.mls);

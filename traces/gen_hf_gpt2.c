@@ -147,8 +147,8 @@ static uint64_t g2_alloc_op(hf_x *x, int l, const char *what, uint64_t bytes, tr
 /* nn.LayerNorm (native_layer_norm, one kernel; under autocast on the fp32 list, its input
  * already fp32): the output in the input's dtype, the fp32 mean and rstd (saved with the
  * input). */
-static uint64_t g2_ln_fwd(hf_x *x, int l, const char *nm, uint64_t in, hf_param *w,
-                          hf_param *b, trace_class ocls, uint64_t *mu, uint64_t *rs)
+uint64_t hf_ln_fwd(hf_x *x, int l, const char *nm, uint64_t in, hf_param *w, hf_param *b,
+                   trace_class ocls, uint64_t *mu, uint64_t *rs)
 {
     uint64_t T = x->T, n = T * x->h, oid = x->next_oid++;
     char a[TRACE_NAME_MAX];
@@ -166,8 +166,16 @@ static uint64_t g2_ln_fwd(hf_x *x, int l, const char *nm, uint64_t in, hf_param 
 /* LayerNorm's backward (layer_norm_grad_input then the weight and bias kernel): the input
  * gradient and both parameter gradients, then the output gradient and the saved input, mean
  * and rstd are released; the input gradient is added into the residual stream's *G. */
-static void g2_ln_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, hf_param *b,
-                      uint64_t *in, uint64_t *mu, uint64_t *rs, uint64_t *G)
+void hf_ln_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, hf_param *b,
+               uint64_t *in, uint64_t *mu, uint64_t *rs, uint64_t *G)
+{
+    hf_ln_bwd_k(x, l, nm, g, w, b, in, mu, rs, G, 0);
+}
+
+/* The same; keep_in: the saved input stays (another norm saved it too: GPT-NeoX's parallel
+ * residual). */
+void hf_ln_bwd_k(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, hf_param *b,
+                 uint64_t *in, uint64_t *mu, uint64_t *rs, uint64_t *G, int keep_in)
 {
     uint64_t n = x->T * x->h, oid;
     char a[TRACE_NAME_MAX];
@@ -188,7 +196,7 @@ static void g2_ln_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, 
     hf_accum_grad(x, w, dw);
     hf_accum_grad(x, b, db);
     hf_free(x, g);
-    hf_free(x, in);
+    if (!keep_in) hf_free(x, in);
     hf_free(x, mu);
     hf_free(x, rs);
     if (!*G) {
@@ -201,11 +209,11 @@ static void g2_ln_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, 
 
 /* nn.Dropout(p) in training (native_dropout, p > 0): a 1-byte mask (saved) and a new output
  * of n elements of eb bytes; the input itself when p is 0. */
-static uint64_t g2_drop(hf_x *x, int l, const char *nm, uint64_t in, uint64_t n, uint64_t eb,
-                        trace_class ocls, const char *outn, uint64_t *mask)
+uint64_t hf_drop(hf_x *x, int l, const char *nm, double pd, uint64_t in, uint64_t n,
+                 uint64_t eb, trace_class ocls, const char *outn, uint64_t *mask)
 {
     *mask = 0;
-    if (x->g2->pd <= 0) return in;
+    if (pd <= 0) return in;
     uint64_t oid;
     char a[TRACE_NAME_MAX];
     snprintf(a, sizeof a, "%s_mask", nm);
@@ -220,8 +228,8 @@ static uint64_t g2_drop(hf_x *x, int l, const char *nm, uint64_t in, uint64_t n,
 
 /* Dropout's backward (masked_scale): a new gradient; the mask is released. g itself when
  * there is no dropout. */
-static uint64_t g2_drop_bwd(hf_x *x, int l, const char *nm, uint64_t g, uint64_t *mask,
-                            uint64_t n, uint64_t eb)
+uint64_t hf_drop_bwd(hf_x *x, int l, const char *nm, uint64_t g, uint64_t *mask, uint64_t n,
+                     uint64_t eb)
 {
     if (!*mask) return g;
     uint64_t d = hf_ew(x, l, nm, "d_drop", n * eb, TC_ACT_TRANS, g, *mask, n * (eb + 1),
@@ -276,23 +284,31 @@ static uint64_t g2_bcast(hf_x *x, int l, hf_param *b, const char *nm)
  * weight slot j and its bias j + 1. amp: addmm is on autocast's bf16 list: the weight's cast
  * (cached, saved), the input's when fp32 (in32; saved), the bias's (cached only), then the
  * bf16 output. *xs gets the saved input, *bc the bias cast. */
-static uint64_t g2_conv(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
-                        uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xs,
-                        uint64_t *bc)
+uint64_t hf_blinear(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm, uint64_t in,
+                    int in32, uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xs,
+                    uint64_t *bc)
 {
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX], c[TRACE_NAME_MAX];
     snprintf(a, sizeof a, "%s.wcast", nm);
     snprintf(b, sizeof b, "%s.xcast", nm);
     snprintf(c, sizeof c, "%s_out", nm);
-    uint64_t w = hf_wcast(x, l, g2_lp(x, l, j), a);
+    uint64_t w = hf_wcast(x, l, pw, a);
     *xs = in32 ? hf_xcast(x, l, b, in, M * K) : in;
-    *bc = g2_bcast(x, l, g2_lp(x, l, j + 1), nm);
+    *bc = g2_bcast(x, l, pb, nm);
     uint64_t out = hf_gemm(x, l, nm, c, cls, *xs, w, M, N, K);
-    if (x->iter == 0 && !x->ws_fwd) { /* the forward thread's first cuBLAS call */
+    if (x->iter == 0 && !x->ws_fwd) /* the forward thread's first cuBLAS call */
         x->ws_fwd = hf_alloc(x, -1, "cublas_ws", CUBLAS_WS, TC_OTHER, -1);
-        hf_alloc(x, -1, "cublaslt_ws", CUBLASLT_WS, TC_OTHER, -1);
-    }
+    if (x->iter == 0 && !x->ws_lt) /* its first addmm with a bias epilogue */
+        x->ws_lt = hf_alloc(x, -1, "cublaslt_ws", CUBLASLT_WS, TC_OTHER, -1);
     return out;
+}
+
+static uint64_t g2_conv(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
+                        uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xs,
+                        uint64_t *bc)
+{
+    return hf_blinear(x, l, g2_lp(x, l, j), g2_lp(x, l, j + 1), nm, in, in32, M, N, K, cls, xs,
+                      bc);
 }
 
 /* Conv1D's backward from dy [M, N]: the input and weight gradients (two GEMMs), the bias
@@ -300,12 +316,11 @@ static uint64_t g2_conv(hf_x *x, int l, int j, const char *nm, uint64_t in, int 
  * (free_x) and the weight cast are released. amp: the bias's, the input cast's (in32) and the
  * weight's ToCopyBackward make the fp32 .grad / input gradient, in that order. Returns the
  * input gradient. */
-static uint64_t g2_conv_bwd(hf_x *x, int l, int j, const char *nm, uint64_t dy, int free_dy,
-                            uint64_t *xs, int free_x, uint64_t M, uint64_t N, uint64_t K,
-                            int in32)
+uint64_t hf_blinear_bwd(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm,
+                        uint64_t dy, int free_dy, uint64_t *xs, int free_x, uint64_t M,
+                        uint64_t N, uint64_t K, int in32)
 {
     uint64_t eb = x->CB, oid = x->next_oid++;
-    hf_param *pw = g2_lp(x, l, j), *pb = g2_lp(x, l, j + 1);
     trace_class gc = x->amp ? TC_ACT_TRANS : TC_GRAD;
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX];
     snprintf(a, sizeof a, "%s.bwd", nm);
@@ -336,6 +351,14 @@ static uint64_t g2_conv_bwd(hf_x *x, int l, int j, const char *nm, uint64_t dy, 
     uint64_t d = in32 ? hf_up32(x, l, "xcast.bwd", &dx, M * K) : dx;
     hf_wgrad(x, l, pw, &dw);
     return d;
+}
+
+static uint64_t g2_conv_bwd(hf_x *x, int l, int j, const char *nm, uint64_t dy, int free_dy,
+                            uint64_t *xs, int free_x, uint64_t M, uint64_t N, uint64_t K,
+                            int in32)
+{
+    return hf_blinear_bwd(x, l, g2_lp(x, l, j), g2_lp(x, l, j + 1), nm, dy, free_dy, xs, free_x,
+                          M, N, K, in32);
 }
 
 /* ---- forward ---- */
@@ -455,20 +478,20 @@ static uint64_t g2_block_fwd(hf_x *x, int l, uint64_t in)
     trace_class lnc = x->amp ? TC_ACT_TRANS : TC_ACT_SKEL; /* bf16: the Conv1D saves it */
     memset(s, 0, sizeof *s);
     s->in = in;
-    s->n1 = g2_ln_fwd(x, l, "ln_1", in, g2_lp(x, l, G_LN1W), g2_lp(x, l, G_LN1B), lnc, &s->mu1,
+    s->n1 = hf_ln_fwd(x, l, "ln_1", in, g2_lp(x, l, G_LN1W), g2_lp(x, l, G_LN1B), lnc, &s->mu1,
                       &s->rs1);
     s->qkv = g2_conv(x, l, G_ATTNW, "c_attn", s->n1, x->amp, T, w3, h, TC_ACT_SKEL, &s->xa,
                      &s->bc[C_ATTN]);
     g2_sdpa_fwd(x, l, s);
     uint64_t po = g2_conv(x, l, G_APROJW, "attn.c_proj", s->ao, 0, T, h, x->hq, TC_ACT_TRANS,
                           &xd, &s->bc[C_APROJ]);
-    s->d1 = g2_drop(x, l, "attn.resid_drop", po, n, x->CB, TC_ACT_TRANS, "attn_drop_out",
-                    &s->m1);
+    s->d1 = hf_drop(x, l, "attn.resid_drop", x->g2->pd, po, n, x->CB, TC_ACT_TRANS,
+                    "attn_drop_out", &s->m1);
     if (s->d1 != po) hf_free(x, &po);
     s->r1 = hf_ew(x, l, "add1", "resid1", n * x->RB, TC_ACT_SKEL, in, s->d1,
                   n * (x->RB + x->CB), TK_ELEM);
     if (x->amp) hf_free(x, &s->n1);
-    s->n2 = g2_ln_fwd(x, l, "ln_2", s->r1, g2_lp(x, l, G_LN2W), g2_lp(x, l, G_LN2B), lnc,
+    s->n2 = hf_ln_fwd(x, l, "ln_2", s->r1, g2_lp(x, l, G_LN2W), g2_lp(x, l, G_LN2B), lnc,
                       &s->mu2, &s->rs2);
     s->fc = g2_conv(x, l, G_FCW, "mlp.c_fc", s->n2, x->amp, T, x->f, h,
                     x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, &s->xf, &s->bc[C_FC]);
@@ -476,7 +499,8 @@ static uint64_t g2_block_fwd(hf_x *x, int l, uint64_t in)
     uint64_t mp = g2_conv(x, l, G_MPROJW, "mlp.c_proj", ga, x->amp, T, h, x->f, TC_ACT_TRANS,
                           &s->xp, &s->bc[C_MPROJ]);
     if (x->amp) hf_free(x, &ga);
-    s->d2 = g2_drop(x, l, "mlp.drop", mp, n, x->CB, TC_ACT_TRANS, "mlp_drop_out", &s->m2);
+    s->d2 = hf_drop(x, l, "mlp.drop", x->g2->pd, mp, n, x->CB, TC_ACT_TRANS, "mlp_drop_out",
+                    &s->m2);
     if (s->d2 != mp) hf_free(x, &mp);
     int last = l + 1 == x->L;
     uint64_t out = hf_ew(x, last ? -1 : l + 1, "add2", last ? "final_norm.input" : "input",
@@ -494,7 +518,7 @@ static void g2_head_fwd(hf_x *x, uint64_t in)
 {
     hf_g2 *g = x->g2;
     x->head_in = in;
-    x->head_out = g2_ln_fwd(x, -1, "ln_f", in, g2_lnf(x, 0), g2_lnf(x, 1),
+    x->head_out = hf_ln_fwd(x, -1, "ln_f", in, g2_lnf(x, 0), g2_lnf(x, 1),
                             x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, &g->lnf_mu, &g->lnf_rs);
     hf_free(x, &g->wte_out);
     hf_free(x, &g->wpe_out);
@@ -572,14 +596,14 @@ static void g2_mlp_bwd(hf_x *x, int l, g2_ls *s, uint64_t *G)
 {
     uint64_t T = x->T, h = x->h, n = T * h;
     uint64_t gd = hf_down16(x, l, "add2.bwd", *G);
-    uint64_t dd = g2_drop_bwd(x, l, "mlp.drop.bwd", gd, &s->m2, n, x->CB);
+    uint64_t dd = hf_drop_bwd(x, l, "mlp.drop.bwd", gd, &s->m2, n, x->CB);
     if (gd != *G && dd != gd) hf_free(x, &gd);
     hf_free(x, &s->m2);
     uint64_t dg = g2_conv_bwd(x, l, G_MPROJW, "mlp.c_proj", dd, dd != *G, &s->xp, 1, T, h,
                               x->f, x->amp);
     uint64_t dfc = g2_gelu_bwd(x, l, s, dg);
     uint64_t dn = g2_conv_bwd(x, l, G_FCW, "mlp.c_fc", dfc, 1, &s->xf, 1, T, x->f, h, x->amp);
-    g2_ln_bwd(x, l, "ln_2", &dn, g2_lp(x, l, G_LN2W), g2_lp(x, l, G_LN2B), &s->r1, &s->mu2,
+    hf_ln_bwd(x, l, "ln_2", &dn, g2_lp(x, l, G_LN2W), g2_lp(x, l, G_LN2B), &s->r1, &s->mu2,
               &s->rs2, G);
 }
 
@@ -620,7 +644,7 @@ static void g2_attn_bwd(hf_x *x, int l, g2_ls *s, uint64_t *G)
 {
     uint64_t T = x->T, h = x->h, n = T * h, w3 = x->hq + 2 * x->kv;
     uint64_t gd = hf_down16(x, l, "add1.bwd", *G);
-    uint64_t dd = g2_drop_bwd(x, l, "attn.resid_drop.bwd", gd, &s->m1, n, x->CB);
+    uint64_t dd = hf_drop_bwd(x, l, "attn.resid_drop.bwd", gd, &s->m1, n, x->CB);
     if (gd != *G && dd != gd) hf_free(x, &gd);
     hf_free(x, &s->m1);
     uint64_t dao = g2_conv_bwd(x, l, G_APROJW, "attn.c_proj", dd, dd != *G, &s->ao, 0, T, h,
@@ -628,7 +652,7 @@ static void g2_attn_bwd(hf_x *x, int l, g2_ls *s, uint64_t *G)
     uint64_t dqkv = g2_sdpa_bwd(x, l, s, &dao);
     uint64_t dn = g2_conv_bwd(x, l, G_ATTNW, "c_attn", dqkv, 1, &s->xa, 1, T, w3, h, x->amp);
     if (!x->amp) s->n1 = 0; /* bf16: it was c_attn's saved input, released above */
-    g2_ln_bwd(x, l, "ln_1", &dn, g2_lp(x, l, G_LN1W), g2_lp(x, l, G_LN1B), &s->in, &s->mu1,
+    hf_ln_bwd(x, l, "ln_1", &dn, g2_lp(x, l, G_LN1W), g2_lp(x, l, G_LN1B), &s->in, &s->mu1,
               &s->rs1, G);
 }
 
@@ -639,7 +663,7 @@ static void g2_embed_bwd(hf_x *x, uint64_t *G)
 {
     hf_g2 *g = x->g2;
     uint64_t T = x->T, h = x->h, s = x->s;
-    uint64_t de = g2_drop_bwd(x, -1, "embed.drop.bwd", *G, &g->emask, T * h, x->RB);
+    uint64_t de = hf_drop_bwd(x, -1, "embed.drop.bwd", *G, &g->emask, T * h, x->RB);
     if (de != *G) hf_free(x, G);
     hf_free(x, &g->emask);
     uint64_t ps = 0;
@@ -667,7 +691,7 @@ static void g2_backward(hf_x *x)
     hf_mark(x, TM_LAYER, -1);
     uint64_t d = hf_head_bwd(x);
     if (!x->amp) hf_free(x, &x->head_out); /* lm_head's saved input */
-    g2_ln_bwd(x, -1, "ln_f", &d, g2_lnf(x, 0), g2_lnf(x, 1), &x->head_in, &g->lnf_mu,
+    hf_ln_bwd(x, -1, "ln_f", &d, g2_lnf(x, 0), g2_lnf(x, 1), &x->head_in, &g->lnf_mu,
               &g->lnf_rs, &G);
     for (int l = x->L - 1; l >= 0 && !x->st; l--) {
         hf_mark(x, TM_LAYER, l);

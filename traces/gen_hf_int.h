@@ -52,6 +52,9 @@ typedef struct hf_x {
     struct hf_moe_ls *mls;     /* per layer: what an MoE layer saved (gen_hf_moe.c) */
     int gpt2;                  /* model family gpt2: gen_hf_gpt2.c's program */
     hf_g2 *g2;
+    uint64_t ws_lt;            /* cuBLASLt's workspace (the first addmm with a bias) */
+    int lnfam;                 /* HF_LN_NEOX, HF_LN_OPT: gen_hf_ln.c's programs; 0 none */
+    struct hf_lnm *lnm;        /* their forward state */
 } hf_x;
 
 typedef struct hf_op {
@@ -80,6 +83,15 @@ void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a, uin
 double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t bytes);
 uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class cls,
                  uint64_t in, uint64_t w, uint64_t M, uint64_t N, uint64_t K);
+/* Rotary embedding of q or k, width w, input ib bytes an element, the result of class ocls;
+ * its backward (the gradient in the input's dtype) (gen_hf.c). */
+uint64_t hf_rope_w(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w, uint64_t ib,
+                   trace_class ocls);
+uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w, uint64_t ib,
+                       int keep);
+/* The rotary's cos and sin [s, width] in x->cos, x->sin (and cuBLAS's workspace in
+ * iteration 0) (gen_hf.c). */
+void hf_rope_tables(hf_x *x, uint64_t width);
 /* Autocast's casts, gradients (gen_hf.c). */
 uint64_t hf_wcast(hf_x *x, int l, hf_param *p, const char *what);
 uint64_t hf_xcast(hf_x *x, int l, const char *what, uint64_t in, uint64_t n);
@@ -103,5 +115,38 @@ void hf_g2_end(hf_x *x);
 void hf_g2_step(hf_x *x);
 /* MS_ERR_UNSUPPORTED naming what the GPT-2 program does not model; MS_OK otherwise. */
 ms_status hf_g2_check(const gen_config *c, ms_error *err);
+
+/* GPT-2's building blocks (gen_hf_gpt2.c), shared with gen_hf_ln.c: nn.LayerNorm's forward
+ * (output of class ocls in the residual dtype, fp32 mean and rstd) and backward (into *G;
+ * hf_ln_bwd_k with keep_in leaves the saved input live); a linear with a bias (addmm: amp's
+ * weight, input (in32) and bias casts; *xs the saved input, *bc the bias cast) and its
+ * backward (input, weight and bias gradients; returns the input gradient); nn.Dropout(pd)
+ * (a 1-byte mask and a new output; the input itself when pd is 0) and its backward. */
+uint64_t hf_ln_fwd(hf_x *x, int l, const char *nm, uint64_t in, hf_param *w, hf_param *b,
+                   trace_class ocls, uint64_t *mu, uint64_t *rs);
+void hf_ln_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, hf_param *b,
+               uint64_t *in, uint64_t *mu, uint64_t *rs, uint64_t *G);
+void hf_ln_bwd_k(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, hf_param *b,
+                 uint64_t *in, uint64_t *mu, uint64_t *rs, uint64_t *G, int keep_in);
+uint64_t hf_blinear(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm, uint64_t in,
+                    int in32, uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xs,
+                    uint64_t *bc);
+uint64_t hf_blinear_bwd(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm,
+                        uint64_t dy, int free_dy, uint64_t *xs, int free_x, uint64_t M,
+                        uint64_t N, uint64_t K, int in32);
+uint64_t hf_drop(hf_x *x, int l, const char *nm, double pd, uint64_t in, uint64_t n,
+                 uint64_t eb, trace_class ocls, const char *outn, uint64_t *mask);
+uint64_t hf_drop_bwd(hf_x *x, int l, const char *nm, uint64_t g, uint64_t *mask, uint64_t n,
+                     uint64_t eb);
+
+/* GPT-NeoX and OPT (gen_hf_ln.c): as GPT-2's entry points. */
+enum { HF_LN_NEOX = 1, HF_LN_OPT = 2 };
+size_t hf_ln_nparams(const hf_x *x);
+void hf_ln_plan_params(hf_x *x);
+void hf_ln_pname(const hf_x *x, size_t i, char *nm);
+ms_status hf_ln_begin(hf_x *x);
+void hf_ln_end(hf_x *x);
+void hf_ln_step(hf_x *x);
+ms_status hf_ln_check(const gen_config *c, ms_error *err);
 
 #endif

@@ -316,6 +316,14 @@ static void read_neox(hctx *x, model_t *m)
     m->parallel_residual = bool_of(x, "use_parallel_residual", 1);
     m->attn_dropout = prob_of(x, "attention_dropout", 0);
     m->resid_dropout = prob_of(x, "hidden_dropout", 0);
+    /* rotary_pct (GPTNeoXConfig: 0.25), or rope_parameters' partial_rotary_factor as newer
+     * files write it */
+    json_t *rp = field(x, "rope_parameters");
+    json_t *pf = json_is_object(rp) ? json_object_get(rp, "partial_rotary_factor") : NULL;
+    double dflt = json_is_number(pf) ? json_number_value(pf) : 0.25;
+    m->rotary_pct = prob_of(x, "rotary_pct", dflt);
+    if (!x->st && !(m->rotary_pct > 0 && m->rotary_pct <= 1))
+        fail(x, "rotary_pct", "must be in (0, 1]");
 }
 
 static void read_opt(hctx *x, model_t *m, uint64_t maxpos)

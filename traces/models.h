@@ -54,6 +54,8 @@ typedef struct model {
     double resid_dropout;    /* dropout probability after attention, MLP and embedding in
                                 training (GPT-2: 0.1); 0 none */
     double attn_dropout;     /* attention-probability dropout (GPT-2: 0.1) */
+    double rotary_pct;       /* the fraction of each head's dimensions the rotary rotates
+                                (GPT-NeoX's rotary_pct); 0: all of them */
     /* Mixture of experts (n_experts > 0): every moe_every-th layer's MLP is a router
      * (h -> n_experts), top-k dispatch and n_experts expert MLPs of width expert_ffn (mlp
      * kind), plus an optional shared expert of width shared_ffn with a sigmoid gate (h -> 1)
