@@ -42,8 +42,9 @@ typedef struct model {
     int tied_embeddings;     /* LM head shares the input embedding matrix */
     int has_bias;            /* linear layers carry biases */
     int is_encoder;          /* bidirectional attention (BERT family); has a pooler */
-    int parallel_residual;   /* attention and MLP read the same input (GPT-NeoX); informative:
-                                the generator lays every layer out sequentially */
+    int parallel_residual;   /* attention and MLP read the same input (GPT-NeoX): the hf
+                                profile's gpt_neox program follows it; the generic and megatron
+                                programs lay every layer out sequentially */
     /* Finer architecture, as a Hugging Face config.json states it (traces/hfconfig.c);
      * all zero for the registry's older rows, which keep their meaning above. */
     char family[24];         /* HF model_type it was read from or shaped after ("" = none) */
