@@ -12,36 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parameter slots of a decoder layer, in the order the module registers them
- * (LlamaDecoderLayer: self_attn q, k, v, o with optional biases, Qwen3's q_norm and k_norm,
- * mlp gate, up, down, input_layernorm, post_attention_layernorm). */
-enum { P_Q, P_QB, P_K, P_KB, P_V, P_VB, P_O, P_QN, P_KN, P_GATE, P_UP, P_DOWN, P_LN1, P_LN2,
-       /* MoE layers (gen_hf_moe.c): router, the experts' fused 3-D gate_up and down,
-        * Qwen2-MoE's shared_expert_gate; gate/up/down hold the shared expert */
-       P_ROUTER, P_EGU, P_EDN, P_SHG, P_SLOTS };
 
 /* What one layer's forward saved for its backward. */
-struct hf_ls {
-    uint64_t in;               /* the layer input (amp: saved by the norm; bf16: the residual) */
-    uint64_t n1x, n1rs, n1nrm; /* norm 1: fp32 input copy (bf16), rsqrt, normalized */
-    uint64_t n1out;            /* norm 1 output (bf16: saved by q, k, v) */
-    uint64_t xq, xk, xv;       /* amp: each projection's bf16 cast of its input */
-    uint64_t q, k, v, ao, lse; /* what SDPA saves: its q, k, v, output, log-sum-exp */
-    /* Qwen3's q_norm / k_norm: fp32 input copy, rsqrt, normalized (as n1x, n1rs, n1nrm);
-     * qin/kin: the projection's output when it is the saved input itself (fp32) */
-    uint64_t qnx, qnrs, qnnrm, knx, knrs, knnrm, qin, kin;
-    uint64_t r1;               /* the residual after attention */
-    uint64_t n2x, n2rs, n2nrm, n2out;
-    uint64_t xg, xu;           /* amp: casts of the MLP input */
-    uint64_t gate, act, up, prod;
-};
 
 
-/* The MoE layer program (gen_hf_moe.c, included at the end of this file). */
-static struct hf_moe_ls *moe_alloc(size_t layers);
-static void moe_plan(hf_x *x, int l);
-static uint64_t moe_fwd(hf_x *x, int l, hf_ls *s);
-static uint64_t moe_bwd(hf_x *x, int l, hf_ls *s, uint64_t G);
 
 /* ---- emission ---- */
 
@@ -194,7 +168,7 @@ uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class c
 
 /* ---- parameters ---- */
 
-static hf_param *hf_lp(hf_x *x, int l, int slot) { return &x->p[1 + (size_t)l * P_SLOTS + slot]; }
+hf_param *hf_lp(hf_x *x, int l, int slot) { return &x->p[1 + (size_t)l * P_SLOTS + slot]; }
 static hf_param *hf_embed(hf_x *x) { return &x->p[0]; }
 static hf_param *hf_fnorm(hf_x *x) { return &x->p[1 + (size_t)x->L * P_SLOTS]; }
 /* The LM head's weight: the embedding's when tied. */
@@ -223,7 +197,7 @@ static void hf_plan_params(hf_x *x)
             hf_lp(x, l, j)->n = n[j];
             hf_lp(x, l, j)->layer = l;
         }
-        moe_plan(x, l);
+        hf_moe_plan(x, l);
     }
     hf_fnorm(x)->n = h;
     hf_fnorm(x)->layer = -1;
@@ -288,7 +262,7 @@ uint64_t hf_xcast(hf_x *x, int l, const char *what, uint64_t in, uint64_t n)
 
 /* An nn.Linear of K -> N on M rows, weight slot j (amp: weight cast, the input cast when
  * it is fp32 (in32), bf16 GEMM). *xc gets the saved input. */
-static uint64_t hf_linear(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
+uint64_t hf_linear(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
                           uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xc)
 {
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX], c[TRACE_NAME_MAX];
@@ -501,7 +475,7 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
                            &s->n2nrm);
     uint64_t dn;
     if (model_layer_is_moe(&x->c->model, (uint64_t)l)) {
-        dn = moe_fwd(x, l, s);
+        dn = hf_moe_fwd(x, l, s);
         goto residual;
     }
     s->gate = hf_linear(x, l, P_GATE, "gate_proj", s->n2out, 1, T, f, h, TC_ACT_SKEL, &s->xg);
@@ -630,7 +604,7 @@ void hf_wgrad(hf_x *x, int l, hf_param *p, uint64_t *dw16)
 /* Backward of a linear (slot j, K -> N on M rows) whose output gradient is dy: the weight
  * gradient then the input gradient (one launch each), the saved weight cast and input
  * freed. Returns the input gradient in the compute dtype. */
-static uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
+uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
                               int free_dy, uint64_t *xs, uint64_t M, uint64_t N, uint64_t K,
                               int free_x)
 {
@@ -672,7 +646,7 @@ uint64_t hf_up32(hf_x *x, int l, const char *op, uint64_t *g, uint64_t n)
 
 /* Adds g into *acc (autograd's InputBuffer: the first gradient is kept, later ones added in
  * place and dropped). */
-static void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes)
+void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes)
 {
     if (!*acc) {
         *acc = *g;
@@ -827,7 +801,7 @@ static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
 {
     uint64_t T = x->T, h = x->h, f = x->f, n = T * f * x->CB, dxa = 0;
     if (model_layer_is_moe(&x->c->model, (uint64_t)l)) {
-        dxa = moe_bwd(x, l, s, *G);
+        dxa = hf_moe_bwd(x, l, s, *G);
         hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
                     x->insaved ? &s->r1 : NULL, G);
         return;
@@ -1171,7 +1145,7 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
     x.np = hf_nparams(&x);
     x.p = calloc(x.np, sizeof *x.p);
     x.ls = calloc((size_t)x.L, sizeof *x.ls);
-    x.mls = moe_alloc((size_t)x.L);
+    x.mls = hf_moe_alloc((size_t)x.L);
     if (!x.p || !x.ls || !x.mls) x.st = MS_ERR_NOMEM;
     if (!x.st) {
         hf_plan(&x);
@@ -1199,7 +1173,3 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
     free(x.mls);
     return x.st;
 }
-
-#define MEMSIM_GEN_HF_MOE_FRAGMENT
-#include "traces/gen_hf_moe.c"
-

@@ -25,7 +25,29 @@ typedef struct hf_param {
     int layer;
 } hf_param;
 
+/* Parameter slots of a decoder layer, in the order the module registers them
+ * (LlamaDecoderLayer: self_attn q, k, v, o with optional biases, Qwen3's q_norm and k_norm,
+ * mlp gate, up, down, input_layernorm, post_attention_layernorm). */
+enum { P_Q, P_QB, P_K, P_KB, P_V, P_VB, P_O, P_QN, P_KN, P_GATE, P_UP, P_DOWN, P_LN1, P_LN2,
+       /* MoE layers (gen_hf_moe.c): router, the experts' fused 3-D gate_up and down,
+        * Qwen2-MoE's shared_expert_gate; gate/up/down hold the shared expert */
+       P_ROUTER, P_EGU, P_EDN, P_SHG, P_SLOTS };
+
 typedef struct hf_ls hf_ls;    /* a LLaMA-family layer's saved tensors (gen_hf.c) */
+struct hf_ls {
+    uint64_t in;               /* the layer input (amp: saved by the norm; bf16: the residual) */
+    uint64_t n1x, n1rs, n1nrm; /* norm 1: fp32 input copy (bf16), rsqrt, normalized */
+    uint64_t n1out;            /* norm 1 output (bf16: saved by q, k, v) */
+    uint64_t xq, xk, xv;       /* amp: each projection's bf16 cast of its input */
+    uint64_t q, k, v, ao, lse; /* what SDPA saves: its q, k, v, output, log-sum-exp */
+    /* Qwen3's q_norm / k_norm: fp32 input copy, rsqrt, normalized (as n1x, n1rs, n1nrm);
+     * qin/kin: the projection's output when it is the saved input itself (fp32) */
+    uint64_t qnx, qnrs, qnnrm, knx, knrs, knnrm, qin, kin;
+    uint64_t r1;               /* the residual after attention */
+    uint64_t n2x, n2rs, n2nrm, n2out;
+    uint64_t xg, xu;           /* amp: casts of the MLP input */
+    uint64_t gate, act, up, prod;
+};
 typedef struct hf_g2 hf_g2;    /* GPT-2's forward state (gen_hf_gpt2.c) */
 
 typedef struct hf_x {
@@ -148,5 +170,21 @@ ms_status hf_ln_begin(hf_x *x);
 void hf_ln_end(hf_x *x);
 void hf_ln_step(hf_x *x);
 ms_status hf_ln_check(const gen_config *c, ms_error *err);
+
+
+/* Shared by the LLaMA-family program (gen_hf.c) and the MoE layer (gen_hf_moe.c). */
+void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes);
+uint64_t hf_linear(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
+                          uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xc);
+uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
+                              int free_dy, uint64_t *xs, uint64_t M, uint64_t N, uint64_t K,
+                              int free_x);
+hf_param *hf_lp(hf_x *x, int l, int slot);
+
+/* The MoE layer program (gen_hf_moe.c): per-layer state, planning, forward, backward. */
+struct hf_moe_ls *hf_moe_alloc(size_t layers);
+void hf_moe_plan(hf_x *x, int l);
+uint64_t hf_moe_fwd(hf_x *x, int l, hf_ls *s);
+uint64_t hf_moe_bwd(hf_x *x, int l, hf_ls *s, uint64_t G);
 
 #endif

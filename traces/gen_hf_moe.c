@@ -1,9 +1,9 @@
 /* gen_hf_moe.c — the hf profile's mixture-of-experts layer (transformers 5.17's
  * MixtralSparseMoeBlock and Qwen2MoeSparseMoeBlock with the "grouped_mm" experts
  * implementation of integrations/moe.py), forward and backward, allocation by allocation.
- * Not a translation unit of its own: gen_hf.c includes it at its end so that the layer
- * program shares gen_hf.c's emission helpers (hf_x, hf_ew, hf_linear, ...) without making
- * them public. The program and its sources: docs/GENERATOR.md §11 "MoE layers".
+ * It shares gen_hf.c's emission helpers (hf_x, hf_ew, hf_linear, ...) through the hf
+ * profile's internal header gen_hf_int.h. The program and its sources: docs/GENERATOR.md §11
+ * "MoE layers".
  *
  * Dtypes: the experts' GEMMs run torch.nn.functional.grouped_mm on input.to(weight.dtype)
  * and the 3-D fp32 parameters: grouped_mm is on none of autocast's lists, so under amp the
@@ -11,9 +11,13 @@
  * takes its grouped-GEMM fallback for non-bf16 operands, one cuBLAS sgemm per expert (and
  * two per expert in the backward) after copying the offsets to the host. In bf16 one grouped
  * kernel runs per projection. The router (a linear under autocast) is bf16 under amp. */
-#ifndef MEMSIM_GEN_HF_MOE_FRAGMENT
-#error "traces/gen_hf_moe.c is included by traces/gen_hf.c, not compiled alone"
-#endif
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "traces/gen_hf_int.h"
 
 /* cub's radix-sort temporaries of argsort / index_put_'s sort of S int64 keys (seen in the
  * allocator traces: 283135 B and 270847 B at S = 16384). */
@@ -71,9 +75,9 @@ static uint64_t moe_tokens(hf_x *x, const hf_moe_dims *d, uint64_t e)
 
 static hf_moe_ls *moe_ls(hf_x *x, int l) { return &x->mls[l]; }
 
-static struct hf_moe_ls *moe_alloc(size_t layers) { return calloc(layers, sizeof(hf_moe_ls)); }
+struct hf_moe_ls *hf_moe_alloc(size_t layers) { return calloc(layers, sizeof(hf_moe_ls)); }
 
-static void moe_plan(hf_x *x, int l)
+void hf_moe_plan(hf_x *x, int l)
 {
     const model_t *md = &x->c->model;
     if (!model_layer_is_moe(md, (uint64_t)l)) return;
@@ -200,7 +204,7 @@ static void moe_shared_fwd(hf_x *x, int l, hf_ls *s, hf_moe_ls *q, uint64_t nout
 /* The sparse MoE block's forward from the post-attention norm's output s->n2out: returns
  * the block's output [T, h] in the residual dtype (freed by the caller after the residual
  * add). Under amp the norm's fp32 output dies with the block. */
-static uint64_t moe_fwd(hf_x *x, int l, hf_ls *s)
+uint64_t hf_moe_fwd(hf_x *x, int l, hf_ls *s)
 {
     hf_moe_ls *q = moe_ls(x, l);
     hf_moe_dims d;
@@ -456,7 +460,7 @@ static void moe_shared_bwd(hf_x *x, int l, hf_ls *s, const hf_moe_dims *d, uint6
 
 /* The MoE block's backward from the residual gradient G (not freed: the residual stream's
  * accumulator): returns the gradient of the post-attention norm's output (residual dtype). */
-static uint64_t moe_bwd(hf_x *x, int l, hf_ls *s, uint64_t G)
+uint64_t hf_moe_bwd(hf_x *x, int l, hf_ls *s, uint64_t G)
 {
     hf_moe_ls *q = moe_ls(x, l);
     hf_moe_dims d;
