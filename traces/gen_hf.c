@@ -1010,23 +1010,28 @@ void hf_optimizer(hf_x *x)
 
 /* ---- driver ---- */
 
-static void hf_iteration(hf_x *x, int it)
+static const hf_family hf_family_llama = {
+    .embed_fwd = hf_embed_fwd, .layer_fwd = hf_layer_fwd, .head_fwd = hf_head_fwd,
+    .backward = hf_backward,
+};
+
+static void hf_iteration(hf_x *x, const hf_family *f, int it)
 {
     x->iter = it;
     hf_mark(x, TM_ITER, it);
     x->phase = TP_FWD;
     hf_mark(x, TM_PHASE, TP_FWD);
     hf_mark(x, TM_LAYER, -1);
-    uint64_t h = hf_embed_fwd(x);
+    uint64_t h = f->embed_fwd(x);
     for (int l = 0; l < x->L && !x->st; l++) {
         hf_mark(x, TM_LAYER, l);
-        h = hf_layer_fwd(x, l, h);
+        h = f->layer_fwd(x, l, h);
     }
     hf_mark(x, TM_LAYER, -1);
-    hf_head_fwd(x, h);
+    f->head_fwd(x, h);
     x->phase = TP_BWD;
     hf_mark(x, TM_PHASE, TP_BWD);
-    hf_backward(x);
+    f->backward(x);
     x->phase = TP_OPT;
     hf_mark(x, TM_PHASE, TP_OPT);
     hf_optimizer(x);
@@ -1153,18 +1158,9 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
         hf_setup(&x);
         if (x.gpt2 && !x.st) x.st = hf_g2_begin(&x);
         if (x.lnfam && !x.st) x.st = hf_ln_begin(&x);
-        for (int it = 0; it < c->iterations && !x.st; it++) {
-            if (!x.gpt2 && !x.lnfam) {
-                hf_iteration(&x, it);
-                continue;
-            }
-            x.iter = it;
-            if (x.gpt2) hf_g2_step(&x);
-            else hf_ln_step(&x);
-            x.phase = TP_OPT;
-            hf_mark(&x, TM_PHASE, TP_OPT);
-            hf_optimizer(&x);
-        }
+        const hf_family *f = x.gpt2 ? &hf_family_gpt2 : x.lnfam ? &hf_family_ln
+                                                                : &hf_family_llama;
+        for (int it = 0; it < c->iterations && !x.st; it++) hf_iteration(&x, f, it);
     }
     if (x.gpt2) hf_g2_end(&x);
     if (x.lnfam) hf_ln_end(&x);

@@ -702,20 +702,7 @@ static void g2_backward(hf_x *x)
     g2_embed_bwd(x, &G);
 }
 
-void hf_g2_step(hf_x *x)
-{
-    hf_mark(x, TM_ITER, x->iter);
-    x->phase = TP_FWD;
-    hf_mark(x, TM_PHASE, TP_FWD);
-    hf_mark(x, TM_LAYER, -1);
-    uint64_t h = g2_embed_fwd(x);
-    for (int l = 0; l < x->L && !x->st; l++) {
-        hf_mark(x, TM_LAYER, l);
-        h = g2_block_fwd(x, l, h);
-    }
-    hf_mark(x, TM_LAYER, -1);
-    g2_head_fwd(x, h);
-    x->phase = TP_BWD;
-    hf_mark(x, TM_PHASE, TP_BWD);
-    g2_backward(x);
-}
+const hf_family hf_family_gpt2 = {
+    .embed_fwd = g2_embed_fwd, .layer_fwd = g2_block_fwd, .head_fwd = g2_head_fwd,
+    .backward = g2_backward,
+};

@@ -79,6 +79,17 @@ typedef struct hf_x {
     struct hf_lnm *lnm;        /* their forward state */
 } hf_x;
 
+/* What differs between the families' training steps: the forward's pieces and the whole
+ * backward; the iteration around them (marks, phases, the optimizer) is gen_hf.c's. */
+typedef struct hf_family {
+    uint64_t (*embed_fwd)(hf_x *x);
+    uint64_t (*layer_fwd)(hf_x *x, int l, uint64_t h);
+    void (*head_fwd)(hf_x *x, uint64_t h);
+    void (*backward)(hf_x *x);
+} hf_family;
+extern const hf_family hf_family_gpt2;   /* gen_hf_gpt2.c */
+extern const hf_family hf_family_ln;     /* gen_hf_ln.c: GPT-NeoX and OPT */
+
 typedef struct hf_op {
     trace_opkind kind;
     int layer;
@@ -134,7 +145,6 @@ void hf_g2_plan_params(hf_x *x);
 void hf_g2_pname(const hf_x *x, size_t i, char *nm);
 ms_status hf_g2_begin(hf_x *x);
 void hf_g2_end(hf_x *x);
-void hf_g2_step(hf_x *x);
 /* MS_ERR_UNSUPPORTED naming what the GPT-2 program does not model; MS_OK otherwise. */
 ms_status hf_g2_check(const gen_config *c, ms_error *err);
 
@@ -168,7 +178,6 @@ void hf_ln_plan_params(hf_x *x);
 void hf_ln_pname(const hf_x *x, size_t i, char *nm);
 ms_status hf_ln_begin(hf_x *x);
 void hf_ln_end(hf_x *x);
-void hf_ln_step(hf_x *x);
 ms_status hf_ln_check(const gen_config *c, ms_error *err);
 
 

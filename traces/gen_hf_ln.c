@@ -674,23 +674,15 @@ static void ln_embed_bwd(hf_x *x, uint64_t *G)
     *G = 0;
 }
 
-void hf_ln_step(hf_x *x)
+static uint64_t ln_layer_fwd(hf_x *x, int l, uint64_t h)
+{
+    return ln_neox(x) ? nx_layer_fwd(x, l, h) : op_layer_fwd(x, l, h);
+}
+
+static void ln_backward(hf_x *x)
 {
     struct hf_lnm *g = x->lnm;
     int nx = ln_neox(x);
-    hf_mark(x, TM_ITER, x->iter);
-    x->phase = TP_FWD;
-    hf_mark(x, TM_PHASE, TP_FWD);
-    hf_mark(x, TM_LAYER, -1);
-    uint64_t h = ln_embed_fwd(x);
-    for (int l = 0; l < x->L && !x->st; l++) {
-        hf_mark(x, TM_LAYER, l);
-        h = nx ? nx_layer_fwd(x, l, h) : op_layer_fwd(x, l, h);
-    }
-    hf_mark(x, TM_LAYER, -1);
-    ln_head_fwd(x, h);
-    x->phase = TP_BWD;
-    hf_mark(x, TM_PHASE, TP_BWD);
     uint64_t G = 0;
     hf_mark(x, TM_LAYER, -1);
     uint64_t d = hf_head_bwd(x);
@@ -707,3 +699,8 @@ void hf_ln_step(hf_x *x)
     hf_free(x, &x->sin);
     ln_embed_bwd(x, &G);
 }
+
+const hf_family hf_family_ln = {
+    .embed_fwd = ln_embed_fwd, .layer_fwd = ln_layer_fwd, .head_fwd = ln_head_fwd,
+    .backward = ln_backward,
+};
