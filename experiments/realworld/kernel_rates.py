@@ -10,7 +10,13 @@ with its count and total time), at the level of single kernels, never of the who
             between kernels in a step bound by the GPU (the step's time less its kernels'
             time, over their count): PyTorch eager's cost per kernel, gpu.kernel_launch_us
 
-Usage: kernel_rates.py [HBM_Bps]   (default: h200-sxm's gpu.hbm_Bps, 4225200629727.662)
+  sdpa      PyTorch's fused attention: eff * S / (S + half) fitted to the profile's sdpa_*
+            probe rows (traces/machines/h200-sxm.probe.csv, head dim 128, 2K-32K keys), and
+            head dim 64 against 128 at 2K keys from the cuDNN SDPA kernels of the training
+            steps (gpu.sdpa_*)
+
+Usage: kernel_rates.py [--machine-lines] [HBM_Bps]   (default: h200-sxm's gpu.hbm_Bps,
+       4225200629727.662); --machine-lines prints the machine-profile lines these give.
 Runs anywhere with python3; needs no GPU.
 """
 
@@ -41,8 +47,62 @@ def rows(name):
         return list(csv.DictReader(f, delimiter="\t"))
 
 
+PEAK_BF16 = 989.4e12
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "traces",
+                     "machines", "h200-sxm.probe.csv")
+# The training steps' attention shapes at head dim 64: case -> (batch, seq, heads, dim, layers).
+SDPA64 = {"l1b-amp-2k-b4": (4, 2048, 32, 64, 16), "mx-amp-2k-b4": (4, 2048, 16, 64, 16)}
+
+
+def probe_rates():
+    """The probe's sdpa rows: {('fwd'|'bwd', seq): FLOP/s} at head dim 128."""
+    out = {}
+    with open(PROBE) as f:
+        for line in f:
+            if not line.startswith("sdpa_"):
+                continue
+            key, _, rate, _ = line.strip().split(",")
+            kind = "fwd" if key.startswith("sdpa_fwd") else "bwd"
+            seq = int(key.split(".s")[1].split(".")[0])
+            out[(kind, seq)] = float(rate)
+    return out
+
+
+def fit(points):
+    """eff * S / (S + half) by least squares over half in steps of 10."""
+    best = None
+    for half in range(0, 20001, 10):
+        xs = [s / (s + half) for s, _ in points]
+        ys = [y for _, y in points]
+        e = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+        err = sum((e * x - y) ** 2 for x, y in zip(xs, ys))
+        if best is None or err < best[0]:
+            best = (err, e, half)
+    return best[1], best[2]
+
+
+def sdpa_lines():
+    pr = probe_rates()
+    lines = []
+    for kind in ("fwd", "bwd"):
+        pts = sorted((s, r / PEAK_BF16) for (k, s), r in pr.items() if k == kind)
+        e, half = fit(pts)
+        lines.append(("gpu.sdpa_%s_eff" % kind, "%.4f" % e))
+        lines.append(("gpu.sdpa_%s_half_seq" % kind, "%d" % half))
+    for kind in ("fwd", "bwd"):
+        ratios = []
+        for case, (b, s, h, d, layers) in SDPA64.items():
+            t = sum(float(r["total_us"]) for r in rows(case)
+                    if "sdpa" in r["kernel"] and ("%sprop" % kind[0]) in r["kernel"])
+            flops = 4.0 * b * s * s * h * d / 2 * layers * (2.5 if kind == "bwd" else 1.0)
+            ratios.append(flops / (t * 1e-6) / PEAK_BF16 / (pr[(kind, s)] / PEAK_BF16))
+        lines.append(("gpu.sdpa_hd64_%s" % kind, "%.3f" % statistics.mean(ratios)))
+    return lines
+
+
 def main():
-    hbm = float(sys.argv[1]) if len(sys.argv) > 1 else 4225200629727.662
+    args = [a for a in sys.argv[1:] if a != "--machine-lines"]
+    hbm = float(args[0]) if args else 4225200629727.662
     effs = []
     print("case\tkernel\tbytes\ttime_us\tGB/s\tfraction_of_hbm")
     for case in ("gpt2m-amp-1k-b8", "l1b-amp-2k-b4", "mx-amp-2k-b4"):
@@ -68,6 +128,14 @@ def main():
                                           ms[0] if ms else float("nan")))
     print("stream: median %.3f, range %.3f-%.3f of %.4g B/s over %d kernels groups"
           % (statistics.median(effs), min(effs), max(effs), hbm, len(effs)))
+    sd = sdpa_lines()
+    for k, v in sd:
+        print("sdpa\t%s\t%s" % (k, v))
+    if "--machine-lines" in sys.argv[1:]:
+        print("%-27s %-21s # experiments/realworld/kernel_rates.py" % ("gpu.mem_eff",
+                                                                     "%.3f" % statistics.median(effs)))
+        for k, v in sd:
+            print("%-27s %-21s # experiments/realworld/kernel_rates.py" % (k, v))
 
 
 if __name__ == "__main__":
