@@ -555,5 +555,23 @@ gzip -c "${srcdir:-.}/traces/machines/h200-sxm.machine" > "$T/m.machine.gz"
 case $M in /*) MA=$M ;; *) MA=$PWD/$M ;; esac
 (cd "$T" && "$MA" replay --trace oomok.trace --machine m.machine.gz) >"$T/out" 2>"$T/err"; r=$?
 [ $r = 0 ] || echo "#   exit $r: $(head -c 300 "$T/err")"; ok $r "--machine m.machine.gz by bare name is read as a file"
+# messages and summaries
+for o in "simulate --max-split-size" "simulate --frag-limit" "simulate --stitch-limit" "compare --max-split-size" \
+         "replay --trace $T/oomok.trace --capacity" "replay --trace $T/oomok.trace --max-split-size" \
+         "replay --trace $T/oomok.trace --frag-limit" "dsa --capacity"; do
+    expect 2 "$o 12GG: exit 2" -- "$M" $o 12GG x.csv
+    grep -q -- "--${o##*--} '12GG': expected a byte size, e.g. 512MiB, 1.5GiB or 80GB$" "$T/err"; ok $? "... the one byte-size message"
+done
+W2="--model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm"
+expect 3 "compare with a misspelled policy last: exit 3" -- "$M" compare $W2 --policies keep-all,full-recompute,ful-swap
+! grep -q "simulating" "$T/err" && [ ! -s "$T/out" ] && grep -q "unknown policy 'ful-swap'; did you mean 'full-swap'?" "$T/err"
+ok $? "... refused before any policy runs"
+expect 3 "compare with a knob no policy reads: exit 3" -- "$M" compare $W2 --policies keep-all,full-swap --knob nosuch=1
+! grep -q "simulating" "$T/err"; ok $? "... refused before any policy runs"
+expect 3 "simulate keep-all --alpha 0.5: exit 3" -- "$M" simulate $W2 --policy keep-all --alpha 0.5
+grep -q -- "--alpha is read only by full-swap, full-swap+plan and memo; policy keep-all does not read it" "$T/err"
+ok $? "... naming the policies that read it"
+expect 3 "compare keep-all,full-recompute --alpha 0.5: exit 3" -- "$M" compare $W2 --policies keep-all,full-recompute --alpha 0.5
+expect 0 "compare keep-all,full-swap --alpha 0.5: full-swap reads it" -- "$M" compare $W2 --policies keep-all,full-swap --alpha 0.5
 echo "1..$n"
 exit $bad
