@@ -573,5 +573,8 @@ grep -q -- "--alpha is read only by full-swap, full-swap+plan and memo; policy k
 ok $? "... naming the policies that read it"
 expect 3 "compare keep-all,full-recompute --alpha 0.5: exit 3" -- "$M" compare $W2 --policies keep-all,full-recompute --alpha 0.5
 expect 0 "compare keep-all,full-swap --alpha 0.5: full-swap reads it" -- "$M" compare $W2 --policies keep-all,full-swap --alpha 0.5
+expect 0 "memsim list" -- "$M" list
+! grep -q "this workplace" "$T/out" && grep -q "h200-sxm .*an H200 SXM node of 8 GPUs (141 GB HBM3e each" "$T/out"
+ok $? "memsim list describes the measured profiles as the machines they are"
 echo "1..$n"
 exit $bad
