@@ -14,3 +14,5 @@ mkdir -p out/quickstart
     --policies keep-all,full-recompute,full-swap \
     --csv out/quickstart/results.csv --plot out/quickstart "$@"
 echo "figures and results in out/quickstart/"
+echo "memsim is at sim/memsim; to run the README's commands as written, put it on the PATH:"
+echo "  export PATH=$PWD/sim:\$PATH     (or: make install)"

@@ -213,21 +213,60 @@ ms_status pol_common_knobs_check(const pol_opts *o, ms_error *err)
     return MS_OK;
 }
 
+static ms_status unknown_policy(const char *name, ms_error *err)
+{
+    const char *names[64];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof registry / sizeof *registry && n < 64; i++)
+        names[n++] = registry[i]->name;
+    const char *near = name ? ms_closest(name, names, n) : NULL;
+    return ms_fail(err, MS_ERR_NOTFOUND, "unknown policy '%s'%s%s%s (memsim list)",
+                   name ? name : "(null)", near ? "; did you mean '" : "", near ? near : "",
+                   near ? "'?" : "");
+}
+
+ms_status pol_names_check(const char *const *policies, size_t n, ms_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!pol_find(policies[i])) return unknown_policy(policies[i], err);
+    return MS_OK;
+}
+
+ms_status pol_alpha_check(const char *const *policies, size_t n, const pol_opts *o,
+                          ms_error *err)
+{
+    if (!o || !(o->alpha >= 0)) return MS_OK;
+    int listed = 0;
+    for (size_t i = 0; i < n; i++) {
+        const pol_policy *p = pol_find(policies[i]);
+        if (p && p->reads_alpha) return MS_OK;
+        listed |= p != NULL;
+    }
+    if (!listed) return MS_OK;
+    char readers[256] = "";
+    size_t k = 0, nr = 0;
+    for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)
+        nr += registry[i]->reads_alpha != 0;
+    for (size_t i = 0, j = 0; i < sizeof registry / sizeof *registry; i++) {
+        if (!registry[i]->reads_alpha) continue;
+        j++;
+        k += (size_t)snprintf(readers + k, k < sizeof readers ? sizeof readers - k : 0, "%s%s",
+                              j == 1 ? "" : j == nr ? " and " : ", ", registry[i]->name);
+        if (k >= sizeof readers) break;
+    }
+    if (n > 1)
+        return ms_fail(err, MS_ERR_INVALID, "--alpha is read only by %s; none of these "
+                       "policies reads it", readers);
+    return ms_fail(err, MS_ERR_INVALID, "--alpha is read only by %s; policy %s does not read "
+                   "it", readers, policies[0]);
+}
+
 ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const pol_opts *o,
                    plan_t **out, ms_error *err)
 {
     *out = NULL;
     const pol_policy *p = pol_find(name);
-    if (!p) {
-        const char *names[64];
-        size_t n = 0;
-        for (size_t i = 0; i < sizeof registry / sizeof *registry && n < 64; i++)
-            names[n++] = registry[i]->name;
-        const char *near = name ? ms_closest(name, names, n) : NULL;
-        return ms_fail(err, MS_ERR_NOTFOUND, "unknown policy '%s'%s%s%s (memsim list)",
-                       name ? name : "(null)", near ? "; did you mean '" : "",
-                       near ? near : "", near ? "'?" : "");
-    }
+    if (!p) return unknown_policy(name, err);
     if (!t) return ms_fail(err, MS_ERR_INVALID, "policy %s: no trace", name);
     pol_opts def;
     if (!o) {

@@ -53,6 +53,7 @@ typedef struct pol_policy {
      * group names is a typo to the knob check below, not a silent no-op */
     const char *const *const *knob_names;
     pol_form form;        /* the workload form it plans (POL_FORM_PLAIN when not given) */
+    int reads_alpha;      /* 1: it reads pol_opts.alpha (memsim --alpha); else --alpha is refused */
 } pol_policy;
 
 const pol_policy *const *pol_registry(size_t *n);
@@ -76,6 +77,17 @@ int pol_knob_known(const pol_policy *p, const char *key);
  * reports it). MS_ERR_INVALID naming the first unknown key, the closest known one and the
  * policy's full list otherwise. */
 ms_status pol_knobs_check(const char *const *policies, size_t n, const pol_opts *o,
+                          ms_error *err);
+
+/* Every name must be a registered policy: MS_ERR_NOTFOUND naming the first that is not, with
+ * the closest known name (the message pol_plan gives), so that a command can refuse a
+ * misspelled policy before it runs any. */
+ms_status pol_names_check(const char *const *policies, size_t n, ms_error *err);
+
+/* An alpha override (o->alpha >= 0) must be read by at least one of the n named policies
+ * (pol_policy.reads_alpha); MS_ERR_INVALID naming the policies that read it otherwise.
+ * Unknown names are skipped. */
+ms_status pol_alpha_check(const char *const *policies, size_t n, const pol_opts *o,
                           ms_error *err);
 
 /* p's knob keys, sorted and without repeats, separated by single blanks, into buf (always

@@ -108,6 +108,7 @@ const pol_policy pol_keep_all = {
     plan_keep_all,
     BASE_KNOBS,
     POL_FORM_PLAIN,
+    0,
 };
 
 const pol_policy pol_full_recompute = {
@@ -119,6 +120,7 @@ const pol_policy pol_full_recompute = {
     plan_full_recompute,
     BASE_KNOBS,
     POL_FORM_PLAIN,
+    0,
 };
 
 const pol_policy pol_full_swap = {
@@ -130,4 +132,5 @@ const pol_policy pol_full_swap = {
     plan_full_swap,
     BASE_KNOBS,
     POL_FORM_PLAIN,
+    1,
 };

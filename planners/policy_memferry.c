@@ -560,6 +560,7 @@ const pol_policy pol_memferry = {
     plan_memferry,
     MF_KNOB_GROUPS,
     POL_FORM_OFFLOAD,
+    0,
 };
 
 const pol_policy pol_go_memferry = {
@@ -572,4 +573,5 @@ const pol_policy pol_go_memferry = {
     plan_go_memferry,
     GO_KNOB_GROUPS,
     POL_FORM_OFFLOAD,
+    0,
 };

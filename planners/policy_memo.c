@@ -752,6 +752,7 @@ const pol_policy pol_memo = {
     plan_memo,
     MEMO_KNOB_GROUPS,
     POL_FORM_PLAIN,
+    1,
 };
 
 const pol_policy pol_full_swap_plan = {
@@ -764,6 +765,7 @@ const pol_policy pol_full_swap_plan = {
     plan_fs,
     MEMO_KNOB_GROUPS,
     POL_FORM_PLAIN,
+    1,
 };
 
 const pol_policy pol_full_recompute_plan = {
@@ -775,4 +777,5 @@ const pol_policy pol_full_recompute_plan = {
     plan_fr,
     FR_KNOB_GROUPS,
     POL_FORM_PLAIN,
+    0,
 };

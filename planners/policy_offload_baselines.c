@@ -206,6 +206,7 @@ const pol_policy pol_zero3_offload = {
     pol_zero3_offload_plan,
     Z3_KNOBS,
     POL_FORM_PLAIN,
+    0,
 };
 
 const pol_policy pol_gemini_static = {
@@ -217,6 +218,7 @@ const pol_policy pol_gemini_static = {
     pol_gemini_static_plan,
     GEM_KNOBS,
     POL_FORM_PLAIN,
+    0,
 };
 
 const pol_policy pol_fsdp_offload = {
@@ -228,4 +230,5 @@ const pol_policy pol_fsdp_offload = {
     pol_fsdp_offload_plan,
     FSDP_KNOBS,
     POL_FORM_PLAIN,
+    0,
 };

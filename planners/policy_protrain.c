@@ -218,4 +218,5 @@ const pol_policy pol_protrain = {
     pol_protrain_plan,
     PT_KNOBS,
     POL_FORM_PLAIN,
+    0,
 };

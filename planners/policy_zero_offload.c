@@ -72,4 +72,5 @@ const pol_policy pol_zero_offload = {
     plan_zero_offload,
     ZO_KNOBS,
     POL_FORM_OFFLOAD,
+    0,
 };

@@ -199,13 +199,18 @@ static int add_named_gen_knob(const char *cmd, const char *key, const char *v,
 static const char *const FRAMEWORKS[] = {"generic", "megatron", "hf", NULL};
 static const char *const PRECISIONS[] = {"amp", "bf16", "fp32", NULL};
 
+int cli_parse_bytes(const char *cmd, const char *opt, const char *v, uint64_t *out)
+{
+    return ms_parse_bytes(v, out) ? 0 : bad(cmd, opt, v, CLI_BYTES_EXPECTED);
+}
+
 static int parse_bytes_opt(const char *cmd, const char *opt, const char *v, uint64_t *out)
 {
     if (!strcmp(v, "unlimited")) {
         *out = UINT64_MAX;
         return 0;
     }
-    return ms_parse_bytes(v, out) ? 0 : bad(cmd, opt, v, "expected bytes, e.g. 512MiB");
+    return cli_parse_bytes(cmd, opt, v, out);
 }
 
 static int apply(int c, char *v, const char *cmd, cli_args *a)
@@ -324,16 +329,20 @@ static int check_args(const char *cmd, unsigned groups, const cli_args *a)
                         "plan's lines instead\n", cmd, a->pol.n_knobs ? "knob" : "alpha");
         return MS_EXIT_USAGE;
     }
-    if (!a->pol.n_knobs) return MS_EXIT_OK;
+    if (!(groups & (CLI_POLICY | CLI_POLICIES)) || a->pol.plan_path) return MS_EXIT_OK;
+    /* every policy name, the alpha override and every knob key, before anything runs */
     pol_opts o;
     pol_opts_default(&o);
     o.knobs = a->pol.knobs;
     o.n_knobs = a->pol.n_knobs;
+    o.alpha = a->pol.alpha;
     const char *one = a->pol.policy;
     const char *const *names = (groups & CLI_POLICIES) ? (const char *const *)a->policies : &one;
     size_t n = (groups & CLI_POLICIES) ? a->n_policies : 1;
     ms_error err;
-    ms_status st = pol_knobs_check(names, n, &o, &err);
+    ms_status st = pol_names_check(names, n, &err);
+    if (st == MS_OK) st = pol_alpha_check(names, n, &o, &err);
+    if (st == MS_OK) st = pol_knobs_check(names, n, &o, &err);
     if (st != MS_OK) return cli_fail(cmd, st, &err);
     return MS_EXIT_OK;
 }

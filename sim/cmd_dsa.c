@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "planners/dsa.h"
+#include "sim/cli.h"
 #include "sim/cmd_dsa.h"
 
 static void usage(FILE *f)
@@ -133,7 +134,8 @@ static int parse(int argc, char **argv, dsa_cli *c)
         dsa_method m;
         switch (ch) {
         case 'c':
-            if (!ms_parse_bytes(optarg, &x) || x == 0 || x >= DSA_MAX_TOTAL_BYTES) goto badval;
+            if (cli_parse_bytes("dsa", "capacity", optarg, &x)) return MS_EXIT_USAGE;
+            if (x == 0 || x >= DSA_MAX_TOTAL_BYTES) goto badval;
             c->opt.capacity_bytes = x;
             break;
         case 't':

@@ -111,11 +111,12 @@ int cmd_replay(int argc, char **argv)
         case 'a': snprintf(allocs, sizeof allocs, "%s", optarg); break;
         case 'm': machine = optarg; break;
         case 'c':
-            if (!ms_parse_bytes(optarg, &x) || !x || x > (UINT64_C(1) << 50)) goto badval;
+            if (cli_parse_bytes("replay", "capacity", optarg, &x)) return MS_EXIT_USAGE;
+            if (!x || x > (UINT64_C(1) << 50)) goto badval;
             o.capacity_bytes = x;
             break;
         case 's':
-            if (!ms_parse_bytes(optarg, &x)) goto badval;
+            if (cli_parse_bytes("replay", "max-split-size", optarg, &x)) return MS_EXIT_USAGE;
             cfg.max_split_size_bytes = x;
             if (alloc_config_problem(&cfg)) goto badval;
             break;
@@ -125,7 +126,7 @@ int cmd_replay(int argc, char **argv)
             if (alloc_config_problem(&cfg)) goto badval;
             break;
         case 'f':
-            if (!ms_parse_bytes(optarg, &x)) goto badval;
+            if (cli_parse_bytes("replay", "frag-limit", optarg, &x)) return MS_EXIT_USAGE;
             cfg.frag_limit_bytes = x;
             break;
         case 'd':
@@ -176,6 +177,6 @@ badval:
     fprintf(stderr, "memsim replay: bad value '%s' for --%s (%s)\n", optarg,
             li >= 0 ? opts[li].name : "?",
             alloc_config_problem(&cfg) ? alloc_config_problem(&cfg)
-                                       : "a number, bytes for sizes; --capacity at most 1 PiB");
+                                       : "--capacity: 1 byte to 1 PiB");
     return MS_EXIT_USAGE;
 }

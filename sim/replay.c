@@ -37,7 +37,14 @@ typedef struct rstate {
     u64map *addr_of;             /* live tensor id -> address */
     replay_result *r;
     const char *src;             /* file name for messages, or "events" */
+    int oomed;                   /* the allocator ran out of memory: the rest is only checked */
 } rstate;
+
+/* After an OOM the allocator is left as it failed; the rest of the trace is still read and
+ * checked (a tensor allocated while live, a free of one that is not), so that a malformed
+ * trace reports its error rather than the OOM. Tensors allocated from then on, and the one
+ * that failed, are kept in addr_of under this address, never handed to the allocator. */
+#define RS_UNPLACED UINT64_MAX
 
 static ms_status rs_open(rstate *s, const replay_opts *o, replay_result *r, const char *src,
                          ms_error *err)
@@ -100,13 +107,19 @@ static ms_status where(const rstate *s, ms_error *err, ms_status st, uint64_t li
                    (unsigned long long)index, msg, (unsigned long long)id);
 }
 
-/* One alloc. Sets *oom when the allocator ran out of memory (the replay stops there). */
+/* One alloc. Sets *oom when the allocator ran out of memory (the allocator is not used
+ * after that; the remaining events are only checked). */
 static ms_status rs_alloc(rstate *s, uint64_t id, uint64_t bytes, int stream, uint64_t line,
                           int *oom, ms_error *err)
 {
     replay_result *r = s->r;
     if (u64map_get(s->addr_of, id, NULL))
         return where(s, err, MS_ERR_PARSE, line, r->events, "allocated while live", id);
+    if (s->oomed) {
+        if (u64map_put(s->addr_of, id, RS_UNPLACED))
+            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        return MS_OK;
+    }
     uint64_t addr = 0;
     ms_status st = alloc_block(s->a, bytes, stream, id, &addr);
     charge(s);
@@ -119,6 +132,9 @@ static ms_status rs_alloc(rstate *s, uint64_t id, uint64_t bytes, int stream, ui
         r->oom_bytes = bytes;
         r->oom_stream = stream;
         r->oom_dump = dump_text(s->a);
+        s->oomed = 1;
+        if (u64map_put(s->addr_of, id, RS_UNPLACED))
+            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
         return MS_OK;
     }
     if (st != MS_OK)
@@ -138,6 +154,7 @@ static ms_status rs_free(rstate *s, uint64_t id, uint64_t line, ms_error *err)
     if (!u64map_del(s->addr_of, id, &addr))
         return where(s, err, MS_ERR_PARSE, line, r->events, "free of a tensor that is not live",
                      id);
+    if (s->oomed) return MS_OK;
     ms_status st = alloc_release(s->a, addr);
     charge(s);
     if (st != MS_OK)
@@ -253,7 +270,7 @@ ms_status replay_file(const char *path, const replay_opts *o, replay_result *r, 
     free(sizes);
     int oom = 0;
     trace_rec rec;
-    while (st == MS_OK && !oom) {
+    while (st == MS_OK) {
         st = trace_reader_next(tr, &rec, err);
         if (st == MS_ERR_LIMIT) {
             st = MS_OK;
@@ -276,7 +293,7 @@ ms_status replay_events(const replay_event *ev, size_t n, const replay_opts *o,
     rstate s;
     ms_status st = rs_open(&s, o, r, "events", err);
     int oom = 0;
-    for (size_t i = 0; st == MS_OK && !oom && i < n; i++)
+    for (size_t i = 0; st == MS_OK && i < n; i++)
         st = ev[i].is_alloc ? rs_alloc(&s, ev[i].id, ev[i].bytes, ev[i].stream, 0, &oom, err)
                             : rs_free(&s, ev[i].id, 0, err);
     return rs_close(&s, st, err);

@@ -537,5 +537,69 @@ start=$(date +%s)
 expect 0 "dsa --time-limit 1 on 40,000 long-lived buffers" -- "$M" dsa --time-limit 1 "$T/long.csv"
 el=$(( $(date +%s) - start ))
 [ "$el" -le 6 ]; ok $? "... ends within 6 s (took $el s)"
+# exit statuses and strict parsing
+printf 'memsim-trace 1\nalloc 1 1000000 other -1 0 0 - -\nalloc 2 100 other -1 0 0 - -\nbogus line\n' > "$T/oomfirst.trace"
+expect 3 "replay of a malformed trace that runs out of memory first: exit 3" -- "$M" replay --trace "$T/oomfirst.trace" --capacity 1M
+grep -q "oomfirst.trace:4:" "$T/err"; ok $? "... the malformed line is reported as FILE:LINE"
+printf 'memsim-trace 1\nalloc 1 1000000 other -1 0 0 - -\nfree 1\nfree 1\n' > "$T/oomfree.trace"
+expect 3 "replay after an OOM still finds a free of a tensor that is not live: exit 3" -- "$M" replay --trace "$T/oomfree.trace" --capacity 1M
+printf 'memsim-trace 1\nalloc 1 1000000 other -1 0 0 - -\nfree 1\n' > "$T/oomok.trace"
+expect 1 "replay of a well-formed trace that runs out of memory: exit 1" -- "$M" replay --trace "$T/oomok.trace" --capacity 1M
+truncate -s 2049M "$T/huge.json" 2>/dev/null || dd if=/dev/zero of="$T/huge.json" bs=1 count=0 seek=2049M 2>/dev/null
+expect 3 "trace import of a file over the 2 GiB limit: exit 3" -- timeout 10 "$M" trace import --from pytorch-snapshot "$T/huge.json" -o "$T/huge.trace"
+grep -q "larger than the import limit of 2.00 GiB" "$T/err"; ok $? "... the message names the limit"
+rm -f "$T/huge.json"
+printf 'memsim-trace 1\nmeta tp -12x\nmeta cp 0\nmeta batch +5\nalloc 1 100 other -1 0 0 - -\n' > "$T/meta.trace"
+expect 1 "trace check of meta tp -12x, cp 0, batch +5: problems" -- "$M" trace check "$T/meta.trace"
+grep -q "meta.trace:2: meta tp: bad value '-12x'" "$T/err" && grep -q "meta.trace:3: meta cp: bad value '0'" "$T/err" &&
+    grep -q "meta.trace:4: meta batch" "$T/err"; ok $? "... each reported as FILE:LINE"
+expect 3 "replay of a trace with meta tp 0: exit 3" -- "$M" replay --trace "$T/meta.trace"
+printf 'memsim-trace 1\nalloc 1 100 other +1 0 0 - -\nalloc 2 100 other -0 0 0 - -\nalloc 3 100 other -1 0 0 - -\n' > "$T/sign.trace"
+expect 1 "trace check of LAYER +1 and -0: problems" -- "$M" trace check "$T/sign.trace"
+grep -q "sign.trace:2: alloc: bad LAYER '+1'" "$T/err" && grep -q "sign.trace:3: alloc: bad LAYER '-0'" "$T/err" &&
+    ! grep -q "sign.trace:4:" "$T/err"; ok $? "... reported as FILE:LINE, -1 still taken"
+"$M" plan --model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm --policy full-recompute -o "$T/g.plan" 2>/dev/null
+for l in "policy full-recompute junk" "arena 0 junk" "offset 25 0 junk" "arena 0x"; do
+    { grep -v '^policy\|^arena' "$T/g.plan" | sed -n 1p; echo "${l%% *}" | grep -q policy || echo "policy full-recompute";
+      grep -v '^policy\|^arena\|^memsim-plan' "$T/g.plan"; echo "$l"; } > "$T/junk.plan"
+    expect 3 "plan line '$l': exit 3" -- "$M" simulate --model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm --plan "$T/junk.plan"
+    grep -q "junk.plan:[0-9]*: " "$T/err"; ok $? "... reported as PLANFILE:LINE"
+done
+gzip -c "$T/oomok.trace" > "$T/tail.trace.gz"; printf 'junk' >> "$T/tail.trace.gz"
+expect 3 "a gzip trace with trailing bytes that are not gzip: exit 3" -- "$M" trace check "$T/tail.trace.gz"
+grep -q "tail.trace.gz: .*not gzip" "$T/err"; ok $? "... reported as FILE: problem"
+printf '{"device_traces": [[{"action": "alloc", "addr": 1, "size": 8, "size": 9, "stream": 0}]]}' > "$T/dup.json"
+expect 3 "trace import of a snapshot with a duplicate JSON key: exit 3" -- "$M" trace import --from pytorch-snapshot "$T/dup.json" -o "$T/dup.trace"
+grep -q "dup.json:1:" "$T/err"; ok $? "... reported as FILE:LINE"
+printf '{"device_traces": [[{"action": "alloc", "addr": 1, "size": 8, "stream": 0}]]}' | gzip -c > "$T/tail.json.gz"
+expect 0 "trace import of a gzip snapshot" -- "$M" trace import --from pytorch-snapshot "$T/tail.json.gz" -o "$T/tail.trace"
+printf 'x' >> "$T/tail.json.gz"
+expect 3 "... with a trailing byte that is not gzip: exit 3" -- "$M" trace import --from pytorch-snapshot "$T/tail.json.gz" -o "$T/tail.trace"
+grep -q "tail.json.gz: .*not gzip" "$T/err"; ok $? "... reported as FILE: problem"
+gzip -c "${srcdir:-.}/traces/machines/h200-sxm.machine" > "$T/m.machine.gz"
+case $M in /*) MA=$M ;; *) MA=$PWD/$M ;; esac
+(cd "$T" && "$MA" replay --trace oomok.trace --machine m.machine.gz) >"$T/out" 2>"$T/err"; r=$?
+[ $r = 0 ] || echo "#   exit $r: $(head -c 300 "$T/err")"; ok $r "--machine m.machine.gz by bare name is read as a file"
+# messages and summaries
+for o in "simulate --max-split-size" "simulate --frag-limit" "simulate --stitch-limit" "compare --max-split-size" \
+         "replay --trace $T/oomok.trace --capacity" "replay --trace $T/oomok.trace --max-split-size" \
+         "replay --trace $T/oomok.trace --frag-limit" "dsa --capacity"; do
+    expect 2 "$o 12GG: exit 2" -- "$M" $o 12GG x.csv
+    grep -q -- "--${o##*--} '12GG': expected a byte size, e.g. 512MiB, 1.5GiB or 80GB$" "$T/err"; ok $? "... the one byte-size message"
+done
+W2="--model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm"
+expect 3 "compare with a misspelled policy last: exit 3" -- "$M" compare $W2 --policies keep-all,full-recompute,ful-swap
+! grep -q "simulating" "$T/err" && [ ! -s "$T/out" ] && grep -q "unknown policy 'ful-swap'; did you mean 'full-swap'?" "$T/err"
+ok $? "... refused before any policy runs"
+expect 3 "compare with a knob no policy reads: exit 3" -- "$M" compare $W2 --policies keep-all,full-swap --knob nosuch=1
+! grep -q "simulating" "$T/err"; ok $? "... refused before any policy runs"
+expect 3 "simulate keep-all --alpha 0.5: exit 3" -- "$M" simulate $W2 --policy keep-all --alpha 0.5
+grep -q -- "--alpha is read only by full-swap, full-swap+plan and memo; policy keep-all does not read it" "$T/err"
+ok $? "... naming the policies that read it"
+expect 3 "compare keep-all,full-recompute --alpha 0.5: exit 3" -- "$M" compare $W2 --policies keep-all,full-recompute --alpha 0.5
+expect 0 "compare keep-all,full-swap --alpha 0.5: full-swap reads it" -- "$M" compare $W2 --policies keep-all,full-swap --alpha 0.5
+expect 0 "memsim list" -- "$M" list
+! grep -q "this workplace" "$T/out" && grep -q "h200-sxm .*an H200 SXM node of 8 GPUs (141 GB HBM3e each" "$T/out"
+ok $? "memsim list describes the measured profiles as the machines they are"
 echo "1..$n"
 exit $bad

@@ -185,11 +185,12 @@ static void test_write_and_gzip(void)
     imp_options_init(&o);
     o.max_file_bytes = 1000;
     st = imp_pytorch_load(fixture_path(), &o, &t, &r, &err);
-    TAP_OK(st == MS_ERR_LIMIT && strstr(err.msg, "larger than the import limit"),
-           "too large plain file refused: %s", err.msg);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "larger than the import limit of 1000 B"),
+           "too large plain file refused as bad input, naming the limit: %s", err.msg);
     st = imp_pytorch_load(gz, &o, &t, &r, &err);
-    TAP_OK(st == MS_ERR_LIMIT && strstr(err.msg, "after decompression"),
-           "too large gzip content refused: %s", err.msg);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "after decompression") &&
+           strstr(err.msg, "1000 B"),
+           "too large gzip content refused as bad input, naming the limit: %s", err.msg);
     unlink(gz);
     st = imp_pytorch_load(tmp_path("does-not-exist.json"), NULL, &t, &r, &err);
     TAP_OK(st == MS_ERR_IO && t == NULL, "missing file: %s", err.msg);
@@ -329,6 +330,12 @@ static void test_malformed(void)
         {"{\n\"device_traces\": [[\n{\"action\": tru}]]}", MS_ERR_PARSE, "bad.json:3:", "invalid"},
         {"{\"segments\": []}", MS_ERR_PARSE, "bad.json:", "no \"device_traces\""},
         {"{\"device_traces\": [[], []]}", MS_ERR_INVALID, "bad.json:", "no device has trace"},
+        {"{\"device_traces\": [[{\"action\": \"alloc\", \"addr\": 1, \"size\": 8, \"size\": 9, "
+         "\"stream\": 0}]]}", MS_ERR_PARSE, "bad.json:1:", "duplicate"},
+        {"{\"x\": 1, \"device_traces\": [[]], \"x\": 2}", MS_ERR_PARSE, "bad.json:1:33:",
+         "duplicate object key 'x'"},
+        {"{\"snapshot\": {\"device_traces\": [[]], \"y\": {}, \"y\": 0}}", MS_ERR_PARSE,
+         "bad.json:1:", "duplicate object key 'y'"},
         {"{\"device_traces\": [[]], \"device_traces\": [[]]}", MS_ERR_PARSE, "bad.json:1:25:",
          "duplicate"},
         {"{\"device_traces\": [[{\"action\": \"free_completed\", \"size\": 8}]]}", MS_ERR_PARSE,

@@ -2,8 +2,10 @@
  * traces/u64map.c and sim/simbackend.c (capacity, VMM bookkeeping, latencies). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -24,6 +26,10 @@ static void test_parse(void)
     TAP_OK(!ms_parse_u64("-1", &u) && !ms_parse_u64("12x", &u) && !ms_parse_u64("", &u),
            "u64 rejects sign, junk, empty");
     TAP_OK(ms_parse_i64("-42", &i) && i == -42 && !ms_parse_i64("4.2", &i), "i64");
+    TAP_OK(!ms_parse_i64("+1", &i) && !ms_parse_i64("-0", &i) && !ms_parse_i64("-007", &i) &&
+               !ms_parse_i64("-", &i) && ms_parse_i64("0", &i) && i == 0 &&
+               ms_parse_i64("-10", &i) && i == -10,
+           "i64: digits with an optional '-': no '+', no \"-0\"");
     TAP_OK(ms_parse_double("1e-3", &d) && d == 1e-3 && !ms_parse_double("nan", &d) &&
                !ms_parse_double("inf", &d),
            "double accepts finite, rejects nan/inf");
@@ -57,6 +63,7 @@ static void test_lines(void)
     ms_lines *lr;
     ms_error err;
     char *l;
+    FILE *f;
     TAP_OK(ms_lines_open(path, &lr, &err) == MS_OK, "open gzip file");
     int ok = ms_lines_next(lr, &l, &err) == MS_OK && strcmp(l, "first") == 0;
     ok = ok && ms_lines_next(lr, &l, &err) == MS_OK && strcmp(l, "second") == 0;
@@ -64,12 +71,29 @@ static void test_lines(void)
     ok = ok && ms_lines_next(lr, &l, &err) == MS_ERR_LIMIT && ms_lines_lineno(lr) == 3;
     TAP_OK(ok, "gzip lines read with CRLF stripped, last line without newline, then EOF");
     ms_lines_free(lr);
+    /* bytes after the gzip member that are not gzip are an error, not ignored */
+    f = fopen(path, "ab");
+    fputs("junk", f);
+    fclose(f);
+    ok = ms_lines_open(path, &lr, &err) == MS_OK;
+    ms_status st = MS_OK;
+    for (int k = 0; ok && k < 10 && (st = ms_lines_next(lr, &l, &err)) == MS_OK; k++) {}
+    TAP_OK(ok && st == MS_ERR_PARSE && strstr(err.msg, "a.txt.gz: ") &&
+               strstr(err.msg, "not gzip"),
+           "trailing bytes after a gzip member rejected (%s)", st ? err.msg : "accepted");
+    ms_lines_free(lr);
+    char *all = NULL;
+    size_t alen;
+    st = ms_read_all(path, 1 << 20, &all, &alen, &err);
+    TAP_OK(st == MS_ERR_PARSE && strstr(err.msg, "not gzip"),
+           "... and by ms_read_all (%s)", st ? err.msg : "accepted");
+    free(all);
     TAP_OK(ms_lines_open("/nonexistent/x", &lr, &err) == MS_ERR_IO &&
                strstr(err.msg, "/nonexistent/x") != NULL,
            "missing file: IO error naming it");
     /* a line over the limit is an error, not unbounded growth */
     snprintf(path, sizeof path, "%s/long.txt", tmpdir);
-    FILE *f = fopen(path, "w");
+    f = fopen(path, "w");
     for (unsigned i = 0; i < MS_LINE_MAX + 10; i++) fputc('x', f);
     fputc('\n', f);
     fclose(f);
@@ -95,6 +119,29 @@ static void test_out(void)
     ms_out_abort(o);
     TAP_OK(access(path, F_OK) != 0, "aborted output leaves no file");
     TAP_OK(ms_out_open("/nonexistent/dir/x", &o, &err) == MS_ERR_IO, "unwritable path: IO error");
+    /* a SIGTERM while the file is being written removes the temporary file, then ends the
+     * program by the signal */
+    for (int gz = 0; gz < 2; gz++) {
+        snprintf(path, sizeof path, "%s/killed.%s", tmpdir, gz ? "csv.gz" : "csv");
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            ms_out *k;
+            if (ms_out_open(path, &k, &err) != MS_OK) _exit(3);
+            for (int i = 0; i < 100000; i++) ms_out_printf(k, "row %d\n", i);
+            raise(SIGTERM);
+            _exit(4); /* not reached */
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        char tmp[600];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)pid);
+        TAP_OK(pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM &&
+                   access(tmp, F_OK) != 0 && access(path, F_OK) != 0,
+               "SIGTERM while writing %s: killed by the signal, no temporary file left",
+               gz ? "gzip" : "plain");
+        unlink(tmp);
+    }
 }
 
 static void test_map(void)

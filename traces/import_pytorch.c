@@ -174,7 +174,8 @@ static ms_status imp_value(imp_ctx *c, json_t **out)
     memset(&e, 0, sizeof e);
     *out = NULL;
     json_t *v = json_loadb(c->buf + start, c->len - start,
-                           JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY, &e);
+                           JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
+                           &e);
     if (!v) {
         size_t off = start + (e.position > 0 ? (size_t)e.position - 1 : 0);
         return imp_fail(c, MS_ERR_PARSE, off, "%s", e.text[0] ? e.text : "invalid JSON");
@@ -230,31 +231,54 @@ static ms_status imp_walk_object(imp_ctx *c, const char *what, imp_member_fn fn)
         c->pos++;
         return MS_OK;
     }
+    /* the keys seen so far (an object here has few members): a repeat is an error, as
+     * jansson's JSON_REJECT_DUPLICATES makes it for the values decoded whole */
+    json_t *seen = json_object();
+    if (!seen) return ms_fail(c->err, MS_ERR_NOMEM, "out of memory");
+    ms_status st = MS_OK;
     for (;;) {
-        if (imp_peek(c) != '"')
-            return imp_fail(c, MS_ERR_PARSE, c->pos, "expected a string key in %s, found %s",
-                            what, imp_describe(c, tmp, sizeof tmp));
+        if (imp_peek(c) != '"') {
+            st = imp_fail(c, MS_ERR_PARSE, c->pos, "expected a string key in %s, found %s",
+                          what, imp_describe(c, tmp, sizeof tmp));
+            break;
+        }
         size_t key_off = c->pos;
         json_t *k = NULL;
-        ms_status st = imp_value(c, &k);
-        if (st != MS_OK) return st;
+        st = imp_value(c, &k);
+        if (st != MS_OK) break;
         if (imp_peek(c) != ':') {
             json_decref(k);
-            return imp_fail(c, MS_ERR_PARSE, c->pos, "expected ':' after a key in %s, found %s",
-                            what, imp_describe(c, tmp, sizeof tmp));
+            st = imp_fail(c, MS_ERR_PARSE, c->pos, "expected ':' after a key in %s, found %s",
+                          what, imp_describe(c, tmp, sizeof tmp));
+            break;
+        }
+        const char *key = json_string_value(k);
+        if (json_object_get(seen, key)) {
+            st = imp_fail(c, MS_ERR_PARSE, key_off, "duplicate object key '%.60s' in %s", key,
+                          what);
+            json_decref(k);
+            break;
+        }
+        if (json_object_set_new(seen, key, json_true())) {
+            json_decref(k);
+            st = ms_fail(c->err, MS_ERR_NOMEM, "out of memory");
+            break;
         }
         c->pos++;
-        st = fn(c, json_string_value(k), key_off);
+        st = fn(c, key, key_off);
         json_decref(k);
-        if (st != MS_OK) return st;
+        if (st != MS_OK) break;
         int p = imp_peek(c);
         c->pos++;
         if (p == ',') continue;
-        if (p == '}') return MS_OK;
+        if (p == '}') break;
         c->pos--;
-        return imp_fail(c, MS_ERR_PARSE, c->pos, "expected ',' or '}' in %s, found %s", what,
-                        imp_describe(c, tmp, sizeof tmp));
+        st = imp_fail(c, MS_ERR_PARSE, c->pos, "expected ',' or '}' in %s, found %s", what,
+                      imp_describe(c, tmp, sizeof tmp));
+        break;
     }
+    json_decref(seen);
+    return st;
 }
 
 /* ---- typed field access with messages ---- */
@@ -847,7 +871,7 @@ ms_status imp_pytorch_load_buffer(const char *name, const char *buf, size_t len,
     c.next_id = 1;
     if (len > c.opt.max_file_bytes) {
         char b[32];
-        return ms_fail_at(err, MS_ERR_LIMIT, c.path, 0, "%zu bytes: larger than the import "
+        return ms_fail_at(err, MS_ERR_INVALID, c.path, 0, "%zu bytes: larger than the import "
                           "limit of %s", len, ms_fmt_bytes(c.opt.max_file_bytes, b, sizeof b));
     }
     c.t = trace_new();
@@ -883,8 +907,10 @@ ms_status imp_pytorch_load(const char *path, const imp_options *opt, trace_t **o
     }
     char b[32];
     struct stat sb;
+    /* Over the limit is bad input (exit 3), found before reading where it can be: the
+     * file's size, the gzip trailer's, then the decompressed bytes as they come. */
     if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > o.max_file_bytes)
-        return ms_fail_at(err, MS_ERR_LIMIT, path, 0, "%lld bytes: larger than the import "
+        return ms_fail_at(err, MS_ERR_INVALID, path, 0, "%lld bytes: larger than the import "
                           "limit of %s (record fewer steps or a smaller max_entries)",
                           (long long)sb.st_size, ms_fmt_bytes(o.max_file_bytes, b, sizeof b));
     char *buf = NULL;
@@ -895,8 +921,8 @@ ms_status imp_pytorch_load(const char *path, const imp_options *opt, trace_t **o
         st = MS_ERR_LIMIT;
     if (st == MS_ERR_LIMIT) {
         free(buf);
-        return ms_fail_at(err, st, path, 0, "larger than the import limit of %s after "
-                          "decompression (record fewer steps or a smaller max_entries)",
+        return ms_fail_at(err, MS_ERR_INVALID, path, 0, "larger than the import limit of %s "
+                          "after decompression (record fewer steps or a smaller max_entries)",
                           ms_fmt_bytes(o.max_file_bytes, b, sizeof b));
     }
     if (st != MS_OK) return st;

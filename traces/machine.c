@@ -599,7 +599,9 @@ ms_status machine_load_named(const char *name_or_path, machine_profile **out, ms
 {
     *out = NULL;
     size_t len = strlen(name_or_path);
-    if (strchr(name_or_path, '/') || (len > 8 && strcmp(name_or_path + len - 8, ".machine") == 0))
+    /* a file: a value with a '/' or ending in .machine or .machine.gz; else a profile name */
+    if (strchr(name_or_path, '/') || ms_ends_with(name_or_path, ".machine") ||
+        ms_ends_with(name_or_path, ".machine.gz"))
         return machine_load(name_or_path, out, err);
     if (len == 0) return ms_fail(err, MS_ERR_NOTFOUND, "empty machine name");
     const char *dir = machine_data_dir();

@@ -248,10 +248,10 @@ static int fast_i64(const char *s, int64_t *out)
 {
     const char *p = s;
     int neg = 0;
-    if (*p == '-' || *p == '+') neg = *p++ == '-';
+    if (*p == '-') { neg = 1; p++; }
     const char *d0 = p;
     unsigned d = (unsigned char)*p - '0';
-    if (d > 9) return 0;
+    if (d > 9 || (neg && d == 0)) return 0;
     uint64_t v = 0;
     do {
         v = v * 10 + d;
@@ -586,9 +586,19 @@ static ms_status rd_line(trace_reader *r, trace_rec *rec, char **key, char **val
     return RD_FAIL(r, err, "unknown record type '%s' (alloc free op mark meta)", shown);
 }
 
-/* Records a meta pair; duplicates and too many are errors at the current line. */
+/* Meta keys whose value is a count that must be a positive integer (traces/FORMAT.md). */
+static const char *const POSITIVE_META[] = {"tp", "cp", "dp", "layers", "seq", "batch",
+                                            "iterations"};
+
+/* Records a meta pair; duplicates, too many, and a bad value of a key in POSITIVE_META are
+ * errors at the current line. */
 static ms_status rd_add_meta(trace_reader *r, const char *key, const char *val, ms_error *err)
 {
+    for (size_t i = 0; i < sizeof POSITIVE_META / sizeof *POSITIVE_META; i++) {
+        uint64_t x;
+        if (!strcmp(key, POSITIVE_META[i]) && (!ms_parse_u64(val, &x) || x == 0))
+            return RD_FAIL(r, err, "meta %s: bad value '%.40s' (a positive integer)", key, val);
+    }
     for (size_t i = 0; i < r->n_meta; i++)
         if (strcmp(r->mkey[i], key) == 0) return RD_FAIL(r, err, "duplicate meta key '%s'", key);
     if (r->n_meta == TRACE_META_MAX)

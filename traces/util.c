@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,8 +90,9 @@ int ms_parse_u64(const char *s, uint64_t *out)
 int ms_parse_i64(const char *s, int64_t *out)
 {
     if (!s || !*s) return 0;
-    const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
-    if (!isdigit((unsigned char)*d)) return 0;
+    /* decimal digits with an optional '-' (traces/FORMAT.md): no '+', and no "-0" */
+    const char *d = *s == '-' ? s + 1 : s;
+    if (!isdigit((unsigned char)*d) || (d != s && *d == '0')) return 0;
     errno = 0;
     char *end;
     long long v = strtoll(s, &end, 10);
@@ -320,11 +322,9 @@ static ms_status zin_read(zin *r, char *out, size_t cap, size_t *got, const char
                 r->z.next_in = r->in;
                 r->z.avail_in = (uInt)(1 + n);
             }
-            if (r->z.avail_in < 2 || r->z.next_in[0] != 0x1f || r->z.next_in[1] != 0x8b) {
-                r->z.avail_in = 0; /* trailing bytes that are not gzip: ignored */
-                r->file_eof = 1;
-                return MS_OK;
-            }
+            if (r->z.avail_in < 2 || r->z.next_in[0] != 0x1f || r->z.next_in[1] != 0x8b)
+                return ms_fail_at(err, MS_ERR_PARSE, path, 0,
+                                  "bytes after the end of the gzip data that are not gzip");
             if (inflateReset(&r->z) != Z_OK)
                 return ms_fail_at(err, MS_ERR_IO, path, line, "read error: %s",
                                   r->z.msg ? r->z.msg : "inflate");
@@ -484,6 +484,13 @@ ms_status ms_read_all(const char *path, size_t max_bytes, char **buf, size_t *le
     zin r;
     ms_status st = zin_open(&r, path, err);
     if (st != MS_OK) return st;
+    /* A plain file too large is known before reading; gzip data is counted as it inflates. */
+    struct stat sb;
+    if (!r.gz && fstat(fileno(r.f), &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (uint64_t)sb.st_size > max_bytes) {
+        zin_close(&r);
+        return ms_fail_at(err, MS_ERR_LIMIT, path, 0, "file larger than %zu bytes", max_bytes);
+    }
     size_t cap = 65536, n = 0;
     char *b = malloc(cap + 1);
     if (!b) { zin_close(&r); return ms_fail(err, MS_ERR_NOMEM, "out of memory"); }
@@ -520,6 +527,7 @@ struct ms_out {
     int is_stdout;
     int direct;     /* written in place: a device, a FIFO or a socket (no rename onto it) */
     int failed;
+    int slot;       /* the temporary file's slot for the signal handler, or -1 */
 };
 
 /* Where an output named path really goes: the target of a symbolic link (so the link stays
@@ -540,11 +548,68 @@ static char *out_target(const char *path, int *special)
     return strdup(path);
 }
 
+/* Temporary files being written, removed by a signal that ends the program (SIGTERM,
+ * SIGINT, SIGHUP) before it is raised again with its default action. The handler reads only
+ * these static buffers and calls only async-signal-safe functions (unlink, signal, raise). */
+#define OUT_TMP_SLOTS 16
+#define OUT_TMP_PATH 4096
+static char out_tmp_path[OUT_TMP_SLOTS][OUT_TMP_PATH];
+static volatile sig_atomic_t out_tmp_used[OUT_TMP_SLOTS];
+static const int out_signals[] = {SIGTERM, SIGINT, SIGHUP};
+
+static void out_on_signal(int sig)
+{
+    for (int i = 0; i < OUT_TMP_SLOTS; i++)
+        if (out_tmp_used[i]) unlink(out_tmp_path[i]);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Installs the handler once, for the signals whose action is the default (one the caller
+ * ignores or handles is left alone). */
+static void out_install_handler(void)
+{
+    static int done;
+    if (done) return;
+    done = 1;
+    for (size_t i = 0; i < sizeof out_signals / sizeof *out_signals; i++) {
+        struct sigaction old, sa;
+        if (sigaction(out_signals[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = out_on_signal;
+        sigemptyset(&sa.sa_mask);
+        for (size_t j = 0; j < sizeof out_signals / sizeof *out_signals; j++)
+            sigaddset(&sa.sa_mask, out_signals[j]);
+        sigaction(out_signals[i], &sa, NULL);
+    }
+}
+
+/* The slot now holding tmp, or -1 (no slot free, or a path too long: not removed then). */
+static int out_tmp_register(const char *tmp)
+{
+    size_t n = strlen(tmp);
+    if (n >= OUT_TMP_PATH) return -1;
+    out_install_handler();
+    for (int i = 0; i < OUT_TMP_SLOTS; i++)
+        if (!out_tmp_used[i]) {
+            memcpy(out_tmp_path[i], tmp, n + 1);
+            out_tmp_used[i] = 1;
+            return i;
+        }
+    return -1;
+}
+
+static void out_tmp_release(int slot)
+{
+    if (slot >= 0) out_tmp_used[slot] = 0;
+}
+
 ms_status ms_out_open(const char *path, ms_out **out, ms_error *err)
 {
     *out = NULL;
     ms_out *o = calloc(1, sizeof *o);
     if (!o) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    o->slot = -1;
     if (strcmp(path, "-") == 0) {
         o->fp = stdout;
         o->is_stdout = 1;
@@ -560,6 +625,8 @@ ms_status ms_out_open(const char *path, ms_out **out, ms_error *err)
     }
     if (o->direct) snprintf(o->tmp, n, "%s", path);
     else snprintf(o->tmp, n, "%s.tmp.%ld", o->path, (long)getpid());
+    /* registered before the file exists, so that no moment leaves it unknown to the handler */
+    if (!o->direct) o->slot = out_tmp_register(o->tmp);
     size_t pl = strlen(path);
     if (pl > 3 && strcmp(path + pl - 3, ".gz") == 0) {
         o->gz = gzopen(o->tmp, "wb6");
@@ -572,6 +639,7 @@ ms_status ms_out_open(const char *path, ms_out **out, ms_error *err)
     return MS_OK;
 fail:
     ms_fail_at(err, MS_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
+    out_tmp_release(o->slot);
     free(o->path); free(o->tmp); free(o);
     return MS_ERR_IO;
 }
@@ -625,6 +693,7 @@ ms_status ms_out_commit(ms_out *o, ms_error *err)
                         strerror(errno));
         remove(o->tmp);
     }
+    out_tmp_release(o->slot);
     free(o->path); free(o->tmp); free(o);
     return st;
 }
@@ -636,6 +705,7 @@ void ms_out_abort(ms_out *o)
         if (o->gz) gzclose(o->gz);
         else fclose(o->fp);
         if (!o->direct) remove(o->tmp);
+        out_tmp_release(o->slot);
         free(o->path);
         free(o->tmp);
     }

@@ -48,7 +48,8 @@ ms_status ms_fail(ms_error *e, ms_status st, const char *fmt, ...)
 ms_status ms_fail_at(ms_error *e, ms_status st, const char *file, uint64_t line,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-/* Checked parsing of one whole token: no trailing junk, no overflow, no negative for unsigned. */
+/* Checked parsing of one whole token: no trailing junk, no overflow, no negative for unsigned.
+ * Integers are decimal digits; a signed one may start with '-' (never '+', never "-0"). */
 int ms_parse_u64(const char *s, uint64_t *out);
 int ms_parse_i64(const char *s, int64_t *out);
 int ms_parse_double(const char *s, double *out); /* finite values only */
