@@ -547,6 +547,14 @@ int cmd_compare(int argc, char **argv)
 
 #define SWEEP_DEFAULT_SEQS "8K,16K,32K,64K,128K,256K,512K,1M"
 
+#ifdef MEMSIM_MPI
+#define SWEEP_MPI_HELP "\nUnder mpirun -n N (or srun) the grid's points are spread over the N ranks;\n" \
+    "rank 0 prints and writes everything, as one process would, and runs the\n" \
+    "--longest bisections (with -j, in its own pool)."
+#else
+#define SWEEP_MPI_HELP ""
+#endif
+
 /* A swept value as the table shows it: 64K or 1M for lengths (plain when not a whole number of
  * K), the number for batch sizes. */
 static const char *point_name(const cli_args *a, uint64_t x, char *buf, size_t n)
@@ -827,7 +835,7 @@ int cmd_sweep(int argc, char **argv)
                        "With -j N, up to N points of the grid run at once, each in a forked\n"
                        "process, and then up to N policies' --longest bisections (each one's\n"
                        "probes depend on the one before, so they stay one after the other);\n"
-                       "the table, CSV and figure are the same as with -j 1.", &a);
+                       "the table, CSV and figure are the same as with -j 1." SWEEP_MPI_HELP, &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (!a.n_points && (rc = cli_set_points("sweep", "seqs", SWEEP_DEFAULT_SEQS, 0, &a)))
         return rc;
@@ -844,17 +852,18 @@ int cmd_sweep(int argc, char **argv)
     char v[48];
     int failed = 0; /* a policy that cannot run at some point: error cells, the rest go on */
     sweep_jobs c = {&a, &mp->m, rs, 0, 0, 0};
-    if (a.jobs > 1) {
+    int pool = a.jobs > 1 || jobs_ranks() > 1; /* jobs_ranks: under mpirun with --with-mpi */
+    if (pool) {
         jobs_spec js = {"sweep", a.n_points, a.jobs, a.quiet, sweep_point_job, sweep_point_done,
                         sweep_point_label, &c};
-        if ((rc = jobs_run(&js))) {
+        if ((rc = jobs_run_ranks(&js))) {
             free(rs);
             machine_profile_free(mp);
-            return rc;
+            return rc == JOBS_NOT_ROOT ? MS_EXIT_OK : rc;
         }
         failed = c.failed;
     }
-    for (size_t i = 0; a.jobs <= 1 && i < a.n_points; i++) {
+    for (size_t i = 0; !pool && i < a.n_points; i++) {
         if (!a.quiet)
             fprintf(stderr, "memsim sweep: %s (%zu/%zu)\n",
                     point_at(&a, a.points[i], v, sizeof v), i + 1, a.n_points);

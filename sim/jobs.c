@@ -1,7 +1,8 @@
-/* jobs.c — the process pool of `-j N` (see jobs.h): forks a child per job, at most N at once,
- * each sending back one frame (status, captured standard output and error, data) over a pipe;
- * the parent hands the frames to the command in job order. Used by sim/cmd_run.c (compare,
- * sweep) and sim/cmd_dsa.c. */
+/* jobs.c — the process pool of `-j N` (see jobs.h): forks N worker processes (fewer when
+ * there are fewer jobs), gives each a job number at a time over a pipe and gets one frame per
+ * job back over another (status, captured standard output and error, data); the parent hands
+ * the frames to the command in job order. Used by sim/cmd_run.c (compare, sweep) and
+ * sim/cmd_dsa.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "sim/jobs.h"
 
@@ -29,12 +30,21 @@ enum { J_PENDING, J_RUNNING, J_DONE, J_LOST };
 
 typedef struct job {
     int state;
-    pid_t pid;
-    int fd;                /* read end of its pipe while running */
-    char *buf;             /* the frame as received */
-    size_t len, cap;
-    char why[160];         /* J_LOST: how the child ended */
+    char *buf;             /* J_DONE: its frame */
+    size_t len;
+    char why[160];         /* J_LOST: how its worker ended */
 } job;
+
+/* A worker process: takes job numbers on req, answers each with a frame on res. */
+typedef struct worker {
+    pid_t pid;
+    int req, res;          /* -1 once closed */
+    long job;              /* the job it runs, -1: idle */
+    char *buf;             /* the frame coming in */
+    size_t len, cap;
+} worker;
+
+static int frame_complete(const char *buf, size_t len);
 
 int jobs_parse(const char *cmd, const char *v, int *out)
 {
@@ -79,41 +89,147 @@ static int slurp(int fd, char **buf, size_t *len)
     return 0;
 }
 
-/* The child: runs job i with standard output and error going to temporary files, then sends
- * the frame and ends without running the parent's exit handlers or flushing its buffers. */
-static void child(const jobs_spec *s, size_t i, int wfd)
+static int read_all(int fd, void *p, size_t n)
 {
-    FILE *o = tmpfile(), *e = tmpfile();
-    if (!o || !e) _exit(101);
-    if (dup2(fileno(o), STDOUT_FILENO) < 0 || dup2(fileno(e), STDERR_FILENO) < 0) _exit(102);
+    char *c = p;
+    while (n) {
+        ssize_t k = read(fd, c, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Runs job i with standard output and error already going to the temporary files open on
+ * fds 1 and 2 (emptied here first) and makes its frame. 0 when done, else a code for _exit. */
+static int run_framed(const jobs_spec *s, size_t i, char **frame, size_t *flen)
+{
+    if (ftruncate(STDOUT_FILENO, 0) || ftruncate(STDERR_FILENO, 0) ||
+        lseek(STDOUT_FILENO, 0, SEEK_SET) < 0 || lseek(STDERR_FILENO, 0, SEEK_SET) < 0)
+        return 103;
     char *data = NULL;
     size_t dlen = 0;
     FILE *d = open_memstream(&data, &dlen);
-    if (!d) _exit(103);
+    if (!d) return 104;
     const char *crash = getenv("MEMSIM_JOBS_CRASH");
-    if (crash && *crash && strtoul(crash, NULL, 10) == i) {
+    if (crash && *crash && strtoull(crash, NULL, 10) == i) {
         signal(SIGSEGV, SIG_DFL);
         raise(SIGSEGV);
     }
     int st = s->run(i, s->ctx, d);
     fflush(stdout);
     fflush(stderr);
-    if (fclose(d) != 0) _exit(104);
-    char *ob, *eb;
+    if (fclose(d) != 0) return 105;
+    char *ob = NULL, *eb = NULL;
     size_t ol, el;
-    if (slurp(STDOUT_FILENO, &ob, &ol) || slurp(STDERR_FILENO, &eb, &el)) _exit(105);
+    if (slurp(STDOUT_FILENO, &ob, &ol) || slurp(STDERR_FILENO, &eb, &el)) {
+        free(ob);
+        free(eb);
+        free(data);
+        return 106;
+    }
     frame_hdr h = {FRAME_MAGIC, (int32_t)st, ol, el, dlen};
-    if (write_all(wfd, &h, sizeof h) || write_all(wfd, ob, ol) || write_all(wfd, eb, el) ||
-        write_all(wfd, data, dlen))
-        _exit(106);
+    *flen = sizeof h + ol + el + dlen;
+    *frame = malloc(*flen);
+    if (*frame) {
+        memcpy(*frame, &h, sizeof h);
+        memcpy(*frame + sizeof h, ob, ol);
+        memcpy(*frame + sizeof h + ol, eb, el);
+        memcpy(*frame + sizeof h + ol + el, data, dlen);
+    }
+    free(ob);
+    free(eb);
+    free(data);
+    return *frame ? 0 : 107;
+}
+
+/* The worker: standard output and error go to temporary files, emptied before each job; it
+ * runs the jobs it is given one after the other, sends each one's frame, and ends (without
+ * running the parent's exit handlers or flushing its buffers) when the parent closes req. */
+static void worker_main(const jobs_spec *s, int req, int res)
+{
+    FILE *o = tmpfile(), *e = tmpfile();
+    if (!o || !e) _exit(101);
+    if (dup2(fileno(o), STDOUT_FILENO) < 0 || dup2(fileno(e), STDERR_FILENO) < 0) _exit(102);
+    uint64_t i;
+    while (read_all(req, &i, sizeof i) == 0) {
+        char *f;
+        size_t fl;
+        int r = run_framed(s, (size_t)i, &f, &fl);
+        if (r) _exit(r);
+        if (write_all(res, f, fl)) _exit(108);
+        free(f);
+    }
     _exit(0);
 }
 
-static int start(const jobs_spec *s, job *jobs, size_t i, char *why, size_t whyn)
+int jobs_capture(const jobs_spec *s, size_t i, char **frame, size_t *len)
 {
-    int p[2];
-    if (pipe(p) != 0) {
+    *frame = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    FILE *o = tmpfile(), *e = tmpfile();
+    int so = dup(STDOUT_FILENO), se = dup(STDERR_FILENO), r = 1;
+    if (o && e && so >= 0 && se >= 0 && dup2(fileno(o), STDOUT_FILENO) >= 0 &&
+        dup2(fileno(e), STDERR_FILENO) >= 0) {
+        r = run_framed(s, i, frame, len);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    if (so >= 0) {
+        dup2(so, STDOUT_FILENO);
+        close(so);
+    }
+    if (se >= 0) {
+        dup2(se, STDERR_FILENO);
+        close(se);
+    }
+    if (o) fclose(o);
+    if (e) fclose(e);
+    if (r) {
+        free(*frame);
+        *frame = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Hands a whole frame to done(). */
+static void deliver(const jobs_spec *s, size_t i, const char *buf)
+{
+    frame_hdr h;
+    memcpy(&h, buf, sizeof h);
+    jobs_result r;
+    r.status = h.status;
+    r.out = buf + sizeof h;
+    r.out_len = h.out_len;
+    r.err = r.out + h.out_len;
+    r.err_len = h.err_len;
+    r.data = r.err + h.err_len;
+    r.data_len = h.data_len;
+    s->done(i, &r, s->ctx);
+}
+
+int jobs_deliver(const jobs_spec *s, size_t i, const char *frame, size_t len)
+{
+    if (frame_complete(frame, len) != 1) return -1;
+    deliver(s, i, frame);
+    return 0;
+}
+
+static int start_worker(const jobs_spec *s, worker *ws, int nw, int k, char *why, size_t whyn)
+{
+    int rq[2], rs[2];
+    if (pipe(rq) != 0) {
         snprintf(why, whyn, "cannot make a pipe: %s", strerror(errno));
+        return -1;
+    }
+    if (pipe(rs) != 0) {
+        snprintf(why, whyn, "cannot make a pipe: %s", strerror(errno));
+        close(rq[0]);
+        close(rq[1]);
         return -1;
     }
     fflush(stdout);
@@ -121,107 +237,109 @@ static int start(const jobs_spec *s, job *jobs, size_t i, char *why, size_t whyn
     pid_t pid = fork();
     if (pid < 0) {
         snprintf(why, whyn, "cannot fork: %s", strerror(errno));
-        close(p[0]);
-        close(p[1]);
+        close(rq[0]); close(rq[1]); close(rs[0]); close(rs[1]);
         return -1;
     }
     if (pid == 0) {
-        close(p[0]);
-        for (size_t k = 0; k < s->n; k++) /* the other children's pipes are not ours */
-            if (jobs[k].state == J_RUNNING) close(jobs[k].fd);
-        child(s, i, p[1]);
+        close(rq[1]);
+        close(rs[0]);
+        for (int q = 0; q < nw; q++) { /* the other workers' pipes are not this one's */
+            if (q == k) continue;
+            if (ws[q].req >= 0) close(ws[q].req);
+            if (ws[q].res >= 0) close(ws[q].res);
+        }
+        worker_main(s, rq[0], rs[1]);
     }
-    close(p[1]);
-    jobs[i].state = J_RUNNING;
-    jobs[i].pid = pid;
-    jobs[i].fd = p[0];
+    close(rq[0]);
+    close(rs[1]);
+    ws[k].pid = pid;
+    ws[k].req = rq[1];
+    ws[k].res = rs[0];
+    ws[k].job = -1;
     return 0;
 }
 
-/* Reads what is there on job i's pipe; at its end, reaps the child and judges the frame.
- * Returns 1 when the job has ended, 0 when more is to come. */
-static int drain(job *j)
+/* How a worker ended, once its pipe is at its end (reaps it). "" when it ended well. */
+static void reap(worker *w, char *why, size_t whyn)
 {
-    if (j->cap - j->len < 65536) {
-        size_t nc = j->cap ? j->cap * 2 : 131072;
-        char *nb = realloc(j->buf, nc);
-        if (!nb) {
-            snprintf(j->why, sizeof j->why, "out of memory receiving its result");
-            kill(j->pid, SIGKILL);
-            goto ended;
-        }
-        j->buf = nb;
-        j->cap = nc;
+    int st;
+    why[0] = '\0';
+    while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR) {}
+    if (WIFSIGNALED(st))
+        snprintf(why, whyn, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        snprintf(why, whyn, "its process exited with status %d",
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    w->pid = -1;
+}
+
+/* Whether buf holds a whole frame; -1 when it cannot be one. */
+static int frame_complete(const char *buf, size_t len)
+{
+    frame_hdr h;
+    if (len < sizeof h) return 0;
+    memcpy(&h, buf, sizeof h);
+    if (h.magic != FRAME_MAGIC) return -1;
+    uint64_t want = sizeof h + h.out_len + h.err_len + h.data_len;
+    return len == want ? 1 : len > want ? -1 : 0;
+}
+
+/* Hands worker w its next job, or closes its request pipe when none is left. */
+static void assign(worker *w, job *jobs, size_t *next, size_t n, int stop)
+{
+    if (stop || *next >= n) {
+        if (w->req >= 0) close(w->req);
+        w->req = -1;
+        return;
     }
-    ssize_t k = read(j->fd, j->buf + j->len, j->cap - j->len);
-    if (k < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
-    if (k > 0) {
-        j->len += (size_t)k;
-        return 0;
+    uint64_t i = *next;
+    w->job = (long)*next;
+    jobs[*next].state = J_RUNNING;
+    (*next)++;
+    if (write_all(w->req, &i, sizeof i) != 0) { /* it is gone: its pipe's end will say how */
+        close(w->req);
+        w->req = -1;
     }
-    if (k < 0) snprintf(j->why, sizeof j->why, "reading its result: %s", strerror(errno));
-ended:
-    close(j->fd);
-    j->fd = -1;
-    int ws;
-    while (waitpid(j->pid, &ws, 0) < 0 && errno == EINTR) {}
-    if (j->why[0]) {
-        j->state = J_LOST;
-        return 1;
-    }
-    if (WIFSIGNALED(ws)) {
-        int sig = WTERMSIG(ws);
-        snprintf(j->why, sizeof j->why, "killed by signal %d (%s)", sig, strsignal(sig));
-    } else if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-        snprintf(j->why, sizeof j->why, "its process exited with status %d",
-                 WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
-    } else {
-        frame_hdr h;
-        if (j->len < sizeof h) {
-            snprintf(j->why, sizeof j->why, "it sent no result");
-        } else {
-            memcpy(&h, j->buf, sizeof h);
-            if (h.magic != FRAME_MAGIC ||
-                h.out_len + h.err_len + h.data_len != j->len - sizeof h)
-                snprintf(j->why, sizeof j->why, "it sent a broken result");
-        }
-    }
-    j->state = j->why[0] ? J_LOST : J_DONE;
-    return 1;
 }
 
 int jobs_run(const jobs_spec *s)
 {
     size_t n = s->n;
-    int workers = s->workers < 1 ? 1 : s->workers > JOBS_MAX ? JOBS_MAX : s->workers;
+    int nw = s->workers < 1 ? 1 : s->workers > JOBS_MAX ? JOBS_MAX : s->workers;
+    if ((size_t)nw > n) nw = n ? (int)n : 1;
     job *jobs = calloc(n ? n : 1, sizeof *jobs);
-    struct pollfd *pf = calloc((size_t)workers, sizeof *pf);
-    size_t *who = calloc((size_t)workers, sizeof *who);
-    if (!jobs || !pf || !who) {
-        free(jobs);
-        free(pf);
-        free(who);
+    worker *ws = calloc((size_t)nw, sizeof *ws);
+    struct pollfd *pf = calloc((size_t)nw, sizeof *pf);
+    int *who = calloc((size_t)nw, sizeof *who);
+    if (!jobs || !ws || !pf || !who) {
+        free(jobs); free(ws); free(pf); free(who);
         fprintf(stderr, "memsim %s: out of memory\n", s->cmd);
         return MS_EXIT_INTERNAL;
     }
+    /* a worker that died must not kill the parent when it writes the next job number */
+    struct sigaction ign, old;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, &old);
+    for (int k = 0; k < nw; k++) ws[k].pid = -1, ws[k].req = ws[k].res = -1, ws[k].job = -1;
     size_t next_start = 0, next_done = 0, finished = 0;
-    int running = 0, stop = 0, rc = 0;
+    int stop = 0, rc = 0, alive = 0;
     long lost = -1; /* the first job whose result did not come back */
     char why[200] = "", label[160];
-    while (next_done < n) {
-        while (!stop && running < workers && next_start < n) {
-            if (start(s, jobs, next_start, why, sizeof why) != 0) {
-                stop = 1;
-                break;
-            }
-            next_start++;
-            running++;
+    for (int k = 0; k < nw && n; k++) {
+        if (start_worker(s, ws, nw, k, why, sizeof why) != 0) {
+            stop = 1;
+            break;
         }
-        if (!running) break;
+        alive++;
+        assign(&ws[k], jobs, &next_start, n, 0);
+    }
+    while (alive) {
         int np = 0;
-        for (size_t k = 0; k < n; k++)
-            if (jobs[k].state == J_RUNNING) {
-                pf[np].fd = jobs[k].fd;
+        for (int k = 0; k < nw; k++)
+            if (ws[k].res >= 0) {
+                pf[np].fd = ws[k].res;
                 pf[np].events = POLLIN;
                 pf[np].revents = 0;
                 who[np++] = k;
@@ -234,48 +352,85 @@ int jobs_run(const jobs_spec *s)
         }
         for (int q = 0; q < np; q++) {
             if (!pf[q].revents) continue;
-            job *j = &jobs[who[q]];
-            if (!drain(j)) continue;
-            running--;
-            finished++;
-            if (j->state == J_LOST) {
-                if (lost < 0 || (long)who[q] < lost) lost = (long)who[q];
+            worker *w = &ws[who[q]];
+            if (w->cap - w->len < 65536) {
+                size_t nc = w->cap ? w->cap * 2 : 131072;
+                char *nb = realloc(w->buf, nc);
+                if (!nb) {
+                    snprintf(why, sizeof why, "out of memory receiving a job's result");
+                    stop = 1;
+                    break;
+                }
+                w->buf = nb;
+                w->cap = nc;
+            }
+            ssize_t got = read(w->res, w->buf + w->len, w->cap - w->len);
+            if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (got > 0) {
+                w->len += (size_t)got;
+                int fc = frame_complete(w->buf, w->len);
+                if (fc == 0) continue;
+                if (fc < 0) { /* not a frame: lose the job, end the worker */
+                    snprintf(jobs[w->job].why, sizeof jobs[w->job].why,
+                             "it sent a broken result");
+                    jobs[w->job].state = J_LOST;
+                    if (lost < 0 || w->job < lost) lost = w->job;
+                    stop = 1;
+                    continue;
+                }
+                job *j = &jobs[w->job];
+                j->state = J_DONE;
+                j->buf = w->buf;
+                j->len = w->len;
+                w->buf = NULL;
+                w->len = w->cap = 0;
+                finished++;
+                if (!s->quiet && !stop) {
+                    s->label((size_t)w->job, s->ctx, label, sizeof label);
+                    fprintf(stderr, "memsim %s: finished %s (%zu/%zu)\n", s->cmd, label,
+                            finished, n);
+                }
+                w->job = -1;
+                assign(w, jobs, &next_start, n, stop);
+                continue;
+            }
+            /* the end of its pipe: it finished (no job) or it died running one */
+            char how[160];
+            close(w->res);
+            w->res = -1;
+            if (w->req >= 0) close(w->req);
+            w->req = -1;
+            reap(w, how, sizeof how);
+            alive--;
+            if (w->job >= 0) {
+                job *j = &jobs[w->job];
+                snprintf(j->why, sizeof j->why, "%s", how[0] ? how : "it sent no result");
+                j->state = J_LOST;
+                if (lost < 0 || w->job < lost) lost = w->job;
                 stop = 1;
-            } else if (!s->quiet && !stop) {
-                s->label(who[q], s->ctx, label, sizeof label);
-                fprintf(stderr, "memsim %s: finished %s (%zu/%zu)\n", s->cmd, label, finished, n);
+                w->job = -1;
             }
         }
         while (next_done < n && jobs[next_done].state == J_DONE) {
             job *j = &jobs[next_done];
-            frame_hdr h;
-            memcpy(&h, j->buf, sizeof h);
-            jobs_result r;
-            r.status = h.status;
-            r.out = j->buf + sizeof h;
-            r.out_len = h.out_len;
-            r.err = r.out + h.out_len;
-            r.err_len = h.err_len;
-            r.data = r.err + h.err_len;
-            r.data_len = h.data_len;
-            s->done(next_done, &r, s->ctx);
+            deliver(s, next_done, j->buf);
             free(j->buf);
             j->buf = NULL;
             next_done++;
         }
-        if (stop) { /* a job was lost or could not start: end the others, report it */
-            for (size_t k = 0; k < n; k++)
-                if (jobs[k].state == J_RUNNING) {
-                    kill(jobs[k].pid, SIGKILL);
-                    close(jobs[k].fd);
-                    int ws;
-                    while (waitpid(jobs[k].pid, &ws, 0) < 0 && errno == EINTR) {}
-                    jobs[k].state = J_PENDING;
-                }
-            running = 0;
-            break;
-        }
+        if (stop) break;
     }
+    if (stop) /* a job was lost or a worker could not start: end the others */
+        for (int k = 0; k < nw; k++) {
+            if (ws[k].req >= 0) close(ws[k].req);
+            if (ws[k].res >= 0) close(ws[k].res);
+            if (ws[k].pid > 0) {
+                kill(ws[k].pid, SIGKILL);
+                char how[160];
+                reap(&ws[k], how, sizeof how);
+            }
+        }
+    sigaction(SIGPIPE, &old, NULL);
     if (lost >= 0) {
         s->label((size_t)lost, s->ctx, label, sizeof label);
         fprintf(stderr, "memsim %s: internal error: job %ld of %zu (%s) did not finish: %s\n",
@@ -287,8 +442,16 @@ int jobs_run(const jobs_spec *s)
         rc = MS_EXIT_INTERNAL;
     }
     for (size_t k = 0; k < n; k++) free(jobs[k].buf);
+    for (int k = 0; k < nw; k++) free(ws[k].buf);
     free(jobs);
+    free(ws);
     free(pf);
     free(who);
     return rc;
 }
+
+#ifndef MEMSIM_MPI
+int jobs_ranks(void) { return 1; }
+
+int jobs_run_ranks(const jobs_spec *s) { return jobs_run(s); }
+#endif
