@@ -62,7 +62,7 @@ static const struct {
     {{"schedule", required_argument, 0, O_SCHEDULE}, CLI_OUTPUTS, "FILE   write the lowered schedule as text", CLI_SWEEP},
     {{"plot", required_argument, 0, O_PLOT}, CLI_OUTPUTS, "DIR   write figures (PNG and SVG, needs gnuplot) and their data", 0},
     {{"breakdown", no_argument, 0, O_BREAKDOWN}, CLI_BREAKDOWN, "   also print what device memory holds at the peak, by kind (parameters, gradients, optimizer states, activations, rounding buffers, chunks, staging buffers)", 0},
-    {{"jobs", required_argument, 0, O_JOBS}, CLI_JOBS, "N   (-j N) run up to N jobs at once, each in a forked process (default 1); the outputs are the same as with 1", 0},
+    {{"jobs", required_argument, 0, O_JOBS}, CLI_JOBS, "N   (-j N) run up to N jobs at once in N forked worker processes (default 1); the outputs are those of -j 1", 0},
     {{"quiet", no_argument, 0, O_QUIET}, CLI_OUTPUTS, "   print only errors", 0},
     {{"help", no_argument, 0, O_HELP}, 0, "   this help", 0},
 };

@@ -34,7 +34,7 @@ static void usage(FILE *f)
             "  -o, --output FILE  write the plan as id,lower,upper,size,offset (one input file)\n"
             "  --table            one Markdown table row per file: file, buffers, LOAD, peak,\n"
             "                     gap %% to LOAD, method, time s (reading + solving), status\n"
-            "  -j, --jobs N       solve up to N files at once, each in a forked process\n"
+            "  -j, --jobs N       solve up to N files at once in N forked worker processes\n"
             "                     (default 1); the lines come in the order of the files and\n"
             "                     are those of -j 1 but for the times (and a search that a\n"
             "                     busier machine stops at its clock backstop)\n"

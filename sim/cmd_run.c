@@ -428,8 +428,8 @@ int cmd_compare(int argc, char **argv)
                        "unless --trace or --gen offload fixes one). A policy that cannot run\n"
                        "on the workload gets an 'error' row (why: on standard error and in the\n"
                        "CSV's failure column); the others still run, and the exit status is\n"
-                       "the first such error's. With -j N, up to N policies run at once, each\n"
-                       "in a forked process; the table, CSV, timeline, memory CSV and figures\n"
+                       "the first such error's. With -j N, up to N policies run at once, in N\n"
+                       "forked worker processes; the table, CSV, timeline, memory CSV and figures\n"
                        "are the same as with -j 1.", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("compare", a.plot_dir))) return rc;
@@ -832,8 +832,8 @@ int cmd_sweep(int argc, char **argv)
                        "policy gets the workload in the form it plans (as compare); a policy\n"
                        "that cannot run at a point shows 'error' there (why: on standard\n"
                        "error), the others go on, and the exit status is the first error's.\n"
-                       "With -j N, up to N points of the grid run at once, each in a forked\n"
-                       "process, and then up to N policies' --longest bisections (each one's\n"
+                       "With -j N, up to N points of the grid run at once, in N forked worker\n"
+                       "processes, and then up to N policies' --longest bisections (each one's\n"
                        "probes depend on the one before, so they stay one after the other);\n"
                        "the table, CSV and figure are the same as with -j 1." SWEEP_MPI_HELP, &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
