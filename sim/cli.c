@@ -8,13 +8,14 @@
 #include <string.h>
 
 #include "sim/exec.h"
+#include "sim/jobs.h"
 
 enum {
     O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
     O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN,
     O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP, O_BREAKDOWN,
-    O_MODEL_CONFIG, O_FRAMEWORK, O_PRECISION
+    O_MODEL_CONFIG, O_FRAMEWORK, O_PRECISION, O_JOBS
 };
 
 /* An option is offered to a command whose groups include `group` (0: every command) and none
@@ -61,6 +62,7 @@ static const struct {
     {{"schedule", required_argument, 0, O_SCHEDULE}, CLI_OUTPUTS, "FILE   write the lowered schedule as text", CLI_SWEEP},
     {{"plot", required_argument, 0, O_PLOT}, CLI_OUTPUTS, "DIR   write figures (PNG and SVG, needs gnuplot) and their data", 0},
     {{"breakdown", no_argument, 0, O_BREAKDOWN}, CLI_BREAKDOWN, "   also print what device memory holds at the peak, by kind (parameters, gradients, optimizer states, activations, rounding buffers, chunks, staging buffers)", 0},
+    {{"jobs", required_argument, 0, O_JOBS}, CLI_JOBS, "N   (-j N) run up to N jobs at once in N forked worker processes (default 1); the outputs are those of -j 1", 0},
     {{"quiet", no_argument, 0, O_QUIET}, CLI_OUTPUTS, "   print only errors", 0},
     {{"help", no_argument, 0, O_HELP}, 0, "   this help", 0},
 };
@@ -309,6 +311,8 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
     case O_PLOT: a->plot_dir = v; return 0;
     case O_QUIET: a->quiet = 1; return 0;
     case 'o': a->output = v; return 0;
+    case 'j':
+    case O_JOBS: return jobs_parse(cmd, v, &a->jobs);
     case O_HELP: a->help = 1; return 0;
     }
     return MS_EXIT_USAGE;
@@ -354,6 +358,7 @@ int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
     pipe_workload_default(&a->w);
     pipe_policy_default(&a->pol);
     a->machine = "a800-8gpu";
+    a->jobs = 1;
     struct option opts[NOPT + 1];
     size_t n = 0;
     for (size_t i = 0; i < NOPT; i++)
@@ -362,7 +367,8 @@ int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
     optind = 1;
     opterr = 0;
     int c;
-    const char *shortopts = takes_o(groups) ? ":o:h" : ":h";
+    const char *shortopts = takes_o(groups) ? (groups & CLI_JOBS ? ":o:j:h" : ":o:h")
+                            : (groups & CLI_JOBS ? ":j:h" : ":h");
     while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         if (c == 'h') c = O_HELP;
         if (c == '?') {

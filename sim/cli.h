@@ -19,6 +19,7 @@ enum {
     CLI_OUTPUTS = 1 << 4,   /* --csv --timeline --memcsv --schedule --plot -o */
     CLI_SWEEP = 1 << 5,     /* --seqs LIST | --batches LIST, --longest, --step N */
     CLI_BREAKDOWN = 1 << 6, /* --breakdown (commands that print one result per policy) */
+    CLI_JOBS = 1 << 7,      /* -j N / --jobs N (sim/jobs.h) */
 };
 
 #define CLI_MAX_POLICIES 16
@@ -44,6 +45,7 @@ typedef struct cli_args {
     int points_are_batches;   /* 1: --batches (micro-batch sizes), 0: sequence lengths */
     int longest;              /* --longest */
     int breakdown;            /* --breakdown */
+    int jobs;                 /* -j / --jobs (1: no child processes) */
     uint64_t step;            /* --step (0: the command's default) */
     int npos;                 /* positional arguments left in pos[] */
     char **pos;

@@ -1,6 +1,7 @@
 /* cmd_experiment.c — `memsim experiment NAME [ARGS]` and `memsim validate [ARGS]`: run the
  * reproduction scripts in experiments/NAME/run.sh with this memsim binary (MEMSIM in their
- * environment), so a user can reproduce a paper's tables with one command. */
+ * environment), so a user can reproduce a paper's tables with one command; -j N reaches
+ * them as MEMSIM_JOBS=N. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
@@ -13,6 +14,7 @@
 
 #include "sim/cmds.h"
 #include "sim/cli.h"
+#include "sim/jobs.h"
 #include "traces/util.h"
 
 static int list(const char *dir)
@@ -82,14 +84,58 @@ static int run_script(const char *self, const char *name, int argc, char **argv)
     return MS_EXIT_INTERNAL;
 }
 
+/* -j N, -jN, --jobs N or --jobs=N at argv[*i]: sets MEMSIM_JOBS and steps over it. Returns
+ * 1 when it was one, 0 when argv[*i] is something else, or an exit status + 2 on a bad
+ * value. */
+static int take_jobs(int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v = NULL;
+    int used = 1;
+    if (!strcmp(a, "-j") || !strcmp(a, "--jobs")) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "memsim experiment: option '%s' needs a value\n", a);
+            return MS_EXIT_USAGE + 2;
+        }
+        v = argv[*i + 1];
+        used = 2;
+    } else if (!strncmp(a, "--jobs=", 7)) v = a + 7;
+    else if (!strncmp(a, "-j", 2)) v = a + 2;
+    else return 0;
+    int n;
+    if (jobs_parse("experiment", v, &n)) return MS_EXIT_USAGE + 2;
+    char buf[16];
+    snprintf(buf, sizeof buf, "%d", n);
+    setenv("MEMSIM_JOBS", buf, 1);
+    *i += used;
+    return 1;
+}
+
 int cmd_experiment(int argc, char **argv)
 {
+    /* -j N before NAME or right after it; the rest goes to the script */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return MS_EXIT_INTERNAL;
+    int nr = 0, i = 1, r = 0;
+    rest[nr++] = argv[0];
+    for (int k = 0; k < 2; k++) {
+        while (i < argc && (r = take_jobs(argc, argv, &i)) == 1) {}
+        if (r > 1) {
+            free(rest);
+            return r - 2;
+        }
+        if (k == 0 && i < argc) rest[nr++] = argv[i++]; /* NAME */
+    }
+    while (i < argc) rest[nr++] = argv[i++];
+    argc = nr;
+    argv = rest;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: memsim experiment NAME [ARGS]   run experiments/NAME/run.sh\n"
-               "       memsim experiment list          list the experiments\n"
+        printf("usage: memsim experiment NAME [-j N] [ARGS]   run experiments/NAME/run.sh\n"
+               "       memsim experiment list                 list the experiments\n"
                "Each experiment reproduces a paper's tables or figures, printing the paper's\n"
                "numbers beside memsim's with the differences; ARGS go to its run.sh (see its\n"
-               "README.md). The scripts run this memsim binary.\n");
+               "README.md). The scripts run this memsim binary. -j N (--jobs N, before or\n"
+               "right after NAME) sets MEMSIM_JOBS=N for the script: experiments/dsa passes\n"
+               "it on to memsim dsa -j; the other experiments run one job at a time.\n");
         return argc < 2 ? MS_EXIT_USAGE : MS_EXIT_OK;
     }
     if (!strcmp(argv[1], "list")) {

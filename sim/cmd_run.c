@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "sim/cli.h"
 #include "sim/cmds.h"
+#include "sim/jobs.h"
 #include "sim/plot.h"
 
 static int write_csv(const char *cmd, const char *path, const sim_result *rs, size_t n)
@@ -281,9 +283,142 @@ static int write_breakdown_data(const char *dir, const sim_result *rs, size_t n,
     return fclose(f);
 }
 
+/* ---- compare -j N: a job per policy (sim/jobs.c) ----
+ * The parent makes the workload's forms before forking, so the children share them. A child
+ * sends back its results row and the bytes of the outputs that every policy writes to one
+ * place (its timeline events, --memcsv, --schedule): the parent writes those in the order of
+ * --policies, so the files end as a run one policy after the other leaves them. */
+
+typedef struct compare_jobs {
+    const cli_args *a;
+    const machine_t *m;
+    forms *f;
+    int timeline;     /* --timeline given */
+    sim_result *rs;   /* parent: the rows, in the order of --policies */
+    ms_out *tl;
+    int *tl_first;
+    int failed;
+} compare_jobs;
+
+/* A file the child wrote, as a length (UINT64_MAX: none) and its bytes. */
+static void put_file(FILE *data, const char *path)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    uint64_t l = UINT64_MAX;
+    ms_error err;
+    if (path && access(path, F_OK) == 0 && ms_read_all(path, SIZE_MAX, &buf, &len, &err) == MS_OK)
+        l = len;
+    fwrite(&l, sizeof l, 1, data);
+    if (l != UINT64_MAX) fwrite(buf, 1, len, data);
+    free(buf);
+    if (path) remove(path);
+}
+
+static const char *get_file(const char **p, const char *end, size_t *len)
+{
+    uint64_t l;
+    if ((size_t)(end - *p) < sizeof l) return NULL;
+    memcpy(&l, *p, sizeof l);
+    *p += sizeof l;
+    if (l == UINT64_MAX || l > (uint64_t)(end - *p)) return NULL;
+    const char *b = *p;
+    *p += l;
+    *len = (size_t)l;
+    return b;
+}
+
+static int compare_job(size_t i, void *vc, FILE *data)
+{
+    compare_jobs *c = vc;
+    cli_args a = *c->a;
+    const char *pol = a.policies[i];
+    char dir[4096], tlp[4200], mem[4200], sch[4200];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/memsim-job-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int need = c->timeline || a.out.memcsv_path || a.out.schedule_path;
+    if (need && !mkdtemp(dir)) {
+        fprintf(stderr, "memsim compare: cannot create a folder in %s for a job's outputs: %s\n",
+                tmp && *tmp ? tmp : "/tmp", strerror(errno));
+        return MS_EXIT_INTERNAL;
+    }
+    snprintf(tlp, sizeof tlp, "%s/timeline.json", dir);
+    snprintf(mem, sizeof mem, "%s/mem.csv", dir);
+    snprintf(sch, sizeof sch, "%s/schedule.txt", dir);
+    if (a.out.memcsv_path) a.out.memcsv_path = mem;
+    if (a.out.schedule_path) a.out.schedule_path = sch;
+    sim_result r;
+    ms_error err;
+    ms_out *tl = NULL;
+    int tl_first = 1, rc = 0;
+    ms_status st = c->timeline ? ms_out_open(tlp, &tl, &err) : MS_OK;
+    const trace_t *t;
+    if (st == MS_OK) st = forms_get(c->f, &a.w, c->m, pol_form_of(pol), &t, &err);
+    if (st == MS_OK) st = run_one(&a, t, c->m, pol, tl, (int)i + 1, &tl_first, &r, &err);
+    if (st != MS_OK) {
+        rc = cli_fail("compare", st, &err);
+        error_row(&r, pol, &a.w, c->m, err.msg);
+    }
+    if (tl) ms_out_commit(tl, &err);
+    fwrite(&r, sizeof r, 1, data);
+    put_file(data, c->timeline ? tlp : NULL);
+    put_file(data, c->a->out.memcsv_path ? mem : NULL);
+    put_file(data, c->a->out.schedule_path ? sch : NULL);
+    if (need) rmdir(dir);
+    return rc;
+}
+
+static void compare_label(size_t i, void *vc, char *buf, size_t n)
+{
+    compare_jobs *c = vc;
+    snprintf(buf, n, "%s", c->a->policies[i]);
+}
+
+/* A file the job wrote, saved where the user asked; on an error the row becomes an error row
+ * as the run one after the other makes it. Returns 0 when saved. */
+static int compare_save(compare_jobs *c, size_t i, const char *path, const char *buf, size_t len)
+{
+    ms_error err;
+    ms_status st = ms_out_save(path, buf, len, &err);
+    if (st == MS_OK) return 0;
+    int r = cli_fail("compare", st, &err);
+    if (!c->failed) c->failed = r;
+    error_row(&c->rs[i], c->a->policies[i], &c->a->w, c->m, err.msg);
+    return -1;
+}
+
+static void compare_done(size_t i, const jobs_result *jr, void *vc)
+{
+    compare_jobs *c = vc;
+    fwrite(jr->out, 1, jr->out_len, stdout);
+    fwrite(jr->err, 1, jr->err_len, stderr);
+    if (jr->status && !c->failed) c->failed = jr->status;
+    const char *p = jr->data, *end = jr->data + jr->data_len;
+    if (jr->data_len < sizeof *c->rs) { /* the job could not even start its work */
+        error_row(&c->rs[i], c->a->policies[i], &c->a->w, c->m, "the job sent no result");
+        if (!c->failed) c->failed = MS_EXIT_INTERNAL;
+        return;
+    }
+    memcpy(&c->rs[i], p, sizeof *c->rs);
+    p += sizeof *c->rs;
+    size_t tl_len = 0, mem_len = 0, sch_len = 0;
+    const char *tlb = get_file(&p, end, &tl_len);
+    const char *memb = get_file(&p, end, &mem_len);
+    const char *schb = get_file(&p, end, &sch_len);
+    /* the order in which one policy's run writes them: schedule, timeline, memory CSV */
+    if (schb && compare_save(c, i, c->a->out.schedule_path, schb, sch_len)) return;
+    if (tlb && tl_len && c->tl) {
+        if (!*c->tl_first) ms_out_write(c->tl, ",", 1);
+        ms_out_write(c->tl, tlb, tl_len);
+        *c->tl_first = 0;
+    }
+    if (memb) compare_save(c, i, c->a->out.memcsv_path, memb, mem_len);
+}
+
 int cmd_compare(int argc, char **argv)
 {
-    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_BREAKDOWN;
+    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_BREAKDOWN |
+                       CLI_JOBS;
     cli_args a;
     int rc = parse_cmd(argc, argv, g, "compare",
                        "Runs several policies on one workload and prints them side by side;\n"
@@ -293,7 +428,9 @@ int cmd_compare(int argc, char **argv)
                        "unless --trace or --gen offload fixes one). A policy that cannot run\n"
                        "on the workload gets an 'error' row (why: on standard error and in the\n"
                        "CSV's failure column); the others still run, and the exit status is\n"
-                       "the first such error's.", &a);
+                       "the first such error's. With -j N, up to N policies run at once, in N\n"
+                       "forked worker processes; the table, CSV, timeline, memory CSV and figures\n"
+                       "are the same as with -j 1.", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("compare", a.plot_dir))) return rc;
     machine_profile *mp;
@@ -315,7 +452,26 @@ int cmd_compare(int argc, char **argv)
         }
         ms_out_printf(tl, "{\"traceEvents\":[");
     }
-    for (size_t i = 0; i < a.n_policies; i++) {
+    if (a.jobs > 1) {
+        for (size_t i = 0; i < a.n_policies; i++) { /* each form once, before the fork */
+            const trace_t *t;
+            ms_error err;
+            forms_get(&f, &a.w, &mp->m, pol_form_of(a.policies[i]), &t, &err);
+        }
+        compare_jobs c = {&a, &mp->m, &f, tl != NULL, rs, tl, &tl_first, 0};
+        jobs_spec js = {"compare", a.n_policies, a.jobs, a.quiet, compare_job, compare_done,
+                        compare_label, &c};
+        int jr = jobs_run(&js);
+        if (jr) {
+            ms_out_abort(tl);
+            forms_free(&f);
+            machine_profile_free(mp);
+            return jr;
+        }
+        failed = c.failed;
+        n = a.n_policies;
+    }
+    for (size_t i = 0; a.jobs <= 1 && i < a.n_policies; i++) {
         if (!a.quiet) fprintf(stderr, "memsim compare: simulating %s (%zu/%zu)\n",
                               a.policies[i], i + 1, a.n_policies);
         const trace_t *t;
@@ -390,6 +546,14 @@ int cmd_compare(int argc, char **argv)
 /* ---- memsim sweep: policies over sequence lengths or micro-batch sizes ---- */
 
 #define SWEEP_DEFAULT_SEQS "8K,16K,32K,64K,128K,256K,512K,1M"
+
+#ifdef MEMSIM_MPI
+#define SWEEP_MPI_HELP "\nUnder mpirun -n N (or srun) the grid's points are spread over the N ranks;\n" \
+    "rank 0 prints and writes everything, as one process would, and runs the\n" \
+    "--longest bisections (with -j, in its own pool)."
+#else
+#define SWEEP_MPI_HELP ""
+#endif
 
 /* A swept value as the table shows it: 64K or 1M for lengths (plain when not a whole number of
  * K), the number for batch sizes. */
@@ -518,6 +682,80 @@ static int sweep_longest(const cli_args *a, const machine_t *m, const sim_result
     return MS_EXIT_OK;
 }
 
+/* ---- sweep -j N: a job per point of the grid, then a job per policy's --longest bisection
+ * (each depends only on its policy's grid results; its probes stay one after the other) ---- */
+
+typedef struct sweep_jobs {
+    const cli_args *a;
+    const machine_t *m;
+    sim_result *rs;   /* the grid, point-major */
+    uint64_t step;    /* --longest's resolution */
+    int failed;       /* the grid's first error */
+    int rc;           /* the bisections': the first that did not end well */
+} sweep_jobs;
+
+static int sweep_point_job(size_t i, void *vc, FILE *data)
+{
+    sweep_jobs *c = vc;
+    size_t np = c->a->n_policies;
+    sim_result *rs = calloc(np, sizeof *rs);
+    if (!rs) {
+        fprintf(stderr, "memsim sweep: out of memory\n");
+        return MS_EXIT_INTERNAL;
+    }
+    int failed = 0;
+    sweep_at(c->a, c->m, c->a->points[i], c->a->policies, np, rs, &failed);
+    fwrite(rs, sizeof *rs, np, data);
+    free(rs);
+    return failed;
+}
+
+static void sweep_point_label(size_t i, void *vc, char *buf, size_t n)
+{
+    sweep_jobs *c = vc;
+    point_at(c->a, c->a->points[i], buf, n);
+}
+
+static void sweep_point_done(size_t i, const jobs_result *jr, void *vc)
+{
+    sweep_jobs *c = vc;
+    size_t np = c->a->n_policies;
+    fwrite(jr->out, 1, jr->out_len, stdout);
+    fwrite(jr->err, 1, jr->err_len, stderr);
+    if (jr->data_len == np * sizeof *c->rs) memcpy(&c->rs[i * np], jr->data, jr->data_len);
+    else
+        for (size_t j = 0; j < np; j++) {
+            pipe_workload w = c->a->w;
+            if (c->a->points_are_batches) w.batch = c->a->points[i];
+            else w.seq = c->a->points[i];
+            error_row(&c->rs[i * np + j], c->a->policies[j], &w, c->m, "the job sent no result");
+        }
+    if (jr->status && !c->failed) c->failed = jr->status;
+}
+
+static int sweep_longest_job(size_t j, void *vc, FILE *data)
+{
+    (void)data;
+    sweep_jobs *c = vc;
+    return sweep_longest(c->a, c->m, c->rs, j, c->step);
+}
+
+static void sweep_longest_label(size_t j, void *vc, char *buf, size_t n)
+{
+    sweep_jobs *c = vc;
+    snprintf(buf, n, "the bisection of %s", c->a->policies[j]);
+}
+
+static void sweep_longest_done(size_t j, const jobs_result *jr, void *vc)
+{
+    (void)j;
+    sweep_jobs *c = vc;
+    if (c->rc) return; /* one after the other, the bisections stop at the first error */
+    fwrite(jr->out, 1, jr->out_len, stdout);
+    fwrite(jr->err, 1, jr->err_len, stderr);
+    c->rc = jr->status;
+}
+
 /* The x coordinate of a point in the figure: K tokens, or the batch size. */
 static double point_x(const cli_args *a, uint64_t x)
 {
@@ -582,7 +820,8 @@ static int sweep_args_check(const cli_args *a)
 
 int cmd_sweep(int argc, char **argv)
 {
-    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_SWEEP;
+    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_SWEEP |
+                       CLI_JOBS;
     cli_args a;
     int rc = parse_cmd(argc, argv, g, "sweep",
                        "Runs several policies at several sequence lengths (--seqs) or micro-batch\n"
@@ -592,7 +831,11 @@ int cmd_sweep(int argc, char **argv)
                        "--csv writes every run's results row, --plot DIR the figure. Each\n"
                        "policy gets the workload in the form it plans (as compare); a policy\n"
                        "that cannot run at a point shows 'error' there (why: on standard\n"
-                       "error), the others go on, and the exit status is the first error's.", &a);
+                       "error), the others go on, and the exit status is the first error's.\n"
+                       "With -j N, up to N points of the grid run at once, in N forked worker\n"
+                       "processes, and then up to N policies' --longest bisections (each one's\n"
+                       "probes depend on the one before, so they stay one after the other);\n"
+                       "the table, CSV and figure are the same as with -j 1." SWEEP_MPI_HELP, &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (!a.n_points && (rc = cli_set_points("sweep", "seqs", SWEEP_DEFAULT_SEQS, 0, &a)))
         return rc;
@@ -608,7 +851,19 @@ int cmd_sweep(int argc, char **argv)
     }
     char v[48];
     int failed = 0; /* a policy that cannot run at some point: error cells, the rest go on */
-    for (size_t i = 0; i < a.n_points; i++) {
+    sweep_jobs c = {&a, &mp->m, rs, 0, 0, 0};
+    int pool = a.jobs > 1 || jobs_ranks() > 1; /* jobs_ranks: under mpirun with --with-mpi */
+    if (pool) {
+        jobs_spec js = {"sweep", a.n_points, a.jobs, a.quiet, sweep_point_job, sweep_point_done,
+                        sweep_point_label, &c};
+        if ((rc = jobs_run_ranks(&js))) {
+            free(rs);
+            machine_profile_free(mp);
+            return rc == JOBS_NOT_ROOT ? MS_EXIT_OK : rc;
+        }
+        failed = c.failed;
+    }
+    for (size_t i = 0; !pool && i < a.n_points; i++) {
         if (!a.quiet)
             fprintf(stderr, "memsim sweep: %s (%zu/%zu)\n",
                     point_at(&a, a.points[i], v, sizeof v), i + 1, a.n_points);
@@ -624,7 +879,14 @@ int cmd_sweep(int argc, char **argv)
         printf("%s that fits (bisection to %s; the first value that failed and why):\n",
                a.points_are_batches ? "largest micro-batch" : "longest sequence",
                point_name(&a, step, v, sizeof v));
-        for (size_t j = 0; j < np && !rc; j++) rc = sweep_longest(&a, &mp->m, rs, j, step);
+        if (a.jobs > 1) {
+            c.step = step;
+            jobs_spec js = {"sweep", np, a.jobs, a.quiet, sweep_longest_job, sweep_longest_done,
+                            sweep_longest_label, &c};
+            rc = jobs_run(&js);
+            if (!rc) rc = c.rc;
+        } else
+            for (size_t j = 0; j < np && !rc; j++) rc = sweep_longest(&a, &mp->m, rs, j, step);
     }
     if (!rc && a.csv_path) rc = write_csv("sweep", a.csv_path, rs, a.n_points * np);
     if (!rc && a.plot_dir) sweep_plot(&a, &mp->m, rs);

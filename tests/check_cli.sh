@@ -601,5 +601,49 @@ expect 0 "compare keep-all,full-swap --alpha 0.5: full-swap reads it" -- "$M" co
 expect 0 "memsim list" -- "$M" list
 ! grep -q "this workplace" "$T/out" && grep -q "h200-sxm .*an H200 SXM node of 8 GPUs (141 GB HBM3e each" "$T/out"
 ok $? "memsim list describes the measured profiles as the machines they are"
+# -j N (sim/jobs.c): a forked process per job, outputs byte for byte those of -j 1
+JW="--model gpt-7b --tp 4 --cp 2 --iters 1"
+JS="--seqs 64K,128K,256K,512K,1M --policies full-recompute,full-swap,memferry,keep-all --longest"
+expect 1 "sweep -j 1: several lengths and policies, one failing everywhere (memferry beyond one GPU): exit 1" -- "$M" sweep $JW $JS --csv "$T/sj1.csv"
+cp "$T/out" "$T/sj1.out"; grep -v "^memsim sweep: at " "$T/err" > "$T/sj1.err"
+expect 1 "sweep -j 2: the same exit status" -- "$M" sweep $JW $JS -j 2 --csv "$T/sj2.csv"
+cmp -s "$T/out" "$T/sj1.out" && cmp -s "$T/sj1.csv" "$T/sj2.csv" && grep -q "^  keep-all  *96K (104K: oom)$" "$T/out"
+ok $? "sweep -j 2: table, --longest bisections and CSV equal -j 1's"
+grep -v "^memsim sweep: finished " "$T/err" | cmp -s - "$T/sj1.err"; ok $? "sweep -j 2: the same error messages and bisection steps, in the same order"
+[ "$(grep -c '^memsim sweep: finished ' "$T/err")" = 9 ]; ok $? "sweep -j 2: a progress line per finished job (5 points, 4 bisections)"
+expect 0 "sweep -j 3 --quiet" -- "$M" sweep $JW --seqs 64K,128K,256K --policies full-recompute,full-swap -j 3 --quiet --csv "$T/sq3.csv"
+[ ! -s "$T/out" ] && [ ! -s "$T/err" ]; ok $? "sweep -j 3 --quiet prints nothing"
+JC="--model dims:4,1024,16,4096,50257 --seq 8K --tp 2 --machine h200-sxm --policies keep-all,full-swap,memferry,full-recompute,zero-offload"
+expect 1 "compare -j 1 with failing policies (memferry, zero-offload beyond one GPU): exit 1" -- "$M" compare $JC --csv "$T/cj1.csv" --timeline "$T/cj1.json" --memcsv "$T/cj1.mem.csv" --schedule "$T/cj1.sched"
+cp "$T/out" "$T/cj1.out"; grep -v "^memsim compare: simulating" "$T/err" > "$T/cj1.err"
+expect 1 "compare -j 2 with failing policies: exit 1" -- "$M" compare $JC -j 2 --csv "$T/cj2.csv" --timeline "$T/cj2.json" --memcsv "$T/cj2.mem.csv" --schedule "$T/cj2.sched"
+cmp -s "$T/out" "$T/cj1.out" && grep -q "^memferry .* error " "$T/out"; ok $? "compare -j 2: the table (with its error rows) equals -j 1's"
+cmp -s "$T/cj1.csv" "$T/cj2.csv" && cmp -s "$T/cj1.json" "$T/cj2.json" && cmp -s "$T/cj1.mem.csv" "$T/cj2.mem.csv" && cmp -s "$T/cj1.sched" "$T/cj2.sched"
+ok $? "compare -j 2: CSV, timeline, memory CSV and schedule equal -j 1's"
+grep -v "^memsim compare: finished" "$T/err" | cmp -s - "$T/cj1.err"; ok $? "compare -j 2: the same error message"
+expect 0 "compare -j 4 --breakdown, more jobs than policies" -- "$M" compare $W --policies keep-all,full-swap --breakdown -j 4
+cp "$T/out" "$T/cb4.out"
+expect 0 "compare --breakdown" -- "$M" compare $W --policies keep-all,full-swap --breakdown
+cmp -s "$T/out" "$T/cb4.out"; ok $? "compare -j 4 --breakdown equals -j 1"
+DI="${srcdir:-.}/experiments/dsa/instances"
+DF="$DI/minimalloc-A.1048576.csv $DI/somas-resnet50.csv $T/no-such.csv $DI/minimalloc-C.1048576.csv $DI/iopddl-S_1.csv"
+expect 4 "dsa --table over instances, one missing: exit 4" -- "$M" dsa --table --time-limit 0.5 --method greedy $DF
+cut -d'|' -f1-7,9- "$T/out" > "$T/dj1"; cp "$T/err" "$T/dj1.err"
+expect 4 "dsa --table -j 2: exit 4" -- "$M" dsa --table --time-limit 0.5 --method greedy -j 2 $DF
+cut -d'|' -f1-7,9- "$T/out" | cmp -s - "$T/dj1" && [ "$(wc -l < "$T/dj1")" = 6 ]; ok $? "dsa --table -j 2: the rows (but for the time column) equal -j 1's, in file order"
+grep -v "^memsim dsa: finished" "$T/err" | cmp -s - "$T/dj1.err"; ok $? "dsa -j 2: the same error message"
+for v in 0 -3 two 1025 1.5; do
+    expect 2 "sweep -j $v: exit 2" -- "$M" sweep $JW --seqs 64K -j "$v"
+    grep -q -- "--jobs '$v'" "$T/err"; ok $? "sweep -j $v: the message names the option and the value"
+done
+expect 2 "compare --jobs=0: exit 2" -- "$M" compare $W --jobs=0
+expect 2 "dsa -j x: exit 2" -- "$M" dsa --table -j x "$DI/somas-resnet50.csv"
+grep -q -- "--jobs 'x'" "$T/err"; ok $? "dsa -j x names the option"
+expect 2 "experiment NAME -j 0: exit 2" -- "$M" experiment dsa -j 0
+MEMSIM_JOBS_CRASH=1 "$M" sweep $JW --seqs 64K,128K,256K --policies keep-all -j 2 > "$T/out" 2> "$T/err"; r=$?
+[ $r = 5 ] && grep -q "internal error: job 2 of 3 (at 128K tokens)" "$T/err"; ok $? "a job whose process crashes: exit 5, naming the job"
+mkdir -p "$T/ex/show"; printf 'echo "jobs=${MEMSIM_JOBS:-unset} args=$*"\n' > "$T/ex/show/run.sh"
+MEMSIM_EXPERIMENTS="$T/ex" "$M" experiment show -j 3 a b > "$T/out" 2>&1
+grep -q "^jobs=3 args=a b$" "$T/out"; ok $? "memsim experiment NAME -j 3 runs the script with MEMSIM_JOBS=3"
 echo "1..$n"
 exit $bad

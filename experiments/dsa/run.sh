@@ -9,6 +9,9 @@
 #               experiments/dsa/instances, the public instances kept in the repository)
 #   MEMSIM      the memsim binary (default: memsim on PATH; e.g. MEMSIM=./sim/memsim)
 #   TIME_LIMIT  --time-limit of the minimize and capacity runs (default 10)
+#   MEMSIM_JOBS instance files solved at once (memsim dsa -j; default 1; `memsim experiment
+#               dsa -j N` sets it). The rows are the same but for the times; with N > 1
+#               a progress line per file goes to standard error
 # Prints Markdown on stdout. memsim's exit status 1 (an instance does not fit or is
 # undecided) is reported in the output, not treated as a failure of this script.
 set -u
@@ -21,6 +24,7 @@ if [ -z "$DIR" ]; then
     done
 fi
 TL=${TIME_LIMIT:-10}
+JOBS=${MEMSIM_JOBS:-1}
 if [ -z "$DIR" ] || [ ! -d "$DIR" ]; then
     echo "usage: $0 BENCH_DIR (or set MEMSIM_DSA_DIR)" >&2
     exit 2
@@ -37,7 +41,7 @@ if [ -z "$MM$REAL" ]; then
 fi
 
 run() { # prints the table, then memsim's exit status if not 0
-    "$MEMSIM" dsa --table "$@"
+    "$MEMSIM" dsa --table -j "$JOBS" "$@"
     rc=$?
     [ $rc -eq 0 ] || echo "(memsim dsa exit status $rc)"
 }
