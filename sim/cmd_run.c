@@ -107,6 +107,112 @@ static void error_row(sim_result *r, const char *policy, const pipe_workload *w,
     r->status = RS_ERROR;
 }
 
+/* ---- the line above a summary table: the workload, the machine and its capacities ---- */
+
+/* Bytes as "80.00 GiB", or "1.00 TiB" from a TiB on. */
+static const char *size_name(uint64_t b, char *buf, size_t n)
+{
+    if (b >= (UINT64_C(1) << 40)) snprintf(buf, n, "%.2f TiB", (double)b / (double)(UINT64_C(1) << 40));
+    else snprintf(buf, n, "%.2f GiB", (double)b / MS_GiB);
+    return buf;
+}
+
+/* A count as 256K or 1M when a whole number of those, else plain. */
+static const char *count_name(uint64_t x, char *buf, size_t n)
+{
+    if (x && x % (UINT64_C(1) << 20) == 0) snprintf(buf, n, "%lluM", (unsigned long long)(x >> 20));
+    else if (x && x % 1024 == 0) snprintf(buf, n, "%lluK", (unsigned long long)(x >> 10));
+    else snprintf(buf, n, "%llu", (unsigned long long)x);
+    return buf;
+}
+
+/* The workload's identification: from the trace's meta lines when t is given (only what they
+ * say), else from a result the pipeline filled from them (id; NULL: none ran). */
+typedef struct wl_ids {
+    const char *model;
+    int has_seq, has_batch, has_par;
+    uint64_t seq, batch, tp, cp, dp;
+} wl_ids;
+
+static void ids_of(const trace_t *t, const sim_result *id, wl_ids *w)
+{
+    memset(w, 0, sizeof *w);
+    w->tp = w->cp = w->dp = 1;
+    if (t) {
+        w->model = trace_get_meta(t, "model");
+        w->has_seq = trace_get_meta(t, "seq") != NULL;
+        w->has_batch = trace_get_meta(t, "batch") != NULL;
+        w->seq = trace_meta_u64(t, "seq", 0);
+        w->batch = trace_meta_u64(t, "batch", 1);
+        const char *k[3] = {"tp", "cp", "dp"};
+        uint64_t *v[3] = {&w->tp, &w->cp, &w->dp};
+        for (int i = 0; i < 3; i++) {
+            if (!trace_get_meta(t, k[i])) continue;
+            w->has_par = 1;
+            *v[i] = trace_meta_u64(t, k[i], 1);
+        }
+        return;
+    }
+    if (!id) return;
+    w->model = strcmp(id->model, "-") ? id->model : NULL;
+    w->has_seq = w->has_batch = w->has_par = 1;
+    w->seq = id->seq;
+    w->batch = id->batch ? id->batch : 1;
+    w->tp = id->tp > 0 ? (uint64_t)id->tp : 1;
+    w->cp = id->cp > 0 ? (uint64_t)id->cp : 1;
+    w->dp = id->dp > 0 ? (uint64_t)id->dp : 1;
+}
+
+/* "workload: MODEL, seq S, batch B, tp T cp C dp D (N GPUs) on MACHINE: X device (Y usable)
+ * per GPU, host Z per node (W per GPU's share)". trace_path: the --trace file, named first.
+ * skip: 's' leaves out the sequence, 'b' the batch (the value a sweep sweeps), 0 neither. The
+ * GPU's host share is the simulator's (sim_result.host_capacity_bytes of rs[0..n)). */
+static void workload_line(FILE *f, const char *trace_path, const trace_t *t, const sim_result *rs,
+                          size_t n, const machine_t *m, int skip)
+{
+    const sim_result *id = NULL;
+    uint64_t share = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rs[i].status != RS_ERROR && !id) id = &rs[i];
+        if (rs[i].host_capacity_bytes > share) share = rs[i].host_capacity_bytes;
+    }
+    wl_ids w;
+    ids_of(t, id, &w);
+    char b1[32], b2[32];
+    const char *sep = "";
+    fprintf(f, "workload: ");
+    if (trace_path) {
+        fprintf(f, "trace %s", trace_path);
+        sep = ": ";
+    }
+    if (!t && !id) fprintf(f, "%s(none ran)", sep);
+    else {
+        if (w.model) {
+            fprintf(f, "%s%s", sep, w.model);
+            sep = ", ";
+        }
+        if (w.has_seq && skip != 's') {
+            fprintf(f, "%sseq %s", sep, count_name(w.seq, b1, sizeof b1));
+            sep = ", ";
+        }
+        if (w.has_batch && skip != 'b') {
+            fprintf(f, "%sbatch %llu", sep, (unsigned long long)w.batch);
+            sep = ", ";
+        }
+        if (w.has_par) {
+            uint64_t g = w.tp * w.cp * w.dp;
+            fprintf(f, "%stp %llu cp %llu dp %llu (%llu GPU%s)", sep, (unsigned long long)w.tp,
+                    (unsigned long long)w.cp, (unsigned long long)w.dp, (unsigned long long)g,
+                    g == 1 ? "" : "s");
+        }
+    }
+    fprintf(f, " on %s: %s device (%.2f usable) per GPU, host %s per node", m->name,
+            size_name(m->gpu_hbm_bytes, b1, sizeof b1), (double)machine_usable_bytes(m) / MS_GiB,
+            size_name(m->host_mem_bytes, b2, sizeof b2));
+    if (share) fprintf(f, " (%s per GPU's share)", size_name(share, b1, sizeof b1));
+    fputc('\n', f);
+}
+
 /* Loads the machine and the workload in the form of the command's policy; prints errors. */
 static int setup(const char *cmd, const cli_args *a, machine_profile **mp, forms *f,
                  const trace_t **t)
@@ -227,6 +333,7 @@ int cmd_simulate(int argc, char **argv)
     if (st != MS_OK) rc = cli_fail("simulate", st, &err);
     if (!rc) {
         if (!a.quiet) {
+            workload_line(stdout, a.w.trace_path, t, &r, 1, &mp->m, 0);
             res_table(stdout, &r, 1);
             res_notes(stdout, &r, 1);
         }
@@ -494,6 +601,10 @@ int cmd_compare(int argc, char **argv)
     }
     if (!rc) {
         if (!a.quiet) {
+            /* the plain form's meta when one ran on it (the forms share model, seq, batch and
+             * the parallel degrees) */
+            const trace_t *t = f.t[POL_FORM_PLAIN] ? f.t[POL_FORM_PLAIN] : f.t[POL_FORM_OFFLOAD];
+            workload_line(stdout, a.w.trace_path, t, rs, n, &mp->m, 0);
             res_table(stdout, rs, n);
             res_verdict(stdout, rs, n);
             res_notes(stdout, rs, n);
@@ -611,11 +722,13 @@ static void sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const ch
 }
 
 /* The table: one row per point, MFU (%) or the failure per policy, then the fastest. */
-static void sweep_table(const cli_args *a, const sim_result *rs)
+static void sweep_table(const cli_args *a, const machine_t *m, const sim_result *rs)
 {
     size_t np = a->n_policies;
     char v[32];
     int wd[CLI_MAX_POLICIES]; /* a column as wide as its policy's name, at least 8 */
+    workload_line(stdout, a->w.trace_path, NULL, rs, a->n_points * np, m,
+                  a->points_are_batches ? 'b' : 's');
     printf("%-8s", a->points_are_batches ? "batch" : "seq");
     for (size_t j = 0; j < np; j++) {
         size_t l = strlen(a->policies[j]);
@@ -869,7 +982,7 @@ int cmd_sweep(int argc, char **argv)
                     point_at(&a, a.points[i], v, sizeof v), i + 1, a.n_points);
         sweep_at(&a, &mp->m, a.points[i], a.policies, np, &rs[i * np], &failed);
     }
-    if (!rc && !a.quiet) sweep_table(&a, rs);
+    if (!rc && !a.quiet) sweep_table(&a, &mp->m, rs);
     if (!rc && a.longest && !a.quiet) {
         uint64_t step = a.step ? a.step
                         : a.points_are_batches

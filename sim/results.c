@@ -149,32 +149,43 @@ void res_csv_row(FILE *f, const sim_result *r)
 
 static double gib(uint64_t b) { return (double)b / MS_GiB; }
 
+/* 1 when some result ran on more than one GPU: the table then also gives the node's host
+ * memory (host_node_peak_bytes, the per-GPU peak times the GPUs sharing the node's host). */
+static int any_parallel(const sim_result *rs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const sim_result *r = &rs[i];
+        if ((r->tp > 0 ? r->tp : 1) * (r->cp > 0 ? r->cp : 1) * (r->dp > 0 ? r->dp : 1) > 1)
+            return 1;
+    }
+    return 0;
+}
+
 void res_table(FILE *f, const sim_result *rs, size_t n)
 {
-    fprintf(f, "%-20s %-11s %-6s %10s %6s %9s %9s %9s %6s %9s %10s\n", "policy", "allocator",
-            "status", "iter_s", "MFU%", "TGS", "resv_GiB", "alloc_GiB", "frag%", "host_GiB",
-            "retries/it");
+    int node = any_parallel(rs, n);
+    fprintf(f, "%-20s %-11s %-6s %10s %6s %9s %9s %9s %6s %9s", "policy", "allocator",
+            "status", "iter_s", "MFU%", "TGS", "resv_GiB", "alloc_GiB", "frag%", "host_GiB");
+    if (node) fprintf(f, " %9s", "node_GiB");
+    fprintf(f, " %10s\n", "retries/it");
     for (size_t i = 0; i < n; i++) {
         const sim_result *r = &rs[i];
         int failed = r->status == RS_OOM || r->status == RS_OOHM;
-        if (!failed) {
-            fprintf(f, "%-20.20s %-11.11s %-6s %10.4f %6.2f %9.1f %9.2f %9.2f %6.2f %9.2f %10llu\n",
-                    r->policy[0] ? r->policy : "-", r->allocator[0] ? r->allocator : "-",
-                    res_status_name(r->status), r->iter_time_s, r->mfu * 100, r->tgs,
-                    gib(r->peak_reserved_bytes), gib(r->peak_allocated_bytes),
-                    r->fragmentation * 100, gib(r->host_peak_bytes),
-                    (unsigned long long)r->alloc_retries_per_iter);
-            continue;
-        }
+        fprintf(f, "%-20.20s %-11.11s %-6s ", r->policy[0] ? r->policy : "-",
+                r->allocator[0] ? r->allocator : "-", res_status_name(r->status));
         /* a run that failed has no iteration time: the peaks it reached before the failing
          * request, then that request on a line of its own */
-        fprintf(f, "%-20.20s %-11.11s %-6s %10s %6s %9s %9.2f %9.2f %6.2f %9.2f %10llu\n",
-                r->policy[0] ? r->policy : "-", r->allocator[0] ? r->allocator : "-",
-                res_status_name(r->status), "-", "-", "-", gib(r->peak_reserved_bytes),
-                gib(r->peak_allocated_bytes), r->fragmentation * 100,
-                gib(r->host_peak_bytes), (unsigned long long)r->alloc_retries_per_iter);
-        fprintf(f, "  %s: %s\n", res_status_name(r->status),
-                r->failure[0] ? r->failure : "the failing request was not recorded");
+        if (!failed)
+            fprintf(f, "%10.4f %6.2f %9.1f", r->iter_time_s, r->mfu * 100, r->tgs);
+        else
+            fprintf(f, "%10s %6s %9s", "-", "-", "-");
+        fprintf(f, " %9.2f %9.2f %6.2f %9.2f", gib(r->peak_reserved_bytes),
+                gib(r->peak_allocated_bytes), r->fragmentation * 100, gib(r->host_peak_bytes));
+        if (node) fprintf(f, " %9.2f", gib(r->host_node_peak_bytes));
+        fprintf(f, " %10llu\n", (unsigned long long)r->alloc_retries_per_iter);
+        if (failed)
+            fprintf(f, "  %s: %s\n", res_status_name(r->status),
+                    r->failure[0] ? r->failure : "the failing request was not recorded");
     }
 }
 

@@ -56,7 +56,8 @@ extern const char *const RES_CSV_COLUMNS[];
 size_t res_csv_ncolumns(void);
 void res_csv_header(FILE *f);
 void res_csv_row(FILE *f, const sim_result *r);
-/* Human-readable summary table of several results (memsim compare). */
+/* Human-readable summary table of several results (memsim compare): host_GiB is one GPU's
+ * host peak; when a result ran on more than one GPU, node_GiB the node's (host_node_peak_bytes). */
 void res_table(FILE *f, const sim_result *rs, size_t n);
 /* The index of the fastest result that fits (status ok), -1 when none does; *second (if not
  * NULL) the next fastest, or -1. */

@@ -64,6 +64,33 @@ if [ -n "${srcdir:-}" ] && [ -f "$srcdir/tests/golden/simulate-full-swap.txt" ];
     r=$?; [ $r = 0 ] || diff "$srcdir/tests/golden/simulate-full-swap.txt" "$T/table1" | sed 's/^/#   /'
     ok $r "simulate table equals the golden output"
 fi
+# the line above the table: the workload from the trace's meta, the machine from its profile
+PROF="${srcdir:-.}/traces/machines/h200-sxm.machine"
+hbm=$(awk '$1 == "gpu.hbm_bytes" { printf "%.2f GiB", $2 / 2^30 }' "$PROF")
+use=$(awk '$1 == "gpu.hbm_bytes" { h = $2 } $1 == "gpu.reserved_bytes" { r = $2 } END { printf "%.2f", (h - r) / 2^30 }' "$PROF")
+hst=$(awk '$1 == "host.mem_bytes" { printf "%.2f GiB", $2 / 2^30 }' "$PROF")
+head -n 1 "$T/table1" | grep -qxF "workload: dims:4,1024,16,4096,50257, seq 8K, batch 1, tp 1 cp 1 dp 1 (1 GPU) on h200-sxm: $hbm device ($use usable) per GPU, host $hst per node ($hst per GPU's share)"
+r=$?; [ $r = 0 ] || head -n 1 "$T/table1" | sed 's/^/#   /'
+ok $r "simulate's first line names the workload, the machine and its capacities from the profile"
+sed -n 2p "$T/table1" | grep -q "^policy .* host_GiB retries/it$"; ok $? "one GPU: no node column"
+expect 0 "compare at tp 2" -- "$M" compare $W --tp 2 --policies keep-all,full-swap
+head -n 1 "$T/out" | grep -qF "tp 2 cp 1 dp 1 (2 GPUs) on h200-sxm: $hbm device"
+ok $? "compare's first line gives the parallel degrees and the GPUs"
+awk 'NR == 2 { for (i = 1; i <= NF; i++) { if ($i == "host_GiB") h = i; if ($i == "node_GiB") n = i } }
+     $1 == "full-swap" { f = 1; if (!h || !n || $h + 0 <= 0 || ($n - 2 * $h) ^ 2 > 0.0001) bad = 1 }
+     END { exit !(f && !bad) }' "$T/out"
+ok $? "tp 2: the node column is the per-GPU host peak times the 2 GPUs sharing the node's host"
+expect 0 "compare with the default machine" -- "$M" compare --model dims:2,256,4,1024,1000 --seq 512 --policies keep-all
+head -n 1 "$T/out" | grep -q "^workload: .* on a800-8gpu: "; ok $? "compare names its default machine"
+expect 0 "simulate --quiet" -- "$M" simulate $W --policy full-swap --quiet
+[ ! -s "$T/out" ]; ok $? "--quiet prints nothing"
+"$M" trace gen --model dims:2,256,4,1024,1000 --seq 512 --batch 2 --machine h200-sxm -o "$T/wl.trace" 2>/dev/null
+expect 0 "simulate a trace file" -- "$M" simulate --trace "$T/wl.trace" --machine h200-sxm --policy keep-all
+head -n 1 "$T/out" | grep -qxF "workload: trace $T/wl.trace: dims:2,256,4,1024,1000, seq 512, batch 2, tp 1 cp 1 dp 1 (1 GPU) on h200-sxm: $hbm device ($use usable) per GPU, host $hst per node ($hst per GPU's share)"
+ok $? "a trace file's workload line names the file and what its meta says"
+expect 0 "sweep's table" -- "$M" sweep --model dims:2,256,4,1024,1000 --seqs 512,1K --machine h200-sxm --policies keep-all
+head -n 1 "$T/out" | grep -qxF "workload: dims:2,256,4,1024,1000, batch 1, tp 1 cp 1 dp 1 (1 GPU) on h200-sxm: $hbm device ($use usable) per GPU, host $hst per node ($hst per GPU's share)"
+ok $? "sweep's first line: the workload without the swept length"
 grep -q '"traceEvents"' "$T/a.json" && grep -q '"ph":"C"' "$T/a.json"; ok $? "timeline is Chrome-trace JSON with counters"
 TL="${srcdir:-.}/tests/timeline_check.awk"
 awk -f "$TL" "$T/a.json" > "$T/tl.out"; r=$?; [ $r = 0 ] || sed 's/^/#   /' "$T/tl.out" | head -5
@@ -141,7 +168,8 @@ grep -q "; oom: keep-all$" "$T/out"; ok $? "the verdict lists the policy that ra
 SW="--dims 8,2048,16,8192,50257 --machine h200-sxm"
 expect 0 "sweep: three policies over five lengths with --longest" -- "$M" sweep $SW --seqs 16K,32K,64K,128K,256K --policies keep-all,full-recompute,full-swap --longest
 cp "$T/out" "$T/sweep1"
-awk 'NR == 1 { for (i = 2; i <= 4; i++) name[i] = $i; next }
+awk 'NR == 1 { next }
+     NR == 2 { for (i = 2; i <= 4; i++) name[i] = $i; next }
      /^longest/ { exit }
      { best = ""; b = -1; for (i = 2; i <= 4; i++) if ($i ~ /^[0-9.]+$/ && $i + 0 > b) { b = $i + 0; best = name[i] }
        if (best == "") best = "none"; if ($5 != best) bad = 1; rows++ }
