@@ -100,7 +100,10 @@ int cmd_bench(int argc, char **argv)
             printf("usage: memsim bench [--events N] [--runs N]\n"
                    "Measures memsim's own speed on this machine: allocator replay throughput\n"
                    "(events per second, one thread) and the time to simulate one gpt-7b\n"
-                   "iteration at 1M tokens under full-swap. Record results in BENCHMARKS.md.\n");
+                   "iteration at 1M tokens under full-swap. Record results in BENCHMARKS.md.\n"
+                   "\nexamples (from the source directory, sim/ on the PATH):\n"
+                   "  memsim bench\n"
+                   "  memsim bench --events 100000 --runs 3\n");
             return MS_EXIT_OK;
         default:
             goto bad;

@@ -41,7 +41,10 @@ static void usage(FILE *f)
             "                     busier machine stops at its clock backstop)\n"
             "  --help             this text\n"
             "exit status: 0 done (fits), 1 does not fit or undecided, 2 usage, 3 bad input,\n"
-            "4 cannot read or write a file, 5 internal error\n");
+            "4 cannot read or write a file, 5 internal error\n"
+            "\nexamples (from the source directory, sim/ on the PATH):\n"
+            "  memsim dsa --table experiments/dsa/instances/*.csv\n"
+            "  memsim dsa experiments/dsa/instances/iopddl-S_1.csv\n");
 }
 
 typedef struct dsa_cli {

@@ -135,7 +135,11 @@ int cmd_experiment(int argc, char **argv)
                "numbers beside memsim's with the differences; ARGS go to its run.sh (see its\n"
                "README.md). The scripts run this memsim binary. -j N (--jobs N, before or\n"
                "right after NAME) sets MEMSIM_JOBS=N for the script: experiments/dsa passes\n"
-               "it on to memsim dsa -j; the other experiments run one job at a time.\n");
+               "it on to memsim dsa -j; the other experiments run one job at a time.\n"
+               "\nexamples (from the source directory, sim/ on the PATH):\n"
+               "  memsim experiment list\n"
+               "  memsim experiment memo\n"
+               "  memsim experiment -j 2 dsa\n");
         return argc < 2 ? MS_EXIT_USAGE : MS_EXIT_OK;
     }
     if (!strcmp(argv[1], "list")) {
@@ -157,7 +161,10 @@ int cmd_validate(int argc, char **argv)
                "       memsim validate compare GPUDIR [--write-doc]\n"
                "                                         here: simulate the same cases, compare\n"
                "Runs experiments/validate/run.sh: predicted vs measured iteration time, peak\n"
-               "reserved bytes and host-link busy time (docs/VALIDATION.md).\n");
+               "reserved bytes and host-link busy time (docs/VALIDATION.md).\n"
+               "\nexamples (from the source directory, sim/ on the PATH):\n"
+               "  memsim validate gpu out/gpu\n"
+               "  memsim validate compare out/gpu\n");
         return MS_EXIT_OK;
     }
     return run_script(argv[0], "validate", argc - 1, argv + 1);

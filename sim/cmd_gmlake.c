@@ -843,7 +843,10 @@ static void usage(FILE *f)
             "  --batch14 N           Fig. 14 batch (default 72)\n"
             "  --iterations14 N      Fig. 14 iterations (default 10)\n"
             "  --allocators LIST     default caching,stitching,expandable,static\n"
-            "  --real FILE           an imported PyTorch trace to replay (repeatable)\n");
+            "  --real FILE           an imported PyTorch trace to replay (repeatable)\n"
+            "\nexamples (from the source directory, sim/ on the PATH):\n"
+            "  memsim gmlake --out out/gmlake\n"
+            "  memsim gmlake --allocators caching,stitching --out out/gmlake-2\n");
 }
 
 static size_t split_list(char *buf, const char **out, size_t max)

@@ -69,7 +69,11 @@ int cmd_list(int argc, char **argv)
     const char *what = argc > 1 ? argv[1] : "all";
     if (!strcmp(what, "--help") || !strcmp(what, "-h")) {
         printf("usage: memsim list [models|machines|policies|allocators]\n"
-               "Lists what memsim knows, with one-line descriptions and sources.\n");
+               "Lists what memsim knows, with one-line descriptions and sources.\n"
+               "\nexamples (from the source directory, sim/ on the PATH):\n"
+               "  memsim list\n"
+               "  memsim list machines\n"
+               "  memsim list policies\n");
         return MS_EXIT_OK;
     }
     if (argc > 2) {

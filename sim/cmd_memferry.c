@@ -1016,7 +1016,10 @@ static void usage(FILE *f)
             "                         runs no FlashAttention; PyTorch 1.9's HF models are eager)\n"
             "  --no-sensitivity       skip the Adam-rate and batch sensitivity of Fig. 9\n"
             "  --quiet                no progress lines\n"
-            "Exit status 1 when a checked comparison row misses the paper (summary.txt).\n");
+            "Exit status 1 when a checked comparison row misses the paper (summary.txt).\n"
+            "\nexamples (from the source directory, sim/ on the PATH):\n"
+            "  memsim memferry --out out/memferry\n"
+            "  memsim memferry --no-sensitivity --quiet --out out/memferry-quick\n");
 }
 
 static int parse_figs(const char *s, unsigned *figs)

@@ -1039,7 +1039,11 @@ static void usage(FILE *f)
             "  --quick             fewer models and batches (table2, fig3)\n"
             "  --m3090 M, --ma100 M  the two testbeds' profiles (default rtx3090-pcie3,\n"
             "                      a100-80g-pcie4)\n"
-            "  -o DIR              output directory (tables as TSV; default standard output)\n");
+            "  -o DIR              output directory (tables as TSV; default standard output)\n"
+            "\nexamples (from the source directory, sim/ on the PATH):\n"
+            "  memsim protrain search --model gpt2-10b --machine rtx3090-pcie3 --batch 8 --gpus 4\n"
+            "  memsim protrain table2 --quick\n"
+            "  memsim protrain fig6 -o out/protrain\n");
 }
 
 int cmd_protrain(int argc, char **argv)

@@ -31,7 +31,11 @@ static void usage(FILE *f)
             "                           else the machine's order, lat.malloc_top_down),\n"
             "                           ascending or descending (cudaMalloc's usual order)\n"
             "  --check                  run the allocator's invariant check after every call\n"
-            "  --segments               list every segment size in order\n");
+            "  --segments               list every segment size in order\n"
+            "\nexamples (from the source directory, sim/ on the PATH):\n"
+            "  memsim replay --trace experiments/validate/traces/h100-sxm/real-8K.trace.gz --allocator caching,stitching,expandable\n"
+            "  memsim replay --trace experiments/validate/traces/h200-sxm/offload-8K.trace.gz --machine h200-sxm --segments\n"
+            "  memsim replay --trace experiments/validate/traces/h100-sxm/real-8K.trace.gz --capacity 40GiB --check\n");
 }
 
 /* PyTorch's numbers, from the importer's meta lines. */

@@ -49,12 +49,13 @@ static int make_dir(const char *cmd, const char *dir)
 /* Parses a command's options; with --help prints its usage (what the command does, then the
  * options of its groups) and returns -1. Otherwise the parse's exit status (0: go on). */
 static int parse_cmd(int argc, char **argv, unsigned groups, const char *cmd, const char *what,
-                     cli_args *a)
+                     const char *examples, cli_args *a)
 {
     int rc = cli_parse(argc, argv, groups, a);
     if (rc || !a->help) return rc;
     printf("usage: memsim %s [options]\n%s\n\noptions:\n", cmd, what);
     cli_print_options(stdout, groups);
+    printf("\nexamples (from the source directory, sim/ on the PATH):\n%s", examples);
     return -1;
 }
 
@@ -237,7 +238,10 @@ int cmd_plan(int argc, char **argv)
     int rc = parse_cmd(argc, argv, g, "plan",
                        "Runs a policy's planner on a workload and writes the plan file (-o;\n"
                        "default: standard output). The plan can be edited and simulated with\n"
-                       "memsim simulate --plan FILE.", &a);
+                       "memsim simulate --plan FILE.",
+                       "  memsim plan --model gpt-7b --seq 64K --tp 4 --cp 2 --policy full-recompute -o p.plan\n"
+                       "  memsim simulate --model gpt-7b --seq 64K --tp 4 --cp 2 --plan p.plan\n"
+                       "  memsim plan --model-config experiments/realworld/configs/llama3.2-1b.json --framework hf --precision amp --seq 2048 --batch 4 --machine h200-sxm --policy memo -o llama.plan\n", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     machine_profile *mp;
     forms f;
@@ -319,7 +323,10 @@ int cmd_simulate(int argc, char **argv)
     cli_args a;
     int rc = parse_cmd(argc, argv, g, "simulate",
                        "Simulates one training iteration of a workload under one policy (or a\n"
-                       "plan file) on a machine and prints the results.", &a);
+                       "plan file) on a machine and prints the results.",
+                       "  memsim simulate --model gpt2-1b --seq 1024 --batch 8 --machine h100-sxm --policy full-swap\n"
+                       "  memsim simulate --model-config experiments/realworld/configs/llama3.2-1b.json --framework hf --precision amp --seq 2048 --batch 4 --machine h200-sxm --policy full-recompute --csv r.csv\n"
+                       "  memsim simulate --dims 4,1024,16,4096,50257 --seq 8K --machine h200-sxm --policy full-swap --timeline t.json\n", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("simulate", a.plot_dir))) return rc;
     machine_profile *mp;
@@ -537,7 +544,10 @@ int cmd_compare(int argc, char **argv)
                        "CSV's failure column); the others still run, and the exit status is\n"
                        "the first such error's. With -j N, up to N policies run at once, in N\n"
                        "forked worker processes; the table, CSV, timeline, memory CSV and figures\n"
-                       "are the same as with -j 1.", &a);
+                       "are the same as with -j 1.",
+                       "  memsim compare --model gpt-7b --seq 64K --tp 4 --cp 2 --policies keep-all,full-recompute,full-swap\n"
+                       "  memsim compare --model-config experiments/realworld/configs/llama3.2-1b.json --framework hf --precision amp --seq 2048 --batch 4 --machine h200-sxm --policies keep-all,full-recompute --csv c.csv\n"
+                       "  memsim compare --model gpt2-1b --seq 1024 --batch 8 --machine h100-sxm --policies keep-all,full-swap --breakdown\n", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("compare", a.plot_dir))) return rc;
     machine_profile *mp;
@@ -948,7 +958,10 @@ int cmd_sweep(int argc, char **argv)
                        "With -j N, up to N points of the grid run at once, in N forked worker\n"
                        "processes, and then up to N policies' --longest bisections (each one's\n"
                        "probes depend on the one before, so they stay one after the other);\n"
-                       "the table, CSV and figure are the same as with -j 1." SWEEP_MPI_HELP, &a);
+                       "the table, CSV and figure are the same as with -j 1." SWEEP_MPI_HELP,
+                       "  memsim sweep --model gpt2-1b --seq 1024 --batches 8,16,32,64 --machine h100-sxm --longest\n"
+                       "  memsim sweep --model gpt-7b --tp 4 --cp 2 --seqs 64K,128K,256K --policies full-recompute,full-swap --csv s.csv\n"
+                       "  memsim sweep --model-config experiments/realworld/configs/llama3.2-1b.json --framework hf --precision amp --seqs 2K,4K,8K --batch 4 --machine h200-sxm --policies keep-all,full-recompute\n", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (!a.n_points && (rc = cli_set_points("sweep", "seqs", SWEEP_DEFAULT_SEQS, 0, &a)))
         return rc;

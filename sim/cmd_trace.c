@@ -17,7 +17,11 @@ static void trace_usage(FILE *f)
                "       memsim trace import --from pytorch-snapshot IN -o OUT\n"
                "                                              convert a PyTorch memory snapshot\n"
                "Run 'memsim trace SUBCOMMAND --help' for options. Traces ending in .gz are\n"
-               "read and written compressed. The format is in traces/FORMAT.md.\n");
+               "read and written compressed. The format is in traces/FORMAT.md.\n"
+               "\nexamples (from the source directory, sim/ on the PATH):\n"
+               "  memsim trace gen --model gpt2-1b --seq 1024 --batch 8 -o w.trace.gz\n"
+               "  memsim trace check w.trace.gz\n"
+               "  memsim trace import --from pytorch-snapshot tests/fixtures/synthetic_snapshot.json -o real.trace\n");
 }
 
 static int trace_gen(int argc, char **argv)
@@ -33,6 +37,10 @@ static int trace_gen(int argc, char **argv)
                         "options:\n");
         cli_print_options(stdout, CLI_WORKLOAD | CLI_MACHINE);
         printf("  %-28s %s\n", "-o FILE", "output trace (.gz compresses)");
+        printf("\nexamples (from the source directory, sim/ on the PATH):\n"
+               "  memsim trace gen --model gpt2-1b --seq 1024 --batch 8 -o w.trace.gz\n"
+               "  memsim trace gen --model-config experiments/realworld/configs/llama3.2-1b.json --framework hf --precision amp --seq 2048 --batch 4 --machine h200-sxm -o llama.trace.gz\n"
+               "  memsim trace gen --dims 4,1024,16,4096,50257 --seq 8K --tp 2 -o tp2.trace\n");
         return MS_EXIT_OK;
     }
     if (a.w.trace_path) {
@@ -59,7 +67,10 @@ static int trace_check(int argc, char **argv)
                 "usage: memsim trace check FILE...\n"
                 "Reads each trace to the end and prints every problem as FILE:LINE: message\n"
                 "(at most 1000 per file). Exit 0 if all are valid, 1 if any has problems, 3 if\n"
-                "one cannot be parsed at all, 4 if one cannot be read.\n");
+                "one cannot be parsed at all, 4 if one cannot be read.\n"
+                "\nexamples (from the source directory, sim/ on the PATH):\n"
+                "  memsim trace check experiments/validate/traces/h100-sxm/real-8K.trace.gz\n"
+                "  memsim trace check w.trace.gz real.trace\n");
         return argc < 2 ? MS_EXIT_USAGE : MS_EXIT_OK;
     }
     int rc = MS_EXIT_OK;
@@ -91,7 +102,10 @@ static int trace_stats_cmd(int argc, char **argv)
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fprintf(argc < 2 ? stderr : stdout, "usage: memsim trace stats FILE...\n"
                                             "Prints record counts, bytes by tensor class, peak live bytes,\n"
-                                            "total FLOPs and op time of each trace.\n");
+                                            "total FLOPs and op time of each trace.\n"
+                                            "\nexamples (from the source directory, sim/ on the PATH):\n"
+                                            "  memsim trace stats experiments/validate/traces/h100-sxm/real-8K.trace.gz\n"
+                                            "  memsim trace stats w.trace.gz\n");
         return argc < 2 ? MS_EXIT_USAGE : MS_EXIT_OK;
     }
     for (int i = 1; i < argc; i++) {
@@ -121,7 +135,10 @@ static void import_usage(FILE *f)
     fprintf(f, "usage: memsim trace import --from pytorch-snapshot [--device N] IN.json[.gz] -o OUT\n"
                "Converts the JSON form of torch.cuda.memory._snapshot() (or the wrapper written by\n"
                "traces/capture/record_snapshot.py) into a workload trace of alloc/free records,\n"
-               "with PyTorch's own segment sizes and peak reserved bytes as meta lines.\n");
+               "with PyTorch's own segment sizes and peak reserved bytes as meta lines.\n"
+               "\nexamples (from the source directory, sim/ on the PATH):\n"
+               "  memsim trace import --from pytorch-snapshot tests/fixtures/synthetic_snapshot.json -o real.trace\n"
+               "  memsim replay --trace real.trace --allocator caching,expandable\n");
 }
 
 static int trace_import(int argc, char **argv)

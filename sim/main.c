@@ -41,6 +41,10 @@ static void usage(FILE *f)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "  %-9s %s\n", "run", "execute a plan on a real GPU (needs the CUDA runtime)");
     fprintf(f, "  %-9s %s\n", "probe", "measure the GPU machine and write a machine profile");
+    fprintf(f, "\nexamples (from the source directory, sim/ on the PATH):\n"
+               "  memsim list\n"
+               "  memsim simulate --model gpt2-1b --seq 1024 --batch 8 --machine h100-sxm --policy full-swap\n"
+               "  memsim compare --model-config experiments/realworld/configs/llama3.2-1b.json --framework hf --precision amp --seq 2048 --batch 4 --machine h200-sxm --policies keep-all,full-recompute\n");
     fprintf(f, "\nRun 'memsim COMMAND --help' for a command's options.\n"
                "Exit status: 0 ok, 1 the run found problems (check errors, OOM where it matters),\n"
                "2 usage, 3 bad input or unknown name, 4 file I/O, 5 internal error.\n");

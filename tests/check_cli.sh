@@ -23,6 +23,26 @@ done
 for c in gen check stats import; do
     expect 0 "memsim trace $c --help exits 0" -- "$M" trace $c --help
 done
+# every --help ends with real command lines: an examples section
+for c in "" list trace "trace gen" "trace check" "trace stats" "trace import" plan simulate compare sweep replay dsa bench experiment validate protrain gmlake memferry; do
+    "$M" $c --help 2>/dev/null | grep -q "^examples" && [ "$("$M" $c --help 2>/dev/null | grep -c '^  memsim ')" -ge 2 ]
+    ok $? "memsim $c --help has an examples section"
+done
+# the examples of simulate, compare and replay run as written: from a folder where the
+# repository's relative paths resolve, writing their outputs there, memsim on the PATH
+EX="$T/ex"; mkdir -p "$EX/bin"
+case "$M" in /*) ln -s "$M" "$EX/bin/memsim" ;; *) ln -s "$PWD/$M" "$EX/bin/memsim" ;; esac
+SRC=$(cd "${srcdir:-.}" && pwd)
+for d in experiments traces tests; do ln -s "$SRC/$d" "$EX/$d"; done
+for c in simulate compare replay; do
+    "$M" $c --help | sed -n '/^examples/,$s/^  \(memsim .*\)/\1/p' > "$T/ex.$c"
+    [ -s "$T/ex.$c" ]; ok $? "memsim $c --help: examples found"
+    while IFS= read -r line; do
+        (cd "$EX" && PATH="$EX/bin:$PATH" sh -c "$line" > "$T/ex.out" 2>&1); r=$?
+        [ $r = 0 ] || { echo "#   exit $r: $line"; tail -n 3 "$T/ex.out" | sed 's/^/#   /'; }
+        ok $r "example runs: $line"
+    done < "$T/ex.$c"
+done
 expect 2 "no command: usage, exit 2" -- "$M"
 expect 2 "unknown command: exit 2" -- "$M" frobnicate
 expect 2 "unknown option: exit 2" -- "$M" simulate --no-such-option
