@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 memsim_install_deps
 memsim_build
 mkdir -p out/quickstart
+memsim_stage "running memsim compare (GPT-7B at 256K tokens on a800-8gpu, 3 policies)"
 ./sim/memsim compare --model gpt-7b --seq 256K --machine a800-8gpu --tp 4 --cp 2 \
     --policies keep-all,full-recompute,full-swap \
     --csv out/quickstart/results.csv --plot out/quickstart "$@"

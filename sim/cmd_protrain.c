@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,6 +313,22 @@ static void pol_opts_of(const pt_opts *o, pol_opts *po)
 }
 
 /* ---------------------------------------------------------------- output helpers */
+
+/* A progress line on standard error: "memsim protrain: WHAT [i/n] ...", one per step of a
+ * table or figure (experiments/protrain/run.sh shows these and keeps the rest of standard
+ * error apart). Standard output and the output files do not change. */
+static void progress(const char *what, size_t i, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void progress(const char *what, size_t i, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "memsim protrain: %s [%zu/%zu] ", what, i, n);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+}
 
 static int fail(ms_status st, const ms_error *err)
 {
@@ -688,6 +705,8 @@ static int sub_table4(const pt_opts *o)
     int rc = 0;
     for (size_t i = 0; i < sizeof T4 / sizeof *T4 && !rc; i++) {
         const t4_row *R = &T4[i];
+        progress("table4", i + 1, sizeof T4 / sizeof *T4, "row %s: %s, batch %" PRIu64 ", %s",
+                 R->id, R->model, R->batch, R->a100 ? "4xA100" : "4xRTX3090");
         machine_profile *mp;
         if ((rc = load_machine(testbed(o, R->a100), &mp))) break;
         pt_pick pk;
@@ -842,6 +861,9 @@ static int sub_table2(const pt_opts *o)
         machine_profile *mp;
         if ((rc = load_machine(testbed(o, T2[i].a100), &mp))) break;
         for (int bk = 0; bk < BK_COUNT && !rc; bk++) {
+            progress("table2", i * BK_COUNT + (size_t)bk + 1, (sizeof T2 / sizeof *T2) * BK_COUNT,
+                     "%s, %d GPUs, %s: largest model", T2[i].a100 ? "A100" : "RTX3090",
+                     T2[i].gpus, BK_NAME[bk]);
             int lo = 0, hi = o->quick ? 64 : 128; /* lo trains (0: none known), hi does not */
             char why[32] = "-", why_hi[32] = "-";
             double pb = 0, best_b = 0;
@@ -893,6 +915,9 @@ static int sub_fig3(const pt_opts *o)
                "pred_tokens_per_s\n");
     static const uint64_t per_gpu[] = {1, 2, 4, 8, 16, 32, 64};
     size_t nmodels = sizeof F3_MODELS / sizeof *F3_MODELS;
+    size_t f3_steps = 0, f3_step = 0;
+    for (size_t mi = 0; mi < nmodels; mi++)
+        if (!(o->quick && mi % 3)) f3_steps += 2 * BK_COUNT;
     int rc = 0;
     for (int a100 = 0; a100 <= 1 && !rc; a100++) {
         machine_profile *mp;
@@ -900,6 +925,8 @@ static int sub_fig3(const pt_opts *o)
         for (size_t mi = 0; mi < nmodels && !rc; mi++) {
             if (o->quick && mi % 3) continue;
             for (int bk = 0; bk < BK_COUNT && !rc; bk++) {
+                progress("fig3", ++f3_step, f3_steps, "%s, %s, %s: batch sweep",
+                         a100 ? "A100" : "RTX3090", F3_MODELS[mi], BK_NAME[bk]);
                 double best = 0, best_pred = 0;
                 uint64_t best_batch = 0;
                 const char *best_var = "-", *status = "oom";
@@ -960,6 +987,9 @@ static int sub_fig6(const pt_opts *o)
     int rc = 0;
     for (int a100 = 0; a100 <= 1 && !rc; a100++) {
         if (o->machine && strcmp(o->machine, testbed(o, a100))) continue;
+        progress("fig6", o->machine ? 1 : (size_t)a100 + 1, o->machine ? 1 : 2, "%s, %s batch %" PRIu64
+                 ": search, then the sampled configurations simulated", testbed(o, a100),
+                 o->model, o->batch);
         machine_profile *mp;
         if ((rc = load_machine(testbed(o, a100), &mp))) break;
         trace_t *t = NULL;

@@ -23,8 +23,10 @@ done
 memsim_build
 
 status=0
+memsim_stage "testing (make -j2 check; a few minutes)"
 make -j2 check || status=$?
 if [ "$distcheck" = 1 ]; then
+    memsim_stage "testing a tarball (make -j2 distcheck)"
     make -j2 distcheck || status=$?
 fi
 

@@ -1,12 +1,19 @@
 # tests/setup-lib.sh — shared set-up steps for the README's two commands (tests/run.sh and
 # experiments/quickstart.sh): install the Debian packages memsim needs, then configure and
-# build in the source tree. Sourced, not run.
+# build in the source tree. Sourced, not run. Each stage says what it does on standard error
+# (memsim_stage), since installing and building take minutes.
 
 MEMSIM_DEBIAN_PACKAGES="gcc make autoconf automake libtool pkg-config zlib1g-dev libjansson-dev \
 libgsl-dev liblpsolve55-dev lp-solve gnuplot-nox"
 
+# memsim_stage TEXT: one progress line on standard error.
+memsim_stage() {
+    echo "memsim: $*" >&2
+}
+
 memsim_install_deps() {
     local missing=()
+    memsim_stage "checking the build dependencies (Debian packages)"
     for p in $MEMSIM_DEBIAN_PACKAGES; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
             || missing+=("$p")
@@ -16,7 +23,7 @@ memsim_install_deps() {
         echo "memsim: missing Debian packages: ${missing[*]} (run as root, or install them)" >&2
         return 1
     fi
-    echo "memsim: installing ${missing[*]}"
+    memsim_stage "installing ${missing[*]} (apt-get update, then apt-get install)"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
         >/dev/null
@@ -24,10 +31,14 @@ memsim_install_deps() {
 
 memsim_build() {
     if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt configure ]; then
+        memsim_stage "generating configure (autoreconf -fi)"
         autoreconf -fi >/dev/null
     fi
     if [ ! -f Makefile ] || [ configure -nt config.status ]; then
+        memsim_stage "configuring (./configure)"
         ./configure -q
     fi
+    memsim_stage "building (make -j2; about a minute on 2 cores from scratch)"
     make -j2 >/dev/null
+    memsim_stage "built sim/memsim"
 }

@@ -11,7 +11,7 @@
 # usage: experiments/gmlake/run.sh [OUTDIR] [memsim gmlake options]
 # Everything lands in OUTDIR (default $OUT, else out/gmlake/; summary.txt is the printed
 # comparison). The other arguments go to `memsim gmlake` (see `memsim gmlake --help`). About
-# 30 s on a 2-core x86-64 box.
+# 15 s on a 2-core x86-64 box.
 set -euo pipefail
 # An optional first argument not starting with '-' is the output directory (as for the other
 # experiments), relative to the caller's directory; else $OUT, else out/gmlake.

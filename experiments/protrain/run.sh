@@ -6,7 +6,7 @@
 # Gemini and FSDP offload on Table 1's models) and Figure 6 (cost model against the simulation
 # over the searched configurations) with `memsim protrain` (sim/cmd_protrain.c). Prints the
 # paper-vs-memsim comparison cell by cell with differences and draws the figures (PNG and SVG).
-# About two minutes on a 2-core machine.
+# About 95 s on a 2-core machine with a progress line per step on standard error.
 #
 # usage: experiments/protrain/run.sh [OUTDIR]   (default: out/protrain in the repository;
 #        MEMSIM=path/to/memsim; extra memsim protrain options in PT_OPTS, e.g.
@@ -35,6 +35,18 @@ export MEMSIM_DATADIR=${MEMSIM_DATADIR:-$root/traces}
 mkdir -p "$out"
 read -r -a opts <<< "${PT_OPTS:-}"
 start=$(date +%s)
+# memsim protrain's progress lines ("memsim protrain: WHAT [i/n] ...") go to the terminal's
+# standard error; the rest of its standard error is kept as the step wants it (to_err FILE).
+to_err() { # to_err FILE: progress lines of stdin to stderr, the others to FILE
+    local l
+    while IFS= read -r l; do
+        case "$l" in
+        "memsim protrain: "*" ["[0-9]*/[0-9]*"] "*) printf '%s\n' "$l" >&2 ;;
+        *) printf '%s\n' "$l" >> "$1" ;;
+        esac
+    done
+}
+exec 3>&1
 
 # 1. Table 4: the searches' picks and wall times (search_times.txt: not deterministic), then
 #    every configuration whose memory fits simulated against its prediction, over a superset
@@ -45,16 +57,18 @@ val() { # val DIR KNOBS...: the validation table of the searches with KNOBS into
     shift
     mkdir -p "$d/.val"
     "$MEMSIM" protrain table4 --knob search_bound=0 --knob swap_bw=0 "$@" --validate -1 \
-        -o "$d/.val" "${opts[@]}" 2> /dev/null
+        -o "$d/.val" "${opts[@]}" 2>&1 >&3 | to_err /dev/null
     mv "$d/.val/table4_validation.tsv" "$d/table4_validation.tsv"
     rm -rf "$d/.val"
 }
-"$MEMSIM" protrain table4 -o "$out" "${opts[@]}" 2> "$out/search_times.txt"
+: > "$out/search_times.txt"
+"$MEMSIM" protrain table4 -o "$out" "${opts[@]}" 2>&1 >&3 | to_err "$out/search_times.txt"
 val "$out"
 #    The same searches under ProTrain's appendix runtime model as written (cost_model=appendix:
 #    per-chunk max of compute and communication, no queues; docs/PROTRAIN.md §4), simulated too.
 mkdir -p "$out/appendix"
-"$MEMSIM" protrain table4 --knob cost_model=appendix -o "$out/appendix" "${opts[@]}" 2> /dev/null
+"$MEMSIM" protrain table4 --knob cost_model=appendix -o "$out/appendix" "${opts[@]}" 2>&1 >&3 \
+    | to_err /dev/null
 val "$out/appendix" --knob cost_model=appendix
 # 2. Table 2: the largest GPT-2 (hidden 8192, 1..128 blocks) each backend trains at batch 1 per GPU.
 "$MEMSIM" protrain table2 -o "$out" "${opts[@]}"
