@@ -54,12 +54,13 @@ for f in tests/fixtures/gpt2-plain.json.gz tests/fixtures/gpt2-checkpoint.json.g
 done
 
 echo "run.sh: memsim gmlake (Figs. 10, 11, 13, 14 and the recorded traces)" >&2
-"${gm[@]}" --out "$out" --figs all "${real[@]}" "$@" 2>"$out/progress.log"
+# progress on standard error as it happens, and kept in progress.log
+"${gm[@]}" --out "$out" --figs all "${real[@]}" "$@" 2> >(tee "$out/progress.log" >&2)
 
 # Sensitivity: the same Fig. 10 (batch 32) and Fig. 14 workloads with Megatron's fused loss
 # instead of HF transformers' loss tensors (--hf-loss 0).
 "${gm[@]}" --out "$out/fused-loss" --figs 10,14 --batch 32 --hf-loss 0 \
-    --allocators caching,stitching 2>>"$out/progress.log"
+    --allocators caching,stitching 2> >(tee -a "$out/progress.log" >&2)
 
 {
     echo "GMLake (ASPLOS'24) fragmentation study in memsim — $(date -u '+%Y-%m-%d %H:%M UTC')"
