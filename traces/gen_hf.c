@@ -759,13 +759,21 @@ static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64
     return hf_rope_bwd_w(x, l, nm, de, w, x->CB, 0);
 }
 
-/* The cuDNN SDPA backward: dq, dk, dv and a workspace (fp32 dQ accumulator, softmax
- * statistics) freed by the op; then everything SDPA saved. */
-static void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
-                        uint64_t *dv)
+/* A tensor made by a new op: the op's id in *oid. */
+uint64_t hf_alloc_op(hf_x *x, int l, const char *what, uint64_t bytes, trace_class cls, int tok,
+                     uint64_t *oid)
 {
-    uint64_t T = x->T, eb = x->CB;
-    uint64_t oid = x->next_oid++;
+    *oid = x->next_oid++;
+    return hf_alloc_tok(x, l, what, bytes, cls, (int64_t)*oid, tok);
+}
+
+/* The cuDNN SDPA backward op over `in` (the output gradient first, then what the forward
+ * saved): dq, dk and dv, and the workspace (fp32 dQ accumulator, softmax statistics) it
+ * frees. The caller frees what its forward saved. */
+void hf_sdpa_bwd_op(hf_x *x, int l, const uint64_t *in, int nin, uint64_t *dq, uint64_t *dk,
+                    uint64_t *dv)
+{
+    uint64_t T = x->T, eb = x->CB, oid = x->next_oid++;
     *dq = hf_alloc(x, l, "dq", T * x->hq * eb, TC_ACT_TRANS, (int64_t)oid);
     *dk = hf_alloc(x, l, "dk", T * x->kv * eb, TC_ACT_TRANS, (int64_t)oid);
     *dv = hf_alloc(x, l, "dv", T * x->kv * eb, TC_ACT_TRANS, (int64_t)oid);
@@ -774,12 +782,20 @@ static void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, u
     double fl = 2.5 * 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
     hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa.bwd", .flops = fl,
                 .br = T * (2 * x->hq + 2 * x->kv) * eb, .bw = T * (x->hq + 2 * x->kv) * eb,
-                .in = { *dao, s->q, s->k, s->v, s->ao, s->lse }, .nin = 6,
-                .out = { *dq, *dk, *dv, ws }, .nout = 4 };
+                .nin = nin, .out = { *dq, *dk, *dv, ws }, .nout = 4 };
+    for (int k = 0; k < nin; k++) o.in[k] = in[k];
     o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
-                                         model_head_dim(&x->c->model), 1) : -1.0;
+                                   model_head_dim(&x->c->model), 1) : -1.0;
     hf_emit(x, oid, &o);
     hf_free(x, &ws);
+}
+
+/* The cuDNN SDPA backward, then everything SDPA saved. */
+static void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
+                        uint64_t *dv)
+{
+    const uint64_t in[] = { *dao, s->q, s->k, s->v, s->ao, s->lse };
+    hf_sdpa_bwd_op(x, l, in, 6, dq, dk, dv);
     hf_free(x, dao);
     hf_free(x, &s->k);
     hf_free(x, &s->q);

@@ -137,13 +137,6 @@ void hf_g2_end(hf_x *x)
 
 /* ---- building blocks ---- */
 
-static uint64_t g2_alloc_op(hf_x *x, int l, const char *what, uint64_t bytes, trace_class cls,
-                            int tok, uint64_t *oid)
-{
-    *oid = x->next_oid++;
-    return hf_alloc_tok(x, l, what, bytes, cls, (int64_t)*oid, tok);
-}
-
 /* nn.LayerNorm (native_layer_norm, one kernel; under autocast on the fp32 list, its input
  * already fp32): the output in the input's dtype, the fp32 mean and rstd (saved with the
  * input). */
@@ -180,7 +173,7 @@ void hf_ln_bwd_k(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, hf_pa
     uint64_t n = x->T * x->h, oid;
     char a[TRACE_NAME_MAX];
     snprintf(a, sizeof a, "%s.bwd", nm);
-    uint64_t dx = g2_alloc_op(x, l, "d_ln_in", n * x->RB, TC_ACT_TRANS, 1, &oid);
+    uint64_t dx = hf_alloc_op(x, l, "d_ln_in", n * x->RB, TC_ACT_TRANS, 1, &oid);
     hf_op o = { .kind = TK_NORM, .layer = l, .what = a, .br = 2 * n * x->RB + 2 * x->T * F32,
                 .bw = n * x->RB, .in = { *g, *in, *mu, *rs, w->id }, .nin = 5, .out = { dx },
                 .nout = 1, .flops = 8.0 * (double)n };
@@ -217,7 +210,7 @@ uint64_t hf_drop(hf_x *x, int l, const char *nm, double pd, uint64_t in, uint64_
     uint64_t oid;
     char a[TRACE_NAME_MAX];
     snprintf(a, sizeof a, "%s_mask", nm);
-    *mask = g2_alloc_op(x, l, a, n, TC_ACT_SKEL, 1, &oid);
+    *mask = hf_alloc_op(x, l, a, n, TC_ACT_SKEL, 1, &oid);
     uint64_t out = hf_alloc(x, l, outn, n * eb, ocls, (int64_t)oid);
     hf_op o = { .kind = TK_ELEM, .layer = l, .what = nm, .br = n * eb, .bw = n * (eb + 1),
                 .in = { in }, .nin = 1, .out = { *mask, out }, .nout = 2,
@@ -272,7 +265,7 @@ static uint64_t g2_bcast(hf_x *x, int l, hf_param *b, const char *nm)
     uint64_t oid;
     char a[TRACE_NAME_MAX];
     snprintf(a, sizeof a, "%s.bcast", nm);
-    uint64_t c = g2_alloc_op(x, l, a, b->n * BF16, TC_ACT_TRANS, 0, &oid);
+    uint64_t c = hf_alloc_op(x, l, a, b->n * BF16, TC_ACT_TRANS, 0, &oid);
     hf_op o = { .kind = TK_ELEM, .layer = l, .what = a, .br = b->n * F32, .bw = b->n * BF16,
                 .in = { b->id }, .nin = 1, .out = { c }, .nout = 1,
                 .flops = EW_FLOPS * (double)b->n };
@@ -371,19 +364,19 @@ static uint64_t g2_embed_fwd(hf_x *x)
 {
     hf_g2 *g = x->g2;
     uint64_t T = x->T, h = x->h, s = x->s, oid;
-    g->wte_out = g2_alloc_op(x, -1, "wte_out", T * h * x->RB, TC_ACT_TRANS, 1, &oid);
+    g->wte_out = hf_alloc_op(x, -1, "wte_out", T * h * x->RB, TC_ACT_TRANS, 1, &oid);
     hf_op o = { .kind = TK_EMBED, .layer = -1, .what = "wte", .br = T * (h * x->PB + 8),
                 .bw = T * h * x->RB, .in = { x->tokens, x->p[0].id }, .nin = 2,
                 .out = { g->wte_out }, .nout = 1 };
     hf_mem_op(x, oid, o);
-    uint64_t cp = g2_alloc_op(x, -1, "cache_position", s * TOKEN_BYTES, TC_ACT_TRANS, 1, &oid);
+    uint64_t cp = hf_alloc_op(x, -1, "cache_position", s * TOKEN_BYTES, TC_ACT_TRANS, 1, &oid);
     hf_op c = { .kind = TK_ELEM, .layer = -1, .what = "arange", .bw = s * TOKEN_BYTES,
                 .out = { cp }, .nout = 1, .flops = (double)s };
     hf_mem_op(x, oid, c);
     g->pos = hf_ew(x, -1, "position_ids", "position_ids", s * TOKEN_BYTES, TC_ACT_SKEL, cp, 0,
                    s * TOKEN_BYTES, TK_ELEM);
     hf_free(x, &cp);
-    g->wpe_out = g2_alloc_op(x, -1, "wpe_out", s * h * x->RB, TC_ACT_TRANS, 1, &oid);
+    g->wpe_out = hf_alloc_op(x, -1, "wpe_out", s * h * x->RB, TC_ACT_TRANS, 1, &oid);
     hf_op p = { .kind = TK_EMBED, .layer = -1, .what = "wpe", .br = s * (h * x->PB + 8),
                 .bw = s * h * x->RB, .in = { g->pos, x->p[1].id }, .nin = 2,
                 .out = { g->wpe_out }, .nout = 1 };
@@ -414,7 +407,7 @@ static void g2_sdpa_fwd(hf_x *x, int l, g2_ls *s)
 {
     uint64_t T = x->T, oid;
     if (x->g2->ad > 0) {
-        s->seed = g2_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
+        s->seed = hf_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
         s->offs = hf_alloc_tok(x, l, "sdpa_offset", 8, TC_ACT_SKEL, (int64_t)oid, 0);
     } else {
         oid = x->next_oid++;
@@ -427,7 +420,8 @@ static void g2_sdpa_fwd(hf_x *x, int l, g2_ls *s)
                 .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
                 .in = { s->qkv }, .nin = 1, .out = { s->ao, s->lse, s->seed, s->offs },
                 .nout = 4 };
-    o.dur = x->m ? roof_attn_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s, 0) : -1.0;
+    o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
+                                   model_head_dim(&x->c->model), 0) : -1.0;
     hf_emit(x, oid, &o);
 }
 
@@ -611,20 +605,9 @@ static void g2_mlp_bwd(hf_x *x, int l, g2_ls *s, uint64_t *G)
  * statistics), then what the forward saved; split's backward concatenates the three. */
 static uint64_t g2_sdpa_bwd(hf_x *x, int l, g2_ls *s, uint64_t *dao)
 {
-    uint64_t T = x->T, eb = x->CB, oid = x->next_oid++;
-    uint64_t dq = hf_alloc(x, l, "dq", T * x->hq * eb, TC_ACT_TRANS, (int64_t)oid);
-    uint64_t dk = hf_alloc(x, l, "dk", T * x->kv * eb, TC_ACT_TRANS, (int64_t)oid);
-    uint64_t dv = hf_alloc(x, l, "dv", T * x->kv * eb, TC_ACT_TRANS, (int64_t)oid);
-    uint64_t ws = hf_alloc(x, l, "sdpa_bwd_ws", T * x->hq * F32 + x->b * x->heads * x->s * F32
-                           + SDPA_WS_EXTRA, TC_WORKSPACE, (int64_t)oid);
-    double fl = 2.5 * 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
-    hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa.bwd", .flops = fl,
-                .br = T * (2 * x->hq + 2 * x->kv) * eb, .bw = T * (x->hq + 2 * x->kv) * eb,
-                .in = { *dao, s->qkv, s->ao, s->lse, s->seed, s->offs }, .nin = 6,
-                .out = { dq, dk, dv, ws }, .nout = 4 };
-    o.dur = x->m ? roof_attn_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s, 1) : -1.0;
-    hf_emit(x, oid, &o);
-    hf_free(x, &ws);
+    uint64_t T = x->T, eb = x->CB, dq, dk, dv;
+    const uint64_t in[] = { *dao, s->qkv, s->ao, s->lse, s->seed, s->offs };
+    hf_sdpa_bwd_op(x, l, in, 6, &dq, &dk, &dv);
     hf_free(x, dao);
     hf_free(x, &s->qkv);
     hf_free(x, &s->lse);

@@ -190,6 +190,11 @@ uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
                               int free_x);
 hf_param *hf_lp(hf_x *x, int l, int slot);
 
+uint64_t hf_alloc_op(hf_x *x, int l, const char *what, uint64_t bytes, trace_class cls, int tok,
+                     uint64_t *oid);
+void hf_sdpa_bwd_op(hf_x *x, int l, const uint64_t *in, int nin, uint64_t *dq, uint64_t *dk,
+                    uint64_t *dv);
+
 /* The MoE layer program (gen_hf_moe.c): per-layer state, planning, forward, backward. */
 struct hf_moe_ls *hf_moe_alloc(size_t layers);
 void hf_moe_plan(hf_x *x, int l);

@@ -174,13 +174,6 @@ void hf_ln_end(hf_x *x)
 
 /* ---- shared pieces ---- */
 
-static uint64_t ln_alloc_op(hf_x *x, int l, const char *what, uint64_t bytes, trace_class cls,
-                            int tok, uint64_t *oid)
-{
-    *oid = x->next_oid++;
-    return hf_alloc_tok(x, l, what, bytes, cls, (int64_t)*oid, tok);
-}
-
 /* SDPA (sdpa_attention_forward, is_causal, dropout_p = the attention dropout in training) on
  * q, k and v (the input id vin: GPT-NeoX's v is a view of qkv): amp with fp32 q and k (q32):
  * SDPA's bf16 casts of k, then q. cuDNN saves its inputs, the output ([b, s, heads, d] order:
@@ -199,7 +192,7 @@ static void ln_sdpa_fwd(hf_x *x, int l, ln_ls *s, uint64_t qe, uint64_t ke, uint
                      T * x->hq * F32, TK_ELEM);
     }
     if (x->lnm->ad > 0) {
-        s->seed = ln_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
+        s->seed = hf_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
         s->offs = hf_alloc_tok(x, l, "sdpa_offset", 8, TC_ACT_SKEL, (int64_t)oid, 0);
     } else {
         oid = x->next_oid++;
@@ -226,21 +219,9 @@ static void ln_sdpa_fwd(hf_x *x, int l, ln_ls *s, uint64_t qe, uint64_t ke, uint
 static void ln_sdpa_bwd(hf_x *x, int l, ln_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
                         uint64_t *dv)
 {
-    uint64_t T = x->T, eb = x->CB, oid = x->next_oid++, vin = s->v ? s->v : s->qkv;
-    *dq = hf_alloc(x, l, "dq", T * x->hq * eb, TC_ACT_TRANS, (int64_t)oid);
-    *dk = hf_alloc(x, l, "dk", T * x->kv * eb, TC_ACT_TRANS, (int64_t)oid);
-    *dv = hf_alloc(x, l, "dv", T * x->kv * eb, TC_ACT_TRANS, (int64_t)oid);
-    uint64_t ws = hf_alloc(x, l, "sdpa_bwd_ws", T * x->hq * F32 + x->b * x->heads * x->s * F32
-                           + SDPA_WS_EXTRA, TC_WORKSPACE, (int64_t)oid);
-    double fl = 2.5 * 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
-    hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa.bwd", .flops = fl,
-                .br = T * (2 * x->hq + 2 * x->kv) * eb, .bw = T * (x->hq + 2 * x->kv) * eb,
-                .in = { *dao, s->q, s->k, vin, s->ao, s->lse, s->seed, s->offs }, .nin = 8,
-                .out = { *dq, *dk, *dv, ws }, .nout = 4 };
-    o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
-                                   model_head_dim(&x->c->model), 1) : -1.0;
-    hf_emit(x, oid, &o);
-    hf_free(x, &ws);
+    uint64_t vin = s->v ? s->v : s->qkv;
+    const uint64_t in[] = { *dao, s->q, s->k, vin, s->ao, s->lse, s->seed, s->offs };
+    hf_sdpa_bwd_op(x, l, in, 8, dq, dk, dv);
     hf_free(x, dao);
     hf_free(x, &s->k);
     hf_free(x, &s->q);
@@ -581,7 +562,7 @@ static uint64_t ln_embed_fwd(hf_x *x)
     uint64_t T = x->T, h = x->h, oid, in;
     int nx = ln_neox(x), drop = nx && g->pd > 0;
     int direct = nx && !drop; /* the embedding's output is layer 0's input */
-    g->emb = ln_alloc_op(x, direct ? 0 : -1, direct ? "input" : "inputs_embeds",
+    g->emb = hf_alloc_op(x, direct ? 0 : -1, direct ? "input" : "inputs_embeds",
                          T * h * x->RB, direct ? TC_ACT_SKEL : TC_ACT_TRANS, 1, &oid);
     hf_op o = { .kind = TK_EMBED, .layer = -1, .what = nx ? "embed_in" : "embed_tokens",
                 .br = T * (h * x->PB + 8), .bw = T * h * x->RB, .in = { x->tokens, x->p[0].id },
@@ -604,7 +585,7 @@ static uint64_t ln_embed_fwd(hf_x *x)
         hf_rope_tables(x, g->rd);
         return in;
     }
-    g->amask = ln_alloc_op(x, -1, "attention_mask", T * F32, TC_ACT_TRANS, 1, &oid);
+    g->amask = hf_alloc_op(x, -1, "attention_mask", T * F32, TC_ACT_TRANS, 1, &oid);
     hf_op m = { .kind = TK_ELEM, .layer = -1, .what = "ones", .bw = T * F32,
                 .out = { g->amask }, .nout = 1, .flops = (double)T };
     hf_mem_op(x, oid, m);
@@ -621,7 +602,7 @@ static uint64_t ln_embed_fwd(hf_x *x)
     hf_free(x, &sb);
     g->pos_off = hf_ew(x, -1, "pos.offset", "position_ids_offset", T * TOKEN_BYTES,
                        TC_ACT_SKEL, g->pos_ids, 0, T * TOKEN_BYTES, TK_ELEM);
-    g->pos_emb = ln_alloc_op(x, -1, "pos_embeds", T * h * x->RB, TC_ACT_TRANS, 1, &oid);
+    g->pos_emb = hf_alloc_op(x, -1, "pos_embeds", T * h * x->RB, TC_ACT_TRANS, 1, &oid);
     hf_op p = { .kind = TK_EMBED, .layer = -1, .what = "embed_positions",
                 .br = T * (h * x->PB + 8), .bw = T * h * x->RB,
                 .in = { g->pos_off, x->p[1].id }, .nin = 2, .out = { g->pos_emb }, .nout = 1 };
