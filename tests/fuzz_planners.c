@@ -13,6 +13,7 @@
  * which it stops early with a note; MEMSIM_FUZZ_PLANNERS_VERBOSE=1 notes every refusal. Run by
  * make check. */
 #define _POSIX_C_SOURCE 200809L
+#include "tests/fuzz_util.h"
 #include "tests/tap.h"
 #include "planners/lower.h"
 #include "planners/plan.h"
@@ -30,29 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static char tmpdir[256];
-static uint64_t rng_state;
 static int verbose; /* MEMSIM_FUZZ_PLANNERS_VERBOSE=1: every refusal as a note */
-
-/* splitmix64: the same sequence everywhere. */
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static size_t rnd_below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
-
-static const char *tpath(const char *name)
-{
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
 
 static double now_s(void)
 {

@@ -7,6 +7,7 @@
  * parameter count), and that trace_load, trace_check_file and trace_stats_file agree.
  * Usage: fuzz_readers [ITERATIONS_PER_READER [SEED]]  (defaults 3000 and 1). Run by make check. */
 #define _POSIX_C_SOURCE 200809L
+#include "tests/fuzz_util.h"
 #include "tests/tap.h"
 #include "planners/dsa.h"
 #include "planners/plan.h"
@@ -20,28 +21,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-static char tmpdir[256];
-static uint64_t rng_state;
-
-/* splitmix64: small, good enough, and the same sequence everywhere. */
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static size_t rnd_below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
-
-static const char *tpath(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
 
 typedef struct buf {
     char *p;
