@@ -373,17 +373,9 @@ static void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
         s->q = hf_ew(x, l, "sdpa.qcast", "q", T * x->hq * BF16, TC_ACT_SKEL, qe, 0,
                      T * x->hq * F32, TK_ELEM);
     }
-    uint64_t oid = x->next_oid++;
-    s->ao = hf_alloc(x, l, "attn_out", T * x->hq * x->CB, TC_ACT_SKEL, (int64_t)oid);
-    s->lse = hf_alloc(x, l, "attn_lse", x->b * x->heads * x->s * F32, TC_ACT_SKEL,
-                      (int64_t)oid);
-    double fl = 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
-    hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
-                .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
-                .in = { s->q, s->k, s->v }, .nin = 3, .out = { s->ao, s->lse }, .nout = 2 };
-    o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
-                                         model_head_dim(&x->c->model), 0) : -1.0;
-    hf_emit(x, oid, &o);
+    const uint64_t in[] = { s->q, s->k, s->v };
+    uint64_t seed, offs; /* no attention dropout in the LLaMA family's training defaults */
+    hf_sdpa_fwd_op(x, l, 0, in, 3, &s->ao, &s->lse, &seed, &offs);
     if (x->amp) {
         hf_free(x, &qe);
         hf_free(x, &ke);
@@ -757,6 +749,32 @@ uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w,
 static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
 {
     return hf_rope_bwd_w(x, l, nm, de, w, x->CB, 0);
+}
+
+/* The cuDNN SDPA forward op over in[0..nin) (q, k, v or a tensor they are views of): with
+ * dropout (SDPA's dropout_p > 0) first the RNG seed and offset it saves, then the output and
+ * the fp32 log-sum-exp, all saved for the backward. */
+void hf_sdpa_fwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, uint64_t *ao,
+                    uint64_t *lse, uint64_t *seed, uint64_t *offs)
+{
+    uint64_t T = x->T, oid;
+    *seed = *offs = 0;
+    if (dropout) {
+        *seed = hf_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
+        *offs = hf_alloc_tok(x, l, "sdpa_offset", 8, TC_ACT_SKEL, (int64_t)oid, 0);
+    } else {
+        oid = x->next_oid++;
+    }
+    *ao = hf_alloc(x, l, "attn_out", T * x->hq * x->CB, TC_ACT_SKEL, (int64_t)oid);
+    *lse = hf_alloc(x, l, "attn_lse", x->b * x->heads * x->s * F32, TC_ACT_SKEL, (int64_t)oid);
+    double fl = 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
+    hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
+                .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
+                .nin = nin, .out = { *ao, *lse, *seed, *offs }, .nout = 4 };
+    for (int k = 0; k < nin; k++) o.in[k] = in[k];
+    o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
+                                   model_head_dim(&x->c->model), 0) : -1.0;
+    hf_emit(x, oid, &o);
 }
 
 /* A tensor made by a new op: the op's id in *oid. */

@@ -405,24 +405,8 @@ static uint64_t g2_embed_fwd(hf_x *x)
  * and c_proj reads it as is), the fp32 log-sum-exp and the RNG seed and offset. */
 static void g2_sdpa_fwd(hf_x *x, int l, g2_ls *s)
 {
-    uint64_t T = x->T, oid;
-    if (x->g2->ad > 0) {
-        s->seed = hf_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
-        s->offs = hf_alloc_tok(x, l, "sdpa_offset", 8, TC_ACT_SKEL, (int64_t)oid, 0);
-    } else {
-        oid = x->next_oid++;
-    }
-    s->ao = hf_alloc(x, l, "attn_out", T * x->hq * x->CB, TC_ACT_SKEL, (int64_t)oid);
-    s->lse = hf_alloc(x, l, "attn_lse", x->b * x->heads * x->s * F32, TC_ACT_SKEL,
-                      (int64_t)oid);
-    double fl = 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
-    hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
-                .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
-                .in = { s->qkv }, .nin = 1, .out = { s->ao, s->lse, s->seed, s->offs },
-                .nout = 4 };
-    o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
-                                   model_head_dim(&x->c->model), 0) : -1.0;
-    hf_emit(x, oid, &o);
+    const uint64_t in[] = { s->qkv };
+    hf_sdpa_fwd_op(x, l, x->g2->ad > 0, in, 1, &s->ao, &s->lse, &s->seed, &s->offs);
 }
 
 /* gelu_new (activations.py NewGELUActivation): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715

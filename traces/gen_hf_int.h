@@ -192,6 +192,8 @@ hf_param *hf_lp(hf_x *x, int l, int slot);
 
 uint64_t hf_alloc_op(hf_x *x, int l, const char *what, uint64_t bytes, trace_class cls, int tok,
                      uint64_t *oid);
+void hf_sdpa_fwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, uint64_t *ao,
+                    uint64_t *lse, uint64_t *seed, uint64_t *offs);
 void hf_sdpa_bwd_op(hf_x *x, int l, const uint64_t *in, int nin, uint64_t *dq, uint64_t *dk,
                     uint64_t *dv);
 

@@ -182,7 +182,7 @@ void hf_ln_end(hf_x *x)
 static void ln_sdpa_fwd(hf_x *x, int l, ln_ls *s, uint64_t qe, uint64_t ke, uint64_t vin,
                         int q32)
 {
-    uint64_t T = x->T, oid;
+    uint64_t T = x->T;
     s->q = qe;
     s->k = ke;
     if (q32) {
@@ -191,23 +191,8 @@ static void ln_sdpa_fwd(hf_x *x, int l, ln_ls *s, uint64_t qe, uint64_t ke, uint
         s->q = hf_ew(x, l, "sdpa.qcast", "q", T * x->hq * BF16, TC_ACT_SKEL, qe, 0,
                      T * x->hq * F32, TK_ELEM);
     }
-    if (x->lnm->ad > 0) {
-        s->seed = hf_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
-        s->offs = hf_alloc_tok(x, l, "sdpa_offset", 8, TC_ACT_SKEL, (int64_t)oid, 0);
-    } else {
-        oid = x->next_oid++;
-    }
-    s->ao = hf_alloc(x, l, "attn_out", T * x->hq * x->CB, TC_ACT_SKEL, (int64_t)oid);
-    s->lse = hf_alloc(x, l, "attn_lse", x->b * x->heads * x->s * F32, TC_ACT_SKEL,
-                      (int64_t)oid);
-    double fl = 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
-    hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
-                .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
-                .in = { s->q, s->k, vin }, .nin = 3,
-                .out = { s->ao, s->lse, s->seed, s->offs }, .nout = 4 };
-    o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
-                                   model_head_dim(&x->c->model), 0) : -1.0;
-    hf_emit(x, oid, &o);
+    const uint64_t in[] = { s->q, s->k, vin };
+    hf_sdpa_fwd_op(x, l, x->lnm->ad > 0, in, 3, &s->ao, &s->lse, &s->seed, &s->offs);
     if (q32) {
         hf_free(x, &qe);
         hf_free(x, &ke);
