@@ -674,6 +674,34 @@ static void gspan_sort(gspan *a, size_t n)
     }
 }
 
+/* The first-fit / best-fit scan over the placed buffers live with the new one, in offset
+ * order: cand climbs past each one that the new buffer cannot fit below. */
+typedef struct gscan {
+    uint64_t size, cand, best, best_gap;
+    int best_fit;
+} gscan;
+
+/* One placed buffer [off, end): 1 when the scan's answer is cand now. */
+static inline int gscan_step(gscan *sc, uint64_t off, uint64_t end)
+{
+    if (off >= sc->cand + sc->size) {
+        if (!sc->best_fit) return 1;
+        uint64_t gap = off - sc->cand;
+        if (gap < sc->best_gap) {
+            sc->best_gap = gap;
+            sc->best = sc->cand;
+            if (gap == sc->size) return 1;
+        }
+    }
+    if (end > sc->cand) sc->cand = end;
+    return 0;
+}
+
+static uint64_t gscan_result(const gscan *sc)
+{
+    return sc->best != NONE64 ? sc->best : sc->cand;
+}
+
 /* gplace_find over the interval tree; NONE64 when out of memory. */
 static uint64_t gtree_find(gplace *g, int32_t lo, int32_t hi, uint64_t size, int best_fit,
                            uint64_t *work)
@@ -687,21 +715,10 @@ static uint64_t gtree_find(gplace *g, int32_t lo, int32_t hi, uint64_t size, int
         while (((size_t)1 << lg) < m) lg++;
         *work += (uint64_t)m * lg * 4;
     }
-    uint64_t cand = 0, best = NONE64, best_gap = NONE64;
-    for (size_t k = 0; k < m; k++) {
-        uint64_t o = g->span[k].off;
-        if (o >= cand + size) {
-            if (!best_fit) return cand;
-            uint64_t gap = o - cand;
-            if (gap < best_gap) {
-                best_gap = gap;
-                best = cand;
-                if (gap == size) return cand;
-            }
-        }
-        if (g->span[k].end > cand) cand = g->span[k].end;
-    }
-    return best != NONE64 ? best : cand;
+    gscan sc = { size, 0, NONE64, NONE64, best_fit };
+    for (size_t k = 0; k < m; k++)
+        if (gscan_step(&sc, g->span[k].off, g->span[k].end)) return sc.cand;
+    return gscan_result(&sc);
 }
 
 static ms_status gtree_insert(gplace *g, uint64_t off, uint64_t size, int32_t lo, int32_t hi)
@@ -747,7 +764,7 @@ static uint64_t gplace_find(gplace *g, int32_t lo, int32_t hi, uint64_t size, in
                             uint64_t *work)
 {
     if (g->tree) return gtree_find(g, lo, hi, size, best_fit, work);
-    uint64_t cand = 0, best = NONE64, best_gap = NONE64;
+    gscan sc = { size, 0, NONE64, NONE64, best_fit };
     *work += g->nch;
     for (size_t c = 0; c < g->nch; c++) {
         const gchunk *ch = g->ch[c];
@@ -755,20 +772,10 @@ static uint64_t gplace_find(gplace *g, int32_t lo, int32_t hi, uint64_t size, in
         *work += (uint64_t)ch->n;
         for (int k = 0; k < ch->n; k++) {
             if (ch->lo[k] >= hi || ch->hi[k] <= lo) continue;
-            uint64_t o = ch->off[k];
-            if (o >= cand + size) {
-                if (!best_fit) return cand;
-                uint64_t gap = o - cand;
-                if (gap < best_gap) {
-                    best_gap = gap;
-                    best = cand;
-                    if (gap == size) return cand;
-                }
-            }
-            if (ch->end[k] > cand) cand = ch->end[k];
+            if (gscan_step(&sc, ch->off[k], ch->end[k])) return sc.cand;
         }
     }
-    return best != NONE64 ? best : cand;
+    return gscan_result(&sc);
 }
 
 static ms_status gplace_insert(gplace *g, uint64_t off, uint64_t size, int32_t lo, int32_t hi)
