@@ -480,12 +480,6 @@ static ggroup *grp_layer(gctx *x, int l) { return &x->g[l + 1]; }
 static ggroup *grp_embed(gctx *x) { return &x->g[0]; }
 static ggroup *grp_head(gctx *x) { return &x->g[x->ng - 1]; }
 
-static void tname(char *buf, int layer, const char *what)
-{
-    if (layer >= 0) snprintf(buf, TRACE_NAME_MAX, "L%d.%s", layer, what);
-    else snprintf(buf, TRACE_NAME_MAX, "%s", what);
-}
-
 static void append(gctx *x, const trace_rec *r)
 {
     if (!x->st) x->st = trace_append(x->t, r);
@@ -493,12 +487,7 @@ static void append(gctx *x, const trace_rec *r)
 
 static void mark(gctx *x, trace_markkind k, int64_t v)
 {
-    trace_rec r;
-    memset(&r, 0, sizeof r);
-    r.type = TR_MARK;
-    r.u.mark.kind = k;
-    r.u.mark.value = v;
-    append(x, &r);
+    if (!x->st) x->st = trace_append_mark(x->t, k, v);
 }
 
 static uint64_t alloc_s(gctx *x, int layer, const char *what, uint64_t bytes, trace_class cls,
@@ -515,7 +504,7 @@ static uint64_t alloc_s(gctx *x, int layer, const char *what, uint64_t bytes, tr
     a->stream = stream;
     a->tok_scaled = cls == TC_ACT_SKEL || cls == TC_ACT_TRANS || cls == TC_WORKSPACE;
     a->producer = producer;
-    tname(a->name, layer, what);
+    trace_layer_name(a->name, layer, what);
     append(x, &r);
     return a->id;
 }
@@ -589,7 +578,7 @@ static void emit_op(gctx *x, uint64_t oid, const opspec *o)
         p->n_out = compact_ids(o->out, o->nout, out);
         p->out = out;
     }
-    tname(p->name, o->layer, o->what);
+    trace_layer_name(p->name, o->layer, o->what);
     append(x, &r);
 }
 

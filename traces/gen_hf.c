@@ -26,18 +26,7 @@ static void hf_append(hf_x *x, const trace_rec *r)
 
 void hf_mark(hf_x *x, trace_markkind k, int64_t v)
 {
-    trace_rec r;
-    memset(&r, 0, sizeof r);
-    r.type = TR_MARK;
-    r.u.mark.kind = k;
-    r.u.mark.value = v;
-    hf_append(x, &r);
-}
-
-static void hf_name(char *buf, int layer, const char *what)
-{
-    if (layer >= 0) snprintf(buf, TRACE_NAME_MAX, "L%d.%s", layer, what);
-    else snprintf(buf, TRACE_NAME_MAX, "%s", what);
+    if (!x->st) x->st = trace_append_mark(x->t, k, v);
 }
 
 uint64_t hf_alloc_tok(hf_x *x, int layer, const char *what, uint64_t bytes,
@@ -53,7 +42,7 @@ uint64_t hf_alloc_tok(hf_x *x, int layer, const char *what, uint64_t bytes,
     a->layer = layer;
     a->tok_scaled = (uint8_t)tok;
     a->producer = producer;
-    hf_name(a->name, layer, what);
+    trace_layer_name(a->name, layer, what);
     hf_append(x, &r);
     return a->id;
 }
@@ -101,7 +90,7 @@ void hf_emit(hf_x *x, uint64_t oid, const hf_op *o)
     p->n_in = ni;
     p->out = out;
     p->n_out = no;
-    hf_name(p->name, o->layer, o->what);
+    trace_layer_name(p->name, o->layer, o->what);
     hf_append(x, &r);
 }
 

@@ -995,6 +995,22 @@ static int rec_valid(const trace_rec *rec)
     return 0;
 }
 
+ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value)
+{
+    trace_rec r;
+    memset(&r, 0, sizeof r);
+    r.type = TR_MARK;
+    r.u.mark.kind = kind;
+    r.u.mark.value = value;
+    return trace_append(t, &r);
+}
+
+void trace_layer_name(char *buf, int layer, const char *what)
+{
+    if (layer >= 0) snprintf(buf, TRACE_NAME_MAX, "L%d.%s", layer, what);
+    else snprintf(buf, TRACE_NAME_MAX, "%s", what);
+}
+
 ms_status trace_append(trace_t *t, const trace_rec *rec)
 {
     if (!rec_valid(rec)) return MS_ERR_INVALID;

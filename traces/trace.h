@@ -142,6 +142,11 @@ const char *trace_meta_key(const trace_t *t, size_t i);
 const char *trace_meta_value(const trace_t *t, size_t i);
 /* Appends a record; arrays and strings are copied. */
 ms_status trace_append(trace_t *t, const trace_rec *rec);
+/* Appends a mark record. */
+ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value);
+/* The generators' record name: "L<layer>.<what>", or <what> alone for layer < 0
+ * (TRACE_NAME_MAX bytes at buf, truncated). */
+void trace_layer_name(char *buf, int layer, const char *what);
 size_t trace_count(const trace_t *t);
 const trace_rec *trace_get(const trace_t *t, size_t i);
 /* Tensor metadata by id: the most recent alloc record with that id (NULL if none). */
