@@ -94,10 +94,18 @@ void hf_emit(hf_x *x, uint64_t oid, const hf_op *o)
     hf_append(x, &r);
 }
 
-/* A memory-bound kernel: its time from its bytes (roof_kernel_us). */
+/* A memory-bound kernel: its time from its bytes (roof_kernel_us); one on PyTorch's
+ * non-vectorized path (nv_elems) is bound by the element rate of that path as well, which
+ * spends per element on index arithmetic (its offset calculator) what the vectorized path
+ * does not: about a third of the bandwidth for bf16 on an H200 (probe_eager.py). */
 void hf_mem_op(hf_x *x, uint64_t oid, hf_op o)
 {
     o.dur = x->m ? roof_kernel_us(x->m, &x->c->roof, o.kind, o.flops, o.br + o.bw) : -1.0;
+    if (x->m && o.nv_elems && x->m->gpu_ew_nv_elems_per_s > 0) {
+        double nv = x->m->gpu_kernel_launch_us +
+                    (double)o.nv_elems / x->m->gpu_ew_nv_elems_per_s * 1e6;
+        if (nv > o.dur) o.dur = nv;
+    }
     hf_emit(x, oid, &o);
 }
 
@@ -107,10 +115,17 @@ uint64_t hf_ew(hf_x *x, int l, const char *op, const char *outn, uint64_t out_by
                trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes,
                trace_opkind kind)
 {
+    return hf_ew_nv(x, l, op, outn, out_bytes, cls, a, b, in_bytes, kind, 0);
+}
+
+uint64_t hf_ew_nv(hf_x *x, int l, const char *op, const char *outn, uint64_t out_bytes,
+                  trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes, trace_opkind kind,
+                  uint64_t elems)
+{
     uint64_t oid = x->next_oid++;
     uint64_t out = hf_alloc(x, l, outn, out_bytes, cls, (int64_t)oid);
     hf_op o = { .kind = kind, .layer = l, .what = op, .br = in_bytes, .bw = out_bytes,
-                .in = { a, b }, .nin = 2, .out = { out }, .nout = 1 };
+                .in = { a, b }, .nin = 2, .out = { out }, .nout = 1, .nv_elems = elems };
     o.flops = EW_FLOPS * (double)(out_bytes > in_bytes ? out_bytes : in_bytes) / 2.0;
     hf_mem_op(x, oid, o);
     return out;
@@ -279,7 +294,7 @@ static uint64_t hf_rms_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t
     *xf = 0; /* 0: the input itself (already fp32) */
     if (ib != F32) {
         snprintf(op, sizeof op, "%s.to_fp32", nm);
-        *xf = hf_ew(x, l, op, op, n * F32, TC_ACT_SKEL, in, 0, n * ib, TK_NORM);
+        *xf = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_SKEL, in, 0, n * ib, TK_NORM, n);
     }
     uint64_t xin = *xf ? *xf : in;
     snprintf(op, sizeof op, "%s.pow", nm);
@@ -294,7 +309,7 @@ static uint64_t hf_rms_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t
     hf_free(x, &ve);
     hf_free(x, &var);
     snprintf(op, sizeof op, "%s.mul", nm);
-    uint64_t pr = hf_ew(x, l, op, op, n * F32, TC_ACT_SKEL, xin, *rs, n * F32, TK_NORM);
+    uint64_t pr = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_SKEL, xin, *rs, n * F32, TK_NORM, n);
     *nrm = pr;
     if (ib != F32) { /* .to(input_dtype): the cast is what the weight product saves */
         snprintf(op, sizeof op, "%s.to_in", nm);
@@ -302,7 +317,7 @@ static uint64_t hf_rms_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t
         hf_free(x, &pr);
     }
     snprintf(op, sizeof op, "%s.weight", nm);
-    return hf_ew(x, l, op, op, n * ob, ocls, *nrm, w, n * ib, TK_NORM);
+    return hf_ew_nv(x, l, op, op, n * ob, ocls, *nrm, w, n * ib, TK_NORM, n);
 }
 
 /* A layer norm over the residual stream [T, h] (dtype R): amp: the fp32 output only feeds
@@ -323,15 +338,17 @@ uint64_t hf_rope_w(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w, uint
     uint64_t T = x->T, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX], a[TRACE_NAME_MAX];
     snprintf(op, sizeof op, "%s.rope_cos", nm);
-    uint64_t t1 = hf_ew(x, l, op, op, T * w * eb, TC_ACT_TRANS, in, x->cos, T * w * ib, TK_ELEM);
+    uint64_t t1 = hf_ew_nv(x, l, op, op, T * w * eb, TC_ACT_TRANS, in, x->cos, T * w * ib,
+                           TK_ELEM, T * w);
     snprintf(op, sizeof op, "%s.rope_neg", nm);
-    uint64_t ng = hf_ew(x, l, op, op, T * w / 2 * ib, TC_ACT_TRANS, in, 0, T * w / 2 * ib,
-                        TK_ELEM);
+    uint64_t ng = hf_ew_nv(x, l, op, op, T * w / 2 * ib, TC_ACT_TRANS, in, 0, T * w / 2 * ib,
+                           TK_ELEM, T * w / 2);
     snprintf(op, sizeof op, "%s.rope_cat", nm);
     uint64_t ct = hf_ew(x, l, op, op, T * w * ib, TC_ACT_TRANS, ng, in, T * w * ib, TK_ELEM);
     hf_free(x, &ng);
     snprintf(op, sizeof op, "%s.rope_sin", nm);
-    uint64_t t2 = hf_ew(x, l, op, op, T * w * eb, TC_ACT_TRANS, ct, x->sin, T * w * ib, TK_ELEM);
+    uint64_t t2 = hf_ew_nv(x, l, op, op, T * w * eb, TC_ACT_TRANS, ct, x->sin, T * w * ib,
+                           TK_ELEM, T * w);
     hf_free(x, &ct);
     snprintf(op, sizeof op, "%s.rope_add", nm);
     snprintf(a, sizeof a, "%s_rope", nm);
@@ -431,7 +448,8 @@ static uint64_t hf_add(hf_x *x, int l, const char *op, const char *outn, trace_c
                        uint64_t a, uint64_t b)
 {
     uint64_t n = x->T * x->h;
-    return hf_ew(x, l, op, outn, n * x->RB, cls, a, b, n * (x->RB + x->CB), TK_ELEM);
+    return hf_ew_nv(x, l, op, outn, n * x->RB, cls, a, b, n * (x->RB + x->CB), TK_ELEM,
+                    x->RB != x->CB ? n : 0);
 }
 
 /* LlamaDecoderLayer.forward: residual + self_attn(input_layernorm(x)), then residual +
@@ -538,8 +556,8 @@ void hf_lmhead_fwd(hf_x *x)
     hf_emit(x, oid, &o);
     uint64_t lf = lg;
     if (x->CB != F32)
-        lf = hf_ew(x, -1, "logits.float", "logits_fp32", T * V * F32, TC_ACT_TRANS, lg, 0,
-                   T * V * x->CB, TK_ELEM);
+        lf = hf_ew_nv(x, -1, "logits.float", "logits_fp32", T * V * F32, TC_ACT_TRANS, lg, 0,
+                      T * V * x->CB, TK_ELEM, T * V);
     x->labels = hf_ew(x, -1, "labels.shift", "shift_labels", T * TOKEN_BYTES, TC_ACT_SKEL,
                       x->tokens, 0, T * TOKEN_BYTES, TK_ELEM);
     x->logsm = hf_ew(x, -1, "log_softmax", "log_probs", T * V * F32, TC_ACT_SKEL, lf, 0,
@@ -576,8 +594,8 @@ void hf_wgrad(hf_x *x, int l, hf_param *p, uint64_t *dw16)
         *dw16 = 0;
         return;
     }
-    uint64_t g = hf_ew(x, l, "wcast.bwd", "wgrad", p->n * F32, TC_GRAD, *dw16, 0,
-                       p->n * BF16, TK_ELEM);
+    uint64_t g = hf_ew_nv(x, l, "wcast.bwd", "wgrad", p->n * F32, TC_GRAD, *dw16, 0,
+                          p->n * BF16, TK_ELEM, p->n);
     hf_accum_grad(x, p, g);
     hf_free(x, dw16);
 }
@@ -620,7 +638,7 @@ uint64_t hf_up32(hf_x *x, int l, const char *op, uint64_t *g, uint64_t n)
         *g = 0;
         return r;
     }
-    uint64_t r = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, *g, 0, n * BF16, TK_ELEM);
+    uint64_t r = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, *g, 0, n * BF16, TK_ELEM, n);
     hf_free(x, g);
     return r;
 }
@@ -650,7 +668,7 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
     uint64_t n = rows * width, xin = *xf ? *xf : (in ? *in : 0);
     char op[TRACE_NAME_MAX];
     snprintf(op, sizeof op, "%s.bwd_mul", nm);
-    uint64_t dn = hf_ew(x, l, op, op, n * ob, TC_ACT_TRANS, *g, w->id, n * ob, TK_NORM);
+    uint64_t dn = hf_ew_nv(x, l, op, op, n * ob, TC_ACT_TRANS, *g, w->id, n * ob, TK_NORM, n);
     if (ob != ib) {
         snprintf(op, sizeof op, "%s.bwd_mul_cast", nm);
         uint64_t d = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, dn, 0, n * ob, TK_ELEM);
@@ -667,19 +685,19 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
     hf_free(x, nrm);
     if (ib != F32) { /* .to(input_dtype) backward */
         snprintf(op, sizeof op, "%s.bwd_up", nm);
-        uint64_t d32 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, 0, n * ib, TK_NORM);
+        uint64_t d32 = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, dn, 0, n * ib, TK_NORM, n);
         hf_free(x, &dn);
         dn = d32;
     }
     snprintf(op, sizeof op, "%s.bwd_x", nm);
-    uint64_t d1 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, *rs, n * F32, TK_NORM);
+    uint64_t d1 = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, dn, *rs, n * F32, TK_NORM, n);
     snprintf(op, sizeof op, "%s.bwd_rs", nm);
     uint64_t t2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, xin, 2 * n * F32, TK_NORM);
     hf_free(x, &t2);
     hf_free(x, &dn);
     hf_free(x, rs);
     snprintf(op, sizeof op, "%s.bwd_mean", nm);
-    uint64_t dp = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, 0, 0, rows * F32, TK_NORM);
+    uint64_t dp = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, 0, 0, rows * F32, TK_NORM, n);
     snprintf(op, sizeof op, "%s.bwd_pow", nm);
     uint64_t d2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dp, xin, 2 * n * F32, TK_NORM);
     hf_free(x, &dp);
@@ -713,14 +731,14 @@ uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w,
     uint64_t n = x->T * w, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX];
     snprintf(op, sizeof op, "%s.rope_bwd_cos", nm);
-    uint64_t a = hf_ew(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->cos, n * eb, TK_ELEM);
+    uint64_t a = hf_ew_nv(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->cos, n * eb, TK_ELEM, n);
     uint64_t ac = a;
     if (eb != ib) {
         ac = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, a, 0, n * eb, TK_ELEM);
         hf_free(x, &a);
     }
     snprintf(op, sizeof op, "%s.rope_bwd_sin", nm);
-    uint64_t b = hf_ew(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->sin, n * eb, TK_ELEM);
+    uint64_t b = hf_ew_nv(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->sin, n * eb, TK_ELEM, n);
     if (!keep) hf_free(x, de);
     uint64_t bc = b;
     if (eb != ib) {
@@ -728,7 +746,7 @@ uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w,
         hf_free(x, &b);
     }
     snprintf(op, sizeof op, "%s.rope_bwd_rot", nm);
-    uint64_t r = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, bc, 0, n * ib, TK_ELEM);
+    uint64_t r = hf_ew_nv(x, l, op, op, n * ib, TC_ACT_TRANS, bc, 0, n * ib, TK_ELEM, n);
     hf_free(x, &bc);
     hf_ew_inplace(x, l, "rope.bwd_add", ac, r, n * ib);
     hf_free(x, &r);

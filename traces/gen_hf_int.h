@@ -99,6 +99,8 @@ typedef struct hf_op {
     double dur;
     uint64_t in[8], out[8];
     uint32_t nin, nout;
+    uint64_t nv_elems;  /* > 0: an element-wise kernel PyTorch runs on its non-vectorized
+                           path, over this many elements (hf_ew_nv) */
 } hf_op;
 
 /* Emission (gen_hf.c). */
@@ -113,6 +115,13 @@ void hf_mem_op(hf_x *x, uint64_t oid, hf_op o);
 uint64_t hf_ew(hf_x *x, int l, const char *op, const char *outn, uint64_t out_bytes,
                trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes, trace_opkind kind);
 void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a, uint64_t bytes);
+/* hf_ew for a kernel on PyTorch's non-vectorized element-wise path (TensorIterator with a
+ * broadcast or non-contiguous operand, a widening cast such as bf16 -> fp32, or mixed input
+ * dtypes), over `elems` output elements: its time is also bounded by the profile's
+ * gpu.ew_nv_elems_per_s. */
+uint64_t hf_ew_nv(hf_x *x, int l, const char *op, const char *outn, uint64_t out_bytes,
+                  trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes, trace_opkind kind,
+                  uint64_t elems);
 double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t bytes);
 uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class cls,
                  uint64_t in, uint64_t w, uint64_t M, uint64_t N, uint64_t K);

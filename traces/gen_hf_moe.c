@@ -180,7 +180,7 @@ static uint64_t moe_proj(hf_x *x, int l, const hf_moe_dims *d, const char *nm, u
     hf_mem_op(x, oid, z);
     moe_gmm(x, l, d, nm, in, w->id, raw, N, K, 0, 0);
     snprintf(a, sizeof a, "%s.masked_fill", nm);
-    uint64_t out = hf_ew(x, l, a, nm, S * N * eb, cls, raw, 0, S * N * eb, TK_ELEM);
+    uint64_t out = hf_ew_nv(x, l, a, nm, S * N * eb, cls, raw, 0, S * N * eb, TK_ELEM, S * N);
     hf_free(x, &raw);
     return out;
 }
@@ -275,14 +275,16 @@ uint64_t hf_moe_fwd(hf_x *x, int l, hf_ls *s)
     q->gu = moe_proj(x, l, &d, "experts.gate_up", q->xg, hf_lp(x, l, P_EGU), 2 * d.fe, h,
                      TC_ACT_SKEL);
     uint64_t n = S * d.fe * d.EB;
-    q->act = hf_ew(x, l, "experts.act", "experts_act", n, TC_ACT_SKEL, q->gu, 0, n, TK_ACT);
-    q->prod = hf_ew(x, l, "experts.act_mul", "experts_prod", n, TC_ACT_SKEL, q->act, q->gu,
-                    2 * n, TK_ELEM);
+    /* gate and up are halves of gate_up (chunk): strided views, the non-vectorized path */
+    q->act = hf_ew_nv(x, l, "experts.act", "experts_act", n, TC_ACT_SKEL, q->gu, 0, n, TK_ACT,
+                      S * d.fe);
+    q->prod = hf_ew_nv(x, l, "experts.act_mul", "experts_prod", n, TC_ACT_SKEL, q->act, q->gu,
+                       2 * n, TK_ELEM, S * d.fe);
     q->dn = moe_proj(x, l, &d, "experts.down", q->prod, hf_lp(x, l, P_EDN), h, d.fe,
                      TC_ACT_SKEL);
     /* weighting, the original order restored (argsort of perm), summed over the top-k */
-    uint64_t ow = hf_ew(x, l, "experts.weight_mul", "weighted", S * h * d.OB, TC_ACT_TRANS,
-                        q->dn, q->wg, S * h * (d.EB + d.OB), TK_ELEM);
+    uint64_t ow = hf_ew_nv(x, l, "experts.weight_mul", "weighted", S * h * d.OB, TC_ACT_TRANS,
+                           q->dn, q->wg, S * h * (d.EB + d.OB), TK_ELEM, S * h);
     oid = x->next_oid++;
     q->invp = hf_alloc(x, l, "inv_perm", S * 8, TC_ACT_SKEL, (int64_t)oid);
     uint64_t sv = hf_alloc(x, l, "inv_perm.values", S * 8, TC_ACT_TRANS, (int64_t)oid);
@@ -354,8 +356,8 @@ static uint64_t moe_proj_bwd(hf_x *x, int l, const hf_moe_dims *d, const char *n
     uint64_t S = d->S, eb = d->EB;
     char a[TRACE_NAME_MAX];
     snprintf(a, sizeof a, "%s.masked_fill.bwd", nm);
-    uint64_t gm = hf_ew(x, l, a, a, S * N * eb, TC_ACT_TRANS, *g, q_mask, S * N * eb,
-                        TK_ELEM);
+    uint64_t gm = hf_ew_nv(x, l, a, a, S * N * eb, TC_ACT_TRANS, *g, q_mask, S * N * eb,
+                           TK_ELEM, S * N);
     hf_free(x, g);
     uint64_t dw = hf_alloc(x, l, "expert_wgrad", w->n * x->PB, TC_GRAD, -1);
     snprintf(a, sizeof a, "d_%s_in", nm);
@@ -508,8 +510,8 @@ uint64_t hf_moe_bwd(hf_x *x, int l, hf_ls *s, uint64_t G)
     hf_free(x, &q->invp);
     uint64_t t = hf_ew(x, l, "experts.weight_mul.bwd", "d_weights_full", S * h * d.OB,
                        TC_ACT_TRANS, z1, q->dn, 2 * S * h * d.OB, TK_ELEM);
-    uint64_t gdn = hf_ew(x, l, "experts.weight_mul.bwd", "d_experts_down", S * h * d.OB,
-                         TC_ACT_TRANS, z1, q->wg, S * h * d.OB, TK_ELEM);
+    uint64_t gdn = hf_ew_nv(x, l, "experts.weight_mul.bwd", "d_experts_down", S * h * d.OB,
+                            TC_ACT_TRANS, z1, q->wg, S * h * d.OB, TK_ELEM, S * h);
     uint64_t gwg = hf_ew(x, l, "experts.weight_mul.bwd", "d_weights_g", S * d.WB, TC_ACT_TRANS,
                          t, 0, S * h * d.OB, TK_ELEM);
     hf_free(x, &t);
@@ -525,14 +527,14 @@ uint64_t hf_moe_bwd(hf_x *x, int l, hf_ls *s, uint64_t G)
     uint64_t dprod = moe_proj_bwd(x, l, &d, "experts.down", &gdn, q->mask, hf_lp(x, l, P_EDN), &q->prod,
                                   h, d.fe);
     uint64_t n = S * d.fe * d.EB;
-    uint64_t du = hf_ew(x, l, "experts.act_mul.bwd_up", "d_experts_up", n, TC_ACT_TRANS, dprod,
-                        q->act, 2 * n, TK_ELEM);
-    uint64_t da = hf_ew(x, l, "experts.act_mul.bwd_act", "d_experts_act", n, TC_ACT_TRANS,
-                        dprod, q->gu, 2 * n, TK_ELEM);
+    uint64_t du = hf_ew_nv(x, l, "experts.act_mul.bwd_up", "d_experts_up", n, TC_ACT_TRANS,
+                           dprod, q->act, 2 * n, TK_ELEM, S * d.fe);
+    uint64_t da = hf_ew_nv(x, l, "experts.act_mul.bwd_act", "d_experts_act", n, TC_ACT_TRANS,
+                           dprod, q->gu, 2 * n, TK_ELEM, S * d.fe);
     hf_free(x, &dprod);
     hf_free(x, &q->act);
-    uint64_t dg = hf_ew(x, l, "experts.act.bwd", "d_experts_gate", n, TC_ACT_TRANS, da, q->gu,
-                        2 * n, TK_ACT);
+    uint64_t dg = hf_ew_nv(x, l, "experts.act.bwd", "d_experts_gate", n, TC_ACT_TRANS, da,
+                           q->gu, 2 * n, TK_ACT, S * d.fe);
     hf_free(x, &da);
     hf_free(x, &q->gu);
     uint64_t dgu = hf_ew(x, l, "experts.chunk.bwd", "d_experts_gate_up", 2 * n, TC_ACT_TRANS,

@@ -78,6 +78,9 @@ enum {
       "64 and 128 interpolated")                                                               \
     X("gpu.sdpa_hd64_bwd", MF_DBL, gpu_sdpa_hd64_bwd, R_OPT_EFF,                               \
       "the same for the backward")                                                             \
+    X("gpu.ew_nv_elems_per_s", MF_DBL, gpu_ew_nv_elems_per_s, R_OPT_NONNEG,                     \
+      "elements per second of PyTorch's non-vectorized element-wise path (a broadcast or "      \
+      "strided operand, a widening cast, mixed dtypes); 0 or absent: bytes only")              \
     X("link.h2d_Bps", MF_DBL, link_h2d_Bps, R_POS,                                             \
       "host-to-device copy bandwidth from pinned memory, per GPU, bytes/s")                    \
     X("link.d2h_Bps", MF_DBL, link_d2h_Bps, R_POS,                                             \

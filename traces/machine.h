@@ -33,6 +33,10 @@ typedef struct machine {
     double gpu_sdpa_bwd_half_seq;
     double gpu_sdpa_hd64_fwd;        /* head dim 64 relative to 128, forward (0: 1) */
     double gpu_sdpa_hd64_bwd;        /* the same, backward */
+    double gpu_ew_nv_elems_per_s;    /* PyTorch's non-vectorized element-wise kernels
+                                        (TensorIterator with a broadcast or strided operand,
+                                        or a dtype change that widens): elements per second;
+                                        0: not measured, their time from bytes only */
     /* host link (per GPU, pinned memory unless named otherwise) */
     double link_h2d_Bps;
     double link_d2h_Bps;

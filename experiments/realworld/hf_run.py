@@ -51,6 +51,8 @@ def parse_args(argv=None):
     p.add_argument("--record", default="", help="write the allocator trace here (.json.gz)")
     p.add_argument("--frames", action="store_true", help="with --record: Python frames too")
     p.add_argument("--profile", default="", help="write per-kernel times here (.csv)")
+    p.add_argument("--profile-ops", default="",
+                   help="write GPU time per aten op and input shapes here (.csv)")
     p.add_argument("--out", default="", help="write the result JSON here")
     a = p.parse_args(argv)
     for k in ("seq", "batch", "steps"):
@@ -114,6 +116,29 @@ def kernel_profile(model, opt, x, a, torch, path):
         f.write("kernel\tcount\ttotal_us\n")
         for n, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
             f.write("%s\t%d\t%.3f\n" % (n.replace("\t", " ")[:300], c, t))
+
+
+def op_profile(model, opt, x, a, torch, path):
+    """GPU time of one step per aten op and its input shapes (the kernels an op launched,
+    self time: a kernel counts for the innermost op that launched it)."""
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 record_shapes=True) as prof:
+        step(model, opt, x, a, torch)
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages(group_by_input_shape=True):
+        dev = getattr(e, "self_device_time_total", None)
+        if dev is None:
+            dev = e.self_cuda_time_total
+        if dev <= 0:
+            continue
+        rows.append((dev, e.key, str(e.input_shapes), e.count))
+    rows.sort(key=lambda r: -r[0])
+    with open(path, "w") as f:
+        f.write("op\tshapes\tcount\tself_device_us\n")
+        for dev, k, sh, c in rows:
+            f.write("%s\t%s\t%d\t%.3f\n" % (k, sh.replace("\t", " ")[:300], c, dev))
 
 
 def strip_frames(snap):
@@ -203,6 +228,11 @@ def main(argv=None):
     if a.out:
         with open(a.out, "w") as f:
             f.write(line + "\n")
+    if a.profile_ops and res["status"] == "ok":
+        try:
+            op_profile(model, opt, x, a, torch, a.profile_ops)
+        except Exception as e:  # the measurement above stands without the profile
+            print("hf_run.py: op profile failed: %s" % e, file=sys.stderr)
     if a.profile and res["status"] == "ok":
         try:
             kernel_profile(model, opt, x, a, torch, a.profile)

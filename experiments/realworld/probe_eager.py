@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""probe_eager.py — measures what PyTorch eager costs the host and what its elementwise
+kernels reach on the GPU, the two rates behind a step time that the op-time model does not
+see from FLOPs and bytes alone. Ground truth for experiments/realworld (the machine profile's
+host-dispatch and per-kind memory-efficiency lines are read off its output; nothing here is
+fitted to a step time).
+
+Three parts, one JSON object on stdout (and --out):
+  host:  host microseconds per call of common aten ops on tiny CUDA tensors (the GPU is idle,
+         so the loop's wall time is the host's: Python + dispatcher + launch), median of 5
+         loops of 2,000 calls after a warm-up; `autograd` is per backward node of a chain of
+         small ops; `foreach_per_tensor` the extra cost of one more tensor in a _foreach_ op.
+  bw:    achieved bytes per second of memory-bound kernels on large tensors (bytes = every
+         tensor read and written once), CUDA events over 20 calls after warm-up, beside the
+         device's nominal bandwidth (--peak-gbs).
+  step:  for each --config given, a training step at a tiny shape (host-bound by design):
+         wall time per step and the number of GPU kernels it launched (torch.profiler), so
+         host microseconds per kernel of a real transformers step.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def host_rates(torch):
+    dev = "cuda"
+    a = torch.randn(64, 64, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(64, 64, device=dev, dtype=torch.bfloat16)
+    f = torch.randn(64, 64, device=dev)
+    idx = torch.randint(0, 64, (32,), device=dev)
+    w = torch.randn(64, 64, device=dev, dtype=torch.bfloat16)
+    q = torch.randn(1, 4, 16, 64, device=dev, dtype=torch.bfloat16)
+    tgt = torch.randint(0, 64, (64,), device=dev)
+    tl = [torch.randn(64, device=dev) for _ in range(100)]
+    tl2 = [torch.randn(64, device=dev) for _ in range(100)]
+    F = torch.nn.functional
+    ops = {
+        "add": lambda: a + b,
+        "mul_scalar": lambda: a * 0.5,
+        "silu": lambda: F.silu(a),
+        "cast_bf16_fp32": lambda: a.float(),
+        "view_transpose": lambda: a.view(64, 4, 16).transpose(0, 1),
+        "contiguous": lambda: a.t().contiguous(),
+        "mm": lambda: a @ b,
+        "linear": lambda: F.linear(a, w),
+        "softmax": lambda: torch.softmax(f, -1),
+        "rmsnorm_hf": lambda: (f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16) * a,
+        "topk": lambda: torch.topk(f, 2, dim=-1),
+        "index_select": lambda: a.index_select(0, idx),
+        "cat": lambda: torch.cat([a, b], 0),
+        "sdpa": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+        "embedding": lambda: F.embedding(idx, w),
+        "cross_entropy": lambda: F.cross_entropy(f, tgt),
+        "nonzero_sync": lambda: torch.nonzero(idx),
+        "foreach_add_100": lambda: torch._foreach_add_(tl, tl2),
+        "foreach_add_1": lambda: torch._foreach_add_(tl[:1], tl2[:1]),
+    }
+    out = {}
+    for name, fn in ops.items():
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        laps = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            laps.append((t1 - t0) / 2000 * 1e6)
+        out[name] = round(statistics.median(laps), 3)
+    out["foreach_per_tensor"] = round((out["foreach_add_100"] - out["foreach_add_1"]) / 99, 4)
+    # autograd: per backward node of a chain of 200 small ops
+    x = torch.randn(64, 64, device=dev, requires_grad=True)
+    laps = []
+    for r in range(8):
+        y = x
+        for _ in range(200):
+            y = y * 1.0001
+        s = y.sum()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        s.backward()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        if r >= 3:
+            laps.append((t1 - t0) / 201 * 1e6)
+    out["autograd_node"] = round(statistics.median(laps), 3)
+    return out
+
+
+def bw_rates(torch, mib):
+    dev = "cuda"
+    n = mib * 2**20 // 4  # fp32 elements of the reference size
+    F = torch.nn.functional
+    x32 = torch.randn(n, device=dev)
+    y32 = torch.randn(n, device=dev)
+    x16 = x32.to(torch.bfloat16)
+    y16 = y32.to(torch.bfloat16)
+    h = 2048
+    m16 = x16.view(-1, h)
+    m32 = x32.view(-1, h)
+    w16 = torch.randn(h, device=dev, dtype=torch.bfloat16)
+    k = 64
+    lst = list(x32.chunk(k))
+    lst2 = list(y32.chunk(k))
+    lst3 = [t.clone() for t in lst]
+    b16, b32 = n * 2, n * 4
+    col32 = torch.randn(m32.shape[0], 1, device=dev)
+    col16 = col32.to(torch.bfloat16)
+    e16 = x16.view(-1, 8, h // 8)                      # tokens x experts x width
+    emask = torch.rand(e16.shape[0], 8, 1, device=dev) < 0.25
+    r16 = x16.view(2, 16, -1, 128)                     # batch x heads x seq x head_dim
+    cos16 = torch.randn(2, 1, r16.shape[2], 128, device=dev, dtype=torch.bfloat16)
+    t16 = x16.view(2, -1, 16, 128)                     # batch x seq x heads x head_dim
+
+    def rms(v):  # transformers' LlamaRMSNorm under bf16: fp32 upcast, pow, mean, rsqrt, mul
+        t = v.float()
+        t = t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return w16 * t.to(torch.bfloat16)
+    cases = {  # name: (fn, bytes moved by the kernel(s) as the op-time model counts them)
+        "copy_bf16": (lambda: x16.clone(), 2 * b16),
+        "add_bf16": (lambda: x16 + y16, 3 * b16),
+        "add_fp32": (lambda: x32 + y32, 3 * b32),
+        "mul_scalar_fp32": (lambda: x32 * 0.5, 2 * b32),
+        "cast_fp32_bf16": (lambda: x32.to(torch.bfloat16), b32 + b16),
+        "cast_bf16_fp32": (lambda: x16.float(), b16 + b32),
+        "silu_bf16": (lambda: F.silu(x16), 2 * b16),
+        "swiglu_bf16": (lambda: F.silu(x16) * y16, 5 * b16),
+        "gelu_tanh_bf16": (lambda: F.gelu(x16, approximate="tanh"), 2 * b16),
+        "rmsnorm_hf_bf16": (lambda: rms(m16), 2 * b16),
+        "layernorm_bf16": (lambda: F.layer_norm(m16, (h,)), 2 * b16),
+        "softmax_fp32": (lambda: torch.softmax(m32, -1), 2 * b32),
+        "sum_fp32": (lambda: x32.sum(), b32),
+        "dropout_bf16": (lambda: F.dropout(x16, 0.1), 2 * b16 + n),
+        "foreach_mul_fp32": (lambda: torch._foreach_mul_(lst, 0.999), 2 * b32),
+        "foreach_addcmul_fp32": (lambda: torch._foreach_addcmul_(lst, lst2, lst3, value=0.1), 4 * b32),
+        "foreach_lerp_fp32": (lambda: torch._foreach_lerp_(lst, lst2, 0.1), 3 * b32),
+        "foreach_sqrt_fp32": (lambda: torch._foreach_sqrt(lst), 2 * b32),
+        # broadcast operands: PyTorch's TensorIterator takes its non-vectorized path
+        # (elementwise_kernel with an offset calculator) when an input has a zero stride
+        "bcast_mul_row_bf16": (lambda: w16 * m16, 2 * b16),
+        "bcast_mul_col_fp32": (lambda: m32 * col32, 2 * b32),
+        "bcast_mul_col_bf16": (lambda: m16 * col16, 2 * b16),
+        "bcast_masked_fill_bf16": (lambda: e16.masked_fill(emask, 0.0), 2 * b16 + n // 8),
+        "bcast_rope_mul_bf16": (lambda: r16 * cos16, 2 * b16),
+        "mixed_mul_fp32_bf16": (lambda: x32 * y16, b32 + b16 + b32),
+        "transpose_copy_bf16": (lambda: t16.transpose(1, 2).contiguous(), 2 * b16),
+    }
+    out = {}
+    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for name, (fn, nbytes) in cases.items():
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        ev0.record()
+        for _ in range(20):
+            fn()
+        ev1.record()
+        torch.cuda.synchronize()
+        us = ev0.elapsed_time(ev1) * 1000 / 20
+        out[name] = {"us": round(us, 2), "bytes": nbytes, "gbs": round(nbytes / us / 1e3, 1)}
+    return out
+
+
+def step_rates(torch, configs, seq, batch):
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from torch.profiler import profile, ProfilerActivity
+    out = {}
+    for path in configs:
+        cfg = AutoConfig.from_pretrained(path)
+        cfg.use_cache = False
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
+                                                     dtype=torch.bfloat16)
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+
+        def step():
+            loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        laps = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            laps.append(time.perf_counter() - t0)
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+            step()
+            torch.cuda.synchronize()
+        kernels = 0
+        gpu_us = 0.0
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                kernels += 1
+                gpu_us += e.device_time
+        wall = statistics.median(laps)
+        out[path.rsplit("/", 1)[-1]] = {
+            "seq": seq, "batch": batch, "step_us": round(wall * 1e6, 1), "kernels": kernels,
+            "gpu_busy_us": round(gpu_us, 1),
+            "host_us_per_kernel": round(wall * 1e6 / max(kernels, 1), 3)}
+        del model, opt
+        torch.cuda.empty_cache()
+    return out
+
+
+NV_CASES = ("bcast_mul_row_bf16", "bcast_mul_col_fp32", "bcast_mul_col_bf16",
+            "bcast_masked_fill_bf16", "bcast_rope_mul_bf16", "mixed_mul_fp32_bf16",
+            "transpose_copy_bf16", "cast_bf16_fp32")
+
+
+def machine_lines(res, mib):
+    """The profile line read off a probe: the median element rate of the kernels PyTorch runs
+    on its non-vectorized element-wise path (one output element per input element)."""
+    n = mib * 2**20 // 4
+    rates = sorted(n / (res["bw"][k]["us"] * 1e-6) for k in NV_CASES if k in res["bw"])
+    if not rates:
+        return ""
+    mid = len(rates) // 2
+    med = rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
+    return ("gpu.ew_nv_elems_per_s  %.4g  # %s, PyTorch %s: median element rate of %d "
+            "non-vectorized element-wise kernels (%s; %.3g-%.3g) on %d M elements, "
+            "experiments/realworld/probe_eager.py" % (
+                med, res.get("device", "?"), res.get("torch", "?"), len(rates),
+                ", ".join(k for k in NV_CASES if k in res["bw"]), rates[0], rates[-1],
+                n // 1000000))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--mib", type=int, default=256, help="reference tensor size (fp32 MiB)")
+    p.add_argument("--config", action="append", default=[], help="config.json for the step part")
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--out", default="")
+    p.add_argument("--machine-lines", default="", metavar="JSON",
+                   help="print the machine-profile line of a saved probe and exit")
+    a = p.parse_args()
+    if a.machine_lines:
+        with open(a.machine_lines) as fh:
+            print(machine_lines(json.load(fh), a.mib))
+        return
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("probe_eager.py: no CUDA device")
+    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "host": host_rates(torch), "bw": bw_rates(torch, a.mib)}
+    if a.config:
+        res["step"] = step_rates(torch, a.config, a.seq, a.batch)
+    try:
+        import transformers
+        res["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    text = json.dumps(res, indent=1, sort_keys=True)
+    if a.out:
+        with open(a.out, "w") as fh:
+            fh.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
