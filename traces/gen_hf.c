@@ -780,7 +780,7 @@ void hf_sdpa_fwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, ui
                 .nin = nin, .out = { *ao, *lse, *seed, *offs }, .nout = 4 };
     for (int k = 0; k < nin; k++) o.in[k] = in[k];
     o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
-                                   model_head_dim(&x->c->model), 0) : -1.0;
+                                   model_head_dim(&x->c->model), 0, dropout) : -1.0;
     hf_emit(x, oid, &o);
 }
 
@@ -795,8 +795,8 @@ uint64_t hf_alloc_op(hf_x *x, int l, const char *what, uint64_t bytes, trace_cla
 /* The cuDNN SDPA backward op over `in` (the output gradient first, then what the forward
  * saved): dq, dk and dv, and the workspace (fp32 dQ accumulator, softmax statistics) it
  * frees. The caller frees what its forward saved. */
-void hf_sdpa_bwd_op(hf_x *x, int l, const uint64_t *in, int nin, uint64_t *dq, uint64_t *dk,
-                    uint64_t *dv)
+void hf_sdpa_bwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, uint64_t *dq,
+                    uint64_t *dk, uint64_t *dv)
 {
     uint64_t T = x->T, eb = x->CB, oid = x->next_oid++;
     *dq = hf_alloc(x, l, "dq", T * x->hq * eb, TC_ACT_TRANS, (int64_t)oid);
@@ -810,7 +810,7 @@ void hf_sdpa_bwd_op(hf_x *x, int l, const uint64_t *in, int nin, uint64_t *dq, u
                 .nin = nin, .out = { *dq, *dk, *dv, ws }, .nout = 4 };
     for (int k = 0; k < nin; k++) o.in[k] = in[k];
     o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
-                                   model_head_dim(&x->c->model), 1) : -1.0;
+                                   model_head_dim(&x->c->model), 1, dropout) : -1.0;
     hf_emit(x, oid, &o);
     hf_free(x, &ws);
 }
@@ -820,7 +820,7 @@ static void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, u
                         uint64_t *dv)
 {
     const uint64_t in[] = { *dao, s->q, s->k, s->v, s->ao, s->lse };
-    hf_sdpa_bwd_op(x, l, in, 6, dq, dk, dv);
+    hf_sdpa_bwd_op(x, l, 0, in, 6, dq, dk, dv);
     hf_free(x, dao);
     hf_free(x, &s->k);
     hf_free(x, &s->q);

@@ -422,15 +422,16 @@ static uint64_t g2_gelu_fwd(hf_x *x, int l, g2_ls *s)
                     TK_ACT);
     uint64_t xin = s->fc;
     if (x->amp)
-        xin = s->x32 = hf_ew(x, l, "gelu.to_fp32", "gelu_x32", nf * F32, TC_ACT_SKEL, s->fc, 0,
-                             nf * CB, TK_ACT);
+        xin = s->x32 = hf_ew_nv(x, l, "gelu.to_fp32", "gelu_x32", nf * F32, TC_ACT_SKEL, s->fc,
+                                0, nf * CB, TK_ACT, nf);
     uint64_t pw = hf_ew(x, l, "gelu.pow", "gelu_pow", nf * E, TC_ACT_TRANS, xin, 0, nf * E,
                         TK_ACT);
     uint64_t t1 = hf_ew(x, l, "gelu.mul_c", "gelu_t1", nf * E, TC_ACT_TRANS, pw, 0, nf * E,
                         TK_ACT);
     hf_free(x, &pw);
-    uint64_t t2 = hf_ew(x, l, "gelu.add", "gelu_t2", nf * E, TC_ACT_TRANS, s->fc, t1,
-                        nf * (CB + E), TK_ACT);
+    /* amp: bf16 x plus the fp32 power (autocast runs pow in fp32): mixed dtypes */
+    uint64_t t2 = hf_ew_nv(x, l, "gelu.add", "gelu_t2", nf * E, TC_ACT_TRANS, s->fc, t1,
+                           nf * (CB + E), TK_ACT, CB != E ? nf : 0);
     hf_free(x, &t1);
     uint64_t t3 = hf_ew(x, l, "gelu.mul_k", "gelu_t3", nf * E, TC_ACT_TRANS, t2, 0, nf * E,
                         TK_ACT);
@@ -439,8 +440,9 @@ static uint64_t g2_gelu_fwd(hf_x *x, int l, g2_ls *s)
     hf_free(x, &t3);
     s->op1 = hf_ew(x, l, "gelu.add_one", "gelu_1p", nf * E, TC_ACT_SKEL, s->th, 0, nf * E,
                    TK_ACT);
-    uint64_t out = hf_ew(x, l, "gelu.mul", "gelu_out", nf * E, x->amp ? TC_ACT_TRANS :
-                         TC_ACT_SKEL, s->half, s->op1, nf * (CB + E), TK_ACT);
+    uint64_t out = hf_ew_nv(x, l, "gelu.mul", "gelu_out", nf * E, x->amp ? TC_ACT_TRANS :
+                            TC_ACT_SKEL, s->half, s->op1, nf * (CB + E), TK_ACT,
+                            CB != E ? nf : 0);
     if (x->amp) hf_free(x, &s->fc);
     return out;
 }
@@ -515,8 +517,8 @@ static void g2_head_fwd(hf_x *x, uint64_t in)
 static uint64_t g2_gelu_bwd(hf_x *x, int l, g2_ls *s, uint64_t dg)
 {
     uint64_t nf = x->T * x->f, CB = x->CB, E = x->amp ? F32 : CB;
-    uint64_t A = hf_ew(x, l, "gelu.mul.bwd_b", "gelu_dA", nf * E, TC_ACT_TRANS, dg, s->half,
-                       nf * (E + CB), TK_ACT);
+    uint64_t A = hf_ew_nv(x, l, "gelu.mul.bwd_b", "gelu_dA", nf * E, TC_ACT_TRANS, dg, s->half,
+                          nf * (E + CB), TK_ACT, CB != E ? nf : 0);
     uint64_t B = hf_ew(x, l, "gelu.mul.bwd_a", "gelu_dB", nf * E, TC_ACT_TRANS, dg, s->op1,
                        2 * nf * E, TK_ACT);
     if (x->amp) {
@@ -591,7 +593,7 @@ static uint64_t g2_sdpa_bwd(hf_x *x, int l, g2_ls *s, uint64_t *dao)
 {
     uint64_t T = x->T, eb = x->CB, dq, dk, dv;
     const uint64_t in[] = { *dao, s->qkv, s->ao, s->lse, s->seed, s->offs };
-    hf_sdpa_bwd_op(x, l, in, 6, &dq, &dk, &dv);
+    hf_sdpa_bwd_op(x, l, x->g2->ad > 0, in, 6, &dq, &dk, &dv);
     hf_free(x, dao);
     hf_free(x, &s->qkv);
     hf_free(x, &s->lse);

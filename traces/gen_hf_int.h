@@ -203,8 +203,8 @@ uint64_t hf_alloc_op(hf_x *x, int l, const char *what, uint64_t bytes, trace_cla
                      uint64_t *oid);
 void hf_sdpa_fwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, uint64_t *ao,
                     uint64_t *lse, uint64_t *seed, uint64_t *offs);
-void hf_sdpa_bwd_op(hf_x *x, int l, const uint64_t *in, int nin, uint64_t *dq, uint64_t *dk,
-                    uint64_t *dv);
+void hf_sdpa_bwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, uint64_t *dq,
+                    uint64_t *dk, uint64_t *dv);
 
 /* The MoE layer program (gen_hf_moe.c): per-layer state, planning, forward, backward. */
 struct hf_moe_ls *hf_moe_alloc(size_t layers);

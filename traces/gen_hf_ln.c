@@ -206,7 +206,7 @@ static void ln_sdpa_bwd(hf_x *x, int l, ln_ls *s, uint64_t *dao, uint64_t *dq, u
 {
     uint64_t vin = s->v ? s->v : s->qkv;
     const uint64_t in[] = { *dao, s->q, s->k, vin, s->ao, s->lse, s->seed, s->offs };
-    hf_sdpa_bwd_op(x, l, in, 8, dq, dk, dv);
+    hf_sdpa_bwd_op(x, l, x->lnm->ad > 0, in, 8, dq, dk, dv);
     hf_free(x, dao);
     hf_free(x, &s->k);
     hf_free(x, &s->q);

@@ -78,6 +78,10 @@ enum {
       "64 and 128 interpolated")                                                               \
     X("gpu.sdpa_hd64_bwd", MF_DBL, gpu_sdpa_hd64_bwd, R_OPT_EFF,                               \
       "the same for the backward")                                                             \
+    X("gpu.sdpa_dropout_fwd", MF_DBL, gpu_sdpa_dropout_fwd, R_OPT_EFF,                         \
+      "SDPA forward efficiency with dropout_p > 0 relative to without (0 or absent: 1)")       \
+    X("gpu.sdpa_dropout_bwd", MF_DBL, gpu_sdpa_dropout_bwd, R_OPT_EFF,                         \
+      "the same for the backward")                                                             \
     X("gpu.ew_nv_elems_per_s", MF_DBL, gpu_ew_nv_elems_per_s, R_OPT_NONNEG,                     \
       "elements per second of PyTorch's non-vectorized element-wise path (a broadcast or "      \
       "strided operand, a widening cast, mixed dtypes); 0 or absent: bytes only")              \

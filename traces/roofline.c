@@ -105,7 +105,7 @@ static double hd_scale(double ratio64, uint64_t head_dim)
 }
 
 double roof_attn_hd_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,
-                       uint64_t seq_tokens, uint64_t head_dim, int backward)
+                       uint64_t seq_tokens, uint64_t head_dim, int backward, int dropout)
 {
     double e = backward ? m->gpu_sdpa_bwd_eff : m->gpu_sdpa_fwd_eff;
     if (p->kernels == ROOF_KERNELS_RUNTIME || e <= 0.0)
@@ -114,6 +114,8 @@ double roof_attn_hd_us(const machine_t *m, const roof_params *p, double flops, u
     double s = (double)seq_tokens;
     double eff = s > 0.0 ? e * s / (s + half) : e;
     eff *= hd_scale(backward ? m->gpu_sdpa_hd64_bwd : m->gpu_sdpa_hd64_fwd, head_dim);
+    double dr = backward ? m->gpu_sdpa_dropout_bwd : m->gpu_sdpa_dropout_fwd;
+    if (dropout && dr > 0.0) eff *= dr; /* the dropout path's RNG and masking */
     double t_compute = term_us(flops, m->gpu_peak_bf16_flops * eff);
     double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
     return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);

@@ -63,9 +63,10 @@ double roof_attn_us(const machine_t *m, const roof_params *p, double flops, uint
 /* roof_attn_us with the head dimension known: where the profile has gpu.sdpa_* (PyTorch's
  * fused attention measured over sequence lengths and head dims) vendor kernels run at
  * eff * S / (S + half_seq) of the bf16 peak, scaled at head dims below 128 toward the
- * gpu.sdpa_hd64_* ratio; otherwise exactly roof_attn_us. */
+ * gpu.sdpa_hd64_* ratio and, with dropout, by gpu.sdpa_dropout_*; otherwise exactly
+ * roof_attn_us. */
 double roof_attn_hd_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,
-                       uint64_t seq_tokens, uint64_t head_dim, int backward);
+                       uint64_t seq_tokens, uint64_t head_dim, int backward, int dropout);
 
 typedef enum roof_coll {
     ROOF_ALL_GATHER = 0,   /* bytes = the gathered (full) buffer */

@@ -13,6 +13,8 @@ Three parts, one JSON object on stdout (and --out):
   bw:    achieved bytes per second of memory-bound kernels on large tensors (bytes = every
          tensor read and written once), CUDA events over 20 calls after warm-up, beside the
          device's nominal bandwidth (--peak-gbs).
+  sdpa:  scaled_dot_product_attention (causal, bf16) forward and backward without and with
+         dropout 0.1 at a few training shapes: what the dropout path costs.
   step:  for each --config given, a training step at a tiny shape (host-bound by design):
          wall time per step and the number of GPU kernels it launched (torch.profiler), so
          host microseconds per kernel of a real transformers step.
@@ -166,6 +168,48 @@ def bw_rates(torch, mib):
     return out
 
 
+SDPA_SHAPES = ((8, 16, 1024, 64), (2, 16, 4096, 64), (2, 25, 8192, 64), (4, 32, 2048, 128),
+               (1, 32, 8192, 128))
+
+
+def sdpa_rates(torch):
+    """SDPA (causal, bf16, the backend PyTorch picks) forward and backward times without and
+    with dropout 0.1 at a few training shapes: the cost of the dropout path."""
+    F = torch.nn.functional
+    out = {}
+    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for b, h, s, d in SDPA_SHAPES:
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=True) for _ in range(3))
+        row = {}
+        for p in (0.0, 0.1):
+            def fwd():
+                return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            o = fwd()
+            g = torch.randn_like(o)
+            for _ in range(3):
+                fwd().backward(g)
+            torch.cuda.synchronize()
+            ev0.record()
+            for _ in range(10):
+                o = fwd()
+            ev1.record()
+            torch.cuda.synchronize()
+            f_us = ev0.elapsed_time(ev1) * 100
+            ev0.record()
+            for _ in range(10):
+                fwd().backward(g)
+            ev1.record()
+            torch.cuda.synchronize()
+            fb_us = ev0.elapsed_time(ev1) * 100
+            row["p%.1f" % p] = {"fwd_us": round(f_us, 1), "bwd_us": round(fb_us - f_us, 1)}
+        row["fwd_ratio"] = round(row["p0.0"]["fwd_us"] / row["p0.1"]["fwd_us"], 4)
+        row["bwd_ratio"] = round(row["p0.0"]["bwd_us"] / row["p0.1"]["bwd_us"], 4)
+        out["%dx%dx%dx%d" % (b, h, s, d)] = row
+        del q, k, v, o, g
+    return out
+
+
 def step_rates(torch, configs, seq, batch):
     from transformers import AutoConfig, AutoModelForCausalLM
     from torch.profiler import profile, ProfilerActivity
@@ -219,21 +263,39 @@ NV_CASES = ("bcast_mul_row_bf16", "bcast_mul_col_fp32", "bcast_mul_col_bf16",
             "transpose_copy_bf16", "cast_bf16_fp32")
 
 
+def median(v):
+    v = sorted(v)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
 def machine_lines(res, mib):
-    """The profile line read off a probe: the median element rate of the kernels PyTorch runs
-    on its non-vectorized element-wise path (one output element per input element)."""
+    """The profile lines read off a probe: the median element rate of the kernels PyTorch runs
+    on its non-vectorized element-wise path (one output element per input element); the
+    median ratios of SDPA's time without dropout over with it."""
+    lines = []
+    if "sdpa" in res:
+        for d in ("fwd", "bwd"):
+            r = [v["%s_ratio" % d] for v in res["sdpa"].values()]
+            lines.append("gpu.sdpa_dropout_%s  %.4f  # %s, PyTorch %s: SDPA %s time without "
+                         "dropout over with dropout 0.1, median of %d causal bf16 shapes "
+                         "(%.3f-%.3f), experiments/realworld/probe_eager.py --only sdpa" % (
+                             d, median(r), res.get("device", "?"), res.get("torch", "?"),
+                             "forward" if d == "fwd" else "backward", len(r), min(r), max(r)))
+    if "bw" not in res:
+        return "\n".join(lines)
     n = mib * 2**20 // 4
     rates = sorted(n / (res["bw"][k]["us"] * 1e-6) for k in NV_CASES if k in res["bw"])
+    # (one sorted list: its ends are printed)
     if not rates:
-        return ""
-    mid = len(rates) // 2
-    med = rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
-    return ("gpu.ew_nv_elems_per_s  %.4g  # %s, PyTorch %s: median element rate of %d "
+        return "\n".join(lines)
+    med = median(rates)
+    return "\n".join(lines + ["gpu.ew_nv_elems_per_s  %.4g  # %s, PyTorch %s: median element rate of %d "
             "non-vectorized element-wise kernels (%s; %.3g-%.3g) on %d M elements, "
             "experiments/realworld/probe_eager.py" % (
                 med, res.get("device", "?"), res.get("torch", "?"), len(rates),
                 ", ".join(k for k in NV_CASES if k in res["bw"]), rates[0], rates[-1],
-                n // 1000000))
+                n // 1000000)])
 
 
 def main():
@@ -243,6 +305,7 @@ def main():
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--out", default="")
+    p.add_argument("--only", choices=["all", "sdpa"], default="all")
     p.add_argument("--machine-lines", default="", metavar="JSON",
                    help="print the machine-profile line of a saved probe and exit")
     a = p.parse_args()
@@ -253,8 +316,11 @@ def main():
     import torch
     if not torch.cuda.is_available():
         sys.exit("probe_eager.py: no CUDA device")
-    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "host": host_rates(torch), "bw": bw_rates(torch, a.mib)}
+    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    if a.only != "sdpa":
+        res["host"] = host_rates(torch)
+        res["bw"] = bw_rates(torch, a.mib)
+    res["sdpa"] = sdpa_rates(torch)
     if a.config:
         res["step"] = step_rates(torch, a.config, a.seq, a.batch)
     try:
