@@ -19,7 +19,7 @@ for a in "$@"; do
     esac
 done
 
-[ "$install" = 1 ] && memsim_install_deps
+[ "$install" = 1 ] && memsim_install_deps "$MEMSIM_TEST_PACKAGES"
 memsim_build
 
 status=0

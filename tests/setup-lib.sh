@@ -5,16 +5,20 @@
 
 MEMSIM_DEBIAN_PACKAGES="gcc make autoconf automake libtool pkg-config zlib1g-dev libjansson-dev \
 libgsl-dev liblpsolve55-dev lp-solve gnuplot-nox"
+# What only the test suite needs: PyTorch's CPU build for the Python package's tests
+# (tests/check_python.sh; they skip, saying why, without it).
+MEMSIM_TEST_PACKAGES="python3-torch"
 
 # memsim_stage TEXT: one progress line on standard error.
 memsim_stage() {
     echo "memsim: $*" >&2
 }
 
+# memsim_install_deps [MORE PACKAGES]: the build dependencies and any more named.
 memsim_install_deps() {
     local missing=()
     memsim_stage "checking the build dependencies (Debian packages)"
-    for p in $MEMSIM_DEBIAN_PACKAGES; do
+    for p in $MEMSIM_DEBIAN_PACKAGES $*; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
             || missing+=("$p")
     done

@@ -313,6 +313,8 @@ static void test_malformed(void)
          "end of"},
         {"[1, 2]", MS_ERR_PARSE, "bad.json:1:1:", "root must be a JSON object"},
         {"", MS_ERR_PARSE, "bad.json:1:1:", "empty input"},
+        {"\x80\x04\x95\x10\x01}\x94(\x8c\x08segments", MS_ERR_PARSE, "bad.json:1:1:",
+         "python -m memsim convert bad.json OUT.json.gz"},
         {"{\"device_traces\": {}}", MS_ERR_PARSE, "bad.json:1:19:", "must be a list"},
         {"{\n  \"device_traces\": [[\n    {\"action\": \"alloc\", \"addr\": 1, \"size\": -5, "
          "\"stream\": 0}\n  ]]\n}", MS_ERR_PARSE, "bad.json:3:5:", "below 0"},

@@ -819,6 +819,12 @@ static ms_status imp_run(imp_ctx *c)
 {
     char tmp[16];
     if (imp_peek(c) < 0) return imp_fail(c, MS_ERR_PARSE, c->pos, "empty input");
+    /* Pickle protocol 2+ opens with PROTO (0x80): what torch.cuda.memory._dump_snapshot()
+     * writes. The Python package converts it; the C side never unpickles. */
+    if (imp_peek(c) == 0x80)
+        return imp_fail(c, MS_ERR_PARSE, c->pos, "a Python pickle (torch.cuda.memory."
+                        "_dump_snapshot()), not JSON: convert it with 'python -m memsim "
+                        "convert %s OUT.json.gz' (python/README.md)", c->path);
     if (imp_peek(c) != '{')
         return imp_fail(c, MS_ERR_PARSE, c->pos, "the root must be a JSON object (a PyTorch "
                         "memory snapshot), found %s", imp_describe(c, tmp, sizeof tmp));

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""capture_run.py — one case of experiments/capture on the GPU: builds the Hugging Face
+model from its config in random initialization exactly as experiments/realworld/hf_run.py
+does (on the GPU in its dtype, SDPA, AdamW, bf16 autocast for amp), then in one process
+per mode:
+  --mode capture     one warm-up step, memsim.capture over the next (keep-all) step, and
+                     an uncaptured step timed for the capture's overhead; writes the trace
+  --mode keep        the plain step measured (peak reserved, peak allocated, median step)
+  --mode ckpt        model.gradient_checkpointing_enable(use_reentrant=False), measured
+  --mode save_on_cpu torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward
+                     and the loss, measured
+Prints one JSON object (also --out). Needs PyTorch >= 2.2 with CUDA, transformers, and the
+memsim package (pip install ./python)."""
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "realworld"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", required=True)
+    p.add_argument("--precision", choices=["amp", "bf16"], default="amp")
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--mode", choices=["capture", "keep", "ckpt", "save_on_cpu"], required=True)
+    p.add_argument("--trace", default="", help="--mode capture: the trace to write")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--out", default="")
+    a = p.parse_args(argv)
+    import torch
+    import hf_run
+    import memsim
+    if not torch.cuda.is_available():
+        print("capture_run.py: no CUDA device", file=sys.stderr)
+        return 2
+    dev = torch.device("cuda", 0)
+    torch.cuda.reset_peak_memory_stats(dev)
+    with open(a.config) as f:
+        vocab = json.load(f)["vocab_size"]
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, vocab, (a.batch, a.seq), generator=gen).to(dev)
+    ha = argparse.Namespace(config=a.config, precision=a.precision, seed=0)
+    model, _ = hf_run.build(ha, torch)
+    model.train()
+    if a.mode == "ckpt":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    hooks = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
+        if a.mode == "save_on_cpu" else contextlib.nullcontext
+
+    def step():
+        with hooks():
+            if a.precision == "amp":
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=x, labels=x).loss
+            else:
+                loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    res = dict(config=os.path.basename(a.config), precision=a.precision, seq=a.seq,
+               batch=a.batch, mode=a.mode, torch=torch.__version__,
+               device=torch.cuda.get_device_name(0), status="ok")
+    times = []
+    try:
+        if a.mode == "capture":
+            for _ in range(a.warmup):
+                step()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with memsim.capture(a.trace, model=model, optimizer=opt):
+                step()
+            torch.cuda.synchronize()
+            res["capture_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            res["plain_step_s"] = time.perf_counter() - t0
+        else:
+            for i in range(a.warmup + a.steps):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                step()
+                torch.cuda.synchronize()
+                if i >= a.warmup:
+                    times.append(time.perf_counter() - t0)
+    except torch.OutOfMemoryError as e:
+        res["status"] = "oom"
+        res["oom_message"] = str(e).split("\n")[0][:300]
+    st = torch.cuda.memory_stats(dev)
+    res["peak_allocated"] = st.get("allocated_bytes.all.peak", 0)
+    res["peak_reserved"] = st.get("reserved_bytes.all.peak", 0)
+    res["step_s"] = statistics.median(times) if times else None
+    line = json.dumps(res, sort_keys=True)
+    print(line)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

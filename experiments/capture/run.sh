@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# experiments/capture/run.sh — the closed loop of memsim.capture: for each case of
+# cases.tsv (GPT-2, LLaMA-style GQA + SwiGLU, Mistral, Mixtral-style MoE, Qwen2; random
+# initialization), a keep-all step captured once on the GPU, and from that capture alone
+# memsim predicts keep-all, gradient_checkpointing_enable() (policy full-recompute: keep
+# each block's input, recompute the rest in its backward, as PyTorch's non-reentrant
+# checkpoint of each decoder layer does) and torch.autograd.graph.save_on_cpu(pin_memory=
+# True) (policy full-swap, the closest: it offloads each layer's saved activations to
+# pinned host memory and brings them back for its backward; save_on_cpu copies every saved
+# tensor, layer inputs and the head's included, synchronously on the compute stream,
+# where full-swap overlaps the copies on their own streams, so the step time of full-swap
+# is a lower bound), beside the real runs.
+#
+#   run.sh gpu OUTDIR   on the GPU machine: captures and measurements into OUTDIR
+#                       (OUTDIR/NAME.trace.gz, OUTDIR/NAME.MODE.json), one process each
+#   run.sh [OUTDIR]     anywhere: predictions from OUTDIR's captures (default: the
+#                       committed results/), printed beside the measurements with the
+#                       difference; the table also goes to OUTDIR/comparison.txt
+# Environment: MEMSIM (the memsim command, default sim/memsim), PYTHON (default python3),
+# CASES (default cases.tsv), MACHINE (default h200-sxm).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+MEMSIM=${MEMSIM:-$ROOT/sim/memsim}
+PYTHON=${PYTHON:-python3}
+CASES=${CASES:-$HERE/cases.tsv}
+MACHINE=${MACHINE:-h200-sxm}
+CONFIGS=$ROOT/experiments/realworld/configs
+
+cases() { grep -v '^#' "$CASES" | grep -v '^[[:space:]]*$'; }
+
+gpu() {
+    local out=$1
+    mkdir -p "$out"
+    while IFS=$'\t' read -r name cfg prec seq batch; do
+        for mode in capture keep ckpt save_on_cpu; do
+            echo "== $name $mode" >&2
+            extra=()
+            [ "$mode" = capture ] && extra=(--trace "$out/$name.trace.gz")
+            "$PYTHON" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
+                --seq "$seq" --batch "$batch" --mode "$mode" --out "$out/$name.$mode.json" \
+                "${extra[@]}" || echo "$name $mode: failed (status $?)" >&2
+        done
+    done < <(cases)
+}
+
+predict() {
+    local dir=$1
+    local tab="$dir/comparison.txt"
+    {
+        printf '%-22s %-12s %-10s %12s %12s %7s %12s %12s %7s %9s %9s %7s\n' case run policy \
+            resv_meas resv_pred diff% alloc_meas alloc_pred diff% step_meas step_pred diff%
+        while IFS=$'\t' read -r name cfg prec seq batch; do
+            tr="$dir/$name.trace.gz"
+            [ -f "$tr" ] || { echo "# $name: no capture in $dir" ; continue; }
+            csv=$(mktemp)
+            "$MEMSIM" compare --trace "$tr" --machine "$MACHINE" \
+                --policies keep-all,full-recompute,full-swap --csv "$csv" >/dev/null 2>&1 || true
+            for pair in keep:keep-all ckpt:full-recompute save_on_cpu:full-swap; do
+                mode=${pair%%:*}; pol=${pair#*:}
+                "$PYTHON" "$HERE/compare.py" "$name" "$mode" "$pol" "$dir/$name.$mode.json" "$csv"
+            done
+            rm -f "$csv"
+        done < <(cases)
+    } | tee "$tab"
+}
+
+case "${1:-}" in
+gpu) [ $# = 2 ] || { echo "usage: run.sh gpu OUTDIR" >&2; exit 2; }; gpu "$2" ;;
+-h|--help) sed -n '2,22p' "$0" ;;
+*) predict "${1:-$HERE/results}" ;;
+esac

@@ -1,0 +1,33 @@
+"""_timing.py — each captured op's GPU time from a torch.profiler run of the captured
+iteration: capture wraps every op it records in a record_function range "memsim#ID", and
+the kernels PyTorch's profiler attributes to the ops inside that range are that op's. Used
+by memsim.capture on CUDA."""
+
+
+def kernel_times(prof):
+    """{op id: microseconds of GPU kernels launched inside its range}."""
+    try:
+        events = prof.events()
+    except Exception:
+        return {}
+    out = {}
+    for e in events:
+        name = getattr(e, "name", "")
+        if not name.startswith("memsim#"):
+            continue
+        try:
+            oid = int(name[7:])
+        except ValueError:
+            continue
+        out[oid] = out.get(oid, 0.0) + _subtree_us(e)
+    return out
+
+
+def _subtree_us(e):
+    total, stack = 0.0, [e]
+    while stack:
+        x = stack.pop()
+        for k in getattr(x, "kernels", []) or []:
+            total += float(getattr(k, "duration", 0.0) or 0.0)
+        stack.extend(getattr(x, "cpu_children", []) or [])
+    return total

@@ -1,0 +1,223 @@
+"""test_capture.py — memsim.capture on CPU (PyTorch's CPU build: no caching allocator, so
+the tensor-level allocations and frees): a 2-layer LLaMA-like and a GPT-2-like model
+(tinymodels.py) trained one AdamW step; the trace must pass `memsim trace check`, carry
+the classes, layers, phases and marks the hf generator writes, and run under keep-all,
+full-recompute and full-swap with `memsim simulate` / `memsim compare`. Skipped, with the
+reason, when PyTorch or the memsim command is missing. Run by tests/check_python.sh."""
+
+import csv
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+try:
+    import torch
+    import tinymodels
+except ImportError as e:            # the wrapper reports the skip and its reason
+    torch = None
+    WHY = "PyTorch is not importable (%s)" % e
+
+import memsim
+
+MEMSIM = os.environ.get("MEMSIM") or os.path.join(HERE, "..", "..", "sim", "memsim")
+
+
+def read_trace(path):
+    op = gzip.open if path.endswith(".gz") else open
+    with op(path, "rt") as f:
+        return [ln.split() for ln in f if ln.strip() and not ln.startswith("#")]
+
+
+def run(*args):
+    return subprocess.run([MEMSIM] + list(args), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def step(model, opt, ids):
+    loss = model(ids, ids)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+
+
+@unittest.skipIf(torch is None, "no PyTorch" if torch is not None else WHY)
+class CaptureCPU(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="memsim-py-")
+        torch.manual_seed(0)
+        cls.model = tinymodels.TinyLlama(L=2, h=64, heads=4, kv=2, f=160, V=256)
+        cls.opt = torch.optim.AdamW(cls.model.parameters(), lr=1e-3)
+        cls.ids = torch.randint(0, 256, (8, 64))
+        cls.path = os.path.join(cls.tmp, "llama.trace.gz")
+        with memsim.capture(cls.path, model=cls.model, optimizer=cls.opt):
+            step(cls.model, cls.opt, cls.ids)
+        cls.recs = read_trace(cls.path)
+
+    def allocs(self):
+        return [r for r in self.recs if r[0] == "alloc"]
+
+    def test_trace_check(self):
+        self.assertTrue(os.path.exists(MEMSIM), "memsim not built at %s" % MEMSIM)
+        r = run("trace", "check", self.path)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(" 0 problems", r.stdout)
+
+    def test_classes(self):
+        nparams = len(list(self.model.parameters()))
+        cls = {}
+        for a in self.allocs():
+            cls[a[3]] = cls.get(a[3], 0) + 1
+        self.assertEqual(cls.get("param"), nparams)
+        self.assertEqual(cls.get("grad"), nparams, "one gradient per parameter")
+        # AdamW: exp_avg and exp_avg_sq per parameter (and its step counter)
+        self.assertGreaterEqual(cls.get("optstate", 0), 2 * nparams)
+        self.assertGreater(cls.get("act_skel", 0), 10)
+        self.assertGreater(cls.get("act_trans", 0), 10)
+        names = {a[8]: a for a in self.allocs()}
+        self.assertTrue(any(n.endswith(".exp_avg_sq") for n in names))
+
+    def test_layers(self):
+        names = {a[8]: a for a in self.allocs()}
+        for l in (0, 1):
+            a = names.get("L%d.input" % l)
+            self.assertIsNotNone(a, "L%d.input" % l)
+            self.assertEqual((a[3], a[4]), ("act_skel", str(l)))
+        skel_layers = {a[4] for a in self.allocs() if a[3] == "act_skel"}
+        self.assertTrue({"0", "1"} <= skel_layers)
+        p = names["L1.q_proj.weight"]
+        self.assertEqual((p[3], p[4]), ("param", "1"))
+        self.assertEqual(names["model.embed_tokens.weight"][4], "-1")
+
+    def test_marks_and_phases(self):
+        marks = [" ".join(r[1:]) for r in self.recs if r[0] == "mark"]
+        self.assertEqual(marks[:3], ["iter 0", "phase fwd", "layer -1"])
+        fwd = marks[:marks.index("phase bwd")]
+        bwd = marks[marks.index("phase bwd"):marks.index("phase opt")]
+        self.assertLess(fwd.index("layer 0"), fwd.index("layer 1"))
+        self.assertLess(bwd.index("layer 1"), bwd.index("layer 0"), "backward in reverse")
+        self.assertIn("phase opt", marks)
+        phases = [r[3] for r in self.recs if r[0] == "op"]
+        self.assertEqual(phases, sorted(phases, key=["fwd", "bwd", "opt"].index))
+        self.assertTrue(all(r[2] == "optim" for r in self.recs if r[0] == "op" and
+                            r[3] == "opt"))
+
+    def test_flops(self):
+        # q_proj: [8*64, 64] x [64, 64]: 2 m n k
+        q = [r for r in self.recs if r[0] == "op" and r[11] == "L0.q_proj.mm"]
+        self.assertEqual(len(q), 1)
+        self.assertEqual(float(q[0][5]), 2.0 * 512 * 64 * 64)
+        self.assertEqual(q[0][2], "gemm")
+        self.assertTrue(any(r[2] == "gemm" and r[3] == "bwd" for r in self.recs
+                            if r[0] == "op"))
+
+    def test_policies(self):
+        r = run("simulate", "--trace", self.path, "--machine", "h200-sxm")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        c = os.path.join(self.tmp, "cmp.csv")
+        r = run("compare", "--trace", self.path, "--machine", "h200-sxm", "--policies",
+                "keep-all,full-recompute,full-swap", "--csv", c)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(c) as f:
+            rows = {row["policy"]: row for row in csv.DictReader(f)}
+        for p in ("keep-all", "full-recompute", "full-swap"):
+            self.assertEqual(rows[p]["status"], "ok", p)
+        keep = int(rows["keep-all"]["peak_allocated_bytes"])
+        self.assertLess(int(rows["full-recompute"]["peak_allocated_bytes"]), keep)
+        self.assertLess(int(rows["full-swap"]["peak_allocated_bytes"]), keep)
+        self.assertGreater(float(rows["full-recompute"]["recompute_s"]), 0)
+
+    def test_same_bytes(self):
+        """The same program gives the same trace, byte for byte."""
+        outs = []
+        for i in range(2):
+            torch.manual_seed(1)
+            m = tinymodels.TinyLlama()
+            o = torch.optim.AdamW(m.parameters())
+            p = os.path.join(self.tmp, "same%d.trace.gz" % i)
+            with memsim.capture(p, model=m, optimizer=o):
+                step(m, o, torch.randint(0, 256, (2, 16)))
+            with open(p, "rb") as f:
+                outs.append(f.read())
+        self.assertEqual(outs[0], outs[1])
+
+
+@unittest.skipIf(torch is None, "no PyTorch" if torch is not None else WHY)
+class CaptureMore(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="memsim-py-")
+        torch.manual_seed(0)
+
+    def test_gpt_blocks_found(self):
+        m = tinymodels.TinyGPT()
+        o = torch.optim.AdamW(m.parameters())
+        p = os.path.join(self.tmp, "gpt.trace")
+        with memsim.capture(p, model=m, optimizer=o):
+            step(m, o, torch.randint(0, 256, (2, 32)))
+        recs = read_trace(p)
+        self.assertIn(["meta", "layers", "2"], recs)
+        self.assertTrue(any(r[0] == "alloc" and r[8] == "L1.input" for r in recs))
+        self.assertEqual(run("trace", "check", p).returncode, 0)
+        r = run("compare", "--trace", p, "--machine", "h200-sxm", "--policies",
+                "keep-all,full-recompute,full-swap")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_layers_override(self):
+        m = tinymodels.TinyLlama(L=3)
+        o = torch.optim.AdamW(m.parameters())
+        p = os.path.join(self.tmp, "l.trace")
+        with memsim.capture(p, model=m, optimizer=o, layers=list(m.model.layers)[:2]):
+            step(m, o, torch.randint(0, 256, (2, 16)))
+        self.assertIn(["meta", "layers", "2"], read_trace(p))
+        with self.assertRaises(ValueError):
+            memsim.capture(p, model=m, layers="model.blocks")
+
+    def test_two_iterations(self):
+        m = tinymodels.TinyLlama()
+        o = torch.optim.AdamW(m.parameters())
+        p = os.path.join(self.tmp, "two.trace")
+        ids = torch.randint(0, 256, (2, 16))
+        with memsim.capture(p, model=m, optimizer=o, iterations=2):
+            for _ in range(3):
+                step(m, o, ids)
+        recs = read_trace(p)
+        iters = [r[2] for r in recs if r[:2] == ["mark", "iter"]]
+        self.assertEqual(iters, ["0", "1"])
+        self.assertEqual(run("trace", "check", p).returncode, 0)
+        r = run("simulate", "--trace", p, "--machine", "h200-sxm", "--policy", "full-recompute")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_exception_leaves_nothing(self):
+        m = tinymodels.TinyLlama()
+        o = torch.optim.AdamW(m.parameters())
+        p = os.path.join(self.tmp, "bad.trace.gz")
+        with self.assertRaises(ZeroDivisionError):
+            with memsim.capture(p, model=m, optimizer=o):
+                m(torch.randint(0, 256, (2, 16)), torch.randint(0, 256, (2, 16))).backward()
+                1 / 0
+        self.assertEqual(os.listdir(self.tmp), [])
+        # everything is unhooked: training goes on as before
+        self.assertEqual(torch.autograd.backward.__module__, "torch.autograd")
+        step(m, o, torch.randint(0, 256, (2, 16)))
+
+    def test_no_gpu(self):
+        if torch.cuda.is_available():
+            self.skipTest("a GPU is present")
+        with self.assertRaises(memsim.CaptureError) as e:
+            memsim.capture(os.path.join(self.tmp, "x.trace"), device="cuda")
+        self.assertIn("CUDA is not available", str(e.exception))
+
+    def test_bad_iterations(self):
+        with self.assertRaises(memsim.CaptureError):
+            memsim.capture(os.path.join(self.tmp, "x.trace"), iterations=0)
+
+
+if __name__ == "__main__":
+    unittest.main()
