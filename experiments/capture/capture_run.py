@@ -44,6 +44,7 @@ def main(argv=None):
         print("capture_run.py: no CUDA device", file=sys.stderr)
         return 2
     dev = torch.device("cuda", 0)
+    torch.cuda.init()
     torch.cuda.reset_peak_memory_stats(dev)
     with open(a.config) as f:
         vocab = json.load(f)["vocab_size"]
