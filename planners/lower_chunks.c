@@ -342,6 +342,7 @@ typedef struct lb {
     u64map *state;      /* model-state tensor id -> class */
     u64map *pchunk;     /* param id -> chunk */
     u64map *gchunk;     /* grad id -> lo | hi << 32 (chunk range), absent: none */
+    u64map *ingrad;     /* ids of the gradients allocated inside an iteration */
     size_t first_iter;  /* record index of the first `mark iter` */
     size_t end_iter;    /* one past iteration 0 */
 } lb;
@@ -379,6 +380,106 @@ static int name_has_prefix(const char *name, const char *prefix, size_t n)
     return strncmp(name, prefix, n) == 0 && name[n] == '.';
 }
 
+#define LC_CAST_CLS 0xffu /* b->state's value for a parameter cast (not a class) */
+
+int lc_managed(const lc_layout *L, const trace_tensor *x)
+{
+    return is_state_cls(x->cls) || (L && L->managed && u64map_get(L->managed, x->id, NULL));
+}
+
+/* The bytes parameter x takes in a chunk: the trace's, or under autocast over fp32
+ * parameters (meta precision amp) its share in the compute dtype — the chunk manager keeps
+ * the parameters in bf16 on the GPU and the fp32 masters with the optimizer states on the
+ * host, as ZeRO-3, Gemini, FSDP's mixed precision and ProTrain do. */
+static uint64_t chunk_param_bytes(const lc_layout *L, const trace_tensor *x)
+{
+    int from = L->param_bytes_per_param, to = L->dtype_bytes;
+    if (from <= to || x->bytes % (uint64_t)from) return x->bytes;
+    return x->bytes / (uint64_t)from * (uint64_t)to;
+}
+
+/* Whether grad g (of the layout's list) was allocated inside an iteration. */
+static int is_in_iter(const lb *b, const trace_tensor *g)
+{
+    return u64map_get(b->ingrad, g->id, NULL);
+}
+
+/* Marks the tensors the chunk manager takes over beyond the state classes (lc_managed):
+ * the outputs of a forward op that reads only parameters (a cast of them: it reads the
+ * chunk instead, so uses of the cast need the parameter's chunk) and what the optimizer
+ * phase allocates (chunk Adam replaces that phase). Over every iteration. */
+static ms_status lb_casts(lb *b)
+{
+    size_t n = trace_count(b->t);
+    trace_phase ph = TP_NONE;
+    for (size_t i = 0; i < n; i++) {
+        const trace_rec *r = trace_get(b->t, i);
+        if (r->type == TR_MARK) {
+            if (r->u.mark.kind == TM_PHASE) ph = (trace_phase)r->u.mark.value;
+            else if (r->u.mark.kind == TM_ITER) ph = TP_NONE;
+            continue;
+        }
+        if (r->type == TR_ALLOC && ph == TP_OPT && i > b->first_iter &&
+            !is_state_cls(r->u.alloc.cls)) {
+            if (u64map_put(b->L->managed, r->u.alloc.id, 1) ||
+                u64map_put(b->state, r->u.alloc.id, LC_CAST_CLS))
+                return MS_ERR_NOMEM;
+            continue;
+        }
+        if (r->type != TR_OP || ph != TP_FWD || r->u.op.phase != TP_FWD) continue;
+        const trace_op *op = &r->u.op;
+        if (op->n_in == 0 || op->n_out == 0) continue;
+        int cast = 1;
+        uint64_t v, c = 0;
+        for (uint32_t q = 0; q < op->n_in && cast; q++)
+            cast = u64map_get(b->state, op->in[q], &v) && v == TC_PARAM;
+        for (uint32_t q = 0; q < op->n_out && cast; q++)
+            cast = !u64map_get(b->state, op->out[q], NULL);
+        if (!cast || !u64map_get(b->pchunk, op->in[0], &c)) continue;
+        for (uint32_t q = 0; q < op->n_out; q++)
+            if (u64map_put(b->L->managed, op->out[q], 1) ||
+                u64map_put(b->state, op->out[q], LC_CAST_CLS) ||
+                u64map_put(b->pchunk, op->out[q], c))
+                return MS_ERR_NOMEM;
+    }
+    return MS_OK;
+}
+
+/* The chunks a gradient the backward makes belongs to when its name does not say: a block's
+ * gradient, the block's chunks; outside the blocks (embedding, final norm, head), the
+ * chunks of the parameters (or their casts) that iteration 0's forward ops of the kind of
+ * the gradient's producer read outside the blocks. None found: *lo stays -1 (the gradient
+ * is still chunk-managed; it only adds no chunk to its step). */
+static void lb_grad_owner(const lb *b, const trace_tensor *g, int32_t *lo, int32_t *hi)
+{
+    const lc_layout *L = b->L;
+    if (g->layer >= 0) {
+        if (g->layer < L->n_blocks && L->block_chunk_lo[g->layer] >= 0) {
+            *lo = L->block_chunk_lo[g->layer];
+            *hi = L->block_chunk_hi[g->layer];
+        }
+        return;
+    }
+    int kind = -1;
+    for (size_t i = b->first_iter; i < b->end_iter && kind < 0; i++) {
+        const trace_rec *r = trace_get(b->t, i);
+        if (r->type == TR_OP && (int64_t)r->u.op.id == g->producer) kind = (int)r->u.op.kind;
+    }
+    if (kind < 0) return;
+    for (size_t i = b->first_iter; i < b->end_iter; i++) {
+        const trace_rec *r = trace_get(b->t, i);
+        if (r->type != TR_OP || r->u.op.phase != TP_FWD || (int)r->u.op.kind != kind ||
+            r->u.op.layer >= 0)
+            continue;
+        for (uint32_t q = 0; q < r->u.op.n_in; q++) {
+            uint64_t c;
+            if (!u64map_get(b->pchunk, r->u.op.in[q], &c)) continue;
+            if (*lo < 0 || (int32_t)c < *lo) *lo = (int32_t)c;
+            if ((int32_t)c > *hi) *hi = (int32_t)c;
+        }
+    }
+}
+
 /* Collects parameters and gradients of the setup and the execution order of parameters
  * (first use in iteration 0's forward), then packs chunks. */
 static ms_status lb_params(lb *b, ms_error *err)
@@ -395,20 +496,26 @@ static ms_status lb_params(lb *b, ms_error *err)
             else if (b->end_iter == SIZE_MAX) b->end_iter = i;
         }
         if (r->type != TR_ALLOC || !is_state_cls(r->u.alloc.cls)) continue;
-        if (b->first_iter != SIZE_MAX) {
+        if (b->first_iter != SIZE_MAX && r->u.alloc.cls == TC_PARAM) {
             st = ms_fail(err, MS_ERR_INVALID,
-                         "trace record %zu: model state '%s' is allocated inside an iteration "
-                         "(a ZeRO-3 or offload trace?); chunk lowering needs a plain trace",
-                         i, r->u.alloc.name);
+                         "trace record %zu: parameter '%s' is allocated inside an iteration "
+                         "(a ZeRO-3 gather?); chunk lowering needs every parameter allocated "
+                         "before the first `mark iter` (gradients and optimizer states may be "
+                         "allocated inside)", i, r->u.alloc.name);
             break;
         }
+        /* gradients made by the backward and optimizer states made at the first step
+         * (PyTorch eager) are chunk-managed like those of the setup */
         if (u64map_put(b->state, r->u.alloc.id, r->u.alloc.cls)) st = MS_ERR_NOMEM;
         if (r->u.alloc.cls == TC_PARAM) {
             if (ms_grow((void **)&ps, &cap, np + 1, sizeof *ps)) st = MS_ERR_NOMEM;
             else ps[np++] = &r->u.alloc;
-        } else if (r->u.alloc.cls == TC_GRAD) {
+        } else if (r->u.alloc.cls == TC_GRAD && b->end_iter == SIZE_MAX) {
             if (ms_grow((void **)&gs, &gcap, ng + 1, sizeof *gs)) st = MS_ERR_NOMEM;
             else gs[ng++] = &r->u.alloc;
+            if (st == MS_OK && b->first_iter != SIZE_MAX &&
+                u64map_put(b->ingrad, r->u.alloc.id, 1))
+                st = MS_ERR_NOMEM;
         }
     }
     if (st == MS_OK && b->first_iter == SIZE_MAX)
@@ -449,10 +556,10 @@ static ms_status lb_params(lb *b, ms_error *err)
     if (st == MS_OK && !bytes) st = MS_ERR_NOMEM;
     for (size_t i = 0; st == MS_OK && i < np; i++) {
         const trace_tensor *x = ps[order[i]];
-        bytes[i] = x->bytes;
-        L->param_bytes += x->bytes;
-        if (x->bytes > L->max_param_bytes) {
-            L->max_param_bytes = x->bytes;
+        bytes[i] = chunk_param_bytes(L, x);
+        L->param_bytes += bytes[i];
+        if (bytes[i] > L->max_param_bytes) {
+            L->max_param_bytes = bytes[i];
             snprintf(L->max_param_name, sizeof L->max_param_name, "%s", x->name);
         }
     }
@@ -502,9 +609,9 @@ static ms_status lb_params(lb *b, ms_error *err)
     for (size_t i = 0; st == MS_OK && i < np; i++) {
         const trace_tensor *x = ps[order[i]];
         lc_chunk *C = &L->chunks[cid[i]];
-        C->used_bytes += x->bytes;
-        C->params += (x->bytes + D - 1) / D;
-        L->params += (x->bytes + D - 1) / D;
+        C->used_bytes += bytes[i];
+        C->params += (bytes[i] + D - 1) / D;
+        L->params += (bytes[i] + D - 1) / D;
         if (u64map_put(b->pchunk, x->id, (uint64_t)cid[i])) st = MS_ERR_NOMEM;
         int32_t ly = x->layer;
         if (st == MS_OK && ly >= 0 && ly < L->n_blocks) {
@@ -513,17 +620,25 @@ static ms_status lb_params(lb *b, ms_error *err)
             if (cid[i] > L->block_chunk_hi[ly]) L->block_chunk_hi[ly] = cid[i];
         }
     }
-    /* gradient buffers: "X.grad" belongs to the chunks of the parameters named "X.*" */
+    if (st == MS_OK) st = lb_casts(b);
+    /* gradient buffers: "X.grad" belongs to the chunks of the parameters named "X.*" (or,
+     * for a gradient the backward makes, of the parameter "X" itself); a gradient the
+     * backward makes without such a name goes by its layer (lb_grad_owner) */
     for (size_t g = 0; st == MS_OK && g < ng; g++) {
         const char *nm = gs[g]->name, *dot = strstr(nm, ".grad");
-        if (!dot) continue;
-        size_t plen = (size_t)(dot - nm);
+        int inside = is_in_iter(b, gs[g]);
         int32_t lo = -1, hi = -1;
-        for (size_t i = 0; i < np; i++)
-            if (name_has_prefix(ps[order[i]]->name, nm, plen)) {
-                if (lo < 0 || cid[i] < lo) lo = cid[i];
-                if (cid[i] > hi) hi = cid[i];
-            }
+        if (dot) {
+            size_t plen = (size_t)(dot - nm);
+            for (size_t i = 0; i < np; i++)
+                if (name_has_prefix(ps[order[i]]->name, nm, plen) ||
+                    (inside && strlen(ps[order[i]]->name) == plen &&
+                     strncmp(ps[order[i]]->name, nm, plen) == 0)) {
+                    if (lo < 0 || cid[i] < lo) lo = cid[i];
+                    if (cid[i] > hi) hi = cid[i];
+                }
+        }
+        if (lo < 0 && inside) lb_grad_owner(b, gs[g], &lo, &hi);
         if (lo >= 0 && u64map_put(b->gchunk, gs[g]->id, (uint64_t)lo | ((uint64_t)hi << 32)))
             st = MS_ERR_NOMEM;
     }
@@ -662,6 +777,9 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     uint64_t dp = trace_meta_u64(t, "dp", 1), db = trace_meta_u64(t, "dtype_bytes", 2);
     L->dp = dp >= 1 && dp <= (1u << 20) ? (int)dp : 1;
     L->dtype_bytes = db >= 1 && db <= 64 ? (int)db : 2;
+    /* autocast over fp32 parameters (traces/FORMAT.md: meta precision amp) */
+    const char *prec = trace_get_meta(t, "precision");
+    L->param_bytes_per_param = prec && strcmp(prec, "amp") == 0 ? 4 : L->dtype_bytes;
     uint64_t blocks = trace_meta_u64(t, "layers", 0);
     L->n_blocks = blocks <= 100000 ? (int)blocks : 0;
     if (L->n_blocks <= 0) {
@@ -679,9 +797,11 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     b.state = u64map_new(1024);
     b.pchunk = u64map_new(1024);
     b.gchunk = u64map_new(256);
+    b.ingrad = u64map_new(256);
+    L->managed = u64map_new(256);
     ms_status st = MS_OK;
     if (!L->fwd_step || !L->bwd_step || !L->block_chunk_lo || !L->block_chunk_hi || !b.state ||
-        !b.pchunk || !b.gchunk)
+        !b.pchunk || !b.gchunk || !b.ingrad || !L->managed)
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     for (int j = 0; st == MS_OK && j < L->n_blocks; j++)
         L->fwd_step[j] = L->bwd_step[j] = L->block_chunk_lo[j] = L->block_chunk_hi[j] = -1;
@@ -690,6 +810,7 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     u64map_free(b.state);
     u64map_free(b.pchunk);
     u64map_free(b.gchunk);
+    u64map_free(b.ingrad);
     if (st == MS_OK) { /* the first step that needs each chunk */
         L->first_use = malloc((L->n_chunks + 1) * sizeof *L->first_use);
         if (!L->first_use) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
@@ -717,6 +838,7 @@ void lc_layout_free(lc_layout *L)
     free(L->block_chunk_lo);
     free(L->block_chunk_hi);
     free(L->first_use);
+    u64map_free(L->managed);
     free(L);
 }
 
@@ -1708,9 +1830,9 @@ static ms_status do_mark(lcw *w, const trace_mark *mk)
 
 static ms_status do_alloc(lcw *w, const trace_tensor *x)
 {
-    if (is_state_cls(x->cls)) {
-        if (w->in_iter)
-            return wfail(w, MS_ERR_UNSUPPORTED, "model state '%s' allocated inside an iteration",
+    if (lc_managed(w->L, x)) {
+        if (w->in_iter && x->cls == TC_PARAM)
+            return wfail(w, MS_ERR_UNSUPPORTED, "parameter '%s' allocated inside an iteration",
                          x->name);
         return MS_OK; /* replaced by the chunks */
     }
@@ -1897,7 +2019,7 @@ ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t
     size_t n = trace_count(t);
     for (size_t i = 0; st == MS_OK && i < n; i++) {
         const trace_rec *r = trace_get(t, i);
-        if (r->type == TR_ALLOC && is_state_cls(r->u.alloc.cls) &&
+        if (r->type == TR_ALLOC && lc_managed(w.L, &r->u.alloc) &&
             u64map_put(w.state, r->u.alloc.id, 1))
             st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
