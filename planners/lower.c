@@ -1264,6 +1264,10 @@ static ms_status begin_backward(lw *w, int32_t layer)
     if (st == MS_OK) st = replay_layer(w, L, layer);
     for (size_t k = 0; st == MS_OK && k < L->held.n; k++) {
         lw_tensor *x = &w->ts[L->held.v[k]];
+        if (x->state == TS_INBUF) {
+            st = rb_free_member(w, x);
+            continue;
+        }
         x->state = TS_FREED;
         st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
     }
@@ -1430,6 +1434,24 @@ static lw_layer *hold_layer(lw *w, const lw_tensor *x)
     return NULL;
 }
 
+/* The same for a rounding-buffer member (MEMO's swapped layer input): freed by the trace
+ * inside its layer's forward while the layer's block has partially swapped members, whose
+ * missing tokens the backward recomputes from it. It stays in its block (offloaded and
+ * prefetched with it) and leaves it at the layer's backward, after the recomputation. */
+static lw_layer *rb_hold_layer(lw *w, const lw_tensor *x)
+{
+    int32_t l = x->meta->layer;
+    if (x->rbg < 0 || l < 0 || w->phase != TP_FWD || (size_t)l >= w->n_layers ||
+        w->layers[l].fwd_state != 1)
+        return NULL;
+    const rb_group *G = &w->groups[x->rbg];
+    lw_layer *L = &w->layers[l];
+    if (G->n_swap && G->min_alpha < 1.0) return L;
+    for (size_t k = 0; k < L->cand.n; k++)
+        if (w->ts[L->cand.v[k]].dec == PD_RECOMPUTE) return L;
+    return NULL;
+}
+
 static ms_status do_free(lw *w, uint64_t id)
 {
     lw_tensor *x = find_tensor(w, id);
@@ -1437,8 +1459,10 @@ static ms_status do_free(lw *w, uint64_t id)
         return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " is freed but is not live",
                         id);
     tstate was = (tstate)x->state;
+    lw_layer *H = was == TS_INBUF ? rb_hold_layer(w, x) : was == TS_LIVE ? hold_layer(w, x)
+                                                                            : NULL;
+    if (H) return idx_push(&H->held, (size_t)(x - w->ts)) == MS_OK ? MS_OK : nomem(w);
     if (was == TS_INBUF) return rb_free_member(w, x);
-    lw_layer *H = was == TS_LIVE ? hold_layer(w, x) : NULL;
     if (H) return idx_push(&H->held, (size_t)(x - w->ts)) == MS_OK ? MS_OK : nomem(w);
     x->state = TS_FREED;
     switch (was) {
