@@ -68,7 +68,7 @@ typedef struct forms {
 static ms_status forms_get(forms *f, const pipe_workload *w, const machine_t *m, pol_form k,
                            const trace_t **t, ms_error *err)
 {
-    if (pipe_form_set(w)) k = POL_FORM_PLAIN;
+    if (pipe_form_set(w) && !w->trace_path) k = POL_FORM_PLAIN; /* a plain file: converted */
     if (!f->t[k]) {
         ms_status st = pipe_trace_for(w, m, k, &f->t[k], err);
         if (st != MS_OK) return st;
