@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -535,16 +536,32 @@ static ms_status lb_params(lb *b, ms_error *err)
     }
     for (size_t i = 0; st == MS_OK && i < np; i++)
         if (u64map_put(pidx, ps[i]->id, i)) st = MS_ERR_NOMEM;
+    /* a parameter's block: its layer, or where the forward first reads it (a trace that
+     * leaves parameters' layers unset), or its L<layer>.<what> name */
+    int32_t *blk = st == MS_OK ? malloc((np ? np : 1) * sizeof *blk) : NULL;
+    if (st == MS_OK && !blk) st = MS_ERR_NOMEM;
+    for (size_t i = 0; st == MS_OK && i < np; i++) {
+        int named;
+        blk[i] = ps[i]->layer;
+        if (blk[i] < 0 && sscanf(ps[i]->name, "L%d.", &named) == 1 && named >= 0 &&
+            named < b->L->n_blocks)
+            blk[i] = named;
+    }
     trace_phase ph = TP_NONE;
+    int32_t cur_blk = -1;
     for (size_t i = b->first_iter; st == MS_OK && i < b->end_iter; i++) {
         const trace_rec *r = trace_get(t, i);
         if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) ph = (trace_phase)r->u.mark.value;
+        if (r->type == TR_MARK && r->u.mark.kind == TM_LAYER)
+            cur_blk = r->u.mark.value >= 0 && r->u.mark.value < b->L->n_blocks
+                          ? (int32_t)r->u.mark.value : -1;
         if (r->type != TR_OP || ph != TP_FWD) continue;
         for (uint32_t j = 0; j < r->u.op.n_in; j++) {
             uint64_t x;
             if (u64map_get(pidx, r->u.op.in[j], &x) && !seen[x]) {
                 seen[x] = 1;
                 order[no++] = x;
+                if (ps[x]->layer < 0 && cur_blk >= 0) blk[x] = cur_blk;
             }
         }
     }
@@ -566,13 +583,13 @@ static ms_status lb_params(lb *b, ms_error *err)
     int32_t *cid = st == MS_OK ? malloc(np * sizeof *cid) : NULL;
     int32_t *grp = st == MS_OK ? malloc(np * sizeof *grp) : NULL;
     if (st == MS_OK && (!cid || !grp)) st = MS_ERR_NOMEM;
-    for (size_t i = 0; st == MS_OK && i < np; i++) grp[i] = ps[order[i]]->layer;
+    for (size_t i = 0; st == MS_OK && i < np; i++) grp[i] = blk[order[i]];
     if (st == MS_OK && b->k->chunk_by_layer) {
         /* one chunk per run of parameters of the same layer in execution order */
         uint64_t mx = 0, fill = 0;
         int32_t c = -1, prev_layer = INT32_MIN;
         for (size_t i = 0; i < np; i++) {
-            int32_t ly = ps[order[i]]->layer;
+            int32_t ly = blk[order[i]];
             if (c < 0 || ly != prev_layer) {
                 c++;
                 fill = 0;
@@ -613,7 +630,7 @@ static ms_status lb_params(lb *b, ms_error *err)
         C->params += (bytes[i] + D - 1) / D;
         L->params += (bytes[i] + D - 1) / D;
         if (u64map_put(b->pchunk, x->id, (uint64_t)cid[i])) st = MS_ERR_NOMEM;
-        int32_t ly = x->layer;
+        int32_t ly = blk[order[i]];
         if (st == MS_OK && ly >= 0 && ly < L->n_blocks) {
             if (L->block_chunk_lo[ly] < 0 || cid[i] < L->block_chunk_lo[ly])
                 L->block_chunk_lo[ly] = cid[i];
@@ -650,6 +667,7 @@ static ms_status lb_params(lb *b, ms_error *err)
     free(bytes);
     free(cid);
     free(grp);
+    free(blk);
     u64map_free(pidx);
     return st;
 }

@@ -40,6 +40,8 @@ typedef struct of {
     uint64_t next_tid, next_oid;
     int from, to;   /* parameter bytes per element in t, on the GPU in the new form */
     uint64_t tensors, tensors_layer0;
+    struct of_outer { uint64_t bytes; size_t unit; } *outer; /* parameters outside layers */
+    size_t n_outer, cap_outer;
 } of;
 
 static ms_status nomem(of *f) { return ms_fail(f->err, MS_ERR_NOMEM, "out of memory"); }
@@ -80,6 +82,20 @@ static void seg_mark(const of *f, seg *s, const trace_mark *mk)
 static size_t unit_of_layer(const of *f, int32_t layer, size_t cur)
 {
     return layer >= 0 && layer < f->L ? (size_t)layer + 1 : cur;
+}
+
+/* The unit of a gradient made outside the layers: that of the parameter of its size (a
+ * PyTorch gradient has its parameter's shape and dtype; a tied LM head's goes to the
+ * embedding), among several the one of the backward segment it is made in. */
+static size_t grad_unit(const of *f, const trace_tensor *g, const seg *s)
+{
+    size_t at = s->ph == TP_BWD ? s->cur : f->nu - 1, found = f->nu;
+    for (size_t i = 0; i < f->n_outer; i++) {
+        if (f->outer[i].bytes != g->bytes) continue;
+        if (f->outer[i].unit == at) return at;
+        if (found == f->nu) found = f->outer[i].unit;
+    }
+    return found < f->nu ? found : at;
 }
 
 static ms_status check_plain(const trace_t *t, ms_error *err)
@@ -156,7 +172,10 @@ static ms_status scan(of *f)
         }
         if (x->cls != TC_PARAM) continue;
         uint64_t u = f->nu - 1;
-        if (!u64map_get(first, x->id, &u)) u = f->nu - 1;
+        int named;
+        if (!u64map_get(first, x->id, &u))
+            u = sscanf(x->name, "L%d.", &named) == 1 && named >= 0 && named < f->L
+                    ? (uint64_t)named + 1 : f->nu - 1; /* the generators' L<layer>.<what> */
         u = unit_of_layer(f, x->layer, (size_t)u);
         of_unit *U = &f->u[u];
         if (ms_grow((void **)&U->pids, &U->cap, U->np + 1, sizeof *U->pids) ||
@@ -165,6 +184,13 @@ static ms_status scan(of *f)
             break;
         }
         U->pids[U->np++] = x->id;
+        if (x->layer < 0 || x->layer >= f->L) {
+            if (ms_grow((void **)&f->outer, &f->cap_outer, f->n_outer + 1, sizeof *f->outer)) {
+                st = nomem(f);
+                break;
+            }
+            f->outer[f->n_outer++] = (struct of_outer){ x->bytes, u };
+        }
         U->params += (x->bytes + (uint64_t)f->from - 1) / (uint64_t)f->from;
         f->tensors++;
         if (x->layer == 0) f->tensors_layer0++;
@@ -186,7 +212,7 @@ static ms_status scan(of *f)
                            "parameter allocated before the first `mark iter`", i,
                            r->u.alloc.name);
         if (r->type == TR_ALLOC && r->u.alloc.cls == TC_GRAD) {
-            size_t u = unit_of_layer(f, r->u.alloc.layer, s.ph == TP_BWD ? s.cur : f->nu - 1);
+            size_t u = unit_of_layer(f, r->u.alloc.layer, grad_unit(f, &r->u.alloc, &s));
             if (u64map_put(f->igrad, r->u.alloc.id, u) || u64map_put(f->drop, r->u.alloc.id, 1))
                 st = nomem(f);
             in_grads = 1;
@@ -408,6 +434,9 @@ static ms_status write_records(of *f)
             trace_rec c = *r;
             if (x->cls == TC_PARAM && f->from > f->to && x->bytes % (uint64_t)f->from == 0)
                 c.u.alloc.bytes = x->bytes / (uint64_t)f->from * (uint64_t)f->to;
+            uint64_t u;
+            if (x->cls == TC_PARAM && x->layer < 0 && u64map_get(f->param, x->id, &u))
+                c.u.alloc.layer = unit_layer(f, (size_t)u); /* the layer it was found in */
             st = trace_append(f->o, &c);
             break;
         }
@@ -463,6 +492,7 @@ static void of_free(of *f)
 {
     for (size_t u = 0; f->u && u < f->nu; u++) free(f->u[u].pids);
     free(f->u);
+    free(f->outer);
     u64map_free(f->param);
     u64map_free(f->cast);
     u64map_free(f->igrad);
