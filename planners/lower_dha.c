@@ -285,8 +285,10 @@ static ms_status check_trace(const trace_t *t, ms_error *err)
     if (trace_meta_u64(t, "offload", 0) != 1)
         return ms_fail(err, MS_ERR_INVALID,
                        "the trace is not a ZeRO-Offload trace (meta offload 1): MemFerry and "
-                       "zero-offload plans need one (traces/gen.h, gen_config.offload; memsim "
-                       "generates it for them unless --gen offload=0 or --trace is given)");
+                       "zero-offload plans need one (memsim makes it for them: generated with "
+                       "offload=1 (traces/gen.h), or from a plain trace, a --trace file or the "
+                       "hf profile's, by planners/offload_form.h; --gen offload=0 keeps the "
+                       "plain form)");
     if (trace_meta_u64(t, "zero3", 0))
         return ms_fail(err, MS_ERR_UNSUPPORTED, "the shadow-model lowering does not handle "
                        "ZeRO-3 traces (parameters sharded over data parallelism)");
