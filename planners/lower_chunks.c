@@ -1097,11 +1097,15 @@ double lc_allreduce_us(const machine_t *m, uint64_t bytes, int dp)
 
 /* ======================================================================== lowering */
 
-enum { T_GONE = 0, T_LIVE, T_DROPPED, T_OFFLOADED };
+/* T_HELD: freed by the trace inside a checkpointed block's forward but made before it (the
+ * block's input, which a Hugging Face bf16 layer frees at its first residual add): held for
+ * the block's replay, as PyTorch's checkpoint holds its function's inputs */
+enum { T_GONE = 0, T_LIVE, T_DROPPED, T_OFFLOADED, T_HELD };
 
 typedef struct lt {
     uint64_t id, bytes;
     int32_t layer, step;
+    int32_t held;        /* T_HELD: the block whose replay it waits for */
     trace_class cls;
     uint8_t st;
 } lt;
@@ -1484,7 +1488,7 @@ static ms_status replay_block(lcw *w, int32_t j)
         opneed[r - lo] = 1;
         for (uint32_t q = 0; q < op->n_in; q++) {
             lt *x = tfind(w, op->in[q]);
-            if (x && x->st != T_LIVE && u64map_put(need, x->id, 1))
+            if (x && x->st != T_LIVE && x->st != T_HELD && u64map_put(need, x->id, 1))
                 st = ms_fail(w->err, MS_ERR_NOMEM, "out of memory");
         }
     }
@@ -1649,6 +1653,11 @@ static ms_status pre_step(lcw *w, int32_t s)
     if (!st && S->phase == TP_BWD && j >= 0 && j < N) {
         if (w->roles[j] == LC_SWAP) st = wev(w, SA_WAIT, SS_COMPUTE, w->e4[j]);
         else if (w->roles[j] == LC_CKPT) st = replay_block(w, j);
+        for (size_t i = 0; st == MS_OK && i < w->nts; i++) /* the replay is done with them */
+            if (w->ts[i].st == T_HELD && w->ts[i].held == j) {
+                st = wt(w, SA_FREE, SS_COMPUTE, w->ts[i].id, 0);
+                w->ts[i].st = T_GONE;
+            }
     }
     return st;
 }
@@ -1882,6 +1891,13 @@ static ms_status do_free(lcw *w, uint64_t id)
     if (!x || x->st == T_GONE)
         return wfail(w, MS_ERR_INVALID, "free of tensor %" PRIu64 ", which is not live", id);
     ms_status st = MS_OK;
+    int32_t j = w->in_step && w->cur >= 0 ? w->L->steps[w->cur].block : -1;
+    if (x->st == T_LIVE && j >= 0 && j < w->L->n_blocks && w->roles[j] == LC_CKPT &&
+        w->L->steps[w->cur].phase == TP_FWD && x->step != w->cur) {
+        x->st = T_HELD;
+        x->held = j;
+        return MS_OK;
+    }
     if (x->st == T_LIVE) st = wt(w, SA_FREE, SS_COMPUTE, id, 0);
     else if (x->st == T_OFFLOADED) st = wt(w, SA_HOST_FREE, SS_D2H, id, 0);
     x->st = T_GONE;
