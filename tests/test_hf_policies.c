@@ -3,7 +3,8 @@
  * states by the first step) of three families (LLaMA, Mixtral MoE, GPT-2) in amp and bf16:
  * each runs (status ok) with sane numbers; the ZeRO-Offload form made from a plain trace
  * (planners/offload_form.c) matches the generator's own offload=1 program; the chunk
- * lowering takes in-iteration model states and refuses an in-iteration parameter by name. */
+ * lowering takes in-iteration model states and refuses an in-iteration parameter by name;
+ * knob variants of protrain, full-swap and memo that once failed on such traces run. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -112,6 +113,46 @@ static void every_policy(const machine_t *m, const char *cfg, const char *precis
     free(res);
     trace_free(t[0]);
     trace_free(t[1]);
+}
+
+/* One policy with knobs (and an alpha override, < 0: none) on one configuration. */
+static void variant(const machine_t *m, const char *cfg, const char *precision,
+                    const char *policy, double alpha, const pol_knob *knobs, size_t nk,
+                    const char *what)
+{
+    pipe_workload w;
+    hf_workload(&w, cfg, precision);
+    trace_t *t = trace_of(&w, m, POL_FORM_PLAIN);
+    pipe_policy p;
+    pipe_policy_default(&p);
+    p.policy = policy;
+    p.alpha = alpha;
+    for (size_t i = 0; i < nk; i++) p.knobs[i] = knobs[i];
+    p.n_knobs = nk;
+    sim_result r;
+    ms_error err;
+    ms_error_clear(&err);
+    ms_status st = t ? pipe_run(t, m, &p, NULL, &r, &err) : MS_ERR_INVALID;
+    TAP_OK(st == MS_OK && r.status == RS_OK && r.iter_time_s > 0, "%s %s %s %s runs%s%s", cfg,
+           precision, policy, what, st ? ": " : "", st ? err.msg : "");
+    trace_free(t);
+}
+
+/* The configurations that once failed: a checkpointed block whose input a bf16 layer frees
+ * at its first residual add, an MoE layer's host-written offsets under alpha < 1, a swapped
+ * layer input freed inside its layer without rounding buffers. */
+static void variants(const machine_t *m)
+{
+    const pol_knob ck[] = { { "n_persist", "1" }, { "n_buffer", "2" }, { "n_swap", "0" },
+                            { "n_checkpoint", "2" } };
+    variant(m, "llama-tiny-2l", "bf16", "protrain", -1, ck, 4, "both blocks checkpointed");
+    const pol_knob sw[] = { { "n_persist", "1" }, { "n_buffer", "2" }, { "n_swap", "1" },
+                            { "n_checkpoint", "1" } };
+    variant(m, "llama-tiny-2l", "bf16", "protrain", -1, sw, 4, "one block swapped, one checkpointed");
+    variant(m, "mixtral-tiny-2l", "bf16", "full-swap", 0.3, NULL, 0, "alpha 0.3");
+    const pol_knob rb[] = { { "rounding_buffers", "0" } };
+    variant(m, "qwen2-moe-mini-4l", "bf16", "memo", -1, rb, 1, "rounding_buffers=0");
+    variant(m, "qwen2-moe-mini-4l", "bf16", "memo", -1, NULL, 0, "(rounding buffers)");
 }
 
 /* On a generic-framework trace the form made from the plain trace has the generator's own
@@ -239,6 +280,7 @@ int main(void)
     static const char *precs[] = { "amp", "bf16" };
     for (size_t c = 0; c < 3; c++)
         for (size_t p = 0; p < 2; p++) every_policy(&h200->m, cfgs[c], precs[p]);
+    variants(&h200->m);
     same_as_generator(&h200->m);
     refusals(&h200->m);
     machine_profile_free(h200);
