@@ -167,8 +167,6 @@ static pt_tensor *pfind(prof *p, uint64_t id)
     return u64map_get(p->idx, id, &i) ? &p->ts[i] : NULL;
 }
 
-static int state_cls(trace_class c) { return c == TC_PARAM || c == TC_GRAD || c == TC_OPTSTATE; }
-
 static double dur(const prof *p, const trace_op *op)
 {
     if (op->dur_us >= 0) return op->dur_us;
@@ -192,7 +190,7 @@ static ms_status prof_replay(prof *p, int32_t j, size_t lo, size_t hi)
     }
     for (size_t r = lo; r < hi; r++) {
         const trace_rec *R = trace_get(p->t, r);
-        if (R->type != TR_ALLOC || state_cls(R->u.alloc.cls)) continue;
+        if (R->type != TR_ALLOC || lc_managed(p->M->L, &R->u.alloc)) continue;
         u64map_put(inrange, R->u.alloc.id, 1);
         if (R->u.alloc.layer == j && R->u.alloc.cls == TC_ACT_SKEL) {
             pt_tensor *x = pfind(p, R->u.alloc.id);
@@ -302,7 +300,7 @@ static ms_status profile(prof *p, ms_error *err)
         }
         if (r->type == TR_ALLOC) {
             const trace_tensor *x = &r->u.alloc;
-            if (state_cls(x->cls)) continue;
+            if (lc_managed(L, x)) continue;
             if (ms_grow((void **)&p->ts, &p->cap, p->n + 1, sizeof *p->ts) ||
                 u64map_put(p->idx, x->id, p->n))
                 return ms_fail(err, MS_ERR_NOMEM, "out of memory");

@@ -1248,6 +1248,8 @@ static int32_t next_bwd_layer(lw *w, size_t i)
     return -1;
 }
 
+static ms_status release(lw *w, lw_tensor *x, tstate was);
+
 /* At layer L's backward mark: release the prefetch of the layer whose backward comes next,
  * then make L's own swapped tensors ready and rebuild its dropped ones. */
 static ms_status begin_backward(lw *w, int32_t layer)
@@ -1264,8 +1266,7 @@ static ms_status begin_backward(lw *w, int32_t layer)
     if (st == MS_OK) st = replay_layer(w, L, layer);
     for (size_t k = 0; st == MS_OK && k < L->held.n; k++) {
         lw_tensor *x = &w->ts[L->held.v[k]];
-        x->state = TS_FREED;
-        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+        st = release(w, x, (tstate)x->state);
     }
     L->held.n = 0;
     return st;
@@ -1414,17 +1415,41 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
     return idx_push(&L->cand, w->n_ts - 1) == MS_OK ? MS_OK : nomem(w);
 }
 
-/* A kept skeletal tensor of layer l (its input) that the trace frees inside l's forward,
- * while the plan recomputes tensors of l: the recomputation in l's backward starts from it,
+/* A kept or swapped skeletal tensor of layer l (its input) that the trace frees inside l's
+ * forward, while the plan recomputes tensors of l (or tokens of them): the recomputation in l's backward starts from it,
  * so it is held until then, as PyTorch's checkpoint holds the inputs of the function it
  * reruns (a Hugging Face bf16 layer's residual input dies at its first residual add). */
 static lw_layer *hold_layer(lw *w, const lw_tensor *x)
 {
     int32_t l = x->meta->layer;
-    if (x->dec != PD_KEEP || x->meta->cls != TC_ACT_SKEL || l < 0 || w->phase != TP_FWD ||
-        (size_t)l >= w->n_layers || w->layers[l].fwd_state != 1)
+    if ((x->dec != PD_KEEP && x->dec != PD_SWAP) || x->meta->cls != TC_ACT_SKEL || l < 0 ||
+        w->phase != TP_FWD || (size_t)l >= w->n_layers || w->layers[l].fwd_state != 1)
         return NULL;
     lw_layer *L = &w->layers[l];
+    for (size_t k = 0; k < L->cand.n; k++) {
+        const lw_tensor *y = &w->ts[L->cand.v[k]];
+        /* a dropped tensor, or (token-wise chains) the missing tokens of a partial swap, are
+           rebuilt by replaying the layer's forward, which may start from x; a tensor swapped
+           whole is held the same way, and goes to the host with the others */
+        if (y->dec == PD_RECOMPUTE) return L;
+        if (w->chain && y->dec == PD_SWAP && y->alpha < 1.0) return L;
+    }
+    return NULL;
+}
+
+/* The same for a rounding-buffer member (MEMO's swapped layer input): freed by the trace
+ * inside its layer's forward while the layer's block has partially swapped members, whose
+ * missing tokens the backward recomputes from it. It stays in its block (offloaded and
+ * prefetched with it) and leaves it at the layer's backward, after the recomputation. */
+static lw_layer *rb_hold_layer(lw *w, const lw_tensor *x)
+{
+    int32_t l = x->meta->layer;
+    if (x->rbg < 0 || l < 0 || w->phase != TP_FWD || (size_t)l >= w->n_layers ||
+        w->layers[l].fwd_state != 1)
+        return NULL;
+    const rb_group *G = &w->groups[x->rbg];
+    lw_layer *L = &w->layers[l];
+    if (G->n_swap && G->min_alpha < 1.0) return L;
     for (size_t k = 0; k < L->cand.n; k++)
         if (w->ts[L->cand.v[k]].dec == PD_RECOMPUTE) return L;
     return NULL;
@@ -1437,9 +1462,17 @@ static ms_status do_free(lw *w, uint64_t id)
         return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " is freed but is not live",
                         id);
     tstate was = (tstate)x->state;
-    if (was == TS_INBUF) return rb_free_member(w, x);
-    lw_layer *H = was == TS_LIVE ? hold_layer(w, x) : NULL;
+    lw_layer *H = was == TS_INBUF ? rb_hold_layer(w, x) : was == TS_LIVE ? hold_layer(w, x)
+                                                                            : NULL;
     if (H) return idx_push(&H->held, (size_t)(x - w->ts)) == MS_OK ? MS_OK : nomem(w);
+    return release(w, x, was);
+}
+
+/* What the trace's free of x does when x is in state `was` (do_free; a held tensor at its
+ * layer's backward). */
+static ms_status release(lw *w, lw_tensor *x, tstate was)
+{
+    if (was == TS_INBUF) return rb_free_member(w, x);
     x->state = TS_FREED;
     switch (was) {
     case TS_DROPPED:

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -342,6 +343,7 @@ typedef struct lb {
     u64map *state;      /* model-state tensor id -> class */
     u64map *pchunk;     /* param id -> chunk */
     u64map *gchunk;     /* grad id -> lo | hi << 32 (chunk range), absent: none */
+    u64map *ingrad;     /* ids of the gradients allocated inside an iteration */
     size_t first_iter;  /* record index of the first `mark iter` */
     size_t end_iter;    /* one past iteration 0 */
 } lb;
@@ -379,6 +381,106 @@ static int name_has_prefix(const char *name, const char *prefix, size_t n)
     return strncmp(name, prefix, n) == 0 && name[n] == '.';
 }
 
+#define LC_CAST_CLS 0xffu /* b->state's value for a parameter cast (not a class) */
+
+int lc_managed(const lc_layout *L, const trace_tensor *x)
+{
+    return is_state_cls(x->cls) || (L && L->managed && u64map_get(L->managed, x->id, NULL));
+}
+
+/* The bytes parameter x takes in a chunk: the trace's, or under autocast over fp32
+ * parameters (meta precision amp) its share in the compute dtype — the chunk manager keeps
+ * the parameters in bf16 on the GPU and the fp32 masters with the optimizer states on the
+ * host, as ZeRO-3, Gemini, FSDP's mixed precision and ProTrain do. */
+static uint64_t chunk_param_bytes(const lc_layout *L, const trace_tensor *x)
+{
+    int from = L->param_bytes_per_param, to = L->dtype_bytes;
+    if (from <= to || x->bytes % (uint64_t)from) return x->bytes;
+    return x->bytes / (uint64_t)from * (uint64_t)to;
+}
+
+/* Whether grad g (of the layout's list) was allocated inside an iteration. */
+static int is_in_iter(const lb *b, const trace_tensor *g)
+{
+    return u64map_get(b->ingrad, g->id, NULL);
+}
+
+/* Marks the tensors the chunk manager takes over beyond the state classes (lc_managed):
+ * the outputs of a forward op that reads only parameters (a cast of them: it reads the
+ * chunk instead, so uses of the cast need the parameter's chunk) and what the optimizer
+ * phase allocates (chunk Adam replaces that phase). Over every iteration. */
+static ms_status lb_casts(lb *b)
+{
+    size_t n = trace_count(b->t);
+    trace_phase ph = TP_NONE;
+    for (size_t i = 0; i < n; i++) {
+        const trace_rec *r = trace_get(b->t, i);
+        if (r->type == TR_MARK) {
+            if (r->u.mark.kind == TM_PHASE) ph = (trace_phase)r->u.mark.value;
+            else if (r->u.mark.kind == TM_ITER) ph = TP_NONE;
+            continue;
+        }
+        if (r->type == TR_ALLOC && ph == TP_OPT && i > b->first_iter &&
+            !is_state_cls(r->u.alloc.cls)) {
+            if (u64map_put(b->L->managed, r->u.alloc.id, 1) ||
+                u64map_put(b->state, r->u.alloc.id, LC_CAST_CLS))
+                return MS_ERR_NOMEM;
+            continue;
+        }
+        if (r->type != TR_OP || ph != TP_FWD || r->u.op.phase != TP_FWD) continue;
+        const trace_op *op = &r->u.op;
+        if (op->n_in == 0 || op->n_out == 0) continue;
+        int cast = 1;
+        uint64_t v, c = 0;
+        for (uint32_t q = 0; q < op->n_in && cast; q++)
+            cast = u64map_get(b->state, op->in[q], &v) && v == TC_PARAM;
+        for (uint32_t q = 0; q < op->n_out && cast; q++)
+            cast = !u64map_get(b->state, op->out[q], NULL);
+        if (!cast || !u64map_get(b->pchunk, op->in[0], &c)) continue;
+        for (uint32_t q = 0; q < op->n_out; q++)
+            if (u64map_put(b->L->managed, op->out[q], 1) ||
+                u64map_put(b->state, op->out[q], LC_CAST_CLS) ||
+                u64map_put(b->pchunk, op->out[q], c))
+                return MS_ERR_NOMEM;
+    }
+    return MS_OK;
+}
+
+/* The chunks a gradient the backward makes belongs to when its name does not say: a block's
+ * gradient, the block's chunks; outside the blocks (embedding, final norm, head), the
+ * chunks of the parameters (or their casts) that iteration 0's forward ops of the kind of
+ * the gradient's producer read outside the blocks. None found: *lo stays -1 (the gradient
+ * is still chunk-managed; it only adds no chunk to its step). */
+static void lb_grad_owner(const lb *b, const trace_tensor *g, int32_t *lo, int32_t *hi)
+{
+    const lc_layout *L = b->L;
+    if (g->layer >= 0) {
+        if (g->layer < L->n_blocks && L->block_chunk_lo[g->layer] >= 0) {
+            *lo = L->block_chunk_lo[g->layer];
+            *hi = L->block_chunk_hi[g->layer];
+        }
+        return;
+    }
+    int kind = -1;
+    for (size_t i = b->first_iter; i < b->end_iter && kind < 0; i++) {
+        const trace_rec *r = trace_get(b->t, i);
+        if (r->type == TR_OP && (int64_t)r->u.op.id == g->producer) kind = (int)r->u.op.kind;
+    }
+    if (kind < 0) return;
+    for (size_t i = b->first_iter; i < b->end_iter; i++) {
+        const trace_rec *r = trace_get(b->t, i);
+        if (r->type != TR_OP || r->u.op.phase != TP_FWD || (int)r->u.op.kind != kind ||
+            r->u.op.layer >= 0)
+            continue;
+        for (uint32_t q = 0; q < r->u.op.n_in; q++) {
+            uint64_t c;
+            if (!u64map_get(b->pchunk, r->u.op.in[q], &c)) continue;
+            if (*lo < 0 || (int32_t)c < *lo) *lo = (int32_t)c;
+            if ((int32_t)c > *hi) *hi = (int32_t)c;
+        }
+    }
+}
+
 /* Collects parameters and gradients of the setup and the execution order of parameters
  * (first use in iteration 0's forward), then packs chunks. */
 static ms_status lb_params(lb *b, ms_error *err)
@@ -395,20 +497,26 @@ static ms_status lb_params(lb *b, ms_error *err)
             else if (b->end_iter == SIZE_MAX) b->end_iter = i;
         }
         if (r->type != TR_ALLOC || !is_state_cls(r->u.alloc.cls)) continue;
-        if (b->first_iter != SIZE_MAX) {
+        if (b->first_iter != SIZE_MAX && r->u.alloc.cls == TC_PARAM) {
             st = ms_fail(err, MS_ERR_INVALID,
-                         "trace record %zu: model state '%s' is allocated inside an iteration "
-                         "(a ZeRO-3 or offload trace?); chunk lowering needs a plain trace",
-                         i, r->u.alloc.name);
+                         "trace record %zu: parameter '%s' is allocated inside an iteration "
+                         "(a ZeRO-3 gather?); chunk lowering needs every parameter allocated "
+                         "before the first `mark iter` (gradients and optimizer states may be "
+                         "allocated inside)", i, r->u.alloc.name);
             break;
         }
+        /* gradients made by the backward and optimizer states made at the first step
+         * (PyTorch eager) are chunk-managed like those of the setup */
         if (u64map_put(b->state, r->u.alloc.id, r->u.alloc.cls)) st = MS_ERR_NOMEM;
         if (r->u.alloc.cls == TC_PARAM) {
             if (ms_grow((void **)&ps, &cap, np + 1, sizeof *ps)) st = MS_ERR_NOMEM;
             else ps[np++] = &r->u.alloc;
-        } else if (r->u.alloc.cls == TC_GRAD) {
+        } else if (r->u.alloc.cls == TC_GRAD && b->end_iter == SIZE_MAX) {
             if (ms_grow((void **)&gs, &gcap, ng + 1, sizeof *gs)) st = MS_ERR_NOMEM;
             else gs[ng++] = &r->u.alloc;
+            if (st == MS_OK && b->first_iter != SIZE_MAX &&
+                u64map_put(b->ingrad, r->u.alloc.id, 1))
+                st = MS_ERR_NOMEM;
         }
     }
     if (st == MS_OK && b->first_iter == SIZE_MAX)
@@ -428,16 +536,32 @@ static ms_status lb_params(lb *b, ms_error *err)
     }
     for (size_t i = 0; st == MS_OK && i < np; i++)
         if (u64map_put(pidx, ps[i]->id, i)) st = MS_ERR_NOMEM;
+    /* a parameter's block: its layer, or where the forward first reads it (a trace that
+     * leaves parameters' layers unset), or its L<layer>.<what> name */
+    int32_t *blk = st == MS_OK ? malloc((np ? np : 1) * sizeof *blk) : NULL;
+    if (st == MS_OK && !blk) st = MS_ERR_NOMEM;
+    for (size_t i = 0; st == MS_OK && i < np; i++) {
+        int named;
+        blk[i] = ps[i]->layer;
+        if (blk[i] < 0 && sscanf(ps[i]->name, "L%d.", &named) == 1 && named >= 0 &&
+            named < b->L->n_blocks)
+            blk[i] = named;
+    }
     trace_phase ph = TP_NONE;
+    int32_t cur_blk = -1;
     for (size_t i = b->first_iter; st == MS_OK && i < b->end_iter; i++) {
         const trace_rec *r = trace_get(t, i);
         if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) ph = (trace_phase)r->u.mark.value;
+        if (r->type == TR_MARK && r->u.mark.kind == TM_LAYER)
+            cur_blk = r->u.mark.value >= 0 && r->u.mark.value < b->L->n_blocks
+                          ? (int32_t)r->u.mark.value : -1;
         if (r->type != TR_OP || ph != TP_FWD) continue;
         for (uint32_t j = 0; j < r->u.op.n_in; j++) {
             uint64_t x;
             if (u64map_get(pidx, r->u.op.in[j], &x) && !seen[x]) {
                 seen[x] = 1;
                 order[no++] = x;
+                if (ps[x]->layer < 0 && cur_blk >= 0) blk[x] = cur_blk;
             }
         }
     }
@@ -449,23 +573,23 @@ static ms_status lb_params(lb *b, ms_error *err)
     if (st == MS_OK && !bytes) st = MS_ERR_NOMEM;
     for (size_t i = 0; st == MS_OK && i < np; i++) {
         const trace_tensor *x = ps[order[i]];
-        bytes[i] = x->bytes;
-        L->param_bytes += x->bytes;
-        if (x->bytes > L->max_param_bytes) {
-            L->max_param_bytes = x->bytes;
+        bytes[i] = chunk_param_bytes(L, x);
+        L->param_bytes += bytes[i];
+        if (bytes[i] > L->max_param_bytes) {
+            L->max_param_bytes = bytes[i];
             snprintf(L->max_param_name, sizeof L->max_param_name, "%s", x->name);
         }
     }
     int32_t *cid = st == MS_OK ? malloc(np * sizeof *cid) : NULL;
     int32_t *grp = st == MS_OK ? malloc(np * sizeof *grp) : NULL;
     if (st == MS_OK && (!cid || !grp)) st = MS_ERR_NOMEM;
-    for (size_t i = 0; st == MS_OK && i < np; i++) grp[i] = ps[order[i]]->layer;
+    for (size_t i = 0; st == MS_OK && i < np; i++) grp[i] = blk[order[i]];
     if (st == MS_OK && b->k->chunk_by_layer) {
         /* one chunk per run of parameters of the same layer in execution order */
         uint64_t mx = 0, fill = 0;
         int32_t c = -1, prev_layer = INT32_MIN;
         for (size_t i = 0; i < np; i++) {
-            int32_t ly = ps[order[i]]->layer;
+            int32_t ly = blk[order[i]];
             if (c < 0 || ly != prev_layer) {
                 c++;
                 fill = 0;
@@ -502,28 +626,36 @@ static ms_status lb_params(lb *b, ms_error *err)
     for (size_t i = 0; st == MS_OK && i < np; i++) {
         const trace_tensor *x = ps[order[i]];
         lc_chunk *C = &L->chunks[cid[i]];
-        C->used_bytes += x->bytes;
-        C->params += (x->bytes + D - 1) / D;
-        L->params += (x->bytes + D - 1) / D;
+        C->used_bytes += bytes[i];
+        C->params += (bytes[i] + D - 1) / D;
+        L->params += (bytes[i] + D - 1) / D;
         if (u64map_put(b->pchunk, x->id, (uint64_t)cid[i])) st = MS_ERR_NOMEM;
-        int32_t ly = x->layer;
+        int32_t ly = blk[order[i]];
         if (st == MS_OK && ly >= 0 && ly < L->n_blocks) {
             if (L->block_chunk_lo[ly] < 0 || cid[i] < L->block_chunk_lo[ly])
                 L->block_chunk_lo[ly] = cid[i];
             if (cid[i] > L->block_chunk_hi[ly]) L->block_chunk_hi[ly] = cid[i];
         }
     }
-    /* gradient buffers: "X.grad" belongs to the chunks of the parameters named "X.*" */
+    if (st == MS_OK) st = lb_casts(b);
+    /* gradient buffers: "X.grad" belongs to the chunks of the parameters named "X.*" (or,
+     * for a gradient the backward makes, of the parameter "X" itself); a gradient the
+     * backward makes without such a name goes by its layer (lb_grad_owner) */
     for (size_t g = 0; st == MS_OK && g < ng; g++) {
         const char *nm = gs[g]->name, *dot = strstr(nm, ".grad");
-        if (!dot) continue;
-        size_t plen = (size_t)(dot - nm);
+        int inside = is_in_iter(b, gs[g]);
         int32_t lo = -1, hi = -1;
-        for (size_t i = 0; i < np; i++)
-            if (name_has_prefix(ps[order[i]]->name, nm, plen)) {
-                if (lo < 0 || cid[i] < lo) lo = cid[i];
-                if (cid[i] > hi) hi = cid[i];
-            }
+        if (dot) {
+            size_t plen = (size_t)(dot - nm);
+            for (size_t i = 0; i < np; i++)
+                if (name_has_prefix(ps[order[i]]->name, nm, plen) ||
+                    (inside && strlen(ps[order[i]]->name) == plen &&
+                     strncmp(ps[order[i]]->name, nm, plen) == 0)) {
+                    if (lo < 0 || cid[i] < lo) lo = cid[i];
+                    if (cid[i] > hi) hi = cid[i];
+                }
+        }
+        if (lo < 0 && inside) lb_grad_owner(b, gs[g], &lo, &hi);
         if (lo >= 0 && u64map_put(b->gchunk, gs[g]->id, (uint64_t)lo | ((uint64_t)hi << 32)))
             st = MS_ERR_NOMEM;
     }
@@ -535,6 +667,7 @@ static ms_status lb_params(lb *b, ms_error *err)
     free(bytes);
     free(cid);
     free(grp);
+    free(blk);
     u64map_free(pidx);
     return st;
 }
@@ -662,6 +795,9 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     uint64_t dp = trace_meta_u64(t, "dp", 1), db = trace_meta_u64(t, "dtype_bytes", 2);
     L->dp = dp >= 1 && dp <= (1u << 20) ? (int)dp : 1;
     L->dtype_bytes = db >= 1 && db <= 64 ? (int)db : 2;
+    /* autocast over fp32 parameters (traces/FORMAT.md: meta precision amp) */
+    const char *prec = trace_get_meta(t, "precision");
+    L->param_bytes_per_param = prec && strcmp(prec, "amp") == 0 ? 4 : L->dtype_bytes;
     uint64_t blocks = trace_meta_u64(t, "layers", 0);
     L->n_blocks = blocks <= 100000 ? (int)blocks : 0;
     if (L->n_blocks <= 0) {
@@ -679,9 +815,11 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     b.state = u64map_new(1024);
     b.pchunk = u64map_new(1024);
     b.gchunk = u64map_new(256);
+    b.ingrad = u64map_new(256);
+    L->managed = u64map_new(256);
     ms_status st = MS_OK;
     if (!L->fwd_step || !L->bwd_step || !L->block_chunk_lo || !L->block_chunk_hi || !b.state ||
-        !b.pchunk || !b.gchunk)
+        !b.pchunk || !b.gchunk || !b.ingrad || !L->managed)
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     for (int j = 0; st == MS_OK && j < L->n_blocks; j++)
         L->fwd_step[j] = L->bwd_step[j] = L->block_chunk_lo[j] = L->block_chunk_hi[j] = -1;
@@ -690,6 +828,7 @@ ms_status lc_layout_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
     u64map_free(b.state);
     u64map_free(b.pchunk);
     u64map_free(b.gchunk);
+    u64map_free(b.ingrad);
     if (st == MS_OK) { /* the first step that needs each chunk */
         L->first_use = malloc((L->n_chunks + 1) * sizeof *L->first_use);
         if (!L->first_use) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
@@ -717,6 +856,7 @@ void lc_layout_free(lc_layout *L)
     free(L->block_chunk_lo);
     free(L->block_chunk_hi);
     free(L->first_use);
+    u64map_free(L->managed);
     free(L);
 }
 
@@ -957,11 +1097,15 @@ double lc_allreduce_us(const machine_t *m, uint64_t bytes, int dp)
 
 /* ======================================================================== lowering */
 
-enum { T_GONE = 0, T_LIVE, T_DROPPED, T_OFFLOADED };
+/* T_HELD: freed by the trace inside a checkpointed block's forward but made before it (the
+ * block's input, which a Hugging Face bf16 layer frees at its first residual add): held for
+ * the block's replay, as PyTorch's checkpoint holds its function's inputs */
+enum { T_GONE = 0, T_LIVE, T_DROPPED, T_OFFLOADED, T_HELD };
 
 typedef struct lt {
     uint64_t id, bytes;
     int32_t layer, step;
+    int32_t held;        /* T_HELD: the block whose replay it waits for */
     trace_class cls;
     uint8_t st;
 } lt;
@@ -1344,7 +1488,7 @@ static ms_status replay_block(lcw *w, int32_t j)
         opneed[r - lo] = 1;
         for (uint32_t q = 0; q < op->n_in; q++) {
             lt *x = tfind(w, op->in[q]);
-            if (x && x->st != T_LIVE && u64map_put(need, x->id, 1))
+            if (x && x->st != T_LIVE && x->st != T_HELD && u64map_put(need, x->id, 1))
                 st = ms_fail(w->err, MS_ERR_NOMEM, "out of memory");
         }
     }
@@ -1509,6 +1653,11 @@ static ms_status pre_step(lcw *w, int32_t s)
     if (!st && S->phase == TP_BWD && j >= 0 && j < N) {
         if (w->roles[j] == LC_SWAP) st = wev(w, SA_WAIT, SS_COMPUTE, w->e4[j]);
         else if (w->roles[j] == LC_CKPT) st = replay_block(w, j);
+        for (size_t i = 0; st == MS_OK && i < w->nts; i++) /* the replay is done with them */
+            if (w->ts[i].st == T_HELD && w->ts[i].held == j) {
+                st = wt(w, SA_FREE, SS_COMPUTE, w->ts[i].id, 0);
+                w->ts[i].st = T_GONE;
+            }
     }
     return st;
 }
@@ -1708,9 +1857,9 @@ static ms_status do_mark(lcw *w, const trace_mark *mk)
 
 static ms_status do_alloc(lcw *w, const trace_tensor *x)
 {
-    if (is_state_cls(x->cls)) {
-        if (w->in_iter)
-            return wfail(w, MS_ERR_UNSUPPORTED, "model state '%s' allocated inside an iteration",
+    if (lc_managed(w->L, x)) {
+        if (w->in_iter && x->cls == TC_PARAM)
+            return wfail(w, MS_ERR_UNSUPPORTED, "parameter '%s' allocated inside an iteration",
                          x->name);
         return MS_OK; /* replaced by the chunks */
     }
@@ -1742,6 +1891,13 @@ static ms_status do_free(lcw *w, uint64_t id)
     if (!x || x->st == T_GONE)
         return wfail(w, MS_ERR_INVALID, "free of tensor %" PRIu64 ", which is not live", id);
     ms_status st = MS_OK;
+    int32_t j = w->in_step && w->cur >= 0 ? w->L->steps[w->cur].block : -1;
+    if (x->st == T_LIVE && j >= 0 && j < w->L->n_blocks && w->roles[j] == LC_CKPT &&
+        w->L->steps[w->cur].phase == TP_FWD && x->step != w->cur) {
+        x->st = T_HELD;
+        x->held = j;
+        return MS_OK;
+    }
     if (x->st == T_LIVE) st = wt(w, SA_FREE, SS_COMPUTE, id, 0);
     else if (x->st == T_OFFLOADED) st = wt(w, SA_HOST_FREE, SS_D2H, id, 0);
     x->st = T_GONE;
@@ -1897,7 +2053,7 @@ ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t
     size_t n = trace_count(t);
     for (size_t i = 0; st == MS_OK && i < n; i++) {
         const trace_rec *r = trace_get(t, i);
-        if (r->type == TR_ALLOC && is_state_cls(r->u.alloc.cls) &&
+        if (r->type == TR_ALLOC && lc_managed(w.L, &r->u.alloc) &&
             u64map_put(w.state, r->u.alloc.id, 1))
             st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }

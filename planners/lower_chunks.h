@@ -151,7 +151,19 @@ typedef struct lc_layout {
     int32_t *first_use;          /* per chunk: the first step that needs it (-1: none) */
     double adam_gpu_us_per_param;/* GPU Adam time per local-shard parameter (trace optim ops) */
     double fwd_us, bwd_us;       /* total compute of the steps */
+    struct u64map *managed;      /* tensor ids beyond the state classes the chunk manager
+                                  * takes over (see lc_managed): id -> 1 */
+    int param_bytes_per_param;   /* the trace's bytes per parameter (4: fp32 under autocast) */
 } lc_layout;
+
+/* Whether trace tensor x is a model state the chunk manager owns, so that its trace alloc,
+ * free and the ops touching only such tensors are replaced by the chunks: parameters,
+ * gradients and optimizer states (also when the trace allocates gradients in the backward
+ * and optimizer states at the first step, as PyTorch eager does), a parameter's cast made
+ * by a forward op that reads only parameters (autocast's bf16 weight copy: the chunks hold
+ * the parameters in the compute dtype already), and the optimizer phase's temporaries
+ * (chunk Adam replaces the trace's optimizer). Rules in docs/PROTRAIN.md §1. */
+int lc_managed(const lc_layout *L, const trace_tensor *x);
 
 /* Builds the layout of trace t under knobs k (chunk size searched when k->chunk_bytes is 0,
  * unless chunk_by_layer). m gives durations to ops without one. Errors: a trace the chunk

@@ -285,8 +285,10 @@ static ms_status check_trace(const trace_t *t, ms_error *err)
     if (trace_meta_u64(t, "offload", 0) != 1)
         return ms_fail(err, MS_ERR_INVALID,
                        "the trace is not a ZeRO-Offload trace (meta offload 1): MemFerry and "
-                       "zero-offload plans need one (traces/gen.h, gen_config.offload; memsim "
-                       "generates it for them unless --gen offload=0 or --trace is given)");
+                       "zero-offload plans need one (memsim makes it for them: generated with "
+                       "offload=1 (traces/gen.h), or from a plain trace, a --trace file or the "
+                       "hf profile's, by planners/offload_form.h; --gen offload=0 keeps the "
+                       "plain form)");
     if (trace_meta_u64(t, "zero3", 0))
         return ms_fail(err, MS_ERR_UNSUPPORTED, "the shadow-model lowering does not handle "
                        "ZeRO-3 traces (parameters sharded over data parallelism)");
@@ -797,6 +799,7 @@ typedef struct lw {
     double ds_pre_us, ds_sync_us, ds_post_us;
     int *ds_extra;        /* per unit: framework parameter tensors beyond its modules */
     uint32_t bucket_ev[2];/* the last flush of each bucket */
+    uint32_t ds_copy_ev;  /* the last per-parameter copy of the previous flush (ds_param) */
     ltens *lt;            /* per dha tensor */
     /* per iteration */
     int64_t iter;         /* value of the current "mark iter" */
@@ -1164,6 +1167,7 @@ static ms_status setup_end(lw *w)
         TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, hb != b ? cast_id(k) : bucket_id(k), hb));
     }
     w->bucket_ev[0] = w->bucket_ev[1] = EV_NONE;
+    w->ds_copy_ev = EV_NONE;
     return MS_OK;
 }
 
@@ -1390,13 +1394,19 @@ static ms_status ds_param(lw *w, uint64_t bytes, uint32_t *copy)
     TRY(record_new(w, SS_HOST, &h));
     TRY(put_e(w, SA_WAIT, SS_COMPUTE, h));
     if (!bytes) return hbm_kernel(w, 0, -1);
+    /* the previous flush's last copy freed its staging cast (one stream in DeepSpeed) */
+    if (*copy == EV_NONE && w->ds_copy_ev != EV_NONE)
+        TRY(put_e(w, SA_WAIT, SS_COMPUTE, w->ds_copy_ev));
+    w->ds_copy_ev = EV_NONE;
     TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(7), xb));
     TRY(hbm_kernel(w, bytes + xb, -1));
     TRY(record_new(w, SS_COMPUTE, &k));
     TRY(put_e(w, SA_WAIT, SS_D2H, k));
     TRY(put_t(w, SA_COPY_D2H, SS_D2H, dha_synth_id(7), xb));
     TRY(put_t(w, SA_FREE, SS_D2H, dha_synth_id(7), 0));
-    return record_new(w, SS_D2H, copy);
+    TRY(record_new(w, SS_D2H, copy));
+    w->ds_copy_ev = *copy;
+    return MS_OK;
 }
 
 /* DeepSpeed's flush as stage_1_and_2.py runs it (reduce_ipg_grads -> copy_grads_in_partition,

@@ -403,6 +403,7 @@ static ms_status collect(const trace_t *t, pol_skel **out, size_t *n, size_t *ca
         /* the attention kernel's outputs: its output and, when saved apart, its log-sum-exp
          * (MEMO offloads "the FlashAttention output" whole; the backward needs both) */
         s->is_attn_out = ms_ends_with(x->name, ".attn_out") || ms_ends_with(x->name, ".attn_lse");
+        s->is_whole = x->producer < 0;
         if (s->is_input && u64map_put(named, group_key(pass, x->layer), 1)) return MS_ERR_NOMEM;
     }
     return MS_OK;

@@ -127,6 +127,9 @@ typedef struct pol_skel {
     int is_input;         /* the layer's input */
     int is_attn_out;      /* name ends in ".attn_out" or ".attn_lse" (the attention kernel's
                              outputs) */
+    int is_whole;         /* no producer op (an MoE layer's expert offsets, written by the
+                             host): the tokens not swapped could not be recomputed, so a
+                             policy swaps it whole */
     const trace_tensor *t;
 } pol_skel;
 

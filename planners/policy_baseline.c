@@ -73,7 +73,7 @@ static void decide_swap(const pol_skel *s, const pol_opts *o, plan_decision *d, 
 {
     *d = PD_SWAP;
     *alpha = 1.0;
-    if (o && o->alpha >= 0 && !s->is_input && !s->is_attn_out) *alpha = o->alpha;
+    if (o && o->alpha >= 0 && !s->is_input && !s->is_attn_out && !s->is_whole) *alpha = o->alpha;
 }
 
 static ms_status plan_keep_all(const trace_t *t, const machine_t *m, const pol_opts *o,

@@ -268,7 +268,7 @@ ms_status memo_layer_info_get(const trace_t *t, const machine_t *m, memo_layer_i
         a->seen = 1;
         uint64_t b = sk[i].t->bytes;
         if (sk[i].is_input) a->in += b;
-        else if (sk[i].is_attn_out) a->attn += b;
+        else if (sk[i].is_attn_out || sk[i].is_whole) a->attn += b; /* swapped whole too */
         else a->others += b;
     }
     free(sk);
@@ -435,7 +435,7 @@ static uint64_t layer_host_bytes(const trace_t *t, int layer, double alpha, lowe
     lower_host_acc acc = { 0, 0, 0, 0 };
     for (size_t i = 0; i < n; i++) {
         if (sk[i].pass != 0 || sk[i].layer != layer) continue;
-        double a = (sk[i].is_input || sk[i].is_attn_out) ? 1.0 : alpha;
+        double a = (sk[i].is_input || sk[i].is_attn_out || sk[i].is_whole) ? 1.0 : alpha;
         double b = ceil(a * (double)sk[i].t->bytes);
         lower_host_acc_add(&acc, b >= (double)sk[i].t->bytes ? sk[i].t->bytes : (uint64_t)b,
                            lower_is_statistic(sk[i].t->name));
@@ -547,7 +547,7 @@ static ms_status decide_all(const trace_t *t, plan_t *p, memo_mode mode, double 
             d = PD_KEEP; /* the last layers' backward follows at once (MEMO §4.1) */
         } else {
             d = PD_SWAP;
-            a = (s->is_input || s->is_attn_out) ? 1.0 : alpha;
+            a = (s->is_input || s->is_attn_out || s->is_whole) ? 1.0 : alpha;
         }
         if (plan_set_tensor(p, s->id, d, a) != MS_OK)
             st = ms_fail(err, MS_ERR_NOMEM, "cannot record tensor %" PRIu64, s->id);

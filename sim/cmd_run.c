@@ -68,7 +68,7 @@ typedef struct forms {
 static ms_status forms_get(forms *f, const pipe_workload *w, const machine_t *m, pol_form k,
                            const trace_t **t, ms_error *err)
 {
-    if (pipe_form_set(w)) k = POL_FORM_PLAIN;
+    if (pipe_form_set(w) && !w->trace_path) k = POL_FORM_PLAIN; /* a plain file: converted */
     if (!f->t[k]) {
         ms_status st = pipe_trace_for(w, m, k, &f->t[k], err);
         if (st != MS_OK) return st;
@@ -84,10 +84,12 @@ static void forms_free(forms *f)
 }
 
 /* Says which policies of a comparison ran on the workload's ZeRO-Offload form. */
-static void forms_note(FILE *out, const cli_args *a)
+static void forms_note(FILE *out, const cli_args *a, const forms *f)
 {
+    const trace_t *o = f->t[POL_FORM_OFFLOAD];
     fprintf(out, "ZeRO-Offload form of the workload (optimizer states and Adam on the host, "
-            "--gen offload=1) for:");
+            "%s) for:", o && trace_get_meta(o, "offload_form") ? "made from the plain trace"
+                                                               : "--gen offload=1");
     for (size_t i = 0; i < a->n_policies; i++)
         if (pol_form_of(a->policies[i]) == POL_FORM_OFFLOAD) fprintf(out, " %s", a->policies[i]);
     fprintf(out, "; the others ran on the plain form\n");
@@ -618,7 +620,7 @@ int cmd_compare(int argc, char **argv)
             res_table(stdout, rs, n);
             res_verdict(stdout, rs, n);
             res_notes(stdout, rs, n);
-            if (f.t[POL_FORM_PLAIN] && f.t[POL_FORM_OFFLOAD]) forms_note(stdout, &a);
+            if (f.t[POL_FORM_PLAIN] && f.t[POL_FORM_OFFLOAD]) forms_note(stdout, &a, &f);
             if (a.breakdown) res_breakdown(stdout, rs, n);
         }
         if (a.csv_path) rc = write_csv("compare", a.csv_path, rs, n);

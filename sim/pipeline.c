@@ -9,6 +9,7 @@
 
 #include "planners/lower.h"
 #include "planners/memplan.h"
+#include "planners/offload_form.h"
 #include "planners/schedule.h"
 #include "sim/exec.h"
 #include "traces/gen.h"
@@ -42,16 +43,38 @@ int pipe_form_set(const pipe_workload *w)
     return 0;
 }
 
+/* Replaces the plain trace *t by its ZeRO-Offload form (planners/offload_form.h); a
+ * failure names the trace file when there is one. */
+static ms_status offload_form_of(trace_t **t, const machine_t *m, uint64_t opt_bytes,
+                                 const char *path, ms_error *err)
+{
+    trace_t *o = NULL;
+    ms_error e;
+    ms_error_clear(&e);
+    ms_status st = oform_from_plain(*t, m, opt_bytes, &o, &e);
+    trace_free(*t);
+    *t = o;
+    if (st == MS_OK) return MS_OK;
+    if (path) return ms_fail_at(err, st, path, 0, "its ZeRO-Offload form: %s", e.msg);
+    return ms_fail(err, st, "the workload's ZeRO-Offload form: %s", e.msg);
+}
+
 ms_status pipe_trace_for(const pipe_workload *w, const machine_t *m, pol_form form,
                          trace_t **out, ms_error *err)
 {
     if (w->trace_path) {
         ms_status st = trace_load(w->trace_path, out, err);
-        if (st || trace_count(*out)) return st;
-        trace_free(*out);
-        *out = NULL;
-        return ms_fail_at(err, MS_ERR_INVALID, w->trace_path, 0,
-                          "no records after the header: nothing to plan or simulate");
+        if (st) return st;
+        if (!trace_count(*out)) {
+            trace_free(*out);
+            *out = NULL;
+            return ms_fail_at(err, MS_ERR_INVALID, w->trace_path, 0,
+                              "no records after the header: nothing to plan or simulate");
+        }
+        /* a trace cannot be generated again in another form: made from the plain one */
+        if (form == POL_FORM_OFFLOAD && !oform_is_offload(*out))
+            return offload_form_of(out, m, 12, w->trace_path, err);
+        return MS_OK;
     }
     gen_config c;
     gen_config_default(&c);
@@ -67,6 +90,14 @@ ms_status pipe_trace_for(const pipe_workload *w, const machine_t *m, pol_form fo
     for (size_t i = 0; i < w->n_gen_knobs; i++)
         if ((st = gen_config_set(&c, w->gen_knobs[i].key, w->gen_knobs[i].value, err)) != MS_OK)
             return st;
+    /* the hf profile writes PyTorch eager's program only: its ZeRO-Offload form is made from
+     * the plain trace, as for a captured one (the user's --gen offload=1 is still refused) */
+    if (form == POL_FORM_OFFLOAD && c.offload && c.framework == GEN_FW_HF && !pipe_form_set(w)) {
+        c.offload = 0;
+        if ((st = gen_validate(&c, err)) != MS_OK) return st;
+        if ((st = gen_trace(&c, m, out, err)) != MS_OK) return st;
+        return offload_form_of(out, m, (uint64_t)c.opt_bytes_per_param, NULL, err);
+    }
     if ((st = gen_validate(&c, err)) != MS_OK) {
         if (form == POL_FORM_OFFLOAD && c.offload) { /* the user did not ask for it: say so */
             char why[sizeof err->msg];
