@@ -393,6 +393,13 @@ grep -nE '(plan_get_knob|pol_knob_get|pol_knob_double|pol_knob_bytes|kn_int|kn_d
 [ ! -s "$T/byname" ]; ok $? "no knob is read by key outside the table code ($(head -3 "$T/byname" | tr '\n' ' '))"
 grep -nE '_knob_names|knob_names\[' "$SRC"/planners/*.[ch] "$SRC"/sim/*.[ch] "$SRC"/traces/*.[ch] > "$T/lists"
 [ ! -s "$T/lists" ]; ok $? "no hand-kept list of knob names ($(head -3 "$T/lists" | tr '\n' ' '))"
+# the docs' knob tables are the generated ones
+for d in "knobs POLICIES" "gen-knobs GENERATOR"; do
+    set -- $d
+    "$M" list "$1" > "$T/knobs.md"
+    sed -n "/^<!-- $1:begin/,/^<!-- $1:end/p" "$SRC/docs/$2.md" | sed '1d;$d' | cmp -s - "$T/knobs.md"
+    ok $? "docs/$2.md's knob table is memsim list $1's"
+done
 "$M" list | sed -n 's/.*--knob keys: //p' | tr ' ' '\n' | grep -c . > "$T/nkeys"
 [ "$(cat "$T/nkeys")" -gt 100 ]; ok $? "memsim list prints the keys of every policy's knob tables"
 # the experiments' own machine profiles: what an experiment feeds memsim, memsim still reads
