@@ -12,6 +12,7 @@
 
 #include "planners/lower_chunks.h"
 #include "planners/lower_dha.h"
+#include "planners/knob.h"
 #include "planners/policy.h"
 
 #include <inttypes.h>
@@ -480,76 +481,71 @@ static ms_status index_plan(lw *w)
     return MS_OK;
 }
 
-/* A 0/1 plan knob: absent gives def; anything but 0/1/true/false/yes/no is an error. */
-static ms_status knob_flag(lw *w, const char *key, int def, int *out)
-{
-    const char *v = w->p ? plan_get_knob(w->p, key) : NULL;
-    *out = def;
-    if (!v) return MS_OK;
-    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes")) *out = 1;
-    else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no")) *out = 0;
-    else return ms_fail(w->err, MS_ERR_INVALID, "plan knob %s=%s: expected 0 or 1", key, v);
-    return MS_OK;
-}
+static const char *const LOWER_HOST_ROUNDS[] = { "exact", "layer_pow2", "tensor_pow2",
+                                                 "buffer_pow2", NULL };
+static const char *const LOWER_TOKENWISE[] = { "chain", "producer", NULL };
+static const int LOWER_TOKENWISE_CHAIN[] = { 1, 0 };
+
+/* The tensor lowering's knobs (lower.h says what each does), in the order they are checked. */
+static const knobtab_row lower_rows[] = {
+    KNOB_BOOL("rounding_buffers", lower_knobs, rounding_buffers, "0",
+              "1: MEMO's two rounding buffers hold the swapped layers' activations", "MEMO §4.1"),
+    KNOB_BOOL("memory_plan", lower_knobs, memory_plan, "0",
+              "1: every re-allocation gets a fresh id (one static offset per incarnation)", ""),
+    KNOB_BOOL("host_pow2", lower_knobs, host_pow2, "0",
+              "the older spelling of host_round=layer_pow2 (0: exact)", ""),
+    KNOB_ENUM("host_round", lower_knobs, host_round, NULL, LOWER_HOST_ROUNDS,
+              "how pinned host buffers are sized (absent: host_pow2's reading, exact)", ""),
+    { "host_granule", KNOBTAB_BYTES, offsetof(lower_knobs, host_granule), "1", 1,
+      (double)(UINT64_C(1) << 40), NULL, NULL, "bytes in [1, 2^40]",
+      "with host_round=exact: pinned host buffers rounded up to a multiple of this", "", 0 },
+    { "idle_buffer_bytes", KNOBTAB_BYTES, offsetof(lower_knobs, idle_buffer_bytes), "0", 0,
+      (double)LOWER_ID_TRACE_LIMIT, NULL, NULL, "bytes in [0, 2^48]",
+      "one device block held throughout: the rounding buffer a full-recomputation layer "
+      "leaves idle", "MEMO's executor", 0 },
+    KNOB_BOOL("overlap_comm", lower_knobs, overlap_comm, "1", "0: the .ovl merge off", ""),
+    KNOB_BOOL("record_stream", lower_knobs, record_stream, "0",
+              "1: a block a collective used is freed once the GPU has run what came before",
+              "c10d recordStream"),
+    KNOB_BOOL("stream_pools", lower_knobs, stream_pools, "0",
+              "1: blocks are kept in per-stream pools", "PyTorch caching allocator"),
+    { "tokenwise", KNOBTAB_ENUM, offsetof(lower_knobs, tokenwise), NULL, 0, 0, LOWER_TOKENWISE,
+      LOWER_TOKENWISE_CHAIN, NULL, "token-wise recomputation replays the chain of forward ops "
+      "or only each producer (absent: chain with rounding buffers)", "MEMO §4.1", 0 },
+};
+const knobtab lower_knob_table = KNOBTAB("tensor lowering", lower_rows, KNOBTAB_MSG_PLAN,
+                                         lower_knobs, given);
 
 /* host_round=exact|layer_pow2|tensor_pow2|buffer_pow2 (default exact); the older
  * host_pow2=1 means layer_pow2 and must not contradict host_round. */
-static ms_status read_host_round(lw *w)
+static ms_status read_host_round(lw *w, const lower_knobs *k)
 {
-    int pow2 = 0;
-    const char *hp = w->p ? plan_get_knob(w->p, "host_pow2") : NULL;
-    ms_status st = knob_flag(w, "host_pow2", 0, &pow2);
-    if (st != MS_OK) return st;
-    const char *v = w->p ? plan_get_knob(w->p, "host_round") : NULL;
-    w->host_round = pow2 ? LOWER_HOST_LAYER_POW2 : LOWER_HOST_EXACT;
-    if (!v) return MS_OK;
-    lower_host_round r;
-    if (lower_host_round_parse(v, &r) != 0)
-        return ms_fail(w->err, MS_ERR_INVALID, "plan knob host_round=%s: expected exact, "
-                       "layer_pow2, tensor_pow2 or buffer_pow2", v);
-    if (hp && r != w->host_round)
-        return ms_fail(w->err, MS_ERR_INVALID, "plan knobs host_round=%s and host_pow2=%s "
-                       "disagree (host_pow2=1 is layer_pow2, 0 exact)", v, hp);
-    w->host_round = r;
+    w->host_round = k->host_pow2 ? LOWER_HOST_LAYER_POW2 : LOWER_HOST_EXACT;
+    if (!knobtab_given(&lower_knob_table, k, &k->host_round)) return MS_OK;
+    if (knobtab_given(&lower_knob_table, k, &k->host_pow2) &&
+        (lower_host_round)k->host_round != w->host_round)
+        return ms_fail(w->err, MS_ERR_INVALID, "plan knobs host_round=%s and host_pow2=%d "
+                       "disagree (host_pow2=1 is layer_pow2, 0 exact)",
+                       lower_host_round_name((lower_host_round)k->host_round), k->host_pow2);
+    w->host_round = (lower_host_round)k->host_round;
     return MS_OK;
 }
 
-/* Every key read_knobs reads and the memory_plan the policies pass through. */
-const char *const lower_knob_names[] = {
-    "rounding_buffers", "memory_plan", "host_round", "host_pow2", "host_granule",
-    "overlap_comm", "record_stream", "stream_pools", "tokenwise", "idle_buffer_bytes", NULL,
-};
-
 static ms_status read_knobs(lw *w)
 {
-    ms_status st = knob_flag(w, "rounding_buffers", 0, &w->rb);
-    if (st == MS_OK) st = knob_flag(w, "memory_plan", 0, &w->rename);
-    if (st == MS_OK) st = read_host_round(w);
-    const char *hg = w->p ? plan_get_knob(w->p, "host_granule") : NULL;
-    w->host_granule = 1;
-    if (st == MS_OK && hg && (!ms_parse_bytes(hg, &w->host_granule) ||
-                              w->host_granule < 1 || w->host_granule > (UINT64_C(1) << 40)))
-        st = ms_fail(w->err, MS_ERR_INVALID, "plan knob host_granule=%s: expected bytes in "
-                     "[1, 2^40]", hg);
-    const char *ib = w->p ? plan_get_knob(w->p, "idle_buffer_bytes") : NULL;
-    if (st == MS_OK && ib && (!ms_parse_bytes(ib, &w->idle_bytes) ||
-                              w->idle_bytes > LOWER_ID_TRACE_LIMIT))
-        st = ms_fail(w->err, MS_ERR_INVALID, "plan knob idle_buffer_bytes=%s: expected bytes "
-                     "in [0, 2^48]", ib);
-    int ov = 1;
-    if (st == MS_OK) st = knob_flag(w, "overlap_comm", 1, &ov);
-    w->overlap = w->o.overlap_ovl && ov;
-    if (st == MS_OK) st = knob_flag(w, "record_stream", 0, &w->rec_stream);
-    if (st == MS_OK) st = knob_flag(w, "stream_pools", 0, &w->pools);
+    lower_knobs k;
+    ms_status st = knob_from_plan(&lower_knob_table, w->p, &k, w->err);
+    if (st == MS_OK) st = read_host_round(w, &k);
     if (st != MS_OK) return st;
+    w->rb = k.rounding_buffers;
+    w->rename = k.memory_plan;
+    w->host_granule = k.host_granule;
+    w->idle_bytes = k.idle_buffer_bytes;
+    w->overlap = w->o.overlap_ovl && k.overlap_comm;
+    w->rec_stream = k.record_stream;
+    w->pools = k.stream_pools;
     if (w->rec_stream && !(w->comm_use = u64map_new(256))) return nomem(w);
-    const char *tw = w->p ? plan_get_knob(w->p, "tokenwise") : NULL;
-    w->chain = w->rb;
-    if (tw && !strcmp(tw, "chain")) w->chain = 1;
-    else if (tw && !strcmp(tw, "producer")) w->chain = 0;
-    else if (tw)
-        return ms_fail(w->err, MS_ERR_INVALID, "plan knob tokenwise=%s: expected chain or "
-                       "producer", tw);
+    w->chain = knobtab_given(&lower_knob_table, &k, &k.tokenwise) ? k.tokenwise : w->rb;
     if (w->rb && (w->o.iter_first != INT64_MIN || w->o.iter_count > 0))
         return ms_fail(w->err, MS_ERR_UNSUPPORTED, "rounding buffers: lowering a selection of "
                        "iterations is not supported (lower them all)");
@@ -1651,18 +1647,23 @@ static void lw_free(lw *w)
     u64map_free(w->comm_use);
 }
 
+/* The markers that pick a lowering (chunks, host_params) hold 0 or 1. */
+static ms_status lower_markers_check(const plan_t *p, ms_error *err)
+{
+    lc_marker mc;
+    lower_dha_marker md;
+    ms_status st = knob_from_plan(&lc_marker_table, p, &mc, err);
+    return st ? st : knob_from_plan(&lower_dha_marker_table, p, &md, err);
+}
+
 ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
                          const lower_opts *o, schedule_t **out, ms_error *err)
 {
     *out = NULL;
     if (!t) return ms_fail(err, MS_ERR_INVALID, "lower: no trace");
     /* the markers that pick a lowering: anything but 0 or 1 is a hand edit gone wrong */
-    static const char *const markers[] = { "chunks", "host_params" };
-    for (size_t i = 0; p && i < 2; i++) {
-        const char *v = plan_get_knob(p, markers[i]);
-        if (v && strcmp(v, "0") && strcmp(v, "1"))
-            return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected 0 or 1", markers[i], v);
-    }
+    ms_status mst = lower_markers_check(p, err);
+    if (mst != MS_OK) return mst;
     /* Plans with per-layer parameter modes or host-resident model states (MemFerry,
      * ZeRO-Offload) have their own lowering. */
     if (lower_dha_applies(p)) return lower_dha(t, p, m, o, out, err);

@@ -11,6 +11,7 @@
 #ifndef MEMSIM_LOWER_H
 #define MEMSIM_LOWER_H
 
+#include "traces/knobtab.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
 #include "planners/plan.h"
@@ -172,9 +173,16 @@ size_t lower_rb_map_count(const lower_rb_map *m);
 size_t lower_rb_find(const lower_rb_map *m, uint64_t tensor_id, lower_rb_place *out,
                      size_t max);
 
-/* The plan knobs the lowering of this file reads (NULL-terminated; the policy registry's
- * knob check, planners/policy.h). */
-extern const char *const lower_knob_names[];
+/* The plan knobs the tensor lowering reads (the list above), parsed by lower_knob_table. */
+typedef struct lower_knobs {
+    int rounding_buffers, memory_plan, host_pow2;
+    int host_round;               /* lower_host_round */
+    uint64_t host_granule, idle_buffer_bytes;
+    int overlap_comm, record_stream, stream_pools;
+    int tokenwise;                /* 1 chain, 0 producer */
+    uint64_t given;               /* rows given (knobtab_given) */
+} lower_knobs;
+extern const knobtab lower_knob_table;
 
 /* How an executor's pinned host buffers are sized for one offloaded rounding-buffer block
  * (plan knob host_round; MEMO's executor, docs/MEMO.md "MEMO's executor"):

@@ -5,6 +5,7 @@
  * `memsim protrain` and tests. */
 #define _POSIX_C_SOURCE 200809L
 #include "planners/lower_chunks.h"
+#include "planners/knob.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -21,123 +22,103 @@
 
 /* ======================================================================== knobs */
 
-void lc_knobs_default(lc_knobs *k)
-{
-    memset(k, 0, sizeof *k);
-    k->chunk_search_bytes = UINT64_C(64) << 20;
-    k->host_bytes_per_param = 14;
-    k->gpu_opt_bytes_per_param = 12;
-    k->param_xfer_bytes = 2;
-    k->grad_xfer_bytes = 2;
-    k->coll = LC_COLL_AUTO;
-    k->coll_link_eff = 0.5;      /* assumed: NCCL without peer access stages through host
-                                    shared memory at about half the link rate (to be measured) */
-    k->persist_shard = 1;
-    k->overlap_host_adam = 1;
-    k->host_adam_scale = 1;
-    k->step_sync = 1;
-    k->reuse_resident = 1;
-    k->swap_lead = 0;
-}
-
-static ms_status kn_int(const plan_t *p, const char *key, int lo, int *out, ms_error *err)
-{
-    const char *v = plan_get_knob(p, key);
-    int64_t x;
-    if (!v) return MS_OK;
-    if (!ms_parse_i64(v, &x) || x < lo || x > 1000000)
-        return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected an integer >= %d", key, v,
-                       lo);
-    *out = (int)x;
-    return MS_OK;
-}
-
-static ms_status kn_dbl(const plan_t *p, const char *key, double lo, double *out, ms_error *err)
-{
-    const char *v = plan_get_knob(p, key);
-    double x;
-    if (!v) return MS_OK;
-    if (!ms_parse_double(v, &x) || x < lo)
-        return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected a number >= %g", key, v,
-                       lo);
-    *out = x;
-    return MS_OK;
-}
+static const char *const LC_CHUNK_BY[] = { "size", "layer", NULL };
+static const char *const LC_COLLS[] = { "auto", "link", "compute", "stream", NULL };
+static const int LC_COLL_VALS[] = { LC_COLL_AUTO, LC_COLL_LINK, LC_COLL_COMPUTE, LC_COLL_STREAM };
+static const char *const LC_GATHERS[] = { "step", "next", "auto", NULL };
+static const int LC_GATHER_VALS[] = { LC_PG_STEP, LC_PG_NEXT, LC_PG_AUTO };
 
 /* A bytes-per-parameter figure: at most LC_MAX_BYTES_PER_PARAM. Beyond any training format
  * (fp64 parameters, gradients, master copy and both moments are 40), and the lowering cuts a
  * copy into pieces of one chunk, so an absurd figure would make millions of actions. */
-static ms_status kn_per_param(const plan_t *p, const char *key, double *out, ms_error *err)
-{
-    const char *v = plan_get_knob(p, key);
-    double x;
-    if (!v) return MS_OK;
-    if (!ms_parse_double(v, &x) || !(x >= 0 && x <= LC_MAX_BYTES_PER_PARAM))
-        return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected bytes per parameter in "
-                       "[0, %d]", key, v, LC_MAX_BYTES_PER_PARAM);
-    *out = x;
-    return MS_OK;
-}
+#define LC_PER_PARAM(key, F, def, doc, src)                                                     \
+    { key, KNOBTAB_DBL, offsetof(lc_knobs, F), def, 0, LC_MAX_BYTES_PER_PARAM, NULL, NULL,      \
+      "bytes per parameter in [0, 64]", doc, src, 0 }
+#define LC_INT(key, F, def, lo, doc) KNOB_INT(key, lc_knobs, F, def, lo, 1000000, doc, "")
+#define LC_ENUM(key, F, def, names, vals, doc)                                                  \
+    { key, KNOBTAB_ENUM, offsetof(lc_knobs, F), def, 0, 0, names, vals, NULL, doc, "", 0 }
 
-static ms_status kn_bytes(const plan_t *p, const char *key, uint64_t *out, ms_error *err)
-{
-    const char *v = plan_get_knob(p, key);
-    if (!v) return MS_OK;
-    if (!ms_parse_bytes(v, out))
-        return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected a byte size", key, v);
-    return MS_OK;
-}
-
-const char *const lc_knob_names[] = {
-    "chunks", "chunk_by", "coll", "chunk_bytes", "chunk_search", "n_persist", "n_buffer",
-    "n_swap", "n_checkpoint", "host_bytes_per_param", "host_pinned_tensors",
-    "host_pinned_bytes_per_param", "gpu_opt_bytes_per_param",
-    "param_xfer_bytes", "grad_xfer_bytes", "coll_link_eff", "overlap_host_adam",
-    "persist_shard", "persist_gather", "staging_separate", "host_adam_scale", "step_sync", "reuse",
-    "prefetch_depth", "swap_lead", "init_device_bytes", NULL,
+/* The chunk lowering's knobs (lc_knobs in lower_chunks.h says what each does), in the order
+ * they are checked. */
+static const knobtab_row lc_rows[] = {
+    LC_ENUM("chunk_by", chunk_by_layer, "size", LC_CHUNK_BY, NULL,
+            "size: ProTrain's fixed-size chunks; layer: one chunk per parameter group"),
+    LC_ENUM("coll", coll, "auto", LC_COLLS, LC_COLL_VALS,
+            "collectives through host memory (link), as compute, or on a copy stream; auto: link "
+            "without NVLink"),
+    KNOB_BYTES("chunk_bytes", lc_knobs, chunk_bytes, "0", 0, HUGE_VAL,
+               "chunk size S_chunk; 0: searched", "ProTrain §3.1"),
+    KNOB_BYTES("chunk_search", lc_knobs, chunk_search_bytes, "64MiB", 0, HUGE_VAL,
+               "range above the largest parameter the chunk-size search scans (at most 64GiB)", ""),
+    LC_INT("n_persist", n_persist, "0", 0, "persistent chunks (kept on the GPU)"),
+    LC_INT("n_buffer", n_buffer, "0", 0, "prefetch buffers for non-persistent chunks"),
+    LC_INT("n_swap", n_swap, "0", 0, "blocks whose activations are swapped"),
+    LC_INT("n_checkpoint", n_ckpt, "0", 0, "blocks checkpointed (recomputed)"),
+    LC_PER_PARAM("host_bytes_per_param", host_bytes_per_param, "14",
+                 "host bytes per parameter of a non-persistent chunk (fp32 master, Adam m, v, "
+                 "fp16 copy)", "ProTrain §3.1"),
+    LC_INT("host_pinned_tensors", host_pinned_tensors, "0", 0,
+           "of those, pinned PyTorch tensors per chunk shard (rounded to a power of two)"),
+    LC_PER_PARAM("host_pinned_bytes_per_param", host_pinned_bytes_per_param, "0",
+                 "bytes per parameter of each pinned tensor", "FSDP"),
+    LC_PER_PARAM("gpu_opt_bytes_per_param", gpu_opt_bytes_per_param, "12",
+                 "optimizer state bytes per parameter of persistent chunks on the GPU", ""),
+    LC_PER_PARAM("param_xfer_bytes", param_xfer_bytes, "2",
+                 "bytes per parameter copied to the GPU to gather a chunk", ""),
+    LC_PER_PARAM("grad_xfer_bytes", grad_xfer_bytes, "2",
+                 "bytes per parameter of the gradient shard copied to the host", ""),
+    KNOB_DBL("coll_link_eff", lc_knobs, coll_link_eff, "0.5", 1e-3, HUGE_VAL,
+             "fraction of the link rate collectives through host memory reach (at most 1)",
+             "assumed (to be measured)"),
+    LC_INT("overlap_host_adam", overlap_host_adam, "1", 0,
+           "1: a chunk's host Adam starts when its gradients are on the host"),
+    LC_INT("persist_shard", persist_shard, "1", 0,
+           "1: persistent chunks' optimizer states ZeRO-sharded over dp"),
+    LC_ENUM("persist_gather", persist_gather, "step", LC_GATHERS, LC_GATHER_VALS,
+            "persistent chunks all-gathered after their Adam (step) or in the next forward "
+            "(next); auto: the cost model's pick (search only)"),
+    LC_INT("staging_separate", staging_separate, "0", 0,
+           "1: the pinned copy buffers come on top of host_bytes_per_param"),
+    KNOB_DBL("host_adam_scale", lc_knobs, host_adam_scale, "1", 1e-6, HUGE_VAL,
+             "multiplies host.adam_params_per_s", ""),
+    LC_INT("step_sync", step_sync, "1", 0, "1: the step ends when the host Adam ends"),
+    LC_INT("reuse", reuse_resident, "1", 0,
+           "1: chunks resident after the forward are reused by the backward"),
+    LC_INT("prefetch_depth", prefetch_depth, "0", -1,
+           "access steps ahead a load may be issued; 0: as buffers allow; -1: on demand"),
+    LC_INT("swap_lead", swap_lead, "0", 0, "blocks ahead a swapped block is prefetched"),
+    KNOB_BYTES("init_device_bytes", lc_knobs, init_device_bytes, "0", 0, HUGE_VAL,
+               "bytes allocated and freed on the GPU before training", ""),
 };
+const knobtab lc_knob_table = KNOBTAB("chunk lowering", lc_rows, KNOBTAB_MSG_PLAN, lc_knobs, given);
+
+static const knobtab_row lc_marker_rows[] = {
+    KNOB_FLAG("chunks", lc_marker, chunks, "0",
+              "the chunk lowering's marker, 1 on every chunk-managed plan (set by the policy)", ""),
+};
+const knobtab lc_marker_table = KNOBTAB("chunk lowering", lc_marker_rows, KNOBTAB_MSG_PLAN,
+                                        lc_marker, given);
+
+void lc_knobs_default(lc_knobs *k)
+{
+    memset(k, 0, sizeof *k);
+    knobtab_defaults(&lc_knob_table, k);
+}
 
 ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
 {
     lc_knobs_default(k);
     if (!p) return MS_OK;
-    ms_status st = MS_OK;
-    const char *mark = plan_get_knob(p, "chunks");
-    if (mark && strcmp(mark, "1"))
-        return ms_fail(err, MS_ERR_INVALID, "plan knob chunks=%s: the chunk lowering's marker is "
-                       "1 on every chunk-managed plan (leave it unset)", mark);
-    const char *by = plan_get_knob(p, "chunk_by");
-    if (by) {
-        if (!strcmp(by, "layer")) k->chunk_by_layer = 1;
-        else if (strcmp(by, "size"))
-            return ms_fail(err, MS_ERR_INVALID, "plan knob chunk_by=%s: expected size or layer",
-                           by);
-    }
-    const char *co = plan_get_knob(p, "coll");
-    if (co) {
-        if (!strcmp(co, "auto")) k->coll = LC_COLL_AUTO;
-        else if (!strcmp(co, "link")) k->coll = LC_COLL_LINK;
-        else if (!strcmp(co, "compute")) k->coll = LC_COLL_COMPUTE;
-        else if (!strcmp(co, "stream")) k->coll = LC_COLL_STREAM;
-        else
-            return ms_fail(err, MS_ERR_INVALID,
-                           "plan knob coll=%s: expected auto, link, compute or stream", co);
-    }
-    if (!st) st = kn_bytes(p, "chunk_bytes", &k->chunk_bytes, err);
-    if (!st) st = kn_bytes(p, "chunk_search", &k->chunk_search_bytes, err);
+    lc_marker mk;
+    ms_status st = knob_from_plan(&lc_marker_table, p, &mk, err);
+    if (!st && mk.given && !mk.chunks)
+        return ms_fail(err, MS_ERR_INVALID, "plan knob chunks=0: the chunk lowering's marker is "
+                       "1 on every chunk-managed plan (leave it unset)");
+    if (!st) st = knob_from_plan(&lc_knob_table, p, k, err);
     /* the chunk-size search packs once per MiB of its range: bound the work */
     if (!st && k->chunk_search_bytes > LC_CHUNK_SEARCH_MAX)
-        return ms_fail(err, MS_ERR_INVALID, "plan knob chunk_search=%s: at most 64GiB (the "
-                       "search tries every MiB of the range)", plan_get_knob(p, "chunk_search"));
-    if (!st) st = kn_int(p, "n_persist", 0, &k->n_persist, err);
-    if (!st) st = kn_int(p, "n_buffer", 0, &k->n_buffer, err);
-    if (!st) st = kn_int(p, "n_swap", 0, &k->n_swap, err);
-    if (!st) st = kn_int(p, "n_checkpoint", 0, &k->n_ckpt, err);
-    if (!st) st = kn_per_param(p, "host_bytes_per_param", &k->host_bytes_per_param, err);
-    if (!st) st = kn_int(p, "host_pinned_tensors", 0, &k->host_pinned_tensors, err);
-    if (!st)
-        st = kn_per_param(p, "host_pinned_bytes_per_param", &k->host_pinned_bytes_per_param,
-                          err);
+        return ms_fail(err, MS_ERR_INVALID, "plan knob chunk_search=%" PRIu64 ": at most 64GiB "
+                       "(the search tries every MiB of the range)", k->chunk_search_bytes);
     if (!st && (k->host_pinned_tensors > 64 ||
                 k->host_pinned_tensors * k->host_pinned_bytes_per_param >
                     k->host_bytes_per_param))
@@ -145,28 +126,6 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
                      "host_pinned_bytes_per_param (%d x %g) exceed host_bytes_per_param (%g)",
                      k->host_pinned_tensors, k->host_pinned_bytes_per_param,
                      k->host_bytes_per_param);
-    if (!st) st = kn_per_param(p, "gpu_opt_bytes_per_param", &k->gpu_opt_bytes_per_param, err);
-    if (!st) st = kn_per_param(p, "param_xfer_bytes", &k->param_xfer_bytes, err);
-    if (!st) st = kn_per_param(p, "grad_xfer_bytes", &k->grad_xfer_bytes, err);
-    if (!st) st = kn_dbl(p, "coll_link_eff", 1e-3, &k->coll_link_eff, err);
-    if (!st) st = kn_int(p, "overlap_host_adam", 0, &k->overlap_host_adam, err);
-    if (!st) st = kn_int(p, "persist_shard", 0, &k->persist_shard, err);
-    const char *pg = plan_get_knob(p, "persist_gather");
-    if (!st && pg) {
-        if (!strcmp(pg, "step")) k->persist_gather = LC_PG_STEP;
-        else if (!strcmp(pg, "next")) k->persist_gather = LC_PG_NEXT;
-        else if (!strcmp(pg, "auto")) k->persist_gather = LC_PG_AUTO;
-        else
-            st = ms_fail(err, MS_ERR_INVALID,
-                         "plan knob persist_gather=%s: expected step, next or auto", pg);
-    }
-    if (!st) st = kn_int(p, "staging_separate", 0, &k->staging_separate, err);
-    if (!st) st = kn_dbl(p, "host_adam_scale", 1e-6, &k->host_adam_scale, err);
-    if (!st) st = kn_int(p, "step_sync", 0, &k->step_sync, err);
-    if (!st) st = kn_int(p, "reuse", 0, &k->reuse_resident, err);
-    if (!st) st = kn_int(p, "prefetch_depth", -1, &k->prefetch_depth, err);
-    if (!st) st = kn_int(p, "swap_lead", 0, &k->swap_lead, err);
-    if (!st) st = kn_bytes(p, "init_device_bytes", &k->init_device_bytes, err);
     if (!st && k->coll_link_eff > 1)
         st = ms_fail(err, MS_ERR_INVALID, "plan knob coll_link_eff=%g: expected at most 1",
                      k->coll_link_eff);
@@ -227,8 +186,8 @@ ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
 
 int lower_chunks_applies(const plan_t *p)
 {
-    const char *v = p ? plan_get_knob(p, "chunks") : NULL;
-    return v && !strcmp(v, "1");
+    lc_marker mk;
+    return p && knob_from_plan(&lc_marker_table, p, &mk, NULL) == MS_OK && mk.chunks;
 }
 
 /* ======================================================================== ids */

@@ -22,6 +22,7 @@
 #include "planners/lower.h"
 #include "planners/plan.h"
 #include "planners/schedule.h"
+#include "traces/knobtab.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
 
@@ -104,6 +105,7 @@ typedef struct lc_knobs {
                                     swapped block above it has finished its backward */
     uint64_t init_device_bytes;  /* [init_device_bytes] bytes allocated and freed on the GPU
                                     before the first iteration (model initialization) */
+    uint64_t given;              /* rows of lc_knob_table given (knobtab_given) */
 } lc_knobs;
 
 enum { LC_PG_STEP = 0, LC_PG_NEXT = 1, LC_PG_AUTO = 2 };
@@ -282,8 +284,12 @@ ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t
 ms_status lower_chunks(const trace_t *t, const plan_t *p, const machine_t *m,
                        const lower_opts *o, schedule_t **out, ms_error *err);
 
-/* The plan knobs lc_knobs_from_plan reads (NULL-terminated), for the policy registry's
- * knob check (planners/policy.h). */
-extern const char *const lc_knob_names[];
+/* The marker every chunk-managed plan carries (chunks=1). */
+typedef struct lc_marker {
+    int chunks;
+    uint64_t given;
+} lc_marker;
+/* The chunk lowering's knob table (lc_knobs) and its marker's (lc_marker). */
+extern const knobtab lc_knob_table, lc_marker_table;
 
 #endif

@@ -4,6 +4,7 @@
  * in docs/MEMFERRY.md. */
 #define _POSIX_C_SOURCE 200809L
 #include "planners/lower_dha.h"
+#include "planners/knob.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -876,97 +877,78 @@ static ms_status record_new(lw *w, sched_stream s, uint32_t *e)
 
 #define TRY(x) do { ms_status st_ = (x); if (st_ != MS_OK) return st_; } while (0)
 
-/* Every key read_knobs, read_grad_host and lower_dha_applies read. */
-const char *const lower_dha_knob_names[] = {
-    "update", "param_load", "realloc", "overlap_comm", "grad_write", "grad_free",
-    "grad_copy_bytes", "bucket_bytes", "grad_host.", "host_params", "ds_sync", "ds_pre_us",
-    "ds_sync_us", "ds_post_us", NULL,
+static const char *const DHA_UPDATES[] = { "pipelined", "after_bp", "after_bwd", NULL };
+static const int DHA_UPDATE_VALS[] = { UPD_PIPELINED, UPD_AFTER_BP, UPD_AFTER_BWD };
+static const char *const DHA_LOADS[] = { "forward", "update", "after_update", NULL };
+static const char *const DHA_GRAD_WRITES[] = { "accumulate", "fused", NULL };
+static const char *const DHA_GRAD_FREES[] = { "copy", "step", NULL };
+#define DHA_US(key, F, def, doc)                                                                \
+    { key, KNOBTAB_DBL, offsetof(lower_dha_knobs, F), def, 0, 1e9, NULL, NULL,                  \
+      "microseconds >= 0", doc, "measured: experiments/memferry/ds_probe_h200", 0 }
+
+/* The DHA lowering's knobs, in the order they are checked. */
+static const knobtab_row dha_rows[] = {
+    { "update", KNOBTAB_ENUM, offsetof(lower_dha_knobs, update), "pipelined", 0, 0, DHA_UPDATES,
+      DHA_UPDATE_VALS, NULL, "when host Adam runs: pipelined with the backward, after the "
+      "backward's end (after_bp) or after every gradient is home (after_bwd)", "MemFerry, ZeRO-Offload", 0 },
+    KNOB_ENUM("param_load", lower_dha_knobs, param_load, "forward", DHA_LOADS,
+              "when updated parameters come back to the GPU", ""),
+    KNOB_FLAG("realloc", lower_dha_knobs, realloc, "0",
+              "1: DeepSpeed's GPU gradient buckets, re-allocated every iteration", "DeepSpeed"),
+    KNOB_FLAG("overlap_comm", lower_dha_knobs, overlap_comm, "0",
+              "realloc=1: two buckets, copies off the compute stream", "DeepSpeed overlap_comm"),
+    KNOB_ENUM("grad_write", lower_dha_knobs, grad_write, "accumulate", DHA_GRAD_WRITES,
+              "gradients written to the host accumulated or fused into the backward kernels",
+              "MemFerry §IV-D"),
+    KNOB_ENUM("grad_free", lower_dha_knobs, grad_free, "copy", DHA_GRAD_FREES,
+              "GPU gradients freed after their copy or at the step", ""),
+    { "grad_copy_bytes", KNOBTAB_INT, offsetof(lower_dha_knobs, grad_copy_bytes), "4", 1, 16,
+      NULL, NULL, "1..16 bytes per gradient element",
+      "bytes per gradient element copied to the host", "", 0 },
+    { "bucket_bytes", KNOBTAB_BYTES, offsetof(lower_dha_knobs, bucket_bytes), NULL, 1, HUGE_VAL,
+      NULL, NULL, "a positive byte count", "realloc=1: the gradient bucket (absent: 5e8 "
+      "gradient elements)", "DeepSpeed reduce_bucket_size", 0 },
+    KNOB_FLAG("ds_sync", lower_dha_knobs, ds_sync, "0",
+              "realloc=1: DeepSpeed's per-parameter flush with a host synchronization", "DeepSpeed"),
+    DHA_US("ds_pre_us", ds_pre_us, "66", "host time before each parameter's flush"),
+    DHA_US("ds_sync_us", ds_sync_us, "13", "host time of each parameter's synchronization"),
+    DHA_US("ds_post_us", ds_post_us, "23", "host time after each parameter's flush"),
+    KNOB_FAMILY(LOWER_DHA_GRAD_HOST, "grad_host.N=ID,...: the modules of unit N whose "
+                "gradients go to the host", "MemFerry §IV-D"),
 };
+const knobtab lower_dha_knob_table = KNOBTAB("DHA lowering", dha_rows, KNOBTAB_MSG_PLAN,
+                                             lower_dha_knobs, given);
 
-/* A non-negative time knob (microseconds) into *us, which keeps its default when absent. */
-static ms_status time_knob(lw *w, const char *key, double *us)
-{
-    const char *v = plan_get_knob(w->p, key);
-    if (!v) return MS_OK;
-    double x;
-    if (!ms_parse_double(v, &x) || x < 0 || x > 1e9)
-        return ms_fail(w->err, MS_ERR_INVALID, "plan knob %s=%s: expected microseconds >= 0",
-                       key, v);
-    *us = x;
-    return MS_OK;
-}
+static const knobtab_row dha_marker_rows[] = {
+    KNOB_FLAG("host_params", lower_dha_marker, host_params, "0",
+              "1: the parameters live on the host (set by the policy)", ""),
+};
+const knobtab lower_dha_marker_table = KNOBTAB("DHA lowering", dha_marker_rows,
+                                               KNOBTAB_MSG_PLAN, lower_dha_marker, given);
 
-/* DeepSpeed's per-parameter flush (bucket_flush_ds). The host times default to those
+/* Plan knobs; DeepSpeed's per-parameter flush (bucket_flush_ds) host times default to those
  * measured on an H200's host (Xeon, PyTorch 2.11; experiments/memferry/ds_probe_h200):
  * medians over the 1,090 parameters of BERT-base, BERT-large, RoBERTa and GPT-2-medium. */
-static ms_status read_ds_knobs(lw *w)
-{
-    const char *v;
-    w->ds_pre_us = 66;
-    w->ds_sync_us = 13;
-    w->ds_post_us = 23;
-    if ((v = plan_get_knob(w->p, "ds_sync"))) {
-        if (!strcmp(v, "0") || !strcmp(v, "1")) w->ds_sync = v[0] == '1';
-        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob ds_sync=%s: expected 0 or 1", v);
-    }
-    TRY(time_knob(w, "ds_pre_us", &w->ds_pre_us));
-    TRY(time_knob(w, "ds_sync_us", &w->ds_sync_us));
-    return time_knob(w, "ds_post_us", &w->ds_post_us);
-}
-
-/* Plan knobs. */
 static ms_status read_knobs(lw *w)
 {
-    const plan_t *p = w->p;
-    const char *v;
-    w->upd = UPD_PIPELINED;
-    w->load = LOAD_FORWARD;
-    if ((v = plan_get_knob(p, "update"))) {
-        if (!strcmp(v, "pipelined")) w->upd = UPD_PIPELINED;
-        else if (!strcmp(v, "after_bwd")) w->upd = UPD_AFTER_BWD;
-        else if (!strcmp(v, "after_bp")) w->upd = UPD_AFTER_BP;
-        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob update=%s: expected pipelined, "
-                            "after_bp or after_bwd", v);
-    }
-    if ((v = plan_get_knob(p, "param_load"))) {
-        if (!strcmp(v, "forward")) w->load = LOAD_FORWARD;
-        else if (!strcmp(v, "update")) w->load = LOAD_UPDATE;
-        else if (!strcmp(v, "after_update")) w->load = LOAD_AFTER_UPDATE;
-        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob param_load=%s: expected "
-                            "forward, update or after_update", v);
-    }
-    if ((v = plan_get_knob(p, "realloc"))) {
-        if (!strcmp(v, "0") || !strcmp(v, "1")) w->realloc = v[0] == '1';
-        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob realloc=%s: expected 0 or 1", v);
-    }
-    if ((v = plan_get_knob(p, "overlap_comm"))) {
-        if (!strcmp(v, "0") || !strcmp(v, "1")) w->overlap = v[0] == '1';
-        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob overlap_comm=%s: expected 0 or 1",
-                            v);
-    }
-    if ((v = plan_get_knob(p, "grad_write"))) {
-        if (!strcmp(v, "accumulate") || !strcmp(v, "fused")) w->fused_write = v[0] == 'f';
-        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob grad_write=%s: expected "
-                            "accumulate or fused", v);
-    }
-    if ((v = plan_get_knob(p, "grad_free"))) {
-        if (!strcmp(v, "copy") || !strcmp(v, "step")) w->free_at_step = v[0] == 's';
-        else return ms_fail(w->err, MS_ERR_INVALID, "plan knob grad_free=%s: expected copy "
-                            "or step", v);
-    }
+    lower_dha_knobs k;
+    TRY(knob_from_plan(&lower_dha_knob_table, w->p, &k, w->err));
+    w->upd = (upd_kind)k.update;
+    w->load = (load_kind)k.param_load;
+    w->realloc = k.realloc;
+    w->overlap = k.overlap_comm;
+    w->fused_write = k.grad_write == 1;
+    w->free_at_step = k.grad_free == 1;
     double gb = (double)trace_meta_u64(w->t, "grad_bytes", 2);
-    w->bucket_bytes = (uint64_t)(5e8 * gb);
-    uint64_t cb = 4;
-    if ((v = plan_get_knob(p, "grad_copy_bytes")) && (!ms_parse_u64(v, &cb) || !cb || cb > 16))
-        return ms_fail(w->err, MS_ERR_INVALID, "plan knob grad_copy_bytes=%s: expected 1..16 "
-                       "bytes per gradient element", v);
-    w->copy_ratio = gb > 0 ? (double)cb / gb : 1.0;
+    w->bucket_bytes = knobtab_given(&lower_dha_knob_table, &k, &k.bucket_bytes)
+                          ? k.bucket_bytes : (uint64_t)(5e8 * gb);
+    w->copy_ratio = gb > 0 ? (double)k.grad_copy_bytes / gb : 1.0;
     w->grad_elem_bytes = gb > 0 ? gb : 2;
-    if ((v = plan_get_knob(p, "bucket_bytes")) &&
-        (!ms_parse_bytes(v, &w->bucket_bytes) || !w->bucket_bytes))
-        return ms_fail(w->err, MS_ERR_INVALID, "plan knob bucket_bytes=%s: expected a "
-                       "positive byte count", v);
-    return read_ds_knobs(w);
+    w->ds_sync = k.ds_sync;
+    w->ds_pre_us = k.ds_pre_us;
+    w->ds_sync_us = k.ds_sync_us;
+    w->ds_post_us = k.ds_post_us;
+    return MS_OK;
 }
 
 /* Modes per unit from the plan's layer lines; every line must name a unit. */
@@ -1047,7 +1029,7 @@ static ms_status read_grad_host(lw *w)
 {
     int any = 0;
     for (size_t k = 0; k < w->p->n_knobs; k++) {
-        if (strncmp(w->p->knobs[k].key, "grad_host.", 10)) continue;
+        if (strncmp(w->p->knobs[k].key, LOWER_DHA_GRAD_HOST, 10)) continue;
         TRY(read_grad_host_knob(w, &w->p->knobs[k]));
         any = 1;
     }
@@ -1820,10 +1802,19 @@ static ms_status lower_all(lw *w)
     return MS_OK;
 }
 
+int lower_dha_unit_grads(const plan_t *p, int32_t layer)
+{
+    char key[48];
+    snprintf(key, sizeof key, LOWER_DHA_GRAD_HOST "%d", (int)layer);
+    for (size_t i = 0; p && i < p->n_knobs; i++)
+        if (!strcmp(p->knobs[i].key, key)) return 1;
+    return 0;
+}
+
 const char *lower_dha_module_grads(const plan_t *p)
 {
     for (size_t i = 0; p && i < p->n_knobs; i++)
-        if (!strncmp(p->knobs[i].key, "grad_host.", 10)) return p->knobs[i].key;
+        if (!strncmp(p->knobs[i].key, LOWER_DHA_GRAD_HOST, 10)) return p->knobs[i].key;
     return NULL;
 }
 
@@ -1834,7 +1825,7 @@ ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms
     size_t cap = 0;
     for (size_t k = 0; p && k < p->n_knobs; k++) {
         const plan_knob *kn = &p->knobs[k];
-        if (strncmp(kn->key, "grad_host.", 10)) continue;
+        if (strncmp(kn->key, LOWER_DHA_GRAD_HOST, 10)) continue;
         char buf[sizeof kn->value];
         memcpy(buf, kn->value, sizeof buf);
         buf[sizeof buf - 1] = 0;
@@ -1861,8 +1852,8 @@ ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms
 int lower_dha_applies(const plan_t *p)
 {
     if (!p) return 0;
-    const char *v = plan_get_knob(p, "host_params");
-    if (v && !strcmp(v, "1")) return 1;
+    lower_dha_marker mk;
+    if (knob_from_plan(&lower_dha_marker_table, p, &mk, NULL) == MS_OK && mk.host_params) return 1;
     if (lower_dha_module_grads(p)) return 1;
     for (size_t i = 0; i < p->n_layers; i++)
         if (p->layers[i].pmode != PM_GFGB || p->layers[i].grad_on_host) return 1;

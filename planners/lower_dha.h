@@ -184,8 +184,28 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
  * k >= 8: gradients PyTorch holds for AccumulateGrad. */
 uint64_t dha_synth_id(unsigned k);
 
-/* The plan knobs lower_dha reads (NULL-terminated; "grad_host." stands for every
- * grad_host.N), for the policy registry's knob check (planners/policy.h). */
-extern const char *const lower_dha_knob_names[];
+/* The plan knobs lower_dha reads (lower_dha_knob_table; the family grad_host.N is read by
+ * read_grad_host itself) and its marker host_params (lower_dha_marker_table). */
+#define LOWER_DHA_GRAD_HOST "grad_host."
+typedef struct lower_dha_knobs {
+    int update;                 /* pipelined, after_bp, after_bwd (lower_dha.c's upd_kind) */
+    int param_load;             /* forward, update, after_update */
+    int realloc, overlap_comm;
+    int grad_write;             /* 0 accumulate, 1 fused */
+    int grad_free;              /* 0 copy, 1 step */
+    int grad_copy_bytes;
+    uint64_t bucket_bytes;
+    int ds_sync;
+    double ds_pre_us, ds_sync_us, ds_post_us;
+    uint64_t given;
+} lower_dha_knobs;
+typedef struct lower_dha_marker {
+    int host_params;
+    uint64_t given;
+} lower_dha_marker;
+extern const knobtab lower_dha_knob_table, lower_dha_marker_table;
+/* 1 when plan p has a grad_host.N knob for unit `layer` (some of its modules' gradients on
+ * the host). */
+int lower_dha_unit_grads(const plan_t *p, int32_t layer);
 
 #endif

@@ -5,11 +5,13 @@
 #include "planners/policy.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "planners/knob.h"
 #include "planners/policy_baseline.h"
 #include "planners/policy_memferry.h"
 #include "planners/policy_memo.h"
@@ -72,87 +74,59 @@ pol_form pol_form_for(const char *policy, const char *plan_path)
     return k;
 }
 
-/* ---- knob names ---- */
+/* ---- knob tables ---- */
 
-const char *const pol_common_knob_names[] = {
-    "memory_plan", "plan_l1_s", "plan_l2_s", "strict_layers", NULL,
+static const knobtab_row common_rows[] = {
+    KNOB_FLAG("memory_plan", pol_common_knobs, memory_plan, "0",
+              "1: MEMO's bi-level static memory plan after the policy (docs/MEMO.md)",
+              "MEMO §4.2"),
+    KNOB_DBL("plan_l1_s", pol_common_knobs, plan_l1_s, "1", -HUGE_VAL, HUGE_VAL,
+             "the memory plan's level-1 effort limit, seconds in (0, 3600)", ""),
+    KNOB_DBL("plan_l2_s", pol_common_knobs, plan_l2_s, "1", -HUGE_VAL, HUGE_VAL,
+             "the memory plan's level-2 effort limit, seconds in (0, 3600)", ""),
+    KNOB_FLAG("strict_layers", pol_common_knobs, strict_layers, "0",
+              "1: the memory plan fails where a layer's blocks cannot be placed apart", ""),
 };
+const knobtab pol_common_knob_table = KNOBTAB("memory plan", common_rows, KNOBTAB_MSG_OPT,
+                                              pol_common_knobs, given);
 
-static int name_covers(const char *name, const char *key)
-{
-    size_t n = strlen(name);
-    if (n && name[n - 1] == '.') return strncmp(name, key, n) == 0 && key[n];
-    return strcmp(name, key) == 0;
-}
-
-enum { KNOB_NAMES_MAX = 256 };
-
-/* p's names, its groups flattened in order (repeats kept); at most cap. */
-static size_t knob_names(const pol_policy *p, const char **v, size_t cap)
+/* p's tables and their count. */
+static size_t tables_of(const pol_policy *p, const knobtab *const **out)
 {
     size_t n = 0;
-    for (const char *const *const *g = p ? p->knob_names : NULL; g && *g; g++)
-        for (const char *const *k = *g; *k && n < cap; k++) v[n++] = *k;
+    *out = p ? p->knob_tables : NULL;
+    while (*out && (*out)[n]) n++;
     return n;
 }
 
 int pol_knob_known(const pol_policy *p, const char *key)
 {
-    const char *v[KNOB_NAMES_MAX];
-    size_t n = key ? knob_names(p, v, KNOB_NAMES_MAX) : 0;
+    const knobtab *const *v;
+    size_t n = key ? tables_of(p, &v) : 0;
     for (size_t i = 0; i < n; i++)
-        if (name_covers(v[i], key)) return 1;
+        if (knobtab_find(v[i], key)) return 1;
     return 0;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* p's names, sorted, repeats dropped; at most cap kept. */
-static size_t knob_names_sorted(const pol_policy *p, const char **v, size_t cap)
-{
-    size_t n = knob_names(p, v, cap);
-    qsort(v, n, sizeof *v, cmp_str);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!m || strcmp(v[m - 1], v[i])) v[m++] = v[i];
-    return m;
 }
 
 size_t pol_knob_list(const pol_policy *p, char *buf, size_t size)
 {
-    const char *v[KNOB_NAMES_MAX];
-    size_t n = knob_names_sorted(p, v, KNOB_NAMES_MAX), len = 0;
-    if (size) buf[0] = 0;
-    for (size_t i = 0; i < n; i++) {
-        int w = snprintf(buf && len < size ? buf + len : NULL, len < size ? size - len : 0,
-                         "%s%s%s", i ? " " : "", v[i],
-                         v[i][strlen(v[i]) - 1] == '.' ? "N" : "");
-        if (w > 0) len += (size_t)w;
-    }
-    return len;
+    const knobtab *const *v;
+    size_t n = tables_of(p, &v);
+    return knobtab_key_list(v, n, buf, size);
 }
 
-/* The known name closest to key among the named policies' (NULL when none is within a
+/* The known key closest to key among the named policies' (NULL when none is within a
  * third of key's length; ties: the first met). */
 static const char *closest_knob(const char *const *policies, size_t n, const char *key)
 {
-    const char *best = NULL;
-    size_t bd = strlen(key) / 3 + 1;
+    const knobtab *all[64];
+    size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        const char *v[KNOB_NAMES_MAX];
-        size_t m = knob_names(pol_find(policies[i]), v, KNOB_NAMES_MAX);
-        for (size_t j = 0; j < m; j++) {
-            size_t d = ms_edit_distance(v[j], key);
-            if (d < bd) {
-                bd = d;
-                best = v[j];
-            }
-        }
+        const knobtab *const *v;
+        size_t k = tables_of(pol_find(policies[i]), &v);
+        for (size_t j = 0; j < k && m < 64; j++) all[m++] = v[j];
     }
-    return best;
+    return knobtab_closest(all, m, key);
 }
 
 ms_status pol_knobs_check(const char *const *policies, size_t n, const pol_opts *o,
@@ -193,23 +167,17 @@ void pol_opts_default(pol_opts *o)
 
 /* The common knobs are checked for every policy, also where the policy never reads them
  * (plan_l1_s without memory_plan=1): a typed-in value that nothing parses is a mistake. */
-ms_status pol_common_knobs_check(const pol_opts *o, ms_error *err)
+ms_status pol_common_knobs_check(const pol_opts *o, pol_common_knobs *out, ms_error *err)
 {
-    static const char *const flags[] = { "memory_plan", "strict_layers" };
-    for (size_t i = 0; i < 2; i++) {
-        const char *v = pol_knob_get(o, flags[i]);
-        if (v && strcmp(v, "0") && strcmp(v, "1"))
-            return ms_fail(err, MS_ERR_INVALID, "knob %s: '%s' is not 0 or 1", flags[i], v);
-    }
-    static const char *const limits[] = { "plan_l1_s", "plan_l2_s" };
-    for (size_t i = 0; i < 2; i++) {
-        double x;
-        ms_status st = pol_knob_double(o, limits[i], 1, &x, err);
-        if (st) return st;
-        if (!(x > 0 && x < 3600))
+    pol_common_knobs k;
+    ms_status st = knob_from_opts(&pol_common_knob_table, o, &k, err);
+    if (st) return st;
+    const double *lim[] = { &k.plan_l1_s, &k.plan_l2_s };
+    for (size_t i = 0; i < 2; i++)
+        if (!(*lim[i] > 0 && *lim[i] < 3600))
             return ms_fail(err, MS_ERR_INVALID, "knob %s: effort limits must lie in (0, 3600) "
-                           "seconds", limits[i]);
-    }
+                           "seconds", common_rows[1 + i].key);
+    if (out) *out = k;
     return MS_OK;
 }
 
@@ -276,17 +244,17 @@ ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const
     if (o->alpha > 1.0 || o->alpha != o->alpha)
         return ms_fail(err, MS_ERR_INVALID, "policy %s: alpha %g is not in [0,1]", name,
                        o->alpha);
-    ms_status st = pol_common_knobs_check(o, err);
+    ms_status st = pol_common_knobs_check(o, NULL, err);
     if (st) return st;
     st = p->plan(t, m, o, out, err);
     /* the plan knob memory_plan=1 asks any policy for a static memory plan (docs/MEMO.md) */
-    const char *mp = (st == MS_OK && *out) ? plan_get_knob(*out, "memory_plan") : NULL;
-    if (mp && !strcmp(mp, "1") && (*out)->n_offsets == 0) {
+    pol_common_knobs ck = { 0 };
+    if (st == MS_OK && *out) st = knob_from_plan(&pol_common_knob_table, *out, &ck, err);
+    if (st == MS_OK && *out && ck.memory_plan && (*out)->n_offsets == 0)
         st = memo_apply_memory_plan(t, m, o, *out, err);
-        if (st != MS_OK) {
-            plan_free(*out);
-            *out = NULL;
-        }
+    if (st != MS_OK && *out) {
+        plan_free(*out);
+        *out = NULL;
     }
     if (st == MS_OK && *out) plan_sort(*out);
     return st;
@@ -322,36 +290,6 @@ ms_status pol_plan_new(const char *name, const pol_opts *o, plan_t **out, ms_err
         return st;
     }
     *out = p;
-    return MS_OK;
-}
-
-const char *pol_knob_get(const pol_opts *o, const char *key)
-{
-    const char *v = NULL;
-    for (size_t i = 0; o && i < o->n_knobs; i++)
-        if (o->knobs[i].key && strcmp(o->knobs[i].key, key) == 0) v = o->knobs[i].value;
-    return v;
-}
-
-ms_status pol_knob_double(const pol_opts *o, const char *key, double def, double *out,
-                          ms_error *err)
-{
-    const char *v = pol_knob_get(o, key);
-    *out = def;
-    if (!v) return MS_OK;
-    if (!ms_parse_double(v, out))
-        return ms_fail(err, MS_ERR_INVALID, "knob %s: '%s' is not a number", key, v);
-    return MS_OK;
-}
-
-ms_status pol_knob_bytes(const pol_opts *o, const char *key, uint64_t def, uint64_t *out,
-                         ms_error *err)
-{
-    const char *v = pol_knob_get(o, key);
-    *out = def;
-    if (!v) return MS_OK;
-    if (!ms_parse_bytes(v, out))
-        return ms_fail(err, MS_ERR_INVALID, "knob %s: '%s' is not a byte size", key, v);
     return MS_OK;
 }
 

@@ -6,6 +6,7 @@
 #ifndef MEMSIM_POLICY_H
 #define MEMSIM_POLICY_H
 
+#include "traces/knobtab.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
 #include "planners/alloc.h"
@@ -48,10 +49,10 @@ typedef struct pol_policy {
     const char *source;   /* the paper or system it follows */
     const char *knobs;    /* one line: the knobs it reads, or "" */
     pol_plan_fn plan;
-    /* every knob key it, its lowering and the memory plan read: NULL-terminated groups of
-     * NULL-terminated names (a name ending in '.' covers every key it starts); a key no
-     * group names is a typo to the knob check below, not a silent no-op */
-    const char *const *const *knob_names;
+    /* the knob tables of it, its lowering and the memory plan, NULL-terminated: every key
+     * --knob accepts for it is a row of one (a family row KEY. covers every key it starts);
+     * a key none names is a typo to the knob check below, not a silent no-op */
+    const knobtab *const *knob_tables;
     pol_form form;        /* the workload form it plans (POL_FORM_PLAIN when not given) */
     int reads_alpha;      /* 1: it reads pol_opts.alpha (memsim --alpha); else --alpha is refused */
 } pol_policy;
@@ -94,11 +95,19 @@ ms_status pol_alpha_check(const char *const *policies, size_t n, const pol_opts 
  * NUL-terminated; truncated to size). Returns the length the whole list needs. */
 size_t pol_knob_list(const pol_policy *p, char *buf, size_t size);
 
-/* Checks the common knobs' values (0/1 flags, effort limits in (0, 3600) s) whichever policy
- * runs: pol_plan calls it before every policy, MEMO's knob reader too. */
-ms_status pol_common_knobs_check(const pol_opts *o, ms_error *err);
 /* The knobs pol_plan itself reads for any policy (memory_plan=1: MEMO's bi-level plan). */
-extern const char *const pol_common_knob_names[];
+typedef struct pol_common_knobs {
+    int memory_plan;          /* 1: the bi-level static memory plan after the policy */
+    double plan_l1_s, plan_l2_s; /* its effort limits, seconds */
+    int strict_layers;        /* 1: a layer the plan cannot place fails it */
+    uint64_t given;
+} pol_common_knobs;
+extern const knobtab pol_common_knob_table;
+
+/* Checks the common knobs' values (0/1 flags, effort limits in (0, 3600) s) whichever policy
+ * runs: pol_plan calls it before every policy, MEMO's knob reader too. k (may be NULL) gets
+ * them. */
+ms_status pol_common_knobs_check(const pol_opts *o, pol_common_knobs *k, ms_error *err);
 
 /* ---- helpers for policy implementations ---- */
 
@@ -106,14 +115,6 @@ extern const char *const pol_common_knob_names[];
  * alpha override as knob "alpha"; every knob of o is copied into the plan so that the plan
  * file records how it was made. default_decision is PD_KEEP. */
 ms_status pol_plan_new(const char *name, const pol_opts *o, plan_t **out, ms_error *err);
-
-/* Knob lookup: the value of `key` or NULL (the last one wins if given twice). */
-const char *pol_knob_get(const pol_opts *o, const char *key);
-/* Typed knob lookup: def when absent; MS_ERR_INVALID naming the knob when malformed. */
-ms_status pol_knob_double(const pol_opts *o, const char *key, double def, double *out,
-                          ms_error *err);
-ms_status pol_knob_bytes(const pol_opts *o, const char *key, uint64_t def, uint64_t *out,
-                         ms_error *err);
 
 /* Layer structure of a trace as the baselines (and later policies) see it: every skeletal
  * activation (TC_ACT_SKEL, layer >= 0) allocated in a forward phase, with whether it is its

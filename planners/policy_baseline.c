@@ -98,7 +98,7 @@ static ms_status plan_full_swap(const trace_t *t, const machine_t *m, const pol_
 }
 
 /* keep-all, full-recompute and full-swap: the lowering's knobs and memory_plan=1's */
-static const char *const *const BASE_KNOBS[] = { pol_common_knob_names, lower_knob_names, NULL };
+static const knobtab *const BASE_KNOBS[] = { &pol_common_knob_table, &lower_knob_table, NULL };
 
 const pol_policy pol_keep_all = {
     "keep-all",

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planners/knob.h"
 #include "planners/lower_dha.h"
 
 /* ---- the forward ---- */
@@ -275,14 +276,60 @@ static void profile_of(const dha_model *d, mf_prof *p)
     }
 }
 
-static ms_status knob_flag(const pol_opts *o, const char *key, int def, int *out, ms_error *err)
+/* memferry's knobs and go-memferry's (which also reads memferry's). */
+typedef struct mf_knobs {
+    int dfgb, alg1_literal, grad_write_fused;
+    double reserve;
+    int go_unit, go_gain_copy;
+    uint64_t given;
+} mf_knobs;
+static const char *const MF_ALG1[] = { "stall", "literal", NULL };
+static const char *const MF_GRAD_WRITES[] = { "accumulate", "fused", NULL };
+static const char *const MF_GO_ITEMS[] = { "module", "unit", NULL };
+static const char *const MF_GO_GAINS[] = { "paper", "copy", NULL };
+static const knobtab_row mf_rows[] = {
+    KNOB_FLAG("dfgb", mf_knobs, dfgb, "1", "1: the greedy backward choice of DFGB units",
+              "MemFerry §IV-B"),
+    KNOB_ENUM("alg1", mf_knobs, alg1_literal, "stall", MF_ALG1,
+              "line 3 of Algorithm 1: stall, or literal as printed", "MemFerry Algorithm 1"),
+    KNOB_ENUM("grad_write", mf_knobs, grad_write_fused, "accumulate", MF_GRAD_WRITES,
+              "how host gradients are written (the planner's timing and the lowering's)",
+              "MemFerry §IV-D"),
+};
+static const knobtab_row go_rows[] = {
+    KNOB_DBL("reserve", mf_knobs, reserve, "0", -HUGE_VAL, HUGE_VAL,
+             "fraction of the gradient bytes kept on the GPU, in [0, 1]", "MemFerry §IV-D"),
+    KNOB_ENUM("go_granularity", mf_knobs, go_unit, "module", MF_GO_ITEMS,
+              "the dynamic program's items: PyTorch modules, as the paper, or whole units",
+              "MemFerry §IV-D"),
+    KNOB_ENUM("go_gain", mf_knobs, go_gain_copy, "paper", MF_GO_GAINS,
+              "an item's gain: T_GBP - T_CBP, as the paper, or less the GPU gradient copy no "
+              "later backward hides", "MemFerry §IV-D"),
+};
+static const knobtab mf_knob_table = KNOBTAB("memferry", mf_rows, KNOBTAB_MSG_KNOB, mf_knobs,
+                                             given);
+static const knobtab go_knob_table = KNOBTAB("go-memferry", go_rows, KNOBTAB_MSG_KNOB,
+                                             mf_knobs, given);
+
+/* who's knobs (go: go-memferry's too) from o; an error names the policy. */
+static ms_status read_mf_knobs(const pol_opts *o, const char *who, int go, mf_knobs *k,
+                               lower_dha_knobs *lk, ms_error *err)
 {
-    const char *v = pol_knob_get(o, key);
-    *out = def;
-    if (!v) return MS_OK;
-    if (strcmp(v, "0") && strcmp(v, "1"))
-        return ms_fail(err, MS_ERR_INVALID, "knob %s=%s: expected 0 or 1", key, v);
-    *out = v[0] == '1';
+    ms_error e;
+    mf_knobs g;
+    ms_status st = knob_from_opts(&mf_knob_table, o, k, &e);
+    if (!st && go) st = knob_from_opts(&go_knob_table, o, &g, &e);
+    if (!st && lk) st = knob_from_opts(&lower_dha_knob_table, o, lk, &e);
+    if (st) return ms_fail(err, st, "%s: %s", who, e.msg);
+    if (go) {
+        k->reserve = g.reserve;
+        k->go_unit = g.go_unit;
+        k->go_gain_copy = g.go_gain_copy;
+    } else {
+        k->reserve = -1;
+        k->go_unit = 0;
+        k->go_gain_copy = 0;
+    }
     return MS_OK;
 }
 
@@ -431,26 +478,11 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
     snprintf(who, sizeof who, "policy %s", name);
     ms_status st = dha_check_machine(m, who, err);
     if (st) return st;
-    int dfgb, fused = 0, literal = 0, modules = 1;
-    if ((st = knob_flag(o, "dfgb", 1, &dfgb, err))) return st;
-    const char *al = pol_knob_get(o, "alg1");
-    if (al && strcmp(al, "stall") && strcmp(al, "literal"))
-        return ms_fail(err, MS_ERR_INVALID, "%s: knob alg1=%s: expected stall or literal", who, al);
-    literal = al && !strcmp(al, "literal");
-    const char *gw = pol_knob_get(o, "grad_write");
-    if (gw && strcmp(gw, "accumulate") && strcmp(gw, "fused"))
-        return ms_fail(err, MS_ERR_INVALID, "%s: knob grad_write=%s: expected accumulate or "
-                       "fused", who, gw);
-    fused = gw && !strcmp(gw, "fused");
-    const char *gg = pol_knob_get(o, "go_granularity");
-    if (gg && strcmp(gg, "module") && strcmp(gg, "unit"))
-        return ms_fail(err, MS_ERR_INVALID, "%s: knob go_granularity=%s: expected module or "
-                       "unit", who, gg);
-    modules = !gg || !strcmp(gg, "module");
-    const char *gn = pol_knob_get(o, "go_gain");
-    if (gn && strcmp(gn, "paper") && strcmp(gn, "copy"))
-        return ms_fail(err, MS_ERR_INVALID, "%s: knob go_gain=%s: expected paper or copy", who, gn);
-    int copy_aware = gn && !strcmp(gn, "copy");
+    mf_knobs k;
+    lower_dha_knobs lk;
+    if ((st = read_mf_knobs(o, who, reserve >= 0, &k, &lk, err))) return st;
+    int dfgb = k.dfgb, fused = k.grad_write_fused, literal = k.alg1_literal;
+    int modules = !k.go_unit, copy_aware = k.go_gain_copy;
     dha_model *d;
     ms_error e2;
     if ((st = dha_model_new(t, m, &d, &e2))) return ms_fail(err, st, "%s: %s", who, e2.msg);
@@ -490,8 +522,10 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
      * update in parallel with the remaining gradient transmission, not with the BP; MemFerry
      * builds on ZeRO-Offload, whose CPU Adam is the optimizer step after the backward.
      * update=pipelined (each unit's step during the backward) is the other reading. */
-    if (!st && !plan_get_knob(p, "update")) st = plan_set_knob(p, "update", "after_bp");
-    if (!st && !plan_get_knob(p, "param_load")) st = plan_set_knob(p, "param_load", "forward");
+    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.update))
+        st = plan_set_knob(p, "update", "after_bp");
+    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.param_load))
+        st = plan_set_knob(p, "param_load", "forward");
     /* What the planner estimated, for readers of the plan file. */
     if (!st) st = set_knob_num(p, "est_alg1_fp_us", t_all);
     if (!st) st = set_knob_num(p, "est_fp_us", mf_fp_time(pr, n, mode, NULL));
@@ -524,13 +558,13 @@ static ms_status plan_memferry(const trace_t *t, const machine_t *m, const pol_o
 static ms_status plan_go_memferry(const trace_t *t, const machine_t *m, const pol_opts *o,
                                   plan_t **out, ms_error *err)
 {
-    double r;
-    ms_status st = pol_knob_double(o, "reserve", 0.0, &r, err);
+    mf_knobs k;
+    ms_status st = read_mf_knobs(o, "policy go-memferry", 1, &k, NULL, err);
     if (st) return st;
+    double r = k.reserve;
     if (!(r >= 0 && r <= 1))
-        return ms_fail(err, MS_ERR_INVALID, "policy go-memferry: knob reserve=%s is outside "
-                       "[0,1] (the fraction of the gradients kept on the GPU)",
-                       pol_knob_get(o, "reserve"));
+        return ms_fail(err, MS_ERR_INVALID, "policy go-memferry: knob reserve=%g is outside "
+                       "[0,1] (the fraction of the gradients kept on the GPU)", r);
     return plan_mf("go-memferry", t, m, o, r, out, err);
 }
 
@@ -543,11 +577,11 @@ static ms_status plan_go_memferry(const trace_t *t, const machine_t *m, const po
     "paper, default, or whole units); go_gain=paper|copy (an item's gain: T_GBP - T_CBP " \
     "as in the paper, default, or less the GPU gradient copy no later backward hides); "
 
-static const char *const MF_OWN_KNOBS[] = { "dfgb", "alg1", "grad_write", NULL };
-static const char *const GO_OWN_KNOBS[] = { "reserve", "go_granularity", "go_gain", NULL };
-static const char *const *const MF_KNOB_GROUPS[] = { MF_OWN_KNOBS, lower_dha_knob_names, NULL };
-static const char *const *const GO_KNOB_GROUPS[] = { GO_OWN_KNOBS, MF_OWN_KNOBS,
-                                                     lower_dha_knob_names, NULL };
+static const knobtab *const MF_KNOB_GROUPS[] = { &mf_knob_table, &lower_dha_knob_table,
+                                                 &lower_dha_marker_table, NULL };
+static const knobtab *const GO_KNOB_GROUPS[] = { &go_knob_table, &mf_knob_table,
+                                                 &lower_dha_knob_table, &lower_dha_marker_table,
+                                                 NULL };
 
 const pol_policy pol_memferry = {
     "memferry",

@@ -19,6 +19,7 @@
 #include <lp_lib.h>
 #endif
 
+#include "planners/knob.h"
 #include "planners/lower.h"
 #include "planners/memplan.h"
 #include "traces/roofline.h"
@@ -328,20 +329,15 @@ typedef struct memo_knobs {
     double plan_l1_s, plan_l2_s;
     int strict_layers;
     int fr_buffers;          /* full-recompute+plan: layer-sized buffers the executor holds */
+    int fr_given;            /* fr_buffers was given */
+    lower_knobs lower;       /* the lowering's knobs as o gives them (which the plan keeps) */
+    int host_pow2;           /* the older spelling of host_round */
+    int host_round_given;    /* host_round's row value (lower_host_round) */
+    uint64_t given;
 } memo_knobs;
 
-static ms_status knob_int(const pol_opts *o, const char *key, int def, int lo, int hi, int *out,
-                          ms_error *err)
-{
-    double d;
-    ms_status st = pol_knob_double(o, key, def, &d, err);
-    if (st != MS_OK) return st;
-    if (d != floor(d) || d < lo || d > hi)
-        return ms_fail(err, MS_ERR_INVALID, "knob %s: %g is not a whole number in [%d, %d]",
-                       key, d, lo, hi);
-    *out = (int)d;
-    return MS_OK;
-}
+static const char *const MEMO_HOST_ROUNDS[] = { "exact", "layer_pow2", "tensor_pow2",
+                                                "buffer_pow2", NULL };
 
 /* The paper does not say where MEMO's executor gets its pinned host memory (docs/MEMO.md,
  * "MEMO's executor"). The default, buffer_pow2, follows its mechanism: "rounding buffer (i%2)
@@ -353,56 +349,76 @@ static ms_status knob_int(const pol_opts *o, const char *key, int def, int lo, i
  * bytes in 4 KiB pages), layer_pow2 (statistics in the one tensor) and tensor_pow2 (one per
  * tensor slice) are the other readings; the older knob host_pow2=1 is layer_pow2 and
  * host_pow2=0 is exact. */
-static ms_status read_host_round(const pol_opts *o, lower_host_round *out, ms_error *err)
+static const knobtab_row memo_rows[] = {
+    KNOB_DBL("alpha_step", memo_knobs, alpha_step, "0.125", -HUGE_VAL, HUGE_VAL,
+             "grid for alpha in [0, 1]; 0: continuous", "MEMO §4.1"),
+    KNOB_INT("host_pow2", memo_knobs, host_pow2, "0", 0, 1,
+             "the older spelling of host_round=layer_pow2 (0: exact)", ""),
+    KNOB_ENUM("host_round", memo_knobs, host_round_given, NULL, MEMO_HOST_ROUNDS,
+              "where the pinned host buffers come from (absent: buffer_pow2, or host_pow2's "
+              "reading)", "MEMO §4.1, Fig. 5"),
+    KNOB_BYTES("host_granule", memo_knobs, host_granule, "4096", -HUGE_VAL, HUGE_VAL,
+               "exact buffers rounded to a multiple of this, in [1, 2^40]", "host pages"),
+    KNOB_BYTES("host_bytes", memo_knobs, host_bytes, "0", -HUGE_VAL, HUGE_VAL,
+               "host memory M_CPU; 0: host.mem_bytes / node.gpus - reserved", ""),
+    KNOB_BYTES("host_reserved", memo_knobs, host_reserved, "0", -HUGE_VAL, HUGE_VAL,
+               "host bytes per GPU not available to offloads", ""),
+    KNOB_INT("keep_last", memo_knobs, keep_last, "2", 0, 1 << 20,
+             "layers at the end kept on the GPU", "MEMO §4.1"),
+    KNOB_INT("lp_strict", memo_knobs, lp_strict, "0", 0, 1, "1: an infeasible LP fails", ""),
+    KNOB_INT("memory_plan", memo_knobs, memory_plan, "1", 0, 1,
+             "1: the bi-level plan and the static arena", "MEMO §4.2"),
+    KNOB_INT("strict_layers", memo_knobs, strict_layers, "0", 0, 1,
+             "1: the memory plan fails where a layer's blocks cannot be placed apart", ""),
+    KNOB_DBL("plan_l1_s", memo_knobs, plan_l1_s, "0.5", -HUGE_VAL, HUGE_VAL,
+             "the memory plan's level-1 effort limit, seconds", ""),
+    KNOB_DBL("plan_l2_s", memo_knobs, plan_l2_s, "3", -HUGE_VAL, HUGE_VAL,
+             "the memory plan's level-2 effort limit, seconds", ""),
+};
+static const knobtab memo_knob_table = KNOBTAB("memo", memo_rows, KNOBTAB_MSG_OPT, memo_knobs,
+                                               given);
+/* full-recompute+plan's own. */
+static const knobtab_row fr_rows[] = {
+    KNOB_INT("fr_buffers", memo_knobs, fr_buffers, "2", 1, 2,
+             "full-recompute+plan: layer-sized buffers MEMO's executor holds (2: one idle)",
+             "MEMO §4.1, §5.3"),
+};
+static const knobtab fr_knob_table = KNOBTAB("full-recompute+plan", fr_rows, KNOBTAB_MSG_OPT,
+                                             memo_knobs, given);
+
+static ms_status read_host_round(memo_knobs *k, ms_error *err)
 {
-    const char *v = pol_knob_get(o, "host_round");
-    int pow2 = -1;
-    ms_status st = MS_OK;
-    if (pol_knob_get(o, "host_pow2")) st = knob_int(o, "host_pow2", 0, 0, 1, &pow2, err);
-    if (st != MS_OK) return st;
-    lower_host_round legacy = pow2 == 1 ? LOWER_HOST_LAYER_POW2 : LOWER_HOST_EXACT;
-    if (!v) {
-        *out = pow2 < 0 ? LOWER_HOST_BUFFER_POW2 : legacy;
+    int given_pow2 = knobtab_given(&memo_knob_table, k, &k->host_pow2);
+    lower_host_round legacy = k->host_pow2 == 1 ? LOWER_HOST_LAYER_POW2 : LOWER_HOST_EXACT;
+    if (!knobtab_given(&memo_knob_table, k, &k->host_round_given)) {
+        k->host_round = given_pow2 ? legacy : LOWER_HOST_BUFFER_POW2;
         return MS_OK;
     }
-    if (lower_host_round_parse(v, out) != 0)
-        return ms_fail(err, MS_ERR_INVALID, "knob host_round=%s: expected exact, layer_pow2, "
-                       "tensor_pow2 or buffer_pow2", v);
-    if (pow2 >= 0 && *out != legacy)
+    k->host_round = (lower_host_round)k->host_round_given;
+    if (given_pow2 && k->host_round != legacy)
         return ms_fail(err, MS_ERR_INVALID, "knobs host_round=%s and host_pow2=%d disagree "
-                       "(host_pow2=1 is layer_pow2, host_pow2=0 exact)", v, pow2);
+                       "(host_pow2=1 is layer_pow2, host_pow2=0 exact)",
+                       lower_host_round_name(k->host_round), k->host_pow2);
     return MS_OK;
 }
-
-const char *const memo_knob_names[] = {
-    "alpha_step", "host_round", "host_pow2", "host_granule", "host_bytes", "host_reserved",
-    "keep_last", "lp_strict", "memory_plan", "strict_layers", "plan_l1_s", "plan_l2_s", NULL,
-};
-
-/* full-recompute+plan's own. */
-static const char *const fr_knob_names[] = { "fr_buffers", NULL };
 
 static ms_status read_knobs(const pol_opts *o, memo_knobs *k, ms_error *err)
 {
     memset(k, 0, sizeof *k);
-    ms_status st = pol_knob_double(o, "alpha_step", 0.125, &k->alpha_step, err);
-    if (st == MS_OK && !(k->alpha_step >= 0 && k->alpha_step <= 1))
-        st = ms_fail(err, MS_ERR_INVALID, "knob alpha_step: %g is not in [0, 1]", k->alpha_step);
-    if (st == MS_OK) st = read_host_round(o, &k->host_round, err);
-    if (st == MS_OK) st = pol_knob_bytes(o, "host_granule", 4096, &k->host_granule, err);
+    memo_knobs f;
+    ms_status st = knob_from_opts(&memo_knob_table, o, k, err);
+    if (st == MS_OK) st = knob_from_opts(&fr_knob_table, o, &f, err);
+    if (st != MS_OK) return st;
+    k->fr_buffers = f.fr_buffers;
+    k->fr_given = knobtab_given(&fr_knob_table, &f, &f.fr_buffers);
+    if (!(k->alpha_step >= 0 && k->alpha_step <= 1))
+        return ms_fail(err, MS_ERR_INVALID, "knob alpha_step: %g is not in [0, 1]", k->alpha_step);
+    st = read_host_round(k, err);
     if (st == MS_OK && (k->host_granule < 1 || k->host_granule > (UINT64_C(1) << 40)))
         st = ms_fail(err, MS_ERR_INVALID, "knob host_granule: %" PRIu64 " bytes is not in "
                      "[1, 2^40]", k->host_granule);
-    if (st == MS_OK) st = pol_knob_bytes(o, "host_bytes", 0, &k->host_bytes, err);
-    if (st == MS_OK) st = pol_knob_bytes(o, "host_reserved", 0, &k->host_reserved, err);
-    if (st == MS_OK) st = knob_int(o, "keep_last", 2, 0, 1 << 20, &k->keep_last, err);
-    if (st == MS_OK) st = knob_int(o, "lp_strict", 0, 0, 1, &k->lp_strict, err);
-    if (st == MS_OK) st = knob_int(o, "memory_plan", 1, 0, 1, &k->memory_plan, err);
-    if (st == MS_OK) st = knob_int(o, "strict_layers", 0, 0, 1, &k->strict_layers, err);
-    if (st == MS_OK) st = knob_int(o, "fr_buffers", 2, 1, 2, &k->fr_buffers, err);
-    if (st == MS_OK) st = pol_knob_double(o, "plan_l1_s", 0.5, &k->plan_l1_s, err);
-    if (st == MS_OK) st = pol_knob_double(o, "plan_l2_s", 3.0, &k->plan_l2_s, err);
-    if (st == MS_OK) st = pol_common_knobs_check(o, err);
+    if (st == MS_OK) st = pol_common_knobs_check(o, NULL, err);
+    if (st == MS_OK) st = knob_from_opts(&lower_knob_table, o, &k->lower, err);
     return st;
 }
 
@@ -523,13 +539,13 @@ static ms_status set_knob(plan_t *p, const char *key, const char *fmt, double v,
 
 /* Knobs a plan file carries so that it says how it was made (and lowering reads). A knob the
  * user gave wins over the policy's default. */
-static ms_status default_knob(plan_t *p, const char *key, const char *value, ms_error *err)
+static ms_status put_knob(plan_t *p, const char *key, const char *value, ms_error *err)
 {
-    if (plan_get_knob(p, key)) return MS_OK;
     return plan_set_knob(p, key, value) == MS_OK
                ? MS_OK
                : ms_fail(err, MS_ERR_NOMEM, "cannot record knob %s in the plan", key);
 }
+#define LOWER_GIVEN(k, f) knobtab_given(&lower_knob_table, &(k)->lower, &(k)->lower.f)
 
 static ms_status decide_all(const trace_t *t, plan_t *p, memo_mode mode, double alpha,
                             int n_layers, int keep_last, ms_error *err)
@@ -563,9 +579,10 @@ static ms_status decide_all(const trace_t *t, plan_t *p, memo_mode mode, double 
  * own tensors and the other buffer by one block held throughout (plan knob
  * idle_buffer_bytes): the largest layer's recomputed skeletal bytes in one forward pass. The
  * kept layer input is outside the buffer (the checkpoint keeps it). */
-static ms_status fr_idle_buffer(const trace_t *t, plan_t *p, int fr_buffers, ms_error *err)
+static ms_status fr_idle_buffer(const trace_t *t, plan_t *p, int fr_buffers, int user_idle,
+                              ms_error *err)
 {
-    if (fr_buffers < 2 || plan_get_knob(p, "idle_buffer_bytes")) return MS_OK; /* user's wins */
+    if (fr_buffers < 2 || user_idle) return MS_OK; /* the user's wins */
     pol_skel *sk;
     size_t n;
     ms_status st = pol_skeletal(t, &sk, &n, err);
@@ -686,20 +703,21 @@ static ms_status run_memo(const char *name, memo_mode mode, const trace_t *t, co
     if ((st = pol_plan_new(name, o, &p, err)) != MS_OK) return st;
     st = decide_all(t, p, mode, c.alpha, c.li.n_layers, k.keep_last, err);
     if (st == MS_OK && mode != MODE_FULL_RECOMPUTE) {
-        st = default_knob(p, "rounding_buffers", "1", err);
-        if (st == MS_OK) st = default_knob(p, "tokenwise", "chain", err);
+        if (!LOWER_GIVEN(&k, rounding_buffers)) st = put_knob(p, "rounding_buffers", "1", err);
+        if (st == MS_OK && !LOWER_GIVEN(&k, tokenwise)) st = put_knob(p, "tokenwise", "chain", err);
         if (st == MS_OK && plan_set_knob(p, "host_round", lower_host_round_name(k.host_round)))
             st = ms_fail(err, MS_ERR_NOMEM, "cannot record knob host_round in the plan");
         if (st == MS_OK) st = set_knob(p, "host_granule", "%.0f", (double)k.host_granule, err);
         if (st == MS_OK) st = set_knob(p, "keep_last", "%.0f", k.keep_last, err);
     }
-    if (st == MS_OK && mode == MODE_FULL_RECOMPUTE) st = fr_idle_buffer(t, p, k.fr_buffers, err);
-    if (st == MS_OK && mode != MODE_FULL_RECOMPUTE && pol_knob_get(o, "fr_buffers"))
+    if (st == MS_OK && mode == MODE_FULL_RECOMPUTE) st = fr_idle_buffer(t, p, k.fr_buffers, LOWER_GIVEN(&k, idle_buffer_bytes), err);
+    if (st == MS_OK && mode != MODE_FULL_RECOMPUTE && k.fr_given)
         st = ms_fail(err, MS_ERR_INVALID, "policy %s: knob fr_buffers applies to "
                      "full-recompute+plan only", name);
     if (st == MS_OK && mode == MODE_MEMO) st = record_alpha(p, &c, err);
     if (st == MS_OK && mode == MODE_FULL_SWAP) st = set_knob(p, "alpha_used", "%.6g", c.alpha, err);
-    if (st == MS_OK) st = default_knob(p, "memory_plan", k.memory_plan ? "1" : "0", err);
+    if (st == MS_OK && !knobtab_given(&memo_knob_table, &k, &k.memory_plan))
+        st = put_knob(p, "memory_plan", k.memory_plan ? "1" : "0", err);
     /* The loss is part of the program the trace records (traces/gen.c, knob loss): the plan
      * says which one it was made for, since MEMO's executor cannot run Megatron's stock loss
      * at its reported lengths (docs/MEMO.md). */
@@ -737,9 +755,9 @@ static ms_status plan_fr(const trace_t *t, const machine_t *m, const pol_opts *o
 #define MEMO_KNOBS "alpha (override), alpha_step, host_round, host_pow2, host_granule, host_bytes, " \
                    "host_reserved, keep_last, lp_strict, memory_plan, plan_l1_s, plan_l2_s, strict_layers"
 
-static const char *const *const MEMO_KNOB_GROUPS[] = { memo_knob_names, lower_knob_names, NULL };
-static const char *const *const FR_KNOB_GROUPS[] = { memo_knob_names, fr_knob_names,
-                                                     lower_knob_names, NULL };
+static const knobtab *const MEMO_KNOB_GROUPS[] = { &memo_knob_table, &lower_knob_table, NULL };
+static const knobtab *const FR_KNOB_GROUPS[] = { &memo_knob_table, &fr_knob_table,
+                                                 &lower_knob_table, NULL };
 
 const pol_policy pol_memo = {
     "memo",

@@ -119,8 +119,4 @@ typedef struct memo_alpha_choice {
 ms_status memo_choose_alpha(const trace_t *t, const machine_t *m, const pol_opts *o,
                             memo_alpha_choice *c, ms_error *err);
 
-/* The knobs MEMO's policies and memo_apply_memory_plan read (NULL-terminated), for the
- * policy registry's knob check (planners/policy.h). */
-extern const char *const memo_knob_names[];
-
 #endif

@@ -12,14 +12,54 @@
 #include <string.h>
 
 #include "planners/cost_protrain.h"
+#include "planners/knob.h"
 #include "planners/policy_protrain.h"
+
+/* Each system's own knobs (their tables are below). */
+enum { BL_CK_ALL = 0, BL_CK_NONE, BL_CK_AUTO };
+typedef struct bl_knobs {
+    double max_live_params, static_frac, init_bytes_per_param;
+    int checkpoint;               /* BL_CK_* */
+    uint64_t given;
+} bl_knobs;
 
 typedef struct bl_setup {
     const char *name;
+    const knobtab *own;    /* its own knobs' table */
+    bl_knobs bk;           /* their values (bl_plan reads them) */
     lc_knobs k;            /* the system's settings (n_buffer: computed) */
     double buffer_params;  /* parameters the GPU may hold gathered; 0: the minimum buffers */
     int min_buffers;       /* at least this many buffers */
 } bl_setup;
+
+/* Each system's own knobs beside the chunk lowering's and the search options'. */
+static const char *const BL_CHECKPOINTS[] = { "all", "none", "auto", NULL };
+#define BL_CHECKPOINT_ROW                                                                     \
+    KNOB_ENUM("checkpoint", bl_knobs, checkpoint, "auto", BL_CHECKPOINTS,                     \
+              "checkpointing of every block or none; auto: none when it fits", "")
+static const knobtab_row z3_rows[] = {
+    KNOB_DBL("max_live_params", bl_knobs, max_live_params, "1e9", -HUGE_VAL, HUGE_VAL,
+             "parameters the GPU may hold gathered (sizes the buffers)",
+             "DeepSpeed stage3_max_live_parameters"),
+    BL_CHECKPOINT_ROW,
+};
+static const knobtab_row gem_rows[] = {
+    KNOB_DBL("static_frac", bl_knobs, static_frac, "0", -HUGE_VAL, HUGE_VAL,
+             "fraction of the chunks placed on the GPU, in [0, 1]", "Gemini static placement"),
+    BL_CHECKPOINT_ROW,
+};
+static const knobtab_row fsdp_rows[] = {
+    KNOB_DBL("init_bytes_per_param", bl_knobs, init_bytes_per_param, NULL, -HUGE_VAL, HUGE_VAL,
+             "bytes per parameter materialized on the GPU before the first step (absent: 8 on "
+             "one GPU, else 0)", "assumed"),
+    BL_CHECKPOINT_ROW,
+};
+static const knobtab z3_knob_table = KNOBTAB("zero3-offload", z3_rows, KNOBTAB_MSG_OPT,
+                                             bl_knobs, given);
+static const knobtab gem_knob_table = KNOBTAB("gemini-static", gem_rows, KNOBTAB_MSG_OPT,
+                                              bl_knobs, given);
+static const knobtab fsdp_knob_table = KNOBTAB("fsdp-offload", fsdp_rows, KNOBTAB_MSG_OPT,
+                                               bl_knobs, given);
 
 /* Shared path: knobs from o over the system's defaults, buffers, checkpointing, plan. */
 static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m,
@@ -35,9 +75,10 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
         if (plan_set_knob(tmp, o->knobs[i].key, o->knobs[i].value))
             st = ms_fail(err, MS_ERR_INVALID, "knob '%s=%s' is not a valid plan knob",
                          o->knobs[i].key, o->knobs[i].value);
-    lc_knobs k;
+    lc_knobs k, uk;
     if (!st) st = lc_knobs_from_plan(tmp, &k, err);
     plan_free(tmp);
+    if (!st) st = knob_from_opts(&lc_knob_table, o, &uk, err); /* what the user gave */
     if (st) return st;
     ptc_search_opts so;
     if ((st = pt_search_opts_from(o, t, m, &so, err))) return st;
@@ -53,14 +94,11 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
         double per = 0;
         for (int c = 0; c < N; c++)
             if ((double)L->chunks[c].params > per) per = (double)L->chunks[c].params;
-        double lim = 0;
-        if (pol_knob_double(o, "max_live_params", b->buffer_params, &lim, err)) {
-            ptc_model_free(M);
-            return MS_ERR_INVALID;
-        }
+        double lim = knobtab_given(b->own, &b->bk, &b->bk.max_live_params)
+                         ? b->bk.max_live_params : b->buffer_params;
         nb = per > 0 ? (int)floor(lim / per) : 1;
     }
-    if (!pol_knob_get(o, "n_buffer") || b->buffer_params > 0) {
+    if (!knobtab_given(&lc_knob_table, &uk, &uk.n_buffer) || b->buffer_params > 0) {
         int mn = lc_min_buffers(L, k.n_persist, &k);
         if (nb < mn) nb = mn;
         if (nb < b->min_buffers) nb = b->min_buffers;
@@ -68,8 +106,7 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
         k.n_buffer = nb;
     }
     /* checkpointing: all or none */
-    const char *ck = pol_knob_get(o, "checkpoint");
-    if (!ck) ck = "auto";
+    int ck = b->bk.checkpoint;
     uint64_t cap = so.capacity_bytes ? so.capacity_bytes : machine_usable_bytes(m);
     cap = (uint64_t)((double)cap * (1 - so.mem_margin));
     ptc_config none = {k.n_persist, k.n_buffer, 0, 0};
@@ -80,11 +117,9 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
     const ptc_config *pick = &all;
     const ptc_estimate *pe = &ea;
     if (!st) {
-        if (!strcmp(ck, "none") || (!strcmp(ck, "auto") && en.valid && en.peak_bytes <= cap)) {
+        if (ck == BL_CK_NONE || (ck == BL_CK_AUTO && en.valid && en.peak_bytes <= cap)) {
             pick = &none;
             pe = &en;
-        } else if (strcmp(ck, "all") && strcmp(ck, "auto") && strcmp(ck, "none")) {
-            st = ms_fail(err, MS_ERR_INVALID, "knob checkpoint=%s: expected all, none or auto", ck);
         }
     }
     plan_t *p = NULL;
@@ -108,7 +143,9 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
 ms_status pol_zero3_offload_plan(const trace_t *t, const machine_t *m, const pol_opts *o,
                                  plan_t **out, ms_error *err)
 {
-    bl_setup b = {.name = "zero3-offload"};
+    bl_setup b = {.name = "zero3-offload", .own = &z3_knob_table};
+    ms_status st = knob_from_opts(b.own, o, &b.bk, err);
+    if (st) return st;
     lc_knobs_default(&b.k);
     b.k.chunk_by_layer = 1;       /* parameters gathered per submodule; per layer here */
     b.k.n_persist = 0;            /* offload_param: every parameter on the host */
@@ -121,14 +158,15 @@ ms_status pol_zero3_offload_plan(const trace_t *t, const machine_t *m, const pol
                                      layer of the large models: one unit ahead */
     b.buffer_params = 1e9;        /* stage3_max_live_parameters default; knob max_live_params */
     b.min_buffers = 2;
-    ms_status st = bl_plan(&b, t, m, o, out, err);
-    return st;
+    return bl_plan(&b, t, m, o, out, err);
 }
 
 ms_status pol_gemini_static_plan(const trace_t *t, const machine_t *m, const pol_opts *o,
                                  plan_t **out, ms_error *err)
 {
-    bl_setup b = {.name = "gemini-static"};
+    bl_setup b = {.name = "gemini-static", .own = &gem_knob_table};
+    ms_status st = knob_from_opts(b.own, o, &b.bk, err);
+    if (st) return st;
     lc_knobs_default(&b.k);
     b.k.chunk_by_layer = 0;       /* Gemini's chunks, sized by its own search */
     b.k.host_bytes_per_param = 14;/* fp16 chunk 2 + fp32 chunk 4 + Adam m, v 8 (gradients
@@ -137,9 +175,7 @@ ms_status pol_gemini_static_plan(const trace_t *t, const machine_t *m, const pol
     b.k.reuse_resident = 1;
     b.k.prefetch_depth = -1;      /* 0.3.3 fetches a chunk when an op needs it */
     b.min_buffers = 2;
-    double frac = 0;              /* static placement: fraction of chunks on the GPU */
-    ms_status st = pol_knob_double(o, "static_frac", 0, &frac, err);
-    if (st) return st;
+    double frac = b.bk.static_frac; /* static placement: fraction of chunks on the GPU */
     if (frac < 0 || frac > 1)
         return ms_fail(err, MS_ERR_INVALID, "knob static_frac=%g is not in [0,1]", frac);
     if (frac > 0) { /* the chunk count is known only after the layout: a first pass */
@@ -155,7 +191,9 @@ ms_status pol_gemini_static_plan(const trace_t *t, const machine_t *m, const pol
 ms_status pol_fsdp_offload_plan(const trace_t *t, const machine_t *m, const pol_opts *o,
                                 plan_t **out, ms_error *err)
 {
-    bl_setup b = {.name = "fsdp-offload"};
+    bl_setup b = {.name = "fsdp-offload", .own = &fsdp_knob_table};
+    ms_status st = knob_from_opts(b.own, o, &b.bk, err);
+    if (st) return st;
     lc_knobs_default(&b.k);
     b.k.chunk_by_layer = 1;       /* transformer_auto_wrap_policy: one FlatParameter per block */
     b.k.host_bytes_per_param = 16;/* fp32 parameter shard 4 + fp32 gradient 4 + Adam m, v 8 */
@@ -181,21 +219,18 @@ ms_status pol_fsdp_offload_plan(const trace_t *t, const machine_t *m, const pol_
     uint64_t dp = 1, params = 0;
     if (v) ms_parse_u64(v, &dp);
     if (pv) ms_parse_u64(pv, &params);
-    double ib = dp <= 1 ? 8 : 0;
-    ms_status st = pol_knob_double(o, "init_bytes_per_param", ib, &ib, err);
-    if (st) return st;
+    double ib = knobtab_given(b.own, &b.bk, &b.bk.init_bytes_per_param)
+                    ? b.bk.init_bytes_per_param : dp <= 1 ? 8 : 0;
     b.k.init_device_bytes = (uint64_t)(ib * (double)params);
     return bl_plan(&b, t, m, o, out, err);
 }
 
 /* each system's own knobs beside the chunk lowering's and the search options' it reads */
-static const char *const Z3_OWN[] = { "max_live_params", "checkpoint", NULL };
-static const char *const GEM_OWN[] = { "static_frac", "checkpoint", NULL };
-static const char *const FSDP_OWN[] = { "init_bytes_per_param", "checkpoint", NULL };
-#define BL_KNOB_GROUPS(own) { own, lc_knob_names, pt_search_knob_names, pol_common_knob_names, NULL }
-static const char *const *const Z3_KNOBS[] = BL_KNOB_GROUPS(Z3_OWN);
-static const char *const *const GEM_KNOBS[] = BL_KNOB_GROUPS(GEM_OWN);
-static const char *const *const FSDP_KNOBS[] = BL_KNOB_GROUPS(FSDP_OWN);
+#define BL_KNOB_TABLES(own) { &own, &lc_marker_table, &lc_knob_table, &pt_search_knob_table, \
+                              &pol_common_knob_table, NULL }
+static const knobtab *const Z3_KNOBS[] = BL_KNOB_TABLES(z3_knob_table);
+static const knobtab *const GEM_KNOBS[] = BL_KNOB_TABLES(gem_knob_table);
+static const knobtab *const FSDP_KNOBS[] = BL_KNOB_TABLES(fsdp_knob_table);
 
 const pol_policy pol_zero3_offload = {
     "zero3-offload",

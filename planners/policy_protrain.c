@@ -2,6 +2,7 @@
  * planners/cost_protrain.c turned into a chunk plan. Registered in planners/policy.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "planners/policy_protrain.h"
+#include "planners/knob.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -29,10 +30,18 @@ ms_status pt_protrain_knobs(const pol_opts *o, lc_knobs *k, ms_error *err)
 {
     ms_status st = pt_knobs_from_opts(o, k, err);
     if (st) return st;
-    if (!pol_knob_get(o, "host_bytes_per_param")) k->host_bytes_per_param = 12;
-    if (!pol_knob_get(o, "staging_separate")) k->staging_separate = 1;
-    if (!pol_knob_get(o, "persist_gather")) k->persist_gather = LC_PG_AUTO;
+    if (!knobtab_given(&lc_knob_table, k, &k->host_bytes_per_param)) k->host_bytes_per_param = 12;
+    if (!knobtab_given(&lc_knob_table, k, &k->staging_separate)) k->staging_separate = 1;
+    if (!knobtab_given(&lc_knob_table, k, &k->persist_gather)) k->persist_gather = LC_PG_AUTO;
     return MS_OK;
+}
+
+int pt_config_given(const lc_knobs *k)
+{
+    return knobtab_given(&lc_knob_table, k, &k->n_persist) &&
+           knobtab_given(&lc_knob_table, k, &k->n_buffer) &&
+           knobtab_given(&lc_knob_table, k, &k->n_swap) &&
+           knobtab_given(&lc_knob_table, k, &k->n_ckpt);
 }
 
 uint64_t pt_host_share(const trace_t *t, const machine_t *m)
@@ -44,44 +53,59 @@ uint64_t pt_host_share(const trace_t *t, const machine_t *m)
     return m->host_mem_bytes / (dp < g ? dp : g);
 }
 
-const char *const pt_search_knob_names[] = {
-    "gpu_bytes", "mem_margin", "host_bytes", "max_swap", "tie_tol", "search_bound",
-    "cost_model", "swap_bw", NULL,
+static const char *const PT_COST_MODELS[] = { "recurrence", "appendix", NULL };
+static const int PT_COST_MODEL_VALS[] = { PTC_RT_RECURRENCE, PTC_RT_APPENDIX };
+
+/* The search's knobs; absent ones keep ptc_search_opts_default's values. */
+static const knobtab_row pt_search_rows[] = {
+    KNOB_BYTES("gpu_bytes", pt_search_knobs, gpu_bytes, "0", 0, HUGE_VAL,
+               "GPU memory the search may plan; 0: the machine's usable bytes", ""),
+    KNOB_DBL("mem_margin", pt_search_knobs, mem_margin, NULL, -HUGE_VAL, HUGE_VAL,
+             "fraction of it held back, in [0, 1)", ""),
+    KNOB_BYTES("host_bytes", pt_search_knobs, host_bytes, NULL, 0, HUGE_VAL,
+               "host memory the plan may take (absent: this GPU's share of the node's)", ""),
+    KNOB_DBL("max_swap", pt_search_knobs, max_swap, NULL, -HUGE_VAL, HUGE_VAL,
+             "most blocks swapped, an integer in [-1, 1e6] (-1: no cap)", ""),
+    KNOB_DBL("tie_tol", pt_search_knobs, tie_tol, NULL, -HUGE_VAL, HUGE_VAL,
+             "relative band within which a less memory-hungry configuration wins, in [0, 1]", ""),
+    KNOB_DBL("search_bound", pt_search_knobs, search_bound, "1", -HUGE_VAL, HUGE_VAL,
+             "1: the search's bandwidth bound prunes; 0: every configuration is estimated", ""),
+    { "cost_model", KNOBTAB_ENUM, offsetof(pt_search_knobs, cost_model), "recurrence", 0, 0,
+      PT_COST_MODELS, PT_COST_MODEL_VALS, NULL, "the runtime estimator: the recurrence or the "
+      "appendix's closed form", "ProTrain App. A", 1 + KNOBTAB_MSG_IS },
+    KNOB_DBL("swap_bw", pt_search_knobs, swap_bw, "1", -HUGE_VAL, HUGE_VAL,
+             "1: swapping bounded by the link bandwidth (0 or 1)", ""),
 };
+const knobtab pt_search_knob_table = KNOBTAB("protrain search", pt_search_rows, KNOBTAB_MSG_OPT,
+                                             pt_search_knobs, given);
 
 ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine_t *m,
                               ptc_search_opts *so, ms_error *err)
 {
     ptc_search_opts_default(so);
-    double ms = -1;
-    ms_status st = pol_knob_bytes(o, "gpu_bytes", 0, &so->capacity_bytes, err);
-    if (!st) st = pol_knob_double(o, "mem_margin", so->mem_margin, &so->mem_margin, err);
-    if (!st)
-        st = pol_knob_bytes(o, "host_bytes", pt_host_share(t, m), &so->host_capacity_bytes, err);
-    if (!st) st = pol_knob_double(o, "max_swap", so->max_swap, &ms, err);
-    if (!st) st = pol_knob_double(o, "tie_tol", so->tie_tol, &so->tie_tol, err);
-    double bound = 1;
-    if (!st) st = pol_knob_double(o, "search_bound", 1, &bound, err);
-    double sbw = 1;
-    if (!st) st = pol_knob_double(o, "swap_bw", 1, &sbw, err);
+    pt_search_knobs k;
+    ms_status st = knob_from_opts(&pt_search_knob_table, o, &k, err);
     if (st) return st;
-    if (sbw != 0 && sbw != 1)
-        return ms_fail(err, MS_ERR_INVALID, "knob swap_bw=%g is not 0 or 1", sbw);
-    so->swap_bw = sbw == 1;
+#define PT_GIVEN(f) knobtab_given(&pt_search_knob_table, &k, &k.f)
+    so->capacity_bytes = k.gpu_bytes;
+    if (PT_GIVEN(mem_margin)) so->mem_margin = k.mem_margin;
+    so->host_capacity_bytes = PT_GIVEN(host_bytes) ? k.host_bytes : pt_host_share(t, m);
+    double ms = PT_GIVEN(max_swap) ? k.max_swap : so->max_swap;
+    if (PT_GIVEN(tie_tol)) so->tie_tol = k.tie_tol;
+#undef PT_GIVEN
+    if (k.swap_bw != 0 && k.swap_bw != 1)
+        return ms_fail(err, MS_ERR_INVALID, "knob swap_bw=%g is not 0 or 1", k.swap_bw);
+    so->swap_bw = k.swap_bw == 1;
     if (!(ms >= -1 && ms <= 1e6) || ms != floor(ms))
         return ms_fail(err, MS_ERR_INVALID, "knob max_swap=%g is not an integer in [-1, 1e6] "
                        "(-1: no cap)", ms);
     if (!(so->tie_tol >= 0 && so->tie_tol <= 1))
         return ms_fail(err, MS_ERR_INVALID, "knob tie_tol=%g is not in [0, 1]", so->tie_tol);
-    if (bound != 0 && bound != 1)
-        return ms_fail(err, MS_ERR_INVALID, "knob search_bound=%g is not 0 or 1", bound);
+    if (k.search_bound != 0 && k.search_bound != 1)
+        return ms_fail(err, MS_ERR_INVALID, "knob search_bound=%g is not 0 or 1", k.search_bound);
     so->max_swap = (int)ms;
-    so->no_bound = bound == 0;
-    const char *cm = pol_knob_get(o, "cost_model");
-    if (cm && strcmp(cm, "appendix") == 0) so->runtime_model = PTC_RT_APPENDIX;
-    else if (cm && strcmp(cm, "recurrence") != 0)
-        return ms_fail(err, MS_ERR_INVALID, "knob cost_model=%s is not recurrence or appendix",
-                       cm);
+    so->no_bound = k.search_bound == 0;
+    so->runtime_model = k.cost_model;
     if (so->mem_margin < 0 || so->mem_margin >= 1)
         return ms_fail(err, MS_ERR_INVALID, "knob mem_margin=%g is not in [0,1)", so->mem_margin);
     return MS_OK;
@@ -126,8 +150,6 @@ ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err)
     return MS_OK;
 }
 
-static int given(const pol_opts *o, const char *key) { return pol_knob_get(o, key) != NULL; }
-
 /* The search's strict minimum beside its pick, so that a plan shows what the tie band
  * (tie_tol) traded: knobs fastest (n_persist,n_buffer,n_swap,n_checkpoint) and
  * fastest_pred_iter_s. Informational: lowering reads neither. */
@@ -159,8 +181,7 @@ ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts
     ptc_config cfg;
     ptc_estimate est;
     int feasible;
-    if (given(o, "n_persist") && given(o, "n_buffer") && given(o, "n_swap") &&
-        given(o, "n_checkpoint")) {
+    if (pt_config_given(&k)) {
         cfg = (ptc_config){k.n_persist, k.n_buffer, k.n_swap, k.n_ckpt};
         st = ptc_estimate_config(M, &cfg, &est, err);
         if (!st && !est.valid)
@@ -205,8 +226,8 @@ ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts
     return MS_OK;
 }
 
-static const char *const *const PT_KNOBS[] = { lc_knob_names, pt_search_knob_names,
-                                               pol_common_knob_names, NULL };
+static const knobtab *const PT_KNOBS[] = { &lc_marker_table, &lc_knob_table,
+                                           &pt_search_knob_table, &pol_common_knob_table, NULL };
 
 const pol_policy pol_protrain = {
     "protrain",

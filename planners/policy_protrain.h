@@ -46,8 +46,17 @@ uint64_t pt_host_share(const trace_t *t, const machine_t *m);
  * pred_cpu_optim_s, pred_peak_bytes, pred_host_bytes. */
 ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err);
 
-/* The knobs pt_search_opts_from reads (NULL-terminated), for the policy registry's knob
- * check (planners/policy.h). */
-extern const char *const pt_search_knob_names[];
+/* The knobs pt_search_opts_from reads (pt_search_knob_table). */
+typedef struct pt_search_knobs {
+    uint64_t gpu_bytes, host_bytes;
+    double mem_margin, max_swap, tie_tol, search_bound, swap_bw;
+    int cost_model;               /* ptc_runtime_model */
+    uint64_t given;
+} pt_search_knobs;
+extern const knobtab pt_search_knob_table;
+
+/* 1 when the knobs k were read from give a whole configuration (n_persist, n_buffer, n_swap
+ * and n_checkpoint): the policy estimates it instead of searching. */
+int pt_config_given(const lc_knobs *k);
 
 #endif

@@ -5,22 +5,39 @@
 
 #include <string.h>
 
+#include "planners/knob.h"
 #include "planners/lower_dha.h"
+
+/* Its own knob: which ZeRO-Offload (the lowering's realloc, with another default). */
+typedef struct zo_knobs {
+    int realloc;
+    uint64_t given;
+} zo_knobs;
+static const knobtab_row zo_rows[] = {
+    { "realloc", KNOBTAB_FLAG, offsetof(zo_knobs, realloc), "1", 0, 1, NULL, NULL,
+      "0 (Native-Offload) or 1 (DeepSpeed)", "1: DeepSpeed's gradient buckets; 0: MemFerry's "
+      "Native-Offload", "DeepSpeed; MemFerry §V-A", 0 },
+};
+static const knobtab zo_knob_table = KNOBTAB("zero-offload", zo_rows, KNOBTAB_MSG_KNOB,
+                                             zo_knobs, given);
 
 static ms_status plan_zero_offload(const trace_t *t, const machine_t *m, const pol_opts *o,
                                    plan_t **out, ms_error *err)
 {
     *out = NULL;
-    const char *rv = pol_knob_get(o, "realloc");
-    if (rv && strcmp(rv, "0") && strcmp(rv, "1"))
-        return ms_fail(err, MS_ERR_INVALID, "policy zero-offload: knob realloc=%s: expected 0 "
-                       "(Native-Offload) or 1 (DeepSpeed)", rv);
+    zo_knobs zk;
+    lower_dha_knobs lk;
+    ms_error e1;
+    ms_status st = knob_from_opts(&zo_knob_table, o, &zk, &e1);
+    if (!st) st = knob_from_opts(&lower_dha_knob_table, o, &lk, &e1);
+    if (st) return ms_fail(err, st, "policy zero-offload: %s", e1.msg);
+    int ds = zk.realloc; /* DeepSpeed's */
     if (!m || !(m->link_h2d_Bps > 0) || !(m->link_d2h_Bps > 0))
         return ms_fail(err, MS_ERR_INVALID, "policy zero-offload needs a machine profile with "
                        "host link rates");
     dha_model *d;
     ms_error e2;
-    ms_status st = dha_model_new(t, m, &d, &e2);
+    st = dha_model_new(t, m, &d, &e2);
     if (st) return ms_fail(err, st, "policy zero-offload: %s", e2.msg);
     plan_t *p = NULL;
     st = pol_plan_new("zero-offload", o, &p, err);
@@ -32,21 +49,22 @@ static ms_status plan_zero_offload(const trace_t *t, const machine_t *m, const p
         st = plan_set_layer(p, dha_model_unit(d, i)->layer, PM_GFGB, 0);
     dha_model_free(d);
     if (!st) st = plan_set_knob(p, "host_params", "1");
-    if (!st) st = plan_set_knob(p, "realloc", rv ? rv : "1");
+    if (!st) st = plan_set_knob(p, "realloc", ds ? "1" : "0");
     /* DeepSpeed as Hugging Face's and Lightning's ZeRO-2 configurations run it: overlap_comm
      * and contiguous gradients on (DeepSpeed's own default leaves overlap_comm off). */
-    if (!st && (!rv || !strcmp(rv, "1")) && !plan_get_knob(p, "overlap_comm"))
+    if (!st && ds && !knobtab_given(&lower_dha_knob_table, &lk, &lk.overlap_comm))
         st = plan_set_knob(p, "overlap_comm", "1");
     /* DeepSpeed's flush synchronizes the host once per parameter (stage_1_and_2.py's
      * overflow check; lower_dha.c bucket_flush_ds). */
-    if (!st && (!rv || !strcmp(rv, "1")) && !plan_get_knob(p, "ds_sync"))
+    if (!st && ds && !knobtab_given(&lower_dha_knob_table, &lk, &lk.ds_sync))
         st = plan_set_knob(p, "ds_sync", "1");
-    if (!st && !plan_get_knob(p, "update")) st = plan_set_knob(p, "update", "after_bwd");
+    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.update))
+        st = plan_set_knob(p, "update", "after_bwd");
     /* DeepSpeed's CPU Adam copies each tile of updated fp16 parameters to the GPU while it
      * steps (DeepSpeedCPUAdam's step with fp16_param_groups); ZeRO-Offload's original
      * schedule (Ren et al. §4.1, Fig. 5) swaps the parameters in after the update. */
-    if (!st && !plan_get_knob(p, "param_load"))
-        st = plan_set_knob(p, "param_load", (rv && !strcmp(rv, "0")) ? "after_update" : "update");
+    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.param_load))
+        st = plan_set_knob(p, "param_load", ds ? "update" : "after_update");
     if (st) {
         plan_free(p);
         return ms_fail(err, st, "policy zero-offload: cannot record the plan");
@@ -56,8 +74,8 @@ static ms_status plan_zero_offload(const trace_t *t, const machine_t *m, const p
     return MS_OK;
 }
 
-static const char *const ZO_OWN_KNOBS[] = { "realloc", NULL };
-static const char *const *const ZO_KNOBS[] = { ZO_OWN_KNOBS, lower_dha_knob_names, NULL };
+static const knobtab *const ZO_KNOBS[] = { &zo_knob_table, &lower_dha_knob_table,
+                                            &lower_dha_marker_table, NULL };
 
 const pol_policy pol_zero_offload = {
     "zero-offload",

@@ -1,5 +1,6 @@
 /* cmd_list.c — `memsim list`: every model, machine, policy and allocator memsim knows, each
- * with a one-line description and the paper or source it comes from. */
+ * with a one-line description and the paper or source it comes from, and the knob tables
+ * of the policies and the generator as the docs show them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,8 @@
 #include "planners/policy.h"
 #include "sim/cli.h"
 #include "sim/cmds.h"
+#include "traces/gen.h"
+#include "traces/knobtab.h"
 #include "traces/machine.h"
 #include "traces/models.h"
 
@@ -55,6 +58,22 @@ static void list_policies(void)
     }
 }
 
+/* Every policy's knob tables, each once, in registry order, as one Markdown table (the one
+ * docs/POLICIES.md shows; tests/check_cli.sh compares them). */
+static void list_knobs(void)
+{
+    size_t n, m = 0;
+    const pol_policy *const *r = pol_registry(&n);
+    const knobtab *all[128];
+    for (size_t i = 0; i < n; i++)
+        for (const knobtab *const *t = r[i]->knob_tables; t && *t; t++) {
+            size_t j = 0;
+            while (j < m && all[j] != *t) j++;
+            if (j == m && m < 128) all[m++] = *t;
+        }
+    knobtab_write_markdown(stdout, all, m);
+}
+
 static void list_allocators(void)
 {
     size_t n;
@@ -68,8 +87,9 @@ int cmd_list(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
     if (!strcmp(what, "--help") || !strcmp(what, "-h")) {
-        printf("usage: memsim list [models|machines|policies|allocators]\n"
-               "Lists what memsim knows, with one-line descriptions and sources.\n"
+        printf("usage: memsim list [models|machines|policies|allocators|knobs|gen-knobs]\n"
+               "Lists what memsim knows, with one-line descriptions and sources; knobs and\n"
+               "gen-knobs print the policies' and the generator's knob tables in Markdown.\n"
                "\nexamples (from the source directory, sim/ on the PATH):\n"
                "  memsim list\n"
                "  memsim list machines\n"
@@ -89,9 +109,15 @@ int cmd_list(int argc, char **argv)
     if (all || !strcmp(what, "machines")) list_machines(), any = 1;
     if (all || !strcmp(what, "policies")) list_policies(), any = 1;
     if (all || !strcmp(what, "allocators")) list_allocators(), any = 1;
+    if (!strcmp(what, "knobs")) list_knobs(), any = 1;
+    if (!strcmp(what, "gen-knobs")) {
+        const knobtab *g = &gen_knob_table;
+        knobtab_write_markdown(stdout, &g, 1);
+        any = 1;
+    }
     if (!any) {
         fprintf(stderr, "memsim list: unknown category '%s' (models, machines, policies, "
-                        "allocators)\n", what);
+                        "allocators, knobs, gen-knobs)\n", what);
         return MS_EXIT_USAGE;
     }
     return MS_EXIT_OK;

@@ -19,6 +19,7 @@
 
 #include "sim/cli.h"
 #include "sim/cmds.h"
+#include "planners/knob.h"
 #include "planners/lower_dha.h"
 #include "planners/policy.h"
 #include "planners/policy_memferry.h"
@@ -153,10 +154,8 @@ static void modes_of(const plan_t *p, mf_run *o)
     size_t k = 0;
     for (size_t i = 0; i < p->n_layers && k + 3 < sizeof o->modes; i++) {
         o->modes[k++] = "GDF"[p->layers[i].pmode];
-        char key[48];
-        snprintf(key, sizeof key, "grad_host.%d", (int)p->layers[i].layer);
         if (p->layers[i].grad_on_host) o->modes[k++] = 'h';
-        else if (plan_get_knob(p, key)) o->modes[k++] = 'm'; /* some modules' on the host */
+        else if (lower_dha_unit_grads(p, p->layers[i].layer)) o->modes[k++] = 'm'; /* some modules' */
     }
     o->modes[k] = '\0';
 }
@@ -185,13 +184,14 @@ static ms_status run_method(const mf_ctx *c, const trace_t *t, const machine_t *
     plan_sort(p);
     modes_of(p, o);
     /* The planner's share of gradient bytes kept on the GPU (go-memferry only). */
-    const char *g = plan_get_knob(p, "grad_gpu_frac");
-    o->grad_gpu_frac = 1.0;
-    if (g && !ms_parse_double(g, &o->grad_gpu_frac)) o->grad_gpu_frac = NAN;
-    /* and the time its dynamic program expects the host-written gradients to add */
-    const char *gc = plan_get_knob(p, "est_go_cost_us");
-    o->go_cost_us = 0;
-    if (gc && !ms_parse_double(gc, &o->go_cost_us)) o->go_cost_us = NAN;
+    knob_predictions kp;
+    if (knob_predictions_of(p, &kp, NULL) == MS_OK) {
+        o->grad_gpu_frac = kp.grad_gpu_frac;
+        /* and the time its dynamic program expects the host-written gradients to add */
+        o->go_cost_us = kp.go_cost_us;
+    } else {
+        o->grad_gpu_frac = o->go_cost_us = NAN;
+    }
     if (plan_path) st = plan_write(p, plan_path, err);
     schedule_t *s = NULL;
     if (!st) st = lower_dha(t, p, m, NULL, &s, err);

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "planners/knob.h"
 #include "planners/cost_protrain.h"
 #include "planners/lower_chunks.h"
 #include "planners/policy.h"
@@ -598,8 +599,7 @@ static int sub_search(const pt_opts *o)
     if (!st) st = pt_protrain_knobs(&po, &k, &err);
     if (!st) st = pt_search_opts_from(&po, t, &mp->m, &so, &err);
     if (!st) st = pt_model_new(t, &mp->m, &k, &so, &M, &err);
-    if (!st && pol_knob_get(&po, "n_persist") && pol_knob_get(&po, "n_buffer") &&
-        pol_knob_get(&po, "n_swap") && pol_knob_get(&po, "n_checkpoint")) {
+    if (!st && pt_config_given(&k)) {
         /* a given configuration: no search */
         given = 1;
         r.found = 1;
@@ -798,13 +798,17 @@ static ms_status run_backend(const pt_opts *o, int bk, size_t var, const trace_t
     ms_status st = BK_POLICY[bk]->plan(t, m, &po, &p, err);
     if (st) return st;
     plan_sort(p);
-    const char *fe = plan_get_knob(p, "feasible"), *pi = plan_get_knob(p, "pred_iter_s"),
-               *pp = plan_get_knob(p, "pred_peak_bytes");
-    *fits = !(fe && !strcmp(fe, "0"));
+    knob_predictions kp;
+    st = knob_predictions_of(p, &kp, err);
+    if (st) {
+        plan_free(p);
+        return st;
+    }
+    *fits = kp.feasible;
     if (pred) {
         memset(pred, 0, sizeof *pred);
-        if (pi) ms_parse_double(pi, &pred->t_iter_s);
-        if (pp) ms_parse_u64(pp, &pred->peak_bytes);
+        pred->t_iter_s = kp.iter_s;
+        pred->peak_bytes = kp.peak_bytes;
     }
     st = simulate(t, m, p, run, err);
     plan_free(p);

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planners/knob.h"
 #include "planners/lower.h"
+#include "planners/lower_chunks.h"
 #include "planners/memplan.h"
 #include "planners/offload_form.h"
 #include "planners/schedule.h"
@@ -159,25 +161,23 @@ static void fill_ids(sim_result *r, const trace_t *t, const machine_t *m, const 
  * which the simulation then runs on the machine as it is. */
 static void plan_note(sim_result *r, const plan_t *plan)
 {
-    const char *fe = plan_get_knob(plan, "feasible");
-    if (!fe || strcmp(fe, "0")) return;
-    const char *k[4] = { "n_persist", "n_buffer", "n_swap", "n_checkpoint" };
+    knob_predictions pr;
+    if (knob_predictions_of(plan, &pr, NULL) != MS_OK || pr.feasible) return;
+    /* the configuration the planner chose, as its chunk knobs give it */
+    lc_knobs k;
     char cfg[128] = "";
-    size_t len = 0;
-    for (int i = 0; i < 4; i++) {
-        const char *v = plan_get_knob(plan, k[i]);
-        if (v && len < sizeof cfg)
-            len += (size_t)snprintf(cfg + len, sizeof cfg - len, " %s=%s", k[i], v);
+    if (lc_knobs_from_plan(plan, &k, NULL) == MS_OK) {
+        const int *v[4] = { &k.n_persist, &k.n_buffer, &k.n_swap, &k.n_ckpt };
+        size_t len = 0;
+        for (int i = 0; i < 4; i++)
+            if (knobtab_given(&lc_knob_table, &k, v[i]) && len < sizeof cfg)
+                len += (size_t)snprintf(cfg + len, sizeof cfg - len, " %s=%d",
+                                        knobtab_row_of(&lc_knob_table, &k, v[i])->key, *v[i]);
     }
-    uint64_t peak = 0, host = 0;
-    const char *pp = plan_get_knob(plan, "pred_peak_bytes"), *ph = plan_get_knob(plan,
-                                                                               "pred_host_bytes");
-    if (pp) ms_parse_u64(pp, &peak);
-    if (ph) ms_parse_u64(ph, &host);
     snprintf(r->plan_note, sizeof r->plan_note, "no configuration fits the planner's device and "
              "host budget (the machine's, or the knobs gpu_bytes / host_bytes); simulated the "
-             "closest:%s, predicted peak %.2f GiB, host %.2f GiB", cfg, (double)peak / MS_GiB,
-             (double)host / MS_GiB);
+             "closest:%s, predicted peak %.2f GiB, host %.2f GiB", cfg,
+             (double)pr.peak_bytes / MS_GiB, (double)pr.host_bytes / MS_GiB);
 }
 
 /* The schedule's text through ms_out (atomic, gzip for ".gz"), made in memory first. */

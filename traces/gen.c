@@ -40,119 +40,89 @@ void gen_config_default(gen_config *c)
     c->micro_batch = 1;
     c->tp = c->cp = c->dp = 1;
     c->dtype_bytes = 2;
-    c->grad_bytes = 0;
-    c->opt_bytes_per_param = 12;
     c->iterations = 2;
-    c->attn_bwd_factor = 2.5;
-    c->lora_rank = 8;
-    c->framework = GEN_FW_GENERIC;
-    c->loss = GEN_LOSS_AUTO;
-    c->attn_impl = GEN_ATTN_FLASH;
-    c->attn_dropout = 1;
-    c->attn_softmax_saves_input = 1;
     roof_params_default(&c->roof);
+    /* the knobs settable by name take their defaults from their table, below */
+    knobtab_defaults(&gen_knob_table, c);
 }
 
 /* ---- knobs by name ---- */
 
-/* An integer knob: its field, bounds. */
-typedef struct gen_ikey {
-    const char *key;
-    size_t off;
-    int lo, hi;
-} gen_ikey;
+static const char *const GEN_FRAMEWORKS[] = { "generic", "megatron", "hf", NULL };
+static const char *const GEN_PRECISIONS[] = { "auto", "amp", "bf16", "fp32", NULL };
+static const char *const GEN_LOSSES[] = { "auto", "fused", "megatron", "megatron-inplace", NULL };
+static const char *const GEN_KERNELS[] = { "vendor", "runtime", NULL };
+static const int GEN_KERNEL_VALS[] = { ROOF_KERNELS_VENDOR, ROOF_KERNELS_RUNTIME };
+static const char *const GEN_ATTNS[] = { "flash", "eager", NULL };
 
-#define IKEY(k, lo, hi) { #k, offsetof(gen_config, k), lo, hi }
-static const gen_ikey ikeys[] = {
-    IKEY(dist_opt, 0, 1), IKEY(grad_bytes, 0, 8), IKEY(opt_bytes_per_param, 0, 64),
-    IKEY(save_small, 0, 1), IKEY(lora, 0, 1), IKEY(lora_rank, 1, 1 << 20),
-    IKEY(lora_mlp, 0, 1), IKEY(zero3, 0, 1), IKEY(offload, 0, 1),
-    IKEY(attn_dropout, 0, 1), IKEY(attn_softmax_saves_input, 0, 1),
+/* Every knob gen_config_set accepts, in the order the key list shows them. */
+static const knobtab_row gen_rows[] = {
+    KNOB_ENUM("framework", gen_config, framework, "generic", GEN_FRAMEWORKS,
+              "the training framework whose program is generated (docs/GENERATOR.md §3, §9, §10)", ""),
+    { "precision", KNOBTAB_ENUM, offsetof(gen_config, precision), "auto", 0, 0, GEN_PRECISIONS,
+      NULL, "one of amp, bf16, fp32", "framework hf: the training precision (auto = amp)",
+      "hf_run.py --precision", 0 },
+    KNOB_ENUM("loss", gen_config, loss, "auto", GEN_LOSSES,
+              "the loss implementation (auto: the framework's)", ""),
+    KNOB_INT("dist_opt", gen_config, dist_opt, "0", 0, 1,
+             "framework megatron: 1 = --use-distributed-optimizer", "Megatron-LM"),
+    KNOB_INT("grad_bytes", gen_config, grad_bytes, "0", 0, 8,
+             "bytes per gradient element (0: the dtype's; framework megatron: 4)", ""),
+    KNOB_INT("opt_bytes_per_param", gen_config, opt_bytes_per_param, "12", 0, 64,
+             "optimizer bytes per parameter (fp32 master, Adam m and v)", ""),
+    KNOB_INT("save_small", gen_config, save_small, "0", 0, 1,
+             "1: the small saved tensors (norm statistics, masks) are traced too", ""),
+    KNOB_DBL("attn_bwd_factor", gen_config, attn_bwd_factor, "2.5", 0, HUGE_VAL,
+             "attention backward FLOPs over the forward's", "FlashAttention-2"),
+    { "kernels", KNOBTAB_ENUM, offsetof(gen_config, roof.kernels), "vendor", 0, 0, GEN_KERNELS,
+      GEN_KERNEL_VALS, NULL, "kernel set the op times describe: the profile's gpu.* (vendor) "
+      "or rt.* (runtime, as memsim probe measured them)", "", 0 },
+    KNOB_INT("lora", gen_config, lora, "0", 0, 1, "1: LoRA fine-tuning (frozen base weights)", ""),
+    KNOB_INT("lora_rank", gen_config, lora_rank, "8", 1, 1 << 20, "LoRA rank", ""),
+    KNOB_INT("lora_mlp", gen_config, lora_mlp, "0", 0, 1, "1: LoRA adapters on the MLP too", ""),
+    KNOB_INT("zero3", gen_config, zero3, "0", 0, 1, "1: ZeRO-3 sharded parameters over dp", ""),
+    KNOB_INT("offload", gen_config, offload, "0", 0, 1,
+             "1: ZeRO-Offload's form: optimizer states and Adam on the host", ""),
+    KNOB_ENUM("attn_impl", gen_config, attn_impl, "flash", GEN_ATTNS,
+              "attention implementation (eager: framework generic, cp 1, no GQA)", ""),
+    KNOB_INT("attn_dropout", gen_config, attn_dropout, "1", 0, 1,
+             "eager: 1 = attention dropout > 0 (mask and dropped probabilities saved)",
+             "HF defaults"),
+    KNOB_INT("attn_softmax_saves_input", gen_config, attn_softmax_saves_input, "1", 0, 1,
+             "eager: 1 = the softmax backward also keeps its input (PyTorch <= 1.10)",
+             "pytorch/pytorch#64000"),
+    KNOB_DBL("moe_imbalance", gen_config, moe_imbalance, NULL, 1, HUGE_VAL,
+             "framework hf, MoE layers: busiest expert's tokens over the mean (absent: "
+             "balanced routing)", ""),
 };
+
+const knobtab gen_knob_table = KNOBTAB_NOGIVEN("generator", gen_rows, KNOBTAB_MSG_GEN);
 
 const char *gen_config_keys(void)
 {
-    return "framework (generic|megatron|hf), precision (amp|bf16|fp32), loss (auto|fused|megatron), dist_opt, grad_bytes, "
-           "opt_bytes_per_param, save_small, attn_bwd_factor, kernels (vendor|runtime), lora, lora_rank, lora_mlp, "
-           "zero3, offload, attn_impl (flash|eager), attn_dropout, attn_softmax_saves_input, moe_imbalance";
-}
-
-/* Index of value in a NULL-terminated list of names, or -1. */
-static int name_index(const char *const *names, const char *value)
-{
-    for (int i = 0; names[i]; i++)
-        if (strcmp(names[i], value) == 0) return i;
-    return -1;
+    /* built from the table once; the same text every call */
+    static char keys[1024];
+    if (keys[0]) return keys;
+    size_t len = 0;
+    for (size_t i = 0; i < gen_knob_table.n && len < sizeof keys; i++) {
+        const knobtab_row *r = &gen_rows[i];
+        char form[128] = "";
+        if (r->type == KNOBTAB_ENUM) knobtab_value_form(r, form, sizeof form);
+        int w = snprintf(keys + len, sizeof keys - len, "%s%s%s%s%s", i ? ", " : "", r->key,
+                         form[0] ? " (" : "", form, form[0] ? ")" : "");
+        if (w > 0) len += (size_t)w;
+    }
+    return keys;
 }
 
 ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_error *err)
 {
-    static const char *const fw[] = { "generic", "megatron", "hf", NULL };
-    static const char *const loss[] = { "auto", "fused", "megatron", "megatron-inplace", NULL };
     if (!key || !value) return ms_fail(err, MS_ERR_INVALID, "generator knob: key and value needed");
-    if (strcmp(key, "framework") == 0 || strcmp(key, "loss") == 0) {
-        int fwk = key[0] == 'f', i = name_index(fwk ? fw : loss, value);
-        if (i < 0)
-            return ms_fail(err, MS_ERR_INVALID, "generator knob %s: '%s' is not one of %s", key,
-                           value,
-                           fwk ? "generic, megatron, hf" : "auto, fused, megatron, megatron-inplace");
-        *(fwk ? &c->framework : &c->loss) = i;
-        return MS_OK;
-    }
-    if (strcmp(key, "precision") == 0) {
-        static const char *const pr[] = { "auto", "amp", "bf16", "fp32", NULL };
-        int i = name_index(pr, value);
-        if (i < 0)
-            return ms_fail(err, MS_ERR_INVALID, "generator knob precision: '%s' is not one of "
-                           "amp, bf16, fp32", value);
-        c->precision = i;
-        return MS_OK;
-    }
-    if (strcmp(key, "attn_impl") == 0) {
-        static const char *const ai[] = { "flash", "eager", NULL };
-        int i = name_index(ai, value);
-        if (i < 0)
-            return ms_fail(err, MS_ERR_INVALID, "generator knob attn_impl: '%s' is not one of "
-                           "flash, eager", value);
-        c->attn_impl = i;
-        return MS_OK;
-    }
-    if (strcmp(key, "kernels") == 0) {
-        static const char *const kn[] = { "vendor", "runtime", NULL };
-        int i = name_index(kn, value);
-        if (i < 0)
-            return ms_fail(err, MS_ERR_INVALID, "generator knob kernels: '%s' is not one of "
-                           "vendor, runtime", value);
-        c->roof.kernels = i == 1 ? ROOF_KERNELS_RUNTIME : ROOF_KERNELS_VENDOR;
-        return MS_OK;
-    }
-    if (strcmp(key, "attn_bwd_factor") == 0) {
-        double d;
-        if (!ms_parse_double(value, &d) || d < 0)
-            return ms_fail(err, MS_ERR_INVALID, "generator knob attn_bwd_factor: '%s' is not a "
-                           "number >= 0", value);
-        c->attn_bwd_factor = d;
-        return MS_OK;
-    }
-    if (strcmp(key, "moe_imbalance") == 0) {
-        double d;
-        if (!ms_parse_double(value, &d) || d < 1)
-            return ms_fail(err, MS_ERR_INVALID, "generator knob moe_imbalance: '%s' is not a "
-                           "number >= 1", value);
-        c->moe_imbalance = d;
-        return MS_OK;
-    }
-    for (size_t i = 0; i < sizeof ikeys / sizeof *ikeys; i++) {
-        if (strcmp(key, ikeys[i].key) != 0) continue;
-        int64_t v;
-        if (!ms_parse_i64(value, &v) || v < ikeys[i].lo || v > ikeys[i].hi)
-            return ms_fail(err, MS_ERR_INVALID, "generator knob %s: '%s' is not a whole number "
-                           "from %d to %d", key, value, ikeys[i].lo, ikeys[i].hi);
-        *(int *)((char *)c + ikeys[i].off) = (int)v;
-        return MS_OK;
-    }
-    return ms_fail(err, MS_ERR_INVALID, "unknown generator knob '%s' (known: %s)", key,
-                   gen_config_keys());
+    const knobtab_row *r = knobtab_find(&gen_knob_table, key);
+    if (!r)
+        return ms_fail(err, MS_ERR_INVALID, "unknown generator knob '%s' (known: %s)", key,
+                       gen_config_keys());
+    return knobtab_set(&gen_knob_table, r, value, c, err);
 }
 
 /* ---- sizes of one rank ---- */

@@ -10,6 +10,7 @@
 #ifndef MEMSIM_GEN_H
 #define MEMSIM_GEN_H
 
+#include "traces/knobtab.h"
 #include "traces/machine.h"
 #include "traces/models.h"
 #include "traces/roofline.h"
@@ -139,17 +140,17 @@ typedef struct gen_config {
  * attn_dropout 1, attn_softmax_saves_input 1). */
 void gen_config_default(gen_config *c);
 
-/* Sets one knob by name, as a command line hands them over ("--gen KEY=VALUE"): framework
- * (generic | megatron | hf), precision (amp | bf16 | fp32; framework hf), loss (auto | fused | megatron), dist_opt, grad_bytes,
- * opt_bytes_per_param, save_small, attn_bwd_factor, lora, lora_rank, lora_mlp, zero3,
- * offload, attn_impl (flash | eager), attn_dropout, attn_softmax_saves_input,
- * moe_imbalance.
- * MS_ERR_INVALID naming the key for an unknown key or a bad value; the combination
- * is checked later by gen_validate. */
+/* Sets one knob by name, as a command line hands them over ("--gen KEY=VALUE"): a key of
+ * gen_knob_table (its rows give each knob's values, default and meaning; docs/GENERATOR.md
+ * shows them as a table generated from it). MS_ERR_INVALID naming the key for an unknown key
+ * or a bad value; the combination is checked later by gen_validate. */
 ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_error *err);
 
-/* The keys gen_config_set accepts, comma-separated (for help texts). */
+/* The keys gen_config_set accepts, comma-separated, an enum's values in parentheses (for
+ * help texts), from gen_knob_table. */
 const char *gen_config_keys(void);
+/* The generator's knob table (traces/knobtab.h). */
+extern const knobtab gen_knob_table;
 
 /* Checks the configuration: all sizes positive, tp divides heads, kv heads (or kv heads
  * divide tp: replicated) and ffn; cp divides seq; tp divides the per-rank sequence (sequence
