@@ -1,6 +1,6 @@
 /* cmd_run.c — `memsim plan`, `memsim simulate`, `memsim compare` and `memsim sweep`: the
- * what-if commands. They share the pipeline (sim/pipeline.c) and write tables, CSVs and
- * figures. */
+ * what-if commands. They share the pipeline (sim/pipeline.c) and, with the library API, the
+ * runs of sim/runs.c; here they print tables and write CSVs and figures. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
