@@ -60,11 +60,11 @@ static const struct {
     {{"timeline", required_argument, 0, O_TIMELINE}, CLI_OUTPUTS, "FILE   write a Chrome-trace / Perfetto JSON timeline", CLI_SWEEP},
     {{"memcsv", required_argument, 0, O_MEMCSV}, CLI_OUTPUTS, "FILE   write the memory time series CSV", CLI_SWEEP},
     {{"schedule", required_argument, 0, O_SCHEDULE}, CLI_OUTPUTS, "FILE   write the lowered schedule as text", CLI_SWEEP},
-    {{"plot", required_argument, 0, O_PLOT}, CLI_OUTPUTS, "DIR   write figures (PNG and SVG, needs gnuplot) and their data", 0},
-    {{"breakdown", no_argument, 0, O_BREAKDOWN}, CLI_BREAKDOWN, "   also print what device memory holds at the peak, by kind (parameters, gradients, optimizer states, activations, rounding buffers, chunks, staging buffers)", 0},
-    {{"jobs", required_argument, 0, O_JOBS}, CLI_JOBS, "N   (-j N) run up to N jobs at once in N forked worker processes (default 1); the outputs are those of -j 1", 0},
+    {{"plot", required_argument, 0, O_PLOT}, CLI_OUTPUTS, "DIR   write figures (PNG and SVG, needs gnuplot) and their data", CLI_LIBRARY},
+    {{"breakdown", no_argument, 0, O_BREAKDOWN}, CLI_BREAKDOWN, "   also print what device memory holds at the peak, by kind (parameters, gradients, optimizer states, activations, rounding buffers, chunks, staging buffers)", CLI_LIBRARY},
+    {{"jobs", required_argument, 0, O_JOBS}, CLI_JOBS, "N   (-j N) run up to N jobs at once in N forked worker processes (default 1); the outputs are those of -j 1", CLI_LIBRARY},
     {{"quiet", no_argument, 0, O_QUIET}, CLI_OUTPUTS, "   print only errors", 0},
-    {{"help", no_argument, 0, O_HELP}, 0, "   this help", 0},
+    {{"help", no_argument, 0, O_HELP}, 0, "   this help", CLI_LIBRARY},
 };
 #define NOPT (sizeof table / sizeof *table)
 
@@ -90,7 +90,7 @@ void cli_print_options(FILE *f, unsigned groups)
 }
 
 /* "unknown option", with the closest option this command offers. */
-static void unknown_option(const char *cmd, const char *arg, unsigned groups)
+static void unknown_option(ms_error *e, const char *cmd, const char *arg, unsigned groups)
 {
     const char *names[NOPT];
     size_t n = 0;
@@ -101,41 +101,45 @@ static void unknown_option(const char *cmd, const char *arg, unsigned groups)
     char key[64];
     snprintf(key, sizeof key, "%.*s", (int)strcspn(given, "="), given);
     const char *near = ms_closest(key, names, n);
-    fprintf(stderr, "memsim %s: unknown option '%s'%s%s%s (see --help)\n", cmd, arg,
-            near ? "; did you mean '--" : "", near ? near : "", near ? "'?" : "");
+    char see[96] = "see --help";
+    if (groups & CLI_LIBRARY) /* which takes no --help */
+        snprintf(see, sizeof see, "memsim %s --help lists the options", cmd);
+    ms_fail(e, MS_ERR_INVALID, "unknown option '%s'%s%s%s (%s)", arg,
+            near ? "; did you mean '--" : "", near ? near : "", near ? "'?" : "", see);
 }
 
-static int bad(const char *cmd, const char *opt, const char *val, const char *what)
+/* Every parse error is "--OPT 'VALUE': why" in e; the command prints it after "memsim CMD: ". */
+static int bad(ms_error *e, const char *opt, const char *val, const char *what)
 {
-    fprintf(stderr, "memsim %s: --%s '%s': %s\n", cmd, opt, val, what);
+    ms_fail(e, MS_ERR_INVALID, "--%s '%s': %s", opt, val, what);
     return MS_EXIT_USAGE;
 }
 
-static int parse_int(const char *cmd, const char *opt, const char *v, int *out)
+static int parse_int(ms_error *e, const char *opt, const char *v, int *out)
 {
     uint64_t x;
     if (!ms_parse_u64(v, &x) || x == 0 || x > 1u << 20)
-        return bad(cmd, opt, v, "expected a whole number from 1 to 1048576");
+        return bad(e, opt, v, "expected a whole number from 1 to 1048576");
     *out = (int)x;
     return 0;
 }
 
-static int split_policies(const char *cmd, const char *v, cli_args *a)
+static int split_policies(ms_error *e, const char *v, cli_args *a)
 {
     snprintf(a->policies_buf, sizeof a->policies_buf, "%s", v);
     a->n_policies = 0;
     for (char *p = strtok(a->policies_buf, ","); p; p = strtok(NULL, ",")) {
-        if (a->n_policies == CLI_MAX_POLICIES) return bad(cmd, "policies", v, "too many");
+        if (a->n_policies == CLI_MAX_POLICIES) return bad(e, "policies", v, "too many");
         a->policies[a->n_policies++] = p;
     }
-    return a->n_policies ? 0 : bad(cmd, "policies", v, "empty list");
+    return a->n_policies ? 0 : bad(e, "policies", v, "empty list");
 }
 
-int cli_set_points(const char *cmd, const char *opt, const char *v, int batches, cli_args *a)
+static int set_points(ms_error *e, const char *opt, const char *v, int batches, cli_args *a)
 {
     char buf[1024];
     if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
-        return bad(cmd, opt, v, "the list is longer than 1023 characters");
+        return bad(e, opt, v, "the list is longer than 1023 characters");
     a->n_points = 0;
     a->points_are_batches = batches;
     /* strtok would skip an empty item ("1K,,2K"): walk the commas by hand */
@@ -143,24 +147,32 @@ int cli_set_points(const char *cmd, const char *opt, const char *v, int batches,
         end = strchr(p, ',');
         if (end) *end = '\0';
         uint64_t x;
-        if (!*p) return bad(cmd, opt, v, "an empty item in the list");
-        if (a->n_points == CLI_MAX_POINTS) return bad(cmd, opt, v, "at most 64 values");
+        if (!*p) return bad(e, opt, v, "an empty item in the list");
+        if (a->n_points == CLI_MAX_POINTS) return bad(e, opt, v, "at most 64 values");
         if (!ms_parse_count(p, &x) || x == 0)
-            return bad(cmd, opt, v, batches ? "expected positive counts such as 1,2,4,8"
+            return bad(e, opt, v, batches ? "expected positive counts such as 1,2,4,8"
                                             : "expected positive counts such as 64K,128K");
         a->points[a->n_points++] = x;
     }
     qsort(a->points, a->n_points, sizeof *a->points, ms_cmp_u64);
     for (size_t i = 1; i < a->n_points; i++)
-        if (a->points[i] == a->points[i - 1]) return bad(cmd, opt, v, "a value appears twice");
+        if (a->points[i] == a->points[i - 1]) return bad(e, opt, v, "a value appears twice");
     return 0;
 }
 
-static int add_knob(const char *cmd, char *v, cli_args *a)
+int cli_set_points(const char *cmd, const char *opt, const char *list, int batches, cli_args *a)
+{
+    ms_error e;
+    int rc = set_points(&e, opt, list, batches, a);
+    if (rc) fprintf(stderr, "memsim %s: %s\n", cmd, e.msg);
+    return rc;
+}
+
+static int add_knob(ms_error *e, char *v, cli_args *a)
 {
     char *eq = strchr(v, '=');
-    if (!eq || eq == v) return bad(cmd, "knob", v, "expected KEY=VALUE");
-    if (a->pol.n_knobs == PIPE_MAX_KNOBS) return bad(cmd, "knob", v, "too many knobs");
+    if (!eq || eq == v) return bad(e, "knob", v, "expected KEY=VALUE");
+    if (a->pol.n_knobs == PIPE_MAX_KNOBS) return bad(e, "knob", v, "too many knobs");
     *eq = '\0';
     a->pol.knobs[a->pol.n_knobs].key = v;
     a->pol.knobs[a->pol.n_knobs].value = eq + 1;
@@ -168,11 +180,11 @@ static int add_knob(const char *cmd, char *v, cli_args *a)
     return 0;
 }
 
-static int add_gen_knob(const char *cmd, char *v, cli_args *a)
+static int add_gen_knob(ms_error *e, char *v, cli_args *a)
 {
     char *eq = strchr(v, '=');
-    if (!eq || eq == v) return bad(cmd, "gen", v, "expected KEY=VALUE");
-    if (a->w.n_gen_knobs == PIPE_MAX_KNOBS) return bad(cmd, "gen", v, "too many knobs");
+    if (!eq || eq == v) return bad(e, "gen", v, "expected KEY=VALUE");
+    if (a->w.n_gen_knobs == PIPE_MAX_KNOBS) return bad(e, "gen", v, "too many knobs");
     *eq = '\0';
     a->w.gen_knobs[a->w.n_gen_knobs].key = v;
     a->w.gen_knobs[a->w.n_gen_knobs].value = eq + 1;
@@ -181,7 +193,7 @@ static int add_gen_knob(const char *cmd, char *v, cli_args *a)
 }
 
 /* --framework / --precision: a checked value, passed on as the generator knob it names. */
-static int add_named_gen_knob(const char *cmd, const char *key, const char *v,
+static int add_named_gen_knob(ms_error *e, const char *key, const char *v,
                               const char *const *accepted, const char *list, cli_args *a)
 {
     size_t i = 0;
@@ -189,9 +201,9 @@ static int add_named_gen_knob(const char *cmd, const char *key, const char *v,
     if (!accepted[i]) {
         char why[96];
         snprintf(why, sizeof why, "expected one of %s", list);
-        return bad(cmd, key, v, why);
+        return bad(e, key, v, why);
     }
-    if (a->w.n_gen_knobs == PIPE_MAX_KNOBS) return bad(cmd, key, v, "too many generator knobs");
+    if (a->w.n_gen_knobs == PIPE_MAX_KNOBS) return bad(e, key, v, "too many generator knobs");
     a->w.gen_knobs[a->w.n_gen_knobs].key = key;
     a->w.gen_knobs[a->w.n_gen_knobs].value = v;
     a->w.n_gen_knobs++;
@@ -201,21 +213,29 @@ static int add_named_gen_knob(const char *cmd, const char *key, const char *v,
 static const char *const FRAMEWORKS[] = {"generic", "megatron", "hf", NULL};
 static const char *const PRECISIONS[] = {"amp", "bf16", "fp32", NULL};
 
-int cli_parse_bytes(const char *cmd, const char *opt, const char *v, uint64_t *out)
+static int parse_bytes(ms_error *e, const char *opt, const char *v, uint64_t *out)
 {
-    return ms_parse_bytes(v, out) ? 0 : bad(cmd, opt, v, CLI_BYTES_EXPECTED);
+    return ms_parse_bytes(v, out) ? 0 : bad(e, opt, v, CLI_BYTES_EXPECTED);
 }
 
-static int parse_bytes_opt(const char *cmd, const char *opt, const char *v, uint64_t *out)
+int cli_parse_bytes(const char *cmd, const char *opt, const char *v, uint64_t *out)
+{
+    ms_error e;
+    int rc = parse_bytes(&e, opt, v, out);
+    if (rc) fprintf(stderr, "memsim %s: %s\n", cmd, e.msg);
+    return rc;
+}
+
+static int parse_bytes_opt(ms_error *e, const char *opt, const char *v, uint64_t *out)
 {
     if (!strcmp(v, "unlimited")) {
         *out = UINT64_MAX;
         return 0;
     }
-    return cli_parse_bytes(cmd, opt, v, out);
+    return parse_bytes(e, opt, v, out);
 }
 
-static int apply(int c, char *v, const char *cmd, cli_args *a)
+static int apply(int c, char *v, ms_error *e, cli_args *a)
 {
     uint64_t x;
     const char *why;
@@ -229,79 +249,79 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
     case O_MODEL_CONFIG:
         if (snprintf(a->config_model, sizeof a->config_model, "config:%s", v) >=
             (int)sizeof a->config_model)
-            return bad(cmd, "model-config", v, "the path is too long");
+            return bad(e, "model-config", v, "the path is too long");
         a->w.model = a->config_model;
         return 0;
     case O_FRAMEWORK:
-        return add_named_gen_knob(cmd, "framework", v, FRAMEWORKS, "generic, megatron, hf", a);
+        return add_named_gen_knob(e, "framework", v, FRAMEWORKS, "generic, megatron, hf", a);
     case O_PRECISION:
-        return add_named_gen_knob(cmd, "precision", v, PRECISIONS, "amp, bf16, fp32", a);
+        return add_named_gen_knob(e, "precision", v, PRECISIONS, "amp, bf16, fp32", a);
     case O_SEQ:
-        if (!ms_parse_count(v, &x) || x == 0) return bad(cmd, "seq", v, "expected a positive count");
+        if (!ms_parse_count(v, &x) || x == 0) return bad(e, "seq", v, "expected a positive count");
         a->w.seq = x;
         return 0;
     case O_BATCH:
-        if (!ms_parse_u64(v, &x) || x == 0) return bad(cmd, "batch", v, "expected a positive number");
+        if (!ms_parse_u64(v, &x) || x == 0) return bad(e, "batch", v, "expected a positive number");
         a->w.batch = x;
         return 0;
-    case O_TP: return parse_int(cmd, "tp", v, &a->w.tp);
-    case O_CP: return parse_int(cmd, "cp", v, &a->w.cp);
-    case O_DP: return parse_int(cmd, "dp", v, &a->w.dp);
-    case O_ITERS: return parse_int(cmd, "iters", v, &a->w.iterations);
+    case O_TP: return parse_int(e, "tp", v, &a->w.tp);
+    case O_CP: return parse_int(e, "cp", v, &a->w.cp);
+    case O_DP: return parse_int(e, "dp", v, &a->w.dp);
+    case O_ITERS: return parse_int(e, "iters", v, &a->w.iterations);
     case O_TRACE: a->w.trace_path = v; return 0;
     case O_MACHINE: a->machine = v; return 0;
     case O_POLICY: a->pol.policy = v; return 0;
     case O_PLAN: a->pol.plan_path = v; return 0;
     case O_ALLOCATOR: a->pol.allocator = v; return 0;
     case O_ALPHA:
-        if (!ms_parse_double(v, &d) || d < 0 || d > 1) return bad(cmd, "alpha", v, "expected a number in [0, 1]");
+        if (!ms_parse_double(v, &d) || d < 0 || d > 1) return bad(e, "alpha", v, "expected a number in [0, 1]");
         a->pol.alpha = d;
         return 0;
-    case O_KNOB: return add_knob(cmd, v, a);
-    case O_GEN: return add_gen_knob(cmd, v, a);
+    case O_KNOB: return add_knob(e, v, a);
+    case O_GEN: return add_gen_knob(e, v, a);
     case O_MAXSPLIT:
         a->pol.alloc_cfg_set = 1;
-        if (parse_bytes_opt(cmd, "max-split-size", v, &a->pol.alloc_cfg.max_split_size_bytes))
+        if (parse_bytes_opt(e, "max-split-size", v, &a->pol.alloc_cfg.max_split_size_bytes))
             return MS_EXIT_USAGE;
         why = alloc_config_problem(&a->pol.alloc_cfg);
-        return why ? bad(cmd, "max-split-size", v, why) : 0;
+        return why ? bad(e, "max-split-size", v, why) : 0;
     case O_RP2:
-        if (!ms_parse_u64(v, &x) || x > 64) return bad(cmd, "roundup-power2", v, "expected 0..64");
+        if (!ms_parse_u64(v, &x) || x > 64) return bad(e, "roundup-power2", v, "expected 0..64");
         a->pol.alloc_cfg.roundup_power2_divisions = (unsigned)x;
         if ((why = alloc_config_problem(&a->pol.alloc_cfg)))
-            return bad(cmd, "roundup-power2", v, why);
+            return bad(e, "roundup-power2", v, why);
         a->pol.alloc_cfg_set = 1;
         return 0;
     case O_FRAG:
         a->pol.alloc_cfg_set = 1;
-        return parse_bytes_opt(cmd, "frag-limit", v, &a->pol.alloc_cfg.frag_limit_bytes);
+        return parse_bytes_opt(e, "frag-limit", v, &a->pol.alloc_cfg.frag_limit_bytes);
     case O_STITCH:
         a->pol.alloc_cfg_set = 1;
-        return parse_bytes_opt(cmd, "stitch-limit", v, &a->pol.alloc_cfg.stitch_limit_bytes);
+        return parse_bytes_opt(e, "stitch-limit", v, &a->pol.alloc_cfg.stitch_limit_bytes);
     case O_ISSUE_AHEAD:
         if (!strcmp(v, "unbounded")) {
             a->pol.issue_ahead = SIM_ISSUE_UNBOUNDED;
             return 0;
         }
         if (!ms_parse_u64(v, &x) || x > 1u << 20)
-            return bad(cmd, "issue-ahead", v, "expected 0 to 1048576 or 'unbounded'");
+            return bad(e, "issue-ahead", v, "expected 0 to 1048576 or 'unbounded'");
         a->pol.issue_ahead = (int)x;
         return 0;
     case O_ISSUE_US:
         if (!ms_parse_double(v, &d) || !(d >= 0) || d > 1e9)
-            return bad(cmd, "issue-us", v, "expected microseconds, 0 or more");
+            return bad(e, "issue-us", v, "expected microseconds, 0 or more");
         a->pol.issue_us = d;
         return 0;
-    case O_POLICIES: return split_policies(cmd, v, a);
+    case O_POLICIES: return split_policies(e, v, a);
     case O_SEQS:
     case O_BATCHES:
-        if (a->n_points) return bad(cmd, c == O_SEQS ? "seqs" : "batches", v,
+        if (a->n_points) return bad(e, c == O_SEQS ? "seqs" : "batches", v,
                                     "give one of --seqs and --batches, once");
-        return cli_set_points(cmd, c == O_SEQS ? "seqs" : "batches", v, c == O_BATCHES, a);
+        return set_points(e, c == O_SEQS ? "seqs" : "batches", v, c == O_BATCHES, a);
     case O_LONGEST: a->longest = 1; return 0;
     case O_BREAKDOWN: a->breakdown = 1; return 0;
     case O_STEP:
-        if (!ms_parse_count(v, &x) || x == 0) return bad(cmd, "step", v, "expected a positive count");
+        if (!ms_parse_count(v, &x) || x == 0) return bad(e, "step", v, "expected a positive count");
         a->step = x;
         return 0;
     case O_CSV: a->csv_path = v; return 0;
@@ -312,7 +332,7 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
     case O_QUIET: a->quiet = 1; return 0;
     case 'o': a->output = v; return 0;
     case 'j':
-    case O_JOBS: return jobs_parse(cmd, v, &a->jobs);
+    case O_JOBS: return cli_check_jobs(e, v, &a->jobs);
     case O_HELP: a->help = 1; return 0;
     }
     return MS_EXIT_USAGE;
@@ -320,17 +340,17 @@ static int apply(int c, char *v, const char *cmd, cli_args *a)
 
 /* What the options cannot say alone: no stray arguments, knobs only for a policy that reads
  * them (a typo would otherwise change nothing and say nothing). */
-static int check_args(const char *cmd, unsigned groups, const cli_args *a)
+static int check_args(ms_error *e, unsigned groups, const cli_args *a)
 {
     if (a->help) return MS_EXIT_OK;
     if (a->npos > 0) {
-        fprintf(stderr, "memsim %s: unexpected argument '%s' (options only; see --help)\n", cmd,
+        ms_fail(e, MS_ERR_INVALID, "unexpected argument '%s' (options only; see --help)",
                 a->pos[0]);
         return MS_EXIT_USAGE;
     }
     if (a->pol.plan_path && (a->pol.n_knobs || a->pol.alpha >= 0)) {
-        fprintf(stderr, "memsim %s: --%s acts on a policy's planner; with --plan FILE edit the "
-                        "plan's lines instead\n", cmd, a->pol.n_knobs ? "knob" : "alpha");
+        ms_fail(e, MS_ERR_INVALID, "--%s acts on a policy's planner; with --plan FILE edit the "
+                "plan's lines instead", a->pol.n_knobs ? "knob" : "alpha");
         return MS_EXIT_USAGE;
     }
     if (!(groups & (CLI_POLICY | CLI_POLICIES)) || a->pol.plan_path) return MS_EXIT_OK;
@@ -343,18 +363,19 @@ static int check_args(const char *cmd, unsigned groups, const cli_args *a)
     const char *one = a->pol.policy;
     const char *const *names = (groups & CLI_POLICIES) ? (const char *const *)a->policies : &one;
     size_t n = (groups & CLI_POLICIES) ? a->n_policies : 1;
-    ms_error err;
-    ms_status st = pol_names_check(names, n, &err);
-    if (st == MS_OK) st = pol_alpha_check(names, n, &o, &err);
-    if (st == MS_OK) st = pol_knobs_check(names, n, &o, &err);
-    if (st != MS_OK) return cli_fail(cmd, st, &err);
-    return MS_EXIT_OK;
+    ms_error_clear(e);
+    ms_status st = pol_names_check(names, n, e);
+    if (st == MS_OK) st = pol_alpha_check(names, n, &o, e);
+    if (st == MS_OK) st = pol_knobs_check(names, n, &o, e);
+    if (st == MS_OK) return MS_EXIT_OK;
+    if (!e->msg[0]) ms_fail(e, st, "%s", ms_status_str(st));
+    return ms_exit_code(st);
 }
 
-int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
+int cli_parse_err(int argc, char **argv, unsigned groups, cli_args *a, ms_error *e)
 {
-    const char *cmd = argv[0];
     memset(a, 0, sizeof *a);
+    ms_error_clear(e);
     pipe_workload_default(&a->w);
     pipe_policy_default(&a->pol);
     a->machine = "a800-8gpu";
@@ -364,29 +385,52 @@ int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
     for (size_t i = 0; i < NOPT; i++)
         if (offered(i, groups)) opts[n++] = table[i].o;
     memset(&opts[n], 0, sizeof opts[n]);
-    optind = 1;
+    /* 0, not 1: glibc then starts afresh, as a library parsing many option lists in one
+     * process must (1 keeps the state of an earlier parse that stopped midway) */
+    optind = 0;
     opterr = 0;
     int c;
     const char *shortopts = takes_o(groups) ? (groups & CLI_JOBS ? ":o:j:h" : ":o:h")
                             : (groups & CLI_JOBS ? ":j:h" : ":h");
+    if (groups & CLI_LIBRARY) shortopts = takes_o(groups) ? ":o:" : ":";
     while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         if (c == 'h') c = O_HELP;
         if (c == '?') {
-            unknown_option(cmd, argv[optind - 1], groups);
+            unknown_option(e, argv[0], argv[optind - 1], groups);
             return MS_EXIT_USAGE;
         }
         if (c == ':') {
-            fprintf(stderr, "memsim %s: option '%s' needs a value\n", cmd, argv[optind - 1]);
+            ms_fail(e, MS_ERR_INVALID, "option '%s' needs a value", argv[optind - 1]);
             return MS_EXIT_USAGE;
         }
-        int rc = apply(c, optarg, cmd, a);
+        int rc = apply(c, optarg, e, a);
         if (rc) return rc;
     }
     if ((groups & CLI_POLICIES) && a->n_policies == 0)
-        split_policies(cmd, "keep-all,full-recompute,full-swap", a);
+        split_policies(e, "keep-all,full-recompute,full-swap", a);
     a->npos = argc - optind;
     a->pos = argv + optind;
-    return check_args(cmd, groups, a);
+    return check_args(e, groups, a);
+}
+
+int cli_parse(int argc, char **argv, unsigned groups, cli_args *a)
+{
+    ms_error e;
+    int rc = cli_parse_err(argc, argv, groups, a, &e);
+    if (rc) fprintf(stderr, "memsim %s: %s\n", argv[0], e.msg);
+    return rc;
+}
+
+int cli_check_jobs(ms_error *e, const char *v, int *out)
+{
+    uint64_t x;
+    if (!v || !ms_parse_u64(v, &x) || x == 0 || x > JOBS_MAX) {
+        ms_fail(e, MS_ERR_INVALID, "--jobs '%s': expected a whole number from 1 to %d", v ? v : "",
+                JOBS_MAX);
+        return MS_EXIT_USAGE;
+    }
+    *out = (int)x;
+    return 0;
 }
 
 int cli_load_machine(const cli_args *a, const char *cmd, machine_profile **out)

@@ -1,6 +1,6 @@
 /* cli.h — option parsing shared by the memsim subcommands that take a workload, a machine, a
  * policy and outputs (plan, simulate, compare, sweep, trace gen), and small printing helpers. Used
- * only by sim/cmd_*.c. */
+ * by sim/cmd_*.c and, with the same options, by the library API (sim/api.c through sim/runs.c). */
 #ifndef MEMSIM_CLI_H
 #define MEMSIM_CLI_H
 
@@ -20,7 +20,16 @@ enum {
     CLI_SWEEP = 1 << 5,     /* --seqs LIST | --batches LIST, --longest, --step N */
     CLI_BREAKDOWN = 1 << 6, /* --breakdown (commands that print one result per policy) */
     CLI_JOBS = 1 << 7,      /* -j N / --jobs N (sim/jobs.h) */
+    CLI_LIBRARY = 1 << 8,   /* parsed for the library API: no --help, --plot, --breakdown or
+                               -j, which print or fork (sim/api.h) */
 };
+
+/* The groups of the commands the library API also runs (sim/api.c adds CLI_LIBRARY), named
+ * once so that the command and the API take the same options. */
+#define CLI_GROUPS_PLAN (CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS)
+#define CLI_GROUPS_SIMULATE (CLI_GROUPS_PLAN | CLI_BREAKDOWN)
+#define CLI_GROUPS_COMPARE \
+    (CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_BREAKDOWN | CLI_JOBS)
 
 #define CLI_MAX_POLICIES 16
 #define CLI_MAX_POINTS 64
@@ -54,6 +63,13 @@ typedef struct cli_args {
 /* Parses argv for the groups in `groups`; prints "memsim CMD: ..." and returns
  * MS_EXIT_USAGE on a bad option; MS_EXIT_OK otherwise (a->help set for --help). */
 int cli_parse(int argc, char **argv, unsigned groups, cli_args *a);
+/* The same without printing: on a bad option the message (what cli_parse prints after
+ * "memsim CMD: ") goes to e and the exit status is returned. argv[0] is the command's name;
+ * argv is permuted as getopt does and a->pos, the knobs and the names point into it. */
+int cli_parse_err(int argc, char **argv, unsigned groups, cli_args *a, ms_error *e);
+/* A -j / --jobs value: a whole number from 1 to JOBS_MAX; else the message in e and
+ * MS_EXIT_USAGE. */
+int cli_check_jobs(ms_error *e, const char *v, int *out);
 /* --seqs / --batches LIST (option name opt) into a->points: counts with K/M suffixes, sorted;
  * an empty list, a repeated value (a typo) or more than CLI_MAX_POINTS: prints why, returns
  * MS_EXIT_USAGE. */

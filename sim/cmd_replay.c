@@ -2,15 +2,12 @@
  * allocators and reports peaks and segments; for traces imported from PyTorch it prints
  * PyTorch's own numbers beside memsim's. */
 #define _POSIX_C_SOURCE 200809L
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/cli.h"
 #include "sim/cmds.h"
-#include "sim/replay.h"
-#include "traces/trace.h"
+#include "sim/runs.h"
 
 static void usage(FILE *f)
 {
@@ -38,30 +35,13 @@ static void usage(FILE *f)
             "  memsim replay --trace experiments/validate/traces/h100-sxm/real-8K.trace.gz --capacity 40GiB --check\n");
 }
 
-/* PyTorch's numbers, from the importer's meta lines. */
-static void pytorch_meta(const char *path, uint64_t *peak, uint64_t *segs, uint64_t *alloc_peak)
+static int replay_one(const runs_replay_args *ra, const machine_t *m, const char *allocator)
 {
-    *peak = *segs = *alloc_peak = 0;
-    trace_reader *r;
-    if (trace_reader_open(path, &r, NULL) != MS_OK) return;
-    for (size_t i = 0; i < trace_reader_meta_count(r); i++) {
-        const char *k = trace_reader_meta_key(r, i), *v = trace_reader_meta_value(r, i);
-        if (!strcmp(k, "pytorch.peak_reserved_bytes")) ms_parse_u64(v, peak);
-        if (!strcmp(k, "pytorch.segments")) ms_parse_u64(v, segs);
-        if (!strcmp(k, "pytorch.stats.allocated_bytes.all.peak")) ms_parse_u64(v, alloc_peak);
-    }
-    trace_reader_free(r);
-}
-
-static int replay_one(const char *path, const char *allocator, const replay_opts *base,
-                      int list_segments)
-{
-    replay_opts o = *base;
-    o.allocator = allocator;
+    const char *path = ra->trace;
     replay_result r;
     replay_result_init(&r);
     ms_error err;
-    ms_status st = replay_file(path, &o, &r, &err);
+    ms_status st = runs_replay_one(ra, m, allocator, &r, &err);
     if (st != MS_OK) {
         replay_result_clear(&r);
         return cli_fail("replay", st, &err);
@@ -69,7 +49,7 @@ static int replay_one(const char *path, const char *allocator, const replay_opts
     printf("== %s through %s\n", path, allocator);
     replay_print(stdout, &r);
     uint64_t pt_peak, pt_segs, pt_alloc;
-    pytorch_meta(path, &pt_peak, &pt_segs, &pt_alloc);
+    runs_pytorch_meta(path, &pt_peak, &pt_segs, &pt_alloc);
     if (pt_peak)
         printf("PyTorch recorded: peak reserved %llu bytes, %llu segments; memsim: %llu bytes "
                "(%+.3f%%), %zu segments\n",
@@ -81,7 +61,7 @@ static int replay_one(const char *path, const char *allocator, const replay_opts
         printf("PyTorch memory_stats: peak allocated %llu bytes; memsim: %llu bytes (%+lld)\n",
                (unsigned long long)pt_alloc, (unsigned long long)r.peak_allocated_bytes,
                (long long)(r.peak_allocated_bytes - pt_alloc));
-    if (list_segments)
+    if (ra->list_segments)
         for (size_t i = 0; i < r.n_segments; i++)
             printf("segment %zu %llu\n", i, (unsigned long long)r.segment_bytes[i]);
     int rc = r.status == REPLAY_OOM ? MS_EXIT_FAIL : MS_EXIT_OK;
@@ -91,96 +71,25 @@ static int replay_one(const char *path, const char *allocator, const replay_opts
 
 int cmd_replay(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"trace", required_argument, 0, 't'}, {"allocator", required_argument, 0, 'a'},
-        {"machine", required_argument, 0, 'm'}, {"capacity", required_argument, 0, 'c'},
-        {"max-split-size", required_argument, 0, 's'}, {"roundup-power2", required_argument, 0, 'r'},
-        {"frag-limit", required_argument, 0, 'f'}, {"check", no_argument, 0, 'k'},
-        {"segments", no_argument, 0, 'g'}, {"addresses", required_argument, 0, 'd'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *trace = NULL, *machine = "h100-sxm";
-    char allocs[256] = "caching";
-    alloc_config cfg;
-    alloc_config_default(&cfg);
-    replay_opts o;
-    replay_opts_default(&o);
-    int list_segments = 0, c;
-    optind = 1;
-    opterr = 0;
-    int li = -1;
-    while ((c = getopt_long(argc, argv, ":h", opts, &li)) != -1) {
-        uint64_t x;
-        switch (c) {
-        case 't': trace = optarg; break;
-        case 'a': snprintf(allocs, sizeof allocs, "%s", optarg); break;
-        case 'm': machine = optarg; break;
-        case 'c':
-            if (cli_parse_bytes("replay", "capacity", optarg, &x)) return MS_EXIT_USAGE;
-            if (!x || x > (UINT64_C(1) << 50)) goto badval;
-            o.capacity_bytes = x;
-            break;
-        case 's':
-            if (cli_parse_bytes("replay", "max-split-size", optarg, &x)) return MS_EXIT_USAGE;
-            cfg.max_split_size_bytes = x;
-            if (alloc_config_problem(&cfg)) goto badval;
-            break;
-        case 'r':
-            if (!ms_parse_u64(optarg, &x) || x > 64) goto badval;
-            cfg.roundup_power2_divisions = (unsigned)x;
-            if (alloc_config_problem(&cfg)) goto badval;
-            break;
-        case 'f':
-            if (cli_parse_bytes("replay", "frag-limit", optarg, &x)) return MS_EXIT_USAGE;
-            cfg.frag_limit_bytes = x;
-            break;
-        case 'd':
-            if (!strcmp(optarg, "recorded")) {
-                o.ignore_recorded_addresses = o.descending_addresses = 0;
-            } else if (!strcmp(optarg, "ascending")) {
-                o.ignore_recorded_addresses = 1;
-                o.descending_addresses = 0;
-            } else if (!strcmp(optarg, "descending")) {
-                o.ignore_recorded_addresses = o.descending_addresses = 1;
-            } else {
-                fprintf(stderr, "memsim replay: bad value '%s' for --addresses (recorded, "
-                        "ascending or descending)\n", optarg);
-                return MS_EXIT_USAGE;
-            }
-            break;
-        case 'k': o.check_every_op = 1; break;
-        case 'g': list_segments = 1; break;
-        case 'h': usage(stdout); return MS_EXIT_OK;
-        default:
-            fprintf(stderr, "memsim replay: bad option '%s' (see --help)\n", argv[optind - 1]);
-            return MS_EXIT_USAGE;
-        }
-        li = -1;
-    }
-    if (!trace || optind != argc) {
-        usage(stderr);
-        return MS_EXIT_USAGE;
-    }
-    if (!allocs[strspn(allocs, ",")]) {
-        fprintf(stderr, "memsim replay: --allocator names no allocator (see --help)\n");
-        return MS_EXIT_USAGE;
+    runs_replay_args ra;
+    ms_error err;
+    int rc = runs_replay_parse(argc, argv, &ra, &err);
+    if (rc && ra.usage) usage(stderr);
+    else if (rc) fprintf(stderr, "memsim replay: %s\n", err.msg);
+    if (rc) return rc;
+    if (ra.help) {
+        usage(stdout);
+        return MS_EXIT_OK;
     }
     machine_profile *mp = NULL;
-    ms_error err;
-    ms_status st = machine_load_named(machine, &mp, &err);
+    ms_status st = machine_load_named(ra.machine, &mp, &err);
     if (st != MS_OK) return cli_fail("replay", st, &err);
-    o.machine = &mp->m;
-    o.cfg = &cfg;
-    int rc = MS_EXIT_OK;
+    char allocs[sizeof ra.allocators];
+    memcpy(allocs, ra.allocators, sizeof allocs);
     for (char *a = strtok(allocs, ","); a && rc != MS_EXIT_INPUT; a = strtok(NULL, ",")) {
-        int r = replay_one(trace, a, &o, list_segments);
+        int r = replay_one(&ra, &mp->m, a);
         if (r > rc) rc = r;
     }
     machine_profile_free(mp);
     return rc;
-badval:
-    fprintf(stderr, "memsim replay: bad value '%s' for --%s (%s)\n", optarg,
-            li >= 0 ? opts[li].name : "?",
-            alloc_config_problem(&cfg) ? alloc_config_problem(&cfg)
-                                       : "--capacity: 1 byte to 1 PiB");
-    return MS_EXIT_USAGE;
 }

@@ -1,6 +1,6 @@
 /* cmd_run.c — `memsim plan`, `memsim simulate`, `memsim compare` and `memsim sweep`: the
- * what-if commands. They share the pipeline (sim/pipeline.c) and write tables, CSVs and
- * figures. */
+ * what-if commands. They share the pipeline (sim/pipeline.c) and, with the library API, the
+ * runs of sim/runs.c; here they print tables and write CSVs and figures. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -9,31 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sim/cli.h"
 #include "sim/cmds.h"
 #include "sim/jobs.h"
 #include "sim/plot.h"
+#include "sim/runs.h"
 
 static int write_csv(const char *cmd, const char *path, const sim_result *rs, size_t n)
 {
-    ms_out *o;
     ms_error err;
-    ms_status st = ms_out_open(path, &o, &err);
-    if (st != MS_OK) return cli_fail(cmd, st, &err);
-    /* res_csv_* write to a FILE: render into memory, then through the atomic writer. */
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mf = open_memstream(&buf, &len);
-    if (!mf) {
-        ms_out_abort(o);
-        return cli_fail(cmd, MS_ERR_NOMEM, NULL);
-    }
-    res_csv_header(mf);
-    for (size_t i = 0; i < n; i++) res_csv_row(mf, &rs[i]);
-    fclose(mf);
-    ms_out_write(o, buf, len);
-    free(buf);
-    st = ms_out_commit(o, &err);
+    ms_status st = runs_write_csv(path, rs, n, &err);
     return st == MS_OK ? MS_EXIT_OK : cli_fail(cmd, st, &err);
 }
 
@@ -59,32 +43,8 @@ static int parse_cmd(int argc, char **argv, unsigned groups, const char *cmd, co
     return -1;
 }
 
-/* The workload in the forms the policies of one command plan (pol_form), each made once:
- * generated in a policy's form unless the user fixed the form (pipe_form_set). */
-typedef struct forms {
-    trace_t *t[2];
-} forms;
-
-static ms_status forms_get(forms *f, const pipe_workload *w, const machine_t *m, pol_form k,
-                           const trace_t **t, ms_error *err)
-{
-    if (pipe_form_set(w) && !w->trace_path) k = POL_FORM_PLAIN; /* a plain file: converted */
-    if (!f->t[k]) {
-        ms_status st = pipe_trace_for(w, m, k, &f->t[k], err);
-        if (st != MS_OK) return st;
-    }
-    *t = f->t[k];
-    return MS_OK;
-}
-
-static void forms_free(forms *f)
-{
-    trace_free(f->t[0]);
-    trace_free(f->t[1]);
-}
-
 /* Says which policies of a comparison ran on the workload's ZeRO-Offload form. */
-static void forms_note(FILE *out, const cli_args *a, const forms *f)
+static void forms_note(FILE *out, const cli_args *a, const runs_forms *f)
 {
     const trace_t *o = f->t[POL_FORM_OFFLOAD];
     fprintf(out, "ZeRO-Offload form of the workload (optimizer states and Adam on the host, "
@@ -93,21 +53,6 @@ static void forms_note(FILE *out, const cli_args *a, const forms *f)
     for (size_t i = 0; i < a->n_policies; i++)
         if (pol_form_of(a->policies[i]) == POL_FORM_OFFLOAD) fprintf(out, " %s", a->policies[i]);
     fprintf(out, "; the others ran on the plain form\n");
-}
-
-/* The row of a policy that could not run on the workload (compare, sweep): status error, why
- * in the failure column. */
-static void error_row(sim_result *r, const char *policy, const pipe_workload *w,
-                      const machine_t *m, const char *why)
-{
-    res_init(r);
-    snprintf(r->policy, sizeof r->policy, "%s", policy);
-    snprintf(r->model, sizeof r->model, "%s", w->trace_path ? "-" : w->model);
-    snprintf(r->machine, sizeof r->machine, "%s", m->name);
-    r->seq = w->seq;
-    r->batch = w->batch;
-    snprintf(r->failure, sizeof r->failure, "%.500s", why);
-    r->status = RS_ERROR;
 }
 
 /* ---- the line above a summary table: the workload, the machine and its capacities ---- */
@@ -217,25 +162,17 @@ static void workload_line(FILE *f, const char *trace_path, const trace_t *t, con
 }
 
 /* Loads the machine and the workload in the form of the command's policy; prints errors. */
-static int setup(const char *cmd, const cli_args *a, machine_profile **mp, forms *f,
+static int setup(const char *cmd, const cli_args *a, machine_profile **mp, runs_forms *f,
                  const trace_t **t)
 {
-    int rc = cli_load_machine(a, cmd, mp);
-    if (rc) return rc;
     ms_error err;
-    memset(f, 0, sizeof *f);
-    pol_form k = pol_form_for(a->pol.policy, a->pol.plan_path);
-    ms_status st = forms_get(f, &a->w, &(*mp)->m, k, t, &err);
-    if (st != MS_OK) {
-        machine_profile_free(*mp);
-        return cli_fail(cmd, st, &err);
-    }
-    return MS_EXIT_OK;
+    ms_status st = runs_setup(a, mp, f, t, &err);
+    return st == MS_OK ? MS_EXIT_OK : cli_fail(cmd, st, &err);
 }
 
 int cmd_plan(int argc, char **argv)
 {
-    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS;
+    const unsigned g = CLI_GROUPS_PLAN;
     cli_args a;
     int rc = parse_cmd(argc, argv, g, "plan",
                        "Runs a policy's planner on a workload and writes the plan file (-o;\n"
@@ -246,7 +183,7 @@ int cmd_plan(int argc, char **argv)
                        "  memsim plan --model-config experiments/realworld/configs/llama3.2-1b.json --framework hf --precision amp --seq 2048 --batch 4 --machine h200-sxm --policy memo -o llama.plan\n", &a);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     machine_profile *mp;
-    forms f;
+    runs_forms f;
     const trace_t *t;
     if ((rc = setup("plan", &a, &mp, &f, &t))) return rc;
     ms_error err;
@@ -256,7 +193,7 @@ int cmd_plan(int argc, char **argv)
         st = plan_write(plan, a.output ? a.output : "-", &err);
         plan_free(plan);
     }
-    forms_free(&f);
+    runs_forms_free(&f);
     machine_profile_free(mp);
     return st == MS_OK ? MS_EXIT_OK : cli_fail("plan", st, &err);
 }
@@ -283,45 +220,9 @@ static void draw_run(const char *cmd, const char *dir, const char *tag, const si
         printf("wrote %s.png and .svg\n", outb);
 }
 
-/* Runs one policy; with a plot dir, also writes its per-run data files there. With tl (compare's
- * timeline, open), its events go there as process pid, named after the policy. */
-static ms_status run_one(const cli_args *a, const trace_t *t, const machine_t *m,
-                         const char *policy, ms_out *tl, int pid, int *tl_first,
-                         sim_result *r, ms_error *err)
-{
-    pipe_policy p = a->pol;
-    p.policy = policy;
-    pipe_outputs out = a->out;
-    if (tl) {
-        out.timeline_path = NULL;
-        out.timeline_out = tl;
-        out.timeline_pid = pid;
-        out.timeline_process = policy;
-        out.timeline_first = tl_first;
-    }
-    char mem[4096], iv[4096];
-    if (a->plot_dir) { /* the plot reads its data files here, whatever --memcsv names */
-        snprintf(mem, sizeof mem, "%s/%s.mem.csv", a->plot_dir, policy);
-        snprintf(iv, sizeof iv, "%s/%s.intervals.csv", a->plot_dir, policy);
-        out.memcsv_path = mem;
-        out.intervals_path = iv;
-    }
-    ms_status st = pipe_run(t, m, &p, &out, r, err);
-    if (st == MS_OK && a->plot_dir && a->out.memcsv_path) { /* and --memcsv gets the same */
-        char *buf;
-        size_t len;
-        st = ms_read_all(mem, SIZE_MAX, &buf, &len, err);
-        if (st == MS_OK) {
-            st = ms_out_save(a->out.memcsv_path, buf, len, err);
-            free(buf);
-        }
-    }
-    return st;
-}
-
 int cmd_simulate(int argc, char **argv)
 {
-    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICY | CLI_OUTPUTS | CLI_BREAKDOWN;
+    const unsigned g = CLI_GROUPS_SIMULATE;
     cli_args a;
     int rc = parse_cmd(argc, argv, g, "simulate",
                        "Simulates one training iteration of a workload under one policy (or a\n"
@@ -332,13 +233,13 @@ int cmd_simulate(int argc, char **argv)
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (a.plot_dir && (rc = make_dir("simulate", a.plot_dir))) return rc;
     machine_profile *mp;
-    forms f;
+    runs_forms f;
     const trace_t *t;
     if ((rc = setup("simulate", &a, &mp, &f, &t))) return rc;
     sim_result r;
     const char *name = a.pol.plan_path ? "plan" : a.pol.policy;
     ms_error err;
-    ms_status st = run_one(&a, t, &mp->m, name, NULL, 0, NULL, &r, &err);
+    ms_status st = runs_one(&a, t, &mp->m, name, NULL, 0, NULL, &r, &err);
     if (st != MS_OK) rc = cli_fail("simulate", st, &err);
     if (!rc) {
         if (!a.quiet) {
@@ -350,7 +251,7 @@ int cmd_simulate(int argc, char **argv)
         if (a.csv_path) rc = write_csv("simulate", a.csv_path, &r, 1);
         if (!rc && a.plot_dir) draw_run("simulate", a.plot_dir, name, &r, a.quiet);
     }
-    forms_free(&f);
+    runs_forms_free(&f);
     machine_profile_free(mp);
     return rc;
 }
@@ -408,7 +309,7 @@ static int write_breakdown_data(const char *dir, const sim_result *rs, size_t n,
 typedef struct compare_jobs {
     const cli_args *a;
     const machine_t *m;
-    forms *f;
+    runs_forms *f;
     int timeline;     /* --timeline given */
     sim_result *rs;   /* parent: the rows, in the order of --policies */
     ms_out *tl;
@@ -469,11 +370,11 @@ static int compare_job(size_t i, void *vc, FILE *data)
     int tl_first = 1, rc = 0;
     ms_status st = c->timeline ? ms_out_open(tlp, &tl, &err) : MS_OK;
     const trace_t *t;
-    if (st == MS_OK) st = forms_get(c->f, &a.w, c->m, pol_form_of(pol), &t, &err);
-    if (st == MS_OK) st = run_one(&a, t, c->m, pol, tl, (int)i + 1, &tl_first, &r, &err);
+    if (st == MS_OK) st = runs_forms_get(c->f, &a.w, c->m, pol_form_of(pol), &t, &err);
+    if (st == MS_OK) st = runs_one(&a, t, c->m, pol, tl, (int)i + 1, &tl_first, &r, &err);
     if (st != MS_OK) {
         rc = cli_fail("compare", st, &err);
-        error_row(&r, pol, &a.w, c->m, err.msg);
+        runs_error_row(&r, pol, &a.w, c->m, err.msg);
     }
     if (tl) ms_out_commit(tl, &err);
     fwrite(&r, sizeof r, 1, data);
@@ -499,7 +400,7 @@ static int compare_save(compare_jobs *c, size_t i, const char *path, const char 
     if (st == MS_OK) return 0;
     int r = cli_fail("compare", st, &err);
     if (!c->failed) c->failed = r;
-    error_row(&c->rs[i], c->a->policies[i], &c->a->w, c->m, err.msg);
+    runs_error_row(&c->rs[i], c->a->policies[i], &c->a->w, c->m, err.msg);
     return -1;
 }
 
@@ -511,7 +412,7 @@ static void compare_done(size_t i, const jobs_result *jr, void *vc)
     if (jr->status && !c->failed) c->failed = jr->status;
     const char *p = jr->data, *end = jr->data + jr->data_len;
     if (jr->data_len < sizeof *c->rs) { /* the job could not even start its work */
-        error_row(&c->rs[i], c->a->policies[i], &c->a->w, c->m, "the job sent no result");
+        runs_error_row(&c->rs[i], c->a->policies[i], &c->a->w, c->m, "the job sent no result");
         if (!c->failed) c->failed = MS_EXIT_INTERNAL;
         return;
     }
@@ -533,8 +434,7 @@ static void compare_done(size_t i, const jobs_result *jr, void *vc)
 
 int cmd_compare(int argc, char **argv)
 {
-    const unsigned g = CLI_WORKLOAD | CLI_MACHINE | CLI_POLICIES | CLI_OUTPUTS | CLI_BREAKDOWN |
-                       CLI_JOBS;
+    const unsigned g = CLI_GROUPS_COMPARE;
     cli_args a;
     int rc = parse_cmd(argc, argv, g, "compare",
                        "Runs several policies on one workload and prints them side by side;\n"
@@ -554,7 +454,7 @@ int cmd_compare(int argc, char **argv)
     if (a.plot_dir && (rc = make_dir("compare", a.plot_dir))) return rc;
     machine_profile *mp;
     if ((rc = cli_load_machine(&a, "compare", &mp))) return rc;
-    forms f;
+    runs_forms f;
     memset(&f, 0, sizeof f);
     sim_result rs[CLI_MAX_POLICIES];
     size_t n = 0;
@@ -564,18 +464,17 @@ int cmd_compare(int argc, char **argv)
     int tl_first = 1;
     if (a.out.timeline_path) {
         ms_error err;
-        ms_status st = ms_out_open(a.out.timeline_path, &tl, &err);
+        ms_status st = runs_timeline_open(a.out.timeline_path, &tl, &err);
         if (st != MS_OK) {
             machine_profile_free(mp);
             return cli_fail("compare", st, &err);
         }
-        ms_out_printf(tl, "{\"traceEvents\":[");
     }
     if (a.jobs > 1) {
         for (size_t i = 0; i < a.n_policies; i++) { /* each form once, before the fork */
             const trace_t *t;
             ms_error err;
-            forms_get(&f, &a.w, &mp->m, pol_form_of(a.policies[i]), &t, &err);
+            runs_forms_get(&f, &a.w, &mp->m, pol_form_of(a.policies[i]), &t, &err);
         }
         compare_jobs c = {&a, &mp->m, &f, tl != NULL, rs, tl, &tl_first, 0};
         jobs_spec js = {"compare", a.n_policies, a.jobs, a.quiet, compare_job, compare_done,
@@ -583,32 +482,20 @@ int cmd_compare(int argc, char **argv)
         int jr = jobs_run(&js);
         if (jr) {
             ms_out_abort(tl);
-            forms_free(&f);
+            runs_forms_free(&f);
             machine_profile_free(mp);
             return jr;
         }
         failed = c.failed;
         n = a.n_policies;
     }
-    for (size_t i = 0; a.jobs <= 1 && i < a.n_policies; i++) {
-        if (!a.quiet) fprintf(stderr, "memsim compare: simulating %s (%zu/%zu)\n",
-                              a.policies[i], i + 1, a.n_policies);
-        const trace_t *t;
-        ms_error err;
-        ms_status st = forms_get(&f, &a.w, &mp->m, pol_form_of(a.policies[i]), &t, &err);
-        if (st == MS_OK)
-            st = run_one(&a, t, &mp->m, a.policies[i], tl, (int)i + 1, &tl_first, &rs[n], &err);
-        if (st != MS_OK) {
-            int r = cli_fail("compare", st, &err);
-            if (!failed) failed = r;
-            error_row(&rs[n], a.policies[i], &a.w, &mp->m, err.msg);
-        }
-        n++;
+    if (a.jobs <= 1) {
+        failed = runs_compare(&a, &mp->m, &f, tl, &tl_first, rs, 1);
+        n = a.n_policies;
     }
     if (tl) {
         ms_error err;
-        ms_out_printf(tl, "\n]}\n");
-        ms_status st = ms_out_commit(tl, &err);
+        ms_status st = runs_timeline_close(tl, &err);
         if (st != MS_OK) rc = cli_fail("compare", st, &err);
     }
     if (!rc) {
@@ -661,7 +548,7 @@ int cmd_compare(int argc, char **argv)
                 draw_run("compare", a.plot_dir, a.policies[i], &rs[i], a.quiet);
         }
     }
-    forms_free(&f);
+    runs_forms_free(&f);
     machine_profile_free(mp);
     return rc ? rc : failed;
 }
@@ -709,13 +596,13 @@ static void sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const ch
     pipe_workload w = a->w;
     if (a->points_are_batches) w.batch = x;
     else w.seq = x;
-    forms f;
+    runs_forms f;
     memset(&f, 0, sizeof f);
     char at[48];
     for (size_t i = 0; i < n; i++) {
         const trace_t *t;
         ms_error err;
-        ms_status st = forms_get(&f, &w, m, pol_form_of(policies[i]), &t, &err);
+        ms_status st = runs_forms_get(&f, &w, m, pol_form_of(policies[i]), &t, &err);
         if (st == MS_OK) {
             pipe_policy p = a->pol;
             p.policy = policies[i];
@@ -727,10 +614,10 @@ static void sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const ch
             fprintf(stderr, "memsim sweep: %s %s: %s\n", policies[i],
                     point_at(a, x, at, sizeof at), err.msg);
             if (!*failed) *failed = ms_exit_code(st);
-            error_row(&rs[i], policies[i], &w, m, err.msg);
+            runs_error_row(&rs[i], policies[i], &w, m, err.msg);
         }
     }
-    forms_free(&f);
+    runs_forms_free(&f);
 }
 
 /* The table: one row per point, MFU (%) or the failure per policy, then the fastest. */
@@ -853,7 +740,7 @@ static void sweep_point_done(size_t i, const jobs_result *jr, void *vc)
             pipe_workload w = c->a->w;
             if (c->a->points_are_batches) w.batch = c->a->points[i];
             else w.seq = c->a->points[i];
-            error_row(&c->rs[i * np + j], c->a->policies[j], &w, c->m, "the job sent no result");
+            runs_error_row(&c->rs[i * np + j], c->a->policies[j], &w, c->m, "the job sent no result");
         }
     if (jr->status && !c->failed) c->failed = jr->status;
 }

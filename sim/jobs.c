@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sim/cli.h"
 #include "traces/util.h"
 
 #define FRAME_MAGIC 0x6d736a31u /* "msj1" */
@@ -48,14 +49,10 @@ static int frame_complete(const char *buf, size_t len);
 
 int jobs_parse(const char *cmd, const char *v, int *out)
 {
-    uint64_t x;
-    if (!v || !ms_parse_u64(v, &x) || x == 0 || x > JOBS_MAX) {
-        fprintf(stderr, "memsim %s: --jobs '%s': expected a whole number from 1 to %d\n", cmd,
-                v ? v : "", JOBS_MAX);
-        return MS_EXIT_USAGE;
-    }
-    *out = (int)x;
-    return 0;
+    ms_error e;
+    int rc = cli_check_jobs(&e, v, out);
+    if (rc) fprintf(stderr, "memsim %s: %s\n", cmd, e.msg);
+    return rc;
 }
 
 static int write_all(int fd, const void *p, size_t n)

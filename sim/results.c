@@ -147,6 +147,26 @@ void res_csv_row(FILE *f, const sim_result *r)
     fputc('\n', f);
 }
 
+void res_json_row(FILE *f, const sim_result *r)
+{
+    const char *base = (const char *)r;
+    fputc('{', f);
+    for (size_t i = 0; i < res_csv_ncolumns(); i++) {
+        const void *p = base + cols[i].off;
+        if (i) fputc(',', f);
+        ms_json_str(f, RES_CSV_COLUMNS[i]);
+        fputc(':', f);
+        switch (cols[i].type) {
+        case CT_STR: ms_json_str(f, (const char *)p); break;
+        case CT_U64: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+        case CT_INT: fprintf(f, "%d", *(const int *)p); break;
+        case CT_DBL: ms_json_double(f, *(const double *)p); break;
+        case CT_STATUS: ms_json_str(f, res_status_name(*(const res_status *)p)); break;
+        }
+    }
+    fputc('}', f);
+}
+
 static double gib(uint64_t b) { return (double)b / MS_GiB; }
 
 /* 1 when some result ran on more than one GPU: the table then also gives the node's host

@@ -1,8 +1,8 @@
 /* results.h — what one simulated (or measured) run produced: times, MFU, memory peaks,
  * allocator counters, and the status (ok / oom / oohm) with the failing request. Writers for
  * the results CSV (columns documented in traces/FORMAT.md), the summary table, the memory
- * time series CSV and the Chrome-trace / Perfetto JSON timeline. Used by sim/exec.c (fills
- * it), the memsim command and experiments/. */
+ * time series CSV and the Chrome-trace / Perfetto JSON timeline, and the rows as JSON. Used
+ * by sim/exec.c (fills it), the memsim command, the library API and experiments/. */
 #ifndef MEMSIM_RESULTS_H
 #define MEMSIM_RESULTS_H
 
@@ -56,6 +56,9 @@ extern const char *const RES_CSV_COLUMNS[];
 size_t res_csv_ncolumns(void);
 void res_csv_header(FILE *f);
 void res_csv_row(FILE *f, const sim_result *r);
+/* The same row as a JSON object, keys the CSV's column names, values what the CSV holds
+ * (numbers as numbers, the status and strings as strings; sim/api.c). */
+void res_json_row(FILE *f, const sim_result *r);
 /* Human-readable summary table of several results (memsim compare): host_GiB is one GPU's
  * host peak; when a result ran on more than one GPU, node_GiB the node's (host_node_peak_bytes). */
 void res_table(FILE *f, const sim_result *rs, size_t n);

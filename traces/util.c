@@ -758,3 +758,22 @@ const char *ms_fmt_double(double v, char *buf, size_t n)
     }
     return buf;
 }
+
+void ms_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+void ms_json_double(FILE *f, double v)
+{
+    char buf[40];
+    if (isfinite(v)) fputs(ms_fmt_double(v, buf, sizeof buf), f);
+    else fputs("null", f);
+}

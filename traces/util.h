@@ -119,6 +119,12 @@ const char *ms_fmt_bytes(uint64_t bytes, char *buf, size_t n);
 /* Exact decimal formatting of doubles for round-tripping: shortest "%.17g"-safe text. */
 const char *ms_fmt_double(double v, char *buf, size_t n);
 
+/* JSON values for the writers of JSON documents: a string quoted, with quotes, backslashes
+ * and control characters escaped; a double as ms_fmt_double writes it (so that it reads back
+ * the same and matches the CSVs), null when it is not finite, which JSON cannot say. */
+void ms_json_str(FILE *f, const char *s);
+void ms_json_double(FILE *f, double v);
+
 #define MS_GiB (1024.0 * 1024.0 * 1024.0)
 #define MS_MiB (1024.0 * 1024.0)
 

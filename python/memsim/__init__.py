@@ -18,9 +18,5 @@ def __getattr__(name):
     raise AttributeError("module 'memsim' has no attribute %r" % name)
 
 
-# ---- bindings over libmemsim (python/memsim/api.py, its own change) ----
-# from .api import simulate, compare, replay, plan
-try:
-    from .api import simulate, compare, replay, plan           # noqa: F401
-except ImportError:
-    pass
+# ---- bindings over libmemsim (python/memsim/api.py): the library is loaded on first call ----
+from .api import simulate, compare, replay, plan, Error        # noqa: F401
