@@ -134,6 +134,14 @@ ms_status alloc_release(alloc_t *a, uint64_t addr)
 ms_status alloc_empty_cache(alloc_t *a) { return after_op(a, a->vt->empty_cache(a)); }
 const alloc_stats *alloc_get_stats(const alloc_t *a) { return &a->stats; }
 const char *alloc_name(const alloc_t *a) { return a->vt->name; }
+unsigned alloc_caps(const alloc_t *a) { return a->vt->caps; }
+
+int alloc_set_events_hook(alloc_t *a, alloc_events_fn fn, void *ctx)
+{
+    if (!a || !(a->vt->caps & ALLOC_CAP_EVENTS_HOOK) || !a->vt->set_events_hook) return 0;
+    a->vt->set_events_hook(a, fn, ctx);
+    return 1;
+}
 ms_status alloc_check(const alloc_t *a, char *why, size_t n) { return a->vt->check(a, why, n); }
 void alloc_dump(const alloc_t *a, FILE *f) { a->vt->dump(a, f); }
 
