@@ -231,6 +231,23 @@ static ms_status put_tensor(lw *w, sched_kind k, sched_stream s, uint64_t id, ui
     return put(w, &a);
 }
 
+/* The ALLOC of a block lowering made or renamed, with what it holds (sched_block). */
+static ms_status put_block(lw *w, sched_stream s, uint64_t id, uint64_t bytes, sched_block b)
+{
+    sched_action a = act(w, SA_ALLOC, s);
+    a.tensor = id;
+    a.bytes = bytes;
+    a.block = (uint8_t)b;
+    return put(w, &a);
+}
+
+/* The ALLOC of trace tensor x's block under its current schedule id (an incarnation's
+ * block holds what its tensor's class says). */
+static ms_status put_alloc(lw *w, sched_stream s, const lw_tensor *x, uint64_t bytes)
+{
+    return put_block(w, s, x->sid, bytes, sched_block_of_class(x->meta->cls));
+}
+
 static ms_status put_event(lw *w, sched_kind k, sched_stream s, uint32_t e)
 {
     sched_action a = act(w, k, s);
@@ -671,7 +688,7 @@ static ms_status rb_open(lw *w, rb_group *G)
     G->hid = lower_id_rbuf(G->pass, G->layer, 1);
     G->state = RB_LIVE;
     w->rep.rb_blocks++;
-    return st == MS_OK ? put_tensor(w, SA_ALLOC, SS_COMPUTE, G->sid, w->rb_bytes) : st;
+    return st == MS_OK ? put_block(w, SS_COMPUTE, G->sid, w->rb_bytes, SB_RBUF) : st;
 }
 
 /* Compute must not touch a prefetched block before its copy is done. */
@@ -717,14 +734,14 @@ static ms_status rb_prefetch(lw *w, int32_t layer)
     if (G->state != RB_OFFLOADED) return MS_OK;
     G->sid = G->hid;
     ms_status st = MS_OK;
-    if (w->o.prefetch_alloc_on_compute) st = put_tensor(w, SA_ALLOC, SS_COMPUTE, G->sid, w->rb_bytes);
+    if (w->o.prefetch_alloc_on_compute) st = put_block(w, SS_COMPUTE, G->sid, w->rb_bytes, SB_RBUF);
     uint32_t e3 = sched_new_event(w->s);
     G->e4 = sched_new_event(w->s);
     if (st == MS_OK) st = put_event(w, SA_RECORD, SS_COMPUTE, e3);
     if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, e3);
     if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, G->e2);
     if (st == MS_OK && !w->o.prefetch_alloc_on_compute)
-        st = put_tensor(w, SA_ALLOC, SS_H2D, G->sid, w->rb_bytes);
+        st = put_block(w, SS_H2D, G->sid, w->rb_bytes, SB_RBUF);
     if (st == MS_OK && G->copy_bytes) {
         st = put_tensor(w, SA_COPY_H2D, SS_H2D, G->sid, G->copy_bytes);
         if (st == MS_OK) st = put_tensor(w, SA_HOST_FREE, SS_H2D, G->hid, 0);
@@ -843,7 +860,7 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
         lw_tensor *x = &w->ts[L->swap.v[k]];
         if (x->state == TS_OFFLOADED) {
             x->sid = next_sid(w, x);
-            st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->sid, x->meta->bytes);
+            st = put_alloc(w, SS_COMPUTE, x, x->meta->bytes);
         }
     }
     uint32_t e3 = sched_new_event(w->s);
@@ -856,7 +873,7 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
         if (x->state != TS_OFFLOADED) continue; /* freed by the trace while on the host */
         if (as == SS_H2D) {
             x->sid = next_sid(w, x);
-            st = put_tensor(w, SA_ALLOC, SS_H2D, x->sid, x->meta->bytes);
+            st = put_alloc(w, SS_H2D, x, x->meta->bytes);
         }
         if (st == MS_OK && x->swap_bytes) {
             st = put_tensor(w, SA_COPY_H2D, SS_H2D, x->sid, x->swap_bytes);
@@ -1021,7 +1038,7 @@ static ms_status replay_alloc(lw *w, replay *r, const trace_tensor *t, idx_list 
     if (target && r->in_place) return MS_OK; /* its block is there; its tokens are filled in */
     lw_tensor *x = find_tensor(w, t->id);
     x->sid = next_sid(w, x);
-    ms_status st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->sid,
+    ms_status st = put_alloc(w, SS_COMPUTE, x,
                               target ? t->bytes : scaled_bytes(t->bytes, r->frac));
     if (st != MS_OK) return st;
     x->state = TS_LIVE;
@@ -1537,7 +1554,7 @@ static ms_status sync_carried(lw *w)
         lw_tensor *x = &w->ts[i];
         if (x->state != TS_LIVE || x->emitted) continue;
         x->emitted = 1;
-        st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->sid, x->meta->bytes);
+        st = put_alloc(w, SS_COMPUTE, x, x->meta->bytes);
     }
     return st;
 }
@@ -1556,7 +1573,7 @@ static ms_status walk(lw *w)
     ms_status st = MS_OK;
     /* MEMO allocates its rounding buffers before the training iterations begin (§4.1). */
     if (w->idle_bytes)
-        st = put_tensor(w, SA_ALLOC, SS_COMPUTE, lower_id_idle_buffer(), w->idle_bytes);
+        st = put_block(w, SS_COMPUTE, lower_id_idle_buffer(), w->idle_bytes, SB_IDLE);
     for (w->rec = 0; st == MS_OK && w->rec < trace_count(w->t); w->rec++) {
         const trace_rec *r = trace_get(w->t, w->rec);
         if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) {

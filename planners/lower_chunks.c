@@ -1044,6 +1044,16 @@ static ms_status wt(lcw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t 
     return wput(w, &a);
 }
 
+/* The ALLOC of a block this lowering made, with what it holds (sched_block). */
+static ms_status wblock(lcw *w, uint64_t id, uint64_t bytes, sched_block b)
+{
+    sched_action a = wact(w, SA_ALLOC, SS_COMPUTE);
+    a.tensor = id;
+    a.bytes = bytes;
+    a.block = (uint8_t)b;
+    return wput(w, &a);
+}
+
 static ms_status wev(lcw *w, sched_kind k, sched_stream s, uint32_t e)
 {
     sched_action a = wact(w, k, s);
@@ -1159,15 +1169,15 @@ static ms_status emit_setup(lcw *w)
     const lc_layout *L = w->L;
     w->ph = TP_NONE;
     if (w->k.init_device_bytes) {
-        st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_INIT, 0), w->k.init_device_bytes);
+        st = wblock(w, lc_id(LC_ID_INIT, 0), w->k.init_device_bytes, SB_STAGING);
         if (!st) st = wt(w, SA_FREE, SS_COMPUTE, lc_id(LC_ID_INIT, 0), 0);
     }
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++) {
-        st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_PERSIST, (uint32_t)c), L->chunk_bytes);
+        st = wblock(w, lc_id(LC_ID_PERSIST, (uint32_t)c), L->chunk_bytes, SB_CHUNK);
         w->rep.static_gpu_bytes += L->chunk_bytes;
         uint64_t ob = ceil_div(w->k.gpu_opt_bytes_per_param * (double)p_opt_params(w, c), 1);
         if (!st && ob) {
-            st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_POPT, (uint32_t)c), ob);
+            st = wblock(w, lc_id(LC_ID_POPT, (uint32_t)c), ob, SB_OPTSTATE);
             w->rep.static_gpu_bytes += ob;
         }
         if (!st && (w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1)
@@ -1175,7 +1185,7 @@ static ms_status emit_setup(lcw *w)
                     LC_COLL_STAGE_BYTES < w->S ? LC_COLL_STAGE_BYTES : w->S);
     }
     for (int b = 0; st == MS_OK && b < w->k.n_buffer; b++) {
-        st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_BUFFER, (uint32_t)b), L->chunk_bytes);
+        st = wblock(w, lc_id(LC_ID_BUFFER, (uint32_t)b), L->chunk_bytes, SB_STAGING);
         w->rep.buffer_allocs++;
         w->rep.static_gpu_bytes += L->chunk_bytes;
         /* pinned staging of the buffer's copies */

@@ -852,6 +852,17 @@ static ms_status put_t(lw *w, sched_kind k, sched_stream s, uint64_t id, uint64_
     return put(w, &a);
 }
 
+/* The ALLOC of a staging block this lowering made (buckets, casts, held gradients, copies
+ * in flight: dha_synth_id). */
+static ms_status put_staging(lw *w, uint64_t id, uint64_t bytes)
+{
+    sched_action a = act(SA_ALLOC, SS_COMPUTE);
+    a.tensor = id;
+    a.bytes = bytes;
+    a.block = SB_STAGING;
+    return put(w, &a);
+}
+
 static ms_status put_e(lw *w, sched_kind k, sched_stream s, uint32_t e)
 {
     sched_action a = act(k, s);
@@ -1160,7 +1171,7 @@ static ms_status setup_end(lw *w)
     w->bucket_bytes = b; /* a unit larger than the bucket is reduced as a whole (not in pieces) */
     uint64_t hb = (uint64_t)((double)b * w->copy_ratio);
     for (int k = 0; k <= w->overlap; k++) {
-        TRY(put_t(w, SA_ALLOC, SS_COMPUTE, bucket_id(k), b));
+        TRY(put_staging(w, bucket_id(k), b));
         TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, hb != b ? cast_id(k) : bucket_id(k), hb));
     }
     w->bucket_ev[0] = w->bucket_ev[1] = EV_NONE;
@@ -1378,7 +1389,7 @@ static ms_status ds_param(lw *w, uint64_t bytes, uint32_t *copy)
     if (*copy != EV_NONE) TRY(put_e(w, SA_WAIT, SS_COMPUTE, *copy)); /* one stream in DeepSpeed */
     uint64_t dbl = (uint64_t)((double)bytes * 8.0 / w->grad_elem_bytes);
     uint64_t xb = (uint64_t)((double)bytes * w->copy_ratio);
-    if (bytes) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(6), dbl));
+    if (bytes) TRY(put_staging(w, dha_synth_id(6), dbl));
     /* the gradient read twice; the fp64 copy written and read, the fp32 copy (half its size)
      * written and summed */
     TRY(hbm_kernel(w, 2 * bytes + dbl * 3, -1));
@@ -1390,7 +1401,7 @@ static ms_status ds_param(lw *w, uint64_t bytes, uint32_t *copy)
     TRY(record_new(w, SS_HOST, &h));
     TRY(put_e(w, SA_WAIT, SS_COMPUTE, h));
     if (!bytes) return hbm_kernel(w, 0, -1);
-    TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(7), xb));
+    TRY(put_staging(w, dha_synth_id(7), xb));
     TRY(hbm_kernel(w, bytes + xb, -1));
     TRY(record_new(w, SS_COMPUTE, &k));
     TRY(put_e(w, SA_WAIT, SS_D2H, k));
@@ -1454,7 +1465,7 @@ static ms_status bucket_flush(lw *w)
     uint64_t tmp = cast_id(w->bidx);
     int cast = xb != w->bucket_fill;
     if (cast) {
-        TRY(put_t(w, SA_ALLOC, SS_COMPUTE, tmp, xb));
+        TRY(put_staging(w, tmp, xb));
         TRY(hbm_kernel(w, w->bucket_fill + xb, -1));
     }
     TRY(record_new(w, SS_COMPUTE, &e));
@@ -1606,7 +1617,7 @@ static ms_status hold_contribution(lw *w, size_t g, uint64_t bytes)
 {
     ltens *x = &w->lt[g];
     /* one input buffer per leaf: a further contribution is summed into it */
-    if (!x->held_bytes && bytes) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, held_id(g), bytes));
+    if (!x->held_bytes && bytes) TRY(put_staging(w, held_id(g), bytes));
     x->held_bytes += bytes;
     return MS_OK;
 }
@@ -1710,7 +1721,7 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
     if (rd || wr) a.dha_eff = dha_eff_of(w->m, op, rd > 0);
     /* grad_write=accumulate: the kernel makes the gradient in a GPU temporary, then
      * AccumulateGrad adds it into the host gradient (read and written over DHA). */
-    if (acc) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(3), acc));
+    if (acc) TRY(put_staging(w, dha_synth_id(3), acc));
     TRY(put(w, &a));
     if (acc) {
         TRY(put_accumulate(w, op, acc));

@@ -640,7 +640,7 @@ static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
     uint32_t slot;
     if (slot_new(&x->dl_free, &x->n_dl_free, &x->n_dl, &x->cap_dl, (void **)&x->dl,
                  sizeof *x->dl, &slot) != MS_OK || u64map_put(x->dmap, a->tensor, slot) ||
-        !bm_alloc(x->mix, a->tensor, addr, a->bytes)) {
+        !bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes)) {
         alloc_release(x->alloc, addr);
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
     }

@@ -572,7 +572,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         fail_at(x, st, idx, alloc_why(x, st));
         return 0;
     }
-    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, addr, a->bytes)) {
+    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes)) {
         fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
@@ -1016,7 +1016,7 @@ static void host_alloc(ex *x, size_t i, const sched_action *a)
         fail_at(x, st, i, alloc_why(x, st));
         return;
     }
-    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, addr, a->bytes) ||
+    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes) ||
         u64map_put(x->duse, a->tensor, (uint64_t)s | (1ULL << (s + 8)))) {
         fail_run(x, MS_ERR_NOMEM, "out of memory");
         return;

@@ -252,6 +252,20 @@ static plan_t *plan_of(const pol_policy *p, const trace_t *t, const char *k, con
     return pl;
 }
 
+/* Blocks the DHA lowering makes (ids the trace does not hold) must say what they are: every
+ * such ALLOC is staging (buckets, casts, held gradients, copies in flight). */
+static size_t synth_allocs, synth_wrong; /* over every schedule simulate() saw */
+
+static void count_synthetic_kinds(const trace_t *t, const schedule_t *s)
+{
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind != SA_ALLOC || trace_find_tensor(t, a->tensor)) continue;
+        synth_allocs++;
+        synth_wrong += a->block != SB_STAGING;
+    }
+}
+
 static double simulate(const trace_t *t, const plan_t *p, sim_result *out)
 {
     ms_error err;
@@ -260,6 +274,7 @@ static double simulate(const trace_t *t, const plan_t *p, sim_result *out)
         TAP_NOTE("lower: %s", err.msg);
         return -1;
     }
+    count_synthetic_kinds(t, s);
     sim_opts so;
     sim_opts_default(&so);
     so.host_sharers = 1;
@@ -1020,6 +1035,8 @@ int main(void)
     test_accumulate();
     test_gemm_rereads();
     test_dha_weight_exec();
+    TAP_OK(synth_allocs > 0 && synth_wrong == 0, "the DHA lowering's own blocks (%zu ALLOCs) "
+           "are all staging (%zu are not)", synth_allocs, synth_wrong);
     machine_profile_free(mach);
     return tap_done();
 }

@@ -110,6 +110,20 @@ static size_t count(const schedule_t *s, sched_kind k, int stream, int idkind)
     return n;
 }
 
+/* 1 when every ALLOC of a chunk id of `idkind` carries block kind b, and there is one */
+static int alloc_kinds(const schedule_t *s, int idkind, sched_block b)
+{
+    size_t n = 0, right = 0;
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        int kd;
+        if (a->kind != SA_ALLOC || !lc_id_parse(a->tensor, &kd, NULL) || kd != idkind) continue;
+        n++;
+        right += a->block == b;
+    }
+    return n > 0 && right == n;
+}
+
 static void test_knobs(void)
 {
     TAP_OK(!lower_chunks_applies(NULL), "no plan: not chunk lowering");
@@ -279,6 +293,8 @@ static void test_structure(void)
                    count(s, SA_FREE, -1, LC_ID_BUFFER) == 0,
                "chunk buffers allocated once, never freed");
         TAP_OK(count(s, SA_ALLOC, -1, LC_ID_PERSIST) == 1, "one persistent chunk allocated once");
+        TAP_OK(alloc_kinds(s, LC_ID_PERSIST, SB_CHUNK) && alloc_kinds(s, LC_ID_BUFFER, SB_STAGING),
+               "block kinds: the persistent chunk is a chunk, the buffers are staging");
         TAP_OK(count(s, SA_HOST_COMPUTE, SS_HOST, 0) == (size_t)(N - 1) * 2 &&
                    count(s, SA_HOST_COMPUTE, -1, 0) == count(s, SA_HOST_COMPUTE, SS_HOST, 0),
                "host Adam of every non-persistent chunk, each iteration, on the host stream");
