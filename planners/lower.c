@@ -10,8 +10,6 @@
  * timelines are in docs/POLICIES.md and docs/MEMO.md. */
 #include "planners/lower.h"
 
-#include "planners/lower_chunks.h"
-#include "planners/lower_dha.h"
 #include "planners/policy.h"
 
 #include <inttypes.h>
@@ -1635,23 +1633,59 @@ static void lw_free(lw *w)
     u64map_free(w->comm_use);
 }
 
+/* ---- the table of lowerings (lower.h) ---- */
+
+/* Adding a lowering is one line here: X(its lower_backend row), defined next to its code.
+ * The rows of the other files are declared here, not through their headers, so that this
+ * table depends on no lowering (they all include lower.h). */
+#define LOWER_LIST(X)          \
+    X(lower_backend_tensor)    \
+    X(lower_backend_chunks)    \
+    X(lower_backend_dha)
+
+#define LOWER_DECLARE(b) extern const lower_backend b;
+#define LOWER_ENTRY(b) &b,
+LOWER_LIST(LOWER_DECLARE)
+static const lower_backend *const lowerings[] = { LOWER_LIST(LOWER_ENTRY) };
+
+const lower_backend *const *lower_registry(size_t *n)
+{
+    *n = sizeof lowerings / sizeof *lowerings;
+    return lowerings;
+}
+
+const lower_backend *lower_find(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof lowerings / sizeof *lowerings; i++)
+        if (!strcmp(lowerings[i]->name, name)) return lowerings[i];
+    return NULL;
+}
+
 ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
                          const lower_opts *o, schedule_t **out, ms_error *err)
 {
     *out = NULL;
     if (!t) return ms_fail(err, MS_ERR_INVALID, "lower: no trace");
-    /* the markers that pick a lowering: anything but 0 or 1 is a hand edit gone wrong */
+    /* the markers that named the lowering before plans had a `lowering` line (plan_load
+     * reads them in such files): anything but 0 or 1 is a hand edit gone wrong */
     static const char *const markers[] = { "chunks", "host_params" };
     for (size_t i = 0; p && i < 2; i++) {
         const char *v = plan_get_knob(p, markers[i]);
         if (v && strcmp(v, "0") && strcmp(v, "1"))
             return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected 0 or 1", markers[i], v);
     }
-    /* Plans with per-layer parameter modes or host-resident model states (MemFerry,
-     * ZeRO-Offload) have their own lowering. */
-    if (lower_dha_applies(p)) return lower_dha(t, p, m, o, out, err);
-    /* Chunk-managed model states (ProTrain and the ZeRO-3 / Gemini / FSDP baselines). */
-    if (lower_chunks_applies(p)) return lower_chunks(t, p, m, o, out, err);
+    const lower_backend *b = p ? lower_find(p->lowering) : &lower_backend_tensor;
+    if (!b)
+        return ms_fail(err, MS_ERR_INVALID, "plan names lowering '%s', which is not one of "
+                       "tensor, chunks, dha", p->lowering);
+    return b->lower(t, p, m, o, out, err);
+}
+
+/* The per-tensor lowering (the row "tensor"). */
+static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t *m,
+                              const lower_opts *o, schedule_t **out, ms_error *err)
+{
+    *out = NULL;
     lw w;
     memset(&w, 0, sizeof w);
     w.t = t;
@@ -1685,6 +1719,14 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
     lw_free(&w);
     return st;
 }
+
+const lower_backend lower_backend_tensor = {
+    "tensor",
+    "per-tensor keep / swap / recompute on the trace's own program, MEMO's rounding buffers, "
+    "fresh ids for a static memory plan",
+    lower_tensor,
+    1,
+};
 
 /* ---- where rounding buffers put their members (lower.h) ---- */
 
@@ -1772,8 +1814,9 @@ ms_status lower_rb_map_new(const trace_t *t, const plan_t *p, lower_rb_map **out
     w.max_layer = t ? layer_bound(t) : LOWER_MAX_LAYER;
     lower_opts_default(&w.o);
     ms_status st = m ? MS_OK : nomem(&w);
-    /* the chunk and DHA lowerings have no rounding buffers */
-    int plain = !lower_dha_applies(p) && !lower_chunks_applies(p);
+    /* only the per-tensor lowering has rounding buffers */
+    const lower_backend *b = p ? lower_find(p->lowering) : &lower_backend_tensor;
+    int plain = b && b->rounding_buffers;
     if (st == MS_OK && plain) st = index_plan(&w);
     if (st == MS_OK && plain) st = read_knobs(&w);
     if (st == MS_OK && plain && w.rb) st = rb_prescan(&w);

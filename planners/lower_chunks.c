@@ -187,7 +187,8 @@ static ms_status put_knob(plan_t *p, const char *key, const char *fmt, ...)
 ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
 {
     static const char *coll[] = {"auto", "link", "compute", "stream"};
-    ms_status st = put_knob(p, "chunks", "1");
+    ms_status st = plan_set_lowering(p, "chunks");
+    if (!st) st = put_knob(p, "chunks", "1");
     if (!st) st = put_knob(p, "chunk_by", "%s", k->chunk_by_layer ? "layer" : "size");
     if (!st) st = put_knob(p, "chunk_bytes", "%" PRIu64, k->chunk_bytes);
     if (!st) st = put_knob(p, "n_persist", "%d", k->n_persist);
@@ -224,11 +225,6 @@ ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
     return MS_OK;
 }
 
-int lower_chunks_applies(const plan_t *p)
-{
-    const char *v = p ? plan_get_knob(p, "chunks") : NULL;
-    return v && !strcmp(v, "1");
-}
 
 /* ======================================================================== ids */
 
@@ -1937,3 +1933,12 @@ ms_status lower_chunks(const trace_t *t, const plan_t *p, const machine_t *m,
 {
     return lower_chunks_report(t, p, m, o, out, NULL, err);
 }
+
+const lower_backend lower_backend_chunks = {
+    "chunks",
+    "chunk-managed model states: persistent and host chunks, chunk buffers, host Adam, "
+    "interleaved swapped and checkpointed blocks (ProTrain and the ZeRO-3 / Gemini / FSDP "
+    "baselines)",
+    lower_chunks,
+    0,
+};

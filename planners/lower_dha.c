@@ -884,7 +884,7 @@ static ms_status record_new(lw *w, sched_stream s, uint32_t *e)
 
 #define TRY(x) do { ms_status st_ = (x); if (st_ != MS_OK) return st_; } while (0)
 
-/* Every key read_knobs, read_grad_host and lower_dha_applies read. */
+/* Every key read_knobs and read_grad_host read. */
 const char *const lower_dha_knob_names[] = {
     "update", "param_load", "realloc", "overlap_comm", "grad_write", "grad_free",
     "grad_copy_bytes", "bucket_bytes", "grad_host.", "host_params", "ds_sync", "ds_pre_us",
@@ -1859,17 +1859,6 @@ ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms
     return MS_OK;
 }
 
-int lower_dha_applies(const plan_t *p)
-{
-    if (!p) return 0;
-    const char *v = plan_get_knob(p, "host_params");
-    if (v && !strcmp(v, "1")) return 1;
-    if (lower_dha_module_grads(p)) return 1;
-    for (size_t i = 0; i < p->n_layers; i++)
-        if (p->layers[i].pmode != PM_GFGB || p->layers[i].grad_on_host) return 1;
-    return 0;
-}
-
 ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const lower_opts *o,
                     schedule_t **out, ms_error *err)
 {
@@ -1953,3 +1942,11 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
     *out = w.s;
     return MS_OK;
 }
+
+const lower_backend lower_backend_dha = {
+    "dha",
+    "host-resident model states: per-layer parameter modes GFGB / DHA / DFGB, gradients "
+    "copied or written to the host, host Adam (MemFerry, GO-MemFerry, ZeRO-Offload)",
+    lower_dha,
+    0,
+};

@@ -31,6 +31,10 @@ void pol_opts_default(pol_opts *o);
 
 typedef ms_status (*pol_plan_fn)(const trace_t *t, const machine_t *m, const pol_opts *o,
                                  plan_t **out, ms_error *err);
+/* A pass pol_plan runs on the plan a policy made (e.g. MEMO's bi-level memory plan when the
+ * knob memory_plan=1 asks for it): it may add to or change plan p. */
+typedef ms_status (*pol_post_plan_fn)(const trace_t *t, const machine_t *m, const pol_opts *o,
+                                      plan_t *p, ms_error *err);
 
 /* The form of workload trace a policy plans. A generated workload takes its policy's form
  * (pipe_trace_for, `memsim run`) unless the user sets the generator's offload knob; a trace
@@ -54,6 +58,9 @@ typedef struct pol_policy {
     const char *const *const *knob_names;
     pol_form form;        /* the workload form it plans (POL_FORM_PLAIN when not given) */
     int reads_alpha;      /* 1: it reads pol_opts.alpha (memsim --alpha); else --alpha is refused */
+    const char *lowering; /* the lowering its plans name (planners/lower.h lower_find), which
+                             pol_plan_new writes into them; NULL: "tensor" */
+    pol_post_plan_fn post_plan; /* run by pol_plan on every plan it makes; NULL: none */
 } pol_policy;
 
 const pol_policy *const *pol_registry(size_t *n);
@@ -64,8 +71,8 @@ pol_form pol_form_of(const char *name);
  * when the file cannot be read: loading it for the run reports why), else `policy`'s. */
 pol_form pol_form_for(const char *policy, const char *plan_path);
 
-/* Runs policy `name` (MS_ERR_NOTFOUND if unknown). NULL o: defaults. On success *out is a
- * sorted plan the caller frees with plan_free. */
+/* Runs policy `name` (MS_ERR_NOTFOUND if unknown), then its post_plan pass. NULL o:
+ * defaults. On success *out is a sorted plan the caller frees with plan_free. */
 ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const pol_opts *o,
                    plan_t **out, ms_error *err);
 
@@ -97,14 +104,16 @@ size_t pol_knob_list(const pol_policy *p, char *buf, size_t size);
 /* Checks the common knobs' values (0/1 flags, effort limits in (0, 3600) s) whichever policy
  * runs: pol_plan calls it before every policy, MEMO's knob reader too. */
 ms_status pol_common_knobs_check(const pol_opts *o, ms_error *err);
-/* The knobs pol_plan itself reads for any policy (memory_plan=1: MEMO's bi-level plan). */
+/* The knobs of the memory-plan pass (memory_plan=1: MEMO's bi-level plan) that the policies
+ * declaring it as their post_plan share. */
 extern const char *const pol_common_knob_names[];
 
 /* ---- helpers for policy implementations ---- */
 
 /* A new plan for policy `name` carrying o's allocator, allocator knobs and (if given) the
  * alpha override as knob "alpha"; every knob of o is copied into the plan so that the plan
- * file records how it was made. default_decision is PD_KEEP. */
+ * file records how it was made. default_decision is PD_KEEP; the lowering is the one the
+ * policy's registry row names. */
 ms_status pol_plan_new(const char *name, const pol_opts *o, plan_t **out, ms_error *err);
 
 /* Knob lookup: the value of `key` or NULL (the last one wins if given twice). */

@@ -561,6 +561,8 @@ const pol_policy pol_memferry = {
     MF_KNOB_GROUPS,
     POL_FORM_OFFLOAD,
     0,
+    "dha",
+    NULL,
 };
 
 const pol_policy pol_go_memferry = {
@@ -574,4 +576,6 @@ const pol_policy pol_go_memferry = {
     GO_KNOB_GROUPS,
     POL_FORM_OFFLOAD,
     0,
+    "dha",
+    NULL,
 };

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "planners/cost_protrain.h"
+#include "planners/policy_memo.h"
 #include "planners/policy_protrain.h"
 
 typedef struct bl_setup {
@@ -207,6 +208,8 @@ const pol_policy pol_zero3_offload = {
     Z3_KNOBS,
     POL_FORM_PLAIN,
     0,
+    "chunks",
+    memo_post_plan,
 };
 
 const pol_policy pol_gemini_static = {
@@ -219,6 +222,8 @@ const pol_policy pol_gemini_static = {
     GEM_KNOBS,
     POL_FORM_PLAIN,
     0,
+    "chunks",
+    memo_post_plan,
 };
 
 const pol_policy pol_fsdp_offload = {
@@ -231,4 +236,6 @@ const pol_policy pol_fsdp_offload = {
     FSDP_KNOBS,
     POL_FORM_PLAIN,
     0,
+    "chunks",
+    memo_post_plan,
 };

@@ -126,11 +126,18 @@ static int alloc_kinds(const schedule_t *s, int idkind, sched_block b)
 
 static void test_knobs(void)
 {
-    TAP_OK(!lower_chunks_applies(NULL), "no plan: not chunk lowering");
+    const lower_backend *b = lower_find("chunks");
+    TAP_OK(b && b->lower == lower_chunks && !b->rounding_buffers,
+           "the lowering named chunks is lower_chunks, without rounding buffers");
     plan_t *p = chunk_plan(2, 3, 1, 4, "coll", "link");
-    TAP_OK(p && lower_chunks_applies(p), "a plan with chunks=1 takes chunk lowering");
     lc_knobs k;
     ms_error err;
+    plan_t *q = plan_new("protrain", "caching");
+    lc_knobs_default(&k);
+    TAP_OK(q && !strcmp(q->lowering, "tensor") && lc_knobs_to_plan(&k, q, &err) == MS_OK &&
+               !strcmp(q->lowering, "chunks") && !strcmp(plan_get_knob(q, "chunks"), "1"),
+           "lc_knobs_to_plan names the chunk lowering in the plan (and keeps the old marker)");
+    plan_free(q);
     TAP_OK(lc_knobs_from_plan(p, &k, &err) == MS_OK && k.n_persist == 2 && k.n_buffer == 3 &&
                k.n_swap == 1 && k.n_ckpt == 4 && k.coll == LC_COLL_LINK &&
                k.chunk_bytes == 2 * MiB && k.persist_shard == 1,
@@ -146,8 +153,6 @@ static void test_knobs(void)
     plan_set_knob(p, "n_persist", "abc");
     TAP_OK(lc_knobs_from_plan(p, &k, &err) == MS_ERR_INVALID && strstr(err.msg, "n_persist"),
            "a malformed knob is named: %s", err.msg);
-    plan_set_knob(p, "chunks", "0");
-    TAP_OK(!lower_chunks_applies(p), "chunks=0: not chunk lowering");
     /* pinned host tensors round up to a power of two (PyTorch's CachingHostAllocator) */
     lc_knobs_default(&k);
     k.host_bytes_per_param = 16;
@@ -472,7 +477,7 @@ static void test_policies(void)
     const char *np = p ? plan_get_knob(p, "n_persist") : NULL;
     const char *pi = p ? plan_get_knob(p, "pred_iter_s") : NULL;
     const char *fe = p ? plan_get_knob(p, "feasible") : NULL;
-    TAP_OK(st == MS_OK && lower_chunks_applies(p) && np && pi && atof(pi) > 0 && fe &&
+    TAP_OK(st == MS_OK && !strcmp(p->lowering, "chunks") && np && pi && atof(pi) > 0 && fe &&
                !strcmp(fe, "1"),
            "protrain records its configuration and prediction (n_persist=%s, %s s)", np ? np : "-",
            pi ? pi : "-");
