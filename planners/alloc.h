@@ -27,6 +27,9 @@ typedef struct alloc_config {
 } alloc_config;
 
 void alloc_config_default(alloc_config *c);
+/* The smallest max_split_size PyTorch's config parser takes (max_split_size_mb >= 20: its
+ * kLargeBuffer, planners/alloc_caching.h's ALLOC_CACHING_LARGE_BUFFER_BYTES). */
+#define ALLOC_MIN_MAX_SPLIT_BYTES (20ULL << 20)
 /* What is wrong with cfg as PyTorch's config parser and memsim's allocators read it (a
  * sentence naming the setting), or NULL: max_split_size below 20 MiB, roundup divisions
  * other than 0, 1 or a power of two up to 64, a virtual-range factor outside [1, 64]. */

@@ -816,6 +816,10 @@ static void caching_dump(const alloc_t *a, FILE *f)
     free(segs);
 }
 
+/* alloc_config_problem (alloc.c) checks max_split_size against the same constant. */
+_Static_assert(ALLOC_MIN_MAX_SPLIT_BYTES == ALLOC_CACHING_LARGE_BUFFER_BYTES,
+               "PyTorch's max_split_size floor is its kLargeBuffer");
+
 const alloc_vtable alloc_caching_vt = {
     "caching",
     "PyTorch's caching allocator: 512 B rounding, small/large pools, best fit, split, "
