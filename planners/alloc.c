@@ -8,14 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc_caching.h"
-#include "planners/alloc_expandable.h"
-#include "planners/alloc_static.h"
-#include "planners/alloc_stitch.h"
+/* The registry: X(its vtable), defined in planners/alloc_NAME.c, in `memsim list` order. The
+ * vtables are declared here, not through the allocators' headers, so that the registry
+ * depends on no allocator (they all include alloc.h). */
+#define ALLOC_LIST(X)      \
+    X(alloc_caching_vt)    \
+    X(alloc_stitch_vt)     \
+    X(alloc_expandable_vt) \
+    X(alloc_static_vt)
 
-static const alloc_vtable *const registry[] = {
-    &alloc_caching_vt, &alloc_stitch_vt, &alloc_expandable_vt, &alloc_static_vt,
-};
+#define ALLOC_DECLARE(v) extern const alloc_vtable v;
+#define ALLOC_ENTRY(v) &v,
+ALLOC_LIST(ALLOC_DECLARE)
+static const alloc_vtable *const registry[] = { ALLOC_LIST(ALLOC_ENTRY) };
 
 const alloc_vtable *const *alloc_registry(size_t *n)
 {
@@ -45,7 +50,7 @@ void alloc_config_default(alloc_config *c)
 const char *alloc_config_problem(const alloc_config *c)
 {
     unsigned d = c->roundup_power2_divisions;
-    if (c->max_split_size_bytes < ALLOC_CACHING_LARGE_BUFFER_BYTES)
+    if (c->max_split_size_bytes < ALLOC_MIN_MAX_SPLIT_BYTES)
         return "max_split_size must be at least 20 MiB (PyTorch's max_split_size_mb >= 20)";
     if (d > 64 || (d > 1 && (d & (d - 1))))
         return "roundup_power2_divisions must be 0, 1 or a power of two up to 64";
@@ -134,6 +139,14 @@ ms_status alloc_release(alloc_t *a, uint64_t addr)
 ms_status alloc_empty_cache(alloc_t *a) { return after_op(a, a->vt->empty_cache(a)); }
 const alloc_stats *alloc_get_stats(const alloc_t *a) { return &a->stats; }
 const char *alloc_name(const alloc_t *a) { return a->vt->name; }
+unsigned alloc_caps(const alloc_t *a) { return a->vt->caps; }
+
+int alloc_set_events_hook(alloc_t *a, alloc_events_fn fn, void *ctx)
+{
+    if (!a || !(a->vt->caps & ALLOC_CAP_EVENTS_HOOK) || !a->vt->set_events_hook) return 0;
+    a->vt->set_events_hook(a, fn, ctx);
+    return 1;
+}
 ms_status alloc_check(const alloc_t *a, char *why, size_t n) { return a->vt->check(a, why, n); }
 void alloc_dump(const alloc_t *a, FILE *f) { a->vt->dump(a, f); }
 

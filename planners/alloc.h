@@ -27,6 +27,9 @@ typedef struct alloc_config {
 } alloc_config;
 
 void alloc_config_default(alloc_config *c);
+/* The smallest max_split_size PyTorch's config parser takes (max_split_size_mb >= 20: its
+ * kLargeBuffer, planners/alloc_caching.h's ALLOC_CACHING_LARGE_BUFFER_BYTES). */
+#define ALLOC_MIN_MAX_SPLIT_BYTES (20ULL << 20)
 /* What is wrong with cfg as PyTorch's config parser and memsim's allocators read it (a
  * sentence naming the setting), or NULL: max_split_size below 20 MiB, roundup divisions
  * other than 0, 1 or a power of two up to 64, a virtual-range factor outside [1, 64]. */
@@ -51,6 +54,23 @@ typedef struct alloc_stats {
 
 typedef struct alloc alloc_t;
 
+/* What an allocator can do beyond the vtable's calls, so that executors ask for a behaviour
+ * instead of comparing allocator names (alloc_caps). */
+enum {
+    /* tensors live at addresses a plan fixed before the run (the static arena): no
+     * recordStream touches them, so a FREE marked side_use is not deferred; and
+     * MS_ERR_INVALID from alloc_block means the planned address is still held, which giving
+     * back deferred frees can cure */
+    ALLOC_CAP_STATIC_PLAN = 1u << 0,
+    /* calls the hook of alloc_set_events_hook inside its free-cached-and-retry path, right
+     * after its device synchronize (PyTorch's synchronize_and_free_events) */
+    ALLOC_CAP_EVENTS_HOOK = 1u << 1,
+};
+
+/* A caller's deferred frees, given back with alloc_release when the allocator asks for them
+ * (ALLOC_CAP_EVENTS_HOOK). */
+typedef void (*alloc_events_fn)(void *ctx);
+
 typedef struct alloc_vtable {
     const char *name;        /* registry name, e.g. "caching" */
     const char *desc;        /* one line */
@@ -62,6 +82,9 @@ typedef struct alloc_vtable {
     ms_status (*empty_cache)(alloc_t *a);
     ms_status (*check)(const alloc_t *a, char *why, size_t n);
     void (*dump)(const alloc_t *a, FILE *f);
+    unsigned caps;           /* ALLOC_CAP_* bits */
+    /* ALLOC_CAP_EVENTS_HOOK: stores fn and ctx (NULL fn: none); NULL for other allocators */
+    void (*set_events_hook)(alloc_t *a, alloc_events_fn fn, void *ctx);
 } alloc_vtable;
 
 /* The common part every allocator shares; impl is the allocator's own state. Allocators
@@ -93,6 +116,11 @@ ms_status alloc_release(alloc_t *a, uint64_t addr);
 ms_status alloc_empty_cache(alloc_t *a);
 const alloc_stats *alloc_get_stats(const alloc_t *a);
 const char *alloc_name(const alloc_t *a);
+/* The allocator's ALLOC_CAP_* bits. */
+unsigned alloc_caps(const alloc_t *a);
+/* Registers the caller's deferred frees (alloc_events_fn); returns 1 when the allocator has
+ * ALLOC_CAP_EVENTS_HOOK and took fn, 0 (nothing done) otherwise. NULL fn: none. */
+int alloc_set_events_hook(alloc_t *a, alloc_events_fn fn, void *ctx);
 /* Expensive invariant check (pools sorted, no overlap, stats equal a recount). */
 ms_status alloc_check(const alloc_t *a, char *why, size_t n);
 /* Why the last alloc_block / alloc_release returned an error other than MS_ERR_OOM, where the

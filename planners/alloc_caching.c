@@ -29,7 +29,7 @@
  *  - No CUDA events / recordStream inside the allocator: a freed block is free at once, so
  *    "active" equals "allocated" (PyTorch counts blocks awaiting their end-of-life events as
  *    active). A caller that models the events holds such frees back itself and registers an
- *    events hook (alloc_caching_set_events_hook) that release_cached calls after its
+ *    events hook (alloc_set_events_hook) that release_cached calls after its
  *    synchronize, where PyTorch's synchronize_and_free_events returns those blocks.
  *  - No expandable segments (that is alloc_expandable.c), no CUDA-graph private pools,
  *    no mempools, no IPC, no set_per_process_memory_fraction: the backend's capacity is the
@@ -88,7 +88,7 @@ typedef struct caching {
     unsigned divisions;
     uint32_t *scratch;       /* release_blocks / check work list */
     size_t cap_scratch;
-    alloc_caching_events_fn ev_fn; /* the caller's deferred frees, returned at release_cached */
+    alloc_events_fn ev_fn; /* the caller's deferred frees, returned at release_cached */
     void *ev_ctx;
 } caching;
 
@@ -567,9 +567,9 @@ static ms_status caching_release(alloc_t *a, uint64_t addr)
 
 static ms_status caching_empty_cache(alloc_t *a) { return release_cached(a); }
 
-void alloc_caching_set_events_hook(alloc_t *a, alloc_caching_events_fn fn, void *ctx)
+static void caching_set_events_hook(alloc_t *a, alloc_events_fn fn, void *ctx)
 {
-    if (!a || a->vt != &alloc_caching_vt || !a->impl) return;
+    if (!a->impl) return;
     impl(a)->ev_fn = fn;
     impl(a)->ev_ctx = ctx;
 }
@@ -816,6 +816,10 @@ static void caching_dump(const alloc_t *a, FILE *f)
     free(segs);
 }
 
+/* alloc_config_problem (alloc.c) checks max_split_size against the same constant. */
+_Static_assert(ALLOC_MIN_MAX_SPLIT_BYTES == ALLOC_CACHING_LARGE_BUFFER_BYTES,
+               "PyTorch's max_split_size floor is its kLargeBuffer");
+
 const alloc_vtable alloc_caching_vt = {
     "caching",
     "PyTorch's caching allocator: 512 B rounding, small/large pools, best fit, split, "
@@ -828,4 +832,6 @@ const alloc_vtable alloc_caching_vt = {
     caching_empty_cache,
     caching_check,
     caching_dump,
+    ALLOC_CAP_EVENTS_HOOK,
+    caching_set_events_hook,
 };

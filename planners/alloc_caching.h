@@ -34,9 +34,8 @@ uint64_t alloc_caching_segment_bytes(uint64_t rounded_bytes);
  * empty_cache) synchronizes the device and then returns every block whose free was waiting
  * for stream events (recordStream) to its pool, before it frees the cached segments. This
  * model keeps no events itself: a caller that holds such frees back (sim/exec.c's deferred
- * frees) registers fn, which the allocator calls right after that synchronize; fn gives the
- * blocks back with alloc_release. NULL fn: none. A no-op on other allocators. */
-typedef void (*alloc_caching_events_fn)(void *ctx);
-void alloc_caching_set_events_hook(alloc_t *a, alloc_caching_events_fn fn, void *ctx);
+ * frees) registers a hook with alloc_set_events_hook (the allocator has
+ * ALLOC_CAP_EVENTS_HOOK), which it calls right after that synchronize; the hook gives the
+ * blocks back with alloc_release. */
 
 #endif

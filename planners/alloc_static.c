@@ -370,6 +370,7 @@ const alloc_vtable alloc_static_vt = {
     "static arena: every tensor at its planned offset in one allocation, the rest via caching",
     "offline memory plan (MEMO's bi-level plan; greedy best-fit placement until then)",
     sa_create, sa_destroy, sa_block, sa_release, sa_empty_cache, sa_check, sa_dump,
+    ALLOC_CAP_STATIC_PLAN, NULL,
 };
 
 /* ---- greedy best-fit planner ---- */

@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/lower.h"
-#include "planners/lower_chunks.h"
 #include "traces/u64map.h"
 
 struct blockmix {
@@ -37,25 +35,23 @@ const char *bm_kind_key(bm_kind k)
     return (unsigned)k < BM_COUNT ? keys[k] : "?";
 }
 
-bm_kind bm_kind_of(const trace_t *t, uint64_t id)
+bm_kind bm_kind_of(const trace_t *t, uint64_t id, sched_block block)
 {
-    if (lower_id_is_rbuf(id, NULL, NULL)) return BM_RBUF;
-    if (id == lower_id_idle_buffer()) return BM_IDLE;
-    int ck;
-    /* ProTrain's persistent chunks hold parameters and gradients; their optimizer states
-     * have blocks of their own; chunk buffers are staging */
-    if (lc_id_parse(id, &ck, NULL))
-        return ck == LC_ID_PERSIST ? BM_CHUNK : ck == LC_ID_POPT ? BM_OPTSTATE : BM_STAGING;
-    uint64_t tid = id;
-    if (lower_id_synthetic(id, &tid) && tid == UINT64_MAX) return BM_STAGING;
-    const trace_tensor *x = t ? trace_find_tensor(t, tid) : NULL;
-    switch (x ? x->cls : TC_OTHER) {
-    case TC_PARAM: return BM_PARAM;
-    case TC_GRAD: return BM_GRAD;
-    case TC_OPTSTATE: return BM_OPTSTATE;
-    case TC_ACT_SKEL: return BM_ACT_SKEL;
-    case TC_ACT_TRANS: return BM_ACT_TRANS;
-    case TC_WORKSPACE: return BM_WORKSPACE;
+    if (block == SB_TRACE) {
+        const trace_tensor *x = t ? trace_find_tensor(t, id) : NULL;
+        block = sched_block_of_class(x ? x->cls : TC_OTHER);
+    }
+    switch (block) {
+    case SB_PARAM: return BM_PARAM;
+    case SB_GRAD: return BM_GRAD;
+    case SB_OPTSTATE: return BM_OPTSTATE;
+    case SB_CHUNK: return BM_CHUNK;
+    case SB_ACT_SKEL: return BM_ACT_SKEL;
+    case SB_ACT_TRANS: return BM_ACT_TRANS;
+    case SB_WORKSPACE: return BM_WORKSPACE;
+    case SB_RBUF: return BM_RBUF;
+    case SB_IDLE: return BM_IDLE;
+    case SB_STAGING: return BM_STAGING;
     default: return BM_OTHER;
     }
 }
@@ -79,12 +75,12 @@ void bm_free(blockmix *b)
     free(b);
 }
 
-int bm_alloc(blockmix *b, uint64_t id, uint64_t addr, uint64_t bytes)
+int bm_alloc(blockmix *b, uint64_t id, sched_block block, uint64_t addr, uint64_t bytes)
 {
     /* an empty request gets no block (the allocators return address 0, as PyTorch a null
      * pointer), so several may share an address: none is recorded */
     if (!bytes) return 1;
-    bm_kind k = bm_kind_of(b->t, id);
+    bm_kind k = bm_kind_of(b->t, id, block);
     if (u64map_get(b->live, addr, NULL)) return 1; /* cannot happen: two live blocks at one address */
     if (u64map_put(b->live, addr, bytes << 4 | (uint64_t)k)) return 0;
     b->bytes[k] += bytes;

@@ -1,14 +1,15 @@
 /* blockmix.h — what device memory holds at its peak, by kind: a tracker both executors (the
  * simulator, sim/exec.c, and the CUDA runtime, runtime/rt_exec.cu) feed with every device
  * block they allocate and release, so that the breakdown they report is computed by one code
- * (`memsim simulate --breakdown`, `memsim run`). A block's kind is the trace class of its
- * tensor (a re-allocation lowering renamed counts as its tensor) or the kind of block
- * lowering made (planners/lower.h, planners/lower_chunks.h). */
+ * (`memsim simulate --breakdown`, `memsim run`). A block's kind is the one its ALLOC action
+ * carries (planners/schedule.h, sched_block, set by the lowering that made the block), or
+ * for SB_TRACE the trace class of its tensor. */
 #ifndef MEMSIM_BLOCKMIX_H
 #define MEMSIM_BLOCKMIX_H
 
 #include <stdint.h>
 
+#include "planners/schedule.h"
 #include "traces/trace.h"
 
 typedef enum bm_kind {
@@ -21,20 +22,21 @@ const char *bm_kind_name(bm_kind k);
 /* The same as identifiers, for column names: "params", "grads", "optstates", "chunks",
  * "act_skel", "act_trans", "workspace", "rbuf", "idle", "staging", "other". */
 const char *bm_kind_key(bm_kind k);
-/* The kind of the block with schedule id `id`; t (may be NULL) gives trace tensors' classes:
- * without it, or for an id it does not hold, a trace tensor is BM_OTHER. */
-bm_kind bm_kind_of(const trace_t *t, uint64_t id);
+/* The kind of a block of kind `block` for schedule id `id`; for SB_TRACE, t (may be NULL)
+ * gives the tensor's class: without it, or for an id it does not hold, BM_OTHER. */
+bm_kind bm_kind_of(const trace_t *t, uint64_t id, sched_block block);
 
 typedef struct blockmix blockmix;
 
 /* NULL when out of memory. t may be NULL (every trace tensor is then "other"). */
 blockmix *bm_new(const trace_t *t);
 void bm_free(blockmix *b);
-/* A block of `bytes` requested bytes for schedule id `id` now lives at device address `addr`
+/* A block of `bytes` requested bytes for schedule id `id`, of kind `block` (its ALLOC's), now
+ * lives at device address `addr`
  * (addresses of live blocks are distinct; an empty request, which gets no block, is not
  * recorded, so its release finds nothing). Keeps the kinds at the largest sum of live bytes
  * so far, unless bm_failed was called. 0 when out of memory. */
-int bm_alloc(blockmix *b, uint64_t id, uint64_t addr, uint64_t bytes);
+int bm_alloc(blockmix *b, uint64_t id, sched_block block, uint64_t addr, uint64_t bytes);
 /* The block at addr went back to the allocator (a deferred free: when it really went back).
  * An address it does not hold is ignored. */
 void bm_release(blockmix *b, uint64_t addr);

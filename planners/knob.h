@@ -5,7 +5,7 @@
 #define MEMSIM_KNOB_H
 
 #include "planners/plan.h"
-#include "planners/policy.h"
+#include "planners/pol_opts.h"
 #include "traces/knobtab.h"
 
 /* t's struct out from plan p's knobs (NULL p: the defaults). */

@@ -10,8 +10,6 @@
  * timelines are in docs/POLICIES.md and docs/MEMO.md. */
 #include "planners/lower.h"
 
-#include "planners/lower_chunks.h"
-#include "planners/lower_dha.h"
 #include "planners/knob.h"
 #include "planners/policy.h"
 
@@ -230,6 +228,23 @@ static ms_status put_tensor(lw *w, sched_kind k, sched_stream s, uint64_t id, ui
     a.tensor = id;
     a.bytes = bytes;
     return put(w, &a);
+}
+
+/* The ALLOC of a block lowering made or renamed, with what it holds (sched_block). */
+static ms_status put_block(lw *w, sched_stream s, uint64_t id, uint64_t bytes, sched_block b)
+{
+    sched_action a = act(w, SA_ALLOC, s);
+    a.tensor = id;
+    a.bytes = bytes;
+    a.block = (uint8_t)b;
+    return put(w, &a);
+}
+
+/* The ALLOC of trace tensor x's block under its current schedule id (an incarnation's
+ * block holds what its tensor's class says). */
+static ms_status put_alloc(lw *w, sched_stream s, const lw_tensor *x, uint64_t bytes)
+{
+    return put_block(w, s, x->sid, bytes, sched_block_of_class(x->meta->cls));
 }
 
 static ms_status put_event(lw *w, sched_kind k, sched_stream s, uint32_t e)
@@ -667,7 +682,7 @@ static ms_status rb_open(lw *w, rb_group *G)
     G->hid = lower_id_rbuf(G->pass, G->layer, 1);
     G->state = RB_LIVE;
     w->rep.rb_blocks++;
-    return st == MS_OK ? put_tensor(w, SA_ALLOC, SS_COMPUTE, G->sid, w->rb_bytes) : st;
+    return st == MS_OK ? put_block(w, SS_COMPUTE, G->sid, w->rb_bytes, SB_RBUF) : st;
 }
 
 /* Compute must not touch a prefetched block before its copy is done. */
@@ -713,14 +728,14 @@ static ms_status rb_prefetch(lw *w, int32_t layer)
     if (G->state != RB_OFFLOADED) return MS_OK;
     G->sid = G->hid;
     ms_status st = MS_OK;
-    if (w->o.prefetch_alloc_on_compute) st = put_tensor(w, SA_ALLOC, SS_COMPUTE, G->sid, w->rb_bytes);
+    if (w->o.prefetch_alloc_on_compute) st = put_block(w, SS_COMPUTE, G->sid, w->rb_bytes, SB_RBUF);
     uint32_t e3 = sched_new_event(w->s);
     G->e4 = sched_new_event(w->s);
     if (st == MS_OK) st = put_event(w, SA_RECORD, SS_COMPUTE, e3);
     if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, e3);
     if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, G->e2);
     if (st == MS_OK && !w->o.prefetch_alloc_on_compute)
-        st = put_tensor(w, SA_ALLOC, SS_H2D, G->sid, w->rb_bytes);
+        st = put_block(w, SS_H2D, G->sid, w->rb_bytes, SB_RBUF);
     if (st == MS_OK && G->copy_bytes) {
         st = put_tensor(w, SA_COPY_H2D, SS_H2D, G->sid, G->copy_bytes);
         if (st == MS_OK) st = put_tensor(w, SA_HOST_FREE, SS_H2D, G->hid, 0);
@@ -839,7 +854,7 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
         lw_tensor *x = &w->ts[L->swap.v[k]];
         if (x->state == TS_OFFLOADED) {
             x->sid = next_sid(w, x);
-            st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->sid, x->meta->bytes);
+            st = put_alloc(w, SS_COMPUTE, x, x->meta->bytes);
         }
     }
     uint32_t e3 = sched_new_event(w->s);
@@ -852,7 +867,7 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
         if (x->state != TS_OFFLOADED) continue; /* freed by the trace while on the host */
         if (as == SS_H2D) {
             x->sid = next_sid(w, x);
-            st = put_tensor(w, SA_ALLOC, SS_H2D, x->sid, x->meta->bytes);
+            st = put_alloc(w, SS_H2D, x, x->meta->bytes);
         }
         if (st == MS_OK && x->swap_bytes) {
             st = put_tensor(w, SA_COPY_H2D, SS_H2D, x->sid, x->swap_bytes);
@@ -1017,7 +1032,7 @@ static ms_status replay_alloc(lw *w, replay *r, const trace_tensor *t, idx_list 
     if (target && r->in_place) return MS_OK; /* its block is there; its tokens are filled in */
     lw_tensor *x = find_tensor(w, t->id);
     x->sid = next_sid(w, x);
-    ms_status st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->sid,
+    ms_status st = put_alloc(w, SS_COMPUTE, x,
                               target ? t->bytes : scaled_bytes(t->bytes, r->frac));
     if (st != MS_OK) return st;
     x->state = TS_LIVE;
@@ -1566,7 +1581,7 @@ static ms_status sync_carried(lw *w)
         lw_tensor *x = &w->ts[i];
         if (x->state != TS_LIVE || x->emitted) continue;
         x->emitted = 1;
-        st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->sid, x->meta->bytes);
+        st = put_alloc(w, SS_COMPUTE, x, x->meta->bytes);
     }
     return st;
 }
@@ -1585,7 +1600,7 @@ static ms_status walk(lw *w)
     ms_status st = MS_OK;
     /* MEMO allocates its rounding buffers before the training iterations begin (§4.1). */
     if (w->idle_bytes)
-        st = put_tensor(w, SA_ALLOC, SS_COMPUTE, lower_id_idle_buffer(), w->idle_bytes);
+        st = put_block(w, SS_COMPUTE, lower_id_idle_buffer(), w->idle_bytes, SB_IDLE);
     for (w->rec = 0; st == MS_OK && w->rec < trace_count(w->t); w->rec++) {
         const trace_rec *r = trace_get(w->t, w->rec);
         if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) {
@@ -1647,13 +1662,32 @@ static void lw_free(lw *w)
     u64map_free(w->comm_use);
 }
 
-/* The markers that pick a lowering (chunks, host_params) hold 0 or 1. */
-static ms_status lower_markers_check(const plan_t *p, ms_error *err)
+/* ---- the table of lowerings (lower.h) ---- */
+
+/* Adding a lowering is one line here: X(its lower_backend row), defined next to its code.
+ * The rows of the other files are declared here, not through their headers, so that this
+ * table depends on no lowering (they all include lower.h). */
+#define LOWER_LIST(X)          \
+    X(lower_backend_tensor)    \
+    X(lower_backend_chunks)    \
+    X(lower_backend_dha)
+
+#define LOWER_DECLARE(b) extern const lower_backend b;
+#define LOWER_ENTRY(b) &b,
+LOWER_LIST(LOWER_DECLARE)
+static const lower_backend *const lowerings[] = { LOWER_LIST(LOWER_ENTRY) };
+
+const lower_backend *const *lower_registry(size_t *n)
 {
-    lc_marker mc;
-    lower_dha_marker md;
-    ms_status st = knob_from_plan(&lc_marker_table, p, &mc, err);
-    return st ? st : knob_from_plan(&lower_dha_marker_table, p, &md, err);
+    *n = sizeof lowerings / sizeof *lowerings;
+    return lowerings;
+}
+
+const lower_backend *lower_find(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof lowerings / sizeof *lowerings; i++)
+        if (!strcmp(lowerings[i]->name, name)) return lowerings[i];
+    return NULL;
 }
 
 ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
@@ -1661,14 +1695,22 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
 {
     *out = NULL;
     if (!t) return ms_fail(err, MS_ERR_INVALID, "lower: no trace");
-    /* the markers that pick a lowering: anything but 0 or 1 is a hand edit gone wrong */
-    ms_status mst = lower_markers_check(p, err);
+    /* the markers that named the lowering before plans had a `lowering` line (plan_load
+     * reads them in such files): anything but 0 or 1 is a hand edit gone wrong */
+    ms_status mst = p ? plan_markers_check(p, err) : MS_OK;
     if (mst != MS_OK) return mst;
-    /* Plans with per-layer parameter modes or host-resident model states (MemFerry,
-     * ZeRO-Offload) have their own lowering. */
-    if (lower_dha_applies(p)) return lower_dha(t, p, m, o, out, err);
-    /* Chunk-managed model states (ProTrain and the ZeRO-3 / Gemini / FSDP baselines). */
-    if (lower_chunks_applies(p)) return lower_chunks(t, p, m, o, out, err);
+    const lower_backend *b = p ? lower_find(p->lowering) : &lower_backend_tensor;
+    if (!b)
+        return ms_fail(err, MS_ERR_INVALID, "plan names lowering '%s', which is not one of "
+                       "tensor, chunks, dha", p->lowering);
+    return b->lower(t, p, m, o, out, err);
+}
+
+/* The per-tensor lowering (the row "tensor"). */
+static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t *m,
+                              const lower_opts *o, schedule_t **out, ms_error *err)
+{
+    *out = NULL;
     lw w;
     memset(&w, 0, sizeof w);
     w.t = t;
@@ -1702,6 +1744,14 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
     lw_free(&w);
     return st;
 }
+
+const lower_backend lower_backend_tensor = {
+    "tensor",
+    "per-tensor keep / swap / recompute on the trace's own program, MEMO's rounding buffers, "
+    "fresh ids for a static memory plan",
+    lower_tensor,
+    1,
+};
 
 /* ---- where rounding buffers put their members (lower.h) ---- */
 
@@ -1789,8 +1839,9 @@ ms_status lower_rb_map_new(const trace_t *t, const plan_t *p, lower_rb_map **out
     w.max_layer = t ? layer_bound(t) : LOWER_MAX_LAYER;
     lower_opts_default(&w.o);
     ms_status st = m ? MS_OK : nomem(&w);
-    /* the chunk and DHA lowerings have no rounding buffers */
-    int plain = !lower_dha_applies(p) && !lower_chunks_applies(p);
+    /* only the per-tensor lowering has rounding buffers */
+    const lower_backend *b = p ? lower_find(p->lowering) : &lower_backend_tensor;
+    int plain = b && b->rounding_buffers;
     if (st == MS_OK && plain) st = index_plan(&w);
     if (st == MS_OK && plain) st = read_knobs(&w);
     if (st == MS_OK && plain && w.rb) st = rb_prescan(&w);

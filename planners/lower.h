@@ -64,14 +64,40 @@ typedef struct lower_opts {
 
 void lower_opts_default(lower_opts *o);
 
-/* Lowers trace t under plan p (NULL: keep everything) for machine m. m is needed only for
- * ops without a duration, which get traces/roofline.h's kernel time. NULL o: defaults.
- * Deterministic: the same inputs give the same schedule, action for action. Errors name the
- * trace record: an op without a duration and no machine, a plan that cannot be lowered (a
- * recomputed tensor made outside its layer's forward, a tensor used while offloaded or
- * dropped, DHA decisions: MS_ERR_UNSUPPORTED for now). */
+/* Lowers trace t under plan p (NULL: keep everything) for machine m with the lowering the
+ * plan names (plan_t.lowering, looked up with lower_find; an unknown name is MS_ERR_INVALID
+ * listing the known ones). m is needed only for ops without a duration, which get
+ * traces/roofline.h's kernel time (the chunk and DHA lowerings need it always). NULL o:
+ * defaults. Deterministic: the same inputs give the same schedule, action for action. Errors
+ * name the trace record: an op without a duration and no machine, a plan that cannot be
+ * lowered (a recomputed tensor made outside its layer's forward, a tensor used while
+ * offloaded or dropped, DHA decisions under the tensor lowering: MS_ERR_UNSUPPORTED). */
 ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
                          const lower_opts *o, schedule_t **out, ms_error *err);
+
+/* ---- the lowerings, by name ----
+ * A lowering turns a trace and a plan into a schedule; each is one row, defined next to its
+ * code (this file's per-tensor lowering, planners/lower_chunks.c, planners/lower_dha.c) and
+ * listed in lower.c's table, which lower_schedule looks a plan's lowering up in, as
+ * alloc_new looks allocators up in planners/alloc.c. */
+typedef ms_status (*lower_fn)(const trace_t *t, const plan_t *p, const machine_t *m,
+                              const lower_opts *o, schedule_t **out, ms_error *err);
+
+typedef struct lower_backend {
+    const char *name;        /* what a plan's `lowering` line names, e.g. "chunks" */
+    const char *desc;        /* one line */
+    lower_fn lower;
+    int rounding_buffers;    /* 1: its plans may put members in MEMO's rounding buffers
+                                (lower_rb_map_new looks for them) */
+} lower_backend;
+
+/* The rows in table order ("tensor", "chunks", "dha"). */
+const lower_backend *const *lower_registry(size_t *n);
+/* NULL if no lowering has that name. */
+const lower_backend *lower_find(const char *name);
+/* The per-tensor lowering of this file: keep / swap / recompute, rounding buffers, memory-plan
+ * renaming (the row "tensor"). */
+extern const lower_backend lower_backend_tensor;
 
 /* ---- plan knobs lowering reads (docs/MEMO.md) ----
  *  rounding_buffers=1  MEMO's two rounding buffers: the skeletal activations of layer L that

@@ -147,7 +147,8 @@ static ms_status put_knob(plan_t *p, const char *key, const char *fmt, ...)
 ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
 {
     static const char *coll[] = {"auto", "link", "compute", "stream"};
-    ms_status st = put_knob(p, "chunks", "1");
+    ms_status st = plan_set_lowering(p, "chunks");
+    if (!st) st = put_knob(p, "chunks", "1");
     if (!st) st = put_knob(p, "chunk_by", "%s", k->chunk_by_layer ? "layer" : "size");
     if (!st) st = put_knob(p, "chunk_bytes", "%" PRIu64, k->chunk_bytes);
     if (!st) st = put_knob(p, "n_persist", "%d", k->n_persist);
@@ -184,11 +185,6 @@ ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
     return MS_OK;
 }
 
-int lower_chunks_applies(const plan_t *p)
-{
-    lc_marker mk;
-    return p && knob_from_plan(&lc_marker_table, p, &mk, NULL) == MS_OK && mk.chunks;
-}
 
 /* ======================================================================== ids */
 
@@ -1147,6 +1143,16 @@ static ms_status wt(lcw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t 
     return wput(w, &a);
 }
 
+/* The ALLOC of a block this lowering made, with what it holds (sched_block). */
+static ms_status wblock(lcw *w, uint64_t id, uint64_t bytes, sched_block b)
+{
+    sched_action a = wact(w, SA_ALLOC, SS_COMPUTE);
+    a.tensor = id;
+    a.bytes = bytes;
+    a.block = (uint8_t)b;
+    return wput(w, &a);
+}
+
 static ms_status wev(lcw *w, sched_kind k, sched_stream s, uint32_t e)
 {
     sched_action a = wact(w, k, s);
@@ -1262,15 +1268,15 @@ static ms_status emit_setup(lcw *w)
     const lc_layout *L = w->L;
     w->ph = TP_NONE;
     if (w->k.init_device_bytes) {
-        st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_INIT, 0), w->k.init_device_bytes);
+        st = wblock(w, lc_id(LC_ID_INIT, 0), w->k.init_device_bytes, SB_STAGING);
         if (!st) st = wt(w, SA_FREE, SS_COMPUTE, lc_id(LC_ID_INIT, 0), 0);
     }
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++) {
-        st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_PERSIST, (uint32_t)c), L->chunk_bytes);
+        st = wblock(w, lc_id(LC_ID_PERSIST, (uint32_t)c), L->chunk_bytes, SB_CHUNK);
         w->rep.static_gpu_bytes += L->chunk_bytes;
         uint64_t ob = ceil_div(w->k.gpu_opt_bytes_per_param * (double)p_opt_params(w, c), 1);
         if (!st && ob) {
-            st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_POPT, (uint32_t)c), ob);
+            st = wblock(w, lc_id(LC_ID_POPT, (uint32_t)c), ob, SB_OPTSTATE);
             w->rep.static_gpu_bytes += ob;
         }
         if (!st && (w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1)
@@ -1278,7 +1284,7 @@ static ms_status emit_setup(lcw *w)
                     LC_COLL_STAGE_BYTES < w->S ? LC_COLL_STAGE_BYTES : w->S);
     }
     for (int b = 0; st == MS_OK && b < w->k.n_buffer; b++) {
-        st = wt(w, SA_ALLOC, SS_COMPUTE, lc_id(LC_ID_BUFFER, (uint32_t)b), L->chunk_bytes);
+        st = wblock(w, lc_id(LC_ID_BUFFER, (uint32_t)b), L->chunk_bytes, SB_STAGING);
         w->rep.buffer_allocs++;
         w->rep.static_gpu_bytes += L->chunk_bytes;
         /* pinned staging of the buffer's copies */
@@ -2042,3 +2048,12 @@ ms_status lower_chunks(const trace_t *t, const plan_t *p, const machine_t *m,
 {
     return lower_chunks_report(t, p, m, o, out, NULL, err);
 }
+
+const lower_backend lower_backend_chunks = {
+    "chunks",
+    "chunk-managed model states: persistent and host chunks, chunk buffers, host Adam, "
+    "interleaved swapped and checkpointed blocks (ProTrain and the ZeRO-3 / Gemini / FSDP "
+    "baselines)",
+    lower_chunks,
+    0,
+};

@@ -14,7 +14,7 @@
  * what is loaded when. The baselines (planners/policy_offload_baselines.c: ZeRO-3 offload,
  * Gemini, FSDP offload) are other knob settings of the same lowering.
  *
- * Used by lower_schedule() (a hook: lower_chunks_applies), the protrain and offload-baseline
+ * Used by lower_schedule() (the row "chunks", lower_backend_chunks), the protrain and offload-baseline
  * policies, the `memsim protrain` driver and tests. */
 #ifndef MEMSIM_LOWER_CHUNKS_H
 #define MEMSIM_LOWER_CHUNKS_H
@@ -113,11 +113,9 @@ enum { LC_PG_STEP = 0, LC_PG_NEXT = 1, LC_PG_AUTO = 2 };
 void lc_knobs_default(lc_knobs *k);
 /* Reads the knobs above from p (absent: default). MS_ERR_INVALID names a malformed knob. */
 ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err);
-/* Writes every knob (and chunks=1) into p. */
+/* Writes every knob (and chunks=1, the marker older plan files named this lowering by) into
+ * p, and names this lowering as p's ("chunks"). */
 ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err);
-
-/* 1 when plan p asks for this lowering (knob chunks=1). NULL p: 0. */
-int lower_chunks_applies(const plan_t *p);
 
 /* ---- the chunk layout and the access program ---- */
 

@@ -856,6 +856,17 @@ static ms_status put_t(lw *w, sched_kind k, sched_stream s, uint64_t id, uint64_
     return put(w, &a);
 }
 
+/* The ALLOC of a staging block this lowering made (buckets, casts, held gradients, copies
+ * in flight: dha_synth_id). */
+static ms_status put_staging(lw *w, uint64_t id, uint64_t bytes)
+{
+    sched_action a = act(SA_ALLOC, SS_COMPUTE);
+    a.tensor = id;
+    a.bytes = bytes;
+    a.block = SB_STAGING;
+    return put(w, &a);
+}
+
 static ms_status put_e(lw *w, sched_kind k, sched_stream s, uint32_t e)
 {
     sched_action a = act(k, s);
@@ -1145,7 +1156,7 @@ static ms_status setup_end(lw *w)
     w->bucket_bytes = b; /* a unit larger than the bucket is reduced as a whole (not in pieces) */
     uint64_t hb = (uint64_t)((double)b * w->copy_ratio);
     for (int k = 0; k <= w->overlap; k++) {
-        TRY(put_t(w, SA_ALLOC, SS_COMPUTE, bucket_id(k), b));
+        TRY(put_staging(w, bucket_id(k), b));
         TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, hb != b ? cast_id(k) : bucket_id(k), hb));
     }
     w->bucket_ev[0] = w->bucket_ev[1] = EV_NONE;
@@ -1364,7 +1375,7 @@ static ms_status ds_param(lw *w, uint64_t bytes, uint32_t *copy)
     if (*copy != EV_NONE) TRY(put_e(w, SA_WAIT, SS_COMPUTE, *copy)); /* one stream in DeepSpeed */
     uint64_t dbl = (uint64_t)((double)bytes * 8.0 / w->grad_elem_bytes);
     uint64_t xb = (uint64_t)((double)bytes * w->copy_ratio);
-    if (bytes) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(6), dbl));
+    if (bytes) TRY(put_staging(w, dha_synth_id(6), dbl));
     /* the gradient read twice; the fp64 copy written and read, the fp32 copy (half its size)
      * written and summed */
     TRY(hbm_kernel(w, 2 * bytes + dbl * 3, -1));
@@ -1380,7 +1391,7 @@ static ms_status ds_param(lw *w, uint64_t bytes, uint32_t *copy)
     if (*copy == EV_NONE && w->ds_copy_ev != EV_NONE)
         TRY(put_e(w, SA_WAIT, SS_COMPUTE, w->ds_copy_ev));
     w->ds_copy_ev = EV_NONE;
-    TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(7), xb));
+    TRY(put_staging(w, dha_synth_id(7), xb));
     TRY(hbm_kernel(w, bytes + xb, -1));
     TRY(record_new(w, SS_COMPUTE, &k));
     TRY(put_e(w, SA_WAIT, SS_D2H, k));
@@ -1446,7 +1457,7 @@ static ms_status bucket_flush(lw *w)
     uint64_t tmp = cast_id(w->bidx);
     int cast = xb != w->bucket_fill;
     if (cast) {
-        TRY(put_t(w, SA_ALLOC, SS_COMPUTE, tmp, xb));
+        TRY(put_staging(w, tmp, xb));
         TRY(hbm_kernel(w, w->bucket_fill + xb, -1));
     }
     TRY(record_new(w, SS_COMPUTE, &e));
@@ -1598,7 +1609,7 @@ static ms_status hold_contribution(lw *w, size_t g, uint64_t bytes)
 {
     ltens *x = &w->lt[g];
     /* one input buffer per leaf: a further contribution is summed into it */
-    if (!x->held_bytes && bytes) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, held_id(g), bytes));
+    if (!x->held_bytes && bytes) TRY(put_staging(w, held_id(g), bytes));
     x->held_bytes += bytes;
     return MS_OK;
 }
@@ -1702,7 +1713,7 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
     if (rd || wr) a.dha_eff = dha_eff_of(w->m, op, rd > 0);
     /* grad_write=accumulate: the kernel makes the gradient in a GPU temporary, then
      * AccumulateGrad adds it into the host gradient (read and written over DHA). */
-    if (acc) TRY(put_t(w, SA_ALLOC, SS_COMPUTE, dha_synth_id(3), acc));
+    if (acc) TRY(put_staging(w, dha_synth_id(3), acc));
     TRY(put(w, &a));
     if (acc) {
         TRY(put_accumulate(w, op, acc));
@@ -1849,17 +1860,6 @@ ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms
     return MS_OK;
 }
 
-int lower_dha_applies(const plan_t *p)
-{
-    if (!p) return 0;
-    lower_dha_marker mk;
-    if (knob_from_plan(&lower_dha_marker_table, p, &mk, NULL) == MS_OK && mk.host_params) return 1;
-    if (lower_dha_module_grads(p)) return 1;
-    for (size_t i = 0; i < p->n_layers; i++)
-        if (p->layers[i].pmode != PM_GFGB || p->layers[i].grad_on_host) return 1;
-    return 0;
-}
-
 ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const lower_opts *o,
                     schedule_t **out, ms_error *err)
 {
@@ -1943,3 +1943,11 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
     *out = w.s;
     return MS_OK;
 }
+
+const lower_backend lower_backend_dha = {
+    "dha",
+    "host-resident model states: per-layer parameter modes GFGB / DHA / DFGB, gradients "
+    "copied or written to the host, host Adam (MemFerry, GO-MemFerry, ZeRO-Offload)",
+    lower_dha,
+    0,
+};

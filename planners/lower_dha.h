@@ -7,8 +7,8 @@
  * GO-MemFerry); the host runs Adam per layer (from the backward's end as gradients land,
  * MemFerry; or pipelined with the backward) or after every gradient is home (ZeRO-Offload),
  * and the updated parameters go back to the GPU. Produces the
- * whole schedule (planners/schedule.h) for such plans; planners/lower.c hands them over when
- * lower_dha_applies() says so.
+ * whole schedule (planners/schedule.h) for such plans, the ones that name the lowering "dha"
+ * (lower_backend_dha, in lower.c's table).
  *
  * Also the analysis the MemFerry and ZeRO-Offload policies share: the trace's "units" (what a
  * plan `layer N` line names) with their profiled times (dha_model). Used by lower.c,
@@ -100,10 +100,8 @@ const dha_module *dha_model_module(const dha_model *d, size_t i);
  * first missing one and `who` otherwise. */
 ms_status dha_check_machine(const machine_t *m, const char *who, ms_error *err);
 
-/* ---- lowering ----
- * 1 if plan p needs this lowering: a layer with mode dha/dfgb or grad=host, or the plan knob
- * host_params=1 (written by the memferry, go-memferry and zero-offload policies). */
-int lower_dha_applies(const plan_t *p);
+/* ---- lowering ---- (the row "dha" of lower.h's table: plans of the memferry, go-memferry
+ * and zero-offload policies, which also write the knob host_params=1) */
 
 /* The key of plan p's first grad_host.N knob (module-level gradient offload: some modules of
  * unit N keep their gradients on the host, the rest on the GPU, in one buffer), or NULL. */

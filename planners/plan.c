@@ -73,6 +73,7 @@ plan_t *plan_new(const char *policy, const char *allocator)
         return NULL;
     }
     strcpy(p->policy, policy);
+    strcpy(p->lowering, "tensor");
     strcpy(p->allocator, allocator);
     alloc_config_default(&p->alloc_cfg);
     p->default_decision = PD_KEEP;
@@ -144,6 +145,13 @@ ms_status plan_set_knob(plan_t *p, const char *key, const char *value)
     plan_knob *k = &p->knobs[p->n_knobs++];
     strcpy(k->key, key);
     strcpy(k->value, value);
+    return MS_OK;
+}
+
+ms_status plan_set_lowering(plan_t *p, const char *name)
+{
+    if (!name || !name[0] || !valid_name(name, sizeof p->lowering)) return MS_ERR_INVALID;
+    strcpy(p->lowering, name);
     return MS_OK;
 }
 
@@ -295,7 +303,7 @@ typedef struct pload {
     ms_lines *lr;
     plan_t *p;
     u64map *tensor_line, *offset_line;  /* id -> line, to name duplicates */
-    uint64_t policy_line, allocator_line, default_line, arena_line, cfg_line[5];
+    uint64_t policy_line, allocator_line, lowering_line, default_line, arena_line, cfg_line[5];
 } pload;
 
 #define PL_FAIL(L, ...) \
@@ -464,6 +472,40 @@ static ms_status pl_name(pload *L, char **tok, int n, char *dst, size_t max, uin
     return MS_OK;
 }
 
+/* "lowering NAME": a name, never "-" (every plan has a lowering). */
+static ms_status pl_lowering(pload *L, char **tok, int n, ms_error *err)
+{
+    ms_status st = pl_name(L, tok, n, L->p->lowering, sizeof L->p->lowering, &L->lowering_line,
+                           err);
+    if (st == MS_OK && !L->p->lowering[0])
+        return PL_FAIL(L, "lowering: expected a NAME (tensor, chunks, dha)");
+    return st;
+}
+
+ms_status plan_markers_check(const plan_t *p, ms_error *err)
+{
+    static const char *const markers[] = { "chunks", "host_params" };
+    for (size_t i = 0; i < sizeof markers / sizeof *markers; i++) {
+        const char *v = plan_get_knob(p, markers[i]);
+        if (v && strcmp(v, "0") && strcmp(v, "1"))
+            return ms_fail(err, MS_ERR_INVALID, "plan knob %s=%s: expected 0 or 1", markers[i], v);
+    }
+    return MS_OK;
+}
+
+/* The lowering a plan file without a `lowering` line meant: the markers lower_schedule chose
+ * by before plans named their lowering (plan_load, plan.h). */
+static const char *legacy_lowering(const plan_t *p)
+{
+    const char *hp = plan_get_knob(p, "host_params"), *ck = plan_get_knob(p, "chunks");
+    if (hp && !strcmp(hp, "1")) return "dha";
+    for (size_t i = 0; i < p->n_knobs; i++)
+        if (!strncmp(p->knobs[i].key, "grad_host.", 10)) return "dha";
+    for (size_t i = 0; i < p->n_layers; i++)
+        if (p->layers[i].pmode != PM_GFGB || p->layers[i].grad_on_host) return "dha";
+    return ck && !strcmp(ck, "1") ? "chunks" : "tensor";
+}
+
 static ms_status pl_header(pload *L, char *line, ms_error *err)
 {
     char *tok[3];
@@ -496,6 +538,7 @@ static ms_status pl_line(pload *L, char *line, ms_error *err)
     if (strcmp(k, "allocator") == 0)
         return pl_name(L, tok, n, L->p->allocator, sizeof L->p->allocator, &L->allocator_line,
                        err);
+    if (strcmp(k, "lowering") == 0) return pl_lowering(L, tok, n, err);
     if (strncmp(k, "alloc.", 6) == 0) return pl_alloc_key(L, tok, n, err);
     if (strcmp(k, "default") == 0) {
         ms_status st = pl_nargs(L, "default", n, 2, err);
@@ -515,8 +558,8 @@ static ms_status pl_line(pload *L, char *line, ms_error *err)
     if (strcmp(k, "tensor") == 0) return pl_tensor(L, tok, n, err);
     if (strcmp(k, "layer") == 0) return pl_layer(L, tok, n, err);
     if (strcmp(k, "offset") == 0) return pl_offset(L, tok, n, err);
-    return PL_FAIL(L, "unknown line '%.40s' (policy allocator alloc.* default knob tensor layer "
-                   "offset arena)", k);
+    return PL_FAIL(L, "unknown line '%.40s' (policy lowering allocator alloc.* default knob "
+                   "tensor layer offset arena)", k);
 }
 
 static ms_status pl_run(pload *L, ms_error *err)
@@ -537,6 +580,7 @@ static ms_status pl_run(pload *L, ms_error *err)
     if (!L->policy_line) return ms_fail_at(err, MS_ERR_PARSE, L->path, 0, "missing 'policy' line");
     if (!L->allocator_line)
         return ms_fail_at(err, MS_ERR_PARSE, L->path, 0, "missing 'allocator' line");
+    if (!L->lowering_line) strcpy(L->p->lowering, legacy_lowering(L->p));
     return MS_OK;
 }
 
@@ -576,7 +620,8 @@ static void emit_bytes(plan_emit out, void *ctx, const char *key, uint64_t v)
 static ms_status write_plan(const plan_t *p, plan_emit out, void *ctx)
 {
     if (!valid_name(p->policy, sizeof p->policy) || !valid_name(p->allocator, sizeof p->allocator) ||
-        (unsigned)p->default_decision >= PD_COUNT || !isfinite(p->alloc_cfg.expandable_va_factor) ||
+        !memchr(p->lowering, 0, sizeof p->lowering) || !p->lowering[0] ||
+        !valid_name(p->lowering, sizeof p->lowering) || (unsigned)p->default_decision >= PD_COUNT || !isfinite(p->alloc_cfg.expandable_va_factor) ||
         p->alloc_cfg.expandable_va_factor <= 0 || p->alloc_cfg.frag_limit_bytes == UINT64_MAX ||
         p->arena_bytes == UINT64_MAX)
         return MS_ERR_INVALID;
@@ -610,6 +655,7 @@ static ms_status write_plan(const plan_t *p, plan_emit out, void *ctx)
     const alloc_config *c = &p->alloc_cfg;
     out(ctx, "memsim-plan %d\n", PLAN_FORMAT_VERSION);
     out(ctx, "policy %s\n", p->policy[0] ? p->policy : "-");
+    out(ctx, "lowering %s\n", p->lowering);
     out(ctx, "allocator %s\n", p->allocator[0] ? p->allocator : "-");
     emit_bytes(out, ctx, "alloc.max_split_size_bytes", c->max_split_size_bytes);
     out(ctx, "alloc.roundup_power2_divisions %u\n", c->roundup_power2_divisions);

@@ -1,8 +1,8 @@
 /* plan.h — a policy's decisions as an editable file (format in traces/FORMAT.md): per
  * tensor keep / swap (token fraction alpha) / recompute / dha, per layer parameter mode and
- * gradient placement, the allocator and its knobs, static offsets and free-form policy knobs.
- * Written by planners/policy_*.c, read by lowering (planners/lower.c), which the simulator
- * and the runtime both use. */
+ * gradient placement, the lowering that turns it into a schedule, the allocator and its
+ * knobs, static offsets and free-form policy knobs. Written by planners/policy_*.c, read by
+ * lowering (planners/lower.c), which the simulator and the runtime both use. */
 #ifndef MEMSIM_PLAN_H
 #define MEMSIM_PLAN_H
 
@@ -52,6 +52,8 @@ typedef struct plan_knob {
 
 typedef struct plan {
     char policy[48];
+    char lowering[16];            /* the lowering (planners/lower.h lower_find) that makes its
+                                     schedule: "tensor" (plan_new's), "chunks" or "dha" */
     char allocator[32];
     alloc_config alloc_cfg;       /* knobs for the allocator (static fields unused) */
     plan_decision default_decision;
@@ -74,6 +76,9 @@ ms_status plan_set_tensor(plan_t *p, uint64_t id, plan_decision d, double alpha)
 ms_status plan_set_layer(plan_t *p, int32_t layer, plan_pmode m, int grad_on_host);
 ms_status plan_set_offset(plan_t *p, uint64_t id, uint64_t offset_bytes);
 ms_status plan_set_knob(plan_t *p, const char *key, const char *value);
+/* Names the plan's lowering: a non-empty token that fits plan_t.lowering, else
+ * MS_ERR_INVALID (whether a lowering has that name is lower_schedule's to say). */
+ms_status plan_set_lowering(plan_t *p, const char *name);
 const char *plan_get_knob(const plan_t *p, const char *key);
 void plan_sort(plan_t *p);
 /* Lookups (after plan_sort). A tensor not listed gets default_decision with alpha 0. */
@@ -90,6 +95,15 @@ plan_decision plan_decision_for(const plan_t *p, uint64_t id, double *alpha);
  * offsets (copied into *ids / *offs, which the caller frees after the allocator is gone). */
 ms_status plan_alloc_config(const plan_t *p, alloc_config *cfg, uint64_t **ids, uint64_t **offs);
 
+/* The markers that named a plan's lowering before plans had a `lowering` line (knobs chunks
+ * and host_params) hold 0 or 1 where given: MS_ERR_INVALID naming the knob otherwise (a hand
+ * edit gone wrong). */
+ms_status plan_markers_check(const plan_t *p, ms_error *err);
+
+/* Reads a plan file. A file without a `lowering` line (written before plans named their
+ * lowering) gets the one its markers named then, decided here once: "dha" with the knob
+ * host_params=1, a grad_host.N knob or a layer line other than `gfgb grad=gpu`; else
+ * "chunks" with the knob chunks=1; else "tensor". */
 ms_status plan_load(const char *path, plan_t **out, ms_error *err);
 ms_status plan_write(const plan_t *p, const char *path, ms_error *err);
 ms_status plan_write_fp(const plan_t *p, FILE *fp);

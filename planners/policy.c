@@ -12,17 +12,13 @@
 #include <string.h>
 
 #include "planners/knob.h"
-#include "planners/policy_baseline.h"
-#include "planners/policy_memferry.h"
-#include "planners/policy_memo.h"
-#include "planners/policy_offload_baselines.h"
-#include "planners/policy_protrain.h"
-#include "planners/policy_zero_offload.h"
 #include "traces/u64map.h"
 #include "traces/util.h"
 
 /* The registry. Adding a policy is one line here: X(its pol_policy object), defined in its
- * own planners/policy_NAME.c. The list's order is the order `memsim list` prints. */
+ * own planners/policy_NAME.c. The list's order is the order `memsim list` prints. The rows
+ * are declared here, not through the policies' headers, so that the registry depends on no
+ * policy (they all include policy.h). */
 #define POL_LIST(X)        \
     X(pol_keep_all)        \
     X(pol_full_recompute)  \
@@ -247,14 +243,12 @@ ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const
     ms_status st = pol_common_knobs_check(o, NULL, err);
     if (st) return st;
     st = p->plan(t, m, o, out, err);
-    /* the plan knob memory_plan=1 asks any policy for a static memory plan (docs/MEMO.md) */
-    pol_common_knobs ck = { 0 };
-    if (st == MS_OK && *out) st = knob_from_plan(&pol_common_knob_table, *out, &ck, err);
-    if (st == MS_OK && *out && ck.memory_plan && (*out)->n_offsets == 0)
-        st = memo_apply_memory_plan(t, m, o, *out, err);
-    if (st != MS_OK && *out) {
-        plan_free(*out);
-        *out = NULL;
+    if (st == MS_OK && *out && p->post_plan) {
+        st = p->post_plan(t, m, o, *out, err);
+        if (st != MS_OK) {
+            plan_free(*out);
+            *out = NULL;
+        }
     }
     if (st == MS_OK && *out) plan_sort(*out);
     return st;
@@ -273,8 +267,9 @@ ms_status pol_plan_new(const char *name, const pol_opts *o, plan_t **out, ms_err
     p->alloc_cfg.static_offsets = NULL;
     p->alloc_cfg.static_n = 0;
     p->default_decision = PD_KEEP;
-    ms_status st = MS_OK;
-    if (o && o->alpha >= 0) {
+    const pol_policy *row = pol_find(name);
+    ms_status st = plan_set_lowering(p, row && row->lowering ? row->lowering : "tensor");
+    if (st == MS_OK && o && o->alpha >= 0) {
         char buf[40];
         st = plan_set_knob(p, "alpha", ms_fmt_double(o->alpha, buf, sizeof buf));
     }

@@ -11,27 +11,16 @@
 #include "traces/trace.h"
 #include "planners/alloc.h"
 #include "planners/plan.h"
-
-/* One free-form policy knob, e.g. {"max_host_bytes", "512G"}. */
-typedef struct pol_knob {
-    const char *key;
-    const char *value;
-} pol_knob;
-
-typedef struct pol_opts {
-    const char *allocator;          /* allocator registry name written into the plan;
-                                       NULL: "caching" */
-    const alloc_config *alloc_cfg;  /* allocator knobs; NULL: alloc_config_default() */
-    double alpha;                   /* swapped token fraction override in [0,1];
-                                       negative: none (the policy decides) */
-    const pol_knob *knobs;          /* policy-specific knobs (later policies) */
-    size_t n_knobs;
-} pol_opts;
+#include "planners/pol_opts.h"
 
 void pol_opts_default(pol_opts *o);
 
 typedef ms_status (*pol_plan_fn)(const trace_t *t, const machine_t *m, const pol_opts *o,
                                  plan_t **out, ms_error *err);
+/* A pass pol_plan runs on the plan a policy made (e.g. MEMO's bi-level memory plan when the
+ * knob memory_plan=1 asks for it): it may add to or change plan p. */
+typedef ms_status (*pol_post_plan_fn)(const trace_t *t, const machine_t *m, const pol_opts *o,
+                                      plan_t *p, ms_error *err);
 
 /* The form of workload trace a policy plans. A generated workload takes its policy's form
  * (pipe_trace_for, `memsim run`) unless the user sets the generator's offload knob; a trace
@@ -55,6 +44,9 @@ typedef struct pol_policy {
     const knobtab *const *knob_tables;
     pol_form form;        /* the workload form it plans (POL_FORM_PLAIN when not given) */
     int reads_alpha;      /* 1: it reads pol_opts.alpha (memsim --alpha); else --alpha is refused */
+    const char *lowering; /* the lowering its plans name (planners/lower.h lower_find), which
+                             pol_plan_new writes into them; NULL: "tensor" */
+    pol_post_plan_fn post_plan; /* run by pol_plan on every plan it makes; NULL: none */
 } pol_policy;
 
 const pol_policy *const *pol_registry(size_t *n);
@@ -65,8 +57,8 @@ pol_form pol_form_of(const char *name);
  * when the file cannot be read: loading it for the run reports why), else `policy`'s. */
 pol_form pol_form_for(const char *policy, const char *plan_path);
 
-/* Runs policy `name` (MS_ERR_NOTFOUND if unknown). NULL o: defaults. On success *out is a
- * sorted plan the caller frees with plan_free. */
+/* Runs policy `name` (MS_ERR_NOTFOUND if unknown), then its post_plan pass. NULL o:
+ * defaults. On success *out is a sorted plan the caller frees with plan_free. */
 ms_status pol_plan(const char *name, const trace_t *t, const machine_t *m, const pol_opts *o,
                    plan_t **out, ms_error *err);
 
@@ -113,7 +105,8 @@ ms_status pol_common_knobs_check(const pol_opts *o, pol_common_knobs *k, ms_erro
 
 /* A new plan for policy `name` carrying o's allocator, allocator knobs and (if given) the
  * alpha override as knob "alpha"; every knob of o is copied into the plan so that the plan
- * file records how it was made. default_decision is PD_KEEP. */
+ * file records how it was made. default_decision is PD_KEEP; the lowering is the one the
+ * policy's registry row names. */
 ms_status pol_plan_new(const char *name, const pol_opts *o, plan_t **out, ms_error *err);
 
 /* Layer structure of a trace as the baselines (and later policies) see it: every skeletal

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "planners/lower.h"
+#include "planners/policy_memo.h"
 
 /* Shared driver: lists the skeletal tensors, asks `decide` for each, records the answer. */
 typedef void (*decide_fn)(const pol_skel *s, const pol_opts *o, plan_decision *d,
@@ -109,6 +110,8 @@ const pol_policy pol_keep_all = {
     BASE_KNOBS,
     POL_FORM_PLAIN,
     0,
+    NULL,
+    memo_post_plan,
 };
 
 const pol_policy pol_full_recompute = {
@@ -121,6 +124,8 @@ const pol_policy pol_full_recompute = {
     BASE_KNOBS,
     POL_FORM_PLAIN,
     0,
+    NULL,
+    memo_post_plan,
 };
 
 const pol_policy pol_full_swap = {
@@ -133,4 +138,6 @@ const pol_policy pol_full_swap = {
     BASE_KNOBS,
     POL_FORM_PLAIN,
     1,
+    NULL,
+    memo_post_plan,
 };

@@ -595,6 +595,8 @@ const pol_policy pol_memferry = {
     MF_KNOB_GROUPS,
     POL_FORM_OFFLOAD,
     0,
+    "dha",
+    NULL,
 };
 
 const pol_policy pol_go_memferry = {
@@ -608,4 +610,6 @@ const pol_policy pol_go_memferry = {
     GO_KNOB_GROUPS,
     POL_FORM_OFFLOAD,
     0,
+    "dha",
+    NULL,
 };

@@ -653,6 +653,15 @@ ms_status memo_apply_memory_plan(const trace_t *t, const machine_t *m, const pol
     return st == MS_OK ? plan_memory(t, m, p, &k, err) : st;
 }
 
+ms_status memo_post_plan(const trace_t *t, const machine_t *m, const pol_opts *o, plan_t *p,
+                         ms_error *err)
+{
+    pol_common_knobs ck = { 0 };
+    ms_status st = knob_from_plan(&pol_common_knob_table, p, &ck, err);
+    if (st != MS_OK || !ck.memory_plan || p->n_offsets) return st;
+    return memo_apply_memory_plan(t, m, o, p, err);
+}
+
 static ms_status record_alpha(plan_t *p, const memo_alpha_choice *c, ms_error *err)
 {
     ms_status st = set_knob(p, "alpha_used", "%.6g", c->alpha, err);
@@ -771,6 +780,8 @@ const pol_policy pol_memo = {
     MEMO_KNOB_GROUPS,
     POL_FORM_PLAIN,
     1,
+    NULL,
+    memo_post_plan,
 };
 
 const pol_policy pol_full_swap_plan = {
@@ -784,6 +795,8 @@ const pol_policy pol_full_swap_plan = {
     MEMO_KNOB_GROUPS,
     POL_FORM_PLAIN,
     1,
+    NULL,
+    memo_post_plan,
 };
 
 const pol_policy pol_full_recompute_plan = {
@@ -796,4 +809,6 @@ const pol_policy pol_full_recompute_plan = {
     FR_KNOB_GROUPS,
     POL_FORM_PLAIN,
     0,
+    NULL,
+    memo_post_plan,
 };

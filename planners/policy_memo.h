@@ -78,10 +78,16 @@ int memo_node_ranks(const trace_t *t, const machine_t *m);
  * memory plan of that schedule (planners/memplan.h), stores its offsets and arena in p and
  * selects the static allocator. Knobs of o: plan_l1_s, plan_l2_s, strict_layers. m (may be
  * NULL) times ops without durations and gives the device capacity for the arena rule. Called
- * by the MEMO policies and by pol_plan for a policy that leaves a memory_plan=1 plan without
- * offsets. */
+ * by the MEMO policies and by memo_post_plan. */
 ms_status memo_apply_memory_plan(const trace_t *t, const machine_t *m, const pol_opts *o,
                                  plan_t *p, ms_error *err);
+
+/* The memory-plan pass as a policy row's post_plan (planners/policy.h): memo_apply_memory_plan
+ * when p carries the knob memory_plan=1 and has no offsets yet (a policy that plans memory
+ * itself, as MEMO's do, has them); nothing otherwise. Declared by the rows of the policies
+ * that take memory_plan=1: the baselines, MEMO's, ProTrain and the chunked baselines. */
+ms_status memo_post_plan(const trace_t *t, const machine_t *m, const pol_opts *o, plan_t *p,
+                         ms_error *err);
 
 /* The pinned host bytes MEMO's executor takes for an offload of `bytes`: pow2 != 0 rounds up
  * to a power of two (PyTorch's caching host allocator, c10::llvm::PowerOf2Ceil before

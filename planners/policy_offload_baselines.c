@@ -13,6 +13,7 @@
 
 #include "planners/cost_protrain.h"
 #include "planners/knob.h"
+#include "planners/policy_memo.h"
 #include "planners/policy_protrain.h"
 
 /* Each system's own knobs (their tables are below). */
@@ -242,6 +243,8 @@ const pol_policy pol_zero3_offload = {
     Z3_KNOBS,
     POL_FORM_PLAIN,
     0,
+    "chunks",
+    memo_post_plan,
 };
 
 const pol_policy pol_gemini_static = {
@@ -254,6 +257,8 @@ const pol_policy pol_gemini_static = {
     GEM_KNOBS,
     POL_FORM_PLAIN,
     0,
+    "chunks",
+    memo_post_plan,
 };
 
 const pol_policy pol_fsdp_offload = {
@@ -266,4 +271,6 @@ const pol_policy pol_fsdp_offload = {
     FSDP_KNOBS,
     POL_FORM_PLAIN,
     0,
+    "chunks",
+    memo_post_plan,
 };

@@ -10,6 +10,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "planners/policy_memo.h"
+
 ms_status pt_knobs_from_opts(const pol_opts *o, lc_knobs *k, ms_error *err)
 {
     /* the knobs have the plan's names: read them through a scratch plan */
@@ -240,4 +242,6 @@ const pol_policy pol_protrain = {
     PT_KNOBS,
     POL_FORM_PLAIN,
     0,
+    "chunks",
+    memo_post_plan,
 };

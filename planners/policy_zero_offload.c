@@ -91,4 +91,6 @@ const pol_policy pol_zero_offload = {
     ZO_KNOBS,
     POL_FORM_OFFLOAD,
     0,
+    "dha",
+    NULL,
 };

@@ -74,6 +74,19 @@ const char *sched_stream_name(sched_stream s)
     return ((unsigned)s < SS_COUNT) ? stream_names[s] : "?";
 }
 
+sched_block sched_block_of_class(trace_class c)
+{
+    switch (c) {
+    case TC_PARAM: return SB_PARAM;
+    case TC_GRAD: return SB_GRAD;
+    case TC_OPTSTATE: return SB_OPTSTATE;
+    case TC_ACT_SKEL: return SB_ACT_SKEL;
+    case TC_ACT_TRANS: return SB_ACT_TRANS;
+    case TC_WORKSPACE: return SB_WORKSPACE;
+    default: return SB_OTHER;
+    }
+}
+
 /* ---- validation ---- */
 
 /* What the validator tracks while it walks the program: which events were recorded and,

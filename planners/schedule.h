@@ -31,6 +31,26 @@ typedef enum sched_kind {
     SA_COUNT
 } sched_kind;
 
+/* What a device block holds, set by the lowering that makes the ALLOC: executors report the
+ * peak's bytes by these kinds (planners/blockmix.h) without knowing any lowering's ids.
+ * SB_TRACE (0, what a zeroed action has) stands for the trace class of tensor `tensor`, a
+ * trace id; a lowering that invents an id, or gives a trace tensor a new one, sets the kind. */
+typedef enum sched_block {
+    SB_TRACE = 0,    /* the trace class of the tensor (the trace's own allocations) */
+    SB_PARAM,        /* parameters */
+    SB_GRAD,         /* gradients */
+    SB_OPTSTATE,     /* optimizer states */
+    SB_CHUNK,        /* model-state chunks (ProTrain's persistent chunks) */
+    SB_ACT_SKEL,     /* skeletal activations */
+    SB_ACT_TRANS,    /* transient activations */
+    SB_WORKSPACE,    /* workspaces */
+    SB_RBUF,         /* MEMO's rounding buffers */
+    SB_IDLE,         /* MEMO's idle rounding buffer */
+    SB_STAGING,      /* staging: chunk buffers, DHA buckets and casts, copies in flight */
+    SB_OTHER,        /* anything else */
+    SB_COUNT
+} sched_block;
+
 typedef struct sched_action {
     sched_kind kind;
     sched_stream stream;
@@ -57,6 +77,7 @@ typedef struct sched_action {
     int32_t pool;             /* ALLOC: 0 = the allocator pool of the action's stream; k > 0 =
                                  the pool of the framework's side stream k (the trace's
                                  tensor stream, plan knob stream_pools), e.g. TE's cp stream */
+    uint8_t block;            /* ALLOC: sched_block, what the block holds */
     int32_t layer;
     trace_phase phase;
     trace_markkind mark;      /* MARK: what kind */
@@ -75,6 +96,8 @@ size_t sched_count(const schedule_t *s);
 const sched_action *sched_get(const schedule_t *s, size_t i);
 const char *sched_kind_name(sched_kind k);
 const char *sched_stream_name(sched_stream s);
+/* The block kind of a trace tensor of class c (SB_OTHER for a class with none). */
+sched_block sched_block_of_class(trace_class c);
 /* Checks that every WAIT's event was RECORDed earlier in program order (so execution can
  * never deadlock: program order is the order the host enqueues, as in CUDA), that events
  * are recorded once, and that frees match allocs. */

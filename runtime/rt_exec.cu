@@ -609,7 +609,7 @@ static rt_status fence_block(ex *x, size_t i, int stream, uint64_t addr, uint64_
 static int retry_after_release(const ex *x, ms_status st)
 {
     return st == MS_ERR_OOM ||
-           (st == MS_ERR_INVALID && !strcmp(alloc_name(x->alloc), "static"));
+           (st == MS_ERR_INVALID && (alloc_caps(x->alloc) & ALLOC_CAP_STATIC_PLAN));
 }
 
 static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
@@ -629,7 +629,7 @@ static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
     if (st == MS_ERR_OOM) return oom_result(x, i, a);
     if (st != MS_OK) {
         char tn[48];
-        int arena = st == MS_ERR_INVALID && !strcmp(alloc_name(x->alloc), "static");
+        int arena = st == MS_ERR_INVALID && (alloc_caps(x->alloc) & ALLOC_CAP_STATIC_PLAN);
         return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: allocating %llu bytes for "
                     "tensor %llu '%s' on stream %s: %s (%s)", i, (unsigned long long)a->bytes,
                     (unsigned long long)a->tensor, tname(x, a->tensor, tn, sizeof tn),
@@ -640,7 +640,7 @@ static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
     uint32_t slot;
     if (slot_new(&x->dl_free, &x->n_dl_free, &x->n_dl, &x->cap_dl, (void **)&x->dl,
                  sizeof *x->dl, &slot) != MS_OK || u64map_put(x->dmap, a->tensor, slot) ||
-        !bm_alloc(x->mix, a->tensor, addr, a->bytes)) {
+        !bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes)) {
         alloc_release(x->alloc, addr);
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
     }

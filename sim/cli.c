@@ -433,6 +433,14 @@ int cli_check_jobs(ms_error *e, const char *v, int *out)
     return 0;
 }
 
+int cli_parse_jobs(const char *cmd, const char *v, int *out)
+{
+    ms_error e;
+    int rc = cli_check_jobs(&e, v, out);
+    if (rc) fprintf(stderr, "memsim %s: %s\n", cmd, e.msg);
+    return rc;
+}
+
 int cli_load_machine(const cli_args *a, const char *cmd, machine_profile **out)
 {
     ms_error err;

@@ -70,6 +70,9 @@ int cli_parse_err(int argc, char **argv, unsigned groups, cli_args *a, ms_error 
 /* A -j / --jobs value: a whole number from 1 to JOBS_MAX; else the message in e and
  * MS_EXIT_USAGE. */
 int cli_check_jobs(ms_error *e, const char *v, int *out);
+/* cli_check_jobs for a command with its own parser: on a bad value prints
+ * "memsim CMD: --jobs 'V': ..." and returns MS_EXIT_USAGE; else 0 with *out set. */
+int cli_parse_jobs(const char *cmd, const char *v, int *out);
 /* --seqs / --batches LIST (option name opt) into a->points: counts with K/M suffixes, sorted;
  * an empty list, a repeated value (a typo) or more than CLI_MAX_POINTS: prints why, returns
  * MS_EXIT_USAGE. */

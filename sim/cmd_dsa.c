@@ -164,7 +164,7 @@ static int parse(int argc, char **argv, dsa_cli *c)
         case 'o': c->output = optarg; break;
         case 'T': c->table = 1; break;
         case 'j':
-            if (jobs_parse("dsa", optarg, &c->jobs)) return MS_EXIT_USAGE;
+            if (cli_parse_jobs("dsa", optarg, &c->jobs)) return MS_EXIT_USAGE;
             break;
         case 'h': usage(stdout); return MS_EXIT_OK;
         case ':':

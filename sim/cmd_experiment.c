@@ -102,7 +102,7 @@ static int take_jobs(int argc, char **argv, int *i)
     else if (!strncmp(a, "-j", 2)) v = a + 2;
     else return 0;
     int n;
-    if (jobs_parse("experiment", v, &n)) return MS_EXIT_USAGE + 2;
+    if (cli_parse_jobs("experiment", v, &n)) return MS_EXIT_USAGE + 2;
     char buf[16];
     snprintf(buf, sizeof buf, "%d", n);
     setenv("MEMSIM_JOBS", buf, 1);

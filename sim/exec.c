@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc_caching.h"
 #include "sim/engine.h"
 #include "sim/link.h"
 #include "sim/simbackend.h"
@@ -145,8 +144,9 @@ typedef struct ex {
     pend_fifo fq[SS_COUNT];
     u64map *duse;        /* tensor -> allocating stream | streams that used it << 8 */
     u64map *huse;        /* tensor -> streams that used its host memory */
-    int side_defer;      /* FREE.side_use defers: a PyTorch allocator (not the static arena,
-                            whose planned addresses no recordStream touches) */
+    int side_defer;      /* FREE.side_use defers: a PyTorch allocator (not one with
+                            ALLOC_CAP_STATIC_PLAN, whose planned addresses no recordStream
+                            touches) */
     /* measured window: from the last TM_ITER mark on the compute stream (or 0) */
     double win_t0;
     window w;
@@ -572,7 +572,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         fail_at(x, st, idx, alloc_why(x, st));
         return 0;
     }
-    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, addr, a->bytes)) {
+    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes)) {
         fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
@@ -1016,7 +1016,7 @@ static void host_alloc(ex *x, size_t i, const sched_action *a)
         fail_at(x, st, i, alloc_why(x, st));
         return;
     }
-    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, addr, a->bytes) ||
+    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes) ||
         u64map_put(x->duse, a->tensor, (uint64_t)s | (1ULL << (s + 8)))) {
         fail_run(x, MS_ERR_NOMEM, "out of memory");
         return;
@@ -1326,13 +1326,13 @@ static ms_status setup(ex *x)
     ms_status st = alloc_new(x->o.allocator ? x->o.allocator : "caching", x->o.alloc_cfg,
                              simbe_backend(x->be), &x->alloc, x->err);
     if (st != MS_OK) return st;
-    x->side_defer = strcmp(alloc_name(x->alloc), "static") != 0;
+    x->side_defer = !(alloc_caps(x->alloc) & ALLOC_CAP_STATIC_PLAN);
     /* A schedule that models recordStream (FREE.side_use, plan knob record_stream) gets
      * PyTorch's release_cached_blocks for all its deferred frees: they go back inside the
      * allocator's retry, after its synchronize. Without it the host waits for them after the
      * failed call and retries once more, as memsim's runtime does (its oom_drains). */
     if (x->o.issue_ahead != 0 && has_side_use(x->s))
-        alloc_caching_set_events_hook(x->alloc, flush_device_frees, x);
+        alloc_set_events_hook(x->alloc, flush_device_frees, x);
     if (x->o.timeline_path || x->o.timeline_out || x->o.memcsv_path || x->o.intervals_path) {
         x->tl = tl_new();
         if (!x->tl) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");

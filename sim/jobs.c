@@ -16,7 +16,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sim/cli.h"
 #include "traces/util.h"
 
 #define FRAME_MAGIC 0x6d736a31u /* "msj1" */
@@ -46,14 +45,6 @@ typedef struct worker {
 } worker;
 
 static int frame_complete(const char *buf, size_t len);
-
-int jobs_parse(const char *cmd, const char *v, int *out)
-{
-    ms_error e;
-    int rc = cli_check_jobs(&e, v, out);
-    if (rc) fprintf(stderr, "memsim %s: %s\n", cmd, e.msg);
-    return rc;
-}
 
 static int write_all(int fd, const void *p, size_t n)
 {

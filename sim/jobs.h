@@ -67,8 +67,5 @@ int jobs_run_ranks(const jobs_spec *s);
 int jobs_capture(const jobs_spec *s, size_t i, char **frame, size_t *len);
 int jobs_deliver(const jobs_spec *s, size_t i, const char *frame, size_t len);
 
-/* Checks a -j / --jobs value: a whole number from 1 to JOBS_MAX. On a bad one prints
- * "memsim CMD: --jobs 'V': ..." and returns MS_EXIT_USAGE; else 0 with *out set. */
-int jobs_parse(const char *cmd, const char *v, int *out);
 
 #endif

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/check_layers.sh — enforces the include rule of docs/ARCHITECTURE.md: includes point only
 # down (experiments, plots -> sim, runtime -> planners -> traces); sim/ and runtime/ never
-# include each other. One TAP test per folder.
+# include each other; no include cycle between source files. One TAP test per folder, one for
+# the cycle walk on a planted cycle, one for the cycles of the tree.
 cd "${srcdir:-.}" || exit 99
 n=0; bad=0
 check() { # folder, forbidden-pattern
@@ -29,6 +30,81 @@ if [ -n "$missing" ]; then
     echo "not ok $n - every source file opens with a comment"; echo "$missing" | sed 's/^/#   /'; bad=1
 else
     echo "ok $n - every source file opens with a comment"
+fi
+
+# Include cycles between files. A module is a source file with its header (foo.c or foo.cu,
+# foo.h); module A uses module B when A's source or header includes B's header. A header
+# without a source file of its own (an interface such as planners/membackend.h, an internal
+# header such as traces/gen_hf_int.h) passes its includes on to the modules that include it.
+# find_cycle DIR prints one cycle among DIR's traces/ planners/ sim/ runtime/ modules, as
+# "a -> b -> a", or nothing.
+find_cycle() (
+    cd "$1" || exit 99
+    for f in traces/*.[ch] planners/*.[ch] sim/*.[ch] runtime/*.[ch] runtime/*.cu; do
+        [ -f "$f" ] || continue
+        s=${f%.*}
+        [ -f "$s.c" ] || [ -f "$s.cu" ] || echo "H $s"
+        sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)\.h".*/\1/p' "$f" |
+            while read -r t; do [ "$t" != "$s" ] && [ -f "$t.h" ] && echo "E $s $t"; done
+    done | sort -u | awk '
+        function note(v) { if (!(v in node)) { node[v] = 1; order[++nn] = v } }
+        $1 == "H" { hdr[$2] = 1; next }
+        $1 == "E" { note($2); note($3); adj[$2] = adj[$2] " " $3 }
+        # the modules a uses, looking through header-only ones
+        function expand(a, v,   m, i, w) {
+            m = split(adj[v], w, " ")
+            for (i = 1; i <= m; i++) {
+                if (w[i] in seen) continue
+                seen[w[i]] = 1
+                if (w[i] in hdr) expand(a, w[i])
+                else if (w[i] != a) uses[a] = uses[a] " " w[i]
+            }
+        }
+        # depth-first; a module met again while on the stack closes a cycle
+        function visit(v,   m, i, w, p) {
+            color[v] = 1; stack[++sp] = v
+            m = split(uses[v], w, " ")
+            for (i = 1; i <= m && found == ""; i++) {
+                if (color[w[i]] == 1) {
+                    found = w[i]
+                    for (p = sp; stack[p] != w[i]; p--) found = stack[p] " -> " found
+                    found = w[i] " -> " found
+                } else if (!color[w[i]]) visit(w[i])
+            }
+            sp--; color[v] = 2
+        }
+        END {
+            for (k = 1; k <= nn; k++) if (!(order[k] in hdr)) { split("", seen); expand(order[k], order[k]) }
+            for (k = 1; k <= nn && found == ""; k++)
+                if (!(order[k] in hdr) && !color[order[k]]) visit(order[k])
+            if (found != "") print found
+        }'
+)
+
+# the walk finds a cycle planted through an interface header, and none in its acyclic twin
+n=$((n + 1))
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/check_layers.XXXXXX") || exit 99
+mkdir "$tmp/planners"
+printf '#include "planners/iface.h"\n' > "$tmp/planners/a.c"
+printf '#include "planners/b.h"\n' > "$tmp/planners/iface.h"
+printf '#include "planners/a.h"\n' > "$tmp/planners/b.h"
+: > "$tmp/planners/a.h"; : > "$tmp/planners/b.c"
+planted=$(find_cycle "$tmp")
+: > "$tmp/planners/b.h"
+twin=$(find_cycle "$tmp")
+rm -rf "$tmp"
+if [ "$planted" = "planners/a -> planners/b -> planners/a" ] && [ -z "$twin" ]; then
+    echo "ok $n - the cycle walk finds a planted cycle through an interface header"
+else
+    echo "not ok $n - the cycle walk finds a planted cycle through an interface header"
+    echo "#   planted: '$planted', acyclic twin: '$twin'"; bad=1
+fi
+n=$((n + 1))
+cycle=$(find_cycle .)
+if [ -n "$cycle" ]; then
+    echo "not ok $n - no include cycle between source files"; echo "#   $cycle"; bad=1
+else
+    echo "ok $n - no include cycle between source files"
 fi
 echo "1..$n"
 exit $bad

@@ -14,6 +14,7 @@
 #include "traces/hfconfig.h"
 #include "traces/import_pytorch.h"
 #include "traces/machine.h"
+#include "traces/models.h"
 #include "traces/trace.h"
 
 #include <stdlib.h>

@@ -446,6 +446,56 @@ static void test_random(uint64_t max_split, unsigned div, int nops)
     fx_free(&f);
 }
 
+/* The executor's deferred frees: the hook gives a held block back when the allocator asks. */
+typedef struct held {
+    alloc_t *a;
+    uint64_t addr;
+    int calls;
+} held;
+
+static void give_back(void *ctx)
+{
+    held *h = ctx;
+    h->calls++;
+    if (h->addr) alloc_release(h->a, h->addr);
+    h->addr = 0;
+}
+
+/* Capability bits instead of names: only the caching allocator takes an events hook, only
+ * the static arena places tensors by plan; the hook runs inside the retry and its frees cure
+ * the OOM. */
+static void test_caps_and_events_hook(void)
+{
+    size_t n;
+    const alloc_vtable *const *reg = alloc_registry(&n);
+    int right = 1;
+    for (size_t k = 0; k < n; k++) {
+        int caching = !strcmp(reg[k]->name, "caching"), arena = !strcmp(reg[k]->name, "static");
+        right &= !!(reg[k]->caps & ALLOC_CAP_EVENTS_HOOK) == caching &&
+                 (reg[k]->set_events_hook != NULL) == caching &&
+                 !!(reg[k]->caps & ALLOC_CAP_STATIC_PLAN) == arena;
+    }
+    TAP_OK(right, "caps: events hook on caching only, static plan on the static arena only");
+    fx f = fx_new(40 * MiB, UINT64_MAX, 0);
+    TAP_OK(alloc_caps(f.a) == ALLOC_CAP_EVENTS_HOOK, "alloc_caps reads the vtable's bits");
+    held h = {f.a, A(&f, 30 * MiB, 0), 0};
+    TAP_OK(alloc_set_events_hook(f.a, give_back, &h) == 1, "caching takes the hook");
+    uint64_t w = A(&f, 30 * MiB, 0);
+    TAP_OK(w != UINT64_MAX && h.calls == 1 && h.addr == 0 && S(&f)->num_alloc_retries == 1,
+           "the retry calls the hook once; the block it gives back makes room");
+    TAP_OK(alloc_set_events_hook(f.a, NULL, NULL) == 1 && F(&f, w) && checks(&f),
+           "the hook can be removed");
+    fx_free(&f);
+    simbe_t *be = simbe_new(NULL, GiB, 0);
+    alloc_t *st = NULL;
+    ms_error err;
+    if (!be || alloc_new("stitching", NULL, simbe_backend(be), &st, &err) != MS_OK) exit(99);
+    TAP_OK(alloc_set_events_hook(st, give_back, &h) == 0 && !(alloc_caps(st) & ALLOC_CAP_EVENTS_HOOK),
+           "stitching has no events hook: refused, nothing stored");
+    alloc_free(st);
+    simbe_free(be);
+}
+
 int main(void)
 {
     test_rounding();
@@ -460,6 +510,7 @@ int main(void)
     test_roundup_power2();
     test_stats_scenario();
     test_edge_cases();
+    test_caps_and_events_hook();
     test_random(UINT64_MAX, 0, 140000);
     test_random(40 * MiB, 4, 60000);
     return tap_done();

@@ -117,6 +117,16 @@ static void tensor_act(schedule_t *s, sched_kind k, sched_stream st, uint64_t t,
     add(s, a);
 }
 
+/* An ALLOC on the compute stream of a block the lowering made, with its kind. */
+static void block_act(schedule_t *s, uint64_t t, uint64_t b, sched_block kind)
+{
+    sched_action a = base(SA_ALLOC, SS_COMPUTE);
+    a.tensor = t;
+    a.bytes = b;
+    a.block = (uint8_t)kind;
+    add(s, a);
+}
+
 static void event_act(schedule_t *s, sched_kind k, sched_stream st, uint32_t e)
 {
     sched_action a = base(k, st);
@@ -421,8 +431,8 @@ static ms_status run_with_trace(const schedule_t *s, const machine_t *m, const t
 
 /* The peak's breakdown by kind, on both issue models: parameter 100 MiB and skeletal 60 MiB
  * live, a 50 MiB transient on top (the peak: 210 MiB), then freed, a 20 MiB rounding-buffer
- * block and the 8 MiB idle buffer (188 MiB, below the peak); ids unknown to the trace are
- * "other"; an empty request in between changes nothing. With 180 MiB of device the transient fails: the breakdown is the state then. */
+ * block and the 8 MiB idle buffer (188 MiB, below the peak), whose kinds their ALLOCs carry;
+ * ids unknown to the trace are "other"; an empty request in between changes nothing. With 180 MiB of device the transient fails: the breakdown is the state then. */
 static void test_peak_breakdown(void)
 {
     machine_t m = test_machine();
@@ -436,8 +446,8 @@ static void test_peak_breakdown(void)
     compute(s, 10, -1);
     tensor_act(s, SA_FREE, SS_COMPUTE, 79, 0);
     tensor_act(s, SA_FREE, SS_COMPUTE, 3, 0);
-    tensor_act(s, SA_ALLOC, SS_COMPUTE, lower_id_rbuf(0, 0, 0), 20 * MiB);
-    tensor_act(s, SA_ALLOC, SS_COMPUTE, lower_id_idle_buffer(), 8 * MiB);
+    block_act(s, lower_id_rbuf(0, 0, 0), 20 * MiB, SB_RBUF);
+    block_act(s, lower_id_idle_buffer(), 8 * MiB, SB_IDLE);
     tensor_act(s, SA_ALLOC, SS_COMPUTE, 77, MiB);
     compute(s, 10, -1);
     sim_result r;

@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
 #include "traces/hfconfig.h"
+#include "traces/models.h"
 
 #include <string.h>
 #include <stdlib.h>

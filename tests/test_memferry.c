@@ -252,6 +252,20 @@ static plan_t *plan_of(const pol_policy *p, const trace_t *t, const char *k, con
     return pl;
 }
 
+/* Blocks the DHA lowering makes (ids the trace does not hold) must say what they are: every
+ * such ALLOC is staging (buckets, casts, held gradients, copies in flight). */
+static size_t synth_allocs, synth_wrong; /* over every schedule simulate() saw */
+
+static void count_synthetic_kinds(const trace_t *t, const schedule_t *s)
+{
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind != SA_ALLOC || trace_find_tensor(t, a->tensor)) continue;
+        synth_allocs++;
+        synth_wrong += a->block != SB_STAGING;
+    }
+}
+
 static double simulate(const trace_t *t, const plan_t *p, sim_result *out)
 {
     ms_error err;
@@ -260,6 +274,7 @@ static double simulate(const trace_t *t, const plan_t *p, sim_result *out)
         TAP_NOTE("lower: %s", err.msg);
         return -1;
     }
+    count_synthetic_kinds(t, s);
     sim_opts so;
     sim_opts_default(&so);
     so.host_sharers = 1;
@@ -346,7 +361,8 @@ static void test_lowering(void)
     plan_set_layer(p, 0, PM_DFGB, 0);
     plan_set_layer(p, 1, PM_GFGB, 1);
     plan_sort(p);
-    TAP_OK(lower_dha_applies(p), "a plan with dha/dfgb layers needs the DHA lowering");
+    const lower_backend *b = plan_set_lowering(p, "dha") == MS_OK ? lower_find(p->lowering) : NULL;
+    TAP_OK(b && b->lower == lower_dha, "a plan naming the dha lowering is lowered by lower_dha");
     schedule_t *s = NULL;
     lower_report rep;
     lower_opts lo;
@@ -545,8 +561,10 @@ static void test_policies(void)
     for (size_t i = 0; i < ds->n_layers; i++) all_g &= ds->layers[i].pmode == PM_GFGB;
     for (size_t i = 0; i < go->n_layers; i++) host += go->layers[i].grad_on_host;
     for (size_t i = 0; i < g1->n_layers; i++) host1 += g1->layers[i].grad_on_host;
-    TAP_OK(all_g && lower_dha_applies(ds) && !strcmp(plan_get_knob(ds, "realloc"), "1"),
-           "zero-offload: every layer GFGB, marked for the shadow-model lowering");
+    TAP_OK(all_g && !strcmp(ds->lowering, "dha") && !strcmp(mf->lowering, "dha") &&
+               !strcmp(go->lowering, "dha") && !strcmp(plan_get_knob(ds, "realloc"), "1"),
+           "zero-offload: every layer GFGB; its plan, memferry's and go-memferry's name the "
+           "shadow-model lowering");
     TAP_OK(host == (int)go->n_layers, "go-memferry reserve=0 puts every gradient on the host");
     TAP_OK(host1 == 0, "reserve=1 keeps every gradient on the GPU (= memferry)");
     sim_result rd, rn, rm, rg;
@@ -613,8 +631,7 @@ static void test_bad_input(void)
     plan_free(q);
     q = plan_new("keep-all", "caching");
     plan_set_layer(q, 0, PM_GFGB, 0);
-    TAP_OK(!lower_dha_applies(NULL) && !lower_dha_applies(q),
-           "a plan with only GFGB / GPU-gradient layers and no host_params knob is not DHA");
+    TAP_OK(!strcmp(q->lowering, "tensor"), "a new plan names the per-tensor lowering");
     plan_free(q);
     trace_free(plain);
     trace_free(untimed);
@@ -1020,6 +1037,8 @@ int main(void)
     test_accumulate();
     test_gemm_rereads();
     test_dha_weight_exec();
+    TAP_OK(synth_allocs > 0 && synth_wrong == 0, "the DHA lowering's own blocks (%zu ALLOCs) "
+           "are all staging (%zu are not)", synth_allocs, synth_wrong);
     machine_profile_free(mach);
     return tap_done();
 }

@@ -490,7 +490,7 @@ static void test_rb_schedule(const machine_t *m)
         trace_free(t);
         return;
     }
-    int allocs0 = 0, allocs1 = 0, d2h = 0, members = 0, ok_host = 1;
+    int allocs0 = 0, allocs1 = 0, d2h = 0, members = 0, ok_host = 1, rb_kind = 1;
     for (size_t i = 0; i < sched_count(s); i++) {
         const sched_action *a = sched_get(s, i);
         uint32_t pass;
@@ -498,6 +498,7 @@ static void test_rb_schedule(const machine_t *m)
         if (a->kind == SA_ALLOC && lower_id_is_rbuf(a->tensor, &pass, &layer)) {
             allocs0 += a->tensor == lower_id_rbuf(pass, layer, 0);
             allocs1 += a->tensor == lower_id_rbuf(pass, layer, 1);
+            rb_kind &= a->block == SB_RBUF;
         }
         if (a->kind == SA_COPY_D2H) {
             d2h++;
@@ -519,6 +520,7 @@ static void test_rb_schedule(const machine_t *m)
     TAP_OK(d2h == NL - 2 && ok_host, "only the first n-2 layers are offloaded (%d copies), into "
            "one power-of-two host buffer per offloaded tensor slice", d2h);
     TAP_OK(members == 0, "no skeletal tensor of a layer gets a block of its own");
+    TAP_OK(rb_kind, "every rounding-buffer block's ALLOC says it is a rounding buffer");
     /* layer l's block waits for the offload of layer l-2, the previous occupant */
     int waits_ok = 1;
     for (int l = 2; l < NL; l++) {

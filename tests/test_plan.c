@@ -1,12 +1,16 @@
 /* test_plan.c — unit tests of the plan file (planners/plan.c): building, sorting with
  * last-wins duplicates, lookups with the default decision, a deterministic writer whose output
- * reads back to the same bytes, and FILE:LINE errors; the policy registry's knob check
- * (planners/policy.h), which refuses keys the plan's readers never look at. Run by make check. */
+ * reads back to the same bytes, and FILE:LINE errors; the `lowering` line, and the lowering
+ * a file without one is given; the policy registry's knob check (planners/policy.h), which
+ * refuses keys the plan's readers never look at, and the lowering each policy's plans name.
+ * Run by make check. */
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
+#include "planners/lower.h"
 #include "planners/plan.h"
 #include "planners/policy.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -239,6 +243,137 @@ static void test_knob_check(void)
            "the key list is sorted, says its length and truncates safely");
 }
 
+/* The lowering plan_load gives text (NULL when it does not load), in a static buffer. */
+static const char *lowering_of(const char *text)
+{
+    static char name[sizeof(((plan_t *)0)->lowering)];
+    const char *p = tpath("ok.plan");
+    put(p, text);
+    plan_t *q = NULL;
+    ms_error err;
+    if (plan_load(p, &q, &err) != MS_OK) return NULL;
+    snprintf(name, sizeof name, "%s", q->lowering);
+    plan_free(q);
+    return name;
+}
+
+static int same(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+/* A plan names its lowering; a file from before the `lowering` line gets the one its markers
+ * chose then; lower_schedule refuses a name no lowering has. */
+static void test_lowering(void)
+{
+    plan_t *p = plan_new("x", "caching");
+    ms_error err;
+    const char *a = tpath("a.plan");
+    TAP_OK(p && same(p->lowering, "tensor") && plan_set_lowering(p, "chunks") == MS_OK &&
+               plan_set_lowering(p, "") == MS_ERR_INVALID &&
+               plan_set_lowering(p, "two words") == MS_ERR_INVALID &&
+               plan_set_lowering(p, "a-name-too-long-to-fit") == MS_ERR_INVALID &&
+               same(p->lowering, "chunks"),
+           "plan_new names tensor; plan_set_lowering takes a short token, refuses the rest");
+    char *text = p && plan_write(p, a, &err) == MS_OK ? slurp(a) : NULL;
+    TAP_OK(text && strstr(text, "\npolicy x\nlowering chunks\nallocator caching\n"),
+           "the writer puts the lowering line after the policy line");
+    TAP_OK(same(lowering_of(text ? text : ""), "chunks"), "the lowering line reads back");
+    free(text);
+    plan_free(p);
+    TAP_OK(same(lowering_of(HDR), "tensor") &&
+               same(lowering_of(HDR "knob chunks 1\n"), "chunks") &&
+               same(lowering_of(HDR "knob chunks 0\n"), "tensor") &&
+               same(lowering_of(HDR "knob host_params 1\n"), "dha") &&
+               same(lowering_of(HDR "knob grad_host.3 17 18\n"), "dha") &&
+               same(lowering_of(HDR "layer 0 dfgb grad=gpu\n"), "dha") &&
+               same(lowering_of(HDR "layer 0 gfgb grad=host\n"), "dha") &&
+               same(lowering_of(HDR "layer 0 gfgb grad=gpu\nknob chunks 1\n"), "chunks") &&
+               same(lowering_of(HDR "knob chunks 1\nknob host_params 1\n"), "dha"),
+           "without a lowering line: dha for host_params=1, grad_host.N or a DHA layer, "
+           "chunks for chunks=1, tensor otherwise (the markers of older files)");
+    TAP_OK(same(lowering_of(HDR "knob host_params 1\nlowering tensor\n"), "tensor"),
+           "a lowering line wins over the old markers");
+    expect_err(HDR "lowering -\n", 4, "lowering: expected a NAME", "lowering without a name");
+    expect_err(HDR "lowering dha\nlowering dha\n", 5, "duplicate 'lowering' line (first at line 4)",
+               "duplicate lowering line");
+    trace_t *t = trace_new();
+    p = plan_new("x", "caching");
+    schedule_t *s = NULL;
+    ms_status st = p && t ? plan_set_lowering(p, "warp") : MS_ERR_NOMEM;
+    if (st == MS_OK) st = lower_schedule(t, p, NULL, NULL, &s, &err);
+    TAP_OK(st == MS_ERR_INVALID && !s && strstr(err.msg, "lowering 'warp'") &&
+               strstr(err.msg, "tensor, chunks, dha"),
+           "lower_schedule refuses a lowering no row names: %s", st ? err.msg : "(lowered)");
+    size_t n = 0;
+    const lower_backend *const *reg = lower_registry(&n);
+    int found = n == 3;
+    for (size_t i = 0; found && i < n; i++) found = lower_find(reg[i]->name) == reg[i];
+    TAP_OK(found && same(reg[0]->name, "tensor") && reg[0] == &lower_backend_tensor &&
+               !lower_find("warp"),
+           "the table: tensor, chunks, dha, each found by its name");
+    plan_free(p);
+    trace_free(t);
+}
+
+/* Every policy's plans name the lowering its registry row does, through pol_plan_new. */
+static void test_policy_lowerings(void)
+{
+    size_t n = 0;
+    const pol_policy *const *reg = pol_registry(&n);
+    int right = n > 0, chunks = 0, dha = 0;
+    for (size_t i = 0; i < n; i++) {
+        plan_t *p = NULL;
+        ms_error err;
+        const char *want = reg[i]->lowering ? reg[i]->lowering : "tensor";
+        right &= pol_plan_new(reg[i]->name, NULL, &p, &err) == MS_OK && same(p->lowering, want) &&
+                 lower_find(want) != NULL;
+        chunks += same(want, "chunks");
+        dha += same(want, "dha");
+        plan_free(p);
+    }
+    TAP_OK(right && chunks == 4 && dha == 3, "each policy's plans name its row's lowering "
+           "(%d chunk policies, %d DHA policies)", chunks, dha);
+    TAP_OK(pol_find("memo")->post_plan && pol_find("keep-all")->post_plan &&
+               pol_find("protrain")->post_plan && !pol_find("memferry")->post_plan,
+           "the memory-plan pass is declared by the rows that take memory_plan=1");
+}
+
+/* The plan files experiments/validate keeps were written before plans named their lowering:
+ * each loads with the lowering its policy's row names now. Returns files checked, wrong. */
+static void stored_plans_in(const char *dir, int *files, int *wrong)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".plan")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        plan_t *p = NULL;
+        ms_error err;
+        const pol_policy *row = NULL;
+        int ok = plan_load(path, &p, &err) == MS_OK && (row = pol_find(p->policy)) &&
+                 same(p->lowering, row->lowering ? row->lowering : "tensor");
+        if (!ok) TAP_NOTE("%s: %s", path, p ? p->lowering : err.msg);
+        (*files)++;
+        *wrong += !ok;
+        plan_free(p);
+    }
+    if (d) closedir(d);
+}
+
+static void test_stored_plans(void)
+{
+    const char *src = getenv("srcdir");
+    static const char *const machines[] = { "h100-sxm", "h200-sxm" };
+    int files = 0, wrong = 0;
+    for (size_t i = 0; i < 2; i++) {
+        char dir[768];
+        snprintf(dir, sizeof dir, "%s/experiments/validate/plans/%s", src && *src ? src : ".",
+                 machines[i]);
+        stored_plans_in(dir, &files, &wrong);
+    }
+    TAP_OK(files > 0 && wrong == 0, "the %d stored validation plans (no lowering line) load "
+           "with their policy's lowering (%d do not)", files, wrong);
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -247,6 +382,9 @@ int main(void)
     test_build_and_roundtrip();
     test_errors();
     test_knob_check();
+    test_lowering();
+    test_policy_lowerings();
+    test_stored_plans();
     const char *files[] = {"a.plan", "b.plan", "c.plan", "bad.plan", "ok.plan"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) remove(tpath(files[i]));
     if (rmdir(tmpdir) != 0) TAP_NOTE("could not remove %s", tmpdir);

@@ -110,13 +110,34 @@ static size_t count(const schedule_t *s, sched_kind k, int stream, int idkind)
     return n;
 }
 
+/* 1 when every ALLOC of a chunk id of `idkind` carries block kind b, and there is one */
+static int alloc_kinds(const schedule_t *s, int idkind, sched_block b)
+{
+    size_t n = 0, right = 0;
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        int kd;
+        if (a->kind != SA_ALLOC || !lc_id_parse(a->tensor, &kd, NULL) || kd != idkind) continue;
+        n++;
+        right += a->block == b;
+    }
+    return n > 0 && right == n;
+}
+
 static void test_knobs(void)
 {
-    TAP_OK(!lower_chunks_applies(NULL), "no plan: not chunk lowering");
+    const lower_backend *b = lower_find("chunks");
+    TAP_OK(b && b->lower == lower_chunks && !b->rounding_buffers,
+           "the lowering named chunks is lower_chunks, without rounding buffers");
     plan_t *p = chunk_plan(2, 3, 1, 4, "coll", "link");
-    TAP_OK(p && lower_chunks_applies(p), "a plan with chunks=1 takes chunk lowering");
     lc_knobs k;
     ms_error err;
+    plan_t *q = plan_new("protrain", "caching");
+    lc_knobs_default(&k);
+    TAP_OK(q && !strcmp(q->lowering, "tensor") && lc_knobs_to_plan(&k, q, &err) == MS_OK &&
+               !strcmp(q->lowering, "chunks") && !strcmp(plan_get_knob(q, "chunks"), "1"),
+           "lc_knobs_to_plan names the chunk lowering in the plan (and keeps the old marker)");
+    plan_free(q);
     TAP_OK(lc_knobs_from_plan(p, &k, &err) == MS_OK && k.n_persist == 2 && k.n_buffer == 3 &&
                k.n_swap == 1 && k.n_ckpt == 4 && k.coll == LC_COLL_LINK &&
                k.chunk_bytes == 2 * MiB && k.persist_shard == 1,
@@ -132,8 +153,6 @@ static void test_knobs(void)
     plan_set_knob(p, "n_persist", "abc");
     TAP_OK(lc_knobs_from_plan(p, &k, &err) == MS_ERR_INVALID && strstr(err.msg, "n_persist"),
            "a malformed knob is named: %s", err.msg);
-    plan_set_knob(p, "chunks", "0");
-    TAP_OK(!lower_chunks_applies(p), "chunks=0: not chunk lowering");
     /* pinned host tensors round up to a power of two (PyTorch's CachingHostAllocator) */
     lc_knobs_default(&k);
     k.host_bytes_per_param = 16;
@@ -279,6 +298,8 @@ static void test_structure(void)
                    count(s, SA_FREE, -1, LC_ID_BUFFER) == 0,
                "chunk buffers allocated once, never freed");
         TAP_OK(count(s, SA_ALLOC, -1, LC_ID_PERSIST) == 1, "one persistent chunk allocated once");
+        TAP_OK(alloc_kinds(s, LC_ID_PERSIST, SB_CHUNK) && alloc_kinds(s, LC_ID_BUFFER, SB_STAGING),
+               "block kinds: the persistent chunk is a chunk, the buffers are staging");
         TAP_OK(count(s, SA_HOST_COMPUTE, SS_HOST, 0) == (size_t)(N - 1) * 2 &&
                    count(s, SA_HOST_COMPUTE, -1, 0) == count(s, SA_HOST_COMPUTE, SS_HOST, 0),
                "host Adam of every non-persistent chunk, each iteration, on the host stream");
@@ -456,7 +477,7 @@ static void test_policies(void)
     const char *np = p ? plan_get_knob(p, "n_persist") : NULL;
     const char *pi = p ? plan_get_knob(p, "pred_iter_s") : NULL;
     const char *fe = p ? plan_get_knob(p, "feasible") : NULL;
-    TAP_OK(st == MS_OK && lower_chunks_applies(p) && np && pi && atof(pi) > 0 && fe &&
+    TAP_OK(st == MS_OK && !strcmp(p->lowering, "chunks") && np && pi && atof(pi) > 0 && fe &&
                !strcmp(fe, "1"),
            "protrain records its configuration and prediction (n_persist=%s, %s s)", np ? np : "-",
            pi ? pi : "-");

@@ -94,7 +94,8 @@ static plan_t *mixed_plan(const char *grad_write)
 {
     plan_t *p = plan_new("manual", "caching");
     if (!p) return NULL;
-    if (plan_set_knob(p, "host_params", "1") || plan_set_knob(p, "grad_write", grad_write) ||
+    if (plan_set_lowering(p, "dha") || plan_set_knob(p, "host_params", "1") ||
+        plan_set_knob(p, "grad_write", grad_write) ||
         plan_set_layer(p, -1, PM_DHA, 0) || plan_set_layer(p, 0, PM_DFGB, 1) ||
         plan_set_layer(p, 1, PM_GFGB, 0) || plan_set_layer(p, 2, PM_DHA, 1)) {
         plan_free(p);

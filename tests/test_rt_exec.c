@@ -1717,7 +1717,7 @@ static void test_dha(void)
     schedule_t *s = NULL;
     plan_t *p = plan_new("manual", "caching");
     ms_status st = p ? gen_trace(&c, &mp->m, &t, &err) : MS_ERR_NOMEM;
-    if (st == MS_OK && (plan_set_knob(p, "host_params", "1") ||
+    if (st == MS_OK && (plan_set_lowering(p, "dha") || plan_set_knob(p, "host_params", "1") ||
                         plan_set_layer(p, -1, PM_DHA, 0) || plan_set_layer(p, 0, PM_DFGB, 1) ||
                         plan_set_layer(p, 1, PM_GFGB, 0) || plan_set_layer(p, 2, PM_DHA, 1)))
         st = MS_ERR_NOMEM;

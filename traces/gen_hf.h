@@ -4,7 +4,9 @@
 #ifndef MEMSIM_GEN_HF_H
 #define MEMSIM_GEN_HF_H
 
-#include "traces/gen.h"
+#include "traces/gen_config.h"
+#include "traces/machine.h"
+#include "traces/trace.h"
 
 /* MS_ERR_UNSUPPORTED naming what the hf profile does not model (a model family, tp/cp/dp,
  * the fine-tuning modes, encoders); MS_OK otherwise. */

@@ -5,6 +5,7 @@
 #define MEMSIM_GEN_HF_INT_H
 
 #include "traces/gen_hf.h"
+#include "traces/models.h"
 
 #define F32 4
 #define BF16 2

@@ -1,4 +1,4 @@
-/* hfconfig.h — reads a Hugging Face transformers config.json into a model_t (traces/models.h):
+/* hfconfig.h — reads a Hugging Face transformers config.json into a model_t (traces/model.h):
  * the fields that change training memory and time, each family's Hugging Face defaults where
  * a field is absent, and a refusal naming the field for anything the generator does not model.
  * Used by model_lookup ("config:PATH", traces/models.c), hence by `--model-config FILE`;
@@ -6,7 +6,8 @@
 #ifndef MEMSIM_HFCONFIG_H
 #define MEMSIM_HFCONFIG_H
 
-#include "traces/models.h"
+#include "traces/model.h"
+#include "traces/util.h"
 
 /* Reads the config.json at path into *out. Errors (the message starts with path):
  *   MS_ERR_IO       the file cannot be read
