@@ -112,6 +112,41 @@ static int finish(ms_status st, const ms_error *e, char *err, size_t err_len)
     return (int)st;
 }
 
+/* What one call of plan, simulate or compare holds from its options to its document. */
+typedef struct api_call {
+    ms_error e;
+    api_argv v;
+    cli_args a;
+    machine_profile *mp;
+    runs_forms f;
+    const trace_t *t;
+} api_call;
+
+static ms_status parse(const char *cmd, const char *const *options, unsigned groups,
+                       api_argv *v, cli_args *a, ms_error *err);
+
+/* Parses the call's options, loads the machine and, with workload, makes the workload in the
+ * form its policy plans (compare makes each policy's form itself). */
+static ms_status call_begin(api_call *c, const char *cmd, const char *const *options,
+                            unsigned groups, int workload, char **json)
+{
+    memset(c, 0, sizeof *c);
+    ms_error_clear(&c->e);
+    *json = NULL;
+    ms_status st = parse(cmd, options, groups, &c->v, &c->a, &c->e);
+    if (st != MS_OK) return st;
+    if (workload) return runs_setup(&c->a, &c->mp, &c->f, &c->t, &c->e);
+    return machine_load_named(c->a.machine, &c->mp, &c->e);
+}
+
+static int call_end(api_call *c, ms_status st, char *err, size_t err_len)
+{
+    runs_forms_free(&c->f);
+    machine_profile_free(c->mp);
+    argv_free(&c->v);
+    return finish(st, &c->e, err, err_len);
+}
+
 /* Parses the options of plan, simulate or compare; a refusal is MS_ERR_INVALID. */
 static ms_status parse(const char *cmd, const char *const *options, unsigned groups,
                        api_argv *v, cli_args *a, ms_error *err)
@@ -127,33 +162,21 @@ static ms_status parse(const char *cmd, const char *const *options, unsigned gro
 
 int api_simulate(const char *const *options, char **json, char *err, size_t err_len)
 {
-    ms_error e;
-    ms_error_clear(&e);
-    *json = NULL;
-    api_argv v = {0, NULL};
-    cli_args a;
-    machine_profile *mp = NULL;
-    runs_forms f;
-    memset(&f, 0, sizeof f);
-    const trace_t *t;
-    ms_status st = parse("simulate", options, CLI_GROUPS_SIMULATE, &v, &a, &e);
-    if (st == MS_OK) st = runs_setup(&a, &mp, &f, &t, &e);
+    api_call c;
+    ms_status st = call_begin(&c, "simulate", options, CLI_GROUPS_SIMULATE, 1, json);
     sim_result r;
     if (st == MS_OK) {
-        const char *name = a.pol.plan_path ? "plan" : a.pol.policy;
-        st = runs_one(&a, t, &mp->m, name, NULL, 0, NULL, &r, &e);
+        const char *name = c.a.pol.plan_path ? "plan" : c.a.pol.policy;
+        st = runs_one(&c.a, c.t, &c.mp->m, name, NULL, 0, NULL, &r, &c.e);
     }
-    if (st == MS_OK && a.csv_path) st = runs_write_csv(a.csv_path, &r, 1, &e);
+    if (st == MS_OK && c.a.csv_path) st = runs_write_csv(c.a.csv_path, &r, 1, &c.e);
     api_doc d;
-    if (st == MS_OK) st = doc_open(&d, "simulate", &mp->m, &e);
+    if (st == MS_OK) st = doc_open(&d, "simulate", &c.mp->m, &c.e);
     if (st == MS_OK) {
         doc_results(&d, &r, 1);
-        st = doc_close(&d, MS_EXIT_OK, json, &e);
+        st = doc_close(&d, MS_EXIT_OK, json, &c.e);
     }
-    runs_forms_free(&f);
-    machine_profile_free(mp);
-    argv_free(&v);
-    return finish(st, &e, err, err_len);
+    return call_end(&c, st, err, err_len);
 }
 
 /* The policies one after the other, their timeline into one file as the command writes it. */
@@ -172,30 +195,19 @@ static ms_status compare_run(const cli_args *a, const machine_t *m, runs_forms *
 
 int api_compare(const char *const *options, char **json, char *err, size_t err_len)
 {
-    ms_error e;
-    ms_error_clear(&e);
-    *json = NULL;
-    api_argv v = {0, NULL};
-    cli_args a;
-    machine_profile *mp = NULL;
-    runs_forms f;
-    memset(&f, 0, sizeof f);
+    api_call c;
     sim_result rs[CLI_MAX_POLICIES];
     int failed = 0;
-    ms_status st = parse("compare", options, CLI_GROUPS_COMPARE, &v, &a, &e);
-    if (st == MS_OK) st = machine_load_named(a.machine, &mp, &e);
-    if (st == MS_OK) st = compare_run(&a, &mp->m, &f, rs, &failed, &e);
-    if (st == MS_OK && a.csv_path) st = runs_write_csv(a.csv_path, rs, a.n_policies, &e);
+    ms_status st = call_begin(&c, "compare", options, CLI_GROUPS_COMPARE, 0, json);
+    if (st == MS_OK) st = compare_run(&c.a, &c.mp->m, &c.f, rs, &failed, &c.e);
+    if (st == MS_OK && c.a.csv_path) st = runs_write_csv(c.a.csv_path, rs, c.a.n_policies, &c.e);
     api_doc d;
-    if (st == MS_OK) st = doc_open(&d, "compare", &mp->m, &e);
+    if (st == MS_OK) st = doc_open(&d, "compare", &c.mp->m, &c.e);
     if (st == MS_OK) {
-        doc_results(&d, rs, a.n_policies);
-        st = doc_close(&d, failed, json, &e);
+        doc_results(&d, rs, c.a.n_policies);
+        st = doc_close(&d, failed, json, &c.e);
     }
-    runs_forms_free(&f);
-    machine_profile_free(mp);
-    argv_free(&v);
-    return finish(st, &e, err, err_len);
+    return call_end(&c, st, err, err_len);
 }
 
 /* ---- plan ---- */
@@ -260,34 +272,22 @@ static ms_status plan_text(const plan_t *p, char **text, ms_error *e)
 
 int api_plan(const char *const *options, char **json, char *err, size_t err_len)
 {
-    ms_error e;
-    ms_error_clear(&e);
-    *json = NULL;
-    api_argv v = {0, NULL};
-    cli_args a;
-    machine_profile *mp = NULL;
-    runs_forms f;
-    memset(&f, 0, sizeof f);
-    const trace_t *t;
+    api_call c;
     plan_t *plan = NULL;
     char *text = NULL;
-    ms_status st = parse("plan", options, CLI_GROUPS_PLAN, &v, &a, &e);
-    if (st == MS_OK) st = runs_setup(&a, &mp, &f, &t, &e);
-    if (st == MS_OK) st = pipe_plan(t, &mp->m, &a.pol, &plan, &e);
-    if (st == MS_OK && a.output) st = plan_write(plan, a.output, &e);
-    if (st == MS_OK) st = plan_text(plan, &text, &e);
+    ms_status st = call_begin(&c, "plan", options, CLI_GROUPS_PLAN, 1, json);
+    if (st == MS_OK) st = pipe_plan(c.t, &c.mp->m, &c.a.pol, &plan, &c.e);
+    if (st == MS_OK && c.a.output) st = plan_write(plan, c.a.output, &c.e);
+    if (st == MS_OK) st = plan_text(plan, &text, &c.e);
     api_doc d;
-    if (st == MS_OK) st = doc_open(&d, "plan", &mp->m, &e);
+    if (st == MS_OK) st = doc_open(&d, "plan", &c.mp->m, &c.e);
     if (st == MS_OK) {
         plan_json(d.f, plan, text);
-        st = doc_close(&d, MS_EXIT_OK, json, &e);
+        st = doc_close(&d, MS_EXIT_OK, json, &c.e);
     }
     free(text);
     plan_free(plan);
-    runs_forms_free(&f);
-    machine_profile_free(mp);
-    argv_free(&v);
-    return finish(st, &e, err, err_len);
+    return call_end(&c, st, err, err_len);
 }
 
 /* ---- replay ---- */

@@ -13,7 +13,6 @@ Prints one JSON object (also --out). Needs PyTorch >= 2.2 with CUDA, transformer
 memsim package (pip install ./python)."""
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -57,18 +56,10 @@ def main(argv=None):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     hooks = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
-        if a.mode == "save_on_cpu" else contextlib.nullcontext
+        if a.mode == "save_on_cpu" else None
 
     def step():
-        with hooks():
-            if a.precision == "amp":
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = model(input_ids=x, labels=x).loss
-            else:
-                loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+        hf_run.step(model, opt, x, ha, torch, hooks)
 
     res = dict(config=os.path.basename(a.config), precision=a.precision, seq=a.seq,
                batch=a.batch, mode=a.mode, torch=torch.__version__,

@@ -28,6 +28,7 @@ Output: one JSON object (--out), also printed on one line.
 """
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -88,12 +89,15 @@ def build(a, torch):
     return model, cfg
 
 
-def step(model, opt, x, a, torch):
-    if a.precision == "amp":
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+def step(model, opt, x, a, torch, saved=None):
+    """One training step; saved (a context manager factory, e.g. save_on_cpu) wraps the
+    forward and the loss, where autograd saves its tensors."""
+    with saved() if saved else contextlib.nullcontext():
+        if a.precision == "amp":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+        else:
             loss = model(input_ids=x, labels=x).loss
-    else:
-        loss = model(input_ids=x, labels=x).loss
     loss.backward()
     opt.step()
     opt.zero_grad()
