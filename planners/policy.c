@@ -19,8 +19,9 @@
 #include "traces/u64map.h"
 #include "traces/util.h"
 
-/* The registry. Adding a policy is one line here: X(its pol_policy object), defined in its
- * own planners/policy_NAME.c. The list's order is the order `memsim list` prints. */
+/* The registry: X(its pol_policy object), defined in its own planners/policy_NAME.c (the
+ * other places a new policy touches: docs/POLICIES.md, "Adding a policy"). The list's order
+ * is the order `memsim list` prints. */
 #define POL_LIST(X)        \
     X(pol_keep_all)        \
     X(pol_full_recompute)  \

@@ -9,6 +9,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "traces/jobview.h"
+
 ms_status pt_knobs_from_opts(const pol_opts *o, lc_knobs *k, ms_error *err)
 {
     /* the knobs have the plan's names: read them through a scratch plan */
@@ -35,15 +37,6 @@ ms_status pt_protrain_knobs(const pol_opts *o, lc_knobs *k, ms_error *err)
     return MS_OK;
 }
 
-uint64_t pt_host_share(const trace_t *t, const machine_t *m)
-{
-    const char *v = trace_get_meta(t, "dp");
-    uint64_t dp = 1;
-    if (!v || !ms_parse_u64(v, &dp) || dp < 1) dp = 1;
-    uint64_t g = m->node_gpus > 0 ? (uint64_t)m->node_gpus : 1;
-    return m->host_mem_bytes / (dp < g ? dp : g);
-}
-
 const char *const pt_search_knob_names[] = {
     "gpu_bytes", "mem_margin", "host_bytes", "max_swap", "tie_tol", "search_bound",
     "cost_model", "swap_bw", NULL,
@@ -53,11 +46,13 @@ ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine
                               ptc_search_opts *so, ms_error *err)
 {
     ptc_search_opts_default(so);
+    jobview jv;
+    jobview_of(t, m, &jv);
     double ms = -1;
     ms_status st = pol_knob_bytes(o, "gpu_bytes", 0, &so->capacity_bytes, err);
     if (!st) st = pol_knob_double(o, "mem_margin", so->mem_margin, &so->mem_margin, err);
     if (!st)
-        st = pol_knob_bytes(o, "host_bytes", pt_host_share(t, m), &so->host_capacity_bytes, err);
+        st = pol_knob_bytes(o, "host_bytes", jv.host_share_bytes, &so->host_capacity_bytes, err);
     if (!st) st = pol_knob_double(o, "max_swap", so->max_swap, &ms, err);
     if (!st) st = pol_knob_double(o, "tie_tol", so->tie_tol, &so->tie_tol, err);
     double bound = 1;

@@ -19,6 +19,7 @@
 #include "runtime/rt_backend.h"
 #include "runtime/rt_exec.h"
 #include "traces/gen.h"
+#include "traces/jobview.h"
 #include "traces/machine.h"
 #include "traces/models.h"
 
@@ -118,8 +119,8 @@ static void usage(FILE *f)
         "                       (cudaLaunchHostFunc)\n"
         "  --capacity BYTES|machine  device bytes the allocator may take (default: free memory\n"
         "                       less 512 MiB; machine: the profile's usable bytes)\n"
-        "  --host-limit BYTES|none   pinned bytes allowed (default: the profile's host memory\n"
-        "                       per GPU, as the simulator)\n"
+        "  --host-limit BYTES|none   pinned bytes allowed (default: this GPU's share of the\n"
+        "                       profile's host memory, as the simulator gives it)\n"
         "  --watchdog S         give up (and report) when the run takes longer than S seconds\n"
         "  --device N           CUDA device (default 0)\n"
         "real kernels (docs/RUNTIME.md, Real kernels):\n"
@@ -756,8 +757,9 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     o.spin_credit = !a->no_credit;
     o.watchdog_s = a->watchdog_s;
     o.verify_swaps = a->verify_swaps;
-    uint64_t gpus = m->node_gpus > 0 ? (uint64_t)m->node_gpus : 1;
-    o.host_limit_bytes = a->host_limit_bytes == UINT64_MAX ? m->host_mem_bytes / gpus
+    jobview jv; /* the simulator's share of the node's host memory (sim/pipeline.c) */
+    jobview_of(t, m, &jv);
+    o.host_limit_bytes = a->host_limit_bytes == UINT64_MAX ? jv.host_share_bytes
                                                             : a->host_limit_bytes;
     mrt_ops *ops = NULL;
     lower_rb_map *rbm = NULL;
