@@ -167,9 +167,12 @@ static pt_tensor *pfind(prof *p, uint64_t id)
     return u64map_get(p->idx, id, &i) ? &p->ts[i] : NULL;
 }
 
+/* A replayed op's time (roof_op_us). A collective without a duration, which lowering will
+ * refuse, counts its memory term only, so that the estimate stays finite until then. */
 static double dur(const prof *p, const trace_op *op)
 {
-    if (op->dur_us >= 0) return op->dur_us;
+    double us = roof_op_us(&p->M->m, &p->roof, op);
+    if (us >= 0) return us;
     return roof_kernel_us(&p->M->m, &p->roof, op->kind, op->flops,
                           op->bytes_read + op->bytes_written);
 }

@@ -12,6 +12,7 @@
 
 #include "planners/knob.h"
 #include "planners/policy.h"
+#include "planners/sbuild.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -97,6 +98,7 @@ typedef struct lw {
     const machine_t *m;
     lower_opts o;
     schedule_t *s;
+    sbuild *b;               /* adds to s */
     ms_error *err;
     lower_report rep;
     roof_params roof;
@@ -166,19 +168,6 @@ static ms_status nomem(lw *w)
     return ms_fail(w->err, MS_ERR_NOMEM, "out of memory while lowering");
 }
 
-static sched_action act(const lw *w, sched_kind k, sched_stream s)
-{
-    sched_action a;
-    memset(&a, 0, sizeof a);
-    a.kind = k;
-    a.stream = s;
-    a.op = -1;
-    a.dha_eff = 1.0;
-    a.layer = w->layer;
-    a.phase = w->phase;
-    return a;
-}
-
 static lw_tensor *find_tensor(lw *w, uint64_t id);
 
 /* The trace tensor a schedule id stands for (an incarnation's trace id); UINT64_MAX for a
@@ -194,20 +183,19 @@ static uint64_t trace_id_of(uint64_t sid)
  * ALLOC of a tensor the trace allocates on a side stream (TE's cp stream) takes that stream's
  * pool, and the FREE of a block a collective used since its allocation is marked side_use
  * (c10d's ProcessGroupNCCL calls recordStream(ncclStream) on a collective's inputs and
- * outputs unless TORCH_NCCL_AVOID_RECORD_STREAMS=1). */
-static ms_status put(lw *w, const sched_action *a)
+ * outputs unless TORCH_NCCL_AVOID_RECORD_STREAMS=1). The builder's hook: every action passes. */
+static void stream_hook(void *ctx, sched_action *c)
 {
-    sched_action c = *a;
-    if ((w->rec_stream || w->pools) && (c.kind == SA_ALLOC || c.kind == SA_FREE)) {
-        uint64_t tid = trace_id_of(c.tensor);
+    lw *w = ctx;
+    if ((w->rec_stream || w->pools) && (c->kind == SA_ALLOC || c->kind == SA_FREE)) {
+        uint64_t tid = trace_id_of(c->tensor);
         lw_tensor *x = tid == UINT64_MAX ? NULL : find_tensor(w, tid);
-        if (c.kind == SA_ALLOC && w->pools && x && x->meta->stream > 0)
-            c.pool = x->meta->stream;
-        if (c.kind == SA_FREE && w->rec_stream && tid != UINT64_MAX &&
+        if (c->kind == SA_ALLOC && w->pools && x && x->meta->stream > 0)
+            c->pool = x->meta->stream;
+        if (c->kind == SA_FREE && w->rec_stream && tid != UINT64_MAX &&
             u64map_del(w->comm_use, tid, NULL))
-            c.side_use = 1;
+            c->side_use = 1;
     }
-    return sched_add(w->s, &c) == MS_OK ? MS_OK : nomem(w);
 }
 
 /* With record_stream: the tensors a collective reads and writes wait, when freed, for the
@@ -222,22 +210,10 @@ static ms_status note_comm(lw *w, const trace_op *op)
     return MS_OK;
 }
 
-static ms_status put_tensor(lw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
-{
-    sched_action a = act(w, k, s);
-    a.tensor = id;
-    a.bytes = bytes;
-    return put(w, &a);
-}
-
 /* The ALLOC of a block lowering made or renamed, with what it holds (sched_block). */
 static ms_status put_block(lw *w, sched_stream s, uint64_t id, uint64_t bytes, sched_block b)
 {
-    sched_action a = act(w, SA_ALLOC, s);
-    a.tensor = id;
-    a.bytes = bytes;
-    a.block = (uint8_t)b;
-    return put(w, &a);
+    return sbuild_block(w->b, s, id, bytes, b);
 }
 
 /* The ALLOC of trace tensor x's block under its current schedule id (an incarnation's
@@ -245,13 +221,6 @@ static ms_status put_block(lw *w, sched_stream s, uint64_t id, uint64_t bytes, s
 static ms_status put_alloc(lw *w, sched_stream s, const lw_tensor *x, uint64_t bytes)
 {
     return put_block(w, s, x->sid, bytes, sched_block_of_class(x->meta->cls));
-}
-
-static ms_status put_event(lw *w, sched_kind k, sched_stream s, uint32_t e)
-{
-    sched_action a = act(w, k, s);
-    a.event = e;
-    return put(w, &a);
 }
 
 /* ---- synthetic ids ---- */
@@ -449,15 +418,10 @@ static void reset_layers(lw *w)
  * their group, which a trace op does not carry, so they must come with a duration. */
 static ms_status op_us(lw *w, const trace_op *op, double *us)
 {
-    if (op->dur_us >= 0) {
-        *us = op->dur_us;
-        return MS_OK;
-    }
-    if (!w->m || op->kind == TK_COMM)
+    *us = roof_op_us(w->m, &w->roof, op);
+    if (*us < 0)
         return fail_rec(w, MS_ERR_INVALID, "trace op %" PRIu64 " (%s) has no duration%s",
                         op->id, op->name, w->m ? " (a collective needs one)" : " and no machine is given");
-    *us = roof_kernel_us(w->m, &w->roof, op->kind, op->flops,
-                         op->bytes_read + op->bytes_written);
     return MS_OK;
 }
 
@@ -675,7 +639,7 @@ static ms_status rb_open(lw *w, rb_group *G)
         rb_group *P = &w->groups[prev];
         if (P->state == RB_OFFLOADED && !P->waited_e2) {
             P->waited_e2 = 1;
-            st = put_event(w, SA_WAIT, SS_COMPUTE, P->e2);
+            st = sbuild_event(w->b, SA_WAIT, SS_COMPUTE, P->e2);
         }
     }
     G->sid = lower_id_rbuf(G->pass, G->layer, 0);
@@ -690,7 +654,7 @@ static ms_status rb_ready(lw *w, rb_group *G)
 {
     if (G->state != RB_PREFETCHED || G->ready) return MS_OK;
     G->ready = 1;
-    return put_event(w, SA_WAIT, SS_COMPUTE, G->e4);
+    return sbuild_event(w->b, SA_WAIT, SS_COMPUTE, G->e4);
 }
 
 /* After layer L's forward: the whole block goes to host (alpha-weighted bytes), then its
@@ -701,17 +665,17 @@ static ms_status rb_offload(lw *w, int32_t layer)
     if (g < 0) return MS_OK;
     rb_group *G = &w->groups[g];
     if (G->state != RB_LIVE || !G->n_swap) return MS_OK;
-    uint32_t e1 = sched_new_event(w->s);
-    ms_status st = put_event(w, SA_RECORD, SS_COMPUTE, e1);
-    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_D2H, e1);
+    uint32_t e1 = sbuild_new_event(w->b);
+    ms_status st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, e1);
+    if (st == MS_OK) st = sbuild_event(w->b, SA_WAIT, SS_D2H, e1);
     if (st == MS_OK && G->copy_bytes) {
         /* the host copy carries the prefetch block's id, so the H2D copy finds it */
-        st = put_tensor(w, SA_HOST_ALLOC, SS_D2H, G->hid, rb_host_bytes(w, G));
-        if (st == MS_OK) st = put_tensor(w, SA_COPY_D2H, SS_D2H, G->sid, G->copy_bytes);
+        st = sbuild_tensor(w->b, SA_HOST_ALLOC, SS_D2H, G->hid, rb_host_bytes(w, G));
+        if (st == MS_OK) st = sbuild_tensor(w->b, SA_COPY_D2H, SS_D2H, G->sid, G->copy_bytes);
     }
-    if (st == MS_OK) st = put_tensor(w, SA_FREE, SS_D2H, G->sid, 0);
-    G->e2 = sched_new_event(w->s);
-    if (st == MS_OK) st = put_event(w, SA_RECORD, SS_D2H, G->e2);
+    if (st == MS_OK) st = sbuild_tensor(w->b, SA_FREE, SS_D2H, G->sid, 0);
+    G->e2 = sbuild_new_event(w->b);
+    if (st == MS_OK) st = sbuild_event(w->b, SA_RECORD, SS_D2H, G->e2);
     G->state = RB_OFFLOADED;
     w->rep.rb_offloads++;
     w->rep.swapped += G->n_swap;
@@ -729,18 +693,18 @@ static ms_status rb_prefetch(lw *w, int32_t layer)
     G->sid = G->hid;
     ms_status st = MS_OK;
     if (w->o.prefetch_alloc_on_compute) st = put_block(w, SS_COMPUTE, G->sid, w->rb_bytes, SB_RBUF);
-    uint32_t e3 = sched_new_event(w->s);
-    G->e4 = sched_new_event(w->s);
-    if (st == MS_OK) st = put_event(w, SA_RECORD, SS_COMPUTE, e3);
-    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, e3);
-    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, G->e2);
+    uint32_t e3 = sbuild_new_event(w->b);
+    G->e4 = sbuild_new_event(w->b);
+    if (st == MS_OK) st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, e3);
+    if (st == MS_OK) st = sbuild_event(w->b, SA_WAIT, SS_H2D, e3);
+    if (st == MS_OK) st = sbuild_event(w->b, SA_WAIT, SS_H2D, G->e2);
     if (st == MS_OK && !w->o.prefetch_alloc_on_compute)
         st = put_block(w, SS_H2D, G->sid, w->rb_bytes, SB_RBUF);
     if (st == MS_OK && G->copy_bytes) {
-        st = put_tensor(w, SA_COPY_H2D, SS_H2D, G->sid, G->copy_bytes);
-        if (st == MS_OK) st = put_tensor(w, SA_HOST_FREE, SS_H2D, G->hid, 0);
+        st = sbuild_tensor(w->b, SA_COPY_H2D, SS_H2D, G->sid, G->copy_bytes);
+        if (st == MS_OK) st = sbuild_tensor(w->b, SA_HOST_FREE, SS_H2D, G->hid, 0);
     }
-    if (st == MS_OK) st = put_event(w, SA_RECORD, SS_H2D, G->e4);
+    if (st == MS_OK) st = sbuild_event(w->b, SA_RECORD, SS_H2D, G->e4);
     G->state = RB_PREFETCHED;
     G->ready = 0;
     w->rep.rb_blocks++;
@@ -759,9 +723,9 @@ static ms_status rb_free_member(lw *w, lw_tensor *x)
     ms_status st = MS_OK;
     if (G->state == RB_LIVE || G->state == RB_PREFETCHED) {
         st = rb_ready(w, G);
-        if (st == MS_OK) st = put_tensor(w, SA_FREE, SS_COMPUTE, G->sid, 0);
+        if (st == MS_OK) st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, G->sid, 0);
     } else if (G->state == RB_OFFLOADED && G->copy_bytes) {
-        st = put_tensor(w, SA_HOST_FREE, SS_D2H, G->hid, 0); /* never needed again */
+        st = sbuild_tensor(w->b, SA_HOST_FREE, SS_D2H, G->hid, 0); /* never needed again */
     }
     G->state = RB_FREED;
     return st;
@@ -801,8 +765,8 @@ static ms_status end_forward(lw *w, int32_t layer)
     if (st == MS_OK && w->rb) st = rb_offload(w, layer);
     uint32_t e1 = 0;
     if (st == MS_OK && L->swap.n) {
-        e1 = sched_new_event(w->s);
-        st = put_event(w, SA_RECORD, SS_COMPUTE, e1);
+        e1 = sbuild_new_event(w->b);
+        st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, e1);
     }
     for (size_t k = 0; st == MS_OK && k < L->drop.n; k++) {
         lw_tensor *x = &w->ts[L->drop.v[k]];
@@ -811,29 +775,29 @@ static ms_status end_forward(lw *w, int32_t layer)
         if (w->autocast_cache && x->rbg < 0 && ms_ends_with(x->meta->name, ".wcast"))
             st = idx_push(&w->cache_held, L->drop.v[k]) == MS_OK ? MS_OK : nomem(w);
         else
-            st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+            st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->sid, 0);
         x->state = TS_DROPPED;
         w->rep.dropped++;
     }
     if (st != MS_OK || !L->swap.n) return st;
-    st = put_event(w, SA_WAIT, SS_D2H, e1);
+    st = sbuild_event(w->b, SA_WAIT, SS_D2H, e1);
     for (size_t k = 0; st == MS_OK && k < L->swap.n; k++) {
         lw_tensor *x = &w->ts[L->swap.v[k]];
         /* with memory_plan the host copy carries the id the prefetched block will have, so
            the H2D copy finds it */
         x->hid = w->rename ? lower_id_incarnation(x->meta->id, x->incarn + 1u) : x->sid;
         if (x->swap_bytes) {
-            st = put_tensor(w, SA_HOST_ALLOC, SS_D2H, x->hid, host_bytes(w, x->swap_bytes));
-            if (st == MS_OK) st = put_tensor(w, SA_COPY_D2H, SS_D2H, x->sid, x->swap_bytes);
+            st = sbuild_tensor(w->b, SA_HOST_ALLOC, SS_D2H, x->hid, host_bytes(w, x->swap_bytes));
+            if (st == MS_OK) st = sbuild_tensor(w->b, SA_COPY_D2H, SS_D2H, x->sid, x->swap_bytes);
         }
-        if (st == MS_OK) st = put_tensor(w, SA_FREE, SS_D2H, x->sid, 0);
+        if (st == MS_OK) st = sbuild_tensor(w->b, SA_FREE, SS_D2H, x->sid, 0);
         x->state = TS_OFFLOADED;
         w->rep.swapped++;
         w->rep.d2h_bytes += x->swap_bytes;
     }
     if (st != MS_OK) return st;
-    L->e2 = sched_new_event(w->s);
-    return put_event(w, SA_RECORD, SS_D2H, L->e2);
+    L->e2 = sbuild_new_event(w->b);
+    return sbuild_event(w->b, SA_RECORD, SS_D2H, L->e2);
 }
 
 /* ---- start of a layer's backward: prefetch, wait, recompute ---- */
@@ -857,11 +821,11 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
             st = put_alloc(w, SS_COMPUTE, x, x->meta->bytes);
         }
     }
-    uint32_t e3 = sched_new_event(w->s);
-    L->e4 = sched_new_event(w->s);
-    if (st == MS_OK) st = put_event(w, SA_RECORD, SS_COMPUTE, e3);
-    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, e3);
-    if (st == MS_OK) st = put_event(w, SA_WAIT, SS_H2D, L->e2);
+    uint32_t e3 = sbuild_new_event(w->b);
+    L->e4 = sbuild_new_event(w->b);
+    if (st == MS_OK) st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, e3);
+    if (st == MS_OK) st = sbuild_event(w->b, SA_WAIT, SS_H2D, e3);
+    if (st == MS_OK) st = sbuild_event(w->b, SA_WAIT, SS_H2D, L->e2);
     for (size_t k = 0; st == MS_OK && k < L->swap.n; k++) {
         lw_tensor *x = &w->ts[L->swap.v[k]];
         if (x->state != TS_OFFLOADED) continue; /* freed by the trace while on the host */
@@ -870,8 +834,8 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
             st = put_alloc(w, SS_H2D, x, x->meta->bytes);
         }
         if (st == MS_OK && x->swap_bytes) {
-            st = put_tensor(w, SA_COPY_H2D, SS_H2D, x->sid, x->swap_bytes);
-            if (st == MS_OK) st = put_tensor(w, SA_HOST_FREE, SS_H2D, x->hid, 0);
+            st = sbuild_tensor(w->b, SA_COPY_H2D, SS_H2D, x->sid, x->swap_bytes);
+            if (st == MS_OK) st = sbuild_tensor(w->b, SA_HOST_FREE, SS_H2D, x->hid, 0);
         }
         x->state = TS_PREFETCHED;
         x->ev = L->e4;
@@ -879,7 +843,7 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
         w->rep.prefetched++;
         w->rep.h2d_bytes += x->swap_bytes;
     }
-    return st == MS_OK ? put_event(w, SA_RECORD, SS_H2D, L->e4) : st;
+    return st == MS_OK ? sbuild_event(w->b, SA_RECORD, SS_H2D, L->e4) : st;
 }
 
 /* Compute waits for layer L's prefetch; its tensors become usable. */
@@ -890,7 +854,7 @@ static ms_status wait_layer(lw *w, lw_layer *L)
         lw_tensor *x = &w->ts[L->swap.v[k]];
         if (x->state == TS_PREFETCHED && x->ev == L->e4) x->ready = 1;
     }
-    return put_event(w, SA_WAIT, SS_COMPUTE, L->e4);
+    return sbuild_event(w->b, SA_WAIT, SS_COMPUTE, L->e4);
 }
 
 /* The compute stream must not touch a prefetched block before its copy is done. */
@@ -900,7 +864,7 @@ static ms_status ensure_ready(lw *w, lw_tensor *x)
     lw_layer *L = &w->layers[x->meta->layer];
     if (L->prefetched && L->e4 == x->ev) return wait_layer(w, L);
     x->ready = 1; /* prefetched in an earlier pass */
-    return put_event(w, SA_WAIT, SS_COMPUTE, x->ev);
+    return sbuild_event(w->b, SA_WAIT, SS_COMPUTE, x->ev);
 }
 
 /* ---- ".ovl" collectives: the CP ring exchange runs under its attention kernel ---- */
@@ -1051,7 +1015,7 @@ static ms_status replay_free(lw *w, replay *r, uint64_t id, idx_list *live)
         if (&w->ts[live->v[k]] == x) {
             live->v[k] = live->v[--live->n]; /* order is restored at the final frees */
             x->state = TS_FREED;
-            return put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+            return sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->sid, 0);
         }
     return MS_OK;
 }
@@ -1077,7 +1041,7 @@ static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
         return MS_OK;
     }
     us = ovl_absorb(w, op, us, pend, have);
-    sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
+    sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
     a.op = (int64_t)op->id;
     a.dur_us = us;
     a.recompute = 1;
@@ -1085,7 +1049,7 @@ static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
     if (r->in_place && r->frac < 1.0) a.replay_frac = r->frac; /* rows for the real kernels */
     w->rep.recompute_ops++;
     w->rep.recompute_us += us;
-    return put(w, &a);
+    return sbuild_put(w->b, &a);
 }
 
 /* Program-order pass over the section emitting the needed allocs, ops and frees. Transients
@@ -1111,7 +1075,7 @@ static ms_status emit_replay(lw *w, replay *r)
     if (live.n > 1) qsort(live.v, live.n, sizeof *live.v, cmp_size);
     for (size_t k = 0; st == MS_OK && k < live.n; k++) {
         w->ts[live.v[k]].state = TS_FREED;
-        st = put_tensor(w, SA_FREE, SS_COMPUTE, w->ts[live.v[k]].sid, 0);
+        st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, w->ts[live.v[k]].sid, 0);
     }
     free(live.v);
     return st;
@@ -1213,12 +1177,12 @@ static ms_status tokenwise_recompute(lw *w, lw_layer *L, int32_t layer)
         double us;
         ms_status st = op_us(w, op, &us);
         if (st != MS_OK) return st;
-        sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
+        sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
         a.op = (int64_t)op->id;
         a.dur_us = frac * us;
         a.recompute = 1;
         a.layer = op->layer;
-        if ((st = put(w, &a)) != MS_OK) return st;
+        if ((st = sbuild_put(w->b, &a)) != MS_OK) return st;
         w->rep.recompute_ops++;
         w->rep.recompute_us += a.dur_us;
     }
@@ -1290,7 +1254,7 @@ static ms_status begin_backward_phase(lw *w)
     for (size_t k = 0; k < w->cache_held.n; k++) {
         lw_tensor *x = &w->ts[w->cache_held.v[k]];
         if (x->state != TS_DROPPED) continue;
-        ms_status st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+        ms_status st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->sid, 0);
         if (st != MS_OK) return st;
     }
     w->cache_held.n = 0;
@@ -1333,11 +1297,12 @@ static ms_status do_mark(lw *w, const trace_mark *mk)
     } else {
         w->layer = (int32_t)mk->value;
     }
+    sbuild_at(w->b, w->layer, w->phase);
     if (w->o.emit_marks) {
-        sched_action a = act(w, SA_MARK, SS_COMPUTE);
+        sched_action a = sbuild_act(w->b, SA_MARK, SS_COMPUTE);
         a.mark = mk->kind;
         a.mark_value = mk->value;
-        if ((st = put(w, &a)) != MS_OK) return st;
+        if ((st = sbuild_put(w->b, &a)) != MS_OK) return st;
     }
     if (mk->kind == TM_PHASE && w->phase == TP_BWD) return begin_backward_phase(w);
     if (mk->kind != TM_LAYER || mk->value < 0) return MS_OK;
@@ -1409,7 +1374,7 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
         double sb = ceil(n->alpha * (double)x->bytes);
         n->swap_bytes = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
     }
-    if ((st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes)) != MS_OK) return st;
+    if ((st = sbuild_tensor(w->b, SA_ALLOC, SS_COMPUTE, x->id, x->bytes)) != MS_OK) return st;
     if (n->dec == PD_KEEP) return MS_OK;
     if (x->layer < 0)
         return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is planned for %s but "
@@ -1490,15 +1455,15 @@ static ms_status release(lw *w, lw_tensor *x, tstate was)
         return MS_OK; /* never needed again: its block went at the forward's end */
     case TS_OFFLOADED:
         /* never needed again: drop the host copy after the offload (D2H stream order) */
-        return x->swap_bytes ? put_tensor(w, SA_HOST_FREE, SS_D2H, x->hid, 0) : MS_OK;
+        return x->swap_bytes ? sbuild_tensor(w->b, SA_HOST_FREE, SS_D2H, x->hid, 0) : MS_OK;
     case TS_PREFETCHED: {
         x->state = TS_PREFETCHED;
         ms_status st = ensure_ready(w, x);
         x->state = TS_FREED;
-        return st == MS_OK ? put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0) : st;
+        return st == MS_OK ? sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->sid, 0) : st;
     }
     default:
-        return put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+        return sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->sid, 0);
     }
 }
 
@@ -1543,12 +1508,12 @@ static ms_status do_op(lw *w, const trace_op *op)
         return MS_OK;
     }
     us = ovl_absorb(w, op, us, &w->ovl_us, &w->ovl_pending);
-    sched_action a = act(w, SA_COMPUTE, SS_COMPUTE);
+    sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
     a.op = (int64_t)op->id;
     a.dur_us = us;
     a.layer = op->layer;
     a.phase = op->phase;
-    return put(w, &a);
+    return sbuild_put(w->b, &a);
 }
 
 /* ---- iteration selection ---- */
@@ -1575,7 +1540,7 @@ static ms_status sync_carried(lw *w)
         lw_tensor *x = &w->ts[i];
         if (!x->skip_freed) continue;
         x->skip_freed = 0;
-        st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+        st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->sid, 0);
     }
     for (size_t i = 0; st == MS_OK && i < w->n_ts; i++) {
         lw_tensor *x = &w->ts[i];
@@ -1627,7 +1592,7 @@ static ms_status walk(lw *w)
         st = end_forward(w, l);
     }
     if (st == MS_OK && w->idle_bytes)
-        st = put_tensor(w, SA_FREE, SS_COMPUTE, lower_id_idle_buffer(), 0);
+        st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, lower_id_idle_buffer(), 0);
     w->rep.idle_bytes = w->idle_bytes;
     return st;
 }
@@ -1726,8 +1691,10 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     w.layer = -1;
     w.fwd_layer = -1;
     w.s = sched_new();
+    w.b = w.s ? sbuild_new(w.s, err, "out of memory while lowering") : NULL;
+    if (w.b) sbuild_set_hook(w.b, stream_hook, &w);
     w.tidx = u64map_new(trace_count(t) / 2 + 16);
-    ms_status st = (w.s && w.tidx) ? MS_OK : nomem(&w);
+    ms_status st = (w.b && w.tidx) ? MS_OK : nomem(&w);
     if (st == MS_OK) st = index_plan(&w);
     if (st == MS_OK) st = read_knobs(&w);
     if (st == MS_OK && w.rb) st = rb_prescan(&w);
@@ -1741,6 +1708,7 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     } else {
         sched_free(w.s);
     }
+    sbuild_free(w.b);
     lw_free(&w);
     return st;
 }

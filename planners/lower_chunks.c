@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planners/sbuild.h"
 #include "traces/roofline.h"
 #include "traces/u64map.h"
 
@@ -306,14 +307,10 @@ typedef struct lb {
 static ms_status op_dur(const machine_t *m, const roof_params *rp, const trace_op *op,
                         double *us, ms_error *err)
 {
-    if (op->dur_us >= 0) {
-        *us = op->dur_us;
-        return MS_OK;
-    }
-    if (!m || op->kind == TK_COMM)
+    *us = roof_op_us(m, rp, op);
+    if (*us < 0)
         return ms_fail(err, MS_ERR_INVALID, "trace op %" PRIu64 " (%s) has no duration%s",
                        op->id, op->name, m ? " (a collective needs one)" : " and no machine");
-    *us = roof_kernel_us(m, rp, op->kind, op->flops, op->bytes_read + op->bytes_written);
     return MS_OK;
 }
 
@@ -1074,6 +1071,7 @@ typedef struct lcw {
     uint8_t *roles;
     int32_t *swap_at;            /* per block: before which block's backward its swap-in starts */
     schedule_t *s;
+    sbuild *b;                   /* adds to s */
     lc_report rep;
     ms_error *err;
     int emit_marks, coll, dp;
@@ -1117,64 +1115,28 @@ static ms_status wfail(lcw *w, ms_status st, const char *fmt, ...)
     return ms_fail(w->err, st, "trace record %zu: %s", w->rec, msg);
 }
 
-static sched_action wact(const lcw *w, sched_kind k, sched_stream s)
+/* The phase being lowered, which new actions carry. */
+static void set_phase(lcw *w, trace_phase ph)
 {
-    sched_action a;
-    memset(&a, 0, sizeof a);
-    a.kind = k;
-    a.stream = s;
-    a.op = -1;
-    a.layer = -1;
-    a.phase = w->ph;
-    return a;
-}
-
-static ms_status wput(lcw *w, const sched_action *a)
-{
-    w->rep.actions++;
-    return sched_add(w->s, a) == MS_OK ? MS_OK : ms_fail(w->err, MS_ERR_NOMEM, "out of memory");
-}
-
-static ms_status wt(lcw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
-{
-    sched_action a = wact(w, k, s);
-    a.tensor = id;
-    a.bytes = bytes;
-    return wput(w, &a);
+    w->ph = ph;
+    sbuild_at(w->b, -1, ph);
 }
 
 /* The ALLOC of a block this lowering made, with what it holds (sched_block). */
 static ms_status wblock(lcw *w, uint64_t id, uint64_t bytes, sched_block b)
 {
-    sched_action a = wact(w, SA_ALLOC, SS_COMPUTE);
-    a.tensor = id;
-    a.bytes = bytes;
-    a.block = (uint8_t)b;
-    return wput(w, &a);
-}
-
-static ms_status wev(lcw *w, sched_kind k, sched_stream s, uint32_t e)
-{
-    sched_action a = wact(w, k, s);
-    a.event = e;
-    return wput(w, &a);
-}
-
-static uint32_t new_ev(lcw *w)
-{
-    w->rep.events++;
-    return sched_new_event(w->s);
+    return sbuild_block(w->b, SS_COMPUTE, id, bytes, b);
 }
 
 static ms_status wcompute(lcw *w, int64_t op, double us, int32_t layer, int recompute)
 {
-    sched_action a = wact(w, recompute == 2 ? SA_HOST_COMPUTE : SA_COMPUTE,
-                          recompute == 2 ? SS_HOST : SS_COMPUTE);
+    sched_action a = sbuild_act(w->b, recompute == 2 ? SA_HOST_COMPUTE : SA_COMPUTE,
+                                recompute == 2 ? SS_HOST : SS_COMPUTE);
     a.op = op;
     a.dur_us = us > 0 ? us : 0;
     a.layer = layer;
     a.recompute = recompute == 1;
-    return wput(w, &a);
+    return sbuild_put(w->b, &a);
 }
 
 /* A copy of `bytes` through tensor id's device block (and host buffer), cut into pieces of
@@ -1190,7 +1152,7 @@ static ms_status wcopy(lcw *w, sched_kind k, sched_stream s, uint64_t id, uint64
     else w->rep.d2h_bytes += bytes;
     while (bytes > 0 && st == MS_OK) {
         uint64_t piece = bytes > cut ? cut : bytes;
-        st = wt(w, k, s, id, piece);
+        st = sbuild_tensor(w->b, k, s, id, piece);
         bytes -= piece;
     }
     return st;
@@ -1250,13 +1212,13 @@ static double host_adam_us(const lcw *w, int32_t c)
  * the next gather of c waits for. */
 static ms_status host_adam(lcw *w, int32_t c)
 {
-    ms_status st = wev(w, SA_WAIT, SS_HOST, w->off_ev[c]);
+    ms_status st = sbuild_event(w->b, SA_WAIT, SS_HOST, w->off_ev[c]);
     if (!st) st = wcompute(w, -1, host_adam_us(w, c), -1, 2);
-    w->adam_ev[c] = new_ev(w);
+    w->adam_ev[c] = sbuild_new_event(w->b);
     w->have_adam[c] = 1;
     w->last_adam = w->adam_ev[c];
     w->rep.host_adam++;
-    if (!st) st = wev(w, SA_RECORD, SS_HOST, w->adam_ev[c]);
+    if (!st) st = sbuild_event(w->b, SA_RECORD, SS_HOST, w->adam_ev[c]);
     return st;
 }
 
@@ -1266,10 +1228,10 @@ static ms_status emit_setup(lcw *w)
 {
     ms_status st = MS_OK;
     const lc_layout *L = w->L;
-    w->ph = TP_NONE;
+    set_phase(w, TP_NONE);
     if (w->k.init_device_bytes) {
         st = wblock(w, lc_id(LC_ID_INIT, 0), w->k.init_device_bytes, SB_STAGING);
-        if (!st) st = wt(w, SA_FREE, SS_COMPUTE, lc_id(LC_ID_INIT, 0), 0);
+        if (!st) st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, lc_id(LC_ID_INIT, 0), 0);
     }
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++) {
         st = wblock(w, lc_id(LC_ID_PERSIST, (uint32_t)c), L->chunk_bytes, SB_CHUNK);
@@ -1280,7 +1242,7 @@ static ms_status emit_setup(lcw *w)
             w->rep.static_gpu_bytes += ob;
         }
         if (!st && (w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1)
-            st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_PERSIST, (uint32_t)c),
+            st = sbuild_tensor(w->b, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_PERSIST, (uint32_t)c),
                     LC_COLL_STAGE_BYTES < w->S ? LC_COLL_STAGE_BYTES : w->S);
     }
     for (int b = 0; st == MS_OK && b < w->k.n_buffer; b++) {
@@ -1288,7 +1250,7 @@ static ms_status emit_setup(lcw *w)
         w->rep.buffer_allocs++;
         w->rep.static_gpu_bytes += L->chunk_bytes;
         /* pinned staging of the buffer's copies */
-        if (!st) st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_BUFFER, (uint32_t)b), w->S);
+        if (!st) st = sbuild_tensor(w->b, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_BUFFER, (uint32_t)b), w->S);
     }
     /* host states of the non-persistent chunks; the pinned buffers the copies go through are
      * part of that storage (ProTrain's host chunks are pinned), so they are not counted twice */
@@ -1301,11 +1263,11 @@ static ms_status emit_setup(lcw *w)
     if (w->k.staging_separate) {
         w->rep.host_state_bytes = total + staging;
         if (st == MS_OK && total)
-            st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_HOST, 0), total);
+            st = sbuild_tensor(w->b, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_HOST, 0), total);
     } else {
         w->rep.host_state_bytes = total > staging ? total : staging;
         if (st == MS_OK && total > staging)
-            st = wt(w, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_HOST, 0), total - staging);
+            st = sbuild_tensor(w->b, SA_HOST_ALLOC, SS_COMPUTE, lc_id(LC_ID_HOST, 0), total - staging);
     }
     return st;
 }
@@ -1316,16 +1278,16 @@ static ms_status wait_release(lcw *w, sched_stream s, const lc_load *ld)
 {
     ms_status st = MS_OK;
     if (ld->rel_kind == LC_REL_ITER) {
-        st = wev(w, SA_WAIT, s, w->iter_ev);
+        st = sbuild_event(w->b, SA_WAIT, s, w->iter_ev);
         if (!st && w->buf_off[ld->buffer] >= 0)
-            st = wev(w, SA_WAIT, s, (uint32_t)w->buf_off[ld->buffer]);
+            st = sbuild_event(w->b, SA_WAIT, s, (uint32_t)w->buf_off[ld->buffer]);
     } else if (ld->rel_kind == LC_REL_STEP) {
-        st = wev(w, SA_WAIT, s, w->rel_ev[ld->rel_ref]);
+        st = sbuild_event(w->b, SA_WAIT, s, w->rel_ev[ld->rel_ref]);
     } else {
-        st = wev(w, SA_WAIT, s, w->off_ev[ld->rel_ref]);
+        st = sbuild_event(w->b, SA_WAIT, s, w->off_ev[ld->rel_ref]);
     }
     if (!st && !w->k.step_sync && w->have_adam[ld->chunk])
-        st = wev(w, SA_WAIT, s, w->adam_ev[ld->chunk]); /* last iteration's update */
+        st = sbuild_event(w->b, SA_WAIT, s, w->adam_ev[ld->chunk]); /* last iteration's update */
     return st;
 }
 
@@ -1341,13 +1303,13 @@ static ms_status emit_load(lcw *w, size_t i)
     w->rep.loads++;
     ms_status st = wait_release(w, SS_H2D, ld);
     if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, own + ring + nv);
-    w->ld_ev[i] = new_ev(w);
-    if (!st) st = wev(w, SA_RECORD, SS_H2D, w->ld_ev[i]);
+    w->ld_ev[i] = sbuild_new_event(w->b);
+    if (!st) st = sbuild_event(w->b, SA_RECORD, SS_H2D, w->ld_ev[i]);
     if (!st && ring) { /* the pieces this rank sends to the others (ring all-gather) */
         st = wait_release(w, SS_D2H, ld);
         if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
-        w->ld2_ev[i] = new_ev(w);
-        if (!st) st = wev(w, SA_RECORD, SS_D2H, w->ld2_ev[i]);
+        w->ld2_ev[i] = sbuild_new_event(w->b);
+        if (!st) st = sbuild_event(w->b, SA_RECORD, SS_D2H, w->ld2_ev[i]);
     }
     return st;
 }
@@ -1371,41 +1333,41 @@ static lt *tfind(lcw *w, uint64_t id)
 
 static ms_status swap_out(lcw *w, int32_t j)
 {
-    uint32_t e1 = new_ev(w);
-    ms_status st = wev(w, SA_RECORD, SS_COMPUTE, e1);
-    if (!st) st = wev(w, SA_WAIT, SS_D2H, e1);
+    uint32_t e1 = sbuild_new_event(w->b);
+    ms_status st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, e1);
+    if (!st) st = sbuild_event(w->b, SA_WAIT, SS_D2H, e1);
     for (size_t i = 0; st == MS_OK && i < w->nts; i++) {
         lt *x = &w->ts[i];
         if (x->st != T_LIVE || x->layer != j || x->cls != TC_ACT_SKEL) continue;
-        st = wt(w, SA_HOST_ALLOC, SS_D2H, x->id, x->bytes);
-        if (!st) st = wt(w, SA_COPY_D2H, SS_D2H, x->id, x->bytes);
-        if (!st) st = wt(w, SA_FREE, SS_D2H, x->id, 0);
+        st = sbuild_tensor(w->b, SA_HOST_ALLOC, SS_D2H, x->id, x->bytes);
+        if (!st) st = sbuild_tensor(w->b, SA_COPY_D2H, SS_D2H, x->id, x->bytes);
+        if (!st) st = sbuild_tensor(w->b, SA_FREE, SS_D2H, x->id, 0);
         x->st = T_OFFLOADED;
         w->rep.swapped_tensors++;
         w->rep.d2h_bytes += x->bytes;
     }
-    w->e2[j] = new_ev(w);
-    if (!st) st = wev(w, SA_RECORD, SS_D2H, w->e2[j]);
+    w->e2[j] = sbuild_new_event(w->b);
+    if (!st) st = sbuild_event(w->b, SA_RECORD, SS_D2H, w->e2[j]);
     return st;
 }
 
 static ms_status swap_in(lcw *w, int32_t j)
 {
-    uint32_t e3 = new_ev(w);
-    ms_status st = wev(w, SA_RECORD, SS_COMPUTE, e3);
-    if (!st) st = wev(w, SA_WAIT, SS_H2D, e3);
-    if (!st) st = wev(w, SA_WAIT, SS_H2D, w->e2[j]);
+    uint32_t e3 = sbuild_new_event(w->b);
+    ms_status st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, e3);
+    if (!st) st = sbuild_event(w->b, SA_WAIT, SS_H2D, e3);
+    if (!st) st = sbuild_event(w->b, SA_WAIT, SS_H2D, w->e2[j]);
     for (size_t i = 0; st == MS_OK && i < w->nts; i++) {
         lt *x = &w->ts[i];
         if (x->st != T_OFFLOADED || x->layer != j) continue;
-        st = wt(w, SA_ALLOC, SS_H2D, x->id, x->bytes);
-        if (!st) st = wt(w, SA_COPY_H2D, SS_H2D, x->id, x->bytes);
-        if (!st) st = wt(w, SA_HOST_FREE, SS_H2D, x->id, 0);
+        st = sbuild_tensor(w->b, SA_ALLOC, SS_H2D, x->id, x->bytes);
+        if (!st) st = sbuild_tensor(w->b, SA_COPY_H2D, SS_H2D, x->id, x->bytes);
+        if (!st) st = sbuild_tensor(w->b, SA_HOST_FREE, SS_H2D, x->id, 0);
         x->st = T_LIVE;
         w->rep.h2d_bytes += x->bytes;
     }
-    w->e4[j] = new_ev(w);
-    if (!st) st = wev(w, SA_RECORD, SS_H2D, w->e4[j]);
+    w->e4[j] = sbuild_new_event(w->b);
+    if (!st) st = sbuild_event(w->b, SA_RECORD, SS_H2D, w->e4[j]);
     return st;
 }
 
@@ -1416,7 +1378,7 @@ static ms_status drop_block(lcw *w, int32_t j)
         lt *x = &w->ts[i];
         if (x->st != T_LIVE || x->layer != j || x->cls != TC_ACT_SKEL || x->step != w->cur)
             continue;
-        st = wt(w, SA_FREE, SS_COMPUTE, x->id, 0);
+        st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->id, 0);
         x->st = T_DROPPED;
     }
     return st;
@@ -1490,7 +1452,7 @@ static ms_status replay_block(lcw *w, int32_t j)
         const trace_rec *R = trace_get(w->t, r);
         if (R->type == TR_ALLOC && u64map_get(need, R->u.alloc.id, NULL)) {
             lt *x = tfind(w, R->u.alloc.id);
-            st = wt(w, SA_ALLOC, SS_COMPUTE, R->u.alloc.id, R->u.alloc.bytes);
+            st = sbuild_tensor(w->b, SA_ALLOC, SS_COMPUTE, R->u.alloc.id, R->u.alloc.bytes);
             if (x) x->st = T_LIVE;
         } else if (R->type == TR_OP && opneed[r - lo]) {
             double us;
@@ -1501,7 +1463,7 @@ static ms_status replay_block(lcw *w, int32_t j)
                    !u64map_get(target, R->u.free_id, NULL)) {
             lt *x = tfind(w, R->u.free_id);
             if (x && x->st == T_LIVE) {
-                st = wt(w, SA_FREE, SS_COMPUTE, x->id, 0);
+                st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->id, 0);
                 x->st = T_GONE;
             }
         }
@@ -1518,7 +1480,7 @@ static ms_status replay_block(lcw *w, int32_t j)
                 freed_in_seg = R->type == TR_FREE && R->u.free_id == x->id;
             }
             if (!freed_in_seg) {
-                st = wt(w, SA_FREE, SS_COMPUTE, x->id, 0);
+                st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->id, 0);
                 x->st = T_GONE;
             }
         }
@@ -1543,7 +1505,7 @@ static int gather_deferred(const lcw *w)
 static ms_status ring_via_host(lcw *w, uint64_t id, uint64_t ring, uint32_t ev)
 {
     ms_status st = wcopy(w, SA_COPY_D2H, SS_D2H, id, ring);
-    if (!st) st = wev(w, SA_WAIT, SS_H2D, ev);
+    if (!st) st = sbuild_event(w->b, SA_WAIT, SS_H2D, ev);
     if (!st) st = wcopy(w, SA_COPY_H2D, SS_H2D, id, ring);
     return st;
 }
@@ -1556,17 +1518,17 @@ static ms_status persist_allgather(lcw *w, int c, uint32_t after)
     uint64_t id = lc_id(LC_ID_PERSIST, (uint32_t)c);
     ms_status st;
     if (w->coll == LC_COLL_STREAM) {
-        st = wev(w, SA_WAIT, SS_H2D, after);
+        st = sbuild_event(w->b, SA_WAIT, SS_H2D, after);
         if (!st)
             st = wcopy(w, SA_COPY_H2D, SS_H2D, id,
                        nv_equiv(w, lc_coll_us(w->m, c_gathered(w, c), w->dp), 0));
     } else {
         uint64_t ring = c_ring_link(w, c);
-        st = wev(w, SA_WAIT, SS_D2H, after);
+        st = sbuild_event(w->b, SA_WAIT, SS_D2H, after);
         if (!st) st = ring_via_host(w, id, ring, after);
     }
-    w->pag_ev[c] = new_ev(w);
-    if (!st) st = wev(w, SA_RECORD, SS_H2D, w->pag_ev[c]);
+    w->pag_ev[c] = sbuild_new_event(w->b);
+    if (!st) st = sbuild_event(w->b, SA_RECORD, SS_H2D, w->pag_ev[c]);
     return st;
 }
 
@@ -1580,7 +1542,7 @@ static ms_status pre_step(lcw *w, int32_t s)
     for (uint32_t q = 0; gather_deferred(w) && st == MS_OK && q < S->n_need; q++) {
         uint32_t c = w->L->needs[S->need_first + q];
         if ((int)c < w->k.n_persist && w->L->first_use[c] == s)
-            st = wev(w, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
+            st = sbuild_event(w->b, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
     }
     if (S->phase == TP_BWD) {
         int first_bwd = s == 0 || w->L->steps[s - 1].phase != TP_BWD;
@@ -1593,9 +1555,9 @@ static ms_status pre_step(lcw *w, int32_t s)
     for (size_t i = 0; st == MS_OK && i < w->bp.n_loads; i++) {
         const lc_load *ld = &w->bp.loads[i];
         if (ld->step != s) continue;
-        st = wev(w, SA_WAIT, SS_COMPUTE, w->ld_ev[i]);
+        st = sbuild_event(w->b, SA_WAIT, SS_COMPUTE, w->ld_ev[i]);
         if (!st && w->coll == LC_COLL_LINK && w->dp > 1)
-            st = wev(w, SA_WAIT, SS_COMPUTE, w->ld2_ev[i]);
+            st = sbuild_event(w->b, SA_WAIT, SS_COMPUTE, w->ld2_ev[i]);
         if (!st && w->coll == LC_COLL_COMPUTE && w->dp > 1) /* the NVLink all-gather */
             st = wcompute(w, -1, lc_coll_us(w->m, c_gathered(w, ld->chunk), w->dp), j, 0);
     }
@@ -1616,11 +1578,11 @@ static ms_status pre_step(lcw *w, int32_t s)
         }
     }
     if (!st && S->phase == TP_BWD && j >= 0 && j < N) {
-        if (w->roles[j] == LC_SWAP) st = wev(w, SA_WAIT, SS_COMPUTE, w->e4[j]);
+        if (w->roles[j] == LC_SWAP) st = sbuild_event(w->b, SA_WAIT, SS_COMPUTE, w->e4[j]);
         else if (w->roles[j] == LC_CKPT) st = replay_block(w, j);
         for (size_t i = 0; st == MS_OK && i < w->nts; i++) /* the replay is done with them */
             if (w->ts[i].st == T_HELD && w->ts[i].held == j) {
-                st = wt(w, SA_FREE, SS_COMPUTE, w->ts[i].id, 0);
+                st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, w->ts[i].id, 0);
                 w->ts[i].st = T_GONE;
             }
     }
@@ -1639,18 +1601,18 @@ static ms_status grads_ready(lcw *w, int32_t c)
             return wcompute(w, -1, nv_us, -1, 0);
         if (!w->k.persist_shard) ring *= 2; /* all-reduce: twice a reduce-scatter's traffic */
         uint64_t id = lc_id(LC_ID_PERSIST, (uint32_t)c);
-        uint32_t g = new_ev(w);
-        st = wev(w, SA_RECORD, SS_COMPUTE, g);
-        if (!st) st = wev(w, SA_WAIT, SS_D2H, g);
+        uint32_t g = sbuild_new_event(w->b);
+        st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, g);
+        if (!st) st = sbuild_event(w->b, SA_WAIT, SS_D2H, g);
         if (w->coll == LC_COLL_STREAM) { /* NVLink, on the offload stream */
             if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, nv_equiv(w, nv_us, 1));
-            w->prs_ev[c] = new_ev(w);
-            if (!st) st = wev(w, SA_RECORD, SS_D2H, w->prs_ev[c]);
+            w->prs_ev[c] = sbuild_new_event(w->b);
+            if (!st) st = sbuild_event(w->b, SA_RECORD, SS_D2H, w->prs_ev[c]);
             return st;
         }
         if (!st) st = ring_via_host(w, id, ring, g);
-        w->prs_ev[c] = new_ev(w);
-        if (!st) st = wev(w, SA_RECORD, SS_H2D, w->prs_ev[c]);
+        w->prs_ev[c] = sbuild_new_event(w->b);
+        if (!st) st = sbuild_event(w->b, SA_RECORD, SS_H2D, w->prs_ev[c]);
         return st;
     }
     int32_t b = w->bp.chunk_buffer[c];
@@ -1658,20 +1620,20 @@ static ms_status grads_ready(lcw *w, int32_t c)
     uint64_t shard = ceil_div(w->k.grad_xfer_bytes * (double)c_shard_params(w, c), 1);
     if (w->coll == LC_COLL_COMPUTE && w->dp > 1)
         st = wcompute(w, -1, lc_coll_us(w->m, c_gathered(w, c), w->dp), -1, 0);
-    uint32_t g = new_ev(w);
-    if (!st) st = wev(w, SA_RECORD, SS_COMPUTE, g);
-    if (!st) st = wev(w, SA_WAIT, SS_D2H, g);
+    uint32_t g = sbuild_new_event(w->b);
+    if (!st) st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, g);
+    if (!st) st = sbuild_event(w->b, SA_WAIT, SS_D2H, g);
     if (!st && ring) { /* reduce-scatter through host memory */
         st = ring_via_host(w, id, ring, g);
-        uint32_t rr = new_ev(w);
-        if (!st) st = wev(w, SA_RECORD, SS_H2D, rr);
-        if (!st) st = wev(w, SA_WAIT, SS_D2H, rr);
+        uint32_t rr = sbuild_new_event(w->b);
+        if (!st) st = sbuild_event(w->b, SA_RECORD, SS_H2D, rr);
+        if (!st) st = sbuild_event(w->b, SA_WAIT, SS_D2H, rr);
     }
     if (w->coll == LC_COLL_STREAM && w->dp > 1) /* the NVLink reduce-scatter first */
         shard += nv_equiv(w, lc_coll_us(w->m, c_gathered(w, c), w->dp), 1);
     if (!st) st = wcopy(w, SA_COPY_D2H, SS_D2H, id, shard);
-    w->off_ev[c] = new_ev(w);
-    if (!st) st = wev(w, SA_RECORD, SS_D2H, w->off_ev[c]);
+    w->off_ev[c] = sbuild_new_event(w->b);
+    if (!st) st = sbuild_event(w->b, SA_RECORD, SS_D2H, w->off_ev[c]);
     w->buf_off[b] = (int32_t)w->off_ev[c];
     if (st) return st;
     if (!w->k.overlap_host_adam) {
@@ -1691,7 +1653,7 @@ static ms_status post_step(lcw *w, int32_t s)
         if (w->roles[j] == LC_SWAP) st = swap_out(w, j);
         else if (w->roles[j] == LC_CKPT) st = drop_block(w, j);
     }
-    if (!st && w->rel_need[s]) st = wev(w, SA_RECORD, SS_COMPUTE, w->rel_ev[s]);
+    if (!st && w->rel_need[s]) st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, w->rel_ev[s]);
     for (size_t c = 0; st == MS_OK && c < w->L->n_chunks; c++)
         if (w->bp.last_step[c] == s) st = grads_ready(w, (int32_t)c);
     if (!st) st = emit_loads_after(w, s);
@@ -1735,9 +1697,9 @@ static ms_status iter_begin(lcw *w, int64_t value)
     for (size_t i = 0; i < w->bp.n_loads; i++)
         if (w->bp.loads[i].rel_kind == LC_REL_STEP) w->rel_need[w->bp.loads[i].rel_ref] = 1;
     for (size_t i = 0; i < L->n_steps; i++)
-        if (w->rel_need[i]) w->rel_ev[i] = new_ev(w);
-    w->iter_ev = new_ev(w);
-    ms_status st = wev(w, SA_RECORD, SS_COMPUTE, w->iter_ev);
+        if (w->rel_need[i]) w->rel_ev[i] = sbuild_new_event(w->b);
+    w->iter_ev = sbuild_new_event(w->b);
+    ms_status st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, w->iter_ev);
     /* persist_gather=next: the last step's updates of the persistent chunks, all-gathered
      * ahead of the buffers' first loads */
     for (int c = 0; gather_deferred(w) && st == MS_OK && c < w->k.n_persist; c++)
@@ -1754,13 +1716,13 @@ static ms_status iter_end(lcw *w)
         return wfail(w, MS_ERR_UNSUPPORTED,
                      "iteration %" PRId64 " has %d segments where iteration 0 has %zu", w->iter,
                      w->cur + 1, w->L->n_steps);
-    w->ph = TP_OPT;
-    uint32_t bwd_end = new_ev(w);
-    st = wev(w, SA_RECORD, SS_COMPUTE, bwd_end);
+    set_phase(w, TP_OPT);
+    uint32_t bwd_end = sbuild_new_event(w->b);
+    st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, bwd_end);
     /* GPU Adam of the persistent chunks (their optimizer states are sharded over dp) */
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++) {
         if ((w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1)
-            st = wev(w, SA_WAIT, SS_COMPUTE, w->prs_ev[c]);
+            st = sbuild_event(w->b, SA_WAIT, SS_COMPUTE, w->prs_ev[c]);
         if (!st)
             st = wcompute(w, -1, w->L->adam_gpu_us_per_param * (double)p_opt_params(w, c), -1, 0);
         w->rep.gpu_adam++;
@@ -1769,21 +1731,21 @@ static ms_status iter_end(lcw *w)
             st = wcompute(w, -1, lc_coll_us(w->m, c_gathered(w, c), w->dp), -1, 0);
             continue;
         }
-        uint32_t g = new_ev(w);
-        st = wev(w, SA_RECORD, SS_COMPUTE, g);
+        uint32_t g = sbuild_new_event(w->b);
+        st = sbuild_event(w->b, SA_RECORD, SS_COMPUTE, g);
         if (!st) st = persist_allgather(w, c, g);
     }
     /* host Adam after the backward (systems that do not overlap it) */
-    if (!st && w->n_deferred) st = wev(w, SA_WAIT, SS_HOST, bwd_end);
+    if (!st && w->n_deferred) st = sbuild_event(w->b, SA_WAIT, SS_HOST, bwd_end);
     for (size_t i = 0; st == MS_OK && i < w->n_deferred; i++) {
         st = host_adam(w, w->deferred[i]);
     }
     for (int c = 0; st == MS_OK && c < w->k.n_persist; c++)
         if ((w->coll == LC_COLL_LINK || w->coll == LC_COLL_STREAM) && w->dp > 1 &&
             w->k.persist_shard && !gather_deferred(w))
-            st = wev(w, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
+            st = sbuild_event(w->b, SA_WAIT, SS_COMPUTE, w->pag_ev[c]);
     if (!st && w->k.step_sync && w->last_adam >= 0)
-        st = wev(w, SA_WAIT, SS_COMPUTE, (uint32_t)w->last_adam);
+        st = sbuild_event(w->b, SA_WAIT, SS_COMPUTE, (uint32_t)w->last_adam);
     if (!st && w->next_load != w->bp.n_loads)
         st = ms_fail(w->err, MS_ERR_INVALID, "internal: %zu chunk loads were not emitted",
                      w->bp.n_loads - w->next_load);
@@ -1805,12 +1767,12 @@ static ms_status do_mark(lcw *w, const trace_mark *mk)
     } else {
         st = close_seg(w);
     }
-    if (!st && mk->kind == TM_PHASE) w->ph = (trace_phase)mk->value;
+    if (!st && mk->kind == TM_PHASE) set_phase(w, (trace_phase)mk->value);
     if (!st && w->emit_marks) {
-        sched_action a = wact(w, SA_MARK, SS_COMPUTE);
+        sched_action a = sbuild_act(w->b, SA_MARK, SS_COMPUTE);
         a.mark = mk->kind;
         a.mark_value = mk->value;
-        st = wput(w, &a);
+        st = sbuild_put(w->b, &a);
     }
     if (st) return st;
     if (mk->kind == TM_ITER) return iter_begin(w, mk->value);
@@ -1842,11 +1804,11 @@ static ms_status do_alloc(lcw *w, const trace_tensor *x)
     t->cls = x->cls;
     t->step = w->in_iter ? w->cur : -1;
     t->st = T_LIVE;
-    sched_action a = wact(w, SA_ALLOC, SS_COMPUTE);
+    sched_action a = sbuild_act(w->b, SA_ALLOC, SS_COMPUTE);
     a.tensor = x->id;
     a.bytes = x->bytes;
     a.layer = x->layer;
-    return wput(w, &a);
+    return sbuild_put(w->b, &a);
 }
 
 static ms_status do_free(lcw *w, uint64_t id)
@@ -1863,8 +1825,8 @@ static ms_status do_free(lcw *w, uint64_t id)
         x->held = j;
         return MS_OK;
     }
-    if (x->st == T_LIVE) st = wt(w, SA_FREE, SS_COMPUTE, id, 0);
-    else if (x->st == T_OFFLOADED) st = wt(w, SA_HOST_FREE, SS_D2H, id, 0);
+    if (x->st == T_LIVE) st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, id, 0);
+    else if (x->st == T_OFFLOADED) st = sbuild_tensor(w->b, SA_HOST_FREE, SS_D2H, id, 0);
     x->st = T_GONE;
     return st;
 }
@@ -1883,12 +1845,12 @@ static ms_status do_op(lcw *w, const trace_op *op)
     double us;
     ms_status st = op_dur(w->m, &w->roof, op, &us, w->err);
     if (st) return st;
-    sched_action a = wact(w, SA_COMPUTE, SS_COMPUTE);
+    sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
     a.op = (int64_t)op->id;
     a.dur_us = us;
     a.layer = op->layer;
     a.phase = op->phase;
-    return wput(w, &a);
+    return sbuild_put(w->b, &a);
 }
 
 static ms_status lcw_alloc(lcw *w)
@@ -2013,7 +1975,8 @@ ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t
     }
     if (!st) {
         w.s = sched_new();
-        if (!w.s) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        w.b = w.s ? sbuild_new(w.s, err, "out of memory") : NULL;
+        if (!w.b) st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
     }
     size_t n = trace_count(t);
     for (size_t i = 0; st == MS_OK && i < n; i++) {
@@ -2036,8 +1999,11 @@ ms_status lower_chunks_report(const trace_t *t, const plan_t *p, const machine_t
     if (st == MS_OK) {
         *out = w.s;
         w.s = NULL;
+        w.rep.actions = sbuild_actions(w.b);
+        w.rep.events = sbuild_events(w.b);
         if (rep) *rep = w.rep;
     }
+    sbuild_free(w.b);
     sched_free(w.s);
     lcw_free(&w);
     return st;

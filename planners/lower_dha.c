@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planners/sbuild.h"
 #include "traces/roofline.h"
 #include "traces/u64map.h"
 #include "traces/util.h"
@@ -375,11 +376,8 @@ static ms_status scan_records(dha_model *d, ms_error *err)
         }
         if (r->type != TR_OP) continue;
         const trace_op *op = &r->u.op;
-        if (op->dur_us >= 0) d->dur[i] = op->dur_us;
-        else if (d->m && op->kind != TK_COMM)
-            d->dur[i] = roof_kernel_us(d->m, &d->roof, op->kind, op->flops,
-                                       op->bytes_read + op->bytes_written);
-        else
+        d->dur[i] = roof_op_us(d->m, &d->roof, op);
+        if (d->dur[i] < 0)
             return fail_op(err, MS_ERR_INVALID, r, "has no duration, so its layer cannot be "
                            "timed", d->m ? " (a collective needs one)" : " (and no machine is given)");
         const char *nm = op->name;
@@ -782,6 +780,7 @@ typedef struct lw {
     lower_opts o;
     ms_error *err;
     schedule_t *s;
+    sbuild *b;            /* adds to s */
     plan_pmode *mode;     /* per unit */
     int *ghost;           /* per unit: gradients on the host */
     unsigned char *mhost; /* per module: its gradient on the host (grad_host.N knobs) */
@@ -826,64 +825,17 @@ typedef struct lw {
 } lw;
 #define WAITED_MAX 64
 
-static ms_status nomem(lw *w) { return ms_fail(w->err, MS_ERR_NOMEM, "out of memory"); }
-
-static sched_action act(sched_kind k, sched_stream s)
-{
-    sched_action a;
-    memset(&a, 0, sizeof a);
-    a.kind = k;
-    a.stream = s;
-    a.op = -1;
-    a.layer = -1;
-    return a;
-}
-
-static ms_status put(lw *w, const sched_action *a)
-{
-    if (sched_add(w->s, a)) return nomem(w);
-    w->rep.actions++;
-    if (a->kind == SA_COPY_H2D) w->rep.h2d_bytes += a->bytes;
-    if (a->kind == SA_COPY_D2H) w->rep.d2h_bytes += a->bytes;
-    return MS_OK;
-}
-
-static ms_status put_t(lw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
-{
-    sched_action a = act(k, s);
-    a.tensor = id;
-    a.bytes = bytes;
-    return put(w, &a);
-}
-
 /* The ALLOC of a staging block this lowering made (buckets, casts, held gradients, copies
  * in flight: dha_synth_id). */
 static ms_status put_staging(lw *w, uint64_t id, uint64_t bytes)
 {
-    sched_action a = act(SA_ALLOC, SS_COMPUTE);
-    a.tensor = id;
-    a.bytes = bytes;
-    a.block = SB_STAGING;
-    return put(w, &a);
-}
-
-static ms_status put_e(lw *w, sched_kind k, sched_stream s, uint32_t e)
-{
-    sched_action a = act(k, s);
-    a.event = e;
-    return put(w, &a);
-}
-
-static uint32_t new_ev(lw *w)
-{
-    w->rep.events++;
-    return sched_new_event(w->s);
+    return sbuild_block(w->b, SS_COMPUTE, id, bytes, SB_STAGING);
 }
 
 static ms_status record_new(lw *w, sched_stream s, uint32_t *e)
 {
-    *e = new_ev(w);
-    return put_e(w, SA_RECORD, s, *e);
+    *e = sbuild_new_event(w->b);
+    return sbuild_event(w->b, SA_RECORD, s, *e);
 }
 
 #define TRY(x) do { ms_status st_ = (x); if (st_ != MS_OK) return st_; } while (0)
@@ -1132,12 +1084,12 @@ static ms_status setup_alloc(lw *w, const trace_tensor *x)
 {
     size_t ix;
     const dtens *dt = tens_of(w->d, x->id, &ix);
-    if (!dt) return put_t(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes);
+    if (!dt) return sbuild_tensor(w->b, SA_ALLOC, SS_COMPUTE, x->id, x->bytes);
     const ltens *l = &w->lt[ix];
     /* Every parameter and gradient has its host home (the shadow model's CPU storage). */
-    TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, x->id, x->bytes));
+    TRY(sbuild_tensor(w->b, SA_HOST_ALLOC, SS_COMPUTE, x->id, x->bytes));
     int dev = dt->cls == TC_PARAM ? l->persistent : (!l->host_grad && !l->realloc);
-    return dev ? put_t(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes - l->host_bytes) : MS_OK;
+    return dev ? sbuild_tensor(w->b, SA_ALLOC, SS_COMPUTE, x->id, x->bytes - l->host_bytes) : MS_OK;
 }
 
 /* DeepSpeed's reduce buckets (two with overlap_comm) and their fp32 casts. */
@@ -1148,7 +1100,7 @@ static uint64_t cast_id(int k) { return dha_synth_id(k ? 5 : 2); }
 static ms_status setup_end(lw *w)
 {
     uint64_t host = trace_meta_u64(w->t, "host_opt_bytes", 0) + trace_meta_u64(w->t, "host_grad_bytes", 0);
-    if (host) TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, dha_synth_id(0), host));
+    if (host) TRY(sbuild_tensor(w->b, SA_HOST_ALLOC, SS_COMPUTE, dha_synth_id(0), host));
     if (!w->realloc) return MS_OK;
     uint64_t b = w->bucket_bytes;
     for (size_t i = 0; i < w->d->nu; i++)
@@ -1157,7 +1109,7 @@ static ms_status setup_end(lw *w)
     uint64_t hb = (uint64_t)((double)b * w->copy_ratio);
     for (int k = 0; k <= w->overlap; k++) {
         TRY(put_staging(w, bucket_id(k), b));
-        TRY(put_t(w, SA_HOST_ALLOC, SS_COMPUTE, hb != b ? cast_id(k) : bucket_id(k), hb));
+        TRY(sbuild_tensor(w->b, SA_HOST_ALLOC, SS_COMPUTE, hb != b ? cast_id(k) : bucket_id(k), hb));
     }
     w->bucket_ev[0] = w->bucket_ev[1] = EV_NONE;
     w->ds_copy_ev = EV_NONE;
@@ -1231,15 +1183,15 @@ static ms_status forward_loads(lw *w)
     for (size_t i = 0; i < d->nt && fs == EV_NONE; i++)
         if (d->tens[i].cls == TC_PARAM && w->lt[i].loader >= 0) {
             TRY(record_new(w, SS_COMPUTE, &fs));
-            TRY(put_e(w, SA_WAIT, SS_H2D, fs));
+            TRY(sbuild_event(w->b, SA_WAIT, SS_H2D, fs));
         }
     for (size_t u = 0; u < d->nu; u++) {
         int any = 0;
         for (size_t i = 0; i < d->nt; i++) {
             if (d->tens[i].cls != TC_PARAM || w->lt[i].loader != (int)u) continue;
             uint32_t pe = w->upd_prev[d->tens[i].owner];
-            if (pe != EV_NONE) TRY(put_e(w, SA_WAIT, SS_H2D, pe));
-            TRY(put_t(w, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+            if (pe != EV_NONE) TRY(sbuild_event(w->b, SA_WAIT, SS_H2D, pe));
+            TRY(sbuild_tensor(w->b, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
             any = 1;
         }
         if (!any) continue;
@@ -1263,10 +1215,10 @@ static ms_status dfgb_load(lw *w, int u)
         if (!x->dyn || x->on_dev) continue;
         if (ef == EV_NONE) {
             TRY(record_new(w, SS_COMPUTE, &ef));
-            TRY(put_e(w, SA_WAIT, SS_H2D, ef));
+            TRY(sbuild_event(w->b, SA_WAIT, SS_H2D, ef));
         }
-        TRY(put_t(w, SA_ALLOC, SS_H2D, d->tens[i].id, d->tens[i].bytes));
-        TRY(put_t(w, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+        TRY(sbuild_tensor(w->b, SA_ALLOC, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+        TRY(sbuild_tensor(w->b, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
         x->on_dev = 1;
         x->waited = 0;
         x->ev_ld = EV_NONE - 1; /* placeholder until the event exists */
@@ -1288,7 +1240,7 @@ static ms_status need_on_gpu(lw *w, size_t i)
     for (size_t k = 0; k < w->nwaited; k++)
         if (w->waited_ev[k] == x->ev_ld) return MS_OK;
     if (w->nwaited < WAITED_MAX) w->waited_ev[w->nwaited++] = x->ev_ld;
-    return put_e(w, SA_WAIT, SS_COMPUTE, x->ev_ld);
+    return sbuild_event(w->b, SA_WAIT, SS_COMPUTE, x->ev_ld);
 }
 
 /* Host Adam of unit u once its gradients are home; then (param_load=update) its GFGB
@@ -1296,20 +1248,20 @@ static ms_status need_on_gpu(lw *w, size_t i)
 static ms_status host_update(lw *w, int u, int wait)
 {
     const dha_model *d = w->d;
-    if (wait && w->gh_ev[u] != EV_NONE) TRY(put_e(w, SA_WAIT, SS_HOST, w->gh_ev[u]));
-    sched_action a = act(SA_HOST_COMPUTE, SS_HOST);
+    if (wait && w->gh_ev[u] != EV_NONE) TRY(sbuild_event(w->b, SA_WAIT, SS_HOST, w->gh_ev[u]));
+    sched_action a = sbuild_act(w->b, SA_HOST_COMPUTE, SS_HOST);
     a.dur_us = d->u[u].adam_us;
     a.op = d->adam_op[u];
     a.layer = d->u[u].layer;
     a.phase = TP_OPT;
-    TRY(put(w, &a));
+    TRY(sbuild_put(w->b, &a));
     TRY(record_new(w, SS_HOST, &w->upd_ev[u]));
     if (w->load != LOAD_UPDATE || !w->has_next) return MS_OK;
     int any = 0;
     for (size_t i = 0; i < d->nt; i++) {
         if (d->tens[i].cls != TC_PARAM || d->tens[i].owner != u || !w->lt[i].persistent) continue;
-        if (!any) TRY(put_e(w, SA_WAIT, SS_H2D, w->upd_ev[u]));
-        TRY(put_t(w, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+        if (!any) TRY(sbuild_event(w->b, SA_WAIT, SS_H2D, w->upd_ev[u]));
+        TRY(sbuild_tensor(w->b, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
         any = 1;
     }
     if (!any) return MS_OK;
@@ -1328,13 +1280,13 @@ static ms_status loads_after_update(lw *w)
 {
     const dha_model *d = w->d;
     for (size_t u = 0; u < d->nu; u++)
-        if (w->upd_ev[u] != EV_NONE) TRY(put_e(w, SA_WAIT, SS_H2D, w->upd_ev[u]));
+        if (w->upd_ev[u] != EV_NONE) TRY(sbuild_event(w->b, SA_WAIT, SS_H2D, w->upd_ev[u]));
     for (size_t u = 0; u < d->nu; u++) {
         int any = 0;
         for (size_t i = 0; i < d->nt; i++) {
             if (d->tens[i].cls != TC_PARAM || d->tens[i].owner != (int)u || !w->lt[i].persistent)
                 continue;
-            TRY(put_t(w, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
+            TRY(sbuild_tensor(w->b, SA_COPY_H2D, SS_H2D, d->tens[i].id, d->tens[i].bytes));
             any = 1;
         }
         if (!any) continue;
@@ -1351,13 +1303,13 @@ static ms_status loads_after_update(lw *w)
 static ms_status hbm_kernel(lw *w, uint64_t bytes, int32_t layer)
 {
     const machine_t *m = w->m;
-    sched_action a = act(SA_COMPUTE, SS_COMPUTE);
+    sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
     double bw = m->gpu_hbm_Bps * (m->gpu_mem_eff > 0 ? m->gpu_mem_eff : 1);
     a.dur_us = (m->gpu_kernel_launch_us > 0 ? m->gpu_kernel_launch_us : 0) +
                (bw > 0 ? (double)bytes / bw * 1e6 : 0);
     a.layer = layer;
     a.phase = TP_BWD;
-    return put(w, &a);
+    return sbuild_put(w->b, &a);
 }
 
 /* One parameter of DeepSpeed's per-parameter flush (bucket_flush_ds); bytes 0 for the
@@ -1365,38 +1317,38 @@ static ms_status hbm_kernel(lw *w, uint64_t bytes, int32_t layer)
  * parameter's copy event, then this one's. */
 static ms_status ds_param(lw *w, uint64_t bytes, uint32_t *copy)
 {
-    sched_action a = act(SA_HOST_COMPUTE, SS_HOST);
+    sched_action a = sbuild_act(w->b, SA_HOST_COMPUTE, SS_HOST);
     uint32_t h, k;
     a.dur_us = w->ds_pre_us; /* issue .double().norm(2) and the overflow check's kernels */
     a.phase = TP_BWD;
-    TRY(put(w, &a));
+    TRY(sbuild_put(w->b, &a));
     TRY(record_new(w, SS_HOST, &h));
-    TRY(put_e(w, SA_WAIT, SS_COMPUTE, h));
-    if (*copy != EV_NONE) TRY(put_e(w, SA_WAIT, SS_COMPUTE, *copy)); /* one stream in DeepSpeed */
+    TRY(sbuild_event(w->b, SA_WAIT, SS_COMPUTE, h));
+    if (*copy != EV_NONE) TRY(sbuild_event(w->b, SA_WAIT, SS_COMPUTE, *copy)); /* one stream in DeepSpeed */
     uint64_t dbl = (uint64_t)((double)bytes * 8.0 / w->grad_elem_bytes);
     uint64_t xb = (uint64_t)((double)bytes * w->copy_ratio);
     if (bytes) TRY(put_staging(w, dha_synth_id(6), dbl));
     /* the gradient read twice; the fp64 copy written and read, the fp32 copy (half its size)
      * written and summed */
     TRY(hbm_kernel(w, 2 * bytes + dbl * 3, -1));
-    if (bytes) TRY(put_t(w, SA_FREE, SS_COMPUTE, dha_synth_id(6), 0));
+    if (bytes) TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, dha_synth_id(6), 0));
     TRY(record_new(w, SS_COMPUTE, &k));
-    TRY(put_e(w, SA_WAIT, SS_HOST, k)); /* float(sum): the host waits for the stream */
+    TRY(sbuild_event(w->b, SA_WAIT, SS_HOST, k)); /* float(sum): the host waits for the stream */
     a.dur_us = w->ds_sync_us + w->ds_post_us; /* wakes, issues the cast and the copy */
-    TRY(put(w, &a));
+    TRY(sbuild_put(w->b, &a));
     TRY(record_new(w, SS_HOST, &h));
-    TRY(put_e(w, SA_WAIT, SS_COMPUTE, h));
+    TRY(sbuild_event(w->b, SA_WAIT, SS_COMPUTE, h));
     if (!bytes) return hbm_kernel(w, 0, -1);
     /* the previous flush's last copy freed its staging cast (one stream in DeepSpeed) */
     if (*copy == EV_NONE && w->ds_copy_ev != EV_NONE)
-        TRY(put_e(w, SA_WAIT, SS_COMPUTE, w->ds_copy_ev));
+        TRY(sbuild_event(w->b, SA_WAIT, SS_COMPUTE, w->ds_copy_ev));
     w->ds_copy_ev = EV_NONE;
     TRY(put_staging(w, dha_synth_id(7), xb));
     TRY(hbm_kernel(w, bytes + xb, -1));
     TRY(record_new(w, SS_COMPUTE, &k));
-    TRY(put_e(w, SA_WAIT, SS_D2H, k));
-    TRY(put_t(w, SA_COPY_D2H, SS_D2H, dha_synth_id(7), xb));
-    TRY(put_t(w, SA_FREE, SS_D2H, dha_synth_id(7), 0));
+    TRY(sbuild_event(w->b, SA_WAIT, SS_D2H, k));
+    TRY(sbuild_tensor(w->b, SA_COPY_D2H, SS_D2H, dha_synth_id(7), xb));
+    TRY(sbuild_tensor(w->b, SA_FREE, SS_D2H, dha_synth_id(7), 0));
     TRY(record_new(w, SS_D2H, copy));
     w->ds_copy_ev = *copy;
     return MS_OK;
@@ -1461,16 +1413,16 @@ static ms_status bucket_flush(lw *w)
         TRY(hbm_kernel(w, w->bucket_fill + xb, -1));
     }
     TRY(record_new(w, SS_COMPUTE, &e));
-    TRY(put_e(w, SA_WAIT, SS_D2H, e));
-    TRY(put_t(w, SA_COPY_D2H, SS_D2H, cast ? tmp : bucket_id(w->bidx), xb));
-    if (cast && w->overlap) TRY(put_t(w, SA_FREE, SS_D2H, tmp, 0));
+    TRY(sbuild_event(w->b, SA_WAIT, SS_D2H, e));
+    TRY(sbuild_tensor(w->b, SA_COPY_D2H, SS_D2H, cast ? tmp : bucket_id(w->bidx), xb));
+    if (cast && w->overlap) TRY(sbuild_tensor(w->b, SA_FREE, SS_D2H, tmp, 0));
     TRY(record_new(w, SS_D2H, &c));
     if (w->overlap) {
         w->bucket_ev[w->bidx] = c;
         w->bidx ^= 1;
     } else {
-        TRY(put_e(w, SA_WAIT, SS_COMPUTE, c));
-        if (cast) TRY(put_t(w, SA_FREE, SS_COMPUTE, tmp, 0));
+        TRY(sbuild_event(w->b, SA_WAIT, SS_COMPUTE, c));
+        if (cast) TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, tmp, 0));
     }
     for (size_t i = 0; i < w->nbucket; i++) {
         int u = w->bucket_units[i];
@@ -1499,11 +1451,11 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
     if (!w->realloc) {
         uint32_t e;
         TRY(record_new(w, SS_COMPUTE, &e));
-        TRY(put_e(w, SA_WAIT, SS_D2H, e));
+        TRY(sbuild_event(w->b, SA_WAIT, SS_D2H, e));
         for (size_t i = 0; i < d->nt; i++)
             if (d->tens[i].cls == TC_GRAD && d->tens[i].owner == u &&
                 d->tens[i].bytes > w->lt[i].host_bytes)
-                TRY(put_t(w, SA_COPY_D2H, SS_D2H, d->tens[i].id,
+                TRY(sbuild_tensor(w->b, SA_COPY_D2H, SS_D2H, d->tens[i].id,
                           d->tens[i].bytes - w->lt[i].host_bytes));
         TRY(record_new(w, SS_D2H, &w->gh_ev[u]));
         return w->upd == UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
@@ -1520,7 +1472,7 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
     }
     if (w->bucket_fill && w->bucket_fill + b > w->bucket_bytes) TRY(bucket_flush(w));
     if (!w->bucket_fill && w->bucket_ev[w->bidx] != EV_NONE) {
-        TRY(put_e(w, SA_WAIT, SS_COMPUTE, w->bucket_ev[w->bidx])); /* its last copy is done */
+        TRY(sbuild_event(w->b, SA_WAIT, SS_COMPUTE, w->bucket_ev[w->bidx])); /* its last copy is done */
         w->bucket_ev[w->bidx] = EV_NONE;
     }
     TRY(hbm_kernel(w, 2 * b, layer)); /* the copy into the contiguous bucket */
@@ -1528,7 +1480,7 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
         if (d->tens[i].cls != TC_GRAD || d->tens[i].owner != u || !w->lt[i].on_dev) continue;
         w->bucket_bufs[w->nbufs++] = i;
         if (w->free_at_step) continue;
-        TRY(put_t(w, SA_FREE, SS_COMPUTE, d->tens[i].id, 0));
+        TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, d->tens[i].id, 0));
         w->lt[i].on_dev = 0;
     }
     w->bucket_fill += b;
@@ -1548,7 +1500,7 @@ static ms_status end_backward(lw *w)
         ltens *x = &w->lt[i];
         if (!x->on_dev) continue;
         if (d->tens[i].cls == TC_PARAM) TRY(need_on_gpu(w, i));
-        TRY(put_t(w, SA_FREE, SS_COMPUTE, d->tens[i].id, 0));
+        TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, d->tens[i].id, 0));
         x->on_dev = 0;
     }
     if (w->upd == UPD_AFTER_BWD) {
@@ -1556,7 +1508,7 @@ static ms_status end_backward(lw *w)
             uint32_t e = w->gh_ev[w->order[k]];
             int dup = 0;
             for (size_t j = 0; j < k; j++) dup |= w->gh_ev[w->order[j]] == e;
-            if (e != EV_NONE && !dup) TRY(put_e(w, SA_WAIT, SS_HOST, e));
+            if (e != EV_NONE && !dup) TRY(sbuild_event(w->b, SA_WAIT, SS_HOST, e));
         }
         for (size_t u = 0; u < d->nu; u++)
             if (d->u[u].grad_bytes || d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));
@@ -1565,7 +1517,7 @@ static ms_status end_backward(lw *w)
          * gradients arrive (those still in flight keep copying under the first steps) */
         uint32_t e;
         TRY(record_new(w, SS_COMPUTE, &e));
-        TRY(put_e(w, SA_WAIT, SS_HOST, e));
+        TRY(sbuild_event(w->b, SA_WAIT, SS_HOST, e));
         for (size_t k = 0; k < w->norder; k++) TRY(host_update(w, w->order[k], 1));
         for (size_t u = 0; u < d->nu; u++)
             if (!d->u[u].grad_bytes && d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));
@@ -1622,7 +1574,7 @@ static ms_status release_held(lw *w, const trace_op *op, size_t ri)
         if (!is_grad(w->d, op->out[k], &ix)) continue;
         ltens *x = &w->lt[ix];
         if (!x->held_bytes || x->last_bwd_write != ri) continue;
-        TRY(put_t(w, SA_FREE, SS_COMPUTE, held_id(ix), 0));
+        TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, held_id(ix), 0));
         x->held_bytes = 0;
     }
     return MS_OK;
@@ -1642,14 +1594,14 @@ static ms_status put_accumulate(lw *w, const trace_op *op, uint64_t acc)
     int first = 1;
     for (int i = 0; i < 3; i++) {
         if (!rd[i] && !wr[i]) continue;
-        sched_action g = act(SA_COMPUTE, SS_COMPUTE);
+        sched_action g = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
         g.dur_us = (first ? launch : 0) + (bw > 0 ? (double)rd[i] / bw * 1e6 : 0);
         g.host_read_bytes = rd[i];
         g.host_write_bytes = wr[i];
         g.dha_eff = m->dha_other_eff;
         g.layer = op->layer;
         g.phase = TP_BWD;
-        TRY(put(w, &g));
+        TRY(sbuild_put(w->b, &g));
         first = 0;
     }
     return MS_OK;
@@ -1661,7 +1613,7 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
     const dha_model *d = w->d;
     int u = d->unit[ri];
     if (d->role[ri] != RR_NORMAL) return MS_OK; /* replaced by the host stream and copies */
-    sched_action a = act(SA_COMPUTE, SS_COMPUTE);
+    sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
     a.op = (int64_t)op->id;
     a.dur_us = d->dur[ri];
     a.layer = op->layer;
@@ -1697,7 +1649,7 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
             else acc += (uint64_t)(f * (double)acc_bytes(d, op, d->tens[ix].bytes));
         }
         if (x->realloc && op->phase == TP_BWD && !x->on_dev) {
-            TRY(put_t(w, SA_ALLOC, SS_COMPUTE, d->tens[ix].id, d->tens[ix].bytes));
+            TRY(sbuild_tensor(w->b, SA_ALLOC, SS_COMPUTE, d->tens[ix].id, d->tens[ix].bytes));
             x->on_dev = 1;
         }
         if (!x->realloc || x->on_dev) gdev += d->tens[ix].bytes - x->host_bytes;
@@ -1714,10 +1666,10 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
     /* grad_write=accumulate: the kernel makes the gradient in a GPU temporary, then
      * AccumulateGrad adds it into the host gradient (read and written over DHA). */
     if (acc) TRY(put_staging(w, dha_synth_id(3), acc));
-    TRY(put(w, &a));
+    TRY(sbuild_put(w->b, &a));
     if (acc) {
         TRY(put_accumulate(w, op, acc));
-        TRY(put_t(w, SA_FREE, SS_COMPUTE, dha_synth_id(3), 0));
+        TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, dha_synth_id(3), 0));
     }
     TRY(release_held(w, op, ri));
     /* after the op */
@@ -1729,7 +1681,7 @@ static ms_status lower_op(lw *w, size_t ri, const trace_op *op)
         if (!is_param(d, op->in[k], &ix)) continue;
         ltens *x = &w->lt[ix];
         if (x->dyn && x->on_dev && x->last_bwd_read == ri) {
-            TRY(put_t(w, SA_FREE, SS_COMPUTE, d->tens[ix].id, 0));
+            TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, d->tens[ix].id, 0));
             x->on_dev = 0;
         }
     }
@@ -1753,7 +1705,7 @@ static ms_status lower_mark(lw *w, size_t ri, const trace_mark *mk)
          * (the training loop's optimizer.step() returns): the measured window is then one
          * whole iteration. */
         for (size_t u = 0; u < d->nu; u++)
-            if (w->upd_prev[u] != EV_NONE) TRY(put_e(w, SA_WAIT, SS_COMPUTE, w->upd_prev[u]));
+            if (w->upd_prev[u] != EV_NONE) TRY(sbuild_event(w->b, SA_WAIT, SS_COMPUTE, w->upd_prev[u]));
         w->iter = mk->value;
         w->ph = TP_NONE;
     } else if (mk->kind == TM_PHASE) {
@@ -1761,10 +1713,10 @@ static ms_status lower_mark(lw *w, size_t ri, const trace_mark *mk)
         w->ph = (trace_phase)mk->value;
     }
     if (w->o.emit_marks) {
-        sched_action a = act(SA_MARK, SS_COMPUTE);
+        sched_action a = sbuild_act(w->b, SA_MARK, SS_COMPUTE);
         a.mark = mk->kind;
         a.mark_value = mk->value;
-        TRY(put(w, &a));
+        TRY(sbuild_put(w->b, &a));
     }
     if (mk->kind == TM_PHASE && mk->value == TP_FWD) TRY(forward_loads(w));
     if (mk->kind == TM_PHASE && mk->value == TP_BWD) {
@@ -1789,7 +1741,7 @@ static ms_status lower_all(lw *w)
         switch (r->type) {
         case TR_ALLOC:
             if (i < d->setup_end) TRY(setup_alloc(w, &r->u.alloc));
-            else TRY(put_t(w, SA_ALLOC, SS_COMPUTE, r->u.alloc.id, r->u.alloc.bytes));
+            else TRY(sbuild_tensor(w->b, SA_ALLOC, SS_COMPUTE, r->u.alloc.id, r->u.alloc.bytes));
             break;
         case TR_FREE: {
             size_t ix;
@@ -1797,7 +1749,7 @@ static ms_status lower_all(lw *w)
                 return ms_fail(w->err, MS_ERR_UNSUPPORTED, "trace line %" PRIu64 ": the trace "
                                "frees parameter or gradient %" PRIu64 ", which the shadow "
                                "model keeps for the run", r->line, r->u.free_id);
-            TRY(put_t(w, SA_FREE, SS_COMPUTE, r->u.free_id, 0));
+            TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, r->u.free_id, 0));
             break;
         }
         case TR_OP:
@@ -1904,7 +1856,8 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
     w.bucket_bufs = malloc((d->nt ? d->nt : 1) * sizeof *w.bucket_bufs);
     w.ds_extra = calloc(nu, sizeof *w.ds_extra);
     w.s = sched_new();
-    if (!w.mode || !w.ghost || !w.mhost || !w.lt || !w.upd_ev || !w.upd_prev || !w.gh_ev || !w.grads_left ||
+    w.b = w.s ? sbuild_new(w.s, err, "out of memory") : NULL;
+    if (!w.b || !w.mode || !w.ghost || !w.mhost || !w.lt || !w.upd_ev || !w.upd_prev || !w.gh_ev || !w.grads_left ||
         !w.done_owner || !w.last_fwd || !w.order || !w.bucket_units || !w.bucket_bufs ||
         !w.ds_extra || !w.s) {
         st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
@@ -1920,7 +1873,14 @@ ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const
         }
         if (!st) st = sched_validate(w.s, err);
     }
-    if (!st && w.o.report) *w.o.report = w.rep;
+    if (!st && w.o.report) {
+        w.rep.actions = sbuild_actions(w.b);
+        w.rep.events = sbuild_events(w.b);
+        w.rep.h2d_bytes = sbuild_h2d_bytes(w.b);
+        w.rep.d2h_bytes = sbuild_d2h_bytes(w.b);
+        *w.o.report = w.rep;
+    }
+    sbuild_free(w.b);
     free(w.mode);
     free(w.ghost);
     free(w.mhost);

@@ -16,8 +16,9 @@
 #include "traces/util.h"
 
 /* The registry. Adding a policy is one line here: X(its pol_policy object), defined in its
- * own planners/policy_NAME.c. The list's order is the order `memsim list` prints. The rows
- * are declared here, not through the policies' headers, so that the registry depends on no
+ * own planners/policy_NAME.c (the other places a new policy touches: docs/POLICIES.md,
+ * "Adding a policy"). The list's order is the order `memsim list` prints. The rows are
+ * declared here, not through the policies' headers, so that the registry depends on no
  * policy (they all include policy.h). */
 #define POL_LIST(X)        \
     X(pol_keep_all)        \

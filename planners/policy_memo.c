@@ -22,6 +22,7 @@
 #include "planners/knob.h"
 #include "planners/lower.h"
 #include "planners/memplan.h"
+#include "traces/jobview.h"
 #include "traces/roofline.h"
 #include "traces/u64map.h"
 #include "traces/util.h"
@@ -175,14 +176,10 @@ typedef struct layer_acc {
 static ms_status op_dur_us(const trace_op *op, const machine_t *m, const roof_params *rp,
                            double *us, ms_error *err)
 {
-    if (op->dur_us >= 0) {
-        *us = op->dur_us;
-        return MS_OK;
-    }
-    if (!m || op->kind == TK_COMM)
+    *us = roof_op_us(m, rp, op);
+    if (*us < 0)
         return ms_fail(err, MS_ERR_INVALID, "memo: trace op %" PRIu64 " (%s) has no duration",
                        op->id, op->name);
-    *us = roof_kernel_us(m, rp, op->kind, op->flops, op->bytes_read + op->bytes_written);
     return MS_OK;
 }
 
@@ -303,16 +300,6 @@ ms_status memo_layer_info_get(const trace_t *t, const machine_t *m, memo_layer_i
     }
     free(acc);
     return st;
-}
-
-/* ---- the node ---- */
-
-int memo_node_ranks(const trace_t *t, const machine_t *m)
-{
-    uint64_t tp = trace_meta_u64(t, "tp", 0), cp = trace_meta_u64(t, "cp", 0), dp = trace_meta_u64(t, "dp", 0);
-    uint64_t r = (tp ? tp : 1) * (cp ? cp : 1) * (dp ? dp : 1);
-    if (m && m->node_gpus > 0 && r > (uint64_t)m->node_gpus) r = (uint64_t)m->node_gpus;
-    return r > 0 && r < (1u << 20) ? (int)r : 1;
 }
 
 /* ---- knobs ---- */
@@ -470,9 +457,11 @@ static ms_status choose(const trace_t *t, const machine_t *m, const pol_opts *o,
     c->host_granule_bytes = k->host_granule;
     ms_status st = memo_layer_info_get(t, m, &c->li, err);
     if (st != MS_OK) return st;
-    machine_t g;
-    machine_gpu_view(m, memo_node_ranks(t, m), &g);
-    double host = (double)g.host_mem_bytes / (double)(g.node_gpus > 0 ? g.node_gpus : 1);
+    /* M_CPU is the node's memory over all its GPUs (MEMO §4.2), the link this GPU's share. */
+    jobview jv;
+    jobview_of(t, m, &jv);
+    const machine_t g = jv.gpu;
+    double host = (double)jv.host_per_node_gpu_bytes;
     host -= (double)k->host_reserved;
     if (k->host_bytes) host = (double)k->host_bytes;
     c->in = (memo_lp_in){ (double)c->li.s_input_bytes, (double)c->li.s_attn_bytes,

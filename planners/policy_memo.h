@@ -70,10 +70,6 @@ typedef struct memo_layer_info {
 ms_status memo_layer_info_get(const trace_t *t, const machine_t *m, memo_layer_info *out,
                               ms_error *err);
 
-/* The GPUs of one node that train together in t (tp * cp * dp from its meta lines, at most
- * node.gpus, at least 1). */
-int memo_node_ranks(const trace_t *t, const machine_t *m);
-
 /* What the plan knob memory_plan=1 asks of any policy: lowers t under p, makes the bi-level
  * memory plan of that schedule (planners/memplan.h), stores its offsets and arena in p and
  * selects the static allocator. Knobs of o: plan_l1_s, plan_l2_s, strict_layers. m (may be

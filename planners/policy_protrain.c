@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "planners/policy_memo.h"
+#include "traces/jobview.h"
 
 ms_status pt_knobs_from_opts(const pol_opts *o, lc_knobs *k, ms_error *err)
 {
@@ -46,15 +47,6 @@ int pt_config_given(const lc_knobs *k)
            knobtab_given(&lc_knob_table, k, &k->n_ckpt);
 }
 
-uint64_t pt_host_share(const trace_t *t, const machine_t *m)
-{
-    const char *v = trace_get_meta(t, "dp");
-    uint64_t dp = 1;
-    if (!v || !ms_parse_u64(v, &dp) || dp < 1) dp = 1;
-    uint64_t g = m->node_gpus > 0 ? (uint64_t)m->node_gpus : 1;
-    return m->host_mem_bytes / (dp < g ? dp : g);
-}
-
 static const char *const PT_COST_MODELS[] = { "recurrence", "appendix", NULL };
 static const int PT_COST_MODEL_VALS[] = { PTC_RT_RECURRENCE, PTC_RT_APPENDIX };
 
@@ -85,13 +77,15 @@ ms_status pt_search_opts_from(const pol_opts *o, const trace_t *t, const machine
                               ptc_search_opts *so, ms_error *err)
 {
     ptc_search_opts_default(so);
+    jobview jv;
+    jobview_of(t, m, &jv);
     pt_search_knobs k;
     ms_status st = knob_from_opts(&pt_search_knob_table, o, &k, err);
     if (st) return st;
 #define PT_GIVEN(f) knobtab_given(&pt_search_knob_table, &k, &k.f)
     so->capacity_bytes = k.gpu_bytes;
     if (PT_GIVEN(mem_margin)) so->mem_margin = k.mem_margin;
-    so->host_capacity_bytes = PT_GIVEN(host_bytes) ? k.host_bytes : pt_host_share(t, m);
+    so->host_capacity_bytes = PT_GIVEN(host_bytes) ? k.host_bytes : jv.host_share_bytes;
     double ms = PT_GIVEN(max_swap) ? k.max_swap : so->max_swap;
     if (PT_GIVEN(tie_tol)) so->tie_tol = k.tie_tol;
 #undef PT_GIVEN

@@ -40,8 +40,6 @@ ms_status pt_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
  * knobs with the layout's chunk size, c's four numbers and e's all-gather placement (auto
  * resolved). */
 lc_knobs pt_config_knobs(const ptc_model *M, const ptc_config *c, const ptc_estimate *e);
-/* Host memory of one rank of trace t on m: host.mem_bytes / min(dp, node.gpus). */
-uint64_t pt_host_share(const trace_t *t, const machine_t *m);
 /* Records an estimate as plan knobs pred_iter_s, pred_fwd_s, pred_bwd_s, pred_gpu_optim_s,
  * pred_cpu_optim_s, pred_peak_bytes, pred_host_bytes. */
 ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err);

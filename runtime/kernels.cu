@@ -37,48 +37,48 @@ struct kn_ctx {
     size_t scratch_floats;
 };
 
-static rt_status launched(const char *what)
+static rt_status launched(const char *what, ms_error *err)
 {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
-        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, what, cudaGetErrorString(e));
+        return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, what, cudaGetErrorString(e));
     return RT_OK;
 }
 
-static rt_status invalid(const char *what, const char *msg)
+static rt_status invalid(const char *what, const char *msg, ms_error *err)
 {
-    return rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, what, msg);
+    return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, what, msg);
 }
 
-static rt_status blas_err(cublasStatus_t st, const char *what)
+static rt_status blas_err(cublasStatus_t st, const char *what, ms_error *err)
 {
     if (st == CUBLAS_STATUS_SUCCESS) return RT_OK;
     char msg[64];
     snprintf(msg, sizeof msg, "cuBLAS status %d", (int)st);
-    return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, what, msg);
+    return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, what, msg);
 }
 
 static int al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-static rt_status attn_setup(void);
+static rt_status attn_setup(ms_error *err);
 
-rt_status kn_ctx_new(void *stream, kn_ctx **out)
+rt_status kn_ctx_new(void *stream, kn_ctx **out, ms_error *err)
 {
     *out = NULL;
     kn_ctx *k = (kn_ctx *)calloc(1, sizeof *k);
-    if (!k) return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
+    if (!k) return rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
     k->s = (cudaStream_t)stream;
-    rt_status st = blas_err(cublasCreate(&k->blas), "cublasCreate");
+    rt_status st = blas_err(cublasCreate(&k->blas), "cublasCreate", err);
     if (st == RT_OK) {
         cudaError_t e = cudaMalloc(&k->blas_ws, KN_BLAS_WS_BYTES);
         if (e != cudaSuccess)
-            st = rt_set_error(RT_ERR_OOM, __FILE__, __LINE__, "cudaMalloc", cudaGetErrorString(e));
+            st = rt_fail(err, RT_ERR_OOM, __FILE__, __LINE__, "cudaMalloc", cudaGetErrorString(e));
     }
-    if (st == RT_OK) st = blas_err(cublasSetStream(k->blas, k->s), "cublasSetStream");
+    if (st == RT_OK) st = blas_err(cublasSetStream(k->blas, k->s), "cublasSetStream", err);
     if (st == RT_OK)
         st = blas_err(cublasSetWorkspace(k->blas, k->blas_ws, KN_BLAS_WS_BYTES),
-                      "cublasSetWorkspace");
-    if (st == RT_OK) st = attn_setup();
+                      "cublasSetWorkspace", err);
+    if (st == RT_OK) st = attn_setup(err);
     if (st != RT_OK) {
         kn_ctx_free(k);
         return st;
@@ -96,32 +96,32 @@ void kn_ctx_free(kn_ctx *k)
     free(k);
 }
 
-rt_status kn_ctx_set_stream(kn_ctx *k, void *stream)
+rt_status kn_ctx_set_stream(kn_ctx *k, void *stream, ms_error *err)
 {
     k->s = (cudaStream_t)stream;
-    return blas_err(cublasSetStream(k->blas, k->s), "cublasSetStream");
+    return blas_err(cublasSetStream(k->blas, k->s), "cublasSetStream", err);
 }
 
 void *kn_ctx_stream(const kn_ctx *k) { return (void *)k->s; }
 
-static rt_status scratch(kn_ctx *k, size_t floats)
+static rt_status scratch(kn_ctx *k, size_t floats, ms_error *err)
 {
     if (floats <= k->scratch_floats) return RT_OK;
     /* cudaFree waits for the kernels that may still use the old scratch */
     cudaFree(k->scratch);
     k->scratch = NULL;
     k->scratch_floats = 0;
-    RT_CHECK(cudaMalloc(&k->scratch, floats * sizeof(float)));
+    RT_CHECK(err, cudaMalloc(&k->scratch, floats * sizeof(float)));
     k->scratch_floats = floats;
     return RT_OK;
 }
 
 static size_t col_chunks(size_t T) { return (T + KN_COL_CHUNK - 1) / KN_COL_CHUNK; }
 
-rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows)
+rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows, ms_error *err)
 {
     size_t a = 2 * col_chunks(rows) * cols;
-    return scratch(k, a > attn_rows ? a : attn_rows);
+    return scratch(k, a > attn_rows ? a : attn_rows, err);
 }
 
 /* ======================= vector helpers ======================= */
@@ -175,12 +175,12 @@ __global__ void embed_fwd_k(bf16 *out, const int32_t *tok, const bf16 *wte, size
 }
 
 rt_status kn_embed_fwd(kn_ctx *k, kn_bf16 *out, const int32_t *tok, const kn_bf16 *wte,
-                       size_t T, size_t h)
+                       size_t T, size_t h, ms_error *err)
 {
-    if (h % 8 || !al16(out) || !al16(wte)) return invalid("kn_embed_fwd", "h % 8, alignment");
+    if (h % 8 || !al16(out) || !al16(wte)) return invalid("kn_embed_fwd", "h % 8, alignment", err);
     size_t nv = T * (h / 8);
     embed_fwd_k<<<grid_for(nv, 256), 256, 0, k->s>>>((bf16 *)out, tok, (const bf16 *)wte, T, h);
-    return launched("embed_fwd_k");
+    return launched("embed_fwd_k", err);
 }
 
 /* One thread per column walks the tokens in order: deterministic, no atomics. Tokens go in
@@ -219,11 +219,11 @@ __global__ void embed_bwd_k(float *dwte, const int32_t *tok, const bf16 *dout, s
 }
 
 rt_status kn_embed_bwd(kn_ctx *k, float *dwte, const int32_t *tok, const kn_bf16 *dout,
-                       size_t T, size_t h)
+                       size_t T, size_t h, ms_error *err)
 {
     embed_bwd_k<<<(unsigned)((h + 127) / 128), 128, 0, k->s>>>(dwte, tok, (const bf16 *)dout,
                                                               T, h);
-    return launched("embed_bwd_k");
+    return launched("embed_bwd_k", err);
 }
 
 /* ======================= layer norm ======================= */
@@ -264,14 +264,15 @@ __global__ void ln_fwd_k(bf16 *y, float *mean, float *rstd, const bf16 *x, const
 }
 
 rt_status kn_ln_fwd(kn_ctx *k, kn_bf16 *y, float *mean, float *rstd, const kn_bf16 *x,
-                    const kn_bf16 *g, const kn_bf16 *b, size_t T, size_t h, float eps)
+                    const kn_bf16 *g, const kn_bf16 *b, size_t T, size_t h, float eps,
+                    ms_error *err)
 {
     if (h % 8 || !al16(y) || !al16(x) || !al16(g) || !al16(b))
-        return invalid("kn_ln_fwd", "h % 8, alignment");
+        return invalid("kn_ln_fwd", "h % 8, alignment", err);
     ln_fwd_k<<<(unsigned)((T + 7) / 8), 256, 0, k->s>>>((bf16 *)y, mean, rstd, (const bf16 *)x,
                                                         (const bf16 *)g, (const bf16 *)b,
                                                         (int)T, (int)h, eps);
-    return launched("ln_fwd_k");
+    return launched("ln_fwd_k", err);
 }
 
 __global__ void ln_bwd_dx_k(bf16 *dx, const bf16 *dy, const bf16 *x, const bf16 *g,
@@ -354,46 +355,46 @@ __global__ void colsum_fin_k(float *out, float *out2, const float *part, int nch
 }
 
 static rt_status colsum_run(kn_ctx *k, float *out, float *out2, const bf16 *a, const bf16 *x,
-                            const float *mean, const float *rstd, size_t T, size_t n)
+                            const float *mean, const float *rstd, size_t T, size_t n, ms_error *err)
 {
-    if (n % 2) return invalid("kn_colsum", "n must be even");
+    if (n % 2) return invalid("kn_colsum", "n must be even", err);
     size_t nc = col_chunks(T);
-    RT_TRY(scratch(k, (x ? 2 : 1) * nc * n));
+    RT_TRY(scratch(k, (x ? 2 : 1) * nc * n, err));
     dim3 grid((unsigned)((n / 2 + 127) / 128), (unsigned)nc);
     colsum_part_k<<<grid, 128, 0, k->s>>>(k->scratch, a, x, mean, rstd, (int)T, (int)n);
-    RT_TRY(launched("colsum_part_k"));
+    RT_TRY(launched("colsum_part_k", err));
     colsum_fin_k<<<(unsigned)((n + 255) / 256), 256, 0, k->s>>>(out, out2, k->scratch, (int)nc,
                                                                 (int)n);
-    return launched("colsum_fin_k");
+    return launched("colsum_fin_k", err);
 }
 
-rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n)
+rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n, ms_error *err)
 {
-    return colsum_run(k, out, NULL, (const bf16 *)a, NULL, NULL, NULL, T, n);
+    return colsum_run(k, out, NULL, (const bf16 *)a, NULL, NULL, NULL, T, n, err);
 }
 
 rt_status kn_ln_bwd(kn_ctx *k, kn_bf16 *dx, float *dg, float *db, const kn_bf16 *dy,
                     const kn_bf16 *x, const kn_bf16 *g, const float *mean, const float *rstd,
-                    const kn_bf16 *dres, size_t T, size_t h)
+                    const kn_bf16 *dres, size_t T, size_t h, ms_error *err)
 {
     if (h % 8 || !al16(dx) || !al16(dy) || !al16(x) || !al16(g) || (dres && !al16(dres)))
-        return invalid("kn_ln_bwd", "h % 8, alignment");
+        return invalid("kn_ln_bwd", "h % 8, alignment", err);
     /* the weight gradients read dy before dx (which may alias dres, not dy) is written */
     if (dg || db) {
-        if (!dg || !db) return invalid("kn_ln_bwd", "dg and db go together");
-        RT_TRY(colsum_run(k, db, dg, (const bf16 *)dy, (const bf16 *)x, mean, rstd, T, h));
+        if (!dg || !db) return invalid("kn_ln_bwd", "dg and db go together", err);
+        RT_TRY(colsum_run(k, db, dg, (const bf16 *)dy, (const bf16 *)x, mean, rstd, T, h, err));
     }
     ln_bwd_dx_k<<<(unsigned)((T + 7) / 8), 256, 0, k->s>>>(
         (bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)g, mean, rstd,
         (const bf16 *)dres, (int)T, (int)h);
-    return launched("ln_bwd_dx_k");
+    return launched("ln_bwd_dx_k", err);
 }
 
 /* ======================= GEMM ======================= */
 
 rt_status kn_gemm(kn_ctx *k, int ta, int tb, size_t M, size_t N, size_t K, const kn_bf16 *A,
                   size_t lda, const kn_bf16 *B, size_t ldb, float beta, void *C, size_t ldc,
-                  int c_fp32)
+                  int c_fp32, ms_error *err)
 {
     if (!M || !N || !K) return RT_OK;
     /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands */
@@ -402,7 +403,7 @@ rt_status kn_gemm(kn_ctx *k, int ta, int tb, size_t M, size_t N, size_t K, const
         k->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
         (int)K, &alpha, B, CUDA_R_16BF, (int)ldb, A, CUDA_R_16BF, (int)lda, &beta, C,
         c_fp32 ? CUDA_R_32F : CUDA_R_16BF, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return blas_err(st, "cublasGemmEx");
+    return blas_err(st, "cublasGemmEx", err);
 }
 
 /* ======================= element-wise ======================= */
@@ -423,12 +424,12 @@ __global__ void bias_add_k(bf16 *y, const bf16 *bias, size_t T, size_t n, size_t
 }
 
 rt_status kn_bias_add(kn_ctx *k, kn_bf16 *y, const kn_bf16 *bias, size_t T, size_t n,
-                      size_t ld)
+                      size_t ld, ms_error *err)
 {
-    if (n % 8 || ld % 8 || !al16(y) || !al16(bias)) return invalid("kn_bias_add", "n % 8");
+    if (n % 8 || ld % 8 || !al16(y) || !al16(bias)) return invalid("kn_bias_add", "n % 8", err);
     bias_add_k<<<grid_for(T * (n / 8), 256), 256, 0, k->s>>>((bf16 *)y, (const bf16 *)bias, T,
                                                             n, ld);
-    return launched("bias_add_k");
+    return launched("bias_add_k", err);
 }
 
 __global__ void add_k(bf16 *out, const bf16 *a, const bf16 *b, const bf16 *bias, size_t T,
@@ -448,13 +449,13 @@ __global__ void add_k(bf16 *out, const bf16 *a, const bf16 *b, const bf16 *bias,
 }
 
 rt_status kn_add(kn_ctx *k, kn_bf16 *out, const kn_bf16 *a, const kn_bf16 *b,
-                 const kn_bf16 *bias, size_t T, size_t n)
+                 const kn_bf16 *bias, size_t T, size_t n, ms_error *err)
 {
     if (n % 8 || !al16(out) || !al16(a) || !al16(b) || (bias && !al16(bias)))
-        return invalid("kn_add", "n % 8, alignment");
+        return invalid("kn_add", "n % 8, alignment", err);
     add_k<<<grid_for(T * (n / 8), 256), 256, 0, k->s>>>((bf16 *)out, (const bf16 *)a,
                                                        (const bf16 *)b, (const bf16 *)bias, T, n);
-    return launched("add_k");
+    return launched("add_k", err);
 }
 
 #define GELU_K0 0.7978845608028654f
@@ -500,23 +501,23 @@ __global__ void gelu_bwd_k(bf16 *dx, const bf16 *dy, const bf16 *x, const bf16 *
 }
 
 rt_status kn_gelu_fwd(kn_ctx *k, kn_bf16 *y, const kn_bf16 *x, const kn_bf16 *bias, size_t T,
-                      size_t n)
+                      size_t n, ms_error *err)
 {
     if (n % 8 || !al16(y) || !al16(x) || (bias && !al16(bias)))
-        return invalid("kn_gelu_fwd", "n % 8, alignment");
+        return invalid("kn_gelu_fwd", "n % 8, alignment", err);
     gelu_fwd_k<<<grid_for(T * (n / 8), 256), 256, 0, k->s>>>((bf16 *)y, (const bf16 *)x,
                                                             (const bf16 *)bias, T, n);
-    return launched("gelu_fwd_k");
+    return launched("gelu_fwd_k", err);
 }
 
 rt_status kn_gelu_bwd(kn_ctx *k, kn_bf16 *dx, const kn_bf16 *dy, const kn_bf16 *x,
-                      const kn_bf16 *bias, size_t T, size_t n)
+                      const kn_bf16 *bias, size_t T, size_t n, ms_error *err)
 {
     if (n % 8 || !al16(dx) || !al16(dy) || !al16(x) || (bias && !al16(bias)))
-        return invalid("kn_gelu_bwd", "n % 8, alignment");
+        return invalid("kn_gelu_bwd", "n % 8, alignment", err);
     gelu_bwd_k<<<grid_for(T * (n / 8), 256), 256, 0, k->s>>>(
         (bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)bias, T, n);
-    return launched("gelu_bwd_k");
+    return launched("gelu_bwd_k", err);
 }
 
 /* ======================= cross-entropy ======================= */
@@ -567,11 +568,11 @@ __global__ void ce_fwd_k(float *loss, float *lse, const bf16 *logits, size_t ldl
 }
 
 rt_status kn_ce_fwd(kn_ctx *k, float *loss, float *lse, const kn_bf16 *logits, size_t ldl,
-                    const int32_t *labels, size_t T, size_t V)
+                    const int32_t *labels, size_t T, size_t V, ms_error *err)
 {
-    if (!V || ldl < V) return invalid("kn_ce_fwd", "ldl < V");
+    if (!V || ldl < V) return invalid("kn_ce_fwd", "ldl < V", err);
     ce_fwd_k<<<(unsigned)T, 256, 0, k->s>>>(loss, lse, (const bf16 *)logits, ldl, labels, (int)V);
-    return launched("ce_fwd_k");
+    return launched("ce_fwd_k", err);
 }
 
 __global__ void ce_bwd_k(bf16 *dlogits, const bf16 *logits, size_t ldl, const float *lse,
@@ -590,12 +591,13 @@ __global__ void ce_bwd_k(bf16 *dlogits, const bf16 *logits, size_t ldl, const fl
 }
 
 rt_status kn_ce_bwd(kn_ctx *k, kn_bf16 *dlogits, const kn_bf16 *logits, size_t ldl,
-                    const float *lse, const int32_t *labels, size_t T, size_t V, float scale)
+                    const float *lse, const int32_t *labels, size_t T, size_t V, float scale,
+                    ms_error *err)
 {
-    if (!V || ldl < V) return invalid("kn_ce_bwd", "ldl < V");
+    if (!V || ldl < V) return invalid("kn_ce_bwd", "ldl < V", err);
     ce_bwd_k<<<(unsigned)T, 256, 0, k->s>>>((bf16 *)dlogits, (const bf16 *)logits, ldl, lse,
                                             labels, (int)V, scale);
-    return launched("ce_bwd_k");
+    return launched("ce_bwd_k", err);
 }
 
 __global__ void sum_k(float *out, const float *x, size_t n)
@@ -612,10 +614,10 @@ __global__ void sum_k(float *out, const float *x, size_t n)
     if (threadIdx.x == 0) out[0] = sh[0];
 }
 
-rt_status kn_sum(kn_ctx *k, float *out, const float *x, size_t n)
+rt_status kn_sum(kn_ctx *k, float *out, const float *x, size_t n, ms_error *err)
 {
     sum_k<<<1, 1024, 0, k->s>>>(out, x, n);
-    return launched("sum_k");
+    return launched("sum_k", err);
 }
 
 /* ======================= AdamW ======================= */
@@ -665,15 +667,15 @@ static void bias_corr(const kn_adamw_cfg *c, float *bc1, float *bc2)
 }
 
 rt_status kn_adamw(kn_ctx *k, kn_bf16 *param, float *master, float *m, float *v,
-                   const float *grad, size_t n, const kn_adamw_cfg *c)
+                   const float *grad, size_t n, const kn_adamw_cfg *c, ms_error *err)
 {
-    if (c->step < 1) return invalid("kn_adamw", "step must be >= 1");
+    if (c->step < 1) return invalid("kn_adamw", "step must be >= 1", err);
     float bc1, bc2;
     bias_corr(c, &bc1, &bc2);
     adamw_k<<<grid_for(n, 256), 256, 0, k->s>>>((bf16 *)param, master, m, v, grad, n, c->lr,
                                                 c->beta1, c->beta2, c->eps, c->weight_decay,
                                                 bc1, bc2, c->grad_scale);
-    return launched("adamw_k");
+    return launched("adamw_k", err);
 }
 
 /* float -> bf16, round to nearest even, NaN -> 0x7fff: the bits of CUDA's __float2bfloat16
@@ -791,34 +793,35 @@ __global__ void bf16_to_f32_k(float *d, const bf16 *s, size_t n)
         d[i] = __bfloat162float(s[i]);
 }
 
-rt_status kn_fill_bf16(kn_ctx *k, kn_bf16 *x, size_t n, float value)
+rt_status kn_fill_bf16(kn_ctx *k, kn_bf16 *x, size_t n, float value, ms_error *err)
 {
     fill_bf16_k<<<grid_for(n, 256), 256, 0, k->s>>>((bf16 *)x, n, value);
-    return launched("fill_bf16_k");
+    return launched("fill_bf16_k", err);
 }
 
-rt_status kn_bf16_to_f32(kn_ctx *k, float *dst, const kn_bf16 *src, size_t n)
+rt_status kn_bf16_to_f32(kn_ctx *k, float *dst, const kn_bf16 *src, size_t n, ms_error *err)
 {
     bf16_to_f32_k<<<grid_for(n, 256), 256, 0, k->s>>>(dst, (const bf16 *)src, n);
-    return launched("bf16_to_f32_k");
+    return launched("bf16_to_f32_k", err);
 }
 
-rt_status kn_fill_uniform(kn_ctx *k, kn_bf16 *x, size_t n, uint64_t seed, float scale)
+rt_status kn_fill_uniform(kn_ctx *k, kn_bf16 *x, size_t n, uint64_t seed, float scale,
+                          ms_error *err)
 {
     fill_uniform_k<<<grid_for(n, 256), 256, 0, k->s>>>((bf16 *)x, n, seed, scale);
-    return launched("fill_uniform_k");
+    return launched("fill_uniform_k", err);
 }
 
-rt_status kn_fill_f32(kn_ctx *k, float *x, size_t n, float value)
+rt_status kn_fill_f32(kn_ctx *k, float *x, size_t n, float value, ms_error *err)
 {
     fill_f32_k<<<grid_for(n, 256), 256, 0, k->s>>>(x, n, value);
-    return launched("fill_f32_k");
+    return launched("fill_f32_k", err);
 }
 
-rt_status kn_f32_to_bf16(kn_ctx *k, kn_bf16 *dst, const float *src, size_t n)
+rt_status kn_f32_to_bf16(kn_ctx *k, kn_bf16 *dst, const float *src, size_t n, ms_error *err)
 {
     f32_to_bf16_k<<<grid_for(n, 256), 256, 0, k->s>>>((bf16 *)dst, src, n);
-    return launched("f32_to_bf16_k");
+    return launched("f32_to_bf16_k", err);
 }
 
 /* ======================= attention ======================= */
@@ -1381,40 +1384,42 @@ template <int D> static size_t dkv_smem(void)
 }
 template <int D> static size_t dq_smem(void) { return (size_t)(2 * AB_BQ + 4 * AB_BK) * (D + 8) * 2; }
 
-template <int D> static rt_status attn_setup_d(void)
+template <int D> static rt_status attn_setup_d(ms_error *err)
 {
-    RT_CHECK(cudaFuncSetAttribute(attn_fwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    RT_CHECK(err, cudaFuncSetAttribute(attn_fwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)fwd_smem<D>()));
-    RT_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    RT_CHECK(err, cudaFuncSetAttribute(attn_bwd_dkv_k<D>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)dkv_smem<D>()));
-    RT_CHECK(cudaFuncSetAttribute(attn_bwd_dq_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    RT_CHECK(err, cudaFuncSetAttribute(attn_bwd_dq_k<D>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)dq_smem<D>()));
     return RT_OK;
 }
 
-static rt_status attn_setup(void)
+static rt_status attn_setup(ms_error *err)
 {
-    RT_TRY(attn_setup_d<64>());
-    return attn_setup_d<128>();
+    RT_TRY(attn_setup_d<64>(err));
+    return attn_setup_d<128>(err);
 }
 
 static rt_status attn_check(const char *what, const void *const *p, int np, size_t ld_qkv,
-                            size_t ld_o, size_t S, size_t D)
+                            size_t ld_o, size_t S, size_t D, ms_error *err)
 {
-    if (D != 64 && D != 128) return invalid(what, "head dim must be 64 or 128");
-    if (!S || S % AF_BR) return invalid(what, "sequence length must be a multiple of 128");
-    if (ld_qkv % 8 || ld_o % 8) return invalid(what, "row strides must be multiples of 8");
+    if (D != 64 && D != 128) return invalid(what, "head dim must be 64 or 128", err);
+    if (!S || S % AF_BR) return invalid(what, "sequence length must be a multiple of 128", err);
+    if (ld_qkv % 8 || ld_o % 8) return invalid(what, "row strides must be multiples of 8", err);
     for (int i = 0; i < np; i++)
-        if (!p[i] || !al16(p[i])) return invalid(what, "tensors must be 16-byte aligned");
+        if (!p[i] || !al16(p[i])) return invalid(what, "tensors must be 16-byte aligned", err);
     return RT_OK;
 }
 
 rt_status kn_attn_fwd(kn_ctx *k, kn_bf16 *o, float *lse, const kn_bf16 *q, const kn_bf16 *kk,
                       const kn_bf16 *v, size_t ld_qkv, size_t ld_o, size_t B, size_t H,
-                      size_t S, size_t D)
+                      size_t S, size_t D, ms_error *err)
 {
     const void *p[5] = {o, lse, q, kk, v};
-    RT_TRY(attn_check("kn_attn_fwd", p, 5, ld_qkv, ld_o, S, D));
+    RT_TRY(attn_check("kn_attn_fwd", p, 5, ld_qkv, ld_o, S, D, err));
     dim3 grid((unsigned)(S / AF_BR), (unsigned)(B * H));
     float sl2 = LOG2E / sqrtf((float)D);
     if (D == 64)
@@ -1425,18 +1430,18 @@ rt_status kn_attn_fwd(kn_ctx *k, kn_bf16 *o, float *lse, const kn_bf16 *q, const
         attn_fwd_k<128><<<grid, AF_NT, fwd_smem<128>(), k->s>>>(
             (bf16 *)o, lse, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v, (int)ld_qkv,
             (int)ld_o, (int)H, (int)S, sl2);
-    return launched("attn_fwd_k");
+    return launched("attn_fwd_k", err);
 }
 
 rt_status kn_attn_bwd(kn_ctx *k, kn_bf16 *dq, kn_bf16 *dk, kn_bf16 *dv, const kn_bf16 *dout,
                       const kn_bf16 *q, const kn_bf16 *kk, const kn_bf16 *v, const kn_bf16 *o,
                       const float *lse, size_t ld_qkv, size_t ld_o, size_t B, size_t H,
-                      size_t S, size_t D)
+                      size_t S, size_t D, ms_error *err)
 {
     const void *p[9] = {dq, dk, dv, dout, q, kk, v, o, lse};
-    RT_TRY(attn_check("kn_attn_bwd", p, 9, ld_qkv, ld_o, S, D));
+    RT_TRY(attn_check("kn_attn_bwd", p, 9, ld_qkv, ld_o, S, D, err));
     size_t rows = B * S * H;
-    RT_TRY(scratch(k, rows));
+    RT_TRY(scratch(k, rows, err));
     float *dvec = k->scratch;
     float sl2 = LOG2E / sqrtf((float)D), sc = 1.0f / sqrtf((float)D);
     unsigned gr = (unsigned)((rows + 255) / 256);
@@ -1444,25 +1449,25 @@ rt_status kn_attn_bwd(kn_ctx *k, kn_bf16 *dq, kn_bf16 *dk, kn_bf16 *dv, const kn
     if (D == 64) {
         attn_dvec_k<64><<<gr, 256, 0, k->s>>>(dvec, (const bf16 *)dout, (const bf16 *)o,
                                               (int)ld_o, (int)H, (int)S, rows);
-        RT_TRY(launched("attn_dvec_k"));
+        RT_TRY(launched("attn_dvec_k", err));
         attn_bwd_dkv_k<64><<<gkv, AB_NT, dkv_smem<64>(), k->s>>>(
             (bf16 *)dk, (bf16 *)dv, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v,
             (const bf16 *)dout, lse, dvec, (int)ld_qkv, (int)ld_o, (int)H, (int)S, sl2, sc);
-        RT_TRY(launched("attn_bwd_dkv_k"));
+        RT_TRY(launched("attn_bwd_dkv_k", err));
         attn_bwd_dq_k<64><<<gq, AB_NT, dq_smem<64>(), k->s>>>(
             (bf16 *)dq, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v, (const bf16 *)dout,
             lse, dvec, (int)ld_qkv, (int)ld_o, (int)H, (int)S, sl2, sc);
     } else {
         attn_dvec_k<128><<<gr, 256, 0, k->s>>>(dvec, (const bf16 *)dout, (const bf16 *)o,
                                                (int)ld_o, (int)H, (int)S, rows);
-        RT_TRY(launched("attn_dvec_k"));
+        RT_TRY(launched("attn_dvec_k", err));
         attn_bwd_dkv_k<128><<<gkv, AB_NT, dkv_smem<128>(), k->s>>>(
             (bf16 *)dk, (bf16 *)dv, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v,
             (const bf16 *)dout, lse, dvec, (int)ld_qkv, (int)ld_o, (int)H, (int)S, sl2, sc);
-        RT_TRY(launched("attn_bwd_dkv_k"));
+        RT_TRY(launched("attn_bwd_dkv_k", err));
         attn_bwd_dq_k<128><<<gq, AB_NT, dq_smem<128>(), k->s>>>(
             (bf16 *)dq, (const bf16 *)q, (const bf16 *)kk, (const bf16 *)v, (const bf16 *)dout,
             lse, dvec, (int)ld_qkv, (int)ld_o, (int)H, (int)S, sl2, sc);
     }
-    return launched("attn_bwd_dq_k");
+    return launched("attn_bwd_dq_k", err);
 }

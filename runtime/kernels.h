@@ -8,8 +8,8 @@
  * runtime/rt_run.c (`memsim run --math real`) and tests/test_kernels.c.
  *
  * Every function enqueues work on the context's stream and returns at once; it checks its
- * arguments (RT_ERR_INVALID) and the launch (RT_ERR_CUDA, with rt_last_error()). Nothing
- * here uses atomics: every kernel is deterministic, so the same inputs give the same bits
+ * arguments (RT_ERR_INVALID) and the launch (RT_ERR_CUDA), filling err at the failing call.
+ * Nothing here uses atomics: every kernel is deterministic, so the same inputs give the same bits
  * (cuBLAS is deterministic for one handle, stream and workspace). Shape limits: vectorized
  * kernels need widths that are multiples of 8 and 16-byte aligned pointers; attention needs
  * head dim 64 or 128 and a sequence length that is a multiple of 128. */
@@ -33,55 +33,56 @@ typedef uint16_t kn_bf16;   /* bfloat16 bits */
 typedef struct kn_ctx kn_ctx;
 
 /* stream: a cudaStream_t (NULL: the default stream). */
-rt_status kn_ctx_new(void *stream, kn_ctx **out);
+rt_status kn_ctx_new(void *stream, kn_ctx **out, ms_error *err);
 void kn_ctx_free(kn_ctx *k);
-rt_status kn_ctx_set_stream(kn_ctx *k, void *stream);
+rt_status kn_ctx_set_stream(kn_ctx *k, void *stream, ms_error *err);
 void *kn_ctx_stream(const kn_ctx *k);
 /* Makes sure the scratch holds a problem of up to rows x cols and b*h*s attention rows,
  * so that no allocation happens while kernels are timed. */
-rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows);
+rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows, ms_error *err);
 
 /* ---- embedding ---- */
 /* out[t][:] = wte[tok[t]][:]; tok in [0, rows of wte). */
 rt_status kn_embed_fwd(kn_ctx *k, kn_bf16 *out, const int32_t *tok, const kn_bf16 *wte,
-                       size_t T, size_t h);
+                       size_t T, size_t h, ms_error *err);
 /* dwte[tok[t]][:] += dout[t][:] for every t, in token order (no atomics: one thread per
  * column walks the tokens). */
 rt_status kn_embed_bwd(kn_ctx *k, float *dwte, const int32_t *tok, const kn_bf16 *dout,
-                       size_t T, size_t h);
+                       size_t T, size_t h, ms_error *err);
 
 /* ---- layer norm (over the last dim h) ---- */
 /* y = (x - mean) * rstd * g + b; mean and rstd (fp32, [T]) are saved for the backward. */
 rt_status kn_ln_fwd(kn_ctx *k, kn_bf16 *y, float *mean, float *rstd, const kn_bf16 *x,
-                    const kn_bf16 *g, const kn_bf16 *b, size_t T, size_t h, float eps);
+                    const kn_bf16 *g, const kn_bf16 *b, size_t T, size_t h, float eps,
+                    ms_error *err);
 /* dx = the norm's input gradient (+ dres when not NULL: the residual branch); dg, db
  * (fp32) accumulate sum_t dy * xhat and sum_t dy. dx may alias dres. */
 rt_status kn_ln_bwd(kn_ctx *k, kn_bf16 *dx, float *dg, float *db, const kn_bf16 *dy,
                     const kn_bf16 *x, const kn_bf16 *g, const float *mean, const float *rstd,
-                    const kn_bf16 *dres, size_t T, size_t h);
+                    const kn_bf16 *dres, size_t T, size_t h, ms_error *err);
 
 /* ---- GEMM through cuBLAS ---- */
 /* C[M,N] = op(A) op(B) + beta * C, row-major, op(X) = X^T when tX; A, B bf16, C bf16 or fp32
  * (c_fp32), fp32 accumulation. lda etc. are row strides in elements. */
 rt_status kn_gemm(kn_ctx *k, int ta, int tb, size_t M, size_t N, size_t K, const kn_bf16 *A,
                   size_t lda, const kn_bf16 *B, size_t ldb, float beta, void *C, size_t ldc,
-                  int c_fp32);
+                  int c_fp32, ms_error *err);
 
 /* ---- element-wise ---- */
 /* y[t][c] += bias[c] for c < n, rows of stride ld. */
 rt_status kn_bias_add(kn_ctx *k, kn_bf16 *y, const kn_bf16 *bias, size_t T, size_t n,
-                      size_t ld);
+                      size_t ld, ms_error *err);
 /* out = a + b (+ bias[c] when bias is not NULL). out may alias a or b. */
 rt_status kn_add(kn_ctx *k, kn_bf16 *out, const kn_bf16 *a, const kn_bf16 *b,
-                 const kn_bf16 *bias, size_t T, size_t n);
+                 const kn_bf16 *bias, size_t T, size_t n, ms_error *err);
 /* GeLU, tanh form (GPT-2, Megatron): y = gelu(x + bias); bias may be NULL. */
 rt_status kn_gelu_fwd(kn_ctx *k, kn_bf16 *y, const kn_bf16 *x, const kn_bf16 *bias, size_t T,
-                      size_t n);
+                      size_t n, ms_error *err);
 /* dx = dy * gelu'(x + bias); dx may alias dy. */
 rt_status kn_gelu_bwd(kn_ctx *k, kn_bf16 *dx, const kn_bf16 *dy, const kn_bf16 *x,
-                      const kn_bf16 *bias, size_t T, size_t n);
+                      const kn_bf16 *bias, size_t T, size_t n, ms_error *err);
 /* out[c] += sum_t a[t][c] (fp32), in a fixed order (two passes through the scratch). */
-rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n);
+rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n, ms_error *err);
 
 /* ---- causal attention ---- */
 /* Token t = b*S + i; head hd of token t is q[t*ld_qkv + hd*D .. +D) (likewise k, v) and
@@ -89,26 +90,27 @@ rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n)
  * j <= i (natural log), fp32. */
 rt_status kn_attn_fwd(kn_ctx *k, kn_bf16 *o, float *lse, const kn_bf16 *q, const kn_bf16 *kk,
                       const kn_bf16 *v, size_t ld_qkv, size_t ld_o, size_t B, size_t H,
-                      size_t S, size_t D);
+                      size_t S, size_t D, ms_error *err);
 /* dq, dk, dv (stride ld_qkv, may be the column blocks of one [T, 3h] matrix) from do
  * (stride ld_o), recomputing the scores from q, k and lse. Two kernels: one per key block
  * (dk, dv), one per query block (dq), so no accumulation needs atomics. */
 rt_status kn_attn_bwd(kn_ctx *k, kn_bf16 *dq, kn_bf16 *dk, kn_bf16 *dv, const kn_bf16 *dout,
                       const kn_bf16 *q, const kn_bf16 *kk, const kn_bf16 *v, const kn_bf16 *o,
                       const float *lse, size_t ld_qkv, size_t ld_o, size_t B, size_t H,
-                      size_t S, size_t D);
+                      size_t S, size_t D, ms_error *err);
 
 /* ---- softmax cross-entropy over a vocabulary of V (rows of stride ldl >= V) ---- */
 /* loss[t] = lse[t] - logits[t][label[t]], lse[t] = log sum_{v<V} exp(logits[t][v]) (one
  * pass, online max, vocabulary tiled over the block); label < 0: loss 0 (ignored). */
 rt_status kn_ce_fwd(kn_ctx *k, float *loss, float *lse, const kn_bf16 *logits, size_t ldl,
-                    const int32_t *labels, size_t T, size_t V);
+                    const int32_t *labels, size_t T, size_t V, ms_error *err);
 /* dlogits[t][v] = scale * (softmax - onehot) for v < V, 0 for V <= v < ldl and for ignored
  * rows; dlogits may alias logits (in place, as Megatron's fused loss keeps them). */
 rt_status kn_ce_bwd(kn_ctx *k, kn_bf16 *dlogits, const kn_bf16 *logits, size_t ldl,
-                    const float *lse, const int32_t *labels, size_t T, size_t V, float scale);
+                    const float *lse, const int32_t *labels, size_t T, size_t V, float scale,
+                    ms_error *err);
 /* out[0] = sum of x[0..n) in a fixed order (one block). */
-rt_status kn_sum(kn_ctx *k, float *out, const float *x, size_t n);
+rt_status kn_sum(kn_ctx *k, float *out, const float *x, size_t n, ms_error *err);
 
 /* ---- AdamW (decoupled weight decay, bias-corrected moments) ---- */
 typedef struct kn_adamw_cfg {
@@ -122,7 +124,7 @@ typedef struct kn_adamw_cfg {
 void kn_adamw_default(kn_adamw_cfg *c);
 /* master, m, v: fp32; grad fp32; param (bf16, may be NULL): the rounded master copy. */
 rt_status kn_adamw(kn_ctx *k, kn_bf16 *param, float *master, float *m, float *v,
-                   const float *grad, size_t n, const kn_adamw_cfg *c);
+                   const float *grad, size_t n, const kn_adamw_cfg *c, ms_error *err);
 /* The same update on host arrays (ZeRO-Offload's CPU optimizer), the same float expression
  * (nvcc may contract the kernel's to FMA: the last bit can differ, docs/RUNTIME.md). With
  * flush_denormals (the default) subnormal inputs and results are 0, unlike the kernel's. Why: an x86 core takes a microcode assist per subnormal operand or result, and
@@ -140,12 +142,13 @@ void kn_zero_host_pool(rt_pool *pool, float *x, size_t n);
 /* ---- helpers ---- */
 /* x[i] = bf16 of a seeded uniform in [-scale, scale): kref_uniform(seed, i) * scale, the
  * same counter-based numbers the host draws (runtime/kernels_ref.h). */
-rt_status kn_fill_uniform(kn_ctx *k, kn_bf16 *x, size_t n, uint64_t seed, float scale);
-rt_status kn_fill_f32(kn_ctx *k, float *x, size_t n, float value);
-rt_status kn_fill_bf16(kn_ctx *k, kn_bf16 *x, size_t n, float value);
+rt_status kn_fill_uniform(kn_ctx *k, kn_bf16 *x, size_t n, uint64_t seed, float scale,
+                          ms_error *err);
+rt_status kn_fill_f32(kn_ctx *k, float *x, size_t n, float value, ms_error *err);
+rt_status kn_fill_bf16(kn_ctx *k, kn_bf16 *x, size_t n, float value, ms_error *err);
 /* fp32 -> bf16 (round to nearest even), on the device. */
-rt_status kn_f32_to_bf16(kn_ctx *k, kn_bf16 *dst, const float *src, size_t n);
-rt_status kn_bf16_to_f32(kn_ctx *k, float *dst, const kn_bf16 *src, size_t n);
+rt_status kn_f32_to_bf16(kn_ctx *k, kn_bf16 *dst, const float *src, size_t n, ms_error *err);
+rt_status kn_bf16_to_f32(kn_ctx *k, float *dst, const kn_bf16 *src, size_t n, ms_error *err);
 
 #ifdef __cplusplus
 }

@@ -115,12 +115,12 @@ static int cmd_probe(int argc, char **argv)
         machine_profile_free(p);
         return MS_EXIT_IO;
     }
-    char why[512] = "";
-    rt_status rs = adam_only ? probe_host_adam_run(p, raw, quick, why, sizeof why)
-                             : probe_run(p, raw, quick, why, sizeof why);
+    ms_error_clear(&err);
+    rt_status rs = adam_only ? probe_host_adam_run(p, raw, quick, &err)
+                             : probe_run(p, raw, quick, &err);
     fclose(raw);
     if (rs != RT_OK) {
-        fprintf(stderr, "memsim probe: %s\n", why);
+        fprintf(stderr, "memsim probe: %s\n", err.msg);
         machine_profile_free(p);
         return rs == RT_ERR_NODEV ? MS_EXIT_FAIL : MS_EXIT_INTERNAL;
     }

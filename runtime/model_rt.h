@@ -43,23 +43,23 @@ typedef struct mrt_model mrt_model;
 
 /* Checks the shape (hidden = heads * 64 or 128, seq a multiple of 128, widths multiples of
  * 8), allocates everything and initializes the weights. stream: a cudaStream_t or NULL. */
-rt_status mrt_new(const mrt_config *c, void *stream, mrt_model **out);
+rt_status mrt_new(const mrt_config *c, void *stream, mrt_model **out, ms_error *err);
 void mrt_free(mrt_model *m);
 size_t mrt_param_count(const mrt_model *m);   /* padded vocabulary rows included */
 size_t mrt_tokens(const mrt_model *m);        /* T */
 uint64_t mrt_device_bytes(const mrt_model *m);
 
 /* The next inputs: T token ids and T labels (the following token; < 0: ignored). */
-rt_status mrt_set_batch(mrt_model *m, const int32_t *tokens, const int32_t *labels);
+rt_status mrt_set_batch(mrt_model *m, const int32_t *tokens, const int32_t *labels, ms_error *err);
 
 /* One step: zero the gradients, forward, loss, backward (recompute: replaying each layer's
  * forward before its backward), and with update the AdamW step. Waits for the GPU; *loss is
  * the mean over the labelled tokens. */
-rt_status mrt_step(mrt_model *m, int recompute, int update, float *loss);
+rt_status mrt_step(mrt_model *m, int recompute, int update, float *loss, ms_error *err);
 
 /* Copies of the fp32 gradients / master weights (mrt_param_count floats) to the host. */
-rt_status mrt_grads(const mrt_model *m, float *host);
-rt_status mrt_master(const mrt_model *m, float *host);
+rt_status mrt_grads(const mrt_model *m, float *host, ms_error *err);
+rt_status mrt_master(const mrt_model *m, float *host, ms_error *err);
 
 /* The seeded token stream: a first-order Markov chain over the vocabulary in which each token
  * has 4 successors (drawn once from seed); so the best achievable loss is about ln 4 = 1.386
@@ -80,7 +80,7 @@ void mrt_stream(uint64_t seed, uint64_t step, int vocab, int seq, int batch, int
  * tokens and labels come from mrt_stream(seed, iteration). The per-token log-sum-exp of the
  * loss lives in the dispatcher's own T floats (the trace keeps only the logits). */
 typedef struct mrt_ops mrt_ops;
-rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out);
+rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out, ms_error *err);
 void mrt_ops_free(mrt_ops *o);
 /* The iteration the next ops belong to (the executor's `mark iter`). */
 void mrt_ops_set_iter(mrt_ops *o, int iter);
@@ -88,17 +88,17 @@ void mrt_ops_set_iter(mrt_ops *o, int iter);
 void mrt_ops_set_adam(mrt_ops *o, const kn_adamw_cfg *c);
 /* Threads of the host optimizer steps of an offload trace (rt_pool_new's count: 0 = the
  * online CPUs less one, the default); 0 when the trace has no host steps. */
-rt_status mrt_ops_set_host_threads(mrt_ops *o, int threads);
+rt_status mrt_ops_set_host_threads(mrt_ops *o, int threads, ms_error *err);
 int mrt_ops_host_threads(const mrt_ops *o);
 /* Enqueues op on stream (a cudaStream_t); in_addr[i] / out_addr[j] are the device addresses
  * of op->in[i] / op->out[j]. RT_ERR_INVALID names an op that has no kernel here. */
 rt_status mrt_ops_run(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,
-                      const uint64_t *out_addr);
+                      const uint64_t *out_addr, ms_error *err);
 /* mrt_ops_run for an op writing gradient buffers split by module (rt_exec_opts
  * compute_split): out_host[j] the mapped address of output j's whole host home, 0 when it is
  * not split. */
 rt_status mrt_ops_run_split(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,
-                            const uint64_t *out_addr, const uint64_t *out_host);
+                            const uint64_t *out_addr, const uint64_t *out_host, ms_error *err);
 /* Takes plan p's module-level host gradients (lower_dha's grad_host.N knobs: parameters
  * whose gradients lie in pinned host memory while the rest of their buffer stays on the
  * GPU). Such a buffer is laid out with the GPU parameters' gradients first, then the host
@@ -106,7 +106,7 @@ rt_status mrt_ops_run_split(mrt_ops *o, void *stream, const trace_op *op, const 
  * home's prefix, the one gradient copy of lower_dha brings it home, and the host step reads
  * every gradient at its place. Call before running; plans without the knobs change nothing.
  * RT_ERR_INVALID for an id that is not a parameter of the trace. */
-rt_status mrt_ops_set_plan(mrt_ops *o, const plan_t *p);
+rt_status mrt_ops_set_plan(mrt_ops *o, const plan_t *p, ms_error *err);
 /* MEMO's token-wise partial replay of forward op (schedule field replay_frac = frac): runs
  * it on the token rows [(1 - frac) T, T) only (layer norm with its two statistics arrays,
  * the linear GEMMs, residual adds, GeLU; anything else, attention included, is refused with
@@ -115,7 +115,7 @@ rt_status mrt_ops_set_plan(mrt_ops *o, const plan_t *p);
  * offset by (1 - frac) T rows in each of its arrays; weights are used as they are. */
 rt_status mrt_ops_run_rows(mrt_ops *o, void *stream, const trace_op *op, const uint64_t *in_addr,
                            const uint64_t *out_addr, const uint8_t *in_part,
-                           const uint8_t *out_part, double frac);
+                           const uint8_t *out_part, double frac, ms_error *err);
 /* The token-row layout of trace tensor `tensor`: 1 with *arrays arrays of T rows of
  * *row_bytes (norm statistics: 2 arrays of fp32), 0 for weights, attention's per-head
  * log-sum-exp and anything whose bytes are not token rows. */
@@ -124,7 +124,7 @@ int mrt_ops_token_rows(const mrt_ops *o, uint64_t tensor, unsigned *arrays,
 /* The two as rt_exec_opts hooks (ctx: the mrt_ops). */
 rt_status mrt_ops_rows_hook(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
                             const uint64_t *out, const uint8_t *in_part,
-                            const uint8_t *out_part, double frac);
+                            const uint8_t *out_part, double frac, ms_error *err);
 int mrt_ops_token_rows_hook(void *ctx, uint64_t tensor, unsigned *arrays, uint64_t *row_bytes);
 /* DHA and host-optimizer plans (planners/lower_dha.c) on offload traces (gen offload 1):
  * mrt_ops_host_init seeds a parameter (as its first read would) or zeroes a gradient in its
@@ -135,24 +135,26 @@ int mrt_ops_token_rows_hook(void *ctx, uint64_t tensor, unsigned *arrays, uint64
  * step on those host addresses (any thread; it touches only the group's host memory):
  * kn_adamw_host per parameter, then the host gradient zeroed. */
 rt_status mrt_ops_host_init(mrt_ops *o, void *stream, uint64_t tensor, uint64_t dev_addr,
-                            uint64_t bytes);
+                            uint64_t bytes, ms_error *err);
 int mrt_ops_host_prepare(mrt_ops *o, const trace_op *op, uint64_t *ids, size_t max,
-                         int64_t *tag);
+                         int64_t *tag, ms_error *err);
 rt_status mrt_ops_host_compute(mrt_ops *o, const trace_op *op, int64_t tag,
-                               const uint64_t *addr, const uint64_t *bytes, size_t n);
+                               const uint64_t *addr, const uint64_t *bytes, size_t n,
+                               ms_error *err);
 /* The three as rt_exec_opts hooks (ctx: the mrt_ops). */
 rt_status mrt_ops_host_init_hook(void *ctx, void *stream, uint64_t tensor, uint64_t dev_addr,
-                                 uint64_t bytes);
+                                 uint64_t bytes, ms_error *err);
 int mrt_ops_host_prepare_hook(void *ctx, const trace_op *op, uint64_t *ids, size_t max,
-                              int64_t *tag);
+                              int64_t *tag, ms_error *err);
 rt_status mrt_ops_host_compute_hook(void *ctx, const trace_op *op, int64_t tag,
-                                    const uint64_t *addr, const uint64_t *bytes, size_t n);
+                                    const uint64_t *addr, const uint64_t *bytes, size_t n,
+                                    ms_error *err);
 /* Sets every real-kernel hook of the executor to this dispatcher (ctx o): each compute
  * action's op (mrt_ops_run), iteration marks, token-row replays, host-resident operands and
  * host optimizer steps; no spin credit. The one wiring memsim run and the GPU tests share. */
 void mrt_ops_exec_hooks(mrt_ops *o, rt_exec_opts *x);
 /* Mean loss of iterations 0 .. n-1 (waits for the device). */
-rt_status mrt_ops_losses(mrt_ops *o, float *host, int n);
+rt_status mrt_ops_losses(mrt_ops *o, float *host, int n, ms_error *err);
 
 #define MRT_MAX_ITERS 64
 
@@ -183,7 +185,7 @@ typedef struct mrt_sched_result {
  * lr 2e-3 without weight decay; larger models want less). */
 rt_status mrt_sched_run(const schedule_t *s, const trace_t *t, const mb_backend *be,
                         const char *allocator, const alloc_config *cfg, uint64_t seed,
-                        const kn_adamw_cfg *adam, mrt_sched_result *r);
+                        const kn_adamw_cfg *adam, mrt_sched_result *r, ms_error *err);
 void mrt_sched_result_release(mrt_sched_result *r);
 
 /* ---- the one-layer benchmark ---- */
@@ -217,7 +219,7 @@ typedef struct mrt_bench_result {
 void mrt_bench_default(mrt_bench_cfg *c);   /* hidden 4096, 32 heads, ffn 16384, 8K x 1 */
 /* Runs forward + backward of one keep-all layer on random inputs: warm-up, then iters timed
  * with events around each repetition, then 5 repetitions with events between the ops. */
-rt_status mrt_bench_layer(const mrt_bench_cfg *c, void *stream, mrt_bench_result *r);
+rt_status mrt_bench_layer(const mrt_bench_cfg *c, void *stream, mrt_bench_result *r, ms_error *err);
 
 #ifdef __cplusplus
 }

@@ -61,43 +61,43 @@ static void raw(probe_ctx *c, const char *what, double size_bytes, double value,
 
 /* Median time (us) of one async copy of `bytes` on stream s0, measured with events. */
 static rt_status time_copy(probe_ctx *c, void *dst, const void *src, size_t bytes,
-                           cudaMemcpyKind kind, double *us)
+                           cudaMemcpyKind kind, double *us, ms_error *err)
 {
     double t[32];
     int n = c->reps < 32 ? c->reps : 32;
-    RT_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, c->s0)); /* warm-up */
-    RT_CHECK(cudaStreamSynchronize(c->s0));
+    RT_CHECK(err, cudaMemcpyAsync(dst, src, bytes, kind, c->s0)); /* warm-up */
+    RT_CHECK(err, cudaStreamSynchronize(c->s0));
     for (int i = 0; i < n; i++) {
         float ms;
-        RT_CHECK(cudaEventRecord(c->e0, c->s0));
-        RT_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, c->s0));
-        RT_CHECK(cudaEventRecord(c->e1, c->s0));
-        RT_CHECK(cudaEventSynchronize(c->e1));
-        RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+        RT_CHECK(err, cudaEventRecord(c->e0, c->s0));
+        RT_CHECK(err, cudaMemcpyAsync(dst, src, bytes, kind, c->s0));
+        RT_CHECK(err, cudaEventRecord(c->e1, c->s0));
+        RT_CHECK(err, cudaEventSynchronize(c->e1));
+        RT_CHECK(err, cudaEventElapsedTime(&ms, c->e0, c->e1));
         t[i] = ms * 1e3;
     }
     *us = median(t, n);
     return RT_OK;
 }
 
-static rt_status probe_link(probe_ctx *c, machine_t *m)
+static rt_status probe_link(probe_ctx *c, machine_t *m, ms_error *err)
 {
     size_t maxb = (size_t)1 << 30;
     void *h = NULL, *d = NULL, *d2 = NULL, *h2 = NULL, *pg = NULL;
-    RT_CHECK(cudaHostAlloc(&h, maxb, cudaHostAllocDefault));
-    RT_CHECK(cudaHostAlloc(&h2, maxb, cudaHostAllocDefault));
-    RT_CHECK(cudaMalloc(&d, maxb));
-    RT_CHECK(cudaMalloc(&d2, maxb));
+    RT_CHECK(err, cudaHostAlloc(&h, maxb, cudaHostAllocDefault));
+    RT_CHECK(err, cudaHostAlloc(&h2, maxb, cudaHostAllocDefault));
+    RT_CHECK(err, cudaMalloc(&d, maxb));
+    RT_CHECK(err, cudaMalloc(&d2, maxb));
     memset(h, 1, maxb);
     memset(h2, 2, maxb);
     double h2d_big = 0, d2h_big = 0, small_us = 0;
     for (size_t b = 4096; b <= maxb; b *= 4) {
         double us;
-        RT_TRY(time_copy(c, d, h, b, cudaMemcpyHostToDevice, &us));
+        RT_TRY(time_copy(c, d, h, b, cudaMemcpyHostToDevice, &us, err));
         raw(c, "h2d_pinned_us", (double)b, us, "us");
         if (b == 4096) small_us = us;
         if (b >= ((size_t)64 << 20)) h2d_big = (double)b / (us * 1e-6);
-        RT_TRY(time_copy(c, h, d, b, cudaMemcpyDeviceToHost, &us));
+        RT_TRY(time_copy(c, h, d, b, cudaMemcpyDeviceToHost, &us, err));
         raw(c, "d2h_pinned_us", (double)b, us, "us");
         if (b >= ((size_t)64 << 20)) d2h_big = (double)b / (us * 1e-6);
     }
@@ -109,9 +109,9 @@ static rt_status probe_link(probe_ctx *c, machine_t *m)
     double best = 0;
     for (int i = 0; i < 5; i++) {
         double t0 = host_now_us();
-        RT_CHECK(cudaMemcpyAsync(d, h, b, cudaMemcpyHostToDevice, c->s0));
-        RT_CHECK(cudaMemcpyAsync(h2, d2, b, cudaMemcpyDeviceToHost, c->s1));
-        RT_CHECK(cudaDeviceSynchronize());
+        RT_CHECK(err, cudaMemcpyAsync(d, h, b, cudaMemcpyHostToDevice, c->s0));
+        RT_CHECK(err, cudaMemcpyAsync(h2, d2, b, cudaMemcpyDeviceToHost, c->s1));
+        RT_CHECK(err, cudaDeviceSynchronize());
         double bw = 2.0 * (double)b / ((host_now_us() - t0) * 1e-6);
         if (bw > best) best = bw;
     }
@@ -122,23 +122,23 @@ static rt_status probe_link(probe_ctx *c, machine_t *m)
     if (!pg) return RT_ERR_HOST;
     memset(pg, 3, b);
     double t0 = host_now_us();
-    RT_CHECK(cudaMemcpy(d, pg, b, cudaMemcpyHostToDevice));
+    RT_CHECK(err, cudaMemcpy(d, pg, b, cudaMemcpyHostToDevice));
     m->link_pageable_h2d_Bps = (double)b / ((host_now_us() - t0) * 1e-6);
     t0 = host_now_us();
-    RT_CHECK(cudaMemcpy(pg, d, b, cudaMemcpyDeviceToHost));
+    RT_CHECK(err, cudaMemcpy(pg, d, b, cudaMemcpyDeviceToHost));
     m->link_pageable_d2h_Bps = (double)b / ((host_now_us() - t0) * 1e-6);
     raw(c, "h2d_pageable_Bps", (double)b, m->link_pageable_h2d_Bps, "B/s");
     raw(c, "d2h_pageable_Bps", (double)b, m->link_pageable_d2h_Bps, "B/s");
     free(pg);
     /* device-to-device copy: HBM bandwidth (bytes read + written) */
     double us;
-    RT_TRY(time_copy(c, d2, d, maxb, cudaMemcpyDeviceToDevice, &us));
+    RT_TRY(time_copy(c, d2, d, maxb, cudaMemcpyDeviceToDevice, &us, err));
     m->gpu_hbm_Bps = 2.0 * (double)maxb / (us * 1e-6);
     raw(c, "d2d_rw_Bps", (double)maxb, m->gpu_hbm_Bps, "B/s");
-    RT_CHECK(cudaFree(d));
-    RT_CHECK(cudaFree(d2));
-    RT_CHECK(cudaFreeHost(h));
-    RT_CHECK(cudaFreeHost(h2));
+    RT_CHECK(err, cudaFree(d));
+    RT_CHECK(err, cudaFree(d2));
+    RT_CHECK(err, cudaFreeHost(h));
+    RT_CHECK(err, cudaFreeHost(h2));
     return RT_OK;
 }
 
@@ -161,35 +161,35 @@ __global__ void dha_write_kernel(uint4 *p, size_t n)
         p[i] = make_uint4((unsigned)i, 1u, 2u, 3u);
 }
 
-static rt_status probe_dha(probe_ctx *c, machine_t *m)
+static rt_status probe_dha(probe_ctx *c, machine_t *m, ms_error *err)
 {
     size_t b = (size_t)256 << 20, n = b / sizeof(uint4);
     void *h = NULL, *hd = NULL, *h2 = NULL, *d = NULL;
     unsigned *sink = NULL;
-    RT_CHECK(cudaHostAlloc(&h, b, cudaHostAllocMapped));
-    RT_CHECK(cudaHostGetDevicePointer(&hd, h, 0));
-    RT_CHECK(cudaHostAlloc(&h2, b, cudaHostAllocDefault));
-    RT_CHECK(cudaMalloc(&d, b));
-    RT_CHECK(cudaMalloc(&sink, sizeof *sink));
+    RT_CHECK(err, cudaHostAlloc(&h, b, cudaHostAllocMapped));
+    RT_CHECK(err, cudaHostGetDevicePointer(&hd, h, 0));
+    RT_CHECK(err, cudaHostAlloc(&h2, b, cudaHostAllocDefault));
+    RT_CHECK(err, cudaMalloc(&d, b));
+    RT_CHECK(err, cudaMalloc(&sink, sizeof *sink));
     memset(h, 7, b);
     int sms;
-    RT_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    RT_CHECK(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     double tr[8], tw[8];
     for (int i = 0; i < 8; i++) {
         float ms;
-        RT_CHECK(cudaEventRecord(c->e0, c->s0));
+        RT_CHECK(err, cudaEventRecord(c->e0, c->s0));
         dha_read_kernel<<<sms * 4, 512, 0, c->s0>>>((const uint4 *)hd, n, sink);
-        RT_CHECK(cudaGetLastError());
-        RT_CHECK(cudaEventRecord(c->e1, c->s0));
-        RT_CHECK(cudaEventSynchronize(c->e1));
-        RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+        RT_CHECK(err, cudaGetLastError());
+        RT_CHECK(err, cudaEventRecord(c->e1, c->s0));
+        RT_CHECK(err, cudaEventSynchronize(c->e1));
+        RT_CHECK(err, cudaEventElapsedTime(&ms, c->e0, c->e1));
         tr[i] = (double)b / (ms * 1e-3);
-        RT_CHECK(cudaEventRecord(c->e0, c->s0));
+        RT_CHECK(err, cudaEventRecord(c->e0, c->s0));
         dha_write_kernel<<<sms * 4, 512, 0, c->s0>>>((uint4 *)hd, n);
-        RT_CHECK(cudaGetLastError());
-        RT_CHECK(cudaEventRecord(c->e1, c->s0));
-        RT_CHECK(cudaEventSynchronize(c->e1));
-        RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+        RT_CHECK(err, cudaGetLastError());
+        RT_CHECK(err, cudaEventRecord(c->e1, c->s0));
+        RT_CHECK(err, cudaEventSynchronize(c->e1));
+        RT_CHECK(err, cudaEventElapsedTime(&ms, c->e0, c->e1));
         tw[i] = (double)b / (ms * 1e-3);
     }
     m->dha_read_Bps = median(tr + 1, 7);
@@ -198,21 +198,21 @@ static rt_status probe_dha(probe_ctx *c, machine_t *m)
     raw(c, "dha_write_Bps", (double)b, m->dha_write_Bps, "B/s");
     /* a DHA read beside an H2D copy: do they share the link? */
     float ms_k, ms_c;
-    RT_CHECK(cudaEventRecord(c->e0, c->s0));
+    RT_CHECK(err, cudaEventRecord(c->e0, c->s0));
     dha_read_kernel<<<sms * 4, 512, 0, c->s0>>>((const uint4 *)hd, n, sink);
-    RT_CHECK(cudaEventRecord(c->e1, c->s0));
-    RT_CHECK(cudaEventRecord(c->e2, c->s1));
-    RT_CHECK(cudaMemcpyAsync(d, h2, b, cudaMemcpyHostToDevice, c->s1));
-    RT_CHECK(cudaEventRecord(c->e3, c->s1));
-    RT_CHECK(cudaDeviceSynchronize());
-    RT_CHECK(cudaEventElapsedTime(&ms_k, c->e0, c->e1));
-    RT_CHECK(cudaEventElapsedTime(&ms_c, c->e2, c->e3));
+    RT_CHECK(err, cudaEventRecord(c->e1, c->s0));
+    RT_CHECK(err, cudaEventRecord(c->e2, c->s1));
+    RT_CHECK(err, cudaMemcpyAsync(d, h2, b, cudaMemcpyHostToDevice, c->s1));
+    RT_CHECK(err, cudaEventRecord(c->e3, c->s1));
+    RT_CHECK(err, cudaDeviceSynchronize());
+    RT_CHECK(err, cudaEventElapsedTime(&ms_k, c->e0, c->e1));
+    RT_CHECK(err, cudaEventElapsedTime(&ms_c, c->e2, c->e3));
     raw(c, "dha_read_beside_h2d_Bps", (double)b, (double)b / (ms_k * 1e-3), "B/s");
     raw(c, "h2d_beside_dha_read_Bps", (double)b, (double)b / (ms_c * 1e-3), "B/s");
-    RT_CHECK(cudaFreeHost(h));
-    RT_CHECK(cudaFreeHost(h2));
-    RT_CHECK(cudaFree(d));
-    RT_CHECK(cudaFree(sink));
+    RT_CHECK(err, cudaFreeHost(h));
+    RT_CHECK(err, cudaFreeHost(h2));
+    RT_CHECK(err, cudaFree(d));
+    RT_CHECK(err, cudaFree(sink));
     return RT_OK;
 }
 
@@ -232,7 +232,7 @@ static void fit_line(const double *x, const double *y, int n, double *c0, double
 #endif
 }
 
-static rt_status probe_malloc(probe_ctx *c, machine_t *m)
+static rt_status probe_malloc(probe_ctx *c, machine_t *m, ms_error *err)
 {
     static const size_t sizes_mib[] = {2, 20, 64, 256, 1024, 4096};
     const int ns = (int)(sizeof sizes_mib / sizeof *sizes_mib);
@@ -242,11 +242,11 @@ static rt_status probe_malloc(probe_ctx *c, machine_t *m)
         double tm[16], tf[16];
         for (int r = 0; r < 16; r++) {
             void *p;
-            RT_CHECK(cudaDeviceSynchronize());
+            RT_CHECK(err, cudaDeviceSynchronize());
             double t0 = host_now_us();
-            RT_CHECK(cudaMalloc(&p, b));
+            RT_CHECK(err, cudaMalloc(&p, b));
             double t1 = host_now_us();
-            RT_CHECK(cudaFree(p));
+            RT_CHECK(err, cudaFree(p));
             double t2 = host_now_us();
             tm[r] = t1 - t0;
             tf[r] = t2 - t1;
@@ -264,15 +264,15 @@ static rt_status probe_malloc(probe_ctx *c, machine_t *m)
     /* pinned host allocation of 1 GiB */
     void *h;
     double t0 = host_now_us();
-    RT_CHECK(cudaHostAlloc(&h, (size_t)1 << 30, cudaHostAllocDefault));
+    RT_CHECK(err, cudaHostAlloc(&h, (size_t)1 << 30, cudaHostAllocDefault));
     m->host_alloc_per_gib_us = host_now_us() - t0;
-    RT_CHECK(cudaFreeHost(h));
+    RT_CHECK(err, cudaFreeHost(h));
     raw(c, "cudaHostAlloc_us", GiB, m->host_alloc_per_gib_us, "us");
     /* an idle device synchronize */
     double ts[16];
     for (int r = 0; r < 16; r++) {
         t0 = host_now_us();
-        RT_CHECK(cudaDeviceSynchronize());
+        RT_CHECK(err, cudaDeviceSynchronize());
         ts[r] = host_now_us() - t0;
     }
     m->device_sync_us = median(ts, 16);
@@ -280,7 +280,7 @@ static rt_status probe_malloc(probe_ctx *c, machine_t *m)
     return RT_OK;
 }
 
-static rt_status probe_vmm(probe_ctx *c, machine_t *m)
+static rt_status probe_vmm(probe_ctx *c, machine_t *m, ms_error *err)
 {
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
@@ -288,43 +288,43 @@ static rt_status probe_vmm(probe_ctx *c, machine_t *m)
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = 0;
     size_t gran = 0;
-    RT_CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    RT_CU(err, cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
     m->vmm_granularity_bytes = gran;
     const int n = 512; /* 1 GiB in 2 MiB chunks */
     CUmemGenericAllocationHandle *hs = (CUmemGenericAllocationHandle *)calloc(n, sizeof *hs);
     if (!hs) return RT_ERR_HOST;
     CUdeviceptr va, va2;
     double t0 = host_now_us();
-    RT_CU(cuMemAddressReserve(&va, (size_t)n * gran, 0, 0, 0));
-    RT_CU(cuMemAddressReserve(&va2, (size_t)n * gran, 0, 0, 0));
+    RT_CU(err, cuMemAddressReserve(&va, (size_t)n * gran, 0, 0, 0));
+    RT_CU(err, cuMemAddressReserve(&va2, (size_t)n * gran, 0, 0, 0));
     double t_res = (host_now_us() - t0) / 2;
     t0 = host_now_us();
-    for (int i = 0; i < n; i++) RT_CU(cuMemCreate(&hs[i], gran, &prop, 0));
+    for (int i = 0; i < n; i++) RT_CU(err, cuMemCreate(&hs[i], gran, &prop, 0));
     double t_create = host_now_us() - t0;
     t0 = host_now_us();
-    for (int i = 0; i < n; i++) RT_CU(cuMemMap(va + (size_t)i * gran, gran, 0, hs[i], 0));
+    for (int i = 0; i < n; i++) RT_CU(err, cuMemMap(va + (size_t)i * gran, gran, 0, hs[i], 0));
     double t_map = host_now_us() - t0;
     CUmemAccessDesc acc;
     memset(&acc, 0, sizeof acc);
     acc.location = prop.location;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     t0 = host_now_us();
-    for (int i = 0; i < n; i++) RT_CU(cuMemSetAccess(va + (size_t)i * gran, gran, &acc, 1));
+    for (int i = 0; i < n; i++) RT_CU(err, cuMemSetAccess(va + (size_t)i * gran, gran, &acc, 1));
     double t_acc = host_now_us() - t0;
     /* a stitch: map the same chunks again into a second range */
     t0 = host_now_us();
-    for (int i = 0; i < n; i++) RT_CU(cuMemMap(va2 + (size_t)i * gran, gran, 0, hs[i], 0));
-    RT_CU(cuMemSetAccess(va2, (size_t)n * gran, &acc, 1));
+    for (int i = 0; i < n; i++) RT_CU(err, cuMemMap(va2 + (size_t)i * gran, gran, 0, hs[i], 0));
+    RT_CU(err, cuMemSetAccess(va2, (size_t)n * gran, &acc, 1));
     double t_stitch = host_now_us() - t0;
     t0 = host_now_us();
-    for (int i = 0; i < n; i++) RT_CU(cuMemUnmap(va + (size_t)i * gran, gran));
+    for (int i = 0; i < n; i++) RT_CU(err, cuMemUnmap(va + (size_t)i * gran, gran));
     double t_unmap = host_now_us() - t0;
-    RT_CU(cuMemUnmap(va2, (size_t)n * gran));
+    RT_CU(err, cuMemUnmap(va2, (size_t)n * gran));
     t0 = host_now_us();
-    for (int i = 0; i < n; i++) RT_CU(cuMemRelease(hs[i]));
+    for (int i = 0; i < n; i++) RT_CU(err, cuMemRelease(hs[i]));
     double t_rel = host_now_us() - t0;
-    RT_CU(cuMemAddressFree(va, (size_t)n * gran));
-    RT_CU(cuMemAddressFree(va2, (size_t)n * gran));
+    RT_CU(err, cuMemAddressFree(va, (size_t)n * gran));
+    RT_CU(err, cuMemAddressFree(va2, (size_t)n * gran));
     free(hs);
     m->vmm_reserve_us = t_res;
     m->vmm_create_us = t_create / n;
@@ -351,7 +351,7 @@ __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed)
     }
 }
 
-static rt_status probe_gemm(probe_ctx *c, machine_t *m, double peak_flops)
+static rt_status probe_gemm(probe_ctx *c, machine_t *m, double peak_flops, ms_error *err)
 {
     static const int shapes[] = {1024, 2048, 4096, 8192, 16384};
     cublasHandle_t hd;
@@ -359,12 +359,12 @@ static rt_status probe_gemm(probe_ctx *c, machine_t *m, double peak_flops)
     cublasSetStream(hd, c->s0);
     size_t maxn = 16384;
     __nv_bfloat16 *a, *b, *o;
-    RT_CHECK(cudaMalloc(&a, maxn * maxn * 2));
-    RT_CHECK(cudaMalloc(&b, maxn * maxn * 2));
-    RT_CHECK(cudaMalloc(&o, maxn * maxn * 2));
+    RT_CHECK(err, cudaMalloc(&a, maxn * maxn * 2));
+    RT_CHECK(err, cudaMalloc(&b, maxn * maxn * 2));
+    RT_CHECK(err, cudaMalloc(&o, maxn * maxn * 2));
     fill_bf16<<<1024, 256>>>(a, maxn * maxn, 1u);
     fill_bf16<<<1024, 256>>>(b, maxn * maxn, 2u);
-    RT_CHECK(cudaDeviceSynchronize());
+    RT_CHECK(err, cudaDeviceSynchronize());
     double best = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         int n = shapes[si];
@@ -372,15 +372,15 @@ static rt_status probe_gemm(probe_ctx *c, machine_t *m, double peak_flops)
         double t[10];
         for (int r = 0; r < 12; r++) {
             float ms;
-            RT_CHECK(cudaEventRecord(c->e0, c->s0));
+            RT_CHECK(err, cudaEventRecord(c->e0, c->s0));
             cublasStatus_t st = cublasGemmEx(hd, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a,
                                              CUDA_R_16BF, n, b, CUDA_R_16BF, n, &beta, o,
                                              CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                                              CUBLAS_GEMM_DEFAULT);
             if (st != CUBLAS_STATUS_SUCCESS) return RT_ERR_CUDA;
-            RT_CHECK(cudaEventRecord(c->e1, c->s0));
-            RT_CHECK(cudaEventSynchronize(c->e1));
-            RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+            RT_CHECK(err, cudaEventRecord(c->e1, c->s0));
+            RT_CHECK(err, cudaEventSynchronize(c->e1));
+            RT_CHECK(err, cudaEventElapsedTime(&ms, c->e0, c->e1));
             if (r >= 2) t[r - 2] = ms * 1e-3;
         }
         double flops = 2.0 * n * (double)n * n / median(t, 10);
@@ -388,29 +388,30 @@ static rt_status probe_gemm(probe_ctx *c, machine_t *m, double peak_flops)
         if (flops > best) best = flops;
     }
     m->gpu_gemm_eff = best / peak_flops;
-    RT_CHECK(cudaFree(a));
-    RT_CHECK(cudaFree(b));
-    RT_CHECK(cudaFree(o));
+    RT_CHECK(err, cudaFree(a));
+    RT_CHECK(err, cudaFree(b));
+    RT_CHECK(err, cudaFree(o));
     cublasDestroy(hd);
     return RT_OK;
 }
 
 /* Median time (ms) of reps calls of fn(arg) on stream s0, each between two events, after
  * two warm-up calls. */
-typedef rt_status (*probe_fn)(void *arg);
+typedef rt_status (*probe_fn)(void *arg, ms_error *err);
 
-static rt_status time_calls(probe_ctx *c, probe_fn fn, void *arg, int reps, double *ms_out)
+static rt_status time_calls(probe_ctx *c, probe_fn fn, void *arg, int reps, double *ms_out,
+                            ms_error *err)
 {
     double t[32];
     if (reps > 32) reps = 32;
     for (int r = 0; r < reps + 2; r++) {
         float ms;
-        RT_CHECK(cudaEventRecord(c->e0, c->s0));
-        rt_status st = fn(arg);
+        RT_CHECK(err, cudaEventRecord(c->e0, c->s0));
+        rt_status st = fn(arg, err);
         if (st != RT_OK) return st;
-        RT_CHECK(cudaEventRecord(c->e1, c->s0));
-        RT_CHECK(cudaEventSynchronize(c->e1));
-        RT_CHECK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+        RT_CHECK(err, cudaEventRecord(c->e1, c->s0));
+        RT_CHECK(err, cudaEventSynchronize(c->e1));
+        RT_CHECK(err, cudaEventElapsedTime(&ms, c->e0, c->e1));
         if (r >= 2) t[r - 2] = ms;
     }
     *ms_out = median(t, reps);
@@ -426,18 +427,18 @@ typedef struct gemm_call {
     void *C;
 } gemm_call;
 
-static rt_status run_gemm(void *p)
+static rt_status run_gemm(void *p, ms_error *err)
 {
     gemm_call *g = (gemm_call *)p;
     size_t lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
     return kn_gemm(g->k, g->ta, g->tb, g->M, g->N, g->K, g->A, lda, g->B, ldb,
-                   g->c_fp32 ? 1.0f : 0.0f, g->C, g->N, g->c_fp32);
+                   g->c_fp32 ? 1.0f : 0.0f, g->C, g->N, g->c_fp32, err);
 }
 
 /* The three GEMMs of an LM head [T, h] x [h, V] (forward, input and weight gradients), their
  * summed time in ms. */
 static rt_status time_head(probe_ctx *c, kn_ctx *k, const kn_bf16 *a, const kn_bf16 *b, void *o,
-                           size_t T, size_t h, size_t V, int quick, double *ms_out)
+                           size_t T, size_t h, size_t V, int quick, double *ms_out, ms_error *err)
 {
     *ms_out = 0;
     for (int pass = 0; pass < 3; pass++) {
@@ -445,7 +446,7 @@ static rt_status time_head(probe_ctx *c, kn_ctx *k, const kn_bf16 *a, const kn_b
         if (pass == 1) { g.N = h; g.K = V; }
         if (pass == 2) { g.M = h; g.N = V; g.K = T; }
         double ms;
-        rt_status st = time_calls(c, run_gemm, &g, quick ? 5 : 10, &ms);
+        rt_status st = time_calls(c, run_gemm, &g, quick ? 5 : 10, &ms, err);
         if (st != RT_OK) return st;
         *ms_out += ms;
     }
@@ -457,13 +458,14 @@ static rt_status time_head(probe_ctx *c, kn_ctx *k, const kn_bf16 *a, const kn_b
  * the two even ones, gpu.gemm_odd_eff the odd one's, each over the aligned rate per FLOP
  * (cuBLAS picks slower kernels when a leading dimension is not a multiple of 16 bytes). */
 static rt_status probe_gemm_align(probe_ctx *c, kn_ctx *k, machine_t *m, const kn_bf16 *a,
-                                  const kn_bf16 *b, void *o, size_t T, size_t h, int quick)
+                                  const kn_bf16 *b, void *o, size_t T, size_t h, int quick,
+                                  ms_error *err)
 {
     const size_t V[4] = {50304, 50300, 50258, 50257};
     double rate[4];
     for (int i = 0; i < 4; i++) {
         double ms;
-        rt_status st = time_head(c, k, a, b, o, T, h, V[i], quick, &ms);
+        rt_status st = time_head(c, k, a, b, o, T, h, V[i], quick, &ms, err);
         if (st != RT_OK) return st;
         rate[i] = 6.0 * (double)T * (double)h * (double)V[i] / (ms * 1e-3);
         char what[64];
@@ -485,7 +487,8 @@ static rt_status probe_gemm_align(probe_ctx *c, kn_ctx *k, machine_t *m, const k
  * 4096, ffn 16384, 8K tokens, vocabulary 50304 (the 4-layer model of docs/RUNTIME.md).
  * gpu.gemm_eff becomes the layer's GEMM FLOPs over their summed time, over the bf16 peak
  * (the LM head is in the raw samples only); the square sweep stays in the raw CSV. */
-static rt_status probe_gemm_layer(probe_ctx *c, machine_t *m, double peak_flops, int quick)
+static rt_status probe_gemm_layer(probe_ctx *c, machine_t *m, double peak_flops, int quick,
+                                  ms_error *err)
 {
     const size_t T = 8192, h = 4096, f = 16384, V = 50304;
     struct { const char *name; size_t N, K; int layer; } w[] = {
@@ -495,15 +498,15 @@ static rt_status probe_gemm_layer(probe_ctx *c, machine_t *m, double peak_flops,
     kn_ctx *k = NULL;
     kn_bf16 *a = NULL, *b = NULL;
     void *o = NULL;
-    rt_status st = kn_ctx_new(c->s0, &k);
+    rt_status st = kn_ctx_new(c->s0, &k, err);
     if (st != RT_OK) return st;
-    RT_CHECK(cudaMalloc(&a, maxe * 2));
-    RT_CHECK(cudaMalloc(&b, maxe * 2));
-    RT_CHECK(cudaMalloc(&o, maxe * 4 > h * V * 4 ? maxe * 4 : h * V * 4));
+    RT_CHECK(err, cudaMalloc(&a, maxe * 2));
+    RT_CHECK(err, cudaMalloc(&b, maxe * 2));
+    RT_CHECK(err, cudaMalloc(&o, maxe * 4 > h * V * 4 ? maxe * 4 : h * V * 4));
     fill_bf16<<<1024, 256, 0, c->s0>>>((__nv_bfloat16 *)a, maxe, 3u);
     fill_bf16<<<1024, 256, 0, c->s0>>>((__nv_bfloat16 *)b, maxe, 4u);
-    RT_CHECK(cudaMemsetAsync(o, 0, maxe * 4, c->s0));
-    RT_CHECK(cudaStreamSynchronize(c->s0));
+    RT_CHECK(err, cudaMemsetAsync(o, 0, maxe * 4, c->s0));
+    RT_CHECK(err, cudaStreamSynchronize(c->s0));
     double lf = 0, lt = 0;
     for (size_t i = 0; i < sizeof w / sizeof *w; i++)
         for (int pass = 0; pass < 3; pass++) {
@@ -512,7 +515,7 @@ static rt_status probe_gemm_layer(probe_ctx *c, machine_t *m, double peak_flops,
             if (pass == 1) { g.N = w[i].K; g.K = w[i].N; }
             if (pass == 2) { g.M = w[i].K; g.N = w[i].N; g.K = T; }
             double ms;
-            if ((st = time_calls(c, run_gemm, &g, quick ? 5 : 10, &ms)) != RT_OK) goto out;
+            if ((st = time_calls(c, run_gemm, &g, quick ? 5 : 10, &ms, err)) != RT_OK) goto out;
             double fl = 2.0 * (double)g.M * (double)g.N * (double)g.K;
             char what[96];
             snprintf(what, sizeof what, "gemm_layer_FLOPps:%s.%s:M%zuxN%zuxK%zu:%s%s", w[i].name,
@@ -526,7 +529,7 @@ static rt_status probe_gemm_layer(probe_ctx *c, machine_t *m, double peak_flops,
         }
     m->gpu_gemm_eff = lf / lt / peak_flops;
     raw(c, "gemm_layer_eff", lf, m->gpu_gemm_eff, "fraction_of_peak");
-    st = probe_gemm_align(c, k, m, a, b, o, T, h, quick);
+    st = probe_gemm_align(c, k, m, a, b, o, T, h, quick, err);
 out:
     cudaFree(a);
     cudaFree(b);
@@ -544,15 +547,15 @@ typedef struct attn_call {
     float *lse;
 } attn_call;
 
-static rt_status run_attn(void *p)
+static rt_status run_attn(void *p, ms_error *err)
 {
     attn_call *x = (attn_call *)p;
     size_t ld = x->H * x->D;
     if (!x->bwd)
         return kn_attn_fwd(x->k, x->o, x->lse, x->q, x->kk, x->v, ld, ld, x->B, x->H, x->S,
-                           x->D);
+                           x->D, err);
     return kn_attn_bwd(x->k, x->dq, x->dk, x->dv, x->dout, x->q, x->kk, x->v, x->o, x->lse, ld,
-                       ld, x->B, x->H, x->S, x->D);
+                       ld, x->B, x->H, x->S, x->D, err);
 }
 
 /* eff(S) = e * S / (S + half): 1/eff is linear in 1/S (1/e + half/e * 1/S); fitted by least
@@ -584,7 +587,7 @@ static void fit_ramp(const double *S, const double *eff, int n, double *e, doubl
  * to e * S / (S + half) (rt.attn_{fwd,bwd}_eff, rt.attn_{fwd,bwd}_half_seq: what the generator
  * knob kernels=runtime uses); gpu.attn_eff, which describes FlashAttention-class kernels, is
  * left as the base profile has it. Every shape's sample is in the raw CSV. */
-static rt_status probe_attn(probe_ctx *c, machine_t *m, double peak_flops, int quick)
+static rt_status probe_attn(probe_ctx *c, machine_t *m, double peak_flops, int quick, ms_error *err)
 {
     enum { NS = 5 };
     const size_t Ttok = 32768, H = 16, D = 128, S[NS] = {2048, 4096, 8192, 16384, 32768};
@@ -593,16 +596,16 @@ static rt_status probe_attn(probe_ctx *c, machine_t *m, double peak_flops, int q
     kn_bf16 *buf = NULL;
     float *lse = NULL;
     double Sd[NS], eff[2][NS];
-    rt_status st = kn_ctx_new(c->s0, &k);
+    rt_status st = kn_ctx_new(c->s0, &k, err);
     if (st != RT_OK) return st;
-    if ((st = kn_ctx_reserve(k, 0, 0, Ttok * H)) != RT_OK) {
+    if ((st = kn_ctx_reserve(k, 0, 0, Ttok * H, err)) != RT_OK) {
         kn_ctx_free(k);
         return st;
     }
-    RT_CHECK(cudaMalloc(&buf, 8 * e * 2));
-    RT_CHECK(cudaMalloc(&lse, Ttok * H * sizeof *lse));
+    RT_CHECK(err, cudaMalloc(&buf, 8 * e * 2));
+    RT_CHECK(err, cudaMalloc(&lse, Ttok * H * sizeof *lse));
     fill_bf16<<<1024, 256, 0, c->s0>>>((__nv_bfloat16 *)buf, 8 * e, 5u);
-    RT_CHECK(cudaStreamSynchronize(c->s0));
+    RT_CHECK(err, cudaStreamSynchronize(c->s0));
     for (size_t i = 0; i < NS; i++) {
         attn_call x = {k, 0, 1, H, S[i], D, buf, buf + e, buf + 2 * e, buf + 3 * e,
                        buf + 4 * e, buf + 5 * e, buf + 6 * e, buf + 7 * e, lse};
@@ -611,7 +614,7 @@ static rt_status probe_attn(probe_ctx *c, machine_t *m, double peak_flops, int q
         for (int bwd = 0; bwd < 2; bwd++) {
             x.bwd = bwd;
             double ms, fl = bwd ? 2.5 * fwd : fwd;
-            if ((st = time_calls(c, run_attn, &x, quick ? 3 : 8, &ms)) != RT_OK) goto out;
+            if ((st = time_calls(c, run_attn, &x, quick ? 3 : 8, &ms, err)) != RT_OK) goto out;
             char what[96];
             snprintf(what, sizeof what, "attn_%s_FLOPps:b%zu.h%zu.s%zu.d%zu.causal",
                      bwd ? "bwd" : "fwd", x.B, H, S[i], D);
@@ -664,7 +667,7 @@ static void host_grad_fill(void *ctx, size_t lo, size_t hi)
  * every timed pass (values, not patterns: the step's speed may depend on them). The
  * generator times `*.optim.host` ops with this rate when the trace is for the runtime's
  * kernels (--gen kernels=runtime). */
-static rt_status probe_host_adam(probe_ctx *c, machine_t *m, int quick)
+static rt_status probe_host_adam(probe_ctx *c, machine_t *m, int quick, ms_error *err)
 {
     size_t n = (size_t)(quick ? 16 : 64) << 20;
     host_arrays a = {(kn_bf16 *)malloc(n * sizeof(kn_bf16)), (float *)malloc(n * 4),
@@ -672,8 +675,8 @@ static rt_status probe_host_adam(probe_ctx *c, machine_t *m, int quick)
     rt_pool *pool = NULL;
     rt_status st = RT_OK;
     if (!a.p || !a.master || !a.m || !a.v || !a.g)
-        st = rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "malloc", "host AdamW arrays");
-    if (st == RT_OK) st = rt_pool_new(0, &pool);
+        st = rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "malloc", "host AdamW arrays");
+    if (st == RT_OK) st = rt_pool_new(0, &pool, err);
     if (st == RT_OK) {
         rt_pool_for(pool, n, 65536, host_fill, &a);
         kn_adamw_cfg cfg;
@@ -714,18 +717,17 @@ static rt_status probe_host_adam(probe_ctx *c, machine_t *m, int quick)
     return st;
 }
 
-rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n)
+rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err)
 {
     probe_ctx c;
     memset(&c, 0, sizeof c);
     c.raw = raw_csv;
     fprintf(raw_csv, "what,size_bytes,value,unit\n");
-    rt_status st = probe_host_adam(&c, &p->m, quick);
-    if (st != RT_OK) snprintf(why, n, "%s", rt_last_error());
+    rt_status st = probe_host_adam(&c, &p->m, quick, err);
     return st;
 }
 
-rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n)
+rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err)
 {
     probe_ctx c;
     memset(&c, 0, sizeof c);
@@ -736,12 +738,13 @@ rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, siz
     cudaDeviceProp prop;
     int drv = 0;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-        snprintf(why, n, "no CUDA device is usable: %s", cudaGetErrorString(cudaGetLastError()));
+        ms_fail(err, MS_ERR_UNSUPPORTED, "no CUDA device is usable: %s",
+                cudaGetErrorString(cudaGetLastError()));
         return RT_ERR_NODEV;
     }
     cudaDriverGetVersion(&drv);
     if (cuInit(0) != CUDA_SUCCESS) {
-        snprintf(why, n, "cuInit failed (driver %d)", drv);
+        ms_fail(err, MS_ERR_UNSUPPORTED, "cuInit failed (driver %d)", drv);
         return RT_ERR_NODEV;
     }
     snprintf(m->gpu_name, sizeof m->gpu_name, "%s", prop.name);
@@ -753,35 +756,34 @@ rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, siz
     fprintf(raw_csv, "what,size_bytes,value,unit\n");
     fprintf(stderr, "probe: %s, %d SMs, %.1f GiB, driver %d\n", prop.name,
             prop.multiProcessorCount, prop.totalGlobalMem / GiB, drv);
-    RT_CHECK_GOTO(cudaStreamCreateWithFlags(&c.s0, cudaStreamNonBlocking), st, done);
-    RT_CHECK_GOTO(cudaStreamCreateWithFlags(&c.s1, cudaStreamNonBlocking), st, done);
-    RT_CHECK_GOTO(cudaEventCreate(&c.e0), st, done);
-    RT_CHECK_GOTO(cudaEventCreate(&c.e1), st, done);
-    RT_CHECK_GOTO(cudaEventCreate(&c.e2), st, done);
-    RT_CHECK_GOTO(cudaEventCreate(&c.e3), st, done);
+    RT_CHECK_GOTO(err, cudaStreamCreateWithFlags(&c.s0, cudaStreamNonBlocking), st, done);
+    RT_CHECK_GOTO(err, cudaStreamCreateWithFlags(&c.s1, cudaStreamNonBlocking), st, done);
+    RT_CHECK_GOTO(err, cudaEventCreate(&c.e0), st, done);
+    RT_CHECK_GOTO(err, cudaEventCreate(&c.e1), st, done);
+    RT_CHECK_GOTO(err, cudaEventCreate(&c.e2), st, done);
+    RT_CHECK_GOTO(err, cudaEventCreate(&c.e3), st, done);
     fprintf(stderr, "probe: host link\n");
-    if ((st = probe_link(&c, m)) != RT_OK) goto done;
+    if ((st = probe_link(&c, m, err)) != RT_OK) goto done;
     fprintf(stderr, "probe: direct host access\n");
-    if ((st = probe_dha(&c, m)) != RT_OK) goto done;
+    if ((st = probe_dha(&c, m, err)) != RT_OK) goto done;
     fprintf(stderr, "probe: cudaMalloc / cudaFree\n");
-    if ((st = probe_malloc(&c, m)) != RT_OK) goto done;
+    if ((st = probe_malloc(&c, m, err)) != RT_OK) goto done;
     fprintf(stderr, "probe: VMM\n");
-    if ((st = probe_vmm(&c, m)) != RT_OK) goto done;
+    if ((st = probe_vmm(&c, m, err)) != RT_OK) goto done;
     fprintf(stderr, "probe: GEMM\n");
-    if ((st = probe_gemm(&c, m, peak)) != RT_OK) goto done;
+    if ((st = probe_gemm(&c, m, peak, err)) != RT_OK) goto done;
     fprintf(stderr, "probe: GEMM over a transformer layer's shapes\n");
-    if ((st = probe_gemm_layer(&c, m, peak, quick)) != RT_OK) goto done;
+    if ((st = probe_gemm_layer(&c, m, peak, quick, err)) != RT_OK) goto done;
     fprintf(stderr, "probe: attention (memsim's kernels)\n");
-    if ((st = probe_attn(&c, m, peak, quick)) != RT_OK) goto done;
+    if ((st = probe_attn(&c, m, peak, quick, err)) != RT_OK) goto done;
     fprintf(stderr, "probe: host AdamW (the runtime's host optimizer step)\n");
-    if ((st = probe_host_adam(&c, m, quick)) != RT_OK) goto done;
+    if ((st = probe_host_adam(&c, m, quick, err)) != RT_OK) goto done;
     {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
         m->gpu_reserved_bytes = tot - fr; /* what the context and cuBLAS took */
     }
 done:
-    if (st != RT_OK) snprintf(why, n, "%s", rt_last_error());
     if (c.e0) cudaEventDestroy(c.e0);
     if (c.e1) cudaEventDestroy(c.e1);
     if (c.e2) cudaEventDestroy(c.e2);

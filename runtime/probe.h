@@ -14,10 +14,10 @@ extern "C" {
 #include "traces/machine.h"
 
 /* Measures GPU 0 and overwrites the measured fields of p->m (the rest are kept). Raw samples
- * are written to raw_csv. quick: fewer repetitions. On failure, why says what failed. */
-rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n);
+ * are written to raw_csv. quick: fewer repetitions. On failure, err says what failed. */
+rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err);
 /* Only the runtime's host AdamW rate (rt.host_adam_params_per_s); needs no GPU. */
-rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, char *why, size_t n);
+rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err);
 
 #ifdef __cplusplus
 }

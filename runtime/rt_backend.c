@@ -1,7 +1,7 @@
 /* rt_backend.c — the CUDA memory backend of rt_backend.h: every mb_ops call made with the real
  * CUDA call, checked, timed and counted; out of memory (from the device or from the optional
  * byte cap) returned as MS_ERR_OOM, pinned host exhaustion as MS_ERR_OOHM, any other CUDA
- * failure as MS_ERR_INVALID with the call and CUDA's message in rt_last_error(). Used by
+ * failure as MS_ERR_INVALID with the call and CUDA's message in rt_backend_error(). Used by
  * runtime/rt_exec.cu, runtime/rt_run.c and the GPU tests. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_backend.h"
@@ -58,6 +58,8 @@ struct rt_backend {
     uint64_t dev_bytes, dev_peak, host_bytes, mapped_bytes;
     uint64_t implicit_syncs;
     rt_bcall_stats st[RB_NCALLS];
+    ms_error err;     /* the last failed call, with file and line: the mb_ops interface
+                         returns a status only, so its caller asks rt_backend_error */
 };
 
 static const char *const call_names[RB_NCALLS] = {
@@ -65,6 +67,8 @@ static const char *const call_names[RB_NCALLS] = {
     "cuMemRelease", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cudaDeviceSynchronize",
     "cudaHostAlloc", "cudaFreeHost",
 };
+
+const ms_error *rt_backend_error(const rt_backend *b) { return &b->err; }
 
 const char *rt_bcall_name(rt_bcall k) { return (unsigned)k < RB_NCALLS ? call_names[k] : "?"; }
 
@@ -77,18 +81,20 @@ static double now_us(void)
 
 /* ---- the GPU check ---- */
 
-rt_status rt_gpu_check(int device, rt_gpu_info *info, char *why, size_t n)
+rt_status rt_gpu_check(int device, rt_gpu_info *info, ms_error *err)
 {
     memset(info, 0, sizeof *info);
     info->device = device;
     cudaRuntimeGetVersion(&info->runtime_version);
     if (cudaDriverGetVersion(&info->driver_version) != cudaSuccess || !info->driver_version) {
-        snprintf(why, n, "no NVIDIA driver is loaded on this machine (no GPU, or the driver is "
+        ms_fail(err, MS_ERR_UNSUPPORTED,
+                "no NVIDIA driver is loaded on this machine (no GPU, or the driver is "
                          "not installed)");
         return RT_ERR_NODEV;
     }
     if (info->driver_version < info->runtime_version) {
-        snprintf(why, n, "the NVIDIA driver supports CUDA %d.%d but this build needs %d.%d: "
+        ms_fail(err, MS_ERR_UNSUPPORTED,
+                "the NVIDIA driver supports CUDA %d.%d but this build needs %d.%d: "
                  "update the driver", info->driver_version / 1000,
                  info->driver_version % 1000 / 10, info->runtime_version / 1000,
                  info->runtime_version % 1000 / 10);
@@ -97,18 +103,19 @@ rt_status rt_gpu_check(int device, rt_gpu_info *info, char *why, size_t n)
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        snprintf(why, n, "no usable CUDA device: %s",
+        ms_fail(err, MS_ERR_UNSUPPORTED, "no usable CUDA device: %s",
                  e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
         cudaGetLastError();
         return RT_ERR_NODEV;
     }
     if (device < 0 || device >= count) {
-        snprintf(why, n, "CUDA device %d does not exist (%d found)", device, count);
+        ms_fail(err, MS_ERR_UNSUPPORTED, "CUDA device %d does not exist (%d found)", device, count);
         return RT_ERR_NODEV;
     }
     struct cudaDeviceProp p;
     if ((e = cudaGetDeviceProperties(&p, device)) != cudaSuccess) {
-        snprintf(why, n, "cannot read CUDA device %d: %s", device, cudaGetErrorString(e));
+        ms_fail(err, MS_ERR_UNSUPPORTED, "cannot read CUDA device %d: %s", device,
+                cudaGetErrorString(e));
         return RT_ERR_NODEV;
     }
     snprintf(info->name, sizeof info->name, "%s", p.name);
@@ -116,13 +123,15 @@ rt_status rt_gpu_check(int device, rt_gpu_info *info, char *why, size_t n)
     info->cc_minor = p.minor;
     info->sms = p.multiProcessorCount;
     if (p.major < 9) {
-        snprintf(why, n, "%s is compute capability %d.%d; the runtime's kernels are built for "
+        ms_fail(err, MS_ERR_UNSUPPORTED,
+                "%s is compute capability %d.%d; the runtime's kernels are built for "
                  "sm_90 (Hopper) and later", p.name, p.major, p.minor);
         return RT_ERR_NODEV;
     }
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaFree(NULL)) != cudaSuccess) { /* creates the context */
-        snprintf(why, n, "cannot create a CUDA context on %s: %s", p.name, cudaGetErrorString(e));
+        ms_fail(err, MS_ERR_UNSUPPORTED, "cannot create a CUDA context on %s: %s", p.name,
+                cudaGetErrorString(e));
         return RT_ERR_NODEV;
     }
     size_t fr = 0, tot = 0;
@@ -152,10 +161,10 @@ static ms_status cuda_fail(rt_backend *b, rt_bcall k, cudaError_t e, int host)
     cudaGetLastError(); /* an allocation failure is not sticky: clear it */
     if (e == cudaErrorMemoryAllocation) {
         b->st[k].ooms++;
-        rt_set_error(RT_ERR_OOM, __FILE__, __LINE__, call_names[k], cudaGetErrorString(e));
+        rt_fail(&b->err, RT_ERR_OOM, __FILE__, __LINE__, call_names[k], cudaGetErrorString(e));
         return host ? MS_ERR_OOHM : MS_ERR_OOM;
     }
-    rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, call_names[k], cudaGetErrorString(e));
+    rt_fail(&b->err, RT_ERR_CUDA, __FILE__, __LINE__, call_names[k], cudaGetErrorString(e));
     return MS_ERR_INVALID;
 }
 
@@ -166,10 +175,10 @@ static ms_status cu_fail(rt_backend *b, rt_bcall k, CUresult r)
     b->st[k].failures++;
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         b->st[k].ooms++;
-        rt_set_error(RT_ERR_OOM, __FILE__, __LINE__, call_names[k], s);
+        rt_fail(&b->err, RT_ERR_OOM, __FILE__, __LINE__, call_names[k], s);
         return MS_ERR_OOM;
     }
-    rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, call_names[k], s);
+    rt_fail(&b->err, RT_ERR_CUDA, __FILE__, __LINE__, call_names[k], s);
     return MS_ERR_INVALID;
 }
 
@@ -191,7 +200,7 @@ static int over_cap(rt_backend *b, rt_bcall k, uint64_t bytes)
     b->st[k].calls++;
     b->st[k].failures++;
     b->st[k].ooms++;
-    rt_set_error(RT_ERR_OOM, __FILE__, __LINE__, call_names[k],
+    rt_fail(&b->err, RT_ERR_OOM, __FILE__, __LINE__, call_names[k],
                  "the backend's device byte cap is reached");
     return 1;
 }
@@ -202,12 +211,12 @@ static void held_add(rt_backend *b, uint64_t bytes)
     if (b->dev_bytes > b->dev_peak) b->dev_peak = b->dev_bytes;
 }
 
-static ms_status unknown(rt_bcall k, uint64_t what)
+static ms_status unknown(rt_backend *b, rt_bcall k, uint64_t what)
 {
     char msg[96];
     snprintf(msg, sizeof msg, "0x%llx was not returned by this backend",
              (unsigned long long)what);
-    rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, call_names[k], msg);
+    rt_fail(&b->err, RT_ERR_INVALID, __FILE__, __LINE__, call_names[k], msg);
     return MS_ERR_INVALID;
 }
 
@@ -235,7 +244,7 @@ static ms_status op_dev_free(void *ctx, uint64_t addr)
 {
     rt_backend *b = ctx;
     uint64_t bytes;
-    if (!u64map_get(b->dev, addr, &bytes)) return unknown(RB_DEV_FREE, addr);
+    if (!u64map_get(b->dev, addr, &bytes)) return unknown(b, RB_DEV_FREE, addr);
     double t0 = now_us();
     cudaError_t e = cudaFree((void *)(uintptr_t)addr);
     timed(b, RB_DEV_FREE, t0, 0);
@@ -264,7 +273,7 @@ static ms_status op_va_reserve(void *ctx, uint64_t bytes, uint64_t *va)
 static ms_status op_va_free(void *ctx, uint64_t va, uint64_t bytes)
 {
     rt_backend *b = ctx;
-    if (!u64map_get(b->va, va, NULL)) return unknown(RB_VA_FREE, va);
+    if (!u64map_get(b->va, va, NULL)) return unknown(b, RB_VA_FREE, va);
     double t0 = now_us();
     CUresult r = b->d.afree((CUdeviceptr)va, (size_t)bytes);
     timed(b, RB_VA_FREE, t0, 0);
@@ -295,7 +304,7 @@ static ms_status op_phys_release(void *ctx, uint64_t handle)
 {
     rt_backend *b = ctx;
     uint64_t bytes;
-    if (!u64map_get(b->phys, handle, &bytes)) return unknown(RB_PHYS_RELEASE, handle);
+    if (!u64map_get(b->phys, handle, &bytes)) return unknown(b, RB_PHYS_RELEASE, handle);
     double t0 = now_us();
     CUresult r = b->d.release((CUmemGenericAllocationHandle)handle);
     timed(b, RB_PHYS_RELEASE, t0, 0);
@@ -308,7 +317,7 @@ static ms_status op_phys_release(void *ctx, uint64_t handle)
 static ms_status op_map(void *ctx, uint64_t va, uint64_t bytes, uint64_t handle)
 {
     rt_backend *b = ctx;
-    if (!u64map_get(b->phys, handle, NULL)) return unknown(RB_MAP, handle);
+    if (!u64map_get(b->phys, handle, NULL)) return unknown(b, RB_MAP, handle);
     double t0 = now_us();
     CUresult r = b->d.map((CUdeviceptr)va, (size_t)bytes, 0,
                           (CUmemGenericAllocationHandle)handle, 0);
@@ -375,7 +384,7 @@ static ms_status op_host_free(void *ctx, uint64_t addr)
 {
     rt_backend *b = ctx;
     uint64_t bytes;
-    if (!u64map_get(b->host, addr, &bytes)) return unknown(RB_HOST_FREE, addr);
+    if (!u64map_get(b->host, addr, &bytes)) return unknown(b, RB_HOST_FREE, addr);
     double t0 = now_us();
     cudaError_t e = cudaFreeHost((void *)(uintptr_t)addr);
     timed(b, RB_HOST_FREE, t0, 0);
@@ -399,37 +408,37 @@ void rt_backend_opts_default(rt_backend_opts *o)
     o->sync_before_unmap = 1;
 }
 
-static rt_status resolve(const char *sym, void **fp)
+static rt_status resolve(const char *sym, void **fp, ms_error *err)
 {
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     cudaError_t e = cudaGetDriverEntryPointByVersion(sym, fp, 12000, cudaEnableDefault, &q);
     if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !*fp) {
         cudaGetLastError();
-        return rt_set_error(RT_ERR_NODEV, __FILE__, __LINE__, sym,
+        return rt_fail(err, RT_ERR_NODEV, __FILE__, __LINE__, sym,
                             "the driver does not provide this entry point");
     }
     return RT_OK;
 }
 
-static rt_status resolve_all(drv *d)
+static rt_status resolve_all(drv *d, ms_error *err)
 {
-    RT_TRY(resolve("cuMemAddressReserve", (void **)&d->reserve));
-    RT_TRY(resolve("cuMemAddressFree", (void **)&d->afree));
-    RT_TRY(resolve("cuMemCreate", (void **)&d->create));
-    RT_TRY(resolve("cuMemRelease", (void **)&d->release));
-    RT_TRY(resolve("cuMemMap", (void **)&d->map));
-    RT_TRY(resolve("cuMemUnmap", (void **)&d->unmap));
-    RT_TRY(resolve("cuMemSetAccess", (void **)&d->access));
-    RT_TRY(resolve("cuMemGetAllocationGranularity", (void **)&d->gran));
-    RT_TRY(resolve("cuGetErrorString", (void **)&d->errstr));
+    RT_TRY(resolve("cuMemAddressReserve", (void **)&d->reserve, err));
+    RT_TRY(resolve("cuMemAddressFree", (void **)&d->afree, err));
+    RT_TRY(resolve("cuMemCreate", (void **)&d->create, err));
+    RT_TRY(resolve("cuMemRelease", (void **)&d->release, err));
+    RT_TRY(resolve("cuMemMap", (void **)&d->map, err));
+    RT_TRY(resolve("cuMemUnmap", (void **)&d->unmap, err));
+    RT_TRY(resolve("cuMemSetAccess", (void **)&d->access, err));
+    RT_TRY(resolve("cuMemGetAllocationGranularity", (void **)&d->gran, err));
+    RT_TRY(resolve("cuGetErrorString", (void **)&d->errstr, err));
     return RT_OK;
 }
 
-rt_status rt_backend_new(const rt_backend_opts *o, rt_backend **out)
+rt_status rt_backend_new(const rt_backend_opts *o, rt_backend **out, ms_error *err)
 {
     *out = NULL;
     rt_backend *b = calloc(1, sizeof *b);
-    if (!b) return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
+    if (!b) return rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
     if (o) b->o = *o;
     else rt_backend_opts_default(&b->o);
     b->dev = u64map_new(256);
@@ -438,12 +447,12 @@ rt_status rt_backend_new(const rt_backend_opts *o, rt_backend **out)
     b->va = u64map_new(64);
     rt_status st = RT_OK;
     if (!b->dev || !b->phys || !b->host || !b->va)
-        st = rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "u64map_new", "out of memory");
+        st = rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "u64map_new", "out of memory");
     cudaError_t e = cudaSuccess;
     if (st == RT_OK && (e = cudaSetDevice(b->o.device)) != cudaSuccess)
-        st = rt_set_error(RT_ERR_NODEV, __FILE__, __LINE__, "cudaSetDevice",
+        st = rt_fail(err, RT_ERR_NODEV, __FILE__, __LINE__, "cudaSetDevice",
                           cudaGetErrorString(e));
-    if (st == RT_OK) st = resolve_all(&b->d);
+    if (st == RT_OK) st = resolve_all(&b->d, err);
     size_t gran = 0;
     if (st == RT_OK) {
         b->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -455,13 +464,13 @@ rt_status rt_backend_new(const rt_backend_opts *o, rt_backend **out)
         if (r != CUDA_SUCCESS || !gran) {
             const char *s = "no granularity";
             b->d.errstr(r, &s);
-            st = rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cuMemGetAllocationGranularity",
+            st = rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cuMemGetAllocationGranularity",
                               s);
         }
     }
     size_t fr = 0, tot = 0;
     if (st == RT_OK && (e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess)
-        st = rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cudaMemGetInfo",
+        st = rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cudaMemGetInfo",
                           cudaGetErrorString(e));
     if (st != RT_OK) {
         rt_backend_free(b);

@@ -37,8 +37,8 @@ typedef struct rt_gpu_info {
 
 /* Checks that a driver is loaded, new enough for this build's runtime, and that `device`
  * exists and is at least compute capability 9.0 (the kernels are built for sm_90). RT_OK and
- * info filled, or RT_ERR_NODEV with a one-line reason in why. */
-rt_status rt_gpu_check(int device, rt_gpu_info *info, char *why, size_t n);
+ * info filled, or RT_ERR_NODEV with a one-line reason in err. */
+rt_status rt_gpu_check(int device, rt_gpu_info *info, ms_error *err);
 
 /* ---- the backend ---- */
 
@@ -70,9 +70,9 @@ void rt_backend_opts_default(rt_backend_opts *o);
 
 typedef struct rt_backend rt_backend;
 
-/* Creates the backend on o->device (NULL: defaults). RT_ERR_NODEV / RT_ERR_CUDA with
- * rt_last_error() set when the device or the driver's VMM entry points are unusable. */
-rt_status rt_backend_new(const rt_backend_opts *o, rt_backend **out);
+/* Creates the backend on o->device (NULL: defaults). RT_ERR_NODEV / RT_ERR_CUDA with err
+ * filled when the device or the driver's VMM entry points are unusable. */
+rt_status rt_backend_new(const rt_backend_opts *o, rt_backend **out, ms_error *err);
 /* Frees the bookkeeping. Memory still held by callers is NOT freed (the allocator owns it):
  * rt_backend_outstanding_bytes tells whether something leaked. NULL: no-op. */
 void rt_backend_free(rt_backend *b);
@@ -80,6 +80,10 @@ void rt_backend_free(rt_backend *b);
 /* The ops table for allocators (alloc_new(name, cfg, rt_backend_mb(b), ...)). The pointer
  * stays valid until rt_backend_free. */
 const mb_backend *rt_backend_mb(const rt_backend *b);
+
+/* The backend's last failed call ("file:line: call: message"; empty when none failed): an
+ * mb_ops call returns a status only, so its caller reads what failed here. */
+const ms_error *rt_backend_error(const rt_backend *b);
 
 const char *rt_bcall_name(rt_bcall k);
 const rt_bcall_stats *rt_backend_stats(const rt_backend *b, rt_bcall k);

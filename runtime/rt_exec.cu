@@ -362,10 +362,18 @@ static rt_status fail(ex *x, rt_outcome oc, rt_status st, const char *fmt, ...)
     return st;
 }
 
-static rt_status fail_dev(ex *x, size_t i, const char *what)
+static rt_status fail_dev(ex *x, size_t i, const char *what, ms_error *err)
 {
     return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: %s: %s", i, what,
-                rt_last_error());
+                err->msg);
+}
+
+/* What the backend's last failed call was (an allocator or mb_ops call returns a status
+ * only): rt_exec_opts.backend_error, where the caller gave one. */
+static const char *be_why(const ex *x)
+{
+    const ms_error *e = x->o.backend_error;
+    return e && e->msg[0] ? e->msg : "no error";
 }
 
 static const char *tname(const ex *x, uint64_t id, char *buf, size_t n)
@@ -377,13 +385,13 @@ static const char *tname(const ex *x, uint64_t id, char *buf, size_t n)
 
 /* ---- waiting, with the watchdog ---- */
 
-static rt_status wait_ev(ex *x, void *e, const char *what)
+static rt_status wait_ev(ex *x, void *e, const char *what, ms_error *err)
 {
     double left = x->deadline - mono_s();
-    int q = x->d->host_wait(x->d->ctx, e, left > 0 ? left : 0);
+    int q = x->d->host_wait(x->d->ctx, e, left > 0 ? left : 0, err);
     if (q > 0) return RT_OK;
     if (q < 0)
-        return fail(x, RTX_ERROR, RT_ERR_CUDA, "waiting for %s: %s", what, rt_last_error());
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "waiting for %s: %s", what, err->msg);
     x->hung = 1;
     return fail(x, RTX_ERROR, RT_ERR_CUDA,
                 "watchdog: %s was not reached within %.0f s of the run's start (the GPU may "
@@ -392,11 +400,11 @@ static rt_status wait_ev(ex *x, void *e, const char *what)
 
 /* ---- event pool (untimed events for deferred frees and joins) ---- */
 
-static void *pool_get(ex *x)
+static void *pool_get(ex *x, ms_error *err)
 {
     if (x->n_free_ev) return x->free_ev[--x->n_free_ev];
     void *e = NULL;
-    if (x->d->event_new(x->d->ctx, 0, &e) != RT_OK) return NULL;
+    if (x->d->event_new(x->d->ctx, 0, &e, err) != RT_OK) return NULL;
     if (ms_grow((void **)&x->pool_ev, &x->cap_pool_ev, x->n_pool_ev + 1, sizeof(void *)) !=
         MS_OK) {
         x->d->event_free(x->d->ctx, e);
@@ -449,7 +457,7 @@ static hlive *host_live(ex *x, uint64_t tensor)
 
 /* ---- deferred frees ---- */
 
-static rt_status pend_new(ex *x, uint32_t *idx)
+static rt_status pend_new(ex *x, uint32_t *idx, ms_error *err)
 {
     if (slot_new(&x->pd_free, &x->n_pd_free, &x->n_pd, &x->cap_pd, (void **)&x->pd,
                  sizeof *x->pd, idx) != MS_OK)
@@ -460,11 +468,11 @@ static rt_status pend_new(ex *x, uint32_t *idx)
 }
 
 /* Records an event on stream k that the pend waits for. */
-static rt_status pend_event(ex *x, uint32_t idx, int k, size_t i)
+static rt_status pend_event(ex *x, uint32_t idx, int k, size_t i, ms_error *err)
 {
-    void *e = pool_get(x);
-    if (!e) return fail_dev(x, i, "creating an event");
-    if (x->d->record(x->d->ctx, e, x->st[k]) != RT_OK) return fail_dev(x, i, "recording");
+    void *e = pool_get(x, err);
+    if (!e) return fail_dev(x, i, "creating an event", err);
+    if (x->d->record(x->d->ctx, e, x->st[k], err) != RT_OK) return fail_dev(x, i, "recording", err);
     fifo *f = &x->q[k];
     if (ms_grow((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v) != MS_OK)
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
@@ -477,7 +485,7 @@ static rt_status pend_event(ex *x, uint32_t idx, int k, size_t i)
     return RT_OK;
 }
 
-static rt_status pend_done(ex *x, uint32_t idx)
+static rt_status pend_done(ex *x, uint32_t idx, ms_error *err)
 {
     pend *p = &x->pd[idx];
     p->active = 0;
@@ -488,7 +496,7 @@ static rt_status pend_done(ex *x, uint32_t idx)
         ms_status st = alloc_release(x->alloc, p->addr);
         if (st != MS_OK)
             return fail(x, RTX_ERROR, RT_ERR_CUDA, "releasing a deferred block 0x%llx: %s (%s)",
-                        (unsigned long long)p->addr, ms_status_str(st), rt_last_error());
+                        (unsigned long long)p->addr, ms_status_str(st), be_why(x));
         bm_release(x->mix, p->addr);
     }
     if (slot_del(&x->pd_free, &x->n_pd_free, &x->cap_pd_free, idx) != MS_OK)
@@ -497,18 +505,18 @@ static rt_status pend_done(ex *x, uint32_t idx)
 }
 
 /* Completes the deferred frees whose events were reached; block = wait for all of them. */
-static rt_status poll_pending(ex *x, int block)
+static rt_status poll_pending(ex *x, int block, ms_error *err)
 {
     for (int k = 0; k < SS_COUNT; k++) {
         fifo *f = &x->q[k];
         while (f->head < f->n) {
             fitem it = f->v[f->head];
             if (block) {
-                RT_TRY(wait_ev(x, it.ev, "a deferred free's event"));
+                RT_TRY(wait_ev(x, it.ev, "a deferred free's event", err));
             } else {
-                int q = x->d->query(x->d->ctx, it.ev);
+                int q = x->d->query(x->d->ctx, it.ev, err);
                 if (q < 0)
-                    return fail(x, RTX_ERROR, RT_ERR_CUDA, "event query: %s", rt_last_error());
+                    return fail(x, RTX_ERROR, RT_ERR_CUDA, "event query: %s", err->msg);
                 if (!q) break;
             }
             f->head++;
@@ -516,7 +524,7 @@ static rt_status poll_pending(ex *x, int block)
             for (int j = 0; j < p->n_ev; j++)
                 if (p->ev[j] == it.ev) p->ev[j] = NULL; /* reached: may be reused from now */
             pool_put(x, it.ev);
-            if (--p->outstanding == 0) RT_TRY(pend_done(x, it.pend));
+            if (--p->outstanding == 0) RT_TRY(pend_done(x, it.pend, err));
         }
         if (f->head == f->n) f->head = f->n = 0;
     }
@@ -524,12 +532,12 @@ static rt_status poll_pending(ex *x, int block)
 }
 
 /* alloc_sync: the host waits until stream k has reached this point. */
-static rt_status sync_stream(ex *x, int k, size_t i)
+static rt_status sync_stream(ex *x, int k, size_t i, ms_error *err)
 {
-    void *e = pool_get(x);
-    if (!e) return fail_dev(x, i, "creating an event");
-    if (x->d->record(x->d->ctx, e, x->st[k]) != RT_OK) return fail_dev(x, i, "recording");
-    rt_status st = wait_ev(x, e, "the stream before an allocator call");
+    void *e = pool_get(x, err);
+    if (!e) return fail_dev(x, i, "creating an event", err);
+    if (x->d->record(x->d->ctx, e, x->st[k], err) != RT_OK) return fail_dev(x, i, "recording", err);
+    rt_status st = wait_ev(x, e, "the stream before an allocator call", err);
     if (st == RT_OK) pool_put(x, e);
     x->r->alloc_waits++;
     return st;
@@ -537,7 +545,7 @@ static rt_status sync_stream(ex *x, int k, size_t i)
 
 /* ---- actions ---- */
 
-static rt_status oom_result(ex *x, size_t i, const sched_action *a)
+static rt_status oom_result(ex *x, size_t i, const sched_action *a, ms_error *err)
 {
     bm_failed(x->mix);
     const alloc_stats *s = alloc_get_stats(x->alloc);
@@ -563,7 +571,7 @@ static rt_status oom_result(ex *x, size_t i, const sched_action *a)
  * on the GPU is the same.) An allocator that frees cached segments on the retry does it
  * through cudaFree, which synchronizes the device, or through cuMemUnmap, preceded by a
  * synchronize (rt_backend_opts.sync_before_unmap). */
-static rt_status release_deferred(ex *x, size_t i)
+static rt_status release_deferred(ex *x, size_t i, ms_error *err)
 {
     for (size_t p = 0; p < x->n_pd; p++) {
         pend *q = &x->pd[p];
@@ -575,7 +583,7 @@ static rt_status release_deferred(ex *x, size_t i)
         if (st != MS_OK)
             return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: releasing a deferred "
                         "block 0x%llx: %s (%s)", i, (unsigned long long)q->addr,
-                        ms_status_str(st), rt_last_error());
+                        ms_status_str(st), be_why(x));
         bm_release(x->mix, q->addr);
     }
     return RT_OK;
@@ -584,7 +592,8 @@ static rt_status release_deferred(ex *x, size_t i)
 /* The stream handed [addr, addr + bytes) waits for the events of every deferred free whose
  * bytes overlap it: released fences, and with the static arena (which places tensors at
  * their planned offsets, not where the allocator has room) blocks whose free still waits. */
-static rt_status fence_block(ex *x, size_t i, int stream, uint64_t addr, uint64_t bytes)
+static rt_status fence_block(ex *x, size_t i, int stream, uint64_t addr, uint64_t bytes,
+                             ms_error *err)
 {
     if (!addr || !(x->pending_dev + x->fenced_dev)) return RT_OK;
     uint64_t end = addr + (bytes ? bytes : 1);
@@ -594,8 +603,8 @@ static rt_status fence_block(ex *x, size_t i, int stream, uint64_t addr, uint64_
         int waited = 0;
         for (int j = 0; j < q->n_ev; j++) {
             if (!q->ev[j]) continue;
-            if (x->d->wait(x->d->ctx, x->st[stream], q->ev[j]) != RT_OK)
-                return fail_dev(x, i, "waiting for a deferred free's event");
+            if (x->d->wait(x->d->ctx, x->st[stream], q->ev[j], err) != RT_OK)
+                return fail_dev(x, i, "waiting for a deferred free's event", err);
             waited = 1;
         }
         x->r->alloc_fences += (uint64_t)waited;
@@ -612,21 +621,21 @@ static int retry_after_release(const ex *x, ms_status st)
            (st == MS_ERR_INVALID && (alloc_caps(x->alloc) & ALLOC_CAP_STATIC_PLAN));
 }
 
-static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
+static rt_status do_alloc(ex *x, size_t i, const sched_action *a, ms_error *err)
 {
     if (dev_live(x, a->tensor))
         return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: tensor %llu is already "
                     "allocated", i, (unsigned long long)a->tensor);
-    if (x->o.alloc_sync) RT_TRY(sync_stream(x, a->stream, i));
-    RT_TRY(poll_pending(x, 0));
+    if (x->o.alloc_sync) RT_TRY(sync_stream(x, a->stream, i, err));
+    RT_TRY(poll_pending(x, 0, err));
     uint64_t addr = 0;
     ms_status st = alloc_block(x->alloc, a->bytes, a->stream, a->tensor, &addr);
     if (st != MS_OK && x->pending_dev && retry_after_release(x, st)) {
-        RT_TRY(release_deferred(x, i));
+        RT_TRY(release_deferred(x, i, err));
         x->r->oom_drains++;
         st = alloc_block(x->alloc, a->bytes, a->stream, a->tensor, &addr);
     }
-    if (st == MS_ERR_OOM) return oom_result(x, i, a);
+    if (st == MS_ERR_OOM) return oom_result(x, i, a, err);
     if (st != MS_OK) {
         char tn[48];
         int arena = st == MS_ERR_INVALID && (alloc_caps(x->alloc) & ALLOC_CAP_STATIC_PLAN);
@@ -635,7 +644,7 @@ static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
                     (unsigned long long)a->tensor, tname(x, a->tensor, tn, sizeof tn),
                     sched_stream_name(a->stream), ms_status_str(st),
                     arena ? "static arena: its planned address is held by a live tensor, or "
-                            "the plan's offsets do not fit the arena" : rt_last_error());
+                            "the plan's offsets do not fit the arena" : be_why(x));
     }
     uint32_t slot;
     if (slot_new(&x->dl_free, &x->n_dl_free, &x->n_dl, &x->cap_dl, (void **)&x->dl,
@@ -653,13 +662,13 @@ static rt_status do_alloc(ex *x, size_t i, const sched_action *a)
     if (x->alias && lower_id_synthetic(a->tensor, &tid) && tid != UINT64_MAX &&
         u64map_put(x->alias, tid, a->tensor))
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
-    return fence_block(x, i, a->stream, addr, a->bytes);
+    return fence_block(x, i, a->stream, addr, a->bytes, err);
 }
 
 /* A block another stream used must not be reused before that use ends: record an event on
  * every such stream and release the block when all are reached (PyTorch record_stream). The
  * compute stream counts as a user of every block, since kernels there read and write them. */
-static rt_status do_free(ex *x, size_t i, const sched_action *a)
+static rt_status do_free(ex *x, size_t i, const sched_action *a, ms_error *err)
 {
     uint64_t slot;
     if (!u64map_del(x->dmap, a->tensor, &slot))
@@ -670,7 +679,7 @@ static rt_status do_free(ex *x, size_t i, const sched_action *a)
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
     unsigned others = 0;
     if (x->o.alloc_sync) {
-        RT_TRY(sync_stream(x, a->stream, i));
+        RT_TRY(sync_stream(x, a->stream, i, err));
     } else {
         unsigned users = d.users | (1u << a->stream) | (1u << SS_COMPUTE);
         others = users & ~(1u << d.stream);
@@ -679,26 +688,26 @@ static rt_status do_free(ex *x, size_t i, const sched_action *a)
         ms_status st = alloc_release(x->alloc, d.addr);
         if (st != MS_OK)
             return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: freeing: %s (%s)", i,
-                        ms_status_str(st), rt_last_error());
+                        ms_status_str(st), be_why(x));
         bm_release(x->mix, d.addr);
         return RT_OK;
     }
     uint32_t p;
-    RT_TRY(pend_new(x, &p));
+    RT_TRY(pend_new(x, &p, err));
     x->pd[p].addr = d.addr;
     x->pd[p].bytes = d.bytes ? d.bytes : 1;
     x->pending_dev++;
     x->r->deferred_frees++;
     for (int k = 0; k < SS_COUNT; k++)
-        if (others & (1u << k)) RT_TRY(pend_event(x, p, k, i));
+        if (others & (1u << k)) RT_TRY(pend_event(x, p, k, i, err));
     return RT_OK;
 }
 
 /* The pinned range is placed by the plan; streams that will use it wait for the earlier
  * users of overlapping ranges whose frees are not reached yet. */
-static rt_status do_host_alloc(ex *x, size_t i, const sched_action *a)
+static rt_status do_host_alloc(ex *x, size_t i, const sched_action *a, ms_error *err)
 {
-    RT_TRY(poll_pending(x, 0));
+    RT_TRY(poll_pending(x, 0, err));
     uint64_t off = x->hp.offsets[i], end = off + (a->bytes ? a->bytes : 1);
     unsigned mask = x->hp.stream_mask[i];
     for (size_t p = 0; p < x->n_pd; p++) {
@@ -707,8 +716,8 @@ static rt_status do_host_alloc(ex *x, size_t i, const sched_action *a)
         for (int k = 0; k < SS_COUNT; k++)
             if (mask & (1u << k))
                 for (int j = 0; j < q->n_ev; j++)
-                    if (q->ev[j] && x->d->wait(x->d->ctx, x->st[k], q->ev[j]) != RT_OK)
-                        return fail_dev(x, i, "waiting for a pinned range's earlier user");
+                    if (q->ev[j] && x->d->wait(x->d->ctx, x->st[k], q->ev[j], err) != RT_OK)
+                        return fail_dev(x, i, "waiting for a pinned range's earlier user", err);
     }
     uint32_t slot;
     if (slot_new(&x->hl_free, &x->n_hl_free, &x->n_hl, &x->cap_hl, (void **)&x->hl,
@@ -723,18 +732,18 @@ static rt_status do_host_alloc(ex *x, size_t i, const sched_action *a)
     if (x->host_used > x->r->host_peak_bytes) x->r->host_peak_bytes = x->host_used;
     if (x->o.host_init && x->o.trace && trace_find_tensor(x->o.trace, a->tensor)) {
         if (x->o.host_init(x->o.compute_ctx, x->st[a->stream], a->tensor, x->pool_dev + off,
-                           a->bytes) != RT_OK) {
+                           a->bytes, err) != RT_OK) {
             char tn[48];
             return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: initializing the host "
                         "home of tensor %llu '%s': %s", i, (unsigned long long)a->tensor,
-                        tname(x, a->tensor, tn, sizeof tn), rt_last_error());
+                        tname(x, a->tensor, tn, sizeof tn), err->msg);
         }
         x->r->host_inits++;
     }
     return RT_OK;
 }
 
-static rt_status do_host_free(ex *x, size_t i, const sched_action *a)
+static rt_status do_host_free(ex *x, size_t i, const sched_action *a, ms_error *err)
 {
     uint64_t slot;
     if (!u64map_del(x->hmap, a->tensor, &slot))
@@ -746,12 +755,12 @@ static rt_status do_host_free(ex *x, size_t i, const sched_action *a)
     x->host_used -= h.req;
     unsigned users = h.users | (1u << a->stream);
     uint32_t p;
-    RT_TRY(pend_new(x, &p));
+    RT_TRY(pend_new(x, &p, err));
     x->pd[p].host = 1;
     x->pd[p].off = h.off;
     x->pd[p].bytes = h.bytes;
     for (int k = 0; k < SS_COUNT; k++)
-        if (users & (1u << k)) RT_TRY(pend_event(x, p, k, i));
+        if (users & (1u << k)) RT_TRY(pend_event(x, p, k, i, err));
     return RT_OK;
 }
 
@@ -821,7 +830,7 @@ typedef struct cpiece {
 } cpiece;
 
 static rt_status piece_add(cpiece *p, size_t *n, size_t max, uint64_t dev, uint64_t host,
-                           uint64_t bytes)
+                           uint64_t bytes, ms_error *err)
 {
     if (!bytes) return RT_OK;
     if (*n && p[*n - 1].dev + p[*n - 1].bytes == dev && p[*n - 1].host + p[*n - 1].bytes == host) {
@@ -845,7 +854,7 @@ static rt_status piece_add(cpiece *p, size_t *n, size_t max, uint64_t dev, uint6
  * neither copied nor recomputed would be silently wrong. *n = 0: a plain copy will do. */
 #define RT_MAX_PIECES 256
 static rt_status copy_plan(ex *x, size_t i, const sched_action *a, uint64_t dev,
-                           uint64_t host, cpiece *p, size_t *n)
+                           uint64_t host, cpiece *p, size_t *n, ms_error *err)
 {
     *n = 0;
     if (!x->o.compute || !x->o.plan || !x->o.token_rows || !x->o.trace) return RT_OK;
@@ -876,7 +885,7 @@ static rt_status copy_plan(ex *x, size_t i, const sched_action *a, uint64_t dev,
         uint64_t cb = dec == PD_SWAP ? frac_bytes(m[k].bytes, alpha) : m[k].bytes;
         rt_status st = RT_OK;
         if (cb == m[k].bytes) {
-            st = piece_add(p, n, RT_MAX_PIECES, dev + m[k].off, host + hoff, cb);
+            st = piece_add(p, n, RT_MAX_PIECES, dev + m[k].off, host + hoff, cb, err);
         } else {
             unsigned arrays = 0;
             uint64_t rowb = 0;
@@ -891,7 +900,7 @@ static rt_status copy_plan(ex *x, size_t i, const sched_action *a, uint64_t dev,
             uint64_t arr = m[k].bytes / arrays, piece = cb / arrays;
             for (unsigned j = 0; j < arrays && st == RT_OK; j++)
                 st = piece_add(p, n, RT_MAX_PIECES, dev + m[k].off + j * arr,
-                               host + hoff + j * piece, piece);
+                               host + hoff + j * piece, piece, err);
         }
         if (st != RT_OK)
             return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: copy of block %llu "
@@ -906,18 +915,18 @@ static rt_status copy_plan(ex *x, size_t i, const sched_action *a, uint64_t dev,
  * position in the copied stream (its offset in the pinned range), so that an offload and the
  * prefetch of the same bytes give the same sum whatever the device addresses. */
 static rt_status sum_pieces(ex *x, size_t i, size_t slot, void *s, const cpiece *pc,
-                            size_t np, uint64_t host)
+                            size_t np, uint64_t host, ms_error *err)
 {
     for (size_t k = 0; k < np; k++)
-        if (x->d->sum_add(x->d->ctx, s, slot, pc[k].dev, pc[k].bytes, pc[k].host - host) !=
+        if (x->d->sum_add(x->d->ctx, s, slot, pc[k].dev, pc[k].bytes, pc[k].host - host, err) !=
             RT_OK)
-            return fail_dev(x, i, "checksumming a copy");
+            return fail_dev(x, i, "checksumming a copy", err);
     x->cp[slot].summed = 1;
     x->r->swap_sums++;
     return RT_OK;
 }
 
-static rt_status do_copy(ex *x, size_t i, const sched_action *a)
+static rt_status do_copy(ex *x, size_t i, const sched_action *a, ms_error *err)
 {
     dlive *d = dev_live(x, a->tensor);
     if (!d)
@@ -943,18 +952,18 @@ static rt_status do_copy(ex *x, size_t i, const sched_action *a)
     void *s = x->st[a->stream];
     cpiece pc[RT_MAX_PIECES];
     size_t np = 0;
-    RT_TRY(copy_plan(x, i, a, d->addr, host, pc, &np));
+    RT_TRY(copy_plan(x, i, a, d->addr, host, pc, &np, err));
     if (!np) pc[np++] = (cpiece){ d->addr, host, a->bytes };
     /* verify_swaps: the device bytes an offload reads, summed on its stream just before */
-    if (x->sums_on && d2h) RT_TRY(sum_pieces(x, i, ci, s, pc, np, host));
-    if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
+    if (x->sums_on && d2h) RT_TRY(sum_pieces(x, i, ci, s, pc, np, host, err));
+    if (x->d->record(x->d->ctx, t->e0, s, err) != RT_OK) return fail_dev(x, i, "recording", err);
     for (size_t k = 0; k < np; k++)
         if (x->d->copy(x->d->ctx, s, d2h ? pc[k].host : pc[k].dev, d2h ? pc[k].dev : pc[k].host,
-                       pc[k].bytes, d2h) != RT_OK)
-            return fail_dev(x, i, d2h ? "device-to-host copy" : "host-to-device copy");
-    if (x->d->record(x->d->ctx, t->e1, s) != RT_OK) return fail_dev(x, i, "recording");
+                       pc[k].bytes, d2h, err) != RT_OK)
+            return fail_dev(x, i, d2h ? "device-to-host copy" : "host-to-device copy", err);
+    if (x->d->record(x->d->ctx, t->e1, s, err) != RT_OK) return fail_dev(x, i, "recording", err);
     /* ... and the bytes a prefetch wrote, just after (before the schedule's next record) */
-    if (x->sums_on && !d2h) RT_TRY(sum_pieces(x, i, ci, s, pc, np, host));
+    if (x->sums_on && !d2h) RT_TRY(sum_pieces(x, i, ci, s, pc, np, host, err));
     if (x->sums_on && h) {
         if (d2h) {
             h->last_d2h = ci + 1;
@@ -973,16 +982,16 @@ static rt_status do_copy(ex *x, size_t i, const sched_action *a)
 
 /* max_ahead: marks the end of this compute action and waits while more than max_ahead
  * compute actions are issued but not done. */
-static rt_status hold_back(ex *x, size_t i, void *s)
+static rt_status hold_back(ex *x, size_t i, void *s, ms_error *err)
 {
     size_t cap = (size_t)x->o.max_ahead + 1;
-    void *e = pool_get(x);
-    if (!e) return fail_dev(x, i, "creating an event");
-    if (x->d->record(x->d->ctx, e, s) != RT_OK) return fail_dev(x, i, "recording");
+    void *e = pool_get(x, err);
+    if (!e) return fail_dev(x, i, "creating an event", err);
+    if (x->d->record(x->d->ctx, e, s, err) != RT_OK) return fail_dev(x, i, "recording", err);
     x->ahead[(x->ahead_head + x->ahead_n++) % cap] = e;
     while (x->ahead_n > (size_t)x->o.max_ahead) {
         void *old = x->ahead[x->ahead_head];
-        RT_TRY(wait_ev(x, old, "a compute action (max_ahead)"));
+        RT_TRY(wait_ev(x, old, "a compute action (max_ahead)", err));
         x->ahead_head = (x->ahead_head + 1) % cap;
         x->ahead_n--;
         pool_put(x, old);
@@ -1065,7 +1074,7 @@ static uint64_t resolve(ex *x, uint64_t id, double frac, uint8_t *part, const ch
 /* The operands' device addresses; host (NULL for inputs) gets the host homes of split
  * gradient buffers (0 for the others). */
 static rt_status op_addrs(ex *x, size_t i, const trace_op *op, const uint64_t *ids, uint32_t n,
-                          double frac, uint64_t *addr, uint8_t *part, uint64_t *host)
+                          double frac, uint64_t *addr, uint8_t *part, uint64_t *host, ms_error *err)
 {
     for (uint32_t j = 0; j < n; j++) {
         const char *why = "";
@@ -1085,7 +1094,8 @@ static rt_status op_addrs(ex *x, size_t i, const trace_op *op, const uint64_t *i
 }
 
 /* A compute action run by the real-kernel hook: no spin credit, no calibration. */
-static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const trace_op *op)
+static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const trace_op *op,
+                                 ms_error *err)
 {
     enum { MAXT = 64 };
     uint64_t in[MAXT], out[MAXT], out_host[MAXT];
@@ -1098,8 +1108,8 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
         return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: op %s is a token-wise "
                     "partial replay (fraction %g of its rows) and the real-kernel hook has no "
                     "row-range entry", i, op->name, frac);
-    RT_TRY(op_addrs(x, i, op, op->in, op->n_in, frac, in, in_part, NULL));
-    RT_TRY(op_addrs(x, i, op, op->out, op->n_out, frac, out, out_part, out_host));
+    RT_TRY(op_addrs(x, i, op, op->in, op->n_in, frac, in, in_part, NULL, err));
+    RT_TRY(op_addrs(x, i, op, op->out, op->n_out, frac, out, out_part, out_host, err));
     int split = 0;
     for (uint32_t j = 0; j < op->n_out; j++) split |= out_host[j] != 0;
     if (split && !x->o.compute_split)
@@ -1114,17 +1124,19 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
         t->action = i;
         t->win = x->cur_win;
         t->req_us = req;
-        if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
+        if (x->d->record(x->d->ctx, t->e0, s, err) != RT_OK) return fail_dev(x, i, "recording",
+                                                                             err);
     }
     rt_status cs = frac > 0 ? x->o.compute_rows(x->o.compute_ctx, s, op, in, out, in_part,
-                                                out_part, frac)
-                   : split  ? x->o.compute_split(x->o.compute_ctx, s, op, in, out, out_host)
-                            : x->o.compute(x->o.compute_ctx, s, op, in, out);
+                                                out_part, frac, err)
+                   : split  ? x->o.compute_split(x->o.compute_ctx, s, op, in, out, out_host, err)
+                            : x->o.compute(x->o.compute_ctx, s, op, in, out, err);
     if (cs != RT_OK)
         return fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: op %s: %s", i, op->name,
-                    rt_last_error());
-    if (t && x->d->record(x->d->ctx, t->e1, s) != RT_OK) return fail_dev(x, i, "recording");
-    if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s));
+                    err->msg);
+    if (t && x->d->record(x->d->ctx, t->e1, s, err) != RT_OK) return fail_dev(x, i, "recording",
+                                                                              err);
+    if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s, err));
     rt_window *w = &x->r->win[x->cur_win];
     w->nominal_s += req * 1e-6;
     if (a->recompute) w->recompute_nominal_s += req * 1e-6;
@@ -1133,11 +1145,11 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
     return RT_OK;
 }
 
-static rt_status do_compute(ex *x, size_t i, const sched_action *a)
+static rt_status do_compute(ex *x, size_t i, const sched_action *a, ms_error *err)
 {
     if (x->o.compute && x->o.trace && a->op >= 0) {
         const trace_op *rop = trace_find_op(x->o.trace, (uint64_t)a->op);
-        if (rop) return do_compute_real(x, i, a, rop);
+        if (rop) return do_compute_real(x, i, a, rop, err);
     }
     rt_kernel_args k;
     memset(&k, 0, sizeof k);
@@ -1170,11 +1182,14 @@ static rt_status do_compute(ex *x, size_t i, const sched_action *a)
         t->action = i;
         t->win = x->cur_win;
         t->req_us = req;
-        if (x->d->record(x->d->ctx, t->e0, s) != RT_OK) return fail_dev(x, i, "recording");
+        if (x->d->record(x->d->ctx, t->e0, s, err) != RT_OK) return fail_dev(x, i, "recording",
+                                                                             err);
     }
-    if (x->d->kernel(x->d->ctx, s, &k) != RT_OK) return fail_dev(x, i, "launching a kernel");
-    if (t && x->d->record(x->d->ctx, t->e1, s) != RT_OK) return fail_dev(x, i, "recording");
-    if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s));
+    if (x->d->kernel(x->d->ctx, s, &k, err) != RT_OK) return fail_dev(x, i, "launching a kernel",
+                                                                      err);
+    if (t && x->d->record(x->d->ctx, t->e1, s, err) != RT_OK) return fail_dev(x, i, "recording",
+                                                                              err);
+    if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s, err));
     rt_window *w = &x->r->win[x->cur_win];
     w->nominal_s += req * 1e-6;
     if (a->recompute) w->recompute_nominal_s += req * 1e-6;
@@ -1205,7 +1220,10 @@ static void host_step_run(void *arg)
     ex *x = h->x;
     if (__atomic_load_n(&x->step_fail, __ATOMIC_ACQUIRE)) return;
     double t0 = mono_s();
-    rt_status st = x->o.host_compute(x->o.compute_ctx, h->op, h->tag, h->addr, h->bytes, h->n);
+    ms_error herr; /* this thread's own: the issuing thread runs on meanwhile */
+    ms_error_clear(&herr);
+    rt_status st = x->o.host_compute(x->o.compute_ctx, h->op, h->tag, h->addr, h->bytes, h->n,
+                                     &herr);
     /* one host thread runs every step, and the issuing thread reads the sums only after
      * every stream has drained */
     x->r->win[h->win].host_measured_s += mono_s() - t0;
@@ -1213,10 +1231,10 @@ static void host_step_run(void *arg)
     int no = 0;
     if (__atomic_compare_exchange_n(&x->step_fail, &no, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         snprintf(x->step_msg, sizeof x->step_msg, "host step %s: %s", h->op->name,
-                 rt_last_error());
+                 herr.msg);
 }
 
-static rt_status do_host_step(ex *x, size_t i, const sched_action *a)
+static rt_status do_host_step(ex *x, size_t i, const sched_action *a, ms_error *err)
 {
     const trace_op *op = trace_find_op(x->o.trace, (uint64_t)a->op);
     if (!op)
@@ -1227,10 +1245,10 @@ static rt_status do_host_step(ex *x, size_t i, const sched_action *a)
                     "device %s cannot run host calls", i, op->name, x->d->name);
     uint64_t ids[RT_STEP_MAX];
     int64_t tag = 0;
-    int n = x->o.host_prepare(x->o.compute_ctx, op, ids, RT_STEP_MAX, &tag);
+    int n = x->o.host_prepare(x->o.compute_ctx, op, ids, RT_STEP_MAX, &tag, err);
     if (n < 0)
         return fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: host step %s: %s", i,
-                    op->name, rt_last_error());
+                    op->name, err->msg);
     hstep *h = (hstep *)calloc(1, sizeof *h);
     if (!h || ms_grow((void **)&x->steps, &x->cap_steps, x->n_steps + 1, sizeof *x->steps) !=
                   MS_OK) {
@@ -1255,43 +1273,43 @@ static rt_status do_host_step(ex *x, size_t i, const sched_action *a)
         h->bytes[k] = l->req;
         l->last_d2h = 0; /* the host step rewrites it (parameters, gradients) */
     }
-    if (x->d->host_call(x->d->ctx, x->st[a->stream], host_step_run, h) != RT_OK)
-        return fail_dev(x, i, "host step");
+    if (x->d->host_call(x->d->ctx, x->st[a->stream], host_step_run, h, err) != RT_OK)
+        return fail_dev(x, i, "host step", err);
     x->r->host_steps++;
     return RT_OK;
 }
 
-static rt_status issue(ex *x, size_t i, const sched_action *a)
+static rt_status issue(ex *x, size_t i, const sched_action *a, ms_error *err)
 {
     void *s = x->st[a->stream];
     switch (a->kind) {
     case SA_COMPUTE:
-        return do_compute(x, i, a);
+        return do_compute(x, i, a, err);
     case SA_ALLOC:
-        return do_alloc(x, i, a);
+        return do_alloc(x, i, a, err);
     case SA_FREE:
-        return do_free(x, i, a);
+        return do_free(x, i, a, err);
     case SA_COPY_D2H:
     case SA_COPY_H2D:
-        return do_copy(x, i, a);
+        return do_copy(x, i, a, err);
     case SA_HOST_ALLOC:
-        return do_host_alloc(x, i, a);
+        return do_host_alloc(x, i, a, err);
     case SA_HOST_FREE:
-        return do_host_free(x, i, a);
+        return do_host_free(x, i, a, err);
     case SA_HOST_COMPUTE:
         x->r->win[x->cur_win].host_nominal_s += (a->dur_us > 0 ? a->dur_us : 0) * 1e-6;
         if (x->o.host_compute && x->o.host_prepare && x->o.trace && a->op >= 0)
-            return do_host_step(x, i, a);
-        if (x->d->host_work(x->d->ctx, s, a->dur_us > 0 ? a->dur_us : 0) != RT_OK)
-            return fail_dev(x, i, "host work");
+            return do_host_step(x, i, a, err);
+        if (x->d->host_work(x->d->ctx, s, a->dur_us > 0 ? a->dur_us : 0, err) != RT_OK)
+            return fail_dev(x, i, "host work", err);
         return RT_OK;
     case SA_RECORD:
-        if (x->d->record(x->d->ctx, x->sev[a->event], s) != RT_OK)
-            return fail_dev(x, i, "recording an event");
+        if (x->d->record(x->d->ctx, x->sev[a->event], s, err) != RT_OK)
+            return fail_dev(x, i, "recording an event", err);
         return RT_OK;
     case SA_WAIT:
-        if (x->d->wait(x->d->ctx, s, x->sev[a->event]) != RT_OK)
-            return fail_dev(x, i, "waiting on an event");
+        if (x->d->wait(x->d->ctx, s, x->sev[a->event], err) != RT_OK)
+            return fail_dev(x, i, "waiting on an event", err);
         return RT_OK;
     case SA_MARK:
         if (a->mark == TM_ITER && a->stream == SS_COMPUTE && x->o.set_iter)
@@ -1299,8 +1317,8 @@ static rt_status issue(ex *x, size_t i, const sched_action *a)
         if (a->mark == TM_ITER && a->stream == SS_COMPUTE && x->cur_win + 1 < x->n_win) {
             x->cur_win++;
             x->retries_at_mark = alloc_get_stats(x->alloc)->num_alloc_retries;
-            if (x->d->record(x->d->ctx, x->wev[x->cur_win], s) != RT_OK)
-                return fail_dev(x, i, "recording an iteration mark");
+            if (x->d->record(x->d->ctx, x->wev[x->cur_win], s, err) != RT_OK)
+                return fail_dev(x, i, "recording an iteration mark", err);
         }
         return RT_OK;
     default:
@@ -1338,15 +1356,15 @@ static void count_actions(const schedule_t *s, counts *c)
     }
 }
 
-static rt_status make_events(ex *x, void **v, size_t n, int timing)
+static rt_status make_events(ex *x, void **v, size_t n, int timing, ms_error *err)
 {
     for (size_t k = 0; k < n; k++)
-        if (x->d->event_new(x->d->ctx, timing, &v[k]) != RT_OK)
-            return fail(x, RTX_ERROR, RT_ERR_CUDA, "creating events: %s", rt_last_error());
+        if (x->d->event_new(x->d->ctx, timing, &v[k], err) != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "creating events: %s", err->msg);
     return RT_OK;
 }
 
-static rt_status setup(ex *x, const counts *c)
+static rt_status setup(ex *x, const counts *c, ms_error *err)
 {
     rt_exec_result *r = x->r;
     x->n_win = c->marks + 1;
@@ -1369,31 +1387,31 @@ static rt_status setup(ex *x, const counts *c)
     if (!x->ahead || !r->win || !x->sev || !x->wev || !x->cp || !x->op || !x->dmap || !x->hmap ||
         !x->mix)
         return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
-    if (x->d->calibrate && x->d->calibrate(x->d->ctx, &r->calib) != RT_OK)
+    if (x->d->calibrate && x->d->calibrate(x->d->ctx, &r->calib, err) != RT_OK)
         return fail(x, RTX_ERROR, RT_ERR_CUDA, "calibrating the spin kernel: %s",
-                    rt_last_error());
+                    err->msg);
     x->empty_us = r->calib.valid ? r->calib.empty_us : 0;
     for (int k = 0; k < SS_COUNT; k++)
-        if (x->d->stream_new(x->d->ctx, &x->st[k]) != RT_OK)
-            return fail(x, RTX_ERROR, RT_ERR_CUDA, "creating streams: %s", rt_last_error());
+        if (x->d->stream_new(x->d->ctx, &x->st[k], err) != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "creating streams: %s", err->msg);
     if (x->o.verify_swaps) {
         if (!x->d->sum_begin || !x->d->sum_add || !x->d->sum_read || !x->d->sum_end)
             return fail(x, RTX_ERROR, RT_ERR_INVALID, "verify_swaps: the device %s cannot "
                         "checksum copies", x->d->name);
-        if (x->d->sum_begin(x->d->ctx, x->n_cp) != RT_OK)
-            return fail(x, RTX_ERROR, RT_ERR_CUDA, "verify_swaps: %s", rt_last_error());
+        if (x->d->sum_begin(x->d->ctx, x->n_cp, err) != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "verify_swaps: %s", err->msg);
         x->sums_on = 1;
     }
-    RT_TRY(make_events(x, x->sev, x->n_sev, 0));
-    RT_TRY(make_events(x, x->wev, x->n_win, 1));
-    RT_TRY(make_events(x, &x->ev_end, 1, 1));
+    RT_TRY(make_events(x, x->sev, x->n_sev, 0, err));
+    RT_TRY(make_events(x, x->wev, x->n_win, 1, err));
+    RT_TRY(make_events(x, &x->ev_end, 1, 1, err));
     for (size_t k = 0; k < x->n_cp; k++) {
-        RT_TRY(make_events(x, &x->cp[k].e0, 1, 1));
-        RT_TRY(make_events(x, &x->cp[k].e1, 1, 1));
+        RT_TRY(make_events(x, &x->cp[k].e0, 1, 1, err));
+        RT_TRY(make_events(x, &x->cp[k].e1, 1, 1, err));
     }
     for (size_t k = 0; k < x->n_op; k++) {
-        RT_TRY(make_events(x, &x->op[k].e0, 1, 1));
-        RT_TRY(make_events(x, &x->op[k].e1, 1, 1));
+        RT_TRY(make_events(x, &x->op[k].e0, 1, 1, err));
+        RT_TRY(make_events(x, &x->op[k].e1, 1, 1, err));
     }
     /* the pinned pool (one allocation, sized by the plan) and the DHA buffer */
     r->host_pool_bytes = x->hp.pool_bytes;
@@ -1408,8 +1426,8 @@ static rt_status setup(ex *x, const counts *c)
     if (x->hp.pool_bytes) st = x->be->ops->host_alloc(x->be->ctx, x->hp.pool_bytes, &x->pool);
     x->pool_dev = x->pool;
     if (st == MS_OK && x->pool && x->d->host_map &&
-        x->d->host_map(x->d->ctx, x->pool, &x->pool_dev) != RT_OK)
-        return fail(x, RTX_ERROR, RT_ERR_CUDA, "mapping the pinned pool: %s", rt_last_error());
+        x->d->host_map(x->d->ctx, x->pool, &x->pool_dev, err) != RT_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "mapping the pinned pool: %s", err->msg);
     if (st == MS_OK && c->dha_bytes) {
         x->dha_bytes = c->dha_bytes;
         st = x->be->ops->host_alloc(x->be->ctx, x->dha_bytes, &x->dha_buf);
@@ -1419,13 +1437,13 @@ static rt_status setup(ex *x, const counts *c)
         return fail(x, st == MS_ERR_OOHM ? RTX_OOHM : RTX_ERROR, st == MS_ERR_OOHM ? RT_OK
                     : RT_ERR_CUDA, "cannot allocate %s of pinned host memory: %s",
                     ms_fmt_bytes(x->hp.pool_bytes + x->dha_bytes, b0, sizeof b0),
-                    rt_last_error());
+                    be_why(x));
     }
-    ms_error err;
-    ms_error_clear(&err);
+    ms_error le; /* the library's */
+    ms_error_clear(&le);
     st = alloc_new(x->o.allocator ? x->o.allocator : "caching", x->o.alloc_cfg, x->be,
-                   &x->alloc, &err);
-    if (st != MS_OK) return fail(x, RTX_ERROR, RT_ERR_INVALID, "%s", err.msg);
+                   &x->alloc, &le);
+    if (st != MS_OK) return fail(x, RTX_ERROR, RT_ERR_INVALID, "%s", le.msg);
     return RT_OK;
 }
 
@@ -1443,21 +1461,21 @@ static void link_stat(rt_link_stat *l, double *bps, size_t n)
     l->median_Bps = median_of(bps, n);
 }
 
-static rt_status elapsed_s(ex *x, void *e0, void *e1, double *s)
+static rt_status elapsed_s(ex *x, void *e0, void *e1, double *s, ms_error *err)
 {
     float ms = 0;
-    if (x->d->elapsed_ms(x->d->ctx, e0, e1, &ms) != RT_OK)
-        return fail(x, RTX_ERROR, RT_ERR_CUDA, "reading event times: %s", rt_last_error());
+    if (x->d->elapsed_ms(x->d->ctx, e0, e1, &ms, err) != RT_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "reading event times: %s", err->msg);
     *s = ms * 1e-3;
     return RT_OK;
 }
 
-static rt_status measure(ex *x)
+static rt_status measure(ex *x, ms_error *err)
 {
     rt_exec_result *r = x->r;
     for (size_t w = 0; w < x->n_win; w++)
         RT_TRY(elapsed_s(x, x->wev[w], w + 1 < x->n_win ? x->wev[w + 1] : x->ev_end,
-                         &r->win[w].time_s));
+                         &r->win[w].time_s, err));
     double *bps[2];
     size_t nb[2] = {0, 0};
     bps[0] = (double *)calloc(x->used_cp + 1, sizeof(double));
@@ -1471,7 +1489,7 @@ static rt_status measure(ex *x)
     for (size_t k = 0; st == RT_OK && k < x->used_cp; k++) {
         const tev *t = &x->cp[k];
         double s = 0;
-        if ((st = elapsed_s(x, t->e0, t->e1, &s)) != RT_OK) break;
+        if ((st = elapsed_s(x, t->e0, t->e1, &s, err)) != RT_OK) break;
         rt_window *w = &r->win[t->win];
         if (t->d2h) w->d2h_busy_s += s;
         else w->h2d_busy_s += s;
@@ -1495,7 +1513,7 @@ static rt_status measure(ex *x)
     for (size_t k = 0; k < x->used_op; k++) {
         const tev *t = &x->op[k];
         double s = 0;
-        RT_TRY(elapsed_s(x, t->e0, t->e1, &s));
+        RT_TRY(elapsed_s(x, t->e0, t->e1, &s, err));
         const sched_action *a = sched_get(x->s, t->action);
         r->ops[k].action = t->action;
         r->ops[k].op = a->op;
@@ -1517,16 +1535,16 @@ static rt_status measure(ex *x)
 
 /* verify_swaps, once every stream is done: each prefetch's sum against its offload's. The
  * first difference is the error; all are counted. */
-static rt_status verify_sums(ex *x)
+static rt_status verify_sums(ex *x, ms_error *err)
 {
     rt_exec_result *r = x->r;
     if (!x->used_cp) return RT_OK;
     uint64_t *v = (uint64_t *)calloc(x->used_cp, sizeof *v);
     if (!v) return fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
-    if (x->d->sum_read(x->d->ctx, v, x->used_cp) != RT_OK) {
+    if (x->d->sum_read(x->d->ctx, v, x->used_cp, err) != RT_OK) {
         free(v);
         return fail(x, RTX_ERROR, RT_ERR_CUDA, "verify_swaps: reading the sums: %s",
-                    rt_last_error());
+                    err->msg);
     }
     char msg[sizeof r->failure] = "";
     for (size_t k = 0; k < x->used_cp; k++) {
@@ -1566,35 +1584,35 @@ static rt_status verify_sums(ex *x)
 }
 
 /* Waits until every stream has done all that was issued to it. */
-static rt_status drain_streams(ex *x)
+static rt_status drain_streams(ex *x, ms_error *err)
 {
     for (int k = 0; k < SS_COUNT; k++) {
         if (!x->st[k]) continue;
-        void *e = pool_get(x);
-        if (!e || x->d->record(x->d->ctx, e, x->st[k]) != RT_OK)
+        void *e = pool_get(x, err);
+        if (!e || x->d->record(x->d->ctx, e, x->st[k], err) != RT_OK)
             return fail(x, RTX_ERROR, RT_ERR_CUDA, "synchronizing streams: %s",
-                        rt_last_error());
-        RT_TRY(wait_ev(x, e, "the end of a stream's work"));
+                        err->msg);
+        RT_TRY(wait_ev(x, e, "the end of a stream's work", err));
         pool_put(x, e);
     }
     return RT_OK;
 }
 
 /* The normal end: the compute stream waits for the others, then the end event. */
-static rt_status finish(ex *x)
+static rt_status finish(ex *x, ms_error *err)
 {
     void *j[SS_COUNT];
     for (int k = 0; k < SS_COUNT; k++) {
         if (k == SS_COMPUTE) continue;
-        j[k] = pool_get(x);
-        if (!j[k] || x->d->record(x->d->ctx, j[k], x->st[k]) != RT_OK ||
-            x->d->wait(x->d->ctx, x->st[SS_COMPUTE], j[k]) != RT_OK)
-            return fail(x, RTX_ERROR, RT_ERR_CUDA, "joining the streams: %s", rt_last_error());
+        j[k] = pool_get(x, err);
+        if (!j[k] || x->d->record(x->d->ctx, j[k], x->st[k], err) != RT_OK ||
+            x->d->wait(x->d->ctx, x->st[SS_COMPUTE], j[k], err) != RT_OK)
+            return fail(x, RTX_ERROR, RT_ERR_CUDA, "joining the streams: %s", err->msg);
     }
-    if (x->d->record(x->d->ctx, x->ev_end, x->st[SS_COMPUTE]) != RT_OK)
-        return fail(x, RTX_ERROR, RT_ERR_CUDA, "recording the end: %s", rt_last_error());
+    if (x->d->record(x->d->ctx, x->ev_end, x->st[SS_COMPUTE], err) != RT_OK)
+        return fail(x, RTX_ERROR, RT_ERR_CUDA, "recording the end: %s", err->msg);
     x->r->issue_s = mono_s() - x->t0;
-    RT_TRY(wait_ev(x, x->ev_end, "the end of the schedule"));
+    RT_TRY(wait_ev(x, x->ev_end, "the end of the schedule", err));
     x->r->wall_s = mono_s() - x->t0;
     for (int k = 0; k < SS_COUNT; k++)
         if (k != SS_COMPUTE) pool_put(x, j[k]);
@@ -1661,8 +1679,8 @@ static void teardown(ex *x)
     rt_host_plan_release(&x->hp);
 }
 
-rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_ops *dev,
-                      const mb_backend *be, rt_exec_result *r)
+static rt_status exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_ops *dev,
+                          const mb_backend *be, rt_exec_result *r, ms_error *err)
 {
     memset(r, 0, sizeof *r);
     r->outcome = RTX_ERROR;
@@ -1670,10 +1688,10 @@ rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_o
         snprintf(r->failure, sizeof r->failure, "rt_exec_run: no schedule, device or backend");
         return RT_ERR_INVALID;
     }
-    ms_error err;
-    ms_error_clear(&err);
-    if (sched_validate(s, &err) != MS_OK) {
-        snprintf(r->failure, sizeof r->failure, "%s", err.msg);
+    ms_error le; /* the library's */
+    ms_error_clear(&le);
+    if (sched_validate(s, &le) != MS_OK) {
+        snprintf(r->failure, sizeof r->failure, "%s", le.msg);
         return RT_ERR_INVALID;
     }
     ex x;
@@ -1686,9 +1704,9 @@ rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_o
     else rt_exec_opts_default(&x.o);
     if (!x.o.large_copy_bytes) x.o.large_copy_bytes = 32ULL << 20;
     r->outcome = RTX_OK;
-    if (rt_host_plan_make(s, 4096, &x.hp, &err) != MS_OK) {
+    if (rt_host_plan_make(s, 4096, &x.hp, &le) != MS_OK) {
         r->outcome = RTX_ERROR;
-        snprintf(r->failure, sizeof r->failure, "%s", err.msg);
+        snprintf(r->failure, sizeof r->failure, "%s", le.msg);
         return RT_ERR_INVALID;
     }
     counts c;
@@ -1696,20 +1714,21 @@ rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_o
     /* generous: the work at a tenth of its speed, copies at 10 GB/s, plus half a minute */
     if (!(x.o.watchdog_s > 0))
         x.o.watchdog_s = 30.0 + 4.0 * (c.work_us * 1e-6 + (double)c.copy_bytes / 10e9);
-    rt_status st = setup(&x, &c);
+    rt_status st = setup(&x, &c, err);
     size_t n = sched_count(s);
     if (st == RT_OK && !x.stop) {
         x.t0 = mono_s();
         x.deadline = x.t0 + x.o.watchdog_s;
-        if (x.d->record(x.d->ctx, x.wev[0], x.st[SS_COMPUTE]) != RT_OK)
-            st = fail(&x, RTX_ERROR, RT_ERR_CUDA, "recording the start: %s", rt_last_error());
-        for (size_t i = 0; st == RT_OK && !x.stop && i < n; i++) st = issue(&x, i, sched_get(s, i));
-        if (st == RT_OK && !x.stop) st = finish(&x);
-        if (st == RT_OK && !x.stop) st = poll_pending(&x, 1);
+        if (x.d->record(x.d->ctx, x.wev[0], x.st[SS_COMPUTE], err) != RT_OK)
+            st = fail(&x, RTX_ERROR, RT_ERR_CUDA, "recording the start: %s", err->msg);
+        for (size_t i = 0; st == RT_OK && !x.stop && i < n; i++) st = issue(&x, i, sched_get(s, i),
+                                                                            err);
+        if (st == RT_OK && !x.stop) st = finish(&x, err);
+        if (st == RT_OK && !x.stop) st = poll_pending(&x, 1, err);
         if (st == RT_OK && !x.stop && __atomic_load_n(&x.step_fail, __ATOMIC_ACQUIRE))
             st = fail(&x, RTX_ERROR, RT_ERR_HOST, "%s", x.step_msg);
-        if (st == RT_OK && !x.stop && x.sums_on) st = verify_sums(&x);
-        if (st == RT_OK && !x.stop) st = measure(&x);
+        if (st == RT_OK && !x.stop && x.sums_on) st = verify_sums(&x, err);
+        if (st == RT_OK && !x.stop) st = measure(&x, err);
     }
     if (x.stop && !x.hung && x.t0 > 0) {
         /* stopped early (OOM, an error): let every stream finish what was issued first */
@@ -1717,8 +1736,8 @@ rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_o
         rt_outcome oc = r->outcome;
         memcpy(first, r->failure, sizeof first);
         x.stop = 0;
-        rt_status s2 = drain_streams(&x);
-        if (s2 == RT_OK) s2 = poll_pending(&x, 1);
+        rt_status s2 = drain_streams(&x, err);
+        if (s2 == RT_OK) s2 = poll_pending(&x, 1, err);
         if (s2 != RT_OK) {
             char now[sizeof r->failure];
             memcpy(now, r->failure, sizeof now);
@@ -1742,6 +1761,16 @@ rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_o
         r->iter_time_s = 0;
         if (st == RT_OK && r->outcome == RTX_ERROR) st = RT_ERR_CUDA;
     }
+    return st;
+}
+
+rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_ops *dev,
+                      const mb_backend *be, rt_exec_result *r, ms_error *err)
+{
+    ms_error dev_err; /* what a device call filled; the report names it in r->failure */
+    ms_error_clear(&dev_err);
+    rt_status st = exec_run(s, o, dev, be, r, &dev_err);
+    if (st != RT_OK) ms_fail(err, MS_ERR_INVALID, "%s", r->failure);
     return st;
 }
 
@@ -1868,11 +1897,11 @@ typedef struct cuda_dev {
     size_t n_sums;
 } cuda_dev;
 
-static rt_status cu_stream_new(void *ctx, void **s)
+static rt_status cu_stream_new(void *ctx, void **s, ms_error *err)
 {
     (void)ctx;
     cudaStream_t st;
-    RT_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    RT_CHECK(err, cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     *s = (void *)st;
     return RT_OK;
 }
@@ -1883,11 +1912,12 @@ static void cu_stream_free(void *ctx, void *s)
     cudaStreamDestroy((cudaStream_t)s);
 }
 
-static rt_status cu_event_new(void *ctx, int timing, void **e)
+static rt_status cu_event_new(void *ctx, int timing, void **e, ms_error *err)
 {
     (void)ctx;
     cudaEvent_t ev;
-    RT_CHECK(cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming));
+    RT_CHECK(err, cudaEventCreateWithFlags(&ev,
+                                           timing ? cudaEventDefault : cudaEventDisableTiming));
     *e = (void *)ev;
     return RT_OK;
 }
@@ -1898,37 +1928,37 @@ static void cu_event_free(void *ctx, void *e)
     cudaEventDestroy((cudaEvent_t)e);
 }
 
-static rt_status cu_record(void *ctx, void *e, void *s)
+static rt_status cu_record(void *ctx, void *e, void *s, ms_error *err)
 {
     (void)ctx;
-    RT_CHECK(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s));
+    RT_CHECK(err, cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s));
     return RT_OK;
 }
 
-static rt_status cu_wait(void *ctx, void *s, void *e)
+static rt_status cu_wait(void *ctx, void *s, void *e, ms_error *err)
 {
     (void)ctx;
-    RT_CHECK(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0));
+    RT_CHECK(err, cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0));
     return RT_OK;
 }
 
-static int cu_query(void *ctx, void *e)
+static int cu_query(void *ctx, void *e, ms_error *err)
 {
     (void)ctx;
     cudaError_t r = cudaEventQuery((cudaEvent_t)e);
     if (r == cudaSuccess) return 1;
     if (r == cudaErrorNotReady) return 0;
-    rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cudaEventQuery", cudaGetErrorString(r));
+    rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cudaEventQuery", cudaGetErrorString(r));
     return -1;
 }
 
 /* Polls with a short back-off: never blocks in the driver, so a hung GPU cannot hang the
  * host past the timeout. */
-static int cu_host_wait(void *ctx, void *e, double timeout_s)
+static int cu_host_wait(void *ctx, void *e, double timeout_s, ms_error *err)
 {
     double end = mono_s() + timeout_s;
     for (unsigned spin = 0;; spin++) {
-        int q = cu_query(ctx, e);
+        int q = cu_query(ctx, e, err);
         if (q) return q;
         if (mono_s() > end) return 0;
         if (spin < 64) {
@@ -1940,27 +1970,29 @@ static int cu_host_wait(void *ctx, void *e, double timeout_s)
     }
 }
 
-static rt_status cu_elapsed(void *ctx, void *e0, void *e1, float *ms)
+static rt_status cu_elapsed(void *ctx, void *e0, void *e1, float *ms, ms_error *err)
 {
     (void)ctx;
-    RT_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)e0, (cudaEvent_t)e1));
+    RT_CHECK(err, cudaEventElapsedTime(ms, (cudaEvent_t)e0, (cudaEvent_t)e1));
     return RT_OK;
 }
 
-static rt_status cu_copy(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h)
+static rt_status cu_copy(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h,
+                         ms_error *err)
 {
     (void)ctx;
-    RT_CHECK(cudaMemcpyAsync((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, (size_t)bytes,
+    RT_CHECK(err, cudaMemcpyAsync((void *)(uintptr_t)dst, (const void *)(uintptr_t)src,
+                                  (size_t)bytes,
                              d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
                              (cudaStream_t)s));
     return RT_OK;
 }
 
-static rt_status launched(void)
+static rt_status launched(ms_error *err)
 {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess && e != cudaErrorNotReady)
-        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "rt_work_kernel<<<>>>",
+        return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "rt_work_kernel<<<>>>",
                             cudaGetErrorString(e));
     return RT_OK;
 }
@@ -1973,11 +2005,11 @@ static unsigned long long spin_ns_for(const cuda_dev *c, double dur_us)
 
 static unsigned long long max_clk_for(unsigned long long ns) { return ns * 4ULL + 4000000ULL; }
 
-static rt_status host_ptr(cuda_dev *c, uint64_t host, uint64_t *dev)
+static rt_status host_ptr(cuda_dev *c, uint64_t host, uint64_t *dev, ms_error *err)
 {
     if (host != c->map_host) {
         void *p = NULL;
-        RT_CHECK(cudaHostGetDevicePointer(&p, (void *)(uintptr_t)host, 0));
+        RT_CHECK(err, cudaHostGetDevicePointer(&p, (void *)(uintptr_t)host, 0));
         c->map_host = host;
         c->map_dev = (uint64_t)(uintptr_t)p;
     }
@@ -1985,7 +2017,7 @@ static rt_status host_ptr(cuda_dev *c, uint64_t host, uint64_t *dev)
     return RT_OK;
 }
 
-static rt_status cu_kernel(void *ctx, void *s, const rt_kernel_args *k)
+static rt_status cu_kernel(void *ctx, void *s, const rt_kernel_args *k, ms_error *err)
 {
     cuda_dev *c = (cuda_dev *)ctx;
     touch_set t;
@@ -2000,17 +2032,17 @@ static rt_status cu_kernel(void *ctx, void *s, const rt_kernel_args *k)
     uint4 *dst = NULL;
     uint64_t dp;
     if (k->dha_read_bytes) {
-        RT_TRY(host_ptr(c, k->dha_read_host, &dp));
+        RT_TRY(host_ptr(c, k->dha_read_host, &dp, err));
         src = (const uint4 *)(uintptr_t)dp;
     }
     if (k->dha_write_bytes) {
-        RT_TRY(host_ptr(c, k->dha_write_host, &dp));
+        RT_TRY(host_ptr(c, k->dha_write_host, &dp, err));
         dst = (uint4 *)(uintptr_t)dp;
     }
     int dha = src || dst;
     rt_work_kernel<<<dha ? c->sms * 4 : c->sms, dha ? 512 : 64, 0, (cudaStream_t)s>>>(
         ns, max_clk_for(ns), t, src, k->dha_read_bytes / 16, dst, k->dha_write_bytes / 16);
-    return launched();
+    return launched(err);
 }
 
 static void CUDART_CB host_spin(void *arg)
@@ -2067,7 +2099,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static rt_status worker_start(cuda_dev *c)
+static rt_status worker_start(cuda_dev *c, ms_error *err)
 {
     hworker *w = &c->hw;
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -2076,16 +2108,16 @@ static rt_status worker_start(cuda_dev *c)
                                          &q) != cudaSuccess || q != cudaDriverEntryPointSuccess ||
         !fp) {
         cudaGetLastError();
-        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cuStreamWaitValue32",
+        return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cuStreamWaitValue32",
                             "the driver does not provide this entry point");
     }
     w->waitval = (fn_waitval)fp;
     void *h = NULL, *d = NULL;
-    RT_CHECK(cudaHostAlloc(&h, sizeof(uint32_t), cudaHostAllocPortable | cudaHostAllocMapped));
+    RT_CHECK(err, cudaHostAlloc(&h, sizeof(uint32_t), cudaHostAllocPortable | cudaHostAllocMapped));
     cudaError_t e = cudaHostGetDevicePointer(&d, h, 0);
     if (e != cudaSuccess) {
         cudaFreeHost(h);
-        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cudaHostGetDevicePointer",
+        return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cudaHostGetDevicePointer",
                             cudaGetErrorString(e));
     }
     w->flag = (uint32_t *)h;
@@ -2100,7 +2132,7 @@ static rt_status worker_start(cuda_dev *c)
         pthread_cond_destroy(&w->cv);
         cudaFreeHost(h);
         w->flag = NULL;
-        return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "pthread_create",
+        return rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "pthread_create",
                             "cannot start the host-work thread");
     }
     w->on = 1;
@@ -2126,22 +2158,22 @@ static void worker_stop(cuda_dev *c)
 }
 
 static rt_status host_thread_work(cuda_dev *c, cudaStream_t s, unsigned long long ns,
-                                  void (*fn)(void *), void *arg)
+                                  void (*fn)(void *), void *arg, ms_error *err)
 {
     hworker *w = &c->hw;
     cudaEvent_t ev;
-    RT_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    RT_CHECK(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     cudaError_t e = cudaEventRecord(ev, s);
     if (e != cudaSuccess) {
         cudaEventDestroy(ev);
-        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cudaEventRecord",
+        return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cudaEventRecord",
                             cudaGetErrorString(e));
     }
     pthread_mutex_lock(&w->mu);
     if (ms_grow((void **)&w->q, &w->cap, w->n + 1, sizeof *w->q) != MS_OK) {
         pthread_mutex_unlock(&w->mu);
         cudaEventDestroy(ev);
-        return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "host work", "out of memory");
+        return rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "host work", "out of memory");
     }
     uint32_t seq = ++w->issued;
     hjob j = {ev, ns, seq, fn, arg};
@@ -2152,66 +2184,68 @@ static rt_status host_thread_work(cuda_dev *c, cudaStream_t s, unsigned long lon
     if (r != CUDA_SUCCESS) {
         char msg[64];
         snprintf(msg, sizeof msg, "CUDA driver error %d", (int)r);
-        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "cuStreamWaitValue32", msg);
+        return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cuStreamWaitValue32", msg);
     }
     return RT_OK;
 }
 
-static rt_status cu_host_work(void *ctx, void *s, double dur_us)
+static rt_status cu_host_work(void *ctx, void *s, double dur_us, ms_error *err)
 {
     cuda_dev *c = (cuda_dev *)ctx;
     unsigned long long ns = dur_us > 0 ? (unsigned long long)(dur_us * 1e3) : 0ULL;
     /* a driver without stream memory operations falls back to the callback */
-    if (c->host_mode == RT_HOST_THREAD && !c->hw.on && worker_start(c) != RT_OK)
+    if (c->host_mode == RT_HOST_THREAD && !c->hw.on && worker_start(c, err) != RT_OK)
         c->host_mode = RT_HOST_CALLBACK;
-    if (c->host_mode == RT_HOST_THREAD) return host_thread_work(c, (cudaStream_t)s, ns, NULL, NULL);
-    RT_CHECK(cudaLaunchHostFunc((cudaStream_t)s, host_spin, (void *)(uintptr_t)ns));
+    if (c->host_mode == RT_HOST_THREAD) return host_thread_work(c, (cudaStream_t)s, ns, NULL, NULL,
+                                                                err);
+    RT_CHECK(err, cudaLaunchHostFunc((cudaStream_t)s, host_spin, (void *)(uintptr_t)ns));
     return RT_OK;
 }
 
 /* Real host work (a host optimizer step) in the stream's order, on the same thread as the
  * spun host work: the worker, or the driver's callback thread. */
-static rt_status cu_host_call(void *ctx, void *s, void (*fn)(void *), void *arg)
+static rt_status cu_host_call(void *ctx, void *s, void (*fn)(void *), void *arg, ms_error *err)
 {
     cuda_dev *c = (cuda_dev *)ctx;
-    if (c->host_mode == RT_HOST_THREAD && !c->hw.on && worker_start(c) != RT_OK)
+    if (c->host_mode == RT_HOST_THREAD && !c->hw.on && worker_start(c, err) != RT_OK)
         c->host_mode = RT_HOST_CALLBACK;
-    if (c->host_mode == RT_HOST_THREAD) return host_thread_work(c, (cudaStream_t)s, 0, fn, arg);
-    RT_CHECK(cudaLaunchHostFunc((cudaStream_t)s, fn, arg));
+    if (c->host_mode == RT_HOST_THREAD) return host_thread_work(c, (cudaStream_t)s, 0, fn, arg,
+                                                                err);
+    RT_CHECK(err, cudaLaunchHostFunc((cudaStream_t)s, fn, arg));
     return RT_OK;
 }
 
-static rt_status cu_host_map(void *ctx, uint64_t host, uint64_t *dev)
+static rt_status cu_host_map(void *ctx, uint64_t host, uint64_t *dev, ms_error *err)
 {
     (void)ctx;
     void *p = NULL;
-    RT_CHECK(cudaHostGetDevicePointer(&p, (void *)(uintptr_t)host, 0));
+    RT_CHECK(err, cudaHostGetDevicePointer(&p, (void *)(uintptr_t)host, 0));
     *dev = (uint64_t)(uintptr_t)p;
     return RT_OK;
 }
 
 /* ---- swap checksums ---- */
 
-static rt_status cu_sum_begin(void *ctx, size_t n)
+static rt_status cu_sum_begin(void *ctx, size_t n, ms_error *err)
 {
     cuda_dev *c = (cuda_dev *)ctx;
     if (c->sums) cudaFree(c->sums);
     c->sums = NULL;
     c->n_sums = 0;
     size_t bytes = (n ? n : 1) * sizeof *c->sums;
-    RT_CHECK(cudaMalloc((void **)&c->sums, bytes));
+    RT_CHECK(err, cudaMalloc((void **)&c->sums, bytes));
     c->n_sums = n;
-    RT_CHECK(cudaMemset(c->sums, 0, bytes));
-    RT_CHECK(cudaDeviceSynchronize()); /* the run's streams do not wait for the null stream */
+    RT_CHECK(err, cudaMemset(c->sums, 0, bytes));
+    RT_CHECK(err, cudaDeviceSynchronize()); /* the run's streams do not wait for the null stream */
     return RT_OK;
 }
 
 static rt_status cu_sum_add(void *ctx, void *s, size_t k, uint64_t dev, uint64_t bytes,
-                            uint64_t pos)
+                            uint64_t pos, ms_error *err)
 {
     cuda_dev *c = (cuda_dev *)ctx;
     if (k >= c->n_sums)
-        return rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, "cu_sum_add", "no such slot");
+        return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "cu_sum_add", "no such slot");
     if (!bytes) return RT_OK;
     unsigned long long blocks = (bytes + 256ULL * 64 - 1) / (256ULL * 64);
     unsigned long long most = (unsigned long long)(c->sms > 0 ? c->sms : 1) * 4;
@@ -2220,17 +2254,17 @@ static rt_status cu_sum_add(void *ctx, void *s, size_t k, uint64_t dev, uint64_t
         c->sums + k, (const unsigned char *)(uintptr_t)dev, bytes, pos);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
-        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "rt_sum_kernel<<<>>>",
+        return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "rt_sum_kernel<<<>>>",
                             cudaGetErrorString(e));
     return RT_OK;
 }
 
-static rt_status cu_sum_read(void *ctx, uint64_t *out, size_t n)
+static rt_status cu_sum_read(void *ctx, uint64_t *out, size_t n, ms_error *err)
 {
     cuda_dev *c = (cuda_dev *)ctx;
     if (n > c->n_sums)
-        return rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, "cu_sum_read", "no such slot");
-    if (n) RT_CHECK(cudaMemcpy(out, c->sums, n * sizeof *out, cudaMemcpyDeviceToHost));
+        return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "cu_sum_read", "no such slot");
+    if (n) RT_CHECK(err, cudaMemcpy(out, c->sums, n * sizeof *out, cudaMemcpyDeviceToHost));
     return RT_OK;
 }
 
@@ -2249,20 +2283,20 @@ void rt_cuda_dev_set_host_mode(rt_dev_ops *d, rt_host_mode m)
 
 /* n back-to-back spin kernels of spin_us each: mean stream time per kernel. */
 static rt_status b2b(cuda_dev *c, cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, double spin_us,
-                     int n, double *per_us)
+                     int n, double *per_us, ms_error *err)
 {
     touch_set t;
     memset(&t, 0, sizeof t);
     unsigned long long ns = spin_us > 0 ? (unsigned long long)(spin_us * 1e3 + 0.5) : 0ULL;
-    RT_CHECK(cudaEventRecord(e0, s));
+    RT_CHECK(err, cudaEventRecord(e0, s));
     for (int i = 0; i < n; i++) {
         rt_work_kernel<<<c->sms, 64, 0, s>>>(ns, max_clk_for(ns), t, NULL, 0, NULL, 0);
-        RT_TRY(launched());
+        RT_TRY(launched(err));
     }
-    RT_CHECK(cudaEventRecord(e1, s));
-    RT_CHECK(cudaEventSynchronize(e1));
+    RT_CHECK(err, cudaEventRecord(e1, s));
+    RT_CHECK(err, cudaEventSynchronize(e1));
     float ms;
-    RT_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    RT_CHECK(err, cudaEventElapsedTime(&ms, e0, e1));
     *per_us = ms * 1e3 / n;
     return RT_OK;
 }
@@ -2273,16 +2307,17 @@ static double spin_of(const rt_calib *cal, double req_us)
     return us > 0 ? us : 0;
 }
 
-static rt_status calibrate_on(cuda_dev *c, cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1)
+static rt_status calibrate_on(cuda_dev *c, cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1,
+                              ms_error *err)
 {
     rt_calib *cal = &c->calib;
     double w;
-    RT_TRY(b2b(c, s, e0, e1, 10, 50, &w)); /* warm-up: module load, clocks */
+    RT_TRY(b2b(c, s, e0, e1, 10, 50, &w, err)); /* warm-up: module load, clocks */
     static const double xs[] = {50, 200, 1000, 3000};
     static const int ns[] = {100, 40, 10, 5};
     double y[4], sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (int i = 0; i < 4; i++) {
-        RT_TRY(b2b(c, s, e0, e1, xs[i], ns[i], &y[i]));
+        RT_TRY(b2b(c, s, e0, e1, xs[i], ns[i], &y[i], err));
         sx += xs[i];
         sy += y[i];
         sxx += xs[i] * xs[i];
@@ -2291,33 +2326,33 @@ static rt_status calibrate_on(cuda_dev *c, cudaStream_t s, cudaEvent_t e0, cudaE
     cal->slope = (4 * sxy - sx * sy) / (4 * sxx - sx * sx);
     cal->overhead_us = (sy - cal->slope * sx) / 4;
     if (!(cal->slope > 0.5 && cal->slope < 2.0))
-        return rt_set_error(RT_ERR_CUDA, __FILE__, __LINE__, "spin calibration",
+        return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "spin calibration",
                             "the GPU's global timer does not advance as expected");
-    RT_TRY(b2b(c, s, e0, e1, 0, 200, &cal->empty_us));
+    RT_TRY(b2b(c, s, e0, e1, 0, 200, &cal->empty_us, err));
     static const double req[RT_CALIB_CHECKS] = {10, 100, 1000, 10000};
     static const int nb[RT_CALIB_CHECKS] = {200, 50, 10, 3};
     for (int i = 0; i < RT_CALIB_CHECKS; i++) {
         double sp = spin_of(cal, req[i]);
         cal->check_req_us[i] = req[i];
-        RT_TRY(b2b(c, s, e0, e1, sp, nb[i], &cal->check_b2b_us[i]));
+        RT_TRY(b2b(c, s, e0, e1, sp, nb[i], &cal->check_b2b_us[i], err));
         double one[5];
-        for (int r = 0; r < 5; r++) RT_TRY(b2b(c, s, e0, e1, sp, 1, &one[r]));
+        for (int r = 0; r < 5; r++) RT_TRY(b2b(c, s, e0, e1, sp, 1, &one[r], err));
         cal->check_single_us[i] = median_of(one, 5);
     }
     cal->valid = 1;
     return RT_OK;
 }
 
-static rt_status cu_calibrate(void *ctx, rt_calib *out)
+static rt_status cu_calibrate(void *ctx, rt_calib *out, ms_error *err)
 {
     cuda_dev *c = (cuda_dev *)ctx;
     if (!c->calibrated) {
         cudaStream_t s;
         cudaEvent_t e0, e1;
-        RT_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        RT_CHECK(cudaEventCreate(&e0));
-        RT_CHECK(cudaEventCreate(&e1));
-        rt_status st = calibrate_on(c, s, e0, e1);
+        RT_CHECK(err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        RT_CHECK(err, cudaEventCreate(&e0));
+        RT_CHECK(err, cudaEventCreate(&e1));
+        rt_status st = calibrate_on(c, s, e0, e1, err);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
         cudaStreamDestroy(s);
@@ -2328,22 +2363,22 @@ static rt_status cu_calibrate(void *ctx, rt_calib *out)
     return RT_OK;
 }
 
-rt_status rt_cuda_dev_new(int device, rt_dev_ops **out)
+rt_status rt_cuda_dev_new(int device, rt_dev_ops **out, ms_error *err)
 {
     *out = NULL;
-    RT_CHECK(cudaSetDevice(device));
+    RT_CHECK(err, cudaSetDevice(device));
     int sms = 0;
-    RT_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    RT_CHECK(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     struct cudaFuncAttributes fa;
     cudaError_t e = cudaFuncGetAttributes(&fa, rt_work_kernel);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return rt_set_error(RT_ERR_NODEV, __FILE__, __LINE__, "cudaFuncGetAttributes",
+        return rt_fail(err, RT_ERR_NODEV, __FILE__, __LINE__, "cudaFuncGetAttributes",
                             "this build has no kernel image for this GPU (rebuild with "
                             "CUDA_ARCH set to its architecture)");
     }
     cuda_dev *c = (cuda_dev *)calloc(1, sizeof *c);
-    if (!c) return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
+    if (!c) return rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
     c->device = device;
     c->sms = sms;
     c->host_mode = RT_HOST_THREAD;

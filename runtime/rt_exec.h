@@ -59,40 +59,42 @@ typedef struct rt_calib {
     double check_single_us[RT_CALIB_CHECKS]; /* median of single launches between events */
 } rt_calib;
 
-/* Device operations. Streams and events are opaque pointers. query returns 1 when the event
- * is reached, 0 when not yet, -1 on error (with rt_last_error set); host_wait blocks the host
- * until the event is reached (1), timeout_s passes (0) or an error (-1). */
+/* Device operations. Streams and events are opaque pointers. An operation that can fail
+ * fills err (file, line, the failing call) and returns its status. query returns 1 when the
+ * event is reached, 0 when not yet, -1 on error (err filled); host_wait blocks the host
+ * until the event is reached (1), timeout_s passes (0) or an error (-1, err filled). */
 typedef struct rt_dev_ops {
     void *ctx;
     const char *name;
-    rt_status (*stream_new)(void *ctx, void **s);
+    rt_status (*stream_new)(void *ctx, void **s, ms_error *err);
     void (*stream_free)(void *ctx, void *s);
-    rt_status (*event_new)(void *ctx, int timing, void **e);
+    rt_status (*event_new)(void *ctx, int timing, void **e, ms_error *err);
     void (*event_free)(void *ctx, void *e);
-    rt_status (*record)(void *ctx, void *e, void *s);
-    rt_status (*wait)(void *ctx, void *s, void *e);
-    int (*query)(void *ctx, void *e);
-    int (*host_wait)(void *ctx, void *e, double timeout_s);
-    rt_status (*elapsed_ms)(void *ctx, void *e0, void *e1, float *ms);
-    rt_status (*copy)(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h);
-    rt_status (*kernel)(void *ctx, void *s, const rt_kernel_args *k);
-    rt_status (*host_work)(void *ctx, void *s, double dur_us);
-    rt_status (*calibrate)(void *ctx, rt_calib *c);
+    rt_status (*record)(void *ctx, void *e, void *s, ms_error *err);
+    rt_status (*wait)(void *ctx, void *s, void *e, ms_error *err);
+    int (*query)(void *ctx, void *e, ms_error *err);
+    int (*host_wait)(void *ctx, void *e, double timeout_s, ms_error *err);
+    rt_status (*elapsed_ms)(void *ctx, void *e0, void *e1, float *ms, ms_error *err);
+    rt_status (*copy)(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h,
+                      ms_error *err);
+    rt_status (*kernel)(void *ctx, void *s, const rt_kernel_args *k, ms_error *err);
+    rt_status (*host_work)(void *ctx, void *s, double dur_us, ms_error *err);
+    rt_status (*calibrate)(void *ctx, rt_calib *c, ms_error *err);
     /* Real host work: fn(arg) on the host thread that runs host work, in the order of stream
      * s (as host_work, with fn's run in place of the spin). NULL: the device has none. */
-    rt_status (*host_call)(void *ctx, void *s, void (*fn)(void *arg), void *arg);
+    rt_status (*host_call)(void *ctx, void *s, void (*fn)(void *arg), void *arg, ms_error *err);
     /* The address kernels use for pinned mapped host memory at host address `host`
      * (cudaHostGetDevicePointer). NULL: the same address (unified addressing). */
-    rt_status (*host_map)(void *ctx, uint64_t host, uint64_t *dev);
+    rt_status (*host_map)(void *ctx, uint64_t host, uint64_t *dev, ms_error *err);
     /* Swap verification (rt_exec_opts.verify_swaps). sum_begin: n 64-bit slots, zeroed,
      * before the run. sum_add: on stream s, adds to slot k rt_checksum of the device bytes
      * [dev, dev + bytes) taken as position pos onwards of a copy's byte stream (pieces of one
      * copy add up to the checksum of the whole). sum_read: the n slots, once every stream is
      * done. sum_end: releases them. NULL: the device cannot verify copies. */
-    rt_status (*sum_begin)(void *ctx, size_t n);
+    rt_status (*sum_begin)(void *ctx, size_t n, ms_error *err);
     rt_status (*sum_add)(void *ctx, void *s, size_t k, uint64_t dev, uint64_t bytes,
-                         uint64_t pos);
-    rt_status (*sum_read)(void *ctx, uint64_t *out, size_t n);
+                         uint64_t pos, ms_error *err);
+    rt_status (*sum_read)(void *ctx, uint64_t *out, size_t n, ms_error *err);
     void (*sum_end)(void *ctx);
 } rt_dev_ops;
 
@@ -105,7 +107,7 @@ typedef struct rt_dev_ops {
 uint64_t rt_checksum(const void *p, uint64_t bytes, uint64_t pos);
 
 /* The CUDA device (current device of the calling thread). */
-rt_status rt_cuda_dev_new(int device, rt_dev_ops **out);
+rt_status rt_cuda_dev_new(int device, rt_dev_ops **out, ms_error *err);
 void rt_cuda_dev_free(rt_dev_ops *d);
 
 /* How the CUDA device runs host work (HOST_COMPUTE) on its stream.
@@ -155,6 +157,9 @@ typedef struct rt_exec_opts {
     int spin_credit;               /* 1 (default): an op shorter than the shortest kernel runs
                                       that long and the excess is taken off the next ops */
     uint64_t host_limit_bytes;     /* a pinned pool above this is out of host memory; 0: none */
+    const ms_error *backend_error; /* the backend's record of its last failed call, which the
+                                      mb_ops interface does not return (rt_backend_error);
+                                      NULL: failures of the backend are named by status only */
     uint64_t large_copy_bytes;     /* copies at least this big count in the link statistics
                                       (default 32 MiB) */
     double watchdog_s;             /* the whole run must end within this; 0: derived */
@@ -163,7 +168,7 @@ typedef struct rt_exec_opts {
      * instead of the spin kernel; set_iter is told the value of every compute-stream
      * `mark iter`. NULL: spin kernels of the modelled duration. */
     rt_status (*compute)(void *ctx, void *stream, const trace_op *op, const uint64_t *in_addr,
-                         const uint64_t *out_addr);
+                         const uint64_t *out_addr, ms_error *err);
     void (*set_iter)(void *ctx, int iter);
     void *compute_ctx;
     /* For the real-kernel hook: where lowering put the rounding buffers' members (their
@@ -179,7 +184,8 @@ typedef struct rt_exec_opts {
      * stops the run with a message. */
     rt_status (*compute_rows)(void *ctx, void *stream, const trace_op *op,
                               const uint64_t *in_addr, const uint64_t *out_addr,
-                              const uint8_t *in_part, const uint8_t *out_part, double frac);
+                              const uint8_t *in_part, const uint8_t *out_part, double frac,
+                              ms_error *err);
     /* Module-level host gradients (lower_dha's grad_host.N knobs): a gradient buffer whose
      * device block holds only the modules kept on the GPU, the others written to its pinned
      * host home. A compute action writing such a buffer runs compute_split instead of
@@ -188,7 +194,7 @@ typedef struct rt_exec_opts {
      * where. NULL: such an action stops the run with a message. */
     rt_status (*compute_split)(void *ctx, void *stream, const trace_op *op,
                                const uint64_t *in_addr, const uint64_t *out_addr,
-                               const uint64_t *out_host);
+                               const uint64_t *out_host, ms_error *err);
     /* The token-row layout of a trace tensor: 1 with *arrays row-major arrays of T rows of
      * *row_bytes each (norm statistics: 2, mean then rstd), 0 when its bytes are not token
      * rows. With plan and this set, copies of partially swapped tensors move the first
@@ -206,18 +212,19 @@ typedef struct rt_exec_opts {
      * each HOST_ALLOC of a trace tensor with the range's mapped address, on the action's
      * stream (the dispatcher seeds parameters and zeroes gradients in their host homes). */
     rt_status (*host_init)(void *ctx, void *stream, uint64_t tensor, uint64_t dev_addr,
-                           uint64_t bytes);
+                           uint64_t bytes, ms_error *err);
     /* Host compute with real math (HOST_COMPUTE with a trace op, e.g. `<group>.optim.host`):
      * host_prepare, at issue time on the issuing thread, lists in ids (at most max) the
      * tensors whose pinned host ranges the step uses and sets *tag (passed back); it returns
-     * their number, or -1 (with rt_last_error) for an op it has no host math for. The
+     * their number, or -1 (err filled) for an op it has no host math for. The
      * executor finds each range (its own HOST_ALLOC) and has the device run host_compute
      * with their host addresses and bytes on its host thread in the host stream's order
      * (rt_dev_ops.host_call) instead of the spin. NULL: host work spins dur_us. */
     int (*host_prepare)(void *ctx, const trace_op *op, uint64_t *ids, size_t max,
-                        int64_t *tag);
+                        int64_t *tag, ms_error *err);
     rt_status (*host_compute)(void *ctx, const trace_op *op, int64_t tag,
-                              const uint64_t *host_addr, const uint64_t *host_bytes, size_t n);
+                              const uint64_t *host_addr, const uint64_t *host_bytes, size_t n,
+                              ms_error *err);
     /* 1: checksum swapped bytes. Every D2H copy first checksums the device bytes it reads
      * (exactly the pieces it copies, on its stream just before the copy); every H2D copy
      * checksums the device bytes it wrote, on its stream just after. An H2D copy reads back
@@ -316,9 +323,10 @@ void rt_exec_result_release(rt_exec_result *r);
  * pinned pool could not be had); in every case all streams were synchronized and every
  * block, event, stream and pinned buffer released. RT_ERR_INVALID for a schedule that does
  * not validate; RT_ERR_CUDA for a CUDA failure, a watchdog timeout or (verify_swaps) swapped
- * bytes that came back different (r->outcome error, r->failure says which call or copy). */
+ * bytes that came back different (r->outcome error, r->failure says which call or copy,
+ * and err holds the same text). */
 rt_status rt_exec_run(const schedule_t *s, const rt_exec_opts *o, const rt_dev_ops *dev,
-                      const mb_backend *be, rt_exec_result *r);
+                      const mb_backend *be, rt_exec_result *r, ms_error *err);
 
 
 /* ---- recording a run as a workload trace (`memsim run --record`) ---- */

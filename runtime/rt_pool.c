@@ -63,13 +63,13 @@ static int default_threads(void)
     return n > 1 ? (int)(n - 1) : 1;
 }
 
-rt_status rt_pool_new(int threads, rt_pool **out)
+rt_status rt_pool_new(int threads, rt_pool **out, ms_error *err)
 {
     *out = NULL;
-    if (threads < 0) return rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, "rt_pool_new",
+    if (threads < 0) return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "rt_pool_new",
                                          "a negative thread count");
     rt_pool *p = calloc(1, sizeof *p);
-    if (!p) return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
+    if (!p) return rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
     p->threads = threads ? threads : default_threads();
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
@@ -77,12 +77,12 @@ rt_status rt_pool_new(int threads, rt_pool **out)
     p->th = calloc((size_t)p->threads, sizeof *p->th);
     if (!p->th) {
         rt_pool_free(p);
-        return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
+        return rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "calloc", "out of memory");
     }
     for (int i = 1; i < p->threads; i++) {
         if (pthread_create(&p->th[p->started], NULL, worker_main, p) != 0) {
             rt_pool_free(p);
-            return rt_set_error(RT_ERR_HOST, __FILE__, __LINE__, "pthread_create",
+            return rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "pthread_create",
                                 "cannot start a host worker thread");
         }
         p->started++;

@@ -22,7 +22,7 @@ typedef void (*rt_pool_fn)(void *ctx, size_t lo, size_t hi);
 /* threads: how many threads share a loop, the calling one included (1: no workers are
  * started, loops run on the caller); 0: the online CPUs less one, at least 1 (one core stays
  * with the thread that issues GPU work). RT_ERR_HOST when a thread cannot be started. */
-rt_status rt_pool_new(int threads, rt_pool **out);
+rt_status rt_pool_new(int threads, rt_pool **out, ms_error *err);
 void rt_pool_free(rt_pool *p);
 int rt_pool_threads(const rt_pool *p);
 

@@ -19,6 +19,7 @@
 #include "runtime/rt_backend.h"
 #include "runtime/rt_exec.h"
 #include "traces/gen.h"
+#include "traces/jobview.h"
 #include "traces/machine.h"
 #include "traces/models.h"
 
@@ -118,8 +119,8 @@ static void usage(FILE *f)
         "                       (cudaLaunchHostFunc)\n"
         "  --capacity BYTES|machine  device bytes the allocator may take (default: free memory\n"
         "                       less 512 MiB; machine: the profile's usable bytes)\n"
-        "  --host-limit BYTES|none   pinned bytes allowed (default: the profile's host memory\n"
-        "                       per GPU, as the simulator)\n"
+        "  --host-limit BYTES|none   pinned bytes allowed (default: this GPU's share of the\n"
+        "                       profile's host memory, as the simulator gives it)\n"
         "  --watchdog S         give up (and report) when the run takes longer than S seconds\n"
         "  --device N           CUDA device (default 0)\n"
         "real kernels (docs/RUNTIME.md, Real kernels):\n"
@@ -725,6 +726,8 @@ static int write_record(const run_args *a, const rt_gpu_info *g, const trace_t *
 static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
                    const plan_t *plan, const trace_t *t, const schedule_t *s)
 {
+    ms_error err;
+    ms_error_clear(&err);
     rt_backend_opts bo;
     rt_backend_opts_default(&bo);
     bo.device = a->device;
@@ -732,8 +735,9 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
                                                          : a->capacity_bytes;
     rt_backend *be = NULL;
     rt_dev_ops *dev = NULL;
-    if (rt_backend_new(&bo, &be) != RT_OK || rt_cuda_dev_new(a->device, &dev) != RT_OK) {
-        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+    if (rt_backend_new(&bo, &be, &err) != RT_OK || rt_cuda_dev_new(a->device, &dev,
+                                                                   &err) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", err.msg);
         rt_backend_free(be);
         return MS_EXIT_FAIL;
     }
@@ -756,19 +760,19 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     o.spin_credit = !a->no_credit;
     o.watchdog_s = a->watchdog_s;
     o.verify_swaps = a->verify_swaps;
-    uint64_t gpus = m->node_gpus > 0 ? (uint64_t)m->node_gpus : 1;
-    o.host_limit_bytes = a->host_limit_bytes == UINT64_MAX ? m->host_mem_bytes / gpus
+    o.backend_error = rt_backend_error(be);
+    jobview jv; /* the simulator's share of the node's host memory (sim/pipeline.c) */
+    jobview_of(t, m, &jv);
+    o.host_limit_bytes = a->host_limit_bytes == UINT64_MAX ? jv.host_share_bytes
                                                             : a->host_limit_bytes;
     mrt_ops *ops = NULL;
     lower_rb_map *rbm = NULL;
     if (a->math_real) {
         /* Multi-stream schedules (swap, offload): the executor runs the real kernels, which
          * find rounding-buffer members through lowering's layout. */
-        ms_error err;
-        ms_error_clear(&err);
         ms_status ls = lower_rb_map_new(t, plan, &rbm, &err);
-        if (ls != MS_OK || mrt_ops_new(t, 77, &ops) != RT_OK) {
-            fprintf(stderr, "memsim run: %s\n", ls != MS_OK ? err.msg : rt_last_error());
+        if (ls != MS_OK || mrt_ops_new(t, 77, &ops, &err) != RT_OK) {
+            fprintf(stderr, "memsim run: %s\n", err.msg);
             lower_rb_map_free(rbm);
             free(ids);
             free(offs);
@@ -783,10 +787,10 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
             mc.adam.flush_denormals = !a->host_denormals_keep;
             mrt_ops_set_adam(ops, &mc.adam);
         }
-        int bad_plan = mrt_ops_set_plan(ops, plan) != RT_OK;
+        int bad_plan = mrt_ops_set_plan(ops, plan, &err) != RT_OK;
         if (bad_plan ||
-            (a->host_threads && mrt_ops_set_host_threads(ops, a->host_threads) != RT_OK)) {
-            fprintf(stderr, "memsim run: %s\n", rt_last_error());
+            (a->host_threads && mrt_ops_set_host_threads(ops, a->host_threads, &err) != RT_OK)) {
+            fprintf(stderr, "memsim run: %s\n", err.msg);
             mrt_ops_free(ops);
             lower_rb_map_free(rbm);
             free(ids);
@@ -802,12 +806,12 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
         o.plan = plan;
     }
     rt_exec_result r;
-    rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
+    rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r, &err);
     if (ops && rs == RT_OK && !a->quiet) {
         float loss[MRT_MAX_ITERS];
         int n = r.n_win > 1 ? (int)r.n_win - 1 : 0; /* window 0 is the set-up */
         if (n > MRT_MAX_ITERS) n = MRT_MAX_ITERS;
-        if (n > 0 && mrt_ops_losses(ops, loss, n) == RT_OK)
+        if (n > 0 && mrt_ops_losses(ops, loss, n, &err) == RT_OK)
             for (int k = 0; k < n; k++) printf("loss, iteration %d: %.4f\n", k, loss[k]);
     }
     mrt_ops_free(ops);
@@ -885,8 +889,10 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
     if (a->reps) c.iters = a->reps;
     if (a->warmup >= 0) c.warmup = a->warmup;
     mrt_bench_result r;
-    if (mrt_bench_layer(&c, NULL, &r) != RT_OK) {
-        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+    ms_error err;
+    ms_error_clear(&err);
+    if (mrt_bench_layer(&c, NULL, &r, &err) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", err.msg);
         return MS_EXIT_FAIL;
     }
     double peak = m->gpu_peak_bf16_flops;
@@ -990,13 +996,13 @@ static int one_stream(const schedule_t *s)
  * allocator's statistics; nothing moved over the link. Per-iteration allocator retries are
  * not counted by the walker (0). */
 static void sched_real_result(const schedule_t *s, const mrt_sched_result *r, rt_status rs,
-                              rt_exec_result *er)
+                              const ms_error *err, rt_exec_result *er)
 {
     memset(er, 0, sizeof *er);
     er->astats = r->astats;
     if (rs != RT_OK) {
         er->outcome = RTX_ERROR;
-        snprintf(er->failure, sizeof er->failure, "%s", rt_last_error());
+        snprintf(er->failure, sizeof er->failure, "%s", err->msg);
         return;
     }
     er->outcome = RTX_OK;
@@ -1021,14 +1027,16 @@ static void sched_real_result(const schedule_t *s, const mrt_sched_result *r, rt
 static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine_t *m,
                           const plan_t *plan, const trace_t *t, const schedule_t *s)
 {
+    ms_error err;
+    ms_error_clear(&err);
     rt_backend_opts bo;
     rt_backend_opts_default(&bo);
     bo.device = a->device;
     bo.capacity_bytes = a->capacity_bytes == UINT64_MAX ? machine_usable_bytes(m)
                                                          : a->capacity_bytes;
     rt_backend *be = NULL;
-    if (rt_backend_new(&bo, &be) != RT_OK) {
-        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+    if (rt_backend_new(&bo, &be, &err) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", err.msg);
         return MS_EXIT_FAIL;
     }
     mrt_config mc;
@@ -1042,12 +1050,12 @@ static int run_sched_real(const run_args *a, const rt_gpu_info *g, const machine
     }
     mrt_sched_result r;
     rt_status rs = mrt_sched_run(s, t, rt_backend_mb(be), plan->allocator, &cfg, 77, &mc.adam,
-                                 &r);
+                                 &r, &err);
     int rc = MS_EXIT_OK;
     rt_exec_result er;   /* the results CSV's view of the run */
-    sched_real_result(s, &r, rs, &er);
+    sched_real_result(s, &r, rs, &err, &er);
     if (rs != RT_OK) {
-        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+        fprintf(stderr, "memsim run: %s\n", err.msg);
         rc = rs == RT_ERR_INVALID ? MS_EXIT_INPUT : MS_EXIT_FAIL;
     } else if (!a->quiet) {
         print_device(g, m);
@@ -1138,8 +1146,10 @@ static int run_train(const run_args *a, const rt_gpu_info *g, const machine_t *m
     c.batch = (int)(a->batch ? a->batch : 1);
     if (a->lr > 0) c.adam.lr = (float)a->lr;
     mrt_model *mm = NULL;
-    if (mrt_new(&c, NULL, &mm) != RT_OK) {
-        fprintf(stderr, "memsim run: %s\n", rt_last_error());
+    ms_error err;
+    ms_error_clear(&err);
+    if (mrt_new(&c, NULL, &mm, &err) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", err.msg);
         return MS_EXIT_FAIL;
     }
     size_t T = mrt_tokens(mm);
@@ -1162,8 +1172,9 @@ static int run_train(const run_args *a, const rt_gpu_info *g, const machine_t *m
         float loss = 0;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        if (mrt_set_batch(mm, tok, lab) != RT_OK || mrt_step(mm, recompute, 1, &loss) != RT_OK) {
-            fprintf(stderr, "memsim run: %s\n", rt_last_error());
+        if (mrt_set_batch(mm, tok, lab, &err) != RT_OK || mrt_step(mm, recompute, 1, &loss,
+                                                                   &err) != RT_OK) {
+            fprintf(stderr, "memsim run: %s\n", err.msg);
             rc = MS_EXIT_FAIL;
             break;
         }
@@ -1189,13 +1200,12 @@ int rt_run_main(int argc, char **argv)
     }
     if (rc) return rc;
     rt_gpu_info g;
-    char why[512];
-    if (rt_gpu_check(a.device, &g, why, sizeof why) != RT_OK) {
-        fprintf(stderr, "memsim run: %s\n", why);
-        return MS_EXIT_FAIL;
-    }
     ms_error err;
     ms_error_clear(&err);
+    if (rt_gpu_check(a.device, &g, &err) != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", err.msg);
+        return MS_EXIT_FAIL;
+    }
     machine_profile *mp = NULL;
     trace_t *t = NULL;
     plan_t *plan = NULL;

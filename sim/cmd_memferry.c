@@ -26,6 +26,7 @@
 #include "planners/policy_zero_offload.h"
 #include "sim/exec.h"
 #include "traces/gen.h"
+#include "traces/jobview.h"
 #include "traces/machine.h"
 #include "traces/models.h"
 
@@ -201,10 +202,12 @@ static ms_status run_method(const mf_ctx *c, const trace_t *t, const machine_t *
         so.allocator = p->allocator;
         so.alloc_cfg = &p->alloc_cfg;
         so.trace = t;
-        so.host_sharers = 1;
-        so.host_capacity_bytes = m->host_mem_bytes;
+        jobview jv; /* one GPU (lower_dha's traces): all of the host and its link */
+        jobview_of(t, m, &jv);
+        so.host_sharers = jv.node_ranks;
+        so.host_capacity_bytes = jv.host_share_bytes;
         res_init(&o->r);
-        st = sim_execute(s, m, &so, &o->r, err);
+        st = sim_execute(s, &jv.gpu, &so, &o->r, err);
     }
     if (!st) {
         snprintf(o->r.policy, sizeof o->r.policy, "%s", METHODS[k].name);

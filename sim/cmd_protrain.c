@@ -30,6 +30,7 @@
 #include "sim/cmds.h"
 #include "sim/exec.h"
 #include "traces/gen.h"
+#include "traces/jobview.h"
 #include "traces/machine.h"
 #include "traces/models.h"
 #include "traces/u64map.h"
@@ -256,11 +257,6 @@ typedef struct pt_run {
     double tokens_per_s;      /* all GPUs */
 } pt_run;
 
-static uint64_t host_share(const trace_t *t, const machine_t *m)
-{
-    return pt_host_share(t, m);
-}
-
 static ms_status simulate(const trace_t *t, const machine_t *m, const plan_t *p, pt_run *out,
                           ms_error *err)
 {
@@ -273,16 +269,16 @@ static ms_status simulate(const trace_t *t, const machine_t *m, const plan_t *p,
     so.allocator = p->allocator[0] ? p->allocator : "caching";
     so.alloc_cfg = &p->alloc_cfg;
     so.trace = t;
-    so.host_capacity_bytes = host_share(t, m);
-    uint64_t dp = 1;
-    const char *v = trace_get_meta(t, "dp");
-    if (v) ms_parse_u64(v, &dp);
-    so.host_sharers = (int)dp;
+    jobview jv;
+    jobview_of(t, m, &jv);
+    so.host_capacity_bytes = jv.host_share_bytes;
+    so.host_sharers = jv.node_ranks;
     res_init(&out->r);
-    st = sim_execute(s, m, &so, &out->r, err);
+    st = sim_execute(s, &jv.gpu, &so, &out->r, err);
     sched_free(s);
     if (st) return st;
-    uint64_t b = 1, seq = 1;
+    uint64_t b = 1, seq = 1, dp = jv.dp ? jv.dp : 1;
+    const char *v;
     if ((v = trace_get_meta(t, "batch"))) ms_parse_u64(v, &b);
     if ((v = trace_get_meta(t, "seq"))) ms_parse_u64(v, &seq);
     if (out->r.status == RS_OK && out->r.iter_time_s > 0)

@@ -15,6 +15,7 @@
 #include "planners/schedule.h"
 #include "sim/exec.h"
 #include "traces/gen.h"
+#include "traces/jobview.h"
 #include "traces/models.h"
 
 void pipe_workload_default(pipe_workload *w)
@@ -264,16 +265,14 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
         so.issue_ahead = p->issue_ahead;
         so.issue_us = p->issue_us;
     }
-    uint64_t ranks = trace_meta_u64(t, "tp", 0) * trace_meta_u64(t, "cp", 0) * trace_meta_u64(t, "dp", 0);
-    so.host_sharers = (int)(ranks && m->node_gpus && (int64_t)ranks < m->node_gpus
-                                ? (int64_t)ranks : (m->node_gpus > 0 ? m->node_gpus : 1));
-    /* The job's GPUs on this node share its host memory (a 1-GPU job gets all of it). */
-    so.host_capacity_bytes = m->host_mem_bytes / (uint64_t)(so.host_sharers > 0 ? so.host_sharers : 1);
-    /* The GPUs of the node copy at once: those behind one PCIe switch share its uplink. */
-    machine_t view;
-    machine_gpu_view(m, so.host_sharers, &view);
+    /* The job's GPUs on this node share its host memory and, copying at once, the uplinks
+     * of their PCIe switches. */
+    jobview jv;
+    jobview_of(t, m, &jv);
+    so.host_sharers = jv.node_ranks;
+    so.host_capacity_bytes = jv.host_share_bytes;
     res_init(r);
-    st = sim_execute(s, &view, &so, r, err);
+    st = sim_execute(s, &jv.gpu, &so, r, err);
     free(ids);
     free(offs);
     sched_free(s);

@@ -129,15 +129,17 @@ static void check(const char *what, const float *out, const float *ref, size_t n
              worst, out[worst], ref[worst]);
 }
 
-static void check_st(rt_status st, const char *what)
+static void check_st(rt_status st, const char *what, const ms_error *err)
 {
-    if (st != RT_OK) TAP_OK(0, "%s: %s", what, rt_last_error());
+    if (st != RT_OK) TAP_OK(0, "%s: %s", what, err->msg);
 }
 
 /* ---- kernels ---- */
 
 static void t_embed(uint64_t seed)
 {
+    ms_error err;
+    ms_error_clear(&err);
     size_t T = 300, h = 136, V = 97;
     int32_t tok[300];
     for (size_t t = 0; t < T; t++) tok[t] = (int32_t)(((kref_uniform(seed, t) + 1) / 2) * V) % (int)V;
@@ -147,8 +149,8 @@ static void t_embed(uint64_t seed)
     kn_bf16 *dw = up_bf16(wte, V * h), *dd = up_bf16(dout, T * h), *dy = dmalloc(T * h * 2);
     int32_t *dt = up_raw(tok, sizeof tok);
     float *dg = up_f32(g0, V * h);
-    check_st(kn_embed_fwd(K, dy, dt, dw, T, h), "embed_fwd");
-    check_st(kn_embed_bwd(K, dg, dt, dd, T, h), "embed_bwd");
+    check_st(kn_embed_fwd(K, dy, dt, dw, T, h, &err), "embed_fwd", &err);
+    check_st(kn_embed_bwd(K, dg, dt, dd, T, h, &err), "embed_bwd", &err);
     float *o = down_bf16(dy, T * h), *og = down_f32(dg, V * h), *r = malloc(T * h * 4);
     kref_embed_fwd(r, tok, wte, T, h);
     check("embedding forward", o, r, T * h, 0);
@@ -160,6 +162,8 @@ static void t_embed(uint64_t seed)
 
 static void t_ln(uint64_t seed)
 {
+    ms_error err;
+    ms_error_clear(&err);
     size_t T = 77, h = 264;
     float *x = hrand(T * h, seed, 2), *g = hrand(h, seed + 1, 1), *b = hrand(h, seed + 2, 1);
     float *dy = hrand(T * h, seed + 3, 1), *dres = hrand(T * h, seed + 4, 1);
@@ -169,8 +173,8 @@ static void t_ln(uint64_t seed)
     kn_bf16 *ddy = up_bf16(dy, T * h), *ddr = up_bf16(dres, T * h);
     kn_bf16 *dyo = dmalloc(T * h * 2), *ddx = dmalloc(T * h * 2);
     float *mu = dmalloc(T * 4), *rs = dmalloc(T * 4), *gg = up_f32(dg0, h), *gb = up_f32(db0, h);
-    check_st(kn_ln_fwd(K, dyo, mu, rs, dx_, dg_, db_, T, h, 1e-5f), "ln_fwd");
-    check_st(kn_ln_bwd(K, ddx, gg, gb, ddy, dx_, dg_, mu, rs, ddr, T, h), "ln_bwd");
+    check_st(kn_ln_fwd(K, dyo, mu, rs, dx_, dg_, db_, T, h, 1e-5f, &err), "ln_fwd", &err);
+    check_st(kn_ln_bwd(K, ddx, gg, gb, ddy, dx_, dg_, mu, rs, ddr, T, h, &err), "ln_bwd", &err);
     float *y = down_bf16(dyo, T * h), *hm = down_f32(mu, T), *hr = down_f32(rs, T);
     float *dx = down_bf16(ddx, T * h), *hg = down_f32(gg, h), *hb = down_f32(gb, h);
     float *ry = malloc(T * h * 4), *rm = malloc(T * 4), *rr = malloc(T * 4), *rdx = malloc(T * h * 4);
@@ -190,6 +194,8 @@ static void t_ln(uint64_t seed)
 
 static void t_gemm(uint64_t seed)
 {
+    ms_error err;
+    ms_error_clear(&err);
     size_t M = 192, N = 136, Kd = 328;
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
@@ -199,8 +205,10 @@ static void t_gemm(uint64_t seed)
             float *C0 = hrand(nc, seed + 30, 1), *R = malloc(nc * 4);
             kn_bf16 *dA = up_bf16(A, na), *dB = up_bf16(B, nb), *dC = dmalloc(nc * 2);
             float *dC32 = up_f32(C0, nc);
-            check_st(kn_gemm(K, ta, tb, M, N, Kd, dA, lda, dB, ldb, 0, dC, ldc, 0), "gemm");
-            check_st(kn_gemm(K, ta, tb, M, N, Kd, dA, lda, dB, ldb, 1, dC32, ldc, 1), "gemm32");
+            check_st(kn_gemm(K, ta, tb, M, N, Kd, dA, lda, dB, ldb, 0, dC, ldc, 0, &err), "gemm",
+                     &err);
+            check_st(kn_gemm(K, ta, tb, M, N, Kd, dA, lda, dB, ldb, 1, dC32, ldc, 1, &err),
+                     "gemm32", &err);
             float *o = down_bf16(dC, nc), *o32 = down_f32(dC32, nc);
             /* compare only the M x N window (the rest of each row is padding) */
             float *ow = malloc(M * N * 4), *rw = malloc(M * N * 4);
@@ -232,6 +240,8 @@ static void t_gemm(uint64_t seed)
 
 static void t_elem(uint64_t seed)
 {
+    ms_error err;
+    ms_error_clear(&err);
     size_t T = 65, n = 200, ld = 216;
     float *x = hrand(T * n, seed, 3), *y = hrand(T * n, seed + 1, 1), *b = hrand(n, seed + 2, 1);
     float *xl = hrand(T * ld, seed + 3, 1);
@@ -239,11 +249,11 @@ static void t_elem(uint64_t seed)
     kn_bf16 *dxl = up_bf16(xl, T * ld), *o1 = dmalloc(T * n * 2), *o2 = dmalloc(T * n * 2);
     kn_bf16 *o3 = dmalloc(T * n * 2);
     float *cs0 = hrand(n, seed + 4, 1), *dcs = up_f32(cs0, n);
-    check_st(kn_add(K, o1, dx, dy, db, T, n), "add");
-    check_st(kn_gelu_fwd(K, o2, dx, db, T, n), "gelu_fwd");
-    check_st(kn_gelu_bwd(K, o3, dy, dx, db, T, n), "gelu_bwd");
-    check_st(kn_bias_add(K, dxl, db, T, n, ld), "bias_add");
-    check_st(kn_colsum(K, dcs, dy, T, n), "colsum");
+    check_st(kn_add(K, o1, dx, dy, db, T, n, &err), "add", &err);
+    check_st(kn_gelu_fwd(K, o2, dx, db, T, n, &err), "gelu_fwd", &err);
+    check_st(kn_gelu_bwd(K, o3, dy, dx, db, T, n, &err), "gelu_bwd", &err);
+    check_st(kn_bias_add(K, dxl, db, T, n, ld, &err), "bias_add", &err);
+    check_st(kn_colsum(K, dcs, dy, T, n, &err), "colsum", &err);
     float *h1 = down_bf16(o1, T * n), *h2 = down_bf16(o2, T * n), *h3 = down_bf16(o3, T * n);
     float *h4 = down_bf16(dxl, T * ld), *h5 = down_f32(dcs, n), *r = malloc(T * ld * 4);
     kref_add(r, x, y, b, T, n);
@@ -267,6 +277,8 @@ static void t_elem(uint64_t seed)
  * blocks of one [T, 3 H D] matrix (the model's layout), else three [T, H D] tensors. */
 static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int packed)
 {
+    ms_error err;
+    ms_error_clear(&err);
     size_t T = B * S, w = H * D, ld = packed ? 3 * w : w, n = T * ld;
     float *q = hrand(n, seed, 1), *k = hrand(n, seed + 1, 1), *v = hrand(n, seed + 2, 1);
     float *dout = hrand(T * w, seed + 3, 1);
@@ -284,8 +296,9 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
     kn_bf16 *gq = dmalloc(n * 2), *gk = packed ? gq + w : dmalloc(n * 2);
     kn_bf16 *gv = packed ? gq + 2 * w : dmalloc(n * 2);
     float *dl = dmalloc(B * H * S * 4);
-    check_st(kn_attn_fwd(K, dO, dl, dq, dk, dv, ld, w, B, H, S, D), "attn_fwd");
-    check_st(kn_attn_bwd(K, gq, gk, gv, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S, D), "attn_bwd");
+    check_st(kn_attn_fwd(K, dO, dl, dq, dk, dv, ld, w, B, H, S, D, &err), "attn_fwd", &err);
+    check_st(kn_attn_bwd(K, gq, gk, gv, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S, D, &err),
+             "attn_bwd", &err);
     float *o = down_bf16(dO, T * w), *l = down_f32(dl, B * H * S);
     float *ro = malloc(T * w * 4), *rl = malloc(B * H * S * 4);
     kref_attn_fwd(ro, rl, hq, hk, hv, ld, w, B, H, S, D);
@@ -327,6 +340,8 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
 
 static void t_ce(uint64_t seed)
 {
+    ms_error err;
+    ms_error_clear(&err);
     size_t T = 70, V = 1000, ldl = 1024;
     float *z = hrand(T * ldl, seed, 4);
     int32_t lab[70];
@@ -336,9 +351,9 @@ static void t_ce(uint64_t seed)
     kn_bf16 *dz = up_bf16(z, T * ldl), *dd = dmalloc(T * ldl * 2);
     int32_t *dlab = up_raw(lab, sizeof lab);
     float *dloss = dmalloc(T * 4), *dlse = dmalloc(T * 4), *dsum = dmalloc(4);
-    check_st(kn_ce_fwd(K, dloss, dlse, dz, ldl, dlab, T, V), "ce_fwd");
-    check_st(kn_sum(K, dsum, dloss, T), "sum");
-    check_st(kn_ce_bwd(K, dd, dz, ldl, dlse, dlab, T, V, 1.0f / 69), "ce_bwd");
+    check_st(kn_ce_fwd(K, dloss, dlse, dz, ldl, dlab, T, V, &err), "ce_fwd", &err);
+    check_st(kn_sum(K, dsum, dloss, T, &err), "sum", &err);
+    check_st(kn_ce_bwd(K, dd, dz, ldl, dlse, dlab, T, V, 1.0f / 69, &err), "ce_bwd", &err);
     float *hl = down_f32(dloss, T), *hs = down_f32(dsum, 1), *hd = down_bf16(dd, T * ldl);
     float *rl = malloc(T * 4), *rd = malloc(T * ldl * 4);
     kref_ce_fwd(rl, NULL, z, ldl, lab, T, V);
@@ -355,7 +370,7 @@ static void t_ce(uint64_t seed)
     for (size_t v = 0; v < ldl; v++) pads &= hd[3 * ldl + v] == 0.0f;
     TAP_OK(pads, "cross-entropy backward: padding columns and ignored rows are exactly 0");
     /* in place, as the model runs it */
-    check_st(kn_ce_bwd(K, dz, dz, ldl, dlse, dlab, T, V, 1.0f / 69), "ce_bwd in place");
+    check_st(kn_ce_bwd(K, dz, dz, ldl, dlse, dlab, T, V, 1.0f / 69, &err), "ce_bwd in place", &err);
     float *hi = down_bf16(dz, T * ldl);
     TAP_OK(!memcmp(hi, hd, T * ldl * 4), "cross-entropy backward in place == out of place");
     free(z); free(hl); free(hs); free(hd); free(rl); free(rd); free(hi);
@@ -364,6 +379,8 @@ static void t_ce(uint64_t seed)
 
 static void t_adamw(uint64_t seed)
 {
+    ms_error err;
+    ms_error_clear(&err);
     size_t n = 10000;
     float *w = hrand(n, seed, 1), *g = hrand(n, seed + 1, 0.1f);
     float *m = hrand(n, seed + 2, 0.01f), *v = hrand(n, seed + 3, 0.01f);
@@ -374,7 +391,7 @@ static void t_adamw(uint64_t seed)
     kn_adamw_default(&c);
     c.step = 3;
     c.lr = 1e-2f;
-    check_st(kn_adamw(K, dp, dw, dm, dv, dg, n, &c), "adamw");
+    check_st(kn_adamw(K, dp, dw, dm, dv, dg, n, &c, &err), "adamw", &err);
     float *hw = down_f32(dw, n), *hm = down_f32(dm, n), *hv = down_f32(dv, n);
     float *hp = down_bf16(dp, n);
     /* host optimizer on copies, and the double reference */
@@ -411,6 +428,8 @@ static void t_adamw(uint64_t seed)
 static int run_steps(mrt_model *m, int recompute, int steps, int update, uint64_t dseed,
                      float *losses, float *grads_last)
 {
+    ms_error err;
+    ms_error_clear(&err);
     mrt_config c;
     mrt_config_default(&c);
     size_t T = mrt_tokens(m);
@@ -418,10 +437,11 @@ static int run_steps(mrt_model *m, int recompute, int steps, int update, uint64_
     int ok = tok && lab;
     for (int s = 0; ok && s < steps; s++) {
         mrt_stream(dseed, (uint64_t)s, c.vocab, c.seq, c.batch, tok, lab);
-        ok = mrt_set_batch(m, tok, lab) == RT_OK && mrt_step(m, recompute, update, &losses[s]) == RT_OK;
+        ok = mrt_set_batch(m, tok, lab, &err) == RT_OK && mrt_step(m, recompute, update,
+                                                                   &losses[s], &err) == RT_OK;
     }
-    if (ok && grads_last) ok = mrt_grads(m, grads_last) == RT_OK;
-    if (!ok) TAP_NOTE("model step failed: %s", rt_last_error());
+    if (ok && grads_last) ok = mrt_grads(m, grads_last, &err) == RT_OK;
+    if (!ok) TAP_NOTE("model step failed: %s", err.msg);
     free(tok);
     free(lab);
     return ok;
@@ -429,15 +449,17 @@ static int run_steps(mrt_model *m, int recompute, int steps, int update, uint64_
 
 static void t_model(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     mrt_config c;
     mrt_config_default(&c);
     mrt_model *a = NULL, *b = NULL, *a2 = NULL;
-    rt_status st = mrt_new(&c, NULL, &a);
-    if (st == RT_OK) st = mrt_new(&c, NULL, &b);
-    if (st == RT_OK) st = mrt_new(&c, NULL, &a2);
+    rt_status st = mrt_new(&c, NULL, &a, &err);
+    if (st == RT_OK) st = mrt_new(&c, NULL, &b, &err);
+    if (st == RT_OK) st = mrt_new(&c, NULL, &a2, &err);
     TAP_OK(st == RT_OK, "tiny GPT built three times (L %d h %d heads %d ffn %d V %d, seq %d x "
            "batch %d) %s", c.layers, c.hidden, c.heads, c.ffn, c.vocab, c.seq, c.batch,
-           st == RT_OK ? "" : rt_last_error());
+           st == RT_OK ? "" : err.msg);
     if (st != RT_OK) goto out;
     size_t np = mrt_param_count(a);
     float *ga = malloc(np * 4), *gb = malloc(np * 4), *g2 = malloc(np * 4);
@@ -473,7 +495,7 @@ static void t_model(void)
     /* 50 steps from a fresh model: the loss must fall */
     mrt_model *t = NULL;
     float curve[50];
-    if (mrt_new(&c, NULL, &t) == RT_OK && run_steps(t, 0, 50, 1, 4242, curve, NULL)) {
+    if (mrt_new(&c, NULL, &t, &err) == RT_OK && run_steps(t, 0, 50, 1, 4242, curve, NULL)) {
         char line[1024];
         size_t o = 0;
         for (int s = 0; s < 50; s++) {
@@ -488,7 +510,7 @@ static void t_model(void)
         TAP_OK(last < curve[0] - 0.5, "loss falls over 50 steps: %.3f -> %.3f (mean of the last "
                "5; floor of the stream about ln 4 = 1.386)", curve[0], last);
     } else {
-        TAP_OK(0, "50-step training run: %s", rt_last_error());
+        TAP_OK(0, "50-step training run: %s", err.msg);
     }
     mrt_free(t);
 out:
@@ -531,12 +553,12 @@ static void t_trace(void)
         rt_backend_opts_default(&bo);
         ms = pol_plan(pol[p], t, &mp->m, NULL, &plan, &err);
         if (ms == MS_OK) ms = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
-        rt_status st = ms == MS_OK ? rt_backend_new(&bo, &be) : RT_ERR_INVALID;
+        rt_status st = ms == MS_OK ? rt_backend_new(&bo, &be, &err) : RT_ERR_INVALID;
         if (st == RT_OK) st = mrt_sched_run(s, t, rt_backend_mb(be), "caching", NULL, 77, NULL,
-                                             &r[p]);
+                                             &r[p], &err);
         ok[p] = st == RT_OK && r[p].n_iter == 6;
         TAP_OK(ok[p], "%s schedule (%zu actions) ran with real kernels: %s", pol[p],
-               s ? sched_count(s) : 0, ok[p] ? "6 iterations" : ms != MS_OK ? err.msg : rt_last_error());
+               s ? sched_count(s) : 0, ok[p] ? "6 iterations" : err.msg);
         TAP_OK(!be || rt_backend_outstanding(be) == 0, "%s: every device block given back", pol[p]);
         rt_backend_free(be);
         sched_free(s);
@@ -577,13 +599,15 @@ static void t_trace(void)
 
 int main(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     int n = 0;
     struct cudaDeviceProp p;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) TAP_SKIP_ALL("no GPU");
     if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 9)
         TAP_SKIP_ALL("the kernels are built for compute capability 9.0");
-    if (kn_ctx_new(NULL, &K) != RT_OK) {
-        TAP_OK(0, "kernel context: %s", rt_last_error());
+    if (kn_ctx_new(NULL, &K, &err) != RT_OK) {
+        TAP_OK(0, "kernel context: %s", err.msg);
         return tap_done();
     }
     TAP_NOTE("device %s, %d SMs", p.name, p.multiProcessorCount);

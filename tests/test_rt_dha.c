@@ -53,9 +53,9 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         TAP_OK(0, "%s: lowered: %s", what, plan ? err.msg : "no plan");
         return oc;
     }
-    rt_status st = mrt_ops_new(t, 1234, &ops);
-    if (st == RT_OK) st = mrt_ops_set_plan(ops, plan);
-    if (st == RT_OK) st = rt_backend_new(NULL, &be);
+    rt_status st = mrt_ops_new(t, 1234, &ops, &err);
+    if (st == RT_OK) st = mrt_ops_set_plan(ops, plan, &err);
+    if (st == RT_OK) st = rt_backend_new(NULL, &be, &err);
     rt_exec_result r;
     memset(&r, 0, sizeof r);
     if (st == RT_OK) {
@@ -66,9 +66,9 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         o.plan = plan;
         o.max_ahead = 8;
         if (no_split) o.compute_split = NULL;
-        st = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
+        st = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r, &err);
         oc.ok = st == RT_OK && r.outcome == RTX_OK;
-        if (oc.ok) oc.ok = mrt_ops_losses(ops, oc.loss, ITERS) == RT_OK;
+        if (oc.ok) oc.ok = mrt_ops_losses(ops, oc.loss, ITERS, &err) == RT_OK;
         oc.host_operands = r.host_operands;
         oc.host_steps = r.host_steps;
         oc.host_inits = r.host_inits;
@@ -80,7 +80,7 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         TAP_OK(oc.ok, "%s: %zu actions ran with real kernels (%llu operands in pinned host "
                "memory, %llu host AdamW steps): %s", what, sched_count(s),
                (unsigned long long)oc.host_operands, (unsigned long long)oc.host_steps,
-               oc.ok ? "ok" : (r.failure[0] ? r.failure : rt_last_error()));
+               oc.ok ? "ok" : (r.failure[0] ? r.failure : err.msg));
     if (st == RT_OK) rt_exec_result_release(&r);
     TAP_OK(!be || rt_backend_outstanding(be) == 0, "%s: every device block given back", what);
     rt_backend_free(be);
@@ -159,8 +159,8 @@ int main(void)
         return tap_done();
     }
     rt_dev_ops *dev = NULL;
-    if (rt_cuda_dev_new(0, &dev) != RT_OK) {
-        TAP_OK(0, "CUDA device: %s", rt_last_error());
+    if (rt_cuda_dev_new(0, &dev, &err) != RT_OK) {
+        TAP_OK(0, "CUDA device: %s", err.msg);
         machine_profile_free(mp);
         return tap_done();
     }

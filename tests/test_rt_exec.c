@@ -78,8 +78,9 @@ static double start_at(fdev *f, fstream *s)
     return s->t > f->now ? s->t : f->now;
 }
 
-static rt_status f_stream_new(void *ctx, void **s)
+static rt_status f_stream_new(void *ctx, void **s, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     fstream *x = calloc(1, sizeof *x);
     f->streams++;
@@ -91,8 +92,9 @@ static void f_stream_free(void *ctx, void *s)
     ((fdev *)ctx)->streams--;
     free(s);
 }
-static rt_status f_event_new(void *ctx, int timing, void **e)
+static rt_status f_event_new(void *ctx, int timing, void **e, ms_error *err)
 {
+    (void)err;
     (void)timing;
     fdev *f = ctx;
     fevent *x = calloc(1, sizeof *x);
@@ -106,27 +108,31 @@ static void f_event_free(void *ctx, void *e)
     ((fdev *)ctx)->events--;
     free(e);
 }
-static rt_status f_record(void *ctx, void *e, void *s)
+static rt_status f_record(void *ctx, void *e, void *s, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     ((fevent *)e)->t = start_at(f, s);
     return RT_OK;
 }
-static rt_status f_wait(void *ctx, void *s, void *e)
+static rt_status f_wait(void *ctx, void *s, void *e, ms_error *err)
 {
+    (void)err;
     (void)ctx;
     fstream *x = s;
     double t = ((fevent *)e)->t;
     if (t > x->t) x->t = t;
     return RT_OK;
 }
-static int f_query(void *ctx, void *e)
+static int f_query(void *ctx, void *e, ms_error *err)
 {
+    (void)err;
     return ((fevent *)e)->t <= ((fdev *)ctx)->now;
 }
 /* The host waits: its clock moves to the event; a never-reached one times out for real. */
-static int f_host_wait(void *ctx, void *e, double timeout_s)
+static int f_host_wait(void *ctx, void *e, double timeout_s, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     double t = ((fevent *)e)->t;
     if (isinf(t)) {
@@ -137,8 +143,9 @@ static int f_host_wait(void *ctx, void *e, double timeout_s)
     if (t > f->now) f->now = t;
     return 1;
 }
-static rt_status f_elapsed(void *ctx, void *e0, void *e1, float *ms)
+static rt_status f_elapsed(void *ctx, void *e0, void *e1, float *ms, ms_error *err)
 {
+    (void)err;
     (void)ctx;
     *ms = (float)((((fevent *)e1)->t - ((fevent *)e0)->t) / 1e3);
     return RT_OK;
@@ -172,8 +179,10 @@ static void f_move(fdev *f, uint64_t dst, uint64_t src, uint64_t bytes, int d2h)
     }
 }
 
-static rt_status f_copy(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h)
+static rt_status f_copy(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t bytes, int d2h,
+                        ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     fstream *x = s;
     if (f->dval) f_move(f, dst, src, bytes, d2h);
@@ -184,8 +193,9 @@ static rt_status f_copy(void *ctx, void *s, uint64_t dst, uint64_t src, uint64_t
     }
     return RT_OK;
 }
-static rt_status f_kernel(void *ctx, void *s, const rt_kernel_args *k)
+static rt_status f_kernel(void *ctx, void *s, const rt_kernel_args *k, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     fstream *x = s;
     double d = k->dur_us;
@@ -196,24 +206,27 @@ static rt_status f_kernel(void *ctx, void *s, const rt_kernel_args *k)
     f->kernels++;
     return RT_OK;
 }
-static rt_status f_host(void *ctx, void *s, double dur_us)
+static rt_status f_host(void *ctx, void *s, double dur_us, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     fstream *x = s;
     x->t = start_at(f, x) + dur_us;
     return RT_OK;
 }
 /* Real host work: runs at issue, the stream's clock as for host work of no duration. */
-static rt_status f_host_call(void *ctx, void *s, void (*fn)(void *), void *arg)
+static rt_status f_host_call(void *ctx, void *s, void (*fn)(void *), void *arg, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     fstream *x = s;
     x->t = start_at(f, x);
     fn(arg);
     return RT_OK;
 }
-static rt_status f_calibrate(void *ctx, rt_calib *c)
+static rt_status f_calibrate(void *ctx, rt_calib *c, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     memset(c, 0, sizeof *c);
     c->valid = 1;
@@ -222,8 +235,9 @@ static rt_status f_calibrate(void *ctx, rt_calib *c)
     return RT_OK;
 }
 
-static rt_status f_sum_begin(void *ctx, size_t n)
+static rt_status f_sum_begin(void *ctx, size_t n, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     f->sums = calloc(n ? n : 1, sizeof *f->sums);
     if (!f->sums) return RT_ERR_HOST;
@@ -232,8 +246,9 @@ static rt_status f_sum_begin(void *ctx, size_t n)
     return RT_OK;
 }
 static rt_status f_sum_add(void *ctx, void *s, size_t k, uint64_t dev, uint64_t bytes,
-                           uint64_t pos)
+                           uint64_t pos, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     fstream *x = s;
     if (k >= f->n_sums) return RT_ERR_INVALID;
@@ -242,8 +257,9 @@ static rt_status f_sum_add(void *ctx, void *s, size_t k, uint64_t dev, uint64_t 
     f->sum_calls++;
     return RT_OK;
 }
-static rt_status f_sum_read(void *ctx, uint64_t *out, size_t n)
+static rt_status f_sum_read(void *ctx, uint64_t *out, size_t n, ms_error *err)
 {
+    (void)err;
     fdev *f = ctx;
     if (n > f->n_sums) return RT_ERR_INVALID;
     memcpy(out, f->sums, n * sizeof *out);
@@ -501,9 +517,9 @@ static void test_host_plan(void)
 }
 
 static rt_status run(const schedule_t *s, const rt_exec_opts *o, fdev *f, fbe *b,
-                     rt_exec_result *r)
+                     rt_exec_result *r, ms_error *err)
 {
-    return rt_exec_run(s, o, &f->ops, &b->mb, r);
+    return rt_exec_run(s, o, &f->ops, &b->mb, r, err);
 }
 
 static int clean(const fdev *f, const fbe *b)
@@ -514,6 +530,8 @@ static int clean(const fdev *f, const fbe *b)
 
 static void test_swap(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     schedule_t *s = swap_schedule(2);
     fdev f;
     fbe b;
@@ -522,7 +540,7 @@ static void test_swap(void)
     rt_exec_opts o;
     rt_exec_opts_default(&o);
     rt_exec_result r;
-    rt_status st = run(s, &o, &f, &b, &r);
+    rt_status st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && r.outcome == RTX_OK, "swap schedule runs (%s)", r.failure);
     TAP_OK(r.n_win == 3, "three windows: setup and two iterations (%zu)", r.n_win);
     double copy_us = (double)(64ULL << 20) / f.bw_Bpus;
@@ -565,7 +583,7 @@ static void test_swap(void)
     fdev_init(&f);
     fbe_init(&b, 1ULL << 34);
     o.alloc_sync = 1;
-    st = run(s, &o, &f, &b, &r);
+    st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.deferred_frees == 0 && r.alloc_waits == 8,
            "alloc_sync: ok, nothing deferred, one wait per allocator call (%llu)",
            (unsigned long long)r.alloc_waits);
@@ -577,7 +595,7 @@ static void test_swap(void)
     fbe_init(&b, 1ULL << 34);
     o.alloc_sync = 0;
     o.per_op = 1;
-    st = run(s, &o, &f, &b, &r);
+    st = run(s, &o, &f, &b, &r, &err);
     ok = st == RT_OK && r.n_ops == 6;
     for (size_t k = 0; ok && k < r.n_ops; k++) ok = fabs(r.ops[k].meas_us - r.ops[k].req_us) < 0.01;
     TAP_OK(ok, "per-op: 6 compute actions, each measured at its duration");
@@ -590,6 +608,8 @@ static void test_swap(void)
 
 static void test_credit(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     schedule_t *s = sched_new();
     mark_iter(s, 0);
     for (int k = 0; k < 10; k++) act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 2, 0);
@@ -602,7 +622,7 @@ static void test_credit(void)
     fdev_init(&f);
     fbe_init(&b, 1ULL << 30);
     f.empty_us = 10;
-    rt_status st = run(s, &o, &f, &b, &r);
+    rt_status st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && fabs(r.iter_time_s * 1e6 - 120) < 0.5,
            "spin credit: 10 x 2 us + 100 us with a 10 us shortest kernel takes 120 us (%.2f)",
            r.iter_time_s * 1e6);
@@ -611,7 +631,7 @@ static void test_credit(void)
     fbe_init(&b, 1ULL << 30);
     f.empty_us = 10;
     o.spin_credit = 0;
-    st = run(s, &o, &f, &b, &r);
+    st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && fabs(r.iter_time_s * 1e6 - 200) < 0.5,
            "without the credit it takes 200 us (%.2f)", r.iter_time_s * 1e6);
     rt_exec_result_release(&r);
@@ -620,6 +640,8 @@ static void test_credit(void)
 
 static void test_failures(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     schedule_t *s = swap_schedule(2);
     fdev f;
     fbe b;
@@ -629,7 +651,7 @@ static void test_failures(void)
     /* OOM: 40 MiB of device memory cannot hold the 64 MiB block */
     fdev_init(&f);
     fbe_init(&b, 40ULL << 20);
-    rt_status st = run(s, &o, &f, &b, &r);
+    rt_status st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && r.outcome == RTX_OOM, "OOM is a result (%s)", rt_outcome_name(r.outcome));
     TAP_OK(strstr(r.failure, "out of device memory allocating tensor 10") != NULL,
            "the failure names the request: %s", r.failure);
@@ -642,7 +664,7 @@ static void test_failures(void)
     fdev_init(&f);
     fbe_init(&b, 100ULL << 20);
     f.issue_us = 0;
-    st = run(s, &o, &f, &b, &r);
+    st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.oom_drains >= 1,
            "a 100 MiB device fits after waiting for the deferred free (%s, drains %llu)",
            rt_outcome_name(r.outcome), (unsigned long long)r.oom_drains);
@@ -653,7 +675,7 @@ static void test_failures(void)
     fdev_init(&f);
     fbe_init(&b, 1ULL << 34);
     o.host_limit_bytes = 1ULL << 20;
-    st = run(s, &o, &f, &b, &r);
+    st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && r.outcome == RTX_OOHM && strstr(r.failure, "pinned pool"),
            "a pinned pool over the host limit is out of host memory (%s)", r.failure);
     TAP_OK(clean(&f, &b), "OOHM: everything released");
@@ -668,7 +690,7 @@ static void test_failures(void)
     act(s, SA_RECORD, SS_D2H, 0, 0, 0, e);
     fdev_init(&f);
     fbe_init(&b, 1ULL << 30);
-    st = run(s, &o, &f, &b, &r);
+    st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_ERR_INVALID && strstr(r.failure, "deadlock"),
            "a schedule that would deadlock is refused: %s", r.failure);
     TAP_OK(clean(&f, &b), "nothing created for an invalid schedule");
@@ -686,7 +708,7 @@ static void test_failures(void)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     LEAKS_IGNORED_BEGIN(); /* a hung run leaves its allocator to the process exit, by design */
-    st = run(s, &o, &f, &b, &r);
+    st = run(s, &o, &f, &b, &r, &err);
     LEAKS_IGNORED_END();
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
@@ -756,7 +778,7 @@ static void test_generated(void)
             o.allocator = allocs[k];
             o.trace = t;
             rt_exec_result r;
-            rt_status rs = run(s, &o, &f, &b, &r);
+            rt_status rs = run(s, &o, &f, &b, &r, &err);
             TAP_OK(rs == RT_OK && r.outcome == RTX_OK && r.n_win == 3 &&
                    fabs(r.nominal_s * 1e6 - want) < 1e-3 * want &&
                    r.iter_time_s >= r.nominal_s * 0.999 && r.astats.allocated_peak_bytes > 0,
@@ -801,7 +823,7 @@ static void test_generated(void)
                     rt_exec_opts o2 = o;
                     o2.max_ahead = mode == 0 ? 1 : 0;
                     o2.alloc_sync = mode == 1;
-                    rs = run(s, &o2, &f, &b, &r2);
+                    rs = run(s, &o2, &f, &b, &r2, &err);
                     /* alloc_sync stalls the issuing thread at H2D-stream allocations, so
                      * only max_ahead keeps the iteration time */
                     TAP_OK(rs == RT_OK && r2.outcome == RTX_OK &&
@@ -889,7 +911,7 @@ static void test_record(void)
         o.per_op = 1;
         o.spin_credit = 0;
         rt_exec_result r;
-        rt_status rs = run(s, &o, &f, &b, &r);
+        rt_status rs = run(s, &o, &f, &b, &r, &err);
         TAP_OK(rs == RT_OK && r.outcome == RTX_OK && r.n_ops > 0, "record %s: run ok, %zu "
                "compute actions timed", pols[p], r.n_ops);
         size_t n_re = 0;
@@ -987,6 +1009,8 @@ static void test_record(void)
  * link time): the stream order gives 1000 + 3000 + 2000 + 100 us. */
 static void test_host_stream(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     schedule_t *s = sched_new();
     uint32_t e0 = sched_new_event(s), e1 = sched_new_event(s);
     mark_iter(s, 0);
@@ -1016,7 +1040,7 @@ static void test_host_stream(void)
     rt_exec_opts o;
     rt_exec_opts_default(&o);
     rt_exec_result r;
-    rt_status st = run(s, &o, &f, &b, &r);
+    rt_status st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && r.outcome == RTX_OK && fabs(r.iter_time_s * 1e6 - 6100) < 0.5 &&
            fabs(r.host_busy_s * 1e6 - 2000) < 1e-6 && r.host_pool_bytes == 0,
            "host work runs in its stream's order between events: %.1f us (6100), host %.1f us",
@@ -1030,7 +1054,8 @@ static void test_host_stream(void)
 /* ---------------- the static arena and deferred frees ---------------- */
 
 static rt_status run_static(const schedule_t *s, const uint64_t *ids, const uint64_t *offs,
-                            size_t n, uint64_t arena, fdev *f, fbe *b, rt_exec_result *r)
+                            size_t n, uint64_t arena, fdev *f, fbe *b, rt_exec_result *r,
+                            ms_error *err)
 {
     alloc_config cfg;
     alloc_config_default(&cfg);
@@ -1044,7 +1069,7 @@ static rt_status run_static(const schedule_t *s, const uint64_t *ids, const uint
     o.alloc_cfg = &cfg;
     fdev_init(f);
     fbe_init(b, 1ULL << 34);
-    return run(s, &o, f, b, r);
+    return run(s, &o, f, b, r, err);
 }
 
 /* Tensor `t` computed on, then offloaded and freed on the D2H stream (a deferred free: the
@@ -1066,6 +1091,8 @@ static void offload(schedule_t *s, uint64_t t, uint64_t bytes, double us, uint32
  * address of one whose free still waits for the offload when the host allocates it. */
 static void test_static_deferred(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     const uint64_t B = 64ULL << 20;
     const double copy_us = (double)B / 50e3;
     uint64_t ids[4] = {10, 11, 12, 13}, offs[4] = {0, 0, 32ULL << 20, B};
@@ -1083,7 +1110,7 @@ static void test_static_deferred(void)
     act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 50, 0);
     act(s, SA_FREE, SS_COMPUTE, 11, 0, 0, 0);
     act(s, SA_HOST_FREE, SS_D2H, 10, 0, 0, 0);
-    rt_status st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r);
+    rt_status st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.oom_drains == 1 && r.alloc_fences == 1,
            "static arena: a planned address held by a block whose free waits for the offload "
            "is released, fenced and allocated (%s; drains %llu, fences %llu)", r.failure,
@@ -1106,7 +1133,7 @@ static void test_static_deferred(void)
     act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 1000, 0);
     act(s, SA_FREE, SS_COMPUTE, 12, 0, 0, 0);
     act(s, SA_HOST_FREE, SS_D2H, 10, 0, 0, 0);
-    st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r);
+    st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r, &err);
     double want = 100 + copy_us + 1050;
     TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.oom_drains == 0 && r.alloc_fences == 1 &&
            fabs(r.iter_time_s * 1e6 - want) < 1,
@@ -1124,7 +1151,7 @@ static void test_static_deferred(void)
     act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 50, 0);
     act(s, SA_FREE, SS_COMPUTE, 11, 0, 0, 0);
     act(s, SA_FREE, SS_COMPUTE, 10, 0, 0, 0);
-    st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r);
+    st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r, &err);
     TAP_OK(st != RT_OK && r.outcome == RTX_ERROR && r.oom_drains == 0 &&
            strstr(r.failure, "action 2: allocating") && strstr(r.failure, "tensor 11"),
            "two live tensors at one planned address, no free pending: an error (%s)",
@@ -1144,7 +1171,7 @@ static void test_static_deferred(void)
     act(s, SA_FREE, SS_COMPUTE, 11, 0, 0, 0);
     act(s, SA_FREE, SS_COMPUTE, 10, 0, 0, 0);
     act(s, SA_HOST_FREE, SS_D2H, 13, 0, 0, 0);
-    st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r);
+    st = run_static(s, ids, offs, 4, 2 * B, &f, &b, &r, &err);
     TAP_OK(st != RT_OK && r.outcome == RTX_ERROR && r.oom_drains == 1 &&
            strstr(r.failure, "tensor 11"),
            "a real overlap while an unrelated free is pending: retried once, still an error "
@@ -1187,8 +1214,9 @@ typedef struct hook {
 } hook;
 
 static rt_status hook_compute(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
-                              const uint64_t *out)
+                              const uint64_t *out, ms_error *err)
 {
+    (void)err;
     (void)stream;
     hook *h = ctx;
     h->calls++;
@@ -1302,7 +1330,7 @@ static void test_rb_operands(void)
     o.compute_ctx = &h;
     o.rb_map = m;
     rt_exec_result r;
-    rt_status rs = run(s, &o, &f, &b, &r);
+    rt_status rs = run(s, &o, &f, &b, &r, &err);
     int changes_ok = 1;
     for (size_t g = 0; g < HOOK_GROUPS; g++) changes_ok &= h.changes[g] <= 1;
     int moved = 0;
@@ -1328,7 +1356,7 @@ static void test_rb_operands(void)
     fdev_init(&f);
     fbe_init(&b, 8ULL << 30);
     o.rb_map = NULL;
-    rs = run(s, &o, &f, &b, &r);
+    rs = run(s, &o, &f, &b, &r, &err);
     TAP_OK(rs != RT_OK && r.outcome == RTX_ERROR && strstr(r.failure, "holds no device block") &&
            strstr(r.failure, "op embed"), "without lowering's map the embedding's output has "
            "no address: %s", r.failure);
@@ -1346,7 +1374,7 @@ static void test_rb_operands(void)
         fbe_init(&b, 8ULL << 30);
         rt_exec_opts_default(&o);
         o.trace = t;
-        rs = run(s2, &o, &f, &b, &r);
+        rs = run(s2, &o, &f, &b, &r, &err);
         paired = copies_paired(&f, &n_h2d);
         TAP_OK(rs == RT_OK && r.outcome == RTX_OK && paired && n_h2d > 0 &&
                r.host_pool_bytes == r.host_peak_bytes,
@@ -1375,8 +1403,9 @@ typedef struct rhook {
 } rhook;
 
 static rt_status rhook_compute(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
-                               const uint64_t *out)
+                               const uint64_t *out, ms_error *err)
 {
+    (void)err;
     (void)stream; (void)op; (void)in; (void)out;
     ((rhook *)ctx)->whole++;
     return RT_OK;
@@ -1386,8 +1415,9 @@ static rt_status rhook_compute(void *ctx, void *stream, const trace_op *op, cons
  * come full size, the others (the replay's transients) as partial blocks. */
 static rt_status rhook_rows(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
                             const uint64_t *out, const uint8_t *in_part,
-                            const uint8_t *out_part, double frac)
+                            const uint8_t *out_part, double frac, ms_error *err)
 {
+    (void)err;
     (void)stream; (void)in;
     rhook *h = ctx;
     h->rows++;
@@ -1538,7 +1568,7 @@ static void test_partial_replay(void)
         fdev_init(&f);
         fbe_init(&b, 8ULL << 30);
         rt_exec_result r;
-        rt_status rs = run(s, &o, &f, &b, &r);
+        rt_status rs = run(s, &o, &f, &b, &r, &err);
         TAP_OK(rs == RT_OK && r.outcome == RTX_OK && h.rows == (long)n_partial &&
                h.bad_frac == 0 && h.bad_part == 0 && h.targets_full > 0 && h.transients_part > 0,
                "alpha %g: every replayed op runs on the row range (%ld of %ld ops; in-place "
@@ -1589,7 +1619,7 @@ static void test_partial_replay(void)
         fdev_init(&f);
         fbe_init(&b, 8ULL << 30);
         o.compute_rows = NULL;
-        rs = run(s, &o, &f, &b, &r);
+        rs = run(s, &o, &f, &b, &r, &err);
         TAP_OK(rs != RT_OK && r.outcome == RTX_ERROR && strstr(r.failure, "token-wise") &&
                clean(&f, &b), "alpha %g: without a row-range hook: %s", alphas[ai], r.failure);
         rt_exec_result_release(&r);
@@ -1613,7 +1643,7 @@ static void test_partial_replay(void)
         fdev_init(&f);
         fbe_init(&b, 8ULL << 30);
         rt_exec_result r;
-        rt_status rs = st == MS_OK ? run(s, &o, &f, &b, &r) : RT_ERR_INVALID;
+        rt_status rs = st == MS_OK ? run(s, &o, &f, &b, &r, &err) : RT_ERR_INVALID;
         TAP_OK(st == MS_OK && rs != RT_OK && r.outcome == RTX_ERROR &&
                strstr(r.failure, "whole number") && clean(&f, &b),
                "alpha 0.3 of 256 rows: %s", st == MS_OK ? r.failure : err.msg);
@@ -1641,8 +1671,9 @@ static int is_host(const dhook *h, uint64_t a) { return a >= h->host_lo; }
 
 /* Records where the executor put the operands of a few ops of the mixed plan below. */
 static rt_status dh_compute(void *ctx, void *stream, const trace_op *op, const uint64_t *in,
-                            const uint64_t *out)
+                            const uint64_t *out, ms_error *err)
 {
+    (void)err;
     (void)stream;
     dhook *h = ctx;
     h->calls++;
@@ -1658,8 +1689,10 @@ static rt_status dh_compute(void *ctx, void *stream, const trace_op *op, const u
     return RT_OK;
 }
 
-static rt_status dh_init(void *ctx, void *stream, uint64_t tensor, uint64_t dev, uint64_t bytes)
+static rt_status dh_init(void *ctx, void *stream, uint64_t tensor, uint64_t dev, uint64_t bytes,
+                         ms_error *err)
 {
+    (void)err;
     (void)stream;
     dhook *h = ctx;
     const trace_tensor *x = trace_find_tensor(h->t, tensor);
@@ -1668,11 +1701,12 @@ static rt_status dh_init(void *ctx, void *stream, uint64_t tensor, uint64_t dev,
     return RT_OK;
 }
 
-static int dh_prepare(void *ctx, const trace_op *op, uint64_t *ids, size_t max, int64_t *tag)
+static int dh_prepare(void *ctx, const trace_op *op, uint64_t *ids, size_t max, int64_t *tag,
+                      ms_error *err)
 {
     dhook *h = ctx;
     if (h->fail_prepare) {
-        rt_set_error(RT_ERR_INVALID, __FILE__, __LINE__, "test", "no host math here");
+        rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "test", "no host math here");
         return -1;
     }
     /* the group's gradient buffer and parameters, from the trace's copies */
@@ -1692,8 +1726,9 @@ static int dh_prepare(void *ctx, const trace_op *op, uint64_t *ids, size_t max, 
 }
 
 static rt_status dh_step(void *ctx, const trace_op *op, int64_t tag, const uint64_t *addr,
-                         const uint64_t *bytes, size_t n)
+                         const uint64_t *bytes, size_t n, ms_error *err)
 {
+    (void)err;
     dhook *h = ctx;
     h->steps++;
     h->bad_step += n != 2 || tag != (int64_t)op->layer + 1 || !bytes[0] || !bytes[1];
@@ -1758,7 +1793,7 @@ static void test_dha(void)
         o.host_compute = dh_step;
         o.compute_ctx = &h;
         rt_exec_result r;
-        rt_status rs = run(s, &o, &f, &b, &r);
+        rt_status rs = run(s, &o, &f, &b, &r, &err);
         if (neg) {
             TAP_OK(rs != RT_OK && r.outcome == RTX_ERROR && strstr(r.failure, "optim.host") &&
                    strstr(r.failure, "no host math here") && clean(&f, &b),
@@ -1820,6 +1855,8 @@ static void fdev_sums_on(fdev *f, long corrupt_d2h)
 
 static void test_verify_swaps(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     /* the host reference: pieces add up, position matters, one changed byte shows */
     unsigned char buf[100];
     for (int k = 0; k < 100; k++) buf[k] = (unsigned char)(k * 37 + 11);
@@ -1843,7 +1880,7 @@ static void test_verify_swaps(void)
     fbe_init(&b, 1ULL << 34);
     rt_exec_opts_default(&o);
     o.verify_swaps = 1;
-    rt_status st = run(s, &o, &f, &b, &r);
+    rt_status st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_OK && r.outcome == RTX_OK && r.swap_sums == 4 && r.swap_verified == 2 &&
            r.swap_mismatches == 0 && r.swap_unpaired == 0 && f.sum_calls == 4,
            "verify_swaps: 4 copies checksummed, both prefetches match their offloads (sums %llu "
@@ -1857,7 +1894,7 @@ static void test_verify_swaps(void)
     fdev_init(&f);
     fdev_sums_on(&f, 2);
     fbe_init(&b, 1ULL << 34);
-    st = run(s, &o, &f, &b, &r);
+    st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_ERR_CUDA && r.outcome == RTX_ERROR && r.swap_mismatches == 1 &&
            r.swap_verified == 1 && strstr(r.failure, "came back different") &&
            strstr(r.failure, "tensor 10 ") && strstr(r.failure, "action 26 ") &&
@@ -1870,7 +1907,7 @@ static void test_verify_swaps(void)
     /* a device without the checksum entries refuses the option */
     fdev_init(&f);
     fbe_init(&b, 1ULL << 34);
-    st = run(s, &o, &f, &b, &r);
+    st = run(s, &o, &f, &b, &r, &err);
     TAP_OK(st == RT_ERR_INVALID && r.outcome == RTX_ERROR &&
            strstr(r.failure, "cannot checksum") && clean(&f, &b),
            "verify_swaps without device support: %s", r.failure);
@@ -1879,7 +1916,6 @@ static void test_verify_swaps(void)
 
     /* generated plans: memo's gathered row pieces (alpha 0.75) and full-swap */
     machine_profile *mp;
-    ms_error err;
     gen_config c;
     if (!small_workload("dims:2,128,2,512,512", 128, &mp, &c)) return;
     c.micro_batch = 2;
@@ -1905,7 +1941,7 @@ static void test_verify_swaps(void)
             fdev_sums_on(&f, 0);
             fbe_init(&b, 8ULL << 30);
             o.verify_swaps = 1;
-            st = run(gs, &o, &f, &b, &r);
+            st = run(gs, &o, &f, &b, &r, &err);
             size_t n_h2d = 0;
             for (size_t i = 0; i < sched_count(gs); i++)
                 n_h2d += sched_get(gs, i)->kind == SA_COPY_H2D && sched_get(gs, i)->bytes;

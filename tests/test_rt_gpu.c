@@ -42,12 +42,14 @@ static int roundtrip(uint64_t dev, size_t bytes, unsigned seed)
 
 static void test_backend(const rt_gpu_info *gi)
 {
+    ms_error err;
+    ms_error_clear(&err);
     rt_backend_opts o;
     rt_backend_opts_default(&o);
     o.capacity_bytes = 100ULL << 20;
     rt_backend *b;
-    rt_status rs = rt_backend_new(&o, &b);
-    TAP_OK(rs == RT_OK, "backend created (%s)", rs == RT_OK ? "" : rt_last_error());
+    rt_status rs = rt_backend_new(&o, &b, &err);
+    TAP_OK(rs == RT_OK, "backend created (%s)", rs == RT_OK ? "" : err.msg);
     if (rs != RT_OK) return;
     const mb_backend *mb = rt_backend_mb(b);
     TAP_OK(mb->granularity_bytes == 2ULL << 20, "VMM granularity 2 MiB (%llu)",
@@ -68,7 +70,7 @@ static void test_backend(const rt_gpu_info *gi)
     /* a real out-of-memory from the device, and CUDA still usable after it */
     rt_backend_opts_default(&o);
     o.capacity_bytes = UINT64_MAX / 4;
-    rs = rt_backend_new(&o, &b);
+    rs = rt_backend_new(&o, &b, &err);
     if (rs != RT_OK) return;
     mb = rt_backend_mb(b);
     st = mb->ops->dev_malloc(mb->ctx, gi->total_bytes * 2, &a1);
@@ -86,7 +88,7 @@ static void test_backend(const rt_gpu_info *gi)
              mb->ops->map(mb->ctx, va, g, h1) == MS_OK &&
              mb->ops->map(mb->ctx, va + g, g, h2) == MS_OK &&
              mb->ops->set_access(mb->ctx, va, 2 * g) == MS_OK;
-    TAP_OK(ok, "reserve, create, map, set access (%s)", ok ? "" : rt_last_error());
+    TAP_OK(ok, "reserve, create, map, set access (%s)", ok ? "" : err.msg);
     TAP_OK(ok && roundtrip(va, 2 * g, 7), "data round trip through the mapped range");
     ok = ok && mb->ops->map(mb->ctx, va2, g, h2) == MS_OK &&
          mb->ops->map(mb->ctx, va2 + g, g, h1) == MS_OK &&
@@ -125,10 +127,12 @@ static void test_backend(const rt_gpu_info *gi)
 
 static void test_calibration(rt_dev_ops *dev)
 {
+    ms_error err;
+    ms_error_clear(&err);
     rt_calib c;
-    rt_status rs = dev->calibrate(dev->ctx, &c);
+    rt_status rs = dev->calibrate(dev->ctx, &c, &err);
     TAP_OK(rs == RT_OK && c.valid, "spin kernel calibrated (%s)",
-           rs == RT_OK ? "" : rt_last_error());
+           rs == RT_OK ? "" : err.msg);
     if (rs != RT_OK) return;
     TAP_NOTE("overhead %.3f us, slope %.6f, shortest kernel %.3f us", c.overhead_us, c.slope,
              c.empty_us);
@@ -179,14 +183,14 @@ static void test_exec(rt_dev_ops *dev)
         for (int k = 0; k < 3; k++) {
             uint64_t before = free_bytes();
             rt_backend *b;
-            if (rt_backend_new(NULL, &b) != RT_OK) continue;
+            if (rt_backend_new(NULL, &b, &err) != RT_OK) continue;
             rt_exec_opts o;
             rt_exec_opts_default(&o);
             o.allocator = allocs[k];
             o.trace = t;
             o.max_ahead = p == 1 && k == 0 ? 2 : 0;
             rt_exec_result r;
-            rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(b), &r);
+            rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(b), &r, &err);
             double ratio = r.nominal_s > 0 ? r.iter_time_s / r.nominal_s : 0;
             TAP_OK(rs == RT_OK && r.outcome == RTX_OK && (p == 1 || fabs(ratio - 1) < 0.05),
                    "%s / %s%s: %s, iteration %.3f ms for %.3f ms of compute (x%.4f), peak "
@@ -210,12 +214,12 @@ static void test_exec(rt_dev_ops *dev)
             rt_backend_opts_default(&bo);
             bo.capacity_bytes = keep_peak * 3 / 4;
             rt_backend *b;
-            if (rt_backend_new(&bo, &b) == RT_OK) {
+            if (rt_backend_new(&bo, &b, &err) == RT_OK) {
                 rt_exec_opts o;
                 rt_exec_opts_default(&o);
                 o.trace = t;
                 rt_exec_result r;
-                rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(b), &r);
+                rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(b), &r, &err);
                 TAP_OK(rs == RT_OK && r.outcome == RTX_OOM, "3/4 of the peak: OOM as a result: %s",
                        r.failure);
                 TAP_OK(rt_backend_outstanding(b) == 0 && free_bytes() + (64ULL << 20) >= before,
@@ -256,6 +260,8 @@ static void act(schedule_t *s, sched_kind k, sched_stream st, uint64_t t, uint64
  * then 100 us of compute. */
 static void test_dha_host(rt_dev_ops *dev, const machine_t *m)
 {
+    ms_error err;
+    ms_error_clear(&err);
     schedule_t *s = sched_new();
     uint32_t e0 = sched_new_event(s), e1 = sched_new_event(s);
     const uint64_t R = 256ULL << 20, W = 64ULL << 20;
@@ -271,7 +277,7 @@ static void test_dha_host(rt_dev_ops *dev, const machine_t *m)
     act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, 100, 0, 0, 0);
     act(s, SA_FREE, SS_COMPUTE, 1, 0, 0, 0, 0, 0);
     rt_backend *b;
-    if (rt_backend_new(NULL, &b) != RT_OK) {
+    if (rt_backend_new(NULL, &b, &err) != RT_OK) {
         sched_free(s);
         return;
     }
@@ -279,7 +285,7 @@ static void test_dha_host(rt_dev_ops *dev, const machine_t *m)
     rt_exec_opts_default(&o);
     o.per_op = 1;
     rt_exec_result r;
-    rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(b), &r);
+    rt_status rs = rt_exec_run(s, &o, dev, rt_backend_mb(b), &r, &err);
     TAP_OK(rs == RT_OK && r.outcome == RTX_OK && r.n_ops == 3, "DHA and host-work schedule "
            "runs (%s)", r.failure);
     if (rs == RT_OK && r.n_ops == 3) {
@@ -310,6 +316,8 @@ static void test_dha_host(rt_dev_ops *dev, const machine_t *m)
  * the iteration less 200 + h is what a host action costs beyond its work. */
 static double host_gap(rt_dev_ops *dev, double h_us, int *ok)
 {
+    ms_error err;
+    ms_error_clear(&err);
     schedule_t *s = sched_new();
     uint32_t e0 = sched_new_event(s), e1 = sched_new_event(s);
     act(s, SA_MARK, SS_COMPUTE, 0, 0, 0, 0, 0, 0);
@@ -323,13 +331,14 @@ static double host_gap(rt_dev_ops *dev, double h_us, int *ok)
     rt_backend *b;
     *ok = 0;
     double gap = -1;
-    if (rt_backend_new(NULL, &b) == RT_OK) {
+    if (rt_backend_new(NULL, &b, &err) == RT_OK) {
         rt_exec_opts o;
         rt_exec_opts_default(&o);
         double best = 1e30;
         for (int rep = 0; rep < 5; rep++) {
             rt_exec_result r;
-            if (rt_exec_run(s, &o, dev, rt_backend_mb(b), &r) == RT_OK && r.outcome == RTX_OK) {
+            if (rt_exec_run(s, &o, dev, rt_backend_mb(b), &r,
+                            &err) == RT_OK && r.outcome == RTX_OK) {
                 double g = r.iter_time_s * 1e6 - 200 - h_us;
                 if (g < best) best = g;
                 *ok = 1;
@@ -369,6 +378,8 @@ static void test_host_modes(rt_dev_ops *dev)
  * microseconds takes (notes only: a measurement for docs/RUNTIME.md). */
 static void note_dha_writes(rt_dev_ops *dev)
 {
+    ms_error err;
+    ms_error_clear(&err);
     static const uint64_t ws[] = {64ULL << 20, 64ULL << 20, 64ULL << 20, 16ULL << 20,
                                   256ULL << 20};
     static const double ds[] = {0, 3000, 6000, 3000, 0};
@@ -376,7 +387,7 @@ static void note_dha_writes(rt_dev_ops *dev)
     act(s, SA_MARK, SS_COMPUTE, 0, 0, 0, 0, 0, 0);
     for (int k = 0; k < 5; k++) act(s, SA_COMPUTE, SS_COMPUTE, 0, 0, ds[k], 0, 0, ws[k]);
     rt_backend *b;
-    if (rt_backend_new(NULL, &b) != RT_OK) {
+    if (rt_backend_new(NULL, &b, &err) != RT_OK) {
         sched_free(s);
         return;
     }
@@ -384,7 +395,7 @@ static void note_dha_writes(rt_dev_ops *dev)
     rt_exec_opts_default(&o);
     o.per_op = 1;
     rt_exec_result r;
-    if (rt_exec_run(s, &o, dev, rt_backend_mb(b), &r) == RT_OK && r.n_ops == 5)
+    if (rt_exec_run(s, &o, dev, rt_backend_mb(b), &r, &err) == RT_OK && r.n_ops == 5)
         for (int k = 0; k < 5; k++)
             TAP_NOTE("DHA write of %3llu MiB asked %5.0f us: %8.1f us",
                      (unsigned long long)(ws[k] >> 20),
@@ -397,9 +408,10 @@ static void note_dha_writes(rt_dev_ops *dev)
 int main(void)
 {
     rt_gpu_info gi;
-    char why[512];
-    if (rt_gpu_check(0, &gi, why, sizeof why) != RT_OK) {
-        printf("1..0 # SKIP no GPU (%s)\n", why);
+    ms_error err;
+    ms_error_clear(&err);
+    if (rt_gpu_check(0, &gi, &err) != RT_OK) {
+        printf("1..0 # SKIP no GPU (%s)\n", err.msg);
         return 0;
     }
     TAP_NOTE("%s, sm_%d%d, %d SMs, %.1f GiB, driver %d, VMM %d", gi.name, gi.cc_major,
@@ -408,12 +420,11 @@ int main(void)
     TAP_OK(gi.vmm_supported, "the GPU supports virtual memory management");
     test_backend(&gi);
     rt_dev_ops *dev = NULL;
-    rt_status rs = rt_cuda_dev_new(0, &dev);
-    TAP_OK(rs == RT_OK, "CUDA device opened (%s)", rs == RT_OK ? "" : rt_last_error());
+    rt_status rs = rt_cuda_dev_new(0, &dev, &err);
+    TAP_OK(rs == RT_OK, "CUDA device opened (%s)", rs == RT_OK ? "" : err.msg);
     if (dev) {
         test_calibration(dev);
         machine_profile *mp;
-        ms_error err;
         if (machine_load_named("h200-sxm", &mp, &err) == MS_OK) {
             test_dha_host(dev, &mp->m);
             test_host_modes(dev);

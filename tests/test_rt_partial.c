@@ -82,8 +82,8 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
     }
     for (size_t i = 0; i < sched_count(s); i++)
         oc.partial_actions += sched_get(s, i)->replay_frac > 0;
-    rt_status st = mrt_ops_new(t, 1234, &ops);
-    if (st == RT_OK) st = rt_backend_new(NULL, &be);
+    rt_status st = mrt_ops_new(t, 1234, &ops, &err);
+    if (st == RT_OK) st = rt_backend_new(NULL, &be, &err);
     rt_exec_result r;
     memset(&r, 0, sizeof r);
     if (st == RT_OK) {
@@ -95,18 +95,18 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
         o.rb_map = rbm;
         o.max_ahead = 8;
         o.verify_swaps = 1;
-        st = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r);
+        st = rt_exec_run(s, &o, dev, rt_backend_mb(be), &r, &err);
         oc.verified = r.swap_verified;
         oc.mismatches = r.swap_mismatches;
         oc.unpaired = r.swap_unpaired;
         oc.sums = r.swap_sums;
         oc.ok = st == RT_OK && r.outcome == RTX_OK;
-        if (oc.ok) oc.ok = mrt_ops_losses(ops, oc.loss, ITERS) == RT_OK;
+        if (oc.ok) oc.ok = mrt_ops_losses(ops, oc.loss, ITERS, &err) == RT_OK;
         for (size_t k = 0; k < r.n_win; k++) oc.h2d_bytes += r.win[k].h2d_bytes;
     }
     TAP_OK(oc.ok, "%s: %zu actions (%zu token-wise partial replays) ran with real kernels on "
            "3 streams: %s", what, sched_count(s), oc.partial_actions,
-           oc.ok ? "ok" : (r.failure[0] ? r.failure : rt_last_error()));
+           oc.ok ? "ok" : (r.failure[0] ? r.failure : err.msg));
     if (st == RT_OK) rt_exec_result_release(&r);
     TAP_OK(!be || rt_backend_outstanding(be) == 0, "%s: every device block given back", what);
     TAP_NOTE("%s: swap checks: %llu copies checksummed, %llu prefetches verified, %llu "
@@ -124,11 +124,13 @@ static outcome run_plan(rt_dev_ops *dev, const trace_t *t, const machine_t *m, p
  * piece at an unaligned position, and two pieces of one stream adding up. */
 static void check_sum_kernel(rt_dev_ops *dev)
 {
+    ms_error err;
+    ms_error_clear(&err);
     enum { N = (1 << 20) + 13 };
     unsigned char *h = malloc(N);
     void *d = NULL, *s = NULL;
     uint64_t got[3] = {0, 0, 0};
-    int ok = h && cudaMalloc(&d, N) == cudaSuccess && dev->stream_new(dev->ctx, &s) == RT_OK;
+    int ok = h && cudaMalloc(&d, N) == cudaSuccess && dev->stream_new(dev->ctx, &s, &err) == RT_OK;
     uint64_t x = 0x243f6a8885a308d3ULL;
     for (size_t k = 0; ok && k < N; k++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -136,13 +138,13 @@ static void check_sum_kernel(rt_dev_ops *dev)
     }
     uint64_t base = (uint64_t)(uintptr_t)d;
     ok = ok && cudaMemcpy(d, h, N, cudaMemcpyHostToDevice) == cudaSuccess &&
-         dev->sum_begin(dev->ctx, 3) == RT_OK;
-    ok = ok && dev->sum_add(dev->ctx, s, 0, base, N, 0) == RT_OK &&
-         dev->sum_add(dev->ctx, s, 1, base + 3, 100003, 5) == RT_OK &&
-         dev->sum_add(dev->ctx, s, 2, base, 4096, 0) == RT_OK &&
-         dev->sum_add(dev->ctx, s, 2, base + 4096, N - 4096, 4096) == RT_OK &&
+         dev->sum_begin(dev->ctx, 3, &err) == RT_OK;
+    ok = ok && dev->sum_add(dev->ctx, s, 0, base, N, 0, &err) == RT_OK &&
+         dev->sum_add(dev->ctx, s, 1, base + 3, 100003, 5, &err) == RT_OK &&
+         dev->sum_add(dev->ctx, s, 2, base, 4096, 0, &err) == RT_OK &&
+         dev->sum_add(dev->ctx, s, 2, base + 4096, N - 4096, 4096, &err) == RT_OK &&
          cudaStreamSynchronize((cudaStream_t)s) == cudaSuccess &&
-         dev->sum_read(dev->ctx, got, 3) == RT_OK;
+         dev->sum_read(dev->ctx, got, 3, &err) == RT_OK;
     uint64_t want0 = ok ? rt_checksum(h, N, 0) : 0, want1 = ok ? rt_checksum(h + 3, 100003, 5) : 0;
     TAP_OK(ok && got[0] == want0 && got[1] == want1 && got[2] == want0,
            "checksum kernel = rt_checksum: whole 0x%016llx (0x%016llx), unaligned 0x%016llx "
@@ -170,8 +172,8 @@ int main(void)
         return tap_done();
     }
     rt_dev_ops *dev = NULL;
-    if (rt_cuda_dev_new(0, &dev) != RT_OK) {
-        TAP_OK(0, "CUDA device: %s", rt_last_error());
+    if (rt_cuda_dev_new(0, &dev, &err) != RT_OK) {
+        TAP_OK(0, "CUDA device: %s", err.msg);
         machine_profile_free(mp);
         return tap_done();
     }

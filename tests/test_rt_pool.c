@@ -31,8 +31,10 @@ static void mark(void *ctx, size_t lo, size_t hi)
 /* Every index once, for lengths around the grain and the thread count. */
 static void test_cover(int threads)
 {
+    ms_error err;
+    ms_error_clear(&err);
     rt_pool *p;
-    if (rt_pool_new(threads, &p) != RT_OK) {
+    if (rt_pool_new(threads, &p, &err) != RT_OK) {
         TAP_OK(0, "pool of %d threads starts", threads);
         return;
     }
@@ -54,8 +56,10 @@ static void test_cover(int threads)
 /* Many short loops back to back: the generation hand-off never loses or repeats a range. */
 static void test_many_loops(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     rt_pool *p;
-    if (rt_pool_new(5, &p) != RT_OK) {
+    if (rt_pool_new(5, &p, &err) != RT_OK) {
         TAP_OK(0, "pool of 5 threads starts");
         return;
     }
@@ -88,12 +92,14 @@ static void fill(size_t n, kn_bf16 *pb, float *master, float *m, float *v, float
  * zeroes the gradient. */
 static void test_adamw_bits(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     const size_t n = 300007; /* several 64 Ki ranges and an odd tail */
     size_t fb = n * sizeof(float);
     kn_bf16 *p1 = malloc(n * 2), *p2 = malloc(n * 2);
     float *a1 = malloc(4 * fb), *a2 = malloc(4 * fb);
     rt_pool *pool;
-    if (!p1 || !p2 || !a1 || !a2 || rt_pool_new(4, &pool) != RT_OK) {
+    if (!p1 || !p2 || !a1 || !a2 || rt_pool_new(4, &pool, &err) != RT_OK) {
         TAP_OK(0, "AdamW test set-up");
         return;
     }
@@ -193,6 +199,8 @@ static void test_bf16_rounding(void)
 
 int main(void)
 {
+    ms_error err;
+    ms_error_clear(&err);
     test_cover(1);
     test_cover(2);
     test_cover(3);
@@ -203,6 +211,7 @@ int main(void)
     test_denormals();
     test_bf16_rounding();
     rt_pool *p = NULL;
-    TAP_OK(rt_pool_new(-1, &p) == RT_ERR_INVALID && p == NULL, "a negative thread count is refused");
+    TAP_OK(rt_pool_new(-1, &p, &err) == RT_ERR_INVALID && p == NULL,
+           "a negative thread count is refused");
     return tap_done();
 }

@@ -63,6 +63,13 @@ double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kin
     return kernel_us(m, rate, flops, bytes);
 }
 
+double roof_op_us(const machine_t *m, const roof_params *p, const trace_op *op)
+{
+    if (op->dur_us >= 0) return op->dur_us;
+    if (!m || op->kind == TK_COMM) return -1.0;
+    return roof_kernel_us(m, p, op->kind, op->flops, op->bytes_read + op->bytes_written);
+}
+
 double roof_gemm_align(const machine_t *m, uint64_t M, uint64_t N, uint64_t K, int elem_bytes)
 {
     uint64_t per16 = elem_bytes > 0 && elem_bytes < 16 ? (uint64_t)(16 / elem_bytes) : 1;

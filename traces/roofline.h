@@ -40,6 +40,13 @@ double roof_gemm_eff(const machine_t *m, const roof_params *p, double flops);
 double roof_kernel_us(const machine_t *m, const roof_params *p, trace_opkind kind, double flops,
                       uint64_t bytes);
 
+/* A trace op's duration: its own dur_us where the trace gives one (a recording's, or the
+ * generator's), else roof_kernel_us on m from its FLOPs and bytes. -1 where it has none and
+ * cannot be timed: no machine, or a collective (its time needs its group, which an op does
+ * not carry). Every planner and lowering times ops by this one rule; the caller says in its
+ * own words what could not be timed. */
+double roof_op_us(const machine_t *m, const roof_params *p, const trace_op *op);
+
 /* Fraction of the aligned rate a GEMM of dimensions M x N x K in elements of elem_bytes runs
  * at: cuBLAS needs every leading dimension a multiple of 16 bytes for its fastest
  * tensor-core kernels; an even misaligned dimension gets gpu.gemm_even_eff, an odd one
