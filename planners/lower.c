@@ -1391,44 +1391,65 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
     return idx_push(&L->cand, w->n_ts - 1) == MS_OK ? MS_OK : nomem(w);
 }
 
-/* A kept or swapped skeletal tensor of layer l (its input) that the trace frees inside l's
- * forward, while the plan recomputes tensors of l (or tokens of them): the recomputation in l's backward starts from it,
- * so it is held until then, as PyTorch's checkpoint holds the inputs of the function it
- * reruns (a Hugging Face bf16 layer's residual input dies at its first residual add). */
-static lw_layer *hold_layer(lw *w, const lw_tensor *x)
+/* Whether replaying layer L's forward (in its backward) may start from its inputs: one of
+ * `l`'s tensors is dropped, or (token-wise chains) misses the tokens of a partial swap. */
+static int replays_from_inputs(const lw *w, const idx_list *l)
 {
-    int32_t l = x->meta->layer;
-    if ((x->dec != PD_KEEP && x->dec != PD_SWAP) || x->meta->cls != TC_ACT_SKEL || l < 0 ||
-        w->phase != TP_FWD || (size_t)l >= w->n_layers || w->layers[l].fwd_state != 1)
-        return NULL;
-    lw_layer *L = &w->layers[l];
-    for (size_t k = 0; k < L->cand.n; k++) {
-        const lw_tensor *y = &w->ts[L->cand.v[k]];
-        /* a dropped tensor, or (token-wise chains) the missing tokens of a partial swap, are
-           rebuilt by replaying the layer's forward, which may start from x; a tensor swapped
-           whole is held the same way, and goes to the host with the others */
-        if (y->dec == PD_RECOMPUTE) return L;
-        if (w->chain && y->dec == PD_SWAP && y->alpha < 1.0) return L;
+    for (size_t k = 0; k < l->n; k++) {
+        const lw_tensor *y = &w->ts[l->v[k]];
+        if (y->dec == PD_RECOMPUTE) return 1;
+        if (w->chain && y->dec == PD_SWAP && y->alpha < 1.0) return 1;
     }
-    return NULL;
+    return 0;
 }
 
-/* The same for a rounding-buffer member (MEMO's swapped layer input): freed by the trace
- * inside its layer's forward while the layer's block has partially swapped members, whose
- * missing tokens the backward recomputes from it. It stays in its block (offloaded and
- * prefetched with it) and leaves it at the layer's backward, after the recomputation. */
-static lw_layer *rb_hold_layer(lw *w, const lw_tensor *x)
+/* The layer of x, freed by the trace in the forward phase, that could still need x as the
+ * start of its replay: x's layer while its forward is open, or once closed when x comes from
+ * before the section (an argument of the layer's call); else NULL. */
+static lw_layer *input_layer(lw *w, const lw_tensor *x)
 {
     int32_t l = x->meta->layer;
-    if (x->rbg < 0 || l < 0 || w->phase != TP_FWD || (size_t)l >= w->n_layers ||
-        w->layers[l].fwd_state != 1)
-        return NULL;
-    const rb_group *G = &w->groups[x->rbg];
+    if (l < 0 || w->phase != TP_FWD || (size_t)l >= w->n_layers) return NULL;
     lw_layer *L = &w->layers[l];
-    if (G->n_swap && G->min_alpha < 1.0) return L;
-    for (size_t k = 0; k < L->cand.n; k++)
-        if (w->ts[L->cand.v[k]].dec == PD_RECOMPUTE) return L;
-    return NULL;
+    if (L->fwd_state == 1) return L;
+    return L->fwd_state == 2 && x->alloc_rec < L->fwd_begin ? L : NULL;
+}
+
+/* Whether layer L's backward replays its forward: its candidates tell while the forward is
+ * open, its drops and swaps once it is closed. */
+static int layer_replays(const lw *w, const lw_layer *L)
+{
+    if (L->fwd_state == 1) return replays_from_inputs(w, &L->cand);
+    return replays_from_inputs(w, &L->drop) || replays_from_inputs(w, &L->swap);
+}
+
+/* A kept or swapped skeletal tensor of layer l (its input) that the trace frees in the
+ * forward phase, while the plan recomputes tensors of l (or tokens of them): the
+ * recomputation in l's backward starts from it, so it is held until then, as PyTorch's
+ * non-reentrant checkpoint holds the arguments of the function it reruns
+ * (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator: recompute_fn keeps
+ * args until the layer's saved-tensor holders are gone). A Hugging Face layer's input dies
+ * at its first residual add (the generator's hf traces), or, when no op saved it, once the
+ * layer's call returns (bf16 captures: nn.Module._call_impl holds its args until then). A
+ * tensor swapped whole is held the same way and goes to the host with the others (or, freed
+ * once its copy is under way, keeps its host copy for the prefetch). */
+static lw_layer *hold_layer(lw *w, const lw_tensor *x)
+{
+    if ((x->dec != PD_KEEP && x->dec != PD_SWAP) || x->meta->cls != TC_ACT_SKEL) return NULL;
+    lw_layer *L = input_layer(w, x);
+    return L && layer_replays(w, L) ? L : NULL;
+}
+
+/* The same for a rounding-buffer member (MEMO's swapped layer input), when its layer
+ * recomputes or its block has partially swapped members, whose missing tokens the backward
+ * recomputes from it. It stays in its block (offloaded and prefetched with it) and leaves it
+ * at the layer's backward, after the recomputation. */
+static lw_layer *rb_hold_layer(lw *w, const lw_tensor *x)
+{
+    const rb_group *G = &w->groups[x->rbg];
+    lw_layer *L = input_layer(w, x);
+    if (!L) return NULL;
+    return (G->n_swap && G->min_alpha < 1.0) || layer_replays(w, L) ? L : NULL;
 }
 
 static ms_status do_free(lw *w, uint64_t id)
@@ -1438,8 +1459,8 @@ static ms_status do_free(lw *w, uint64_t id)
         return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " is freed but is not live",
                         id);
     tstate was = (tstate)x->state;
-    lw_layer *H = was == TS_INBUF ? rb_hold_layer(w, x) : was == TS_LIVE ? hold_layer(w, x)
-                                                                            : NULL;
+    lw_layer *H = was == TS_INBUF ? rb_hold_layer(w, x)
+                  : was == TS_LIVE || was == TS_OFFLOADED ? hold_layer(w, x) : NULL;
     if (H) return idx_push(&H->held, (size_t)(x - w->ts)) == MS_OK ? MS_OK : nomem(w);
     return release(w, x, was);
 }

@@ -34,7 +34,7 @@ static const struct {
     {{"tp", required_argument, 0, O_TP}, CLI_WORKLOAD, "N   tensor-parallel degree (with sequence parallelism)", 0},
     {{"cp", required_argument, 0, O_CP}, CLI_WORKLOAD, "N   context-parallel degree", 0},
     {{"dp", required_argument, 0, O_DP}, CLI_WORKLOAD, "N   data-parallel degree", 0},
-    {{"iters", required_argument, 0, O_ITERS}, CLI_WORKLOAD, "N   iterations to generate (default 2; the last is reported)", 0},
+    {{"iters", required_argument, 0, O_ITERS}, CLI_WORKLOAD, "N   iterations to generate (default 2; the last is reported); a captured trace runs as N steps, its first rebuilt (docs/CAPTURE.md)", 0},
     {{"framework", required_argument, 0, O_FRAMEWORK}, CLI_WORKLOAD, "NAME   generic | megatron | hf: the training framework whose program is generated (as --gen framework=NAME)", 0},
     {{"precision", required_argument, 0, O_PRECISION}, CLI_WORKLOAD, "P   amp | bf16 | fp32: the training precision (as --gen precision=P)", 0},
     {{"gen", required_argument, 0, O_GEN}, CLI_WORKLOAD, "KEY=VALUE   a generator knob (repeatable), e.g. framework=megatron (docs/GENERATOR.md)", 0},

@@ -14,6 +14,7 @@
 #include "planners/offload_form.h"
 #include "planners/schedule.h"
 #include "sim/exec.h"
+#include "traces/capture_form.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "traces/models.h"
@@ -46,6 +47,22 @@ int pipe_form_set(const pipe_workload *w)
     return 0;
 }
 
+/* A captured trace runs as the process ran it (traces/capture_form.h): its first step, with
+ * the optimizer states made lazily, then the captured step, `iterations` steps in all
+ * (--iters, default 2, as generated traces; 1: the captured step alone). */
+static ms_status process_form_of(trace_t **t, int iterations, const char *path, ms_error *err)
+{
+    int n = iterations > 0 ? iterations : 2;
+    if (n == 1 || !cform_is_capture(*t)) return MS_OK;
+    trace_t *o = NULL;
+    ms_error e;
+    ms_error_clear(&e);
+    ms_status st = cform_process(*t, n, &o, &e);
+    trace_free(*t);
+    *t = o;
+    return st == MS_OK ? MS_OK : ms_fail_at(err, st, path, 0, "its process form: %s", e.msg);
+}
+
 /* Replaces the plain trace *t by its ZeRO-Offload form (planners/offload_form.h); a
  * failure names the trace file when there is one. */
 static ms_status offload_form_of(trace_t **t, const machine_t *m, uint64_t opt_bytes,
@@ -74,6 +91,7 @@ ms_status pipe_trace_for(const pipe_workload *w, const machine_t *m, pol_form fo
             return ms_fail_at(err, MS_ERR_INVALID, w->trace_path, 0,
                               "no records after the header: nothing to plan or simulate");
         }
+        if ((st = process_form_of(out, w->iterations, w->trace_path, err)) != MS_OK) return st;
         /* a trace cannot be generated again in another form: made from the plain one */
         if (form == POL_FORM_OFFLOAD && !oform_is_offload(*out))
             return offload_form_of(out, m, 12, w->trace_path, err);

@@ -36,6 +36,9 @@ static const uint64_t SZ_IN = 1 * MiB, SZ_A = 4 * MiB, SZ_TMP = 2 * MiB, SZ_B = 
 static const double D_OP1 = 10, D_OP2 = 5, D_OP3 = 20, D_OP4 = 3, D_BWD = 30;
 
 static int build_failed;
+/* 1: no backward op reads a layer's input; the trace frees it in the forward phase, after
+ * its layer's section (a bf16 capture: nothing saved it, the layer's call held it) */
+static int input_dies_at_return;
 
 static void t_rec(trace_t *t, const trace_rec *r)
 {
@@ -105,6 +108,7 @@ static void layer_fwd(trace_t *t, int it, int l, int named, double op1_dur)
 {
     char n[48];
     t_mark(t, TM_LAYER, l);
+    if (input_dies_at_return && l > 0) t_free(t, T_IN(it, l - 1));
     snprintf(n, sizeof n, "L%d.a", l);
     t_alloc(t, T_A(it, l), SZ_A, TC_ACT_SKEL, l, (int64_t)OP(it, l, 1), n);
     t_op(t, OP(it, l, 1), TK_GEMM, TP_FWD, l, op1_dur, IDS(T_IN(it, l), 1000u + l),
@@ -128,11 +132,15 @@ static void layer_bwd(trace_t *t, int it, int l)
     t_mark(t, TM_LAYER, l);
     uint64_t g = BASE(it) + 600u + l;
     t_alloc(t, g, 512 * 1024, TC_ACT_TRANS, l, (int64_t)OP_BWD(it, l), "grad_in");
-    t_op(t, OP_BWD(it, l), TK_GEMM, TP_BWD, l, D_BWD,
-         IDS(T_B(it, l), T_A(it, l), T_IN(it, l), 1000u + l), IDS(g), "bwd");
+    if (input_dies_at_return)
+        t_op(t, OP_BWD(it, l), TK_GEMM, TP_BWD, l, D_BWD,
+             IDS(T_B(it, l), T_A(it, l), 1000u + l), IDS(g), "bwd");
+    else
+        t_op(t, OP_BWD(it, l), TK_GEMM, TP_BWD, l, D_BWD,
+             IDS(T_B(it, l), T_A(it, l), T_IN(it, l), 1000u + l), IDS(g), "bwd");
     t_free(t, T_B(it, l));
     t_free(t, T_A(it, l));
-    t_free(t, T_IN(it, l));
+    if (!input_dies_at_return) t_free(t, T_IN(it, l));
     t_free(t, g);
 }
 
@@ -151,6 +159,7 @@ static trace_t *build(int iters, int named, double op1_dur)
         t_op(t, BASE(it) + 900, TK_EMBED, TP_FWD, -1, 1, NULL, 0, IDS(T_IN(it, 0)), "embed");
         for (int l = 0; l < NL; l++) layer_fwd(t, it, l, named, op1_dur);
         t_mark(t, TM_LAYER, -1);
+        if (input_dies_at_return) t_free(t, T_IN(it, NL - 1));
         uint64_t loss = BASE(it) + 500;
         t_alloc(t, loss, 4096, TC_ACT_TRANS, -1, (int64_t)(BASE(it) + 901), "loss");
         t_op(t, BASE(it) + 901, TK_LOSS, TP_FWD, -1, 4, IDS(T_IN(it, NL), 1100), IDS(loss),
@@ -565,6 +574,43 @@ static void test_alpha(void)
     trace_free(t);
 }
 
+/* A layer input no op saves, freed by the trace after its layer's forward: full-recompute
+ * holds it to the layer's backward (PyTorch's checkpoint keeps the arguments it reruns the
+ * layer on), replays the layer from it and frees it after; keep-all frees it where the
+ * trace does. */
+static void test_input_freed_after_layer(void)
+{
+    input_dies_at_return = 1;
+    trace_t *t = build(1, 1, D_OP1);
+    input_dies_at_return = 0;
+    lower_report rep;
+    memset(&rep, 0, sizeof rep);
+    schedule_t *keep = plan_lower(t, "keep-all", -1, &rep, NULL);
+    int keep_ok = keep != NULL;
+    for (int l = 0; keep && l < NL; l++)
+        keep_ok &= find(keep, 0, SA_FREE, SS_COMPUTE, T_IN(0, l)) <
+                   find_mark(keep, TM_PHASE, TP_BWD, TP_BWD);
+    TAP_OK(keep_ok, "keep-all frees each layer input in the forward, as the trace does");
+    memset(&rep, 0, sizeof rep);
+    schedule_t *s = plan_lower(t, "full-recompute", -1, &rep, NULL);
+    ms_error err;
+    ms_error_clear(&err);
+    TAP_OK(s && sched_validate(s, &err) == MS_OK, "full-recompute lowers it %s", err.msg);
+    int ok = s != NULL;
+    for (int l = 0; s && l < NL; l++) {
+        size_t bm = find_mark(s, TM_LAYER, l, TP_BWD);
+        size_t r1 = find_op(s, bm, (int64_t)OP(0, l, 1), 1);
+        size_t fin = find(s, 0, SA_FREE, SS_COMPUTE, T_IN(0, l));
+        ok &= bm != SIZE_MAX && r1 != SIZE_MAX && fin > r1 &&
+              count_match(s, SA_FREE, SS_COMPUTE, T_IN(0, l)) == 1;
+    }
+    TAP_OK(ok && rep.rebuilt == 2 * NL, "each input is held to its layer's backward and freed "
+           "after the replay that reads it (%llu rebuilt)", (unsigned long long)rep.rebuilt);
+    sched_free(s);
+    sched_free(keep);
+    trace_free(t);
+}
+
 static void test_bad_plans(void)
 {
     trace_t *t = build(1, 1, D_OP1);
@@ -908,6 +954,7 @@ int main(void)
     test_full_recompute();
     test_full_swap();
     test_alpha();
+    test_input_freed_after_layer();
     test_host_round();
     test_bad_plans();
     test_iterations();
