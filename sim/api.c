@@ -273,7 +273,7 @@ int api_plan(const char *const *options, char **json, char *err, size_t err_len)
     char *text = NULL;
     ms_status st = parse("plan", options, CLI_GROUPS_PLAN, &v, &a, &e);
     if (st == MS_OK) st = runs_setup(&a, &mp, &f, &t, &e);
-    if (st == MS_OK) st = pipe_plan(t, &mp->m, &a.pol, &plan, &e);
+    if (st == MS_OK) st = runs_plan(&a.w, t, &mp->m, &a.pol, NULL, &plan, &e);
     if (st == MS_OK && a.output) st = plan_write(plan, a.output, &e);
     if (st == MS_OK) st = plan_text(plan, &text, &e);
     api_doc d;
