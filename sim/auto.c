@@ -326,6 +326,29 @@ static void keep_last_search(auto_ctx *x, const char *base, int32_t L)
     }
 }
 
+/* The runner-ups: the next fastest that fit, in the choice's order. */
+static void runner_ups(auto_result *r)
+{
+    size_t *order = malloc((r->n ? r->n : 1) * sizeof *order), m = 0;
+    if (!order) return;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->c[i].status == RS_OK && (long)i != r->shown) order[m++] = i;
+    for (size_t a = 0; a < m; a++) /* insertion sort */
+        for (size_t b = a; b > 0 && better(&r->c[order[b]], order[b], &r->c[order[b - 1]],
+                                            order[b - 1]); b--) {
+            size_t s = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = s;
+        }
+    for (r->n_runner_ups = 0; r->n_runner_ups < m && r->n_runner_ups < AUTO_RUNNER_UPS;
+         r->n_runner_ups++) {
+        const auto_cand *c = &r->c[order[r->n_runner_ups]];
+        snprintf(r->runner_up[r->n_runner_ups], sizeof r->runner_up[0], "%.60s: %.4f s, %.2f GiB",
+                 c->label, c->iter_time_s, (double)c->peak_bytes / MS_GiB);
+    }
+    free(order);
+}
+
 /* The knobs that say how the plan was chosen, and the runner-ups. */
 static void explain_knobs(const auto_result *r, plan_t *plan)
 {
@@ -333,26 +356,11 @@ static void explain_knobs(const auto_result *r, plan_t *plan)
     plan_set_knob(plan, "auto.chosen", r->c[r->shown].label);
     snprintf(v, sizeof v, "%zu candidates, %zu simulated", r->n, r->n_simulated);
     plan_set_knob(plan, "auto.searched", v);
-    size_t *order = malloc((r->n ? r->n : 1) * sizeof *order), m = 0;
-    if (!order) return;
-    for (size_t i = 0; i < r->n; i++)
-        if (r->c[i].status == RS_OK && (long)i != r->shown) order[m++] = i;
-    for (size_t a = 0; a < m; a++) /* insertion sort by the choice's order */
-        for (size_t b = a; b > 0 && better(&r->c[order[b]], order[b], &r->c[order[b - 1]],
-                                            order[b - 1]); b--) {
-            size_t s = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = s;
-        }
-    for (size_t k = 0; k < m && k < AUTO_RUNNER_UPS; k++) {
-        const auto_cand *c = &r->c[order[k]];
+    for (size_t k = 0; k < r->n_runner_ups; k++) {
         char key[48];
         snprintf(key, sizeof key, "auto.runner_up.%zu", k + 1);
-        snprintf(v, sizeof v, "%.60s: %.4f s, %.2f GiB", c->label, c->iter_time_s,
-                 (double)c->peak_bytes / MS_GiB);
-        plan_set_knob(plan, key, v);
+        plan_set_knob(plan, key, r->runner_up[k]);
     }
-    free(order);
 }
 
 /* Plans the shown candidate again (planners are deterministic), writes the explanation into
@@ -376,6 +384,7 @@ static ms_status finish(auto_ctx *x, ms_error *err)
     ms_status st = cand_plan(x, c, &t, &r->plan, err);
     if (st != MS_OK) return st;
     r->form = pol_form_of(c->policy);
+    runner_ups(r);
     explain_knobs(r, r->plan);
     return pipe_simulate_with(t, x->m, r->plan, NULL, x->p, &r->r, err);
 }
@@ -516,13 +525,10 @@ void auto_note(const auto_result *r, char *buf, size_t n)
     else
         len = (size_t)snprintf(buf, n, "nothing fits (closest: %s); fits with:%s", c->label,
                                r->n_hints ? "" : " no change searched");
-    if (r->winner >= 0 && r->plan) {
-        for (size_t k = 1; k <= AUTO_RUNNER_UPS && len < n; k++) {
-            char key[48];
-            snprintf(key, sizeof key, "auto.runner_up.%zu", k);
-            const char *v = plan_get_knob(r->plan, key);
-            if (v) len += (size_t)snprintf(buf + len, n - len, "%s %s", k == 1 ? "; then" : ";", v);
-        }
+    if (r->winner >= 0) {
+        for (size_t k = 0; k < r->n_runner_ups && len < n; k++)
+            len += (size_t)snprintf(buf + len, n - len, "%s %s", k ? ";" : "; then",
+                                    r->runner_up[k]);
         return;
     }
     for (size_t i = 0; i < r->n_hints && len < n; i++)

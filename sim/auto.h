@@ -62,6 +62,8 @@ typedef struct auto_result {
     pol_form form;            /* the workload form it runs on */
     sim_result r;             /* its simulation */
     size_t n_simulated;
+    char runner_up[AUTO_RUNNER_UPS][96]; /* "label: T s, P GiB", the next fastest that fit */
+    size_t n_runner_ups;
     auto_hint hints[AUTO_MAX_HINTS];
     size_t n_hints;
     trace_t *forms[2];        /* the workload in each form it made or was given */
