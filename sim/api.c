@@ -276,7 +276,7 @@ int api_plan(const char *const *options, char **json, char *err, size_t err_len)
     plan_t *plan = NULL;
     char *text = NULL;
     ms_status st = call_begin(&c, "plan", options, CLI_GROUPS_PLAN, 1, json);
-    if (st == MS_OK) st = pipe_plan(c.t, &c.mp->m, &c.a.pol, &plan, &c.e);
+    if (st == MS_OK) st = runs_plan(&c.a.w, c.t, &c.mp->m, &c.a.pol, NULL, &plan, &c.e);
     if (st == MS_OK && c.a.output) st = plan_write(plan, c.a.output, &c.e);
     if (st == MS_OK) st = plan_text(plan, &text, &c.e);
     api_doc d;

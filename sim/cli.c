@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sim/cli.h"
 
+#include "sim/auto.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +340,22 @@ static int apply(int c, char *v, ms_error *e, cli_args *a)
     return MS_EXIT_USAGE;
 }
 
+/* names[0..n) with "auto" (sim/auto.h) replaced by every registered policy, which it
+ * searches: its knobs and alpha go to all of them. Returns the count written to out. */
+static size_t auto_expand(const char *const *names, size_t n, const char **out, size_t cap)
+{
+    size_t m = 0, nr;
+    const pol_policy *const *reg = pol_registry(&nr);
+    for (size_t i = 0; i < n; i++) {
+        if (!auto_is(names[i])) {
+            if (m < cap) out[m++] = names[i];
+            continue;
+        }
+        for (size_t j = 0; j < nr && m < cap; j++) out[m++] = reg[j]->name;
+    }
+    return m;
+}
+
 /* What the options cannot say alone: no stray arguments, knobs only for a policy that reads
  * them (a typo would otherwise change nothing and say nothing). */
 static int check_args(ms_error *e, unsigned groups, const cli_args *a)
@@ -361,8 +379,10 @@ static int check_args(ms_error *e, unsigned groups, const cli_args *a)
     o.n_knobs = a->pol.n_knobs;
     o.alpha = a->pol.alpha;
     const char *one = a->pol.policy;
-    const char *const *names = (groups & CLI_POLICIES) ? (const char *const *)a->policies : &one;
-    size_t n = (groups & CLI_POLICIES) ? a->n_policies : 1;
+    const char *const *given = (groups & CLI_POLICIES) ? (const char *const *)a->policies : &one;
+    size_t ng = (groups & CLI_POLICIES) ? a->n_policies : 1;
+    const char *names[CLI_MAX_POLICIES + 64];
+    size_t n = auto_expand(given, ng, names, sizeof names / sizeof *names);
     ms_error_clear(e);
     ms_status st = pol_names_check(names, n, e);
     if (st == MS_OK) st = pol_alpha_check(names, n, &o, e);

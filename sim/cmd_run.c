@@ -188,7 +188,7 @@ int cmd_plan(int argc, char **argv)
     if ((rc = setup("plan", &a, &mp, &f, &t))) return rc;
     ms_error err;
     plan_t *plan;
-    ms_status st = pipe_plan(t, &mp->m, &a.pol, &plan, &err);
+    ms_status st = runs_plan(&a.w, t, &mp->m, &a.pol, a.quiet ? NULL : stderr, &plan, &err);
     if (st == MS_OK) {
         st = plan_write(plan, a.output ? a.output : "-", &err);
         plan_free(plan);
@@ -608,7 +608,7 @@ static void sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const ch
             p.policy = policies[i];
             pipe_outputs out;
             memset(&out, 0, sizeof out);
-            st = pipe_run(t, m, &p, &out, &rs[i], &err);
+            st = runs_run(&w, t, m, &p, &out, &rs[i], &err);
         }
         if (st != MS_OK) {
             fprintf(stderr, "memsim sweep: %s %s: %s\n", policies[i],

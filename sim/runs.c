@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/auto.h"
+
 ms_status runs_forms_get(runs_forms *f, const pipe_workload *w, const machine_t *m, pol_form k,
                          const trace_t **t, ms_error *err)
 {
@@ -73,7 +75,7 @@ ms_status runs_one(const cli_args *a, const trace_t *t, const machine_t *m, cons
         out.memcsv_path = mem;
         out.intervals_path = iv;
     }
-    ms_status st = pipe_run(t, m, &p, &out, r, err);
+    ms_status st = runs_run(&a->w, t, m, &p, &out, r, err);
     if (st == MS_OK && a->plot_dir && a->out.memcsv_path) { /* and --memcsv gets the same */
         char *buf;
         size_t len;
@@ -83,6 +85,46 @@ ms_status runs_one(const cli_args *a, const trace_t *t, const machine_t *m, cons
             free(buf);
         }
     }
+    return st;
+}
+
+/* 1 when out asks for a file (the search's result can be used as it is otherwise). */
+static int outputs_asked(const pipe_outputs *o)
+{
+    return o && (o->timeline_path || o->memcsv_path || o->intervals_path || o->plan_path ||
+                 o->schedule_path || o->timeline_out);
+}
+
+ms_status runs_run(const pipe_workload *w, const trace_t *t, const machine_t *m,
+                   const pipe_policy *p, const pipe_outputs *out, sim_result *r, ms_error *err)
+{
+    if (p->plan_path || !auto_is(p->policy)) return pipe_run(t, m, p, out, r, err);
+    auto_result res;
+    ms_status st = auto_search(w, t, m, p, NULL, &res, err);
+    if (st == MS_OK) {
+        if (outputs_asked(out)) st = pipe_simulate_with(auto_trace(&res), m, res.plan, out, p, r, err);
+        else *r = res.r;
+    }
+    if (st == MS_OK) {
+        snprintf(r->policy, sizeof r->policy, "%s", AUTO_POLICY);
+        auto_note(&res, r->plan_note, sizeof r->plan_note);
+    }
+    auto_result_free(&res);
+    return st;
+}
+
+ms_status runs_plan(const pipe_workload *w, const trace_t *t, const machine_t *m,
+                    const pipe_policy *p, FILE *explain, plan_t **out, ms_error *err)
+{
+    if (p->plan_path || !auto_is(p->policy)) return pipe_plan(t, m, p, out, err);
+    auto_result res;
+    ms_status st = auto_search(w, t, m, p, NULL, &res, err);
+    if (st == MS_OK) {
+        if (explain) auto_summary(explain, &res);
+        *out = res.plan;
+        res.plan = NULL;
+    }
+    auto_result_free(&res);
     return st;
 }
 

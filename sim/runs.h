@@ -29,6 +29,17 @@ ms_status runs_setup(const cli_args *a, machine_profile **mp, runs_forms *f, con
 void runs_error_row(sim_result *r, const char *policy, const pipe_workload *w,
                     const machine_t *m, const char *why);
 
+/* pipe_run, and for the policy "auto" (sim/auto.h) its search over workload w (t: its plain
+ * form, borrowed) and the simulation of its choice with the outputs: the result's row is
+ * named auto, its note says what was chosen and the runner-ups (or, when nothing fits, the
+ * changes that fit). */
+ms_status runs_run(const pipe_workload *w, const trace_t *t, const machine_t *m,
+                   const pipe_policy *p, const pipe_outputs *out, sim_result *r, ms_error *err);
+/* pipe_plan, and for "auto" the plan of its choice (with the auto.* knobs that say so); with
+ * explain, the search's table goes there. */
+ms_status runs_plan(const pipe_workload *w, const trace_t *t, const machine_t *m,
+                    const pipe_policy *p, FILE *explain, plan_t **out, ms_error *err);
+
 /* Runs one policy with a's options and outputs; with a's plot dir, also writes its per-run
  * data files there. With tl (compare's timeline, open), its events go there as process pid,
  * named after the policy. */
