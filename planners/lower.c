@@ -73,12 +73,38 @@ typedef struct lw_tensor {
     uint64_t sid;            /* the id its device block has in the schedule */
     uint64_t hid;            /* the id of its host copy */
     int64_t rbg;             /* index of its rounding-buffer group, -1 if none */
+    uint32_t sv_back;        /* swap_at=save: its copies brought back and not yet released */
 } lw_tensor;
 
 typedef struct idx_list {
     size_t *v;
     size_t n, cap;
 } idx_list;
+
+/* swap_at=save: one save of a tensor in one forward pass, one copy on the host per backward op
+ * that reads it (autograd saves a tensor once per node that saves it, and each node unpacks
+ * its own copy), and the points where the copy goes out and comes back (record indices of
+ * the ops they follow or precede). */
+typedef struct sv_item {
+    uint64_t id;             /* trace tensor */
+    uint32_t pass;
+    uint8_t head;            /* the tensor's first save in the pass: it drops the device block */
+    uint8_t keep_device;     /* made before the pass's forward (a parameter): keeps its block */
+    uint8_t out, in;         /* its host copy exists; its device copy was brought back */
+    uint32_t reader;         /* 0, 1, ...: which backward read of the tensor in the pass */
+    size_t out_rec, last_fwd;/* save point; last forward use (head) */
+    size_t bwd_rec;          /* the backward op that reads it; SIZE_MAX: none */
+    uint64_t bytes;
+    uint64_t copy_id;        /* the host copy and the block it comes back into */
+    uint32_t ev_out;         /* swap_stream=copy: the copy out is done */
+} sv_item;
+
+/* What happens at a record: SV_IN before the op, the others after it, in this order. */
+enum { SV_IN = 0, SV_OUT, SV_DROP, SV_DONE };
+typedef struct sv_event {
+    size_t rec;
+    uint32_t kind, item;
+} sv_event;
 
 /* One transformer layer within the current forward/backward pass. */
 typedef struct lw_layer {
@@ -136,6 +162,13 @@ typedef struct lw {
     /* framework streams (plan knobs record_stream, stream_pools) */
     int rec_stream, pools;
     u64map *comm_use;        /* trace ids a collective used since their last FREE */
+    /* swap_at=save (plan knobs swap_at, swap_stream) */
+    int sv, sv_compute;
+    sv_item *svi;
+    size_t n_svi, cap_svi;
+    sv_event *sve;
+    size_t n_sve, cap_sve, sve_pos;
+    idx_list sv_cache_held;  /* weight casts copied out that autocast's cache still holds */
 } lw;
 
 /* ---- small helpers ---- */
@@ -208,6 +241,16 @@ static ms_status note_comm(lw *w, const trace_op *op)
     for (uint32_t k = 0; k < op->n_out; k++)
         if (u64map_put(w->comm_use, op->out[k], 1)) return nomem(w);
     return MS_OK;
+}
+
+static ms_status put_tensor(lw *w, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
+{
+    return sbuild_tensor(w->b, k, s, id, bytes);
+}
+
+static ms_status put_event(lw *w, sched_kind k, sched_stream s, uint32_t e)
+{
+    return sbuild_event(w->b, k, s, e);
 }
 
 /* The ALLOC of a block lowering made or renamed, with what it holds (sched_block). */
@@ -464,6 +507,8 @@ static const char *const LOWER_HOST_ROUNDS[] = { "exact", "layer_pow2", "tensor_
                                                  "buffer_pow2", NULL };
 static const char *const LOWER_TOKENWISE[] = { "chain", "producer", NULL };
 static const int LOWER_TOKENWISE_CHAIN[] = { 1, 0 };
+static const char *const LOWER_SWAP_ATS[] = { "layer", "save", NULL };
+static const char *const LOWER_SWAP_STREAMS[] = { "copy", "compute", NULL };
 
 /* The tensor lowering's knobs (lower.h says what each does), in the order they are checked. */
 static const knobtab_row lower_rows[] = {
@@ -491,6 +536,14 @@ static const knobtab_row lower_rows[] = {
     { "tokenwise", KNOBTAB_ENUM, offsetof(lower_knobs, tokenwise), NULL, 0, 0, LOWER_TOKENWISE,
       LOWER_TOKENWISE_CHAIN, NULL, "token-wise recomputation replays the chain of forward ops "
       "or only each producer (absent: chain with rounding buffers)", "MEMO §4.1", 0 },
+    KNOB_ENUM("swap_at", lower_knobs, swap_at, "layer", LOWER_SWAP_ATS,
+              "when a swapped tensor goes to the host: after its layer's forward, prefetched a "
+              "layer ahead (layer), or when saved, back when the backward reads it (save)",
+              "torch.autograd.graph.save_on_cpu"),
+    KNOB_ENUM("swap_stream", lower_knobs, swap_stream, "copy", LOWER_SWAP_STREAMS,
+              "swap_at=save's copies on the copy streams (copy) or the compute stream "
+              "(compute: a blocking copy, a copy on the current stream)",
+              "torch.autograd.graph.save_on_cpu"),
 };
 const knobtab lower_knob_table = KNOBTAB("tensor lowering", lower_rows, KNOBTAB_MSG_PLAN,
                                          lower_knobs, given);
@@ -525,6 +578,15 @@ static ms_status read_knobs(lw *w)
     w->pools = k.stream_pools;
     if (w->rec_stream && !(w->comm_use = u64map_new(256))) return nomem(w);
     w->chain = knobtab_given(&lower_knob_table, &k, &k.tokenwise) ? k.tokenwise : w->rb;
+    w->sv = k.swap_at == LOWER_SWAP_SAVE;
+    w->sv_compute = k.swap_stream == LOWER_SWAP_COMPUTE;
+    if (w->sv && w->rename)
+        return ms_fail(w->err, MS_ERR_UNSUPPORTED, "plan knobs swap_at=save and memory_plan=1 "
+                       "do not go together (the saves' copies have ids of their own)");
+    if (w->sv && w->rb)
+        return ms_fail(w->err, MS_ERR_UNSUPPORTED, "plan knobs swap_at=save and "
+                       "rounding_buffers=1 do not go together (a saved tensor has no layer "
+                       "block)");
     if (w->rb && (w->o.iter_first != INT64_MIN || w->o.iter_count > 0))
         return ms_fail(w->err, MS_ERR_UNSUPPORTED, "rounding buffers: lowering a selection of "
                        "iterations is not supported (lower them all)");
@@ -1224,6 +1286,7 @@ static int32_t next_bwd_layer(lw *w, size_t i)
 }
 
 static ms_status release(lw *w, lw_tensor *x, tstate was);
+static ms_status sv_cache_release(lw *w);
 
 /* At layer L's backward mark: release the prefetch of the layer whose backward comes next,
  * then make L's own swapped tensors ready and rebuild its dropped ones. */
@@ -1258,6 +1321,8 @@ static ms_status begin_backward_phase(lw *w)
         if (st != MS_OK) return st;
     }
     w->cache_held.n = 0;
+    ms_status cst = w->sv ? sv_cache_release(w) : MS_OK;
+    if (cst != MS_OK) return cst;
     for (size_t l = 0; l < w->n_layers; l++) {
         lw_layer *L = &w->layers[l];
         if (L->fwd_state != 0 || !L->cand.n) continue;
@@ -1269,6 +1334,269 @@ static ms_status begin_backward_phase(lw *w)
                         "recomputation%s", x->meta->id, x->meta->name, b);
     }
     return issue_prefetch(w, next_bwd_layer(w, w->rec));
+}
+
+/* ---- swap at save time (plan knob swap_at=save) ----
+ * autograd's saved-tensor hooks as torch.autograd.graph.save_on_cpu writes them: the pack hook
+ * copies a tensor to the host when an op saves it, so its device block goes when the forward's
+ * own references to it drop (its last forward use); the unpack hook copies it back when the
+ * backward needs it, into a block that lives while the backward reads it. */
+
+static ms_status sv_push_event(lw *w, size_t rec, uint32_t kind, size_t item)
+{
+    if (ms_grow((void **)&w->sve, &w->cap_sve, w->n_sve + 1, sizeof *w->sve) != MS_OK)
+        return nomem(w);
+    w->sve[w->n_sve++] = (sv_event){ rec, kind, (uint32_t)item };
+    return MS_OK;
+}
+
+static int cmp_sv_event(const void *a, const void *b)
+{
+    const sv_event *x = a, *y = b;
+    if (x->rec != y->rec) return x->rec < y->rec ? -1 : 1;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    return x->item < y->item ? -1 : x->item > y->item;
+}
+
+/* A new save of tensor x (its `reader`-th in the pass, 0 for the head) at record rec. */
+static sv_item *sv_new_item(lw *w, const trace_tensor *x, uint32_t pass, int keep_device,
+                            size_t rec, uint32_t reader)
+{
+    if (ms_grow((void **)&w->svi, &w->cap_svi, w->n_svi + 1, sizeof *w->svi) != MS_OK)
+        return NULL;
+    sv_item *it = &w->svi[w->n_svi++];
+    memset(it, 0, sizeof *it);
+    it->id = x->id;
+    it->pass = pass;
+    it->head = reader == 0;
+    it->keep_device = (uint8_t)keep_device;
+    it->reader = reader;
+    it->out_rec = it->last_fwd = rec;
+    it->bwd_rec = SIZE_MAX;
+    it->bytes = x->bytes;
+    it->copy_id = lower_id_incarnation(x->id, 1u + reader);
+    return it;
+}
+
+/* A swapped tensor an op of pass `pass` touches at record rec: a forward use (a new head at
+ * the first), or a backward read (a save of its own for each op reading it). cur maps the
+ * tensor to its head in this pass, last to the latest item. */
+static ms_status sv_touch(lw *w, u64map *cur, u64map *arec, uint64_t id, size_t rec,
+                          uint32_t pass, size_t fwd_begin, int bwd)
+{
+    const trace_tensor *x = trace_find_tensor(w->t, id);
+    if (!x) return MS_OK;
+    plan_decision d;
+    double alpha;
+    decide(w, x, &d, &alpha);
+    if (d != PD_SWAP) return MS_OK;
+    uint64_t k, at = 0;
+    sv_item *h = u64map_get(cur, id, &k) && w->svi[k].pass == pass ? &w->svi[k] : NULL;
+    if (!h && bwd) return MS_OK; /* made in the backward: never saved */
+    if (!h) {
+        if (alpha < 1.0)
+            return ms_fail(w->err, MS_ERR_UNSUPPORTED, "plan: tensor %" PRIu64 " (%s) is "
+                           "swapped with alpha %g under swap_at=save, which copies whole "
+                           "tensors", id, x->name, alpha);
+        if (id >= LOWER_ID_TRACE_LIMIT)
+            return ms_fail(w->err, MS_ERR_LIMIT, "tensor id %" PRIu64 " is too large for the "
+                           "ids of swap_at=save's copies (limit 2^48)", id);
+        int keep = !u64map_get(arec, id, &at) || at < fwd_begin;
+        if (u64map_put(cur, id, w->n_svi) || !sv_new_item(w, x, pass, keep, rec, 0))
+            return nomem(w);
+        return MS_OK;
+    }
+    if (!bwd) {
+        h->last_fwd = rec;
+        return MS_OK;
+    }
+    sv_item *last = &w->svi[w->n_svi - 1];
+    for (size_t j = w->n_svi; j-- > 0;) /* the tensor's latest item */
+        if (w->svi[j].id == id && w->svi[j].pass == pass) {
+            last = &w->svi[j];
+            break;
+        }
+    if (last->bwd_rec == rec) return MS_OK; /* the same op reads it twice */
+    if (last->bwd_rec == SIZE_MAX) {
+        last->bwd_rec = rec;
+        return MS_OK;
+    }
+    if (last->reader >= 254)
+        return ms_fail(w->err, MS_ERR_LIMIT, "tensor %" PRIu64 " (%s): more than 255 backward "
+                       "ops read it, beyond the copies swap_at=save names", id, x->name);
+    size_t hi = (size_t)(h - w->svi);
+    sv_item *n = sv_new_item(w, x, pass, h->keep_device, h->out_rec, last->reader + 1);
+    if (!n) return nomem(w);
+    n->bwd_rec = rec;
+    n->last_fwd = w->svi[hi].last_fwd;
+    return MS_OK;
+}
+
+/* Before the walk: every swapped tensor's saves, last forward use and backward reads, pass
+ * by pass, as events in record order. */
+static ms_status sv_prescan(lw *w)
+{
+    u64map *cur = u64map_new(1024), *arec = u64map_new(4096);
+    ms_status st = cur && arec ? MS_OK : nomem(w);
+    uint32_t pass = 0;
+    size_t fwd_begin = 0;
+    int seen = 0, bwd = 0;
+    for (size_t i = 0; st == MS_OK && i < trace_count(w->t); i++) {
+        const trace_rec *r = trace_get(w->t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
+            trace_phase ph = (trace_phase)r->u.mark.value;
+            if (ph == TP_FWD) {
+                pass += seen;
+                seen = 1;
+                fwd_begin = i;
+                bwd = 0;
+            } else if (ph == TP_BWD) {
+                bwd = 1;
+            }
+        } else if (r->type == TR_ALLOC) {
+            if (u64map_put(arec, r->u.alloc.id, i)) st = nomem(w);
+        } else if (r->type == TR_OP && seen) {
+            const trace_op *op = &r->u.op;
+            if (bwd && op->phase != TP_BWD) continue; /* the optimizer's reads save nothing */
+            for (uint32_t k = 0; st == MS_OK && k < op->n_in; k++)
+                st = sv_touch(w, cur, arec, op->in[k], i, pass, fwd_begin, bwd);
+            for (uint32_t k = 0; st == MS_OK && !bwd && k < op->n_out; k++)
+                st = sv_touch(w, cur, arec, op->out[k], i, pass, fwd_begin, 0);
+        }
+    }
+    for (size_t j = 0; st == MS_OK && j < w->n_svi; j++) {
+        const sv_item *it = &w->svi[j];
+        st = sv_push_event(w, it->out_rec, SV_OUT, j);
+        if (st == MS_OK && it->head && !it->keep_device)
+            st = sv_push_event(w, it->last_fwd, SV_DROP, j);
+        if (st == MS_OK && it->bwd_rec != SIZE_MAX) st = sv_push_event(w, it->bwd_rec, SV_IN, j);
+        if (st == MS_OK)
+            st = sv_push_event(w, it->bwd_rec != SIZE_MAX ? it->bwd_rec : it->last_fwd, SV_DONE,
+                               j);
+    }
+    if (st == MS_OK && w->n_sve > 1) qsort(w->sve, w->n_sve, sizeof *w->sve, cmp_sv_event);
+    u64map_free(cur);
+    u64map_free(arec);
+    return st;
+}
+
+/* The copy stream of a direction, and an order from the compute stream to it. */
+static ms_status sv_to_stream(lw *w, sched_stream s)
+{
+    if (s == SS_COMPUTE) return MS_OK;
+    uint32_t e = sbuild_new_event(w->b);
+    ms_status st = put_event(w, SA_RECORD, SS_COMPUTE, e);
+    return st == MS_OK ? put_event(w, SA_WAIT, s, e) : st;
+}
+
+/* The pack hook: a pinned host buffer and the copy into it. */
+static ms_status sv_out(lw *w, sv_item *it)
+{
+    lw_tensor *x = find_tensor(w, it->id);
+    if (!x || x->state != TS_LIVE) {
+        w->rep.ignored++;
+        return MS_OK;
+    }
+    sched_stream s = w->sv_compute ? SS_COMPUTE : SS_D2H;
+    ms_status st = sv_to_stream(w, s);
+    if (st == MS_OK) st = put_tensor(w, SA_HOST_ALLOC, s, it->copy_id, host_bytes(w, it->bytes));
+    if (st == MS_OK) st = put_tensor(w, SA_COPY_D2H, s, x->sid, it->bytes);
+    if (st == MS_OK && s != SS_COMPUTE) {
+        it->ev_out = sbuild_new_event(w->b);
+        st = put_event(w, SA_RECORD, s, it->ev_out);
+    }
+    it->out = 1;
+    w->rep.swapped++;
+    w->rep.d2h_bytes += it->bytes;
+    return st;
+}
+
+/* The forward's last reference is gone: the device block goes (a weight cast that autocast's
+ * cache holds goes when the cache is cleared, at the backward phase). */
+static ms_status sv_drop(lw *w, sv_item *it)
+{
+    lw_tensor *x = find_tensor(w, it->id);
+    if (!it->out || !x || x->state != TS_LIVE) return MS_OK;
+    ms_status st = w->sv_compute ? MS_OK : put_event(w, SA_WAIT, SS_COMPUTE, it->ev_out);
+    x->state = TS_OFFLOADED;
+    x->swap_bytes = 0; /* the host copies are the saves' own: the trace's free has none */
+    if (st != MS_OK) return st;
+    if (w->autocast_cache && ms_ends_with(x->meta->name, ".wcast"))
+        return idx_push(&w->sv_cache_held, (size_t)(x - w->ts)) == MS_OK ? MS_OK : nomem(w);
+    return put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+}
+
+/* The unpack hook, just before the backward op that reads this save: a new device block
+ * and the copy into it. */
+static ms_status sv_in(lw *w, sv_item *it)
+{
+    lw_tensor *x = find_tensor(w, it->id);
+    if (!it->out || !x) return MS_OK;
+    sched_stream s = w->sv_compute ? SS_COMPUTE : SS_H2D;
+    ms_status st = sv_to_stream(w, s);
+    if (st == MS_OK && s != SS_COMPUTE) st = put_event(w, SA_WAIT, s, it->ev_out);
+    sched_block b = it->keep_device ? SB_STAGING : sched_block_of_class(x->meta->cls);
+    if (st == MS_OK) st = put_block(w, s, it->copy_id, it->bytes, b);
+    if (st == MS_OK) st = put_tensor(w, SA_COPY_H2D, s, it->copy_id, it->bytes);
+    if (st == MS_OK && s != SS_COMPUTE) {
+        uint32_t e = sbuild_new_event(w->b);
+        st = put_event(w, SA_RECORD, s, e);
+        if (st == MS_OK) st = put_event(w, SA_WAIT, SS_COMPUTE, e);
+    }
+    it->in = 1;
+    x->sv_back++;
+    w->rep.prefetched++;
+    w->rep.h2d_bytes += it->bytes;
+    return st;
+}
+
+/* The backward op is done with this save: the copy brought back and the host buffer go. */
+static ms_status sv_done(lw *w, sv_item *it)
+{
+    if (!it->out) return MS_OK;
+    lw_tensor *x = find_tensor(w, it->id);
+    ms_status st = MS_OK;
+    if (it->in) {
+        st = put_tensor(w, SA_FREE, SS_COMPUTE, it->copy_id, 0);
+        if (x && x->sv_back) x->sv_back--;
+    } else if (!w->sv_compute) {
+        st = put_event(w, SA_WAIT, SS_COMPUTE, it->ev_out);
+    }
+    if (st == MS_OK) st = put_tensor(w, SA_HOST_FREE, SS_COMPUTE, it->copy_id, 0);
+    it->out = it->in = 0;
+    return st;
+}
+
+/* The events of record w->rec: those before its op (before = 1) or after it. Events of
+ * records lowering skipped (iteration selection) are passed over. */
+static ms_status sv_events(lw *w, int before)
+{
+    ms_status st = MS_OK;
+    while (w->sve_pos < w->n_sve && w->sve[w->sve_pos].rec < w->rec) w->sve_pos++;
+    for (size_t j = w->sve_pos; st == MS_OK && j < w->n_sve && w->sve[j].rec == w->rec; j++) {
+        const sv_event *e = &w->sve[j];
+        if ((e->kind == SV_IN) != before) continue;
+        sv_item *it = &w->svi[e->item];
+        switch (e->kind) {
+        case SV_IN: st = sv_in(w, it); break;
+        case SV_OUT: st = sv_out(w, it); break;
+        case SV_DROP: st = sv_drop(w, it); break;
+        default: st = sv_done(w, it); break;
+        }
+    }
+    return st;
+}
+
+/* At "mark phase bwd": autocast's cache is cleared; the weight casts it held go. */
+static ms_status sv_cache_release(lw *w)
+{
+    ms_status st = MS_OK;
+    for (size_t k = 0; st == MS_OK && k < w->sv_cache_held.n; k++) {
+        lw_tensor *x = &w->ts[w->sv_cache_held.v[k]];
+        if (x->state == TS_OFFLOADED) st = put_tensor(w, SA_FREE, SS_COMPUTE, x->sid, 0);
+    }
+    w->sv_cache_held.n = 0;
+    return st;
 }
 
 /* ---- the trace's records ---- */
@@ -1374,8 +1702,8 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
         double sb = ceil(n->alpha * (double)x->bytes);
         n->swap_bytes = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
     }
-    if ((st = sbuild_tensor(w->b, SA_ALLOC, SS_COMPUTE, x->id, x->bytes)) != MS_OK) return st;
-    if (n->dec == PD_KEEP) return MS_OK;
+    if ((st = put_tensor(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes)) != MS_OK) return st;
+    if (n->dec == PD_KEEP || (w->sv && n->dec == PD_SWAP)) return MS_OK; /* sv_prescan's */
     if (x->layer < 0)
         return fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is planned for %s but "
                         "belongs to no transformer layer", x->id, x->name,
@@ -1476,7 +1804,8 @@ static ms_status release(lw *w, lw_tensor *x, tstate was)
         return MS_OK; /* never needed again: its block went at the forward's end */
     case TS_OFFLOADED:
         /* never needed again: drop the host copy after the offload (D2H stream order) */
-        return x->swap_bytes ? sbuild_tensor(w->b, SA_HOST_FREE, SS_D2H, x->hid, 0) : MS_OK;
+        return x->swap_bytes ? put_tensor(w, SA_HOST_FREE, w->sv_compute ? SS_COMPUTE : SS_D2H,
+                                          x->hid, 0) : MS_OK;
     case TS_PREFETCHED: {
         x->state = TS_PREFETCHED;
         ms_status st = ensure_ready(w, x);
@@ -1502,6 +1831,7 @@ static ms_status op_uses(lw *w, const trace_op *op, uint64_t id)
         return fail_rec(w, MS_ERR_INVALID, "an op uses tensor %" PRIu64 " (%s)%s", id,
                         x->meta->name, b);
     }
+    if (x->state == TS_OFFLOADED && x->sv_back) return MS_OK; /* its save's copy is back */
     if (x->state == TS_DROPPED || x->state == TS_OFFLOADED) {
         char b[200];
         snprintf(b, sizeof b, ", which the plan %s after layer %d's forward until its backward "
@@ -1604,7 +1934,11 @@ static ms_status walk(lw *w)
         case TR_MARK: st = do_mark(w, &r->u.mark); break;
         case TR_ALLOC: st = do_alloc(w, &r->u.alloc); break;
         case TR_FREE: st = do_free(w, r->u.free_id); break;
-        case TR_OP: st = do_op(w, &r->u.op); break;
+        case TR_OP:
+            st = w->sv ? sv_events(w, 1) : MS_OK;
+            if (st == MS_OK) st = do_op(w, &r->u.op);
+            if (st == MS_OK && w->sv) st = sv_events(w, 0);
+            break;
         }
     }
     if (st == MS_OK && w->fwd_layer >= 0) {
@@ -1642,6 +1976,9 @@ static void lw_free(lw *w)
     }
     free(w->layers);
     free(w->cache_held.v);
+    free(w->sv_cache_held.v);
+    free(w->svi);
+    free(w->sve);
     free(w->groups);
     u64map_free(w->rb_rec);
     u64map_free(w->rb_key);
@@ -1719,6 +2056,7 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     if (st == MS_OK) st = index_plan(&w);
     if (st == MS_OK) st = read_knobs(&w);
     if (st == MS_OK && w.rb) st = rb_prescan(&w);
+    if (st == MS_OK && w.sv) st = sv_prescan(&w);
     if (st == MS_OK) st = walk(&w);
     if (st == MS_OK) {
         for (size_t i = 0; i < w.n_layers; i++) w.rep.ignored += w.layers[i].cand.n;

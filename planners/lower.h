@@ -138,7 +138,18 @@ extern const lower_backend lower_backend_tensor;
  *  stream_pools=1      an ALLOC of a tensor the trace allocates on a side stream (stream k > 0,
  *                      e.g. TE's cp stream) carries pool k: the caching allocator serves it
  *                      from that stream's pools, as PyTorch's per-stream pools do. Default 0:
- *                      every trace tensor in the compute stream's pools. */
+ *                      every trace tensor in the compute stream's pools.
+ *  swap_at=save        a swapped tensor (alpha 1) goes to the host when it is saved, not at
+ *                      its layer's forward end: copied out after the first forward op that
+ *                      makes or reads it, its device block freed after its last forward use
+ *                      (a tensor made before the forward, a parameter, keeps its block),
+ *                      brought back into a new block just before the first backward op that
+ *                      reads it, and that block and the host copy freed after the last one
+ *                      (autograd's saved-tensor pack and unpack hooks). Default layer: the
+ *                      per-layer offload and prefetch above. Not with rounding_buffers.
+ *  swap_stream=compute the copies of swap_at=save run on the compute stream (a blocking
+ *                      copy and a copy on the current stream); default copy: on the D2H and
+ *                      H2D streams, ordered with compute by events. */
 
 /* Synthetic tensor ids made by lowering (bit 62 set; never in a trace). Incarnation k >= 1 of
  * trace tensor id (id < LOWER_ID_TRACE_LIMIT), and rounding-buffer block k of layer `layer`
@@ -206,9 +217,23 @@ typedef struct lower_knobs {
     uint64_t host_granule, idle_buffer_bytes;
     int overlap_comm, record_stream, stream_pools;
     int tokenwise;                /* 1 chain, 0 producer */
+    int swap_at;                  /* lower_swap_at */
+    int swap_stream;              /* lower_swap_stream */
     uint64_t given;               /* rows given (knobtab_given) */
 } lower_knobs;
 extern const knobtab lower_knob_table;
+
+/* When a swapped tensor goes to the host and comes back (plan knob swap_at). */
+typedef enum lower_swap_at {
+    LOWER_SWAP_LAYER = 0,    /* after its layer's forward; prefetched a layer ahead */
+    LOWER_SWAP_SAVE          /* when saved; back when the backward first reads it */
+} lower_swap_at;
+
+/* Where swap_at=save's copies run (plan knob swap_stream). */
+typedef enum lower_swap_stream {
+    LOWER_SWAP_COPY = 0,     /* the D2H and H2D streams */
+    LOWER_SWAP_COMPUTE       /* the compute stream */
+} lower_swap_stream;
 
 /* How an executor's pinned host buffers are sized for one offloaded rounding-buffer block
  * (plan knob host_round; MEMO's executor, docs/MEMO.md "MEMO's executor"):

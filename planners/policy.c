@@ -26,6 +26,7 @@
     X(pol_full_swap)       \
     X(pol_full_recompute_plan) \
     X(pol_full_swap_plan)  \
+    X(pol_save_on_cpu)     \
     X(pol_memo)            \
     X(pol_zero_offload)    \
     X(pol_memferry)        \

@@ -5,11 +5,10 @@
 # memsim predicts keep-all, gradient_checkpointing_enable() (policy full-recompute: keep
 # each block's input, recompute the rest in its backward, as PyTorch's non-reentrant
 # checkpoint of each decoder layer does) and torch.autograd.graph.save_on_cpu(pin_memory=
-# True) (policy full-swap, the closest: it offloads each layer's saved activations to
-# pinned host memory and brings them back for its backward; save_on_cpu copies every saved
-# tensor, layer inputs and the head's included, synchronously on the compute stream,
-# where full-swap overlaps the copies on their own streams, so the step time of full-swap
-# is a lower bound), beside the real runs.
+# True) (policy save-on-cpu: every tensor a backward op reads that was there before the
+# backward, parameters and weight casts included, copied to pinned host memory when saved,
+# once per backward op that reads it, on the compute stream, and back just before that op),
+# beside the real runs.
 #
 #   run.sh gpu OUTDIR   on the GPU machine: captures and measurements into OUTDIR
 #                       (OUTDIR/NAME.trace.gz, OUTDIR/NAME.MODE.json), one process each
@@ -55,8 +54,8 @@ predict() {
             [ -f "$tr" ] || { echo "# $name: no capture in $dir" ; continue; }
             csv=$(mktemp)
             "$MEMSIM" compare --trace "$tr" --machine "$MACHINE" \
-                --policies keep-all,full-recompute,full-swap --csv "$csv" >/dev/null 2>&1 || true
-            for pair in keep:keep-all ckpt:full-recompute save_on_cpu:full-swap; do
+                --policies keep-all,full-recompute,save-on-cpu --csv "$csv" >/dev/null 2>&1 || true
+            for pair in keep:keep-all ckpt:full-recompute save_on_cpu:save-on-cpu; do
                 mode=${pair%%:*}; pol=${pair#*:}
                 "$PYTHON" "$HERE/compare.py" "$name" "$mode" "$pol" "$dir/$name.$mode.json" "$csv"
             done
