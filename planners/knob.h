@@ -6,7 +6,7 @@
 
 #include "planners/plan.h"
 #include "planners/pol_opts.h"
-#include "traces/knobtab.h"
+#include "base/knobtab.h"
 
 /* t's struct out from plan p's knobs (NULL p: the defaults). */
 ms_status knob_from_plan(const knobtab *t, const plan_t *p, void *out, ms_error *err);

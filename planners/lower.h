@@ -11,7 +11,7 @@
 #ifndef MEMSIM_LOWER_H
 #define MEMSIM_LOWER_H
 
-#include "traces/knobtab.h"
+#include "base/knobtab.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
 #include "planners/plan.h"

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "planners/alloc.h"
+#include "memory/alloc.h"
 #include "planners/plan.h"
 #include "planners/schedule.h"
 #include "runtime/kernels.h"

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#include "planners/membackend.h"
+#include "memory/membackend.h"
 
 /* ---- the GPU check ---- */
 

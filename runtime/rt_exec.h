@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#include "planners/alloc.h"
+#include "memory/alloc.h"
 #include "planners/blockmix.h"
 #include "planners/lower.h"
 #include "planners/schedule.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "planners/dsa.h"
+#include "memory/dsa.h"
 #include "sim/cli.h"
 #include "sim/cmd_dsa.h"
 #include "sim/jobs.h"

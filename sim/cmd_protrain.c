@@ -22,18 +22,18 @@
 #include <time.h>
 
 #include "planners/knob.h"
-#include "planners/cost_protrain.h"
-#include "planners/lower_chunks.h"
+#include "planners/protrain/cost_protrain.h"
+#include "planners/protrain/lower_chunks.h"
 #include "planners/policy.h"
-#include "planners/policy_offload_baselines.h"
-#include "planners/policy_protrain.h"
+#include "planners/protrain/policy_offload_baselines.h"
+#include "planners/protrain/policy_protrain.h"
 #include "sim/cmds.h"
 #include "sim/exec.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "traces/machine.h"
 #include "traces/models.h"
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 #define PT_MAX_KNOBS 24
 #define GIB (1024.0 * 1024.0 * 1024.0)

@@ -9,9 +9,9 @@
 
 #include "planners/knob.h"
 #include "planners/lower.h"
-#include "planners/lower_chunks.h"
-#include "planners/memplan.h"
-#include "planners/offload_form.h"
+#include "planners/protrain/lower_chunks.h"
+#include "planners/memo/memplan.h"
+#include "planners/memferry/offload_form.h"
 #include "planners/schedule.h"
 #include "sim/exec.h"
 #include "traces/capture_form.h"

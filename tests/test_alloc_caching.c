@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc.h"
-#include "planners/alloc_caching.h"
+#include "memory/alloc.h"
+#include "memory/alloc_caching.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc_static.h"
+#include "memory/alloc_static.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"
 

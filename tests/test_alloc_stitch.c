@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc_stitch.h"
+#include "memory/alloc_stitch.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "planners/cost_protrain.h"
+#include "planners/protrain/cost_protrain.h"
 #include "tests/tap.h"
 #include "traces/gen.h"
 

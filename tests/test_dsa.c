@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "planners/dsa.h"
+#include "memory/dsa.h"
 #include "tests/tap.h"
 
 static char tmpdir[256];

@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/lower_chunks.h"
-#include "planners/lower_dha.h"
-#include "planners/offload_form.h"
+#include "planners/protrain/lower_chunks.h"
+#include "planners/memferry/lower_dha.h"
+#include "planners/memferry/offload_form.h"
 #include "planners/policy.h"
 #include "sim/pipeline.h"
 #include "tests/tap.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 static char model[512];
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "planners/knob.h"
-#include "planners/lower_chunks.h"
+#include "planners/protrain/lower_chunks.h"
 #include "planners/policy.h"
 #include "tests/tap.h"
 #include "traces/gen.h"

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "planners/lower_dha.h"
-#include "planners/policy_memferry.h"
-#include "planners/policy_zero_offload.h"
+#include "planners/memferry/lower_dha.h"
+#include "planners/memferry/policy_memferry.h"
+#include "planners/memferry/policy_zero_offload.h"
 #include "sim/exec.h"
 #include "tests/tap.h"
 #include "traces/gen.h"

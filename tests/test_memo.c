@@ -19,13 +19,13 @@
 
 #include "planners/lower.h"
 #include "planners/policy.h"
-#include "planners/policy_memo.h"
+#include "planners/memo/policy_memo.h"
 #include "planners/schedule.h"
 #include "tests/tap.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "traces/models.h"
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 #define NL 6 /* layers of the test model */
 

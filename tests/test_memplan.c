@@ -12,9 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "planners/dsa.h"
+#include "memory/dsa.h"
 #include "planners/lower.h"
-#include "planners/memplan.h"
+#include "planners/memo/memplan.h"
 #include "planners/policy.h"
 #include "sim/pipeline.h"
 #include "tests/tap.h"

@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/cost_protrain.h"
-#include "planners/lower_chunks.h"
-#include "planners/policy_offload_baselines.h"
-#include "planners/policy_protrain.h"
+#include "planners/protrain/cost_protrain.h"
+#include "planners/protrain/lower_chunks.h"
+#include "planners/protrain/policy_offload_baselines.h"
+#include "planners/protrain/policy_protrain.h"
 #include "sim/exec.h"
 #include "tests/tap.h"
 #include "traces/gen.h"

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "planners/lower.h"
-#include "planners/lower_dha.h"
+#include "planners/memferry/lower_dha.h"
 #include "planners/policy.h"
 #include "runtime/model_rt.h"
 #include "runtime/rt_backend.h"

@@ -11,8 +11,8 @@
 
 #include "sim/simbackend.h"
 #include "tests/tap.h"
-#include "traces/u64map.h"
-#include "traces/util.h"
+#include "base/u64map.h"
+#include "base/util.h"
 
 static char tmpdir[256];
 

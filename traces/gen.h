@@ -10,7 +10,7 @@
 #ifndef MEMSIM_GEN_H
 #define MEMSIM_GEN_H
 
-#include "traces/knobtab.h"
+#include "base/knobtab.h"
 #include "traces/gen_config.h"
 #include "traces/machine.h"
 #include "traces/models.h"
