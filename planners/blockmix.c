@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 struct blockmix {
     const trace_t *t;

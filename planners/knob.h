@@ -1,4 +1,4 @@
-/* knob.h — knob tables (traces/knobtab.h) read from where policy knobs live: a plan's knob
+/* knob.h — knob tables (base/knobtab.h) read from where policy knobs live: a plan's knob
  * lines and the --knob options of pol_opts. The one place in planners/ that looks knobs up
  * by key; policies, lowerings and the memory plan read the typed structs these fill. */
 #ifndef MEMSIM_KNOB_H
@@ -6,7 +6,7 @@
 
 #include "planners/plan.h"
 #include "planners/pol_opts.h"
-#include "traces/knobtab.h"
+#include "base/knobtab.h"
 
 /* t's struct out from plan p's knobs (NULL p: the defaults). */
 ms_status knob_from_plan(const knobtab *t, const plan_t *p, void *out, ms_error *err);

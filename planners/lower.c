@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "traces/roofline.h"
-#include "traces/u64map.h"
-#include "traces/util.h"
+#include "base/u64map.h"
+#include "base/util.h"
 
 #define LOWER_MAX_LAYER (1 << 20) /* a layer index beyond this is a corrupt trace */
 

@@ -6,12 +6,12 @@
  * rounding_buffers), fresh ids for re-allocated tensors so a static memory plan can place each
  * incarnation (plan knob memory_plan), and the overlap of context-parallel ring exchanges with
  * their attention kernel. Used by the memsim command, experiments, the runtime, the MEMO
- * planner (planners/policy_memo.c) and the tests; the rules are in docs/POLICIES.md and
+ * planner (planners/memo/policy_memo.c) and the tests; the rules are in docs/POLICIES.md and
  * docs/MEMO.md. */
 #ifndef MEMSIM_LOWER_H
 #define MEMSIM_LOWER_H
 
-#include "traces/knobtab.h"
+#include "base/knobtab.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
 #include "planners/plan.h"
@@ -77,9 +77,9 @@ ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
 
 /* ---- the lowerings, by name ----
  * A lowering turns a trace and a plan into a schedule; each is one row, defined next to its
- * code (this file's per-tensor lowering, planners/lower_chunks.c, planners/lower_dha.c) and
+ * code (this file's per-tensor lowering, planners/protrain/lower_chunks.c, planners/memferry/lower_dha.c) and
  * listed in lower.c's table, which lower_schedule looks a plan's lowering up in, as
- * alloc_new looks allocators up in planners/alloc.c. */
+ * alloc_new looks allocators up in memory/alloc.c. */
 typedef ms_status (*lower_fn)(const trace_t *t, const plan_t *p, const machine_t *m,
                               const lower_opts *o, schedule_t **out, ms_error *err);
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 static const char *const decision_names[PD_COUNT] = {"keep", "swap", "recompute", "dha"};
 static const char *const pmode_names[PM_COUNT] = {"gfgb", "dha", "dfgb"};

@@ -6,8 +6,8 @@
 #ifndef MEMSIM_PLAN_H
 #define MEMSIM_PLAN_H
 
-#include "traces/util.h"
-#include "planners/alloc.h"
+#include "base/util.h"
+#include "memory/alloc.h"
 
 #define PLAN_FORMAT_VERSION 1
 

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "planners/alloc.h"
+#include "memory/alloc.h"
 
 /* One free-form policy knob, e.g. {"max_host_bytes", "512G"}. */
 typedef struct pol_knob {

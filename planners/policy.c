@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "planners/knob.h"
-#include "traces/u64map.h"
-#include "traces/util.h"
+#include "base/u64map.h"
+#include "base/util.h"
 
 /* The registry. Adding a policy is one line here: X(its pol_policy object), defined in its
  * own planners/policy_NAME.c (the other places a new policy touches: docs/POLICIES.md,

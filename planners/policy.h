@@ -6,10 +6,10 @@
 #ifndef MEMSIM_POLICY_H
 #define MEMSIM_POLICY_H
 
-#include "traces/knobtab.h"
+#include "base/knobtab.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
-#include "planners/alloc.h"
+#include "memory/alloc.h"
 #include "planners/plan.h"
 #include "planners/pol_opts.h"
 

@@ -7,7 +7,7 @@
 #define MEMSIM_SBUILD_H
 
 #include "planners/schedule.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 typedef struct sbuild sbuild;
 

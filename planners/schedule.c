@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 struct schedule {
     sched_action *acts;

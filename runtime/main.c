@@ -11,7 +11,7 @@
 #include "runtime/probe.h"
 #include "runtime/rt_run.h"
 #include "traces/machine.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 /* The fields the probe measures: their sources are replaced by the probe's note. */
 static const char *const measured_keys[] = {

@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/lower_dha.h"
+#include "planners/memferry/lower_dha.h"
 #include "runtime/kernels_ref.h"
 #include "traces/models.h"
-#include "traces/u64map.h"
-#include "traces/util.h"
+#include "base/u64map.h"
+#include "base/util.h"
 
 /* ---- shapes and the parameter layout ---- */
 

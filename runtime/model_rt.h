@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "planners/alloc.h"
+#include "memory/alloc.h"
 #include "planners/plan.h"
 #include "planners/schedule.h"
 #include "runtime/kernels.h"
@@ -126,7 +126,7 @@ rt_status mrt_ops_rows_hook(void *ctx, void *stream, const trace_op *op, const u
                             const uint64_t *out, const uint8_t *in_part,
                             const uint8_t *out_part, double frac, ms_error *err);
 int mrt_ops_token_rows_hook(void *ctx, uint64_t tensor, unsigned *arrays, uint64_t *row_bytes);
-/* DHA and host-optimizer plans (planners/lower_dha.c) on offload traces (gen offload 1):
+/* DHA and host-optimizer plans (planners/memferry/lower_dha.c) on offload traces (gen offload 1):
  * mrt_ops_host_init seeds a parameter (as its first read would) or zeroes a gradient in its
  * pinned host home, at dev_addr (the mapped address), on stream; other tensors are left.
  * mrt_ops_host_prepare, for a `<group>.optim.host` op, lists the host ranges the step uses

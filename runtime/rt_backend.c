@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 /* The driver calls we need, resolved through the runtime so that no libcuda link is needed. */
 typedef CUresult (*fn_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);

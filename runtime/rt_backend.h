@@ -1,4 +1,4 @@
-/* rt_backend.h — the real memory backend: planners/membackend.h's mb_backend over CUDA
+/* rt_backend.h — the real memory backend: memory/membackend.h's mb_backend over CUDA
  * (cudaMalloc / cudaFree, the cuMem* virtual memory calls, cudaDeviceSynchronize, pinned host
  * memory), with an optional device-byte cap, per-call counts and times, and the GPU check
  * every GPU command runs first. Used by the schedule executor (runtime/rt_exec.cu), the
@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#include "planners/membackend.h"
+#include "memory/membackend.h"
 
 /* ---- the GPU check ---- */
 

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#include "traces/util.h"
+#include "base/util.h"
 
 typedef enum rt_status {
     RT_OK = 0,

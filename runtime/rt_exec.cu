@@ -20,7 +20,7 @@
 
 extern "C" {
 #include "planners/lower.h"
-#include "traces/u64map.h"
+#include "base/u64map.h"
 }
 
 static double mono_s(void)

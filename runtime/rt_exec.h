@@ -1,7 +1,7 @@
 /* rt_exec.h — the runtime's schedule executor: runs a lowered schedule (planners/schedule.h)
  * on a GPU. One CUDA stream per schedule stream (compute, D2H offload, H2D prefetch, host),
  * one CUDA event per schedule event; the host thread walks the actions in program order and
- * enqueues each on its stream, calling the allocator (planners/alloc.h) over a memory backend
+ * enqueues each on its stream, calling the allocator (memory/alloc.h) over a memory backend
  * at issue time. Copies are real cudaMemcpyAsync between device blocks and one pinned host
  * pool; compute actions are calibrated spin kernels that last the action's dur_us and touch
  * their output tensors; DHA computes stream-read mapped pinned memory; host work runs on a
@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#include "planners/alloc.h"
+#include "memory/alloc.h"
 #include "planners/blockmix.h"
 #include "planners/lower.h"
 #include "planners/schedule.h"
@@ -205,7 +205,7 @@ typedef struct rt_exec_opts {
     int (*token_rows)(void *ctx, uint64_t tensor, unsigned *arrays, uint64_t *row_bytes);
     const plan_t *plan;            /* the plan the schedule was lowered from (member alphas) */
     /* Host-resident tensors with real kernels (DHA and host-optimizer plans,
-     * planners/lower_dha.c). An operand of a real-kernel compute action that has no device
+     * planners/memferry/lower_dha.c). An operand of a real-kernel compute action that has no device
      * block but a pinned host range under its own id (a HOST_ALLOC of the trace tensor: a
      * parameter read over DHA, a gradient written to the host) is given to the kernel as
      * the mapped device address of that range (host_map). host_init, when set, is called at

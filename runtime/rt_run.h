@@ -5,7 +5,7 @@
 #ifndef MEMSIM_RT_RUN_H
 #define MEMSIM_RT_RUN_H
 
-/* argv[0] is "run". Returns the process exit status (traces/util.h's MS_EXIT_*): 0 when the
+/* argv[0] is "run". Returns the process exit status (base/util.h's MS_EXIT_*): 0 when the
  * run produced a result (ok, oom or oohm), 1 when no GPU is usable or the run failed on the
  * GPU, 2 for a bad command line, 3 for bad input or an unknown name, 4 for file errors. */
 int rt_run_main(int argc, char **argv);

@@ -17,7 +17,7 @@
 #define API_VERSION 1
 
 /* Each call returns 0 with *json a malloc'd NUL-terminated document (free it with api_free),
- * or an ms_status (traces/util.h; options the command refuses: MS_ERR_INVALID) with *json NULL
+ * or an ms_status (base/util.h; options the command refuses: MS_ERR_INVALID) with *json NULL
  * and the message, as the command prints it after "memsim CMD: ", in err (NUL-terminated, cut
  * to err_len; err may be NULL). A run that ends in an oom, or a compared policy that could not
  * run, is a result, not an error: its row says so. */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "planners/knob.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 /* caching's max_split_size when auto tries it: blocks above it are never split, which keeps
  * the large activations from fragmenting the cache (PyTorch's max_split_size_mb) */

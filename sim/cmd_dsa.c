@@ -1,5 +1,5 @@
 /* cmd_dsa.c — `memsim dsa [options] FILE.csv...`: plans offsets for the buffers of each
- * instance file (id,lower,upper,size) with planners/dsa.c, minimizing the peak or deciding
+ * instance file (id,lower,upper,size) with memory/dsa.c, minimizing the peak or deciding
  * whether they fit in --capacity; prints a line or a table row per file and optionally
  * writes the plan. experiments/dsa/run.sh runs it on the benchmark instances. */
 #define _POSIX_C_SOURCE 200809L
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "planners/dsa.h"
+#include "memory/dsa.h"
 #include "sim/cli.h"
 #include "sim/cmd_dsa.h"
 #include "sim/jobs.h"

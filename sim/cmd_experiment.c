@@ -15,7 +15,7 @@
 #include "sim/cmds.h"
 #include "sim/cli.h"
 #include "sim/jobs.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 static int list(const char *dir)
 {

@@ -16,8 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "planners/alloc.h"
-#include "planners/alloc_static.h"
+#include "memory/alloc.h"
+#include "memory/alloc_static.h"
 #include "planners/lower.h"
 #include "planners/policy.h"
 #include "planners/schedule.h"
@@ -27,8 +27,8 @@
 #include "traces/gen.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
-#include "traces/u64map.h"
-#include "traces/util.h"
+#include "base/u64map.h"
+#include "base/util.h"
 
 #define GM_MAX_LIST 16
 #define GIB 1073741824.0       /* results are in GiB: the A100's "80 GB" is 80 GiB */

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc.h"
+#include "memory/alloc.h"
 #include "planners/policy.h"
 #include "sim/cli.h"
 #include "sim/cmds.h"
 #include "traces/gen.h"
-#include "traces/knobtab.h"
+#include "base/knobtab.h"
 #include "traces/machine.h"
 #include "traces/models.h"
 

@@ -2,8 +2,8 @@
  * Figs. 9-13) in memsim. For each workload it generates a ZeRO-Offload trace
  * (traces/gen.c, offload mode), plans it with the four methods the paper compares —
  * DeepSpeed (zero-offload realloc=1), Native-Offload (zero-offload realloc=0), MemFerry and
- * GO-MemFerry (planners/policy_zero_offload.c, planners/policy_memferry.c) — lowers the plans
- * with the shadow-model lowering (planners/lower_dha.c) and simulates them (sim/exec.c).
+ * GO-MemFerry (planners/memferry/policy_zero_offload.c, planners/memferry/policy_memferry.c) — lowers the plans
+ * with the shadow-model lowering (planners/memferry/lower_dha.c) and simulates them (sim/exec.c).
  * It writes CSV and gnuplot data files, the plans (the shadow models), and a paper-vs-memsim
  * table from experiments/memferry/reference.tsv. Called only by sim/main.c; driven by
  * experiments/memferry/run.sh. */
@@ -20,10 +20,10 @@
 #include "sim/cli.h"
 #include "sim/cmds.h"
 #include "planners/knob.h"
-#include "planners/lower_dha.h"
+#include "planners/memferry/lower_dha.h"
 #include "planners/policy.h"
-#include "planners/policy_memferry.h"
-#include "planners/policy_zero_offload.h"
+#include "planners/memferry/policy_memferry.h"
+#include "planners/memferry/policy_zero_offload.h"
 #include "sim/exec.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"

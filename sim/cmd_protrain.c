@@ -6,7 +6,7 @@
  *   fig3    the best throughput of each backend on Table 1's models (batch sweep);
  *   fig6    predicted vs simulated iteration time and peak over the searched configurations.
  * Each writes tab-separated results that experiments/protrain/run.sh compares with the paper
- * and plots/protrain_*.gp draw. Simulation: planners/lower_chunks.c + sim/exec.c. Called only
+ * and plots/protrain_*.gp draw. Simulation: planners/protrain/lower_chunks.c + sim/exec.c. Called only
  * by sim/main.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -22,18 +22,18 @@
 #include <time.h>
 
 #include "planners/knob.h"
-#include "planners/cost_protrain.h"
-#include "planners/lower_chunks.h"
+#include "planners/protrain/cost_protrain.h"
+#include "planners/protrain/lower_chunks.h"
 #include "planners/policy.h"
-#include "planners/policy_offload_baselines.h"
-#include "planners/policy_protrain.h"
+#include "planners/protrain/policy_offload_baselines.h"
+#include "planners/protrain/policy_protrain.h"
 #include "sim/cmds.h"
 #include "sim/exec.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "traces/machine.h"
 #include "traces/models.h"
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 #define PT_MAX_KNOBS 24
 #define GIB (1024.0 * 1024.0 * 1024.0)

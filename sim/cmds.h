@@ -1,5 +1,5 @@
 /* cmds.h — the memsim subcommands, one function each (argv[0] is the subcommand's name).
- * Each returns an exit status (MS_EXIT_* in traces/util.h). Called only by sim/main.c. */
+ * Each returns an exit status (MS_EXIT_* in base/util.h). Called only by sim/main.c. */
 #ifndef MEMSIM_CMDS_H
 #define MEMSIM_CMDS_H
 

@@ -8,7 +8,7 @@
 #ifndef MEMSIM_ENGINE_H
 #define MEMSIM_ENGINE_H
 
-#include "traces/util.h"
+#include "base/util.h"
 
 typedef struct eng eng_t;
 

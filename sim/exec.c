@@ -17,7 +17,7 @@
 #include "sim/link.h"
 #include "sim/simbackend.h"
 #include "sim/timeline.h"
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 typedef enum st_state {
     ST_IDLE = 0,    /* may start its next action */

@@ -9,7 +9,7 @@
 
 #include "traces/machine.h"
 #include "planners/schedule.h"
-#include "planners/alloc.h"
+#include "memory/alloc.h"
 #include "sim/results.h"
 
 /* sim_opts.issue_ahead: the host thread is never held back by the GPU's progress. */

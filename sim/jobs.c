@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "traces/util.h"
+#include "base/util.h"
 
 #define FRAME_MAGIC 0x6d736a31u /* "msj1" */
 

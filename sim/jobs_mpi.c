@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "sim/jobs.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 static int g_size = -1, g_rank;
 

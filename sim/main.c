@@ -9,7 +9,7 @@
 
 #include "config.h"
 #include "sim/cmds.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 static const struct {
     const char *name;

@@ -9,9 +9,9 @@
 
 #include "planners/knob.h"
 #include "planners/lower.h"
-#include "planners/lower_chunks.h"
-#include "planners/memplan.h"
-#include "planners/offload_form.h"
+#include "planners/protrain/lower_chunks.h"
+#include "planners/memo/memplan.h"
+#include "planners/memferry/offload_form.h"
 #include "planners/schedule.h"
 #include "sim/exec.h"
 #include "traces/capture_form.h"
@@ -63,7 +63,7 @@ static ms_status process_form_of(trace_t **t, int iterations, const char *path, 
     return st == MS_OK ? MS_OK : ms_fail_at(err, st, path, 0, "its process form: %s", e.msg);
 }
 
-/* Replaces the plain trace *t by its ZeRO-Offload form (planners/offload_form.h); a
+/* Replaces the plain trace *t by its ZeRO-Offload form (planners/memferry/offload_form.h); a
  * failure names the trace file when there is one. */
 static ms_status offload_form_of(trace_t **t, const machine_t *m, uint64_t opt_bytes,
                                  const char *path, ms_error *err)

@@ -3,7 +3,7 @@
 #ifndef MEMSIM_PLOT_H
 #define MEMSIM_PLOT_H
 
-#include "traces/util.h"
+#include "base/util.h"
 
 /* 1 if gnuplot is on the PATH. */
 int plot_available(void);

@@ -10,7 +10,7 @@
 
 #include "sim/simbackend.h"
 #include "traces/trace.h"
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 void replay_opts_default(replay_opts *o)
 {

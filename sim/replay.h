@@ -8,7 +8,7 @@
 #ifndef MEMSIM_REPLAY_H
 #define MEMSIM_REPLAY_H
 
-#include "planners/alloc.h"
+#include "memory/alloc.h"
 #include "traces/machine.h"
 
 typedef struct replay_opts {

@@ -6,8 +6,8 @@
 #ifndef MEMSIM_RESULTS_H
 #define MEMSIM_RESULTS_H
 
-#include "traces/util.h"
-#include "planners/alloc.h"
+#include "base/util.h"
+#include "memory/alloc.h"
 #include "planners/blockmix.h"
 
 typedef enum res_status { RS_OK = 0, RS_OOM, RS_OOHM, RS_ERROR } res_status;

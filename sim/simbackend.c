@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 #define SEG_BASE 0x100000000000ULL    /* cudaMalloc'ed segments */
 #define VA_BASE 0x400000000000ULL     /* cuMemAddressReserve ranges */

@@ -7,7 +7,7 @@
 #ifndef MEMSIM_SIMBACKEND_H
 #define MEMSIM_SIMBACKEND_H
 
-#include "planners/membackend.h"
+#include "memory/membackend.h"
 #include "traces/machine.h"
 
 typedef struct simbe simbe_t;

@@ -11,7 +11,7 @@
 #define MEMSIM_TIMELINE_H
 
 #include "planners/blockmix.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 #define TL_NAME_MAX 64
 

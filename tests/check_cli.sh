@@ -383,15 +383,17 @@ done
 # the expandable allocator with a stream per allocation (40,000 pools): lookups by key, not scans
 awk 'BEGIN { print "memsim-trace 1"; for (i = 0; i < 40000; i++) { print "alloc", i + 1, 1048576, "act_trans 0 0", i, "- t" i; if (i % 2) print "free", i + 1 } }' > "$T/streams.trace"
 expect 0 "expandable over 40,000 streams finishes (within the 20 s limit)" -- timeout 20 "$M" replay --trace "$T/streams.trace" --allocator expandable
-# knobs are read only through their tables (traces/knobtab.c, planners/knob.c): no accessor
+# knobs are read only through their tables (base/knobtab.c, planners/knob.c): no accessor
 # looks a knob up by key anywhere else, and no hand-kept list of knob names is left
 SRC="${srcdir:-.}"
 grep -nE '(plan_get_knob|pol_knob_get|pol_knob_double|pol_knob_bytes|kn_int|kn_dbl|kn_bytes|knob_flag|knob_int|time_knob)\(' \
-    "$SRC"/planners/*.c "$SRC"/planners/*.h "$SRC"/sim/*.c "$SRC"/sim/*.h "$SRC"/traces/*.c \
+    "$SRC"/planners/*.c "$SRC"/planners/*.h "$SRC"/planners/*/*.[ch] "$SRC"/memory/*.[ch] \
+    "$SRC"/sim/*.c "$SRC"/sim/*.h "$SRC"/traces/*.c "$SRC"/base/*.c \
     "$SRC"/runtime/*.c "$SRC"/runtime/*.cu "$SRC"/experiments/*/*.c 2>/dev/null \
     | grep -vE '^[^:]*/planners/(plan\.[ch]|knob\.c):' > "$T/byname"
 [ ! -s "$T/byname" ]; ok $? "no knob is read by key outside the table code ($(head -3 "$T/byname" | tr '\n' ' '))"
-grep -nE '_knob_names|knob_names\[' "$SRC"/planners/*.[ch] "$SRC"/sim/*.[ch] "$SRC"/traces/*.[ch] > "$T/lists"
+grep -nE '_knob_names|knob_names\[' "$SRC"/planners/*.[ch] "$SRC"/planners/*/*.[ch] "$SRC"/memory/*.[ch] \
+    "$SRC"/sim/*.[ch] "$SRC"/traces/*.[ch] "$SRC"/base/*.[ch] > "$T/lists"
 [ ! -s "$T/lists" ]; ok $? "no hand-kept list of knob names ($(head -3 "$T/lists" | tr '\n' ' '))"
 # the docs' knob tables are the generated ones
 for d in "knobs POLICIES" "gen-knobs GENERATOR"; do

@@ -9,7 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tests/fuzz_util.h"
 #include "tests/tap.h"
-#include "planners/dsa.h"
+#include "memory/dsa.h"
 #include "planners/plan.h"
 #include "traces/hfconfig.h"
 #include "traces/import_pytorch.h"

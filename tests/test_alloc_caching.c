@@ -1,4 +1,4 @@
-/* test_alloc_caching.c — unit tests of the caching allocator (planners/alloc_caching.c)
+/* test_alloc_caching.c — unit tests of the caching allocator (memory/alloc_caching.c)
  * over the simulated backend: each PyTorch rule with hand-computed sizes and addresses,
  * the statistics after every step of a small scenario, the OOM path, and a randomized run
  * with the invariant check after every call. Run by `make check`. */
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc.h"
-#include "planners/alloc_caching.h"
+#include "memory/alloc.h"
+#include "memory/alloc_caching.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"
 

@@ -1,12 +1,12 @@
 /* test_alloc_expandable.c — unit tests of PyTorch's expandable segments
- * (planners/alloc_expandable.c) over the simulated backend: pages mapped on demand at the
+ * (memory/alloc_expandable.c) over the simulated backend: pages mapped on demand at the
  * lowest address, reserved growing in 20 MiB (large) and 2 MiB (small) pages, best fit and
  * coalescing inside the segment, unmapping of whole free pages on empty_cache and on the
  * OOM retry, failure injection and bad input. Run by `make check`. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc_expandable.h"
+#include "memory/alloc_expandable.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"
 

@@ -19,9 +19,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "planners/alloc.h"
-#include "planners/alloc_static.h"
-#include "planners/alloc_stitch.h"
+#include "memory/alloc.h"
+#include "memory/alloc_static.h"
+#include "memory/alloc_stitch.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"
 

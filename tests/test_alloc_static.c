@@ -1,12 +1,12 @@
 /* test_alloc_static.c — unit tests of the static arena and the greedy best-fit planner
- * (planners/alloc_static.c) over the simulated backend: planned offsets honoured, one
+ * (memory/alloc_static.c) over the simulated backend: planned offsets honoured, one
  * cudaMalloc of the arena, the fallback for unplanned tensors, overlap caught by check(), the
  * lazily grown arena, bad input, and the planner against a brute-force validity check.
  * Run by `make check`. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc_static.h"
+#include "memory/alloc_static.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"
 

@@ -1,4 +1,4 @@
-/* test_alloc_stitch.c — unit tests of the GMLake stitching allocator (planners/alloc_stitch.c)
+/* test_alloc_stitch.c — unit tests of the GMLake stitching allocator (memory/alloc_stitch.c)
  * over the simulated backend: each BestFit state on a hand scenario, Split, the
  * fragmentation limit in both readings, StitchFree LRU under a stitch limit, VMM failure
  * injection, bad input, and convergence to exact matches on a repeated pattern (GMLake
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/alloc_stitch.h"
+#include "memory/alloc_stitch.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"
 

@@ -15,7 +15,7 @@
 #include "sim/results.h"
 #include "tests/tap.h"
 #include "traces/machine.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 static char dir[256];
 static char errbuf[1024];

@@ -9,7 +9,7 @@
 
 #include "sim/auto.h"
 #include "tests/tap.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 /* The best single registered policy on w (its own form): time, -1 when none fits. */
 static double best_single(const pipe_workload *w, const machine_t *m)

@@ -1,5 +1,5 @@
-/* test_cost_protrain.c — ProTrain's cost models and search (planners/cost_protrain.c) and the
- * pieces of the chunk layout they rest on (planners/lower_chunks.c): the chunk-size search
+/* test_cost_protrain.c — ProTrain's cost models and search (planners/protrain/cost_protrain.c) and the
+ * pieces of the chunk layout they rest on (planners/protrain/lower_chunks.c): the chunk-size search
  * and the interleaved block layout on hand-made inputs, the runtime model against
  * hand-computed cases (all persistent; all gathered, forward only; ProTrain's appendix model
  * as written), the static memory, the
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "planners/cost_protrain.h"
+#include "planners/protrain/cost_protrain.h"
 #include "tests/tap.h"
 #include "traces/gen.h"
 

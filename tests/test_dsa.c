@@ -1,4 +1,4 @@
-/* test_dsa.c — unit tests of planners/dsa.c (offline dynamic storage allocation): the CSV
+/* test_dsa.c — unit tests of memory/dsa.c (offline dynamic storage allocation): the CSV
  * reader and its FILE:LINE errors, LOAD, the checker, the greedy portfolio, the exact
  * branch-and-bound against brute force, the MIP against brute force, determinism, and one
  * MiniMalloc benchmark instance (from $MEMSIM_DSA_DIR, experiments/dsa/instances in make
@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "planners/dsa.h"
+#include "memory/dsa.h"
 #include "tests/tap.h"
 
 static char tmpdir[256];

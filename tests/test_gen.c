@@ -8,7 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
 #include "traces/gen.h"
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 #include <math.h>
 #include <string.h>

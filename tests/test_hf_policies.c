@@ -2,7 +2,7 @@
  * generator profile: PyTorch eager + transformers, gradients made by the backward, AdamW
  * states by the first step) of three families (LLaMA, Mixtral MoE, GPT-2) in amp and bf16:
  * each runs (status ok) with sane numbers; the ZeRO-Offload form made from a plain trace
- * (planners/offload_form.c) matches the generator's own offload=1 program; the chunk
+ * (planners/memferry/offload_form.c) matches the generator's own offload=1 program; the chunk
  * lowering takes in-iteration model states and refuses an in-iteration parameter by name;
  * knob variants of protrain, full-swap and memo that once failed on such traces run. */
 #define _POSIX_C_SOURCE 200809L
@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/lower_chunks.h"
-#include "planners/lower_dha.h"
-#include "planners/offload_form.h"
+#include "planners/protrain/lower_chunks.h"
+#include "planners/memferry/lower_dha.h"
+#include "planners/memferry/offload_form.h"
 #include "planners/policy.h"
 #include "sim/pipeline.h"
 #include "tests/tap.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 static char model[512];
 

@@ -1,10 +1,10 @@
-/* test_knob.c — unit tests for the typed knob tables: traces/knobtab.c (defaults, parsing,
+/* test_knob.c — unit tests for the typed knob tables: base/knobtab.c (defaults, parsing,
  * the given mask, the closest key, the key list) and planners/knob.c over the policies'
  * tables, the chunk lowering's and the generator's. */
 #include <string.h>
 
 #include "planners/knob.h"
-#include "planners/lower_chunks.h"
+#include "planners/protrain/lower_chunks.h"
 #include "planners/policy.h"
 #include "tests/tap.h"
 #include "traces/gen.h"

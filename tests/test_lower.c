@@ -1,5 +1,5 @@
 /* test_lower.c — tests of the policy registry (planners/policy.c), the baseline policies
- * (planners/policy_baseline.c) and lowering (planners/lower.c) on a hand-built 3-layer trace:
+ * (planners/baseline/policy_baseline.c) and lowering (planners/lower.c) on a hand-built 3-layer trace:
  * keep-all is the trace 1:1, full-recompute frees and rebuilds, full-swap offloads and
  * prefetches on the right streams and at the right places, alpha < 1 splits copy and
  * recomputation, the plan knob host_round sizes host buffers, schedules validate and dump

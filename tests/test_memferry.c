@@ -4,7 +4,7 @@
  * assignments, by the planner's own timing model and by the simulator on a small trace; the
  * GO-MemFerry dynamic program against brute force (random instances and the per-module
  * items of a small model); module-level gradient offload; the shadow-model lowering's structure
- * (planners/lower_dha.c); the plans of memferry, go-memferry and zero-offload; bad input.
+ * (planners/memferry/lower_dha.c); the plans of memferry, go-memferry and zero-offload; bad input.
  * How often and by how much the algorithms miss the optimum is printed as TAP notes. Part of
  * `make check` (links the simulator: it is the reference for the 3^L search). */
 #define _POSIX_C_SOURCE 200809L
@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "planners/lower_dha.h"
-#include "planners/policy_memferry.h"
-#include "planners/policy_zero_offload.h"
+#include "planners/memferry/lower_dha.h"
+#include "planners/memferry/policy_memferry.h"
+#include "planners/memferry/policy_zero_offload.h"
 #include "sim/exec.h"
 #include "tests/tap.h"
 #include "traces/gen.h"

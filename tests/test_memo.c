@@ -1,4 +1,4 @@
-/* test_memo.c — TAP tests of the MEMO policies (planners/policy_memo.c) and of the lowering
+/* test_memo.c — TAP tests of the MEMO policies (planners/memo/policy_memo.c) and of the lowering
  * they rely on (planners/lower.c): MEMO's LP against hand-computed alphas (each constraint
  * binding in turn, clamping, infeasibility, bad input), the LP's inputs from a generated
  * trace, the memo plan's decisions and knobs, the rounding-buffer schedule (blocks, waits,
@@ -19,13 +19,13 @@
 
 #include "planners/lower.h"
 #include "planners/policy.h"
-#include "planners/policy_memo.h"
+#include "planners/memo/policy_memo.h"
 #include "planners/schedule.h"
 #include "tests/tap.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "traces/models.h"
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 #define NL 6 /* layers of the test model */
 

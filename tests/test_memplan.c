@@ -1,4 +1,4 @@
-/* test_memplan.c — TAP tests of MEMO's bi-level memory plan (planners/memplan.c): on small
+/* test_memplan.c — TAP tests of MEMO's bi-level memory plan (planners/memo/memplan.c): on small
  * hand-built schedules, the bi-level peak against the brute-force optimum and the plan's own
  * check; lifetimes of tensors freed on a copy stream; bad input (an id allocated twice, layers
  * that differ under strict_layers, a corrupted plan); the arena size rule; on generated traces
@@ -12,9 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "planners/dsa.h"
+#include "memory/dsa.h"
 #include "planners/lower.h"
-#include "planners/memplan.h"
+#include "planners/memo/memplan.h"
 #include "planners/policy.h"
 #include "sim/pipeline.h"
 #include "tests/tap.h"

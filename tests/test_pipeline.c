@@ -11,7 +11,7 @@
 
 #include "sim/pipeline.h"
 #include "tests/tap.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 static char dir[256];
 

@@ -1,4 +1,4 @@
-/* test_protrain.c — chunk lowering (planners/lower_chunks.c), the protrain policy and the
+/* test_protrain.c — chunk lowering (planners/protrain/lower_chunks.c), the protrain policy and the
  * offload baselines, end to end through the simulator: the schedule's structure (chunk
  * buffers allocated once, gathers before use, reuse in backward, the buffers' eviction order
  * (three rotate in the backward), host Adam on the host
@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planners/cost_protrain.h"
-#include "planners/lower_chunks.h"
-#include "planners/policy_offload_baselines.h"
-#include "planners/policy_protrain.h"
+#include "planners/protrain/cost_protrain.h"
+#include "planners/protrain/lower_chunks.h"
+#include "planners/protrain/policy_offload_baselines.h"
+#include "planners/protrain/policy_protrain.h"
 #include "sim/exec.h"
 #include "tests/tap.h"
 #include "traces/gen.h"

@@ -1,7 +1,7 @@
 /* test_rt_dha — DHA and the host optimizer with the real kernels on a GPU: a small generated
  * GPT (the shape of tests/test_rt_partial) run through the executor under keep-all (GPU
  * AdamW, the plain trace) and, on the same model's offload trace (gen offload 1), under
- * shadow-model plans lowered by planners/lower_dha.c: the memferry policy's plan, two mixed
+ * shadow-model plans lowered by planners/memferry/lower_dha.c: the memferry policy's plan, two mixed
  * plans (DHA, DFGB and GFGB units; gradients on the GPU and written to the host, with
  * grad_write fused and accumulate), zero-offload (MemFerry's Native-Offload, realloc=0) and
  * go-memferry at reserve 0.3 and 0.5 (module-level host gradients: buffers split between the
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "planners/lower.h"
-#include "planners/lower_dha.h"
+#include "planners/memferry/lower_dha.h"
 #include "planners/policy.h"
 #include "runtime/model_rt.h"
 #include "runtime/rt_backend.h"

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "planners/lower.h"
-#include "planners/lower_dha.h"
+#include "planners/memferry/lower_dha.h"
 #include "planners/policy.h"
 #include "runtime/rt_exec.h"
 #include "sim/exec.h"
@@ -22,7 +22,7 @@
 #include "traces/gen.h"
 #include "traces/machine.h"
 #include "traces/models.h"
-#include "traces/u64map.h"
+#include "base/u64map.h"
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
 #define LEAKS_IGNORED_BEGIN() __lsan_disable()

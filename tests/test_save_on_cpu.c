@@ -1,4 +1,4 @@
-/* test_save_on_cpu.c — the save-on-cpu policy (planners/policy_save_on_cpu.c) and the tensor
+/* test_save_on_cpu.c — the save-on-cpu policy (planners/baseline/policy_save_on_cpu.c) and the tensor
  * lowering's swap_at=save (planners/lower.c) on small Hugging Face-shaped traces (the hf
  * generator profile): the device peak falls to about one layer's saved activations above
  * keep-all's non-activation memory, the host holds at least the saved bytes, the step is
@@ -12,10 +12,10 @@
 
 #include "planners/lower.h"
 #include "planners/policy.h"
-#include "planners/policy_save_on_cpu.h"
+#include "planners/baseline/policy_save_on_cpu.h"
 #include "sim/pipeline.h"
 #include "tests/tap.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 static char model[512];
 

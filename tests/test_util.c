@@ -1,5 +1,5 @@
-/* test_util.c — unit tests for traces/util.c (parsing, line reader, atomic output),
- * traces/u64map.c and sim/simbackend.c (capacity, VMM bookkeeping, latencies). */
+/* test_util.c — unit tests for base/util.c (parsing, line reader, atomic output),
+ * base/u64map.c and sim/simbackend.c (capacity, VMM bookkeeping, latencies). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <signal.h>
@@ -11,8 +11,8 @@
 
 #include "sim/simbackend.h"
 #include "tests/tap.h"
-#include "traces/u64map.h"
-#include "traces/util.h"
+#include "base/u64map.h"
+#include "base/util.h"
 
 static char tmpdir[256];
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 #define CF_ID_LIMIT (UINT64_C(1) << 48) /* the lowering's synthetic ids start above this */
 

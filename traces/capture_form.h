@@ -12,7 +12,7 @@
 #define MEMSIM_CAPTURE_FORM_H
 
 #include "traces/trace.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 /* Whether t was written by memsim.capture (meta generator memsim-capture-*) and holds an
  * iteration (a `mark iter`): the traces cform_process reads. */

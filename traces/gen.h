@@ -10,7 +10,7 @@
 #ifndef MEMSIM_GEN_H
 #define MEMSIM_GEN_H
 
-#include "traces/knobtab.h"
+#include "base/knobtab.h"
 #include "traces/gen_config.h"
 #include "traces/machine.h"
 #include "traces/models.h"
@@ -35,7 +35,7 @@ ms_status gen_config_set(gen_config *c, const char *key, const char *value, ms_e
 /* The keys gen_config_set accepts, comma-separated, an enum's values in parentheses (for
  * help texts), from gen_knob_table. */
 const char *gen_config_keys(void);
-/* The generator's knob table (traces/knobtab.h). */
+/* The generator's knob table (base/knobtab.h). */
 extern const knobtab gen_knob_table;
 
 /* Checks the configuration: all sizes positive, tp divides heads, kv heads (or kv heads

@@ -7,7 +7,7 @@
 #define MEMSIM_HFCONFIG_H
 
 #include "traces/model.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 /* Reads the config.json at path into *out. Errors (the message starts with path):
  *   MS_ERR_IO       the file cannot be read

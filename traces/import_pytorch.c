@@ -25,7 +25,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "traces/import_pytorch.h"
 
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 #include <jansson.h>
 #include <limits.h>

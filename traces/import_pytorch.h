@@ -9,7 +9,7 @@
 #define MEMSIM_IMPORT_PYTORCH_H
 
 #include "traces/trace.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 typedef struct imp_options {
     int device;                /* device index to import; -1: the first with trace entries */

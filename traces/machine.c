@@ -5,7 +5,7 @@
  * generator, planners' cost models, the simulator and the runtime's probe. */
 #define _POSIX_C_SOURCE 200809L
 #include "traces/machine.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 #include <dirent.h>
 #include <math.h>

@@ -5,7 +5,7 @@
 #ifndef MEMSIM_MACHINE_H
 #define MEMSIM_MACHINE_H
 
-#include "traces/util.h"
+#include "base/util.h"
 
 #define MACHINE_NAME_MAX 64
 

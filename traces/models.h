@@ -6,7 +6,7 @@
 #define MEMSIM_MODELS_H
 
 #include "traces/model.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 /* Registry access: models in registration order. */
 size_t model_count(void);

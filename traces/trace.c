@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/u64map.h"
+#include "base/u64map.h"
 
 /* Hard limits that keep a hostile file from making the reader grow: an op lists at most
  * TRACE_LIST_MAX ids per direction; meta lines are few and short. */

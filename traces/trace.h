@@ -6,7 +6,7 @@
 #ifndef MEMSIM_TRACE_H
 #define MEMSIM_TRACE_H
 
-#include "traces/util.h"
+#include "base/util.h"
 
 #define TRACE_FORMAT_VERSION 1
 #define TRACE_NAME_MAX 48

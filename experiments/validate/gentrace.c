@@ -15,7 +15,7 @@
 #include "traces/machine.h"
 #include "traces/models.h"
 #include "traces/trace.h"
-#include "traces/util.h"
+#include "base/util.h"
 
 static int usage(void)
 {

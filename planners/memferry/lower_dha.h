@@ -1,0 +1,209 @@
+/* lower_dha.h — lowering for the shadow model of MemFerry (Yao et al., INFOCOM 2025) and for
+ * ZeRO-Offload: parameters, gradients and optimizer states live on the host; per plan layer
+ * the parameters are copied to the GPU before their forward (GFGB), read over direct host
+ * access (DHA) in forward and backward, or read over DHA in forward and copied to the GPU for
+ * the backward (DFGB); gradients stay on the GPU and are copied to the host after their
+ * layer's backward, or are written to the host by the backward kernels (DHA gradients,
+ * GO-MemFerry); the host runs Adam per layer (from the backward's end as gradients land,
+ * MemFerry; or pipelined with the backward) or after every gradient is home (ZeRO-Offload),
+ * and the updated parameters go back to the GPU. Produces the
+ * whole schedule (planners/schedule.h) for such plans, the ones that name the lowering "dha"
+ * (lower_backend_dha, in lower.c's table).
+ *
+ * Also the analysis the MemFerry and ZeRO-Offload policies share: the trace's "units" (what a
+ * plan `layer N` line names) with their profiled times (dha_model). Used by lower.c,
+ * planners/memferry/policy_memferry.c, planners/memferry/policy_zero_offload.c, sim/cmd_memferry.c and the
+ * tests. Rules and knobs: docs/MEMFERRY.md. */
+#ifndef MEMSIM_LOWER_DHA_H
+#define MEMSIM_LOWER_DHA_H
+
+#include "planners/lower.h"
+
+/* ---- units ----
+ * A unit is one stretch of the forward program that reads parameters, and what a plan line
+ * `layer N PMODE grad=gpu|host` decides for:
+ *   N = -1   the records before layer 0 (the embedding),
+ *   N = 0..L-1  transformer layer N,
+ *   N = L    the records after the last layer (final norm, pooler, LM head, loss).
+ * A unit's mode applies to the parameter reads of its own ops, so a tied LM head (unit L)
+ * reading the embedding matrix may read it over DHA while the lookup (unit -1) reads its
+ * rows over DHA too, or the head may use a GPU copy while the lookup does not.
+ * A parameter tensor is owned by the unit that reads it first in the forward; a gradient
+ * buffer by the unit whose backward writes it last (where it becomes complete); the host
+ * Adam step of a parameter group belongs to the owner of its gradients. */
+typedef struct dha_unit {
+    int32_t layer;            /* plan layer: -1, 0..L-1, L */
+    uint32_t n_params;        /* parameter tensors its ops read */
+    uint64_t param_bytes;     /* their bytes (a tied tensor counts in every unit reading it) */
+    uint64_t own_param_bytes; /* bytes of the parameters it owns */
+    uint64_t grad_bytes;      /* bytes of the gradient buffers it owns */
+    double adam_us;           /* host Adam step of its parameter groups (trace's *.optim.host) */
+    /* Profile of one iteration (the first in the trace), each op alone on the machine: */
+    double t_trans_us;        /* T_trans: param_bytes over link.h2d_Bps + per-copy latency */
+    double t_fp_us;           /* T_FP: its forward ops that read parameters, on the GPU */
+    double t_fp_dha_us;       /* T_FP^H: the same ops reading the parameters over DHA */
+    double t_fp_other_us;     /* T_FP(A): its forward ops that read no parameters */
+    double t_bp_us;           /* T_BP: its backward ops that read parameters, on the GPU */
+    double t_bp_dha_us;       /* T_BP^H: the same ops reading the parameters over DHA */
+    double t_bp_other_us;     /* its backward ops that read no parameters */
+    double t_gw_extra_us;     /* T_GBP - T_CBP: extra backward time when the gradients it owns
+                                 are written to the host over DHA by the kernels that make
+                                 them (grad_write=fused; writers on the GPU) */
+    double t_gw_extra_dha_us; /* the same with the writers' parameters read over DHA */
+    double t_gw_acc_us;       /* the same when each host gradient is updated by a separate
+                                 accumulate kernel (grad_write=accumulate, the default) */
+    double t_grad_d2h_us;     /* grad_bytes over link.d2h_Bps */
+} dha_unit;
+
+/* ---- modules ----
+ * The gradient-offload decision of GO-MemFerry is made per PyTorch module in the paper
+ * (§IV-D): each Linear, LayerNorm, Embedding separately. In a trace a module is one parameter
+ * tensor (a Linear's bias is folded into its weight tensor, a norm's scale and shift are one
+ * tensor) and its share of the unit's gradient buffer. Which parameters a gradient buffer G
+ * holds is read from the first iteration: a backward op that reads parameter P and writes G
+ * makes P's gradient; a backward op that writes G and reads no parameter (an embedding's
+ * scatter-add) makes the gradients of the parameters its unit owns that no such op claims;
+ * parameters no op reads go to the one buffer their unit owns. When the members' bytes
+ * (x the gradient/parameter element ratio) do not add up to G's bytes, or a parameter's
+ * gradient lands in two buffers, G is one module (param_id 0). A backward op's gradient
+ * write cost (the unit's t_gw_* below) is shared among the modules it makes by their bytes;
+ * the modules of a unit add up to the unit's figures. */
+typedef struct dha_module {
+    uint64_t param_id;        /* the parameter tensor; 0 = the whole gradient buffer */
+    uint64_t grad_id;         /* the gradient buffer holding its gradient */
+    int32_t layer;            /* plan layer of the unit owning that buffer */
+    uint64_t grad_bytes;      /* its bytes in that buffer */
+    double t_gw_extra_us;     /* as dha_unit's, for this module's gradient alone */
+    double t_gw_extra_dha_us;
+    double t_gw_acc_us;
+} dha_module;
+
+typedef struct dha_model dha_model;
+
+/* Analyses trace t (made with the generator's offload mode, traces/gen.h: meta offload 1,
+ * the host Adam ops *.optim.host, the copies *.grad.d2h and *.param.h2d) for machine m (may
+ * be NULL when every op has a duration; the profile then uses no link rates). Errors name
+ * the record: not an offload trace, tp/cp/dp/ZeRO-3 other than 1/0, no forward or backward
+ * phase, an op without a duration and no machine, a gradient no backward op writes. */
+ms_status dha_model_new(const trace_t *t, const machine_t *m, dha_model **out, ms_error *err);
+void dha_model_free(dha_model *d);
+/* Units in forward order: index 0 is layer -1, index i is layer i - 1, the last is layer L. */
+size_t dha_model_units(const dha_model *d);
+const dha_unit *dha_model_unit(const dha_model *d, size_t i);
+int32_t dha_model_layers(const dha_model *d); /* L */
+/* Modules in unit order (the units' forward order), within a unit in the order the trace
+ * allocates their parameters. */
+size_t dha_model_modules(const dha_model *d);
+const dha_module *dha_model_module(const dha_model *d, size_t i);
+/* Checks that m has the DHA figures DHA lowering and the MemFerry policies need
+ * (dha.read_Bps, dha.write_Bps, dha.gemm_eff, dha.other_eff > 0); MS_ERR_INVALID naming the
+ * first missing one and `who` otherwise. */
+ms_status dha_check_machine(const machine_t *m, const char *who, ms_error *err);
+
+/* ---- lowering ---- (the row "dha" of lower.h's table: plans of the memferry, go-memferry
+ * and zero-offload policies, which also write the knob host_params=1) */
+
+/* The key of plan p's first grad_host.N knob (module-level gradient offload: some modules of
+ * unit N keep their gradients on the host, the rest on the GPU, in one buffer), or NULL. */
+const char *lower_dha_module_grads(const plan_t *p);
+
+/* The tensor ids plan p's grad_host.N knobs list, in knob order, in a malloc'd array the
+ * caller frees (*ids NULL and *n 0 when there are none). The runtime's real kernels use it to
+ * place each parameter's gradient in the split buffers (docs/RUNTIME.md). MS_ERR_INVALID
+ * naming the knob for a token that is not a tensor id; whether each id is a module of its
+ * unit is checked by lower_dha. */
+ms_status lower_dha_grad_host_ids(const plan_t *p, uint64_t **ids, size_t *n, ms_error *err);
+
+/* Lowers trace t under plan p for machine m (required: link and DHA rates). Units the plan
+ * does not list are GFGB with gradients on the GPU. Plan knobs (docs/MEMFERRY.md):
+ *   grad_host.N=ID,ID,...       module-level gradient offload (GO-MemFerry's per-module
+ *                               items): the gradients of these parameter tensors, held by
+ *                               unit N's gradient buffer, are written to the host over DHA;
+ *                               the rest of the buffer stays on the GPU (only its bytes are
+ *                               allocated and copied back). Each ID must be a module of unit
+ *                               N (dha_model_module: its param_id, or its grad_id when the
+ *                               buffer is one module); not with grad=host on the same unit
+ *   update=pipelined|after_bp|after_bwd
+ *                               host Adam per unit as soon as its gradients are on the host
+ *                               (pipelined, the lowering's default); or from the end of the
+ *                               backward's kernels on, per unit as its gradients land, in
+ *                               the order they complete (after_bp, the memferry policies'
+ *                               default); or for all units, in forward order, after the
+ *                               last gradient arrived (after_bwd, ZeRO-Offload)
+ *   param_load=forward|update|after_update
+ *                               GFGB parameters copied at the forward's start (default,
+ *                               MemFerry), each unit's right after its host update
+ *                               (DeepSpeed's CPU Adam copies while it steps), or all of them
+ *                               once the whole update is done (ZeRO-Offload's original
+ *                               schedule); the forward waits for each unit's copy
+ *   realloc=0|1                 1: DeepSpeed's gradient handling: gradients allocated by the
+ *                               backward, copied into a reduce bucket, freed; the bucket
+ *                               goes to the host when full and at the end, the compute
+ *                               stream waiting for it (default 0: gradient buffers persist
+ *                               on the GPU and each unit's is copied while the backward goes
+ *                               on)
+ *   bucket_bytes=B              realloc=1: the reduce bucket (default 5e8 elements of the
+ *                               gradient type, DeepSpeed's reduce_bucket_size)
+ *   grad_free=copy|step         realloc=1: gradients freed when copied into the bucket
+ *                               (default, DeepSpeed ZeRO-2) or at the end of the backward
+ *   grad_write=accumulate|fused grad=host: PyTorch's way (default): the backward makes each
+ *                               weight gradient in a GPU temporary and an accumulate kernel
+ *                               adds it into the host gradient over DHA (reading and writing
+ *                               it); fused: the kernel making the gradient writes it to the
+ *                               host itself, overlapped with its compute
+ *   overlap_comm=0|1            realloc=1: 1 = DeepSpeed's overlap_comm: two buckets, their
+ *                               copies on a side stream (default 0: DeepSpeed's default,
+ *                               the copies on the compute stream)
+ *   grad_copy_bytes=N           realloc=1: bytes per gradient element on the link (default
+ *                               4: DeepSpeed casts each gradient to fp32 on the GPU and
+ *                               copies it into the host's fp32 gradient partition)
+ *   ds_sync=0|1                 realloc=1: 1 = DeepSpeed's flush as its code runs it: per
+ *                               parameter tensor (the trace's modules, plus the framework
+ *                               tensors its meta param_tensors counts beyond them, spread
+ *                               among the modules), a norm and an overflow check the host
+ *                               waits for, then the fp32 cast and its copy; each copy is
+ *                               issued after the previous one finished and the backward
+ *                               resumes after the last is issued (default 0: the bucket
+ *                               cast and copied in one piece; the zero-offload policy
+ *                               writes 1)
+ *   ds_pre_us, ds_sync_us, ds_post_us
+ *                               ds_sync=1: host time per parameter to issue the norm and
+ *                               overflow kernels (default 66), to wake from the wait (13),
+ *                               to issue the cast and the copy (23); measured on an H200's
+ *                               host (experiments/memferry/ds_probe_h200)
+ * Only whole traces are lowered (o->iter_first / iter_count at their defaults). */
+ms_status lower_dha(const trace_t *t, const plan_t *p, const machine_t *m, const lower_opts *o,
+                    schedule_t **out, ms_error *err);
+
+/* Synthetic tensor ids of this lowering (kind 3 of lower.h's LOWER_ID_SYNTH space): the host
+ * optimizer states (k = 0), DeepSpeed's reduce buckets (k = 1 and 4) and their fp32 casts
+ * on the way to the host (k = 2 and 5), the GPU temporary of a gradient on its way to a host
+ * gradient (k = 3), DeepSpeed's per-parameter fp64 norm copy (k = 6) and fp32 cast (k = 7);
+ * k >= 8: gradients PyTorch holds for AccumulateGrad. */
+uint64_t dha_synth_id(unsigned k);
+
+/* The plan knobs lower_dha reads (lower_dha_knob_table; the family grad_host.N is read by
+ * read_grad_host itself) and its marker host_params (lower_dha_marker_table). */
+#define LOWER_DHA_GRAD_HOST "grad_host."
+typedef struct lower_dha_knobs {
+    int update;                 /* pipelined, after_bp, after_bwd (lower_dha.c's upd_kind) */
+    int param_load;             /* forward, update, after_update */
+    int realloc, overlap_comm;
+    int grad_write;             /* 0 accumulate, 1 fused */
+    int grad_free;              /* 0 copy, 1 step */
+    int grad_copy_bytes;
+    uint64_t bucket_bytes;
+    int ds_sync;
+    double ds_pre_us, ds_sync_us, ds_post_us;
+    uint64_t given;
+} lower_dha_knobs;
+typedef struct lower_dha_marker {
+    int host_params;
+    uint64_t given;
+} lower_dha_marker;
+extern const knobtab lower_dha_knob_table, lower_dha_marker_table;
+/* 1 when plan p has a grad_host.N knob for unit `layer` (some of its modules' gradients on
+ * the host). */
+int lower_dha_unit_grads(const plan_t *p, int32_t layer);
+
+#endif
