@@ -11,7 +11,7 @@
 # (tests/fixtures/gpt2-plain.json.gz). Skipped: the commands that need a GPU (`memsim run`,
 # `memsim probe`, `memsim validate gpu` / `compare`) where no GPU and GPU runtime are here, and
 # those that take longer than a few minutes on a small build machine (listed in SLOW; none
-# now: `memsim experiment memo`, the longest, takes about 75 s of CPU over 2 cores, and an
+# now: `memsim experiment memo`, the longest, takes about 36 s on 2 idle cores, and an
 # experiment gets 15 minutes where other commands get 5).
 SRC=$(cd "${srcdir:-.}" && pwd)
 M=${MEMSIM:-./sim/memsim}

@@ -14,7 +14,7 @@
 # program, Megatron's distributed optimizer, full recomputation + plan without MEMO's idle
 # rounding buffer), the four host-buffer readings side by side, and each method's longest
 # sequence (memsim sweep --longest) beside the interval the paper's Table 4 leaves for it.
-# About 75 s of CPU on a 2-core x86-64 machine (3 minutes of wall time with both cores shared
+# About 36 s on an idle 2-core x86-64 machine (66 s of CPU; 3 minutes with both cores shared
 # with other work, load average 7); progress lines go to standard error (MEMO_QUIET=1
 # silences them). The runs of a step are independent memsim processes,
 # MEMSIM_JOBS of them at once (`memsim experiment memo -j N`; default: the online cores);
