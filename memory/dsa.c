@@ -962,30 +962,27 @@ static int hless(const hentry *a, const hentry *b)
     return a->key < b->key || (a->key == b->key && a->rank < b->rank);
 }
 
-static void heap_push(hentry *h, size_t *n, hentry e)
+/* Restores the heap after the root's key rose (or the root was replaced). */
+static void heap_sift_root(hentry *h, size_t n)
 {
-    size_t i = (*n)++;
-    h[i] = e;
-    while (i) {
-        size_t p = (i - 1) / 2;
-        if (!hless(&h[i], &h[p])) break;
-        hentry t = h[i]; h[i] = h[p]; h[p] = t;
-        i = p;
+    hentry e = h[0];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, m = l;
+        if (l >= n) break;
+        if (l + 1 < n && hless(&h[l + 1], &h[l])) m = l + 1;
+        if (!hless(&h[m], &e)) break;
+        h[i] = h[m];
+        i = m;
     }
+    h[i] = e;
 }
 
 static hentry heap_pop(hentry *h, size_t *n)
 {
     hentry top = h[0];
     h[0] = h[--*n];
-    for (size_t i = 0;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < *n && hless(&h[l], &h[m])) m = l;
-        if (r < *n && hless(&h[r], &h[m])) m = r;
-        if (m == i) break;
-        hentry t = h[i]; h[i] = h[m]; h[m] = t;
-        i = m;
-    }
+    heap_sift_root(h, *n);
     return top;
 }
 
@@ -1020,9 +1017,11 @@ static uint64_t skyline_run(skyline *k, const dsa_instance *in, const sections *
     size_t n = in->n, hn = 0;
     uint64_t peak = 0, ops = 0;
     seg_reset(&k->seg);
-    for (size_t i = 0; i < n; i++) heap_push(k->heap, &hn, (hentry){0, rank[i], (uint32_t)i});
+    /* every key is 0 and the ranks are a permutation: the array in rank order is a heap */
+    for (size_t i = 0; i < n; i++) k->heap[rank[i]] = (hentry){0, rank[i], (uint32_t)i};
+    hn = n;
     while (hn) {
-        hentry e = heap_pop(k->heap, &hn);
+        hentry e = k->heap[0];
         size_t i = e.i;
         uint64_t x = seg_max(&k->seg, (size_t)s->sl[i], (size_t)s->su[i]);
         ops++;
@@ -1032,10 +1031,11 @@ static uint64_t skyline_run(skyline *k, const dsa_instance *in, const sections *
             break;
         }
         if (x > e.key) { /* stale: another buffer rose under it since it was keyed */
-            e.key = x;
-            heap_push(k->heap, &hn, e);
+            k->heap[0].key = x;
+            heap_sift_root(k->heap, hn);
             continue;
         }
+        heap_pop(k->heap, &hn);
         uint64_t top = x + in->b[i].size_bytes;
         off[i] = x;
         if (top > peak) peak = top;
@@ -1080,12 +1080,18 @@ typedef struct bb {
     sections s;
     uint64_t cap;
     size_t *ov_start; uint32_t *ov;          /* overlapping buffers, CSR */
-    size_t *sec_start; uint32_t *sec_buf;    /* buffers live in each section, CSR */
+    size_t *sec_start; uint32_t *sec_buf;    /* buffers live in each section, CSR; the
+                                              * unplaced ones first (nun[k] of them) */
+    uint32_t *nun;                           /* unplaced buffers live in each section */
+    size_t *st_start; uint32_t *st_buf;      /* buffers starting in each section, CSR, */
+    uint32_t *nst; size_t *st_pos;           /* the unplaced nst[k] first; i at st_pos[i] */
+    uint64_t *rmq; size_t rmq_cap;           /* scratch: range maxima of section totals */
+    size_t *pos_start; size_t *pos;          /* where buffer i's entry for section
+                                              * sl[i] + j sits in sec_buf: pos[pos_start[i] + j] */
     uint64_t *off, *minoff, *sol;            /* off NONE64 = unplaced */
     uint64_t *floor, *total;                 /* per section */
     int32_t *cuts;                           /* unplaced buffers spanning boundary k|k+1 */
-    uint32_t *stamp; uint32_t stamp_now;     /* section marks for floor refinement */
-    uint32_t *affected; size_t naff;
+    uint32_t *affected; size_t naff;         /* sections for floor refinement */
     btrail *trail; size_t ntrail, trail_cap;
     /* candidate lists live in a stack of blocks that grows on demand and never moves a
      * live list; a mark (block, top) releases everything allocated after it */
@@ -1100,7 +1106,9 @@ static void bb_free(bb *B)
     sections_free(&B->s);
     free(B->ov_start); free(B->ov); free(B->sec_start); free(B->sec_buf);
     free(B->off); free(B->minoff); free(B->sol); free(B->floor); free(B->total);
-    free(B->cuts); free(B->stamp); free(B->affected); free(B->trail);
+    free(B->cuts); free(B->affected); free(B->trail);
+    free(B->nun); free(B->pos_start); free(B->pos);
+    free(B->st_start); free(B->st_buf); free(B->nst); free(B->st_pos); free(B->rmq);
     for (size_t k = 0; k < B->nblk; k++) free(B->blk[k]);
     free(B->blk); free(B->blk_cap);
 }
@@ -1162,11 +1170,15 @@ static ms_status bb_init(bb *B, const dsa_instance *in, uint64_t cap)
     B->floor = calloc(ns, sizeof *B->floor);
     B->total = calloc(ns, sizeof *B->total);
     B->cuts = calloc(ns, sizeof *B->cuts);
-    B->stamp = calloc(ns, sizeof *B->stamp);
     B->affected = malloc(ns * sizeof *B->affected);
+    B->nun = calloc(ns, sizeof *B->nun);
+    B->pos_start = malloc((n + 1) * sizeof *B->pos_start);
     if (!B->sec_start || !B->off || !B->minoff || !B->sol || !B->floor || !B->total ||
-        !B->cuts || !B->stamp || !B->affected)
+        !B->cuts || !B->affected || !B->nun || !B->pos_start)
         return MS_ERR_NOMEM;
+    B->pos_start[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        B->pos_start[i + 1] = B->pos_start[i] + (size_t)(B->s.su[i] - B->s.sl[i]);
     for (size_t i = 0; i < n; i++) {
         B->off[i] = NONE64;
         for (int32_t k = B->s.sl[i]; k < B->s.su[i]; k++) {
@@ -1177,12 +1189,27 @@ static ms_status bb_init(bb *B, const dsa_instance *in, uint64_t cap)
     }
     for (size_t k = 0; k < ns; k++) B->sec_start[k + 1] += B->sec_start[k];
     B->sec_buf = malloc((B->sec_start[ns] + 1) * sizeof *B->sec_buf);
-    size_t *fill = calloc(ns + 1, sizeof *fill);
-    if (!B->sec_buf || !fill) { free(fill); return MS_ERR_NOMEM; }
+    B->pos = malloc((B->pos_start[n] + 1) * sizeof *B->pos);
+    if (!B->sec_buf || !B->pos) return MS_ERR_NOMEM;
     for (size_t i = 0; i < n; i++)
-        for (int32_t k = B->s.sl[i]; k < B->s.su[i]; k++)
-            B->sec_buf[B->sec_start[k] + fill[k]++] = (uint32_t)i;
-    free(fill);
+        for (int32_t k = B->s.sl[i]; k < B->s.su[i]; k++) {
+            size_t p = B->sec_start[k] + B->nun[k]++;
+            B->sec_buf[p] = (uint32_t)i;
+            B->pos[B->pos_start[i] + (size_t)(k - B->s.sl[i])] = p;
+        }
+    B->st_start = calloc(ns + 1, sizeof *B->st_start);
+    B->st_buf = malloc((n + 1) * sizeof *B->st_buf);
+    B->nst = calloc(ns, sizeof *B->nst);
+    B->st_pos = malloc((n + 1) * sizeof *B->st_pos);
+    if (!B->st_start || !B->st_buf || !B->nst || !B->st_pos) return MS_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) B->st_start[B->s.sl[i] + 1]++;
+    for (size_t k = 0; k < ns; k++) B->st_start[k + 1] += B->st_start[k];
+    for (size_t i = 0; i < n; i++) {
+        int32_t k = B->s.sl[i];
+        size_t p = B->st_start[k] + B->nst[k]++;
+        B->st_buf[p] = (uint32_t)i;
+        B->st_pos[i] = p;
+    }
     return MS_OK;
 }
 
@@ -1198,6 +1225,49 @@ static int bb_trail(bb *B, uint32_t kind, uint32_t idx, uint64_t old)
     }
     B->trail[B->ntrail++] = (btrail){kind, idx, old};
     return 1;
+}
+
+/* Moves c out of the unplaced part of each section it lives in (a swap with that part's
+ * last entry), so that scans for unplaced buffers skip the placed ones. bb_unlist undoes
+ * it; the search is strictly nested, so growing each part back by one restores it. The
+ * order inside a part changes, which nothing depends on (minima, and lists sorted by a
+ * total order). */
+static void bb_delist(bb *B, size_t c)
+{
+    int32_t lo = B->s.sl[c], hi = B->s.su[c];
+    size_t *pc = B->pos + B->pos_start[c];
+    for (int32_t k = lo; k < hi; k++) {
+        size_t p = pc[k - lo], last = B->sec_start[k] + --B->nun[k];
+        uint32_t o = B->sec_buf[last];
+        B->sec_buf[p] = o;
+        B->sec_buf[last] = (uint32_t)c;
+        B->pos[B->pos_start[o] + (size_t)(k - B->s.sl[o])] = p;
+        pc[k - lo] = last;
+    }
+    size_t p = B->st_pos[c], last = B->st_start[lo] + --B->nst[lo];
+    uint32_t o = B->st_buf[last];
+    B->st_buf[p] = o;
+    B->st_pos[o] = p;
+    B->st_buf[last] = (uint32_t)c;
+    B->st_pos[c] = last;
+}
+
+/* Moves the q-th unplaced entry of section k to the front of the unplaced part: a buffer
+ * that held the section's floor down is likely to do so at the next scan too. */
+static void bb_to_front(bb *B, uint32_t k, uint32_t q)
+{
+    size_t p0 = B->sec_start[k], pq = p0 + q;
+    uint32_t a = B->sec_buf[p0], b = B->sec_buf[pq];
+    B->sec_buf[p0] = b;
+    B->sec_buf[pq] = a;
+    B->pos[B->pos_start[a] + (size_t)((int32_t)k - B->s.sl[a])] = pq;
+    B->pos[B->pos_start[b] + (size_t)((int32_t)k - B->s.sl[b])] = p0;
+}
+
+static void bb_relist(bb *B, size_t c)
+{
+    for (int32_t k = B->s.sl[c]; k < B->s.su[c]; k++) B->nun[k]++;
+    B->nst[B->s.sl[c]]++;
 }
 
 static void bb_undo(bb *B, size_t mark)
@@ -1250,9 +1320,13 @@ static int bb_place(bb *B, size_t c, uint64_t x_last, int *hat)
     int ok = top <= B->cap;
     B->off[c] = x;
     B->sol[c] = x;
+    bb_delist(B, c);
     *hat = 0;
-    B->stamp_now++;
     B->naff = 0;
+    /* the affected sections are the union of the raised buffers' lifetimes; the overlap
+     * lists are in increasing order of lower section (bb_overlaps), so one merge lists
+     * each section of the union once */
+    int32_t reach = INT32_MIN;
     for (size_t q = B->ov_start[c]; q < B->ov_start[c + 1]; q++) {
         uint32_t o = B->ov[q];
         if (B->off[o] != NONE64) continue;
@@ -1261,11 +1335,9 @@ static int bb_place(bb *B, size_t c, uint64_t x_last, int *hat)
         if (!bb_trail(B, 0, o, B->minoff[o])) return 0;
         B->minoff[o] = top;
         if (top + in->b[o].size_bytes > B->cap) ok = 0;
-        for (int32_t k = B->s.sl[o]; k < B->s.su[o]; k++)
-            if (B->stamp[k] != B->stamp_now) {
-                B->stamp[k] = B->stamp_now;
-                B->affected[B->naff++] = (uint32_t)k;
-            }
+        for (int32_t k = B->s.sl[o] > reach ? B->s.sl[o] : reach; k < B->s.su[o]; k++)
+            B->affected[B->naff++] = (uint32_t)k;
+        if (B->s.su[o] > reach) reach = B->s.su[o];
     }
     B->work += B->ov_start[c + 1] - B->ov_start[c];
     for (int32_t k = B->s.sl[c]; k < B->s.su[c]; k++) {
@@ -1274,17 +1346,24 @@ static int bb_place(bb *B, size_t c, uint64_t x_last, int *hat)
         B->total[k] -= in->b[c].size_bytes;
         if ((x_last > top ? x_last : top) + B->total[k] > B->cap) ok = 0;
     }
-    /* raise the floors of sections whose unplaced buffers all rose */
+    /* raise the floors of sections whose unplaced buffers all rose. Counted as a scan of
+     * every buffer live in the section (what the budgets were set by), but a section of
+     * c's lifetime holds a raised buffer at exactly its new floor, top, so it never
+     * rises, and elsewhere the scan stops at the first buffer at or below the floor. */
+    int32_t clo = B->s.sl[c], chi = B->s.su[c];
     for (size_t a = 0; a < B->naff && ok; a++) {
         uint32_t k = B->affected[a];
-        uint64_t lo = NONE64;
-        for (size_t q = B->sec_start[k]; q < B->sec_start[k + 1]; q++) {
-            uint32_t o = B->sec_buf[q];
-            if (B->off[o] == NONE64 && B->minoff[o] < lo) lo = B->minoff[o];
-        }
         B->work += B->sec_start[k + 1] - B->sec_start[k];
-        if (lo != NONE64 && lo > B->floor[k]) {
-            if (!bb_trail(B, 1, k, B->floor[k])) return 0;
+        if ((int32_t)k >= clo && (int32_t)k < chi) continue;
+        uint64_t lo = NONE64, f = B->floor[k];
+        uint32_t *u = B->sec_buf + B->sec_start[k], q = 0;
+        for (; q < B->nun[k]; q++) {
+            if (B->minoff[u[q]] < lo) lo = B->minoff[u[q]];
+            if (lo <= f) break;
+        }
+        if (q > 0 && q < B->nun[k]) bb_to_front(B, k, q);
+        if (lo != NONE64 && lo > f) {
+            if (!bb_trail(B, 1, k, f)) return 0;
             B->floor[k] = lo;
         }
     }
@@ -1295,6 +1374,7 @@ static void bb_unplace(bb *B, size_t c, size_t mark)
 {
     for (int32_t k = B->s.sl[c]; k < B->s.su[c]; k++) B->total[k] += B->in->b[c].size_bytes;
     bb_undo(B, mark);
+    bb_relist(B, c);
     B->off[c] = NONE64;
 }
 
@@ -1383,21 +1463,91 @@ static int bb_search(bb *B, size_t plo, size_t phi, const bcand *up, size_t nup,
     return result;
 }
 
-/* Static preorder keys for one partition. */
-typedef struct bpre { double w, a, t; uint32_t i; } bpre;
-static int BB_HEUR; /* set only inside bb_preorder's qsort call; never read elsewhere */
+/* Static preorder keys for one partition, in the heuristic's order (k[0] first), each
+ * larger first, ties by buffer index. */
+typedef struct bpre { double k[3]; uint32_t i; } bpre;
 
-static int cmp_bpre(const void *x, const void *y)
+static int bpre_before(const bpre *a, const bpre *b)
 {
-    const bpre *a = x, *b = y;
-    static const char order[3][3] = {{'w', 'a', 't'}, {'t', 'a', 'w'}, {'t', 'w', 'a'}};
-    for (int q = 0; q < 3; q++) {
-        char c = order[BB_HEUR][q];
-        double va = c == 'w' ? a->w : c == 'a' ? a->a : a->t;
-        double vb = c == 'w' ? b->w : c == 'a' ? b->a : b->t;
-        if (va != vb) return va > vb ? -1 : 1;
+    for (int q = 0; q < 3; q++)
+        if (a->k[q] != b->k[q]) return a->k[q] > b->k[q];
+    return a->i < b->i;
+}
+
+/* Sorts by bpre_before, a total order, so the result is the one any sort gives; a merge
+ * sort with the comparison inlined (qsort's calls were a sixth of a MEMO plan's time). */
+static void bpre_sort(bpre *a, bpre *tmp, size_t n)
+{
+    for (size_t s = 0; s < n; s += 16) { /* insertion sort of runs of 16 */
+        size_t e = s + 16 < n ? s + 16 : n;
+        for (size_t x = s + 1; x < e; x++) {
+            bpre v = a[x];
+            size_t y = x;
+            while (y > s && bpre_before(&v, &a[y - 1])) { a[y] = a[y - 1]; y--; }
+            a[y] = v;
+        }
     }
-    return (a->i > b->i) - (a->i < b->i);
+    bpre *src = a, *dst = tmp;
+    for (size_t w = 16; w < n; w *= 2) {
+        for (size_t s = 0; s < n; s += 2 * w) {
+            size_t m = s + w < n ? s + w : n, e = s + 2 * w < n ? s + 2 * w : n;
+            size_t x = s, y = m, o = s;
+            while (x < m && y < e) dst[o++] = bpre_before(&src[y], &src[x]) ? src[y++] : src[x++];
+            while (x < m) dst[o++] = src[x++];
+            while (y < e) dst[o++] = src[y++];
+        }
+        bpre *t = src; src = dst; dst = t;
+    }
+    if (src != a) memcpy(a, src, n * sizeof *a);
+}
+
+/* A sparse table of section-total maxima over [plo, phi), built when the lifetimes of the
+ * part's m unplaced buffers would take longer to scan; 1 if built, 0 if not, -1 out of
+ * memory. */
+static int bb_rmq_build(bb *B, size_t plo, size_t phi, size_t m)
+{
+    size_t L = phi - plo, lg = 1, scan = 0; /* rows j with 2^j <= L */
+    while (((size_t)1 << lg) <= L) lg++;
+    for (size_t k = plo; k < phi; k++)
+        for (size_t q = B->st_start[k]; q < B->st_start[k] + B->nst[k]; q++) {
+            uint32_t i = B->st_buf[q];
+            scan += (size_t)(B->s.su[i] - B->s.sl[i]);
+        }
+    if (m < 2 || scan <= 2 * L * lg) return 0;
+    size_t need = L * lg;
+    if (need > B->rmq_cap) {
+        void *p = realloc(B->rmq, need * sizeof *B->rmq);
+        if (!p) return -1;
+        B->rmq = p;
+        B->rmq_cap = need;
+    }
+    uint64_t *t = B->rmq;
+    memcpy(t, B->total + plo, L * sizeof *t);
+    for (size_t j = 1; j < lg; j++) {
+        uint64_t *prev = t + (j - 1) * L, *cur = t + j * L;
+        size_t w = (size_t)1 << (j - 1);
+        for (size_t k = 0; k + 2 * w <= L; k++)
+            cur[k] = prev[k] > prev[k + w] ? prev[k] : prev[k + w];
+    }
+    return 1;
+}
+
+/* The largest section total over [lo, hi), inside the part [plo, phi). */
+static uint64_t bb_rmq_max(const bb *B, int tab, size_t plo, size_t phi, int32_t lo,
+                           int32_t hi)
+{
+    if (!tab) {
+        uint64_t t = 0;
+        for (int32_t z = lo; z < hi; z++)
+            if (B->total[z] > t) t = B->total[z];
+        return t;
+    }
+    size_t a = (size_t)lo - plo, len = (size_t)(hi - lo), j = 0;
+    while (((size_t)2 << j) <= len) j++;
+    size_t L = phi - plo;
+    const uint64_t *row = B->rmq + j * L;
+    uint64_t x = row[a], y = row[a + len - ((size_t)1 << j)];
+    return x > y ? x : y;
 }
 
 static int bb_solve_part(bb *B, size_t plo, size_t phi)
@@ -1407,29 +1557,28 @@ static int bb_solve_part(bb *B, size_t plo, size_t phi)
     /* the partition's unplaced buffers: no unplaced buffer crosses its bounds, so each
      * is counted once, in the section where it starts */
     size_t m = 0;
-    for (size_t k = plo; k < phi; k++)
-        for (size_t q = B->sec_start[k]; q < B->sec_start[k + 1]; q++) {
-            uint32_t i = B->sec_buf[q];
-            if (B->off[i] == NONE64 && (size_t)B->s.sl[i] == k) m++;
-        }
+    for (size_t k = plo; k < phi; k++) m += B->nst[k];
     bcand *list = bb_alloc(B, m);
-    bpre *pre = malloc((m + 1) * sizeof *pre);
+    bpre *pre = malloc(2 * (m + 1) * sizeof *pre);
     if (!list || !pre) { free(pre); B->nomem = 1; bb_release(B, save); return BB_ABORT; }
+    int tab = bb_rmq_build(B, plo, phi, m);
+    if (tab < 0) { free(pre); B->nomem = 1; bb_release(B, save); return BB_ABORT; }
     m = 0;
     for (size_t k = plo; k < phi; k++)
-        for (size_t q = B->sec_start[k]; q < B->sec_start[k + 1]; q++) {
-            uint32_t i = B->sec_buf[q];
-            if (B->off[i] != NONE64 || (size_t)B->s.sl[i] != k) continue;
+        for (size_t q = B->st_start[k]; q < B->st_start[k] + B->nst[k]; q++) {
+            uint32_t i = B->st_buf[q];
             const dsa_buffer *b = &in->b[i];
-            double t = 0;
-            for (int32_t z = B->s.sl[i]; z < B->s.su[i]; z++)
-                if ((double)B->total[z] > t) t = (double)B->total[z];
-            pre[m++] = (bpre){(double)(b->upper - b->lower),
-                              (double)b->size_bytes * (double)(b->upper - b->lower), t, i};
+            /* the largest section total over the lifetime (the cast keeps the order) */
+            double t = (double)bb_rmq_max(B, tab, plo, phi, B->s.sl[i], B->s.su[i]);
+            double w = (double)(b->upper - b->lower), a = (double)b->size_bytes * w;
+            /* MiniMalloc's three orders: WAT, TAW, TWA (w lifetime, a area, t total) */
+            bpre e = {{w, a, t}, i};
+            if (B->heuristic == 1) { e.k[0] = t; e.k[2] = w; }
+            if (B->heuristic == 2) { e.k[0] = t; e.k[1] = w; e.k[2] = a; }
+            pre[m++] = e;
         }
     B->work += m;
-    BB_HEUR = B->heuristic;
-    qsort(pre, m, sizeof *pre, cmp_bpre);
+    bpre_sort(pre, pre + m + 1, m);
     for (size_t q = 0; q < m; q++) list[q] = (bcand){0, (uint32_t)q, pre[q].i};
     free(pre);
     int r = bb_search(B, plo, phi, list, m, 0, 0);

@@ -14,8 +14,11 @@
 # program, Megatron's distributed optimizer, full recomputation + plan without MEMO's idle
 # rounding buffer), the four host-buffer readings side by side, and each method's longest
 # sequence (memsim sweep --longest) beside the interval the paper's Table 4 leaves for it.
-# About 12 minutes on a 2-core x86-64 machine; progress lines go to standard error
-# (MEMO_QUIET=1 silences them).
+# About 36 s on an idle 2-core x86-64 machine (66 s of CPU; 3 minutes with both cores shared
+# with other work, load average 7); progress lines go to standard error (MEMO_QUIET=1
+# silences them). The runs of a step are independent memsim processes,
+# MEMSIM_JOBS of them at once (`memsim experiment memo -j N`; default: the online cores);
+# the outputs are the same whatever the count.
 #
 # usage: experiments/memo/run.sh [OUTDIR]   (default: out/memo in the repository; MEMSIM=path/to/memsim;
 #        MEMO_ISSUE_AHEAD=N|unbounded simulates the host thread issuing the program, at most N
@@ -67,6 +70,21 @@ common=("${base[@]}" "${memo_gen[@]}")
 # (PyTorch has none: the CPU waits only at synchronizations, a reorganization's among them).
 reorg=(--knob record_stream=1 --knob stream_pools=1 --issue-ahead "${MEMO_REORG_AHEAD:-unbounded}")
 
+# Independent runs go to the background, at most JOBS at once; settle waits for them all and
+# stops the script if one failed (set -e does not see a background command's status).
+JOBS=${MEMSIM_JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)}
+case "$JOBS" in ''|*[!0-9]*|0) JOBS=1 ;; esac
+failed="$out/.failed.$$"
+rm -f "$failed"
+spawn() {
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    { "$@" || { echo "run.sh: failed: $*" >&2; touch "$failed"; }; } &
+}
+settle() {
+    wait
+    if [ -e "$failed" ]; then rm -f "$failed"; exit 1; fi
+}
+
 # 1. The machine profile: the shipped a800-8gpu with the overrides (first word = key).
 "$here/profile.sh" "$machine"
 
@@ -89,11 +107,12 @@ progress() {
 seqs4="64K 128K 256K 384K 512K 640K 768K 896K"
 for s in $seqs4; do
     progress 2 "Table 4 at $s"
-    "$MEMSIM" simulate "${model[@]}" "${reorg[@]}" "${gen[@]}" --seq "$s" --policy full-recompute \
+    spawn "$MEMSIM" simulate "${model[@]}" "${reorg[@]}" "${gen[@]}" --seq "$s" --policy full-recompute \
         --csv "$out/runs/table4-$s.csv"
-    "$MEMSIM" compare "${common[@]}" --seq "$s" --policies "$exec_pols" \
+    spawn "$MEMSIM" compare "${common[@]}" --seq "$s" --policies "$exec_pols" \
         --csv "$out/runs/table4x-$s.csv"
 done
+settle
 rows "$out"/runs/table4-*.csv "$out"/runs/table4x-*.csv | awk '{ v = ($3 == "ok") ? $4 : toupper($3); print "table4\t" $1 "\t" $2 "\t" v }' >> "$res"
 rows "$out"/runs/table4-*.csv | awk '$1 == "full-recompute" && ($2 == "128K" || $2 == "256K") {
     print "reorg\tfull-recompute\t" $2 "\t" (($3 == "ok") ? $5 : toupper($3)) }' >> "$res"
@@ -107,8 +126,13 @@ awk -F, 'FNR > 1 && $1 == "full-recompute" && ($5 == 131072 || $5 == 262144) {
 for s in 192K 256K 320K 384K; do
     progress 3 "Table 5 at $s"
     for a in 0 0.125 0.25 0.375 0.5 0.625 0.75 0.875 1; do
-        "$MEMSIM" simulate "${common[@]}" --seq "$s" --policy memo --alpha "$a" \
+        spawn "$MEMSIM" simulate "${common[@]}" --seq "$s" --policy memo --alpha "$a" \
             --csv "$out/runs/table5-$s-$a.csv"
+    done
+done
+settle
+for s in 192K 256K 320K 384K; do
+    for a in 0 0.125 0.25 0.375 0.5 0.625 0.75 0.875 1; do
         rows "$out/runs/table5-$s-$a.csv" | awk -v a="$a" '{ v = ($3 == "ok") ? $4 : toupper($3)
             printf "table5\t%s\t%.3f\t%s\n", $2, a, v }' >> "$res"
     done
@@ -120,8 +144,13 @@ done
 cross_sim="" cross_lp=""
 progress 4 "full-offload cross-over, 64K..320K"
 for k in $(seq 64 16 320); do
-    "$MEMSIM" simulate "${common[@]}" --seq "${k}K" --policy full-swap+plan \
+    spawn "$MEMSIM" simulate "${common[@]}" --seq "${k}K" --policy full-swap+plan \
         --csv "$out/runs/offload-${k}K.csv"
+    spawn "$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "${k}K" "${memo_gen[@]}" \
+        --policy memo --knob memory_plan=0 -o "$out/runs/offload-lp-${k}K.plan"
+done
+settle
+for k in $(seq 64 16 320); do
     # stall fraction; runs that do not fit (OOHM) say nothing about the overlap
     f=$(rows "$out/runs/offload-${k}K.csv" | awk '{ print ($3 == "ok" && $7 > 0) ? $6 / $7 : "-" }')
     if [ "$f" != "-" ]; then
@@ -131,8 +160,8 @@ for k in $(seq 64 16 320); do
             cross_sim=""
         fi
     fi
-    at=$("$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "${k}K" "${memo_gen[@]}" \
-         --policy memo --knob memory_plan=0 | awk '$1 == "knob" && $2 == "alpha_lp_time" { print $3 }')
+    at=$(awk '$1 == "knob" && $2 == "alpha_lp_time" { print $3 }' "$out/runs/offload-lp-${k}K.plan")
+    rm -f "$out/runs/offload-lp-${k}K.plan"
     if [ -z "$cross_lp" ] && awk -v a="$at" 'BEGIN { exit !(a >= 1) }'; then cross_lp="${k}K"; fi
 done
 printf "crossover\tfull-offload\tseq\t%s\n" "${cross_sim:-none}" >> "$res"
@@ -164,12 +193,13 @@ variant() {
     rest=$(echo "$pols" | awk -F, '{ for (i = 1; i <= NF; i++) if ($i != "full-recompute") o = o (o ? "," : "") $i; print o }')
     for s in $seqs4; do
         case ",$pols," in *,full-recompute,*)
-            "$MEMSIM" simulate "${model[@]}" ${fr_opts[@]+"${fr_opts[@]}"} "$@" --seq "$s" \
+            spawn "$MEMSIM" simulate "${model[@]}" ${fr_opts[@]+"${fr_opts[@]}"} "$@" --seq "$s" \
                 --policy full-recompute --csv "$out/variants/$name-fr-$s.csv" ;;
         esac
-        [ -z "$rest" ] || "$MEMSIM" compare "${base[@]}" "$@" --seq "$s" --policies "$rest" \
+        [ -z "$rest" ] || spawn "$MEMSIM" compare "${base[@]}" "$@" --seq "$s" --policies "$rest" \
             --csv "$out/variants/$name-$s.csv"
     done
+    settle
     rows "$out"/variants/"$name"-*.csv | awk -v v="$name" '{ print v "\t" $1 "\t" $2 "\t" (($3 == "ok") ? $4 : toupper($3)) }'
 }
 all4=full-recompute,$exec_pols
@@ -229,11 +259,21 @@ progress 7 "MEMO's host buffers under four readings"
 for r in exact layer_pow2 tensor_pow2 buffer_pow2; do
     for s in 192K 256K 320K 384K; do
         for a in 0 0.125 0.25 0.375 0.5 0.625 0.75 0.875 1; do
-            "$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "$s" "${memo_gen[@]}" \
+            spawn "$MEMSIM" plan --model gpt-7b --tp 4 --cp 2 --machine "$machine" --seq "$s" "${memo_gen[@]}" \
                 --policy memo --alpha "$a" --knob memory_plan=0 --knob host_round="$r" \
-              | awk -v r="$r" -v s="$s" -v a="$a" '$1 == "knob" && $2 == "host_need_bytes" { n = $3 }
+                -o "$out/runs/host-$r-$s-$a.plan"
+        done
+    done
+done
+settle
+for r in exact layer_pow2 tensor_pow2 buffer_pow2; do
+    for s in 192K 256K 320K 384K; do
+        for a in 0 0.125 0.25 0.375 0.5 0.625 0.75 0.875 1; do
+            awk -v r="$r" -v s="$s" -v a="$a" '$1 == "knob" && $2 == "host_need_bytes" { n = $3 }
                     $1 == "knob" && $2 == "lp_host_bytes" { c = $3 }
-                    END { printf "%s\t%s\t%.3f\t%.1f\t%.1f\n", r, s, a, n / 2^30, c / 2^30 }'
+                    END { printf "%s\t%s\t%.3f\t%.1f\t%.1f\n", r, s, a, n / 2^30, c / 2^30 }' \
+                "$out/runs/host-$r-$s-$a.plan"
+            rm -f "$out/runs/host-$r-$s-$a.plan"
         done
     done
 done > "$out/host_readings.tsv"
@@ -257,9 +297,9 @@ awk -F'\t' -v res="$res" -v vt="$out/variants.tsv" -v t5x="$out/table5-readings.
 progress 8 "longest sequence per method"
 sw=(--model gpt-7b --tp 4 --cp 2 --machine "$machine") # as model, without --quiet
 {
-    "$MEMSIM" sweep "${sw[@]}" "${reorg[@]}" "${gen[@]}" --policies full-recompute \
+    "$MEMSIM" sweep -j "$JOBS" "${sw[@]}" "${reorg[@]}" "${gen[@]}" --policies full-recompute \
         --seqs 256K,384K,512K --longest --step 8K 2> /dev/null
-    "$MEMSIM" sweep "${sw[@]}" ${issue[@]+"${issue[@]}"} "${memo_gen[@]}" --policies "$exec_pols" \
+    "$MEMSIM" sweep -j "$JOBS" "${sw[@]}" ${issue[@]+"${issue[@]}"} "${memo_gen[@]}" --policies "$exec_pols" \
         --seqs 256K,384K,512K,640K,768K,896K,1024K --longest --step 8K 2> /dev/null
 } | awk '/^longest/ { on = 1; next } /^seq/ { on = 0; next } on && NF >= 2 { print }' > "$out/longest.txt"
 awk -F'\t' 'FNR == NR { if ($1 == "table4") { k = $3; sub(/K$/, "", k); k += 0
