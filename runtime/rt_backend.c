@@ -2,7 +2,7 @@
  * CUDA call, checked, timed and counted; out of memory (from the device or from the optional
  * byte cap) returned as MS_ERR_OOM, pinned host exhaustion as MS_ERR_OOHM, any other CUDA
  * failure as MS_ERR_INVALID with the call and CUDA's message in rt_backend_error(). Used by
- * runtime/rt_exec.cu, runtime/rt_run.c and the GPU tests. */
+ * runtime/rt_exec.c, runtime/rt_run.c and the GPU tests. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_backend.h"
 

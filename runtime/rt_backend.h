@@ -1,7 +1,7 @@
 /* rt_backend.h — the real memory backend: memory/membackend.h's mb_backend over CUDA
  * (cudaMalloc / cudaFree, the cuMem* virtual memory calls, cudaDeviceSynchronize, pinned host
  * memory), with an optional device-byte cap, per-call counts and times, and the GPU check
- * every GPU command runs first. Used by the schedule executor (runtime/rt_exec.cu), the
+ * every GPU command runs first. Used by the schedule executor (runtime/rt_exec.c), the
  * `memsim run` command (runtime/rt_run.c) and the GPU tests.
  *
  * The driver's cuMem* entry points are looked up through the runtime

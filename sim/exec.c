@@ -702,7 +702,7 @@ static void iter_mark(ex *x)
  * actions are issued and unfinished (the runtime's --max-ahead), until every stream has run
  * all it was given after a synchronizing allocator call (cudaFree), and, when an allocation
  * fails while frees are deferred, until their uses have run (then it retries once). The
- * runtime (runtime/rt_exec.cu) follows the same rules on a real GPU. */
+ * runtime (runtime/rt_exec.c) follows the same rules on a real GPU. */
 
 static void host_step(ex *x);
 

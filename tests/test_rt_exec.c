@@ -1422,7 +1422,7 @@ static rt_status rhook_rows(void *ctx, void *stream, const trace_op *op, const u
     rhook *h = ctx;
     h->rows++;
     if (frac != h->frac) h->bad_frac++;
-    /* only the kinds the dispatcher runs on a row range (runtime/model_rt.c) */
+    /* only the kinds the dispatcher runs on a row range (runtime/model_rt_ops.c) */
     const char *b = strchr(op->name, '.') ? strchr(op->name, '.') + 1 : op->name;
     int known = op->phase == TP_FWD &&
                 (op->kind == TK_NORM || op->kind == TK_ACT ||
