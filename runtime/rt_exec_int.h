@@ -78,7 +78,7 @@ typedef struct ex {
     struct hstep **steps;                  /* real host steps issued (freed at the end) */
     size_t n_steps, cap_steps;
     int step_fail;                         /* a host step failed (set on the host thread) */
-    char step_msg[256];
+    char step_msg[1200];      /* a host step's failure: its op name and ms_error message */
     void *st[SS_COUNT];
     void **sev;
     uint32_t n_sev;

@@ -481,7 +481,7 @@ static void host_step_run(void *arg)
     if (st == RT_OK) return;
     int no = 0;
     if (__atomic_compare_exchange_n(&x->step_fail, &no, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        snprintf(x->step_msg, sizeof x->step_msg, "host step %s: %s", h->op->name,
+        snprintf(x->step_msg, sizeof x->step_msg, "host step %.128s: %s", h->op->name,
                  herr.msg);
 }
 
