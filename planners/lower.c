@@ -273,7 +273,7 @@ int32_t lw_layer_bound(const trace_t *t)
 
 /* A record's layer at or beyond w->max_layer: MS_ERR_INVALID naming it and the bound. */
 ms_status lw_layer_range(lw *w, const char *what, uint64_t id, const char *name,
-                             int32_t layer)
+                         int32_t layer)
 {
     char b[120];
     if (name) snprintf(b, sizeof b, "%s %" PRIu64 " (%s)", what, id, name);

@@ -268,7 +268,7 @@ ms_status lw_replay_layer(lw *w, lw_layer *L, int32_t layer)
  * (1 - smallest alpha) of its forward time and bytes: tokens are independent in every op but
  * attention. The targets are written in place (their block already exists). */
 ms_status lw_chain_recompute(lw *w, lw_layer *L, int32_t layer, const idx_list *cand,
-                                 int want_state)
+                             int want_state)
 {
     idx_list t = { 0 };
     double alpha = 1.0;
