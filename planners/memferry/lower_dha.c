@@ -1,7 +1,6 @@
 /* lower_dha.c — the shadow-model lowering of MemFerry and ZeRO-Offload plans (see lower_dha.h),
- * from the unit analysis of lower_dha_model.c. Called by
- * planners/lower.c (dispatch), the policies, sim/cmd_memferry.c and the tests. The rules are
- * in docs/MEMFERRY.md. */
+ * from the unit analysis of lower_dha_model.c. Called by planners/lower.c (dispatch), the
+ * policies, sim/cmd_memferry.c and the tests. The rules are in docs/MEMFERRY.md. */
 #define _POSIX_C_SOURCE 200809L
 #include "planners/memferry/lower_dha.h"
 #include "planners/memferry/lower_dha_int.h"
