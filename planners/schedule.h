@@ -64,8 +64,9 @@ typedef struct sched_action {
     double dha_eff;           /* DHA efficiency for this op (1 = link rate) */
     uint8_t recompute;        /* COMPUTE: a recomputation (extra work) */
     double replay_frac;       /* COMPUTE of a token-wise partial replay (MEMO's (1 - alpha)
-                                 tokens, planners/lower.c chain_recompute): the op runs on the
-                                 last replay_frac of its token rows, [(1 - replay_frac) T, T);
+                                 tokens, planners/lower_replay.c lw_chain_recompute): the op
+                                 runs on the last replay_frac of its token rows,
+                                 [(1 - replay_frac) T, T);
                                  its in-place targets are full size, its other transients
                                  ceil(replay_frac * bytes) holding only those rows. 0: the
                                  whole op. dur_us already carries the fraction; the simulator

@@ -1,5 +1,6 @@
-/* test_cost_protrain.c — ProTrain's cost models and search (planners/protrain/cost_protrain.c) and the
- * pieces of the chunk layout they rest on (planners/protrain/lower_chunks.c): the chunk-size search
+/* test_cost_protrain.c — ProTrain's cost models and search (planners/protrain/cost_protrain.c,
+ * cost_protrain_search.c) and the pieces of the chunk layout they rest on
+ * (planners/protrain/lower_chunks_layout.c): the chunk-size search
  * and the interleaved block layout on hand-made inputs, the runtime model against
  * hand-computed cases (all persistent; all gathered, forward only; ProTrain's appendix model
  * as written), the static memory, the

@@ -1,5 +1,5 @@
 /* test_save_on_cpu.c — the save-on-cpu policy (planners/baseline/policy_save_on_cpu.c) and the tensor
- * lowering's swap_at=save (planners/lower.c) on small Hugging Face-shaped traces (the hf
+ * lowering's swap_at=save (planners/lower_save.c) on small Hugging Face-shaped traces (the hf
  * generator profile): the device peak falls to about one layer's saved activations above
  * keep-all's non-activation memory, the host holds at least the saved bytes, the step is
  * slower than keep-all by at least the copy time on the profile's link, the parameters are
