@@ -344,6 +344,37 @@ static rt_status op_addrs(ex *x, size_t i, const trace_op *op, const uint64_t *i
     return RT_OK;
 }
 
+/* With per-op timing, the action's timing slot and its start event on stream s. */
+static rt_status op_timer_start(ex *x, size_t i, void *s, double req, tev **t, ms_error *err)
+{
+    *t = NULL;
+    if (!x->o.per_op) return RT_OK;
+    tev *v = &x->op[x->used_op++];
+    v->action = i;
+    v->win = x->cur_win;
+    v->req_us = req;
+    *t = v;
+    if (x->d->record(x->d->ctx, v->e0, s, err) != RT_OK)
+        return rtx_fail_dev(x, i, "recording", err);
+    return RT_OK;
+}
+
+/* After a compute action's kernel: its end event, the run-ahead bound and the window's
+ * nominal time and counts. */
+static rt_status compute_done(ex *x, size_t i, const sched_action *a, void *s, tev *t,
+                              double req, ms_error *err)
+{
+    if (t && x->d->record(x->d->ctx, t->e1, s, err) != RT_OK)
+        return rtx_fail_dev(x, i, "recording", err);
+    if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s, err));
+    rt_window *w = &x->r->win[x->cur_win];
+    w->nominal_s += req * 1e-6;
+    if (a->recompute) w->recompute_nominal_s += req * 1e-6;
+    w->n_compute++;
+    x->r->kernels++;
+    return RT_OK;
+}
+
 /* A compute action run by the real-kernel hook: no spin credit, no calibration. */
 static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const trace_op *op,
                                  ms_error *err)
@@ -370,14 +401,7 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
     void *s = x->st[a->stream];
     double req = a->dur_us > 0 ? a->dur_us : 0;
     tev *t = NULL;
-    if (x->o.per_op) {
-        t = &x->op[x->used_op++];
-        t->action = i;
-        t->win = x->cur_win;
-        t->req_us = req;
-        if (x->d->record(x->d->ctx, t->e0, s, err) != RT_OK)
-            return rtx_fail_dev(x, i, "recording", err);
-    }
+    RT_TRY(op_timer_start(x, i, s, req, &t, err));
     rt_status cs = frac > 0 ? x->o.compute_rows(x->o.compute_ctx, s, op, in, out, in_part,
                                                 out_part, frac, err)
                    : split  ? x->o.compute_split(x->o.compute_ctx, s, op, in, out, out_host, err)
@@ -385,15 +409,7 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
     if (cs != RT_OK)
         return rtx_fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: op %s: %s", i, op->name,
                         err->msg);
-    if (t && x->d->record(x->d->ctx, t->e1, s, err) != RT_OK)
-        return rtx_fail_dev(x, i, "recording", err);
-    if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s, err));
-    rt_window *w = &x->r->win[x->cur_win];
-    w->nominal_s += req * 1e-6;
-    if (a->recompute) w->recompute_nominal_s += req * 1e-6;
-    w->n_compute++;
-    x->r->kernels++;
-    return RT_OK;
+    return compute_done(x, i, a, s, t, req, err);
 }
 
 rt_status rtx_do_compute(ex *x, size_t i, const sched_action *a, ms_error *err)
@@ -428,25 +444,10 @@ rt_status rtx_do_compute(ex *x, size_t i, const sched_action *a, ms_error *err)
     }
     void *s = x->st[a->stream];
     tev *t = NULL;
-    if (x->o.per_op) {
-        t = &x->op[x->used_op++];
-        t->action = i;
-        t->win = x->cur_win;
-        t->req_us = req;
-        if (x->d->record(x->d->ctx, t->e0, s, err) != RT_OK)
-            return rtx_fail_dev(x, i, "recording", err);
-    }
+    RT_TRY(op_timer_start(x, i, s, req, &t, err));
     if (x->d->kernel(x->d->ctx, s, &k, err) != RT_OK)
         return rtx_fail_dev(x, i, "launching a kernel", err);
-    if (t && x->d->record(x->d->ctx, t->e1, s, err) != RT_OK)
-        return rtx_fail_dev(x, i, "recording", err);
-    if (x->o.max_ahead > 0) RT_TRY(hold_back(x, i, s, err));
-    rt_window *w = &x->r->win[x->cur_win];
-    w->nominal_s += req * 1e-6;
-    if (a->recompute) w->recompute_nominal_s += req * 1e-6;
-    w->n_compute++;
-    x->r->kernels++;
-    return RT_OK;
+    return compute_done(x, i, a, s, t, req, err);
 }
 
 /* ---- host compute with real math ---- */
