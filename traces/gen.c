@@ -464,19 +464,11 @@ static uint64_t alloc_s(gctx *x, int layer, const char *what, uint64_t bytes, tr
                         int64_t producer, int stream)
 {
     trace_rec r;
-    memset(&r, 0, sizeof r);
-    r.type = TR_ALLOC;
-    trace_tensor *a = &r.u.alloc;
-    a->id = x->next_tid++;
-    a->bytes = bytes;
-    a->cls = cls;
-    a->layer = layer;
-    a->stream = stream;
-    a->tok_scaled = cls == TC_ACT_SKEL || cls == TC_ACT_TRANS || cls == TC_WORKSPACE;
-    a->producer = producer;
-    trace_layer_name(a->name, layer, what);
+    trace_alloc_rec(&r, x->next_tid++, bytes, cls, layer, producer,
+                    cls == TC_ACT_SKEL || cls == TC_ACT_TRANS || cls == TC_WORKSPACE, what);
+    r.u.alloc.stream = stream;
     append(x, &r);
-    return a->id;
+    return r.u.alloc.id;
 }
 
 static uint64_t alloc_t(gctx *x, int layer, const char *what, uint64_t bytes, trace_class cls,

@@ -33,18 +33,9 @@ uint64_t hf_alloc_tok(hf_x *x, int layer, const char *what, uint64_t bytes,
                       trace_class cls, int64_t producer, int tok)
 {
     trace_rec r;
-    memset(&r, 0, sizeof r);
-    r.type = TR_ALLOC;
-    trace_tensor *a = &r.u.alloc;
-    a->id = x->next_tid++;
-    a->bytes = bytes;
-    a->cls = cls;
-    a->layer = layer;
-    a->tok_scaled = (uint8_t)tok;
-    a->producer = producer;
-    trace_layer_name(a->name, layer, what);
+    trace_alloc_rec(&r, x->next_tid++, bytes, cls, layer, producer, tok, what);
     hf_append(x, &r);
-    return a->id;
+    return r.u.alloc.id;
 }
 
 /* Activations scale with the tokens; parameters, gradients, states and casts of weights do

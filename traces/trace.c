@@ -1011,6 +1011,21 @@ void trace_layer_name(char *buf, int layer, const char *what)
     else snprintf(buf, TRACE_NAME_MAX, "%s", what);
 }
 
+void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls, int layer,
+                     int64_t producer, int tok_scaled, const char *what)
+{
+    memset(r, 0, sizeof *r);
+    r->type = TR_ALLOC;
+    trace_tensor *a = &r->u.alloc;
+    a->id = id;
+    a->bytes = bytes;
+    a->cls = cls;
+    a->layer = layer;
+    a->tok_scaled = (uint8_t)tok_scaled;
+    a->producer = producer;
+    trace_layer_name(a->name, layer, what);
+}
+
 ms_status trace_append(trace_t *t, const trace_rec *rec)
 {
     if (!rec_valid(rec)) return MS_ERR_INVALID;

@@ -147,6 +147,10 @@ ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value);
 /* The generators' record name: "L<layer>.<what>", or <what> alone for layer < 0
  * (TRACE_NAME_MAX bytes at buf, truncated). */
 void trace_layer_name(char *buf, int layer, const char *what);
+/* The generators' alloc record of tensor id: the fields given, stream 0, named by
+ * trace_layer_name; the caller appends it (after setting what else differs). */
+void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls, int layer,
+                     int64_t producer, int tok_scaled, const char *what);
 size_t trace_count(const trace_t *t);
 const trace_rec *trace_get(const trace_t *t, size_t i);
 /* Tensor metadata by id: the most recent alloc record with that id (NULL if none). */
