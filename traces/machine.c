@@ -78,6 +78,11 @@ enum {
       "64 and 128 interpolated")                                                               \
     X("gpu.sdpa_hd64_bwd", MF_DBL, gpu_sdpa_hd64_bwd, R_OPT_EFF,                               \
       "the same for the backward")                                                             \
+    X("gpu.sdpa_hd256_fwd", MF_DBL, gpu_sdpa_hd256_fwd, R_OPT_EFF,                             \
+      "forward efficiency at head dim 256 relative to head dim 128 (0 or absent: 1); between " \
+      "128 and 256 interpolated")                                                              \
+    X("gpu.sdpa_hd256_bwd", MF_DBL, gpu_sdpa_hd256_bwd, R_OPT_EFF,                             \
+      "the same for the backward")                                                             \
     X("gpu.sdpa_dropout_fwd", MF_DBL, gpu_sdpa_dropout_fwd, R_OPT_EFF,                         \
       "SDPA forward efficiency with dropout_p > 0 relative to without (0 or absent: 1)")       \
     X("gpu.sdpa_dropout_bwd", MF_DBL, gpu_sdpa_dropout_bwd, R_OPT_EFF,                         \

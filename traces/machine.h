@@ -33,6 +33,8 @@ typedef struct machine {
     double gpu_sdpa_bwd_half_seq;
     double gpu_sdpa_hd64_fwd;        /* head dim 64 relative to 128, forward (0: 1) */
     double gpu_sdpa_hd64_bwd;        /* the same, backward */
+    double gpu_sdpa_hd256_fwd;       /* head dim 256 relative to 128, forward (0: 1) */
+    double gpu_sdpa_hd256_bwd;       /* the same, backward */
     double gpu_sdpa_dropout_fwd;     /* SDPA forward with dropout over without (0: 1) */
     double gpu_sdpa_dropout_bwd;     /* the same, backward */
     double gpu_ew_nv_elems_per_s;    /* PyTorch's non-vectorized element-wise kernels
