@@ -4,12 +4,9 @@ the kernels PyTorch's profiler attributes to the ops inside that range are that 
 by memsim.capture on CUDA."""
 
 
-def kernel_times(prof):
-    """{op id: microseconds of GPU kernels launched inside its range}."""
-    try:
-        events = prof.events()
-    except Exception:
-        return {}
+def kernel_times(events):
+    """{op id: microseconds of GPU kernels launched inside its range}, from the profile's
+    events (prof.events())."""
     out = {}
     for e in events:
         name = getattr(e, "name", "")
