@@ -5,7 +5,9 @@
  * and device synchronizes), and fills a sim_result. With sim_opts.issue_ahead set, a host
  * thread issues the program: streams run only what it has issued, and allocator calls,
  * their latencies and synchronizes happen on it, with frees of blocks other streams use
- * deferred until those uses end. Semantics in docs/SIMULATOR.md. Used by the memsim command,
+ * deferred until those uses end. Where the trace's ops give host times (captured traces), a
+ * host clock decides when each kernel may start, or the host thread pays them. Semantics in
+ * docs/SIMULATOR.md. Used by the memsim command,
  * experiments/ and the validation driver. */
 #include "sim/exec.h"
 
@@ -363,6 +365,7 @@ static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
     t->state = ST_IDLE;
     t->pos++;
     if (now > x->t_end) x->t_end = now;
+    if (x->host_clock && x->hc_t < now) x->hc_t = now;
     for (int k = 0; k < SS_COUNT; k++) {
         if (x->st[k].held) {
             if (k == SS_COMPUTE) acc(x, &x->w.stall_us, x->st[k].held_since, now);
@@ -572,6 +575,10 @@ static int after_alloc_call(ex *x, int s)
     double cost = take_call_cost(x, &synced, &paced);
     stream *t = &x->st[s];
     t->t_start = eng_now(x->eng);
+    /* the program's host thread made the call: its latency delays the host's later issues
+     * (a synchronizing call's, at its end: sync_done_cb) */
+    if (x->host_clock && !synced)
+        x->hc_t += (cost > 0 ? cost : 0) + paced * x->m->vmm_set_access_us;
     if (synced) {
         x->sync_owner = s;
         x->sync_cost_us = cost > 0 ? cost : 0;
@@ -1239,8 +1246,9 @@ static void hc_wake_cb(eng_t *e, void *ctx, uint64_t arg)
 
 /* Stream-time model with host times: compute action a at the head of stream s may start once
  * the host has issued it. The host clock runs on its own, one compute action after another
- * (hc_t += its host time), held back only by the ops it synchronizes on and the iteration
- * marks; the kernel starts at max(the GPU free, the host's issue). Returns 1 when it may
+ * (hc_t += its host time, and the latency of the allocator calls it makes), held back only
+ * by the ops and allocator calls that synchronize and the iteration marks; the kernel starts
+ * at max(the GPU free, the host's issue). Returns 1 when it may
  * start now, else the stream waits for the host ("wait host") and 0. */
 static int host_clock_ready(ex *x, int s, const sched_action *a)
 {

@@ -964,6 +964,25 @@ static void test_host_times(void)
     }
     trace_free(t);
 
+    /* a cudaMalloc between two host-bound ops delays the host's next issue by its latency
+     * (host: 100, +50, 250; the stream pays it too, 110-160, then waits for the host) */
+    {
+        machine_t ma = test_machine();
+        ma.cuda_malloc_base_us = 50;
+        double h6[] = {100, 100};
+        trace_t *t6 = host_trace(2, h6, NULL);
+        schedule_t *s6 = sched_new();
+        compute(s6, 10, 1);
+        tensor_act(s6, SA_ALLOC, SS_COMPUTE, 9, MiB);
+        compute(s6, 10, 2);
+        tensor_act(s6, SA_FREE, SS_COMPUTE, 9, 0);
+        double us = host_run(s6, t6, &ma, 0, &r);
+        TAP_OK(near(us, 260), "a cudaMalloc's latency is the host's too: 260 us (210 if only "
+               "the stream paid it; got %.3f)", us);
+        sched_free(s6);
+        trace_free(t6);
+    }
+
     /* a trace whose ops give no host time runs as without a trace, bytes included */
     double h0[] = {0, 0, 0}, d0[] = {30, 40, 50};
     t = host_trace(3, h0, NULL);

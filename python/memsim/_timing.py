@@ -1,7 +1,7 @@
 """_timing.py — each captured op's GPU time from a torch.profiler run of the captured
 iteration: capture wraps every op it records in a record_function range "memsim#ID", and
 the kernels PyTorch's profiler attributes to the ops inside that range are that op's. Used
-by memsim.capture on CUDA."""
+by memsim.capture on CUDA; the host times are _host.py's."""
 
 
 def kernel_times(events):
