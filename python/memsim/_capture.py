@@ -822,10 +822,11 @@ class Capture:
                 if self.allocs is None:
                     self.allocs = self.alloc_events.stop()
                 self._cuda_sizes(self.allocs)
-            if self.host_timing:
+            if ok and self.host_timing:
                 self._end_plain()
             elif self.plain_prof is not None:
                 self.plain_prof.__exit__(None, None, None)
+                self.plain_prof = None
             if ok:
                 self._finish()
                 self.trace.write(self.path)

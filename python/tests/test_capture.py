@@ -214,6 +214,24 @@ class CaptureHostTime(unittest.TestCase):
         # recomputation replays the forward's ops: their host time again
         self.assertGreater(float(rows["full-recompute"]["iter_time_s"]), keep)
 
+    def test_exception_in_plain_step(self):
+        """An exception during the profiled plain step leaves no trace and no profiler."""
+        m = tinymodels.TinyLlama()
+        o = torch.optim.AdamW(m.parameters())
+        p = os.path.join(self.tmp, "bad.trace")
+        ids = torch.randint(0, 256, (2, 16))
+        with self.assertRaises(ValueError):
+            with memsim.capture(p, model=m, optimizer=o, host_timing=True):
+                step(m, o, ids)
+                m(ids, ids)
+                raise ValueError("in the plain step")
+        self.assertFalse(os.path.exists(p))
+        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("bad.")], [])
+        from torch.profiler import profile
+        with profile() as pr:          # a profiler left running would refuse this one
+            torch.ones(2).sum()
+        self.assertTrue(len(pr.events()) > 0)
+
     def test_one_step_no_host_times(self):
         recs = read_trace(self.one)
         meta = {r[1]: " ".join(r[2:]) for r in recs if r[0] == "meta"}
