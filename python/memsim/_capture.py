@@ -102,6 +102,10 @@ class Capture:
         self.blocks = _layers.resolve(model, layers)
         self.device = self._device(device)
         self.cuda = self.device.type == "cuda"
+        if host_timing not in (None, True, False, "launches", "ops"):
+            raise CaptureError("host_timing must be True, False, 'launches' or 'ops', got %r"
+                               % (host_timing,))
+        self.host_how = host_timing if isinstance(host_timing, str) else None
         self.host_timing = (self.timing and self.cuda) if host_timing is None \
             else bool(host_timing)
         if self.cuda:
@@ -777,7 +781,15 @@ class Capture:
         self._uninstall(keep_saved=True)
         try:
             from torch.profiler import profile, ProfilerActivity
-            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+            from . import _host
+            how = self.host_how
+            if how is None:
+                # CUDA calls alone cost the host least; the aten events only where the
+                # captured profile shows no launch to match
+                cap = _host.Profile(self.cap_events or [])
+                how = "launches" if self.cuda and cap.launches() else "ops"
+            acts = ([ProfilerActivity.CPU] if how == "ops" or not self.cuda else []) + \
+                ([ProfilerActivity.CUDA] if self.cuda else [])
             self.plain_prof = profile(activities=acts)
             self.plain_prof.__enter__()
         except Exception as e:
@@ -918,7 +930,9 @@ class capture:
     host_timing (default: on CUDA with timing): each op's host (CPU) time and the ops the
     host synchronizes on, measured on the next `iterations` iterations the block runs after
     the captured ones, which run plain (without the capture's hooks) under torch.profiler:
-    run the step once more inside the block for them (docs/CAPTURE.md, "Host time").
+    run the step once more inside the block for them (docs/CAPTURE.md, "Host time");
+    "launches" or "ops" chooses how they are matched (default: launches on CUDA where the
+    captured profile has them, else ops).
     An exception inside the block leaves no trace file."""
 
     def __init__(self, path, model=None, optimizer=None, iterations=1, timing=True,

@@ -14,7 +14,10 @@ Two ways to match, the first that applies:
             activity's name;
   ops       (CPU, or CUDA without launch events) the captured ops' aten names against the
             plain step's aten op events, in order; an op's issue is its last launch inside
-            the matched event, on CPU the event's end."""
+            the matched event, on CPU the event's end.
+The plain step is profiled with CUDA activity alone for the first (CUPTI's runtime and GPU
+activity records cost the host least) and with CPU activity too for the second (every aten
+op event, nested ones included, costs the host time of its own)."""
 
 import bisect
 

@@ -232,6 +232,11 @@ class CaptureHostTime(unittest.TestCase):
             torch.ones(2).sum()
         self.assertTrue(len(pr.events()) > 0)
 
+    def test_bad_host_timing(self):
+        with self.assertRaises(memsim.CaptureError):
+            memsim.capture(os.path.join(self.tmp, "x.trace"), model=tinymodels.TinyLlama(),
+                           host_timing="sometimes")
+
     def test_one_step_no_host_times(self):
         recs = read_trace(self.one)
         meta = {r[1]: " ".join(r[2:]) for r in recs if r[0] == "meta"}
