@@ -60,7 +60,8 @@ typedef enum h_state {
     H_AHEAD,        /* more than issue_ahead compute actions issued and unfinished */
     H_DRAIN,        /* a synchronizing allocator call: every stream must finish its work */
     H_FREES,        /* an allocation failed: waits for the uses of every deferred free */
-    H_OPSYNC,       /* an op the host synchronizes on (trace op host_sync) is not finished */
+    H_OPSYNC,       /* an action the host waits for (trace op host_sync, a host_wait copy) is
+                       not finished: stream sync_stream has not run all it was given */
     H_DONE
 } h_state;
 
@@ -81,6 +82,7 @@ typedef struct hthread {
     int retried;            /* the action at `next` already waited for deferred frees */
     double sa_left;         /* cuMemSetAccess mappings of the call still to pace */
     uint64_t c_issued, c_done; /* compute actions issued, finished */
+    int sync_stream;        /* H_OPSYNC: the stream of the action waited for */
     int64_t ahead;          /* the bound; INT64_MAX when unbounded */
     /* from the host's issue of the last iteration mark */
     double busy_us, alloc_us;
@@ -253,6 +255,15 @@ static double compute_host_us(ex *x, const sched_action *a, double dflt_us)
     return us;
 }
 
+/* The host waits for this copy before it goes on (a blocking copy), where the trace gives
+ * host times: without them no host is modelled in stream time, and the issue model keeps
+ * its old behaviour. */
+static int action_host_wait(const ex *x, const sched_action *a)
+{
+    return x->host_times && a->host_wait &&
+           (a->kind == SA_COPY_D2H || a->kind == SA_COPY_H2D);
+}
+
 /* The host waits for the GPU to finish this compute action before it goes on. */
 static int compute_host_sync(const ex *x, const sched_action *a)
 {
@@ -405,6 +416,7 @@ static void action_done(ex *x, int s)
         break;
     case SA_COPY_D2H:
     case SA_COPY_H2D:
+        if (x->host_clock && now > x->hc_t && action_host_wait(x, a)) x->hc_t = now;
         if (!sp) break;
         snprintf(name, sizeof name, "%s %s", a->kind == SA_COPY_D2H ? "d2h" : "h2d",
                  tensor_name(x, a->tensor, nb, sizeof nb));
@@ -941,7 +953,8 @@ static void host_check(ex *x)
         if ((int64_t)(h->c_issued - h->c_done) <= h->ahead) host_resume(x, "wait run-ahead");
         break;
     case H_OPSYNC:
-        if (x->st[SS_COMPUTE].pos >= x->st[SS_COMPUTE].nissued) host_resume(x, "wait sync op");
+        if (x->st[h->sync_stream].pos >= x->st[h->sync_stream].nissued)
+            host_resume(x, "wait sync op");
         break;
     case H_DRAIN:
         if (streams_drained(x)) host_busy(x, h->drain_cost_us, 0, 1);
@@ -982,10 +995,12 @@ static void host_enqueue(ex *x, size_t i)
     h->next++;
     h->retried = 0;
     if (x->st[k].starving) kick(x, k);
-    if (a->kind != SA_COMPUTE) return;
-    h->c_issued++;
-    if (compute_host_sync(x, a)) host_wait(x, H_OPSYNC, i); /* implies the bound */
-    else if ((int64_t)(h->c_issued - h->c_done) > h->ahead) host_wait(x, H_AHEAD, i);
+    if (a->kind == SA_COMPUTE) h->c_issued++;
+    h->sync_stream = k;
+    if (a->kind == SA_COMPUTE ? compute_host_sync(x, a) : action_host_wait(x, a))
+        host_wait(x, H_OPSYNC, i); /* a compute action's implies the run-ahead bound */
+    else if (a->kind == SA_COMPUTE && (int64_t)(h->c_issued - h->c_done) > h->ahead)
+        host_wait(x, H_AHEAD, i);
 }
 
 static void host_busy_cb(eng_t *e, void *ctx, uint64_t arg)

@@ -964,6 +964,46 @@ static void test_host_times(void)
     }
     trace_free(t);
 
+    /* save_on_cpu's blocking copy (COPY.host_wait): the host waits for it, then needs op 2's
+     * host time before the GPU has work again (op 1 10-110, copy of 1 MB at 50 GB/s 110-130,
+     * op 2 issued 140, runs 140-150; without the wait the host issued op 2 at 20: 130-140) */
+    for (int ahead = 0; ahead <= 8; ahead += 8) {
+        for (int hw = 0; hw <= 1; hw++) {
+            double h7[] = {10, 10};
+            trace_t *t7 = host_trace(2, h7, NULL);
+            schedule_t *s7 = sched_new();
+            tensor_act(s7, SA_ALLOC, SS_COMPUTE, 9, 1000000);
+            compute(s7, 100, 1);
+            tensor_act(s7, SA_HOST_ALLOC, SS_COMPUTE, 9, 1000000);
+            sched_action c = base(SA_COPY_D2H, SS_COMPUTE);
+            c.tensor = 9;
+            c.bytes = 1000000;
+            c.host_wait = (uint8_t)hw;
+            add(s7, c);
+            compute(s7, 10, 2);
+            tensor_act(s7, SA_FREE, SS_COMPUTE, 9, 0);
+            tensor_act(s7, SA_HOST_FREE, SS_COMPUTE, 9, 0);
+            double us = host_run(s7, t7, &m, ahead, &r);
+            TAP_OK(near(us, hw ? 150 : 140), "%s: a copy the host %s: %.3f us",
+                   ahead ? "--issue-ahead 8" : "stream time",
+                   hw ? "waits for delays its next issues" : "does not wait for", us);
+            if (hw) {
+                /* without host times the copy's host_wait changes nothing */
+                double z[] = {0, 0};
+                trace_t *t0 = host_trace(2, z, NULL);
+                sim_result r0, r1;
+                host_run(s7, t0, &m, ahead, &r0);
+                host_run(s7, NULL, &m, ahead, &r1);
+                TAP_OK(r0.iter_time_s == r1.iter_time_s && r0.stall_s == r1.stall_s,
+                       "%s: no host times: host_wait is ignored",
+                       ahead ? "--issue-ahead 8" : "stream time");
+                trace_free(t0);
+            }
+            sched_free(s7);
+            trace_free(t7);
+        }
+    }
+
     /* a cudaMalloc between two host-bound ops delays the host's next issue by its latency
      * (host: 100, +50, 250; the stream pays it too, 110-160, then waits for the host) */
     {

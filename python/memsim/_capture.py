@@ -816,6 +816,11 @@ class Capture:
             return
         self.plain_prof = None
         self.host_info = _host.host_times(self.cap_events, events, ops, self.cuda)
+        if self.host_info["matched"] == 0 and ops:
+            print("memsim.capture: no host times: none of the %d ops matched the plain "
+                  "step's profile (%d events)%s" % (len(ops), len(events),
+                  "; host_timing='ops' matches by aten name" if self.cuda else ""),
+                  file=sys.stderr)
 
     # ---- the end ----
 
