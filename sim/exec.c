@@ -7,8 +7,7 @@
  * their latencies and synchronizes happen on it, with frees of blocks other streams use
  * deferred until those uses end. Where the trace's ops give host times (captured traces), a
  * host clock decides when each kernel may start, or the host thread pays them. Semantics in
- * docs/SIMULATOR.md. Used by the memsim command,
- * experiments/ and the validation driver. */
+ * docs/SIMULATOR.md. Used by the memsim command, experiments/ and the validation driver. */
 #include "sim/exec.h"
 
 #include <math.h>

@@ -3,8 +3,9 @@
  * host CPU, host memory) with a real allocator over the simulated memory backend; optionally
  * with the host thread that issues the program (allocator calls at issue time, bounded
  * run-ahead, deferred frees of blocks other streams use); a kernel waits for the host's
- * issue where the trace's ops give host times (trace_op.host_us). Deterministic: simulated time only,
- * no wall clock. Used by the memsim command, experiments and the validation driver. */
+ * issue where the trace's ops give host times (trace_op.host_us). Deterministic: simulated
+ * time only, no wall clock. Used by the memsim command, experiments and the validation
+ * driver. */
 #ifndef MEMSIM_EXEC_H
 #define MEMSIM_EXEC_H
 
