@@ -126,6 +126,10 @@ enum {
     X("host.cpu_cores", MF_I64, host_cpu_cores, R_COUNT, "CPU cores per node")                 \
     X("host.adam_params_per_s", MF_DBL, host_adam_params_per_s, R_POS,                         \
       "CPU Adam throughput of one GPU's share of the cores, parameters/s")                     \
+    X("host.recompute_layer_us", MF_DBL, host_recompute_layer_us, R_OPT_NONNEG,               \
+      "host time a recomputed layer costs beyond its ops' own host time (PyTorch's "           \
+      "non-reentrant checkpoint: its hooks around the replayed forward), microseconds; "       \
+      "absent: 0, not measured")                                                               \
     X("lat.cuda_malloc_base_us", MF_DBL, cuda_malloc_base_us, R_NONNEG,                        \
       "cudaMalloc time = base + per_gib * GiB; base, microseconds")                            \
     X("lat.cuda_malloc_per_gib_us", MF_DBL, cuda_malloc_per_gib_us, R_NONNEG,                  \

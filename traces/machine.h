@@ -59,6 +59,8 @@ typedef struct machine {
     uint64_t host_mem_bytes;         /* per node, shared by its GPUs */
     int64_t host_cpu_cores;          /* per node */
     double host_adam_params_per_s;   /* CPU Adam throughput per GPU's share of cores */
+    double host_recompute_layer_us;  /* host time per recomputed layer beyond its ops' own
+                                        (checkpoint hooks); 0: not measured */
     /* driver and allocator latencies */
     double cuda_malloc_base_us;      /* cudaMalloc time = base + per_gib * GiB */
     double cuda_malloc_per_gib_us;
