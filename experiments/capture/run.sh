@@ -17,7 +17,9 @@
 #                       difference; the table also goes to OUTDIR/comparison.txt
 # Environment: MEMSIM (the memsim command, default sim/memsim), PYTHON (default python3),
 # CASES (default cases.tsv), MACHINE (default h200-sxm), VENV (run.sh gpu: where
-# pip install ./python goes, default a new /tmp/memsim-venv-*).
+# pip install ./python goes, default a new /tmp/memsim-venv-*), MODES (run.sh gpu: the
+# runs, default "capture keep ckpt save_on_cpu"; MODES=capture captures again beside
+# measurements already in OUTDIR).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -55,7 +57,7 @@ gpu() {
     mkdir -p "$out"
     install
     while IFS=$'\t' read -r name cfg prec seq batch; do
-        for mode in capture keep ckpt save_on_cpu; do
+        for mode in ${MODES:-capture keep ckpt save_on_cpu}; do
             echo "== $name $mode" >&2
             extra=()
             [ "$mode" = capture ] && extra=(--trace "$out/$name.trace.gz")
