@@ -36,9 +36,16 @@ cases() { grep -v '^#' "$CASES" | grep -v '^[[:space:]]*$'; }
 # missing, into the user's site-packages; capture_run.py imports that, not the source tree.
 install() {
     local venv=${VENV:-$(mktemp -d /tmp/memsim-venv-XXXXXX)}
-    if "$PYTHON" -m venv --system-site-packages "$venv" >/dev/null 2>&1; then
+    if "$PYTHON" -m venv --system-site-packages "$venv" >/dev/null 2>&1 &&
+        "$venv/bin/python" -c 'import torch' 2>/dev/null; then
         PY="$venv/bin/python"
         "$PY" -m pip install --no-build-isolation --no-index --force-reinstall "$ROOT/python" >&2
+    elif "$PYTHON" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+        # PYTHON is itself a virtual environment's (where PyTorch lives, as on the GPU
+        # machine): a venv made from it would not see its packages; install beside them
+        PY=$PYTHON
+        export PYTHONPATH="$venv${PYTHONPATH:+:$PYTHONPATH}"
+        "$PY" -m pip install --no-build-isolation --no-index --target "$venv" "$ROOT/python" >&2
     else
         PY=$PYTHON
         "$PY" -m pip install --user --no-build-isolation --no-index --force-reinstall \
