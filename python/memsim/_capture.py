@@ -790,6 +790,7 @@ class Capture:
                 how = "launches" if self.cuda and cap.launches() else "ops"
             acts = ([ProfilerActivity.CPU] if how == "ops" or not self.cuda else []) + \
                 ([ProfilerActivity.CUDA] if self.cuda else [])
+            self.plain_acts = acts
             self.plain_prof = profile(activities=acts)
             self.plain_prof.__enter__()
         except Exception as e:
@@ -815,7 +816,15 @@ class Capture:
             print("memsim.capture: no host timing (%s)" % e, file=sys.stderr)
             return
         self.plain_prof = None
-        self.host_info = _host.host_times(self.cap_events, events, ops, self.cuda)
+        cost = 0.0
+        if self.cuda:
+            try:
+                cost = _host.profiler_call_cost_us(self.torch, self.device, self.plain_acts)
+            except Exception as e:
+                print("memsim.capture: the profiler's own cost not measured (%s)" % e,
+                      file=sys.stderr)
+        self.host_info = _host.host_times(self.cap_events, events, ops, self.cuda, cost)
+        self.host_info["call_cost_us"] = cost
         if self.host_info["matched"] == 0 and ops:
             print("memsim.capture: no host times: none of the %d ops matched the plain "
                   "step's profile (%d events)%s" % (len(ops), len(events),
@@ -895,6 +904,7 @@ class Capture:
             tr.set_meta("captured.host_matched", "%d/%d" % (h["matched"], h["ops"]))
             tr.set_meta("captured.host_syncs", h["syncs"])
             tr.set_meta("captured.host_step_us", "%.1f" % h["step_us"])
+            tr.set_meta("captured.host_call_cost_us", "%.3f" % h.get("call_cost_us", 0.0))
             if not self.host_info:
                 for op in tr.ops():
                     op.host_us, op.host_sync = None, 0
