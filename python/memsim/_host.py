@@ -168,7 +168,14 @@ def _match_ops(plain, ops, cuda):
     return issue
 
 
-def _blocked(plain, lo, hi, busy):
+def _typical_launch_us(plain):
+    """The median duration of the profile's launch calls: what a launch costs the host
+    when CUDA's launch queue has room."""
+    d = sorted(c.end - c.start for c in plain.calls if c.name.startswith(_LAUNCH_PREFIX))
+    return d[len(d) // 2] if d else 0.0
+
+
+def _blocked(plain, lo, hi, busy, typical=None):
     """The host's blocked time among the calls starting in (lo, hi]: the allocation calls
     whole, and of each blocking call the part while the GPU still ran earlier work (busy:
     per call, the end of the GPU work launched before it; None when the profile links no
@@ -179,7 +186,11 @@ def _blocked(plain, lo, hi, busy):
         c = plain.calls[i]
         if first_launch is None and _is_launch(c.name):
             first_launch = c.start
-        if c.name in _ALLOC:
+        if typical and c.name.startswith(_LAUNCH_PREFIX) and c.end - c.start > 4 * typical:
+            # a launch that outlasts four typical ones waited for a free slot in CUDA's
+            # launch queue, i.e. for the GPU's earlier work: the excess is not the host's
+            us += c.end - c.start - typical
+        elif c.name in _ALLOC:
             us += c.end - c.start
         elif c.blocking():
             if first_block is None:
@@ -227,6 +238,7 @@ def host_times(cap_events, plain_events, ops, cuda, call_cost_us=0.0):
         if issue_t:
             method = "ops"
     busy = _busy_before(plain)
+    typical = _typical_launch_us(plain) if cuda else 0.0
     prev = plain.t0 if plain.t0 is not None else 0.0
     first = prev
     last_op = None
@@ -236,7 +248,8 @@ def host_times(cap_events, plain_events, ops, cuda, call_cost_us=0.0):
         t = issue_t.get(o.id)
         if t is None:
             continue
-        blocked, blk, launch = _blocked(plain, prev, t, busy) if cuda else (0.0, None, None)
+        blocked, blk, launch = _blocked(plain, prev, t, busy, typical) if cuda \
+            else (0.0, None, None)
         if blk is not None:
             # a blocking call before the op's first launch waited for the previous op (and
             # all before it); one from its first launch on, for this op's own work

@@ -85,6 +85,15 @@ class HostTimes(unittest.TestCase):
         self.assertEqual([o.host_sync for o in ops], [0, 0, 1, 0])
         self.assertAlmostEqual(info["step_us"], 305.0)
 
+    def test_full_launch_queue(self):
+        """A kernel launch that outlasts four typical ones waited for room in CUDA's launch
+        queue: its excess over the typical launch is not the host's."""
+        ops = [Op(i, "x") for i in (1, 2, 3, 4)]
+        ev = plain()
+        ev[7] = Ev("cudaLaunchKernel", 1300, 1365, eid=25)    # 65 us against 5
+        info = _host.host_times(captured(), ev, ops, cuda=True)
+        self.assertEqual([o.host_us for o in ops], [25.0, 40.0, 15.0, 75.0])
+
     def test_unlinked_profile(self):
         """Without GPU activities the launches match by call name and a blocking call counts
         whole; an async copy is then not known to be to pageable memory."""
