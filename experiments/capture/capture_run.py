@@ -3,11 +3,10 @@
 model from its config in random initialization exactly as experiments/realworld/hf_run.py
 does (on the GPU in its dtype, SDPA, AdamW, bf16 autocast for amp), then in one process
 per mode:
-  --mode capture     the warm-up steps, memsim.capture over the next two (keep-all) steps:
-                     the first captured, the second run plain under torch.profiler for
-                     each op's host time (host_us, host_sync; docs/CAPTURE.md, "Host
-                     time"), then an uncaptured step timed for the capture's overhead;
-                     writes the trace
+  --mode capture     the warm-up steps, memsim.capture over the next (keep-all) step (with
+                     --host-timing a second, run plain under torch.profiler for each op's
+                     host time: host_us, host_sync; docs/CAPTURE.md, "Host time"), then an
+                     uncaptured step timed for the capture's overhead; writes the trace
   --mode keep        the plain step measured (peak reserved, peak allocated, median step)
   --mode ckpt        model.gradient_checkpointing_enable(use_reentrant=False), measured
   --mode save_on_cpu torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward
@@ -38,6 +37,9 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--out", default="")
+    p.add_argument("--host-timing", action="store_true",
+                   help="--mode capture: run a second step plain under torch.profiler for "
+                   "each op's host time (experimental: docs/CAPTURE.md, 'Host time')")
     a = p.parse_args(argv)
     import torch
     import hf_run
@@ -75,13 +77,15 @@ def main(argv=None):
                 step()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            with memsim.capture(a.trace, model=model, optimizer=opt):
+            with memsim.capture(a.trace, model=model, optimizer=opt,
+                                host_timing=a.host_timing):
                 step()                  # captured
                 torch.cuda.synchronize()
-                t1 = time.perf_counter()
-                step()                  # plain, profiled: the host times
-                torch.cuda.synchronize()
-                res["host_profiled_step_s"] = time.perf_counter() - t1
+                if a.host_timing:
+                    t1 = time.perf_counter()
+                    step()              # plain, profiled: the host times
+                    torch.cuda.synchronize()
+                    res["host_profiled_step_s"] = time.perf_counter() - t1
             torch.cuda.synchronize()
             res["capture_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()

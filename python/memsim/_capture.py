@@ -106,8 +106,10 @@ class Capture:
             raise CaptureError("host_timing must be True, False, 'launches' or 'ops', got %r"
                                % (host_timing,))
         self.host_how = host_timing if isinstance(host_timing, str) else None
-        self.host_timing = (self.timing and self.cuda) if host_timing is None \
-            else bool(host_timing)
+        # off unless asked for: the host times measured under torch.profiler made the
+        # keep-all step predictions of experiments/capture worse, not better (+0.5 to +89 %
+        # against -3.5 to -32 % without; experiments/capture/results_host)
+        self.host_timing = bool(host_timing)
         if self.cuda:
             from . import _cuda
             why = _cuda.supported()
@@ -942,7 +944,7 @@ class capture:
     each op's kernel time from torch.profiler; layers: the model's blocks (a ModuleList,
     a list of modules or an attribute path such as "model.layers") when the automatic
     search (the largest ModuleList of one module class) is not what is wanted;
-    host_timing (default: on CUDA with timing): each op's host (CPU) time and the ops the
+    host_timing (default off; experimental, see docs/CAPTURE.md): each op's host (CPU) time and the ops the
     host synchronizes on, measured on the next `iterations` iterations the block runs after
     the captured ones, which run plain (without the capture's hooks) under torch.profiler:
     run the step once more inside the block for them (docs/CAPTURE.md, "Host time");
