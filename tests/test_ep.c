@@ -95,7 +95,8 @@ static opcount ops_ending(const trace_t *t, int iter, const char *suffix)
     return c;
 }
 
-/* Every op's tensors live, every free of a live tensor, only model states left. */
+/* Every op's tensors live, every free of a live tensor, only model states left (and
+ * megatron's global all-gather buffer, a workspace it keeps with tp > 1). */
 static int valid(const trace_t *t, char *why, size_t n)
 {
     u64map *live = u64map_new(1024);
@@ -115,7 +116,7 @@ static int valid(const trace_t *t, char *why, size_t n)
     }
     uint64_t k, v;
     for (size_t it = 0; !bad && u64map_next(live, &it, &k, &v);)
-        if (v > TC_OPTSTATE) bad = snprintf(why, n, "activation %llu left", (unsigned long long)k) > 0;
+        if (v > TC_OPTSTATE && v != TC_WORKSPACE) bad = snprintf(why, n, "activation %llu left", (unsigned long long)k) > 0;
     u64map_free(live);
     return !bad;
 }
@@ -264,9 +265,40 @@ static void test_errors(void)
     c = moe_config(1, 2, 2, GEN_FW_GENERIC);
     c.zero3 = 1;
     expect_err(c, "not modelled with lora, zero3 or offload", "MoE with zero3");
-    c = moe_config(1, 2, 1, GEN_FW_GENERIC);
+    c = moe_config(2, 2, 1, GEN_FW_GENERIC);
     model_lookup("qwen1.5-moe-a2.7b", &c.model, &err);
-    expect_err(c, "shared expert", "generic refuses shared experts");
+    c.model.shared_ffn = 5631;
+    expect_err(c, "tp 2 does not divide the shared expert's ffn size 5631",
+               "tp not dividing the shared expert");
+}
+
+/* Qwen1.5-MoE's layer (60 experts of 1408, top-4, a shared expert of 5632 with a sigmoid
+ * gate) on 2 layers, tp 2, dp 4, ep 2: the shared expert's weights TP-sharded and replicated
+ * over ep, its gate whole; a valid trace in both programs. */
+static void test_shared(const machine_t *m)
+{
+    for (int mg = 0; mg < 2; mg++) {
+        gen_config c = moe_config(2, 4, 2, mg ? GEN_FW_MEGATRON : GEN_FW_GENERIC);
+        ms_error err;
+        model_lookup("qwen1.5-moe-a2.7b", &c.model, &err);
+        c.model.layers = 2;
+        trace_t *t = gen(&c, m);
+        uint64_t h = c.model.hidden, fs = c.model.shared_ffn, fe = c.model.expert_ffn;
+        char why[160] = "";
+        TAP_OK(t && tensor_bytes(t, "L1.shared.fc1.w") == h * 2 * fs / 2 * 2 &&
+                   tensor_bytes(t, "L1.shared.fc2.w") == fs / 2 * h * 2 &&
+                   tensor_bytes(t, "L1.shared_gate.w") == h * 2 &&
+                   tensor_bytes(t, "L1.experts.fc1.w") == 30 * h * 2 * fe / 2 * 2 &&
+                   valid(t, why, sizeof why),
+               "%s: shared expert /tp, its gate whole, 30 of 60 experts /tp; a valid trace (%s)",
+               mg ? "megatron" : "generic", why);
+        TAP_OK(t && ops_ending(t, 1, "L0.shared_gate.mul").n == 1 &&
+                   ops_ending(t, 1, "L0.shared.fc1.bwd").n == 1 &&
+                   ops_ending(t, 1, "a2a").n + ops_ending(t, 1, "a2a.bwd").n == 8,
+               "%s: the shared branch forward and backward beside the routed experts",
+               mg ? "megatron" : "generic");
+        trace_free(t);
+    }
 }
 
 static void test_mfu(const machine_t *m)
@@ -290,6 +322,7 @@ int main(void)
     test_all_to_all_ops(&m);
     test_roofline(&m);
     test_errors();
+    test_shared(&m);
     test_mfu(&m);
     return tap_done();
 }

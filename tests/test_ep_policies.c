@@ -1,6 +1,6 @@
 /* test_ep_policies.c — every registered policy (`memsim list`) on a mixture-of-experts
  * workload with expert parallelism (tests/data/hf/mixtral.json, framework generic and
- * megatron, dp 4, ep 2, on h200-sxm): each either runs with sane numbers or refuses with a
+ * megatron, dp 4, ep 2, on h200-sxm; Qwen2-MoE with its shared expert likewise): each either runs with sane numbers or refuses with a
  * message, never crashes (all but the three that plan the ZeRO-Offload form run; on one GPU
  * all of them); the plain policies' schedules keep the four all-to-alls of every MoE
  * layer, and full-recompute repeats the forward's two in its recomputation. */
@@ -17,10 +17,12 @@
 
 static char model[512];
 
+static const char *cfg = "mixtral";
+
 static void moe_workload(pipe_workload *w, const char *framework, int dp, int ep)
 {
     const char *src = getenv("srcdir");
-    snprintf(model, sizeof model, "config:%s/tests/data/hf/mixtral.json", src ? src : ".");
+    snprintf(model, sizeof model, "config:%s/tests/data/hf/%s.json", src ? src : ".", cfg);
     pipe_workload_default(w);
     w->model = model;
     w->seq = 2048;
@@ -53,7 +55,7 @@ static void every_policy(const machine_t *m, const char *framework, int dp, int 
     for (int f = 0; f < 2; f++)
         if (pipe_trace_for(&w, m, f ? POL_FORM_OFFLOAD : POL_FORM_PLAIN, &t[f], &err) != MS_OK)
             TAP_NOTE("%s form %d: %s", framework, f, err.msg);
-    TAP_OK(t[0] != NULL, "%s: the MoE trace at dp %d ep %d", framework, dp, ep);
+    TAP_OK(t[0] != NULL, "%s %s: the MoE trace at dp %d ep %d", cfg, framework, dp, ep);
     if (!t[0]) return;
     /* the ZeRO-Offload form: the generator has no MoE program for it, and the form made from
      * a plain trace is one GPU's: the policies that plan it refuse, saying so */
@@ -79,7 +81,7 @@ static void every_policy(const machine_t *m, const char *framework, int dp, int 
                    isfinite(r.iter_time_s) && r.peak_reserved_bytes >= r.peak_allocated_bytes &&
                    r.peak_allocated_bytes > 0;
         int said = st != MS_OK && strlen(err.msg) > 10;
-        TAP_OK(good || said, "%s dp %d ep %d %s: %s%s", framework, dp, ep, reg[i]->name,
+        TAP_OK(good || said, "%s %s dp %d ep %d %s: %s%s", cfg, framework, dp, ep, reg[i]->name,
                good ? "runs" : said ? "refuses: " : "neither runs nor says why",
                good ? "" : st != MS_OK ? err.msg : r.failure);
         ran += (size_t)good;
@@ -165,6 +167,11 @@ int main(void)
     every_policy(m, "megatron", 4, 2, n - 3);
     /* on one GPU the form is made from the plain trace: every policy runs */
     every_policy(m, "generic", 1, 1, 0);
+    /* Qwen2-MoE: a shared expert with its gate beside the routed ones */
+    cfg = "qwen2_moe";
+    every_policy(m, "generic", 4, 2, n - 3);
+    every_policy(m, "megatron", 4, 2, n - 3);
+    cfg = "mixtral";
     recompute_repeats(m);
     machine_profile_free(mp);
     return tap_done();

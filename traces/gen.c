@@ -151,6 +151,7 @@ typedef struct gsz {
      * all-gather that feed the local experts; fe, f1e the experts' local widths. */
     int ep;
     uint64_t E, El, k, fe, f1e, S, Re, R;
+    uint64_t fs, f1s;        /* the shared expert's local widths (0: none) */
     uint64_t eoptdeg;        /* ranks the experts' optimizer states are sharded over */
 } gsz;
 
@@ -177,6 +178,8 @@ static void moe_sizes(const gen_config *c, gsz *z)
     z->k = m->experts_per_tok;
     z->fe = m->expert_ffn / tp;
     z->f1e = (m->mlp == MODEL_MLP_SWIGLU ? 2 * m->expert_ffn : m->expert_ffn) / tp;
+    z->fs = m->shared_ffn / tp;
+    z->f1s = (m->mlp == MODEL_MLP_SWIGLU ? 2 * m->shared_ffn : m->shared_ffn) / tp;
     z->S = z->Ts * z->k;
     z->Re = moe_received(c, z);
     z->R = z->Re * tp;
@@ -309,11 +312,12 @@ static ms_status check_moe(const gen_config *c, ms_error *err)
     if (m->expert_ffn % (uint64_t)c->tp)
         return ms_fail(err, MS_ERR_INVALID, "tp %d does not divide the expert ffn size %"
                        PRIu64 " of %s", c->tp, m->expert_ffn, m->name);
-    if (m->shared_ffn || m->shared_gate)
-        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework %s: %s has a shared expert, which "
-                       "the generic and megatron programs do not model yet (framework hf "
-                       "does, on one GPU)", c->framework == GEN_FW_MEGATRON ? "megatron"
-                       : "generic", m->name);
+    if (m->shared_ffn % (uint64_t)c->tp)
+        return ms_fail(err, MS_ERR_INVALID, "tp %d does not divide the shared expert's ffn "
+                       "size %" PRIu64 " of %s", c->tp, m->shared_ffn, m->name);
+    if (m->shared_gate && !m->shared_ffn)
+        return ms_fail(err, MS_ERR_INVALID, "model '%s': a shared-expert gate without a "
+                       "shared expert", m->name);
     if (c->lora || c->zero3 || c->offload)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "mixture-of-experts layers are not modelled "
                        "with lora, zero3 or offload (%s)", m->name);
@@ -470,7 +474,7 @@ ms_status gen_validate(const gen_config *cin, ms_error *err)
 
 /* Parameter slots of a layer group; the LoRA adapters (A then B) of the four linears follow
  * the base weights. */
-enum { G_LN1, G_QKV, G_PROJ, G_LN2, G_FC1, G_FC2, G_ROUTER, G_EFC1, G_EFC2, G_LORA0,
+enum { G_LN1, G_QKV, G_PROJ, G_LN2, G_FC1, G_FC2, G_ROUTER, G_EFC1, G_EFC2, G_SGATE, G_LORA0,
        G_MAXP = G_LORA0 + 8 };
 /* Adapter slot of a base linear's A (B is the next slot). */
 #define G_LORA_A(base) (G_LORA0 + 2 * ((base) == G_QKV ? 0 : (base) == G_PROJ ? 1 : \
@@ -515,6 +519,7 @@ typedef struct lstate {
     /* MoE layers: the router's softmax, the top-k weights and indices, the permutation's
      * sorted indices, the experts' input, fc1 and activation outputs, the combined rows */
     uint64_t rprobs, tprobs, ridx, pidx, ein, efc1, eact, comb;
+    uint64_t sout, sgate;    /* gated shared expert: its output and the sigmoid gate */
 } lstate;
 
 typedef struct gctx {
@@ -582,6 +587,10 @@ static void free_t(gctx *x, uint64_t id)
 
 static uint64_t new_op(gctx *x) { return x->next_oid++; }
 
+/* Operands an op may list: megatron's optimizer step of a MoE layer reads the gradients,
+ * states, two moments and the parameter of each of its ten slots. */
+#define OPS_MAX 48
+
 typedef struct opspec {
     trace_opkind kind;
     int layer;
@@ -589,9 +598,9 @@ typedef struct opspec {
     double flops;
     uint64_t br, bw;
     double dur_us;
-    uint64_t in[24];
+    uint64_t in[OPS_MAX];
     uint32_t nin;
-    uint64_t out[24];
+    uint64_t out[OPS_MAX];
     uint32_t nout;
     const uint64_t *ext_out; /* when set, the outputs (n_ext_out of them) instead of out[] */
     uint32_t n_ext_out;
@@ -624,7 +633,7 @@ static void emit_op(gctx *x, uint64_t oid, const opspec *o)
     p->bytes_read = o->br;
     p->bytes_written = o->bw;
     p->dur_us = o->dur_us;
-    uint64_t in[24], out[24];
+    uint64_t in[OPS_MAX], out[OPS_MAX];
     p->n_in = compact_ids(o->in, o->nin, in);
     p->in = in;
     if (o->ext_out) {
@@ -821,6 +830,10 @@ static void plan_layer(gctx *x, ggroup *g, int l)
         grp_set(x, g, G_ROUTER, "router.w", z->h * z->E, 0);
         grp_set_expert(x, g, G_EFC1, "experts.fc1.w", z->El * (z->h * z->f1e + (bias ? z->f1e : 0)));
         grp_set_expert(x, g, G_EFC2, "experts.fc2.w", z->El * (z->fe * z->h + (bias ? z->h : 0)));
+        /* the shared expert: a dense MLP of its own width, TP-sharded, and its h -> 1 gate */
+        grp_set(x, g, G_FC1, "shared.fc1.w", z->h * z->f1s + (bias ? z->f1s : 0), 0);
+        grp_set(x, g, G_FC2, "shared.fc2.w", z->fs * z->h + (bias ? z->h : 0), 0);
+        if (x->c->model.shared_gate) grp_set(x, g, G_SGATE, "shared_gate.w", z->h, 0);
     } else {
         grp_set(x, g, G_FC1, "fc1.w", z->h * z->f1 + (bias ? z->f1 : 0), 0);
         grp_set(x, g, G_FC2, "fc2.w", z->f * z->h + (bias ? z->h : 0), 0);
@@ -1407,6 +1420,15 @@ static uint64_t resid_add(gctx *x, int l, const char *op, int owner, const char 
 
 static uint64_t rows_h(const gsz *z, uint64_t rows) { return rows * z->h * z->D; }
 
+/* The dense MLP's backward pieces, defined with the layer backward below. */
+static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+                                 uint64_t saved_shard, const uint64_t *dout, int ndout,
+                                 uint64_t N, uint64_t mid);
+static uint64_t row_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+                                 const char *op, const char *agop, const char *full,
+                                 const char *dname, uint64_t dout, uint64_t saved, uint64_t K,
+                                 int free_saved, uint64_t mid);
+
 /* GPUs an ep group spans, as the placement view lays the ranks out. */
 static int ep_span(const gctx *x)
 {
@@ -1520,6 +1542,53 @@ static uint64_t moe_route(gctx *x, int l, const ggroup *g, lstate *s)
     return perm;
 }
 
+/* The shared expert (Megatron's SharedExpertMLP, Qwen2-MoE's shared_expert) on the same
+ * ln2 output as the router: a dense MLP of width shared_ffn (gathered over TP, reduce-
+ * scattered back), with shared_gate its output times sigmoid(ln2_out . w_g) (the output and
+ * the gate saved for the product's backward). Returns the [Ts, h] branch. */
+static uint64_t shared_fwd(gctx *x, int l, const ggroup *g, lstate *s)
+{
+    const gsz *z = &x->z;
+    int gated = x->c->model.shared_gate;
+    uint64_t a2 = tp_gather(x, l, "shared.ln2.ag", "shared.ln2_full", s->ln2);
+    static const char *const fc1n[1] = { "shared.fc1_out" };
+    uint64_t fc1b[1] = { z->T * z->f1s * z->D };
+    linear_fwd(x, l, g, G_FC1, "shared.fc1", a2, z->f1s, z->h, 1, fc1n, fc1b, TC_ACT_SKEL,
+               &s->fc1, &s->mid[2]);
+    if (z->tp > 1) free_t(x, a2);
+    uint64_t oid = new_op(x);
+    s->act = alloc_t(x, l, "shared.act_out", z->T * z->fs * z->D, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "shared.act", IN(s->fc1),
+                          OUT(s->act), .flops = ACT_FWD_FLOPS * (double)(z->T * z->fs),
+                          .br = z->T * z->f1s * z->D, .bw = z->T * z->fs * z->D));
+    const char *pn[1] = { z->tp > 1 ? "shared_out_partial" : "shared_out" };
+    uint64_t pb[1] = { z->T * z->h * z->D }, part;
+    trace_class pc = z->tp > 1 || !gated ? TC_ACT_TRANS : TC_ACT_SKEL;
+    linear_fwd(x, l, g, G_FC2, "shared.fc2", s->act, z->h, z->fs, 1, pn, pb, pc, &part,
+               &s->mid[3]);
+    uint64_t so = tp_scatter(x, l, "shared.fc2.rs", l, "shared_out", part,
+                             gated ? TC_ACT_SKEL : TC_ACT_TRANS);
+    if (!gated) return so;
+    uint64_t Ts = z->Ts, n = Ts * z->h;
+    s->sout = so;
+    oid = new_op(x);
+    uint64_t logit = alloc_t(x, l, "shared_gate_logit", Ts * z->D, TC_ACT_TRANS, (int64_t)oid);
+    gemm_fwd(x, oid, OPS(.layer = l, .what = "shared_gate", IN(s->ln2, pw(x, g, G_SGATE)),
+                         OUT(logit)), Ts, 1, z->h);
+    oid = new_op(x);
+    s->sgate = alloc_t(x, l, "shared_gate_sig", Ts * z->D, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.sigmoid",
+                          IN(logit), OUT(s->sgate), .flops = 4.0 * (double)Ts,
+                          .br = Ts * z->D, .bw = Ts * z->D));
+    free_t(x, logit);
+    oid = new_op(x);
+    uint64_t out = alloc_t(x, l, "shared_gated", n * z->D, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.mul",
+                          IN(so, s->sgate), OUT(out), .flops = (double)n,
+                          .br = n * z->D + Ts * z->D, .bw = n * z->D));
+    return out;
+}
+
 /* The MoE block's forward in place of the MLP: returns its [Ts, h] output (for add2). */
 static uint64_t moe_fwd(gctx *x, int l, const ggroup *g, lstate *s)
 {
@@ -1556,6 +1625,12 @@ static uint64_t moe_fwd(gctx *x, int l, const ggroup *g, lstate *s)
                           .flops = 2.0 * (double)(z->S * z->h),
                           .br = rows_h(z, z->S) + z->S * (F32 + TOKEN_ID_BYTES),
                           .bw = rows_h(z, z->Ts)));
+    if (!z->fs) return out;
+    uint64_t so = shared_fwd(x, l, g, s), n = z->Ts * z->h;
+    oid = new_op(x);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared.add", IN(out, so),
+                          OUT(out), .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
+    free_t(x, so);
     return out;
 }
 
@@ -1588,6 +1663,55 @@ static uint64_t experts_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t
     free_t(x, dfc1);
     free_t(x, s->ein);
     return din;
+}
+
+/* The shared expert's backward from dx (not freed): the gate's product, sigmoid and linear
+ * (its data gradient accumulated into dln2), then the MLP, whose ln2-output gradient is
+ * added into dln2. Frees the ln2 output (the MLP's column-parallel backward does). */
+static void shared_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx, uint64_t dln2)
+{
+    const gsz *z = &x->z;
+    uint64_t Ts = z->Ts, n = Ts * z->h, dso = dx;
+    if (x->c->model.shared_gate) {
+        uint64_t oid = new_op(x);
+        dso = alloc_t(x, l, "d_shared_out", n * z->D, TC_ACT_TRANS, (int64_t)oid);
+        uint64_t dsg = alloc_t(x, l, "d_shared_gate", Ts * z->D, TC_ACT_TRANS, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.mul.bwd",
+                              IN(dx, s->sout, s->sgate), OUT(dso, dsg), .flops = 3.0 * (double)n,
+                              .br = 2 * n * z->D + Ts * z->D, .bw = n * z->D + Ts * z->D));
+        free_t(x, s->sout);
+        oid = new_op(x);
+        uint64_t dlg = alloc_t(x, l, "d_shared_gate_logit", Ts * z->D, TC_ACT_TRANS, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.sigmoid.bwd",
+                              IN(dsg, s->sgate), OUT(dlg), .flops = 3.0 * (double)Ts,
+                              .br = 2 * Ts * z->D, .bw = Ts * z->D));
+        free_t(x, dsg);
+        free_t(x, s->sgate);
+        uint64_t gg = gw(x, g, G_SGATE);
+        oid = new_op(x);
+        gemm_bwd(x, oid, OPS(.layer = l, .what = "shared_gate.bwd",
+                             IN(dlg, pw(x, g, G_SGATE), s->ln2, dln2), OUT(dln2, gg)), Ts, 1,
+                 z->h, gg != 0);
+        free_t(x, dlg);
+    }
+    uint64_t dact = row_parallel_bwd(x, l, g, G_FC2, "shared.fc2", "shared.fc2.bwd",
+                                     "shared.fc2.ag.bwd", "d_shared_out_full", "d_shared_act",
+                                     dso, s->act, z->fs, 1, s->mid[3]);
+    if (dso != dx) free_t(x, dso);
+    uint64_t oid = new_op(x);
+    uint64_t dfc1 = alloc_t(x, l, "d_shared_fc1", z->T * z->f1s * z->D, TC_ACT_TRANS,
+                            (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "shared.act.bwd", IN(dact, s->fc1),
+                          OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->fs),
+                          .br = z->T * (z->fs + z->f1s) * z->D, .bw = z->T * z->f1s * z->D));
+    free_t(x, dact);
+    free_t(x, s->fc1);
+    uint64_t dsh = col_parallel_bwd(x, l, g, G_FC1, "shared.fc1", s->ln2, &dfc1, 1, z->f1s,
+                                    s->mid[2]);
+    oid = new_op(x);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared.dadd", IN(dln2, dsh),
+                          OUT(dln2), .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
+    free_t(x, dsh);
 }
 
 /* The MoE block's backward from dx, the [Ts, h] gradient of its output: the
@@ -1639,7 +1763,11 @@ static uint64_t moe_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx)
                          IN(dlog, pw(x, g, G_ROUTER), s->ln2, dln2), OUT(dln2, rg)), Ts, E, z->h,
              rg != 0);
     free_t(x, dlog);
-    free_t(x, s->ln2);
+    if (!z->fs) {
+        free_t(x, s->ln2);
+        return dln2;
+    }
+    shared_bwd(x, l, g, s, dx, dln2);
     return dln2;
 }
 
