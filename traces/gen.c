@@ -441,6 +441,11 @@ static ms_status check_fits(const gen_config *c, ms_error *err)
     if (f1 > width) width = f1;
     if (h > width) width = h;
     double act = T * width * 8.0 + T * h * 3.0 * F32;
+    if (m->n_experts) { /* the experts' rows: at most every token's k rows from every ep rank */
+        double f1e = (double)m->expert_ffn * (m->mlp == MODEL_MLP_SWIGLU ? 2.0 : 1.0) / tp;
+        double rows = T * (double)m->experts_per_tok * (c->ep > 1 ? (double)c->ep : 1.0);
+        if (rows * (f1e + h) * 8.0 > act) act = rows * (f1e + h) * 8.0;
+    }
     if (act > GEN_TENSOR_MAX)
         return ms_fail(err, MS_ERR_INVALID, "seq x micro-batch too large: %" PRIu64 " x %"
                        PRIu64 " tokens make tensors beyond the trace format's 1 PiB",
