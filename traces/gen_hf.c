@@ -1175,7 +1175,7 @@ static void hf_meta(hf_x *x)
     if (!x->st) x->st = trace_set_meta(x->t, "hf_params", buf);
     /* GPT-2: a checkpointed layer's weight casts stay in autocast's cache to the forward's
        end (planners/lower.c) */
-    if ((x->gpt2 || x->lnfam) && x->amp && !x->st)
+    if (x->amp && !x->st)
         x->st = trace_set_meta(x->t, "autocast_cache", "1");
 }
 
