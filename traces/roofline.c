@@ -102,11 +102,16 @@ double roof_attn_us(const machine_t *m, const roof_params *p, double flops, uint
     return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
 }
 
-/* The head-dim 64 ratio at d <= 64, 1 at d >= 128, linear between (an assumption: only
- * those two dims are measured). */
-static double hd_scale(double ratio64, uint64_t head_dim)
+/* The head-dim 64 ratio at d <= 64, 1 at 128, the head-dim 256 ratio at d >= 256, linear
+ * between (an assumption: only those three dims are measured). A ratio of 0 is 1. */
+static double hd_scale(double ratio64, double ratio256, uint64_t head_dim)
 {
-    if (ratio64 <= 0.0 || head_dim >= 128) return 1.0;
+    if (head_dim >= 128) {
+        if (ratio256 <= 0.0 || head_dim == 128) return 1.0;
+        if (head_dim >= 256) return ratio256;
+        return 1.0 + (ratio256 - 1.0) * (double)(head_dim - 128) / 128.0;
+    }
+    if (ratio64 <= 0.0) return 1.0;
     if (head_dim <= 64) return ratio64;
     return ratio64 + (1.0 - ratio64) * (double)(head_dim - 64) / 64.0;
 }
@@ -120,7 +125,8 @@ double roof_attn_hd_us(const machine_t *m, const roof_params *p, double flops, u
     double half = backward ? m->gpu_sdpa_bwd_half_seq : m->gpu_sdpa_fwd_half_seq;
     double s = (double)seq_tokens;
     double eff = s > 0.0 ? e * s / (s + half) : e;
-    eff *= hd_scale(backward ? m->gpu_sdpa_hd64_bwd : m->gpu_sdpa_hd64_fwd, head_dim);
+    eff *= hd_scale(backward ? m->gpu_sdpa_hd64_bwd : m->gpu_sdpa_hd64_fwd,
+                    backward ? m->gpu_sdpa_hd256_bwd : m->gpu_sdpa_hd256_fwd, head_dim);
     double dr = backward ? m->gpu_sdpa_dropout_bwd : m->gpu_sdpa_dropout_fwd;
     if (dropout && dr > 0.0) eff *= dr; /* the dropout path's RNG and masking */
     double t_compute = term_us(flops, m->gpu_peak_bf16_flops * eff);

@@ -67,10 +67,14 @@ typedef struct trace_op {
     trace_opkind kind;
     trace_phase phase;
     int32_t layer;          /* -1: not in a layer (embedding, head, optimizer) */
+    uint8_t host_sync;      /* 1: the host waits for the GPU to finish this op before it goes
+                               on (.item(), a copy to pageable memory; captured traces) */
     double flops;           /* floating-point operations of this op on this rank */
     uint64_t bytes_read;    /* device-memory bytes read */
     uint64_t bytes_written; /* device-memory bytes written */
     double dur_us;          /* measured or modelled duration; < 0 when unknown */
+    double host_us;         /* host (CPU) time before the op's kernels can be issued, after
+                               the previous op's (captured traces); 0: not given */
     uint32_t n_in, n_out;
     const uint64_t *in;     /* tensor ids read */
     const uint64_t *out;    /* tensor ids written */
