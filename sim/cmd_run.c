@@ -111,6 +111,7 @@ static void ids_of(const trace_t *t, const sim_result *id, wl_ids *w)
     w->tp = id->tp > 0 ? (uint64_t)id->tp : 1;
     w->cp = id->cp > 0 ? (uint64_t)id->cp : 1;
     w->dp = id->dp > 0 ? (uint64_t)id->dp : 1;
+    w->ep = id->ep > 0 ? (uint64_t)id->ep : 1;
 }
 
 /* "workload: MODEL, seq S, batch B, tp T cp C dp D (N GPUs) on MACHINE: X device (Y usable)

@@ -176,6 +176,7 @@ static void fill_ids(sim_result *r, const trace_t *t, const machine_t *m, const 
     r->batch = trace_meta_u64(t, "batch", 0);
     r->tp = (int)trace_meta_u64(t, "tp", 0);
     r->cp = (int)trace_meta_u64(t, "cp", 0);
+    r->ep = (int)trace_meta_u64(t, "ep", 1);
     r->dp = (int)trace_meta_u64(t, "dp", 0);
 }
 
