@@ -1131,6 +1131,10 @@ ms_status gen_hf_check(const gen_config *c, ms_error *err)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
                        "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, gpt2, "
                        "gpt_neox, opt, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
+    if (c->ep > 1)
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models PyTorch eager with "
+                       "transformers on one GPU, which has no expert parallelism (ep %d); use "
+                       "--framework megatron (or generic) for ep > 1", c->ep);
     if (c->tp != 1 || c->cp != 1 || c->dp != 1 || c->lora || c->zero3 || c->offload ||
         c->hf_loss || c->model.is_encoder || c->attn_impl != GEN_ATTN_FLASH)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models one GPU's plain training "

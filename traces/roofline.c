@@ -134,6 +134,23 @@ double roof_attn_hd_us(const machine_t *m, const roof_params *p, double flops, u
     return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
 }
 
+/* All-to-all of B bytes per rank among p ranks (expert parallelism's dispatch and combine):
+ * each rank keeps B/p and sends B/p to every other rank, receiving as much, so (p-1)/p of B
+ * crosses the rank's link each way. NCCL runs it as p-1 concurrent send/recv pairs in one
+ * group (ncclGroupStart / ncclSend / ncclRecv, the alltoall of nccl-tests' doc/PERFORMANCE.md,
+ * whose bus bandwidth is algbw * (p-1)/p), and DeepSpeed-MoE (Rajbhandari et al., ICML 2022,
+ * §5) and Megatron-LM's MoE token dispatcher use it the same way:
+ *     t = (p-1) * lat + B (p-1)/p / bw
+ * The model simplifies: one bandwidth for the whole volume (the group's slowest link: the
+ * NIC when the group leaves the node, though the part exchanged inside the node would go
+ * over NVLink), one message latency per peer (the other collectives' alpha per step), no
+ * contention with other traffic, and balanced messages (an imbalanced rank passes its
+ * larger volume as B). */
+static double a2a_us(uint64_t bytes, double p, double bw, double lat)
+{
+    return (p - 1.0) * lat + term_us((double)bytes * (p - 1.0) / p, bw);
+}
+
 double roof_coll_us(const machine_t *m, roof_coll kind, uint64_t bytes, int ranks,
                     int span_gpus)
 {
@@ -142,6 +159,7 @@ double roof_coll_us(const machine_t *m, roof_coll kind, uint64_t bytes, int rank
     double bw = intra ? m->nvlink_Bps : m->net_Bps;
     double lat = intra ? m->nvlink_lat_us : m->net_lat_us;
     double p = ranks;
+    if (kind == ROOF_ALL_TO_ALL) return m->gpu_kernel_launch_us + a2a_us(bytes, p, bw, lat);
     double step_bytes = kind == ROOF_RING_EXCHANGE ? (double)bytes : (double)bytes / p;
     double t = (p - 1.0) * (lat + term_us(step_bytes, bw));
     if (kind == ROOF_ALL_REDUCE) t *= 2.0; /* reduce-scatter then all-gather */

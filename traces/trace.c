@@ -611,7 +611,7 @@ static ms_status rd_line(trace_reader *r, trace_rec *rec, char **key, char **val
 }
 
 /* Meta keys whose value is a count that must be a positive integer (traces/FORMAT.md). */
-static const char *const POSITIVE_META[] = {"tp", "cp", "dp", "layers", "seq", "batch",
+static const char *const POSITIVE_META[] = {"tp", "cp", "dp", "ep", "layers", "seq", "batch",
                                             "iterations"};
 
 /* Records a meta pair; duplicates, too many, and a bad value of a key in POSITIVE_META are
@@ -1350,6 +1350,8 @@ uint64_t trace_meta_u64(const trace_t *t, const char *key, uint64_t def)
 double trace_model_flops(const trace_t *t)
 {
     double s = (double)trace_meta_u64(t, "seq", 0), P = (double)trace_meta_u64(t, "params", 0);
+    /* a mixture-of-experts model: the parameters a token passes through */
+    P = (double)trace_meta_u64(t, "active_params", (uint64_t)P);
     double n = (double)trace_meta_u64(t, "layers", 0), h = (double)trace_meta_u64(t, "hidden", 0);
     double b = (double)trace_meta_u64(t, "batch", 1), tp = (double)trace_meta_u64(t, "tp", 1);
     double cp = (double)trace_meta_u64(t, "cp", 1);

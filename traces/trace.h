@@ -139,7 +139,8 @@ size_t trace_meta_count(const trace_t *t);
 /* A meta value as an unsigned number; def when absent or not a number. */
 uint64_t trace_meta_u64(const trace_t *t, const char *key, uint64_t def);
 /* Model FLOPs per GPU per iteration by MEMO's formula (§5.1), batch * (6sP + 6nhs^2) /
- * (tp * cp), from the generator's meta lines (seq, params, layers, hidden, batch, tp, cp);
+ * (tp * cp), from the generator's meta lines (seq, params or, for a mixture-of-experts model,
+ * active_params, layers, hidden, batch, tp, cp);
  * 0 when the trace lacks them (imported traces). The MFU numerator of sim and runtime. */
 double trace_model_flops(const trace_t *t);
 const char *trace_meta_key(const trace_t *t, size_t i);
