@@ -25,10 +25,8 @@
 /* a tensor-lowering candidate is pruned when keep-all without a memory limit, less this
  * fraction, is slower than the fastest found (the fraction covers allocator effects) */
 #define AUTO_FLOOR_SLACK 0.01
-/* rounds of ProTrain's neighbourhood walk in the simulator, and steps a mix's keep count
- * moves from its predicted value */
+/* rounds of ProTrain's neighbourhood walk in the simulator */
 #define AUTO_PT_ROUNDS 2
-#define AUTO_MIX_STEPS 4
 /* models of at most this many layers get every swap count in their mixes */
 #define AUTO_MIX_ALL_SWAPS 8
 /* MEMO's alpha grid (its own LP picks one alpha; the grid lets the simulator judge) */
@@ -79,12 +77,11 @@ void auto_opts_default(auto_opts *o)
 plan_decision auto_mix_decision(const auto_mix *mix, int32_t L, int32_t layer, auto_half half)
 {
     if (layer >= L - mix->keep) return PD_KEEP;
-    if (layer < mix->swap) return PD_SWAP;
+    if (layer < mix->swap || mix->mid == AM_SWAP) return PD_SWAP;
     if (half == AH_INPUT) return PD_KEEP;
     switch (mix->mid) {
     case AM_RECOMPUTE_ATTN: return half == AH_ATTN ? PD_RECOMPUTE : PD_KEEP;
     case AM_RECOMPUTE_MLP: return half == AH_MLP ? PD_RECOMPUTE : PD_KEEP;
-    case AM_SWAP: return PD_SWAP;
     case AM_KEEP: return PD_KEEP;
     default: return PD_RECOMPUTE;
     }
@@ -594,8 +591,8 @@ static long mix_run(auto_ctx *x, auto_mix mix)
 }
 
 /* The most layers kept for a given swap count and middle mode: predicted from a simulated
- * mix's peak and the bytes a kept layer adds, then walked a step at a time to the last
- * that fits (keeping one more layer never lowers the peak). Without pruning, every count. */
+ * mix's peak and the bytes a kept layer adds, then found by galloping and bisection (keeping
+ * one more layer never lowers the peak). Without pruning, every count. */
 static void mix_keep_search(auto_ctx *x, auto_mix mix, long ref)
 {
     int kmax = x->L - mix.swap;
@@ -616,14 +613,23 @@ static void mix_keep_search(auto_ctx *x, auto_mix mix, long ref)
     }
     if (k > kmax) k = kmax;
     if (k < 0) k = 0;
+    /* gallop from the prediction (steps 1, 2, 4, ...) to a fit and a failure, then bisect */
     mix.keep = k;
-    long i = mix_run(x, mix);
-    int up = fits(x->res, i);
-    for (int s = 0; s < AUTO_MIX_STEPS; s++) {
-        mix.keep += up ? 1 : -1;
-        if (mix.keep < 0 || mix.keep > kmax) break;
-        long j = mix_run(x, mix);
-        if (fits(x->res, j) != up) break;
+    int lo = -1, hi = kmax + 1; /* lo fits, hi does not */
+    if (fits(x->res, mix_run(x, mix))) lo = k;
+    else hi = k;
+    for (int step = 1; lo < 0 || hi > kmax; step *= 2) {
+        mix.keep = lo >= 0 ? lo + step : hi - step;
+        if (mix.keep > kmax) mix.keep = kmax;
+        if (mix.keep < 0) mix.keep = 0;
+        if ((lo >= 0 && mix.keep <= lo) || (lo < 0 && mix.keep >= hi)) break; /* at an end */
+        if (fits(x->res, mix_run(x, mix))) lo = mix.keep;
+        else hi = mix.keep;
+    }
+    while (lo >= 0 && hi - lo > 1) {
+        mix.keep = lo + (hi - lo) / 2;
+        if (fits(x->res, mix_run(x, mix))) lo = mix.keep;
+        else hi = mix.keep;
     }
 }
 
@@ -634,19 +640,20 @@ static void mix_keep_search(auto_ctx *x, auto_mix mix, long ref)
 static void mixes(auto_ctx *x)
 {
     long all = find_base(x->res, "keep-all"), fr = find_base(x->res, "full-recompute");
+    long fs = find_base(x->res, "full-swap");
     if (!x->o->moves || x->L < 2 || x->p->alpha >= 0) return;
     if (x->o->prune && (fits(x->res, all) || x->state_floor_bytes > x->usable_bytes)) return;
-    auto_mode mids[3] = { AM_RECOMPUTE, AM_RECOMPUTE_ATTN, AM_RECOMPUTE_MLP };
-    int n_mids = x->has_split ? 3 : 1;
+    auto_mode mids[4] = { AM_RECOMPUTE, AM_SWAP, AM_RECOMPUTE_ATTN, AM_RECOMPUTE_MLP };
+    int n_mids = x->has_split ? 4 : 2;
     for (int m = 0; m < n_mids; m++) {
         auto_mix mix = { 0, 0, mids[m] };
-        long ref = m == 0 ? fr : -1;
+        long ref = m == 0 ? fr : m == 1 ? fs : -1;
         if (ref < 0 || !x->res->c[ref].simulated) ref = mix_run(x, mix);
         if (ref < 0) return;
         if (x->o->prune && !fits(x->res, ref)) continue; /* keeping more only adds */
         /* swap counts: every one on a small model (and without pruning), else none and half
          * the layers for full recomputation */
-        int every = !x->o->prune || x->L <= AUTO_MIX_ALL_SWAPS;
+        int every = (!x->o->prune || x->L <= AUTO_MIX_ALL_SWAPS) && mids[m] != AM_SWAP;
         for (mix.swap = 0; mix.swap <= x->L; mix.swap++)
             if (every || mix.swap == 0 || (m == 0 && mix.swap == x->L / 2))
                 mix_keep_search(x, mix, ref);

@@ -36,11 +36,11 @@ typedef enum auto_mode {
 
 const char *auto_mode_name(auto_mode m); /* "keep", "swap", "recompute", ... */
 
-/* A mix over L layers: layers [0, swap) swapped, [swap, L - keep) under mode mid, the last
- * keep layers kept. */
+/* A mix over L layers: layers [0, swap) swapped, [swap, L - keep) under mode mid (AM_SWAP:
+ * swapped, their inputs too), the last keep layers kept. */
 typedef struct auto_mix {
     int swap, keep;
-    auto_mode mid;        /* AM_RECOMPUTE, AM_RECOMPUTE_ATTN or AM_RECOMPUTE_MLP */
+    auto_mode mid;        /* AM_RECOMPUTE, AM_SWAP, AM_RECOMPUTE_ATTN or AM_RECOMPUTE_MLP */
 } auto_mix;
 
 /* One point of the search: a policy and the moves made on its plan. */

@@ -135,13 +135,13 @@ while IFS='|' read -r name opts; do
     if [ -n "$chosen" ]; then
         # shellcheck disable=SC2086
         "$MEMSIM" simulate $opts --plan "$out/runs/$name.plan" --csv "$out/runs/$name.auto.csv" --quiet 2>/dev/null || true
-        a=$(awk -F, 'NR > 1 && $10 == "ok" {print $11}' "$out/runs/$name.auto.csv" 2>/dev/null)
+        a=$(awk -F, ' { gsub(/"[^"]*"/, "q") } NR > 1 && $10 == "ok" {print $11}' "$out/runs/$name.auto.csv" 2>/dev/null)
         [ -n "$a" ] || a=-
     fi
-    awk -F, -v n="$name" 'NR > 1 {printf "%s\t%s\t%s\t%s\n", n, $1, $10, ($10 == "ok" ? $11 : "-")}' \
+    awk -F, -v n="$name" ' { gsub(/"[^"]*"/, "q") } NR > 1 {printf "%s\t%s\t%s\t%s\n", n, $1, $10, ($10 == "ok" ? $11 : "-")}' \
         "$out/runs/$name.csv" >> "$out/grid.tsv"
     printf '%s\tauto\t%s\t%s\n' "$name" "$([ "$a" = - ] && echo oom || echo ok)" "$a" >> "$out/grid.tsv"
-    awk -F, -v n="$name" -v c="${chosen:--}" -v a="$a" -v w="$wall_s" -v u="$cpu_s" '
+    awk -F, -v n="$name" -v c="${chosen:--}" -v a="$a" -v w="$wall_s" -v u="$cpu_s" ' { gsub(/"[^"]*"/, "q") } 
         NR > 1 && $10 == "ok" && (b == "" || $11 < b) { b = $11; bp = $1 }
         END {
             g = (a != "-" && b != "") ? sprintf("%.2f", (b - a) / b * 100) : "-"
@@ -190,9 +190,9 @@ fits() {
     local csv="$out/runs/limit.csv"
     # shellcheck disable=SC2086
     "$MEMSIM" compare $1 --policies "$singles,auto" --csv "$csv" --quiet 2>/dev/null || true
-    fit_single=$(awk -F, 'NR > 1 && $1 != "auto" && $10 == "ok" {f = 1} END {print f + 0}' "$csv" 2>/dev/null || echo 0)
-    fit_auto=$(awk -F, 'NR > 1 && $1 == "auto" && $10 == "ok" {f = 1} END {print f + 0}' "$csv" 2>/dev/null || echo 0)
-    best_pol=$(awk -F, 'NR > 1 && $1 != "auto" && $10 == "ok" && (b == "" || $11 < b) {b = $11; p = $1} END {print (p == "" ? "-" : p)}' "$csv" 2>/dev/null || echo -)
+    fit_single=$(awk -F, ' { gsub(/"[^"]*"/, "q") } NR > 1 && $1 != "auto" && $10 == "ok" {f = 1} END {print f + 0}' "$csv" 2>/dev/null || echo 0)
+    fit_auto=$(awk -F, ' { gsub(/"[^"]*"/, "q") } NR > 1 && $1 == "auto" && $10 == "ok" {f = 1} END {print f + 0}' "$csv" 2>/dev/null || echo 0)
+    best_pol=$(awk -F, ' { gsub(/"[^"]*"/, "q") } NR > 1 && $1 != "auto" && $10 == "ok" && (b == "" || $11 < b) {b = $11; p = $1} END {print (p == "" ? "-" : p)}' "$csv" 2>/dev/null || echo -)
 }
 
 # largest NAME LO HI MAKE: the largest n in [LO, HI] at which a single policy fits and the
