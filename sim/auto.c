@@ -222,7 +222,11 @@ static void cand_label(auto_ctx *x, auto_cand *c)
     if (c->is_mix) {
         int L = x->L, s = c->mix.swap, k = c->mix.keep;
         n = (size_t)snprintf(c->label, cap, "mix");
-        if (s > 0) n += (size_t)snprintf(c->label + n, cap - n, " swap 0-%d", s - 1);
+        if (s > 0 && c->mix.alpha > 0)
+            n += (size_t)snprintf(c->label + n, cap - n, " swap(alpha %.2f) 0-%d", c->mix.alpha,
+                                  s - 1);
+        else if (s > 0)
+            n += (size_t)snprintf(c->label + n, cap - n, " swap 0-%d", s - 1);
         if (L - k > s && n < cap)
             n += (size_t)snprintf(c->label + n, cap - n, " %s %d-%d", auto_mode_name(c->mix.mid),
                                   s, L - k - 1);
@@ -250,8 +254,13 @@ static void mix_apply(auto_ctx *x, const auto_mix *mix, plan_t *plan)
         plan_tensor *pt = &plan->tensors[i];
         uint64_t k;
         if (!u64map_get(x->sk_index, pt->id, &k)) continue;
-        pt->decision = auto_mix_decision(mix, x->L, x->sk[k].layer, (auto_half)x->half[k]);
-        pt->alpha = pt->decision == PD_SWAP ? 1.0 : 0.0;
+        const pol_skel *sk = &x->sk[k];
+        pt->decision = auto_mix_decision(mix, x->L, sk->layer, (auto_half)x->half[k]);
+        pt->alpha = 0;
+        /* token-wise (MEMO): the swapped group's alpha, but for what full-swap swaps whole */
+        if (pt->decision == PD_SWAP)
+            pt->alpha = mix->alpha > 0 && !sk->is_input && !sk->is_attn_out && !sk->is_whole
+                            ? mix->alpha : 1.0;
     }
 }
 
@@ -577,10 +586,13 @@ static uint64_t mode_bytes(const auto_ctx *x, auto_mode m)
 
 static long mix_run(auto_ctx *x, auto_mix mix)
 {
-    if (mix.swap + mix.keep >= x->L) mix.mid = AM_RECOMPUTE; /* no middle: one plan */
+    if (mix.mid == AM_SWAP) mix.swap = x->L - mix.keep; /* one form per plan */
+    if (mix.swap + mix.keep >= x->L) mix.mid = AM_RECOMPUTE; /* no middle */
+    if (mix.alpha >= 1) mix.alpha = 0;
     for (size_t i = 0; i < x->res->n; i++) /* tried already */
         if (x->res->c[i].is_mix && x->res->c[i].base < 0 && x->res->c[i].mix.swap == mix.swap &&
-            x->res->c[i].mix.keep == mix.keep && x->res->c[i].mix.mid == mix.mid)
+            x->res->c[i].mix.keep == mix.keep && x->res->c[i].mix.mid == mix.mid &&
+            x->res->c[i].mix.alpha == mix.alpha)
             return (long)i;
     long i = cand_add(x, "keep-all");
     if (i < 0) return -1;
@@ -633,6 +645,37 @@ static void mix_keep_search(auto_ctx *x, auto_mix mix, long ref)
     }
 }
 
+/* The mixes that swap their first layers again with MEMO's token-wise swap there: alpha of
+ * the tokens swapped, the rest recomputed, which trades link time for compute where the link
+ * cannot hide a whole layer's copies. Pruned: the fastest that fits only; without pruning,
+ * every one. */
+static void mix_alphas(auto_ctx *x)
+{
+    static const double alphas[] = { 0.25, 0.5, 0.75 };
+    long best = -1;
+    size_t n = x->res->n;
+    for (size_t i = 0; i < n; i++) {
+        const auto_cand *c = &x->res->c[i];
+        if (!c->is_mix || c->base >= 0 || c->mix.alpha > 0 || c->mix.swap == 0 ||
+            (x->o->prune && !fits(x->res, (long)i)))
+            continue;
+        if (!x->o->prune) {
+            for (size_t a = 0; a < 3; a++) {
+                auto_mix mix = x->res->c[i].mix;
+                mix.alpha = alphas[a];
+                mix_run(x, mix);
+            }
+        } else if (best < 0 || better(c, i, &x->res->c[best], (size_t)best)) {
+            best = (long)i;
+        }
+    }
+    for (size_t a = 0; best >= 0 && a < 3; a++) {
+        auto_mix mix = x->res->c[best].mix;
+        mix.alpha = alphas[a];
+        mix_run(x, mix);
+    }
+}
+
 /* Layers kept at the end, swapped at the start, recomputed in between (in full, or the
  * attention or the MLP half): per group of layers what neither a single baseline nor
  * keep-last-k alone chooses. Skipped when keep-all fits (nothing to trade) or the model
@@ -646,7 +689,7 @@ static void mixes(auto_ctx *x)
     auto_mode mids[4] = { AM_RECOMPUTE, AM_SWAP, AM_RECOMPUTE_ATTN, AM_RECOMPUTE_MLP };
     int n_mids = x->has_split ? 4 : 2;
     for (int m = 0; m < n_mids; m++) {
-        auto_mix mix = { 0, 0, mids[m] };
+        auto_mix mix = { 0, 0, mids[m], 0 };
         long ref = m == 0 ? fr : m == 1 ? fs : -1;
         if (ref < 0 || !x->res->c[ref].simulated) ref = mix_run(x, mix);
         if (ref < 0) return;
@@ -658,6 +701,7 @@ static void mixes(auto_ctx *x)
             if (every || mix.swap == 0 || (m == 0 && mix.swap == x->L / 2))
                 mix_keep_search(x, mix, ref);
     }
+    mix_alphas(x);
 }
 
 /* ---- allocators ---- */

@@ -41,6 +41,9 @@ const char *auto_mode_name(auto_mode m); /* "keep", "swap", "recompute", ... */
 typedef struct auto_mix {
     int swap, keep;
     auto_mode mid;        /* AM_RECOMPUTE, AM_SWAP, AM_RECOMPUTE_ATTN or AM_RECOMPUTE_MLP */
+    double alpha;         /* the swapped layers' token fraction swapped (MEMO; the rest
+                             recomputed) for all but their inputs, attention outputs and
+                             whole-swapped tensors; 0: 1 (swapped whole) */
 } auto_mix;
 
 /* One point of the search: a policy and the moves made on its plan. */

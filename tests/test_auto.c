@@ -189,12 +189,13 @@ static double mixes_brute(const trace_t *t, const machine_t *m, size_t *count)
     return best;
 }
 
-/* The fastest mix row of a search (-1: none fits). */
+/* The fastest mix row of a search that swaps whole (-1: none fits). */
 static double mix_rows_best(const auto_result *r)
 {
     double best = -1;
     for (size_t i = 0; i < r->n; i++)
-        if (r->c[i].is_mix && r->c[i].status == RS_OK && (best < 0 || r->c[i].iter_time_s < best))
+        if (r->c[i].is_mix && r->c[i].mix.alpha == 0 && r->c[i].status == RS_OK &&
+            (best < 0 || r->c[i].iter_time_s < best))
             best = r->c[i].iter_time_s;
     return best;
 }

@@ -222,17 +222,22 @@ largest() {
         if [ "$fit_auto" = 1 ]; then l=$mid; else h=$mid; fi
     done
     [ "$l" -gt "$a_lo" ] && a_lo=$l
-    printf '%-40s %14s %14s  %s\n' "$name" "$s_lo" "$a_lo" "$s_pol"
+    # at the top of the range: "HI+" (the scan's end, not a limit found)
+    [ "$s_lo" = "$hi" ] && s_lo="$hi+"
+    [ "$a_lo" = "$hi" ] && a_lo="$hi+"
+    printf '%-44s %12s %12s  %s\n' "$name" "$s_lo" "$a_lo" "$s_pol"
 }
 memo_at() { echo "$memo --seq $(($1 * 64))K"; }
 pt2_3090() { echo "$(pt2_dims "$1") --seq 1024 --machine rtx3090-pcie3"; }
 pt2_a100() { echo "$(pt2_dims "$1") --seq 1024 --machine a100-80g-pcie4"; }
 f11_at() { echo "$(txl_dims "$1") $txl"; }
+f11_host() { echo "$(txl_dims "$1") ${txl/$v100big/v100-32g-pcie3}"; }
 {
 echo
-printf '%-40s %14s %14s  %s\n' "limit (bisection, same simulator)" "best single" auto "best single policy there"
+printf '%-44s %12s %12s  %s\n' "limit (bisection, same simulator)" "best single" auto "best single policy there"
 largest "MEMO GPT-7B longest seq (x 64K)" 1 32 memo_at
 largest "ProTrain T2 RTX 3090 blocks (h 8192)" 1 128 pt2_3090
 largest "ProTrain T2 A100 blocks (h 8192)" 1 128 pt2_a100
-largest "MemFerry Fig.11 V100 layers (TXL-2.4B)" 1 256 f11_at
+largest "MemFerry Fig.11 V100 layers (TXL-2.4B)" 1 1024 f11_at
+largest "the same with the profile's 92 GiB host" 1 256 f11_host
 } | tee "$out/limits.txt"
