@@ -22,6 +22,8 @@
 #define AUTO_VARIANT_BAND 0.02
 #define AUTO_VARIANT_BASES 1
 #define AUTO_VARIANT_OOM_BASES 4
+/* an oom with more bytes live than this fraction of the device leaves an allocator no room */
+#define AUTO_FRAG_LIVE 0.97
 /* a tensor-lowering candidate is pruned when keep-all without a memory limit, less this
  * fraction, is slower than the fastest found (the fraction covers allocator effects) */
 #define AUTO_FLOOR_SLACK 0.01
@@ -742,7 +744,8 @@ static void allocators(auto_ctx *x)
         int near = b->status == RS_OK && best >= 0 &&
                    b->iter_time_s <= x->res->c[best].iter_time_s * (1 + AUTO_VARIANT_BAND);
         int frag = b->status == RS_OOM && b->live_fail_bytes &&
-                   b->live_fail_bytes <= x->usable_bytes && best < 0;
+                   (double)b->live_fail_bytes <= (double)x->usable_bytes * AUTO_FRAG_LIVE &&
+                   best < 0;
         take[i] = !x->o->prune || near || frag;
     }
     /* pruned: the AUTO_VARIANT_BASES first in the choice's order (nothing fits: more) */
@@ -755,8 +758,9 @@ static void allocators(auto_ctx *x)
                 pick = (long)i;
         if (pick >= 0) take[pick] = 2;
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (take[i] == (x->o->prune ? 2 : 1)) alloc_variants(x, i);
+    }
     free(take);
 }
 
@@ -855,6 +859,32 @@ static int try_hint(auto_ctx *x, const pipe_workload *w, const machine_t *m, con
     return fit;
 }
 
+static int degree_try(auto_ctx *x, int is_cp, int v)
+{
+    pipe_workload w = *x->w;
+    char ch[64];
+    if (is_cp) w.cp = v;
+    else w.tp = v;
+    snprintf(ch, sizeof ch, "%s %d", is_cp ? "cp" : "tp", v);
+    return try_hint(x, &w, x->m, ch);
+}
+
+/* The smallest tp (cp: is_cp) doubled from `from` within `limit` under which something fits:
+ * the largest first (a larger degree never needs more memory per GPU), so that a workload
+ * that fits under none costs one search. */
+static void degree_hint(auto_ctx *x, int is_cp, int from, int limit)
+{
+    int vmax = from;
+    while (vmax * 2 <= limit) vmax *= 2;
+    if (vmax == from || !degree_try(x, is_cp, vmax)) return;
+    for (int v = from * 2; v < vmax; v *= 2) /* vmax's hint is the last: a smaller replaces it */
+        if (degree_try(x, is_cp, v)) {
+            x->res->hints[x->res->n_hints - 2] = x->res->hints[x->res->n_hints - 1];
+            x->res->n_hints--;
+            return;
+        }
+}
+
 static const char *count_name(uint64_t v, char *buf, size_t n)
 {
     if (v && v % (UINT64_C(1) << 20) == 0) snprintf(buf, n, "%" PRIu64 "M", v >> 20);
@@ -898,18 +928,8 @@ static void hints(auto_ctx *x)
     }
     int gpus = x->m->node_gpus > 0 ? (int)x->m->node_gpus : 1;
     int tp = w0->tp ? w0->tp : 1, cp = w0->cp ? w0->cp : 1, dp = w0->dp ? w0->dp : 1;
-    for (int v = tp * 2; v * cp * dp <= gpus; v *= 2) {
-        pipe_workload w = *w0;
-        w.tp = v;
-        snprintf(ch, sizeof ch, "tp %d", v);
-        if (try_hint(x, &w, x->m, ch)) break;
-    }
-    for (int v = cp * 2; tp * v * dp <= gpus; v *= 2) {
-        pipe_workload w = *w0;
-        w.cp = v;
-        snprintf(ch, sizeof ch, "cp %d", v);
-        if (try_hint(x, &w, x->m, ch)) break;
-    }
+    degree_hint(x, 0, tp, gpus / (cp * dp));
+    degree_hint(x, 1, cp, gpus / (tp * dp));
     char **names;
     size_t n;
     ms_error e;
