@@ -7,6 +7,7 @@
 
 #include "memory/alloc.h"
 #include "planners/policy.h"
+#include "sim/auto.h"
 #include "sim/cli.h"
 #include "sim/cmds.h"
 #include "traces/gen.h"
@@ -56,6 +57,11 @@ static void list_policies(void)
             printf("  %-16s workload: generated in ZeRO-Offload's form (--gen offload=1) "
                    "unless --trace or --gen offload is given\n", "");
     }
+    /* not a registry row: it simulates its candidates (sim/auto.c) */
+    printf("  %-16s %s [memsim's search across the families, docs/POLICIES.md]\n", AUTO_POLICY,
+           AUTO_DESC);
+    printf("  %-16s --knob keys: any of the policies' (given, each candidate runs with it)\n",
+           "");
 }
 
 /* Every policy's knob tables, each once, in registry order, as one Markdown table (the one

@@ -131,6 +131,8 @@ expect 0 "list" -- "$M" list
 for w in a800-8gpu h200-sxm caching stitching full-swap gpt-7b gpt2-1b; do
     grep -q "$w" "$T/out"; ok $? "memsim list names $w"
 done
+awk '/^policies:/ {p = 1; next} /^[a-z]/ {p = 0} p && $1 == "auto" {f = 1} END {exit !f}' "$T/out"
+ok $? "memsim list names auto among the policies, with its description"
 if [ -n "${srcdir:-}" ]; then
     MEMSIM_EXPERIMENTS="$srcdir/experiments" "$M" experiment list > "$T/out" 2>&1
     grep -q memo "$T/out" && grep -q gmlake "$T/out"; ok $? "memsim experiment list names memo and gmlake"
