@@ -1,5 +1,6 @@
-/* knob.c — knob tables read from plans and from pol_opts (knob.h): the pairs handed to
- * knobtab_parse. Used by the policies, the lowerings, the memory plan and the pipeline. */
+/* knob.c — knob tables between plans or pol_opts and their typed structs (knob.h): the pairs
+ * handed to knobtab_parse, and a struct written back as a plan's knob lines. Used by the
+ * policies, the lowerings, the memory plan and the pipeline. */
 #include "planners/knob.h"
 
 #include <math.h>
@@ -25,6 +26,19 @@ ms_status knob_from_opts(const knobtab *t, const pol_opts *o, void *out, ms_erro
     ms_status st = knobtab_parse(t, kv, n, out, err);
     free(kv);
     return st;
+}
+
+ms_status knob_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *err)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        char v[128];
+        if (!knobtab_format_row(&t->rows[i], st, v, sizeof v)) continue;
+        ms_status s = plan_set_knob(p, t->rows[i].key, v);
+        if (s != MS_OK)
+            return ms_fail(err, s, "%s: cannot record knob %s=%s in the plan", t->name,
+                           t->rows[i].key, v);
+    }
+    return MS_OK;
 }
 
 static const knobtab_row pred_rows[] = {

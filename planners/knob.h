@@ -13,6 +13,11 @@ ms_status knob_from_plan(const knobtab *t, const plan_t *p, void *out, ms_error 
 /* t's struct out from o's knobs, the last of a key given twice (NULL o: the defaults). */
 ms_status knob_from_opts(const knobtab *t, const pol_opts *o, void *out, ms_error *err);
 
+/* t's rows from struct st into plan p as knob lines, in table order (a key the plan has keeps
+ * its place; knobtab_rec says which rows are written). Returns MS_ERR_INVALID when a value
+ * is no valid knob value. */
+ms_status knob_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *err);
+
 /* What a planner predicted, as its plan records it (knob lines; planners write them, the
  * pipeline and the paper drivers print them without knowing which planner made them). */
 typedef struct knob_predictions {

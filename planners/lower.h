@@ -99,57 +99,10 @@ const lower_backend *lower_find(const char *name);
  * renaming (the row "tensor"). */
 extern const lower_backend lower_backend_tensor;
 
-/* ---- plan knobs lowering reads (docs/MEMO.md) ----
- *  rounding_buffers=1  MEMO's two rounding buffers: the skeletal activations of layer L that
- *                      the plan keeps or swaps live in one block of the buffer size (the
- *                      largest layer's skeletal bytes) instead of their own allocations; the
- *                      block of layer L is made when L first writes into it, after waiting
- *                      for the offload of layer L-2 (the buffer's previous occupant); it is
- *                      offloaded whole (alpha-weighted bytes) after L's forward and prefetched
- *                      whole during layer L+1's backward. A layer's skeletal tensors must be
- *                      all kept or all swapped.
- *  idle_buffer_bytes=B one device block of B bytes (id lower_id_idle_buffer()) allocated on
- *                      the compute stream before the first lowered record and freed after
- *                      the last: the rounding buffer that MEMO's executor holds while a
- *                      full-recomputation layer uses the other (docs/MEMO.md, "MEMO's
- *                      executor"). Default 0: none.
- *  memory_plan=1       every re-allocation of a tensor (replay, prefetch) gets a fresh
- *                      synthetic id, so each incarnation can have its own static offset.
- *  host_round=R        how pinned host buffers are sized (lower_host_round below): exact
- *                      (default), layer_pow2, tensor_pow2 or buffer_pow2. A swapped tensor
- *                      outside a block is one buffer, rounded to a power of two under every
- *                      pow2 reading.
- *  host_pow2=1         the older spelling of host_round=layer_pow2 (0: exact); must agree
- *                      with host_round when both are given.
- *  host_granule=B      with host_round=exact: pinned host buffers are rounded up to a multiple
- *                      of B bytes (default 1: exact; an executor's own cudaHostAlloc takes
- *                      whole host pages, 4096).
- *  tokenwise=chain     token-wise recomputation replays, on the (1 - alpha) tokens, every
- *                      forward op of the layer that the partially swapped tensors depend on
- *                      (MEMO §4.1); tokenwise=producer runs only each tensor's producer.
- *                      Default: chain with rounding buffers, producer otherwise.
- *  overlap_comm=0      turns the ".ovl" merge off (see lower_opts.overlap_ovl).
- *  record_stream=1     the FREE of a block that a collective (op kind comm) read or wrote
- *                      since its allocation is marked side_use: c10d's NCCL process group
- *                      records its stream on a collective's tensors (recordStream), so with
- *                      the host issue model the block goes back only when the GPU has run
- *                      what was issued before the free (docs/ALLOCATORS.md, "Reorganizations").
- *                      Default 0 (TORCH_NCCL_AVOID_RECORD_STREAMS=1, or no side stream).
- *  stream_pools=1      an ALLOC of a tensor the trace allocates on a side stream (stream k > 0,
- *                      e.g. TE's cp stream) carries pool k: the caching allocator serves it
- *                      from that stream's pools, as PyTorch's per-stream pools do. Default 0:
- *                      every trace tensor in the compute stream's pools.
- *  swap_at=save        a swapped tensor (alpha 1) goes to the host when it is saved, not at
- *                      its layer's forward end: copied out after the first forward op that
- *                      makes or reads it, its device block freed after its last forward use
- *                      (a tensor made before the forward, a parameter, keeps its block),
- *                      brought back into a new block just before the first backward op that
- *                      reads it, and that block and the host copy freed after the last one
- *                      (autograd's saved-tensor pack and unpack hooks). Default layer: the
- *                      per-layer offload and prefetch above. Not with rounding_buffers.
- *  swap_stream=compute the copies of swap_at=save run on the compute stream (a blocking
- *                      copy and a copy on the current stream); default copy: on the D2H and
- *                      H2D streams, ordered with compute by events. */
+/* ---- plan knobs lowering reads ----
+ * They are the rows of lower_knob_table (lower.c), where a comment above each row says what
+ * it does; `memsim list knobs` prints them with their defaults, docs/MEMO.md and
+ * docs/POLICIES.md explain them with the policies that write them. */
 
 /* Synthetic tensor ids made by lowering (bit 62 set; never in a trace). Incarnation k >= 1 of
  * trace tensor id (id < LOWER_ID_TRACE_LIMIT), and rounding-buffer block k of layer `layer`

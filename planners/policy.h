@@ -36,7 +36,8 @@ typedef struct pol_policy {
     const char *name;     /* registry name, e.g. "full-swap" */
     const char *desc;     /* one line */
     const char *source;   /* the paper or system it follows */
-    const char *knobs;    /* one line: the knobs it reads, or "" */
+    const knobtab *own_knobs; /* its own knob table (also one of knob_tables), whose rows
+                             `memsim list policies` summarizes on its line; NULL: none */
     pol_plan_fn plan;
     /* the knob tables of it, its lowering and the memory plan, NULL-terminated: every key
      * --knob accepts for it is a row of one (a family row KEY. covers every key it starts);

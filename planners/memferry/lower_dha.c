@@ -119,13 +119,13 @@ static const char *const DHA_GRAD_WRITES[] = { "accumulate", "fused", NULL };
 static const char *const DHA_GRAD_FREES[] = { "copy", "step", NULL };
 #define DHA_US(key, F, def, doc)                                                                \
     { key, KNOBTAB_DBL, offsetof(lower_dha_knobs, F), def, 0, 1e9, NULL, NULL,                  \
-      "microseconds >= 0", doc, "measured: experiments/memferry/ds_probe_h200", 0 }
+      "microseconds >= 0", doc, "measured: experiments/memferry/ds_probe_h200", 0, 0 }
 
 /* The DHA lowering's knobs, in the order they are checked. */
 static const knobtab_row dha_rows[] = {
     { "update", KNOBTAB_ENUM, offsetof(lower_dha_knobs, update), "pipelined", 0, 0, DHA_UPDATES,
       DHA_UPDATE_VALS, NULL, "when host Adam runs: pipelined with the backward, after the "
-      "backward's end (after_bp) or after every gradient is home (after_bwd)", "MemFerry, ZeRO-Offload", 0 },
+      "backward's end (after_bp) or after every gradient is home (after_bwd)", "MemFerry, ZeRO-Offload", 0, 0 },
     KNOB_ENUM("param_load", lower_dha_knobs, param_load, "forward", DHA_LOADS,
               "when updated parameters come back to the GPU", ""),
     KNOB_FLAG("realloc", lower_dha_knobs, realloc, "0",
@@ -139,10 +139,10 @@ static const knobtab_row dha_rows[] = {
               "GPU gradients freed after their copy or at the step", ""),
     { "grad_copy_bytes", KNOBTAB_INT, offsetof(lower_dha_knobs, grad_copy_bytes), "4", 1, 16,
       NULL, NULL, "1..16 bytes per gradient element",
-      "bytes per gradient element copied to the host", "", 0 },
+      "bytes per gradient element copied to the host", "", 0, 0 },
     { "bucket_bytes", KNOBTAB_BYTES, offsetof(lower_dha_knobs, bucket_bytes), NULL, 1, HUGE_VAL,
       NULL, NULL, "a positive byte count", "realloc=1: the gradient bucket (absent: 5e8 "
-      "gradient elements)", "DeepSpeed reduce_bucket_size", 0 },
+      "gradient elements)", "DeepSpeed reduce_bucket_size", 0, 0 },
     KNOB_FLAG("ds_sync", lower_dha_knobs, ds_sync, "0",
               "realloc=1: DeepSpeed's per-parameter flush with a host synchronization", "DeepSpeed"),
     DHA_US("ds_pre_us", ds_pre_us, "66", "host time before each parameter's flush"),

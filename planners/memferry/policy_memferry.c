@@ -568,15 +568,6 @@ static ms_status plan_go_memferry(const trace_t *t, const machine_t *m, const po
     return plan_mf("go-memferry", t, m, o, r, out, err);
 }
 
-#define MF_KNOBS                                                                          \
-    "alg1=stall|literal (line 3 of Algorithm 1, default stall); dfgb=0|1 (greedy DFGB "   \
-    "choice, default 1); grad_write=accumulate|fused; lowering: update=after_bp|pipelined|" \
-    "after_bwd (default after_bp), param_load"
-#define GO_KNOBS                                                                          \
-    "go_granularity=module|unit (the dynamic program's items: PyTorch modules as in the " \
-    "paper, default, or whole units); go_gain=paper|copy (an item's gain: T_GBP - T_CBP " \
-    "as in the paper, default, or less the GPU gradient copy no later backward hides); "
-
 static const knobtab *const MF_KNOB_GROUPS[] = { &mf_knob_table, &lower_dha_knob_table,
                                                  &lower_dha_marker_table, NULL };
 static const knobtab *const GO_KNOB_GROUPS[] = { &go_knob_table, &mf_knob_table,
@@ -590,7 +581,7 @@ const pol_policy pol_memferry = {
     "copied back during the backward, host Adam from the backward's end, overlapping the last "
     "copies",
     "MemFerry (Yao et al., INFOCOM 2025) §IV-B, Algorithm 1, shadow model §IV-C",
-    MF_KNOBS,
+    &mf_knob_table,
     plan_memferry,
     MF_KNOB_GROUPS,
     POL_FORM_OFFLOAD,
@@ -605,7 +596,7 @@ const pol_policy pol_go_memferry = {
     "a dynamic program within reserve x the gradient bytes, the others written to the host "
     "by the backward kernels",
     "MemFerry (Yao et al., INFOCOM 2025) §IV-D, GO-MemFerry",
-    "reserve=0..1 (fraction of gradient bytes kept on the GPU, default 0); " GO_KNOBS MF_KNOBS,
+    &go_knob_table,
     plan_go_memferry,
     GO_KNOB_GROUPS,
     POL_FORM_OFFLOAD,

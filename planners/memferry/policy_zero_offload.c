@@ -16,7 +16,7 @@ typedef struct zo_knobs {
 static const knobtab_row zo_rows[] = {
     { "realloc", KNOBTAB_FLAG, offsetof(zo_knobs, realloc), "1", 0, 1, NULL, NULL,
       "0 (Native-Offload) or 1 (DeepSpeed)", "1: DeepSpeed's gradient buckets; 0: MemFerry's "
-      "Native-Offload", "DeepSpeed; MemFerry §V-A", 0 },
+      "Native-Offload", "DeepSpeed; MemFerry §V-A", 0, 0 },
 };
 static const knobtab zo_knob_table = KNOBTAB("zero-offload", zo_rows, KNOBTAB_MSG_KNOB,
                                              zo_knobs, given);
@@ -84,9 +84,7 @@ const pol_policy pol_zero_offload = {
     "backward; realloc=1 DeepSpeed's gradient buckets, 0 MemFerry's Native-Offload",
     "ZeRO-Offload (Ren et al., USENIX ATC 2021) as DeepSpeed implements it and as MemFerry "
     "(INFOCOM 2025) §V-A re-implements it (Native-Offload)",
-    "realloc=0|1 (default 1); lowering: update, param_load, overlap_comm and ds_sync (default "
-    "1 with realloc=1), ds_pre_us, ds_sync_us, ds_post_us, bucket_bytes, grad_free, "
-    "grad_copy_bytes",
+    &zo_knob_table,
     plan_zero_offload,
     ZO_KNOBS,
     POL_FORM_OFFLOAD,

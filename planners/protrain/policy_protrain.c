@@ -66,7 +66,7 @@ static const knobtab_row pt_search_rows[] = {
              "1: the search's bandwidth bound prunes; 0: every configuration is estimated", ""),
     { "cost_model", KNOBTAB_ENUM, offsetof(pt_search_knobs, cost_model), "recurrence", 0, 0,
       PT_COST_MODELS, PT_COST_MODEL_VALS, NULL, "the runtime estimator: the recurrence or the "
-      "appendix's closed form", "ProTrain App. A", 1 + KNOBTAB_MSG_IS },
+      "appendix's closed form", "ProTrain App. A", 1 + KNOBTAB_MSG_IS, 0 },
     KNOB_DBL("swap_bw", pt_search_knobs, swap_bw, "1", -HUGE_VAL, HUGE_VAL,
              "1: swapping bounded by the link bandwidth (0 or 1)", ""),
 };
@@ -230,8 +230,7 @@ const pol_policy pol_protrain = {
     "chunked model states (persistent chunks, prefetch buffers, host Adam overlapped with the "
     "backward) and per-block swap/checkpoint, chosen by a cost-model search",
     "ProTrain (Yang et al., automatic memory management for LLM training), Sec. 3 and App. A",
-    "chunk_bytes host_bytes_per_param coll coll_link_eff gpu_bytes mem_margin host_bytes "
-    "max_swap n_persist n_buffer n_swap n_checkpoint cost_model persist_gather",
+    &pt_search_knob_table,
     pol_protrain_plan,
     PT_KNOBS,
     POL_FORM_PLAIN,
