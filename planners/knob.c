@@ -3,8 +3,8 @@
  * policies, the lowerings, the memory plan and the pipeline. */
 #include "planners/knob.h"
 
-#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 ms_status knob_from_plan(const knobtab *t, const plan_t *p, void *out, ms_error *err)
 {
@@ -41,29 +41,18 @@ ms_status knob_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *er
     return MS_OK;
 }
 
-static const knobtab_row pred_rows[] = {
-    KNOB_FLAG("feasible", knob_predictions, feasible, "1",
-              "0: no configuration fit the planner's budget; the closest is planned", ""),
-    KNOB_BYTES("pred_peak_bytes", knob_predictions, peak_bytes, "0", 0, HUGE_VAL,
-               "predicted device peak", ""),
-    KNOB_BYTES("pred_host_bytes", knob_predictions, host_bytes, "0", 0, HUGE_VAL,
-               "predicted host memory", ""),
-    KNOB_DBL("pred_iter_s", knob_predictions, iter_s, "0", -HUGE_VAL, HUGE_VAL,
-             "predicted iteration time, seconds", ""),
-    KNOB_DBL("est_go_cost_us", knob_predictions, go_cost_us, "0", -HUGE_VAL, HUGE_VAL,
-             "time the host-written gradients add, microseconds", ""),
-    KNOB_DBL("grad_gpu_frac", knob_predictions, grad_gpu_frac, "1", -HUGE_VAL, HUGE_VAL,
-             "share of the gradient bytes kept on the GPU", ""),
-};
-const knobtab knob_predictions_table = KNOBTAB("planner predictions", pred_rows,
-                                               KNOBTAB_MSG_PLAN, knob_predictions, given);
-
 ms_status knob_predictions_of(const plan_t *p, knob_predictions *out, ms_error *err)
 {
-    return knob_from_plan(&knob_predictions_table, p, out, err);
+    (void)err;
+    if (p) *out = p->pred;
+    else {
+        memset(out, 0, sizeof *out);
+        knobtab_defaults(&plan_predictions_table, out);
+    }
+    return MS_OK;
 }
 
 int knob_predicted(const knob_predictions *k, const void *field)
 {
-    return knobtab_given(&knob_predictions_table, k, field);
+    return knobtab_given(&plan_predictions_table, k, field);
 }

@@ -18,21 +18,13 @@ ms_status knob_from_opts(const knobtab *t, const pol_opts *o, void *out, ms_erro
  * is no valid knob value. */
 ms_status knob_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *err);
 
-/* What a planner predicted, as its plan records it (knob lines; planners write them, the
- * pipeline and the paper drivers print them without knowing which planner made them). */
-typedef struct knob_predictions {
-    int feasible;               /* 0: nothing fit the planner's budget (the closest planned) */
-    uint64_t peak_bytes;        /* pred_peak_bytes: predicted device peak */
-    uint64_t host_bytes;        /* pred_host_bytes: predicted host memory */
-    double iter_s;              /* pred_iter_s: predicted iteration time */
-    double go_cost_us;          /* est_go_cost_us: time the host-written gradients add */
-    double grad_gpu_frac;       /* grad_gpu_frac: share of gradient bytes kept on the GPU */
-    uint64_t given;
-} knob_predictions;
-extern const knobtab knob_predictions_table;
-/* p's predictions (absent: feasible 1, the rest 0; grad_gpu_frac 1). */
+/* What a planner predicted, as its plan records it (plan_t.pred, the plan file's `predict`
+ * lines): the pipeline, the search and the paper drivers read them without knowing which
+ * planner made them. */
+typedef plan_predictions knob_predictions;
+/* p's predictions (NULL p: none made; feasible 1, grad_gpu_frac 1, the rest 0). */
 ms_status knob_predictions_of(const plan_t *p, knob_predictions *out, ms_error *err);
-/* 1 when the prediction at field (inside k) is in the plan. */
+/* 1 when the prediction at field (inside k) was made. */
 int knob_predicted(const knob_predictions *k, const void *field);
 
 #endif

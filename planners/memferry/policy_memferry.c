@@ -333,6 +333,14 @@ static ms_status read_mf_knobs(const pol_opts *o, const char *who, int go, mf_kn
     return MS_OK;
 }
 
+/* A predicted figure as plans have always recorded it: six significant digits. */
+static double to_6g(double v)
+{
+    char b[48];
+    snprintf(b, sizeof b, "%.6g", v);
+    return strtod(b, NULL);
+}
+
 static ms_status set_knob_num(plan_t *p, const char *key, double v)
 {
     char b[48];
@@ -527,14 +535,16 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
     if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.param_load))
         st = plan_set_knob(p, "param_load", "forward");
     /* What the planner estimated, for readers of the plan file. */
-    if (!st) st = set_knob_num(p, "est_alg1_fp_us", t_all);
-    if (!st) st = set_knob_num(p, "est_fp_us", mf_fp_time(pr, n, mode, NULL));
-    if (!st) st = set_knob_num(p, "est_iter_compute_us", mf_iter_time(pr, n, mode));
+    if (!st) {
+        PLAN_PREDICT(p, alg1_fp_us, to_6g(t_all));
+        PLAN_PREDICT(p, fp_us, to_6g(mf_fp_time(pr, n, mode, NULL)));
+        PLAN_PREDICT(p, iter_compute_us, to_6g(mf_iter_time(pr, n, mode)));
+    }
     if (!st) st = set_knob_num(p, "dfgb_units", (double)made);
-    if (!st && reserve >= 0) st = set_knob_num(p, "grad_gpu_frac", kept);
+    if (!st && reserve >= 0) PLAN_PREDICT(p, grad_gpu_frac, to_6g(kept));
     if (!st && reserve >= 0) st = set_knob_num(p, "go_items", (double)g.n);
     /* The backward time the offloaded gradients add, by the DP's own figures. */
-    if (!st && reserve >= 0) st = set_knob_num(p, "est_go_cost_us", go_cost);
+    if (!st && reserve >= 0) PLAN_PREDICT(p, go_cost_us, to_6g(go_cost));
     if (st && made_plan) st = ms_fail(err, st, "%s: cannot record the plan", who);
     free(pr);
     free(mode);

@@ -130,8 +130,7 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
         st = lc_knobs_to_plan(&k, p, err);
     }
     if (!st) st = pt_record_estimate(p, pe, err);
-    if (!st && plan_set_knob(p, "feasible", pe->peak_bytes <= cap ? "1" : "0"))
-        st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    if (!st) PLAN_PREDICT(p, feasible, pe->peak_bytes <= cap);
     ptc_model_free(M);
     if (st) {
         plan_free(p);
