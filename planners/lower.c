@@ -7,10 +7,10 @@
  * tensors of a layer live in one block of one of MEMO's two rounding buffers (§4.1, Fig. 5);
  * with memory_plan every re-allocation gets a fresh id for the static arena. Used by the
  * memsim command, experiments, the MEMO planner and runtime/. The rules and example
- * timelines are in docs/POLICIES.md and docs/MEMO.md. This file holds the walk, its knobs and
- * the table of lowerings; the rounding buffers (lower_rb.c), the replay that rebuilds dropped
- * tensors (lower_replay.c) and swap at save time (lower_save.c) share its state through
- * lower_int.h. */
+ * timelines are in docs/POLICIES.md and docs/MEMO.md. The walk's pieces, the rounding
+ * buffers (lower_rb.c), the replay that rebuilds dropped tensors (lower_replay.c) and swap at
+ * save time (lower_save.c), share its state through lower_int.h; the table of lowerings that
+ * names this one "tensor" is planners/lowerings.c. */
 #include "planners/lower.h"
 #include "planners/lower_int.h"
 
@@ -1047,16 +1047,7 @@ static ms_status walk(lw *w)
     return st;
 }
 
-/* ---- entry point ---- */
-
-void lower_opts_default(lower_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    o->iter_first = INT64_MIN;
-    o->iter_count = 0;
-    o->emit_marks = 1;
-    o->overlap_ovl = 1;
-}
+/* ---- the row "tensor" ---- */
 
 void lw_free(lw *w)
 {
@@ -1078,50 +1069,6 @@ void lw_free(lw *w)
     u64map_free(w->rb_rec);
     u64map_free(w->rb_key);
     u64map_free(w->comm_use);
-}
-
-/* ---- the table of lowerings (lower.h) ---- */
-
-/* Adding a lowering is one line here: X(its lower_backend row), defined next to its code.
- * The rows of the other files are declared here, not through their headers, so that this
- * table depends on no lowering (they all include lower.h). */
-#define LOWER_LIST(X)          \
-    X(lower_backend_tensor)    \
-    X(lower_backend_chunks)    \
-    X(lower_backend_dha)
-
-#define LOWER_DECLARE(b) extern const lower_backend b;
-#define LOWER_ENTRY(b) &b,
-LOWER_LIST(LOWER_DECLARE)
-static const lower_backend *const lowerings[] = { LOWER_LIST(LOWER_ENTRY) };
-
-const lower_backend *const *lower_registry(size_t *n)
-{
-    *n = sizeof lowerings / sizeof *lowerings;
-    return lowerings;
-}
-
-const lower_backend *lower_find(const char *name)
-{
-    for (size_t i = 0; name && i < sizeof lowerings / sizeof *lowerings; i++)
-        if (!strcmp(lowerings[i]->name, name)) return lowerings[i];
-    return NULL;
-}
-
-ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
-                         const lower_opts *o, schedule_t **out, ms_error *err)
-{
-    *out = NULL;
-    if (!t) return ms_fail(err, MS_ERR_INVALID, "lower: no trace");
-    /* the markers that named the lowering before plans had a `lowering` line (plan_load
-     * reads them in such files): anything but 0 or 1 is a hand edit gone wrong */
-    ms_status mst = p ? plan_markers_check(p, err) : MS_OK;
-    if (mst != MS_OK) return mst;
-    const lower_backend *b = p ? lower_find(p->lowering) : &lower_backend_tensor;
-    if (!b)
-        return ms_fail(err, MS_ERR_INVALID, "plan names lowering '%s', which is not one of "
-                       "tensor, chunks, dha", p->lowering);
-    return b->lower(t, p, m, o, out, err);
 }
 
 /* The per-tensor lowering (the row "tensor"). */

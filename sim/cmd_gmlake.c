@@ -18,6 +18,7 @@
 
 #include "memory/alloc.h"
 #include "memory/alloc_static.h"
+#include "memory/alloc_static_plan.h"
 #include "planners/lower.h"
 #include "planners/policy.h"
 #include "planners/schedule.h"

@@ -21,6 +21,7 @@
 #include "sim/cmds.h"
 #include "planners/knob.h"
 #include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 #include "planners/policy.h"
 #include "planners/memferry/policy_memferry.h"
 #include "planners/memferry/policy_zero_offload.h"

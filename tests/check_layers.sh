@@ -35,8 +35,9 @@ check sim 'runtime|experiments|plots'
 check runtime 'sim|experiments|plots'
 # every source file starts with a comment saying what it is for
 n=$((n + 1))
-missing=$(for f in base/*.[ch] traces/*.[ch] memory/*.[ch] planners/*.[ch] planners/*/*.[ch] sim/*.[ch] \
-        runtime/*.cu runtime/*.[ch]; do
+sources=$(echo base/*.[ch] traces/*.[ch] memory/*.[ch] planners/*.[ch] planners/*/*.[ch] sim/*.[ch] \
+        runtime/*.cu runtime/*.[ch])
+missing=$(for f in $sources; do
     [ -f "$f" ] || continue
     head -c 2 "$f" | grep -q '/\*' || echo "$f"
 done)
@@ -44,6 +45,20 @@ if [ -n "$missing" ]; then
     echo "not ok $n - every source file opens with a comment"; echo "$missing" | sed 's/^/#   /'; bad=1
 else
     echo "ok $n - every source file opens with a comment"
+fi
+# ... that states one role: a second one tacked on ("Also ...", "and also", "This file holds
+# A and B") is a file to split. Whether a comment names one role is not mechanical; these are
+# the forms a second role took before.
+n=$((n + 1))
+several=$(for f in $sources; do
+    [ -f "$f" ] || continue
+    awk 'NR == 1, /\*\//' "$f" | tr '\n' ' ' | sed 's/[[:space:]]*\*[[:space:]]/ /g' |
+        grep -qE '(^|[.;:] +)Also |[^a-z]and also |This file (holds|also)' && echo "$f"
+done)
+if [ -n "$several" ]; then
+    echo "not ok $n - no opening comment adds a second role"; echo "$several" | sed 's/^/#   /'; bad=1
+else
+    echo "ok $n - no opening comment adds a second role"
 fi
 
 # Include cycles between files. A module is a source file with its header (foo.c or foo.cu,

@@ -365,6 +365,11 @@ static ms_status setup_alloc(lw *w, const trace_tensor *x)
 }
 
 /* DeepSpeed's reduce buckets (two with overlap_comm) and their fp32 casts. */
+uint64_t dha_synth_id(unsigned k)
+{
+    return LOWER_ID_SYNTH | (UINT64_C(3) << 56) | (uint64_t)k;
+}
+
 static uint64_t bucket_id(int k) { return dha_synth_id(k ? 4 : 1); }
 static uint64_t cast_id(int k) { return dha_synth_id(k ? 5 : 2); }
 

@@ -9,6 +9,7 @@
 
 #include "planners/knob.h"
 #include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 
 /* ---- the forward ---- */
 

@@ -7,6 +7,7 @@
 
 #include "planners/knob.h"
 #include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 
 /* Its own knob: which ZeRO-Offload (the lowering's realloc, with another default). */
 typedef struct zo_knobs {
