@@ -182,6 +182,29 @@ static ms_status unknown_policy(const char *name, ms_error *err)
                    near ? "'?" : "");
 }
 
+/* 1 when some table of p reads key as a byte size. */
+static int reads_as_size(const pol_policy *p, const char *key)
+{
+    for (const knobtab *const *t = p->knob_tables; t && *t; t++) {
+        const knobtab_row *r = knobtab_find(*t, key);
+        if (r && r->type == KNOBTAB_BYTES) return 1;
+    }
+    return 0;
+}
+
+const pol_knob *pol_knob_bad_size(const char *const *policies, size_t n, const pol_opts *o)
+{
+    for (size_t i = 0; o && i < o->n_knobs; i++) {
+        uint64_t x;
+        if (!o->knobs[i].value || ms_parse_bytes(o->knobs[i].value, &x)) continue;
+        for (size_t j = 0; j < n; j++) {
+            const pol_policy *p = pol_find(policies[j]);
+            if (p && reads_as_size(p, o->knobs[i].key)) return &o->knobs[i];
+        }
+    }
+    return NULL;
+}
+
 ms_status pol_names_check(const char *const *policies, size_t n, ms_error *err)
 {
     for (size_t i = 0; i < n; i++)

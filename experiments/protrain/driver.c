@@ -1163,6 +1163,12 @@ int driver_protrain(int argc, char **argv)
         fprintf(stderr, "memsim protrain: %s\n", kerr.msg);
         return ms_exit_code(kst);
     }
+    const pol_knob *size = pol_knob_bad_size(backends, all ? BK_COUNT : 1, &ko);
+    if (size) {
+        fprintf(stderr, "memsim protrain: --knob '%s=%s': %s\n", size->key, size->value,
+                MS_BYTES_EXPECTED);
+        return MS_EXIT_USAGE;
+    }
     if (o.out_dir && mkdir(o.out_dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "memsim protrain: cannot create %s: %s\n", o.out_dir, strerror(errno));
         return MS_EXIT_IO;
