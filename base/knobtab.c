@@ -207,6 +207,13 @@ const knobtab_row *knobtab_row_of(const knobtab *t, const void *st, const void *
     return NULL;
 }
 
+void knobtab_mark_given(const knobtab *t, void *st, const void *field)
+{
+    const knobtab_row *r = knobtab_row_of(t, st, field);
+    uint64_t *g = given_mask(t, st);
+    if (r && g && r - t->rows < KNOBTAB_MAX_ROWS) *g |= UINT64_C(1) << (r - t->rows);
+}
+
 int knobtab_given(const knobtab *t, const void *st, const void *field)
 {
     const knobtab_row *r = knobtab_row_of(t, st, field);

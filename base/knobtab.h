@@ -115,6 +115,11 @@ int knobtab_row_covers(const knobtab_row *r, const char *key);
  * no row has that field, or the table keeps no given mask. */
 int knobtab_given(const knobtab *t, const void *st, const void *field);
 
+/* Marks the row of the field at `field` (inside struct st) as given, for a reader that set
+ * the field itself (a policy's decision it records through the table); no-op when no row
+ * has that field or the table keeps no given mask. */
+void knobtab_mark_given(const knobtab *t, void *st, const void *field);
+
 /* The row of the field at `field` (inside struct st); NULL when no row has that field. */
 const knobtab_row *knobtab_row_of(const knobtab *t, const void *st, const void *field);
 

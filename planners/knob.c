@@ -41,6 +41,22 @@ ms_status knob_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *er
     return MS_OK;
 }
 
+ms_status knob_given_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *err)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        char v[128];
+        const knobtab_row *r = &t->rows[i];
+        if (!knobtab_given(t, st, (const char *)st + r->off) ||
+            !knobtab_format_row(r, st, v, sizeof v))
+            continue;
+        ms_status s = plan_set_knob(p, r->key, v);
+        if (s != MS_OK)
+            return ms_fail(err, s, "%s: cannot record knob %s=%s in the plan", t->name,
+                           r->key, v);
+    }
+    return MS_OK;
+}
+
 ms_status knob_predictions_of(const plan_t *p, knob_predictions *out, ms_error *err)
 {
     (void)err;

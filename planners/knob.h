@@ -18,6 +18,13 @@ ms_status knob_from_opts(const knobtab *t, const pol_opts *o, void *out, ms_erro
  * is no valid knob value. */
 ms_status knob_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *err);
 
+/* A policy's decision for the knob at field f of struct st (a t struct): set, marked given,
+ * so that knob_given_to_plan records it. */
+#define KNOB_DECIDE(t, st, f, v) ((st)->f = (v), knobtab_mark_given((t), (st), &(st)->f))
+/* The given rows of t's struct st into plan p as knob lines (as knob_to_plan, the others
+ * left out): the decisions a policy made through KNOB_DECIDE. */
+ms_status knob_given_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *err);
+
 /* What a planner predicted, as its plan records it (plan_t.pred, the plan file's `predict`
  * lines): the pipeline, the search and the paper drivers read them without knowing which
  * planner made them. */

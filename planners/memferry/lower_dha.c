@@ -20,7 +20,6 @@
 /* ---------------------------------------------------------------------------------- */
 /* lowering                                                                            */
 
-typedef enum { UPD_PIPELINED = 0, UPD_AFTER_BWD, UPD_AFTER_BP } upd_kind;
 typedef enum { LOAD_FORWARD = 0, LOAD_UPDATE, LOAD_AFTER_UPDATE } load_kind;
 
 /* Per-tensor lowering state. */
@@ -56,7 +55,7 @@ typedef struct lw {
     plan_pmode *mode;     /* per unit */
     int *ghost;           /* per unit: gradients on the host */
     unsigned char *mhost; /* per module: its gradient on the host (grad_host.N knobs) */
-    upd_kind upd;
+    lower_dha_update upd;
     load_kind load;
     int realloc, free_at_step;
     int fused_write;      /* grad_write=fused */
@@ -113,7 +112,7 @@ static ms_status record_new(lw *w, sched_stream s, uint32_t *e)
 #define TRY(x) do { ms_status st_ = (x); if (st_ != MS_OK) return st_; } while (0)
 
 static const char *const DHA_UPDATES[] = { "pipelined", "after_bp", "after_bwd", NULL };
-static const int DHA_UPDATE_VALS[] = { UPD_PIPELINED, UPD_AFTER_BP, UPD_AFTER_BWD };
+static const int DHA_UPDATE_VALS[] = { LOWER_DHA_UPD_PIPELINED, LOWER_DHA_UPD_AFTER_BP, LOWER_DHA_UPD_AFTER_BWD };
 static const char *const DHA_LOADS[] = { "forward", "update", "after_update", NULL };
 static const char *const DHA_GRAD_WRITES[] = { "accumulate", "fused", NULL };
 static const char *const DHA_GRAD_FREES[] = { "copy", "step", NULL };
@@ -168,7 +167,7 @@ static ms_status read_knobs(lw *w)
 {
     lower_dha_knobs k;
     TRY(knob_from_plan(&lower_dha_knob_table, w->p, &k, w->err));
-    w->upd = (upd_kind)k.update;
+    w->upd = (lower_dha_update)k.update;
     w->load = (load_kind)k.param_load;
     w->realloc = k.realloc;
     w->overlap = k.overlap_comm;
@@ -661,7 +660,7 @@ static ms_status bucket_flush_ds(lw *w)
     for (size_t i = 0; i < w->nbucket; i++) {
         int u = w->bucket_units[i];
         w->gh_ev[u] = c;
-        if (w->upd == UPD_PIPELINED) TRY(host_update(w, u, 1));
+        if (w->upd == LOWER_DHA_UPD_PIPELINED) TRY(host_update(w, u, 1));
     }
     if (w->overlap) {
         w->bucket_ev[w->bidx] = c;
@@ -704,7 +703,7 @@ static ms_status bucket_flush(lw *w)
     for (size_t i = 0; i < w->nbucket; i++) {
         int u = w->bucket_units[i];
         w->gh_ev[u] = c;
-        if (w->upd == UPD_PIPELINED) TRY(host_update(w, u, 1));
+        if (w->upd == LOWER_DHA_UPD_PIPELINED) TRY(host_update(w, u, 1));
     }
     w->nbucket = 0;
     w->bucket_fill = 0;
@@ -723,7 +722,7 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
             dev += d->tens[i].bytes - w->lt[i].host_bytes;
     if (w->ghost[u] || (!w->realloc && !dev)) {
         TRY(record_new(w, SS_COMPUTE, &w->gh_ev[u]));
-        return w->upd == UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
+        return w->upd == LOWER_DHA_UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
     }
     if (!w->realloc) {
         uint32_t e;
@@ -735,7 +734,7 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
                 TRY(sbuild_tensor(w->b, SA_COPY_D2H, SS_D2H, d->tens[i].id,
                           d->tens[i].bytes - w->lt[i].host_bytes));
         TRY(record_new(w, SS_D2H, &w->gh_ev[u]));
-        return w->upd == UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
+        return w->upd == LOWER_DHA_UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
     }
     /* DeepSpeed: copy the unit's gradients into the bucket (flushing it first if they do
      * not fit), free them, flush at the end of the backward. */
@@ -745,7 +744,7 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
             b += d->tens[i].bytes;
     if (!b) {
         w->gh_ev[u] = EV_NONE;
-        return w->upd == UPD_PIPELINED ? host_update(w, u, 0) : MS_OK;
+        return w->upd == LOWER_DHA_UPD_PIPELINED ? host_update(w, u, 0) : MS_OK;
     }
     if (w->bucket_fill && w->bucket_fill + b > w->bucket_bytes) TRY(bucket_flush(w));
     if (!w->bucket_fill && w->bucket_ev[w->bidx] != EV_NONE) {
@@ -780,7 +779,7 @@ static ms_status end_backward(lw *w)
         TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, d->tens[i].id, 0));
         x->on_dev = 0;
     }
-    if (w->upd == UPD_AFTER_BWD) {
+    if (w->upd == LOWER_DHA_UPD_AFTER_BWD) {
         for (size_t k = 0; k < w->norder; k++) {
             uint32_t e = w->gh_ev[w->order[k]];
             int dup = 0;
@@ -789,7 +788,7 @@ static ms_status end_backward(lw *w)
         }
         for (size_t u = 0; u < d->nu; u++)
             if (d->u[u].grad_bytes || d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));
-    } else if (w->upd == UPD_AFTER_BP) {
+    } else if (w->upd == LOWER_DHA_UPD_AFTER_BP) {
         /* the step starts when the backward's kernels are done, then takes each unit as its
          * gradients arrive (those still in flight keep copying under the first steps) */
         uint32_t e;

@@ -102,9 +102,16 @@ uint64_t dha_synth_id(unsigned k);
 /* The plan knobs lower_dha reads (lower_dha_knob_table; the family grad_host.N is read by
  * read_grad_host itself) and its marker host_params (lower_dha_marker_table). */
 #define LOWER_DHA_GRAD_HOST "grad_host."
+/* When the host's Adam runs (knob update) and when updated parameters come back to the GPU
+ * (knob param_load): the values of lower_dha_knobs.update and .param_load. */
+typedef enum lower_dha_update {
+    LOWER_DHA_UPD_PIPELINED = 0, LOWER_DHA_UPD_AFTER_BWD, LOWER_DHA_UPD_AFTER_BP
+} lower_dha_update;
+enum { LOWER_DHA_LOAD_FORWARD = 0, LOWER_DHA_LOAD_UPDATE, LOWER_DHA_LOAD_AFTER_UPDATE };
+
 typedef struct lower_dha_knobs {
-    int update;                 /* pipelined, after_bp, after_bwd (lower_dha.c's upd_kind) */
-    int param_load;             /* forward, update, after_update */
+    int update;                 /* a lower_dha_update: pipelined, after_bp, after_bwd */
+    int param_load;             /* LOWER_DHA_LOAD_*: forward, update, after_update */
     int realloc, overlap_comm;
     int grad_write;             /* 0 accumulate, 1 fused */
     int grad_free;              /* 0 copy, 1 step */

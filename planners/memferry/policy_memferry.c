@@ -524,17 +524,24 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
     }
     for (size_t i = 0; !st && reserve < 0 && i < n; i++)
         st = plan_set_layer(p, dha_model_unit(d, i)->layer, mode[i], 0);
-    if (!st) st = plan_set_knob(p, "host_params", "1");
+    /* its decisions for the lowering, recorded through the lowering's tables */
+    lower_dha_marker mk = { 0, 0 };
+    lower_dha_knobs dec;
+    memset(&dec, 0, sizeof dec);
+    knobtab_defaults(&lower_dha_knob_table, &dec);
+    KNOB_DECIDE(&lower_dha_marker_table, &mk, host_params, 1);
     /* The host update starts when the backward's kernels are done and takes each unit as its
      * gradients land, in parallel with the copies still under way: MemFerry §II-C moves the
      * "BP bubble" (ZeRO-Offload's update waiting for the last gradient copy) by running the
      * update in parallel with the remaining gradient transmission, not with the BP; MemFerry
      * builds on ZeRO-Offload, whose CPU Adam is the optimizer step after the backward.
      * update=pipelined (each unit's step during the backward) is the other reading. */
-    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.update))
-        st = plan_set_knob(p, "update", "after_bp");
-    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.param_load))
-        st = plan_set_knob(p, "param_load", "forward");
+    if (!knobtab_given(&lower_dha_knob_table, &lk, &lk.update))
+        KNOB_DECIDE(&lower_dha_knob_table, &dec, update, LOWER_DHA_UPD_AFTER_BP);
+    if (!knobtab_given(&lower_dha_knob_table, &lk, &lk.param_load))
+        KNOB_DECIDE(&lower_dha_knob_table, &dec, param_load, LOWER_DHA_LOAD_FORWARD);
+    if (!st) st = knob_given_to_plan(&lower_dha_marker_table, &mk, p, err);
+    if (!st) st = knob_given_to_plan(&lower_dha_knob_table, &dec, p, err);
     /* What the planner estimated, for readers of the plan file. */
     if (!st) {
         PLAN_PREDICT(p, alg1_fp_us, to_6g(t_all));
