@@ -207,6 +207,13 @@ const knobtab_row *knobtab_row_of(const knobtab *t, const void *st, const void *
     return NULL;
 }
 
+void knobtab_mark_given(const knobtab *t, void *st, const void *field)
+{
+    const knobtab_row *r = knobtab_row_of(t, st, field);
+    uint64_t *g = given_mask(t, st);
+    if (r && g && r - t->rows < KNOBTAB_MAX_ROWS) *g |= UINT64_C(1) << (r - t->rows);
+}
+
 int knobtab_given(const knobtab *t, const void *st, const void *field)
 {
     const knobtab_row *r = knobtab_row_of(t, st, field);
@@ -286,6 +293,65 @@ const char *knobtab_value_form(const knobtab_row *r, char *buf, size_t size)
     case KNOBTAB_FAMILY: snprintf(buf, size, "per key"); break;
     }
     return buf;
+}
+
+int knobtab_format_row(const knobtab_row *r, const void *st, char *buf, size_t size)
+{
+    const void *f = (const char *)st + r->off;
+    buf[0] = 0;
+    if (r->rec == KNOBTAB_REC_NEVER || r->type == KNOBTAB_FAMILY) return 0;
+    switch (r->type) {
+    case KNOBTAB_INT:
+    case KNOBTAB_FLAG:
+    case KNOBTAB_BOOL:
+        if (r->rec == KNOBTAB_REC_NONZERO && !*(const int *)f) return 0;
+        snprintf(buf, size, "%d", *(const int *)f);
+        return 1;
+    case KNOBTAB_DBL:
+        if (r->rec == KNOBTAB_REC_NONZERO && *(const double *)f == 0) return 0;
+        snprintf(buf, size, "%g", *(const double *)f);
+        return 1;
+    case KNOBTAB_BYTES:
+        if (r->rec == KNOBTAB_REC_NONZERO && !*(const uint64_t *)f) return 0;
+        snprintf(buf, size, "%llu", (unsigned long long)*(const uint64_t *)f);
+        return 1;
+    case KNOBTAB_ENUM: {
+        int x = *(const int *)f;
+        if (r->rec == KNOBTAB_REC_NONZERO && !x) return 0;
+        for (int i = 0; r->names[i]; i++)
+            if ((r->vals ? r->vals[i] : i) == x) {
+                snprintf(buf, size, "%s", r->names[i]);
+                return 1;
+            }
+        return 0;
+    }
+    case KNOBTAB_STR:
+        if (!*(const char *const *)f) return 0;
+        snprintf(buf, size, "%s", *(const char *const *)f);
+        return 1;
+    default: return 0;
+    }
+}
+
+void knobtab_summary(const knobtab *t, char *buf, size_t size)
+{
+    size_t len = 0;
+    if (!size) return;
+    buf[0] = 0;
+    for (size_t i = 0; t && i < t->n && len < size; i++) {
+        const knobtab_row *r = &t->rows[i];
+        char form[256];
+        int short_form = r->type == KNOBTAB_FLAG || r->type == KNOBTAB_ENUM;
+        int w = snprintf(buf + len, size - len, "%s%s%s%s%s%s%s", i ? "; " : "", r->key,
+                         r->type == KNOBTAB_FAMILY ? "N" : "", short_form ? "=" : "",
+                         short_form ? knobtab_value_form(r, form, sizeof form) : "",
+                         r->def ? " (default " : "", r->def ? r->def : "");
+        if (w > 0) len += (size_t)w;
+        if (r->def && len < size) {
+            w = snprintf(buf + len, size - len, ")");
+            if (w > 0) len += (size_t)w;
+        }
+    }
 }
 
 /* A cell without '|' (which would end it) or line breaks. */

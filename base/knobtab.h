@@ -37,7 +37,15 @@ typedef struct knobtab_row {
     const char *doc;           /* one line */
     const char *source;        /* the paper, system or measurement the default follows, or "" */
     int msg;                   /* 0: the table's message style; else 1 + the row's own */
+    int rec;                   /* how knobtab_format_row's writers record it: a knobtab_rec */
 } knobtab_row;
+
+/* Whether a writer that records a struct back as key=value pairs (a plan's knob lines)
+ * writes a row: always (the default), only when its field is not zero, or never (a knob
+ * that steers the reader, not what the pairs describe). */
+typedef enum knobtab_rec {
+    KNOBTAB_REC_ALWAYS = 0, KNOBTAB_REC_NONZERO, KNOBTAB_REC_NEVER
+} knobtab_rec;
 
 /* The form of a table's (or a row's) error message for a malformed value:
  * PLAN "plan knob KEY=VALUE: expected WHAT"; KNOB "knob KEY=VALUE: expected WHAT";
@@ -61,7 +69,7 @@ typedef struct knobtab {
 
 /* Row makers: T the reader's struct, F its field. */
 #define KNOBTAB_ROW(key, type, T, F, def, lo, hi, names, doc, src) \
-    { key, type, offsetof(T, F), def, lo, hi, names, NULL, NULL, doc, src, 0 }
+    { key, type, offsetof(T, F), def, lo, hi, names, NULL, NULL, doc, src, 0, 0 }
 #define KNOB_INT(key, T, F, def, lo, hi, doc, src) \
     KNOBTAB_ROW(key, KNOBTAB_INT, T, F, def, lo, hi, NULL, doc, src)
 #define KNOB_DBL(key, T, F, def, lo, hi, doc, src) \
@@ -77,7 +85,7 @@ typedef struct knobtab {
 #define KNOB_STR(key, T, F, doc, src) \
     KNOBTAB_ROW(key, KNOBTAB_STR, T, F, NULL, 0, 0, NULL, doc, src)
 #define KNOB_FAMILY(key, doc, src) \
-    { key, KNOBTAB_FAMILY, 0, NULL, 0, 0, NULL, NULL, NULL, doc, src, 0 }
+    { key, KNOBTAB_FAMILY, 0, NULL, 0, 0, NULL, NULL, NULL, doc, src, 0, 0 }
 #define KNOBTAB(name, rows, style, T, given) \
     { name, rows, sizeof rows / sizeof *rows, style, offsetof(T, given) }
 #define KNOBTAB_NOGIVEN(name, rows, style) \
@@ -107,6 +115,11 @@ int knobtab_row_covers(const knobtab_row *r, const char *key);
  * no row has that field, or the table keeps no given mask. */
 int knobtab_given(const knobtab *t, const void *st, const void *field);
 
+/* Marks the row of the field at `field` (inside struct st) as given, for a reader that set
+ * the field itself (a policy's decision it records through the table); no-op when no row
+ * has that field or the table keeps no given mask. */
+void knobtab_mark_given(const knobtab *t, void *st, const void *field);
+
 /* The row of the field at `field` (inside struct st); NULL when no row has that field. */
 const knobtab_row *knobtab_row_of(const knobtab *t, const void *st, const void *field);
 
@@ -118,6 +131,17 @@ const char *knobtab_closest(const knobtab *const *tabs, size_t n, const char *ke
 size_t knobtab_key_list(const knobtab *const *tabs, size_t n, char *buf, size_t size);
 /* What row r accepts, e.g. "int in [0, 64]" or "auto|fused|megatron", into buf. */
 const char *knobtab_value_form(const knobtab_row *r, char *buf, size_t size);
+
+/* Row r's field in st as the value text knobtab_set reads back (INT, FLAG, BOOL as %d; DBL
+ * as %g; BYTES as a whole number; ENUM as its name; STR as given) into buf. Returns 0 when
+ * the row is not written under its knobtab_rec (never, or zero under NONZERO), a FAMILY
+ * row, an unset STR, or an ENUM value with no name; else 1. */
+int knobtab_format_row(const knobtab_row *r, const void *st, char *buf, size_t size);
+
+/* One line naming rows' keys of table t, "key=FORM" where FORM is short (flags, names), and
+ * "(default D)" where the row has a default, separated by "; " (the one-line knob summary of
+ * `memsim list policies`), into buf (always NUL-terminated; truncated to size). */
+void knobtab_summary(const knobtab *t, char *buf, size_t size);
 
 /* The tables as one Markdown table (key, value, default, meaning, source), rows in table
  * order, a key repeated by a later table printed once. */

@@ -56,6 +56,9 @@ int ms_parse_double(const char *s, double *out); /* finite values only */
 /* Byte sizes with optional suffix: 512, 4K, 2MiB, 1.5GB, 80G (K/M/G/T = 1024-based,
  * KB/MB/GB/TB = 1000-based, KiB/MiB/GiB/TiB = 1024-based). */
 int ms_parse_bytes(const char *s, uint64_t *out);
+/* What every command-line message says a malformed byte size should have been, whether an
+ * option or a --knob gave it ("--OPT 'V': " MS_BYTES_EXPECTED; exit MS_EXIT_USAGE). */
+#define MS_BYTES_EXPECTED "expected a byte size, e.g. 512MiB, 1.5GiB or 80GB"
 /* Sequence lengths: 4096, 64K (=65536), 1M (=1048576). */
 int ms_parse_count(const char *s, uint64_t *out);
 

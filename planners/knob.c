@@ -1,9 +1,10 @@
-/* knob.c — knob tables read from plans and from pol_opts (knob.h): the pairs handed to
- * knobtab_parse. Used by the policies, the lowerings, the memory plan and the pipeline. */
+/* knob.c — knob tables between plans or pol_opts and their typed structs (knob.h): the pairs
+ * handed to knobtab_parse, and a struct written back as a plan's knob lines. Used by the
+ * policies, the lowerings, the memory plan and the pipeline. */
 #include "planners/knob.h"
 
-#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 ms_status knob_from_plan(const knobtab *t, const plan_t *p, void *out, ms_error *err)
 {
@@ -27,29 +28,47 @@ ms_status knob_from_opts(const knobtab *t, const pol_opts *o, void *out, ms_erro
     return st;
 }
 
-static const knobtab_row pred_rows[] = {
-    KNOB_FLAG("feasible", knob_predictions, feasible, "1",
-              "0: no configuration fit the planner's budget; the closest is planned", ""),
-    KNOB_BYTES("pred_peak_bytes", knob_predictions, peak_bytes, "0", 0, HUGE_VAL,
-               "predicted device peak", ""),
-    KNOB_BYTES("pred_host_bytes", knob_predictions, host_bytes, "0", 0, HUGE_VAL,
-               "predicted host memory", ""),
-    KNOB_DBL("pred_iter_s", knob_predictions, iter_s, "0", -HUGE_VAL, HUGE_VAL,
-             "predicted iteration time, seconds", ""),
-    KNOB_DBL("est_go_cost_us", knob_predictions, go_cost_us, "0", -HUGE_VAL, HUGE_VAL,
-             "time the host-written gradients add, microseconds", ""),
-    KNOB_DBL("grad_gpu_frac", knob_predictions, grad_gpu_frac, "1", -HUGE_VAL, HUGE_VAL,
-             "share of the gradient bytes kept on the GPU", ""),
-};
-const knobtab knob_predictions_table = KNOBTAB("planner predictions", pred_rows,
-                                               KNOBTAB_MSG_PLAN, knob_predictions, given);
+ms_status knob_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *err)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        char v[128];
+        if (!knobtab_format_row(&t->rows[i], st, v, sizeof v)) continue;
+        ms_status s = plan_set_knob(p, t->rows[i].key, v);
+        if (s != MS_OK)
+            return ms_fail(err, s, "%s: cannot record knob %s=%s in the plan", t->name,
+                           t->rows[i].key, v);
+    }
+    return MS_OK;
+}
+
+ms_status knob_given_to_plan(const knobtab *t, const void *st, plan_t *p, ms_error *err)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        char v[128];
+        const knobtab_row *r = &t->rows[i];
+        if (!knobtab_given(t, st, (const char *)st + r->off) ||
+            !knobtab_format_row(r, st, v, sizeof v))
+            continue;
+        ms_status s = plan_set_knob(p, r->key, v);
+        if (s != MS_OK)
+            return ms_fail(err, s, "%s: cannot record knob %s=%s in the plan", t->name,
+                           r->key, v);
+    }
+    return MS_OK;
+}
 
 ms_status knob_predictions_of(const plan_t *p, knob_predictions *out, ms_error *err)
 {
-    return knob_from_plan(&knob_predictions_table, p, out, err);
+    (void)err;
+    if (p) *out = p->pred;
+    else {
+        memset(out, 0, sizeof *out);
+        knobtab_defaults(&plan_predictions_table, out);
+    }
+    return MS_OK;
 }
 
 int knob_predicted(const knob_predictions *k, const void *field)
 {
-    return knobtab_given(&knob_predictions_table, k, field);
+    return knobtab_given(&plan_predictions_table, k, field);
 }

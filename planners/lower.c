@@ -7,10 +7,10 @@
  * tensors of a layer live in one block of one of MEMO's two rounding buffers (§4.1, Fig. 5);
  * with memory_plan every re-allocation gets a fresh id for the static arena. Used by the
  * memsim command, experiments, the MEMO planner and runtime/. The rules and example
- * timelines are in docs/POLICIES.md and docs/MEMO.md. This file holds the walk, its knobs and
- * the table of lowerings; the rounding buffers (lower_rb.c), the replay that rebuilds dropped
- * tensors (lower_replay.c) and swap at save time (lower_save.c) share its state through
- * lower_int.h. */
+ * timelines are in docs/POLICIES.md and docs/MEMO.md. The walk's pieces, the rounding
+ * buffers (lower_rb.c), the replay that rebuilds dropped tensors (lower_replay.c) and swap at
+ * save time (lower_save.c), share its state through lower_int.h; the table of lowerings that
+ * names this one "tensor" is planners/lowerings.c. */
 #include "planners/lower.h"
 #include "planners/lower_int.h"
 
@@ -366,36 +366,82 @@ static const char *const LOWER_SWAP_ATS[] = { "layer", "save", NULL };
 static const char *const LOWER_DROP_ATS[] = { "layer", "use", NULL };
 static const char *const LOWER_SWAP_STREAMS[] = { "copy", "compute", NULL };
 
-/* The tensor lowering's knobs (lower.h says what each does), in the order they are checked. */
+/* The tensor lowering's knobs, in the order they are checked; the comment above a row says
+ * what it does (docs/MEMO.md, docs/POLICIES.md). */
 static const knobtab_row lower_rows[] = {
+    /* rounding_buffers=1: MEMO's two rounding buffers: the skeletal activations of layer L
+     * that the plan keeps or swaps live in one block of the buffer size (the largest
+     * layer's skeletal bytes) instead of their own allocations; the block of layer L is
+     * made when L first writes into it, after waiting for the offload of layer L-2 (the
+     * buffer's previous occupant); it is offloaded whole (alpha-weighted bytes) after L's
+     * forward and prefetched whole during layer L+1's backward. A layer's skeletal tensors
+     * must be all kept or all swapped. */
     KNOB_BOOL("rounding_buffers", lower_knobs, rounding_buffers, "0",
               "1: MEMO's two rounding buffers hold the swapped layers' activations", "MEMO §4.1"),
+    /* memory_plan=1: every re-allocation of a tensor (replay, prefetch) gets a fresh
+     * synthetic id, so each incarnation can have its own static offset. */
     KNOB_BOOL("memory_plan", lower_knobs, memory_plan, "0",
               "1: every re-allocation gets a fresh id (one static offset per incarnation)", ""),
+    /* host_pow2=1: the older spelling of host_round=layer_pow2 (0: exact); must agree with
+     * host_round when both are given. */
     KNOB_BOOL("host_pow2", lower_knobs, host_pow2, "0",
               "the older spelling of host_round=layer_pow2 (0: exact)", ""),
+    /* host_round=R: how pinned host buffers are sized (lower_host_round in lower.h): exact
+     * (default), layer_pow2, tensor_pow2 or buffer_pow2. A swapped tensor outside a block
+     * is one buffer, rounded to a power of two under every pow2 reading. */
     KNOB_ENUM("host_round", lower_knobs, host_round, NULL, LOWER_HOST_ROUNDS,
               "how pinned host buffers are sized (absent: host_pow2's reading, exact)", ""),
+    /* host_granule=B: with host_round=exact: pinned host buffers are rounded up to a
+     * multiple of B bytes (default 1: exact; an executor's own cudaHostAlloc takes whole
+     * host pages, 4096). */
     { "host_granule", KNOBTAB_BYTES, offsetof(lower_knobs, host_granule), "1", 1,
       (double)(UINT64_C(1) << 40), NULL, NULL, "bytes in [1, 2^40]",
-      "with host_round=exact: pinned host buffers rounded up to a multiple of this", "", 0 },
+      "with host_round=exact: pinned host buffers rounded up to a multiple of this", "", 0, 0 },
+    /* idle_buffer_bytes=B: one device block of B bytes (id lower_id_idle_buffer())
+     * allocated on the compute stream before the first lowered record and freed after the
+     * last: the rounding buffer that MEMO's executor holds while a full-recomputation layer
+     * uses the other (docs/MEMO.md, "MEMO's executor"). Default 0: none. */
     { "idle_buffer_bytes", KNOBTAB_BYTES, offsetof(lower_knobs, idle_buffer_bytes), "0", 0,
       (double)LOWER_ID_TRACE_LIMIT, NULL, NULL, "bytes in [0, 2^48]",
       "one device block held throughout: the rounding buffer a full-recomputation layer "
-      "leaves idle", "MEMO's executor", 0 },
+      "leaves idle", "MEMO's executor", 0, 0 },
+    /* overlap_comm=0: turns the ".ovl" merge off (see lower_opts.overlap_ovl). */
     KNOB_BOOL("overlap_comm", lower_knobs, overlap_comm, "1", "0: the .ovl merge off", ""),
+    /* record_stream=1: the FREE of a block that a collective (op kind comm) read or wrote
+     * since its allocation is marked side_use: c10d's NCCL process group records its stream
+     * on a collective's tensors (recordStream), so with the host issue model the block goes
+     * back only when the GPU has run what was issued before the free (docs/ALLOCATORS.md,
+     * "Reorganizations"). Default 0 (TORCH_NCCL_AVOID_RECORD_STREAMS=1, or no side stream). */
     KNOB_BOOL("record_stream", lower_knobs, record_stream, "0",
               "1: a block a collective used is freed once the GPU has run what came before",
               "c10d recordStream"),
+    /* stream_pools=1: an ALLOC of a tensor the trace allocates on a side stream (stream k >
+     * 0, e.g. TE's cp stream) carries pool k: the caching allocator serves it from that
+     * stream's pools, as PyTorch's per-stream pools do. Default 0: every trace tensor in
+     * the compute stream's pools. */
     KNOB_BOOL("stream_pools", lower_knobs, stream_pools, "0",
               "1: blocks are kept in per-stream pools", "PyTorch caching allocator"),
+    /* tokenwise=chain: token-wise recomputation replays, on the (1 - alpha) tokens, every
+     * forward op of the layer that the partially swapped tensors depend on (MEMO §4.1);
+     * tokenwise=producer runs only each tensor's producer. Default: chain with rounding
+     * buffers, producer otherwise. */
     { "tokenwise", KNOBTAB_ENUM, offsetof(lower_knobs, tokenwise), NULL, 0, 0, LOWER_TOKENWISE,
       LOWER_TOKENWISE_CHAIN, NULL, "token-wise recomputation replays the chain of forward ops "
-      "or only each producer (absent: chain with rounding buffers)", "MEMO §4.1", 0 },
+      "or only each producer (absent: chain with rounding buffers)", "MEMO §4.1", 0, 0 },
+    /* swap_at=save: a swapped tensor (alpha 1) goes to the host when it is saved, not at
+     * its layer's forward end: copied out after the first forward op that makes or reads
+     * it, its device block freed after its last forward use (a tensor made before the
+     * forward, a parameter, keeps its block), brought back into a new block just before the
+     * first backward op that reads it, and that block and the host copy freed after the
+     * last one (autograd's saved-tensor pack and unpack hooks). Default layer: the per-
+     * layer offload and prefetch above. Not with rounding_buffers. */
     KNOB_ENUM("swap_at", lower_knobs, swap_at, "layer", LOWER_SWAP_ATS,
               "when a swapped tensor goes to the host: after its layer's forward, prefetched a "
               "layer ahead (layer), or when saved, back when the backward reads it (save)",
               "torch.autograd.graph.save_on_cpu"),
+    /* swap_stream=compute: the copies of swap_at=save run on the compute stream (a blocking
+     * copy and a copy on the current stream); default copy: on the D2H and H2D streams,
+     * ordered with compute by events. */
     KNOB_ENUM("swap_stream", lower_knobs, swap_stream, "copy", LOWER_SWAP_STREAMS,
               "swap_at=save's copies on the copy streams (copy) or the compute stream "
               "(compute: a blocking copy, a copy on the current stream)",
@@ -1015,16 +1061,7 @@ static ms_status walk(lw *w)
     return st;
 }
 
-/* ---- entry point ---- */
-
-void lower_opts_default(lower_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    o->iter_first = INT64_MIN;
-    o->iter_count = 0;
-    o->emit_marks = 1;
-    o->overlap_ovl = 1;
-}
+/* ---- the row "tensor" ---- */
 
 void lw_free(lw *w)
 {
@@ -1047,50 +1084,6 @@ void lw_free(lw *w)
     u64map_free(w->rb_rec);
     u64map_free(w->rb_key);
     u64map_free(w->comm_use);
-}
-
-/* ---- the table of lowerings (lower.h) ---- */
-
-/* Adding a lowering is one line here: X(its lower_backend row), defined next to its code.
- * The rows of the other files are declared here, not through their headers, so that this
- * table depends on no lowering (they all include lower.h). */
-#define LOWER_LIST(X)          \
-    X(lower_backend_tensor)    \
-    X(lower_backend_chunks)    \
-    X(lower_backend_dha)
-
-#define LOWER_DECLARE(b) extern const lower_backend b;
-#define LOWER_ENTRY(b) &b,
-LOWER_LIST(LOWER_DECLARE)
-static const lower_backend *const lowerings[] = { LOWER_LIST(LOWER_ENTRY) };
-
-const lower_backend *const *lower_registry(size_t *n)
-{
-    *n = sizeof lowerings / sizeof *lowerings;
-    return lowerings;
-}
-
-const lower_backend *lower_find(const char *name)
-{
-    for (size_t i = 0; name && i < sizeof lowerings / sizeof *lowerings; i++)
-        if (!strcmp(lowerings[i]->name, name)) return lowerings[i];
-    return NULL;
-}
-
-ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
-                         const lower_opts *o, schedule_t **out, ms_error *err)
-{
-    *out = NULL;
-    if (!t) return ms_fail(err, MS_ERR_INVALID, "lower: no trace");
-    /* the markers that named the lowering before plans had a `lowering` line (plan_load
-     * reads them in such files): anything but 0 or 1 is a hand edit gone wrong */
-    ms_status mst = p ? plan_markers_check(p, err) : MS_OK;
-    if (mst != MS_OK) return mst;
-    const lower_backend *b = p ? lower_find(p->lowering) : &lower_backend_tensor;
-    if (!b)
-        return ms_fail(err, MS_ERR_INVALID, "plan names lowering '%s', which is not one of "
-                       "tensor, chunks, dha", p->lowering);
-    return b->lower(t, p, m, o, out, err);
 }
 
 /* The per-tensor lowering (the row "tensor"). */

@@ -14,142 +14,19 @@
 #include "base/knobtab.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
+#include "planners/lowerings.h"
 #include "planners/plan.h"
 #include "planners/schedule.h"
 
-/* What lowering did (for tests, logs and `memsim plan --explain`). */
-typedef struct lower_report {
-    uint64_t actions, events;
-    uint64_t dropped;        /* PD_RECOMPUTE tensors freed after their layer's forward */
-    uint64_t rebuilt;        /* ... re-allocated and recomputed before their layer's backward */
-    uint64_t swapped;        /* PD_SWAP tensors offloaded after their layer's forward */
-    uint64_t prefetched;     /* ... brought back for their layer's backward */
-    uint64_t recompute_ops;  /* COMPUTE actions with recompute = 1 */
-    double recompute_us;     /* their total duration */
-    uint64_t d2h_bytes, h2d_bytes;
-    uint64_t ignored;        /* recompute/swap decisions on tensors that were not live at the
-                                end of their layer's forward (nothing to save) */
-    uint64_t unknown_ids;    /* plan entries naming tensors the trace never allocates */
-    /* MEMO variants (docs/MEMO.md) */
-    uint64_t rb_blocks;      /* rounding-buffer blocks allocated (one per layer pass and one
-                                per prefetch) */
-    uint64_t rb_bytes;       /* size of one rounding buffer (0 without rounding_buffers) */
-    uint64_t rb_offloads;    /* rounding buffers offloaded after their layer's forward */
-    uint64_t idle_bytes;     /* the idle rounding buffer held for the whole schedule
-                                (plan knob idle_buffer_bytes; 0: none) */
-    uint64_t renamed;        /* re-allocations given a fresh id (memory_plan) */
-    uint64_t overlapped;     /* ".ovl" collectives merged into their attention kernel */
-    double overlap_hidden_us;/* their time hidden under the attention kernels */
-} lower_report;
 
-typedef struct lower_opts {
-    int64_t iter_first;      /* first iteration (value of "mark iter") lowered; INT64_MIN:
-                                from the start */
-    int64_t iter_count;      /* iterations lowered from iter_first; <= 0: all. Records before
-                                the first "mark iter" are always lowered. */
-    int emit_marks;          /* 1: the trace's marks become MARK actions (default) */
-    int prefetch_alloc_on_compute; /* 0: a prefetch allocates its block on the H2D stream
-                                (default); 1: on the compute stream, just before the prefetch
-                                is released (PyTorch code that allocates the destination on
-                                the main stream and copies on a side stream) */
-    int ignore_unknown_ids;  /* 0: a plan entry for a tensor the trace never allocates is
-                                MS_ERR_INVALID (default); 1: counted in the report, ignored */
-    int overlap_ovl;         /* 1 (default): a collective whose name ends in ".ovl" (the CP
-                                ring exchange) runs under the attention kernel that follows it
-                                in the same layer and phase: one COMPUTE of
-                                max(attention, ring) instead of two; 0: serialized. The plan
-                                knob overlap_comm=0 also turns it off. */
-    lower_report *report;    /* filled when not NULL */
-} lower_opts;
-
-void lower_opts_default(lower_opts *o);
-
-/* Lowers trace t under plan p (NULL: keep everything) for machine m with the lowering the
- * plan names (plan_t.lowering, looked up with lower_find; an unknown name is MS_ERR_INVALID
- * listing the known ones). m is needed only for ops without a duration, which get
- * traces/roofline.h's kernel time (the chunk and DHA lowerings need it always). NULL o:
- * defaults. Deterministic: the same inputs give the same schedule, action for action. Errors
- * name the trace record: an op without a duration and no machine, a plan that cannot be
- * lowered (a recomputed tensor made outside its layer's forward, a tensor used while
- * offloaded or dropped, DHA decisions under the tensor lowering: MS_ERR_UNSUPPORTED). */
-ms_status lower_schedule(const trace_t *t, const plan_t *p, const machine_t *m,
-                         const lower_opts *o, schedule_t **out, ms_error *err);
-
-/* ---- the lowerings, by name ----
- * A lowering turns a trace and a plan into a schedule; each is one row, defined next to its
- * code (this file's per-tensor lowering, planners/protrain/lower_chunks.c, planners/memferry/lower_dha.c) and
- * listed in lower.c's table, which lower_schedule looks a plan's lowering up in, as
- * alloc_new looks allocators up in memory/alloc.c. */
-typedef ms_status (*lower_fn)(const trace_t *t, const plan_t *p, const machine_t *m,
-                              const lower_opts *o, schedule_t **out, ms_error *err);
-
-typedef struct lower_backend {
-    const char *name;        /* what a plan's `lowering` line names, e.g. "chunks" */
-    const char *desc;        /* one line */
-    lower_fn lower;
-    int rounding_buffers;    /* 1: its plans may put members in MEMO's rounding buffers
-                                (lower_rb_map_new looks for them) */
-} lower_backend;
-
-/* The rows in table order ("tensor", "chunks", "dha"). */
-const lower_backend *const *lower_registry(size_t *n);
-/* NULL if no lowering has that name. */
-const lower_backend *lower_find(const char *name);
 /* The per-tensor lowering of this file: keep / swap / recompute, rounding buffers, memory-plan
- * renaming (the row "tensor"). */
+ * renaming (the row "tensor" of planners/lowerings.c's table). */
 extern const lower_backend lower_backend_tensor;
 
-/* ---- plan knobs lowering reads (docs/MEMO.md) ----
- *  rounding_buffers=1  MEMO's two rounding buffers: the skeletal activations of layer L that
- *                      the plan keeps or swaps live in one block of the buffer size (the
- *                      largest layer's skeletal bytes) instead of their own allocations; the
- *                      block of layer L is made when L first writes into it, after waiting
- *                      for the offload of layer L-2 (the buffer's previous occupant); it is
- *                      offloaded whole (alpha-weighted bytes) after L's forward and prefetched
- *                      whole during layer L+1's backward. A layer's skeletal tensors must be
- *                      all kept or all swapped.
- *  idle_buffer_bytes=B one device block of B bytes (id lower_id_idle_buffer()) allocated on
- *                      the compute stream before the first lowered record and freed after
- *                      the last: the rounding buffer that MEMO's executor holds while a
- *                      full-recomputation layer uses the other (docs/MEMO.md, "MEMO's
- *                      executor"). Default 0: none.
- *  memory_plan=1       every re-allocation of a tensor (replay, prefetch) gets a fresh
- *                      synthetic id, so each incarnation can have its own static offset.
- *  host_round=R        how pinned host buffers are sized (lower_host_round below): exact
- *                      (default), layer_pow2, tensor_pow2 or buffer_pow2. A swapped tensor
- *                      outside a block is one buffer, rounded to a power of two under every
- *                      pow2 reading.
- *  host_pow2=1         the older spelling of host_round=layer_pow2 (0: exact); must agree
- *                      with host_round when both are given.
- *  host_granule=B      with host_round=exact: pinned host buffers are rounded up to a multiple
- *                      of B bytes (default 1: exact; an executor's own cudaHostAlloc takes
- *                      whole host pages, 4096).
- *  tokenwise=chain     token-wise recomputation replays, on the (1 - alpha) tokens, every
- *                      forward op of the layer that the partially swapped tensors depend on
- *                      (MEMO §4.1); tokenwise=producer runs only each tensor's producer.
- *                      Default: chain with rounding buffers, producer otherwise.
- *  overlap_comm=0      turns the ".ovl" merge off (see lower_opts.overlap_ovl).
- *  record_stream=1     the FREE of a block that a collective (op kind comm) read or wrote
- *                      since its allocation is marked side_use: c10d's NCCL process group
- *                      records its stream on a collective's tensors (recordStream), so with
- *                      the host issue model the block goes back only when the GPU has run
- *                      what was issued before the free (docs/ALLOCATORS.md, "Reorganizations").
- *                      Default 0 (TORCH_NCCL_AVOID_RECORD_STREAMS=1, or no side stream).
- *  stream_pools=1      an ALLOC of a tensor the trace allocates on a side stream (stream k > 0,
- *                      e.g. TE's cp stream) carries pool k: the caching allocator serves it
- *                      from that stream's pools, as PyTorch's per-stream pools do. Default 0:
- *                      every trace tensor in the compute stream's pools.
- *  swap_at=save        a swapped tensor (alpha 1) goes to the host when it is saved, not at
- *                      its layer's forward end: copied out after the first forward op that
- *                      makes or reads it, its device block freed after its last forward use
- *                      (a tensor made before the forward, a parameter, keeps its block),
- *                      brought back into a new block just before the first backward op that
- *                      reads it, and that block and the host copy freed after the last one
- *                      (autograd's saved-tensor pack and unpack hooks). Default layer: the
- *                      per-layer offload and prefetch above. Not with rounding_buffers.
- *  swap_stream=compute the copies of swap_at=save run on the compute stream (a blocking
- *                      copy and a copy on the current stream); default copy: on the D2H and
- *                      H2D streams, ordered with compute by events. */
+/* ---- plan knobs lowering reads ----
+ * They are the rows of lower_knob_table (lower.c), where a comment above each row says what
+ * it does; `memsim list knobs` prints them with their defaults, docs/MEMO.md and
+ * docs/POLICIES.md explain them with the policies that write them. */
 
 /* Synthetic tensor ids made by lowering (bit 62 set; never in a trace). Incarnation k >= 1 of
  * trace tensor id (id < LOWER_ID_TRACE_LIMIT), and rounding-buffer block k of layer `layer`

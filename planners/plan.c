@@ -61,6 +61,47 @@ static int valid_name(const char *s, size_t max)
 /* ------------------------------------------------------------------------------------ */
 /* building */
 
+/* ------------------------------------------------------------------------------------ */
+/* predictions */
+
+#define PRED_DBL(key, F, doc) KNOB_DBL(key, plan_predictions, F, NULL, -HUGE_VAL, HUGE_VAL, doc, "")
+static const knobtab_row pred_rows[] = {
+    KNOB_FLAG("feasible", plan_predictions, feasible, "1",
+              "0: no configuration fit the planner's budget; the closest is planned", ""),
+    KNOB_BYTES("pred_peak_bytes", plan_predictions, peak_bytes, NULL, 0, HUGE_VAL,
+               "predicted device peak", ""),
+    KNOB_BYTES("pred_host_bytes", plan_predictions, host_bytes, NULL, 0, HUGE_VAL,
+               "predicted host memory", ""),
+    PRED_DBL("pred_iter_s", iter_s, "predicted iteration time, seconds"),
+    PRED_DBL("pred_fwd_s", fwd_s, "predicted forward time, seconds"),
+    PRED_DBL("pred_bwd_s", bwd_s, "predicted backward time, seconds"),
+    PRED_DBL("pred_gpu_optim_s", gpu_optim_s, "predicted optimizer step on the GPU, seconds"),
+    PRED_DBL("pred_cpu_optim_s", cpu_optim_s, "predicted optimizer step on the host, seconds"),
+    PRED_DBL("fastest_pred_iter_s", fastest_iter_s,
+             "the strictly fastest configuration's predicted iteration time, seconds"),
+    PRED_DBL("est_alg1_fp_us", alg1_fp_us, "Algorithm 1's forward time, microseconds"),
+    PRED_DBL("est_fp_us", fp_us, "predicted forward time, microseconds"),
+    PRED_DBL("est_iter_compute_us", iter_compute_us,
+             "predicted compute of the iteration, microseconds"),
+    PRED_DBL("est_go_cost_us", go_cost_us,
+             "time the host-written gradients add, microseconds"),
+    KNOB_DBL("grad_gpu_frac", plan_predictions, grad_gpu_frac, "1", 0, 1,
+             "share of the gradient bytes kept on the GPU", ""),
+};
+const knobtab plan_predictions_table = KNOBTAB("planner predictions", pred_rows,
+                                               KNOBTAB_MSG_PLAN, plan_predictions, given);
+
+void plan_predict(plan_t *p, const void *field)
+{
+    const knobtab_row *r = knobtab_row_of(&plan_predictions_table, &p->pred, field);
+    if (r) p->pred.given |= UINT64_C(1) << (r - pred_rows);
+}
+
+int plan_predicted(const plan_t *p, const void *field)
+{
+    return knobtab_given(&plan_predictions_table, &p->pred, field);
+}
+
 plan_t *plan_new(const char *policy, const char *allocator)
 {
     if (!policy) policy = "";
@@ -77,6 +118,7 @@ plan_t *plan_new(const char *policy, const char *allocator)
     strcpy(p->allocator, allocator);
     alloc_config_default(&p->alloc_cfg);
     p->default_decision = PD_KEEP;
+    knobtab_defaults(&plan_predictions_table, &p->pred);
     return p;
 }
 
@@ -304,6 +346,7 @@ typedef struct pload {
     plan_t *p;
     u64map *tensor_line, *offset_line;  /* id -> line, to name duplicates */
     uint64_t policy_line, allocator_line, lowering_line, default_line, arena_line, cfg_line[5];
+    uint64_t pred_line[KNOBTAB_MAX_ROWS]; /* the line of each prediction read, 0: none yet */
 } pload;
 
 #define PL_FAIL(L, ...) \
@@ -434,6 +477,39 @@ static ms_status pl_offset(pload *L, char **tok, int n, ms_error *err)
     return MS_OK;
 }
 
+/* Prediction `key` = `v` from this line (a `predict` line, or an old plan's `knob` line of a
+ * prediction's key). */
+static ms_status pl_set_pred(pload *L, const knobtab_row *r, const char *v, ms_error *err)
+{
+    size_t i = (size_t)(r - pred_rows);
+    char form[128];
+    if (L->pred_line[i])
+        return PL_FAIL(L, "duplicate prediction '%s' (first at line %llu)", r->key,
+                       (unsigned long long)L->pred_line[i]);
+    ms_error e;
+    if (knobtab_set(&plan_predictions_table, r, v, &L->p->pred, &e) != MS_OK)
+        return PL_FAIL(L, "predict %s: '%.40s' is not %s", r->key, v,
+                       knobtab_value_form(r, form, sizeof form));
+    L->pred_line[i] = ms_lines_lineno(L->lr);
+    return MS_OK;
+}
+
+/* "predict KEY VALUE": one of plan_predictions_table's keys. */
+static ms_status pl_predict(pload *L, char **tok, int n, ms_error *err)
+{
+    if (n != 3) return PL_FAIL(L, "predict: expected 'predict KEY VALUE'");
+    const knobtab_row *r = knobtab_find(&plan_predictions_table, tok[1]);
+    if (!r) {
+        const knobtab *t = &plan_predictions_table;
+        const char *near = knobtab_closest(&t, 1, tok[1]);
+        char keys[512];
+        knobtab_key_list(&t, 1, keys, sizeof keys);
+        return PL_FAIL(L, "predict: unknown prediction '%.48s'%s%s%s (%s)", tok[1],
+                       near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", keys);
+    }
+    return pl_set_pred(L, r, tok[2], err);
+}
+
 /* "knob KEY VALUE": VALUE is the rest of the line, trimmed. */
 static ms_status pl_knob(pload *L, char *line, ms_error *err)
 {
@@ -454,6 +530,9 @@ static ms_status pl_knob(pload *L, char *line, ms_error *err)
     if (strlen(p) >= sizeof(((plan_knob *)0)->value))
         return PL_FAIL(L, "knob: VALUE longer than %zu characters",
                        sizeof(((plan_knob *)0)->value) - 1);
+    /* a plan written before the `predict` lines carried its predictions as knobs */
+    const knobtab_row *pr = knobtab_find(&plan_predictions_table, key);
+    if (pr) return pl_set_pred(L, pr, p, err);
     if (plan_get_knob(L->p, key)) return PL_FAIL(L, "duplicate knob '%s'", key);
     if (plan_set_knob(L->p, key, p) != MS_OK) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     return MS_OK;
@@ -539,6 +618,7 @@ static ms_status pl_line(pload *L, char *line, ms_error *err)
         return pl_name(L, tok, n, L->p->allocator, sizeof L->p->allocator, &L->allocator_line,
                        err);
     if (strcmp(k, "lowering") == 0) return pl_lowering(L, tok, n, err);
+    if (strcmp(k, "predict") == 0) return pl_predict(L, tok, n, err);
     if (strncmp(k, "alloc.", 6) == 0) return pl_alloc_key(L, tok, n, err);
     if (strcmp(k, "default") == 0) {
         ms_status st = pl_nargs(L, "default", n, 2, err);
@@ -559,7 +639,7 @@ static ms_status pl_line(pload *L, char *line, ms_error *err)
     if (strcmp(k, "layer") == 0) return pl_layer(L, tok, n, err);
     if (strcmp(k, "offset") == 0) return pl_offset(L, tok, n, err);
     return PL_FAIL(L, "unknown line '%.40s' (policy lowering allocator alloc.* default knob "
-                   "tensor layer offset arena)", k);
+                   "predict tensor layer offset arena)", k);
 }
 
 static ms_status pl_run(pload *L, ms_error *err)
@@ -617,8 +697,36 @@ static void emit_bytes(plan_emit out, void *ctx, const char *key, uint64_t v)
     else out(ctx, "%s %llu\n", key, (unsigned long long)v);
 }
 
+/* The predictions made, in table order; doubles exactly (ms_fmt_double). */
+static void write_predictions(const plan_t *p, plan_emit out, void *ctx)
+{
+    for (size_t i = 0; i < plan_predictions_table.n; i++) {
+        const knobtab_row *r = &pred_rows[i];
+        char v[64];
+        if (!((p->pred.given >> i) & 1)) continue;
+        if (r->type == KNOBTAB_DBL)
+            ms_fmt_double(*(const double *)((const char *)&p->pred + r->off), v, sizeof v);
+        else if (!knobtab_format_row(r, &p->pred, v, sizeof v))
+            continue;
+        out(ctx, "predict %s %s\n", r->key, v);
+    }
+}
+
+/* 1 when every prediction made is one the reader takes back (a finite number in range). */
+static int predictions_valid(const plan_t *p)
+{
+    for (size_t i = 0; i < plan_predictions_table.n; i++) {
+        const knobtab_row *r = &pred_rows[i];
+        if (!((p->pred.given >> i) & 1) || r->type != KNOBTAB_DBL) continue;
+        double x = *(const double *)((const char *)&p->pred + r->off);
+        if (!isfinite(x) || x < r->lo || x > r->hi) return 0;
+    }
+    return 1;
+}
+
 static ms_status write_plan(const plan_t *p, plan_emit out, void *ctx)
 {
+    if (!predictions_valid(p)) return MS_ERR_INVALID;
     if (!valid_name(p->policy, sizeof p->policy) || !valid_name(p->allocator, sizeof p->allocator) ||
         !memchr(p->lowering, 0, sizeof p->lowering) || !p->lowering[0] ||
         !valid_name(p->lowering, sizeof p->lowering) || (unsigned)p->default_decision >= PD_COUNT || !isfinite(p->alloc_cfg.expandable_va_factor) ||
@@ -667,6 +775,7 @@ static ms_status write_plan(const plan_t *p, plan_emit out, void *ctx)
     for (size_t i = 0; i < p->n_knobs; i++)
         if (i == 0 || strcmp(knobs[i].key, knobs[i - 1].key) != 0)
             out(ctx, "knob %s %s\n", knobs[i].key, knobs[i].value);
+    write_predictions(p, out, ctx);
     for (size_t i = 0; i < p->n_layers; i++)
         out(ctx, "layer %d %s grad=%s\n", (int)layers[i].layer, plan_pmode_name(layers[i].pmode),
             layers[i].grad_on_host ? "host" : "gpu");

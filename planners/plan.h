@@ -6,6 +6,7 @@
 #ifndef MEMSIM_PLAN_H
 #define MEMSIM_PLAN_H
 
+#include "base/knobtab.h"
 #include "base/util.h"
 #include "memory/alloc.h"
 
@@ -50,6 +51,27 @@ typedef struct plan_knob {
     char value[96];
 } plan_knob;
 
+/* What the planner predicted for its plan: the file's `predict KEY VALUE` lines, typed by
+ * plan_predictions_table (key, type, doc), so that the pipeline, the search and the paper
+ * drivers read them without knowing which planner made them. A field counts only when its
+ * given bit is set (plan_predict; plan_predicted): no planner predicts them all. */
+typedef struct plan_predictions {
+    int feasible;            /* 0: nothing fit the planner's budget (the closest planned) */
+    uint64_t peak_bytes;     /* predicted device peak */
+    uint64_t host_bytes;     /* predicted host memory */
+    double iter_s;           /* predicted iteration time */
+    double fwd_s, bwd_s;     /* ... its forward and backward (ProTrain's cost model) */
+    double gpu_optim_s, cpu_optim_s; /* ... its optimizer step on the GPU and on the host */
+    double fastest_iter_s;   /* the strictly fastest configuration's predicted iteration (the
+                                search's pick may trade some of it within its tie band) */
+    double fp_us, alg1_fp_us;/* predicted forward, and Algorithm 1's figure for it (MemFerry) */
+    double iter_compute_us;  /* predicted compute of the iteration (MemFerry) */
+    double go_cost_us;       /* time the host-written gradients add (GO-MemFerry) */
+    double grad_gpu_frac;    /* share of gradient bytes kept on the GPU (GO-MemFerry) */
+    uint64_t given;          /* bit i: row i of plan_predictions_table was predicted */
+} plan_predictions;
+extern const knobtab plan_predictions_table;
+
 typedef struct plan {
     char policy[48];
     char lowering[16];            /* the lowering (planners/lower.h lower_find) that makes its
@@ -62,6 +84,7 @@ typedef struct plan {
     plan_offset *offsets; size_t n_offsets, cap_offsets;   /* sorted by id after plan_sort */
     uint64_t arena_bytes;                                  /* static arena size, 0 = derive */
     plan_knob *knobs; size_t n_knobs, cap_knobs;
+    plan_predictions pred;        /* what its planner predicted (plan_new: nothing) */
 } plan_t;
 
 const char *plan_decision_name(plan_decision d);
@@ -80,6 +103,12 @@ ms_status plan_set_knob(plan_t *p, const char *key, const char *value);
  * MS_ERR_INVALID (whether a lowering has that name is lower_schedule's to say). */
 ms_status plan_set_lowering(plan_t *p, const char *name);
 const char *plan_get_knob(const plan_t *p, const char *key);
+/* Marks the prediction at field (inside p->pred) as made, after the planner set it; a field
+ * of no row is ignored. PLAN_PREDICT sets and marks in one. */
+void plan_predict(plan_t *p, const void *field);
+#define PLAN_PREDICT(p, f, v) ((p)->pred.f = (v), plan_predict((p), &(p)->pred.f))
+/* 1 when the prediction at field (inside p->pred) was made. */
+int plan_predicted(const plan_t *p, const void *field);
 void plan_sort(plan_t *p);
 /* Lookups (after plan_sort). A tensor not listed gets default_decision with alpha 0. */
 const plan_tensor *plan_find_tensor(const plan_t *p, uint64_t id);
@@ -100,7 +129,9 @@ ms_status plan_alloc_config(const plan_t *p, alloc_config *cfg, uint64_t **ids, 
  * edit gone wrong). */
 ms_status plan_markers_check(const plan_t *p, ms_error *err);
 
-/* Reads a plan file. A file without a `lowering` line (written before plans named their
+/* Reads a plan file. A `knob` line whose key is a prediction's (written before plans had
+ * `predict` lines) is read as that prediction; one given both ways is an error. A file
+ * without a `lowering` line (written before plans named their
  * lowering) gets the one its markers named then, decided here once: "dha" with the knob
  * host_params=1, a grad_host.N knob or a layer line other than `gfgb grad=gpu`; else
  * "chunks" with the knob chunks=1; else "tensor". */

@@ -1,7 +1,7 @@
 /* policy.c — the policy registry of policy.h and the helpers every policy shares: plan
  * creation with the common options, knob parsing, and the layer view of a trace (skeletal
  * activations per layer, which one is the layer input). Used by the memsim command,
- * experiments and the policies in planners/policy_*.c. */
+ * experiments and the policies in planners/FAMILY/policy_*.c. */
 #include "planners/policy.h"
 
 #include <inttypes.h>
@@ -15,31 +15,22 @@
 #include "base/u64map.h"
 #include "base/util.h"
 
-/* The registry. Adding a policy is one line here: X(its pol_policy object), defined in its
- * own planners/policy_NAME.c (the other places a new policy touches: docs/POLICIES.md,
- * "Adding a policy"). The list's order is the order `memsim list` prints. The rows are
- * declared here, not through the policies' headers, so that the registry depends on no
- * policy (they all include policy.h). */
-#define POL_LIST(X)        \
-    X(pol_keep_all)        \
-    X(pol_full_recompute)  \
-    X(pol_full_swap)       \
-    X(pol_full_recompute_plan) \
-    X(pol_full_swap_plan)  \
-    X(pol_save_on_cpu)     \
-    X(pol_memo)            \
-    X(pol_zero_offload)    \
-    X(pol_memferry)        \
-    X(pol_go_memferry)     \
-    X(pol_protrain)        \
-    X(pol_zero3_offload)   \
-    X(pol_gemini_static)   \
-    X(pol_fsdp_offload)
-
-#define POL_DECLARE(p) extern const pol_policy p;
-#define POL_ENTRY(p) &p,
-POL_LIST(POL_DECLARE)
-static const pol_policy *const registry[] = { POL_LIST(POL_ENTRY) };
+/* The registry: the rows of every family folder's policies.def (POL_ROW(ORDER, its
+ * pol_policy object)), which make sorts by ORDER into planners/policy_rows.h; a policy is
+ * registered by one row in its own folder. The rows are declared here, not through the
+ * policies' headers, so that the registry depends on no policy (they all include policy.h).
+ * A build that registers other policies too (a test's) names its own rows header. */
+#ifndef POL_ROWS_HEADER
+#define POL_ROWS_HEADER "planners/policy_rows.h"
+#endif
+#define POL_ROW(order, p) extern const pol_policy p;
+#include POL_ROWS_HEADER
+#undef POL_ROW
+#define POL_ROW(order, p) &p,
+static const pol_policy *const registry[] = {
+#include POL_ROWS_HEADER
+};
+#undef POL_ROW
 
 const pol_policy *const *pol_registry(size_t *n)
 {
@@ -189,6 +180,29 @@ static ms_status unknown_policy(const char *name, ms_error *err)
     return ms_fail(err, MS_ERR_NOTFOUND, "unknown policy '%s'%s%s%s (memsim list)",
                    name ? name : "(null)", near ? "; did you mean '" : "", near ? near : "",
                    near ? "'?" : "");
+}
+
+/* 1 when some table of p reads key as a byte size. */
+static int reads_as_size(const pol_policy *p, const char *key)
+{
+    for (const knobtab *const *t = p->knob_tables; t && *t; t++) {
+        const knobtab_row *r = knobtab_find(*t, key);
+        if (r && r->type == KNOBTAB_BYTES) return 1;
+    }
+    return 0;
+}
+
+const pol_knob *pol_knob_bad_size(const char *const *policies, size_t n, const pol_opts *o)
+{
+    for (size_t i = 0; o && i < o->n_knobs; i++) {
+        uint64_t x;
+        if (!o->knobs[i].value || ms_parse_bytes(o->knobs[i].value, &x)) continue;
+        for (size_t j = 0; j < n; j++) {
+            const pol_policy *p = pol_find(policies[j]);
+            if (p && reads_as_size(p, o->knobs[i].key)) return &o->knobs[i];
+        }
+    }
+    return NULL;
 }
 
 ms_status pol_names_check(const char *const *policies, size_t n, ms_error *err)

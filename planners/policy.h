@@ -36,7 +36,8 @@ typedef struct pol_policy {
     const char *name;     /* registry name, e.g. "full-swap" */
     const char *desc;     /* one line */
     const char *source;   /* the paper or system it follows */
-    const char *knobs;    /* one line: the knobs it reads, or "" */
+    const knobtab *own_knobs; /* its own knob table (also one of knob_tables), whose rows
+                             `memsim list policies` summarizes on its line; NULL: none */
     pol_plan_fn plan;
     /* the knob tables of it, its lowering and the memory plan, NULL-terminated: every key
      * --knob accepts for it is a row of one (a family row KEY. covers every key it starts);
@@ -71,6 +72,12 @@ int pol_knob_known(const pol_policy *p, const char *key);
  * policy's full list otherwise. */
 ms_status pol_knobs_check(const char *const *policies, size_t n, const pol_opts *o,
                           ms_error *err);
+
+/* The first knob of o whose value is not a byte size (ms_parse_bytes) where a table of one of
+ * the n named policies reads that key as one; NULL when none. A command line refuses it as
+ * it refuses a malformed byte-size option (MS_BYTES_EXPECTED, exit MS_EXIT_USAGE), before any
+ * policy runs. Unknown policy names are skipped. */
+const pol_knob *pol_knob_bad_size(const char *const *policies, size_t n, const pol_opts *o);
 
 /* Every name must be a registered policy: MS_ERR_NOTFOUND naming the first that is not, with
  * the closest known name (the message pol_plan gives), so that a command can refuse a

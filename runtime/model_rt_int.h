@@ -1,7 +1,8 @@
 /* model_rt_int.h — internal to the GPU model: the layer shape that the model and benchmark
  * (model_rt.c) and the op dispatcher (model_rt_ops.c) share, its check, and the dispatcher's
  * "bad trace" failure that the schedule walker (model_rt_walk.c) reports with too. Not an
- * interface: model_rt.h is what the rest of the runtime calls. */
+ * interface: model_rt.h, model_rt_ops.h and model_rt_walk.h are what the rest of the runtime
+ * calls. */
 #ifndef MEMSIM_MODEL_RT_INT_H
 #define MEMSIM_MODEL_RT_INT_H
 

@@ -1,9 +1,10 @@
-/* model_rt_ops.c — the op dispatcher for generated traces (mrt_ops in model_rt.h): runs each
+/* model_rt_ops.c — the op dispatcher for generated traces (model_rt_ops.h): runs each
  * op of a trace with the runtime's kernels on the addresses the executor gives it, with the
  * parameters, inputs and host optimizer groups it keeps, module-level host gradients,
  * host-resident tensors and token-wise partial replays, and the executor's hooks into it.
  * Used by runtime/rt_run.c (`memsim run --math real`), model_rt_walk.c and the GPU tests. */
 #define _POSIX_C_SOURCE 200809L
+#include "runtime/model_rt_ops.h"
 #include "runtime/model_rt_int.h"
 
 #include <cuda_runtime_api.h>

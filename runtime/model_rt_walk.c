@@ -1,8 +1,10 @@
-/* model_rt_walk.c — the one-stream schedule walker (mrt_sched_run in model_rt.h): runs a
+/* model_rt_walk.c — the one-stream schedule walker (model_rt_walk.h): runs a
  * lowered schedule's compute actions in program order on one CUDA stream with the op
  * dispatcher (model_rt_ops.c), allocating through the allocator, and times each op. Used by
  * runtime/rt_run.c and tests/test_kernels.c. */
 #define _POSIX_C_SOURCE 200809L
+#include "runtime/model_rt_walk.h"
+#include "runtime/model_rt_ops.h"
 #include "runtime/model_rt_int.h"
 
 #include <cuda_runtime_api.h>

@@ -16,6 +16,8 @@
 #include "planners/lower.h"
 #include "planners/policy.h"
 #include "runtime/model_rt.h"
+#include "runtime/model_rt_ops.h"
+#include "runtime/model_rt_walk.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_exec.h"
 #include "traces/gen.h"
@@ -219,12 +221,12 @@ static int apply(int c, char *v, run_args *a)
     case O_CAPACITY:
         if (!strcmp(v, "machine")) a->capacity_bytes = UINT64_MAX;
         else if (!ms_parse_bytes(v, &a->capacity_bytes) || !a->capacity_bytes)
-            return bad("capacity", v, "expected bytes (e.g. 40GiB) or 'machine'");
+            return bad("capacity", v, MS_BYTES_EXPECTED ", or 'machine'");
         return 0;
     case O_HOSTLIMIT:
         if (!strcmp(v, "none")) a->host_limit_bytes = 0;
         else if (!ms_parse_bytes(v, &a->host_limit_bytes))
-            return bad("host-limit", v, "expected bytes (e.g. 64GiB) or 'none'");
+            return bad("host-limit", v, MS_BYTES_EXPECTED ", or 'none'");
         return 0;
     case O_WATCHDOG:
         if (!ms_parse_double(v, &a->watchdog_s) || a->watchdog_s <= 0)

@@ -396,6 +396,12 @@ static int check_args(ms_error *e, unsigned groups, const cli_args *a)
     ms_status st = pol_names_check(names, n, e);
     if (st == MS_OK) st = pol_alpha_check(names, n, &o, e);
     if (st == MS_OK) st = pol_knobs_check(names, n, &o, e);
+    const pol_knob *size = st == MS_OK ? pol_knob_bad_size(names, n, &o) : NULL;
+    if (size) {
+        ms_fail(e, MS_ERR_INVALID, "--knob '%s=%s': %s", size->key, size->value,
+                CLI_BYTES_EXPECTED);
+        return MS_EXIT_USAGE;
+    }
     if (st == MS_OK) return MS_EXIT_OK;
     if (!e->msg[0]) ms_fail(e, st, "%s", ms_status_str(st));
     return ms_exit_code(st);

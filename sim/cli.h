@@ -85,7 +85,7 @@ int cli_load_machine(const cli_args *a, const char *cmd, machine_profile **out);
 void cli_experiments_dir(char *buf, size_t n);
 /* A byte-size option's value (ms_parse_bytes): 0, or prints the one message every byte-size
  * option gives ("memsim CMD: --OPT 'V': " CLI_BYTES_EXPECTED) and returns MS_EXIT_USAGE. */
-#define CLI_BYTES_EXPECTED "expected a byte size, e.g. 512MiB, 1.5GiB or 80GB"
+#define CLI_BYTES_EXPECTED MS_BYTES_EXPECTED
 int cli_parse_bytes(const char *cmd, const char *opt, const char *v, uint64_t *out);
 /* Prints "memsim CMD: message" and returns the exit code for st. */
 int cli_fail(const char *cmd, ms_status st, const ms_error *err);

@@ -11,6 +11,7 @@
 #include "sim/cli.h"
 #include "sim/cmds.h"
 #include "sim/replay.h"
+#include "sim/replay_bench.h"
 
 static double now_s(void)
 {

@@ -47,9 +47,10 @@ static void list_policies(void)
     const pol_policy *const *r = pol_registry(&n);
     printf("policies:\n");
     for (size_t i = 0; i < n; i++) {
-        char all[2048];
-        printf("  %-16s %s [%s]%s%s\n", r[i]->name, r[i]->desc, r[i]->source,
-               r[i]->knobs && *r[i]->knobs ? " knobs: " : "", r[i]->knobs ? r[i]->knobs : "");
+        char all[2048], own[2048];
+        knobtab_summary(r[i]->own_knobs, own, sizeof own);
+        printf("  %-16s %s [%s]%s%s%s\n", r[i]->name, r[i]->desc, r[i]->source,
+               own[0] ? " knobs: " : "", own, r[i]->reads_alpha ? " (reads --alpha)" : "");
         /* every key --knob accepts for it (its own, its lowering's, the memory plan's) */
         pol_knob_list(r[i], all, sizeof all);
         printf("  %-16s --knob keys: %s\n", "", all[0] ? all : "none");

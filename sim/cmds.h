@@ -12,9 +12,6 @@ int cmd_sweep(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_dsa(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
-int cmd_gmlake(int argc, char **argv);
-int cmd_memferry(int argc, char **argv);
-int cmd_protrain(int argc, char **argv);
 int cmd_experiment(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 

@@ -1,6 +1,7 @@
-/* main.c — the memsim command: dispatches subcommands to sim/cmd_*.c and hands the GPU
- * subcommands (run, probe, validate) to the runtime program memsim-run, the way git hands
- * `git foo` to `git-foo`. */
+/* main.c — the memsim command: dispatches subcommands to sim/cmd_*.c and hands the others
+ * over, the way git hands `git foo` to `git-foo`: the GPU subcommands (run, probe) to the
+ * runtime program memsim-run, the paper drivers (protrain, memferry, gmlake) to the
+ * experiments' program memsim-paper (experiments/main.c). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -31,9 +32,31 @@ static const struct {
     {"bench", cmd_bench, "memsim's own speed: allocator replay and simulation throughput"},
     {"experiment", cmd_experiment, "run a paper reproduction: experiments/NAME/run.sh (list: memsim experiment list)"},
     {"validate", cmd_validate, "simulator vs GPU: run the validation cases on a GPU, compare (docs/VALIDATION.md)"},
-    {"protrain", cmd_protrain, "ProTrain's search, Tables 2 and 4, Figures 3 and 6 (experiments/protrain)"},
-    {"memferry", cmd_memferry, "MemFerry's evaluation (Figs. 9-13), see experiments/memferry"},
-    {"gmlake", cmd_gmlake, "GMLake's fragmentation study (ASPLOS'24 section 5), see experiments/gmlake"},
+};
+
+/* The commands another program runs: the paper drivers in experiments/ (memsim-paper) and the
+ * GPU runtime (memsim-run), each looked for in its build folder, then in libexecdir, then on
+ * the PATH. */
+static const struct {
+    const char *name, *program, *build_dir, *help, *missing;
+} handed[] = {
+    {"protrain", "memsim-paper", MEMSIM_BUILD_EXPERIMENTSDIR,
+     "ProTrain's search, Tables 2 and 4, Figures 3 and 6 (experiments/protrain)",
+     "the paper drivers (memsim-paper) are not built or installed"},
+    {"memferry", "memsim-paper", MEMSIM_BUILD_EXPERIMENTSDIR,
+     "MemFerry's evaluation (Figs. 9-13), see experiments/memferry",
+     "the paper drivers (memsim-paper) are not built or installed"},
+    {"gmlake", "memsim-paper", MEMSIM_BUILD_EXPERIMENTSDIR,
+     "GMLake's fragmentation study (ASPLOS'24 section 5), see experiments/gmlake",
+     "the paper drivers (memsim-paper) are not built or installed"},
+    {"run", "memsim-run", MEMSIM_BUILD_RUNTIMEDIR,
+     "execute a plan on a real GPU (needs the CUDA runtime)",
+     "the GPU runtime (memsim-run) is not built or installed; it builds when\n"
+     "configure finds CUDA (./configure --with-cuda=DIR)"},
+    {"probe", "memsim-run", MEMSIM_BUILD_RUNTIMEDIR,
+     "measure the GPU machine and write a machine profile",
+     "the GPU runtime (memsim-run) is not built or installed; it builds when\n"
+     "configure finds CUDA (./configure --with-cuda=DIR)"},
 };
 
 static void usage(FILE *f)
@@ -43,8 +66,8 @@ static void usage(FILE *f)
                "direct host access and allocators, on a modelled machine.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "  %-9s %s\n", "run", "execute a plan on a real GPU (needs the CUDA runtime)");
-    fprintf(f, "  %-9s %s\n", "probe", "measure the GPU machine and write a machine profile");
+    for (size_t i = 0; i < sizeof handed / sizeof *handed; i++)
+        fprintf(f, "  %-9s %s\n", handed[i].name, handed[i].help);
     fprintf(f, "\nexamples (from the source directory, sim/ on the PATH):\n"
                "  memsim list\n"
                "  memsim simulate --model gpt2-1b --seq 1024 --batch 8 --machine h100-sxm --policy full-swap\n"
@@ -54,10 +77,12 @@ static void usage(FILE *f)
                "2 usage, 3 bad input or unknown name, 4 file I/O, 5 internal error.\n");
 }
 
-/* Looks for memsim-run next to the build, then in libexecdir, then on the PATH. */
-static int hand_over(int argc, char **argv)
+/* Runs handed[k]'s program with argv (argv[0]: the subcommand). */
+static int hand_over(size_t k, char **argv)
 {
-    const char *cands[] = {MEMSIM_BUILD_RUNTIMEDIR "/memsim-run", MEMSIM_LIBEXECDIR "/memsim-run"};
+    char cands[2][4096];
+    snprintf(cands[0], sizeof cands[0], "%s/%s", handed[k].build_dir, handed[k].program);
+    snprintf(cands[1], sizeof cands[1], "%s/%s", MEMSIM_LIBEXECDIR, handed[k].program);
     for (size_t i = 0; i < 2; i++) {
         if (access(cands[i], X_OK) == 0) {
             execv(cands[i], argv);
@@ -65,12 +90,8 @@ static int hand_over(int argc, char **argv)
             return MS_EXIT_INTERNAL;
         }
     }
-    execvp("memsim-run", argv);
-    (void)argc;
-    fprintf(stderr,
-            "memsim %s: the GPU runtime (memsim-run) is not built or installed; it builds when\n"
-            "configure finds CUDA (./configure --with-cuda=DIR)\n",
-            argv[0]);
+    execvp(handed[k].program, argv);
+    fprintf(stderr, "memsim %s: %s\n", argv[0], handed[k].missing);
     return MS_EXIT_FAIL;
 }
 
@@ -116,12 +137,19 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (!strcmp(cmd, commands[i].name)) return stdout_checked(commands[i].fn(argc - 1, argv + 1));
-    if (!strcmp(cmd, "run") || !strcmp(cmd, "probe"))
-        return hand_over(argc - 1, argv + 1);
-    const char *names[64] = {"run", "probe"};
-    size_t n = 2;
-    for (size_t i = 0; i < sizeof commands / sizeof *commands && n < 64; i++)
-        names[n++] = commands[i].name;
+    for (size_t i = 0; i < sizeof handed / sizeof *handed; i++)
+        if (!strcmp(cmd, handed[i].name)) return hand_over(i, argv + 1);
+    /* the names in the order the closest is looked for (ties: the first): the runtime's, the
+     * commands, the paper drivers */
+    const char *names[64];
+    size_t n = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (size_t i = 0; i < (pass == 1 ? sizeof commands / sizeof *commands
+                                          : sizeof handed / sizeof *handed) && n < 64; i++) {
+            if (pass == 1) names[n++] = commands[i].name;
+            else if ((pass == 0) == !strcmp(handed[i].program, "memsim-run"))
+                names[n++] = handed[i].name;
+        }
     const char *near = ms_closest(cmd, names, n);
     fprintf(stderr, "memsim: unknown command '%s'%s%s%s\n\n", cmd,
             near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");

@@ -2,8 +2,8 @@
  * space. It enforces the device capacity, hands out deterministic addresses, tracks VMM
  * reservations, physical handles and mappings (so double mapping and leaks are caught), and
  * charges each call the latency the machine profile gives. The executor drains the charged
- * time after each allocator call and adds it to the stream that made the call. Also records
- * the sequence of device segments (dev_malloc sizes) for replay reports and tests. */
+ * time after each allocator call and adds it to the stream that made the call. The segments
+ * it made (dev_malloc sizes, in order) are kept for replay reports and tests. */
 #ifndef MEMSIM_SIMBACKEND_H
 #define MEMSIM_SIMBACKEND_H
 

@@ -653,6 +653,18 @@ for o in "simulate --max-split-size" "simulate --frag-limit" "simulate --stitch-
     grep -q -- "--${o##*--} '12GG': expected a byte size, e.g. 512MiB, 1.5GiB or 80GB$" "$T/err"; ok $? "... the one byte-size message"
 done
 W2="--model dims:2,256,4,1024,1000 --seq 512 --machine h200-sxm"
+# a byte-size knob on the command line is the same bad command line as a byte-size option:
+# the same message, exit 2, before any policy runs (in a plan file it is bad input, exit 3)
+for c in "simulate $W2 --policy keep-all --knob host_granule=12GG" \
+         "plan $W2 --policy memo --knob host_bytes=12GG" \
+         "compare $W2 --policies keep-all,protrain --knob chunk_bytes=12GG" \
+         "protrain search --model gpt2-1b --batch 8 --knob chunk_bytes=12GG"; do
+    expect 2 "${c%% *} --knob ${c##*--knob }: exit 2" -- "$M" $c
+    grep -q -- "--knob '${c##*--knob }': expected a byte size, e.g. 512MiB, 1.5GiB or 80GB$" "$T/err" &&
+        ! grep -q "simulating" "$T/err"
+    ok $? "... the one byte-size message, before anything runs"
+done
+expect 0 "a byte-size knob with a suffix is taken" -- "$M" simulate $W2 --policy keep-all --knob host_granule=4KiB
 expect 3 "compare with a misspelled policy last: exit 3" -- "$M" compare $W2 --policies keep-all,full-recompute,ful-swap
 ! grep -q "simulating" "$T/err" && [ ! -s "$T/out" ] && grep -q "unknown policy 'ful-swap'; did you mean 'full-swap'?" "$T/err"
 ok $? "... refused before any policy runs"

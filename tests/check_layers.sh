@@ -1,9 +1,10 @@
 #!/bin/sh
 # tests/check_layers.sh — enforces the include rule of docs/ARCHITECTURE.md: includes point only
-# down (experiments, plots -> sim, runtime -> planners, whose family folders include its
-# contracts -> memory, traces -> base); sim/ and runtime/ never include each other, nor memory/
-# and traces/; a family folder of planners/ never includes another's (but for MEMO's memory-plan
-# pass); no include cycle between source files. One TAP test per folder, one for the opening
+# down (experiments -> sim, runtime -> planners, whose family folders include its contracts ->
+# memory, traces -> base); sim/ and runtime/ never include each other, nor memory/ and traces/;
+# the experiments' C code (the paper drivers) includes sim/ and below, never runtime/; a family
+# folder of planners/ never includes another's (but for MEMO's memory-plan pass); no include
+# cycle between source files. One TAP test per folder, one for the opening
 # comments, one for the cycle walk on a planted cycle, one for the cycles of the tree.
 cd "${srcdir:-.}" || exit 99
 n=0; bad=0
@@ -33,10 +34,22 @@ for f in $families; do
 done
 check sim 'runtime|experiments|plots'
 check runtime 'sim|experiments|plots'
+# the experiments' programs (experiments/main.c, the paper drivers experiments/NAME/driver.c)
+# run on the simulator's library: sim/ and what lies below it, not the GPU runtime
+n=$((n + 1))
+hits=$(grep -nE '#[[:space:]]*include[[:space:]]*"(runtime|plots)/' experiments/*.[ch] \
+    experiments/*/*.[ch] 2>/dev/null)
+if [ -n "$hits" ]; then
+    echo "not ok $n - experiments/ includes sim/ and below only"; echo "$hits" | sed 's/^/#   /'
+    bad=1
+else
+    echo "ok $n - experiments/ includes sim/ and below only"
+fi
 # every source file starts with a comment saying what it is for
 n=$((n + 1))
-missing=$(for f in base/*.[ch] traces/*.[ch] memory/*.[ch] planners/*.[ch] planners/*/*.[ch] sim/*.[ch] \
-        runtime/*.cu runtime/*.[ch]; do
+sources=$(echo base/*.[ch] traces/*.[ch] memory/*.[ch] planners/*.[ch] planners/*/*.[ch] sim/*.[ch] \
+        runtime/*.cu runtime/*.[ch] experiments/*.[ch] experiments/*/*.[ch])
+missing=$(for f in $sources; do
     [ -f "$f" ] || continue
     head -c 2 "$f" | grep -q '/\*' || echo "$f"
 done)
@@ -45,18 +58,32 @@ if [ -n "$missing" ]; then
 else
     echo "ok $n - every source file opens with a comment"
 fi
+# ... that states one role: a second one tacked on ("Also ...", "and also", "This file holds
+# A and B") is a file to split. Whether a comment names one role is not mechanical; these are
+# the forms a second role took before.
+n=$((n + 1))
+several=$(for f in $sources; do
+    [ -f "$f" ] || continue
+    awk 'NR == 1, /\*\//' "$f" | tr '\n' ' ' | sed 's/[[:space:]]*\*[[:space:]]/ /g' |
+        grep -qE '(^|[.;:] +)Also |[^a-z]and also |This file (holds|also)' && echo "$f"
+done)
+if [ -n "$several" ]; then
+    echo "not ok $n - no opening comment adds a second role"; echo "$several" | sed 's/^/#   /'; bad=1
+else
+    echo "ok $n - no opening comment adds a second role"
+fi
 
 # Include cycles between files. A module is a source file with its header (foo.c or foo.cu,
 # foo.h); module A uses module B when A's source or header includes B's header. A header
 # without a source file of its own (an interface such as memory/membackend.h, an internal
 # header such as traces/gen_hf_int.h) passes its includes on to the modules that include it.
 # find_cycle DIR prints one cycle among DIR's base/ traces/ memory/ planners/ (with its family
-# folders) sim/ runtime/ modules, as
+# folders) sim/ runtime/ experiments/ modules, as
 # "a -> b -> a", or nothing.
 find_cycle() (
     cd "$1" || exit 99
     for f in base/*.[ch] traces/*.[ch] memory/*.[ch] planners/*.[ch] planners/*/*.[ch] sim/*.[ch] \
-            runtime/*.[ch] runtime/*.cu; do
+            runtime/*.[ch] runtime/*.cu experiments/*.[ch] experiments/*/*.[ch]; do
         [ -f "$f" ] || continue
         s=${f%.*}
         [ -f "$s.c" ] || [ -f "$s.cu" ] || echo "H $s"

@@ -21,6 +21,7 @@
 
 #include "memory/alloc.h"
 #include "memory/alloc_static.h"
+#include "memory/alloc_static_plan.h"
 #include "memory/alloc_stitch.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "memory/alloc_static.h"
+#include "memory/alloc_static_plan.h"
 #include "sim/simbackend.h"
 #include "tests/tap.h"
 

@@ -13,6 +13,7 @@
 
 #include "planners/protrain/lower_chunks.h"
 #include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 #include "planners/memferry/offload_form.h"
 #include "planners/policy.h"
 #include "sim/pipeline.h"

@@ -18,6 +18,8 @@
 #include "runtime/kernels.h"
 #include "runtime/kernels_ref.h"
 #include "runtime/model_rt.h"
+#include "runtime/model_rt_ops.h"
+#include "runtime/model_rt_walk.h"
 #include "runtime/rt_backend.h"
 #include "tests/tap.h"
 #include "traces/gen.h"

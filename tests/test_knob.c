@@ -89,11 +89,49 @@ static void test_gen(void)
            strstr(err.msg, "unknown generator knob 'nosuch'"), "an unknown key");
 }
 
+/* A struct written back into a plan by its table reads back equal; the rows a table records
+ * only when not zero, or never, are left out; the one-line summary comes from the rows. */
+static void test_write(void)
+{
+    lc_knobs k, back;
+    ms_error err;
+    lc_knobs_default(&k);
+    k.n_persist = 3;
+    k.coll = LC_COLL_STREAM;
+    k.persist_gather = LC_PG_NEXT;
+    k.coll_link_eff = 0.25;
+    k.chunk_bytes = UINT64_C(3) << 30;
+    k.chunk_search_bytes = UINT64_C(1) << 20;
+    plan_t *p = plan_new("t", "caching");
+    TAP_OK(p && lc_knobs_to_plan(&k, p, &err) == MS_OK, "lc_knobs_to_plan writes through the table");
+    TAP_OK(p && lc_knobs_from_plan(p, &back, &err) == MS_OK && back.n_persist == 3 &&
+           back.coll == LC_COLL_STREAM && back.persist_gather == LC_PG_NEXT &&
+           back.coll_link_eff == 0.25 && back.chunk_bytes == (UINT64_C(3) << 30),
+           "what it wrote reads back as the same knobs");
+    TAP_OK(p && !strcmp(p->lowering, "chunks") && plan_get_knob(p, "chunks") &&
+           !strcmp(plan_get_knob(p, "chunks"), "1") && !strcmp(plan_get_knob(p, "coll"), "stream"),
+           "the lowering, its marker and an enum by its name");
+    TAP_OK(p && !plan_get_knob(p, "chunk_search") && !plan_get_knob(p, "init_device_bytes") &&
+           !plan_get_knob(p, "host_pinned_tensors") && plan_get_knob(p, "n_swap"),
+           "a never-recorded row and zero not-zero-only rows are left out, the others written");
+    k.init_device_bytes = 4096;
+    TAP_OK(p && lc_knobs_to_plan(&k, p, &err) == MS_OK && plan_get_knob(p, "init_device_bytes") &&
+           !strcmp(plan_get_knob(p, "init_device_bytes"), "4096"),
+           "a not-zero-only row is written once it is not zero");
+    plan_free(p);
+    char sum[1024];
+    knobtab_summary(&lc_marker_table, sum, sizeof sum);
+    TAP_OK(!strcmp(sum, "chunks=0|1 (default 0)"), "a table's one-line summary: '%s'", sum);
+    knobtab_summary(NULL, sum, sizeof sum);
+    TAP_OK(sum[0] == 0, "no table, no summary");
+}
+
 int main(void)
 {
     test_defaults();
     test_parse();
     test_names();
     test_gen();
+    test_write();
     return tap_done();
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 #include "planners/memferry/policy_memferry.h"
 #include "planners/memferry/policy_zero_offload.h"
 #include "sim/exec.h"

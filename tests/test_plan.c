@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -192,6 +193,60 @@ static void test_errors(void)
                alpha == 1.0 && plan_decision_for(q, 8, &alpha) == PD_RECOMPUTE,
            "suffixes, comments, and swap without ALPHA (= 1) are accepted");
     plan_free(q);
+}
+
+/* Predictions: a typed section of `predict` lines, apart from the knobs; an old plan's
+ * prediction knob lines read as predictions; bad ones named by file and line. */
+static void test_predictions(void)
+{
+    plan_t *p = plan_new("protrain", "caching");
+    PLAN_PREDICT(p, feasible, 0);
+    PLAN_PREDICT(p, peak_bytes, UINT64_C(12) << 30);
+    PLAN_PREDICT(p, iter_s, 0.1 + 0.2);
+    plan_set_knob(p, "n_persist", "3");
+    const char *a = tpath("a.plan");
+    ms_error err;
+    TAP_OK(plan_write(p, a, &err) == MS_OK, "a plan with predictions is written");
+    char *text = slurp(a);
+    TAP_OK(text && strstr(text, "knob n_persist 3\npredict feasible 0\n"
+                                "predict pred_peak_bytes 12884901888\n"
+                                "predict pred_iter_s 0.30000000000000004\n") &&
+               !strstr(text, "knob feasible") && !strstr(text, "grad_gpu_frac"),
+           "only the predictions made, after the knobs, in table order, doubles exactly");
+    free(text);
+    plan_t *q = NULL;
+    TAP_OK(plan_load(a, &q, &err) == MS_OK && plan_predicted(q, &q->pred.feasible) &&
+               !q->pred.feasible && q->pred.peak_bytes == UINT64_C(12) << 30 &&
+               q->pred.iter_s == 0.1 + 0.2 && !plan_predicted(q, &q->pred.host_bytes) &&
+               q->n_knobs == 1,
+           "they read back as they were, none as a knob");
+    plan_free(q);
+    plan_free(p);
+    /* an old plan: the predictions as knob lines */
+    const char *o = tpath("ok.plan");
+    put(o, HDR "knob feasible 1\nknob pred_host_bytes 4GiB\nknob n_swap 2\n");
+    TAP_OK(plan_load(o, &q, &err) == MS_OK && plan_predicted(q, &q->pred.host_bytes) &&
+               q->pred.host_bytes == UINT64_C(4) << 30 && q->pred.feasible == 1 &&
+               q->n_knobs == 1 && !plan_get_knob(q, "pred_host_bytes"),
+           "an old plan's prediction knob lines read as its predictions");
+    plan_free(q);
+    expect_err(HDR "knob pred_iter_s 1.5\npredict pred_iter_s 1.5\n", 5,
+               "duplicate prediction 'pred_iter_s' (first at line 4)",
+               "a prediction given as a knob and as a prediction");
+    expect_err(HDR "predict pred_peak_byte 1\n", 4,
+               "predict: unknown prediction 'pred_peak_byte'; did you mean 'pred_peak_bytes'?",
+               "an unknown prediction, with the closest one");
+    expect_err(HDR "predict feasible maybe\n", 4, "predict feasible: 'maybe' is not 0|1",
+               "a malformed prediction");
+    expect_err(HDR "predict grad_gpu_frac 1.5\n", 4, "predict grad_gpu_frac: '1.5' is not",
+               "a prediction out of its range");
+    expect_err(HDR "predict pred_iter_s\n", 4, "predict: expected 'predict KEY VALUE'",
+               "a prediction without a value");
+    p = plan_new("x", "caching");
+    p->pred.iter_s = NAN;
+    plan_predict(p, &p->pred.iter_s);
+    TAP_OK(plan_write(p, a, &err) != MS_OK, "a prediction that is not a number is not written");
+    plan_free(p);
 }
 
 static ms_status check1(const char *policy, const char *key, ms_error *err)
@@ -381,6 +436,7 @@ int main(void)
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 99; }
     test_build_and_roundtrip();
     test_errors();
+    test_predictions();
     test_knob_check();
     test_lowering();
     test_policy_lowerings();

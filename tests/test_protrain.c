@@ -475,16 +475,16 @@ static void test_policies(void)
     plan_t *p = NULL;
     ms_status st = pol_protrain_plan(t, &mp->m, &o, &p, &err);
     const char *np = p ? plan_get_knob(p, "n_persist") : NULL;
-    const char *pi = p ? plan_get_knob(p, "pred_iter_s") : NULL;
-    const char *fe = p ? plan_get_knob(p, "feasible") : NULL;
-    TAP_OK(st == MS_OK && !strcmp(p->lowering, "chunks") && np && pi && atof(pi) > 0 && fe &&
-               !strcmp(fe, "1"),
-           "protrain records its configuration and prediction (n_persist=%s, %s s)", np ? np : "-",
-           pi ? pi : "-");
+    double pi = p && plan_predicted(p, &p->pred.iter_s) ? p->pred.iter_s : 0;
+    TAP_OK(st == MS_OK && !strcmp(p->lowering, "chunks") && np && pi > 0 &&
+               plan_predicted(p, &p->pred.feasible) && p->pred.feasible &&
+               !plan_get_knob(p, "pred_iter_s") && !plan_get_knob(p, "feasible"),
+           "protrain records its configuration and its predictions, apart from its knobs "
+           "(n_persist=%s, %g s)", np ? np : "-", pi);
     sim_result r;
     if (p && run(t, &mp->m, p, NULL, NULL, &r, &err) == MS_OK)
-        TAP_OK(r.status == RS_OK && fabs(r.iter_time_s - atof(pi)) / r.iter_time_s < 0.04,
-               "its plan simulates to the predicted time (%.4f vs %s s)", r.iter_time_s, pi);
+        TAP_OK(r.status == RS_OK && fabs(r.iter_time_s - pi) / r.iter_time_s < 0.04,
+               "its plan simulates to the predicted time (%.4f vs %g s)", r.iter_time_s, pi);
     else
         TAP_OK(0, "its plan simulates: %s", err.msg);
     plan_free(p);
@@ -493,9 +493,9 @@ static void test_policies(void)
     o.knobs = kn;
     o.n_knobs = 1;
     st = pol_protrain_plan(t, &mp->m, &o, &p, &err);
-    fe = p ? plan_get_knob(p, "feasible") : NULL;
     int sim_ok = st == MS_OK && run(t, &mp->m, p, NULL, NULL, &r, &err) == MS_OK;
-    TAP_OK(st == MS_OK && fe && !strcmp(fe, "0"), "a batch that fits nowhere: feasible=0");
+    TAP_OK(st == MS_OK && plan_predicted(p, &p->pred.feasible) && !p->pred.feasible,
+           "a batch that fits nowhere: feasible=0");
     plan_free(p);
     (void)sim_ok;
     /* the same on the simulated device: a 400 MiB GPU runs out of memory, as a result */
@@ -517,8 +517,8 @@ static void test_policies(void)
     o.knobs = kh;
     o.n_knobs = 2;
     st = pol_protrain_plan(t, &mp->m, &o, &p, &err);
-    fe = p ? plan_get_knob(p, "feasible") : NULL;
-    TAP_OK(st == MS_OK && fe && !strcmp(fe, "0"), "not enough host memory: feasible=0");
+    TAP_OK(st == MS_OK && plan_predicted(p, &p->pred.feasible) && !p->pred.feasible,
+           "not enough host memory: feasible=0");
     if (p) {
         schedule_t *s = NULL;
         sim_opts so;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sim/replay.h"
+#include "sim/replay_bench.h"
 #include "tests/tap.h"
 #include "traces/trace.h"
 

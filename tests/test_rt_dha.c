@@ -19,8 +19,11 @@
 
 #include "planners/lower.h"
 #include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 #include "planners/policy.h"
 #include "runtime/model_rt.h"
+#include "runtime/model_rt_ops.h"
+#include "runtime/model_rt_walk.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_exec.h"
 #include "tests/tap.h"

@@ -19,6 +19,8 @@
 #include "planners/lower.h"
 #include "planners/policy.h"
 #include "runtime/model_rt.h"
+#include "runtime/model_rt_ops.h"
+#include "runtime/model_rt_walk.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_exec.h"
 #include "tests/tap.h"

@@ -63,7 +63,7 @@ static const knobtab_row gen_rows[] = {
               "the training framework whose program is generated (docs/GENERATOR.md §3, §9, §10)", ""),
     { "precision", KNOBTAB_ENUM, offsetof(gen_config, precision), "auto", 0, 0, GEN_PRECISIONS,
       NULL, "one of amp, bf16, fp32", "framework hf: the training precision (auto = amp)",
-      "hf_run.py --precision", 0 },
+      "hf_run.py --precision", 0, 0 },
     KNOB_ENUM("loss", gen_config, loss, "auto", GEN_LOSSES,
               "the loss implementation (auto: the framework's)", ""),
     KNOB_INT("dist_opt", gen_config, dist_opt, "0", 0, 1,
@@ -78,7 +78,7 @@ static const knobtab_row gen_rows[] = {
              "attention backward FLOPs over the forward's", "FlashAttention-2"),
     { "kernels", KNOBTAB_ENUM, offsetof(gen_config, roof.kernels), "vendor", 0, 0, GEN_KERNELS,
       GEN_KERNEL_VALS, NULL, "kernel set the op times describe: the profile's gpu.* (vendor) "
-      "or rt.* (runtime, as memsim probe measured them)", "", 0 },
+      "or rt.* (runtime, as memsim probe measured them)", "", 0, 0 },
     KNOB_INT("lora", gen_config, lora, "0", 0, 1, "1: LoRA fine-tuning (frozen base weights)", ""),
     KNOB_INT("lora_rank", gen_config, lora_rank, "8", 1, 1 << 20, "LoRA rank", ""),
     KNOB_INT("lora_mlp", gen_config, lora_mlp, "0", 0, 1, "1: LoRA adapters on the MLP too", ""),

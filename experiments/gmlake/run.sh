@@ -3,7 +3,7 @@
 # 11, 13, 14) in memsim, plus the replay of the four recorded PyTorch traces, in one command:
 #   1. builds memsim if ./sim/memsim is missing (set MEMSIM=path to use another binary);
 #   2. imports tests/fixtures/gpt2-*.json.gz with `memsim trace import`;
-#   3. runs `memsim gmlake` (sim/cmd_gmlake.c): generated fine-tuning workloads (LoRA,
+#   3. runs `memsim gmlake` (experiments/gmlake/driver.c): generated fine-tuning workloads (LoRA,
 #      recomputation, offload over ZeRO-3; traces/gen.c) replayed through the caching,
 #      stitching, expandable and static allocators on an A100 80 GB, and the imported traces;
 #   4. prints the comparison with the paper (compare.sh against reference.tsv);
@@ -39,7 +39,7 @@ if "$MEMSIM" gmlake --help >/dev/null 2>&1; then
 elif "$MEMSIM" experiment gmlake --help >/dev/null 2>&1; then
     gm=("$MEMSIM" experiment gmlake)
 else
-    echo "run.sh: $MEMSIM has no 'gmlake' subcommand (sim/cmd_gmlake.c not wired in)" >&2
+    echo "run.sh: $MEMSIM has no 'gmlake' subcommand (experiments/gmlake/driver.c not wired in)" >&2
     exit 2
 fi
 export MEMSIM_DATADIR=${MEMSIM_DATADIR:-$PWD/traces}

@@ -2,7 +2,7 @@
 # experiments/memferry/run.sh — reproduces MemFerry's evaluation (Yao et al., INFOCOM 2025, §V,
 # Figs. 9-13) in memsim, in one command:
 #   1. builds memsim if ./sim/memsim is missing (set MEMSIM=path to use another binary);
-#   2. runs `memsim memferry` (sim/cmd_memferry.c): DeepSpeed, Native-Offload, MemFerry and
+#   2. runs `memsim memferry` (experiments/memferry/driver.c): DeepSpeed, Native-Offload, MemFerry and
 #      GO-MemFerry on BERT-base, BERT-large, RoBERTa and GPT-2-medium (Figs. 9, 10(b), 12),
 #      TransformerXL 0.7B-6.7B (Fig. 13) on MemFerry's A100 with PCIe 3.0, and the largest
 #      model each trains on its V100 32 GB (Fig. 11), plus the sensitivity of Fig. 9 to the
@@ -36,7 +36,7 @@ if [ -z "${MEMSIM:-}" ]; then
     fi
 fi
 if ! "$MEMSIM" memferry --help >/dev/null 2>&1; then
-    echo "run.sh: $MEMSIM has no 'memferry' subcommand (sim/cmd_memferry.c not wired in)" >&2
+    echo "run.sh: $MEMSIM has no 'memferry' subcommand (experiments/memferry/driver.c not wired in)" >&2
     exit 2
 fi
 export MEMSIM_DATADIR=${MEMSIM_DATADIR:-$PWD/traces}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """act_probe.py — what one Hugging Face GPT-2 block keeps for its backward, and what its
 activation function costs: the measurement behind the activation bytes `memsim protrain` gives
-ProTrain's HF workloads (sim/cmd_protrain.c, add_hf: eager attention and GPT-2's `gelu_new`).
+ProTrain's HF workloads (experiments/protrain/driver.c, add_hf: eager attention and GPT-2's `gelu_new`).
 
 ProTrain trained Hugging Face models. Their GPT-2 runs eager attention and `gelu_new`
 (transformers' NewGELUActivation, a Python expression of eight element-wise ops, not a fused

@@ -56,7 +56,7 @@ cmd_report() { # gpudir simdir [outdir]
         for id in $(awk -F'\t' '!/^#/ && $1 != "id" && NF { print $1 }' "$gpu/cases.tsv"); do
             [ -f "$gpu/$id.csv" ] && [ -f "$sim/$id.csv" ] && [ -f "$gpu/plans/$id.plan" ] || continue
             [ "$(field "$gpu/$id.csv" status)" = ok ] || continue
-            pred=$(awk '$1 == "knob" && $2 == "pred_iter_s" { print $3 }' "$gpu/plans/$id.plan")
+            pred=$(awk '($1 == "predict" || $1 == "knob") && $2 == "pred_iter_s" { print $3 }' "$gpu/plans/$id.plan")
             g=$(field "$gpu/$id.csv" iter_time_s)
             s=$(field "$sim/$id.csv" iter_time_s)
             printf '%s\t%s\t%s\t%s\n' "$id" "$pred" "$s" "$g"

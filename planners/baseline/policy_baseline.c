@@ -124,7 +124,7 @@ const pol_policy pol_keep_all = {
     "keep-all",
     "every activation stays on the GPU from its forward to its backward",
     "PyTorch eager training without checkpointing (MEMO §5 w/o recomputation)",
-    "",
+    NULL,
     plan_keep_all,
     BASE_KNOBS,
     POL_FORM_PLAIN,
@@ -138,7 +138,7 @@ const pol_policy pol_full_recompute = {
     "keep each layer's input; recompute the layer's other skeletal activations before its "
     "backward",
     "Megatron-LM full activation recomputation (Korthikanti et al., MLSys 2023; MEMO §5.3.2)",
-    "",
+    NULL,
     plan_full_recompute,
     BASE_KNOBS,
     POL_FORM_PLAIN,
@@ -152,7 +152,7 @@ const pol_policy pol_full_swap = {
     "offload every skeletal activation after its layer's forward; prefetch it during the "
     "next-later layer's backward",
     "MEMO full swapping (Zhao et al., SIGMOD 2025, §4.3.4 Fig. 10, §5.3.2)",
-    "alpha (pol_opts.alpha): token fraction swapped for tensors other than .input/.attn_out",
+    NULL,
     plan_full_swap,
     BASE_KNOBS,
     POL_FORM_PLAIN,

@@ -160,8 +160,7 @@ const pol_policy pol_save_on_cpu = {
     "every tensor autograd saves (activations, parameters, weight casts) copied to pinned "
     "host memory when saved, on the compute stream, and back when the backward reads it",
     "PyTorch torch.autograd.graph.save_on_cpu(pin_memory=True)",
-    "params=0|1 (default 1); lowering: swap_at (save), swap_stream (compute), host_round "
-    "(layer_pow2)",
+    &soc_knob_table,
     plan_save_on_cpu,
     SOC_KNOBS,
     POL_FORM_PLAIN,

@@ -20,7 +20,6 @@
 /* ---------------------------------------------------------------------------------- */
 /* lowering                                                                            */
 
-typedef enum { UPD_PIPELINED = 0, UPD_AFTER_BWD, UPD_AFTER_BP } upd_kind;
 typedef enum { LOAD_FORWARD = 0, LOAD_UPDATE, LOAD_AFTER_UPDATE } load_kind;
 
 /* Per-tensor lowering state. */
@@ -56,7 +55,7 @@ typedef struct lw {
     plan_pmode *mode;     /* per unit */
     int *ghost;           /* per unit: gradients on the host */
     unsigned char *mhost; /* per module: its gradient on the host (grad_host.N knobs) */
-    upd_kind upd;
+    lower_dha_update upd;
     load_kind load;
     int realloc, free_at_step;
     int fused_write;      /* grad_write=fused */
@@ -113,19 +112,19 @@ static ms_status record_new(lw *w, sched_stream s, uint32_t *e)
 #define TRY(x) do { ms_status st_ = (x); if (st_ != MS_OK) return st_; } while (0)
 
 static const char *const DHA_UPDATES[] = { "pipelined", "after_bp", "after_bwd", NULL };
-static const int DHA_UPDATE_VALS[] = { UPD_PIPELINED, UPD_AFTER_BP, UPD_AFTER_BWD };
+static const int DHA_UPDATE_VALS[] = { LOWER_DHA_UPD_PIPELINED, LOWER_DHA_UPD_AFTER_BP, LOWER_DHA_UPD_AFTER_BWD };
 static const char *const DHA_LOADS[] = { "forward", "update", "after_update", NULL };
 static const char *const DHA_GRAD_WRITES[] = { "accumulate", "fused", NULL };
 static const char *const DHA_GRAD_FREES[] = { "copy", "step", NULL };
 #define DHA_US(key, F, def, doc)                                                                \
     { key, KNOBTAB_DBL, offsetof(lower_dha_knobs, F), def, 0, 1e9, NULL, NULL,                  \
-      "microseconds >= 0", doc, "measured: experiments/memferry/ds_probe_h200", 0 }
+      "microseconds >= 0", doc, "measured: experiments/memferry/ds_probe_h200", 0, 0 }
 
 /* The DHA lowering's knobs, in the order they are checked. */
 static const knobtab_row dha_rows[] = {
     { "update", KNOBTAB_ENUM, offsetof(lower_dha_knobs, update), "pipelined", 0, 0, DHA_UPDATES,
       DHA_UPDATE_VALS, NULL, "when host Adam runs: pipelined with the backward, after the "
-      "backward's end (after_bp) or after every gradient is home (after_bwd)", "MemFerry, ZeRO-Offload", 0 },
+      "backward's end (after_bp) or after every gradient is home (after_bwd)", "MemFerry, ZeRO-Offload", 0, 0 },
     KNOB_ENUM("param_load", lower_dha_knobs, param_load, "forward", DHA_LOADS,
               "when updated parameters come back to the GPU", ""),
     KNOB_FLAG("realloc", lower_dha_knobs, realloc, "0",
@@ -139,10 +138,10 @@ static const knobtab_row dha_rows[] = {
               "GPU gradients freed after their copy or at the step", ""),
     { "grad_copy_bytes", KNOBTAB_INT, offsetof(lower_dha_knobs, grad_copy_bytes), "4", 1, 16,
       NULL, NULL, "1..16 bytes per gradient element",
-      "bytes per gradient element copied to the host", "", 0 },
+      "bytes per gradient element copied to the host", "", 0, 0 },
     { "bucket_bytes", KNOBTAB_BYTES, offsetof(lower_dha_knobs, bucket_bytes), NULL, 1, HUGE_VAL,
       NULL, NULL, "a positive byte count", "realloc=1: the gradient bucket (absent: 5e8 "
-      "gradient elements)", "DeepSpeed reduce_bucket_size", 0 },
+      "gradient elements)", "DeepSpeed reduce_bucket_size", 0, 0 },
     KNOB_FLAG("ds_sync", lower_dha_knobs, ds_sync, "0",
               "realloc=1: DeepSpeed's per-parameter flush with a host synchronization", "DeepSpeed"),
     DHA_US("ds_pre_us", ds_pre_us, "66", "host time before each parameter's flush"),
@@ -168,7 +167,7 @@ static ms_status read_knobs(lw *w)
 {
     lower_dha_knobs k;
     TRY(knob_from_plan(&lower_dha_knob_table, w->p, &k, w->err));
-    w->upd = (upd_kind)k.update;
+    w->upd = (lower_dha_update)k.update;
     w->load = (load_kind)k.param_load;
     w->realloc = k.realloc;
     w->overlap = k.overlap_comm;
@@ -365,6 +364,11 @@ static ms_status setup_alloc(lw *w, const trace_tensor *x)
 }
 
 /* DeepSpeed's reduce buckets (two with overlap_comm) and their fp32 casts. */
+uint64_t dha_synth_id(unsigned k)
+{
+    return LOWER_ID_SYNTH | (UINT64_C(3) << 56) | (uint64_t)k;
+}
+
 static uint64_t bucket_id(int k) { return dha_synth_id(k ? 4 : 1); }
 static uint64_t cast_id(int k) { return dha_synth_id(k ? 5 : 2); }
 
@@ -656,7 +660,7 @@ static ms_status bucket_flush_ds(lw *w)
     for (size_t i = 0; i < w->nbucket; i++) {
         int u = w->bucket_units[i];
         w->gh_ev[u] = c;
-        if (w->upd == UPD_PIPELINED) TRY(host_update(w, u, 1));
+        if (w->upd == LOWER_DHA_UPD_PIPELINED) TRY(host_update(w, u, 1));
     }
     if (w->overlap) {
         w->bucket_ev[w->bidx] = c;
@@ -699,7 +703,7 @@ static ms_status bucket_flush(lw *w)
     for (size_t i = 0; i < w->nbucket; i++) {
         int u = w->bucket_units[i];
         w->gh_ev[u] = c;
-        if (w->upd == UPD_PIPELINED) TRY(host_update(w, u, 1));
+        if (w->upd == LOWER_DHA_UPD_PIPELINED) TRY(host_update(w, u, 1));
     }
     w->nbucket = 0;
     w->bucket_fill = 0;
@@ -718,7 +722,7 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
             dev += d->tens[i].bytes - w->lt[i].host_bytes;
     if (w->ghost[u] || (!w->realloc && !dev)) {
         TRY(record_new(w, SS_COMPUTE, &w->gh_ev[u]));
-        return w->upd == UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
+        return w->upd == LOWER_DHA_UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
     }
     if (!w->realloc) {
         uint32_t e;
@@ -730,7 +734,7 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
                 TRY(sbuild_tensor(w->b, SA_COPY_D2H, SS_D2H, d->tens[i].id,
                           d->tens[i].bytes - w->lt[i].host_bytes));
         TRY(record_new(w, SS_D2H, &w->gh_ev[u]));
-        return w->upd == UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
+        return w->upd == LOWER_DHA_UPD_PIPELINED ? host_update(w, u, 1) : MS_OK;
     }
     /* DeepSpeed: copy the unit's gradients into the bucket (flushing it first if they do
      * not fit), free them, flush at the end of the backward. */
@@ -740,7 +744,7 @@ static ms_status grads_complete(lw *w, int u, int32_t layer)
             b += d->tens[i].bytes;
     if (!b) {
         w->gh_ev[u] = EV_NONE;
-        return w->upd == UPD_PIPELINED ? host_update(w, u, 0) : MS_OK;
+        return w->upd == LOWER_DHA_UPD_PIPELINED ? host_update(w, u, 0) : MS_OK;
     }
     if (w->bucket_fill && w->bucket_fill + b > w->bucket_bytes) TRY(bucket_flush(w));
     if (!w->bucket_fill && w->bucket_ev[w->bidx] != EV_NONE) {
@@ -775,7 +779,7 @@ static ms_status end_backward(lw *w)
         TRY(sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, d->tens[i].id, 0));
         x->on_dev = 0;
     }
-    if (w->upd == UPD_AFTER_BWD) {
+    if (w->upd == LOWER_DHA_UPD_AFTER_BWD) {
         for (size_t k = 0; k < w->norder; k++) {
             uint32_t e = w->gh_ev[w->order[k]];
             int dup = 0;
@@ -784,7 +788,7 @@ static ms_status end_backward(lw *w)
         }
         for (size_t u = 0; u < d->nu; u++)
             if (d->u[u].grad_bytes || d->u[u].adam_us > 0) TRY(host_update(w, (int)u, 0));
-    } else if (w->upd == UPD_AFTER_BP) {
+    } else if (w->upd == LOWER_DHA_UPD_AFTER_BP) {
         /* the step starts when the backward's kernels are done, then takes each unit as its
          * gradients arrive (those still in flight keep copying under the first steps) */
         uint32_t e;

@@ -1,11 +1,11 @@
 /* lower_dha_int.h — internal to the shadow-model lowering: the unit analysis's state
  * (struct dha_model) and the helpers that planners/memferry/lower_dha_model.c (the analysis)
- * shares with planners/memferry/lower_dha.c (the lowering). Not an interface: lower_dha.h is
- * what callers use. */
+ * shares with planners/memferry/lower_dha.c (the lowering). Not an interface: callers use
+ * lower_dha_model.h and lower_dha.h. */
 #ifndef MEMSIM_LOWER_DHA_INT_H
 #define MEMSIM_LOWER_DHA_INT_H
 
-#include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 
 #include "traces/roofline.h"
 #include "base/u64map.h"
@@ -51,7 +51,7 @@ struct dha_model {
     size_t setup_end;       /* index of the first "mark iter" (nrec if none) */
     double grad_ratio;      /* gradient element bytes / parameter element bytes */
     double param_elem_bytes; /* bytes per parameter element (the trace's dtype_bytes) */
-    dha_module *mod;        /* modules (lower_dha.h) */
+    dha_module *mod;        /* modules (lower_dha_model.h) */
     size_t nmod;
     size_t *mod_g;          /* per module: tensor index of its gradient buffer */
     long *tmod;             /* per tensor: its module (a parameter of a split buffer, or a

@@ -1,9 +1,10 @@
 /* lower_dha_model.c — the unit analysis of a trace that the MemFerry and ZeRO-Offload
- * policies share and the shadow-model lowering reads (dha_model, lower_dha.h): units and
+ * policies share and the shadow-model lowering reads (dha_model, lower_dha_model.h): units and
  * their parameters and gradients, modules of split gradient buffers, and each unit's profiled
  * costs. Used by planners/memferry/lower_dha.c, the policies, the paper driver and tests. The
  * rules are in docs/MEMFERRY.md. */
 #define _POSIX_C_SOURCE 200809L
+#include "planners/memferry/lower_dha_model.h"
 #include "planners/memferry/lower_dha_int.h"
 
 #include <inttypes.h>
@@ -167,11 +168,6 @@ ms_status dha_check_machine(const machine_t *m, const char *who, ms_error *err)
                        "direct-host-access rates of the machine profile (traces/FORMAT.md)",
                        m->name[0] ? m->name : "(unnamed)", miss, who);
     return MS_OK;
-}
-
-uint64_t dha_synth_id(unsigned k)
-{
-    return LOWER_ID_SYNTH | (UINT64_C(3) << 56) | (uint64_t)k;
 }
 
 /* ---------------------------------------------------------------------------------- */

@@ -9,6 +9,7 @@
 
 #include "planners/knob.h"
 #include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 
 /* ---- the forward ---- */
 
@@ -333,6 +334,14 @@ static ms_status read_mf_knobs(const pol_opts *o, const char *who, int go, mf_kn
     return MS_OK;
 }
 
+/* A predicted figure as plans have always recorded it: six significant digits. */
+static double to_6g(double v)
+{
+    char b[48];
+    snprintf(b, sizeof b, "%.6g", v);
+    return strtod(b, NULL);
+}
+
 static ms_status set_knob_num(plan_t *p, const char *key, double v)
 {
     char b[48];
@@ -515,26 +524,35 @@ static ms_status plan_mf(const char *name, const trace_t *t, const machine_t *m,
     }
     for (size_t i = 0; !st && reserve < 0 && i < n; i++)
         st = plan_set_layer(p, dha_model_unit(d, i)->layer, mode[i], 0);
-    if (!st) st = plan_set_knob(p, "host_params", "1");
+    /* its decisions for the lowering, recorded through the lowering's tables */
+    lower_dha_marker mk = { 0, 0 };
+    lower_dha_knobs dec;
+    memset(&dec, 0, sizeof dec);
+    knobtab_defaults(&lower_dha_knob_table, &dec);
+    KNOB_DECIDE(&lower_dha_marker_table, &mk, host_params, 1);
     /* The host update starts when the backward's kernels are done and takes each unit as its
      * gradients land, in parallel with the copies still under way: MemFerry §II-C moves the
      * "BP bubble" (ZeRO-Offload's update waiting for the last gradient copy) by running the
      * update in parallel with the remaining gradient transmission, not with the BP; MemFerry
      * builds on ZeRO-Offload, whose CPU Adam is the optimizer step after the backward.
      * update=pipelined (each unit's step during the backward) is the other reading. */
-    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.update))
-        st = plan_set_knob(p, "update", "after_bp");
-    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.param_load))
-        st = plan_set_knob(p, "param_load", "forward");
+    if (!knobtab_given(&lower_dha_knob_table, &lk, &lk.update))
+        KNOB_DECIDE(&lower_dha_knob_table, &dec, update, LOWER_DHA_UPD_AFTER_BP);
+    if (!knobtab_given(&lower_dha_knob_table, &lk, &lk.param_load))
+        KNOB_DECIDE(&lower_dha_knob_table, &dec, param_load, LOWER_DHA_LOAD_FORWARD);
+    if (!st) st = knob_given_to_plan(&lower_dha_marker_table, &mk, p, err);
+    if (!st) st = knob_given_to_plan(&lower_dha_knob_table, &dec, p, err);
     /* What the planner estimated, for readers of the plan file. */
-    if (!st) st = set_knob_num(p, "est_alg1_fp_us", t_all);
-    if (!st) st = set_knob_num(p, "est_fp_us", mf_fp_time(pr, n, mode, NULL));
-    if (!st) st = set_knob_num(p, "est_iter_compute_us", mf_iter_time(pr, n, mode));
+    if (!st) {
+        PLAN_PREDICT(p, alg1_fp_us, to_6g(t_all));
+        PLAN_PREDICT(p, fp_us, to_6g(mf_fp_time(pr, n, mode, NULL)));
+        PLAN_PREDICT(p, iter_compute_us, to_6g(mf_iter_time(pr, n, mode)));
+    }
     if (!st) st = set_knob_num(p, "dfgb_units", (double)made);
-    if (!st && reserve >= 0) st = set_knob_num(p, "grad_gpu_frac", kept);
+    if (!st && reserve >= 0) PLAN_PREDICT(p, grad_gpu_frac, to_6g(kept));
     if (!st && reserve >= 0) st = set_knob_num(p, "go_items", (double)g.n);
     /* The backward time the offloaded gradients add, by the DP's own figures. */
-    if (!st && reserve >= 0) st = set_knob_num(p, "est_go_cost_us", go_cost);
+    if (!st && reserve >= 0) PLAN_PREDICT(p, go_cost_us, to_6g(go_cost));
     if (st && made_plan) st = ms_fail(err, st, "%s: cannot record the plan", who);
     free(pr);
     free(mode);
@@ -568,15 +586,6 @@ static ms_status plan_go_memferry(const trace_t *t, const machine_t *m, const po
     return plan_mf("go-memferry", t, m, o, r, out, err);
 }
 
-#define MF_KNOBS                                                                          \
-    "alg1=stall|literal (line 3 of Algorithm 1, default stall); dfgb=0|1 (greedy DFGB "   \
-    "choice, default 1); grad_write=accumulate|fused; lowering: update=after_bp|pipelined|" \
-    "after_bwd (default after_bp), param_load"
-#define GO_KNOBS                                                                          \
-    "go_granularity=module|unit (the dynamic program's items: PyTorch modules as in the " \
-    "paper, default, or whole units); go_gain=paper|copy (an item's gain: T_GBP - T_CBP " \
-    "as in the paper, default, or less the GPU gradient copy no later backward hides); "
-
 static const knobtab *const MF_KNOB_GROUPS[] = { &mf_knob_table, &lower_dha_knob_table,
                                                  &lower_dha_marker_table, NULL };
 static const knobtab *const GO_KNOB_GROUPS[] = { &go_knob_table, &mf_knob_table,
@@ -590,7 +599,7 @@ const pol_policy pol_memferry = {
     "copied back during the backward, host Adam from the backward's end, overlapping the last "
     "copies",
     "MemFerry (Yao et al., INFOCOM 2025) §IV-B, Algorithm 1, shadow model §IV-C",
-    MF_KNOBS,
+    &mf_knob_table,
     plan_memferry,
     MF_KNOB_GROUPS,
     POL_FORM_OFFLOAD,
@@ -605,7 +614,7 @@ const pol_policy pol_go_memferry = {
     "a dynamic program within reserve x the gradient bytes, the others written to the host "
     "by the backward kernels",
     "MemFerry (Yao et al., INFOCOM 2025) §IV-D, GO-MemFerry",
-    "reserve=0..1 (fraction of gradient bytes kept on the GPU, default 0); " GO_KNOBS MF_KNOBS,
+    &go_knob_table,
     plan_go_memferry,
     GO_KNOB_GROUPS,
     POL_FORM_OFFLOAD,

@@ -7,6 +7,7 @@
 
 #include "planners/knob.h"
 #include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 
 /* Its own knob: which ZeRO-Offload (the lowering's realloc, with another default). */
 typedef struct zo_knobs {
@@ -16,7 +17,7 @@ typedef struct zo_knobs {
 static const knobtab_row zo_rows[] = {
     { "realloc", KNOBTAB_FLAG, offsetof(zo_knobs, realloc), "1", 0, 1, NULL, NULL,
       "0 (Native-Offload) or 1 (DeepSpeed)", "1: DeepSpeed's gradient buckets; 0: MemFerry's "
-      "Native-Offload", "DeepSpeed; MemFerry §V-A", 0 },
+      "Native-Offload", "DeepSpeed; MemFerry §V-A", 0, 0 },
 };
 static const knobtab zo_knob_table = KNOBTAB("zero-offload", zo_rows, KNOBTAB_MSG_KNOB,
                                              zo_knobs, given);
@@ -48,23 +49,31 @@ static ms_status plan_zero_offload(const trace_t *t, const machine_t *m, const p
     for (size_t i = 0; !st && i < dha_model_units(d); i++)
         st = plan_set_layer(p, dha_model_unit(d, i)->layer, PM_GFGB, 0);
     dha_model_free(d);
-    if (!st) st = plan_set_knob(p, "host_params", "1");
-    if (!st) st = plan_set_knob(p, "realloc", ds ? "1" : "0");
+    /* its decisions for the lowering, recorded through the lowering's tables */
+    lower_dha_marker mk = { 0, 0 };
+    lower_dha_knobs dec;
+    memset(&dec, 0, sizeof dec);
+    knobtab_defaults(&lower_dha_knob_table, &dec);
+    KNOB_DECIDE(&lower_dha_marker_table, &mk, host_params, 1);
+    KNOB_DECIDE(&lower_dha_knob_table, &dec, realloc, ds);
     /* DeepSpeed as Hugging Face's and Lightning's ZeRO-2 configurations run it: overlap_comm
      * and contiguous gradients on (DeepSpeed's own default leaves overlap_comm off). */
-    if (!st && ds && !knobtab_given(&lower_dha_knob_table, &lk, &lk.overlap_comm))
-        st = plan_set_knob(p, "overlap_comm", "1");
+    if (ds && !knobtab_given(&lower_dha_knob_table, &lk, &lk.overlap_comm))
+        KNOB_DECIDE(&lower_dha_knob_table, &dec, overlap_comm, 1);
     /* DeepSpeed's flush synchronizes the host once per parameter (stage_1_and_2.py's
      * overflow check; lower_dha.c bucket_flush_ds). */
-    if (!st && ds && !knobtab_given(&lower_dha_knob_table, &lk, &lk.ds_sync))
-        st = plan_set_knob(p, "ds_sync", "1");
-    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.update))
-        st = plan_set_knob(p, "update", "after_bwd");
+    if (ds && !knobtab_given(&lower_dha_knob_table, &lk, &lk.ds_sync))
+        KNOB_DECIDE(&lower_dha_knob_table, &dec, ds_sync, 1);
+    if (!knobtab_given(&lower_dha_knob_table, &lk, &lk.update))
+        KNOB_DECIDE(&lower_dha_knob_table, &dec, update, LOWER_DHA_UPD_AFTER_BWD);
     /* DeepSpeed's CPU Adam copies each tile of updated fp16 parameters to the GPU while it
      * steps (DeepSpeedCPUAdam's step with fp16_param_groups); ZeRO-Offload's original
      * schedule (Ren et al. §4.1, Fig. 5) swaps the parameters in after the update. */
-    if (!st && !knobtab_given(&lower_dha_knob_table, &lk, &lk.param_load))
-        st = plan_set_knob(p, "param_load", ds ? "update" : "after_update");
+    if (!knobtab_given(&lower_dha_knob_table, &lk, &lk.param_load))
+        KNOB_DECIDE(&lower_dha_knob_table, &dec, param_load,
+                    ds ? LOWER_DHA_LOAD_UPDATE : LOWER_DHA_LOAD_AFTER_UPDATE);
+    if (!st) st = knob_given_to_plan(&lower_dha_marker_table, &mk, p, err);
+    if (!st) st = knob_given_to_plan(&lower_dha_knob_table, &dec, p, err);
     if (st) {
         plan_free(p);
         return ms_fail(err, st, "policy zero-offload: cannot record the plan");
@@ -84,9 +93,7 @@ const pol_policy pol_zero_offload = {
     "backward; realloc=1 DeepSpeed's gradient buckets, 0 MemFerry's Native-Offload",
     "ZeRO-Offload (Ren et al., USENIX ATC 2021) as DeepSpeed implements it and as MemFerry "
     "(INFOCOM 2025) §V-A re-implements it (Native-Offload)",
-    "realloc=0|1 (default 1); lowering: update, param_load, overlap_comm and ds_sync (default "
-    "1 with realloc=1), ds_pre_us, ds_sync_us, ds_post_us, bucket_bytes, grad_free, "
-    "grad_copy_bytes",
+    &zo_knob_table,
     plan_zero_offload,
     ZO_KNOBS,
     POL_FORM_OFFLOAD,

@@ -750,9 +750,6 @@ static ms_status plan_fr(const trace_t *t, const machine_t *m, const pol_opts *o
     return run_memo("full-recompute+plan", MODE_FULL_RECOMPUTE, t, m, o, out, err);
 }
 
-#define MEMO_KNOBS "alpha (override), alpha_step, host_round, host_pow2, host_granule, host_bytes, " \
-                   "host_reserved, keep_last, lp_strict, memory_plan, plan_l1_s, plan_l2_s, strict_layers"
-
 static const knobtab *const MEMO_KNOB_GROUPS[] = { &memo_knob_table, &lower_knob_table, NULL };
 static const knobtab *const FR_KNOB_GROUPS[] = { &memo_knob_table, &fr_knob_table,
                                                  &lower_knob_table, NULL };
@@ -764,7 +761,7 @@ const pol_policy pol_memo = {
     "static memory plan",
     "MEMO (Zhao et al., SIGMOD 2025) §4.1 token-wise recomputation and swapping, §4.2 "
     "bi-level memory planning",
-    MEMO_KNOBS,
+    &memo_knob_table,
     plan_memo,
     MEMO_KNOB_GROUPS,
     POL_FORM_PLAIN,
@@ -778,8 +775,7 @@ const pol_policy pol_full_swap_plan = {
     "MEMO with alpha = 1: every skeletal activation of all but the last two layers offloaded "
     "through the rounding buffers; bi-level static memory plan",
     "MEMO (Zhao et al., SIGMOD 2025) Table 4 'Full Swapping + Memory Plan' (§5.3.2)",
-    "alpha (override of 1), host_round, host_pow2, host_granule, keep_last, memory_plan, plan_l1_s, "
-    "plan_l2_s, strict_layers",
+    &memo_knob_table,
     plan_fs,
     MEMO_KNOB_GROUPS,
     POL_FORM_PLAIN,
@@ -793,7 +789,7 @@ const pol_policy pol_full_recompute_plan = {
     "keep each layer's input, recompute its other skeletal activations before its backward "
     "into one of MEMO's two rounding buffers (the other held idle); bi-level static memory plan",
     "MEMO (Zhao et al., SIGMOD 2025) Table 4 'Full Recomputation + Memory Plan' (§5.3.1)",
-    "fr_buffers, memory_plan, plan_l1_s, plan_l2_s, strict_layers",
+    &fr_knob_table,
     plan_fr,
     FR_KNOB_GROUPS,
     POL_FORM_PLAIN,

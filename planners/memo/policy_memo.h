@@ -2,9 +2,7 @@
  * recomputation and swapping of skeletal activations with the offloaded fraction alpha from
  * MEMO's LP (§4.1), two rounding buffers, and the bi-level static memory plan (§4.2,
  * planners/memo/memplan.h); plus the ablation variants of its Table 4 (full recomputation and full
- * swapping, each with the memory plan). Also the per-GPU view of a node's shared resources
- * (host links behind shared PCIe switches, host memory) that the LP and the experiments use.
- * Registered in planners/policy.c; used by the memsim command, experiments/memo and the
+ * swapping, each with the memory plan). Registered in planners/policy.c; used by the memsim command, experiments/memo and the
  * tests. Described in docs/MEMO.md. */
 #ifndef MEMSIM_POLICY_MEMO_H
 #define MEMSIM_POLICY_MEMO_H

@@ -1,7 +1,7 @@
 /* lower_chunks.c — chunk-based lowering of lower_chunks.h: the schedule itself, from the chunk
  * layout (lower_chunks_layout.c), the buffer plan (lower_chunks_bufplan.c) and the knobs
- * (lower_chunks_knobs.c), with its synthetic ids and collective times. Rules and diagrams in
- * docs/PROTRAIN.md. Used by lower_schedule()'s hook, the ProTrain cost model and policies,
+ * (lower_chunks_knobs.c), naming its blocks by lower_chunks_ids.c and timing its collectives
+ * by lower_chunks_coll.c. Rules and diagrams in docs/PROTRAIN.md. Used by lower_schedule()'s hook, the ProTrain cost model and policies,
  * `memsim protrain` and tests. */
 #define _POSIX_C_SOURCE 200809L
 #include "planners/protrain/lower_chunks.h"
@@ -19,47 +19,6 @@
 #include "traces/roofline.h"
 #include "base/u64map.h"
 
-
-/* ======================================================================== ids */
-
-uint64_t lc_id(int kind, uint32_t index)
-{
-    return LC_ID_BASE | ((uint64_t)(kind & 0xff) << 40) | index;
-}
-
-int lc_id_parse(uint64_t id, int *kind, uint32_t *index)
-{
-    if ((id >> 61) != 1) return 0;
-    if (kind) *kind = (int)((id >> 40) & 0xff);
-    if (index) *index = (uint32_t)(id & 0xffffffffu);
-    return 1;
-}
-
-/* ======================================================================== collectives */
-
-int lc_coll_mode(const lc_knobs *k, const machine_t *m, int dp)
-{
-    if (dp <= 1) return LC_COLL_COMPUTE; /* no collective at all */
-    if (k->coll != LC_COLL_AUTO) return k->coll;
-    return (m && m->nvlink_Bps > 0) ? LC_COLL_STREAM : LC_COLL_LINK;
-}
-
-int lc_persist_gather_movable(const lc_knobs *k, int coll, int dp)
-{
-    return k->persist_shard && dp > 1 && (coll == LC_COLL_LINK || coll == LC_COLL_STREAM);
-}
-
-double lc_coll_us(const machine_t *m, uint64_t bytes, int dp)
-{
-    if (dp <= 1 || !m) return 0;
-    return roof_coll_us(m, ROOF_ALL_GATHER, bytes, dp, dp);
-}
-
-double lc_allreduce_us(const machine_t *m, uint64_t bytes, int dp)
-{
-    if (dp <= 1 || !m) return 0;
-    return roof_coll_us(m, ROOF_ALL_REDUCE, bytes, dp, dp);
-}
 
 /* ======================================================================== lowering */
 

@@ -25,42 +25,51 @@ static const int LC_GATHER_VALS[] = { LC_PG_STEP, LC_PG_NEXT, LC_PG_AUTO };
 /* A bytes-per-parameter figure: at most LC_MAX_BYTES_PER_PARAM. Beyond any training format
  * (fp64 parameters, gradients, master copy and both moments are 40), and the lowering cuts a
  * copy into pieces of one chunk, so an absurd figure would make millions of actions. */
-#define LC_PER_PARAM(key, F, def, doc, src)                                                     \
+#define LC_PER_PARAM(key, F, def, doc, src, rec)                                                \
     { key, KNOBTAB_DBL, offsetof(lc_knobs, F), def, 0, LC_MAX_BYTES_PER_PARAM, NULL, NULL,      \
-      "bytes per parameter in [0, 64]", doc, src, 0 }
+      "bytes per parameter in [0, 64]", doc, src, 0, rec }
 #define LC_INT(key, F, def, lo, doc) KNOB_INT(key, lc_knobs, F, def, lo, 1000000, doc, "")
+/* A row that lc_knobs_to_plan writes under knobtab_rec `rec` rather than always. */
+#define LC_REC(key, type, F, def, lo, hi, doc, src, rec)                                         \
+    { key, type, offsetof(lc_knobs, F), def, lo, hi, NULL, NULL, NULL, doc, src, 0, rec }
 #define LC_ENUM(key, F, def, names, vals, doc)                                                  \
-    { key, KNOBTAB_ENUM, offsetof(lc_knobs, F), def, 0, 0, names, vals, NULL, doc, "", 0 }
+    { key, KNOBTAB_ENUM, offsetof(lc_knobs, F), def, 0, 0, names, vals, NULL, doc, "", 0, 0 }
 
 /* The chunk lowering's knobs (lc_knobs in lower_chunks.h says what each does), in the order
- * they are checked. */
+ * they are checked and lc_knobs_to_plan writes them into a plan. */
 static const knobtab_row lc_rows[] = {
     LC_ENUM("chunk_by", chunk_by_layer, "size", LC_CHUNK_BY, NULL,
             "size: ProTrain's fixed-size chunks; layer: one chunk per parameter group"),
-    LC_ENUM("coll", coll, "auto", LC_COLLS, LC_COLL_VALS,
-            "collectives through host memory (link), as compute, or on a copy stream; auto: link "
-            "without NVLink"),
     KNOB_BYTES("chunk_bytes", lc_knobs, chunk_bytes, "0", 0, HUGE_VAL,
                "chunk size S_chunk; 0: searched", "ProTrain §3.1"),
-    KNOB_BYTES("chunk_search", lc_knobs, chunk_search_bytes, "64MiB", 0, HUGE_VAL,
-               "range above the largest parameter the chunk-size search scans (at most 64GiB)", ""),
+    /* steers the search; not part of what a plan records */
+    LC_REC("chunk_search", KNOBTAB_BYTES, chunk_search_bytes, "64MiB", 0, HUGE_VAL,
+           "range above the largest parameter the chunk-size search scans (at most 64GiB)", "",
+           KNOBTAB_REC_NEVER),
     LC_INT("n_persist", n_persist, "0", 0, "persistent chunks (kept on the GPU)"),
     LC_INT("n_buffer", n_buffer, "0", 0, "prefetch buffers for non-persistent chunks"),
     LC_INT("n_swap", n_swap, "0", 0, "blocks whose activations are swapped"),
     LC_INT("n_checkpoint", n_ckpt, "0", 0, "blocks checkpointed (recomputed)"),
     LC_PER_PARAM("host_bytes_per_param", host_bytes_per_param, "14",
                  "host bytes per parameter of a non-persistent chunk (fp32 master, Adam m, v, "
-                 "fp16 copy)", "ProTrain §3.1"),
-    LC_INT("host_pinned_tensors", host_pinned_tensors, "0", 0,
-           "of those, pinned PyTorch tensors per chunk shard (rounded to a power of two)"),
+                 "fp16 copy)", "ProTrain §3.1", KNOBTAB_REC_ALWAYS),
+    LC_REC("host_pinned_tensors", KNOBTAB_INT, host_pinned_tensors, "0", 0, 1000000,
+           "of those, pinned PyTorch tensors per chunk shard (rounded to a power of two)", "",
+           KNOBTAB_REC_NONZERO),
     LC_PER_PARAM("host_pinned_bytes_per_param", host_pinned_bytes_per_param, "0",
-                 "bytes per parameter of each pinned tensor", "FSDP"),
+                 "bytes per parameter of each pinned tensor", "FSDP", KNOBTAB_REC_NONZERO),
     LC_PER_PARAM("gpu_opt_bytes_per_param", gpu_opt_bytes_per_param, "12",
-                 "optimizer state bytes per parameter of persistent chunks on the GPU", ""),
+                 "optimizer state bytes per parameter of persistent chunks on the GPU", "",
+                 KNOBTAB_REC_ALWAYS),
     LC_PER_PARAM("param_xfer_bytes", param_xfer_bytes, "2",
-                 "bytes per parameter copied to the GPU to gather a chunk", ""),
+                 "bytes per parameter copied to the GPU to gather a chunk", "",
+                 KNOBTAB_REC_ALWAYS),
     LC_PER_PARAM("grad_xfer_bytes", grad_xfer_bytes, "2",
-                 "bytes per parameter of the gradient shard copied to the host", ""),
+                 "bytes per parameter of the gradient shard copied to the host", "",
+                 KNOBTAB_REC_ALWAYS),
+    LC_ENUM("coll", coll, "auto", LC_COLLS, LC_COLL_VALS,
+            "collectives through host memory (link), as compute, or on a copy stream; auto: link "
+            "without NVLink"),
     KNOB_DBL("coll_link_eff", lc_knobs, coll_link_eff, "0.5", 1e-3, HUGE_VAL,
              "fraction of the link rate collectives through host memory reach (at most 1)",
              "assumed (to be measured)"),
@@ -68,21 +77,21 @@ static const knobtab_row lc_rows[] = {
            "1: a chunk's host Adam starts when its gradients are on the host"),
     LC_INT("persist_shard", persist_shard, "1", 0,
            "1: persistent chunks' optimizer states ZeRO-sharded over dp"),
-    LC_ENUM("persist_gather", persist_gather, "step", LC_GATHERS, LC_GATHER_VALS,
-            "persistent chunks all-gathered after their Adam (step) or in the next forward "
-            "(next); auto: the cost model's pick (search only)"),
     LC_INT("staging_separate", staging_separate, "0", 0,
            "1: the pinned copy buffers come on top of host_bytes_per_param"),
     KNOB_DBL("host_adam_scale", lc_knobs, host_adam_scale, "1", 1e-6, HUGE_VAL,
              "multiplies host.adam_params_per_s", ""),
     LC_INT("step_sync", step_sync, "1", 0, "1: the step ends when the host Adam ends"),
+    LC_ENUM("persist_gather", persist_gather, "step", LC_GATHERS, LC_GATHER_VALS,
+            "persistent chunks all-gathered after their Adam (step) or in the next forward "
+            "(next); auto: the cost model's pick (search only)"),
     LC_INT("reuse", reuse_resident, "1", 0,
            "1: chunks resident after the forward are reused by the backward"),
     LC_INT("prefetch_depth", prefetch_depth, "0", -1,
            "access steps ahead a load may be issued; 0: as buffers allow; -1: on demand"),
     LC_INT("swap_lead", swap_lead, "0", 0, "blocks ahead a swapped block is prefetched"),
-    KNOB_BYTES("init_device_bytes", lc_knobs, init_device_bytes, "0", 0, HUGE_VAL,
-               "bytes allocated and freed on the GPU before training", ""),
+    LC_REC("init_device_bytes", KNOBTAB_BYTES, init_device_bytes, "0", 0, HUGE_VAL,
+           "bytes allocated and freed on the GPU before training", "", KNOBTAB_REC_NONZERO),
 };
 const knobtab lc_knob_table = KNOBTAB("chunk lowering", lc_rows, KNOBTAB_MSG_PLAN, lc_knobs, given);
 
@@ -126,55 +135,11 @@ ms_status lc_knobs_from_plan(const plan_t *p, lc_knobs *k, ms_error *err)
     return st;
 }
 
-static ms_status put_knob(plan_t *p, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ms_status put_knob(plan_t *p, const char *key, const char *fmt, ...)
-{
-    char buf[96];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return plan_set_knob(p, key, buf);
-}
-
 ms_status lc_knobs_to_plan(const lc_knobs *k, plan_t *p, ms_error *err)
 {
-    static const char *coll[] = {"auto", "link", "compute", "stream"};
+    lc_marker mk = { 1, 0 };
     ms_status st = plan_set_lowering(p, "chunks");
-    if (!st) st = put_knob(p, "chunks", "1");
-    if (!st) st = put_knob(p, "chunk_by", "%s", k->chunk_by_layer ? "layer" : "size");
-    if (!st) st = put_knob(p, "chunk_bytes", "%" PRIu64, k->chunk_bytes);
-    if (!st) st = put_knob(p, "n_persist", "%d", k->n_persist);
-    if (!st) st = put_knob(p, "n_buffer", "%d", k->n_buffer);
-    if (!st) st = put_knob(p, "n_swap", "%d", k->n_swap);
-    if (!st) st = put_knob(p, "n_checkpoint", "%d", k->n_ckpt);
-    if (!st) st = put_knob(p, "host_bytes_per_param", "%g", k->host_bytes_per_param);
-    if (!st && k->host_pinned_tensors) {
-        st = put_knob(p, "host_pinned_tensors", "%d", k->host_pinned_tensors);
-        if (!st)
-            st = put_knob(p, "host_pinned_bytes_per_param", "%g",
-                          k->host_pinned_bytes_per_param);
-    }
-    if (!st) st = put_knob(p, "gpu_opt_bytes_per_param", "%g", k->gpu_opt_bytes_per_param);
-    if (!st) st = put_knob(p, "param_xfer_bytes", "%g", k->param_xfer_bytes);
-    if (!st) st = put_knob(p, "grad_xfer_bytes", "%g", k->grad_xfer_bytes);
-    if (!st) st = put_knob(p, "coll", "%s", coll[k->coll]);
-    if (!st) st = put_knob(p, "coll_link_eff", "%g", k->coll_link_eff);
-    if (!st) st = put_knob(p, "overlap_host_adam", "%d", k->overlap_host_adam);
-    if (!st) st = put_knob(p, "persist_shard", "%d", k->persist_shard);
-    if (!st) st = put_knob(p, "staging_separate", "%d", k->staging_separate);
-    if (!st) st = put_knob(p, "host_adam_scale", "%g", k->host_adam_scale);
-    if (!st) st = put_knob(p, "step_sync", "%d", k->step_sync);
-    if (!st)
-        st = put_knob(p, "persist_gather", "%s",
-                      k->persist_gather == LC_PG_NEXT ? "next"
-                      : k->persist_gather == LC_PG_AUTO ? "auto" : "step");
-    if (!st) st = put_knob(p, "reuse", "%d", k->reuse_resident);
-    if (!st) st = put_knob(p, "prefetch_depth", "%d", k->prefetch_depth);
-    if (!st) st = put_knob(p, "swap_lead", "%d", k->swap_lead);
-    if (!st && k->init_device_bytes)
-        st = put_knob(p, "init_device_bytes", "%" PRIu64, k->init_device_bytes);
     if (st != MS_OK) return ms_fail(err, st, "cannot record the chunk knobs in the plan");
-    return MS_OK;
+    st = knob_to_plan(&lc_marker_table, &mk, p, err);
+    return st ? st : knob_to_plan(&lc_knob_table, k, p, err);
 }

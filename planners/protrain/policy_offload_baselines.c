@@ -130,8 +130,7 @@ static ms_status bl_plan(const bl_setup *b, const trace_t *t, const machine_t *m
         st = lc_knobs_to_plan(&k, p, err);
     }
     if (!st) st = pt_record_estimate(p, pe, err);
-    if (!st && plan_set_knob(p, "feasible", pe->peak_bytes <= cap ? "1" : "0"))
-        st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    if (!st) PLAN_PREDICT(p, feasible, pe->peak_bytes <= cap);
     ptc_model_free(M);
     if (st) {
         plan_free(p);
@@ -238,7 +237,7 @@ const pol_policy pol_zero3_offload = {
     "DeepSpeed ZeRO-3 with parameter and optimizer offload: per-layer gathers, CPU Adam after "
     "the backward, checkpointing all or none",
     "DeepSpeed v0.12 (Rajbhandari et al., ZeRO-Infinity); ProTrain Sec. 5.1 baseline",
-    "max_live_params prefetch_depth checkpoint host_bytes_per_param host_adam_scale gpu_bytes",
+    &z3_knob_table,
     pol_zero3_offload_plan,
     Z3_KNOBS,
     POL_FORM_PLAIN,
@@ -252,7 +251,7 @@ const pol_policy pol_gemini_static = {
     "Colossal-AI Gemini with static placement: chunks on the host fetched on demand, a static "
     "fraction on the GPU, CPU Adam after the backward",
     "Colossal-AI 0.3.3 Gemini (Fang et al., TPDS 2022); ProTrain Sec. 5.1 baseline",
-    "static_frac chunk_bytes checkpoint host_bytes_per_param gpu_bytes",
+    &gem_knob_table,
     pol_gemini_static_plan,
     GEM_KNOBS,
     POL_FORM_PLAIN,
@@ -266,7 +265,7 @@ const pol_policy pol_fsdp_offload = {
     "PyTorch FSDP with CPU offload: per-block FlatParameters resharded after forward, fp32 "
     "shards on the host, torch CPU Adam, checkpointing all or none",
     "PyTorch 2.0.1 FSDP (Zhao et al., VLDB 2023); ProTrain Sec. 5.1 baseline",
-    "checkpoint init_bytes_per_param host_adam_scale prefetch_depth gpu_bytes",
+    &fsdp_knob_table,
     pol_fsdp_offload_plan,
     FSDP_KNOBS,
     POL_FORM_PLAIN,

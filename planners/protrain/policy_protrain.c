@@ -66,7 +66,7 @@ static const knobtab_row pt_search_rows[] = {
              "1: the search's bandwidth bound prunes; 0: every configuration is estimated", ""),
     { "cost_model", KNOBTAB_ENUM, offsetof(pt_search_knobs, cost_model), "recurrence", 0, 0,
       PT_COST_MODELS, PT_COST_MODEL_VALS, NULL, "the runtime estimator: the recurrence or the "
-      "appendix's closed form", "ProTrain App. A", 1 + KNOBTAB_MSG_IS },
+      "appendix's closed form", "ProTrain App. A", 1 + KNOBTAB_MSG_IS, 0 },
     KNOB_DBL("swap_bw", pt_search_knobs, swap_bw, "1", -HUGE_VAL, HUGE_VAL,
              "1: swapping bounded by the link bandwidth (0 or 1)", ""),
 };
@@ -127,36 +127,37 @@ lc_knobs pt_config_knobs(const ptc_model *M, const ptc_config *c, const ptc_esti
     return k;
 }
 
-ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err)
+/* A predicted time as plans have always recorded it: to the microsecond. */
+static double to_us(double s)
 {
     char b[64];
-    struct { const char *k; double v; } d[] = {
-        {"pred_iter_s", e->t_iter_s}, {"pred_fwd_s", e->t_fwd_s}, {"pred_bwd_s", e->t_bwd_s},
-        {"pred_gpu_optim_s", e->t_gpu_optim_s}, {"pred_cpu_optim_s", e->t_cpu_optim_s},
-    };
-    for (size_t i = 0; i < sizeof d / sizeof *d; i++) {
-        snprintf(b, sizeof b, "%.6f", d[i].v);
-        if (plan_set_knob(p, d[i].k, b) != MS_OK)
-            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-    }
-    snprintf(b, sizeof b, "%" PRIu64, e->peak_bytes);
-    if (plan_set_knob(p, "pred_peak_bytes", b) != MS_OK) return ms_fail(err, MS_ERR_NOMEM, "oom");
-    snprintf(b, sizeof b, "%" PRIu64, e->host_bytes);
-    if (plan_set_knob(p, "pred_host_bytes", b) != MS_OK) return ms_fail(err, MS_ERR_NOMEM, "oom");
+    snprintf(b, sizeof b, "%.6f", s);
+    return strtod(b, NULL);
+}
+
+ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err)
+{
+    (void)err;
+    PLAN_PREDICT(p, iter_s, to_us(e->t_iter_s));
+    PLAN_PREDICT(p, fwd_s, to_us(e->t_fwd_s));
+    PLAN_PREDICT(p, bwd_s, to_us(e->t_bwd_s));
+    PLAN_PREDICT(p, gpu_optim_s, to_us(e->t_gpu_optim_s));
+    PLAN_PREDICT(p, cpu_optim_s, to_us(e->t_cpu_optim_s));
+    PLAN_PREDICT(p, peak_bytes, e->peak_bytes);
+    PLAN_PREDICT(p, host_bytes, e->host_bytes);
     return MS_OK;
 }
 
 /* The search's strict minimum beside its pick, so that a plan shows what the tie band
- * (tie_tol) traded: knobs fastest (n_persist,n_buffer,n_swap,n_checkpoint) and
- * fastest_pred_iter_s. Informational: lowering reads neither. */
+ * (tie_tol) traded: knob fastest (n_persist,n_buffer,n_swap,n_checkpoint) and its
+ * predicted iteration (fastest_iter_s). Informational: lowering reads neither. */
 static ms_status record_fastest(plan_t *p, const ptc_search_result *r)
 {
     char b[64];
     snprintf(b, sizeof b, "%d,%d,%d,%d", r->fastest.n_persist, r->fastest.n_buffer,
              r->fastest.n_swap, r->fastest.n_ckpt);
     ms_status st = plan_set_knob(p, "fastest", b);
-    snprintf(b, sizeof b, "%.6f", r->fastest_est.t_iter_s);
-    if (!st) st = plan_set_knob(p, "fastest_pred_iter_s", b);
+    PLAN_PREDICT(p, fastest_iter_s, to_us(r->fastest_est.t_iter_s));
     return st;
 }
 
@@ -206,7 +207,7 @@ ms_status pol_protrain_plan(const trace_t *t, const machine_t *m, const pol_opts
         st = plan_set_knob(p, "n_chunk", b);
         snprintf(b, sizeof b, "%d", ptc_layout(M)->n_blocks);
         if (!st) st = plan_set_knob(p, "n_block", b);
-        if (!st) st = plan_set_knob(p, "feasible", feasible ? "1" : "0");
+        if (!st) PLAN_PREDICT(p, feasible, feasible);
         snprintf(b, sizeof b, "%zu", r.evaluated);
         if (!st) st = plan_set_knob(p, "search_evaluated", b);
         if (!st && r.found) st = record_fastest(p, &r);
@@ -230,8 +231,7 @@ const pol_policy pol_protrain = {
     "chunked model states (persistent chunks, prefetch buffers, host Adam overlapped with the "
     "backward) and per-block swap/checkpoint, chosen by a cost-model search",
     "ProTrain (Yang et al., automatic memory management for LLM training), Sec. 3 and App. A",
-    "chunk_bytes host_bytes_per_param coll coll_link_eff gpu_bytes mem_margin host_bytes "
-    "max_swap n_persist n_buffer n_swap n_checkpoint cost_model persist_gather",
+    &pt_search_knob_table,
     pol_protrain_plan,
     PT_KNOBS,
     POL_FORM_PLAIN,

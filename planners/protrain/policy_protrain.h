@@ -40,8 +40,8 @@ ms_status pt_model_new(const trace_t *t, const machine_t *m, const lc_knobs *k,
  * knobs with the layout's chunk size, c's four numbers and e's all-gather placement (auto
  * resolved). */
 lc_knobs pt_config_knobs(const ptc_model *M, const ptc_config *c, const ptc_estimate *e);
-/* Records an estimate as plan knobs pred_iter_s, pred_fwd_s, pred_bwd_s, pred_gpu_optim_s,
- * pred_cpu_optim_s, pred_peak_bytes, pred_host_bytes. */
+/* Records an estimate as the plan's predictions (plan_t.pred: iteration, forward, backward,
+ * GPU and host optimizer times to the microsecond, device peak and host bytes). */
 ms_status pt_record_estimate(plan_t *p, const ptc_estimate *e, ms_error *err);
 
 /* The knobs pt_search_opts_from reads (pt_search_knob_table). */

@@ -1,4 +1,4 @@
-/* cmd_protrain.c — `memsim protrain`: ProTrain (Yang et al.) reproduced in memsim. Subcommands:
+/* driver.c — `memsim protrain`: ProTrain (Yang et al.) reproduced in memsim. Subcommands:
  *   search  one workload: the chunk layout, the cost-model search, the chosen configuration,
  *           and (--validate) every evaluated configuration simulated against its prediction;
  *   table4  the configurations the search picks for ProTrain's Table 4 rows;
@@ -6,8 +6,9 @@
  *   fig3    the best throughput of each backend on Table 1's models (batch sweep);
  *   fig6    predicted vs simulated iteration time and peak over the searched configurations.
  * Each writes tab-separated results that experiments/protrain/run.sh compares with the paper
- * and plots/protrain_*.gp draw. Simulation: planners/protrain/lower_chunks.c + sim/exec.c. Called only
- * by sim/main.c. */
+ * and plots/protrain_*.gp draw. Simulation: the pipeline `memsim simulate` runs
+ * (sim/pipeline.h; the plans' chunk lowering). Called by memsim-paper (experiments/main.c),
+ * which memsim hands `memsim protrain` over to. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <getopt.h>
@@ -27,8 +28,8 @@
 #include "planners/policy.h"
 #include "planners/protrain/policy_offload_baselines.h"
 #include "planners/protrain/policy_protrain.h"
-#include "sim/cmds.h"
-#include "sim/exec.h"
+#include "experiments/protrain/driver.h"
+#include "sim/pipeline.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "traces/machine.h"
@@ -253,30 +254,19 @@ static void ladder_name(int layers, char *buf, size_t n)
 
 typedef struct pt_run {
     sim_result r;
-    lc_report rep;
     double tokens_per_s;      /* all GPUs */
 } pt_run;
 
+/* Plan p simulated by the pipeline `memsim simulate` runs (its lowering, this GPU's share of
+ * the node), and the job's throughput. */
 static ms_status simulate(const trace_t *t, const machine_t *m, const plan_t *p, pt_run *out,
                           ms_error *err)
 {
     memset(out, 0, sizeof *out);
-    schedule_t *s;
-    ms_status st = lower_chunks_report(t, p, m, NULL, &s, &out->rep, err);
+    ms_status st = pipe_simulate(t, m, p, NULL, &out->r, err);
     if (st) return st;
-    sim_opts so;
-    sim_opts_default(&so);
-    so.allocator = p->allocator[0] ? p->allocator : "caching";
-    so.alloc_cfg = &p->alloc_cfg;
-    so.trace = t;
     jobview jv;
     jobview_of(t, m, &jv);
-    so.host_capacity_bytes = jv.host_share_bytes;
-    so.host_sharers = jv.node_ranks;
-    res_init(&out->r);
-    st = sim_execute(s, &jv.gpu, &so, &out->r, err);
-    sched_free(s);
-    if (st) return st;
     uint64_t b = 1, seq = 1, dp = jv.dp ? jv.dp : 1;
     const char *v;
     if ((v = trace_get_meta(t, "batch"))) ms_parse_u64(v, &b);
@@ -1076,7 +1066,7 @@ static void usage(FILE *f)
             "  memsim protrain fig6 -o out/protrain\n");
 }
 
-int cmd_protrain(int argc, char **argv)
+int driver_protrain(int argc, char **argv)
 {
     pt_opts o;
     memset(&o, 0, sizeof o);
@@ -1172,6 +1162,12 @@ int cmd_protrain(int argc, char **argv)
     if (kst != MS_OK) {
         fprintf(stderr, "memsim protrain: %s\n", kerr.msg);
         return ms_exit_code(kst);
+    }
+    const pol_knob *size = pol_knob_bad_size(backends, all ? BK_COUNT : 1, &ko);
+    if (size) {
+        fprintf(stderr, "memsim protrain: --knob '%s=%s': %s\n", size->key, size->value,
+                MS_BYTES_EXPECTED);
+        return MS_EXIT_USAGE;
     }
     if (o.out_dir && mkdir(o.out_dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "memsim protrain: cannot create %s: %s\n", o.out_dir, strerror(errno));

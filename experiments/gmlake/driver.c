@@ -1,12 +1,13 @@
-/* cmd_gmlake.c — `memsim gmlake`: GMLake's fragmentation study (Guo et al., ASPLOS'24, §5,
+/* driver.c — `memsim gmlake`: GMLake's fragmentation study (Guo et al., ASPLOS'24, §5,
  * Figs. 10, 11, 13, 14) in memsim. For each workload it generates the trace (traces/gen.c:
  * LoRA, ZeRO-3, offload), plans it with a baseline policy (keep-all, or full-recompute for
  * the "R" strategies), lowers it to a schedule, and replays the schedule's alloc/free program
  * through each allocator over the simulated device: caching (PyTorch), stitching (GMLake),
  * expandable segments and the static arena (offsets from the greedy offline planner over the
- * same program). It also replays imported PyTorch traces. Results go to CSV files that
- * experiments/gmlake/ compares with the paper and plots/gmlake_*.gp draw. Called only by
- * sim/main.c. */
+ * same program), and, as the study's recorded workloads, imported PyTorch traces through the
+ * same allocators. Results go to CSV files that experiments/gmlake/ compares with the paper
+ * and plots/gmlake_*.gp draw. Called by memsim-paper (experiments/main.c), which memsim hands
+ * `memsim gmlake` over to. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <getopt.h>
@@ -18,11 +19,12 @@
 
 #include "memory/alloc.h"
 #include "memory/alloc_static.h"
+#include "memory/alloc_static_plan.h"
 #include "planners/lower.h"
 #include "planners/policy.h"
 #include "planners/schedule.h"
 #include "sim/cli.h"
-#include "sim/cmds.h"
+#include "experiments/gmlake/driver.h"
 #include "sim/simbackend.h"
 #include "traces/gen.h"
 #include "traces/machine.h"
@@ -1088,7 +1090,7 @@ static int make_dir(const char *path)
     return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
 }
 
-int cmd_gmlake(int argc, char **argv)
+int driver_gmlake(int argc, char **argv)
 {
     gm_opts o;
     opts_default(&o);

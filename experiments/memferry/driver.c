@@ -1,12 +1,13 @@
-/* cmd_memferry.c — `memsim memferry`: MemFerry's evaluation (Yao et al., INFOCOM 2025, §V,
+/* driver.c — `memsim memferry`: MemFerry's evaluation (Yao et al., INFOCOM 2025, §V,
  * Figs. 9-13) in memsim. For each workload it generates a ZeRO-Offload trace
  * (traces/gen.c, offload mode), plans it with the four methods the paper compares —
  * DeepSpeed (zero-offload realloc=1), Native-Offload (zero-offload realloc=0), MemFerry and
  * GO-MemFerry (planners/memferry/policy_zero_offload.c, planners/memferry/policy_memferry.c) — lowers the plans
- * with the shadow-model lowering (planners/memferry/lower_dha.c) and simulates them (sim/exec.c).
- * It writes CSV and gnuplot data files, the plans (the shadow models), and a paper-vs-memsim
- * table from experiments/memferry/reference.tsv. Called only by sim/main.c; driven by
- * experiments/memferry/run.sh. */
+ * and simulates them through the pipeline `memsim simulate` runs (sim/pipeline.h: the plans'
+ * lowering, the shadow model of planners/memferry/lower_dha.c). It writes CSV and gnuplot
+ * data files, the plans (the shadow models), and a paper-vs-memsim table from
+ * experiments/memferry/reference.tsv. Called by memsim-paper (experiments/main.c), which
+ * memsim hands `memsim memferry` over to; driven by experiments/memferry/run.sh. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <getopt.h>
@@ -18,13 +19,14 @@
 #include <sys/stat.h>
 
 #include "sim/cli.h"
-#include "sim/cmds.h"
+#include "experiments/memferry/driver.h"
 #include "planners/knob.h"
 #include "planners/memferry/lower_dha.h"
+#include "planners/memferry/lower_dha_model.h"
 #include "planners/policy.h"
 #include "planners/memferry/policy_memferry.h"
 #include "planners/memferry/policy_zero_offload.h"
-#include "sim/exec.h"
+#include "sim/pipeline.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "traces/machine.h"
@@ -194,27 +196,10 @@ static ms_status run_method(const mf_ctx *c, const trace_t *t, const machine_t *
         o->grad_gpu_frac = o->go_cost_us = NAN;
     }
     if (plan_path) st = plan_write(p, plan_path, err);
-    schedule_t *s = NULL;
-    if (!st) st = lower_dha(t, p, m, NULL, &s, err);
-    if (!st) {
-        sim_opts so;
-        sim_opts_default(&so);
-        so.allocator = p->allocator;
-        so.alloc_cfg = &p->alloc_cfg;
-        so.trace = t;
-        jobview jv; /* one GPU (lower_dha's traces): all of the host and its link */
-        jobview_of(t, m, &jv);
-        so.host_sharers = jv.node_ranks;
-        so.host_capacity_bytes = jv.host_share_bytes;
-        res_init(&o->r);
-        st = sim_execute(s, &jv.gpu, &so, &o->r, err);
-    }
-    if (!st) {
-        snprintf(o->r.policy, sizeof o->r.policy, "%s", METHODS[k].name);
-        const char *mn = trace_get_meta(t, "model");
-        snprintf(o->r.model, sizeof o->r.model, "%s", mn ? mn : "-");
-    }
-    sched_free(s);
+    /* simulated as `memsim simulate` runs a plan: its lowering (dha), one GPU (lower_dha's
+     * traces) with all of the host and its link */
+    if (!st) st = pipe_simulate(t, m, p, NULL, &o->r, err);
+    if (!st) snprintf(o->r.policy, sizeof o->r.policy, "%s", METHODS[k].name);
     plan_free(p);
     return st;
 }
@@ -1136,7 +1121,7 @@ static ms_status run_figs(mf_ctx *c, ms_error *err)
     return st;
 }
 
-int cmd_memferry(int argc, char **argv)
+int driver_memferry(int argc, char **argv)
 {
     mf_ctx *c = calloc(1, sizeof *c);
     if (!c) return MS_EXIT_INTERNAL;
