@@ -6,6 +6,7 @@
 #include "planners/baseline/policy_baseline.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "planners/knob.h"
 #include "planners/lower.h"
@@ -101,13 +102,17 @@ static ms_status plan_full_recompute(const trace_t *t, const machine_t *m, const
     if (st != MS_OK || knobtab_given(&lower_knob_table, &lk, &lk.drop_at) ||
         lk.rounding_buffers)
         return st;
-    st = plan_set_knob(*out, "drop_at", "use");
+    /* the decision, recorded through the lowering's table */
+    lower_knobs dec;
+    memset(&dec, 0, sizeof dec);
+    knobtab_defaults(&lower_knob_table, &dec);
+    KNOB_DECIDE(&lower_knob_table, &dec, drop_at, LOWER_DROP_USE);
+    st = knob_given_to_plan(&lower_knob_table, &dec, *out, err);
     if (st != MS_OK) {
         plan_free(*out);
         *out = NULL;
-        return ms_fail(err, st, "policy full-recompute: out of memory");
     }
-    return MS_OK;
+    return st;
 }
 
 static ms_status plan_full_swap(const trace_t *t, const machine_t *m, const pol_opts *o,
