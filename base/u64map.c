@@ -75,6 +75,23 @@ int u64map_put(u64map *m, uint64_t key, uint64_t value)
     return 0;
 }
 
+uint64_t *u64map_slot(u64map *m, uint64_t key, int *added)
+{
+    if (u64map_put_grows(m) && grow(m)) return NULL;
+    size_t mask = m->cap - 1, i = hash64(key) & mask;
+    *added = 0;
+    while (m->s[i].used) {
+        if (m->s[i].key == key) return &m->s[i].value;
+        i = (i + 1) & mask;
+    }
+    m->s[i].used = 1;
+    m->s[i].key = key;
+    m->s[i].value = 0;
+    m->n++;
+    *added = 1;
+    return &m->s[i].value;
+}
+
 int u64map_get(const u64map *m, uint64_t key, uint64_t *value)
 {
     size_t mask = m->cap - 1, i = hash64(key) & mask;

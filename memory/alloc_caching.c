@@ -590,7 +590,7 @@ static ms_status caching_create(alloc_t *a)
     c->rng = 0x9e3779b9u;
     c->max_split = cfg->max_split_size_bytes;
     c->divisions = cfg->roundup_power2_divisions;
-    c->live = u64map_new(1024);
+    c->live = u64map_new(64); /* grows with the live blocks; small stays in cache */
     c->segs = u64map_new(64);
     if (!c->live || !c->segs) {
         u64map_free(c->live);
