@@ -237,8 +237,9 @@ static ms_status rd_header(trace_reader *r, ms_error *err)
     return MS_OK;
 }
 
-/* 1 when the file's first bytes are (a beginning of) the binary form's magic: the form is
- * told by content, never by the file's name. The input is left open in *in for the binary
+/* 1 when the file's first byte is the binary form's (0x89, which no text trace starts
+ * with): the form is told by content, never by the file's name, and a damaged magic is
+ * reported as such by the binary reader. The input is left open in *in for the binary
  * reader, closed otherwise. */
 static ms_status rd_sniff(const char *path, ms_bytes **in, int *binary, ms_error *err)
 {
@@ -252,7 +253,7 @@ static ms_status rd_sniff(const char *path, ms_bytes **in, int *binary, ms_error
         if (st != MS_OK) { ms_bytes_free(*in); *in = NULL; return st; }
         n += got;
     }
-    *binary = n > 0 && memcmp(head, TBIN_MAGIC, n) == 0;
+    *binary = n > 0 && head[0] == TBIN_MAGIC[0];
     if (!*binary) { ms_bytes_free(*in); *in = NULL; return MS_OK; }
     /* the binary reader reads the header from the start: open it afresh */
     ms_bytes_free(*in);
@@ -1106,10 +1107,22 @@ ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value)
     return trace_append(t, &r);
 }
 
+/* snprintf(buf, TRACE_NAME_MAX, "L%d.%s" or "%s", ...) by hand: the generators name every
+ * record this way, and the formatted print was a tenth of a sweep's instructions. */
 void trace_layer_name(char *buf, int layer, const char *what)
 {
-    if (layer >= 0) snprintf(buf, TRACE_NAME_MAX, "L%d.%s", layer, what);
-    else snprintf(buf, TRACE_NAME_MAX, "%s", what);
+    size_t n = 0;
+    if (layer >= 0) {
+        char d[12];
+        int k = 0;
+        unsigned v = (unsigned)layer;
+        do { d[k++] = (char)('0' + v % 10); v /= 10; } while (v);
+        buf[n++] = 'L';
+        while (k) buf[n++] = d[--k];
+        buf[n++] = '.';
+    }
+    while (*what && n < TRACE_NAME_MAX - 1) buf[n++] = *what++;
+    buf[n] = '\0';
 }
 
 void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls, int layer,
