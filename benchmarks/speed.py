@@ -8,6 +8,7 @@ median CPU time of the process (user + system, from getrusage) and the rates.
 
   python3 benchmarks/speed.py [--memsim sim/memsim] [--before OLD/memsim] [--runs 11]
                               [--work DIR] [--rows replay,sweep,quick,calculon]
+                              [--calculon DIR] [--calculon-python /usr/bin/python3]
 """
 import argparse
 import os
@@ -104,6 +105,10 @@ def main():
     ap.add_argument("--runs", type=int, default=11)
     ap.add_argument("--work", default=os.path.join(SRC, "benchmarks/work"))
     ap.add_argument("--rows", default="replay,sweep,quick,calculon")
+    ap.add_argument("--calculon", default=os.environ.get("CALCULON_DIR"),
+                    help="a Calculon checkout (github.com/calculon-ai/calculon)")
+    ap.add_argument("--calculon-python", default="/usr/bin/python3",
+                    help="a Python with numpy, pandas and psutil (Calculon imports them)")
     args = ap.parse_args()
     builds = [("after", args.memsim)]
     if args.before:
@@ -137,10 +142,12 @@ def main():
                 fmt_rate(n, mc, unit))
         print(line)
     if "calculon" in args.rows.split(","):
-        calculon = os.path.join(HERE, "calculon_rate.py")
-        if os.path.exists(calculon):
-            print()
-            subprocess.run([sys.executable, calculon, "--runs", str(args.runs)])
+        print()
+        cmd = [args.calculon_python, os.path.join(HERE, "calculon_rate.py"), "--runs",
+               str(args.runs)]
+        if args.calculon:
+            cmd += ["--calculon", args.calculon]
+        subprocess.run(cmd)
 
 
 if __name__ == "__main__":
