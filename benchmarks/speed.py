@@ -17,6 +17,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,7 +104,8 @@ def main():
     ap.add_argument("--memsim", default=os.path.join(SRC, "sim/memsim"))
     ap.add_argument("--before", help="another build's memsim, measured beside it")
     ap.add_argument("--runs", type=int, default=11)
-    ap.add_argument("--work", default=os.path.join(SRC, "benchmarks/work"))
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "memsim-speed"),
+                    help="where the traces are made and kept between runs")
     ap.add_argument("--rows", default="replay,sweep,quick,calculon")
     ap.add_argument("--calculon", default=os.environ.get("CALCULON_DIR"),
                     help="a Calculon checkout (github.com/calculon-ai/calculon)")
