@@ -363,6 +363,7 @@ static const char *const LOWER_HOST_ROUNDS[] = { "exact", "layer_pow2", "tensor_
 static const char *const LOWER_TOKENWISE[] = { "chain", "producer", NULL };
 static const int LOWER_TOKENWISE_CHAIN[] = { 1, 0 };
 static const char *const LOWER_SWAP_ATS[] = { "layer", "save", NULL };
+static const char *const LOWER_DROP_ATS[] = { "layer", "use", NULL };
 static const char *const LOWER_SWAP_STREAMS[] = { "copy", "compute", NULL };
 
 /* The tensor lowering's knobs (lower.h says what each does), in the order they are checked. */
@@ -399,6 +400,11 @@ static const knobtab_row lower_rows[] = {
               "swap_at=save's copies on the copy streams (copy) or the compute stream "
               "(compute: a blocking copy, a copy on the current stream)",
               "torch.autograd.graph.save_on_cpu"),
+    KNOB_ENUM("drop_at", lower_knobs, drop_at, "layer", LOWER_DROP_ATS,
+              "when a tensor the plan recomputes is freed in the forward: at the end of its "
+              "layer's forward (layer) or after the last forward op that uses it (use: a "
+              "checkpointed forward saves nothing, so each tensor dies with its last use)",
+              "torch.utils.checkpoint (use_reentrant=False); Megatron-LM CheckpointFunction"),
 };
 const knobtab lower_knob_table = KNOBTAB("tensor lowering", lower_rows, KNOBTAB_MSG_PLAN,
                                          lower_knobs, given);
@@ -435,6 +441,11 @@ ms_status lw_read_knobs(lw *w)
     w->chain = knobtab_given(&lower_knob_table, &k, &k.tokenwise) ? k.tokenwise : w->rb;
     w->sv = k.swap_at == LOWER_SWAP_SAVE;
     w->sv_compute = k.swap_stream == LOWER_SWAP_COMPUTE;
+    w->du = k.drop_at == LOWER_DROP_USE;
+    if (w->du && w->rb)
+        return ms_fail(w->err, MS_ERR_UNSUPPORTED, "plan knobs drop_at=use and "
+                       "rounding_buffers=1 do not go together (a layer's tensors live in one "
+                       "rounding-buffer block, freed with the block)");
     if (w->sv && w->rename)
         return ms_fail(w->err, MS_ERR_UNSUPPORTED, "plan knobs swap_at=save and memory_plan=1 "
                        "do not go together (the saves' copies have ids of their own)");
@@ -470,6 +481,7 @@ static ms_status classify(lw *w, lw_layer *L, int32_t layer)
 {
     for (size_t k = 0; k < L->cand.n; k++) {
         lw_tensor *x = &w->ts[L->cand.v[k]];
+        if (x->state == TS_DROPPED) continue; /* drop_at=use freed it at its last use */
         if (x->state != TS_LIVE) {
             w->rep.ignored++;
             continue;
@@ -503,6 +515,7 @@ static ms_status end_forward(lw *w, int32_t layer)
     }
     for (size_t k = 0; st == MS_OK && k < L->drop.n; k++) {
         lw_tensor *x = &w->ts[L->drop.v[k]];
+        if (x->state != TS_LIVE) continue; /* freed at its last use (drop_at=use) */
         /* PyTorch's checkpoint drops its saved reference, but autocast's cast cache keeps a
            weight cast until the autocast region (the forward) ends */
         if (w->autocast_cache && x->rbg < 0 && ms_ends_with(x->meta->name, ".wcast"))
@@ -987,6 +1000,7 @@ static ms_status walk(lw *w)
             st = w->sv ? lw_sv_events(w, 1) : MS_OK;
             if (st == MS_OK) st = do_op(w, &r->u.op);
             if (st == MS_OK && w->sv) st = lw_sv_events(w, 0);
+            if (st == MS_OK && w->du) st = lw_du_events(w);
             break;
         }
     }
@@ -1017,6 +1031,7 @@ void lw_free(lw *w)
     u64map_free(w->plan_idx);
     u64map_free(w->tidx);
     free(w->ts);
+    free(w->due);
     for (size_t i = 0; i < w->n_layers; i++) {
         free(w->layers[i].cand.v);
         free(w->layers[i].drop.v);
@@ -1106,6 +1121,7 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     if (st == MS_OK) st = lw_read_knobs(&w);
     if (st == MS_OK && w.rb) st = lw_rb_prescan(&w);
     if (st == MS_OK && w.sv) st = lw_sv_prescan(&w);
+    if (st == MS_OK && w.du) st = lw_du_prescan(&w);
     if (st == MS_OK) st = walk(&w);
     if (st == MS_OK) {
         for (size_t i = 0; i < w.n_layers; i++) w.rep.ignored += w.layers[i].cand.n;

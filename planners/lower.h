@@ -219,6 +219,7 @@ typedef struct lower_knobs {
     int tokenwise;                /* 1 chain, 0 producer */
     int swap_at;                  /* lower_swap_at */
     int swap_stream;              /* lower_swap_stream */
+    int drop_at;                  /* lower_drop_at */
     uint64_t given;               /* rows given (knobtab_given) */
 } lower_knobs;
 extern const knobtab lower_knob_table;
@@ -228,6 +229,12 @@ typedef enum lower_swap_at {
     LOWER_SWAP_LAYER = 0,    /* after its layer's forward; prefetched a layer ahead */
     LOWER_SWAP_SAVE          /* when saved; back when the backward first reads it */
 } lower_swap_at;
+
+/* When a tensor the plan recomputes is freed in the forward (plan knob drop_at). */
+typedef enum lower_drop_at {
+    LOWER_DROP_LAYER = 0,    /* at the end of its layer's forward */
+    LOWER_DROP_USE           /* after the last forward op that uses it (lower_drop.c) */
+} lower_drop_at;
 
 /* Where swap_at=save's copies run (plan knob swap_stream). */
 typedef enum lower_swap_stream {

@@ -97,6 +97,13 @@ typedef struct sv_event {
     uint32_t kind, item;
 } sv_event;
 
+/* drop_at=use: the last forward use (record rec) of the tensor incarnation allocated at
+ * record alloc_rec. */
+typedef struct du_event {
+    size_t rec, alloc_rec;
+    uint64_t id;
+} du_event;
+
 /* One transformer layer within the current forward/backward pass. */
 typedef struct lw_layer {
     int fwd_state;           /* 0 not seen, 1 open, 2 closed */
@@ -160,6 +167,9 @@ typedef struct lw {
     sv_event *sve;
     size_t n_sve, cap_sve, sve_pos;
     idx_list sv_cache_held;  /* weight casts copied out that autocast's cache still holds */
+    int du;                  /* drop_at=use */
+    du_event *due;           /* its last uses, in record order (lower_drop.c) */
+    size_t n_due, cap_due, due_pos;
 } lw;
 
 /* planners/lower.c */
@@ -201,6 +211,10 @@ ms_status lw_replay_layer(lw *w, lw_layer *L, int32_t layer);
 ms_status lw_chain_recompute(lw *w, lw_layer *L, int32_t layer, const idx_list *cand,
                              int want_state);
 ms_status lw_tokenwise_recompute(lw *w, lw_layer *L, int32_t layer);
+
+/* planners/lower_drop.c */
+ms_status lw_du_prescan(lw *w);
+ms_status lw_du_events(lw *w);
 
 /* planners/lower_save.c */
 ms_status lw_sv_prescan(lw *w);

@@ -173,7 +173,14 @@ static ms_status sv_out(lw *w, sv_item *it)
     ms_status st = sv_to_stream(w, s);
     if (st == MS_OK)
         st = lw_put_tensor(w, SA_HOST_ALLOC, s, it->copy_id, lw_host_bytes(w, it->bytes));
-    if (st == MS_OK) st = lw_put_tensor(w, SA_COPY_D2H, s, x->sid, it->bytes);
+    if (st == MS_OK) {
+        /* on the compute stream it is PyTorch's blocking copy_: the host waits for it */
+        sched_action a = sbuild_act(w->b, SA_COPY_D2H, s);
+        a.tensor = x->sid;
+        a.bytes = it->bytes;
+        a.host_wait = s == SS_COMPUTE;
+        st = sbuild_put(w->b, &a);
+    }
     if (st == MS_OK && s != SS_COMPUTE) {
         it->ev_out = sbuild_new_event(w->b);
         st = lw_put_event(w, SA_RECORD, s, it->ev_out);

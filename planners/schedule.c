@@ -274,6 +274,8 @@ static void dump_one(const sched_action *a, size_t i, FILE *f)
     case SA_HOST_ALLOC:
         fprintf(f, " t=%" PRIu64 " bytes=%" PRIu64, a->tensor, a->bytes);
         if (a->kind == SA_ALLOC && a->pool) fprintf(f, " pool=%" PRId32, a->pool);
+        if (a->kind != SA_ALLOC && a->kind != SA_HOST_ALLOC && a->host_wait)
+            fprintf(f, " host_wait=1");
         break;
     case SA_FREE:
     case SA_HOST_FREE:

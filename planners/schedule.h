@@ -71,6 +71,9 @@ typedef struct sched_action {
                                  ceil(replay_frac * bytes) holding only those rows. 0: the
                                  whole op. dur_us already carries the fraction; the simulator
                                  ignores this field, the runtime's real kernels use it */
+    uint8_t host_wait;        /* COPY: the program's host waits for the copy to finish before
+                                 it goes on (a blocking copy: PyTorch's copy_ to pinned memory
+                                 with non_blocking=False, as save_on_cpu's pack hook makes) */
     uint8_t side_use;         /* FREE: a collective on a framework side stream used the block
                                  (c10d's recordStream on its NCCL stream, plan knob
                                  record_stream): with the host issue model its free waits

@@ -30,7 +30,7 @@ typedef struct run_args {
     char from[1024];              /* the command line, for the record's recorded.from */
     char dims[96];
     uint64_t seq, batch;
-    int tp, cp, dp, iters;
+    int tp, cp, dp, ep, iters;
     double alpha;
     int per_op, alloc_sync, max_ahead, no_credit, quiet, device, host_thread;
     int verify_swaps;             /* --verify-swaps: checksum swapped bytes (rt_exec.h) */
@@ -45,7 +45,7 @@ typedef struct run_args {
 } run_args;
 
 enum {
-    O_MODEL = 256, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
+    O_MODEL = 256, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_EP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
     O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY,
@@ -56,7 +56,8 @@ static const struct option opts[] = {
     {"model", required_argument, 0, O_MODEL}, {"dims", required_argument, 0, O_DIMS},
     {"seq", required_argument, 0, O_SEQ}, {"batch", required_argument, 0, O_BATCH},
     {"tp", required_argument, 0, O_TP}, {"cp", required_argument, 0, O_CP},
-    {"dp", required_argument, 0, O_DP}, {"iters", required_argument, 0, O_ITERS},
+    {"dp", required_argument, 0, O_DP}, {"ep", required_argument, 0, O_EP},
+    {"iters", required_argument, 0, O_ITERS},
     {"trace", required_argument, 0, O_TRACE}, {"machine", required_argument, 0, O_MACHINE},
     {"policy", required_argument, 0, O_POLICY}, {"plan", required_argument, 0, O_PLAN},
     {"allocator", required_argument, 0, O_ALLOCATOR}, {"alpha", required_argument, 0, O_ALPHA},
@@ -90,6 +91,7 @@ static void usage(FILE *f)
         "  --seq N              sequence length (64K, 1M accepted; default: the model's)\n"
         "  --batch N            micro-batch size (default 1)\n"
         "  --tp N --cp N --dp N parallel degrees (collectives are spun for their duration)\n"
+        "  --ep N               expert-parallel degree of a MoE model (divides --dp)\n"
         "  --iters N            iterations to generate (default 2; the last is reported)\n"
         "  --trace FILE         use this workload trace instead of generating one\n"
         "  --machine NAME|FILE  machine profile for op durations and the host limit (required)\n"
@@ -191,6 +193,7 @@ static int apply(int c, char *v, run_args *a)
     case O_TP: return parse_pos("tp", v, &a->tp);
     case O_CP: return parse_pos("cp", v, &a->cp);
     case O_DP: return parse_pos("dp", v, &a->dp);
+    case O_EP: return parse_pos("ep", v, &a->ep);
     case O_ITERS: return parse_pos("iters", v, &a->iters);
     case O_TRACE: a->trace_path = v; return 0;
     case O_MACHINE: a->machine = v; return 0;
@@ -356,6 +359,7 @@ static ms_status make_trace(const run_args *a, const machine_t *m, trace_t **t, 
     c.tp = a->tp ? a->tp : 1;
     c.cp = a->cp ? a->cp : 1;
     c.dp = a->dp ? a->dp : 1;
+    c.ep = a->ep ? a->ep : 1;
     if (a->iters > 0) c.iterations = a->iters;
     /* the form the policy plans (zero-offload, MemFerry: ZeRO-Offload's), as memsim simulate */
     c.offload = pol_form_for(a->policy, a->plan_path) == POL_FORM_OFFLOAD;

@@ -13,7 +13,7 @@
 #include "sim/jobs.h"
 
 enum {
-    O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_ITERS, O_TRACE, O_MACHINE,
+    O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_EP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
     O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN,
     O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP, O_BREAKDOWN,
@@ -36,6 +36,7 @@ static const struct {
     {{"tp", required_argument, 0, O_TP}, CLI_WORKLOAD, "N   tensor-parallel degree (with sequence parallelism)", 0},
     {{"cp", required_argument, 0, O_CP}, CLI_WORKLOAD, "N   context-parallel degree", 0},
     {{"dp", required_argument, 0, O_DP}, CLI_WORKLOAD, "N   data-parallel degree", 0},
+    {{"ep", required_argument, 0, O_EP}, CLI_WORKLOAD, "N   expert-parallel degree of a mixture-of-experts model: its experts sharded over N of the --dp ranks (N divides --dp and the experts; framework generic or megatron)", 0},
     {{"iters", required_argument, 0, O_ITERS}, CLI_WORKLOAD, "N   iterations to generate (default 2; the last is reported); a captured trace runs as N steps, its first rebuilt (docs/CAPTURE.md)", 0},
     {{"framework", required_argument, 0, O_FRAMEWORK}, CLI_WORKLOAD, "NAME   generic | megatron | hf: the training framework whose program is generated (as --gen framework=NAME)", 0},
     {{"precision", required_argument, 0, O_PRECISION}, CLI_WORKLOAD, "P   amp | bf16 | fp32: the training precision (as --gen precision=P)", 0},
@@ -269,6 +270,7 @@ static int apply(int c, char *v, ms_error *e, cli_args *a)
     case O_TP: return parse_int(e, "tp", v, &a->w.tp);
     case O_CP: return parse_int(e, "cp", v, &a->w.cp);
     case O_DP: return parse_int(e, "dp", v, &a->w.dp);
+    case O_EP: return parse_int(e, "ep", v, &a->w.ep);
     case O_ITERS: return parse_int(e, "iters", v, &a->w.iterations);
     case O_TRACE: a->w.trace_path = v; return 0;
     case O_MACHINE: a->machine = v; return 0;
@@ -364,6 +366,13 @@ static int check_args(ms_error *e, unsigned groups, const cli_args *a)
     if (a->npos > 0) {
         ms_fail(e, MS_ERR_INVALID, "unexpected argument '%s' (options only; see --help)",
                 a->pos[0]);
+        return MS_EXIT_USAGE;
+    }
+    /* Megatron's rule: the experts are sharded over data-parallel ranks */
+    int ep = a->w.ep ? a->w.ep : 1, dp = a->w.dp ? a->w.dp : 1;
+    if (!a->w.trace_path && dp % ep) {
+        ms_fail(e, MS_ERR_INVALID, "--ep %d: must divide --dp %d (the experts are sharded over "
+                "data-parallel ranks)", ep, dp);
         return MS_EXIT_USAGE;
     }
     if (a->pol.plan_path && (a->pol.n_knobs || a->pol.alpha >= 0)) {

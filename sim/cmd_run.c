@@ -80,13 +80,15 @@ typedef struct wl_ids {
     const char *model;
     int has_seq, has_batch, has_par;
     uint64_t seq, batch, tp, cp, dp;
+    uint64_t ep;              /* 1 unless the trace says (meta ep) */
 } wl_ids;
 
 static void ids_of(const trace_t *t, const sim_result *id, wl_ids *w)
 {
     memset(w, 0, sizeof *w);
-    w->tp = w->cp = w->dp = 1;
+    w->tp = w->cp = w->dp = w->ep = 1;
     if (t) {
+        w->ep = trace_meta_u64(t, "ep", 1);
         w->model = trace_get_meta(t, "model");
         w->has_seq = trace_get_meta(t, "seq") != NULL;
         w->has_batch = trace_get_meta(t, "batch") != NULL;
@@ -109,6 +111,7 @@ static void ids_of(const trace_t *t, const sim_result *id, wl_ids *w)
     w->tp = id->tp > 0 ? (uint64_t)id->tp : 1;
     w->cp = id->cp > 0 ? (uint64_t)id->cp : 1;
     w->dp = id->dp > 0 ? (uint64_t)id->dp : 1;
+    w->ep = id->ep > 0 ? (uint64_t)id->ep : 1;
 }
 
 /* "workload: MODEL, seq S, batch B, tp T cp C dp D (N GPUs) on MACHINE: X device (Y usable)
@@ -149,9 +152,10 @@ static void workload_line(FILE *f, const char *trace_path, const trace_t *t, con
         }
         if (w.has_par) {
             uint64_t g = w.tp * w.cp * w.dp;
-            fprintf(f, "%stp %llu cp %llu dp %llu (%llu GPU%s)", sep, (unsigned long long)w.tp,
-                    (unsigned long long)w.cp, (unsigned long long)w.dp, (unsigned long long)g,
-                    g == 1 ? "" : "s");
+            fprintf(f, "%stp %llu cp %llu dp %llu", sep, (unsigned long long)w.tp,
+                    (unsigned long long)w.cp, (unsigned long long)w.dp);
+            if (w.ep > 1) fprintf(f, " ep %llu", (unsigned long long)w.ep);
+            fprintf(f, " (%llu GPU%s)", (unsigned long long)g, g == 1 ? "" : "s");
         }
     }
     fprintf(f, " on %s: %s device (%.2f usable) per GPU, host %s per node", m->name,

@@ -5,8 +5,9 @@
  * and device synchronizes), and fills a sim_result. With sim_opts.issue_ahead set, a host
  * thread issues the program: streams run only what it has issued, and allocator calls,
  * their latencies and synchronizes happen on it, with frees of blocks other streams use
- * deferred until those uses end. Semantics in docs/SIMULATOR.md. Used by the memsim command,
- * experiments/ and the validation driver. */
+ * deferred until those uses end. Where the trace's ops give host times (captured traces), a
+ * host clock decides when each kernel may start, or the host thread pays them. Semantics in
+ * docs/SIMULATOR.md. Used by the memsim command, experiments/ and the validation driver. */
 #include "sim/exec.h"
 
 #include <math.h>
@@ -45,6 +46,10 @@ typedef struct stream {
     size_t nissued;     /* queue entries the host thread has issued to this stream */
     int starving;       /* idle until the host issues more */
     double starve_since;
+    /* host clock (stream-time model with host times) */
+    size_t hc_pos;      /* 1 + the queue position whose issue time hc_ready is */
+    double hc_ready;
+    int hc_wake_pending;
 } stream;
 
 /* The host thread of the issue model. */
@@ -54,6 +59,8 @@ typedef enum h_state {
     H_AHEAD,        /* more than issue_ahead compute actions issued and unfinished */
     H_DRAIN,        /* a synchronizing allocator call: every stream must finish its work */
     H_FREES,        /* an allocation failed: waits for the uses of every deferred free */
+    H_OPSYNC,       /* an action the host waits for (trace op host_sync, a host_wait copy) is
+                       not finished: stream sync_stream has not run all it was given */
     H_DONE
 } h_state;
 
@@ -74,6 +81,7 @@ typedef struct hthread {
     int retried;            /* the action at `next` already waited for deferred frees */
     double sa_left;         /* cuMemSetAccess mappings of the call still to pace */
     uint64_t c_issued, c_done; /* compute actions issued, finished */
+    int sync_stream;        /* H_OPSYNC: the stream of the action waited for */
     int64_t ahead;          /* the bound; INT64_MAX when unbounded */
     /* from the host's issue of the last iteration mark */
     double busy_us, alloc_us;
@@ -136,6 +144,12 @@ typedef struct ex {
     /* host issue model (o.issue_ahead != 0) */
     int issue;
     hthread h;
+    /* host times of the trace's ops (trace_op.host_us, host_sync; captured traces) */
+    int host_times;      /* the trace gives some: COMPUTE issues cost them, not issue_us */
+    int host_clock;      /* stream-time model: compute waits for the host's issue time */
+    double hc_t;         /* the host clock: when it issued the last compute action */
+    int hc_last_rec;     /* the last compute action issued was a recomputation ... */
+    int32_t hc_last_layer; /* ... of this layer */
     pend_free *pd;       /* deferred frees (slots; free slots listed in pd_free) */
     size_t n_pd, cap_pd;
     uint32_t *pd_free;
@@ -214,6 +228,46 @@ static void end_as(ex *x, res_status rs)
     x->rstatus = rs;
     x->stop = 1;
     eng_stop(x->eng);
+}
+
+/* The trace op a compute action runs (NULL when the schedule names none or no trace). */
+static const trace_op *action_op(const ex *x, const sched_action *a)
+{
+    return (x->o.trace && a->op >= 0) ? trace_find_op(x->o.trace, (uint64_t)a->op) : NULL;
+}
+
+/* Host time to issue compute action a: its op's host_us where the trace gives host times,
+ * else dflt_us; plus the profile's host.recompute_layer_us where a recomputation of a layer
+ * begins (a replayed action after an action that was not one, or of another layer).
+ * Called once per compute action, in program order. */
+static double compute_host_us(ex *x, const sched_action *a, double dflt_us)
+{
+    double us = dflt_us;
+    if (x->host_times) {
+        const trace_op *t = action_op(x, a);
+        us = t ? t->host_us : 0;
+    }
+    if (a->recompute && (!x->hc_last_rec || a->layer != x->hc_last_layer))
+        us += x->m->host_recompute_layer_us;
+    x->hc_last_rec = a->recompute != 0;
+    x->hc_last_layer = a->layer;
+    return us;
+}
+
+/* The host waits for this copy before it goes on (a blocking copy), where the trace gives
+ * host times: without them no host is modelled in stream time, and the issue model keeps
+ * its old behaviour. */
+static int action_host_wait(const ex *x, const sched_action *a)
+{
+    return x->host_times && a->host_wait &&
+           (a->kind == SA_COPY_D2H || a->kind == SA_COPY_H2D);
+}
+
+/* The host waits for the GPU to finish this compute action before it goes on. */
+static int compute_host_sync(const ex *x, const sched_action *a)
+{
+    const trace_op *t = x->host_times ? action_op(x, a) : NULL;
+    return t && t->host_sync;
 }
 
 static const char *op_name(const ex *x, int64_t op, char *buf, size_t n)
@@ -321,6 +375,7 @@ static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
     t->state = ST_IDLE;
     t->pos++;
     if (now > x->t_end) x->t_end = now;
+    if (x->host_clock && x->hc_t < now) x->hc_t = now;
     for (int k = 0; k < SS_COUNT; k++) {
         if (x->st[k].held) {
             if (k == SS_COMPUTE) acc(x, &x->w.stall_us, x->st[k].held_since, now);
@@ -343,6 +398,7 @@ static void action_done(ex *x, int s)
     switch (a->kind) {
     case SA_COMPUTE:
         x->h.c_done++;
+        if (x->host_clock && now > x->hc_t && compute_host_sync(x, a)) x->hc_t = now;
         acc(x, &x->w.compute_us, t->t_start, now);
         if (a->recompute) acc(x, &x->w.recompute_us, t->t_start, now);
         if (!sp) break;
@@ -359,6 +415,7 @@ static void action_done(ex *x, int s)
         break;
     case SA_COPY_D2H:
     case SA_COPY_H2D:
+        if (x->host_clock && now > x->hc_t && action_host_wait(x, a)) x->hc_t = now;
         if (!sp) break;
         snprintf(name, sizeof name, "%s %s", a->kind == SA_COPY_D2H ? "d2h" : "h2d",
                  tensor_name(x, a->tensor, nb, sizeof nb));
@@ -529,6 +586,10 @@ static int after_alloc_call(ex *x, int s)
     double cost = take_call_cost(x, &synced, &paced);
     stream *t = &x->st[s];
     t->t_start = eng_now(x->eng);
+    /* the program's host thread made the call: its latency delays the host's later issues
+     * (a synchronizing call's, at its end: sync_done_cb) */
+    if (x->host_clock && !synced)
+        x->hc_t += (cost > 0 ? cost : 0) + paced * x->m->vmm_set_access_us;
     if (synced) {
         x->sync_owner = s;
         x->sync_cost_us = cost > 0 ? cost : 0;
@@ -688,6 +749,9 @@ static void record_event(ex *x, uint32_t ev)
 static void iter_mark(ex *x)
 {
     x->win_t0 = eng_now(x->eng);
+    /* the measured step begins with the host and the GPU in step (a timed step synchronizes
+     * before it; a loop that reads its loss does at the end of each step) */
+    if (x->host_clock && x->hc_t < x->win_t0) x->hc_t = x->win_t0;
     memset(&x->w, 0, sizeof x->w);
     x->h2d0_us = link_busy_us(x->link, LINK_H2D);
     x->d2h0_us = link_busy_us(x->link, LINK_D2H);
@@ -887,6 +951,10 @@ static void host_check(ex *x)
     case H_AHEAD:
         if ((int64_t)(h->c_issued - h->c_done) <= h->ahead) host_resume(x, "wait run-ahead");
         break;
+    case H_OPSYNC:
+        if (x->st[h->sync_stream].pos >= x->st[h->sync_stream].nissued)
+            host_resume(x, "wait sync op");
+        break;
     case H_DRAIN:
         if (streams_drained(x)) host_busy(x, h->drain_cost_us, 0, 1);
         break;
@@ -926,7 +994,11 @@ static void host_enqueue(ex *x, size_t i)
     h->next++;
     h->retried = 0;
     if (x->st[k].starving) kick(x, k);
-    if (a->kind == SA_COMPUTE && (int64_t)(++h->c_issued - h->c_done) > h->ahead)
+    if (a->kind == SA_COMPUTE) h->c_issued++;
+    h->sync_stream = k;
+    if (a->kind == SA_COMPUTE ? compute_host_sync(x, a) : action_host_wait(x, a))
+        host_wait(x, H_OPSYNC, i); /* a compute action's implies the run-ahead bound */
+    else if (a->kind == SA_COMPUTE && (int64_t)(h->c_issued - h->c_done) > h->ahead)
         host_wait(x, H_AHEAD, i);
 }
 
@@ -1130,7 +1202,15 @@ static void host_step(ex *x)
         size_t i = h->next;
         const sched_action *a = sched_get(x->s, i);
         switch (a->kind) {
-        case SA_COMPUTE:
+        case SA_COMPUTE: {
+            double us = compute_host_us(x, a, x->o.issue_us > 0 ? x->o.issue_us : 0);
+            if (us > 0) {
+                host_busy(x, us, 1, 0);
+                return;
+            }
+            host_enqueue(x, i);
+            break;
+        }
         case SA_COPY_D2H:
         case SA_COPY_H2D:
         case SA_HOST_COMPUTE:
@@ -1168,6 +1248,44 @@ static void end_starve(ex *x, int s)
         acc(x, &x->w.stall_us, t->starve_since, now);
         add_span(x, s, t->starve_since, now, t->q[t->pos], "wait host", "wait");
     }
+}
+
+static void hc_wake_cb(eng_t *e, void *ctx, uint64_t arg)
+{
+    (void)e;
+    ex *x = ctx;
+    x->st[arg].hc_wake_pending = 0;
+    advance(x, (int)arg);
+}
+
+/* Stream-time model with host times: compute action a at the head of stream s may start once
+ * the host has issued it. The host clock runs on its own, one compute action after another
+ * (hc_t += its host time, and the latency of the allocator calls it makes), held back only
+ * by the ops and allocator calls that synchronize and the iteration marks; the kernel starts
+ * at max(the GPU free, the host's issue). Returns 1 when it may
+ * start now, else the stream waits for the host ("wait host") and 0. */
+static int host_clock_ready(ex *x, int s, const sched_action *a)
+{
+    stream *t = &x->st[s];
+    double now = eng_now(x->eng);
+    if (t->hc_pos != t->pos + 1) {
+        x->hc_t += compute_host_us(x, a, 0);
+        t->hc_pos = t->pos + 1;
+        t->hc_ready = x->hc_t;
+    }
+    if (!(t->hc_ready > now)) return 1;
+    if (!t->starving) {
+        t->starving = 1;
+        t->starve_since = now;
+    }
+    if (!t->hc_wake_pending) {
+        if (!eng_at(x->eng, t->hc_ready, hc_wake_cb, x, (uint64_t)s)) {
+            fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+            return 0;
+        }
+        t->hc_wake_pending = 1;
+    }
+    return 0;
 }
 
 /* Runs stream s's instantaneous actions and starts its next timed one. Returns when the
@@ -1222,6 +1340,7 @@ static void advance_stream(ex *x, int s)
             if (s == SS_COMPUTE && a->mark == TM_ITER) iter_mark(x);
             break;
         case SA_COMPUTE:
+            if (x->host_clock && !host_clock_ready(x, s, a)) return;
             t->state = ST_RUN;
             start_compute(x, s, a);
             return;
@@ -1304,6 +1423,18 @@ static int has_side_use(const schedule_t *s)
     return 0;
 }
 
+/* Some compute action's trace op gives a host time or a host synchronize. */
+static int has_host_times(const ex *x)
+{
+    if (!x->o.trace) return 0;
+    for (size_t i = 0; i < sched_count(x->s); i++) {
+        const sched_action *a = sched_get(x->s, i);
+        const trace_op *t = a->kind == SA_COMPUTE ? action_op(x, a) : NULL;
+        if (t && (t->host_us > 0 || t->host_sync)) return 1;
+    }
+    return 0;
+}
+
 static ms_status setup(ex *x)
 {
     if (sched_count(x->s) > UINT32_MAX)
@@ -1342,6 +1473,8 @@ static ms_status setup(ex *x)
                                            : x->m->host_mem_bytes / gpus;
     x->sync_owner = -1;
     x->issue = x->o.issue_ahead != 0;
+    x->host_times = has_host_times(x);
+    x->host_clock = !x->issue && (x->host_times || x->m->host_recompute_layer_us > 0);
     if (x->issue) {
         x->h.ahead = x->o.issue_ahead < 0 ? INT64_MAX : (int64_t)x->o.issue_ahead;
         x->duse = u64map_new(64);
@@ -1383,7 +1516,8 @@ static ms_status report_stuck(ex *x)
                            sched_stream_name((sched_stream)k), t->q[t->pos], t->wait_event);
     }
     static const char *const why[] = { "ready", "busy", "for the run-ahead bound",
-                                       "for a synchronize", "for deferred frees", "done" };
+                                       "for a synchronize", "for deferred frees",
+                                       "for an op it synchronizes on", "done" };
     if (x->issue && x->h.state != H_DONE)
         return ms_fail(x->err, MS_ERR_INVALID,
                        "simulation stuck: the host thread waits %s at action %zu",

@@ -2,8 +2,10 @@
  * machine (compute stream, D2H and H2D copy engines sharing one host link max-min fairly,
  * host CPU, host memory) with a real allocator over the simulated memory backend; optionally
  * with the host thread that issues the program (allocator calls at issue time, bounded
- * run-ahead, deferred frees of blocks other streams use). Deterministic: simulated time only,
- * no wall clock. Used by the memsim command, experiments and the validation driver. */
+ * run-ahead, deferred frees of blocks other streams use); a kernel waits for the host's
+ * issue where the trace's ops give host times (trace_op.host_us). Deterministic: simulated
+ * time only, no wall clock. Used by the memsim command, experiments and the validation
+ * driver. */
 #ifndef MEMSIM_EXEC_H
 #define MEMSIM_EXEC_H
 

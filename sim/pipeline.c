@@ -106,14 +106,18 @@ ms_status pipe_trace_for(const pipe_workload *w, const machine_t *m, pol_form fo
     c.tp = w->tp ? w->tp : 1;
     c.cp = w->cp ? w->cp : 1;
     c.dp = w->dp ? w->dp : 1;
+    c.ep = w->ep ? w->ep : 1;
     if (w->iterations > 0) c.iterations = w->iterations;
     c.offload = form == POL_FORM_OFFLOAD; /* the user's --gen offload, below, wins */
     for (size_t i = 0; i < w->n_gen_knobs; i++)
         if ((st = gen_config_set(&c, w->gen_knobs[i].key, w->gen_knobs[i].value, err)) != MS_OK)
             return st;
-    /* the hf profile writes PyTorch eager's program only: its ZeRO-Offload form is made from
-     * the plain trace, as for a captured one (the user's --gen offload=1 is still refused) */
-    if (form == POL_FORM_OFFLOAD && c.offload && c.framework == GEN_FW_HF && !pipe_form_set(w)) {
+    /* the hf profile writes PyTorch eager's program only, and the generator has no
+     * ZeRO-Offload program for MoE layers: their ZeRO-Offload form is made from the plain
+     * trace, as for a captured one (one GPU's: with dp > 1 the generator's refusal stands;
+     * the user's --gen offload=1 is still refused) */
+    if (form == POL_FORM_OFFLOAD && c.offload && !pipe_form_set(w) &&
+        (c.framework == GEN_FW_HF || (c.model.n_experts && c.dp == 1))) {
         c.offload = 0;
         if ((st = gen_validate(&c, err)) != MS_OK) return st;
         if ((st = gen_trace(&c, m, out, err)) != MS_OK) return st;
@@ -172,6 +176,7 @@ static void fill_ids(sim_result *r, const trace_t *t, const machine_t *m, const 
     r->batch = trace_meta_u64(t, "batch", 0);
     r->tp = (int)trace_meta_u64(t, "tp", 0);
     r->cp = (int)trace_meta_u64(t, "cp", 0);
+    r->ep = (int)trace_meta_u64(t, "ep", 1);
     r->dp = (int)trace_meta_u64(t, "dp", 0);
 }
 

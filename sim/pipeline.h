@@ -17,6 +17,7 @@ typedef struct pipe_workload {
     const char *model;        /* registry name or dims:L,H,A,F,V (when no trace_path) */
     uint64_t seq, batch;      /* 0: the model's default sequence; batch 0 = 1 */
     int tp, cp, dp;           /* parallel degrees, 0 = 1 */
+    int ep;                   /* expert-parallel degree (divides dp), 0 = 1 */
     int iterations;           /* 0 = generator default (2) */
     const char *trace_path;   /* a workload trace file instead of generating one */
     pol_knob gen_knobs[PIPE_MAX_KNOBS]; /* generator knobs (gen_config_set), e.g.

@@ -21,7 +21,7 @@ void res_init(sim_result *r)
 {
     memset(r, 0, sizeof *r);
     r->status = RS_OK;
-    r->tp = r->cp = r->dp = 1;
+    r->tp = r->cp = r->dp = r->ep = 1;
 }
 
 typedef enum col_type { CT_STR, CT_U64, CT_INT, CT_DBL, CT_STATUS } col_type;

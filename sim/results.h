@@ -17,6 +17,7 @@ typedef struct sim_result {
     char policy[48], allocator[32], model[48], machine[64];
     uint64_t seq, batch;
     int tp, cp, dp;
+    int ep;                   /* expert-parallel degree (meta ep; 1 without); not a CSV column */
     res_status status;
     char failure[512];           /* the failing request and the allocator's state */
     double iter_time_s;          /* the last simulated iteration */

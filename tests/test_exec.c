@@ -830,6 +830,213 @@ static void test_speed(void)
     sched_free(s);
 }
 
+/* ---- host times of the trace's ops (trace_op.host_us, host_sync) ---- */
+
+/* A trace of ops 1..n with these host times (sync: ops the host synchronizes on) and a
+ * schedule running them in order for dur_us each. */
+static trace_t *host_trace(int n, const double *host_us, const int *sync)
+{
+    trace_t *t = trace_new();
+    for (int i = 0; i < n; i++) {
+        trace_rec r;
+        memset(&r, 0, sizeof r);
+        r.type = TR_OP;
+        r.u.op.id = (uint64_t)(i + 1);
+        r.u.op.kind = TK_ELEM;
+        r.u.op.phase = TP_FWD;
+        r.u.op.layer = 0;
+        r.u.op.dur_us = -1;
+        r.u.op.host_us = host_us[i];
+        r.u.op.host_sync = (uint8_t)(sync ? sync[i] : 0);
+        trace_append(t, &r);
+    }
+    return t;
+}
+
+static schedule_t *host_sched(int n, const double *dur_us)
+{
+    schedule_t *s = sched_new();
+    for (int i = 0; i < n; i++) compute(s, dur_us[i], i + 1);
+    return s;
+}
+
+/* Iteration time in us of s over trace t (issue model at `ahead`, 0: stream time). */
+static double host_run(const schedule_t *s, const trace_t *t, const machine_t *m, int ahead,
+                       sim_result *r)
+{
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace = t;
+    o.issue_ahead = ahead;
+    ms_error err;
+    ms_error_clear(&err);
+    if (run(s, m, &o, r, &err) != MS_OK) {
+        TAP_NOTE("run failed: %s", err.msg);
+        return -1;
+    }
+    return r->iter_time_s * 1e6;
+}
+
+static void test_host_times(void)
+{
+    machine_t m = test_machine();
+    sim_result r;
+    for (int ahead = 0; ahead <= 8; ahead += 8) {
+        const char *mode = ahead ? "--issue-ahead 8" : "stream time";
+        /* host-bound: 4 ops of 10 us the host needs 100 us each to issue */
+        double h1[] = {100, 100, 100, 100}, d1[] = {10, 10, 10, 10};
+        trace_t *t = host_trace(4, h1, NULL);
+        schedule_t *s = host_sched(4, d1);
+        double us = host_run(s, t, &m, ahead, &r);
+        TAP_OK(near(us, 410), "%s: host-bound: step = sum(host_us) + the last kernel (%.3f us)",
+               mode, us);
+        if (!ahead)
+            TAP_OK(near_us(r.stall_s, 370) && near_us(r.compute_busy_s, 40),
+                   "%s: the GPU waits for the host 370 us, computes 40 us", mode);
+        /* the same schedule without a trace: the GPU never waits */
+        sim_opts o;
+        sim_opts_default(&o);
+        o.issue_ahead = ahead;
+        o.issue_us = 0;
+        ms_error err;
+        run(s, &m, &o, &r, &err);
+        TAP_OK(near_us(r.iter_time_s, 40), "%s: without host times: the kernel sum (%.3f us)",
+               mode, r.iter_time_s * 1e6);
+        sched_free(s);
+        trace_free(t);
+
+        /* GPU-bound: the host runs ahead; the step is the first issue plus the kernels */
+        double h2[] = {10, 10, 10, 10}, d2[] = {100, 100, 100, 100};
+        t = host_trace(4, h2, NULL);
+        s = host_sched(4, d2);
+        us = host_run(s, t, &m, ahead, &r);
+        TAP_OK(near(us, 410), "%s: GPU-bound: step = the kernel sum + the first issue (%.3f)",
+               mode, us);
+        sched_free(s);
+        trace_free(t);
+
+        /* mixed: issues at 50, 55, 60, 260; kernels 50-70, 70-170, 170-180, 260-270 */
+        double h3[] = {50, 5, 5, 200}, d3[] = {20, 100, 10, 10};
+        t = host_trace(4, h3, NULL);
+        s = host_sched(4, d3);
+        us = host_run(s, t, &m, ahead, &r);
+        TAP_OK(near(us, 270), "%s: mixed: the host's lead absorbs a short stretch, not the "
+               "long one (%.3f us)", mode, us);
+        sched_free(s);
+        trace_free(t);
+
+        /* the host waits for op 1 (an .item()): op 2 issued at 110 + 10, not at 20 */
+        double h4[] = {10, 10, 10}, d4[] = {100, 100, 100};
+        int sy[] = {1, 0, 0};
+        t = host_trace(3, h4, sy);
+        s = host_sched(3, d4);
+        us = host_run(s, t, &m, ahead, &r);
+        TAP_OK(near(us, 320), "%s: a host-synchronizing op holds the host until the GPU has "
+               "run it (%.3f us, 310 without)", mode, us);
+        sched_free(s);
+        trace_free(t);
+    }
+
+    /* recomputation replays the forward op's host time; the profile's
+     * host.recompute_layer_us once per replayed layer */
+    double h5[] = {100, 100};
+    trace_t *t = host_trace(2, h5, NULL);
+    for (int k = 0; k < 3; k++) {
+        machine_t mk = test_machine();
+        mk.host_recompute_layer_us = k == 2 ? 50 : 0;
+        schedule_t *s = sched_new();
+        compute(s, 10, 1);
+        compute(s, 10, 2);
+        for (int j = 1; j <= (k ? 2 : 1); j++) {
+            sched_action a = base(SA_COMPUTE, SS_COMPUTE);
+            a.dur_us = 10;
+            a.op = j;
+            a.layer = 0;
+            a.recompute = 1;
+            add(s, a);
+        }
+        double us = host_run(s, t, &mk, 0, &r);
+        double want = k == 0 ? 310 : k == 1 ? 410 : 460;
+        TAP_OK(near(us, want) && near_us(r.recompute_s, k ? 20 : 10),
+               "recompute of %d op(s)%s: the replay pays the forward's host time (%.3f us)",
+               k ? 2 : 1, k == 2 ? " + 50 us per replayed layer" : "", us);
+        sched_free(s);
+    }
+    trace_free(t);
+
+    /* save_on_cpu's blocking copy (COPY.host_wait): the host waits for it, then needs op 2's
+     * host time before the GPU has work again (op 1 10-110, copy of 1 MB at 50 GB/s 110-130,
+     * op 2 issued 140, runs 140-150; without the wait the host issued op 2 at 20: 130-140) */
+    for (int ahead = 0; ahead <= 8; ahead += 8) {
+        for (int hw = 0; hw <= 1; hw++) {
+            double h7[] = {10, 10};
+            trace_t *t7 = host_trace(2, h7, NULL);
+            schedule_t *s7 = sched_new();
+            tensor_act(s7, SA_ALLOC, SS_COMPUTE, 9, 1000000);
+            compute(s7, 100, 1);
+            tensor_act(s7, SA_HOST_ALLOC, SS_COMPUTE, 9, 1000000);
+            sched_action c = base(SA_COPY_D2H, SS_COMPUTE);
+            c.tensor = 9;
+            c.bytes = 1000000;
+            c.host_wait = (uint8_t)hw;
+            add(s7, c);
+            compute(s7, 10, 2);
+            tensor_act(s7, SA_FREE, SS_COMPUTE, 9, 0);
+            tensor_act(s7, SA_HOST_FREE, SS_COMPUTE, 9, 0);
+            double us = host_run(s7, t7, &m, ahead, &r);
+            TAP_OK(near(us, hw ? 150 : 140), "%s: a copy the host %s: %.3f us",
+                   ahead ? "--issue-ahead 8" : "stream time",
+                   hw ? "waits for delays its next issues" : "does not wait for", us);
+            if (hw) {
+                /* without host times the copy's host_wait changes nothing */
+                double z[] = {0, 0};
+                trace_t *t0 = host_trace(2, z, NULL);
+                sim_result r0, r1;
+                host_run(s7, t0, &m, ahead, &r0);
+                host_run(s7, NULL, &m, ahead, &r1);
+                TAP_OK(r0.iter_time_s == r1.iter_time_s && r0.stall_s == r1.stall_s,
+                       "%s: no host times: host_wait is ignored",
+                       ahead ? "--issue-ahead 8" : "stream time");
+                trace_free(t0);
+            }
+            sched_free(s7);
+            trace_free(t7);
+        }
+    }
+
+    /* a cudaMalloc between two host-bound ops delays the host's next issue by its latency
+     * (host: 100, +50, 250; the stream pays it too, 110-160, then waits for the host) */
+    {
+        machine_t ma = test_machine();
+        ma.cuda_malloc_base_us = 50;
+        double h6[] = {100, 100};
+        trace_t *t6 = host_trace(2, h6, NULL);
+        schedule_t *s6 = sched_new();
+        compute(s6, 10, 1);
+        tensor_act(s6, SA_ALLOC, SS_COMPUTE, 9, MiB);
+        compute(s6, 10, 2);
+        tensor_act(s6, SA_FREE, SS_COMPUTE, 9, 0);
+        double us = host_run(s6, t6, &ma, 0, &r);
+        TAP_OK(near(us, 260), "a cudaMalloc's latency is the host's too: 260 us (210 if only "
+               "the stream paid it; got %.3f)", us);
+        sched_free(s6);
+        trace_free(t6);
+    }
+
+    /* a trace whose ops give no host time runs as without a trace, bytes included */
+    double h0[] = {0, 0, 0}, d0[] = {30, 40, 50};
+    t = host_trace(3, h0, NULL);
+    schedule_t *s = host_sched(3, d0);
+    sim_result a, b;
+    host_run(s, t, &m, 0, &a);
+    host_run(s, NULL, &m, 0, &b);
+    TAP_OK(near_us(a.iter_time_s, 120) && a.iter_time_s == b.iter_time_s &&
+               a.stall_s == b.stall_s,
+           "no host times: the same result as no trace (%.3f us)", a.iter_time_s * 1e6);
+    sched_free(s);
+    trace_free(t);
+}
+
 /* ---- the host issue model (sim_opts.issue_ahead) ---- */
 
 static ms_status run_issue(const schedule_t *s, const machine_t *m, int ahead, double issue_us,
@@ -1398,6 +1605,7 @@ int main(void)
     test_issue_record_stream();
     test_pool_streams();
     test_set_access_paced();
+    test_host_times();
     tmp_cleanup();
     return tap_done();
 }

@@ -368,6 +368,36 @@ static void test_keep_all(void)
     trace_free(t);
 }
 
+/* drop_at=layer: the recomputed tensors live to their layer's forward end. */
+static void test_full_recompute_layer_end(void)
+{
+    trace_t *t = build(1, 1, D_OP1);
+    pol_opts po;
+    pol_opts_default(&po);
+    pol_knob k = { "drop_at", "layer" };
+    po.knobs = &k;
+    po.n_knobs = 1;
+    plan_t *p = NULL;
+    ms_error err;
+    ms_error_clear(&err);
+    schedule_t *s = NULL;
+    lower_opts lo;
+    lower_opts_default(&lo);
+    int ok = pol_plan("full-recompute", t, NULL, &po, &p, &err) == MS_OK &&
+             lower_schedule(t, p, NULL, &lo, &s, &err) == MS_OK;
+    for (int l = 0; ok && l < NL; l++) {
+        size_t op4 = find_op(s, 0, (int64_t)OP(0, l, 4), 0);
+        size_t next = find_mark(s, TM_LAYER, l + 1 < NL ? l + 1 : -1, TP_FWD);
+        ok = op4 != SIZE_MAX && find(s, op4, SA_FREE, SS_COMPUTE, T_A(0, l)) < next &&
+             find(s, op4, SA_FREE, SS_COMPUTE, T_B(0, l)) < next;
+    }
+    TAP_OK(ok, "drop_at=layer: full-recompute frees a and attn_out at each layer's forward end "
+           "%s", err.msg);
+    sched_free(s);
+    plan_free(p);
+    trace_free(t);
+}
+
 static void test_full_recompute(void)
 {
     trace_t *t = build(1, 1, D_OP1);
@@ -380,11 +410,15 @@ static void test_full_recompute(void)
     if (!s) return;
     int fwd_ok = 1, bwd_ok = 1;
     for (int l = 0; l < NL; l++) {
+        /* drop_at=use (full-recompute's default): a dies after op2, its last forward use,
+           before op3 allocates attn_out; attn_out after op4 */
+        size_t op2 = find_op(s, 0, (int64_t)OP(0, l, 2), 0);
         size_t op4 = find_op(s, 0, (int64_t)OP(0, l, 4), 0);
+        size_t b_at = find(s, op2, SA_ALLOC, SS_COMPUTE, T_B(0, l));
         size_t next = find_mark(s, TM_LAYER, l + 1 < NL ? l + 1 : -1, TP_FWD);
-        size_t fa = find(s, op4, SA_FREE, SS_COMPUTE, T_A(0, l));
+        size_t fa = find(s, op2, SA_FREE, SS_COMPUTE, T_A(0, l));
         size_t fb = find(s, op4, SA_FREE, SS_COMPUTE, T_B(0, l));
-        fwd_ok &= op4 != SIZE_MAX && fa < next && fb < next &&
+        fwd_ok &= op2 != SIZE_MAX && op4 != SIZE_MAX && fa < b_at && fb < next &&
                   find(s, op4, SA_FREE, SS_COMPUTE, T_IN(0, l)) > next;
         size_t bm = find_mark(s, TM_LAYER, l, TP_BWD);
         size_t bw = find_op(s, 0, (int64_t)OP_BWD(0, l), 0);
@@ -395,7 +429,8 @@ static void test_full_recompute(void)
         bwd_ok &= bm != SIZE_MAX && ra > bm && rb > bm && ra < r1 && rb < r3 && r1 < bw &&
                   r3 < bw && find_op(s, bm, (int64_t)OP(0, l, 4), 1) == SIZE_MAX;
     }
-    TAP_OK(fwd_ok, "full-recompute frees a and attn_out at each layer's forward end, not the input");
+    TAP_OK(fwd_ok, "full-recompute frees a and attn_out after their last forward use, not the "
+           "input");
     TAP_OK(bwd_ok, "full-recompute re-allocates and recomputes them after the backward mark, "
            "before the layer's backward op (op4 not replayed)");
     double rec_us = 0;
@@ -416,6 +451,7 @@ static void test_full_recompute(void)
     TAP_OK(tmp_allocs == 2 * NL, "the transient its producers need is re-allocated (and freed)");
     sched_free(s);
     trace_free(t);
+    test_full_recompute_layer_end();
 }
 
 static void test_full_swap(void)

@@ -239,7 +239,7 @@ static void test_knob_check(void)
     char tiny[8];
     small = pol_knob_list(pol_find("memo"), tiny, sizeof tiny);
     TAP_OK(need == strlen(list) && small == need && strlen(tiny) == 7 &&
-           strstr(list, "alpha_step host_bytes") == list,
+           strstr(list, "alpha_step drop_at host_bytes") == list,
            "the key list is sorted, says its length and truncates safely");
 }
 

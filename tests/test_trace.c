@@ -342,6 +342,72 @@ static void test_check_messages(void)
     TAP_OK(st == MS_ERR_PARSE && strcmp(err.msg, first) == 0, "trace_stats_file too");
 }
 
+/* The op attributes host_us= and host_sync=: read, written back byte for byte (and not
+ * written where they are 0), their problems named; a trace without them unchanged. */
+static void test_host_attrs(void)
+{
+    ms_error err;
+    const char *a = tpath("h.trace"), *b = tpath("h2.trace");
+    const char *text =
+        "memsim-trace 1\n"
+        "alloc 1 100 act_skel 0 1 0 - x\n"
+        "op 1 gemm fwd 0 10 0 0 2.5 1 - mm host_us=12.25\n"
+        "op 2 elem fwd 0 10 0 0 - 1 - item host_us=3 host_sync=1\n"
+        "op 3 elem fwd 0 10 0 0 - 1 - plain\n"
+        "op 4 elem fwd 0 10 0 0 - 1 - zero host_sync=0 host_us=0\n"
+        "free 1\n";
+    put(a, text);
+    trace_t *t = NULL;
+    ms_status st = trace_load(a, &t, &err);
+    TAP_OK(st == MS_OK, "a trace with host attributes loads (%s)", st ? err.msg : "ok");
+    if (st != MS_OK) return;
+    const trace_op *o1 = trace_find_op(t, 1), *o2 = trace_find_op(t, 2);
+    const trace_op *o3 = trace_find_op(t, 3), *o4 = trace_find_op(t, 4);
+    TAP_OK(o1 && o1->host_us == 12.25 && !o1->host_sync && o2 && o2->host_us == 3 &&
+               o2->host_sync == 1 && o3 && o3->host_us == 0 && !o3->host_sync && o4 &&
+               o4->host_us == 0 && !o4->host_sync,
+           "host_us and host_sync as written; absent reads as 0");
+    st = trace_write(t, b, &err);
+    trace_free(t);
+    size_t n;
+    char *got = slurp(b, &n);
+    const char *want =
+        "memsim-trace 1\n"
+        "alloc 1 100 act_skel 0 1 0 - x\n"
+        "op 1 gemm fwd 0 10 0 0 2.5 1 - mm host_us=12.25\n"
+        "op 2 elem fwd 0 10 0 0 - 1 - item host_us=3 host_sync=1\n"
+        "op 3 elem fwd 0 10 0 0 - 1 - plain\n"
+        "op 4 elem fwd 0 10 0 0 - 1 - zero\n"
+        "free 1\n";
+    TAP_OK(st == MS_OK && got && strcmp(got, want) == 0,
+           "written back with the attributes that differ from 0 only");
+    free(got);
+    static const char *const bad[][2] = {
+        {"op 1 gemm fwd 0 10 0 0 - - - mm host_us=-1\n", "op: bad host_us '-1'"},
+        {"op 1 gemm fwd 0 10 0 0 - - - mm host_us=x\n", "op: bad host_us 'x'"},
+        {"op 1 gemm fwd 0 10 0 0 - - - mm host_sync=2\n", "op: bad host_sync '2'"},
+        {"op 1 gemm fwd 0 10 0 0 - - - mm host_us=1 host_us=2\n",
+         "op: unknown or repeated attribute 'host_us=2'"},
+        {"op 1 gemm fwd 0 10 0 0 - - - mm gpu_us=1\n", "op: unknown or repeated attribute"},
+        {"op 1 gemm fwd 0 10 0 0 - - - mm host_us=1 host_sync=1 x\n",
+         "op: too many fields"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "memsim-trace 1\n%s", bad[i][0]);
+        put(a, buf);
+        t = NULL;
+        st = trace_load(a, &t, &err);
+        char where[300];
+        snprintf(where, sizeof where, "%s:2: %s", a, bad[i][1]);
+        TAP_OK(st == MS_ERR_PARSE && !t && strncmp(err.msg, where, strlen(where)) == 0,
+               "refused: %s", err.msg);
+        trace_free(t);
+    }
+    remove(a);
+    remove(b);
+}
+
 static void test_headers_and_limits(void)
 {
     ms_error err;
@@ -453,6 +519,7 @@ int main(void)
     test_roundtrip();
     test_gzip_and_reader();
     test_check_messages();
+    test_host_attrs();
     test_headers_and_limits();
     test_big_stream();
     const char *files[] = {"a.trace", "b.trace", "c.trace", "a.trace.gz", "bad.trace",

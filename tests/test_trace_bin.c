@@ -77,7 +77,7 @@ static int same_bytes(const bytes *a, const bytes *b)
 static void header(bytes *b, unsigned major, unsigned minor, unsigned n_types,
                    const unsigned *sizes)
 {
-    static const unsigned v1[8] = {4, 1, 0, 38, 8, 58, 9, 8};
+    static const unsigned v1[8] = {4, 1, 0, 38, 8, 67, 9, 8};
     put(b, "\x89MSTR\r\n\x1a", 8);
     put_le(b, major, 2);
     put_le(b, minor, 2);
@@ -137,6 +137,8 @@ static void op(bytes *b, uint64_t id, uint32_t name, uint32_t n_in, uint32_t n_o
     put_le(b, n_out, 4);
     put_u8(b, TK_GEMM);
     put_u8(b, TP_FWD);
+    put_f64(b, 2.25); /* host_us */
+    put_u8(b, 1);     /* host_sync */
     for (uint32_t i = 0; ids && i < n_in + n_out; i++) put_le(b, ids[i], 8);
 }
 
@@ -204,6 +206,8 @@ static void sample_text(const char *path)
     r.u.op.bytes_read = 123;
     r.u.op.bytes_written = 456;
     r.u.op.dur_us = 0.30000000000000004;
+    r.u.op.host_us = 41.5;
+    r.u.op.host_sync = 1;
     r.u.op.in = in;
     r.u.op.n_in = 3;
     r.u.op.out = out;
@@ -212,6 +216,8 @@ static void sample_text(const char *path)
     trace_append(t, &r);
     r.u.op.id = 11;
     r.u.op.dur_us = -1;
+    r.u.op.host_us = 0;
+    r.u.op.host_sync = 0;
     r.u.op.n_in = 0;
     r.u.op.in = NULL;
     r.u.op.name[0] = '\0';
@@ -268,7 +274,9 @@ static void test_round_trip(void)
     const trace_tensor *x = trace_find_tensor(t, 2);
     TAP_OK(o && o->flops == 333333333333.3333 && o->dur_us == 0.30000000000000004 &&
                o->n_in == 3 && o->in[2] == 3 && o->n_out == 1 && !strcmp(o->name, "L5.attn") &&
-               o2 && o2->dur_us == -1 && o2->name[0] == '\0' && x && !strcmp(x->name, "L0.w") &&
+               o->host_us == 41.5 && o->host_sync == 1 && o2 && o2->host_us == 0 &&
+               !o2->host_sync && o2->dur_us == -1 && o2->name[0] == '\0' && x &&
+               !strcmp(x->name, "L0.w") &&
                x->stream == 1 && x->layer == 0,
            "fields, doubles, id lists, names and unknown durations read back exactly");
     const char *bin2 = tpath("s4.btrace");
@@ -305,6 +313,8 @@ static void test_layout(void)
     r.u.op.bytes_read = 100;
     r.u.op.bytes_written = 200;
     r.u.op.dur_us = 12.5;
+    r.u.op.host_us = 2.25;
+    r.u.op.host_sync = 1;
     r.u.op.in = ids;
     r.u.op.n_in = 1;
     r.u.op.out = ids + 1;
@@ -337,7 +347,7 @@ static void test_layout(void)
     free(h.p);
 
     /* minor version 1.3: a longer alloc record and a fixed-size record type of its own */
-    unsigned sizes[9] = {4, 1, 0, 42, 8, 58, 9, 8, 5};
+    unsigned sizes[9] = {4, 1, 0, 42, 8, 67, 9, 8, 5};
     bytes m = {0};
     header(&m, 1, 3, 9, sizes);
     string(&m, "n");

@@ -8,6 +8,7 @@
  * the model deviates from the real frameworks. */
 #include "traces/gen.h"
 #include "traces/gen_hf.h"
+#include "traces/jobview.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -28,6 +29,7 @@
 #define F32 4                /* fp32 bytes: statistics, workspaces, per-token losses */
 #define HOST_GRAD_BYTES 4    /* ZeRO-Offload keeps the host gradient partition in fp32 */
 #define ROPE_FLOPS 3.0       /* per element: two products and a sum (apex's fused RoPE) */
+#define ROUTE_FLOPS 8.0      /* per router logit: softmax (max, sub, exp, sum, div) and top-k */
 /* Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (128, its
  * default) x tp (megatron/training/tokenizer/tokenizer.py: _vocab_size_with_padding). */
 #define MG_VOCAB_DIVISOR 128
@@ -38,7 +40,7 @@ void gen_config_default(gen_config *c)
 {
     memset(c, 0, sizeof *c);
     c->micro_batch = 1;
-    c->tp = c->cp = c->dp = 1;
+    c->tp = c->cp = c->dp = c->ep = 1;
     c->dtype_bytes = 2;
     c->iterations = 2;
     roof_params_default(&c->roof);
@@ -92,7 +94,8 @@ static const knobtab_row gen_rows[] = {
              "eager: 1 = the softmax backward also keeps its input (PyTorch <= 1.10)",
              "pytorch/pytorch#64000"),
     KNOB_DBL("moe_imbalance", gen_config, moe_imbalance, NULL, 1, HUGE_VAL,
-             "framework hf, MoE layers: busiest expert's tokens over the mean (absent: "
+             "MoE layers: framework hf, busiest expert's tokens over the mean; generic and "
+             "megatron with ep > 1, this rank's received rows over the mean (absent: "
              "balanced routing)", ""),
 };
 
@@ -141,7 +144,50 @@ typedef struct gsz {
     int small;               /* emit the small saved tensors (save_small, or megatron) */
     int lossmg;              /* Megatron's cross entropy on fp32 logits */
     int lossip;              /* ... with the max subtracted in place (the copy is the softmax) */
+    /* Mixture-of-experts layers (0 without experts): E experts, El = E/ep of them on this
+     * rank, top-k routing of this rank's Ts tokens (its SP shard) into S = Ts*k rows sent,
+     * Re rows received by the ep all-to-all (balanced: S; with moe_imbalance r this rank is
+     * the busiest: r*S, at most what the ep ranks can send it), R = Re*tp rows after the TP
+     * all-gather that feed the local experts; fe, f1e the experts' local widths. */
+    int ep;
+    uint64_t E, El, k, fe, f1e, S, Re, R;
+    uint64_t fs, f1s;        /* the shared expert's local widths (0: none) */
+    uint64_t eoptdeg;        /* ranks the experts' optimizer states are sharded over */
 } gsz;
+
+/* Rows this rank receives from the ep all-to-all: S balanced; with moe_imbalance r (> 1)
+ * r*S rounded, capped at Ts * ep * min(k, El) (every token of every rank sending this rank's
+ * experts all the rows it can). With ep = 1 every row stays here: S. */
+static uint64_t moe_received(const gen_config *c, const gsz *z)
+{
+    double r = c->moe_imbalance > 1.0 ? c->moe_imbalance : 1.0;
+    if (z->ep <= 1 || r <= 1.0) return z->S;
+    uint64_t per = z->k < z->El ? z->k : z->El;
+    double cap = (double)z->Ts * (double)z->ep * (double)per;
+    double want = floor((double)z->S * r + 0.5);
+    return (uint64_t)(want < cap ? want : cap);
+}
+
+static void moe_sizes(const gen_config *c, gsz *z)
+{
+    const model_t *m = &c->model;
+    uint64_t tp = (uint64_t)c->tp, ep = (uint64_t)z->ep, dp = (uint64_t)c->dp;
+    if (!m->n_experts) return;
+    z->E = m->n_experts;
+    z->El = m->n_experts / ep;
+    z->k = m->experts_per_tok;
+    z->fe = m->expert_ffn / tp;
+    z->f1e = (m->mlp == MODEL_MLP_SWIGLU ? 2 * m->expert_ffn : m->expert_ffn) / tp;
+    z->fs = m->shared_ffn / tp;
+    z->f1s = (m->mlp == MODEL_MLP_SWIGLU ? 2 * m->shared_ffn : m->shared_ffn) / tp;
+    z->S = z->Ts * z->k;
+    z->Re = moe_received(c, z);
+    z->R = z->Re * tp;
+    /* The experts' data-parallel group: the dp ranks holding the same experts, dp/ep
+     * (Megatron's expert data-parallel group with context parallelism: dp*cp/ep). */
+    uint64_t edp = ep <= dp ? dp / ep : 1;
+    z->eoptdeg = !z->mg ? edp : c->dist_opt ? edp * (uint64_t)c->cp : 1;
+}
 
 static void sizes(const gen_config *c, gsz *z)
 {
@@ -150,6 +196,7 @@ static void sizes(const gen_config *c, gsz *z)
     z->tp = c->tp;
     z->cp = c->cp;
     z->dp = c->dp;
+    z->ep = c->ep > 0 ? c->ep : 1;
     z->b = c->micro_batch;
     z->s = c->seq;
     z->sl = c->seq / (uint64_t)c->cp;
@@ -184,6 +231,7 @@ static void sizes(const gen_config *c, gsz *z)
     z->OB = (uint64_t)c->opt_bytes_per_param;
     z->normp = m->norm == MODEL_NORM_LAYER ? 2 * m->hidden : m->hidden;
     z->causal = !m->is_encoder;
+    moe_sizes(c, z);
 }
 
 /* The config with defaults filled in (seq 0 -> the model's default). */
@@ -191,6 +239,7 @@ static gen_config resolved(const gen_config *c)
 {
     gen_config r = *c;
     if (r.seq == 0) r.seq = r.model.default_seq;
+    if (r.ep == 0) r.ep = 1;
     return r;
 }
 
@@ -234,6 +283,44 @@ static ms_status check_parallel(const gen_config *c, ms_error *err)
     if (m->max_seq && c->seq > m->max_seq)
         return ms_fail(err, MS_ERR_INVALID, "seq %" PRIu64 " exceeds the %" PRIu64
                        "-position table of %s", c->seq, m->max_seq, m->name);
+    return MS_OK;
+}
+
+/* Expert parallelism and the MoE layers of the generic and megatron programs (framework hf
+ * checks its own, and runs one GPU: gen_hf_check). */
+static ms_status check_moe(const gen_config *c, ms_error *err)
+{
+    const model_t *m = &c->model;
+    if (c->ep < 1 || c->ep > 65536)
+        return ms_fail(err, MS_ERR_INVALID, "ep must be 1..65536 (got %d)", c->ep);
+    if (!m->n_experts) {
+        if (c->ep > 1)
+            return ms_fail(err, MS_ERR_INVALID, "ep %d needs a mixture-of-experts model (%s "
+                           "has no experts)", c->ep, m->name);
+        return MS_OK;
+    }
+    if (c->framework == GEN_FW_HF) return MS_OK;
+    if (c->dp % c->ep)
+        return ms_fail(err, MS_ERR_INVALID, "ep %d must divide dp %d (Megatron shards the "
+                       "experts over data-parallel ranks)", c->ep, c->dp);
+    if (m->n_experts % (uint64_t)c->ep)
+        return ms_fail(err, MS_ERR_INVALID, "ep %d must divide the %" PRIu64 " experts of %s "
+                       "(each rank holds experts / ep of them)", c->ep, m->n_experts, m->name);
+    if (!m->experts_per_tok || m->experts_per_tok > m->n_experts || !m->expert_ffn)
+        return ms_fail(err, MS_ERR_INVALID, "model '%s': experts_per_tok must be 1..%" PRIu64
+                       " and expert_ffn positive", m->name, m->n_experts);
+    if (m->expert_ffn % (uint64_t)c->tp)
+        return ms_fail(err, MS_ERR_INVALID, "tp %d does not divide the expert ffn size %"
+                       PRIu64 " of %s", c->tp, m->expert_ffn, m->name);
+    if (m->shared_ffn % (uint64_t)c->tp)
+        return ms_fail(err, MS_ERR_INVALID, "tp %d does not divide the shared expert's ffn "
+                       "size %" PRIu64 " of %s", c->tp, m->shared_ffn, m->name);
+    if (m->shared_gate && !m->shared_ffn)
+        return ms_fail(err, MS_ERR_INVALID, "model '%s': a shared-expert gate without a "
+                       "shared expert", m->name);
+    if (c->lora || c->zero3 || c->offload)
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "mixture-of-experts layers are not modelled "
+                       "with lora, zero3 or offload (%s)", m->name);
     return MS_OK;
 }
 
@@ -335,7 +422,8 @@ static ms_status check_ranges(const gen_config *c, ms_error *err)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "hf_loss is modelled for decoders with tp = cp "
                        "= 1 only (got tp %d, cp %d%s)", c->tp, c->cp,
                        c->model.is_encoder ? ", an encoder" : "");
-    return check_framework(c, err);
+    ms_status st = check_moe(c, err);
+    return st ? st : check_framework(c, err);
 }
 
 /* The trace format caps a tensor at 2^50 bytes (1 PiB); the largest tensors of a rank are
@@ -353,6 +441,11 @@ static ms_status check_fits(const gen_config *c, ms_error *err)
     if (f1 > width) width = f1;
     if (h > width) width = h;
     double act = T * width * 8.0 + T * h * 3.0 * F32;
+    if (m->n_experts) { /* the experts' rows: at most every token's k rows from every ep rank */
+        double f1e = (double)m->expert_ffn * (m->mlp == MODEL_MLP_SWIGLU ? 2.0 : 1.0) / tp;
+        double rows = T * (double)m->experts_per_tok * (c->ep > 1 ? (double)c->ep : 1.0);
+        if (rows * (f1e + h) * 8.0 > act) act = rows * (f1e + h) * 8.0;
+    }
     if (act > GEN_TENSOR_MAX)
         return ms_fail(err, MS_ERR_INVALID, "seq x micro-batch too large: %" PRIu64 " x %"
                        PRIu64 " tokens make tensors beyond the trace format's 1 PiB",
@@ -386,7 +479,8 @@ ms_status gen_validate(const gen_config *cin, ms_error *err)
 
 /* Parameter slots of a layer group; the LoRA adapters (A then B) of the four linears follow
  * the base weights. */
-enum { G_LN1, G_QKV, G_PROJ, G_LN2, G_FC1, G_FC2, G_LORA0, G_MAXP = G_LORA0 + 8 };
+enum { G_LN1, G_QKV, G_PROJ, G_LN2, G_FC1, G_FC2, G_ROUTER, G_EFC1, G_EFC2, G_SGATE, G_LORA0,
+       G_MAXP = G_LORA0 + 8 };
 /* Adapter slot of a base linear's A (B is the next slot). */
 #define G_LORA_A(base) (G_LORA0 + 2 * ((base) == G_QKV ? 0 : (base) == G_PROJ ? 1 : \
                                        (base) == G_FC1 ? 2 : 3))
@@ -394,15 +488,21 @@ enum { G_LN1, G_QKV, G_PROJ, G_LN2, G_FC1, G_FC2, G_LORA0, G_MAXP = G_LORA0 + 8 
 /* A parameter group: one transformer layer, the embedding, or the head. Without ZeRO-3 each
  * has one contiguous gradient buffer (Megatron's grad buffer, per layer) and one optimizer
  * state shard; with ZeRO-3 a parameter shard, a gradient shard and an optimizer state shard.
- * Only the trained parameters (all, or the adapters under LoRA) have gradients and states. */
+ * Only the trained parameters (all, or the adapters under LoRA) have gradients and states.
+ * A mixture-of-experts layer's local experts (slots G_EFC1, G_EFC2) have a gradient buffer
+ * and an optimizer shard of their own, reduced and sharded over the experts' data-parallel
+ * group (Megatron's separate expert-parallel grad buffers) instead of over dp. */
 typedef struct ggroup {
     uint64_t param[G_MAXP];  /* 0 where the slot is empty, and for every slot under ZeRO-3 */
     uint64_t pbytes[G_MAXP];
     const char *pname[G_MAXP];
     uint8_t trains[G_MAXP];
+    uint8_t expert[G_MAXP];  /* 1: the slot holds this rank's experts */
     int np;                  /* slots used: 0 .. np-1 (some may be empty) */
     uint64_t nparams;        /* local (TP-sharded) parameters */
-    uint64_t ntrain;         /* ... of them trained */
+    uint64_t ntrain;         /* ... of them trained, but for the experts */
+    uint64_t entrain;        /* the local experts' trained parameters */
+    uint64_t egrad, eopt;    /* their gradient buffer and optimizer shard; 0: none */
     uint64_t grad, opt;      /* gradient buffer (ZeRO-3: shard) and optimizer shard; 0: none
                                 (megatron: opt is the fp32 master copy) */
     uint64_t mom[G_MAXP][2]; /* megatron: Adam's exp_avg, exp_avg_sq per parameter, made by the
@@ -421,6 +521,10 @@ typedef struct lstate {
                                         masked scores, softmax output, dropout mask and
                                         output (0: not saved) */
     uint64_t mid[4];         /* LoRA: the saved x A of qkv, proj, fc1, fc2 (0: no adapter) */
+    /* MoE layers: the router's softmax, the top-k weights and indices, the permutation's
+     * sorted indices, the experts' input, fc1 and activation outputs, the combined rows */
+    uint64_t rprobs, tprobs, ridx, pidx, ein, efc1, eact, comb;
+    uint64_t sout, sgate;    /* gated shared expert: its output and the sigmoid gate */
 } lstate;
 
 typedef struct gctx {
@@ -488,6 +592,10 @@ static void free_t(gctx *x, uint64_t id)
 
 static uint64_t new_op(gctx *x) { return x->next_oid++; }
 
+/* Operands an op may list: megatron's optimizer step of a MoE layer reads the gradients,
+ * states, two moments and the parameter of each of its ten slots. */
+#define OPS_MAX 48
+
 typedef struct opspec {
     trace_opkind kind;
     int layer;
@@ -495,9 +603,9 @@ typedef struct opspec {
     double flops;
     uint64_t br, bw;
     double dur_us;
-    uint64_t in[24];
+    uint64_t in[OPS_MAX];
     uint32_t nin;
-    uint64_t out[24];
+    uint64_t out[OPS_MAX];
     uint32_t nout;
     const uint64_t *ext_out; /* when set, the outputs (n_ext_out of them) instead of out[] */
     uint32_t n_ext_out;
@@ -530,7 +638,7 @@ static void emit_op(gctx *x, uint64_t oid, const opspec *o)
     p->bytes_read = o->br;
     p->bytes_written = o->bw;
     p->dur_us = o->dur_us;
-    uint64_t in[24], out[24];
+    uint64_t in[OPS_MAX], out[OPS_MAX];
     p->n_in = compact_ids(o->in, o->nin, in);
     p->in = in;
     if (o->ext_out) {
@@ -623,6 +731,7 @@ static void comm_op(gctx *x, uint64_t oid, opspec o, roof_coll kind, uint64_t by
     case ROOF_REDUCE_SCATTER: o.br = bytes; o.bw = bytes / p; break;
     case ROOF_ALL_REDUCE: o.br = bytes; o.bw = bytes; break;
     case ROOF_RING_EXCHANGE: o.br = o.bw = bytes * (p - 1); break;
+    case ROOF_ALL_TO_ALL: o.br = bytes; o.bw = bytes; break;
     }
     o.dur_us = x->m ? roof_coll_us(x->m, kind, bytes, ranks, span) : -1.0;
     emit_op(x, oid, &o);
@@ -676,6 +785,16 @@ static void grp_add(gctx *x, ggroup *g, const char *name, uint64_t nparams)
     if (nparams) grp_set(x, g, g->np, name, nparams, 0);
 }
 
+/* Fills slot j with this rank's experts (trained; LoRA is refused with experts). */
+static void grp_set_expert(gctx *x, ggroup *g, int j, const char *name, uint64_t nparams)
+{
+    if (!nparams) return;
+    grp_set(x, g, j, name, nparams, 1);
+    g->expert[j] = 1;
+    g->ntrain -= nparams;
+    g->entrain += nparams;
+}
+
 /* LoRA adapter shapes on this rank. Column-parallel linears (qkv, fc1) keep A whole and
  * shard B's output columns like the base weight; row-parallel ones (proj, fc2) shard A's
  * input rows and keep B whole (the layout of Megatron-style LoRA under TP). */
@@ -711,8 +830,19 @@ static void plan_layer(gctx *x, ggroup *g, int l)
     grp_set(x, g, G_QKV, "qkv.w", z->h * qkvw + (bias ? qkvw : 0), 0);
     grp_set(x, g, G_PROJ, "proj.w", z->hq * z->h + (bias ? z->h : 0), 0);
     grp_set(x, g, G_LN2, "ln2.w", z->normp, 0);
-    grp_set(x, g, G_FC1, "fc1.w", z->h * z->f1 + (bias ? z->f1 : 0), 0);
-    grp_set(x, g, G_FC2, "fc2.w", z->f * z->h + (bias ? z->h : 0), 0);
+    if (model_layer_is_moe(&x->c->model, (uint64_t)l)) {
+        /* the router h x E, replicated; El experts, each MLP TP-sharded like the dense one */
+        grp_set(x, g, G_ROUTER, "router.w", z->h * z->E, 0);
+        grp_set_expert(x, g, G_EFC1, "experts.fc1.w", z->El * (z->h * z->f1e + (bias ? z->f1e : 0)));
+        grp_set_expert(x, g, G_EFC2, "experts.fc2.w", z->El * (z->fe * z->h + (bias ? z->h : 0)));
+        /* the shared expert: a dense MLP of its own width, TP-sharded, and its h -> 1 gate */
+        grp_set(x, g, G_FC1, "shared.fc1.w", z->h * z->f1s + (bias ? z->f1s : 0), 0);
+        grp_set(x, g, G_FC2, "shared.fc2.w", z->fs * z->h + (bias ? z->h : 0), 0);
+        if (x->c->model.shared_gate) grp_set(x, g, G_SGATE, "shared_gate.w", z->h, 0);
+    } else {
+        grp_set(x, g, G_FC1, "fc1.w", z->h * z->f1 + (bias ? z->f1 : 0), 0);
+        grp_set(x, g, G_FC2, "fc2.w", z->f * z->h + (bias ? z->h : 0), 0);
+    }
     for (int i = 0; i < 4; i++) {
         if (!lora_on(x->c, bases[i])) continue;
         uint64_t kin, nout;
@@ -754,6 +884,24 @@ static uint64_t opt_share(const gctx *x, uint64_t n)
     return (n + x->z.optdeg - 1) / x->z.optdeg;
 }
 
+/* The same for n expert parameters: over the experts' data-parallel group. */
+static uint64_t eopt_share(const gctx *x, uint64_t n)
+{
+    return n ? (n + x->z.eoptdeg - 1) / x->z.eoptdeg : 0;
+}
+
+/* Ranks an expert gradient is reduced over: dp/ep (megatron: dp*cp/ep). */
+static int edp_ranks(const gsz *z)
+{
+    return (z->mg ? z->dp * z->cp : z->dp) / z->ep;
+}
+
+/* A slot's optimizer share of n parameters: an expert slot's, or a dense one's. */
+static uint64_t slot_opt_share(const gctx *x, const ggroup *g, int j, uint64_t n)
+{
+    return g->expert[j] ? eopt_share(x, n) : opt_share(x, n);
+}
+
 /* Megatron's optimizer bytes per parameter: the fp32 master copy (made when the optimizer is
  * built: Float16OptimizerWithFloat16Params, optimizer.py, main_param = param.detach().clone()
  * .float()) and each of Adam's two moments (made by apex FusedAdam's first step). */
@@ -765,6 +913,18 @@ static void gname(char *nm, const ggroup *g, const char *what)
 {
     snprintf(nm, TRACE_NAME_MAX, "%s%s%s", g->prefix ? g->prefix : "", g->prefix ? "." : "",
              what);
+}
+
+/* A group's optimizer shard of `shard` parameters, "<pre>opt" (megatron: the fp32 master
+ * copy, "<pre>opt_master"; its moments come with the first step); 0 for an empty shard. */
+static uint64_t opt_alloc(gctx *x, const ggroup *g, const char *pre, uint64_t shard)
+{
+    char what[32], nm[TRACE_NAME_MAX];
+    if (!shard) return 0;
+    snprintf(what, sizeof what, "%sopt%s", pre, x->z.mg ? "_master" : "");
+    gname(nm, g, what);
+    uint64_t per = x->z.mg ? mg_master_bytes(&x->z) : x->z.OB;
+    return alloc_t(x, g->layer, nm, shard * per, TC_OPTSTATE, -1);
 }
 
 /* Setup allocations. Without ZeRO-3: every parameter, a gradient buffer of the trained
@@ -790,22 +950,21 @@ static void setup(gctx *x)
     }
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
-        if (!g->ntrain || (c->zero3 && c->offload)) continue;
-        gname(nm, g, c->zero3 ? "grad_shard" : "grad");
-        uint64_t n = c->zero3 ? dp_share(x, g->ntrain) : g->ntrain;
-        g->grad = alloc_t(x, g->layer, nm, n * x->z.GB, TC_GRAD, -1);
+        if (g->ntrain && !(c->zero3 && c->offload)) {
+            gname(nm, g, c->zero3 ? "grad_shard" : "grad");
+            uint64_t n = c->zero3 ? dp_share(x, g->ntrain) : g->ntrain;
+            g->grad = alloc_t(x, g->layer, nm, n * x->z.GB, TC_GRAD, -1);
+        }
+        if (g->entrain) { /* MoE layers; zero3 and offload are refused with experts */
+            gname(nm, g, "expert_grad");
+            g->egrad = alloc_t(x, g->layer, nm, g->entrain * x->z.GB, TC_GRAD, -1);
+        }
     }
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
-        uint64_t shard = opt_share(x, g->ntrain);
-        if (!shard || !x->z.OB || c->offload) continue;
-        if (x->z.mg) {
-            gname(nm, g, "opt_master");
-            g->opt = alloc_t(x, g->layer, nm, shard * mg_master_bytes(&x->z), TC_OPTSTATE, -1);
-            continue;
-        }
-        gname(nm, g, "opt");
-        g->opt = alloc_t(x, g->layer, nm, shard * x->z.OB, TC_OPTSTATE, -1);
+        if (!x->z.OB || c->offload) continue;
+        g->opt = opt_alloc(x, g, "", opt_share(x, g->ntrain));
+        g->eopt = opt_alloc(x, g, "expert_", eopt_share(x, g->entrain));
     }
 }
 
@@ -823,7 +982,8 @@ static uint64_t pw(const gctx *x, const ggroup *g, int j)
 static uint64_t gw(const gctx *x, const ggroup *g, int j)
 {
     if (j < 0 || j >= g->np || !g->trains[j]) return 0;
-    return x->c->zero3 ? g->gfull : g->grad;
+    if (x->c->zero3) return g->gfull;
+    return g->expert[j] ? g->egrad : g->grad;
 }
 
 /* ZeRO-3 all-gather of a group's parameters into a freshly allocated flat buffer (DeepSpeed
@@ -973,15 +1133,20 @@ static void zero_grads(gctx *x)
      * writing every gradient buffer (under ZeRO-3 the gradient shards; none with offload). */
     uint64_t bytes = 0;
     uint32_t n = 0;
-    uint64_t *ids = malloc(x->ng * sizeof *ids);
+    uint64_t *ids = malloc(2 * x->ng * sizeof *ids);
     if (!ids) {
         x->st = x->st ? x->st : MS_ERR_NOMEM;
         return;
     }
     for (size_t i = 0; i < x->ng; i++) {
-        if (!x->g[i].grad) continue;
-        ids[n++] = x->g[i].grad;
-        bytes += (x->c->zero3 ? dp_share(x, x->g[i].ntrain) : x->g[i].ntrain) * x->z.GB;
+        if (x->g[i].grad) {
+            ids[n++] = x->g[i].grad;
+            bytes += (x->c->zero3 ? dp_share(x, x->g[i].ntrain) : x->g[i].ntrain) * x->z.GB;
+        }
+        if (x->g[i].egrad) {
+            ids[n++] = x->g[i].egrad;
+            bytes += x->g[i].entrain * x->z.GB;
+        }
     }
     if (n) {
         uint64_t oid = new_op(x);
@@ -1251,6 +1416,366 @@ static uint64_t resid_add(gctx *x, int l, const char *op, int owner, const char 
     return out;
 }
 
+/* ---- mixture-of-experts layers (generic and megatron; docs/GENERATOR.md §3.1): Megatron-
+ * LM's MoELayer with the all-to-all token dispatcher (megatron/core/transformer/moe/:
+ * router.py TopKRouter, token_dispatcher.py MoEAlltoAllTokenDispatcher, experts.py), on this
+ * rank's SP shard: router, top-k, permutation, dispatch (ep all-to-all, then the TP
+ * all-gather), the local experts, combine (TP reduce-scatter, ep all-to-all), the weighted
+ * un-permutation. Rows: S sent, Re received, R after the TP gather (gsz). ---- */
+
+static uint64_t rows_h(const gsz *z, uint64_t rows) { return rows * z->h * z->D; }
+
+/* The dense MLP's backward pieces, defined with the layer backward below. */
+static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+                                 uint64_t saved_shard, const uint64_t *dout, int ndout,
+                                 uint64_t N, uint64_t mid);
+static uint64_t row_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+                                 const char *op, const char *agop, const char *full,
+                                 const char *dname, uint64_t dout, uint64_t saved, uint64_t K,
+                                 int free_saved, uint64_t mid);
+
+/* GPUs an ep group spans, as the placement view lays the ranks out. */
+static int ep_span(const gctx *x)
+{
+    return (int)jobview_ep_span((uint64_t)x->z.tp, (uint64_t)x->z.cp, (uint64_t)x->z.ep);
+}
+
+/* A collective that moves one layer's rows into a fresh tensor `tn` of class cls and frees
+ * its input; in_b and out_b are this rank's local volumes (an all-to-all is timed by the
+ * larger: the busiest rank receives more than it sends). */
+static uint64_t moe_coll(gctx *x, int l, const char *op, const char *tn, trace_class cls,
+                         uint64_t in, uint64_t in_b, uint64_t out_b, roof_coll kind, int ranks,
+                         int span)
+{
+    uint64_t oid = new_op(x);
+    uint64_t out = alloc_t(x, l, tn, out_b, cls, (int64_t)oid);
+    opspec o = OPS(.kind = TK_COMM, .layer = l, .what = op, IN(in), OUT(out), .br = in_b,
+                   .bw = out_b);
+    uint64_t b = kind == ROOF_ALL_GATHER ? out_b : kind == ROOF_REDUCE_SCATTER ? in_b
+                 : in_b > out_b ? in_b : out_b;
+    o.dur_us = x->m ? roof_coll_us(x->m, kind, b, ranks, span) : -1.0;
+    emit_op(x, oid, &o);
+    free_t(x, in);
+    return out;
+}
+
+/* The all-to-all over the ep group; no-op (the input returned) with ep = 1. */
+static uint64_t ep_a2a(gctx *x, int l, const char *op, const char *tn, trace_class cls,
+                       uint64_t in, uint64_t in_rows, uint64_t out_rows)
+{
+    const gsz *z = &x->z;
+    if (z->ep <= 1) return in;
+    return moe_coll(x, l, op, tn, cls, in, rows_h(z, in_rows), rows_h(z, out_rows),
+                    ROOF_ALL_TO_ALL, z->ep, ep_span(x));
+}
+
+/* The TP all-gather (gather 1) or reduce-scatter (0) of expert rows; no-op with tp = 1. */
+static uint64_t ep_tp(gctx *x, int l, const char *op, const char *tn, trace_class cls,
+                      uint64_t in, int gather)
+{
+    const gsz *z = &x->z;
+    if (z->tp <= 1) return in;
+    uint64_t re = rows_h(z, z->Re), r = rows_h(z, z->R);
+    return moe_coll(x, l, op, tn, cls, in, gather ? re : r, gather ? r : re,
+                    gather ? ROOF_ALL_GATHER : ROOF_REDUCE_SCATTER, z->tp, z->tp);
+}
+
+/* The local experts run as El GEMMs of R/El rows each (tokens per local expert; balanced
+ * among them), N x K weights each: El times one such GEMM. */
+static double expert_gemm_us(gctx *x, double flops, uint64_t bytes, uint64_t N, uint64_t K)
+{
+    if (!x->m) return -1.0;
+    uint64_t El = x->z.El, Me = (x->z.R + El - 1) / El;
+    return (double)El * gemm_us(x, flops / (double)El, bytes / El, Me ? Me : 1, N, K);
+}
+
+static void expert_gemm_fwd(gctx *x, uint64_t oid, opspec o, uint64_t N, uint64_t K)
+{
+    uint64_t R = x->z.R, D = x->z.D;
+    o.kind = TK_GEMM;
+    o.flops = 2.0 * (double)R * (double)N * (double)K;
+    o.br = (R * K + x->z.El * K * N) * D;
+    o.bw = R * N * D;
+    o.dur_us = expert_gemm_us(x, o.flops, o.br + o.bw, N, K);
+    emit_op(x, oid, &o);
+}
+
+/* Data and weight gradients of the local experts (gemm_bwd's accounting, El weights). */
+static void expert_gemm_bwd(gctx *x, uint64_t oid, opspec o, uint64_t N, uint64_t K)
+{
+    uint64_t R = x->z.R, D = x->z.D, GB = x->z.GB, W = x->z.El * K * N;
+    double half = 2.0 * (double)R * (double)N * (double)K;
+    o.kind = TK_GEMM;
+    o.flops = 2.0 * half;
+    o.br = (2 * R * N + W + R * K) * D + W * GB;
+    o.bw = R * K * D + W * GB;
+    double dg = expert_gemm_us(x, half, (R * N + W + R * K) * D, N, K);
+    double wg = expert_gemm_us(x, half, (R * N + R * K) * D + 2 * W * GB, N, K);
+    o.dur_us = x->m ? dg + wg : -1.0;
+    emit_op(x, oid, &o);
+}
+
+/* Router (h -> E GEMM on the shard), softmax over the experts (fp32, saved for its
+ * backward) with top-k (weights fp32 and int64 indices, saved), and the permutation of the
+ * rows into expert order (the sorted indices saved for the un-permutation). Returns the
+ * permuted rows; the last tensor before the experts is their saved input. */
+static uint64_t moe_route(gctx *x, int l, const ggroup *g, lstate *s)
+{
+    const gsz *z = &x->z;
+    uint64_t Ts = z->Ts, E = z->E, k = z->k, S = z->S;
+    uint64_t oid = new_op(x);
+    uint64_t logits = alloc_t(x, l, "router_logits", Ts * E * z->D, TC_ACT_TRANS, (int64_t)oid);
+    gemm_fwd(x, oid, OPS(.layer = l, .what = "router", IN(s->ln2, pw(x, g, G_ROUTER)),
+                         OUT(logits)), Ts, E, z->h);
+    oid = new_op(x);
+    s->rprobs = alloc_t(x, l, "router_probs", Ts * E * F32, TC_ACT_SKEL, (int64_t)oid);
+    s->tprobs = alloc_t(x, l, "topk_probs", Ts * k * F32, TC_ACT_SKEL, (int64_t)oid);
+    s->ridx = alloc_t(x, l, "topk_idx", Ts * k * TOKEN_ID_BYTES, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "route", IN(logits),
+                          OUT(s->rprobs, s->tprobs, s->ridx),
+                          .flops = ROUTE_FLOPS * (double)(Ts * E), .br = Ts * E * z->D,
+                          .bw = Ts * E * F32 + Ts * k * (F32 + TOKEN_ID_BYTES)));
+    free_t(x, logits);
+    int moved = z->ep > 1 || z->tp > 1;
+    oid = new_op(x);
+    s->pidx = alloc_t(x, l, "perm_idx", S * TOKEN_ID_BYTES, TC_ACT_SKEL, (int64_t)oid);
+    uint64_t perm = alloc_t(x, l, moved ? "permuted" : "expert_in", rows_h(z, S),
+                            moved ? TC_ACT_TRANS : TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "permute", IN(s->ln2, s->ridx),
+                          OUT(s->pidx, perm), .br = rows_h(z, Ts) + Ts * k * TOKEN_ID_BYTES,
+                          .bw = rows_h(z, S) + S * TOKEN_ID_BYTES));
+    return perm;
+}
+
+/* The shared expert (Megatron's SharedExpertMLP, Qwen2-MoE's shared_expert) on the same
+ * ln2 output as the router: a dense MLP of width shared_ffn (gathered over TP, reduce-
+ * scattered back), with shared_gate its output times sigmoid(ln2_out . w_g) (the output and
+ * the gate saved for the product's backward). Returns the [Ts, h] branch. */
+static uint64_t shared_fwd(gctx *x, int l, const ggroup *g, lstate *s)
+{
+    const gsz *z = &x->z;
+    int gated = x->c->model.shared_gate;
+    uint64_t a2 = tp_gather(x, l, "shared.ln2.ag", "shared.ln2_full", s->ln2);
+    static const char *const fc1n[1] = { "shared.fc1_out" };
+    uint64_t fc1b[1] = { z->T * z->f1s * z->D };
+    linear_fwd(x, l, g, G_FC1, "shared.fc1", a2, z->f1s, z->h, 1, fc1n, fc1b, TC_ACT_SKEL,
+               &s->fc1, &s->mid[2]);
+    if (z->tp > 1) free_t(x, a2);
+    uint64_t oid = new_op(x);
+    s->act = alloc_t(x, l, "shared.act_out", z->T * z->fs * z->D, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "shared.act", IN(s->fc1),
+                          OUT(s->act), .flops = ACT_FWD_FLOPS * (double)(z->T * z->fs),
+                          .br = z->T * z->f1s * z->D, .bw = z->T * z->fs * z->D));
+    const char *pn[1] = { z->tp > 1 ? "shared_out_partial" : "shared_out" };
+    uint64_t pb[1] = { z->T * z->h * z->D }, part;
+    trace_class pc = z->tp > 1 || !gated ? TC_ACT_TRANS : TC_ACT_SKEL;
+    linear_fwd(x, l, g, G_FC2, "shared.fc2", s->act, z->h, z->fs, 1, pn, pb, pc, &part,
+               &s->mid[3]);
+    uint64_t so = tp_scatter(x, l, "shared.fc2.rs", l, "shared_out", part,
+                             gated ? TC_ACT_SKEL : TC_ACT_TRANS);
+    if (!gated) return so;
+    uint64_t Ts = z->Ts, n = Ts * z->h;
+    s->sout = so;
+    oid = new_op(x);
+    uint64_t logit = alloc_t(x, l, "shared_gate_logit", Ts * z->D, TC_ACT_TRANS, (int64_t)oid);
+    gemm_fwd(x, oid, OPS(.layer = l, .what = "shared_gate", IN(s->ln2, pw(x, g, G_SGATE)),
+                         OUT(logit)), Ts, 1, z->h);
+    oid = new_op(x);
+    s->sgate = alloc_t(x, l, "shared_gate_sig", Ts * z->D, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.sigmoid",
+                          IN(logit), OUT(s->sgate), .flops = 4.0 * (double)Ts,
+                          .br = Ts * z->D, .bw = Ts * z->D));
+    free_t(x, logit);
+    oid = new_op(x);
+    uint64_t out = alloc_t(x, l, "shared_gated", n * z->D, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.mul",
+                          IN(so, s->sgate), OUT(out), .flops = (double)n,
+                          .br = n * z->D + Ts * z->D, .bw = n * z->D));
+    return out;
+}
+
+/* The MoE block's forward in place of the MLP: returns its [Ts, h] output (for add2). */
+static uint64_t moe_fwd(gctx *x, int l, const ggroup *g, lstate *s)
+{
+    const gsz *z = &x->z;
+    uint64_t R = z->R, D = z->D;
+    uint64_t cur = moe_route(x, l, g, s);
+    cur = ep_a2a(x, l, "dispatch.a2a", z->tp > 1 ? "dispatched" : "expert_in",
+                 z->tp > 1 ? TC_ACT_TRANS : TC_ACT_SKEL, cur, z->S, z->Re);
+    s->ein = ep_tp(x, l, "dispatch.ag", "expert_in", TC_ACT_SKEL, cur, 1);
+    uint64_t oid = new_op(x);
+    s->efc1 = alloc_t(x, l, "expert_fc1_out", R * z->f1e * D, TC_ACT_SKEL, (int64_t)oid);
+    expert_gemm_fwd(x, oid, OPS(.layer = l, .what = "expert_fc1", IN(s->ein, pw(x, g, G_EFC1)),
+                                OUT(s->efc1)), z->f1e, z->h);
+    oid = new_op(x);
+    s->eact = alloc_t(x, l, "expert_act_out", R * z->fe * D, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "expert_act", IN(s->efc1),
+                          OUT(s->eact), .flops = ACT_FWD_FLOPS * (double)(R * z->fe),
+                          .br = R * z->f1e * D, .bw = R * z->fe * D));
+    int moved = z->ep > 1 || z->tp > 1;
+    oid = new_op(x);
+    cur = alloc_t(x, l, moved ? "expert_out" : "combined", rows_h(z, R),
+                  moved ? TC_ACT_TRANS : TC_ACT_SKEL, (int64_t)oid);
+    expert_gemm_fwd(x, oid, OPS(.layer = l, .what = "expert_fc2", IN(s->eact, pw(x, g, G_EFC2)),
+                                OUT(cur)), z->h, z->fe);
+    cur = ep_tp(x, l, "combine.rs", z->ep > 1 ? "combine_part" : "combined",
+                z->ep > 1 ? TC_ACT_TRANS : TC_ACT_SKEL, cur, 0);
+    /* the combined rows are saved: the un-permutation's product with the weights needs them
+     * for the weights' gradient */
+    s->comb = ep_a2a(x, l, "combine.a2a", "combined", TC_ACT_SKEL, cur, z->Re, z->S);
+    oid = new_op(x);
+    uint64_t out = alloc_t(x, l, "moe_out", rows_h(z, z->Ts), TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "unpermute",
+                          IN(s->comb, s->tprobs, s->pidx), OUT(out),
+                          .flops = 2.0 * (double)(z->S * z->h),
+                          .br = rows_h(z, z->S) + z->S * (F32 + TOKEN_ID_BYTES),
+                          .bw = rows_h(z, z->Ts)));
+    if (!z->fs) return out;
+    uint64_t so = shared_fwd(x, l, g, s), n = z->Ts * z->h;
+    oid = new_op(x);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared.add", IN(out, so),
+                          OUT(out), .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
+    free_t(x, so);
+    return out;
+}
+
+/* The local experts' backward from the gradient of their output rows: fc2, activation,
+ * fc1; returns the gradient of their input rows. Frees what the forward saved for them. */
+static uint64_t experts_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dout)
+{
+    const gsz *z = &x->z;
+    uint64_t R = z->R, D = z->D;
+    uint64_t oid = new_op(x);
+    uint64_t dact = alloc_t(x, l, "d_expert_act", R * z->fe * D, TC_ACT_TRANS, (int64_t)oid);
+    expert_gemm_bwd(x, oid, OPS(.layer = l, .what = "expert_fc2.bwd",
+                                IN(dout, pw(x, g, G_EFC2), s->eact),
+                                OUT(dact, gw(x, g, G_EFC2))), z->h, z->fe);
+    free_t(x, dout);
+    free_t(x, s->eact);
+    oid = new_op(x);
+    uint64_t dfc1 = alloc_t(x, l, "d_expert_fc1", R * z->f1e * D, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "expert_act.bwd",
+                          IN(dact, s->efc1), OUT(dfc1),
+                          .flops = ACT_BWD_FLOPS * (double)(R * z->fe),
+                          .br = R * (z->fe + z->f1e) * D, .bw = R * z->f1e * D));
+    free_t(x, dact);
+    free_t(x, s->efc1);
+    oid = new_op(x);
+    uint64_t din = alloc_t(x, l, "d_expert_in", rows_h(z, R), TC_ACT_TRANS, (int64_t)oid);
+    expert_gemm_bwd(x, oid, OPS(.layer = l, .what = "expert_fc1.bwd",
+                                IN(dfc1, pw(x, g, G_EFC1), s->ein),
+                                OUT(din, gw(x, g, G_EFC1))), z->f1e, z->h);
+    free_t(x, dfc1);
+    free_t(x, s->ein);
+    return din;
+}
+
+/* The shared expert's backward from dx (not freed): the gate's product, sigmoid and linear
+ * (its data gradient accumulated into dln2), then the MLP, whose ln2-output gradient is
+ * added into dln2. Frees the ln2 output (the MLP's column-parallel backward does). */
+static void shared_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx, uint64_t dln2)
+{
+    const gsz *z = &x->z;
+    uint64_t Ts = z->Ts, n = Ts * z->h, dso = dx;
+    if (x->c->model.shared_gate) {
+        uint64_t oid = new_op(x);
+        dso = alloc_t(x, l, "d_shared_out", n * z->D, TC_ACT_TRANS, (int64_t)oid);
+        uint64_t dsg = alloc_t(x, l, "d_shared_gate", Ts * z->D, TC_ACT_TRANS, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.mul.bwd",
+                              IN(dx, s->sout, s->sgate), OUT(dso, dsg), .flops = 3.0 * (double)n,
+                              .br = 2 * n * z->D + Ts * z->D, .bw = n * z->D + Ts * z->D));
+        free_t(x, s->sout);
+        oid = new_op(x);
+        uint64_t dlg = alloc_t(x, l, "d_shared_gate_logit", Ts * z->D, TC_ACT_TRANS, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.sigmoid.bwd",
+                              IN(dsg, s->sgate), OUT(dlg), .flops = 3.0 * (double)Ts,
+                              .br = 2 * Ts * z->D, .bw = Ts * z->D));
+        free_t(x, dsg);
+        free_t(x, s->sgate);
+        uint64_t gg = gw(x, g, G_SGATE);
+        oid = new_op(x);
+        gemm_bwd(x, oid, OPS(.layer = l, .what = "shared_gate.bwd",
+                             IN(dlg, pw(x, g, G_SGATE), s->ln2, dln2), OUT(dln2, gg)), Ts, 1,
+                 z->h, gg != 0);
+        free_t(x, dlg);
+    }
+    uint64_t dact = row_parallel_bwd(x, l, g, G_FC2, "shared.fc2", "shared.fc2.bwd",
+                                     "shared.fc2.ag.bwd", "d_shared_out_full", "d_shared_act",
+                                     dso, s->act, z->fs, 1, s->mid[3]);
+    if (dso != dx) free_t(x, dso);
+    uint64_t oid = new_op(x);
+    uint64_t dfc1 = alloc_t(x, l, "d_shared_fc1", z->T * z->f1s * z->D, TC_ACT_TRANS,
+                            (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "shared.act.bwd", IN(dact, s->fc1),
+                          OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->fs),
+                          .br = z->T * (z->fs + z->f1s) * z->D, .bw = z->T * z->f1s * z->D));
+    free_t(x, dact);
+    free_t(x, s->fc1);
+    uint64_t dsh = col_parallel_bwd(x, l, g, G_FC1, "shared.fc1", s->ln2, &dfc1, 1, z->f1s,
+                                    s->mid[2]);
+    oid = new_op(x);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared.dadd", IN(dln2, dsh),
+                          OUT(dln2), .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
+    free_t(x, dsh);
+}
+
+/* The MoE block's backward from dx, the [Ts, h] gradient of its output: the
+ * un-permutation's (rows and weights), the combine reversed, the experts, the dispatch
+ * reversed, the permutation's scatter-add, the top-k softmax's and the router's, whose data
+ * gradient accumulates into the same [Ts, h] tensor. Returns that gradient of the ln2
+ * output (dx is not freed: the residual branch adds it). */
+static uint64_t moe_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx)
+{
+    const gsz *z = &x->z;
+    uint64_t Ts = z->Ts, E = z->E, k = z->k, S = z->S;
+    uint64_t oid = new_op(x);
+    uint64_t dcomb = alloc_t(x, l, "d_combined", rows_h(z, S), TC_ACT_TRANS, (int64_t)oid);
+    uint64_t dtp = alloc_t(x, l, "d_topk_probs", Ts * k * F32, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "unpermute.bwd",
+                          IN(dx, s->comb, s->tprobs, s->pidx), OUT(dcomb, dtp),
+                          .flops = 2.0 * (double)(S * z->h),
+                          .br = rows_h(z, Ts) + rows_h(z, S) + S * (F32 + TOKEN_ID_BYTES),
+                          .bw = rows_h(z, S) + Ts * k * F32));
+    free_t(x, s->comb);
+    free_t(x, s->tprobs);
+    uint64_t cur = ep_a2a(x, l, "combine.a2a.bwd", z->tp > 1 ? "d_combine_part"
+                          : "d_expert_out", TC_ACT_TRANS, dcomb, S, z->Re);
+    cur = ep_tp(x, l, "combine.rs.bwd", "d_expert_out", TC_ACT_TRANS, cur, 1);
+    cur = experts_bwd(x, l, g, s, cur);
+    cur = ep_tp(x, l, "dispatch.ag.bwd", z->ep > 1 ? "d_dispatched" : "d_permuted",
+                TC_ACT_TRANS, cur, 0);
+    cur = ep_a2a(x, l, "dispatch.a2a.bwd", "d_permuted", TC_ACT_TRANS, cur, z->Re, S);
+    oid = new_op(x);
+    uint64_t dln2 = alloc_t(x, l, "d_ln2_out", rows_h(z, Ts), TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "permute.bwd",
+                          IN(cur, s->pidx), OUT(dln2), .flops = (double)(S * z->h),
+                          .br = rows_h(z, S) + S * TOKEN_ID_BYTES, .bw = rows_h(z, Ts)));
+    free_t(x, cur);
+    free_t(x, s->pidx);
+    oid = new_op(x);
+    uint64_t dlog = alloc_t(x, l, "d_router_logits", Ts * E * z->D, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "route.bwd",
+                          IN(dtp, s->rprobs, s->ridx), OUT(dlog),
+                          .flops = ROUTE_FLOPS * (double)(Ts * E),
+                          .br = Ts * k * (2 * F32 + TOKEN_ID_BYTES) + Ts * E * F32,
+                          .bw = Ts * E * z->D));
+    free_t(x, dtp);
+    free_t(x, s->rprobs);
+    free_t(x, s->ridx);
+    uint64_t rg = gw(x, g, G_ROUTER);
+    oid = new_op(x);
+    gemm_bwd(x, oid, OPS(.layer = l, .what = "router.bwd",
+                         IN(dlog, pw(x, g, G_ROUTER), s->ln2, dln2), OUT(dln2, rg)), Ts, E, z->h,
+             rg != 0);
+    free_t(x, dlog);
+    if (!z->fs) {
+        free_t(x, s->ln2);
+        return dln2;
+    }
+    shared_bwd(x, l, g, s, dx, dln2);
+    return dln2;
+}
+
 /* ---- framework megatron: one layer's attention block as Megatron-LM ccfeda47cb runs it with
  * TransformerEngine 1.3 and FlashAttention (docs/GENERATOR.md §9). Sizes: Q = T h_q D (query,
  * attention output), K = T h_kv D (key or value), L = T (heads/tp) 4 (fp32 log-sum-exp). ---- */
@@ -1389,6 +1914,25 @@ static void mg_attn_block_fwd(gctx *x, int l, const ggroup *g, lstate *s, uint64
     free_t(x, vc); /* TEDotProductAttention's contiguous copy dies when it returns */
 }
 
+/* The dense MLP from the ln2 output: gather, fc1, activation, fc2 and its reduce-scatter;
+ * returns the [Ts, h] output. */
+static uint64_t mlp_fwd(gctx *x, int l, const ggroup *g, lstate *s)
+{
+    const gsz *z = &x->z;
+    uint64_t a2 = tp_gather(x, l, "ln2.ag", "ln2_full", s->ln2);
+    static const char *const fc1n[1] = { "fc1_out" };
+    uint64_t fc1b[1] = { z->T * z->f1 * z->D };
+    linear_fwd(x, l, g, G_FC1, "fc1", a2, z->f1, z->h, 1, fc1n, fc1b, TC_ACT_SKEL, &s->fc1,
+               &s->mid[2]);
+    if (z->tp > 1) free_t(x, a2);
+    uint64_t oid = new_op(x);
+    s->act = alloc_t(x, l, "act_out", z->T * z->f * z->D, TC_ACT_SKEL, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act", IN(s->fc1), OUT(s->act),
+                          .flops = ACT_FWD_FLOPS * (double)(z->T * z->f),
+                          .br = z->T * z->f1 * z->D, .bw = z->T * z->f * z->D));
+    return row_parallel(x, l, g, G_FC2, "fc2", "fc2.rs", "fc2_out", s->act, z->f, &s->mid[3]);
+}
+
 static void layer_fwd(gctx *x, int l)
 {
     const gsz *z = &x->z;
@@ -1423,19 +1967,8 @@ static void layer_fwd(gctx *x, int l)
     free_t(x, po);
     /* MLP block */
     s->ln2 = norm_fwd(x, l, "ln2", "ln2_out", s->r1, pw(x, g, G_LN2), &s->ln2s);
-    uint64_t a2 = tp_gather(x, l, "ln2.ag", "ln2_full", s->ln2);
-    static const char *const fc1n[1] = { "fc1_out" };
-    uint64_t fc1b[1] = { z->T * z->f1 * z->D };
-    linear_fwd(x, l, g, G_FC1, "fc1", a2, z->f1, z->h, 1, fc1n, fc1b, TC_ACT_SKEL, &s->fc1,
-               &s->mid[2]);
-    if (z->tp > 1) free_t(x, a2);
-    uint64_t oid = new_op(x);
-    s->act = alloc_t(x, l, "act_out", z->T * z->f * z->D, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act", IN(s->fc1), OUT(s->act),
-                          .flops = ACT_FWD_FLOPS * (double)(z->T * z->f),
-                          .br = z->T * z->f1 * z->D, .bw = z->T * z->f * z->D));
-    uint64_t fo = row_parallel(x, l, g, G_FC2, "fc2", "fc2.rs", "fc2_out", s->act, z->f,
-                               &s->mid[3]);
+    uint64_t fo = model_layer_is_moe(&x->c->model, (uint64_t)l) ? moe_fwd(x, l, g, s)
+                                                                 : mlp_fwd(x, l, g, s);
     int last = l + 1 == (int)x->c->model.layers;
     uint64_t out = resid_add(x, l, "add2", last ? -1 : l + 1, last ? "final_in" : "input",
                              s->r1, fo);
@@ -2160,6 +2693,20 @@ static void mg_ring_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
     d[2] = 0;
 }
 
+/* A MoE layer's MLP half in Megatron's backward: the MoE block, then the pre-MLP norm's
+ * backward (TENorm, not fused with a linear here) with the residual branch into a new
+ * gradient, which replaces dx (freed) for the attention half. */
+static uint64_t mg_moe_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx)
+{
+    uint64_t dln2 = moe_bwd(x, l, g, s, dx);
+    uint64_t dr1 = norm_bwd(x, l, "ln2.bwd", "d_resid1", dln2, s->r1, pw(x, g, G_LN2), s->ln2s,
+                            dx, gw(x, g, G_LN2));
+    free_t(x, dln2);
+    free_t(x, dx);
+    if (s->ln2s) free_t(x, s->ln2s);
+    return dr1;
+}
+
 static uint64_t mg_layer_bwd(gctx *x, int l, uint64_t dx)
 {
     const gsz *z = &x->z;
@@ -2167,17 +2714,21 @@ static uint64_t mg_layer_bwd(gctx *x, int l, uint64_t dx)
     lstate *s = &x->ls[l];
     uint64_t QB = z->T * z->hq * z->D, KB = z->T * z->hkv * z->D;
     mark(x, TM_LAYER, l);
-    /* MLP: TE Linear fc2, the fused bias-GeLU (GeLUFunction), TE LayerNormLinear fc1 */
-    uint64_t dact = mg_row_bwd(x, l, g, G_FC2, "fc2", dx, s->act, z->f, 1, "d_act");
-    uint64_t oid = new_op(x);
-    uint64_t dfc1 = alloc_t(x, l, "d_fc1", z->T * z->f1 * z->D, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
-                          OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->f),
-                          .br = z->T * (z->f + z->f1) * z->D, .bw = z->T * z->f1 * z->D));
-    free_t(x, dact);
-    free_t(x, s->fc1);
-    mg_col_bwd(x, l, g, G_FC1, "fc1", "ln2", &dfc1, 1, z->f1, s->ln2, s->r1, s->ln2s, G_LN2, dx,
-               NULL);
+    if (model_layer_is_moe(&x->c->model, (uint64_t)l)) {
+        dx = mg_moe_bwd(x, l, g, s, dx);
+    } else {
+        /* MLP: TE Linear fc2, the fused bias-GeLU (GeLUFunction), TE LayerNormLinear fc1 */
+        uint64_t dact = mg_row_bwd(x, l, g, G_FC2, "fc2", dx, s->act, z->f, 1, "d_act");
+        uint64_t oid = new_op(x);
+        uint64_t dfc1 = alloc_t(x, l, "d_fc1", z->T * z->f1 * z->D, TC_ACT_TRANS, (int64_t)oid);
+        simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
+                              OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->f),
+                              .br = z->T * (z->f + z->f1) * z->D, .bw = z->T * z->f1 * z->D));
+        free_t(x, dact);
+        free_t(x, s->fc1);
+        mg_col_bwd(x, l, g, G_FC1, "fc1", "ln2", &dfc1, 1, z->f1, s->ln2, s->r1, s->ln2s, G_LN2,
+                   dx, NULL);
+    }
     free_t(x, s->r1);
     /* attention: TE Linear proj (its saved input is the attention output, still held by the
      * attention), the attention, RoPE's backward, the split's backward (a cat into one
@@ -2186,7 +2737,7 @@ static uint64_t mg_layer_bwd(gctx *x, int l, uint64_t dx)
     uint64_t d[3];
     if (z->cp == 1) mg_flash_bwd(x, l, s, dao, d);
     else mg_ring_bwd(x, l, s, dao, d);
-    oid = new_op(x);
+    uint64_t oid = new_op(x);
     uint64_t dqr = alloc_t(x, l, "dq_rope", QB, TC_ACT_TRANS, (int64_t)oid);
     uint64_t dkr = alloc_t(x, l, "dk_rope", KB, TC_ACT_TRANS, (int64_t)oid);
     simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "rope.bwd", IN(d[0], d[1]),
@@ -2208,6 +2759,23 @@ static uint64_t mg_layer_bwd(gctx *x, int l, uint64_t dx)
     return din;
 }
 
+/* The dense MLP's backward from dx (not freed): fc2, activation, fc1 with the ln2 output
+ * re-gathered; returns the [Ts, h] gradient of the ln2 output. */
+static uint64_t mlp_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx)
+{
+    const gsz *z = &x->z;
+    uint64_t dact = row_parallel_bwd(x, l, g, G_FC2, "fc2", "fc2.bwd", "fc2.ag.bwd",
+                                     "d_fc2_out_full", "d_act", dx, s->act, z->f, 1, s->mid[3]);
+    uint64_t oid = new_op(x);
+    uint64_t dfc1 = alloc_t(x, l, "d_fc1", z->T * z->f1 * z->D, TC_ACT_TRANS, (int64_t)oid);
+    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
+                          OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->f),
+                          .br = z->T * (z->f + z->f1) * z->D, .bw = z->T * z->f1 * z->D));
+    free_t(x, dact);
+    free_t(x, s->fc1);
+    return col_parallel_bwd(x, l, g, G_FC1, "fc1", s->ln2, &dfc1, 1, z->f1, s->mid[2]);
+}
+
 static uint64_t layer_bwd(gctx *x, int l, uint64_t dx)
 {
     const gsz *z = &x->z;
@@ -2218,16 +2786,8 @@ static uint64_t layer_bwd(gctx *x, int l, uint64_t dx)
     zgather(x, g, "params.ag.bwd");
     zgrad_begin(x, g);
     /* MLP block */
-    uint64_t dact = row_parallel_bwd(x, l, g, G_FC2, "fc2", "fc2.bwd", "fc2.ag.bwd",
-                                     "d_fc2_out_full", "d_act", dx, s->act, z->f, 1, s->mid[3]);
-    uint64_t oid = new_op(x);
-    uint64_t dfc1 = alloc_t(x, l, "d_fc1", z->T * z->f1 * z->D, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
-                          OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->f),
-                          .br = z->T * (z->f + z->f1) * z->D, .bw = z->T * z->f1 * z->D));
-    free_t(x, dact);
-    free_t(x, s->fc1);
-    uint64_t dln2 = col_parallel_bwd(x, l, g, G_FC1, "fc1", s->ln2, &dfc1, 1, z->f1, s->mid[2]);
+    uint64_t dln2 = model_layer_is_moe(&x->c->model, (uint64_t)l) ? moe_bwd(x, l, g, s, dx)
+                                                                   : mlp_bwd(x, l, g, s, dx);
     uint64_t dr1 = norm_bwd(x, l, "ln2.bwd", "d_resid1", dln2, s->r1, pw(x, g, G_LN2), s->ln2s,
                             dx, gw(x, g, G_LN2));
     free_t(x, dln2);
@@ -2307,6 +2867,19 @@ static void embed_bwd(gctx *x, uint64_t dx0)
     zgrad_end(x, e);
 }
 
+/* A MoE layer's expert gradients, reduced over the ranks holding the same experts (the
+ * expert data-parallel group, edp_ranks), which span the whole data-parallel extent. */
+static void expert_grad_reduce(gctx *x, ggroup *g, roof_coll kind)
+{
+    int ranks = edp_ranks(&x->z);
+    if (!g->egrad || ranks <= 1) return;
+    char nm[TRACE_NAME_MAX];
+    snprintf(nm, sizeof nm, "expert_grad.%s", kind == ROOF_ALL_REDUCE ? "dp_ar" : "dp_rs");
+    uint64_t oid = new_op(x);
+    comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->egrad), OUT(g->egrad)), kind,
+            g->entrain * x->z.GB, ranks, x->z.tp * x->z.cp * x->z.dp);
+}
+
 /* Megatron's gradient reduction after the backward (finalize_model_grads -> DDP
  * finish_grad_sync): over the data-parallel group with context parallelism (dp*cp ranks hold
  * the same parameters), all-reduced in place, or reduce-scattered with the distributed
@@ -2318,14 +2891,16 @@ static void mg_grad_reduce(gctx *x)
     if (ranks <= 1) return;
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
-        if (!g->grad) continue;
-        char nm[TRACE_NAME_MAX];
-        snprintf(nm, sizeof nm, "%s.%s", g->prefix ? g->prefix : "grad",
-                 x->c->dist_opt ? "dp_rs" : "dp_ar");
-        uint64_t oid = new_op(x);
-        comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
-                x->c->dist_opt ? ROOF_REDUCE_SCATTER : ROOF_ALL_REDUCE, g->ntrain * x->z.GB,
-                ranks, span);
+        if (g->grad) {
+            char nm[TRACE_NAME_MAX];
+            snprintf(nm, sizeof nm, "%s.%s", g->prefix ? g->prefix : "grad",
+                     x->c->dist_opt ? "dp_rs" : "dp_ar");
+            uint64_t oid = new_op(x);
+            comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
+                    x->c->dist_opt ? ROOF_REDUCE_SCATTER : ROOF_ALL_REDUCE,
+                    g->ntrain * x->z.GB, ranks, span);
+        }
+        expert_grad_reduce(x, g, x->c->dist_opt ? ROOF_REDUCE_SCATTER : ROOF_ALL_REDUCE);
     }
 }
 
@@ -2343,6 +2918,7 @@ static void dp_reduce(gctx *x)
     int span = x->z.tp * x->z.cp * x->z.dp;
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
+        expert_grad_reduce(x, g, ROOF_REDUCE_SCATTER);
         if (!g->grad) continue;
         char nm[TRACE_NAME_MAX];
         if (x->z.dp > 1) {
@@ -2390,6 +2966,41 @@ static void host_optimizer(gctx *x, ggroup *g, uint64_t shard)
     emit_op(x, oid, &o);
 }
 
+/* The optimizer op's gradient and state operands beyond the group's dense gradient (its
+ * first input): the dense shard, then the experts' gradient and shard (MoE layers). */
+static void opt_states_io(const ggroup *g, opspec *o)
+{
+    if (g->egrad) o->in[o->nin++] = g->egrad;
+    if (g->opt) {
+        o->in[o->nin++] = g->opt;
+        o->out[o->nout++] = g->opt;
+    }
+    if (g->eopt) {
+        o->in[o->nin++] = g->eopt;
+        o->out[o->nout++] = g->eopt;
+    }
+}
+
+/* The all-gather of a group's updated parameter shards over `ranks`: its dense trained
+ * parameters ("<group>.dp_ag"), or with experts 1 its experts ("expert_param.dp_ag"); none
+ * when ranks <= 1 or the group has none. */
+static void param_gather(gctx *x, ggroup *g, int experts, int ranks)
+{
+    const gsz *z = &x->z;
+    uint64_t n = experts ? g->entrain : g->ntrain;
+    if (ranks <= 1 || !n) return;
+    char nm[TRACE_NAME_MAX];
+    snprintf(nm, sizeof nm, "%s.dp_ag", experts ? "expert_param" : g->prefix ? g->prefix
+                                                                              : "param");
+    opspec c = OPS(.layer = g->layer, .what = nm);
+    for (int j = 0; j < g->np; j++) {
+        if (!g->trains[j] || g->expert[j] != experts) continue;
+        c.in[c.nin++] = g->param[j];
+        c.out[c.nout++] = g->param[j];
+    }
+    comm_op(x, new_op(x), c, ROOF_ALL_GATHER, n * z->D, ranks, z->tp * z->cp * z->dp);
+}
+
 /* Megatron's optimizer step for one group: apex FusedAdam makes each parameter's exp_avg and
  * exp_avg_sq (zeros_like, fp32) in its first step, so in the first iteration they are carved
  * out of whatever the caching allocator holds after a forward and backward; the fp32 master
@@ -2406,7 +3017,8 @@ static void mg_optimizer(gctx *x, ggroup *g, uint64_t shard)
             if (!g->pbytes[j] || !g->trains[j]) continue;
             for (int k = 0; k < 2; k++) {
                 snprintf(nm, sizeof nm, "%s.%s", g->pname[j], mn[k]);
-                g->mom[j][k] = alloc_t(x, g->layer, nm, opt_share(x, g->pbytes[j] / z->D) * mb,
+                g->mom[j][k] = alloc_t(x, g->layer, nm,
+                                       slot_opt_share(x, g, j, g->pbytes[j] / z->D) * mb,
                                        TC_OPTSTATE, -1);
             }
         }
@@ -2414,10 +3026,7 @@ static void mg_optimizer(gctx *x, ggroup *g, uint64_t shard)
     gname(nm, g, "optim");
     uint64_t oid = new_op(x);
     opspec o = OPS(.kind = TK_OPTIM, .layer = g->layer, .what = nm, IN(g->grad));
-    if (g->opt) {
-        o.in[o.nin++] = g->opt;
-        o.out[o.nout++] = g->opt;
-    }
+    opt_states_io(g, &o);
     for (int j = 0; j < g->np; j++)
         for (int k = 0; k < 2; k++)
             if (g->mom[j][k]) {
@@ -2434,31 +3043,22 @@ static void mg_optimizer(gctx *x, ggroup *g, uint64_t shard)
     o.bw = shard * (z->OB + z->D);
     simple_op(x, oid, o);
     int ranks = z->dp * z->cp;
-    if (x->c->dist_opt && ranks > 1) {
-        snprintf(nm, sizeof nm, "%s.dp_ag", g->prefix ? g->prefix : "param");
-        opspec c = OPS(.layer = g->layer, .what = nm);
-        for (int j = 0; j < g->np; j++) {
-            if (!g->trains[j]) continue;
-            c.in[c.nin++] = g->param[j];
-            c.out[c.nout++] = g->param[j];
-        }
-        comm_op(x, new_op(x), c, ROOF_ALL_GATHER, g->ntrain * z->D, ranks,
-                z->tp * z->cp * z->dp);
-    }
+    if (x->c->dist_opt && ranks > 1 && g->ntrain)
+        param_gather(x, g, 0, ranks);
+    if (x->c->dist_opt) param_gather(x, g, 1, edp_ranks(z));
 }
 
 static void optimizer(gctx *x)
 {
     const gsz *z = &x->z;
-    int span = z->tp * z->cp * z->dp;
     for (size_t i = 0; i < x->ng; i++) {
         ggroup *g = &x->g[i];
-        if (!g->ntrain) continue;
+        if (!g->ntrain && !g->entrain) continue;
+        uint64_t shard = opt_share(x, g->ntrain) + eopt_share(x, g->entrain);
         if (z->mg) {
-            mg_optimizer(x, g, opt_share(x, g->ntrain));
+            mg_optimizer(x, g, shard);
             continue;
         }
-        uint64_t shard = opt_share(x, g->ntrain);
         char nm[TRACE_NAME_MAX];
         if (x->c->offload) {
             host_optimizer(x, g, shard);
@@ -2466,10 +3066,7 @@ static void optimizer(gctx *x)
             gname(nm, g, "optim");
             uint64_t oid = new_op(x);
             opspec o = OPS(.kind = TK_OPTIM, .layer = g->layer, .what = nm, IN(g->grad));
-            if (g->opt) {
-                o.in[o.nin++] = g->opt;
-                o.out[o.nout++] = g->opt;
-            }
+            opt_states_io(g, &o);
             if (x->c->zero3) {
                 o.in[o.nin++] = g->shard;
                 o.out[o.nout++] = g->shard;
@@ -2484,19 +3081,11 @@ static void optimizer(gctx *x)
             o.bw = shard * (z->OB + z->D);
             simple_op(x, oid, o);
         }
-        if (z->dp > 1 && !x->c->zero3) {
-            /* The updated parameter shards are all-gathered back to every DP rank (ZeRO-3
-             * keeps them sharded: the next forward gathers). */
-            snprintf(nm, sizeof nm, "%s.dp_ag", g->prefix ? g->prefix : "param");
-            uint64_t bytes = g->ntrain * z->D;
-            uint64_t oid = new_op(x);
-            opspec c = OPS(.layer = g->layer, .what = nm);
-            for (int j = 0; j < g->np; j++) {
-                if (!g->trains[j]) continue;
-                c.in[c.nin++] = g->param[j];
-                c.out[c.nout++] = g->param[j];
-            }
-            comm_op(x, oid, c, ROOF_ALL_GATHER, bytes, z->dp, span);
+        /* The updated parameter shards are all-gathered back to every DP rank (ZeRO-3
+         * keeps them sharded: the next forward gathers); the experts' over their group. */
+        if (!x->c->zero3) {
+            param_gather(x, g, 0, z->dp);
+            param_gather(x, g, 1, edp_ranks(z));
         }
     }
 }
@@ -2549,6 +3138,7 @@ static void meta(gctx *x, const machine_t *m)
     set_meta_u64(x, "tp", (uint64_t)c->tp);
     set_meta_u64(x, "cp", (uint64_t)c->cp);
     set_meta_u64(x, "dp", (uint64_t)c->dp);
+    if (x->z.ep > 1) set_meta_u64(x, "ep", (uint64_t)x->z.ep); /* ep = 1 traces unchanged */
     set_meta_u64(x, "layers", md->layers);
     set_meta_u64(x, "hidden", md->hidden);
     set_meta_u64(x, "heads", md->heads);
@@ -2556,6 +3146,7 @@ static void meta(gctx *x, const machine_t *m)
     set_meta_u64(x, "ffn", md->ffn_hidden);
     set_meta_u64(x, "vocab", md->vocab);
     set_meta_u64(x, "params", model_params(md));
+    if (md->n_experts) set_meta_u64(x, "active_params", model_active_params(md));
     set_meta_u64(x, "dtype_bytes", (uint64_t)c->dtype_bytes);
     set_meta_u64(x, "grad_bytes", x->z.GB);
     set_meta_u64(x, "iterations", (uint64_t)c->iterations);

@@ -65,6 +65,10 @@ typedef struct gen_config {
     uint64_t seq;             /* global sequence length s (tokens per sample) */
     uint64_t micro_batch;     /* samples per micro-batch b */
     int tp, cp, dp;           /* tensor (with sequence parallelism), context, data parallel */
+    int ep;                   /* expert parallel (MoE models, framework generic or megatron):
+                                 the experts sharded over ep of the dp ranks (Megatron's rule:
+                                 ep divides dp and the number of experts); 1 = every rank holds
+                                 every expert; 0 counts as 1 */
     int dtype_bytes;          /* parameters and activations; bf16 = 2 */
     int grad_bytes;           /* gradient buffer element; default dtype_bytes (ZeRO's 2+2+12
                                  accounting); Megatron's fp32 main grads: 4 */
@@ -121,8 +125,10 @@ typedef struct gen_config {
                                  scores; pytorch/pytorch#64000), as the paper's PyTorch 1.9;
                                  0 = later releases: only the output */
     int precision;            /* framework hf: gen_precision (default auto = amp) */
-    double moe_imbalance;     /* framework hf, MoE layers: tokens of the busiest expert over
-                                 the mean (>= 1; 0 or 1 = balanced routing, S/E each) */
+    double moe_imbalance;     /* MoE layers: framework hf, tokens of the busiest expert over
+                                 the mean; generic and megatron with ep > 1, rows this
+                                 (the busiest) rank receives over the mean (>= 1; 0 or 1 =
+                                 balanced routing) */
     roof_params roof;         /* op-time knobs */
 } gen_config;
 

@@ -1131,6 +1131,10 @@ ms_status gen_hf_check(const gen_config *c, ms_error *err)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
                        "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, gpt2, "
                        "gpt_neox, opt, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
+    if (c->ep > 1)
+        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models PyTorch eager with "
+                       "transformers on one GPU, which has no expert parallelism (ep %d); use "
+                       "--framework megatron (or generic) for ep > 1", c->ep);
     if (c->tp != 1 || c->cp != 1 || c->dp != 1 || c->lora || c->zero3 || c->offload ||
         c->hf_loss || c->model.is_encoder || c->attn_impl != GEN_ATTN_FLASH)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models one GPU's plain training "
@@ -1171,7 +1175,7 @@ static void hf_meta(hf_x *x)
     if (!x->st) x->st = trace_set_meta(x->t, "hf_params", buf);
     /* GPT-2: a checkpointed layer's weight casts stay in autocast's cache to the forward's
        end (planners/lower.c) */
-    if ((x->gpt2 || x->lnfam) && x->amp && !x->st)
+    if (x->amp && !x->st)
         x->st = trace_set_meta(x->t, "autocast_cache", "1");
 }
 

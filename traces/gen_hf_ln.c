@@ -45,6 +45,7 @@ typedef struct ln_ls {
     uint64_t xq, xk, xv;         /* OPT: the projections' saved inputs */
     uint64_t q, k, v;            /* what SDPA saves (GPT-NeoX's v: a view of qkv) */
     uint64_t seed, offs, ao, lse;
+    uint64_t aoc;                /* GPT-NeoX: the output's [b, s, heads, d] copy, dense's input */
     uint64_t m1, m2;             /* dropout masks: attention output, MLP output */
     uint64_t xf, fc, act;        /* fc1's saved input, output (gelu saves it), activation */
     uint64_t bc[LN_NB];          /* amp: bias casts, held by autocast's cache */
@@ -295,8 +296,10 @@ static uint64_t nx_rope(hf_x *x, int l, const char *nm, ln_ls *s)
     uint64_t e = hf_rope_w(x, l, nm, s->qkv, w, x->CB, TC_ACT_TRANS);
     snprintf(op, sizeof op, "%s.rope_pass_cat", nm);
     snprintf(a, sizeof a, "%s_rot", nm);
-    uint64_t c = hf_ew(x, l, op, a, T * x->hq * eb, x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, e,
-                       s->qkv, T * w * eb + T * (x->hq - w) * x->CB, TK_ELEM);
+    /* its pass-through input is a strided slice of qkv: cat copies each part on the
+       non-vectorized path (gpu.ew_nv_elems_per_s) */
+    uint64_t c = hf_ew_nv(x, l, op, a, T * x->hq * eb, x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, e,
+                          s->qkv, T * w * eb + T * (x->hq - w) * x->CB, TK_ELEM, T * x->hq);
     hf_free(x, &e);
     return c;
 }
@@ -313,17 +316,18 @@ static uint64_t nx_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *df)
     char op[TRACE_NAME_MAX];
     if (pw && eb != CB) {
         snprintf(op, sizeof op, "%s.pass.bwd_cast", nm);
-        pass = hf_ew(x, l, op, op, T * pw * CB, TC_ACT_TRANS, *df, 0, T * pw * eb, TK_ELEM);
+        pass = hf_ew_nv(x, l, op, op, T * pw * CB, TC_ACT_TRANS, *df, 0, T * pw * eb, TK_ELEM,
+                        T * pw);
     }
     int view = pw && !pass; /* the pass-through gradient is a view of *df */
     uint64_t full = *df;
     uint64_t r = hf_rope_bwd_w(x, l, nm, df, w, CB, view);
     snprintf(op, sizeof op, "%s.rot_slice.bwd", nm);
-    uint64_t zr = hf_ew(x, l, op, op, n * CB, TC_ACT_TRANS, r, 0, T * w * CB, TK_ELEM);
+    uint64_t zr = hf_ew_nv(x, l, op, op, n * CB, TC_ACT_TRANS, r, 0, T * w * CB, TK_ELEM, T * w);
     hf_free(x, &r);
     snprintf(op, sizeof op, "%s.pass_slice.bwd", nm);
-    uint64_t zp = hf_ew(x, l, op, op, n * CB, TC_ACT_TRANS, pass ? pass : view ? full : 0, 0,
-                        T * pw * CB, TK_ELEM);
+    uint64_t zp = hf_ew_nv(x, l, op, op, n * CB, TC_ACT_TRANS, pass ? pass : view ? full : 0, 0,
+                           T * pw * CB, TK_ELEM, T * pw);
     hf_free(x, &pass);
     if (view) {
         *df = full;
@@ -352,8 +356,15 @@ static uint64_t nx_layer_fwd(hf_x *x, int l, uint64_t in)
     uint64_t qe = nx_rope(x, l, "q", s);
     uint64_t ke = nx_rope(x, l, "k", s);
     ln_sdpa_fwd(x, l, s, qe, ke, s->qkv, x->amp);
-    uint64_t po = hf_blinear(x, l, ln_lp(x, l, NX_DW), ln_lp(x, l, NX_DB), "dense", s->ao, 0, T,
-                             h, x->hq, TC_ACT_TRANS, &xd, &s->bc[1]);
+    /* The rotary's torch.cat leaves q contiguous in [b, heads, s, d]; cuDNN's SDPA gives its
+       output q's layout (alloc_with_matching_layout), so attn_output.transpose(1, 2)
+       .contiguous() copies it: SDPA saves its output, the dense linear the copy (the recorded
+       GPT-NeoX traces hold both; LLaMA's q keeps the projection's [b, s, heads, d] strides,
+       so there the transpose is free) */
+    s->aoc = hf_ew_nv(x, l, "attn_out.contiguous", "attn_out_bshd", T * x->hq * x->CB,
+                      TC_ACT_SKEL, s->ao, 0, T * x->hq * x->CB, TK_ELEM, T * x->hq);
+    uint64_t po = hf_blinear(x, l, ln_lp(x, l, NX_DW), ln_lp(x, l, NX_DB), "dense", s->aoc, 0,
+                             T, h, x->hq, TC_ACT_TRANS, &xd, &s->bc[1]);
     if (x->amp) hf_free(x, &s->n1);
     uint64_t d1 = hf_drop(x, l, "post_attention_dropout", x->lnm->pd, po, n, x->CB,
                           TC_ACT_TRANS, "attn_drop_out", &s->m1);
@@ -404,19 +415,21 @@ static uint64_t nx_attn_bwd(hf_x *x, int l, ln_ls *s, uint64_t gd, int own)
         fdy = 1;
     }
     uint64_t dao = hf_blinear_bwd(x, l, ln_lp(x, l, NX_DW), ln_lp(x, l, NX_DB), "dense", dd, fdy,
-                                  &s->ao, 0, T, h, x->hq, 0);
+                                  &s->aoc, 1, T, h, x->hq, 0);
     ln_sdpa_bwd(x, l, s, &dao, &dq, &dk, &dv);
     uint64_t dqe = hf_up32(x, l, "sdpa.qcast.bwd", &dq, T * x->hq);
     uint64_t dke = hf_up32(x, l, "sdpa.kcast.bwd", &dk, T * x->kv);
     uint64_t dk2 = nx_rope_bwd(x, l, "k", &dke);
     uint64_t dq2 = nx_rope_bwd(x, l, "q", &dqe);
-    uint64_t cat = hf_ew(x, l, "qkv.split.bwd", "d_qkv_heads", T * w3 * x->CB, TC_ACT_TRANS,
-                         dq2, dk2, T * w3 * x->CB, TK_ELEM);
+    /* split's backward concatenates along the head dimension, the transpose-and-view's
+       backward copies [b, heads, s, 3d] back to [b, s, heads·3d]: both write strided */
+    uint64_t cat = hf_ew_nv(x, l, "qkv.split.bwd", "d_qkv_heads", T * w3 * x->CB, TC_ACT_TRANS,
+                            dq2, dk2, T * w3 * x->CB, TK_ELEM, T * w3);
     hf_free(x, &dq2);
     hf_free(x, &dk2);
     hf_free(x, &dv);
-    uint64_t dqkv = hf_ew(x, l, "qkv.view.bwd", "d_qkv", T * w3 * x->CB, TC_ACT_TRANS, cat, 0,
-                          T * w3 * x->CB, TK_ELEM);
+    uint64_t dqkv = hf_ew_nv(x, l, "qkv.view.bwd", "d_qkv", T * w3 * x->CB, TC_ACT_TRANS, cat, 0,
+                             T * w3 * x->CB, TK_ELEM, T * w3);
     hf_free(x, &cat);
     uint64_t dn = hf_blinear_bwd(x, l, ln_lp(x, l, NX_QKVW), ln_lp(x, l, NX_QKVB),
                                  "query_key_value", dqkv, 1, &s->xa, 1, T, w3, h, x->amp);

@@ -1,5 +1,6 @@
-/* jobview.h — where one GPU of a training job stands on its node: the job's tp/cp/dp
- * layout (from the trace's meta lines), how many of the node's GPUs the job holds, the host
+/* jobview.h — where one GPU of a training job stands on its node: the job's tp/cp/dp/ep
+ * layout (from the trace's meta lines; the generator asks jobview_ep_span where an expert-
+ * parallel group lies), how many of the node's GPUs the job holds, the host
  * memory each of them gets, and the per-GPU machine whose host-link figures are those GPUs'
  * share of their PCIe switch. The one answer to "this GPU's share of the node" for the
  * simulator's pipeline, the planners' cost models, the paper drivers and the runtime. */
@@ -13,6 +14,13 @@
 typedef struct jobview {
     /* The layout as the trace gives it (meta tp, cp, dp); 0 where it does not. */
     uint64_t tp, cp, dp;
+    /* Expert parallelism (meta ep; 1 where the trace gives none: a dense or ep = 1 trace):
+     * the experts are sharded over ep of the dp ranks, so ep divides dp and adds no GPUs. */
+    uint64_t ep;
+    /* Consecutive global ranks one expert-parallel group spans (jobview_ep_span), and
+     * whether they lie on one node (the all-to-all then runs over NVLink, else the NIC). */
+    uint64_t ep_span_gpus;
+    int ep_intra_node;
     /* The job's GPUs on this node, which train together and share its host memory and
      * switches: tp * cp * dp, at most node.gpus. A trace that does not give all of tp, cp and
      * dp (an imported snapshot, a hand-written trace) is taken to fill the node; a profile
@@ -31,5 +39,11 @@ typedef struct jobview {
 
 /* The view of a job laid out as trace t says (t NULL: a job of unknown layout) on m. */
 void jobview_of(const trace_t *t, const machine_t *m, jobview *out);
+
+/* GPUs an expert-parallel group of ep ranks spans in Megatron's rank order (tp innermost, then
+ * cp, then ep inside dp: megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp"): its
+ * members are tp*cp ranks apart, so it covers tp*cp*ep consecutive ranks. Inputs of 0 count
+ * as 1. */
+uint64_t jobview_ep_span(uint64_t tp, uint64_t cp, uint64_t ep);
 
 #endif

@@ -78,6 +78,11 @@ enum {
       "64 and 128 interpolated")                                                               \
     X("gpu.sdpa_hd64_bwd", MF_DBL, gpu_sdpa_hd64_bwd, R_OPT_EFF,                               \
       "the same for the backward")                                                             \
+    X("gpu.sdpa_hd256_fwd", MF_DBL, gpu_sdpa_hd256_fwd, R_OPT_EFF,                             \
+      "forward efficiency at head dim 256 relative to head dim 128 (0 or absent: 1); between " \
+      "128 and 256 interpolated")                                                              \
+    X("gpu.sdpa_hd256_bwd", MF_DBL, gpu_sdpa_hd256_bwd, R_OPT_EFF,                             \
+      "the same for the backward")                                                             \
     X("gpu.sdpa_dropout_fwd", MF_DBL, gpu_sdpa_dropout_fwd, R_OPT_EFF,                         \
       "SDPA forward efficiency with dropout_p > 0 relative to without (0 or absent: 1)")       \
     X("gpu.sdpa_dropout_bwd", MF_DBL, gpu_sdpa_dropout_bwd, R_OPT_EFF,                         \
@@ -121,6 +126,10 @@ enum {
     X("host.cpu_cores", MF_I64, host_cpu_cores, R_COUNT, "CPU cores per node")                 \
     X("host.adam_params_per_s", MF_DBL, host_adam_params_per_s, R_POS,                         \
       "CPU Adam throughput of one GPU's share of the cores, parameters/s")                     \
+    X("host.recompute_layer_us", MF_DBL, host_recompute_layer_us, R_OPT_NONNEG,               \
+      "host time a recomputed layer costs beyond its ops' own host time (PyTorch's "           \
+      "non-reentrant checkpoint: its hooks around the replayed forward), microseconds; "       \
+      "absent: 0, not measured")                                                               \
     X("lat.cuda_malloc_base_us", MF_DBL, cuda_malloc_base_us, R_NONNEG,                        \
       "cudaMalloc time = base + per_gib * GiB; base, microseconds")                            \
     X("lat.cuda_malloc_per_gib_us", MF_DBL, cuda_malloc_per_gib_us, R_NONNEG,                  \

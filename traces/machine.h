@@ -33,6 +33,8 @@ typedef struct machine {
     double gpu_sdpa_bwd_half_seq;
     double gpu_sdpa_hd64_fwd;        /* head dim 64 relative to 128, forward (0: 1) */
     double gpu_sdpa_hd64_bwd;        /* the same, backward */
+    double gpu_sdpa_hd256_fwd;       /* head dim 256 relative to 128, forward (0: 1) */
+    double gpu_sdpa_hd256_bwd;       /* the same, backward */
     double gpu_sdpa_dropout_fwd;     /* SDPA forward with dropout over without (0: 1) */
     double gpu_sdpa_dropout_bwd;     /* the same, backward */
     double gpu_ew_nv_elems_per_s;    /* PyTorch's non-vectorized element-wise kernels
@@ -57,6 +59,8 @@ typedef struct machine {
     uint64_t host_mem_bytes;         /* per node, shared by its GPUs */
     int64_t host_cpu_cores;          /* per node */
     double host_adam_params_per_s;   /* CPU Adam throughput per GPU's share of cores */
+    double host_recompute_layer_us;  /* host time per recomputed layer beyond its ops' own
+                                        (checkpoint hooks); 0: not measured */
     /* driver and allocator latencies */
     double cuda_malloc_base_us;      /* cudaMalloc time = base + per_gib * GiB */
     double cuda_malloc_per_gib_us;

@@ -372,6 +372,14 @@ uint64_t model_params(const model_t *m)
            model_head_params(m);
 }
 
+/* A token passes through k of a MoE layer's E experts: the others' parameters are not
+ * active (MFU's model FLOPs count the active ones). */
+uint64_t model_active_params(const model_t *m)
+{
+    uint64_t idle = m->n_experts > m->experts_per_tok ? m->n_experts - m->experts_per_tok : 0;
+    return model_params(m) - model_moe_layers(m) * idle * mlp_params(m, m->expert_ffn);
+}
+
 /* A mixture-of-experts layer as transformers 5 registers it: q, k, v, o (+ Qwen2's q, k, v
  * biases, Qwen3's q/k norms), the router's weight, the experts fused into two 3-D tensors
  * (gate_up_proj, down_proj; one fc1 and one fc2 for ungated experts), the shared expert's

@@ -34,6 +34,9 @@ uint64_t model_embed_params(const model_t *m);  /* token (+ position, type) embe
 uint64_t model_head_params(const model_t *m);   /* final norm (decoders), untied LM head,
                                                    pooler (encoders) */
 uint64_t model_params(const model_t *m);        /* total */
+uint64_t model_active_params(const model_t *m); /* those a token passes through: the total
+                                                   less, in every MoE layer, the n_experts -
+                                                   experts_per_tok experts it is not routed to */
 /* Parameter tensors the model's Hugging Face implementation registers (what its
  * parameters() yields; DeepSpeed's ZeRO-2 CPU offload does host work per tensor): the count
  * per transformer layer in *per_layer (may be NULL), the total returned. The generator folds

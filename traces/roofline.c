@@ -102,11 +102,16 @@ double roof_attn_us(const machine_t *m, const roof_params *p, double flops, uint
     return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
 }
 
-/* The head-dim 64 ratio at d <= 64, 1 at d >= 128, linear between (an assumption: only
- * those two dims are measured). */
-static double hd_scale(double ratio64, uint64_t head_dim)
+/* The head-dim 64 ratio at d <= 64, 1 at 128, the head-dim 256 ratio at d >= 256, linear
+ * between (an assumption: only those three dims are measured). A ratio of 0 is 1. */
+static double hd_scale(double ratio64, double ratio256, uint64_t head_dim)
 {
-    if (ratio64 <= 0.0 || head_dim >= 128) return 1.0;
+    if (head_dim >= 128) {
+        if (ratio256 <= 0.0 || head_dim == 128) return 1.0;
+        if (head_dim >= 256) return ratio256;
+        return 1.0 + (ratio256 - 1.0) * (double)(head_dim - 128) / 128.0;
+    }
+    if (ratio64 <= 0.0) return 1.0;
     if (head_dim <= 64) return ratio64;
     return ratio64 + (1.0 - ratio64) * (double)(head_dim - 64) / 64.0;
 }
@@ -120,12 +125,30 @@ double roof_attn_hd_us(const machine_t *m, const roof_params *p, double flops, u
     double half = backward ? m->gpu_sdpa_bwd_half_seq : m->gpu_sdpa_fwd_half_seq;
     double s = (double)seq_tokens;
     double eff = s > 0.0 ? e * s / (s + half) : e;
-    eff *= hd_scale(backward ? m->gpu_sdpa_hd64_bwd : m->gpu_sdpa_hd64_fwd, head_dim);
+    eff *= hd_scale(backward ? m->gpu_sdpa_hd64_bwd : m->gpu_sdpa_hd64_fwd,
+                    backward ? m->gpu_sdpa_hd256_bwd : m->gpu_sdpa_hd256_fwd, head_dim);
     double dr = backward ? m->gpu_sdpa_dropout_bwd : m->gpu_sdpa_dropout_fwd;
     if (dropout && dr > 0.0) eff *= dr; /* the dropout path's RNG and masking */
     double t_compute = term_us(flops, m->gpu_peak_bf16_flops * eff);
     double t_memory = term_us((double)bytes, m->gpu_hbm_Bps * m->gpu_mem_eff);
     return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
+}
+
+/* All-to-all of B bytes per rank among p ranks (expert parallelism's dispatch and combine):
+ * each rank keeps B/p and sends B/p to every other rank, receiving as much, so (p-1)/p of B
+ * crosses the rank's link each way. NCCL runs it as p-1 concurrent send/recv pairs in one
+ * group (ncclGroupStart / ncclSend / ncclRecv, the alltoall of nccl-tests' doc/PERFORMANCE.md,
+ * whose bus bandwidth is algbw * (p-1)/p), and DeepSpeed-MoE (Rajbhandari et al., ICML 2022,
+ * §5) and Megatron-LM's MoE token dispatcher use it the same way:
+ *     t = (p-1) * lat + B (p-1)/p / bw
+ * The model simplifies: one bandwidth for the whole volume (the group's slowest link: the
+ * NIC when the group leaves the node, though the part exchanged inside the node would go
+ * over NVLink), one message latency per peer (the other collectives' alpha per step), no
+ * contention with other traffic, and balanced messages (an imbalanced rank passes its
+ * larger volume as B). */
+static double a2a_us(uint64_t bytes, double p, double bw, double lat)
+{
+    return (p - 1.0) * lat + term_us((double)bytes * (p - 1.0) / p, bw);
 }
 
 double roof_coll_us(const machine_t *m, roof_coll kind, uint64_t bytes, int ranks,
@@ -136,6 +159,7 @@ double roof_coll_us(const machine_t *m, roof_coll kind, uint64_t bytes, int rank
     double bw = intra ? m->nvlink_Bps : m->net_Bps;
     double lat = intra ? m->nvlink_lat_us : m->net_lat_us;
     double p = ranks;
+    if (kind == ROOF_ALL_TO_ALL) return m->gpu_kernel_launch_us + a2a_us(bytes, p, bw, lat);
     double step_bytes = kind == ROOF_RING_EXCHANGE ? (double)bytes : (double)bytes / p;
     double t = (p - 1.0) * (lat + term_us(step_bytes, bw));
     if (kind == ROOF_ALL_REDUCE) t *= 2.0; /* reduce-scatter then all-gather */

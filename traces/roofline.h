@@ -79,13 +79,19 @@ typedef enum roof_coll {
     ROOF_ALL_GATHER = 0,   /* bytes = the gathered (full) buffer */
     ROOF_REDUCE_SCATTER,   /* bytes = the full input buffer */
     ROOF_ALL_REDUCE,       /* bytes = the buffer */
-    ROOF_RING_EXCHANGE     /* ranks-1 point-to-point steps of `bytes` each (context parallel) */
+    ROOF_RING_EXCHANGE,    /* ranks-1 point-to-point steps of `bytes` each (context parallel) */
+    ROOF_ALL_TO_ALL        /* bytes = what this rank holds for the exchange, (p-1)/p of it sent
+                              to the others and as much received (expert parallelism's token
+                              dispatch and combine); the larger of its send and receive
+                              volumes when they differ */
 } roof_coll;
 
 /* Alpha-beta ring model for a collective among `ranks` GPUs whose group spans `span_gpus`
- * consecutive global ranks (tp for a TP group, tp*cp for CP, tp*cp*dp for DP in Megatron's
- * rank order). The group is intra-node (NVLink) when span_gpus <= node_gpus, else every ring
- * step pays the network's latency and bandwidth. 0 when ranks <= 1. */
+ * consecutive global ranks (tp for a TP group, tp*cp for CP, tp*cp*dp for DP, tp*cp*ep for EP
+ * in Megatron's rank order: traces/jobview.h). The group is intra-node (NVLink) when
+ * span_gpus <= node_gpus, else every step pays the network's latency and bandwidth. An
+ * all-to-all is ranks-1 messages of bytes/ranks each way, sent at once (docs/GENERATOR.md §5).
+ * 0 when ranks <= 1. */
 double roof_coll_us(const machine_t *m, roof_coll kind, uint64_t bytes, int ranks,
                     int span_gpus);
 

@@ -429,12 +429,35 @@ static ms_status parse_list(trace_reader *r, const char *what, char *s, uint64_t
     return MS_OK;
 }
 
+/* The op's optional attributes after NAME: host_us=US, host_sync=0|1, each at most once. */
+static ms_status parse_op_attrs(trace_reader *r, char **tok, int n, trace_op *o, ms_error *err)
+{
+    int seen_host = 0, seen_sync = 0;
+    for (int i = 12; i < n; i++) {
+        const char *t = tok[i];
+        if (!strncmp(t, "host_us=", 8) && !seen_host++) {
+            if (!fast_double(t + 8, &o->host_us) || !(o->host_us >= 0) ||
+                !(o->host_us < INFINITY))
+                return RD_FAIL(r, err, "op: bad host_us '%s' (a number >= 0)", t + 8);
+        } else if (!strncmp(t, "host_sync=", 10) && !seen_sync++) {
+            if (!is1(t + 10, '0') && !is1(t + 10, '1'))
+                return RD_FAIL(r, err, "op: bad host_sync '%s' (0 or 1)", t + 10);
+            o->host_sync = t[10] == '1';
+        } else {
+            return RD_FAIL(r, err, "op: unknown or repeated attribute '%s' after NAME "
+                           "(host_us=US host_sync=0|1, each at most once)", t);
+        }
+    }
+    return MS_OK;
+}
+
 static ms_status parse_op(trace_reader *r, char **tok, int n, trace_rec *rec, ms_error *err)
 {
-    if (n != 12)
+    if (n < 12 || n > 14)
         return RD_FAIL(r, err,
                        "op: expected 11 fields (ID KIND PHASE LAYER FLOPS BYTES_READ "
-                       "BYTES_WRITTEN DUR_US IN OUT NAME), got %d", n - 1);
+                       "BYTES_WRITTEN DUR_US IN OUT NAME) and at most 2 attributes "
+                       "(host_us=US host_sync=0|1), got %d", n - 1);
     trace_op *o = &rec->u.op; /* zeroed by rd_line */
     rec->type = TR_OP;
     ms_status st;
@@ -460,6 +483,7 @@ static ms_status parse_op(trace_reader *r, char **tok, int n, trace_rec *rec, ms
         return st;
     o->in = r->in;
     o->out = r->out;
+    if ((st = parse_op_attrs(r, tok, n, o, err))) return st;
     return parse_name(r, "op", tok[11], o->name, err);
 }
 
@@ -654,9 +678,9 @@ static ms_status rd_line(trace_reader *r, trace_rec *rec, char **key, char **val
     memset(rec, 0, sizeof *rec);
     rec->line = rd_line_no(r);
     if (fp_line(line, rec)) return MS_OK;
-    char *tok[13];
-    int n = split_fields(line, tok, 12);
-    if (n > 12) return RD_FAIL(r, err, "%.20s: too many fields", tok[0]);
+    char *tok[15];
+    int n = split_fields(line, tok, 14);
+    if (n > 14) return RD_FAIL(r, err, "%.20s: too many fields", tok[0]);
     const char *t0 = tok[0];
     if (t0[0] == 'a' && strcmp(t0, "alloc") == 0) return parse_alloc(r, tok, n, rec, err);
     if (t0[0] == 'o' && t0[1] == 'p' && !t0[2]) return parse_op(r, tok, n, rec, err);
@@ -672,7 +696,7 @@ static ms_status rd_line(trace_reader *r, trace_rec *rec, char **key, char **val
 }
 
 /* Meta keys whose value is a count that must be a positive integer (traces/FORMAT.md). */
-static const char *const POSITIVE_META[] = {"tp", "cp", "dp", "layers", "seq", "batch",
+static const char *const POSITIVE_META[] = {"tp", "cp", "dp", "ep", "layers", "seq", "batch",
                                             "iterations"};
 
 /* Records a meta pair; duplicates, too many, and a bad value of a key in POSITIVE_META are
@@ -1080,7 +1104,8 @@ static int rec_valid(const trace_rec *rec)
         const trace_op *o = &rec->u.op;
         return (unsigned)o->kind < TK_COUNT && (unsigned)o->phase < TP_COUNT &&
                o->layer >= -1 && isfinite(o->flops) && o->flops >= 0 && !isnan(o->dur_us) &&
-               o->dur_us < INFINITY && o->n_in <= TRACE_LIST_MAX &&
+               o->dur_us < INFINITY && o->host_us >= 0 && o->host_us < INFINITY &&
+               o->host_sync <= 1 && o->n_in <= TRACE_LIST_MAX &&
                o->n_out <= TRACE_LIST_MAX && (o->in || !o->n_in) && (o->out || !o->n_out) &&
                valid_name(o->name);
     }
@@ -1329,7 +1354,12 @@ static void fmt_rec(sbuf *b, const trace_rec *rec)
         else sb_double(b, o->dur_us);
         sb_ids(b, o->in, o->n_in);
         sb_ids(b, o->out, o->n_out);
-        sb_printf(b, " %s\n", o->name[0] ? o->name : "-");
+        sb_printf(b, " %s", o->name[0] ? o->name : "-");
+        if (o->host_us > 0) {
+            char buf[40];
+            sb_printf(b, " host_us=%s", ms_fmt_double(o->host_us, buf, sizeof buf));
+        }
+        sb_printf(b, o->host_sync ? " host_sync=1\n" : "\n");
         break;
     }
     case TR_MARK: {
@@ -1463,6 +1493,8 @@ uint64_t trace_meta_u64(const trace_t *t, const char *key, uint64_t def)
 double trace_model_flops(const trace_t *t)
 {
     double s = (double)trace_meta_u64(t, "seq", 0), P = (double)trace_meta_u64(t, "params", 0);
+    /* a mixture-of-experts model: the parameters a token passes through */
+    P = (double)trace_meta_u64(t, "active_params", (uint64_t)P);
     double n = (double)trace_meta_u64(t, "layers", 0), h = (double)trace_meta_u64(t, "hidden", 0);
     double b = (double)trace_meta_u64(t, "batch", 1), tp = (double)trace_meta_u64(t, "tp", 1);
     double cp = (double)trace_meta_u64(t, "cp", 1);

@@ -67,10 +67,14 @@ typedef struct trace_op {
     trace_opkind kind;
     trace_phase phase;
     int32_t layer;          /* -1: not in a layer (embedding, head, optimizer) */
+    uint8_t host_sync;      /* 1: the host waits for the GPU to finish this op before it goes
+                               on (.item(), a copy to pageable memory; captured traces) */
     double flops;           /* floating-point operations of this op on this rank */
     uint64_t bytes_read;    /* device-memory bytes read */
     uint64_t bytes_written; /* device-memory bytes written */
     double dur_us;          /* measured or modelled duration; < 0 when unknown */
+    double host_us;         /* host (CPU) time before the op's kernels can be issued, after
+                               the previous op's (captured traces); 0: not given */
     uint32_t n_in, n_out;
     const uint64_t *in;     /* tensor ids read */
     const uint64_t *out;    /* tensor ids written */
@@ -135,7 +139,8 @@ size_t trace_meta_count(const trace_t *t);
 /* A meta value as an unsigned number; def when absent or not a number. */
 uint64_t trace_meta_u64(const trace_t *t, const char *key, uint64_t def);
 /* Model FLOPs per GPU per iteration by MEMO's formula (§5.1), batch * (6sP + 6nhs^2) /
- * (tp * cp), from the generator's meta lines (seq, params, layers, hidden, batch, tp, cp);
+ * (tp * cp), from the generator's meta lines (seq, params or, for a mixture-of-experts model,
+ * active_params, layers, hidden, batch, tp, cp);
  * 0 when the trace lacks them (imported traces). The MFU numerator of sim and runtime. */
 double trace_model_flops(const trace_t *t);
 const char *trace_meta_key(const trace_t *t, size_t i);

@@ -34,7 +34,7 @@ enum {
 /* Fixed part of each record after its tag byte, in this version. */
 static const uint16_t fixed_bytes[TB_NTYPES + 1] = {
     [TB_META] = 4,  [TB_STRING] = 1, [TB_RESET] = 0, [TB_ALLOC] = 38,
-    [TB_FREE] = 8,  [TB_OP] = 58,    [TB_MARK] = 9,  [TB_END] = 8};
+    [TB_FREE] = 8,  [TB_OP] = 67,    [TB_MARK] = 9,  [TB_END] = 8};
 
 #define TBIN_HEADER_BYTES (TBIN_MAGIC_LEN + 5 + 2 * TB_NTYPES)
 /* Strings held at once; the writer empties its table (a reset record) when it is full, so
@@ -352,6 +352,8 @@ static ms_status rd_op(tbin_rd *r, const unsigned char *p, trace_rec *rec, int *
     o->layer = (int32_t)ld32(p + 40);
     uint32_t name = ld32(p + 44), n_in = ld32(p + 48), n_out = ld32(p + 52);
     unsigned kind = p[56], phase = p[57];
+    o->host_us = ldf64(p + 58);
+    unsigned sync = p[66];
     if (n_in > TBIN_LIST_MAX || n_out > TBIN_LIST_MAX) {
         *fatal = 1; /* where the next record starts is unknown */
         return rfail(r, err, "op: more than %u %s ids (%u)", TBIN_LIST_MAX,
@@ -388,6 +390,10 @@ static ms_status rd_op(tbin_rd *r, const unsigned char *p, trace_rec *rec, int *
         return rfail(r, err, "op: bad FLOPS %g (a number >= 0)", o->flops);
     if (o->dur_us != -1 && (!isfinite(o->dur_us) || o->dur_us < 0))
         return rfail(r, err, "op: bad DUR_US %g (a number >= 0, or -1 if unknown)", o->dur_us);
+    if (!isfinite(o->host_us) || o->host_us < 0)
+        return rfail(r, err, "op: bad host_us %g (a number >= 0)", o->host_us);
+    if (sync > 1) return rfail(r, err, "op: bad host_sync %u (0 or 1)", sync);
+    o->host_sync = (uint8_t)sync;
     return get_name(r, "op", name, o->name, err);
 }
 
@@ -685,7 +691,7 @@ static void wr_op(tbin_wr *w, const trace_op *o)
 {
     uint32_t name = wr_name(w, o->name);
     size_t n = (size_t)o->n_in + o->n_out;
-    unsigned char *p = wr_room(w, 1 + 58 + 8 * n);
+    unsigned char *p = wr_room(w, 1 + 67 + 8 * n);
     p[0] = TB_OP;
     st64(p + 1, o->id);
     stf64(p + 9, o->flops);
@@ -698,10 +704,12 @@ static void wr_op(tbin_wr *w, const trace_op *o)
     st32(p + 53, o->n_out);
     p[57] = (unsigned char)o->kind;
     p[58] = (unsigned char)o->phase;
-    unsigned char *q = p + 59;
+    stf64(p + 59, o->host_us);
+    p[67] = o->host_sync;
+    unsigned char *q = p + 68;
     for (uint32_t i = 0; i < o->n_in; i++, q += 8) st64(q, o->in[i]);
     for (uint32_t i = 0; i < o->n_out; i++, q += 8) st64(q, o->out[i]);
-    wr_done(w, 1 + 58 + 8 * n);
+    wr_done(w, 1 + 67 + 8 * n);
 }
 
 ms_status tbin_wr_rec(tbin_wr *w, const trace_rec *rec, ms_error *err)

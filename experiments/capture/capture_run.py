@@ -3,14 +3,17 @@
 model from its config in random initialization exactly as experiments/realworld/hf_run.py
 does (on the GPU in its dtype, SDPA, AdamW, bf16 autocast for amp), then in one process
 per mode:
-  --mode capture     one warm-up step, memsim.capture over the next (keep-all) step, and
-                     an uncaptured step timed for the capture's overhead; writes the trace
+  --mode capture     the warm-up steps, memsim.capture over the next (keep-all) step (with
+                     --host-timing a second, run plain under torch.profiler for each op's
+                     host time: host_us, host_sync; docs/CAPTURE.md, "Host time"), then an
+                     uncaptured step timed for the capture's overhead; writes the trace
   --mode keep        the plain step measured (peak reserved, peak allocated, median step)
   --mode ckpt        model.gradient_checkpointing_enable(use_reentrant=False), measured
   --mode save_on_cpu torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward
                      and the loss, measured
 Prints one JSON object (also --out). Needs PyTorch >= 2.2 with CUDA, transformers, and the
-memsim package (pip install ./python)."""
+memsim package installed (run.sh gpu installs it with pip install ./python; the source tree
+is not on the path, so the run exercises the installed package)."""
 
 import argparse
 import json
@@ -21,7 +24,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "realworld"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 
 def main(argv=None):
@@ -35,6 +37,9 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--out", default="")
+    p.add_argument("--host-timing", action="store_true",
+                   help="--mode capture: run a second step plain under torch.profiler for "
+                   "each op's host time (experimental: docs/CAPTURE.md, 'Host time')")
     a = p.parse_args(argv)
     import torch
     import hf_run
@@ -63,7 +68,8 @@ def main(argv=None):
 
     res = dict(config=os.path.basename(a.config), precision=a.precision, seq=a.seq,
                batch=a.batch, mode=a.mode, torch=torch.__version__,
-               device=torch.cuda.get_device_name(0), status="ok")
+               device=torch.cuda.get_device_name(0), status="ok",
+               memsim=os.path.dirname(memsim.__file__))
     times = []
     try:
         if a.mode == "capture":
@@ -71,8 +77,15 @@ def main(argv=None):
                 step()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            with memsim.capture(a.trace, model=model, optimizer=opt):
-                step()
+            with memsim.capture(a.trace, model=model, optimizer=opt,
+                                host_timing=a.host_timing):
+                step()                  # captured
+                torch.cuda.synchronize()
+                if a.host_timing:
+                    t1 = time.perf_counter()
+                    step()              # plain, profiled: the host times
+                    torch.cuda.synchronize()
+                    res["host_profiled_step_s"] = time.perf_counter() - t1
             torch.cuda.synchronize()
             res["capture_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()

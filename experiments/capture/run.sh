@@ -16,7 +16,11 @@
 #                       committed results/), printed beside the measurements with the
 #                       difference; the table also goes to OUTDIR/comparison.txt
 # Environment: MEMSIM (the memsim command, default sim/memsim), PYTHON (default python3),
-# CASES (default cases.tsv), MACHINE (default h200-sxm).
+# CASES (default cases.tsv), MACHINE (default h200-sxm), VENV (run.sh gpu: where
+# pip install ./python goes, default a new /tmp/memsim-venv-*), MODES (run.sh gpu: the
+# runs, default "capture keep ckpt save_on_cpu"; MODES=capture captures again beside
+# measurements already in OUTDIR), HOST_TIMING (run.sh gpu: non-empty: captures with host
+# times, experimental; results_host/ holds such captures).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -28,15 +32,45 @@ CONFIGS=$ROOT/experiments/realworld/configs
 
 cases() { grep -v '^#' "$CASES" | grep -v '^[[:space:]]*$'; }
 
+# The package as a user gets it: pip install ./python (offline, no build isolation) into a
+# virtual environment that sees the system's PyTorch and transformers, or, where venv is
+# missing, into the user's site-packages; capture_run.py imports that, not the source tree.
+install() {
+    local venv=${VENV:-$(mktemp -d /tmp/memsim-venv-XXXXXX)}
+    if "$PYTHON" -m venv --system-site-packages "$venv" >/dev/null 2>&1 &&
+        "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+        PY="$venv/bin/python"
+        "$PY" -m pip install --no-build-isolation --no-index --force-reinstall "$ROOT/python" >&2
+    elif "$PYTHON" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+        # PYTHON is itself a virtual environment's (where PyTorch lives, as on the GPU
+        # machine): a venv made from it would not see its packages; install beside them
+        PY=$PYTHON
+        export PYTHONPATH="$venv${PYTHONPATH:+:$PYTHONPATH}"
+        "$PY" -m pip install --no-build-isolation --no-index --target "$venv" "$ROOT/python" >&2
+    else
+        PY=$PYTHON
+        "$PY" -m pip install --user --no-build-isolation --no-index --force-reinstall \
+            "$ROOT/python" >&2
+    fi || {
+        # the run still happens, on the source tree, and says so
+        echo "run.sh: pip install ./python FAILED; running on the source tree instead" >&2
+        PY=$PYTHON
+        export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+    }
+    (cd / && "$PY" -c 'import memsim, sys; print("memsim from", memsim.__file__, file=sys.stderr)')
+}
+
 gpu() {
     local out=$1
     mkdir -p "$out"
+    install
     while IFS=$'\t' read -r name cfg prec seq batch; do
-        for mode in capture keep ckpt save_on_cpu; do
+        for mode in ${MODES:-capture keep ckpt save_on_cpu}; do
             echo "== $name $mode" >&2
             extra=()
             [ "$mode" = capture ] && extra=(--trace "$out/$name.trace.gz")
-            "$PYTHON" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
+            [ "$mode" = capture ] && [ -n "${HOST_TIMING:-}" ] && extra+=(--host-timing)
+            "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
                 --seq "$seq" --batch "$batch" --mode "$mode" --out "$out/$name.$mode.json" \
                 "${extra[@]}" || echo "$name $mode: failed (status $?)" >&2
         done

@@ -5,7 +5,7 @@ see from FLOPs and bytes alone. Ground truth for experiments/realworld (the mach
 host-dispatch and per-kind memory-efficiency lines are read off its output; nothing here is
 fitted to a step time).
 
-Three parts, one JSON object on stdout (and --out):
+Five parts, one JSON object on stdout (and --out):
   host:  host microseconds per call of common aten ops on tiny CUDA tensors (the GPU is idle,
          so the loop's wall time is the host's: Python + dispatcher + launch), median of 5
          loops of 2,000 calls after a warm-up; `autograd` is per backward node of a chain of
@@ -15,6 +15,8 @@ Three parts, one JSON object on stdout (and --out):
          device's nominal bandwidth (--peak-gbs).
   sdpa:  scaled_dot_product_attention (causal, bf16) forward and backward without and with
          dropout 0.1 at a few training shapes: what the dropout path costs.
+  sdpa_hd: the same without dropout at head dim 64, 128 and 256 (equal FLOPs): what the
+         head dim costs (GPT-NeoX's 256, LLaMA's 128, small models' 64).
   step:  for each --config given, a training step at a tiny shape (host-bound by design):
          wall time per step and the number of GPU kernels it launched (torch.profiler), so
          host microseconds per kernel of a real transformers step.
@@ -210,6 +212,48 @@ def sdpa_rates(torch):
     return out
 
 
+def sdpa_hd_rates(torch):
+    """SDPA (causal, bf16, no dropout) forward and backward at head dim 64, 128 and 256 with
+    the width heads x dim fixed at 2048 (so the FLOPs are the same at each dim), batch 2,
+    2K-16K tokens: the time at 128 over the time at 64 or 256 is that dim's efficiency
+    relative to 128."""
+    F = torch.nn.functional
+    out = {}
+    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for s in (2048, 4096, 8192, 16384):
+        row = {}
+        for d in (64, 128, 256):
+            q, k, v = (torch.randn(2, 2048 // d, s, d, device="cuda", dtype=torch.bfloat16,
+                                   requires_grad=True) for _ in range(3))
+            def fwd():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            o = fwd()
+            g = torch.randn_like(o)
+            for _ in range(3):
+                fwd().backward(g)
+            torch.cuda.synchronize()
+            ev0.record()
+            for _ in range(10):
+                o = fwd()
+            ev1.record()
+            torch.cuda.synchronize()
+            f_us = ev0.elapsed_time(ev1) * 100
+            ev0.record()
+            for _ in range(10):
+                fwd().backward(g)
+            ev1.record()
+            torch.cuda.synchronize()
+            row["d%d" % d] = {"fwd_us": round(f_us, 1),
+                              "bwd_us": round(ev0.elapsed_time(ev1) * 100 - f_us, 1)}
+            del q, k, v, o, g
+        for d in (64, 256):
+            for ph in ("fwd", "bwd"):
+                row["hd%d_%s" % (d, ph)] = round(row["d128"][ph + "_us"] /
+                                                 row["d%d" % d][ph + "_us"], 4)
+        out["s%d" % s] = row
+    return out
+
+
 def step_rates(torch, configs, seq, batch):
     from transformers import AutoConfig, AutoModelForCausalLM
     from torch.profiler import profile, ProfilerActivity
@@ -282,6 +326,15 @@ def machine_lines(res, mib):
                          "(%.3f-%.3f), experiments/realworld/probe_eager.py --only sdpa" % (
                              d, median(r), res.get("device", "?"), res.get("torch", "?"),
                              "forward" if d == "fwd" else "backward", len(r), min(r), max(r)))
+    if "sdpa_hd" in res:
+        for ph in ("fwd", "bwd"):
+            r = [v["hd256_%s" % ph] for v in res["sdpa_hd"].values()]
+            lines.append("gpu.sdpa_hd256_%s  %.4f  # %s, PyTorch %s: SDPA %s time at head dim "
+                         "128 over 256 (width 2048, causal bf16, batch 2), median of 2K-16K "
+                         "tokens (%.3f-%.3f), experiments/realworld/probe_eager.py --only "
+                         "sdpa_hd" % (ph, median(r), res.get("device", "?"),
+                                      res.get("torch", "?"),
+                                      "forward" if ph == "fwd" else "backward", min(r), max(r)))
     if "bw" not in res:
         return "\n".join(lines)
     n = mib * 2**20 // 4
@@ -305,7 +358,7 @@ def main():
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--out", default="")
-    p.add_argument("--only", choices=["all", "sdpa"], default="all")
+    p.add_argument("--only", choices=["all", "sdpa", "sdpa_hd"], default="all")
     p.add_argument("--machine-lines", default="", metavar="JSON",
                    help="print the machine-profile line of a saved probe and exit")
     a = p.parse_args()
@@ -317,10 +370,13 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("probe_eager.py: no CUDA device")
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    if a.only != "sdpa":
+    if a.only == "all":
         res["host"] = host_rates(torch)
         res["bw"] = bw_rates(torch, a.mib)
-    res["sdpa"] = sdpa_rates(torch)
+    if a.only in ("all", "sdpa"):
+        res["sdpa"] = sdpa_rates(torch)
+    if a.only in ("all", "sdpa_hd"):
+        res["sdpa_hd"] = sdpa_hd_rates(torch)
     if a.config:
         res["step"] = step_rates(torch, a.config, a.seq, a.batch)
     try:

@@ -20,6 +20,8 @@
 #   boundary.sh compare OUTDIR [MACHINE]
 #                                      here: memsim sweep --longest's prediction and memsim
 #                                      simulate for every scanned case, beside OUTDIR/gpu.tsv
+# OUTDIR/knobs, if present, holds plan knobs (KEY=VALUE, one per line, # comments) that every run
+# and every prediction of that directory uses: the program the recorded runs executed.
 # Exit status: 0 every case agrees, 1 some case differs, 2 usage, 3 missing input.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,6 +38,17 @@ scans_of() { # machine
         h200-sxm) echo "keep-all 72 76;full-recompute 464 468" ;;
         *) echo "boundary.sh: no scans known for $1: set BOUNDARY_SCANS" >&2; exit 3 ;;
     esac
+}
+
+# --knob arguments from OUTDIR/knobs into the array K
+read_knobs() { # outdir
+    K=()
+    [ -f "$1/knobs" ] || return 0
+    local kv
+    while read -r kv; do
+        case $kv in ''|'#'*) continue ;; esac
+        K+=(--knob "$kv")
+    done < "$1/knobs"
 }
 
 usage() { sed -n '/^# usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -59,6 +72,7 @@ cmd_gpu() { # outdir machine
     elif [ -x "$root/runtime/memsim-run" ]; then run=("$root/runtime/memsim-run" run)
     else run=("$MEMSIM" run); fi
     mkdir -p "$out/runs"
+    read_knobs "$out"
     fast_profile "$m" "$out/fast.machine"
     nvidia-smi --query-gpu=name,memory.total,memory.used,memory.free,driver_version \
         --format=csv > "$out/gpu.csv" 2>&1 || true
@@ -73,7 +87,7 @@ cmd_gpu() { # outdir machine
                 f="$out/runs/$pol-${k}K-$cap"
                 rc=0
                 timeout 300 "${run[@]}" --machine "$out/fast.machine" "${W[@]}" --seq "${k}K" \
-                    --policy "$pol" --max-ahead 8 --capacity "$cap" --csv "$f.csv" > "$f.log" 2>&1 || rc=$?
+                    --policy "$pol" ${K[@]+"${K[@]}"} --max-ahead 8 --capacity "$cap" --csv "$f.csv" > "$f.log" 2>&1 || rc=$?
                 printf '%s\t%s\t%s\t%s\t%s\n' "$pol" "$k" "$cap" "$rc" \
                     "$( [ -f "$f.csv" ] && csv_fields "$f.csv" || printf 'error\t-\t-')" >> "$out/gpu.tsv"
             done
@@ -88,15 +102,16 @@ cmd_compare() { # outdir machine
     tmp=$(mktemp -d) # global: the EXIT trap reads it after the function returns
     trap 'rm -rf "$tmp"' EXIT
     fast_profile "$m" "$tmp/fast.machine"
+    read_knobs "$out"
     local pols pol k
     pols=$(awk -F'\t' 'NR > 1 && !seen[$1]++ { printf "%s%s", n++ ? "," : "", $1 }' "$out/gpu.tsv")
     echo "memsim sweep --longest on $m (compute x100), the prediction:"
     "$MEMSIM" sweep --machine "$tmp/fast.machine" "${W[@]}" --seqs 32K,64K,128K,256K,512K \
-        --policies "$pols" --longest --issue-ahead 8 2> /dev/null | sed -n '/^longest/,$p'
+        --policies "$pols" ${K[@]+"${K[@]}"} --longest --issue-ahead 8 2> /dev/null | sed -n '/^longest/,$p'
     awk -F'\t' 'NR > 1 && !seen[$1 FS $2]++ { print $1, $2 }' "$out/gpu.tsv" |
         while read -r pol k; do
             "$MEMSIM" simulate --machine "$tmp/fast.machine" "${W[@]}" --seq "${k}K" --policy "$pol" \
-                --issue-ahead 8 --quiet --csv "$tmp/s.csv"
+                ${K[@]+"${K[@]}"} --issue-ahead 8 --quiet --csv "$tmp/s.csv"
             printf '%s\t%s\t%s\n' "$pol" "$k" "$(csv_fields "$tmp/s.csv")"
         done > "$tmp/sim.tsv"
     echo

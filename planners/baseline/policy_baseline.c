@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 
+#include "planners/knob.h"
 #include "planners/lower.h"
 #include "planners/memo/policy_memo.h"
 
@@ -84,11 +85,29 @@ static ms_status plan_keep_all(const trace_t *t, const machine_t *m, const pol_o
     return run_baseline("keep-all", decide_keep, t, o, out, err);
 }
 
+/* Both recomputations it models free each dropped tensor at its last forward use (lowering
+ * knob drop_at=use): PyTorch's non-reentrant checkpoint saves nothing in the forward and
+ * Megatron-LM's CheckpointFunction runs it under no_grad. Rounding buffers hold a layer's
+ * tensors in one block, so with them (or a drop_at the user gave) the knob is left alone. */
 static ms_status plan_full_recompute(const trace_t *t, const machine_t *m, const pol_opts *o,
                                      plan_t **out, ms_error *err)
 {
     (void)m;
-    return run_baseline("full-recompute", decide_recompute, t, o, out, err);
+    lower_knobs lk;
+    ms_error e1;
+    ms_status st = knob_from_opts(&lower_knob_table, o, &lk, &e1);
+    if (st != MS_OK) return ms_fail(err, st, "policy full-recompute: %s", e1.msg);
+    st = run_baseline("full-recompute", decide_recompute, t, o, out, err);
+    if (st != MS_OK || knobtab_given(&lower_knob_table, &lk, &lk.drop_at) ||
+        lk.rounding_buffers)
+        return st;
+    st = plan_set_knob(*out, "drop_at", "use");
+    if (st != MS_OK) {
+        plan_free(*out);
+        *out = NULL;
+        return ms_fail(err, st, "policy full-recompute: out of memory");
+    }
+    return MS_OK;
 }
 
 static ms_status plan_full_swap(const trace_t *t, const machine_t *m, const pol_opts *o,

@@ -86,7 +86,7 @@ class Capture:
     and writes the trace at stop(ok=True). See memsim.capture for the arguments."""
 
     def __init__(self, path, model=None, optimizer=None, iterations=1, timing=True,
-                 layers=None, device=None):
+                 layers=None, device=None, host_timing=None):
         import torch
         self.torch = torch
         if _torch_version(torch) < MIN_TORCH:
@@ -102,6 +102,14 @@ class Capture:
         self.blocks = _layers.resolve(model, layers)
         self.device = self._device(device)
         self.cuda = self.device.type == "cuda"
+        if host_timing not in (None, True, False, "launches", "ops"):
+            raise CaptureError("host_timing must be True, False, 'launches' or 'ops', got %r"
+                               % (host_timing,))
+        self.host_how = host_timing if isinstance(host_timing, str) else None
+        # off unless asked for: the host times measured under torch.profiler made the
+        # keep-all step predictions of experiments/capture worse, not better (+0.5 to +89 %
+        # against -3.5 to -32 % without; experiments/capture/results_host)
+        self.host_timing = bool(host_timing)
         if self.cuda:
             from . import _cuda
             why = _cuda.supported()
@@ -127,6 +135,10 @@ class Capture:
         self.unseen = 0
         self.prof = None
         self.kernel_us = {}
+        self.cap_events = None     # the captured iterations' profile (CUDA timing)
+        self.plain_prof = None     # the plain iterations after them (host timing)
+        self.allocs = None         # CUDA: the allocator history, taken when recording ends
+        self.host_info = None
 
     # ---- setup ----
 
@@ -329,7 +341,9 @@ class Capture:
         if self.cuda and self.timing:
             self._start_profiler()
 
-    def _uninstall(self):
+    def _uninstall(self, keep_saved=False):
+        """Removes what _install put in place; keep_saved leaves the saved-tensor hooks (a
+        step's own saved_tensors_hooks may lie above them; they do nothing unrecorded)."""
         torch = self.torch
         for h in self.handles:
             h.remove()
@@ -337,7 +351,7 @@ class Capture:
         if getattr(self, "mode", None) is not None:
             self.mode.__exit__(None, None, None)
             self.mode = None
-        if getattr(self, "saved_hooks", None) is not None:
+        if getattr(self, "saved_hooks", None) is not None and not keep_saved:
             self.saved_hooks.__exit__(None, None, None)
             self.saved_hooks = None
         if getattr(self, "orig_backward", None) is not None:
@@ -369,6 +383,8 @@ class Capture:
                 if self.iter >= self.iterations:
                     self.recording = False
                     self._stop_profiler()
+                    if self.host_timing:
+                        self._begin_plain()
                 else:
                     self._mark_iter()
             if self.tokens is None:
@@ -484,6 +500,8 @@ class Capture:
     # ---- saved tensors ----
 
     def _pack(self, t):
+        if getattr(self, "mode", None) is None:
+            return t                  # the plain iterations after the captured ones
         if t.dim() == 0 and t.device.type == "cpu":
             # a Python number autograd saved (x / 2.0): kept as a number, since PyTorch 1.13
             # hands such a tensor to a dispatch mode as a float and then fails on it
@@ -748,7 +766,72 @@ class Capture:
         self.torch.cuda.synchronize(self.device)
         self.prof.__exit__(None, None, None)
         from ._timing import kernel_times
-        self.kernel_us = kernel_times(self.prof)
+        try:
+            self.cap_events = list(self.prof.events())
+        except Exception:
+            self.cap_events = None
+        self.kernel_us = kernel_times(self.cap_events or [])
+
+    # ---- host timing: the plain iterations after the captured ones ----
+
+    def _begin_plain(self):
+        """The captured iterations are over: the rest of the block runs as the program
+        does, without the dispatch mode, the hooks and the allocator callbacks, under a
+        profiler whose CPU events and CUDA calls give each op's host time (_host.py)."""
+        if self.cuda and self.allocs is None:
+            self.allocs = self.alloc_events.stop()
+        self._uninstall(keep_saved=True)
+        try:
+            from torch.profiler import profile, ProfilerActivity
+            from . import _host
+            how = self.host_how
+            if how is None:
+                # CUDA calls alone cost the host least; the aten events only where the
+                # captured profile shows no launch to match
+                cap = _host.Profile(self.cap_events or [])
+                how = "launches" if self.cuda and cap.launches() else "ops"
+            acts = ([ProfilerActivity.CPU] if how == "ops" or not self.cuda else []) + \
+                ([ProfilerActivity.CUDA] if self.cuda else [])
+            self.plain_acts = acts
+            self.plain_prof = profile(activities=acts)
+            self.plain_prof.__enter__()
+        except Exception as e:
+            print("memsim.capture: no host timing (%s)" % e, file=sys.stderr)
+            self.plain_prof = None
+
+    def _end_plain(self):
+        from . import _host
+        ops = self.trace.ops()
+        if self.plain_prof is None:
+            if self.host_timing:
+                print("memsim.capture: no host times: run the step once more inside the "
+                      "with block (%d more iteration%s), which then runs plain under the "
+                      "profiler" % (self.iterations, "s" if self.iterations > 1 else ""),
+                      file=sys.stderr)
+            return
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+        self.plain_prof.__exit__(None, None, None)
+        try:
+            events = list(self.plain_prof.events())
+        except Exception as e:
+            print("memsim.capture: no host timing (%s)" % e, file=sys.stderr)
+            return
+        self.plain_prof = None
+        cost = 0.0
+        if self.cuda:
+            try:
+                cost = _host.profiler_call_cost_us(self.torch, self.device, self.plain_acts)
+            except Exception as e:
+                print("memsim.capture: the profiler's own cost not measured (%s)" % e,
+                      file=sys.stderr)
+        self.host_info = _host.host_times(self.cap_events, events, ops, self.cuda, cost)
+        self.host_info["call_cost_us"] = cost
+        if self.host_info["matched"] == 0 and ops:
+            print("memsim.capture: no host times: none of the %d ops matched the plain "
+                  "step's profile (%d events)%s" % (len(ops), len(events),
+                  "; host_timing='ops' matches by aten name" if self.cuda else ""),
+                  file=sys.stderr)
 
     # ---- the end ----
 
@@ -764,8 +847,14 @@ class Capture:
             self._uninstall()
             if self.cuda:
                 self._stop_profiler()
-                allocs = self.alloc_events.stop()
-                self._cuda_sizes(allocs)
+                if self.allocs is None:
+                    self.allocs = self.alloc_events.stop()
+                self._cuda_sizes(self.allocs)
+            if ok and self.host_timing:
+                self._end_plain()
+            elif self.plain_prof is not None:
+                self.plain_prof.__exit__(None, None, None)
+                self.plain_prof = None
             if ok:
                 self._finish()
                 self.trace.write(self.path)
@@ -810,6 +899,17 @@ class Capture:
             tr.set_meta("precision", "amp")
             tr.set_meta("autocast_cache", 1)
         tr.set_meta("captured.timing", "kernels" if self.kernel_us else "none")
+        if self.host_timing:
+            h = self.host_info or {"method": "none", "matched": 0, "ops": 0, "syncs": 0,
+                                   "step_us": 0.0}
+            tr.set_meta("captured.host_timing", h["method"])
+            tr.set_meta("captured.host_matched", "%d/%d" % (h["matched"], h["ops"]))
+            tr.set_meta("captured.host_syncs", h["syncs"])
+            tr.set_meta("captured.host_step_us", "%.1f" % h["step_us"])
+            tr.set_meta("captured.host_call_cost_us", "%.3f" % h.get("call_cost_us", 0.0))
+            if not self.host_info:
+                for op in tr.ops():
+                    op.host_us, op.host_sync = None, 0
         tr.set_meta("captured.unseen_inputs", self.unseen)
         for r in tr.tensors():
             if r.cls is None:
@@ -843,13 +943,20 @@ class capture:
     backward begins the next; the rest of the block runs unrecorded); timing: on CUDA,
     each op's kernel time from torch.profiler; layers: the model's blocks (a ModuleList,
     a list of modules or an attribute path such as "model.layers") when the automatic
-    search (the largest ModuleList of one module class) is not what is wanted.
+    search (the largest ModuleList of one module class) is not what is wanted;
+    host_timing (default off; experimental, see docs/CAPTURE.md): each op's host (CPU) time and the ops the
+    host synchronizes on, measured on the next `iterations` iterations the block runs after
+    the captured ones, which run plain (without the capture's hooks) under torch.profiler:
+    run the step once more inside the block for them (docs/CAPTURE.md, "Host time");
+    "launches" or "ops" chooses how they are matched (default: launches on CUDA where the
+    captured profile has them, else ops).
     An exception inside the block leaves no trace file."""
 
     def __init__(self, path, model=None, optimizer=None, iterations=1, timing=True,
-                 layers=None, device=None):
+                 layers=None, device=None, host_timing=None):
         self._cap = Capture(path, model=model, optimizer=optimizer, iterations=iterations,
-                            timing=timing, layers=layers, device=device)
+                            timing=timing, layers=layers, device=device,
+                            host_timing=host_timing)
 
     def __enter__(self):
         self._cap.start()

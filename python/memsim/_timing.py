@@ -1,15 +1,12 @@
 """_timing.py — each captured op's GPU time from a torch.profiler run of the captured
 iteration: capture wraps every op it records in a record_function range "memsim#ID", and
 the kernels PyTorch's profiler attributes to the ops inside that range are that op's. Used
-by memsim.capture on CUDA."""
+by memsim.capture on CUDA; the host times are _host.py's."""
 
 
-def kernel_times(prof):
-    """{op id: microseconds of GPU kernels launched inside its range}."""
-    try:
-        events = prof.events()
-    except Exception:
-        return {}
+def kernel_times(events):
+    """{op id: microseconds of GPU kernels launched inside its range}, from the profile's
+    events (prof.events())."""
     out = {}
     for e in events:
         name = getattr(e, "name", "")

@@ -60,7 +60,7 @@ class Tensor:
 
 class Op:
     __slots__ = ("id", "kind", "phase", "layer", "flops", "br", "bw", "dur_us", "ins",
-                 "outs", "name", "aten")
+                 "outs", "name", "aten", "host_us", "host_sync")
 
     def __init__(self, oid, kind, phase, layer, name, aten):
         self.id = oid
@@ -75,14 +75,21 @@ class Op:
         self.outs = []
         self.name = name
         self.aten = aten
+        self.host_us = None        # host time before its kernels can be issued; None: not timed
+        self.host_sync = 0         # 1: the host waits for the GPU after issuing it
 
     def line(self):
         dur = "-" if self.dur_us is None else fmt_real(max(0.0, self.dur_us))
         ins = ",".join(str(i) for i in self.ins[:4096]) or "-"
         outs = ",".join(str(i) for i in self.outs[:4096]) or "-"
-        return "op %d %s %s %d %s %d %d %s %s %s %s" % (
+        s = "op %d %s %s %d %s %d %d %s %s %s %s" % (
             self.id, self.kind, self.phase, self.layer, fmt_real(self.flops), self.br, self.bw,
             dur, ins, outs, token(self.name))
+        if self.host_us is not None:            # written for every op a capture timed
+            s += " host_us=" + fmt_real(max(0.0, self.host_us))
+        if self.host_sync:
+            s += " host_sync=1"
+        return s
 
 
 class Trace:

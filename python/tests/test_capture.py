@@ -150,6 +150,101 @@ class CaptureCPU(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "no PyTorch" if torch is not None else WHY)
+class CaptureHostTime(unittest.TestCase):
+    """host_timing: the step after the captured one runs plain under torch.profiler; each op
+    gets host_us (its host time before it can be issued, here on CPU the time from the
+    previous op's end to its own) and the simulator's step is their sum."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="memsim-py-")
+        torch.manual_seed(0)
+        m = tinymodels.TinyLlama(L=2, h=64, heads=4, kv=2, f=160, V=256)
+        o = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        ids = torch.randint(0, 256, (4, 32))
+        step(m, o, ids)
+        cls.path = os.path.join(cls.tmp, "host.trace")
+        import time
+        with memsim.capture(cls.path, model=m, optimizer=o, host_timing=True):
+            step(m, o, ids)
+            t1 = time.perf_counter()
+            step(m, o, ids)
+            cls.plain_s = time.perf_counter() - t1
+        cls.recs = read_trace(cls.path)
+        cls.meta = {r[1]: " ".join(r[2:]) for r in cls.recs if r[0] == "meta"}
+        cls.one = os.path.join(cls.tmp, "one.trace")
+        with memsim.capture(cls.one, model=m, optimizer=o, host_timing=True):
+            step(m, o, ids)
+
+    def host(self, r):
+        a = [x for x in r[12:] if x.startswith("host_us=")]
+        return float(a[0][8:]) if a else None
+
+    def test_every_op_timed(self):
+        ops = [r for r in self.recs if r[0] == "op"]
+        self.assertGreater(len(ops), 100)
+        hs = [self.host(r) for r in ops]
+        self.assertTrue(all(h is not None for h in hs), "host_us on every op")
+        self.assertTrue(all(h >= 0 for h in hs))
+        self.assertEqual(self.meta["captured.host_timing"], "ops")
+        got, n = (int(x) for x in self.meta["captured.host_matched"].split("/"))
+        self.assertEqual(n, len(ops))
+        self.assertGreaterEqual(got, 0.9 * n, "most ops matched (%d of %d)" % (got, n))
+        total = sum(hs)
+        # the plain step ran inside plain_s (profiler included); its ops take most of it
+        self.assertGreater(total, 0)
+        self.assertLessEqual(total * 1e-6, self.plain_s)
+        self.assertGreater(total * 1e-6, 0.3 * self.plain_s)
+        self.assertAlmostEqual(total, float(self.meta["captured.host_step_us"]), delta=1.0)
+
+    def test_checks_and_simulates(self):
+        r = run("trace", "check", self.path)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        c = os.path.join(self.tmp, "cmp.csv")
+        r = run("compare", "--trace", self.path, "--machine", "h200-sxm", "--iters", "1",
+                "--policies", "keep-all,full-recompute", "--csv", c)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(c) as f:
+            rows = {row["policy"]: row for row in csv.DictReader(f)}
+        total = sum(self.host(x) for x in self.recs if x[0] == "op") * 1e-6
+        keep = float(rows["keep-all"]["iter_time_s"])
+        # host-bound on the H200 profile: the step is the host's time and the last kernels
+        self.assertGreaterEqual(keep, total)
+        self.assertLess(keep, total * 1.05 + 1e-3)
+        # recomputation replays the forward's ops: their host time again
+        self.assertGreater(float(rows["full-recompute"]["iter_time_s"]), keep)
+
+    def test_exception_in_plain_step(self):
+        """An exception during the profiled plain step leaves no trace and no profiler."""
+        m = tinymodels.TinyLlama()
+        o = torch.optim.AdamW(m.parameters())
+        p = os.path.join(self.tmp, "bad.trace")
+        ids = torch.randint(0, 256, (2, 16))
+        with self.assertRaises(ValueError):
+            with memsim.capture(p, model=m, optimizer=o, host_timing=True):
+                step(m, o, ids)
+                m(ids, ids)
+                raise ValueError("in the plain step")
+        self.assertFalse(os.path.exists(p))
+        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("bad.")], [])
+        from torch.profiler import profile
+        with profile() as pr:          # a profiler left running would refuse this one
+            torch.ones(2).sum()
+        self.assertTrue(len(pr.events()) > 0)
+
+    def test_bad_host_timing(self):
+        with self.assertRaises(memsim.CaptureError):
+            memsim.capture(os.path.join(self.tmp, "x.trace"), model=tinymodels.TinyLlama(),
+                           host_timing="sometimes")
+
+    def test_one_step_no_host_times(self):
+        recs = read_trace(self.one)
+        meta = {r[1]: " ".join(r[2:]) for r in recs if r[0] == "meta"}
+        self.assertEqual(meta["captured.host_timing"], "none")
+        self.assertFalse(any(self.host(r) is not None for r in recs if r[0] == "op"))
+
+
+@unittest.skipIf(torch is None, "no PyTorch" if torch is not None else WHY)
 class CaptureMore(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="memsim-py-")
