@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "traces/trace_int.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -106,6 +107,10 @@ static inline void stf64(unsigned char *p, double d)
     memcpy(&u, &d, 8);
     st64(p, u);
 }
+
+/* A double the text form can hold: finite and not subnormal (strtod refuses those as an
+ * underflow, so a binary trace holding one could not be written as text and read back). */
+static int text_double(double v) { return isfinite(v) && (v == 0 || fabs(v) >= DBL_MIN); }
 
 /* A name or key as the text form can spell it: no blank, newline or NUL. */
 static int token_ok(const unsigned char *s, size_t n)
@@ -386,11 +391,11 @@ static ms_status rd_op(tbin_rd *r, const unsigned char *p, trace_rec *rec, int *
     if (phase >= TP_COUNT) return rfail(r, err, "op: unknown PHASE %u (0 to %d)", phase, TP_COUNT - 1);
     o->phase = (trace_phase)phase;
     if (o->layer < -1) return rfail(r, err, "op: bad LAYER %d (an integer >= -1)", (int)o->layer);
-    if (!isfinite(o->flops) || o->flops < 0)
+    if (!text_double(o->flops) || o->flops < 0)
         return rfail(r, err, "op: bad FLOPS %g (a number >= 0)", o->flops);
-    if (o->dur_us != -1 && (!isfinite(o->dur_us) || o->dur_us < 0))
+    if (o->dur_us != -1 && (!text_double(o->dur_us) || o->dur_us < 0))
         return rfail(r, err, "op: bad DUR_US %g (a number >= 0, or -1 if unknown)", o->dur_us);
-    if (!isfinite(o->host_us) || o->host_us < 0)
+    if (!text_double(o->host_us) || o->host_us < 0)
         return rfail(r, err, "op: bad host_us %g (a number >= 0)", o->host_us);
     if (sync > 1) return rfail(r, err, "op: bad host_sync %u (0 or 1)", sync);
     o->host_sync = (uint8_t)sync;
