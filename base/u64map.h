@@ -14,6 +14,10 @@ u64map *u64map_new(size_t expected);
 void u64map_free(u64map *m);
 /* 0 on success, -1 if out of memory. Overwrites an existing value. */
 int u64map_put(u64map *m, uint64_t key, uint64_t value);
+/* The value slot of key, inserted (value 0, *added 1) when absent, so that a check for
+ * presence and an insertion cost one probe; valid until the next put, slot or del. NULL if
+ * out of memory. */
+uint64_t *u64map_slot(u64map *m, uint64_t key, int *added);
 /* 1 and *value if present, else 0. value may be NULL. */
 int u64map_get(const u64map *m, uint64_t key, uint64_t *value);
 /* 1 if it was present (and removes it), else 0. */

@@ -476,6 +476,50 @@ void ms_lines_free(ms_lines *lr)
     free(lr);
 }
 
+struct ms_bytes {
+    zin r;
+    char *path;
+};
+
+ms_status ms_bytes_open(const char *path, ms_bytes **out, ms_error *err)
+{
+    *out = NULL;
+    ms_bytes *b = calloc(1, sizeof *b);
+    if (!b || !(b->path = strdup(path))) {
+        free(b);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
+    ms_status st = zin_open(&b->r, path, err);
+    if (st != MS_OK) { free(b->path); free(b); return st; }
+    *out = b;
+    return MS_OK;
+}
+
+ms_status ms_bytes_read(ms_bytes *b, void *buf, size_t cap, size_t *got, ms_error *err)
+{
+    zin *r = &b->r;
+    if (!r->gz && r->z.avail_in == 0 && cap >= ZIN_BUF && !r->file_eof) {
+        /* a plain file read in large blocks goes straight to the caller's buffer */
+        size_t n = fread(buf, 1, cap, r->f);
+        if (n < cap) {
+            if (ferror(r->f))
+                return ms_fail_at(err, MS_ERR_IO, b->path, 0, "read error: %s", strerror(errno));
+            r->file_eof = 1;
+        }
+        *got = n;
+        return MS_OK;
+    }
+    return zin_read(r, buf, cap, got, b->path, 0, err);
+}
+
+void ms_bytes_free(ms_bytes *b)
+{
+    if (!b) return;
+    zin_close(&b->r);
+    free(b->path);
+    free(b);
+}
+
 ms_status ms_read_all(const char *path, size_t max_bytes, char **buf, size_t *len,
                       ms_error *err)
 {

@@ -81,6 +81,14 @@ uint64_t ms_lines_lineno(const ms_lines *lr);
 const char *ms_lines_path(const ms_lines *lr);
 void ms_lines_free(ms_lines *lr);
 
+/* Byte reader over the same input as the line reader (a plain file, or gzip members
+ * inflated in blocks), for binary formats. */
+typedef struct ms_bytes ms_bytes;
+ms_status ms_bytes_open(const char *path, ms_bytes **out, ms_error *err);
+/* Reads up to cap bytes into buf; *got is 0 only at the end of the data. */
+ms_status ms_bytes_read(ms_bytes *b, void *buf, size_t cap, size_t *got, ms_error *err);
+void ms_bytes_free(ms_bytes *b);
+
 /* Reads a whole file (plain or gzip) into a NUL-terminated buffer, at most max_bytes. */
 ms_status ms_read_all(const char *path, size_t max_bytes, char **buf, size_t *len, ms_error *err);
 

@@ -241,18 +241,22 @@ static int pool_erase(caching *c, cpool *p, uint32_t n)
     return 0;
 }
 
-/* The first free block with key >= (stream, size, addr). */
-static uint32_t pool_lower_bound(const caching *c, const cpool *p, int32_t stream,
-                                 uint64_t size, uint64_t addr)
+/* The first free block with key >= (stream, size, addr); *at: the link that points to
+ * it (so that it can be taken out without a second descent). */
+static uint32_t pool_lower_bound(caching *c, cpool *p, int32_t stream, uint64_t size,
+                                 uint64_t addr, uint32_t **at)
 {
-    const cblk *B = c->b;
-    uint32_t t = p->root, best = NIL;
-    while (t != NIL) {
+    cblk *B = c->b;
+    uint32_t *link = &p->root, best = NIL;
+    *at = NULL;
+    while (*link != NIL) {
+        uint32_t t = *link;
         if (key_lt(B[t].stream, B[t].size, B[t].addr, stream, size, addr)) {
-            t = B[t].right;
+            link = &B[t].right;
         } else {
             best = t;
-            t = B[t].left;
+            *at = link;
+            link = &B[t].left;
         }
     }
     return best;
@@ -307,7 +311,8 @@ static int is_split(const cblk *b) { return b->prev != NIL || b->next != NIL; }
 /* get_free_block: best fit by lower_bound, same stream, and the max_split_size rules. */
 static uint32_t get_free_block(caching *c, cpool *p, int32_t stream, uint64_t size)
 {
-    uint32_t i = pool_lower_bound(c, p, stream, size, 0);
+    uint32_t *at;
+    uint32_t i = pool_lower_bound(c, p, stream, size, 0, &at);
     if (i == NIL || c->b[i].stream != stream) return NIL;
     uint64_t bsize = c->b[i].size;
     /* Do not hand an oversize block to a request below max_split_size. */
@@ -315,7 +320,10 @@ static uint32_t get_free_block(caching *c, cpool *p, int32_t stream, uint64_t si
     /* An oversize request may take a larger cached block, but only within a limit. */
     if (size >= c->max_split && bsize >= size + ALLOC_CACHING_MAX_NON_SPLIT_ROUNDING_BYTES)
         return NIL;
-    pool_erase(c, p, i);
+    cblk *B = c->b; /* pool_erase's unlink, at the link the search found */
+    *at = tmerge(B, B[i].left, B[i].right);
+    B[i].left = B[i].right = NIL;
+    p->n--;
     return i;
 }
 
@@ -372,7 +380,8 @@ static ms_status release_available(alloc_t *a, cpool *p, int32_t stream, uint64_
     *freed = 0;
     if (c->max_split == UINT64_MAX) return MS_OK;
     uint64_t key = size < c->max_split ? c->max_split : size;
-    uint32_t i = pool_lower_bound(c, p, stream, key, 0);
+    uint32_t *at;
+    uint32_t i = pool_lower_bound(c, p, stream, key, 0, &at);
     if (i != NIL && c->b[i].stream == stream) {
         /* Oversize free blocks are whole segments: a split leaves pieces below
          * max_split_size (PyTorch relies on the same fact). */
@@ -590,7 +599,7 @@ static ms_status caching_create(alloc_t *a)
     c->rng = 0x9e3779b9u;
     c->max_split = cfg->max_split_size_bytes;
     c->divisions = cfg->roundup_power2_divisions;
-    c->live = u64map_new(1024);
+    c->live = u64map_new(64); /* grows with the live blocks; small stays in cache */
     c->segs = u64map_new(64);
     if (!c->live || !c->segs) {
         u64map_free(c->live);

@@ -61,7 +61,7 @@ blockmix *bm_new(const trace_t *t)
     blockmix *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->t = t;
-    if (!(b->live = u64map_new(1024))) {
+    if (!(b->live = u64map_new(64))) {
         free(b);
         return NULL;
     }

@@ -227,7 +227,7 @@ static ms_status emit_replay(lw *w, replay *r)
 static ms_status run_replay(lw *w, lw_layer *L, int32_t layer, const idx_list *targets,
                             double frac, int in_place)
 {
-    replay r = { L->fwd_begin, L->fwd_end, u64map_new(256), u64map_new(256), u64map_new(64),
+    replay r = { L->fwd_begin, L->fwd_end, u64map_new(32), u64map_new(32), u64map_new(32),
                  calloc(L->fwd_end - L->fwd_begin + 1, 1), frac, in_place };
     ms_status st = MS_OK;
     if (!r.seg_alloc || !r.need || !r.target || !r.op_needed) st = lw_nomem(w);

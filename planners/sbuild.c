@@ -44,33 +44,46 @@ void sbuild_at(sbuild *b, int32_t layer, trace_phase phase)
     b->phase = phase;
 }
 
+/* sbuild_act in place: the helpers below fill their action where it lies instead of
+ * copying a returned one (each copy of an action just written stalls on store
+ * forwarding; a lowering makes millions in a sweep). */
+static inline void act_init(const sbuild *b, sched_action *a, sched_kind k, sched_stream s)
+{
+    memset(a, 0, sizeof *a);
+    a->kind = k;
+    a->stream = s;
+    a->op = -1;
+    a->dha_eff = 1.0; /* the link rate: what a copy and an action without host traffic get */
+    a->layer = b->layer;
+    a->phase = b->phase;
+}
+
 sched_action sbuild_act(const sbuild *b, sched_kind k, sched_stream s)
 {
     sched_action a;
-    memset(&a, 0, sizeof a);
-    a.kind = k;
-    a.stream = s;
-    a.op = -1;
-    a.dha_eff = 1.0; /* the link rate: what a copy and an action without host traffic get */
-    a.layer = b->layer;
-    a.phase = b->phase;
+    act_init(b, &a, k, s);
     return a;
 }
 
 ms_status sbuild_put(sbuild *b, const sched_action *a)
 {
-    sched_action c = *a;
-    if (b->hook) b->hook(b->hook_ctx, &c);
-    if (sched_add(b->s, &c) != MS_OK) return ms_fail(b->err, MS_ERR_NOMEM, "%s", b->nomem_msg);
+    sched_action c;
+    if (b->hook) { /* the hook adjusts a copy; without one the action goes in as it is */
+        c = *a;
+        b->hook(b->hook_ctx, &c);
+        a = &c;
+    }
+    if (sched_add(b->s, a) != MS_OK) return ms_fail(b->err, MS_ERR_NOMEM, "%s", b->nomem_msg);
     b->actions++;
-    if (c.kind == SA_COPY_H2D) b->h2d_bytes += c.bytes;
-    if (c.kind == SA_COPY_D2H) b->d2h_bytes += c.bytes;
+    if (a->kind == SA_COPY_H2D) b->h2d_bytes += a->bytes;
+    if (a->kind == SA_COPY_D2H) b->d2h_bytes += a->bytes;
     return MS_OK;
 }
 
 ms_status sbuild_tensor(sbuild *b, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
 {
-    sched_action a = sbuild_act(b, k, s);
+    sched_action a;
+    act_init(b, &a, k, s);
     a.tensor = id;
     a.bytes = bytes;
     return sbuild_put(b, &a);
@@ -78,7 +91,8 @@ ms_status sbuild_tensor(sbuild *b, sched_kind k, sched_stream s, uint64_t id, ui
 
 ms_status sbuild_block(sbuild *b, sched_stream s, uint64_t id, uint64_t bytes, sched_block kind)
 {
-    sched_action a = sbuild_act(b, SA_ALLOC, s);
+    sched_action a;
+    act_init(b, &a, SA_ALLOC, s);
     a.tensor = id;
     a.bytes = bytes;
     a.block = (uint8_t)kind;
@@ -87,7 +101,8 @@ ms_status sbuild_block(sbuild *b, sched_stream s, uint64_t id, uint64_t bytes, s
 
 ms_status sbuild_event(sbuild *b, sched_kind k, sched_stream s, uint32_t e)
 {
-    sched_action a = sbuild_act(b, k, s);
+    sched_action a;
+    act_init(b, &a, k, s);
     a.event = e;
     return sbuild_put(b, &a);
 }

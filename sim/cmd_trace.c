@@ -1,5 +1,5 @@
-/* cmd_trace.c — `memsim trace gen | check | stats | import`: make, validate, summarize and
- * convert workload traces. */
+/* cmd_trace.c — `memsim trace gen | check | stats | import | convert`: make, validate,
+ * summarize, import and convert workload traces (text and binary forms). */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <stdio.h>
@@ -16,8 +16,11 @@ static void trace_usage(FILE *f)
                "       memsim trace stats FILE...             summary statistics\n"
                "       memsim trace import --from pytorch-snapshot IN -o OUT\n"
                "                                              convert a PyTorch memory snapshot\n"
+               "       memsim trace convert IN OUT --to binary|text\n"
+               "                                              rewrite a trace in the other form\n"
                "Run 'memsim trace SUBCOMMAND --help' for options. Traces ending in .gz are\n"
-               "read and written compressed. The format is in traces/FORMAT.md.\n"
+               "read and written compressed; every command reading a trace takes either form,\n"
+               "told by the file's first bytes. The formats are in traces/FORMAT.md.\n"
                "\nexamples (from the source directory, sim/ on the PATH):\n"
                "  memsim trace gen --model gpt2-1b --seq 1024 --batch 8 -o w.trace.gz\n"
                "  memsim trace check w.trace.gz\n"
@@ -192,6 +195,57 @@ static int trace_import(int argc, char **argv)
     return st == MS_OK ? MS_EXIT_OK : cli_fail("trace import", st, &err);
 }
 
+static void convert_usage(FILE *f)
+{
+    fprintf(f, "usage: memsim trace convert IN OUT --to binary|text\n"
+               "Rewrites a workload trace of either form (told by its first bytes) in the form\n"
+               "asked for, streaming (memory bounded whatever the size) and checking it as\n"
+               "'trace stats' does: the first problem stops it (exit 3) and OUT is not\n"
+               "written. Text written from a binary trace is the text it was made from when\n"
+               "that text is in the writer's spelling (what trace gen and import write). OUT\n"
+               "ending in .gz is compressed; '-' is standard output.\n"
+               "\nexamples (from the source directory, sim/ on the PATH):\n"
+               "  memsim trace convert big.trace big.trace.bin --to binary\n"
+               "  memsim replay --trace big.trace.bin --allocator caching\n"
+               "  memsim trace convert big.trace.bin - --to text | head\n");
+}
+
+static int trace_convert_cmd(int argc, char **argv)
+{
+    static const struct option opts[] = {{"to", required_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *to = NULL;
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': to = optarg; break;
+        case 'h': convert_usage(stdout); return MS_EXIT_OK;
+        default:
+            fprintf(stderr, "memsim trace convert: bad option '%s'\n", argv[optind - 1]);
+            return MS_EXIT_USAGE;
+        }
+    }
+    trace_form form;
+    if (to && !trace_form_parse(to, &form)) {
+        fprintf(stderr, "memsim trace convert: --to '%s': expected binary or text\n", to);
+        return MS_EXIT_USAGE;
+    }
+    if (!to || optind != argc - 2) {
+        convert_usage(stderr);
+        return MS_EXIT_USAGE;
+    }
+    ms_error err;
+    uint64_t n;
+    ms_status st = trace_convert(argv[optind], argv[optind + 1], form, &n, &err);
+    if (st != MS_OK) return cli_fail("trace convert", st, &err);
+    fprintf(stderr, "memsim trace convert: %llu records written to %s (%s)\n",
+            (unsigned long long)n, argv[optind + 1], trace_form_name(form));
+    return MS_EXIT_OK;
+}
+
 int cmd_trace(int argc, char **argv)
 {
     if (argc < 2) {
@@ -203,6 +257,7 @@ int cmd_trace(int argc, char **argv)
     if (!strcmp(sub, "check")) return trace_check(argc - 1, argv + 1);
     if (!strcmp(sub, "stats")) return trace_stats_cmd(argc - 1, argv + 1);
     if (!strcmp(sub, "import")) return trace_import(argc - 1, argv + 1);
+    if (!strcmp(sub, "convert")) return trace_convert_cmd(argc - 1, argv + 1);
     if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
         trace_usage(stdout);
         return MS_EXIT_OK;

@@ -1442,9 +1442,9 @@ static ms_status setup(ex *x)
     x->nevents = sched_event_count(x->s);
     x->reached = calloc(x->nevents ? x->nevents : 1, 1);
     x->eng = eng_new();
-    x->dev = u64map_new(1024);
+    x->dev = u64map_new(64);
     x->mix = bm_new(x->o.trace);
-    x->host = u64map_new(256);
+    x->host = u64map_new(64);
     if (!x->reached || !x->eng || !x->dev || !x->mix || !x->host)
         return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
     x->link = link_new(x->eng, x->m->link_h2d_Bps, x->m->link_d2h_Bps, x->m->link_duplex_Bps);
@@ -1477,8 +1477,8 @@ static ms_status setup(ex *x)
     x->host_clock = !x->issue && (x->host_times || x->m->host_recompute_layer_us > 0);
     if (x->issue) {
         x->h.ahead = x->o.issue_ahead < 0 ? INT64_MAX : (int64_t)x->o.issue_ahead;
-        x->duse = u64map_new(1024);
-        x->huse = u64map_new(256);
+        x->duse = u64map_new(64);
+        x->huse = u64map_new(64);
         if (!x->duse || !x->huse) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
         if (!(x->o.issue_us <= 1e12)) x->o.issue_us = 0; /* NaN or absurd: free */
     }

@@ -56,7 +56,7 @@ static ms_status rs_open(rstate *s, const replay_opts *o, replay_result *r, cons
         return ms_fail(err, MS_ERR_INVALID,
                        "replay: a device capacity or a machine with usable memory is needed");
     s->be = simbe_new(o->machine, o->capacity_bytes, 0);
-    s->addr_of = u64map_new(4096);
+    s->addr_of = u64map_new(64); /* grows with the live set; small stays in cache */
     if (!s->be || !s->addr_of) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     int scripted = o->segment_addrs && o->segment_sizes && o->n_segment_addrs;
     /* Without recorded addresses (or with --addresses recorded on a trace that has none)
@@ -112,11 +112,14 @@ static ms_status rs_alloc(rstate *s, uint64_t id, uint64_t bytes, int stream, ui
                           int *oom, ms_error *err)
 {
     replay_result *r = s->r;
-    if (u64map_get(s->addr_of, id, NULL))
-        return where(s, err, MS_ERR_PARSE, line, r->events, "allocated while live", id);
+    int added;
+    /* one probe for the check and the insertion; nothing else touches the map before the
+     * slot is filled */
+    uint64_t *slot = u64map_slot(s->addr_of, id, &added);
+    if (!slot) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    if (!added) return where(s, err, MS_ERR_PARSE, line, r->events, "allocated while live", id);
     if (s->oomed) {
-        if (u64map_put(s->addr_of, id, RS_UNPLACED))
-            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        *slot = RS_UNPLACED;
         return MS_OK;
     }
     uint64_t addr = 0;
@@ -132,15 +135,14 @@ static ms_status rs_alloc(rstate *s, uint64_t id, uint64_t bytes, int stream, ui
         r->oom_stream = stream;
         r->oom_dump = dump_text(s->a);
         s->oomed = 1;
-        if (u64map_put(s->addr_of, id, RS_UNPLACED))
-            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        *slot = RS_UNPLACED;
         return MS_OK;
     }
     if (st != MS_OK)
         return where(s, err, st, line, r->events,
                      st == MS_ERR_INVALID ? "allocator invariant violated on alloc"
                                           : "allocator failed on alloc", id);
-    if (u64map_put(s->addr_of, id, addr)) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    *slot = addr;
     r->events++;
     r->allocs++;
     return MS_OK;

@@ -291,8 +291,8 @@ simbe_t *simbe_new(const machine_t *m, uint64_t capacity_bytes, uint64_t host_ca
     simbe_t *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->segs = u64map_new(64);
-    b->handles = u64map_new(1024);
-    b->maps = u64map_new(1024);
+    b->handles = u64map_new(16);
+    b->maps = u64map_new(16);
     b->resv = u64map_new(16);
     b->hosts = u64map_new(64);
     if (!b->segs || !b->handles || !b->maps || !b->resv || !b->hosts) {

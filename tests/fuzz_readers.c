@@ -4,7 +4,8 @@
  * (sometimes gzip-compressing the result, sometimes corrupting the compressed bytes) and runs
  * every reader on it. It checks that nothing crashes, that every failure comes with a
  * "FILE:..." message, that whatever loads round-trips byte-identically (a config.json: has a
- * parameter count), and that trace_load, trace_check_file and trace_stats_file agree.
+ * parameter count), and that trace_load, trace_check_file and trace_stats_file agree. The
+ * trace's binary form is fuzzed from the same seed converted.
  * Usage: fuzz_readers [ITERATIONS_PER_READER [SEED]]  (defaults 3000 and 1). Run by make check. */
 #define _POSIX_C_SOURCE 200809L
 #include "tests/fuzz_util.h"
@@ -374,6 +375,25 @@ static void run_trace(const char *path, size_t it, tally *t)
     }
 }
 
+/* The binary form: the same checks as the text form's, and what loads also round-trips
+ * through the binary writer byte for byte. */
+static void run_bin_trace(const char *path, size_t it, tally *t)
+{
+    run_trace(path, it, t);
+    ms_error err;
+    trace_t *tr = NULL, *u = NULL;
+    if (trace_load(path, &tr, &err) != MS_OK) return;
+    const char *a = tpath("rt1.btrace"), *b = tpath("rt2.btrace");
+    if (trace_write_form(tr, a, TRACE_FORM_BINARY, &err) != MS_OK ||
+        trace_load(a, &u, &err) != MS_OK ||
+        trace_write_form(u, b, TRACE_FORM_BINARY, &err) != MS_OK || !same_file(a, b)) {
+        t->bad_roundtrip++;
+        TAP_NOTE("binary trace iteration %zu does not round-trip: %s", it, err.msg);
+    }
+    trace_free(u);
+    trace_free(tr);
+}
+
 static void run_machine(const char *path, size_t it, tally *t)
 {
     ms_error err;
@@ -547,6 +567,16 @@ int main(int argc, char **argv)
     seed_machine(tpath("seed.machine"));
     seed_plan(tpath("seed.plan"));
     fuzz("trace", "seed.trace", "case.trace", iters, run_trace, 1);
+    {
+        ms_error err;
+        uint64_t n;
+        if (trace_convert(tpath("seed.trace"), tpath("seed.btrace"), TRACE_FORM_BINARY, &n,
+                          &err) != MS_OK) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 99;
+        }
+    }
+    fuzz("binary trace", "seed.btrace", "case.btrace", iters, run_bin_trace, 1);
     fuzz("machine", "seed.machine", "case.machine", iters, run_machine, 0);
     fuzz("plan", "seed.plan", "case.plan", iters, run_plan, 0);
     seed_snapshot(tpath("seed.json"));
@@ -559,7 +589,8 @@ int main(int argc, char **argv)
                            "case.machine", "case.plan", "rt1.trace", "rt2.trace",
                            "rt1.machine", "rt2.machine", "rt1.plan", "rt2.plan",
                            "seed.json", "case.json", "seed.csv", "case.csv",
-                           "seed.config.json", "case.config.json"};
+                           "seed.config.json", "case.config.json", "seed.btrace",
+                           "case.btrace", "rt1.btrace", "rt2.btrace"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) remove(tpath(files[i]));
     if (rmdir(tmpdir) != 0) TAP_NOTE("could not remove %s", tmpdir);
     return tap_done();

@@ -161,6 +161,25 @@ static void test_map(void)
     TAP_OK(n == 50000, "iteration visits every live key once");
     u64map_free(m);
     u64map_free(NULL);
+
+    /* the keys at the ends of the range, one of which is kept beside the slot array */
+    m = u64map_new(1);
+    int added = 0;
+    uint64_t *s = u64map_slot(m, UINT64_MAX, &added);
+    ok = s && added && (*s = 7, 1) && u64map_put(m, 0, 3) == 0 &&
+         u64map_put(m, UINT64_MAX - 1, 5) == 0 && u64map_count(m) == 3 &&
+         u64map_get(m, UINT64_MAX, &v) && v == 7 && u64map_get(m, 0, &v) && v == 3 &&
+         (s = u64map_slot(m, UINT64_MAX, &added)) && !added && *s == 7;
+    uint64_t sum = 0, k;
+    it = n = 0;
+    while (u64map_next(m, &it, &k, &v)) { n++; sum += v; }
+    ok &= n == 3 && sum == 15;
+    ok &= u64map_del(m, UINT64_MAX, &v) && v == 7 && !u64map_get(m, UINT64_MAX, NULL) &&
+          !u64map_del(m, UINT64_MAX, NULL) && u64map_count(m) == 2;
+    u64map_clear(m);
+    ok &= u64map_count(m) == 0 && !u64map_get(m, 0, NULL);
+    TAP_OK(ok, "keys 0 and 2^64 - 1 are kept, found, iterated, deleted and cleared");
+    u64map_free(m);
 }
 
 static void test_simbe(void)

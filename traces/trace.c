@@ -1,10 +1,11 @@
 /* trace.c — the workload trace file format (traces/FORMAT.md, "Workload trace"): names of the
  * enums, a streaming line reader whose memory is bounded by the longest line and the op id
  * lists, a liveness checker that keeps only the live tensor set, the in-memory trace used by
- * planners and the generator, and a writer whose output reads back to the same bytes.
- * Implements trace.h; used by the generator, importers, planners, sim and runtime. */
+ * planners and the generator, and a writer whose output reads back to the same bytes; the
+ * reader takes the binary form too (traces/trace_bin.c, told by its magic), and a streaming
+ * writer writes either form. Implements trace.h; used by the generator, importers, planners, sim and runtime. */
 #define _POSIX_C_SOURCE 200809L
-#include "traces/trace.h"
+#include "traces/trace_int.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -145,7 +146,9 @@ static int valid_meta_value(const char *v)
 typedef enum line_kind { LN_REC, LN_META, LN_EOF } line_kind;
 
 struct trace_reader {
-    ms_lines *lr;
+    ms_lines *lr;              /* the text form; NULL for the binary one */
+    tbin_rd *bin;              /* the binary form */
+    char *bin_path;
     char **mkey, **mval;
     size_t n_meta, cap_meta;
     uint64_t *in, *out;        /* the current op's id lists */
@@ -156,11 +159,33 @@ struct trace_reader {
     trace_rec pending;
 };
 
-static const char *rd_path(const trace_reader *r) { return ms_lines_path(r->lr); }
-static uint64_t rd_line_no(const trace_reader *r) { return ms_lines_lineno(r->lr); }
+static const char *rd_path(const trace_reader *r)
+{
+    return r->bin ? r->bin_path : ms_lines_path(r->lr);
+}
 
-#define RD_FAIL(r, err, ...) \
-    ms_fail_at((err), MS_ERR_PARSE, rd_path(r), rd_line_no(r), __VA_ARGS__)
+static uint64_t rd_line_no(const trace_reader *r)
+{
+    return r->bin ? tbin_rd_record_no(r->bin) : ms_lines_lineno(r->lr);
+}
+
+/* "FILE:LINE: message" for text, "FILE: record N: message" for the binary form. */
+static ms_status rd_fail(const trace_reader *r, ms_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ms_status rd_fail(const trace_reader *r, ms_error *err, const char *fmt, ...)
+{
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r->bin)
+        return ms_fail_at(err, MS_ERR_PARSE, rd_path(r), 0, "record %llu: %s",
+                          (unsigned long long)rd_line_no(r), msg);
+    return ms_fail_at(err, MS_ERR_PARSE, rd_path(r), rd_line_no(r), "%s", msg);
+}
+
+#define RD_FAIL(r, err, ...) rd_fail((r), (err), __VA_ARGS__)
 
 /* Next line that is neither blank nor a comment; LN_EOF at the end. Read errors are fatal. */
 static ms_status rd_raw(trace_reader *r, char **line, ms_error *err)
@@ -212,12 +237,50 @@ static ms_status rd_header(trace_reader *r, ms_error *err)
     return MS_OK;
 }
 
+/* 1 when the file's first byte is the binary form's (0x89, which no text trace starts
+ * with): the form is told by content, never by the file's name, and a damaged magic is
+ * reported as such by the binary reader. The input is left open in *in for the binary
+ * reader, closed otherwise. */
+static ms_status rd_sniff(const char *path, ms_bytes **in, int *binary, ms_error *err)
+{
+    *binary = 0;
+    ms_status st = ms_bytes_open(path, in, err);
+    if (st != MS_OK) return st;
+    char head[TBIN_MAGIC_LEN];
+    size_t n = 0, got = 1;
+    while (n < sizeof head && got) {
+        st = ms_bytes_read(*in, head + n, sizeof head - n, &got, err);
+        if (st != MS_OK) { ms_bytes_free(*in); *in = NULL; return st; }
+        n += got;
+    }
+    *binary = n > 0 && head[0] == TBIN_MAGIC[0];
+    if (!*binary) { ms_bytes_free(*in); *in = NULL; return MS_OK; }
+    /* the binary reader reads the header from the start: open it afresh */
+    ms_bytes_free(*in);
+    return ms_bytes_open(path, in, err);
+}
+
 static ms_status rd_open(const char *path, trace_reader **out, ms_error *err)
 {
     *out = NULL;
     trace_reader *r = calloc(1, sizeof *r);
     if (!r) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-    ms_status st = ms_lines_open(path, &r->lr, err);
+    ms_bytes *in;
+    int binary;
+    ms_status st = rd_sniff(path, &in, &binary, err);
+    if (st != MS_OK) { free(r); return st; }
+    if (binary) {
+        if (!(r->bin_path = strdup(path))) {
+            ms_bytes_free(in);
+            free(r);
+            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        }
+        st = tbin_rd_open(path, in, &r->bin, err);
+        if (st != MS_OK) { free(r->bin_path); free(r); return st; }
+        *out = r;
+        return MS_OK;
+    }
+    st = ms_lines_open(path, &r->lr, err);
     if (st != MS_OK) { free(r); return st; }
     st = rd_header(r, err);
     if (st != MS_OK) { trace_reader_free(r); return st; }
@@ -574,12 +637,34 @@ static int is_meta_line(const char *line)
 
 /* Reads and parses the next line. A parse error consumes the line, so the caller may go on
  * with the next one unless r->fatal is set. */
+/* rd_line of the binary form: the same kinds, rules and consumption. */
+static ms_status rd_bin(trace_reader *r, trace_rec *rec, char **key, char **val,
+                        line_kind *kind, ms_error *err)
+{
+    tbin_kind k;
+    int fatal;
+    const char *ck = NULL, *cv = NULL;
+    ms_status st = tbin_rd_next(r->bin, rec, &ck, &cv, &k, &fatal, err);
+    if (fatal) r->fatal = 1;
+    *kind = k == TBIN_REC ? LN_REC : k == TBIN_META ? LN_META : LN_EOF;
+    if (st != MS_OK) return st;
+    if (k == TBIN_META) {
+        if (r->seen_record) return RD_FAIL(r, err, "meta after records");
+        *key = (char *)ck;
+        *val = (char *)cv;
+    } else if (k == TBIN_REC) {
+        r->seen_record = 1;
+    }
+    return MS_OK;
+}
+
 static ms_status rd_line(trace_reader *r, trace_rec *rec, char **key, char **val,
                          line_kind *kind, ms_error *err)
 {
     char *line;
     *kind = LN_EOF;
     if (r->fatal) return ms_fail_at(err, MS_ERR_IO, rd_path(r), 0, "reading stopped");
+    if (r->bin) return rd_bin(r, rec, key, val, kind, err);
     ms_status st = rd_raw(r, &line, err);
     if (st != MS_OK) return st;
     if (!line) return MS_OK;
@@ -671,6 +756,10 @@ const char *trace_reader_meta_value(const trace_reader *r, size_t i)
 
 ms_status trace_reader_next(trace_reader *r, trace_rec *rec, ms_error *err)
 {
+    if (r->bin && !r->has_pending && r->seen_record) { /* past the meta: records alone */
+        int q = tbin_rd_quick(r->bin, rec, err);
+        if (q) return q > 0 ? MS_OK : MS_ERR_PARSE;
+    }
     if (r->has_pending) {
         r->has_pending = 0;
         *rec = r->pending;
@@ -679,7 +768,8 @@ ms_status trace_reader_next(trace_reader *r, trace_rec *rec, ms_error *err)
     if (r->at_eof) return MS_ERR_LIMIT;
     char *key, *val;
     line_kind kind;
-    ms_status st = rd_line(r, rec, &key, &val, &kind, err);
+    ms_status st = r->bin && !r->fatal ? rd_bin(r, rec, &key, &val, &kind, err)
+                                       : rd_line(r, rec, &key, &val, &kind, err);
     if (st != MS_OK) return st;
     if (kind == LN_EOF) { r->at_eof = 1; return MS_ERR_LIMIT; }
     return MS_OK; /* LN_META cannot come back: after a record it is an error */
@@ -689,6 +779,8 @@ void trace_reader_free(trace_reader *r)
 {
     if (!r) return;
     ms_lines_free(r->lr);
+    tbin_rd_free(r->bin);
+    free(r->bin_path);
     for (size_t i = 0; i < r->n_meta; i++) { free(r->mkey[i]); free(r->mval[i]); }
     free(r->mkey);
     free(r->mval);
@@ -706,11 +798,14 @@ typedef struct tchk {
     /* called once per problem with its message; returns nonzero to stop checking this rec */
     int (*report)(void *ctx, const ms_error *e);
     void *ctx;
+    int by_record;             /* a binary trace: positions are record numbers */
 } tchk;
 
-static int tchk_init(tchk *c, int (*report)(void *, const ms_error *), void *ctx)
+static int tchk_init(tchk *c, int (*report)(void *, const ms_error *), void *ctx,
+                     const trace_reader *r)
 {
     memset(c, 0, sizeof *c);
+    c->by_record = r->bin != NULL;
     c->live = u64map_new(1024);
     c->report = report;
     c->ctx = ctx;
@@ -729,7 +824,10 @@ static int tchk_problem(tchk *c, const char *path, uint64_t line, const char *fm
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ms_fail_at(&e, MS_ERR_PARSE, path, line, "%s", msg);
+    if (c->by_record)
+        ms_fail_at(&e, MS_ERR_PARSE, path, 0, "record %llu: %s", (unsigned long long)line, msg);
+    else
+        ms_fail_at(&e, MS_ERR_PARSE, path, line, "%s", msg);
     return c->report(c->ctx, &e);
 }
 
@@ -813,10 +911,13 @@ ms_status trace_check_file(const char *path, FILE *diag, uint64_t max_errors,
     memset(rep, 0, sizeof *rep);
     check_ctx cx = {diag, max_errors, rep};
     tchk c;
-    if (!tchk_init(&c, check_report, &cx)) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     trace_reader *r;
     ms_status st = rd_open(path, &r, err);
-    if (st != MS_OK) { tchk_done(&c); return st; }
+    if (st != MS_OK) return st;
+    if (!tchk_init(&c, check_report, &cx, r)) {
+        trace_reader_free(r);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
     for (;;) {
         trace_rec rec;
         char *key, *val;
@@ -864,7 +965,8 @@ static ms_status scan_checked(trace_reader *r, const char *path,
 {
     ms_error first;
     tchk c;
-    if (!tchk_init(&c, first_report, &first)) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    if (!tchk_init(&c, first_report, &first, r))
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     ms_status st;
     for (;;) {
         trace_rec rec;
@@ -1030,10 +1132,22 @@ ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value)
     return trace_append(t, &r);
 }
 
+/* snprintf(buf, TRACE_NAME_MAX, "L%d.%s" or "%s", ...) by hand: the generators name every
+ * record this way, and the formatted print was a tenth of a sweep's instructions. */
 void trace_layer_name(char *buf, int layer, const char *what)
 {
-    if (layer >= 0) snprintf(buf, TRACE_NAME_MAX, "L%d.%s", layer, what);
-    else snprintf(buf, TRACE_NAME_MAX, "%s", what);
+    size_t n = 0;
+    if (layer >= 0) {
+        char d[12];
+        int k = 0;
+        unsigned v = (unsigned)layer;
+        do { d[k++] = (char)('0' + v % 10); v /= 10; } while (v);
+        buf[n++] = 'L';
+        while (k) buf[n++] = d[--k];
+        buf[n++] = '.';
+    }
+    while (*what && n < TRACE_NAME_MAX - 1) buf[n++] = *what++;
+    buf[n] = '\0';
 }
 
 void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls, int layer,
@@ -1277,6 +1391,35 @@ static int write_all(const trace_t *t, int (*emit)(void *ctx, const char *s, siz
     bad |= b.oom;
     free(b.p);
     return bad;
+}
+
+int trace_text_append(char **buf, size_t *n, size_t *cap, const trace_rec *rec)
+{
+    sbuf b = {*buf, *n, *cap, 0};
+    fmt_rec(&b, rec);
+    *buf = b.p;
+    *n = b.n;
+    *cap = b.cap;
+    return b.oom ? -1 : 0;
+}
+
+int trace_rec_valid(const trace_rec *rec) { return rec_valid(rec); }
+
+ms_status trace_scan_checked(trace_reader *r, const char *path,
+                             ms_status (*fn)(void *ctx, const trace_rec *rec, uint64_t cur),
+                             void *ctx, ms_error *err)
+{
+    return scan_checked(r, path, fn, ctx, NULL, err);
+}
+
+int trace_meta_valid(const char *key, const char *value)
+{
+    return valid_token(key, TRACE_META_KEY_MAX) && valid_meta_value(value);
+}
+
+trace_form trace_reader_form(const trace_reader *r)
+{
+    return r->bin ? TRACE_FORM_BINARY : TRACE_FORM_TEXT;
 }
 
 static int emit_out(void *ctx, const char *s, size_t n) { return ms_out_write(ctx, s, n) != 0; }

@@ -174,6 +174,32 @@ size_t trace_mem_bytes(const trace_t *t);
 ms_status trace_write(const trace_t *t, const char *path, ms_error *err);
 ms_status trace_write_fp(const trace_t *t, FILE *fp);
 
+/* ---- the two forms (traces/FORMAT.md): text, and binary for large studies ---- */
+typedef enum trace_form { TRACE_FORM_TEXT = 0, TRACE_FORM_BINARY } trace_form;
+/* "text" or "binary"; 0 for anything else. */
+int trace_form_parse(const char *s, trace_form *out);
+const char *trace_form_name(trace_form f);
+/* The form the reader found, told by the file's first bytes (never by its name). */
+trace_form trace_reader_form(const trace_reader *r);
+
+/* Streaming writer of either form: meta pairs first, then records one at a time, so that a
+ * trace of any size is written in bounded memory. Whatever it accepts reads back as the same
+ * records (MS_ERR_INVALID, "FILE: ..." for a record or meta pair the format cannot hold).
+ * The file appears only on commit; ".gz" compresses either form. */
+typedef struct trace_writer trace_writer;
+ms_status trace_writer_open(const char *path, trace_form form, trace_writer **out,
+                            ms_error *err);
+ms_status trace_writer_meta(trace_writer *w, const char *key, const char *value, ms_error *err);
+ms_status trace_writer_put(trace_writer *w, const trace_rec *rec, ms_error *err);
+ms_status trace_writer_commit(trace_writer *w, ms_error *err); /* frees w */
+void trace_writer_abort(trace_writer *w);                       /* frees w; NULL ok */
+/* The in-memory trace in the given form (TRACE_FORM_TEXT: trace_write). */
+ms_status trace_write_form(const trace_t *t, const char *path, trace_form form, ms_error *err);
+/* Streams in (either form) into out in the given form, checking it as trace_stats_file does
+ * (stops at the first problem); *records: the records copied. */
+ms_status trace_convert(const char *in, const char *out, trace_form form, uint64_t *records,
+                        ms_error *err);
+
 /* Summary statistics (memsim trace stats). */
 typedef struct trace_stats {
     uint64_t records, allocs, frees, ops, marks, iterations;
