@@ -174,41 +174,48 @@ SDPA_SHAPES = ((8, 16, 1024, 64), (2, 16, 4096, 64), (2, 25, 8192, 64), (4, 32, 
                (1, 32, 8192, 128))
 
 
+def _fwd_bwd_us(torch, fwd):
+    """Microseconds of one call of fwd() and of its backward alone: 3 warm-up rounds, then
+    10 forwards and 10 forward + backward rounds between CUDA events."""
+    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    g = torch.randn_like(fwd())
+    for _ in range(3):
+        fwd().backward(g)
+    torch.cuda.synchronize()
+    ev0.record()
+    for _ in range(10):
+        fwd()
+    ev1.record()
+    torch.cuda.synchronize()
+    f_us = ev0.elapsed_time(ev1) * 100
+    ev0.record()
+    for _ in range(10):
+        fwd().backward(g)
+    ev1.record()
+    torch.cuda.synchronize()
+    return {"fwd_us": round(f_us, 1), "bwd_us": round(ev0.elapsed_time(ev1) * 100 - f_us, 1)}
+
+
+def _qkv(torch, b, h, s, d):
+    return tuple(torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16,
+                             requires_grad=True) for _ in range(3))
+
+
 def sdpa_rates(torch):
     """SDPA (causal, bf16, the backend PyTorch picks) forward and backward times without and
     with dropout 0.1 at a few training shapes: the cost of the dropout path."""
     F = torch.nn.functional
     out = {}
-    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for b, h, s, d in SDPA_SHAPES:
-        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16,
-                               requires_grad=True) for _ in range(3))
+        q, k, v = _qkv(torch, b, h, s, d)
         row = {}
         for p in (0.0, 0.1):
-            def fwd():
-                return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-            o = fwd()
-            g = torch.randn_like(o)
-            for _ in range(3):
-                fwd().backward(g)
-            torch.cuda.synchronize()
-            ev0.record()
-            for _ in range(10):
-                o = fwd()
-            ev1.record()
-            torch.cuda.synchronize()
-            f_us = ev0.elapsed_time(ev1) * 100
-            ev0.record()
-            for _ in range(10):
-                fwd().backward(g)
-            ev1.record()
-            torch.cuda.synchronize()
-            fb_us = ev0.elapsed_time(ev1) * 100
-            row["p%.1f" % p] = {"fwd_us": round(f_us, 1), "bwd_us": round(fb_us - f_us, 1)}
+            row["p%.1f" % p] = _fwd_bwd_us(torch, lambda: F.scaled_dot_product_attention(
+                q, k, v, dropout_p=p, is_causal=True))
         row["fwd_ratio"] = round(row["p0.0"]["fwd_us"] / row["p0.1"]["fwd_us"], 4)
         row["bwd_ratio"] = round(row["p0.0"]["bwd_us"] / row["p0.1"]["bwd_us"], 4)
         out["%dx%dx%dx%d" % (b, h, s, d)] = row
-        del q, k, v, o, g
+        del q, k, v
     return out
 
 
@@ -219,33 +226,13 @@ def sdpa_hd_rates(torch):
     relative to 128."""
     F = torch.nn.functional
     out = {}
-    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for s in (2048, 4096, 8192, 16384):
         row = {}
         for d in (64, 128, 256):
-            q, k, v = (torch.randn(2, 2048 // d, s, d, device="cuda", dtype=torch.bfloat16,
-                                   requires_grad=True) for _ in range(3))
-            def fwd():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            o = fwd()
-            g = torch.randn_like(o)
-            for _ in range(3):
-                fwd().backward(g)
-            torch.cuda.synchronize()
-            ev0.record()
-            for _ in range(10):
-                o = fwd()
-            ev1.record()
-            torch.cuda.synchronize()
-            f_us = ev0.elapsed_time(ev1) * 100
-            ev0.record()
-            for _ in range(10):
-                fwd().backward(g)
-            ev1.record()
-            torch.cuda.synchronize()
-            row["d%d" % d] = {"fwd_us": round(f_us, 1),
-                              "bwd_us": round(ev0.elapsed_time(ev1) * 100 - f_us, 1)}
-            del q, k, v, o, g
+            q, k, v = _qkv(torch, 2, 2048 // d, s, d)
+            row["d%d" % d] = _fwd_bwd_us(torch, lambda: F.scaled_dot_product_attention(
+                q, k, v, is_causal=True))
+            del q, k, v
         for d in (64, 256):
             for ph in ("fwd", "bwd"):
                 row["hd%d_%s" % (d, ph)] = round(row["d128"][ph + "_us"] /
