@@ -54,7 +54,8 @@ def params(c):
         layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h
         p = L * layer + V * h + P * h + c.get("type_vocab_size", 2) * h + 2 * h + h * h + h
         return p, p
-    # RMSNorm, SwiGLU decoders: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe
+    # RMSNorm, SwiGLU decoders: llama, mistral, qwen2, qwen3, phi3 (fused qkv_proj and
+    # gate_up_proj: the same counts), mixtral, qwen2_moe
     kv = c.get("num_key_value_heads", a)
     d = c.get("head_dim") or (128 if t == "qwen3" else h // a)
     q, k = a * d, kv * d
@@ -129,8 +130,8 @@ for name in files:
            "%s %s: one CSV row, status %s, its model FLOPs give %.1f active parameters "
            "(config: %d)%s" % (name, policy, row.get("status"), p, active,
                                 "" if r.returncode == 0 else ": " + r.stderr.strip()))
-want = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "gpt2", "gpt_neox",
-        "opt", "bert"}
+want = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "gpt2",
+        "gpt_neox", "opt", "bert"}
 ok(want <= types, "a config for every supported model_type (%s)" % ", ".join(sorted(types)))
 print("1..%d" % n)
 sys.exit(1 if failed else 0)

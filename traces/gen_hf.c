@@ -165,6 +165,7 @@ uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class c
 
 hf_param *hf_lp(hf_x *x, int l, int slot) { return &x->p[1 + (size_t)l * P_SLOTS + slot]; }
 static hf_param *hf_embed(hf_x *x) { return &x->p[0]; }
+static void hf_rope_tables_l(hf_x *x, uint64_t width, int l);
 static hf_param *hf_fnorm(hf_x *x) { return &x->p[1 + (size_t)x->L * P_SLOTS]; }
 /* The LM head's weight: the embedding's when tied. */
 static hf_param *hf_headw(hf_x *x)
@@ -188,6 +189,11 @@ static void hf_plan_params(hf_x *x)
         uint64_t n[P_SLOTS] = { x->hq * h, bias ? x->hq : 0, x->kv * h, bias ? x->kv : 0,
                                 x->kv * h, bias ? x->kv : 0, h * x->hq, qk, qk, x->f * h,
                                 x->f * h, h * x->f, h, h };
+        if (x->phi3) { /* Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj */
+            n[P_Q] = (x->hq + 2 * x->kv) * h;
+            n[P_K] = n[P_V] = n[P_UP] = 0;
+            n[P_GATE] = 2 * x->f * h;
+        }
         for (int j = 0; j < P_SLOTS; j++) {
             hf_lp(x, l, j)->n = n[j];
             hf_lp(x, l, j)->layer = l;
@@ -215,7 +221,12 @@ static void hf_pname(hf_x *x, size_t i, char *nm)
     if (i == 0) snprintf(nm, TRACE_NAME_MAX, "embed_tokens.w");
     else if (&x->p[i] == hf_fnorm(x)) snprintf(nm, TRACE_NAME_MAX, "norm.w");
     else if (i == x->np - 1 && !x->tied) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
-    else snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, slot_name[(i - 1) % P_SLOTS]);
+    else {
+        size_t j = (i - 1) % P_SLOTS;
+        const char *sn = !x->phi3 ? slot_name[j] : j == P_Q ? "qkv_proj.w"
+                       : j == P_GATE ? "gate_up_proj.w" : slot_name[j];
+        snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, sn);
+    }
 }
 
 /* The model built on the GPU in its training dtype: one allocation per parameter in module
@@ -418,9 +429,52 @@ static void hf_attn_fwd_qk(hf_x *x, int l, hf_ls *s, uint64_t nout)
     hf_sdpa_fwd(x, l, s, qe, ke);
 }
 
+/* Phi-3's rotary on q or k, a view of the fused projection's output (width w, of which
+ * w / hd * rd rotate): apply_rotary_pos_emb rotates q[..., :rd] (the whole view when rd is
+ * the head dimension: a full slice is the tensor itself) and cats the pass-through part
+ * back, which allocates the result even when that part is empty; promoted to fp32 under
+ * amp. */
+static uint64_t hf_phi3_rope(hf_x *x, int l, const char *nm, uint64_t qkv, uint64_t w,
+                             trace_class ocls)
+{
+    uint64_t eb = x->amp ? F32 : x->CB, n = x->T * w;
+    uint64_t r = hf_rope_w(x, l, nm, qkv, w / x->hd * x->rd, x->CB, TC_ACT_TRANS);
+    char op[TRACE_NAME_MAX];
+    snprintf(op, sizeof op, "%s.rope_pass_cat", nm);
+    /* a pass-through part is a strided slice of qkv: cat copies it on the non-vectorized
+       path (as GPT-NeoX's) */
+    uint64_t e = x->rd < x->hd
+               ? hf_ew_nv(x, l, op, op, n * eb, ocls, r, qkv, n * eb, TK_ELEM, n)
+               : hf_ew(x, l, op, op, n * eb, ocls, r, qkv, n * eb, TK_ELEM);
+    hf_free(x, &r);
+    return e;
+}
+
+/* Phi3Attention.forward: qkv_proj, q/k/v as slices of its output (views: v, saved by SDPA,
+ * keeps the whole output alive), the layer's rotary tables (Phi3RotaryEmbedding in the
+ * attention; its first matmul makes cuBLAS's workspace), rotary, SDPA on the strided v
+ * view (assumed taken as it is: cuDNN reads strided v without a copy). */
+static void hf_phi3_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
+{
+    trace_class rc = x->amp ? TC_ACT_TRANS : TC_ACT_SKEL;
+    uint64_t qkv = hf_linear(x, l, P_Q, "qkv_proj", nout, 1, x->T, x->hq + 2 * x->kv, x->h,
+                             TC_ACT_SKEL, &s->xq);
+    hf_rope_tables_l(x, x->rd, l); /* the layer's own: recomputed with it */
+    s->pcos = x->cos;
+    s->psin = x->sin;
+    s->v = qkv;
+    uint64_t qe = hf_phi3_rope(x, l, "q", qkv, x->hq, rc);
+    uint64_t ke = hf_phi3_rope(x, l, "k", qkv, x->kv, rc);
+    hf_sdpa_fwd(x, l, s, qe, ke);
+}
+
 static void hf_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
 {
     uint64_t T = x->T, h = x->h;
+    if (x->phi3) {
+        hf_phi3_attn_fwd(x, l, s, nout);
+        return;
+    }
     if (model_has_qk_norm(&x->c->model)) {
         hf_attn_fwd_qk(x, l, s, nout);
         return;
@@ -468,6 +522,17 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
         dn = hf_moe_fwd(x, l, s);
         goto residual;
     }
+    if (x->phi3) { /* Phi3MLP: gate_up_proj, chunk (views), up * act(gate) */
+        s->gate = hf_linear(x, l, P_GATE, "gate_up_proj", s->n2out, 1, T, 2 * f, h,
+                            TC_ACT_SKEL, &s->xg);
+        s->act = hf_ew(x, l, "act", "act_out", T * f * x->CB, TC_ACT_SKEL, s->gate, 0,
+                       T * f * x->CB, TK_ACT);
+        s->prod = hf_ew(x, l, "act_mul", "act_prod", T * f * x->CB, TC_ACT_SKEL, s->gate,
+                        s->act, 2 * T * f * x->CB, TK_ELEM);
+        dn = hf_linear(x, l, P_DOWN, "down_proj", s->prod, 0, T, h, f, TC_ACT_TRANS, &xd);
+        if (x->amp) hf_free(x, &s->n2out);
+        goto residual;
+    }
     s->gate = hf_linear(x, l, P_GATE, "gate_proj", s->n2out, 1, T, f, h, TC_ACT_SKEL, &s->xg);
     s->act = hf_ew(x, l, "act", "act_out", T * f * x->CB, TC_ACT_SKEL, s->gate, 0,
                    T * f * x->CB, TK_ACT);
@@ -497,27 +562,29 @@ static uint64_t hf_embed_fwd(hf_x *x)
                 .bw = T * h * x->RB, .in = { x->tokens, hf_embed(x)->id }, .nin = 2,
                 .out = { e }, .nout = 1 };
     hf_mem_op(x, oid, o);
-    hf_rope_tables(x, hd);
+    if (!x->phi3) hf_rope_tables(x, hd); /* Phi-3: each attention makes its own */
     return e;
 }
 
 /* The rotary cos/sin of `width` columns (LlamaRotaryEmbedding.forward, GPT-NeoX's too), once
  * per forward; in iteration 0 its first matmul (inv_freq @ position_ids) makes cuBLAS's
  * workspace. */
-void hf_rope_tables(hf_x *x, uint64_t width)
+static void hf_rope_tables_l(hf_x *x, uint64_t width, int l)
 {
     uint64_t hd = width;
-    if (x->iter == 0)
+    if (x->iter == 0 && !x->ws_fwd)
         x->ws_fwd = hf_alloc(x, -1, "cublas_ws", CUBLAS_WS, TC_OTHER, -1);
     uint64_t sz = x->s * hd * x->RB;
-    uint64_t fr = hf_ew(x, -1, "rope.freqs", "rope_emb", x->s * hd * F32, TC_ACT_TRANS,
+    uint64_t fr = hf_ew(x, l, "rope.freqs", "rope_emb", x->s * hd * F32, TC_ACT_TRANS,
                         0, 0, x->s * hd / 2 * F32, TK_ELEM);
-    x->cos = hf_ew(x, -1, "rope.cos", "rope_cos", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
+    x->cos = hf_ew(x, l, "rope.cos", "rope_cos", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
                    TK_ELEM);
-    x->sin = hf_ew(x, -1, "rope.sin", "rope_sin", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
+    x->sin = hf_ew(x, l, "rope.sin", "rope_sin", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
                    TK_ELEM);
     hf_free(x, &fr);
 }
+
+void hf_rope_tables(hf_x *x, uint64_t width) { hf_rope_tables_l(x, width, -1); }
 
 /* Final norm, lm_head, then transformers 5's ForCausalLMLoss (loss/loss_utils.py):
  * logits.float(), labels padded by one and shifted (contiguous), cross_entropy = log_softmax
@@ -834,6 +901,37 @@ uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G)
     return hf_ew(x, l, op, op, n * BF16, TC_ACT_TRANS, G, 0, n * F32, TK_ELEM);
 }
 
+/* Phi3MLP backward: the product's two gradients (up's, then the activation's), the
+ * activation's, then chunk's backward cats gate's and up's into one [T, 2f] gradient for
+ * gate_up_proj. */
+static void hf_phi3_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
+{
+    uint64_t T = x->T, h = x->h, f = x->f, n = T * f * x->CB, dxa = 0;
+    uint64_t gd = hf_down16(x, l, "add2.bwd", *G);
+    uint64_t dp = hf_linear_bwd(x, l, hf_lp(x, l, P_DOWN), "down_proj", gd, x->amp, &s->prod,
+                                T, h, f, 1);
+    uint64_t du = hf_ew(x, l, "act_mul.bwd_up", "d_up", n, TC_ACT_TRANS, dp, s->act, 2 * n,
+                        TK_ELEM);
+    uint64_t da = hf_ew(x, l, "act_mul.bwd_act", "d_act", n, TC_ACT_TRANS, dp, s->gate,
+                        2 * n, TK_ELEM);
+    hf_free(x, &dp);
+    hf_free(x, &s->act);
+    uint64_t dg = hf_ew(x, l, "act.bwd", "d_gate", n, TC_ACT_TRANS, da, s->gate, 2 * n, TK_ACT);
+    hf_free(x, &da);
+    hf_free(x, &s->gate);
+    uint64_t dgu = hf_ew(x, l, "chunk.bwd_cat", "d_gate_up", 2 * n, TC_ACT_TRANS, dg, du,
+                         2 * n, TK_ELEM);
+    hf_free(x, &dg);
+    hf_free(x, &du);
+    uint64_t d = hf_linear_bwd(x, l, hf_lp(x, l, P_GATE), "gate_up_proj", dgu, 1, &s->xg, T,
+                               2 * f, h, x->amp);
+    uint64_t t = hf_up32(x, l, "gate_up_proj.xcast.bwd", &d, T * h);
+    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    if (!x->amp) hf_free(x, &s->n2out);
+    hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
+                x->insaved ? &s->r1 : NULL, G);
+}
+
 static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
 {
     uint64_t T = x->T, h = x->h, f = x->f, n = T * f * x->CB, dxa = 0;
@@ -841,6 +939,10 @@ static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
         dxa = hf_moe_bwd(x, l, s, *G);
         hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
                     x->insaved ? &s->r1 : NULL, G);
+        return;
+    }
+    if (x->phi3) {
+        hf_phi3_mlp_bwd(x, l, s, G);
         return;
     }
     /* amp: a bf16 copy of the residual gradient; else the residual gradient itself */
@@ -870,8 +972,87 @@ static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
                 x->insaved ? &s->r1 : NULL, G);
 }
 
+/* The backward of one of Phi-3's rotated views (width w) from its gradient *de: the
+ * rotated part's backward; the slices' backward (slice_backward: a zero-filled tensor of
+ * the view's shape, the gradient copied in) for the pass-through part (even when empty)
+ * and, when only part rotates, for the rotated part, summed. Returns the view's gradient in
+ * the compute dtype, [b, heads, s, hd] contiguous. */
+static uint64_t hf_phi3_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
+{
+    uint64_t n = x->T * w, wr = w / x->hd * x->rd, acc = 0;
+    char op[TRACE_NAME_MAX];
+    uint64_t r = hf_rope_bwd_w(x, l, nm, de, wr, x->CB, 1);
+    if (wr < w) {
+        snprintf(op, sizeof op, "%s.rot_slice.bwd", nm);
+        uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, r, 0, x->T * wr * x->CB,
+                           TK_ELEM);
+        hf_free(x, &r);
+        r = z;
+    }
+    hf_acc(x, l, &acc, &r, n * x->CB);
+    snprintf(op, sizeof op, "%s.pass_slice.bwd", nm);
+    uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, *de, 0,
+                       x->T * (w - wr) * x->CB, TK_ELEM);
+    hf_free(x, de);
+    hf_acc(x, l, &acc, &z, n * x->CB);
+    return acc;
+}
+
+/* A q/k/v view's gradient back to the fused output: the view(...).transpose(1, 2)'s
+ * backward reshapes a transposed gradient (a copy), then the slice's backward puts it into
+ * a zero-filled [T, q + 2 kv] tensor, summed into *acc. */
+static void hf_phi3_unslice(hf_x *x, int l, const char *nm, uint64_t *g, uint64_t w,
+                            uint64_t *acc)
+{
+    uint64_t W = x->hq + 2 * x->kv;
+    char op[TRACE_NAME_MAX];
+    snprintf(op, sizeof op, "%s.view.bwd", nm);
+    uint64_t c = hf_ew_nv(x, l, op, op, x->T * w * x->CB, TC_ACT_TRANS, *g, 0,
+                          x->T * w * x->CB, TK_ELEM, x->T * w);
+    hf_free(x, g);
+    snprintf(op, sizeof op, "%s.slice.bwd", nm);
+    uint64_t z = hf_ew_nv(x, l, op, op, x->T * W * x->CB, TC_ACT_TRANS, c, 0,
+                          x->T * W * x->CB, TK_ELEM, x->T * w);
+    hf_free(x, &c);
+    hf_acc(x, l, acc, &z, x->T * W * x->CB);
+}
+
+/* Phi3Attention backward in autograd's order: o_proj, SDPA, k's then q's rotary, v's, k's
+ * and q's slices, then qkv_proj on the summed gradient. */
+static void hf_phi3_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
+{
+    uint64_t T = x->T, h = x->h, dxa = 0, dq, dk, dv, xd = s->ao, dqkv = 0;
+    uint64_t go = hf_down16(x, l, "add1.bwd", *G);
+    uint64_t dao = hf_linear_bwd(x, l, hf_lp(x, l, P_O), "o_proj", go, x->amp, &xd, T, h,
+                                 x->hq, 0);
+    hf_sdpa_bwd(x, l, s, &dao, &dq, &dk, &dv);
+    x->cos = s->pcos;
+    x->sin = s->psin;
+    uint64_t dqe = hf_up32(x, l, "sdpa.qcast.bwd", &dq, T * x->hq);
+    uint64_t dke = hf_up32(x, l, "sdpa.kcast.bwd", &dk, T * x->kv);
+    uint64_t dk2 = hf_phi3_rope_bwd(x, l, "k", &dke, x->kv);
+    uint64_t dq2 = hf_phi3_rope_bwd(x, l, "q", &dqe, x->hq);
+    hf_free(x, &s->pcos);
+    hf_free(x, &s->psin);
+    x->cos = x->sin = 0;
+    hf_phi3_unslice(x, l, "v", &dv, x->kv, &dqkv);
+    hf_phi3_unslice(x, l, "k", &dk2, x->kv, &dqkv);
+    hf_phi3_unslice(x, l, "q", &dq2, x->hq, &dqkv);
+    uint64_t d = hf_linear_bwd(x, l, hf_lp(x, l, P_Q), "qkv_proj", dqkv, 1, &s->xq, T,
+                               x->hq + 2 * x->kv, h, x->amp);
+    uint64_t t = hf_up32(x, l, "qkv_proj.xcast.bwd", &d, T * h);
+    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    if (!x->amp) hf_free(x, &s->n1out);
+    hf_norm_bwd(x, l, "ln1", &dxa, hf_lp(x, l, P_LN1), &s->n1x, &s->n1rs, &s->n1nrm,
+                x->insaved ? &s->in : NULL, G);
+}
+
 static void hf_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
 {
+    if (x->phi3) {
+        hf_phi3_attn_bwd(x, l, s, G);
+        return;
+    }
     uint64_t T = x->T, h = x->h, dxa = 0, dq, dk, dv, xd = s->ao;
     int qk = model_has_qk_norm(&x->c->model);
     uint64_t ob = x->amp ? F32 : x->CB;
@@ -1096,6 +1277,8 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->RB = x->amp || fp32 ? F32 : BF16;
     x->insaved = x->RB == F32;
     x->gpt2 = strcmp(md->family, "gpt2") == 0;
+    x->phi3 = !strcmp(md->family, "phi3");
+    x->rd = md->rotary_pct > 0 ? (uint64_t)((double)x->hd * md->rotary_pct) : x->hd;
     x->lnfam = !strcmp(md->family, "gpt_neox") ? HF_LN_NEOX
              : !strcmp(md->family, "opt") ? HF_LN_OPT : 0;
 }
@@ -1114,8 +1297,9 @@ static void hf_plan(hf_x *x)
     else hf_plan_params(x);
 }
 
-static const char *const hf_families[] = { "llama", "mistral", "qwen2", "qwen3", "gpt2",
-                                           "gpt_neox", "opt", "mixtral", "qwen2_moe", NULL };
+static const char *const hf_families[] = { "llama", "mistral", "qwen2", "qwen3", "phi3",
+                                           "gpt2", "gpt_neox", "opt", "mixtral", "qwen2_moe",
+                                           NULL };
 
 ms_status gen_hf_check(const gen_config *c, ms_error *err)
 {
@@ -1129,7 +1313,7 @@ ms_status gen_hf_check(const gen_config *c, ms_error *err)
                        "refuses; use --framework generic for BERT", c->model.name);
     if (!ok)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
-                       "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, gpt2, "
+                       "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, phi3, gpt2, "
                        "gpt_neox, opt, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
     if (c->ep > 1)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models PyTorch eager with "

@@ -48,6 +48,7 @@ struct hf_ls {
     uint64_t n2x, n2rs, n2nrm, n2out;
     uint64_t xg, xu;           /* amp: casts of the MLP input */
     uint64_t gate, act, up, prod;
+    uint64_t pcos, psin;       /* Phi-3: the layer's own rotary tables (saved by q/k * cos) */
 };
 typedef struct hf_g2 hf_g2;    /* GPT-2's forward state (gen_hf_gpt2.c) */
 
@@ -78,6 +79,9 @@ typedef struct hf_x {
     uint64_t ws_lt;            /* cuBLASLt's workspace (the first addmm with a bias) */
     int lnfam;                 /* HF_LN_NEOX, HF_LN_OPT: gen_hf_ln.c's programs; 0 none */
     struct hf_lnm *lnm;        /* their forward state */
+    int phi3;                  /* model family phi3: fused qkv_proj and gate_up_proj (the
+                                  P_Q and P_GATE slots), rotary tables per layer */
+    uint64_t rd;               /* rotary dimensions per head (Phi-3's partial factor) */
 } hf_x;
 
 /* What differs between the families' training steps: the forward's pieces and the whole
