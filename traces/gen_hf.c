@@ -218,6 +218,10 @@ static void hf_pname(hf_x *x, size_t i, char *nm)
         hf_ln_pname(x, i, nm);
         return;
     }
+    if (x->bert) {
+        hf_bert_pname(x, i, nm);
+        return;
+    }
     if (i == 0) snprintf(nm, TRACE_NAME_MAX, "embed_tokens.w");
     else if (&x->p[i] == hf_fnorm(x)) snprintf(nm, TRACE_NAME_MAX, "norm.w");
     else if (i == x->np - 1 && !x->tied) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
@@ -816,6 +820,14 @@ static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64
     return hf_rope_bwd_w(x, l, nm, de, w, x->CB, 0);
 }
 
+/* SDPA forward FLOPs: QK^T and PV over b·heads·s² scores of head_dim, 2 FLOPs a
+ * multiply-add; causal attention computes half the scores, bidirectional (an encoder) all. */
+static double hf_attn_flops(const hf_x *x)
+{
+    double causal = 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
+    return x->c->model.is_encoder ? 2.0 * causal : causal;
+}
+
 /* The cuDNN SDPA forward op over in[0..nin) (q, k, v or a tensor they are views of): with
  * dropout (SDPA's dropout_p > 0) first the RNG seed and offset it saves, then the output and
  * the fp32 log-sum-exp, all saved for the backward. */
@@ -832,7 +844,7 @@ void hf_sdpa_fwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, ui
     }
     *ao = hf_alloc(x, l, "attn_out", T * x->hq * x->CB, TC_ACT_SKEL, (int64_t)oid);
     *lse = hf_alloc(x, l, "attn_lse", x->b * x->heads * x->s * F32, TC_ACT_SKEL, (int64_t)oid);
-    double fl = 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
+    double fl = hf_attn_flops(x);
     hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
                 .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
                 .nin = nin, .out = { *ao, *lse, *seed, *offs }, .nout = 4 };
@@ -867,7 +879,7 @@ void hf_sdpa_bwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, ui
     uint64_t acc = x->kv < x->hq ? 2 * F32 : F32;
     uint64_t ws = hf_alloc(x, l, "sdpa_bwd_ws", T * x->hq * acc + x->b * x->heads * x->s * F32
                            + SDPA_WS_EXTRA, TC_WORKSPACE, (int64_t)oid);
-    double fl = 2.5 * 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
+    double fl = 2.5 * hf_attn_flops(x);
     hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa.bwd", .flops = fl,
                 .br = T * (2 * x->hq + 2 * x->kv) * eb, .bw = T * (x->hq + 2 * x->kv) * eb,
                 .nin = nin, .out = { *dq, *dk, *dv, ws }, .nout = 4 };
@@ -1278,6 +1290,7 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->insaved = x->RB == F32;
     x->gpt2 = strcmp(md->family, "gpt2") == 0;
     x->phi3 = !strcmp(md->family, "phi3");
+    x->bert = !strcmp(md->family, "bert");
     x->rd = md->rotary_pct > 0 ? (uint64_t)((double)x->hd * md->rotary_pct) : x->hd;
     x->lnfam = !strcmp(md->family, "gpt_neox") ? HF_LN_NEOX
              : !strcmp(md->family, "opt") ? HF_LN_OPT : 0;
@@ -1287,6 +1300,7 @@ static size_t hf_nparams(const hf_x *x)
 {
     if (x->gpt2) return hf_g2_nparams(x);
     if (x->lnfam) return hf_ln_nparams(x);
+    if (x->bert) return hf_bert_nparams(x);
     return 2 + (size_t)x->L * P_SLOTS + 1;
 }
 
@@ -1294,38 +1308,36 @@ static void hf_plan(hf_x *x)
 {
     if (x->gpt2) hf_g2_plan_params(x);
     else if (x->lnfam) hf_ln_plan_params(x);
+    else if (x->bert) hf_bert_plan_params(x);
     else hf_plan_params(x);
 }
 
 static const char *const hf_families[] = { "llama", "mistral", "qwen2", "qwen3", "phi3",
-                                           "gpt2", "gpt_neox", "opt", "mixtral", "qwen2_moe",
-                                           NULL };
+                                           "gpt2", "gpt_neox", "opt", "bert", "mixtral",
+                                           "qwen2_moe", NULL };
 
 ms_status gen_hf_check(const gen_config *c, ms_error *err)
 {
     const char *fam = c->model.family;
     int ok = 0;
     for (int i = 0; hf_families[i] && !ok; i++) ok = strcmp(fam, hf_families[i]) == 0;
-    if (!strcmp(fam, "bert"))
-        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model %s: BERT is an "
-                       "encoder (bidirectional attention), and training it as a causal LM "
-                       "(AutoModelForCausalLM) needs is_decoder true, which the config reader "
-                       "refuses; use --framework generic for BERT", c->model.name);
     if (!ok)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
                        "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, phi3, gpt2, "
-                       "gpt_neox, opt, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
+                       "gpt_neox, opt, bert, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
     if (c->ep > 1)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models PyTorch eager with "
                        "transformers on one GPU, which has no expert parallelism (ep %d); use "
                        "--framework megatron (or generic) for ep > 1", c->ep);
     if (c->tp != 1 || c->cp != 1 || c->dp != 1 || c->lora || c->zero3 || c->offload ||
-        c->hf_loss || c->model.is_encoder || c->attn_impl != GEN_ATTN_FLASH)
+        c->hf_loss || (c->model.is_encoder && strcmp(fam, "bert")) ||
+        c->attn_impl != GEN_ATTN_FLASH)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models one GPU's plain training "
                        "(tp = cp = dp = 1; no lora, zero3, offload, hf_loss, attn_impl eager "
                        "or encoders)");
     if (strcmp(fam, "gpt2") == 0) return hf_g2_check(c, err);
     if (!strcmp(fam, "gpt_neox") || !strcmp(fam, "opt")) return hf_ln_check(c, err);
+    if (!strcmp(fam, "bert")) return hf_bert_check(c, err);
     if (c->model.mlp != MODEL_MLP_SWIGLU || c->model.norm != MODEL_NORM_RMS)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf: family %s needs an RMSNorm "
                        "SwiGLU model", fam);
@@ -1383,12 +1395,14 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
         hf_setup(&x);
         if (x.gpt2 && !x.st) x.st = hf_g2_begin(&x);
         if (x.lnfam && !x.st) x.st = hf_ln_begin(&x);
+        if (x.bert && !x.st) x.st = hf_bert_begin(&x);
         const hf_family *f = x.gpt2 ? &hf_family_gpt2 : x.lnfam ? &hf_family_ln
-                                                                : &hf_family_llama;
+                           : x.bert ? &hf_family_bert : &hf_family_llama;
         for (int it = 0; it < c->iterations && !x.st; it++) hf_iteration(&x, f, it);
     }
     if (x.gpt2) hf_g2_end(&x);
     if (x.lnfam) hf_ln_end(&x);
+    if (x.bert) hf_bert_end(&x);
     free(x.p);
     free(x.ls);
     free(x.mls);
