@@ -1,5 +1,6 @@
 /* gen_hf.c — the generator's hf profile: one GPU's training steps of a Hugging Face
- * transformers 5 causal LM under PyTorch 2.11 eager, as a user's loop runs them
+ * transformers 5 causal LM (or BERT's masked LM, gen_hf_bert.c) under PyTorch 2.11 eager,
+ * as a user's loop runs them
  * (`loss = model(input_ids=x, labels=x).loss; loss.backward(); opt.step(); opt.zero_grad()`
  * with torch.optim.AdamW's foreach path), in precision amp (fp32 model under
  * torch.autocast bf16), bf16 or fp32: every tensor PyTorch's caching allocator sees, in the
