@@ -528,7 +528,7 @@ grep -q "falcon.json: model_type: 'falcon' is not supported" "$T/err" && [ ! -e 
 ok $? "the model_type named, no trace written"
 expect 3 "--model config:FILE is the same route" -- "$M" simulate --model "config:$T/falcon.json" $H
 # --framework hf for a small config.json of every model_type the reader accepts: a CSV row each;
-# bert (an encoder) refused with the reason and the alternative
+# a bert sequence past its positions refused with the reason
 S='"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "vocab_size": 512'
 R='"intermediate_size": 256, "max_position_embeddings": 2048'
 KV='"num_key_value_heads": 2'
@@ -542,16 +542,18 @@ printf '{"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_
 printf '{"model_type": "gpt_neox", %s, %s, "rotary_pct": 0.25}\n' "$S" "$R" > "$T/fam-gpt_neox.json"
 printf '{"model_type": "opt", %s, "ffn_dim": 256, "max_position_embeddings": 2048, "word_embed_proj_dim": 128}\n' "$S" > "$T/fam-opt.json"
 printf '{"model_type": "bert", %s, %s}\n' "$S" "$R" > "$T/fam-bert.json"
+printf '{"model_type": "phi3", %s, %s, %s, "partial_rotary_factor": 0.75}\n' "$S" "$R" "$KV" > "$T/fam-phi3.json"
+printf '{"model_type": "bert", %s, "intermediate_size": 256, "max_position_embeddings": 512}\n' "$S" > "$T/bert512.json"
 F="--framework hf --precision amp --seq 1024 --batch 2 --machine h200-sxm --policy keep-all"
-for fam in llama mistral qwen2 qwen3 mixtral qwen2_moe gpt2 gpt_neox opt; do
+for fam in llama mistral qwen2 qwen3 phi3 mixtral qwen2_moe gpt2 gpt_neox opt bert; do
     rm -f "$T/fam.csv"
     expect 0 "--framework hf simulates a $fam config.json" -- "$M" simulate --model-config "$T/fam-$fam.json" $F --csv "$T/fam.csv"
     grep -q "^keep-all,caching,fam-$fam,h200-sxm,1024,2,1,1,1,ok," "$T/fam.csv"; ok $? "hf $fam: a CSV row, status ok"
 done
 rm -f "$T/fam.csv"
-expect 1 "--framework hf refuses bert (unsupported): exit 1" -- "$M" simulate --model-config "$T/fam-bert.json" $F --csv "$T/fam.csv"
-grep -q "BERT is an encoder" "$T/err" && grep -q "is_decoder" "$T/err" && grep -q -- "--framework generic" "$T/err" && [ ! -e "$T/fam.csv" ]
-ok $? "the bert refusal says why (an encoder; is_decoder) and what to use (--framework generic), no CSV"
+expect 1 "--framework hf refuses a bert sequence past its positions (unsupported): exit 1" -- "$M" simulate --model-config "$T/bert512.json" $F --csv "$T/fam.csv"
+grep -q "bert sequence 1024 beyond its 512 positions" "$T/err" && [ ! -e "$T/fam.csv" ]
+ok $? "the bert refusal says why (max_position_embeddings), no CSV"
 expect 4 "a missing config.json: exit 4" -- "$M" simulate --model-config "$T/none.json" $H
 expect 2 "--framework nonsense: exit 2" -- "$M" simulate --framework deepspeed $H
 grep -q -- "--framework 'deepspeed': expected one of generic, megatron, hf" "$T/err"; ok $? "the accepted frameworks are listed"

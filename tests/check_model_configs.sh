@@ -5,7 +5,8 @@
 # configs of tests/data/hf: the CSV has a row with status ok whose model FLOPs give the
 # active parameter count, and `memsim trace gen` writes the total parameter count, both equal
 # to the count computed here from the config's fields alone (the formulas of each family's
-# transformers module, not memsim's code). A family the hf profile refuses must say why and
+# transformers module, not memsim's code), and under hf the count of the model the profile
+# trains (hf_params: BertForMaskedLM for bert, whose model FLOPs count BertModel's). A family the hf profile refuses must say why and
 # exit 1, and then run under --framework generic. Needs python3 (skips, 77, without).
 set -u
 : "${MEMSIM:=sim/memsim}"
@@ -52,9 +53,14 @@ def params(c):
     if t == "bert":
         f, P = c["intermediate_size"], c["max_position_embeddings"]
         layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h
-        p = L * layer + V * h + P * h + c.get("type_vocab_size", 2) * h + 2 * h + h * h + h
-        return p, p
-    # RMSNorm, SwiGLU decoders: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe
+        body = L * layer + V * h + P * h + c.get("type_vocab_size", 2) * h + 2 * h
+        p = body + h * h + h                            # BertModel: the pooler
+        # BertForMaskedLM: no pooler; transform dense and LayerNorm, the decoder's bias (its
+        # weight tied to the word embeddings unless untied)
+        mlm = body + h * h + h + 2 * h + V + (0 if c.get("tie_word_embeddings", True) else V * h)
+        return p, p, mlm
+    # RMSNorm, SwiGLU decoders: llama, mistral, qwen2, qwen3, phi3 (fused qkv_proj and
+    # gate_up_proj: the same counts), mixtral, qwen2_moe
     kv = c.get("num_key_value_heads", a)
     d = c.get("head_dim") or (128 if t == "qwen3" else h // a)
     q, k = a * d, kv * d
@@ -87,7 +93,9 @@ for name in files:
     path = os.path.join(cfgdir, name)
     c = json.load(open(path))
     types.add(c["model_type"])
-    total, active = params(c)
+    counts = params(c)
+    total, active = counts[0], counts[1]
+    hf_total = counts[2] if len(counts) > 2 else total
     layers = c.get("num_hidden_layers", c.get("n_layer"))
     hidden = c.get("hidden_size", c.get("n_embd"))
     tr = os.path.join(tmp, name + ".trace")
@@ -112,6 +120,10 @@ for name in files:
     ok(g.returncode == 0 and int(meta.get("params", -1)) == total,
        "%s (%s, framework %s): the trace's parameter count %s is the config's %d"
        % (name, c["model_type"], fw, meta.get("params"), total))
+    if fw == "hf":
+        ok(int(meta.get("hf_params", -1)) == hf_total,
+           "%s (%s): the hf program's parameters %s are the config's %d"
+           % (name, c["model_type"], meta.get("hf_params"), hf_total))
     for policy in ("keep-all", "full-recompute"):
         out = os.path.join(tmp, "%s.%s.csv" % (name, policy))
         args = ["simulate", "--model-config", path, "--seq", str(seq), "--batch", str(batch),
@@ -129,8 +141,8 @@ for name in files:
            "%s %s: one CSV row, status %s, its model FLOPs give %.1f active parameters "
            "(config: %d)%s" % (name, policy, row.get("status"), p, active,
                                 "" if r.returncode == 0 else ": " + r.stderr.strip()))
-want = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "gpt2", "gpt_neox",
-        "opt", "bert"}
+want = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "gpt2",
+        "gpt_neox", "opt", "bert"}
 ok(want <= types, "a config for every supported model_type (%s)" % ", ".join(sorted(types)))
 print("1..%d" % n)
 sys.exit(1 if failed else 0)

@@ -1861,6 +1861,144 @@ static int hf_op_reads(const trace_t *t, const char *name, uint64_t id)
     return 0;
 }
 
+/* The first op named name: its FLOPs (-1 when there is none). */
+static double hf_op_flops(const trace_t *t, const char *name)
+{
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_OP && strcmp(r->u.op.name, name) == 0) return r->u.op.flops;
+    }
+    return -1.0;
+}
+
+/* A tiny BERT (BertForMaskedLM under --framework hf) and the same shapes as a causal OPT:
+ * bidirectional SDPA does twice the causal FLOPs forward and backward, and takes twice the
+ * time where compute bounds it; the MLM head's parameters, dropout masks and the balance. */
+static void test_hf_bert(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_ln_config("opt", "amp");
+    model_t *m = &c.model;
+    snprintf(m->name, sizeof m->name, "tiny-bert");
+    snprintf(m->family, sizeof m->family, "bert");
+    m->pos_rows = 128;
+    m->type_vocab = 2;
+    m->mlp = MODEL_MLP_GELU;
+    m->act = MODEL_ACT_GELU;
+    m->is_encoder = 1;
+    m->attn_dropout = 0.1;
+    uint64_t h = m->hidden, f = m->ffn_hidden, V = m->vocab, L = m->layers;
+    uint64_t b = c.micro_batch, s = c.seq;
+    uint64_t P = (V + 128 + 2) * h + 2 * h + L * (4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h)
+               + h * h + h + 2 * h + V;
+    TAP_OK(gen_validate(&c, &err) == MS_OK, "hf bert validates: %s", err.msg);
+    trace_t *t = NULL;
+    memset(&err, 0, sizeof err);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf bert amp trace: %s", err.msg);
+    if (!t) return;
+    walk w = validate(t);
+    TAP_OK(w.errors == 0 && w.live_left_bad == 6, "bert amp trace balanced and live: at the "
+           "end the input ids, three cuBLAS workspaces and the two embedding buffers beside the "
+           "model states (%d errors, %llu others)", w.errors,
+           (unsigned long long)w.live_left_bad);
+    TAP_OK(trace_meta_u64(t, "hf_params", 0) == P, "bert parameters as BertForMaskedLM "
+           "(no pooler; transform, LayerNorm, decoder bias; decoder tied): %llu",
+           (unsigned long long)trace_meta_u64(t, "hf_params", 0));
+    double full = 4.0 * (double)b * (double)s * (double)s * (double)h;
+    double fb = hf_op_flops(t, "L0.sdpa"), bb = hf_op_flops(t, "L0.sdpa.bwd");
+    TAP_OK(fb == full && bb == 2.5 * full, "bert: bidirectional SDPA counts every score: "
+           "forward %.0f = 4 b s^2 h, backward 2.5x (%.0f)", fb, bb);
+    TAP_OK(hf_alloc_named(t, "L0.sdpa_seed", NULL, NULL) == 8 &&
+           hf_alloc_named(t, "L0.attention.output.dropout_mask", NULL, NULL) == b * s * h &&
+           hf_alloc_named(t, "embed.drop_mask", NULL, NULL) == b * s * h,
+           "bert: SDPA's dropout saves its RNG state; hidden dropout masks of T x h bytes");
+    TAP_OK(hf_alloc_named(t, "position_ids", NULL, NULL) == 128 * 8 &&
+           hf_alloc_named(t, "token_type_ids", NULL, NULL) == 128 * 8,
+           "bert: the embeddings' position_ids and token_type_ids buffers [1, P] int64");
+    trace_free(t);
+    gen_config o = hf_ln_config("opt", "amp");
+    o.seq = c.seq;
+    trace_t *u = NULL;
+    memset(&err, 0, sizeof err);
+    TAP_OK(gen_trace(&o, mach, &u, &err) == MS_OK, "hf opt of the same shapes: %s", err.msg);
+    if (!u) return;
+    TAP_OK(hf_op_flops(u, "L0.sdpa") == full / 2 && hf_op_flops(u, "L0.sdpa.bwd") == 1.25 * full,
+           "causal SDPA (opt): half the scores, forward %.0f", hf_op_flops(u, "L0.sdpa"));
+    trace_free(u);
+    gen_config big = c;
+    big.seq = 128;
+    big.micro_batch = 64;
+    gen_config bigo = o;
+    bigo.seq = 128;
+    bigo.micro_batch = 64;
+    trace_t *tb = NULL, *ub = NULL;
+    gen_trace(&big, mach, &tb, &err);
+    gen_trace(&bigo, mach, &ub, &err);
+    double db = -1, du = -1;
+    for (size_t i = 0; tb && i < trace_count(tb); i++)
+        if (trace_get(tb, i)->type == TR_OP && !strcmp(trace_get(tb, i)->u.op.name, "L0.sdpa")) {
+            db = trace_get(tb, i)->u.op.dur_us;
+            break;
+        }
+    for (size_t i = 0; ub && i < trace_count(ub); i++)
+        if (trace_get(ub, i)->type == TR_OP && !strcmp(trace_get(ub, i)->u.op.name, "L0.sdpa")) {
+            du = trace_get(ub, i)->u.op.dur_us;
+            break;
+        }
+    TAP_OK(db > du && du > 0, "bert's SDPA takes longer than the causal one of the same shapes "
+           "(%.2f vs %.2f us)", db, du);
+    trace_free(tb);
+    trace_free(ub);
+}
+
+/* A tiny Phi-3 under --framework hf: the fused projections' parameters and outputs, the
+ * per-layer rotary tables, the balance. */
+static void test_hf_phi3(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_qwen3_config("amp");
+    model_t *m = &c.model;
+    snprintf(m->name, sizeof m->name, "tiny-phi3");
+    snprintf(m->family, sizeof m->family, "phi3");
+    m->head_dim = 0;
+    m->rotary_pct = 0;
+    uint64_t h = m->hidden, f = m->ffn_hidden, L = m->layers;
+    uint64_t d = h / m->heads, q = m->heads * d, kv = m->kv_heads * d;
+    uint64_t T = c.seq * c.micro_batch, s = c.seq;
+    TAP_OK(gen_validate(&c, &err) == MS_OK, "hf phi3 validates: %s", err.msg);
+    trace_t *t = NULL;
+    memset(&err, 0, sizeof err);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf phi3 amp trace: %s", err.msg);
+    if (!t) return;
+    TAP_OK(hf_walk_ok(t), "phi3 amp trace balanced and live");
+    TAP_OK(trace_meta_u64(t, "hf_params", 0) == model_params(m),
+           "phi3 parameters = model_params (fused, same counts): %llu",
+           (unsigned long long)trace_meta_u64(t, "hf_params", 0));
+    TAP_OK(hf_alloc_named(t, "L0.qkv_proj.w", NULL, NULL) == (q + 2 * kv) * h * 4 &&
+           hf_alloc_named(t, "L1.gate_up_proj.w", NULL, NULL) == 2 * f * h * 4 &&
+           hf_alloc_named(t, "L0.q_proj.w", NULL, NULL) == 0,
+           "phi3: qkv_proj [q + 2kv, h] and gate_up_proj [2f, h] in fp32, no q_proj");
+    trace_class cls;
+    TAP_OK(hf_alloc_named(t, "L0.qkv_proj_out", &cls, NULL) == T * (q + 2 * kv) * 2 &&
+           cls == TC_ACT_SKEL && hf_alloc_named(t, "L0.gate_up_proj_out", &cls, NULL) ==
+           T * 2 * f * 2 && cls == TC_ACT_SKEL,
+           "phi3: the fused outputs in bf16, saved (v and the chunks are their views)");
+    TAP_OK(hf_alloc_named(t, "L0.q.rope_pass_cat", NULL, NULL) == T * q * 4 &&
+           hf_alloc_named(t, "L0.qkv_proj.xcast", NULL, NULL) == T * h * 2,
+           "phi3 amp: the rotary's cat allocates q in fp32; one input cast per fused linear");
+    uint64_t tables = 0;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_ALLOC && (!strcmp(r->u.alloc.name, "L0.rope_cos") ||
+                                    !strcmp(r->u.alloc.name, "L1.rope_cos")))
+            tables++;
+    }
+    TAP_OK(tables == 2 * L && hf_alloc_named(t, "L1.rope_cos", NULL, NULL) == s * d * 4,
+           "phi3: each layer's attention makes its own cos [s, d] fp32 (%llu in 2 iterations)",
+           (unsigned long long)tables);
+    trace_free(t);
+}
+
 static void test_hf_opt(const machine_t *mach)
 {
     ms_error err;
@@ -2005,9 +2143,10 @@ static void test_hf_neox(const machine_t *mach)
     c = hf_ln_config("gpt_neox", "amp");
     snprintf(c.model.family, sizeof c.model.family, "bert");
     c.model.is_encoder = 1;
-    TAP_OK(gen_validate(&c, &err) == MS_ERR_UNSUPPORTED && strstr(err.msg, "encoder") &&
-           strstr(err.msg, "is_decoder") && strstr(err.msg, "--framework generic"),
-           "bert refused under hf, saying why and what to use: %s", err.msg);
+    TAP_OK(gen_validate(&c, &err) == MS_ERR_UNSUPPORTED && strstr(err.msg, "BertForMaskedLM") &&
+           strstr(err.msg, "learned positions"),
+           "a bert without BertForMaskedLM's layout (rotary) refused under hf, saying what is "
+           "modelled: %s", err.msg);
 }
 
 int main(void)
@@ -2040,6 +2179,8 @@ int main(void)
     test_hf_gpt2(&m);
     test_hf_qwen3(&m);
     test_hf_opt(&m);
+    test_hf_bert(&m);
+    test_hf_phi3(&m);
     test_hf_neox(&m);
     test_speed(&m);
     return tap_done();

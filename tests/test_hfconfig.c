@@ -200,6 +200,24 @@ static void test_families(void)
            "gpt_neox: rope_parameters' partial_rotary_factor when rotary_pct is absent (%s)",
            e.msg);
 
+    /* Phi-3-mini-4k's shape (its public file's sliding_window 2047 set to null) */
+    st = parse("p3.json", "{\"model_type\": \"phi3\", \"num_hidden_layers\": 32, "
+               "\"hidden_size\": 3072, \"intermediate_size\": 8192, \"num_attention_heads\": "
+               "32, \"num_key_value_heads\": 32, \"vocab_size\": 32064, "
+               "\"sliding_window\": null, \"rope_scaling\": null}", &m, &e);
+    TAP_OK(st == MS_OK && !m.tied_embeddings && m.mlp == MODEL_MLP_SWIGLU &&
+           m.norm == MODEL_NORM_RMS && m.rotary_pct == 0 && m.max_seq == 0 &&
+           model_params(&m) == 3821079552ull && !strcmp(m.family, "phi3"),
+           "phi3: untied, SwiGLU, RMSNorm, every dimension rotated, Phi-3-mini's "
+           "3 821 079 552 (%s)", e.msg);
+    st = parse("p3b.json", "{\"model_type\": \"phi3\", \"num_hidden_layers\": 1, "
+               "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 2, "
+               "\"vocab_size\": 100, \"rope_parameters\": {\"rope_type\": \"default\", "
+               "\"partial_rotary_factor\": 0.75}, \"sliding_window\": 8192}", &m, &e);
+    TAP_OK(st == MS_OK && m.rotary_pct == 0.75 && m.kv_heads == 2,
+           "phi3: partial_rotary_factor from rope_parameters, KV heads default to the heads, "
+           "a window past the context is full attention (%s)", e.msg);
+
     st = parse("o.json", "{\"model_type\": \"opt\", \"num_hidden_layers\": 24, "
                "\"hidden_size\": 2048, \"ffn_dim\": 8192, \"num_attention_heads\": 32, "
                "\"vocab_size\": 50272, \"max_position_embeddings\": 2048, "
@@ -447,6 +465,24 @@ static void test_bad_input(void)
     bad("gpt_neox rotary_pct 0", "{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 1, "
         "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 2, "
         "\"vocab_size\": 100, \"rotary_pct\": 0}", MS_ERR_INVALID, "rotary_pct");
+#define P3 "\"model_type\": \"phi3\", \"num_hidden_layers\": 1, \"hidden_size\": 64, " \
+           "\"intermediate_size\": 128, \"num_attention_heads\": 2, \"vocab_size\": 100, "
+    bad("phi3 with Phi-3-mini-4k's sliding window", "{" P3 "\"sliding_window\": 2047}",
+        MS_ERR_INVALID, "sliding_window");
+    bad("phi3 longrope rope_scaling", "{" P3 "\"rope_scaling\": {\"type\": \"longrope\", "
+        "\"short_factor\": [1.0], \"long_factor\": [1.0]}}", MS_ERR_INVALID, "rope_scaling");
+    bad("phi3 rope_parameters of another type", "{" P3 "\"rope_parameters\": {\"rope_type\": "
+        "\"yarn\", \"factor\": 4.0}}", MS_ERR_INVALID, "rope_parameters");
+    bad("phi3 rope_scaling not an object", "{" P3 "\"rope_scaling\": 2}", MS_ERR_INVALID,
+        "rope_scaling");
+    bad("phi3 partial_rotary_factor giving an odd count", "{" P3
+        "\"partial_rotary_factor\": 0.3}", MS_ERR_INVALID, "partial_rotary_factor");
+    bad("phi3 partial_rotary_factor 0", "{" P3 "\"partial_rotary_factor\": 0}",
+        MS_ERR_INVALID, "partial_rotary_factor");
+    bad("phi3 residual dropout", "{" P3 "\"resid_pdrop\": 0.1}", MS_ERR_INVALID,
+        "resid_pdrop");
+    bad("phi3 attention dropout", "{" P3 "\"attention_dropout\": 0.1}", MS_ERR_INVALID,
+        "attention_dropout");
     model_t m;
     ms_error e;
     TAP_OK(hfc_load("/nonexistent/config.json", &m, &e) == MS_ERR_IO &&

@@ -1,5 +1,6 @@
 /* gen_hf.c — the generator's hf profile: one GPU's training steps of a Hugging Face
- * transformers 5 causal LM under PyTorch 2.11 eager, as a user's loop runs them
+ * transformers 5 causal LM (or BERT's masked LM, gen_hf_bert.c) under PyTorch 2.11 eager,
+ * as a user's loop runs them
  * (`loss = model(input_ids=x, labels=x).loss; loss.backward(); opt.step(); opt.zero_grad()`
  * with torch.optim.AdamW's foreach path), in precision amp (fp32 model under
  * torch.autocast bf16), bf16 or fp32: every tensor PyTorch's caching allocator sees, in the
@@ -165,6 +166,7 @@ uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class c
 
 hf_param *hf_lp(hf_x *x, int l, int slot) { return &x->p[1 + (size_t)l * P_SLOTS + slot]; }
 static hf_param *hf_embed(hf_x *x) { return &x->p[0]; }
+static void hf_rope_tables_l(hf_x *x, uint64_t width, int l);
 static hf_param *hf_fnorm(hf_x *x) { return &x->p[1 + (size_t)x->L * P_SLOTS]; }
 /* The LM head's weight: the embedding's when tied. */
 static hf_param *hf_headw(hf_x *x)
@@ -188,6 +190,11 @@ static void hf_plan_params(hf_x *x)
         uint64_t n[P_SLOTS] = { x->hq * h, bias ? x->hq : 0, x->kv * h, bias ? x->kv : 0,
                                 x->kv * h, bias ? x->kv : 0, h * x->hq, qk, qk, x->f * h,
                                 x->f * h, h * x->f, h, h };
+        if (x->phi3) { /* Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj */
+            n[P_Q] = (x->hq + 2 * x->kv) * h;
+            n[P_K] = n[P_V] = n[P_UP] = 0;
+            n[P_GATE] = 2 * x->f * h;
+        }
         for (int j = 0; j < P_SLOTS; j++) {
             hf_lp(x, l, j)->n = n[j];
             hf_lp(x, l, j)->layer = l;
@@ -212,10 +219,19 @@ static void hf_pname(hf_x *x, size_t i, char *nm)
         hf_ln_pname(x, i, nm);
         return;
     }
+    if (x->bert) {
+        hf_bert_pname(x, i, nm);
+        return;
+    }
     if (i == 0) snprintf(nm, TRACE_NAME_MAX, "embed_tokens.w");
     else if (&x->p[i] == hf_fnorm(x)) snprintf(nm, TRACE_NAME_MAX, "norm.w");
     else if (i == x->np - 1 && !x->tied) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
-    else snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, slot_name[(i - 1) % P_SLOTS]);
+    else {
+        size_t j = (i - 1) % P_SLOTS;
+        const char *sn = !x->phi3 ? slot_name[j] : j == P_Q ? "qkv_proj.w"
+                       : j == P_GATE ? "gate_up_proj.w" : slot_name[j];
+        snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, sn);
+    }
 }
 
 /* The model built on the GPU in its training dtype: one allocation per parameter in module
@@ -418,9 +434,52 @@ static void hf_attn_fwd_qk(hf_x *x, int l, hf_ls *s, uint64_t nout)
     hf_sdpa_fwd(x, l, s, qe, ke);
 }
 
+/* Phi-3's rotary on q or k, a view of the fused projection's output (width w, of which
+ * w / hd * rd rotate): apply_rotary_pos_emb rotates q[..., :rd] (the whole view when rd is
+ * the head dimension: a full slice is the tensor itself) and cats the pass-through part
+ * back, which allocates the result even when that part is empty; promoted to fp32 under
+ * amp. */
+static uint64_t hf_phi3_rope(hf_x *x, int l, const char *nm, uint64_t qkv, uint64_t w,
+                             trace_class ocls)
+{
+    uint64_t eb = x->amp ? F32 : x->CB, n = x->T * w;
+    uint64_t r = hf_rope_w(x, l, nm, qkv, w / x->hd * x->rd, x->CB, TC_ACT_TRANS);
+    char op[TRACE_NAME_MAX];
+    snprintf(op, sizeof op, "%s.rope_pass_cat", nm);
+    /* a pass-through part is a strided slice of qkv: cat copies it on the non-vectorized
+       path (as GPT-NeoX's) */
+    uint64_t e = x->rd < x->hd
+               ? hf_ew_nv(x, l, op, op, n * eb, ocls, r, qkv, n * eb, TK_ELEM, n)
+               : hf_ew(x, l, op, op, n * eb, ocls, r, qkv, n * eb, TK_ELEM);
+    hf_free(x, &r);
+    return e;
+}
+
+/* Phi3Attention.forward: qkv_proj, q/k/v as slices of its output (views: v, saved by SDPA,
+ * keeps the whole output alive), the layer's rotary tables (Phi3RotaryEmbedding in the
+ * attention; its first matmul makes cuBLAS's workspace), rotary, SDPA on the strided v
+ * view (assumed taken as it is: cuDNN reads strided v without a copy). */
+static void hf_phi3_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
+{
+    trace_class rc = x->amp ? TC_ACT_TRANS : TC_ACT_SKEL;
+    uint64_t qkv = hf_linear(x, l, P_Q, "qkv_proj", nout, 1, x->T, x->hq + 2 * x->kv, x->h,
+                             TC_ACT_SKEL, &s->xq);
+    hf_rope_tables_l(x, x->rd, l); /* the layer's own: recomputed with it */
+    s->pcos = x->cos;
+    s->psin = x->sin;
+    s->v = qkv;
+    uint64_t qe = hf_phi3_rope(x, l, "q", qkv, x->hq, rc);
+    uint64_t ke = hf_phi3_rope(x, l, "k", qkv, x->kv, rc);
+    hf_sdpa_fwd(x, l, s, qe, ke);
+}
+
 static void hf_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
 {
     uint64_t T = x->T, h = x->h;
+    if (x->phi3) {
+        hf_phi3_attn_fwd(x, l, s, nout);
+        return;
+    }
     if (model_has_qk_norm(&x->c->model)) {
         hf_attn_fwd_qk(x, l, s, nout);
         return;
@@ -468,6 +527,17 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
         dn = hf_moe_fwd(x, l, s);
         goto residual;
     }
+    if (x->phi3) { /* Phi3MLP: gate_up_proj, chunk (views), up * act(gate) */
+        s->gate = hf_linear(x, l, P_GATE, "gate_up_proj", s->n2out, 1, T, 2 * f, h,
+                            TC_ACT_SKEL, &s->xg);
+        s->act = hf_ew(x, l, "act", "act_out", T * f * x->CB, TC_ACT_SKEL, s->gate, 0,
+                       T * f * x->CB, TK_ACT);
+        s->prod = hf_ew(x, l, "act_mul", "act_prod", T * f * x->CB, TC_ACT_SKEL, s->gate,
+                        s->act, 2 * T * f * x->CB, TK_ELEM);
+        dn = hf_linear(x, l, P_DOWN, "down_proj", s->prod, 0, T, h, f, TC_ACT_TRANS, &xd);
+        if (x->amp) hf_free(x, &s->n2out);
+        goto residual;
+    }
     s->gate = hf_linear(x, l, P_GATE, "gate_proj", s->n2out, 1, T, f, h, TC_ACT_SKEL, &s->xg);
     s->act = hf_ew(x, l, "act", "act_out", T * f * x->CB, TC_ACT_SKEL, s->gate, 0,
                    T * f * x->CB, TK_ACT);
@@ -497,27 +567,29 @@ static uint64_t hf_embed_fwd(hf_x *x)
                 .bw = T * h * x->RB, .in = { x->tokens, hf_embed(x)->id }, .nin = 2,
                 .out = { e }, .nout = 1 };
     hf_mem_op(x, oid, o);
-    hf_rope_tables(x, hd);
+    if (!x->phi3) hf_rope_tables(x, hd); /* Phi-3: each attention makes its own */
     return e;
 }
 
 /* The rotary cos/sin of `width` columns (LlamaRotaryEmbedding.forward, GPT-NeoX's too), once
  * per forward; in iteration 0 its first matmul (inv_freq @ position_ids) makes cuBLAS's
  * workspace. */
-void hf_rope_tables(hf_x *x, uint64_t width)
+static void hf_rope_tables_l(hf_x *x, uint64_t width, int l)
 {
     uint64_t hd = width;
-    if (x->iter == 0)
+    if (x->iter == 0 && !x->ws_fwd)
         x->ws_fwd = hf_alloc(x, -1, "cublas_ws", CUBLAS_WS, TC_OTHER, -1);
     uint64_t sz = x->s * hd * x->RB;
-    uint64_t fr = hf_ew(x, -1, "rope.freqs", "rope_emb", x->s * hd * F32, TC_ACT_TRANS,
+    uint64_t fr = hf_ew(x, l, "rope.freqs", "rope_emb", x->s * hd * F32, TC_ACT_TRANS,
                         0, 0, x->s * hd / 2 * F32, TK_ELEM);
-    x->cos = hf_ew(x, -1, "rope.cos", "rope_cos", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
+    x->cos = hf_ew(x, l, "rope.cos", "rope_cos", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
                    TK_ELEM);
-    x->sin = hf_ew(x, -1, "rope.sin", "rope_sin", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
+    x->sin = hf_ew(x, l, "rope.sin", "rope_sin", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
                    TK_ELEM);
     hf_free(x, &fr);
 }
+
+void hf_rope_tables(hf_x *x, uint64_t width) { hf_rope_tables_l(x, width, -1); }
 
 /* Final norm, lm_head, then transformers 5's ForCausalLMLoss (loss/loss_utils.py):
  * logits.float(), labels padded by one and shifted (contiguous), cross_entropy = log_softmax
@@ -749,6 +821,14 @@ static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64
     return hf_rope_bwd_w(x, l, nm, de, w, x->CB, 0);
 }
 
+/* SDPA forward FLOPs: QK^T and PV over b·heads·s² scores of head_dim, 2 FLOPs a
+ * multiply-add; causal attention computes half the scores, bidirectional (an encoder) all. */
+static double hf_attn_flops(const hf_x *x)
+{
+    double causal = 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
+    return x->c->model.is_encoder ? 2.0 * causal : causal;
+}
+
 /* The cuDNN SDPA forward op over in[0..nin) (q, k, v or a tensor they are views of): with
  * dropout (SDPA's dropout_p > 0) first the RNG seed and offset it saves, then the output and
  * the fp32 log-sum-exp, all saved for the backward. */
@@ -765,7 +845,7 @@ void hf_sdpa_fwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, ui
     }
     *ao = hf_alloc(x, l, "attn_out", T * x->hq * x->CB, TC_ACT_SKEL, (int64_t)oid);
     *lse = hf_alloc(x, l, "attn_lse", x->b * x->heads * x->s * F32, TC_ACT_SKEL, (int64_t)oid);
-    double fl = 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
+    double fl = hf_attn_flops(x);
     hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
                 .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
                 .nin = nin, .out = { *ao, *lse, *seed, *offs }, .nout = 4 };
@@ -800,7 +880,7 @@ void hf_sdpa_bwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, ui
     uint64_t acc = x->kv < x->hq ? 2 * F32 : F32;
     uint64_t ws = hf_alloc(x, l, "sdpa_bwd_ws", T * x->hq * acc + x->b * x->heads * x->s * F32
                            + SDPA_WS_EXTRA, TC_WORKSPACE, (int64_t)oid);
-    double fl = 2.5 * 2.0 * (double)x->b * (double)x->s * (double)x->s * (double)x->hq;
+    double fl = 2.5 * hf_attn_flops(x);
     hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa.bwd", .flops = fl,
                 .br = T * (2 * x->hq + 2 * x->kv) * eb, .bw = T * (x->hq + 2 * x->kv) * eb,
                 .nin = nin, .out = { *dq, *dk, *dv, ws }, .nout = 4 };
@@ -834,6 +914,37 @@ uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G)
     return hf_ew(x, l, op, op, n * BF16, TC_ACT_TRANS, G, 0, n * F32, TK_ELEM);
 }
 
+/* Phi3MLP backward: the product's two gradients (up's, then the activation's), the
+ * activation's, then chunk's backward cats gate's and up's into one [T, 2f] gradient for
+ * gate_up_proj. */
+static void hf_phi3_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
+{
+    uint64_t T = x->T, h = x->h, f = x->f, n = T * f * x->CB, dxa = 0;
+    uint64_t gd = hf_down16(x, l, "add2.bwd", *G);
+    uint64_t dp = hf_linear_bwd(x, l, hf_lp(x, l, P_DOWN), "down_proj", gd, x->amp, &s->prod,
+                                T, h, f, 1);
+    uint64_t du = hf_ew(x, l, "act_mul.bwd_up", "d_up", n, TC_ACT_TRANS, dp, s->act, 2 * n,
+                        TK_ELEM);
+    uint64_t da = hf_ew(x, l, "act_mul.bwd_act", "d_act", n, TC_ACT_TRANS, dp, s->gate,
+                        2 * n, TK_ELEM);
+    hf_free(x, &dp);
+    hf_free(x, &s->act);
+    uint64_t dg = hf_ew(x, l, "act.bwd", "d_gate", n, TC_ACT_TRANS, da, s->gate, 2 * n, TK_ACT);
+    hf_free(x, &da);
+    hf_free(x, &s->gate);
+    uint64_t dgu = hf_ew(x, l, "chunk.bwd_cat", "d_gate_up", 2 * n, TC_ACT_TRANS, dg, du,
+                         2 * n, TK_ELEM);
+    hf_free(x, &dg);
+    hf_free(x, &du);
+    uint64_t d = hf_linear_bwd(x, l, hf_lp(x, l, P_GATE), "gate_up_proj", dgu, 1, &s->xg, T,
+                               2 * f, h, x->amp);
+    uint64_t t = hf_up32(x, l, "gate_up_proj.xcast.bwd", &d, T * h);
+    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    if (!x->amp) hf_free(x, &s->n2out);
+    hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
+                x->insaved ? &s->r1 : NULL, G);
+}
+
 static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
 {
     uint64_t T = x->T, h = x->h, f = x->f, n = T * f * x->CB, dxa = 0;
@@ -841,6 +952,10 @@ static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
         dxa = hf_moe_bwd(x, l, s, *G);
         hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
                     x->insaved ? &s->r1 : NULL, G);
+        return;
+    }
+    if (x->phi3) {
+        hf_phi3_mlp_bwd(x, l, s, G);
         return;
     }
     /* amp: a bf16 copy of the residual gradient; else the residual gradient itself */
@@ -870,8 +985,87 @@ static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
                 x->insaved ? &s->r1 : NULL, G);
 }
 
+/* The backward of one of Phi-3's rotated views (width w) from its gradient *de: the
+ * rotated part's backward; the slices' backward (slice_backward: a zero-filled tensor of
+ * the view's shape, the gradient copied in) for the pass-through part (even when empty)
+ * and, when only part rotates, for the rotated part, summed. Returns the view's gradient in
+ * the compute dtype, [b, heads, s, hd] contiguous. */
+static uint64_t hf_phi3_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
+{
+    uint64_t n = x->T * w, wr = w / x->hd * x->rd, acc = 0;
+    char op[TRACE_NAME_MAX];
+    uint64_t r = hf_rope_bwd_w(x, l, nm, de, wr, x->CB, 1);
+    if (wr < w) {
+        snprintf(op, sizeof op, "%s.rot_slice.bwd", nm);
+        uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, r, 0, x->T * wr * x->CB,
+                           TK_ELEM);
+        hf_free(x, &r);
+        r = z;
+    }
+    hf_acc(x, l, &acc, &r, n * x->CB);
+    snprintf(op, sizeof op, "%s.pass_slice.bwd", nm);
+    uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, *de, 0,
+                       x->T * (w - wr) * x->CB, TK_ELEM);
+    hf_free(x, de);
+    hf_acc(x, l, &acc, &z, n * x->CB);
+    return acc;
+}
+
+/* A q/k/v view's gradient back to the fused output: the view(...).transpose(1, 2)'s
+ * backward reshapes a transposed gradient (a copy), then the slice's backward puts it into
+ * a zero-filled [T, q + 2 kv] tensor, summed into *acc. */
+static void hf_phi3_unslice(hf_x *x, int l, const char *nm, uint64_t *g, uint64_t w,
+                            uint64_t *acc)
+{
+    uint64_t W = x->hq + 2 * x->kv;
+    char op[TRACE_NAME_MAX];
+    snprintf(op, sizeof op, "%s.view.bwd", nm);
+    uint64_t c = hf_ew_nv(x, l, op, op, x->T * w * x->CB, TC_ACT_TRANS, *g, 0,
+                          x->T * w * x->CB, TK_ELEM, x->T * w);
+    hf_free(x, g);
+    snprintf(op, sizeof op, "%s.slice.bwd", nm);
+    uint64_t z = hf_ew_nv(x, l, op, op, x->T * W * x->CB, TC_ACT_TRANS, c, 0,
+                          x->T * W * x->CB, TK_ELEM, x->T * w);
+    hf_free(x, &c);
+    hf_acc(x, l, acc, &z, x->T * W * x->CB);
+}
+
+/* Phi3Attention backward in autograd's order: o_proj, SDPA, k's then q's rotary, v's, k's
+ * and q's slices, then qkv_proj on the summed gradient. */
+static void hf_phi3_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
+{
+    uint64_t T = x->T, h = x->h, dxa = 0, dq, dk, dv, xd = s->ao, dqkv = 0;
+    uint64_t go = hf_down16(x, l, "add1.bwd", *G);
+    uint64_t dao = hf_linear_bwd(x, l, hf_lp(x, l, P_O), "o_proj", go, x->amp, &xd, T, h,
+                                 x->hq, 0);
+    hf_sdpa_bwd(x, l, s, &dao, &dq, &dk, &dv);
+    x->cos = s->pcos;
+    x->sin = s->psin;
+    uint64_t dqe = hf_up32(x, l, "sdpa.qcast.bwd", &dq, T * x->hq);
+    uint64_t dke = hf_up32(x, l, "sdpa.kcast.bwd", &dk, T * x->kv);
+    uint64_t dk2 = hf_phi3_rope_bwd(x, l, "k", &dke, x->kv);
+    uint64_t dq2 = hf_phi3_rope_bwd(x, l, "q", &dqe, x->hq);
+    hf_free(x, &s->pcos);
+    hf_free(x, &s->psin);
+    x->cos = x->sin = 0;
+    hf_phi3_unslice(x, l, "v", &dv, x->kv, &dqkv);
+    hf_phi3_unslice(x, l, "k", &dk2, x->kv, &dqkv);
+    hf_phi3_unslice(x, l, "q", &dq2, x->hq, &dqkv);
+    uint64_t d = hf_linear_bwd(x, l, hf_lp(x, l, P_Q), "qkv_proj", dqkv, 1, &s->xq, T,
+                               x->hq + 2 * x->kv, h, x->amp);
+    uint64_t t = hf_up32(x, l, "qkv_proj.xcast.bwd", &d, T * h);
+    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    if (!x->amp) hf_free(x, &s->n1out);
+    hf_norm_bwd(x, l, "ln1", &dxa, hf_lp(x, l, P_LN1), &s->n1x, &s->n1rs, &s->n1nrm,
+                x->insaved ? &s->in : NULL, G);
+}
+
 static void hf_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
 {
+    if (x->phi3) {
+        hf_phi3_attn_bwd(x, l, s, G);
+        return;
+    }
     uint64_t T = x->T, h = x->h, dxa = 0, dq, dk, dv, xd = s->ao;
     int qk = model_has_qk_norm(&x->c->model);
     uint64_t ob = x->amp ? F32 : x->CB;
@@ -1096,6 +1290,9 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->RB = x->amp || fp32 ? F32 : BF16;
     x->insaved = x->RB == F32;
     x->gpt2 = strcmp(md->family, "gpt2") == 0;
+    x->phi3 = !strcmp(md->family, "phi3");
+    x->bert = !strcmp(md->family, "bert");
+    x->rd = md->rotary_pct > 0 ? (uint64_t)((double)x->hd * md->rotary_pct) : x->hd;
     x->lnfam = !strcmp(md->family, "gpt_neox") ? HF_LN_NEOX
              : !strcmp(md->family, "opt") ? HF_LN_OPT : 0;
 }
@@ -1104,6 +1301,7 @@ static size_t hf_nparams(const hf_x *x)
 {
     if (x->gpt2) return hf_g2_nparams(x);
     if (x->lnfam) return hf_ln_nparams(x);
+    if (x->bert) return hf_bert_nparams(x);
     return 2 + (size_t)x->L * P_SLOTS + 1;
 }
 
@@ -1111,37 +1309,36 @@ static void hf_plan(hf_x *x)
 {
     if (x->gpt2) hf_g2_plan_params(x);
     else if (x->lnfam) hf_ln_plan_params(x);
+    else if (x->bert) hf_bert_plan_params(x);
     else hf_plan_params(x);
 }
 
-static const char *const hf_families[] = { "llama", "mistral", "qwen2", "qwen3", "gpt2",
-                                           "gpt_neox", "opt", "mixtral", "qwen2_moe", NULL };
+static const char *const hf_families[] = { "llama", "mistral", "qwen2", "qwen3", "phi3",
+                                           "gpt2", "gpt_neox", "opt", "bert", "mixtral",
+                                           "qwen2_moe", NULL };
 
 ms_status gen_hf_check(const gen_config *c, ms_error *err)
 {
     const char *fam = c->model.family;
     int ok = 0;
     for (int i = 0; hf_families[i] && !ok; i++) ok = strcmp(fam, hf_families[i]) == 0;
-    if (!strcmp(fam, "bert"))
-        return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model %s: BERT is an "
-                       "encoder (bidirectional attention), and training it as a causal LM "
-                       "(AutoModelForCausalLM) needs is_decoder true, which the config reader "
-                       "refuses; use --framework generic for BERT", c->model.name);
     if (!ok)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
-                       "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, gpt2, "
-                       "gpt_neox, opt, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
+                       "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, phi3, gpt2, "
+                       "gpt_neox, opt, bert, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
     if (c->ep > 1)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models PyTorch eager with "
                        "transformers on one GPU, which has no expert parallelism (ep %d); use "
                        "--framework megatron (or generic) for ep > 1", c->ep);
     if (c->tp != 1 || c->cp != 1 || c->dp != 1 || c->lora || c->zero3 || c->offload ||
-        c->hf_loss || c->model.is_encoder || c->attn_impl != GEN_ATTN_FLASH)
+        c->hf_loss || (c->model.is_encoder && strcmp(fam, "bert")) ||
+        c->attn_impl != GEN_ATTN_FLASH)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models one GPU's plain training "
                        "(tp = cp = dp = 1; no lora, zero3, offload, hf_loss, attn_impl eager "
                        "or encoders)");
     if (strcmp(fam, "gpt2") == 0) return hf_g2_check(c, err);
     if (!strcmp(fam, "gpt_neox") || !strcmp(fam, "opt")) return hf_ln_check(c, err);
+    if (!strcmp(fam, "bert")) return hf_bert_check(c, err);
     if (c->model.mlp != MODEL_MLP_SWIGLU || c->model.norm != MODEL_NORM_RMS)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf: family %s needs an RMSNorm "
                        "SwiGLU model", fam);
@@ -1199,12 +1396,14 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
         hf_setup(&x);
         if (x.gpt2 && !x.st) x.st = hf_g2_begin(&x);
         if (x.lnfam && !x.st) x.st = hf_ln_begin(&x);
+        if (x.bert && !x.st) x.st = hf_bert_begin(&x);
         const hf_family *f = x.gpt2 ? &hf_family_gpt2 : x.lnfam ? &hf_family_ln
-                                                                : &hf_family_llama;
+                           : x.bert ? &hf_family_bert : &hf_family_llama;
         for (int it = 0; it < c->iterations && !x.st; it++) hf_iteration(&x, f, it);
     }
     if (x.gpt2) hf_g2_end(&x);
     if (x.lnfam) hf_ln_end(&x);
+    if (x.bert) hf_bert_end(&x);
     free(x.p);
     free(x.ls);
     free(x.mls);

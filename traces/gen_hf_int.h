@@ -48,6 +48,7 @@ struct hf_ls {
     uint64_t n2x, n2rs, n2nrm, n2out;
     uint64_t xg, xu;           /* amp: casts of the MLP input */
     uint64_t gate, act, up, prod;
+    uint64_t pcos, psin;       /* Phi-3: the layer's own rotary tables (saved by q/k * cos) */
 };
 typedef struct hf_g2 hf_g2;    /* GPT-2's forward state (gen_hf_gpt2.c) */
 
@@ -78,6 +79,11 @@ typedef struct hf_x {
     uint64_t ws_lt;            /* cuBLASLt's workspace (the first addmm with a bias) */
     int lnfam;                 /* HF_LN_NEOX, HF_LN_OPT: gen_hf_ln.c's programs; 0 none */
     struct hf_lnm *lnm;        /* their forward state */
+    int phi3;                  /* model family phi3: fused qkv_proj and gate_up_proj (the
+                                  P_Q and P_GATE slots), rotary tables per layer */
+    uint64_t rd;               /* rotary dimensions per head (Phi-3's partial factor) */
+    int bert;                  /* model family bert: gen_hf_bert.c's program */
+    struct hf_bert *brt;       /* its forward state */
 } hf_x;
 
 /* What differs between the families' training steps: the forward's pieces and the whole
@@ -90,6 +96,7 @@ typedef struct hf_family {
 } hf_family;
 extern const hf_family hf_family_gpt2;   /* gen_hf_gpt2.c */
 extern const hf_family hf_family_ln;     /* gen_hf_ln.c: GPT-NeoX and OPT */
+extern const hf_family hf_family_bert;   /* gen_hf_bert.c: BertForMaskedLM */
 
 typedef struct hf_op {
     trace_opkind kind;
@@ -190,6 +197,13 @@ ms_status hf_ln_begin(hf_x *x);
 void hf_ln_end(hf_x *x);
 ms_status hf_ln_check(const gen_config *c, ms_error *err);
 
+/* BERT (gen_hf_bert.c): as GPT-2's entry points. */
+size_t hf_bert_nparams(const hf_x *x);
+void hf_bert_plan_params(hf_x *x);
+void hf_bert_pname(const hf_x *x, size_t i, char *nm);
+ms_status hf_bert_begin(hf_x *x);
+void hf_bert_end(hf_x *x);
+ms_status hf_bert_check(const gen_config *c, ms_error *err);
 
 /* Shared by the LLaMA-family program (gen_hf.c) and the MoE layer (gen_hf_moe.c). */
 void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes);

@@ -3,8 +3,8 @@
  * the families (key names, Hugging Face defaults, biases, sliding-window switch); every field
  * is read by one checked helper, and the first problem is kept and reported as
  * "PATH: FIELD: problem". Fields that change neither memory nor time (rope_theta,
- * rope_scaling, norm epsilons, token ids, torch_dtype: the precision is the generator's
- * knob) are not read. */
+ * rope_scaling outside phi3, norm epsilons, token ids, torch_dtype: the precision is the
+ * generator's knob) are not read. */
 #define _POSIX_C_SOURCE 200809L
 #include "traces/hfconfig.h"
 
@@ -75,6 +75,8 @@ static const hfc_family FAMILIES[] = {
      ROPE_KEYS},
     {"qwen2_moe", HFC_ROPE_GATED, HFC_MOE_QWEN2, HFC_WIN_GATED, 4096, 32768, 0, 1, 0, 1, 0,
      ROPE_KEYS},
+    /* Phi3Config: sliding_window None, max_position_embeddings 4096, untied by default */
+    {"phi3", HFC_ROPE_GATED, HFC_DENSE, HFC_WIN_KEY, 0, 4096, 0, 0, 0, 0, 0, ROPE_KEYS},
     {"gpt2", HFC_GPT2, HFC_DENSE, HFC_WIN_NONE, 0, 0, 1, 0, 0, 0, 0, "n_layer", "n_embd",
      "n_head", "n_inner", "n_positions", "activation_function", "gelu_new"},
     {"gpt_neox", HFC_NEOX, HFC_DENSE, HFC_WIN_NONE, 0, 2048, 0, 0, 0, 0, 0,
@@ -91,7 +93,8 @@ static const hfc_family FAMILIES[] = {
 
 const char *hfc_model_types(void)
 {
-    return "llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt2, gpt_neox, opt, bert";
+    return "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, gpt2, gpt_neox, opt, "
+           "bert";
 }
 
 /* One parse: the first failure is kept, later reads return harmless values. */
@@ -284,6 +287,45 @@ static void read_rope_gated(hctx *x, const hfc_family *f, model_t *m)
         refuse_if(x, "attention_bias", 0, "true (biased attention beside a bias-free MLP)");
     }
     m->attn_dropout = prob_of(x, "attention_dropout", 0);
+}
+
+/* A rotary scaling other than the default changes the tables only, yet longrope and the
+ * dynamic kinds switch tables by length: refused rather than approximated. */
+static void refuse_rope_scaling(hctx *x, const char *key)
+{
+    json_t *v = field(x, key);
+    if (!v) return;
+    json_t *t = json_is_object(v) ? json_object_get(v, "rope_type") : NULL;
+    if (json_is_object(v) && !t) t = json_object_get(v, "type");
+    const char *kind = json_is_string(t) ? json_string_value(t) : NULL;
+    if (kind && !strcmp(kind, "default")) return;
+    fail(x, key, "%s%s%s: only null or the default rotary is modelled", kind ? "'" : "",
+         kind ? kind : "not a default rotary", kind ? "'" : "");
+}
+
+/* Phi-3 (Phi3Config): the llama layout with fused projections (the generator's phi3
+ * program), partial_rotary_factor (1.0 by default; rope_parameters' in newer files), and
+ * residual dropout, which the rotary-family program does not emit. */
+static void read_phi3(hctx *x, model_t *m)
+{
+    refuse_rope_scaling(x, "rope_scaling");
+    refuse_rope_scaling(x, "rope_parameters");
+    json_t *rp = field(x, "rope_parameters");
+    json_t *pf = json_is_object(rp) ? json_object_get(rp, "partial_rotary_factor") : NULL;
+    double f = prob_of(x, "partial_rotary_factor", json_is_number(pf) ? json_number_value(pf)
+                                                                      : 1.0);
+    if (x->st) return;
+    uint64_t hd = m->head_dim ? m->head_dim : m->hidden / m->heads;
+    double dim = (double)hd * f;
+    if (!(f > 0) || (uint64_t)dim < 2 || (uint64_t)dim % 2)
+        fail(x, "partial_rotary_factor", "%g of %" PRIu64 " head dimensions: an even count "
+             "of at least 2 is rotated", f, hd);
+    m->rotary_pct = f < 1 ? f : 0; /* 0: every dimension */
+    if (prob_of(x, "resid_pdrop", 0) > 0)
+        fail(x, "resid_pdrop", "above 0: dropout on the residual branches is not modelled");
+    if (m->attn_dropout > 0)
+        fail(x, "attention_dropout", "above 0: dropout in attention is not modelled for "
+             "phi3");
 }
 
 static void read_gpt2(hctx *x, model_t *m, uint64_t maxpos)
@@ -501,7 +543,10 @@ static void read_model(hctx *x, model_t *m)
     read_shape(x, f, m, &maxpos);
     read_heads(x, f, m);
     switch (f->kind) {
-    case HFC_ROPE_GATED: read_rope_gated(x, f, m); break;
+    case HFC_ROPE_GATED:
+        read_rope_gated(x, f, m);
+        if (!strcmp(f->type, "phi3")) read_phi3(x, m);
+        break;
     case HFC_GPT2: read_gpt2(x, m, maxpos); break;
     case HFC_NEOX: read_neox(x, m); break;
     case HFC_OPT: read_opt(x, m, maxpos); break;

@@ -7,7 +7,9 @@ come from torch.randint with a fixed seed.
 
 What it runs is what a user's training loop does in PyTorch eager:
   model = AutoModelForCausalLM.from_config(config)   (built on the GPU in its dtype,
-                    as from_pretrained(device_map="cuda", dtype=...) loads it)
+                    as from_pretrained(device_map="cuda", dtype=...) loads it; for
+                    model_type bert AutoModelForMaskedLM, labels the input ids: the
+                    masked-LM loss over every token)
   --precision amp:  fp32 parameters, torch.autocast("cuda", dtype=torch.bfloat16) around the
                     forward and the loss; --precision bf16: the model built in bf16
   --ckpt:           model.gradient_checkpointing_enable(use_reentrant=False)
@@ -74,13 +76,13 @@ def build(a, torch):
     # dtype=...) loads a model: one allocation per parameter in module order (random
     # initialization on the CPU takes minutes for billions of parameters).
     dt = torch.bfloat16 if a.precision == "bf16" else torch.float32
+    auto = (transformers.AutoModelForMaskedLM if mt == "bert"
+            else transformers.AutoModelForCausalLM)
     with torch.device("cuda"):
         try:
-            model = transformers.AutoModelForCausalLM.from_config(
-                cfg, attn_implementation="sdpa", dtype=dt)
+            model = auto.from_config(cfg, attn_implementation="sdpa", dtype=dt)
         except TypeError:  # transformers < 5 names it torch_dtype
-            model = transformers.AutoModelForCausalLM.from_config(
-                cfg, attn_implementation="sdpa", torch_dtype=dt)
+            model = auto.from_config(cfg, attn_implementation="sdpa", torch_dtype=dt)
     p0 = next(model.parameters())
     if p0.dtype != dt:
         model = model.to(dt)
