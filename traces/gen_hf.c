@@ -1112,22 +1112,32 @@ q_proj:
 /* The loss and head backward: nll's zero-filled gradient, log_softmax's, the .float()
  * cast's, then lm_head (autograd's thread makes its own cuBLAS workspace on the first
  * backward GEMM). Returns the final norm's output gradient. */
-uint64_t hf_head_bwd(hf_x *x)
+/* The loss's backward as cross_entropy runs it: nll_loss's, log_softmax's (fp32; the saved
+ * log-probabilities freed), then *labels freed when given (the shifted labels' copy), and
+ * below fp32 the logits.float() cast's backward. Returns the logits' gradient. */
+uint64_t hf_loss_bwd(hf_x *x, uint64_t labels_in, uint64_t *labels)
 {
-    uint64_t T = x->T, V = x->V, h = x->h;
+    uint64_t T = x->T, V = x->V;
     uint64_t dl = hf_ew(x, -1, "nll_loss.bwd", "d_log_probs", T * V * F32, TC_ACT_TRANS,
-                        x->labels, 0, T * TOKEN_BYTES, TK_LOSS);
+                        labels_in, 0, T * TOKEN_BYTES, TK_LOSS);
     uint64_t dlf = hf_ew(x, -1, "log_softmax.bwd", "d_logits_fp32", T * V * F32, TC_ACT_TRANS,
                          dl, x->logsm, 2 * T * V * F32, TK_LOSS);
     hf_free(x, &dl);
     hf_free(x, &x->logsm);
-    hf_free(x, &x->labels);
+    if (labels) hf_free(x, labels);
     uint64_t dlg = dlf;
     if (x->CB != F32) {
         dlg = hf_ew(x, -1, "logits.float.bwd", "d_logits", T * V * x->CB, TC_ACT_TRANS, dlf, 0,
                     T * V * F32, TK_ELEM);
         hf_free(x, &dlf);
     }
+    return dlg;
+}
+
+uint64_t hf_head_bwd(hf_x *x)
+{
+    uint64_t T = x->T, V = x->V, h = x->h;
+    uint64_t dlg = hf_loss_bwd(x, x->labels, &x->labels);
     hf_param *hw = hf_headw(x);
     uint64_t w = x->amp ? hw->cast : hw->id;
     uint64_t oid = x->next_oid++, eb = x->CB;

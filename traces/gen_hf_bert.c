@@ -319,18 +319,7 @@ static uint64_t bt_head_bwd(hf_x *x)
 {
     struct hf_bert *g = x->brt;
     uint64_t T = x->T, V = x->V, h = x->h, n = T * h, G = 0;
-    uint64_t dl = hf_ew(x, -1, "nll_loss.bwd", "d_log_probs", T * V * F32, TC_ACT_TRANS,
-                        x->tokens, 0, T * TOKEN_BYTES, TK_LOSS);
-    uint64_t dlf = hf_ew(x, -1, "log_softmax.bwd", "d_logits_fp32", T * V * F32, TC_ACT_TRANS,
-                         dl, x->logsm, 2 * T * V * F32, TK_LOSS);
-    hf_free(x, &dl);
-    hf_free(x, &x->logsm);
-    uint64_t dlg = dlf;
-    if (x->CB != F32) {
-        dlg = hf_ew(x, -1, "logits.float.bwd", "d_logits", T * V * x->CB, TC_ACT_TRANS, dlf, 0,
-                    T * V * F32, TK_ELEM);
-        hf_free(x, &dlf);
-    }
+    uint64_t dlg = hf_loss_bwd(x, x->tokens, NULL);
     if (x->iter == 0) x->ws_bwd = hf_alloc(x, -1, "cublas_ws_bwd", CUBLAS_WS, TC_OTHER, -1);
     uint64_t dh = hf_blinear_bwd(x, -1, bt_decw(x), bt_bias(x), "decoder", dlg, 1, &g->xd, 1,
                                  T, V, h, x->amp);

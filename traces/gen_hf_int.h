@@ -152,6 +152,7 @@ uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G);
 /* The LM head and ForCausalLMLoss from the final norm's output x->head_out, and their
  * backward (returns the final norm's output gradient); the optimizer step (gen_hf.c). */
 void hf_lmhead_fwd(hf_x *x);
+uint64_t hf_loss_bwd(hf_x *x, uint64_t labels_in, uint64_t *labels);
 uint64_t hf_head_bwd(hf_x *x);
 void hf_optimizer(hf_x *x);
 
