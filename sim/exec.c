@@ -2,181 +2,17 @@
  * per-stream queues, runs each stream's actions in order on the discrete-event engine
  * (compute on the GPU, copies and DHA traffic as flows on the host link, host CPU work in
  * FIFO order, events, allocator calls over the simulated memory backend with their latencies
- * and device synchronizes), and fills a sim_result. With sim_opts.issue_ahead set, a host
- * thread issues the program: streams run only what it has issued, and allocator calls,
- * their latencies and synchronizes happen on it, with frees of blocks other streams use
- * deferred until those uses end. Where the trace's ops give host times (captured traces), a
- * host clock decides when each kernel may start, or the host thread pays them. Semantics in
+ * and device synchronizes, the deferred frees of the issue model) and fills a sim_result.
+ * The host side (the host thread that issues the program, the host clock of traces with host
+ * times) is sim/exec_host.c, over the state in sim/exec_int.h. Semantics in
  * docs/SIMULATOR.md. Used by the memsim command, experiments/ and the validation driver. */
-#include "sim/exec.h"
+#include "sim/exec_int.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/engine.h"
-#include "sim/link.h"
-#include "sim/simbackend.h"
-#include "sim/timeline.h"
-#include "base/u64map.h"
 
-typedef enum st_state {
-    ST_IDLE = 0,    /* may start its next action */
-    ST_RUN,         /* an action is in progress */
-    ST_WAIT,        /* blocked on a WAIT whose event is not reached */
-    ST_SYNC_DRAIN,  /* made a synchronizing allocator call; other streams are draining */
-    ST_SYNC_COST,   /* drained; paying the call's charged latency */
-    ST_DONE
-} st_state;
-
-typedef struct stream {
-    uint32_t *q;        /* schedule indices, program order */
-    size_t n, pos;
-    st_state state;
-    int parts;          /* parts of the running action still going (timer, DHA flows) */
-    double t_start;     /* when the running action (or the wait / sync) began */
-    double t_exec;      /* HOST_COMPUTE: when the CPU took it (FIFO) */
-    double t_end_exec;
-    uint32_t wait_event;
-    int held;           /* wanted to go on but a synchronize holds every stream */
-    double held_since;
-    int kick_pending;
-    double sa_left;     /* cuMemSetAccess mappings of its allocator call still to pace */
-    /* host issue model */
-    size_t nissued;     /* queue entries the host thread has issued to this stream */
-    int starving;       /* idle until the host issues more */
-    double starve_since;
-    /* host clock (stream-time model with host times) */
-    size_t hc_pos;      /* 1 + the queue position whose issue time hc_ready is */
-    double hc_ready;
-    int hc_wake_pending;
-} stream;
-
-/* The host thread of the issue model. */
-typedef enum h_state {
-    H_READY = 0,    /* may issue its next action */
-    H_BUSY,         /* paying an issue cost or an allocator call's latency */
-    H_AHEAD,        /* more than issue_ahead compute actions issued and unfinished */
-    H_DRAIN,        /* a synchronizing allocator call: every stream must finish its work */
-    H_FREES,        /* an allocation failed: waits for the uses of every deferred free */
-    H_OPSYNC,       /* an action the host waits for (trace op host_sync, a host_wait copy) is
-                       not finished: stream sync_stream has not run all it was given */
-    H_DONE
-} h_state;
-
-typedef struct hthread {
-    size_t next;            /* the next action to issue, program order */
-    h_state state;
-    int kick_pending;
-    int enqueue_after;      /* H_BUSY: issue action `next` when the busy time ends */
-    int alloc_busy;         /* H_BUSY: the busy time is an allocator call's */
-    double t0;              /* start of the busy time or wait */
-    size_t wait_idx;        /* the action a wait is about */
-    double drain_cost_us;   /* H_DRAIN: the call's latency, paid once drained */
-    size_t call_idx;        /* the allocator call being paid for */
-    double call_t0;         /* when it began */
-    int call_synced;        /* it synchronized the device */
-    int frees_synced;       /* H_FREES: the failed call synchronized: wait for all streams */
-    double frees_cost_us;   /* H_FREES: the failed call's latency, paid after the wait */
-    int retried;            /* the action at `next` already waited for deferred frees */
-    double sa_left;         /* cuMemSetAccess mappings of the call still to pace */
-    uint64_t c_issued, c_done; /* compute actions issued, finished */
-    int sync_stream;        /* H_OPSYNC: the stream of the action waited for */
-    int64_t ahead;          /* the bound; INT64_MAX when unbounded */
-    /* from the host's issue of the last iteration mark */
-    double busy_us, alloc_us;
-    uint64_t retries0;
-    /* whole run */
-    uint64_t waits, deferred;
-} hthread;
-
-/* A free held back until the uses issued on other streams before it have run (PyTorch's
- * record_stream): one "event" per such stream, reached when that stream has passed the
- * actions issued to it before the free. Completed at the next allocation, as PyTorch's
- * process_events does. */
-typedef struct pend_free {
-    uint64_t tensor;
-    uint64_t value;         /* device: the block's address; host: bytes */
-    int outstanding;        /* events not yet seen reached */
-    uint8_t host;
-} pend_free;
-
-/* A stream's events of deferred frees, in the order they were made: their targets never
- * decrease, so only the head can be the next one reached (the runtime keeps the same
- * per-stream FIFOs of CUDA events and polls them in stream order). */
-#define PEND_DONE UINT32_MAX  /* pend_ev.pend of an event completed out of turn (flush) */
-
-typedef struct pend_ev {
-    uint32_t pend;          /* slot in ex.pd; PEND_DONE: already completed */
-    size_t target;          /* reached when the stream's pos >= target */
-} pend_ev;
-
-typedef struct pend_fifo {
-    pend_ev *v;
-    size_t head, n, cap;
-} pend_fifo;
-
-/* Time sums over the measured window (the last iteration, see win_t0). */
-typedef struct window {
-    double compute_us, recompute_us, host_us, stall_us, alloc_us;
-} window;
-
-typedef struct ex {
-    const schedule_t *s;
-    const machine_t *m;
-    sim_opts o;
-    eng_t *eng;
-    link_t *link;
-    simbe_t *be;
-    alloc_t *alloc;
-    tl_t *tl;
-    stream st[SS_COUNT];
-    uint32_t *qbuf;
-    uint8_t *reached;
-    uint32_t nevents;
-    u64map *dev;         /* tensor id -> device address */
-    blockmix *mix;       /* what the peak holds (sim_result.peak_live_bytes) */
-    u64map *host;        /* tensor id -> host bytes */
-    uint64_t host_used, host_peak, host_cap;
-    double host_free_at; /* the host CPU is a FIFO server */
-    int sync_owner;      /* stream holding everything, -1: none */
-    double sync_cost_us;
-    /* host issue model (o.issue_ahead != 0) */
-    int issue;
-    hthread h;
-    /* host times of the trace's ops (trace_op.host_us, host_sync; captured traces) */
-    int host_times;      /* the trace gives some: COMPUTE issues cost them, not issue_us */
-    int host_clock;      /* stream-time model: compute waits for the host's issue time */
-    double hc_t;         /* the host clock: when it issued the last compute action */
-    int hc_last_rec;     /* the last compute action issued was a recomputation ... */
-    int32_t hc_last_layer; /* ... of this layer */
-    pend_free *pd;       /* deferred frees (slots; free slots listed in pd_free) */
-    size_t n_pd, cap_pd;
-    uint32_t *pd_free;
-    size_t n_pd_free, cap_pd_free;
-    size_t n_live[2];    /* deferred frees not yet done: device, host */
-    pend_fifo fq[SS_COUNT];
-    u64map *duse;        /* tensor -> allocating stream | streams that used it << 8 */
-    u64map *huse;        /* tensor -> streams that used its host memory */
-    int side_defer;      /* FREE.side_use defers: a PyTorch allocator (not one with
-                            ALLOC_CAP_STATIC_PLAN, whose planned addresses no recordStream
-                            touches) */
-    /* measured window: from the last TM_ITER mark on the compute stream (or 0) */
-    double win_t0;
-    window w;
-    double h2d0_us, d2h0_us;
-    uint64_t retries0;
-    double t_end;
-    /* how the run ended */
-    int stop;
-    res_status rstatus;
-    ms_status fatal;
-    char failure[512];
-    ms_error *err;
-} ex;
-
-/* Track SS_COUNT is the host thread of the issue model. */
-#define TRACK_HOST_THREAD SS_COUNT
 static const char *const track_names[SS_COUNT + 1] = { "compute", "d2h copy", "h2d copy",
                                                        "host cpu", "host thread" };
 
@@ -190,13 +26,13 @@ void sim_opts_default(sim_opts *o)
 
 /* ---------- small helpers ---------- */
 
-static void acc(const ex *x, double *field, double s_us, double e_us)
+void ex_acc(const ex *x, double *field, double s_us, double e_us)
 {
     double a = s_us > x->win_t0 ? s_us : x->win_t0;
     if (e_us > a) *field += e_us - a;
 }
 
-static void fail_run(ex *x, ms_status st, const char *fmt_msg)
+void ex_fail_run(ex *x, ms_status st, const char *fmt_msg)
 {
     if (x->fatal == MS_OK) {
         x->fatal = st;
@@ -206,24 +42,24 @@ static void fail_run(ex *x, ms_status st, const char *fmt_msg)
     eng_stop(x->eng);
 }
 
-static void fail_at(ex *x, ms_status st, size_t idx, const char *what)
+void ex_fail_at(ex *x, ms_status st, size_t idx, const char *what)
 {
     char msg[600];
     const sched_action *a = sched_get(x->s, idx);
     snprintf(msg, sizeof msg, "schedule action %zu (%s on stream %s): %s", idx,
              sched_kind_name(a->kind), sched_stream_name(a->stream), what);
-    fail_run(x, st, msg);
+    ex_fail_run(x, st, msg);
 }
 
 /* The allocator's own reason for a failed call where it gives one (the static arena: plan
  * and trace disagree), else the status's name. */
-static const char *alloc_why(const ex *x, ms_status st)
+const char *ex_alloc_why(const ex *x, ms_status st)
 {
     const char *why = alloc_problem(x->alloc);
     return why[0] ? why : ms_status_str(st);
 }
 
-static void end_as(ex *x, res_status rs)
+void ex_end_as(ex *x, res_status rs)
 {
     x->rstatus = rs;
     x->stop = 1;
@@ -231,43 +67,9 @@ static void end_as(ex *x, res_status rs)
 }
 
 /* The trace op a compute action runs (NULL when the schedule names none or no trace). */
-static const trace_op *action_op(const ex *x, const sched_action *a)
+const trace_op *ex_action_op(const ex *x, const sched_action *a)
 {
     return (x->o.trace && a->op >= 0) ? trace_find_op(x->o.trace, (uint64_t)a->op) : NULL;
-}
-
-/* Host time to issue compute action a: its op's host_us where the trace gives host times,
- * else dflt_us; plus the profile's host.recompute_layer_us where a recomputation of a layer
- * begins (a replayed action after an action that was not one, or of another layer).
- * Called once per compute action, in program order. */
-static double compute_host_us(ex *x, const sched_action *a, double dflt_us)
-{
-    double us = dflt_us;
-    if (x->host_times) {
-        const trace_op *t = action_op(x, a);
-        us = t ? t->host_us : 0;
-    }
-    if (a->recompute && (!x->hc_last_rec || a->layer != x->hc_last_layer))
-        us += x->m->host_recompute_layer_us;
-    x->hc_last_rec = a->recompute != 0;
-    x->hc_last_layer = a->layer;
-    return us;
-}
-
-/* The host waits for this copy before it goes on (a blocking copy), where the trace gives
- * host times: without them no host is modelled in stream time, and the issue model keeps
- * its old behaviour. */
-static int action_host_wait(const ex *x, const sched_action *a)
-{
-    return x->host_times && a->host_wait &&
-           (a->kind == SA_COPY_D2H || a->kind == SA_COPY_H2D);
-}
-
-/* The host waits for the GPU to finish this compute action before it goes on. */
-static int compute_host_sync(const ex *x, const sched_action *a)
-{
-    const trace_op *t = x->host_times ? action_op(x, a) : NULL;
-    return t && t->host_sync;
 }
 
 static const char *op_name(const ex *x, int64_t op, char *buf, size_t n)
@@ -278,7 +80,7 @@ static const char *op_name(const ex *x, int64_t op, char *buf, size_t n)
     return buf;
 }
 
-static const char *tensor_name(const ex *x, uint64_t id, char *buf, size_t n)
+const char *ex_tensor_name(const ex *x, uint64_t id, char *buf, size_t n)
 {
     const trace_tensor *t = x->o.trace ? trace_find_tensor(x->o.trace, id) : NULL;
     if (t && t->name[0]) snprintf(buf, n, "%s", t->name);
@@ -286,7 +88,7 @@ static const char *tensor_name(const ex *x, uint64_t id, char *buf, size_t n)
     return buf;
 }
 
-static void mem_sample(ex *x)
+void ex_mem_sample(ex *x)
 {
     if (!x->tl) return;
     const alloc_stats *a = alloc_get_stats(x->alloc);
@@ -294,19 +96,19 @@ static void mem_sample(ex *x)
     bm_live(x->mix, kinds);
     if (tl_mem(x->tl, eng_now(x->eng), a->allocated_bytes, a->reserved_bytes, a->active_bytes,
                x->host_used, kinds) != MS_OK)
-        fail_run(x, MS_ERR_NOMEM, "out of memory recording the memory time series");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory recording the memory time series");
 }
 
 /* Spans are recorded (and their names formatted) only for a timeline or an intervals CSV. */
-static int spans_on(const ex *x)
+int ex_spans_on(const ex *x)
 {
     return x->tl && (x->o.timeline_path || x->o.timeline_out || x->o.intervals_path);
 }
 
-static void add_span(ex *x, int track, double s_us, double e_us, size_t idx, const char *name,
-                     const char *cat)
+void ex_add_span(ex *x, int track, double s_us, double e_us, size_t idx, const char *name,
+                 const char *cat)
 {
-    if (!spans_on(x) || !(e_us > s_us)) return;
+    if (!ex_spans_on(x) || !(e_us > s_us)) return;
     const sched_action *a = sched_get(x->s, idx);
     int has_t = a->kind != SA_COMPUTE && a->kind != SA_HOST_COMPUTE && a->kind != SA_WAIT;
     tl_span_info si = { track, s_us, e_us, name, cat, (int64_t)idx,
@@ -314,26 +116,24 @@ static void add_span(ex *x, int track, double s_us, double e_us, size_t idx, con
                         a->kind == SA_COMPUTE ? a->host_read_bytes + a->host_write_bytes
                                               : a->bytes };
     if (tl_span(x->tl, &si) != MS_OK)
-        fail_run(x, MS_ERR_NOMEM, "out of memory recording the timeline");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory recording the timeline");
 }
-
-static void advance(ex *x, int s);
 
 static void kick_cb(eng_t *e, void *ctx, uint64_t arg)
 {
     (void)e;
     ex *x = ctx;
     x->st[arg].kick_pending = 0;
-    advance(x, (int)arg);
+    ex_advance(x, (int)arg);
 }
 
 /* Lets stream s look at its queue again, from an event at the current time (never by
  * recursion, so the order of simultaneous wake-ups is the engine's sequence order). */
-static void kick(ex *x, int s)
+void ex_kick(ex *x, int s)
 {
     if (x->st[s].kick_pending || x->stop) return;
     if (!eng_after(x->eng, 0, kick_cb, x, (uint64_t)s)) {
-        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
         return;
     }
     x->st[s].kick_pending = 1;
@@ -352,7 +152,7 @@ static void check_drain(ex *x)
         if (k != s && x->st[k].state == ST_RUN) return;
     x->st[s].state = ST_SYNC_COST;
     if (!eng_after(x->eng, x->sync_cost_us, sync_done_cb, x, (uint64_t)s))
-        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
 static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
@@ -362,14 +162,14 @@ static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
     stream *t = &x->st[s];
     double now = eng_now(e);
     size_t idx = t->q[t->pos];
-    acc(x, &x->w.alloc_us, t->t_start, now);
-    if (s == SS_COMPUTE) acc(x, &x->w.stall_us, t->t_start, now);
-    if (spans_on(x)) {
+    ex_acc(x, &x->w.alloc_us, t->t_start, now);
+    if (s == SS_COMPUTE) ex_acc(x, &x->w.stall_us, t->t_start, now);
+    if (ex_spans_on(x)) {
         char name[TL_NAME_MAX], tn[48];
         snprintf(name, sizeof name, "sync (%s %s)",
                  sched_get(x->s, idx)->kind == SA_FREE ? "free" : "alloc",
-                 tensor_name(x, sched_get(x->s, idx)->tensor, tn, sizeof tn));
-        add_span(x, s, t->t_start, now, idx, name, "sync");
+                 ex_tensor_name(x, sched_get(x->s, idx)->tensor, tn, sizeof tn));
+        ex_add_span(x, s, t->t_start, now, idx, name, "sync");
     }
     x->sync_owner = -1;
     t->state = ST_IDLE;
@@ -378,10 +178,10 @@ static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
     if (x->host_clock && x->hc_t < now) x->hc_t = now;
     for (int k = 0; k < SS_COUNT; k++) {
         if (x->st[k].held) {
-            if (k == SS_COMPUTE) acc(x, &x->w.stall_us, x->st[k].held_since, now);
+            if (k == SS_COMPUTE) ex_acc(x, &x->w.stall_us, x->st[k].held_since, now);
             x->st[k].held = 0;
         }
-        kick(x, k);
+        ex_kick(x, k);
     }
 }
 
@@ -394,46 +194,46 @@ static void action_done(ex *x, int s)
     size_t idx = t->q[t->pos];
     const sched_action *a = sched_get(x->s, idx);
     char name[TL_NAME_MAX], nb[48];
-    int sp = spans_on(x);
+    int sp = ex_spans_on(x);
     switch (a->kind) {
     case SA_COMPUTE:
         x->h.c_done++;
-        if (x->host_clock && now > x->hc_t && compute_host_sync(x, a)) x->hc_t = now;
-        acc(x, &x->w.compute_us, t->t_start, now);
-        if (a->recompute) acc(x, &x->w.recompute_us, t->t_start, now);
+        if (x->host_clock && now > x->hc_t && exh_compute_host_sync(x, a)) x->hc_t = now;
+        ex_acc(x, &x->w.compute_us, t->t_start, now);
+        if (a->recompute) ex_acc(x, &x->w.recompute_us, t->t_start, now);
         if (!sp) break;
         snprintf(name, sizeof name, "%s%s", a->recompute ? "recompute " : "",
                  op_name(x, a->op, nb, sizeof nb));
-        add_span(x, s, t->t_start, now, idx, name, a->recompute ? "recompute" : "compute");
+        ex_add_span(x, s, t->t_start, now, idx, name, a->recompute ? "recompute" : "compute");
         break;
     case SA_HOST_COMPUTE:
-        acc(x, &x->w.host_us, t->t_exec, t->t_end_exec);
+        ex_acc(x, &x->w.host_us, t->t_exec, t->t_end_exec);
         if (!sp) break;
         snprintf(name, sizeof name, "host %s", a->op >= 0 ? op_name(x, a->op, nb, sizeof nb)
                                                           : "compute");
-        add_span(x, s, t->t_exec, t->t_end_exec, idx, name, "host");
+        ex_add_span(x, s, t->t_exec, t->t_end_exec, idx, name, "host");
         break;
     case SA_COPY_D2H:
     case SA_COPY_H2D:
-        if (x->host_clock && now > x->hc_t && action_host_wait(x, a)) x->hc_t = now;
+        if (x->host_clock && now > x->hc_t && exh_action_host_wait(x, a)) x->hc_t = now;
         if (!sp) break;
         snprintf(name, sizeof name, "%s %s", a->kind == SA_COPY_D2H ? "d2h" : "h2d",
-                 tensor_name(x, a->tensor, nb, sizeof nb));
-        add_span(x, s, t->t_start, now, idx, name, "copy");
+                 ex_tensor_name(x, a->tensor, nb, sizeof nb));
+        ex_add_span(x, s, t->t_start, now, idx, name, "copy");
         break;
     default: /* ALLOC / FREE paying the backend's latency */
-        acc(x, &x->w.alloc_us, t->t_start, now);
+        ex_acc(x, &x->w.alloc_us, t->t_start, now);
         if (!sp) break;
         snprintf(name, sizeof name, "%s %s", a->kind == SA_FREE ? "free" : "alloc",
-                 tensor_name(x, a->tensor, nb, sizeof nb));
-        add_span(x, s, t->t_start, now, idx, name, "alloc");
+                 ex_tensor_name(x, a->tensor, nb, sizeof nb));
+        ex_add_span(x, s, t->t_start, now, idx, name, "alloc");
         break;
     }
     t->state = ST_IDLE;
     t->pos++;
     if (now > x->t_end) x->t_end = now;
     check_drain(x);
-    advance(x, s);
+    ex_advance(x, s);
 }
 
 static void part_done(ex *x, int s)
@@ -454,7 +254,7 @@ static void flow_cb(void *ctx, uint64_t arg) { part_done(ctx, (int)arg); }
 static void start_flow(ex *x, int s, link_dir dir, uint64_t bytes, double cap_Bps)
 {
     ms_status st = link_start(x->link, dir, bytes, cap_Bps, flow_cb, x, (uint64_t)s, NULL);
-    if (st != MS_OK) fail_run(x, st, "cannot start a link flow (out of memory)");
+    if (st != MS_OK) ex_fail_run(x, st, "cannot start a link flow (out of memory)");
 }
 
 /* DHA traffic shares the link with copies by the profile's weight (measured unfair on
@@ -462,13 +262,13 @@ static void start_flow(ex *x, int s, link_dir dir, uint64_t bytes, double cap_Bp
 static void start_dha_flow(ex *x, int s, link_dir dir, uint64_t bytes, double cap_Bps)
 {
     ms_status st = link_start_dha(x->link, dir, bytes, cap_Bps, flow_cb, x, (uint64_t)s, NULL);
-    if (st != MS_OK) fail_run(x, st, "cannot start a DHA link flow (out of memory)");
+    if (st != MS_OK) ex_fail_run(x, st, "cannot start a DHA link flow (out of memory)");
 }
 
 static void start_timer(ex *x, int s, double dur_us)
 {
     if (!eng_after(x->eng, dur_us, timer_cb, x, (uint64_t)s))
-        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
 /* A DHA kernel's efficiency applies to the link rate its reads and writes get; a missing
@@ -500,7 +300,7 @@ static void start_copy(ex *x, int s)
     x->st[s].parts = 1;
     double lat = x->m->link_small_copy_us > 0 ? x->m->link_small_copy_us : 0;
     if (!eng_after(x->eng, lat, copy_lat_cb, x, (uint64_t)s))
-        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
 static void start_host(ex *x, int s, const sched_action *a)
@@ -512,12 +312,12 @@ static void start_host(ex *x, int s, const sched_action *a)
     x->host_free_at = t->t_end_exec;
     t->parts = 1;
     if (!eng_at(x->eng, t->t_end_exec, timer_cb, x, (uint64_t)s))
-        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
 /* ---------- allocator and host memory ---------- */
 
-static void oom_failure(ex *x, int s, size_t idx, const sched_action *a)
+void ex_oom_failure(ex *x, int s, size_t idx, const sched_action *a)
 {
     bm_failed(x->mix);
     const alloc_stats *st = alloc_get_stats(x->alloc);
@@ -528,7 +328,7 @@ static void oom_failure(ex *x, int s, size_t idx, const sched_action *a)
              "out of device memory allocating tensor %llu '%s' of %llu bytes (%s) on stream %s "
              "at action %zu, t=%.3f us: allocated %s, reserved %s, free cached %s "
              "(reserved - allocated), capacity %s",
-             (unsigned long long)a->tensor, tensor_name(x, a->tensor, tn, sizeof tn),
+             (unsigned long long)a->tensor, ex_tensor_name(x, a->tensor, tn, sizeof tn),
              (unsigned long long)a->bytes, ms_fmt_bytes(a->bytes, b0, sizeof b0),
              sched_stream_name((sched_stream)s), idx, eng_now(x->eng),
              ms_fmt_bytes(st->allocated_bytes, b1, sizeof b1),
@@ -545,19 +345,19 @@ static double set_access_step_us(const ex *x)
 }
 
 /* Paces the next of *left mappings: one step, then cb(arg) again. Returns 0 when none is left. */
-static int pace_mapping(ex *x, double *left, eng_fn cb, uint64_t arg)
+int ex_pace_mapping(ex *x, double *left, eng_fn cb, uint64_t arg)
 {
     if (!(*left > 0)) return 0;
     *left -= 1;
     if (!eng_after(x->eng, set_access_step_us(x), cb, x, arg))
-        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
     return 1;
 }
 
 /* An allocator call's charged latency, and in *paced its cuMemSetAccess mappings to pace; after
  * a synchronize in the call the device has drained (no copy runs), so those cost the plain
  * rate at once. */
-static double take_call_cost(ex *x, int *synced, double *paced)
+double ex_take_call_cost(ex *x, int *synced, double *paced)
 {
     *paced = simbe_take_set_access_mappings(x->be);
     double cost = simbe_take_cost_us(x->be, synced);
@@ -574,7 +374,7 @@ static void alloc_timer_cb(eng_t *e, void *ctx, uint64_t arg)
 {
     (void)e;
     ex *x = ctx;
-    if (!pace_mapping(x, &x->st[(int)arg].sa_left, alloc_timer_cb, arg)) part_done(x, (int)arg);
+    if (!ex_pace_mapping(x, &x->st[(int)arg].sa_left, alloc_timer_cb, arg)) part_done(x, (int)arg);
 }
 
 /* After an allocator call: a synchronize holds every stream; a plain latency occupies the
@@ -583,7 +383,7 @@ static int after_alloc_call(ex *x, int s)
 {
     int synced = 0;
     double paced;
-    double cost = take_call_cost(x, &synced, &paced);
+    double cost = ex_take_call_cost(x, &synced, &paced);
     stream *t = &x->st[s];
     t->t_start = eng_now(x->eng);
     /* the program's host thread made the call: its latency delays the host's later issues
@@ -602,7 +402,7 @@ static int after_alloc_call(ex *x, int s)
         t->parts = 1;
         t->sa_left = paced;
         if (!eng_after(x->eng, cost > 0 ? cost : 0, alloc_timer_cb, x, (uint64_t)s))
-            fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
+            ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
         return 0;
     }
     t->pos++;
@@ -611,7 +411,7 @@ static int after_alloc_call(ex *x, int s)
 
 /* The stream whose pools serve an ALLOC: its own, or a framework side stream's (pool k > 0,
  * numbered after the executor's streams). */
-static int pool_stream(int s, const sched_action *a)
+int ex_pool_stream(int s, const sched_action *a)
 {
     return a->pool > 0 ? SS_COUNT - 1 + a->pool : s;
 }
@@ -619,25 +419,25 @@ static int pool_stream(int s, const sched_action *a)
 static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
 {
     if (u64map_get(x->dev, a->tensor, NULL)) {
-        fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
+        ex_fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
         return 0;
     }
     uint64_t addr = 0;
-    ms_status st = alloc_block(x->alloc, a->bytes, pool_stream(s, a), a->tensor, &addr);
+    ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a), a->tensor, &addr);
     if (st == MS_ERR_OOM) {
-        oom_failure(x, s, idx, a);
-        end_as(x, RS_OOM);
+        ex_oom_failure(x, s, idx, a);
+        ex_end_as(x, RS_OOM);
         return 0;
     }
     if (st != MS_OK) {
-        fail_at(x, st, idx, alloc_why(x, st));
+        ex_fail_at(x, st, idx, ex_alloc_why(x, st));
         return 0;
     }
     if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes)) {
-        fail_run(x, MS_ERR_NOMEM, "out of memory");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
-    mem_sample(x);
+    ex_mem_sample(x);
     return after_alloc_call(x, s);
 }
 
@@ -645,7 +445,7 @@ static int do_free(ex *x, int s, size_t idx, const sched_action *a)
 {
     uint64_t addr;
     if (!u64map_del(x->dev, a->tensor, &addr)) {
-        fail_at(x, MS_ERR_INVALID, idx,
+        ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor is not allocated at this point of the run (never allocated, already "
                 "freed, or its ALLOC is on another stream that has not reached it: a "
                 "missing WAIT)");
@@ -653,25 +453,25 @@ static int do_free(ex *x, int s, size_t idx, const sched_action *a)
     }
     ms_status st = alloc_release(x->alloc, addr);
     if (st != MS_OK) {
-        fail_at(x, st, idx, alloc_why(x, st));
+        ex_fail_at(x, st, idx, ex_alloc_why(x, st));
         return 0;
     }
     bm_release(x->mix, addr);
-    mem_sample(x);
+    ex_mem_sample(x);
     return after_alloc_call(x, s);
 }
 
-static void oohm_failure(ex *x, int s, size_t idx, const sched_action *a)
+void ex_oohm_failure(ex *x, int s, size_t idx, const sched_action *a)
 {
     char b0[32], b1[32], b2[32], tn[48];
     snprintf(x->failure, sizeof x->failure,
              "out of host memory reserving %llu bytes (%s) for tensor %llu '%s' on stream "
              "%s at action %zu, t=%.3f us: host in use %s of this GPU's %s",
              (unsigned long long)a->bytes, ms_fmt_bytes(a->bytes, b0, sizeof b0),
-             (unsigned long long)a->tensor, tensor_name(x, a->tensor, tn, sizeof tn),
+             (unsigned long long)a->tensor, ex_tensor_name(x, a->tensor, tn, sizeof tn),
              sched_stream_name((sched_stream)s), idx, eng_now(x->eng),
              ms_fmt_bytes(x->host_used, b1, sizeof b1), ms_fmt_bytes(x->host_cap, b2, sizeof b2));
-    end_as(x, RS_OOHM);
+    ex_end_as(x, RS_OOHM);
 }
 
 /* Host memory is accounted, not timed: pinned buffers are taken as allocated before the
@@ -679,20 +479,20 @@ static void oohm_failure(ex *x, int s, size_t idx, const sched_action *a)
 static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a)
 {
     if (u64map_get(x->host, a->tensor, NULL)) {
-        fail_at(x, MS_ERR_INVALID, idx, "tensor already has host memory");
+        ex_fail_at(x, MS_ERR_INVALID, idx, "tensor already has host memory");
         return 0;
     }
     if (x->host_cap && a->bytes > x->host_cap - x->host_used) {
-        oohm_failure(x, s, idx, a);
+        ex_oohm_failure(x, s, idx, a);
         return 0;
     }
     if (u64map_put(x->host, a->tensor, a->bytes)) {
-        fail_run(x, MS_ERR_NOMEM, "out of memory");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
     x->host_used += a->bytes;
     if (x->host_used > x->host_peak) x->host_peak = x->host_used;
-    mem_sample(x);
+    ex_mem_sample(x);
     x->st[s].pos++;
     return 1;
 }
@@ -701,14 +501,14 @@ static int do_host_free(ex *x, int s, size_t idx, const sched_action *a)
 {
     uint64_t bytes;
     if (!u64map_del(x->host, a->tensor, &bytes)) {
-        fail_at(x, MS_ERR_INVALID, idx,
+        ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor has no host memory at this point of the run (never reserved, "
                 "already released, or its HOST_ALLOC is on another stream that has not "
                 "reached it: a missing WAIT)");
         return 0;
     }
     x->host_used -= bytes;
-    mem_sample(x);
+    ex_mem_sample(x);
     x->st[s].pos++;
     return 1;
 }
@@ -733,15 +533,15 @@ static void record_event(ex *x, uint32_t ev)
     for (int k = 0; k < SS_COUNT; k++) {
         stream *t = &x->st[k];
         if (t->state != ST_WAIT || t->wait_event != ev) continue;
-        if (k == SS_COMPUTE) acc(x, &x->w.stall_us, t->t_start, now);
-        if (spans_on(x)) {
+        if (k == SS_COMPUTE) ex_acc(x, &x->w.stall_us, t->t_start, now);
+        if (ex_spans_on(x)) {
             char name[TL_NAME_MAX];
             snprintf(name, sizeof name, "wait e%u", ev);
-            add_span(x, k, t->t_start, now, t->q[t->pos], name, "wait");
+            ex_add_span(x, k, t->t_start, now, t->q[t->pos], name, "wait");
         }
         t->state = ST_IDLE;
         t->pos++;
-        kick(x, k);
+        ex_kick(x, k);
     }
 }
 
@@ -758,80 +558,10 @@ static void iter_mark(ex *x)
     x->retries0 = alloc_get_stats(x->alloc)->num_alloc_retries;
 }
 
-/* ---------- the host thread (issue model) ----------
- *
- * One thread walks the program in order. A GPU action costs it issue_us and is then
- * enqueued on its stream; ALLOC / FREE / HOST_ALLOC / HOST_FREE run on it at issue time and
- * their backend latency is its own busy time. It waits while more than `ahead` compute
- * actions are issued and unfinished (the runtime's --max-ahead), until every stream has run
- * all it was given after a synchronizing allocator call (cudaFree), and, when an allocation
- * fails while frees are deferred, until their uses have run (then it retries once). The
- * runtime (runtime/rt_exec.c) follows the same rules on a real GPU. */
-
-static void host_step(ex *x);
-
-static void host_kick_cb(eng_t *e, void *ctx, uint64_t arg)
-{
-    (void)e;
-    (void)arg;
-    ex *x = ctx;
-    x->h.kick_pending = 0;
-    host_step(x);
-}
-
-/* Lets the host thread go on, from an event at the current time (never by recursion from
- * stream code). */
-static void host_kick(ex *x)
-{
-    if (x->h.kick_pending || x->stop) return;
-    if (!eng_after(x->eng, 0, host_kick_cb, x, 0)) {
-        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
-        return;
-    }
-    x->h.kick_pending = 1;
-}
-
-/* The host thread waits, because of action idx. */
-static void host_wait(ex *x, h_state st, size_t idx)
-{
-    x->h.state = st;
-    x->h.t0 = eng_now(x->eng);
-    x->h.wait_idx = idx;
-    x->h.waits++;
-}
-
-static void host_resume(ex *x, const char *what)
-{
-    add_span(x, TRACK_HOST_THREAD, x->h.t0, eng_now(x->eng), x->h.wait_idx, what, "wait");
-    x->h.state = H_READY;
-    host_kick(x);
-}
-
-static void host_busy_cb(eng_t *e, void *ctx, uint64_t arg);
-
-/* The host thread is busy for dur_us; then it enqueues action `next` (an issue cost) or
- * just goes on (an allocator call's latency). */
-static void host_busy(ex *x, double dur_us, int enqueue_after, int alloc_busy)
-{
-    hthread *h = &x->h;
-    h->state = H_BUSY;
-    h->t0 = eng_now(x->eng);
-    h->enqueue_after = enqueue_after;
-    h->alloc_busy = alloc_busy;
-    if (!eng_after(x->eng, dur_us > 0 ? dur_us : 0, host_busy_cb, x, 0))
-        fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
-}
-
-/* Every stream has run all the host gave it (a device synchronize returns). */
-static int streams_drained(const ex *x)
-{
-    for (int k = 0; k < SS_COUNT; k++)
-        if (x->st[k].pos < x->st[k].nissued) return 0;
-    return 1;
-}
+/* ---------- deferred frees (issue model) ---------- */
 
 /* Every deferred free's uses have run (each stream passed its last event's target). */
-static int pending_all_done(const ex *x)
+int ex_pending_all_done(const ex *x)
 {
     for (int k = 0; k < SS_COUNT; k++) {
         const pend_fifo *f = &x->fq[k];
@@ -841,7 +571,7 @@ static int pending_all_done(const ex *x)
 }
 
 /* Holds a free back until the uses issued so far on the streams in mask have run. */
-static int pend_add(ex *x, uint64_t tensor, uint64_t value, unsigned mask, int host)
+int ex_pend_add(ex *x, uint64_t tensor, uint64_t value, unsigned mask, int host)
 {
     uint32_t slot;
     if (x->n_pd_free) {
@@ -869,7 +599,7 @@ static int pend_add(ex *x, uint64_t tensor, uint64_t value, unsigned mask, int h
     x->n_live[host]++;
     return 1;
 nomem:
-    fail_run(x, MS_ERR_NOMEM, "out of memory");
+    ex_fail_run(x, MS_ERR_NOMEM, "out of memory");
     return 0;
 }
 
@@ -885,15 +615,15 @@ static int pend_release(ex *x, uint32_t slot)
         if (st != MS_OK) {
             char msg[300];
             snprintf(msg, sizeof msg, "releasing the deferred block of tensor %llu: %s",
-                     (unsigned long long)p->tensor, alloc_why(x, st));
-            fail_run(x, st, msg);
+                     (unsigned long long)p->tensor, ex_alloc_why(x, st));
+            ex_fail_run(x, st, msg);
             return 0;
         }
         bm_release(x->mix, p->value);
     }
     if (ms_grow((void **)&x->pd_free, &x->cap_pd_free, x->n_pd_free + 1, sizeof *x->pd_free) !=
         MS_OK) {
-        fail_run(x, MS_ERR_NOMEM, "out of memory");
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
     x->pd_free[x->n_pd_free++] = slot;
@@ -902,7 +632,7 @@ static int pend_release(ex *x, uint32_t slot)
 
 /* PyTorch's process_events, in the runtime's order: each stream's reached events, streams
  * in order; a free goes back when its last event is seen. */
-static int process_pending(ex *x)
+int ex_process_pending(ex *x)
 {
     int released = 0;
     for (int k = 0; k < SS_COUNT; k++) {
@@ -917,7 +647,7 @@ static int process_pending(ex *x)
         }
         if (f->head == f->n) f->head = f->n = 0;
     }
-    if (released) mem_sample(x);
+    if (released) ex_mem_sample(x);
     return 1;
 }
 
@@ -940,353 +670,10 @@ static void flush_device_frees(void *ctx)
             }
         }
     }
-    if (released) mem_sample(x);
+    if (released) ex_mem_sample(x);
 }
 
-/* Called whenever a stream made progress: ends the host thread's wait if it is over. */
-static void host_check(ex *x)
-{
-    hthread *h = &x->h;
-    switch (h->state) {
-    case H_AHEAD:
-        if ((int64_t)(h->c_issued - h->c_done) <= h->ahead) host_resume(x, "wait run-ahead");
-        break;
-    case H_OPSYNC:
-        if (x->st[h->sync_stream].pos >= x->st[h->sync_stream].nissued)
-            host_resume(x, "wait sync op");
-        break;
-    case H_DRAIN:
-        if (streams_drained(x)) host_busy(x, h->drain_cost_us, 0, 1);
-        break;
-    case H_FREES:
-        /* the wait is part of the allocator call (PyTorch synchronizes events inside
-         * malloc), so its span and time are the call's; then the call is made again */
-        if (h->frees_synced ? streams_drained(x) : pending_all_done(x)) {
-            h->call_idx = h->next;
-            h->call_t0 = h->t0;
-            h->call_synced = h->frees_synced;
-            host_busy(x, h->frees_cost_us, 0, 1);
-        }
-        break;
-    default:
-        break;
-    }
-}
-
-/* A copy makes its stream a user of the tensor's device block and host memory. */
-static void note_use(ex *x, uint64_t tensor, int k)
-{
-    uint64_t u;
-    if (u64map_get(x->duse, tensor, &u) && u64map_put(x->duse, tensor, u | (1ULL << (k + 8))))
-        fail_run(x, MS_ERR_NOMEM, "out of memory");
-    if (u64map_get(x->huse, tensor, &u) && u64map_put(x->huse, tensor, u | (1ULL << k)))
-        fail_run(x, MS_ERR_NOMEM, "out of memory");
-}
-
-/* Action i is issued: its stream may run it. A compute action may make the host wait. */
-static void host_enqueue(ex *x, size_t i)
-{
-    hthread *h = &x->h;
-    const sched_action *a = sched_get(x->s, i);
-    int k = (int)a->stream;
-    if (a->kind == SA_COPY_D2H || a->kind == SA_COPY_H2D) note_use(x, a->tensor, k);
-    x->st[k].nissued++;
-    h->next++;
-    h->retried = 0;
-    if (x->st[k].starving) kick(x, k);
-    if (a->kind == SA_COMPUTE) h->c_issued++;
-    h->sync_stream = k;
-    if (a->kind == SA_COMPUTE ? compute_host_sync(x, a) : action_host_wait(x, a))
-        host_wait(x, H_OPSYNC, i); /* a compute action's implies the run-ahead bound */
-    else if (a->kind == SA_COMPUTE && (int64_t)(h->c_issued - h->c_done) > h->ahead)
-        host_wait(x, H_AHEAD, i);
-}
-
-static void host_busy_cb(eng_t *e, void *ctx, uint64_t arg)
-{
-    (void)arg;
-    ex *x = ctx;
-    hthread *h = &x->h;
-    if (h->alloc_busy && pace_mapping(x, &h->sa_left, host_busy_cb, 0)) return;
-    double now = eng_now(e);
-    h->busy_us += now - h->t0;
-    if (h->alloc_busy) {
-        /* the span and the allocator time include a synchronize's drain */
-        if (spans_on(x)) {
-            const sched_action *a = sched_get(x->s, h->call_idx);
-            char name[TL_NAME_MAX], tn[48];
-            snprintf(name, sizeof name, "%s%s %s%s", h->call_synced ? "sync (" : "",
-                     a->kind == SA_FREE ? "free" : a->kind == SA_HOST_ALLOC ? "host alloc"
-                                                                            : "alloc",
-                     tensor_name(x, a->tensor, tn, sizeof tn), h->call_synced ? ")" : "");
-            add_span(x, TRACK_HOST_THREAD, h->call_t0, now, h->call_idx, name,
-                     h->call_synced ? "sync" : "alloc");
-        }
-        h->alloc_us += now - h->call_t0;
-    }
-    if (now > x->t_end) x->t_end = now;
-    h->state = H_READY;
-    if (h->enqueue_after) {
-        h->enqueue_after = 0;
-        host_enqueue(x, h->next);
-    }
-    host_step(x);
-}
-
-/* After an allocator call on the host thread (action idx): its latency is the thread's busy
- * time; a synchronize first waits until every stream has run all it was given. */
-static void host_after_call(ex *x, size_t idx)
-{
-    hthread *h = &x->h;
-    int synced = 0;
-    double paced;
-    double cost = take_call_cost(x, &synced, &paced);
-    h->call_idx = idx;
-    h->call_t0 = eng_now(x->eng);
-    h->call_synced = synced;
-    if (synced) {
-        h->drain_cost_us = cost > 0 ? cost : 0;
-        host_wait(x, H_DRAIN, idx);
-        host_check(x);
-    } else if (cost > 0 || paced > 0) {
-        h->sa_left = paced;
-        host_busy(x, cost, 0, 1);
-    }
-}
-
-static void host_alloc(ex *x, size_t i, const sched_action *a)
-{
-    hthread *h = &x->h;
-    int s = (int)a->stream;
-    if (u64map_get(x->dev, a->tensor, NULL)) {
-        fail_at(x, MS_ERR_INVALID, i, "tensor is already allocated");
-        return;
-    }
-    if (!process_pending(x)) return;
-    uint64_t addr = 0;
-    ms_status st = alloc_block(x->alloc, a->bytes, pool_stream(s, a), a->tensor, &addr);
-    if ((st == MS_ERR_OOM || st == MS_ERR_INVALID) && !h->retried && x->n_live[0]) {
-        /* PyTorch's retry path synchronizes outstanding events before giving up; the
-         * runtime waits for every deferred free and retries once (its oom_drains). A static
-         * arena refuses (MS_ERR_INVALID) a planned offset whose previous tensor's free is
-         * still deferred: the same wait lets it go on, where the runtime stops today
-         * (docs/VALIDATION.md, item 1, names this as the smaller of two fixes). */
-        h->retried = 1;
-        /* a synchronize in the failed call (the allocator's own free-and-retry) drains every
-         * stream, which completes every deferred free too */
-        h->frees_cost_us = simbe_take_cost_us(x->be, &h->frees_synced);
-        host_wait(x, H_FREES, h->next);
-        host_check(x);
-        return;
-    }
-    if (st == MS_ERR_OOM) {
-        oom_failure(x, s, i, a);
-        end_as(x, RS_OOM);
-        return;
-    }
-    if (st != MS_OK) {
-        fail_at(x, st, i, alloc_why(x, st));
-        return;
-    }
-    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes) ||
-        u64map_put(x->duse, a->tensor, (uint64_t)s | (1ULL << (s + 8)))) {
-        fail_run(x, MS_ERR_NOMEM, "out of memory");
-        return;
-    }
-    mem_sample(x);
-    host_enqueue(x, i); /* a no-op for the stream */
-    host_after_call(x, i);
-}
-
-/* A block another stream used goes back only when that use has run (the runtime's rule:
- * the compute stream counts as a user of every block, the allocating stream needs no event
- * because its pool serves only its own later requests, in stream order). */
-static void host_free(ex *x, size_t i, const sched_action *a)
-{
-    uint64_t addr, u = 0;
-    if (!u64map_del(x->dev, a->tensor, &addr)) {
-        fail_at(x, MS_ERR_INVALID, i,
-                "tensor is not allocated at this point of the program (never allocated or "
-                "already freed)");
-        return;
-    }
-    u64map_del(x->duse, a->tensor, &u);
-    unsigned alloc_stream = (unsigned)(u & 0xff);
-    unsigned users = (unsigned)(u >> 8) | (1u << a->stream) | (1u << SS_COMPUTE);
-    unsigned others = users & ~(1u << alloc_stream) & ((1u << SS_COUNT) - 1);
-    /* recordStream by a collective (plan knob record_stream): the NCCL stream's event is
-     * reached when the GPU has run the collectives issued before the free; the compute stream
-     * stands for it (c10d orders the NCCL stream after the compute stream at each collective
-     * and back). Deviation: the event waits for all compute work issued before the free,
-     * not only up to the last collective (a few kernels more). */
-    if (a->side_use && x->side_defer) others |= 1u << SS_COMPUTE;
-    if (others && addr) {
-        if (!pend_add(x, a->tensor, addr, others, 0)) return;
-        x->h.deferred++;
-    } else {
-        ms_status st = alloc_release(x->alloc, addr);
-        if (st != MS_OK) {
-            fail_at(x, st, i, alloc_why(x, st));
-            return;
-        }
-        bm_release(x->mix, addr);
-        mem_sample(x);
-    }
-    host_enqueue(x, i); /* a no-op for the stream */
-    host_after_call(x, i);
-}
-
-static void host_host_alloc(ex *x, size_t i, const sched_action *a)
-{
-    hthread *h = &x->h;
-    if (u64map_get(x->host, a->tensor, NULL)) {
-        fail_at(x, MS_ERR_INVALID, i, "tensor already has host memory");
-        return;
-    }
-    if (!process_pending(x)) return;
-    if (x->host_cap && a->bytes > x->host_cap - x->host_used) {
-        if (!h->retried && x->n_live[1]) {
-            h->retried = 1;
-            h->frees_synced = 0;
-            h->frees_cost_us = 0;
-            host_wait(x, H_FREES, h->next);
-            host_check(x);
-            return;
-        }
-        oohm_failure(x, (int)a->stream, i, a);
-        return;
-    }
-    if (u64map_put(x->host, a->tensor, a->bytes) || u64map_put(x->huse, a->tensor, 0)) {
-        fail_run(x, MS_ERR_NOMEM, "out of memory");
-        return;
-    }
-    x->host_used += a->bytes;
-    if (x->host_used > x->host_peak) x->host_peak = x->host_used;
-    mem_sample(x);
-    host_enqueue(x, i); /* a no-op for the stream */
-}
-
-/* Pinned memory goes back when the copies that used it and the freeing stream's earlier
- * work have run (PyTorch's caching host allocator records an event per using stream). */
-static void host_host_free(ex *x, size_t i, const sched_action *a)
-{
-    uint64_t bytes, users = 0;
-    if (!u64map_del(x->host, a->tensor, &bytes)) {
-        fail_at(x, MS_ERR_INVALID, i,
-                "tensor has no host memory at this point of the program (never reserved or "
-                "already released)");
-        return;
-    }
-    u64map_del(x->huse, a->tensor, &users);
-    if (!pend_add(x, a->tensor, bytes, (unsigned)users | (1u << a->stream), 1)) return;
-    host_enqueue(x, i); /* a no-op for the stream */
-}
-
-/* The host's view of the last iteration starts when it issues the iteration mark. */
-static void host_iter_mark(ex *x)
-{
-    x->h.busy_us = x->h.alloc_us = 0;
-    x->h.retries0 = alloc_get_stats(x->alloc)->num_alloc_retries;
-}
-
-/* Issues actions in program order until the thread is busy, waits, or is done. */
-static void host_step(ex *x)
-{
-    hthread *h = &x->h;
-    size_t n = sched_count(x->s);
-    while (!x->stop && h->state == H_READY) {
-        if (h->next >= n) {
-            h->state = H_DONE;
-            return;
-        }
-        size_t i = h->next;
-        const sched_action *a = sched_get(x->s, i);
-        switch (a->kind) {
-        case SA_COMPUTE: {
-            double us = compute_host_us(x, a, x->o.issue_us > 0 ? x->o.issue_us : 0);
-            if (us > 0) {
-                host_busy(x, us, 1, 0);
-                return;
-            }
-            host_enqueue(x, i);
-            break;
-        }
-        case SA_COPY_D2H:
-        case SA_COPY_H2D:
-        case SA_HOST_COMPUTE:
-        case SA_RECORD:
-        case SA_WAIT:
-            if (x->o.issue_us > 0) {
-                host_busy(x, x->o.issue_us, 1, 0);
-                return;
-            }
-            host_enqueue(x, i);
-            break;
-        case SA_MARK:
-            if (a->stream == SS_COMPUTE && a->mark == TM_ITER) host_iter_mark(x);
-            host_enqueue(x, i);
-            break;
-        case SA_ALLOC: host_alloc(x, i, a); break;
-        case SA_FREE: host_free(x, i, a); break;
-        case SA_HOST_ALLOC: host_host_alloc(x, i, a); break;
-        case SA_HOST_FREE: host_host_free(x, i, a); break;
-        default:
-            fail_at(x, MS_ERR_INVALID, i, "unknown action kind");
-            return;
-        }
-    }
-}
-
-/* Issue model: stream s gets work again after waiting for the host thread; the compute
- * stream's wait is a stall. */
-static void end_starve(ex *x, int s)
-{
-    stream *t = &x->st[s];
-    double now = eng_now(x->eng);
-    t->starving = 0;
-    if (s == SS_COMPUTE) {
-        acc(x, &x->w.stall_us, t->starve_since, now);
-        add_span(x, s, t->starve_since, now, t->q[t->pos], "wait host", "wait");
-    }
-}
-
-static void hc_wake_cb(eng_t *e, void *ctx, uint64_t arg)
-{
-    (void)e;
-    ex *x = ctx;
-    x->st[arg].hc_wake_pending = 0;
-    advance(x, (int)arg);
-}
-
-/* Stream-time model with host times: compute action a at the head of stream s may start once
- * the host has issued it. The host clock runs on its own, one compute action after another
- * (hc_t += its host time, and the latency of the allocator calls it makes), held back only
- * by the ops and allocator calls that synchronize and the iteration marks; the kernel starts
- * at max(the GPU free, the host's issue). Returns 1 when it may
- * start now, else the stream waits for the host ("wait host") and 0. */
-static int host_clock_ready(ex *x, int s, const sched_action *a)
-{
-    stream *t = &x->st[s];
-    double now = eng_now(x->eng);
-    if (t->hc_pos != t->pos + 1) {
-        x->hc_t += compute_host_us(x, a, 0);
-        t->hc_pos = t->pos + 1;
-        t->hc_ready = x->hc_t;
-    }
-    if (!(t->hc_ready > now)) return 1;
-    if (!t->starving) {
-        t->starving = 1;
-        t->starve_since = now;
-    }
-    if (!t->hc_wake_pending) {
-        if (!eng_at(x->eng, t->hc_ready, hc_wake_cb, x, (uint64_t)s)) {
-            fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
-            return 0;
-        }
-        t->hc_wake_pending = 1;
-    }
-    return 0;
-}
+/* ---------- streams ---------- */
 
 /* Runs stream s's instantaneous actions and starts its next timed one. Returns when the
  * stream is busy, blocked, held by a synchronize, waiting for the host thread to issue more
@@ -1306,7 +693,7 @@ static void advance_stream(ex *x, int s)
             }
             return;
         }
-        if (t->starving) end_starve(x, s);
+        if (t->starving) exh_end_starve(x, s);
         if (x->sync_owner >= 0 && x->sync_owner != s) {
             if (!t->held) {
                 t->held = 1;
@@ -1321,7 +708,7 @@ static void advance_stream(ex *x, int s)
         case SA_RECORD:
         case SA_WAIT:
             if (a->event >= x->nevents) {
-                fail_at(x, MS_ERR_INVALID, idx, "event id out of range");
+                ex_fail_at(x, MS_ERR_INVALID, idx, "event id out of range");
                 return;
             }
             if (a->kind == SA_RECORD) {
@@ -1340,7 +727,7 @@ static void advance_stream(ex *x, int s)
             if (s == SS_COMPUTE && a->mark == TM_ITER) iter_mark(x);
             break;
         case SA_COMPUTE:
-            if (x->host_clock && !host_clock_ready(x, s, a)) return;
+            if (x->host_clock && !exh_clock_ready(x, s, a)) return;
             t->state = ST_RUN;
             start_compute(x, s, a);
             return;
@@ -1364,16 +751,16 @@ static void advance_stream(ex *x, int s)
             }
             break;
         default:
-            fail_at(x, MS_ERR_INVALID, idx, "unknown action kind");
+            ex_fail_at(x, MS_ERR_INVALID, idx, "unknown action kind");
             return;
         }
     }
 }
 
-static void advance(ex *x, int s)
+void ex_advance(ex *x, int s)
 {
     advance_stream(x, s);
-    if (x->issue) host_check(x);
+    if (x->issue) exh_check(x);
 }
 
 /* ---------- setup, run, results ---------- */
@@ -1429,7 +816,7 @@ static int has_host_times(const ex *x)
     if (!x->o.trace) return 0;
     for (size_t i = 0; i < sched_count(x->s); i++) {
         const sched_action *a = sched_get(x->s, i);
-        const trace_op *t = a->kind == SA_COMPUTE ? action_op(x, a) : NULL;
+        const trace_op *t = a->kind == SA_COMPUTE ? ex_action_op(x, a) : NULL;
         if (t && (t->host_us > 0 || t->host_sync)) return 1;
     }
     return 0;
@@ -1609,9 +996,9 @@ ms_status sim_execute(const schedule_t *s, const machine_t *m, const sim_opts *o
     r->failure[0] = 0;
     ms_status st = setup(&x);
     if (st == MS_OK) {
-        mem_sample(&x);
-        for (int k = 0; k < SS_COUNT; k++) kick(&x, k);
-        if (x.issue) host_kick(&x);
+        ex_mem_sample(&x);
+        for (int k = 0; k < SS_COUNT; k++) ex_kick(&x, k);
+        if (x.issue) exh_kick(&x);
         eng_run(x.eng);
         st = x.fatal;
         if (st == MS_OK && x.rstatus == RS_OK) st = report_stuck(&x);

@@ -4,8 +4,10 @@
 # memory, traces -> base); sim/ and runtime/ never include each other, nor memory/ and traces/;
 # the experiments' C code (the paper drivers) includes sim/ and below, never runtime/; a family
 # folder of planners/ never includes another's (but for MEMO's memory-plan pass); no include
-# cycle between source files. One TAP test per folder, one for the opening
-# comments, one for the cycle walk on a planted cycle, one for the cycles of the tree.
+# cycle between source files; no source file over 1,500 lines but the generator and the kernels.
+# One TAP test per folder, one for the opening comments, one for the cycle walk on a planted
+# cycle, one for the length check on a planted file, one for the lengths of the tree, one for
+# the cycles of the tree.
 cd "${srcdir:-.}" || exit 99
 n=0; bad=0
 # the planners/ family folders, one per policy family
@@ -141,6 +143,49 @@ if [ "$planted" = "planners/a -> planners/b -> planners/a" ] && [ -z "$twin" ]; 
 else
     echo "not ok $n - the cycle walk finds a planted cycle through an interface header"
     echo "#   planted: '$planted', acyclic twin: '$twin'"; bad=1
+fi
+# long_files DIR FILE... prints each FILE under DIR over 1,500 lines, with its count, but the
+# generator (traces/gen.c) and the kernels (runtime/kernels.cu): one file over that holds more
+# than one role and is split by role (issue 30).
+long_files() (
+    cd "$1" || exit 99
+    shift
+    for f in "$@"; do
+        case $f in traces/gen.c|runtime/kernels.cu) continue ;; esac
+        [ -f "$f" ] || continue
+        lines=$(wc -l < "$f")
+        [ "$lines" -gt 1500 ] && echo "$f: $lines lines"
+    done
+    return 0
+)
+# the length check finds a planted 1,501-line file, passes one of 1,500 and the exempt ones
+n=$((n + 1))
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/check_layers.XXXXXX") || exit 99
+mkdir "$tmp/sim" "$tmp/traces" "$tmp/runtime"
+awk 'BEGIN { for (i = 0; i < 1501; i++) print "x" }' > "$tmp/sim/long.c"
+awk 'BEGIN { for (i = 0; i < 1500; i++) print "x" }' > "$tmp/sim/short.c"
+cp "$tmp/sim/long.c" "$tmp/traces/gen.c"; cp "$tmp/sim/long.c" "$tmp/runtime/kernels.cu"
+planted=$(long_files "$tmp" sim/long.c sim/short.c traces/gen.c runtime/kernels.cu)
+rm -rf "$tmp"
+if [ "$planted" = "sim/long.c: 1501 lines" ]; then
+    echo "ok $n - the length check finds a planted 1,501-line file and only it"
+else
+    echo "not ok $n - the length check finds a planted 1,501-line file and only it"
+    echo "#   found: '$planted'"; bad=1
+fi
+# the tracked sources (git's list in a checkout; the same kinds of file found in a tarball)
+n=$((n + 1))
+if git rev-parse --show-toplevel >/dev/null 2>&1; then
+    tracked=$(git ls-files -- '*.c' '*.h' '*.cu' '*.py')
+else
+    tracked=$(find . \( -name '*.[ch]' -o -name '*.cu' -o -name '*.py' \) -type f | sed 's|^\./||')
+fi
+long=$(long_files . $tracked)
+if [ -n "$long" ]; then
+    echo "not ok $n - no source file over 1,500 lines but traces/gen.c and runtime/kernels.cu"
+    echo "$long" | sed 's/^/#   /'; bad=1
+else
+    echo "ok $n - no source file over 1,500 lines but traces/gen.c and runtime/kernels.cu"
 fi
 n=$((n + 1))
 cycle=$(find_cycle .)

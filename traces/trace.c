@@ -1,9 +1,10 @@
-/* trace.c — the workload trace file format (traces/FORMAT.md, "Workload trace"): names of the
- * enums, a streaming line reader whose memory is bounded by the longest line and the op id
- * lists, a liveness checker that keeps only the live tensor set, the in-memory trace used by
- * planners and the generator, and a writer whose output reads back to the same bytes; the
- * reader takes the binary form too (traces/trace_bin.c, told by its magic), and a streaming
- * writer writes either form. Implements trace.h; used by the generator, importers, planners, sim and runtime. */
+/* trace.c — the workload trace file format (traces/FORMAT.md, "Workload trace"): a streaming
+ * line reader whose memory is bounded by the longest line and the op id lists, a liveness
+ * checker that keeps only the live tensor set, the in-memory trace used by planners and the
+ * generator, and a writer whose output reads back to the same bytes; the reader takes the
+ * binary form too (traces/trace_bin.c, told by its magic), and a streaming writer writes
+ * either form; the enums' names are traces/trace_names.c. Implements trace.h; used by the
+ * generator, importers, planners, sim and runtime. */
 #define _POSIX_C_SOURCE 200809L
 #include "traces/trace_int.h"
 
@@ -22,67 +23,6 @@
 #define TRACE_META_VALUE_MAX 4096
 /* No single tensor is larger than 1 PiB; keeps the live-byte sums far from overflow. */
 #define TRACE_BYTES_MAX (1ULL << 50)
-
-/* ------------------------------------------------------------------------------------ */
-/* names */
-
-static const char *const class_names[TC_COUNT] = {
-    "param", "grad", "optstate", "act_skel", "act_trans", "workspace", "other"};
-static const char *const phase_names[TP_COUNT] = {"none", "fwd", "bwd", "opt"};
-static const char *const kind_names[TK_COUNT] = {"gemm", "attn", "norm", "act", "elem",
-                                                 "embed", "loss", "optim", "comm", "other"};
-static const char *const mark_names[TM_COUNT] = {"iter", "phase", "layer"};
-
-const char *trace_class_name(trace_class c)
-{
-    return (unsigned)c < TC_COUNT ? class_names[c] : "?";
-}
-
-const char *trace_phase_name(trace_phase p)
-{
-    return (unsigned)p < TP_COUNT ? phase_names[p] : "?";
-}
-
-const char *trace_opkind_name(trace_opkind k)
-{
-    return (unsigned)k < TK_COUNT ? kind_names[k] : "?";
-}
-
-const char *trace_markkind_name(trace_markkind k)
-{
-    return (unsigned)k < TM_COUNT ? mark_names[k] : "?";
-}
-
-static int find_name(const char *s, const char *const *names, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (s[0] == names[i][0] && strcmp(s, names[i]) == 0) return i;
-    return -1;
-}
-
-int trace_class_parse(const char *s, trace_class *out)
-{
-    int i = find_name(s, class_names, TC_COUNT);
-    if (i < 0) return 0;
-    *out = (trace_class)i;
-    return 1;
-}
-
-int trace_phase_parse(const char *s, trace_phase *out)
-{
-    int i = find_name(s, phase_names, TP_COUNT);
-    if (i < 0) return 0;
-    *out = (trace_phase)i;
-    return 1;
-}
-
-int trace_opkind_parse(const char *s, trace_opkind *out)
-{
-    int i = find_name(s, kind_names, TK_COUNT);
-    if (i < 0) return 0;
-    *out = (trace_opkind)i;
-    return 1;
-}
 
 /* ------------------------------------------------------------------------------------ */
 /* rules shared by the reader and trace_append, so whatever one accepts the other does */
@@ -573,7 +513,7 @@ static int fp_alloc(const char *p, trace_rec *rec)
     int c;
     for (c = 0; c < TC_COUNT; c++) {
         static const unsigned char len[TC_COUNT] = {5, 4, 8, 8, 9, 9, 5};
-        const char *nm = class_names[c];
+        const char *nm = trace_class_names[c];
         size_t k = len[c];
         if (p[0] == nm[0] && strncmp(p, nm, k) == 0 && p[k] == ' ') { p += k + 1; break; }
     }

@@ -1,7 +1,7 @@
 /* trace_int.h — internal to the workload trace: the binary form's codec (traces/trace_bin.c)
  * as the streaming reader of traces/trace.c and the streaming writer of
- * traces/trace_stream.c call it, and the text form's record rules and formatting that
- * trace.c lends the writer. Not an interface of the
+ * traces/trace_stream.c call it, the text form's record rules and formatting that
+ * trace.c lends the writer, and the class names of traces/trace_names.c. Not an interface of the
  * trace module: trace.h is what the rest of memsim includes; this header exists so that the
  * text form and the binary form live in two files without an include cycle. */
 #ifndef MEMSIM_TRACE_INT_H
@@ -13,6 +13,10 @@
  * starts with 0x89, and the \r\n and \x1a catch a file mangled by text-mode copies. */
 #define TBIN_MAGIC "\x89MSTR\r\n\x1a"
 #define TBIN_MAGIC_LEN 8
+
+/* ---- from traces/trace_names.c: the class names, indexed by trace_class, for the text
+ * reader's fast path (traces/trace.c), which matches them in place */
+extern const char *const trace_class_names[TC_COUNT];
 
 /* ---- from traces/trace.c, for the streaming writer (traces/trace_stream.c) */
 /* The text line of one record, newline included, appended at *buf + *n (grown); -1: no
