@@ -72,6 +72,7 @@ static uint64_t hf_peak_classes(const trace_t *t, unsigned mask, const char *suf
 static void test_hf(const machine_t *mach)
 {
     ms_error err;
+    ms_error_clear(&err);
     gen_config c = hf_config("amp");
     const model_t *m = &c.model;
     uint64_t h = m->hidden, V = m->vocab, T = c.seq * c.micro_batch, kv = 2 * 16;
@@ -117,6 +118,7 @@ static void test_hf(const machine_t *mach)
     trace_free(t);
     trace_free(t2);
     c = hf_config("bf16");
+    ms_error_clear(&err);
     TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf bf16 trace: %s", err.msg);
     if (!t) return;
     TAP_OK(hf_peak_classes(t, states, ".wcast", &casts) == 8 * P && casts == 0,
