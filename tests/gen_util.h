@@ -1,4 +1,4 @@
-/* gen_util.h — what the generator's tests (tests/test_gen.c, tests/test_gen_hf.c) share:
+/* gen_util.h — what the generator's tests (tests/test_gen.c, tests/test_gen_hf.c, tests/test_ep.c) share:
  * an H100-like test machine and the in-memory validation walk of a trace (live inputs and
  * outputs, frees of live tensors, ids never reused). Header-only, used only by tests/. */
 #ifndef MEMSIM_GEN_UTIL_H

@@ -7,32 +7,13 @@
  * and MFU over the active parameters. */
 #define _POSIX_C_SOURCE 200809L
 #include "tests/tap.h"
+#include "tests/gen_util.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "base/u64map.h"
 
 #include <math.h>
 #include <string.h>
-
-static machine_t test_machine(void)
-{
-    machine_t m;
-    memset(&m, 0, sizeof m);
-    strcpy(m.name, "test-h100");
-    m.gpu_peak_bf16_flops = 989e12;
-    m.gpu_peak_fp32_flops = 67e12;
-    m.gpu_hbm_Bps = 3.35e12;
-    m.gpu_gemm_eff = 0.75;
-    m.gpu_attn_eff = 0.6;
-    m.gpu_mem_eff = 0.85;
-    m.gpu_kernel_launch_us = 4.0;
-    m.node_gpus = 8;
-    m.nvlink_Bps = 450e9;
-    m.nvlink_lat_us = 3.0;
-    m.net_Bps = 50e9;
-    m.net_lat_us = 10.0;
-    return m;
-}
 
 /* Mixtral 8x7B's layer shape on 2 layers (8 experts of 14336, top-2, SwiGLU, no biases). */
 static gen_config moe_config(int tp, int dp, int ep, int framework)
