@@ -16,70 +16,80 @@
 #include "base/u64map.h"
 #include "planners/sbuild.h"
 
-static int cmp_du_event(const void *a, const void *b)
-{
-    const du_event *x = a, *y = b;
-    if (x->rec != y->rec) return x->rec < y->rec ? -1 : 1;
-    return x->alloc_rec < y->alloc_rec ? -1 : x->alloc_rec > y->alloc_rec;
-}
-
-/* The tensor incarnation allocated at alloc_rec was touched by the forward op at rec. */
-static ms_status du_touch(lw *w, u64map *cur, uint64_t id, size_t rec)
+/* The tensor incarnation of id, if it was made in this forward pass, was touched by the op
+ * at rec. */
+static void du_touch(lw *w, u64map *cur, uint64_t id, size_t rec, uint32_t pass)
 {
     uint64_t k;
-    if (!u64map_get(cur, id, &k)) return MS_OK; /* made before this forward pass */
-    w->due[k].rec = rec;
-    return MS_OK;
+    if (u64map_get(cur, id, &k) && w->due[k].pass == pass) w->due[k].rec = rec;
 }
 
-static ms_status du_new(lw *w, u64map *cur, uint64_t id, size_t alloc_rec)
+static ms_status du_new(lw *w, u64map *cur, uint64_t id, size_t alloc_rec, uint32_t pass)
 {
     if (ms_grow((void **)&w->due, &w->cap_due, w->n_due + 1, sizeof *w->due) != MS_OK ||
         u64map_put(cur, id, w->n_due))
         return lw_nomem(w);
-    w->due[w->n_due++] = (du_event){ SIZE_MAX, alloc_rec, id };
+    w->due[w->n_due++] = (du_event){ SIZE_MAX, alloc_rec, id, pass };
     return MS_OK;
 }
 
-/* Drops the incarnations never touched by a forward op (or freed by it) and sorts the rest by last use. */
-static void du_finish(lw *w)
+/* Drops the incarnations never touched by a forward op (or freed by it) and orders the rest
+ * by last use, ties in allocation order (a stable counting sort over the n records: the
+ * events were made in allocation order). */
+static ms_status du_finish(lw *w, size_t n)
 {
-    size_t n = 0;
+    size_t m = 0;
     for (size_t i = 0; i < w->n_due; i++)
-        if (w->due[i].rec != SIZE_MAX) w->due[n++] = w->due[i];
-    w->n_due = n;
-    if (n > 1) qsort(w->due, n, sizeof *w->due, cmp_du_event);
+        if (w->due[i].rec != SIZE_MAX) w->due[m++] = w->due[i];
+    w->n_due = m;
+    if (m < 2) return MS_OK;
+    size_t *at = calloc(n + 1, sizeof *at);
+    du_event *out = malloc(m * sizeof *out);
+    if (!at || !out) {
+        free(at);
+        free(out);
+        return lw_nomem(w);
+    }
+    for (size_t i = 0; i < m; i++) at[w->due[i].rec + 1]++;
+    for (size_t r = 0; r < n; r++) at[r + 1] += at[r];
+    for (size_t i = 0; i < m; i++) out[at[w->due[i].rec]++] = w->due[i];
+    free(at);
+    free(w->due);
+    w->due = out;
+    w->cap_due = m;
+    return MS_OK;
 }
 
 /* Before the walk: for every tensor allocated in a forward phase, the record of the last op
- * of that phase that reads or writes it. */
+ * of that phase that reads or writes it. The map from ids to events is never cleared: an
+ * event remembers its forward pass, and only that pass's records touch it. */
 ms_status lw_du_prescan(lw *w)
 {
-    u64map *cur = u64map_new(4096);
+    u64map *cur = u64map_new(1024);
     if (!cur) return lw_nomem(w);
     int fwd = 0;
+    uint32_t pass = 0;
     ms_status st = MS_OK;
-    for (size_t i = 0; st == MS_OK && i < trace_count(w->t); i++) {
+    size_t n = trace_count(w->t);
+    for (size_t i = 0; st == MS_OK && i < n; i++) {
         const trace_rec *r = trace_get(w->t, i);
         if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
             fwd = r->u.mark.value == TP_FWD;
-            u64map_clear(cur);
+            pass += fwd;
         } else if (r->type == TR_ALLOC && fwd) {
-            st = du_new(w, cur, r->u.alloc.id, i);
+            st = du_new(w, cur, r->u.alloc.id, i, pass);
         } else if (r->type == TR_FREE) {
             uint64_t k; /* the forward frees it itself: not saved, nothing to drop */
-            if (u64map_del(cur, r->u.free_id, &k)) w->due[k].rec = SIZE_MAX;
+            if (u64map_del(cur, r->u.free_id, &k) && fwd && w->due[k].pass == pass)
+                w->due[k].rec = SIZE_MAX;
         } else if (r->type == TR_OP && fwd && r->u.op.phase == TP_FWD) {
             const trace_op *op = &r->u.op;
-            for (uint32_t k = 0; st == MS_OK && k < op->n_in; k++)
-                st = du_touch(w, cur, op->in[k], i);
-            for (uint32_t k = 0; st == MS_OK && k < op->n_out; k++)
-                st = du_touch(w, cur, op->out[k], i);
+            for (uint32_t k = 0; k < op->n_in; k++) du_touch(w, cur, op->in[k], i, pass);
+            for (uint32_t k = 0; k < op->n_out; k++) du_touch(w, cur, op->out[k], i, pass);
         }
     }
     u64map_free(cur);
-    if (st == MS_OK) du_finish(w);
-    return st;
+    return st == MS_OK ? du_finish(w, n) : st;
 }
 
 /* Whether x, whose last forward use is now, is freed here: planned for recomputation, still

@@ -102,6 +102,7 @@ typedef struct sv_event {
 typedef struct du_event {
     size_t rec, alloc_rec;
     uint64_t id;
+    uint32_t pass;           /* the forward pass that made it */
 } du_event;
 
 /* One transformer layer within the current forward/backward pass. */
