@@ -1110,6 +1110,14 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     if (w.b) sbuild_set_hook(w.b, stream_hook, &w);
     w.tidx = u64map_new(trace_count(t) / 2 + 16);
     ms_status st = (w.b && w.tidx) ? MS_OK : lw_nomem(&w);
+    /* the schedule has the trace's records and what the plan adds (frees, copies, replays):
+       room for that from the start rather than doubling through it */
+    if (st == MS_OK && sched_reserve(w.s, trace_count(t) + trace_count(t) / 2 + 64) != MS_OK)
+        st = lw_nomem(&w);
+    /* a tensor per alloc record: at most a third of the records in the generators' traces */
+    if (st == MS_OK && ms_grow((void **)&w.ts, &w.cap_ts, trace_count(t) / 3 + 16,
+                               sizeof *w.ts) != MS_OK)
+        st = lw_nomem(&w);
     if (st == MS_OK) st = lw_index_plan(&w);
     if (st == MS_OK) st = lw_read_knobs(&w);
     if (st == MS_OK && w.rb) st = lw_rb_prescan(&w);

@@ -266,6 +266,16 @@ static int cmp_leading_id(const void *a, const void *b)
 static void sort_dedup(void *arr, size_t *n, size_t elem)
 {
     if (*n == 0) return;
+    /* a policy that lists the trace's tensors in order leaves nothing to do */
+    uint64_t prev, id;
+    memcpy(&prev, arr, sizeof prev);
+    size_t j = 1;
+    for (; j < *n; j++) {
+        memcpy(&id, (const char *)arr + j * elem, sizeof id);
+        if (id <= prev) break;
+        prev = id;
+    }
+    if (j == *n) return;
     size_t *perm;
     size_t k = sorted_last(arr, *n, elem, &perm);
     char *tmp = k == (size_t)-1 ? NULL : malloc(k * elem);

@@ -28,6 +28,12 @@ void sched_free(schedule_t *s)
     free(s);
 }
 
+ms_status sched_reserve(schedule_t *s, size_t n)
+{
+    if (!s) return MS_ERR_INVALID;
+    return ms_grow((void **)&s->acts, &s->cap, n, sizeof *s->acts);
+}
+
 ms_status sched_add(schedule_t *s, const sched_action *a)
 {
     if (!s || !a) return MS_ERR_INVALID;

@@ -97,6 +97,9 @@ ms_status sched_add(schedule_t *s, const sched_action *a);
 uint32_t sched_new_event(schedule_t *s);
 uint32_t sched_event_count(const schedule_t *s);
 size_t sched_count(const schedule_t *s);
+/* Room for n actions in all, so that a builder that knows about how many it will add does
+ * not grow the array step by step. MS_ERR_NOMEM when it cannot. */
+ms_status sched_reserve(schedule_t *s, size_t n);
 const sched_action *sched_get(const schedule_t *s, size_t i);
 const char *sched_kind_name(sched_kind k);
 const char *sched_stream_name(sched_stream s);
