@@ -215,7 +215,10 @@ static void action_done(ex *x, int s)
         break;
     case SA_COPY_D2H:
     case SA_COPY_H2D:
-        if (x->host_clock && now > x->hc_t && exh_action_host_wait(x, a)) x->hc_t = now;
+        if (x->host_clock && exh_action_host_wait(x, a)) {
+            if (now > x->hc_t) x->hc_t = now;
+            x->hc_t += exfw_pack_us(x->fw); /* save_on_cpu's pack hook around its copy */
+        }
         if (!sp) break;
         snprintf(name, sizeof name, "%s %s", a->kind == SA_COPY_D2H ? "d2h" : "h2d",
                  ex_tensor_name(x, a->tensor, nb, sizeof nb));
@@ -861,7 +864,11 @@ static ms_status setup(ex *x)
     x->sync_owner = -1;
     x->issue = x->o.issue_ahead != 0;
     x->host_times = has_host_times(x);
-    x->host_clock = !x->issue && (x->host_times || x->m->host_recompute_layer_us > 0);
+    x->host_clock = !x->issue && x->host_times;
+    if (x->host_times) {
+        ms_status fst = exfw_new(x->o.trace, x->s, x->m, &x->fw, x->err);
+        if (fst != MS_OK) return fst;
+    }
     if (x->issue) {
         x->h.ahead = x->o.issue_ahead < 0 ? INT64_MAX : (int64_t)x->o.issue_ahead;
         x->duse = u64map_new(64);
@@ -881,6 +888,7 @@ static void teardown(ex *x)
     tl_free(x->tl);
     u64map_free(x->dev);
     bm_free(x->mix);
+    exfw_free(x->fw);
     u64map_free(x->host);
     u64map_free(x->duse);
     u64map_free(x->huse);

@@ -9,8 +9,9 @@
 #include <string.h>
 
 /* Host time to issue compute action a: its op's host_us where the trace gives host times,
- * else dflt_us; plus the profile's host.recompute_layer_us where a recomputation of a layer
- * begins (a replayed action after an action that was not one, or of another layer).
+ * else dflt_us; with host times also the profile's host.recompute_layer_us where a
+ * recomputation of a layer begins (a replayed action after an action that was not one, or of
+ * another layer) and the autograd hooks' costs (exec_fw.c).
  * Called once per compute action, in program order. */
 static double compute_host_us(ex *x, const sched_action *a, double dflt_us)
 {
@@ -18,9 +19,10 @@ static double compute_host_us(ex *x, const sched_action *a, double dflt_us)
     if (x->host_times) {
         const trace_op *t = ex_action_op(x, a);
         us = t ? t->host_us : 0;
+        us += exfw_compute_us(x->fw, a, t);
+        if (a->recompute && (!x->hc_last_rec || a->layer != x->hc_last_layer))
+            us += x->m->host_recompute_layer_us;
     }
-    if (a->recompute && (!x->hc_last_rec || a->layer != x->hc_last_layer))
-        us += x->m->host_recompute_layer_us;
     x->hc_last_rec = a->recompute != 0;
     x->hc_last_layer = a->layer;
     return us;

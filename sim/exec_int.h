@@ -8,6 +8,7 @@
 #include "sim/exec.h"
 
 #include "sim/engine.h"
+#include "sim/exec_fw.h"
 #include "sim/link.h"
 #include "sim/simbackend.h"
 #include "sim/timeline.h"
@@ -143,6 +144,7 @@ typedef struct ex {
     double hc_t;         /* the host clock: when it issued the last compute action */
     int hc_last_rec;     /* the last compute action issued was a recomputation ... */
     int32_t hc_last_layer; /* ... of this layer */
+    exfw *fw;            /* autograd hooks' host costs (host_times only; NULL: none) */
     pend_free *pd;       /* deferred frees (slots; free slots listed in pd_free) */
     size_t n_pd, cap_pd;
     uint32_t *pd_free;

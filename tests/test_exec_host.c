@@ -250,6 +250,109 @@ static void side_free_sched(schedule_t *s, int side_use)
     tensor_act(s, SA_FREE, SS_COMPUTE, 2, 0);
 }
 
+/* ---- the autograd hooks' host costs (sim/exec_fw.c; profile host.ckpt_*, host.save_*) ---- */
+
+/* ops 1, 2 forward in layer 0 (1 reads the parameter 100 and makes 101, 2 reads 101 and makes
+ * 102), 3, 4 backward (3 reads 102 and 101, makes the gradient 103; 4 reads 103 and 100): the
+ * saved tensors are 100, 101, 102 (a backward op reads them, none made them); each forward op
+ * saves one, op 3 reads back two, op 4 one. Host 100 us per op, kernels 10 us: host-bound. */
+static trace_t *hook_trace(void)
+{
+    static const uint64_t in1[] = {100}, out1[] = {101}, in2[] = {101}, out2[] = {102},
+                          in3[] = {102, 101}, out3[] = {103}, in4[] = {103, 100}, out4[] = {104};
+    static const uint64_t *ins[] = {in1, in2, in3, in4}, *outs[] = {out1, out2, out3, out4};
+    static const uint32_t nin[] = {1, 1, 2, 2};
+    trace_t *t = trace_new();
+    for (int i = 0; i < 4; i++) {
+        trace_rec r;
+        memset(&r, 0, sizeof r);
+        r.type = TR_OP;
+        r.u.op.id = (uint64_t)(i + 1);
+        r.u.op.kind = TK_ELEM;
+        r.u.op.phase = i < 2 ? TP_FWD : TP_BWD;
+        r.u.op.layer = 0;
+        r.u.op.dur_us = -1;
+        r.u.op.host_us = 100;
+        r.u.op.n_in = nin[i];
+        r.u.op.in = ins[i];
+        r.u.op.n_out = 1;
+        r.u.op.out = outs[i];
+        trace_append(t, &r);
+    }
+    return t;
+}
+
+static void layer_op(schedule_t *s, int64_t op, int rec)
+{
+    sched_action a = base(SA_COMPUTE, SS_COMPUTE);
+    a.dur_us = 10;
+    a.op = op;
+    a.layer = 0;
+    a.recompute = (uint8_t)rec;
+    add(s, a);
+}
+
+static void test_hook_costs(void)
+{
+    trace_t *t = hook_trace();
+    sim_result r;
+    /* checkpointed: forward 1 2, replay 1 2, backward 3 4 */
+    schedule_t *ck = sched_new();
+    layer_op(ck, 1, 0);
+    layer_op(ck, 2, 0);
+    layer_op(ck, 1, 1);
+    layer_op(ck, 2, 1);
+    layer_op(ck, 3, 0);
+    layer_op(ck, 4, 0);
+    machine_t m0 = test_machine(), m = test_machine();
+    m.host_ckpt_fwd_layer_us = 1000;
+    m.host_ckpt_fwd_save_us = 10;
+    m.host_recompute_layer_us = 500;
+    m.host_ckpt_bwd_save_us = 20;
+    m.host_save_pack_us = 50;
+    m.host_save_unpack_us = 30;
+    double plain = host_run(ck, t, &m0, 0, &r), with = host_run(ck, t, &m, 0, &r);
+    TAP_OK(near(plain, 610), "checkpointed, no hook costs: six ops' host time and the last "
+           "kernel (%.3f us)", plain);
+    /* layer 1000 + 2 saves x 10 + replay 500 + 3 read back x 20; no save_on_cpu costs (no
+     * blocking copies) */
+    TAP_OK(near(with - plain, 1580), "checkpointed: the wrapper, the packs, the replay and the "
+           "unpacks add %.3f us (1580)", with - plain);
+    double ahead = host_run(ck, t, &m, 8, &r);
+    TAP_OK(near(ahead, with), "--issue-ahead 8 pays the same hook costs (%.3f us)", ahead);
+
+    /* save_on_cpu: forward 1, the blocking copy of 101, 2, backward 3 4 (no replay) */
+    schedule_t *sv = sched_new();
+    layer_op(sv, 1, 0);
+    tensor_act(sv, SA_HOST_ALLOC, SS_COMPUTE, 101, 1000);
+    sched_action c = base(SA_COPY_D2H, SS_COMPUTE);
+    c.tensor = 101;
+    c.bytes = 1000;
+    c.host_wait = 1;
+    add(sv, c);
+    layer_op(sv, 2, 0);
+    layer_op(sv, 3, 0);
+    layer_op(sv, 4, 0);
+    tensor_act(sv, SA_HOST_FREE, SS_COMPUTE, 101, 0);
+    plain = host_run(sv, t, &m0, 0, &r);
+    with = host_run(sv, t, &m, 0, &r);
+    /* one pack 50 + 3 read back x 30; the checkpoint costs need a replayed layer */
+    TAP_OK(near(with - plain, 140), "save_on_cpu: the pack after its copy and the unpacks add "
+           "%.3f us (140)", with - plain);
+
+    /* a trace without host times: the profile's hook costs change nothing */
+    double z[] = {0, 0, 0, 0};
+    trace_t *t0 = host_trace(4, z, NULL);
+    sim_result a0, a1;
+    host_run(ck, t0, &m0, 0, &a0);
+    host_run(ck, t0, &m, 0, &a1);
+    TAP_OK(a0.iter_time_s == a1.iter_time_s, "no host times: no hook costs");
+    trace_free(t0);
+    sched_free(ck);
+    sched_free(sv);
+    trace_free(t);
+}
+
 static void test_issue_record_stream(void)
 {
     machine_t m = test_machine();
@@ -759,6 +862,7 @@ int main(void)
         printf("Bail out! cannot make a temporary directory\n");
         return 99;
     }
+    test_hook_costs();
     test_issue_order();
     test_issue_deferred_free();
     test_issue_ahead_bound();

@@ -130,6 +130,22 @@ enum {
       "host time a recomputed layer costs beyond its ops' own host time (PyTorch's "           \
       "non-reentrant checkpoint: its hooks around the replayed forward), microseconds; "       \
       "absent: 0, not measured")                                                               \
+    X("host.ckpt_fwd_layer_us", MF_DBL, host_ckpt_fwd_layer_us, R_OPT_NONNEG,                 \
+      "host time a checkpointed layer's forward costs beyond its ops' own (transformers' "     \
+      "GradientCheckpointingLayer and torch.utils.checkpoint's non-reentrant setup), "          \
+      "microseconds; captured traces; absent: 0")                                             \
+    X("host.ckpt_fwd_save_us", MF_DBL, host_ckpt_fwd_save_us, R_OPT_NONNEG,                   \
+      "host time per tensor a checkpointed layer's forward saves (its pack hook), "            \
+      "microseconds; captured traces; absent: 0")                                             \
+    X("host.ckpt_bwd_save_us", MF_DBL, host_ckpt_bwd_save_us, R_OPT_NONNEG,                   \
+      "host time per saved tensor a recomputed layer's backward op reads (its unpack hook "    \
+      "and the recomputation's pack), microseconds; captured traces; absent: 0")              \
+    X("host.save_pack_us", MF_DBL, host_save_pack_us, R_OPT_NONNEG,                           \
+      "host time per tensor save_on_cpu's pack hook copies to pinned memory, beyond the "      \
+      "copy (pinned buffer, dispatch), microseconds; captured traces; absent: 0")             \
+    X("host.save_unpack_us", MF_DBL, host_save_unpack_us, R_OPT_NONNEG,                       \
+      "host time per saved tensor a backward op reads back under save_on_cpu (its unpack "     \
+      "hook's copy dispatch), microseconds; captured traces; absent: 0")                      \
     X("lat.cuda_malloc_base_us", MF_DBL, cuda_malloc_base_us, R_NONNEG,                        \
       "cudaMalloc time = base + per_gib * GiB; base, microseconds")                            \
     X("lat.cuda_malloc_per_gib_us", MF_DBL, cuda_malloc_per_gib_us, R_NONNEG,                  \

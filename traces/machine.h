@@ -61,6 +61,11 @@ typedef struct machine {
     double host_adam_params_per_s;   /* CPU Adam throughput per GPU's share of cores */
     double host_recompute_layer_us;  /* host time per recomputed layer beyond its ops' own
                                         (checkpoint hooks); 0: not measured */
+    double host_ckpt_fwd_layer_us;   /* checkpointed layer's forward beyond its ops' own */
+    double host_ckpt_fwd_save_us;    /* per tensor a checkpointed forward saves */
+    double host_ckpt_bwd_save_us;    /* per saved tensor a recomputed layer's backward reads */
+    double host_save_pack_us;        /* per tensor save_on_cpu copies to the host */
+    double host_save_unpack_us;      /* per saved tensor read back under save_on_cpu */
     /* driver and allocator latencies */
     double cuda_malloc_base_us;      /* cudaMalloc time = base + per_gib * GiB */
     double cuda_malloc_per_gib_us;

@@ -4,9 +4,10 @@ model from its config in random initialization exactly as experiments/realworld/
 does (on the GPU in its dtype, SDPA, AdamW, bf16 autocast for amp), then in one process
 per mode:
   --mode capture     the warm-up steps, memsim.capture over the next (keep-all) step (with
-                     --host-timing a second, run plain under torch.profiler for each op's
-                     host time: host_us, host_sync; docs/CAPTURE.md, "Host time"), then an
-                     uncaptured step timed for the capture's overhead; writes the trace
+                     --host-timing one step before it, timed by phase, and one after it, run
+                     plain under torch.profiler, for each op's host time: host_us,
+                     host_sync; docs/CAPTURE.md, "Host time"), then an uncaptured step
+                     timed for the capture's overhead; writes the trace
   --mode keep        the plain step measured (peak reserved, peak allocated, median step)
   --mode ckpt        model.gradient_checkpointing_enable(use_reentrant=False), measured
   --mode save_on_cpu torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward
@@ -79,6 +80,9 @@ def main(argv=None):
             t0 = time.perf_counter()
             with memsim.capture(a.trace, model=model, optimizer=opt,
                                 host_timing=a.host_timing):
+                if a.host_timing:
+                    step()              # plain, timed by phase (its optimizer phase runs to
+                                        # the captured step's forward: no synchronize)
                 step()                  # captured
                 torch.cuda.synchronize()
                 if a.host_timing:

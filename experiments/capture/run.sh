@@ -19,8 +19,9 @@
 # CASES (default cases.tsv), MACHINE (default h200-sxm), VENV (run.sh gpu: where
 # pip install ./python goes, default a new /tmp/memsim-venv-*), MODES (run.sh gpu: the
 # runs, default "capture keep ckpt save_on_cpu"; MODES=capture captures again beside
-# measurements already in OUTDIR), HOST_TIMING (run.sh gpu: non-empty: captures with host
-# times, experimental; results_host/ holds such captures).
+# measurements already in OUTDIR), HOST_TIMING (run.sh gpu: default 1, captures with host
+# times, a timed step before the captured one and a profiled one after it; 0: kernel times
+# alone, as results_kernels/ was captured).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -69,7 +70,7 @@ gpu() {
             echo "== $name $mode" >&2
             extra=()
             [ "$mode" = capture ] && extra=(--trace "$out/$name.trace.gz")
-            [ "$mode" = capture ] && [ -n "${HOST_TIMING:-}" ] && extra+=(--host-timing)
+            [ "$mode" = capture ] && [ "${HOST_TIMING:-1}" != 0 ] && extra+=(--host-timing)
             "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
                 --seq "$seq" --batch "$batch" --mode "$mode" --out "$out/$name.$mode.json" \
                 "${extra[@]}" || echo "$name $mode: failed (status $?)" >&2

@@ -13,6 +13,7 @@ backward); torch.autograd.backward and optimizer.step are wrapped for the phases
 storage's lifetime is the lifetime of the tensors that hold it (weak-reference finalizers);
 on CUDA the caching allocator's own requests are the allocations (memsim._cuda)."""
 
+import gc
 import os
 import sys
 import threading
@@ -106,9 +107,8 @@ class Capture:
             raise CaptureError("host_timing must be True, False, 'launches' or 'ops', got %r"
                                % (host_timing,))
         self.host_how = host_timing if isinstance(host_timing, str) else None
-        # off unless asked for: the host times measured under torch.profiler made the
-        # keep-all step predictions of experiments/capture worse, not better (+0.5 to +89 %
-        # against -3.5 to -32 % without; experiments/capture/results_host)
+        # off unless asked for: it needs the block to run the step three times (timed,
+        # captured, profiled); experiments/capture uses it (docs/CAPTURE.md, "Host time")
         self.host_timing = bool(host_timing)
         if self.cuda:
             from . import _cuda
@@ -137,6 +137,7 @@ class Capture:
         self.kernel_us = {}
         self.cap_events = None     # the captured iterations' profile (CUDA timing)
         self.plain_prof = None     # the plain iterations after them (host timing)
+        self.timer = None          # the plain iterations timed by phase before those
         self.allocs = None         # CUDA: the allocator history, taken when recording ends
         self.host_info = None
 
@@ -180,6 +181,21 @@ class Capture:
         if self.started:
             raise CaptureError("this capture was already started")
         self.started = True
+        if self.host_timing:
+            # the first iterations run plain, timed by phase, before anything of the
+            # capture is installed (its allocator trace cannot be removed again: _cuda.py)
+            from . import _phases
+            self.timer = _phases.PhaseTimer(self.torch, self.model, self.opt,
+                                            self.iterations, self._start_recording)
+            self.timer.arm()
+            return self
+        self._start_recording()
+        return self
+
+    def _start_recording(self, m=None, args=None):
+        """Installs the capture and begins the first recorded iteration: at start(), or
+        with host timing at the forward call after the timed iterations (m, args: that
+        call's model pre-hook arguments)."""
         torch = self.torch
         self._enter()
         try:
@@ -194,7 +210,8 @@ class Capture:
             raise
         finally:
             self._leave()
-        return self
+        if m is not None:
+            self._model_pre(m, args)       # this call's own pre-hook ran before the install
 
     def _note_params(self):
         blk_of = {}
@@ -781,6 +798,11 @@ class Capture:
         if self.cuda and self.allocs is None:
             self.allocs = self.alloc_events.stop()
         self._uninstall(keep_saved=True)
+        # the capture's records and the profile's events are many Python objects: the
+        # collector's full passes over them would land in the profiled step's host times
+        gc.collect()
+        gc.freeze()
+        self.gc_frozen = True
         try:
             from torch.profiler import profile, ProfilerActivity
             from . import _host
@@ -800,13 +822,13 @@ class Capture:
             self.plain_prof = None
 
     def _end_plain(self):
-        from . import _host
+        from . import _host, _phases
         ops = self.trace.ops()
         if self.plain_prof is None:
             if self.host_timing:
                 print("memsim.capture: no host times: run the step once more inside the "
-                      "with block (%d more iteration%s), which then runs plain under the "
-                      "profiler" % (self.iterations, "s" if self.iterations > 1 else ""),
+                      "with block (%d more iteration%s: plain, under the profiler, after the "
+                      "captured ones)" % (self.iterations, "s" if self.iterations > 1 else ""),
                       file=sys.stderr)
             return
         if self.cuda:
@@ -827,6 +849,8 @@ class Capture:
                       file=sys.stderr)
         self.host_info = _host.host_times(self.cap_events, events, ops, self.cuda, cost)
         self.host_info["call_cost_us"] = cost
+        timed = self.timer.phase_us() if getattr(self, "timer", None) is not None else {}
+        self.host_info["phases"] = _phases.scale_host(ops, timed)
         if self.host_info["matched"] == 0 and ops:
             print("memsim.capture: no host times: none of the %d ops matched the plain "
                   "step's profile (%d events)%s" % (len(ops), len(events),
@@ -844,6 +868,19 @@ class Capture:
         try:
             with self.lock:
                 self.recording = False
+            if getattr(self, "timer", None) is not None and not self.timer.done:
+                self.timer.finish()           # nothing of the capture was installed yet
+                if ok:
+                    raise CaptureError(
+                        "host_timing: the with block ran %d step%s; it needs %d: %d timed, "
+                        "then %d captured, then %d profiled" % (
+                            len(self.timer.steps), "" if len(self.timer.steps) == 1 else "s",
+                            3 * self.iterations, self.iterations, self.iterations,
+                            self.iterations))
+                return
+            if getattr(self, "gc_frozen", False):
+                gc.unfreeze()
+                self.gc_frozen = False
             self._uninstall()
             if self.cuda:
                 self._stop_profiler()
@@ -907,6 +944,11 @@ class Capture:
             tr.set_meta("captured.host_syncs", h["syncs"])
             tr.set_meta("captured.host_step_us", "%.1f" % h["step_us"])
             tr.set_meta("captured.host_call_cost_us", "%.3f" % h.get("call_cost_us", 0.0))
+            for p, (prof_us, timed_us, f) in sorted(h.get("phases", {}).items()):
+                # the profiled host time of the phase, its plain steps' timed bound, the
+                # factor its ops' host_us were scaled by (docs/CAPTURE.md, "Host time")
+                tr.set_meta("captured.host_phase." + p,
+                            "%.1f %.1f %.4f" % (prof_us, timed_us, f))
             if not self.host_info:
                 for op in tr.ops():
                     op.host_us, op.host_sync = None, 0
@@ -944,10 +986,13 @@ class capture:
     each op's kernel time from torch.profiler; layers: the model's blocks (a ModuleList,
     a list of modules or an attribute path such as "model.layers") when the automatic
     search (the largest ModuleList of one module class) is not what is wanted;
-    host_timing (default off; experimental, see docs/CAPTURE.md): each op's host (CPU) time and the ops the
-    host synchronizes on, measured on the next `iterations` iterations the block runs after
-    the captured ones, which run plain (without the capture's hooks) under torch.profiler:
-    run the step once more inside the block for them (docs/CAPTURE.md, "Host time");
+    host_timing (default off): each op's host (CPU) time and the ops the host synchronizes
+    on, measured on plain iterations: the block's first `iterations` run before anything is
+    installed,
+    timed by phase alone (forward, backward, optimizer), the next `iterations` are
+    captured, the `iterations` after them run under torch.profiler, whose per-op host times
+    are scaled down to the timed phases' (the profiler adds to each op); so the block runs
+    the step three times (docs/CAPTURE.md, "Host time");
     "launches" or "ops" chooses how they are matched (default: launches on CUDA where the
     captured profile has them, else ops).
     An exception inside the block leaves no trace file."""

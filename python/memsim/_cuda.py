@@ -89,6 +89,9 @@ class AllocatorEvents:
         self._regs = None
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
+        # PyTorch cannot turn the GPU trace off again (c10::impl::GPUTrace is set once per
+        # process): from now on each allocation and free calls into Python with no callback
+        # left to run (docs/CAPTURE.md, "What capturing costs")
         idx = self.device.index if self.device.index is not None else torch.cuda.current_device()
         traces = snap.get("device_traces", [])
         ent = traces[idx] if idx < len(traces) else []
@@ -109,3 +112,4 @@ class AllocatorEvents:
             out[i] = allocs[k][1]
             j = k - 1
         return out
+

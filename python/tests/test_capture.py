@@ -151,9 +151,10 @@ class CaptureCPU(unittest.TestCase):
 
 @unittest.skipIf(torch is None, "no PyTorch" if torch is not None else WHY)
 class CaptureHostTime(unittest.TestCase):
-    """host_timing: the step after the captured one runs plain under torch.profiler; each op
-    gets host_us (its host time before it can be issued, here on CPU the time from the
-    previous op's end to its own) and the simulator's step is their sum."""
+    """host_timing: the step after the captured one runs plain, timed by phase, the one after
+    it plain under torch.profiler; each op gets host_us (its host time before it can be
+    issued, here on CPU the time from the previous op's end to its own, scaled so that a
+    phase's ops take at most the timed step's phase) and the simulator's step is their sum."""
 
     @classmethod
     def setUpClass(cls):
@@ -166,14 +167,25 @@ class CaptureHostTime(unittest.TestCase):
         cls.path = os.path.join(cls.tmp, "host.trace")
         import time
         with memsim.capture(cls.path, model=m, optimizer=o, host_timing=True):
-            step(m, o, ids)
             t1 = time.perf_counter()
-            step(m, o, ids)
+            step(m, o, ids)                  # timed by phase
+            cls.timed_s = time.perf_counter() - t1
+            step(m, o, ids)                  # captured
+            t1 = time.perf_counter()
+            step(m, o, ids)                  # profiled
             cls.plain_s = time.perf_counter() - t1
         cls.recs = read_trace(cls.path)
         cls.meta = {r[1]: " ".join(r[2:]) for r in cls.recs if r[0] == "meta"}
         cls.one = os.path.join(cls.tmp, "one.trace")
-        with memsim.capture(cls.one, model=m, optimizer=o, host_timing=True):
+        cls.one_error = None
+        try:
+            with memsim.capture(cls.one, model=m, optimizer=o, host_timing=True):
+                step(m, o, ids)
+        except memsim.CaptureError as e:
+            cls.one_error = str(e)
+        cls.two = os.path.join(cls.tmp, "two.trace")
+        with memsim.capture(cls.two, model=m, optimizer=o, host_timing=True):
+            step(m, o, ids)
             step(m, o, ids)
 
     def host(self, r):
@@ -191,11 +203,28 @@ class CaptureHostTime(unittest.TestCase):
         self.assertEqual(n, len(ops))
         self.assertGreaterEqual(got, 0.9 * n, "most ops matched (%d of %d)" % (got, n))
         total = sum(hs)
-        # the plain step ran inside plain_s (profiler included); its ops take most of it
+        # the profiled step ran inside plain_s (profiler included), the timed one inside
+        # timed_s; the ops take most of the timed step and no more than either
         self.assertGreater(total, 0)
         self.assertLessEqual(total * 1e-6, self.plain_s)
-        self.assertGreater(total * 1e-6, 0.3 * self.plain_s)
-        self.assertAlmostEqual(total, float(self.meta["captured.host_step_us"]), delta=1.0)
+        # (the timed step's last phase runs to the next forward call, just after timed_s)
+        self.assertLessEqual(total * 1e-6, self.timed_s * 1.02 + 1e-4)
+        self.assertGreater(total * 1e-6, 0.3 * self.timed_s)
+        self.assertLessEqual(total, float(self.meta["captured.host_step_us"]) + 1.0)
+
+    def test_phases_bound_host(self):
+        """Each phase's ops take at most the timed step's phase, scaled by the factor the
+        trace states (never up)."""
+        ops = [r for r in self.recs if r[0] == "op"]
+        for ph in ("fwd", "bwd", "opt"):
+            prof_us, timed_us, f = (float(x) for x in
+                                    self.meta["captured.host_phase." + ph].split())
+            self.assertGreater(timed_us, 0)
+            self.assertLessEqual(f, 1.0)
+            self.assertGreater(f, 0.0)
+            mine = sum(self.host(r) for r in ops if r[3] == ph)
+            self.assertLessEqual(mine, timed_us + 1.0, ph)
+            self.assertAlmostEqual(mine, prof_us * f, delta=1.0 + 1e-3 * prof_us)
 
     def test_checks_and_simulates(self):
         r = run("trace", "check", self.path)
@@ -223,8 +252,9 @@ class CaptureHostTime(unittest.TestCase):
         with self.assertRaises(ValueError):
             with memsim.capture(p, model=m, optimizer=o, host_timing=True):
                 step(m, o, ids)
+                step(m, o, ids)
                 m(ids, ids)
-                raise ValueError("in the plain step")
+                raise ValueError("in the profiled step")
         self.assertFalse(os.path.exists(p))
         self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("bad.")], [])
         from torch.profiler import profile
@@ -237,11 +267,18 @@ class CaptureHostTime(unittest.TestCase):
             memsim.capture(os.path.join(self.tmp, "x.trace"), model=tinymodels.TinyLlama(),
                            host_timing="sometimes")
 
-    def test_one_step_no_host_times(self):
-        recs = read_trace(self.one)
-        meta = {r[1]: " ".join(r[2:]) for r in recs if r[0] == "meta"}
-        self.assertEqual(meta["captured.host_timing"], "none")
-        self.assertFalse(any(self.host(r) is not None for r in recs if r[0] == "op"))
+    def test_one_step_refused(self):
+        """A block of one step has nothing captured: said, and no file."""
+        self.assertIsNotNone(self.one_error)
+        self.assertIn("ran 1 step; it needs 3", self.one_error)
+        self.assertFalse(os.path.exists(self.one))
+
+    def test_two_steps_no_host_times(self):
+        for path in (self.two,):    # timed and captured, no profiled step: no host times
+            recs = read_trace(path)
+            meta = {r[1]: " ".join(r[2:]) for r in recs if r[0] == "meta"}
+            self.assertEqual(meta["captured.host_timing"], "none")
+            self.assertFalse(any(self.host(r) is not None for r in recs if r[0] == "op"))
 
 
 @unittest.skipIf(torch is None, "no PyTorch" if torch is not None else WHY)

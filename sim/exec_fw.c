@@ -1,0 +1,137 @@
+/* exec_fw.c — the host time PyTorch's autograd hooks add where a trace gives host times:
+ * checkpointing's wrapper and pack / unpack hooks, save_on_cpu's pack / unpack hooks (see
+ * exec_fw.h). The executor's host clock (sim/exec_host.c, sim/exec.c) adds what this returns;
+ * it knows no policy, only what the schedule shows: a layer whose forward ops are replayed
+ * ran its forward under checkpoint, a schedule with blocking copies of saved tensors ran
+ * under save_on_cpu's hooks. */
+#include "sim/exec_fw.h"
+
+#include <stdlib.h>
+
+#include "base/u64map.h"
+
+#define FW_SAVED 1u       /* a tensor autograd saved: a backward op reads it, none made it */
+#define FW_BWD_MADE 2u    /* made by a backward op (a gradient): never a saved tensor */
+
+struct exfw {
+    const machine_t *m;
+    u64map *tensors;      /* tensor id -> FW_* bits */
+    uint8_t *ckpt_layer;  /* [layer]: the schedule replays this layer's forward */
+    int32_t n_layers;
+    int saves_to_host;    /* the schedule copies saved tensors to the host as they are saved */
+    int32_t fwd_layer;    /* the layer of the last forward action issued (-1: none) */
+};
+
+static int has_costs(const machine_t *m)
+{
+    return m->host_ckpt_fwd_layer_us > 0 || m->host_ckpt_fwd_save_us > 0 ||
+           m->host_ckpt_bwd_save_us > 0 || m->host_save_pack_us > 0 ||
+           m->host_save_unpack_us > 0;
+}
+
+static int mark_op(exfw *f, const trace_op *op)
+{
+    int added;
+    for (uint32_t i = 0; op->phase == TP_BWD && i < op->n_out; i++) {
+        uint64_t *v = u64map_slot(f->tensors, op->out[i], &added);
+        if (!v) return -1;
+        *v |= FW_BWD_MADE;
+    }
+    for (uint32_t i = 0; op->phase == TP_BWD && i < op->n_in; i++) {
+        uint64_t *v = u64map_slot(f->tensors, op->in[i], &added);
+        if (!v) return -1;
+        if (!(*v & FW_BWD_MADE)) *v |= FW_SAVED;
+    }
+    return 0;
+}
+
+static ms_status scan_schedule(exfw *f, const schedule_t *s, ms_error *err)
+{
+    int32_t top = -1;
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind == SA_COMPUTE && a->recompute && a->layer > top) top = a->layer;
+        if (a->kind == SA_COPY_D2H && a->host_wait) f->saves_to_host = 1;
+    }
+    f->n_layers = top + 1;
+    f->ckpt_layer = calloc((size_t)(top + 1 > 0 ? top + 1 : 1), 1);
+    if (!f->ckpt_layer) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind == SA_COMPUTE && a->recompute && a->layer >= 0) f->ckpt_layer[a->layer] = 1;
+    }
+    return MS_OK;
+}
+
+ms_status exfw_new(const trace_t *tr, const schedule_t *s, const machine_t *m, exfw **out,
+                   ms_error *err)
+{
+    *out = NULL;
+    if (!tr || !has_costs(m)) return MS_OK;
+    exfw *f = calloc(1, sizeof *f);
+    if (!f || !(f->tensors = u64map_new(1024))) {
+        free(f);
+        return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    }
+    f->m = m;
+    f->fwd_layer = -1;
+    for (size_t i = 0; i < trace_count(tr); i++) {
+        const trace_rec *r = trace_get(tr, i);
+        if (r->type == TR_OP && mark_op(f, &r->u.op) != 0) {
+            exfw_free(f);
+            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+        }
+    }
+    ms_status st = scan_schedule(f, s, err);
+    if (st != MS_OK) {
+        exfw_free(f);
+        return st;
+    }
+    *out = f;
+    return MS_OK;
+}
+
+void exfw_free(exfw *f)
+{
+    if (!f) return;
+    u64map_free(f->tensors);
+    free(f->ckpt_layer);
+    free(f);
+}
+
+/* The op's inputs that autograd saved (a forward op's: it packs them; a backward op's: it
+ * unpacks them). A tensor two forward ops read counts for each, as each node saves it. */
+static uint32_t saved_inputs(const exfw *f, const trace_op *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n_in; i++) {
+        uint64_t v = 0;
+        if (u64map_get(f->tensors, t->in[i], &v) && (v & FW_SAVED)) n++;
+    }
+    return n;
+}
+
+double exfw_compute_us(exfw *f, const sched_action *a, const trace_op *t)
+{
+    if (!f || !t) return 0;
+    const machine_t *m = f->m;
+    int ck = a->layer >= 0 && a->layer < f->n_layers && f->ckpt_layer[a->layer];
+    double us = 0;
+    if (t->phase == TP_FWD && !a->recompute) {
+        if (ck && a->layer != f->fwd_layer) us += m->host_ckpt_fwd_layer_us;
+        f->fwd_layer = a->layer;
+        if (ck) us += m->host_ckpt_fwd_save_us * saved_inputs(f, t);
+        /* save_on_cpu's pack hook: its cost follows its blocking copy (exfw_pack_us) */
+    } else if (t->phase == TP_BWD) {
+        f->fwd_layer = -1;
+        uint32_t n = (ck || f->saves_to_host) ? saved_inputs(f, t) : 0;
+        if (ck) us += m->host_ckpt_bwd_save_us * n;
+        if (f->saves_to_host) us += m->host_save_unpack_us * n;
+    }
+    return us;
+}
+
+double exfw_pack_us(const exfw *f)
+{
+    return f && f->saves_to_host ? f->m->host_save_pack_us : 0;
+}
