@@ -87,7 +87,7 @@ class Capture:
     and writes the trace at stop(ok=True). See memsim.capture for the arguments."""
 
     def __init__(self, path, model=None, optimizer=None, iterations=1, timing=True,
-                 layers=None, device=None, host_timing=None):
+                 layers=None, device=None, host_timing=None, host_steps=1):
         import torch
         self.torch = torch
         if _torch_version(torch) < MIN_TORCH:
@@ -95,6 +95,9 @@ class Capture:
                                (MIN_TORCH + (torch.__version__,)))
         if not isinstance(iterations, int) or iterations < 1:
             raise CaptureError("iterations must be a positive integer, got %r" % (iterations,))
+        if isinstance(host_steps, bool) or not isinstance(host_steps, int) or host_steps < 1:
+            raise CaptureError("host_steps must be a positive integer, got %r" % (host_steps,))
+        self.host_steps = host_steps
         self.path = os.fspath(path)
         self.model = model
         self.opt = optimizer
@@ -186,7 +189,7 @@ class Capture:
             # capture is installed (its allocator trace cannot be removed again: _cuda.py)
             from . import _phases
             self.timer = _phases.PhaseTimer(self.torch, self.model, self.opt,
-                                            self.iterations, self._start_recording)
+                                            self.host_steps, self._start_recording)
             self.timer.arm()
             return self
         self._start_recording()
@@ -850,6 +853,8 @@ class Capture:
         self.host_info = _host.host_times(self.cap_events, events, ops, self.cuda, cost)
         self.host_info["call_cost_us"] = cost
         timed = self.timer.phase_us() if getattr(self, "timer", None) is not None else {}
+        # the trace's ops are `iterations` steps'; the timed bound is one step's (a median)
+        timed = {p: v * self.iterations for p, v in timed.items()}
         self.host_info["phases"] = _phases.scale_host(ops, timed)
         if self.host_info["matched"] == 0 and ops:
             print("memsim.capture: no host times: none of the %d ops matched the plain "
@@ -875,8 +880,8 @@ class Capture:
                         "host_timing: the with block ran %d step%s; it needs %d: %d timed, "
                         "then %d captured, then %d profiled" % (
                             len(self.timer.steps), "" if len(self.timer.steps) == 1 else "s",
-                            3 * self.iterations, self.iterations, self.iterations,
-                            self.iterations))
+                            self.host_steps + 2 * self.iterations, self.host_steps,
+                            self.iterations, self.iterations))
                 return
             if getattr(self, "gc_frozen", False):
                 gc.unfreeze()
@@ -987,21 +992,21 @@ class capture:
     a list of modules or an attribute path such as "model.layers") when the automatic
     search (the largest ModuleList of one module class) is not what is wanted;
     host_timing (default off): each op's host (CPU) time and the ops the host synchronizes
-    on, measured on plain iterations: the block's first `iterations` run before anything is
-    installed,
-    timed by phase alone (forward, backward, optimizer), the next `iterations` are
-    captured, the `iterations` after them run under torch.profiler, whose per-op host times
-    are scaled down to the timed phases' (the profiler adds to each op); so the block runs
-    the step three times (docs/CAPTURE.md, "Host time");
+    on, measured on plain iterations: the block's first `host_steps` (default 1; each
+    phase's median is taken) run before anything is installed, timed by phase alone
+    (forward, backward, optimizer), the next `iterations` are captured, the `iterations`
+    after them run under torch.profiler, whose per-op host times are scaled down to the
+    timed phases' (the profiler adds to each op); so the block runs the step
+    host_steps + 2 x iterations times, three by default (docs/CAPTURE.md, "Host time");
     "launches" or "ops" chooses how they are matched (default: launches on CUDA where the
     captured profile has them, else ops).
     An exception inside the block leaves no trace file."""
 
     def __init__(self, path, model=None, optimizer=None, iterations=1, timing=True,
-                 layers=None, device=None, host_timing=None):
+                 layers=None, device=None, host_timing=None, host_steps=1):
         self._cap = Capture(path, model=model, optimizer=optimizer, iterations=iterations,
                             timing=timing, layers=layers, device=device,
-                            host_timing=host_timing)
+                            host_timing=host_timing, host_steps=host_steps)
 
     def __enter__(self):
         self._cap.start()

@@ -262,6 +262,39 @@ class CaptureHostTime(unittest.TestCase):
             torch.ones(2).sum()
         self.assertTrue(len(pr.events()) > 0)
 
+    def test_host_steps(self):
+        """host_steps=3: three timed steps (each phase's median), then one captured and one
+        profiled; two iterations double the bound of the ops of both."""
+        torch.manual_seed(0)
+        m = tinymodels.TinyLlama(L=2, h=64, heads=4, kv=2, f=160, V=256)
+        o = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        ids = torch.randint(0, 256, (4, 32))
+        for steps, iters in ((3, 1), (1, 2)):
+            p = os.path.join(self.tmp, "hs%d%d.trace" % (steps, iters))
+            with memsim.capture(p, model=m, optimizer=o, host_timing=True, host_steps=steps,
+                                iterations=iters):
+                for _ in range(steps + 2 * iters):
+                    step(m, o, ids)
+            recs = read_trace(p)
+            meta = {r[1]: " ".join(r[2:]) for r in recs if r[0] == "meta"}
+            self.assertEqual(meta["captured.host_timing"], "ops")
+            marks = [r for r in recs if r[0] == "mark" and r[1] == "iter"]
+            self.assertEqual(len(marks), iters)
+            for ph in ("fwd", "bwd"):
+                prof_us, timed_us, f = (float(x) for x in
+                                        meta["captured.host_phase." + ph].split())
+                # the bound covers the trace's iterations: about as long as their ops
+                self.assertGreater(timed_us, 0.3 * prof_us, (steps, iters, ph))
+        with self.assertRaises(memsim.CaptureError):
+            memsim.capture(os.path.join(self.tmp, "x.trace"), model=m, host_steps=0)
+        p = os.path.join(self.tmp, "short.trace")
+        with self.assertRaises(memsim.CaptureError) as e:
+            with memsim.capture(p, model=m, optimizer=o, host_timing=True, host_steps=3):
+                step(m, o, ids)
+                step(m, o, ids)
+        self.assertIn("ran 2 steps; it needs 5: 3 timed", str(e.exception))
+        self.assertFalse(os.path.exists(p))
+
     def test_bad_host_timing(self):
         with self.assertRaises(memsim.CaptureError):
             memsim.capture(os.path.join(self.tmp, "x.trace"), model=tinymodels.TinyLlama(),
