@@ -966,8 +966,8 @@ static ms_status do_op(lw *w, const trace_op *op)
         w->rep.overlapped++;
         return MS_OK;
     }
-    us = lw_ovl_absorb(w, op, us, &w->ovl_us, &w->ovl_pending);
     sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
+    us = lw_ovl_absorb(w, op, us, &w->ovl_us, &w->ovl_pending, &a.ovl);
     a.op = (int64_t)op->id;
     a.dur_us = us;
     a.layer = op->layer;
