@@ -339,12 +339,19 @@ static rt_status run_reduce(rt_coll *c, const coll_op *o, void *s, const operand
     uint64_t p = (uint64_t)o->cls.ranks, me = (uint64_t)c->index[o->cls.group];
     uint64_t e = rt_nccl_type_bytes(o->cls.type);
     int in_place = o->op->in[0] == o->op->out[0];
-    c->st.calls[o->cls.kind]++;
     if (o->cls.kind == RC_ALL_REDUCE) {
+        /* an op reducing more than its tensor holds stands for several reductions of it (the
+         * vocabulary-parallel loss: its maximum, target logit and sum of exponentials) */
         uint64_t b = x->in_b[0] < x->out_b[0] ? x->in_b[0] : x->out_b[0];
-        return rt_nccl_all_reduce(n, ptr(x->in[0]), ptr(x->out[0]), b / e, o->cls.type, comm, s,
-                                  err);
+        uint64_t reps = b && o->op->bytes_read > b ? o->op->bytes_read / b : 1;
+        for (uint64_t k = 0; k < reps; k++) {
+            RT_TRY(rt_nccl_all_reduce(n, ptr(x->in[0]), ptr(x->out[0]), b / e, o->cls.type, comm,
+                                      s, err));
+            c->st.calls[RC_ALL_REDUCE]++;
+        }
+        return RT_OK;
     }
+    c->st.calls[o->cls.kind]++;
     uint64_t cnt = x->in_b[0] / p / e; /* elements each rank keeps */
     if (in_place)  /* NCCL's in-place form: this rank's share of the buffer itself */
         return rt_nccl_reduce_scatter(n, ptr(x->in[0]), ptr(x->in[0] + me * cnt * e), cnt,
