@@ -3,7 +3,9 @@
  * drives both), execution on the GPU (runtime/rt_exec.h over runtime/rt_backend.h), the
  * printed comparison with the schedule's own durations, and the results CSV. With --math real
  * it runs the model's real kernels instead (runtime/model_rt.h): the one-layer benchmark
- * (--bench-layer) or training steps (--train N). Called by runtime/main.c. */
+ * (--bench-layer) or training steps (--train N). With tp x cp x dp > 1 it runs one process per
+ * GPU (runtime/rt_launch.h starts them, runtime/rt_node.h sets each rank up) whose
+ * collectives are NCCL's. Called by runtime/main.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_run.h"
 
@@ -20,6 +22,7 @@
 #include "runtime/model_rt_walk.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_exec.h"
+#include "runtime/rt_node.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "traces/machine.h"
@@ -44,6 +47,9 @@ typedef struct run_args {
     double lr;                    /* --train: AdamW learning rate (0: the model's default) */
     int host_threads;             /* --host-threads: host optimizer threads (0: CPUs - 1) */
     int host_denormals_keep;      /* --host-denormals keep: the host step without FTZ/DAZ */
+    int coll_spin;                /* --collectives spin: one process, collectives spun */
+    int device_set;               /* --device given */
+    rt_proc proc;                 /* who this process is in a run on several GPUs */
 } run_args;
 
 enum {
@@ -51,7 +57,7 @@ enum {
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
     O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY,
-    O_HOSTTHREADS, O_HOSTDENORM
+    O_HOSTTHREADS, O_HOSTDENORM, O_COLL
 };
 
 static const struct option opts[] = {
@@ -77,6 +83,7 @@ static const struct option opts[] = {
     {"warmup", required_argument, 0, O_WARMUP}, {"lr", required_argument, 0, O_LR},
     {"host-threads", required_argument, 0, O_HOSTTHREADS},
     {"host-denormals", required_argument, 0, O_HOSTDENORM},
+    {"collectives", required_argument, 0, O_COLL},
     {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
 static void usage(FILE *f)
@@ -92,7 +99,9 @@ static void usage(FILE *f)
         "  --dims L,H,A,F,V     explicit layers, hidden, heads, ffn, vocab\n"
         "  --seq N              sequence length (64K, 1M accepted; default: the model's)\n"
         "  --batch N            micro-batch size (default 1)\n"
-        "  --tp N --cp N --dp N parallel degrees (collectives are spun for their duration)\n"
+        "  --tp N --cp N --dp N parallel degrees: tp x cp x dp processes, one per GPU of this\n"
+        "                       node, each running its rank's schedule with NCCL's\n"
+        "                       collectives (docs/RUNTIME.md, Several GPUs)\n"
         "  --ep N               expert-parallel degree of a MoE model (divides --dp)\n"
         "  --iters N            iterations to generate (default 2; the last is reported)\n"
         "  --trace FILE         use this workload trace instead of generating one\n"
@@ -126,7 +135,11 @@ static void usage(FILE *f)
         "  --host-limit BYTES|none   pinned bytes allowed (default: this GPU's share of the\n"
         "                       profile's host memory, as the simulator gives it)\n"
         "  --watchdog S         give up (and report) when the run takes longer than S seconds\n"
-        "  --device N           CUDA device (default 0)\n"
+        "  --device N           CUDA device (default 0; a rank uses its local rank's)\n"
+        "  --collectives MODE   nccl (default: with tp x cp x dp > 1, one process per GPU;\n"
+        "                       started here, or by torchrun --no-python / mpirun, which then\n"
+        "                       need MEMSIM_NCCL_ID_FILE) or spin (one process on one GPU,\n"
+        "                       every collective a spin kernel of its modelled duration)\n"
         "real kernels (docs/RUNTIME.md, Real kernels):\n"
         "  --math MODE          spin (default: spin kernels of each op's modelled duration) or\n"
         "                       real: each compute action of the schedule runs the real kernel\n"
@@ -235,6 +248,12 @@ static int apply(int c, char *v, run_args *a)
     case O_DEVICE:
         if (!ms_parse_u64(v, &x) || x > 64) return bad("device", v, "expected 0..64");
         a->device = (int)x;
+        a->device_set = 1;
+        return 0;
+    case O_COLL:
+        if (strcmp(v, "nccl") && strcmp(v, "spin")) return bad("collectives", v,
+                                                               "expected nccl or spin");
+        a->coll_spin = !strcmp(v, "spin");
         return 0;
     case O_HOSTWORK:
         if (!strcmp(v, "callback")) a->host_thread = 0;
@@ -339,9 +358,19 @@ static int parse(int argc, char **argv, run_args *a)
     return 0;
 }
 
+/* The first failure's message, for the notice that stops the other ranks. */
+static char first_error[1024];
+
+static void note_error(const char *msg)
+{
+    if (!first_error[0]) snprintf(first_error, sizeof first_error, "%s", msg);
+}
+
 static int fail_st(ms_status st, const ms_error *err)
 {
-    fprintf(stderr, "memsim run: %s\n", err && err->msg[0] ? err->msg : ms_status_str(st));
+    const char *msg = err && err->msg[0] ? err->msg : ms_status_str(st);
+    fprintf(stderr, "memsim run: %s\n", msg);
+    note_error(msg);
     return ms_exit_code(st);
 }
 
@@ -528,6 +557,10 @@ static void print_report(const run_args *a, const rt_gpu_info *g, const machine_
            (unsigned long long)r->ahead_waits,
            (unsigned long long)r->kernels, (unsigned long long)r->copies, r->issue_s, r->wall_s);
     rt_backend_print_stats(be, stdout);
+    if (r->collectives)
+        printf("collectives: %llu compute actions ran NCCL collectives, %llu of them rings beside "
+               "their attention kernel\n", (unsigned long long)r->collectives,
+               (unsigned long long)r->collectives_beside);
     if (a->verify_swaps)
         printf("swap checks: %llu copies checksummed, %llu prefetches verified against their "
                "offloads, %llu mismatches, %llu copies unpaired\n",
@@ -702,6 +735,96 @@ static void fill_ops(FILE *f, const void *p)
 
 static void fill_sched(FILE *f, const void *p) { sched_dump((const schedule_t *)p, f); }
 
+/* ---- several GPUs: each rank's results to rank 0 ---- */
+
+/* The results CSV row of c without its newline, into out. */
+static void csv_row_text(const csv_ctx *c, char *out, size_t n)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&buf, &len);
+    out[0] = 0;
+    if (!mf) return;
+    csv_row(mf, c->a, c->g, c->m, c->plan, c->t, c->r, c->mfu, c->tgs, c->flops, c->executor);
+    fclose(mf);
+    if (len && buf[len - 1] == '\n') buf[--len] = 0;
+    if (len < n) memcpy(out, buf, len + 1);
+    free(buf);
+}
+
+static void rank_result(const run_args *a, const csv_ctx *c, rt_rank_result *x)
+{
+    const rt_exec_result *r = c->r;
+    memset(x, 0, sizeof *x);
+    x->rank = a->proc.rank;
+    x->local_rank = a->proc.local_rank;
+    snprintf(x->status, sizeof x->status, "%s", rt_outcome_name(r->outcome));
+    x->iter_s = r->outcome == RTX_OK ? r->iter_time_s : 0;
+    x->nominal_s = r->nominal_s;
+    x->peak_reserved_bytes = r->astats.reserved_peak_bytes;
+    x->peak_allocated_bytes = r->astats.allocated_peak_bytes;
+    x->host_peak_bytes = r->host_peak_bytes;
+    x->host_pool_bytes = r->host_pool_bytes;
+    x->collectives = r->collectives;
+    x->beside = r->collectives_beside;
+    snprintf(x->device, sizeof x->device, "%.120s", c->g->name);
+    /* one line: the result file is read line by line */
+    snprintf(x->failure, sizeof x->failure, "%.630s", r->failure);
+    for (char *q = x->failure; *q; q++)
+        if (*q == '\n' || *q == '\r') *q = ' ';
+    if (a->csv) csv_row_text(c, x->csv, sizeof x->csv);
+}
+
+typedef struct node_csv {
+    const rt_rank_result *all;
+    int world;
+} node_csv;
+
+/* The results CSV of a run on several GPUs: a row per rank, with its rank and the world. */
+static void fill_node_csv(FILE *f, const void *p)
+{
+    const node_csv *c = p;
+    fputs(csv_header, f);
+    for (int k = 0; k < BM_COUNT; k++) fprintf(f, ",peak_%s_bytes", bm_kind_key((bm_kind)k));
+    fputs(",peak_kinds_at_failure,rank,world\n", f);
+    for (int r = 0; r < c->world; r++) fprintf(f, "%s,%d,%d\n", c->all[r].csv, r, c->world);
+}
+
+/* A rank's end: its results to rank 0, which prints the table of ranks and writes the CSV.
+ * A rank whose run did not end ok leaves its result and the notice that stops the others
+ * (their collectives would wait for it). Returns the exit status. */
+static int node_results(const run_args *a, rt_node *node, const csv_ctx *c, int rc)
+{
+    rt_rank_result x;
+    rank_result(a, c, &x);
+    ms_error err;
+    ms_error_clear(&err);
+    if (c->r->outcome != RTX_OK || rc) {
+        rt_node_put(node, &x, &err);
+        char msg[800];
+        snprintf(msg, sizeof msg, "%s: %s", x.status, x.failure[0] ? x.failure : "failed");
+        rt_node_fail(&a->proc, msg);
+        return rc ? rc : MS_EXIT_FAIL;
+    }
+    rt_rank_result *all = NULL;
+    if (rt_node_gather(node, &x, &all, &err) != RT_OK) {
+        fprintf(stderr, "memsim run: rank %d: %s\n", a->proc.rank, err.msg);
+        rt_node_fail(&a->proc, err.msg);
+        return MS_EXIT_FAIL;
+    }
+    if (!all) return MS_EXIT_OK;
+    if (!a->quiet) rt_node_print(node, all, stdout);
+    for (int r = 0; r < a->proc.world; r++)
+        if (strcmp(all[r].status, "ok")) rc = MS_EXIT_FAIL;
+    node_csv nc = {all, a->proc.world};
+    if (a->csv) {
+        int w = write_out(a->csv, fill_node_csv, &nc);
+        if (w && !rc) rc = w;
+    }
+    free(all);
+    return rc;
+}
+
 /* --record: the executed trace t with each op's measured time (rt_record_trace), written to
  * a->record. ops: every compute action's measurement. */
 static int write_record(const run_args *a, const rt_gpu_info *g, const trace_t *t,
@@ -730,7 +853,7 @@ static int write_record(const run_args *a, const rt_gpu_info *g, const trace_t *
 
 /* Runs the schedule on the GPU and reports; returns the exit status. */
 static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
-                   const plan_t *plan, const trace_t *t, const schedule_t *s)
+                   const plan_t *plan, const trace_t *t, const schedule_t *s, rt_node *node)
 {
     ms_error err;
     ms_error_clear(&err);
@@ -744,6 +867,7 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     if (rt_backend_new(&bo, &be, &err) != RT_OK || rt_cuda_dev_new(a->device, &dev,
                                                                    &err) != RT_OK) {
         fprintf(stderr, "memsim run: %s\n", err.msg);
+        note_error(err.msg);
         rt_backend_free(be);
         return MS_EXIT_FAIL;
     }
@@ -773,6 +897,7 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
                                                             : a->host_limit_bytes;
     mrt_ops *ops = NULL;
     lower_rb_map *rbm = NULL;
+    if (node) rt_node_hooks(node, &o);
     if (a->math_real) {
         /* Multi-stream schedules (swap, offload): the executor runs the real kernels, which
          * find rounding-buffer members through lowering's layout. */
@@ -828,12 +953,17 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     if (r.outcome == RTX_OK) rates(t, m, r.iter_time_s, &mfu, &tgs);
     if (!a->quiet) print_report(a, g, m, plan, t, sched_count(s), &r, be, mfu, tgs,
                                 o.large_copy_bytes);
-    if (rs != RT_OK) fprintf(stderr, "memsim run: %s\n", r.failure);
+    if (rs != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", r.failure);
+        note_error(r.failure);
+    }
     if (!r.leaked && rt_backend_outstanding(be))
         fprintf(stderr, "memsim run: warning: %llu backend allocations were not released\n",
                 (unsigned long long)rt_backend_outstanding(be));
-    csv_ctx c = {a, g, m, plan, t, &r, mfu, tgs, flops, "gpu"};
-    if (a->csv) {
+    csv_ctx c = {a, g, m, plan, t, &r, mfu, tgs, flops, node ? "gpu-nccl" : "gpu"};
+    if (node) {
+        rc = node_results(a, node, &c, rc);
+    } else if (a->csv) {
         int w = write_out(a->csv, fill_csv, &c);
         if (w && !rc) rc = w;
     }
@@ -1196,6 +1326,73 @@ static int run_train(const run_args *a, const rt_gpu_info *g, const machine_t *m
     return rc;
 }
 
+/* ---- several GPUs: the launch ---- */
+
+/* GPUs the run's layout holds: the options' tp x cp x dp, or the trace's (meta lines). */
+static int world_of(const run_args *a, int *world)
+{
+    uint64_t tp = a->tp ? (uint64_t)a->tp : 1, cp = a->cp ? (uint64_t)a->cp : 1;
+    uint64_t dp = a->dp ? (uint64_t)a->dp : 1;
+    if (a->trace_path) {
+        trace_t *t = NULL;
+        ms_error err;
+        ms_status st = trace_load(a->trace_path, &t, &err);
+        if (st != MS_OK) return fail_st(st, &err);
+        tp = trace_meta_u64(t, "tp", 1);
+        cp = trace_meta_u64(t, "cp", 1);
+        dp = trace_meta_u64(t, "dp", 1);
+        trace_free(t);
+    }
+    uint64_t w = (tp ? tp : 1) * (cp ? cp : 1) * (dp ? dp : 1);
+    *world = w > (1u << 20) ? 1 << 20 : (int)w;
+    return 0;
+}
+
+/* A rank's options: its local rank's GPU; only rank 0 prints and writes files (the others'
+ * results reach it through the exchange files). */
+static int rank_setup(run_args *a)
+{
+    if (a->math_real) {
+        fprintf(stderr, "memsim run: --math real runs on one GPU: the real math across ranks "
+                "(TP-split GEMMs, ring attention, DP gradients) is not implemented; use --math "
+                "spin, or --collectives spin\n");
+        return MS_EXIT_USAGE;
+    }
+    if (a->device_set) {
+        fprintf(stderr, "memsim run: --device: each rank uses the GPU of its local rank (%d)\n",
+                a->proc.local_rank);
+        return MS_EXIT_USAGE;
+    }
+    a->device = a->proc.local_rank;
+    if (a->proc.rank != 0) {
+        a->quiet = 1;
+        a->ops_csv = a->record = a->schedule_path = NULL;
+    }
+    rt_nccl_safe_env(NULL, 0);
+    return 0;
+}
+
+/* Who this process is when the layout holds several GPUs: the launcher (*launched: its
+ * status) or a rank, set up. */
+static int node_role(run_args *a, int argc, char **argv, int *launched)
+{
+    int world = 1, rc = world_of(a, &world);
+    *launched = 0;
+    if (rc || world <= 1 || a->coll_spin) return rc;
+    ms_error err;
+    if (rt_launch_whoami(world, &a->proc, &err) != MS_OK) {
+        fprintf(stderr, "memsim run: %s\n", err.msg);
+        return MS_EXIT_USAGE;
+    }
+    if (a->proc.role == RL_LAUNCHER) {
+        *launched = 1;
+        return rt_node_launch(world, argc, argv);
+    }
+    rc = rank_setup(a);
+    if (rc) rt_node_fail(&a->proc, "bad options (see its standard error)");
+    return rc;
+}
+
 int rt_run_main(int argc, char **argv)
 {
     run_args a;
@@ -1205,11 +1402,15 @@ int rt_run_main(int argc, char **argv)
         return MS_EXIT_OK;
     }
     if (rc) return rc;
+    int launched = 0;
+    rc = node_role(&a, argc, argv, &launched);
+    if (rc || launched) return rc;
     rt_gpu_info g;
     ms_error err;
     ms_error_clear(&err);
     if (rt_gpu_check(a.device, &g, &err) != RT_OK) {
         fprintf(stderr, "memsim run: %s\n", err.msg);
+        rt_node_fail(&a.proc, err.msg);
         return MS_EXIT_FAIL;
     }
     machine_profile *mp = NULL;
@@ -1225,15 +1426,27 @@ int rt_run_main(int argc, char **argv)
     if (st == MS_OK) st = make_trace(&a, &mp->m, &t, &err);
     if (st == MS_OK) st = make_plan(&a, t, &mp->m, &plan, &err);
     if (st == MS_OK) st = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
+    rt_node *node = NULL;
     if (st != MS_OK) {
         rc = fail_st(st, &err);
     } else if (a.schedule_path && (rc = write_out(a.schedule_path, fill_sched, s)) != 0) {
         /* reported */
+    } else if (a.proc.role == RL_RANK && rt_node_begin(&a.proc, t, &mp->m, &node, &err) != RT_OK) {
+        fprintf(stderr, "memsim run: rank %d: %s\n", a.proc.rank, err.msg);
+        note_error(err.msg);
+        rc = MS_EXIT_FAIL;
     } else if (a.math_real && one_stream(s)) {
         rc = run_sched_real(&a, &g, &mp->m, plan, t, s);
     } else {
-        rc = execute(&a, &g, &mp->m, plan, t, s);
+        rc = execute(&a, &g, &mp->m, plan, t, s, node);
     }
+    if (rc && a.proc.role == RL_RANK) {
+        char msg[1100];
+        snprintf(msg, sizeof msg, "exited with status %d: %s", rc,
+                 first_error[0] ? first_error : "see its standard error");
+        rt_node_fail(&a.proc, msg);
+    }
+    rt_node_end(node, rc == 0);
     sched_free(s);
     plan_free(plan);
     trace_free(t);
