@@ -89,6 +89,13 @@ static const char *const safe_env[][2] = {
     {"NVSHMEM_DISABLE_NVLS", "1"},
 };
 
+/* NCCL's other settings the runtime chooses when the user has not: connect every algorithm's
+ * peers when the communicator is made (NCCL 2.22 connects at first use), so that NCCL's
+ * buffers exist before the allocator's capacity is measured. */
+static const char *const default_env[][2] = {
+    {"NCCL_RUNTIME_CONNECT", "0"},
+};
+
 int rt_nccl_safe_env(char *note, size_t note_len)
 {
     int changed = 0;
@@ -105,6 +112,8 @@ int rt_nccl_safe_env(char *note, size_t note_len)
         setenv(safe_env[i][0], safe_env[i][1], 1);
         changed++;
     }
+    for (size_t i = 0; i < sizeof default_env / sizeof *default_env; i++)
+        setenv(default_env[i][0], default_env[i][1], 0);
     return changed;
 }
 

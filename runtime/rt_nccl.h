@@ -28,7 +28,9 @@ size_t rt_nccl_type_bytes(rt_nccl_type t);
 typedef struct rt_nccl rt_nccl;
 
 /* The environment NCCL must see (the three variables above): sets each one that is absent or
- * different, in this process (inherited by children). Returns how many it changed; when one
+ * different, in this process (inherited by children), and NCCL_RUNTIME_CONNECT=0 (every
+ * connection made with the communicator) when it is unset. Returns how many of the three it
+ * changed; when one
  * held another value, names it in note (may be NULL) for a warning. */
 int rt_nccl_safe_env(char *note, size_t note_len);
 

@@ -1,13 +1,17 @@
-/* rt_node.c — one rank of a run on several GPUs of one node: set-up, communicators, results
- * (see rt_node.h). Used by runtime/rt_run.c. */
+/* rt_node.c — one rank of a run on several GPUs of one node: set-up, communicators and their
+ * warm-up (CUDA's runtime API for its buffer), the launch, results (see rt_node.h). Used by
+ * runtime/rt_run.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_node.h"
 
 #include "runtime/rt_backend.h"
 
+#include <cuda_runtime_api.h>
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct rt_node {
@@ -60,6 +64,66 @@ static rt_status make_comm(rt_node *n, rt_group_kind k, ms_error *err)
     return st;
 }
 
+/* Waits for stream s under the rank's time limit (a peer that never joins a collective would
+ * make cudaStreamSynchronize wait for ever). */
+static rt_status wait_stream(const rt_node *n, cudaStream_t s, ms_error *err)
+{
+    struct timespec t0, t1, nap = {0, 1000000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess) return RT_OK;
+        if (e != cudaErrorNotReady)
+            return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "the warm-up collectives",
+                           cudaGetErrorString(e));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if ((double)(t1.tv_sec - t0.tv_sec) > n->p.timeout_s)
+            return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "the warm-up collectives",
+                           "did not end within MEMSIM_RANK_TIMEOUT_S (a rank did not join)");
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* One small collective of each kind on each communicator, and a send and receive between
+ * each pair of neighbours, so that NCCL makes its connections and their buffers before the
+ * memory backend measures the free memory (NCCL connects peers lazily, at their first use). */
+static rt_status warm_up(rt_node *n, ms_error *err)
+{
+    enum { B = 1 << 20 };
+    void *buf = NULL;
+    cudaStream_t s = NULL;
+    if (cudaMalloc(&buf, 2 * B) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess) {
+        cudaFree(buf);
+        return rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "the warm-up's buffer",
+                       "cudaMalloc or cudaStreamCreate failed");
+    }
+    rt_status st = RT_OK;
+    char *b = buf;
+    for (int k = 0; st == RT_OK && k < RG_COUNT; k++) {
+        void *c = n->comm[k];
+        int p = rt_ranks_size(n->r, (rt_group_kind)k), me = 0;
+        if (!c) continue;
+        rt_ranks_group(n->r, (rt_group_kind)k, n->p.rank, NULL, 0, &me);
+        size_t share = B / (size_t)p / 4 * 4;
+        st = rt_nccl_all_gather(n->nccl, b + (size_t)me * share, b, share, c, s, err);
+        if (st == RT_OK)
+            st = rt_nccl_reduce_scatter(n->nccl, b, b + B, share / 4, RN_F32, c, s, err);
+        if (st == RT_OK) st = rt_nccl_all_reduce(n->nccl, b, b, B / 4, RN_F32, c, s, err);
+        if (st == RT_OK) st = rt_nccl_group_start(n->nccl, err);
+        for (int q = 0; st == RT_OK && q < p; q++)
+            if (q != me) {
+                st = rt_nccl_send(n->nccl, b, share, q, c, s, err);
+                if (st == RT_OK) st = rt_nccl_recv(n->nccl, b + B + (size_t)q * share, share, q, c,
+                                                   s, err);
+            }
+        if (st == RT_OK) st = rt_nccl_group_end(n->nccl, err);
+    }
+    if (st == RT_OK) st = wait_stream(n, s, err);
+    cudaStreamDestroy(s);
+    cudaFree(buf);
+    return st;
+}
+
 static rt_status begin(rt_node *n, const trace_t *t, const machine_t *m, ms_error *err)
 {
     jobview v;
@@ -74,7 +138,7 @@ static rt_status begin(rt_node *n, const trace_t *t, const machine_t *m, ms_erro
     RT_TRY(rt_nccl_load(&n->nccl, err));
     for (int k = 0; k < RG_COUNT; k++)
         if (rt_coll_uses(n->c, (rt_group_kind)k)) RT_TRY(make_comm(n, (rt_group_kind)k, err));
-    return RT_OK;
+    return warm_up(n, err);
 }
 
 rt_status rt_node_begin(const rt_proc *p, const trace_t *t, const machine_t *m, rt_node **out,

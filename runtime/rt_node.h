@@ -3,8 +3,8 @@
  * classified, one communicator per group the trace uses, made from the id its first rank
  * writes to the exchange files), a watcher that ends the rank when another one stops, the
  * executor's collective hooks, and the results: every rank's written to the exchange files,
- * gathered by rank 0, which prints the table of ranks and the node's shared figures. Plain C
- * (CUDA only through NCCL, which uses the calling thread's current device); used by
+ * gathered by rank 0, which prints the table of ranks and the node's shared figures. C over
+ * NCCL and CUDA's runtime API (the calling thread's current device); used by
  * runtime/rt_run.c. */
 #ifndef MEMSIM_RT_NODE_H
 #define MEMSIM_RT_NODE_H
