@@ -2,12 +2,23 @@
 # tests/check_run_node.sh — `memsim run` and `memsim probe` on several GPUs as far as a machine
 # without them allows: the options and launchers' variables refused with their messages and
 # documented statuses, a layout of more GPUs than the machine shows refused naming both
-# numbers, `memsim probe --collectives` refused on fewer than 2 GPUs. Where the CUDA driver is
+# numbers, `memsim probe --collectives` refused on fewer than 2 GPUs; and no source that calls
+# cuMulticastCreate. Where the CUDA driver is
 # missing (a build box) memsim-run is started against the toolkit's stub libcuda, whose calls
 # all fail as a machine without a driver's do. TAP output; skipped without the runtime.
 M=${MEMSIM:-./sim/memsim}
 R=$(dirname "$M")/../runtime/memsim-run
-[ -x "$M" ] && [ -x "$R" ] || { echo "1..0 # SKIP the GPU runtime (memsim-run) is not built"; exit 0; }
+n=0; bad=0
+ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; bad=1; fi; }
+# NVLink multicast can take a shared host's GPUs out of service: no source may create it
+hits=$(grep -rln "cuMulticastCreate" "${srcdir:-.}"/base "${srcdir:-.}"/traces "${srcdir:-.}"/memory \
+    "${srcdir:-.}"/planners "${srcdir:-.}"/sim "${srcdir:-.}"/runtime "${srcdir:-.}"/experiments \
+    --include='*.c' --include='*.h' --include='*.cu' --include='*.py' 2>/dev/null)
+[ -z "$hits" ]
+ok $? "no source calls cuMulticastCreate${hits:+: $hits}"
+if [ ! -x "$M" ] || [ ! -x "$R" ]; then
+    echo "ok 2 # SKIP the GPU runtime (memsim-run) is not built"; echo "1..2"; exit $bad
+fi
 T=$(mktemp -d /tmp/memsim-node-XXXXXX) || exit 99
 trap 'rm -rf "$T"' EXIT
 "$R" run --help >/dev/null 2>&1
@@ -16,15 +27,14 @@ if [ $? = 127 ]; then
     for d in "${CUDA_HOME:-/usr/local/cuda}/lib64/stubs" /usr/local/cuda/lib64/stubs; do
         [ -f "$d/libcuda.so" ] && stub="$d/libcuda.so" && break
     done
-    [ -n "$stub" ] || { echo "1..0 # SKIP memsim-run cannot load libcuda and no stub is found"; exit 0; }
+    [ -n "$stub" ] || { echo "ok 2 # SKIP memsim-run cannot load libcuda and no stub is found"
+                        echo "1..2"; exit $bad; }
     ln -s "$stub" "$T/libcuda.so.1"
     LD_LIBRARY_PATH="$T${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; export LD_LIBRARY_PATH
 fi
 for v in RANK WORLD_SIZE LOCAL_RANK OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
          OMPI_COMM_WORLD_LOCAL_RANK MEMSIM_RANK MEMSIM_WORLD_SIZE MEMSIM_LOCAL_RANK \
          MEMSIM_NCCL_ID_FILE TORCHELASTIC_RUN_ID PMIX_NAMESPACE; do unset $v; done
-n=0; bad=0
-ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; bad=1; fi; }
 # expect STATUS PATTERN DESCRIPTION -- command...: the status, and PATTERN (grep -E) on stderr
 expect() {
     want=$1; pat=$2; desc=$3; shift 4
