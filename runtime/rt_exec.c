@@ -604,7 +604,7 @@ static rt_status setup(ex *x, const counts *c, ms_error *err)
     x->dmap = u64map_new(1024);
     x->hmap = u64map_new(256);
     x->mix = bm_new(x->o.trace);
-    if (x->o.compute && !(x->alias = u64map_new(256)))
+    if ((x->o.compute || x->o.coll_run) && !(x->alias = u64map_new(256)))
         return rtx_fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
     if (x->o.max_ahead < 0) x->o.max_ahead = 0;
     x->ahead = (void **)calloc((size_t)x->o.max_ahead + 1, sizeof(void *));

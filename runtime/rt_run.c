@@ -897,7 +897,21 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
                                                             : a->host_limit_bytes;
     mrt_ops *ops = NULL;
     lower_rb_map *rbm = NULL;
-    if (node) rt_node_hooks(node, &o);
+    if (node) {
+        /* collectives find their operands as the real kernels do: in rounding buffers too */
+        ms_status ls = lower_rb_map_new(t, plan, &rbm, &err);
+        if (ls != MS_OK) {
+            fprintf(stderr, "memsim run: %s\n", err.msg);
+            note_error(err.msg);
+            free(ids);
+            free(offs);
+            rt_cuda_dev_free(dev);
+            rt_backend_free(be);
+            return ms_exit_code(ls);
+        }
+        rt_node_hooks(node, &o);
+        o.rb_map = rbm;
+    }
     if (a->math_real) {
         /* Multi-stream schedules (swap, offload): the executor runs the real kernels, which
          * find rounding-buffer members through lowering's layout. */
