@@ -3,8 +3,9 @@
  * tests/fake_nccl.c: a generated TP 2 x CP 2 workload's schedule, keep-all and full
  * recomputation, runs every collective of the schedule as NCCL calls (all-gathers and
  * reduce-scatters on the compute stream, each ring on the side stream beside its attention's
- * spin, with the attention's own time), with the ring merge off on the compute stream; and
- * a failing NCCL call stops the run with its message. No GPU needed (CUDA builds only, as
+ * spin, with the attention's own time), with the ring merge off on the compute stream; a
+ * failing NCCL call stops the run with its message; full swap and memo (its static arena,
+ * collectives' operands in its rounding buffers) likewise. No GPU needed (CUDA builds only, as
  * tests/test_rt_exec). */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_coll.h"
@@ -120,6 +121,14 @@ static void run_policy(const char *pol, int overlap, trace_t *t, const machine_t
     rt_exec_opts_default(&o);
     o.trace = t;
     rt_coll_hooks(c, &o);
+    lower_rb_map *rbm = NULL; /* memo: operands in its rounding buffers */
+    if (lower_rb_map_new(t, plan, &rbm, &err) == MS_OK) o.rb_map = rbm;
+    alloc_config cfg;
+    uint64_t *ids = NULL, *offs = NULL;
+    if (plan_alloc_config(plan, &cfg, &ids, &offs) == MS_OK) {
+        o.allocator = plan->allocator;
+        o.alloc_cfg = &cfg;
+    }
     take_log();
     rt_exec_result res;
     rt_status rs = run(s, &o, &f, &b, &res, &err);
@@ -169,6 +178,9 @@ static void run_policy(const char *pol, int overlap, trace_t *t, const machine_t
     TAP_OK(clean(&f, &b), "%s: every stream (the side stream too), event and block released",
            pol);
     rt_exec_result_release(&res);
+    lower_rb_map_free(rbm);
+    free(ids);
+    free(offs);
     for (int k = 0; k < RG_COUNT; k++) rt_nccl_comm_destroy(n, comm[k]);
     rt_coll_free(c);
     rt_ranks_free(r);
@@ -250,6 +262,8 @@ int main(void)
         run_policy("keep-all", 1, t, &mp->m, n);
         run_policy("full-recompute", 1, t, &mp->m, n);
         run_policy("keep-all", 0, t, &mp->m, n);
+        run_policy("full-swap", 1, t, &mp->m, n);
+        run_policy("memo", 1, t, &mp->m, n);
         test_failure(t, &mp->m, n);
     }
     trace_free(t);
