@@ -171,8 +171,10 @@ static void usage(FILE *f)
         "                       and memsim replay --trace read it)\n"
         "  --quiet              print only errors\n"
         "  --help               this help\n"
-        "Exit status: 0 a result (ok, oom, oohm), 1 no usable GPU or a failure on the GPU,\n"
-        "2 usage, 3 bad input, 4 file I/O.\n");
+        "Several GPUs: MEMSIM_NCCL (the NCCL library), MEMSIM_NCCL_ID_FILE (where ranks that\n"
+        "a launcher started meet), MEMSIM_RANK_TIMEOUT_S (each wait's limit, default 300).\n"
+        "Exit status: 0 a result (ok, oom, oohm; on several GPUs: ok on every rank), 1 no\n"
+        "usable GPU or a failure on the GPU, 2 usage, 3 bad input, 4 file I/O.\n");
 }
 
 static int bad(const char *opt, const char *v, const char *what)
