@@ -257,10 +257,11 @@ rt_status rt_nccl_load(rt_nccl **out, ms_error *err)
     return RT_OK;
 }
 
+/* The library stays mapped: NCCL's own threads may outlive the handle (ncclGetUniqueId
+ * starts a bootstrap thread that waits for the ranks of its id, which need never come), and
+ * unmapping the code under them crashes the process. */
 void rt_nccl_free(rt_nccl *n)
 {
-    if (!n) return;
-    if (n->lib) dlclose(n->lib);
     free(n);
 }
 

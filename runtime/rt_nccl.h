@@ -38,7 +38,7 @@ int rt_nccl_safe_env(char *note, size_t note_len);
  * every place tried; RT_ERR_INVALID when the library lacks a needed symbol or is older than
  * 2.10 (bf16 reductions, send/receive). */
 rt_status rt_nccl_load(rt_nccl **out, ms_error *err);
-void rt_nccl_free(rt_nccl *n);        /* unloads it (after every communicator is gone) */
+void rt_nccl_free(rt_nccl *n);        /* the handle; the library stays loaded (its threads) */
 const char *rt_nccl_path(const rt_nccl *n);
 int rt_nccl_version(const rt_nccl *n); /* NCCL's code, e.g. 22703 for 2.27.3 */
 
