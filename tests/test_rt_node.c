@@ -135,7 +135,7 @@ static void run_policy(const char *pol, int overlap, trace_t *t, const machine_t
     char *log = take_log();
     counts want = expected(s, t, r);
     int ag = count(log, "allgather"), rsn = count(log, "reducescatter");
-    int ring_groups = count(log, "group_start") - 0;
+    int ring_groups = count(log, "group_start");
     rt_coll_stats cs;
     rt_coll_get_stats(c, &cs);
     TAP_OK(rs == RT_OK && res.outcome == RTX_OK && ag == want.ag && rsn == want.rs &&
