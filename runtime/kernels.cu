@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/attn_sm90.h"
+#include "runtime/embed_bwd.h"
 #if defined(__x86_64__) || defined(__SSE2__)
 #include <xmmintrin.h>
 #define HOST_MXCSR 1
@@ -35,6 +38,11 @@ struct kn_ctx {
     void *blas_ws;
     float *scratch;
     size_t scratch_floats;
+    int cc_major, cc_minor;   /* the device's compute capability */
+    void *a90_encode;         /* the tensor-map encoder when the sm_90 attention can run */
+    kn_attn_impl attn;        /* the attention kernels in use (never KN_ATTN_AUTO) */
+    void *ebw;                /* the embedding backward's sort scratch */
+    size_t ebw_bytes;
 };
 
 static rt_status launched(const char *what, ms_error *err)
@@ -62,6 +70,22 @@ static int al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 static rt_status attn_setup(ms_error *err);
 
+/* The attention kernels for this device: wgmma and TMA on compute capability 9.0 (the sm_90a
+ * code runs nowhere else), mma.sync elsewhere. */
+static rt_status attn_pick(kn_ctx *k, ms_error *err)
+{
+    int dev = 0;
+    RT_CHECK(err, cudaGetDevice(&dev));
+    RT_CHECK(err, cudaDeviceGetAttribute(&k->cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+    RT_CHECK(err, cudaDeviceGetAttribute(&k->cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+    k->attn = KN_ATTN_MMA;
+    if (k->cc_major == 9 && k->cc_minor == 0) {
+        RT_TRY(attn90_setup(&k->a90_encode, err));
+        k->attn = KN_ATTN_WGMMA;
+    }
+    return RT_OK;
+}
+
 rt_status kn_ctx_new(void *stream, kn_ctx **out, ms_error *err)
 {
     *out = NULL;
@@ -79,6 +103,7 @@ rt_status kn_ctx_new(void *stream, kn_ctx **out, ms_error *err)
         st = blas_err(cublasSetWorkspace(k->blas, k->blas_ws, KN_BLAS_WS_BYTES),
                       "cublasSetWorkspace", err);
     if (st == RT_OK) st = attn_setup(err);
+    if (st == RT_OK) st = attn_pick(k, err);
     if (st != RT_OK) {
         kn_ctx_free(k);
         return st;
@@ -93,6 +118,7 @@ void kn_ctx_free(kn_ctx *k)
     if (k->blas) cublasDestroy(k->blas);
     cudaFree(k->blas_ws);
     cudaFree(k->scratch);
+    cudaFree(k->ebw);
     free(k);
 }
 
@@ -103,6 +129,33 @@ rt_status kn_ctx_set_stream(kn_ctx *k, void *stream, ms_error *err)
 }
 
 void *kn_ctx_stream(const kn_ctx *k) { return (void *)k->s; }
+
+rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err)
+{
+    if (impl == KN_ATTN_AUTO) impl = k->a90_encode ? KN_ATTN_WGMMA : KN_ATTN_MMA;
+    if (impl == KN_ATTN_WGMMA && !k->a90_encode)
+        return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_ctx_set_attn",
+                       "the wgmma attention needs a GPU of compute capability 9.0");
+    if (impl != KN_ATTN_MMA && impl != KN_ATTN_WGMMA)
+        return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_ctx_set_attn", "no such kernels");
+    k->attn = impl;
+    return RT_OK;
+}
+
+kn_attn_impl kn_ctx_attn(const kn_ctx *k) { return k->attn; }
+
+const char *kn_attn_name(kn_attn_impl impl)
+{
+    return impl == KN_ATTN_WGMMA ? "wgmma" : impl == KN_ATTN_MMA ? "mma" : "auto";
+}
+
+rt_status kn_attn_selftest(kn_ctx *k, double rel[KN_ATTN_NTEST], ms_error *err)
+{
+    if (!k->a90_encode)
+        return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_attn_selftest",
+                       "the wgmma attention needs a GPU of compute capability 9.0");
+    return attn90_selftest(k->a90_encode, rel, err);
+}
 
 static rt_status scratch(kn_ctx *k, size_t floats, ms_error *err)
 {
@@ -118,9 +171,23 @@ static rt_status scratch(kn_ctx *k, size_t floats, ms_error *err)
 
 static size_t col_chunks(size_t T) { return (T + KN_COL_CHUNK - 1) / KN_COL_CHUNK; }
 
+/* The embedding backward's sort scratch for T tokens. */
+static rt_status ebw_scratch(kn_ctx *k, size_t T, ms_error *err)
+{
+    size_t need = embed_bwd_scratch_bytes(T);
+    if (need <= k->ebw_bytes) return RT_OK;
+    cudaFree(k->ebw);   /* waits for the kernels that may still use it */
+    k->ebw = NULL;
+    k->ebw_bytes = 0;
+    RT_CHECK(err, cudaMalloc(&k->ebw, need));
+    k->ebw_bytes = need;
+    return RT_OK;
+}
+
 rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows, ms_error *err)
 {
     size_t a = 2 * col_chunks(rows) * cols;
+    RT_TRY(ebw_scratch(k, rows, err));
     return scratch(k, a > attn_rows ? a : attn_rows, err);
 }
 
@@ -183,10 +250,11 @@ rt_status kn_embed_fwd(kn_ctx *k, kn_bf16 *out, const int32_t *tok, const kn_bf1
     return launched("embed_fwd_k", err);
 }
 
-/* One thread per column walks the tokens in order: deterministic, no atomics. Tokens go in
- * batches of EB: repeats inside a batch are summed into their first occurrence (in token
- * order), then the batch's distinct rows are read together and written back, so that EB
- * read-modify-writes are in flight instead of one. */
+/* The fallback for rows that are not whole 16-byte vectors (runtime/embed_bwd.h sorts the ids
+ * otherwise). One thread per column walks the tokens in order: deterministic, no atomics.
+ * Tokens go in batches of EB: repeats inside a batch are summed into their first occurrence
+ * (in token order), then the batch's distinct rows are read together and written back, so
+ * that EB read-modify-writes are in flight instead of one. */
 #define EB 16
 __global__ void embed_bwd_k(float *dwte, const int32_t *tok, const bf16 *dout, size_t T,
                             size_t h)
@@ -221,6 +289,10 @@ __global__ void embed_bwd_k(float *dwte, const int32_t *tok, const bf16 *dout, s
 rt_status kn_embed_bwd(kn_ctx *k, float *dwte, const int32_t *tok, const kn_bf16 *dout,
                        size_t T, size_t h, ms_error *err)
 {
+    if (h % 8 == 0 && al16(dwte) && al16(dout)) {
+        RT_TRY(ebw_scratch(k, T, err));
+        return embed_bwd_run(k->s, k->ebw, k->ebw_bytes, dwte, tok, dout, T, h, err);
+    }
     embed_bwd_k<<<(unsigned)((h + 127) / 128), 128, 0, k->s>>>(dwte, tok, (const bf16 *)dout,
                                                               T, h);
     return launched("embed_bwd_k", err);
@@ -1420,6 +1492,8 @@ rt_status kn_attn_fwd(kn_ctx *k, kn_bf16 *o, float *lse, const kn_bf16 *q, const
 {
     const void *p[5] = {o, lse, q, kk, v};
     RT_TRY(attn_check("kn_attn_fwd", p, 5, ld_qkv, ld_o, S, D, err));
+    if (k->attn == KN_ATTN_WGMMA)
+        return attn90_fwd(k->a90_encode, k->s, o, lse, q, kk, v, ld_qkv, ld_o, B, H, S, D, err);
     dim3 grid((unsigned)(S / AF_BR), (unsigned)(B * H));
     float sl2 = LOG2E / sqrtf((float)D);
     if (D == 64)
@@ -1446,6 +1520,17 @@ rt_status kn_attn_bwd(kn_ctx *k, kn_bf16 *dq, kn_bf16 *dk, kn_bf16 *dv, const kn
     float sl2 = LOG2E / sqrtf((float)D), sc = 1.0f / sqrtf((float)D);
     unsigned gr = (unsigned)((rows + 255) / 256);
     dim3 gkv((unsigned)(S / AB_BK), (unsigned)(B * H)), gq((unsigned)(S / AB_BQ), (unsigned)(B * H));
+    if (k->attn == KN_ATTN_WGMMA) {
+        if (D == 64)
+            attn_dvec_k<64><<<gr, 256, 0, k->s>>>(dvec, (const bf16 *)dout, (const bf16 *)o,
+                                                  (int)ld_o, (int)H, (int)S, rows);
+        else
+            attn_dvec_k<128><<<gr, 256, 0, k->s>>>(dvec, (const bf16 *)dout, (const bf16 *)o,
+                                                   (int)ld_o, (int)H, (int)S, rows);
+        RT_TRY(launched("attn_dvec_k", err));
+        return attn90_bwd(k->a90_encode, k->s, dq, dk, dv, dout, q, kk, v, lse, dvec, ld_qkv,
+                          ld_o, B, H, S, D, err);
+    }
     if (D == 64) {
         attn_dvec_k<64><<<gr, 256, 0, k->s>>>(dvec, (const bf16 *)dout, (const bf16 *)o,
                                               (int)ld_o, (int)H, (int)S, rows);
