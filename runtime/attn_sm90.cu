@@ -128,11 +128,16 @@ __device__ __forceinline__ void a90_load(uint32_t dst, int rows, const CUtensorM
 #define FWD_BC 128
 #define FWD_NST 2
 
+/* Barriers at BAR: Q full, then per stage K full, V full, K empty, V empty (8 bytes each). */
 template <int D> struct fwd_cfg {
     static constexpr uint32_t Q = a90_layout::tile(FWD_BR, D), KV = a90_layout::tile(FWD_BC, D);
     static constexpr uint32_t K0 = Q, V0 = K0 + FWD_NST * KV, BAR = V0 + FWD_NST * KV;
-    static constexpr uint32_t SMEM = BAR + 8 * (1 + 3 * FWD_NST) + 1024;
+    static constexpr uint32_t SMEM = BAR + 8 * (1 + 4 * FWD_NST) + 1024;
 };
+
+/* The named barriers of the consumers' turns (ping-pong) */
+#define A90_BAR_TURN0 1
+#define A90_BAR_DS 3
 
 struct fwd_args {
     bf16 *o;
@@ -141,44 +146,99 @@ struct fwd_args {
     float sl2;   /* log2(e) / sqrt(D) */
 };
 
+struct fwd_bars {
+    uint32_t q, k, v, ek, ev;   /* the first stage's; stage s at + 8 s */
+};
+
+template <int D> __device__ __forceinline__ fwd_bars fwd_bars_at(uint32_t base)
+{
+    const uint32_t b = base + fwd_cfg<D>::BAR;
+    return {b, b + 8, b + 8 + 8 * FWD_NST, b + 8 + 16 * FWD_NST, b + 8 + 24 * FWD_NST};
+}
+
 template <int D>
 __device__ __forceinline__ void fwd_produce(const CUtensorMap *tq, const CUtensorMap *tk,
                                             const CUtensorMap *tv, uint32_t base, int row0,
                                             int q0, int c0, int nkt)
 {
     using C = fwd_cfg<D>;
-    const uint32_t bq = base + C::BAR, bk = bq + 8, bv = bk + 8 * FWD_NST, be = bv + 8 * FWD_NST;
-    p90_bar_expect(bq, C::Q);
-    a90_load<D>(base, FWD_BR, tq, bq, c0, row0 + q0);
+    const fwd_bars b = fwd_bars_at<D>(base);
+    p90_bar_expect(b.q, C::Q);
+    a90_load<D>(base, FWD_BR, tq, b.q, c0, row0 + q0);
     for (int j = 0; j < nkt; j++) {
         const int s = j % FWD_NST;
-        if (j >= FWD_NST) p90_bar_wait(be + 8 * s, (uint32_t)(j / FWD_NST - 1) & 1u);
-        p90_bar_expect(bk + 8 * s, C::KV);
-        a90_load<D>(base + C::K0 + s * C::KV, FWD_BC, tk, bk + 8 * s, c0, row0 + j * FWD_BC);
-        p90_bar_expect(bv + 8 * s, C::KV);
-        a90_load<D>(base + C::V0 + s * C::KV, FWD_BC, tv, bv + 8 * s, c0, row0 + j * FWD_BC);
+        const uint32_t back = (uint32_t)(j / FWD_NST - 1) & 1u;   /* the stage's last use */
+        if (j >= FWD_NST) p90_bar_wait(b.ek + 8 * s, back);
+        p90_bar_expect(b.k + 8 * s, C::KV);
+        a90_load<D>(base + C::K0 + s * C::KV, FWD_BC, tk, b.k + 8 * s, c0, row0 + j * FWD_BC);
+        if (j >= FWD_NST) p90_bar_wait(b.ev + 8 * s, back);
+        p90_bar_expect(b.v + 8 * s, C::KV);
+        a90_load<D>(base + C::V0 + s * C::KV, FWD_BC, tv, b.v + 8 * s, c0, row0 + j * FWD_BC);
     }
 }
 
-/* One consumer warpgroup (cw 0 or 1: queries q0 + 64 cw ..) over every key tile. */
+template <int D>
+__device__ __forceinline__ void fwd_finish(const fwd_args &a, const float (&oacc)[D / 2],
+                                           const float (&mr)[2], float (&lr)[2], int bh,
+                                           int row0, int r0, int c0, int t);
+
+/* Online softmax of one tile's scores (in place: s becomes P): the running max mr and sum lr
+ * of this thread's two rows, oacc rescaled. k0: the tile's first key; diag: mask keys above
+ * row r0 (+ 8). */
+template <int D>
+__device__ __forceinline__ void fwd_softmax(float (&s)[FWD_BC / 2], float (&oacc)[D / 2],
+                                            float (&mr)[2], float (&lr)[2], float sl2, int k0,
+                                            bool diag, int r0, int t)
+{
+    float mx[2] = {mr[0], mr[1]};
+#pragma unroll
+    for (int i = 0; i < FWD_BC / 2; i++) {
+        const int e = i % 4;
+        float x = s[i] * sl2;
+        if (diag && k0 + 8 * (i / 4) + 2 * t + (e & 1) > r0 + 8 * (e >> 1)) x = -INFINITY;
+        s[i] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+    float ms[2], alpha[2], rs[2] = {0, 0};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = a90_quad_max(mx[r]);
+        ms[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
+        alpha[r] = p90_exp2(mr[r] - ms[r]);
+        mr[r] = mx[r];
+    }
+#pragma unroll
+    for (int i = 0; i < FWD_BC / 2; i++) {
+        const float p = p90_exp2(s[i] - ms[(i % 4) >> 1]);
+        s[i] = p;
+        rs[(i % 4) >> 1] += p;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) lr[r] = lr[r] * alpha[r] + rs[r];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) oacc[i] *= alpha[(i % 4) >> 1];
+}
+
+/* One consumer warpgroup (cw 0 or 1: queries q0 + 64 cw ..) over every key tile, its products
+ * and softmax in sequence. */
 template <int D>
 __device__ __forceinline__ void fwd_consume(const fwd_args &a, uint32_t base, int bh, int row0,
                                             int q0, int c0, int nkt)
 {
     using C = fwd_cfg<D>;
-    const uint32_t bq = base + C::BAR, bk = bq + 8, bv = bk + 8 * FWD_NST, be = bv + 8 * FWD_NST;
+    const fwd_bars b = fwd_bars_at<D>(base);
     const int ct = threadIdx.x - A90_WG, cw = ct / A90_WG, warp = (ct / 32) % 4, lane = ct % 32;
     const int g = lane / 4, t = lane % 4, rw = q0 + 64 * cw, r0 = rw + 16 * warp + g;
     float oacc[D / 2], sacc[FWD_BC / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) oacc[i] = 0;
     float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0, 0};
-    p90_bar_wait(bq, 0);
+    p90_bar_wait(b.q, 0);
     for (int j = 0; j < nkt; j++) {
         const int s = j % FWD_NST;
         const uint32_t ph = (uint32_t)(j / FWD_NST) & 1u;
         const uint32_t kt = base + C::K0 + s * C::KV, vt = base + C::V0 + s * C::KV;
-        p90_bar_wait(bk + 8 * s, ph);
+        p90_bar_wait(b.k + 8 * s, ph);
         p90_keep(sacc);
         p90_wg_fence();
 #pragma unroll
@@ -188,39 +248,11 @@ __device__ __forceinline__ void fwd_consume(const fwd_args &a, uint32_t base, in
         p90_wg_commit();
         p90_wg_wait<0>();
         p90_keep(sacc);
-        /* scale to base 2, mask above the diagonal, online softmax */
         const int k0 = j * FWD_BC;
-        const bool diag = k0 + FWD_BC - 1 > rw;
-        float mx[2] = {mr[0], mr[1]};
-#pragma unroll
-        for (int i = 0; i < FWD_BC / 2; i++) {
-            const int e = i % 4;
-            float x = sacc[i] * a.sl2;
-            if (diag && k0 + 8 * (i / 4) + 2 * t + (e & 1) > r0 + 8 * (e >> 1)) x = -INFINITY;
-            sacc[i] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-        float ms[2], alpha[2], rs[2] = {0, 0};
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = a90_quad_max(mx[r]);
-            ms[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
-            alpha[r] = p90_exp2(mr[r] - ms[r]);
-            mr[r] = mx[r];
-        }
-#pragma unroll
-        for (int i = 0; i < FWD_BC / 2; i++) {
-            const float p = p90_exp2(sacc[i] - ms[(i % 4) >> 1]);
-            sacc[i] = p;
-            rs[(i % 4) >> 1] += p;
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) lr[r] = lr[r] * alpha[r] + rs[r];
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) oacc[i] *= alpha[(i % 4) >> 1];
+        fwd_softmax<D>(sacc, oacc, mr, lr, a.sl2, k0, k0 + FWD_BC - 1 > rw, r0, t);
         uint32_t pf[FWD_BC / 16][4];
         a90_pack<FWD_BC>(pf, sacc);
-        p90_bar_wait(bv + 8 * s, ph);
+        p90_bar_wait(b.v + 8 * s, ph);
         p90_keep(oacc);
         p90_wg_fence();
 #pragma unroll
@@ -230,8 +262,89 @@ __device__ __forceinline__ void fwd_consume(const fwd_args &a, uint32_t base, in
         p90_keep(oacc);
         p90_keep_u(pf);
         __syncwarp();
-        if (lane == 0) p90_bar_arrive(be + 8 * s);
+        if (lane == 0) {
+            p90_bar_arrive(b.ek + 8 * s);
+            p90_bar_arrive(b.ev + 8 * s);
+        }
     }
+    fwd_finish<D>(a, oacc, mr, lr, bh, row0, r0, c0, t);
+}
+
+/* The same with FlashAttention-3's two overlaps: the consumer warpgroups take turns issuing
+ * their products (named barriers A90_BAR_TURN0 + cw; warpgroup 1 lets 0 go first and 0 takes
+ * 1's last turn at the end), so that one's softmax runs beside the other's products; and the
+ * scores of tile j are issued together with the P V product of tile j - 1, so that tile j's
+ * softmax waits for one batch of products only. */
+template <int D>
+__device__ __forceinline__ void fwd_consume_pp(const fwd_args &a, uint32_t base, int bh,
+                                               int row0, int q0, int c0, int nkt)
+{
+    using C = fwd_cfg<D>;
+    const fwd_bars b = fwd_bars_at<D>(base);
+    const int ct = threadIdx.x - A90_WG, cw = ct / A90_WG, warp = (ct / 32) % 4, lane = ct % 32;
+    const int g = lane / 4, t = lane % 4, rw = q0 + 64 * cw, r0 = rw + 16 * warp + g;
+    float oacc[D / 2], sacc[FWD_BC / 2];
+    uint32_t pf[FWD_BC / 16][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) oacc[i] = 0;
+    float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0, 0};
+    if (cw == 1) p90_named_arrive(A90_BAR_TURN0, 2 * A90_WG);
+    p90_bar_wait(b.q, 0);
+    for (int j = 0; j < nkt; j++) {
+        const int s = j % FWD_NST, sp = (j + FWD_NST - 1) % FWD_NST;
+        const uint32_t ph = (uint32_t)(j / FWD_NST) & 1u;
+        const uint32_t kt = base + C::K0 + s * C::KV, vp = base + C::V0 + sp * C::KV;
+        p90_bar_wait(b.k + 8 * s, ph);
+        if (j > 0) p90_bar_wait(b.v + 8 * sp, (uint32_t)((j - 1) / FWD_NST) & 1u);
+        p90_named_sync(A90_BAR_TURN0 + cw, 2 * A90_WG);
+        p90_keep(sacc);
+        p90_keep(oacc);
+        p90_wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)
+            wg_ss128(sacc, a90_desc_k(base, FWD_BR, 64 * cw, ks), a90_desc_k(kt, FWD_BC, 0, ks),
+                     ks > 0);
+        if (j > 0) {
+#pragma unroll
+            for (int kk = 0; kk < FWD_BC / 16; kk++)
+                a90_rs<D>(oacc, pf[kk], a90_desc_n(vp, FWD_BC, kk));
+        }
+        p90_wg_commit();
+        p90_named_arrive(A90_BAR_TURN0 + 1 - cw, 2 * A90_WG);
+        p90_wg_wait<0>();
+        p90_keep(sacc);
+        p90_keep(oacc);
+        p90_keep_u(pf);
+        __syncwarp();
+        if (lane == 0) {
+            p90_bar_arrive(b.ek + 8 * s);
+            if (j > 0) p90_bar_arrive(b.ev + 8 * sp);
+        }
+        const int k0 = j * FWD_BC;
+        fwd_softmax<D>(sacc, oacc, mr, lr, a.sl2, k0, k0 + FWD_BC - 1 > rw, r0, t);
+        a90_pack<FWD_BC>(pf, sacc);
+    }
+    if (cw == 0) p90_named_sync(A90_BAR_TURN0, 2 * A90_WG);
+    const int sl = (nkt - 1) % FWD_NST;
+    p90_bar_wait(b.v + 8 * sl, (uint32_t)((nkt - 1) / FWD_NST) & 1u);
+    p90_keep(oacc);
+    p90_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FWD_BC / 16; kk++)
+        a90_rs<D>(oacc, pf[kk], a90_desc_n(base + C::V0 + sl * C::KV, FWD_BC, kk));
+    p90_wg_commit();
+    p90_wg_wait<0>();
+    p90_keep(oacc);
+    p90_keep_u(pf);
+    fwd_finish<D>(a, oacc, mr, lr, bh, row0, r0, c0, t);
+}
+
+/* The epilogue: O / l and the log-sum-exp of this thread's two rows. */
+template <int D>
+__device__ __forceinline__ void fwd_finish(const fwd_args &a, const float (&oacc)[D / 2],
+                                           const float (&mr)[2], float (&lr)[2], int bh,
+                                           int row0, int r0, int c0, int t)
+{
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -245,24 +358,24 @@ __device__ __forceinline__ void fwd_consume(const fwd_args &a, uint32_t base, in
     }
 }
 
-template <int D>
+template <int D, bool PP>
 __global__ void __launch_bounds__(A90_NT, 1)
 attn90_fwd_k(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
              const __grid_constant__ CUtensorMap tv, const fwd_args a)
 {
-    using C = fwd_cfg<D>;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = a90_base(smem_raw);
     const int nq = a.S / FWD_BR, qt = nq - 1 - (int)blockIdx.x, bh = (int)blockIdx.y;
     const int row0 = bh / a.H * a.S, c0 = bh % a.H * D, q0 = qt * FWD_BR;
     const int nkt = (q0 + FWD_BR + FWD_BC - 1) / FWD_BC;
     if (threadIdx.x == 0) {
-        const uint32_t bq = base + C::BAR;
-        p90_bar_init(bq, 1);
+        const fwd_bars b = fwd_bars_at<D>(base);
+        p90_bar_init(b.q, 1);
         for (int s = 0; s < FWD_NST; s++) {
-            p90_bar_init(bq + 8 + 8 * s, 1);                 /* K full */
-            p90_bar_init(bq + 8 + 8 * (FWD_NST + s), 1);     /* V full */
-            p90_bar_init(bq + 8 + 8 * (2 * FWD_NST + s), 8); /* empty: one per consumer warp */
+            p90_bar_init(b.k + 8 * s, 1);
+            p90_bar_init(b.v + 8 * s, 1);
+            p90_bar_init(b.ek + 8 * s, 8);   /* empty: one arrival per consumer warp */
+            p90_bar_init(b.ev + 8 * s, 8);
         }
         p90_bar_init_fence();
     }
@@ -272,7 +385,8 @@ attn90_fwd_k(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUt
         if (threadIdx.x == 0) fwd_produce<D>(&tq, &tk, &tv, base, row0, q0, c0, nkt);
     } else {
         p90_regs_inc<A90_REGS_CONSUMER>();
-        fwd_consume<D>(a, base, bh, row0, q0, c0, nkt);
+        if (PP) fwd_consume_pp<D>(a, base, bh, row0, q0, c0, nkt);
+        else fwd_consume<D>(a, base, bh, row0, q0, c0, nkt);
     }
 }
 
@@ -294,6 +408,8 @@ struct bwd_args {
     const float *lse, *dvec;
     int ldqkv, H, S;
     float sl2, scale;   /* log2(e) / sqrt(D), 1 / sqrt(D) */
+    float *dqacc;       /* one pass: fp32 dq, [b h][s][D] */
+    int *sem;           /* one pass: contributions added, per (b h, 64-query tile) */
 };
 
 template <int D>
@@ -414,69 +530,203 @@ attn90_dq_k(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUte
     }
 }
 
-/* ======================= backward: dk, dv ======================= */
+/* ======================= backward: dk, dv (and dq in one pass) ======================= */
 
 /* CTA: 128 keys (K and V resident); query tiles of 64 (Q with its log-sum-exp, dO with its
  * dvec) in a ring, from the diagonal down. Products in the transposed orientation (S^T = K Q^T)
- * so that P^T and dS^T are register A operands of dV += P^T dO and dK += dS^T Q. */
+ * so that P^T and dS^T are register A operands of dV += P^T dO and dK += dS^T Q.
+ *
+ * ONE (one pass, 5 products instead of 7): the consumers also put dS^T (bf16, the 128 keys x
+ * 64 queries) in shared memory and compute the tile's dQ contribution dS K, each warpgroup 64
+ * of the head's columns, into an fp32 staging buffer; a writer thread of the producer
+ * warpgroup adds it to the fp32 dq accumulator (a bulk reduction in the memory system) in a
+ * fixed order: for query tile i, key block jmax(i) = the diagonal's first (a plain store),
+ * then jmax - 1, ... down to 0, each waiting on the tile's counter (acquire) and advancing it
+ * after its add is complete (release). So the sums, and the bits, are the same on every run.
+ * CTAs start with the highest key blocks (each waits only on CTAs that started before it). */
 #define DKV_BK 128
 #define DKV_BQ 64
 #define DKV_NST 2
 
-template <int D> struct dkv_cfg {
+template <int D, bool ONE> struct dkv_cfg {
     static constexpr uint32_t KV = a90_layout::tile(DKV_BK, D), Q = a90_layout::tile(DKV_BQ, D);
     static constexpr uint32_t VEC = DKV_BQ * 4;
     static constexpr uint32_t V0 = KV, Q0 = 2 * KV, DO0 = Q0 + DKV_NST * Q;
     static constexpr uint32_t L0 = DO0 + DKV_NST * Q, DV0 = L0 + DKV_NST * VEC;
-    static constexpr uint32_t BAR = DV0 + DKV_NST * VEC;
-    static constexpr uint32_t SMEM = BAR + 8 * (1 + 3 * DKV_NST) + 1024;
+    static constexpr uint32_t DSB = DKV_BK * DKV_BQ * 2, DQB = DKV_BQ * D * 4;
+    static constexpr uint32_t DS0 = DV0 + DKV_NST * VEC;      /* 2 x dS^T, 1024-aligned */
+    static constexpr uint32_t DQ0 = DS0 + (ONE ? 2 * DSB : 0); /* 2 x dQ contribution, fp32 */
+    static constexpr uint32_t BAR = DQ0 + (ONE ? 2 * DQB : 0);
+    static constexpr uint32_t SMEM = BAR + 8 * (1 + 5 * DKV_NST) + 1024;
 };
 
-template <int D>
+/* K+V full; per stage Q full, dO full, stage empty; per staging buffer dQ full, dQ empty. */
+struct dkv_bars {
+    uint32_t kv, q, o, e, dqf, dqe;
+};
+
+template <int D, bool ONE> __device__ __forceinline__ dkv_bars dkv_bars_at(uint32_t base)
+{
+    const uint32_t b = base + dkv_cfg<D, ONE>::BAR;
+    return {b, b + 8, b + 8 + 8 * DKV_NST, b + 8 + 16 * DKV_NST, b + 8 + 24 * DKV_NST,
+            b + 8 + 32 * DKV_NST};
+}
+
+/* This CTA's key block and head: the grid's x in the two-kernel form; in the one-pass form
+ * a flat index, the highest key blocks of every head first. */
+template <bool ONE> __device__ __forceinline__ void dkv_block(const bwd_args &a, int *kb, int *bh)
+{
+    const int nkb = a.S / DKV_BK;
+    if (ONE) {
+        const int bhs = (int)gridDim.x / nkb;
+        *bh = (int)blockIdx.x % bhs;
+        *kb = nkb - 1 - (int)blockIdx.x / bhs;
+    } else {
+        *kb = (int)blockIdx.x;
+        *bh = (int)blockIdx.y;
+    }
+}
+
+template <int D, bool ONE>
 __device__ __forceinline__ void dkv_produce(const CUtensorMap *tk, const CUtensorMap *tv,
                                             const CUtensorMap *tq, const CUtensorMap *tdo,
                                             const bwd_args &a, uint32_t base, int bh, int row0,
                                             int k0, int c0, int qt0, int nqt)
 {
-    using C = dkv_cfg<D>;
-    const uint32_t bkv = base + C::BAR, bq = bkv + 8, bo = bq + 8 * DKV_NST, be = bo + 8 * DKV_NST;
-    p90_bar_expect(bkv, 2 * C::KV);
-    a90_load<D>(base, DKV_BK, tk, bkv, c0, row0 + k0);
-    a90_load<D>(base + C::V0, DKV_BK, tv, bkv, c0, row0 + k0);
+    using C = dkv_cfg<D, ONE>;
+    const dkv_bars b = dkv_bars_at<D, ONE>(base);
+    p90_bar_expect(b.kv, 2 * C::KV);
+    a90_load<D>(base, DKV_BK, tk, b.kv, c0, row0 + k0);
+    a90_load<D>(base + C::V0, DKV_BK, tv, b.kv, c0, row0 + k0);
     for (int i = 0; i < nqt; i++) {
         const int s = i % DKV_NST, q0 = (qt0 + i) * DKV_BQ;
-        if (i >= DKV_NST) p90_bar_wait(be + 8 * s, (uint32_t)(i / DKV_NST - 1) & 1u);
-        p90_bar_expect(bq + 8 * s, C::Q + C::VEC);
-        a90_load<D>(base + C::Q0 + s * C::Q, DKV_BQ, tq, bq + 8 * s, c0, row0 + q0);
-        p90_bulk(base + C::L0 + s * C::VEC, a.lse + (size_t)bh * a.S + q0, C::VEC, bq + 8 * s);
-        p90_bar_expect(bo + 8 * s, C::Q + C::VEC);
-        a90_load<D>(base + C::DO0 + s * C::Q, DKV_BQ, tdo, bo + 8 * s, c0, row0 + q0);
-        p90_bulk(base + C::DV0 + s * C::VEC, a.dvec + (size_t)bh * a.S + q0, C::VEC, bo + 8 * s);
+        if (i >= DKV_NST) p90_bar_wait(b.e + 8 * s, (uint32_t)(i / DKV_NST - 1) & 1u);
+        p90_bar_expect(b.q + 8 * s, C::Q + C::VEC);
+        a90_load<D>(base + C::Q0 + s * C::Q, DKV_BQ, tq, b.q + 8 * s, c0, row0 + q0);
+        p90_bulk(base + C::L0 + s * C::VEC, a.lse + (size_t)bh * a.S + q0, C::VEC, b.q + 8 * s);
+        p90_bar_expect(b.o + 8 * s, C::Q + C::VEC);
+        a90_load<D>(base + C::DO0 + s * C::Q, DKV_BQ, tdo, b.o + 8 * s, c0, row0 + q0);
+        p90_bulk(base + C::DV0 + s * C::VEC, a.dvec + (size_t)bh * a.S + q0, C::VEC, b.o + 8 * s);
     }
 }
 
+/* The one-pass form's writer: each query tile's dQ contribution, in the fixed order. Two
+ * reductions in flight: tile i's is issued before tile i - 1's is waited for, and tile i - 1's
+ * counter advances (and its staging buffer is handed back) once that one is complete. */
 template <int D>
+__device__ __forceinline__ void dkv_write_dq(const bwd_args &a, uint32_t base, int bh, int kb,
+                                             int qt0, int nqt)
+{
+    using C = dkv_cfg<D, true>;
+    const dkv_bars b = dkv_bars_at<D, true>(base);
+    int *prev = NULL;
+    int prevx = 0;
+    for (int i = 0; i < nqt; i++) {
+        const int x = i % 2, qt = qt0 + i, turn = qt * DKV_BQ / DKV_BK - kb;
+        int *sem = a.sem + (size_t)bh * (a.S / DKV_BQ) + qt;
+        float *dst = a.dqacc + ((size_t)bh * a.S + (size_t)qt * DKV_BQ) * D;
+        p90_bar_wait(b.dqf + 8 * x, (uint32_t)(i / 2) & 1u);
+        if (turn > 0)
+            while (p90_ld_acquire(sem) != turn) __nanosleep(64);
+        p90_fence_async();
+        if (turn == 0) p90_bulk_store(dst, base + C::DQ0 + x * C::DQB, C::DQB);
+        else p90_bulk_add_f32(dst, base + C::DQ0 + x * C::DQB, C::DQB);
+        p90_bulk_commit();
+        if (prev) {
+            p90_bulk_wait<1>();
+            p90_fence_async();
+            p90_add_release(prev, 1);
+            p90_bar_arrive(b.dqe + 8 * prevx);
+        }
+        prev = sem;
+        prevx = x;
+    }
+    if (prev) {
+        p90_bulk_wait<0>();
+        p90_fence_async();
+        p90_add_release(prev, 1);
+        p90_bar_arrive(b.dqe + 8 * prevx);
+    }
+}
+
+/* The one-pass form's part of tile i for consumer warpgroup cw: its dS^T rows (pf; zeros when
+ * it has no work in the tile) into shared memory, then, once both warpgroups' are there,
+ * dQ[:, 64 cw ..) = dS K over the 128 keys into staging buffer i % 2, with dK += dS^T Q in the
+ * same batch (issued with zeros too: a branch around wgmma serializes them). */
+template <int D>
+__device__ __forceinline__ void dkv_dq_part(uint32_t base, unsigned char *gsm,
+                                            uint32_t (&pf)[DKV_BQ / 16][4], float (&dka)[D / 2],
+                                            uint32_t qt, int i, int cw, int warp, int lane)
+{
+    static_assert(D == 128, "each consumer warpgroup takes 64 of dq's columns");
+    using C = dkv_cfg<D, true>;
+    const dkv_bars b = dkv_bars_at<D, true>(base);
+    const int g = lane / 4, t = lane % 4, x2 = i % 2;
+    const uint32_t ds = C::DS0 + x2 * C::DSB;
+    /* dS^T row (key) 64 cw + 16 warp + g (+ 8), queries 8 j + 2 t: 128-byte swizzled rows */
+#pragma unroll
+    for (int kk = 0; kk < DKV_BQ / 16; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int x = 8 * kk + 2 * r, row = 64 * cw + 16 * warp + g + 8 * ((x % 4) >> 1);
+            const uint32_t off = ds + row * 128 + (((x / 4) ^ (row % 8)) * 16) + 4 * t;
+            *reinterpret_cast<uint32_t *>(gsm + off) = pf[kk][r];
+        }
+    p90_fence_async_smem();
+    p90_named_sync(A90_BAR_DS, 2 * A90_WG);
+    float dqp[32];
+    p90_keep(dka);
+    p90_keep(dqp);
+    p90_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < DKV_BQ / 16; kk++)   /* dK += dS^T Q */
+        a90_rs<D>(dka, pf[kk], a90_desc_n(qt, DKV_BQ, kk));
+#pragma unroll
+    for (int kk = 0; kk < DKV_BK / 16; kk++)   /* dQ[:, 64 cw ..) = dS K */
+        wg_ss64tt(dqp, a90_desc_n(base + ds, DKV_BK, kk),
+                  a90_desc_n(base + (uint32_t)cw * DKV_BK * 128, DKV_BK, kk), kk > 0);
+    p90_wg_commit();
+    p90_wg_wait<0>();
+    p90_keep(dka);
+    p90_keep(dqp);
+    p90_keep_u(pf);
+    if (i >= 2) p90_bar_wait(b.dqe + 8 * x2, (uint32_t)(i / 2 - 1) & 1u);
+    /* row-major [64 queries][D] fp32: query 16 warp + g (+ 8), column 64 cw + 8 j + 2 t */
+    float *dq = reinterpret_cast<float *>(gsm + C::DQ0 + x2 * C::DQB);
+#pragma unroll
+    for (int x = 0; x < 32; x += 2) {
+        const int q = 16 * warp + g + 8 * ((x % 4) >> 1), c = 64 * cw + 8 * (x / 4) + 2 * t;
+        *reinterpret_cast<float2 *>(dq + q * D + c) = make_float2(dqp[x], dqp[x + 1]);
+    }
+    p90_fence_async_smem();
+    __syncwarp();
+    if (lane == 0) p90_bar_arrive(b.dqf + 8 * x2);
+}
+
+template <int D, bool ONE>
 __device__ __forceinline__ void dkv_consume(const bwd_args &a, unsigned char *raw,
                                             uint32_t base, int row0, int k0, int c0, int qt0,
                                             int nqt)
 {
-    using C = dkv_cfg<D>;
-    const uint32_t bkv = base + C::BAR, bq = bkv + 8, bo = bq + 8 * DKV_NST, be = bo + 8 * DKV_NST;
+    using C = dkv_cfg<D, ONE>;
+    const dkv_bars b = dkv_bars_at<D, ONE>(base);
     const int ct = threadIdx.x - A90_WG, cw = ct / A90_WG, warp = (ct / 32) % 4, lane = ct % 32;
     const int g = lane / 4, t = lane % 4, kw = k0 + 64 * cw, kr = kw + 16 * warp + g;
-    const unsigned char *gsm = raw + (base - p90_smem(raw));   /* generic view of the base */
+    unsigned char *gsm = raw + (base - p90_smem(raw));   /* generic view of the base */
     float dka[D / 2], dva[D / 2], sacc[DKV_BQ / 2], dpa[DKV_BQ / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dka[i] = dva[i] = 0;
-    p90_bar_wait(bkv, 0);
+    p90_bar_wait(b.kv, 0);
     for (int i = 0; i < nqt; i++) {
         const int s = i % DKV_NST, q0 = (qt0 + i) * DKV_BQ;
         const uint32_t ph = (uint32_t)(i / DKV_NST) & 1u;
         const uint32_t qt = base + C::Q0 + s * C::Q, ot = base + C::DO0 + s * C::Q;
         const float *sl = reinterpret_cast<const float *>(gsm + C::L0 + s * C::VEC);
         const float *sd = reinterpret_cast<const float *>(gsm + C::DV0 + s * C::VEC);
-        p90_bar_wait(bq + 8 * s, ph);
-        if (q0 + DKV_BQ - 1 >= kw) {   /* some query of the tile sees a key of this warpgroup */
+        const bool active = q0 + DKV_BQ - 1 >= kw;   /* a query of the tile sees one of our keys */
+        uint32_t pf[DKV_BQ / 16][4];
+        p90_bar_wait(b.q + 8 * s, ph);
+        if (active) {
             p90_keep(sacc);
             p90_wg_fence();
 #pragma unroll
@@ -494,9 +744,8 @@ __device__ __forceinline__ void dkv_consume(const bwd_args &a, unsigned char *ra
                 if (diag && kr + 8 * (e >> 1) > q0 + qi) p = 0.0f;
                 sacc[x] = p;
             }
-            uint32_t pf[DKV_BQ / 16][4];
             a90_pack<DKV_BQ>(pf, sacc);
-            p90_bar_wait(bo + 8 * s, ph);
+            p90_bar_wait(b.o + 8 * s, ph);
             p90_keep(dva);
             p90_keep(dpa);
             p90_wg_fence();
@@ -521,6 +770,15 @@ __device__ __forceinline__ void dkv_consume(const bwd_args &a, unsigned char *ra
                     const float2 p = p90_unpack(pf[kk][r]);
                     pf[kk][r] = p90_pack(p.x * (dpa[x] - sd[qi]), p.y * (dpa[x + 1] - sd[qi + 1]));
                 }
+        } else {
+            p90_bar_wait(b.o + 8 * s, ph);   /* the stage's copies must land before it is reused */
+#pragma unroll
+            for (int kk = 0; kk < DKV_BQ / 16; kk++)
+                pf[kk][0] = pf[kk][1] = pf[kk][2] = pf[kk][3] = 0u;   /* no keys of ours seen */
+        }
+        if constexpr (ONE) {
+            dkv_dq_part<D>(base, gsm, pf, dka, qt, i, cw, warp, lane);
+        } else if (active) {
             p90_keep(dka);
             p90_wg_fence();
 #pragma unroll
@@ -530,34 +788,35 @@ __device__ __forceinline__ void dkv_consume(const bwd_args &a, unsigned char *ra
             p90_wg_wait<0>();
             p90_keep(dka);
             p90_keep_u(pf);
-        } else {
-            p90_bar_wait(bo + 8 * s, ph);   /* the stage's copies must land before it is reused */
         }
         __syncwarp();
-        if (lane == 0) p90_bar_arrive(be + 8 * s);
+        if (lane == 0) p90_bar_arrive(b.e + 8 * s);
     }
     a90_store<D>(a.dk, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dka, a.scale, a.scale, t);
     a90_store<D>(a.dv, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dva, 1.0f, 1.0f, t);
 }
 
-template <int D>
+template <int D, bool ONE>
 __global__ void __launch_bounds__(A90_NT, 1)
 attn90_dkv_k(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
              const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
              const bwd_args a)
 {
-    using C = dkv_cfg<D>;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = a90_base(smem_raw);
-    const int bh = (int)blockIdx.y, row0 = bh / a.H * a.S, c0 = bh % a.H * D;
-    const int k0 = (int)blockIdx.x * DKV_BK, qt0 = k0 / DKV_BQ, nqt = a.S / DKV_BQ - qt0;
+    int kb, bh;
+    dkv_block<ONE>(a, &kb, &bh);
+    const int row0 = bh / a.H * a.S, c0 = bh % a.H * D;
+    const int k0 = kb * DKV_BK, qt0 = k0 / DKV_BQ, nqt = a.S / DKV_BQ - qt0;
     if (threadIdx.x == 0) {
-        const uint32_t bkv = base + C::BAR;
-        p90_bar_init(bkv, 1);
+        const dkv_bars b = dkv_bars_at<D, ONE>(base);
+        p90_bar_init(b.kv, 1);
         for (int s = 0; s < DKV_NST; s++) {
-            p90_bar_init(bkv + 8 + 8 * s, 1);
-            p90_bar_init(bkv + 8 + 8 * (DKV_NST + s), 1);
-            p90_bar_init(bkv + 8 + 8 * (2 * DKV_NST + s), 8);
+            p90_bar_init(b.q + 8 * s, 1);
+            p90_bar_init(b.o + 8 * s, 1);
+            p90_bar_init(b.e + 8 * s, 8);     /* one arrival per consumer warp */
+            p90_bar_init(b.dqf + 8 * s, 8);
+            p90_bar_init(b.dqe + 8 * s, 1);   /* the writer */
         }
         p90_bar_init_fence();
     }
@@ -565,10 +824,34 @@ attn90_dkv_k(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUt
     if (threadIdx.x < A90_WG) {
         p90_regs_dec<A90_REGS_PRODUCER>();
         if (threadIdx.x == 0)
-            dkv_produce<D>(&tk, &tv, &tq, &tdo, a, base, bh, row0, k0, c0, qt0, nqt);
+            dkv_produce<D, ONE>(&tk, &tv, &tq, &tdo, a, base, bh, row0, k0, c0, qt0, nqt);
+        else if constexpr (ONE) {
+            if (threadIdx.x == 32) dkv_write_dq<D>(a, base, bh, kb, qt0, nqt);
+        }
     } else {
         p90_regs_inc<A90_REGS_CONSUMER>();
-        dkv_consume<D>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
+        dkv_consume<D, ONE>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
+    }
+}
+
+/* dq (bf16, token-major) = the one-pass form's fp32 accumulator ([b h][s][D]) x scale. */
+template <int D>
+__global__ void attn90_dq_out_k(bf16 *dq, int ldqkv, const float *acc, int H, int S,
+                                float scale, size_t n8)
+{
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < n8;
+         v += (size_t)gridDim.x * blockDim.x) {
+        const size_t e = v * 8, row = e / D, bh = row / S, i = row % S;
+        const int c = (int)(e % D);
+        const float4 x = reinterpret_cast<const float4 *>(acc + e)[0];
+        const float4 y = reinterpret_cast<const float4 *>(acc + e)[1];
+        uint4 u;
+        u.x = p90_pack(x.x * scale, x.y * scale);
+        u.y = p90_pack(x.z * scale, x.w * scale);
+        u.z = p90_pack(y.x * scale, y.y * scale);
+        u.w = p90_pack(y.z * scale, y.w * scale);
+        const size_t t = bh / H * S + i;
+        *reinterpret_cast<uint4 *>(dq + t * ldqkv + (bh % H) * D + c) = u;
     }
 }
 
@@ -610,14 +893,20 @@ static rt_status a90_map(void *encode, CUtensorMap *m, const void *p, size_t col
     return RT_OK;
 }
 
+template <typename K> static rt_status a90_smem(K kernel, uint32_t bytes, ms_error *err)
+{
+    RT_CHECK(err, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)bytes));
+    return RT_OK;
+}
+
 template <int D> static rt_status a90_attrs(ms_error *err)
 {
-    RT_CHECK(err, cudaFuncSetAttribute(attn90_fwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)fwd_cfg<D>::SMEM));
-    RT_CHECK(err, cudaFuncSetAttribute(attn90_dq_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)dq_cfg<D>::SMEM));
-    RT_CHECK(err, cudaFuncSetAttribute(attn90_dkv_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)dkv_cfg<D>::SMEM));
+    RT_TRY(a90_smem(attn90_fwd_k<D, false>, fwd_cfg<D>::SMEM, err));
+    RT_TRY(a90_smem(attn90_fwd_k<D, true>, fwd_cfg<D>::SMEM, err));
+    RT_TRY(a90_smem(attn90_dq_k<D>, dq_cfg<D>::SMEM, err));
+    RT_TRY(a90_smem(attn90_dkv_k<D, false>, dkv_cfg<D, false>::SMEM, err));
+    if constexpr (D == 128) RT_TRY(a90_smem(attn90_dkv_k<D, true>, dkv_cfg<D, true>::SMEM, err));
     return RT_OK;
 }
 
@@ -640,9 +929,9 @@ rt_status attn90_setup(void **encode, ms_error *err)
     return RT_OK;
 }
 
-rt_status attn90_fwd(void *encode, void *stream, uint16_t *o, float *lse, const uint16_t *q,
-                     const uint16_t *k, const uint16_t *v, size_t ld_qkv, size_t ld_o, size_t B,
-                     size_t H, size_t S, size_t D, ms_error *err)
+rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *lse,
+                     const uint16_t *q, const uint16_t *k, const uint16_t *v, size_t ld_qkv,
+                     size_t ld_o, size_t B, size_t H, size_t S, size_t D, ms_error *err)
 {
     CUtensorMap tq, tk, tv;
     const size_t T = B * S, w = H * D;
@@ -652,38 +941,67 @@ rt_status attn90_fwd(void *encode, void *stream, uint16_t *o, float *lse, const 
     fwd_args a = {(bf16 *)o, lse, (int)ld_o, (int)H, (int)S, A90_LOG2E / sqrtf((float)D)};
     dim3 grid((unsigned)(S / FWD_BR), (unsigned)(B * H));
     cudaStream_t s = (cudaStream_t)stream;
-    if (D == 64) attn90_fwd_k<64><<<grid, A90_NT, fwd_cfg<64>::SMEM, s>>>(tq, tk, tv, a);
-    else attn90_fwd_k<128><<<grid, A90_NT, fwd_cfg<128>::SMEM, s>>>(tq, tk, tv, a);
+    const bool pp = flags & ATTN90_PINGPONG;
+    if (D == 64 && pp) attn90_fwd_k<64, true><<<grid, A90_NT, fwd_cfg<64>::SMEM, s>>>(tq, tk, tv, a);
+    else if (D == 64) attn90_fwd_k<64, false><<<grid, A90_NT, fwd_cfg<64>::SMEM, s>>>(tq, tk, tv, a);
+    else if (pp) attn90_fwd_k<128, true><<<grid, A90_NT, fwd_cfg<128>::SMEM, s>>>(tq, tk, tv, a);
+    else attn90_fwd_k<128, false><<<grid, A90_NT, fwd_cfg<128>::SMEM, s>>>(tq, tk, tv, a);
     return a90_launched("attn90_fwd_k", err);
 }
 
-rt_status attn90_bwd(void *encode, void *stream, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                     const uint16_t *dout, const uint16_t *q, const uint16_t *k,
-                     const uint16_t *v, const float *lse, const float *dvec, size_t ld_qkv,
-                     size_t ld_o, size_t B, size_t H, size_t S, size_t D, ms_error *err)
+static size_t a90_up(size_t n) { return (n + 63) / 64 * 64; }
+
+size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D)
 {
-    CUtensorMap tq, tdo, tk, tv, tq64, tdo64;
-    const size_t T = B * S, w = H * D;
-    RT_TRY(a90_map(encode, &tq, q, w, T, ld_qkv, DQ_BQ, err));
-    RT_TRY(a90_map(encode, &tdo, dout, w, T, ld_o, DQ_BQ, err));
-    RT_TRY(a90_map(encode, &tk, k, w, T, ld_qkv, DQ_BK, err));
-    RT_TRY(a90_map(encode, &tv, v, w, T, ld_qkv, DQ_BK, err));
-    RT_TRY(a90_map(encode, &tq64, q, w, T, ld_qkv, DKV_BQ, err));
-    RT_TRY(a90_map(encode, &tdo64, dout, w, T, ld_o, DKV_BQ, err));
-    bwd_args a = {(bf16 *)dq, (bf16 *)dk, (bf16 *)dv, lse, dvec, (int)ld_qkv, (int)H, (int)S,
-                  A90_LOG2E / sqrtf((float)D), 1.0f / sqrtf((float)D)};
-    cudaStream_t s = (cudaStream_t)stream;
-    dim3 gkv((unsigned)(S / DKV_BK), (unsigned)(B * H)), gq((unsigned)(S / DQ_BQ), (unsigned)(B * H));
-    if (D == 64) {
-        attn90_dkv_k<64><<<gkv, A90_NT, dkv_cfg<64>::SMEM, s>>>(tk, tv, tq64, tdo64, a);
-        RT_TRY(a90_launched("attn90_dkv_k", err));
-        attn90_dq_k<64><<<gq, A90_NT, dq_cfg<64>::SMEM, s>>>(tq, tdo, tk, tv, a);
-    } else {
-        attn90_dkv_k<128><<<gkv, A90_NT, dkv_cfg<128>::SMEM, s>>>(tk, tv, tq64, tdo64, a);
-        RT_TRY(a90_launched("attn90_dkv_k", err));
-        attn90_dq_k<128><<<gq, A90_NT, dq_cfg<128>::SMEM, s>>>(tq, tdo, tk, tv, a);
+    return a90_up(B * H * (S / DKV_BQ)) + B * H * S * D;
+}
+
+template <int D>
+static rt_status a90_bwd_launch(const bwd_args &a, int one, const CUtensorMap *m, size_t B,
+                                size_t H, size_t S, cudaStream_t s, ms_error *err)
+{
+    const unsigned bhs = (unsigned)(B * H), nkb = (unsigned)(S / DKV_BK);
+    if constexpr (D == 128) if (one) {
+        attn90_dkv_k<D, true><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(m[0], m[1], m[2], m[3], a);
+        RT_TRY(a90_launched("attn90_dkv_k (one pass)", err));
+        const size_t n8 = B * H * S * D / 8;
+        attn90_dq_out_k<D><<<(unsigned)(n8 < 132u * 64 * 256 ? (n8 + 255) / 256 : 132u * 64), 256, 0,
+                             s>>>(a.dq, a.ldqkv, a.dqacc, (int)H, (int)S, a.scale, n8);
+        return a90_launched("attn90_dq_out_k", err);
     }
+    attn90_dkv_k<D, false><<<dim3(nkb, bhs), A90_NT, dkv_cfg<D, false>::SMEM, s>>>(m[0], m[1], m[2], m[3], a);
+    RT_TRY(a90_launched("attn90_dkv_k", err));
+    attn90_dq_k<D><<<dim3((unsigned)(S / DQ_BQ), bhs), A90_NT, dq_cfg<D>::SMEM, s>>>(m[4], m[5], m[0],
+                                                                                  m[1], a);
     return a90_launched("attn90_dq_k", err);
+}
+
+rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16_t *dk,
+                     uint16_t *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                     const uint16_t *v, const float *lse, const float *dvec, float *scratch,
+                     size_t ld_qkv, size_t ld_o, size_t B, size_t H, size_t S, size_t D,
+                     ms_error *err)
+{
+    /* maps: K, V (128-row boxes), Q, dO (64-row boxes) for dk/dv; Q, dO (128) for dq */
+    CUtensorMap m[6];
+    const size_t T = B * S, w = H * D;
+    const int one = (flags & ATTN90_ONEPASS) && D == 128;   /* D 64: the two-kernel form */
+    RT_TRY(a90_map(encode, &m[0], k, w, T, ld_qkv, DKV_BK, err));
+    RT_TRY(a90_map(encode, &m[1], v, w, T, ld_qkv, DKV_BK, err));
+    RT_TRY(a90_map(encode, &m[2], q, w, T, ld_qkv, DKV_BQ, err));
+    RT_TRY(a90_map(encode, &m[3], dout, w, T, ld_o, DKV_BQ, err));
+    if (!one) {
+        RT_TRY(a90_map(encode, &m[4], q, w, T, ld_qkv, DQ_BQ, err));
+        RT_TRY(a90_map(encode, &m[5], dout, w, T, ld_o, DQ_BQ, err));
+    }
+    const size_t nsem = B * H * (S / DKV_BQ);
+    bwd_args a = {(bf16 *)dq, (bf16 *)dk, (bf16 *)dv, lse, dvec, (int)ld_qkv, (int)H, (int)S,
+                  A90_LOG2E / sqrtf((float)D), 1.0f / sqrtf((float)D),
+                  scratch + a90_up(nsem), (int *)scratch};
+    cudaStream_t s = (cudaStream_t)stream;
+    if (one) RT_CHECK(err, cudaMemsetAsync(a.sem, 0, nsem * sizeof(int), s));
+    if (D == 64) return a90_bwd_launch<64>(a, one, m, B, H, S, s, err);
+    return a90_bwd_launch<128>(a, one, m, B, H, S, s, err);
 }
 
 /* ======================= layout self-test ======================= */

@@ -26,18 +26,30 @@ extern "C" {
  * below take. Call only on a device of compute capability 9.0. */
 rt_status attn90_setup(void **encode, ms_error *err);
 
+/* flags: the kernels' forms. ATTN90_PINGPONG: the forward's consumer warpgroups take turns
+ * issuing their products, the scores of one tile issued with the previous tile's P V product
+ * (else each runs its products and softmax in sequence). ATTN90_ONEPASS: the backward in one
+ * kernel of 5 products per tile, dq summed in fp32 in a fixed order, at head dim 128 (else,
+ * and at 64, 7 products in two kernels: dk and dv per 128 keys, dq per 128 queries). Both
+ * forms of both are deterministic. */
+enum { ATTN90_PINGPONG = 1, ATTN90_ONEPASS = 2 };
+
 /* o and lse as kn_attn_fwd. */
-rt_status attn90_fwd(void *encode, void *stream, uint16_t *o, float *lse, const uint16_t *q,
-                     const uint16_t *k, const uint16_t *v, size_t ld_qkv, size_t ld_o, size_t B,
-                     size_t H, size_t S, size_t D, ms_error *err);
+rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *lse,
+                     const uint16_t *q, const uint16_t *k, const uint16_t *v, size_t ld_qkv,
+                     size_t ld_o, size_t B, size_t H, size_t S, size_t D, ms_error *err);
+
+/* Device floats of the backward's scratch (the one-pass form's fp32 dq and its counters). */
+size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D);
 
 /* dq, dk, dv as kn_attn_bwd; dvec[(b * H + hd) * S + i] = sum_c dout * o of that row (fp32,
- * computed by the caller). Two kernels: dk and dv per 128 keys, dq per 128 queries, so no
- * accumulation needs atomics (deterministic). */
-rt_status attn90_bwd(void *encode, void *stream, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                     const uint16_t *dout, const uint16_t *q, const uint16_t *k,
-                     const uint16_t *v, const float *lse, const float *dvec, size_t ld_qkv,
-                     size_t ld_o, size_t B, size_t H, size_t S, size_t D, ms_error *err);
+ * computed by the caller); scratch: attn90_bwd_scratch_floats device floats (with
+ * ATTN90_ONEPASS). No floating-point atomics: the same inputs give the same bits. */
+rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16_t *dk,
+                     uint16_t *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                     const uint16_t *v, const float *lse, const float *dvec, float *scratch,
+                     size_t ld_qkv, size_t ld_o, size_t B, size_t H, size_t S, size_t D,
+                     ms_error *err);
 
 /* The layout self-test: one warpgroup multiplies seeded bf16 tiles placed in shared memory by
  * the 128-byte swizzle the kernels assume and compares with the host's double products.

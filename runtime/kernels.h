@@ -86,12 +86,17 @@ rt_status kn_gelu_bwd(kn_ctx *k, kn_bf16 *dx, const kn_bf16 *dy, const kn_bf16 *
 rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n, ms_error *err);
 
 /* ---- causal attention ---- */
-/* Two implementations: wgmma with TMA (FlashAttention-3's producer / consumer warpgroups;
- * runtime/attn_sm90.h), chosen on devices of compute capability 9.0, and mma.sync
- * (FlashAttention-2's loop order) elsewhere. Both deterministic, the same results within
- * rounding (not bit for bit: the products are summed in other orders). */
-typedef enum kn_attn_impl { KN_ATTN_AUTO = 0, KN_ATTN_MMA, KN_ATTN_WGMMA } kn_attn_impl;
-/* KN_ATTN_AUTO: the device's; KN_ATTN_WGMMA on another device: RT_ERR_INVALID. */
+/* Implementations: wgmma with TMA (FlashAttention-3's producer / consumer warpgroups, the
+ * forward's consumers taking turns, the backward in two kernels; runtime/attn_sm90.h), chosen
+ * on devices of compute capability 9.0; two other forms of it kept for comparison (basic: the
+ * forward's consumers each in sequence; one-pass: the backward in one kernel, dq summed in a
+ * fixed order, slower on the H200: docs/RUNTIME.md); and mma.sync (FlashAttention-2's loop
+ * order) elsewhere. All deterministic, the same results within rounding (not bit for bit:
+ * the products are summed in other orders). */
+typedef enum kn_attn_impl {
+    KN_ATTN_AUTO = 0, KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC, KN_ATTN_WGMMA_ONEPASS
+} kn_attn_impl;
+/* KN_ATTN_AUTO: the device's; the wgmma ones on another device: RT_ERR_INVALID. */
 rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err);
 kn_attn_impl kn_ctx_attn(const kn_ctx *k);
 const char *kn_attn_name(kn_attn_impl impl);

@@ -141,7 +141,9 @@ static void usage(FILE *f)
         "                       peak, per-op times\n"
         "  --reps N --warmup N  timed and warm-up repetitions of the benchmark (12, 3)\n"
         "  --attn KERNELS       the benchmark's attention: auto (default: wgmma and TMA on\n"
-        "                       compute capability 9.0, mma.sync elsewhere), mma or wgmma\n"
+        "                       compute capability 9.0, mma.sync elsewhere), mma, wgmma,\n"
+        "                       wgmma-basic (the forward's consumers without turns) or\n"
+        "                       wgmma-onepass (the backward in one pass, dq in a fixed order)\n"
         "  --train N            N training steps of the whole model (AdamW, seeded weights and\n"
         "                       token stream; --policy full-recompute replays each layer's\n"
         "                       forward in the backward): the loss curve and step times\n"
@@ -268,7 +270,9 @@ static int apply(int c, char *v, run_args *a)
         if (!strcmp(v, "auto")) a->attn = KN_ATTN_AUTO;
         else if (!strcmp(v, "mma")) a->attn = KN_ATTN_MMA;
         else if (!strcmp(v, "wgmma")) a->attn = KN_ATTN_WGMMA;
-        else return bad("attn", v, "expected auto, mma or wgmma");
+        else if (!strcmp(v, "wgmma-basic")) a->attn = KN_ATTN_WGMMA_BASIC;
+        else if (!strcmp(v, "wgmma-onepass")) a->attn = KN_ATTN_WGMMA_ONEPASS;
+        else return bad("attn", v, "expected auto, mma, wgmma, wgmma-basic or wgmma-onepass");
         return 0;
     case O_WARMUP:
         if (!ms_parse_u64(v, &x) || x > 1000) return bad("warmup", v, "expected 0..1000");
@@ -920,9 +924,12 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
            gib(r.device_bytes));
     printf("FLOPs: model %.4g (MEMO: 6 T P_layer + 6 b h s^2), executed %.4g (GEMMs 3x forward, "
            "attention 2 + 7 causal products)\n", r.model_flops, r.exec_flops);
-    printf("attention kernels: %s\n", r.attn == KN_ATTN_WGMMA
-                                          ? "wgmma (warpgroup MMA fed by TMA, sm_90a)"
-                                          : "mma (mma.sync m16n8k16)");
+    static const char *const attn_what[] = {
+        "auto", "mma (mma.sync m16n8k16)",
+        "wgmma (warpgroup MMA fed by TMA, the forward's consumers taking turns)",
+        "wgmma-basic (warpgroup MMA fed by TMA)",
+        "wgmma-onepass (warpgroup MMA fed by TMA, turns, one-pass backward)"};
+    printf("attention kernels: %s\n", attn_what[r.attn]);
     printf("time: median %.3f ms of %d repetitions (min %.3f, max %.3f) after %d warm-up, "
            "events around each repetition\n", r.median_ms, r.n_times, r.min_ms, r.max_ms,
            c.warmup);

@@ -88,6 +88,68 @@ __device__ __forceinline__ void p90_fence_async_smem(void)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* The bytes of a shared-memory buffer to global memory (store, or fp32 add done by the memory
+ * system: a reduction whose order is the order of the calls), tracked as a bulk group. */
+__device__ __forceinline__ void p90_bulk_store(void *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(
+                     (uint64_t)(uintptr_t)dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void p90_bulk_add_f32(float *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::
+                     "l"((uint64_t)(uintptr_t)dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void p90_bulk_commit(void)
+{
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N of this thread's bulk groups are pending (the others complete, their
+ * writes performed). */
+template <int N> __device__ __forceinline__ void p90_bulk_wait(void)
+{
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Orders this thread's accesses through the async proxy (bulk copies, TMA) against its
+ * ordinary ones, in every state space. */
+__device__ __forceinline__ void p90_fence_async(void)
+{
+    asm volatile("fence.proxy.async;\n" ::: "memory");
+}
+
+/* A counter in global memory other CTAs publish through (acquire / release at GPU scope). */
+__device__ __forceinline__ int p90_ld_acquire(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void p90_add_release(int *p, int v)
+{
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+/* Named barriers (ids 1..15; 0 is __syncthreads) over `threads` threads: sync waits for the
+ * barrier, arrive counts this warp's threads in without waiting. */
+__device__ __forceinline__ void p90_named_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void p90_named_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /* ---- warpgroup register budget (needs __launch_bounds__(threads, 1)) ---- */
 
 template <int N> __device__ __forceinline__ void p90_regs_dec(void)
@@ -261,6 +323,25 @@ __device__ __forceinline__ void wg_rs128t(float (&d)[64], const uint32_t (&a)[4]
           "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
           "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+/* D (64 x 64, fp32) = A B (+ D when acc): A 64 x 16 M-major and B 16 x 64 N-major, both in
+ * shared memory (descriptors da, db; the transposed forms, bf16 only). */
+__device__ __forceinline__ void wg_ss64tt(float (&d)[32], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+          "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+          "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+          "+f"(d[31])
+        : "l"(da), "l"(db), "r"(acc));
 }
 
 #endif

@@ -310,6 +310,10 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
     check_st(kn_attn_fwd(K, dO, dl, dq, dk, dv, ld, w, B, H, S, D, &err), "attn_fwd", &err);
     check_st(kn_attn_bwd(K, gq, gk, gv, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S, D, &err),
              "attn_bwd", &err);
+    /* the backward again into fresh buffers: the same bits (no order of sums left to chance) */
+    kn_bf16 *g2 = dmalloc(n * 2 * 3);
+    check_st(kn_attn_bwd(K, g2, g2 + n, g2 + 2 * n, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S, D, &err),
+             "attn_bwd again", &err);
     float *o = down_bf16(dO, T * w), *l = down_f32(dl, B * H * S);
     float *ro = malloc(T * w * 4), *rl = malloc(B * H * S * 4);
     kref_attn_fwd(ro, rl, hq, hk, hv, ld, w, B, H, S, D);
@@ -340,8 +344,20 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
         snprintf(what, sizeof what, "attention backward %s, %s (S %zu D %zu, %s)", nm[j], im, S, D,
                  packed ? "packed" : "separate");
         check(what, x, y, T * w, TOL_BF16);
+        /* the second run's gradient j, at the same columns of its own [T, ld] array */
+        float *h2 = down_bf16(g2 + (size_t)j * n, n);
+        size_t diff = 0;
+        for (size_t t = 0; t < T; t++)
+            for (size_t c = 0; c < w; c++) {
+                float a = hg[t * ld + c0 + c], b2 = h2[t * ld + c];
+                diff += memcmp(&a, &b2, sizeof a) != 0;
+            }
+        TAP_OK(diff == 0, "attention backward %s, %s, run twice: %zu of %zu values differ", nm[j],
+               im, diff, T * w);
         free(hg);
+        free(h2);
     }
+    cudaFree(g2);
     free(q); free(k); free(v); free(dout); free(o); free(l); free(ro); free(rl);
     free(rq); free(rk); free(rv); free(x); free(y);
     cudaFree(dq); cudaFree(ddo); cudaFree(dO); cudaFree(gq); cudaFree(dl);
@@ -652,9 +668,11 @@ int main(void)
         t_ln(seed * 1000 + 100);
         t_gemm(seed * 1000 + 200);
         t_elem(seed * 1000 + 300);
-        for (int i = 0; i < 2; i++) {   /* both attention kernel sets where both run */
-            kn_attn_impl impl = i ? KN_ATTN_WGMMA : KN_ATTN_MMA;
-            if (impl == KN_ATTN_WGMMA && !wgmma) continue;
+        for (int i = 0; i < 3; i++) {   /* every attention kernel set the device runs */
+            static const kn_attn_impl im[3] = {KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC};
+            /* (the one-pass form last of all, below) */
+            kn_attn_impl impl = im[i];
+            if (impl != KN_ATTN_MMA && !wgmma) continue;
             t_attn(seed * 1000 + 400, 2, 2, 256, 64, 1, impl);
             t_attn(seed * 1000 + 500, 1, 2, 384, 128, 0, impl);
         }
@@ -662,14 +680,20 @@ int main(void)
         t_adamw(seed * 1000 + 700);
     }
     t_attn(3000, 1, 1, 128, 128, 1, KN_ATTN_MMA);   /* one tile: the diagonal only */
-    if (wgmma) {
-        t_attn(3000, 1, 1, 128, 128, 1, KN_ATTN_WGMMA);
-        t_attn(3100, 1, 2, 1024, 128, 1, KN_ATTN_WGMMA);   /* rings of stages wrap many times */
-        t_attn(3200, 2, 1, 640, 64, 0, KN_ATTN_WGMMA);
+    for (int i = 0; wgmma && i < 2; i++) {
+        kn_attn_impl impl = i ? KN_ATTN_WGMMA_BASIC : KN_ATTN_WGMMA;
+        t_attn(3000, 1, 1, 128, 128, 1, impl);
+        t_attn(3100, 1, 2, 1024, 128, 1, impl);   /* rings of stages wrap many times */
+        t_attn(3200, 2, 1, 640, 64, 0, impl);
     }
     TAP_OK(cuda_ok, "every CUDA allocation and copy of the checks succeeded");
     t_model();
     t_trace();
+    if (wgmma) {   /* the one-pass backward (dq summed in a fixed order across CTAs) */
+        t_attn(3300, 1, 2, 384, 128, 0, KN_ATTN_WGMMA_ONEPASS);
+        t_attn(3400, 1, 2, 1024, 128, 1, KN_ATTN_WGMMA_ONEPASS);
+        t_attn(3500, 2, 3, 768, 128, 1, KN_ATTN_WGMMA_ONEPASS);
+    }
     kn_ctx_free(K);
     return tap_done();
 }

@@ -195,7 +195,7 @@ def read_memsim(path):
         m = re.match(r"(attn|attn\.bwd)\s+([0-9.]+)\s", line)
         if m:
             r[m.group(1)] = float(m.group(2))
-        m = re.match(r"attention kernels: (\w+)", line)
+        m = re.match(r"attention kernels: ([\w-]+)", line)
         if m:
             r["kernels"] = m.group(1)
     return r
@@ -212,7 +212,7 @@ def table(a):
                     key=lambda p: int(re.findall(r"\d+", os.path.basename(p))[0])):
         tok = int(re.findall(r"\d+", os.path.basename(f))[0])
         kind = os.path.basename(f)[len("memsim_"):].split(".")[0].split("_")
-        if len(kind) > 1 and kind[1] != "auto":
+        if len(kind) > 1:   # the other kernel sets, for the attention lines
             continue
         m = read_memsim(f)
         if "median" not in m:
