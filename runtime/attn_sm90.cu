@@ -93,7 +93,8 @@ __device__ __forceinline__ void a90_store(bf16 *out, size_t ld, size_t t0, int c
 #pragma unroll
     for (int j = 0; j < D / 8; j++) {
         int c = c0 + 8 * j + 2 * t;
-        *reinterpret_cast<uint32_t *>(out + t0 * ld + c) = p90_pack(acc[4 * j] * s0, acc[4 * j + 1] * s0);
+        *reinterpret_cast<uint32_t *>(out + t0 * ld + c) =
+            p90_pack(acc[4 * j] * s0, acc[4 * j + 1] * s0);
         *reinterpret_cast<uint32_t *>(out + (t0 + 8) * ld + c) =
             p90_pack(acc[4 * j + 2] * s1, acc[4 * j + 3] * s1);
     }
@@ -118,7 +119,8 @@ __device__ __forceinline__ void a90_load(uint32_t dst, int rows, const CUtensorM
                                          uint32_t bar, int c0, int r0)
 {
 #pragma unroll
-    for (int h = 0; h < D / 64; h++) p90_tma2d(dst + (uint32_t)h * rows * 128, m, bar, c0 + 64 * h, r0);
+    for (int h = 0; h < D / 64; h++)
+        p90_tma2d(dst + (uint32_t)h * rows * 128, m, bar, c0 + 64 * h, r0);
 }
 
 /* ======================= forward ======================= */
@@ -256,7 +258,8 @@ __device__ __forceinline__ void fwd_consume(const fwd_args &a, uint32_t base, in
         p90_keep(oacc);
         p90_wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < FWD_BC / 16; kk++) a90_rs<D>(oacc, pf[kk], a90_desc_n(vt, FWD_BC, kk));
+        for (int kk = 0; kk < FWD_BC / 16; kk++)
+            a90_rs<D>(oacc, pf[kk], a90_desc_n(vt, FWD_BC, kk));
         p90_wg_commit();
         p90_wg_wait<0>();
         p90_keep(oacc);
@@ -942,10 +945,14 @@ rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *
     dim3 grid((unsigned)(S / FWD_BR), (unsigned)(B * H));
     cudaStream_t s = (cudaStream_t)stream;
     const bool pp = flags & ATTN90_PINGPONG;
-    if (D == 64 && pp) attn90_fwd_k<64, true><<<grid, A90_NT, fwd_cfg<64>::SMEM, s>>>(tq, tk, tv, a);
-    else if (D == 64) attn90_fwd_k<64, false><<<grid, A90_NT, fwd_cfg<64>::SMEM, s>>>(tq, tk, tv, a);
-    else if (pp) attn90_fwd_k<128, true><<<grid, A90_NT, fwd_cfg<128>::SMEM, s>>>(tq, tk, tv, a);
-    else attn90_fwd_k<128, false><<<grid, A90_NT, fwd_cfg<128>::SMEM, s>>>(tq, tk, tv, a);
+    if (D == 64 && pp)
+        attn90_fwd_k<64, true><<<grid, A90_NT, fwd_cfg<64>::SMEM, s>>>(tq, tk, tv, a);
+    else if (D == 64)
+        attn90_fwd_k<64, false><<<grid, A90_NT, fwd_cfg<64>::SMEM, s>>>(tq, tk, tv, a);
+    else if (pp)
+        attn90_fwd_k<128, true><<<grid, A90_NT, fwd_cfg<128>::SMEM, s>>>(tq, tk, tv, a);
+    else
+        attn90_fwd_k<128, false><<<grid, A90_NT, fwd_cfg<128>::SMEM, s>>>(tq, tk, tv, a);
     return a90_launched("attn90_fwd_k", err);
 }
 
@@ -962,17 +969,19 @@ static rt_status a90_bwd_launch(const bwd_args &a, int one, const CUtensorMap *m
 {
     const unsigned bhs = (unsigned)(B * H), nkb = (unsigned)(S / DKV_BK);
     if constexpr (D == 128) if (one) {
-        attn90_dkv_k<D, true><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(m[0], m[1], m[2], m[3], a);
+        attn90_dkv_k<D, true><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(m[0], m[1], m[2],
+                                                                             m[3], a);
         RT_TRY(a90_launched("attn90_dkv_k (one pass)", err));
         const size_t n8 = B * H * S * D / 8;
-        attn90_dq_out_k<D><<<(unsigned)(n8 < 132u * 64 * 256 ? (n8 + 255) / 256 : 132u * 64), 256, 0,
-                             s>>>(a.dq, a.ldqkv, a.dqacc, (int)H, (int)S, a.scale, n8);
+        const unsigned g = (unsigned)(n8 < 132u * 64 * 256 ? (n8 + 255) / 256 : 132u * 64);
+        attn90_dq_out_k<D><<<g, 256, 0, s>>>(a.dq, a.ldqkv, a.dqacc, (int)H, (int)S, a.scale, n8);
         return a90_launched("attn90_dq_out_k", err);
     }
-    attn90_dkv_k<D, false><<<dim3(nkb, bhs), A90_NT, dkv_cfg<D, false>::SMEM, s>>>(m[0], m[1], m[2], m[3], a);
+    attn90_dkv_k<D, false><<<dim3(nkb, bhs), A90_NT, dkv_cfg<D, false>::SMEM, s>>>(m[0], m[1],
+                                                                                  m[2], m[3], a);
     RT_TRY(a90_launched("attn90_dkv_k", err));
-    attn90_dq_k<D><<<dim3((unsigned)(S / DQ_BQ), bhs), A90_NT, dq_cfg<D>::SMEM, s>>>(m[4], m[5], m[0],
-                                                                                  m[1], a);
+    attn90_dq_k<D><<<dim3((unsigned)(S / DQ_BQ), bhs), A90_NT, dq_cfg<D>::SMEM, s>>>(m[4], m[5],
+                                                                                  m[0], m[1], a);
     return a90_launched("attn90_dq_k", err);
 }
 
@@ -1016,7 +1025,8 @@ rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16
  * 128-byte swizzle. */
 __device__ __forceinline__ uint32_t st_chunk(uint32_t tile, int rows, int r, int c)
 {
-    return tile + (uint32_t)(c / 8) * rows * 128 + (uint32_t)r * 128 + (uint32_t)((c % 8) ^ (r % 8)) * 16;
+    return tile + (uint32_t)(c / 8) * rows * 128 + (uint32_t)r * 128 +
+           (uint32_t)((c % 8) ^ (r % 8)) * 16;
 }
 
 /* out[0..64x128): A B^T (n128); out[8192..+4096): A B[0:64]^T (n64); out[12288..+8192): P V with
@@ -1055,8 +1065,10 @@ attn90_selftest_k(const __grid_constant__ CUtensorMap tb, const bf16 *A, const b
     p90_wg_fence();
 #pragma unroll
     for (int ks = 0; ks < 8; ks++) {
-        wg_ss128(c1, a90_desc_k(base + ST_A, 64, 0, ks), a90_desc_k(base + ST_B, 128, 0, ks), ks > 0);
-        wg_ss64(c2, a90_desc_k(base + ST_A, 64, 0, ks), a90_desc_k(base + ST_B, 128, 0, ks), ks > 0);
+        const uint64_t da = a90_desc_k(base + ST_A, 64, 0, ks);
+        const uint64_t db = a90_desc_k(base + ST_B, 128, 0, ks);
+        wg_ss128(c1, da, db, ks > 0);
+        wg_ss64(c2, da, db, ks > 0);
     }
     p90_wg_commit();
     p90_wg_wait<0>();
@@ -1102,9 +1114,7 @@ attn90_selftest_k(const __grid_constant__ CUtensorMap tb, const bf16 *A, const b
 
 static rt_status a90_selftest_attrs(ms_error *err)
 {
-    RT_CHECK(err, cudaFuncSetAttribute(attn90_selftest_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)ST_SMEM));
-    return RT_OK;
+    return a90_smem(attn90_selftest_k, ST_SMEM, err);
 }
 
 static float st_val(uint64_t seed, size_t i)
@@ -1175,7 +1185,8 @@ rt_status attn90_selftest(void *encode, double rel[ATTN90_NTEST], ms_error *err)
     {
         CUtensorMap tb;
         if (cudaMalloc(&da, NA * 2) != cudaSuccess || cudaMalloc(&db, NB * 2) != cudaSuccess ||
-            cudaMalloc(&dout, NOUT * 4) != cudaSuccess || cudaMalloc(&dbad, sizeof hbad) != cudaSuccess) {
+            cudaMalloc(&dout, NOUT * 4) != cudaSuccess ||
+            cudaMalloc(&dbad, sizeof hbad) != cudaSuccess) {
             st = rt_fail(err, RT_ERR_OOM, __FILE__, __LINE__, "cudaMalloc", "self-test buffers");
             goto out;
         }

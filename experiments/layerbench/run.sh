@@ -12,14 +12,16 @@
 #                            the table last (default OUTDIR: out/layerbench)
 # environment: SEQS (default "8192 32768 131072"), MODES (eager,compile), SDPA_SEQ (32768),
 #   ATTN (memsim's attention kernels for the table: auto), EXTRA (other kernel sets memsim also
-#   runs at SDPA_SEQ, for the attention lines: "wgmma-basic mma"), MEMSIM_RUN (default
+#   runs at SDPA_SEQ, for the attention lines: "wgmma-onepass wgmma-basic mma"), MEMSIM_RUN (default
 #   runtime/memsim-run), PYTHON (python3), DIMS (1,4096,32,16384,50257), TIMEOUT (seconds per
 #   memsim run, 600)
 # Exit status: 0 done (a failed run is named on stderr and left out of the table), 2 usage.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-case "${1:-}" in -h|--help) sed -n '/^# usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;; esac
+case "${1:-}" in
+-h|--help) sed -n '/^# usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
 out=${1:-out/layerbench}
 seqs=${SEQS:-8192 32768 131072}
 modes=${MODES:-eager,compile}
@@ -35,12 +37,13 @@ mkdir -p "$out"
 bench() { # tokens kernels [log]
     local s=$1 k=$2 reps=12 warm=3 log=${3:-$out/memsim_${1}_$2.log}
     [ "$s" -ge 65536 ] && { reps=5; warm=1; }
-    (cd "$root" && timeout "${TIMEOUT:-600}" "$run" run --machine h200-sxm --math real --bench-layer \
-        --dims "$dims" --seq "$s" --reps "$reps" --warmup "$warm" --attn "$k") > "$log" 2>&1 ||
+    (cd "$root" && timeout "${TIMEOUT:-600}" "$run" run --machine h200-sxm --math real \
+        --bench-layer --dims "$dims" --seq "$s" --reps "$reps" --warmup "$warm" --attn "$k") \
+        > "$log" 2>&1 ||
         echo "layerbench: memsim at $s tokens ($k attention): status $?" >&2
 }
 for s in $seqs; do bench "$s" "${ATTN:-auto}" "$out/memsim_$s.log"; done
-for k in ${EXTRA-wgmma-basic mma}; do bench "$sdpa" "$k"; done
+for k in ${EXTRA-wgmma-onepass wgmma-basic mma}; do bench "$sdpa" "$k"; done
 args=(--hidden "$hidden" --heads "$heads" --ffn "$ffn" --modes "$modes" --sdpa "$sdpa")
 for s in $seqs; do args+=(--seq "$s"); done
 PYTHONUNBUFFERED=1 "$py" "$here/layer_torch.py" "${args[@]}" > "$out/torch.csv" ||
