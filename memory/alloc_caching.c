@@ -254,21 +254,19 @@ static caching *impl(const alloc_t *a) { return a->impl; }
 
 static int is_split(const cblk *b) { return b->prev != NIL || b->next != NIL; }
 
-/* get_free_block: best fit by lower_bound, same stream, and the max_split_size rules. */
-static uint32_t get_free_block(caching *c, cpool *p, uint32_t tree, uint64_t size)
+/* get_free_block: best fit by lower_bound, same stream, and the max_split_size rules. The
+ * block stays in its set, at *at, for alloc_found to take out or to give the key of the
+ * remainder of a split. */
+static uint32_t get_free_block(caching *c, uint32_t tree, uint64_t size, bset_pos *at)
 {
-    bset *set = c->trees[tree].set;
-    bset_pos at;
     uint64_t bsize;
-    uint32_t i = bset_lower_bound(set, size, &at, &bsize);
+    uint32_t i = bset_lower_bound(c->trees[tree].set, size, at, &bsize);
     if (i == BSET_NONE) return NIL;
     /* Do not hand an oversize block to a request below max_split_size. */
     if (size < c->max_split && bsize >= c->max_split) return NIL;
     /* An oversize request may take a larger cached block, but only within a limit. */
     if (size >= c->max_split && bsize >= size + ALLOC_CACHING_MAX_NON_SPLIT_ROUNDING_BYTES)
         return NIL;
-    bset_erase_at(set, at); /* pool_erase, at the place the search found */
-    p->n--;
     return i;
 }
 
@@ -393,18 +391,17 @@ static int should_split(const caching *c, const cblk *b, uint64_t size)
 }
 
 /* alloc_found_block: split off the request at the block's low end if should_split, mark
- * it allocated and update the statistics as PyTorch does. */
-static ms_status alloc_found(alloc_t *a, uint32_t i, uint64_t size, uint64_t orig_bytes,
-                             uint64_t *addr)
+ * it allocated and update the statistics as PyTorch does. at: where block i lies in its
+ * set (a cached block), or NULL (a new segment, in no set): the remainder of a split keeps
+ * block i's index, so a cached block's entry takes the remainder's key in place. */
+static ms_status alloc_found(alloc_t *a, uint32_t i, const bset_pos *at, uint64_t size,
+                             uint64_t orig_bytes, uint64_t *addr)
 {
     caching *c = impl(a);
     int already_split = is_split(&c->b[i]);
     if (should_split(c, &c->b[i], size)) {
         uint32_t n = blk_new(c);
-        if (n == NIL) {
-            pool_insert(c, i);
-            return MS_ERR_NOMEM;
-        }
+        if (n == NIL) return MS_ERR_NOMEM; /* nothing changed yet */
         cblk *rem = &c->b[i], *blk = &c->b[n];
         blk->addr = rem->addr;
         blk->size = size;
@@ -417,7 +414,8 @@ static ms_status alloc_found(alloc_t *a, uint32_t i, uint64_t size, uint64_t ori
         rem->prev = n;
         rem->addr += size;
         rem->size -= size;
-        if (pool_insert(c, i)) return MS_ERR_NOMEM;
+        if (at) bset_rekey_at(set_of(c, rem), *at, rem->size, rem->addr, i);
+        else if (pool_insert(c, i)) return MS_ERR_NOMEM;
         if (already_split) /* an inactive split piece shrinks by size */
             alloc_stat_sub(&a->stats.inactive_split_bytes, size);
         else /* a whole segment becomes split: its remainder is an inactive split piece */
@@ -425,8 +423,12 @@ static ms_status alloc_found(alloc_t *a, uint32_t i, uint64_t size, uint64_t ori
                            rem->size);
         a->stats.num_splits++;
         i = n;
-    } else if (already_split) {
-        alloc_stat_sub(&a->stats.inactive_split_bytes, c->b[i].size);
+    } else {
+        if (at) { /* handed out whole: out of its set */
+            bset_erase_at(set_of(c, &c->b[i]), *at);
+            pool_of(c, &c->b[i])->n--;
+        }
+        if (already_split) alloc_stat_sub(&a->stats.inactive_split_bytes, c->b[i].size);
     }
     cblk *b = &c->b[i];
     b->allocated = 1;
@@ -449,12 +451,13 @@ static ms_status caching_block(alloc_t *a, uint64_t bytes, int stream, uint64_t 
     if (bytes >= ONE_EIB) return MS_ERR_OOM;
     uint64_t size = alloc_caching_round_size(bytes, c->divisions);
     int small = size <= ALLOC_CACHING_SMALL_SIZE_BYTES;
-    cpool *p = small ? &c->small : &c->large;
     int32_t s = (int32_t)stream;
     /* the stream's set, with room for the remainder of a split, before anything changes */
     uint32_t tree = tree_find(c, small, s, 1);
     if (tree == NIL || bset_reserve(c->trees[tree].set)) return MS_ERR_NOMEM;
-    uint32_t i = get_free_block(c, p, tree, size);
+    bset_pos at;
+    uint32_t i = get_free_block(c, tree, size, &at);
+    const bset_pos *found = i == NIL ? NULL : &at;
     if (i == NIL) {
         uint64_t seg = alloc_caching_segment_bytes(size);
         ms_status st = alloc_segment(a, small, s, tree, seg, 0, &i);
@@ -471,15 +474,14 @@ static ms_status caching_block(alloc_t *a, uint64_t bytes, int stream, uint64_t 
         }
         if (st != MS_OK) return st;
     }
-    return alloc_found(a, i, size, bytes, addr);
+    return alloc_found(a, i, found, size, bytes, addr);
 }
 
-/* try_merge_blocks: absorb free neighbour src into dst; returns the bytes absorbed. */
-static uint64_t try_merge(caching *c, uint32_t dst, uint32_t src)
+/* try_merge_blocks: absorb free neighbour src into dst (the caller sees to their set
+ * entries); returns the bytes absorbed. */
+static uint64_t absorb(caching *c, uint32_t dst, uint32_t src)
 {
-    if (src == NIL || c->b[src].allocated) return 0;
     cblk *d = &c->b[dst], *s = &c->b[src];
-    pool_erase(c, src);
     if (d->prev == src) {
         d->addr = s->addr;
         d->prev = s->prev;
@@ -494,7 +496,9 @@ static uint64_t try_merge(caching *c, uint32_t dst, uint32_t src)
     return absorbed;
 }
 
-/* free + free_block: coalesce with free neighbours and return the block to its pool. */
+/* free + free_block: coalesce with free neighbours and return the block to its pool. A
+ * free neighbour's set entry (the one below's, where both are free) becomes the merged
+ * block's, with its new key. */
 static ms_status caching_release(alloc_t *a, uint64_t addr)
 {
     caching *c = impl(a);
@@ -513,10 +517,18 @@ static ms_status caching_release(alloc_t *a, uint64_t addr)
     alloc_stat_sub(&a->stats.allocated_bytes, orig_size);
     int64_t net_split_bytes = 0;
     uint32_t prev = b->prev, next = b->next;
-    net_split_bytes -= (int64_t)try_merge(c, i, prev);
-    net_split_bytes -= (int64_t)try_merge(c, i, next);
+    int prev_free = prev != NIL && !c->b[prev].allocated;
+    int next_free = next != NIL && !c->b[next].allocated;
+    if (prev_free && next_free) pool_erase(c, next);
+    uint32_t host = prev_free ? prev : next_free ? next : NIL;
+    bset_pos at;
+    int hosted = host != NIL &&
+                 bset_find(set_of(c, b), c->b[host].size, c->b[host].addr, host, &at);
+    if (prev_free) net_split_bytes -= (int64_t)absorb(c, i, prev);
+    if (next_free) net_split_bytes -= (int64_t)absorb(c, i, next);
     b = &c->b[i];
-    if (pool_insert(c, i)) return MS_ERR_NOMEM;
+    if (hosted) bset_rekey_at(set_of(c, b), at, b->size, b->addr, i);
+    else if (pool_insert(c, i)) return MS_ERR_NOMEM;
     if (is_split(b)) net_split_bytes += (int64_t)b->size;
     if (net_split_bytes > 0)
         alloc_stat_add(&a->stats.inactive_split_bytes, &a->stats.inactive_split_peak_bytes,

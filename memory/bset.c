@@ -33,7 +33,8 @@ struct bset {
     bkey *last;              /* last[k]: the greatest key of leaf[k] */
     size_t nleaf, cap;       /* leaves, and the capacity of leaf[] and last[] */
     size_t n;                /* entries */
-    bleaf *spare;            /* the next split's new leaf, kept so that it cannot fail */
+    bleaf *spare[2];         /* empty leaves for the next splits (so that they cannot
+                              * fail) and for a set that empties and fills again */
 };
 
 /* (z1, a1) < (z2, a2), compiled to one 128-bit comparison where the compiler has one. */
@@ -54,15 +55,20 @@ void bset_free(bset *s)
     for (size_t k = 0; k < s->nleaf; k++) free(s->leaf[k]);
     free(s->leaf);
     free(s->last);
-    free(s->spare);
+    free(s->spare[0]);
+    free(s->spare[1]);
     free(s);
 }
 
 size_t bset_count(const bset *s) { return s->n; }
 
+/* An insertion can take a spare leaf and one more directory slot without allocating. */
+static inline int has_room(const bset *s) { return s->spare[0] && s->nleaf < s->cap; }
+
 int bset_reserve(bset *s)
 {
-    if (!s->spare && !(s->spare = malloc(sizeof *s->spare))) return -1;
+    if (has_room(s)) return 0;
+    if (!s->spare[0] && !(s->spare[0] = malloc(sizeof *s->spare[0]))) return -1;
     if (s->nleaf + 1 <= s->cap) return 0;
     size_t cap = s->cap ? s->cap * 2 : 4;
     bleaf **l = realloc(s->leaf, cap * sizeof *l);
@@ -118,22 +124,44 @@ static void dir_insert(bset *s, size_t k, bleaf *L)
     set_last(s, k);
 }
 
-/* Takes leaf k out of the directory; it is kept as the spare, or freed. */
+/* The spare leaf for a split or a first entry (reserved: never NULL). */
+static bleaf *take_spare(bset *s)
+{
+    bleaf *L = s->spare[0];
+    s->spare[0] = s->spare[1];
+    s->spare[1] = NULL;
+    return L;
+}
+
+/* Takes leaf k out of the directory; it is kept as a spare, or freed. */
 static void dir_remove(bset *s, size_t k)
 {
     bleaf *L = s->leaf[k];
     memmove(&s->leaf[k], &s->leaf[k + 1], (s->nleaf - k - 1) * sizeof *s->leaf);
     memmove(&s->last[k], &s->last[k + 1], (s->nleaf - k - 1) * sizeof *s->last);
     s->nleaf--;
-    if (!s->spare) s->spare = L;
+    if (!s->spare[0]) s->spare[0] = L;
+    else if (!s->spare[1]) s->spare[1] = L;
     else free(L);
+}
+
+/* Entries at..n-1 of e one place up, and one place down: a plain loop, as the moves are
+ * short (a leaf holds at most LEAF_CAP entries) and a library call's dispatch would cost
+ * more than the copy. */
+static inline void ent_up(bent *e, uint32_t at, uint32_t n)
+{
+    for (uint32_t j = n; j > at; j--) e[j] = e[j - 1];
+}
+
+static inline void ent_down(bent *e, uint32_t at, uint32_t n)
+{
+    for (uint32_t j = at; j + 1 < n; j++) e[j] = e[j + 1];
 }
 
 /* Splits full leaf k in two halves, the upper one into the spare as leaf k + 1. */
 static void leaf_split(bset *s, size_t k)
 {
-    bleaf *L = s->leaf[k], *R = s->spare;
-    s->spare = NULL;
+    bleaf *L = s->leaf[k], *R = take_spare(s);
     R->n = LEAF_CAP / 2;
     memcpy(R->e, &L->e[LEAF_CAP - LEAF_CAP / 2], (LEAF_CAP / 2) * sizeof *R->e);
     L->n = LEAF_CAP - LEAF_CAP / 2;
@@ -143,11 +171,10 @@ static void leaf_split(bset *s, size_t k)
 
 int bset_insert(bset *s, uint64_t size, uint64_t addr, uint32_t id)
 {
-    if (bset_reserve(s)) return -1;
+    if (!has_room(s) && bset_reserve(s)) return -1;
     size_t k;
     if (s->nleaf == 0) {
-        bleaf *L = s->spare;
-        s->spare = NULL;
+        bleaf *L = take_spare(s);
         L->n = 0;
         s->leaf[0] = L;
         s->nleaf = 1;
@@ -162,12 +189,12 @@ int bset_insert(bset *s, uint64_t size, uint64_t addr, uint32_t id)
     }
     bleaf *L = s->leaf[k];
     uint32_t at = leaf_find(L, size, addr);
-    memmove(&L->e[at + 1], &L->e[at], (L->n - at) * sizeof *L->e);
+    ent_up(L->e, at, L->n);
     L->e[at] = (bent){size, addr, id};
     L->n++;
     if (at == L->n - 1) s->last[k] = (bkey){size, addr};
     s->n++;
-    if (!s->spare) s->spare = malloc(sizeof *s->spare); /* NULL: the next reserve retries */
+    if (!s->spare[0]) s->spare[0] = malloc(sizeof *s->spare[0]); /* NULL: reserve retries */
     return 0;
 }
 
@@ -192,7 +219,7 @@ static void leaf_rebalance(bset *s, size_t k)
 void bset_erase_at(bset *s, bset_pos pos)
 {
     bleaf *L = s->leaf[pos.leaf];
-    memmove(&L->e[pos.at], &L->e[pos.at + 1], (L->n - pos.at - 1) * sizeof *L->e);
+    ent_down(L->e, pos.at, L->n);
     L->n--;
     s->n--;
     if (L->n == 0) {
@@ -203,7 +230,7 @@ void bset_erase_at(bset *s, bset_pos pos)
     leaf_rebalance(s, pos.leaf);
 }
 
-int bset_erase(bset *s, uint64_t size, uint64_t addr, uint32_t id)
+int bset_find(const bset *s, uint64_t size, uint64_t addr, uint32_t id, bset_pos *pos)
 {
     size_t k = dir_find(s, size, addr);
     if (k == s->nleaf) return 0;
@@ -211,8 +238,50 @@ int bset_erase(bset *s, uint64_t size, uint64_t addr, uint32_t id)
     uint32_t at = leaf_find(L, size, addr);
     if (at == L->n || L->e[at].size != size || L->e[at].addr != addr || L->e[at].id != id)
         return 0;
-    bset_erase_at(s, (bset_pos){(uint32_t)k, at});
+    *pos = (bset_pos){(uint32_t)k, at};
     return 1;
+}
+
+int bset_erase(bset *s, uint64_t size, uint64_t addr, uint32_t id)
+{
+    bset_pos pos;
+    if (!bset_find(s, size, addr, id, &pos)) return 0;
+    bset_erase_at(s, pos);
+    return 1;
+}
+
+/* Whether key (z, a) belongs in leaf k: above the previous leaf's keys, below the next's. */
+static int in_leaf(const bset *s, size_t k, uint64_t z, uint64_t a)
+{
+    if (k > 0 && !key_lt(s->last[k - 1].size, s->last[k - 1].addr, z, a)) return 0;
+    if (k + 1 < s->nleaf) {
+        const bent *f = &s->leaf[k + 1]->e[0];
+        if (!key_lt(z, a, f->size, f->addr)) return 0;
+    }
+    return 1;
+}
+
+void bset_rekey_at(bset *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t id)
+{
+    if (!in_leaf(s, pos.leaf, size, addr)) {
+        bset_erase_at(s, pos);
+        bset_insert(s, size, addr, id); /* reserved: cannot fail */
+        return;
+    }
+    bleaf *L = s->leaf[pos.leaf];
+    bent *e = L->e;
+    uint32_t p = pos.at, q;
+    if (key_lt(size, addr, e[p].size, e[p].addr)) {
+        /* down: the entries from the new place up to p move one up */
+        for (q = p; q > 0 && key_lt(size, addr, e[q - 1].size, e[q - 1].addr); q--)
+            e[q] = e[q - 1];
+    } else {
+        /* up: the entries after p below the new key move one down */
+        for (q = p; q + 1 < L->n && key_lt(e[q + 1].size, e[q + 1].addr, size, addr); q++)
+            e[q] = e[q + 1];
+    }
+    e[q] = (bent){size, addr, id};
+    if (q == L->n - 1 || p == L->n - 1) set_last(s, pos.leaf);
 }
 
 uint32_t bset_lower_bound(const bset *s, uint64_t size, bset_pos *pos, uint64_t *found_size)

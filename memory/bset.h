@@ -29,6 +29,13 @@ int bset_reserve(bset *s);
 int bset_insert(bset *s, uint64_t size, uint64_t addr, uint32_t id);
 /* Removes key (size, addr) if it holds id: 1, else 0 (nothing removed). */
 int bset_erase(bset *s, uint64_t size, uint64_t addr, uint32_t id);
+/* 1 and *pos when key (size, addr) is present and holds id, else 0. */
+int bset_find(const bset *s, uint64_t size, uint64_t addr, uint32_t id, bset_pos *pos);
+/* Gives the entry at pos the key (size, addr) and id: the same as bset_erase_at and then
+ * bset_insert (the new key must be absent; room reserved with bset_reserve), but where the
+ * new key falls in the same leaf only the entries between the two places move. A block
+ * that is split or merged changes its key this way. */
+void bset_rekey_at(bset *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t id);
 /* The entry with the least key >= (size, 0): its id (*pos, *found_size set), or BSET_NONE. */
 uint32_t bset_lower_bound(const bset *s, uint64_t size, bset_pos *pos, uint64_t *found_size);
 /* Removes the entry at pos (from bset_lower_bound, the set unchanged since). */

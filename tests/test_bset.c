@@ -100,6 +100,21 @@ static int step(bset *s, model *m, unsigned distinct, int grow_bias, uint32_t *n
         return bset_pred(s, z, a) == want;
     }
     if (m->n == 0) return bset_erase(s, z, 0, 0) == 0;
+    if (r < grow_bias + 40) { /* rekey an entry, near its key or anywhere */
+        size_t i = rnd() % m->n;
+        ment e = m->e[i];
+        uint64_t nz = rnd() % 2 ? e.size + 512 * (rnd() % 5) - 1024 : z;
+        uint64_t na = rnd() % 2 ? e.addr + (rnd() % 64) * 4096 : rnd() & ~0xfffULL;
+        if (nz == 0 || nz > (1ULL << 62)) nz = 512;
+        size_t j = model_find(m, nz, na);
+        if (j < m->n && m->e[j].size == nz && m->e[j].addr == na) return 1; /* taken */
+        bset_pos pos;
+        if (!bset_find(s, e.size, e.addr, e.id, &pos) || bset_reserve(s)) return 0;
+        bset_rekey_at(s, pos, nz, na, e.id + 1000000);
+        model_erase_at(m, i);
+        model_insert(m, nz, na, e.id + 1000000);
+        return 1;
+    }
     size_t i = rnd() % m->n; /* erase by key: a wrong id first, which must not erase */
     ment e = m->e[i];
     if (bset_erase(s, e.size, e.addr, e.id + 1) != 0) return 0;
@@ -121,6 +136,7 @@ static void run_phase(const char *what, unsigned distinct, size_t steps, int gro
         int bias = m.n < target ? grow_bias : 100 - grow_bias - 25;
         ok = step(s, &m, distinct, bias, &next_id);
         if (ok && (k % 97 == 0 || m.n < 70)) ok = same(s, &m, buf);
+        if (!ok) TAP_NOTE("%s: disagree at step %zu (%zu entries)", what, k, m.n);
         if (m.n > peak) peak = m.n;
     }
     ok = ok && same(s, &m, buf);
