@@ -70,9 +70,9 @@ ms_status lw_du_prescan(lw *w)
     int fwd = 0;
     uint32_t pass = 0;
     ms_status st = MS_OK;
-    size_t n = trace_count(w->t);
+    size_t n = w->nrecs;
     for (size_t i = 0; st == MS_OK && i < n; i++) {
-        const trace_rec *r = trace_get(w->t, i);
+        const trace_rec *r = lw_rec(w, i);
         if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
             fwd = r->u.mark.value == TP_FWD;
             pass += fwd;

@@ -36,8 +36,10 @@ static ms_status collect(const trace_t *t, pol_skel **out, size_t *n, size_t *ca
     trace_phase phase = TP_NONE;
     uint32_t pass = 0;
     int seen_fwd = 0;
-    for (size_t i = 0; i < trace_count(t); i++) {
-        const trace_rec *r = trace_get(t, i);
+    size_t nrecs;
+    const trace_rec *recs = trace_records(t, &nrecs);
+    for (size_t i = 0; i < nrecs; i++) {
+        const trace_rec *r = &recs[i];
         if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
             phase = (trace_phase)r->u.mark.value;
             if (phase == TP_FWD) {
