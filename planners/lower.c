@@ -812,7 +812,9 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
         double sb = ceil(n->alpha * (double)x->bytes);
         n->swap_bytes = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
     }
-    if ((st = lw_put_tensor(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes)) != MS_OK) return st;
+    /* the block's kind from the tensor's class, as SB_TRACE would give it, so that an
+     * executor need not look the tensor up in the trace at every ALLOC */
+    if ((st = lw_put_alloc(w, SS_COMPUTE, n, x->bytes)) != MS_OK) return st;
     if (n->dec == PD_KEEP || (w->sv && n->dec == PD_SWAP)) return MS_OK; /* lw_sv_prescan's */
     if (x->layer < 0)
         return lw_fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is planned for %s but "
