@@ -145,16 +145,25 @@ static void dir_remove(bset *s, size_t k)
     else free(L);
 }
 
-/* Entries at..n-1 of e one place up, and one place down: a plain loop, as the moves are
- * short (a leaf holds at most LEAF_CAP entries) and a library call's dispatch would cost
- * more than the copy. */
+/* Entries at..n-1 of e one place up, and one place down: a plain loop for a few (a library
+ * call's dispatch would cost more than the copy), memmove's wide copies for more. */
+#define ENT_LOOP_MAX 6
+
 static inline void ent_up(bent *e, uint32_t at, uint32_t n)
 {
+    if (n - at > ENT_LOOP_MAX) {
+        memmove(&e[at + 1], &e[at], (n - at) * sizeof *e);
+        return;
+    }
     for (uint32_t j = n; j > at; j--) e[j] = e[j - 1];
 }
 
 static inline void ent_down(bent *e, uint32_t at, uint32_t n)
 {
+    if (n - at - 1 > ENT_LOOP_MAX) {
+        memmove(&e[at], &e[at + 1], (n - at - 1) * sizeof *e);
+        return;
+    }
     for (uint32_t j = at; j + 1 < n; j++) e[j] = e[j + 1];
 }
 

@@ -1114,7 +1114,6 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     w.fwd_layer = -1;
     w.s = sched_new();
     w.b = w.s ? sbuild_new(w.s, err, "out of memory while lowering") : NULL;
-    if (w.b) sbuild_set_hook(w.b, stream_hook, &w);
     w.tidx = u64map_new(trace_count(t) / 2 + 16);
     ms_status st = (w.b && w.tidx) ? MS_OK : lw_nomem(&w);
     /* the schedule has the trace's records and what the plan adds (frees, copies, replays):
@@ -1127,6 +1126,8 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
         st = lw_nomem(&w);
     if (st == MS_OK) st = lw_index_plan(&w);
     if (st == MS_OK) st = lw_read_knobs(&w);
+    /* the framework streams' hook, only where their knobs ask for it: it sees every action */
+    if (st == MS_OK && (w.rec_stream || w.pools)) sbuild_set_hook(w.b, stream_hook, &w);
     if (st == MS_OK && w.rb) st = lw_rb_prescan(&w);
     if (st == MS_OK && w.sv) st = lw_sv_prescan(&w);
     if (st == MS_OK && w.du) st = lw_du_prescan(&w);
