@@ -229,8 +229,12 @@ static ms_status emit_replay(lw *w, replay *r)
 static ms_status run_replay(lw *w, lw_layer *L, int32_t layer, const idx_list *targets,
                             double frac, int in_place)
 {
-    replay r = { L->fwd_begin, L->fwd_end, u64map_new(32), u64map_new(32), u64map_new(32),
-                 calloc(L->fwd_end - L->fwd_begin + 1, 1), frac, in_place };
+    /* the maps sized for the section from the start (at most a tensor per record; a
+     * generated section allocates in about a third of its records) rather than doubled
+     * through it */
+    size_t secn = L->fwd_end - L->fwd_begin;
+    replay r = { L->fwd_begin, L->fwd_end, u64map_new(secn / 3 + 16), u64map_new(secn / 3 + 16),
+                 u64map_new(targets->n + 16), calloc(secn + 1, 1), frac, in_place };
     ms_status st = MS_OK;
     if (!r.seg_alloc || !r.need || !r.target || !r.op_needed) st = lw_nomem(w);
     for (size_t i = r.b; st == MS_OK && i < r.e; i++) {
