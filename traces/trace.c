@@ -1090,8 +1090,9 @@ void trace_layer_name(char *buf, int layer, const char *what)
         while (k) buf[n++] = d[--k];
         buf[n++] = '.';
     }
-    while (*what && n < TRACE_NAME_MAX - 1) buf[n++] = *what++;
-    buf[n] = '\0';
+    size_t k = strnlen(what, TRACE_NAME_MAX - 1 - n);
+    memcpy(buf + n, what, k);
+    buf[n + k] = '\0';
 }
 
 void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls, int layer,
