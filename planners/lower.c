@@ -663,8 +663,8 @@ static ms_status ensure_ready(lw *w, lw_tensor *x)
 /* The next layer whose backward starts after record i within this backward phase, or -1. */
 static int32_t next_bwd_layer(lw *w, size_t i)
 {
-    for (size_t j = i + 1; j < trace_count(w->t); j++) {
-        const trace_rec *r = trace_get(w->t, j);
+    for (size_t j = i + 1; j < w->nrecs; j++) {
+        const trace_rec *r = lw_rec(w, j);
         if (r->type != TR_MARK) continue;
         if (r->u.mark.kind != TM_LAYER) return -1;
         if (r->u.mark.value >= 0) return (int32_t)r->u.mark.value;
@@ -773,8 +773,10 @@ static ms_status do_mark(lw *w, const trace_mark *mk)
 
 static ms_status add_tensor(lw *w, const trace_tensor *x, int emitted)
 {
-    lw_tensor *old = lw_find_tensor(w, x->id);
-    if (old && old->state != TS_FREED)
+    int added; /* one probe finds a previous incarnation and makes the new entry */
+    uint64_t *slot = u64map_slot(w->tidx, x->id, &added);
+    if (!slot) return lw_nomem(w);
+    if (!added && w->ts[*slot].state != TS_FREED)
         return lw_fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " is allocated again while "
                            "live", x->id);
     if (ms_grow((void **)&w->ts, &w->cap_ts, w->n_ts + 1, sizeof *w->ts) != MS_OK)
@@ -787,7 +789,7 @@ static ms_status add_tensor(lw *w, const trace_tensor *x, int emitted)
     n->emitted = (uint8_t)emitted;
     n->sid = n->hid = x->id;
     n->rbg = -1;
-    if (u64map_put(w->tidx, x->id, w->n_ts)) return lw_nomem(w);
+    *slot = w->n_ts; /* the map is untouched since u64map_slot */
     w->n_ts++;
     return MS_OK;
 }
@@ -810,7 +812,9 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
         double sb = ceil(n->alpha * (double)x->bytes);
         n->swap_bytes = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
     }
-    if ((st = lw_put_tensor(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes)) != MS_OK) return st;
+    /* the block's kind from the tensor's class, as SB_TRACE would give it, so that an
+     * executor need not look the tensor up in the trace at every ALLOC */
+    if ((st = lw_put_alloc(w, SS_COMPUTE, n, x->bytes)) != MS_OK) return st;
     if (n->dec == PD_KEEP || (w->sv && n->dec == PD_SWAP)) return MS_OK; /* lw_sv_prescan's */
     if (x->layer < 0)
         return lw_fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is planned for %s but "
@@ -960,19 +964,21 @@ static ms_status do_op(lw *w, const trace_op *op)
     if (st == MS_OK) st = lw_op_us(w, op, &us);
     if (st == MS_OK) st = lw_note_comm(w, op);
     if (st != MS_OK) return st;
-    if (lw_ovl_merges(w, w->rec, trace_count(w->t), NULL, 0)) {
+    if (lw_ovl_merges(w, w->rec, w->nrecs, NULL, 0)) {
         if (us > w->ovl_us) w->ovl_us = us;
         w->ovl_pending = 1;
         w->rep.overlapped++;
         return MS_OK;
     }
     us = lw_ovl_absorb(w, op, us, &w->ovl_us, &w->ovl_pending);
-    sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
-    a.op = (int64_t)op->id;
-    a.dur_us = us;
-    a.layer = op->layer;
-    a.phase = op->phase;
-    return sbuild_put(w->b, &a);
+    sched_action *a = sbuild_begin(w->b, SA_COMPUTE, SS_COMPUTE);
+    if (!a) return MS_ERR_NOMEM;
+    a->op = (int64_t)op->id;
+    a->dur_us = us;
+    a->layer = op->layer;
+    a->phase = op->phase;
+    sbuild_end(w->b, a);
+    return MS_OK;
 }
 
 /* ---- iteration selection ---- */
@@ -1025,8 +1031,8 @@ static ms_status walk(lw *w)
     /* MEMO allocates its rounding buffers before the training iterations begin (§4.1). */
     if (w->idle_bytes)
         st = lw_put_block(w, SS_COMPUTE, lower_id_idle_buffer(), w->idle_bytes, SB_IDLE);
-    for (w->rec = 0; st == MS_OK && w->rec < trace_count(w->t); w->rec++) {
-        const trace_rec *r = trace_get(w->t, w->rec);
+    for (w->rec = 0; st == MS_OK && w->rec < w->nrecs; w->rec++) {
+        const trace_rec *r = lw_rec(w, w->rec);
         if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) {
             int inc = iter_included(w, r->u.mark.value);
             if (!inc && entered) break; /* past the last lowered iteration */
@@ -1094,6 +1100,7 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     lw w;
     memset(&w, 0, sizeof w);
     w.t = t;
+    if (t) w.recs = trace_records(t, &w.nrecs);
     w.p = p;
     w.m = m;
     w.err = err;
@@ -1107,7 +1114,6 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     w.fwd_layer = -1;
     w.s = sched_new();
     w.b = w.s ? sbuild_new(w.s, err, "out of memory while lowering") : NULL;
-    if (w.b) sbuild_set_hook(w.b, stream_hook, &w);
     w.tidx = u64map_new(trace_count(t) / 2 + 16);
     ms_status st = (w.b && w.tidx) ? MS_OK : lw_nomem(&w);
     /* the schedule has the trace's records and what the plan adds (frees, copies, replays):
@@ -1120,6 +1126,8 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
         st = lw_nomem(&w);
     if (st == MS_OK) st = lw_index_plan(&w);
     if (st == MS_OK) st = lw_read_knobs(&w);
+    /* the framework streams' hook, only where their knobs ask for it: it sees every action */
+    if (st == MS_OK && (w.rec_stream || w.pools)) sbuild_set_hook(w.b, stream_hook, &w);
     if (st == MS_OK && w.rb) st = lw_rb_prescan(&w);
     if (st == MS_OK && w.sv) st = lw_sv_prescan(&w);
     if (st == MS_OK && w.du) st = lw_du_prescan(&w);

@@ -119,6 +119,8 @@ typedef struct lw_layer {
 
 typedef struct lw {
     const trace_t *t;
+    const trace_rec *recs;   /* t's records (trace_records), nrecs of them */
+    size_t nrecs;
     const plan_t *p;
     const machine_t *m;
     lower_opts o;
@@ -172,6 +174,9 @@ typedef struct lw {
     du_event *due;           /* its last uses, in record order (lower_drop.c) */
     size_t n_due, cap_due, due_pos;
 } lw;
+
+/* Trace record i (< w->nrecs). */
+static inline const trace_rec *lw_rec(const lw *w, size_t i) { return &w->recs[i]; }
 
 /* planners/lower.c */
 ms_status lw_idx_push(idx_list *l, size_t v);

@@ -223,9 +223,9 @@ static void hf_pname(hf_x *x, size_t i, char *nm)
         hf_bert_pname(x, i, nm);
         return;
     }
-    if (i == 0) snprintf(nm, TRACE_NAME_MAX, "embed_tokens.w");
-    else if (&x->p[i] == hf_fnorm(x)) snprintf(nm, TRACE_NAME_MAX, "norm.w");
-    else if (i == x->np - 1 && !x->tied) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
+    if (i == 0) MS_JOIN(nm, TRACE_NAME_MAX, "embed_tokens.w");
+    else if (&x->p[i] == hf_fnorm(x)) MS_JOIN(nm, TRACE_NAME_MAX, "norm.w");
+    else if (i == x->np - 1 && !x->tied) MS_JOIN(nm, TRACE_NAME_MAX, "lm_head.w");
     else {
         size_t j = (i - 1) % P_SLOTS;
         const char *sn = !x->phi3 ? slot_name[j] : j == P_Q ? "qkv_proj.w"
@@ -277,9 +277,9 @@ uint64_t hf_linear(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
                           uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xc)
 {
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX], c[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.wcast", nm);
-    snprintf(b, sizeof b, "%s.xcast", nm);
-    snprintf(c, sizeof c, "%s_out", nm);
+    MS_JOIN(a, sizeof a, nm, ".wcast");
+    MS_JOIN(b, sizeof b, nm, ".xcast");
+    MS_JOIN(c, sizeof c, nm, "_out");
     uint64_t w = hf_wcast(x, l, hf_lp(x, l, j), a);
     *xc = in32 ? hf_xcast(x, l, b, in, M * K) : in;
     return hf_gemm(x, l, nm, c, cls, *xc, w, M, N, K);
@@ -300,30 +300,30 @@ static uint64_t hf_rms_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t
     char op[TRACE_NAME_MAX];
     *xf = 0; /* 0: the input itself (already fp32) */
     if (ib != F32) {
-        snprintf(op, sizeof op, "%s.to_fp32", nm);
+        MS_JOIN(op, sizeof op, nm, ".to_fp32");
         *xf = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_SKEL, in, 0, n * ib, TK_NORM, n);
     }
     uint64_t xin = *xf ? *xf : in;
-    snprintf(op, sizeof op, "%s.pow", nm);
+    MS_JOIN(op, sizeof op, nm, ".pow");
     uint64_t sq = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, xin, 0, n * F32, TK_NORM);
-    snprintf(op, sizeof op, "%s.mean", nm);
+    MS_JOIN(op, sizeof op, nm, ".mean");
     uint64_t var = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, sq, 0, n * F32, TK_NORM);
     hf_free(x, &sq);
-    snprintf(op, sizeof op, "%s.add_eps", nm);
+    MS_JOIN(op, sizeof op, nm, ".add_eps");
     uint64_t ve = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, var, 0, T * F32, TK_NORM);
-    snprintf(op, sizeof op, "%s.rsqrt", nm);
+    MS_JOIN(op, sizeof op, nm, ".rsqrt");
     *rs = hf_ew(x, l, op, op, T * F32, TC_ACT_SKEL, ve, 0, T * F32, TK_NORM);
     hf_free(x, &ve);
     hf_free(x, &var);
-    snprintf(op, sizeof op, "%s.mul", nm);
+    MS_JOIN(op, sizeof op, nm, ".mul");
     uint64_t pr = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_SKEL, xin, *rs, n * F32, TK_NORM, n);
     *nrm = pr;
     if (ib != F32) { /* .to(input_dtype): the cast is what the weight product saves */
-        snprintf(op, sizeof op, "%s.to_in", nm);
+        MS_JOIN(op, sizeof op, nm, ".to_in");
         *nrm = hf_ew(x, l, op, op, n * ib, TC_ACT_SKEL, pr, 0, n * F32, TK_NORM);
         hf_free(x, &pr);
     }
-    snprintf(op, sizeof op, "%s.weight", nm);
+    MS_JOIN(op, sizeof op, nm, ".weight");
     return hf_ew_nv(x, l, op, op, n * ob, ocls, *nrm, w, n * ib, TK_NORM, n);
 }
 
@@ -344,21 +344,21 @@ uint64_t hf_rope_w(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w, uint
 {
     uint64_t T = x->T, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX], a[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.rope_cos", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_cos");
     uint64_t t1 = hf_ew_nv(x, l, op, op, T * w * eb, TC_ACT_TRANS, in, x->cos, T * w * ib,
                            TK_ELEM, T * w);
-    snprintf(op, sizeof op, "%s.rope_neg", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_neg");
     uint64_t ng = hf_ew_nv(x, l, op, op, T * w / 2 * ib, TC_ACT_TRANS, in, 0, T * w / 2 * ib,
                            TK_ELEM, T * w / 2);
-    snprintf(op, sizeof op, "%s.rope_cat", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_cat");
     uint64_t ct = hf_ew(x, l, op, op, T * w * ib, TC_ACT_TRANS, ng, in, T * w * ib, TK_ELEM);
     hf_free(x, &ng);
-    snprintf(op, sizeof op, "%s.rope_sin", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_sin");
     uint64_t t2 = hf_ew_nv(x, l, op, op, T * w * eb, TC_ACT_TRANS, ct, x->sin, T * w * ib,
                            TK_ELEM, T * w);
     hf_free(x, &ct);
-    snprintf(op, sizeof op, "%s.rope_add", nm);
-    snprintf(a, sizeof a, "%s_rope", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_add");
+    MS_JOIN(a, sizeof a, nm, "_rope");
     uint64_t e = hf_ew(x, l, op, a, T * w * eb, ocls, t1, t2, 2 * T * w * eb, TK_ELEM);
     hf_free(x, &t1);
     hf_free(x, &t2);
@@ -445,7 +445,7 @@ static uint64_t hf_phi3_rope(hf_x *x, int l, const char *nm, uint64_t qkv, uint6
     uint64_t eb = x->amp ? F32 : x->CB, n = x->T * w;
     uint64_t r = hf_rope_w(x, l, nm, qkv, w / x->hd * x->rd, x->CB, TC_ACT_TRANS);
     char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.rope_pass_cat", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_pass_cat");
     /* a pass-through part is a strided slice of qkv: cat copies it on the non-vectorized
        path (as GPT-NeoX's) */
     uint64_t e = x->rd < x->hd
@@ -672,8 +672,8 @@ uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
 {
     uint64_t eb = x->CB;
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.bwd", nm);
-    snprintf(b, sizeof b, "d_%s_in", nm);
+    MS_JOIN(a, sizeof a, nm, ".bwd");
+    MS_JOIN(b, sizeof b, "d_", nm, "_in");
     uint64_t w = x->amp ? p->cast : p->id;
     uint64_t oid = x->next_oid++;
     uint64_t dw = hf_alloc(x, l, "dweight", p->n * eb, x->amp ? TC_ACT_TRANS : TC_GRAD,
@@ -730,15 +730,15 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
 {
     uint64_t n = rows * width, xin = *xf ? *xf : (in ? *in : 0);
     char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.bwd_mul", nm);
+    MS_JOIN(op, sizeof op, nm, ".bwd_mul");
     uint64_t dn = hf_ew_nv(x, l, op, op, n * ob, TC_ACT_TRANS, *g, w->id, n * ob, TK_NORM, n);
     if (ob != ib) {
-        snprintf(op, sizeof op, "%s.bwd_mul_cast", nm);
+        MS_JOIN(op, sizeof op, nm, ".bwd_mul_cast");
         uint64_t d = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, dn, 0, n * ob, TK_ELEM);
         hf_free(x, &dn);
         dn = d;
     }
-    snprintf(op, sizeof op, "%s.bwd_wprod", nm);
+    MS_JOIN(op, sizeof op, nm, ".bwd_wprod");
     uint64_t wp = hf_ew(x, l, op, op, n * ob, TC_ACT_TRANS, *g, *nrm, n * (ob + ib), TK_NORM);
     uint64_t wg = hf_ew(x, l, "norm.wgrad", "wgrad", w->n * x->PB, TC_GRAD, wp, 0, n * ob,
                         TK_NORM);
@@ -747,21 +747,21 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
     hf_free(x, g);
     hf_free(x, nrm);
     if (ib != F32) { /* .to(input_dtype) backward */
-        snprintf(op, sizeof op, "%s.bwd_up", nm);
+        MS_JOIN(op, sizeof op, nm, ".bwd_up");
         uint64_t d32 = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, dn, 0, n * ib, TK_NORM, n);
         hf_free(x, &dn);
         dn = d32;
     }
-    snprintf(op, sizeof op, "%s.bwd_x", nm);
+    MS_JOIN(op, sizeof op, nm, ".bwd_x");
     uint64_t d1 = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, dn, *rs, n * F32, TK_NORM, n);
-    snprintf(op, sizeof op, "%s.bwd_rs", nm);
+    MS_JOIN(op, sizeof op, nm, ".bwd_rs");
     uint64_t t2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, xin, 2 * n * F32, TK_NORM);
     hf_free(x, &t2);
     hf_free(x, &dn);
     hf_free(x, rs);
-    snprintf(op, sizeof op, "%s.bwd_mean", nm);
+    MS_JOIN(op, sizeof op, nm, ".bwd_mean");
     uint64_t dp = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, 0, 0, rows * F32, TK_NORM, n);
-    snprintf(op, sizeof op, "%s.bwd_pow", nm);
+    MS_JOIN(op, sizeof op, nm, ".bwd_pow");
     uint64_t d2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dp, xin, 2 * n * F32, TK_NORM);
     hf_free(x, &dp);
     hf_ew_inplace(x, l, "norm.bwd_add", d1, d2, n * F32);
@@ -769,7 +769,7 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
     hf_free(x, xf);
     if (in && *in) hf_free(x, in);
     if (ib != F32) { /* .to(float32) backward */
-        snprintf(op, sizeof op, "%s.bwd_down", nm);
+        MS_JOIN(op, sizeof op, nm, ".bwd_down");
         uint64_t d = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, d1, 0, n * F32, TK_NORM);
         hf_free(x, &d1);
         d1 = d;
@@ -793,14 +793,14 @@ uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w,
 {
     uint64_t n = x->T * w, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.rope_bwd_cos", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_bwd_cos");
     uint64_t a = hf_ew_nv(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->cos, n * eb, TK_ELEM, n);
     uint64_t ac = a;
     if (eb != ib) {
         ac = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, a, 0, n * eb, TK_ELEM);
         hf_free(x, &a);
     }
-    snprintf(op, sizeof op, "%s.rope_bwd_sin", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_bwd_sin");
     uint64_t b = hf_ew_nv(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->sin, n * eb, TK_ELEM, n);
     if (!keep) hf_free(x, de);
     uint64_t bc = b;
@@ -808,7 +808,7 @@ uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w,
         bc = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, b, 0, n * eb, TK_ELEM);
         hf_free(x, &b);
     }
-    snprintf(op, sizeof op, "%s.rope_bwd_rot", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_bwd_rot");
     uint64_t r = hf_ew_nv(x, l, op, op, n * ib, TC_ACT_TRANS, bc, 0, n * ib, TK_ELEM, n);
     hf_free(x, &bc);
     hf_ew_inplace(x, l, "rope.bwd_add", ac, r, n * ib);
@@ -996,14 +996,14 @@ static uint64_t hf_phi3_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, u
     char op[TRACE_NAME_MAX];
     uint64_t r = hf_rope_bwd_w(x, l, nm, de, wr, x->CB, 1);
     if (wr < w) {
-        snprintf(op, sizeof op, "%s.rot_slice.bwd", nm);
+        MS_JOIN(op, sizeof op, nm, ".rot_slice.bwd");
         uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, r, 0, x->T * wr * x->CB,
                            TK_ELEM);
         hf_free(x, &r);
         r = z;
     }
     hf_acc(x, l, &acc, &r, n * x->CB);
-    snprintf(op, sizeof op, "%s.pass_slice.bwd", nm);
+    MS_JOIN(op, sizeof op, nm, ".pass_slice.bwd");
     uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, *de, 0,
                        x->T * (w - wr) * x->CB, TK_ELEM);
     hf_free(x, de);
@@ -1019,11 +1019,11 @@ static void hf_phi3_unslice(hf_x *x, int l, const char *nm, uint64_t *g, uint64_
 {
     uint64_t W = x->hq + 2 * x->kv;
     char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.view.bwd", nm);
+    MS_JOIN(op, sizeof op, nm, ".view.bwd");
     uint64_t c = hf_ew_nv(x, l, op, op, x->T * w * x->CB, TC_ACT_TRANS, *g, 0,
                           x->T * w * x->CB, TK_ELEM, x->T * w);
     hf_free(x, g);
-    snprintf(op, sizeof op, "%s.slice.bwd", nm);
+    MS_JOIN(op, sizeof op, nm, ".slice.bwd");
     uint64_t z = hf_ew_nv(x, l, op, op, x->T * W * x->CB, TC_ACT_TRANS, c, 0,
                           x->T * W * x->CB, TK_ELEM, x->T * w);
     hf_free(x, &c);

@@ -91,10 +91,10 @@ void hf_bert_pname(const hf_x *x, size_t i, char *nm)
     static const char *const head[4] = { "transform.dense.w", "transform.dense.b",
                                          "transform.LayerNorm.w", "transform.LayerNorm.b" };
     size_t body = BE_PRE + (size_t)x->L * BT_SLOTS;
-    if (i < BE_PRE) snprintf(nm, TRACE_NAME_MAX, "%s", pre[i]);
-    else if (i == x->np - 1) snprintf(nm, TRACE_NAME_MAX, "predictions.bias");
-    else if (i >= body + 4) snprintf(nm, TRACE_NAME_MAX, "decoder.w");
-    else if (i >= body) snprintf(nm, TRACE_NAME_MAX, "%s", head[i - body]);
+    if (i < BE_PRE) MS_JOIN(nm, TRACE_NAME_MAX, pre[i]);
+    else if (i == x->np - 1) MS_JOIN(nm, TRACE_NAME_MAX, "predictions.bias");
+    else if (i >= body + 4) MS_JOIN(nm, TRACE_NAME_MAX, "decoder.w");
+    else if (i >= body) MS_JOIN(nm, TRACE_NAME_MAX, head[i - body]);
     else snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer,
                   bt_slot_name[(i - BE_PRE) % BT_SLOTS]);
 }
@@ -350,13 +350,13 @@ static uint64_t bt_branch_bwd(hf_x *x, int l, const char *nm, uint64_t S, uint64
 {
     uint64_t n = x->T * x->h;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.add.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".add.bwd");
     uint64_t gd = hf_down16(x, l, a, S);
-    snprintf(a, sizeof a, "%s.dropout.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".dropout.bwd");
     uint64_t dd = hf_drop_bwd(x, l, a, gd, mask, n, x->CB);
     hf_free(x, mask);
     if (dd != gd && gd != S) hf_free(x, &gd);
-    snprintf(a, sizeof a, "%s.dense", nm);
+    MS_JOIN(a, sizeof a, nm, ".dense");
     return hf_blinear_bwd(x, l, bt_lp(x, l, jw), bt_lp(x, l, jw + 1), a, dd, dd != S, xs,
                           free_x, x->T, N, K, 0);
 }

@@ -94,11 +94,11 @@ void hf_g2_plan_params(hf_x *x)
 void hf_g2_pname(const hf_x *x, size_t i, char *nm)
 {
     size_t lnf = 2 + (size_t)x->L * G_SLOTS;
-    if (i == 0) snprintf(nm, TRACE_NAME_MAX, "wte.w");
-    else if (i == 1) snprintf(nm, TRACE_NAME_MAX, "wpe.w");
-    else if (i == lnf) snprintf(nm, TRACE_NAME_MAX, "ln_f.w");
-    else if (i == lnf + 1) snprintf(nm, TRACE_NAME_MAX, "ln_f.b");
-    else if (i > lnf) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
+    if (i == 0) MS_JOIN(nm, TRACE_NAME_MAX, "wte.w");
+    else if (i == 1) MS_JOIN(nm, TRACE_NAME_MAX, "wpe.w");
+    else if (i == lnf) MS_JOIN(nm, TRACE_NAME_MAX, "ln_f.w");
+    else if (i == lnf + 1) MS_JOIN(nm, TRACE_NAME_MAX, "ln_f.b");
+    else if (i > lnf) MS_JOIN(nm, TRACE_NAME_MAX, "lm_head.w");
     else snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, g2_slot_name[(i - 2) % G_SLOTS]);
 }
 
@@ -145,7 +145,7 @@ uint64_t hf_ln_fwd(hf_x *x, int l, const char *nm, uint64_t in, hf_param *w, hf_
 {
     uint64_t T = x->T, n = T * x->h, oid = x->next_oid++;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s_out", nm);
+    MS_JOIN(a, sizeof a, nm, "_out");
     uint64_t out = hf_alloc(x, l, a, n * x->RB, ocls, (int64_t)oid);
     *mu = hf_alloc(x, l, "ln_mean", T * F32, TC_ACT_SKEL, (int64_t)oid);
     *rs = hf_alloc(x, l, "ln_rstd", T * F32, TC_ACT_SKEL, (int64_t)oid);
@@ -172,13 +172,13 @@ void hf_ln_bwd_k(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, hf_pa
 {
     uint64_t n = x->T * x->h, oid;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".bwd");
     uint64_t dx = hf_alloc_op(x, l, "d_ln_in", n * x->RB, TC_ACT_TRANS, 1, &oid);
     hf_op o = { .kind = TK_NORM, .layer = l, .what = a, .br = 2 * n * x->RB + 2 * x->T * F32,
                 .bw = n * x->RB, .in = { *g, *in, *mu, *rs, w->id }, .nin = 5, .out = { dx },
                 .nout = 1, .flops = 8.0 * (double)n };
     hf_mem_op(x, oid, o);
-    snprintf(a, sizeof a, "%s.wgrad", nm);
+    MS_JOIN(a, sizeof a, nm, ".wgrad");
     uint64_t o2 = x->next_oid++;
     uint64_t dw = hf_alloc(x, l, "wgrad", w->n * x->PB, TC_GRAD, (int64_t)o2);
     uint64_t db = hf_alloc(x, l, "bgrad", b->n * x->PB, TC_GRAD, (int64_t)o2);
@@ -209,7 +209,7 @@ uint64_t hf_drop(hf_x *x, int l, const char *nm, double pd, uint64_t in, uint64_
     if (pd <= 0) return in;
     uint64_t oid;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s_mask", nm);
+    MS_JOIN(a, sizeof a, nm, "_mask");
     *mask = hf_alloc_op(x, l, a, n, TC_ACT_SKEL, 1, &oid);
     uint64_t out = hf_alloc(x, l, outn, n * eb, ocls, (int64_t)oid);
     hf_op o = { .kind = TK_ELEM, .layer = l, .what = nm, .br = n * eb, .bw = n * (eb + 1),
@@ -264,7 +264,7 @@ static uint64_t g2_bcast(hf_x *x, int l, hf_param *b, const char *nm)
     if (!x->amp) return 0;
     uint64_t oid;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.bcast", nm);
+    MS_JOIN(a, sizeof a, nm, ".bcast");
     uint64_t c = hf_alloc_op(x, l, a, b->n * BF16, TC_ACT_TRANS, 0, &oid);
     hf_op o = { .kind = TK_ELEM, .layer = l, .what = a, .br = b->n * F32, .bw = b->n * BF16,
                 .in = { b->id }, .nin = 1, .out = { c }, .nout = 1,
@@ -282,9 +282,9 @@ uint64_t hf_blinear(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm, 
                     uint64_t *bc)
 {
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX], c[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.wcast", nm);
-    snprintf(b, sizeof b, "%s.xcast", nm);
-    snprintf(c, sizeof c, "%s_out", nm);
+    MS_JOIN(a, sizeof a, nm, ".wcast");
+    MS_JOIN(b, sizeof b, nm, ".xcast");
+    MS_JOIN(c, sizeof c, nm, "_out");
     uint64_t w = hf_wcast(x, l, pw, a);
     *xs = in32 ? hf_xcast(x, l, b, in, M * K) : in;
     *bc = g2_bcast(x, l, pb, nm);
@@ -316,8 +316,8 @@ uint64_t hf_blinear_bwd(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *
     uint64_t eb = x->CB, oid = x->next_oid++;
     trace_class gc = x->amp ? TC_ACT_TRANS : TC_GRAD;
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.bwd", nm);
-    snprintf(b, sizeof b, "d_%s_in", nm);
+    MS_JOIN(a, sizeof a, nm, ".bwd");
+    MS_JOIN(b, sizeof b, "d_", nm, "_in");
     uint64_t dx = hf_alloc(x, l, b, M * K * eb, TC_ACT_TRANS, (int64_t)oid);
     uint64_t dw = hf_alloc(x, l, "dweight", pw->n * eb, gc, (int64_t)oid);
     hf_op o = { .kind = TK_GEMM, .layer = l, .what = a, .br = 2 * (M * N + M * K + N * K) * eb,
@@ -331,7 +331,7 @@ uint64_t hf_blinear_bwd(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *
     uint64_t db = hf_alloc(x, l, "dbias", pb->n * eb, gc, (int64_t)o2);
     uint64_t rb = g2_red_bytes(M, N);
     uint64_t ws = rb ? hf_alloc(x, l, "reduce_ws", rb, TC_WORKSPACE, (int64_t)o2) : 0;
-    snprintf(a, sizeof a, "%s.bias_bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".bias_bwd");
     hf_op r = { .kind = TK_ELEM, .layer = l, .what = a, .br = M * N * eb, .bw = N * eb,
                 .in = { dy }, .nin = 1, .out = { db, ws }, .nout = 2,
                 .flops = (double)M * (double)N };

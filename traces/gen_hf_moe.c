@@ -172,14 +172,14 @@ static uint64_t moe_proj(hf_x *x, int l, const hf_moe_dims *d, const char *nm, u
 {
     uint64_t S = d->S, eb = d->EB;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s_raw", nm);
+    MS_JOIN(a, sizeof a, nm, "_raw");
     uint64_t oid = x->next_oid++;
     uint64_t raw = hf_alloc(x, l, a, S * N * eb, TC_ACT_TRANS, (int64_t)oid);
     hf_op z = { .kind = TK_ELEM, .layer = l, .what = "gmm.zero", .bw = S * N * eb,
                 .out = { raw }, .nout = 1, .flops = EW_FLOPS * (double)(S * N) };
     hf_mem_op(x, oid, z);
     moe_gmm(x, l, d, nm, in, w->id, raw, N, K, 0, 0);
-    snprintf(a, sizeof a, "%s.masked_fill", nm);
+    MS_JOIN(a, sizeof a, nm, ".masked_fill");
     uint64_t out = hf_ew_nv(x, l, a, nm, S * N * eb, cls, raw, 0, S * N * eb, TK_ELEM, S * N);
     hf_free(x, &raw);
     return out;
@@ -355,14 +355,14 @@ static uint64_t moe_proj_bwd(hf_x *x, int l, const hf_moe_dims *d, const char *n
 {
     uint64_t S = d->S, eb = d->EB;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.masked_fill.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".masked_fill.bwd");
     uint64_t gm = hf_ew_nv(x, l, a, a, S * N * eb, TC_ACT_TRANS, *g, q_mask, S * N * eb,
                            TK_ELEM, S * N);
     hf_free(x, g);
     uint64_t dw = hf_alloc(x, l, "expert_wgrad", w->n * x->PB, TC_GRAD, -1);
-    snprintf(a, sizeof a, "d_%s_in", nm);
+    MS_JOIN(a, sizeof a, "d_", nm, "_in");
     uint64_t dx = hf_alloc(x, l, a, S * K * eb, TC_ACT_TRANS, -1);
-    snprintf(a, sizeof a, "%s.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".bwd");
     moe_gmm(x, l, d, a, gm, w->id, dx, K, N, 1, dw);
     hf_free(x, &gm);
     hf_free(x, in);
