@@ -7,11 +7,11 @@
  * runtime/kernels.cu. */
 #include "runtime/attn_sm80.h"
 
+#include "runtime/bf16_dev.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
-
-typedef __nv_bfloat16 bf16;
 
 static rt_status launched(const char *what, ms_error *err)
 {
@@ -21,17 +21,6 @@ static rt_status launched(const char *what, ms_error *err)
     return RT_OK;
 }
 
-__device__ __forceinline__ void ld8(const bf16 *p, float f[8])
-{
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
-    }
-}
 
 /* ======================= attention ======================= */
 /* Tensor-core building blocks (PTX ISA: mma.m16n8k16 fragments, ldmatrix, cp.async).

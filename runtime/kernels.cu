@@ -6,6 +6,8 @@
  * extern "C" interface. Used by runtime/model_rt.c, runtime/rt_run.c and tests/test_kernels.c. */
 #include "runtime/kernels.h"
 
+#include "runtime/bf16_dev.h"
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -26,7 +28,6 @@
 #define HOST_MXCSR 0      /* elsewhere the host step keeps subnormals */
 #endif
 
-typedef __nv_bfloat16 bf16;
 
 /* ======================= context ======================= */
 
@@ -216,17 +217,6 @@ rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows, 
 
 /* ======================= vector helpers ======================= */
 
-__device__ __forceinline__ void ld8(const bf16 *p, float f[8])
-{
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
-    }
-}
 
 __device__ __forceinline__ void st8(bf16 *p, const float f[8])
 {
