@@ -166,7 +166,6 @@ uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class c
 
 hf_param *hf_lp(hf_x *x, int l, int slot) { return &x->p[1 + (size_t)l * P_SLOTS + slot]; }
 static hf_param *hf_embed(hf_x *x) { return &x->p[0]; }
-static void hf_rope_tables_l(hf_x *x, uint64_t width, int l);
 static hf_param *hf_fnorm(hf_x *x) { return &x->p[1 + (size_t)x->L * P_SLOTS]; }
 /* The LM head's weight: the embedding's when tied. */
 static hf_param *hf_headw(hf_x *x)
@@ -375,7 +374,7 @@ static uint64_t hf_rope(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w)
 /* SDPA as transformers' sdpa_attention_forward calls it (enable_gqa: k and v keep their kv
  * heads, no repeat_kv copies); on an H200 PyTorch 2.11 runs the cuDNN kernels, which save
  * q, k, v, the output and the fp32 log-sum-exp. */
-static void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
+void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
 {
     uint64_t T = x->T;
     s->k = ke;
@@ -387,8 +386,8 @@ static void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
                      T * x->hq * F32, TK_ELEM);
     }
     const uint64_t in[] = { s->q, s->k, s->v };
-    uint64_t seed, offs; /* no attention dropout in the LLaMA family's training defaults */
-    hf_sdpa_fwd_op(x, l, 0, in, 3, &s->ao, &s->lse, &seed, &offs);
+    /* no attention dropout in the LLaMA family's training defaults */
+    hf_sdpa_fwd_op(x, l, 0, in, 3, &s->ao, &s->lse, &s->seed, &s->offs);
     if (x->amp) {
         hf_free(x, &qe);
         hf_free(x, &ke);
@@ -431,45 +430,6 @@ static void hf_attn_fwd_qk(hf_x *x, int l, hf_ls *s, uint64_t nout)
     hf_free(x, &qn);
     uint64_t ke = hf_rope_w(x, l, "k", kn, x->kv, ob, rc);
     hf_free(x, &kn);
-    hf_sdpa_fwd(x, l, s, qe, ke);
-}
-
-/* Phi-3's rotary on q or k, a view of the fused projection's output (width w, of which
- * w / hd * rd rotate): apply_rotary_pos_emb rotates q[..., :rd] (the whole view when rd is
- * the head dimension: a full slice is the tensor itself) and cats the pass-through part
- * back, which allocates the result even when that part is empty; promoted to fp32 under
- * amp. */
-static uint64_t hf_phi3_rope(hf_x *x, int l, const char *nm, uint64_t qkv, uint64_t w,
-                             trace_class ocls)
-{
-    uint64_t eb = x->amp ? F32 : x->CB, n = x->T * w;
-    uint64_t r = hf_rope_w(x, l, nm, qkv, w / x->hd * x->rd, x->CB, TC_ACT_TRANS);
-    char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.rope_pass_cat", nm);
-    /* a pass-through part is a strided slice of qkv: cat copies it on the non-vectorized
-       path (as GPT-NeoX's) */
-    uint64_t e = x->rd < x->hd
-               ? hf_ew_nv(x, l, op, op, n * eb, ocls, r, qkv, n * eb, TK_ELEM, n)
-               : hf_ew(x, l, op, op, n * eb, ocls, r, qkv, n * eb, TK_ELEM);
-    hf_free(x, &r);
-    return e;
-}
-
-/* Phi3Attention.forward: qkv_proj, q/k/v as slices of its output (views: v, saved by SDPA,
- * keeps the whole output alive), the layer's rotary tables (Phi3RotaryEmbedding in the
- * attention; its first matmul makes cuBLAS's workspace), rotary, SDPA on the strided v
- * view (assumed taken as it is: cuDNN reads strided v without a copy). */
-static void hf_phi3_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
-{
-    trace_class rc = x->amp ? TC_ACT_TRANS : TC_ACT_SKEL;
-    uint64_t qkv = hf_linear(x, l, P_Q, "qkv_proj", nout, 1, x->T, x->hq + 2 * x->kv, x->h,
-                             TC_ACT_SKEL, &s->xq);
-    hf_rope_tables_l(x, x->rd, l); /* the layer's own: recomputed with it */
-    s->pcos = x->cos;
-    s->psin = x->sin;
-    s->v = qkv;
-    uint64_t qe = hf_phi3_rope(x, l, "q", qkv, x->hq, rc);
-    uint64_t ke = hf_phi3_rope(x, l, "k", qkv, x->kv, rc);
     hf_sdpa_fwd(x, l, s, qe, ke);
 }
 
@@ -527,15 +487,8 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
         dn = hf_moe_fwd(x, l, s);
         goto residual;
     }
-    if (x->phi3) { /* Phi3MLP: gate_up_proj, chunk (views), up * act(gate) */
-        s->gate = hf_linear(x, l, P_GATE, "gate_up_proj", s->n2out, 1, T, 2 * f, h,
-                            TC_ACT_SKEL, &s->xg);
-        s->act = hf_ew(x, l, "act", "act_out", T * f * x->CB, TC_ACT_SKEL, s->gate, 0,
-                       T * f * x->CB, TK_ACT);
-        s->prod = hf_ew(x, l, "act_mul", "act_prod", T * f * x->CB, TC_ACT_SKEL, s->gate,
-                        s->act, 2 * T * f * x->CB, TK_ELEM);
-        dn = hf_linear(x, l, P_DOWN, "down_proj", s->prod, 0, T, h, f, TC_ACT_TRANS, &xd);
-        if (x->amp) hf_free(x, &s->n2out);
+    if (x->phi3) {
+        dn = hf_phi3_mlp_fwd(x, l, s);
         goto residual;
     }
     s->gate = hf_linear(x, l, P_GATE, "gate_proj", s->n2out, 1, T, f, h, TC_ACT_SKEL, &s->xg);
@@ -574,7 +527,7 @@ static uint64_t hf_embed_fwd(hf_x *x)
 /* The rotary cos/sin of `width` columns (LlamaRotaryEmbedding.forward, GPT-NeoX's too), once
  * per forward; in iteration 0 its first matmul (inv_freq @ position_ids) makes cuBLAS's
  * workspace. */
-static void hf_rope_tables_l(hf_x *x, uint64_t width, int l)
+void hf_rope_tables_l(hf_x *x, uint64_t width, int l)
 {
     uint64_t hd = width;
     if (x->iter == 0 && !x->ws_fwd)
@@ -637,15 +590,27 @@ void hf_lmhead_fwd(hf_x *x)
 /* ---- backward ---- */
 
 /* The .grad of p receives g (bytes p->n * PB, made by the caller): AccumulateGrad steals a
- * first gradient, adds a later one in place and drops it (tied embeddings). */
+ * first gradient. A second one (a tied embedding's, after the head's) meets the first in
+ * autograd's input buffer, which adds into it in place when it holds a fresh dense tensor
+ * (amp: the head weight cast's backward made it) and otherwise into a new tensor (bf16,
+ * fp32: the head GEMM's weight gradient is a transposed view), both then dropped: the
+ * recorded traces of GPT-2, LLaMA-3.2 and Qwen2.5 in bf16 show the new one. */
 void hf_accum_grad(hf_x *x, hf_param *p, uint64_t g)
 {
     if (!p->grad) {
         p->grad = g;
         return;
     }
-    hf_ew_inplace(x, p->layer, "grad_accum", p->grad, g, p->n * x->PB);
+    if (x->amp) {
+        hf_ew_inplace(x, p->layer, "grad_accum", p->grad, g, p->n * x->PB);
+        hf_free(x, &g);
+        return;
+    }
+    uint64_t sum = hf_ew(x, p->layer, "grad_accum", "grad", p->n * x->PB, TC_GRAD, p->grad, g,
+                         2 * p->n * x->PB, TK_ELEM);
+    hf_free(x, &p->grad);
     hf_free(x, &g);
+    p->grad = sum;
 }
 
 /* A weight's gradient from a bf16 GEMM: under amp made in bf16 and cast into a new fp32
@@ -778,7 +743,7 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
 }
 
 /* A layer norm's backward over the residual stream. */
-static void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
+void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
                         uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G)
 {
     hf_rms_bwd(x, l, nm, g, w, xf, rs, nrm, in, G, x->T, x->h, x->RB, x->RB);
@@ -829,30 +794,28 @@ static double hf_attn_flops(const hf_x *x)
     return x->c->model.is_encoder ? 2.0 * causal : causal;
 }
 
-/* The cuDNN SDPA forward op over in[0..nin) (q, k, v or a tensor they are views of): with
- * dropout (SDPA's dropout_p > 0) first the RNG seed and offset it saves, then the output and
- * the fp32 log-sum-exp, all saved for the backward. */
+/* The cuDNN SDPA forward op over in[0..nin) (q, k, v or a tensor they are views of): the RNG
+ * seed and offset it saves (with or without dropout: every recorded trace has them), the
+ * output and the fp32 log-sum-exp, all saved for the backward, and a 256-byte scratch it
+ * frees. */
 void hf_sdpa_fwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, uint64_t *ao,
                     uint64_t *lse, uint64_t *seed, uint64_t *offs)
 {
     uint64_t T = x->T, oid;
-    *seed = *offs = 0;
-    if (dropout) {
-        *seed = hf_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
-        *offs = hf_alloc_tok(x, l, "sdpa_offset", 8, TC_ACT_SKEL, (int64_t)oid, 0);
-    } else {
-        oid = x->next_oid++;
-    }
+    *seed = hf_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
+    *offs = hf_alloc_tok(x, l, "sdpa_offset", 8, TC_ACT_SKEL, (int64_t)oid, 0);
     *ao = hf_alloc(x, l, "attn_out", T * x->hq * x->CB, TC_ACT_SKEL, (int64_t)oid);
     *lse = hf_alloc(x, l, "attn_lse", x->b * x->heads * x->s * F32, TC_ACT_SKEL, (int64_t)oid);
+    uint64_t sc = hf_alloc_tok(x, l, "sdpa_scratch", 256, TC_WORKSPACE, (int64_t)oid, 0);
     double fl = hf_attn_flops(x);
     hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
                 .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
-                .nin = nin, .out = { *ao, *lse, *seed, *offs }, .nout = 4 };
+                .nin = nin, .out = { *ao, *lse, *seed, *offs, sc }, .nout = 5 };
     for (int k = 0; k < nin; k++) o.in[k] = in[k];
     o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
                                    model_head_dim(&x->c->model), 0, dropout) : -1.0;
     hf_emit(x, oid, &o);
+    hf_free(x, &sc);
 }
 
 /* A tensor made by a new op: the op's id in *oid. */
@@ -892,17 +855,19 @@ void hf_sdpa_bwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, ui
 }
 
 /* The cuDNN SDPA backward, then everything SDPA saved. */
-static void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
+void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
                         uint64_t *dv)
 {
-    const uint64_t in[] = { *dao, s->q, s->k, s->v, s->ao, s->lse };
-    hf_sdpa_bwd_op(x, l, 0, in, 6, dq, dk, dv);
+    const uint64_t in[] = { *dao, s->q, s->k, s->v, s->ao, s->lse, s->seed, s->offs };
+    hf_sdpa_bwd_op(x, l, 0, in, 8, dq, dk, dv);
     hf_free(x, dao);
     hf_free(x, &s->k);
     hf_free(x, &s->q);
     hf_free(x, &s->v);
     hf_free(x, &s->lse);
     hf_free(x, &s->ao);
+    hf_free(x, &s->seed);
+    hf_free(x, &s->offs);
 }
 
 /* amp: the bf16 gradient of a bf16 tensor added to the fp32 residual (type promotion's
@@ -912,37 +877,6 @@ uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G)
     uint64_t n = x->T * x->h;
     if (!x->amp) return G;
     return hf_ew(x, l, op, op, n * BF16, TC_ACT_TRANS, G, 0, n * F32, TK_ELEM);
-}
-
-/* Phi3MLP backward: the product's two gradients (up's, then the activation's), the
- * activation's, then chunk's backward cats gate's and up's into one [T, 2f] gradient for
- * gate_up_proj. */
-static void hf_phi3_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
-{
-    uint64_t T = x->T, h = x->h, f = x->f, n = T * f * x->CB, dxa = 0;
-    uint64_t gd = hf_down16(x, l, "add2.bwd", *G);
-    uint64_t dp = hf_linear_bwd(x, l, hf_lp(x, l, P_DOWN), "down_proj", gd, x->amp, &s->prod,
-                                T, h, f, 1);
-    uint64_t du = hf_ew(x, l, "act_mul.bwd_up", "d_up", n, TC_ACT_TRANS, dp, s->act, 2 * n,
-                        TK_ELEM);
-    uint64_t da = hf_ew(x, l, "act_mul.bwd_act", "d_act", n, TC_ACT_TRANS, dp, s->gate,
-                        2 * n, TK_ELEM);
-    hf_free(x, &dp);
-    hf_free(x, &s->act);
-    uint64_t dg = hf_ew(x, l, "act.bwd", "d_gate", n, TC_ACT_TRANS, da, s->gate, 2 * n, TK_ACT);
-    hf_free(x, &da);
-    hf_free(x, &s->gate);
-    uint64_t dgu = hf_ew(x, l, "chunk.bwd_cat", "d_gate_up", 2 * n, TC_ACT_TRANS, dg, du,
-                         2 * n, TK_ELEM);
-    hf_free(x, &dg);
-    hf_free(x, &du);
-    uint64_t d = hf_linear_bwd(x, l, hf_lp(x, l, P_GATE), "gate_up_proj", dgu, 1, &s->xg, T,
-                               2 * f, h, x->amp);
-    uint64_t t = hf_up32(x, l, "gate_up_proj.xcast.bwd", &d, T * h);
-    hf_acc(x, l, &dxa, &t, T * h * x->RB);
-    if (!x->amp) hf_free(x, &s->n2out);
-    hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
-                x->insaved ? &s->r1 : NULL, G);
 }
 
 static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
@@ -983,81 +917,6 @@ static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
     if (!x->amp) hf_free(x, &s->n2out);
     hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
                 x->insaved ? &s->r1 : NULL, G);
-}
-
-/* The backward of one of Phi-3's rotated views (width w) from its gradient *de: the
- * rotated part's backward; the slices' backward (slice_backward: a zero-filled tensor of
- * the view's shape, the gradient copied in) for the pass-through part (even when empty)
- * and, when only part rotates, for the rotated part, summed. Returns the view's gradient in
- * the compute dtype, [b, heads, s, hd] contiguous. */
-static uint64_t hf_phi3_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
-{
-    uint64_t n = x->T * w, wr = w / x->hd * x->rd, acc = 0;
-    char op[TRACE_NAME_MAX];
-    uint64_t r = hf_rope_bwd_w(x, l, nm, de, wr, x->CB, 1);
-    if (wr < w) {
-        snprintf(op, sizeof op, "%s.rot_slice.bwd", nm);
-        uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, r, 0, x->T * wr * x->CB,
-                           TK_ELEM);
-        hf_free(x, &r);
-        r = z;
-    }
-    hf_acc(x, l, &acc, &r, n * x->CB);
-    snprintf(op, sizeof op, "%s.pass_slice.bwd", nm);
-    uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, *de, 0,
-                       x->T * (w - wr) * x->CB, TK_ELEM);
-    hf_free(x, de);
-    hf_acc(x, l, &acc, &z, n * x->CB);
-    return acc;
-}
-
-/* A q/k/v view's gradient back to the fused output: the view(...).transpose(1, 2)'s
- * backward reshapes a transposed gradient (a copy), then the slice's backward puts it into
- * a zero-filled [T, q + 2 kv] tensor, summed into *acc. */
-static void hf_phi3_unslice(hf_x *x, int l, const char *nm, uint64_t *g, uint64_t w,
-                            uint64_t *acc)
-{
-    uint64_t W = x->hq + 2 * x->kv;
-    char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.view.bwd", nm);
-    uint64_t c = hf_ew_nv(x, l, op, op, x->T * w * x->CB, TC_ACT_TRANS, *g, 0,
-                          x->T * w * x->CB, TK_ELEM, x->T * w);
-    hf_free(x, g);
-    snprintf(op, sizeof op, "%s.slice.bwd", nm);
-    uint64_t z = hf_ew_nv(x, l, op, op, x->T * W * x->CB, TC_ACT_TRANS, c, 0,
-                          x->T * W * x->CB, TK_ELEM, x->T * w);
-    hf_free(x, &c);
-    hf_acc(x, l, acc, &z, x->T * W * x->CB);
-}
-
-/* Phi3Attention backward in autograd's order: o_proj, SDPA, k's then q's rotary, v's, k's
- * and q's slices, then qkv_proj on the summed gradient. */
-static void hf_phi3_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
-{
-    uint64_t T = x->T, h = x->h, dxa = 0, dq, dk, dv, xd = s->ao, dqkv = 0;
-    uint64_t go = hf_down16(x, l, "add1.bwd", *G);
-    uint64_t dao = hf_linear_bwd(x, l, hf_lp(x, l, P_O), "o_proj", go, x->amp, &xd, T, h,
-                                 x->hq, 0);
-    hf_sdpa_bwd(x, l, s, &dao, &dq, &dk, &dv);
-    x->cos = s->pcos;
-    x->sin = s->psin;
-    uint64_t dqe = hf_up32(x, l, "sdpa.qcast.bwd", &dq, T * x->hq);
-    uint64_t dke = hf_up32(x, l, "sdpa.kcast.bwd", &dk, T * x->kv);
-    uint64_t dk2 = hf_phi3_rope_bwd(x, l, "k", &dke, x->kv);
-    uint64_t dq2 = hf_phi3_rope_bwd(x, l, "q", &dqe, x->hq);
-    hf_free(x, &s->pcos);
-    hf_free(x, &s->psin);
-    x->cos = x->sin = 0;
-    hf_phi3_unslice(x, l, "v", &dv, x->kv, &dqkv);
-    hf_phi3_unslice(x, l, "k", &dk2, x->kv, &dqkv);
-    hf_phi3_unslice(x, l, "q", &dq2, x->hq, &dqkv);
-    uint64_t d = hf_linear_bwd(x, l, hf_lp(x, l, P_Q), "qkv_proj", dqkv, 1, &s->xq, T,
-                               x->hq + 2 * x->kv, h, x->amp);
-    uint64_t t = hf_up32(x, l, "qkv_proj.xcast.bwd", &d, T * h);
-    hf_acc(x, l, &dxa, &t, T * h * x->RB);
-    if (!x->amp) hf_free(x, &s->n1out);
-    hf_norm_bwd(x, l, "ln1", &dxa, hf_lp(x, l, P_LN1), &s->n1x, &s->n1rs, &s->n1nrm,
-                x->insaved ? &s->in : NULL, G);
 }
 
 static void hf_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
@@ -1163,14 +1022,127 @@ uint64_t hf_head_bwd(hf_x *x)
 }
 
 /* The embedding's backward (embedding_dense_backward: a zero-filled [V, h] gradient,
- * scatter-added), then the residual gradient is released. */
+ * scatter-added); the residual gradient is released before the gradient reaches .grad. */
 static void hf_embed_bwd(hf_x *x, uint64_t *G)
 {
     hf_param *e = hf_embed(x);
     uint64_t g = hf_ew(x, -1, "embed.bwd", "embed_grad", e->n * x->PB, TC_GRAD, *G, x->tokens,
                        x->T * x->h * x->RB, TK_EMBED);
-    hf_accum_grad(x, e, g);
     hf_free(x, G);
+    hf_accum_grad(x, e, g);
+}
+
+/* The bytes of cub's radix sort temporaries for n int64 key/value pairs over all 64 bits
+ * (PyTorch sorts the indices without a bit limit): onesweep's bins (8 passes x 256 digits x
+ * 8 B), its lookback (256 x 4 B per tile of 4608 items), the keys' and values' alternate
+ * buffers, the pass counters, each 256-aligned, plus 255 for the alignment; the recorded
+ * traces show 83455 B at 4096 items and 150015 B at 8192. */
+static uint64_t hf_sort_temp(uint64_t n)
+{
+#define A256(v) (((v) + 255) / 256 * 256)
+    uint64_t tiles = (n + 4607) / 4608;
+    return A256(8 * 256 * 8) + A256(tiles * 256 * 4) + 2 * A256(n * TOKEN_BYTES) +
+           A256(8 * 4) + 255;
+#undef A256
+}
+
+/* cub's single-pass scan and select temporaries (unique_by_key, exclusive_sum): the
+ * recorded traces show 1279 B for 2 to 8192 items. */
+#define HF_CUB_SCAN_TEMP 1279
+
+static uint64_t hf_idx_ew(hf_x *x, const char *op, uint64_t bytes, trace_class cls,
+                          uint64_t a, uint64_t in_bytes)
+{
+    return hf_ew(x, -1, op, op, bytes, cls, a, 0, in_bytes, TK_ELEM);
+}
+
+/* embedding_dense_backward_cuda (aten/src/ATen/native/cuda/Embedding.cu and
+ * EmbeddingBackwardKernel.cu) of a [rows, h] table from the output gradient grad over n
+ * indices idx (copied first when idx_copy: an expanded index made contiguous): up to 3072
+ * indices one kernel into a zero-filled gradient; beyond, the indices sorted with their
+ * positions, the gradient, its segments (unique_by_key), partial segments of 10 rows, then
+ * either per-partial-segment fp32 sums scattered (grad_weight_per_segment) or, when the
+ * scatter would leave the GPU idle (fewer than 4 blocks per SM), atomic adds through a
+ * partial-to-segment map (and an fp32 accumulator below fp32). Returns the gradient (in the
+ * table's dtype); everything else is freed, in reverse order of creation. */
+uint64_t hf_embed_dense_bwd(hf_x *x, const char *nm, uint64_t grad, uint64_t idx, uint64_t n,
+                            int idx_copy, uint64_t rows)
+{
+    uint64_t h = x->h, eb = x->PB, oid, ib = n * TOKEN_BYTES;
+    char op[TRACE_NAME_MAX];
+    uint64_t ic = idx_copy ? hf_idx_ew(x, "embed_bwd.indices", ib, TC_ACT_TRANS, idx, ib) : 0;
+    snprintf(op, sizeof op, "%s.bwd", nm);
+    if (n <= 3072) {
+        uint64_t gw = hf_alloc_op(x, -1, "embed_grad", rows * h * eb, TC_GRAD, 0, &oid);
+        hf_op o = { .kind = TK_EMBED, .layer = -1, .what = op, .br = n * (h * eb + 8),
+                    .bw = (rows + n) * h * eb, .in = { grad, ic ? ic : idx }, .nin = 2,
+                    .out = { gw }, .nout = 1 };
+        hf_mem_op(x, oid, o);
+        hf_free(x, &ic);
+        return gw;
+    }
+    uint64_t srt = hf_alloc_op(x, -1, "embed_bwd.sorted", ib, TC_WORKSPACE, 0, &oid);
+    uint64_t org = hf_alloc_tok(x, -1, "embed_bwd.orig", ib, TC_WORKSPACE, (int64_t)oid, 0);
+    uint64_t rng = hf_alloc_tok(x, -1, "embed_bwd.range", ib, TC_WORKSPACE, (int64_t)oid, 0);
+    uint64_t tmp = hf_alloc_tok(x, -1, "embed_bwd.sort_temp", hf_sort_temp(n), TC_WORKSPACE,
+                                (int64_t)oid, 0);
+    hf_op so = { .kind = TK_ELEM, .layer = -1, .what = "embed_bwd.sort", .br = 16 * ib,
+                 .bw = 16 * ib, .in = { ic ? ic : idx }, .nin = 1,
+                 .out = { srt, org, rng, tmp }, .nout = 4 };
+    hf_mem_op(x, oid, so);
+    hf_free(x, &tmp);
+    hf_free(x, &rng);
+    uint64_t gw = hf_alloc_op(x, -1, "embed_grad", rows * h * eb, TC_GRAD, 0, &oid);
+    hf_op z = { .kind = TK_ELEM, .layer = -1, .what = "embed_bwd.zero", .bw = rows * h * eb,
+                .out = { gw }, .nout = 1 };
+    hf_mem_op(x, oid, z);
+    uint64_t so_ = hf_alloc_op(x, -1, "embed_bwd.segment_offsets", ib, TC_WORKSPACE, 0, &oid);
+    uint64_t ns = hf_alloc_tok(x, -1, "embed_bwd.num_segments", 8, TC_WORKSPACE, (int64_t)oid, 0);
+    uint64_t uk = hf_alloc_tok(x, -1, "embed_bwd.unique_keys", ib, TC_WORKSPACE, (int64_t)oid, 0);
+    uint64_t ut = hf_alloc_tok(x, -1, "embed_bwd.unique_temp", HF_CUB_SCAN_TEMP, TC_WORKSPACE,
+                               (int64_t)oid, 0);
+    hf_op un = { .kind = TK_ELEM, .layer = -1, .what = "embed_bwd.unique", .br = 2 * ib,
+                 .bw = 2 * ib, .in = { srt }, .nin = 1, .out = { so_, ns, uk, ut }, .nout = 4 };
+    hf_mem_op(x, oid, un);
+    hf_free(x, &ut);
+    hf_free(x, &uk);
+    uint64_t S = n < rows ? n : rows, sb = S * TOKEN_BYTES;
+    uint64_t pp = hf_alloc_op(x, -1, "embed_bwd.partials", sb, TC_WORKSPACE, 0, &oid);
+    uint64_t ppo = hf_alloc_tok(x, -1, "embed_bwd.partials_offset", sb, TC_WORKSPACE,
+                                (int64_t)oid, 0);
+    uint64_t st = hf_alloc_tok(x, -1, "embed_bwd.scan_temp", HF_CUB_SCAN_TEMP, TC_WORKSPACE,
+                               (int64_t)oid, 0);
+    hf_op sc = { .kind = TK_ELEM, .layer = -1, .what = "embed_bwd.scan", .br = 2 * sb,
+                 .bw = 2 * sb, .in = { so_ }, .nin = 1, .out = { pp, ppo, st }, .nout = 3 };
+    hf_mem_op(x, oid, sc);
+    hf_free(x, &st);
+    uint64_t MP = n / 10 + S, sw = (h + 31) / 32 * 32, blk = sw < 1024 ? sw : 1024;
+    uint64_t grid = (S * sw + blk - 1) / blk;
+    int fused = grid < HF_SMS * 4 && MP > grid * 4;
+    uint64_t np = hf_alloc_op(x, -1, "embed_bwd.num_partials", 8, TC_WORKSPACE, 0, &oid);
+    uint64_t pso = hf_alloc_tok(x, -1, "embed_bwd.partial_offsets", MP * TOKEN_BYTES,
+                                TC_WORKSPACE, (int64_t)oid, 0);
+    uint64_t p2s = fused ? hf_alloc_tok(x, -1, "embed_bwd.partial_to_segment",
+                                        MP * TOKEN_BYTES, TC_WORKSPACE, (int64_t)oid, 0) : 0;
+    uint64_t acc = fused ? (eb != F32 ? rows * h * F32 : 0) : MP * h * F32;
+    uint64_t ab = acc ? hf_alloc_tok(x, -1, fused ? "embed_bwd.acc" : "embed_bwd.per_segment",
+                                     acc, TC_WORKSPACE, (int64_t)oid, 0) : 0;
+    hf_op k = { .kind = TK_EMBED, .layer = -1, .what = op, .br = n * (h * eb + 8) + acc,
+                .bw = rows * h * eb + acc, .in = { grad, org, pso }, .nin = 3,
+                .out = { gw, np, pso, p2s, ab }, .nout = 5 };
+    hf_mem_op(x, oid, k);
+    hf_free(x, &ab);
+    hf_free(x, &p2s);
+    hf_free(x, &pso);
+    hf_free(x, &np);
+    hf_free(x, &ppo);
+    hf_free(x, &pp);
+    hf_free(x, &ns);
+    hf_free(x, &so_);
+    hf_free(x, &org);
+    hf_free(x, &srt);
+    hf_free(x, &ic);
+    return gw;
 }
 
 static void hf_backward(hf_x *x)
@@ -1302,6 +1274,7 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->gpt2 = strcmp(md->family, "gpt2") == 0;
     x->phi3 = !strcmp(md->family, "phi3");
     x->bert = !strcmp(md->family, "bert");
+    x->nnlin = x->bert;
     x->rd = md->rotary_pct > 0 ? (uint64_t)((double)x->hd * md->rotary_pct) : x->hd;
     x->lnfam = !strcmp(md->family, "gpt_neox") ? HF_LN_NEOX
              : !strcmp(md->family, "opt") ? HF_LN_OPT : 0;
@@ -1403,10 +1376,10 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
     if (!x.st) {
         hf_plan(&x);
         hf_meta(&x);
-        hf_setup(&x);
+        if (x.bert) x.st = hf_bert_begin(&x); /* BERT's own setup: buffers, tying */
+        else hf_setup(&x);
         if (x.gpt2 && !x.st) x.st = hf_g2_begin(&x);
         if (x.lnfam && !x.st) x.st = hf_ln_begin(&x);
-        if (x.bert && !x.st) x.st = hf_bert_begin(&x);
         const hf_family *f = x.gpt2 ? &hf_family_gpt2 : x.lnfam ? &hf_family_ln
                            : x.bert ? &hf_family_bert : &hf_family_llama;
         for (int it = 0; it < c->iterations && !x.st; it++) hf_iteration(&x, f, it);

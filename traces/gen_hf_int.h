@@ -15,6 +15,9 @@
  * thread have one each (aten/src/ATen/cuda/CublasHandlePool.cpp). */
 #define CUBLAS_WS (32ull << 20)
 #define EW_FLOPS 1.0           /* nominal FLOPs per element of an element-wise kernel */
+/* Multiprocessors of the Hopper GPUs the hf profile's traces were recorded on (H100/H200
+ * SXM), for kernels whose launch shape, and so their buffers, follow it. */
+#define HF_SMS 132
 #define SDPA_WS_EXTRA 256      /* the cuDNN backward's workspace beyond its fp32 dQ
                                   accumulator and softmax statistics (seen in the trace) */
 
@@ -40,7 +43,8 @@ struct hf_ls {
     uint64_t n1x, n1rs, n1nrm; /* norm 1: fp32 input copy (bf16), rsqrt, normalized */
     uint64_t n1out;            /* norm 1 output (bf16: saved by q, k, v) */
     uint64_t xq, xk, xv;       /* amp: each projection's bf16 cast of its input */
-    uint64_t q, k, v, ao, lse; /* what SDPA saves: its q, k, v, output, log-sum-exp */
+    uint64_t q, k, v, ao, lse; /* what SDPA saves: its q, k, v, output, log-sum-exp, */
+    uint64_t seed, offs;       /* its RNG seed and offset */
     /* Qwen3's q_norm / k_norm: fp32 input copy, rsqrt, normalized (as n1x, n1rs, n1nrm);
      * qin/kin: the projection's output when it is the saved input itself (fp32) */
     uint64_t qnx, qnrs, qnnrm, knx, knrs, knnrm, qin, kin;
@@ -84,6 +88,7 @@ typedef struct hf_x {
     uint64_t rd;               /* rotary dimensions per head (Phi-3's partial factor) */
     int bert;                  /* model family bert: gen_hf_bert.c's program */
     struct hf_bert *brt;       /* its forward state */
+    int nnlin;                 /* its biased linears are nn.Linear, not Conv1D (hf_blinear) */
 } hf_x;
 
 /* What differs between the families' training steps: the forward's pieces and the whole
@@ -156,6 +161,22 @@ uint64_t hf_loss_bwd(hf_x *x, uint64_t labels_in, uint64_t *labels);
 uint64_t hf_head_bwd(hf_x *x);
 void hf_optimizer(hf_x *x);
 
+/* The LLaMA program's pieces the Phi-3 layers share (gen_hf.c): SDPA with amp's q/k casts
+ * and its backward, the layer norm's backward, the rotary tables of layer l (hf_linear and
+ * its backward, hf_lp are below). */
+void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke);
+void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
+                 uint64_t *dv);
+void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
+                 uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G);
+void hf_rope_tables_l(hf_x *x, uint64_t width, int l);
+/* Phi-3 (gen_hf_phi3.c): its attention's and MLP's forward (the MLP's returns down_proj's
+ * output) and backward (into the residual gradient *G). */
+void hf_phi3_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout);
+uint64_t hf_phi3_mlp_fwd(hf_x *x, int l, hf_ls *s);
+void hf_phi3_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G);
+void hf_phi3_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G);
+
 /* GPT-2 (gen_hf_gpt2.c): parameter layout and names, one iteration's forward and backward
  * (the driver then runs hf_optimizer), the forward state's lifetime. */
 size_t hf_g2_nparams(const hf_x *x);
@@ -184,6 +205,16 @@ uint64_t hf_blinear(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm, 
 uint64_t hf_blinear_bwd(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm,
                         uint64_t dy, int free_dy, uint64_t *xs, int free_x, uint64_t M,
                         uint64_t N, uint64_t K, int in32);
+uint64_t hf_blinear_bwd_acc(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm,
+                            uint64_t dy, int free_dy, uint64_t *xs, int free_x, uint64_t M,
+                            uint64_t N, uint64_t K, int in32, uint64_t *acc);
+/* embedding_dense_backward of a [rows, h] table over n indices (gen_hf.c): returns the
+ * gradient, frees its temporaries. */
+uint64_t hf_embed_dense_bwd(hf_x *x, const char *nm, uint64_t grad, uint64_t idx, uint64_t n,
+                            int idx_copy, uint64_t rows);
+/* A column reduction's global buffer bytes over M rows of N columns (0: none), its
+ * semaphores' bytes in *sem (gen_hf_gpt2.c). */
+uint64_t hf_red_bytes(uint64_t M, uint64_t N, uint64_t *sem);
 uint64_t hf_drop(hf_x *x, int l, const char *nm, double pd, uint64_t in, uint64_t n,
                  uint64_t eb, trace_class ocls, const char *outn, uint64_t *mask);
 uint64_t hf_drop_bwd(hf_x *x, int l, const char *nm, uint64_t g, uint64_t *mask, uint64_t n,
@@ -206,7 +237,8 @@ ms_status hf_bert_begin(hf_x *x);
 void hf_bert_end(hf_x *x);
 ms_status hf_bert_check(const gen_config *c, ms_error *err);
 
-/* Shared by the LLaMA-family program (gen_hf.c) and the MoE layer (gen_hf_moe.c). */
+/* Shared by the LLaMA-family program (gen_hf.c), the MoE layer (gen_hf_moe.c) and Phi-3's
+ * (gen_hf_phi3.c). */
 void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes);
 uint64_t hf_linear(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
                           uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xc);
