@@ -45,7 +45,6 @@ struct hf_bert {
     uint64_t tt;                 /* token_type_ids gathered by position_ids [1, s] (saved) */
     uint64_t ew, et, ep, esum, emu, ers, emask;
     uint64_t hin, xt, t, taf, tmu, trs, hout, xd, bct, bcd;
-    uint64_t loss, tw, ones;     /* the loss, nll_loss's total weight, the loss's gradient */
     uint64_t lsm32;              /* amp: the fp32 log-probabilities nll_loss saves */
     double pd, ad;               /* hidden and attention-probabilities dropout */
 };
@@ -225,7 +224,6 @@ static uint64_t bt_embed_fwd(hf_x *x)
 {
     struct hf_bert *g = x->brt;
     uint64_t T = x->T, n = T * x->h;
-    hf_free(x, &g->loss); /* the last step's, which the loop drops (`del loss`) */
     g->tt = hf_ew(x, -1, "token_type_ids.gather", "token_types", x->s * TOKEN_BYTES,
                   TC_ACT_SKEL, g->type_buf, g->pos_buf, 2 * x->s * TOKEN_BYTES, TK_ELEM);
     g->ew = bt_lookup(x, "word_embeddings", "inputs_embeds", &x->p[BE_WORD], x->tokens, T);
@@ -337,13 +335,7 @@ static void bt_loss_fwd(hf_x *x, uint64_t lg)
     if (x->amp)
         lp = g->lsm32 = hf_ew_nv(x, -1, "log_probs.float", "log_probs_fp32", TV * F32,
                                  TC_ACT_SKEL, x->logsm, 0, TV * eb, TK_ELEM, TV);
-    uint64_t oid = x->next_oid++;
-    g->loss = hf_alloc(x, -1, "loss", lb, TC_OTHER, (int64_t)oid);
-    g->tw = hf_alloc(x, -1, "nll_total_weight", lb, TC_ACT_SKEL, (int64_t)oid);
-    hf_op nl = { .kind = TK_LOSS, .layer = -1, .what = "nll_loss",
-                 .br = x->T * (lb + TOKEN_BYTES), .bw = 2 * lb, .in = { lp, x->tokens },
-                 .nin = 2, .out = { g->loss, g->tw }, .nout = 2 };
-    hf_mem_op(x, oid, nl);
+    hf_nll_fwd(x, lp, x->tokens, lb);
 }
 
 /* BertOnlyMLMHead: transform (dense, gelu, LayerNorm: under amp autocast runs layer_norm in
@@ -390,11 +382,7 @@ static uint64_t bt_loss_bwd(hf_x *x)
 {
     struct hf_bert *g = x->brt;
     uint64_t TV = x->T * x->V, eb = x->CB, lb = x->amp ? F32 : eb;
-    g->ones = hf_ew(x, -1, "loss.grad", "loss_grad", lb, TC_OTHER, g->loss, 0, lb, TK_ELEM);
-    uint64_t dl = hf_ew(x, -1, "nll_loss.bwd", "d_log_probs", TV * lb, TC_ACT_TRANS, g->ones,
-                        x->tokens, x->T * TOKEN_BYTES, TK_LOSS);
-    hf_free(x, &g->lsm32);
-    hf_free(x, &g->tw);
+    uint64_t dl = hf_nll_bwd(x, &g->lsm32, lb, lb);
     if (x->amp) {
         uint64_t d16 = hf_ew(x, -1, "log_probs.float.bwd", "d_log_probs16", TV * eb,
                              TC_ACT_TRANS, dl, 0, TV * F32, TK_ELEM);
@@ -533,7 +521,6 @@ static void bt_embed_bwd(hf_x *x, uint64_t *G)
     uint64_t wg = hf_embed_dense_bwd(x, "word_embeddings", dE, x->tokens, T, 0, wp->n / h);
     hf_free(x, &dE);
     hf_accum_grad(x, wp, wg);
-    hf_free(x, &g->ones);
     *G = 0;
 }
 

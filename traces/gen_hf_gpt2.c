@@ -667,16 +667,14 @@ static void g2_embed_bwd(hf_x *x, uint64_t *G)
         ps = hf_ew(x, -1, "wpe.grad_sum", "d_wpe_out", s * h * x->RB, TC_ACT_TRANS, de, 0,
                    T * h * x->RB, TK_ELEM);
     hf_param *pe = &x->p[1];
-    uint64_t wg = hf_ew(x, -1, "wpe.bwd", "wpe_grad", pe->n * x->PB, TC_GRAD, ps ? ps : de,
-                        g->pos, s * h * x->RB, TK_EMBED);
+    uint64_t wg = hf_embed_dense_bwd(x, "wpe", ps ? ps : de, g->pos, s, 0, pe->n / h);
     hf_accum_grad(x, pe, wg);
     hf_free(x, &ps);
     hf_free(x, &g->pos);
     hf_param *e = &x->p[0];
-    uint64_t eg = hf_ew(x, -1, "wte.bwd", "wte_grad", e->n * x->PB, TC_GRAD, de, x->tokens,
-                        T * h * x->RB, TK_EMBED);
-    hf_accum_grad(x, e, eg);
+    uint64_t eg = hf_embed_dense_bwd(x, "wte", de, x->tokens, T, 0, x->V);
     hf_free(x, &de);
+    hf_accum_grad(x, e, eg);
     *G = 0;
 }
 
