@@ -304,10 +304,10 @@ static void reset_layers(lw *w)
     for (size_t i = 0; i < w->n_layers; i++) {
         lw_layer *L = &w->layers[i];
         w->rep.ignored += L->cand.n;
-        idx_list c = L->cand, d = L->drop, s = L->swap, h = L->held;
+        idx_list c = L->cand, d = L->drop, s = L->swap, h = L->held, e = L->held_end;
         memset(L, 0, sizeof *L);
-        c.n = d.n = s.n = h.n = 0;
-        L->cand = c, L->drop = d, L->swap = s, L->held = h;
+        c.n = d.n = s.n = h.n = e.n = 0;
+        L->cand = c, L->drop = d, L->swap = s, L->held = h, L->held_end = e;
     }
 }
 
@@ -693,6 +693,24 @@ static ms_status begin_backward(lw *w, int32_t layer)
         st = release(w, x, (tstate)x->state);
     }
     L->held.n = 0;
+    if (L->held_end.n) w->held_end_layer = layer;
+    return st;
+}
+
+/* At the next mark after a layer's backward: the inputs its checkpoint held go (PyTorch frees
+ * the rerun function's arguments once the layer's saved-tensor holders are gone: after the
+ * layer's last backward op, as the recorded Phi-3 trace shows). */
+static ms_status end_backward(lw *w)
+{
+    ms_status st = MS_OK;
+    if (w->held_end_layer < 0) return MS_OK;
+    lw_layer *L = &w->layers[w->held_end_layer];
+    w->held_end_layer = -1;
+    for (size_t k = 0; st == MS_OK && k < L->held_end.n; k++) {
+        lw_tensor *x = &w->ts[L->held_end.v[k]];
+        st = release(w, x, (tstate)x->state);
+    }
+    L->held_end.n = 0;
     return st;
 }
 
@@ -726,7 +744,8 @@ static ms_status begin_backward_phase(lw *w)
 
 static ms_status do_mark(lw *w, const trace_mark *mk)
 {
-    ms_status st = MS_OK;
+    ms_status st = end_backward(w);
+    if (st != MS_OK) return st;
     if (w->fwd_layer >= 0) {
         int32_t l = w->fwd_layer;
         w->fwd_layer = -1;
@@ -901,7 +920,9 @@ static ms_status do_free(lw *w, uint64_t id)
     tstate was = (tstate)x->state;
     lw_layer *H = was == TS_INBUF ? rb_hold_layer(w, x)
                   : was == TS_LIVE || was == TS_OFFLOADED ? hold_layer(w, x) : NULL;
-    if (H) return lw_idx_push(&H->held, (size_t)(x - w->ts)) == MS_OK ? MS_OK : lw_nomem(w);
+    if (H)
+        return lw_idx_push(was == TS_INBUF ? &H->held : &H->held_end, (size_t)(x - w->ts)) ==
+               MS_OK ? MS_OK : lw_nomem(w);
     return release(w, x, was);
 }
 
@@ -1080,6 +1101,7 @@ void lw_free(lw *w)
         free(w->layers[i].drop.v);
         free(w->layers[i].swap.v);
         free(w->layers[i].held.v);
+        free(w->layers[i].held_end.v);
     }
     free(w->layers);
     free(w->cache_held.v);
@@ -1112,6 +1134,7 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     w.phase = TP_NONE;
     w.layer = -1;
     w.fwd_layer = -1;
+    w.held_end_layer = -1;
     w.s = sched_new();
     w.b = w.s ? sbuild_new(w.s, err, "out of memory while lowering") : NULL;
     w.tidx = u64map_new(trace_count(t) / 2 + 16);

@@ -111,8 +111,11 @@ typedef struct lw_layer {
     size_t fwd_begin, fwd_end;
     idx_list cand;           /* tensors (index into lw.ts) with a recompute/swap decision */
     idx_list drop, swap;     /* decided at the end of the forward */
-    idx_list held;           /* kept tensors of this layer the trace freed during its forward
-                                while the plan recomputes in it: held to its backward */
+    idx_list held;           /* rounding-buffer members of this layer the trace freed during
+                                its forward while the plan recomputes in it: held to its
+                                backward's recomputation */
+    idx_list held_end;       /* other kept tensors so freed (the layer's input): held to the
+                                end of its backward */
     uint32_t e2, e4;         /* offload done, prefetch done */
     int prefetched, waited;
 } lw_layer;
@@ -140,6 +143,7 @@ typedef struct lw {
     trace_phase phase;
     int32_t layer;           /* program context: the last layer mark, -1 after a phase mark */
     int32_t fwd_layer;       /* layer whose forward section is open, -1 if none */
+    int32_t held_end_layer;  /* layer whose backward runs, holding held_end; -1 if none */
     int seen_fwd;
     int autocast_cache;      /* trace meta autocast_cache 1: dropped "*.wcast" tensors are
                                 freed at the backward phase mark (cache_held) */

@@ -640,16 +640,15 @@ static void ln_embed_bwd(hf_x *x, uint64_t *G)
         hf_free(x, &g->emask);
     } else {
         hf_param *pp = &x->p[1];
-        uint64_t pg = hf_ew(x, -1, "embed_positions.bwd", "pos_grad", pp->n * x->PB, TC_GRAD,
-                            de, g->pos_off, T * h * x->RB, TK_EMBED);
+        uint64_t pg = hf_embed_dense_bwd(x, "embed_positions", de, g->pos_off, T, 0,
+                                         pp->n / h);
         hf_accum_grad(x, pp, pg);
         hf_free(x, &g->pos_off);
     }
     hf_param *e = &x->p[0];
-    uint64_t eg = hf_ew(x, -1, "embed.bwd", "embed_grad", e->n * x->PB, TC_GRAD, de, x->tokens,
-                        T * h * x->RB, TK_EMBED);
-    hf_accum_grad(x, e, eg);
+    uint64_t eg = hf_embed_dense_bwd(x, "embed_tokens", de, x->tokens, T, 0, x->V);
     hf_free(x, &de);
+    hf_accum_grad(x, e, eg);
     *G = 0;
 }
 
