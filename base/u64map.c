@@ -81,35 +81,53 @@ size_t u64map_bytes(const u64map *m) { return m ? m->cap * sizeof *m->s : 0; }
 
 int u64map_put_grows(const u64map *m) { return (in_array(m) + 1) * 4 > m->cap * 3; }
 
-uint64_t *u64map_slot(u64map *m, uint64_t key, int *added)
+/* u64map_slot's rare paths, out of line so that its common path (a probe of the array)
+ * saves no registers. */
+static __attribute__((noinline)) uint64_t *top_slot(u64map *m, int *added)
 {
     *added = 0;
-    if (key == TOP) {
-        if (!m->has_top) {
-            m->has_top = 1;
-            m->top_value = 0;
-            m->n++;
-            *added = 1;
-        }
-        return &m->top_value;
+    if (!m->has_top) {
+        m->has_top = 1;
+        m->top_value = 0;
+        m->n++;
+        *added = 1;
     }
-    uint64_t sk = key + 1;
+    return &m->top_value;
+}
+
+/* Doubles the array, then puts stored key sk (absent) into it. */
+static __attribute__((noinline)) uint64_t *slot_after_grow(u64map *m, uint64_t sk, int *added)
+{
+    *added = 0;
+    if (grow(m)) return NULL;
     size_t mask = m->cap - 1, i = home_of(m, sk);
-    while (m->s[i].skey) {
-        if (m->s[i].skey == sk) return &m->s[i].value;
-        i = (i + 1) & mask;
-    }
-    if ((in_array(m) + 1) * 4 > m->cap * 3) { /* grow, then find the new slot again */
-        if (grow(m)) return NULL;
-        mask = m->cap - 1;
-        i = home_of(m, sk);
-        while (m->s[i].skey) i = (i + 1) & mask;
-    }
+    while (m->s[i].skey) i = (i + 1) & mask;
     m->s[i].skey = sk;
     m->s[i].value = 0;
     m->n++;
     *added = 1;
     return &m->s[i].value;
+}
+
+uint64_t *u64map_slot(u64map *m, uint64_t key, int *added)
+{
+    if (key == TOP) return top_slot(m, added);
+    uint64_t sk = key + 1;
+    slot *s = m->s;
+    size_t mask = m->cap - 1, i = home_of(m, sk);
+    while (s[i].skey) {
+        if (s[i].skey == sk) {
+            *added = 0;
+            return &s[i].value;
+        }
+        i = (i + 1) & mask;
+    }
+    if ((in_array(m) + 1) * 4 > m->cap * 3) return slot_after_grow(m, sk, added);
+    s[i].skey = sk;
+    s[i].value = 0;
+    m->n++;
+    *added = 1;
+    return &s[i].value;
 }
 
 int u64map_put(u64map *m, uint64_t key, uint64_t value)

@@ -177,6 +177,19 @@ int ms_ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+size_t ms_join(char *dst, size_t n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    size_t len = 0;
+    for (const char *s; (s = va_arg(ap, const char *)) != NULL;)
+        for (; *s; s++, len++)
+            if (len + 1 < n) dst[len] = *s;
+    va_end(ap);
+    if (n) dst[len < n ? len : n - 1] = '\0';
+    return len;
+}
+
 size_t ms_edit_distance(const char *a, const char *b)
 {
     enum { MAXL = 64 };

@@ -112,6 +112,14 @@ uint64_t ms_pow2_ceil(uint64_t x);
 /* 1 when s ends with suffix. */
 int ms_ends_with(const char *s, const char *suffix);
 
+/* The strings up to a NULL, one after another, into dst as snprintf(dst, n, "%s%s...")
+ * writes them (at most n - 1 characters and a NUL); returns the length of the whole. For
+ * names made millions of times (the generator's), where a format's parsing costs more than
+ * the copy. */
+size_t ms_join(char *dst, size_t n, ...);
+/* ms_join with its NULL: MS_JOIN(buf, sizeof buf, a, ".", b). */
+#define MS_JOIN(dst, n, ...) ms_join((dst), (n), __VA_ARGS__, (const char *)NULL)
+
 /* Edit distance (insertions, deletions, substitutions) of two short strings; strings over
  * 64 characters compare as SIZE_MAX apart. For "did you mean" hints. */
 size_t ms_edit_distance(const char *a, const char *b);

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """speed.py — measures memsim's own speed side by side, for BENCHMARKS.md: whole-process
 replay of the 1,344,000-event trace from its text, .gz and binary forms, the 192- and
-15-configuration sweeps at -j 1 and -j 2, and (when it can run here) Calculon's rate on a
-comparable GPT configuration. Each command runs --runs times, the builds (and rows)
+15-configuration sweeps at -j 1 and -j 2, the planners' slow cases (MEMO's plan and
+simulation at 896K on experiments/memo's workload, the somas-pangu DSA instance at --gap 0.5)
+and (when it can run here) Calculon's rate on a comparable GPT configuration. Each command runs --runs times, the builds (and rows)
 interleaved run by run; it prints a markdown table of median wall time (min - max), the
 median CPU time of the process (user + system, from getrusage) and the rates.
 
   python3 benchmarks/speed.py [--memsim sim/memsim] [--before OLD/memsim] [--runs 11]
-                              [--work DIR] [--rows replay,sweep,quick,calculon]
+                              [--work DIR] [--rows replay,sweep,quick,planners,calculon]
                               [--calculon DIR] [--calculon-python /usr/bin/python3]
 """
 import argparse
@@ -85,6 +86,18 @@ def rows_for(args, memsim, work):
     if "quick" in want:
         rows.append(("quickstart, 15 configurations, -j 1", sweep_cmd(memsim, seq15, 1), 15,
                      "configs"))
+    if "planners" in want:
+        machine = os.path.join(work, "a800-memo.machine")
+        subprocess.run(["sh", os.path.join(SRC, "experiments/memo/profile.sh"), machine],
+                       check=True)
+        rows.append(("MEMO plan + simulation, 896K (experiments/memo's workload)",
+                     [memsim, "simulate", "--model", "gpt-7b", "--tp", "4", "--cp", "2",
+                      "--machine", machine, "--gen", "framework=megatron", "--gen",
+                      "loss=fused", "--seq", "896K", "--policy", "memo", "--quiet"], 0, "s"))
+        rows.append(("somas-pangu DSA, --gap 0.5",
+                     [memsim, "dsa", os.path.join(SRC, "experiments/dsa/instances/"
+                                                  "somas-pangu_2.6B.csv"), "--gap", "0.5"],
+                     0, "s"))
     return rows
 
 
@@ -106,7 +119,7 @@ def main():
     ap.add_argument("--runs", type=int, default=11)
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "memsim-speed"),
                     help="where the traces are made and kept between runs")
-    ap.add_argument("--rows", default="replay,sweep,quick,calculon")
+    ap.add_argument("--rows", default="replay,sweep,quick,planners,calculon")
     ap.add_argument("--calculon", default=os.environ.get("CALCULON_DIR"),
                     help="a Calculon checkout (github.com/calculon-ai/calculon)")
     ap.add_argument("--calculon-python", default="/usr/bin/python3",
@@ -139,6 +152,10 @@ def main():
             w = [x[0] for x in res[(label, b)]]
             c = [x[1] for x in res[(label, b)]]
             mw, mc = statistics.median(w), statistics.median(c)
+            if unit == "s":  # one job (a planner's case): its time is the figure
+                line += " %.0f ms (%.0f - %.0f) | %.0f ms |" % (
+                    mw * 1e3, min(w) * 1e3, max(w) * 1e3, mc * 1e3)
+                continue
             line += " %.0f ms (%.0f - %.0f), %s | %.0f ms, %s |" % (
                 mw * 1e3, min(w) * 1e3, max(w) * 1e3, fmt_rate(n, mw, unit), mc * 1e3,
                 fmt_rate(n, mc, unit))

@@ -90,16 +90,21 @@ void alloc_free(alloc_t *a)
 }
 
 /* With check_every_op, an invariant violation is reported as MS_ERR_INVALID and printed:
- * tests treat it as a failure; it never happens in a correct allocator. */
-static ms_status after_op(alloc_t *a, ms_status st)
+ * tests treat it as a failure; it never happens in a correct allocator. Out of line, so
+ * that the calls without the check (every replay's) pay one test of the flag. */
+static __attribute__((noinline)) ms_status checked_op(alloc_t *a, ms_status st)
 {
-    if (!a->cfg.check_every_op) return st;
     char why[256];
     if (a->vt->check(a, why, sizeof why) != MS_OK) {
         fprintf(stderr, "allocator %s: invariant violated: %s\n", a->vt->name, why);
         return MS_ERR_INVALID;
     }
     return st;
+}
+
+static inline ms_status after_op(alloc_t *a, ms_status st)
+{
+    return a->cfg.check_every_op ? checked_op(a, st) : st;
 }
 
 const char *alloc_problem(const alloc_t *a)
@@ -149,14 +154,6 @@ int alloc_set_events_hook(alloc_t *a, alloc_events_fn fn, void *ctx)
 }
 ms_status alloc_check(const alloc_t *a, char *why, size_t n) { return a->vt->check(a, why, n); }
 void alloc_dump(const alloc_t *a, FILE *f) { a->vt->dump(a, f); }
-
-void alloc_stat_add(uint64_t *cur, uint64_t *peak, uint64_t delta)
-{
-    *cur += delta;
-    if (*cur > *peak) *peak = *cur;
-}
-
-void alloc_stat_sub(uint64_t *cur, uint64_t delta) { *cur -= delta; }
 
 void alloc_stat_delta(uint64_t *cur, uint64_t *peak, uint64_t before, uint64_t after)
 {

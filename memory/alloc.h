@@ -131,9 +131,14 @@ ms_status alloc_fail(alloc_t *a, ms_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void alloc_dump(const alloc_t *a, FILE *f);
 
-/* Stats helpers for implementations. */
-void alloc_stat_add(uint64_t *cur, uint64_t *peak, uint64_t delta);
-void alloc_stat_sub(uint64_t *cur, uint64_t delta);
+/* Stats helpers for implementations (inline: the allocators call them on every request). */
+static inline void alloc_stat_add(uint64_t *cur, uint64_t *peak, uint64_t delta)
+{
+    *cur += delta;
+    if (*cur > *peak) *peak = *cur;
+}
+
+static inline void alloc_stat_sub(uint64_t *cur, uint64_t delta) { *cur -= delta; }
 /* Moves *cur from `before` to `after` (up or down), keeping *peak. */
 void alloc_stat_delta(uint64_t *cur, uint64_t *peak, uint64_t before, uint64_t after);
 /* Folds an inner allocator's counter changes (before -> after) into `into`: allocators that

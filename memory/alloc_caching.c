@@ -19,9 +19,11 @@
  * Data structures (the replay of long traces calls this millions of times):
  *  - every block (free or allocated piece of a segment) lives in one arena array and is
  *    named by its index; freed slots go on a free list;
- *  - each pool (small, large) keeps its FREE blocks in a treap ordered by
- *    (stream, size, address) — PyTorch's BlockComparatorSize — so a request is a
- *    lower_bound, as PyTorch's std::set::lower_bound;
+ *  - each pool (small, large) keeps its FREE blocks ordered by (stream, size, address) —
+ *    PyTorch's BlockComparatorSize — so a request is a lower_bound, as PyTorch's
+ *    std::set::lower_bound; the order is kept as one ordered set per stream of the pool
+ *    (memory/bset.h), ordered by (size, address): a request only ever searches its own
+ *    stream's blocks;
  *  - a block's segment neighbours are the prev/next indices (PyTorch's Block::prev/next);
  *  - allocated blocks are found by address in a u64map (PyTorch's allocated_blocks).
  *
@@ -56,6 +58,7 @@
 #include <string.h>
 
 #include "base/u64map.h"
+#include "memory/bset.h"
 
 #define NIL UINT32_MAX
 #define ONE_EIB (1ULL << 60)
@@ -64,30 +67,41 @@ typedef struct cblk {
     uint64_t addr, size;
     uint64_t requested;      /* unrounded request while allocated */
     uint32_t prev, next;     /* neighbours in the segment, address order; NIL at the ends */
-    uint32_t left, right;    /* treap children while free */
-    uint32_t prio;           /* treap priority (max-heap) */
+    uint32_t tree;           /* its pool and stream's free set (caching.trees), fixed for life */
     int32_t stream;
     uint8_t allocated, small, live;
 } cblk;
 
+typedef struct ctree {       /* the free blocks of one pool on one stream */
+    bset *set;
+    int32_t stream;
+    int small;
+} ctree;
+
 typedef struct cpool {
-    uint32_t root;           /* treap of free blocks by (stream, size, addr) */
-    size_t n;
+    size_t n;                /* free blocks, over all of the pool's streams */
     int small;
 } cpool;
+
+#define TREE_HINTS 8         /* recently used trees per pool, by stream & (TREE_HINTS - 1) */
 
 typedef struct caching {
     cblk *b;
     size_t nb, capb;         /* arena: slots in use or on the free list, capacity */
     uint32_t free_slot;      /* free-list head (through .next) */
     cpool small, large;
+    ctree *trees;            /* one per (pool, stream) that ever had a segment */
+    size_t ntrees, cap_trees;
+    u64map *tree_of;         /* small << 32 | stream -> index into trees */
+    uint32_t hint[2][TREE_HINTS]; /* [small][stream & 7]: a tree index to try first, or NIL */
     u64map *live;            /* addr -> index of allocated blocks */
     u64map *segs;            /* segment base -> bytes */
-    uint32_t rng;            /* treap priorities: deterministic xorshift */
     uint64_t max_split;
     unsigned divisions;
     uint32_t *scratch;       /* release_blocks / check work list */
     size_t cap_scratch;
+    uint32_t *order;         /* a pool's trees in stream order (pool_trees) */
+    size_t cap_order;
     alloc_events_fn ev_fn; /* the caller's deferred frees, returned at release_cached */
     void *ev_ctx;
 } caching;
@@ -129,15 +143,6 @@ uint64_t alloc_caching_segment_bytes(uint64_t rounded)
 
 /* ---------------------------------------------------------------- arena */
 
-static uint32_t next_prio(caching *c)
-{
-    uint32_t x = c->rng;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return c->rng = x;
-}
-
 static uint32_t blk_new(caching *c)
 {
     uint32_t i;
@@ -151,8 +156,7 @@ static uint32_t blk_new(caching *c)
     }
     cblk *b = &c->b[i];
     memset(b, 0, sizeof *b);
-    b->prev = b->next = b->left = b->right = NIL;
-    b->prio = next_prio(c);
+    b->prev = b->next = NIL;
     b->live = 1;
     return i;
 }
@@ -164,139 +168,83 @@ static void blk_recycle(caching *c, uint32_t i)
     c->free_slot = i;
 }
 
-/* ---------------------------------------------------------------- treap */
+/* ---------------------------------------------------------------- free sets */
 
-static inline int key_lt(int32_t s1, uint64_t z1, uint64_t a1, int32_t s2, uint64_t z2,
-                         uint64_t a2)
-{
-    if (s1 != s2) return s1 < s2;
-    if (z1 != z2) return z1 < z2;
-    return a1 < a2;
-}
+static cpool *pool_of(caching *c, const cblk *b) { return b->small ? &c->small : &c->large; }
 
-static inline int blk_lt(const cblk *x, const cblk *y)
-{
-    return key_lt(x->stream, x->size, x->addr, y->stream, y->size, y->addr);
-}
+static bset *set_of(const caching *c, const cblk *b) { return c->trees[b->tree].set; }
 
-/* Splits treap t into nodes < k (to *l) and nodes >= k (to *r). */
-static void tsplit(cblk *B, uint32_t t, const cblk *k, uint32_t *l, uint32_t *r)
+/* Puts free block n into its set; -1 when out of memory, which cannot happen when the
+ * caller reserved room (bset_reserve) before it took anything out. */
+static int pool_insert(caching *c, uint32_t n)
 {
-    while (t != NIL) {
-        if (blk_lt(&B[t], k)) {
-            *l = t;
-            l = &B[t].right;
-            t = B[t].right;
-        } else {
-            *r = t;
-            r = &B[t].left;
-            t = B[t].left;
-        }
-    }
-    *l = *r = NIL;
-}
-
-/* Joins treaps a and b where every key of a is below every key of b. */
-static uint32_t tmerge(cblk *B, uint32_t a, uint32_t b)
-{
-    uint32_t root = NIL, *link = &root;
-    while (a != NIL && b != NIL) {
-        if (B[a].prio > B[b].prio) {
-            *link = a;
-            link = &B[a].right;
-            a = B[a].right;
-        } else {
-            *link = b;
-            link = &B[b].left;
-            b = B[b].left;
-        }
-    }
-    *link = a != NIL ? a : b;
-    return root;
-}
-
-static void pool_insert(caching *c, cpool *p, uint32_t n)
-{
-    cblk *B = c->b;
-    uint32_t *link = &p->root;
-    while (*link != NIL && B[*link].prio >= B[n].prio)
-        link = blk_lt(&B[n], &B[*link]) ? &B[*link].left : &B[*link].right;
-    tsplit(B, *link, &B[n], &B[n].left, &B[n].right);
-    *link = n;
-    p->n++;
-}
-
-/* Removes free block n (found by its key). Returns -1 if it is not in the pool. */
-static int pool_erase(caching *c, cpool *p, uint32_t n)
-{
-    cblk *B = c->b;
-    uint32_t *link = &p->root;
-    while (*link != n) {
-        if (*link == NIL) return -1;
-        link = blk_lt(&B[n], &B[*link]) ? &B[*link].left : &B[*link].right;
-    }
-    *link = tmerge(B, B[n].left, B[n].right);
-    B[n].left = B[n].right = NIL;
-    p->n--;
+    const cblk *b = &c->b[n];
+    if (bset_insert(set_of(c, b), b->size, b->addr, n)) return -1;
+    pool_of(c, b)->n++;
     return 0;
 }
 
-/* The first free block with key >= (stream, size, addr); *at: the link that points to
- * it (so that it can be taken out without a second descent). */
-static uint32_t pool_lower_bound(caching *c, cpool *p, int32_t stream, uint64_t size,
-                                 uint64_t addr, uint32_t **at)
+/* Removes free block n (found by its key). Returns -1 if it is not in the pool. */
+static int pool_erase(caching *c, uint32_t n)
 {
-    cblk *B = c->b;
-    uint32_t *link = &p->root, best = NIL;
-    *at = NULL;
-    while (*link != NIL) {
-        uint32_t t = *link;
-        if (key_lt(B[t].stream, B[t].size, B[t].addr, stream, size, addr)) {
-            link = &B[t].right;
-        } else {
-            best = t;
-            *at = link;
-            link = &B[t].left;
+    const cblk *b = &c->b[n];
+    if (!bset_erase(set_of(c, b), b->size, b->addr, n)) return -1;
+    pool_of(c, b)->n--;
+    return 0;
+}
+
+/* The tree of (pool, stream); NIL when it has none (create: makes it; NIL when out of
+ * memory). Trees are never removed: a stream's pool keeps its set once it had a request. */
+static uint32_t tree_find(caching *c, int small, int32_t stream, int create)
+{
+    uint32_t *hint = &c->hint[small][(uint32_t)stream & (TREE_HINTS - 1)];
+    if (*hint != NIL && c->trees[*hint].stream == stream) return *hint;
+    uint64_t key = (uint64_t)small << 32 | (uint32_t)stream, v;
+    if (u64map_get(c->tree_of, key, &v)) return *hint = (uint32_t)v;
+    if (!create || c->ntrees >= NIL - 1) return NIL;
+    if (ms_grow((void **)&c->trees, &c->cap_trees, c->ntrees + 1, sizeof *c->trees) != MS_OK)
+        return NIL;
+    bset *set = bset_new();
+    if (!set || u64map_put(c->tree_of, key, c->ntrees)) {
+        bset_free(set);
+        return NIL;
+    }
+    c->trees[c->ntrees] = (ctree){set, stream, small};
+    return *hint = (uint32_t)c->ntrees++;
+}
+
+/* The pool's trees in stream order into c->order; returns their count (-1: no memory). */
+static long pool_trees(caching *c, const cpool *p)
+{
+    if (ms_grow((void **)&c->order, &c->cap_order, c->ntrees + 1, sizeof *c->order) != MS_OK)
+        return -1;
+    size_t k = 0;
+    for (size_t t = 0; t < c->ntrees; t++) {
+        if (c->trees[t].small != p->small) continue;
+        size_t j = k++; /* insertion by stream: a pool has few streams */
+        while (j > 0 && c->trees[c->order[j - 1]].stream > c->trees[t].stream) {
+            c->order[j] = c->order[j - 1];
+            j--;
         }
+        c->order[j] = (uint32_t)t;
     }
-    return best;
+    return (long)k;
 }
 
-/* The last free block with key < (stream, size, addr). */
-static uint32_t pool_pred(const caching *c, const cpool *p, int32_t stream, uint64_t size,
-                          uint64_t addr)
-{
-    const cblk *B = c->b;
-    uint32_t t = p->root, best = NIL;
-    while (t != NIL) {
-        if (key_lt(B[t].stream, B[t].size, B[t].addr, stream, size, addr)) {
-            best = t;
-            t = B[t].right;
-        } else {
-            t = B[t].left;
-        }
-    }
-    return best;
-}
-
-static void collect_rec(const cblk *B, uint32_t t, uint32_t *out, size_t *n, size_t max)
-{
-    while (t != NIL && *n <= max) {
-        collect_rec(B, B[t].left, out, n, max);
-        if (*n < max) out[*n] = t;
-        (*n)++;
-        t = B[t].right;
-    }
-}
-
-/* In-order list of a pool's free blocks into c->scratch (a workspace, so check() may use
- * it too); returns the count, or -1 when out of memory or the tree disagrees with p->n. */
+/* In-order list of a pool's free blocks, by (stream, size, addr), into c->scratch (a
+ * workspace, so check() may use it too); returns the count, or -1 when out of memory or the
+ * sets disagree with p->n. */
 static long pool_collect(caching *c, const cpool *p)
 {
-    if (ms_grow((void **)&c->scratch, &c->cap_scratch, p->n + 1, sizeof *c->scratch) != MS_OK)
+    long nt = pool_trees(c, p);
+    if (nt < 0 ||
+        ms_grow((void **)&c->scratch, &c->cap_scratch, p->n + 1, sizeof *c->scratch) != MS_OK)
         return -1;
     size_t n = 0;
-    collect_rec(c->b, p->root, c->scratch, &n, p->n);
+    for (long k = 0; k < nt; k++) {
+        const bset *set = c->trees[c->order[k]].set;
+        n += bset_ids(set, c->scratch + (n < p->n ? n : p->n), n < p->n ? p->n - n : 0);
+    }
     return n == p->n ? (long)n : -1;
 }
 
@@ -304,32 +252,27 @@ static long pool_collect(caching *c, const cpool *p)
 
 static caching *impl(const alloc_t *a) { return a->impl; }
 
-static cpool *pool_of(caching *c, const cblk *b) { return b->small ? &c->small : &c->large; }
-
 static int is_split(const cblk *b) { return b->prev != NIL || b->next != NIL; }
 
-/* get_free_block: best fit by lower_bound, same stream, and the max_split_size rules. */
-static uint32_t get_free_block(caching *c, cpool *p, int32_t stream, uint64_t size)
+/* get_free_block: best fit by lower_bound, same stream, and the max_split_size rules. The
+ * block stays in its set, at *at, for alloc_found to take out or to give the key of the
+ * remainder of a split. */
+static uint32_t get_free_block(caching *c, uint32_t tree, uint64_t size, bset_pos *at)
 {
-    uint32_t *at;
-    uint32_t i = pool_lower_bound(c, p, stream, size, 0, &at);
-    if (i == NIL || c->b[i].stream != stream) return NIL;
-    uint64_t bsize = c->b[i].size;
+    uint64_t bsize;
+    uint32_t i = bset_lower_bound(c->trees[tree].set, size, at, &bsize);
+    if (i == BSET_NONE) return NIL;
     /* Do not hand an oversize block to a request below max_split_size. */
     if (size < c->max_split && bsize >= c->max_split) return NIL;
     /* An oversize request may take a larger cached block, but only within a limit. */
     if (size >= c->max_split && bsize >= size + ALLOC_CACHING_MAX_NON_SPLIT_ROUNDING_BYTES)
         return NIL;
-    cblk *B = c->b; /* pool_erase's unlink, at the link the search found */
-    *at = tmerge(B, B[i].left, B[i].right);
-    B[i].left = B[i].right = NIL;
-    p->n--;
     return i;
 }
 
 /* alloc_block: one cudaMalloc of a whole segment. MS_ERR_OOM when the device is full. */
-static ms_status alloc_segment(alloc_t *a, int small, int32_t stream, uint64_t bytes,
-                               int is_retry, uint32_t *out)
+static ms_status alloc_segment(alloc_t *a, int small, int32_t stream, uint32_t tree,
+                               uint64_t bytes, int is_retry, uint32_t *out)
 {
     caching *c = impl(a);
     if (is_retry) a->stats.num_alloc_retries++;
@@ -347,6 +290,7 @@ static ms_status alloc_segment(alloc_t *a, int small, int32_t stream, uint64_t b
     b->size = bytes;
     b->stream = stream;
     b->small = (uint8_t)small;
+    b->tree = tree;
     a->stats.num_segment_allocs++;
     alloc_stat_add(&a->stats.reserved_bytes, &a->stats.reserved_peak_bytes, bytes);
     *out = i;
@@ -365,7 +309,7 @@ static ms_status release_block(alloc_t *a, uint32_t i)
     a->stats.num_syncs++;
     alloc_stat_sub(&a->stats.reserved_bytes, b->size);
     u64map_del(c->segs, b->addr, NULL);
-    pool_erase(c, pool_of(c, b), i);
+    pool_erase(c, i);
     blk_recycle(c, i);
     return MS_OK;
 }
@@ -373,16 +317,17 @@ static ms_status release_block(alloc_t *a, uint32_t i)
 /* release_available_cached_blocks: with max_split_size set, free oversize cached blocks of
  * this stream — the smallest one big enough, else the largest ones until enough is freed.
  * Sets *freed to whether the caller should retry. */
-static ms_status release_available(alloc_t *a, cpool *p, int32_t stream, uint64_t size,
-                                   int *freed)
+static ms_status release_available(alloc_t *a, uint32_t tree, uint64_t size, int *freed)
 {
     caching *c = impl(a);
     *freed = 0;
     if (c->max_split == UINT64_MAX) return MS_OK;
     uint64_t key = size < c->max_split ? c->max_split : size;
-    uint32_t *at;
-    uint32_t i = pool_lower_bound(c, p, stream, key, 0, &at);
-    if (i != NIL && c->b[i].stream == stream) {
+    const bset *set = c->trees[tree].set;
+    bset_pos at;
+    uint64_t found;
+    uint32_t i = bset_lower_bound(set, key, &at, &found);
+    if (i != BSET_NONE) {
         /* Oversize free blocks are whole segments: a split leaves pieces below
          * max_split_size (PyTorch relies on the same fact). */
         if (is_split(&c->b[i])) return MS_OK;
@@ -391,11 +336,10 @@ static ms_status release_available(alloc_t *a, cpool *p, int32_t stream, uint64_
         return st;
     }
     uint64_t released = 0;
-    uint32_t cur = pool_pred(c, p, stream, key, 0);
-    while (cur != NIL && released < key && c->b[cur].size >= c->max_split &&
-           c->b[cur].stream == stream) {
+    uint32_t cur = bset_pred(set, key, 0);
+    while (cur != BSET_NONE && released < key && c->b[cur].size >= c->max_split) {
         cblk *b = &c->b[cur];
-        uint32_t before = pool_pred(c, p, b->stream, b->size, b->addr);
+        uint32_t before = bset_pred(set, b->size, b->addr);
         if (!is_split(b)) {
             released += b->size;
             ms_status st = release_block(a, cur);
@@ -447,30 +391,31 @@ static int should_split(const caching *c, const cblk *b, uint64_t size)
 }
 
 /* alloc_found_block: split off the request at the block's low end if should_split, mark
- * it allocated and update the statistics as PyTorch does. */
-static ms_status alloc_found(alloc_t *a, uint32_t i, uint64_t size, uint64_t orig_bytes,
-                             uint64_t *addr)
+ * it allocated and update the statistics as PyTorch does. at: where block i lies in its
+ * set (a cached block), or NULL (a new segment, in no set): the remainder of a split keeps
+ * block i's index, so a cached block's entry takes the remainder's key in place. */
+static ms_status alloc_found(alloc_t *a, uint32_t i, const bset_pos *at, uint64_t size,
+                             uint64_t orig_bytes, uint64_t *addr)
 {
     caching *c = impl(a);
     int already_split = is_split(&c->b[i]);
     if (should_split(c, &c->b[i], size)) {
         uint32_t n = blk_new(c);
-        if (n == NIL) {
-            pool_insert(c, pool_of(c, &c->b[i]), i);
-            return MS_ERR_NOMEM;
-        }
+        if (n == NIL) return MS_ERR_NOMEM; /* nothing changed yet */
         cblk *rem = &c->b[i], *blk = &c->b[n];
         blk->addr = rem->addr;
         blk->size = size;
         blk->stream = rem->stream;
         blk->small = rem->small;
+        blk->tree = rem->tree;
         blk->prev = rem->prev;
         if (blk->prev != NIL) c->b[blk->prev].next = n;
         blk->next = i;
         rem->prev = n;
         rem->addr += size;
         rem->size -= size;
-        pool_insert(c, pool_of(c, rem), i);
+        if (at) bset_rekey_at(set_of(c, rem), *at, rem->size, rem->addr, i);
+        else if (pool_insert(c, i)) return MS_ERR_NOMEM;
         if (already_split) /* an inactive split piece shrinks by size */
             alloc_stat_sub(&a->stats.inactive_split_bytes, size);
         else /* a whole segment becomes split: its remainder is an inactive split piece */
@@ -478,8 +423,12 @@ static ms_status alloc_found(alloc_t *a, uint32_t i, uint64_t size, uint64_t ori
                            rem->size);
         a->stats.num_splits++;
         i = n;
-    } else if (already_split) {
-        alloc_stat_sub(&a->stats.inactive_split_bytes, c->b[i].size);
+    } else {
+        if (at) { /* handed out whole: out of its set */
+            bset_erase_at(set_of(c, &c->b[i]), *at);
+            pool_of(c, &c->b[i])->n--;
+        }
+        if (already_split) alloc_stat_sub(&a->stats.inactive_split_bytes, c->b[i].size);
     }
     cblk *b = &c->b[i];
     b->allocated = 1;
@@ -502,34 +451,37 @@ static ms_status caching_block(alloc_t *a, uint64_t bytes, int stream, uint64_t 
     if (bytes >= ONE_EIB) return MS_ERR_OOM;
     uint64_t size = alloc_caching_round_size(bytes, c->divisions);
     int small = size <= ALLOC_CACHING_SMALL_SIZE_BYTES;
-    cpool *p = small ? &c->small : &c->large;
     int32_t s = (int32_t)stream;
-    uint32_t i = get_free_block(c, p, s, size);
+    /* the stream's set, with room for the remainder of a split, before anything changes */
+    uint32_t tree = tree_find(c, small, s, 1);
+    if (tree == NIL || bset_reserve(c->trees[tree].set)) return MS_ERR_NOMEM;
+    bset_pos at;
+    uint32_t i = get_free_block(c, tree, size, &at);
+    const bset_pos *found = i == NIL ? NULL : &at;
     if (i == NIL) {
         uint64_t seg = alloc_caching_segment_bytes(size);
-        ms_status st = alloc_segment(a, small, s, seg, 0, &i);
+        ms_status st = alloc_segment(a, small, s, tree, seg, 0, &i);
         if (st == MS_ERR_OOM) {
             int freed;
-            st = release_available(a, p, s, size, &freed);
+            st = release_available(a, tree, size, &freed);
             if (st != MS_OK) return st;
-            st = freed ? alloc_segment(a, small, s, seg, 0, &i) : MS_ERR_OOM;
+            st = freed ? alloc_segment(a, small, s, tree, seg, 0, &i) : MS_ERR_OOM;
         }
         if (st == MS_ERR_OOM) {
             st = release_cached(a);
             if (st != MS_OK) return st;
-            st = alloc_segment(a, small, s, seg, 1, &i);
+            st = alloc_segment(a, small, s, tree, seg, 1, &i);
         }
         if (st != MS_OK) return st;
     }
-    return alloc_found(a, i, size, bytes, addr);
+    return alloc_found(a, i, found, size, bytes, addr);
 }
 
-/* try_merge_blocks: absorb free neighbour src into dst; returns the bytes absorbed. */
-static uint64_t try_merge(caching *c, uint32_t dst, uint32_t src)
+/* try_merge_blocks: absorb free neighbour src into dst (the caller sees to their set
+ * entries); returns the bytes absorbed. */
+static uint64_t absorb(caching *c, uint32_t dst, uint32_t src)
 {
-    if (src == NIL || c->b[src].allocated) return 0;
     cblk *d = &c->b[dst], *s = &c->b[src];
-    pool_erase(c, pool_of(c, s), src);
     if (d->prev == src) {
         d->addr = s->addr;
         d->prev = s->prev;
@@ -544,7 +496,9 @@ static uint64_t try_merge(caching *c, uint32_t dst, uint32_t src)
     return absorbed;
 }
 
-/* free + free_block: coalesce with free neighbours and return the block to its pool. */
+/* free + free_block: coalesce with free neighbours and return the block to its pool. A
+ * free neighbour's set entry (the one below's, where both are free) becomes the merged
+ * block's, with its new key. */
 static ms_status caching_release(alloc_t *a, uint64_t addr)
 {
     caching *c = impl(a);
@@ -553,16 +507,28 @@ static ms_status caching_release(alloc_t *a, uint64_t addr)
     if (!u64map_del(c->live, addr, &v)) return MS_ERR_INVALID;
     uint32_t i = (uint32_t)v;
     cblk *b = &c->b[i];
+    if (bset_reserve(set_of(c, b))) { /* room to put it back, before anything changes */
+        u64map_put(c->live, addr, v); /* the slot it left: no growth, cannot fail */
+        return MS_ERR_NOMEM;
+    }
     uint64_t orig_size = b->size, requested = b->requested;
     b->allocated = 0;
     b->requested = 0;
     alloc_stat_sub(&a->stats.allocated_bytes, orig_size);
     int64_t net_split_bytes = 0;
     uint32_t prev = b->prev, next = b->next;
-    net_split_bytes -= (int64_t)try_merge(c, i, prev);
-    net_split_bytes -= (int64_t)try_merge(c, i, next);
+    int prev_free = prev != NIL && !c->b[prev].allocated;
+    int next_free = next != NIL && !c->b[next].allocated;
+    if (prev_free && next_free) pool_erase(c, next);
+    uint32_t host = prev_free ? prev : next_free ? next : NIL;
+    bset_pos at;
+    int hosted = host != NIL &&
+                 bset_find(set_of(c, b), c->b[host].size, c->b[host].addr, host, &at);
+    if (prev_free) net_split_bytes -= (int64_t)absorb(c, i, prev);
+    if (next_free) net_split_bytes -= (int64_t)absorb(c, i, next);
     b = &c->b[i];
-    pool_insert(c, pool_of(c, b), i);
+    if (hosted) bset_rekey_at(set_of(c, b), at, b->size, b->addr, i);
+    else if (pool_insert(c, i)) return MS_ERR_NOMEM;
     if (is_split(b)) net_split_bytes += (int64_t)b->size;
     if (net_split_bytes > 0)
         alloc_stat_add(&a->stats.inactive_split_bytes, &a->stats.inactive_split_peak_bytes,
@@ -594,16 +560,17 @@ static ms_status caching_create(alloc_t *a)
     caching *c = calloc(1, sizeof *c);
     if (!c) return MS_ERR_NOMEM;
     c->free_slot = NIL;
-    c->small.root = c->large.root = NIL;
     c->small.small = 1;
-    c->rng = 0x9e3779b9u;
+    memset(c->hint, 0xff, sizeof c->hint); /* NIL: no tree yet */
     c->max_split = cfg->max_split_size_bytes;
     c->divisions = cfg->roundup_power2_divisions;
     c->live = u64map_new(64); /* grows with the live blocks; small stays in cache */
     c->segs = u64map_new(64);
-    if (!c->live || !c->segs) {
+    c->tree_of = u64map_new(8);
+    if (!c->live || !c->segs || !c->tree_of) {
         u64map_free(c->live);
         u64map_free(c->segs);
+        u64map_free(c->tree_of);
         free(c);
         return MS_ERR_NOMEM;
     }
@@ -619,8 +586,12 @@ static void caching_destroy(alloc_t *a)
     if (!c) return;
     u64map_free(c->live);
     u64map_free(c->segs);
+    u64map_free(c->tree_of);
+    for (size_t t = 0; t < c->ntrees; t++) bset_free(c->trees[t].set);
     free(c->b);
+    free(c->trees);
     free(c->scratch);
+    free(c->order);
     free(c);
     a->impl = NULL;
 }
@@ -659,22 +630,39 @@ typedef struct recount {
 #define ULL(x) ((unsigned long long)(x))
 #define BAD(...) (snprintf(why, n, __VA_ARGS__), -1)
 
+/* One block of tree t as check_pool finds it: free, of the tree's pool and stream. */
+static int check_free_block(const caching *c, const cpool *p, uint32_t t, const cblk *b,
+                            char *why, size_t n)
+{
+    const char *name = p->small ? "small" : "large";
+    if (!b->live || b->allocated || b->small != p->small)
+        return BAD("%s pool holds block 0x%llx that is %s", name, ULL(b->addr),
+                   !b->live ? "dead" : b->allocated ? "allocated" : "of the other pool");
+    if (b->tree != t || b->stream != c->trees[t].stream)
+        return BAD("%s pool: block 0x%llx in the set of another stream", name, ULL(b->addr));
+    return 0;
+}
+
 static int check_pool(caching *c, const cpool *p, char *why, size_t n)
 {
     const char *name = p->small ? "small" : "large";
-    long k = pool_collect(c, p);
-    if (k < 0) return BAD("%s pool: tree holds more or fewer than %zu blocks", name, p->n);
-    for (long j = 0; j < k; j++) {
-        const cblk *b = &c->b[c->scratch[j]];
-        if (!b->live || b->allocated || b->small != p->small)
-            return BAD("%s pool holds block 0x%llx that is %s", name, ULL(b->addr),
-                       !b->live ? "dead" : b->allocated ? "allocated" : "of the other pool");
-        if (j > 0 && !blk_lt(&c->b[c->scratch[j - 1]], b))
-            return BAD("%s pool out of order at block 0x%llx", name, ULL(b->addr));
-        if ((b->left != NIL && c->b[b->left].prio > b->prio) ||
-            (b->right != NIL && c->b[b->right].prio > b->prio))
-            return BAD("%s pool: heap order broken at 0x%llx", name, ULL(b->addr));
+    long nt = pool_trees(c, p);
+    if (nt < 0 ||
+        ms_grow((void **)&c->scratch, &c->cap_scratch, p->n + 1, sizeof *c->scratch) != MS_OK)
+        return BAD("out of memory");
+    size_t total = 0;
+    for (long k = 0; k < nt; k++) {
+        uint32_t t = c->order[k];
+        const char *bad = bset_check(c->trees[t].set);
+        if (bad) return BAD("%s pool, stream %d: %s", name, (int)c->trees[t].stream, bad);
+        size_t m = bset_ids(c->trees[t].set, c->scratch, p->n + 1);
+        if (m > p->n - total) break;
+        for (size_t j = 0; j < m; j++)
+            if (check_free_block(c, p, t, &c->b[c->scratch[j]], why, n)) return -1;
+        total += m;
     }
+    if (total != p->n)
+        return BAD("%s pool: its sets hold more or fewer than %zu blocks", name, p->n);
     return 0;
 }
 

@@ -81,8 +81,11 @@ int bm_alloc(blockmix *b, uint64_t id, sched_block block, uint64_t addr, uint64_
      * pointer), so several may share an address: none is recorded */
     if (!bytes) return 1;
     bm_kind k = bm_kind_of(b->t, id, block);
-    if (u64map_get(b->live, addr, NULL)) return 1; /* cannot happen: two live blocks at one address */
-    if (u64map_put(b->live, addr, bytes << 4 | (uint64_t)k)) return 0;
+    int added;
+    uint64_t *v = u64map_slot(b->live, addr, &added);
+    if (!v) return 0;
+    if (!added) return 1; /* cannot happen: two live blocks at one address */
+    *v = bytes << 4 | (uint64_t)k;
     b->bytes[k] += bytes;
     b->sum += bytes;
     if (b->sum > b->best && !b->failed) {

@@ -304,10 +304,10 @@ static void reset_layers(lw *w)
     for (size_t i = 0; i < w->n_layers; i++) {
         lw_layer *L = &w->layers[i];
         w->rep.ignored += L->cand.n;
-        idx_list c = L->cand, d = L->drop, s = L->swap, h = L->held;
+        idx_list c = L->cand, d = L->drop, s = L->swap, h = L->held, e = L->held_end;
         memset(L, 0, sizeof *L);
-        c.n = d.n = s.n = h.n = 0;
-        L->cand = c, L->drop = d, L->swap = s, L->held = h;
+        c.n = d.n = s.n = h.n = e.n = 0;
+        L->cand = c, L->drop = d, L->swap = s, L->held = h, L->held_end = e;
     }
 }
 
@@ -663,8 +663,8 @@ static ms_status ensure_ready(lw *w, lw_tensor *x)
 /* The next layer whose backward starts after record i within this backward phase, or -1. */
 static int32_t next_bwd_layer(lw *w, size_t i)
 {
-    for (size_t j = i + 1; j < trace_count(w->t); j++) {
-        const trace_rec *r = trace_get(w->t, j);
+    for (size_t j = i + 1; j < w->nrecs; j++) {
+        const trace_rec *r = lw_rec(w, j);
         if (r->type != TR_MARK) continue;
         if (r->u.mark.kind != TM_LAYER) return -1;
         if (r->u.mark.value >= 0) return (int32_t)r->u.mark.value;
@@ -693,6 +693,24 @@ static ms_status begin_backward(lw *w, int32_t layer)
         st = release(w, x, (tstate)x->state);
     }
     L->held.n = 0;
+    if (L->held_end.n) w->held_end_layer = layer;
+    return st;
+}
+
+/* At the next mark after a layer's backward: the inputs its checkpoint held go (PyTorch frees
+ * the rerun function's arguments once the layer's saved-tensor holders are gone: after the
+ * layer's last backward op, as the recorded Phi-3 trace shows). */
+static ms_status end_backward(lw *w)
+{
+    ms_status st = MS_OK;
+    if (w->held_end_layer < 0) return MS_OK;
+    lw_layer *L = &w->layers[w->held_end_layer];
+    w->held_end_layer = -1;
+    for (size_t k = 0; st == MS_OK && k < L->held_end.n; k++) {
+        lw_tensor *x = &w->ts[L->held_end.v[k]];
+        st = release(w, x, (tstate)x->state);
+    }
+    L->held_end.n = 0;
     return st;
 }
 
@@ -726,7 +744,8 @@ static ms_status begin_backward_phase(lw *w)
 
 static ms_status do_mark(lw *w, const trace_mark *mk)
 {
-    ms_status st = MS_OK;
+    ms_status st = end_backward(w);
+    if (st != MS_OK) return st;
     if (w->fwd_layer >= 0) {
         int32_t l = w->fwd_layer;
         w->fwd_layer = -1;
@@ -773,8 +792,10 @@ static ms_status do_mark(lw *w, const trace_mark *mk)
 
 static ms_status add_tensor(lw *w, const trace_tensor *x, int emitted)
 {
-    lw_tensor *old = lw_find_tensor(w, x->id);
-    if (old && old->state != TS_FREED)
+    int added; /* one probe finds a previous incarnation and makes the new entry */
+    uint64_t *slot = u64map_slot(w->tidx, x->id, &added);
+    if (!slot) return lw_nomem(w);
+    if (!added && w->ts[*slot].state != TS_FREED)
         return lw_fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " is allocated again while "
                            "live", x->id);
     if (ms_grow((void **)&w->ts, &w->cap_ts, w->n_ts + 1, sizeof *w->ts) != MS_OK)
@@ -787,7 +808,7 @@ static ms_status add_tensor(lw *w, const trace_tensor *x, int emitted)
     n->emitted = (uint8_t)emitted;
     n->sid = n->hid = x->id;
     n->rbg = -1;
-    if (u64map_put(w->tidx, x->id, w->n_ts)) return lw_nomem(w);
+    *slot = w->n_ts; /* the map is untouched since u64map_slot */
     w->n_ts++;
     return MS_OK;
 }
@@ -810,7 +831,9 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
         double sb = ceil(n->alpha * (double)x->bytes);
         n->swap_bytes = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
     }
-    if ((st = lw_put_tensor(w, SA_ALLOC, SS_COMPUTE, x->id, x->bytes)) != MS_OK) return st;
+    /* the block's kind from the tensor's class, as SB_TRACE would give it, so that an
+     * executor need not look the tensor up in the trace at every ALLOC */
+    if ((st = lw_put_alloc(w, SS_COMPUTE, n, x->bytes)) != MS_OK) return st;
     if (n->dec == PD_KEEP || (w->sv && n->dec == PD_SWAP)) return MS_OK; /* lw_sv_prescan's */
     if (x->layer < 0)
         return lw_fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is planned for %s but "
@@ -897,7 +920,9 @@ static ms_status do_free(lw *w, uint64_t id)
     tstate was = (tstate)x->state;
     lw_layer *H = was == TS_INBUF ? rb_hold_layer(w, x)
                   : was == TS_LIVE || was == TS_OFFLOADED ? hold_layer(w, x) : NULL;
-    if (H) return lw_idx_push(&H->held, (size_t)(x - w->ts)) == MS_OK ? MS_OK : lw_nomem(w);
+    if (H)
+        return lw_idx_push(was == TS_INBUF ? &H->held : &H->held_end, (size_t)(x - w->ts)) ==
+               MS_OK ? MS_OK : lw_nomem(w);
     return release(w, x, was);
 }
 
@@ -960,19 +985,23 @@ static ms_status do_op(lw *w, const trace_op *op)
     if (st == MS_OK) st = lw_op_us(w, op, &us);
     if (st == MS_OK) st = lw_note_comm(w, op);
     if (st != MS_OK) return st;
-    if (lw_ovl_merges(w, w->rec, trace_count(w->t), NULL, 0)) {
+    if (lw_ovl_merges(w, w->rec, w->nrecs, NULL, 0)) {
         if (us > w->ovl_us) w->ovl_us = us;
         w->ovl_pending = 1;
         w->rep.overlapped++;
         return MS_OK;
     }
-    sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
-    us = lw_ovl_absorb(w, op, us, &w->ovl_us, &w->ovl_pending, &a.ovl);
-    a.op = (int64_t)op->id;
-    a.dur_us = us;
-    a.layer = op->layer;
-    a.phase = op->phase;
-    return sbuild_put(w->b, &a);
+    uint8_t merged;
+    us = lw_ovl_absorb(w, op, us, &w->ovl_us, &w->ovl_pending, &merged);
+    sched_action *a = sbuild_begin(w->b, SA_COMPUTE, SS_COMPUTE);
+    if (!a) return MS_ERR_NOMEM;
+    a->op = (int64_t)op->id;
+    a->dur_us = us;
+    a->ovl = merged;
+    a->layer = op->layer;
+    a->phase = op->phase;
+    sbuild_end(w->b, a);
+    return MS_OK;
 }
 
 /* ---- iteration selection ---- */
@@ -1025,8 +1054,8 @@ static ms_status walk(lw *w)
     /* MEMO allocates its rounding buffers before the training iterations begin (§4.1). */
     if (w->idle_bytes)
         st = lw_put_block(w, SS_COMPUTE, lower_id_idle_buffer(), w->idle_bytes, SB_IDLE);
-    for (w->rec = 0; st == MS_OK && w->rec < trace_count(w->t); w->rec++) {
-        const trace_rec *r = trace_get(w->t, w->rec);
+    for (w->rec = 0; st == MS_OK && w->rec < w->nrecs; w->rec++) {
+        const trace_rec *r = lw_rec(w, w->rec);
         if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) {
             int inc = iter_included(w, r->u.mark.value);
             if (!inc && entered) break; /* past the last lowered iteration */
@@ -1074,6 +1103,7 @@ void lw_free(lw *w)
         free(w->layers[i].drop.v);
         free(w->layers[i].swap.v);
         free(w->layers[i].held.v);
+        free(w->layers[i].held_end.v);
     }
     free(w->layers);
     free(w->cache_held.v);
@@ -1094,6 +1124,7 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     lw w;
     memset(&w, 0, sizeof w);
     w.t = t;
+    if (t) w.recs = trace_records(t, &w.nrecs);
     w.p = p;
     w.m = m;
     w.err = err;
@@ -1105,9 +1136,9 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     w.phase = TP_NONE;
     w.layer = -1;
     w.fwd_layer = -1;
+    w.held_end_layer = -1;
     w.s = sched_new();
     w.b = w.s ? sbuild_new(w.s, err, "out of memory while lowering") : NULL;
-    if (w.b) sbuild_set_hook(w.b, stream_hook, &w);
     w.tidx = u64map_new(trace_count(t) / 2 + 16);
     ms_status st = (w.b && w.tidx) ? MS_OK : lw_nomem(&w);
     /* the schedule has the trace's records and what the plan adds (frees, copies, replays):
@@ -1120,6 +1151,8 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
         st = lw_nomem(&w);
     if (st == MS_OK) st = lw_index_plan(&w);
     if (st == MS_OK) st = lw_read_knobs(&w);
+    /* the framework streams' hook, only where their knobs ask for it: it sees every action */
+    if (st == MS_OK && (w.rec_stream || w.pools)) sbuild_set_hook(w.b, stream_hook, &w);
     if (st == MS_OK && w.rb) st = lw_rb_prescan(&w);
     if (st == MS_OK && w.sv) st = lw_sv_prescan(&w);
     if (st == MS_OK && w.du) st = lw_du_prescan(&w);

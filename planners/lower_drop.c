@@ -10,7 +10,6 @@
 #include "planners/lower_int.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/u64map.h"
@@ -70,9 +69,9 @@ ms_status lw_du_prescan(lw *w)
     int fwd = 0;
     uint32_t pass = 0;
     ms_status st = MS_OK;
-    size_t n = trace_count(w->t);
+    size_t n = w->nrecs;
     for (size_t i = 0; st == MS_OK && i < n; i++) {
-        const trace_rec *r = trace_get(w->t, i);
+        const trace_rec *r = lw_rec(w, i);
         if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
             fwd = r->u.mark.value == TP_FWD;
             pass += fwd;
@@ -118,7 +117,6 @@ ms_status lw_du_events(lw *w)
         if (!x || x->alloc_rec != e->alloc_rec) continue;
         lw_layer *L = du_layer(w, x);
         if (!L) continue;
-        if (getenv("MEMSIM_ALOG")) fprintf(stderr, "DU %llu %s rec %zu\n", (unsigned long long)x->sid, x->meta->name, w->rec);
         st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, x->sid, 0);
         if (st == MS_OK) st = lw_idx_push(&L->drop, (size_t)(x - w->ts)) == MS_OK
                               ? MS_OK : lw_nomem(w);

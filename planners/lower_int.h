@@ -111,14 +111,19 @@ typedef struct lw_layer {
     size_t fwd_begin, fwd_end;
     idx_list cand;           /* tensors (index into lw.ts) with a recompute/swap decision */
     idx_list drop, swap;     /* decided at the end of the forward */
-    idx_list held;           /* kept tensors of this layer the trace freed during its forward
-                                while the plan recomputes in it: held to its backward */
+    idx_list held;           /* rounding-buffer members of this layer the trace freed during
+                                its forward while the plan recomputes in it: held to its
+                                backward's recomputation */
+    idx_list held_end;       /* other kept tensors so freed (the layer's input): held to the
+                                end of its backward */
     uint32_t e2, e4;         /* offload done, prefetch done */
     int prefetched, waited;
 } lw_layer;
 
 typedef struct lw {
     const trace_t *t;
+    const trace_rec *recs;   /* t's records (trace_records), nrecs of them */
+    size_t nrecs;
     const plan_t *p;
     const machine_t *m;
     lower_opts o;
@@ -138,6 +143,7 @@ typedef struct lw {
     trace_phase phase;
     int32_t layer;           /* program context: the last layer mark, -1 after a phase mark */
     int32_t fwd_layer;       /* layer whose forward section is open, -1 if none */
+    int32_t held_end_layer;  /* layer whose backward runs, holding held_end; -1 if none */
     int seen_fwd;
     int autocast_cache;      /* trace meta autocast_cache 1: dropped "*.wcast" tensors are
                                 freed at the backward phase mark (cache_held) */
@@ -172,6 +178,9 @@ typedef struct lw {
     du_event *due;           /* its last uses, in record order (lower_drop.c) */
     size_t n_due, cap_due, due_pos;
 } lw;
+
+/* Trace record i (< w->nrecs). */
+static inline const trace_rec *lw_rec(const lw *w, size_t i) { return &w->recs[i]; }
 
 /* planners/lower.c */
 ms_status lw_idx_push(idx_list *l, size_t v);

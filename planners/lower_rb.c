@@ -72,8 +72,8 @@ ms_status lw_rb_prescan(lw *w)
     uint32_t pass = 0;
     int seen = 0;
     ms_status st = MS_OK;
-    for (size_t i = 0; st == MS_OK && i < trace_count(w->t); i++) {
-        const trace_rec *r = trace_get(w->t, i);
+    for (size_t i = 0; st == MS_OK && i < w->nrecs; i++) {
+        const trace_rec *r = lw_rec(w, i);
         if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
             phase = (trace_phase)r->u.mark.value;
             if (phase == TP_FWD) {
@@ -268,7 +268,7 @@ static int cmp_rb_id(const void *a, const void *b)
 static ms_status rb_layout(lw *w, lower_rb_map *m)
 {
     size_t n = 0;
-    for (size_t i = 0; i < trace_count(w->t); i++) n += u64map_get(w->rb_rec, i, NULL);
+    for (size_t i = 0; i < w->nrecs; i++) n += u64map_get(w->rb_rec, i, NULL);
     rb_item *it = calloc(n ? n : 1, sizeof *it);
     m->v = calloc(n ? n : 1, sizeof *m->v);
     if (!it || !m->v) {
@@ -276,10 +276,10 @@ static ms_status rb_layout(lw *w, lower_rb_map *m)
         return lw_nomem(w);
     }
     size_t k = 0;
-    for (size_t i = 0; i < trace_count(w->t) && k < n; i++) {
+    for (size_t i = 0; i < w->nrecs && k < n; i++) {
         uint64_t g;
         if (!u64map_get(w->rb_rec, i, &g)) continue;
-        const trace_tensor *x = &trace_get(w->t, i)->u.alloc;
+        const trace_tensor *x = &lw_rec(w, i)->u.alloc;
         plan_decision d;
         double alpha;
         lw_decide(w, x, &d, &alpha);
@@ -315,6 +315,7 @@ ms_status lower_rb_map_new(const trace_t *t, const plan_t *p, lower_rb_map **out
     lw w;
     memset(&w, 0, sizeof w);
     w.t = t;
+    w.recs = trace_records(t, &w.nrecs);
     w.p = p;
     w.err = err;
     w.max_layer = t ? lw_layer_bound(t) : LOWER_MAX_LAYER;

@@ -16,10 +16,10 @@
  * and before any mark, in the same layer and phase. */
 int lw_ovl_merges(const lw *w, size_t i, size_t end, const uint8_t *needed, size_t base)
 {
-    const trace_op *op = &trace_get(w->t, i)->u.op;
+    const trace_op *op = &lw_rec(w, i)->u.op;
     if (!w->overlap || op->kind != TK_COMM || !ms_ends_with(op->name, ".ovl")) return 0;
     for (size_t j = i + 1; j < end; j++) {
-        const trace_rec *r = trace_get(w->t, j);
+        const trace_rec *r = lw_rec(w, j);
         if (r->type == TR_MARK) return 0;
         if (r->type != TR_OP || (needed && !needed[j - base])) continue;
         return r->u.op.kind == TK_ATTN && r->u.op.layer == op->layer &&
@@ -87,7 +87,7 @@ static ms_status need_input(lw *w, replay *r, const trace_op *op, uint64_t id, i
 static ms_status mark_needed(lw *w, replay *r, int32_t layer)
 {
     for (size_t i = r->e; i-- > r->b;) {
-        const trace_rec *rec = trace_get(w->t, i);
+        const trace_rec *rec = lw_rec(w, i);
         if (rec->type != TR_OP) continue;
         const trace_op *op = &rec->u.op;
         int needed = 0;
@@ -111,12 +111,12 @@ static ms_status mark_needed(lw *w, replay *r, int32_t layer)
 static ms_status need_workspaces(lw *w, replay *r)
 {
     for (size_t i = r->b; i < r->e; i++) {
-        const trace_rec *rec = trace_get(w->t, i);
+        const trace_rec *rec = lw_rec(w, i);
         if (rec->type != TR_ALLOC || rec->u.alloc.cls != TC_WORKSPACE) continue;
         uint64_t id = rec->u.alloc.id;
         if (available(w, id) || u64map_get(r->need, id, NULL)) continue;
         for (size_t j = i + 1; j < r->e; j++) {
-            const trace_rec *q = trace_get(w->t, j);
+            const trace_rec *q = lw_rec(w, j);
             if (q->type == TR_FREE && q->u.free_id == id) break;
             if (q->type == TR_OP && r->op_needed[j - r->b]) {
                 if (u64map_put(r->need, id, 1)) return lw_nomem(w);
@@ -174,7 +174,7 @@ static int cmp_size(const void *a, const void *b)
 
 static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
 {
-    const trace_op *op = &trace_get(w->t, i)->u.op;
+    const trace_op *op = &lw_rec(w, i)->u.op;
     double us;
     ms_status st = lw_op_us(w, op, &us);
     if (st == MS_OK) st = lw_note_comm(w, op);
@@ -186,16 +186,20 @@ static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
         w->rep.overlapped++;
         return MS_OK;
     }
-    sched_action a = sbuild_act(w->b, SA_COMPUTE, SS_COMPUTE);
-    us = lw_ovl_absorb(w, op, us, pend, have, &a.ovl);
-    a.op = (int64_t)op->id;
-    a.dur_us = us;
-    a.recompute = 1;
-    a.layer = op->layer;
-    if (r->in_place && r->frac < 1.0) a.replay_frac = r->frac; /* rows for the real kernels */
+    uint8_t merged;
+    us = lw_ovl_absorb(w, op, us, pend, have, &merged);
+    sched_action *a = sbuild_begin(w->b, SA_COMPUTE, SS_COMPUTE);
+    if (!a) return MS_ERR_NOMEM;
+    a->op = (int64_t)op->id;
+    a->dur_us = us;
+    a->ovl = merged;
+    a->recompute = 1;
+    a->layer = op->layer;
+    if (r->in_place && r->frac < 1.0) a->replay_frac = r->frac; /* rows for the real kernels */
     w->rep.recompute_ops++;
     w->rep.recompute_us += us;
-    return sbuild_put(w->b, &a);
+    sbuild_end(w->b, a);
+    return MS_OK;
 }
 
 /* Program-order pass over the section emitting the needed allocs, ops and frees. Transients
@@ -207,7 +211,7 @@ static ms_status emit_replay(lw *w, replay *r)
     double pend = 0;
     int have = 0;
     for (size_t i = r->b; st == MS_OK && i < r->e; i++) {
-        const trace_rec *rec = trace_get(w->t, i);
+        const trace_rec *rec = lw_rec(w, i);
         if (rec->type == TR_ALLOC) {
             uint64_t at;
             if (u64map_get(r->seg_alloc, rec->u.alloc.id, &at) && at == i)
@@ -231,12 +235,16 @@ static ms_status emit_replay(lw *w, replay *r)
 static ms_status run_replay(lw *w, lw_layer *L, int32_t layer, const idx_list *targets,
                             double frac, int in_place)
 {
-    replay r = { L->fwd_begin, L->fwd_end, u64map_new(32), u64map_new(32), u64map_new(32),
-                 calloc(L->fwd_end - L->fwd_begin + 1, 1), frac, in_place };
+    /* the maps sized for the section from the start (at most a tensor per record; a
+     * generated section allocates in about a third of its records) rather than doubled
+     * through it */
+    size_t secn = L->fwd_end - L->fwd_begin;
+    replay r = { L->fwd_begin, L->fwd_end, u64map_new(secn / 3 + 16), u64map_new(secn / 3 + 16),
+                 u64map_new(targets->n + 16), calloc(secn + 1, 1), frac, in_place };
     ms_status st = MS_OK;
     if (!r.seg_alloc || !r.need || !r.target || !r.op_needed) st = lw_nomem(w);
     for (size_t i = r.b; st == MS_OK && i < r.e; i++) {
-        const trace_rec *rec = trace_get(w->t, i);
+        const trace_rec *rec = lw_rec(w, i);
         if (rec->type == TR_ALLOC && u64map_put(r.seg_alloc, rec->u.alloc.id, i)) st = lw_nomem(w);
     }
     for (size_t k = 0; st == MS_OK && k < targets->n; k++) {

@@ -113,8 +113,8 @@ ms_status lw_sv_prescan(lw *w)
     uint32_t pass = 0;
     size_t fwd_begin = 0;
     int seen = 0, bwd = 0;
-    for (size_t i = 0; st == MS_OK && i < trace_count(w->t); i++) {
-        const trace_rec *r = trace_get(w->t, i);
+    for (size_t i = 0; st == MS_OK && i < w->nrecs; i++) {
+        const trace_rec *r = lw_rec(w, i);
         if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
             trace_phase ph = (trace_phase)r->u.mark.value;
             if (ph == TP_FWD) {

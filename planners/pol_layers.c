@@ -28,6 +28,13 @@ static int produced_outside(const trace_t *t, const trace_tensor *x)
     return !op || op->layer != x->layer || op->phase != TP_FWD;
 }
 
+/* ms_ends_with for a name whose length is known (three suffixes per tensor, every plan). */
+static int ends_with(const char *name, size_t len, const char *suffix)
+{
+    size_t k = strlen(suffix);
+    return len >= k && memcmp(name + len - k, suffix, k) == 0;
+}
+
 /* Collects skeletal tensors of forward passes; a trace without phase marks counts as one
  * forward pass (phase "none"). */
 static ms_status collect(const trace_t *t, pol_skel **out, size_t *n, size_t *cap,
@@ -36,8 +43,10 @@ static ms_status collect(const trace_t *t, pol_skel **out, size_t *n, size_t *ca
     trace_phase phase = TP_NONE;
     uint32_t pass = 0;
     int seen_fwd = 0;
-    for (size_t i = 0; i < trace_count(t); i++) {
-        const trace_rec *r = trace_get(t, i);
+    size_t nrecs;
+    const trace_rec *recs = trace_records(t, &nrecs);
+    for (size_t i = 0; i < nrecs; i++) {
+        const trace_rec *r = &recs[i];
         if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
             phase = (trace_phase)r->u.mark.value;
             if (phase == TP_FWD) {
@@ -57,10 +66,12 @@ static ms_status collect(const trace_t *t, pol_skel **out, size_t *n, size_t *ca
         s->layer = x->layer;
         s->pass = pass;
         s->t = x;
-        s->is_input = ms_ends_with(x->name, ".input");
+        size_t len = strlen(x->name);
+        s->is_input = ends_with(x->name, len, ".input");
         /* the attention kernel's outputs: its output and, when saved apart, its log-sum-exp
          * (MEMO offloads "the FlashAttention output" whole; the backward needs both) */
-        s->is_attn_out = ms_ends_with(x->name, ".attn_out") || ms_ends_with(x->name, ".attn_lse");
+        s->is_attn_out = ends_with(x->name, len, ".attn_out") ||
+                         ends_with(x->name, len, ".attn_lse");
         s->is_whole = x->producer < 0;
         if (s->is_input && u64map_put(named, group_key(pass, x->layer), 1)) return MS_ERR_NOMEM;
     }

@@ -65,46 +65,68 @@ sched_action sbuild_act(const sbuild *b, sched_kind k, sched_stream s)
     return a;
 }
 
-ms_status sbuild_put(sbuild *b, const sched_action *a)
+/* The schedule's new last action, or NULL with the builder's message. */
+static sched_action *slot(sbuild *b)
 {
-    sched_action c;
-    if (b->hook) { /* the hook adjusts a copy; without one the action goes in as it is */
-        c = *a;
-        b->hook(b->hook_ctx, &c);
-        a = &c;
-    }
-    if (sched_add(b->s, a) != MS_OK) return ms_fail(b->err, MS_ERR_NOMEM, "%s", b->nomem_msg);
+    sched_action *a = sched_append(b->s);
+    if (!a) ms_fail(b->err, MS_ERR_NOMEM, "%s", b->nomem_msg);
+    return a;
+}
+
+/* An action written in its place in the schedule: the hook adjusts it there, and it is
+ * counted. */
+void sbuild_end(sbuild *b, sched_action *a)
+{
+    if (b->hook) b->hook(b->hook_ctx, a);
     b->actions++;
     if (a->kind == SA_COPY_H2D) b->h2d_bytes += a->bytes;
     if (a->kind == SA_COPY_D2H) b->d2h_bytes += a->bytes;
+}
+
+sched_action *sbuild_begin(sbuild *b, sched_kind k, sched_stream s)
+{
+    sched_action *a = slot(b);
+    if (a) act_init(b, a, k, s);
+    return a;
+}
+
+ms_status sbuild_put(sbuild *b, const sched_action *a)
+{
+    sched_action *c = slot(b);
+    if (!c) return MS_ERR_NOMEM;
+    *c = *a;
+    sbuild_end(b, c);
     return MS_OK;
 }
 
 ms_status sbuild_tensor(sbuild *b, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes)
 {
-    sched_action a;
-    act_init(b, &a, k, s);
-    a.tensor = id;
-    a.bytes = bytes;
-    return sbuild_put(b, &a);
+    sched_action *a = sbuild_begin(b, k, s);
+    if (!a) return MS_ERR_NOMEM;
+    a->tensor = id;
+    a->bytes = bytes;
+    sbuild_end(b, a);
+    return MS_OK;
 }
 
 ms_status sbuild_block(sbuild *b, sched_stream s, uint64_t id, uint64_t bytes, sched_block kind)
 {
-    sched_action a;
-    act_init(b, &a, SA_ALLOC, s);
-    a.tensor = id;
-    a.bytes = bytes;
-    a.block = (uint8_t)kind;
-    return sbuild_put(b, &a);
+    sched_action *a = sbuild_begin(b, SA_ALLOC, s);
+    if (!a) return MS_ERR_NOMEM;
+    a->tensor = id;
+    a->bytes = bytes;
+    a->block = (uint8_t)kind;
+    sbuild_end(b, a);
+    return MS_OK;
 }
 
 ms_status sbuild_event(sbuild *b, sched_kind k, sched_stream s, uint32_t e)
 {
-    sched_action a;
-    act_init(b, &a, k, s);
-    a.event = e;
-    return sbuild_put(b, &a);
+    sched_action *a = sbuild_begin(b, k, s);
+    if (!a) return MS_ERR_NOMEM;
+    a->event = e;
+    sbuild_end(b, a);
+    return MS_OK;
 }
 
 uint32_t sbuild_new_event(sbuild *b)

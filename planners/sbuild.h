@@ -27,6 +27,11 @@ void sbuild_at(sbuild *b, int32_t layer, trace_phase phase);
 sched_action sbuild_act(const sbuild *b, sched_kind k, sched_stream s);
 /* Adds a (after the hook) and counts it. MS_ERR_NOMEM with the builder's message. */
 ms_status sbuild_put(sbuild *b, const sched_action *a);
+/* sbuild_act and sbuild_put in two steps, the action made where it goes: the caller fills
+ * the fresh action sbuild_begin returns (NULL: out of memory, the builder's message given)
+ * and hands it to sbuild_end, adding nothing to the schedule in between. */
+sched_action *sbuild_begin(sbuild *b, sched_kind k, sched_stream s);
+void sbuild_end(sbuild *b, sched_action *a);
 /* sbuild_put of a fresh action on tensor id of `bytes` (ALLOC, FREE, COPY, HOST_*). */
 ms_status sbuild_tensor(sbuild *b, sched_kind k, sched_stream s, uint64_t id, uint64_t bytes);
 /* sbuild_tensor of an ALLOC of a block holding what kind says (sched_block). */

@@ -43,6 +43,13 @@ ms_status sched_add(schedule_t *s, const sched_action *a)
     return MS_OK;
 }
 
+sched_action *sched_append(schedule_t *s)
+{
+    if (s->n == s->cap && ms_grow((void **)&s->acts, &s->cap, s->n + 1, sizeof *s->acts) != MS_OK)
+        return NULL;
+    return &s->acts[s->n++];
+}
+
 uint32_t sched_new_event(schedule_t *s)
 {
     return s->n_events++;
@@ -61,6 +68,12 @@ size_t sched_count(const schedule_t *s)
 const sched_action *sched_get(const schedule_t *s, size_t i)
 {
     return (s && i < s->n) ? &s->acts[i] : NULL;
+}
+
+const sched_action *sched_actions(const schedule_t *s, size_t *n)
+{
+    *n = s ? s->n : 0;
+    return *n ? s->acts : NULL;
 }
 
 static const char *const kind_names[SA_COUNT] = {

@@ -99,6 +99,9 @@ typedef struct schedule schedule_t;
 schedule_t *sched_new(void);
 void sched_free(schedule_t *s);
 ms_status sched_add(schedule_t *s, const sched_action *a);
+/* A new action at the end, its contents undefined, for the caller to fill in place (valid
+ * until the schedule next grows); NULL when out of memory. */
+sched_action *sched_append(schedule_t *s);
 /* A fresh event id (events are numbered from 0). */
 uint32_t sched_new_event(schedule_t *s);
 uint32_t sched_event_count(const schedule_t *s);
@@ -107,6 +110,9 @@ size_t sched_count(const schedule_t *s);
  * not grow the array step by step. MS_ERR_NOMEM when it cannot. */
 ms_status sched_reserve(schedule_t *s, size_t n);
 const sched_action *sched_get(const schedule_t *s, size_t i);
+/* The actions in program order (*n of them; NULL when none), valid until the schedule next
+ * changes: for an executor that looks actions up by index many times per run. */
+const sched_action *sched_actions(const schedule_t *s, size_t *n);
 const char *sched_kind_name(sched_kind k);
 const char *sched_stream_name(sched_stream s);
 /* The block kind of a trace tensor of class c (SB_OTHER for a class with none). */

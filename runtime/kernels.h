@@ -45,8 +45,9 @@ rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows, 
 /* out[t][:] = wte[tok[t]][:]; tok in [0, rows of wte). */
 rt_status kn_embed_fwd(kn_ctx *k, kn_bf16 *out, const int32_t *tok, const kn_bf16 *wte,
                        size_t T, size_t h, ms_error *err);
-/* dwte[tok[t]][:] += dout[t][:] for every t, in token order (no atomics: one thread per
- * column walks the tokens). */
+/* dwte[tok[t]][:] += dout[t][:] for every t, each id's rows summed in token order (no
+ * atomics): the ids sorted, one CTA per distinct id (runtime/embed_bwd.h); rows that are not
+ * whole 16-byte vectors take a slower kernel with one thread per column. */
 rt_status kn_embed_bwd(kn_ctx *k, float *dwte, const int32_t *tok, const kn_bf16 *dout,
                        size_t T, size_t h, ms_error *err);
 
@@ -85,6 +86,25 @@ rt_status kn_gelu_bwd(kn_ctx *k, kn_bf16 *dx, const kn_bf16 *dy, const kn_bf16 *
 rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n, ms_error *err);
 
 /* ---- causal attention ---- */
+/* Implementations: wgmma with TMA (FlashAttention-3's producer / consumer warpgroups, the
+ * forward's consumers taking turns, the backward in two kernels; runtime/attn_sm90.h), chosen
+ * on devices of compute capability 9.0; two other forms of it kept for comparison (basic: the
+ * forward's consumers each in sequence; one-pass: the backward in one kernel, dq summed in a
+ * fixed order, slower on the H200: docs/RUNTIME.md); and mma.sync (FlashAttention-2's loop
+ * order) elsewhere. All deterministic, the same results within rounding (not bit for bit:
+ * the products are summed in other orders). */
+typedef enum kn_attn_impl {
+    KN_ATTN_AUTO = 0, KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC, KN_ATTN_WGMMA_ONEPASS
+} kn_attn_impl;
+/* KN_ATTN_AUTO: the device's; the wgmma ones on another device: RT_ERR_INVALID. */
+rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err);
+kn_attn_impl kn_ctx_attn(const kn_ctx *k);
+const char *kn_attn_name(kn_attn_impl impl);
+/* The wgmma kernels' layout self-test (runtime/attn_sm90.h: three products and the TMA tile
+ * against the host, relative errors); RT_ERR_INVALID without the wgmma kernels. */
+enum { KN_ATTN_NTEST = 4 };
+rt_status kn_attn_selftest(kn_ctx *k, double rel[KN_ATTN_NTEST], ms_error *err);
+
 /* Token t = b*S + i; head hd of token t is q[t*ld_qkv + hd*D .. +D) (likewise k, v) and
  * o[t*ld_o + hd*D ..]. lse[(b*H + hd)*S + i] = log sum_j exp(q_i . k_j / sqrt(D)) over
  * j <= i (natural log), fp32. */

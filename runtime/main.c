@@ -183,10 +183,11 @@ static int cmd_probe(int argc, char **argv)
     snprintf(gnote, sizeof gnote, "%s; FLOP-weighted over one GPT layer's GEMMs (hidden 4096, "
              "ffn 16384, 8K tokens; forward, input and weight gradients) through the runtime's "
              "kn_gemm (cuBLAS)", note);
-    snprintf(anote, sizeof anote, "%s; memsim's own attention kernels (runtime/kernels.h: "
-             "mma.sync, 7-product deterministic backward), NOT FlashAttention: causal, head dim "
-             "128, one sequence of 2K-32K tokens, model FLOPs (backward 2.5x forward) over time, fitted to "
-             "eff * S / (S + half_seq); per-shape samples in the raw CSV", note);
+    snprintf(anote, sizeof anote, "%s; memsim's own attention kernels (runtime/kernels.h: the "
+             "device's default, wgmma and TMA on compute capability 9.0, else mma.sync; "
+             "7-product deterministic backward), not the vendor's FlashAttention: causal, head "
+             "dim 128, one sequence of 2K-32K tokens, model FLOPs (backward 2.5x forward) over "
+             "time, fitted to eff * S / (S + half_seq); per-shape samples in the raw CSV", note);
     set_source(p, "gpu.gemm_eff", gnote);
     char lnote[1600];
     snprintf(lnote, sizeof lnote, "%s; an LM head's three bf16 GEMMs (8K tokens, hidden 4096, "

@@ -553,6 +553,7 @@ void mrt_bench_default(mrt_bench_cfg *c)
     c->warmup = 3;
     c->iters = 12;
     c->seed = 7;
+    c->attn = KN_ATTN_AUTO;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -716,6 +717,8 @@ rt_status mrt_bench_layer(const mrt_bench_cfg *c, void *stream, mrt_bench_result
     RT_TRY(arena_alloc(&a, &b.mem, err));
     bench_layout(&b, &a);
     rt_status st = kn_ctx_new(stream, &b.k, err);
+    if (st == RT_OK) st = kn_ctx_set_attn(b.k, c->attn, err);
+    if (st == RT_OK) r->attn = kn_ctx_attn(b.k);
     if (st == RT_OK) st = bench_init(&b, err);
     if (st == RT_OK) st = bench_run(&b, c, r, err);
     if (b.s) cudaStreamSynchronize(b.s);

@@ -73,6 +73,7 @@ typedef struct mrt_bench_cfg {
     int hidden, heads, ffn, seq, batch;
     int warmup, iters;        /* timed repetitions of forward + backward (median reported) */
     uint64_t seed;
+    kn_attn_impl attn;        /* attention kernels (KN_ATTN_AUTO: the device's) */
 } mrt_bench_cfg;
 
 #define MRT_BENCH_OPS 32
@@ -88,6 +89,7 @@ typedef struct mrt_bench_result {
     double exec_flops;        /* executed: GEMMs 3x forward, attention 2 + 7 causal products */
     double median_ms, min_ms, max_ms;
     int n_times;
+    kn_attn_impl attn;        /* the attention kernels that ran */
     double times_ms[64];      /* every timed repetition, in order */
     int n_ops;
     mrt_bench_op ops[MRT_BENCH_OPS];

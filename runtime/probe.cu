@@ -579,8 +579,9 @@ static void fit_ramp(const double *S, const double *eff, int n, double *e, doubl
     }
 }
 
-/* memsim's own causal attention kernels (runtime/kernels.h: mma.sync, no wgmma; the backward
- * computes 7 products instead of FlashAttention-2's 5, for determinism), NOT FlashAttention:
+/* memsim's own causal attention kernels, the device's default set (runtime/kernels.h: wgmma
+ * and TMA on compute capability 9.0, else mma.sync; the backward computes 7 products instead
+ * of FlashAttention-2's 5, for determinism), not the vendor's FlashAttention kernels:
  * one sequence (micro-batch 1, the long-sequence training case the generator's seq ramp
  * describes) of 16 heads of dim 128 at lengths 2K..32K, forward and backward. FLOPs are the model's, as the generator counts them (traces/gen.c): forward
  * 2 B S^2 H D (causal), backward 2.5 x forward. Each direction's efficiency over S is fitted

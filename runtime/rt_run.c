@@ -44,6 +44,7 @@ typedef struct run_args {
     double watchdog_s;
     int math_real;                /* --math real: the model's kernels (model_rt.h) */
     int bench_layer, train_steps, reps, warmup;
+    kn_attn_impl attn;            /* --attn: the benchmark's attention kernels */
     double lr;                    /* --train: AdamW learning rate (0: the model's default) */
     int host_threads;             /* --host-threads: host optimizer threads (0: CPUs - 1) */
     int host_denormals_keep;      /* --host-denormals keep: the host step without FTZ/DAZ */
@@ -57,7 +58,7 @@ enum {
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
     O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY,
-    O_HOSTTHREADS, O_HOSTDENORM, O_COLL
+    O_HOSTTHREADS, O_HOSTDENORM, O_ATTN, O_COLL
 };
 
 static const struct option opts[] = {
@@ -83,6 +84,7 @@ static const struct option opts[] = {
     {"warmup", required_argument, 0, O_WARMUP}, {"lr", required_argument, 0, O_LR},
     {"host-threads", required_argument, 0, O_HOSTTHREADS},
     {"host-denormals", required_argument, 0, O_HOSTDENORM},
+    {"attn", required_argument, 0, O_ATTN},
     {"collectives", required_argument, 0, O_COLL},
     {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
@@ -151,6 +153,10 @@ static void usage(FILE *f)
         "                       and --batch: FLOPs, median time, MFU against the profile's bf16\n"
         "                       peak, per-op times\n"
         "  --reps N --warmup N  timed and warm-up repetitions of the benchmark (12, 3)\n"
+        "  --attn KERNELS       the benchmark's attention: auto (default: wgmma and TMA on\n"
+        "                       compute capability 9.0, mma.sync elsewhere), mma, wgmma,\n"
+        "                       wgmma-basic (the forward's consumers without turns) or\n"
+        "                       wgmma-onepass (the backward in one pass, dq in a fixed order)\n"
         "  --train N            N training steps of the whole model (AdamW, seeded weights and\n"
         "                       token stream; --policy full-recompute replays each layer's\n"
         "                       forward in the backward): the loss curve and step times\n"
@@ -281,6 +287,14 @@ static int apply(int c, char *v, run_args *a)
         a->host_denormals_keep = !strcmp(v, "keep");
         return 0;
     case O_REPS: return parse_pos("reps", v, &a->reps);
+    case O_ATTN:
+        if (!strcmp(v, "auto")) a->attn = KN_ATTN_AUTO;
+        else if (!strcmp(v, "mma")) a->attn = KN_ATTN_MMA;
+        else if (!strcmp(v, "wgmma")) a->attn = KN_ATTN_WGMMA;
+        else if (!strcmp(v, "wgmma-basic")) a->attn = KN_ATTN_WGMMA_BASIC;
+        else if (!strcmp(v, "wgmma-onepass")) a->attn = KN_ATTN_WGMMA_ONEPASS;
+        else return bad("attn", v, "expected auto, mma, wgmma, wgmma-basic or wgmma-onepass");
+        return 0;
     case O_WARMUP:
         if (!ms_parse_u64(v, &x) || x > 1000) return bad("warmup", v, "expected 0..1000");
         a->warmup = (int)x;
@@ -1040,6 +1054,7 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
     c.batch = (int)(a->batch ? a->batch : 1);
     if (a->reps) c.iters = a->reps;
     if (a->warmup >= 0) c.warmup = a->warmup;
+    c.attn = a->attn;
     mrt_bench_result r;
     ms_error err;
     ms_error_clear(&err);
@@ -1055,6 +1070,12 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
            gib(r.device_bytes));
     printf("FLOPs: model %.4g (MEMO: 6 T P_layer + 6 b h s^2), executed %.4g (GEMMs 3x forward, "
            "attention 2 + 7 causal products)\n", r.model_flops, r.exec_flops);
+    static const char *const attn_what[] = {
+        "auto", "mma (mma.sync m16n8k16)",
+        "wgmma (warpgroup MMA fed by TMA, the forward's consumers taking turns)",
+        "wgmma-basic (warpgroup MMA fed by TMA)",
+        "wgmma-onepass (warpgroup MMA fed by TMA, turns, one-pass backward)"};
+    printf("attention kernels: %s\n", attn_what[r.attn]);
     printf("time: median %.3f ms of %d repetitions (min %.3f, max %.3f) after %d warm-up, "
            "events around each repetition\n", r.median_ms, r.n_times, r.min_ms, r.max_ms,
            c.warmup);

@@ -45,7 +45,7 @@ void ex_fail_run(ex *x, ms_status st, const char *fmt_msg)
 void ex_fail_at(ex *x, ms_status st, size_t idx, const char *what)
 {
     char msg[600];
-    const sched_action *a = sched_get(x->s, idx);
+    const sched_action *a = ex_act(x, idx);
     snprintf(msg, sizeof msg, "schedule action %zu (%s on stream %s): %s", idx,
              sched_kind_name(a->kind), sched_stream_name(a->stream), what);
     ex_fail_run(x, st, msg);
@@ -109,7 +109,7 @@ void ex_add_span(ex *x, int track, double s_us, double e_us, size_t idx, const c
                  const char *cat)
 {
     if (!ex_spans_on(x) || !(e_us > s_us)) return;
-    const sched_action *a = sched_get(x->s, idx);
+    const sched_action *a = ex_act(x, idx);
     int has_t = a->kind != SA_COMPUTE && a->kind != SA_HOST_COMPUTE && a->kind != SA_WAIT;
     tl_span_info si = { track, s_us, e_us, name, cat, (int64_t)idx,
                         a->kind == SA_COMPUTE ? a->op : -1, a->tensor, has_t,
@@ -167,8 +167,8 @@ static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
     if (ex_spans_on(x)) {
         char name[TL_NAME_MAX], tn[48];
         snprintf(name, sizeof name, "sync (%s %s)",
-                 sched_get(x->s, idx)->kind == SA_FREE ? "free" : "alloc",
-                 ex_tensor_name(x, sched_get(x->s, idx)->tensor, tn, sizeof tn));
+                 ex_act(x, idx)->kind == SA_FREE ? "free" : "alloc",
+                 ex_tensor_name(x, ex_act(x, idx)->tensor, tn, sizeof tn));
         ex_add_span(x, s, t->t_start, now, idx, name, "sync");
     }
     x->sync_owner = -1;
@@ -192,7 +192,7 @@ static void action_done(ex *x, int s)
     stream *t = &x->st[s];
     double now = eng_now(x->eng);
     size_t idx = t->q[t->pos];
-    const sched_action *a = sched_get(x->s, idx);
+    const sched_action *a = ex_act(x, idx);
     char name[TL_NAME_MAX], nb[48];
     int sp = ex_spans_on(x);
     switch (a->kind) {
@@ -293,7 +293,7 @@ static void copy_lat_cb(eng_t *e, void *ctx, uint64_t arg)
     (void)e;
     ex *x = ctx;
     int s = (int)arg;
-    const sched_action *a = sched_get(x->s, x->st[s].q[x->st[s].pos]);
+    const sched_action *a = ex_act(x, x->st[s].q[x->st[s].pos]);
     if (a->kind == SA_COPY_H2D) start_flow(x, s, LINK_H2D, a->bytes, x->m->link_h2d_Bps);
     else start_flow(x, s, LINK_D2H, a->bytes, x->m->link_d2h_Bps);
 }
@@ -421,12 +421,19 @@ int ex_pool_stream(int s, const sched_action *a)
 
 static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
 {
-    if (u64map_get(x->dev, a->tensor, NULL)) {
+    int added; /* one probe checks the tensor is not live and makes its entry */
+    uint64_t *slot = u64map_slot(x->dev, a->tensor, &added);
+    if (!slot) {
+        ex_fail_run(x, MS_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    if (!added) {
         ex_fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
         return 0;
     }
     uint64_t addr = 0;
     ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a), a->tensor, &addr);
+    if (st != MS_OK) u64map_del(x->dev, a->tensor, NULL);
     if (st == MS_ERR_OOM) {
         ex_oom_failure(x, s, idx, a);
         ex_end_as(x, RS_OOM);
@@ -436,7 +443,8 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         ex_fail_at(x, st, idx, ex_alloc_why(x, st));
         return 0;
     }
-    if (u64map_put(x->dev, a->tensor, addr) || !bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes)) {
+    *slot = addr; /* the map is untouched since u64map_slot */
+    if (!bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes)) {
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
@@ -705,7 +713,7 @@ static void advance_stream(ex *x, int s)
             return;
         }
         size_t idx = t->q[t->pos];
-        const sched_action *a = sched_get(x->s, idx);
+        const sched_action *a = ex_act(x, idx);
         t->t_start = eng_now(x->eng);
         switch (a->kind) {
         case SA_RECORD:
@@ -771,10 +779,10 @@ void ex_advance(ex *x, int s)
 /* Per-stream queues in program order, in one buffer. */
 static ms_status split_streams(ex *x)
 {
-    size_t n = sched_count(x->s);
+    size_t n = x->nacts;
     size_t cnt[SS_COUNT] = { 0 };
     for (size_t i = 0; i < n; i++) {
-        const sched_action *a = sched_get(x->s, i);
+        const sched_action *a = ex_act(x, i);
         if ((unsigned)a->stream >= SS_COUNT)
             return ms_fail(x->err, MS_ERR_INVALID, "schedule action %zu: bad stream %d", i,
                            (int)a->stream);
@@ -798,18 +806,16 @@ static ms_status split_streams(ex *x)
         off += cnt[k];
     }
     for (size_t i = 0; i < n; i++) {
-        stream *t = &x->st[sched_get(x->s, i)->stream];
+        stream *t = &x->st[ex_act(x, i)->stream];
         t->q[t->n++] = (uint32_t)i;
     }
     return MS_OK;
 }
 
-static int has_side_use(const schedule_t *s)
+static int has_side_use(const ex *x)
 {
-    for (size_t i = 0; i < sched_count(s); i++) {
-        const sched_action *a = sched_get(s, i);
-        if (a->kind == SA_FREE && a->side_use) return 1;
-    }
+    for (size_t i = 0; i < x->nacts; i++)
+        if (x->acts[i].kind == SA_FREE && x->acts[i].side_use) return 1;
     return 0;
 }
 
@@ -817,8 +823,16 @@ static int has_side_use(const schedule_t *s)
 static int has_host_times(const ex *x)
 {
     if (!x->o.trace) return 0;
-    for (size_t i = 0; i < sched_count(x->s); i++) {
-        const sched_action *a = sched_get(x->s, i);
+    /* most traces have no op with a host time at all: a scan of the records says so
+     * without looking each compute action's op up */
+    int any = 0;
+    size_t n;
+    const trace_rec *recs = trace_records(x->o.trace, &n);
+    for (size_t i = 0; i < n && !any; i++)
+        any = recs[i].type == TR_OP && (recs[i].u.op.host_us > 0 || recs[i].u.op.host_sync);
+    if (!any) return 0;
+    for (size_t i = 0; i < x->nacts; i++) {
+        const sched_action *a = ex_act(x, i);
         const trace_op *t = a->kind == SA_COMPUTE ? ex_action_op(x, a) : NULL;
         if (t && (t->host_us > 0 || t->host_sync)) return 1;
     }
@@ -827,7 +841,8 @@ static int has_host_times(const ex *x)
 
 static ms_status setup(ex *x)
 {
-    if (sched_count(x->s) > UINT32_MAX)
+    x->acts = sched_actions(x->s, &x->nacts);
+    if (x->nacts > UINT32_MAX)
         return ms_fail(x->err, MS_ERR_LIMIT, "schedule too long");
     x->nevents = sched_event_count(x->s);
     x->reached = calloc(x->nevents ? x->nevents : 1, 1);
@@ -852,7 +867,7 @@ static ms_status setup(ex *x)
      * PyTorch's release_cached_blocks for all its deferred frees: they go back inside the
      * allocator's retry, after its synchronize. Without it the host waits for them after the
      * failed call and retries once more, as memsim's runtime does (its oom_drains). */
-    if (x->o.issue_ahead != 0 && has_side_use(x->s))
+    if (x->o.issue_ahead != 0 && has_side_use(x))
         alloc_set_events_hook(x->alloc, flush_device_frees, x);
     if (x->o.timeline_path || x->o.timeline_out || x->o.memcsv_path || x->o.intervals_path) {
         x->tl = tl_new();

@@ -160,7 +160,7 @@ static void note_use(ex *x, uint64_t tensor, int k)
 static void host_enqueue(ex *x, size_t i)
 {
     hthread *h = &x->h;
-    const sched_action *a = sched_get(x->s, i);
+    const sched_action *a = ex_act(x, i);
     int k = (int)a->stream;
     if (a->kind == SA_COPY_D2H || a->kind == SA_COPY_H2D) note_use(x, a->tensor, k);
     x->st[k].nissued++;
@@ -186,7 +186,7 @@ static void host_busy_cb(eng_t *e, void *ctx, uint64_t arg)
     if (h->alloc_busy) {
         /* the span and the allocator time include a synchronize's drain */
         if (ex_spans_on(x)) {
-            const sched_action *a = sched_get(x->s, h->call_idx);
+            const sched_action *a = ex_act(x, h->call_idx);
             char name[TL_NAME_MAX], tn[48];
             snprintf(name, sizeof name, "%s%s %s%s", h->call_synced ? "sync (" : "",
                      a->kind == SA_FREE ? "free" : a->kind == SA_HOST_ALLOC ? "host alloc"
@@ -366,14 +366,14 @@ static void host_iter_mark(ex *x)
 static void host_step(ex *x)
 {
     hthread *h = &x->h;
-    size_t n = sched_count(x->s);
+    size_t n = x->nacts;
     while (!x->stop && h->state == H_READY) {
         if (h->next >= n) {
             h->state = H_DONE;
             return;
         }
         size_t i = h->next;
-        const sched_action *a = sched_get(x->s, i);
+        const sched_action *a = ex_act(x, i);
         switch (a->kind) {
         case SA_COMPUTE: {
             double us = compute_host_us(x, a, x->o.issue_us > 0 ? x->o.issue_us : 0);

@@ -117,6 +117,8 @@ typedef struct window {
 
 typedef struct ex {
     const schedule_t *s;
+    const sched_action *acts; /* the schedule's actions (sched_actions), nacts of them */
+    size_t nacts;
     const machine_t *m;
     sim_opts o;
     eng_t *eng;
@@ -174,6 +176,9 @@ typedef struct ex {
 #define TRACK_HOST_THREAD SS_COUNT
 
 /* ---- sim/exec.c: helpers the host side uses ---- */
+
+/* Schedule action idx (< x->nacts). */
+static inline const sched_action *ex_act(const ex *x, size_t idx) { return &x->acts[idx]; }
 
 /* Adds the part of [s_us, e_us] inside the measured window to *field. */
 void ex_acc(const ex *x, double *field, double s_us, double e_us);

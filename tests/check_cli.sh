@@ -571,12 +571,14 @@ ok $? "experiments/realworld runs"
 n_cases=$(grep -c . "${T}/rw/results.tsv"); n_cases=$((n_cases - 1))
 grep -q "^status (fits / out of memory) right in $n_cases of $n_cases cases" "$T/rw.out"
 ok $? "realworld: every status (fits / out of memory) predicted right ($n_cases cases)"
-awk '/^peak allocated:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 2 && w <= 5) }' "$T/rw.out"
-ok $? "realworld: peak allocated within 2 % (median) and 5 % (worst)"
-awk '/^peak reserved:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 3 && w <= 6) }' "$T/rw.out"
-ok $? "realworld: peak reserved within 3 % (median) and 6 % (worst)"
-awk '/^step time:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 10 && w <= 20) }' "$T/rw.out"
-ok $? "realworld: step time within 10 % (median) and 20 % (worst)"
+# bounds at what is measured (2026-12-02, 61 runs: allocated 0.00 / 0.01 %, reserved 0.03 /
+# 5.57 %, step 2.66 / 11.08 %), with a margin for the step times
+awk '/^peak allocated:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 0.05 && w <= 0.1) }' "$T/rw.out"
+ok $? "realworld: peak allocated within 0.05 % (median) and 0.1 % (worst)"
+awk '/^peak reserved:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 0.5 && w <= 6) }' "$T/rw.out"
+ok $? "realworld: peak reserved within 0.5 % (median) and 6 % (worst)"
+awk '/^step time:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 5 && w <= 15) }' "$T/rw.out"
+ok $? "realworld: step time within 5 % (median) and 15 % (worst)"
 # misspelled names get the closest known one
 expect 2 "a misspelled command: exit 2" -- "$M" simualte
 grep -q "unknown command 'simualte'; did you mean 'simulate'?" "$T/err"; ok $? "the command is suggested"

@@ -138,18 +138,18 @@ static void check_st(rt_status st, const char *what, const ms_error *err)
 
 /* ---- kernels ---- */
 
-static void t_embed(uint64_t seed)
+/* T tokens of a vocabulary of V (V small: long runs of repeats in the sorted backward). */
+static void t_embed(uint64_t seed, size_t T, size_t h, size_t V)
 {
     ms_error err;
     ms_error_clear(&err);
-    size_t T = 300, h = 136, V = 97;
-    int32_t tok[300];
+    int32_t *tok = malloc(T * sizeof *tok);
     for (size_t t = 0; t < T; t++) tok[t] = (int32_t)(((kref_uniform(seed, t) + 1) / 2) * V) % (int)V;
     tok[7] = tok[8] = tok[9] = 5;   /* repeats */
     float *wte = hrand(V * h, seed + 1, 1), *dout = hrand(T * h, seed + 2, 1);
     float *g0 = hrand(V * h, seed + 3, 1);   /* fp32 gradient to accumulate into */
     kn_bf16 *dw = up_bf16(wte, V * h), *dd = up_bf16(dout, T * h), *dy = dmalloc(T * h * 2);
-    int32_t *dt = up_raw(tok, sizeof tok);
+    int32_t *dt = up_raw(tok, T * sizeof *tok);
     float *dg = up_f32(g0, V * h);
     check_st(kn_embed_fwd(K, dy, dt, dw, T, h, &err), "embed_fwd", &err);
     check_st(kn_embed_bwd(K, dg, dt, dd, T, h, &err), "embed_bwd", &err);
@@ -157,8 +157,10 @@ static void t_embed(uint64_t seed)
     kref_embed_fwd(r, tok, wte, T, h);
     check("embedding forward", o, r, T * h, 0);
     kref_embed_bwd(g0, tok, dout, T, h);
-    check("embedding backward (scatter-add into fp32)", og, g0, V * h, 1e-6);
-    free(wte); free(dout); free(g0); free(o); free(og); free(r);
+    char what[96];
+    snprintf(what, sizeof what, "embedding backward (scatter-add into fp32, %zu tokens of %zu)", T, V);
+    check(what, og, g0, V * h, 1e-6);
+    free(tok); free(wte); free(dout); free(g0); free(o); free(og); free(r);
     cudaFree(dw); cudaFree(dd); cudaFree(dy); cudaFree(dt); cudaFree(dg);
 }
 
@@ -276,11 +278,18 @@ static void t_elem(uint64_t seed)
 }
 
 /* Attention over B sequences of S tokens, H heads of D; packed = q, k, v as the column
- * blocks of one [T, 3 H D] matrix (the model's layout), else three [T, H D] tensors. */
-static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int packed)
+ * blocks of one [T, 3 H D] matrix (the model's layout), else three [T, H D] tensors; with
+ * the kernels impl (the context's own restored after). */
+static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int packed,
+                   kn_attn_impl impl)
 {
     ms_error err;
     ms_error_clear(&err);
+    kn_attn_impl was = kn_ctx_attn(K);
+    if (kn_ctx_set_attn(K, impl, &err) != RT_OK) {
+        TAP_OK(0, "attention kernels %s: %s", kn_attn_name(impl), err.msg);
+        return;
+    }
     size_t T = B * S, w = H * D, ld = packed ? 3 * w : w, n = T * ld;
     float *q = hrand(n, seed, 1), *k = hrand(n, seed + 1, 1), *v = hrand(n, seed + 2, 1);
     float *dout = hrand(T * w, seed + 3, 1);
@@ -301,14 +310,19 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
     check_st(kn_attn_fwd(K, dO, dl, dq, dk, dv, ld, w, B, H, S, D, &err), "attn_fwd", &err);
     check_st(kn_attn_bwd(K, gq, gk, gv, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S, D, &err),
              "attn_bwd", &err);
+    /* the backward again into fresh buffers: the same bits (no order of sums left to chance) */
+    kn_bf16 *g2 = dmalloc(n * 2 * 3);
+    check_st(kn_attn_bwd(K, g2, g2 + n, g2 + 2 * n, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S, D, &err),
+             "attn_bwd again", &err);
     float *o = down_bf16(dO, T * w), *l = down_f32(dl, B * H * S);
     float *ro = malloc(T * w * 4), *rl = malloc(B * H * S * 4);
     kref_attn_fwd(ro, rl, hq, hk, hv, ld, w, B, H, S, D);
     char what[128];
-    snprintf(what, sizeof what, "attention forward out (B %zu H %zu S %zu D %zu, %s)", B, H, S,
-             D, packed ? "packed qkv" : "separate q k v");
+    const char *im = kn_attn_name(impl);
+    snprintf(what, sizeof what, "attention forward out, %s (B %zu H %zu S %zu D %zu, %s)", im, B, H,
+             S, D, packed ? "packed qkv" : "separate q k v");
     check(what, o, ro, T * w, TOL_BF16);
-    snprintf(what, sizeof what, "attention forward log-sum-exp (D %zu)", D);
+    snprintf(what, sizeof what, "attention forward log-sum-exp, %s (S %zu D %zu)", im, S, D);
     check(what, l, rl, B * H * S, TOL_F32);
     float *rq = malloc(n * 4), *rk = malloc(n * 4), *rv = malloc(n * 4);
     for (size_t i = 0; i < n; i++) rq[i] = rk[i] = rv[i] = 0;
@@ -327,17 +341,30 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
                 x[t * w + c] = hg[t * ld + c0 + c];
                 y[t * w + c] = rr[j][t * ld + c];
             }
-        snprintf(what, sizeof what, "attention backward %s (D %zu, %s)", nm[j], D,
+        snprintf(what, sizeof what, "attention backward %s, %s (S %zu D %zu, %s)", nm[j], im, S, D,
                  packed ? "packed" : "separate");
         check(what, x, y, T * w, TOL_BF16);
+        /* the second run's gradient j, at the same columns of its own [T, ld] array */
+        float *h2 = down_bf16(g2 + (size_t)j * n, n);
+        size_t diff = 0;
+        for (size_t t = 0; t < T; t++)
+            for (size_t c = 0; c < w; c++) {
+                float a = hg[t * ld + c0 + c], b2 = h2[t * ld + c];
+                diff += memcmp(&a, &b2, sizeof a) != 0;
+            }
+        TAP_OK(diff == 0, "attention backward %s, %s, run twice: %zu of %zu values differ", nm[j],
+               im, diff, T * w);
         free(hg);
+        free(h2);
     }
+    cudaFree(g2);
     free(q); free(k); free(v); free(dout); free(o); free(l); free(ro); free(rl);
     free(rq); free(rk); free(rv); free(x); free(y);
     cudaFree(dq); cudaFree(ddo); cudaFree(dO); cudaFree(gq); cudaFree(dl);
     if (!packed) {
         cudaFree(dk); cudaFree(dv); cudaFree(gk); cudaFree(gv);
     }
+    kn_ctx_set_attn(K, was, &err);
 }
 
 static void t_ce(uint64_t seed)
@@ -599,6 +626,24 @@ static void t_trace(void)
     machine_profile_free(mp);
 }
 
+/* The wgmma kernels' fragment and shared-memory layouts, each product against the host. */
+static void t_attn_layouts(void)
+{
+    ms_error err;
+    ms_error_clear(&err);
+    double rel[KN_ATTN_NTEST];
+    static const char *const what[KN_ATTN_NTEST] = {
+        "wgmma layout: A B^T, both K-major in shared memory (m64n128k16)",
+        "wgmma layout: A B^T at N 64 (m64n64k16)", "wgmma layout: P V, P in registers, V N-major",
+        "TMA tile: the copy engine's 128-byte swizzle is the one the descriptors assume"};
+    if (kn_attn_selftest(K, rel, &err) != RT_OK) {
+        TAP_OK(0, "wgmma layout self-test: %s", err.msg);
+        return;
+    }
+    for (int i = 0; i < KN_ATTN_NTEST; i++)
+        TAP_OK(rel[i] <= (i == 3 ? 0.0 : 1e-4), "%s: rel. error %.3g", what[i], rel[i]);
+}
+
 int main(void)
 {
     ms_error err;
@@ -613,21 +658,42 @@ int main(void)
         return tap_done();
     }
     TAP_NOTE("device %s, %d SMs", p.name, p.multiProcessorCount);
+    const int wgmma = kn_ctx_attn(K) == KN_ATTN_WGMMA;
+    TAP_NOTE("attention kernels: %s", kn_attn_name(kn_ctx_attn(K)));
+    if (wgmma) t_attn_layouts();
     for (uint64_t seed = 1; seed <= 2; seed++) {   /* two fresh draws per kernel */
         TAP_NOTE("inputs drawn with seed %llu", (unsigned long long)seed * 1000);
-        t_embed(seed * 1000);
+        t_embed(seed * 1000, 300, 136, 97);
+        t_embed(seed * 1000 + 50, 4096, 64, 40);
         t_ln(seed * 1000 + 100);
         t_gemm(seed * 1000 + 200);
         t_elem(seed * 1000 + 300);
-        t_attn(seed * 1000 + 400, 2, 2, 256, 64, 1);
-        t_attn(seed * 1000 + 500, 1, 2, 384, 128, 0);
+        for (int i = 0; i < 3; i++) {   /* every attention kernel set the device runs */
+            static const kn_attn_impl im[3] = {KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC};
+            /* (the one-pass form last of all, below) */
+            kn_attn_impl impl = im[i];
+            if (impl != KN_ATTN_MMA && !wgmma) continue;
+            t_attn(seed * 1000 + 400, 2, 2, 256, 64, 1, impl);
+            t_attn(seed * 1000 + 500, 1, 2, 384, 128, 0, impl);
+        }
         t_ce(seed * 1000 + 600);
         t_adamw(seed * 1000 + 700);
     }
-    t_attn(3000, 1, 1, 128, 128, 1);   /* one tile: the diagonal only */
+    t_attn(3000, 1, 1, 128, 128, 1, KN_ATTN_MMA);   /* one tile: the diagonal only */
+    for (int i = 0; wgmma && i < 2; i++) {
+        kn_attn_impl impl = i ? KN_ATTN_WGMMA_BASIC : KN_ATTN_WGMMA;
+        t_attn(3000, 1, 1, 128, 128, 1, impl);
+        t_attn(3100, 1, 2, 1024, 128, 1, impl);   /* rings of stages wrap many times */
+        t_attn(3200, 2, 1, 640, 64, 0, impl);
+    }
     TAP_OK(cuda_ok, "every CUDA allocation and copy of the checks succeeded");
     t_model();
     t_trace();
+    if (wgmma) {   /* the one-pass backward (dq summed in a fixed order across CTAs) */
+        t_attn(3300, 1, 2, 384, 128, 0, KN_ATTN_WGMMA_ONEPASS);
+        t_attn(3400, 1, 2, 1024, 128, 1, KN_ATTN_WGMMA_ONEPASS);
+        t_attn(3500, 2, 3, 768, 128, 1, KN_ATTN_WGMMA_ONEPASS);
+    }
     kn_ctx_free(K);
     return tap_done();
 }

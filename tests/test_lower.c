@@ -617,9 +617,9 @@ static void test_alpha(void)
 }
 
 /* A layer input no op saves, freed by the trace after its layer's forward: full-recompute
- * holds it to the layer's backward (PyTorch's checkpoint keeps the arguments it reruns the
- * layer on), replays the layer from it and frees it after; keep-all frees it where the
- * trace does. */
+ * holds it through the layer's backward (PyTorch's checkpoint keeps the arguments it reruns
+ * the layer on until the layer's saved-tensor holders are gone), replays the layer from it
+ * and frees it once the layer's backward has run; keep-all frees it where the trace does. */
 static void test_input_freed_after_layer(void)
 {
     input_dies_at_return = 1;
@@ -643,11 +643,13 @@ static void test_input_freed_after_layer(void)
         size_t bm = find_mark(s, TM_LAYER, l, TP_BWD);
         size_t r1 = find_op(s, bm, (int64_t)OP(0, l, 1), 1);
         size_t fin = find(s, 0, SA_FREE, SS_COMPUTE, T_IN(0, l));
-        ok &= bm != SIZE_MAX && r1 != SIZE_MAX && fin > r1 &&
+        size_t bw = find_op(s, 0, (int64_t)OP_BWD(0, l), 0);
+        ok &= bm != SIZE_MAX && r1 != SIZE_MAX && bw != SIZE_MAX && fin > r1 && fin > bw &&
               count_match(s, SA_FREE, SS_COMPUTE, T_IN(0, l)) == 1;
     }
-    TAP_OK(ok && rep.rebuilt == 2 * NL, "each input is held to its layer's backward and freed "
-           "after the replay that reads it (%llu rebuilt)", (unsigned long long)rep.rebuilt);
+    TAP_OK(ok && rep.rebuilt == 2 * NL, "each input is held through its layer's backward and "
+           "freed after it, not at the replay that reads it (%llu rebuilt)",
+           (unsigned long long)rep.rebuilt);
     sched_free(s);
     sched_free(keep);
     trace_free(t);

@@ -294,6 +294,27 @@ static void test_simbe_set_access(void)
     simbe_free(b);
 }
 
+/* ms_join writes what snprintf with a format of %s's writes, truncation included (the
+ * parts are a modifiable global so that the compiler does not warn of the truncations the
+ * test makes on purpose). */
+char join_parts[5][12] = { "", "L12", ".", "attn_out", "_partial" };
+
+static void test_join(void)
+{
+    char(*parts)[12] = join_parts;
+    int same = 1;
+    for (size_t n = 0; n <= 20; n++) {
+        char a[24], b[24];
+        memset(a, 'x', sizeof a);
+        memset(b, 'x', sizeof b);
+        size_t len = MS_JOIN(a, n, parts[0], parts[1], parts[2], parts[3], parts[4]);
+        int want = snprintf(b, n, "%s%s%s%s%s", parts[0], parts[1], parts[2], parts[3],
+                            parts[4]);
+        same &= len == (size_t)want && memcmp(a, b, sizeof a) == 0;
+    }
+    TAP_OK(same, "ms_join: the bytes and length of snprintf(\"%%s...\") at every buffer size");
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/memsim-test-util-XXXXXX");
@@ -304,6 +325,7 @@ int main(void)
     test_map();
     test_simbe();
     test_simbe_set_access();
+    test_join();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd)) TAP_NOTE("could not remove %s", tmpdir);

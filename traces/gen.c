@@ -911,8 +911,7 @@ static uint64_t mg_moment_bytes(const gsz *z) { return (z->OB - mg_master_bytes(
 /* "<prefix>.<what>" for the embed and head groups, "<what>" (named L<l>.<what>) for layers. */
 static void gname(char *nm, const ggroup *g, const char *what)
 {
-    snprintf(nm, TRACE_NAME_MAX, "%s%s%s", g->prefix ? g->prefix : "", g->prefix ? "." : "",
-             what);
+    MS_JOIN(nm, TRACE_NAME_MAX, g->prefix ? g->prefix : "", g->prefix ? "." : "", what);
 }
 
 /* A group's optimizer shard of `shard` parameters, "<pre>opt" (megatron: the fp32 master
@@ -921,7 +920,7 @@ static uint64_t opt_alloc(gctx *x, const ggroup *g, const char *pre, uint64_t sh
 {
     char what[32], nm[TRACE_NAME_MAX];
     if (!shard) return 0;
-    snprintf(what, sizeof what, "%sopt%s", pre, x->z.mg ? "_master" : "");
+    MS_JOIN(what, sizeof what, pre, "opt", x->z.mg ? "_master" : "");
     gname(nm, g, what);
     uint64_t per = x->z.mg ? mg_master_bytes(&x->z) : x->z.OB;
     return alloc_t(x, g->layer, nm, shard * per, TC_OPTSTATE, -1);
@@ -994,7 +993,7 @@ static void zgather(gctx *x, ggroup *g, const char *what)
     if (!x->c->zero3 || !g->nparams || g->gathered) return;
     char nm[TRACE_NAME_MAX], op[TRACE_NAME_MAX];
     gname(nm, g, "params");
-    snprintf(op, sizeof op, "%s%s%s", g->prefix ? g->prefix : "", g->prefix ? "." : "", what);
+    MS_JOIN(op, sizeof op, g->prefix ? g->prefix : "", g->prefix ? "." : "", what);
     uint64_t bytes = g->nparams * x->z.D, oid = new_op(x);
     g->gathered = alloc_t(x, g->layer, nm, bytes, TC_PARAM, (int64_t)oid);
     comm_op(x, oid, OPS(.layer = g->layer, .what = op, IN(g->shard), OUT(g->gathered)),
@@ -1190,7 +1189,7 @@ static uint64_t norm_fwd(gctx *x, int l, const char *op, const char *outn, uint6
     if (z->small) {
         uint64_t per = x->c->model.norm == MODEL_NORM_LAYER ? 2 : 1; /* mean, rstd */
         char sn[TRACE_NAME_MAX];
-        snprintf(sn, sizeof sn, "%s_stats", op);
+        MS_JOIN(sn, sizeof sn, op, "_stats");
         *stats = alloc_t(x, l, sn, z->Ts * per * F32, TC_ACT_SKEL, (int64_t)oid);
         o.out[o.nout++] = *stats;
     }
@@ -1364,21 +1363,21 @@ static void linear_fwd(gctx *x, int l, const ggroup *g, int base, const char *wh
     }
     uint64_t r = (uint64_t)x->c->lora_rank, TN = z->T * N;
     int a = G_LORA_A(base);
-    snprintf(nm, sizeof nm, "%s_base", what);
+    MS_JOIN(nm, sizeof nm, what, "_base");
     uint64_t b0 = alloc_t(x, l, nm, TN * z->D, TC_ACT_TRANS, (int64_t)oid);
     gemm_fwd(x, oid, OPS(.layer = l, .what = what, IN(in, pw(x, g, base)), OUT(b0)), z->T, N, K);
     oid = new_op(x);
-    snprintf(nm, sizeof nm, "%s.lora_mid", what);
+    MS_JOIN(nm, sizeof nm, what, ".lora_mid");
     *mid = alloc_t(x, l, nm, z->T * r * z->D, TC_ACT_SKEL, (int64_t)oid);
-    snprintf(op, sizeof op, "%s.lora_A", what);
+    MS_JOIN(op, sizeof op, what, ".lora_A");
     gemm_fwd(x, oid, OPS(.layer = l, .what = op, IN(in, pw(x, g, a)), OUT(*mid)), z->T, r, K);
     oid = new_op(x);
-    snprintf(nm, sizeof nm, "%s.lora_up", what);
+    MS_JOIN(nm, sizeof nm, what, ".lora_up");
     uint64_t up = alloc_t(x, l, nm, TN * z->D, TC_ACT_TRANS, (int64_t)oid);
-    snprintf(op, sizeof op, "%s.lora_B", what);
+    MS_JOIN(op, sizeof op, what, ".lora_B");
     gemm_fwd(x, oid, OPS(.layer = l, .what = op, IN(*mid, pw(x, g, a + 1)), OUT(up)), z->T, N, r);
     oid = new_op(x);
-    snprintf(op, sizeof op, "%s.lora_add", what);
+    MS_JOIN(op, sizeof op, what, ".lora_add");
     opspec o = OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(b0, up),
                    .flops = 2.0 * (double)TN, .br = 2 * TN * z->D, .bw = TN * z->D);
     for (int i = 0; i < nout; i++) {
@@ -1397,7 +1396,7 @@ static uint64_t row_parallel(gctx *x, int l, const ggroup *g, int base, const ch
 {
     const gsz *z = &x->z;
     char pn[TRACE_NAME_MAX];
-    snprintf(pn, sizeof pn, "%s%s", outn, z->tp > 1 ? "_partial" : "");
+    MS_JOIN(pn, sizeof pn, outn, z->tp > 1 ? "_partial" : "");
     const char *names[1] = { pn };
     uint64_t bytes[1] = { z->T * z->h * z->D }, out;
     linear_fwd(x, l, g, base, op, in, z->h, K, 1, names, bytes, TC_ACT_TRANS, &out, mid);
@@ -2439,25 +2438,25 @@ static void lora_bwd(gctx *x, int l, const ggroup *g, int base, const char *what
     uint64_t r = (uint64_t)x->c->lora_rank;
     int a = G_LORA_A(base);
     uint64_t oid = new_op(x);
-    snprintf(nm, sizeof nm, "%s.lora_dmid", what);
+    MS_JOIN(nm, sizeof nm, what, ".lora_dmid");
     uint64_t dmid = alloc_t(x, l, nm, z->T * r * z->D, TC_ACT_TRANS, (int64_t)oid);
-    snprintf(op, sizeof op, "%s.lora_B.bwd", what);
+    MS_JOIN(op, sizeof op, what, ".lora_B.bwd");
     opspec o = OPS(.layer = l, .what = op, OUT(dmid, gw(x, g, a + 1)));
     for (int i = 0; i < ndout; i++) o.in[o.nin++] = dout[i];
     o.in[o.nin++] = mid;
     o.in[o.nin++] = pw(x, g, a + 1);
     gemm_bwd(x, oid, o, z->T, N, r, gw(x, g, a + 1) != 0);
     oid = new_op(x);
-    snprintf(nm, sizeof nm, "%s.lora_din", what);
+    MS_JOIN(nm, sizeof nm, what, ".lora_din");
     uint64_t dx = alloc_t(x, l, nm, z->T * K * z->D, TC_ACT_TRANS, (int64_t)oid);
-    snprintf(op, sizeof op, "%s.lora_A.bwd", what);
+    MS_JOIN(op, sizeof op, what, ".lora_A.bwd");
     gemm_bwd(x, oid, OPS(.layer = l, .what = op, IN(dmid, in, pw(x, g, a)),
                          OUT(dx, gw(x, g, a))), z->T, r, K, gw(x, g, a) != 0);
     free_t(x, dmid);
     free_t(x, mid);
     oid = new_op(x);
     uint64_t n = z->T * K;
-    snprintf(op, sizeof op, "%s.lora_dadd", what);
+    MS_JOIN(op, sizeof op, what, ".lora_dadd");
     simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(din, dx), OUT(din),
                           .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
     free_t(x, dx);
@@ -2475,11 +2474,11 @@ static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, cons
     char n1[TRACE_NAME_MAX], n2[TRACE_NAME_MAX], n3[TRACE_NAME_MAX], n4[TRACE_NAME_MAX];
     const char *src = strcmp(base, "qkv") == 0 ? "ln1" : "ln2";
     uint64_t grad = gw(x, g, slot);
-    snprintf(n1, sizeof n1, "%s.ag.bwd", src);
-    snprintf(n2, sizeof n2, "%s_full.bwd", src);
+    MS_JOIN(n1, sizeof n1, src, ".ag.bwd");
+    MS_JOIN(n2, sizeof n2, src, "_full.bwd");
     uint64_t a = grad || mid ? tp_gather(x, l, n1, n2, saved_shard) : 0;
-    snprintf(n3, sizeof n3, "%s.bwd", base);
-    snprintf(n4, sizeof n4, "d_%s_out%s", src, z->tp > 1 ? "_full" : "");
+    MS_JOIN(n3, sizeof n3, base, ".bwd");
+    MS_JOIN(n4, sizeof n4, "d_", src, "_out", z->tp > 1 ? "_full" : "");
     uint64_t oid = new_op(x);
     uint64_t din = alloc_t(x, l, n4, z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
     opspec o = OPS(.layer = l, .what = n3, OUT(din, grad));
@@ -2491,8 +2490,8 @@ static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, cons
     for (int i = 0; i < ndout; i++) free_t(x, dout[i]);
     if (z->tp > 1 && a) free_t(x, a);
     free_t(x, saved_shard);
-    snprintf(n1, sizeof n1, "%s.rs.bwd", base);
-    snprintf(n4, sizeof n4, "d_%s_out", src);
+    MS_JOIN(n1, sizeof n1, base, ".rs.bwd");
+    MS_JOIN(n4, sizeof n4, "d_", src, "_out");
     return tp_scatter(x, l, n1, l, n4, din, TC_ACT_TRANS);
 }
 
@@ -2528,7 +2527,7 @@ static uint64_t mg_dummy(gctx *x, int l, const ggroup *g, int slot, const char *
                          uint64_t oid)
 {
     char nm[TRACE_NAME_MAX];
-    snprintf(nm, sizeof nm, "%s.wgrad", base);
+    MS_JOIN(nm, sizeof nm, base, ".wgrad");
     return alloc_t(x, l, nm, g->pbytes[slot], TC_GRAD, (int64_t)oid);
 }
 
@@ -2541,9 +2540,9 @@ static uint64_t mg_row_bwd(gctx *x, int l, const ggroup *g, int slot, const char
 {
     const gsz *z = &x->z;
     char op[TRACE_NAME_MAX], ag[TRACE_NAME_MAX], full[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.bwd", base);
-    snprintf(ag, sizeof ag, "%s.ag.bwd", base);
-    snprintf(full, sizeof full, "d_%s_out_full", base);
+    MS_JOIN(op, sizeof op, base, ".bwd");
+    MS_JOIN(ag, sizeof ag, base, ".ag.bwd");
+    MS_JOIN(full, sizeof full, "d_", base, "_out_full");
     uint64_t d = tp_gather(x, l, ag, full, dout);
     uint64_t oid = new_op(x);
     uint64_t din = alloc_t(x, l, dname, z->T * K * z->D, TC_ACT_TRANS, (int64_t)oid);
@@ -2571,11 +2570,11 @@ static uint64_t mg_col_bwd(gctx *x, int l, const ggroup *g, int slot, const char
 {
     const gsz *z = &x->z;
     char n1[TRACE_NAME_MAX], n2[TRACE_NAME_MAX];
-    snprintf(n1, sizeof n1, "%s.ag.bwd", src);
-    snprintf(n2, sizeof n2, "%s_full.bwd", src);
+    MS_JOIN(n1, sizeof n1, src, ".ag.bwd");
+    MS_JOIN(n2, sizeof n2, src, "_full.bwd");
     uint64_t a = tp_gather(x, l, n1, n2, saved_ln);
-    snprintf(n1, sizeof n1, "%s.bwd", base);
-    snprintf(n2, sizeof n2, "d_%s_out%s", src, z->tp > 1 ? "_full" : "");
+    MS_JOIN(n1, sizeof n1, base, ".bwd");
+    MS_JOIN(n2, sizeof n2, "d_", src, "_out", z->tp > 1 ? "_full" : "");
     uint64_t oid = new_op(x);
     uint64_t dfull = alloc_t(x, l, n2, z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
     opspec o = OPS(.layer = l, .what = n1, OUT(dfull, gw(x, g, slot)));
@@ -2583,14 +2582,14 @@ static uint64_t mg_col_bwd(gctx *x, int l, const ggroup *g, int slot, const char
     o.in[o.nin++] = pw(x, g, slot);
     o.in[o.nin++] = a;
     gemm_bwd(x, oid, o, z->T, N, z->h, 1);
-    snprintf(n1, sizeof n1, "%s.rs.bwd", base);
-    snprintf(n2, sizeof n2, "d_%s_out", src);
+    MS_JOIN(n1, sizeof n1, base, ".rs.bwd");
+    MS_JOIN(n2, sizeof n2, "d_", src, "_out");
     uint64_t drs = tp_scatter(x, l, n1, l, n2, dfull, TC_ACT_TRANS);
     if (z->tp > 1) free_t(x, a);
     oid = new_op(x);
     uint64_t n = z->Ts * z->h;
-    snprintf(n1, sizeof n1, "%s.bwd", src);
-    snprintf(n2, sizeof n2, "d_%s", src);
+    MS_JOIN(n1, sizeof n1, src, ".bwd");
+    MS_JOIN(n2, sizeof n2, "d_", src);
     uint64_t dln = alloc_t(x, l, n2, n * z->D, TC_ACT_TRANS, (int64_t)oid);
     uint64_t dum = mg_dummy(x, l, g, slot, base, oid);
     uint64_t lg = gw(x, g, ln_slot);
@@ -2605,7 +2604,7 @@ static uint64_t mg_col_bwd(gctx *x, int l, const ggroup *g, int slot, const char
     for (int i = 0; i < ndout; i++) free_t(x, dout[i]);
     free_t(x, saved_ln);
     if (stats) free_t(x, stats);
-    snprintf(n1, sizeof n1, "%s.res", src);
+    MS_JOIN(n1, sizeof n1, src, ".res");
     oid = new_op(x);
     uint64_t out = newname ? alloc_t(x, l, newname, n * z->D, TC_ACT_TRANS, (int64_t)oid) : dres;
     simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = n1, IN(dln, dres), OUT(out),
@@ -2874,7 +2873,7 @@ static void expert_grad_reduce(gctx *x, ggroup *g, roof_coll kind)
     int ranks = edp_ranks(&x->z);
     if (!g->egrad || ranks <= 1) return;
     char nm[TRACE_NAME_MAX];
-    snprintf(nm, sizeof nm, "expert_grad.%s", kind == ROOF_ALL_REDUCE ? "dp_ar" : "dp_rs");
+    MS_JOIN(nm, sizeof nm, "expert_grad.", kind == ROOF_ALL_REDUCE ? "dp_ar" : "dp_rs");
     uint64_t oid = new_op(x);
     comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->egrad), OUT(g->egrad)), kind,
             g->entrain * x->z.GB, ranks, x->z.tp * x->z.cp * x->z.dp);
@@ -2893,8 +2892,8 @@ static void mg_grad_reduce(gctx *x)
         ggroup *g = &x->g[i];
         if (g->grad) {
             char nm[TRACE_NAME_MAX];
-            snprintf(nm, sizeof nm, "%s.%s", g->prefix ? g->prefix : "grad",
-                     x->c->dist_opt ? "dp_rs" : "dp_ar");
+            MS_JOIN(nm, sizeof nm, g->prefix ? g->prefix : "grad", ".",
+                    x->c->dist_opt ? "dp_rs" : "dp_ar");
             uint64_t oid = new_op(x);
             comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
                     x->c->dist_opt ? ROOF_REDUCE_SCATTER : ROOF_ALL_REDUCE,
@@ -2922,7 +2921,7 @@ static void dp_reduce(gctx *x)
         if (!g->grad) continue;
         char nm[TRACE_NAME_MAX];
         if (x->z.dp > 1) {
-            snprintf(nm, sizeof nm, "%s.dp_rs", g->prefix ? g->prefix : "grad");
+            MS_JOIN(nm, sizeof nm, g->prefix ? g->prefix : "grad", ".dp_rs");
             uint64_t oid = new_op(x);
             comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
                     ROOF_REDUCE_SCATTER, g->ntrain * x->z.GB, x->z.dp, span);
@@ -2990,8 +2989,8 @@ static void param_gather(gctx *x, ggroup *g, int experts, int ranks)
     uint64_t n = experts ? g->entrain : g->ntrain;
     if (ranks <= 1 || !n) return;
     char nm[TRACE_NAME_MAX];
-    snprintf(nm, sizeof nm, "%s.dp_ag", experts ? "expert_param" : g->prefix ? g->prefix
-                                                                              : "param");
+    MS_JOIN(nm, sizeof nm, experts ? "expert_param" : g->prefix ? g->prefix
+                                                                              : "param", ".dp_ag");
     opspec c = OPS(.layer = g->layer, .what = nm);
     for (int j = 0; j < g->np; j++) {
         if (!g->trains[j] || g->expert[j] != experts) continue;
@@ -3016,7 +3015,7 @@ static void mg_optimizer(gctx *x, ggroup *g, uint64_t shard)
         for (int j = 0; j < g->np; j++) {
             if (!g->pbytes[j] || !g->trains[j]) continue;
             for (int k = 0; k < 2; k++) {
-                snprintf(nm, sizeof nm, "%s.%s", g->pname[j], mn[k]);
+                MS_JOIN(nm, sizeof nm, g->pname[j], ".", mn[k]);
                 g->mom[j][k] = alloc_t(x, g->layer, nm,
                                        slot_opt_share(x, g, j, g->pbytes[j] / z->D) * mb,
                                        TC_OPTSTATE, -1);

@@ -134,6 +134,19 @@ void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a,
     hf_mem_op(x, oid, o);
 }
 
+/* Python locals that keep tensors past their last op, released at this point (a function
+ * returns, a variable is reassigned): a zero-time op reading them. It changes nothing when
+ * the trace frees them later anyway (autograd saved them); where a plan recomputes the layer
+ * (drop_at=use frees each tensor after its last forward op) it holds them to here, as the
+ * checkpointed forward does (the recorded Phi-3 trace with checkpointing). */
+void hf_locals(hf_x *x, int l, const char *what, const uint64_t *ids, uint32_t n)
+{
+    hf_op o = { .kind = TK_ELEM, .layer = l, .what = what, .dur = 0 };
+    for (uint32_t k = 0; k < n && o.nin < 8; k++)
+        if (ids[k]) o.in[o.nin++] = ids[k];
+    if (o.nin) hf_emit(x, x->next_oid++, &o);
+}
+
 /* Duration of a GEMM of M x N x K in elements of eb bytes: bf16 at the tensor-core rate with
  * cuBLAS's alignment penalty; fp32 (sgemm) at the fp32 rate. */
 double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t bytes)
@@ -164,9 +177,19 @@ uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class c
 
 /* ---- parameters ---- */
 
-hf_param *hf_lp(hf_x *x, int l, int slot) { return &x->p[1 + (size_t)l * P_SLOTS + slot]; }
+/* A slot's place among a layer's parameters: Phi3Attention registers o_proj before its
+ * qkv_proj (the P_Q slot), so their places swap. */
+static size_t hf_slot_pos(const hf_x *x, size_t slot)
+{
+    if (x->phi3 && (slot == P_Q || slot == P_O)) return slot == P_Q ? P_O : P_Q;
+    return slot;
+}
+
+hf_param *hf_lp(hf_x *x, int l, int slot)
+{
+    return &x->p[1 + (size_t)l * P_SLOTS + hf_slot_pos(x, (size_t)slot)];
+}
 static hf_param *hf_embed(hf_x *x) { return &x->p[0]; }
-static void hf_rope_tables_l(hf_x *x, uint64_t width, int l);
 static hf_param *hf_fnorm(hf_x *x) { return &x->p[1 + (size_t)x->L * P_SLOTS]; }
 /* The LM head's weight: the embedding's when tied. */
 static hf_param *hf_headw(hf_x *x)
@@ -223,11 +246,11 @@ static void hf_pname(hf_x *x, size_t i, char *nm)
         hf_bert_pname(x, i, nm);
         return;
     }
-    if (i == 0) snprintf(nm, TRACE_NAME_MAX, "embed_tokens.w");
-    else if (&x->p[i] == hf_fnorm(x)) snprintf(nm, TRACE_NAME_MAX, "norm.w");
-    else if (i == x->np - 1 && !x->tied) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
+    if (i == 0) MS_JOIN(nm, TRACE_NAME_MAX, "embed_tokens.w");
+    else if (&x->p[i] == hf_fnorm(x)) MS_JOIN(nm, TRACE_NAME_MAX, "norm.w");
+    else if (i == x->np - 1 && !x->tied) MS_JOIN(nm, TRACE_NAME_MAX, "lm_head.w");
     else {
-        size_t j = (i - 1) % P_SLOTS;
+        size_t j = hf_slot_pos(x, (i - 1) % P_SLOTS);
         const char *sn = !x->phi3 ? slot_name[j] : j == P_Q ? "qkv_proj.w"
                        : j == P_GATE ? "gate_up_proj.w" : slot_name[j];
         snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, sn);
@@ -277,9 +300,9 @@ uint64_t hf_linear(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
                           uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xc)
 {
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX], c[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.wcast", nm);
-    snprintf(b, sizeof b, "%s.xcast", nm);
-    snprintf(c, sizeof c, "%s_out", nm);
+    MS_JOIN(a, sizeof a, nm, ".wcast");
+    MS_JOIN(b, sizeof b, nm, ".xcast");
+    MS_JOIN(c, sizeof c, nm, "_out");
     uint64_t w = hf_wcast(x, l, hf_lp(x, l, j), a);
     *xc = in32 ? hf_xcast(x, l, b, in, M * K) : in;
     return hf_gemm(x, l, nm, c, cls, *xc, w, M, N, K);
@@ -300,31 +323,32 @@ static uint64_t hf_rms_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t
     char op[TRACE_NAME_MAX];
     *xf = 0; /* 0: the input itself (already fp32) */
     if (ib != F32) {
-        snprintf(op, sizeof op, "%s.to_fp32", nm);
+        MS_JOIN(op, sizeof op, nm, ".to_fp32");
         *xf = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_SKEL, in, 0, n * ib, TK_NORM, n);
     }
     uint64_t xin = *xf ? *xf : in;
-    snprintf(op, sizeof op, "%s.pow", nm);
+    MS_JOIN(op, sizeof op, nm, ".pow");
     uint64_t sq = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, xin, 0, n * F32, TK_NORM);
-    snprintf(op, sizeof op, "%s.mean", nm);
+    MS_JOIN(op, sizeof op, nm, ".mean");
     uint64_t var = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, sq, 0, n * F32, TK_NORM);
     hf_free(x, &sq);
-    snprintf(op, sizeof op, "%s.add_eps", nm);
+    MS_JOIN(op, sizeof op, nm, ".add_eps");
     uint64_t ve = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, var, 0, T * F32, TK_NORM);
-    snprintf(op, sizeof op, "%s.rsqrt", nm);
+    MS_JOIN(op, sizeof op, nm, ".rsqrt");
     *rs = hf_ew(x, l, op, op, T * F32, TC_ACT_SKEL, ve, 0, T * F32, TK_NORM);
     hf_free(x, &ve);
-    hf_free(x, &var);
-    snprintf(op, sizeof op, "%s.mul", nm);
+    MS_JOIN(op, sizeof op, nm, ".mul");
     uint64_t pr = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_SKEL, xin, *rs, n * F32, TK_NORM, n);
     *nrm = pr;
     if (ib != F32) { /* .to(input_dtype): the cast is what the weight product saves */
-        snprintf(op, sizeof op, "%s.to_in", nm);
+        MS_JOIN(op, sizeof op, nm, ".to_in");
         *nrm = hf_ew(x, l, op, op, n * ib, TC_ACT_SKEL, pr, 0, n * F32, TK_NORM);
-        hf_free(x, &pr);
     }
-    snprintf(op, sizeof op, "%s.weight", nm);
-    return hf_ew_nv(x, l, op, op, n * ob, ocls, *nrm, w, n * ib, TK_NORM, n);
+    MS_JOIN(op, sizeof op, nm, ".weight");
+    uint64_t out = hf_ew_nv(x, l, op, op, n * ob, ocls, *nrm, w, n * ib, TK_NORM, n);
+    if (pr != *nrm) hf_free(x, &pr); /* `hidden_states`, a local until the norm returns */
+    hf_free(x, &var); /* `variance` too */
+    return out;
 }
 
 /* A layer norm over the residual stream [T, h] (dtype R): amp: the fp32 output only feeds
@@ -344,21 +368,21 @@ uint64_t hf_rope_w(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w, uint
 {
     uint64_t T = x->T, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX], a[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.rope_cos", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_cos");
     uint64_t t1 = hf_ew_nv(x, l, op, op, T * w * eb, TC_ACT_TRANS, in, x->cos, T * w * ib,
                            TK_ELEM, T * w);
-    snprintf(op, sizeof op, "%s.rope_neg", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_neg");
     uint64_t ng = hf_ew_nv(x, l, op, op, T * w / 2 * ib, TC_ACT_TRANS, in, 0, T * w / 2 * ib,
                            TK_ELEM, T * w / 2);
-    snprintf(op, sizeof op, "%s.rope_cat", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_cat");
     uint64_t ct = hf_ew(x, l, op, op, T * w * ib, TC_ACT_TRANS, ng, in, T * w * ib, TK_ELEM);
     hf_free(x, &ng);
-    snprintf(op, sizeof op, "%s.rope_sin", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_sin");
     uint64_t t2 = hf_ew_nv(x, l, op, op, T * w * eb, TC_ACT_TRANS, ct, x->sin, T * w * ib,
                            TK_ELEM, T * w);
     hf_free(x, &ct);
-    snprintf(op, sizeof op, "%s.rope_add", nm);
-    snprintf(a, sizeof a, "%s_rope", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_add");
+    MS_JOIN(a, sizeof a, nm, "_rope");
     uint64_t e = hf_ew(x, l, op, a, T * w * eb, ocls, t1, t2, 2 * T * w * eb, TK_ELEM);
     hf_free(x, &t1);
     hf_free(x, &t2);
@@ -375,7 +399,7 @@ static uint64_t hf_rope(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w)
 /* SDPA as transformers' sdpa_attention_forward calls it (enable_gqa: k and v keep their kv
  * heads, no repeat_kv copies); on an H200 PyTorch 2.11 runs the cuDNN kernels, which save
  * q, k, v, the output and the fp32 log-sum-exp. */
-static void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
+void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
 {
     uint64_t T = x->T;
     s->k = ke;
@@ -387,11 +411,11 @@ static void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke)
                      T * x->hq * F32, TK_ELEM);
     }
     const uint64_t in[] = { s->q, s->k, s->v };
-    uint64_t seed, offs; /* no attention dropout in the LLaMA family's training defaults */
-    hf_sdpa_fwd_op(x, l, 0, in, 3, &s->ao, &s->lse, &seed, &offs);
-    if (x->amp) {
-        hf_free(x, &qe);
-        hf_free(x, &ke);
+    /* no attention dropout in the LLaMA family's training defaults */
+    hf_sdpa_fwd_op(x, l, 0, in, 3, &s->ao, &s->lse, &s->seed, &s->offs);
+    if (x->amp) { /* the attention's locals: they go when it returns, after o_proj */
+        s->qr = qe;
+        s->kr = ke;
     }
 }
 
@@ -434,45 +458,6 @@ static void hf_attn_fwd_qk(hf_x *x, int l, hf_ls *s, uint64_t nout)
     hf_sdpa_fwd(x, l, s, qe, ke);
 }
 
-/* Phi-3's rotary on q or k, a view of the fused projection's output (width w, of which
- * w / hd * rd rotate): apply_rotary_pos_emb rotates q[..., :rd] (the whole view when rd is
- * the head dimension: a full slice is the tensor itself) and cats the pass-through part
- * back, which allocates the result even when that part is empty; promoted to fp32 under
- * amp. */
-static uint64_t hf_phi3_rope(hf_x *x, int l, const char *nm, uint64_t qkv, uint64_t w,
-                             trace_class ocls)
-{
-    uint64_t eb = x->amp ? F32 : x->CB, n = x->T * w;
-    uint64_t r = hf_rope_w(x, l, nm, qkv, w / x->hd * x->rd, x->CB, TC_ACT_TRANS);
-    char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.rope_pass_cat", nm);
-    /* a pass-through part is a strided slice of qkv: cat copies it on the non-vectorized
-       path (as GPT-NeoX's) */
-    uint64_t e = x->rd < x->hd
-               ? hf_ew_nv(x, l, op, op, n * eb, ocls, r, qkv, n * eb, TK_ELEM, n)
-               : hf_ew(x, l, op, op, n * eb, ocls, r, qkv, n * eb, TK_ELEM);
-    hf_free(x, &r);
-    return e;
-}
-
-/* Phi3Attention.forward: qkv_proj, q/k/v as slices of its output (views: v, saved by SDPA,
- * keeps the whole output alive), the layer's rotary tables (Phi3RotaryEmbedding in the
- * attention; its first matmul makes cuBLAS's workspace), rotary, SDPA on the strided v
- * view (assumed taken as it is: cuDNN reads strided v without a copy). */
-static void hf_phi3_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
-{
-    trace_class rc = x->amp ? TC_ACT_TRANS : TC_ACT_SKEL;
-    uint64_t qkv = hf_linear(x, l, P_Q, "qkv_proj", nout, 1, x->T, x->hq + 2 * x->kv, x->h,
-                             TC_ACT_SKEL, &s->xq);
-    hf_rope_tables_l(x, x->rd, l); /* the layer's own: recomputed with it */
-    s->pcos = x->cos;
-    s->psin = x->sin;
-    s->v = qkv;
-    uint64_t qe = hf_phi3_rope(x, l, "q", qkv, x->hq, rc);
-    uint64_t ke = hf_phi3_rope(x, l, "k", qkv, x->kv, rc);
-    hf_sdpa_fwd(x, l, s, qe, ke);
-}
-
 static void hf_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
 {
     uint64_t T = x->T, h = x->h;
@@ -488,8 +473,8 @@ static void hf_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout)
     uint64_t k = hf_linear(x, l, P_K, "k_proj", nout, 1, T, x->kv, h, TC_ACT_TRANS, &s->xk);
     s->v = hf_linear(x, l, P_V, "v_proj", nout, 1, T, x->kv, h, TC_ACT_SKEL, &s->xv);
     uint64_t qe = hf_rope(x, l, "q", q, x->hq);
-    hf_free(x, &q);
     uint64_t ke = hf_rope(x, l, "k", k, x->kv);
+    hf_free(x, &q); /* query_states, key_states: reassigned once both are rotated */
     hf_free(x, &k);
     hf_sdpa_fwd(x, l, s, qe, ke);
 }
@@ -514,7 +499,15 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
     s->n1out = hf_norm_fwd(x, l, "ln1", in, hf_lp(x, l, P_LN1)->id, &s->n1x, &s->n1rs,
                            &s->n1nrm);
     hf_attn_fwd(x, l, s, s->n1out);
-    uint64_t po = hf_linear(x, l, P_O, "o_proj", s->ao, 0, T, h, x->hq, TC_ACT_TRANS, &xd);
+    uint64_t po = hf_linear(x, l, P_O, "o_proj", s->aoc ? s->aoc : s->ao, 0, T, h, x->hq,
+                            TC_ACT_TRANS, &xd);
+    /* the attention returns: its q, k, v locals go (amp: the rotary's fp32 q and k; else
+       what SDPA saved), then the decoder layer's normed hidden_states */
+    hf_free(x, &s->qr);
+    hf_free(x, &s->kr);
+    const uint64_t loc[] = { x->amp ? 0 : s->q, x->amp ? 0 : s->k, s->v,
+                             x->amp ? 0 : s->n1out };
+    hf_locals(x, l, "attn.locals", loc, 4);
     if (x->amp) hf_free(x, &s->n1out);
     /* amp: the fp32 residual is saved by the next norm; bf16: only the next add reads it */
     s->r1 = hf_add(x, l, "add1", "resid1", x->insaved ? TC_ACT_SKEL : TC_ACT_TRANS, in, po);
@@ -527,15 +520,8 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
         dn = hf_moe_fwd(x, l, s);
         goto residual;
     }
-    if (x->phi3) { /* Phi3MLP: gate_up_proj, chunk (views), up * act(gate) */
-        s->gate = hf_linear(x, l, P_GATE, "gate_up_proj", s->n2out, 1, T, 2 * f, h,
-                            TC_ACT_SKEL, &s->xg);
-        s->act = hf_ew(x, l, "act", "act_out", T * f * x->CB, TC_ACT_SKEL, s->gate, 0,
-                       T * f * x->CB, TK_ACT);
-        s->prod = hf_ew(x, l, "act_mul", "act_prod", T * f * x->CB, TC_ACT_SKEL, s->gate,
-                        s->act, 2 * T * f * x->CB, TK_ELEM);
-        dn = hf_linear(x, l, P_DOWN, "down_proj", s->prod, 0, T, h, f, TC_ACT_TRANS, &xd);
-        if (x->amp) hf_free(x, &s->n2out);
+    if (x->phi3) {
+        dn = hf_phi3_mlp_fwd(x, l, s);
         goto residual;
     }
     s->gate = hf_linear(x, l, P_GATE, "gate_proj", s->n2out, 1, T, f, h, TC_ACT_SKEL, &s->xg);
@@ -545,6 +531,7 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
     s->prod = hf_ew(x, l, "act_mul", "act_prod", T * f * x->CB, TC_ACT_SKEL, s->act, s->up,
                     2 * T * f * x->CB, TK_ELEM);
     dn = hf_linear(x, l, P_DOWN, "down_proj", s->prod, 0, T, h, f, TC_ACT_TRANS, &xd);
+    if (!x->amp) hf_locals(x, l, "mlp.locals", &s->n2out, 1); /* the MLP's argument x */
     if (x->amp) hf_free(x, &s->n2out);
 residual:;
     /* The next layer's input: named and layered as that layer's (what a policy keeps) */
@@ -567,29 +554,64 @@ static uint64_t hf_embed_fwd(hf_x *x)
                 .bw = T * h * x->RB, .in = { x->tokens, hf_embed(x)->id }, .nin = 2,
                 .out = { e }, .nout = 1 };
     hf_mem_op(x, oid, o);
-    if (!x->phi3) hf_rope_tables(x, hd); /* Phi-3: each attention makes its own */
+    /* cache_position = past_seen_tokens + arange(s) (position_ids is its view), held until
+       the model returns */
+    uint64_t ar = hf_ew(x, -1, "arange", "arange", x->s * TOKEN_BYTES, TC_ACT_TRANS, 0, 0, 0,
+                        TK_ELEM);
+    x->cpos = hf_ew(x, -1, "cache_position", "cache_position", x->s * TOKEN_BYTES,
+                    TC_ACT_TRANS, ar, 0, x->s * TOKEN_BYTES, TK_ELEM);
+    hf_free(x, &ar);
+    hf_rope_tables(x, x->phi3 ? x->rd : hd);
     return e;
 }
 
-/* The rotary cos/sin of `width` columns (LlamaRotaryEmbedding.forward, GPT-NeoX's too), once
- * per forward; in iteration 0 its first matmul (inv_freq @ position_ids) makes cuBLAS's
- * workspace. */
-static void hf_rope_tables_l(hf_x *x, uint64_t width, int l)
+/* The rotary cos/sin of `width` columns once per forward, as LlamaRotaryEmbedding.forward
+ * (Phi-3's, GPT-NeoX's) runs it with autocast off: position_ids.float() [s], inv_freq @
+ * positions [s, width / 2] (in iteration 0 the first matmul: cuBLAS's workspace after its
+ * output), cat(freqs, freqs) [s, width], emb.cos() * attention_scaling and the same for sin
+ * (each product a new tensor, the first freed), cast to the embedding's dtype when it is not
+ * fp32 (the fp32 tables freed); the locals go when it returns. */
+void hf_rope_tables(hf_x *x, uint64_t width)
 {
-    uint64_t hd = width;
+    uint64_t s = x->s, n = s * width;
+    uint64_t pos = hf_ew(x, -1, "rope.positions", "rope_positions", s * F32, TC_ACT_TRANS, 0,
+                         0, s * TOKEN_BYTES, TK_ELEM);
+    uint64_t oid = x->next_oid++;
+    uint64_t fr = hf_alloc(x, -1, "rope_freqs", n / 2 * F32, TC_ACT_TRANS, (int64_t)oid);
+    hf_op mm = { .kind = TK_GEMM, .layer = -1, .what = "rope.freqs", .br = (s + width / 2) * F32,
+                 .bw = n / 2 * F32, .in = { pos }, .nin = 1, .out = { fr }, .nout = 1,
+                 .flops = (double)n };
+    hf_mem_op(x, oid, mm);
     if (x->iter == 0 && !x->ws_fwd)
         x->ws_fwd = hf_alloc(x, -1, "cublas_ws", CUBLAS_WS, TC_OTHER, -1);
-    uint64_t sz = x->s * hd * x->RB;
-    uint64_t fr = hf_ew(x, l, "rope.freqs", "rope_emb", x->s * hd * F32, TC_ACT_TRANS,
-                        0, 0, x->s * hd / 2 * F32, TK_ELEM);
-    x->cos = hf_ew(x, l, "rope.cos", "rope_cos", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
-                   TK_ELEM);
-    x->sin = hf_ew(x, l, "rope.sin", "rope_sin", sz, TC_ACT_SKEL, fr, 0, x->s * hd * F32,
-                   TK_ELEM);
+    uint64_t emb = hf_ew(x, -1, "rope.cat", "rope_emb", n * F32, TC_ACT_TRANS, fr, 0,
+                         n * F32, TK_ELEM);
+    uint64_t t[2];
+    static const char *const op[2][3] = { { "rope.cos", "rope.cos_scale", "rope_cos" },
+                                          { "rope.sin", "rope.sin_scale", "rope_sin" } };
+    for (int k = 0; k < 2; k++) {
+        uint64_t c = hf_ew(x, -1, op[k][0], op[k][0], n * F32, TC_ACT_TRANS, emb, 0, n * F32,
+                           TK_ELEM);
+        t[k] = hf_ew(x, -1, op[k][1], x->RB == F32 ? op[k][2] : op[k][1], n * F32,
+                     x->RB == F32 ? TC_ACT_SKEL : TC_ACT_TRANS, c, 0, n * F32, TK_ELEM);
+        hf_free(x, &c);
+    }
+    x->cos = t[0];
+    x->sin = t[1];
+    if (x->RB != F32) {
+        x->cos = hf_ew_nv(x, -1, "rope.cos.to", "rope_cos", n * x->RB, TC_ACT_SKEL, t[0], 0,
+                          n * F32, TK_ELEM, n);
+        x->sin = hf_ew_nv(x, -1, "rope.sin.to", "rope_sin", n * x->RB, TC_ACT_SKEL, t[1], 0,
+                          n * F32, TK_ELEM, n);
+    }
+    hf_free(x, &pos);
     hf_free(x, &fr);
+    hf_free(x, &emb);
+    if (x->RB != F32) {
+        hf_free(x, &t[0]);
+        hf_free(x, &t[1]);
+    }
 }
-
-void hf_rope_tables(hf_x *x, uint64_t width) { hf_rope_tables_l(x, width, -1); }
 
 /* Final norm, lm_head, then transformers 5's ForCausalLMLoss (loss/loss_utils.py):
  * logits.float(), labels padded by one and shifted (contiguous), cross_entropy = log_softmax
@@ -601,6 +623,7 @@ static void hf_head_fwd(hf_x *x, uint64_t in)
     x->head_out = hf_norm_fwd(x, -1, "norm", in, hf_fnorm(x)->id, &x->head_xf, &x->head_rs,
                               &x->head_nrm);
     if (!x->insaved) hf_free(x, &x->head_in);
+    hf_free(x, &x->cpos); /* the model's forward returns */
     hf_lmhead_fwd(x);
 }
 
@@ -621,31 +644,76 @@ void hf_lmhead_fwd(hf_x *x)
     if (x->CB != F32)
         lf = hf_ew_nv(x, -1, "logits.float", "logits_fp32", T * V * F32, TC_ACT_TRANS, lg, 0,
                       T * V * x->CB, TK_ELEM, T * V);
-    x->labels = hf_ew(x, -1, "labels.shift", "shift_labels", T * TOKEN_BYTES, TC_ACT_SKEL,
-                      x->tokens, 0, T * TOKEN_BYTES, TK_ELEM);
+    /* labels padded by one ignore_index per row ([b, s + 1]); their [..., 1:] is a view when
+       b = 1 (a single row), else .contiguous() copies it: the one nll_loss saves */
+    uint64_t pb = (x->s + 1) * x->b * TOKEN_BYTES;
+    uint64_t pad = hf_ew(x, -1, "labels.pad", "labels_padded", pb, x->b > 1 ? TC_ACT_TRANS
+                         : TC_ACT_SKEL, x->tokens, 0, T * TOKEN_BYTES, TK_ELEM);
+    x->labels = pad;
+    if (x->b > 1)
+        x->labels = hf_ew_nv(x, -1, "labels.shift", "shift_labels", T * TOKEN_BYTES,
+                             TC_ACT_SKEL, pad, 0, T * TOKEN_BYTES, TK_ELEM, T);
     x->logsm = hf_ew(x, -1, "log_softmax", "log_probs", T * V * F32, TC_ACT_SKEL, lf, 0,
                      T * V * F32, TK_LOSS);
-    uint64_t oid2 = x->next_oid++;
-    hf_op nl = { .kind = TK_LOSS, .layer = -1, .what = "nll_loss", .br = T * (F32 + 8),
-                 .in = { x->logsm, x->labels }, .nin = 2 };
-    hf_mem_op(x, oid2, nl);
+    hf_nll_fwd(x, x->logsm, x->labels, F32);
     if (lf != lg) hf_free(x, &lf);
+    if (pad != x->labels) hf_free(x, &pad);
     if (x->amp) hf_free(x, &x->head_out);
     hf_free(x, &lg);
+}
+
+/* nll_loss over T positions of the log-probabilities lp against the labels: the loss and
+ * its total weight (saved), scalars of lb bytes; the last step's loss is gone by then (the
+ * loop's `del loss`, hf_iteration). */
+void hf_nll_fwd(hf_x *x, uint64_t lp, uint64_t labels, uint64_t lb)
+{
+    uint64_t oid = x->next_oid++;
+    x->loss = hf_alloc(x, -1, "loss", lb, TC_OTHER, (int64_t)oid);
+    x->tw = hf_alloc(x, -1, "nll_total_weight", lb, TC_ACT_SKEL, (int64_t)oid);
+    hf_op nl = { .kind = TK_LOSS, .layer = -1, .what = "nll_loss",
+                 .br = x->T * (lb + TOKEN_BYTES), .bw = 2 * lb, .in = { lp, labels }, .nin = 2,
+                 .out = { x->loss, x->tw }, .nout = 2 };
+    hf_mem_op(x, oid, nl);
+}
+
+/* The loss's gradient (ones, kept to the backward's end) and nll_loss's: a zero-filled
+ * gradient of its input ([T, V] of eb bytes), then what it saved released: *saved (the
+ * labels' copy, or an fp32 input made for it; 0: none) and the total weight. */
+uint64_t hf_nll_bwd(hf_x *x, uint64_t *saved, uint64_t lb, uint64_t eb)
+{
+    uint64_t TV = x->T * x->V;
+    x->ones = hf_ew(x, -1, "loss.grad", "loss_grad", lb, TC_OTHER, x->loss, 0, lb, TK_ELEM);
+    uint64_t dl = hf_ew(x, -1, "nll_loss.bwd", "d_log_probs", TV * eb, TC_ACT_TRANS, x->ones,
+                        x->tokens, x->T * TOKEN_BYTES, TK_LOSS);
+    if (saved) hf_free(x, saved);
+    hf_free(x, &x->tw);
+    return dl;
 }
 
 /* ---- backward ---- */
 
 /* The .grad of p receives g (bytes p->n * PB, made by the caller): AccumulateGrad steals a
- * first gradient, adds a later one in place and drops it (tied embeddings). */
+ * first gradient. A second one (a tied embedding's, after the head's) meets the first in
+ * autograd's input buffer, which adds into it in place when it holds a fresh dense tensor
+ * (amp: the head weight cast's backward made it) and otherwise into a new tensor (bf16,
+ * fp32: the head GEMM's weight gradient is a transposed view), both then dropped: the
+ * recorded traces of GPT-2, LLaMA-3.2 and Qwen2.5 in bf16 show the new one. */
 void hf_accum_grad(hf_x *x, hf_param *p, uint64_t g)
 {
     if (!p->grad) {
         p->grad = g;
         return;
     }
-    hf_ew_inplace(x, p->layer, "grad_accum", p->grad, g, p->n * x->PB);
+    if (x->amp) {
+        hf_ew_inplace(x, p->layer, "grad_accum", p->grad, g, p->n * x->PB);
+        hf_free(x, &g);
+        return;
+    }
+    uint64_t sum = hf_ew(x, p->layer, "grad_accum", "grad", p->n * x->PB, TC_GRAD, p->grad, g,
+                         2 * p->n * x->PB, TK_ELEM);
+    hf_free(x, &p->grad);
     hf_free(x, &g);
+    p->grad = sum;
 }
 
 /* A weight's gradient from a bf16 GEMM: under amp made in bf16 and cast into a new fp32
@@ -672,8 +740,8 @@ uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
 {
     uint64_t eb = x->CB;
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.bwd", nm);
-    snprintf(b, sizeof b, "d_%s_in", nm);
+    MS_JOIN(a, sizeof a, nm, ".bwd");
+    MS_JOIN(b, sizeof b, "d_", nm, "_in");
     uint64_t w = x->amp ? p->cast : p->id;
     uint64_t oid = x->next_oid++;
     uint64_t dw = hf_alloc(x, l, "dweight", p->n * eb, x->amp ? TC_ACT_TRANS : TC_GRAD,
@@ -691,6 +759,42 @@ uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
     if (free_x) hf_free(x, xs);
     hf_wgrad(x, l, p, &dw);
     return dx;
+}
+
+/* The backward of a linear whose fp32 input it cast itself under amp (hf_linear with in32):
+ * as hf_linear_bwd (dy and the casts freed), but autograd runs the input cast's backward
+ * (made after the weight's: F.linear's arguments are cast right to left) first: the fp32
+ * input gradient (op upnm), added into *acc when given (autograd's input buffer of the node
+ * that consumes it; 0 returned), and only then the weight's fp32 .grad. Other precisions:
+ * the input gradient itself. */
+uint64_t hf_linear_bwd_in(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
+                          uint64_t *xs, uint64_t M, uint64_t N, uint64_t K, const char *upnm,
+                          uint64_t *acc)
+{
+    uint64_t eb = x->CB;
+    char b[TRACE_NAME_MAX];
+    snprintf(b, sizeof b, "d_%s_in", nm);
+    uint64_t w = x->amp ? p->cast : p->id, oid = x->next_oid++;
+    uint64_t dw = hf_alloc(x, l, "dweight", p->n * eb, x->amp ? TC_ACT_TRANS : TC_GRAD,
+                           (int64_t)oid);
+    uint64_t dx = hf_alloc(x, l, b, M * K * eb, TC_ACT_TRANS, (int64_t)oid);
+    MS_JOIN(b, sizeof b, nm, ".bwd");
+    hf_op o = { .kind = TK_GEMM, .layer = l, .what = b, .br = 2 * (M * N + M * K + N * K) * eb,
+                .bw = (N * K + M * K) * eb, .in = { dy, *xs, w }, .nin = 3,
+                .out = { dw, dx }, .nout = 2,
+                .flops = 4.0 * (double)M * (double)N * (double)K };
+    o.dur = x->m ? hf_gemm_us(x, N, K, M, (int)eb, (M * N + M * K + N * K) * eb) +
+                   hf_gemm_us(x, M, K, N, (int)eb, (M * N + M * K + N * K) * eb) : -1.0;
+    hf_emit(x, oid, &o);
+    hf_free(x, &dy);
+    if (x->amp) { /* other precisions: *xs is the norm's output, which its caller frees */
+        hf_free(x, &p->cast);
+        hf_free(x, xs);
+    }
+    uint64_t d = hf_up32(x, l, upnm, &dx, M * K);
+    if (acc) hf_acc(x, l, acc, &d, M * K * x->RB);
+    hf_wgrad(x, l, p, &dw);
+    return d;
 }
 
 /* amp: the input cast's backward, bf16 -> a new fp32 gradient. */
@@ -719,106 +823,163 @@ void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes)
     hf_free(x, g);
 }
 
+/* A [rows] fp32 temporary of the norm's backward (rsqrt's and the sums' small tensors). */
+static uint64_t hf_rms_small(hf_x *x, int l, const char *nm, const char *what, uint64_t a,
+                             uint64_t rows)
+{
+    char op[TRACE_NAME_MAX];
+    snprintf(op, sizeof op, "%s.%s", nm, what);
+    return hf_ew(x, l, op, op, rows * F32, TC_ACT_TRANS, a, 0, rows * F32, TK_NORM);
+}
+
 /* LlamaRMSNorm backward from the output gradient g (freed; ob bytes an element) over rows x
- * width elements of input dtype ib: the weight's gradient, then the input gradient (the
- * x * rsqrt path, then the pow/mean path added in place), accumulated into *G. A promoted
- * output (ob > ib) has g * w cast back to the normalized tensor's dtype (autograd's
- * validate_outputs). Frees what the forward saved. */
+ * width elements of input dtype ib, node by node as autograd runs it (every RMSNorm of the
+ * recorded traces: LLaMA, Phi-3): weight * hn (MulBackward0 makes the second factor's
+ * gradient first): g * w, then g * hn summed over the rows into the weight's gradient (a
+ * column reduction with its buffer); a promoted output (ob > ib) has g * w cast back to hn's
+ * dtype; hn = (x * r).to(ib) up-cast (bf16); x * r: its r share (made first, summed over the
+ * width) and its x share; rsqrt's backward (-0.5 * g * r^3: three [rows] tensors); mean's
+ * (an expanded [rows, width] tensor); pow's (x.pow(1), * 2, * g). An fp32 input's two shares
+ * go into *G as each is made; a bf16 input's are summed in place, then x.to(fp32)'s backward
+ * casts the sum down into *G. Frees what the forward saved. */
 static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
                        uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G, uint64_t rows,
                        uint64_t width, uint64_t ib, uint64_t ob)
 {
-    uint64_t n = rows * width, xin = *xf ? *xf : (in ? *in : 0);
+    uint64_t n = rows * width, xin = *xf ? *xf : (in ? *in : 0), oid, sb = 0;
     char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.bwd_mul", nm);
+    MS_JOIN(op, sizeof op, nm, ".bwd_mul");
     uint64_t dn = hf_ew_nv(x, l, op, op, n * ob, TC_ACT_TRANS, *g, w->id, n * ob, TK_NORM, n);
+    MS_JOIN(op, sizeof op, nm, ".bwd_wprod");
+    uint64_t wp = hf_ew(x, l, op, op, n * ob, TC_ACT_TRANS, *g, *nrm, n * (ob + ib), TK_NORM);
+    uint64_t wg = hf_alloc_op(x, l, "wgrad", w->n * x->PB, TC_GRAD, 0, &oid);
+    uint64_t rb = hf_red_bytes(rows, width, &sb);
+    uint64_t red = rb ? hf_alloc_tok(x, l, "reduce_ws", rb, TC_WORKSPACE, (int64_t)oid, 0) : 0;
+    uint64_t sem = sb ? hf_alloc_tok(x, l, "reduce_sem", sb, TC_WORKSPACE, (int64_t)oid, 0) : 0;
+    hf_op r = { .kind = TK_NORM, .layer = l, .what = "norm.wgrad", .br = n * ob,
+                .bw = w->n * x->PB, .in = { wp }, .nin = 1, .out = { wg, red, sem }, .nout = 3,
+                .flops = (double)n };
+    hf_mem_op(x, oid, r);
+    hf_free(x, &sem);
+    hf_free(x, &red);
+    hf_free(x, &wp);
+    hf_accum_grad(x, w, wg);
     if (ob != ib) {
-        snprintf(op, sizeof op, "%s.bwd_mul_cast", nm);
+        MS_JOIN(op, sizeof op, nm, ".bwd_mul_cast");
         uint64_t d = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, dn, 0, n * ob, TK_ELEM);
         hf_free(x, &dn);
         dn = d;
     }
-    snprintf(op, sizeof op, "%s.bwd_wprod", nm);
-    uint64_t wp = hf_ew(x, l, op, op, n * ob, TC_ACT_TRANS, *g, *nrm, n * (ob + ib), TK_NORM);
-    uint64_t wg = hf_ew(x, l, "norm.wgrad", "wgrad", w->n * x->PB, TC_GRAD, wp, 0, n * ob,
-                        TK_NORM);
-    hf_accum_grad(x, w, wg);
-    hf_free(x, &wp);
     hf_free(x, g);
     hf_free(x, nrm);
     if (ib != F32) { /* .to(input_dtype) backward */
-        snprintf(op, sizeof op, "%s.bwd_up", nm);
+        MS_JOIN(op, sizeof op, nm, ".bwd_up");
         uint64_t d32 = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, dn, 0, n * ib, TK_NORM, n);
         hf_free(x, &dn);
         dn = d32;
     }
-    snprintf(op, sizeof op, "%s.bwd_x", nm);
-    uint64_t d1 = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, dn, *rs, n * F32, TK_NORM, n);
-    snprintf(op, sizeof op, "%s.bwd_rs", nm);
+    MS_JOIN(op, sizeof op, nm, ".bwd_rs");
     uint64_t t2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, xin, 2 * n * F32, TK_NORM);
+    MS_JOIN(op, sizeof op, nm, ".bwd_x");
+    uint64_t d1 = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, dn, *rs, n * F32, TK_NORM, n);
+    uint64_t gr = hf_rms_small(x, l, nm, "bwd_rs_sum", t2, rows);
     hf_free(x, &t2);
     hf_free(x, &dn);
+    if (ib == F32) hf_acc(x, l, G, &d1, n * ib); /* x's input buffer is *G itself */
+    uint64_t r1 = hf_rms_small(x, l, nm, "rsqrt.bwd_scale", gr, rows);
+    uint64_t r2 = hf_rms_small(x, l, nm, "rsqrt.bwd_cube", *rs, rows);
+    uint64_t r3 = hf_rms_small(x, l, nm, "rsqrt.bwd", r1, rows);
+    hf_free(x, &r2);
+    hf_free(x, &r1);
+    hf_free(x, &gr);
     hf_free(x, rs);
-    snprintf(op, sizeof op, "%s.bwd_mean", nm);
-    uint64_t dp = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, 0, 0, rows * F32, TK_NORM, n);
-    snprintf(op, sizeof op, "%s.bwd_pow", nm);
-    uint64_t d2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dp, xin, 2 * n * F32, TK_NORM);
+    MS_JOIN(op, sizeof op, nm, ".bwd_mean");
+    uint64_t dp = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, r3, 0, rows * F32, TK_NORM, n);
+    hf_free(x, &r3);
+    MS_JOIN(op, sizeof op, nm, ".bwd_pow1");
+    uint64_t p1 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, xin, 0, n * F32, TK_NORM);
+    MS_JOIN(op, sizeof op, nm, ".bwd_pow2");
+    uint64_t p2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, p1, 0, n * F32, TK_NORM);
+    MS_JOIN(op, sizeof op, nm, ".bwd_pow");
+    uint64_t d2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dp, p2, 2 * n * F32, TK_NORM);
+    hf_free(x, &p2);
+    hf_free(x, &p1);
     hf_free(x, &dp);
-    hf_ew_inplace(x, l, "norm.bwd_add", d1, d2, n * F32);
-    hf_free(x, &d2);
     hf_free(x, xf);
     if (in && *in) hf_free(x, in);
-    if (ib != F32) { /* .to(float32) backward */
-        snprintf(op, sizeof op, "%s.bwd_down", nm);
-        uint64_t d = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, d1, 0, n * F32, TK_NORM);
-        hf_free(x, &d1);
-        d1 = d;
+    if (ib == F32) {
+        hf_acc(x, l, G, &d2, n * ib);
+        return;
     }
-    hf_acc(x, l, G, &d1, n * ib);
+    hf_ew_inplace(x, l, "norm.bwd_add", d1, d2, n * F32);
+    hf_free(x, &d2);
+    MS_JOIN(op, sizeof op, nm, ".bwd_down"); /* .to(float32) backward */
+    uint64_t d = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, d1, 0, n * F32, TK_NORM);
+    hf_free(x, &d1);
+    hf_acc(x, l, G, &d, n * ib);
 }
 
 /* A layer norm's backward over the residual stream. */
-static void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
+void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
                         uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G)
 {
     hf_rms_bwd(x, l, nm, g, w, xf, rs, nrm, in, G, x->T, x->h, x->RB, x->RB);
 }
 
 /* The backward of one rotated tensor (q or k, width w, input ib bytes an element) from its
- * gradient de: de*cos, de*sin and rotate_half's backward, summed (and cast back to the
- * input's dtype when the rotation ran promoted); de is freed after its last read unless keep
- * (it is a view of a larger gradient still needed). */
+ * gradient de, node by node as autograd runs `x * cos + rotate_half(x) * sin` (the product
+ * with sin made later, so first): de * sin (cast back to the input's dtype when the rotation
+ * ran promoted), rotate_half's backward (the negated half, then each half's slice backward:
+ * zero-filled [T, w] tensors, the second added into the first), de * cos (cast) added too;
+ * de is freed after its last read unless flags has HF_ROPE_KEEP (a view of a larger gradient
+ * still needed); with HF_ROPE_LAST (the last rotary backward of the step) the cos and sin
+ * tables go after their products. Returns the gradient, in [b, heads, s, d] order. */
 uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w, uint64_t ib,
-                       int keep)
+                       int flags)
 {
     uint64_t n = x->T * w, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.rope_bwd_cos", nm);
-    uint64_t a = hf_ew_nv(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->cos, n * eb, TK_ELEM, n);
-    uint64_t ac = a;
-    if (eb != ib) {
-        ac = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, a, 0, n * eb, TK_ELEM);
-        hf_free(x, &a);
-    }
-    snprintf(op, sizeof op, "%s.rope_bwd_sin", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_bwd_sin");
     uint64_t b = hf_ew_nv(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->sin, n * eb, TK_ELEM, n);
-    if (!keep) hf_free(x, de);
-    uint64_t bc = b;
     if (eb != ib) {
-        bc = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, b, 0, n * eb, TK_ELEM);
+        uint64_t c = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, b, 0, n * eb, TK_ELEM);
         hf_free(x, &b);
+        b = c;
     }
-    snprintf(op, sizeof op, "%s.rope_bwd_rot", nm);
-    uint64_t r = hf_ew_nv(x, l, op, op, n * ib, TC_ACT_TRANS, bc, 0, n * ib, TK_ELEM, n);
-    hf_free(x, &bc);
-    hf_ew_inplace(x, l, "rope.bwd_add", ac, r, n * ib);
-    hf_free(x, &r);
-    return ac;
+    if (flags & HF_ROPE_LAST) hf_free(x, &x->sin); /* the node releases it once done */
+    MS_JOIN(op, sizeof op, nm, ".rope_bwd_neg");
+    uint64_t ng = hf_ew_nv(x, l, op, op, n / 2 * ib, TC_ACT_TRANS, b, 0, n / 2 * ib, TK_ELEM,
+                           n / 2);
+    MS_JOIN(op, sizeof op, nm, ".rope_bwd_rot");
+    uint64_t z = hf_ew_nv(x, l, op, op, n * ib, TC_ACT_TRANS, ng, 0, n / 2 * ib, TK_ELEM, n);
+    hf_free(x, &ng);
+    uint64_t z1 = hf_ew_nv(x, l, op, op, n * ib, TC_ACT_TRANS, b, 0, n / 2 * ib, TK_ELEM, n);
+    hf_free(x, &b);
+    hf_acc(x, l, &z, &z1, n * ib);
+    MS_JOIN(op, sizeof op, nm, ".rope_bwd_cos");
+    uint64_t a = hf_ew_nv(x, l, op, op, n * eb, TC_ACT_TRANS, *de, x->cos, n * eb, TK_ELEM, n);
+    if (eb != ib) {
+        uint64_t c = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, a, 0, n * eb, TK_ELEM);
+        hf_free(x, &a);
+        a = c;
+    }
+    if (!(flags & HF_ROPE_KEEP)) hf_free(x, de);
+    if (flags & HF_ROPE_LAST) hf_free(x, &x->cos);
+    hf_acc(x, l, &z, &a, n * ib);
+    return z;
 }
 
-static uint64_t hf_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
+/* A q/k gradient in [b, heads, s, d] order back through `.view(b, s, heads, d).transpose(1,
+ * 2)`: the transposed gradient's reshape is a copy ([T, w], PyTorch's non-vectorized copy);
+ * *g is freed. */
+uint64_t hf_view_copy(hf_x *x, int l, const char *nm, uint64_t *g, uint64_t w)
 {
-    return hf_rope_bwd_w(x, l, nm, de, w, x->CB, 0);
+    char op[TRACE_NAME_MAX];
+    MS_JOIN(op, sizeof op, nm, ".view.bwd");
+    uint64_t n = x->T * w;
+    uint64_t c = hf_ew_nv(x, l, op, op, n * x->CB, TC_ACT_TRANS, *g, 0, n * x->CB, TK_ELEM, n);
+    hf_free(x, g);
+    return c;
 }
 
 /* SDPA forward FLOPs: QK^T and PV over b·heads·s² scores of head_dim, 2 FLOPs a
@@ -829,30 +990,28 @@ static double hf_attn_flops(const hf_x *x)
     return x->c->model.is_encoder ? 2.0 * causal : causal;
 }
 
-/* The cuDNN SDPA forward op over in[0..nin) (q, k, v or a tensor they are views of): with
- * dropout (SDPA's dropout_p > 0) first the RNG seed and offset it saves, then the output and
- * the fp32 log-sum-exp, all saved for the backward. */
+/* The cuDNN SDPA forward op over in[0..nin) (q, k, v or a tensor they are views of): the RNG
+ * seed and offset it saves (with or without dropout: every recorded trace has them), the
+ * output and the fp32 log-sum-exp, all saved for the backward, and a 256-byte scratch it
+ * frees. */
 void hf_sdpa_fwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, uint64_t *ao,
                     uint64_t *lse, uint64_t *seed, uint64_t *offs)
 {
     uint64_t T = x->T, oid;
-    *seed = *offs = 0;
-    if (dropout) {
-        *seed = hf_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
-        *offs = hf_alloc_tok(x, l, "sdpa_offset", 8, TC_ACT_SKEL, (int64_t)oid, 0);
-    } else {
-        oid = x->next_oid++;
-    }
+    *seed = hf_alloc_op(x, l, "sdpa_seed", 8, TC_ACT_SKEL, 0, &oid);
+    *offs = hf_alloc_tok(x, l, "sdpa_offset", 8, TC_ACT_SKEL, (int64_t)oid, 0);
     *ao = hf_alloc(x, l, "attn_out", T * x->hq * x->CB, TC_ACT_SKEL, (int64_t)oid);
     *lse = hf_alloc(x, l, "attn_lse", x->b * x->heads * x->s * F32, TC_ACT_SKEL, (int64_t)oid);
+    uint64_t sc = hf_alloc_tok(x, l, "sdpa_scratch", 256, TC_WORKSPACE, (int64_t)oid, 0);
     double fl = hf_attn_flops(x);
     hf_op o = { .kind = TK_ATTN, .layer = l, .what = "sdpa", .flops = fl,
                 .br = T * (x->hq + 2 * x->kv) * x->CB, .bw = T * x->hq * x->CB,
-                .nin = nin, .out = { *ao, *lse, *seed, *offs }, .nout = 4 };
+                .nin = nin, .out = { *ao, *lse, *seed, *offs, sc }, .nout = 5 };
     for (int k = 0; k < nin; k++) o.in[k] = in[k];
     o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
                                    model_head_dim(&x->c->model), 0, dropout) : -1.0;
     hf_emit(x, oid, &o);
+    hf_free(x, &sc);
 }
 
 /* A tensor made by a new op: the op's id in *oid. */
@@ -892,17 +1051,19 @@ void hf_sdpa_bwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, ui
 }
 
 /* The cuDNN SDPA backward, then everything SDPA saved. */
-static void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
+void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
                         uint64_t *dv)
 {
-    const uint64_t in[] = { *dao, s->q, s->k, s->v, s->ao, s->lse };
-    hf_sdpa_bwd_op(x, l, 0, in, 6, dq, dk, dv);
+    const uint64_t in[] = { *dao, s->q, s->k, s->v, s->ao, s->lse, s->seed, s->offs };
+    hf_sdpa_bwd_op(x, l, 0, in, 8, dq, dk, dv);
     hf_free(x, dao);
     hf_free(x, &s->k);
     hf_free(x, &s->q);
     hf_free(x, &s->v);
     hf_free(x, &s->lse);
     hf_free(x, &s->ao);
+    hf_free(x, &s->seed);
+    hf_free(x, &s->offs);
 }
 
 /* amp: the bf16 gradient of a bf16 tensor added to the fp32 residual (type promotion's
@@ -912,37 +1073,6 @@ uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G)
     uint64_t n = x->T * x->h;
     if (!x->amp) return G;
     return hf_ew(x, l, op, op, n * BF16, TC_ACT_TRANS, G, 0, n * F32, TK_ELEM);
-}
-
-/* Phi3MLP backward: the product's two gradients (up's, then the activation's), the
- * activation's, then chunk's backward cats gate's and up's into one [T, 2f] gradient for
- * gate_up_proj. */
-static void hf_phi3_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
-{
-    uint64_t T = x->T, h = x->h, f = x->f, n = T * f * x->CB, dxa = 0;
-    uint64_t gd = hf_down16(x, l, "add2.bwd", *G);
-    uint64_t dp = hf_linear_bwd(x, l, hf_lp(x, l, P_DOWN), "down_proj", gd, x->amp, &s->prod,
-                                T, h, f, 1);
-    uint64_t du = hf_ew(x, l, "act_mul.bwd_up", "d_up", n, TC_ACT_TRANS, dp, s->act, 2 * n,
-                        TK_ELEM);
-    uint64_t da = hf_ew(x, l, "act_mul.bwd_act", "d_act", n, TC_ACT_TRANS, dp, s->gate,
-                        2 * n, TK_ELEM);
-    hf_free(x, &dp);
-    hf_free(x, &s->act);
-    uint64_t dg = hf_ew(x, l, "act.bwd", "d_gate", n, TC_ACT_TRANS, da, s->gate, 2 * n, TK_ACT);
-    hf_free(x, &da);
-    hf_free(x, &s->gate);
-    uint64_t dgu = hf_ew(x, l, "chunk.bwd_cat", "d_gate_up", 2 * n, TC_ACT_TRANS, dg, du,
-                         2 * n, TK_ELEM);
-    hf_free(x, &dg);
-    hf_free(x, &du);
-    uint64_t d = hf_linear_bwd(x, l, hf_lp(x, l, P_GATE), "gate_up_proj", dgu, 1, &s->xg, T,
-                               2 * f, h, x->amp);
-    uint64_t t = hf_up32(x, l, "gate_up_proj.xcast.bwd", &d, T * h);
-    hf_acc(x, l, &dxa, &t, T * h * x->RB);
-    if (!x->amp) hf_free(x, &s->n2out);
-    hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
-                x->insaved ? &s->r1 : NULL, G);
 }
 
 static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
@@ -969,95 +1099,16 @@ static void hf_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
     hf_free(x, &dp);
     hf_free(x, &s->up);
     hf_free(x, &s->act);
-    uint64_t dxu = hf_linear_bwd(x, l, hf_lp(x, l, P_UP), "up_proj", du, 1, &s->xu, T, f, h,
-                                 x->amp);
-    uint64_t t = hf_up32(x, l, "up_proj.xcast.bwd", &dxu, T * h);
-    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    hf_linear_bwd_in(x, l, hf_lp(x, l, P_UP), "up_proj", du, &s->xu, T, f, h,
+                     "up_proj.xcast.bwd", &dxa);
     uint64_t dg = hf_ew(x, l, "act.bwd", "d_gate", n, TC_ACT_TRANS, da, s->gate, 2 * n, TK_ACT);
     hf_free(x, &da);
     hf_free(x, &s->gate);
-    uint64_t dxg = hf_linear_bwd(x, l, hf_lp(x, l, P_GATE), "gate_proj", dg, 1, &s->xg, T, f,
-                                 h, x->amp);
-    t = hf_up32(x, l, "gate_proj.xcast.bwd", &dxg, T * h);
-    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    hf_linear_bwd_in(x, l, hf_lp(x, l, P_GATE), "gate_proj", dg, &s->xg, T, f, h,
+                     "gate_proj.xcast.bwd", &dxa);
     if (!x->amp) hf_free(x, &s->n2out);
     hf_norm_bwd(x, l, "ln2", &dxa, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs, &s->n2nrm,
                 x->insaved ? &s->r1 : NULL, G);
-}
-
-/* The backward of one of Phi-3's rotated views (width w) from its gradient *de: the
- * rotated part's backward; the slices' backward (slice_backward: a zero-filled tensor of
- * the view's shape, the gradient copied in) for the pass-through part (even when empty)
- * and, when only part rotates, for the rotated part, summed. Returns the view's gradient in
- * the compute dtype, [b, heads, s, hd] contiguous. */
-static uint64_t hf_phi3_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w)
-{
-    uint64_t n = x->T * w, wr = w / x->hd * x->rd, acc = 0;
-    char op[TRACE_NAME_MAX];
-    uint64_t r = hf_rope_bwd_w(x, l, nm, de, wr, x->CB, 1);
-    if (wr < w) {
-        snprintf(op, sizeof op, "%s.rot_slice.bwd", nm);
-        uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, r, 0, x->T * wr * x->CB,
-                           TK_ELEM);
-        hf_free(x, &r);
-        r = z;
-    }
-    hf_acc(x, l, &acc, &r, n * x->CB);
-    snprintf(op, sizeof op, "%s.pass_slice.bwd", nm);
-    uint64_t z = hf_ew(x, l, op, op, n * x->CB, TC_ACT_TRANS, *de, 0,
-                       x->T * (w - wr) * x->CB, TK_ELEM);
-    hf_free(x, de);
-    hf_acc(x, l, &acc, &z, n * x->CB);
-    return acc;
-}
-
-/* A q/k/v view's gradient back to the fused output: the view(...).transpose(1, 2)'s
- * backward reshapes a transposed gradient (a copy), then the slice's backward puts it into
- * a zero-filled [T, q + 2 kv] tensor, summed into *acc. */
-static void hf_phi3_unslice(hf_x *x, int l, const char *nm, uint64_t *g, uint64_t w,
-                            uint64_t *acc)
-{
-    uint64_t W = x->hq + 2 * x->kv;
-    char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.view.bwd", nm);
-    uint64_t c = hf_ew_nv(x, l, op, op, x->T * w * x->CB, TC_ACT_TRANS, *g, 0,
-                          x->T * w * x->CB, TK_ELEM, x->T * w);
-    hf_free(x, g);
-    snprintf(op, sizeof op, "%s.slice.bwd", nm);
-    uint64_t z = hf_ew_nv(x, l, op, op, x->T * W * x->CB, TC_ACT_TRANS, c, 0,
-                          x->T * W * x->CB, TK_ELEM, x->T * w);
-    hf_free(x, &c);
-    hf_acc(x, l, acc, &z, x->T * W * x->CB);
-}
-
-/* Phi3Attention backward in autograd's order: o_proj, SDPA, k's then q's rotary, v's, k's
- * and q's slices, then qkv_proj on the summed gradient. */
-static void hf_phi3_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
-{
-    uint64_t T = x->T, h = x->h, dxa = 0, dq, dk, dv, xd = s->ao, dqkv = 0;
-    uint64_t go = hf_down16(x, l, "add1.bwd", *G);
-    uint64_t dao = hf_linear_bwd(x, l, hf_lp(x, l, P_O), "o_proj", go, x->amp, &xd, T, h,
-                                 x->hq, 0);
-    hf_sdpa_bwd(x, l, s, &dao, &dq, &dk, &dv);
-    x->cos = s->pcos;
-    x->sin = s->psin;
-    uint64_t dqe = hf_up32(x, l, "sdpa.qcast.bwd", &dq, T * x->hq);
-    uint64_t dke = hf_up32(x, l, "sdpa.kcast.bwd", &dk, T * x->kv);
-    uint64_t dk2 = hf_phi3_rope_bwd(x, l, "k", &dke, x->kv);
-    uint64_t dq2 = hf_phi3_rope_bwd(x, l, "q", &dqe, x->hq);
-    hf_free(x, &s->pcos);
-    hf_free(x, &s->psin);
-    x->cos = x->sin = 0;
-    hf_phi3_unslice(x, l, "v", &dv, x->kv, &dqkv);
-    hf_phi3_unslice(x, l, "k", &dk2, x->kv, &dqkv);
-    hf_phi3_unslice(x, l, "q", &dq2, x->hq, &dqkv);
-    uint64_t d = hf_linear_bwd(x, l, hf_lp(x, l, P_Q), "qkv_proj", dqkv, 1, &s->xq, T,
-                               x->hq + 2 * x->kv, h, x->amp);
-    uint64_t t = hf_up32(x, l, "qkv_proj.xcast.bwd", &d, T * h);
-    hf_acc(x, l, &dxa, &t, T * h * x->RB);
-    if (!x->amp) hf_free(x, &s->n1out);
-    hf_norm_bwd(x, l, "ln1", &dxa, hf_lp(x, l, P_LN1), &s->n1x, &s->n1rs, &s->n1nrm,
-                x->insaved ? &s->in : NULL, G);
 }
 
 static void hf_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
@@ -1075,35 +1126,30 @@ static void hf_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G)
     hf_sdpa_bwd(x, l, s, &dao, &dq, &dk, &dv);
     uint64_t dqe = hf_up32(x, l, "sdpa.qcast.bwd", &dq, T * x->hq);
     uint64_t dke = hf_up32(x, l, "sdpa.kcast.bwd", &dk, T * x->kv);
-    uint64_t dk2 = qk ? hf_rope_bwd_w(x, l, "k", &dke, x->kv, ob, 0)
-                      : hf_rope_bwd(x, l, "k", &dke, x->kv);
-    uint64_t dq2 = qk ? hf_rope_bwd_w(x, l, "q", &dqe, x->hq, ob, 0)
-                      : hf_rope_bwd(x, l, "q", &dqe, x->hq);
-    uint64_t t, d;
-    d = hf_linear_bwd(x, l, hf_lp(x, l, P_V), "v_proj", dv, 1, &s->xv, T, x->kv, h, x->amp);
-    t = hf_up32(x, l, "v_proj.xcast.bwd", &d, T * h);
-    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    uint64_t dk2 = hf_rope_bwd_w(x, l, "k", &dke, x->kv, qk ? ob : x->CB, 0);
+    uint64_t dq2 = hf_rope_bwd_w(x, l, "q", &dqe, x->hq, qk ? ob : x->CB,
+                                 l == 0 ? HF_ROPE_LAST : 0);
+    hf_linear_bwd_in(x, l, hf_lp(x, l, P_V), "v_proj", dv, &s->xv, T, x->kv, h,
+                     "v_proj.xcast.bwd", &dxa);
     if (qk) { /* k_norm's, then q_norm's backward: the projections' output gradients */
         uint64_t gk = 0, gq = 0;
         hf_rms_bwd(x, l, "k_norm", &dk2, hf_lp(x, l, P_KN), &s->knx, &s->knrs, &s->knnrm,
                    &s->kin, &gk, T * x->kv / x->hd, x->hd, x->CB, ob);
         dk2 = gk;
-        d = hf_linear_bwd(x, l, hf_lp(x, l, P_K), "k_proj", dk2, 1, &s->xk, T, x->kv, h,
-                          x->amp);
-        t = hf_up32(x, l, "k_proj.xcast.bwd", &d, T * h);
-        hf_acc(x, l, &dxa, &t, T * h * x->RB);
+        hf_linear_bwd_in(x, l, hf_lp(x, l, P_K), "k_proj", dk2, &s->xk, T, x->kv, h,
+                         "k_proj.xcast.bwd", &dxa);
         hf_rms_bwd(x, l, "q_norm", &dq2, hf_lp(x, l, P_QN), &s->qnx, &s->qnrs, &s->qnnrm,
                    &s->qin, &gq, T * x->heads, x->hd, x->CB, ob);
         dq2 = gq;
         goto q_proj;
     }
-    d = hf_linear_bwd(x, l, hf_lp(x, l, P_K), "k_proj", dk2, 1, &s->xk, T, x->kv, h, x->amp);
-    t = hf_up32(x, l, "k_proj.xcast.bwd", &d, T * h);
-    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    dk2 = hf_view_copy(x, l, "k", &dk2, x->kv);
+    hf_linear_bwd_in(x, l, hf_lp(x, l, P_K), "k_proj", dk2, &s->xk, T, x->kv, h,
+                     "k_proj.xcast.bwd", &dxa);
+    dq2 = hf_view_copy(x, l, "q", &dq2, x->hq);
 q_proj:
-    d = hf_linear_bwd(x, l, hf_lp(x, l, P_Q), "q_proj", dq2, 1, &s->xq, T, x->hq, h, x->amp);
-    t = hf_up32(x, l, "q_proj.xcast.bwd", &d, T * h);
-    hf_acc(x, l, &dxa, &t, T * h * x->RB);
+    hf_linear_bwd_in(x, l, hf_lp(x, l, P_Q), "q_proj", dq2, &s->xq, T, x->hq, h,
+                     "q_proj.xcast.bwd", &dxa);
     if (!x->amp) hf_free(x, &s->n1out);
     hf_norm_bwd(x, l, "ln1", &dxa, hf_lp(x, l, P_LN1), &s->n1x, &s->n1rs, &s->n1nrm,
                 x->insaved ? &s->in : NULL, G);
@@ -1115,16 +1161,14 @@ q_proj:
 /* The loss's backward as cross_entropy runs it: nll_loss's, log_softmax's (fp32; the saved
  * log-probabilities freed), then *labels freed when given (the shifted labels' copy), and
  * below fp32 the logits.float() cast's backward. Returns the logits' gradient. */
-uint64_t hf_loss_bwd(hf_x *x, uint64_t labels_in, uint64_t *labels)
+uint64_t hf_loss_bwd(hf_x *x, uint64_t *labels)
 {
     uint64_t T = x->T, V = x->V;
-    uint64_t dl = hf_ew(x, -1, "nll_loss.bwd", "d_log_probs", T * V * F32, TC_ACT_TRANS,
-                        labels_in, 0, T * TOKEN_BYTES, TK_LOSS);
+    uint64_t dl = hf_nll_bwd(x, labels, F32, F32);
     uint64_t dlf = hf_ew(x, -1, "log_softmax.bwd", "d_logits_fp32", T * V * F32, TC_ACT_TRANS,
                          dl, x->logsm, 2 * T * V * F32, TK_LOSS);
     hf_free(x, &dl);
     hf_free(x, &x->logsm);
-    if (labels) hf_free(x, labels);
     uint64_t dlg = dlf;
     if (x->CB != F32) {
         dlg = hf_ew(x, -1, "logits.float.bwd", "d_logits", T * V * x->CB, TC_ACT_TRANS, dlf, 0,
@@ -1137,7 +1181,7 @@ uint64_t hf_loss_bwd(hf_x *x, uint64_t labels_in, uint64_t *labels)
 uint64_t hf_head_bwd(hf_x *x)
 {
     uint64_t T = x->T, V = x->V, h = x->h;
-    uint64_t dlg = hf_loss_bwd(x, x->labels, &x->labels);
+    uint64_t dlg = hf_loss_bwd(x, &x->labels);
     hf_param *hw = hf_headw(x);
     uint64_t w = x->amp ? hw->cast : hw->id;
     uint64_t oid = x->next_oid++, eb = x->CB;
@@ -1163,14 +1207,13 @@ uint64_t hf_head_bwd(hf_x *x)
 }
 
 /* The embedding's backward (embedding_dense_backward: a zero-filled [V, h] gradient,
- * scatter-added), then the residual gradient is released. */
+ * scatter-added); the residual gradient is released before the gradient reaches .grad. */
 static void hf_embed_bwd(hf_x *x, uint64_t *G)
 {
     hf_param *e = hf_embed(x);
-    uint64_t g = hf_ew(x, -1, "embed.bwd", "embed_grad", e->n * x->PB, TC_GRAD, *G, x->tokens,
-                       x->T * x->h * x->RB, TK_EMBED);
-    hf_accum_grad(x, e, g);
+    uint64_t g = hf_embed_dense_bwd(x, "embed_tokens", *G, x->tokens, x->T, 0, x->V);
     hf_free(x, G);
+    hf_accum_grad(x, e, g);
 }
 
 static void hf_backward(hf_x *x)
@@ -1187,7 +1230,7 @@ static void hf_backward(hf_x *x)
         hf_attn_bwd(x, l, &x->ls[l], &G);
     }
     hf_mark(x, TM_LAYER, -1);
-    hf_free(x, &x->cos);
+    hf_free(x, &x->cos); /* none left unless a layer's program did not release them */
     hf_free(x, &x->sin);
     hf_embed_bwd(x, &G);
 }
@@ -1259,6 +1302,7 @@ static const hf_family hf_family_llama = {
 static void hf_iteration(hf_x *x, const hf_family *f, int it)
 {
     x->iter = it;
+    hf_free(x, &x->loss); /* the last step's, which the loop drops (`del loss`) */
     hf_mark(x, TM_ITER, it);
     x->phase = TP_FWD;
     hf_mark(x, TM_PHASE, TP_FWD);
@@ -1273,6 +1317,7 @@ static void hf_iteration(hf_x *x, const hf_family *f, int it)
     x->phase = TP_BWD;
     hf_mark(x, TM_PHASE, TP_BWD);
     f->backward(x);
+    hf_free(x, &x->ones); /* the loss's gradient, held by backward() to its end */
     x->phase = TP_OPT;
     hf_mark(x, TM_PHASE, TP_OPT);
     hf_optimizer(x);
@@ -1302,6 +1347,7 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->gpt2 = strcmp(md->family, "gpt2") == 0;
     x->phi3 = !strcmp(md->family, "phi3");
     x->bert = !strcmp(md->family, "bert");
+    x->nnlin = x->bert;
     x->rd = md->rotary_pct > 0 ? (uint64_t)((double)x->hd * md->rotary_pct) : x->hd;
     x->lnfam = !strcmp(md->family, "gpt_neox") ? HF_LN_NEOX
              : !strcmp(md->family, "opt") ? HF_LN_OPT : 0;
@@ -1403,10 +1449,10 @@ ms_status gen_hf_emit(const gen_config *c, const machine_t *m, trace_t *t)
     if (!x.st) {
         hf_plan(&x);
         hf_meta(&x);
-        hf_setup(&x);
+        if (x.bert) x.st = hf_bert_begin(&x); /* BERT's own setup: buffers, tying */
+        else hf_setup(&x);
         if (x.gpt2 && !x.st) x.st = hf_g2_begin(&x);
         if (x.lnfam && !x.st) x.st = hf_ln_begin(&x);
-        if (x.bert && !x.st) x.st = hf_bert_begin(&x);
         const hf_family *f = x.gpt2 ? &hf_family_gpt2 : x.lnfam ? &hf_family_ln
                            : x.bert ? &hf_family_bert : &hf_family_llama;
         for (int it = 0; it < c->iterations && !x.st; it++) hf_iteration(&x, f, it);

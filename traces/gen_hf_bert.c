@@ -2,9 +2,10 @@
  * (models/bert/modeling_bert.py) trained with labels = input_ids (the masked-LM loss over
  * every token) under PyTorch 2.11 eager as gen_hf.c's loop runs it. A post-LayerNorm
  * encoder with biased nn.Linear layers and bidirectional SDPA, built from GPT-2's blocks
- * (hf_ln_fwd's LayerNorm, hf_blinear, hf_drop in gen_hf_gpt2.c) and gen_hf.c's SDPA ops,
- * AdamW and driver. Followed from the sources only: no measured run backs it
- * (docs/GENERATOR.md §11 "BERT"). */
+ * (hf_ln_fwd's LayerNorm, hf_blinear, hf_drop in gen_hf_gpt2.c), gen_hf.c's SDPA ops,
+ * embedding backward, AdamW and driver. Read off the H200 allocator traces with Python frames
+ * of a 2-layer BERT-large (experiments/realworld/h200/an-bert-*.trace.json.gz; docs/GENERATOR.md
+ * §11 "BERT"). */
 #include "traces/gen_hf_int.h"
 
 #include <stdlib.h>
@@ -12,9 +13,10 @@
 
 /* BertLayer's parameters in registration order: attention.self query, key, value,
  * attention.output dense and LayerNorm, intermediate.dense, output dense and LayerNorm
- * (each weight then bias). The model: embeddings (word, position, token_type, LayerNorm),
- * the layers, cls.predictions.transform (dense, LayerNorm), the decoder's weight when untied,
- * cls.predictions.bias (the decoder's bias). */
+ * (each weight then bias). The model's parameters() order: embeddings (word, position,
+ * token_type, LayerNorm), the layers, then cls.predictions: its own bias (a module's
+ * parameters come before its children's), transform (dense, LayerNorm), the decoder's weight
+ * when untied (tied: the word embeddings'; the decoder's bias is cls.predictions.bias). */
 enum { BT_QW, BT_QB, BT_KW, BT_KB, BT_VW, BT_VB, BT_OW, BT_OB, BT_LN1W, BT_LN1B, BT_FC1W,
        BT_FC1B, BT_FC2W, BT_FC2B, BT_LN2W, BT_LN2B, BT_SLOTS };
 static const char *const bt_slot_name[BT_SLOTS] = {
@@ -24,7 +26,7 @@ static const char *const bt_slot_name[BT_SLOTS] = {
     "output.LayerNorm.w", "output.LayerNorm.b"
 };
 enum { BE_WORD, BE_POS, BE_TYPE, BE_LNW, BE_LNB, BE_PRE };
-enum { BH_TW, BH_TB, BH_LNW, BH_LNB }; /* after the layers; then [decoder.w], bias */
+enum { BH_BIAS, BH_TW, BH_TB, BH_LNW, BH_LNB, BH_N }; /* after the layers; [decoder.w] last */
 #define BT_NB 6 /* biased linears of a layer (their amp bias casts) */
 
 typedef struct bt_ls {
@@ -40,8 +42,10 @@ typedef struct bt_ls {
 struct hf_bert {
     bt_ls *ls;
     uint64_t pos_buf, type_buf;  /* the position_ids and token_type_ids buffers [1, P] */
+    uint64_t tt;                 /* token_type_ids gathered by position_ids [1, s] (saved) */
     uint64_t ew, et, ep, esum, emu, ers, emask;
     uint64_t hin, xt, t, taf, tmu, trs, hout, xd, bct, bcd;
+    uint64_t lsm32;              /* amp: the fp32 log-probabilities nll_loss saves */
     double pd, ad;               /* hidden and attention-probabilities dropout */
 };
 
@@ -51,12 +55,12 @@ static hf_param *bt_lp(hf_x *x, int l, int j)
     return &x->p[BE_PRE + (size_t)l * BT_SLOTS + (size_t)j];
 }
 static hf_param *bt_hp(hf_x *x, int j) { return &x->p[BE_PRE + (size_t)x->L * BT_SLOTS + j]; }
-static hf_param *bt_bias(hf_x *x) { return &x->p[x->np - 1]; }
-static hf_param *bt_decw(hf_x *x) { return x->tied ? &x->p[BE_WORD] : &x->p[x->np - 2]; }
+static hf_param *bt_bias(hf_x *x) { return bt_hp(x, BH_BIAS); }
+static hf_param *bt_decw(hf_x *x) { return x->tied ? &x->p[BE_WORD] : &x->p[x->np - 1]; }
 
 size_t hf_bert_nparams(const hf_x *x)
 {
-    return BE_PRE + (size_t)x->L * BT_SLOTS + 4 + !x->tied + 1;
+    return BE_PRE + (size_t)x->L * BT_SLOTS + BH_N + !x->tied;
 }
 
 void hf_bert_plan_params(hf_x *x)
@@ -75,12 +79,12 @@ void hf_bert_plan_params(hf_x *x)
     }
     for (size_t i = 0; i < x->np; i++)
         if (i < BE_PRE || i >= BE_PRE + (size_t)x->L * BT_SLOTS) x->p[i].layer = -1;
+    bt_hp(x, BH_BIAS)->n = x->V;
     bt_hp(x, BH_TW)->n = h * h;
     bt_hp(x, BH_TB)->n = h;
     bt_hp(x, BH_LNW)->n = h;
     bt_hp(x, BH_LNB)->n = h;
-    if (!x->tied) x->p[x->np - 2].n = x->V * h;
-    bt_bias(x)->n = x->V;
+    if (!x->tied) x->p[x->np - 1].n = x->V * h;
 }
 
 void hf_bert_pname(const hf_x *x, size_t i, char *nm)
@@ -88,13 +92,13 @@ void hf_bert_pname(const hf_x *x, size_t i, char *nm)
     static const char *const pre[BE_PRE] = {
         "word_embeddings.w", "position_embeddings.w", "token_type_embeddings.w",
         "embeddings.LayerNorm.w", "embeddings.LayerNorm.b" };
-    static const char *const head[4] = { "transform.dense.w", "transform.dense.b",
-                                         "transform.LayerNorm.w", "transform.LayerNorm.b" };
+    static const char *const head[BH_N] = { "predictions.bias", "transform.dense.w",
+                                            "transform.dense.b", "transform.LayerNorm.w",
+                                            "transform.LayerNorm.b" };
     size_t body = BE_PRE + (size_t)x->L * BT_SLOTS;
-    if (i < BE_PRE) snprintf(nm, TRACE_NAME_MAX, "%s", pre[i]);
-    else if (i == x->np - 1) snprintf(nm, TRACE_NAME_MAX, "predictions.bias");
-    else if (i >= body + 4) snprintf(nm, TRACE_NAME_MAX, "decoder.w");
-    else if (i >= body) snprintf(nm, TRACE_NAME_MAX, "%s", head[i - body]);
+    if (i < BE_PRE) MS_JOIN(nm, TRACE_NAME_MAX, pre[i]);
+    else if (i >= body + BH_N) MS_JOIN(nm, TRACE_NAME_MAX, "decoder.w");
+    else if (i >= body) MS_JOIN(nm, TRACE_NAME_MAX, head[i - body]);
     else snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer,
                   bt_slot_name[(i - BE_PRE) % BT_SLOTS]);
 }
@@ -118,8 +122,39 @@ ms_status hf_bert_check(const gen_config *c, ms_error *err)
     return MS_OK;
 }
 
-/* The embeddings' two buffers, made on the GPU with the model after its parameters
- * (BertEmbeddings registers position_ids and token_type_ids, [1, P] int64 each). */
+static void bt_param(hf_x *x, size_t i)
+{
+    char nm[TRACE_NAME_MAX];
+    hf_bert_pname(x, i, nm);
+    x->p[i].id = hf_alloc(x, -1, nm, x->p[i].n * x->PB, TC_PARAM, -1);
+}
+
+/* The head's setup as from_config builds it: transform, then BertLMPredictionHead's decoder
+ * (nn.Linear(h, V) with its own bias) and bias parameter; tying then frees the decoder's
+ * weight (it becomes the word embeddings') and _adjust_bias (modeling_utils.py) pads each bias
+ * into a new tensor, the decoder's first (that copy goes when the two biases are tied), then
+ * cls.predictions.bias, whose padded copy is the one bias left. */
+static void bt_setup_head(hf_x *x)
+{
+    size_t body = BE_PRE + (size_t)x->L * BT_SLOTS;
+    for (int j = BH_TW; j < BH_N; j++) bt_param(x, body + (size_t)j);
+    uint64_t vb = x->V * x->PB, dw = 0;
+    if (x->tied) dw = hf_alloc(x, -1, "decoder.w", x->V * x->h * x->PB, TC_PARAM, -1);
+    else bt_param(x, x->np - 1);
+    uint64_t db = hf_alloc(x, -1, "decoder.bias", vb, TC_PARAM, -1);
+    uint64_t pb = hf_alloc(x, -1, "predictions.bias.init", vb, TC_PARAM, -1);
+    hf_free(x, &dw);
+    uint64_t pad = hf_alloc(x, -1, "decoder.bias.pad", vb, TC_PARAM, -1);
+    hf_free(x, &db);
+    hf_free(x, &pad);
+    bt_param(x, body + BH_BIAS);
+    hf_free(x, &pb);
+}
+
+/* The model built on the GPU (from_config under `with torch.device("cuda")`): the
+ * embeddings' parameters and their two buffers (position_ids, token_type_ids: [1, P] int64),
+ * the layers, BertModel's weight init (an arange copied into position_ids), the head; then the
+ * input ids. */
 ms_status hf_bert_begin(hf_x *x)
 {
     x->brt = calloc(1, sizeof *x->brt);
@@ -130,9 +165,15 @@ ms_status hf_bert_begin(hf_x *x)
     x->brt->pd = m->resid_dropout;
     x->brt->ad = m->attn_dropout;
     uint64_t P = m->pos_rows;
+    for (size_t i = 0; i < BE_PRE; i++) bt_param(x, i);
     x->brt->pos_buf = hf_alloc(x, -1, "position_ids", P * TOKEN_BYTES, TC_OTHER, -1);
     x->brt->type_buf = hf_alloc(x, -1, "token_type_ids", P * TOKEN_BYTES, TC_OTHER, -1);
-    return MS_OK;
+    for (size_t i = BE_PRE; i < BE_PRE + (size_t)x->L * BT_SLOTS; i++) bt_param(x, i);
+    uint64_t ar = hf_alloc(x, -1, "init.arange", P * TOKEN_BYTES, TC_OTHER, -1);
+    hf_free(x, &ar);
+    bt_setup_head(x);
+    x->tokens = hf_alloc(x, -1, "input_ids", x->T * TOKEN_BYTES, TC_OTHER, -1);
+    return x->st;
 }
 
 void hf_bert_end(hf_x *x)
@@ -172,22 +213,33 @@ static uint64_t bt_lookup(hf_x *x, const char *nm, const char *outn, hf_param *w
     return e;
 }
 
-/* BertEmbeddings.forward: word_embeddings(ids) + token_type_embeddings(zeros, the buffer
- * expanded: a view), += position_embeddings(position_ids, the buffer's view [1, s]) in
- * place, LayerNorm, dropout (its output is layer 0's input); the lookups are locals that go
- * when the embeddings return. */
+/* BertEmbeddings.forward: the token types gathered from the zero buffer by position_ids
+ * ([1, s] int64, saved by their embedding's backward), word_embeddings(ids),
+ * token_type_embeddings of those types expanded over the batch (F.embedding flattens the
+ * expanded ids into a copy when b > 1), their sum, `+ position_embeddings(position_ids)`
+ * (a new sum: [s, h] broadcast over the batch), LayerNorm (its input saved), dropout (its
+ * output is layer 0's input); the LayerNorm output and the lookups are locals that go when
+ * the embeddings return. */
 static uint64_t bt_embed_fwd(hf_x *x)
 {
     struct hf_bert *g = x->brt;
     uint64_t T = x->T, n = T * x->h;
+    g->tt = hf_ew(x, -1, "token_type_ids.gather", "token_types", x->s * TOKEN_BYTES,
+                  TC_ACT_SKEL, g->type_buf, g->pos_buf, 2 * x->s * TOKEN_BYTES, TK_ELEM);
     g->ew = bt_lookup(x, "word_embeddings", "inputs_embeds", &x->p[BE_WORD], x->tokens, T);
-    g->et = bt_lookup(x, "token_type_embeddings", "token_type_embeds", &x->p[BE_TYPE],
-                      g->type_buf, T);
-    g->esum = hf_ew(x, -1, "embed.add", "embeddings", n * x->RB, TC_ACT_SKEL, g->ew, g->et,
-                    2 * n * x->RB, TK_ELEM);
+    uint64_t ids = g->tt;
+    if (x->b > 1)
+        ids = hf_ew(x, -1, "token_type_ids.flatten", "token_type_flat", T * TOKEN_BYTES,
+                    TC_ACT_TRANS, g->tt, 0, x->s * TOKEN_BYTES, TK_ELEM);
+    g->et = bt_lookup(x, "token_type_embeddings", "token_type_embeds", &x->p[BE_TYPE], ids, T);
+    if (ids != g->tt) hf_free(x, &ids);
+    uint64_t s1 = hf_ew(x, -1, "embed.add", "embeddings_sum", n * x->RB, TC_ACT_TRANS, g->ew,
+                        g->et, 2 * n * x->RB, TK_ELEM);
     g->ep = bt_lookup(x, "position_embeddings", "position_embeds", &x->p[BE_POS], g->pos_buf,
                       x->s);
-    hf_ew_inplace(x, -1, "embed.add_pos", g->esum, g->ep, n * x->RB);
+    g->esum = hf_ew(x, -1, "embed.add_pos", "embeddings", n * x->RB, TC_ACT_SKEL, s1, g->ep,
+                    (T + x->s) * x->h * x->RB, TK_ELEM);
+    hf_free(x, &s1);
     int drop = g->pd > 0;
     uint64_t ln = bt_ln_fwd(x, -1, drop ? -1 : 0, "embeddings.LayerNorm",
                             drop ? "embeddings_ln" : "input", g->esum, &x->p[BE_LNW],
@@ -214,8 +266,11 @@ static uint64_t bt_embed_fwd(hf_x *x)
  * layer's output. q, k and v are the biased projections' outputs viewed as
  * [b, heads, s, d] (views: SDPA saves them); SDPA runs bidirectional (is_causal False, no
  * mask) with dropout_p = attention_probs_dropout_prob, its output in q's [b, s, heads, d]
- * strides, so the transpose back and reshape are views. amp: each projection casts the fp32
- * input itself; layer_norm runs in fp32 on the fp32 sums. */
+ * strides, so the transpose back and reshape are views. Each dropout's output is a local of
+ * BertSelfOutput / BertOutput that goes when its LayerNorm returns. amp: each projection
+ * casts the fp32 input itself; layer_norm runs in fp32 on the fp32 sums; x1 goes when the
+ * layer returns, the layer input then too (layer 0's is the embeddings' output, held until
+ * the encoder returns). */
 static uint64_t bt_layer_fwd(hf_x *x, int l, uint64_t in)
 {
     struct hf_bert *g = x->brt;
@@ -239,11 +294,10 @@ static uint64_t bt_layer_fwd(hf_x *x, int l, uint64_t in)
     if (d1 != po) hf_free(x, &po);
     s->s1 = hf_ew_nv(x, l, "attention.output.add", "ln1_in", n * x->RB, TC_ACT_SKEL, d1, in,
                      n * (x->RB + x->CB), TK_ELEM, x->RB != x->CB ? n : 0);
-    hf_free(x, &d1);
-    if (x->amp) hf_free(x, &s->in); /* the casts are what the projections saved */
     s->out1 = bt_ln_fwd(x, l, l, "attention.output.LayerNorm", "ln1_out", s->s1,
                         bt_lp(x, l, BT_LN1W), bt_lp(x, l, BT_LN1B),
                         x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, &s->mu1, &s->rs1);
+    hf_free(x, &d1);
     s->fc = hf_blinear(x, l, bt_lp(x, l, BT_FC1W), bt_lp(x, l, BT_FC1B), "intermediate.dense",
                        s->out1, x->amp, T, f, h, TC_ACT_SKEL, &s->xi, &s->bc[4]);
     s->act = hf_ew(x, l, "gelu", "act_out", T * f * x->CB, TC_ACT_SKEL, s->fc, 0,
@@ -255,72 +309,101 @@ static uint64_t bt_layer_fwd(hf_x *x, int l, uint64_t in)
     if (d2 != mp) hf_free(x, &mp);
     s->s2 = hf_ew_nv(x, l, "output.add", "ln2_in", n * x->RB, TC_ACT_SKEL, d2, s->out1,
                      n * (x->RB + x->CB), TK_ELEM, x->RB != x->CB ? n : 0);
-    hf_free(x, &d2);
-    if (x->amp) hf_free(x, &s->out1);
     int last = l + 1 == x->L;
-    return bt_ln_fwd(x, l, last ? -1 : l + 1, "output.LayerNorm",
-                     last ? "final_norm.input" : "input", s->s2, bt_lp(x, l, BT_LN2W),
-                     bt_lp(x, l, BT_LN2B), TC_ACT_SKEL, &s->mu2, &s->rs2);
+    uint64_t out = bt_ln_fwd(x, l, last ? -1 : l + 1, "output.LayerNorm",
+                             last ? "final_norm.input" : "input", s->s2, bt_lp(x, l, BT_LN2W),
+                             bt_lp(x, l, BT_LN2B), TC_ACT_SKEL, &s->mu2, &s->rs2);
+    hf_free(x, &d2);
+    if (x->amp) { /* the casts are what the projections saved */
+        hf_free(x, &s->out1);
+        if (l > 0) hf_free(x, &s->in);
+    }
+    return out;
+}
+
+/* ForMaskedLMLoss as BertForMaskedLM calls it (CrossEntropyLoss on the logits as they are,
+ * no upcast): log_softmax in the logits' dtype (saved); under amp nll_loss is on autocast's
+ * fp32 list, so the bf16 log-probabilities are cast to fp32 first (saved by nll_loss); the
+ * loss and its total weight (saved) are scalars of that dtype. */
+static void bt_loss_fwd(hf_x *x, uint64_t lg)
+{
+    struct hf_bert *g = x->brt;
+    uint64_t TV = x->T * x->V, eb = x->CB, lb = x->amp ? F32 : eb;
+    x->logsm = hf_ew(x, -1, "log_softmax", "log_probs", TV * eb, TC_ACT_SKEL, lg, 0, TV * eb,
+                     TK_LOSS);
+    uint64_t lp = x->logsm;
+    if (x->amp)
+        lp = g->lsm32 = hf_ew_nv(x, -1, "log_probs.float", "log_probs_fp32", TV * F32,
+                                 TC_ACT_SKEL, x->logsm, 0, TV * eb, TK_ELEM, TV);
+    hf_nll_fwd(x, lp, x->tokens, lb);
 }
 
 /* BertOnlyMLMHead: transform (dense, gelu, LayerNorm: under amp autocast runs layer_norm in
- * fp32 on an fp32 cast of gelu's bf16 output, the cast saved), the decoder (addmm with the
- * tied word embeddings and cls.predictions.bias), then ForMaskedLMLoss: logits.float(),
- * cross_entropy over every token against labels = input_ids (views: no shift). The model's
- * forward returns (the last hidden state goes) and autocast's region ends (its cache drops
- * the bias casts). */
+ * fp32 on an fp32 cast of gelu's bf16 output, the cast saved, the bf16 output a local until
+ * the LayerNorm returns), the decoder (addmm with the
+ * tied word embeddings and cls.predictions.bias; amp: the transform's fp32 output goes once
+ * the decoder has cast it), then the loss. The model's forward returns (the last hidden state
+ * and the logits go) and autocast's region ends (its cache drops the bias casts). */
 static void bt_head_fwd(hf_x *x, uint64_t in)
 {
     struct hf_bert *g = x->brt;
     uint64_t T = x->T, h = x->h, V = x->V, n = T * h;
+    if (x->amp) hf_free(x, &g->ls[0].in); /* the embeddings' output: the encoder returned */
     g->hin = in;
     g->t = hf_blinear(x, -1, bt_hp(x, BH_TW), bt_hp(x, BH_TB), "transform.dense", in, x->amp,
                       T, h, h, TC_ACT_SKEL, &g->xt, &g->bct);
     uint64_t ta = hf_ew(x, -1, "transform.gelu", "transform_act", n * x->CB,
                         x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, g->t, 0, n * x->CB, TK_ACT);
     g->taf = ta;
-    if (x->amp) {
+    if (x->amp)
         g->taf = hf_ew_nv(x, -1, "transform.LayerNorm.cast", "transform_act_fp32", n * F32,
                           TC_ACT_SKEL, ta, 0, n * BF16, TK_ELEM, n);
-        hf_free(x, &ta);
-    }
     g->hout = bt_ln_fwd(x, -1, -1, "transform.LayerNorm", "transform_out", g->taf,
                         bt_hp(x, BH_LNW), bt_hp(x, BH_LNB), x->amp ? TC_ACT_TRANS : TC_ACT_SKEL,
                         &g->tmu, &g->trs);
+    if (x->amp) hf_free(x, &ta); /* a local until the LayerNorm returns */
     uint64_t lg = hf_blinear(x, -1, bt_decw(x), bt_bias(x), "decoder", g->hout, x->amp, T, V,
                              h, TC_ACT_TRANS, &g->xd, &g->bcd);
-    uint64_t lf = lg;
-    if (x->CB != F32)
-        lf = hf_ew_nv(x, -1, "logits.float", "logits_fp32", T * V * F32, TC_ACT_TRANS, lg, 0,
-                      T * V * x->CB, TK_ELEM, T * V);
-    x->logsm = hf_ew(x, -1, "log_softmax", "log_probs", T * V * F32, TC_ACT_SKEL, lf, 0,
-                     T * V * F32, TK_LOSS);
-    uint64_t oid = x->next_oid++;
-    hf_op nl = { .kind = TK_LOSS, .layer = -1, .what = "nll_loss", .br = T * (F32 + 8),
-                 .in = { x->logsm, x->tokens }, .nin = 2 };
-    hf_mem_op(x, oid, nl);
-    if (lf != lg) hf_free(x, &lf);
+    if (x->amp) hf_free(x, &g->hout);
+    bt_loss_fwd(x, lg);
+    if (x->amp) hf_free(x, &g->hin);
     hf_free(x, &lg);
-    if (x->amp) {
-        hf_free(x, &g->hout);
-        hf_free(x, &g->hin);
-    }
+    hf_free(x, &g->bcd);
     for (int l = 0; l < x->L; l++)
         for (int k = 0; k < BT_NB; k++) hf_free(x, &g->ls[l].bc[k]);
     hf_free(x, &g->bct);
-    hf_free(x, &g->bcd);
 }
 
-/* The loss and head backward: nll's zero-filled gradient, log_softmax's, the .float()
- * cast's, the decoder (autograd's thread makes its own cuBLAS workspace on its first GEMM),
- * the LayerNorm, amp's cast, gelu, transform.dense. Returns the last layer's output
- * gradient. */
+/* The loss's backward: the loss's gradient (ones), nll_loss's (zero-filled, in its input's
+ * dtype; its saved total weight then released), under amp the fp32 cast's back to bf16,
+ * log_softmax's in the logits' dtype (the log-probabilities then released). Returns the
+ * logits' gradient. */
+static uint64_t bt_loss_bwd(hf_x *x)
+{
+    struct hf_bert *g = x->brt;
+    uint64_t TV = x->T * x->V, eb = x->CB, lb = x->amp ? F32 : eb;
+    uint64_t dl = hf_nll_bwd(x, &g->lsm32, lb, lb);
+    if (x->amp) {
+        uint64_t d16 = hf_ew(x, -1, "log_probs.float.bwd", "d_log_probs16", TV * eb,
+                             TC_ACT_TRANS, dl, 0, TV * F32, TK_ELEM);
+        hf_free(x, &dl);
+        dl = d16;
+    }
+    uint64_t dlg = hf_ew(x, -1, "log_softmax.bwd", "d_logits", TV * eb, TC_ACT_TRANS, dl,
+                         x->logsm, 2 * TV * eb, TK_LOSS);
+    hf_free(x, &dl);
+    hf_free(x, &x->logsm);
+    return dlg;
+}
+
+/* The loss and head backward: the loss, the decoder (autograd's thread makes its own cuBLAS
+ * workspace at its first GEMM), the LayerNorm, amp's cast, gelu, transform.dense. Returns the
+ * last layer's output gradient. */
 static uint64_t bt_head_bwd(hf_x *x)
 {
     struct hf_bert *g = x->brt;
     uint64_t T = x->T, V = x->V, h = x->h, n = T * h, G = 0;
-    uint64_t dlg = hf_loss_bwd(x, x->tokens, NULL);
-    if (x->iter == 0) x->ws_bwd = hf_alloc(x, -1, "cublas_ws_bwd", CUBLAS_WS, TC_OTHER, -1);
+    uint64_t dlg = bt_loss_bwd(x);
     uint64_t dh = hf_blinear_bwd(x, -1, bt_decw(x), bt_bias(x), "decoder", dlg, 1, &g->xd, 1,
                                  T, V, h, x->amp);
     if (!x->amp) g->hout = 0; /* bf16: the decoder's saved input, released above */
@@ -350,25 +433,29 @@ static uint64_t bt_branch_bwd(hf_x *x, int l, const char *nm, uint64_t S, uint64
 {
     uint64_t n = x->T * x->h;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.add.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".add.bwd");
     uint64_t gd = hf_down16(x, l, a, S);
-    snprintf(a, sizeof a, "%s.dropout.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".dropout.bwd");
     uint64_t dd = hf_drop_bwd(x, l, a, gd, mask, n, x->CB);
-    hf_free(x, mask);
     if (dd != gd && gd != S) hf_free(x, &gd);
-    snprintf(a, sizeof a, "%s.dense", nm);
-    return hf_blinear_bwd(x, l, bt_lp(x, l, jw), bt_lp(x, l, jw + 1), a, dd, dd != S, xs,
-                          free_x, x->T, N, K, 0);
+    hf_free(x, mask);
+    MS_JOIN(a, sizeof a, nm, ".dense");
+    return hf_blinear_bwd_acc(x, l, bt_lp(x, l, jw), bt_lp(x, l, jw + 1), a, dd, dd != S, xs,
+                              free_x, x->T, N, K, 0, NULL);
 }
 
 /* A layer's backward from its output's gradient *G: output.LayerNorm, the MLP branch
  * (dropout, output.dense, gelu, intermediate.dense) added into the residual's share,
  * attention.output.LayerNorm, the attention branch (dropout, dense, SDPA, then value, key,
- * query: autograd's order) added into the layer input's gradient, which *G becomes. */
+ * query: autograd's order) added into the layer input's gradient, which *G becomes. Under
+ * amp a projection's input gradient is added as soon as its cast's backward has made it,
+ * before the weight's and bias's (autograd adds a node's output into its consumer's input
+ * buffer before it runs the next node). */
 static void bt_layer_bwd(hf_x *x, int l, uint64_t *G)
 {
     bt_ls *s = bt_s(x, l);
     uint64_t T = x->T, h = x->h, f = x->f, nf = T * f * x->CB, S2 = 0, S1 = 0, dq, dk, dv;
+    uint64_t nb = T * h * x->RB;
     hf_ln_bwd(x, l, "output.LayerNorm", G, bt_lp(x, l, BT_LN2W), bt_lp(x, l, BT_LN2B), &s->s2,
               &s->mu2, &s->rs2, &S2);
     uint64_t da = bt_branch_bwd(x, l, "output", S2, &s->m2, BT_FC2W, &s->act, 1, h, f);
@@ -376,10 +463,9 @@ static void bt_layer_bwd(hf_x *x, int l, uint64_t *G)
                          TK_ACT);
     hf_free(x, &da);
     hf_free(x, &s->fc);
-    uint64_t d = hf_blinear_bwd(x, l, bt_lp(x, l, BT_FC1W), bt_lp(x, l, BT_FC1B),
-                                "intermediate.dense", dfc, 1, &s->xi, 1, T, f, h, x->amp);
+    hf_blinear_bwd_acc(x, l, bt_lp(x, l, BT_FC1W), bt_lp(x, l, BT_FC1B), "intermediate.dense",
+                       dfc, 1, &s->xi, 1, T, f, h, x->amp, &S2);
     if (!x->amp) s->out1 = 0; /* bf16: intermediate.dense's saved input, released above */
-    hf_acc(x, l, &S2, &d, T * h * x->RB);
     hf_ln_bwd(x, l, "attention.output.LayerNorm", &S2, bt_lp(x, l, BT_LN1W),
               bt_lp(x, l, BT_LN1B), &s->s1, &s->mu1, &s->rs1, &S1);
     uint64_t dao = bt_branch_bwd(x, l, "attention.output", S1, &s->m1, BT_OW, &s->ao, 0, h, h);
@@ -394,23 +480,22 @@ static void bt_layer_bwd(hf_x *x, int l, uint64_t *G)
     hf_free(x, &s->seed);
     hf_free(x, &s->offs);
     /* bf16: the three saved inputs are the layer input itself, released with the last */
-    d = hf_blinear_bwd(x, l, bt_lp(x, l, BT_VW), bt_lp(x, l, BT_VB), "value", dv, 1, &s->xv,
-                       x->amp, T, h, h, x->amp);
-    hf_acc(x, l, &S1, &d, T * h * x->RB);
-    d = hf_blinear_bwd(x, l, bt_lp(x, l, BT_KW), bt_lp(x, l, BT_KB), "key", dk, 1, &s->xk,
-                       x->amp, T, h, h, x->amp);
-    hf_acc(x, l, &S1, &d, T * h * x->RB);
-    d = hf_blinear_bwd(x, l, bt_lp(x, l, BT_QW), bt_lp(x, l, BT_QB), "query", dq, 1, &s->xq, 1,
-                       T, h, h, x->amp);
-    hf_acc(x, l, &S1, &d, T * h * x->RB);
+    hf_blinear_bwd_acc(x, l, bt_lp(x, l, BT_VW), bt_lp(x, l, BT_VB), "value", dv, 1, &s->xv,
+                       x->amp, T, h, h, x->amp, &S1);
+    hf_blinear_bwd_acc(x, l, bt_lp(x, l, BT_KW), bt_lp(x, l, BT_KB), "key", dk, 1, &s->xk,
+                       x->amp, T, h, h, x->amp, &S1);
+    hf_blinear_bwd_acc(x, l, bt_lp(x, l, BT_QW), bt_lp(x, l, BT_QB), "query", dq, 1, &s->xq, 1,
+                       T, h, h, x->amp, &S1);
+    (void)nb;
     s->in = 0;
     *G = S1;
 }
 
-/* The embeddings' backward from layer 0's input gradient: dropout's, LayerNorm's, then the
- * in-place position add's (the gradient summed over the batch when b > 1) and
- * position_embeddings', token_type_embeddings', word_embeddings' dense backward (added into
- * the tied decoder's .grad). */
+/* The embeddings' backward from layer 0's input gradient: dropout's, LayerNorm's, then (the
+ * newest node first) the position add's (the gradient summed over the batch when b > 1) and
+ * position_embeddings' backward, token_type_embeddings' (its expanded ids made contiguous),
+ * word_embeddings' (embedding_dense_backward each, hf_embed_dense_bwd); the word gradient
+ * goes into the tied decoder's .grad once the layer gradient is released. */
 static void bt_embed_bwd(hf_x *x, uint64_t *G)
 {
     struct hf_bert *g = x->brt;
@@ -425,17 +510,17 @@ static void bt_embed_bwd(hf_x *x, uint64_t *G)
         dp = hf_ew(x, -1, "embed.add_pos.bwd", "d_position_embeds", x->s * h * x->RB,
                    TC_ACT_TRANS, dE, 0, n * x->RB, TK_ELEM);
     hf_param *pp = &x->p[BE_POS], *tp = &x->p[BE_TYPE], *wp = &x->p[BE_WORD];
-    uint64_t pg = hf_ew(x, -1, "position_embeddings.bwd", "pos_grad", pp->n * x->PB, TC_GRAD,
-                        dp, g->pos_buf, x->s * h * x->RB, TK_EMBED);
+    uint64_t pg = hf_embed_dense_bwd(x, "position_embeddings", dp, g->pos_buf, x->s, 0,
+                                     pp->n / h);
     hf_accum_grad(x, pp, pg);
     if (dp != dE) hf_free(x, &dp);
-    uint64_t tg = hf_ew(x, -1, "token_type_embeddings.bwd", "type_grad", tp->n * x->PB, TC_GRAD,
-                        dE, g->type_buf, n * x->RB, TK_EMBED);
+    uint64_t tg = hf_embed_dense_bwd(x, "token_type_embeddings", dE, g->tt, T, x->b > 1,
+                                     tp->n / h);
     hf_accum_grad(x, tp, tg);
-    uint64_t wg = hf_ew(x, -1, "word_embeddings.bwd", "embed_grad", wp->n * x->PB, TC_GRAD, dE,
-                        x->tokens, n * x->RB, TK_EMBED);
-    hf_accum_grad(x, wp, wg);
+    hf_free(x, &g->tt);
+    uint64_t wg = hf_embed_dense_bwd(x, "word_embeddings", dE, x->tokens, T, 0, wp->n / h);
     hf_free(x, &dE);
+    hf_accum_grad(x, wp, wg);
     *G = 0;
 }
 

@@ -31,9 +31,8 @@ enum { C_ATTN, C_APROJ, C_FC, C_MPROJ, C_N };
 /* cuBLASLt's workspace (1 MiB, CublasHandlePool.cpp's default size), taken by a thread's
  * first addmm with a bias epilogue: the forward's first c_attn (it stays). */
 #define CUBLASLT_WS (1ull << 20)
-/* Multiprocessors of the Hopper GPUs the profile was measured on (H100/H200 SXM: 132), for
- * the size of a column reduction's global buffer (g2_red_bytes). */
-#define G2_SMS 132
+/* Resident threads per multiprocessor on Hopper, for the size of a column reduction's global
+ * buffer (hf_red_bytes). */
 #define G2_THREADS_PER_SM 2048
 
 /* What one block's forward saved for its backward (and what its frames hold). */
@@ -94,11 +93,11 @@ void hf_g2_plan_params(hf_x *x)
 void hf_g2_pname(const hf_x *x, size_t i, char *nm)
 {
     size_t lnf = 2 + (size_t)x->L * G_SLOTS;
-    if (i == 0) snprintf(nm, TRACE_NAME_MAX, "wte.w");
-    else if (i == 1) snprintf(nm, TRACE_NAME_MAX, "wpe.w");
-    else if (i == lnf) snprintf(nm, TRACE_NAME_MAX, "ln_f.w");
-    else if (i == lnf + 1) snprintf(nm, TRACE_NAME_MAX, "ln_f.b");
-    else if (i > lnf) snprintf(nm, TRACE_NAME_MAX, "lm_head.w");
+    if (i == 0) MS_JOIN(nm, TRACE_NAME_MAX, "wte.w");
+    else if (i == 1) MS_JOIN(nm, TRACE_NAME_MAX, "wpe.w");
+    else if (i == lnf) MS_JOIN(nm, TRACE_NAME_MAX, "ln_f.w");
+    else if (i == lnf + 1) MS_JOIN(nm, TRACE_NAME_MAX, "ln_f.b");
+    else if (i > lnf) MS_JOIN(nm, TRACE_NAME_MAX, "lm_head.w");
     else snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, g2_slot_name[(i - 2) % G_SLOTS]);
 }
 
@@ -145,7 +144,7 @@ uint64_t hf_ln_fwd(hf_x *x, int l, const char *nm, uint64_t in, hf_param *w, hf_
 {
     uint64_t T = x->T, n = T * x->h, oid = x->next_oid++;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s_out", nm);
+    MS_JOIN(a, sizeof a, nm, "_out");
     uint64_t out = hf_alloc(x, l, a, n * x->RB, ocls, (int64_t)oid);
     *mu = hf_alloc(x, l, "ln_mean", T * F32, TC_ACT_SKEL, (int64_t)oid);
     *rs = hf_alloc(x, l, "ln_rstd", T * F32, TC_ACT_SKEL, (int64_t)oid);
@@ -172,13 +171,13 @@ void hf_ln_bwd_k(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, hf_pa
 {
     uint64_t n = x->T * x->h, oid;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".bwd");
     uint64_t dx = hf_alloc_op(x, l, "d_ln_in", n * x->RB, TC_ACT_TRANS, 1, &oid);
     hf_op o = { .kind = TK_NORM, .layer = l, .what = a, .br = 2 * n * x->RB + 2 * x->T * F32,
                 .bw = n * x->RB, .in = { *g, *in, *mu, *rs, w->id }, .nin = 5, .out = { dx },
                 .nout = 1, .flops = 8.0 * (double)n };
     hf_mem_op(x, oid, o);
-    snprintf(a, sizeof a, "%s.wgrad", nm);
+    MS_JOIN(a, sizeof a, nm, ".wgrad");
     uint64_t o2 = x->next_oid++;
     uint64_t dw = hf_alloc(x, l, "wgrad", w->n * x->PB, TC_GRAD, (int64_t)o2);
     uint64_t db = hf_alloc(x, l, "bgrad", b->n * x->PB, TC_GRAD, (int64_t)o2);
@@ -209,7 +208,7 @@ uint64_t hf_drop(hf_x *x, int l, const char *nm, double pd, uint64_t in, uint64_
     if (pd <= 0) return in;
     uint64_t oid;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s_mask", nm);
+    MS_JOIN(a, sizeof a, nm, "_mask");
     *mask = hf_alloc_op(x, l, a, n, TC_ACT_SKEL, 1, &oid);
     uint64_t out = hf_alloc(x, l, outn, n * eb, ocls, (int64_t)oid);
     hf_op o = { .kind = TK_ELEM, .layer = l, .what = nm, .br = n * eb, .bw = n * (eb + 1),
@@ -230,32 +229,37 @@ uint64_t hf_drop_bwd(hf_x *x, int l, const char *nm, uint64_t g, uint64_t *mask,
     return d;
 }
 
-/* The bytes of the fp32 global buffer a CUDA column reduction (a Conv1D bias gradient:
- * [M, N] summed over its M rows) takes when it splits the rows over thread blocks:
- * setReduceConfig of aten/src/ATen/native/cuda/Reduce.cuh for an output-contiguous
- * reduction (4-wide output vectors, 128 threads at most, blocks of 32 x 1 threads) asks
- * ctas = max(min(target / grid, vpt / 16), vpt / 256) blocks per output column, target = SMs
- * x resident blocks; the buffer is 4 B x N x ctas x block width. The traces show 32, 96 and
- * 128 MiB for N = 1024, 3072, 4096 at M = 4096 and 64, 132, 132 MiB at M = 8192. */
-static uint64_t g2_red_bytes(uint64_t M, uint64_t N)
+/* The global buffer and the semaphores a CUDA column reduction takes (a bias gradient: [M, N]
+ * summed over its M rows into N fp32 accumulators) when it splits the rows over thread blocks,
+ * as setReduceConfig of aten/src/ATen/native/cuda/Reduce.cuh configures an output-contiguous
+ * reduction: outputs vectorized by vec = 4, 2 or 1 (what divides N), at most 512 / vec
+ * threads in blocks of bw x bh, each row split over bh when that leaves a thread 16 values
+ * (or 256), then over ctas = max(min(target / grid, vpt / 16), vpt / 256) blocks per output
+ * column (target = SMs x resident blocks). Buffer 4 B x N x ctas x bw x vec, semaphores 4 B
+ * per block column; 0 when one block per column suffices. The H200 traces show every such
+ * pair (N = 1024 ... 30522, M = 4096 and 8192). */
+uint64_t hf_red_bytes(uint64_t M, uint64_t N, uint64_t *sem)
 {
-    uint64_t vec = N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1, mt = 128 / vec, d0 = (N + vec - 1) / vec;
-    uint64_t p0 = 1, p1 = 1;
-    while (p0 * 2 <= d0 && p0 * 2 <= mt) p0 *= 2;
-    while (p1 * 2 <= M && p1 * 2 <= mt) p1 *= 2;
-    uint64_t bw = p0 < 32 ? p0 : 32, bh = p1 < mt / bw ? p1 : mt / bw;
+    uint64_t vec = N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1, mt = 512 / vec, d0 = N / vec;
+    uint64_t p0 = d0 < mt ? 1 : mt, p1 = M < mt ? 1 : mt;
+    if (d0 < mt) while (p0 * 2 <= d0) p0 *= 2;
+    if (M < mt) while (p1 * 2 <= M) p1 *= 2;
+    uint64_t bw = p0 < 32 ? p0 : 32;
+    uint64_t bh = p1 < mt / bw ? p1 : mt / bw;
+    bw = p0 < mt / bh ? p0 : mt / bh;
     uint64_t vpt = M, step_out = bw;
     int split_in = vpt >= bh * 16 || vpt >= 256;
     if (split_in) vpt = (M + bh - 1) / bh;
     else step_out *= bh;
     uint64_t grid = (d0 + step_out - 1) / step_out;
-    uint64_t target = G2_SMS * (G2_THREADS_PER_SM / (bw * bh)), ctas = 1;
+    uint64_t target = HF_SMS * (G2_THREADS_PER_SM / (bw * bh)), ctas = 1;
     if (split_in && vpt >= 256 && grid <= target) {
         uint64_t c1 = (target + grid - 1) / grid, c2 = (vpt + 15) / 16, c3 = (vpt + 255) / 256;
         ctas = c1 < c2 ? c1 : c2;
         if (c3 > ctas) ctas = c3;
     }
-    return ctas > 1 ? F32 * N * ctas * bw : 0;
+    *sem = ctas > 1 ? F32 * grid : 0;
+    return ctas > 1 ? F32 * N * ctas * bw * vec : 0;
 }
 
 /* amp: a bias's bf16 cast (autocast's cache: freed when the autocast region ends). */
@@ -264,7 +268,7 @@ static uint64_t g2_bcast(hf_x *x, int l, hf_param *b, const char *nm)
     if (!x->amp) return 0;
     uint64_t oid;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.bcast", nm);
+    MS_JOIN(a, sizeof a, nm, ".bcast");
     uint64_t c = hf_alloc_op(x, l, a, b->n * BF16, TC_ACT_TRANS, 0, &oid);
     hf_op o = { .kind = TK_ELEM, .layer = l, .what = a, .br = b->n * F32, .bw = b->n * BF16,
                 .in = { b->id }, .nin = 1, .out = { c }, .nout = 1,
@@ -273,21 +277,24 @@ static uint64_t g2_bcast(hf_x *x, int l, hf_param *b, const char *nm)
     return c;
 }
 
-/* Conv1D (pytorch_utils.py: addmm(bias, x.view(-1, nx), weight), K = nx -> N = nf on M rows),
- * weight slot j and its bias j + 1. amp: addmm is on autocast's bf16 list: the weight's cast
- * (cached, saved), the input's when fp32 (in32; saved), the bias's (cached only), then the
- * bf16 output. *xs gets the saved input, *bc the bias cast. */
+/* A linear with a bias, K -> N on M rows, weight pw, bias pb: Conv1D (pytorch_utils.py:
+ * addmm(bias, x.view(-1, nx), weight)) or, with x->nnlin, nn.Linear (F.linear(x, weight,
+ * bias)). amp: both are on autocast's bf16 list, which casts their arguments right to left
+ * (C++ evaluates cached_cast's calls so): Conv1D's weight (cached, saved), input when fp32
+ * (in32; saved), bias (cached only); nn.Linear's bias, weight, input. Then the bf16 output.
+ * *xs gets the saved input, *bc the bias cast. */
 uint64_t hf_blinear(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm, uint64_t in,
                     int in32, uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xs,
                     uint64_t *bc)
 {
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX], c[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.wcast", nm);
-    snprintf(b, sizeof b, "%s.xcast", nm);
-    snprintf(c, sizeof c, "%s_out", nm);
+    MS_JOIN(a, sizeof a, nm, ".wcast");
+    MS_JOIN(b, sizeof b, nm, ".xcast");
+    MS_JOIN(c, sizeof c, nm, "_out");
+    if (x->nnlin) *bc = g2_bcast(x, l, pb, nm);
     uint64_t w = hf_wcast(x, l, pw, a);
     *xs = in32 ? hf_xcast(x, l, b, in, M * K) : in;
-    *bc = g2_bcast(x, l, pb, nm);
+    if (!x->nnlin) *bc = g2_bcast(x, l, pb, nm);
     uint64_t out = hf_gemm(x, l, nm, c, cls, *xs, w, M, N, K);
     if (x->iter == 0 && !x->ws_fwd) /* the forward thread's first cuBLAS call */
         x->ws_fwd = hf_alloc(x, -1, "cublas_ws", CUBLAS_WS, TC_OTHER, -1);
@@ -304,21 +311,35 @@ static uint64_t g2_conv(hf_x *x, int l, int j, const char *nm, uint64_t in, int 
                       bc);
 }
 
-/* Conv1D's backward from dy [M, N]: the input and weight gradients (two GEMMs), the bias
- * gradient (a column sum with its reduction buffer); then dy (free_dy), the saved input
- * (free_x) and the weight cast are released. amp: the bias's, the input cast's (in32) and the
- * weight's ToCopyBackward make the fp32 .grad / input gradient, in that order. Returns the
- * input gradient. */
+/* The biased linear's backward from dy [M, N]: the input and weight gradients (two GEMMs;
+ * autograd's thread takes its cuBLAS workspace at its first), the bias gradient (a column
+ * sum with its reduction buffer and semaphores); then dy (free_dy), the saved input (free_x)
+ * and the weight cast are released. amp: the casts' ToCopyBackward nodes make the fp32 .grad
+ * and input gradient, the latest cast first (autograd's ready queue runs the highest
+ * sequence number first): Conv1D's bias, input (in32), weight; nn.Linear's input, weight,
+ * bias. Returns the input gradient. */
 uint64_t hf_blinear_bwd(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm,
                         uint64_t dy, int free_dy, uint64_t *xs, int free_x, uint64_t M,
                         uint64_t N, uint64_t K, int in32)
 {
+    return hf_blinear_bwd_acc(x, l, pw, pb, nm, dy, free_dy, xs, free_x, M, N, K, in32, NULL);
+}
+
+/* The same; with acc, the input gradient is added into *acc (autograd's input buffer of the
+ * node that consumes it) as soon as it exists, before the casts made after it run (0 is then
+ * returned). */
+uint64_t hf_blinear_bwd_acc(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm,
+                            uint64_t dy, int free_dy, uint64_t *xs, int free_x, uint64_t M,
+                            uint64_t N, uint64_t K, int in32, uint64_t *acc)
+{
     uint64_t eb = x->CB, oid = x->next_oid++;
     trace_class gc = x->amp ? TC_ACT_TRANS : TC_GRAD;
     char a[TRACE_NAME_MAX], b[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.bwd", nm);
-    snprintf(b, sizeof b, "d_%s_in", nm);
+    MS_JOIN(a, sizeof a, nm, ".bwd");
+    MS_JOIN(b, sizeof b, "d_", nm, "_in");
     uint64_t dx = hf_alloc(x, l, b, M * K * eb, TC_ACT_TRANS, (int64_t)oid);
+    if (x->iter == 0 && !x->ws_bwd)
+        x->ws_bwd = hf_alloc(x, -1, "cublas_ws_bwd", CUBLAS_WS, TC_OTHER, -1);
     uint64_t dw = hf_alloc(x, l, "dweight", pw->n * eb, gc, (int64_t)oid);
     hf_op o = { .kind = TK_GEMM, .layer = l, .what = a, .br = 2 * (M * N + M * K + N * K) * eb,
                 .bw = (N * K + M * K) * eb, .in = { dy, *xs, x->amp ? pw->cast : pw->id },
@@ -327,22 +348,28 @@ uint64_t hf_blinear_bwd(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *
     o.dur = x->m ? hf_gemm_us(x, K, N, M, (int)eb, (M * N + M * K + N * K) * eb) +
                    hf_gemm_us(x, M, K, N, (int)eb, (M * N + M * K + N * K) * eb) : -1.0;
     hf_emit(x, oid, &o);
-    uint64_t o2 = x->next_oid++;
+    uint64_t o2 = x->next_oid++, sb = 0;
     uint64_t db = hf_alloc(x, l, "dbias", pb->n * eb, gc, (int64_t)o2);
-    uint64_t rb = g2_red_bytes(M, N);
+    uint64_t rb = hf_red_bytes(M, N, &sb);
     uint64_t ws = rb ? hf_alloc(x, l, "reduce_ws", rb, TC_WORKSPACE, (int64_t)o2) : 0;
-    snprintf(a, sizeof a, "%s.bias_bwd", nm);
+    uint64_t sem = sb ? hf_alloc(x, l, "reduce_sem", sb, TC_WORKSPACE, (int64_t)o2) : 0;
+    MS_JOIN(a, sizeof a, nm, ".bias_bwd");
     hf_op r = { .kind = TK_ELEM, .layer = l, .what = a, .br = M * N * eb, .bw = N * eb,
-                .in = { dy }, .nin = 1, .out = { db, ws }, .nout = 2,
+                .in = { dy }, .nin = 1, .out = { db, ws, sem }, .nout = 3,
                 .flops = (double)M * (double)N };
     hf_mem_op(x, o2, r);
+    hf_free(x, &sem);
     hf_free(x, &ws);
     if (free_dy) hf_free(x, &dy);
     if (free_x) hf_free(x, xs);
     if (x->amp) hf_free(x, &pw->cast);
-    hf_wgrad(x, l, pb, &db);
+    int casts = x->amp; /* bf16, fp32: no cast nodes; dx is added when the node is done */
+    if (!x->nnlin) hf_wgrad(x, l, pb, &db);
     uint64_t d = in32 ? hf_up32(x, l, "xcast.bwd", &dx, M * K) : dx;
+    if (acc && casts) hf_acc(x, l, acc, &d, M * K * (in32 ? F32 : eb));
     hf_wgrad(x, l, pw, &dw);
+    if (x->nnlin) hf_wgrad(x, l, pb, &db);
+    if (acc && !casts) hf_acc(x, l, acc, &d, M * K * eb);
     return d;
 }
 
@@ -640,16 +667,14 @@ static void g2_embed_bwd(hf_x *x, uint64_t *G)
         ps = hf_ew(x, -1, "wpe.grad_sum", "d_wpe_out", s * h * x->RB, TC_ACT_TRANS, de, 0,
                    T * h * x->RB, TK_ELEM);
     hf_param *pe = &x->p[1];
-    uint64_t wg = hf_ew(x, -1, "wpe.bwd", "wpe_grad", pe->n * x->PB, TC_GRAD, ps ? ps : de,
-                        g->pos, s * h * x->RB, TK_EMBED);
+    uint64_t wg = hf_embed_dense_bwd(x, "wpe", ps ? ps : de, g->pos, s, 0, pe->n / h);
     hf_accum_grad(x, pe, wg);
     hf_free(x, &ps);
     hf_free(x, &g->pos);
     hf_param *e = &x->p[0];
-    uint64_t eg = hf_ew(x, -1, "wte.bwd", "wte_grad", e->n * x->PB, TC_GRAD, de, x->tokens,
-                        T * h * x->RB, TK_EMBED);
-    hf_accum_grad(x, e, eg);
+    uint64_t eg = hf_embed_dense_bwd(x, "wte", de, x->tokens, T, 0, x->V);
     hf_free(x, &de);
+    hf_accum_grad(x, e, eg);
     *G = 0;
 }
 

@@ -15,6 +15,9 @@
  * thread have one each (aten/src/ATen/cuda/CublasHandlePool.cpp). */
 #define CUBLAS_WS (32ull << 20)
 #define EW_FLOPS 1.0           /* nominal FLOPs per element of an element-wise kernel */
+/* Multiprocessors of the Hopper GPUs the hf profile's traces were recorded on (H100/H200
+ * SXM), for kernels whose launch shape, and so their buffers, follow it. */
+#define HF_SMS 132
 #define SDPA_WS_EXTRA 256      /* the cuDNN backward's workspace beyond its fp32 dQ
                                   accumulator and softmax statistics (seen in the trace) */
 
@@ -40,7 +43,8 @@ struct hf_ls {
     uint64_t n1x, n1rs, n1nrm; /* norm 1: fp32 input copy (bf16), rsqrt, normalized */
     uint64_t n1out;            /* norm 1 output (bf16: saved by q, k, v) */
     uint64_t xq, xk, xv;       /* amp: each projection's bf16 cast of its input */
-    uint64_t q, k, v, ao, lse; /* what SDPA saves: its q, k, v, output, log-sum-exp */
+    uint64_t q, k, v, ao, lse; /* what SDPA saves: its q, k, v, output, log-sum-exp, */
+    uint64_t seed, offs;       /* its RNG seed and offset */
     /* Qwen3's q_norm / k_norm: fp32 input copy, rsqrt, normalized (as n1x, n1rs, n1nrm);
      * qin/kin: the projection's output when it is the saved input itself (fp32) */
     uint64_t qnx, qnrs, qnnrm, knx, knrs, knnrm, qin, kin;
@@ -48,7 +52,8 @@ struct hf_ls {
     uint64_t n2x, n2rs, n2nrm, n2out;
     uint64_t xg, xu;           /* amp: casts of the MLP input */
     uint64_t gate, act, up, prod;
-    uint64_t pcos, psin;       /* Phi-3: the layer's own rotary tables (saved by q/k * cos) */
+    uint64_t qr, kr;           /* amp: the rotary's fp32 q and k, the attention's locals */
+    uint64_t aoc;              /* Phi-3: SDPA's output made contiguous (o_proj's input) */
 };
 typedef struct hf_g2 hf_g2;    /* GPT-2's forward state (gen_hf_gpt2.c) */
 
@@ -72,6 +77,8 @@ typedef struct hf_x {
     hf_ls *ls;
     uint64_t tokens, cos, sin, ws_fwd, ws_bwd;
     uint64_t head_x, head_nrm, head_rs, head_in, head_xf, head_out, logsm, labels;
+    uint64_t loss, tw, ones;   /* the loss, nll_loss's total weight, the loss's gradient */
+    uint64_t cpos;             /* the LLaMA program's cache_position (the model's forward) */
     int iter;
     struct hf_moe_ls *mls;     /* per layer: what an MoE layer saved (gen_hf_moe.c) */
     int gpt2;                  /* model family gpt2: gen_hf_gpt2.c's program */
@@ -84,6 +91,7 @@ typedef struct hf_x {
     uint64_t rd;               /* rotary dimensions per head (Phi-3's partial factor) */
     int bert;                  /* model family bert: gen_hf_bert.c's program */
     struct hf_bert *brt;       /* its forward state */
+    int nnlin;                 /* its biased linears are nn.Linear, not Conv1D (hf_blinear) */
 } hf_x;
 
 /* What differs between the families' training steps: the forward's pieces and the whole
@@ -123,6 +131,8 @@ void hf_mem_op(hf_x *x, uint64_t oid, hf_op o);
 uint64_t hf_ew(hf_x *x, int l, const char *op, const char *outn, uint64_t out_bytes,
                trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes, trace_opkind kind);
 void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a, uint64_t bytes);
+/* A zero-time op reading the tensors Python locals keep until here (0 ids skipped). */
+void hf_locals(hf_x *x, int l, const char *what, const uint64_t *ids, uint32_t n);
 /* hf_ew for a kernel on PyTorch's non-vectorized element-wise path (TensorIterator with a
  * broadcast or non-contiguous operand, a widening cast such as bf16 -> fp32, or mixed input
  * dtypes), over `elems` output elements: its time is also bounded by the profile's
@@ -137,8 +147,10 @@ uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class c
  * its backward (the gradient in the input's dtype) (gen_hf.c). */
 uint64_t hf_rope_w(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w, uint64_t ib,
                    trace_class ocls);
+enum { HF_ROPE_KEEP = 1, HF_ROPE_LAST = 2 }; /* hf_rope_bwd_w's flags */
 uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w, uint64_t ib,
-                       int keep);
+                       int flags);
+uint64_t hf_view_copy(hf_x *x, int l, const char *nm, uint64_t *g, uint64_t w);
 /* The rotary's cos and sin [s, width] in x->cos, x->sin (and cuBLAS's workspace in
  * iteration 0) (gen_hf.c). */
 void hf_rope_tables(hf_x *x, uint64_t width);
@@ -152,9 +164,27 @@ uint64_t hf_down16(hf_x *x, int l, const char *op, uint64_t G);
 /* The LM head and ForCausalLMLoss from the final norm's output x->head_out, and their
  * backward (returns the final norm's output gradient); the optimizer step (gen_hf.c). */
 void hf_lmhead_fwd(hf_x *x);
-uint64_t hf_loss_bwd(hf_x *x, uint64_t labels_in, uint64_t *labels);
+uint64_t hf_loss_bwd(hf_x *x, uint64_t *labels);
+/* nll_loss's forward (the loss scalars) and its backward's start (gen_hf.c). */
+void hf_nll_fwd(hf_x *x, uint64_t lp, uint64_t labels, uint64_t lb);
+uint64_t hf_nll_bwd(hf_x *x, uint64_t *saved, uint64_t lb, uint64_t eb);
 uint64_t hf_head_bwd(hf_x *x);
 void hf_optimizer(hf_x *x);
+
+/* The LLaMA program's pieces the Phi-3 layers share (gen_hf.c): SDPA with amp's q/k casts
+ * and its backward, the layer norm's backward (hf_linear and its backward, hf_lp are
+ * below). */
+void hf_sdpa_fwd(hf_x *x, int l, hf_ls *s, uint64_t qe, uint64_t ke);
+void hf_sdpa_bwd(hf_x *x, int l, hf_ls *s, uint64_t *dao, uint64_t *dq, uint64_t *dk,
+                 uint64_t *dv);
+void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
+                 uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G);
+/* Phi-3 (gen_hf_phi3.c): its attention's and MLP's forward (the MLP's returns down_proj's
+ * output) and backward (into the residual gradient *G). */
+void hf_phi3_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout);
+uint64_t hf_phi3_mlp_fwd(hf_x *x, int l, hf_ls *s);
+void hf_phi3_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G);
+void hf_phi3_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G);
 
 /* GPT-2 (gen_hf_gpt2.c): parameter layout and names, one iteration's forward and backward
  * (the driver then runs hf_optimizer), the forward state's lifetime. */
@@ -184,6 +214,16 @@ uint64_t hf_blinear(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm, 
 uint64_t hf_blinear_bwd(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm,
                         uint64_t dy, int free_dy, uint64_t *xs, int free_x, uint64_t M,
                         uint64_t N, uint64_t K, int in32);
+uint64_t hf_blinear_bwd_acc(hf_x *x, int l, hf_param *pw, hf_param *pb, const char *nm,
+                            uint64_t dy, int free_dy, uint64_t *xs, int free_x, uint64_t M,
+                            uint64_t N, uint64_t K, int in32, uint64_t *acc);
+/* embedding_dense_backward of a [rows, h] table over n indices (gen_hf_embed.c): returns the
+ * gradient, frees its temporaries. */
+uint64_t hf_embed_dense_bwd(hf_x *x, const char *nm, uint64_t grad, uint64_t idx, uint64_t n,
+                            int idx_copy, uint64_t rows);
+/* A column reduction's global buffer bytes over M rows of N columns (0: none), its
+ * semaphores' bytes in *sem (gen_hf_gpt2.c). */
+uint64_t hf_red_bytes(uint64_t M, uint64_t N, uint64_t *sem);
 uint64_t hf_drop(hf_x *x, int l, const char *nm, double pd, uint64_t in, uint64_t n,
                  uint64_t eb, trace_class ocls, const char *outn, uint64_t *mask);
 uint64_t hf_drop_bwd(hf_x *x, int l, const char *nm, uint64_t g, uint64_t *mask, uint64_t n,
@@ -206,13 +246,17 @@ ms_status hf_bert_begin(hf_x *x);
 void hf_bert_end(hf_x *x);
 ms_status hf_bert_check(const gen_config *c, ms_error *err);
 
-/* Shared by the LLaMA-family program (gen_hf.c) and the MoE layer (gen_hf_moe.c). */
+/* Shared by the LLaMA-family program (gen_hf.c), the MoE layer (gen_hf_moe.c) and Phi-3's
+ * (gen_hf_phi3.c). */
 void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes);
 uint64_t hf_linear(hf_x *x, int l, int j, const char *nm, uint64_t in, int in32,
                           uint64_t M, uint64_t N, uint64_t K, trace_class cls, uint64_t *xc);
 uint64_t hf_linear_bwd(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
                               int free_dy, uint64_t *xs, uint64_t M, uint64_t N, uint64_t K,
                               int free_x);
+uint64_t hf_linear_bwd_in(hf_x *x, int l, hf_param *p, const char *nm, uint64_t dy,
+                          uint64_t *xs, uint64_t M, uint64_t N, uint64_t K, const char *upnm,
+                          uint64_t *acc);
 hf_param *hf_lp(hf_x *x, int l, int slot);
 
 uint64_t hf_alloc_op(hf_x *x, int l, const char *what, uint64_t bytes, trace_class cls, int tok,

@@ -104,11 +104,11 @@ void hf_ln_pname(const hf_x *x, size_t i, char *nm)
     size_t body = ln_pre(x) + (size_t)x->L * ln_slots(x);
     int nx = ln_neox(x);
     if (i == 0) snprintf(nm, TRACE_NAME_MAX, nx ? "embed_in.w" : "embed_tokens.w");
-    else if (!nx && i == 1) snprintf(nm, TRACE_NAME_MAX, "embed_positions.w");
-    else if ((!nx && i == 2) || (nx && i == body)) snprintf(nm, TRACE_NAME_MAX,
-                                                            "final_layer_norm.w");
-    else if ((!nx && i == 3) || (nx && i == body + 1)) snprintf(nm, TRACE_NAME_MAX,
-                                                                "final_layer_norm.b");
+    else if (!nx && i == 1) MS_JOIN(nm, TRACE_NAME_MAX, "embed_positions.w");
+    else if ((!nx && i == 2) || (nx && i == body))
+        MS_JOIN(nm, TRACE_NAME_MAX, "final_layer_norm.w");
+    else if ((!nx && i == 3) || (nx && i == body + 1))
+        MS_JOIN(nm, TRACE_NAME_MAX, "final_layer_norm.b");
     else if (i >= body) snprintf(nm, TRACE_NAME_MAX, nx ? "embed_out.w" : "lm_head.w");
     else snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer,
                   (nx ? nx_slot_name : op_slot_name)[(i - ln_pre(x)) % ln_slots(x)]);
@@ -294,8 +294,8 @@ static uint64_t nx_rope(hf_x *x, int l, const char *nm, ln_ls *s)
     uint64_t T = x->T, w = x->heads * x->lnm->rd, eb = x->amp ? F32 : x->CB;
     char op[TRACE_NAME_MAX], a[TRACE_NAME_MAX];
     uint64_t e = hf_rope_w(x, l, nm, s->qkv, w, x->CB, TC_ACT_TRANS);
-    snprintf(op, sizeof op, "%s.rope_pass_cat", nm);
-    snprintf(a, sizeof a, "%s_rot", nm);
+    MS_JOIN(op, sizeof op, nm, ".rope_pass_cat");
+    MS_JOIN(a, sizeof a, nm, "_rot");
     /* its pass-through input is a strided slice of qkv: cat copies each part on the
        non-vectorized path (gpu.ew_nv_elems_per_s) */
     uint64_t c = hf_ew_nv(x, l, op, a, T * x->hq * eb, x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, e,
@@ -315,17 +315,17 @@ static uint64_t nx_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *df)
     uint64_t CB = x->CB, pass = 0, n = T * x->hq;
     char op[TRACE_NAME_MAX];
     if (pw && eb != CB) {
-        snprintf(op, sizeof op, "%s.pass.bwd_cast", nm);
+        MS_JOIN(op, sizeof op, nm, ".pass.bwd_cast");
         pass = hf_ew_nv(x, l, op, op, T * pw * CB, TC_ACT_TRANS, *df, 0, T * pw * eb, TK_ELEM,
                         T * pw);
     }
     int view = pw && !pass; /* the pass-through gradient is a view of *df */
     uint64_t full = *df;
     uint64_t r = hf_rope_bwd_w(x, l, nm, df, w, CB, view);
-    snprintf(op, sizeof op, "%s.rot_slice.bwd", nm);
+    MS_JOIN(op, sizeof op, nm, ".rot_slice.bwd");
     uint64_t zr = hf_ew_nv(x, l, op, op, n * CB, TC_ACT_TRANS, r, 0, T * w * CB, TK_ELEM, T * w);
     hf_free(x, &r);
-    snprintf(op, sizeof op, "%s.pass_slice.bwd", nm);
+    MS_JOIN(op, sizeof op, nm, ".pass_slice.bwd");
     uint64_t zp = hf_ew_nv(x, l, op, op, n * CB, TC_ACT_TRANS, pass ? pass : view ? full : 0, 0,
                            T * pw * CB, TK_ELEM, T * pw);
     hf_free(x, &pass);
@@ -640,16 +640,15 @@ static void ln_embed_bwd(hf_x *x, uint64_t *G)
         hf_free(x, &g->emask);
     } else {
         hf_param *pp = &x->p[1];
-        uint64_t pg = hf_ew(x, -1, "embed_positions.bwd", "pos_grad", pp->n * x->PB, TC_GRAD,
-                            de, g->pos_off, T * h * x->RB, TK_EMBED);
+        uint64_t pg = hf_embed_dense_bwd(x, "embed_positions", de, g->pos_off, T, 0,
+                                         pp->n / h);
         hf_accum_grad(x, pp, pg);
         hf_free(x, &g->pos_off);
     }
     hf_param *e = &x->p[0];
-    uint64_t eg = hf_ew(x, -1, "embed.bwd", "embed_grad", e->n * x->PB, TC_GRAD, de, x->tokens,
-                        T * h * x->RB, TK_EMBED);
-    hf_accum_grad(x, e, eg);
+    uint64_t eg = hf_embed_dense_bwd(x, "embed_tokens", de, x->tokens, T, 0, x->V);
     hf_free(x, &de);
+    hf_accum_grad(x, e, eg);
     *G = 0;
 }
 

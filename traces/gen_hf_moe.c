@@ -172,14 +172,14 @@ static uint64_t moe_proj(hf_x *x, int l, const hf_moe_dims *d, const char *nm, u
 {
     uint64_t S = d->S, eb = d->EB;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s_raw", nm);
+    MS_JOIN(a, sizeof a, nm, "_raw");
     uint64_t oid = x->next_oid++;
     uint64_t raw = hf_alloc(x, l, a, S * N * eb, TC_ACT_TRANS, (int64_t)oid);
     hf_op z = { .kind = TK_ELEM, .layer = l, .what = "gmm.zero", .bw = S * N * eb,
                 .out = { raw }, .nout = 1, .flops = EW_FLOPS * (double)(S * N) };
     hf_mem_op(x, oid, z);
     moe_gmm(x, l, d, nm, in, w->id, raw, N, K, 0, 0);
-    snprintf(a, sizeof a, "%s.masked_fill", nm);
+    MS_JOIN(a, sizeof a, nm, ".masked_fill");
     uint64_t out = hf_ew_nv(x, l, a, nm, S * N * eb, cls, raw, 0, S * N * eb, TK_ELEM, S * N);
     hf_free(x, &raw);
     return out;
@@ -302,6 +302,12 @@ uint64_t hf_moe_fwd(hf_x *x, int l, hf_ls *s)
     if (d.OB != RB)
         fo = hf_ew(x, l, "experts.to", "experts_out_cast", T * h * RB, TC_ACT_TRANS, fin, 0,
                    T * h * d.OB, TK_ELEM);
+    /* grouped_mm_experts_forward returns: its locals go together (what autograd saved
+       stays; under checkpointing these are the tensors' last holders, as the recorded
+       fx-mx4-amp-ck trace shows) */
+    const uint64_t loc1[] = { q->topi, q->perm, q->tokg, q->xg, q->wg, q->offs, q->mask, q->dn };
+    hf_locals(x, l, "experts.locals", loc1, 8);
+    hf_locals(x, l, "experts.locals", &q->invp, 1);
     hf_free(x, &tok);
     hf_free(x, &ids);
     hf_free(x, &hist);
@@ -355,14 +361,14 @@ static uint64_t moe_proj_bwd(hf_x *x, int l, const hf_moe_dims *d, const char *n
 {
     uint64_t S = d->S, eb = d->EB;
     char a[TRACE_NAME_MAX];
-    snprintf(a, sizeof a, "%s.masked_fill.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".masked_fill.bwd");
     uint64_t gm = hf_ew_nv(x, l, a, a, S * N * eb, TC_ACT_TRANS, *g, q_mask, S * N * eb,
                            TK_ELEM, S * N);
     hf_free(x, g);
     uint64_t dw = hf_alloc(x, l, "expert_wgrad", w->n * x->PB, TC_GRAD, -1);
-    snprintf(a, sizeof a, "d_%s_in", nm);
+    MS_JOIN(a, sizeof a, "d_", nm, "_in");
     uint64_t dx = hf_alloc(x, l, a, S * K * eb, TC_ACT_TRANS, -1);
-    snprintf(a, sizeof a, "%s.bwd", nm);
+    MS_JOIN(a, sizeof a, nm, ".bwd");
     moe_gmm(x, l, d, a, gm, w->id, dx, K, N, 1, dw);
     hf_free(x, &gm);
     hf_free(x, in);
@@ -425,9 +431,8 @@ static uint64_t moe_router_bwd(hf_x *x, int l, hf_moe_ls *q, const hf_moe_dims *
                    gsm, 0, T * E * F32, TK_ELEM);
         hf_free(x, &gsm);
     }
-    uint64_t dx = hf_linear_bwd(x, l, hf_lp(x, l, P_ROUTER), "router", gl, 1, &q->xr, T, E, h,
-                                x->amp);
-    return hf_up32(x, l, "router.xcast.bwd", &dx, T * h);
+    return hf_linear_bwd_in(x, l, hf_lp(x, l, P_ROUTER), "router", gl, &q->xr, T, E, h,
+                            "router.xcast.bwd", NULL);
 }
 
 /* The shared expert's MLP backward from its output's gradient *g (freed): as the dense
@@ -446,18 +451,14 @@ static void moe_shared_bwd(hf_x *x, int l, hf_ls *s, const hf_moe_dims *d, uint6
     hf_free(x, &dp);
     hf_free(x, &s->up);
     hf_free(x, &s->act);
-    uint64_t dxu = hf_linear_bwd(x, l, hf_lp(x, l, P_UP), "shared.up_proj", du, 1, &s->xu, T, f,
-                                 h, x->amp);
-    uint64_t t = hf_up32(x, l, "shared.up_proj.xcast.bwd", &dxu, T * h);
-    hf_acc(x, l, dxa, &t, T * h * x->RB);
+    hf_linear_bwd_in(x, l, hf_lp(x, l, P_UP), "shared.up_proj", du, &s->xu, T, f, h,
+                     "shared.up_proj.xcast.bwd", dxa);
     uint64_t dg = hf_ew(x, l, "shared.act.bwd", "d_gate", n, TC_ACT_TRANS, da, s->gate, 2 * n,
                         TK_ACT);
     hf_free(x, &da);
     hf_free(x, &s->gate);
-    uint64_t dxg = hf_linear_bwd(x, l, hf_lp(x, l, P_GATE), "shared.gate_proj", dg, 1, &s->xg,
-                                 T, f, h, x->amp);
-    t = hf_up32(x, l, "shared.gate_proj.xcast.bwd", &dxg, T * h);
-    hf_acc(x, l, dxa, &t, T * h * x->RB);
+    hf_linear_bwd_in(x, l, hf_lp(x, l, P_GATE), "shared.gate_proj", dg, &s->xg, T, f, h,
+                     "shared.gate_proj.xcast.bwd", dxa);
 }
 
 /* The MoE block's backward from the residual gradient G (not freed: the residual stream's
@@ -486,10 +487,8 @@ uint64_t hf_moe_bwd(hf_x *x, int l, hf_ls *s, uint64_t G)
                                  TC_ACT_TRANS, dsig, q->sig, 2 * T * x->CB, TK_ACT);
             hf_free(x, &dsig);
             hf_free(x, &q->sig);
-            uint64_t dx = hf_linear_bwd(x, l, hf_lp(x, l, P_SHG), "shared_gate", dsg, 1, &q->xsg,
-                                        T, 1, h, x->amp);
-            uint64_t t2 = hf_up32(x, l, "shared_gate.xcast.bwd", &dx, T * h);
-            hf_acc(x, l, &dxa, &t2, T * h * RB);
+            hf_linear_bwd_in(x, l, hf_lp(x, l, P_SHG), "shared_gate", dsg, &q->xsg, T, 1, h,
+                             "shared_gate.xcast.bwd", &dxa);
         } else {
             dsh = gd;
             free_sh = x->amp;

@@ -63,12 +63,16 @@ static int valid_token(const char *s, size_t max)
     return 1;
 }
 
-/* A name inside a fixed array: NUL-terminated within it, no blanks ("" is "no name"). */
+/* A name inside a fixed array: NUL-terminated within it, no blanks ("" is "no name"). One
+ * pass: every record a generator appends is checked. */
 static int valid_name(const char *name)
 {
-    const char *nul = memchr(name, '\0', TRACE_NAME_MAX);
-    if (!nul) return 0;
-    return name[0] == '\0' || valid_token(name, TRACE_NAME_MAX);
+    for (size_t i = 0; i < TRACE_NAME_MAX; i++) {
+        char c = name[i];
+        if (c == '\0') return 1;
+        if (is_blank(c) || c == '\n') return 0;
+    }
+    return 0;
 }
 
 static int valid_meta_value(const char *v)
@@ -1086,8 +1090,9 @@ void trace_layer_name(char *buf, int layer, const char *what)
         while (k) buf[n++] = d[--k];
         buf[n++] = '.';
     }
-    while (*what && n < TRACE_NAME_MAX - 1) buf[n++] = *what++;
-    buf[n] = '\0';
+    size_t k = strnlen(what, TRACE_NAME_MAX - 1 - n);
+    memcpy(buf + n, what, k);
+    buf[n + k] = '\0';
 }
 
 void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls, int layer,
@@ -1137,6 +1142,11 @@ ms_status trace_append(trace_t *t, const trace_rec *rec)
 
 size_t trace_count(const trace_t *t) { return t->n; }
 const trace_rec *trace_get(const trace_t *t, size_t i) { return i < t->n ? &t->recs[i] : NULL; }
+const trace_rec *trace_records(const trace_t *t, size_t *n)
+{
+    *n = t->n;
+    return t->recs;
+}
 
 const trace_tensor *trace_find_tensor(const trace_t *t, uint64_t id)
 {

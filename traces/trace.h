@@ -158,6 +158,9 @@ void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls,
                      int64_t producer, int tok_scaled, const char *what);
 size_t trace_count(const trace_t *t);
 const trace_rec *trace_get(const trace_t *t, size_t i);
+/* The records in order (*n of them), valid until the trace next changes: for the planners'
+ * and lowerings' walks, which read every record by index, several times. */
+const trace_rec *trace_records(const trace_t *t, size_t *n);
 /* Tensor metadata by id: the most recent alloc record with that id (NULL if none). */
 const trace_tensor *trace_find_tensor(const trace_t *t, uint64_t id);
 const trace_op *trace_find_op(const trace_t *t, uint64_t id);

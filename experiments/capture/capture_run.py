@@ -27,6 +27,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "realworld"))
 
 
+def setup(a, torch, hf_run):
+    """A case's input batch (seeded token ids on the GPU), its model in random
+    initialization in training mode (checkpointed for mode ckpt), AdamW, and the
+    saved-tensor hooks of its mode (save_on_cpu, else None); probe_host.py shares it."""
+    with open(a.config) as f:
+        vocab = json.load(f)["vocab_size"]
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, vocab, (a.batch, a.seq), generator=gen).to(torch.device("cuda", 0))
+    ha = argparse.Namespace(config=a.config, precision=a.precision, seed=0)
+    model, _ = hf_run.build(ha, torch)
+    model.train()
+    if a.mode == "ckpt":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    hooks = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
+        if a.mode == "save_on_cpu" else None
+    return x, model, opt, hooks
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True)
@@ -51,18 +70,8 @@ def main(argv=None):
     dev = torch.device("cuda", 0)
     torch.cuda.init()
     torch.cuda.reset_peak_memory_stats(dev)
-    with open(a.config) as f:
-        vocab = json.load(f)["vocab_size"]
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randint(0, vocab, (a.batch, a.seq), generator=gen).to(dev)
+    x, model, opt, hooks = setup(a, torch, hf_run)
     ha = argparse.Namespace(config=a.config, precision=a.precision, seed=0)
-    model, _ = hf_run.build(ha, torch)
-    model.train()
-    if a.mode == "ckpt":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    hooks = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
-        if a.mode == "save_on_cpu" else None
 
     def step():
         hf_run.step(model, opt, x, ha, torch, hooks)

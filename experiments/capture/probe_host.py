@@ -119,6 +119,7 @@ def framework_costs(torch, n_layers=16, ks=(1, 4, 16, 32), reps=15):
 def phases(model, opt, x, a, torch, hooks, block):
     """One step with host time stamps at the phase boundaries (seconds; the forward from the
     first block's pre-hook, after the model's early host synchronization) and its wall time."""
+    import hf_run
     st = {}
 
     def pre(_m, _args):
@@ -128,12 +129,7 @@ def phases(model, opt, x, a, torch, hooks, block):
     try:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with hooks() if hooks else contextlib.nullcontext():
-            if a.precision == "amp":
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = model(input_ids=x, labels=x).loss
-            else:
-                loss = model(input_ids=x, labels=x).loss
+        loss = hf_run.forward_loss(model, x, a, torch, hooks)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -163,19 +159,8 @@ def torch_nn_modulelist():
 
 
 def run_case(a, torch, hf_run):
-    dev = torch.device("cuda", 0)
-    with open(a.config) as f:
-        vocab = json.load(f)["vocab_size"]
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randint(0, vocab, (a.batch, a.seq), generator=gen).to(dev)
-    ha = argparse.Namespace(config=a.config, precision=a.precision, seed=0)
-    model, _ = hf_run.build(ha, torch)
-    model.train()
-    if a.mode == "ckpt":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    hooks = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
-        if a.mode == "save_on_cpu" else None
+    import capture_run
+    x, model, opt, hooks = capture_run.setup(a, torch, hf_run)
     block = first_block(model)
     for _ in range(3):
         phases(model, opt, x, a, torch, hooks, block)

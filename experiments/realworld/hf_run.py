@@ -91,15 +91,20 @@ def build(a, torch):
     return model, cfg
 
 
-def step(model, opt, x, a, torch, saved=None):
-    """One training step; saved (a context manager factory, e.g. save_on_cpu) wraps the
-    forward and the loss, where autograd saves its tensors."""
+def forward_loss(model, x, a, torch, saved=None):
+    """The forward and the loss of one training step (bf16 autocast for amp); saved (a
+    context manager factory, e.g. save_on_cpu) wraps them, where autograd saves its
+    tensors."""
     with saved() if saved else contextlib.nullcontext():
         if a.precision == "amp":
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=x, labels=x).loss
-        else:
-            loss = model(input_ids=x, labels=x).loss
+                return model(input_ids=x, labels=x).loss
+        return model(input_ids=x, labels=x).loss
+
+
+def step(model, opt, x, a, torch, saved=None):
+    """One training step (forward_loss, backward, AdamW step, zero_grad)."""
+    loss = forward_loss(model, x, a, torch, saved)
     loss.backward()
     opt.step()
     opt.zero_grad()

@@ -1,0 +1,66 @@
+/* attn_sm90.h — causal flash attention for Hopper (compute capability 9.0): forward and
+ * backward on the warpgroup tensor-core instructions (wgmma) with the bulk tensor copy engine
+ * (TMA) feeding them, one producer warpgroup and two consumer warpgroups per CTA. The same
+ * arguments and results as kn_attn_fwd / kn_attn_bwd (runtime/kernels.h), which dispatch here
+ * on such a GPU; runtime/kernels.cu keeps the mma.sync kernels for the others. The layout
+ * self-test below checks what the kernels rest on (descriptor and fragment layouts, each
+ * against a host product); tests/test_kernels.c runs it.
+ *
+ * Tensors are bf16 bits (uint16_t), row-major, token t = b * S + i, head hd at columns
+ * hd * D .. hd * D + D of a row; head dim 64 or 128; S a multiple of 128; every pointer 16-byte
+ * aligned and every row stride a multiple of 8 elements (the caller checks). */
+#ifndef MEMSIM_ATTN_SM90_H
+#define MEMSIM_ATTN_SM90_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/rt_check.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Looks up the driver's tensor-map encoder (through the CUDA runtime, so nothing links
+ * libcuda) and raises the kernels' shared-memory limits. *encode is the handle the calls
+ * below take. Call only on a device of compute capability 9.0. */
+rt_status attn90_setup(void **encode, ms_error *err);
+
+/* flags: the kernels' forms. ATTN90_PINGPONG: the forward's consumer warpgroups take turns
+ * issuing their products, the scores of one tile issued with the previous tile's P V product
+ * (else each runs its products and softmax in sequence). ATTN90_ONEPASS: the backward in one
+ * kernel of 5 products per tile, dq summed in fp32 in a fixed order, at head dim 128 (else,
+ * and at 64, 7 products in two kernels: dk and dv per 128 keys, dq per 128 queries). Both
+ * forms of both are deterministic. */
+enum { ATTN90_PINGPONG = 1, ATTN90_ONEPASS = 2 };
+
+/* o and lse as kn_attn_fwd. */
+rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *lse,
+                     const uint16_t *q, const uint16_t *k, const uint16_t *v, size_t ld_qkv,
+                     size_t ld_o, size_t B, size_t H, size_t S, size_t D, ms_error *err);
+
+/* Device floats of the backward's scratch (the one-pass form's fp32 dq and its counters). */
+size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D);
+
+/* dq, dk, dv as kn_attn_bwd; dvec[(b * H + hd) * S + i] = sum_c dout * o of that row (fp32,
+ * computed by the caller); scratch: attn90_bwd_scratch_floats device floats (with
+ * ATTN90_ONEPASS). No floating-point atomics: the same inputs give the same bits. */
+rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16_t *dk,
+                     uint16_t *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                     const uint16_t *v, const float *lse, const float *dvec, float *scratch,
+                     size_t ld_qkv, size_t ld_o, size_t B, size_t H, size_t S, size_t D,
+                     ms_error *err);
+
+/* The layout self-test: one warpgroup multiplies seeded bf16 tiles placed in shared memory by
+ * the 128-byte swizzle the kernels assume and compares with the host's double products.
+ * rel[0]: A B^T, 64 x 128 x 128, both operands from shared memory (K-major); rel[1]: the same
+ * at N = 64; rel[2]: P V, P from registers, V N-major (transposed); rel[3]: the bytes TMA
+ * wrote for a 128 x 128 tile against the hand-swizzled copy (fraction that differ). */
+enum { ATTN90_NTEST = 4 };
+rt_status attn90_selftest(void *encode, double rel[ATTN90_NTEST], ms_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
