@@ -1,9 +1,9 @@
 /* rt_run.c — the body of `memsim run` (see rt_run.h): options, the GPU check, trace → plan →
  * schedule (the same generator, planners and lowering as `memsim simulate`, so one plan file
  * drives both), execution on the GPU (runtime/rt_exec.h over runtime/rt_backend.h), the
- * printed comparison with the schedule's own durations, and the results CSV. With --math real
- * it runs the model's real kernels instead (runtime/model_rt.h): the one-layer benchmark
- * (--bench-layer) or training steps (--train N). With tp x cp x dp > 1 it runs one process per
+ * printed comparison with the schedule's own durations, and the results CSV (its columns in
+ * runtime/rt_csv.c). With --math real it runs the model's real kernels instead
+ * (runtime/model_rt.h): the one-layer benchmark (--bench-layer) or training steps (--train N). With tp x cp x dp > 1 it runs one process per
  * GPU (runtime/rt_launch.h starts them, runtime/rt_node.h sets each rank up) whose
  * collectives are NCCL's. Called by runtime/main.c. */
 #define _POSIX_C_SOURCE 200809L
@@ -21,6 +21,7 @@
 #include "runtime/model_rt_ops.h"
 #include "runtime/model_rt_walk.h"
 #include "runtime/rt_backend.h"
+#include "runtime/rt_csv.h"
 #include "runtime/rt_exec.h"
 #include "runtime/rt_node.h"
 #include "traces/gen.h"
@@ -590,110 +591,12 @@ static void print_report(const run_args *a, const rt_gpu_info *g, const machine_
     printf("\n");
 }
 
-static void csv_str(FILE *f, const char *s)
-{
-    if (!strpbrk(s, ",\"\r\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-static void csv_dbl(FILE *f, double v)
-{
-    char b[40];
-    fputc(',', f);
-    fputs(ms_fmt_double(v, b, sizeof b), f);
-}
-
-static void csv_u64(FILE *f, uint64_t v) { fprintf(f, ",%llu", (unsigned long long)v); }
-
-/* The simulator's columns (sim/results.c), in its order, then the runtime's own. */
-static const char *const csv_header =
-    "policy,allocator,model,machine,seq,batch,tp,cp,dp,status,iter_time_s,mfu,tgs,"
-    "peak_allocated_bytes,peak_reserved_bytes,peak_active_bytes,fragmentation,host_peak_bytes,"
-    "compute_busy_s,h2d_busy_s,d2h_busy_s,alloc_retries,alloc_retries_per_iter,host_busy_s,"
-    "recompute_s,model_flops,num_allocs,num_frees,num_ooms,num_segment_allocs,"
-    "num_segment_frees,num_syncs,num_splits,num_stitches,num_new_chunks,num_stitch_frees,"
-    "mapped_twice_bytes,num_maps,num_unmaps,peak_requested_bytes,peak_inactive_split_bytes,"
-    "executor,device,nominal_iter_s,per_op,max_ahead,alloc_sync,deferred_frees,oom_drains,"
-    "alloc_fences,h2d_large_Bps,d2h_large_Bps,issue_s,failure";
-
 static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const machine_t *m,
                     const plan_t *plan, const trace_t *t, const rt_exec_result *r, double mfu,
                     double tgs, double flops, const char *executor)
 {
-    const alloc_stats *s = &r->astats;
-    const char *model = trace_get_meta(t, "model");
-    csv_str(f, plan->policy);
-    fputc(',', f);
-    csv_str(f, plan->allocator);
-    fputc(',', f);
-    csv_str(f, model ? model : "-");
-    fputc(',', f);
-    csv_str(f, m->name);
-    csv_u64(f, trace_meta_u64(t, "seq", 0));
-    csv_u64(f, trace_meta_u64(t, "batch", 0));
-    csv_u64(f, trace_meta_u64(t, "tp", 0));
-    csv_u64(f, trace_meta_u64(t, "cp", 0));
-    csv_u64(f, trace_meta_u64(t, "dp", 0));
-    fprintf(f, ",%s", rt_outcome_name(r->outcome));
-    csv_dbl(f, r->outcome == RTX_OK ? r->iter_time_s : 0);
-    csv_dbl(f, mfu);
-    csv_dbl(f, tgs);
-    csv_u64(f, s->allocated_peak_bytes);
-    csv_u64(f, s->reserved_peak_bytes);
-    csv_u64(f, s->active_peak_bytes);
-    csv_dbl(f, s->reserved_peak_bytes
-                   ? 1.0 - (double)s->active_peak_bytes / (double)s->reserved_peak_bytes : 0);
-    csv_u64(f, r->host_peak_bytes);
-    csv_dbl(f, r->compute_busy_s);
-    csv_dbl(f, r->h2d_busy_s);
-    csv_dbl(f, r->d2h_busy_s);
-    csv_u64(f, s->num_alloc_retries);
-    csv_u64(f, r->alloc_retries_per_iter);
-    csv_dbl(f, r->host_busy_s);
-    csv_dbl(f, r->recompute_s);
-    csv_dbl(f, flops);
-    csv_u64(f, s->num_allocs);
-    csv_u64(f, s->num_frees);
-    csv_u64(f, s->num_ooms);
-    csv_u64(f, s->num_segment_allocs);
-    csv_u64(f, s->num_segment_frees);
-    csv_u64(f, s->num_syncs);
-    csv_u64(f, s->num_splits);
-    csv_u64(f, s->num_stitches);
-    csv_u64(f, s->num_new_chunks);
-    csv_u64(f, s->num_stitch_frees);
-    csv_u64(f, s->mapped_twice_bytes);
-    csv_u64(f, s->num_maps);
-    csv_u64(f, s->num_unmaps);
-    csv_u64(f, s->requested_peak_bytes);
-    csv_u64(f, s->inactive_split_peak_bytes);
-    fputc(',', f);
-    csv_str(f, executor);
-    fputc(',', f);
-    csv_str(f, g->name);
-    csv_dbl(f, r->nominal_s);
-    csv_u64(f, (uint64_t)a->per_op);
-    csv_u64(f, (uint64_t)a->max_ahead);
-    csv_u64(f, (uint64_t)a->alloc_sync);
-    csv_u64(f, r->deferred_frees);
-    csv_u64(f, r->oom_drains);
-    csv_u64(f, r->alloc_fences);
-    csv_dbl(f, r->h2d_large.agg_Bps);
-    csv_dbl(f, r->d2h_large.agg_Bps);
-    csv_dbl(f, r->issue_s);
-    fputc(',', f);
-    csv_str(f, r->failure);
-    /* the kinds at the peak, in planners/blockmix.h's order, as the simulator's columns */
-    for (int k = 0; k < BM_COUNT; k++) csv_u64(f, r->peak_live_bytes[k]);
-    csv_u64(f, (uint64_t)r->peak_live_at_failure);
+    rt_csv_run x = {a->per_op, a->max_ahead, a->alloc_sync, executor, mfu, tgs, flops};
+    rt_csv_row(f, &x, g->name, m, plan, t, r);
     fputc('\n', f);
 }
 
@@ -726,10 +629,7 @@ typedef struct csv_ctx {
 static void fill_csv(FILE *f, const void *p)
 {
     const csv_ctx *c = p;
-    fputs(csv_header, f);
-    /* then the kinds at the peak, named as the simulator's columns (peak_<kind>_bytes) */
-    for (int k = 0; k < BM_COUNT; k++) fprintf(f, ",peak_%s_bytes", bm_kind_key((bm_kind)k));
-    fputs(",peak_kinds_at_failure\n", f);
+    rt_csv_header(f, 0);
     csv_row(f, c->a, c->g, c->m, c->plan, c->t, c->r, c->mfu, c->tgs, c->flops, c->executor);
 }
 
@@ -741,10 +641,10 @@ static void fill_ops(FILE *f, const void *p)
         const rt_op_time *o = &c->r->ops[k];
         const trace_op *op = o->op >= 0 ? trace_find_op(c->t, (uint64_t)o->op) : NULL;
         fprintf(f, "%zu,%lld,", o->action, (long long)o->op);
-        csv_str(f, op && op->name[0] ? op->name : "-");
+        rt_csv_str(f, op && op->name[0] ? op->name : "-");
         fprintf(f, ",%d", o->recompute);
-        csv_dbl(f, o->req_us);
-        csv_dbl(f, o->meas_us);
+        rt_csv_dbl(f, o->req_us);
+        rt_csv_dbl(f, o->meas_us);
         fputc('\n', f);
     }
 }
@@ -800,9 +700,7 @@ typedef struct node_csv {
 static void fill_node_csv(FILE *f, const void *p)
 {
     const node_csv *c = p;
-    fputs(csv_header, f);
-    for (int k = 0; k < BM_COUNT; k++) fprintf(f, ",peak_%s_bytes", bm_kind_key((bm_kind)k));
-    fputs(",peak_kinds_at_failure,rank,world\n", f);
+    rt_csv_header(f, 1);
     for (int r = 0; r < c->world; r++) fprintf(f, "%s,%d,%d\n", c->all[r].csv, r, c->world);
 }
 
@@ -1108,7 +1006,7 @@ static void fill_real_ops(FILE *f, const void *p)
         const mrt_op_time *o = &r->ops[k];
         const trace_op *op = o->op >= 0 ? trace_find_op(t, (uint64_t)o->op) : NULL;
         fprintf(f, "%zu,%lld,", o->action, (long long)o->op);
-        csv_str(f, op && op->name[0] ? op->name : "-");
+        rt_csv_str(f, op && op->name[0] ? op->name : "-");
         fprintf(f, ",%d,%.3f,%.3f\n", o->recompute, o->req_us, o->meas_us);
     }
 }
