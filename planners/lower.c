@@ -991,11 +991,13 @@ static ms_status do_op(lw *w, const trace_op *op)
         w->rep.overlapped++;
         return MS_OK;
     }
-    us = lw_ovl_absorb(w, op, us, &w->ovl_us, &w->ovl_pending);
+    uint8_t merged;
+    us = lw_ovl_absorb(w, op, us, &w->ovl_us, &w->ovl_pending, &merged);
     sched_action *a = sbuild_begin(w->b, SA_COMPUTE, SS_COMPUTE);
     if (!a) return MS_ERR_NOMEM;
     a->op = (int64_t)op->id;
     a->dur_us = us;
+    a->ovl = merged;
     a->layer = op->layer;
     a->phase = op->phase;
     sbuild_end(w->b, a);

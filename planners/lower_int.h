@@ -216,7 +216,8 @@ ms_status lw_rb_alloc(lw *w, lw_tensor *n, uint64_t g);
 
 /* planners/lower_replay.c */
 int lw_ovl_merges(const lw *w, size_t i, size_t end, const uint8_t *needed, size_t base);
-double lw_ovl_absorb(lw *w, const trace_op *op, double us, double *pending, int *have);
+double lw_ovl_absorb(lw *w, const trace_op *op, double us, double *pending, int *have,
+                     uint8_t *merged);
 ms_status lw_replay_layer(lw *w, lw_layer *L, int32_t layer);
 ms_status lw_chain_recompute(lw *w, lw_layer *L, int32_t layer, const idx_list *cand,
                              int want_state);

@@ -28,10 +28,14 @@ int lw_ovl_merges(const lw *w, size_t i, size_t end, const uint8_t *needed, size
     return 0;
 }
 
-/* The duration of an attention kernel that absorbs the pending ".ovl" time. */
-double lw_ovl_absorb(lw *w, const trace_op *op, double us, double *pending, int *have)
+/* The duration of an attention kernel that absorbs the pending ".ovl" time; *merged (the
+ * action's sched_action.ovl) says whether it did. */
+double lw_ovl_absorb(lw *w, const trace_op *op, double us, double *pending, int *have,
+                     uint8_t *merged)
 {
+    *merged = 0;
     if (!*have || op->kind != TK_ATTN) return us;
+    *merged = 1;
     w->rep.overlap_hidden_us += *pending < us ? *pending : us;
     us = *pending > us ? *pending : us;
     *pending = 0;
@@ -182,11 +186,13 @@ static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
         w->rep.overlapped++;
         return MS_OK;
     }
-    us = lw_ovl_absorb(w, op, us, pend, have);
+    uint8_t merged;
+    us = lw_ovl_absorb(w, op, us, pend, have, &merged);
     sched_action *a = sbuild_begin(w->b, SA_COMPUTE, SS_COMPUTE);
     if (!a) return MS_ERR_NOMEM;
     a->op = (int64_t)op->id;
     a->dur_us = us;
+    a->ovl = merged;
     a->recompute = 1;
     a->layer = op->layer;
     if (r->in_place && r->frac < 1.0) a->replay_frac = r->frac; /* rows for the real kernels */

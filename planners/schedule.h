@@ -63,6 +63,12 @@ typedef struct sched_action {
     uint64_t host_write_bytes;
     double dha_eff;           /* DHA efficiency for this op (1 = link rate) */
     uint8_t recompute;        /* COMPUTE: a recomputation (extra work) */
+    uint8_t ovl;              /* COMPUTE of an attention op: the ".ovl" collective just before
+                                 it in the trace (its layer and phase: the CP ring exchange)
+                                 was merged into it (planners/lower_replay.c lw_ovl_absorb), so
+                                 dur_us is the larger of the two. The simulator needs no more
+                                 than dur_us; the runtime on several GPUs runs the collective
+                                 beside the kernel (docs/RUNTIME.md, "Several GPUs") */
     double replay_frac;       /* COMPUTE of a token-wise partial replay (MEMO's (1 - alpha)
                                  tokens, planners/lower_replay.c lw_chain_recompute): the op
                                  runs on the last replay_frac of its token rows,

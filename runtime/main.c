@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "runtime/probe.h"
+#include "runtime/probe_coll.h"
 #include "runtime/rt_run.h"
 #include "traces/machine.h"
 #include "base/util.h"
@@ -35,7 +36,12 @@ static void usage(FILE *f)
             "  --raw FILE         raw samples CSV (default: FILE.raw.csv or probe.raw.csv)\n"
             "  --quick            fewer repetitions\n"
             "  --host-adam        only the runtime's host AdamW rate (rt.host_adam_params_per_s,\n"
-            "                     needs no GPU); every other figure is the base's\n");
+            "                     needs no GPU); every other figure is the base's\n"
+            "  --collectives      only the node's figures, on a machine of several GPUs:\n"
+            "                     NCCL all-gather, reduce-scatter, all-reduce of 1 MiB..1 GiB\n"
+            "                     over 2, 4, 8 GPUs and the host link while GPUs copy at once\n"
+            "                     (node.gpus, node.gpus_per_switch, node.nvlink_Bps,\n"
+            "                     node.nvlink_lat_us); every other figure is the base's\n");
 }
 
 static void set_sources(machine_profile *p, const char *note)
@@ -74,14 +80,39 @@ static int write_profile(machine_profile *p, const char *out)
     return MS_EXIT_OK;
 }
 
+/* --collectives: the node's figures into p (closes raw, writes the profile, frees p). */
+static int probe_node_figures(machine_profile *p, FILE *raw, const char *rawp, int quick,
+                              const char *out)
+{
+    ms_error err;
+    ms_error_clear(&err);
+    pn_fit fit;
+    char what[256] = "";
+    rt_status rs = probe_coll_run(p, raw, quick, &fit, what, sizeof what, &err);
+    fclose(raw);
+    if (rs != RT_OK) {
+        fprintf(stderr, "memsim probe: %s\n", err.msg);
+        remove(rawp); /* nothing measured */
+        machine_profile_free(p);
+        return rs == RT_ERR_NODEV ? MS_EXIT_FAIL : MS_EXIT_INTERNAL;
+    }
+    char note[1400], date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+    snprintf(note, sizeof note, "memsim probe --collectives on %s, %s (raw samples: %s)", what,
+             date, rawp);
+    pn_apply(p, &fit, note);
+    return write_profile(p, out);
+}
+
 static int cmd_probe(int argc, char **argv)
 {
     const char *base = "h100-sxm", *name = NULL, *out = "-", *rawp = NULL;
-    int quick = 0, adam_only = 0;
+    int quick = 0, adam_only = 0, coll_only = 0;
     static const struct option opts[] = {
         {"base", required_argument, 0, 'b'}, {"name", required_argument, 0, 'n'},
         {"raw", required_argument, 0, 'r'}, {"quick", no_argument, 0, 'q'},
-        {"host-adam", no_argument, 0, 'A'},
+        {"host-adam", no_argument, 0, 'A'}, {"collectives", no_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
@@ -92,9 +123,18 @@ static int cmd_probe(int argc, char **argv)
         case 'r': rawp = optarg; break;
         case 'q': quick = 1; break;
         case 'A': adam_only = 1; break;
+        case 'C': coll_only = 1; break;
         case 'h': usage(stdout); return MS_EXIT_OK;
         default: usage(stderr); return MS_EXIT_USAGE;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "memsim probe: unexpected argument '%s'\n", argv[optind]);
+        return MS_EXIT_USAGE;
+    }
+    if (adam_only && coll_only) {
+        fprintf(stderr, "memsim probe: --host-adam and --collectives are separate probes\n");
+        return MS_EXIT_USAGE;
     }
     ms_error err;
     machine_profile *p;
@@ -116,6 +156,7 @@ static int cmd_probe(int argc, char **argv)
         return MS_EXIT_IO;
     }
     ms_error_clear(&err);
+    if (coll_only) return probe_node_figures(p, raw, rawp, quick, out);
     rt_status rs = adam_only ? probe_host_adam_run(p, raw, quick, &err)
                              : probe_run(p, raw, quick, &err);
     fclose(raw);

@@ -81,6 +81,23 @@ static double now_us(void)
 
 /* ---- the GPU check ---- */
 
+rt_status rt_gpu_count(int *count, ms_error *err)
+{
+    *count = 0;
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || !driver) {
+        ms_fail(err, MS_ERR_UNSUPPORTED, "no NVIDIA driver is loaded on this machine (no GPU, or "
+                "the driver is not installed)");
+        return RT_ERR_NODEV;
+    }
+    cudaError_t e = cudaGetDeviceCount(count);
+    if (e != cudaSuccess) {
+        *count = 0;
+        cudaGetLastError();
+    }
+    return RT_OK;
+}
+
 rt_status rt_gpu_check(int device, rt_gpu_info *info, ms_error *err)
 {
     memset(info, 0, sizeof *info);

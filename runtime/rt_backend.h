@@ -39,6 +39,10 @@ typedef struct rt_gpu_info {
  * exists and is at least compute capability 9.0 (the kernels are built for sm_90). RT_OK and
  * info filled, or RT_ERR_NODEV with a one-line reason in err. */
 rt_status rt_gpu_check(int device, rt_gpu_info *info, ms_error *err);
+/* The CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies), without making a context
+ * on any: what a launcher asks before it starts one process per GPU. RT_ERR_NODEV without a
+ * driver. */
+rt_status rt_gpu_count(int *count, ms_error *err);
 
 /* ---- the backend ---- */
 

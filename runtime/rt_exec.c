@@ -604,7 +604,7 @@ static rt_status setup(ex *x, const counts *c, ms_error *err)
     x->dmap = u64map_new(1024);
     x->hmap = u64map_new(256);
     x->mix = bm_new(x->o.trace);
-    if (x->o.compute && !(x->alias = u64map_new(256)))
+    if ((x->o.compute || x->o.coll_run) && !(x->alias = u64map_new(256)))
         return rtx_fail(x, RTX_ERROR, RT_ERR_HOST, "out of host memory");
     if (x->o.max_ahead < 0) x->o.max_ahead = 0;
     x->ahead = (void **)calloc((size_t)x->o.max_ahead + 1, sizeof(void *));
@@ -618,6 +618,8 @@ static rt_status setup(ex *x, const counts *c, ms_error *err)
     for (int k = 0; k < SS_COUNT; k++)
         if (x->d->stream_new(x->d->ctx, &x->st[k], err) != RT_OK)
             return rtx_fail(x, RTX_ERROR, RT_ERR_CUDA, "creating streams: %s", err->msg);
+    if (x->o.coll_find && x->o.coll_run && x->d->stream_new(x->d->ctx, &x->side, err) != RT_OK)
+        return rtx_fail(x, RTX_ERROR, RT_ERR_CUDA, "creating the side stream: %s", err->msg);
     if (x->o.verify_swaps) {
         if (!x->d->sum_begin || !x->d->sum_add || !x->d->sum_read || !x->d->sum_end)
             return rtx_fail(x, RTX_ERROR, RT_ERR_INVALID, "verify_swaps: the device %s cannot "
@@ -810,10 +812,11 @@ static rt_status verify_sums(ex *x, ms_error *err)
 /* Waits until every stream has done all that was issued to it. */
 static rt_status drain_streams(ex *x, ms_error *err)
 {
-    for (int k = 0; k < SS_COUNT; k++) {
-        if (!x->st[k]) continue;
+    for (int k = 0; k <= SS_COUNT; k++) {
+        void *st = k < SS_COUNT ? x->st[k] : x->side;
+        if (!st) continue;
         void *e = rtx_pool_get(x, err);
-        if (!e || x->d->record(x->d->ctx, e, x->st[k], err) != RT_OK)
+        if (!e || x->d->record(x->d->ctx, e, st, err) != RT_OK)
             return rtx_fail(x, RTX_ERROR, RT_ERR_CUDA, "synchronizing streams: %s",
                             err->msg);
         RT_TRY(rtx_wait_ev(x, e, "the end of a stream's work", err));
@@ -883,6 +886,7 @@ static void teardown(ex *x)
         if (x->st[k]) x->d->stream_free(x->d->ctx, x->st[k]);
         free(x->q[k].v);
     }
+    if (x->side) x->d->stream_free(x->d->ctx, x->side);
     free(x->sev);
     free(x->ahead);
     free(x->wev);

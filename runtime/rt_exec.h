@@ -225,6 +225,23 @@ typedef struct rt_exec_opts {
     rt_status (*host_compute)(void *ctx, const trace_op *op, int64_t tag,
                               const uint64_t *host_addr, const uint64_t *host_bytes, size_t n,
                               ms_error *err);
+    /* Collectives across the GPUs of a node (runtime/rt_coll.h, `memsim run` on several
+     * GPUs). coll_find, for compute action a of trace op op: the trace op of the collective
+     * the action runs, op itself when it is one, or the ".ovl" collective merged into it when
+     * a->ovl is set; NULL for none (the action spins as without the hook); *spin_us is what
+     * the spin kernel on the action's stream still lasts (0 beside a collective alone, the
+     * attention's own time beside a merged ring). coll_run then runs collective c on stream
+     * s with the device addresses and bytes of its inputs and outputs (found as the
+     * real-kernel hook's are): s is the action's stream for a collective alone, the
+     * executor's side stream for a merged one (forked from the action's stream before it and
+     * joined back after the spin, so the action lasts the longer of the two). NULL: every
+     * collective spins its modelled duration on one GPU. */
+    const trace_op *(*coll_find)(void *ctx, const sched_action *a, const trace_op *op,
+                                 double *spin_us);
+    rt_status (*coll_run)(void *ctx, void *s, const sched_action *a, const trace_op *c,
+                          const uint64_t *in_addr, const uint64_t *in_bytes,
+                          const uint64_t *out_addr, const uint64_t *out_bytes, ms_error *err);
+    void *coll_ctx;
     /* 1: checksum swapped bytes. Every D2H copy first checksums the device bytes it reads
      * (exactly the pieces it copies, on its stream just before the copy); every H2D copy
      * checksums the device bytes it wrote, on its stream just after. An H2D copy reads back
@@ -302,6 +319,8 @@ typedef struct rt_exec_result {
     uint64_t host_operands;      /* real-kernel operands found in pinned host memory (DHA) */
     uint64_t host_steps;         /* HOST_COMPUTE actions run with real math (host_compute) */
     uint64_t host_inits;         /* host_init calls */
+    uint64_t collectives;        /* compute actions that ran a collective (coll_run) */
+    uint64_t collectives_beside; /* of those, rings run beside their attention's spin */
     /* verify_swaps: copies checksummed; H2D copies whose sum equalled the D2H copy's whose
      * bytes they read back (verified) or not (mismatches); copies without a partner in the
      * run (a D2H never read back, an H2D of bytes no D2H of the run wrote or that host work

@@ -80,6 +80,7 @@ typedef struct ex {
     int step_fail;                         /* a host step failed (set on the host thread) */
     char step_msg[1200];      /* a host step's failure: its op name and ms_error message */
     void *st[SS_COUNT];
+    void *side;                 /* collectives beside their attention kernel (coll_find) */
     void **sev;
     uint32_t n_sev;
     void **wev;                 /* window start events; [0] is the run's start */

@@ -412,15 +412,13 @@ static rt_status do_compute_real(ex *x, size_t i, const sched_action *a, const t
     return compute_done(x, i, a, s, t, req, err);
 }
 
-rt_status rtx_do_compute(ex *x, size_t i, const sched_action *a, ms_error *err)
+/* The spin kernel of a compute action: dur_us on stream s (with the credit unless it moves
+ * DHA bytes), touching the outputs of op. */
+static rt_status spin_kernel(ex *x, size_t i, const sched_action *a, const trace_op *op,
+                             void *s, double req, ms_error *err)
 {
-    if (x->o.compute && x->o.trace && a->op >= 0) {
-        const trace_op *rop = trace_find_op(x->o.trace, (uint64_t)a->op);
-        if (rop) return do_compute_real(x, i, a, rop, err);
-    }
     rt_kernel_args k;
     memset(&k, 0, sizeof k);
-    double req = a->dur_us > 0 ? a->dur_us : 0;
     /* With the real-kernel hook an action without an op that moves host bytes is an
      * AccumulateGrad of host gradients (lower_dha's put_accumulate): the op's real kernel
      * already added its gradient into the mapped home (beta = 1), so the host traffic is
@@ -434,19 +432,97 @@ rt_status rtx_do_compute(ex *x, size_t i, const sched_action *a, ms_error *err)
         k.dha_write_bytes =
             a->host_write_bytes < x->dha_bytes ? a->host_write_bytes : x->dha_bytes;
     }
-    const trace_op *op = (x->o.trace && a->op >= 0) ? trace_find_op(x->o.trace, (uint64_t)a->op)
-                                                    : NULL;
     for (uint32_t j = 0; op && j < op->n_out && k.n_touch < RT_TOUCH_MAX; j++) {
         dlive *d = rtx_dev_live(x, op->out[j]);
         if (!d || !d->addr || !d->bytes) continue;
         k.touch_addr[k.n_touch] = d->addr;
         k.touch_bytes[k.n_touch++] = d->bytes;
     }
+    if (x->d->kernel(x->d->ctx, s, &k, err) != RT_OK)
+        return rtx_fail_dev(x, i, "launching a kernel", err);
+    return RT_OK;
+}
+
+/* The device blocks of a collective's operands and their bytes (the tensor's, or in a
+ * token-wise replay the replayed rows'). Host-resident operands are refused: NCCL is given
+ * device memory only. */
+static rt_status coll_operands(ex *x, size_t i, const trace_op *c, const uint64_t *ids,
+                               uint32_t n, double frac, uint64_t *addr, uint64_t *bytes,
+                               ms_error *err)
+{
+    (void)err;
+    for (uint32_t j = 0; j < n; j++) {
+        const char *why = "";
+        uint8_t part = 0;
+        const trace_tensor *t = trace_find_tensor(x->o.trace, ids[j]);
+        addr[j] = resolve(x, ids[j], frac, &part, &why, NULL);
+        if (addr[j] && part == 2) why = "lies in pinned host memory (NCCL takes device memory)";
+        if (!addr[j] || part == 2 || !t) {
+            char tn[48];
+            return rtx_fail(x, RTX_ERROR, RT_ERR_INVALID, "schedule action %zu: collective %s: "
+                            "tensor %llu '%s' %s", i, c->name, (unsigned long long)ids[j],
+                            rtx_tname(x, ids[j], tn, sizeof tn), why);
+        }
+        bytes[j] = part == 1 ? frac_bytes(t->bytes, frac) : t->bytes;
+    }
+    return RT_OK;
+}
+
+/* Makes stream `to` wait for what was issued to `from` so far. */
+static rt_status join(ex *x, size_t i, void *from, void *to, ms_error *err)
+{
+    void *e = rtx_pool_get(x, err);
+    if (!e || x->d->record(x->d->ctx, e, from, err) != RT_OK ||
+        x->d->wait(x->d->ctx, to, e, err) != RT_OK)
+        return rtx_fail_dev(x, i, "joining the side stream", err);
+    rtx_pool_put(x, e);
+    return RT_OK;
+}
+
+/* A compute action that runs collective c (coll_find): alone on the action's stream, or
+ * beside the spin of op's own time on the side stream when c was merged into op. */
+static rt_status do_compute_coll(ex *x, size_t i, const sched_action *a, const trace_op *op,
+                                 const trace_op *c, double spin_us, ms_error *err)
+{
+    enum { MAXT = 64 };
+    uint64_t in[MAXT], in_b[MAXT], out[MAXT], out_b[MAXT];
+    if (c->n_in > MAXT || c->n_out > MAXT)
+        return rtx_fail(x, RTX_ERROR, RT_ERR_INVALID, "collective %s: too many tensors", c->name);
+    double frac = a->replay_frac > 0 && a->replay_frac < 1 ? a->replay_frac : 0;
+    RT_TRY(coll_operands(x, i, c, c->in, c->n_in, frac, in, in_b, err));
+    RT_TRY(coll_operands(x, i, c, c->out, c->n_out, frac, out, out_b, err));
+    void *s = x->st[a->stream];
+    double req = a->dur_us > 0 ? a->dur_us : 0;
+    int beside = c != op;
+    tev *t = NULL;
+    RT_TRY(op_timer_start(x, i, s, req, &t, err));
+    if (beside) RT_TRY(join(x, i, s, x->side, err));
+    if (x->o.coll_run(x->o.coll_ctx, beside ? x->side : s, a, c, in, in_b, out, out_b, err) !=
+        RT_OK)
+        return rtx_fail(x, RTX_ERROR, RT_ERR_CUDA, "schedule action %zu: collective %s: %s", i,
+                        c->name, err->msg);
+    if (spin_us > 0) RT_TRY(spin_kernel(x, i, a, op, s, spin_us, err));
+    if (beside) RT_TRY(join(x, i, x->side, s, err));
+    x->r->collectives++;
+    x->r->collectives_beside += beside;
+    return compute_done(x, i, a, s, t, req, err);
+}
+
+rt_status rtx_do_compute(ex *x, size_t i, const sched_action *a, ms_error *err)
+{
+    const trace_op *op = (x->o.trace && a->op >= 0) ? trace_find_op(x->o.trace, (uint64_t)a->op)
+                                                    : NULL;
+    if (x->o.coll_find && x->o.coll_run && op) {
+        double spin_us = 0;
+        const trace_op *c = x->o.coll_find(x->o.coll_ctx, a, op, &spin_us);
+        if (c) return do_compute_coll(x, i, a, op, c, spin_us, err);
+    }
+    if (x->o.compute && op) return do_compute_real(x, i, a, op, err);
+    double req = a->dur_us > 0 ? a->dur_us : 0;
     void *s = x->st[a->stream];
     tev *t = NULL;
     RT_TRY(op_timer_start(x, i, s, req, &t, err));
-    if (x->d->kernel(x->d->ctx, s, &k, err) != RT_OK)
-        return rtx_fail_dev(x, i, "launching a kernel", err);
+    RT_TRY(spin_kernel(x, i, a, op, s, req, err));
     return compute_done(x, i, a, s, t, req, err);
 }
 

@@ -1,9 +1,11 @@
 /* rt_run.c — the body of `memsim run` (see rt_run.h): options, the GPU check, trace → plan →
  * schedule (the same generator, planners and lowering as `memsim simulate`, so one plan file
  * drives both), execution on the GPU (runtime/rt_exec.h over runtime/rt_backend.h), the
- * printed comparison with the schedule's own durations, and the results CSV. With --math real
- * it runs the model's real kernels instead (runtime/model_rt.h): the one-layer benchmark
- * (--bench-layer) or training steps (--train N). Called by runtime/main.c. */
+ * printed comparison with the schedule's own durations, and the results CSV (its columns in
+ * runtime/rt_csv.c). With --math real it runs the model's real kernels instead
+ * (runtime/model_rt.h): the one-layer benchmark (--bench-layer) or training steps (--train N). With tp x cp x dp > 1 it runs one process per
+ * GPU (runtime/rt_launch.h starts them, runtime/rt_node.h sets each rank up) whose
+ * collectives are NCCL's. Called by runtime/main.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_run.h"
 
@@ -19,7 +21,9 @@
 #include "runtime/model_rt_ops.h"
 #include "runtime/model_rt_walk.h"
 #include "runtime/rt_backend.h"
+#include "runtime/rt_csv.h"
 #include "runtime/rt_exec.h"
+#include "runtime/rt_node.h"
 #include "traces/gen.h"
 #include "traces/jobview.h"
 #include "traces/machine.h"
@@ -45,6 +49,9 @@ typedef struct run_args {
     double lr;                    /* --train: AdamW learning rate (0: the model's default) */
     int host_threads;             /* --host-threads: host optimizer threads (0: CPUs - 1) */
     int host_denormals_keep;      /* --host-denormals keep: the host step without FTZ/DAZ */
+    int coll_spin;                /* --collectives spin: one process, collectives spun */
+    int device_set;               /* --device given */
+    rt_proc proc;                 /* who this process is in a run on several GPUs */
 } run_args;
 
 enum {
@@ -52,7 +59,7 @@ enum {
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
     O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY,
-    O_HOSTTHREADS, O_HOSTDENORM, O_ATTN
+    O_HOSTTHREADS, O_HOSTDENORM, O_ATTN, O_COLL
 };
 
 static const struct option opts[] = {
@@ -79,6 +86,7 @@ static const struct option opts[] = {
     {"host-threads", required_argument, 0, O_HOSTTHREADS},
     {"host-denormals", required_argument, 0, O_HOSTDENORM},
     {"attn", required_argument, 0, O_ATTN},
+    {"collectives", required_argument, 0, O_COLL},
     {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
 static void usage(FILE *f)
@@ -94,7 +102,9 @@ static void usage(FILE *f)
         "  --dims L,H,A,F,V     explicit layers, hidden, heads, ffn, vocab\n"
         "  --seq N              sequence length (64K, 1M accepted; default: the model's)\n"
         "  --batch N            micro-batch size (default 1)\n"
-        "  --tp N --cp N --dp N parallel degrees (collectives are spun for their duration)\n"
+        "  --tp N --cp N --dp N parallel degrees: tp x cp x dp processes, one per GPU of this\n"
+        "                       node, each running its rank's schedule with NCCL's\n"
+        "                       collectives (docs/RUNTIME.md, Several GPUs)\n"
         "  --ep N               expert-parallel degree of a MoE model (divides --dp)\n"
         "  --iters N            iterations to generate (default 2; the last is reported)\n"
         "  --trace FILE         use this workload trace instead of generating one\n"
@@ -128,7 +138,11 @@ static void usage(FILE *f)
         "  --host-limit BYTES|none   pinned bytes allowed (default: this GPU's share of the\n"
         "                       profile's host memory, as the simulator gives it)\n"
         "  --watchdog S         give up (and report) when the run takes longer than S seconds\n"
-        "  --device N           CUDA device (default 0)\n"
+        "  --device N           CUDA device (default 0; a rank uses its local rank's)\n"
+        "  --collectives MODE   nccl (default: with tp x cp x dp > 1, one process per GPU;\n"
+        "                       started here, or by torchrun --no-python / mpirun, which then\n"
+        "                       need MEMSIM_NCCL_ID_FILE) or spin (one process on one GPU,\n"
+        "                       every collective a spin kernel of its modelled duration)\n"
         "real kernels (docs/RUNTIME.md, Real kernels):\n"
         "  --math MODE          spin (default: spin kernels of each op's modelled duration) or\n"
         "                       real: each compute action of the schedule runs the real kernel\n"
@@ -164,8 +178,10 @@ static void usage(FILE *f)
         "                       and memsim replay --trace read it)\n"
         "  --quiet              print only errors\n"
         "  --help               this help\n"
-        "Exit status: 0 a result (ok, oom, oohm), 1 no usable GPU or a failure on the GPU,\n"
-        "2 usage, 3 bad input, 4 file I/O.\n");
+        "Several GPUs: MEMSIM_NCCL (the NCCL library), MEMSIM_NCCL_ID_FILE (where ranks that\n"
+        "a launcher started meet), MEMSIM_RANK_TIMEOUT_S (each wait's limit, default 300).\n"
+        "Exit status: 0 a result (ok, oom, oohm; on several GPUs: ok on every rank), 1 no\n"
+        "usable GPU or a failure on the GPU, 2 usage, 3 bad input, 4 file I/O.\n");
 }
 
 static int bad(const char *opt, const char *v, const char *what)
@@ -241,6 +257,12 @@ static int apply(int c, char *v, run_args *a)
     case O_DEVICE:
         if (!ms_parse_u64(v, &x) || x > 64) return bad("device", v, "expected 0..64");
         a->device = (int)x;
+        a->device_set = 1;
+        return 0;
+    case O_COLL:
+        if (strcmp(v, "nccl") && strcmp(v, "spin")) return bad("collectives", v,
+                                                               "expected nccl or spin");
+        a->coll_spin = !strcmp(v, "spin");
         return 0;
     case O_HOSTWORK:
         if (!strcmp(v, "callback")) a->host_thread = 0;
@@ -353,9 +375,19 @@ static int parse(int argc, char **argv, run_args *a)
     return 0;
 }
 
+/* The first failure's message, for the notice that stops the other ranks. */
+static char first_error[1024];
+
+static void note_error(const char *msg)
+{
+    if (!first_error[0]) snprintf(first_error, sizeof first_error, "%s", msg);
+}
+
 static int fail_st(ms_status st, const ms_error *err)
 {
-    fprintf(stderr, "memsim run: %s\n", err && err->msg[0] ? err->msg : ms_status_str(st));
+    const char *msg = err && err->msg[0] ? err->msg : ms_status_str(st);
+    fprintf(stderr, "memsim run: %s\n", msg);
+    note_error(msg);
     return ms_exit_code(st);
 }
 
@@ -542,6 +574,10 @@ static void print_report(const run_args *a, const rt_gpu_info *g, const machine_
            (unsigned long long)r->ahead_waits,
            (unsigned long long)r->kernels, (unsigned long long)r->copies, r->issue_s, r->wall_s);
     rt_backend_print_stats(be, stdout);
+    if (r->collectives)
+        printf("collectives: %llu compute actions ran NCCL collectives, %llu of them rings beside "
+               "their attention kernel\n", (unsigned long long)r->collectives,
+               (unsigned long long)r->collectives_beside);
     if (a->verify_swaps)
         printf("swap checks: %llu copies checksummed, %llu prefetches verified against their "
                "offloads, %llu mismatches, %llu copies unpaired\n",
@@ -555,110 +591,12 @@ static void print_report(const run_args *a, const rt_gpu_info *g, const machine_
     printf("\n");
 }
 
-static void csv_str(FILE *f, const char *s)
-{
-    if (!strpbrk(s, ",\"\r\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-static void csv_dbl(FILE *f, double v)
-{
-    char b[40];
-    fputc(',', f);
-    fputs(ms_fmt_double(v, b, sizeof b), f);
-}
-
-static void csv_u64(FILE *f, uint64_t v) { fprintf(f, ",%llu", (unsigned long long)v); }
-
-/* The simulator's columns (sim/results.c), in its order, then the runtime's own. */
-static const char *const csv_header =
-    "policy,allocator,model,machine,seq,batch,tp,cp,dp,status,iter_time_s,mfu,tgs,"
-    "peak_allocated_bytes,peak_reserved_bytes,peak_active_bytes,fragmentation,host_peak_bytes,"
-    "compute_busy_s,h2d_busy_s,d2h_busy_s,alloc_retries,alloc_retries_per_iter,host_busy_s,"
-    "recompute_s,model_flops,num_allocs,num_frees,num_ooms,num_segment_allocs,"
-    "num_segment_frees,num_syncs,num_splits,num_stitches,num_new_chunks,num_stitch_frees,"
-    "mapped_twice_bytes,num_maps,num_unmaps,peak_requested_bytes,peak_inactive_split_bytes,"
-    "executor,device,nominal_iter_s,per_op,max_ahead,alloc_sync,deferred_frees,oom_drains,"
-    "alloc_fences,h2d_large_Bps,d2h_large_Bps,issue_s,failure";
-
 static void csv_row(FILE *f, const run_args *a, const rt_gpu_info *g, const machine_t *m,
                     const plan_t *plan, const trace_t *t, const rt_exec_result *r, double mfu,
                     double tgs, double flops, const char *executor)
 {
-    const alloc_stats *s = &r->astats;
-    const char *model = trace_get_meta(t, "model");
-    csv_str(f, plan->policy);
-    fputc(',', f);
-    csv_str(f, plan->allocator);
-    fputc(',', f);
-    csv_str(f, model ? model : "-");
-    fputc(',', f);
-    csv_str(f, m->name);
-    csv_u64(f, trace_meta_u64(t, "seq", 0));
-    csv_u64(f, trace_meta_u64(t, "batch", 0));
-    csv_u64(f, trace_meta_u64(t, "tp", 0));
-    csv_u64(f, trace_meta_u64(t, "cp", 0));
-    csv_u64(f, trace_meta_u64(t, "dp", 0));
-    fprintf(f, ",%s", rt_outcome_name(r->outcome));
-    csv_dbl(f, r->outcome == RTX_OK ? r->iter_time_s : 0);
-    csv_dbl(f, mfu);
-    csv_dbl(f, tgs);
-    csv_u64(f, s->allocated_peak_bytes);
-    csv_u64(f, s->reserved_peak_bytes);
-    csv_u64(f, s->active_peak_bytes);
-    csv_dbl(f, s->reserved_peak_bytes
-                   ? 1.0 - (double)s->active_peak_bytes / (double)s->reserved_peak_bytes : 0);
-    csv_u64(f, r->host_peak_bytes);
-    csv_dbl(f, r->compute_busy_s);
-    csv_dbl(f, r->h2d_busy_s);
-    csv_dbl(f, r->d2h_busy_s);
-    csv_u64(f, s->num_alloc_retries);
-    csv_u64(f, r->alloc_retries_per_iter);
-    csv_dbl(f, r->host_busy_s);
-    csv_dbl(f, r->recompute_s);
-    csv_dbl(f, flops);
-    csv_u64(f, s->num_allocs);
-    csv_u64(f, s->num_frees);
-    csv_u64(f, s->num_ooms);
-    csv_u64(f, s->num_segment_allocs);
-    csv_u64(f, s->num_segment_frees);
-    csv_u64(f, s->num_syncs);
-    csv_u64(f, s->num_splits);
-    csv_u64(f, s->num_stitches);
-    csv_u64(f, s->num_new_chunks);
-    csv_u64(f, s->num_stitch_frees);
-    csv_u64(f, s->mapped_twice_bytes);
-    csv_u64(f, s->num_maps);
-    csv_u64(f, s->num_unmaps);
-    csv_u64(f, s->requested_peak_bytes);
-    csv_u64(f, s->inactive_split_peak_bytes);
-    fputc(',', f);
-    csv_str(f, executor);
-    fputc(',', f);
-    csv_str(f, g->name);
-    csv_dbl(f, r->nominal_s);
-    csv_u64(f, (uint64_t)a->per_op);
-    csv_u64(f, (uint64_t)a->max_ahead);
-    csv_u64(f, (uint64_t)a->alloc_sync);
-    csv_u64(f, r->deferred_frees);
-    csv_u64(f, r->oom_drains);
-    csv_u64(f, r->alloc_fences);
-    csv_dbl(f, r->h2d_large.agg_Bps);
-    csv_dbl(f, r->d2h_large.agg_Bps);
-    csv_dbl(f, r->issue_s);
-    fputc(',', f);
-    csv_str(f, r->failure);
-    /* the kinds at the peak, in planners/blockmix.h's order, as the simulator's columns */
-    for (int k = 0; k < BM_COUNT; k++) csv_u64(f, r->peak_live_bytes[k]);
-    csv_u64(f, (uint64_t)r->peak_live_at_failure);
+    rt_csv_run x = {a->per_op, a->max_ahead, a->alloc_sync, executor, mfu, tgs, flops};
+    rt_csv_row(f, &x, g->name, m, plan, t, r);
     fputc('\n', f);
 }
 
@@ -691,10 +629,7 @@ typedef struct csv_ctx {
 static void fill_csv(FILE *f, const void *p)
 {
     const csv_ctx *c = p;
-    fputs(csv_header, f);
-    /* then the kinds at the peak, named as the simulator's columns (peak_<kind>_bytes) */
-    for (int k = 0; k < BM_COUNT; k++) fprintf(f, ",peak_%s_bytes", bm_kind_key((bm_kind)k));
-    fputs(",peak_kinds_at_failure\n", f);
+    rt_csv_header(f, 0);
     csv_row(f, c->a, c->g, c->m, c->plan, c->t, c->r, c->mfu, c->tgs, c->flops, c->executor);
 }
 
@@ -706,15 +641,103 @@ static void fill_ops(FILE *f, const void *p)
         const rt_op_time *o = &c->r->ops[k];
         const trace_op *op = o->op >= 0 ? trace_find_op(c->t, (uint64_t)o->op) : NULL;
         fprintf(f, "%zu,%lld,", o->action, (long long)o->op);
-        csv_str(f, op && op->name[0] ? op->name : "-");
+        rt_csv_str(f, op && op->name[0] ? op->name : "-");
         fprintf(f, ",%d", o->recompute);
-        csv_dbl(f, o->req_us);
-        csv_dbl(f, o->meas_us);
+        rt_csv_dbl(f, o->req_us);
+        rt_csv_dbl(f, o->meas_us);
         fputc('\n', f);
     }
 }
 
 static void fill_sched(FILE *f, const void *p) { sched_dump((const schedule_t *)p, f); }
+
+/* ---- several GPUs: each rank's results to rank 0 ---- */
+
+/* The results CSV row of c without its newline, into out. */
+static void csv_row_text(const csv_ctx *c, char *out, size_t n)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&buf, &len);
+    out[0] = 0;
+    if (!mf) return;
+    csv_row(mf, c->a, c->g, c->m, c->plan, c->t, c->r, c->mfu, c->tgs, c->flops, c->executor);
+    fclose(mf);
+    if (len && buf[len - 1] == '\n') buf[--len] = 0;
+    if (len < n) memcpy(out, buf, len + 1);
+    free(buf);
+}
+
+static void rank_result(const run_args *a, const csv_ctx *c, rt_rank_result *x)
+{
+    const rt_exec_result *r = c->r;
+    memset(x, 0, sizeof *x);
+    x->rank = a->proc.rank;
+    x->local_rank = a->proc.local_rank;
+    snprintf(x->status, sizeof x->status, "%s", rt_outcome_name(r->outcome));
+    x->iter_s = r->outcome == RTX_OK ? r->iter_time_s : 0;
+    x->nominal_s = r->nominal_s;
+    x->peak_reserved_bytes = r->astats.reserved_peak_bytes;
+    x->peak_allocated_bytes = r->astats.allocated_peak_bytes;
+    x->host_peak_bytes = r->host_peak_bytes;
+    x->host_pool_bytes = r->host_pool_bytes;
+    x->collectives = r->collectives;
+    x->beside = r->collectives_beside;
+    snprintf(x->device, sizeof x->device, "%.120s", c->g->name);
+    /* one line: the result file is read line by line */
+    snprintf(x->failure, sizeof x->failure, "%.630s", r->failure);
+    for (char *q = x->failure; *q; q++)
+        if (*q == '\n' || *q == '\r') *q = ' ';
+    if (a->csv) csv_row_text(c, x->csv, sizeof x->csv);
+}
+
+typedef struct node_csv {
+    const rt_rank_result *all;
+    int world;
+} node_csv;
+
+/* The results CSV of a run on several GPUs: a row per rank, with its rank and the world. */
+static void fill_node_csv(FILE *f, const void *p)
+{
+    const node_csv *c = p;
+    rt_csv_header(f, 1);
+    for (int r = 0; r < c->world; r++) fprintf(f, "%s,%d,%d\n", c->all[r].csv, r, c->world);
+}
+
+/* A rank's end: its results to rank 0, which prints the table of ranks and writes the CSV.
+ * A rank whose run did not end ok leaves its result and the notice that stops the others
+ * (their collectives would wait for it). Returns the exit status. */
+static int node_results(const run_args *a, rt_node *node, const csv_ctx *c, int rc)
+{
+    rt_rank_result x;
+    rank_result(a, c, &x);
+    ms_error err;
+    ms_error_clear(&err);
+    if (c->r->outcome != RTX_OK || rc) {
+        rt_node_put(node, &x, &err);
+        char msg[800];
+        snprintf(msg, sizeof msg, "%s: %s", x.status, x.failure[0] ? x.failure : "failed");
+        rt_node_fail(&a->proc, msg);
+        return rc ? rc : MS_EXIT_FAIL;
+    }
+    rt_rank_result *all = NULL;
+    if (rt_node_gather(node, &x, &all, &err) != RT_OK) {
+        fprintf(stderr, "memsim run: rank %d: %s\n", a->proc.rank, err.msg);
+        rt_node_fail(&a->proc, err.msg);
+        return MS_EXIT_FAIL;
+    }
+    if (!all) return MS_EXIT_OK;
+    if (!a->quiet) rt_node_print(node, all, stdout);
+    for (int r = 0; r < a->proc.world; r++)
+        if (strcmp(all[r].status, "ok")) rc = MS_EXIT_FAIL;
+    node_csv nc = {all, a->proc.world};
+    if (a->csv) {
+        int w = write_out(a->csv, fill_node_csv, &nc);
+        if (w && !rc) rc = w;
+    }
+    free(all);
+    return rc;
+}
 
 /* --record: the executed trace t with each op's measured time (rt_record_trace), written to
  * a->record. ops: every compute action's measurement. */
@@ -744,7 +767,7 @@ static int write_record(const run_args *a, const rt_gpu_info *g, const trace_t *
 
 /* Runs the schedule on the GPU and reports; returns the exit status. */
 static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
-                   const plan_t *plan, const trace_t *t, const schedule_t *s)
+                   const plan_t *plan, const trace_t *t, const schedule_t *s, rt_node *node)
 {
     ms_error err;
     ms_error_clear(&err);
@@ -758,6 +781,7 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     if (rt_backend_new(&bo, &be, &err) != RT_OK || rt_cuda_dev_new(a->device, &dev,
                                                                    &err) != RT_OK) {
         fprintf(stderr, "memsim run: %s\n", err.msg);
+        note_error(err.msg);
         rt_backend_free(be);
         return MS_EXIT_FAIL;
     }
@@ -787,6 +811,21 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
                                                             : a->host_limit_bytes;
     mrt_ops *ops = NULL;
     lower_rb_map *rbm = NULL;
+    if (node) {
+        /* collectives find their operands as the real kernels do: in rounding buffers too */
+        ms_status ls = lower_rb_map_new(t, plan, &rbm, &err);
+        if (ls != MS_OK) {
+            fprintf(stderr, "memsim run: %s\n", err.msg);
+            note_error(err.msg);
+            free(ids);
+            free(offs);
+            rt_cuda_dev_free(dev);
+            rt_backend_free(be);
+            return ms_exit_code(ls);
+        }
+        rt_node_hooks(node, &o);
+        o.rb_map = rbm;
+    }
     if (a->math_real) {
         /* Multi-stream schedules (swap, offload): the executor runs the real kernels, which
          * find rounding-buffer members through lowering's layout. */
@@ -842,12 +881,17 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
     if (r.outcome == RTX_OK) rates(t, m, r.iter_time_s, &mfu, &tgs);
     if (!a->quiet) print_report(a, g, m, plan, t, sched_count(s), &r, be, mfu, tgs,
                                 o.large_copy_bytes);
-    if (rs != RT_OK) fprintf(stderr, "memsim run: %s\n", r.failure);
+    if (rs != RT_OK) {
+        fprintf(stderr, "memsim run: %s\n", r.failure);
+        note_error(r.failure);
+    }
     if (!r.leaked && rt_backend_outstanding(be))
         fprintf(stderr, "memsim run: warning: %llu backend allocations were not released\n",
                 (unsigned long long)rt_backend_outstanding(be));
-    csv_ctx c = {a, g, m, plan, t, &r, mfu, tgs, flops, "gpu"};
-    if (a->csv) {
+    csv_ctx c = {a, g, m, plan, t, &r, mfu, tgs, flops, node ? "gpu-nccl" : "gpu"};
+    if (node) {
+        rc = node_results(a, node, &c, rc);
+    } else if (a->csv) {
         int w = write_out(a->csv, fill_csv, &c);
         if (w && !rc) rc = w;
     }
@@ -962,7 +1006,7 @@ static void fill_real_ops(FILE *f, const void *p)
         const mrt_op_time *o = &r->ops[k];
         const trace_op *op = o->op >= 0 ? trace_find_op(t, (uint64_t)o->op) : NULL;
         fprintf(f, "%zu,%lld,", o->action, (long long)o->op);
-        csv_str(f, op && op->name[0] ? op->name : "-");
+        rt_csv_str(f, op && op->name[0] ? op->name : "-");
         fprintf(f, ",%d,%.3f,%.3f\n", o->recompute, o->req_us, o->meas_us);
     }
 }
@@ -1217,6 +1261,73 @@ static int run_train(const run_args *a, const rt_gpu_info *g, const machine_t *m
     return rc;
 }
 
+/* ---- several GPUs: the launch ---- */
+
+/* GPUs the run's layout holds: the options' tp x cp x dp, or the trace's (meta lines). */
+static int world_of(const run_args *a, int *world)
+{
+    uint64_t tp = a->tp ? (uint64_t)a->tp : 1, cp = a->cp ? (uint64_t)a->cp : 1;
+    uint64_t dp = a->dp ? (uint64_t)a->dp : 1;
+    if (a->trace_path) {
+        trace_t *t = NULL;
+        ms_error err;
+        ms_status st = trace_load(a->trace_path, &t, &err);
+        if (st != MS_OK) return fail_st(st, &err);
+        tp = trace_meta_u64(t, "tp", 1);
+        cp = trace_meta_u64(t, "cp", 1);
+        dp = trace_meta_u64(t, "dp", 1);
+        trace_free(t);
+    }
+    uint64_t w = (tp ? tp : 1) * (cp ? cp : 1) * (dp ? dp : 1);
+    *world = w > (1u << 20) ? 1 << 20 : (int)w;
+    return 0;
+}
+
+/* A rank's options: its local rank's GPU; only rank 0 prints and writes files (the others'
+ * results reach it through the exchange files). */
+static int rank_setup(run_args *a)
+{
+    if (a->math_real) {
+        fprintf(stderr, "memsim run: --math real runs on one GPU: the real math across ranks "
+                "(TP-split GEMMs, ring attention, DP gradients) is not implemented; use --math "
+                "spin, or --collectives spin\n");
+        return MS_EXIT_USAGE;
+    }
+    if (a->device_set) {
+        fprintf(stderr, "memsim run: --device: each rank uses the GPU of its local rank (%d)\n",
+                a->proc.local_rank);
+        return MS_EXIT_USAGE;
+    }
+    a->device = a->proc.local_rank;
+    if (a->proc.rank != 0) {
+        a->quiet = 1;
+        a->ops_csv = a->record = a->schedule_path = NULL;
+    }
+    rt_nccl_safe_env(NULL, 0);
+    return 0;
+}
+
+/* Who this process is when the layout holds several GPUs: the launcher (*launched: its
+ * status) or a rank, set up. */
+static int node_role(run_args *a, int argc, char **argv, int *launched)
+{
+    int world = 1, rc = world_of(a, &world);
+    *launched = 0;
+    if (rc || world <= 1 || a->coll_spin) return rc;
+    ms_error err;
+    if (rt_launch_whoami(world, &a->proc, &err) != MS_OK) {
+        fprintf(stderr, "memsim run: %s\n", err.msg);
+        return MS_EXIT_USAGE;
+    }
+    if (a->proc.role == RL_LAUNCHER) {
+        *launched = 1;
+        return rt_node_launch(world, argc, argv);
+    }
+    rc = rank_setup(a);
+    if (rc) rt_node_fail(&a->proc, "bad options (see its standard error)");
+    return rc;
+}
+
 int rt_run_main(int argc, char **argv)
 {
     run_args a;
@@ -1226,11 +1337,15 @@ int rt_run_main(int argc, char **argv)
         return MS_EXIT_OK;
     }
     if (rc) return rc;
+    int launched = 0;
+    rc = node_role(&a, argc, argv, &launched);
+    if (rc || launched) return rc;
     rt_gpu_info g;
     ms_error err;
     ms_error_clear(&err);
     if (rt_gpu_check(a.device, &g, &err) != RT_OK) {
         fprintf(stderr, "memsim run: %s\n", err.msg);
+        rt_node_fail(&a.proc, err.msg);
         return MS_EXIT_FAIL;
     }
     machine_profile *mp = NULL;
@@ -1246,15 +1361,27 @@ int rt_run_main(int argc, char **argv)
     if (st == MS_OK) st = make_trace(&a, &mp->m, &t, &err);
     if (st == MS_OK) st = make_plan(&a, t, &mp->m, &plan, &err);
     if (st == MS_OK) st = lower_schedule(t, plan, &mp->m, NULL, &s, &err);
+    rt_node *node = NULL;
     if (st != MS_OK) {
         rc = fail_st(st, &err);
     } else if (a.schedule_path && (rc = write_out(a.schedule_path, fill_sched, s)) != 0) {
         /* reported */
+    } else if (a.proc.role == RL_RANK && rt_node_begin(&a.proc, t, &mp->m, &node, &err) != RT_OK) {
+        fprintf(stderr, "memsim run: rank %d: %s\n", a.proc.rank, err.msg);
+        note_error(err.msg);
+        rc = MS_EXIT_FAIL;
     } else if (a.math_real && one_stream(s)) {
         rc = run_sched_real(&a, &g, &mp->m, plan, t, s);
     } else {
-        rc = execute(&a, &g, &mp->m, plan, t, s);
+        rc = execute(&a, &g, &mp->m, plan, t, s, node);
     }
+    if (rc && a.proc.role == RL_RANK) {
+        char msg[1100];
+        snprintf(msg, sizeof msg, "exited with status %d: %s", rc,
+                 first_error[0] ? first_error : "see its standard error");
+        rt_node_fail(&a.proc, msg);
+    }
+    rt_node_end(node, rc == 0);
     sched_free(s);
     plan_free(plan);
     trace_free(t);

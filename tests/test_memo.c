@@ -592,6 +592,20 @@ static void test_rb_schedule(const machine_t *m)
            sched_count(s2) == sched_count(s) + (size_t)rep.overlapped,
            "CP ring exchanges merged into their attention kernels (%" PRIu64 "), or not",
            rep.overlapped);
+    /* the merged attention actions say so (sched_action.ovl): every one whose op follows a
+     * ".ovl" ring in the trace, none without the merge */
+    int flagged = 0, flag_ok = 1, flagged2 = 0;
+    for (size_t i = 0; i < sched_count(s); i++) {
+        const sched_action *a = sched_get(s, i);
+        if (a->kind != SA_COMPUTE) continue;
+        const trace_op *op = trace_find_op(t, (uint64_t)a->op);
+        flagged += a->ovl;
+        flag_ok &= !a->ovl || (op && op->kind == TK_ATTN);
+    }
+    for (size_t i = 0; s2 && i < sched_count(s2); i++) flagged2 += sched_get(s2, i)->ovl;
+    TAP_OK(flag_ok && flagged >= (int)rep.overlapped && flagged2 == 0,
+           "merged attention actions carry the ovl flag (%d, replays included), none without "
+           "the merge", flagged);
     sched_free(s2);
     sched_free(s);
     plan_free(p);
