@@ -834,3 +834,17 @@ void ms_json_double(FILE *f, double v)
     if (isfinite(v)) fputs(ms_fmt_double(v, buf, sizeof buf), f);
     else fputs("null", f);
 }
+
+void ms_csv_str(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}

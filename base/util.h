@@ -144,6 +144,10 @@ const char *ms_fmt_double(double v, char *buf, size_t n);
 void ms_json_str(FILE *f, const char *s);
 void ms_json_double(FILE *f, double v);
 
+/* A CSV field as RFC 4180 writes it: quoted, quotes doubled, when it holds a comma, a quote
+ * or a line break; as it is otherwise. */
+void ms_csv_str(FILE *f, const char *s);
+
 #define MS_GiB (1024.0 * 1024.0 * 1024.0)
 #define MS_MiB (1024.0 * 1024.0)
 

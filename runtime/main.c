@@ -46,25 +46,8 @@ static void usage(FILE *f)
 
 static void set_sources(machine_profile *p, const char *note)
 {
-    size_t nf;
-    const machine_field *f = machine_fields(&nf);
-    for (size_t i = 0; i < nf; i++)
-        for (size_t k = 0; k < sizeof measured_keys / sizeof *measured_keys; k++)
-            if (!strcmp(f[i].key, measured_keys[k])) {
-                free(p->sources[i]);
-                p->sources[i] = strdup(note);
-            }
-}
-
-static void set_source(machine_profile *p, const char *key, const char *note)
-{
-    size_t nf;
-    const machine_field *f = machine_fields(&nf);
-    for (size_t i = 0; i < nf; i++)
-        if (!strcmp(f[i].key, key)) {
-            free(p->sources[i]);
-            p->sources[i] = strdup(note);
-        }
+    for (size_t k = 0; k < sizeof measured_keys / sizeof *measured_keys; k++)
+        machine_set_source(p, measured_keys[k], note);
 }
 
 /* Writes p to out (a file or "-") and frees it. */
@@ -175,7 +158,7 @@ static int cmd_probe(int argc, char **argv)
              "the gradient reset, fp32 master and moments, bf16 parameter) over 64 Mi "
              "parameters on its default thread pool (the online CPUs less one), median of 7",
              note);
-    set_source(p, "rt.host_adam_params_per_s", hnote);
+    machine_set_source(p, "rt.host_adam_params_per_s", hnote);
     if (adam_only) return write_profile(p, out);
     set_sources(p, note);
     /* Two figures need more than the common note: what was measured and how. */
@@ -188,16 +171,17 @@ static int cmd_probe(int argc, char **argv)
              "7-product deterministic backward), not the vendor's FlashAttention: causal, head "
              "dim 128, one sequence of 2K-32K tokens, model FLOPs (backward 2.5x forward) over "
              "time, fitted to eff * S / (S + half_seq); per-shape samples in the raw CSV", note);
-    set_source(p, "gpu.gemm_eff", gnote);
+    machine_set_source(p, "gpu.gemm_eff", gnote);
     char lnote[1600];
     snprintf(lnote, sizeof lnote, "%s; an LM head's three bf16 GEMMs (8K tokens, hidden 4096, "
              "kn_gemm) with the vocabulary even but not a multiple of 8 (50300, 50258; the "
              "mean) or odd (50257), per FLOP over the same at 50304", note);
-    set_source(p, "gpu.gemm_even_eff", lnote);
-    set_source(p, "gpu.gemm_odd_eff", lnote);
+    machine_set_source(p, "gpu.gemm_even_eff", lnote);
+    machine_set_source(p, "gpu.gemm_odd_eff", lnote);
     static const char *const rt_keys[] = {"rt.attn_fwd_eff", "rt.attn_fwd_half_seq",
                                           "rt.attn_bwd_eff", "rt.attn_bwd_half_seq"};
-    for (size_t i = 0; i < sizeof rt_keys / sizeof *rt_keys; i++) set_source(p, rt_keys[i], anote);
+    for (size_t i = 0; i < sizeof rt_keys / sizeof *rt_keys; i++)
+        machine_set_source(p, rt_keys[i], anote);
     return write_profile(p, out);
 }
 

@@ -95,17 +95,6 @@ ms_status pn_fit_samples(const pn_coll_sample *cs, size_t n, const pn_link_sampl
     return MS_OK;
 }
 
-static void set(machine_profile *p, const char *key, const char *note)
-{
-    size_t nf;
-    const machine_field *f = machine_fields(&nf);
-    for (size_t i = 0; i < nf; i++)
-        if (!strcmp(f[i].key, key)) {
-            free(p->sources[i]);
-            p->sources[i] = strdup(note);
-        }
-}
-
 void pn_apply(machine_profile *p, const pn_fit *f, const char *source)
 {
     char note[2048];
@@ -114,16 +103,16 @@ void pn_apply(machine_profile *p, const pn_fit *f, const char *source)
     p->m.nvlink_Bps = f->nvlink_Bps;
     p->m.nvlink_lat_us = f->nvlink_lat_us;
     snprintf(note, sizeof note, "%s; the GPUs this machine shows", source);
-    set(p, "node.gpus", note);
+    machine_set_source(p, "node.gpus", note);
     snprintf(note, sizeof note, "%s; NCCL all-gather, reduce-scatter and all-reduce of 1 MiB "
              "to 1 GiB over 2 to %d ranks, a least-squares line per collective and rank count "
              "through the roofline model's time (launch + steps x (lat + bytes / ranks / bw)), "
              "the median over the %d lines", source, f->gpus, f->n_series);
-    set(p, "node.nvlink_Bps", note);
-    set(p, "node.nvlink_lat_us", note);
+    machine_set_source(p, "node.nvlink_Bps", note);
+    machine_set_source(p, "node.nvlink_lat_us", note);
     snprintf(note, sizeof note, "%s; 1 + the GPUs whose host-to-device copies at once with GPU "
              "0's slow it below 3/4 of its %.1f GB/s alone", source, f->solo_Bps / 1e9);
-    set(p, "node.gpus_per_switch", note);
+    machine_set_source(p, "node.gpus_per_switch", note);
 }
 
 void pn_write_raw(FILE *f, const pn_coll_sample *cs, size_t n, const pn_link_sample *ls,

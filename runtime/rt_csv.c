@@ -1,25 +1,11 @@
 /* rt_csv.c — the results CSV of `memsim run` (docs/RUNTIME.md, "Results CSV"): the
  * simulator's columns in its order, then the runtime's own; its header and one run's row, and
- * the quoting the runtime's other CSV files share. Used by runtime/rt_run.c. */
+ * the number cells the runtime's other CSV files share. Used by runtime/rt_run.c. */
 #include "runtime/rt_csv.h"
 
 #include <string.h>
 
 #include "planners/blockmix.h"
-
-void rt_csv_str(FILE *f, const char *s)
-{
-    if (!strpbrk(s, ",\"\r\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
 
 void rt_csv_dbl(FILE *f, double v)
 {
@@ -54,13 +40,13 @@ void rt_csv_row(FILE *f, const rt_csv_run *x, const char *device, const machine_
 {
     const alloc_stats *s = &r->astats;
     const char *model = trace_get_meta(t, "model");
-    rt_csv_str(f, plan->policy);
+    ms_csv_str(f, plan->policy);
     fputc(',', f);
-    rt_csv_str(f, plan->allocator);
+    ms_csv_str(f, plan->allocator);
     fputc(',', f);
-    rt_csv_str(f, model ? model : "-");
+    ms_csv_str(f, model ? model : "-");
     fputc(',', f);
-    rt_csv_str(f, m->name);
+    ms_csv_str(f, m->name);
     rt_csv_u64(f, trace_meta_u64(t, "seq", 0));
     rt_csv_u64(f, trace_meta_u64(t, "batch", 0));
     rt_csv_u64(f, trace_meta_u64(t, "tp", 0));
@@ -100,9 +86,9 @@ void rt_csv_row(FILE *f, const rt_csv_run *x, const char *device, const machine_
     rt_csv_u64(f, s->requested_peak_bytes);
     rt_csv_u64(f, s->inactive_split_peak_bytes);
     fputc(',', f);
-    rt_csv_str(f, x->executor);
+    ms_csv_str(f, x->executor);
     fputc(',', f);
-    rt_csv_str(f, device);
+    ms_csv_str(f, device);
     rt_csv_dbl(f, r->nominal_s);
     rt_csv_u64(f, (uint64_t)x->per_op);
     rt_csv_u64(f, (uint64_t)x->max_ahead);
@@ -114,7 +100,7 @@ void rt_csv_row(FILE *f, const rt_csv_run *x, const char *device, const machine_
     rt_csv_dbl(f, r->d2h_large.agg_Bps);
     rt_csv_dbl(f, r->issue_s);
     fputc(',', f);
-    rt_csv_str(f, r->failure);
+    ms_csv_str(f, r->failure);
     /* the kinds at the peak, in planners/blockmix.h's order, as the simulator's columns */
     for (int k = 0; k < BM_COUNT; k++) rt_csv_u64(f, r->peak_live_bytes[k]);
     rt_csv_u64(f, (uint64_t)r->peak_live_at_failure);

@@ -21,9 +21,7 @@ void rt_csv_header(FILE *f, int with_rank);
 /* One row, without its newline. device: the GPU's name. */
 void rt_csv_row(FILE *f, const rt_csv_run *x, const char *device, const machine_t *m,
                 const plan_t *plan, const trace_t *t, const rt_exec_result *r);
-/* A cell: a string quoted per RFC 4180 when it must be (no comma before it); a number with
- * the comma before it. */
-void rt_csv_str(FILE *f, const char *s);
+/* A number cell with the comma before it (a string cell: base/util.h's ms_csv_str). */
 void rt_csv_dbl(FILE *f, double v);
 void rt_csv_u64(FILE *f, uint64_t v);
 

@@ -641,7 +641,7 @@ static void fill_ops(FILE *f, const void *p)
         const rt_op_time *o = &c->r->ops[k];
         const trace_op *op = o->op >= 0 ? trace_find_op(c->t, (uint64_t)o->op) : NULL;
         fprintf(f, "%zu,%lld,", o->action, (long long)o->op);
-        rt_csv_str(f, op && op->name[0] ? op->name : "-");
+        ms_csv_str(f, op && op->name[0] ? op->name : "-");
         fprintf(f, ",%d", o->recompute);
         rt_csv_dbl(f, o->req_us);
         rt_csv_dbl(f, o->meas_us);
@@ -1006,7 +1006,7 @@ static void fill_real_ops(FILE *f, const void *p)
         const mrt_op_time *o = &r->ops[k];
         const trace_op *op = o->op >= 0 ? trace_find_op(t, (uint64_t)o->op) : NULL;
         fprintf(f, "%zu,%lld,", o->action, (long long)o->op);
-        rt_csv_str(f, op && op->name[0] ? op->name : "-");
+        ms_csv_str(f, op && op->name[0] ? op->name : "-");
         fprintf(f, ",%d,%.3f,%.3f\n", o->recompute, o->req_us, o->meas_us);
     }
 }

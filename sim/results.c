@@ -114,20 +114,6 @@ void res_csv_header(FILE *f)
     fputc('\n', f);
 }
 
-/* RFC 4180: a field with a comma, quote or line break is quoted, quotes doubled. */
-static void put_csv_str(FILE *f, const char *s)
-{
-    if (!strpbrk(s, ",\"\r\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
 
 void res_csv_row(FILE *f, const sim_result *r)
 {
@@ -137,7 +123,7 @@ void res_csv_row(FILE *f, const sim_result *r)
         const void *p = base + cols[i].off;
         if (i) fputc(',', f);
         switch (cols[i].type) {
-        case CT_STR: put_csv_str(f, (const char *)p); break;
+        case CT_STR: ms_csv_str(f, (const char *)p); break;
         case CT_U64: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p); break;
         case CT_INT: fprintf(f, "%d", *(const int *)p); break;
         case CT_DBL: fputs(ms_fmt_double(*(const double *)p, buf, sizeof buf), f); break;

@@ -238,6 +238,19 @@ static void test_names_and_dirs(void)
     TAP_OK(z && machine_write(z, tpath("z.machine"), &err) == MS_ERR_INVALID,
            "machine_write refuses a profile that would not read back (%s)", err.msg);
     machine_profile_free(z);
+
+    machine_profile *q = machine_profile_new();
+    int known = q ? machine_set_source(q, "gpu.peak_bf16_flops", "probe, 2026") : -1;
+    int again = q ? machine_set_source(q, "gpu.peak_bf16_flops", "datasheet") : -1;
+    int unknown = q ? machine_set_source(q, "gpu.no_such_key", "x") : 0;
+    size_t nk;
+    const machine_field *fk = machine_fields(&nk);
+    const char *note = NULL;
+    for (size_t i = 0; q && i < nk; i++)
+        if (!strcmp(fk[i].key, "gpu.peak_bf16_flops")) note = q->sources[i];
+    TAP_OK(known == 0 && again == 0 && unknown == -1 && note && !strcmp(note, "datasheet"),
+           "machine_set_source sets a key's note, replaces it, refuses an unknown key");
+    machine_profile_free(q);
 }
 
 static void test_format_doc(void)

@@ -695,3 +695,16 @@ void machine_gpu_view(const machine_t *m, int ranks, machine_t *out)
     out->dha_read_Bps /= d;
     out->dha_write_Bps /= d;
 }
+
+int machine_set_source(machine_profile *p, const char *key, const char *note)
+{
+    for (size_t i = 0; i < NFIELDS; i++) {
+        if (strcmp(fields[i].key, key) != 0) continue;
+        char *n = strdup(note);
+        if (!n) return -1;
+        free(p->sources[i]);
+        p->sources[i] = n;
+        return 0;
+    }
+    return -1;
+}

@@ -125,6 +125,9 @@ ms_status machine_load(const char *path, machine_profile **out, ms_error *err);
 ms_status machine_load_named(const char *name_or_path, machine_profile **out, ms_error *err);
 ms_status machine_write(const machine_profile *p, const char *path, ms_error *err);
 void machine_profile_free(machine_profile *p);
+/* Sets the source note of key (a measurement's provenance). -1: no such key, or out of
+ * memory (the old note stays). */
+int machine_set_source(machine_profile *p, const char *key, const char *note);
 /* Fills a profile with zeros (for the probe and tests). */
 machine_profile *machine_profile_new(void);
 
