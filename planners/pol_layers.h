@@ -1,6 +1,6 @@
 /* pol_layers.h — the layer view of a trace the policies plan from: its skeletal activations
- * per layer and pass, which one is each layer's input, and the checks of a trace's layer
- * indices. Implemented in planners/pol_layers.c; included through planners/policy.h. */
+ * per layer and pass, which one is each layer's input, the tensors autograd saves for the
+ * backward, and the checks of a trace's layer indices. Implemented in planners/pol_layers.c; included through planners/policy.h. */
 #ifndef MEMSIM_POL_LAYERS_H
 #define MEMSIM_POL_LAYERS_H
 
@@ -46,5 +46,13 @@ ms_status pol_check_layer(const trace_t *t, int32_t layer, int32_t limit, const 
 ms_status pol_need_skeletal(const char *policy, const trace_t *t, ms_error *err);
 /* That refusal, for a caller that has already listed the skeletal activations. */
 ms_status pol_no_skeletal(const char *policy, ms_error *err);
+
+/* The tensors autograd saves in trace t: every tensor a backward
+ * op reads that exists before that backward phase began (made in the forward, or before it:
+ * the batch, and with params = 1 the parameters), other than gradients, optimizer states and
+ * workspaces. *ids (caller frees) gets them in trace order, without repeats; *bytes the
+ * most bytes one backward phase finds saved (each tensor once: a step's unique saved bytes). */
+ms_status pol_saved_tensors(const trace_t *t, int params, uint64_t **ids, size_t *n,
+                            uint64_t *bytes, ms_error *err);
 
 #endif

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 
 #include "base/u64map.h"
+#include "planners/pol_layers.h"
 
-#define FW_SAVED 1u       /* a tensor autograd saved: a backward op reads it, none made it */
-#define FW_BWD_MADE 2u    /* made by a backward op (a gradient): never a saved tensor */
+#define FW_SAVED 1u       /* a tensor autograd saved (pol_saved_tensors) */
 
 struct exfw {
     const machine_t *m;
@@ -29,20 +29,18 @@ static int has_costs(const machine_t *m)
            m->host_save_unpack_us > 0;
 }
 
-static int mark_op(exfw *f, const trace_op *op)
+/* The tensors autograd saved (planners/pol_layers.c's rule, the one save-on-cpu plans by:
+ * parameters included, as every saved tensor passes the pack hooks). */
+static ms_status mark_saved(exfw *f, const trace_t *tr, ms_error *err)
 {
-    int added;
-    for (uint32_t i = 0; op->phase == TP_BWD && i < op->n_out; i++) {
-        uint64_t *v = u64map_slot(f->tensors, op->out[i], &added);
-        if (!v) return -1;
-        *v |= FW_BWD_MADE;
-    }
-    for (uint32_t i = 0; op->phase == TP_BWD && i < op->n_in; i++) {
-        uint64_t *v = u64map_slot(f->tensors, op->in[i], &added);
-        if (!v) return -1;
-        if (!(*v & FW_BWD_MADE)) *v |= FW_SAVED;
-    }
-    return 0;
+    uint64_t *ids, bytes;
+    size_t n;
+    ms_status st = pol_saved_tensors(tr, 1, &ids, &n, &bytes, err);
+    for (size_t i = 0; st == MS_OK && i < n; i++)
+        if (u64map_put(f->tensors, ids[i], FW_SAVED))
+            st = ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    free(ids);
+    return st;
 }
 
 static ms_status scan_schedule(exfw *f, const schedule_t *s, ms_error *err)
@@ -75,14 +73,8 @@ ms_status exfw_new(const trace_t *tr, const schedule_t *s, const machine_t *m, e
     }
     f->m = m;
     f->fwd_layer = -1;
-    for (size_t i = 0; i < trace_count(tr); i++) {
-        const trace_rec *r = trace_get(tr, i);
-        if (r->type == TR_OP && mark_op(f, &r->u.op) != 0) {
-            exfw_free(f);
-            return ms_fail(err, MS_ERR_NOMEM, "out of memory");
-        }
-    }
-    ms_status st = scan_schedule(f, s, err);
+    ms_status st = mark_saved(f, tr, err);
+    if (st == MS_OK) st = scan_schedule(f, s, err);
     if (st != MS_OK) {
         exfw_free(f);
         return st;

@@ -15,8 +15,8 @@ typedef struct exfw exfw;
 
 /* Reads what the costs depend on from the trace and the schedule: which layers the
  * schedule recomputes (their forward ran under checkpoint), whether it copies saved tensors
- * to the host as they are saved (host_wait copies), and which tensors autograd saved (read by
- * a backward op, not made by one). *out is NULL (and MS_OK) where the profile gives no such
+ * to the host as they are saved (host_wait copies), and which tensors autograd saved
+ * (planners/pol_layers.h, pol_saved_tensors). *out is NULL (and MS_OK) where the profile gives no such
  * cost. */
 ms_status exfw_new(const trace_t *tr, const schedule_t *s, const machine_t *m, exfw **out,
                    ms_error *err);

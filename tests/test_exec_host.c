@@ -262,9 +262,23 @@ static trace_t *hook_trace(void)
                           in3[] = {102, 101}, out3[] = {103}, in4[] = {103, 100}, out4[] = {104};
     static const uint64_t *ins[] = {in1, in2, in3, in4}, *outs[] = {out1, out2, out3, out4};
     static const uint32_t nin[] = {1, 1, 2, 2};
+    static const uint64_t made[] = {100, 101, 102, 103, 104};
+    static const trace_class cls[] = {TC_PARAM, TC_ACT_SKEL, TC_ACT_SKEL, TC_GRAD, TC_GRAD};
     trace_t *t = trace_new();
     for (int i = 0; i < 4; i++) {
         trace_rec r;
+        memset(&r, 0, sizeof r);
+        if (i == 0 || i == 2) {
+            r.type = TR_MARK; /* the phases: pol_saved_tensors reads them */
+            r.u.mark.kind = TM_PHASE;
+            r.u.mark.value = i == 0 ? TP_FWD : TP_BWD;
+            trace_append(t, &r);
+        }
+        for (int k = 0; k < 5; k++) { /* each op's output (and the parameter) made before it */
+            if (!(k == i + 1 || (i == 0 && k == 0))) continue;
+            trace_alloc_rec(&r, made[k], 1024, cls[k], 0, -1, 0, "t");
+            trace_append(t, &r);
+        }
         memset(&r, 0, sizeof r);
         r.type = TR_OP;
         r.u.op.id = (uint64_t)(i + 1);

@@ -7,6 +7,7 @@
  * tests/fake_nccl.c. Plain C: runs in make check with or without CUDA. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_coll.h"
+#include "tests/fake_nccl_log.h"
 #include "tests/gen_util.h"
 #include "tests/tap.h"
 #include "traces/models.h"
@@ -258,27 +259,6 @@ static void test_refusals(void)
 
 /* ---- the hooks against the fake NCCL ---- */
 
-static char log_path[256];
-
-static char *take_log(void)
-{
-    static char buf[16384];
-    buf[0] = 0;
-    FILE *f = fopen(log_path, "r");
-    if (f) {
-        buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
-        fclose(f);
-    }
-    remove(log_path);
-    return buf;
-}
-
-static int count(const char *log, const char *what)
-{
-    int n = 0;
-    for (const char *p = log; (p = strstr(p, what)); p++) n++;
-    return n;
-}
 
 /* Runs trace t's op 7 through the hooks as rank `rank` of layout r; returns the fake's log. */
 static char *run_hook(rt_nccl *n, const trace_t *t, const rt_ranks *r, int rank, uint64_t in_b,

@@ -9,31 +9,11 @@
  * tests/test_rt_exec). */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_coll.h"
+#include "tests/fake_nccl_log.h"
 #include "tests/rt_exec_util.h"
 
 #include <stdio.h>
 
-static char log_path[256];
-
-static char *take_log(void)
-{
-    static char buf[1 << 20];
-    buf[0] = 0;
-    FILE *f = fopen(log_path, "r");
-    if (f) {
-        buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
-        fclose(f);
-    }
-    remove(log_path);
-    return buf;
-}
-
-static int count(const char *log, const char *what)
-{
-    int n = 0;
-    for (const char *p = log; (p = strstr(p, what)); p++) n++;
-    return n;
-}
 
 /* The distinct stream=0x... values of the lines that start with `call`: 1 when all equal,
  * with it in *stream. */

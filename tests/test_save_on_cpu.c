@@ -78,10 +78,10 @@ static void one(const machine_t *m, const char *cfg, const char *precision)
     uint64_t *ids = NULL, saved = 0, pids_bytes = 0;
     size_t n = 0;
     ms_error err;
-    ms_status st = soc_saved_tensors(t, 1, &ids, &n, &saved, &err);
+    ms_status st = pol_saved_tensors(t, 1, &ids, &n, &saved, &err);
     uint64_t *pids = NULL;
     size_t pn = 0;
-    if (st == MS_OK) st = soc_saved_tensors(t, 0, &pids, &pn, &pids_bytes, &err);
+    if (st == MS_OK) st = pol_saved_tensors(t, 0, &pids, &pn, &pids_bytes, &err);
     int has_param = 0;
     for (size_t i = 0; st == MS_OK && i < n; i++) {
         const trace_tensor *x = trace_find_tensor(t, ids[i]);

@@ -32,73 +32,6 @@ static const knobtab_row soc_rows[] = {
 static const knobtab soc_knob_table = KNOBTAB("save-on-cpu", soc_rows, KNOBTAB_MSG_KNOB,
                                               soc_knobs, given);
 
-/* A tensor class autograd never saves: it makes gradients, the optimizer owns its states,
- * and a workspace is a library's scratch. */
-static int never_saved(trace_class c)
-{
-    return c == TC_GRAD || c == TC_OPTSTATE || c == TC_WORKSPACE;
-}
-
-/* Input `id` of a backward op: saved when it was allocated before the backward phase began
- * (its latest allocation's record is below bwd_begin). */
-static ms_status note_input(const trace_t *t, u64map *arec, u64map *seen, u64map *phase_seen,
-                            uint64_t id, size_t bwd_begin, int params, uint64_t **ids,
-                            size_t *n, size_t *cap, uint64_t *phase_bytes)
-{
-    uint64_t at;
-    const trace_tensor *x = trace_find_tensor(t, id);
-    if (!x || !u64map_get(arec, id, &at) || at >= bwd_begin || never_saved(x->cls) ||
-        (x->cls == TC_PARAM && !params))
-        return MS_OK;
-    if (!u64map_get(phase_seen, id, NULL)) {
-        if (u64map_put(phase_seen, id, 1)) return MS_ERR_NOMEM;
-        *phase_bytes += x->bytes;
-    }
-    if (u64map_get(seen, id, NULL)) return MS_OK;
-    if (u64map_put(seen, id, 1) || ms_grow((void **)ids, cap, *n + 1, sizeof **ids) != MS_OK)
-        return MS_ERR_NOMEM;
-    (*ids)[(*n)++] = id;
-    return MS_OK;
-}
-
-ms_status soc_saved_tensors(const trace_t *t, int params, uint64_t **ids, size_t *n,
-                            uint64_t *bytes, ms_error *err)
-{
-    *ids = NULL;
-    *n = 0;
-    *bytes = 0;
-    size_t cap = 0, bwd_begin = SIZE_MAX;
-    uint64_t phase_bytes = 0;
-    u64map *arec = u64map_new(4096), *seen = u64map_new(1024), *ps = u64map_new(1024);
-    ms_status st = arec && seen && ps ? MS_OK : MS_ERR_NOMEM;
-    for (size_t i = 0; st == MS_OK && i < trace_count(t); i++) {
-        const trace_rec *r = trace_get(t, i);
-        if (r->type == TR_MARK && r->u.mark.kind == TM_PHASE) {
-            if (bwd_begin != SIZE_MAX && phase_bytes > *bytes) *bytes = phase_bytes;
-            bwd_begin = (trace_phase)r->u.mark.value == TP_BWD ? i : SIZE_MAX;
-            phase_bytes = 0;
-            u64map_clear(ps);
-        } else if (r->type == TR_ALLOC && u64map_put(arec, r->u.alloc.id, i)) {
-            st = MS_ERR_NOMEM;
-        } else if (r->type == TR_OP && r->u.op.phase == TP_BWD && bwd_begin != SIZE_MAX) {
-            for (uint32_t k = 0; st == MS_OK && k < r->u.op.n_in; k++)
-                st = note_input(t, arec, seen, ps, r->u.op.in[k], bwd_begin, params, ids, n,
-                                &cap, &phase_bytes);
-        }
-    }
-    if (phase_bytes > *bytes) *bytes = phase_bytes;
-    u64map_free(arec);
-    u64map_free(seen);
-    u64map_free(ps);
-    if (st != MS_OK) {
-        free(*ids);
-        *ids = NULL;
-        *n = 0;
-        return ms_fail(err, st, "out of memory");
-    }
-    return MS_OK;
-}
-
 /* The lowering knobs that make save_on_cpu's schedule, where the user did not give them. */
 static ms_status set_lowering_knobs(plan_t *p, const lower_knobs *lk)
 {
@@ -127,7 +60,7 @@ static ms_status plan_save_on_cpu(const trace_t *t, const machine_t *m, const po
     if (st) return ms_fail(err, st, "policy save-on-cpu: %s", e1.msg);
     uint64_t *ids, bytes;
     size_t n;
-    if ((st = soc_saved_tensors(t, sk.params, &ids, &n, &bytes, err)) != MS_OK) return st;
+    if ((st = pol_saved_tensors(t, sk.params, &ids, &n, &bytes, err)) != MS_OK) return st;
     if (!n) {
         free(ids);
         return ms_fail(err, MS_ERR_INVALID, "policy save-on-cpu: no backward op of the trace "

@@ -9,12 +9,4 @@
 
 extern const pol_policy pol_save_on_cpu;
 
-/* The tensors autograd saves in trace t, as this policy finds them: every tensor a backward
- * op reads that exists before that backward phase began (made in the forward, or before it:
- * the batch, and with params = 1 the parameters), other than gradients, optimizer states and
- * workspaces. *ids (caller frees) gets them in trace order, without repeats; *bytes the
- * most bytes one backward phase finds saved (each tensor once: a step's unique saved bytes). */
-ms_status soc_saved_tensors(const trace_t *t, int params, uint64_t **ids, size_t *n,
-                            uint64_t *bytes, ms_error *err);
-
 #endif
