@@ -57,6 +57,18 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--out", default="")
+    p.add_argument("--host-steps", type=int, default=1,
+                   help="--mode capture --host-timing: plain steps timed before the captured "
+                   "one (memsim.capture's host_steps: each phase's median is taken)")
+    p.add_argument("--program", choices=["keep", "ckpt"], default="keep",
+                   help="--mode capture: the program captured (ckpt: with "
+                   "gradient_checkpointing_enable(), to compare what really ran with what "
+                   "memsim's full-recompute predicts from the keep-all capture)")
+    p.add_argument("--snapshot", default="",
+                   help="--mode keep/ckpt/save_on_cpu: also record the caching allocator's "
+                   "history of every step (torch.cuda.memory._record_memory_history, no "
+                   "stacks) and dump it to this pickle; the steps' times are then not the "
+                   "plain ones (the allocator trace is on)")
     p.add_argument("--host-timing", action="store_true",
                    help="--mode capture: run a second step plain under torch.profiler for "
                    "each op's host time (experimental: docs/CAPTURE.md, 'Host time')")
@@ -70,14 +82,20 @@ def main(argv=None):
     dev = torch.device("cuda", 0)
     torch.cuda.init()
     torch.cuda.reset_peak_memory_stats(dev)
-    x, model, opt, hooks = setup(a, torch, hf_run)
+    if a.snapshot:      # from before the model is built: a replay needs every live block
+        torch.cuda.memory._record_memory_history(enabled="all", context=None,
+                                                 stacks="python", max_entries=2000000)
+    sa = argparse.Namespace(**vars(a))
+    if a.mode == "capture" and a.program == "ckpt":
+        sa.mode = "ckpt"
+    x, model, opt, hooks = setup(sa, torch, hf_run)
     ha = argparse.Namespace(config=a.config, precision=a.precision, seed=0)
 
     def step():
         hf_run.step(model, opt, x, ha, torch, hooks)
 
     res = dict(config=os.path.basename(a.config), precision=a.precision, seq=a.seq,
-               batch=a.batch, mode=a.mode, torch=torch.__version__,
+               batch=a.batch, mode=a.mode, program=a.program, torch=torch.__version__,
                device=torch.cuda.get_device_name(0), status="ok",
                memsim=os.path.dirname(memsim.__file__))
     times = []
@@ -88,10 +106,11 @@ def main(argv=None):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             with memsim.capture(a.trace, model=model, optimizer=opt,
-                                host_timing=a.host_timing):
-                if a.host_timing:
+                                host_timing=a.host_timing,
+                                host_steps=a.host_steps if a.host_timing else 1):
+                for _ in range(a.host_steps if a.host_timing else 0):
                     step()              # plain, timed by phase (its optimizer phase runs to
-                                        # the captured step's forward: no synchronize)
+                                        # the next step's forward: no synchronize)
                 step()                  # captured
                 torch.cuda.synchronize()
                 if a.host_timing:
@@ -106,19 +125,39 @@ def main(argv=None):
             torch.cuda.synchronize()
             res["plain_step_s"] = time.perf_counter() - t0
         else:
+            pre = torch.cuda.memory_stats(dev)      # the set-up's peaks, kept in the overall
+            res["setup_peak_reserved"] = pre.get("reserved_bytes.all.peak", 0)
+            res["setup_peak_allocated"] = pre.get("allocated_bytes.all.peak", 0)
+            res["step_peak_reserved"] = []
+            res["step_peak_allocated"] = []
+            res["all_step_s"] = []
             for i in range(a.warmup + a.steps):
                 torch.cuda.synchronize()
-                t0 = time.perf_counter()
+                torch.cuda.reset_peak_memory_stats(dev)   # per-step peaks; the overall
+                t0 = time.perf_counter()                  # peak is their maximum
                 step()
                 torch.cuda.synchronize()
+                dt = time.perf_counter() - t0
+                sst = torch.cuda.memory_stats(dev)
+                res["step_peak_reserved"].append(sst.get("reserved_bytes.all.peak", 0))
+                res["step_peak_allocated"].append(sst.get("allocated_bytes.all.peak", 0))
+                res["all_step_s"].append(dt)
                 if i >= a.warmup:
-                    times.append(time.perf_counter() - t0)
+                    times.append(dt)
+            if a.snapshot:
+                torch.cuda.memory._dump_snapshot(a.snapshot)
+                torch.cuda.memory._record_memory_history(enabled=None)
     except torch.OutOfMemoryError as e:
         res["status"] = "oom"
         res["oom_message"] = str(e).split("\n")[0][:300]
     st = torch.cuda.memory_stats(dev)
     res["peak_allocated"] = st.get("allocated_bytes.all.peak", 0)
     res["peak_reserved"] = st.get("reserved_bytes.all.peak", 0)
+    if res.get("step_peak_reserved"):      # the peaks were reset at each step's start
+        res["peak_allocated"] = max([res["peak_allocated"], res["setup_peak_allocated"]] +
+                                    res["step_peak_allocated"])
+        res["peak_reserved"] = max([res["peak_reserved"], res["setup_peak_reserved"]] +
+                                   res["step_peak_reserved"])
     res["step_s"] = statistics.median(times) if times else None
     line = json.dumps(res, sort_keys=True)
     print(line)

@@ -21,7 +21,14 @@
 # runs, default "capture keep ckpt save_on_cpu"; MODES=capture captures again beside
 # measurements already in OUTDIR), HOST_TIMING (run.sh gpu: default 1, captures with host
 # times, a timed step before the captured one and a profiled one after it; 0: kernel times
-# alone, as results_kernels/ was captured).
+# alone, as results_kernels/ was captured), HOST_STEPS (run.sh gpu: the plain steps timed
+# before the captured one, each phase's median taken; default 5).
+#   run.sh snapshots OUTDIR [CASE...]
+#                       on the GPU machine: the keep, ckpt and save_on_cpu runs of the named
+#                       cases (default all) again with the caching allocator's history
+#                       recorded over every step (OUTDIR/NAME.MODE.snapshot.pickle; their
+#                       times are not plain), for memsim replay of what really ran, and a
+#                       capture of the checkpointed program itself (NAME.ckpt-program.trace.gz)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -70,11 +77,36 @@ gpu() {
             echo "== $name $mode" >&2
             extra=()
             [ "$mode" = capture ] && extra=(--trace "$out/$name.trace.gz")
-            [ "$mode" = capture ] && [ "${HOST_TIMING:-1}" != 0 ] && extra+=(--host-timing)
+            [ "$mode" = capture ] && [ "${HOST_TIMING:-1}" != 0 ] &&
+                extra+=(--host-timing --host-steps "${HOST_STEPS:-5}")
             "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
                 --seq "$seq" --batch "$batch" --mode "$mode" --out "$out/$name.$mode.json" \
                 "${extra[@]}" || echo "$name $mode: failed (status $?)" >&2
         done
+    done < <(cases)
+}
+
+snapshots() {
+    local out=$1; shift
+    mkdir -p "$out"
+    install
+    while IFS=$'\t' read -r name cfg prec seq batch; do
+        if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+        for mode in keep ckpt save_on_cpu; do
+            echo "== $name $mode (allocator history)" >&2
+            "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
+                --seq "$seq" --batch "$batch" --mode "$mode" \
+                --out "$out/$name.$mode.snap.json" \
+                --snapshot "$out/$name.$mode.snapshot.pickle" ||
+                echo "$name $mode: failed (status $?)" >&2
+        done
+        echo "== $name capture of the checkpointed program" >&2
+        "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
+            --seq "$seq" --batch "$batch" --mode capture --program ckpt \
+            --host-timing --host-steps "${HOST_STEPS:-5}" \
+            --trace "$out/$name.ckpt-program.trace.gz" \
+            --out "$out/$name.ckpt-program.capture.json" ||
+            echo "$name ckpt-program capture: failed (status $?)" >&2
     done < <(cases)
 }
 
@@ -101,6 +133,8 @@ predict() {
 
 case "${1:-}" in
 gpu) [ $# = 2 ] || { echo "usage: run.sh gpu OUTDIR" >&2; exit 2; }; gpu "$2" ;;
--h|--help) sed -n '2,22p' "$0" ;;
+snapshots) [ $# -ge 2 ] || { echo "usage: run.sh snapshots OUTDIR [CASE...]" >&2; exit 2; }
+    shift; snapshots "$@" ;;
+-h|--help) sed -n '2,31p' "$0" ;;
 *) predict "${1:-$HERE/results}" ;;
 esac

@@ -188,8 +188,11 @@ class Capture:
             # the first iterations run plain, timed by phase, before anything of the
             # capture is installed (its allocator trace cannot be removed again: _cuda.py)
             from . import _phases
+            dev = self.device
+            drain = (lambda: self.torch.cuda.synchronize(dev)) if self.cuda else None
             self.timer = _phases.PhaseTimer(self.torch, self.model, self.opt,
-                                            self.host_steps, self._start_recording)
+                                            self.host_steps, self._start_recording,
+                                            drain=drain)
             self.timer.arm()
             return self
         self._start_recording()

@@ -2,7 +2,9 @@
 steps, by time stamps alone: a forward pre-hook on the model, a wrapper around
 torch.autograd.backward and one around the optimizer's step, nothing per op. The host is
 delayed by the GPU only where the program synchronizes or CUDA's launch queue is full, so a
-phase's time here is an upper bound of the host's own time for it that no profiler inflates
+phase's time here is an upper bound of the host's own time for it that no profiler inflates;
+each timed step starts on a drained device (the timer synchronizes before its forward,
+outside its time), so that bound holds no wait for an earlier step's kernels
 (torch.profiler adds to every op it sees, even with CUDA activity alone). memsim.capture
 (_capture.py) runs these steps first, before it installs anything (its allocator trace
 stays on for the rest of the process), then the captured and the profiled ones, and scales
@@ -19,9 +21,10 @@ class PhaseTimer:
     is called from the forward pre-hook of the call after the last (the timer's hooks are
     gone by then)."""
 
-    def __init__(self, torch, model, optimizer, iterations, on_done):
+    def __init__(self, torch, model, optimizer, iterations, on_done, drain=None):
         self.torch, self.model, self.opt = torch, model, optimizer
         self.iterations, self.on_done = iterations, on_done
+        self.drain = drain         # called between a step's end and the next one's start
         self.steps = []            # per step: {"fwd0", "bwd0", "opt0", "end"} perf_counter s
         self.cur = None
         self.handle = None
@@ -64,6 +67,11 @@ class PhaseTimer:
             self.done = True
             self.on_done(m, args)
         else:
+            # each timed step starts on an idle device, outside its time: steps run back
+            # to back would otherwise begin behind the last one's kernels, and the first
+            # wait (a .item(), a full launch queue) would count the GPU's time as the host's
+            if self.drain is not None:
+                self.drain()
             self.cur = {"fwd0": time.perf_counter()}
 
     def finish(self):
