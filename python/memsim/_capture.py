@@ -19,7 +19,7 @@ import sys
 import threading
 import weakref
 
-from . import _layers, _ops
+from . import _layers, _ops, _pyrefs
 from ._trace import Trace
 
 MIN_TORCH = (1, 13)
@@ -143,6 +143,10 @@ class Capture:
         self.timer = None          # the plain iterations timed by phase before those
         self.allocs = None         # CUDA: the allocator history, taken when recording ends
         self.host_info = None
+        # when the forward lets go of each saved tensor (_pyrefs.py); None where the
+        # interpreter's reference counts cannot say
+        self.pyrefs = _pyrefs.Tracker() if _pyrefs.available() else None
+        self.n_pyrefs = 0
 
     # ---- setup ----
 
@@ -349,6 +353,9 @@ class Capture:
         def backward(*a, **k):
             with cap.lock:
                 if cap.recording:
+                    cap._let_go()              # what the forward dropped before this
+                    if cap.pyrefs is not None:
+                        cap.pyrefs.clear()
                     cap.phase, cap.layer = "bwd", -1
             return cap.orig_backward(*a, **k)
         torch.autograd.backward = backward
@@ -463,6 +470,7 @@ class Capture:
             with self.lock:
                 if not self.recording or self.phase != "fwd":
                     return
+                self._let_go()                 # the block's locals went as it returned
                 self.layer = -1
                 y = _first_tensor(out, torch)
                 st = _storage(y) if y is not None else None
@@ -534,12 +542,17 @@ class Capture:
             return t
         with self.lock:
             st = _storage(t)
+            rec = None
             if st is not None and self.phase == "fwd":
                 rec = self.live.get(st[0])
                 if rec is not None:
                     rec.saved = True
             if self.cuda or st is None:
+                if rec is not None and self.pyrefs is not None:
+                    self.pyrefs.packed(t, st[0], rec)    # autograd holds t itself
                 return t
+            if rec is not None and self.pyrefs is not None:
+                self.pyrefs.track(t, st[0], rec)
             # CPU: autograd keeps a saved output through a shallow copy that no Python
             # object holds; a detached tensor held here keeps the storage's count right
             self._enter()
@@ -577,6 +590,31 @@ class Capture:
             if rec is not None and self.recording:
                 self._sync_marks()
                 self.trace.free(rec)
+
+    # ---- the forward's own references (_pyrefs.py) ----
+
+    def _track(self, t, key):
+        if self.pyrefs is not None and self.phase == "fwd":
+            rec = self.live.get(key)
+            if rec is not None:
+                self.pyrefs.track(t, key, rec)
+
+    def _let_go(self):
+        """A zero-time `pyrefs` op, here in program order, reading the saved storages the
+        forward's Python references have all let go of since the last one."""
+        if self.pyrefs is None or self.phase != "fwd" or not self.recording:
+            return
+        # only a block's own tensors, while the block runs: a layer's policies may move or
+        # drop its tensors once its forward ends, and no plan recomputes outside blocks
+        recs = [r for r in self.pyrefs.let_go(self.live)
+                if r.cls is None and r.layer >= 0 and r.layer == self.layer]
+        if not recs:
+            return
+        self._sync_marks()
+        op = self.trace.new_op("elem", "fwd", self.layer, "pyrefs", "pyrefs")
+        op.ins = [r.id for r in recs]
+        op.dur_us = 0.0
+        self.n_pyrefs += len(recs)
 
     def _cuda_alloc(self, ptr):
         with self.lock:
@@ -645,6 +683,7 @@ class Capture:
                 view = _ops.is_view(func)
                 op = None
                 if not view:
+                    self._let_go()
                     self._sync_marks()
                     aname = _ops.base_name(func)
                     op = self.trace.new_op(_ops.kind_of(aname, self.phase, self._module_type()),
@@ -674,6 +713,7 @@ class Capture:
                         st = _storage(t)
                         if st is not None and st[0] in self.live:
                             self._hold(t, st[0])
+                            self._track(t, st[0])
                     return out
                 self._finish_op(func, op, args, kwargs, ins, outs)
             return out
@@ -718,6 +758,7 @@ class Capture:
             if rec is None or (self.cuda and rec.saved is None):
                 rec = self._new_output(rec, st, op, k, len(outs), t, args)
             self._hold(t, st[0])
+            self._track(t, st[0])
             if rec.id not in out_ids:
                 out_ids.append(rec.id)
             op.bw += t.numel() * t.element_size()
@@ -830,6 +871,10 @@ class Capture:
     def _end_plain(self):
         from . import _host, _phases
         ops = self.trace.ops()
+        for o in ops:
+            if o.aten == "pyrefs":          # no op ran there: no host time of its own
+                o.host_us = 0.0
+        ops = [o for o in ops if o.aten != "pyrefs"]
         if self.plain_prof is None:
             if self.host_timing:
                 print("memsim.capture: no host times: run the step once more inside the "
@@ -961,6 +1006,8 @@ class Capture:
                 for op in tr.ops():
                     op.host_us, op.host_sync = None, 0
         tr.set_meta("captured.unseen_inputs", self.unseen)
+        # saved tensors whose last Python reference in the forward a `pyrefs` op marks
+        tr.set_meta("captured.pyrefs", self.n_pyrefs if self.pyrefs is not None else "off")
         for r in tr.tensors():
             if r.cls is None:
                 if r.saved is None:
