@@ -125,10 +125,12 @@ __device__ __forceinline__ void a90_load(uint32_t dst, int rows, const CUtensorM
 
 /* ======================= forward ======================= */
 
-/* CTA: 128 queries of one (batch, head); key tiles of 128 in a ring of FWD_NST stages. */
+/* CTA: 128 queries of one (batch, head); key tiles of 128 in a ring of FWD_NST stages. Three
+ * stages (224 KB of the 227 KB a CTA may have at head dim 128) ran the forward at 32K tokens
+ * in 14.4 ms against 15.5 ms with two (H200, 2026-12-02, docs/RUNTIME.md). */
 #define FWD_BR 128
 #define FWD_BC 128
-#define FWD_NST 2
+#define FWD_NST 3
 
 /* Barriers at BAR: Q full, then per stage K full, V full, K empty, V empty (8 bytes each). */
 template <int D> struct fwd_cfg {
@@ -136,6 +138,7 @@ template <int D> struct fwd_cfg {
     static constexpr uint32_t K0 = Q, V0 = K0 + FWD_NST * KV, BAR = V0 + FWD_NST * KV;
     static constexpr uint32_t SMEM = BAR + 8 * (1 + 4 * FWD_NST) + 1024;
 };
+static_assert(fwd_cfg<128>::SMEM <= 227 * 1024, "the forward's ring exceeds a CTA's shared memory");
 
 /* The named barriers of the consumers' turns (ping-pong) */
 #define A90_BAR_TURN0 1
@@ -184,41 +187,58 @@ __device__ __forceinline__ void fwd_finish(const fwd_args &a, const float (&oacc
                                            const float (&mr)[2], float (&lr)[2], int bh,
                                            int row0, int r0, int c0, int t);
 
-/* Online softmax of one tile's scores (in place: s becomes P): the running max mr and sum lr
- * of this thread's two rows, oacc rescaled. k0: the tile's first key; diag: mask keys above
- * row r0 (+ 8). */
-template <int D>
-__device__ __forceinline__ void fwd_softmax(float (&s)[FWD_BC / 2], float (&oacc)[D / 2],
-                                            float (&mr)[2], float (&lr)[2], float sl2, int k0,
-                                            bool diag, int r0, int t)
+/* The first half of the online softmax of one tile's scores (in place: s becomes P): the
+ * running max mr (base 2, scaled) and sum lr of this thread's two rows, and alpha, the factor
+ * by which the output accumulated so far is to be rescaled (fwd_rescale), which this half
+ * leaves alone so that it may run while a product into the output is in flight. The scale
+ * is folded into the exponent's FMA (exp2(s sl2 - m)), so the raw scores are compared.
+ * k0: the tile's first key; diag: mask keys above row r0 (+ 8). */
+__device__ __forceinline__ void fwd_scores(float (&s)[FWD_BC / 2], float (&mr)[2], float (&lr)[2],
+                                           float (&alpha)[2], float sl2, int k0, bool diag,
+                                           int r0, int t)
 {
-    float mx[2] = {mr[0], mr[1]};
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < FWD_BC / 2; i++) {
         const int e = i % 4;
-        float x = s[i] * sl2;
-        if (diag && k0 + 8 * (i / 4) + 2 * t + (e & 1) > r0 + 8 * (e >> 1)) x = -INFINITY;
-        s[i] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        if (diag && k0 + 8 * (i / 4) + 2 * t + (e & 1) > r0 + 8 * (e >> 1)) s[i] = -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[i]);
     }
-    float ms[2], alpha[2], rs[2] = {0, 0};
+    float ms[2], rs[2] = {0, 0};
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        mx[r] = a90_quad_max(mx[r]);
+        mx[r] = fmaxf(mr[r], a90_quad_max(mx[r]) * sl2);
         ms[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
         alpha[r] = p90_exp2(mr[r] - ms[r]);
         mr[r] = mx[r];
     }
 #pragma unroll
     for (int i = 0; i < FWD_BC / 2; i++) {
-        const float p = p90_exp2(s[i] - ms[(i % 4) >> 1]);
+        const float p = p90_exp2(fmaf(s[i], sl2, -ms[(i % 4) >> 1]));
         s[i] = p;
         rs[(i % 4) >> 1] += p;
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) lr[r] = lr[r] * alpha[r] + rs[r];
+}
+
+/* The second half: the output accumulated so far times alpha, row by row. */
+template <int D>
+__device__ __forceinline__ void fwd_rescale(float (&oacc)[D / 2], const float (&alpha)[2])
+{
 #pragma unroll
     for (int i = 0; i < D / 2; i++) oacc[i] *= alpha[(i % 4) >> 1];
+}
+
+/* Both halves, for a consumer whose products are all complete. */
+template <int D>
+__device__ __forceinline__ void fwd_softmax(float (&s)[FWD_BC / 2], float (&oacc)[D / 2],
+                                            float (&mr)[2], float (&lr)[2], float sl2, int k0,
+                                            bool diag, int r0, int t)
+{
+    float alpha[2];
+    fwd_scores(s, mr, lr, alpha, sl2, k0, diag, r0, t);
+    fwd_rescale<D>(oacc, alpha);
 }
 
 /* One consumer warpgroup (cw 0 or 1: queries q0 + 64 cw ..) over every key tile, its products
@@ -273,11 +293,24 @@ __device__ __forceinline__ void fwd_consume(const fwd_args &a, uint32_t base, in
     fwd_finish<D>(a, oacc, mr, lr, bh, row0, r0, c0, t);
 }
 
-/* The same with FlashAttention-3's two overlaps: the consumer warpgroups take turns issuing
- * their products (named barriers A90_BAR_TURN0 + cw; warpgroup 1 lets 0 go first and 0 takes
- * 1's last turn at the end), so that one's softmax runs beside the other's products; and the
- * scores of tile j are issued together with the P V product of tile j - 1, so that tile j's
- * softmax waits for one batch of products only. */
+/* Issues the scores of consumer warpgroup cw's 64 queries against the key tile at kt. */
+template <int D>
+__device__ __forceinline__ void fwd_qk(float (&sacc)[FWD_BC / 2], uint32_t base, int cw,
+                                       uint32_t kt)
+{
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+        wg_ss128(sacc, a90_desc_k(base, FWD_BR, 64 * cw, ks), a90_desc_k(kt, FWD_BC, 0, ks),
+                 ks > 0);
+}
+
+/* The same with FlashAttention-3's two overlaps. Between warpgroups: the consumer
+ * warpgroups take turns issuing their products (named barriers A90_BAR_TURN0 + cw; warpgroup
+ * 1 lets 0 go first and 0 takes 1's last turn at the end), so that one's softmax runs beside
+ * the other's products. Within a warpgroup: the scores of tile j are issued, then the P V
+ * product of tile j - 1 as a second group; the softmax of tile j starts once the scores are
+ * in (wait for all but the last group) while P V still runs, and only the rescale of the
+ * output and the packing of the new P (whose registers P V reads) wait for it. */
 template <int D>
 __device__ __forceinline__ void fwd_consume_pp(const fwd_args &a, uint32_t base, int bh,
                                                int row0, int q0, int c0, int nkt)
@@ -291,40 +324,52 @@ __device__ __forceinline__ void fwd_consume_pp(const fwd_args &a, uint32_t base,
 #pragma unroll
     for (int i = 0; i < D / 2; i++) oacc[i] = 0;
     float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0, 0};
+    float alpha[2];
     if (cw == 1) p90_named_arrive(A90_BAR_TURN0, 2 * A90_WG);
     p90_bar_wait(b.q, 0);
-    for (int j = 0; j < nkt; j++) {
+    /* Tile 0 alone (scores only), so that every later tile has both groups in flight and the
+     * compiler sees one wait per path (it serializes the products otherwise, C7514). */
+    p90_bar_wait(b.k, 0);
+    p90_named_sync(A90_BAR_TURN0 + cw, 2 * A90_WG);
+    p90_keep(sacc);
+    p90_wg_fence();
+    fwd_qk<D>(sacc, base, cw, base + C::K0);
+    p90_wg_commit();
+    p90_named_arrive(A90_BAR_TURN0 + 1 - cw, 2 * A90_WG);
+    p90_wg_wait<0>();
+    p90_keep(sacc);
+    __syncwarp();
+    if (lane == 0) p90_bar_arrive(b.ek);
+    fwd_scores(sacc, mr, lr, alpha, a.sl2, 0, FWD_BC - 1 > rw, r0, t);
+    a90_pack<FWD_BC>(pf, sacc);
+    for (int j = 1; j < nkt; j++) {
         const int s = j % FWD_NST, sp = (j + FWD_NST - 1) % FWD_NST;
         const uint32_t ph = (uint32_t)(j / FWD_NST) & 1u;
         const uint32_t kt = base + C::K0 + s * C::KV, vp = base + C::V0 + sp * C::KV;
         p90_bar_wait(b.k + 8 * s, ph);
-        if (j > 0) p90_bar_wait(b.v + 8 * sp, (uint32_t)((j - 1) / FWD_NST) & 1u);
+        p90_bar_wait(b.v + 8 * sp, (uint32_t)((j - 1) / FWD_NST) & 1u);
         p90_named_sync(A90_BAR_TURN0 + cw, 2 * A90_WG);
         p90_keep(sacc);
         p90_keep(oacc);
         p90_wg_fence();
+        fwd_qk<D>(sacc, base, cw, kt);
+        p90_wg_commit();
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ks++)
-            wg_ss128(sacc, a90_desc_k(base, FWD_BR, 64 * cw, ks), a90_desc_k(kt, FWD_BC, 0, ks),
-                     ks > 0);
-        if (j > 0) {
-#pragma unroll
-            for (int kk = 0; kk < FWD_BC / 16; kk++)
-                a90_rs<D>(oacc, pf[kk], a90_desc_n(vp, FWD_BC, kk));
-        }
+        for (int kk = 0; kk < FWD_BC / 16; kk++) a90_rs<D>(oacc, pf[kk], a90_desc_n(vp, FWD_BC, kk));
         p90_wg_commit();
         p90_named_arrive(A90_BAR_TURN0 + 1 - cw, 2 * A90_WG);
-        p90_wg_wait<0>();
+        p90_wg_wait<1>();
         p90_keep(sacc);
+        __syncwarp();
+        if (lane == 0) p90_bar_arrive(b.ek + 8 * s);
+        const int k0 = j * FWD_BC;
+        fwd_scores(sacc, mr, lr, alpha, a.sl2, k0, k0 + FWD_BC - 1 > rw, r0, t);
+        p90_wg_wait<0>();
         p90_keep(oacc);
         p90_keep_u(pf);
         __syncwarp();
-        if (lane == 0) {
-            p90_bar_arrive(b.ek + 8 * s);
-            if (j > 0) p90_bar_arrive(b.ev + 8 * sp);
-        }
-        const int k0 = j * FWD_BC;
-        fwd_softmax<D>(sacc, oacc, mr, lr, a.sl2, k0, k0 + FWD_BC - 1 > rw, r0, t);
+        if (lane == 0) p90_bar_arrive(b.ev + 8 * sp);
+        fwd_rescale<D>(oacc, alpha);
         a90_pack<FWD_BC>(pf, sacc);
     }
     if (cw == 0) p90_named_sync(A90_BAR_TURN0, 2 * A90_WG);

@@ -27,8 +27,8 @@ extern "C" {
 rt_status attn90_setup(void **encode, ms_error *err);
 
 /* flags: the kernels' forms. ATTN90_PINGPONG: the forward's consumer warpgroups take turns
- * issuing their products, the scores of one tile issued with the previous tile's P V product
- * (else each runs its products and softmax in sequence). ATTN90_ONEPASS: the backward in one
+ * issuing their products, and within each the softmax of one tile runs while the previous
+ * tile's P V product does (else each runs its products and softmax in sequence). ATTN90_ONEPASS: the backward in one
  * kernel of 5 products per tile, dq summed in fp32 in a fixed order, at head dim 128 (else,
  * and at 64, 7 products in two kernels: dk and dv per 128 keys, dq per 128 queries). Both
  * forms of both are deterministic. */

@@ -37,6 +37,8 @@ static void usage(FILE *f)
             "  --quick            fewer repetitions\n"
             "  --host-adam        only the runtime's host AdamW rate (rt.host_adam_params_per_s,\n"
             "                     needs no GPU); every other figure is the base's\n"
+            "  --attn             only memsim's attention kernels (rt.attn_*); every other\n"
+            "                     figure is the base's\n"
             "  --collectives      only the node's figures, on a machine of several GPUs:\n"
             "                     NCCL all-gather, reduce-scatter, all-reduce of 1 MiB..1 GiB\n"
             "                     over 2, 4, 8 GPUs and the host link while GPUs copy at once\n"
@@ -91,11 +93,12 @@ static int probe_node_figures(machine_profile *p, FILE *raw, const char *rawp, i
 static int cmd_probe(int argc, char **argv)
 {
     const char *base = "h100-sxm", *name = NULL, *out = "-", *rawp = NULL;
-    int quick = 0, adam_only = 0, coll_only = 0;
+    int quick = 0, adam_only = 0, coll_only = 0, attn_only = 0;
     static const struct option opts[] = {
         {"base", required_argument, 0, 'b'}, {"name", required_argument, 0, 'n'},
         {"raw", required_argument, 0, 'r'}, {"quick", no_argument, 0, 'q'},
         {"host-adam", no_argument, 0, 'A'}, {"collectives", no_argument, 0, 'C'},
+        {"attn", no_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
@@ -107,6 +110,7 @@ static int cmd_probe(int argc, char **argv)
         case 'q': quick = 1; break;
         case 'A': adam_only = 1; break;
         case 'C': coll_only = 1; break;
+        case 'T': attn_only = 1; break;
         case 'h': usage(stdout); return MS_EXIT_OK;
         default: usage(stderr); return MS_EXIT_USAGE;
         }
@@ -115,8 +119,9 @@ static int cmd_probe(int argc, char **argv)
         fprintf(stderr, "memsim probe: unexpected argument '%s'\n", argv[optind]);
         return MS_EXIT_USAGE;
     }
-    if (adam_only && coll_only) {
-        fprintf(stderr, "memsim probe: --host-adam and --collectives are separate probes\n");
+    if (adam_only + coll_only + attn_only > 1) {
+        fprintf(stderr, "memsim probe: --host-adam, --collectives and --attn are separate "
+                        "probes\n");
         return MS_EXIT_USAGE;
     }
     ms_error err;
@@ -140,8 +145,9 @@ static int cmd_probe(int argc, char **argv)
     }
     ms_error_clear(&err);
     if (coll_only) return probe_node_figures(p, raw, rawp, quick, out);
-    rt_status rs = adam_only ? probe_host_adam_run(p, raw, quick, &err)
-                             : probe_run(p, raw, quick, &err);
+    rt_status rs = adam_only   ? probe_host_adam_run(p, raw, quick, &err)
+                   : attn_only ? probe_attn_run(p, raw, quick, &err)
+                               : probe_run(p, raw, quick, &err);
     fclose(raw);
     if (rs != RT_OK) {
         fprintf(stderr, "memsim probe: %s\n", err.msg);
@@ -158,9 +164,10 @@ static int cmd_probe(int argc, char **argv)
              "the gradient reset, fp32 master and moments, bf16 parameter) over 64 Mi "
              "parameters on its default thread pool (the online CPUs less one), median of 7",
              note);
-    machine_set_source(p, "rt.host_adam_params_per_s", hnote);
+    if (!attn_only) machine_set_source(p, "rt.host_adam_params_per_s", hnote);
     if (adam_only) return write_profile(p, out);
-    set_sources(p, note);
+    if (attn_only) machine_set_source(p, "gpu.name", note);
+    else set_sources(p, note);
     /* Two figures need more than the common note: what was measured and how. */
     char gnote[2048], anote[2048];
     snprintf(gnote, sizeof gnote, "%s; FLOP-weighted over one GPT layer's GEMMs (hidden 4096, "
@@ -171,6 +178,11 @@ static int cmd_probe(int argc, char **argv)
              "7-product deterministic backward), not the vendor's FlashAttention: causal, head "
              "dim 128, one sequence of 2K-32K tokens, model FLOPs (backward 2.5x forward) over "
              "time, fitted to eff * S / (S + half_seq); per-shape samples in the raw CSV", note);
+    static const char *const rt_keys[] = {"rt.attn_fwd_eff", "rt.attn_fwd_half_seq",
+                                          "rt.attn_bwd_eff", "rt.attn_bwd_half_seq"};
+    for (size_t i = 0; i < sizeof rt_keys / sizeof *rt_keys; i++)
+        machine_set_source(p, rt_keys[i], anote);
+    if (attn_only) return write_profile(p, out);
     machine_set_source(p, "gpu.gemm_eff", gnote);
     char lnote[1600];
     snprintf(lnote, sizeof lnote, "%s; an LM head's three bf16 GEMMs (8K tokens, hidden 4096, "
@@ -178,10 +190,6 @@ static int cmd_probe(int argc, char **argv)
              "mean) or odd (50257), per FLOP over the same at 50304", note);
     machine_set_source(p, "gpu.gemm_even_eff", lnote);
     machine_set_source(p, "gpu.gemm_odd_eff", lnote);
-    static const char *const rt_keys[] = {"rt.attn_fwd_eff", "rt.attn_fwd_half_seq",
-                                          "rt.attn_bwd_eff", "rt.attn_bwd_half_seq"};
-    for (size_t i = 0; i < sizeof rt_keys / sizeof *rt_keys; i++)
-        machine_set_source(p, rt_keys[i], anote);
     return write_profile(p, out);
 }
 

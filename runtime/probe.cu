@@ -728,14 +728,14 @@ rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, ms_e
     return st;
 }
 
-rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err)
+/* Opens the probe's streams and events on GPU 0 and sets p's GPU name, memory and peak
+ * (*peak: the dense bf16 peak the efficiencies are fractions of). */
+static rt_status probe_open(probe_ctx *c, machine_t *m, FILE *raw_csv, int quick, double *peak,
+                            ms_error *err)
 {
-    probe_ctx c;
-    memset(&c, 0, sizeof c);
-    c.raw = raw_csv;
-    c.reps = quick ? 5 : 20;
-    machine_t *m = &p->m;
-    rt_status st = RT_OK;
+    memset(c, 0, sizeof *c);
+    c->raw = raw_csv;
+    c->reps = quick ? 5 : 20;
     cudaDeviceProp prop;
     int drv = 0;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
@@ -752,17 +752,37 @@ rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err)
     m->gpu_hbm_bytes = prop.totalGlobalMem;
     /* Datasheet peaks by chip (dense bf16); unknown chips keep what the profile had. */
     int hopper = prop.major == 9;
-    double peak = hopper ? 989.4e12 : (m->gpu_peak_bf16_flops > 0 ? m->gpu_peak_bf16_flops : 312e12);
-    m->gpu_peak_bf16_flops = peak;
+    *peak = hopper ? 989.4e12 : (m->gpu_peak_bf16_flops > 0 ? m->gpu_peak_bf16_flops : 312e12);
+    m->gpu_peak_bf16_flops = *peak;
     fprintf(raw_csv, "what,size_bytes,value,unit\n");
     fprintf(stderr, "probe: %s, %d SMs, %.1f GiB, driver %d\n", prop.name,
             prop.multiProcessorCount, prop.totalGlobalMem / GiB, drv);
-    RT_CHECK_GOTO(err, cudaStreamCreateWithFlags(&c.s0, cudaStreamNonBlocking), st, done);
-    RT_CHECK_GOTO(err, cudaStreamCreateWithFlags(&c.s1, cudaStreamNonBlocking), st, done);
-    RT_CHECK_GOTO(err, cudaEventCreate(&c.e0), st, done);
-    RT_CHECK_GOTO(err, cudaEventCreate(&c.e1), st, done);
-    RT_CHECK_GOTO(err, cudaEventCreate(&c.e2), st, done);
-    RT_CHECK_GOTO(err, cudaEventCreate(&c.e3), st, done);
+    RT_CHECK(err, cudaStreamCreateWithFlags(&c->s0, cudaStreamNonBlocking));
+    RT_CHECK(err, cudaStreamCreateWithFlags(&c->s1, cudaStreamNonBlocking));
+    RT_CHECK(err, cudaEventCreate(&c->e0));
+    RT_CHECK(err, cudaEventCreate(&c->e1));
+    RT_CHECK(err, cudaEventCreate(&c->e2));
+    RT_CHECK(err, cudaEventCreate(&c->e3));
+    return RT_OK;
+}
+
+static void probe_close(probe_ctx *c)
+{
+    if (c->e0) cudaEventDestroy(c->e0);
+    if (c->e1) cudaEventDestroy(c->e1);
+    if (c->e2) cudaEventDestroy(c->e2);
+    if (c->e3) cudaEventDestroy(c->e3);
+    if (c->s0) cudaStreamDestroy(c->s0);
+    if (c->s1) cudaStreamDestroy(c->s1);
+}
+
+rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err)
+{
+    probe_ctx c;
+    machine_t *m = &p->m;
+    double peak = 0;
+    rt_status st = probe_open(&c, m, raw_csv, quick, &peak, err);
+    if (st != RT_OK) goto done;
     fprintf(stderr, "probe: host link\n");
     if ((st = probe_link(&c, m, err)) != RT_OK) goto done;
     fprintf(stderr, "probe: direct host access\n");
@@ -785,11 +805,19 @@ rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err)
         m->gpu_reserved_bytes = tot - fr; /* what the context and cuBLAS took */
     }
 done:
-    if (c.e0) cudaEventDestroy(c.e0);
-    if (c.e1) cudaEventDestroy(c.e1);
-    if (c.e2) cudaEventDestroy(c.e2);
-    if (c.e3) cudaEventDestroy(c.e3);
-    if (c.s0) cudaStreamDestroy(c.s0);
-    if (c.s1) cudaStreamDestroy(c.s1);
+    probe_close(&c);
+    return st;
+}
+
+rt_status probe_attn_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err)
+{
+    probe_ctx c;
+    double peak = 0;
+    rt_status st = probe_open(&c, &p->m, raw_csv, quick, &peak, err);
+    if (st == RT_OK) {
+        fprintf(stderr, "probe: attention (memsim's kernels)\n");
+        st = probe_attn(&c, &p->m, peak, quick, err);
+    }
+    probe_close(&c);
     return st;
 }

@@ -18,6 +18,10 @@ extern "C" {
 rt_status probe_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err);
 /* Only the runtime's host AdamW rate (rt.host_adam_params_per_s); needs no GPU. */
 rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err);
+/* Only memsim's attention kernels (rt.attn_fwd_eff, rt.attn_fwd_half_seq, rt.attn_bwd_eff,
+ * rt.attn_bwd_half_seq; also gpu.name, gpu.hbm_bytes and gpu.peak_bf16_flops): a re-probe
+ * after a kernel change that takes seconds instead of the whole probe's minutes. */
+rt_status probe_attn_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err);
 
 #ifdef __cplusplus
 }

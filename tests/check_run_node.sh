@@ -2,7 +2,8 @@
 # tests/check_run_node.sh — `memsim run` and `memsim probe` on several GPUs as far as a machine
 # without them allows: the options and launchers' variables refused with their messages and
 # documented statuses, a layout of more GPUs than the machine shows refused naming both
-# numbers, `memsim probe --collectives` refused on fewer than 2 GPUs; and no source that calls
+# numbers, `memsim probe --collectives` refused on fewer than 2 GPUs, `memsim probe --attn`
+# refused beside another partial probe and without a GPU; and no source that calls
 # cuMulticastCreate. Where the CUDA driver is
 # missing (a build box) memsim-run is started against the toolkit's stub libcuda, whose calls
 # all fail as a machine without a driver's do. TAP output; skipped without the runtime.
@@ -79,5 +80,14 @@ expect 1 "needs a machine of several GPUs|no CUDA device" \
 ok $? "... and writes no profile"
 "$M" run --help | grep -q -- "--collectives MODE" && "$M" probe --help | grep -q -- "--collectives"
 ok $? "both --help texts name --collectives"
+# memsim probe --attn (memsim's attention kernels alone) beside the other partial probes
+expect 2 "separate probes" "probe: --attn and --host-adam are separate" -- \
+    "$M" probe --attn --host-adam
+expect 1 "no CUDA device|no NVIDIA driver" "probe --attn without a usable GPU is refused" -- \
+    "$M" probe --attn --base h200-sxm --raw "$T/raw2.csv" -o "$T/a.machine"
+[ ! -f "$T/a.machine" ]
+ok $? "... and writes no profile"
+"$M" probe --help | grep -q -- "--attn .*only memsim's attention kernels"
+ok $? "probe --help names --attn"
 echo "1..$n"
 exit $bad

@@ -158,8 +158,13 @@ gentrace_bin() {
     mkdir -p "$root/out/validate"
     if [ ! -x "$b" ] || [ "$here/gentrace.c" -nt "$b" ] || [ "$root/libmemsim.a" -nt "$b" ]; then
         [ -f "$root/libmemsim.a" ] || die "libmemsim.a not found: build memsim first (make)"
-        ${CC:-gcc} -std=c11 -O2 -I"$root" "$here/gentrace.c" "$root/libmemsim.a" -lz -lm -o "$b" \
-            || die "cannot build $b"
+        # the libraries configure found for the library (jansson for config.json, ...)
+        local libs
+        libs=$(sed -n 's/^\(LPSOLVE\|GSL\|JANSSON\|ZLIB\)_LIBS = //p' "$root/Makefile" 2> /dev/null |
+            tr '\n' ' ')
+        # shellcheck disable=SC2086
+        ${CC:-gcc} -std=c11 -O2 -I"$root" "$here/gentrace.c" "$root/libmemsim.a" \
+            ${libs:--ljansson -lz} -lm -o "$b" || die "cannot build $b"
     fi
     echo "$b"
 }
