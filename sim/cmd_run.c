@@ -864,7 +864,10 @@ int cmd_sweep(int argc, char **argv)
     if ((rc = cli_load_machine(&a, "sweep", &mp))) return rc;
     size_t np = a.n_policies;
     sim_result *rs = calloc(a.n_points * np, sizeof *rs);
+    /* the points' schedules re-bound where their structure repeats (NULL: lowered each time) */
+    a.pol.reuse = lreuse_new(0);
     if (!rs) {
+        lreuse_free(a.pol.reuse);
         machine_profile_free(mp);
         return cli_fail("sweep", MS_ERR_NOMEM, NULL);
     }
@@ -877,6 +880,7 @@ int cmd_sweep(int argc, char **argv)
                         sweep_point_label, &c};
         if ((rc = jobs_run_ranks(&js))) {
             free(rs);
+            lreuse_free(a.pol.reuse);
             machine_profile_free(mp);
             return rc == JOBS_NOT_ROOT ? MS_EXIT_OK : rc;
         }
@@ -910,6 +914,7 @@ int cmd_sweep(int argc, char **argv)
     if (!rc && a.csv_path) rc = write_csv("sweep", a.csv_path, rs, a.n_points * np);
     if (!rc && a.plot_dir) sweep_plot(&a, &mp->m, rs);
     free(rs);
+    lreuse_free(a.pol.reuse);
     machine_profile_free(mp);
     return rc ? rc : failed;
 }
