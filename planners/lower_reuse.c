@@ -20,6 +20,7 @@ typedef struct tmpl {
                                 again, the others are the lowering's constants) */
     lower_srcs src;          /* where its numbers come from */
     uint64_t age;            /* insertion order, for replacement */
+    unsigned rclass;         /* templates of byte-equal records share it (< 64) */
 } tmpl;
 
 struct lreuse {
@@ -29,6 +30,11 @@ struct lreuse {
     lreuse_stats stats;
     unsigned char *head;     /* the head of the call being served (scratch) */
     size_t n_head, cap_head;
+    /* the records of the trace seen last in this point (lreuse_point), compared once for
+       all the plans of the point: bit k of checked, the templates of records class k
+       compared; of same, equal */
+    const trace_t *seen;
+    uint64_t checked, same;
 };
 
 /* ---- signatures: the bytes of a structure (compared by matches without being written) ---- */
@@ -41,6 +47,11 @@ typedef struct sig {
 
 static void put(sig *g, const void *p, size_t len)
 {
+    if (g->n + len <= g->cap) { /* the common case, without the growth call */
+        memcpy(g->buf + g->n, p, len);
+        g->n += len;
+        return;
+    }
     if (g->nomem) return;
     if (ms_grow((void **)&g->buf, &g->cap, g->n + len, 1) != MS_OK) {
         g->nomem = 1;
@@ -197,11 +208,10 @@ static inline int same(const unsigned char *b, size_t *at, size_t end, const voi
     return 1;
 }
 
-/* 1 when template T has the head c->head and the records recs: put_recs's bytes compared
- * where they would be written. */
-static int matches(const lreuse *c, const tmpl *T, const trace_rec *recs, size_t n)
+/* 1 when template T has the records recs: put_recs's bytes compared where they would be
+ * written. */
+static int same_recs(const tmpl *T, const trace_rec *recs, size_t n)
 {
-    if (T->n_head != c->n_head || memcmp(T->sig, c->head, c->n_head)) return 0;
     const unsigned char *b = T->sig;
     size_t at = T->n_head, end = T->n_sig;
     for (size_t i = 0; i < n; i++) {
@@ -220,13 +230,35 @@ static int matches(const lreuse *c, const tmpl *T, const trace_rec *recs, size_t
     return at == end;
 }
 
+/* 1 when template i has the head c->head and trace t's records: the records compared once
+ * per template and trace within a point. */
+static int matches(lreuse *c, size_t i, const trace_t *t, const trace_rec *recs, size_t n)
+{
+    const tmpl *T = &c->t[i];
+    if (T->n_head != c->n_head || memcmp(T->sig, c->head, c->n_head)) return 0;
+    uint64_t bit = UINT64_C(1) << T->rclass;
+    if (c->seen != t) return same_recs(T, recs, n);
+    if (!(c->checked & bit)) {
+        c->checked |= bit;
+        if (same_recs(T, recs, n)) c->same |= bit;
+    }
+    return (c->same & bit) != 0;
+}
+
+void lreuse_point(lreuse *c, const trace_t *t)
+{
+    if (!c) return;
+    c->seen = t;
+    c->checked = c->same = 0;
+}
+
 /* ---- the cache ---- */
 
 lreuse *lreuse_new(size_t max_templates)
 {
     lreuse *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->max = max_templates ? max_templates : 16;
+    c->max = max_templates && max_templates <= 64 ? max_templates : 16; /* a bit each */
     c->t = calloc(c->max, sizeof *c->t);
     if (!c->t) {
         free(c);
@@ -299,7 +331,26 @@ static int keep(lreuse *c, const schedule_t *s, lower_srcs *src, const trace_rec
     } else {
         c->n++;
     }
+    /* the records class: another template's with the same records, else one no template
+       has (the memo's bits of a class that is gone are cleared) */
+    uint64_t used = 0;
+    unsigned cls = 64;
+    for (size_t i = 0; i < c->n; i++) {
+        const tmpl *U = &c->t[i];
+        if (i == at) continue;
+        used |= UINT64_C(1) << U->rclass;
+        if (cls == 64 && U->n_sig - U->n_head == g.n - c->n_head &&
+            !memcmp(U->sig + U->n_head, g.buf + c->n_head, g.n - c->n_head))
+            cls = U->rclass;
+    }
+    for (unsigned k = 0; cls == 64 && k < 64; k++)
+        if (!(used & (UINT64_C(1) << k))) cls = k;
+    if (!(used & (UINT64_C(1) << cls))) {
+        c->checked &= ~(UINT64_C(1) << cls);
+        c->same &= ~(UINT64_C(1) << cls);
+    }
     tmpl *T = &c->t[at];
+    T->rclass = cls;
     T->sig = g.buf;
     T->n_sig = g.n;
     T->n_head = c->n_head;
@@ -337,13 +388,14 @@ ms_status lreuse_lower(lreuse *c, const trace_t *t, const plan_t *p, const machi
     if (make_head(c, t, p, m, o, n) != MS_OK) return lower_schedule(t, p, m, o, out, err);
     for (size_t i = 0; i < c->n; i++) {
         tmpl *T = &c->t[i];
-        if (!matches(c, T, recs, n)) continue;
+        if (!matches(c, i, t, recs, n)) continue;
         ms_error e;
         ms_error_clear(&e);
         if (lower_bind(T->s, &T->src, t, m, &e) != MS_OK) { /* lowered below, as always */
             tmpl_clear(T);
             *T = c->t[--c->n];
             memset(&c->t[c->n], 0, sizeof c->t[c->n]);
+            c->seen = NULL; /* the slots moved */
             break;
         }
         c->stats.hits++;

@@ -25,8 +25,8 @@ typedef struct lreuse_stats {
     uint64_t once;           /* lowered afresh, not reusable (see above) */
 } lreuse_stats;
 
-/* A cache of at most max_templates templates (0: 16), the oldest replaced first. NULL when
- * out of memory. */
+/* A cache of at most max_templates templates (0 or above 64: 16), the oldest replaced
+ * first. NULL when out of memory. */
 lreuse *lreuse_new(size_t max_templates);
 void lreuse_free(lreuse *c);
 
@@ -36,6 +36,12 @@ void lreuse_free(lreuse *c);
  * With o->report or o->srcs asked for, or c NULL, it is lower_schedule itself. */
 ms_status lreuse_lower(lreuse *c, const trace_t *t, const plan_t *p, const machine_t *m,
                        const lower_opts *o, schedule_t **out, int *borrowed, ms_error *err);
+
+/* The point of a sweep that begins: trace t (its plans lowered next) stays as it is until
+ * the next call, so that its records are compared with each template once, whatever the
+ * number of plans; NULL (or a call with another trace) compares at every lowering. The
+ * caller calls it again (with NULL at the latest) before t is freed or changed. */
+void lreuse_point(lreuse *c, const trace_t *t);
 
 void lreuse_get_stats(const lreuse *c, lreuse_stats *out);
 

@@ -603,10 +603,12 @@ static void sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const ch
     runs_forms f;
     memset(&f, 0, sizeof f);
     char at[48];
+    const trace_t *seen = NULL; /* the trace the reuse cache compares once for its plans */
     for (size_t i = 0; i < n; i++) {
         const trace_t *t;
         ms_error err;
         ms_status st = runs_forms_get(&f, &w, m, pol_form_of(policies[i]), &t, &err);
+        if (st == MS_OK && t != seen) lreuse_point(a->pol.reuse, seen = t);
         if (st == MS_OK) {
             pipe_policy p = a->pol;
             p.policy = policies[i];
@@ -621,6 +623,7 @@ static void sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const ch
             runs_error_row(&rs[i], policies[i], &w, m, err.msg);
         }
     }
+    lreuse_point(a->pol.reuse, NULL); /* before the traces go */
     runs_forms_free(&f);
 }
 
