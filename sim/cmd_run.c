@@ -868,7 +868,7 @@ int cmd_sweep(int argc, char **argv)
     size_t np = a.n_policies;
     sim_result *rs = calloc(a.n_points * np, sizeof *rs);
     /* the points' schedules re-bound where their structure repeats (NULL: lowered each time) */
-    a.pol.reuse = lreuse_new(0);
+    a.pol.reuse = a.no_reuse ? NULL : lreuse_new(0);
     if (!rs) {
         lreuse_free(a.pol.reuse);
         machine_profile_free(mp);
