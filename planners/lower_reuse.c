@@ -94,6 +94,10 @@ static void put_head(sig *g, const trace_t *t, const plan_t *p, const machine_t 
     put_u64(g, (uint64_t)o->prefetch_alloc_on_compute);
     put_u64(g, (uint64_t)o->ignore_unknown_ids);
     put_u64(g, (uint64_t)o->overlap_ovl);
+    lower_opts raw = *o; /* and the whole struct, for options added later (pointers cleared) */
+    raw.report = NULL;
+    raw.srcs = NULL;
+    put(g, &raw, sizeof raw);
     put_u64(g, m != NULL);
     if (m) put(g, m, sizeof *m); /* padding included: at worst a miss, never a false hit */
     put_u64(g, p != NULL);
