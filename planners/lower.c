@@ -274,7 +274,8 @@ static lower_src *src_last(lw *w)
     return &S->v[n - 1];
 }
 
-void lw_src_bytes(lw *w, lower_src_rule rule, const trace_tensor *meta, size_t rec, double frac)
+void lw_src_note_bytes(lw *w, lower_src_rule rule, const trace_tensor *meta, size_t rec,
+                       double frac)
 {
     lower_src *s = src_last(w);
     if (!s) return;

@@ -199,7 +199,13 @@ uint64_t lw_host_bytes(const lw *w, uint64_t bytes);
 /* Sources of the last action's numbers (lower_src.h), when w->src asks for them: its bytes
  * by rule from the tensor meta allocated at record rec (scaled by frac), its duration from
  * the ops at records pend[0..n) (merged .ovl collectives) and rec_op, each times frac. */
-void lw_src_bytes(lw *w, lower_src_rule rule, const trace_tensor *meta, size_t rec, double frac);
+void lw_src_note_bytes(lw *w, lower_src_rule rule, const trace_tensor *meta, size_t rec,
+                       double frac);
+static inline void lw_src_bytes(lw *w, lower_src_rule rule, const trace_tensor *meta, size_t rec,
+                                double frac)
+{
+    if (w->src) lw_src_note_bytes(w, rule, meta, rec, frac); /* a test where no one asks */
+}
 void lw_src_ops(lw *w, const idx_list *pend, size_t rec_op, double frac);
 /* The index of the trace record holding op (a pointer into w->recs), SIZE_MAX if none. */
 size_t lw_op_rec(const lw *w, const trace_op *op);
