@@ -345,16 +345,19 @@ static ms_status bind_us(const lower_srcs *S, const lower_src *x, const trace_re
     return x->n_ops ? MS_OK : MS_ERR_INVALID;
 }
 
-ms_status lower_bind(schedule_t *s, const lower_srcs *S, const trace_t *t, const machine_t *m,
-                     ms_error *err)
+/* lower_bind's walk over the actions a: writes their numbers into out (a itself), or with
+ * out NULL counts in *differ the actions whose numbers binding would change. */
+static ms_status bind_walk(const sched_action *a, sched_action *out, size_t n,
+                           const lower_srcs *S, const trace_t *t, const machine_t *m,
+                           size_t *differ, ms_error *err)
 {
-    size_t n, nrecs;
-    sched_action *a = sched_actions_edit(s, &n);
+    size_t nrecs;
     const trace_rec *recs = trace_records(t, &nrecs);
     if (!S->ok || S->n != n) return ms_fail(err, MS_ERR_INVALID, "lower_bind: the sources "
                                             "do not describe this schedule");
     roof_params roof;
     roof_params_default(&roof);
+    *differ = 0;
     for (size_t i = 0; i < n; i++) {
         const lower_src *x = &S->v[i];
         if (x->bytes == LSRC_TENSOR || x->bytes == LSRC_HOST) {
@@ -362,14 +365,39 @@ ms_status lower_bind(schedule_t *s, const lower_srcs *S, const trace_t *t, const
                 return ms_fail(err, MS_ERR_INVALID, "lower_bind: action %zu names record %u, "
                                "not an alloc of this trace", i, x->rec);
             uint64_t b = lower_scaled_bytes(recs[x->rec].u.alloc.bytes, x->frac);
-            a[i].bytes = x->bytes == LSRC_TENSOR
-                             ? b : host_size((lower_host_round)S->host_round, S->host_granule, b);
+            if (x->bytes == LSRC_HOST)
+                b = host_size((lower_host_round)S->host_round, S->host_granule, b);
+            if (out) out[i].bytes = b;
+            else if (b != a[i].bytes) (*differ)++;
         }
-        if (x->dur == LSRC_OPS && bind_us(S, x, recs, nrecs, m, &roof, &a[i].dur_us) != MS_OK)
-            return ms_fail(err, MS_ERR_INVALID, "lower_bind: action %zu: its ops are not this "
-                           "trace's or have no duration", i);
+        if (x->dur == LSRC_OPS) {
+            double us;
+            if (bind_us(S, x, recs, nrecs, m, &roof, &us) != MS_OK)
+                return ms_fail(err, MS_ERR_INVALID, "lower_bind: action %zu: its ops are not "
+                               "this trace's or have no duration", i);
+            if (out) out[i].dur_us = us;
+            else if (memcmp(&us, &a[i].dur_us, sizeof us)) (*differ)++; /* bit for bit */
+        }
     }
     return MS_OK;
+}
+
+ms_status lower_bind(schedule_t *s, const lower_srcs *S, const trace_t *t, const machine_t *m,
+                     ms_error *err)
+{
+    size_t n, differ;
+    sched_action *a = sched_actions_edit(s, &n);
+    return bind_walk(a, a, n, S, t, m, &differ, err);
+}
+
+int lower_bind_same(const schedule_t *s, const lower_srcs *S, const trace_t *t,
+                    const machine_t *m)
+{
+    size_t n, differ;
+    ms_error e;
+    ms_error_clear(&e);
+    const sched_action *a = sched_actions(s, &n);
+    return bind_walk(a, NULL, n, S, t, m, &differ, &e) == MS_OK && differ == 0;
 }
 
 /* After the walk: sources for every action, and whether they account for every number. The

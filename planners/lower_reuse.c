@@ -295,34 +295,16 @@ void lreuse_get_stats(const lreuse *c, lreuse_stats *out)
     else memset(out, 0, sizeof *out);
 }
 
-/* 1 when binding s's sources to the trace s was lowered from gives s back bit for bit: the
- * lowering named a source for each number, and the right one. */
-static int binds_back(const schedule_t *s, const lower_srcs *src, const trace_t *t,
-                      const machine_t *m)
-{
-    schedule_t *c;
-    if (sched_copy(s, &c) != MS_OK) return 0;
-    ms_error e;
-    ms_error_clear(&e);
-    int ok = lower_bind(c, src, t, m, &e) == MS_OK;
-    size_t n, nc;
-    const sched_action *a = sched_actions(s, &n), *b = sched_actions(c, &nc);
-    ok = ok && n == nc && (!n || !memcmp(a, b, n * sizeof *a));
-    sched_free(c);
-    return ok;
-}
-
-/* Keeps s (a copy) with its sources as a template for the head c->head and records recs,
- * replacing the oldest when the cache is full. 0 when out of memory (nothing kept). */
-static int keep(lreuse *c, const schedule_t *s, lower_srcs *src, const trace_rec *recs,
-                size_t n)
+/* Keeps s, which the template owns from here, with its sources as a template for the head
+ * c->head and records recs, replacing the oldest when the cache is full. 0 when out of
+ * memory (nothing kept, s still the caller's). */
+static int keep(lreuse *c, schedule_t *s, lower_srcs *src, const trace_rec *recs, size_t n)
 {
     sig g;
     memset(&g, 0, sizeof g);
     put(&g, c->head, c->n_head);
     put_recs(&g, recs, n);
-    schedule_t *copy = NULL;
-    if (g.nomem || sched_copy(s, &copy) != MS_OK) {
+    if (g.nomem) {
         free(g.buf);
         return 0;
     }
@@ -358,7 +340,7 @@ static int keep(lreuse *c, const schedule_t *s, lower_srcs *src, const trace_rec
     T->sig = g.buf;
     T->n_sig = g.n;
     T->n_head = c->n_head;
-    T->s = copy;
+    T->s = s;
     T->src = *src; /* the template owns the sources from here */
     memset(src, 0, sizeof *src);
     T->age = c->clock++;
@@ -412,10 +394,14 @@ ms_status lreuse_lower(lreuse *c, const trace_t *t, const plan_t *p, const machi
     lower_opts lo = *o;
     lo.srcs = &src;
     ms_status st = lower_schedule(t, p, m, &lo, out, err);
-    if (st == MS_OK && src.ok && binds_back(*out, &src, t, m) && keep(c, *out, &src, recs, n))
+    /* kept only when its sources give its numbers back from its own trace, bit for bit */
+    if (st == MS_OK && src.ok && lower_bind_same(*out, &src, t, m) &&
+        keep(c, *out, &src, recs, n)) {
         c->stats.misses++;
-    else if (st == MS_OK)
+        *borrowed = 1; /* the template now */
+    } else if (st == MS_OK) {
         c->stats.once++;
+    }
     free(src.v);
     free(src.pool);
     return st;

@@ -82,22 +82,6 @@ sched_action *sched_actions_edit(schedule_t *s, size_t *n)
     return *n ? s->acts : NULL;
 }
 
-ms_status sched_copy(const schedule_t *s, schedule_t **out)
-{
-    *out = NULL;
-    schedule_t *c = sched_new();
-    if (!c) return MS_ERR_NOMEM;
-    if (s->n && sched_reserve(c, s->n) != MS_OK) {
-        sched_free(c);
-        return MS_ERR_NOMEM;
-    }
-    if (s->n) memcpy(c->acts, s->acts, s->n * sizeof *s->acts);
-    c->n = s->n;
-    c->n_events = s->n_events;
-    *out = c;
-    return MS_OK;
-}
-
 static const char *const kind_names[SA_COUNT] = {
     "compute", "alloc", "free", "copy_d2h", "copy_h2d", "host_alloc",
     "host_free", "host_compute", "record", "wait", "mark",

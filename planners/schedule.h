@@ -115,8 +115,6 @@ const sched_action *sched_get(const schedule_t *s, size_t i);
 const sched_action *sched_actions(const schedule_t *s, size_t *n);
 /* The same, to change the actions' numbers in place (planners/lower.c lower_bind). */
 sched_action *sched_actions_edit(schedule_t *s, size_t *n);
-/* A copy of s (its actions and event count) in *out: MS_ERR_NOMEM when out of memory. */
-ms_status sched_copy(const schedule_t *s, schedule_t **out);
 const char *sched_kind_name(sched_kind k);
 const char *sched_stream_name(sched_stream s);
 /* The block kind of a trace tensor of class c (SB_OTHER for a class with none). */
