@@ -236,11 +236,192 @@ uint64_t lower_host_acc_bytes(const lower_host_acc *a, lower_host_round r,
 
 /* Pinned host bytes for one host buffer of `bytes` (a swapped tensor outside a rounding
  * buffer): a power of two under every pow2 reading, else whole host_granule pages. */
-uint64_t lw_host_bytes(const lw *w, uint64_t bytes)
+static uint64_t host_size(lower_host_round round, uint64_t granule_bytes, uint64_t bytes)
 {
     if (bytes == 0) return 0;
-    return w->host_round == LOWER_HOST_EXACT ? granules(bytes, w->host_granule)
-                                             : ms_pow2_ceil(bytes);
+    return round == LOWER_HOST_EXACT ? granules(bytes, granule_bytes) : ms_pow2_ceil(bytes);
+}
+
+uint64_t lw_host_bytes(const lw *w, uint64_t bytes)
+{
+    return host_size(w->host_round, w->host_granule, bytes);
+}
+
+uint64_t lower_scaled_bytes(uint64_t bytes, double frac)
+{
+    if (frac >= 1.0) return bytes;
+    double b = ceil(frac * (double)bytes);
+    return b >= (double)bytes ? bytes : (uint64_t)b;
+}
+
+/* ---- where the schedule's numbers come from (lower_src.h), when lower_opts.srcs asks ---- */
+
+/* The source slot of the schedule's last action (the ones before it that were given none
+ * stay LSRC_NONE); NULL when sources are not noted or no longer can be. */
+static lower_src *src_last(lw *w)
+{
+    lower_srcs *S = w->src;
+    if (!S || !S->ok) return NULL;
+    size_t n = sched_count(w->s);
+    if (!n || ms_grow((void **)&S->v, &S->cap, n, sizeof *S->v) != MS_OK) {
+        S->ok = 0;
+        return NULL;
+    }
+    if (S->n < n) {
+        memset(S->v + S->n, 0, (n - S->n) * sizeof *S->v);
+        S->n = n;
+    }
+    return &S->v[n - 1];
+}
+
+void lw_src_note_bytes(lw *w, lower_src_rule rule, const trace_tensor *meta, size_t rec,
+                       double frac)
+{
+    lower_src *s = src_last(w);
+    if (!s) return;
+    /* the record must be the one whose tensor gave the bytes: another trace of the same
+       structure has its own size there */
+    if (rule != LSRC_CONST && (rec >= w->nrecs || rec > UINT32_MAX ||
+                               w->recs[rec].type != TR_ALLOC || &w->recs[rec].u.alloc != meta)) {
+        w->src->ok = 0;
+        return;
+    }
+    s->bytes = (uint8_t)rule;
+    s->rec = (uint32_t)rec;
+    s->frac = frac;
+}
+
+size_t lw_op_rec(const lw *w, const trace_op *op)
+{
+    uintptr_t base = (uintptr_t)w->recs, at = (uintptr_t)op - offsetof(trace_rec, u.op);
+    if (!w->recs || (uintptr_t)op < offsetof(trace_rec, u.op) || at < base) return SIZE_MAX;
+    size_t i = (size_t)((at - base) / sizeof *w->recs);
+    return i < w->nrecs && &w->recs[i].u.op == op ? i : SIZE_MAX;
+}
+
+static int pool_push(lower_srcs *S, size_t rec)
+{
+    if (rec > UINT32_MAX || ms_grow((void **)&S->pool, &S->cap_pool, S->n_pool + 1,
+                                    sizeof *S->pool) != MS_OK)
+        return -1;
+    S->pool[S->n_pool++] = (uint32_t)rec;
+    return 0;
+}
+
+void lw_src_ops(lw *w, const idx_list *pend, size_t rec_op, double frac)
+{
+    lower_src *s = src_last(w);
+    if (!s) return;
+    lower_srcs *S = w->src;
+    size_t first = S->n_pool;
+    for (size_t k = 0; pend && k < pend->n; k++)
+        if (pool_push(S, pend->v[k])) S->ok = 0;
+    if (pool_push(S, rec_op) || first > UINT32_MAX) S->ok = 0;
+    if (!S->ok) return;
+    s->dur = LSRC_OPS;
+    s->ops = (uint32_t)first;
+    s->n_ops = (uint32_t)(S->n_pool - first);
+    s->dur_frac = frac;
+}
+
+/* A duration as the lowering makes it (do_op, replay_op, lw_tokenwise_recompute): each op's
+ * time times frac; an attention kernel that absorbed .ovl collectives takes the largest. */
+static ms_status bind_us(const lower_srcs *S, const lower_src *x, const trace_rec *recs,
+                         size_t nrecs, const machine_t *m, const roof_params *roof, double *out)
+{
+    double pend = 0;
+    for (uint32_t k = 0; k < x->n_ops; k++) {
+        uint32_t i = S->pool[x->ops + k];
+        if (i >= nrecs || recs[i].type != TR_OP) return MS_ERR_INVALID;
+        double us = roof_op_us(m, roof, &recs[i].u.op);
+        if (us < 0) return MS_ERR_INVALID;
+        us *= x->dur_frac;
+        if (k + 1 < x->n_ops) {
+            if (us > pend) pend = us;
+        } else {
+            *out = x->n_ops > 1 && pend > us ? pend : us;
+        }
+    }
+    return x->n_ops ? MS_OK : MS_ERR_INVALID;
+}
+
+/* lower_bind's walk over the actions a: writes their numbers into out (a itself), or with
+ * out NULL counts in *differ the actions whose numbers binding would change. */
+static ms_status bind_walk(const sched_action *a, sched_action *out, size_t n,
+                           const lower_srcs *S, const trace_t *t, const machine_t *m,
+                           size_t *differ, ms_error *err)
+{
+    size_t nrecs;
+    const trace_rec *recs = trace_records(t, &nrecs);
+    if (!S->ok || S->n != n) return ms_fail(err, MS_ERR_INVALID, "lower_bind: the sources "
+                                            "do not describe this schedule");
+    roof_params roof;
+    roof_params_default(&roof);
+    *differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        const lower_src *x = &S->v[i];
+        if (x->bytes == LSRC_TENSOR || x->bytes == LSRC_HOST) {
+            if (x->rec >= nrecs || recs[x->rec].type != TR_ALLOC)
+                return ms_fail(err, MS_ERR_INVALID, "lower_bind: action %zu names record %u, "
+                               "not an alloc of this trace", i, x->rec);
+            uint64_t b = lower_scaled_bytes(recs[x->rec].u.alloc.bytes, x->frac);
+            if (x->bytes == LSRC_HOST)
+                b = host_size((lower_host_round)S->host_round, S->host_granule, b);
+            if (out) out[i].bytes = b;
+            else if (b != a[i].bytes) (*differ)++;
+        }
+        if (x->dur == LSRC_OPS) {
+            double us;
+            if (bind_us(S, x, recs, nrecs, m, &roof, &us) != MS_OK)
+                return ms_fail(err, MS_ERR_INVALID, "lower_bind: action %zu: its ops are not "
+                               "this trace's or have no duration", i);
+            if (out) out[i].dur_us = us;
+            else if (memcmp(&us, &a[i].dur_us, sizeof us)) (*differ)++; /* bit for bit */
+        }
+    }
+    return MS_OK;
+}
+
+ms_status lower_bind(schedule_t *s, const lower_srcs *S, const trace_t *t, const machine_t *m,
+                     ms_error *err)
+{
+    size_t n, differ;
+    sched_action *a = sched_actions_edit(s, &n);
+    return bind_walk(a, a, n, S, t, m, &differ, err);
+}
+
+int lower_bind_same(const schedule_t *s, const lower_srcs *S, const trace_t *t,
+                    const machine_t *m)
+{
+    size_t n, differ;
+    ms_error e;
+    ms_error_clear(&e);
+    const sched_action *a = sched_actions(s, &n);
+    return bind_walk(a, NULL, n, S, t, m, &differ, &e) == MS_OK && differ == 0;
+}
+
+/* After the walk: sources for every action, and whether they account for every number. The
+ * rounding buffers size their groups and swap_at=save its copies from the tensors' sizes, so
+ * their schedules' shapes depend on sizes: never re-bound. */
+static void src_finish(lw *w)
+{
+    lower_srcs *S = w->src;
+    if (!S) return;
+    size_t n;
+    const sched_action *a = sched_actions(w->s, &n);
+    if (w->rb || w->sv) S->ok = 0;
+    if (S->ok && ms_grow((void **)&S->v, &S->cap, n ? n : 1, sizeof *S->v) != MS_OK) S->ok = 0;
+    if (!S->ok) return;
+    if (S->n < n) memset(S->v + S->n, 0, (n - S->n) * sizeof *S->v);
+    S->n = n;
+    S->host_round = (int)w->host_round;
+    S->host_granule = w->host_granule;
+    for (size_t i = 0; i < n && S->ok; i++) {
+        const lower_src *x = &S->v[i];
+        if ((a[i].bytes && x->bytes == LSRC_NONE) || (a[i].dur_us != 0 && x->dur == LSRC_NONE) ||
+            a[i].host_read_bytes || a[i].host_write_bytes || a[i].dha_eff != 1.0)
+            S->ok = 0;
+    }
 }
 
 /* Pinned host bytes of a rounding-buffer block's offload (the schedule carries them as one
@@ -581,7 +762,9 @@ static ms_status end_forward(lw *w, int32_t layer)
         if (x->swap_bytes) {
             st = sbuild_tensor(w->b, SA_HOST_ALLOC, SS_D2H, x->hid,
                                lw_host_bytes(w, x->swap_bytes));
+            if (st == MS_OK) lw_src_bytes(w, LSRC_HOST, x->meta, x->alloc_rec, x->alpha);
             if (st == MS_OK) st = sbuild_tensor(w->b, SA_COPY_D2H, SS_D2H, x->sid, x->swap_bytes);
+            if (st == MS_OK) lw_src_bytes(w, LSRC_TENSOR, x->meta, x->alloc_rec, x->alpha);
         }
         if (st == MS_OK) st = sbuild_tensor(w->b, SA_FREE, SS_D2H, x->sid, 0);
         x->state = TS_OFFLOADED;
@@ -612,6 +795,7 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
         if (x->state == TS_OFFLOADED) {
             x->sid = lw_next_sid(w, x);
             st = lw_put_alloc(w, SS_COMPUTE, x, x->meta->bytes);
+            if (st == MS_OK) lw_src_bytes(w, LSRC_TENSOR, x->meta, x->alloc_rec, 1.0);
         }
     }
     uint32_t e3 = sbuild_new_event(w->b);
@@ -625,9 +809,11 @@ static ms_status issue_prefetch(lw *w, int32_t layer)
         if (as == SS_H2D) {
             x->sid = lw_next_sid(w, x);
             st = lw_put_alloc(w, SS_H2D, x, x->meta->bytes);
+            if (st == MS_OK) lw_src_bytes(w, LSRC_TENSOR, x->meta, x->alloc_rec, 1.0);
         }
         if (st == MS_OK && x->swap_bytes) {
             st = sbuild_tensor(w->b, SA_COPY_H2D, SS_H2D, x->sid, x->swap_bytes);
+            if (st == MS_OK) lw_src_bytes(w, LSRC_TENSOR, x->meta, x->alloc_rec, x->alpha);
             if (st == MS_OK) st = sbuild_tensor(w->b, SA_HOST_FREE, SS_H2D, x->hid, 0);
         }
         x->state = TS_PREFETCHED;
@@ -827,13 +1013,11 @@ static ms_status do_alloc(lw *w, const trace_tensor *x)
     if (n->dec == PD_DHA)
         return lw_fail_rec(w, MS_ERR_UNSUPPORTED, "tensor %" PRIu64 " (%s): DHA lowering is not "
                            "implemented yet", x->id, x->name);
-    if (n->dec == PD_SWAP) {
-        double sb = ceil(n->alpha * (double)x->bytes);
-        n->swap_bytes = sb >= (double)x->bytes ? x->bytes : (uint64_t)sb;
-    }
+    if (n->dec == PD_SWAP) n->swap_bytes = lower_scaled_bytes(x->bytes, n->alpha);
     /* the block's kind from the tensor's class, as SB_TRACE would give it, so that an
      * executor need not look the tensor up in the trace at every ALLOC */
     if ((st = lw_put_alloc(w, SS_COMPUTE, n, x->bytes)) != MS_OK) return st;
+    lw_src_bytes(w, LSRC_TENSOR, x, n->alloc_rec, 1.0);
     if (n->dec == PD_KEEP || (w->sv && n->dec == PD_SWAP)) return MS_OK; /* lw_sv_prescan's */
     if (x->layer < 0)
         return lw_fail_rec(w, MS_ERR_INVALID, "tensor %" PRIu64 " (%s) is planned for %s but "
@@ -989,6 +1173,7 @@ static ms_status do_op(lw *w, const trace_op *op)
         if (us > w->ovl_us) w->ovl_us = us;
         w->ovl_pending = 1;
         w->rep.overlapped++;
+        if (w->src && lw_idx_push(&w->ovl_src, w->rec) != MS_OK) w->src->ok = 0;
         return MS_OK;
     }
     uint8_t merged;
@@ -1001,6 +1186,10 @@ static ms_status do_op(lw *w, const trace_op *op)
     a->layer = op->layer;
     a->phase = op->phase;
     sbuild_end(w->b, a);
+    if (w->src) {
+        lw_src_ops(w, merged ? &w->ovl_src : NULL, w->rec, 1.0);
+        if (merged) w->ovl_src.n = 0;
+    }
     return MS_OK;
 }
 
@@ -1035,6 +1224,7 @@ static ms_status sync_carried(lw *w)
         if (x->state != TS_LIVE || x->emitted) continue;
         x->emitted = 1;
         st = lw_put_alloc(w, SS_COMPUTE, x, x->meta->bytes);
+        if (st == MS_OK) lw_src_bytes(w, LSRC_TENSOR, x->meta, x->alloc_rec, 1.0);
     }
     return st;
 }
@@ -1052,8 +1242,10 @@ static ms_status walk(lw *w)
     int included = 1, entered = 0;
     ms_status st = MS_OK;
     /* MEMO allocates its rounding buffers before the training iterations begin (§4.1). */
-    if (w->idle_bytes)
+    if (w->idle_bytes) {
         st = lw_put_block(w, SS_COMPUTE, lower_id_idle_buffer(), w->idle_bytes, SB_IDLE);
+        if (st == MS_OK) lw_src_bytes(w, LSRC_CONST, NULL, 0, 1.0); /* a plan knob's */
+    }
     for (w->rec = 0; st == MS_OK && w->rec < w->nrecs; w->rec++) {
         const trace_rec *r = lw_rec(w, w->rec);
         if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) {
@@ -1107,6 +1299,7 @@ void lw_free(lw *w)
     }
     free(w->layers);
     free(w->cache_held.v);
+    free(w->ovl_src.v);
     free(w->sv_cache_held.v);
     free(w->svi);
     free(w->sve);
@@ -1132,6 +1325,8 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     w.autocast_cache = trace_meta_u64(t, "autocast_cache", 0) == 1;
     if (o) w.o = *o;
     else lower_opts_default(&w.o);
+    w.src = w.o.srcs;
+    if (w.src) w.src->ok = 1;
     roof_params_default(&w.roof);
     w.phase = TP_NONE;
     w.layer = -1;
@@ -1157,6 +1352,8 @@ static ms_status lower_tensor(const trace_t *t, const plan_t *p, const machine_t
     if (st == MS_OK && w.sv) st = lw_sv_prescan(&w);
     if (st == MS_OK && w.du) st = lw_du_prescan(&w);
     if (st == MS_OK) st = walk(&w);
+    if (st == MS_OK) src_finish(&w);
+    else if (w.src) w.src->ok = 0;
     if (st == MS_OK) {
         for (size_t i = 0; i < w.n_layers; i++) w.rep.ignored += w.layers[i].cand.n;
         w.rep.actions = sched_count(w.s);

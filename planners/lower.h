@@ -23,6 +23,21 @@
  * renaming (the row "tensor" of planners/lowerings.c's table). */
 extern const lower_backend lower_backend_tensor;
 
+/* ceil(frac * bytes), at most bytes; bytes itself when frac >= 1: a swapped tensor's token
+ * fraction, a partial replay's transient. */
+uint64_t lower_scaled_bytes(uint64_t bytes, double frac);
+
+/* Gives schedule s, lowered from a trace of the same structure with sources S noted
+ * (lower_opts.srcs, S->ok 1), the sizes and op times of trace t on machine m: each number
+ * its source names is computed again as the lowering computes it, everything else is kept.
+ * MS_ERR_INVALID when S does not describe s or t lacks a record S names (err says which). */
+ms_status lower_bind(schedule_t *s, const lower_srcs *S, const trace_t *t, const machine_t *m,
+                     ms_error *err);
+/* 1 when lower_bind(s, S, t, m) would leave s as it is, bit for bit (the check that the
+ * sources noted for s's own trace t account for its numbers); 0 otherwise or on error. */
+int lower_bind_same(const schedule_t *s, const lower_srcs *S, const trace_t *t,
+                    const machine_t *m);
+
 /* ---- plan knobs lowering reads ----
  * They are the rows of lower_knob_table (lower.c), where a comment above each row says what
  * it does; `memsim list knobs` prints them with their defaults, docs/MEMO.md and

@@ -164,6 +164,8 @@ typedef struct lw {
     /* ".ovl" collectives waiting for their attention kernel */
     double ovl_us;
     int ovl_pending;
+    idx_list ovl_src;        /* their record indices, while w->src notes sources */
+    lower_srcs *src;         /* lower_opts.srcs: where each action's numbers come from */
     /* framework streams (plan knobs record_stream, stream_pools) */
     int rec_stream, pools;
     u64map *comm_use;        /* trace ids a collective used since their last FREE */
@@ -194,6 +196,19 @@ ms_status lw_put_event(lw *w, sched_kind k, sched_stream s, uint32_t e);
 ms_status lw_put_block(lw *w, sched_stream s, uint64_t id, uint64_t bytes, sched_block b);
 ms_status lw_put_alloc(lw *w, sched_stream s, const lw_tensor *x, uint64_t bytes);
 uint64_t lw_host_bytes(const lw *w, uint64_t bytes);
+/* Sources of the last action's numbers (lower_src.h), when w->src asks for them: its bytes
+ * by rule from the tensor meta allocated at record rec (scaled by frac), its duration from
+ * the ops at records pend[0..n) (merged .ovl collectives) and rec_op, each times frac. */
+void lw_src_note_bytes(lw *w, lower_src_rule rule, const trace_tensor *meta, size_t rec,
+                       double frac);
+static inline void lw_src_bytes(lw *w, lower_src_rule rule, const trace_tensor *meta, size_t rec,
+                                double frac)
+{
+    if (w->src) lw_src_note_bytes(w, rule, meta, rec, frac); /* a test where no one asks */
+}
+void lw_src_ops(lw *w, const idx_list *pend, size_t rec_op, double frac);
+/* The index of the trace record holding op (a pointer into w->recs), SIZE_MAX if none. */
+size_t lw_op_rec(const lw *w, const trace_op *op);
 uint64_t lw_rb_host_bytes(const lw *w, const rb_group *G);
 uint64_t lw_next_sid(lw *w, lw_tensor *x);
 lw_tensor *lw_find_tensor(lw *w, uint64_t id);

@@ -127,13 +127,6 @@ static ms_status need_workspaces(lw *w, replay *r)
     return MS_OK;
 }
 
-static uint64_t scaled_bytes(uint64_t bytes, double frac)
-{
-    if (frac >= 1.0) return bytes;
-    double b = ceil(frac * (double)bytes);
-    return b >= (double)bytes ? bytes : (uint64_t)b;
-}
-
 static ms_status replay_alloc(lw *w, replay *r, const trace_tensor *t, idx_list *live)
 {
     uint64_t at;
@@ -143,8 +136,9 @@ static ms_status replay_alloc(lw *w, replay *r, const trace_tensor *t, idx_list 
     lw_tensor *x = lw_find_tensor(w, t->id);
     x->sid = lw_next_sid(w, x);
     ms_status st = lw_put_alloc(w, SS_COMPUTE, x,
-                              target ? t->bytes : scaled_bytes(t->bytes, r->frac));
+                              target ? t->bytes : lower_scaled_bytes(t->bytes, r->frac));
     if (st != MS_OK) return st;
+    lw_src_bytes(w, LSRC_TENSOR, t, (size_t)at, target ? 1.0 : r->frac);
     x->state = TS_LIVE;
     if (target) {
         w->rep.rebuilt++;
@@ -172,7 +166,8 @@ static int cmp_size(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
+static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have,
+                           idx_list *pend_src)
 {
     const trace_op *op = &lw_rec(w, i)->u.op;
     double us;
@@ -184,6 +179,7 @@ static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
         if (us > *pend) *pend = us;
         *have = 1;
         w->rep.overlapped++;
+        if (w->src && lw_idx_push(pend_src, i) != MS_OK) w->src->ok = 0;
         return MS_OK;
     }
     uint8_t merged;
@@ -199,6 +195,10 @@ static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
     w->rep.recompute_ops++;
     w->rep.recompute_us += us;
     sbuild_end(w->b, a);
+    if (w->src) {
+        lw_src_ops(w, merged ? pend_src : NULL, i, r->frac);
+        if (merged) pend_src->n = 0;
+    }
     return MS_OK;
 }
 
@@ -206,7 +206,7 @@ static ms_status replay_op(lw *w, replay *r, size_t i, double *pend, int *have)
  * whose trace free lies beyond the section are freed at the end, in allocation order. */
 static ms_status emit_replay(lw *w, replay *r)
 {
-    idx_list live = { 0 };
+    idx_list live = { 0 }, pend_src = { 0 };
     ms_status st = MS_OK;
     double pend = 0;
     int have = 0;
@@ -219,7 +219,7 @@ static ms_status emit_replay(lw *w, replay *r)
         } else if (rec->type == TR_FREE) {
             st = replay_free(w, r, rec->u.free_id, &live);
         } else if (rec->type == TR_OP && r->op_needed[i - r->b]) {
-            st = replay_op(w, r, i, &pend, &have);
+            st = replay_op(w, r, i, &pend, &have, &pend_src);
         }
     }
     if (live.n > 1) qsort(live.v, live.n, sizeof *live.v, cmp_size);
@@ -228,6 +228,7 @@ static ms_status emit_replay(lw *w, replay *r)
         st = sbuild_tensor(w->b, SA_FREE, SS_COMPUTE, w->ts[live.v[k]].sid, 0);
     }
     free(live.v);
+    free(pend_src.v);
     return st;
 }
 
@@ -337,6 +338,8 @@ ms_status lw_tokenwise_recompute(lw *w, lw_layer *L, int32_t layer)
         a.recompute = 1;
         a.layer = op->layer;
         if ((st = sbuild_put(w->b, &a)) != MS_OK) return st;
+        /* trace_find_op's record: the op's record index, for another trace of this shape */
+        if (w->src) lw_src_ops(w, NULL, lw_op_rec(w, op), frac);
         w->rep.recompute_ops++;
         w->rep.recompute_us += a.dur_us;
     }

@@ -10,6 +10,7 @@
 #include "traces/machine.h"
 #include "traces/trace.h"
 #include "planners/plan.h"
+#include "planners/lower_src.h"
 #include "planners/schedule.h"
 
 /* What lowering did (for tests, logs and `memsim plan --explain`). */
@@ -55,6 +56,10 @@ typedef struct lower_opts {
                                 max(attention, ring) instead of two; 0: serialized. The plan
                                 knob overlap_comm=0 also turns it off. */
     lower_report *report;    /* filled when not NULL */
+    lower_srcs *srcs;        /* when not NULL (and empty: zeroed): the lowering says where each
+                                action's numbers come from (lower_src.h), srcs->ok 1 when it
+                                could for all of them; the tensor lowering can, the others
+                                leave ok 0. The caller frees v and pool */
 } lower_opts;
 
 void lower_opts_default(lower_opts *o);

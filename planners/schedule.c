@@ -76,6 +76,12 @@ const sched_action *sched_actions(const schedule_t *s, size_t *n)
     return *n ? s->acts : NULL;
 }
 
+sched_action *sched_actions_edit(schedule_t *s, size_t *n)
+{
+    *n = s ? s->n : 0;
+    return *n ? s->acts : NULL;
+}
+
 static const char *const kind_names[SA_COUNT] = {
     "compute", "alloc", "free", "copy_d2h", "copy_h2d", "host_alloc",
     "host_free", "host_compute", "record", "wait", "mark",

@@ -113,6 +113,8 @@ const sched_action *sched_get(const schedule_t *s, size_t i);
 /* The actions in program order (*n of them; NULL when none), valid until the schedule next
  * changes: for an executor that looks actions up by index many times per run. */
 const sched_action *sched_actions(const schedule_t *s, size_t *n);
+/* The same, to change the actions' numbers in place (planners/lower.c lower_bind). */
+sched_action *sched_actions_edit(schedule_t *s, size_t *n);
 const char *sched_kind_name(sched_kind k);
 const char *sched_stream_name(sched_stream s);
 /* The block kind of a trace tensor of class c (SB_OTHER for a class with none). */

@@ -16,7 +16,7 @@ enum {
     O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_EP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
     O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN,
-    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP, O_BREAKDOWN,
+    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP, O_NO_REUSE, O_BREAKDOWN,
     O_MODEL_CONFIG, O_FRAMEWORK, O_PRECISION, O_JOBS
 };
 
@@ -59,6 +59,7 @@ static const struct {
     {{"batches", required_argument, 0, O_BATCHES}, CLI_SWEEP, "LIST   micro-batch sizes instead, e.g. 1,2,4,8 (at --seq)", 0},
     {{"longest", no_argument, 0, O_LONGEST}, CLI_SWEEP, "   also bisect each policy's longest sequence (largest batch) that fits, between its last fitting value and the next", 0},
     {{"step", required_argument, 0, O_STEP}, CLI_SWEEP, "N   resolution of --longest (default 1K x tp x cp; 1 with --batches)", 0},
+    {{"no-reuse", no_argument, 0, O_NO_REUSE}, CLI_SWEEP, "   lower every point's schedules afresh instead of re-binding those of an earlier point of the same structure (the outputs are the same; for checking)", 0},
     {{"csv", required_argument, 0, O_CSV}, CLI_OUTPUTS, "FILE   write the results CSV", 0},
     {{"timeline", required_argument, 0, O_TIMELINE}, CLI_OUTPUTS, "FILE   write a Chrome-trace / Perfetto JSON timeline", CLI_SWEEP},
     {{"memcsv", required_argument, 0, O_MEMCSV}, CLI_OUTPUTS, "FILE   write the memory time series CSV", CLI_SWEEP},
@@ -323,6 +324,7 @@ static int apply(int c, char *v, ms_error *e, cli_args *a)
                                     "give one of --seqs and --batches, once");
         return set_points(e, c == O_SEQS ? "seqs" : "batches", v, c == O_BATCHES, a);
     case O_LONGEST: a->longest = 1; return 0;
+    case O_NO_REUSE: a->no_reuse = 1; return 0;
     case O_BREAKDOWN: a->breakdown = 1; return 0;
     case O_STEP:
         if (!ms_parse_count(v, &x) || x == 0) return bad(e, "step", v, "expected a positive count");

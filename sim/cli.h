@@ -53,6 +53,7 @@ typedef struct cli_args {
     size_t n_points;
     int points_are_batches;   /* 1: --batches (micro-batch sizes), 0: sequence lengths */
     int longest;              /* --longest */
+    int no_reuse;             /* --no-reuse: every schedule lowered afresh */
     int breakdown;            /* --breakdown */
     int jobs;                 /* -j / --jobs (1: no child processes) */
     uint64_t step;            /* --step (0: the command's default) */

@@ -603,10 +603,12 @@ static void sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const ch
     runs_forms f;
     memset(&f, 0, sizeof f);
     char at[48];
+    const trace_t *seen = NULL; /* the trace the reuse cache compares once for its plans */
     for (size_t i = 0; i < n; i++) {
         const trace_t *t;
         ms_error err;
         ms_status st = runs_forms_get(&f, &w, m, pol_form_of(policies[i]), &t, &err);
+        if (st == MS_OK && t != seen) lreuse_point(a->pol.reuse, seen = t);
         if (st == MS_OK) {
             pipe_policy p = a->pol;
             p.policy = policies[i];
@@ -621,6 +623,7 @@ static void sweep_at(const cli_args *a, const machine_t *m, uint64_t x, const ch
             runs_error_row(&rs[i], policies[i], &w, m, err.msg);
         }
     }
+    lreuse_point(a->pol.reuse, NULL); /* before the traces go */
     runs_forms_free(&f);
 }
 
@@ -864,7 +867,10 @@ int cmd_sweep(int argc, char **argv)
     if ((rc = cli_load_machine(&a, "sweep", &mp))) return rc;
     size_t np = a.n_policies;
     sim_result *rs = calloc(a.n_points * np, sizeof *rs);
+    /* the points' schedules re-bound where their structure repeats (NULL: lowered each time) */
+    a.pol.reuse = a.no_reuse ? NULL : lreuse_new(0);
     if (!rs) {
+        lreuse_free(a.pol.reuse);
         machine_profile_free(mp);
         return cli_fail("sweep", MS_ERR_NOMEM, NULL);
     }
@@ -877,6 +883,7 @@ int cmd_sweep(int argc, char **argv)
                         sweep_point_label, &c};
         if ((rc = jobs_run_ranks(&js))) {
             free(rs);
+            lreuse_free(a.pol.reuse);
             machine_profile_free(mp);
             return rc == JOBS_NOT_ROOT ? MS_EXIT_OK : rc;
         }
@@ -910,6 +917,7 @@ int cmd_sweep(int argc, char **argv)
     if (!rc && a.csv_path) rc = write_csv("sweep", a.csv_path, rs, a.n_points * np);
     if (!rc && a.plot_dir) sweep_plot(&a, &mp->m, rs);
     free(rs);
+    lreuse_free(a.pol.reuse);
     machine_profile_free(mp);
     return rc ? rc : failed;
 }

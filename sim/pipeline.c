@@ -249,27 +249,28 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
     schedule_t *s = NULL;
     lower_opts lo;
     lower_opts_default(&lo);
-    ms_status st = lower_schedule(t, plan, m, &lo, &s, err);
+    int borrowed; /* the reuse cache's template: read here, freed by the cache */
+    ms_status st = lreuse_lower(p ? p->reuse : NULL, t, plan, m, &lo, &s, &borrowed, err);
     if (st != MS_OK) return st;
     if (out->schedule_path && (st = write_schedule(s, out->schedule_path, err)) != MS_OK) {
-        sched_free(s);
+        if (!borrowed) sched_free(s);
         return st;
     }
     if (out->plan_path && (st = plan_write(plan, out->plan_path, err)) != MS_OK) {
-        sched_free(s);
+        if (!borrowed) sched_free(s);
         return st;
     }
     alloc_config cfg;
     uint64_t *ids, *offs;
     if ((st = plan_alloc_config(plan, &cfg, &ids, &offs)) != MS_OK) {
-        sched_free(s);
+        if (!borrowed) sched_free(s);
         return ms_fail(err, st, "out of memory");
     }
     if (p && p->plan_path && plan->n_offsets &&
         (st = check_plan_offsets(s, plan, p->plan_path, ids, offs, err)) != MS_OK) {
         free(ids);
         free(offs);
-        sched_free(s);
+        if (!borrowed) sched_free(s);
         return st;
     }
     sim_opts so;
@@ -298,7 +299,7 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
     st = sim_execute(s, &jv.gpu, &so, r, err);
     free(ids);
     free(offs);
-    sched_free(s);
+    if (!borrowed) sched_free(s);
     if (st != MS_OK) return st;
     fill_ids(r, t, m, plan);
     plan_note(r, plan);

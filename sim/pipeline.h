@@ -5,6 +5,7 @@
 #ifndef MEMSIM_PIPELINE_H
 #define MEMSIM_PIPELINE_H
 
+#include "planners/lower_reuse.h"
 #include "planners/plan.h"
 #include "planners/policy.h"
 #include "sim/results.h"
@@ -39,6 +40,9 @@ typedef struct pipe_policy {
      * SIM_ISSUE_UNBOUNDED = no bound; issue_us = its cost per issued GPU action */
     int issue_ahead;
     double issue_us;
+    lreuse *reuse;            /* schedules re-bound from templates of the same structure
+                                 (planners/lower_reuse.h): `memsim sweep`'s; NULL: lowered
+                                 afresh each time. The outputs are the same either way */
 } pipe_policy;
 
 typedef struct pipe_outputs {

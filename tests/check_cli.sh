@@ -203,6 +203,15 @@ N=$(awk '$1 == "keep-all" && NF >= 2 && $2 ~ /K$/ { gsub(/[(:]/, "", $3); print 
 "$M" simulate $SW --seq "$N" --policy keep-all 2>/dev/null | grep -q "^keep-all .* oom "; ok $? "sweep: keep-all runs out of memory one step beyond ($N)"
 "$M" sweep $SW --seqs 16K,32K,64K,128K,256K --policies keep-all,full-recompute,full-swap --longest > "$T/sweep2" 2>/dev/null
 cmp -s "$T/sweep1" "$T/sweep2"; ok $? "sweep: the same inputs give byte-identical output"
+# the points re-bind the schedules of the first (planners/lower_reuse.c): byte for byte what
+# lowering each afresh gives, alpha < 1 and the CP ring's merged collectives included
+RW="--dims 4,2048,16,8192,50257 --machine h200-sxm --tp 2 --cp 2 --iters 1"
+"$M" sweep $RW --seqs 8K,16K,24K,40K,64K --policies keep-all,full-recompute,full-swap,memo --longest --csv "$T/rw1.csv" > "$T/rw1" 2>&1
+"$M" sweep $RW --seqs 8K,16K,24K,40K,64K --policies keep-all,full-recompute,full-swap,memo --longest --csv "$T/rw2.csv" --no-reuse > "$T/rw2" 2>&1
+cmp -s "$T/rw1" "$T/rw2" && cmp -s "$T/rw1.csv" "$T/rw2.csv"; ok $? "sweep: re-bound schedules give the output of --no-reuse, byte for byte"
+"$M" sweep $RW --seqs 8K,16K,24K --policies full-swap --alpha 0.5 --csv "$T/rw3.csv" > /dev/null 2>&1
+"$M" sweep $RW --seqs 8K,16K,24K --policies full-swap --alpha 0.5 --csv "$T/rw4.csv" --no-reuse > /dev/null 2>&1
+cmp -s "$T/rw3.csv" "$T/rw4.csv" && [ "$(wc -l < "$T/rw3.csv")" -eq 4 ]; ok $? "sweep --alpha 0.5: re-bound and fresh schedules give the same CSV"
 expect 0 "sweep: --csv with --quiet" -- "$M" sweep $SW --seqs 16K,32K --policies keep-all,full-recompute --csv "$T/sw.csv" --quiet
 [ "$(wc -l < "$T/sw.csv")" -eq 5 ] && [ ! -s "$T/out" ]; ok $? "sweep: one CSV row per length and policy, nothing on stdout with --quiet"
 expect 2 "sweep: a length given twice: exit 2" -- "$M" sweep $SW --seqs 16K,16K
