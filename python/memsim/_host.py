@@ -71,7 +71,7 @@ class Profile:
         self.t0 = None
         dev = {}
         cpu = []
-        for e in events:
+        for k, e in enumerate(events):
             try:
                 tr = e.time_range
                 s, t = float(tr.start), float(tr.end)
@@ -80,10 +80,10 @@ class Profile:
             if _is_device(e):
                 dev.setdefault(getattr(e, "id", None), []).append((e.name, t))
                 continue
-            cpu.append((s, t, e))
+            cpu.append((s, t, e, _order(e, k)))
             if self.t0 is None or s < self.t0:
                 self.t0 = s
-        for s, t, e in cpu:
+        for s, t, e, order in cpu:
             name = e.name
             if name.startswith("memsim#"):
                 try:
@@ -91,15 +91,14 @@ class Profile:
                 except ValueError:
                     pass
             elif name.startswith("aten::"):
-                self.aten.append((s, -t, name[6:], t))
+                self.aten.append((e, name[6:]))
             elif name.startswith(("cuda", "cu")) and not name.startswith("cudnn"):
                 act = dev.get(getattr(e, "id", None))
-                self.calls.append((s, t, name, act))
-        self.aten.sort()
-        self.aten = [(s, t, n) for s, _, n, t in self.aten]
-        self.calls.sort(key=lambda c: (c[0], c[1]))
+                self.calls.append((s, order, t, name, act))
+        self.aten = _program_order(cpu, self.aten)
+        self.calls.sort(key=lambda c: (c[0], c[1]))     # by start, then as made (above)
         out = []
-        for i, (s, t, name, act) in enumerate(self.calls):
+        for i, (s, _, t, name, act) in enumerate(self.calls):
             out.append(Call(s, t, name, act[0][0] if act else None))
             if act:
                 self.gpu_end[i] = max(x[1] for x in act)
@@ -109,6 +108,24 @@ class Profile:
 
     def launches(self):
         return [i for i, c in enumerate(self.calls) if _is_launch(c.name)]
+
+
+def _program_order(cpu, aten):
+    """The aten events [(start, end, name)] in program order: by start, and on the same
+    microsecond (the clock's tick) in the order the profiler made them (its event ids).
+    Times alone cannot order two ops shorter than a tick that start together: one seems to
+    hold the other (the profiler's own nesting, cpu_parent, says so too), and a sort by
+    end, length or name put them one way round in some runs and the other in others."""
+    info = {id(e): (s, t, order) for s, t, e, order in cpu}
+    out = sorted((info[id(e)][0], info[id(e)][2], info[id(e)][1], n) for e, n in aten)
+    return [(s, t, n) for s, _, t, n in out]
+
+
+def _order(e, k):
+    """An event's place among events of the same times: the profiler's id where it has
+    one (made in the order the events began), else its place in the list."""
+    i = getattr(e, "id", None)
+    return (0, i, k) if isinstance(i, int) else (1, k, k)
 
 
 def _is_device(e):
