@@ -340,6 +340,20 @@ class Capture:
         self.saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self.saved_hooks.__enter__()
         self.mode.__enter__()
+        self.fmode = None
+        if self.pyrefs is not None:
+            # the tensors the program itself holds: a view autograd makes is another
+            # object than the one the dispatch mode below it sees (_pyrefs.py)
+            from torch.overrides import TorchFunctionMode
+
+            class _FMode(TorchFunctionMode):
+                def __torch_function__(self, func, types, args=(), kwargs=None):
+                    out = func(*args, **(kwargs or {}))
+                    cap._track_all(out)
+                    return out
+
+            self.fmode = _FMode()
+            self.fmode.__enter__()
         if self.model is not None:
             self.handles.append(self.model.register_forward_pre_hook(self._model_pre))
             for n, m in self.model.named_modules():
@@ -378,6 +392,9 @@ class Capture:
         for h in self.handles:
             h.remove()
         self.handles = []
+        if getattr(self, "fmode", None) is not None:
+            self.fmode.__exit__(None, None, None)
+            self.fmode = None
         if getattr(self, "mode", None) is not None:
             self.mode.__exit__(None, None, None)
             self.mode = None
@@ -599,6 +616,18 @@ class Capture:
             if rec is not None:
                 self.pyrefs.track(t, key, rec)
 
+    def _track_all(self, out):
+        """The tensors a torch function handed the program (the function mode above
+        autograd: the very objects its variables hold)."""
+        if self.pyrefs is None or self._busy() or not self.recording or self.phase != "fwd":
+            return
+        with self.lock:
+            for t in _tensors(out, self.torch):
+                if self._on_device(t):
+                    st = _storage(t)
+                    if st is not None:
+                        self._track(t, st[0])
+
     def _let_go(self):
         """A zero-time `pyrefs` op, here in program order, reading the saved storages the
         forward's Python references have all let go of since the last one."""
@@ -606,8 +635,11 @@ class Capture:
             return
         # only a block's own tensors, while the block runs: a layer's policies may move or
         # drop its tensors once its forward ends, and no plan recomputes outside blocks
+        # (and only what an op of the capture made: a tensor from before, such as the
+        # model's input, has holders no mode saw)
         recs = [r for r in self.pyrefs.let_go(self.live)
-                if r.cls is None and r.layer >= 0 and r.layer == self.layer]
+                if r.cls is None and r.producer is not None and r.layer >= 0 and
+                r.layer == self.layer]
         if not recs:
             return
         self._sync_marks()

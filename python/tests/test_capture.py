@@ -354,7 +354,7 @@ class CapturePyRefs(unittest.TestCase):
         torch.manual_seed(0)
         m = LocalsModel()
         o = torch.optim.AdamW(m.parameters(), lr=1e-3)
-        x = torch.randn(16, 32)
+        x = torch.randn(2, 8, 32)          # 3-D: linear's matmul saves a view of it
         cls.path = os.path.join(cls.tmp, "locals.trace")
         with memsim.capture(cls.path, model=m, optimizer=o):
             m(x).backward()
@@ -389,6 +389,15 @@ class CapturePyRefs(unittest.TestCase):
             # returns, after its last op
             self.assertEqual(seen[y[0]], sin + 1, names)
             self.assertEqual(seen[g[0]], len(ops) - 1, names)
+
+    def test_only_what_the_capture_made(self):
+        """A tensor from before the capture (the model's input, held by the caller) has
+        holders no mode saw: never marked let go."""
+        before = {r[1] for r in self.recs if r[0] == "alloc" and r[7] == "-"}
+        self.assertTrue(before)
+        for r in self.recs:
+            if r[0] == "op" and r[11] == "pyrefs":
+                self.assertFalse(set(r[9].split(",")) & before, r)
 
     def test_pyrefs_ops_take_no_time_and_keep_all_is_unchanged(self):
         for r in self.recs:
