@@ -349,7 +349,10 @@ class Capture:
             class _FMode(TorchFunctionMode):
                 def __torch_function__(self, func, types, args=(), kwargs=None):
                     out = func(*args, **(kwargs or {}))
-                    cap._track_all(out)
+                    try:
+                        cap._track_all(out)
+                    except Exception:      # bookkeeping never breaks the program: this
+                        pass               # tensor is then held by no tracked object
                     return out
 
             self.fmode = _FMode()
