@@ -340,6 +340,20 @@ class Capture:
         self.saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self.saved_hooks.__enter__()
         self.mode.__enter__()
+        self.no_early_stop = None
+        if self.cuda:
+            # torch.utils.checkpoint (non-reentrant) stops a recomputation by raising
+            # through the ops it runs; the tensors freed on the way call the allocator
+            # trace's Python hooks with that exception set, and PyTorch fails there
+            # (SystemError; GPT-2 large with gradient checkpointing on the H200). With
+            # early stop off the recomputation runs its block's whole forward.
+            try:
+                from torch.utils.checkpoint import set_checkpoint_early_stop as ses
+            except ImportError:          # PyTorch before 2.1: no early stop to turn off
+                ses = None
+            if ses is not None:
+                self.no_early_stop = ses(False)
+                self.no_early_stop.__enter__()
         self.fmode = None
         if self.pyrefs is not None:
             # the tensors the program itself holds: a view autograd makes is another
@@ -398,6 +412,9 @@ class Capture:
         if getattr(self, "fmode", None) is not None:
             self.fmode.__exit__(None, None, None)
             self.fmode = None
+        if getattr(self, "no_early_stop", None) is not None:
+            self.no_early_stop.__exit__(None, None, None)
+            self.no_early_stop = None
         if getattr(self, "mode", None) is not None:
             self.mode.__exit__(None, None, None)
             self.mode = None
