@@ -17,6 +17,7 @@ import gc
 import os
 import sys
 import threading
+import warnings
 import weakref
 
 from . import _layers, _ops, _pyrefs
@@ -80,6 +81,27 @@ def _first_tensor(obj, torch):
     if hasattr(obj, "to_tuple"):
         return _first_tensor(obj.to_tuple(), torch)
     return None
+
+
+def _early_stop_off(torch):
+    """Turns torch.utils.checkpoint's early stop off for the rest of the process (PyTorch 2.1
+    and later; a warning the first time). A non-reentrant checkpoint's recomputation with
+    early stop ends by raising through the ops it runs; each tensor freed on the way calls the
+    allocator trace's Python hooks with that exception set, and PyTorch fails there (a
+    SystemError from dropout: GPT-2 large with gradient_checkpointing_enable() on the H200).
+    Those hooks stay for the rest of the process once a CUDA capture has begun (PyTorch cannot
+    turn its GPU trace off again: _cuda.py), so early stop cannot come back after the
+    capture either: the plain steps after it, and any later checkpointed training in the
+    process, recompute each block's whole forward."""
+    import torch.utils.checkpoint as cp
+    if not hasattr(cp, "_enable_checkpoint_early_stop") or \
+            cp._enable_checkpoint_early_stop is False:
+        return
+    cp._enable_checkpoint_early_stop = False
+    warnings.warn("memsim.capture: torch.utils.checkpoint's early stop is off for the rest of "
+                  "this process (after a CUDA capture PyTorch calls the allocator trace's "
+                  "Python hooks on every allocation and free, and an early stop raising "
+                  "through them fails: docs/CAPTURE.md)", RuntimeWarning, stacklevel=3)
 
 
 class Capture:
@@ -340,20 +362,8 @@ class Capture:
         self.saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self.saved_hooks.__enter__()
         self.mode.__enter__()
-        self.no_early_stop = None
         if self.cuda:
-            # torch.utils.checkpoint (non-reentrant) stops a recomputation by raising
-            # through the ops it runs; the tensors freed on the way call the allocator
-            # trace's Python hooks with that exception set, and PyTorch fails there
-            # (SystemError; GPT-2 large with gradient checkpointing on the H200). With
-            # early stop off the recomputation runs its block's whole forward.
-            try:
-                from torch.utils.checkpoint import set_checkpoint_early_stop as ses
-            except ImportError:          # PyTorch before 2.1: no early stop to turn off
-                ses = None
-            if ses is not None:
-                self.no_early_stop = ses(False)
-                self.no_early_stop.__enter__()
+            _early_stop_off(torch)
         self.fmode = None
         if self.pyrefs is not None:
             # the tensors the program itself holds: a view autograd makes is another
@@ -412,9 +422,6 @@ class Capture:
         if getattr(self, "fmode", None) is not None:
             self.fmode.__exit__(None, None, None)
             self.fmode = None
-        if getattr(self, "no_early_stop", None) is not None:
-            self.no_early_stop.__exit__(None, None, None)
-            self.no_early_stop = None
         if getattr(self, "mode", None) is not None:
             self.mode.__exit__(None, None, None)
             self.mode = None

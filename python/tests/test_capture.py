@@ -514,6 +514,29 @@ class CaptureMore(unittest.TestCase):
             memsim.capture(os.path.join(self.tmp, "x.trace"), device="cuda")
         self.assertIn("CUDA is not available", str(e.exception))
 
+    def test_early_stop_off_for_good(self):
+        # after a CUDA capture began, checkpoint's early stop must stay off (its exception
+        # through the allocator trace's hooks fails in PyTorch): set once, warned once
+        import warnings
+        import torch.utils.checkpoint as cp
+        from memsim import _capture
+        had = hasattr(cp, "_enable_checkpoint_early_stop")
+        old = getattr(cp, "_enable_checkpoint_early_stop", None)
+        try:
+            for start in (True, None):        # PyTorch 2.1-2.5 default, and later ones'
+                cp._enable_checkpoint_early_stop = start
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    _capture._early_stop_off(torch)
+                    _capture._early_stop_off(torch)
+                self.assertIs(cp._enable_checkpoint_early_stop, False)
+                self.assertEqual(len([x for x in w if "early stop" in str(x.message)]), 1)
+        finally:
+            if had:
+                cp._enable_checkpoint_early_stop = old
+            else:
+                del cp._enable_checkpoint_early_stop
+
     def test_bad_iterations(self):
         with self.assertRaises(memsim.CaptureError):
             memsim.capture(os.path.join(self.tmp, "x.trace"), iterations=0)
