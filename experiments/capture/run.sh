@@ -29,6 +29,8 @@
 #                       recorded over every step (OUTDIR/NAME.MODE.snapshot.pickle; their
 #                       times are not plain), for memsim replay of what really ran, and a
 #                       capture of the checkpointed program itself (NAME.ckpt-program.trace.gz)
+#   run.sh ckpt-program OUTDIR [CASE...]
+#                       on the GPU machine: that capture of the checkpointed program alone
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -100,13 +102,30 @@ snapshots() {
                 --snapshot "$out/$name.$mode.snapshot.pickle" ||
                 echo "$name $mode: failed (status $?)" >&2
         done
-        echo "== $name capture of the checkpointed program" >&2
-        "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
-            --seq "$seq" --batch "$batch" --mode capture --program ckpt \
-            --host-timing --host-steps "${HOST_STEPS:-5}" \
-            --trace "$out/$name.ckpt-program.trace.gz" \
-            --out "$out/$name.ckpt-program.capture.json" ||
-            echo "$name ckpt-program capture: failed (status $?)" >&2
+        ckpt_program "$out" "$name" "$cfg" "$prec" "$seq" "$batch"
+    done < <(cases)
+}
+
+# A capture of the checkpointed program itself (gradient_checkpointing_enable()), to line up
+# what really ran with what full-recompute predicts from the keep-all capture.
+ckpt_program() {
+    local out=$1 name=$2 cfg=$3 prec=$4 seq=$5 batch=$6
+    echo "== $name capture of the checkpointed program" >&2
+    "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
+        --seq "$seq" --batch "$batch" --mode capture --program ckpt \
+        --host-timing --host-steps "${HOST_STEPS:-5}" \
+        --trace "$out/$name.ckpt-program.trace.gz" \
+        --out "$out/$name.ckpt-program.capture.json" ||
+        echo "$name ckpt-program capture: failed (status $?)" >&2
+}
+
+ckpt_programs() {
+    local out=$1; shift
+    mkdir -p "$out"
+    install
+    while IFS=$'\t' read -r name cfg prec seq batch; do
+        if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+        ckpt_program "$out" "$name" "$cfg" "$prec" "$seq" "$batch"
     done < <(cases)
 }
 
@@ -135,6 +154,8 @@ case "${1:-}" in
 gpu) [ $# = 2 ] || { echo "usage: run.sh gpu OUTDIR" >&2; exit 2; }; gpu "$2" ;;
 snapshots) [ $# -ge 2 ] || { echo "usage: run.sh snapshots OUTDIR [CASE...]" >&2; exit 2; }
     shift; snapshots "$@" ;;
--h|--help) sed -n '2,31p' "$0" ;;
+ckpt-program) [ $# -ge 2 ] || { echo "usage: run.sh ckpt-program OUTDIR [CASE...]" >&2; exit 2; }
+    shift; ckpt_programs "$@" ;;
+-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' ;;
 *) predict "${1:-$HERE/results}" ;;
 esac
