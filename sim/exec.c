@@ -419,8 +419,43 @@ int ex_pool_stream(int s, const sched_action *a)
     return a->pool > 0 ? SS_COUNT - 1 + a->pool : s;
 }
 
+/* The stream-time model's device calls keep each live tensor's address and blockmix token
+ * in a table by id where the ids are compact (the generators' and lowerings' are): one
+ * indexed load where the maps by id and by address were a probe each, and a deletion
+ * each at the free. Sparse ids keep the map (dev_ids_dense). */
+static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t *addr)
+{
+    ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a), a->tensor, addr);
+    if (st == MS_ERR_OOM) {
+        ex_oom_failure(x, s, idx, a);
+        ex_end_as(x, RS_OOM);
+        return 0;
+    }
+    if (st != MS_OK) {
+        ex_fail_at(x, st, idx, ex_alloc_why(x, st));
+        return 0;
+    }
+    return 1;
+}
+
+static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a)
+{
+    dev_ent *e = &x->dtab[a->tensor]; /* below ndtab: setup saw every ALLOC */
+    if (e->mix & 1) {
+        ex_fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
+        return 0;
+    }
+    uint64_t addr = 0;
+    if (!alloc_call(x, s, idx, a, &addr)) return 0;
+    e->addr = addr;
+    e->mix = bm_add(x->mix, a->tensor, (sched_block)a->block, a->bytes) << 1 | 1;
+    ex_mem_sample(x);
+    return after_alloc_call(x, s);
+}
+
 static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
 {
+    if (x->dtab) return do_alloc_dense(x, s, idx, a);
     int added; /* one probe checks the tensor is not live and makes its entry */
     uint64_t *slot = u64map_slot(x->dev, a->tensor, &added);
     if (!slot) {
@@ -432,15 +467,8 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
-    ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a), a->tensor, &addr);
-    if (st != MS_OK) u64map_del(x->dev, a->tensor, NULL);
-    if (st == MS_ERR_OOM) {
-        ex_oom_failure(x, s, idx, a);
-        ex_end_as(x, RS_OOM);
-        return 0;
-    }
-    if (st != MS_OK) {
-        ex_fail_at(x, st, idx, ex_alloc_why(x, st));
+    if (!alloc_call(x, s, idx, a, &addr)) {
+        u64map_del(x->dev, a->tensor, NULL);
         return 0;
     }
     *slot = addr; /* the map is untouched since u64map_slot */
@@ -452,10 +480,24 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
     return after_alloc_call(x, s);
 }
 
+/* Takes tensor id's device block out of the table or map: 0 when it holds none. */
+static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix)
+{
+    if (!x->dtab) {
+        *mix = 0;
+        return u64map_del(x->dev, id, addr);
+    }
+    if (id >= x->ndtab || !(x->dtab[id].mix & 1)) return 0;
+    *addr = x->dtab[id].addr;
+    *mix = x->dtab[id].mix >> 1;
+    x->dtab[id].mix = 0;
+    return 1;
+}
+
 static int do_free(ex *x, int s, size_t idx, const sched_action *a)
 {
-    uint64_t addr;
-    if (!u64map_del(x->dev, a->tensor, &addr)) {
+    uint64_t addr, mix;
+    if (!dev_take(x, a->tensor, &addr, &mix)) {
         ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor is not allocated at this point of the run (never allocated, already "
                 "freed, or its ALLOC is on another stream that has not reached it: a "
@@ -467,7 +509,8 @@ static int do_free(ex *x, int s, size_t idx, const sched_action *a)
         ex_fail_at(x, st, idx, ex_alloc_why(x, st));
         return 0;
     }
-    bm_release(x->mix, addr);
+    if (x->dtab) bm_sub(x->mix, mix);
+    else bm_release(x->mix, addr);
     ex_mem_sample(x);
     return after_alloc_call(x, s);
 }
@@ -839,6 +882,22 @@ static int has_host_times(const ex *x)
     return 0;
 }
 
+/* Whether the ALLOC actions' ids are compact enough for a table by id (ex.dtab): the largest
+ * below a few per action; sets ndtab to it plus one. The host issue model keeps the map. */
+static int dev_ids_dense(ex *x)
+{
+    uint64_t top = 0;
+    int any = 0;
+    for (size_t i = 0; i < x->nacts; i++)
+        if (x->acts[i].kind == SA_ALLOC) {
+            any = 1;
+            if (x->acts[i].tensor > top) top = x->acts[i].tensor;
+        }
+    if (any && top >= 4 * (uint64_t)x->nacts + 4096) return 0;
+    x->ndtab = any ? (size_t)top + 1 : 0;
+    return 1;
+}
+
 static ms_status setup(ex *x)
 {
     x->acts = sched_actions(x->s, &x->nacts);
@@ -891,6 +950,10 @@ static ms_status setup(ex *x)
         if (!x->duse || !x->huse) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
         if (!(x->o.issue_us <= 1e12)) x->o.issue_us = 0; /* NaN or absurd: free */
     }
+    if (!x->issue && dev_ids_dense(x)) {
+        x->dtab = calloc(x->ndtab ? x->ndtab : 1, sizeof *x->dtab);
+        if (!x->dtab) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+    }
     return split_streams(x);
 }
 
@@ -902,6 +965,7 @@ static void teardown(ex *x)
     eng_free(x->eng);
     tl_free(x->tl);
     u64map_free(x->dev);
+    free(x->dtab);
     bm_free(x->mix);
     exfw_free(x->fw);
     u64map_free(x->host);
