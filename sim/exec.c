@@ -819,13 +819,20 @@ void ex_advance(ex *x, int s)
 
 /* ---------- setup, run, results ---------- */
 
-/* Per-stream queues in program order, in one buffer. */
-static ms_status split_streams(ex *x)
+/* Per-stream queues in program order, in one buffer; in the same pass, the largest ALLOC
+ * id into *top (*any: there is an ALLOC) for dev_ids_dense. */
+static ms_status split_streams(ex *x, uint64_t *top, int *any)
 {
     size_t n = x->nacts;
     size_t cnt[SS_COUNT] = { 0 };
+    *top = 0;
+    *any = 0;
     for (size_t i = 0; i < n; i++) {
         const sched_action *a = ex_act(x, i);
+        if (a->kind == SA_ALLOC) {
+            *any = 1;
+            if (a->tensor > *top) *top = a->tensor;
+        }
         if ((unsigned)a->stream >= SS_COUNT)
             return ms_fail(x->err, MS_ERR_INVALID, "schedule action %zu: bad stream %d", i,
                            (int)a->stream);
@@ -882,17 +889,11 @@ static int has_host_times(const ex *x)
     return 0;
 }
 
-/* Whether the ALLOC actions' ids are compact enough for a table by id (ex.dtab): the largest
- * below a few per action; sets ndtab to it plus one. The host issue model keeps the map. */
-static int dev_ids_dense(ex *x)
+/* Whether the ALLOC actions' ids (the largest is top, any: there is one) are compact enough
+ * for a table by id (ex.dtab): the largest below a few per action; sets ndtab to it plus
+ * one. */
+static int dev_ids_dense(ex *x, uint64_t top, int any)
 {
-    uint64_t top = 0;
-    int any = 0;
-    for (size_t i = 0; i < x->nacts; i++)
-        if (x->acts[i].kind == SA_ALLOC) {
-            any = 1;
-            if (x->acts[i].tensor > top) top = x->acts[i].tensor;
-        }
     if (any && top >= 4 * (uint64_t)x->nacts + 4096) return 0;
     x->ndtab = any ? (size_t)top + 1 : 0;
     return 1;
@@ -950,11 +951,16 @@ static ms_status setup(ex *x)
         if (!x->duse || !x->huse) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
         if (!(x->o.issue_us <= 1e12)) x->o.issue_us = 0; /* NaN or absurd: free */
     }
-    if (!x->issue && dev_ids_dense(x)) {
+    uint64_t top;
+    int any;
+    st = split_streams(x, &top, &any);
+    if (st != MS_OK) return st;
+    /* the host issue model keeps the map */
+    if (!x->issue && dev_ids_dense(x, top, any)) {
         x->dtab = calloc(x->ndtab ? x->ndtab : 1, sizeof *x->dtab);
         if (!x->dtab) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
     }
-    return split_streams(x);
+    return MS_OK;
 }
 
 static void teardown(ex *x)
