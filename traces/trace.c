@@ -1112,6 +1112,17 @@ void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls,
     trace_layer_name(a->name, layer, what);
 }
 
+ms_status trace_reserve(trace_t *t, size_t n)
+{
+    if (n <= t->cap) return MS_OK;
+    if (n > SIZE_MAX / sizeof *t->recs) return MS_ERR_NOMEM;
+    trace_rec *p = realloc(t->recs, n * sizeof *p);
+    if (!p) return MS_ERR_NOMEM;
+    t->recs = p;
+    t->cap = n;
+    return MS_OK;
+}
+
 ms_status trace_append(trace_t *t, const trace_rec *rec)
 {
     if (!rec_valid(rec)) return MS_ERR_INVALID;

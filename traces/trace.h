@@ -147,6 +147,9 @@ const char *trace_meta_key(const trace_t *t, size_t i);
 const char *trace_meta_value(const trace_t *t, size_t i);
 /* Appends a record; arrays and strings are copied. */
 ms_status trace_append(trace_t *t, const trace_rec *rec);
+/* Room for n records in all, so that appending up to them moves no record (a writer that
+ * knows about how many it makes: the generator). MS_ERR_NOMEM, the trace unchanged. */
+ms_status trace_reserve(trace_t *t, size_t n);
 /* Appends a mark record. */
 ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value);
 /* The generators' record name: "L<layer>.<what>", or <what> alone for layer < 0
