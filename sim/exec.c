@@ -855,10 +855,11 @@ static ms_status split_streams(ex *x, uint64_t *top, int *any)
         x->st[k].q = x->qbuf + off;
         off += cnt[k];
     }
-    for (size_t i = 0; i < n; i++) {
-        stream *t = &x->st[ex_act(x, i)->stream];
-        t->q[t->n++] = (uint32_t)i;
-    }
+    /* filled through locals: stores through x->st[] made the compiler reload them */
+    uint32_t *q[SS_COUNT];
+    for (int k = 0; k < SS_COUNT; k++) q[k] = x->st[k].q;
+    for (size_t i = 0; i < n; i++) *q[x->acts[i].stream]++ = (uint32_t)i;
+    for (int k = 0; k < SS_COUNT; k++) x->st[k].n = cnt[k];
     return MS_OK;
 }
 
