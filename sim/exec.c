@@ -874,14 +874,9 @@ static int has_side_use(const ex *x)
 static int has_host_times(const ex *x)
 {
     if (!x->o.trace) return 0;
-    /* most traces have no op with a host time at all: a scan of the records says so
-     * without looking each compute action's op up */
-    int any = 0;
-    size_t n;
-    const trace_rec *recs = trace_records(x->o.trace, &n);
-    for (size_t i = 0; i < n && !any; i++)
-        any = recs[i].type == TR_OP && (recs[i].u.op.host_us > 0 || recs[i].u.op.host_sync);
-    if (!any) return 0;
+    /* most traces have no op with a host time at all: the trace says so without looking
+     * each compute action's op up */
+    if (!trace_has_host_times(x->o.trace)) return 0;
     for (size_t i = 0; i < x->nacts; i++) {
         const sched_action *a = ex_act(x, i);
         const trace_op *t = a->kind == SA_COMPUTE ? ex_action_op(x, a) : NULL;

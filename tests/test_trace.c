@@ -537,6 +537,31 @@ static void test_reserve(void)
     trace_free(b);
 }
 
+/* trace_has_host_times follows the op records appended: none, a host time, a host sync. */
+static void test_host_times_flag(void)
+{
+    trace_t *t = trace_new();
+    trace_rec r;
+    memset(&r, 0, sizeof r);
+    r.type = TR_OP;
+    r.u.op.id = 1;
+    r.u.op.dur_us = 5;
+    snprintf(r.u.op.name, sizeof r.u.op.name, "gemm");
+    int ok = trace_append(t, &r) == MS_OK;
+    TAP_OK(ok && !trace_has_host_times(t), "an op without host time: none noted");
+    r.u.op.id = 2;
+    r.u.op.host_sync = 1;
+    ok = trace_append(t, &r) == MS_OK;
+    TAP_OK(ok && trace_has_host_times(t), "an op with a host synchronize: noted");
+    trace_free(t);
+    t = trace_new();
+    r.u.op.host_sync = 0;
+    r.u.op.host_us = 3;
+    ok = trace_append(t, &r) == MS_OK;
+    TAP_OK(ok && trace_has_host_times(t), "an op with a host time: noted");
+    trace_free(t);
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -549,6 +574,7 @@ int main(void)
     test_headers_and_limits();
     test_big_stream();
     test_reserve();
+    test_host_times_flag();
     const char *files[] = {"a.trace", "b.trace", "c.trace", "a.trace.gz", "bad.trace",
                            "v2.trace", "big.trace"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) remove(tpath(files[i]));

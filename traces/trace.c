@@ -945,6 +945,7 @@ struct trace {
     char **mkey, **mval;
     size_t n_meta, cap_meta;
     u64map *tensor_idx, *op_idx;   /* id -> index of the most recent record */
+    int host_times;                /* some op has a host time or a host synchronize */
     u64blk *blocks;
     size_t block_bytes;            /* sum of the blocks' sizes */
 };
@@ -1145,6 +1146,7 @@ ms_status trace_append(trace_t *t, const trace_rec *rec)
         o->out = copy_ids(t, rec->u.op.out, rec->u.op.n_out, &oom);
         if (oom) return MS_ERR_NOMEM;
         if (o->dur_us < 0) o->dur_us = -1; /* "unknown" has one spelling */
+        if (o->host_us > 0 || o->host_sync) t->host_times = 1;
         if (u64map_put(t->op_idx, o->id, t->n)) return MS_ERR_NOMEM;
     } else if (rec->type == TR_ALLOC) {
         if (u64map_put(t->tensor_idx, rec->u.alloc.id, t->n)) return MS_ERR_NOMEM;
@@ -1154,6 +1156,7 @@ ms_status trace_append(trace_t *t, const trace_rec *rec)
 }
 
 size_t trace_count(const trace_t *t) { return t->n; }
+int trace_has_host_times(const trace_t *t) { return t->host_times; }
 const trace_rec *trace_get(const trace_t *t, size_t i) { return i < t->n ? &t->recs[i] : NULL; }
 const trace_rec *trace_records(const trace_t *t, size_t *n)
 {
