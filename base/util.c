@@ -781,7 +781,7 @@ ms_status ms_out_save(const char *path, const void *buf, size_t len, ms_error *e
     return ms_out_commit(o, err);
 }
 
-ms_status ms_grow(void **arr, size_t *cap, size_t need, size_t elem)
+ms_status ms_grow_to(void **arr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return MS_OK;
     size_t nc = *cap ? *cap : 16;

@@ -129,8 +129,14 @@ const char *ms_closest(const char *s, const char *const *cands, size_t n);
 /* qsort comparator of uint64_t values, ascending. */
 int ms_cmp_u64(const void *x, const void *y);
 
-/* Growable array helper: ensures *cap >= need elements of elem bytes. */
-ms_status ms_grow(void **arr, size_t *cap, size_t need, size_t elem);
+/* Growable array helper: ensures *cap >= need elements of elem bytes. Inline where the room
+ * is there already (almost every call: the engine's, the link's and the allocator's per
+ * event), the growth out of line (ms_grow_to). */
+ms_status ms_grow_to(void **arr, size_t *cap, size_t need, size_t elem);
+static inline ms_status ms_grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    return need <= *cap ? MS_OK : ms_grow_to(arr, cap, need, elem);
+}
 
 /* Formats bytes as "1.50 GiB" into buf. */
 const char *ms_fmt_bytes(uint64_t bytes, char *buf, size_t n);

@@ -75,6 +75,17 @@ void bm_free(blockmix *b)
     free(b);
 }
 
+/* Counts a live block of `bytes` of kind k: the sums and the peak's kinds. */
+static void count_in(blockmix *b, bm_kind k, uint64_t bytes)
+{
+    b->bytes[k] += bytes;
+    b->sum += bytes;
+    if (b->sum > b->best && !b->failed) {
+        b->best = b->sum;
+        memcpy(b->peak, b->bytes, sizeof b->peak);
+    }
+}
+
 int bm_alloc(blockmix *b, uint64_t id, sched_block block, uint64_t addr, uint64_t bytes)
 {
     /* an empty request gets no block (the allocators return address 0, as PyTorch a null
@@ -86,12 +97,7 @@ int bm_alloc(blockmix *b, uint64_t id, sched_block block, uint64_t addr, uint64_
     if (!v) return 0;
     if (!added) return 1; /* cannot happen: two live blocks at one address */
     *v = bytes << 4 | (uint64_t)k;
-    b->bytes[k] += bytes;
-    b->sum += bytes;
-    if (b->sum > b->best && !b->failed) {
-        b->best = b->sum;
-        memcpy(b->peak, b->bytes, sizeof b->peak);
-    }
+    count_in(b, k, bytes);
     return 1;
 }
 
@@ -101,6 +107,20 @@ void bm_release(blockmix *b, uint64_t addr)
     if (!u64map_del(b->live, addr, &v)) return;
     b->bytes[v & 15] -= v >> 4;
     b->sum -= v >> 4;
+}
+
+uint64_t bm_add(blockmix *b, uint64_t id, sched_block block, uint64_t bytes)
+{
+    if (!bytes) return 0; /* as bm_alloc: an empty request is not counted */
+    bm_kind k = bm_kind_of(b->t, id, block);
+    count_in(b, k, bytes);
+    return bytes << 4 | (uint64_t)k;
+}
+
+void bm_sub(blockmix *b, uint64_t token)
+{
+    b->bytes[token & 15] -= token >> 4;
+    b->sum -= token >> 4;
 }
 
 void bm_failed(blockmix *b)

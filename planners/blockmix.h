@@ -40,6 +40,11 @@ int bm_alloc(blockmix *b, uint64_t id, sched_block block, uint64_t addr, uint64_
 /* The block at addr went back to the allocator (a deferred free: when it really went back).
  * An address it does not hold is ignored. */
 void bm_release(blockmix *b, uint64_t addr);
+/* The same without the map by address, for an executor that keeps a record per tensor
+ * anyway (the simulator's): bm_add counts the block and returns a token that bm_sub takes
+ * when the block goes back. Do not mix the two forms for one block. */
+uint64_t bm_add(blockmix *b, uint64_t id, sched_block block, uint64_t bytes);
+void bm_sub(blockmix *b, uint64_t token);
 /* An allocation failed (out of memory): the breakdown becomes the state now, and stays. */
 void bm_failed(blockmix *b);
 /* The sum of a vector of bytes by kind. */

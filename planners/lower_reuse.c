@@ -71,16 +71,34 @@ static void put_u64(sig *g, uint64_t v)
     put(g, &v, sizeof v);
 }
 
-static void put_f64(sig *g, double v)
-{
-    put(g, &v, sizeof v);
-}
-
 static int size_only(const char *key)
 {
     for (size_t i = 0; i < sizeof size_only_meta / sizeof *size_only_meta; i++)
         if (!strcmp(key, size_only_meta[i])) return 1;
     return 0;
+}
+
+/* The plan's tensors (id, decision, alpha each), the bytes put_u64 and put_f64 would write
+ * one by one, in one growth check: a plan has a thousand, at every call. */
+static void put_tensors(sig *g, const plan_t *p)
+{
+    size_t len = p->n_tensors * 3 * sizeof(uint64_t);
+    if (g->n + len > g->cap) {
+        if (g->nomem) return;
+        if (ms_grow((void **)&g->buf, &g->cap, g->n + len, 1) != MS_OK) {
+            g->nomem = 1;
+            return;
+        }
+    }
+    unsigned char *w = g->buf + g->n;
+    for (size_t i = 0; i < p->n_tensors; i++) {
+        uint64_t v[2] = { p->tensors[i].id, (uint64_t)p->tensors[i].decision };
+        double a = p->tensors[i].alpha;
+        memcpy(w, v, sizeof v);
+        memcpy(w + sizeof v, &a, sizeof a);
+        w += sizeof v + sizeof a;
+    }
+    g->n += len;
 }
 
 /* What the lowering reads of the options, the machine, the plan and the trace's meta. */
@@ -108,11 +126,7 @@ static void put_head(sig *g, const trace_t *t, const plan_t *p, const machine_t 
         put(g, &p->alloc_cfg, sizeof p->alloc_cfg);
         put_u64(g, (uint64_t)p->default_decision);
         put_u64(g, p->n_tensors);
-        for (size_t i = 0; i < p->n_tensors; i++) {
-            put_u64(g, p->tensors[i].id);
-            put_u64(g, (uint64_t)p->tensors[i].decision);
-            put_f64(g, p->tensors[i].alpha);
-        }
+        put_tensors(g, p);
         put_u64(g, p->n_layers);
         for (size_t i = 0; i < p->n_layers; i++) {
             put_u64(g, (uint64_t)p->layers[i].layer);

@@ -419,8 +419,43 @@ int ex_pool_stream(int s, const sched_action *a)
     return a->pool > 0 ? SS_COUNT - 1 + a->pool : s;
 }
 
+/* The stream-time model's device calls keep each live tensor's address and blockmix token
+ * in a table by id where the ids are compact (the generators' and lowerings' are): one
+ * indexed load where the maps by id and by address were a probe each, and a deletion
+ * each at the free. Sparse ids keep the map (dev_ids_dense). */
+static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t *addr)
+{
+    ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a), a->tensor, addr);
+    if (st == MS_ERR_OOM) {
+        ex_oom_failure(x, s, idx, a);
+        ex_end_as(x, RS_OOM);
+        return 0;
+    }
+    if (st != MS_OK) {
+        ex_fail_at(x, st, idx, ex_alloc_why(x, st));
+        return 0;
+    }
+    return 1;
+}
+
+static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a)
+{
+    dev_ent *e = &x->dtab[a->tensor]; /* below ndtab: setup saw every ALLOC */
+    if (e->mix & 1) {
+        ex_fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
+        return 0;
+    }
+    uint64_t addr = 0;
+    if (!alloc_call(x, s, idx, a, &addr)) return 0;
+    e->addr = addr;
+    e->mix = bm_add(x->mix, a->tensor, (sched_block)a->block, a->bytes) << 1 | 1;
+    ex_mem_sample(x);
+    return after_alloc_call(x, s);
+}
+
 static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
 {
+    if (x->dtab) return do_alloc_dense(x, s, idx, a);
     int added; /* one probe checks the tensor is not live and makes its entry */
     uint64_t *slot = u64map_slot(x->dev, a->tensor, &added);
     if (!slot) {
@@ -432,15 +467,8 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
-    ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a), a->tensor, &addr);
-    if (st != MS_OK) u64map_del(x->dev, a->tensor, NULL);
-    if (st == MS_ERR_OOM) {
-        ex_oom_failure(x, s, idx, a);
-        ex_end_as(x, RS_OOM);
-        return 0;
-    }
-    if (st != MS_OK) {
-        ex_fail_at(x, st, idx, ex_alloc_why(x, st));
+    if (!alloc_call(x, s, idx, a, &addr)) {
+        u64map_del(x->dev, a->tensor, NULL);
         return 0;
     }
     *slot = addr; /* the map is untouched since u64map_slot */
@@ -452,10 +480,24 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
     return after_alloc_call(x, s);
 }
 
+/* Takes tensor id's device block out of the table or map: 0 when it holds none. */
+static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix)
+{
+    if (!x->dtab) {
+        *mix = 0;
+        return u64map_del(x->dev, id, addr);
+    }
+    if (id >= x->ndtab || !(x->dtab[id].mix & 1)) return 0;
+    *addr = x->dtab[id].addr;
+    *mix = x->dtab[id].mix >> 1;
+    x->dtab[id].mix = 0;
+    return 1;
+}
+
 static int do_free(ex *x, int s, size_t idx, const sched_action *a)
 {
-    uint64_t addr;
-    if (!u64map_del(x->dev, a->tensor, &addr)) {
+    uint64_t addr, mix;
+    if (!dev_take(x, a->tensor, &addr, &mix)) {
         ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor is not allocated at this point of the run (never allocated, already "
                 "freed, or its ALLOC is on another stream that has not reached it: a "
@@ -467,7 +509,8 @@ static int do_free(ex *x, int s, size_t idx, const sched_action *a)
         ex_fail_at(x, st, idx, ex_alloc_why(x, st));
         return 0;
     }
-    bm_release(x->mix, addr);
+    if (x->dtab) bm_sub(x->mix, mix);
+    else bm_release(x->mix, addr);
     ex_mem_sample(x);
     return after_alloc_call(x, s);
 }
@@ -776,13 +819,20 @@ void ex_advance(ex *x, int s)
 
 /* ---------- setup, run, results ---------- */
 
-/* Per-stream queues in program order, in one buffer. */
-static ms_status split_streams(ex *x)
+/* Per-stream queues in program order, in one buffer; in the same pass, the largest ALLOC
+ * id into *top (*any: there is an ALLOC) for dev_ids_dense. */
+static ms_status split_streams(ex *x, uint64_t *top, int *any)
 {
     size_t n = x->nacts;
     size_t cnt[SS_COUNT] = { 0 };
+    *top = 0;
+    *any = 0;
     for (size_t i = 0; i < n; i++) {
         const sched_action *a = ex_act(x, i);
+        if (a->kind == SA_ALLOC) {
+            *any = 1;
+            if (a->tensor > *top) *top = a->tensor;
+        }
         if ((unsigned)a->stream >= SS_COUNT)
             return ms_fail(x->err, MS_ERR_INVALID, "schedule action %zu: bad stream %d", i,
                            (int)a->stream);
@@ -805,10 +855,11 @@ static ms_status split_streams(ex *x)
         x->st[k].q = x->qbuf + off;
         off += cnt[k];
     }
-    for (size_t i = 0; i < n; i++) {
-        stream *t = &x->st[ex_act(x, i)->stream];
-        t->q[t->n++] = (uint32_t)i;
-    }
+    /* filled through locals: stores through x->st[] made the compiler reload them */
+    uint32_t *q[SS_COUNT];
+    for (int k = 0; k < SS_COUNT; k++) q[k] = x->st[k].q;
+    for (size_t i = 0; i < n; i++) *q[x->acts[i].stream]++ = (uint32_t)i;
+    for (int k = 0; k < SS_COUNT; k++) x->st[k].n = cnt[k];
     return MS_OK;
 }
 
@@ -823,20 +874,25 @@ static int has_side_use(const ex *x)
 static int has_host_times(const ex *x)
 {
     if (!x->o.trace) return 0;
-    /* most traces have no op with a host time at all: a scan of the records says so
-     * without looking each compute action's op up */
-    int any = 0;
-    size_t n;
-    const trace_rec *recs = trace_records(x->o.trace, &n);
-    for (size_t i = 0; i < n && !any; i++)
-        any = recs[i].type == TR_OP && (recs[i].u.op.host_us > 0 || recs[i].u.op.host_sync);
-    if (!any) return 0;
+    /* most traces have no op with a host time at all: the trace says so without looking
+     * each compute action's op up */
+    if (!trace_has_host_times(x->o.trace)) return 0;
     for (size_t i = 0; i < x->nacts; i++) {
         const sched_action *a = ex_act(x, i);
         const trace_op *t = a->kind == SA_COMPUTE ? ex_action_op(x, a) : NULL;
         if (t && (t->host_us > 0 || t->host_sync)) return 1;
     }
     return 0;
+}
+
+/* Whether the ALLOC actions' ids (the largest is top, any: there is one) are compact enough
+ * for a table by id (ex.dtab): the largest below a few per action; sets ndtab to it plus
+ * one. */
+static int dev_ids_dense(ex *x, uint64_t top, int any)
+{
+    if (any && top >= 4 * (uint64_t)x->nacts + 4096) return 0;
+    x->ndtab = any ? (size_t)top + 1 : 0;
+    return 1;
 }
 
 static ms_status setup(ex *x)
@@ -891,7 +947,16 @@ static ms_status setup(ex *x)
         if (!x->duse || !x->huse) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
         if (!(x->o.issue_us <= 1e12)) x->o.issue_us = 0; /* NaN or absurd: free */
     }
-    return split_streams(x);
+    uint64_t top;
+    int any;
+    st = split_streams(x, &top, &any);
+    if (st != MS_OK) return st;
+    /* the host issue model keeps the map */
+    if (!x->issue && dev_ids_dense(x, top, any)) {
+        x->dtab = calloc(x->ndtab ? x->ndtab : 1, sizeof *x->dtab);
+        if (!x->dtab) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+    }
+    return MS_OK;
 }
 
 static void teardown(ex *x)
@@ -902,6 +967,7 @@ static void teardown(ex *x)
     eng_free(x->eng);
     tl_free(x->tl);
     u64map_free(x->dev);
+    free(x->dtab);
     bm_free(x->mix);
     exfw_free(x->fw);
     u64map_free(x->host);

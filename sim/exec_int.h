@@ -110,6 +110,13 @@ typedef struct pend_fifo {
     size_t head, n, cap;
 } pend_fifo;
 
+/* A tensor's device block in the executor's table by id (ex.dtab): its address and its
+ * blockmix token (bm_add), the token shifted left by one with bit 0 set while it is live. */
+typedef struct dev_ent {
+    uint64_t addr;
+    uint64_t mix;
+} dev_ent;
+
 /* Time sums over the measured window (the last iteration, see win_t0). */
 typedef struct window {
     double compute_us, recompute_us, host_us, stall_us, alloc_us;
@@ -130,7 +137,9 @@ typedef struct ex {
     uint32_t *qbuf;
     uint8_t *reached;
     uint32_t nevents;
-    u64map *dev;         /* tensor id -> device address */
+    u64map *dev;         /* tensor id -> device address (issue model, or sparse ids) */
+    dev_ent *dtab;       /* else: the live device tensors by id, ndtab of them (every */
+    size_t ndtab;        /* ALLOC's id is below ndtab); NULL: x->dev serves */
     blockmix *mix;       /* what the peak holds (sim_result.peak_live_bytes) */
     u64map *host;        /* tensor id -> host bytes */
     uint64_t host_used, host_peak, host_cap;

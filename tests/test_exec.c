@@ -465,6 +465,90 @@ static void test_bad_input(void)
     sched_free(s);
 }
 
+/* A copy of s with every tensor id moved up by `shift` (HOST_* and copies included). */
+static schedule_t *shifted(const schedule_t *s, uint64_t shift)
+{
+    schedule_t *c = sched_new();
+    for (uint32_t e = sched_event_count(s); e > 0; e--) sched_new_event(c);
+    size_t n;
+    const sched_action *a = sched_actions(s, &n);
+    for (size_t i = 0; i < n; i++) {
+        sched_action x = a[i];
+        if (x.kind == SA_ALLOC || x.kind == SA_FREE || x.kind == SA_HOST_ALLOC ||
+            x.kind == SA_HOST_FREE || x.kind == SA_COPY_D2H || x.kind == SA_COPY_H2D)
+            x.tensor += shift;
+        add(c, x);
+    }
+    return c;
+}
+
+static int same_result(const sim_result *a, const sim_result *b)
+{
+    return a->status == b->status && a->iter_time_s == b->iter_time_s &&
+           a->peak_allocated_bytes == b->peak_allocated_bytes &&
+           a->peak_reserved_bytes == b->peak_reserved_bytes &&
+           a->host_peak_bytes == b->host_peak_bytes && a->stall_s == b->stall_s &&
+           a->astats.num_allocs == b->astats.num_allocs &&
+           a->astats.num_frees == b->astats.num_frees &&
+           a->astats.num_splits == b->astats.num_splits &&
+           !memcmp(a->peak_live_bytes, b->peak_live_bytes, sizeof a->peak_live_bytes) &&
+           a->peak_live_at_failure == b->peak_live_at_failure;
+}
+
+/* The stream-time model keeps live device tensors in a table by id when the ALLOC ids are
+ * compact, in a map otherwise (ids far above a few per action): both give the same run,
+ * an OOM and the errors of a double allocation and of a free of a tensor not allocated. */
+static void test_dense_and_sparse_ids(void)
+{
+    machine_t m = test_machine();
+    size_t n;
+    schedule_t *d = synthetic(6, &n), *sp = shifted(d, 1ULL << 40);
+    sim_result rd, rs;
+    ms_error err;
+    ms_status st = run(d, &m, NULL, &rd, &err);
+    ms_status st2 = run(sp, &m, NULL, &rs, &err);
+    TAP_OK(st == MS_OK && st2 == MS_OK && rd.status == RS_OK && same_result(&rd, &rs) &&
+               rd.astats.num_frees > 0 && bm_sum(rd.peak_live_bytes) > 0,
+           "compact ids (table) and ids from 2^40 (map): the same run (%.6f s, peak %llu)",
+           rd.iter_time_s, (unsigned long long)rd.peak_allocated_bytes);
+    m.gpu_hbm_bytes = 120 * MiB;
+    st = run(d, &m, NULL, &rd, &err);
+    st2 = run(sp, &m, NULL, &rs, &err);
+    TAP_OK(st == MS_OK && st2 == MS_OK && rd.status == RS_OOM && same_result(&rd, &rs) &&
+               rd.peak_live_at_failure,
+           "and the same OOM with 120 MiB of device");
+    sched_free(d);
+    sched_free(sp);
+    m = test_machine();
+    for (uint64_t base_id = 1; base_id; base_id = base_id == 1 ? 1ULL << 40 : 0) {
+        schedule_t *s = sched_new();
+        tensor_act(s, SA_ALLOC, SS_COMPUTE, base_id, 4096);
+        tensor_act(s, SA_ALLOC, SS_COMPUTE, base_id, 4096);
+        st = run(s, &m, NULL, &rd, &err);
+        TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "already allocated"),
+               "id %llu allocated twice: %s", (unsigned long long)base_id, err.msg);
+        sched_free(s);
+        s = sched_new();
+        tensor_act(s, SA_ALLOC, SS_COMPUTE, base_id, 4096);
+        tensor_act(s, SA_FREE, SS_COMPUTE, base_id, 0);
+        tensor_act(s, SA_FREE, SS_COMPUTE, base_id, 0);
+        tensor_act(s, SA_FREE, SS_COMPUTE, base_id + 7, 0);
+        st = run(s, &m, NULL, &rd, &err);
+        TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "action 2") &&
+                   strstr(err.msg, "not allocated"),
+               "id %llu freed twice: %s", (unsigned long long)base_id, err.msg);
+        sched_free(s);
+        s = sched_new();
+        tensor_act(s, SA_ALLOC, SS_COMPUTE, base_id, 4096);
+        tensor_act(s, SA_FREE, SS_COMPUTE, base_id + 100000, 0);
+        st = run(s, &m, NULL, &rd, &err);
+        TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, "not allocated"),
+               "a free of an id above every ALLOC's (%llu + 100000): %s",
+               (unsigned long long)base_id, err.msg);
+        sched_free(s);
+    }
+}
+
 static void test_determinism_and_outputs(void)
 {
     machine_t m = test_machine();
@@ -614,6 +698,7 @@ int main(void)
     test_iterations();
     test_deadlock();
     test_bad_input();
+    test_dense_and_sparse_ids();
     test_determinism_and_outputs();
     test_results_csv();
     test_speed();

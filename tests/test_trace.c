@@ -511,6 +511,57 @@ static void test_big_stream(void)
     remove(p);
 }
 
+/* trace_reserve: room made up front changes no record, appends past it still grow the
+ * array, and a smaller reservation than the room there is keeps what is there. */
+static void test_reserve(void)
+{
+    trace_t *a = trace_new(), *b = trace_new();
+    TAP_OK(trace_reserve(b, 10) == MS_OK, "room for 10 records");
+    int ok = 1;
+    for (uint64_t i = 1; i <= 40 && ok; i++) {
+        trace_rec r;
+        trace_alloc_rec(&r, i, 4096 * i, TC_ACT_TRANS, (int)(i % 3) - 1, -1, 0, "x");
+        ok = trace_append(a, &r) == MS_OK && trace_append(b, &r) == MS_OK;
+        if (i == 20) ok = ok && trace_reserve(b, 5) == MS_OK;
+    }
+    size_t na, nb;
+    const trace_rec *ra = trace_records(a, &na), *rb = trace_records(b, &nb);
+    int same = ok && na == 40 && nb == 40;
+    for (size_t i = 0; same && i < na; i++)
+        same = ra[i].u.alloc.id == rb[i].u.alloc.id && ra[i].u.alloc.bytes == rb[i].u.alloc.bytes &&
+               !strcmp(ra[i].u.alloc.name, rb[i].u.alloc.name);
+    TAP_OK(same && trace_find_tensor(b, 33) == &rb[32].u.alloc,
+           "40 records appended past a reservation of 10 (and one of 5 between): the same "
+           "records and index as without");
+    trace_free(a);
+    trace_free(b);
+}
+
+/* trace_has_host_times follows the op records appended: none, a host time, a host sync. */
+static void test_host_times_flag(void)
+{
+    trace_t *t = trace_new();
+    trace_rec r;
+    memset(&r, 0, sizeof r);
+    r.type = TR_OP;
+    r.u.op.id = 1;
+    r.u.op.dur_us = 5;
+    snprintf(r.u.op.name, sizeof r.u.op.name, "gemm");
+    int ok = trace_append(t, &r) == MS_OK;
+    TAP_OK(ok && !trace_has_host_times(t), "an op without host time: none noted");
+    r.u.op.id = 2;
+    r.u.op.host_sync = 1;
+    ok = trace_append(t, &r) == MS_OK;
+    TAP_OK(ok && trace_has_host_times(t), "an op with a host synchronize: noted");
+    trace_free(t);
+    t = trace_new();
+    r.u.op.host_sync = 0;
+    r.u.op.host_us = 3;
+    ok = trace_append(t, &r) == MS_OK;
+    TAP_OK(ok && trace_has_host_times(t), "an op with a host time: noted");
+    trace_free(t);
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -522,6 +573,8 @@ int main(void)
     test_host_attrs();
     test_headers_and_limits();
     test_big_stream();
+    test_reserve();
+    test_host_times_flag();
     const char *files[] = {"a.trace", "b.trace", "c.trace", "a.trace.gz", "bad.trace",
                            "v2.trace", "big.trace"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) remove(tpath(files[i]));

@@ -147,6 +147,9 @@ const char *trace_meta_key(const trace_t *t, size_t i);
 const char *trace_meta_value(const trace_t *t, size_t i);
 /* Appends a record; arrays and strings are copied. */
 ms_status trace_append(trace_t *t, const trace_rec *rec);
+/* Room for n records in all, so that appending up to them moves no record (a writer that
+ * knows about how many it makes: the generator). MS_ERR_NOMEM, the trace unchanged. */
+ms_status trace_reserve(trace_t *t, size_t n);
 /* Appends a mark record. */
 ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value);
 /* The generators' record name: "L<layer>.<what>", or <what> alone for layer < 0
@@ -161,6 +164,9 @@ const trace_rec *trace_get(const trace_t *t, size_t i);
 /* The records in order (*n of them), valid until the trace next changes: for the planners'
  * and lowerings' walks, which read every record by index, several times. */
 const trace_rec *trace_records(const trace_t *t, size_t *n);
+/* Whether some op record has a host time (host_us > 0) or a host synchronize: noted as the
+ * records are appended (the simulator asks at every run; most traces have none). */
+int trace_has_host_times(const trace_t *t);
 /* Tensor metadata by id: the most recent alloc record with that id (NULL if none). */
 const trace_tensor *trace_find_tensor(const trace_t *t, uint64_t id);
 const trace_op *trace_find_op(const trace_t *t, uint64_t id);
