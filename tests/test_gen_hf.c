@@ -400,6 +400,58 @@ static int hf_walk_ok(const trace_t *t)
     return w.errors == 0 && w.live_left_bad <= 5;
 }
 
+/* Qwen3-MoE (Qwen3MoeSparseMoeBlock): Qwen3's attention with q/k norms in front of the
+ * experts, no shared expert, the routing weights cast to the router logits' dtype. */
+static void test_hf_qwen3_moe(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_moe_config("amp", 2);
+    model_t *m = &c.model;
+    snprintf(m->family, sizeof m->family, "qwen3_moe");
+    m->norm_topk = 0;
+    uint64_t h = m->hidden, V = m->vocab, T = c.seq * c.micro_batch, d = h / m->heads;
+    uint64_t E = m->n_experts, fe = m->expert_ffn, k = m->experts_per_tok, S = T * k;
+    uint64_t q = m->heads * d, kv = m->kv_heads * d;
+    uint64_t layer = 2 * q * h + 2 * kv * h + 2 * d + E * h + 3 * E * fe * h + 2 * h;
+    uint64_t P = V * h + m->layers * layer + h + V * h;
+    trace_t *t = NULL;
+    TAP_OK(gen_validate(&c, &err) == MS_OK && model_params(m) == P,
+           "hf: family qwen3_moe is modelled, %llu parameters", (unsigned long long)P);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf qwen3_moe amp trace");
+    if (!t) return;
+    TAP_OK(hf_walk_ok(t), "qwen3_moe amp trace balanced and live");
+    TAP_OK(trace_meta_u64(t, "hf_params", 0) == P, "qwen3_moe: q/k norms, router and fused "
+           "experts counted (%llu)", (unsigned long long)trace_meta_u64(t, "hf_params", 0));
+    TAP_OK(hf_named(t, "L0.q_norm.to_fp32", NULL, NULL) == T * q * 4 &&
+           hf_named(t, "L1.k_norm.rsqrt", NULL, NULL) == T * m->kv_heads * 4,
+           "qwen3_moe: Qwen3's per-head q/k RMSNorms before the rotary");
+    TAP_OK(hf_named(t, "L0.routing_weights", NULL, NULL) == T * k * 2 &&
+           hf_named(t, "L0.weighted", NULL, NULL) == S * h * 4 &&
+           hf_named(t, "L0.topk_sum", NULL, NULL) == 0 &&
+           hf_named(t, "L0.shared_sigmoid", NULL, NULL) == 0 &&
+           hf_named(t, "L0.shared.gate_proj_out", NULL, NULL) == 0,
+           "qwen3_moe amp: top-k weights cast to the bf16 logits' dtype; fp32 experts; no "
+           "renormalization without norm_topk_prob, no shared expert");
+    trace_free(t);
+    c = hf_moe_config("bf16", 2);
+    snprintf(c.model.family, sizeof c.model.family, "qwen3_moe");
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf qwen3_moe bf16 trace, norm_topk_prob");
+    if (!t) return;
+    TAP_OK(hf_walk_ok(t) && hf_named(t, "L0.topk_sum", NULL, NULL) == T * 4 &&
+           hf_named(t, "L0.routing_weights", NULL, NULL) == T * k * 2 &&
+           hf_named(t, "L0.weighted", NULL, NULL) == S * h * 2 &&
+           hf_named(t, "L0.experts_out_cast", NULL, NULL) == 0,
+           "qwen3_moe bf16: renormalized, bf16 routing weights keep the weighted outputs bf16 "
+           "(Mixtral's fp32 weights promote them)");
+    trace_free(t);
+    c = hf_moe_config("fp32", 2);
+    snprintf(c.model.family, sizeof c.model.family, "qwen3_moe");
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK && hf_walk_ok(t) &&
+           hf_named(t, "L0.routing_weights", NULL, NULL) == 0,
+           "qwen3_moe fp32: the cast of the routing weights is a no-op");
+    trace_free(t);
+}
+
 static void test_hf_qwen3(const machine_t *mach)
 {
     ms_error err;
@@ -1014,6 +1066,7 @@ int main(void)
     machine_t m = test_machine();
     test_hf(&m);
     test_hf_moe(&m);
+    test_hf_qwen3_moe(&m);
     test_hf_gpt2(&m);
     test_hf_qwen3(&m);
     test_hf_opt(&m);

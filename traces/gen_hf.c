@@ -1371,7 +1371,7 @@ static void hf_plan(hf_x *x)
 
 static const char *const hf_families[] = { "llama", "mistral", "qwen2", "qwen3", "phi3",
                                            "gpt2", "gpt_neox", "opt", "bert", "mixtral",
-                                           "qwen2_moe", NULL };
+                                           "qwen2_moe", "qwen3_moe", NULL };
 
 ms_status gen_hf_check(const gen_config *c, ms_error *err)
 {
@@ -1381,7 +1381,7 @@ ms_status gen_hf_check(const gen_config *c, ms_error *err)
     if (!ok)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
                        "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, phi3, gpt2, "
-                       "gpt_neox, opt, bert, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
+                       "gpt_neox, opt, bert, mixtral, qwen2_moe, qwen3_moe)", fam[0] ? fam : "(none)", c->model.name);
     if (c->ep > 1)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models PyTorch eager with "
                        "transformers on one GPU, which has no expert parallelism (ep %d); use "

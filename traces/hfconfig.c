@@ -35,7 +35,7 @@ typedef enum hfc_kind {
     HFC_BERT
 } hfc_kind;
 
-typedef enum hfc_moe { HFC_DENSE = 0, HFC_MOE_MIXTRAL, HFC_MOE_QWEN2 } hfc_moe;
+typedef enum hfc_moe { HFC_DENSE = 0, HFC_MOE_MIXTRAL, HFC_MOE_QWEN2, HFC_MOE_QWEN3 } hfc_moe;
 
 /* How a family turns sliding-window attention on. */
 typedef enum hfc_window {
@@ -75,6 +75,10 @@ static const hfc_family FAMILIES[] = {
      ROPE_KEYS},
     {"qwen2_moe", HFC_ROPE_GATED, HFC_MOE_QWEN2, HFC_WIN_GATED, 4096, 32768, 0, 1, 0, 1, 0,
      ROPE_KEYS},
+    /* Qwen3MoeConfig: Qwen3's attention (no head_dim field: hidden / heads when absent),
+     * experts without a shared one */
+    {"qwen3_moe", HFC_ROPE_GATED, HFC_MOE_QWEN3, HFC_WIN_GATED, 4096, 32768, 0, 1, 1, 0, 0,
+     ROPE_KEYS},
     /* Phi3Config: sliding_window None, max_position_embeddings 4096, untied by default */
     {"phi3", HFC_ROPE_GATED, HFC_DENSE, HFC_WIN_KEY, 0, 4096, 0, 0, 0, 0, 0, ROPE_KEYS},
     {"gpt2", HFC_GPT2, HFC_DENSE, HFC_WIN_NONE, 0, 0, 1, 0, 0, 0, 0, "n_layer", "n_embd",
@@ -93,8 +97,8 @@ static const hfc_family FAMILIES[] = {
 
 const char *hfc_model_types(void)
 {
-    return "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, gpt2, gpt_neox, opt, "
-           "bert";
+    return "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, qwen3_moe, gpt2, gpt_neox, "
+           "opt, bert";
 }
 
 /* One parse: the first failure is kept, later reads return harmless values. */
@@ -434,8 +438,10 @@ static void read_moe(hctx *x, const hfc_family *f, model_t *m)
         return;
     }
     m->expert_ffn = size_of(x, "moe_intermediate_size", 0, HFC_MAX_FFN);
-    m->shared_ffn = size_of(x, "shared_expert_intermediate_size", 0, HFC_MAX_FFN);
-    m->shared_gate = 1;
+    if (f->moe == HFC_MOE_QWEN2) { /* Qwen3-MoE has no shared expert */
+        m->shared_ffn = size_of(x, "shared_expert_intermediate_size", 0, HFC_MAX_FFN);
+        m->shared_gate = 1;
+    }
     m->moe_every = (int)size_of(x, "decoder_sparse_step", 1, HFC_MAX_LAYERS);
     m->norm_topk = bool_of(x, "norm_topk_prob", 0);
     json_t *only = field(x, "mlp_only_layers");

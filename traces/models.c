@@ -283,8 +283,12 @@ uint64_t model_fc1_width(const model_t *m)
     return m->mlp == MODEL_MLP_SWIGLU ? 2 * m->ffn_hidden : m->ffn_hidden;
 }
 
-/* Qwen3 normalizes each head's query and key (q_norm, k_norm: RMSNorm of head_dim). */
-int model_has_qk_norm(const model_t *m) { return !strcmp(m->family, "qwen3"); }
+/* Qwen3 and Qwen3-MoE normalize each head's query and key (q_norm, k_norm: RMSNorm of
+ * head_dim). */
+int model_has_qk_norm(const model_t *m)
+{
+    return !strcmp(m->family, "qwen3") || !strcmp(m->family, "qwen3_moe");
+}
 
 static uint64_t moe_every(const model_t *m) { return m->moe_every > 1 ? (uint64_t)m->moe_every : 1; }
 
