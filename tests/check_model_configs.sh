@@ -60,9 +60,10 @@ def params(c):
         mlm = body + h * h + h + 2 * h + V + (0 if c.get("tie_word_embeddings", True) else V * h)
         return p, p, mlm
     # RMSNorm, SwiGLU decoders: llama, mistral, qwen2, qwen3, phi3 (fused qkv_proj and
-    # gate_up_proj: the same counts), mixtral, qwen2_moe, qwen3_moe
+    # gate_up_proj: the same counts), mixtral, qwen2_moe, qwen3_moe, gemma (GeGLU: the
+    # same three projections)
     kv = c.get("num_key_value_heads", a)
-    d = c.get("head_dim") or (128 if t == "qwen3" else h // a)
+    d = c.get("head_dim") or {"qwen3": 128, "gemma": 256}.get(t, h // a)
     q, k = a * d, kv * d
     attn = h * (q + 2 * k) + q * h
     if t in ("qwen2", "qwen2_moe"):
@@ -89,7 +90,8 @@ def params(c):
         sparse = sum(1 for i in range(L) if (i + 1) % step == 0)
         total = (L - sparse) * dense + sparse * moe
         active = (L - sparse) * dense + sparse * (moe - (E - top) * mlp(w))
-    head = h + (0 if c.get("tie_word_embeddings") else V * h)
+    tied = c.get("tie_word_embeddings", t == "gemma")    # GemmaConfig ties by default
+    head = h + (0 if tied else V * h)
     return total + V * h + head, active + V * h + head
 
 def run(args):
@@ -151,7 +153,7 @@ for name in files:
            "(config: %d)%s" % (name, policy, row.get("status"), p, active,
                                 "" if r.returncode == 0 else ": " + r.stderr.strip()))
 want = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe",
-        "gpt2", "gpt_neox", "opt", "bert"}
+        "gemma", "gpt2", "gpt_neox", "opt", "bert"}
 ok(want <= types, "a config for every supported model_type (%s)" % ", ".join(sorted(types)))
 print("1..%d" % n)
 sys.exit(1 if failed else 0)

@@ -76,6 +76,13 @@ static void test_realworld_counts(void)
                !strcmp(m.family, "qwen3_moe"), "qwen3-30b-a3b-2l.json: %llu parameters "
                "(%s)", (unsigned long long)(2 * layer + 2 * V * h + h), e.msg);
     }
+    {
+        uint64_t h = 3072, q = 4096, f = 24576, V = 256000;
+        uint64_t p = 2 * (4 * h * q + 3 * h * f + 2 * h) + V * h + h;
+        TAP_OK(hfc_load(realworld("gemma-7b-2l"), &m, &e) == MS_OK && model_params(&m) == p &&
+               !strcmp(m.family, "gemma") && m.tied_embeddings, "gemma-7b-2l.json: %llu "
+               "parameters (%s)", (unsigned long long)p, e.msg);
+    }
     TAP_OK(hfc_load(realworld("qwen2-moe-mini"), &m, &e) == MS_OK && m.n_experts == 16 &&
            m.experts_per_tok == 4 && m.expert_ffn == 704 && m.shared_ffn == 2816 &&
            m.shared_gate && m.qkv_bias && !m.norm_topk && !m.tied_embeddings,
@@ -229,6 +236,39 @@ static void test_families(void)
                model_layer_params_at(&m, 0) == dn && model_layer_params_at(&m, 3) == sp &&
                model_params(&m) == want, "qwen3_moe, decoder_sparse_step 2: dense and sparse "
                "layers alternate, no shared expert, norm_topk_prob off by default (%s)", e.msg);
+    }
+
+    /* Gemma-7B's public shape (28 layers, hidden 3072, 16 heads of head_dim 256, 16 KV
+     * heads, GeGLU of 24576, 256000 tokens, tied): q, k, v, o, gate, up, down and two
+     * GemmaRMSNorms a layer, embed_tokens (also the head), the final norm: 8 537 680 896
+     * (the model card's 8.54B). Gemma-2B: MQA (1 KV head), 18 layers: 2 506 172 416. */
+    st = parse("g7.json", "{\"model_type\": \"gemma\", \"num_hidden_layers\": 28, "
+               "\"hidden_size\": 3072, \"intermediate_size\": 24576, \"num_attention_heads\": "
+               "16, \"num_key_value_heads\": 16, \"head_dim\": 256, \"vocab_size\": 256000, "
+               "\"hidden_act\": \"gelu_pytorch_tanh\", \"max_position_embeddings\": 8192}",
+               &m, &e);
+    {
+        uint64_t h = 3072, q = 16 * 256, kv = 16 * 256, f = 24576, V = 256000;
+        want = 28 * (2 * h * q + 2 * h * kv + 3 * h * f + 2 * h) + V * h + h;
+        TAP_OK(st == MS_OK && want == 8537680896ull && model_params(&m) == want &&
+               m.tied_embeddings && m.head_dim == 256 && m.act == MODEL_ACT_GELU_TANH &&
+               m.mlp == MODEL_MLP_SWIGLU && m.norm == MODEL_NORM_RMS && !m.has_bias &&
+               !model_has_qk_norm(&m) && m.default_seq == 4096, "gemma: Gemma-7B's %llu "
+               "parameters, tied, head_dim 256, GeGLU (got %llu; %s)", (unsigned long long)want,
+               (unsigned long long)model_params(&m), e.msg);
+        TAP_OK(model_param_tensors(&m, &per) == 28 * 9 + 2 && per == 9,
+               "gemma: 9 tensors a layer, the tied head none of its own");
+    }
+    st = parse("g2b.json", "{\"model_type\": \"gemma\", \"num_hidden_layers\": 18, "
+               "\"hidden_size\": 2048, \"intermediate_size\": 16384, \"num_attention_heads\": "
+               "8, \"num_key_value_heads\": 1, \"vocab_size\": 256000}", &m, &e);
+    {
+        uint64_t h = 2048, q = 8 * 256, kv = 256, f = 16384, V = 256000;
+        want = 18 * (2 * h * q + 2 * h * kv + 3 * h * f + 2 * h) + V * h + h;
+        TAP_OK(st == MS_OK && want == 2506172416ull && model_params(&m) == want &&
+               model_head_dim(&m) == 256 && m.kv_heads == 1 && m.act == MODEL_ACT_GELU_TANH &&
+               m.tied_embeddings, "gemma: Gemma-2B's %llu parameters with MQA, head_dim 256 "
+               "and gelu_pytorch_tanh by default (%s)", (unsigned long long)want, e.msg);
     }
 
     st = parse("g.json", "{\"model_type\": \"gpt2\", \"n_layer\": 12, \"n_embd\": 768, "
@@ -504,6 +544,17 @@ static void test_bad_input(void)
         "sliding_window: 1024 below");
     bad("qwen3_moe's attention biases", "{" Q3M "\"moe_intermediate_size\": 32, "
         "\"attention_bias\": true}", MS_ERR_INVALID, "attention_bias");
+    bad("gemma without num_key_value_heads", "{\"model_type\": \"gemma\", "
+        "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"intermediate_size\": 128, "
+        "\"num_attention_heads\": 2, \"vocab_size\": 100}", MS_ERR_INVALID,
+        "num_key_value_heads: missing");
+    bad("gemma's bidirectional attention", "{\"model_type\": \"gemma\", "
+        "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"intermediate_size\": 128, "
+        "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"vocab_size\": 100, "
+        "\"use_bidirectional_attention\": true}", MS_ERR_INVALID,
+        "use_bidirectional_attention");
+    bad("gemma2 (not a modelled family)", "{\"model_type\": \"gemma2\", "
+        "\"num_hidden_layers\": 1}", MS_ERR_INVALID, "'gemma2' is not supported");
     bad("more experts per token than experts", "{\"model_type\": \"mixtral\", "
         "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"intermediate_size\": 128, "
         "\"num_attention_heads\": 2, \"num_key_value_heads\": 2, \"vocab_size\": 100, "

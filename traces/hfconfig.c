@@ -79,6 +79,11 @@ static const hfc_family FAMILIES[] = {
      * experts without a shared one */
     {"qwen3_moe", HFC_ROPE_GATED, HFC_MOE_QWEN3, HFC_WIN_GATED, 4096, 32768, 0, 1, 1, 0, 0,
      ROPE_KEYS},
+    /* GemmaConfig: head_dim 256, 16 KV heads (required here), 8192 positions, tied,
+     * gelu_pytorch_tanh; GemmaRMSNorm and the scaled embedding are the generator's */
+    {"gemma", HFC_ROPE_GATED, HFC_DENSE, HFC_WIN_NONE, 0, 8192, 1, 1, 1, 0, 256,
+     "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+     "max_position_embeddings", "hidden_act", "gelu_pytorch_tanh"},
     /* Phi3Config: sliding_window None, max_position_embeddings 4096, untied by default */
     {"phi3", HFC_ROPE_GATED, HFC_DENSE, HFC_WIN_KEY, 0, 4096, 0, 0, 0, 0, 0, ROPE_KEYS},
     {"gpt2", HFC_GPT2, HFC_DENSE, HFC_WIN_NONE, 0, 0, 1, 0, 0, 0, 0, "n_layer", "n_embd",
@@ -97,8 +102,8 @@ static const hfc_family FAMILIES[] = {
 
 const char *hfc_model_types(void)
 {
-    return "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, qwen3_moe, gpt2, gpt_neox, "
-           "opt, bert";
+    return "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, qwen3_moe, gemma, gpt2, "
+           "gpt_neox, opt, bert";
 }
 
 /* One parse: the first failure is kept, later reads return harmless values. */
@@ -552,6 +557,9 @@ static void read_model(hctx *x, model_t *m)
     case HFC_ROPE_GATED:
         read_rope_gated(x, f, m);
         if (!strcmp(f->type, "phi3")) read_phi3(x, m);
+        if (!strcmp(f->type, "gemma"))
+            refuse_if(x, "use_bidirectional_attention", 0, "true (attention without the causal "
+                      "mask)");
         break;
     case HFC_GPT2: read_gpt2(x, m, maxpos); break;
     case HFC_NEOX: read_neox(x, m); break;
