@@ -400,6 +400,22 @@ static int hf_walk_ok(const trace_t *t)
     return w.errors == 0 && w.live_left_bad <= 5;
 }
 
+/* Index of the first alloc (free: 1) record of the tensor named name, or of the tensor id
+ * (name NULL); trace_count when none. */
+static size_t hf_rec_at(const trace_t *t, const char *name, uint64_t id, int free, uint64_t *got)
+{
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (!free && r->type == TR_ALLOC && (name ? !strcmp(r->u.alloc.name, name)
+                                                  : r->u.alloc.id == id)) {
+            if (got) *got = r->u.alloc.id;
+            return i;
+        }
+        if (free && r->type == TR_FREE && r->u.free_id == id) return i;
+    }
+    return trace_count(t);
+}
+
 /* Qwen3-MoE (Qwen3MoeSparseMoeBlock): Qwen3's attention with q/k norms in front of the
  * experts, no shared expert, the routing weights cast to the router logits' dtype. */
 static void test_hf_qwen3_moe(const machine_t *mach)
@@ -422,6 +438,12 @@ static void test_hf_qwen3_moe(const machine_t *mach)
     TAP_OK(hf_walk_ok(t), "qwen3_moe amp trace balanced and live");
     TAP_OK(trace_meta_u64(t, "hf_params", 0) == P, "qwen3_moe: q/k norms, router and fused "
            "experts counted (%llu)", (unsigned long long)trace_meta_u64(t, "hf_params", 0));
+    TAP_OK(hf_rec_at(t, "L0.experts.gate_up_proj", 0, 0, NULL) <
+           hf_rec_at(t, "L0.experts.down_proj", 0, 0, NULL) &&
+           hf_rec_at(t, "L0.experts.down_proj", 0, 0, NULL) <
+           hf_rec_at(t, "L0.router.w", 0, 0, NULL) &&
+           hf_rec_at(t, "L0.router.w", 0, 0, NULL) < hf_rec_at(t, "L1.q_proj.w", 0, 0, NULL),
+           "qwen3_moe: the experts' parameters registered before the router's");
     TAP_OK(hf_named(t, "L0.q_norm.to_fp32", NULL, NULL) == T * q * 4 &&
            hf_named(t, "L1.k_norm.rsqrt", NULL, NULL) == T * m->kv_heads * 4,
            "qwen3_moe: Qwen3's per-head q/k RMSNorms before the rotary");
@@ -450,22 +472,6 @@ static void test_hf_qwen3_moe(const machine_t *mach)
            hf_named(t, "L0.routing_weights", NULL, NULL) == 0,
            "qwen3_moe fp32: the cast of the routing weights is a no-op");
     trace_free(t);
-}
-
-/* Index of the first alloc (free: 1) record of the tensor named name, or of the tensor id
- * (name NULL); trace_count when none. */
-static size_t hf_rec_at(const trace_t *t, const char *name, uint64_t id, int free, uint64_t *got)
-{
-    for (size_t i = 0; i < trace_count(t); i++) {
-        const trace_rec *r = trace_get(t, i);
-        if (!free && r->type == TR_ALLOC && (name ? !strcmp(r->u.alloc.name, name)
-                                                  : r->u.alloc.id == id)) {
-            if (got) *got = r->u.alloc.id;
-            return i;
-        }
-        if (free && r->type == TR_FREE && r->u.free_id == id) return i;
-    }
-    return trace_count(t);
 }
 
 /* Gemma (GemmaForCausalLM): LLaMA's layers with GemmaRMSNorm (x * (1 + w) in fp32, then

@@ -554,7 +554,8 @@ static void test_bad_input(void)
         "\"use_bidirectional_attention\": true}", MS_ERR_INVALID,
         "use_bidirectional_attention");
     bad("gemma2 (not a modelled family)", "{\"model_type\": \"gemma2\", "
-        "\"num_hidden_layers\": 1}", MS_ERR_INVALID, "'gemma2' is not supported");
+        "\"num_hidden_layers\": 1}", MS_ERR_INVALID, "'gemma2' is not supported: Gemma 2's "
+        "attn_logit_softcapping and final_logit_softcapping");
     bad("more experts per token than experts", "{\"model_type\": \"mixtral\", "
         "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"intermediate_size\": 128, "
         "\"num_attention_heads\": 2, \"num_key_value_heads\": 2, \"vocab_size\": 100, "

@@ -178,11 +178,20 @@ uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class c
 /* ---- parameters ---- */
 
 /* A slot's place among a layer's parameters: Phi3Attention registers o_proj before its
- * qkv_proj (the P_Q slot), so their places swap. */
+ * qkv_proj (the P_Q slot), so their places swap; Qwen3MoeSparseMoeBlock registers its
+ * experts before its router (Mixtral's the router first). */
 static size_t hf_slot_pos(const hf_x *x, size_t slot)
 {
     if (x->phi3 && (slot == P_Q || slot == P_O)) return slot == P_Q ? P_O : P_Q;
+    if (x->q3moe && slot >= P_ROUTER && slot <= P_EDN) return slot == P_ROUTER ? P_EDN : slot - 1;
     return slot;
+}
+
+/* The slot at a place: hf_slot_pos's inverse. */
+static size_t hf_pos_slot(const hf_x *x, size_t pos)
+{
+    if (x->q3moe && pos >= P_ROUTER && pos <= P_EDN) return pos == P_EDN ? P_ROUTER : pos + 1;
+    return hf_slot_pos(x, pos);
 }
 
 hf_param *hf_lp(hf_x *x, int l, int slot)
@@ -250,7 +259,7 @@ static void hf_pname(hf_x *x, size_t i, char *nm)
     else if (&x->p[i] == hf_fnorm(x)) MS_JOIN(nm, TRACE_NAME_MAX, "norm.w");
     else if (i == x->np - 1 && !x->tied) MS_JOIN(nm, TRACE_NAME_MAX, "lm_head.w");
     else {
-        size_t j = hf_slot_pos(x, (i - 1) % P_SLOTS);
+        size_t j = hf_pos_slot(x, (i - 1) % P_SLOTS);
         const char *sn = !x->phi3 ? slot_name[j] : j == P_Q ? "qkv_proj.w"
                        : j == P_GATE ? "gate_up_proj.w" : slot_name[j];
         snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, sn);
@@ -1369,6 +1378,7 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->bert = !strcmp(md->family, "bert");
     x->nnlin = x->bert;
     x->gemma = !strcmp(md->family, "gemma");
+    x->q3moe = !strcmp(md->family, "qwen3_moe");
     x->rd = md->rotary_pct > 0 ? (uint64_t)((double)x->hd * md->rotary_pct) : x->hd;
     x->lnfam = !strcmp(md->family, "gpt_neox") ? HF_LN_NEOX
              : !strcmp(md->family, "opt") ? HF_LN_OPT : 0;

@@ -96,6 +96,8 @@ typedef struct hf_x {
     int gemma;                 /* model family gemma: GemmaRMSNorm (x * (1 + w) in fp32) and
                                   the embedding scaled by sqrt(hidden) */
     uint64_t embraw;           /* Gemma: embed_tokens' output, a local of the model's forward */
+    int q3moe;                 /* model family qwen3_moe: the experts registered before the
+                                  router (hf_slot_pos) */
 } hf_x;
 
 /* What differs between the families' training steps: the forward's pieces and the whole

@@ -536,6 +536,11 @@ static const hfc_family *family_of(hctx *x)
         return fail(x, "model_type", "expected a string, not %s", kind_of(v)), NULL;
     for (size_t i = 0; i < NFAM; i++)
         if (!strcmp(json_string_value(v), FAMILIES[i].type)) return &FAMILIES[i];
+    if (!strcmp(json_string_value(v), "gemma2")) /* close to gemma: say what is missing */
+        return fail(x, "model_type", "'gemma2' is not supported: Gemma 2's "
+                    "attn_logit_softcapping and final_logit_softcapping (tanh soft-capping), "
+                    "sliding_window on alternating layers (layer_types) and the pre- and "
+                    "post-feed-forward norms are not modelled (gemma, Gemma 1, is)"), NULL;
     fail(x, "model_type", "'%s' is not supported (supported: %s)", json_string_value(v),
          hfc_model_types());
     return NULL;
