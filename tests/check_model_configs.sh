@@ -82,12 +82,14 @@ def params(c):
         moe = attn + h * E + E * mlp(w) + mlp(c["shared_expert_intermediate_size"]) + h + 2 * h
         total, active = L * moe, L * (moe - (E - top) * mlp(w))
     if t == "qwen3_moe":
-        # Qwen3MoeDecoderLayer: experts where (i + 1) % decoder_sparse_step == 0, else the
-        # dense MLP of intermediate_size; no shared expert
+        # Qwen3MoeDecoderLayer: experts where i is not in mlp_only_layers and
+        # (i + 1) % decoder_sparse_step == 0, else the dense MLP of intermediate_size; no
+        # shared expert
         E, top, w = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
         step = c.get("decoder_sparse_step", 1)
         moe = attn + h * E + E * mlp(w) + 2 * h
-        sparse = sum(1 for i in range(L) if (i + 1) % step == 0)
+        only = c.get("mlp_only_layers") or []
+        sparse = sum(1 for i in range(L) if i not in only and (i + 1) % step == 0)
         total = (L - sparse) * dense + sparse * moe
         active = (L - sparse) * dense + sparse * (moe - (E - top) * mlp(w))
     tied = c.get("tie_word_embeddings", t == "gemma")    # GemmaConfig ties by default

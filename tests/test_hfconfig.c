@@ -237,6 +237,18 @@ static void test_families(void)
                model_params(&m) == want, "qwen3_moe, decoder_sparse_step 2: dense and sparse "
                "layers alternate, no shared expert, norm_topk_prob off by default (%s)", e.msg);
     }
+    /* mlp_only_layers [0, 2, 9] with decoder_sparse_step 1 over 4 layers: 0 and 2 dense,
+     * 1 and 3 sparse (9 is no layer's index), the same counts as step 2 above */
+    uint64_t step2 = want;
+    st = parse("q3mo.json", "{\"model_type\": \"qwen3_moe\", \"num_hidden_layers\": 4, "
+               "\"hidden_size\": 256, \"intermediate_size\": 1024, \"num_attention_heads\": 4, "
+               "\"num_key_value_heads\": 2, \"vocab_size\": 1000, \"num_experts\": 8, "
+               "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 128, "
+               "\"mlp_only_layers\": [0, 2, 9, 2]}", &m, &e);
+    TAP_OK(st == MS_OK && m.dense_listed == 2 && !model_layer_is_moe(&m, 0) &&
+           model_layer_is_moe(&m, 1) && !model_layer_is_moe(&m, 2) && model_layer_is_moe(&m, 3) &&
+           model_moe_layers(&m) == 2 && model_params(&m) == step2,
+           "qwen3_moe, mlp_only_layers: the listed layers dense (%s)", e.msg);
 
     /* Gemma-7B's public shape (28 layers, hidden 3072, 16 heads of head_dim 256, 16 KV
      * heads, GeGLU of 24576, 256000 tokens, tied): q, k, v, o, gate, up, down and two
@@ -518,12 +530,12 @@ static void test_bad_input(void)
         "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"vocab_size\": 100, "
         "\"use_sliding_window\": true, \"sliding_window\": 4096}", MS_ERR_INVALID,
         "sliding_window: 4096 below");
-    bad("qwen2_moe's mlp_only_layers", "{\"model_type\": \"qwen2_moe\", \"num_hidden_layers\": 2, "
-        "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 2, "
-        "\"num_key_value_heads\": 2, \"vocab_size\": 100, \"num_experts\": 4, "
-        "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
-        "\"shared_expert_intermediate_size\": 64, \"mlp_only_layers\": [0]}", MS_ERR_INVALID,
-        "mlp_only_layers: dense layers");
+    bad("qwen2_moe's mlp_only_layers not a list", "{\"model_type\": \"qwen2_moe\", "
+        "\"num_hidden_layers\": 2, \"hidden_size\": 64, \"intermediate_size\": 128, "
+        "\"num_attention_heads\": 2, \"num_key_value_heads\": 2, \"vocab_size\": 100, "
+        "\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
+        "\"shared_expert_intermediate_size\": 64, \"mlp_only_layers\": 0}", MS_ERR_INVALID,
+        "mlp_only_layers: expected a list");
     bad("qwen2_moe without moe_intermediate_size", "{\"model_type\": \"qwen2_moe\", "
         "\"num_hidden_layers\": 2, \"hidden_size\": 64, \"intermediate_size\": 128, "
         "\"num_attention_heads\": 2, \"num_key_value_heads\": 2, \"vocab_size\": 100, "
@@ -537,8 +549,9 @@ static void test_bad_input(void)
         MS_ERR_INVALID, "moe_intermediate_size: missing");
     bad("qwen3_moe's router auxiliary loss", "{" Q3M "\"moe_intermediate_size\": 32, "
         "\"output_router_logits\": true}", MS_ERR_INVALID, "output_router_logits");
-    bad("qwen3_moe's mlp_only_layers", "{" Q3M "\"moe_intermediate_size\": 32, "
-        "\"mlp_only_layers\": [1]}", MS_ERR_INVALID, "mlp_only_layers: dense layers");
+    bad("qwen3_moe's mlp_only_layers of names", "{" Q3M "\"moe_intermediate_size\": 32, "
+        "\"mlp_only_layers\": [\"1\"]}", MS_ERR_INVALID, "mlp_only_layers: expected layer "
+        "indices");
     bad("qwen3_moe's sliding window switched on", "{" Q3M "\"moe_intermediate_size\": 32, "
         "\"use_sliding_window\": true, \"sliding_window\": 1024}", MS_ERR_INVALID,
         "sliding_window: 1024 below");

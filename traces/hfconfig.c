@@ -426,6 +426,31 @@ static void refuse_router_extras(hctx *x)
              "is not modelled");
 }
 
+/* mlp_only_layers: layer indices whose MLP stays dense (`layer_idx not in
+ * config.mlp_only_layers`); an index no layer has changes nothing, as in transformers. */
+static void read_dense_layers(hctx *x, model_t *m)
+{
+    json_t *only = field(x, "mlp_only_layers");
+    if (!only || x->st) return;
+    if (!json_is_array(only)) {
+        fail(x, "mlp_only_layers", "expected a list, not %s", kind_of(only));
+        return;
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach(only, i, v) {
+        if (!json_is_integer(v)) {
+            fail(x, "mlp_only_layers", "expected layer indices (integers), not %s", kind_of(v));
+            return;
+        }
+        json_int_t l = json_integer_value(v);
+        if (l < 0 || (uint64_t)l >= m->layers) continue;
+        uint8_t *b = &m->dense_layers[l / 8], bit = (uint8_t)(1u << (l % 8));
+        if (!(*b & bit)) m->dense_listed++;
+        *b |= bit;
+    }
+}
+
 static void read_moe(hctx *x, const hfc_family *f, model_t *m)
 {
     if (f->moe == HFC_DENSE) return;
@@ -449,12 +474,7 @@ static void read_moe(hctx *x, const hfc_family *f, model_t *m)
     }
     m->moe_every = (int)size_of(x, "decoder_sparse_step", 1, HFC_MAX_LAYERS);
     m->norm_topk = bool_of(x, "norm_topk_prob", 0);
-    json_t *only = field(x, "mlp_only_layers");
-    if (only && !json_is_array(only))
-        fail(x, "mlp_only_layers", "expected a list, not %s", kind_of(only));
-    else if (only && json_array_size(only))
-        fail(x, "mlp_only_layers", "dense layers listed by index among the experts' layers "
-             "are not modelled (give [] and decoder_sparse_step)");
+    read_dense_layers(x, m);
 }
 
 /* A window shorter than the context changes attention in training: refused. */
