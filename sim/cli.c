@@ -29,7 +29,7 @@ static const struct {
     unsigned not_with;
 } table[] = {
     {{"model", required_argument, 0, O_MODEL}, CLI_WORKLOAD, "NAME   model from `memsim list` (default gpt-7b)", 0},
-    {{"model-config", required_argument, 0, O_MODEL_CONFIG}, CLI_WORKLOAD, "FILE   the model of a Hugging Face config.json (llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, gpt2, gpt_neox, opt, bert; docs/GENERATOR.md)", 0},
+    {{"model-config", required_argument, 0, O_MODEL_CONFIG}, CLI_WORKLOAD, "FILE   the model of a Hugging Face config.json (llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, qwen3_moe, gemma, gpt2, gpt_neox, opt, bert; docs/GENERATOR.md)", 0},
     {{"dims", required_argument, 0, O_DIMS}, CLI_WORKLOAD, "L,H,A,F,V   a GPT decoder of these layers, hidden, heads, ffn, vocab: LayerNorm, GeLU MLP (f = F), biases, full multi-head attention, rotary positions, tied embeddings; LLaMA-style (RMSNorm, SwiGLU, GQA) or MoE models: --model-config", 0},
     {{"seq", required_argument, 0, O_SEQ}, CLI_WORKLOAD, "N   sequence length (64K, 1M accepted; default: the model's)", 0},
     {{"batch", required_argument, 0, O_BATCH}, CLI_WORKLOAD, "N   micro-batch size (default 1)", 0},

@@ -547,6 +547,8 @@ printf '{"model_type": "qwen2", %s, %s, %s, "tie_word_embeddings": true}\n' "$S"
 printf '{"model_type": "qwen3", %s, %s, %s, "head_dim": 48}\n' "$S" "$R" "$KV" > "$T/fam-qwen3.json"
 printf '{"model_type": "mixtral", %s, %s, %s, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": null}\n' "$S" "$R" "$KV" > "$T/fam-mixtral.json"
 printf '{"model_type": "qwen2_moe", %s, %s, %s, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128}\n' "$S" "$R" "$KV" > "$T/fam-qwen2_moe.json"
+printf '{"model_type": "qwen3_moe", %s, %s, %s, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "norm_topk_prob": true}\n' "$S" "$R" "$KV" > "$T/fam-qwen3_moe.json"
+printf '{"model_type": "gemma", %s, %s, %s, "head_dim": 64}\n' "$S" "$R" "$KV" > "$T/fam-gemma.json"
 printf '{"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 512, "n_positions": 2048}\n' > "$T/fam-gpt2.json"
 printf '{"model_type": "gpt_neox", %s, %s, "rotary_pct": 0.25}\n' "$S" "$R" > "$T/fam-gpt_neox.json"
 printf '{"model_type": "opt", %s, "ffn_dim": 256, "max_position_embeddings": 2048, "word_embed_proj_dim": 128}\n' "$S" > "$T/fam-opt.json"
@@ -554,7 +556,7 @@ printf '{"model_type": "bert", %s, %s}\n' "$S" "$R" > "$T/fam-bert.json"
 printf '{"model_type": "phi3", %s, %s, %s, "partial_rotary_factor": 0.75}\n' "$S" "$R" "$KV" > "$T/fam-phi3.json"
 printf '{"model_type": "bert", %s, "intermediate_size": 256, "max_position_embeddings": 512}\n' "$S" > "$T/bert512.json"
 F="--framework hf --precision amp --seq 1024 --batch 2 --machine h200-sxm --policy keep-all"
-for fam in llama mistral qwen2 qwen3 phi3 mixtral qwen2_moe gpt2 gpt_neox opt bert; do
+for fam in llama mistral qwen2 qwen3 phi3 mixtral qwen2_moe qwen3_moe gemma gpt2 gpt_neox opt bert; do
     rm -f "$T/fam.csv"
     expect 0 "--framework hf simulates a $fam config.json" -- "$M" simulate --model-config "$T/fam-$fam.json" $F --csv "$T/fam.csv"
     grep -q "^keep-all,caching,fam-$fam,h200-sxm,1024,2,1,1,1,ok," "$T/fam.csv"; ok $? "hf $fam: a CSV row, status ok"
@@ -564,6 +566,18 @@ expect 1 "--framework hf refuses a bert sequence past its positions (unsupported
 grep -q "bert sequence 1024 beyond its 512 positions" "$T/err" && [ ! -e "$T/fam.csv" ]
 ok $? "the bert refusal says why (max_position_embeddings), no CSV"
 expect 4 "a missing config.json: exit 4" -- "$M" simulate --model-config "$T/none.json" $H
+# the realworld cuts of the families modelled from the transformers source alone: each
+# generates a trace that checks clean and simulates under keep-all, full-recompute, full-swap
+for cfg in qwen3-30b-a3b-2l gemma-7b-2l; do
+    C="${srcdir:-.}/experiments/realworld/configs/$cfg.json"
+    expect 0 "hf trace of $cfg.json" -- "$M" trace gen --model-config "$C" --framework hf --precision amp --seq 1024 --batch 2 --machine h200-sxm -o "$T/$cfg.trace"
+    expect 0 "the $cfg trace checks clean" -- "$M" trace check "$T/$cfg.trace"
+    for pol in keep-all full-recompute full-swap; do
+        rm -f "$T/rw.csv"
+        expect 0 "$cfg simulates under $pol" -- "$M" simulate --model-config "$C" --framework hf --precision amp --seq 1024 --batch 2 --machine h200-sxm --policy $pol --csv "$T/rw.csv"
+        grep -q "^$pol,caching,$cfg,h200-sxm,1024,2,1,1,1,ok," "$T/rw.csv"; ok $? "$cfg $pol: a CSV row, status ok"
+    done
+done
 expect 2 "--framework nonsense: exit 2" -- "$M" simulate --framework deepspeed $H
 grep -q -- "--framework 'deepspeed': expected one of generic, megatron, hf" "$T/err"; ok $? "the accepted frameworks are listed"
 expect 2 "--precision nonsense: exit 2" -- "$M" simulate --precision fp16 $H

@@ -60,14 +60,15 @@ def params(c):
         mlm = body + h * h + h + 2 * h + V + (0 if c.get("tie_word_embeddings", True) else V * h)
         return p, p, mlm
     # RMSNorm, SwiGLU decoders: llama, mistral, qwen2, qwen3, phi3 (fused qkv_proj and
-    # gate_up_proj: the same counts), mixtral, qwen2_moe
+    # gate_up_proj: the same counts), mixtral, qwen2_moe, qwen3_moe, gemma (GeGLU: the
+    # same three projections)
     kv = c.get("num_key_value_heads", a)
-    d = c.get("head_dim") or (128 if t == "qwen3" else h // a)
+    d = c.get("head_dim") or {"qwen3": 128, "gemma": 256}.get(t, h // a)
     q, k = a * d, kv * d
     attn = h * (q + 2 * k) + q * h
     if t in ("qwen2", "qwen2_moe"):
         attn += q + 2 * k                               # q, k, v biases
-    if t == "qwen3":
+    if t in ("qwen3", "qwen3_moe"):
         attn += 2 * d                                   # q_norm, k_norm
     mlp = lambda w: 3 * h * w
     dense = attn + mlp(c["intermediate_size"]) + 2 * h
@@ -80,7 +81,19 @@ def params(c):
         E, top, w = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
         moe = attn + h * E + E * mlp(w) + mlp(c["shared_expert_intermediate_size"]) + h + 2 * h
         total, active = L * moe, L * (moe - (E - top) * mlp(w))
-    head = h + (0 if c.get("tie_word_embeddings") else V * h)
+    if t == "qwen3_moe":
+        # Qwen3MoeDecoderLayer: experts where i is not in mlp_only_layers and
+        # (i + 1) % decoder_sparse_step == 0, else the dense MLP of intermediate_size; no
+        # shared expert
+        E, top, w = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
+        step = c.get("decoder_sparse_step", 1)
+        moe = attn + h * E + E * mlp(w) + 2 * h
+        only = c.get("mlp_only_layers") or []
+        sparse = sum(1 for i in range(L) if i not in only and (i + 1) % step == 0)
+        total = (L - sparse) * dense + sparse * moe
+        active = (L - sparse) * dense + sparse * (moe - (E - top) * mlp(w))
+    tied = c.get("tie_word_embeddings", t == "gemma")    # GemmaConfig ties by default
+    head = h + (0 if tied else V * h)
     return total + V * h + head, active + V * h + head
 
 def run(args):
@@ -141,8 +154,8 @@ for name in files:
            "%s %s: one CSV row, status %s, its model FLOPs give %.1f active parameters "
            "(config: %d)%s" % (name, policy, row.get("status"), p, active,
                                 "" if r.returncode == 0 else ": " + r.stderr.strip()))
-want = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "gpt2",
-        "gpt_neox", "opt", "bert"}
+want = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe",
+        "gemma", "gpt2", "gpt_neox", "opt", "bert"}
 ok(want <= types, "a config for every supported model_type (%s)" % ", ".join(sorted(types)))
 print("1..%d" % n)
 sys.exit(1 if failed else 0)

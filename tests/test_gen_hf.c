@@ -400,6 +400,139 @@ static int hf_walk_ok(const trace_t *t)
     return w.errors == 0 && w.live_left_bad <= 5;
 }
 
+/* Index of the first alloc (free: 1) record of the tensor named name, or of the tensor id
+ * (name NULL); trace_count when none. */
+static size_t hf_rec_at(const trace_t *t, const char *name, uint64_t id, int free, uint64_t *got)
+{
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (!free && r->type == TR_ALLOC && (name ? !strcmp(r->u.alloc.name, name)
+                                                  : r->u.alloc.id == id)) {
+            if (got) *got = r->u.alloc.id;
+            return i;
+        }
+        if (free && r->type == TR_FREE && r->u.free_id == id) return i;
+    }
+    return trace_count(t);
+}
+
+/* Qwen3-MoE (Qwen3MoeSparseMoeBlock): Qwen3's attention with q/k norms in front of the
+ * experts, no shared expert, the routing weights cast to the router logits' dtype. */
+static void test_hf_qwen3_moe(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_moe_config("amp", 2);
+    model_t *m = &c.model;
+    snprintf(m->family, sizeof m->family, "qwen3_moe");
+    m->norm_topk = 0;
+    uint64_t h = m->hidden, V = m->vocab, T = c.seq * c.micro_batch, d = h / m->heads;
+    uint64_t E = m->n_experts, fe = m->expert_ffn, k = m->experts_per_tok, S = T * k;
+    uint64_t q = m->heads * d, kv = m->kv_heads * d;
+    uint64_t layer = 2 * q * h + 2 * kv * h + 2 * d + E * h + 3 * E * fe * h + 2 * h;
+    uint64_t P = V * h + m->layers * layer + h + V * h;
+    trace_t *t = NULL;
+    TAP_OK(gen_validate(&c, &err) == MS_OK && model_params(m) == P,
+           "hf: family qwen3_moe is modelled, %llu parameters", (unsigned long long)P);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf qwen3_moe amp trace");
+    if (!t) return;
+    TAP_OK(hf_walk_ok(t), "qwen3_moe amp trace balanced and live");
+    TAP_OK(trace_meta_u64(t, "hf_params", 0) == P, "qwen3_moe: q/k norms, router and fused "
+           "experts counted (%llu)", (unsigned long long)trace_meta_u64(t, "hf_params", 0));
+    TAP_OK(hf_rec_at(t, "L0.experts.gate_up_proj", 0, 0, NULL) <
+           hf_rec_at(t, "L0.experts.down_proj", 0, 0, NULL) &&
+           hf_rec_at(t, "L0.experts.down_proj", 0, 0, NULL) <
+           hf_rec_at(t, "L0.router.w", 0, 0, NULL) &&
+           hf_rec_at(t, "L0.router.w", 0, 0, NULL) < hf_rec_at(t, "L1.q_proj.w", 0, 0, NULL),
+           "qwen3_moe: the experts' parameters registered before the router's");
+    TAP_OK(hf_named(t, "L0.q_norm.to_fp32", NULL, NULL) == T * q * 4 &&
+           hf_named(t, "L1.k_norm.rsqrt", NULL, NULL) == T * m->kv_heads * 4,
+           "qwen3_moe: Qwen3's per-head q/k RMSNorms before the rotary");
+    TAP_OK(hf_named(t, "L0.routing_weights", NULL, NULL) == T * k * 2 &&
+           hf_named(t, "L0.weighted", NULL, NULL) == S * h * 4 &&
+           hf_named(t, "L0.topk_sum", NULL, NULL) == 0 &&
+           hf_named(t, "L0.shared_sigmoid", NULL, NULL) == 0 &&
+           hf_named(t, "L0.shared.gate_proj_out", NULL, NULL) == 0,
+           "qwen3_moe amp: top-k weights cast to the bf16 logits' dtype; fp32 experts; no "
+           "renormalization without norm_topk_prob, no shared expert");
+    trace_free(t);
+    c = hf_moe_config("bf16", 2);
+    snprintf(c.model.family, sizeof c.model.family, "qwen3_moe");
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf qwen3_moe bf16 trace, norm_topk_prob");
+    if (!t) return;
+    TAP_OK(hf_walk_ok(t) && hf_named(t, "L0.topk_sum", NULL, NULL) == T * 4 &&
+           hf_named(t, "L0.routing_weights", NULL, NULL) == T * k * 2 &&
+           hf_named(t, "L0.weighted", NULL, NULL) == S * h * 2 &&
+           hf_named(t, "L0.experts_out_cast", NULL, NULL) == 0,
+           "qwen3_moe bf16: renormalized, bf16 routing weights keep the weighted outputs bf16 "
+           "(Mixtral's fp32 weights promote them)");
+    trace_free(t);
+    c = hf_moe_config("fp32", 2);
+    snprintf(c.model.family, sizeof c.model.family, "qwen3_moe");
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK && hf_walk_ok(t) &&
+           hf_named(t, "L0.routing_weights", NULL, NULL) == 0,
+           "qwen3_moe fp32: the cast of the routing weights is a no-op");
+    trace_free(t);
+}
+
+/* Gemma (GemmaForCausalLM): LLaMA's layers with GemmaRMSNorm (x * (1 + w) in fp32, then
+ * .type_as(x)), GeGLU, the embedding scaled by sqrt(hidden), a tied head. */
+static void test_hf_gemma(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_config("amp");
+    model_t *m = &c.model;
+    snprintf(m->family, sizeof m->family, "gemma");
+    m->head_dim = 32;
+    m->tied_embeddings = 1;
+    m->act = MODEL_ACT_GELU_TANH;
+    uint64_t h = m->hidden, f = m->ffn_hidden, V = m->vocab, L = m->layers;
+    uint64_t T = c.seq * c.micro_batch, q = m->heads * 32, kv = m->kv_heads * 32;
+    uint64_t P = V * h + L * (2 * q * h + 2 * kv * h + 3 * f * h + 2 * h) + h;
+    trace_t *t = NULL;
+    TAP_OK(gen_validate(&c, &err) == MS_OK && model_params(m) == P,
+           "hf: family gemma is modelled, %llu parameters (tied)", (unsigned long long)P);
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf gemma amp trace");
+    if (!t) return;
+    TAP_OK(hf_walk_ok(t) && trace_meta_u64(t, "hf_params", 0) == P,
+           "gemma amp trace balanced and live, its parameters counted");
+    TAP_OK(hf_named(t, "L0.ln1.one_plus_w", NULL, NULL) == h * 4 &&
+           hf_named(t, "norm.one_plus_w", NULL, NULL) == h * 4 &&
+           hf_named(t, "L0.ln1.weight_fp32", NULL, NULL) == 0 &&
+           hf_named(t, "L0.ln1.weight", NULL, NULL) == T * h * 4 &&
+           hf_named(t, "L0.ln1.type_as", NULL, NULL) == 0,
+           "gemma amp: each norm's 1 + weight [h] fp32 (the fp32 weight needs no copy), the "
+           "fp32 product its output");
+    uint64_t raw = 0, in0 = 0;
+    size_t a_raw = hf_rec_at(t, "inputs_embeds", 0, 0, &raw);
+    size_t a_in = hf_rec_at(t, "L0.input", 0, 0, &in0);
+    size_t a_fn = hf_rec_at(t, "norm.one_plus_w", 0, 0, NULL);
+    size_t f_raw = hf_rec_at(t, NULL, raw, 1, NULL);
+    TAP_OK(hf_named(t, "inputs_embeds", NULL, NULL) == T * h * 4 &&
+           hf_named(t, "L0.input", NULL, NULL) == T * h * 4 && a_raw < a_in && a_in < a_fn &&
+           a_fn < f_raw && f_raw < trace_count(t),
+           "gemma: the embedding times sqrt(hidden) is layer 0's input; inputs_embeds lives "
+           "until the model's forward returns (after the final norm)");
+    TAP_OK(hf_named(t, "d_inputs_embeds", NULL, NULL) == T * h * 4,
+           "gemma: the scaling's backward makes the embedding's gradient input");
+    trace_free(t);
+    c = hf_config("bf16");
+    m = &c.model;
+    snprintf(m->family, sizeof m->family, "gemma");
+    m->head_dim = 32;
+    m->tied_embeddings = 1;
+    TAP_OK(gen_trace(&c, mach, &t, &err) == MS_OK, "hf gemma bf16 trace");
+    if (!t) return;
+    TAP_OK(hf_walk_ok(t) && hf_named(t, "L0.ln1.weight_fp32", NULL, NULL) == h * 4 &&
+           hf_named(t, "L0.ln1.weight", NULL, NULL) == T * h * 4 &&
+           hf_named(t, "L0.ln1.type_as", NULL, NULL) == T * h * 2 &&
+           hf_named(t, "L0.ln1.to_in", NULL, NULL) == 0 &&
+           hf_named(t, "L0.ln1.bwd_type_as", NULL, NULL) == T * h * 4,
+           "gemma bf16: weight.float() copied, the product in fp32 then cast to bf16 (no "
+           "bf16 copy of the normalized tensor as LlamaRMSNorm makes); its backward up-casts "
+           "the gradient");
+    trace_free(t);
+}
+
 static void test_hf_qwen3(const machine_t *mach)
 {
     ms_error err;
@@ -1014,6 +1147,8 @@ int main(void)
     machine_t m = test_machine();
     test_hf(&m);
     test_hf_moe(&m);
+    test_hf_qwen3_moe(&m);
+    test_hf_gemma(&m);
     test_hf_gpt2(&m);
     test_hf_qwen3(&m);
     test_hf_opt(&m);

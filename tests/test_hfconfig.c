@@ -66,6 +66,23 @@ static void test_realworld_counts(void)
     ms_error e;
     TAP_OK(hfc_load(realworld("llama3-8b"), &m, &e) == MS_OK && model_params(&m) == 8030261248ull,
            "llama3-8b.json: 8 030 261 248 parameters");
+    /* the two-layer cut of Qwen3-30B-A3B, counted from its shapes as the full model is in
+     * test_families */
+    {
+        uint64_t h = 2048, q = 4096, kv = 512, E = 128, fe = 768, V = 151936;
+        uint64_t layer = h * q + 2 * h * kv + q * h + 2 * 128 + h * E + E * 3 * h * fe + 2 * h;
+        TAP_OK(hfc_load(realworld("qwen3-30b-a3b-2l"), &m, &e) == MS_OK &&
+               model_params(&m) == 2 * layer + 2 * V * h + h && m.norm_topk &&
+               !strcmp(m.family, "qwen3_moe"), "qwen3-30b-a3b-2l.json: %llu parameters "
+               "(%s)", (unsigned long long)(2 * layer + 2 * V * h + h), e.msg);
+    }
+    {
+        uint64_t h = 3072, q = 4096, f = 24576, V = 256000;
+        uint64_t p = 2 * (4 * h * q + 3 * h * f + 2 * h) + V * h + h;
+        TAP_OK(hfc_load(realworld("gemma-7b-2l"), &m, &e) == MS_OK && model_params(&m) == p &&
+               !strcmp(m.family, "gemma") && m.tied_embeddings, "gemma-7b-2l.json: %llu "
+               "parameters (%s)", (unsigned long long)p, e.msg);
+    }
     TAP_OK(hfc_load(realworld("qwen2-moe-mini"), &m, &e) == MS_OK && m.n_experts == 16 &&
            m.experts_per_tok == 4 && m.expert_ffn == 704 && m.shared_ffn == 2816 &&
            m.shared_gate && m.qkv_bias && !m.norm_topk && !m.tied_embeddings,
@@ -172,6 +189,99 @@ static void test_families(void)
            "qwen2_moe, decoder_sparse_step 2: dense and sparse layers alternate (%s)", e.msg);
     TAP_OK(model_param_tensors(&m, &per) == 2 * 12 + 2 * 16 + 3 && per == 16,
            "qwen2_moe: 16 tensors a sparse layer (shared expert and gate), 12 a dense one");
+
+    /* Qwen3-30B-A3B's public shape (48 layers, 128 experts of 768, top-8, head_dim 128 with
+     * hidden 2048 and 32 heads, 4 KV heads, untied): its count from the shapes of
+     * Qwen3MoeAttention (q, k, v, o, q_norm, k_norm), Qwen3MoeTopKRouter [E, h],
+     * Qwen3MoeExperts' gate_up_proj [E, 2f, h] and down_proj [E, h, f], two RMSNorms a layer,
+     * embed_tokens, the final norm and lm_head: 30 532 122 624 (the model card's 30.5B). */
+    st = parse("q3m.json", "{\"model_type\": \"qwen3_moe\", \"num_hidden_layers\": 48, "
+               "\"hidden_size\": 2048, \"intermediate_size\": 6144, \"num_attention_heads\": "
+               "32, \"num_key_value_heads\": 4, \"head_dim\": 128, \"vocab_size\": 151936, "
+               "\"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": "
+               "768, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": "
+               "true, \"max_position_embeddings\": 40960, \"use_sliding_window\": false, "
+               "\"sliding_window\": null, \"tie_word_embeddings\": false, "
+               "\"output_router_logits\": false}", &m, &e);
+    {
+        uint64_t h = 2048, q = 32 * 128, kv = 4 * 128, E = 128, fe = 768, V = 151936;
+        uint64_t layer = h * q + 2 * h * kv + q * h + 2 * 128 + h * E + E * 3 * h * fe + 2 * h;
+        want = 48 * layer + 2 * V * h + h;
+        uint64_t active = want - 48 * (E - 8) * 3 * h * fe;
+        TAP_OK(st == MS_OK && want == 30532122624ull && model_params(&m) == want &&
+               model_active_params(&m) == active && m.n_experts == 128 &&
+               m.experts_per_tok == 8 && m.expert_ffn == 768 && m.norm_topk && !m.shared_ffn &&
+               !m.shared_gate && model_has_qk_norm(&m) && model_moe_layers(&m) == 48 &&
+               !m.qkv_bias, "qwen3_moe: Qwen3-30B-A3B's %llu parameters, %llu active (got "
+               "%llu, %llu; %s)", (unsigned long long)want, (unsigned long long)active,
+               (unsigned long long)model_params(&m), (unsigned long long)model_active_params(&m),
+               e.msg);
+        TAP_OK(model_param_tensors(&m, &per) == 48 * 11 + 3 && per == 11,
+               "qwen3_moe: 11 tensors a layer (q k v o, q_norm k_norm, router, fused gate_up "
+               "and down, 2 norms)");
+    }
+    /* decoder_sparse_step 2: layers 1 and 3 sparse; the dense ones of intermediate_size;
+     * norm_topk_prob false by default (Qwen3MoeConfig), head_dim hidden / heads when absent */
+    st = parse("q3ms.json", "{\"model_type\": \"qwen3_moe\", \"num_hidden_layers\": 4, "
+               "\"hidden_size\": 256, \"intermediate_size\": 1024, \"num_attention_heads\": 4, "
+               "\"num_key_value_heads\": 2, \"vocab_size\": 1000, \"num_experts\": 8, "
+               "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 128, "
+               "\"decoder_sparse_step\": 2}", &m, &e);
+    {
+        uint64_t at = 256 * 256 + 2 * 256 * 128 + 256 * 256 + 2 * 64, nr = 2 * 256;
+        uint64_t dn = at + 3 * 256 * 1024 + nr, sp = at + 256 * 8 + 8 * 3 * 256 * 128 + nr;
+        want = 2 * dn + 2 * sp + 2 * 1000 * 256 + 256;
+        TAP_OK(st == MS_OK && !m.norm_topk && model_head_dim(&m) == 64 &&
+               !model_layer_is_moe(&m, 0) && model_layer_is_moe(&m, 1) &&
+               model_layer_params_at(&m, 0) == dn && model_layer_params_at(&m, 3) == sp &&
+               model_params(&m) == want, "qwen3_moe, decoder_sparse_step 2: dense and sparse "
+               "layers alternate, no shared expert, norm_topk_prob off by default (%s)", e.msg);
+    }
+    /* mlp_only_layers [0, 2, 9] with decoder_sparse_step 1 over 4 layers: 0 and 2 dense,
+     * 1 and 3 sparse (9 is no layer's index), the same counts as step 2 above */
+    uint64_t step2 = want;
+    st = parse("q3mo.json", "{\"model_type\": \"qwen3_moe\", \"num_hidden_layers\": 4, "
+               "\"hidden_size\": 256, \"intermediate_size\": 1024, \"num_attention_heads\": 4, "
+               "\"num_key_value_heads\": 2, \"vocab_size\": 1000, \"num_experts\": 8, "
+               "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 128, "
+               "\"mlp_only_layers\": [0, 2, 9, 2]}", &m, &e);
+    TAP_OK(st == MS_OK && m.dense_listed == 2 && !model_layer_is_moe(&m, 0) &&
+           model_layer_is_moe(&m, 1) && !model_layer_is_moe(&m, 2) && model_layer_is_moe(&m, 3) &&
+           model_moe_layers(&m) == 2 && model_params(&m) == step2,
+           "qwen3_moe, mlp_only_layers: the listed layers dense (%s)", e.msg);
+
+    /* Gemma-7B's public shape (28 layers, hidden 3072, 16 heads of head_dim 256, 16 KV
+     * heads, GeGLU of 24576, 256000 tokens, tied): q, k, v, o, gate, up, down and two
+     * GemmaRMSNorms a layer, embed_tokens (also the head), the final norm: 8 537 680 896
+     * (the model card's 8.54B). Gemma-2B: MQA (1 KV head), 18 layers: 2 506 172 416. */
+    st = parse("g7.json", "{\"model_type\": \"gemma\", \"num_hidden_layers\": 28, "
+               "\"hidden_size\": 3072, \"intermediate_size\": 24576, \"num_attention_heads\": "
+               "16, \"num_key_value_heads\": 16, \"head_dim\": 256, \"vocab_size\": 256000, "
+               "\"hidden_act\": \"gelu_pytorch_tanh\", \"max_position_embeddings\": 8192}",
+               &m, &e);
+    {
+        uint64_t h = 3072, q = 16 * 256, kv = 16 * 256, f = 24576, V = 256000;
+        want = 28 * (2 * h * q + 2 * h * kv + 3 * h * f + 2 * h) + V * h + h;
+        TAP_OK(st == MS_OK && want == 8537680896ull && model_params(&m) == want &&
+               m.tied_embeddings && m.head_dim == 256 && m.act == MODEL_ACT_GELU_TANH &&
+               m.mlp == MODEL_MLP_SWIGLU && m.norm == MODEL_NORM_RMS && !m.has_bias &&
+               !model_has_qk_norm(&m) && m.default_seq == 4096, "gemma: Gemma-7B's %llu "
+               "parameters, tied, head_dim 256, GeGLU (got %llu; %s)", (unsigned long long)want,
+               (unsigned long long)model_params(&m), e.msg);
+        TAP_OK(model_param_tensors(&m, &per) == 28 * 9 + 2 && per == 9,
+               "gemma: 9 tensors a layer, the tied head none of its own");
+    }
+    st = parse("g2b.json", "{\"model_type\": \"gemma\", \"num_hidden_layers\": 18, "
+               "\"hidden_size\": 2048, \"intermediate_size\": 16384, \"num_attention_heads\": "
+               "8, \"num_key_value_heads\": 1, \"vocab_size\": 256000}", &m, &e);
+    {
+        uint64_t h = 2048, q = 8 * 256, kv = 256, f = 16384, V = 256000;
+        want = 18 * (2 * h * q + 2 * h * kv + 3 * h * f + 2 * h) + V * h + h;
+        TAP_OK(st == MS_OK && want == 2506172416ull && model_params(&m) == want &&
+               model_head_dim(&m) == 256 && m.kv_heads == 1 && m.act == MODEL_ACT_GELU_TANH &&
+               m.tied_embeddings, "gemma: Gemma-2B's %llu parameters with MQA, head_dim 256 "
+               "and gelu_pytorch_tanh by default (%s)", (unsigned long long)want, e.msg);
+    }
 
     st = parse("g.json", "{\"model_type\": \"gpt2\", \"n_layer\": 12, \"n_embd\": 768, "
                "\"n_head\": 12, \"vocab_size\": 50257, \"n_positions\": 1024}", &m, &e);
@@ -420,17 +530,45 @@ static void test_bad_input(void)
         "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"vocab_size\": 100, "
         "\"use_sliding_window\": true, \"sliding_window\": 4096}", MS_ERR_INVALID,
         "sliding_window: 4096 below");
-    bad("qwen2_moe's mlp_only_layers", "{\"model_type\": \"qwen2_moe\", \"num_hidden_layers\": 2, "
-        "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 2, "
-        "\"num_key_value_heads\": 2, \"vocab_size\": 100, \"num_experts\": 4, "
-        "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
-        "\"shared_expert_intermediate_size\": 64, \"mlp_only_layers\": [0]}", MS_ERR_INVALID,
-        "mlp_only_layers: dense layers");
+    bad("qwen2_moe's mlp_only_layers not a list", "{\"model_type\": \"qwen2_moe\", "
+        "\"num_hidden_layers\": 2, \"hidden_size\": 64, \"intermediate_size\": 128, "
+        "\"num_attention_heads\": 2, \"num_key_value_heads\": 2, \"vocab_size\": 100, "
+        "\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
+        "\"shared_expert_intermediate_size\": 64, \"mlp_only_layers\": 0}", MS_ERR_INVALID,
+        "mlp_only_layers: expected a list");
     bad("qwen2_moe without moe_intermediate_size", "{\"model_type\": \"qwen2_moe\", "
         "\"num_hidden_layers\": 2, \"hidden_size\": 64, \"intermediate_size\": 128, "
         "\"num_attention_heads\": 2, \"num_key_value_heads\": 2, \"vocab_size\": 100, "
         "\"num_experts\": 4, \"num_experts_per_tok\": 2}", MS_ERR_INVALID,
         "moe_intermediate_size: missing");
+#define Q3M "\"model_type\": \"qwen3_moe\", \"num_hidden_layers\": 2, \"hidden_size\": 64, " \
+            "\"intermediate_size\": 128, \"num_attention_heads\": 2, " \
+            "\"num_key_value_heads\": 2, \"vocab_size\": 100, \"num_experts\": 4, " \
+            "\"num_experts_per_tok\": 2, "
+    bad("qwen3_moe without moe_intermediate_size", "{" Q3M "\"norm_topk_prob\": true}",
+        MS_ERR_INVALID, "moe_intermediate_size: missing");
+    bad("qwen3_moe's router auxiliary loss", "{" Q3M "\"moe_intermediate_size\": 32, "
+        "\"output_router_logits\": true}", MS_ERR_INVALID, "output_router_logits");
+    bad("qwen3_moe's mlp_only_layers of names", "{" Q3M "\"moe_intermediate_size\": 32, "
+        "\"mlp_only_layers\": [\"1\"]}", MS_ERR_INVALID, "mlp_only_layers: expected layer "
+        "indices");
+    bad("qwen3_moe's sliding window switched on", "{" Q3M "\"moe_intermediate_size\": 32, "
+        "\"use_sliding_window\": true, \"sliding_window\": 1024}", MS_ERR_INVALID,
+        "sliding_window: 1024 below");
+    bad("qwen3_moe's attention biases", "{" Q3M "\"moe_intermediate_size\": 32, "
+        "\"attention_bias\": true}", MS_ERR_INVALID, "attention_bias");
+    bad("gemma without num_key_value_heads", "{\"model_type\": \"gemma\", "
+        "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"intermediate_size\": 128, "
+        "\"num_attention_heads\": 2, \"vocab_size\": 100}", MS_ERR_INVALID,
+        "num_key_value_heads: missing");
+    bad("gemma's bidirectional attention", "{\"model_type\": \"gemma\", "
+        "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"intermediate_size\": 128, "
+        "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"vocab_size\": 100, "
+        "\"use_bidirectional_attention\": true}", MS_ERR_INVALID,
+        "use_bidirectional_attention");
+    bad("gemma2 (not a modelled family)", "{\"model_type\": \"gemma2\", "
+        "\"num_hidden_layers\": 1}", MS_ERR_INVALID, "'gemma2' is not supported: Gemma 2's "
+        "attn_logit_softcapping and final_logit_softcapping");
     bad("more experts per token than experts", "{\"model_type\": \"mixtral\", "
         "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"intermediate_size\": 128, "
         "\"num_attention_heads\": 2, \"num_key_value_heads\": 2, \"vocab_size\": 100, "

@@ -178,11 +178,20 @@ uint64_t hf_gemm(hf_x *x, int l, const char *op, const char *outn, trace_class c
 /* ---- parameters ---- */
 
 /* A slot's place among a layer's parameters: Phi3Attention registers o_proj before its
- * qkv_proj (the P_Q slot), so their places swap. */
+ * qkv_proj (the P_Q slot), so their places swap; Qwen3MoeSparseMoeBlock registers its
+ * experts before its router (Mixtral's the router first). */
 static size_t hf_slot_pos(const hf_x *x, size_t slot)
 {
     if (x->phi3 && (slot == P_Q || slot == P_O)) return slot == P_Q ? P_O : P_Q;
+    if (x->q3moe && slot >= P_ROUTER && slot <= P_EDN) return slot == P_ROUTER ? P_EDN : slot - 1;
     return slot;
+}
+
+/* The slot at a place: hf_slot_pos's inverse. */
+static size_t hf_pos_slot(const hf_x *x, size_t pos)
+{
+    if (x->q3moe && pos >= P_ROUTER && pos <= P_EDN) return pos == P_EDN ? P_ROUTER : pos + 1;
+    return hf_slot_pos(x, pos);
 }
 
 hf_param *hf_lp(hf_x *x, int l, int slot)
@@ -250,7 +259,7 @@ static void hf_pname(hf_x *x, size_t i, char *nm)
     else if (&x->p[i] == hf_fnorm(x)) MS_JOIN(nm, TRACE_NAME_MAX, "norm.w");
     else if (i == x->np - 1 && !x->tied) MS_JOIN(nm, TRACE_NAME_MAX, "lm_head.w");
     else {
-        size_t j = hf_slot_pos(x, (i - 1) % P_SLOTS);
+        size_t j = hf_pos_slot(x, (i - 1) % P_SLOTS);
         const char *sn = !x->phi3 ? slot_name[j] : j == P_Q ? "qkv_proj.w"
                        : j == P_GATE ? "gate_up_proj.w" : slot_name[j];
         snprintf(nm, TRACE_NAME_MAX, "L%d.%s", x->p[i].layer, sn);
@@ -353,11 +362,12 @@ static uint64_t hf_rms_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t
 
 /* A layer norm over the residual stream [T, h] (dtype R): amp: the fp32 output only feeds
  * casts (transient); bf16: q/k/v save it. */
-static uint64_t hf_norm_fwd(hf_x *x, int l, const char *nm, uint64_t in, uint64_t w,
+static uint64_t hf_norm_fwd(hf_x *x, int l, const char *nm, uint64_t in, hf_param *w,
                             uint64_t *xf, uint64_t *rs, uint64_t *nrm)
 {
-    return hf_rms_fwd(x, l, nm, in, w, x->T, x->h, x->RB, x->RB,
-                      x->amp ? TC_ACT_TRANS : TC_ACT_SKEL, xf, rs, nrm);
+    trace_class oc = x->amp ? TC_ACT_TRANS : TC_ACT_SKEL;
+    if (x->gemma) return hf_gemma_norm_fwd(x, l, nm, in, w, oc, xf, rs, nrm);
+    return hf_rms_fwd(x, l, nm, in, w->id, x->T, x->h, x->RB, x->RB, oc, xf, rs, nrm);
 }
 
 /* Rotary embedding of one of q / k of width w (apply_rotary_pos_emb: x*cos +
@@ -496,7 +506,7 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
     uint64_t T = x->T, h = x->h, f = x->f, xd;
     memset(s, 0, sizeof *s);
     s->in = in;
-    s->n1out = hf_norm_fwd(x, l, "ln1", in, hf_lp(x, l, P_LN1)->id, &s->n1x, &s->n1rs,
+    s->n1out = hf_norm_fwd(x, l, "ln1", in, hf_lp(x, l, P_LN1), &s->n1x, &s->n1rs,
                            &s->n1nrm);
     hf_attn_fwd(x, l, s, s->n1out);
     uint64_t po = hf_linear(x, l, P_O, "o_proj", s->aoc ? s->aoc : s->ao, 0, T, h, x->hq,
@@ -513,7 +523,7 @@ static uint64_t hf_layer_fwd(hf_x *x, int l, uint64_t in)
     s->r1 = hf_add(x, l, "add1", "resid1", x->insaved ? TC_ACT_SKEL : TC_ACT_TRANS, in, po);
     hf_free(x, &po);
     if (!x->insaved) hf_free(x, &s->in); /* the residual was its last use */
-    s->n2out = hf_norm_fwd(x, l, "ln2", s->r1, hf_lp(x, l, P_LN2)->id, &s->n2x, &s->n2rs,
+    s->n2out = hf_norm_fwd(x, l, "ln2", s->r1, hf_lp(x, l, P_LN2), &s->n2x, &s->n2rs,
                            &s->n2nrm);
     uint64_t dn;
     if (model_layer_is_moe(&x->c->model, (uint64_t)l)) {
@@ -549,7 +559,9 @@ static uint64_t hf_embed_fwd(hf_x *x)
 {
     uint64_t T = x->T, h = x->h, hd = x->hd;
     uint64_t oid = x->next_oid++;
-    uint64_t e = hf_alloc(x, 0, "input", T * h * x->RB, TC_ACT_SKEL, (int64_t)oid);
+    uint64_t e = x->gemma ? hf_alloc(x, -1, "inputs_embeds", T * h * x->RB, TC_ACT_TRANS,
+                                     (int64_t)oid)
+                          : hf_alloc(x, 0, "input", T * h * x->RB, TC_ACT_SKEL, (int64_t)oid);
     hf_op o = { .kind = TK_EMBED, .layer = -1, .what = "embed", .br = T * (h * x->PB + 8),
                 .bw = T * h * x->RB, .in = { x->tokens, hf_embed(x)->id }, .nin = 2,
                 .out = { e }, .nout = 1 };
@@ -562,7 +574,7 @@ static uint64_t hf_embed_fwd(hf_x *x)
                     TC_ACT_TRANS, ar, 0, x->s * TOKEN_BYTES, TK_ELEM);
     hf_free(x, &ar);
     hf_rope_tables(x, x->phi3 ? x->rd : hd);
-    return e;
+    return x->gemma ? hf_gemma_embed_fwd(x, e) : e;
 }
 
 /* The rotary cos/sin of `width` columns once per forward, as LlamaRotaryEmbedding.forward
@@ -620,10 +632,11 @@ void hf_rope_tables(hf_x *x, uint64_t width)
 static void hf_head_fwd(hf_x *x, uint64_t in)
 {
     x->head_in = in;
-    x->head_out = hf_norm_fwd(x, -1, "norm", in, hf_fnorm(x)->id, &x->head_xf, &x->head_rs,
+    x->head_out = hf_norm_fwd(x, -1, "norm", in, hf_fnorm(x), &x->head_xf, &x->head_rs,
                               &x->head_nrm);
     if (!x->insaved) hf_free(x, &x->head_in);
     hf_free(x, &x->cpos); /* the model's forward returns */
+    hf_free(x, &x->embraw); /* Gemma: inputs_embeds too */
     hf_lmhead_fwd(x);
 }
 
@@ -846,7 +859,7 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
                        uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G, uint64_t rows,
                        uint64_t width, uint64_t ib, uint64_t ob)
 {
-    uint64_t n = rows * width, xin = *xf ? *xf : (in ? *in : 0), oid, sb = 0;
+    uint64_t n = rows * width, oid, sb = 0;
     char op[TRACE_NAME_MAX];
     MS_JOIN(op, sizeof op, nm, ".bwd_mul");
     uint64_t dn = hf_ew_nv(x, l, op, op, n * ob, TC_ACT_TRANS, *g, w->id, n * ob, TK_NORM, n);
@@ -878,6 +891,17 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
         hf_free(x, &dn);
         dn = d32;
     }
+    hf_rms_bwd_x(x, l, nm, dn, xf, rs, in, G, rows, width, ib);
+}
+
+/* The RMSNorms' shared tail: from the fp32 gradient dn (freed) of x * rsqrt(...) down to the
+ * input gradient, added into *G (see hf_rms_bwd); frees the saved fp32 input, rsqrt and the
+ * input itself where given. */
+void hf_rms_bwd_x(hf_x *x, int l, const char *nm, uint64_t dn, uint64_t *xf, uint64_t *rs,
+                  uint64_t *in, uint64_t *G, uint64_t rows, uint64_t width, uint64_t ib)
+{
+    uint64_t n = rows * width, xin = *xf ? *xf : (in ? *in : 0);
+    char op[TRACE_NAME_MAX];
     MS_JOIN(op, sizeof op, nm, ".bwd_rs");
     uint64_t t2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, xin, 2 * n * F32, TK_NORM);
     MS_JOIN(op, sizeof op, nm, ".bwd_x");
@@ -923,6 +947,10 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
 void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
                         uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G)
 {
+    if (x->gemma) {
+        hf_gemma_norm_bwd(x, l, nm, g, w, xf, rs, nrm, in, G);
+        return;
+    }
     hf_rms_bwd(x, l, nm, g, w, xf, rs, nrm, in, G, x->T, x->h, x->RB, x->RB);
 }
 
@@ -1211,6 +1239,7 @@ uint64_t hf_head_bwd(hf_x *x)
 static void hf_embed_bwd(hf_x *x, uint64_t *G)
 {
     hf_param *e = hf_embed(x);
+    if (x->gemma) hf_gemma_embed_bwd(x, G);
     uint64_t g = hf_embed_dense_bwd(x, "embed_tokens", *G, x->tokens, x->T, 0, x->V);
     hf_free(x, G);
     hf_accum_grad(x, e, g);
@@ -1348,6 +1377,8 @@ static void hf_sizes(hf_x *x, const gen_config *c)
     x->phi3 = !strcmp(md->family, "phi3");
     x->bert = !strcmp(md->family, "bert");
     x->nnlin = x->bert;
+    x->gemma = !strcmp(md->family, "gemma");
+    x->q3moe = !strcmp(md->family, "qwen3_moe");
     x->rd = md->rotary_pct > 0 ? (uint64_t)((double)x->hd * md->rotary_pct) : x->hd;
     x->lnfam = !strcmp(md->family, "gpt_neox") ? HF_LN_NEOX
              : !strcmp(md->family, "opt") ? HF_LN_OPT : 0;
@@ -1371,7 +1402,7 @@ static void hf_plan(hf_x *x)
 
 static const char *const hf_families[] = { "llama", "mistral", "qwen2", "qwen3", "phi3",
                                            "gpt2", "gpt_neox", "opt", "bert", "mixtral",
-                                           "qwen2_moe", NULL };
+                                           "qwen2_moe", "qwen3_moe", "gemma", NULL };
 
 ms_status gen_hf_check(const gen_config *c, ms_error *err)
 {
@@ -1381,7 +1412,7 @@ ms_status gen_hf_check(const gen_config *c, ms_error *err)
     if (!ok)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
                        "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, phi3, gpt2, "
-                       "gpt_neox, opt, bert, mixtral, qwen2_moe)", fam[0] ? fam : "(none)", c->model.name);
+                       "gpt_neox, opt, bert, mixtral, qwen2_moe, qwen3_moe, gemma)", fam[0] ? fam : "(none)", c->model.name);
     if (c->ep > 1)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models PyTorch eager with "
                        "transformers on one GPU, which has no expert parallelism (ep %d); use "

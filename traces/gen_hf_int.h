@@ -26,6 +26,7 @@ typedef struct hf_param {
     uint64_t grad;             /* .grad, 0 when None */
     uint64_t m1, m2;           /* AdamW exp_avg, exp_avg_sq (made by the first step) */
     uint64_t cast;             /* amp: this forward's bf16 copy (autocast's cast cache) */
+    uint64_t w1;               /* Gemma's RMSNorm: this forward's 1 + weight.float() */
     int layer;
 } hf_param;
 
@@ -92,6 +93,11 @@ typedef struct hf_x {
     int bert;                  /* model family bert: gen_hf_bert.c's program */
     struct hf_bert *brt;       /* its forward state */
     int nnlin;                 /* its biased linears are nn.Linear, not Conv1D (hf_blinear) */
+    int gemma;                 /* model family gemma: GemmaRMSNorm (x * (1 + w) in fp32) and
+                                  the embedding scaled by sqrt(hidden) */
+    uint64_t embraw;           /* Gemma: embed_tokens' output, a local of the model's forward */
+    int q3moe;                 /* model family qwen3_moe: the experts registered before the
+                                  router (hf_slot_pos) */
 } hf_x;
 
 /* What differs between the families' training steps: the forward's pieces and the whole
@@ -185,6 +191,20 @@ void hf_phi3_attn_fwd(hf_x *x, int l, hf_ls *s, uint64_t nout);
 uint64_t hf_phi3_mlp_fwd(hf_x *x, int l, hf_ls *s);
 void hf_phi3_mlp_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G);
 void hf_phi3_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G);
+
+/* LlamaRMSNorm's backward from the fp32 gradient dn of x * rsqrt(...) to the input's, into
+ * *G (gen_hf.c; shared with GemmaRMSNorm's). */
+void hf_rms_bwd_x(hf_x *x, int l, const char *nm, uint64_t dn, uint64_t *xf, uint64_t *rs,
+                  uint64_t *in, uint64_t *G, uint64_t rows, uint64_t width, uint64_t ib);
+/* Gemma (gen_hf_gemma.c): GemmaRMSNorm over the residual stream (output of class ocls;
+ * saved: *xf, *rs, *nrm and w->w1) and its backward into *G; the embedding's sqrt(hidden)
+ * scaling (returns layer 0's input) and its backward (replaces *G). */
+uint64_t hf_gemma_norm_fwd(hf_x *x, int l, const char *nm, uint64_t in, hf_param *w,
+                           trace_class ocls, uint64_t *xf, uint64_t *rs, uint64_t *nrm);
+void hf_gemma_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
+                       uint64_t *xf, uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G);
+uint64_t hf_gemma_embed_fwd(hf_x *x, uint64_t e);
+void hf_gemma_embed_bwd(hf_x *x, uint64_t *G);
 
 /* GPT-2 (gen_hf_gpt2.c): parameter layout and names, one iteration's forward and backward
  * (the driver then runs hf_optimizer), the forward state's lifetime. */

@@ -1,6 +1,7 @@
 /* gen_hf_moe.c — the hf profile's mixture-of-experts layer (transformers 5.17's
- * MixtralSparseMoeBlock and Qwen2MoeSparseMoeBlock with the "grouped_mm" experts
- * implementation of integrations/moe.py), forward and backward, allocation by allocation.
+ * MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock and Qwen3MoeSparseMoeBlock with the
+ * "grouped_mm" experts implementation of integrations/moe.py), forward and backward,
+ * allocation by allocation.
  * It shares gen_hf.c's emission helpers (hf_x, hf_ew, hf_linear, ...) through the hf
  * profile's internal header gen_hf_int.h. The program and its sources: docs/GENERATOR.md §11
  * "MoE layers".
@@ -49,8 +50,10 @@ static void moe_dims(hf_x *x, hf_moe_dims *d)
     d->fs = md->shared_ffn;
     d->qwen = strcmp(md->family, "qwen2_moe") == 0;
     d->EB = x->PB;                 /* the experts run in the parameters' dtype */
-    /* Qwen2-MoE casts the routing weights to the hidden dtype; Mixtral keeps them fp32 */
-    d->WB = d->qwen ? x->RB : F32;
+    /* Qwen2-MoE casts the routing weights to the hidden dtype; Qwen3MoeTopKRouter to its
+     * logits' (the router linear's output: bf16 under amp, no-op in fp32); Mixtral keeps
+     * them fp32 */
+    d->WB = d->qwen ? x->RB : !strcmp(md->family, "qwen3_moe") ? x->CB : F32;
     d->OB = d->EB > d->WB ? d->EB : d->WB;   /* the weighted outputs' promoted dtype */
 }
 
@@ -212,8 +215,10 @@ uint64_t hf_moe_fwd(hf_x *x, int l, hf_ls *s)
     memset(q, 0, sizeof *q);
     uint64_t T = x->T, h = x->h, E = d.E, k = d.k, S = d.S, RB = x->RB, nout = s->n2out;
     if (d.fs) moe_shared_fwd(x, l, s, q, nout, &d);
-    /* the router (MixtralTopKRouter / Qwen2MoeTopKRouter): a linear h -> E (autocast bf16),
-     * softmax over logits.float(), top-k; Mixtral renormalizes in place */
+    /* the router (MixtralTopKRouter / Qwen2MoeTopKRouter / Qwen3MoeTopKRouter): a linear
+     * h -> E (autocast bf16), softmax over logits.float() (Qwen3's softmax(dtype=float) is
+     * the same copy, then the softmax), top-k; Mixtral, and the Qwens with norm_topk_prob,
+     * renormalize in place */
     uint64_t logits = hf_linear(x, l, P_ROUTER, "router", nout, 1, T, E, h, TC_ACT_TRANS, &q->xr);
     uint64_t lf = logits;
     if (x->CB != F32)

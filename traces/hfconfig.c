@@ -35,7 +35,7 @@ typedef enum hfc_kind {
     HFC_BERT
 } hfc_kind;
 
-typedef enum hfc_moe { HFC_DENSE = 0, HFC_MOE_MIXTRAL, HFC_MOE_QWEN2 } hfc_moe;
+typedef enum hfc_moe { HFC_DENSE = 0, HFC_MOE_MIXTRAL, HFC_MOE_QWEN2, HFC_MOE_QWEN3 } hfc_moe;
 
 /* How a family turns sliding-window attention on. */
 typedef enum hfc_window {
@@ -75,6 +75,15 @@ static const hfc_family FAMILIES[] = {
      ROPE_KEYS},
     {"qwen2_moe", HFC_ROPE_GATED, HFC_MOE_QWEN2, HFC_WIN_GATED, 4096, 32768, 0, 1, 0, 1, 0,
      ROPE_KEYS},
+    /* Qwen3MoeConfig: Qwen3's attention (no head_dim field: hidden / heads when absent),
+     * experts without a shared one */
+    {"qwen3_moe", HFC_ROPE_GATED, HFC_MOE_QWEN3, HFC_WIN_GATED, 4096, 32768, 0, 1, 1, 0, 0,
+     ROPE_KEYS},
+    /* GemmaConfig: head_dim 256, 16 KV heads (required here), 8192 positions, tied,
+     * gelu_pytorch_tanh; GemmaRMSNorm and the scaled embedding are the generator's */
+    {"gemma", HFC_ROPE_GATED, HFC_DENSE, HFC_WIN_NONE, 0, 8192, 1, 1, 1, 0, 256,
+     "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+     "max_position_embeddings", "hidden_act", "gelu_pytorch_tanh"},
     /* Phi3Config: sliding_window None, max_position_embeddings 4096, untied by default */
     {"phi3", HFC_ROPE_GATED, HFC_DENSE, HFC_WIN_KEY, 0, 4096, 0, 0, 0, 0, 0, ROPE_KEYS},
     {"gpt2", HFC_GPT2, HFC_DENSE, HFC_WIN_NONE, 0, 0, 1, 0, 0, 0, 0, "n_layer", "n_embd",
@@ -93,8 +102,8 @@ static const hfc_family FAMILIES[] = {
 
 const char *hfc_model_types(void)
 {
-    return "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, gpt2, gpt_neox, opt, "
-           "bert";
+    return "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, qwen3_moe, gemma, gpt2, "
+           "gpt_neox, opt, bert";
 }
 
 /* One parse: the first failure is kept, later reads return harmless values. */
@@ -417,6 +426,31 @@ static void refuse_router_extras(hctx *x)
              "is not modelled");
 }
 
+/* mlp_only_layers: layer indices whose MLP stays dense (`layer_idx not in
+ * config.mlp_only_layers`); an index no layer has changes nothing, as in transformers. */
+static void read_dense_layers(hctx *x, model_t *m)
+{
+    json_t *only = field(x, "mlp_only_layers");
+    if (!only || x->st) return;
+    if (!json_is_array(only)) {
+        fail(x, "mlp_only_layers", "expected a list, not %s", kind_of(only));
+        return;
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach(only, i, v) {
+        if (!json_is_integer(v)) {
+            fail(x, "mlp_only_layers", "expected layer indices (integers), not %s", kind_of(v));
+            return;
+        }
+        json_int_t l = json_integer_value(v);
+        if (l < 0 || (uint64_t)l >= m->layers) continue;
+        uint8_t *b = &m->dense_layers[l / 8], bit = (uint8_t)(1u << (l % 8));
+        if (!(*b & bit)) m->dense_listed++;
+        *b |= bit;
+    }
+}
+
 static void read_moe(hctx *x, const hfc_family *f, model_t *m)
 {
     if (f->moe == HFC_DENSE) return;
@@ -434,16 +468,13 @@ static void read_moe(hctx *x, const hfc_family *f, model_t *m)
         return;
     }
     m->expert_ffn = size_of(x, "moe_intermediate_size", 0, HFC_MAX_FFN);
-    m->shared_ffn = size_of(x, "shared_expert_intermediate_size", 0, HFC_MAX_FFN);
-    m->shared_gate = 1;
+    if (f->moe == HFC_MOE_QWEN2) { /* Qwen3-MoE has no shared expert */
+        m->shared_ffn = size_of(x, "shared_expert_intermediate_size", 0, HFC_MAX_FFN);
+        m->shared_gate = 1;
+    }
     m->moe_every = (int)size_of(x, "decoder_sparse_step", 1, HFC_MAX_LAYERS);
     m->norm_topk = bool_of(x, "norm_topk_prob", 0);
-    json_t *only = field(x, "mlp_only_layers");
-    if (only && !json_is_array(only))
-        fail(x, "mlp_only_layers", "expected a list, not %s", kind_of(only));
-    else if (only && json_array_size(only))
-        fail(x, "mlp_only_layers", "dense layers listed by index among the experts' layers "
-             "are not modelled (give [] and decoder_sparse_step)");
+    read_dense_layers(x, m);
 }
 
 /* A window shorter than the context changes attention in training: refused. */
@@ -525,6 +556,11 @@ static const hfc_family *family_of(hctx *x)
         return fail(x, "model_type", "expected a string, not %s", kind_of(v)), NULL;
     for (size_t i = 0; i < NFAM; i++)
         if (!strcmp(json_string_value(v), FAMILIES[i].type)) return &FAMILIES[i];
+    if (!strcmp(json_string_value(v), "gemma2")) /* close to gemma: say what is missing */
+        return fail(x, "model_type", "'gemma2' is not supported: Gemma 2's "
+                    "attn_logit_softcapping and final_logit_softcapping (tanh soft-capping), "
+                    "sliding_window on alternating layers (layer_types) and the pre- and "
+                    "post-feed-forward norms are not modelled (gemma, Gemma 1, is)"), NULL;
     fail(x, "model_type", "'%s' is not supported (supported: %s)", json_string_value(v),
          hfc_model_types());
     return NULL;
@@ -546,6 +582,9 @@ static void read_model(hctx *x, model_t *m)
     case HFC_ROPE_GATED:
         read_rope_gated(x, f, m);
         if (!strcmp(f->type, "phi3")) read_phi3(x, m);
+        if (!strcmp(f->type, "gemma"))
+            refuse_if(x, "use_bidirectional_attention", 0, "true (attention without the causal "
+                      "mask)");
         break;
     case HFC_GPT2: read_gpt2(x, m, maxpos); break;
     case HFC_NEOX: read_neox(x, m); break;

@@ -68,6 +68,10 @@ typedef struct model {
     uint64_t shared_ffn;
     int shared_gate;
     int moe_every;           /* 0 or 1: every layer */
+    /* Hugging Face's mlp_only_layers: bit i of dense_layers set makes layer i (< 4096) a
+     * dense MLP whatever moe_every says; dense_listed counts the bits set (0: none) */
+    uint64_t dense_listed;
+    uint8_t dense_layers[512];
     int norm_topk;           /* top-k weights renormalized (Mixtral 1, Qwen2-MoE config) */
     const char *desc;        /* one line */
     const char *source;      /* paper / table / config it comes from, and assumptions */

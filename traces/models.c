@@ -283,21 +283,35 @@ uint64_t model_fc1_width(const model_t *m)
     return m->mlp == MODEL_MLP_SWIGLU ? 2 * m->ffn_hidden : m->ffn_hidden;
 }
 
-/* Qwen3 normalizes each head's query and key (q_norm, k_norm: RMSNorm of head_dim). */
-int model_has_qk_norm(const model_t *m) { return !strcmp(m->family, "qwen3"); }
+/* Qwen3 and Qwen3-MoE normalize each head's query and key (q_norm, k_norm: RMSNorm of
+ * head_dim). */
+int model_has_qk_norm(const model_t *m)
+{
+    return !strcmp(m->family, "qwen3") || !strcmp(m->family, "qwen3_moe");
+}
 
 static uint64_t moe_every(const model_t *m) { return m->moe_every > 1 ? (uint64_t)m->moe_every : 1; }
 
-/* Hugging Face's rule (Qwen2-MoE's decoder_sparse_step): layer i is sparse when
- * (i + 1) % step == 0. */
+static int listed_dense(const model_t *m, uint64_t layer)
+{
+    return m->dense_listed && layer < 8 * sizeof m->dense_layers &&
+           (m->dense_layers[layer / 8] >> (layer % 8) & 1u);
+}
+
+/* Hugging Face's rule (Qwen2-MoE's and Qwen3-MoE's decoder layers): layer i is sparse when
+ * it is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0. */
 int model_layer_is_moe(const model_t *m, uint64_t layer)
 {
-    return m->n_experts && (layer + 1) % moe_every(m) == 0;
+    return m->n_experts && !listed_dense(m, layer) && (layer + 1) % moe_every(m) == 0;
 }
 
 uint64_t model_moe_layers(const model_t *m)
 {
-    return m->n_experts ? m->layers / moe_every(m) : 0;
+    if (!m->n_experts) return 0;
+    if (!m->dense_listed) return m->layers / moe_every(m);
+    uint64_t n = 0;
+    for (uint64_t l = 0; l < m->layers; l++) n += (uint64_t)model_layer_is_moe(m, l);
+    return n;
 }
 
 static uint64_t norm_params(const model_t *m)

@@ -48,8 +48,9 @@ uint64_t model_q_width(const model_t *m);       /* heads * head_dim */
 uint64_t model_kv_width(const model_t *m);      /* kv_heads * head_dim */
 /* Per-head RMSNorm of queries and keys (q_norm, k_norm of head_dim; Qwen3). */
 int model_has_qk_norm(const model_t *m);
-/* Whether layer i (0-based) is a mixture-of-experts layer: n_experts > 0 and
- * (i + 1) % moe_every == 0 (Hugging Face's decoder_sparse_step rule); and how many are. */
+/* Whether layer i (0-based) is a mixture-of-experts layer: n_experts > 0, i not among
+ * dense_layers (mlp_only_layers) and (i + 1) % moe_every == 0 (Hugging Face's
+ * decoder_sparse_step rule); and how many are. */
 int model_layer_is_moe(const model_t *m, uint64_t layer);
 uint64_t model_moe_layers(const model_t *m);
 uint64_t model_fc1_width(const model_t *m);     /* f, or 2f for swiglu */
