@@ -146,7 +146,7 @@ rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err)
 static int attn90_flags(const kn_ctx *k)
 {
     switch (k->attn) {
-    case KN_ATTN_WGMMA: return ATTN90_PINGPONG;
+    case KN_ATTN_WGMMA: return ATTN90_PINGPONG | ATTN90_BWD_OVERLAP;
     case KN_ATTN_WGMMA_ONEPASS: return ATTN90_PINGPONG | ATTN90_ONEPASS;
     default: return 0;
     }
