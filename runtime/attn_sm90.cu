@@ -546,7 +546,98 @@ __device__ __forceinline__ void dq_consume(const bwd_args &a, uint32_t base, int
     a90_store<D>(a.dq, (size_t)a.ldqkv, (size_t)row0 + r0, c0, dqa, a.scale, a.scale, t);
 }
 
+/* P and dS of key tile j (k0) in place over the scores: dS = P * (dP - D), P from the saved
+ * log-sum-exp, zero above the diagonal. Waits for the scores (all groups but the last, dP's)
+ * and then for dP, so that the exponentials run while dP is computed. */
+__device__ __forceinline__ void dq_ds(float (&sacc)[DQ_BK / 2], float (&dpa)[DQ_BK / 2],
+                                      const float (&l2)[2], const float (&dr)[2], float sl2,
+                                      int k0, int rw, int r0, int t)
+{
+    const bool diag = k0 + DQ_BK - 1 > rw;
+    p90_wg_wait<1>();
+    p90_keep(sacc);
+#pragma unroll
+    for (int i = 0; i < DQ_BK / 2; i++) {
+        const int e = i % 4, r = e >> 1;
+        float p = p90_exp2(sacc[i] * sl2 - l2[r]);
+        if (diag && k0 + 8 * (i / 4) + 2 * t + (e & 1) > r0 + 8 * r) p = 0.0f;
+        sacc[i] = p;
+    }
+    p90_wg_wait<0>();
+    p90_keep(dpa);
+#pragma unroll
+    for (int i = 0; i < DQ_BK / 2; i++) sacc[i] *= dpa[i] - dr[(i % 4) >> 1];
+}
+
+/* Issues S = Q K^T and dP = dO V^T of the key tile in stage s as two groups. */
 template <int D>
+__device__ __forceinline__ void dq_sdp(float (&sacc)[DQ_BK / 2], float (&dpa)[DQ_BK / 2],
+                                       uint32_t base, int cw, int s, uint32_t ph)
+{
+    using C = dq_cfg<D>;
+    const uint32_t bk = base + C::BAR + 8, bv = bk + 8 * DQ_NST;
+    const uint32_t kt = base + C::K0 + s * C::KV, vt = base + C::V0 + s * C::KV;
+    p90_bar_wait(bk + 8 * s, ph);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+        wg_ss128(sacc, a90_desc_k(base, DQ_BQ, 64 * cw, ks), a90_desc_k(kt, DQ_BK, 0, ks),
+                 ks > 0);
+    p90_wg_commit();
+    p90_bar_wait(bv + 8 * s, ph);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+        wg_ss128(dpa, a90_desc_k(base + C::DO, DQ_BQ, 64 * cw, ks),
+                 a90_desc_k(vt, DQ_BK, 0, ks), ks > 0);
+    p90_wg_commit();
+}
+
+/* dq with the exponentials overlapped: S and dP of a key tile are issued as two groups, and
+ * P is computed once S is in while dP runs. The same arithmetic as dq_consume: the same bits.
+ * (Issuing dQ(j) with S(j + 1) and dP(j + 1) behind it, FlashAttention-3's deeper overlap,
+ * needs more registers than the 64 x 128 tiles leave: ptxas serializes the products, C7512.) */
+template <int D>
+__device__ __forceinline__ void dq_consume_pp(const bwd_args &a, uint32_t base, int bh,
+                                              int row0, int q0, int c0, int nkt)
+{
+    using C = dq_cfg<D>;
+    const uint32_t bq = base + C::BAR, be = bq + 8 + 16 * DQ_NST;
+    const int ct = threadIdx.x - A90_WG, cw = ct / A90_WG, warp = (ct / 32) % 4, lane = ct % 32;
+    const int g = lane / 4, t = lane % 4, rw = q0 + 64 * cw, r0 = rw + 16 * warp + g;
+    float l2[2], dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l2[r] = a.lse[(size_t)bh * a.S + r0 + 8 * r] * A90_LOG2E;
+        dr[r] = a.dvec[(size_t)bh * a.S + r0 + 8 * r];
+    }
+    float dqa[D / 2], sacc[DQ_BK / 2], dpa[DQ_BK / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dqa[i] = 0;
+    p90_bar_wait(bq, 0);
+    for (int j = 0; j < nkt; j++) {
+        const int s = j % DQ_NST;
+        p90_keep(sacc);
+        p90_keep(dpa);
+        p90_wg_fence();
+        dq_sdp<D>(sacc, dpa, base, cw, s, (uint32_t)(j / DQ_NST) & 1u);
+        dq_ds(sacc, dpa, l2, dr, a.sl2, j * DQ_BK, rw, r0, t);
+        uint32_t df[DQ_BK / 16][4];
+        a90_pack<DQ_BK>(df, sacc);
+        p90_keep(dqa);
+        p90_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < DQ_BK / 16; kk++)   /* dQ += dS K */
+            a90_rs<D>(dqa, df[kk], a90_desc_n(base + C::K0 + s * C::KV, DQ_BK, kk));
+        p90_wg_commit();
+        p90_wg_wait<0>();
+        p90_keep(dqa);
+        p90_keep_u(df);
+        __syncwarp();
+        if (lane == 0) p90_bar_arrive(be + 8 * s);
+    }
+    a90_store<D>(a.dq, (size_t)a.ldqkv, (size_t)row0 + r0, c0, dqa, a.scale, a.scale, t);
+}
+
+template <int D, bool PP>
 __global__ void __launch_bounds__(A90_NT, 1)
 attn90_dq_k(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
             const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
@@ -574,7 +665,8 @@ attn90_dq_k(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUte
         if (threadIdx.x == 0) dq_produce<D>(&tq, &tdo, &tk, &tv, base, row0, q0, c0, nkt);
     } else {
         p90_regs_inc<A90_REGS_CONSUMER>();
-        dq_consume<D>(a, base, bh, row0, q0, c0, nkt);
+        if constexpr (PP) dq_consume_pp<D>(a, base, bh, row0, q0, c0, nkt);
+        else dq_consume<D>(a, base, bh, row0, q0, c0, nkt);
     }
 }
 
@@ -594,30 +686,36 @@ attn90_dq_k(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUte
  * CTAs start with the highest key blocks (each waits only on CTAs that started before it). */
 #define DKV_BK 128
 #define DKV_BQ 64
-#define DKV_NST 2
 
-template <int D, bool ONE> struct dkv_cfg {
+/* PP: the two-kernel form with the products overlapped within each warpgroup
+ * (dkv_consume_pp); it holds a query tile one iteration longer, so its ring has three stages
+ * (the one-pass form's staging buffers leave room for two only). */
+template <int D, bool ONE, bool PP = false> struct dkv_cfg {
+    static constexpr int NST = PP ? 3 : 2;
     static constexpr uint32_t KV = a90_layout::tile(DKV_BK, D), Q = a90_layout::tile(DKV_BQ, D);
     static constexpr uint32_t VEC = DKV_BQ * 4;
-    static constexpr uint32_t V0 = KV, Q0 = 2 * KV, DO0 = Q0 + DKV_NST * Q;
-    static constexpr uint32_t L0 = DO0 + DKV_NST * Q, DV0 = L0 + DKV_NST * VEC;
+    static constexpr uint32_t V0 = KV, Q0 = 2 * KV, DO0 = Q0 + NST * Q;
+    static constexpr uint32_t L0 = DO0 + NST * Q, DV0 = L0 + NST * VEC;
     static constexpr uint32_t DSB = DKV_BK * DKV_BQ * 2, DQB = DKV_BQ * D * 4;
-    static constexpr uint32_t DS0 = DV0 + DKV_NST * VEC;      /* 2 x dS^T, 1024-aligned */
+    static constexpr uint32_t DS0 = DV0 + NST * VEC;          /* 2 x dS^T, 1024-aligned */
     static constexpr uint32_t DQ0 = DS0 + (ONE ? 2 * DSB : 0); /* 2 x dQ contribution, fp32 */
     static constexpr uint32_t BAR = DQ0 + (ONE ? 2 * DQB : 0);
-    static constexpr uint32_t SMEM = BAR + 8 * (1 + 5 * DKV_NST) + 1024;
+    static constexpr uint32_t SMEM = BAR + 8 * (1 + 5 * NST) + 1024;
 };
+static_assert(dkv_cfg<128, false, true>::SMEM <= 227 * 1024, "dk/dv's ring exceeds shared memory");
+static_assert(dkv_cfg<128, true>::SMEM <= 227 * 1024, "the one pass exceeds shared memory");
 
 /* K+V full; per stage Q full, dO full, stage empty; per staging buffer dQ full, dQ empty. */
 struct dkv_bars {
     uint32_t kv, q, o, e, dqf, dqe;
 };
 
-template <int D, bool ONE> __device__ __forceinline__ dkv_bars dkv_bars_at(uint32_t base)
+template <int D, bool ONE, bool PP = false>
+__device__ __forceinline__ dkv_bars dkv_bars_at(uint32_t base)
 {
-    const uint32_t b = base + dkv_cfg<D, ONE>::BAR;
-    return {b, b + 8, b + 8 + 8 * DKV_NST, b + 8 + 16 * DKV_NST, b + 8 + 24 * DKV_NST,
-            b + 8 + 32 * DKV_NST};
+    constexpr int N = dkv_cfg<D, ONE, PP>::NST;
+    const uint32_t b = base + dkv_cfg<D, ONE, PP>::BAR;
+    return {b, b + 8, b + 8 + 8 * N, b + 8 + 16 * N, b + 8 + 24 * N, b + 8 + 32 * N};
 }
 
 /* This CTA's key block and head: the grid's x in the two-kernel form; in the one-pass form
@@ -635,20 +733,20 @@ template <bool ONE> __device__ __forceinline__ void dkv_block(const bwd_args &a,
     }
 }
 
-template <int D, bool ONE>
+template <int D, bool ONE, bool PP>
 __device__ __forceinline__ void dkv_produce(const CUtensorMap *tk, const CUtensorMap *tv,
                                             const CUtensorMap *tq, const CUtensorMap *tdo,
                                             const bwd_args &a, uint32_t base, int bh, int row0,
                                             int k0, int c0, int qt0, int nqt)
 {
-    using C = dkv_cfg<D, ONE>;
-    const dkv_bars b = dkv_bars_at<D, ONE>(base);
+    using C = dkv_cfg<D, ONE, PP>;
+    const dkv_bars b = dkv_bars_at<D, ONE, PP>(base);
     p90_bar_expect(b.kv, 2 * C::KV);
     a90_load<D>(base, DKV_BK, tk, b.kv, c0, row0 + k0);
     a90_load<D>(base + C::V0, DKV_BK, tv, b.kv, c0, row0 + k0);
     for (int i = 0; i < nqt; i++) {
-        const int s = i % DKV_NST, q0 = (qt0 + i) * DKV_BQ;
-        if (i >= DKV_NST) p90_bar_wait(b.e + 8 * s, (uint32_t)(i / DKV_NST - 1) & 1u);
+        const int s = i % C::NST, q0 = (qt0 + i) * DKV_BQ;
+        if (i >= C::NST) p90_bar_wait(b.e + 8 * s, (uint32_t)(i / C::NST - 1) & 1u);
         p90_bar_expect(b.q + 8 * s, C::Q + C::VEC);
         a90_load<D>(base + C::Q0 + s * C::Q, DKV_BQ, tq, b.q + 8 * s, c0, row0 + q0);
         p90_bulk(base + C::L0 + s * C::VEC, a.lse + (size_t)bh * a.S + q0, C::VEC, b.q + 8 * s);
@@ -766,8 +864,8 @@ __device__ __forceinline__ void dkv_consume(const bwd_args &a, unsigned char *ra
     for (int i = 0; i < D / 2; i++) dka[i] = dva[i] = 0;
     p90_bar_wait(b.kv, 0);
     for (int i = 0; i < nqt; i++) {
-        const int s = i % DKV_NST, q0 = (qt0 + i) * DKV_BQ;
-        const uint32_t ph = (uint32_t)(i / DKV_NST) & 1u;
+        const int s = i % C::NST, q0 = (qt0 + i) * DKV_BQ;
+        const uint32_t ph = (uint32_t)(i / C::NST) & 1u;
         const uint32_t qt = base + C::Q0 + s * C::Q, ot = base + C::DO0 + s * C::Q;
         const float *sl = reinterpret_cast<const float *>(gsm + C::L0 + s * C::VEC);
         const float *sd = reinterpret_cast<const float *>(gsm + C::DV0 + s * C::VEC);
@@ -844,12 +942,133 @@ __device__ __forceinline__ void dkv_consume(const bwd_args &a, unsigned char *ra
     a90_store<D>(a.dv, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dva, 1.0f, 1.0f, t);
 }
 
-template <int D, bool ONE>
+/* The two-kernel form's dK / dV with FlashAttention-3's overlap within a warpgroup:
+ * iteration i issues S^T(i) and then dK(i - 1) (whose dS^T is still in pf) as two groups and
+ * computes P(i) in fp32 once S^T(i) is in (wait for all but the last group) while dK(i - 1)
+ * runs; packing P into pf waits for it. Then dP^T(i) and dV(i) as two groups, and dS^T(i) in
+ * fp32 over the scores' registers once dP^T(i) is in while dV(i) runs (pf, its operand, is
+ * packed from them after). The products of each accumulator come in the old form's order
+ * and dS is the same arithmetic, so the bits are the old form's. (A second 16-register array
+ * for dS beside P makes ptxas serialize the products, C7512.) A ring of
+ * three stages, since a query tile is held until the next iteration's dK. Warpgroup 1's keys
+ * are above every query of tile 0: it skips that tile, so every path issues and waits the
+ * same groups (no wgmma under a branch, C7514). */
+template <int D>
+__device__ __forceinline__ void dkv_consume_pp(const bwd_args &a, unsigned char *raw,
+                                               uint32_t base, int row0, int k0, int c0,
+                                               int qt0, int nqt)
+{
+    using C = dkv_cfg<D, false, true>;
+    constexpr int NS = C::NST;
+    const dkv_bars b = dkv_bars_at<D, false, true>(base);
+    const int ct = threadIdx.x - A90_WG, cw = ct / A90_WG, warp = (ct / 32) % 4, lane = ct % 32;
+    const int g = lane / 4, t = lane % 4, kw = k0 + 64 * cw, kr = kw + 16 * warp + g;
+    unsigned char *gsm = raw + (base - p90_smem(raw));   /* generic view of the base */
+    float dka[D / 2], dva[D / 2], sacc[DKV_BQ / 2], dpa[DKV_BQ / 2];
+    uint32_t pf[DKV_BQ / 16][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dka[i] = dva[i] = 0;
+#pragma unroll
+    for (int kk = 0; kk < DKV_BQ / 16; kk++) pf[kk][0] = pf[kk][1] = pf[kk][2] = pf[kk][3] = 0u;
+    p90_bar_wait(b.kv, 0);
+    if (cw == 1) {   /* tile 0: nothing of ours; its copies must land before it is reused */
+        p90_bar_wait(b.q, 0);
+        p90_bar_wait(b.o, 0);
+        __syncwarp();
+        if (lane == 0) p90_bar_arrive(b.e);
+    }
+    uint32_t qprev = 0;
+    for (int i = cw; i < nqt; i++) {
+        const int s = i % NS, q0 = (qt0 + i) * DKV_BQ;
+        const uint32_t ph = (uint32_t)(i / NS) & 1u;
+        const uint32_t qt = base + C::Q0 + s * C::Q, ot = base + C::DO0 + s * C::Q;
+        const float *sl = reinterpret_cast<const float *>(gsm + C::L0 + s * C::VEC);
+        const float *sd = reinterpret_cast<const float *>(gsm + C::DV0 + s * C::VEC);
+        const bool first = i == cw;
+        p90_bar_wait(b.q + 8 * s, ph);
+        p90_keep(sacc);
+        p90_keep(dka);
+        p90_keep_u(pf);
+        p90_wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)   /* S^T = K Q^T */
+            wg_ss64(sacc, a90_desc_k(base, DKV_BK, 64 * cw, ks), a90_desc_k(qt, DKV_BQ, 0, ks),
+                    ks > 0);
+        p90_wg_commit();
+        /* dK += dS^T Q of the previous tile (on the first, pf is zeros: adds 0) */
+#pragma unroll
+        for (int kk = 0; kk < DKV_BQ / 16; kk++)
+            a90_rs<D>(dka, pf[kk], a90_desc_n(first ? qt : qprev, DKV_BQ, kk));
+        p90_wg_commit();
+        p90_wg_wait<1>();
+        p90_keep(sacc);
+        const bool diag = kw + 63 > q0;
+#pragma unroll
+        for (int x = 0; x < DKV_BQ / 2; x++) {
+            const int e = x % 4, qi = 8 * (x / 4) + 2 * t + (e & 1);
+            float p = p90_exp2(sacc[x] * a.sl2 - sl[qi] * A90_LOG2E);
+            if (diag && kr + 8 * (e >> 1) > q0 + qi) p = 0.0f;
+            sacc[x] = p;
+        }
+        p90_wg_wait<0>();
+        p90_keep(dka);
+        p90_keep_u(pf);
+        if (!first) {   /* the previous tile's Q is no longer read */
+            __syncwarp();
+            if (lane == 0) p90_bar_arrive(b.e + 8 * ((i + NS - 1) % NS));
+        }
+        a90_pack<DKV_BQ>(pf, sacc);
+        p90_bar_wait(b.o + 8 * s, ph);
+        p90_keep(dva);
+        p90_keep(dpa);
+        p90_wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)   /* dP^T = V dO^T */
+            wg_ss64(dpa, a90_desc_k(base + C::V0, DKV_BK, 64 * cw, ks),
+                    a90_desc_k(ot, DKV_BQ, 0, ks), ks > 0);
+        p90_wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < DKV_BQ / 16; kk++)   /* dV += P^T dO */
+            a90_rs<D>(dva, pf[kk], a90_desc_n(ot, DKV_BQ, kk));
+        p90_wg_commit();
+        p90_wg_wait<1>();
+        p90_keep(dpa);
+        /* dS^T = P^T * (dP^T - D) in fp32 over the scores' registers while dV runs, P rounded
+         * to bf16 as the dV product reads it */
+#pragma unroll
+        for (int x = 0; x < DKV_BQ / 2; x++) {
+            const int qi = 8 * (x / 4) + 2 * t + (x & 1);
+            sacc[x] = __bfloat162float(__float2bfloat16_rn(sacc[x])) * (dpa[x] - sd[qi]);
+        }
+        p90_wg_wait<0>();
+        p90_keep(dva);
+        p90_keep_u(pf);
+        a90_pack<DKV_BQ>(pf, sacc);
+        qprev = qt;
+    }
+    p90_keep(dka);
+    p90_keep_u(pf);
+    p90_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < DKV_BQ / 16; kk++)   /* dK += dS^T Q of the last tile */
+        a90_rs<D>(dka, pf[kk], a90_desc_n(qprev, DKV_BQ, kk));
+    p90_wg_commit();
+    p90_wg_wait<0>();
+    p90_keep(dka);
+    p90_keep_u(pf);
+    __syncwarp();
+    if (lane == 0) p90_bar_arrive(b.e + 8 * ((nqt - 1) % NS));
+    a90_store<D>(a.dk, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dka, a.scale, a.scale, t);
+    a90_store<D>(a.dv, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dva, 1.0f, 1.0f, t);
+}
+
+template <int D, bool ONE, bool PP>
 __global__ void __launch_bounds__(A90_NT, 1)
 attn90_dkv_k(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
              const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
              const bwd_args a)
 {
+    static_assert(!(ONE && PP), "the one-pass form has no overlapped variant");
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = a90_base(smem_raw);
     int kb, bh;
@@ -857,9 +1076,9 @@ attn90_dkv_k(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUt
     const int row0 = bh / a.H * a.S, c0 = bh % a.H * D;
     const int k0 = kb * DKV_BK, qt0 = k0 / DKV_BQ, nqt = a.S / DKV_BQ - qt0;
     if (threadIdx.x == 0) {
-        const dkv_bars b = dkv_bars_at<D, ONE>(base);
+        const dkv_bars b = dkv_bars_at<D, ONE, PP>(base);
         p90_bar_init(b.kv, 1);
-        for (int s = 0; s < DKV_NST; s++) {
+        for (int s = 0; s < dkv_cfg<D, ONE, PP>::NST; s++) {
             p90_bar_init(b.q + 8 * s, 1);
             p90_bar_init(b.o + 8 * s, 1);
             p90_bar_init(b.e + 8 * s, 8);     /* one arrival per consumer warp */
@@ -872,13 +1091,14 @@ attn90_dkv_k(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUt
     if (threadIdx.x < A90_WG) {
         p90_regs_dec<A90_REGS_PRODUCER>();
         if (threadIdx.x == 0)
-            dkv_produce<D, ONE>(&tk, &tv, &tq, &tdo, a, base, bh, row0, k0, c0, qt0, nqt);
+            dkv_produce<D, ONE, PP>(&tk, &tv, &tq, &tdo, a, base, bh, row0, k0, c0, qt0, nqt);
         else if constexpr (ONE) {
             if (threadIdx.x == 32) dkv_write_dq<D>(a, base, bh, kb, qt0, nqt);
         }
     } else {
         p90_regs_inc<A90_REGS_CONSUMER>();
-        dkv_consume<D, ONE>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
+        if constexpr (PP) dkv_consume_pp<D>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
+        else dkv_consume<D, ONE>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
     }
 }
 
@@ -952,9 +1172,12 @@ template <int D> static rt_status a90_attrs(ms_error *err)
 {
     RT_TRY(a90_smem(attn90_fwd_k<D, false>, fwd_cfg<D>::SMEM, err));
     RT_TRY(a90_smem(attn90_fwd_k<D, true>, fwd_cfg<D>::SMEM, err));
-    RT_TRY(a90_smem(attn90_dq_k<D>, dq_cfg<D>::SMEM, err));
-    RT_TRY(a90_smem(attn90_dkv_k<D, false>, dkv_cfg<D, false>::SMEM, err));
-    if constexpr (D == 128) RT_TRY(a90_smem(attn90_dkv_k<D, true>, dkv_cfg<D, true>::SMEM, err));
+    RT_TRY(a90_smem(attn90_dq_k<D, false>, dq_cfg<D>::SMEM, err));
+    RT_TRY(a90_smem(attn90_dq_k<D, true>, dq_cfg<D>::SMEM, err));
+    RT_TRY(a90_smem(attn90_dkv_k<D, false, false>, dkv_cfg<D, false>::SMEM, err));
+    RT_TRY(a90_smem(attn90_dkv_k<D, false, true>, dkv_cfg<D, false, true>::SMEM, err));
+    if constexpr (D == 128)
+        RT_TRY(a90_smem(attn90_dkv_k<D, true, false>, dkv_cfg<D, true>::SMEM, err));
     return RT_OK;
 }
 
@@ -1008,26 +1231,35 @@ size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D)
     return a90_up(B * H * (S / DKV_BQ)) + B * H * S * D;
 }
 
+/* The two-kernel form, its products overlapped within each warpgroup (PP) or not. */
+template <int D, bool PP>
+static rt_status a90_bwd_two(const bwd_args &a, const CUtensorMap *m, unsigned nkb,
+                             unsigned bhs, size_t S, cudaStream_t s, ms_error *err)
+{
+    attn90_dkv_k<D, false, PP><<<dim3(nkb, bhs), A90_NT, dkv_cfg<D, false, PP>::SMEM, s>>>(
+        m[0], m[1], m[2], m[3], a);
+    RT_TRY(a90_launched("attn90_dkv_k", err));
+    attn90_dq_k<D, PP><<<dim3((unsigned)(S / DQ_BQ), bhs), A90_NT, dq_cfg<D>::SMEM, s>>>(
+        m[4], m[5], m[0], m[1], a);
+    return a90_launched("attn90_dq_k", err);
+}
+
 template <int D>
-static rt_status a90_bwd_launch(const bwd_args &a, int one, const CUtensorMap *m, size_t B,
+static rt_status a90_bwd_launch(const bwd_args &a, int flags, const CUtensorMap *m, size_t B,
                                 size_t H, size_t S, cudaStream_t s, ms_error *err)
 {
     const unsigned bhs = (unsigned)(B * H), nkb = (unsigned)(S / DKV_BK);
-    if constexpr (D == 128) if (one) {
-        attn90_dkv_k<D, true><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(m[0], m[1], m[2],
-                                                                             m[3], a);
+    if constexpr (D == 128) if (flags & ATTN90_ONEPASS) {
+        attn90_dkv_k<D, true, false><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(
+            m[0], m[1], m[2], m[3], a);
         RT_TRY(a90_launched("attn90_dkv_k (one pass)", err));
         const size_t n8 = B * H * S * D / 8;
         const unsigned g = (unsigned)(n8 < 132u * 64 * 256 ? (n8 + 255) / 256 : 132u * 64);
         attn90_dq_out_k<D><<<g, 256, 0, s>>>(a.dq, a.ldqkv, a.dqacc, (int)H, (int)S, a.scale, n8);
         return a90_launched("attn90_dq_out_k", err);
     }
-    attn90_dkv_k<D, false><<<dim3(nkb, bhs), A90_NT, dkv_cfg<D, false>::SMEM, s>>>(m[0], m[1],
-                                                                                  m[2], m[3], a);
-    RT_TRY(a90_launched("attn90_dkv_k", err));
-    attn90_dq_k<D><<<dim3((unsigned)(S / DQ_BQ), bhs), A90_NT, dq_cfg<D>::SMEM, s>>>(m[4], m[5],
-                                                                                  m[0], m[1], a);
-    return a90_launched("attn90_dq_k", err);
+    if (flags & ATTN90_BWD_OVERLAP) return a90_bwd_two<D, true>(a, m, nkb, bhs, S, s, err);
+    return a90_bwd_two<D, false>(a, m, nkb, bhs, S, s, err);
 }
 
 rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16_t *dk,
@@ -1054,8 +1286,9 @@ rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16
                   scratch + a90_up(nsem), (int *)scratch};
     cudaStream_t s = (cudaStream_t)stream;
     if (one) RT_CHECK(err, cudaMemsetAsync(a.sem, 0, nsem * sizeof(int), s));
-    if (D == 64) return a90_bwd_launch<64>(a, one, m, B, H, S, s, err);
-    return a90_bwd_launch<128>(a, one, m, B, H, S, s, err);
+    const int f = one ? ATTN90_ONEPASS : flags & ~ATTN90_ONEPASS;
+    if (D == 64) return a90_bwd_launch<64>(a, f, m, B, H, S, s, err);
+    return a90_bwd_launch<128>(a, f, m, B, H, S, s, err);
 }
 
 /* ======================= layout self-test ======================= */

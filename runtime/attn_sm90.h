@@ -30,9 +30,11 @@ rt_status attn90_setup(void **encode, ms_error *err);
  * issuing their products, and within each the softmax of one tile runs while the previous
  * tile's P V product does (else each runs its products and softmax in sequence). ATTN90_ONEPASS: the backward in one
  * kernel of 5 products per tile, dq summed in fp32 in a fixed order, at head dim 128 (else,
- * and at 64, 7 products in two kernels: dk and dv per 128 keys, dq per 128 queries). Both
- * forms of both are deterministic. */
-enum { ATTN90_PINGPONG = 1, ATTN90_ONEPASS = 2 };
+ * and at 64, 7 products in two kernels: dk and dv per 128 keys, dq per 128 queries).
+ * ATTN90_BWD_OVERLAP: in the two-kernel form, each consumer warpgroup keeps products in
+ * flight while it computes P and dS (else it waits for each batch); the same bits as without.
+ * Every form is deterministic. */
+enum { ATTN90_PINGPONG = 1, ATTN90_ONEPASS = 2, ATTN90_BWD_OVERLAP = 4 };
 
 /* o and lse as kn_attn_fwd. */
 rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *lse,

@@ -133,7 +133,7 @@ void *kn_ctx_stream(const kn_ctx *k) { return (void *)k->s; }
 rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err)
 {
     if (impl == KN_ATTN_AUTO) impl = k->a90_encode ? KN_ATTN_WGMMA : KN_ATTN_MMA;
-    if (impl < KN_ATTN_MMA || impl > KN_ATTN_WGMMA_ONEPASS)
+    if (impl < KN_ATTN_MMA || impl > KN_ATTN_WGMMA_OVERLAP)
         return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_ctx_set_attn", "no such kernels");
     if (impl != KN_ATTN_MMA && !k->a90_encode)
         return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_ctx_set_attn",
@@ -147,6 +147,7 @@ static int attn90_flags(const kn_ctx *k)
 {
     switch (k->attn) {
     case KN_ATTN_WGMMA: return ATTN90_PINGPONG;
+    case KN_ATTN_WGMMA_OVERLAP: return ATTN90_PINGPONG | ATTN90_BWD_OVERLAP;
     case KN_ATTN_WGMMA_ONEPASS: return ATTN90_PINGPONG | ATTN90_ONEPASS;
     default: return 0;
     }
@@ -160,6 +161,7 @@ const char *kn_attn_name(kn_attn_impl impl)
     case KN_ATTN_WGMMA: return "wgmma";
     case KN_ATTN_WGMMA_BASIC: return "wgmma-basic";
     case KN_ATTN_WGMMA_ONEPASS: return "wgmma-onepass";
+    case KN_ATTN_WGMMA_OVERLAP: return "wgmma-overlap";
     case KN_ATTN_MMA: return "mma";
     default: return "auto";
     }

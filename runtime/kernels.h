@@ -90,11 +90,14 @@ rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n,
  * forward's consumers taking turns, the backward in two kernels; runtime/attn_sm90.h), chosen
  * on devices of compute capability 9.0; two other forms of it kept for comparison (basic: the
  * forward's consumers each in sequence; one-pass: the backward in one kernel, dq summed in a
- * fixed order, slower on the H200: docs/RUNTIME.md); and mma.sync (FlashAttention-2's loop
+ * fixed order, slower on the H200: docs/RUNTIME.md; overlap: the default's forward with the
+ * backward's products kept in flight while each warpgroup computes P and dS, the same bits as
+ * the default's backward); and mma.sync (FlashAttention-2's loop
  * order) elsewhere. All deterministic, the same results within rounding (not bit for bit:
  * the products are summed in other orders). */
 typedef enum kn_attn_impl {
-    KN_ATTN_AUTO = 0, KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC, KN_ATTN_WGMMA_ONEPASS
+    KN_ATTN_AUTO = 0, KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC, KN_ATTN_WGMMA_ONEPASS,
+    KN_ATTN_WGMMA_OVERLAP
 } kn_attn_impl;
 /* KN_ATTN_AUTO: the device's; the wgmma ones on another device: RT_ERR_INVALID. */
 rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err);

@@ -314,6 +314,16 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
     kn_bf16 *g2 = dmalloc(n * 2 * 3);
     check_st(kn_attn_bwd(K, g2, g2 + n, g2 + 2 * n, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S, D, &err),
              "attn_bwd again", &err);
+    /* the overlapped backward (ATTN90_BWD_OVERLAP): the same sums in the same order as
+     * wgmma-basic's, so the same bits on the same inputs */
+    kn_bf16 *g3 = NULL;
+    if (impl == KN_ATTN_WGMMA_OVERLAP) {
+        g3 = dmalloc(n * 2 * 3);
+        check_st(kn_ctx_set_attn(K, KN_ATTN_WGMMA_BASIC, &err), "set wgmma-basic", &err);
+        check_st(kn_attn_bwd(K, g3, g3 + n, g3 + 2 * n, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S,
+                             D, &err), "attn_bwd, wgmma-basic", &err);
+        check_st(kn_ctx_set_attn(K, impl, &err), "set wgmma-overlap", &err);
+    }
     float *o = down_bf16(dO, T * w), *l = down_f32(dl, B * H * S);
     float *ro = malloc(T * w * 4), *rl = malloc(B * H * S * 4);
     kref_attn_fwd(ro, rl, hq, hk, hv, ld, w, B, H, S, D);
@@ -354,10 +364,23 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
             }
         TAP_OK(diff == 0, "attention backward %s, %s, run twice: %zu of %zu values differ", nm[j],
                im, diff, T * w);
+        if (g3) {
+            float *h3 = down_bf16(g3 + (size_t)j * n, n);
+            size_t d3 = 0;
+            for (size_t t = 0; t < T; t++)
+                for (size_t c = 0; c < w; c++) {
+                    float a = h2[t * ld + c], b3 = h3[t * ld + c];
+                    d3 += memcmp(&a, &b3, sizeof a) != 0;
+                }
+            TAP_OK(d3 == 0, "attention backward %s, wgmma-overlap against wgmma-basic: %zu "
+                   "of %zu values differ", nm[j], d3, T * w);
+            free(h3);
+        }
         free(hg);
         free(h2);
     }
     cudaFree(g2);
+    if (g3) cudaFree(g3);
     free(q); free(k); free(v); free(dout); free(o); free(l); free(ro); free(rl);
     free(rq); free(rk); free(rv); free(x); free(y);
     cudaFree(dq); cudaFree(ddo); cudaFree(dO); cudaFree(gq); cudaFree(dl);
@@ -668,8 +691,9 @@ int main(void)
         t_ln(seed * 1000 + 100);
         t_gemm(seed * 1000 + 200);
         t_elem(seed * 1000 + 300);
-        for (int i = 0; i < 3; i++) {   /* every attention kernel set the device runs */
-            static const kn_attn_impl im[3] = {KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC};
+        for (int i = 0; i < 4; i++) {   /* every attention kernel set the device runs */
+            static const kn_attn_impl im[4] = {KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC,
+                                               KN_ATTN_WGMMA_OVERLAP};
             /* (the one-pass form last of all, below) */
             kn_attn_impl impl = im[i];
             if (impl != KN_ATTN_MMA && !wgmma) continue;
@@ -680,8 +704,10 @@ int main(void)
         t_adamw(seed * 1000 + 700);
     }
     t_attn(3000, 1, 1, 128, 128, 1, KN_ATTN_MMA);   /* one tile: the diagonal only */
-    for (int i = 0; wgmma && i < 2; i++) {
-        kn_attn_impl impl = i ? KN_ATTN_WGMMA_BASIC : KN_ATTN_WGMMA;
+    for (int i = 0; wgmma && i < 3; i++) {
+        static const kn_attn_impl im[3] = {KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC,
+                                           KN_ATTN_WGMMA_OVERLAP};
+        kn_attn_impl impl = im[i];
         t_attn(3000, 1, 1, 128, 128, 1, impl);
         t_attn(3100, 1, 2, 1024, 128, 1, impl);   /* rings of stages wrap many times */
         t_attn(3200, 2, 1, 640, 64, 0, impl);
