@@ -14,25 +14,9 @@
 uint64_t hf_gemma_norm_fwd(hf_x *x, int l, const char *nm, uint64_t in, hf_param *w,
                            trace_class ocls, uint64_t *xf, uint64_t *rs, uint64_t *nrm)
 {
-    uint64_t T = x->T, h = x->h, n = T * h, ib = x->RB;
+    uint64_t h = x->h, n = x->T * h, ib = x->RB, var;
     char op[TRACE_NAME_MAX];
-    *xf = 0;
-    if (ib != F32) {
-        MS_JOIN(op, sizeof op, nm, ".to_fp32");
-        *xf = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_SKEL, in, 0, n * ib, TK_NORM, n);
-    }
-    uint64_t xin = *xf ? *xf : in;
-    MS_JOIN(op, sizeof op, nm, ".pow");
-    uint64_t sq = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, xin, 0, n * F32, TK_NORM);
-    MS_JOIN(op, sizeof op, nm, ".mean");
-    uint64_t var = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, sq, 0, n * F32, TK_NORM);
-    hf_free(x, &sq);
-    MS_JOIN(op, sizeof op, nm, ".add_eps");
-    uint64_t ve = hf_ew(x, l, op, op, T * F32, TC_ACT_TRANS, var, 0, T * F32, TK_NORM);
-    hf_free(x, &var);
-    MS_JOIN(op, sizeof op, nm, ".rsqrt");
-    *rs = hf_ew(x, l, op, op, T * F32, TC_ACT_SKEL, ve, 0, T * F32, TK_NORM);
-    hf_free(x, &ve);
+    uint64_t xin = hf_rms_stats(x, l, nm, in, x->T, h, ib, 0, xf, rs, &var);
     MS_JOIN(op, sizeof op, nm, ".mul");
     *nrm = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_SKEL, xin, *rs, n * F32, TK_NORM, n);
     uint64_t wf = w->id;

@@ -196,6 +196,10 @@ void hf_phi3_attn_bwd(hf_x *x, int l, hf_ls *s, uint64_t *G);
  * *G (gen_hf.c; shared with GemmaRMSNorm's). */
 void hf_rms_bwd_x(hf_x *x, int l, const char *nm, uint64_t dn, uint64_t *xf, uint64_t *rs,
                   uint64_t *in, uint64_t *G, uint64_t rows, uint64_t width, uint64_t ib);
+/* RMSNorm's statistics (to fp32, pow, mean, + eps, rsqrt) in its ops' order (gen_hf.c). */
+uint64_t hf_rms_stats(hf_x *x, int l, const char *nm, uint64_t in, uint64_t rows,
+                      uint64_t width, uint64_t ib, int keep_var, uint64_t *xf, uint64_t *rs,
+                      uint64_t *var);
 /* Gemma (gen_hf_gemma.c): GemmaRMSNorm over the residual stream (output of class ocls;
  * saved: *xf, *rs, *nrm and w->w1) and its backward into *G; the embedding's sqrt(hidden)
  * scaling (returns layer 0's input) and its backward (replaces *G). */
