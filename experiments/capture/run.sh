@@ -88,12 +88,18 @@ gpu() {
     done < <(cases)
 }
 
+# Whether case NAME is among the ones named after it (all when none is).
+picked() {
+    local name=$1; shift
+    [ $# = 0 ] || printf '%s\n' "$@" | grep -qx "$name"
+}
+
 snapshots() {
     local out=$1; shift
     mkdir -p "$out"
     install
     while IFS=$'\t' read -r name cfg prec seq batch; do
-        if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+        picked "$name" "$@" || continue
         for mode in keep ckpt save_on_cpu; do
             echo "== $name $mode (allocator history)" >&2
             "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
@@ -124,7 +130,7 @@ ckpt_programs() {
     mkdir -p "$out"
     install
     while IFS=$'\t' read -r name cfg prec seq batch; do
-        if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+        picked "$name" "$@" || continue
         ckpt_program "$out" "$name" "$cfg" "$prec" "$seq" "$batch"
     done < <(cases)
 }
