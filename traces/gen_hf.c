@@ -1394,10 +1394,15 @@ ms_status gen_hf_check(const gen_config *c, ms_error *err)
     const char *fam = c->model.family;
     int ok = 0;
     for (int i = 0; hf_families[i] && !ok; i++) ok = strcmp(fam, hf_families[i]) == 0;
-    if (!ok)
+    if (!ok) {
+        char list[256] = "";
+        size_t len = 0;
+        for (int i = 0; hf_families[i] && len < sizeof list; i++)
+            len += MS_JOIN(list + len, sizeof list - len, i ? ", " : "", hf_families[i]);
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf does not model the model family "
-                       "'%s' of %s (modelled: llama, mistral, qwen2, qwen3, phi3, gpt2, "
-                       "gpt_neox, opt, bert, mixtral, qwen2_moe, qwen3_moe, gemma)", fam[0] ? fam : "(none)", c->model.name);
+                       "'%s' of %s (modelled: %s)", fam[0] ? fam : "(none)", c->model.name,
+                       list);
+    }
     if (c->ep > 1)
         return ms_fail(err, MS_ERR_UNSUPPORTED, "framework hf models PyTorch eager with "
                        "transformers on one GPU, which has no expert parallelism (ep %d); use "
