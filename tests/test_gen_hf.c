@@ -174,6 +174,55 @@ static uint64_t hf_named(const trace_t *t, const char *name, const char *op, dou
     return b;
 }
 
+/* The duration of the first iteration-0 op named op (-2 when none). */
+static double hf_op_dur(const trace_t *t, const char *op)
+{
+    int iter = -1;
+    for (size_t i = 0; i < trace_count(t); i++) {
+        const trace_rec *r = trace_get(t, i);
+        if (r->type == TR_MARK && r->u.mark.kind == TM_ITER) iter = (int)r->u.mark.value;
+        if (iter == 0 && r->type == TR_OP && strcmp(r->u.op.name, op) == 0) return r->u.op.dur_us;
+    }
+    return -2.0;
+}
+
+/* The fp32 GEMMs (the MoE experts under amp) take the profile's own fp32 ramp when it has
+ * one (gpu.fp32_gemm_eff, gpu.fp32_gemm_half_flops), else gpu.gemm_eff and the bf16 ramp. */
+static void test_hf_fp32_gemm_ramp(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_moe_config("amp", 2);
+    machine_t m = *mach;
+    trace_t *t = NULL;
+    double fl = 0, d[3];
+    const double eff[3] = { 0, 0.02, 0.01 };   /* low: compute-bound at this size */
+    for (int i = 0; i < 3; i++) {
+        m.gpu_fp32_gemm_eff = eff[i];
+        m.gpu_fp32_gemm_half_flops = 0;
+        d[i] = -1;
+        if (gen_trace(&c, &m, &t, &err) != MS_OK) break;
+        hf_named(t, "x", "L0.experts.gate_up.e0", &fl);
+        d[i] = hf_op_dur(t, "L0.experts.gate_up.e0") - m.gpu_kernel_launch_us;
+        trace_free(t);
+        t = NULL;
+    }
+    double want = fl / (m.gpu_peak_fp32_flops * 0.02) * 1e6;
+    TAP_OK(fl > 0 && fabs(d[1] - want) < 1e-9 * want && fabs(d[2] - 2 * want) < 1e-9 * want,
+           "fp32 GEMM: an expert's sgemm at gpu.fp32_gemm_eff of the fp32 peak (%.3f us, want "
+           "%.3f; at half the efficiency %.3f)", d[1], want, d[2]);
+    TAP_OK(d[0] > 0 && fabs(d[0] - d[1]) > 1e-6 * want,
+           "fp32 GEMM: without gpu.fp32_gemm_eff the bf16 GEMM ramp applies (%.3f us)", d[0]);
+    m.gpu_fp32_gemm_eff = 0.02;
+    m.gpu_fp32_gemm_half_flops = fl;    /* half the efficiency at this GEMM's FLOPs */
+    double dh = -1;
+    if (gen_trace(&c, &m, &t, &err) == MS_OK) {
+        dh = hf_op_dur(t, "L0.experts.gate_up.e0") - m.gpu_kernel_launch_us;
+        trace_free(t);
+    }
+    TAP_OK(fabs(dh - 2 * want) < 1e-9 * want,
+           "fp32 GEMM: at gpu.fp32_gemm_half_flops FLOPs half that efficiency (%.3f us)", dh);
+}
+
 static void test_hf_moe(const machine_t *mach)
 {
     ms_error err;
@@ -1147,6 +1196,7 @@ int main(void)
     machine_t m = test_machine();
     test_hf(&m);
     test_hf_moe(&m);
+    test_hf_fp32_gemm_ramp(&m);
     test_hf_qwen3_moe(&m);
     test_hf_gemma(&m);
     test_hf_gpt2(&m);

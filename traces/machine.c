@@ -58,6 +58,12 @@ enum {
       "achieved fraction of HBM bandwidth for memory-bound ops, (0,1]")                        \
     X("gpu.kernel_launch_us", MF_DBL, gpu_kernel_launch_us, R_NONNEG,                          \
       "fixed cost per op, microseconds")                                                       \
+    X("gpu.fp32_gemm_eff", MF_DBL, gpu_fp32_gemm_eff, R_OPT_EFF,                               \
+      "fp32 GEMMs (cuBLAS sgemm, no TF32): efficiency eff * F / (F + "                          \
+      "gpu.fp32_gemm_half_flops) of gpu.peak_fp32_flops over F FLOPs (0 or absent: "            \
+      "gpu.gemm_eff with the bf16 ramp)")                                                      \
+    X("gpu.fp32_gemm_half_flops", MF_DBL, gpu_fp32_gemm_half_flops, R_OPT_NONNEG,              \
+      "FLOPs at which an fp32 GEMM reaches half that efficiency")                             \
     X("gpu.gemm_even_eff", MF_DBL, gpu_gemm_even_eff, R_OPT_EFF,                               \
       "an fp16/bf16 GEMM with a dimension even but not a multiple of 8 elements (16 bytes): "  \
       "fraction of the aligned GEMM's rate, (0,1]; absent: 1")                                 \

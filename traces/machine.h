@@ -24,6 +24,8 @@ typedef struct machine {
     double gpu_attn_eff;             /* achieved fraction of peak for flash attention */
     double gpu_mem_eff;              /* achieved fraction of HBM bandwidth, memory-bound ops */
     double gpu_kernel_launch_us;     /* fixed cost per op */
+    double gpu_fp32_gemm_eff;        /* fp32 GEMM: eff * F / (F + half) of the fp32 peak */
+    double gpu_fp32_gemm_half_flops; /*   (0: gpu_gemm_eff and the bf16 ramp) */
     double gpu_gemm_even_eff;        /* a GEMM with a dimension even but not a multiple of 16
                                         bytes: fraction of the aligned rate (0: not modelled) */
     double gpu_gemm_odd_eff;         /* the same with an odd dimension (0: not modelled) */

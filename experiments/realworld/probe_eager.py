@@ -5,7 +5,7 @@ see from FLOPs and bytes alone. Ground truth for experiments/realworld (the mach
 host-dispatch and per-kind memory-efficiency lines are read off its output; nothing here is
 fitted to a step time).
 
-Five parts, one JSON object on stdout (and --out):
+Six parts, one JSON object on stdout (and --out):
   host:  host microseconds per call of common aten ops on tiny CUDA tensors (the GPU is idle,
          so the loop's wall time is the host's: Python + dispatcher + launch), median of 5
          loops of 2,000 calls after a warm-up; `autograd` is per backward node of a chain of
@@ -17,6 +17,12 @@ Five parts, one JSON object on stdout (and --out):
          dropout 0.1 at a few training shapes: what the dropout path costs.
   sdpa_hd: the same without dropout at head dim 64, 128 and 256 (equal FLOPs): what the
          head dim costs (GPT-NeoX's 256, LLaMA's 128, small models' 64).
+  gemm:  torch.mm in fp32 (no TF32, PyTorch's default) and bf16 at the three forms of a
+         linear layer (forward x W^T, the input gradient dy W, the weight gradient dy^T x) over
+         rows M = 64 .. 16384 at a few (N, K) of real models: achieved FLOP/s of each shape
+         (median of 10 calls between CUDA events after warm-up), the rate the op-time model's
+         GEMM ramp describes; and torch.nn.functional.grouped_mm in fp32 (the MoE experts
+         under amp, PyTorch's per-group fallback) and bf16 at E groups of M/E rows.
   step:  for each --config given, a training step at a tiny shape (host-bound by design):
          wall time per step and the number of GPU kernels it launched (torch.profiler), so
          host microseconds per kernel of a real transformers step.
@@ -24,6 +30,7 @@ Five parts, one JSON object on stdout (and --out):
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -241,6 +248,67 @@ def sdpa_hd_rates(torch):
     return out
 
 
+GEMM_NK = ((1536, 2048), (2048, 768), (4096, 4096), (14336, 4096), (50257, 1280))
+GEMM_M = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def _event_us(torch, fn, reps=10):
+    """Median microseconds of one fn() call: 2 warm-up calls, then reps calls each between
+    its own CUDA events."""
+    for _ in range(2):
+        fn()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) * 1000.0)
+    return statistics.median(ts)
+
+
+def gemm_rates(torch):
+    """Achieved FLOP/s of torch.mm per (dtype, form, M, N, K), and of grouped_mm."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = []
+    for dt, dn in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        for n, k in GEMM_NK:
+            w = torch.randn(n, k, device="cuda", dtype=dt)
+            for m in GEMM_M:
+                x = torch.randn(m, k, device="cuda", dtype=dt)
+                dy = torch.randn(m, n, device="cuda", dtype=dt)
+                forms = (("fwd", lambda: torch.mm(x, w.t())), ("dgrad", lambda: torch.mm(dy, w)),
+                         ("wgrad", lambda: torch.mm(dy.t(), x)))
+                for form, fn in forms:
+                    us = _event_us(torch, fn)
+                    fl = 2.0 * m * n * k
+                    rows.append({"dtype": dn, "form": form, "m": m, "n": n, "k": k,
+                                 "us": round(us, 2), "tflops": round(fl / us * 1e-6, 2)})
+                del x, dy
+            del w
+    grouped = []
+    gm = getattr(torch.nn.functional, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+    if gm is not None:
+        for dt, dn in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+            for e, n, k, m in ((128, 1536, 2048, 32768), (128, 2048, 768, 32768),
+                               (8, 14336, 4096, 16384), (64, 1536, 2048, 8192)):
+                x = torch.randn(m, k, device="cuda", dtype=dt)
+                w = torch.randn(e, k, n, device="cuda", dtype=dt)
+                offs = torch.arange(1, e + 1, device="cuda", dtype=torch.int32) * (m // e)
+                try:
+                    us = _event_us(torch, lambda: gm(x, w, offs=offs), reps=5)
+                    grouped.append({"dtype": dn, "e": e, "m": m, "n": n, "k": k,
+                                    "us": round(us, 2),
+                                    "tflops": round(2.0 * m * n * k / us * 1e-6, 2)})
+                except Exception as ex:    # a dtype or shape this build does not run
+                    grouped.append({"dtype": dn, "e": e, "m": m, "n": n, "k": k,
+                                    "error": str(ex).split("\n")[0][:200]})
+                del x, w
+    return {"mm": rows, "grouped": grouped}
+
+
+
 def step_rates(torch, configs, seq, batch):
     from transformers import AutoConfig, AutoModelForCausalLM
     from torch.profiler import profile, ProfilerActivity
@@ -300,7 +368,34 @@ def median(v):
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
-def machine_lines(res, mib):
+def fp32_gemm_fit(mm, peak):
+    """Least squares in log rate of eff * F / (F + half) * peak over the fp32 mm rows (F the
+    FLOPs): a grid over eff 0.30-0.99 and half 1e7-1e11 FLOPs, refined once around the best.
+    Returns (eff, half, rms log error, n)."""
+    pts = [(2.0 * r["m"] * r["n"] * r["k"], r["tflops"] * 1e12) for r in mm
+           if r["dtype"] == "fp32" and r["tflops"] > 0]
+    if not pts:
+        return None
+
+    def err(e, h):
+        return sum(math.log(r / (peak * e * f / (f + h))) ** 2 for f, r in pts)
+    best = None
+    for e in (0.30 + 0.01 * i for i in range(70)):
+        for lh in (7.0 + 0.02 * i for i in range(201)):
+            v = err(e, 10 ** lh)
+            if best is None or v < best[0]:
+                best = (v, e, lh)
+    _, e0, lh0 = best
+    for e in (e0 - 0.01 + 0.0005 * i for i in range(41)):
+        for lh in (lh0 - 0.02 + 0.001 * i for i in range(41)):
+            v = err(e, 10 ** lh)
+            if v < best[0]:
+                best = (v, e, lh)
+    v, e, lh = best
+    return e, 10 ** lh, math.sqrt(v / len(pts)), len(pts)
+
+
+def machine_lines(res, mib, peak_fp32=67e12):
     """The profile lines read off a probe: the median element rate of the kernels PyTorch runs
     on its non-vectorized element-wise path (one output element per input element); the
     median ratios of SDPA's time without dropout over with it."""
@@ -322,6 +417,15 @@ def machine_lines(res, mib):
                          "sdpa_hd" % (ph, median(r), res.get("device", "?"),
                                       res.get("torch", "?"),
                                       "forward" if ph == "fwd" else "backward", min(r), max(r)))
+    fit = fp32_gemm_fit(res["gemm"]["mm"], peak_fp32) if "gemm" in res else None
+    if fit:
+        e, h, rms, npts = fit
+        src = "%s, PyTorch %s: torch.mm fp32 (no TF32), %d shapes (M 64-16384 rows, forward, " \
+              "input and weight gradient forms), eff * F / (F + half) of gpu.peak_fp32_flops " \
+              "fitted in log rate (rms %.3f), experiments/realworld/probe_eager.py --only gemm" % (
+                  res.get("device", "?"), res.get("torch", "?"), npts, rms)
+        lines.append("gpu.fp32_gemm_eff  %.4f  # %s" % (e, src))
+        lines.append("gpu.fp32_gemm_half_flops  %.4g  # the same fit" % h)
     if "bw" not in res:
         return "\n".join(lines)
     n = mib * 2**20 // 4
@@ -345,13 +449,16 @@ def main():
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--out", default="")
-    p.add_argument("--only", choices=["all", "sdpa", "sdpa_hd"], default="all")
+    p.add_argument("--only", choices=["all", "sdpa", "sdpa_hd", "gemm"], default="all")
+    p.add_argument("--peak-fp32", type=float, default=67e12,
+                   help="the profile's gpu.peak_fp32_flops, for the fp32 GEMM fit (default: "
+                        "H200 SXM's 67e12)")
     p.add_argument("--machine-lines", default="", metavar="JSON",
                    help="print the machine-profile line of a saved probe and exit")
     a = p.parse_args()
     if a.machine_lines:
         with open(a.machine_lines) as fh:
-            print(machine_lines(json.load(fh), a.mib))
+            print(machine_lines(json.load(fh), a.mib, a.peak_fp32))
         return
     import torch
     if not torch.cuda.is_available():
@@ -364,6 +471,8 @@ def main():
         res["sdpa"] = sdpa_rates(torch)
     if a.only in ("all", "sdpa_hd"):
         res["sdpa_hd"] = sdpa_hd_rates(torch)
+    if a.only in ("all", "gemm"):
+        res["gemm"] = gemm_rates(torch)
     if a.config:
         res["step"] = step_rates(torch, a.config, a.seq, a.batch)
     try:
