@@ -16,7 +16,7 @@ enum {
     O_MODEL = 1000, O_DIMS, O_SEQ, O_BATCH, O_TP, O_CP, O_DP, O_EP, O_ITERS, O_TRACE, O_MACHINE,
     O_POLICY, O_POLICIES, O_PLAN, O_ALLOCATOR, O_ALPHA, O_KNOB, O_MAXSPLIT, O_RP2, O_FRAG,
     O_STITCH, O_CSV, O_TIMELINE, O_MEMCSV, O_SCHEDULE, O_PLOT, O_QUIET, O_HELP, O_GEN,
-    O_ISSUE_AHEAD, O_ISSUE_US, O_SEQS, O_BATCHES, O_LONGEST, O_STEP, O_NO_REUSE, O_BREAKDOWN,
+    O_ISSUE_AHEAD, O_ISSUE_US, O_CKPT_HOST, O_SEQS, O_BATCHES, O_LONGEST, O_STEP, O_NO_REUSE, O_BREAKDOWN,
     O_MODEL_CONFIG, O_FRAMEWORK, O_PRECISION, O_JOBS
 };
 
@@ -54,6 +54,7 @@ static const struct {
     {{"stitch-limit", required_argument, 0, O_STITCH}, CLI_POLICY | CLI_POLICIES, "BYTES   stitching allocator StitchFree threshold", 0},
     {{"issue-ahead", required_argument, 0, O_ISSUE_AHEAD}, CLI_POLICY | CLI_POLICIES, "N|unbounded   a host thread issues the program, at most N compute actions ahead of the GPU; allocator calls at issue time (default 0: at stream time)", 0},
     {{"issue-us", required_argument, 0, O_ISSUE_US}, CLI_POLICY | CLI_POLICIES, "US   host time per issued GPU action with --issue-ahead (default 3, assumed)", 0},
+    {{"ckpt-host", required_argument, 0, O_CKPT_HOST}, CLI_POLICY | CLI_POLICIES, "profile|measured   checkpointing's host cost: the machine profile's host.ckpt_* (default) or, for a captured trace that has it, what the capture measured on the model's own block (docs/CAPTURE.md)", 0},
     {{"policies", required_argument, 0, O_POLICIES}, CLI_POLICIES, "A,B,C   policies to compare (default keep-all,full-recompute,full-swap)", 0},
     {{"seqs", required_argument, 0, O_SEQS}, CLI_SWEEP, "LIST   sequence lengths, e.g. 64K,128K,256K (default 8K,16K,...,1M)", 0},
     {{"batches", required_argument, 0, O_BATCHES}, CLI_SWEEP, "LIST   micro-batch sizes instead, e.g. 1,2,4,8 (at --seq)", 0},
@@ -316,6 +317,11 @@ static int apply(int c, char *v, ms_error *e, cli_args *a)
         if (!ms_parse_double(v, &d) || !(d >= 0) || d > 1e9)
             return bad(e, "issue-us", v, "expected microseconds, 0 or more");
         a->pol.issue_us = d;
+        return 0;
+    case O_CKPT_HOST:
+        if (strcmp(v, "profile") && strcmp(v, "measured"))
+            return bad(e, "ckpt-host", v, "expected 'profile' or 'measured'");
+        a->pol.ckpt_host_measured = !strcmp(v, "measured");
         return 0;
     case O_POLICIES: return split_policies(e, v, a);
     case O_SEQS:

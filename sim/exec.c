@@ -937,7 +937,7 @@ static ms_status setup(ex *x)
     x->host_times = has_host_times(x);
     x->host_clock = !x->issue && x->host_times;
     if (x->host_times) {
-        ms_status fst = exfw_new(x->o.trace, x->s, x->m, &x->fw, x->err);
+        ms_status fst = exfw_new(x->o.trace, x->s, x->m, x->o.ckpt_host_measured, &x->fw, x->err);
         if (fst != MS_OK) return fst;
     }
     if (x->issue) {

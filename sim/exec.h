@@ -45,6 +45,10 @@ typedef struct sim_opts {
     double issue_us;              /* host time per issued COMPUTE / COPY / HOST_COMPUTE /
                                      RECORD / WAIT in the issue model (default
                                      SIM_ISSUE_US_DEFAULT; <= 0: free) */
+    /* 1: checkpointing's host cost per layer as a captured trace measured it on its own
+     * block (meta captured.ckpt_*_layer_us; sim/exec_fw.h), where it has it; 0 (default):
+     * the machine profile's host.ckpt_* and host.recompute_layer_us */
+    int ckpt_host_measured;
 } sim_opts;
 
 void sim_opts_default(sim_opts *o);

@@ -6,6 +6,7 @@
  * under save_on_cpu's hooks. */
 #include "sim/exec_fw.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "base/u64map.h"
@@ -20,7 +21,44 @@ struct exfw {
     int32_t n_layers;
     int saves_to_host;    /* the schedule copies saved tensors to the host as they are saved */
     int32_t fwd_layer;    /* the layer of the last forward action issued (-1: none) */
+    int measured;         /* the trace gives checkpointing's cost per layer: */
+    double fwd_layer_us;  /*   the checkpointed forward's extra host time */
+    double bwd_layer_us;  /*   the backward's, beyond its replayed forward's ops */
 };
+
+#define META_FWD "captured.ckpt_fwd_layer_us"
+#define META_BWD "captured.ckpt_bwd_layer_us"
+
+/* One of the two meta values: 1 and *us where present, 0 where absent, -1 where it is not
+ * a non-negative number. */
+static int meta_us(const trace_t *tr, const char *key, double *us)
+{
+    const char *v = tr ? trace_get_meta(tr, key) : NULL;
+    if (!v) return 0;
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !isfinite(d) || d < 0) return -1;
+    *us = d;
+    return 1;
+}
+
+/* The trace's measured per-layer costs: both or neither (MS_ERR_PARSE for a bad value or
+ * one without the other). */
+static ms_status read_measured(const trace_t *tr, int *got, double *fwd, double *bwd,
+                               ms_error *err)
+{
+    int a = meta_us(tr, META_FWD, fwd), b = meta_us(tr, META_BWD, bwd);
+    *got = 0;
+    if (a < 0 || b < 0)
+        return ms_fail(err, MS_ERR_PARSE, "trace meta %s: not a non-negative number: '%s'",
+                       a < 0 ? META_FWD : META_BWD,
+                       trace_get_meta(tr, a < 0 ? META_FWD : META_BWD));
+    if (a != b)
+        return ms_fail(err, MS_ERR_PARSE, "trace meta %s without %s", a ? META_FWD : META_BWD,
+                       a ? META_BWD : META_FWD);
+    *got = a;
+    return MS_OK;
+}
 
 static int has_costs(const machine_t *m)
 {
@@ -61,11 +99,15 @@ static ms_status scan_schedule(exfw *f, const schedule_t *s, ms_error *err)
     return MS_OK;
 }
 
-ms_status exfw_new(const trace_t *tr, const schedule_t *s, const machine_t *m, exfw **out,
-                   ms_error *err)
+ms_status exfw_new(const trace_t *tr, const schedule_t *s, const machine_t *m, int use_measured,
+                   exfw **out, ms_error *err)
 {
     *out = NULL;
-    if (!tr || !has_costs(m)) return MS_OK;
+    int meas = 0;
+    double fwd_us = 0, bwd_us = 0;
+    ms_status st0 = use_measured ? read_measured(tr, &meas, &fwd_us, &bwd_us, err) : MS_OK;
+    if (st0 != MS_OK) return st0;
+    if (!tr || !(meas || has_costs(m))) return MS_OK;
     exfw *f = calloc(1, sizeof *f);
     if (!f || !(f->tensors = u64map_new(1024))) {
         free(f);
@@ -73,6 +115,9 @@ ms_status exfw_new(const trace_t *tr, const schedule_t *s, const machine_t *m, e
     }
     f->m = m;
     f->fwd_layer = -1;
+    f->measured = meas;
+    f->fwd_layer_us = fwd_us;
+    f->bwd_layer_us = bwd_us;
     ms_status st = mark_saved(f, tr, err);
     if (st == MS_OK) st = scan_schedule(f, s, err);
     if (st != MS_OK) {
@@ -110,17 +155,24 @@ double exfw_compute_us(exfw *f, const sched_action *a, const trace_op *t)
     int ck = a->layer >= 0 && a->layer < f->n_layers && f->ckpt_layer[a->layer];
     double us = 0;
     if (t->phase == TP_FWD && !a->recompute) {
-        if (ck && a->layer != f->fwd_layer) us += m->host_ckpt_fwd_layer_us;
+        /* measured on the program's own block: all of the layer's cost, once */
+        if (ck && a->layer != f->fwd_layer)
+            us += f->measured ? f->fwd_layer_us : m->host_ckpt_fwd_layer_us;
         f->fwd_layer = a->layer;
-        if (ck) us += m->host_ckpt_fwd_save_us * saved_inputs(f, t);
+        if (ck && !f->measured) us += m->host_ckpt_fwd_save_us * saved_inputs(f, t);
         /* save_on_cpu's pack hook: its cost follows its blocking copy (exfw_pack_us) */
     } else if (t->phase == TP_BWD) {
         f->fwd_layer = -1;
         uint32_t n = (ck || f->saves_to_host) ? saved_inputs(f, t) : 0;
-        if (ck) us += m->host_ckpt_bwd_save_us * n;
+        if (ck && !f->measured) us += m->host_ckpt_bwd_save_us * n;
         if (f->saves_to_host) us += m->host_save_unpack_us * n;
     }
     return us;
+}
+
+double exfw_recompute_us(const exfw *f, const machine_t *m)
+{
+    return f && f->measured ? f->bwd_layer_us : m->host_recompute_layer_us;
 }
 
 double exfw_pack_us(const exfw *f)

@@ -9,7 +9,8 @@
 #include <string.h>
 
 /* Host time to issue compute action a: its op's host_us where the trace gives host times,
- * else dflt_us; with host times also the profile's host.recompute_layer_us where a
+ * else dflt_us; with host times also the recomputation's cost (exfw_recompute_us: the trace's
+ * measured one, else the profile's host.recompute_layer_us) where a
  * recomputation of a layer begins (a replayed action after an action that was not one, or of
  * another layer) and the autograd hooks' costs (exec_fw.c).
  * Called once per compute action, in program order. */
@@ -21,7 +22,7 @@ static double compute_host_us(ex *x, const sched_action *a, double dflt_us)
         us = t ? t->host_us : 0;
         us += exfw_compute_us(x->fw, a, t);
         if (a->recompute && (!x->hc_last_rec || a->layer != x->hc_last_layer))
-            us += x->m->host_recompute_layer_us;
+            us += exfw_recompute_us(x->fw, x->m);
     }
     x->hc_last_rec = a->recompute != 0;
     x->hc_last_layer = a->layer;

@@ -288,6 +288,7 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
     if (p) {
         so.issue_ahead = p->issue_ahead;
         so.issue_us = p->issue_us;
+        so.ckpt_host_measured = p->ckpt_host_measured;
     }
     /* The job's GPUs on this node share its host memory and, copying at once, the uplinks
      * of their PCIe switches. */

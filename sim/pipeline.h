@@ -40,6 +40,7 @@ typedef struct pipe_policy {
      * SIM_ISSUE_UNBOUNDED = no bound; issue_us = its cost per issued GPU action */
     int issue_ahead;
     double issue_us;
+    int ckpt_host_measured;   /* sim_opts.ckpt_host_measured (`--ckpt-host measured`) */
     lreuse *reuse;            /* schedules re-bound from templates of the same structure
                                  (planners/lower_reuse.h): `memsim sweep`'s; NULL: lowered
                                  afresh each time. The outputs are the same either way */

@@ -58,6 +58,23 @@ static double host_run(const schedule_t *s, const trace_t *t, const machine_t *m
     return r->iter_time_s * 1e6;
 }
 
+/* host_run with the trace's measured checkpointing costs (sim_opts.ckpt_host_measured). */
+static double host_run_measured(const schedule_t *s, const trace_t *t, const machine_t *m,
+                                sim_result *r)
+{
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace = t;
+    o.ckpt_host_measured = 1;
+    ms_error err;
+    ms_error_clear(&err);
+    if (run(s, m, &o, r, &err) != MS_OK) {
+        TAP_NOTE("run failed: %s", err.msg);
+        return -1;
+    }
+    return r->iter_time_s * 1e6;
+}
+
 static void test_host_times(void)
 {
     machine_t m = test_machine();
@@ -353,6 +370,33 @@ static void test_hook_costs(void)
     /* one pack 50 + 3 read back x 30; the checkpoint costs need a replayed layer */
     TAP_OK(near(with - plain, 140), "save_on_cpu: the pack after its copy and the unpacks add "
            "%.3f us (140)", with - plain);
+
+    /* the trace's own measured costs (a capture's captured.ckpt_*_layer_us): once per
+     * layer in the forward and at the recomputation's start, instead of the profile's
+     * layer, save and replay terms; save_on_cpu's unchanged */
+    double ck_before = host_run(ck, t, &m, 0, &r);
+    trace_set_meta(t, "captured.ckpt_fwd_layer_us", "700");
+    trace_set_meta(t, "captured.ckpt_bwd_layer_us", "300");
+    double ck_plain = host_run_measured(ck, t, &m0, &r);   /* m0: no profile costs at all */
+    double meas = host_run_measured(ck, t, &m, &r);
+    TAP_OK(near(ck_plain, 1610) && near(meas, 1610), "checkpointed, measured in the trace: "
+           "700 in the forward + 300 at the replay, no per-save terms, with or without the "
+           "profile's (%.3f, %.3f us)", ck_plain, meas);
+    double dflt = host_run(ck, t, &m, 0, &r);
+    TAP_OK(near(dflt, ck_before), "by default the profile's costs, the trace's measured "
+           "ones left aside (%.3f us, %.3f without them)", dflt, ck_before);
+    double sv_meas = host_run_measured(sv, t, &m, &r);
+    TAP_OK(near(sv_meas - plain, 140), "save_on_cpu keeps the profile's costs (%.3f us)",
+           sv_meas - plain);
+    trace_set_meta(t, "captured.ckpt_bwd_layer_us", "-3");
+    ms_error err;
+    ms_error_clear(&err);
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace = t;
+    o.ckpt_host_measured = 1;
+    TAP_OK(run(ck, &m, &o, &r, &err) == MS_ERR_PARSE && strstr(err.msg, "ckpt_bwd_layer_us"),
+           "a negative measured cost refused, naming the key (%s)", err.msg);
 
     /* a trace without host times: the profile's hook costs change nothing */
     double z[] = {0, 0, 0, 0};

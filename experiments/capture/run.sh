@@ -16,7 +16,9 @@
 #                       committed results/), printed beside the measurements with the
 #                       difference; the table also goes to OUTDIR/comparison.txt
 # Environment: MEMSIM (the memsim command, default sim/memsim), PYTHON (default python3),
-# CASES (default cases.tsv), MACHINE (default h200-sxm), VENV (run.sh gpu: where
+# CASES (default cases.tsv), MACHINE (default h200-sxm), CKPT_HOST (profile, the default, or
+# measured: checkpointing's host cost as the capture measured it on the model's own block,
+# memsim --ckpt-host), VENV (run.sh gpu: where
 # pip install ./python goes, default a new /tmp/memsim-venv-*), MODES (run.sh gpu: the
 # runs, default "capture keep ckpt save_on_cpu"; MODES=capture captures again beside
 # measurements already in OUTDIR), HOST_TIMING (run.sh gpu: default 1, captures with host
@@ -145,7 +147,7 @@ predict() {
             tr="$dir/$name.trace.gz"
             [ -f "$tr" ] || { echo "# $name: no capture in $dir" ; continue; }
             csv=$(mktemp)
-            "$MEMSIM" compare --trace "$tr" --machine "$MACHINE" \
+            "$MEMSIM" compare --trace "$tr" --machine "$MACHINE" --ckpt-host "${CKPT_HOST:-profile}" \
                 --policies keep-all,full-recompute,save-on-cpu --csv "$csv" >/dev/null 2>&1 || true
             for pair in keep:keep-all ckpt:full-recompute save_on_cpu:save-on-cpu; do
                 mode=${pair%%:*}; pol=${pair#*:}

@@ -165,6 +165,8 @@ class Capture:
         self.timer = None          # the plain iterations timed by phase before those
         self.allocs = None         # CUDA: the allocator history, taken when recording ends
         self.host_info = None
+        self.ckpt_rec = None       # host timing: the inputs of one block, for _ckptcost
+        self.ckpt_cost = None
         # when the forward lets go of each saved tensor (_pyrefs.py); None where the
         # interpreter's reference counts cannot say
         self.pyrefs = _pyrefs.Tracker() if _pyrefs.available() else None
@@ -220,6 +222,10 @@ class Capture:
                                             self.host_steps, self._start_recording,
                                             drain=drain)
             self.timer.arm()
+            if self.blocks and self.model is not None:
+                from . import _ckptcost
+                self.ckpt_rec = _ckptcost.Recorder(self.torch,
+                                                   self.blocks[1 if len(self.blocks) > 1 else 0])
             return self
         self._start_recording()
         return self
@@ -229,6 +235,7 @@ class Capture:
         with host timing at the forward call after the timed iterations (m, args: that
         call's model pre-hook arguments)."""
         torch = self.torch
+        self._ckpt_probe()
         self._enter()
         try:
             self._note_params()
@@ -244,6 +251,27 @@ class Capture:
             self._leave()
         if m is not None:
             self._model_pre(m, args)       # this call's own pre-hook ran before the install
+
+    def _ckpt_probe(self):
+        """With host timing, before anything is installed: what checkpointing would cost
+        the host on one of the model's blocks, on its last timed step's inputs
+        (_ckptcost.py)."""
+        rec, self.ckpt_rec = self.ckpt_rec, None
+        if rec is None:
+            return
+        rec.remove()
+        if rec.inputs is None or not self.model.training:
+            return
+        from . import _ckptcost
+        try:
+            self.ckpt_cost = _ckptcost.measure(self.torch, rec.block, rec.inputs,
+                                               self.device if self.cuda else None)
+            if self.ckpt_cost is not None:
+                self.ckpt_cost["layer"] = self.blocks.index(rec.block)
+        except Exception as e:          # the program's block does not run on its own
+            print("memsim.capture: checkpointing's host cost not measured (%s: %s)" %
+                  (type(e).__name__, e), file=sys.stderr)
+            self.ckpt_cost = None
 
     def _note_params(self):
         blk_of = {}
@@ -980,6 +1008,9 @@ class Capture:
         try:
             with self.lock:
                 self.recording = False
+            if self.ckpt_rec is not None:     # the block ended before the captured step
+                self.ckpt_rec.remove()
+                self.ckpt_rec = None
             if getattr(self, "timer", None) is not None and not self.timer.done:
                 self.timer.finish()           # nothing of the capture was installed yet
                 if ok:
@@ -1061,6 +1092,16 @@ class Capture:
                 # factor its ops' host_us were scaled by (docs/CAPTURE.md, "Host time")
                 tr.set_meta("captured.host_phase." + p,
                             "%.1f %.1f %.4f" % (prof_us, timed_us, f))
+            c = self.ckpt_cost
+            if c:
+                # checkpointing's host cost per layer on this block (docs/CAPTURE.md,
+                # "Checkpointing's host cost"); the raw medians after them
+                tr.set_meta("captured.ckpt_fwd_layer_us", "%.1f" % c["fwd_us"])
+                tr.set_meta("captured.ckpt_bwd_layer_us", "%.1f" % c["bwd_us"])
+                tr.set_meta("captured.ckpt_probe",
+                            "layer %d plain %.1f %.1f ckpt %.1f %.1f reps %d" % (
+                                c["layer"], c["plain_fwd_us"], c["plain_bwd_us"],
+                                c["ckpt_fwd_us"], c["ckpt_bwd_us"], c["reps"]))
             if not self.host_info:
                 for op in tr.ops():
                     op.host_us, op.host_sync = None, 0

@@ -149,6 +149,71 @@ class CaptureCPU(unittest.TestCase):
         self.assertEqual(outs[0], outs[1])
 
 
+class DropBlock(torch.nn.Module if torch is not None else object):
+    def __init__(self, h):
+        super().__init__()
+        self.fc = torch.nn.Linear(h, h)
+        self.drop = torch.nn.Dropout(0.2)
+
+    def forward(self, x):
+        return x + torch.nn.functional.gelu(self.drop(self.fc(x)))
+
+
+class GradientCheckpointingLayer(torch.nn.Module if torch is not None else object):
+    """As transformers' base of decoder layers (modeling_layers.py): checkpoints its own
+    call when its flag is set and it trains; counts the calls that did."""
+    gradient_checkpointing = False
+    checkpointed = 0
+
+    def __call__(self, *args, **kwargs):
+        if self.gradient_checkpointing and self.training:
+            type(self).checkpointed += 1
+            import functools
+            return self._gradient_checkpointing_func(
+                functools.partial(super().__call__, **kwargs), *args)
+        return super().__call__(*args, **kwargs)
+
+
+class HFBlock(GradientCheckpointingLayer):
+    def __init__(self, h):
+        super().__init__()
+        self.fc = torch.nn.Linear(h, h)
+
+    def forward(self, x, scale=1.0):
+        return x + scale * torch.tanh(self.fc(x))
+
+
+class HFNet(torch.nn.Module if torch is not None else object):
+    def __init__(self, h=32, V=128):
+        super().__init__()
+        self.emb = torch.nn.Embedding(V, h)
+        self.layers = torch.nn.ModuleList(HFBlock(h) for _ in range(3))
+        self.head = torch.nn.Linear(h, V)
+
+    def forward(self, ids, labels):
+        x = self.emb(ids)
+        for b in self.layers:
+            x = b(x, scale=0.5)
+        y = self.head(x)
+        return torch.nn.functional.cross_entropy(y.view(-1, y.shape[-1]), labels.view(-1))
+
+
+class DropNet(torch.nn.Module if torch is not None else object):
+    """Blocks with dropout: a measurement that consumed random numbers would show."""
+    def __init__(self, h=32, V=128):
+        super().__init__()
+        self.emb = torch.nn.Embedding(V, h)
+        self.blocks = torch.nn.ModuleList(DropBlock(h) for _ in range(3))
+        self.head = torch.nn.Linear(h, V)
+
+    def forward(self, ids, labels):
+        x = self.emb(ids)
+        for b in self.blocks:
+            x = b(x)
+        y = self.head(x)
+        return torch.nn.functional.cross_entropy(y.view(-1, y.shape[-1]), labels.view(-1))
+
+
 @unittest.skipIf(torch is None, "no PyTorch" if torch is not None else WHY)
 class CaptureHostTime(unittest.TestCase):
     """host_timing: the step after the captured one runs plain, timed by phase, the one after
@@ -212,6 +277,64 @@ class CaptureHostTime(unittest.TestCase):
         self.assertLessEqual(total * 1e-6, self.timed_s * 1.02 + 1e-4)
         self.assertGreater(total * 1e-6, 0.3 * self.timed_s)
         self.assertLessEqual(total, float(self.meta["captured.host_step_us"]) + 1.0)
+
+    def test_ckpt_cost(self):
+        """Checkpointing's host cost measured on the second block, before the captured
+        step (_ckptcost.py): per layer, forward and backward, with the raw medians."""
+        f = float(self.meta["captured.ckpt_fwd_layer_us"])
+        b = float(self.meta["captured.ckpt_bwd_layer_us"])
+        self.assertGreaterEqual(f, 0.0)
+        self.assertGreaterEqual(b, 0.0)
+        p = self.meta["captured.ckpt_probe"].split()
+        self.assertEqual(p[:2], ["layer", "1"])
+        pf, pb, cf, cb = (float(x) for x in (p[3], p[4], p[6], p[7]))
+        self.assertTrue(pf > 0 and pb > 0 and cf > 0 and cb > 0, p)
+        self.assertAlmostEqual(f, max(cf - pf, 0.0), delta=0.11)
+        self.assertAlmostEqual(b, max(cb - pb - pf, 0.0), delta=0.11)
+
+    def test_ckpt_cost_transformers_layer(self):
+        """A transformers-style block is checkpointed through its own flag, only in the
+        measurement's checkpointed calls (7 of the 14: warm-up and timed), and the flag is
+        off again after it."""
+        torch.manual_seed(2)
+        m = HFNet()
+        o = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        ids = torch.randint(0, 128, (2, 16))
+        step(m, o, ids)
+        HFBlock.checkpointed = 0
+        p = os.path.join(self.tmp, "hf.trace")
+        with memsim.capture(p, model=m, optimizer=o, host_timing=True):
+            for _ in range(3):
+                step(m, o, ids)
+        self.assertEqual(HFBlock.checkpointed, 7)
+        self.assertTrue(all(not b.gradient_checkpointing for b in m.layers))
+        meta = {r[1]: " ".join(r[2:]) for r in read_trace(p) if r[0] == "meta"}
+        pr = meta["captured.ckpt_probe"].split()
+        self.assertEqual(pr[:2], ["layer", "1"])
+
+    def test_ckpt_cost_leaves_training_alone(self):
+        """The block run for the measurement changes nothing the program sees: the same
+        parameters after the same steps, with and without the capture (dropout included:
+        the RNG states are put back)."""
+        def train(capture):
+            torch.manual_seed(1)
+            m = DropNet()
+            o = torch.optim.AdamW(m.parameters(), lr=1e-2)
+            ids = torch.randint(0, 128, (2, 16))
+            step(m, o, ids)
+            if capture:
+                with memsim.capture(os.path.join(self.tmp, "alone.trace"), model=m,
+                                    optimizer=o, host_timing=True):
+                    for _ in range(3):
+                        step(m, o, ids)
+            else:
+                for _ in range(3):
+                    step(m, o, ids)
+            step(m, o, ids)
+            return [p.detach().clone() for p in m.parameters()]
+        a, b = train(True), train(False)
+        self.assertEqual(len(a), len(b))
+        self.assertTrue(all(torch.equal(x, y) for x, y in zip(a, b)))
 
     def test_phases_bound_host(self):
         """Each phase's ops take at most the timed step's phase, scaled by the factor the
