@@ -37,6 +37,7 @@ _ALLOC = ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaHostAlloc", "cudaFree
           "cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease", "cuMemSetAccess",
           "cuMemAddressReserve", "cuMemAddressFree")
 WINDOW = 256           # how far ahead a match is looked for before an op is left unmatched
+LOOKAHEAD = 4          # launches compared after a far match before it is taken (_next_match)
 
 
 def _is_launch(name):
@@ -151,15 +152,36 @@ def _match_launches(cap, plain, ops):
             seq.append((oid, cap.calls[cl[k]]))
             k += 1
     pl = plain.launches()
+    ck = [_key(c) for _, c in seq]
+    pk = [_key(plain.calls[p]) for p in pl]
     issue, j = {}, 0
-    for oid, c in seq:
-        want = _key(c)
-        for jj in range(j, min(len(pl), j + WINDOW)):
-            if _key(plain.calls[pl[jj]]) == want:
-                issue[oid] = pl[jj]           # the op's last launch wins
-                j = jj + 1
-                break
+    for i, (oid, _c) in enumerate(seq):
+        jj = _next_match(ck, pk, i, j)
+        if jj is not None:
+            issue[oid] = pl[jj]               # the op's last launch wins
+            j = jj + 1
     return issue, len(seq)
+
+
+def _agree(ck, pk, i, j, n=LOOKAHEAD):
+    """How many of the n captured launches from i match the plain ones from j, in order."""
+    return sum(1 for d in range(n) if i + d < len(ck) and j + d < len(pk) and
+               ck[i + d] == pk[j + d])
+
+
+def _next_match(ck, pk, i, j):
+    """Where captured launch i is in the plain step, from j on: the nearest launch of its
+    kind within WINDOW, unless jumping there loses the order. A launch the plain step does
+    not have (or has elsewhere) would otherwise pull the match far ahead to a later kernel of
+    the same name, and every op in between would go unmatched: a far match is taken only
+    where the launches after it agree at least as well as they do if launch i is skipped."""
+    for jj in range(j, min(len(pk), j + WINDOW)):
+        if pk[jj] != ck[i]:
+            continue
+        if jj == j or _agree(ck, pk, i, jj) >= _agree(ck, pk, i + 1, j):
+            return jj
+        return None
+    return None
 
 
 def _match_ops(plain, ops, cuda):

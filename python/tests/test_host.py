@@ -121,6 +121,30 @@ class HostTimes(unittest.TestCase):
         self.assertEqual(ops[4].host_us, 0.0)
         self.assertEqual(ops[5].host_us, 200.0)
 
+    def test_extra_launch_does_not_pull_ahead(self):
+        """A captured launch the plain step does not have at that place (here kernel X,
+        which the plain step runs only much later) is left unmatched; the ops after it still
+        match their own launches instead of going unmatched behind a far jump."""
+        names = ["A", "B", "X", "C", "D", "E", "F", "G"]
+        cap, t = [], 0
+        for k, n in enumerate(names, start=1):
+            cap += [Ev("memsim#%d" % k, t, t + 50), Ev("cudaLaunchKernel", t + 10, t + 12,
+                                                      eid=100 + k),
+                    Ev(n, t + 20, t + 30, "CUDA", 100 + k)]
+            t += 100
+        pnames = ["A", "B", "C", "D", "E", "F", "G"] + ["P%d" % q for q in range(10)] + ["X"]
+        pl, t = [], 1000
+        for k, n in enumerate(pnames, start=1):
+            pl += [Ev("cudaLaunchKernel", t, t + 2, eid=200 + k),
+                   Ev(n, t + 2, t + 8, "CUDA", 200 + k)]
+            t += 10
+        ops = [Op(k, "x") for k in range(1, len(names) + 1)]
+        info = _host.host_times(cap, pl, ops, cuda=True)
+        self.assertEqual(info["matched"], 7)
+        self.assertEqual(ops[2].host_us, 0.0)
+        self.assertTrue(all(o.host_us > 0 for k, o in enumerate(ops) if k != 2),
+                        [o.host_us for o in ops])
+
     def test_cpu_ops(self):
         """CPU: the aten ops matched by name in order; an op's issue is its event's end."""
         ev = [Ev("aten::linear", 0, 50), Ev("aten::t", 1, 2), Ev("aten::addmm", 3, 50),
