@@ -36,7 +36,7 @@ typedef struct cf {
  * cuBLAS workspaces, which PyTorch makes through the caching allocator when a handle first
  * runs a GEMM (aten/src/ATen/cuda/CublasHandlePool.cpp: one per handle and stream), so the
  * main thread's at the first forward GEMM and the autograd engine's device thread's at the
- * first backward GEMM. */
+ * first backward GEMM (the hf generator places its own two the same way: gen_hf.c). */
 #define CF_SMALL_BYTES (UINT64_C(1) << 20)
 
 static ms_status nomem(cf *c) { return ms_fail(c->err, MS_ERR_NOMEM, "out of memory"); }
