@@ -72,6 +72,20 @@ static void mark(trace_t *t, trace_markkind k, int64_t v)
     if (trace_append_mark(t, k, v) != MS_OK) bad = 1;
 }
 
+/* The captured step's start: activation 10 (op 1, a forward GEMM reading 1 and 4), the
+ * gradient 11 (op 2, a backward GEMM), 10 freed. */
+static void fwd_bwd(trace_t *t)
+{
+    mark(t, TM_ITER, 0);
+    mark(t, TM_PHASE, TP_FWD);
+    alloc(t, 10, 8192, TC_ACT_SKEL, 1, "a");
+    op(t, 1, TP_FWD, (const uint64_t[]){ 1, 4 }, 2, (const uint64_t[]){ 10 }, 1);
+    mark(t, TM_PHASE, TP_BWD);
+    alloc(t, 11, 4096, TC_GRAD, 2, "w.grad");
+    op(t, 2, TP_BWD, (const uint64_t[]){ 10 }, 1, (const uint64_t[]){ 11 }, 1);
+    freed(t, 10);
+}
+
 /* A capture of one step: parameter 1, its states 2 and 3, a block live at the start 4; the
  * step: activation 10 (op 1), gradient 11 (op 2), Adam (op 3) with a temporary 12. */
 static trace_t *capture(const char *generator)
@@ -84,14 +98,7 @@ static trace_t *capture(const char *generator)
     alloc(t, 2, 4096, TC_OPTSTATE, -1, "w.exp_avg");
     alloc(t, 3, 4096, TC_OPTSTATE, -1, "w.exp_avg_sq");
     alloc(t, 4, 512, TC_OTHER, -1, "live_at_start");
-    mark(t, TM_ITER, 0);
-    mark(t, TM_PHASE, TP_FWD);
-    alloc(t, 10, 8192, TC_ACT_SKEL, 1, "a");
-    op(t, 1, TP_FWD, (const uint64_t[]){ 1, 4 }, 2, (const uint64_t[]){ 10 }, 1);
-    mark(t, TM_PHASE, TP_BWD);
-    alloc(t, 11, 4096, TC_GRAD, 2, "w.grad");
-    op(t, 2, TP_BWD, (const uint64_t[]){ 10 }, 1, (const uint64_t[]){ 11 }, 1);
-    freed(t, 10);
+    fwd_bwd(t);
     mark(t, TM_PHASE, TP_OPT);
     mark(t, TM_LAYER, -1);
     alloc(t, 12, 4096, TC_WORKSPACE, 3, "sqrt");
@@ -194,14 +201,7 @@ static trace_t *capture_libs(void)
     alloc(t, 3, 32u << 20, TC_OTHER, -1, "live_at_start");
     alloc(t, 4, 8192, TC_OTHER, -1, "live_at_start");        /* the input ids */
     alloc(t, 5, 4, TC_OTHER, -1, "live_at_start");           /* small: stays */
-    mark(t, TM_ITER, 0);
-    mark(t, TM_PHASE, TP_FWD);
-    alloc(t, 10, 8192, TC_ACT_SKEL, 1, "a");
-    op(t, 1, TP_FWD, (const uint64_t[]){ 1, 4 }, 2, (const uint64_t[]){ 10 }, 1);
-    mark(t, TM_PHASE, TP_BWD);
-    alloc(t, 11, 4096, TC_GRAD, 2, "w.grad");
-    op(t, 2, TP_BWD, (const uint64_t[]){ 10 }, 1, (const uint64_t[]){ 11 }, 1);
-    freed(t, 10);
+    fwd_bwd(t);
     freed(t, 11);
     return t;
 }

@@ -42,13 +42,16 @@ static schedule_t *host_sched(int n, const double *dur_us)
 }
 
 /* Iteration time in us of s over trace t (issue model at `ahead`, 0: stream time). */
-static double host_run(const schedule_t *s, const trace_t *t, const machine_t *m, int ahead,
-                       sim_result *r)
+/* The iteration time (us) of s on m with trace t's host times, issued ahead by `ahead`, with
+ * the trace's measured checkpointing costs where `measured` (sim_opts.ckpt_host_measured). */
+static double host_run_with(const schedule_t *s, const trace_t *t, const machine_t *m, int ahead,
+                            int measured, sim_result *r)
 {
     sim_opts o;
     sim_opts_default(&o);
     o.trace = t;
     o.issue_ahead = ahead;
+    o.ckpt_host_measured = measured;
     ms_error err;
     ms_error_clear(&err);
     if (run(s, m, &o, r, &err) != MS_OK) {
@@ -58,21 +61,16 @@ static double host_run(const schedule_t *s, const trace_t *t, const machine_t *m
     return r->iter_time_s * 1e6;
 }
 
-/* host_run with the trace's measured checkpointing costs (sim_opts.ckpt_host_measured). */
+static double host_run(const schedule_t *s, const trace_t *t, const machine_t *m, int ahead,
+                       sim_result *r)
+{
+    return host_run_with(s, t, m, ahead, 0, r);
+}
+
 static double host_run_measured(const schedule_t *s, const trace_t *t, const machine_t *m,
                                 sim_result *r)
 {
-    sim_opts o;
-    sim_opts_default(&o);
-    o.trace = t;
-    o.ckpt_host_measured = 1;
-    ms_error err;
-    ms_error_clear(&err);
-    if (run(s, m, &o, r, &err) != MS_OK) {
-        TAP_NOTE("run failed: %s", err.msg);
-        return -1;
-    }
-    return r->iter_time_s * 1e6;
+    return host_run_with(s, t, m, 0, 1, r);
 }
 
 static void test_host_times(void)
