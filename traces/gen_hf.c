@@ -832,7 +832,7 @@ void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes)
     hf_free(x, g);
 }
 
-/* A [rows] fp32 temporary of the norm's backward (rsqrt's and the sums' small tensors). */
+/* A [rows] fp32 temporary of the norm's backward from a [rows] input (rsqrt's backward). */
 static uint64_t hf_rms_small(hf_x *x, int l, const char *nm, const char *what, uint64_t a,
                              uint64_t rows)
 {
@@ -902,7 +902,8 @@ void hf_rms_bwd_x(hf_x *x, int l, const char *nm, uint64_t dn, uint64_t *xf, uin
     uint64_t t2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, xin, 2 * n * F32, TK_NORM);
     MS_JOIN(op, sizeof op, nm, ".bwd_x");
     uint64_t d1 = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, dn, *rs, n * F32, TK_NORM, n);
-    uint64_t gr = hf_rms_small(x, l, nm, "bwd_rs_sum", t2, rows);
+    MS_JOIN(op, sizeof op, nm, ".bwd_rs_sum"); /* (dn * x).sum(-1): reads all of t2 */
+    uint64_t gr = hf_ew(x, l, op, op, rows * F32, TC_ACT_TRANS, t2, 0, n * F32, TK_NORM);
     hf_free(x, &t2);
     hf_free(x, &dn);
     if (ib == F32) hf_acc(x, l, G, &d1, n * ib); /* x's input buffer is *G itself */
