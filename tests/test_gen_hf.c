@@ -1191,6 +1191,45 @@ static void test_hf_neox(const machine_t *mach)
            "modelled: %s", err.msg);
 }
 
+/* What the kernel profiles of experiments/realworld (kernel_classes.py) showed: the RMSNorm
+ * backward's sum over the width reads the whole [rows, width] fp32 product; SDPA at a head
+ * dim between 64, 128 and 256 runs the next kernel, padded. */
+static void test_hf_kernel_sizes(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_config("amp");
+    uint64_t T = c.seq * c.micro_batch, h = c.model.hidden, rd = 0;
+    trace_t *t = NULL;
+    if (gen_trace(&c, mach, &t, &err) == MS_OK) {
+        for (size_t i = 0; i < trace_count(t) && !rd; i++) {
+            const trace_rec *r = trace_get(t, i);
+            if (r->type == TR_OP && !strcmp(r->u.op.name, "L0.ln1.bwd_rs_sum"))
+                rd = r->u.op.bytes_read;
+        }
+        trace_free(t);
+    }
+    TAP_OK(rd == T * h * 4, "RMSNorm backward: (dn * x).sum(-1) reads the [T, h] fp32 product "
+           "(%llu B, want %llu)", (unsigned long long)rd, (unsigned long long)(T * h * 4));
+    machine_t m = *mach;
+    roof_params p;
+    roof_params_default(&p);
+    m.gpu_sdpa_fwd_eff = 0.5;
+    m.gpu_sdpa_fwd_half_seq = 0;
+    m.gpu_sdpa_hd64_fwd = 0.6;
+    m.gpu_sdpa_hd256_fwd = 0.8;
+    double fl = 1e12, us[5];
+    const uint64_t dims[5] = { 64, 96, 128, 192, 256 };
+    for (int i = 0; i < 5; i++)
+        us[i] = roof_attn_hd_us(&m, &p, fl, 0, 4096, dims[i], 0, 0) - m.gpu_kernel_launch_us;
+    double base = us[2];
+    TAP_OK(base > 0 && fabs(us[0] * 0.6 - base) < 1e-9 * base &&
+           fabs(us[1] * 0.75 - base) < 1e-9 * base &&
+           fabs(us[3] * 0.8 * 0.75 - base) < 1e-9 * base && fabs(us[4] * 0.8 - base) < 1e-9 * base,
+           "SDPA head dims: 64 at its ratio, 96 on the 128 kernel padded (x128/96), 192 on the "
+           "256 kernel padded, 256 at its ratio (%.1f %.1f %.1f %.1f %.1f us)", us[0], us[1],
+           us[2], us[3], us[4]);
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -1207,5 +1246,6 @@ int main(void)
     test_hf_phi3(&m);
     test_hf_llama_recorded(&m);
     test_hf_neox(&m);
+    test_hf_kernel_sizes(&m);
     return tap_done();
 }
