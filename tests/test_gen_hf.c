@@ -1199,17 +1199,30 @@ static void test_hf_kernel_sizes(const machine_t *mach)
     ms_error err;
     gen_config c = hf_config("amp");
     uint64_t T = c.seq * c.micro_batch, h = c.model.hidden, rd = 0;
+    uint64_t fills = 0, copies = 0, bad = 0, zw = 0;
     trace_t *t = NULL;
     if (gen_trace(&c, mach, &t, &err) == MS_OK) {
-        for (size_t i = 0; i < trace_count(t) && !rd; i++) {
+        for (size_t i = 0; i < trace_count(t); i++) {
             const trace_rec *r = trace_get(t, i);
-            if (r->type == TR_OP && !strcmp(r->u.op.name, "L0.ln1.bwd_rs_sum"))
-                rd = r->u.op.bytes_read;
+            if (r->type != TR_OP) continue;
+            const trace_op *o = &r->u.op;
+            if (!rd && !strcmp(o->name, "L0.ln1.bwd_rs_sum")) rd = o->bytes_read;
+            if (!strcmp(o->name, "L0.q.rope_bwd_rot.zero")) {
+                fills++;
+                zw = o->bytes_read ? 0 : o->bytes_written; /* a fill reads nothing */
+            } else if (!strcmp(o->name, "L0.q.rope_bwd_rot")) {
+                copies++;
+                bad += 2 * o->bytes_read != zw || o->bytes_written != o->bytes_read;
+            }
         }
         trace_free(t);
     }
     TAP_OK(rd == T * h * 4, "RMSNorm backward: (dn * x).sum(-1) reads the [T, h] fp32 product "
            "(%llu B, want %llu)", (unsigned long long)rd, (unsigned long long)(T * h * 4));
+    TAP_OK(fills == 4 && copies == 4 && zw > 0 && !bad,
+           "rotate_half's slice backwards: a fill of the whole [T, w] (%llu B), then a copy of "
+           "its half in, each (%llu fills, %llu copies in two iterations)",
+           (unsigned long long)zw, (unsigned long long)fills, (unsigned long long)copies);
     machine_t m = *mach;
     roof_params p;
     roof_params_default(&p);
