@@ -1223,6 +1223,23 @@ static void test_hf_kernel_sizes(const machine_t *mach)
            "rotate_half's slice backwards: a fill of the whole [T, w] (%llu B), then a copy of "
            "its half in, each (%llu fills, %llu copies in two iterations)",
            (unsigned long long)zw, (unsigned long long)fills, (unsigned long long)copies);
+    uint64_t red[2] = { 0, 0 }, rbad = 0;
+    for (int mha = 0; mha < 2; mha++) {
+        gen_config g = hf_config("bf16");
+        if (mha) g.model.kv_heads = g.model.heads;
+        uint64_t q = g.model.hidden, kv = q / g.model.heads * g.model.kv_heads;
+        if (gen_trace(&g, mach, &t, &err) != MS_OK) continue;
+        for (size_t i = 0; i < trace_count(t); i++) {
+            const trace_rec *r = trace_get(t, i);
+            if (r->type != TR_OP || strcmp(r->u.op.name, "L0.sdpa.bwd.reduce_head")) continue;
+            red[mha]++;
+            rbad += r->u.op.bytes_read != T * q * 2 || r->u.op.bytes_written != T * kv * 2;
+        }
+        trace_free(t);
+    }
+    TAP_OK(red[0] == 4 && red[1] == 0 && !rbad, "grouped KV heads: cuDNN's dK and dV reductions "
+           "over each group, [T, q] read, [T, kv] written (%llu in two iterations; %llu with as "
+           "many KV heads as heads)", (unsigned long long)red[0], (unsigned long long)red[1]);
     machine_t m = *mach;
     roof_params p;
     roof_params_default(&p);

@@ -1032,6 +1032,15 @@ void hf_sdpa_bwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, ui
     o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
                                    model_head_dim(&x->c->model), 1, dropout) : -1.0;
     hf_emit(x, oid, &o);
+    /* grouped KV heads: cuDNN makes dK and dV per query head (in the workspace, bf16) and sums
+     * each group into dk and dv, one fmha_reduce_head kernel each (the kernel profiles of
+     * experiments/realworld: two a layer, 26 us each at Qwen3-0.6B's 8 x 2K) */
+    for (int k = 0; x->kv < x->hq && k < 2; k++) {
+        hf_op r = { .kind = TK_ELEM, .layer = l, .what = "sdpa.bwd.reduce_head",
+                    .br = T * x->hq * eb, .bw = T * x->kv * eb, .in = { ws }, .nin = 1,
+                    .out = { k ? *dv : *dk }, .nout = 1, .flops = (double)(T * x->hq) };
+        hf_mem_op(x, x->next_oid++, r);
+    }
     hf_free(x, &ws);
 }
 

@@ -63,6 +63,7 @@ OP_RULES = [
     ("gemm bf16", "gemm", r""),
     ("attn fwd", "attn", r"^(?!.*\.bwd$)"),
     ("attn bwd", "attn", r"\.bwd$"),
+    ("attn bwd", None, r"^sdpa\.bwd\."),  # cuDNN's GQA reduction of dK / dV over heads
     ("adamw", "optim", r""),
     ("loss", "loss", r""),
     ("embedding", "embed", r""),
