@@ -594,14 +594,33 @@ ok $? "experiments/realworld runs"
 n_cases=$(grep -c . "${T}/rw/results.tsv"); n_cases=$((n_cases - 1))
 grep -q "^status (fits / out of memory) right in $n_cases of $n_cases cases" "$T/rw.out"
 ok $? "realworld: every status (fits / out of memory) predicted right ($n_cases cases)"
-# bounds at what is measured (2026-12-02, 61 runs: allocated 0.00 / 0.01 %, reserved 0.03 /
-# 5.57 %, step 2.66 / 11.08 %), with a margin for the step times
+# bounds at what is measured (2026-12-02, 67 runs: allocated 0.00 / 0.01 %, reserved 0.06 /
+# 5.57 %, step 2.50 / 10.74 %), with a margin for the step times
 awk '/^peak allocated:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 0.05 && w <= 0.1) }' "$T/rw.out"
 ok $? "realworld: peak allocated within 0.05 % (median) and 0.1 % (worst)"
 awk '/^peak reserved:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 0.5 && w <= 6) }' "$T/rw.out"
 ok $? "realworld: peak reserved within 0.5 % (median) and 6 % (worst)"
 awk '/^step time:/ { m = $5 + 0; w = $8 + 0; exit !(m <= 5 && w <= 15) }' "$T/rw.out"
 ok $? "realworld: step time within 5 % (median) and 15 % (worst)"
+# kernel_classes.py: every profiled kernel of the step lands in one class (the classes sum
+# to the profile's total) and memsim's classes to its modelled ops of the same step
+kc_csv="${srcdir:-.}/experiments/realworld/h200/q3-amp-2k-b8.kernels.csv"
+if command -v python3 >/dev/null 2>&1; then
+    python3 "${srcdir:-.}/experiments/realworld/kernel_classes.py" --memsim "$M" q3-amp-2k-b8 \
+        > "$T/kc.out" 2>&1
+    ok $? "kernel_classes.py runs"
+    awk -v want="$(awk -F'\t' 'NR > 1 { s += $3 } END { printf "%.2f", s / 1000 }' "$kc_csv")" '
+        /^class/ { on = 1; next }
+        on && /^all kernels/ { tm = $(NF - 5); tp = $(NF - 3); on = 0; next }
+        on && NF >= 8 { sm += $(NF - 5); sp += $(NF - 3); rows++ }
+        END { d1 = sm - tm; d2 = sp - tp; if (d1 < 0) d1 = -d1; if (d2 < 0) d2 = -d2
+              exit !(rows >= 8 && tm == want && d1 <= 0.01 * rows && d2 <= 0.01 * rows) }' \
+        "$T/kc.out"
+    ok $? "kernel_classes.py: the classes sum to the profile's kernel total and memsim's ops"
+else
+    n=$((n + 1)); echo "ok $n - kernel_classes.py # SKIP no python3"
+    n=$((n + 1)); echo "ok $n - kernel_classes.py sums # SKIP no python3"
+fi
 # misspelled names get the closest known one
 expect 2 "a misspelled command: exit 2" -- "$M" simualte
 grep -q "unknown command 'simualte'; did you mean 'simulate'?" "$T/err"; ok $? "the command is suggested"

@@ -1191,6 +1191,75 @@ static void test_hf_neox(const machine_t *mach)
            "modelled: %s", err.msg);
 }
 
+/* What the kernel profiles of experiments/realworld (kernel_classes.py) showed: the RMSNorm
+ * backward's sum over the width reads the whole [rows, width] fp32 product; SDPA at a head
+ * dim between 64, 128 and 256 runs the next kernel, padded. */
+static void test_hf_kernel_sizes(const machine_t *mach)
+{
+    ms_error err;
+    gen_config c = hf_config("amp");
+    uint64_t T = c.seq * c.micro_batch, h = c.model.hidden, rd = 0;
+    uint64_t fills = 0, copies = 0, bad = 0, zw = 0;
+    trace_t *t = NULL;
+    if (gen_trace(&c, mach, &t, &err) == MS_OK) {
+        for (size_t i = 0; i < trace_count(t); i++) {
+            const trace_rec *r = trace_get(t, i);
+            if (r->type != TR_OP) continue;
+            const trace_op *o = &r->u.op;
+            if (!rd && !strcmp(o->name, "L0.ln1.bwd_rs_sum")) rd = o->bytes_read;
+            if (!strcmp(o->name, "L0.q.rope_bwd_rot.zero")) {
+                fills++;
+                zw = o->bytes_read ? 0 : o->bytes_written; /* a fill reads nothing */
+            } else if (!strcmp(o->name, "L0.q.rope_bwd_rot")) {
+                copies++;
+                bad += 2 * o->bytes_read != zw || o->bytes_written != o->bytes_read;
+            }
+        }
+        trace_free(t);
+    }
+    TAP_OK(rd == T * h * 4, "RMSNorm backward: (dn * x).sum(-1) reads the [T, h] fp32 product "
+           "(%llu B, want %llu)", (unsigned long long)rd, (unsigned long long)(T * h * 4));
+    TAP_OK(fills == 4 && copies == 4 && zw > 0 && !bad,
+           "rotate_half's slice backwards: a fill of the whole [T, w] (%llu B), then a copy of "
+           "its half in, each (%llu fills, %llu copies in two iterations)",
+           (unsigned long long)zw, (unsigned long long)fills, (unsigned long long)copies);
+    uint64_t red[2] = { 0, 0 }, rbad = 0;
+    for (int mha = 0; mha < 2; mha++) {
+        gen_config g = hf_config("bf16");
+        if (mha) g.model.kv_heads = g.model.heads;
+        uint64_t q = g.model.hidden, kv = q / g.model.heads * g.model.kv_heads;
+        if (gen_trace(&g, mach, &t, &err) != MS_OK) continue;
+        for (size_t i = 0; i < trace_count(t); i++) {
+            const trace_rec *r = trace_get(t, i);
+            if (r->type != TR_OP || strcmp(r->u.op.name, "L0.sdpa.bwd.reduce_head")) continue;
+            red[mha]++;
+            rbad += r->u.op.bytes_read != T * q * 2 || r->u.op.bytes_written != T * kv * 2;
+        }
+        trace_free(t);
+    }
+    TAP_OK(red[0] == 4 && red[1] == 0 && !rbad, "grouped KV heads: cuDNN's dK and dV reductions "
+           "over each group, [T, q] read, [T, kv] written (%llu in two iterations; %llu with as "
+           "many KV heads as heads)", (unsigned long long)red[0], (unsigned long long)red[1]);
+    machine_t m = *mach;
+    roof_params p;
+    roof_params_default(&p);
+    m.gpu_sdpa_fwd_eff = 0.5;
+    m.gpu_sdpa_fwd_half_seq = 0;
+    m.gpu_sdpa_hd64_fwd = 0.6;
+    m.gpu_sdpa_hd256_fwd = 0.8;
+    double fl = 1e12, us[5];
+    const uint64_t dims[5] = { 64, 96, 128, 192, 256 };
+    for (int i = 0; i < 5; i++)
+        us[i] = roof_attn_hd_us(&m, &p, fl, 0, 4096, dims[i], 0, 0) - m.gpu_kernel_launch_us;
+    double base = us[2];
+    TAP_OK(base > 0 && fabs(us[0] * 0.6 - base) < 1e-9 * base &&
+           fabs(us[1] * 0.75 - base) < 1e-9 * base &&
+           fabs(us[3] * 0.8 * 0.75 - base) < 1e-9 * base && fabs(us[4] * 0.8 - base) < 1e-9 * base,
+           "SDPA head dims: 64 at its ratio, 96 on the 128 kernel padded (x128/96), 192 on the "
+           "256 kernel padded, 256 at its ratio (%.1f %.1f %.1f %.1f %.1f us)", us[0], us[1],
+           us[2], us[3], us[4]);
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -1207,5 +1276,6 @@ int main(void)
     test_hf_phi3(&m);
     test_hf_llama_recorded(&m);
     test_hf_neox(&m);
+    test_hf_kernel_sizes(&m);
     return tap_done();
 }

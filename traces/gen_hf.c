@@ -134,6 +134,25 @@ void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a,
     hf_mem_op(x, oid, o);
 }
 
+/* A slice's backward as PyTorch's slice_backward runs it (at::zeros of the input's shape,
+ * then the gradient copied into the slice): a fill of the whole output (full_bytes, named
+ * op), then the copy of src's part_bytes into the strided slice, on the non-vectorized path
+ * over part_elems elements. The kernel profiles show the fills (experiments/realworld
+ * kernel_classes.py: one FillFunctor kernel per slice backward). Returns the output. */
+uint64_t hf_slice_bwd(hf_x *x, int l, const char *op, uint64_t src, uint64_t full_bytes,
+                      uint64_t part_bytes, uint64_t part_elems)
+{
+    char fill[TRACE_NAME_MAX];
+    MS_JOIN(fill, sizeof fill, op, ".zero");
+    uint64_t z = hf_ew_nv(x, l, fill, op, full_bytes, TC_ACT_TRANS, 0, 0, 0, TK_ELEM, 0);
+    uint64_t oid = x->next_oid++;
+    hf_op o = { .kind = TK_ELEM, .layer = l, .what = op, .br = part_bytes, .bw = part_bytes,
+                .in = { src }, .nin = 1, .out = { z }, .nout = 1, .nv_elems = part_elems,
+                .flops = EW_FLOPS * (double)part_bytes / 2.0 };
+    hf_mem_op(x, oid, o);
+    return z;
+}
+
 /* Python locals that keep tensors past their last op, released at this point (a function
  * returns, a variable is reassigned): a zero-time op reading them. It changes nothing when
  * the trace frees them later anyway (autograd saved them); where a plan recomputes the layer
@@ -832,15 +851,6 @@ void hf_acc(hf_x *x, int l, uint64_t *acc, uint64_t *g, uint64_t bytes)
     hf_free(x, g);
 }
 
-/* A [rows] fp32 temporary of the norm's backward (rsqrt's and the sums' small tensors). */
-static uint64_t hf_rms_small(hf_x *x, int l, const char *nm, const char *what, uint64_t a,
-                             uint64_t rows)
-{
-    char op[TRACE_NAME_MAX];
-    snprintf(op, sizeof op, "%s.%s", nm, what);
-    return hf_ew(x, l, op, op, rows * F32, TC_ACT_TRANS, a, 0, rows * F32, TK_NORM);
-}
-
 /* LlamaRMSNorm backward from the output gradient g (freed; ob bytes an element) over rows x
  * width elements of input dtype ib, node by node as autograd runs it (every RMSNorm of the
  * recorded traces: LLaMA, Phi-3): weight * hn (MulBackward0 makes the second factor's
@@ -890,55 +900,6 @@ static void hf_rms_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w,
     hf_rms_bwd_x(x, l, nm, dn, xf, rs, in, G, rows, width, ib);
 }
 
-/* The RMSNorms' shared tail: from the fp32 gradient dn (freed) of x * rsqrt(...) down to the
- * input gradient, added into *G (see hf_rms_bwd); frees the saved fp32 input, rsqrt and the
- * input itself where given. */
-void hf_rms_bwd_x(hf_x *x, int l, const char *nm, uint64_t dn, uint64_t *xf, uint64_t *rs,
-                  uint64_t *in, uint64_t *G, uint64_t rows, uint64_t width, uint64_t ib)
-{
-    uint64_t n = rows * width, xin = *xf ? *xf : (in ? *in : 0);
-    char op[TRACE_NAME_MAX];
-    MS_JOIN(op, sizeof op, nm, ".bwd_rs");
-    uint64_t t2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dn, xin, 2 * n * F32, TK_NORM);
-    MS_JOIN(op, sizeof op, nm, ".bwd_x");
-    uint64_t d1 = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, dn, *rs, n * F32, TK_NORM, n);
-    uint64_t gr = hf_rms_small(x, l, nm, "bwd_rs_sum", t2, rows);
-    hf_free(x, &t2);
-    hf_free(x, &dn);
-    if (ib == F32) hf_acc(x, l, G, &d1, n * ib); /* x's input buffer is *G itself */
-    uint64_t r1 = hf_rms_small(x, l, nm, "rsqrt.bwd_scale", gr, rows);
-    uint64_t r2 = hf_rms_small(x, l, nm, "rsqrt.bwd_cube", *rs, rows);
-    uint64_t r3 = hf_rms_small(x, l, nm, "rsqrt.bwd", r1, rows);
-    hf_free(x, &r2);
-    hf_free(x, &r1);
-    hf_free(x, &gr);
-    hf_free(x, rs);
-    MS_JOIN(op, sizeof op, nm, ".bwd_mean");
-    uint64_t dp = hf_ew_nv(x, l, op, op, n * F32, TC_ACT_TRANS, r3, 0, rows * F32, TK_NORM, n);
-    hf_free(x, &r3);
-    MS_JOIN(op, sizeof op, nm, ".bwd_pow1");
-    uint64_t p1 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, xin, 0, n * F32, TK_NORM);
-    MS_JOIN(op, sizeof op, nm, ".bwd_pow2");
-    uint64_t p2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, p1, 0, n * F32, TK_NORM);
-    MS_JOIN(op, sizeof op, nm, ".bwd_pow");
-    uint64_t d2 = hf_ew(x, l, op, op, n * F32, TC_ACT_TRANS, dp, p2, 2 * n * F32, TK_NORM);
-    hf_free(x, &p2);
-    hf_free(x, &p1);
-    hf_free(x, &dp);
-    hf_free(x, xf);
-    if (in && *in) hf_free(x, in);
-    if (ib == F32) {
-        hf_acc(x, l, G, &d2, n * ib);
-        return;
-    }
-    hf_ew_inplace(x, l, "norm.bwd_add", d1, d2, n * F32);
-    hf_free(x, &d2);
-    MS_JOIN(op, sizeof op, nm, ".bwd_down"); /* .to(float32) backward */
-    uint64_t d = hf_ew(x, l, op, op, n * ib, TC_ACT_TRANS, d1, 0, n * F32, TK_NORM);
-    hf_free(x, &d1);
-    hf_acc(x, l, G, &d, n * ib);
-}
-
 /* A layer norm's backward over the residual stream. */
 void hf_norm_bwd(hf_x *x, int l, const char *nm, uint64_t *g, hf_param *w, uint64_t *xf,
                         uint64_t *rs, uint64_t *nrm, uint64_t *in, uint64_t *G)
@@ -975,9 +936,9 @@ uint64_t hf_rope_bwd_w(hf_x *x, int l, const char *nm, uint64_t *de, uint64_t w,
     uint64_t ng = hf_ew_nv(x, l, op, op, n / 2 * ib, TC_ACT_TRANS, b, 0, n / 2 * ib, TK_ELEM,
                            n / 2);
     MS_JOIN(op, sizeof op, nm, ".rope_bwd_rot");
-    uint64_t z = hf_ew_nv(x, l, op, op, n * ib, TC_ACT_TRANS, ng, 0, n / 2 * ib, TK_ELEM, n);
+    uint64_t z = hf_slice_bwd(x, l, op, ng, n * ib, n / 2 * ib, n / 2);
     hf_free(x, &ng);
-    uint64_t z1 = hf_ew_nv(x, l, op, op, n * ib, TC_ACT_TRANS, b, 0, n / 2 * ib, TK_ELEM, n);
+    uint64_t z1 = hf_slice_bwd(x, l, op, b, n * ib, n / 2 * ib, n / 2);
     hf_free(x, &b);
     hf_acc(x, l, &z, &z1, n * ib);
     MS_JOIN(op, sizeof op, nm, ".rope_bwd_cos");
@@ -1071,6 +1032,15 @@ void hf_sdpa_bwd_op(hf_x *x, int l, int dropout, const uint64_t *in, int nin, ui
     o.dur = x->m ? roof_attn_hd_us(x->m, &x->c->roof, fl, o.br + o.bw, x->s,
                                    model_head_dim(&x->c->model), 1, dropout) : -1.0;
     hf_emit(x, oid, &o);
+    /* grouped KV heads: cuDNN makes dK and dV per query head (in the workspace, bf16) and sums
+     * each group into dk and dv, one fmha_reduce_head kernel each (the kernel profiles of
+     * experiments/realworld: two a layer, 26 us each at Qwen3-0.6B's 8 x 2K) */
+    for (int k = 0; x->kv < x->hq && k < 2; k++) {
+        hf_op r = { .kind = TK_ELEM, .layer = l, .what = "sdpa.bwd.reduce_head",
+                    .br = T * x->hq * eb, .bw = T * x->kv * eb, .in = { ws }, .nin = 1,
+                    .out = { k ? *dv : *dk }, .nout = 1, .flops = (double)(T * x->hq) };
+        hf_mem_op(x, x->next_oid++, r);
+    }
     hf_free(x, &ws);
 }
 

@@ -137,6 +137,9 @@ void hf_mem_op(hf_x *x, uint64_t oid, hf_op o);
 uint64_t hf_ew(hf_x *x, int l, const char *op, const char *outn, uint64_t out_bytes,
                trace_class cls, uint64_t a, uint64_t b, uint64_t in_bytes, trace_opkind kind);
 void hf_ew_inplace(hf_x *x, int l, const char *op, uint64_t acc, uint64_t a, uint64_t bytes);
+/* A slice's backward: a zero-filled output of full_bytes (named op), src's part copied in. */
+uint64_t hf_slice_bwd(hf_x *x, int l, const char *op, uint64_t src, uint64_t full_bytes,
+                      uint64_t part_bytes, uint64_t part_elems);
 /* A zero-time op reading the tensors Python locals keep until here (0 ids skipped). */
 void hf_locals(hf_x *x, int l, const char *what, const uint64_t *ids, uint32_t n);
 /* hf_ew for a kernel on PyTorch's non-vectorized element-wise path (TensorIterator with a

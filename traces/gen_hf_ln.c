@@ -323,11 +323,11 @@ static uint64_t nx_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *df)
     uint64_t full = *df;
     uint64_t r = hf_rope_bwd_w(x, l, nm, df, w, CB, view);
     MS_JOIN(op, sizeof op, nm, ".rot_slice.bwd");
-    uint64_t zr = hf_ew_nv(x, l, op, op, n * CB, TC_ACT_TRANS, r, 0, T * w * CB, TK_ELEM, T * w);
+    uint64_t zr = hf_slice_bwd(x, l, op, r, n * CB, T * w * CB, T * w);
     hf_free(x, &r);
     MS_JOIN(op, sizeof op, nm, ".pass_slice.bwd");
-    uint64_t zp = hf_ew_nv(x, l, op, op, n * CB, TC_ACT_TRANS, pass ? pass : view ? full : 0, 0,
-                           T * pw * CB, TK_ELEM, T * pw);
+    uint64_t zp = hf_slice_bwd(x, l, op, pass ? pass : view ? full : 0, n * CB, T * pw * CB,
+                               T * pw);
     hf_free(x, &pass);
     if (view) {
         *df = full;

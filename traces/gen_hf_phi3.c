@@ -116,7 +116,7 @@ static uint64_t hf_phi3_rope_bwd(hf_x *x, int l, const char *nm, uint64_t *de, u
         pg = hf_ew(x, l, op, op, np * x->CB, TC_ACT_TRANS, *de, 0, np * F32, TK_ELEM);
     }
     MS_JOIN(op, sizeof op, nm, ".pass_slice.bwd");
-    uint64_t z = hf_ew_nv(x, l, op, op, n * x->CB, TC_ACT_TRANS, pg, 0, np * x->CB, TK_ELEM, n);
+    uint64_t z = hf_slice_bwd(x, l, op, pg, n * x->CB, np * x->CB, np);
     if (pg != *de) hf_free(x, &pg);
     hf_free(x, de);
     return z;
@@ -131,8 +131,7 @@ static uint64_t hf_phi3_rot_slice_bwd(hf_x *x, int l, const char *nm, uint64_t *
     uint64_t n = x->T * w, wr = w / x->hd * x->rd, acc = pass;
     char op[TRACE_NAME_MAX];
     MS_JOIN(op, sizeof op, nm, ".rot_slice.bwd");
-    uint64_t z = hf_ew_nv(x, l, op, op, n * x->CB, TC_ACT_TRANS, *r, 0, x->T * wr * x->CB,
-                          TK_ELEM, n);
+    uint64_t z = hf_slice_bwd(x, l, op, *r, n * x->CB, x->T * wr * x->CB, x->T * wr);
     hf_free(x, r);
     hf_acc(x, l, &acc, &z, n * x->CB);
     return acc;
@@ -147,8 +146,7 @@ static void hf_phi3_unslice(hf_x *x, int l, const char *nm, uint64_t *g, uint64_
     uint64_t W = x->hq + 2 * x->kv;
     char op[TRACE_NAME_MAX];
     MS_JOIN(op, sizeof op, nm, ".slice.bwd");
-    uint64_t z = hf_ew_nv(x, l, op, op, x->T * W * x->CB, TC_ACT_TRANS, *g, 0,
-                          x->T * W * x->CB, TK_ELEM, x->T * w);
+    uint64_t z = hf_slice_bwd(x, l, op, *g, x->T * W * x->CB, x->T * w * x->CB, x->T * w);
     hf_free(x, g);
     hf_acc(x, l, acc, &z, x->T * W * x->CB);
 }

@@ -80,13 +80,13 @@ enum {
     X("gpu.sdpa_bwd_half_seq", MF_DBL, gpu_sdpa_bwd_half_seq, R_OPT_NONNEG,                    \
       "keys at which that backward reaches half its efficiency")                               \
     X("gpu.sdpa_hd64_fwd", MF_DBL, gpu_sdpa_hd64_fwd, R_OPT_EFF,                               \
-      "forward efficiency at head dim 64 relative to head dim 128 (0 or absent: 1); between "  \
-      "64 and 128 interpolated")                                                               \
+      "forward efficiency at head dim 64 relative to head dim 128 (0 or absent: 1); a head "   \
+      "dim between 64 and 128 runs the 128 kernel padded (head_dim / 128 of its rate)")        \
     X("gpu.sdpa_hd64_bwd", MF_DBL, gpu_sdpa_hd64_bwd, R_OPT_EFF,                               \
       "the same for the backward")                                                             \
     X("gpu.sdpa_hd256_fwd", MF_DBL, gpu_sdpa_hd256_fwd, R_OPT_EFF,                             \
-      "forward efficiency at head dim 256 relative to head dim 128 (0 or absent: 1); between " \
-      "128 and 256 interpolated")                                                              \
+      "forward efficiency at head dim 256 relative to head dim 128 (0 or absent: 1); a head "  \
+      "dim between 128 and 256 runs the 256 kernel padded (this ratio x head_dim / 256)")      \
     X("gpu.sdpa_hd256_bwd", MF_DBL, gpu_sdpa_hd256_bwd, R_OPT_EFF,                             \
       "the same for the backward")                                                             \
     X("gpu.sdpa_dropout_fwd", MF_DBL, gpu_sdpa_dropout_fwd, R_OPT_EFF,                         \

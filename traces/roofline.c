@@ -102,18 +102,20 @@ double roof_attn_us(const machine_t *m, const roof_params *p, double flops, uint
     return m->gpu_kernel_launch_us + (t_compute > t_memory ? t_compute : t_memory);
 }
 
-/* The head-dim 64 ratio at d <= 64, 1 at 128, the head-dim 256 ratio at d >= 256, linear
- * between (an assumption: only those three dims are measured). A ratio of 0 is 1. */
+/* The fused attention's efficiency at a head dim relative to 128. The kernels exist for
+ * head dims 64, 128 and 256 (cuDNN's SDPA kernels in the kernel profiles of
+ * experiments/realworld/h200: ..._64x128x64, _64x128x128, _64x128x256; Phi-3's head dim 96
+ * runs the 128 kernel): a head dim between runs the next one's kernel, padded, so it does
+ * head_dim / tile of that kernel's useful work. At or below 64: the head-dim 64 ratio; above
+ * 256: the head-dim 256 ratio. A ratio of 0 is 1. */
 static double hd_scale(double ratio64, double ratio256, uint64_t head_dim)
 {
-    if (head_dim >= 128) {
-        if (ratio256 <= 0.0 || head_dim == 128) return 1.0;
-        if (head_dim >= 256) return ratio256;
-        return 1.0 + (ratio256 - 1.0) * (double)(head_dim - 128) / 128.0;
-    }
-    if (ratio64 <= 0.0) return 1.0;
-    if (head_dim <= 64) return ratio64;
-    return ratio64 + (1.0 - ratio64) * (double)(head_dim - 64) / 64.0;
+    double r64 = ratio64 > 0.0 ? ratio64 : 1.0, r256 = ratio256 > 0.0 ? ratio256 : 1.0;
+    double d = (double)head_dim;
+    if (head_dim <= 64) return r64;
+    if (head_dim <= 128) return d / 128.0;
+    if (head_dim <= 256) return r256 * d / 256.0;
+    return r256;
 }
 
 double roof_attn_hd_us(const machine_t *m, const roof_params *p, double flops, uint64_t bytes,

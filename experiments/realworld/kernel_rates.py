@@ -12,8 +12,8 @@ with its count and total time), at the level of single kernels, never of the who
 
   sdpa      PyTorch's fused attention: eff * S / (S + half) fitted to the profile's sdpa_*
             probe rows (traces/machines/h200-sxm.probe.csv, head dim 128, 2K-32K keys), and
-            head dim 64 against 128 at 2K keys from the cuDNN SDPA kernels of the training
-            steps (gpu.sdpa_*)
+            head dim 64 against 128 at 2K keys and 256 against 128 at 8K keys from the cuDNN
+            SDPA kernels of the training steps (gpu.sdpa_*)
 
 Usage: kernel_rates.py [--machine-lines] [HBM_Bps]   (default: h200-sxm's gpu.hbm_Bps,
        4225200629727.662); --machine-lines prints the machine-profile lines these give.
@@ -52,6 +52,8 @@ PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tr
                      "machines", "h200-sxm.probe.csv")
 # The training steps' attention shapes at head dim 64: case -> (batch, seq, heads, dim, layers).
 SDPA64 = {"l1b-amp-2k-b4": (4, 2048, 32, 64, 16), "mx-amp-2k-b4": (4, 2048, 16, 64, 16)}
+# ... and at head dim 256 (GPT-NeoX as Pythia-1B, 8K keys; the probe has an 8K row).
+SDPA256 = {"py-amp-8k-b8": (8, 8192, 8, 256, 16)}
 
 
 def probe_rates():
@@ -89,15 +91,24 @@ def sdpa_lines():
         e, half = fit(pts)
         lines.append(("gpu.sdpa_%s_eff" % kind, "%.4f" % e))
         lines.append(("gpu.sdpa_%s_half_seq" % kind, "%d" % half))
-    for kind in ("fwd", "bwd"):
-        ratios = []
-        for case, (b, s, h, d, layers) in SDPA64.items():
-            t = sum(float(r["total_us"]) for r in rows(case)
-                    if "sdpa" in r["kernel"] and ("%sprop" % kind[0]) in r["kernel"])
-            flops = 4.0 * b * s * s * h * d / 2 * layers * (2.5 if kind == "bwd" else 1.0)
-            ratios.append(flops / (t * 1e-6) / PEAK_BF16 / (pr[(kind, s)] / PEAK_BF16))
-        lines.append(("gpu.sdpa_hd64_%s" % kind, "%.3f" % statistics.mean(ratios)))
+    for dim, cases in (("64", SDPA64), ("256", SDPA256)):
+        for kind in ("fwd", "bwd"):
+            ratios = [hd_ratio(pr, case, shape, kind) for case, shape in cases.items()]
+            lines.append(("gpu.sdpa_hd%s_%s" % (dim, kind), "%.3f" % statistics.mean(ratios)))
     return lines
+
+
+def hd_ratio(pr, case, shape, kind):
+    """A training step's cuDNN SDPA kernels (the main fprop / bprop kernel) as a fraction of
+    peak, over the probe's head-dim-128 row at the same sequence length."""
+    b, s, h, d, layers = shape
+    t = sum(float(r["total_us"]) for r in rows(case)
+            if "sdpa" in r["kernel"] and ("%sprop" % kind[0]) in r["kernel"])
+    flops = 4.0 * b * s * s * h * d / 2 * layers * (2.5 if kind == "bwd" else 1.0)
+    eff = flops / (t * 1e-6) / PEAK_BF16
+    print("sdpa\t%s\t%s head dim %d: %.3f of peak, probe %.3f at head dim 128"
+          % (case, kind, d, eff, pr[(kind, s)] / PEAK_BF16))
+    return eff / (pr[(kind, s)] / PEAK_BF16)
 
 
 def main():
