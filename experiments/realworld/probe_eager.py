@@ -5,7 +5,7 @@ see from FLOPs and bytes alone. Ground truth for experiments/realworld (the mach
 host-dispatch and per-kind memory-efficiency lines are read off its output; nothing here is
 fitted to a step time).
 
-Six parts, one JSON object on stdout (and --out):
+Seven parts, one JSON object on stdout (and --out):
   host:  host microseconds per call of common aten ops on tiny CUDA tensors (the GPU is idle,
          so the loop's wall time is the host's: Python + dispatcher + launch), median of 5
          loops of 2,000 calls after a warm-up; `autograd` is per backward node of a chain of
@@ -23,6 +23,11 @@ Six parts, one JSON object on stdout (and --out):
          (median of 10 calls between CUDA events after warm-up), the rate the op-time model's
          GEMM ramp describes; and torch.nn.functional.grouped_mm in fp32 (the MoE experts
          under amp, PyTorch's per-group fallback) and bf16 at E groups of M/E rows.
+  colsum: the column sums behind the weight gradients of norms and biases (x.sum(0) over
+         [rows, width], fp32 and bf16 in, fp32 out, as RMSNorm's and LayerNorm's weight
+         gradients and a bias's reduce): achieved bytes per second over rows 2K-64K and
+         widths 64-8192, as a fraction of --peak-gbs (the op-time model reads them at
+         gpu.mem_eff; measured nowhere yet).
   step:  for each --config given, a training step at a tiny shape (host-bound by design):
          wall time per step and the number of GPU kernels it launched (torch.profiler), so
          host microseconds per kernel of a real transformers step.
@@ -309,6 +314,23 @@ def gemm_rates(torch):
 
 
 
+def colsum_rates(torch, peak_gbs):
+    """Achieved read bandwidth of x.sum(0) (the weight-gradient column sums), per dtype, rows
+    and width: bytes read once over the median time of 10 calls between CUDA events."""
+    rows_out = []
+    for dt, dn in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        for width in (64, 128, 1024, 2048, 3072, 4096, 8192):
+            for rows in (2048, 8192, 16384, 65536):
+                x = torch.randn(rows, width, device="cuda", dtype=dt)
+                us = _event_us(torch, lambda: x.sum(0, dtype=torch.float32))
+                gbs = x.numel() * x.element_size() / us * 1e-3
+                rows_out.append({"dtype": dn, "rows": rows, "width": width, "us": round(us, 2),
+                                 "gbs": round(gbs, 1),
+                                 "of_peak": round(gbs / peak_gbs, 4) if peak_gbs else None})
+                del x
+    return rows_out
+
+
 def step_rates(torch, configs, seq, batch):
     from transformers import AutoConfig, AutoModelForCausalLM
     from torch.profiler import profile, ProfilerActivity
@@ -449,7 +471,10 @@ def main():
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--out", default="")
-    p.add_argument("--only", choices=["all", "sdpa", "sdpa_hd", "gemm"], default="all")
+    p.add_argument("--only", choices=["all", "sdpa", "sdpa_hd", "gemm", "colsum"], default="all")
+    p.add_argument("--peak-gbs", type=float, default=4225.2,
+                   help="the profile's gpu.hbm_Bps in GB/s, for the colsum part's fractions "
+                        "(default: h200-sxm's 4225.2)")
     p.add_argument("--peak-fp32", type=float, default=67e12,
                    help="the profile's gpu.peak_fp32_flops, for the fp32 GEMM fit (default: "
                         "H200 SXM's 67e12)")
@@ -473,6 +498,8 @@ def main():
         res["sdpa_hd"] = sdpa_hd_rates(torch)
     if a.only in ("all", "gemm"):
         res["gemm"] = gemm_rates(torch)
+    if a.only in ("all", "colsum"):
+        res["colsum"] = colsum_rates(torch, a.peak_gbs)
     if a.config:
         res["step"] = step_rates(torch, a.config, a.seq, a.batch)
     try:
