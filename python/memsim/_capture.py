@@ -1092,6 +1092,13 @@ class Capture:
                 # factor its ops' host_us were scaled by (docs/CAPTURE.md, "Host time")
                 tr.set_meta("captured.host_phase." + p,
                             "%.1f %.1f %.4f" % (prof_us, timed_us, f))
+            if getattr(self, "timer", None) is not None:
+                from . import _phases
+                st = _phases.step_us(self.timer)
+                if st:
+                    # how much the host moved from step to step: the spread a prediction of
+                    # a host-bound step carries (docs/CAPTURE.md, "Host time")
+                    tr.set_meta("captured.host_steps_us", ",".join("%.1f" % v for v in st))
             c = self.ckpt_cost
             if c:
                 # checkpointing's host cost per layer on this block (docs/CAPTURE.md,

@@ -116,6 +116,17 @@ class PhaseTimer:
         return out
 
 
+def step_us(timer):
+    """Each timed step's host time, forward to the end of its optimizer phase (the next
+    forward call), microseconds, in the order they ran; [] when a step lacks a phase."""
+    out = []
+    for s in timer.steps:
+        if s.get("end") is None or s.get("fwd0") is None:
+            return []
+        out.append(1e6 * (s["end"] - s["fwd0"]))
+    return out
+
+
 def scale_host(ops, phase_us):
     """Scales each phase's ops' host_us so that their sum is at most the phase's timed host
     time (never up: the timed time is an upper bound, the GPU may have held the host).

@@ -278,6 +278,26 @@ class CaptureHostTime(unittest.TestCase):
         self.assertGreater(total * 1e-6, 0.3 * self.timed_s)
         self.assertLessEqual(total, float(self.meta["captured.host_step_us"]) + 1.0)
 
+    def test_host_steps_spread(self):
+        """host_steps=3: each timed step's host time, in order, in captured.host_steps_us;
+        the forward phase's median is within their range."""
+        torch.manual_seed(0)
+        m = tinymodels.TinyLlama(L=2, h=64, heads=4, kv=2, f=160, V=256)
+        o = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        ids = torch.randint(0, 256, (4, 32))
+        p = os.path.join(self.tmp, "spread.trace")
+        with memsim.capture(p, model=m, optimizer=o, host_timing=True, host_steps=3):
+            for _ in range(5):
+                step(m, o, ids)
+        meta = {r[1]: " ".join(r[2:]) for r in read_trace(p) if r[0] == "meta"}
+        st = [float(v) for v in meta["captured.host_steps_us"].split(",")]
+        self.assertEqual(len(st), 3)
+        self.assertTrue(all(v > 0 for v in st))
+        parts = sum(float(meta["captured.host_phase." + ph].split()[1])
+                    for ph in ("fwd", "bwd", "opt"))
+        self.assertLessEqual(min(st) * 0.5, parts)
+        self.assertLessEqual(parts, max(st) * 2.0)
+
     def test_ckpt_cost(self):
         """Checkpointing's host cost measured on the second block, before the captured
         step (_ckptcost.py): per layer, forward and backward, with the raw medians."""
