@@ -43,6 +43,40 @@ static int parse_cmd(int argc, char **argv, unsigned groups, const char *cmd, co
     return -1;
 }
 
+/* A captured trace's timed steps (meta captured.host_steps_us, a comma list): their range
+ * and median, the spread a host-bound prediction carries. Nothing when absent or unreadable
+ * (the meta is informative; simulation never reads it). */
+static void host_spread_note(FILE *f, const trace_t *t)
+{
+    const char *v = t ? trace_get_meta(t, "captured.host_steps_us") : NULL;
+    double x[64], lo = 0, hi = 0;
+    int n = 0;
+    for (const char *p = v; p && *p && n < 64;) {
+        char *end;
+        double d = strtod(p, &end);
+        if (end == p || !(d > 0)) return;
+        x[n++] = d;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return;
+    }
+    if (n < 2) return;
+    for (int i = 0; i < n; i++) {
+        if (!i || x[i] < lo) lo = x[i];
+        if (!i || x[i] > hi) hi = x[i];
+    }
+    for (int i = 1; i < n; i++)     /* insertion sort for the median: n is small */
+        for (int k = i; k > 0 && x[k - 1] > x[k]; k--) {
+            double tmp = x[k];
+            x[k] = x[k - 1];
+            x[k - 1] = tmp;
+        }
+    double med = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+    fprintf(f, "host: the capture's %d timed steps took %.1f-%.1f ms of host time (median "
+            "%.1f, spread %.1f %%); where the host bounds a step, its time moves that much "
+            "from step to step\n", n, lo / 1000, hi / 1000, med / 1000,
+            med > 0 ? 100.0 * (hi - lo) / med : 0.0);
+}
+
 /* Says which policies of a comparison ran on the workload's ZeRO-Offload form. */
 static void forms_note(FILE *out, const cli_args *a, const runs_forms *f)
 {
@@ -511,6 +545,7 @@ int cmd_compare(int argc, char **argv)
             res_table(stdout, rs, n);
             res_verdict(stdout, rs, n);
             res_notes(stdout, rs, n);
+            host_spread_note(stdout, t);
             if (f.t[POL_FORM_PLAIN] && f.t[POL_FORM_OFFLOAD]) forms_note(stdout, &a, &f);
             if (a.breakdown) res_breakdown(stdout, rs, n);
         }

@@ -768,5 +768,17 @@ MEMSIM_JOBS_CRASH=1 "$M" sweep $JW --seqs 64K,128K,256K --policies keep-all -j 2
 mkdir -p "$T/ex/show"; printf 'echo "jobs=${MEMSIM_JOBS:-unset} args=$*"\n' > "$T/ex/show/run.sh"
 MEMSIM_EXPERIMENTS="$T/ex" "$M" experiment show -j 3 a b > "$T/out" 2>&1
 grep -q "^jobs=3 args=a b$" "$T/out"; ok $? "memsim experiment NAME -j 3 runs the script with MEMSIM_JOBS=3"
+# a captured trace's timed steps: compare prints their host-time spread under its verdict
+gzip -dc "${srcdir:-.}/experiments/capture/results/gpt2-large-bf16.trace.gz" |
+    sed '/^meta captured.pyrefs/a meta captured.host_steps_us 96100.0,98200.5,105300.2,97000.0,99000.0' \
+    > "$T/spread.trace"
+"$M" compare --trace "$T/spread.trace" --machine h200-sxm --policies keep-all > "$T/out" 2>/dev/null
+grep -q "^host: the capture's 5 timed steps took 96.1-105.3 ms of host time (median 98.2, spread 9.4 %)" "$T/out"
+ok $? "compare on a capture with captured.host_steps_us prints the timed steps' spread"
+sed -i 's/^meta captured.host_steps_us .*/meta captured.host_steps_us 96100.0,junk/' "$T/spread.trace"
+"$M" compare --trace "$T/spread.trace" --machine h200-sxm --policies keep-all > "$T/out" 2>/dev/null
+r=$?; ! grep -q "^host:" "$T/out" && [ $r = 0 ]
+ok $? "an unreadable captured.host_steps_us is left out, the compare unchanged"
+
 echo "1..$n"
 exit $bad
