@@ -20,7 +20,7 @@ Seven parts, one JSON object on stdout (and --out):
   gemm:  torch.mm in fp32 (no TF32, PyTorch's default) and bf16 at the three forms of a
          linear layer (forward x W^T, the input gradient dy W, the weight gradient dy^T x) over
          rows M = 64 .. 16384 at a few (N, K) of real models: achieved FLOP/s of each shape
-         (median of 10 calls between CUDA events after warm-up), the rate the op-time model's
+         (10 calls back to back between CUDA events after warm-up), the rate the op-time model's
          GEMM ramp describes; and torch.nn.functional.grouped_mm in fp32 (the MoE experts
          under amp, PyTorch's per-group fallback) and bf16 at E groups of M/E rows.
   colsum: the column sums behind the weight gradients of norms and biases (x.sum(0) over
@@ -258,19 +258,21 @@ GEMM_M = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 def _event_us(torch, fn, reps=10):
-    """Median microseconds of one fn() call: 2 warm-up calls, then reps calls each between
-    its own CUDA events."""
+    """Microseconds of one fn() call on the GPU: 2 warm-up calls, then reps calls back to back
+    between one pair of CUDA events, the elapsed time over reps. (Events around each single
+    call would also time the host's dispatch of it, which the GPU waits for: about 20 us of
+    torch.mm's on the H200, a third of a 256-row fp32 GEMM; the probe of 2026-12-02,
+    probes/h200-gemm.json, was taken that way.)"""
     for _ in range(2):
         fn()
-    ts = []
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    e0.record()
     for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
         fn()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1000.0)
-    return statistics.median(ts)
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1) * 1000.0 / reps
 
 
 def gemm_rates(torch):
