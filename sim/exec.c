@@ -419,13 +419,17 @@ int ex_pool_stream(int s, const sched_action *a)
     return a->pool > 0 ? SS_COUNT - 1 + a->pool : s;
 }
 
-/* The stream-time model's device calls keep each live tensor's address and blockmix token
- * in a table by id where the ids are compact (the generators' and lowerings' are): one
- * indexed load where the maps by id and by address were a probe each, and a deletion
- * each at the free. Sparse ids keep the map (dev_ids_dense). */
-static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t *addr)
+/* The stream-time model's device calls keep each live tensor's address, blockmix token and
+ * allocator handle in a table by id where the ids are compact (the generators' and
+ * lowerings' are): one indexed load where the maps by id and by address were a probe each,
+ * and a deletion each at the free, and the allocator finds the block by its handle instead
+ * of its own map by address. Sparse ids keep the map (dev_ids_dense); handle NULL: none. */
+static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t *addr,
+                      uint32_t *handle)
 {
-    ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a), a->tensor, addr);
+    int pool = ex_pool_stream(s, a);
+    ms_status st = handle ? alloc_block_h(x->alloc, a->bytes, pool, a->tensor, addr, handle)
+                          : alloc_block(x->alloc, a->bytes, pool, a->tensor, addr);
     if (st == MS_ERR_OOM) {
         ex_oom_failure(x, s, idx, a);
         ex_end_as(x, RS_OOM);
@@ -446,8 +450,10 @@ static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
-    if (!alloc_call(x, s, idx, a, &addr)) return 0;
+    uint32_t h;
+    if (!alloc_call(x, s, idx, a, &addr, &h)) return 0;
     e->addr = addr;
+    e->handle = h;
     e->mix = bm_add(x->mix, a->tensor, (sched_block)a->block, a->bytes) << 1 | 1;
     ex_mem_sample(x);
     return after_alloc_call(x, s);
@@ -467,7 +473,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
-    if (!alloc_call(x, s, idx, a, &addr)) {
+    if (!alloc_call(x, s, idx, a, &addr, NULL)) {
         u64map_del(x->dev, a->tensor, NULL);
         return 0;
     }
@@ -481,8 +487,9 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
 }
 
 /* Takes tensor id's device block out of the table or map: 0 when it holds none. */
-static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix)
+static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix, uint32_t *handle)
 {
+    *handle = ALLOC_NO_HANDLE;
     if (!x->dtab) {
         *mix = 0;
         return u64map_del(x->dev, id, addr);
@@ -490,6 +497,7 @@ static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix)
     if (id >= x->ndtab || !(x->dtab[id].mix & 1)) return 0;
     *addr = x->dtab[id].addr;
     *mix = x->dtab[id].mix >> 1;
+    *handle = x->dtab[id].handle;
     x->dtab[id].mix = 0;
     return 1;
 }
@@ -497,14 +505,15 @@ static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix)
 static int do_free(ex *x, int s, size_t idx, const sched_action *a)
 {
     uint64_t addr, mix;
-    if (!dev_take(x, a->tensor, &addr, &mix)) {
+    uint32_t h;
+    if (!dev_take(x, a->tensor, &addr, &mix, &h)) {
         ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor is not allocated at this point of the run (never allocated, already "
                 "freed, or its ALLOC is on another stream that has not reached it: a "
                 "missing WAIT)");
         return 0;
     }
-    ms_status st = alloc_release(x->alloc, addr);
+    ms_status st = alloc_release_h(x->alloc, addr, h);
     if (st != MS_OK) {
         ex_fail_at(x, st, idx, ex_alloc_why(x, st));
         return 0;

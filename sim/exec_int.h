@@ -110,11 +110,13 @@ typedef struct pend_fifo {
     size_t head, n, cap;
 } pend_fifo;
 
-/* A tensor's device block in the executor's table by id (ex.dtab): its address and its
- * blockmix token (bm_add), the token shifted left by one with bit 0 set while it is live. */
+/* A tensor's device block in the executor's table by id (ex.dtab): its address, its
+ * blockmix token (bm_add), the token shifted left by one with bit 0 set while it is live,
+ * and the allocator's handle for it (alloc_block_h). */
 typedef struct dev_ent {
     uint64_t addr;
     uint64_t mix;
+    uint32_t handle;
 } dev_ent;
 
 /* Time sums over the measured window (the last iteration, see win_t0). */
