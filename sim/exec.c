@@ -444,17 +444,19 @@ static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t 
 
 static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a)
 {
-    dev_ent *e = &x->dtab[a->tensor]; /* below ndtab: setup saw every ALLOC */
-    if (e->mix & 1) {
+    uint64_t *w = &x->dlive[a->tensor / 64], bit = UINT64_C(1) << (a->tensor % 64);
+    if (*w & bit) { /* a->tensor below ndtab: setup saw every ALLOC */
         ex_fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
         return 0;
     }
     uint64_t addr = 0;
     uint32_t h;
     if (!alloc_call(x, s, idx, a, &addr, &h)) return 0;
+    dev_ent *e = &x->dtab[a->tensor];
+    *w |= bit;
     e->addr = addr;
     e->handle = h;
-    e->mix = bm_add(x->mix, a->tensor, (sched_block)a->block, a->bytes) << 1 | 1;
+    e->mix = bm_add(x->mix, a->tensor, (sched_block)a->block, a->bytes);
     ex_mem_sample(x);
     return after_alloc_call(x, s);
 }
@@ -494,11 +496,12 @@ static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix, uint32_t 
         *mix = 0;
         return u64map_del(x->dev, id, addr);
     }
-    if (id >= x->ndtab || !(x->dtab[id].mix & 1)) return 0;
+    uint64_t bit = UINT64_C(1) << (id % 64);
+    if (id >= x->ndtab || !(x->dlive[id / 64] & bit)) return 0;
+    x->dlive[id / 64] &= ~bit;
     *addr = x->dtab[id].addr;
-    *mix = x->dtab[id].mix >> 1;
+    *mix = x->dtab[id].mix;
     *handle = x->dtab[id].handle;
-    x->dtab[id].mix = 0;
     return 1;
 }
 
@@ -962,8 +965,9 @@ static ms_status setup(ex *x)
     if (st != MS_OK) return st;
     /* the host issue model keeps the map */
     if (!x->issue && dev_ids_dense(x, top, any)) {
-        x->dtab = calloc(x->ndtab ? x->ndtab : 1, sizeof *x->dtab);
-        if (!x->dtab) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+        x->dtab = malloc((x->ndtab ? x->ndtab : 1) * sizeof *x->dtab);
+        x->dlive = calloc(x->ndtab / 64 + 1, sizeof *x->dlive);
+        if (!x->dtab || !x->dlive) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
     }
     return MS_OK;
 }
@@ -977,6 +981,7 @@ static void teardown(ex *x)
     tl_free(x->tl);
     u64map_free(x->dev);
     free(x->dtab);
+    free(x->dlive);
     bm_free(x->mix);
     exfw_free(x->fw);
     u64map_free(x->host);
