@@ -141,6 +141,30 @@ ms_status alloc_release(alloc_t *a, uint64_t addr)
     return after_op(a, st);
 }
 
+ms_status alloc_block_h(alloc_t *a, uint64_t bytes, int stream, uint64_t tag, uint64_t *addr,
+                        uint32_t *handle)
+{
+    *handle = ALLOC_NO_HANDLE;
+    if (!a->vt->block_h) return alloc_block(a, bytes, stream, tag, addr);
+    a->problem[0] = '\0';
+    ms_status st = a->vt->block_h(a, bytes, stream, tag, addr, handle);
+    if (st == MS_OK) {
+        a->stats.num_allocs++;
+    } else if (st == MS_ERR_OOM) {
+        a->stats.num_ooms++;
+    }
+    return after_op(a, st);
+}
+
+ms_status alloc_release_h(alloc_t *a, uint64_t addr, uint32_t handle)
+{
+    if (!a->vt->release_h || handle == ALLOC_NO_HANDLE) return alloc_release(a, addr);
+    a->problem[0] = '\0';
+    ms_status st = a->vt->release_h(a, addr, handle);
+    if (st == MS_OK) a->stats.num_frees++;
+    return after_op(a, st);
+}
+
 ms_status alloc_empty_cache(alloc_t *a) { return after_op(a, a->vt->empty_cache(a)); }
 const alloc_stats *alloc_get_stats(const alloc_t *a) { return &a->stats; }
 const char *alloc_name(const alloc_t *a) { return a->vt->name; }

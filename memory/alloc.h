@@ -85,6 +85,12 @@ typedef struct alloc_vtable {
     unsigned caps;           /* ALLOC_CAP_* bits */
     /* ALLOC_CAP_EVENTS_HOOK: stores fn and ctx (NULL fn: none); NULL for other allocators */
     void (*set_events_hook)(alloc_t *a, alloc_events_fn fn, void *ctx);
+    /* Optional (NULL: alloc_block_h and alloc_release_h call block and release): block that
+     * also gives the block's handle, by which release_h finds it without looking its address
+     * up; release_h frees the block at addr as release does, its handle a hint. */
+    ms_status (*block_h)(alloc_t *a, uint64_t bytes, int stream, uint64_t tag, uint64_t *addr,
+                         uint32_t *handle);
+    ms_status (*release_h)(alloc_t *a, uint64_t addr, uint32_t handle);
 } alloc_vtable;
 
 /* The common part every allocator shares; impl is the allocator's own state. Allocators
@@ -113,6 +119,17 @@ void alloc_free(alloc_t *a);
 ms_status alloc_block(alloc_t *a, uint64_t bytes, int stream, uint64_t tag, uint64_t *addr);
 /* Frees a block returned by alloc_block; an unknown address is MS_ERR_INVALID. */
 ms_status alloc_release(alloc_t *a, uint64_t addr);
+/* alloc_block that also gives the block's handle (ALLOC_NO_HANDLE where the allocator has
+ * none, and for a zero-byte request), for alloc_release_h: a caller that keeps each block's
+ * address keeps its handle beside it, and the caching allocator then keeps no entry by
+ * address for the block, a map update less at each allocation and each free. */
+#define ALLOC_NO_HANDLE UINT32_MAX
+ms_status alloc_block_h(alloc_t *a, uint64_t bytes, int stream, uint64_t tag, uint64_t *addr,
+                        uint32_t *handle);
+/* alloc_release for a block alloc_block_h gave handle for: the same result, the handle a
+ * hint (a handle that does not name the live block at addr has it found by address).
+ * alloc_release also frees such a block, by a search of the allocator's blocks. */
+ms_status alloc_release_h(alloc_t *a, uint64_t addr, uint32_t handle);
 ms_status alloc_empty_cache(alloc_t *a);
 const alloc_stats *alloc_get_stats(const alloc_t *a);
 const char *alloc_name(const alloc_t *a);

@@ -822,4 +822,5 @@ const alloc_vtable alloc_expandable_vt = {
     "PyTorch c10/cuda/CUDACachingAllocator.cpp (ExpandableSegment, expandable_segments:True)",
     xp_create, xp_destroy, xp_block, xp_release, xp_empty_cache, xp_check, xp_dump,
     0, NULL,
+    NULL, NULL, /* no handles: released by address */
 };

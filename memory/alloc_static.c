@@ -369,4 +369,5 @@ const alloc_vtable alloc_static_vt = {
     "offline memory plan (MEMO's bi-level plan; greedy best-fit placement until then)",
     sa_create, sa_destroy, sa_block, sa_release, sa_empty_cache, sa_check, sa_dump,
     ALLOC_CAP_STATIC_PLAN, NULL,
+    NULL, NULL, /* no handles: released by address */
 };

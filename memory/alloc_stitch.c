@@ -1467,4 +1467,5 @@ const alloc_vtable alloc_stitch_vt = {
     "Guo et al., GMLake, ASPLOS'24, sections 3-4; glake GMLake/src/CUDACachingAllocator.cpp",
     st_create, st_destroy, st_block, st_release, st_empty_cache, st_check, st_dump,
     0, NULL,
+    NULL, NULL, /* no handles: released by address */
 };

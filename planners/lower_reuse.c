@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "traces/trace_shape.h"
+
 /* Meta lines that only scale the sizes and times the lowering copies (it never reads them):
  * left out of the structure. Every other meta line is part of it. */
 static const char *const size_only_meta[] = { "seq", "batch" };
@@ -21,6 +23,9 @@ typedef struct tmpl {
     lower_srcs src;          /* where its numbers come from */
     uint64_t age;            /* insertion order, for replacement */
     unsigned rclass;         /* templates of byte-equal records share it (< 64) */
+    trace_t *origin;         /* a reference to the trace whose structure the records are
+                                (tshape_of of the template's own): a trace of the same
+                                tshape_of and number of records has them, uncompared */
 } tmpl;
 
 struct lreuse {
@@ -254,6 +259,9 @@ static int matches(lreuse *c, size_t i, const trace_t *t, const trace_rec *recs,
 {
     const tmpl *T = &c->t[i];
     if (T->n_head != c->n_head || memcmp(T->sig, c->head, c->n_head)) return 0;
+    /* the head holds the number of records: a trace made after the origin's structure
+       has those records (traces/trace_shape.h) */
+    if (T->origin && tshape_of(t) == T->origin) return 1;
     uint64_t bit = UINT64_C(1) << T->rclass;
     if (c->seen != t) return same_recs(T, recs, n);
     if (!(c->checked & bit)) {
@@ -291,6 +299,7 @@ static void tmpl_clear(tmpl *T)
     sched_free(T->s);
     free(T->src.v);
     free(T->src.pool);
+    trace_free(T->origin);
     memset(T, 0, sizeof *T);
 }
 
@@ -310,9 +319,10 @@ void lreuse_get_stats(const lreuse *c, lreuse_stats *out)
 }
 
 /* Keeps s, which the template owns from here, with its sources as a template for the head
- * c->head and records recs, replacing the oldest when the cache is full. 0 when out of
- * memory (nothing kept, s still the caller's). */
-static int keep(lreuse *c, schedule_t *s, lower_srcs *src, const trace_rec *recs, size_t n)
+ * c->head and records recs (trace t's), replacing the oldest when the cache is full. 0 when
+ * out of memory (nothing kept, s still the caller's). */
+static int keep(lreuse *c, schedule_t *s, lower_srcs *src, const trace_t *t,
+                const trace_rec *recs, size_t n)
 {
     sig g;
     memset(&g, 0, sizeof g);
@@ -358,6 +368,7 @@ static int keep(lreuse *c, schedule_t *s, lower_srcs *src, const trace_rec *recs
     T->src = *src; /* the template owns the sources from here */
     memset(src, 0, sizeof *src);
     T->age = c->clock++;
+    T->origin = trace_ref(tshape_of(t));
     return 1;
 }
 
@@ -410,7 +421,7 @@ ms_status lreuse_lower(lreuse *c, const trace_t *t, const plan_t *p, const machi
     ms_status st = lower_schedule(t, p, m, &lo, out, err);
     /* kept only when its sources give its numbers back from its own trace, bit for bit */
     if (st == MS_OK && src.ok && lower_bind_same(*out, &src, t, m) &&
-        keep(c, *out, &src, recs, n)) {
+        keep(c, *out, &src, t, recs, n)) {
         c->stats.misses++;
         *borrowed = 1; /* the template now */
     } else if (st == MS_OK) {

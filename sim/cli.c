@@ -60,7 +60,7 @@ static const struct {
     {{"batches", required_argument, 0, O_BATCHES}, CLI_SWEEP, "LIST   micro-batch sizes instead, e.g. 1,2,4,8 (at --seq)", 0},
     {{"longest", no_argument, 0, O_LONGEST}, CLI_SWEEP, "   also bisect each policy's longest sequence (largest batch) that fits, between its last fitting value and the next", 0},
     {{"step", required_argument, 0, O_STEP}, CLI_SWEEP, "N   resolution of --longest (default 1K x tp x cp; 1 with --batches)", 0},
-    {{"no-reuse", no_argument, 0, O_NO_REUSE}, CLI_SWEEP, "   lower every point's schedules afresh instead of re-binding those of an earlier point of the same structure (the outputs are the same; for checking)", 0},
+    {{"no-reuse", no_argument, 0, O_NO_REUSE}, CLI_SWEEP, "   generate and lower every point afresh instead of re-binding the traces and schedules of an earlier point of the same structure (the outputs are the same; for checking)", 0},
     {{"csv", required_argument, 0, O_CSV}, CLI_OUTPUTS, "FILE   write the results CSV", 0},
     {{"timeline", required_argument, 0, O_TIMELINE}, CLI_OUTPUTS, "FILE   write a Chrome-trace / Perfetto JSON timeline", CLI_SWEEP},
     {{"memcsv", required_argument, 0, O_MEMCSV}, CLI_OUTPUTS, "FILE   write the memory time series CSV", CLI_SWEEP},

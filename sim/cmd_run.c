@@ -904,8 +904,11 @@ int cmd_sweep(int argc, char **argv)
     sim_result *rs = calloc(a.n_points * np, sizeof *rs);
     /* the points' schedules re-bound where their structure repeats (NULL: lowered each time) */
     a.pol.reuse = a.no_reuse ? NULL : lreuse_new(0);
+    /* and their traces generated after a template's structure (NULL: afresh each time) */
+    a.w.gen_reuse = a.no_reuse ? NULL : greuse_new();
     if (!rs) {
         lreuse_free(a.pol.reuse);
+        greuse_free(a.w.gen_reuse);
         machine_profile_free(mp);
         return cli_fail("sweep", MS_ERR_NOMEM, NULL);
     }
@@ -919,6 +922,7 @@ int cmd_sweep(int argc, char **argv)
         if ((rc = jobs_run_ranks(&js))) {
             free(rs);
             lreuse_free(a.pol.reuse);
+            greuse_free(a.w.gen_reuse);
             machine_profile_free(mp);
             return rc == JOBS_NOT_ROOT ? MS_EXIT_OK : rc;
         }
@@ -953,6 +957,7 @@ int cmd_sweep(int argc, char **argv)
     if (!rc && a.plot_dir) sweep_plot(&a, &mp->m, rs);
     free(rs);
     lreuse_free(a.pol.reuse);
+    greuse_free(a.w.gen_reuse);
     machine_profile_free(mp);
     return rc ? rc : failed;
 }

@@ -419,13 +419,17 @@ int ex_pool_stream(int s, const sched_action *a)
     return a->pool > 0 ? SS_COUNT - 1 + a->pool : s;
 }
 
-/* The stream-time model's device calls keep each live tensor's address and blockmix token
- * in a table by id where the ids are compact (the generators' and lowerings' are): one
- * indexed load where the maps by id and by address were a probe each, and a deletion
- * each at the free. Sparse ids keep the map (dev_ids_dense). */
-static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t *addr)
+/* The stream-time model's device calls keep each live tensor's address, blockmix token and
+ * allocator handle in a table by id where the ids are compact (the generators' and
+ * lowerings' are): one indexed load where the maps by id and by address were a probe each,
+ * and a deletion each at the free, and the allocator finds the block by its handle instead
+ * of its own map by address. Sparse ids keep the map (dev_ids_dense); handle NULL: none. */
+static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t *addr,
+                      uint32_t *handle)
 {
-    ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a), a->tensor, addr);
+    int pool = ex_pool_stream(s, a);
+    ms_status st = handle ? alloc_block_h(x->alloc, a->bytes, pool, a->tensor, addr, handle)
+                          : alloc_block(x->alloc, a->bytes, pool, a->tensor, addr);
     if (st == MS_ERR_OOM) {
         ex_oom_failure(x, s, idx, a);
         ex_end_as(x, RS_OOM);
@@ -440,15 +444,19 @@ static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t 
 
 static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a)
 {
-    dev_ent *e = &x->dtab[a->tensor]; /* below ndtab: setup saw every ALLOC */
-    if (e->mix & 1) {
+    uint64_t *w = &x->dlive[a->tensor / 64], bit = UINT64_C(1) << (a->tensor % 64);
+    if (*w & bit) { /* a->tensor below ndtab: setup saw every ALLOC */
         ex_fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
         return 0;
     }
     uint64_t addr = 0;
-    if (!alloc_call(x, s, idx, a, &addr)) return 0;
+    uint32_t h;
+    if (!alloc_call(x, s, idx, a, &addr, &h)) return 0;
+    dev_ent *e = &x->dtab[a->tensor];
+    *w |= bit;
     e->addr = addr;
-    e->mix = bm_add(x->mix, a->tensor, (sched_block)a->block, a->bytes) << 1 | 1;
+    e->handle = h;
+    e->mix = bm_add(x->mix, a->tensor, (sched_block)a->block, a->bytes);
     ex_mem_sample(x);
     return after_alloc_call(x, s);
 }
@@ -467,7 +475,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
-    if (!alloc_call(x, s, idx, a, &addr)) {
+    if (!alloc_call(x, s, idx, a, &addr, NULL)) {
         u64map_del(x->dev, a->tensor, NULL);
         return 0;
     }
@@ -481,30 +489,34 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
 }
 
 /* Takes tensor id's device block out of the table or map: 0 when it holds none. */
-static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix)
+static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix, uint32_t *handle)
 {
+    *handle = ALLOC_NO_HANDLE;
     if (!x->dtab) {
         *mix = 0;
         return u64map_del(x->dev, id, addr);
     }
-    if (id >= x->ndtab || !(x->dtab[id].mix & 1)) return 0;
+    uint64_t bit = UINT64_C(1) << (id % 64);
+    if (id >= x->ndtab || !(x->dlive[id / 64] & bit)) return 0;
+    x->dlive[id / 64] &= ~bit;
     *addr = x->dtab[id].addr;
-    *mix = x->dtab[id].mix >> 1;
-    x->dtab[id].mix = 0;
+    *mix = x->dtab[id].mix;
+    *handle = x->dtab[id].handle;
     return 1;
 }
 
 static int do_free(ex *x, int s, size_t idx, const sched_action *a)
 {
     uint64_t addr, mix;
-    if (!dev_take(x, a->tensor, &addr, &mix)) {
+    uint32_t h;
+    if (!dev_take(x, a->tensor, &addr, &mix, &h)) {
         ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor is not allocated at this point of the run (never allocated, already "
                 "freed, or its ALLOC is on another stream that has not reached it: a "
                 "missing WAIT)");
         return 0;
     }
-    ms_status st = alloc_release(x->alloc, addr);
+    ms_status st = alloc_release_h(x->alloc, addr, h);
     if (st != MS_OK) {
         ex_fail_at(x, st, idx, ex_alloc_why(x, st));
         return 0;
@@ -953,8 +965,9 @@ static ms_status setup(ex *x)
     if (st != MS_OK) return st;
     /* the host issue model keeps the map */
     if (!x->issue && dev_ids_dense(x, top, any)) {
-        x->dtab = calloc(x->ndtab ? x->ndtab : 1, sizeof *x->dtab);
-        if (!x->dtab) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+        x->dtab = malloc((x->ndtab ? x->ndtab : 1) * sizeof *x->dtab);
+        x->dlive = calloc(x->ndtab / 64 + 1, sizeof *x->dlive);
+        if (!x->dtab || !x->dlive) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
     }
     return MS_OK;
 }
@@ -968,6 +981,7 @@ static void teardown(ex *x)
     tl_free(x->tl);
     u64map_free(x->dev);
     free(x->dtab);
+    free(x->dlive);
     bm_free(x->mix);
     exfw_free(x->fw);
     u64map_free(x->host);

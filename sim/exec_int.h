@@ -110,11 +110,13 @@ typedef struct pend_fifo {
     size_t head, n, cap;
 } pend_fifo;
 
-/* A tensor's device block in the executor's table by id (ex.dtab): its address and its
- * blockmix token (bm_add), the token shifted left by one with bit 0 set while it is live. */
+/* A live tensor's device block in the executor's table by id (ex.dtab): its address, its
+ * blockmix token (bm_add) and the allocator's handle for it (alloc_block_h). Which entries
+ * are live is a bitmap beside it (ex.dlive), so that the table itself needs no clearing. */
 typedef struct dev_ent {
     uint64_t addr;
     uint64_t mix;
+    uint32_t handle;
 } dev_ent;
 
 /* Time sums over the measured window (the last iteration, see win_t0). */
@@ -140,6 +142,7 @@ typedef struct ex {
     u64map *dev;         /* tensor id -> device address (issue model, or sparse ids) */
     dev_ent *dtab;       /* else: the live device tensors by id, ndtab of them (every */
     size_t ndtab;        /* ALLOC's id is below ndtab); NULL: x->dev serves */
+    uint64_t *dlive;     /* bit id of word id / 64: dtab[id] is live */
     blockmix *mix;       /* what the peak holds (sim_result.peak_live_bytes) */
     u64map *host;        /* tensor id -> host bytes */
     uint64_t host_used, host_peak, host_cap;

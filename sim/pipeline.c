@@ -132,7 +132,7 @@ ms_status pipe_trace_for(const pipe_workload *w, const machine_t *m, pol_form fo
         }
         return st;
     }
-    return gen_trace(&c, m, out, err);
+    return greuse_trace(w->gen_reuse, &c, m, out, err);
 }
 
 ms_status pipe_plan(const trace_t *t, const machine_t *m, const pipe_policy *p, plan_t **out,

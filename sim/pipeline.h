@@ -9,6 +9,7 @@
 #include "planners/plan.h"
 #include "planners/policy.h"
 #include "sim/results.h"
+#include "traces/gen_reuse.h"
 #include "traces/machine.h"
 #include "traces/trace.h"
 
@@ -24,6 +25,9 @@ typedef struct pipe_workload {
     pol_knob gen_knobs[PIPE_MAX_KNOBS]; /* generator knobs (gen_config_set), e.g.
                                            framework=megatron */
     size_t n_gen_knobs;
+    greuse *gen_reuse;        /* generated traces made after templates of the same structure
+                                 (traces/gen_reuse.h): `memsim sweep`'s; NULL: generated
+                                 afresh each time. The traces are the same either way */
 } pipe_workload;
 
 typedef struct pipe_policy {

@@ -1,7 +1,8 @@
 /* test_alloc_caching.c — unit tests of the caching allocator (memory/alloc_caching.c)
  * over the simulated backend: each PyTorch rule with hand-computed sizes and addresses,
- * the statistics after every step of a small scenario, the OOM path, and a randomized run
- * with the invariant check after every call. Run by `make check`. */
+ * the statistics after every step of a small scenario, the OOM path, blocks held by handle
+ * against blocks held by address, and a randomized run with the invariant check after every
+ * call. Run by `make check`. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -446,6 +447,83 @@ static void test_random(uint64_t max_split, unsigned div, int nops)
     fx_free(&f);
 }
 
+/* Blocks held by handle (alloc_block_h, alloc_release_h, as the executor holds them): the
+ * same addresses, statistics and OOMs as by address over one random program, the invariant
+ * check after every call (which counts the blocks held by handle); frees mixed across the
+ * two ways; the handle a hint. */
+static int same_stats(const alloc_stats *x, const alloc_stats *y)
+{
+    return x->allocated_bytes == y->allocated_bytes && x->reserved_bytes == y->reserved_bytes &&
+           x->active_bytes == y->active_bytes && x->requested_bytes == y->requested_bytes &&
+           x->inactive_split_bytes == y->inactive_split_bytes &&
+           x->allocated_peak_bytes == y->allocated_peak_bytes &&
+           x->reserved_peak_bytes == y->reserved_peak_bytes && x->num_allocs == y->num_allocs &&
+           x->num_frees == y->num_frees && x->num_ooms == y->num_ooms &&
+           x->num_alloc_retries == y->num_alloc_retries && x->num_splits == y->num_splits;
+}
+
+static void test_handles(void)
+{
+    fx f = fx_new(320 * MiB, UINT64_MAX, 0), g = fx_new(320 * MiB, UINT64_MAX, 0);
+    typedef struct hl { uint64_t addr; uint32_t h; } hl;
+    hl *lv = calloc(128, sizeof *lv);
+    size_t nl = 0;
+    int bad = 0, differ = 0, handles = 1;
+    for (int op = 0; op < 40000 && !bad; op++) {
+        uint64_t r = rnd() % 1000;
+        if (r < 2) {
+            bad |= alloc_empty_cache(f.a) != MS_OK || alloc_empty_cache(g.a) != MS_OK;
+        } else if (nl > 0 && (r < 480 || nl == 128)) {
+            size_t k = rnd() % nl;
+            /* one free in ten by address: a block held by handle is found by a search */
+            ms_status sg = r % 10 == 0 ? alloc_release(g.a, lv[k].addr)
+                                       : alloc_release_h(g.a, lv[k].addr, lv[k].h);
+            bad |= alloc_release(f.a, lv[k].addr) != MS_OK || sg != MS_OK;
+            lv[k] = lv[--nl];
+        } else {
+            uint64_t bytes = rand_bytes(), af = 0, ag = 0;
+            uint32_t h;
+            int stream = (int)(rnd() % 3);
+            ms_status sf = alloc_block(f.a, bytes, stream, 0, &af);
+            ms_status sg = alloc_block_h(g.a, bytes, stream, 0, &ag, &h);
+            differ |= sf != sg || af != ag;
+            if (sf == MS_OK && sg == MS_OK) {
+                handles &= h != ALLOC_NO_HANDLE;
+                lv[nl++] = (hl){ag, h};
+            } else if (sf != MS_ERR_OOM) {
+                bad = 1;
+            }
+        }
+        differ |= !same_stats(S(&f), S(&g));
+    }
+    TAP_OK(!bad && !differ && handles,
+           "by handle: the same addresses, statistics and OOMs as by address, every check "
+           "passed");
+    for (size_t k = 0; k < nl; k++) bad |= alloc_release_h(g.a, lv[k].addr, lv[k].h) != MS_OK;
+    TAP_OK(!bad && S(&g)->allocated_bytes == 0 && checks(&g), "by handle: all freed");
+    free(lv);
+    fx_free(&f);
+
+    uint64_t p, q, z;
+    uint32_t hp, hq, hz;
+    int ok = alloc_block_h(g.a, 4 * MiB, 0, 0, &p, &hp) == MS_OK &&
+             alloc_block_h(g.a, 4 * MiB, 0, 0, &q, &hq) == MS_OK &&
+             alloc_block_h(g.a, 0, 0, 0, &z, &hz) == MS_OK;
+    TAP_OK(ok && z == 0 && hz == ALLOC_NO_HANDLE, "a zero-byte request: address 0, no handle");
+    TAP_OK(alloc_release_h(g.a, p, hq) == MS_OK && checks(&g),
+           "another block's handle: a hint only, the block at the address is freed");
+    TAP_OK(alloc_release_h(g.a, p, hp) == MS_ERR_INVALID,
+           "a freed block by its old handle: MS_ERR_INVALID");
+    TAP_OK(alloc_release_h(g.a, q + 512, hq) == MS_ERR_INVALID && checks(&g),
+           "an address that is no block's, with a live handle: MS_ERR_INVALID, nothing freed");
+    TAP_OK(alloc_release_h(g.a, q, ALLOC_NO_HANDLE) == MS_OK && S(&g)->allocated_bytes == 0,
+           "no handle: freed by address");
+    uint64_t r;
+    TAP_OK(alloc_block(g.a, MiB, 0, 0, &r) == MS_OK && alloc_release_h(g.a, r, 7) == MS_OK &&
+           checks(&g), "a block allocated by address, freed with a handle it never had");
+    fx_free(&g);
+}
+
 /* The executor's deferred frees: the hook gives a held block back when the allocator asks. */
 typedef struct held {
     alloc_t *a;
@@ -511,6 +589,7 @@ int main(void)
     test_stats_scenario();
     test_edge_cases();
     test_caps_and_events_hook();
+    test_handles();
     test_random(UINT64_MAX, 0, 140000);
     test_random(40 * MiB, 4, 60000);
     return tap_done();

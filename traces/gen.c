@@ -9,6 +9,7 @@
 #include "traces/gen.h"
 #include "traces/gen_hf.h"
 #include "traces/jobview.h"
+#include "traces/trace_shape.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -3190,7 +3191,11 @@ static void meta(gctx *x, const machine_t *m)
     set_meta_str(x, "generator", GEN_VERSION);
 }
 
-ms_status gen_trace(const gen_config *cin, const machine_t *m, trace_t **out, ms_error *err)
+/* gen_trace's work, into a trace of like's structure when like is given (tshape_new_like):
+ * then any failure, a difference from like's records included, leaves *out NULL and *missed
+ * set, and the caller generates afresh (which reports a real error as gen_trace does). */
+static ms_status gen_into(const gen_config *cin, const machine_t *m, const trace_t *like,
+                          trace_t **out, int *missed, ms_error *err)
 {
     *out = NULL;
     ms_status st = gen_validate(cin, err);
@@ -3215,7 +3220,7 @@ ms_status gen_trace(const gen_config *cin, const machine_t *m, trace_t **out, ms
     x.ng = (size_t)c.model.layers + 2;
     x.g = calloc(x.ng, sizeof *x.g);
     x.ls = calloc((size_t)c.model.layers, sizeof *x.ls);
-    x.t = trace_new();
+    x.t = like ? tshape_new_like(like) : trace_new();
     if (!x.g || !x.ls || !x.t) x.st = MS_ERR_NOMEM;
     if (!x.st && c.framework == GEN_FW_HF) {
         meta(&x, m);
@@ -3234,6 +3239,11 @@ ms_status gen_trace(const gen_config *cin, const machine_t *m, trace_t **out, ms
     }
     free(x.g);
     free(x.ls);
+    if (like && (x.st || !tshape_end(x.t))) {
+        trace_free(x.t);
+        *missed = 1;
+        return MS_OK;
+    }
     if (x.st) {
         trace_free(x.t);
         return ms_fail(err, x.st, "generating the %s trace: %s", c.model.name,
@@ -3241,4 +3251,17 @@ ms_status gen_trace(const gen_config *cin, const machine_t *m, trace_t **out, ms
     }
     *out = x.t;
     return MS_OK;
+}
+
+ms_status gen_trace(const gen_config *c, const machine_t *m, trace_t **out, ms_error *err)
+{
+    return gen_into(c, m, NULL, out, NULL, err);
+}
+
+ms_status gen_trace_like(const gen_config *c, const machine_t *m, const trace_t *like,
+                         trace_t **out, ms_error *err)
+{
+    int missed = 0;
+    ms_status st = gen_into(c, m, like, out, &missed, err);
+    return st != MS_OK || missed ? MS_ERR_LIMIT : MS_OK;
 }

@@ -47,6 +47,13 @@ ms_status gen_validate(const gen_config *c, ms_error *err);
 /* Generates the trace. m may be NULL: durations are then -1 (unknown) and meta machine is
  * "none". On error *out is NULL and nothing leaks. */
 ms_status gen_trace(const gen_config *c, const machine_t *m, trace_t **out, ms_error *err);
+/* The trace gen_trace makes, made as a trace of like's structure (traces/trace_shape.h):
+ * each record compared with like's at its place instead of checked and indexed afresh, the
+ * numbers the generator's own. MS_OK with *out; MS_ERR_LIMIT with *out NULL (err untouched
+ * or not: the caller generates afresh, which tells why) when the trace would differ from
+ * like's in structure or cannot be made. */
+ms_status gen_trace_like(const gen_config *c, const machine_t *m, const trace_t *like,
+                         trace_t **out, ms_error *err);
 
 /* Skeletal activation bytes of one transformer layer on this rank (the sum the generator
  * emits for that layer): 16*b*(s/cp)*h*dtype/tp for an MHA model with f = 4h, plus with LoRA

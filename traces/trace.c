@@ -932,24 +932,6 @@ static ms_status scan_checked(trace_reader *r, const char *path,
 /* ------------------------------------------------------------------------------------ */
 /* in-memory trace */
 
-/* Op id lists live in chained blocks so that pointers handed out stay valid. */
-typedef struct u64blk {
-    struct u64blk *next;
-    size_t used, cap;
-    uint64_t v[];
-} u64blk;
-
-struct trace {
-    trace_rec *recs;
-    size_t n, cap;
-    char **mkey, **mval;
-    size_t n_meta, cap_meta;
-    u64map *tensor_idx, *op_idx;   /* id -> index of the most recent record */
-    int host_times;                /* some op has a host time or a host synchronize */
-    u64blk *blocks;
-    size_t block_bytes;            /* sum of the blocks' sizes */
-};
-
 trace_t *trace_new(void)
 {
     trace_t *t = calloc(1, sizeof *t);
@@ -960,9 +942,20 @@ trace_t *trace_new(void)
     return t;
 }
 
+trace_t *trace_ref(const trace_t *t)
+{
+    trace_t *w = (trace_t *)t; /* the count is bookkeeping, not the trace's content */
+    if (w) w->refs++;
+    return w;
+}
+
 void trace_free(trace_t *t)
 {
     if (!t) return;
+    if (t->refs) { /* another holder still reads it */
+        t->refs--;
+        return;
+    }
     free(t->recs);
     for (size_t i = 0; i < t->n_meta; i++) { free(t->mkey[i]); free(t->mval[i]); }
     free(t->mkey);
@@ -970,6 +963,7 @@ void trace_free(trace_t *t)
     u64map_free(t->tensor_idx);
     u64map_free(t->op_idx);
     for (u64blk *b = t->blocks, *nx; b; b = nx) { nx = b->next; free(b); }
+    trace_free(t->base);
     free(t);
 }
 
@@ -1126,6 +1120,10 @@ ms_status trace_reserve(trace_t *t, size_t n)
 
 ms_status trace_append(trace_t *t, const trace_rec *rec)
 {
+    if (t->base) { /* made by tshape_new_like (traces/trace_shape.c) */
+        if (t->binding) return tshape_append(t, rec);
+        if (!t->tensor_idx && tshape_unshare(t) != MS_OK) return MS_ERR_NOMEM;
+    }
     if (!rec_valid(rec)) return MS_ERR_INVALID;
     if (t->n == t->cap) {
         /* by half again: less slack than doubling, and large reallocs are remapped, not
@@ -1167,19 +1165,22 @@ const trace_rec *trace_records(const trace_t *t, size_t *n)
 const trace_tensor *trace_find_tensor(const trace_t *t, uint64_t id)
 {
     uint64_t i;
-    return u64map_get(t->tensor_idx, id, &i) ? &t->recs[i].u.alloc : NULL;
+    const u64map *m = t->tensor_idx ? t->tensor_idx : t->base->tensor_idx;
+    return u64map_get(m, id, &i) ? &t->recs[i].u.alloc : NULL;
 }
 
 const trace_op *trace_find_op(const trace_t *t, uint64_t id)
 {
     uint64_t i;
-    return u64map_get(t->op_idx, id, &i) ? &t->recs[i].u.op : NULL;
+    const u64map *m = t->op_idx ? t->op_idx : t->base->op_idx;
+    return u64map_get(m, id, &i) ? &t->recs[i].u.op : NULL;
 }
 
 size_t trace_mem_bytes(const trace_t *t)
 {
-    return sizeof *t + t->cap * sizeof *t->recs + t->block_bytes + u64map_bytes(t->tensor_idx) +
-           u64map_bytes(t->op_idx);
+    const trace_t *ix = t->tensor_idx ? t : t->base; /* whose id lists and indexes it reads */
+    return sizeof *t + t->cap * sizeof *t->recs + ix->block_bytes +
+           u64map_bytes(ix->tensor_idx) + u64map_bytes(ix->op_idx);
 }
 
 /* What trace_mem_bytes becomes if rec is appended: the record array at its grown size (a
@@ -1370,6 +1371,16 @@ int trace_text_append(char **buf, size_t *n, size_t *cap, const trace_rec *rec)
 }
 
 int trace_rec_valid(const trace_rec *rec) { return rec_valid(rec); }
+
+int trace_rec_numbers_valid(const trace_rec *rec)
+{
+    if (rec->type == TR_ALLOC)
+        return rec->u.alloc.bytes > 0 && rec->u.alloc.bytes <= TRACE_BYTES_MAX;
+    if (rec->type != TR_OP) return 1;
+    const trace_op *o = &rec->u.op;
+    return isfinite(o->flops) && o->flops >= 0 && !isnan(o->dur_us) && o->dur_us < INFINITY &&
+           o->host_us >= 0 && o->host_us < INFINITY;
+}
 
 ms_status trace_scan_checked(trace_reader *r, const char *path,
                              ms_status (*fn)(void *ctx, const trace_rec *rec, uint64_t cur),

@@ -132,7 +132,12 @@ ms_status trace_check_file(const char *path, FILE *diag, uint64_t max_errors,
 /* ---- in-memory trace (planners, generator, lowering) ---- */
 typedef struct trace trace_t;
 trace_t *trace_new(void);
+/* Frees t, or drops one reference trace_ref took: the trace goes with the last holder. */
 void trace_free(trace_t *t);
+/* Another holder of t (a cache keeping a trace its caller frees as usual); returns t, which
+ * must not change from here (records are only ever appended: a holder of its first n records
+ * sees them unchanged). trace_free releases it. */
+trace_t *trace_ref(const trace_t *t);
 ms_status trace_set_meta(trace_t *t, const char *key, const char *value);
 const char *trace_get_meta(const trace_t *t, const char *key); /* NULL if absent */
 size_t trace_meta_count(const trace_t *t);

@@ -3,10 +3,13 @@
  * traces/trace_stream.c call it, the text form's record rules and formatting that
  * trace.c lends the writer, and the class names of traces/trace_names.c. Not an interface of the
  * trace module: trace.h is what the rest of memsim includes; this header exists so that the
- * text form and the binary form live in two files without an include cycle. */
+ * text form and the binary form live in two files without an include cycle, and so that the
+ * traces made again after another's structure (traces/trace_shape.c) share the in-memory
+ * trace's fields. */
 #ifndef MEMSIM_TRACE_INT_H
 #define MEMSIM_TRACE_INT_H
 
+#include "base/u64map.h"
 #include "traces/trace.h"
 
 /* The first bytes of a binary trace (traces/FORMAT.md, "Binary form"). A text trace never
@@ -30,6 +33,41 @@ int trace_meta_valid(const char *key, const char *value);
 ms_status trace_scan_checked(trace_reader *r, const char *path,
                              ms_status (*fn)(void *ctx, const trace_rec *rec, uint64_t cur),
                              void *ctx, ms_error *err);
+
+/* ---- the in-memory trace (traces/trace.c), and the traces of traces/trace_shape.c */
+
+/* Op id lists live in chained blocks so that pointers handed out stay valid. */
+typedef struct u64blk {
+    struct u64blk *next;
+    size_t used, cap;
+    uint64_t v[];
+} u64blk;
+
+struct trace {
+    trace_rec *recs;
+    size_t n, cap;
+    char **mkey, **mval;
+    size_t n_meta, cap_meta;
+    u64map *tensor_idx, *op_idx;   /* id -> index of the most recent record; NULL while the
+                                      trace reads base's (the same ids at the same places) */
+    int host_times;                /* some op has a host time or a host synchronize */
+    u64blk *blocks;
+    size_t block_bytes;            /* sum of the blocks' sizes */
+    size_t refs;                   /* holders beside the owner (trace_ref); freed at 0 */
+    /* tshape_new_like: the trace whose records this one's follow (a reference, released by
+       trace_free), its op id lists and indexes read in place; NULL for any other trace */
+    trace_t *base;
+    int binding;                   /* 1 while appends are compared with base's records */
+    int bind_miss;                 /* an append did not have base's structure */
+};
+
+/* From traces/trace_shape.c, for trace_append: appends rec to t while t->binding, where rec
+ * must have the structure of base's record at the same place (MS_ERR_INVALID and bind_miss
+ * otherwise); and gives t indexes of its own before an append after the binding. */
+ms_status tshape_append(trace_t *t, const trace_rec *rec);
+ms_status tshape_unshare(trace_t *t);
+/* trace.c's record rules of the numbers alone (what may differ from base's record). */
+int trace_rec_numbers_valid(const trace_rec *rec);
 
 /* What the binary reader hands back for one record of the file. */
 typedef enum tbin_kind { TBIN_REC, TBIN_META, TBIN_EOF } tbin_kind;

@@ -1,0 +1,144 @@
+/* trace_shape.c — traces made again after another trace of the same structure (see
+ * trace_shape.h). trace_append (traces/trace.c) hands a bound trace's records here; the
+ * generator's reuse (traces/gen_reuse.c) makes and checks such traces, and the lowering's
+ * reuse (planners/lower_reuse.c) asks tshape_of whose structure a trace has. */
+#include "traces/trace_shape.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "traces/trace_int.h"
+
+trace_t *tshape_new_like(const trace_t *base)
+{
+    if (!base || base->base) return NULL;
+    trace_t *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    /* room for all of base's records: a bound append never grows the array */
+    if (base->n && trace_reserve(t, base->n) != MS_OK) {
+        free(t);
+        return NULL;
+    }
+    t->base = trace_ref(base);
+    t->binding = 1;
+    return t;
+}
+
+/* 1 when the names are equal: b's ends within TRACE_NAME_MAX, a's must end where it does. */
+static int same_name(const char *a, const char *b)
+{
+    return !memcmp(a, b, strlen(b) + 1);
+}
+
+static int same_ids(const uint64_t *a, const uint64_t *b, uint32_t n)
+{
+    return !n || (a && !memcmp(a, b, n * sizeof *a));
+}
+
+/* 1 when r has the structure of b (a record of a trace, so valid). */
+static int same_structure(const trace_rec *r, const trace_rec *b)
+{
+    if (r->type != b->type || r->line != b->line) return 0;
+    switch (r->type) {
+    case TR_ALLOC: {
+        const trace_tensor *x = &r->u.alloc, *y = &b->u.alloc;
+        return x->id == y->id && x->cls == y->cls && x->layer == y->layer &&
+               x->stream == y->stream && x->tok_scaled == y->tok_scaled &&
+               x->producer == y->producer && (x->bytes != 0) == (y->bytes != 0) &&
+               same_name(x->name, y->name);
+    }
+    case TR_FREE:
+        return r->u.free_id == b->u.free_id;
+    case TR_OP: {
+        const trace_op *x = &r->u.op, *y = &b->u.op;
+        return x->id == y->id && x->kind == y->kind && x->phase == y->phase &&
+               x->layer == y->layer && x->host_sync == y->host_sync &&
+               (x->dur_us < 0) == (y->dur_us < 0) && x->n_in == y->n_in &&
+               x->n_out == y->n_out && same_ids(x->in, y->in, x->n_in) &&
+               same_ids(x->out, y->out, x->n_out) && same_name(x->name, y->name);
+    }
+    case TR_MARK:
+        return r->u.mark.kind == b->u.mark.kind && r->u.mark.value == b->u.mark.value;
+    }
+    return 0;
+}
+
+ms_status tshape_append(trace_t *t, const trace_rec *rec)
+{
+    const trace_t *b = t->base;
+    if (t->bind_miss || t->n >= b->n || !same_structure(rec, &b->recs[t->n]) ||
+        !trace_rec_numbers_valid(rec)) {
+        t->bind_miss = 1;
+        return MS_ERR_INVALID;
+    }
+    trace_rec *dst = &t->recs[t->n]; /* below cap: tshape_new_like reserved base->n */
+    *dst = *rec;
+    if (rec->type == TR_OP) { /* as trace_append stores it, the lists read in base's blocks */
+        trace_op *o = &dst->u.op;
+        o->in = b->recs[t->n].u.op.in;
+        o->out = b->recs[t->n].u.op.out;
+        if (o->dur_us < 0) o->dur_us = -1;
+        if (o->host_us > 0 || o->host_sync) t->host_times = 1;
+    }
+    t->n++;
+    return MS_OK;
+}
+
+int tshape_end(trace_t *t)
+{
+    if (!t || !t->base || !t->binding) return 0;
+    t->binding = 0;
+    if (t->n != t->base->n) t->bind_miss = 1;
+    return !t->bind_miss;
+}
+
+/* Indexes of t's own, from its records (base's blocks still hold the old id lists). */
+ms_status tshape_unshare(trace_t *t)
+{
+    u64map *ti = u64map_new(1024), *oi = u64map_new(1024);
+    int nomem = !ti || !oi;
+    for (size_t i = 0; i < t->n && !nomem; i++) {
+        const trace_rec *r = &t->recs[i];
+        if (r->type == TR_ALLOC) nomem = u64map_put(ti, r->u.alloc.id, i) != 0;
+        else if (r->type == TR_OP) nomem = u64map_put(oi, r->u.op.id, i) != 0;
+    }
+    if (nomem) {
+        u64map_free(ti);
+        u64map_free(oi);
+        return MS_ERR_NOMEM;
+    }
+    t->tensor_idx = ti;
+    t->op_idx = oi;
+    return MS_OK;
+}
+
+const trace_t *tshape_of(const trace_t *t)
+{
+    if (t && t->base && !t->binding && !t->bind_miss && !t->tensor_idx) return t->base;
+    return t;
+}
+
+static int same_bits(const void *a, const void *b, size_t n) { return !memcmp(a, b, n); }
+
+/* 1 when the two records are equal field by field, numbers bit for bit. */
+static int same_record(const trace_rec *r, const trace_rec *b)
+{
+    if (!same_structure(r, b)) return 0;
+    if (r->type == TR_ALLOC) return r->u.alloc.bytes == b->u.alloc.bytes;
+    if (r->type != TR_OP) return 1;
+    const trace_op *x = &r->u.op, *y = &b->u.op;
+    return same_bits(&x->flops, &y->flops, sizeof x->flops) &&
+           x->bytes_read == y->bytes_read && x->bytes_written == y->bytes_written &&
+           same_bits(&x->dur_us, &y->dur_us, sizeof x->dur_us) &&
+           same_bits(&x->host_us, &y->host_us, sizeof x->host_us);
+}
+
+int tshape_equal(const trace_t *a, const trace_t *b)
+{
+    if (a->n != b->n || a->n_meta != b->n_meta || a->host_times != b->host_times) return 0;
+    for (size_t i = 0; i < a->n_meta; i++)
+        if (strcmp(a->mkey[i], b->mkey[i]) || strcmp(a->mval[i], b->mval[i])) return 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (!same_record(&a->recs[i], &b->recs[i])) return 0;
+    return 1;
+}

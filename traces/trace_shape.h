@@ -1,0 +1,35 @@
+/* trace_shape.h — traces made again after another trace of the same structure: the
+ * generator's traces across the points of a sweep (traces/gen_reuse.c), whose records differ
+ * only in their sizes and times. A trace made like a base trace is filled by the ordinary
+ * trace_append, each record compared with base's at the same place instead of checked and
+ * indexed afresh; it reads base's op id lists and id indexes in place (it holds a reference to
+ * base). Its structure is base's, which the lowering's reuse (planners/lower_reuse.c) is told
+ * by tshape_of instead of comparing the records again. */
+#ifndef MEMSIM_TRACE_SHAPE_H
+#define MEMSIM_TRACE_SHAPE_H
+
+#include "traces/trace.h"
+
+/* A record's structure is all but its numbers: a tensor's bytes and an op's flops,
+ * bytes_read, bytes_written, dur_us and host_us (whether bytes are zero and whether dur_us
+ * is unknown are structure). */
+
+/* An empty trace whose appends must follow base's records one by one (base: a trace not
+ * itself made by this function); NULL when out of memory or base is such a trace. An append
+ * that differs from base's record in structure, or whose numbers a trace cannot hold, fails
+ * with MS_ERR_INVALID and nothing appended; so does every later one. Meta pairs are the
+ * trace's own. */
+trace_t *tshape_new_like(const trace_t *base);
+/* Ends the binding: 1 when every record of base was followed and none failed (t is then
+ * the trace the same appends to a trace_new would have made, and may be appended to further
+ * as any trace), 0 otherwise. */
+int tshape_end(trace_t *t);
+/* The trace whose records t has, structure for structure: base for a trace tshape_end
+ * accepted and not appended to since, t itself otherwise. Two traces with the same
+ * tshape_of and the same number of records have records of the same structure. */
+const trace_t *tshape_of(const trace_t *t);
+/* 1 when a and b hold the same meta pairs in the same order and the same records, every
+ * field bit for bit (op id lists by their contents). */
+int tshape_equal(const trace_t *a, const trace_t *b);
+
+#endif
