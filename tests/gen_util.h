@@ -1,5 +1,6 @@
-/* gen_util.h — what the generator's tests (tests/test_gen.c, tests/test_gen_hf.c, tests/test_ep.c) share:
- * an H100-like test machine and the in-memory validation walk of a trace (live inputs and
+/* gen_util.h — what the generator's tests (tests/test_gen.c, tests/test_gen_hf.c,
+ * tests/test_ep.c, tests/test_gen_reuse.c) share: an H100-like test machine, a tiny llama
+ * under the hf program and the in-memory validation walk of a trace (live inputs and
  * outputs, frees of live tensors, ids never reused). Header-only, used only by tests/. */
 #ifndef MEMSIM_GEN_UTIL_H
 #define MEMSIM_GEN_UTIL_H
@@ -29,6 +30,35 @@ static inline machine_t test_machine(void)
     m.net_Bps = 50e9;
     m.net_lat_us = 10.0;
     return m;
+}
+
+/* A tiny llama-shaped model (2 layers, hidden 64, GQA 4/2, SwiGLU, rotary) under the hf
+ * program at precision prec, seq x batch tokens. */
+static inline gen_config tiny_llama_hf(const char *prec, uint64_t seq, uint64_t batch,
+                                       uint64_t default_seq)
+{
+    gen_config c;
+    ms_error err;
+    gen_config_default(&c);
+    model_t *m = &c.model;
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "tiny-llama");
+    snprintf(m->family, sizeof m->family, "llama");
+    m->layers = 2;
+    m->hidden = 64;
+    m->heads = 4;
+    m->kv_heads = 2;
+    m->ffn_hidden = 160;
+    m->vocab = 1000;
+    m->default_seq = default_seq;
+    m->norm = MODEL_NORM_RMS;
+    m->mlp = MODEL_MLP_SWIGLU;
+    m->pos = MODEL_POS_ROTARY;
+    c.seq = seq;
+    c.micro_batch = batch;
+    gen_config_set(&c, "framework", "hf", &err);
+    gen_config_set(&c, "precision", prec, &err);
+    return c;
 }
 
 /* ---- trace walks ---- */

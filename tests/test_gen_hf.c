@@ -16,28 +16,7 @@
 
 static gen_config hf_config(const char *prec)
 {
-    gen_config c;
-    ms_error err;
-    gen_config_default(&c);
-    model_t *m = &c.model;
-    memset(m, 0, sizeof *m);
-    snprintf(m->name, sizeof m->name, "tiny-llama");
-    snprintf(m->family, sizeof m->family, "llama");
-    m->layers = 2;
-    m->hidden = 64;
-    m->heads = 4;
-    m->kv_heads = 2;
-    m->ffn_hidden = 160;
-    m->vocab = 1000;
-    m->default_seq = 32;
-    m->norm = MODEL_NORM_RMS;
-    m->mlp = MODEL_MLP_SWIGLU;
-    m->pos = MODEL_POS_ROTARY;
-    c.seq = 32;
-    c.micro_batch = 2;
-    gen_config_set(&c, "framework", "hf", &err);
-    gen_config_set(&c, "precision", prec, &err);
-    return c;
+    return tiny_llama_hf(prec, 32, 2, 32);
 }
 
 /* The most live bytes of the classes in mask at any point, and the sum of the allocations
@@ -932,7 +911,7 @@ static void test_hf_phi3(const machine_t *mach)
     snprintf(m->family, sizeof m->family, "phi3");
     m->head_dim = 0;
     m->rotary_pct = 0;
-    uint64_t h = m->hidden, f = m->ffn_hidden, L = m->layers;
+    uint64_t h = m->hidden, f = m->ffn_hidden;
     uint64_t d = h / m->heads, q = m->heads * d, kv = m->kv_heads * d;
     uint64_t T = c.seq * c.micro_batch, s = c.seq;
     TAP_OK(gen_validate(&c, &err) == MS_OK, "hf phi3 validates: %s", err.msg);

@@ -37,28 +37,7 @@ static gen_config config(const char *model, const char *framework, uint64_t seq,
 /* A tiny llama-shaped model under the hf program (amp). */
 static gen_config hf_config(uint64_t seq, uint64_t batch)
 {
-    gen_config c;
-    ms_error err;
-    gen_config_default(&c);
-    model_t *m = &c.model;
-    memset(m, 0, sizeof *m);
-    snprintf(m->name, sizeof m->name, "tiny-llama");
-    snprintf(m->family, sizeof m->family, "llama");
-    m->layers = 2;
-    m->hidden = 64;
-    m->heads = 4;
-    m->kv_heads = 2;
-    m->ffn_hidden = 160;
-    m->vocab = 1000;
-    m->default_seq = 4096;
-    m->norm = MODEL_NORM_RMS;
-    m->mlp = MODEL_MLP_SWIGLU;
-    m->pos = MODEL_POS_ROTARY;
-    c.seq = seq;
-    c.micro_batch = batch;
-    gen_config_set(&c, "framework", "hf", &err);
-    gen_config_set(&c, "precision", "amp", &err);
-    return c;
+    return tiny_llama_hf("amp", seq, batch, 4096);
 }
 
 static trace_t *fresh(const gen_config *c, const machine_t *m)
