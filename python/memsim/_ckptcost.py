@@ -48,22 +48,6 @@ class Recorder:
             self.handle = None
 
 
-def _first_tensor(torch, out):
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (tuple, list)):
-        for v in out:
-            t = _first_tensor(torch, v)
-            if t is not None:
-                return t
-    if isinstance(out, dict):
-        for v in out.values():
-            t = _first_tensor(torch, v)
-            if t is not None:
-                return t
-    return None
-
-
 def _checkpointed(torch, block):
     """A callable running block under non-reentrant checkpoint: transformers' own path where
     the block is a GradientCheckpointingLayer (its flag and function set around that call
@@ -94,6 +78,7 @@ def measure(torch, block, inputs, device, reps=5, warmup=2):
     (medians of reps, alternating, after warmup of each), and the per-layer costs fwd_us,
     bwd_us (see the module's comment); None when the block's output has no tensor that
     needs a gradient."""
+    from ._capture import _first_tensor     # the capture's own (ModelOutput included)
     args, kwargs = inputs
     if not args or not isinstance(args[0], torch.Tensor) or not args[0].is_floating_point():
         return None
@@ -115,7 +100,7 @@ def measure(torch, block, inputs, device, reps=5, warmup=2):
             for mode, run in runs.items():
                 sync()
                 t0 = time.perf_counter()
-                y = _first_tensor(torch, run())
+                y = _first_tensor(run(), torch)
                 t1 = time.perf_counter()
                 if y is None or not y.requires_grad:
                     return None
