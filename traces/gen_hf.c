@@ -166,17 +166,6 @@ void hf_locals(hf_x *x, int l, const char *what, const uint64_t *ids, uint32_t n
     if (o.nin) hf_emit(x, x->next_oid++, &o);
 }
 
-/* Achieved fraction of the fp32 peak of an sgemm of fl FLOPs: the profile's own fp32 ramp
- * (gpu.fp32_gemm_*, measured: sgemm saturates at fewer FLOPs than the tensor cores, which
- * a FLOP ramp fitted to bf16 GEMMs halves at 2 GFLOP), else the bf16 one. */
-static double hf_fp32_gemm_eff(hf_x *x, double fl)
-{
-    const machine_t *m = x->m;
-    if (m->gpu_fp32_gemm_eff <= 0) return roof_gemm_eff(m, &x->c->roof, fl);
-    double h = m->gpu_fp32_gemm_half_flops;
-    return h > 0 ? m->gpu_fp32_gemm_eff * fl / (fl + h) : m->gpu_fp32_gemm_eff;
-}
-
 /* Duration of a GEMM of M x N x K in elements of eb bytes: bf16 at the tensor-core rate with
  * cuBLAS's alignment penalty; fp32 (sgemm) at the fp32 rate. */
 double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t bytes)
@@ -184,7 +173,7 @@ double hf_gemm_us(hf_x *x, uint64_t M, uint64_t N, uint64_t K, int eb, uint64_t 
     if (!x->m) return -1.0;
     double fl = 2.0 * (double)M * (double)N * (double)K;
     if (eb <= BF16) return roof_gemm_us(x->m, &x->c->roof, fl, bytes, M, N, K, eb);
-    double rate = x->m->gpu_peak_fp32_flops * hf_fp32_gemm_eff(x, fl);
+    double rate = x->m->gpu_peak_fp32_flops * roof_fp32_gemm_eff(x->m, &x->c->roof, fl);
     double us = rate > 0 ? fl / rate * 1e6 : 0;
     double mem = x->m->gpu_hbm_Bps > 0 ? (double)bytes / (x->m->gpu_hbm_Bps *
                  x->m->gpu_mem_eff) * 1e6 : 0;

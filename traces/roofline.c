@@ -27,6 +27,12 @@ double roof_gemm_eff(const machine_t *m, const roof_params *p, double flops)
     return m->gpu_gemm_eff * ramp(flops, p->gemm_half_flops);
 }
 
+double roof_fp32_gemm_eff(const machine_t *m, const roof_params *p, double flops)
+{
+    if (m->gpu_fp32_gemm_eff <= 0) return roof_gemm_eff(m, p, flops);
+    return m->gpu_fp32_gemm_eff * ramp(flops, m->gpu_fp32_gemm_half_flops);
+}
+
 /* Seconds -> microseconds; a zero rate means "term unknown", not "infinitely slow". */
 static double term_us(double amount, double rate)
 {

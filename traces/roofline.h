@@ -33,6 +33,11 @@ void roof_params_default(roof_params *p);
 /* Efficiency (fraction of bf16 peak) of a GEMM of `flops` FLOPs after the ramp. */
 double roof_gemm_eff(const machine_t *m, const roof_params *p, double flops);
 
+/* Efficiency (fraction of the fp32 peak) of an fp32 GEMM (sgemm) of `flops` FLOPs: the
+ * profile's own measured ramp gpu.fp32_gemm_eff * F / (F + gpu.fp32_gemm_half_flops), which
+ * saturates at fewer FLOPs than the tensor cores; without it roof_gemm_eff. */
+double roof_fp32_gemm_eff(const machine_t *m, const roof_params *p, double flops);
+
 /* Duration of one kernel of the given kind:
  *   launch + max(flops / (peak_kind * eff_kind), bytes / (hbm * mem_eff)).
  * GEMM and attention use the bf16 peak, other kinds the fp32 peak; a zero peak or bandwidth
