@@ -19,7 +19,10 @@
 # CASES (default cases.tsv), MACHINE (default h200-sxm), CKPT_HOST (profile, the default, or
 # measured: checkpointing's host cost as the capture measured it on the model's own block,
 # memsim --ckpt-host), VENV (run.sh gpu: where
-# pip install ./python goes, default a new /tmp/memsim-venv-*), MODES (run.sh gpu: the
+# pip install ./python goes, default a new /tmp/memsim-venv-*), REPEATS (run.sh gpu: each
+# measured run in this many processes, NAME.MODE.json then NAME.MODE.rN.json, rounds over all
+# cases one after another; the table's step time is the median of the processes' medians,
+# default 1), MODES (run.sh gpu: the
 # runs, default "capture keep ckpt save_on_cpu"; MODES=capture captures again beside
 # measurements already in OUTDIR), HOST_TIMING (run.sh gpu: default 1, captures with host
 # times, a timed step before the captured one and a profiled one after it; 0: kernel times
@@ -73,21 +76,29 @@ install() {
 }
 
 gpu() {
-    local out=$1
+    local out=$1 round
     mkdir -p "$out"
     install
-    while IFS=$'\t' read -r name cfg prec seq batch; do
-        for mode in ${MODES:-capture keep ckpt save_on_cpu}; do
-            echo "== $name $mode" >&2
-            extra=()
-            [ "$mode" = capture ] && extra=(--trace "$out/$name.trace.gz")
-            [ "$mode" = capture ] && [ "${HOST_TIMING:-1}" != 0 ] &&
-                extra+=(--host-timing --host-steps "${HOST_STEPS:-5}")
-            "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
-                --seq "$seq" --batch "$batch" --mode "$mode" --out "$out/$name.$mode.json" \
-                "${extra[@]}" || echo "$name $mode: failed (status $?)" >&2
-        done
-    done < <(cases)
+    # Round 1 captures and measures; rounds 2..REPEATS measure the runs again, each in a new
+    # process, after every case's round before (a slow minute of the host then touches one
+    # process of each run, not all of them).
+    for round in $(seq 1 "${REPEATS:-1}"); do
+        while IFS=$'\t' read -r name cfg prec seq batch; do
+            for mode in ${MODES:-capture keep ckpt save_on_cpu}; do
+                [ "$round" -gt 1 ] && [ "$mode" = capture ] && continue
+                local json="$out/$name.$mode.json"
+                [ "$round" -gt 1 ] && json="$out/$name.$mode.r$round.json"
+                echo "== $name $mode (round $round, $(date +%T))" >&2
+                extra=()
+                [ "$mode" = capture ] && extra=(--trace "$out/$name.trace.gz")
+                [ "$mode" = capture ] && [ "${HOST_TIMING:-1}" != 0 ] &&
+                    extra+=(--host-timing --host-steps "${HOST_STEPS:-5}")
+                "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
+                    --seq "$seq" --batch "$batch" --mode "$mode" --out "$json" \
+                    "${extra[@]}" || echo "$name $mode: failed (status $?)" >&2
+            done
+        done < <(cases)
+    done
 }
 
 # Whether case NAME is among the ones named after it (all when none is).
