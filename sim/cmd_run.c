@@ -43,38 +43,51 @@ static int parse_cmd(int argc, char **argv, unsigned groups, const char *cmd, co
     return -1;
 }
 
-/* A captured trace's timed steps (meta captured.host_steps_us, a comma list): their range
- * and median, the spread a host-bound prediction carries. Nothing when absent or unreadable
- * (the meta is informative; simulation never reads it). */
-static void host_spread_note(FILE *f, const trace_t *t)
+/* The range and median of a meta value that is a comma list of positive microseconds (at
+ * most 64); 0 when absent, unreadable or shorter than two (the meta is informative:
+ * simulation never reads it). */
+static int us_list_stats(const trace_t *t, const char *key, double *lo, double *hi,
+                         double *med)
 {
-    const char *v = t ? trace_get_meta(t, "captured.host_steps_us") : NULL;
-    double x[64], lo = 0, hi = 0;
+    const char *v = t ? trace_get_meta(t, key) : NULL;
+    double x[64];
     int n = 0;
     for (const char *p = v; p && *p && n < 64;) {
         char *end;
         double d = strtod(p, &end);
-        if (end == p || !(d > 0)) return;
+        if (end == p || !(d > 0)) return 0;
         x[n++] = d;
         p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return;
+        if (*end && *end != ',') return 0;
     }
-    if (n < 2) return;
-    for (int i = 0; i < n; i++) {
-        if (!i || x[i] < lo) lo = x[i];
-        if (!i || x[i] > hi) hi = x[i];
-    }
+    if (n < 2) return 0;
     for (int i = 1; i < n; i++)     /* insertion sort for the median: n is small */
         for (int k = i; k > 0 && x[k - 1] > x[k]; k--) {
             double tmp = x[k];
             x[k] = x[k - 1];
             x[k - 1] = tmp;
         }
-    double med = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-    fprintf(f, "host: the capture's %d timed steps took %.1f-%.1f ms of host time (median "
-            "%.1f, spread %.1f %%); where the host bounds a step, its time moves that much "
-            "from step to step\n", n, lo / 1000, hi / 1000, med / 1000,
-            med > 0 ? 100.0 * (hi - lo) / med : 0.0);
+    *lo = x[0];
+    *hi = x[n - 1];
+    *med = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+    return n;
+}
+
+/* A captured trace's timed steps (meta captured.host_steps_us): their range and median, the
+ * spread a host-bound prediction carries; and where the capture drained the GPU after each
+ * (captured.step_wall_us), the same steps whole, which a keep-all prediction is of. */
+static void host_spread_note(FILE *f, const trace_t *t)
+{
+    double lo, hi, med;
+    int n = us_list_stats(t, "captured.host_steps_us", &lo, &hi, &med);
+    if (n) fprintf(f, "host: the capture's %d timed steps took %.1f-%.1f ms of host time (median "
+                   "%.1f, spread %.1f %%); where the host bounds a step, its time moves that much "
+                   "from step to step\n", n, lo / 1000, hi / 1000, med / 1000,
+                   med > 0 ? 100.0 * (hi - lo) / med : 0.0);
+    n = us_list_stats(t, "captured.step_wall_us", &lo, &hi, &med);
+    if (n) fprintf(f, "host: the same steps whole, to the GPU drained: %.1f-%.1f ms (median %.1f), "
+                   "the capturing process's own plain keep-all steps\n",
+                   lo / 1000, hi / 1000, med / 1000);
 }
 
 /* Says which policies of a comparison ran on the workload's ZeRO-Offload form. */

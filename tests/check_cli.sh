@@ -779,6 +779,10 @@ sed -i 's/^meta captured.host_steps_us .*/meta captured.host_steps_us 96100.0,ju
 "$M" compare --trace "$T/spread.trace" --machine h200-sxm --policies keep-all > "$T/out" 2>/dev/null
 r=$?; ! grep -q "^host:" "$T/out" && [ $r = 0 ]
 ok $? "an unreadable captured.host_steps_us is left out, the compare unchanged"
+sed -i '/^meta captured.pyrefs/a meta captured.step_wall_us 101000.0,99500.0,120000.0' "$T/spread.trace"
+"$M" compare --trace "$T/spread.trace" --machine h200-sxm --policies keep-all > "$T/out" 2>/dev/null
+grep -q "^host: the same steps whole, to the GPU drained: 99.5-120.0 ms (median 101.0)" "$T/out"
+ok $? "compare prints the capture's whole timed steps (captured.step_wall_us)"
 
 echo "1..$n"
 exit $bad

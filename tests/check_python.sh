@@ -20,7 +20,7 @@ T=$(mktemp -d /tmp/memsim-py-XXXXXX) || exit 99
 trap 'rm -rf "$T"' EXIT
 TESTS=$(cd "$S/python/tests" && pwd)
 n=0; bad=0
-for t in test_convert test_capture test_host; do
+for t in test_convert test_capture test_host test_phases; do
     n=$((n + 1))
     (cd "$TESTS" && PYTHONDONTWRITEBYTECODE=1 "$PY" -m unittest -v "$t") > "$T/$t.log" 2>&1
     r=$?

@@ -72,6 +72,9 @@ def main(argv=None):
     p.add_argument("--host-timing", action="store_true",
                    help="--mode capture: run a second step plain under torch.profiler for "
                    "each op's host time (experimental: docs/CAPTURE.md, 'Host time')")
+    p.add_argument("--host-profiles", default="",
+                   help="--mode capture --host-timing: also write the two profiles the host "
+                   "times were matched from to this file (memsim.capture's host_profiles)")
     a = p.parse_args(argv)
     import torch
     import hf_run
@@ -107,7 +110,8 @@ def main(argv=None):
             t0 = time.perf_counter()
             with memsim.capture(a.trace, model=model, optimizer=opt,
                                 host_timing=a.host_timing,
-                                host_steps=a.host_steps if a.host_timing else 1):
+                                host_steps=a.host_steps if a.host_timing else 1,
+                                host_profiles=a.host_profiles or None):
                 for _ in range(a.host_steps if a.host_timing else 0):
                     step()              # plain, timed by phase (its optimizer phase runs to
                                         # the next step's forward: no synchronize)

@@ -22,7 +22,10 @@
 # pip install ./python goes, default a new /tmp/memsim-venv-*), REPEATS (run.sh gpu: each
 # measured run in this many processes, NAME.MODE.json then NAME.MODE.rN.json, rounds over all
 # cases one after another; the table's step time is the median of the processes' medians,
-# default 1), MODES (run.sh gpu: the
+# default 1), CAPTURES (run.sh gpu: each case captured in this many processes, NAME.cK.*,
+# and the one whose own plain steps are the median taken as NAME.trace.gz by
+# pick_capture.py; default 1), FROM_ROUND (run.sh gpu: the first round run, default 1: more
+# processes added to an OUTDIR that has the rounds before), MODES (run.sh gpu: the
 # runs, default "capture keep ckpt save_on_cpu"; MODES=capture captures again beside
 # measurements already in OUTDIR), HOST_TIMING (run.sh gpu: default 1, captures with host
 # times, a timed step before the captured one and a profiled one after it; 0: kernel times
@@ -82,23 +85,38 @@ gpu() {
     # Round 1 captures and measures; rounds 2..REPEATS measure the runs again, each in a new
     # process, after every case's round before (a slow minute of the host then touches one
     # process of each run, not all of them).
-    for round in $(seq 1 "${REPEATS:-1}"); do
+    # With CAPTURES=N every case is also captured in N processes (NAME.cK.*, one a round,
+    # the rounds after the measured runs' first ones), and pick_capture.py takes the one whose
+    # own plain steps are the median: the host's speed moves from process to process.
+    local rounds=$(( ${REPEATS:-1} > ${CAPTURES:-1} ? ${REPEATS:-1} : ${CAPTURES:-1} ))
+    for round in $(seq "${FROM_ROUND:-1}" "$rounds"); do
         while IFS=$'\t' read -r name cfg prec seq batch; do
             for mode in ${MODES:-capture keep ckpt save_on_cpu}; do
-                [ "$round" -gt 1 ] && [ "$mode" = capture ] && continue
-                local json="$out/$name.$mode.json"
+                [ "$mode" = capture ] && [ "$round" -gt "${CAPTURES:-1}" ] && continue
+                [ "$mode" != capture ] && [ "$round" -gt "${REPEATS:-1}" ] && continue
+                local json="$out/$name.$mode.json" base="$out/$name"
                 [ "$round" -gt 1 ] && json="$out/$name.$mode.r$round.json"
+                if [ "$mode" = capture ] && [ "${CAPTURES:-1}" -gt 1 ]; then
+                    base="$out/$name.c$round"
+                    json="$base.capture.json"
+                fi
                 echo "== $name $mode (round $round, $(date +%T))" >&2
                 extra=()
-                [ "$mode" = capture ] && extra=(--trace "$out/$name.trace.gz")
+                [ "$mode" = capture ] && extra=(--trace "$base.trace.gz")
                 [ "$mode" = capture ] && [ "${HOST_TIMING:-1}" != 0 ] &&
-                    extra+=(--host-timing --host-steps "${HOST_STEPS:-5}")
+                    extra+=(--host-timing --host-steps "${HOST_STEPS:-5}"
+                            --host-profiles "$base.host.json.gz")
                 "$PY" "$HERE/capture_run.py" --config "$CONFIGS/$cfg" --precision "$prec" \
                     --seq "$seq" --batch "$batch" --mode "$mode" --out "$json" \
                     "${extra[@]}" || echo "$name $mode: failed (status $?)" >&2
             done
         done < <(cases)
     done
+    if [ "${CAPTURES:-1}" -gt 1 ] && [[ " ${MODES:-capture} " == *" capture "* ]]; then
+        while IFS=$'\t' read -r name _; do
+            "$PY" "$HERE/pick_capture.py" "$out" "$name" >&2 || true
+        done < <(cases)
+    fi
 }
 
 # Whether case NAME is among the ones named after it (all when none is).

@@ -109,7 +109,8 @@ class Capture:
     and writes the trace at stop(ok=True). See memsim.capture for the arguments."""
 
     def __init__(self, path, model=None, optimizer=None, iterations=1, timing=True,
-                 layers=None, device=None, host_timing=None, host_steps=1):
+                 layers=None, device=None, host_timing=None, host_steps=1,
+                 host_profiles=None):
         import torch
         self.torch = torch
         if _torch_version(torch) < MIN_TORCH:
@@ -120,6 +121,9 @@ class Capture:
         if isinstance(host_steps, bool) or not isinstance(host_steps, int) or host_steps < 1:
             raise CaptureError("host_steps must be a positive integer, got %r" % (host_steps,))
         self.host_steps = host_steps
+        # host timing: where the two profiles it matched go (_host.dump_profiles), for
+        # studying the match away from the GPU; None writes nothing
+        self.host_profiles = os.fspath(host_profiles) if host_profiles else None
         self.path = os.fspath(path)
         self.model = model
         self.opt = optimizer
@@ -985,7 +989,14 @@ class Capture:
             except Exception as e:
                 print("memsim.capture: the profiler's own cost not measured (%s)" % e,
                       file=sys.stderr)
-        self.host_info = _host.host_times(self.cap_events, events, ops, self.cuda, cost)
+        plain = _host.Profile(events)
+        cap = _host.Profile(self.cap_events) if self.cap_events is not None else None
+        self.host_info = _host.host_times(cap, plain, ops, self.cuda, cost)
+        if self.host_profiles:
+            try:
+                _host.dump_profiles(self.host_profiles, cap, plain, ops)
+            except OSError as e:
+                print("memsim.capture: host profiles not written (%s)" % e, file=sys.stderr)
         self.host_info["call_cost_us"] = cost
         timed = self.timer.phase_us() if getattr(self, "timer", None) is not None else {}
         # the trace's ops are `iterations` steps'; the timed bound is one step's (a median)
@@ -1099,6 +1110,12 @@ class Capture:
                     # how much the host moved from step to step: the spread a prediction of
                     # a host-bound step carries (docs/CAPTURE.md, "Host time")
                     tr.set_meta("captured.host_steps_us", ",".join("%.1f" % v for v in st))
+                wt = _phases.wall_us(self.timer)
+                if wt:
+                    # the same steps whole, to the GPU drained: what this process itself
+                    # took per plain step, beside which a keep-all prediction is an error of
+                    # the model and not of the host's process-to-process spread
+                    tr.set_meta("captured.step_wall_us", ",".join("%.1f" % v for v in wt))
             c = self.ckpt_cost
             if c:
                 # checkpointing's host cost per layer on this block (docs/CAPTURE.md,
@@ -1156,14 +1173,17 @@ class capture:
     timed phases' (the profiler adds to each op); so the block runs the step
     host_steps + 2 x iterations times, three by default (docs/CAPTURE.md, "Host time");
     "launches" or "ops" chooses how they are matched (default: launches on CUDA where the
-    captured profile has them, else ops).
+    captured profile has them, else ops); host_profiles: a path where the two profiles
+    host timing matched are written (gzip'd JSON, docs/CAPTURE.md), for studying the match.
     An exception inside the block leaves no trace file."""
 
     def __init__(self, path, model=None, optimizer=None, iterations=1, timing=True,
-                 layers=None, device=None, host_timing=None, host_steps=1):
+                 layers=None, device=None, host_timing=None, host_steps=1,
+                 host_profiles=None):
         self._cap = Capture(path, model=model, optimizer=optimizer, iterations=iterations,
                             timing=timing, layers=layers, device=device,
-                            host_timing=host_timing, host_steps=host_steps)
+                            host_timing=host_timing, host_steps=host_steps,
+                            host_profiles=host_profiles)
 
     def __enter__(self):
         self._cap.start()

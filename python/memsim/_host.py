@@ -10,8 +10,8 @@ memory) is marked host_sync. Used by memsim.capture (_capture.py); knows no trac
 
 Two ways to match, the first that applies:
   launches  (CUDA) the captured step's kernel launches inside each op's record_function range
-            memsim#ID against the plain step's launches, in order, by the launched
-            activity's name;
+            memsim#ID against the plain step's launches by the launched activity's name,
+            aligned as the longest common subsequence of the two (_align);
   ops       (CPU, or CUDA without launch events) the captured ops' aten names against the
             plain step's aten op events, in order; an op's issue is its last launch inside
             the matched event, on CPU the event's end.
@@ -38,6 +38,7 @@ _ALLOC = ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaHostAlloc", "cudaFree
           "cuMemAddressReserve", "cuMemAddressFree")
 WINDOW = 256           # how far ahead a match is looked for before an op is left unmatched
 LOOKAHEAD = 4          # launches compared after a far match before it is taken (_next_match)
+MAX_EDITS = 2000       # launches either step has and the other lacks, at most, for _align
 
 
 def _is_launch(name):
@@ -79,7 +80,7 @@ class Profile:
             except Exception:
                 continue
             if _is_device(e):
-                dev.setdefault(getattr(e, "id", None), []).append((e.name, t))
+                dev.setdefault(getattr(e, "id", None), []).append((e.name, t, s))
                 continue
             cpu.append((s, t, e, _order(e, k)))
             if self.t0 is None or s < self.t0:
@@ -103,9 +104,40 @@ class Profile:
             out.append(Call(s, t, name, act[0][0] if act else None))
             if act:
                 self.gpu_end[i] = max(x[1] for x in act)
+        self.gpu_start = {i: min(x[2] for x in act)
+                          for i, (_s, _o, _t, _n, act) in enumerate(self.calls) if act}
         self.calls = out
-        self.starts = [c.start for c in out]
+        self._index()
+
+    def _index(self):
+        self.starts = [c.start for c in self.calls]
         self.linked = bool(self.gpu_end)
+
+    def to_dict(self):
+        """What host_times reads of this profile, as JSON-ready lists (dump_profiles)."""
+        return {"t0": self.t0,
+                "calls": [[c.start, c.end, c.name, c.activity, self.gpu_start.get(i),
+                           self.gpu_end.get(i)] for i, c in enumerate(self.calls)],
+                "ranges": {str(k): list(v) for k, v in sorted(self.ranges.items())},
+                "aten": [list(a) for a in self.aten]}
+
+    @classmethod
+    def from_dict(cls, d):
+        """The profile to_dict wrote (load_profiles); ValueError where it is not one."""
+        try:
+            p = cls.__new__(cls)
+            p.t0 = d["t0"]
+            p.calls, p.gpu_start, p.gpu_end = [], {}, {}
+            for i, (s, t, name, act, gs, ge) in enumerate(d["calls"]):
+                p.calls.append(Call(float(s), float(t), str(name), act))
+                if ge is not None:
+                    p.gpu_start[i], p.gpu_end[i] = float(gs), float(ge)
+            p.ranges = {int(k): (float(v[0]), float(v[1])) for k, v in d["ranges"].items()}
+            p.aten = [(float(a[0]), float(a[1]), str(a[2])) for a in d["aten"]]
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise ValueError("not a memsim host profile (%s)" % e)
+        p._index()
+        return p
 
     def launches(self):
         return [i for i, c in enumerate(self.calls) if _is_launch(c.name)]
@@ -154,13 +186,70 @@ def _match_launches(cap, plain, ops):
     pl = plain.launches()
     ck = [_key(c) for _, c in seq]
     pk = [_key(plain.calls[p]) for p in pl]
-    issue, j = {}, 0
-    for i, (oid, _c) in enumerate(seq):
-        jj = _next_match(ck, pk, i, j)
-        if jj is not None:
-            issue[oid] = pl[jj]               # the op's last launch wins
-            j = jj + 1
+    pairs = _align(ck, pk)
+    if pairs is None:                         # too far apart for the alignment: greedily
+        pairs, j = [], 0
+        for i in range(len(ck)):
+            jj = _next_match(ck, pk, i, j)
+            if jj is not None:
+                pairs.append((i, jj))
+                j = jj + 1
+    issue = {}
+    for i, jj in pairs:
+        issue[seq[i][0]] = pl[jj]             # the op's last launch wins
     return issue, len(seq)
+
+
+def _align(a, b, max_edits=MAX_EDITS):
+    """The longest common subsequence of the launch keys a (captured) and b (plain) as
+    [(i, j)] in order, by Myers' O((N + M) D) difference algorithm (E. W. Myers, "An O(ND)
+    difference algorithm and its variations", Algorithmica 1, 1986); None where more than
+    max_edits insertions and deletions separate them. The captured step launches kernels
+    the plain one does not (under the capture's dispatch mode PyTorch adds index checks and
+    copies: 88 of 1,329 launches in the Mixtral-style MoE on the H200), and some of them
+    have the names of kernels the plain step launches elsewhere: a greedy match jumps to
+    those and leaves every op in between unmatched; the alignment cannot."""
+    n, m = len(a), len(b)
+    off = max_edits + 1
+    v = [0] * (2 * max_edits + 3)
+    trace = []                                # per d: v[off-d-1 .. off+d+1] before step d
+    end = None
+    for d in range(max_edits + 1):
+        trace.append(v[off - d - 1: off + d + 2])
+        for k in range(-d, d + 1, 2):
+            if k == -d or (k != d and v[off + k - 1] < v[off + k + 1]):
+                x = v[off + k + 1]            # down: a plain launch the captured lacks
+            else:
+                x = v[off + k - 1] + 1        # right: a captured launch the plain lacks
+            y = x - k
+            while x < n and y < m and a[x] == b[y]:
+                x += 1
+                y += 1
+            v[off + k] = x
+            if x >= n and y >= m:
+                end = d
+                break
+        if end is not None:
+            break
+    if end is None:
+        return None
+    pairs = []
+    x, y = n, m
+    for d in range(end, -1, -1):
+        t = trace[d]                          # t[i] is v[k] for k = i - d - 1
+        k = x - y
+        if k == -d or (k != d and t[k - 1 + d + 1] < t[k + 1 + d + 1]):
+            pk = k + 1
+        else:
+            pk = k - 1
+        px = t[pk + d + 1] if d > 0 else 0
+        py = px - pk if d > 0 else 0
+        while x > px and y > py:
+            x, y = x - 1, y - 1
+            pairs.append((x, y))
+        x, y = px, py
+    pairs.reverse()
+    return pairs
 
 
 def _agree(ck, pk, i, j, n=LOOKAHEAD):
@@ -264,8 +353,9 @@ def host_times(cap_events, plain_events, ops, cuda, call_cost_us=0.0):
     profiler itself adds to the host per CUDA call it records (profiler_call_cost_us),
     taken off each op per call in its span. Returns a dict of what was done: method,
     matched, ops, syncs, step_us (the plain step's host span, the profiler's cost left in)."""
-    plain = Profile(plain_events)
-    cap = Profile(cap_events) if cap_events is not None else None
+    plain = plain_events if isinstance(plain_events, Profile) else Profile(plain_events)
+    cap = cap_events if isinstance(cap_events, Profile) or cap_events is None \
+        else Profile(cap_events)
     method, issue_t = "none", {}
     if cuda and cap is not None and cap.launches() and plain.launches():
         idx, n = _match_launches(cap, plain, ops)
@@ -333,3 +423,57 @@ def profiler_call_cost_us(torch, device, activities, n=2000):
         diffs.append(prof - plain)
     diffs.sort()
     return max(0.0, diffs[1])
+
+
+PROFILES_VERSION = 1
+
+
+def dump_profiles(path, cap, plain, ops):
+    """Writes the two profiles host_times matched (Profile objects) and the ops (id, aten
+    name, phase) to PATH as gzip'd JSON, for studying the match away from the GPU
+    (load_profiles, then host_times on them); written to a temporary name, then renamed."""
+    import gzip
+    import json
+    import os
+    doc = {"format": "memsim-host-profiles", "version": PROFILES_VERSION,
+           "captured": cap.to_dict() if cap is not None else None,
+           "plain": plain.to_dict(),
+           "ops": [[o.id, o.aten, o.phase] for o in ops]}
+    tmp = "%s.tmp%d" % (path, os.getpid())
+    try:
+        with gzip.open(tmp, "wt") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+class ProfOp:
+    """An op as load_profiles gives it back: what host_times reads and sets."""
+    __slots__ = ("id", "aten", "phase", "host_us", "host_sync")
+
+    def __init__(self, oid, aten, phase):
+        self.id, self.aten, self.phase = oid, aten, phase
+        self.host_us, self.host_sync = 0.0, 0
+
+
+def load_profiles(path):
+    """(captured Profile or None, plain Profile, [ProfOp]) from a dump_profiles file;
+    ValueError naming the file where it is not one."""
+    import gzip
+    import json
+    try:
+        with gzip.open(path, "rt") as f:
+            doc = json.load(f)
+        if doc.get("format") != "memsim-host-profiles":
+            raise ValueError("no memsim-host-profiles header")
+        if doc.get("version") != PROFILES_VERSION:
+            raise ValueError("version %r, this reads %d" % (doc.get("version"),
+                                                           PROFILES_VERSION))
+        cap = Profile.from_dict(doc["captured"]) if doc["captured"] is not None else None
+        plain = Profile.from_dict(doc["plain"])
+        ops = [ProfOp(int(i), str(a), str(p)) for i, a, p in doc["ops"]]
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError("%s: %s" % (path, e))
+    return cap, plain, ops

@@ -58,8 +58,17 @@ class PhaseTimer:
         now = time.perf_counter()
         if self.done:
             return
+        # each timed step starts on an idle device, outside its time: steps run back to
+        # back would otherwise begin behind the last one's kernels, and the first wait (a
+        # .item(), a full launch queue) would count the GPU's time as the host's. The
+        # drain also ends the step before it on the GPU: forward to drained is that step's
+        # whole time in this process (wall_us), what a prediction from it is of.
+        if self.drain is not None:
+            self.drain()
         if self.cur is not None:
             self.cur["end"] = now
+            if self.drain is not None:
+                self.cur["drained"] = time.perf_counter()
             self.steps.append(self.cur)
         if len(self.steps) >= self.iterations:
             self.cur = None
@@ -67,11 +76,6 @@ class PhaseTimer:
             self.done = True
             self.on_done(m, args)
         else:
-            # each timed step starts on an idle device, outside its time: steps run back
-            # to back would otherwise begin behind the last one's kernels, and the first
-            # wait (a .item(), a full launch queue) would count the GPU's time as the host's
-            if self.drain is not None:
-                self.drain()
             self.cur = {"fwd0": time.perf_counter()}
 
     def finish(self):
@@ -141,3 +145,15 @@ def scale_host(ops, phase_us):
         out[p] = (total, bound, f)
     return out
 
+
+
+def wall_us(timer):
+    """Each timed step's whole time in microseconds, forward to the device drained after its
+    optimizer (host and GPU), in the order they ran; [] without a drain or when a step
+    lacks it."""
+    out = []
+    for st in timer.steps:
+        if st.get("drained") is None or st.get("fwd0") is None:
+            return []
+        out.append(1e6 * (st["drained"] - st["fwd0"]))
+    return out

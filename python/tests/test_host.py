@@ -162,5 +162,71 @@ class HostTimes(unittest.TestCase):
         self.assertEqual(ops[0].host_us, 0.0)
 
 
+class Profiles(unittest.TestCase):
+    def test_dump_load_same_host_times(self):
+        """The profiles written by dump_profiles give host_times the same answer as the
+        events they came from; a file that is not one is refused, naming it."""
+        import tempfile
+        ops = [Op(i, "x") for i in (1, 2, 3, 4)]
+        for o in ops:
+            o.phase = "fwd"
+        cap, pl = _host.Profile(captured()), _host.Profile(plain())
+        info = _host.host_times(cap, pl, ops, cuda=True)
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "p.json.gz")
+        _host.dump_profiles(path, cap, pl, ops)
+        self.assertEqual(os.listdir(d), ["p.json.gz"])       # no temporary left
+        cap2, pl2, ops2 = _host.load_profiles(path)
+        self.assertEqual([(o.id, o.aten, o.phase) for o in ops2], [(o.id, "x", "fwd")
+                                                                   for o in ops])
+        info2 = _host.host_times(cap2, pl2, ops2, cuda=True)
+        self.assertEqual(info, info2)
+        self.assertEqual([o.host_us for o in ops2], [o.host_us for o in ops])
+        self.assertEqual([o.host_sync for o in ops2], [o.host_sync for o in ops])
+        bad = os.path.join(d, "bad.json.gz")
+        with open(bad, "wb") as f:
+            f.write(b"not gzip")
+        with self.assertRaises(ValueError) as cm:
+            _host.load_profiles(bad)
+        self.assertIn(bad, str(cm.exception))
+
+
+def _prof(launches, ranges=None):
+    """A profile from [(start, kernel name)]: each a 2 us launch, its kernel 1 us later."""
+    return _host.Profile.from_dict({
+        "t0": 0.0, "aten": [],
+        "calls": [[t, t + 2.0, "cudaLaunchKernel", k, t + 3.0, t + 4.0] for t, k in launches],
+        "ranges": {str(i): r for i, r in (ranges or {}).items()}})
+
+
+class Align(unittest.TestCase):
+    def test_lcs(self):
+        self.assertEqual(_host._align(list("abcd"), list("abd")), [(0, 0), (1, 1), (3, 2)])
+        self.assertEqual(_host._align([], list("ab")), [])
+        self.assertIsNone(_host._align(list("aaaa"), list("bbbb"), max_edits=3))
+
+    def test_extra_captured_launches_named_as_a_later_one(self):
+        """The captured step launches kernels the plain one lacks (index checks), one named
+        as a kernel the plain step launches further on: every other op still matches its
+        own launch and none takes a later op's time (a nearest-name match jumped ahead
+        there and left the ops in between at 0)."""
+        cap_ops = [["mm"], ["check", "cmp", "check"], ["add"], ["mul"], ["mm"], ["add"],
+                   ["mul"], ["check"], ["mm"], ["add"], ["mul"]]
+        cap_l, ranges, t = [], {}, 0.0
+        for i, ks in enumerate(cap_ops):
+            ranges[i + 1] = [t, t + 9]
+            for d, k in enumerate(ks):
+                cap_l.append((t + 1 + 2 * d, k))
+            t += 10
+        names = ["mm", "add", "mul", "mm", "add", "mul", "check", "mm", "add", "mul"]
+        plain_l = [(1000.0 + 20 * i, n) for i, n in enumerate(names)]
+        ops = [Op(i, "x") for i in range(1, 12)]
+        info = _host.host_times(_prof(cap_l, ranges), _prof(plain_l), ops, cuda=True)
+        self.assertEqual(info["matched"], 10)
+        host = [o.host_us for o in ops]
+        self.assertEqual(host[1], 0.0)             # op 2: its launches are not the plain's
+        self.assertTrue(all(abs(h - 20.0) < 1e-9 for h in host[2:]), host)
+
+
 if __name__ == "__main__":
     unittest.main()
