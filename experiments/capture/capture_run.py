@@ -100,7 +100,9 @@ def main(argv=None):
     res = dict(config=os.path.basename(a.config), precision=a.precision, seq=a.seq,
                batch=a.batch, mode=a.mode, program=a.program, torch=torch.__version__,
                device=torch.cuda.get_device_name(0), status="ok",
-               memsim=os.path.dirname(memsim.__file__))
+               memsim=os.path.dirname(memsim.__file__),
+               transformers=sys.modules["transformers"].__version__
+               if "transformers" in sys.modules else None)
     times = []
     try:
         if a.mode == "capture":

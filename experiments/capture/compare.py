@@ -5,11 +5,17 @@ percent of the measurement. Where the run was measured in several processes (run
 with REPEATS: NAME.MODE.json and NAME.MODE.rN.json beside it), the step time is the median of
 the processes' step times and a line under the row gives each one; the peaks are the first
 process's (the allocator's peaks repeat exactly from process to process). Called by run.sh;
-exits 0 even when a side is missing (the row says so)."""
+exits 0 even when a side is missing (the row says so). Under the keep-all row a second line
+gives the capture's own peak reserved (NAME.capture.json, the capturing process) and plain steps (captured.step_wall_us of NAME.trace.gz: the same step
+in the capturing process, whole, to the GPU drained) and the prediction's difference from
+them: the host runs the same step 10-30 % apart from one process to the next, and the
+capture knows only its own."""
 
 import csv
 import glob
+import gzip
 import json
+import os
 import statistics
 import sys
 
@@ -35,6 +41,23 @@ def repeats(meas_path):
     paths = glob.glob(meas_path[:-len(".json")] + ".r[0-9]*.json")
     paths.sort(key=lambda p: int(p.rsplit(".r", 1)[1][:-len(".json")]))
     return [load(p).get("step_s") for p in paths]
+
+
+def own_step_s(trace_path):
+    """The median of the capture's own timed plain steps in seconds, or None."""
+    try:
+        with gzip.open(trace_path, "rt") as f:
+            for ln in f:
+                if not ln.startswith("meta "):
+                    if ln.startswith(("#", "memsim")):
+                        continue
+                    break
+                k, _, v = ln[5:].strip().partition(" ")
+                if k == "captured.step_wall_us":
+                    return statistics.median(float(x) for x in v.split(",")) / 1e6
+    except (OSError, ValueError, EOFError):
+        pass
+    return None
 
 
 def main(name, mode, policy, meas_path, csv_path):
@@ -63,6 +86,13 @@ def main(name, mode, policy, meas_path, csv_path):
     if len(steps) > 1:
         print("%-22s   step_meas is the median of %d processes: %s" % (
             "", len(steps), " ".join(sec(x) for x in steps)))
+    base = os.path.join(os.path.dirname(meas_path), name)
+    own = own_step_s(base + ".trace.gz")
+    cap_r = load(base + ".capture.json").get("peak_reserved")
+    if mode == "keep" and (own is not None or cap_r is not None):
+        print("%-22s   the capture's own process: peak reserved %s (keep-all predicted %s%%), "
+              "plain steps %s s median (%s%%)" % ("", gib(cap_r), pct(cap_r, pr), sec(own),
+                                                   pct(own, ps)))
 
 
 if __name__ == "__main__":

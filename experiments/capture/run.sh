@@ -25,7 +25,8 @@
 # default 1), CAPTURES (run.sh gpu: each case captured in this many processes, NAME.cK.*,
 # and the one whose own plain steps are the median taken as NAME.trace.gz by
 # pick_capture.py; default 1), FROM_ROUND (run.sh gpu: the first round run, default 1: more
-# processes added to an OUTDIR that has the rounds before), MODES (run.sh gpu: the
+# processes added to an OUTDIR that has the rounds before), TO_ROUND (run.sh gpu: the last
+# round run, default all: a long set split over several sessions of the GPU), MODES (run.sh gpu: the
 # runs, default "capture keep ckpt save_on_cpu"; MODES=capture captures again beside
 # measurements already in OUTDIR), HOST_TIMING (run.sh gpu: default 1, captures with host
 # times, a timed step before the captured one and a profiled one after it; 0: kernel times
@@ -89,7 +90,7 @@ gpu() {
     # the rounds after the measured runs' first ones), and pick_capture.py takes the one whose
     # own plain steps are the median: the host's speed moves from process to process.
     local rounds=$(( ${REPEATS:-1} > ${CAPTURES:-1} ? ${REPEATS:-1} : ${CAPTURES:-1} ))
-    for round in $(seq "${FROM_ROUND:-1}" "$rounds"); do
+    for round in $(seq "${FROM_ROUND:-1}" "${TO_ROUND:-$rounds}"); do
         while IFS=$'\t' read -r name cfg prec seq batch; do
             for mode in ${MODES:-capture keep ckpt save_on_cpu}; do
                 [ "$mode" = capture ] && [ "$round" -gt "${CAPTURES:-1}" ] && continue
@@ -112,7 +113,8 @@ gpu() {
             done
         done < <(cases)
     done
-    if [ "${CAPTURES:-1}" -gt 1 ] && [[ " ${MODES:-capture} " == *" capture "* ]]; then
+    if [ "${CAPTURES:-1}" -gt 1 ] && [[ " ${MODES:-capture} " == *" capture "* ]] &&
+        [ "${TO_ROUND:-$rounds}" -ge "$rounds" ]; then
         while IFS=$'\t' read -r name _; do
             "$PY" "$HERE/pick_capture.py" "$out" "$name" >&2 || true
         done < <(cases)
