@@ -42,6 +42,7 @@ cmds=(
   "trace gen $hf --seq 4096 --batch 8 -o w.trace"
 )
 for f in "$src"/experiments/capture/results/*.trace.gz; do
+  case $f in *.c[0-9].trace.gz) continue ;; esac   # the other processes' captures
   cmds+=("compare --trace $f --policies keep-all,full-recompute --csv out.csv")
 done
 
