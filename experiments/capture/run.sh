@@ -124,7 +124,7 @@ gpu() {
 # Whether case NAME is among the ones named after it (all when none is).
 picked() {
     local name=$1; shift
-    [ $# = 0 ] || printf '%s\n' "$@" | grep -qx "$name"
+    [ $# = 0 ] || printf '%s\n' "$@" | grep -x "$name" >/dev/null
 }
 
 snapshots() {

@@ -43,7 +43,8 @@ if [ ! -x "$MEMSIM" ]; then
     echo "run.sh: $MEMSIM not found: build memsim first (make) or set MEMSIM" >&2
     exit 2
 fi
-if ! "$MEMSIM" simulate --help 2>&1 | grep -q -- '--gen'; then
+# grep reads the whole help (no -q): under pipefail an early exit would fail memsim's write
+if ! "$MEMSIM" simulate --help 2>&1 | grep -- '--gen' >/dev/null; then
     echo "run.sh: $MEMSIM has no --gen option (generator knobs): rebuild memsim" >&2
     exit 2
 fi
