@@ -13,11 +13,12 @@ capture knows only its own."""
 
 import csv
 import glob
-import gzip
 import json
 import os
 import statistics
 import sys
+
+from pick_capture import own_step_us
 
 
 def pct(meas, pred):
@@ -44,20 +45,12 @@ def repeats(meas_path):
 
 
 def own_step_s(trace_path):
-    """The median of the capture's own timed plain steps in seconds, or None."""
+    """The median of the capture's own whole plain steps in seconds, or None."""
     try:
-        with gzip.open(trace_path, "rt") as f:
-            for ln in f:
-                if not ln.startswith("meta "):
-                    if ln.startswith(("#", "memsim")):
-                        continue
-                    break
-                k, _, v = ln[5:].strip().partition(" ")
-                if k == "captured.step_wall_us":
-                    return statistics.median(float(x) for x in v.split(",")) / 1e6
+        us, key = own_step_us(trace_path)
     except (OSError, ValueError, EOFError):
-        pass
-    return None
+        return None
+    return us / 1e6 if key == "captured.step_wall_us" else None
 
 
 def main(name, mode, policy, meas_path, csv_path):
