@@ -371,6 +371,9 @@ class Capture:
                 tr.set_meta(key, v)
         if self.model is not None:
             tr.set_meta("params", sum(p.numel() for p in self.model.parameters()))
+            active = self._active_params(cfg)
+            if active:
+                tr.set_meta("active_params", active)
         tr.set_meta("iterations", self.iterations)
         tr.set_meta("generator", "memsim-capture-1")
         tr.set_meta("framework", "pytorch")
@@ -414,7 +417,11 @@ class Capture:
             self.fmode = _FMode()
             self.fmode.__enter__()
         if self.model is not None:
-            self.handles.append(self.model.register_forward_pre_hook(self._model_pre))
+            try:       # model(**batch): the token ids come as keywords (PyTorch >= 2.0)
+                h = self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True)
+            except TypeError:
+                h = self.model.register_forward_pre_hook(self._model_pre)
+            self.handles.append(h)
             for n, m in self.model.named_modules():
                 self.handles.append(m.register_forward_pre_hook(self._mod_push(n, m)))
                 self.handles.append(m.register_forward_hook(self._mod_pop))
@@ -481,7 +488,7 @@ class Capture:
         if self.mod_stack:
             self.mod_stack.pop()
 
-    def _model_pre(self, m, args):
+    def _model_pre(self, m, args, kwargs=None):
         torch = self.torch
         with self.lock:
             if self.phase in ("bwd", "opt") and self.recording:
@@ -494,12 +501,34 @@ class Capture:
                 else:
                     self._mark_iter()
             if self.tokens is None:
-                for t in _tensors(args, torch):
-                    if t.dtype in (torch.int64, torch.int32) and t.dim() == 2:
-                        self.tokens = (int(t.shape[0]), int(t.shape[1]))
-                        break
+                self._find_tokens(_tensors((args, kwargs or {}), torch))
             if torch.is_autocast_enabled():
                 self.autocast = True
+
+    def _active_params(self, cfg):
+        """A mixture of experts' parameters a token passes through (the model FLOPs of MFU,
+        as the generator's meta active_params): all but the experts' parameters, and k of
+        every E of those, E and k from the config (num_local_experts or num_experts, and
+        num_experts_per_tok); the experts are the parameters under a module named
+        `experts`. None for a dense model or one whose config does not say."""
+        e = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)
+        k = getattr(cfg, "num_experts_per_tok", None)
+        if not (isinstance(e, int) and isinstance(k, int) and 0 < k < e):
+            return None
+        params = dict(self.model.named_parameters())
+        total = sum(p.numel() for p in params.values())
+        expert = sum(p.numel() for n, p in params.items() if ".experts." in "." + n)
+        if not expert:
+            return None
+        return total - expert + expert * k // e
+
+    def _find_tokens(self, tensors):
+        """(batch, seq) from the first 2-D integer tensor: the model's token ids."""
+        torch = self.torch
+        for t in tensors:
+            if t.dtype in (torch.int64, torch.int32) and t.dim() == 2:
+                self.tokens = (int(t.shape[0]), int(t.shape[1]))
+                return
 
     def _mark_iter(self):
         self.trace.mark("iter %d" % self.iter)
@@ -777,6 +806,10 @@ class Capture:
                     self._let_go()
                     self._sync_marks()
                     aname = _ops.base_name(func)
+                    if self.tokens is None and aname == "embedding" and len(ins) > 1:
+                        # a model called with keywords where the forward hook cannot see
+                        # them (PyTorch < 2.0): the first embedding's ids are the tokens
+                        self._find_tokens(ins[1:2])
                     op = self.trace.new_op(_ops.kind_of(aname, self.phase, self._module_type()),
                                            self.phase, self.layer, self._op_name(aname), aname)
                     self.trace.recs.pop()            # appended again after its outputs

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -611,6 +612,57 @@ class CaptureMore(unittest.TestCase):
         r = run("compare", "--trace", p, "--machine", "h200-sxm", "--policies",
                 "keep-all,full-recompute,full-swap")
         self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_tokens_from_keywords(self):
+        # model(**batch), as Hugging Face training loops call it: the trace still knows the
+        # batch and the sequence (MFU, tokens per second) and which activations scale with
+        # the tokens (MEMO's token-wise swap and recomputation)
+        m = tinymodels.TinyLlama(L=2)
+        m.config = types.SimpleNamespace(hidden_size=64)   # the model FLOPs need it
+        o = torch.optim.AdamW(m.parameters())
+        p = os.path.join(self.tmp, "kw.trace")
+        ids = torch.randint(0, 256, (4, 24))
+        with memsim.capture(p, model=m, optimizer=o):
+            m(ids=ids, labels=ids).backward()
+            o.step()
+            o.zero_grad()
+        recs = read_trace(p)
+        self.assertIn(["meta", "batch", "4"], recs)
+        self.assertIn(["meta", "seq", "24"], recs)
+        tok = [r for r in recs if r[0] == "alloc" and r[3] in ("act_skel", "act_trans")
+               and r[5] == "1"]
+        self.assertTrue(tok, "no activation marked as scaling with the tokens")
+        r = run("compare", "--trace", p, "--machine", "h200-sxm", "--policies", "keep-all",
+                "--csv", os.path.join(self.tmp, "kw.csv"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.tmp, "kw.csv")) as f:
+            row = next(csv.DictReader(f))
+        self.assertGreater(float(row["mfu"]), 0.0)
+        self.assertGreater(float(row["tgs"]), 0.0)
+
+    def test_active_params_of_experts(self):
+        # a mixture of experts: the model FLOPs count k of every E experts' parameters
+        class MoE(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.config = types.SimpleNamespace(hidden_size=8, num_local_experts=4,
+                                                    num_experts_per_tok=1)
+                self.emb = torch.nn.Embedding(16, 8)
+                self.experts = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
+
+            def forward(self, ids):
+                x = self.emb(ids)
+                return sum(e(x) for e in self.experts).sum()
+
+        m = MoE()
+        o = torch.optim.AdamW(m.parameters())
+        p = os.path.join(self.tmp, "moe.trace")
+        with memsim.capture(p, model=m, optimizer=o):
+            m(torch.randint(0, 16, (2, 8))).backward()
+            o.step()
+        recs = read_trace(p)
+        self.assertIn(["meta", "params", str(16 * 8 + 4 * 72)], recs)
+        self.assertIn(["meta", "active_params", str(16 * 8 + 72)], recs)
 
     def test_layers_override(self):
         m = tinymodels.TinyLlama(L=3)
