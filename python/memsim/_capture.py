@@ -501,7 +501,9 @@ class Capture:
                 else:
                     self._mark_iter()
             if self.tokens is None:
-                self._find_tokens(_tensors((args, kwargs or {}), torch))
+                kw = kwargs or {}
+                # input_ids first: position_ids (1, S) may come before it among the keywords
+                self._find_tokens(_tensors((kw.get("input_ids"), args, kw), torch))
             if torch.is_autocast_enabled():
                 self.autocast = True
 
