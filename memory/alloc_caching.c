@@ -623,7 +623,8 @@ static ms_status caching_create(alloc_t *a)
     c->max_split = cfg->max_split_size_bytes;
     c->divisions = cfg->roundup_power2_divisions;
     c->live = u64map_new(64); /* grows with the live blocks; small stays in cache */
-    c->segs = u64map_new(64);
+    /* room for a run's segments without growing (a gpt-7b simulation makes about 220) */
+    c->segs = u64map_new(256);
     c->tree_of = u64map_new(8);
     if (!c->live || !c->segs || !c->tree_of) {
         u64map_free(c->live);

@@ -65,9 +65,10 @@ size_t bset_count(const bset *s) { return s->n; }
 /* An insertion can take a spare leaf and one more directory slot without allocating. */
 static inline int has_room(const bset *s) { return s->spare[0] && s->nleaf < s->cap; }
 
-int bset_reserve(bset *s)
+/* bset_reserve's allocation, out of line: the check before it is small enough for its
+ * callers (every allocator call) to take inline. */
+static __attribute__((noinline)) int reserve_slow(bset *s)
 {
-    if (has_room(s)) return 0;
     if (!s->spare[0] && !(s->spare[0] = malloc(sizeof *s->spare[0]))) return -1;
     if (s->nleaf + 1 <= s->cap) return 0;
     size_t cap = s->cap ? s->cap * 2 : 4;
@@ -80,6 +81,8 @@ int bset_reserve(bset *s)
     s->cap = cap;
     return 0;
 }
+
+int bset_reserve(bset *s) { return has_room(s) ? 0 : reserve_slow(s); }
 
 /* The first leaf whose last key is >= (z, a); nleaf when there is none. Branch-free steps:
  * the comparison's outcome is data, not control. */

@@ -104,7 +104,8 @@ ms_status pol_skeletal(const trace_t *t, pol_skel **out, size_t *n, ms_error *er
     *out = NULL;
     *n = 0;
     size_t cap = 0;
-    u64map *named = u64map_new(256);
+    /* an entry per layer and forward pass (gpt-7b: 32); clearing room for 256 cost more */
+    u64map *named = u64map_new(64);
     if (!named) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
     ms_status st = collect(t, out, n, &cap, named);
     for (size_t i = 0; st == MS_OK && i < *n; i++) {

@@ -61,9 +61,13 @@ static int before(const ev *a, const ev *b)
     return a->seq < b->seq;
 }
 
-static void sift_up(ev *h, size_t i)
+/* The heap's moves take the moving event by value and store it once, at its place, instead
+ * of storing it into the hole (the root, the new leaf) and reading it straight back: two
+ * 48-byte copies less an event (BENCHMARKS.md, issue 34).
+ *
+ * sift_up: puts x into the hole at i (the heap below i is valid), moving parents down. */
+static void sift_up(ev *h, size_t i, ev x)
 {
-    ev x = h[i];
     while (i > 0) {
         size_t p = (i - 1) / 2;
         if (!before(&x, &h[p])) break;
@@ -73,9 +77,9 @@ static void sift_up(ev *h, size_t i)
     h[i] = x;
 }
 
-static void sift_down(ev *h, size_t n, size_t i)
+/* Puts x into the hole at i of the n entries, moving the lesser children up. */
+static void sift_down(ev *h, size_t n, size_t i, ev x)
 {
-    ev x = h[i];
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= n) break;
@@ -102,7 +106,7 @@ static void compact(eng_t *e)
         if (entry_valid(e, &e->heap[i])) e->heap[k++] = e->heap[i];
     e->n = k;
     e->stale = 0;
-    for (size_t i = k / 2; i-- > 0;) sift_down(e->heap, e->n, i);
+    for (size_t i = k / 2; i-- > 0;) sift_down(e->heap, e->n, i, e->heap[i]);
 }
 
 static uint32_t take_slot(eng_t *e)
@@ -140,8 +144,7 @@ eng_id eng_at(eng_t *e, double time_us, eng_fn fn, void *ctx, uint64_t arg)
     e->slots[s].live = 1;
     e->live++;
     ev x = { time_us, e->seq++, s, e->slots[s].gen, fn, ctx, arg };
-    e->heap[e->n] = x;
-    sift_up(e->heap, e->n++);
+    sift_up(e->heap, e->n++, x);
     return ((uint64_t)(s + 1) << 32) | x.gen;
 }
 
@@ -179,8 +182,7 @@ int eng_step(eng_t *e)
 {
     while (e->n > 0) {
         ev x = e->heap[0];
-        e->heap[0] = e->heap[--e->n];
-        if (e->n > 0) sift_down(e->heap, e->n, 0);
+        if (--e->n > 0) sift_down(e->heap, e->n, 0, e->heap[e->n]);
         if (!entry_valid(e, &x)) {
             e->stale--;
             continue; /* cancelled: time does not advance for it */

@@ -319,7 +319,7 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
 ms_status pipe_run(const trace_t *t, const machine_t *m, const pipe_policy *p,
                    const pipe_outputs *out, sim_result *r, ms_error *err)
 {
-    plan_t *plan;
+    plan_t *plan = NULL;
     ms_status st = pipe_plan(t, m, p, &plan, err);
     if (st != MS_OK) return st;
     st = pipe_simulate_with(t, m, plan, out, p, r, err);

@@ -866,7 +866,7 @@ ms_status trace_check_file(const char *path, FILE *diag, uint64_t max_errors,
     }
     for (;;) {
         trace_rec rec;
-        char *key, *val;
+        char *key = NULL, *val = NULL;
         line_kind kind;
         ms_error e;
         st = rd_line(r, &rec, &key, &val, &kind, &e);

@@ -613,7 +613,7 @@ static int sub_search(const pt_opts *o)
            be->t_gpu_optim_s, be->t_cpu_optim_s, ms_fmt_bytes(be->peak_bytes, b1, sizeof b1),
            ms_fmt_bytes(be->host_bytes, b2, sizeof b2));
     if (r.found && !given) print_tie(&so, &r);
-    plan_t *p;
+    plan_t *p = NULL;
     if ((st = config_plan(M, best, be, &p, &err))) goto done;
     if (o->trace_out && (st = trace_write(t, o->trace_out, &err))) {
         plan_free(p);
