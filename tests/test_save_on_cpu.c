@@ -2,8 +2,8 @@
  * lowering's swap_at=save (planners/lower_save.c) on small Hugging Face-shaped traces (the hf
  * generator profile): the device peak falls to about one layer's saved activations above
  * keep-all's non-activation memory, the host holds at least the saved bytes, the step is
- * slower than keep-all by at least the copy time on the profile's link, the parameters are
- * saved only with params=1, copies on the copy streams overlap compute, and a trace with
+ * slower than keep-all by at least the blocking copies' time on the profile's link, the
+ * parameters are saved only with params=1, copies on the copy streams overlap compute, and a trace with
  * nothing saved for backward is refused by name. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -107,10 +107,15 @@ static void one(const machine_t *m, const char *cfg, const char *precision)
         TAP_OK(sc.host_peak_bytes >= saved && ka.host_peak_bytes == 0,
                "%s %s: the host holds the saved bytes (%.1f MiB >= %.1f MiB)", cfg, precision,
                (double)sc.host_peak_bytes / MS_MiB, (double)saved / MS_MiB);
-        double copy_s = (double)saved / m->link_d2h_Bps + (double)saved / m->link_h2d_Bps;
-        TAP_OK(sc.iter_time_s >= ka.iter_time_s + copy_s,
-               "%s %s: the step (%.4f s) is slower than keep-all (%.4f s) by at least the copy "
-               "time (%.4f s)", cfg, precision, sc.iter_time_s, ka.iter_time_s, copy_s);
+        /* The pack hook's copies to the host block the host (copy_ without non_blocking):
+         * at least their time is added. The unpack's copies back do not (non_blocking), and
+         * where the host bounds the step (these tiny models under the profile's eager host
+         * time) they may hide behind its issuing. */
+        double d2h_s = (double)saved / m->link_d2h_Bps;
+        TAP_OK(sc.iter_time_s >= ka.iter_time_s + d2h_s,
+               "%s %s: the step (%.4f s) is slower than keep-all (%.4f s) by at least the "
+               "blocking copies' time (%.4f s)", cfg, precision, sc.iter_time_s,
+               ka.iter_time_s, d2h_s);
     }
     const pol_knob np[] = { { "params", "0" } }, cp[] = { { "swap_stream", "copy" } };
     ok = ok && run(t, m, "save-on-cpu", np, 1, &sp) && run(t, m, "save-on-cpu", cp, 1, &cs);

@@ -78,6 +78,9 @@ void hf_emit(hf_x *x, uint64_t oid, const hf_op *o)
     p->bytes_read = o->br;
     p->bytes_written = o->bw;
     p->dur_us = o->dur;
+    /* PyTorch eager issues every kernel from Python: where the kernels are shorter than
+     * that, the GPU waits for the host (docs/GENERATOR.md, "Host time") */
+    p->host_us = x->m ? x->m->host_eager_kernel_us : 0.0;
     p->in = in;
     p->n_in = ni;
     p->out = out;

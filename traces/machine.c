@@ -132,6 +132,11 @@ enum {
     X("host.cpu_cores", MF_I64, host_cpu_cores, R_COUNT, "CPU cores per node")                 \
     X("host.adam_params_per_s", MF_DBL, host_adam_params_per_s, R_POS,                         \
       "CPU Adam throughput of one GPU's share of the cores, parameters/s")                     \
+    X("host.eager_kernel_us", MF_DBL, host_eager_kernel_us, R_OPT_NONNEG,                     \
+      "host time PyTorch eager spends per kernel it launches (the Python module code, the "    \
+      "dispatcher, autograd and the launch): each op of a generated hf program gets it as "    \
+      "its host time, so that a step whose kernels are shorter waits for the host, "           \
+      "microseconds; absent: 0, the host not modelled")                                         \
     X("host.recompute_layer_us", MF_DBL, host_recompute_layer_us, R_OPT_NONNEG,               \
       "host time a recomputed layer costs beyond its ops' own host time (PyTorch's "           \
       "non-reentrant checkpoint: its hooks around the replayed forward), microseconds; "       \

@@ -61,6 +61,8 @@ typedef struct machine {
     uint64_t host_mem_bytes;         /* per node, shared by its GPUs */
     int64_t host_cpu_cores;          /* per node */
     double host_adam_params_per_s;   /* CPU Adam throughput per GPU's share of cores */
+    double host_eager_kernel_us;     /* PyTorch eager's host time per kernel (hf programs'
+                                        ops); 0: the host not modelled */
     double host_recompute_layer_us;  /* host time per recomputed layer beyond its ops' own
                                         (checkpoint hooks); 0: not measured */
     double host_ckpt_fwd_layer_us;   /* checkpointed layer's forward beyond its ops' own */
