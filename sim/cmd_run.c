@@ -11,6 +11,7 @@
 
 #include "sim/cmds.h"
 #include "sim/jobs.h"
+#include "sim/pipeline.h"
 #include "sim/plot.h"
 #include "sim/runs.h"
 
@@ -76,8 +77,13 @@ static int us_list_stats(const trace_t *t, const char *key, double *lo, double *
 /* A captured trace's timed steps (meta captured.host_steps_us): their range and median, the
  * spread a host-bound prediction carries; and where the capture drained the GPU after each
  * (captured.step_wall_us), the same steps whole, which a keep-all prediction is of. */
-static void host_spread_note(FILE *f, const trace_t *t)
+static void host_spread_note(FILE *f, const trace_t *t, const machine_t *m)
 {
+    double eager = pipe_eager_host_us(t, m);
+    if (eager > 0)
+        fprintf(f, "host: the capture gives no host times (host_timing off); each kernel issued "
+                "at PyTorch eager's %.1f us a kernel (the machine profile's "
+                "host.eager_kernel_us)\n", eager);
     double lo, hi, med;
     int n = us_list_stats(t, "captured.host_steps_us", &lo, &hi, &med);
     if (n) fprintf(f, "host: the capture's %d timed steps took %.1f-%.1f ms of host time (median "
@@ -558,7 +564,7 @@ int cmd_compare(int argc, char **argv)
             res_table(stdout, rs, n);
             res_verdict(stdout, rs, n);
             res_notes(stdout, rs, n);
-            host_spread_note(stdout, t);
+            host_spread_note(stdout, t, &mp->m);
             if (f.t[POL_FORM_PLAIN] && f.t[POL_FORM_OFFLOAD]) forms_note(stdout, &a, &f);
             if (a.breakdown) res_breakdown(stdout, rs, n);
         }

@@ -948,7 +948,7 @@ static ms_status setup(ex *x)
                                            : x->m->host_mem_bytes / gpus;
     x->sync_owner = -1;
     x->issue = x->o.issue_ahead != 0;
-    x->host_times = has_host_times(x);
+    x->host_times = has_host_times(x) || x->o.eager_host_us > 0;
     x->host_clock = !x->issue && x->host_times;
     if (x->host_times) {
         ms_status fst = exfw_new(x->o.trace, x->s, x->m, x->o.ckpt_host_measured, &x->fw, x->err);

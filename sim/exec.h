@@ -49,6 +49,11 @@ typedef struct sim_opts {
      * block (meta captured.ckpt_*_layer_us; sim/exec_fw.h), where it has it; 0 (default):
      * the machine profile's host.ckpt_* and host.recompute_layer_us */
     int ckpt_host_measured;
+    /* > 0: the trace gives no host times and is a PyTorch eager program (a capture without
+     * host timing): each compute op with a kernel time takes this much host time to issue,
+     * as the generator's hf programs do (the profile's host.eager_kernel_us; the pipeline
+     * decides, sim/pipeline.c); 0 (default): no host modelled for such a trace */
+    double eager_host_us;
 } sim_opts;
 
 void sim_opts_default(sim_opts *o);

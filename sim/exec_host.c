@@ -8,7 +8,8 @@
 
 #include <string.h>
 
-/* Host time to issue compute action a: its op's host_us where the trace gives host times,
+/* Host time to issue compute action a: its op's host_us where the trace gives host times
+ * (sim_opts.eager_host_us for each op with a kernel where the pipeline gives that instead),
  * else dflt_us; with host times also the recomputation's cost (exfw_recompute_us: the trace's
  * measured one, else the profile's host.recompute_layer_us) where a
  * recomputation of a layer begins (a replayed action after an action that was not one, or of
@@ -19,7 +20,8 @@ static double compute_host_us(ex *x, const sched_action *a, double dflt_us)
     double us = dflt_us;
     if (x->host_times) {
         const trace_op *t = ex_action_op(x, a);
-        us = t ? t->host_us : 0;
+        if (x->o.eager_host_us > 0) us = t && t->dur_us > 0 ? x->o.eager_host_us : 0;
+        else us = t ? t->host_us : 0;
         us += exfw_compute_us(x->fw, a, t);
         if (a->recompute && (!x->hc_last_rec || a->layer != x->hc_last_layer))
             us += exfw_recompute_us(x->fw, x->m);

@@ -240,6 +240,13 @@ static ms_status check_plan_offsets(const schedule_t *s, const plan_t *plan, con
     return MS_OK;
 }
 
+double pipe_eager_host_us(const trace_t *t, const machine_t *m)
+{
+    const char *fw = t ? trace_get_meta(t, "framework") : NULL;
+    if (!fw || strcmp(fw, "pytorch") != 0 || trace_has_host_times(t)) return 0;
+    return m->host_eager_kernel_us;
+}
+
 ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t *plan,
                              const pipe_outputs *out, const pipe_policy *p, sim_result *r,
                              ms_error *err)
@@ -285,6 +292,7 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
     so.timeline_first = out->timeline_first;
     so.memcsv_path = out->memcsv_path;
     so.intervals_path = out->intervals_path;
+    so.eager_host_us = pipe_eager_host_us(t, m);
     if (p) {
         so.issue_ahead = p->issue_ahead;
         so.issue_us = p->issue_us;

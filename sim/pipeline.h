@@ -90,6 +90,11 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
                              const pipe_outputs *out, const pipe_policy *p, sim_result *r,
                              ms_error *err);
 
+/* The host time per kernel a PyTorch eager program that gives no host times (memsim.capture
+ * without host_timing) is issued at: the profile's host.eager_kernel_us, as a generated hf
+ * program's ops carry it (docs/SIMULATOR.md, "Host times"); 0 for every other trace. */
+double pipe_eager_host_us(const trace_t *t, const machine_t *m);
+
 /* Plan + simulate in one call. */
 ms_status pipe_run(const trace_t *t, const machine_t *m, const pipe_policy *p,
                    const pipe_outputs *out, sim_result *r, ms_error *err);

@@ -785,6 +785,23 @@ sed -i '/^meta captured.pyrefs/a meta captured.step_wall_us 101000.0,99500.0,120
 "$M" compare --trace "$T/spread.trace" --machine h200-sxm --policies keep-all > "$T/out" 2>/dev/null
 grep -q "^host: the same steps whole, to the GPU drained: 99.5-120.0 ms (median 101.0)" "$T/out"
 ok $? "compare prints the capture's whole timed steps (captured.step_wall_us)"
+# a capture without host times (memsim.capture's default): its kernels issue at the
+# profile's eager host time per kernel, and compare says so; without that profile line none
+gzip -dc "${srcdir:-.}/experiments/capture/results/mixtral-mini-4l-bf16.trace.gz" |
+    sed -e '/^meta captured\.\(host\|step_wall\|ckpt\)/d' -e 's/ host_us=[^ ]*//; s/ host_sync=[^ ]*//' \
+    > "$T/nohost.trace"
+"$M" compare --trace "$T/nohost.trace" --machine h200-sxm --policies keep-all --csv "$T/eager.csv" \
+    > "$T/out" 2>/dev/null
+grep -q "^host: the capture gives no host times (host_timing off); each kernel issued at PyTorch eager's 31.6 us" "$T/out"
+ok $? "compare on a capture without host times names the eager host time it used"
+grep -v '^host.eager_kernel_us' "${srcdir:-.}/traces/machines/h200-sxm.machine" > "$T/noeager.machine"
+"$M" compare --trace "$T/nohost.trace" --machine "$T/noeager.machine" --policies keep-all \
+    --csv "$T/noeager.csv" > "$T/out2" 2>/dev/null
+awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) if ($i == "iter_time_s") c = i; next }
+         FILENAME == ARGV[1] { e = $c } FILENAME == ARGV[2] { p = $c }
+         END { exit !(e > p * 1.1 && p > 0) }' "$T/eager.csv" "$T/noeager.csv" &&
+    ! grep -q "gives no host times" "$T/out2"
+ok $? "the MoE capture without host times: the eager host time lengthens its host-bound step (>10 %)"
 
 echo "1..$n"
 exit $bad
