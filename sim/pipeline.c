@@ -243,7 +243,11 @@ static ms_status check_plan_offsets(const schedule_t *s, const plan_t *plan, con
 double pipe_eager_host_us(const trace_t *t, const machine_t *m)
 {
     const char *fw = t ? trace_get_meta(t, "framework") : NULL;
-    if (!fw || strcmp(fw, "pytorch") != 0 || trace_has_host_times(t)) return 0;
+    /* only where the ops have GPU times to weigh the host against (a CPU capture has none) */
+    const char *timing = t ? trace_get_meta(t, "captured.timing") : NULL;
+    if (!fw || strcmp(fw, "pytorch") != 0 || !timing || strcmp(timing, "kernels") != 0 ||
+        trace_has_host_times(t))
+        return 0;
     return m->host_eager_kernel_us;
 }
 

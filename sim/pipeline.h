@@ -90,8 +90,8 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
                              const pipe_outputs *out, const pipe_policy *p, sim_result *r,
                              ms_error *err);
 
-/* The host time per kernel a PyTorch eager program that gives no host times (memsim.capture
- * without host_timing) is issued at: the profile's host.eager_kernel_us, as a generated hf
+/* The host time per kernel a PyTorch eager program that gives kernel times but no host
+ * times (memsim.capture on a GPU without host_timing) is issued at: the profile's host.eager_kernel_us, as a generated hf
  * program's ops carry it (docs/SIMULATOR.md, "Host times"); 0 for every other trace. */
 double pipe_eager_host_us(const trace_t *t, const machine_t *m);
 
