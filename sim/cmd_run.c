@@ -74,10 +74,12 @@ static int us_list_stats(const trace_t *t, const char *key, double *lo, double *
     return n;
 }
 
-/* A captured trace's timed steps (meta captured.host_steps_us): their range and median, the
- * spread a host-bound prediction carries; and where the capture drained the GPU after each
- * (captured.step_wall_us), the same steps whole, which a keep-all prediction is of. */
-static void host_spread_note(FILE *f, const trace_t *t, const machine_t *m)
+/* What a captured trace's host side rests on: the profile's eager host time where it gives
+ * none (pipe_eager_host_us); its timed steps (meta captured.host_steps_us): their range and
+ * median, the spread a host-bound prediction carries; and where the capture drained the GPU
+ * after each (captured.step_wall_us), the same steps whole, which a keep-all prediction is
+ * of. */
+static void host_notes(FILE *f, const trace_t *t, const machine_t *m)
 {
     double eager = pipe_eager_host_us(t, m);
     if (eager > 0)
@@ -564,7 +566,7 @@ int cmd_compare(int argc, char **argv)
             res_table(stdout, rs, n);
             res_verdict(stdout, rs, n);
             res_notes(stdout, rs, n);
-            host_spread_note(stdout, t, &mp->m);
+            host_notes(stdout, t, &mp->m);
             if (f.t[POL_FORM_PLAIN] && f.t[POL_FORM_OFFLOAD]) forms_note(stdout, &a, &f);
             if (a.breakdown) res_breakdown(stdout, rs, n);
         }

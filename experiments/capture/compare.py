@@ -6,9 +6,9 @@ with REPEATS: NAME.MODE.json and NAME.MODE.rN.json beside it), the step time is 
 the processes' step times and a line under the row gives each one; the peaks are the first
 process's (the allocator's peaks repeat exactly from process to process). Called by run.sh;
 exits 0 even when a side is missing (the row says so). Under the keep-all row a second line
-gives the capture's own peak reserved (NAME.capture.json, the capturing process) and plain steps (captured.step_wall_us of NAME.trace.gz: the same step
-in the capturing process, whole, to the GPU drained) and the prediction's difference from
-them: the host runs the same step 10-30 % apart from one process to the next, and the
+gives the capture's own peak reserved (NAME.capture.json, the capturing process) and plain
+steps (captured.step_wall_us of NAME.trace.gz: the same step in the capturing process,
+whole, to the GPU drained) and the prediction's difference from them: the host runs the same step 10-30 % apart from one process to the next, and the
 capture knows only its own."""
 
 import csv
