@@ -3,8 +3,7 @@
  * (TMA) feeding them, one producer warpgroup and two consumer warpgroups per CTA. The same
  * arguments and results as kn_attn_fwd / kn_attn_bwd (runtime/kernels.h), which dispatch here
  * on such a GPU; runtime/kernels.cu keeps the mma.sync kernels for the others. The layout
- * self-test below checks what the kernels rest on (descriptor and fragment layouts, each
- * against a host product); tests/test_kernels.c runs it.
+ * self-test of what the kernels rest on is runtime/attn_sm90_test.h.
  *
  * Tensors are bf16 bits (uint16_t), row-major, token t = b * S + i, head hd at columns
  * hd * D .. hd * D + D of a row; head dim 64 or 128; S a multiple of 128; every pointer 16-byte
@@ -41,6 +40,15 @@ rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *
                      const uint16_t *q, const uint16_t *k, const uint16_t *v, size_t ld_qkv,
                      size_t ld_o, size_t B, size_t H, size_t S, size_t D, ms_error *err);
 
+/* Whether attn90_bwd runs its one-pass form (5 causal products) for these flags at this
+ * shape on the current device: with ATTN90_ONEPASS, at head dim 128, while one head's fp32 dq
+ * accumulator (S x D x 4 bytes) fits the GPU's L2 cache; else the two-kernel form (7). The
+ * CTAs of one head run together, so the reductions of a head whose accumulator fits stay in
+ * L2; past it they go to memory (H200, attention backward at 32K tokens 64.9 ms with every
+ * head's accumulator live against 52.1 with one head's; at 128K tokens, 64 MB a head against
+ * 50 MB of L2, 842 ms against the two-kernel form's 817). */
+int attn90_bwd_onepass(int flags, size_t S, size_t D);
+
 /* Device floats of the backward's scratch (the one-pass form's fp32 dq and its counters). */
 size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D);
 
@@ -52,14 +60,6 @@ rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16
                      const uint16_t *v, const float *lse, const float *dvec, float *scratch,
                      size_t ld_qkv, size_t ld_o, size_t B, size_t H, size_t S, size_t D,
                      ms_error *err);
-
-/* The layout self-test: one warpgroup multiplies seeded bf16 tiles placed in shared memory by
- * the 128-byte swizzle the kernels assume and compares with the host's double products.
- * rel[0]: A B^T, 64 x 128 x 128, both operands from shared memory (K-major); rel[1]: the same
- * at N = 64; rel[2]: P V, P from registers, V N-major (transposed); rel[3]: the bytes TMA
- * wrote for a 128 x 128 tile against the hand-swizzled copy (fraction that differ). */
-enum { ATTN90_NTEST = 4 };
-rt_status attn90_selftest(void *encode, double rel[ATTN90_NTEST], ms_error *err);
 
 #ifdef __cplusplus
 }

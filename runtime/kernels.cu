@@ -18,6 +18,7 @@
 
 #include "runtime/attn_sm80.h"
 #include "runtime/attn_sm90.h"
+#include "runtime/attn_sm90_test.h"
 #include "runtime/embed_bwd.h"
 #if defined(__x86_64__) || defined(__SSE2__)
 #include <xmmintrin.h>
@@ -133,7 +134,7 @@ void *kn_ctx_stream(const kn_ctx *k) { return (void *)k->s; }
 rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err)
 {
     if (impl == KN_ATTN_AUTO) impl = k->a90_encode ? KN_ATTN_WGMMA : KN_ATTN_MMA;
-    if (impl < KN_ATTN_MMA || impl > KN_ATTN_WGMMA_OVERLAP)
+    if (impl < KN_ATTN_MMA || impl > KN_ATTN_WGMMA_TWO)
         return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_ctx_set_attn", "no such kernels");
     if (impl != KN_ATTN_MMA && !k->a90_encode)
         return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_ctx_set_attn",
@@ -146,7 +147,8 @@ rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err)
 static int attn90_flags(const kn_ctx *k)
 {
     switch (k->attn) {
-    case KN_ATTN_WGMMA: return ATTN90_PINGPONG;
+    case KN_ATTN_WGMMA: return ATTN90_PINGPONG | ATTN90_ONEPASS;
+    case KN_ATTN_WGMMA_TWO: return ATTN90_PINGPONG;
     case KN_ATTN_WGMMA_OVERLAP: return ATTN90_PINGPONG | ATTN90_BWD_OVERLAP;
     case KN_ATTN_WGMMA_ONEPASS: return ATTN90_PINGPONG | ATTN90_ONEPASS;
     default: return 0;
@@ -155,6 +157,11 @@ static int attn90_flags(const kn_ctx *k)
 
 kn_attn_impl kn_ctx_attn(const kn_ctx *k) { return k->attn; }
 
+int kn_attn_bwd_products(const kn_ctx *k, size_t s, size_t d)
+{
+    return k->attn != KN_ATTN_MMA && attn90_bwd_onepass(attn90_flags(k), s, d) ? 5 : 7;
+}
+
 const char *kn_attn_name(kn_attn_impl impl)
 {
     switch (impl) {
@@ -162,6 +169,7 @@ const char *kn_attn_name(kn_attn_impl impl)
     case KN_ATTN_WGMMA_BASIC: return "wgmma-basic";
     case KN_ATTN_WGMMA_ONEPASS: return "wgmma-onepass";
     case KN_ATTN_WGMMA_OVERLAP: return "wgmma-overlap";
+    case KN_ATTN_WGMMA_TWO: return "wgmma-two";
     case KN_ATTN_MMA: return "mma";
     default: return "auto";
     }

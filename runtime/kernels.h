@@ -87,22 +87,27 @@ rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n,
 
 /* ---- causal attention ---- */
 /* Implementations: wgmma with TMA (FlashAttention-3's producer / consumer warpgroups, the
- * forward's consumers taking turns, the backward in two kernels; runtime/attn_sm90.h), chosen
- * on devices of compute capability 9.0; two other forms of it kept for comparison (basic: the
- * forward's consumers each in sequence; one-pass: the backward in one kernel, dq summed in a
- * fixed order, slower on the H200: docs/RUNTIME.md; overlap: the default's forward with the
- * backward's products kept in flight while each warpgroup computes P and dS, the same bits as
- * the default's backward); and mma.sync (FlashAttention-2's loop
+ * forward's consumers taking turns, the backward at head dim 128 in one kernel with dq summed
+ * in a fixed order while a head's fp32 dq fits L2, else in two kernels; runtime/attn_sm90.h),
+ * chosen on devices of compute capability 9.0; wgmma-onepass names the same; other forms kept
+ * for comparison (two: the backward always in two kernels, the default until 2026-12-03;
+ * basic: the forward's consumers each in sequence, the two-kernel backward; overlap: two's
+ * backward with its products kept in flight while each warpgroup computes P and dS, the same
+ * bits as two's); and mma.sync (FlashAttention-2's loop
  * order) elsewhere. All deterministic, the same results within rounding (not bit for bit:
  * the products are summed in other orders). */
 typedef enum kn_attn_impl {
     KN_ATTN_AUTO = 0, KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC, KN_ATTN_WGMMA_ONEPASS,
-    KN_ATTN_WGMMA_OVERLAP
+    KN_ATTN_WGMMA_OVERLAP, KN_ATTN_WGMMA_TWO
 } kn_attn_impl;
 /* KN_ATTN_AUTO: the device's; the wgmma ones on another device: RT_ERR_INVALID. */
 rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err);
 kn_attn_impl kn_ctx_attn(const kn_ctx *k);
 const char *kn_attn_name(kn_attn_impl impl);
+/* The causal products the backward of the kernels in use computes for s tokens at head dim
+ * d: 5 in one pass (dq through ordered reductions; attn90_bwd_onepass says where), 7 in the
+ * two-kernel forms (S and dP computed twice). */
+int kn_attn_bwd_products(const kn_ctx *k, size_t s, size_t d);
 /* The wgmma kernels' layout self-test (runtime/attn_sm90.h: three products and the TMA tile
  * against the host, relative errors); RT_ERR_INVALID without the wgmma kernels. */
 enum { KN_ATTN_NTEST = 4 };

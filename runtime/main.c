@@ -175,7 +175,8 @@ static int cmd_probe(int argc, char **argv)
              "kn_gemm (cuBLAS)", note);
     snprintf(anote, sizeof anote, "%s; memsim's own attention kernels (runtime/kernels.h: the "
              "device's default, wgmma and TMA on compute capability 9.0, else mma.sync; "
-             "7-product deterministic backward), not the vendor's FlashAttention: causal, head "
+             "a deterministic backward: at head dim 128 in one pass, 5 products, while a "
+             "head's fp32 dq fits L2, else 7), not the vendor's FlashAttention: causal, head "
              "dim 128, one sequence of 2K-32K tokens, model FLOPs (backward 2.5x forward) over "
              "time, fitted to eff * S / (S + half_seq); per-shape samples in the raw CSV", note);
     static const char *const rt_keys[] = {"rt.attn_fwd_eff", "rt.attn_fwd_half_seq",

@@ -618,14 +618,14 @@ static rt_status bench_pass(bench_state *b, timer *tm, ms_error *err)
     return layer_bwd(b->k, &b->z, b->w, b->g, &b->a, &b->sc, b->dy, b->dx, tm, err);
 }
 
-static double op_flops(const char *name, const shape *z)
+static double op_flops(const char *name, const shape *z, int bwd_products)
 {
     double T = (double)z->T, h = (double)z->h, f = (double)z->f;
     double att = (double)z->B * (double)z->S * (double)z->S * h;   /* one causal product */
     static const char *const nm[] = {"qkv", "proj", "fc1", "fc2", "attn", "qkv.bwd",
                                      "proj.bwd", "fc1.bwd", "fc2.bwd", "attn.bwd"};
     double fl[] = {2 * T * h * 3 * h, 2 * T * h * h, 2 * T * h * f, 2 * T * f * h, 2 * att,
-                   4 * T * h * 3 * h, 4 * T * h * h, 4 * T * h * f, 4 * T * f * h, 7 * att};
+                   4 * T * h * 3 * h, 4 * T * h * h, 4 * T * h * f, 4 * T * f * h, bwd_products * att};
     for (size_t i = 0; i < sizeof nm / sizeof *nm; i++)
         if (!strcmp(name, nm[i])) return fl[i];
     return 0;
@@ -686,7 +686,7 @@ static rt_status bench_run(bench_state *b, const mrt_bench_cfg *c, mrt_bench_res
             for (int rep = 0; rep < 5; rep++) v[rep] = per[rep][i];
             snprintf(r->ops[i].name, sizeof r->ops[i].name, "%s", tm.name[i]);
             r->ops[i].ms = median(v, 5);
-            r->ops[i].flops = op_flops(tm.name[i], &b->z);
+            r->ops[i].flops = op_flops(tm.name[i], &b->z, r->bwd_products);
             r->ops_sum_ms += r->ops[i].ms;
         }
     }
@@ -709,8 +709,6 @@ rt_status mrt_bench_layer(const mrt_bench_cfg *c, void *stream, mrt_bench_result
     double T = (double)z->T, h = (double)z->h, f = (double)z->f;
     double P = 3 * h * h + 3 * h + h * h + h + 2 * h * f + f + h + 4 * h;
     r->model_flops = 6 * T * P + 6 * (double)z->B * h * (double)z->S * (double)z->S;
-    r->exec_flops = 3 * 2 * T * (3 * h * h + h * h + 2 * h * f) +
-                    9 * (double)z->B * (double)z->S * (double)z->S * h;
     arena a = {NULL, 0};
     bench_layout(&b, &a);
     r->device_bytes = a.used;
@@ -718,7 +716,12 @@ rt_status mrt_bench_layer(const mrt_bench_cfg *c, void *stream, mrt_bench_result
     bench_layout(&b, &a);
     rt_status st = kn_ctx_new(stream, &b.k, err);
     if (st == RT_OK) st = kn_ctx_set_attn(b.k, c->attn, err);
-    if (st == RT_OK) r->attn = kn_ctx_attn(b.k);
+    if (st == RT_OK) {
+        r->attn = kn_ctx_attn(b.k);
+        r->bwd_products = kn_attn_bwd_products(b.k, b.z.S, b.z.D);
+        r->exec_flops = 3 * 2 * T * (3 * h * h + h * h + 2 * h * f) +
+                        (2 + r->bwd_products) * (double)z->B * (double)z->S * (double)z->S * h;
+    }
     if (st == RT_OK) st = bench_init(&b, err);
     if (st == RT_OK) st = bench_run(&b, c, r, err);
     if (b.s) cudaStreamSynchronize(b.s);

@@ -86,7 +86,8 @@ typedef struct mrt_bench_op {
 
 typedef struct mrt_bench_result {
     double model_flops;       /* MEMO §5.1 for one layer: 6 T P_layer + 6 b h s^2 */
-    double exec_flops;        /* executed: GEMMs 3x forward, attention 2 + 7 causal products */
+    double exec_flops;        /* executed: GEMMs 3x forward, attention 2 + bwd_products causal products */
+    int bwd_products;         /* causal products of the attention backward: 5 or 7 */
     double median_ms, min_ms, max_ms;
     int n_times;
     kn_attn_impl attn;        /* the attention kernels that ran */

@@ -580,8 +580,10 @@ static void fit_ramp(const double *S, const double *eff, int n, double *e, doubl
 }
 
 /* memsim's own causal attention kernels, the device's default set (runtime/kernels.h: wgmma
- * and TMA on compute capability 9.0, else mma.sync; the backward computes 7 products instead
- * of FlashAttention-2's 5, for determinism), not the vendor's FlashAttention kernels:
+ * and TMA on compute capability 9.0, else mma.sync; a deterministic backward: with wgmma at
+ * head dim 128 in one pass, FlashAttention-2's 5 products with dq summed in a fixed order,
+ * while a head's fp32 dq fits L2 (all the lengths here on an H200), else 7), not the vendor's
+ * FlashAttention kernels:
  * one sequence (micro-batch 1, the long-sequence training case the generator's seq ramp
  * describes) of 16 heads of dim 128 at lengths 2K..32K, forward and backward. FLOPs are the model's, as the generator counts them (traces/gen.c): forward
  * 2 B S^2 H D (causal), backward 2.5 x forward. Each direction's efficiency over S is fitted

@@ -155,11 +155,13 @@ static void usage(FILE *f)
         "                       peak, per-op times\n"
         "  --reps N --warmup N  timed and warm-up repetitions of the benchmark (12, 3)\n"
         "  --attn KERNELS       the benchmark's attention: auto (default: wgmma and TMA on\n"
-        "                       compute capability 9.0, mma.sync elsewhere), mma, wgmma,\n"
-        "                       wgmma-basic (the forward's consumers without turns),\n"
-        "                       wgmma-onepass (the backward in one pass, dq in a fixed order)\n"
-        "                       or wgmma-overlap (wgmma with the backward's products kept in\n"
-        "                       flight while P and dS are computed; the same bits)\n"
+        "                       compute capability 9.0, mma.sync elsewhere), mma, wgmma (at\n"
+        "                       head dim 128 the backward in one pass, dq summed in a fixed\n"
+        "                       order), wgmma-onepass (the same), wgmma-two (the backward as\n"
+        "                       two kernels, dk/dv and dq), wgmma-basic (the forward's\n"
+        "                       consumers without turns, two-kernel backward) or wgmma-overlap\n"
+        "                       (wgmma-two with the backward's products kept in flight while P\n"
+        "                       and dS are computed; the same bits)\n"
         "  --train N            N training steps of the whole model (AdamW, seeded weights and\n"
         "                       token stream; --policy full-recompute replays each layer's\n"
         "                       forward in the backward): the loss curve and step times\n"
@@ -297,8 +299,9 @@ static int apply(int c, char *v, run_args *a)
         else if (!strcmp(v, "wgmma-basic")) a->attn = KN_ATTN_WGMMA_BASIC;
         else if (!strcmp(v, "wgmma-onepass")) a->attn = KN_ATTN_WGMMA_ONEPASS;
         else if (!strcmp(v, "wgmma-overlap")) a->attn = KN_ATTN_WGMMA_OVERLAP;
-        else return bad("attn", v, "expected auto, mma, wgmma, wgmma-basic, wgmma-onepass or "
-                        "wgmma-overlap");
+        else if (!strcmp(v, "wgmma-two")) a->attn = KN_ATTN_WGMMA_TWO;
+        else return bad("attn", v, "expected auto, mma, wgmma, wgmma-basic, wgmma-onepass, "
+                        "wgmma-overlap or wgmma-two");
         return 0;
     case O_WARMUP:
         if (!ms_parse_u64(v, &x) || x > 1000) return bad("warmup", v, "expected 0..1000");
@@ -971,13 +974,14 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
            c.hidden, c.heads, c.hidden / c.heads, c.ffn, c.seq, c.batch, c.seq * c.batch,
            gib(r.device_bytes));
     printf("FLOPs: model %.4g (MEMO: 6 T P_layer + 6 b h s^2), executed %.4g (GEMMs 3x forward, "
-           "attention 2 + 7 causal products)\n", r.model_flops, r.exec_flops);
+           "attention 2 + %d causal products)\n", r.model_flops, r.exec_flops, r.bwd_products);
     static const char *const attn_what[] = {
         "auto", "mma (mma.sync m16n8k16)",
-        "wgmma (warpgroup MMA fed by TMA, the forward's consumers taking turns)",
+        "wgmma (warpgroup MMA fed by TMA, the forward's consumers taking turns, one-pass backward)",
         "wgmma-basic (warpgroup MMA fed by TMA)",
         "wgmma-onepass (warpgroup MMA fed by TMA, turns, one-pass backward)",
-        "wgmma-overlap (warpgroup MMA fed by TMA, turns, the backward's products overlapped)"};
+        "wgmma-overlap (warpgroup MMA fed by TMA, turns, the backward's products overlapped)",
+        "wgmma-two (warpgroup MMA fed by TMA, turns, the backward as two kernels)"};
     printf("attention kernels: %s\n", attn_what[r.attn]);
     printf("time: median %.3f ms of %d repetitions (min %.3f, max %.3f) after %d warm-up, "
            "events around each repetition\n", r.median_ms, r.n_times, r.min_ms, r.max_ms,

@@ -691,9 +691,9 @@ int main(void)
         t_ln(seed * 1000 + 100);
         t_gemm(seed * 1000 + 200);
         t_elem(seed * 1000 + 300);
-        for (int i = 0; i < 4; i++) {   /* every attention kernel set the device runs */
-            static const kn_attn_impl im[4] = {KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC,
-                                               KN_ATTN_WGMMA_OVERLAP};
+        for (int i = 0; i < 5; i++) {   /* every attention kernel set the device runs */
+            static const kn_attn_impl im[5] = {KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC,
+                                               KN_ATTN_WGMMA_OVERLAP, KN_ATTN_WGMMA_TWO};
             /* (the one-pass form last of all, below) */
             kn_attn_impl impl = im[i];
             if (impl != KN_ATTN_MMA && !wgmma) continue;
@@ -704,9 +704,9 @@ int main(void)
         t_adamw(seed * 1000 + 700);
     }
     t_attn(3000, 1, 1, 128, 128, 1, KN_ATTN_MMA);   /* one tile: the diagonal only */
-    for (int i = 0; wgmma && i < 3; i++) {
-        static const kn_attn_impl im[3] = {KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC,
-                                           KN_ATTN_WGMMA_OVERLAP};
+    for (int i = 0; wgmma && i < 4; i++) {
+        static const kn_attn_impl im[4] = {KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC,
+                                           KN_ATTN_WGMMA_OVERLAP, KN_ATTN_WGMMA_TWO};
         kn_attn_impl impl = im[i];
         t_attn(3000, 1, 1, 128, 128, 1, impl);
         t_attn(3100, 1, 2, 1024, 128, 1, impl);   /* rings of stages wrap many times */
@@ -715,7 +715,7 @@ int main(void)
     TAP_OK(cuda_ok, "every CUDA allocation and copy of the checks succeeded");
     t_model();
     t_trace();
-    if (wgmma) {   /* the one-pass backward (dq summed in a fixed order across CTAs) */
+    if (wgmma) {   /* the one-pass backward (dq summed in a fixed order across CTAs), named */
         t_attn(3300, 1, 2, 384, 128, 0, KN_ATTN_WGMMA_ONEPASS);
         t_attn(3400, 1, 2, 1024, 128, 1, KN_ATTN_WGMMA_ONEPASS);
         t_attn(3500, 2, 3, 768, 128, 1, KN_ATTN_WGMMA_ONEPASS);
