@@ -634,6 +634,21 @@ template <bool ONE> __device__ __forceinline__ void dkv_block(const bwd_args &a,
     }
 }
 
+/* P^T of a query tile over the scores' registers (S^T = K Q^T, unscaled): exp2 of the scaled
+ * score less the row's log-sum-exp, zero where a key is after the query. */
+__device__ __forceinline__ void dkv_probs(float (&sacc)[DKV_BQ / 2], const float *sl, float sl2,
+                                          int kw, int kr, int q0, int t)
+{
+    const bool diag = kw + 63 > q0;
+#pragma unroll
+    for (int x = 0; x < DKV_BQ / 2; x++) {
+        const int e = x % 4, qi = 8 * (x / 4) + 2 * t + (e & 1);
+        float p = p90_exp2(sacc[x] * sl2 - sl[qi] * A90_LOG2E);
+        if (diag && kr + 8 * (e >> 1) > q0 + qi) p = 0.0f;
+        sacc[x] = p;
+    }
+}
+
 template <int D, bool ONE, bool PP>
 __device__ __forceinline__ void dkv_produce(const CUtensorMap *tk, const CUtensorMap *tv,
                                             const CUtensorMap *tq, const CUtensorMap *tdo,
@@ -714,14 +729,7 @@ __device__ __forceinline__ void dkv_tile_ds(const bwd_args &a, unsigned char *gs
         p90_wg_commit();
         p90_wg_wait<0>();
         p90_keep(sacc);
-        const bool diag = kw + 63 > q0;
-#pragma unroll
-        for (int x = 0; x < DKV_BQ / 2; x++) {
-            const int e = x % 4, qi = 8 * (x / 4) + 2 * t + (e & 1);
-            float p = p90_exp2(sacc[x] * a.sl2 - sl[qi] * A90_LOG2E);
-            if (diag && kr + 8 * (e >> 1) > q0 + qi) p = 0.0f;
-            sacc[x] = p;
-        }
+        dkv_probs(sacc, sl, a.sl2, kw, kr, q0, t);
         a90_pack<DKV_BQ>(pf, sacc);
         p90_bar_wait(b.o + 8 * s, ph);
         p90_keep(dva);
@@ -965,14 +973,7 @@ __device__ __forceinline__ void dkv_consume_pp(const bwd_args &a, unsigned char 
         p90_wg_commit();
         p90_wg_wait<1>();
         p90_keep(sacc);
-        const bool diag = kw + 63 > q0;
-#pragma unroll
-        for (int x = 0; x < DKV_BQ / 2; x++) {
-            const int e = x % 4, qi = 8 * (x / 4) + 2 * t + (e & 1);
-            float p = p90_exp2(sacc[x] * a.sl2 - sl[qi] * A90_LOG2E);
-            if (diag && kr + 8 * (e >> 1) > q0 + qi) p = 0.0f;
-            sacc[x] = p;
-        }
+        dkv_probs(sacc, sl, a.sl2, kw, kr, q0, t);
         p90_wg_wait<0>();
         p90_keep(dka);
         p90_keep_u(pf);
