@@ -459,6 +459,11 @@ static void test_defaults(void)
     TAP_OK(st == MS_OK && m.attn_dropout == 0.1 && m.act == MODEL_ACT_GELU_TANH &&
            m.default_seq == 2048, "llama: attention_dropout read, gelu_pytorch_tanh, 2048 "
            "positions by default (%s)", e.msg);
+    st = parse("lr.json", "{\"model_type\": \"llama\", \"num_hidden_layers\": 1.0, \"hidden_size\": "
+               "6.4e1, \"intermediate_size\": 128, \"num_attention_heads\": 2, \"vocab_size\": 100}",
+               &m, &e);
+    TAP_OK(st == MS_OK && m.hidden == 64 && m.layers == 1, "sizes written as reals without a "
+           "fraction (1.0, 6.4e1) are read as integers (%s)", e.msg);
     st = parse("ms.json", "{\"model_type\": \"mistral\", \"num_hidden_layers\": 1, "
                "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 2, "
                "\"num_key_value_heads\": 1, \"vocab_size\": 100}", &m, &e);
@@ -497,6 +502,10 @@ static void test_bad_input(void)
         MS_ERR_INVALID, "num_attention_heads: must be positive");
     bad("a fractional size", "{" LL "\"hidden_size\": 64.5, \"num_attention_heads\": 2}",
         MS_ERR_INVALID, "hidden_size: expected a positive integer");
+    bad("a size written as a huge real", "{" LL "\"hidden_size\": 1e30, \"num_attention_heads\": 2}",
+        MS_ERR_INVALID, "hidden_size: 1e+30 is implausibly large");
+    bad("a negative size written as a real", "{" LL "\"hidden_size\": -64.0, "
+        "\"num_attention_heads\": 2}", MS_ERR_INVALID, "hidden_size: must be positive (is -64)");
     bad("a size as a string", "{" LL "\"hidden_size\": \"64\", \"num_attention_heads\": 2}",
         MS_ERR_INVALID, "hidden_size: expected a positive integer, not a string");
     bad("heads not dividing hidden", "{" LL "\"hidden_size\": 1000, \"num_attention_heads\": 16}",

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,22 @@ static const char *kind_of(const json_t *v)
     }
 }
 
+/* A size written as a real: *n its integer when it has no fraction (64.0, 1e3: what a config
+ * written by another tool may hold); else 0, the failure said. */
+static int integral_real(hctx *x, const char *key, double d, json_int_t *n)
+{
+    if (d != floor(d)) {
+        fail(x, key, "expected a positive integer, not %g", d);
+        return 0;
+    }
+    if (!(fabs(d) < 9.0e18)) {
+        fail(x, key, "%g is implausibly large", d);
+        return 0;
+    }
+    *n = (json_int_t)d;
+    return 1;
+}
+
 /* A positive integer size at most max; dflt 0: required. */
 static uint64_t size_of(hctx *x, const char *key, uint64_t dflt, uint64_t max)
 {
@@ -155,11 +172,12 @@ static uint64_t size_of(hctx *x, const char *key, uint64_t dflt, uint64_t max)
         if (!dflt) fail(x, key, "missing (a required size)");
         return dflt;
     }
-    if (!json_is_integer(v)) {
+    json_int_t n = 0;
+    if (json_is_integer(v)) n = json_integer_value(v);
+    else if (!json_is_real(v)) {
         fail(x, key, "expected a positive integer, not %s", kind_of(v));
         return 0;
-    }
-    json_int_t n = json_integer_value(v);
+    } else if (!integral_real(x, key, json_real_value(v), &n)) return 0;
     if (n <= 0) {
         fail(x, key, "must be positive (is %" JSON_INTEGER_FORMAT ")", n);
         return 0;
