@@ -111,6 +111,33 @@ static uint32_t leaf_find(const bleaf *L, uint64_t z, uint64_t a)
     return lo;
 }
 
+/* dir_find and leaf_find for the key (z, 0), as a best fit asks: no key is below address 0,
+ * so (size, addr) < (z, 0) is size < z, one 64-bit comparison a step where the full key
+ * takes a 128-bit one (bset_lower_bound runs at every allocation). */
+static size_t dir_find_size(const bset *s, uint64_t z)
+{
+    size_t lo = 0, len = s->nleaf;
+    while (len > 0) {
+        size_t half = len / 2;
+        int lt = s->last[lo + half].size < z;
+        lo = lt ? lo + half + 1 : lo;
+        len = lt ? len - half - 1 : half;
+    }
+    return lo;
+}
+
+static uint32_t leaf_find_size(const bleaf *L, uint64_t z)
+{
+    uint32_t lo = 0, len = L->n;
+    while (len > 0) {
+        uint32_t half = len / 2;
+        int lt = L->e[lo + half].size < z;
+        lo = lt ? lo + half + 1 : lo;
+        len = lt ? len - half - 1 : half;
+    }
+    return lo;
+}
+
 static void set_last(bset *s, size_t k)
 {
     const bent *e = &s->leaf[k]->e[s->leaf[k]->n - 1];
@@ -298,10 +325,10 @@ void bset_rekey_at(bset *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t
 
 uint32_t bset_lower_bound(const bset *s, uint64_t size, bset_pos *pos, uint64_t *found_size)
 {
-    size_t k = dir_find(s, size, 0);
+    size_t k = dir_find_size(s, size);
     if (k == s->nleaf) return BSET_NONE;
     const bleaf *L = s->leaf[k];
-    uint32_t at = leaf_find(L, size, 0); /* < L->n: the leaf's last key is >= (size, 0) */
+    uint32_t at = leaf_find_size(L, size); /* < L->n: the leaf's last key is >= (size, 0) */
     *pos = (bset_pos){(uint32_t)k, at};
     *found_size = L->e[at].size;
     return L->e[at].id;

@@ -13,6 +13,8 @@ struct blockmix {
     uint64_t bytes[BM_COUNT];     /* live bytes by kind */
     uint64_t sum, best;           /* their sum, and its largest value so far */
     uint64_t peak[BM_COUNT];      /* the kinds when the sum was largest (or at the failure) */
+    int peak_now;                 /* 1: the sum is at its largest now and peak[] is not yet
+                                     written: bytes[] holds the peak's kinds */
     int failed;
 };
 
@@ -75,15 +77,27 @@ void bm_free(blockmix *b)
     free(b);
 }
 
-/* Counts a live block of `bytes` of kind k: the sums and the peak's kinds. */
+/* Counts a live block of `bytes` of kind k: the sums and the peak's kinds. A new peak is
+ * only noted: the kinds are copied when the sum first falls below it (peak_settle), not at
+ * each of the allocations in a row that raise it (most of a forward pass's). While the
+ * sum is at its peak every count_in raises it again (bytes > 0), so bytes[] changes only
+ * at a new peak before peak_settle. */
 static void count_in(blockmix *b, bm_kind k, uint64_t bytes)
 {
     b->bytes[k] += bytes;
     b->sum += bytes;
     if (b->sum > b->best && !b->failed) {
         b->best = b->sum;
-        memcpy(b->peak, b->bytes, sizeof b->peak);
+        b->peak_now = 1;
     }
+}
+
+/* Before bytes[] falls: the peak's kinds into peak[], where they were only noted. */
+static inline void peak_settle(blockmix *b)
+{
+    if (!b->peak_now) return;
+    memcpy(b->peak, b->bytes, sizeof b->peak);
+    b->peak_now = 0;
 }
 
 int bm_alloc(blockmix *b, uint64_t id, sched_block block, uint64_t addr, uint64_t bytes)
@@ -105,6 +119,7 @@ void bm_release(blockmix *b, uint64_t addr)
 {
     uint64_t v;
     if (!u64map_del(b->live, addr, &v)) return;
+    peak_settle(b);
     b->bytes[v & 15] -= v >> 4;
     b->sum -= v >> 4;
 }
@@ -119,6 +134,7 @@ uint64_t bm_add(blockmix *b, uint64_t id, sched_block block, uint64_t bytes)
 
 void bm_sub(blockmix *b, uint64_t token)
 {
+    peak_settle(b);
     b->bytes[token & 15] -= token >> 4;
     b->sum -= token >> 4;
 }
@@ -126,6 +142,7 @@ void bm_sub(blockmix *b, uint64_t token)
 void bm_failed(blockmix *b)
 {
     memcpy(b->peak, b->bytes, sizeof b->peak);
+    b->peak_now = 0;
     b->failed = 1;
 }
 
@@ -143,6 +160,6 @@ void bm_live(const blockmix *b, uint64_t out[BM_COUNT])
 
 void bm_peak(const blockmix *b, uint64_t out[BM_COUNT], int *at_failure)
 {
-    memcpy(out, b->peak, sizeof b->peak);
+    memcpy(out, b->peak_now ? b->bytes : b->peak, sizeof b->peak);
     if (at_failure) *at_failure = b->failed;
 }

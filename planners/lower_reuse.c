@@ -365,6 +365,9 @@ static int keep(lreuse *c, schedule_t *s, lower_srcs *src, const trace_t *t,
     T->n_sig = g.n;
     T->n_head = c->n_head;
     T->s = s;
+    /* its streams' queues, which every re-binding keeps, for the executor (a schedule it
+       cannot index runs as any other: sim/exec.c) */
+    (void)sched_index_build(s);
     T->src = *src; /* the template owns the sources from here */
     memset(src, 0, sizeof *src);
     T->age = c->clock++;

@@ -1,7 +1,8 @@
 /* schedule.c — the schedule container of schedule.h: a growable list of actions in program
- * order, event numbering, the validator that proves a schedule cannot deadlock and never
- * frees what it did not allocate, and the text dump (format in docs/POLICIES.md, "Schedule
- * dump"). Filled by planners/lower.c; read by sim/exec.c, runtime/ and the tests. */
+ * order, event numbering, the streams' index an executor may take (sched_index_build), the
+ * validator that proves a schedule cannot deadlock and never frees what it did not allocate,
+ * and the text dump (format in docs/POLICIES.md, "Schedule dump"). Filled by
+ * planners/lower.c; read by sim/exec.c, runtime/ and the tests. */
 #include "planners/schedule.h"
 
 #include <inttypes.h>
@@ -14,7 +15,16 @@ struct schedule {
     sched_action *acts;
     size_t n, cap;
     uint32_t n_events;
+    sched_index ix;          /* valid when ix_buf is not NULL */
+    uint32_t *ix_buf;        /* the index's queues then its timed list, in one block */
 };
+
+/* An added action changes the streams' queues: the index goes. */
+static void drop_index(schedule_t *s)
+{
+    free(s->ix_buf);
+    s->ix_buf = NULL;
+}
 
 schedule_t *sched_new(void)
 {
@@ -24,6 +34,7 @@ schedule_t *sched_new(void)
 void sched_free(schedule_t *s)
 {
     if (!s) return;
+    drop_index(s);
     free(s->acts);
     free(s);
 }
@@ -39,6 +50,7 @@ ms_status sched_add(schedule_t *s, const sched_action *a)
     if (!s || !a) return MS_ERR_INVALID;
     if (ms_grow((void **)&s->acts, &s->cap, s->n + 1, sizeof *s->acts) != MS_OK)
         return MS_ERR_NOMEM;
+    if (s->ix_buf) drop_index(s);
     s->acts[s->n++] = *a;
     return MS_OK;
 }
@@ -47,7 +59,60 @@ sched_action *sched_append(schedule_t *s)
 {
     if (s->n == s->cap && ms_grow((void **)&s->acts, &s->cap, s->n + 1, sizeof *s->acts) != MS_OK)
         return NULL;
+    if (s->ix_buf) drop_index(s);
     return &s->acts[s->n++];
+}
+
+/* The structure an executor needs of every action before it runs the schedule. */
+static int indexable(const sched_action *a)
+{
+    return (unsigned)a->stream < SS_COUNT && (unsigned)a->kind < SA_COUNT &&
+           (a->kind != SA_COMPUTE || a->stream == SS_COMPUTE);
+}
+
+static int is_timed(const sched_action *a)
+{
+    return a->kind == SA_COMPUTE || a->kind == SA_HOST_COMPUTE;
+}
+
+ms_status sched_index_build(schedule_t *s)
+{
+    if (!s) return MS_ERR_INVALID;
+    drop_index(s);
+    if (s->n > UINT32_MAX) return MS_ERR_INVALID;
+    sched_index ix;
+    memset(&ix, 0, sizeof ix);
+    for (size_t i = 0; i < s->n; i++) {
+        const sched_action *a = &s->acts[i];
+        if (!indexable(a)) return MS_ERR_INVALID;
+        ix.n[a->stream]++;
+        ix.n_timed += is_timed(a);
+        if (a->kind == SA_ALLOC) {
+            ix.any_alloc = 1;
+            if (a->tensor > ix.top_alloc) ix.top_alloc = a->tensor;
+        }
+    }
+    uint32_t *buf = malloc((s->n + ix.n_timed + 1) * sizeof *buf);
+    if (!buf) return MS_ERR_NOMEM;
+    uint32_t *q[SS_COUNT], *timed = buf + s->n;
+    size_t off = 0;
+    for (int k = 0; k < SS_COUNT; k++) {
+        ix.q[k] = q[k] = buf + off;
+        off += ix.n[k];
+    }
+    ix.timed = timed;
+    for (size_t i = 0; i < s->n; i++) {
+        *q[s->acts[i].stream]++ = (uint32_t)i;
+        if (is_timed(&s->acts[i])) *timed++ = (uint32_t)i;
+    }
+    s->ix = ix;
+    s->ix_buf = buf;
+    return MS_OK;
+}
+
+const sched_index *sched_get_index(const schedule_t *s)
+{
+    return s && s->ix_buf ? &s->ix : NULL;
 }
 
 uint32_t sched_new_event(schedule_t *s)

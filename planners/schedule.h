@@ -113,8 +113,31 @@ const sched_action *sched_get(const schedule_t *s, size_t i);
 /* The actions in program order (*n of them; NULL when none), valid until the schedule next
  * changes: for an executor that looks actions up by index many times per run. */
 const sched_action *sched_actions(const schedule_t *s, size_t *n);
-/* The same, to change the actions' numbers in place (planners/lower.c lower_bind). */
+/* The same, to change the actions' numbers in place (planners/lower.c lower_bind): their
+ * kinds, streams and tensor ids stay as they are, so that the stream index (sched_index)
+ * stays valid. */
 sched_action *sched_actions_edit(schedule_t *s, size_t *n);
+
+/* The actions of each stream in program order, for an executor that runs a schedule many
+ * times with new numbers (a sweep's re-bound templates, planners/lower_reuse.c): what it
+ * would otherwise find by a pass over all the actions at every run. Built on request by
+ * sched_index_build; dropped when an action is added. */
+typedef struct sched_index {
+    const uint32_t *q[SS_COUNT];  /* stream k's action indices, in program order */
+    size_t n[SS_COUNT];
+    const uint32_t *timed;        /* the COMPUTE and HOST_COMPUTE actions, in program order:
+                                     their durations are numbers, checked at each run */
+    size_t n_timed;
+    uint64_t top_alloc;           /* the largest ALLOC tensor id (0 when none) */
+    int any_alloc;                /* there is an ALLOC */
+} sched_index;
+
+/* Builds s's index. MS_ERR_INVALID (and no index) when an action's stream or kind is out of
+ * range or a COMPUTE is off the compute stream: an executor then finds and reports that in
+ * its own pass. MS_ERR_NOMEM when out of memory. */
+ms_status sched_index_build(schedule_t *s);
+/* The index, or NULL when none is built (or it was dropped). */
+const sched_index *sched_get_index(const schedule_t *s);
 const char *sched_kind_name(sched_kind k);
 const char *sched_stream_name(sched_stream s);
 /* The block kind of a trace tensor of class c (SB_OTHER for a class with none). */

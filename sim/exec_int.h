@@ -24,7 +24,8 @@ typedef enum st_state {
 } st_state;
 
 typedef struct stream {
-    uint32_t *q;        /* schedule indices, program order */
+    const uint32_t *q;  /* schedule indices, program order (the queues of x->qbuf or of the
+                           schedule's own index) */
     size_t n, pos;
     st_state state;
     int parts;          /* parts of the running action still going (timer, DHA flows) */

@@ -498,6 +498,38 @@ static int same_result(const sim_result *a, const sim_result *b)
 /* The stream-time model keeps live device tensors in a table by id when the ALLOC ids are
  * compact, in a map otherwise (ids far above a few per action): both give the same run,
  * an OOM and the errors of a double allocation and of a free of a tensor not allocated. */
+/* A schedule with its own stream index (sched_index_build: a sweep's re-bound templates) runs
+ * as without one, and a duration changed in place after the index is still checked. */
+static void test_indexed_schedule(void)
+{
+    machine_t m = test_machine();
+    size_t n;
+    schedule_t *s = synthetic(6, &n);
+    sim_result plain, ixd;
+    ms_error err;
+    ms_status st = run(s, &m, NULL, &plain, &err);
+    TAP_OK(sched_index_build(s) == MS_OK && sched_get_index(s), "the synthetic schedule indexes");
+    ms_status st2 = run(s, &m, NULL, &ixd, &err);
+    TAP_OK(st == MS_OK && st2 == MS_OK && ixd.status == RS_OK && same_result(&plain, &ixd),
+           "with its index: the same run (%.6f s)", ixd.iter_time_s);
+    m.gpu_hbm_bytes = 120 * MiB;
+    st = run(s, &m, NULL, &ixd, &err);
+    TAP_OK(st == MS_OK && ixd.status == RS_OOM && sched_get_index(s),
+           "and the same OOM with 120 MiB of device");
+    m = test_machine();
+    sched_action *a = sched_actions_edit(s, &n);
+    size_t last = SIZE_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (a[i].kind == SA_COMPUTE) last = i;
+    a[last].dur_us = NAN;
+    char want[64];
+    snprintf(want, sizeof want, "action %zu: non-finite", last);
+    st = run(s, &m, NULL, &ixd, &err);
+    TAP_OK(st == MS_ERR_INVALID && strstr(err.msg, want) && sched_get_index(s),
+           "a duration made NaN after the index: %s", err.msg);
+    sched_free(s);
+}
+
 static void test_dense_and_sparse_ids(void)
 {
     machine_t m = test_machine();
@@ -699,6 +731,7 @@ int main(void)
     test_deadlock();
     test_bad_input();
     test_dense_and_sparse_ids();
+    test_indexed_schedule();
     test_determinism_and_outputs();
     test_results_csv();
     test_speed();

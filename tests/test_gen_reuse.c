@@ -208,13 +208,22 @@ static void test_binding(void)
     TAP_OK(ok && tshape_of(t) == base && trace_find_tensor(t, 1)->bytes == 8192 &&
            trace_find_op(t, 7)->flops == 2e9, "other numbers: bound, base's structure");
     TAP_OK(!tshape_equal(t, base), "... and not equal to the base, whose numbers differ");
+    size_t n_am;
+    const tshape_ref *am = tshape_alloc_marks(t, &n_am);
+    TAP_OK(am && n_am == 2 && am[0].at == 0 && am[0].type == TR_ALLOC &&
+               am[0].cls == TC_ACT_SKEL && am[1].at == 2 && am[1].type == TR_MARK,
+           "its alloc and mark records listed (the base's list), the alloc with its class");
     /* appended to afterwards: its own indexes, its own structure */
     trace_alloc_rec(&r2, 9, 512, TC_WORKSPACE, -1, -1, 0, "w");
     ok = trace_append(t, &r2) == MS_OK;
     TAP_OK(ok && trace_find_tensor(t, 9) && trace_find_tensor(t, 1)->bytes == 8192 &&
            !trace_find_tensor(base, 9) && tshape_of(t) == t,
            "appended to after the binding: indexes of its own, base unchanged");
+    TAP_OK(!tshape_alloc_marks(t, &n_am) && n_am == 0, "... and no list of base's");
     trace_free(t);
+    trace_t *plain = trace_new();
+    TAP_OK(plain && !tshape_alloc_marks(plain, &n_am), "a trace made afresh has no list");
+    trace_free(plain);
 
     /* structure differences, a missing record, an invalid number */
     struct { const char *what; int field; } cases[] = {
@@ -234,7 +243,11 @@ static void test_binding(void)
         if (cases[k].field != 3) st &= trace_append_mark(t, TM_ITER, 0) == MS_OK;
         if (cases[k].field == 5) st &= trace_append_mark(t, TM_ITER, 1) == MS_OK;
         int bound = tshape_end(t);
+        am = tshape_alloc_marks(t, &n_am);
         TAP_OK(!st || !bound, "%s: the binding fails", cases[k].what);
+        size_t below = trace_count(t), want = (below > 0) + (below > 2); /* of records 0, 2 */
+        TAP_OK(am && n_am == want && (!want || am[0].at == 0),
+               "%s: the list is base's up to the records it has", cases[k].what);
         TAP_OK(!bound && tshape_of(t) == t, "%s: not told base's structure", cases[k].what);
         trace_free(t);
     }

@@ -177,9 +177,50 @@ static void test_dump(void)
     sched_free(s);
 }
 
+/* The stream index: each stream's actions and the timed ones in program order, the largest
+ * ALLOC id; none for a schedule an executor would refuse; dropped when an action is added. */
+static void test_index(void)
+{
+    schedule_t *s = sched_new();
+    sched_action acts[] = {
+        mk(SA_ALLOC, SS_COMPUTE, 7, 4096), mk(SA_COMPUTE, SS_COMPUTE, 0, 0),
+        mk(SA_COPY_D2H, SS_D2H, 7, 4096),  mk(SA_HOST_COMPUTE, SS_HOST, 0, 0),
+        mk(SA_ALLOC, SS_H2D, 3, 512),      mk(SA_FREE, SS_COMPUTE, 7, 0),
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) sched_add(s, &acts[i]);
+    TAP_OK(!sched_get_index(s), "no index before it is built");
+    TAP_OK(sched_index_build(s) == MS_OK, "a schedule indexes");
+    const sched_index *ix = sched_get_index(s);
+    TAP_OK(ix && ix->n[SS_COMPUTE] == 3 && ix->q[SS_COMPUTE][0] == 0 &&
+               ix->q[SS_COMPUTE][1] == 1 && ix->q[SS_COMPUTE][2] == 5 && ix->n[SS_D2H] == 1 &&
+               ix->q[SS_D2H][0] == 2 && ix->n[SS_H2D] == 1 && ix->q[SS_H2D][0] == 4 &&
+               ix->n[SS_HOST] == 1 && ix->q[SS_HOST][0] == 3,
+           "each stream's actions in program order");
+    TAP_OK(ix && ix->n_timed == 2 && ix->timed[0] == 1 && ix->timed[1] == 3 &&
+               ix->any_alloc && ix->top_alloc == 7,
+           "the timed actions, and the largest ALLOC id");
+    size_t n;
+    sched_actions_edit(s, &n)[1].dur_us = 5;
+    TAP_OK(sched_get_index(s) == ix, "an edit of numbers keeps the index");
+    sched_add(s, &acts[1]);
+    TAP_OK(!sched_get_index(s), "an added action drops it");
+    sched_action bad = mk(SA_COMPUTE, SS_D2H, 0, 0);
+    sched_add(s, &bad);
+    TAP_OK(sched_index_build(s) == MS_ERR_INVALID && !sched_get_index(s),
+           "no index with a compute off the compute stream");
+    sched_free(s);
+    s = sched_new();
+    bad = mk(SA_FREE, SS_COUNT, 1, 0);
+    sched_add(s, &bad);
+    TAP_OK(sched_index_build(s) == MS_ERR_INVALID && !sched_get_index(s),
+           "nor with a stream out of range");
+    sched_free(s);
+}
+
 int main(void)
 {
     test_container();
+    test_index();
     test_validate_ok();
     test_validate_errors();
     test_dump();

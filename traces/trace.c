@@ -963,6 +963,7 @@ void trace_free(trace_t *t)
     u64map_free(t->tensor_idx);
     u64map_free(t->op_idx);
     for (u64blk *b = t->blocks, *nx; b; b = nx) { nx = b->next; free(b); }
+    free(t->am);
     trace_free(t->base);
     free(t);
 }

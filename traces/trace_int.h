@@ -59,6 +59,10 @@ struct trace {
     trace_t *base;
     int binding;                   /* 1 while appends are compared with base's records */
     int bind_miss;                 /* an append did not have base's structure */
+    /* a base's: its ALLOC and MARK records, made when a first trace is made after it
+       (tshape_new_like) and valid while it has am_upto records; NULL if none */
+    struct tshape_ref *am;
+    size_t n_am, am_upto;
 };
 
 /* From traces/trace_shape.c, for trace_append: appends rec to t while t->binding, where rec

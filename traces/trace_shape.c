@@ -9,9 +9,32 @@
 
 #include "traces/trace_int.h"
 
+/* base's list of its ALLOC and MARK records (trace.am), once: a NULL list (out of memory,
+ * more records than 32 bits count) only leaves its readers to look at every record. */
+static void note_alloc_marks(trace_t *b)
+{
+    if (b->am && b->am_upto == b->n) return;
+    free(b->am);
+    b->am = NULL;
+    b->n_am = 0;
+    if (b->n > UINT32_MAX) return;
+    size_t k = 0;
+    for (size_t i = 0; i < b->n; i++)
+        k += b->recs[i].type == TR_ALLOC || b->recs[i].type == TR_MARK;
+    if (!(b->am = malloc((k ? k : 1) * sizeof *b->am))) return;
+    for (size_t i = 0; i < b->n; i++) {
+        const trace_rec *r = &b->recs[i];
+        if (r->type != TR_ALLOC && r->type != TR_MARK) continue;
+        b->am[b->n_am++] = (tshape_ref){ (uint32_t)i, (uint8_t)r->type,
+                                         r->type == TR_ALLOC ? (uint8_t)r->u.alloc.cls : 0 };
+    }
+    b->am_upto = b->n;
+}
+
 trace_t *tshape_new_like(const trace_t *base)
 {
     if (!base || base->base) return NULL;
+    note_alloc_marks((trace_t *)base); /* base is held, as trace_ref holds it, not changed */
     trace_t *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     /* room for all of base's records: a bound append never grows the array */
@@ -24,9 +47,15 @@ trace_t *tshape_new_like(const trace_t *base)
     return t;
 }
 
-/* 1 when the names are equal: b's ends within TRACE_NAME_MAX, a's must end where it does. */
+/* 1 when the names are equal: b's ends within TRACE_NAME_MAX, a's must end where it does.
+ * Records made by the generator and the readers are cleared before their names are written,
+ * so equal names are nearly always equal buffers: that is one fixed-size comparison, which
+ * the compiler makes a few wide loads, where strlen and memcmp were two library calls at
+ * every record of a bound trace. Buffers that differ only after the end still compare by
+ * the names. */
 static int same_name(const char *a, const char *b)
 {
+    if (!memcmp(a, b, TRACE_NAME_MAX)) return 1;
     return !memcmp(a, b, strlen(b) + 1);
 }
 
@@ -110,6 +139,17 @@ ms_status tshape_unshare(trace_t *t)
     t->tensor_idx = ti;
     t->op_idx = oi;
     return MS_OK;
+}
+
+const tshape_ref *tshape_alloc_marks(const trace_t *t, size_t *n)
+{
+    *n = 0;
+    const trace_t *b = t->base && !t->tensor_idx ? t->base : t; /* whose records t has */
+    if (!b->am || b->am_upto != b->n || t->n > b->n) return NULL;
+    size_t k = b->n_am;
+    while (k > 0 && b->am[k - 1].at >= t->n) k--; /* a trace still binding has fewer */
+    *n = k;
+    return b->am;
 }
 
 const trace_t *tshape_of(const trace_t *t)

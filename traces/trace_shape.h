@@ -28,6 +28,17 @@ int tshape_end(trace_t *t);
  * accepted and not appended to since, t itself otherwise. Two traces with the same
  * tshape_of and the same number of records have records of the same structure. */
 const trace_t *tshape_of(const trace_t *t);
+/* An ALLOC or MARK record of a trace: its index, its type and (ALLOC) its tensor's class. */
+typedef struct tshape_ref {
+    uint32_t at;
+    uint8_t type;            /* trace_rtype */
+    uint8_t cls;             /* trace_class of an ALLOC */
+} tshape_ref;
+
+/* t's ALLOC and MARK records in order (*n of them), for a reader that needs no op or free
+ * and only some classes (the policies' skeletal tensors, planners/pol_layers.c): where t or
+ * the trace it was made after (tshape_new_like) has the list; NULL otherwise. */
+const tshape_ref *tshape_alloc_marks(const trace_t *t, size_t *n);
 /* 1 when a and b hold the same meta pairs in the same order and the same records, every
  * field bit for bit (op id lists by their contents). */
 int tshape_equal(const trace_t *a, const trace_t *b);
