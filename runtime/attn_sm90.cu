@@ -583,7 +583,8 @@ attn90_dq_k(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUte
  * fixed order: for query tile i, key block jmax(i) = the diagonal's first (a plain store),
  * then jmax - 1, ... down to 0, each waiting on the tile's counter (acquire) and advancing it
  * after its add is complete (release). So the sums, and the bits, are the same on every run.
- * CTAs start with the highest key blocks (each waits only on CTAs that started before it). */
+ * A head's CTAs start with its highest key block (each waits only on CTAs that started
+ * before it). */
 #define DKV_BK 128
 #define DKV_BQ 64
 
@@ -621,7 +622,9 @@ __device__ __forceinline__ dkv_bars dkv_bars_at(uint32_t base)
 }
 
 /* This CTA's key block and head: the grid's x in the two-kernel form; in the one-pass form
- * a flat index, the highest key blocks of every head first. */
+ * a flat index, head by head and within a head the highest key block first, so that the
+ * reductions into the head in flight stay in L2 (every head's key blocks interleaved, the
+ * accumulators went to memory: 64.9 against 52.1 ms at 32K tokens on the H200). */
 template <bool ONE> __device__ __forceinline__ void dkv_block(const bwd_args &a, int *kb, int *bh)
 {
     const int nkb = a.S / DKV_BK;
