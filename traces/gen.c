@@ -625,20 +625,23 @@ static uint32_t compact_ids(const uint64_t *src, uint32_t n, uint64_t *dst)
     return k;
 }
 
-static void emit_op(gctx *x, uint64_t oid, const opspec *o)
+/* The op of o's layer, name and operands with the kind, FLOPs, bytes and duration given (the
+ * helpers below compute those and hand the caller's opspec on by address, unchanged). */
+static void emit_op_as(gctx *x, uint64_t oid, const opspec *o, trace_opkind kind, double flops,
+                       uint64_t br, uint64_t bw, double dur_us)
 {
     trace_rec r;
     memset(&r, 0, sizeof r);
     r.type = TR_OP;
     trace_op *p = &r.u.op;
     p->id = oid;
-    p->kind = o->kind;
+    p->kind = kind;
     p->phase = x->phase;
     p->layer = o->layer;
-    p->flops = o->flops;
-    p->bytes_read = o->br;
-    p->bytes_written = o->bw;
-    p->dur_us = o->dur_us;
+    p->flops = flops;
+    p->bytes_read = br;
+    p->bytes_written = bw;
+    p->dur_us = dur_us;
     uint64_t in[OPS_MAX], out[OPS_MAX];
     p->n_in = compact_ids(o->in, o->nin, in);
     p->in = in;
@@ -651,6 +654,11 @@ static void emit_op(gctx *x, uint64_t oid, const opspec *o)
     }
     trace_layer_name(p->name, o->layer, o->what);
     append(x, &r);
+}
+
+static void emit_op(gctx *x, uint64_t oid, const opspec *o)
+{
+    emit_op_as(x, oid, o, o->kind, o->flops, o->br, o->bw, o->dur_us);
 }
 
 static double kern_us(gctx *x, trace_opkind k, double flops, uint64_t bytes)
@@ -670,10 +678,10 @@ static double attn_us(gctx *x, int backward, double flops, uint64_t bytes)
 #define OUT(...) .out = { __VA_ARGS__ }, .nout = (uint32_t)(sizeof((uint64_t[]){ __VA_ARGS__ }) / 8)
 
 /* Memory-bound op: duration from its kind, FLOPs and bytes. */
-static void simple_op(gctx *x, uint64_t oid, opspec o)
+static void simple_op(gctx *x, uint64_t oid, const opspec *o)
 {
-    o.dur_us = kern_us(x, o.kind, o.flops, o.br + o.bw);
-    emit_op(x, oid, &o);
+    emit_op_as(x, oid, o, o->kind, o->flops, o->br, o->bw,
+               kern_us(x, o->kind, o->flops, o->br + o->bw));
 }
 
 /* One GEMM of M x N x K in the model's precision: its leading dimensions' alignment counts
@@ -684,58 +692,48 @@ static double gemm_us(gctx *x, double flops, uint64_t bytes, uint64_t M, uint64_
 }
 
 /* out[M,N] = A[M,K] W[K,N]: 2MNK FLOPs. */
-static void gemm_fwd(gctx *x, uint64_t oid, opspec o, uint64_t M, uint64_t N, uint64_t K)
+static void gemm_fwd(gctx *x, uint64_t oid, const opspec *o, uint64_t M, uint64_t N,
+                     uint64_t K)
 {
     uint64_t D = x->z.D;
-    o.kind = TK_GEMM;
-    o.flops = 2.0 * (double)M * (double)N * (double)K;
-    o.br = (M * K + K * N) * D;
-    o.bw = M * N * D;
-    o.dur_us = gemm_us(x, o.flops, o.br + o.bw, M, N, K);
-    emit_op(x, oid, &o);
+    double flops = 2.0 * (double)M * (double)N * (double)K;
+    uint64_t br = (M * K + K * N) * D, bw = M * N * D;
+    emit_op_as(x, oid, o, TK_GEMM, flops, br, bw, gemm_us(x, flops, br + bw, M, N, K));
 }
 
 /* Data gradient dA = dC W^T and weight gradient dW += A^T dC: two GEMMs, 4MNK FLOPs; the
  * weight gradient is accumulated (read and written) in the gradient buffer. A frozen weight
  * (wgrad 0: LoRA's base weights) has only the data gradient: 2MNK FLOPs. */
-static void gemm_bwd(gctx *x, uint64_t oid, opspec o, uint64_t M, uint64_t N, uint64_t K,
-                     int wgrad)
+static void gemm_bwd(gctx *x, uint64_t oid, const opspec *o, uint64_t M, uint64_t N,
+                     uint64_t K, int wgrad)
 {
     uint64_t D = x->z.D, GB = x->z.GB;
     double half = 2.0 * (double)M * (double)N * (double)K;
     uint64_t dgrad = (M * N + K * N + M * K) * D;
     uint64_t wg = (M * N + M * K) * D + 2 * K * N * GB;
-    o.kind = TK_GEMM;
     if (!wgrad) {
-        o.flops = half;
-        o.br = (M * N + K * N) * D;
-        o.bw = M * K * D;
-        o.dur_us = gemm_us(x, half, dgrad, M, N, K);
-        emit_op(x, oid, &o);
+        emit_op_as(x, oid, o, TK_GEMM, half, (M * N + K * N) * D, M * K * D,
+                   gemm_us(x, half, dgrad, M, N, K));
         return;
     }
-    o.flops = 2.0 * half;
-    o.br = (2 * M * N + K * N + M * K) * D + K * N * GB;
-    o.bw = M * K * D + K * N * GB;
-    o.dur_us = x->m ? gemm_us(x, half, dgrad, M, N, K) + gemm_us(x, half, wg, M, N, K) : -1.0;
-    emit_op(x, oid, &o);
+    emit_op_as(x, oid, o, TK_GEMM, 2.0 * half, (2 * M * N + K * N + M * K) * D + K * N * GB,
+               M * K * D + K * N * GB,
+               x->m ? gemm_us(x, half, dgrad, M, N, K) + gemm_us(x, half, wg, M, N, K) : -1.0);
 }
 
-static void comm_op(gctx *x, uint64_t oid, opspec o, roof_coll kind, uint64_t bytes, int ranks,
-                    int span)
+static void comm_op(gctx *x, uint64_t oid, const opspec *o, roof_coll kind, uint64_t bytes,
+                    int ranks, int span)
 {
-    uint64_t p = (uint64_t)ranks;
-    o.kind = TK_COMM;
-    o.flops = 0.0;
+    uint64_t p = (uint64_t)ranks, br = o->br, bw = o->bw;
     switch (kind) {
-    case ROOF_ALL_GATHER: o.br = bytes / p; o.bw = bytes; break;
-    case ROOF_REDUCE_SCATTER: o.br = bytes; o.bw = bytes / p; break;
-    case ROOF_ALL_REDUCE: o.br = bytes; o.bw = bytes; break;
-    case ROOF_RING_EXCHANGE: o.br = o.bw = bytes * (p - 1); break;
-    case ROOF_ALL_TO_ALL: o.br = bytes; o.bw = bytes; break;
+    case ROOF_ALL_GATHER: br = bytes / p; bw = bytes; break;
+    case ROOF_REDUCE_SCATTER: br = bytes; bw = bytes / p; break;
+    case ROOF_ALL_REDUCE: br = bytes; bw = bytes; break;
+    case ROOF_RING_EXCHANGE: br = bw = bytes * (p - 1); break;
+    case ROOF_ALL_TO_ALL: br = bytes; bw = bytes; break;
     }
-    o.dur_us = x->m ? roof_coll_us(x->m, kind, bytes, ranks, span) : -1.0;
-    emit_op(x, oid, &o);
+    emit_op_as(x, oid, o, TK_COMM, 0.0, br, bw,
+               x->m ? roof_coll_us(x->m, kind, bytes, ranks, span) : -1.0);
 }
 
 /* Sequence-parallel all-gather of a [Ts, h] shard into a transient [T, h] tensor; with tp = 1
@@ -747,7 +745,7 @@ static uint64_t tp_gather(gctx *x, int layer, const char *opname, const char *tn
     uint64_t bytes = x->z.T * x->z.h * x->z.D;
     uint64_t oid = new_op(x);
     uint64_t full = alloc_t(x, layer, tname_, bytes, TC_ACT_TRANS, (int64_t)oid);
-    comm_op(x, oid, OPS(.layer = layer, .what = opname, IN(shard), OUT(full)),
+    comm_op(x, oid, &OPS(.layer = layer, .what = opname, IN(shard), OUT(full)),
             ROOF_ALL_GATHER, bytes, x->z.tp, x->z.tp);
     return full;
 }
@@ -761,7 +759,7 @@ static uint64_t tp_scatter(gctx *x, int layer, const char *opname, int owner, co
     uint64_t bytes = x->z.T * x->z.h * x->z.D;
     uint64_t oid = new_op(x);
     uint64_t shard = alloc_t(x, owner, tn, x->z.Ts * x->z.h * x->z.D, cls, (int64_t)oid);
-    comm_op(x, oid, OPS(.layer = layer, .what = opname, IN(full), OUT(shard)),
+    comm_op(x, oid, &OPS(.layer = layer, .what = opname, IN(full), OUT(shard)),
             ROOF_REDUCE_SCATTER, bytes, x->z.tp, x->z.tp);
     free_t(x, full);
     return shard;
@@ -997,7 +995,7 @@ static void zgather(gctx *x, ggroup *g, const char *what)
     MS_JOIN(op, sizeof op, g->prefix ? g->prefix : "", g->prefix ? "." : "", what);
     uint64_t bytes = g->nparams * x->z.D, oid = new_op(x);
     g->gathered = alloc_t(x, g->layer, nm, bytes, TC_PARAM, (int64_t)oid);
-    comm_op(x, oid, OPS(.layer = g->layer, .what = op, IN(g->shard), OUT(g->gathered)),
+    comm_op(x, oid, &OPS(.layer = g->layer, .what = op, IN(g->shard), OUT(g->gathered)),
             ROOF_ALL_GATHER, bytes, x->z.dp, x->z.tp * x->z.cp * x->z.dp);
 }
 
@@ -1045,7 +1043,7 @@ static void zgrad_end(gctx *x, ggroup *g)
         gname(nm, g, "grad_part");
         dst = alloc_t(x, g->layer, nm, part * x->z.GB, TC_GRAD, (int64_t)oid);
     }
-    comm_op(x, oid, OPS(.layer = g->layer, .what = op, IN(g->gfull), OUT(dst)),
+    comm_op(x, oid, &OPS(.layer = g->layer, .what = op, IN(g->gfull), OUT(dst)),
             ROOF_REDUCE_SCATTER, g->ntrain * x->z.GB, x->z.dp, span);
     free_t(x, g->gfull);
     g->gfull = 0;
@@ -1150,7 +1148,7 @@ static void zero_grads(gctx *x)
     }
     if (n) {
         uint64_t oid = new_op(x);
-        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "zero_grad", .bw = bytes,
+        simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = -1, .what = "zero_grad", .bw = bytes,
                               .ext_out = ids, .n_ext_out = n));
     }
     free(ids);
@@ -1173,7 +1171,7 @@ static void embed_fwd(gctx *x)
     o.flops = (double)(z->T * z->h) * (double)(e->np - 1 > 0 ? e->np - 1 : 0);
     o.br = z->T * TOKEN_ID_BYTES + z->T * z->h * z->D * (uint64_t)e->np;
     o.bw = z->T * z->h * z->D;
-    simple_op(x, oid, o);
+    simple_op(x, oid, &o);
     zrelease(x, e);
     x->ls[0].in = tp_scatter(x, -1, "embed.rs", 0, "input", out, TC_ACT_SKEL);
 }
@@ -1197,7 +1195,7 @@ static uint64_t norm_fwd(gctx *x, int l, const char *op, const char *outn, uint6
     o.flops = NORM_FWD_FLOPS * (double)n;
     o.br = n * z->D + z->normp * z->D;
     o.bw = n * z->D;
-    simple_op(x, oid, o);
+    simple_op(x, oid, &o);
     return out;
 }
 
@@ -1220,7 +1218,7 @@ static void cp_ring(gctx *x, int l, const char *op, uint64_t chunk, uint64_t k, 
     uint64_t oid = new_op(x);
     r[0] = alloc_t(x, l, "cp_recv0", chunk, TC_ACT_TRANS, (int64_t)oid);
     r[1] = alloc_t(x, l, "cp_recv1", chunk, TC_ACT_TRANS, (int64_t)oid);
-    comm_op(x, oid, OPS(.layer = l, .what = op, IN(k, v), OUT(r[0], r[1])), ROOF_RING_EXCHANGE,
+    comm_op(x, oid, &OPS(.layer = l, .what = op, IN(k, v), OUT(r[0], r[1])), ROOF_RING_EXCHANGE,
             chunk, x->z.cp, x->z.tp * x->z.cp);
 }
 
@@ -1289,7 +1287,7 @@ static uint64_t eager_elem(gctx *x, int l, const char *op, const char *outn, uin
     const gsz *z = &x->z;
     uint64_t E = eager_elems(z), oid = new_op(x);
     uint64_t out = alloc_t(x, l, outn, E * z->D, cls, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(in), OUT(out),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(in), OUT(out),
                           .flops = flops_per_el * (double)E, .br = E * z->D, .bw = E * z->D));
     return out;
 }
@@ -1320,7 +1318,7 @@ static void attn_eager_fwd(gctx *x, int l, lstate *s)
         oid = new_op(x);
         s->edrop = alloc_t(x, l, "attn_drop", E * D, TC_ACT_SKEL, (int64_t)oid);
         s->emask = alloc_t(x, l, "attn_drop_mask", E, TC_ACT_SKEL, (int64_t)oid);
-        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "attn.dropout", IN(s->epr),
+        simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "attn.dropout", IN(s->epr),
                               OUT(s->edrop, s->emask), .flops = 2.0 * (double)E,
                               .br = E * D, .bw = E * (D + 1)));
     }
@@ -1332,7 +1330,7 @@ static void attn_eager_fwd(gctx *x, int l, lstate *s)
                          .dur_us = kern_us(x, TK_GEMM, g, E * D + KB + QB)));
     oid = new_op(x);
     s->ao = alloc_t(x, l, "attn_out", QB, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "attn.merge", IN(ctx),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "attn.merge", IN(ctx),
                           OUT(s->ao), .br = QB, .bw = QB));
     free_t(x, ctx);
     s->lse = 0;
@@ -1359,24 +1357,24 @@ static void linear_fwd(gctx *x, int l, const ggroup *g, int base, const char *wh
             outs[i] = alloc_t(x, l, onames[i], obytes[i], ocls, (int64_t)oid);
             o.out[o.nout++] = outs[i];
         }
-        gemm_fwd(x, oid, o, z->T, N, K);
+        gemm_fwd(x, oid, &o, z->T, N, K);
         return;
     }
     uint64_t r = (uint64_t)x->c->lora_rank, TN = z->T * N;
     int a = G_LORA_A(base);
     MS_JOIN(nm, sizeof nm, what, "_base");
     uint64_t b0 = alloc_t(x, l, nm, TN * z->D, TC_ACT_TRANS, (int64_t)oid);
-    gemm_fwd(x, oid, OPS(.layer = l, .what = what, IN(in, pw(x, g, base)), OUT(b0)), z->T, N, K);
+    gemm_fwd(x, oid, &OPS(.layer = l, .what = what, IN(in, pw(x, g, base)), OUT(b0)), z->T, N, K);
     oid = new_op(x);
     MS_JOIN(nm, sizeof nm, what, ".lora_mid");
     *mid = alloc_t(x, l, nm, z->T * r * z->D, TC_ACT_SKEL, (int64_t)oid);
     MS_JOIN(op, sizeof op, what, ".lora_A");
-    gemm_fwd(x, oid, OPS(.layer = l, .what = op, IN(in, pw(x, g, a)), OUT(*mid)), z->T, r, K);
+    gemm_fwd(x, oid, &OPS(.layer = l, .what = op, IN(in, pw(x, g, a)), OUT(*mid)), z->T, r, K);
     oid = new_op(x);
     MS_JOIN(nm, sizeof nm, what, ".lora_up");
     uint64_t up = alloc_t(x, l, nm, TN * z->D, TC_ACT_TRANS, (int64_t)oid);
     MS_JOIN(op, sizeof op, what, ".lora_B");
-    gemm_fwd(x, oid, OPS(.layer = l, .what = op, IN(*mid, pw(x, g, a + 1)), OUT(up)), z->T, N, r);
+    gemm_fwd(x, oid, &OPS(.layer = l, .what = op, IN(*mid, pw(x, g, a + 1)), OUT(up)), z->T, N, r);
     oid = new_op(x);
     MS_JOIN(op, sizeof op, what, ".lora_add");
     opspec o = OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(b0, up),
@@ -1385,7 +1383,7 @@ static void linear_fwd(gctx *x, int l, const ggroup *g, int base, const char *wh
         outs[i] = alloc_t(x, l, onames[i], obytes[i], ocls, (int64_t)oid);
         o.out[o.nout++] = outs[i];
     }
-    simple_op(x, oid, o);
+    simple_op(x, oid, &o);
     free_t(x, b0);
     free_t(x, up);
 }
@@ -1411,7 +1409,7 @@ static uint64_t resid_add(gctx *x, int l, const char *op, int owner, const char 
     const gsz *z = &x->z;
     uint64_t oid = new_op(x), n = z->Ts * z->h;
     uint64_t out = alloc_t(x, owner, outn, n * z->D, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(a, b), OUT(out),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(a, b), OUT(out),
                           .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
     return out;
 }
@@ -1489,30 +1487,23 @@ static double expert_gemm_us(gctx *x, double flops, uint64_t bytes, uint64_t N, 
     return (double)El * gemm_us(x, flops / (double)El, bytes / El, Me ? Me : 1, N, K);
 }
 
-static void expert_gemm_fwd(gctx *x, uint64_t oid, opspec o, uint64_t N, uint64_t K)
+static void expert_gemm_fwd(gctx *x, uint64_t oid, const opspec *o, uint64_t N, uint64_t K)
 {
     uint64_t R = x->z.R, D = x->z.D;
-    o.kind = TK_GEMM;
-    o.flops = 2.0 * (double)R * (double)N * (double)K;
-    o.br = (R * K + x->z.El * K * N) * D;
-    o.bw = R * N * D;
-    o.dur_us = expert_gemm_us(x, o.flops, o.br + o.bw, N, K);
-    emit_op(x, oid, &o);
+    double flops = 2.0 * (double)R * (double)N * (double)K;
+    uint64_t br = (R * K + x->z.El * K * N) * D, bw = R * N * D;
+    emit_op_as(x, oid, o, TK_GEMM, flops, br, bw, expert_gemm_us(x, flops, br + bw, N, K));
 }
 
 /* Data and weight gradients of the local experts (gemm_bwd's accounting, El weights). */
-static void expert_gemm_bwd(gctx *x, uint64_t oid, opspec o, uint64_t N, uint64_t K)
+static void expert_gemm_bwd(gctx *x, uint64_t oid, const opspec *o, uint64_t N, uint64_t K)
 {
     uint64_t R = x->z.R, D = x->z.D, GB = x->z.GB, W = x->z.El * K * N;
     double half = 2.0 * (double)R * (double)N * (double)K;
-    o.kind = TK_GEMM;
-    o.flops = 2.0 * half;
-    o.br = (2 * R * N + W + R * K) * D + W * GB;
-    o.bw = R * K * D + W * GB;
     double dg = expert_gemm_us(x, half, (R * N + W + R * K) * D, N, K);
     double wg = expert_gemm_us(x, half, (R * N + R * K) * D + 2 * W * GB, N, K);
-    o.dur_us = x->m ? dg + wg : -1.0;
-    emit_op(x, oid, &o);
+    emit_op_as(x, oid, o, TK_GEMM, 2.0 * half, (2 * R * N + W + R * K) * D + W * GB,
+               R * K * D + W * GB, x->m ? dg + wg : -1.0);
 }
 
 /* Router (h -> E GEMM on the shard), softmax over the experts (fp32, saved for its
@@ -1525,13 +1516,13 @@ static uint64_t moe_route(gctx *x, int l, const ggroup *g, lstate *s)
     uint64_t Ts = z->Ts, E = z->E, k = z->k, S = z->S;
     uint64_t oid = new_op(x);
     uint64_t logits = alloc_t(x, l, "router_logits", Ts * E * z->D, TC_ACT_TRANS, (int64_t)oid);
-    gemm_fwd(x, oid, OPS(.layer = l, .what = "router", IN(s->ln2, pw(x, g, G_ROUTER)),
+    gemm_fwd(x, oid, &OPS(.layer = l, .what = "router", IN(s->ln2, pw(x, g, G_ROUTER)),
                          OUT(logits)), Ts, E, z->h);
     oid = new_op(x);
     s->rprobs = alloc_t(x, l, "router_probs", Ts * E * F32, TC_ACT_SKEL, (int64_t)oid);
     s->tprobs = alloc_t(x, l, "topk_probs", Ts * k * F32, TC_ACT_SKEL, (int64_t)oid);
     s->ridx = alloc_t(x, l, "topk_idx", Ts * k * TOKEN_ID_BYTES, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "route", IN(logits),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "route", IN(logits),
                           OUT(s->rprobs, s->tprobs, s->ridx),
                           .flops = ROUTE_FLOPS * (double)(Ts * E), .br = Ts * E * z->D,
                           .bw = Ts * E * F32 + Ts * k * (F32 + TOKEN_ID_BYTES)));
@@ -1541,7 +1532,7 @@ static uint64_t moe_route(gctx *x, int l, const ggroup *g, lstate *s)
     s->pidx = alloc_t(x, l, "perm_idx", S * TOKEN_ID_BYTES, TC_ACT_SKEL, (int64_t)oid);
     uint64_t perm = alloc_t(x, l, moved ? "permuted" : "expert_in", rows_h(z, S),
                             moved ? TC_ACT_TRANS : TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "permute", IN(s->ln2, s->ridx),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "permute", IN(s->ln2, s->ridx),
                           OUT(s->pidx, perm), .br = rows_h(z, Ts) + Ts * k * TOKEN_ID_BYTES,
                           .bw = rows_h(z, S) + S * TOKEN_ID_BYTES));
     return perm;
@@ -1563,7 +1554,7 @@ static uint64_t shared_fwd(gctx *x, int l, const ggroup *g, lstate *s)
     if (z->tp > 1) free_t(x, a2);
     uint64_t oid = new_op(x);
     s->act = alloc_t(x, l, "shared.act_out", z->T * z->fs * z->D, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "shared.act", IN(s->fc1),
+    simple_op(x, oid, &OPS(.kind = TK_ACT, .layer = l, .what = "shared.act", IN(s->fc1),
                           OUT(s->act), .flops = ACT_FWD_FLOPS * (double)(z->T * z->fs),
                           .br = z->T * z->f1s * z->D, .bw = z->T * z->fs * z->D));
     const char *pn[1] = { z->tp > 1 ? "shared_out_partial" : "shared_out" };
@@ -1578,17 +1569,17 @@ static uint64_t shared_fwd(gctx *x, int l, const ggroup *g, lstate *s)
     s->sout = so;
     oid = new_op(x);
     uint64_t logit = alloc_t(x, l, "shared_gate_logit", Ts * z->D, TC_ACT_TRANS, (int64_t)oid);
-    gemm_fwd(x, oid, OPS(.layer = l, .what = "shared_gate", IN(s->ln2, pw(x, g, G_SGATE)),
+    gemm_fwd(x, oid, &OPS(.layer = l, .what = "shared_gate", IN(s->ln2, pw(x, g, G_SGATE)),
                          OUT(logit)), Ts, 1, z->h);
     oid = new_op(x);
     s->sgate = alloc_t(x, l, "shared_gate_sig", Ts * z->D, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.sigmoid",
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.sigmoid",
                           IN(logit), OUT(s->sgate), .flops = 4.0 * (double)Ts,
                           .br = Ts * z->D, .bw = Ts * z->D));
     free_t(x, logit);
     oid = new_op(x);
     uint64_t out = alloc_t(x, l, "shared_gated", n * z->D, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.mul",
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.mul",
                           IN(so, s->sgate), OUT(out), .flops = (double)n,
                           .br = n * z->D + Ts * z->D, .bw = n * z->D));
     return out;
@@ -1605,18 +1596,18 @@ static uint64_t moe_fwd(gctx *x, int l, const ggroup *g, lstate *s)
     s->ein = ep_tp(x, l, "dispatch.ag", "expert_in", TC_ACT_SKEL, cur, 1);
     uint64_t oid = new_op(x);
     s->efc1 = alloc_t(x, l, "expert_fc1_out", R * z->f1e * D, TC_ACT_SKEL, (int64_t)oid);
-    expert_gemm_fwd(x, oid, OPS(.layer = l, .what = "expert_fc1", IN(s->ein, pw(x, g, G_EFC1)),
+    expert_gemm_fwd(x, oid, &OPS(.layer = l, .what = "expert_fc1", IN(s->ein, pw(x, g, G_EFC1)),
                                 OUT(s->efc1)), z->f1e, z->h);
     oid = new_op(x);
     s->eact = alloc_t(x, l, "expert_act_out", R * z->fe * D, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "expert_act", IN(s->efc1),
+    simple_op(x, oid, &OPS(.kind = TK_ACT, .layer = l, .what = "expert_act", IN(s->efc1),
                           OUT(s->eact), .flops = ACT_FWD_FLOPS * (double)(R * z->fe),
                           .br = R * z->f1e * D, .bw = R * z->fe * D));
     int moved = z->ep > 1 || z->tp > 1;
     oid = new_op(x);
     cur = alloc_t(x, l, moved ? "expert_out" : "combined", rows_h(z, R),
                   moved ? TC_ACT_TRANS : TC_ACT_SKEL, (int64_t)oid);
-    expert_gemm_fwd(x, oid, OPS(.layer = l, .what = "expert_fc2", IN(s->eact, pw(x, g, G_EFC2)),
+    expert_gemm_fwd(x, oid, &OPS(.layer = l, .what = "expert_fc2", IN(s->eact, pw(x, g, G_EFC2)),
                                 OUT(cur)), z->h, z->fe);
     cur = ep_tp(x, l, "combine.rs", z->ep > 1 ? "combine_part" : "combined",
                 z->ep > 1 ? TC_ACT_TRANS : TC_ACT_SKEL, cur, 0);
@@ -1625,7 +1616,7 @@ static uint64_t moe_fwd(gctx *x, int l, const ggroup *g, lstate *s)
     s->comb = ep_a2a(x, l, "combine.a2a", "combined", TC_ACT_SKEL, cur, z->Re, z->S);
     oid = new_op(x);
     uint64_t out = alloc_t(x, l, "moe_out", rows_h(z, z->Ts), TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "unpermute",
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "unpermute",
                           IN(s->comb, s->tprobs, s->pidx), OUT(out),
                           .flops = 2.0 * (double)(z->S * z->h),
                           .br = rows_h(z, z->S) + z->S * (F32 + TOKEN_ID_BYTES),
@@ -1633,7 +1624,7 @@ static uint64_t moe_fwd(gctx *x, int l, const ggroup *g, lstate *s)
     if (!z->fs) return out;
     uint64_t so = shared_fwd(x, l, g, s), n = z->Ts * z->h;
     oid = new_op(x);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared.add", IN(out, so),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "shared.add", IN(out, so),
                           OUT(out), .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
     free_t(x, so);
     return out;
@@ -1647,14 +1638,14 @@ static uint64_t experts_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t
     uint64_t R = z->R, D = z->D;
     uint64_t oid = new_op(x);
     uint64_t dact = alloc_t(x, l, "d_expert_act", R * z->fe * D, TC_ACT_TRANS, (int64_t)oid);
-    expert_gemm_bwd(x, oid, OPS(.layer = l, .what = "expert_fc2.bwd",
+    expert_gemm_bwd(x, oid, &OPS(.layer = l, .what = "expert_fc2.bwd",
                                 IN(dout, pw(x, g, G_EFC2), s->eact),
                                 OUT(dact, gw(x, g, G_EFC2))), z->h, z->fe);
     free_t(x, dout);
     free_t(x, s->eact);
     oid = new_op(x);
     uint64_t dfc1 = alloc_t(x, l, "d_expert_fc1", R * z->f1e * D, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "expert_act.bwd",
+    simple_op(x, oid, &OPS(.kind = TK_ACT, .layer = l, .what = "expert_act.bwd",
                           IN(dact, s->efc1), OUT(dfc1),
                           .flops = ACT_BWD_FLOPS * (double)(R * z->fe),
                           .br = R * (z->fe + z->f1e) * D, .bw = R * z->f1e * D));
@@ -1662,7 +1653,7 @@ static uint64_t experts_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t
     free_t(x, s->efc1);
     oid = new_op(x);
     uint64_t din = alloc_t(x, l, "d_expert_in", rows_h(z, R), TC_ACT_TRANS, (int64_t)oid);
-    expert_gemm_bwd(x, oid, OPS(.layer = l, .what = "expert_fc1.bwd",
+    expert_gemm_bwd(x, oid, &OPS(.layer = l, .what = "expert_fc1.bwd",
                                 IN(dfc1, pw(x, g, G_EFC1), s->ein),
                                 OUT(din, gw(x, g, G_EFC1))), z->f1e, z->h);
     free_t(x, dfc1);
@@ -1681,20 +1672,20 @@ static void shared_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx, 
         uint64_t oid = new_op(x);
         dso = alloc_t(x, l, "d_shared_out", n * z->D, TC_ACT_TRANS, (int64_t)oid);
         uint64_t dsg = alloc_t(x, l, "d_shared_gate", Ts * z->D, TC_ACT_TRANS, (int64_t)oid);
-        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.mul.bwd",
+        simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.mul.bwd",
                               IN(dx, s->sout, s->sgate), OUT(dso, dsg), .flops = 3.0 * (double)n,
                               .br = 2 * n * z->D + Ts * z->D, .bw = n * z->D + Ts * z->D));
         free_t(x, s->sout);
         oid = new_op(x);
         uint64_t dlg = alloc_t(x, l, "d_shared_gate_logit", Ts * z->D, TC_ACT_TRANS, (int64_t)oid);
-        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.sigmoid.bwd",
+        simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "shared_gate.sigmoid.bwd",
                               IN(dsg, s->sgate), OUT(dlg), .flops = 3.0 * (double)Ts,
                               .br = 2 * Ts * z->D, .bw = Ts * z->D));
         free_t(x, dsg);
         free_t(x, s->sgate);
         uint64_t gg = gw(x, g, G_SGATE);
         oid = new_op(x);
-        gemm_bwd(x, oid, OPS(.layer = l, .what = "shared_gate.bwd",
+        gemm_bwd(x, oid, &OPS(.layer = l, .what = "shared_gate.bwd",
                              IN(dlg, pw(x, g, G_SGATE), s->ln2, dln2), OUT(dln2, gg)), Ts, 1,
                  z->h, gg != 0);
         free_t(x, dlg);
@@ -1706,7 +1697,7 @@ static void shared_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx, 
     uint64_t oid = new_op(x);
     uint64_t dfc1 = alloc_t(x, l, "d_shared_fc1", z->T * z->f1s * z->D, TC_ACT_TRANS,
                             (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "shared.act.bwd", IN(dact, s->fc1),
+    simple_op(x, oid, &OPS(.kind = TK_ACT, .layer = l, .what = "shared.act.bwd", IN(dact, s->fc1),
                           OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->fs),
                           .br = z->T * (z->fs + z->f1s) * z->D, .bw = z->T * z->f1s * z->D));
     free_t(x, dact);
@@ -1714,7 +1705,7 @@ static void shared_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx, 
     uint64_t dsh = col_parallel_bwd(x, l, g, G_FC1, "shared.fc1", s->ln2, &dfc1, 1, z->f1s,
                                     s->mid[2]);
     oid = new_op(x);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "shared.dadd", IN(dln2, dsh),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "shared.dadd", IN(dln2, dsh),
                           OUT(dln2), .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
     free_t(x, dsh);
 }
@@ -1731,7 +1722,7 @@ static uint64_t moe_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx)
     uint64_t oid = new_op(x);
     uint64_t dcomb = alloc_t(x, l, "d_combined", rows_h(z, S), TC_ACT_TRANS, (int64_t)oid);
     uint64_t dtp = alloc_t(x, l, "d_topk_probs", Ts * k * F32, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "unpermute.bwd",
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "unpermute.bwd",
                           IN(dx, s->comb, s->tprobs, s->pidx), OUT(dcomb, dtp),
                           .flops = 2.0 * (double)(S * z->h),
                           .br = rows_h(z, Ts) + rows_h(z, S) + S * (F32 + TOKEN_ID_BYTES),
@@ -1747,14 +1738,14 @@ static uint64_t moe_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx)
     cur = ep_a2a(x, l, "dispatch.a2a.bwd", "d_permuted", TC_ACT_TRANS, cur, z->Re, S);
     oid = new_op(x);
     uint64_t dln2 = alloc_t(x, l, "d_ln2_out", rows_h(z, Ts), TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "permute.bwd",
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "permute.bwd",
                           IN(cur, s->pidx), OUT(dln2), .flops = (double)(S * z->h),
                           .br = rows_h(z, S) + S * TOKEN_ID_BYTES, .bw = rows_h(z, Ts)));
     free_t(x, cur);
     free_t(x, s->pidx);
     oid = new_op(x);
     uint64_t dlog = alloc_t(x, l, "d_router_logits", Ts * E * z->D, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "route.bwd",
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "route.bwd",
                           IN(dtp, s->rprobs, s->ridx), OUT(dlog),
                           .flops = ROUTE_FLOPS * (double)(Ts * E),
                           .br = Ts * k * (2 * F32 + TOKEN_ID_BYTES) + Ts * E * F32,
@@ -1764,7 +1755,7 @@ static uint64_t moe_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx)
     free_t(x, s->ridx);
     uint64_t rg = gw(x, g, G_ROUTER);
     oid = new_op(x);
-    gemm_bwd(x, oid, OPS(.layer = l, .what = "router.bwd",
+    gemm_bwd(x, oid, &OPS(.layer = l, .what = "router.bwd",
                          IN(dlog, pw(x, g, G_ROUTER), s->ln2, dln2), OUT(dln2, rg)), Ts, E, z->h,
              rg != 0);
     free_t(x, dlog);
@@ -1825,7 +1816,7 @@ static void mg_ring_fwd(gctx *x, int l, lstate *s, uint64_t kr, uint64_t vc)
     uint64_t QB = z->T * z->hq * z->D, KB = z->T * z->hkv * z->D, L = mg_lse_bytes(z);
     uint64_t chunk = 2 * KB, oid = new_op(x);
     uint64_t kvs = alloc_t(x, l, "kv_send", chunk, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "kv_cat", IN(kr, vc), OUT(kvs),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "kv_cat", IN(kr, vc), OUT(kvs),
                           .br = chunk, .bw = chunk));
     uint64_t buf[MG_MAX_CP], outs[3 * MG_MAX_CP + 2];
     char nm[TRACE_NAME_MAX];
@@ -1836,7 +1827,7 @@ static void mg_ring_fwd(gctx *x, int l, lstate *s, uint64_t kr, uint64_t vc)
                              j == cp - 1 ? TC_ACT_SKEL : TC_ACT_TRANS, (int64_t)oid,
                              (j - 1) % 2 ? MG_CP_STREAM : 0);
     }
-    comm_op(x, oid, OPS(.layer = l, .what = "cp_ring.ovl", IN(kvs), .ext_out = buf,
+    comm_op(x, oid, &OPS(.layer = l, .what = "cp_ring.ovl", IN(kvs), .ext_out = buf,
                         .n_ext_out = (uint32_t)(cp - 1)),
             ROOF_RING_EXCHANGE, chunk, cp, z->tp * cp);
     s->k = buf[cp - 2];
@@ -1886,20 +1877,20 @@ static void mg_attn_block_fwd(gctx *x, int l, const ggroup *g, lstate *s, uint64
     uint64_t a1 = tp_gather(x, l, "ln1.ag", "ln1_full", s->ln1);
     uint64_t oid = new_op(x);
     uint64_t mixed = alloc_t(x, l, "qkv_out", QB + 2 * KB, TC_ACT_TRANS, (int64_t)oid);
-    gemm_fwd(x, oid, OPS(.layer = l, .what = "qkv", IN(a1, pw(x, g, G_QKV)), OUT(mixed)), z->T,
+    gemm_fwd(x, oid, &OPS(.layer = l, .what = "qkv", IN(a1, pw(x, g, G_QKV)), OUT(mixed)), z->T,
              z->hq + 2 * z->hkv, z->h);
     if (z->tp > 1) free_t(x, a1);
     oid = new_op(x);
     s->q = alloc_t(x, l, "q", QB, TC_ACT_SKEL, (int64_t)oid);
     uint64_t kr = alloc_t(x, l, cp1 ? "k" : "k_rope", KB, cp1 ? TC_ACT_SKEL : TC_ACT_TRANS,
                           (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "rope", IN(mixed), OUT(s->q, kr),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "rope", IN(mixed), OUT(s->q, kr),
                           .flops = ROPE_FLOPS * (double)(z->T * (z->hq + z->hkv)),
                           .br = QB + KB, .bw = QB + KB));
     oid = new_op(x);
     uint64_t vc = alloc_t(x, l, cp1 ? "v" : "v_contig", KB, cp1 ? TC_ACT_SKEL : TC_ACT_TRANS,
                           (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "v_contig", IN(mixed), OUT(vc),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "v_contig", IN(mixed), OUT(vc),
                           .br = KB, .bw = KB));
     late[0] = mixed;
     late[1] = 0;
@@ -1927,7 +1918,7 @@ static uint64_t mlp_fwd(gctx *x, int l, const ggroup *g, lstate *s)
     if (z->tp > 1) free_t(x, a2);
     uint64_t oid = new_op(x);
     s->act = alloc_t(x, l, "act_out", z->T * z->f * z->D, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act", IN(s->fc1), OUT(s->act),
+    simple_op(x, oid, &OPS(.kind = TK_ACT, .layer = l, .what = "act", IN(s->fc1), OUT(s->act),
                           .flops = ACT_FWD_FLOPS * (double)(z->T * z->f),
                           .br = z->T * z->f1 * z->D, .bw = z->T * z->f * z->D));
     return row_parallel(x, l, g, G_FC2, "fc2", "fc2.rs", "fc2_out", s->act, z->f, &s->mid[3]);
@@ -1996,7 +1987,7 @@ static void hf_loss_fwd(gctx *x)
     if (c->hf_loss_fp32) {
         oid = new_op(x);
         uint64_t f = alloc_t(x, -1, "logits_fp32", TV * F32, TC_ACT_SKEL, (int64_t)oid);
-        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float",
+        simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float",
                               IN(x->logits), OUT(f), .flops = (double)TV, .br = TV * z->D,
                               .bw = TV * F32));
         free_t(x, x->logits);
@@ -2006,19 +1997,19 @@ static void hf_loss_fwd(gctx *x)
     if (c->hf_loss_shift) {
         oid = new_op(x);
         sh = alloc_t(x, -1, "shift_logits", RV * E, TC_ACT_TRANS, (int64_t)oid);
-        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "shift_logits",
+        simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = -1, .what = "shift_logits",
                               IN(x->logits), OUT(sh), .br = RV * E, .bw = RV * E));
         src = sh;
     }
     oid = new_op(x);
     x->logprobs = alloc_t(x, -1, "log_probs", RV * E, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "log_softmax", IN(src),
+    simple_op(x, oid, &OPS(.kind = TK_LOSS, .layer = -1, .what = "log_softmax", IN(src),
                           OUT(x->logprobs), .flops = (LOSS_FWD_FLOPS - 1) * (double)RV,
                           .br = RV * E, .bw = RV * E));
     if (sh) free_t(x, sh);
     oid = new_op(x);
     uint64_t lt = alloc_t(x, -1, "loss_tok", hf_rows(x) * F32, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "nll", IN(x->logprobs, x->labels),
+    simple_op(x, oid, &OPS(.kind = TK_LOSS, .layer = -1, .what = "nll", IN(x->logprobs, x->labels),
                           OUT(lt), .flops = (double)hf_rows(x),
                           .br = hf_rows(x) * (E + TOKEN_ID_BYTES), .bw = hf_rows(x) * F32));
     free_t(x, lt);
@@ -2039,13 +2030,13 @@ static uint64_t hf_loss_bwd(gctx *x)
     uint64_t TV = z->T * z->V, RV = hf_rows(x) * z->V, E = c->hf_loss_fp32 ? F32 : z->D;
     uint64_t oid = new_op(x);
     uint64_t g1 = alloc_t(x, -1, "d_log_probs", RV * E, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "nll.bwd", IN(x->labels),
+    simple_op(x, oid, &OPS(.kind = TK_LOSS, .layer = -1, .what = "nll.bwd", IN(x->labels),
                           OUT(g1), .flops = (double)hf_rows(x),
                           .br = hf_rows(x) * TOKEN_ID_BYTES, .bw = RV * E));
     free_t(x, x->labels);
     oid = new_op(x);
     uint64_t g = alloc_t(x, -1, "d_shift_logits", RV * E, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "log_softmax.bwd",
+    simple_op(x, oid, &OPS(.kind = TK_LOSS, .layer = -1, .what = "log_softmax.bwd",
                           IN(g1, x->logprobs), OUT(g), .flops = LOSS_BWD_FLOPS * (double)RV,
                           .br = 2 * RV * E, .bw = RV * E));
     free_t(x, g1);
@@ -2054,7 +2045,7 @@ static uint64_t hf_loss_bwd(gctx *x)
     if (c->hf_loss_shift) {
         oid = new_op(x);
         uint64_t g3 = alloc_t(x, -1, "d_logits_full", TV * E, TC_ACT_TRANS, (int64_t)oid);
-        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "shift_logits.bwd", IN(g),
+        simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = -1, .what = "shift_logits.bwd", IN(g),
                               OUT(g3), .br = RV * E, .bw = TV * E));
         free_t(x, g);
         g = g3;
@@ -2062,7 +2053,7 @@ static uint64_t hf_loss_bwd(gctx *x)
     if (c->hf_loss_fp32) {
         oid = new_op(x);
         uint64_t g4 = alloc_t(x, -1, "d_logits", TV * z->D, TC_ACT_TRANS, (int64_t)oid);
-        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float.bwd", IN(g),
+        simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float.bwd", IN(g),
                               OUT(g4), .flops = (double)TV, .br = TV * F32, .bw = TV * z->D));
         free_t(x, g);
         g = g4;
@@ -2093,7 +2084,7 @@ static uint64_t mg_gather_mpu(gctx *x, const char *opname, uint64_t shard)
     if (z->tp == 1) return shard;
     uint64_t bytes = z->T * z->h * z->D, oid = new_op(x);
     if (!x->mpu) x->mpu = alloc_t(x, -1, "mpu_buffer", bytes, TC_WORKSPACE, (int64_t)oid);
-    comm_op(x, oid, OPS(.layer = -1, .what = opname, IN(shard), OUT(x->mpu)), ROOF_ALL_GATHER,
+    comm_op(x, oid, &OPS(.layer = -1, .what = opname, IN(shard), OUT(x->mpu)), ROOF_ALL_GATHER,
             bytes, z->tp, z->tp);
     return x->mpu;
 }
@@ -2113,22 +2104,22 @@ static void mg_loss_fwd(gctx *x)
      * memory pressure"): the fp32 copy is shifted in place and is the saved softmax. */
     uint64_t lf = alloc_t(x, -1, "logits_fp32", TV * F32, z->lossip ? TC_ACT_SKEL : TC_ACT_TRANS,
                           (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float", IN(x->logits),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float", IN(x->logits),
                           OUT(lf), .flops = (double)TV, .br = TV * z->D, .bw = TV * F32));
     oid = new_op(x);
     uint64_t sm = lf;
     if (!z->lossip) sm = alloc_t(x, -1, "softmax", TV * F32, TC_ACT_SKEL, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.shift", IN(lf), OUT(sm),
+    simple_op(x, oid, &OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.shift", IN(lf), OUT(sm),
                           .flops = 2.0 * (double)TV, .br = 2 * TV * F32, .bw = TV * F32));
     oid = new_op(x);
     uint64_t lt = alloc_t(x, -1, "loss_tok", z->T * F32, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss", IN(sm, x->labels),
+    simple_op(x, oid, &OPS(.kind = TK_LOSS, .layer = -1, .what = "loss", IN(sm, x->labels),
                           OUT(lt, sm), .flops = (LOSS_FWD_FLOPS - 2.0) * (double)TV,
                           .br = 2 * TV * F32 + z->T * TOKEN_ID_BYTES,
                           .bw = TV * F32 + z->T * F32));
     if (z->tp > 1) {
         oid = new_op(x);
-        comm_op(x, oid, OPS(.layer = -1, .what = "loss.ar", IN(lt), OUT(lt)), ROOF_ALL_REDUCE,
+        comm_op(x, oid, &OPS(.layer = -1, .what = "loss.ar", IN(lt), OUT(lt)), ROOF_ALL_REDUCE,
                 3 * z->T * F32, z->tp, z->tp);
     }
     free_t(x, lt);
@@ -2143,13 +2134,13 @@ static uint64_t mg_loss_bwd(gctx *x)
 {
     const gsz *z = &x->z;
     uint64_t TV = z->T * z->V, sm = x->logits, oid = new_op(x);
-    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.bwd", IN(sm, x->labels),
+    simple_op(x, oid, &OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.bwd", IN(sm, x->labels),
                           OUT(sm), .flops = LOSS_BWD_FLOPS * (double)TV,
                           .br = TV * F32 + z->T * TOKEN_ID_BYTES, .bw = TV * F32));
     free_t(x, x->labels);
     oid = new_op(x);
     uint64_t dl = alloc_t(x, -1, "d_logits", TV * z->D, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float.bwd", IN(sm),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = -1, .what = "logits.float.bwd", IN(sm),
                           OUT(dl), .flops = (double)TV, .br = TV * F32, .bw = TV * z->D));
     free_t(x, sm);
     x->logits = 0;
@@ -2191,7 +2182,7 @@ static void head_fwd(gctx *x)
      * and the logits are transient (mg_loss_fwd). */
     x->logits = alloc_t(x, -1, "logits", z->T * z->V * z->D,
                         z->lossmg ? TC_ACT_TRANS : TC_ACT_SKEL, (int64_t)oid);
-    gemm_fwd(x, oid, OPS(.layer = -1, .what = "lm_head", IN(a, head_weight(x)), OUT(x->logits)),
+    gemm_fwd(x, oid, &OPS(.layer = -1, .what = "lm_head", IN(a, head_weight(x)), OUT(x->logits)),
              z->T, z->V, z->h);
     if (z->tp > 1 && !z->mg) free_t(x, a);
     zrelease(x, grp_head(x));
@@ -2206,14 +2197,14 @@ static void head_fwd(gctx *x)
     }
     oid = new_op(x);
     uint64_t lt = alloc_t(x, -1, "loss_tok", z->T * F32, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss", IN(x->logits, x->labels),
+    simple_op(x, oid, &OPS(.kind = TK_LOSS, .layer = -1, .what = "loss", IN(x->logits, x->labels),
                           OUT(lt, x->logits), .flops = LOSS_FWD_FLOPS * (double)(z->T * z->V),
                           .br = z->T * z->V * z->D + z->T * TOKEN_ID_BYTES,
                           .bw = z->T * z->V * z->D + z->T * F32));
     if (z->tp > 1) {
         /* max, sum of exp and target logit are all-reduced across the vocab shards. */
         oid = new_op(x);
-        comm_op(x, oid, OPS(.layer = -1, .what = "loss.ar", IN(lt), OUT(lt)), ROOF_ALL_REDUCE,
+        comm_op(x, oid, &OPS(.layer = -1, .what = "loss.ar", IN(lt), OUT(lt)), ROOF_ALL_REDUCE,
                 3 * z->T * F32, z->tp, z->tp);
     }
     free_t(x, lt);
@@ -2235,7 +2226,7 @@ static uint64_t head_bwd(gctx *x)
     } else {
         oid = new_op(x);
         /* The logits buffer becomes the logits gradient in place. */
-        simple_op(x, oid, OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.bwd",
+        simple_op(x, oid, &OPS(.kind = TK_LOSS, .layer = -1, .what = "loss.bwd",
                               IN(x->logits, x->labels), OUT(x->logits),
                               .flops = LOSS_BWD_FLOPS * (double)(z->T * z->V),
                               .br = z->T * z->V * z->D + z->T * TOKEN_ID_BYTES,
@@ -2260,7 +2251,7 @@ static uint64_t head_bwd(gctx *x)
     uint64_t dfull = alloc_t(x, -1, z->tp > 1 ? "d_final_norm_full" : "d_final_norm",
                              z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
     uint64_t dum = z->mg ? mg_head_dummy(x, oid) : 0;
-    gemm_bwd(x, oid, OPS(.layer = -1, .what = "lm_head.bwd",
+    gemm_bwd(x, oid, &OPS(.layer = -1, .what = "lm_head.bwd",
                          IN(dlog, head_weight(x), wg ? a : 0), OUT(dfull, wg, dum)),
              z->T, z->V, z->h, wg != 0);
     if (z->mg) {
@@ -2299,7 +2290,7 @@ static uint64_t head_norm_bwd(gctx *x, uint64_t dfn)
                    .flops = NORM_BWD_FLOPS * (double)n, .br = 2 * n * z->D + z->normp * z->D,
                    .bw = n * z->D + (ng ? z->normp * z->GB : 0));
     if (x->final_stats) o.in[o.nin++] = x->final_stats;
-    simple_op(x, oid, o);
+    simple_op(x, oid, &o);
     free_t(x, dfn);
     if (x->final_stats) free_t(x, x->final_stats);
     free_t(x, x->final_out);
@@ -2323,7 +2314,7 @@ static uint64_t norm_bwd(gctx *x, int l, const char *op, const char *outn, uint6
                    .br = 3 * n * z->D + z->normp * z->D,
                    .bw = n * z->D + (grad ? z->normp * z->GB : 0));
     if (stats) o.in[o.nin++] = stats;
-    simple_op(x, oid, o);
+    simple_op(x, oid, &o);
     return dx;
 }
 
@@ -2394,7 +2385,7 @@ static void attn_eager_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t *dq
         free_t(x, s->edrop);
         oid = new_op(x);
         uint64_t dpr = alloc_t(x, l, "d_attn_probs", E * D, TC_ACT_TRANS, (int64_t)oid);
-        simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "attn.dropout.bwd",
+        simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "attn.dropout.bwd",
                               IN(dp, s->emask), OUT(dpr), .flops = 2.0 * (double)E,
                               .br = E * (D + 1), .bw = E * D));
         free_t(x, dp);
@@ -2406,7 +2397,7 @@ static void attn_eager_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t *dq
     opspec o = OPS(.kind = TK_ELEM, .layer = l, .what = "attn.softmax.bwd", IN(dp, s->epr),
                    OUT(ds), .flops = 4.0 * (double)E, .br = 2 * E * D, .bw = E * D);
     if (s->esc) o.in[o.nin++] = s->esc; /* kept, not read: PyTorch 1.9 hands it over unused */
-    simple_op(x, oid, o);
+    simple_op(x, oid, &o);
     free_t(x, dp);
     free_t(x, s->epr);
     if (s->esc) free_t(x, s->esc);
@@ -2446,19 +2437,19 @@ static void lora_bwd(gctx *x, int l, const ggroup *g, int base, const char *what
     for (int i = 0; i < ndout; i++) o.in[o.nin++] = dout[i];
     o.in[o.nin++] = mid;
     o.in[o.nin++] = pw(x, g, a + 1);
-    gemm_bwd(x, oid, o, z->T, N, r, gw(x, g, a + 1) != 0);
+    gemm_bwd(x, oid, &o, z->T, N, r, gw(x, g, a + 1) != 0);
     oid = new_op(x);
     MS_JOIN(nm, sizeof nm, what, ".lora_din");
     uint64_t dx = alloc_t(x, l, nm, z->T * K * z->D, TC_ACT_TRANS, (int64_t)oid);
     MS_JOIN(op, sizeof op, what, ".lora_A.bwd");
-    gemm_bwd(x, oid, OPS(.layer = l, .what = op, IN(dmid, in, pw(x, g, a)),
+    gemm_bwd(x, oid, &OPS(.layer = l, .what = op, IN(dmid, in, pw(x, g, a)),
                          OUT(dx, gw(x, g, a))), z->T, r, K, gw(x, g, a) != 0);
     free_t(x, dmid);
     free_t(x, mid);
     oid = new_op(x);
     uint64_t n = z->T * K;
     MS_JOIN(op, sizeof op, what, ".lora_dadd");
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(din, dx), OUT(din),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = op, IN(din, dx), OUT(din),
                           .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
     free_t(x, dx);
 }
@@ -2486,7 +2477,7 @@ static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, cons
     for (int i = 0; i < ndout; i++) o.in[o.nin++] = dout[i];
     o.in[o.nin++] = pw(x, g, slot);
     if (grad) o.in[o.nin++] = a;
-    gemm_bwd(x, oid, o, z->T, N, z->h, grad != 0);
+    gemm_bwd(x, oid, &o, z->T, N, z->h, grad != 0);
     if (mid) lora_bwd(x, l, g, slot, base, dout, ndout, a, mid, din, N, z->h);
     for (int i = 0; i < ndout; i++) free_t(x, dout[i]);
     if (z->tp > 1 && a) free_t(x, a);
@@ -2509,7 +2500,7 @@ static uint64_t row_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, cons
     uint64_t d = tp_gather(x, l, agop, full, dout);
     uint64_t oid = new_op(x);
     uint64_t din = alloc_t(x, l, dname, z->T * K * z->D, TC_ACT_TRANS, (int64_t)oid);
-    gemm_bwd(x, oid, OPS(.layer = l, .what = op, IN(d, pw(x, g, slot), grad ? saved : 0),
+    gemm_bwd(x, oid, &OPS(.layer = l, .what = op, IN(d, pw(x, g, slot), grad ? saved : 0),
                          OUT(din, grad)), z->T, z->h, K, grad != 0);
     if (mid) lora_bwd(x, l, g, slot, base, &d, 1, saved, mid, din, z->h, K);
     if (z->tp > 1) free_t(x, d);
@@ -2548,7 +2539,7 @@ static uint64_t mg_row_bwd(gctx *x, int l, const ggroup *g, int slot, const char
     uint64_t oid = new_op(x);
     uint64_t din = alloc_t(x, l, dname, z->T * K * z->D, TC_ACT_TRANS, (int64_t)oid);
     uint64_t dum = mg_dummy(x, l, g, slot, base, oid);
-    gemm_bwd(x, oid, OPS(.layer = l, .what = op, IN(d, pw(x, g, slot), saved),
+    gemm_bwd(x, oid, &OPS(.layer = l, .what = op, IN(d, pw(x, g, slot), saved),
                          OUT(din, gw(x, g, slot), dum)), z->T, z->h, K, 1);
     if (z->tp > 1) free_t(x, d);
     if (free_saved) free_t(x, saved);
@@ -2582,7 +2573,7 @@ static uint64_t mg_col_bwd(gctx *x, int l, const ggroup *g, int slot, const char
     for (int i = 0; i < ndout; i++) o.in[o.nin++] = dout[i];
     o.in[o.nin++] = pw(x, g, slot);
     o.in[o.nin++] = a;
-    gemm_bwd(x, oid, o, z->T, N, z->h, 1);
+    gemm_bwd(x, oid, &o, z->T, N, z->h, 1);
     MS_JOIN(n1, sizeof n1, base, ".rs.bwd");
     MS_JOIN(n2, sizeof n2, "d_", src, "_out");
     uint64_t drs = tp_scatter(x, l, n1, l, n2, dfull, TC_ACT_TRANS);
@@ -2599,7 +2590,7 @@ static uint64_t mg_col_bwd(gctx *x, int l, const ggroup *g, int slot, const char
                    .br = 2 * n * z->D + z->normp * z->D,
                    .bw = n * z->D + (lg ? z->normp * z->GB : 0));
     if (stats) q.in[q.nin++] = stats;
-    simple_op(x, oid, q);
+    simple_op(x, oid, &q);
     free_t(x, drs);
     free_t(x, dum);
     for (int i = 0; i < ndout; i++) free_t(x, dout[i]);
@@ -2608,7 +2599,7 @@ static uint64_t mg_col_bwd(gctx *x, int l, const ggroup *g, int slot, const char
     MS_JOIN(n1, sizeof n1, src, ".res");
     oid = new_op(x);
     uint64_t out = newname ? alloc_t(x, l, newname, n * z->D, TC_ACT_TRANS, (int64_t)oid) : dres;
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = n1, IN(dln, dres), OUT(out),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = n1, IN(dln, dres), OUT(out),
                           .flops = (double)n, .br = 2 * n * z->D, .bw = n * z->D));
     free_t(x, dln);
     if (newname) free_t(x, dres);
@@ -2660,7 +2651,7 @@ static void mg_ring_bwd(gctx *x, int l, lstate *s, uint64_t dao, uint64_t d[3])
     d[0] = alloc_t(x, l, "dq", QB, TC_ACT_TRANS, (int64_t)oid_a);
     uint64_t pb0 = alloc_t(x, l, "dkv_buf0", 2 * chunk, TC_ACT_TRANS, (int64_t)oid_r);
     uint64_t pb1 = alloc_t(x, l, "dkv_buf1", 2 * chunk, TC_ACT_TRANS, (int64_t)oid_r);
-    comm_op(x, oid_r, OPS(.layer = l, .what = "cp_ring_bwd.ovl", IN(s->k), OUT(pb0, pb1)),
+    comm_op(x, oid_r, &OPS(.layer = l, .what = "cp_ring_bwd.ovl", IN(s->k), OUT(pb0, pb1)),
             ROOF_RING_EXCHANGE, 2 * chunk, cp, z->tp * cp);
     uint64_t st[6];
     uint32_t n = 0;
@@ -2721,7 +2712,7 @@ static uint64_t mg_layer_bwd(gctx *x, int l, uint64_t dx)
         uint64_t dact = mg_row_bwd(x, l, g, G_FC2, "fc2", dx, s->act, z->f, 1, "d_act");
         uint64_t oid = new_op(x);
         uint64_t dfc1 = alloc_t(x, l, "d_fc1", z->T * z->f1 * z->D, TC_ACT_TRANS, (int64_t)oid);
-        simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
+        simple_op(x, oid, &OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
                               OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->f),
                               .br = z->T * (z->f + z->f1) * z->D, .bw = z->T * z->f1 * z->D));
         free_t(x, dact);
@@ -2740,7 +2731,7 @@ static uint64_t mg_layer_bwd(gctx *x, int l, uint64_t dx)
     uint64_t oid = new_op(x);
     uint64_t dqr = alloc_t(x, l, "dq_rope", QB, TC_ACT_TRANS, (int64_t)oid);
     uint64_t dkr = alloc_t(x, l, "dk_rope", KB, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "rope.bwd", IN(d[0], d[1]),
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "rope.bwd", IN(d[0], d[1]),
                           OUT(dqr, dkr), .flops = ROPE_FLOPS * (double)(z->T * (z->hq + z->hkv)),
                           .br = QB + KB, .bw = QB + KB));
     free_t(x, d[0]);
@@ -2748,7 +2739,7 @@ static uint64_t mg_layer_bwd(gctx *x, int l, uint64_t dx)
     oid = new_op(x);
     uint64_t dqkv = alloc_t(x, l, "d_qkv", QB + 2 * KB, TC_ACT_TRANS, (int64_t)oid);
     uint64_t dv = d[2] ? d[2] : d[1];
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = l, .what = "qkv_split.bwd",
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "qkv_split.bwd",
                           IN(dqr, dkr, dv), OUT(dqkv), .br = QB + 2 * KB, .bw = QB + 2 * KB));
     free_t(x, dqr);
     free_t(x, dkr);
@@ -2768,7 +2759,7 @@ static uint64_t mlp_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx)
                                      "d_fc2_out_full", "d_act", dx, s->act, z->f, 1, s->mid[3]);
     uint64_t oid = new_op(x);
     uint64_t dfc1 = alloc_t(x, l, "d_fc1", z->T * z->f1 * z->D, TC_ACT_TRANS, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
+    simple_op(x, oid, &OPS(.kind = TK_ACT, .layer = l, .what = "act.bwd", IN(dact, s->fc1),
                           OUT(dfc1), .flops = ACT_BWD_FLOPS * (double)(z->T * z->f),
                           .br = z->T * (z->f + z->f1) * z->D, .bw = z->T * z->f1 * z->D));
     free_t(x, dact);
@@ -2828,14 +2819,14 @@ static void mg_embed_bwd(gctx *x, uint64_t dx0)
     uint64_t d = tp_gather(x, -1, "embed.ag.bwd", "d_embed_full", dx0);
     uint64_t vh = z->V * z->h, oid = new_op(x);
     uint64_t dense = alloc_t(x, -1, "embed.wgrad", vh * z->D, TC_GRAD, (int64_t)oid);
-    simple_op(x, oid, OPS(.kind = TK_EMBED, .layer = -1, .what = "embed.bwd", IN(d, x->tokens),
+    simple_op(x, oid, &OPS(.kind = TK_EMBED, .layer = -1, .what = "embed.bwd", IN(d, x->tokens),
                           OUT(dense), .flops = (double)(z->T * z->h),
                           .br = z->T * z->h * z->D + z->T * TOKEN_ID_BYTES,
                           .bw = vh * z->D + z->T * z->h * z->D));
     if (z->tp > 1) free_t(x, d);
     oid = new_op(x);
     uint64_t hd = x->head_dummy;
-    simple_op(x, oid, OPS(.kind = TK_ELEM, .layer = -1, .what = "embed.grad_acc",
+    simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = -1, .what = "embed.grad_acc",
                           IN(dense, hd, e->grad), OUT(e->grad), .flops = (double)vh,
                           .br = vh * (z->D * (hd ? 2 : 1) + z->GB), .bw = vh * z->GB));
     free_t(x, dense);
@@ -2856,7 +2847,7 @@ static void embed_bwd(gctx *x, uint64_t dx0)
         zgrad_begin(x, e);
         uint64_t d = tp_gather(x, -1, "embed.ag.bwd", "d_embed_full", dx0);
         uint64_t oid = new_op(x);
-        simple_op(x, oid, OPS(.kind = TK_EMBED, .layer = -1, .what = "embed.bwd",
+        simple_op(x, oid, &OPS(.kind = TK_EMBED, .layer = -1, .what = "embed.bwd",
                               IN(d, x->tokens), OUT(gw(x, e, 0)), .flops = (double)(z->T * z->h),
                               .br = z->T * z->h * z->D + z->T * TOKEN_ID_BYTES,
                               .bw = z->T * z->h * z->GB));
@@ -2876,7 +2867,7 @@ static void expert_grad_reduce(gctx *x, ggroup *g, roof_coll kind)
     char nm[TRACE_NAME_MAX];
     MS_JOIN(nm, sizeof nm, "expert_grad.", kind == ROOF_ALL_REDUCE ? "dp_ar" : "dp_rs");
     uint64_t oid = new_op(x);
-    comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->egrad), OUT(g->egrad)), kind,
+    comm_op(x, oid, &OPS(.layer = g->layer, .what = nm, IN(g->egrad), OUT(g->egrad)), kind,
             g->entrain * x->z.GB, ranks, x->z.tp * x->z.cp * x->z.dp);
 }
 
@@ -2896,7 +2887,7 @@ static void mg_grad_reduce(gctx *x)
             MS_JOIN(nm, sizeof nm, g->prefix ? g->prefix : "grad", ".",
                     x->c->dist_opt ? "dp_rs" : "dp_ar");
             uint64_t oid = new_op(x);
-            comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
+            comm_op(x, oid, &OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
                     x->c->dist_opt ? ROOF_REDUCE_SCATTER : ROOF_ALL_REDUCE,
                     g->ntrain * x->z.GB, ranks, span);
         }
@@ -2924,7 +2915,7 @@ static void dp_reduce(gctx *x)
         if (x->z.dp > 1) {
             MS_JOIN(nm, sizeof nm, g->prefix ? g->prefix : "grad", ".dp_rs");
             uint64_t oid = new_op(x);
-            comm_op(x, oid, OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
+            comm_op(x, oid, &OPS(.layer = g->layer, .what = nm, IN(g->grad), OUT(g->grad)),
                     ROOF_REDUCE_SCATTER, g->ntrain * x->z.GB, x->z.dp, span);
         }
         if (x->c->offload) {
@@ -2998,7 +2989,7 @@ static void param_gather(gctx *x, ggroup *g, int experts, int ranks)
         c.in[c.nin++] = g->param[j];
         c.out[c.nout++] = g->param[j];
     }
-    comm_op(x, new_op(x), c, ROOF_ALL_GATHER, n * z->D, ranks, z->tp * z->cp * z->dp);
+    comm_op(x, new_op(x), &c, ROOF_ALL_GATHER, n * z->D, ranks, z->tp * z->cp * z->dp);
 }
 
 /* Megatron's optimizer step for one group: apex FusedAdam makes each parameter's exp_avg and
@@ -3041,7 +3032,7 @@ static void mg_optimizer(gctx *x, ggroup *g, uint64_t shard)
     o.flops = ADAM_FLOPS * (double)shard;
     o.br = shard * (z->GB + z->OB + z->D);
     o.bw = shard * (z->OB + z->D);
-    simple_op(x, oid, o);
+    simple_op(x, oid, &o);
     int ranks = z->dp * z->cp;
     if (x->c->dist_opt && ranks > 1 && g->ntrain)
         param_gather(x, g, 0, ranks);
@@ -3079,7 +3070,7 @@ static void optimizer(gctx *x)
             o.flops = ADAM_FLOPS * (double)shard;
             o.br = shard * (z->GB + z->OB + z->D);
             o.bw = shard * (z->OB + z->D);
-            simple_op(x, oid, o);
+            simple_op(x, oid, &o);
         }
         /* The updated parameter shards are all-gathered back to every DP rank (ZeRO-3
          * keeps them sharded: the next forward gathers); the experts' over their group. */
