@@ -1159,14 +1159,9 @@ rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *
 
 static size_t a90_up(size_t n) { return (n + 63) / 64 * 64; }
 
-int attn90_bwd_onepass(int flags, size_t S, size_t D)
+int attn90_bwd_onepass(int flags, size_t S, size_t D, size_t l2_bytes)
 {
-    int dev = 0, l2 = 0;
-    if (!(flags & ATTN90_ONEPASS) || D != 128) return 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess)
-        return 0;
-    return S * D * sizeof(float) <= (size_t)l2;
+    return (flags & ATTN90_ONEPASS) && D == 128 && S * D * sizeof(float) <= l2_bytes;
 }
 
 size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D)
@@ -1213,7 +1208,7 @@ rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16
     /* maps: K, V (128-row boxes), Q, dO (64-row boxes) for dk/dv; Q, dO (128) for dq */
     CUtensorMap m[6];
     const size_t T = B * S, w = H * D;
-    const int one = attn90_bwd_onepass(flags, S, D);
+    const int one = (flags & ATTN90_ONEPASS) && D == 128;   /* D 64: the two-kernel form */
     RT_TRY(a90_map(encode, &m[0], k, w, T, ld_qkv, DKV_BK, err));
     RT_TRY(a90_map(encode, &m[1], v, w, T, ld_qkv, DKV_BK, err));
     RT_TRY(a90_map(encode, &m[2], q, w, T, ld_qkv, DKV_BQ, err));

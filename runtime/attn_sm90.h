@@ -40,14 +40,16 @@ rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *
                      const uint16_t *q, const uint16_t *k, const uint16_t *v, size_t ld_qkv,
                      size_t ld_o, size_t B, size_t H, size_t S, size_t D, ms_error *err);
 
-/* Whether attn90_bwd runs its one-pass form (5 causal products) for these flags at this
- * shape on the current device: with ATTN90_ONEPASS, at head dim 128, while one head's fp32 dq
- * accumulator (S x D x 4 bytes) fits the GPU's L2 cache; else the two-kernel form (7). The
+/* Whether the one-pass form (5 causal products) is the faster one for these flags at this
+ * shape on a GPU of l2_bytes of L2 cache: with ATTN90_ONEPASS, at head dim 128, while one
+ * head's fp32 dq accumulator (S x D x 4 bytes) fits the L2; else the two-kernel form (7). The
+ * caller clears ATTN90_ONEPASS where this says no (attn90_bwd runs the one pass whenever the
+ * flag is set at head dim 128). The
  * CTAs of one head run together, so the reductions of a head whose accumulator fits stay in
  * L2; past it they go to memory (H200, attention backward at 32K tokens 64.9 ms with every
  * head's accumulator live against 52.1 with one head's; at 128K tokens, 64 MB a head against
  * 50 MB of L2, 842 ms against the two-kernel form's 817). */
-int attn90_bwd_onepass(int flags, size_t S, size_t D);
+int attn90_bwd_onepass(int flags, size_t S, size_t D, size_t l2_bytes);
 
 /* Device floats of the backward's scratch (the one-pass form's fp32 dq and its counters). */
 size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D);

@@ -42,6 +42,7 @@ struct kn_ctx {
     float *scratch;
     size_t scratch_floats;
     int cc_major, cc_minor;   /* the device's compute capability */
+    size_t l2_bytes;          /* its L2 cache (attn90_bwd_onepass) */
     void *a90_encode;         /* the tensor-map encoder when the sm_90 attention can run */
     kn_attn_impl attn;        /* the attention kernels in use (never KN_ATTN_AUTO) */
     void *ebw;                /* the embedding backward's sort scratch */
@@ -79,6 +80,9 @@ static rt_status attn_pick(kn_ctx *k, ms_error *err)
     RT_CHECK(err, cudaGetDevice(&dev));
     RT_CHECK(err, cudaDeviceGetAttribute(&k->cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     RT_CHECK(err, cudaDeviceGetAttribute(&k->cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+    int l2 = 0;
+    RT_CHECK(err, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    k->l2_bytes = l2 > 0 ? (size_t)l2 : 0;
     k->attn = KN_ATTN_MMA;
     if (k->cc_major == 9 && k->cc_minor == 0) {
         RT_TRY(attn90_setup(&k->a90_encode, err));
@@ -157,9 +161,16 @@ static int attn90_flags(const kn_ctx *k)
 
 kn_attn_impl kn_ctx_attn(const kn_ctx *k) { return k->attn; }
 
+/* The backward's forms at s tokens and head dim d: the one pass only where it is the faster. */
+static int attn90_bwd_flags(const kn_ctx *k, size_t s, size_t d)
+{
+    int f = attn90_flags(k);
+    return attn90_bwd_onepass(f, s, d, k->l2_bytes) ? f : f & ~ATTN90_ONEPASS;
+}
+
 int kn_attn_bwd_products(const kn_ctx *k, size_t s, size_t d)
 {
-    return k->attn != KN_ATTN_MMA && attn90_bwd_onepass(attn90_flags(k), s, d) ? 5 : 7;
+    return k->attn != KN_ATTN_MMA && (attn90_bwd_flags(k, s, d) & ATTN90_ONEPASS) ? 5 : 7;
 }
 
 const char *kn_attn_name(kn_attn_impl impl)
@@ -954,7 +965,8 @@ rt_status kn_attn_bwd(kn_ctx *k, kn_bf16 *dq, kn_bf16 *dk, kn_bf16 *dv, const kn
     float *dvec = k->scratch;
     RT_TRY(attn80_dvec(k->s, dvec, dout, o, ld_o, B, H, S, D, err));
     if (k->attn != KN_ATTN_MMA)
-        return attn90_bwd(k->a90_encode, k->s, attn90_flags(k), dq, dk, dv, dout, q, kk, v, lse,
-                          dvec, k->scratch + (rows + 63) / 64 * 64, ld_qkv, ld_o, B, H, S, D, err);
+        return attn90_bwd(k->a90_encode, k->s, attn90_bwd_flags(k, S, D), dq, dk, dv, dout, q,
+                          kk, v, lse, dvec, k->scratch + (rows + 63) / 64 * 64, ld_qkv, ld_o, B,
+                          H, S, D, err);
     return attn80_bwd(k->s, dq, dk, dv, dout, q, kk, v, lse, dvec, ld_qkv, ld_o, B, H, S, D, err);
 }
