@@ -625,7 +625,8 @@ static double op_flops(const char *name, const shape *z, int bwd_products)
     static const char *const nm[] = {"qkv", "proj", "fc1", "fc2", "attn", "qkv.bwd",
                                      "proj.bwd", "fc1.bwd", "fc2.bwd", "attn.bwd"};
     double fl[] = {2 * T * h * 3 * h, 2 * T * h * h, 2 * T * h * f, 2 * T * f * h, 2 * att,
-                   4 * T * h * 3 * h, 4 * T * h * h, 4 * T * h * f, 4 * T * f * h, bwd_products * att};
+                   4 * T * h * 3 * h, 4 * T * h * h, 4 * T * h * f, 4 * T * f * h,
+                   bwd_products * att};
     for (size_t i = 0; i < sizeof nm / sizeof *nm; i++)
         if (!strcmp(name, nm[i])) return fl[i];
     return 0;
