@@ -591,8 +591,11 @@ attn90_dq_k(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUte
 /* PP: the two-kernel form with the products overlapped within each warpgroup
  * (dkv_consume_pp); it holds a query tile one iteration longer, so its ring has three stages
  * (the one-pass form's staging buffers leave room for two only). */
+/* PP: in the two-kernel form, the products overlapped within a warpgroup (a ring of three
+ * stages); in the one-pass form, each tile's dQ issued beside the next tile's dK (the same
+ * two stages and buffers). */
 template <int D, bool ONE, bool PP = false> struct dkv_cfg {
-    static constexpr int NST = PP ? 3 : 2;
+    static constexpr int NST = PP && !ONE ? 3 : 2;
     static constexpr uint32_t KV = a90_layout::tile(DKV_BK, D), Q = a90_layout::tile(DKV_BQ, D);
     static constexpr uint32_t VEC = DKV_BQ * 4;
     static constexpr uint32_t V0 = KV, Q0 = 2 * KV, DO0 = Q0 + NST * Q;
@@ -605,6 +608,8 @@ template <int D, bool ONE, bool PP = false> struct dkv_cfg {
 };
 static_assert(dkv_cfg<128, false, true>::SMEM <= 227 * 1024, "dk/dv's ring exceeds shared memory");
 static_assert(dkv_cfg<128, true>::SMEM <= 227 * 1024, "the one pass exceeds shared memory");
+static_assert(dkv_cfg<128, true, true>::SMEM == dkv_cfg<128, true>::SMEM,
+              "the one pass's two orders share one layout");
 
 /* K+V full; per stage Q full, dO full, stage empty; per staging buffer dQ full, dQ empty; per
  * dS buffer (the one pass) dS^T full, dS^T read. */
@@ -832,14 +837,55 @@ __device__ __forceinline__ void dkv_dq_stage(uint32_t base, unsigned char *gsm,
     if (lane == 0) p90_bar_arrive(b.dqf + 8 * x2);
 }
 
-/* The one-pass consumer: per query tile, dS^T, then dK += dS^T Q and (once the other
- * warpgroup's dS^T of the tile is there: an mbarrier, so that a warpgroup may run up to a
- * tile ahead) dQ = dS K in one batch, then dQ to the writer. dQ is computed in the tile's
- * own iteration: the next key block's CTA adds to the same dQ tile two iterations later,
- * and a contribution held back a further iteration (issued beside the next tile's dK) made
- * that CTA wait (the attention backward at 8K tokens 4.24 ms against 3.38 without the
- * fixed order, H200). */
+/* The one-pass consumer's front of query tile i: dS^T (dkv_tile_ds), put in the dS buffer for
+ * the dQ product, and dK += dS^T Q issued after a fence; the caller may issue more products
+ * before it commits and waits. */
 template <int D>
+__device__ __forceinline__ void dkv_one_front(const bwd_args &a, unsigned char *gsm,
+                                              uint32_t base, int i, int cw, int warp, int lane,
+                                              int kw, int kr, int qt0, float (&dka)[D / 2],
+                                              float (&dva)[D / 2], float (&sacc)[DKV_BQ / 2],
+                                              float (&dpa)[DKV_BQ / 2], float (&dqp)[32],
+                                              uint32_t (&pf)[DKV_BQ / 16][4])
+{
+    using C = dkv_cfg<D, true>;
+    const int s = i % C::NST, t = lane % 4;
+    dkv_tile_ds<D, true>(a, gsm, base, i, cw, t, kw, kr, qt0, dva, sacc, dpa, pf);
+    dkv_ds_put<D>(base, gsm, pf, i, cw, warp, lane);
+    p90_keep(dka);
+    p90_keep(dqp);
+    p90_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < DKV_BQ / 16; kk++)   /* dK += dS^T Q */
+        a90_rs<D>(dka, pf[kk], a90_desc_n(base + C::Q0 + s * C::Q, DKV_BQ, kk));
+}
+
+/* Waits for the products in flight; hands stage s (Q and dO of its tile) back to the producer. */
+template <int D>
+__device__ __forceinline__ void dkv_one_done(uint32_t base, int s, int lane, float (&dka)[D / 2],
+                                             float (&dqp)[32], uint32_t (&pf)[DKV_BQ / 16][4])
+{
+    const dkv_bars b = dkv_bars_at<D, true>(base);
+    p90_wg_commit();
+    p90_wg_wait<0>();
+    p90_keep(dka);
+    p90_keep(dqp);
+    p90_keep_u(pf);
+    __syncwarp();
+    if (lane == 0) p90_bar_arrive(b.e + 8 * s);
+}
+
+/* The one-pass consumer: per query tile, dS^T, then dK += dS^T Q and dQ = dS K (once both
+ * warpgroups' dS^T of the tile is there: an mbarrier, so that a warpgroup may run up to a
+ * tile ahead), then dQ to the writer. DEFER = false: tile i's dQ in one batch with its own
+ * dK; then the dS^T barrier waits for the other warpgroup's half of the tile just made.
+ * DEFER = true: tile i's dQ beside tile i + 1's dK (tile 0 peeled, the last tile's dQ
+ * after the loop, so that no product is issued under a branch), by which time the other
+ * half is there; the contribution reaches the writer an iteration later, and the next key
+ * block's CTA, which adds to the same dQ tile two iterations after this one, keeps one
+ * iteration of margin (the writer advances the tile's counter as soon as its reduction is
+ * done). The products and their order are the same in both: the same bits. */
+template <int D, bool DEFER>
 __device__ __forceinline__ void dkv_consume_one(const bwd_args &a, unsigned char *raw,
                                                 uint32_t base, int row0, int k0, int c0, int qt0,
                                                 int nqt)
@@ -855,25 +901,32 @@ __device__ __forceinline__ void dkv_consume_one(const bwd_args &a, unsigned char
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dka[i] = dva[i] = 0;
     p90_bar_wait(b.kv, 0);
-    for (int i = 0; i < nqt; i++) {
-        const int s = i % C::NST;
-        dkv_tile_ds<D, true>(a, gsm, base, i, cw, t, kw, kr, qt0, dva, sacc, dpa, pf);
-        dkv_ds_put<D>(base, gsm, pf, i, cw, warp, lane);
-        p90_keep(dka);
+    if constexpr (DEFER) {   /* nqt >= 2: the last key block sees two query tiles */
+        dkv_one_front<D>(a, gsm, base, 0, cw, warp, lane, kw, kr, qt0, dka, dva, sacc, dpa, dqp,
+                         pf);
+        dkv_one_done<D>(base, 0, lane, dka, dqp, pf);
+        for (int i = 1; i < nqt; i++) {
+            dkv_one_front<D>(a, gsm, base, i, cw, warp, lane, kw, kr, qt0, dka, dva, sacc, dpa,
+                             dqp, pf);
+            dkv_dq_mma<D>(base, dqp, i - 1, cw);
+            dkv_one_done<D>(base, i % C::NST, lane, dka, dqp, pf);
+            dkv_dq_stage<D>(base, gsm, dqp, i - 1, cw, warp, lane);
+        }
         p90_keep(dqp);
         p90_wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < DKV_BQ / 16; kk++)   /* dK += dS^T Q */
-            a90_rs<D>(dka, pf[kk], a90_desc_n(base + C::Q0 + s * C::Q, DKV_BQ, kk));
-        dkv_dq_mma<D>(base, dqp, i, cw);
+        dkv_dq_mma<D>(base, dqp, nqt - 1, cw);
         p90_wg_commit();
         p90_wg_wait<0>();
-        p90_keep(dka);
         p90_keep(dqp);
-        p90_keep_u(pf);
-        __syncwarp();
-        if (lane == 0) p90_bar_arrive(b.e + 8 * s);
-        dkv_dq_stage<D>(base, gsm, dqp, i, cw, warp, lane);
+        dkv_dq_stage<D>(base, gsm, dqp, nqt - 1, cw, warp, lane);
+    } else {
+        for (int i = 0; i < nqt; i++) {
+            dkv_one_front<D>(a, gsm, base, i, cw, warp, lane, kw, kr, qt0, dka, dva, sacc, dpa,
+                             dqp, pf);
+            dkv_dq_mma<D>(base, dqp, i, cw);
+            dkv_one_done<D>(base, i % C::NST, lane, dka, dqp, pf);
+            dkv_dq_stage<D>(base, gsm, dqp, i, cw, warp, lane);
+        }
     }
     a90_store<D>(a.dk, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dka, a.scale, a.scale, t);
     a90_store<D>(a.dv, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dva, 1.0f, 1.0f, t);
@@ -1035,7 +1088,6 @@ attn90_dkv_k(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUt
              const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
              const bwd_args a)
 {
-    static_assert(!(ONE && PP), "the one-pass form has no overlapped variant");
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = a90_base(smem_raw);
     int kb, bh;
@@ -1068,8 +1120,9 @@ attn90_dkv_k(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUt
         }
     } else {
         p90_regs_inc<A90_REGS_CONSUMER>();
-        if constexpr (PP) dkv_consume_pp<D>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
-        else if constexpr (ONE) dkv_consume_one<D>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
+        if constexpr (PP && !ONE) dkv_consume_pp<D>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
+        else if constexpr (ONE)
+            dkv_consume_one<D, PP>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
         else dkv_consume<D>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
     }
 }
@@ -1111,8 +1164,10 @@ template <int D> static rt_status a90_attrs(ms_error *err)
     RT_TRY(a90_smem(attn90_dq_k<D, true>, dq_cfg<D>::SMEM, err));
     RT_TRY(a90_smem(attn90_dkv_k<D, false, false>, dkv_cfg<D, false>::SMEM, err));
     RT_TRY(a90_smem(attn90_dkv_k<D, false, true>, dkv_cfg<D, false, true>::SMEM, err));
-    if constexpr (D == 128)
+    if constexpr (D == 128) {
         RT_TRY(a90_smem(attn90_dkv_k<D, true, false>, dkv_cfg<D, true>::SMEM, err));
+        RT_TRY(a90_smem(attn90_dkv_k<D, true, true>, dkv_cfg<D, true, true>::SMEM, err));
+    }
     return RT_OK;
 }
 
@@ -1161,7 +1216,8 @@ static size_t a90_up(size_t n) { return (n + 63) / 64 * 64; }
 
 int attn90_bwd_onepass(int flags, size_t S, size_t D, size_t l2_bytes)
 {
-    return (flags & ATTN90_ONEPASS) && D == 128 && S * D * sizeof(float) <= l2_bytes;
+    if (!(flags & ATTN90_ONEPASS) || D != 128) return 0;
+    return (flags & ATTN90_DQ_DEFER) || S * D * sizeof(float) <= l2_bytes;
 }
 
 size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D)
@@ -1188,8 +1244,12 @@ static rt_status a90_bwd_launch(const bwd_args &a, int flags, const CUtensorMap 
 {
     const unsigned bhs = (unsigned)(B * H), nkb = (unsigned)(S / DKV_BK);
     if constexpr (D == 128) if (flags & ATTN90_ONEPASS) {
-        attn90_dkv_k<D, true, false><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(
-            m[0], m[1], m[2], m[3], a);
+        if (flags & ATTN90_DQ_DEFER)
+            attn90_dkv_k<D, true, true><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(
+                m[0], m[1], m[2], m[3], a);
+        else
+            attn90_dkv_k<D, true, false><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(
+                m[0], m[1], m[2], m[3], a);
         RT_TRY(a90_launched("attn90_dkv_k (one pass)", err));
         attn90_dq_out_k<D><<<(unsigned)(B * H * (S / DKV_BQ)), 256, 0, s>>>(
             a.dq, a.ldqkv, a.dqacc, (int)H, (int)S, a.scale);
@@ -1223,7 +1283,7 @@ rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16
                   scratch + a90_up(nsem), (int *)scratch};
     cudaStream_t s = (cudaStream_t)stream;
     if (one) RT_CHECK(err, cudaMemsetAsync(a.sem, 0, nsem * sizeof(int), s));
-    const int f = one ? ATTN90_ONEPASS : flags & ~ATTN90_ONEPASS;
+    const int f = one ? flags & (ATTN90_ONEPASS | ATTN90_DQ_DEFER) : flags & ~ATTN90_ONEPASS;
     if (D == 64) return a90_bwd_launch<64>(a, f, m, B, H, S, s, err);
     return a90_bwd_launch<128>(a, f, m, B, H, S, s, err);
 }

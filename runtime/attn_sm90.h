@@ -32,8 +32,9 @@ rt_status attn90_setup(void **encode, ms_error *err);
  * and at 64, 7 products in two kernels: dk and dv per 128 keys, dq per 128 queries).
  * ATTN90_BWD_OVERLAP: in the two-kernel form, each consumer warpgroup keeps products in
  * flight while it computes P and dS (else it waits for each batch); the same bits as without.
- * Every form is deterministic. */
-enum { ATTN90_PINGPONG = 1, ATTN90_ONEPASS = 2, ATTN90_BWD_OVERLAP = 4 };
+ * ATTN90_DQ_DEFER: in the one-pass form, each query tile's dQ product is issued beside the
+ * next tile's dK (else beside its own); the same bits. Every form is deterministic. */
+enum { ATTN90_PINGPONG = 1, ATTN90_ONEPASS = 2, ATTN90_BWD_OVERLAP = 4, ATTN90_DQ_DEFER = 8 };
 
 /* o and lse as kn_attn_fwd. */
 rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *lse,
@@ -41,14 +42,16 @@ rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *
                      size_t ld_o, size_t B, size_t H, size_t S, size_t D, ms_error *err);
 
 /* Whether the one-pass form (5 causal products) is the faster one for these flags at this
- * shape on a GPU of l2_bytes of L2 cache: with ATTN90_ONEPASS, at head dim 128, while one
- * head's fp32 dq accumulator (S x D x 4 bytes) fits the L2; else the two-kernel form (7). The
- * caller clears ATTN90_ONEPASS where this says no (attn90_bwd runs the one pass whenever the
- * flag is set at head dim 128). The
- * CTAs of one head run together, so the reductions of a head whose accumulator fits stay in
- * L2; past it they go to memory (H200, attention backward at 32K tokens 64.9 ms with every
- * head's accumulator live against 52.1 with one head's; at 128K tokens, 64 MB a head against
- * 50 MB of L2, 842 ms against the two-kernel form's 817). */
+ * shape on a GPU of l2_bytes of L2 cache: with ATTN90_ONEPASS at head dim 128, with
+ * ATTN90_DQ_DEFER at every length, without it while one head's fp32 dq accumulator
+ * (S x D x 4 bytes) fits the L2; else the two-kernel form (7). The caller clears
+ * ATTN90_ONEPASS where this says no (attn90_bwd runs the one pass whenever the flag is set at
+ * head dim 128). The CTAs of one head run together, so the reductions of a head whose
+ * accumulator fits stay in L2; past it they go to memory. Measured on H200s (32 heads): with
+ * every head's accumulator live, 64.9 ms at 32K tokens against 52.1 with one head's; at 128K
+ * tokens (64 MB a head against 50 MB of L2) the one pass with dQ in its tile's iteration 842
+ * ms against the two-kernel form's 817 (2026-12-03), with dQ beside the next tile's dK
+ * 776.9 against 807.8 (2026-12-04, two runs each). */
 int attn90_bwd_onepass(int flags, size_t S, size_t D, size_t l2_bytes);
 
 /* Device floats of the backward's scratch (the one-pass form's fp32 dq and its counters). */

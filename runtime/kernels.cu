@@ -138,7 +138,7 @@ void *kn_ctx_stream(const kn_ctx *k) { return (void *)k->s; }
 rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err)
 {
     if (impl == KN_ATTN_AUTO) impl = k->a90_encode ? KN_ATTN_WGMMA : KN_ATTN_MMA;
-    if (impl < KN_ATTN_MMA || impl > KN_ATTN_WGMMA_TWO)
+    if (impl < KN_ATTN_MMA || impl > KN_ATTN_WGMMA_INLINE)
         return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_ctx_set_attn", "no such kernels");
     if (impl != KN_ATTN_MMA && !k->a90_encode)
         return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_ctx_set_attn",
@@ -151,20 +151,23 @@ rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err)
 static int attn90_flags(const kn_ctx *k)
 {
     switch (k->attn) {
-    case KN_ATTN_WGMMA: return ATTN90_PINGPONG | ATTN90_ONEPASS;
+    case KN_ATTN_WGMMA: return ATTN90_PINGPONG | ATTN90_ONEPASS | ATTN90_DQ_DEFER;
+    case KN_ATTN_WGMMA_INLINE: return ATTN90_PINGPONG | ATTN90_ONEPASS;
     case KN_ATTN_WGMMA_TWO: return ATTN90_PINGPONG;
     case KN_ATTN_WGMMA_OVERLAP: return ATTN90_PINGPONG | ATTN90_BWD_OVERLAP;
-    case KN_ATTN_WGMMA_ONEPASS: return ATTN90_PINGPONG | ATTN90_ONEPASS;
+    case KN_ATTN_WGMMA_ONEPASS: return ATTN90_PINGPONG | ATTN90_ONEPASS | ATTN90_DQ_DEFER;
     default: return 0;
     }
 }
 
 kn_attn_impl kn_ctx_attn(const kn_ctx *k) { return k->attn; }
 
-/* The backward's forms at s tokens and head dim d: the one pass only where it is the faster. */
+/* The backward's forms at s tokens and head dim d: the one pass only where it is the faster
+ * (wgmma-onepass: wherever it runs, for comparison). */
 static int attn90_bwd_flags(const kn_ctx *k, size_t s, size_t d)
 {
     int f = attn90_flags(k);
+    if (k->attn == KN_ATTN_WGMMA_ONEPASS) return f;
     return attn90_bwd_onepass(f, s, d, k->l2_bytes) ? f : f & ~ATTN90_ONEPASS;
 }
 
@@ -181,6 +184,7 @@ const char *kn_attn_name(kn_attn_impl impl)
     case KN_ATTN_WGMMA_ONEPASS: return "wgmma-onepass";
     case KN_ATTN_WGMMA_OVERLAP: return "wgmma-overlap";
     case KN_ATTN_WGMMA_TWO: return "wgmma-two";
+    case KN_ATTN_WGMMA_INLINE: return "wgmma-inline";
     case KN_ATTN_MMA: return "mma";
     default: return "auto";
     }

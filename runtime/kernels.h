@@ -88,9 +88,12 @@ rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n,
 /* ---- causal attention ---- */
 /* Implementations: wgmma with TMA (FlashAttention-3's producer / consumer warpgroups, the
  * forward's consumers taking turns, the backward at head dim 128 in one kernel with dq summed
- * in a fixed order while a head's fp32 dq fits L2, else in two kernels; runtime/attn_sm90.h),
- * chosen on devices of compute capability 9.0; wgmma-onepass names the same; other forms kept
- * for comparison (two: the backward always in two kernels, the default until 2026-12-03;
+ * in a fixed order while a head's fp32 dq fits L2, else in two kernels, each query tile's dQ
+ * product issued beside the next tile's dK; runtime/attn_sm90.h), chosen on devices of
+ * compute capability 9.0; other forms kept for comparison (onepass: the one pass at every
+ * length, whether or not a head's dq fits L2; inline: the one pass with each tile's dQ issued
+ * beside its own dK, the default until 2026-12-04, the same bits as wgmma's;
+ * two: the backward always in two kernels, the default until 2026-12-03;
  * basic: the forward's consumers each in sequence, the two-kernel backward; overlap: two's
  * backward with its products kept in flight while each warpgroup computes P and dS, the same
  * bits as two's); and mma.sync (FlashAttention-2's loop
@@ -98,7 +101,7 @@ rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n,
  * the products are summed in other orders). */
 typedef enum kn_attn_impl {
     KN_ATTN_AUTO = 0, KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC, KN_ATTN_WGMMA_ONEPASS,
-    KN_ATTN_WGMMA_OVERLAP, KN_ATTN_WGMMA_TWO
+    KN_ATTN_WGMMA_OVERLAP, KN_ATTN_WGMMA_TWO, KN_ATTN_WGMMA_INLINE
 } kn_attn_impl;
 /* KN_ATTN_AUTO: the device's; the wgmma ones on another device: RT_ERR_INVALID. */
 rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err);

@@ -39,6 +39,8 @@ static void usage(FILE *f)
             "                     needs no GPU); every other figure is the base's\n"
             "  --attn             only memsim's attention kernels (rt.attn_*); every other\n"
             "                     figure is the base's\n"
+            "  --warm-ms MS       with --attn: run each shape back to back for MS ms of GPU\n"
+            "                     time before timing it (the clock of a sustained load)\n"
             "  --collectives      only the node's figures, on a machine of several GPUs:\n"
             "                     NCCL all-gather, reduce-scatter, all-reduce of 1 MiB..1 GiB\n"
             "                     over 2, 4, 8 GPUs and the host link while GPUs copy at once\n"
@@ -94,11 +96,12 @@ static int cmd_probe(int argc, char **argv)
 {
     const char *base = "h100-sxm", *name = NULL, *out = "-", *rawp = NULL;
     int quick = 0, adam_only = 0, coll_only = 0, attn_only = 0;
+    double warm_ms = 0;
     static const struct option opts[] = {
         {"base", required_argument, 0, 'b'}, {"name", required_argument, 0, 'n'},
         {"raw", required_argument, 0, 'r'}, {"quick", no_argument, 0, 'q'},
         {"host-adam", no_argument, 0, 'A'}, {"collectives", no_argument, 0, 'C'},
-        {"attn", no_argument, 0, 'T'},
+        {"attn", no_argument, 0, 'T'}, {"warm-ms", required_argument, 0, 'W'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
@@ -111,6 +114,16 @@ static int cmd_probe(int argc, char **argv)
         case 'A': adam_only = 1; break;
         case 'C': coll_only = 1; break;
         case 'T': attn_only = 1; break;
+        case 'W': {
+            char *end;
+            warm_ms = strtod(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || !(warm_ms >= 0 && warm_ms <= 600000)) {
+                fprintf(stderr, "memsim probe: --warm-ms: '%s' is not a time in ms (0..600000)\n",
+                        optarg);
+                return MS_EXIT_USAGE;
+            }
+            break;
+        }
         case 'h': usage(stdout); return MS_EXIT_OK;
         default: usage(stderr); return MS_EXIT_USAGE;
         }
@@ -146,7 +159,7 @@ static int cmd_probe(int argc, char **argv)
     ms_error_clear(&err);
     if (coll_only) return probe_node_figures(p, raw, rawp, quick, out);
     rt_status rs = adam_only   ? probe_host_adam_run(p, raw, quick, &err)
-                   : attn_only ? probe_attn_run(p, raw, quick, &err)
+                   : attn_only ? probe_attn_run(p, raw, quick, warm_ms, &err)
                                : probe_run(p, raw, quick, &err);
     fclose(raw);
     if (rs != RT_OK) {

@@ -33,6 +33,7 @@ typedef struct probe_ctx {
     cudaStream_t s0, s1;
     cudaEvent_t e0, e1, e2, e3;
     int reps;
+    double warm_ms;         /* back-to-back calls before each timed set (time_calls) */
 } probe_ctx;
 
 static double host_now_us(void)
@@ -399,11 +400,36 @@ static rt_status probe_gemm(probe_ctx *c, machine_t *m, double peak_flops, ms_er
  * two warm-up calls. */
 typedef rt_status (*probe_fn)(void *arg, ms_error *err);
 
+/* Runs fn back to back for at least c->warm_ms of GPU time, so that the timed calls after it
+ * see the clock a sustained load holds rather than the one an idle GPU starts at. Batches of
+ * doubling size, one synchronization each. */
+static rt_status warm_calls(probe_ctx *c, probe_fn fn, void *arg, ms_error *err)
+{
+    double done_ms = 0;
+    for (int n = 1; done_ms < c->warm_ms; n = n < 1024 ? 2 * n : n) {
+        float ms;
+        RT_CHECK(err, cudaEventRecord(c->e0, c->s0));
+        for (int i = 0; i < n; i++) {
+            rt_status st = fn(arg, err);
+            if (st != RT_OK) return st;
+        }
+        RT_CHECK(err, cudaEventRecord(c->e1, c->s0));
+        RT_CHECK(err, cudaEventSynchronize(c->e1));
+        RT_CHECK(err, cudaEventElapsedTime(&ms, c->e0, c->e1));
+        done_ms += ms;
+    }
+    return RT_OK;
+}
+
 static rt_status time_calls(probe_ctx *c, probe_fn fn, void *arg, int reps, double *ms_out,
                             ms_error *err)
 {
     double t[32];
     if (reps > 32) reps = 32;
+    if (c->warm_ms > 0) {
+        rt_status st = warm_calls(c, fn, arg, err);
+        if (st != RT_OK) return st;
+    }
     for (int r = 0; r < reps + 2; r++) {
         float ms;
         RT_CHECK(err, cudaEventRecord(c->e0, c->s0));
@@ -811,11 +837,13 @@ done:
     return st;
 }
 
-rt_status probe_attn_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err)
+rt_status probe_attn_run(machine_profile *p, FILE *raw_csv, int quick, double warm_ms,
+                         ms_error *err)
 {
     probe_ctx c;
     double peak = 0;
     rt_status st = probe_open(&c, &p->m, raw_csv, quick, &peak, err);
+    c.warm_ms = warm_ms;
     if (st == RT_OK) {
         fprintf(stderr, "probe: attention (memsim's kernels)\n");
         st = probe_attn(&c, &p->m, peak, quick, err);

@@ -21,7 +21,9 @@ rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, ms_e
 /* Only memsim's attention kernels (rt.attn_fwd_eff, rt.attn_fwd_half_seq, rt.attn_bwd_eff,
  * rt.attn_bwd_half_seq; also gpu.name, gpu.hbm_bytes and gpu.peak_bf16_flops): a re-probe
  * after a kernel change that takes seconds instead of the whole probe's minutes. */
-rt_status probe_attn_run(machine_profile *p, FILE *raw_csv, int quick, ms_error *err);
+/* warm_ms: each shape's calls run back to back for that long before it is timed (0: none). */
+rt_status probe_attn_run(machine_profile *p, FILE *raw_csv, int quick, double warm_ms,
+                         ms_error *err);
 
 #ifdef __cplusplus
 }

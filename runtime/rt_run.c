@@ -157,7 +157,10 @@ static void usage(FILE *f)
         "  --attn KERNELS       the benchmark's attention: auto (default: wgmma and TMA on\n"
         "                       compute capability 9.0, mma.sync elsewhere), mma, wgmma (at\n"
         "                       head dim 128 the backward in one pass, dq summed in a fixed\n"
-        "                       order), wgmma-onepass (the same), wgmma-two (the backward as\n"
+        "                       order, where a head's fp32 dq fits L2), wgmma-onepass (the\n"
+        "                       one pass at every length), wgmma-inline (the one pass with\n"
+        "                       each tile's dQ beside its own dK, not the next tile's; the\n"
+        "                       same bits), wgmma-two (the backward as\n"
         "                       two kernels, dk/dv and dq), wgmma-basic (the forward's\n"
         "                       consumers without turns, two-kernel backward) or wgmma-overlap\n"
         "                       (wgmma-two with the backward's products kept in flight while P\n"
@@ -300,8 +303,9 @@ static int apply(int c, char *v, run_args *a)
         else if (!strcmp(v, "wgmma-onepass")) a->attn = KN_ATTN_WGMMA_ONEPASS;
         else if (!strcmp(v, "wgmma-overlap")) a->attn = KN_ATTN_WGMMA_OVERLAP;
         else if (!strcmp(v, "wgmma-two")) a->attn = KN_ATTN_WGMMA_TWO;
+        else if (!strcmp(v, "wgmma-inline")) a->attn = KN_ATTN_WGMMA_INLINE;
         else return bad("attn", v, "expected auto, mma, wgmma, wgmma-basic, wgmma-onepass, "
-                        "wgmma-overlap or wgmma-two");
+                        "wgmma-overlap, wgmma-two or wgmma-inline");
         return 0;
     case O_WARMUP:
         if (!ms_parse_u64(v, &x) || x > 1000) return bad("warmup", v, "expected 0..1000");
@@ -979,9 +983,11 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
         "auto", "mma (mma.sync m16n8k16)",
         "wgmma (warpgroup MMA fed by TMA, the forward's consumers taking turns, one-pass backward)",
         "wgmma-basic (warpgroup MMA fed by TMA)",
-        "wgmma-onepass (warpgroup MMA fed by TMA, turns, one-pass backward)",
+        "wgmma-onepass (warpgroup MMA fed by TMA, turns, one-pass backward at every length)",
         "wgmma-overlap (warpgroup MMA fed by TMA, turns, the backward's products overlapped)",
-        "wgmma-two (warpgroup MMA fed by TMA, turns, the backward as two kernels)"};
+        "wgmma-two (warpgroup MMA fed by TMA, turns, the backward as two kernels)",
+        "wgmma-inline (warpgroup MMA fed by TMA, turns, one-pass backward, dQ in its tile's "
+        "iteration)"};
     printf("attention kernels: %s\n", attn_what[r.attn]);
     printf("time: median %.3f ms of %d repetitions (min %.3f, max %.3f) after %d warm-up, "
            "events around each repetition\n", r.median_ms, r.n_times, r.min_ms, r.max_ms,

@@ -317,12 +317,17 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
     /* the overlapped backward (ATTN90_BWD_OVERLAP): the same sums in the same order as
      * wgmma-basic's, so the same bits on the same inputs */
     kn_bf16 *g3 = NULL;
-    if (impl == KN_ATTN_WGMMA_OVERLAP) {
+    /* likewise the one pass with each tile's dQ beside its own dK (wgmma-inline) against
+     * wgmma's, which issues it beside the next tile's */
+    const kn_attn_impl twin = impl == KN_ATTN_WGMMA_OVERLAP  ? KN_ATTN_WGMMA_BASIC
+                              : impl == KN_ATTN_WGMMA_INLINE ? KN_ATTN_WGMMA
+                                                             : KN_ATTN_AUTO;
+    if (twin != KN_ATTN_AUTO) {
         g3 = dmalloc(n * 2 * 3);
-        check_st(kn_ctx_set_attn(K, KN_ATTN_WGMMA_BASIC, &err), "set wgmma-basic", &err);
+        check_st(kn_ctx_set_attn(K, twin, &err), "set the twin kernels", &err);
         check_st(kn_attn_bwd(K, g3, g3 + n, g3 + 2 * n, ddo, dq, dk, dv, dO, dl, ld, w, B, H, S,
-                             D, &err), "attn_bwd, wgmma-basic", &err);
-        check_st(kn_ctx_set_attn(K, impl, &err), "set wgmma-overlap", &err);
+                             D, &err), "attn_bwd, the twin kernels", &err);
+        check_st(kn_ctx_set_attn(K, impl, &err), "set the kernels back", &err);
     }
     float *o = down_bf16(dO, T * w), *l = down_f32(dl, B * H * S);
     float *ro = malloc(T * w * 4), *rl = malloc(B * H * S * 4);
@@ -372,8 +377,8 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
                     float a = h2[t * ld + c], b3 = h3[t * ld + c];
                     d3 += memcmp(&a, &b3, sizeof a) != 0;
                 }
-            TAP_OK(d3 == 0, "attention backward %s, wgmma-overlap against wgmma-basic: %zu "
-                   "of %zu values differ", nm[j], d3, T * w);
+            TAP_OK(d3 == 0, "attention backward %s, %s against %s: %zu of %zu values differ",
+                   nm[j], im, kn_attn_name(twin), d3, T * w);
             free(h3);
         }
         free(hg);
@@ -716,9 +721,12 @@ int main(void)
     t_model();
     t_trace();
     if (wgmma) {   /* the one-pass backward (dq summed in a fixed order across CTAs), named */
-        t_attn(3300, 1, 2, 384, 128, 0, KN_ATTN_WGMMA_ONEPASS);
-        t_attn(3400, 1, 2, 1024, 128, 1, KN_ATTN_WGMMA_ONEPASS);
-        t_attn(3500, 2, 3, 768, 128, 1, KN_ATTN_WGMMA_ONEPASS);
+        for (int i = 0; i < 2; i++) {   /* at every length; with dQ beside its own dK */
+            const kn_attn_impl impl = i ? KN_ATTN_WGMMA_INLINE : KN_ATTN_WGMMA_ONEPASS;
+            t_attn(3300, 1, 2, 384, 128, 0, impl);
+            t_attn(3400, 1, 2, 1024, 128, 1, impl);
+            t_attn(3500, 2, 3, 768, 128, 1, impl);
+        }
     }
     kn_ctx_free(K);
     return tap_done();
