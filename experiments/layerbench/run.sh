@@ -12,7 +12,7 @@
 #                            the table last (default OUTDIR: out/layerbench)
 # environment: SEQS (default "8192 32768 131072"), MODES (eager,compile), SDPA_SEQ (32768),
 #   ATTN (memsim's attention kernels for the table: auto), EXTRA (other kernel sets memsim also
-#   runs at SDPA_SEQ, for the attention lines: "wgmma-two wgmma-overlap wgmma-basic mma"), MEMSIM_RUN (default
+#   runs at SDPA_SEQ, for the attention lines: "wgmma-inline wgmma-two wgmma-overlap wgmma-basic mma"), MEMSIM_RUN (default
 #   runtime/memsim-run), PYTHON (python3), DIMS (1,4096,32,16384,50257), TIMEOUT (seconds per
 #   memsim run, 600)
 # Exit status: 0 done (a failed run is named on stderr and left out of the table), 2 usage.
@@ -43,7 +43,7 @@ bench() { # tokens kernels [log]
         echo "layerbench: memsim at $s tokens ($k attention): status $?" >&2
 }
 for s in $seqs; do bench "$s" "${ATTN:-auto}" "$out/memsim_$s.log"; done
-for k in ${EXTRA-wgmma-two wgmma-overlap wgmma-basic mma}; do bench "$sdpa" "$k"; done
+for k in ${EXTRA-wgmma-inline wgmma-two wgmma-overlap wgmma-basic mma}; do bench "$sdpa" "$k"; done
 args=(--hidden "$hidden" --heads "$heads" --ffn "$ffn" --modes "$modes" --sdpa "$sdpa")
 for s in $seqs; do args+=(--seq "$s"); done
 PYTHONUNBUFFERED=1 "$py" "$here/layer_torch.py" "${args[@]}" > "$out/torch.csv" ||
