@@ -132,6 +132,10 @@ static int cmd_probe(int argc, char **argv)
         fprintf(stderr, "memsim probe: unexpected argument '%s'\n", argv[optind]);
         return MS_EXIT_USAGE;
     }
+    if (warm_ms > 0 && !attn_only) {
+        fprintf(stderr, "memsim probe: --warm-ms times the attention probe: give it with --attn\n");
+        return MS_EXIT_USAGE;
+    }
     if (adam_only + coll_only + attn_only > 1) {
         fprintf(stderr, "memsim probe: --host-adam, --collectives and --attn are separate "
                         "probes\n");
