@@ -3,8 +3,8 @@
 # without them allows: the options and launchers' variables refused with their messages and
 # documented statuses, a layout of more GPUs than the machine shows refused naming both
 # numbers, `memsim probe --collectives` refused on fewer than 2 GPUs, `memsim probe --attn`
-# refused beside another partial probe and without a GPU; and no source that calls
-# cuMulticastCreate. Where the CUDA driver is
+# refused beside another partial probe and without a GPU, its --warm-ms checked; and no
+# source that calls cuMulticastCreate. Where the CUDA driver is
 # missing (a build box) memsim-run is started against the toolkit's stub libcuda, whose calls
 # all fail as a machine without a driver's do. TAP output; skipped without the runtime.
 M=${MEMSIM:-./sim/memsim}
@@ -83,6 +83,10 @@ ok $? "both --help texts name --collectives"
 # memsim probe --attn (memsim's attention kernels alone) beside the other partial probes
 expect 2 "separate probes" "probe: --attn and --host-adam are separate" -- \
     "$M" probe --attn --host-adam
+expect 2 "give it with --attn" "probe: --warm-ms without --attn is refused" -- \
+    "$M" probe --warm-ms 100
+expect 2 "is not a time in ms" "probe: --warm-ms takes milliseconds" -- \
+    "$M" probe --attn --warm-ms soon
 expect 1 "no CUDA device|no NVIDIA driver" "probe --attn without a usable GPU is refused" -- \
     "$M" probe --attn --base h200-sxm --raw "$T/raw2.csv" -o "$T/a.machine"
 [ ! -f "$T/a.machine" ]
