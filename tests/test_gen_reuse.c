@@ -4,8 +4,9 @@
  * (tshape_equal) and answers the same look-ups; a template of another structure (layers, a
  * knob) gives no trace and the cache generates afresh; a record that differs from the
  * template's in structure, a missing record or an invalid number fails the binding; a bound
- * trace appended to afterwards indexes its own records; the lowering's reuse is told the
- * structure by tshape_of. For `make check`. */
+ * trace appended to afterwards indexes its own records; a bound trace freed gives its records
+ * back and the next one made after the template is made in them, failures included; the
+ * lowering's reuse is told the structure by tshape_of. For `make check`. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -225,12 +226,35 @@ static void test_binding(void)
     TAP_OK(plain && !tshape_alloc_marks(plain, &n_am), "a trace made afresh has no list");
     trace_free(plain);
 
-    /* structure differences, a missing record, an invalid number */
+    /* a bound trace freed gives its records to base; the next one is made in them */
+    int given = 1, own = 1;
+    for (int k = 0; k < 3; k++) {
+        t = tshape_new_like(base);
+        trace_rec a = r, o = op;
+        a.u.alloc.bytes = 4096u << k;
+        o.u.op.dur_us = 10.0 + k;
+        given &= trace_append(t, &a) == MS_OK && trace_append(t, &o) == MS_OK &&
+                 trace_append_mark(t, TM_ITER, 0) == MS_OK && tshape_end(t) &&
+                 tshape_of(t) == base;
+        own &= trace_find_tensor(t, 1) && trace_find_tensor(t, 1)->bytes == 4096u << k &&
+               trace_find_op(t, 7) && trace_find_op(t, 7)->dur_us == 10.0 + k &&
+               trace_find_op(t, 7)->in[0] == 1;
+        trace_free(t);
+    }
+    TAP_OK(given && own, "traces made in the records a freed one gave back: bound, each "
+           "with its own numbers");
+
+    /* structure differences, a missing record, an invalid number; each made in the records
+       a bound trace gave back, then a good one made after it */
     struct { const char *what; int field; } cases[] = {
         { "another name", 0 }, { "another input", 1 }, { "another class", 2 },
         { "a record missing", 3 }, { "an infinite duration", 4 }, { "a record more", 5 },
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        t = tshape_new_like(base);
+        int good = trace_append(t, &r) == MS_OK && trace_append(t, &op) == MS_OK &&
+                   trace_append_mark(t, TM_ITER, 0) == MS_OK && tshape_end(t);
+        trace_free(t); /* gives its records back */
         t = tshape_new_like(base);
         trace_rec a = r, o = op;
         uint64_t other[] = { 2 };
@@ -249,6 +273,11 @@ static void test_binding(void)
         TAP_OK(am && n_am == want && (!want || am[0].at == 0),
                "%s: the list is base's up to the records it has", cases[k].what);
         TAP_OK(!bound && tshape_of(t) == t, "%s: not told base's structure", cases[k].what);
+        trace_free(t); /* a failed binding's records are not given back */
+        t = tshape_new_like(base);
+        good &= trace_append(t, &r) == MS_OK && trace_append(t, &op) == MS_OK &&
+                trace_append_mark(t, TM_ITER, 0) == MS_OK && tshape_end(t);
+        TAP_OK(good, "%s: bound traces before and after it", cases[k].what);
         trace_free(t);
     }
     TAP_OK(tshape_new_like(NULL) == NULL, "no base: no trace");

@@ -956,7 +956,8 @@ void trace_free(trace_t *t)
         t->refs--;
         return;
     }
-    free(t->recs);
+    if (!tshape_give_back(t)) free(t->recs);
+    free(t->spare_recs);
     for (size_t i = 0; i < t->n_meta; i++) { free(t->mkey[i]); free(t->mval[i]); }
     free(t->mkey);
     free(t->mval);

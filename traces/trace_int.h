@@ -63,6 +63,12 @@ struct trace {
        (tshape_new_like) and valid while it has am_upto records; NULL if none */
     struct tshape_ref *am;
     size_t n_am, am_upto;
+    /* a base's: the record array of a trace made after it, given back when that trace was
+       freed (tshape_give_back), holding base's n records of base's structure; NULL if none */
+    trace_rec *spare_recs;
+    size_t spare_cap;
+    int recycled;                  /* made after base into its spare: records n..base->n-1
+                                      are still the last trace's, of base's structure */
 };
 
 /* From traces/trace_shape.c, for trace_append: appends rec to t while t->binding, where rec
@@ -70,6 +76,10 @@ struct trace {
  * otherwise); and gives t indexes of its own before an append after the binding. */
 ms_status tshape_append(trace_t *t, const trace_rec *rec);
 ms_status tshape_unshare(trace_t *t);
+/* For trace_free, as the last holder lets t go: a trace that followed base's records to the
+ * end (and was not appended to since) gives its record array to base, for the next trace
+ * made after it. 1 when it did (t->recs is then NULL). */
+int tshape_give_back(trace_t *t);
 /* trace.c's record rules of the numbers alone (what may differ from base's record). */
 int trace_rec_numbers_valid(const trace_rec *rec);
 
