@@ -152,6 +152,28 @@ static void test_misses(const machine_t *m)
     TAP_OK(gen_trace_like(&z, m, ta, &out, &err) == MS_ERR_LIMIT && !out,
            "another program (megatron's): not made after it");
 
+    /* the same, each made in the records a bound trace gave back (the generator then
+       compares its fields in place): no trace, and a good one still made after each */
+    gen_config a8 = config("gpt-7b", NULL, 8192, 1), b8 = b, z8 = z;
+    b8.seq = z8.seq = 8192;
+    const gen_config *other[] = { &b8, &z8 };
+    int in_place = 1, good = 1;
+    for (size_t k = 0; k < 2; k++) {
+        trace_t *g = NULL;
+        good &= gen_trace_like(&a8, m, ta, &g, &err) == MS_OK; /* gives its records back */
+        trace_free(g);
+        out = (trace_t *)1;
+        in_place &= gen_trace_like(other[k], m, ta, &out, &err) == MS_ERR_LIMIT && !out;
+        g = NULL;
+        good &= gen_trace_like(&a8, m, ta, &g, &err) == MS_OK && g;
+        trace_t *f = fresh(&a8, m);
+        good &= f && g && tshape_equal(f, g);
+        trace_free(f);
+        trace_free(g);
+    }
+    TAP_OK(in_place && good, "in given-back records: fewer layers and another program not "
+           "made after the template; the template's own made after it as before");
+
     /* the cache: a template whose key matches (same model, same knobs) but not its layers */
     greuse *c = greuse_new();
     trace_t *t1 = NULL, *t2 = NULL, *t3 = NULL;

@@ -7,6 +7,7 @@
  * generator, importers, planners, sim and runtime. */
 #define _POSIX_C_SOURCE 200809L
 #include "traces/trace_int.h"
+#include "traces/trace_shape.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -1067,6 +1068,7 @@ static int rec_valid(const trace_rec *rec)
 
 ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value)
 {
+    if (tshape_in_place(t)) return tshape_put_mark(t, kind, value);
     trace_rec r;
     memset(&r, 0, sizeof r);
     r.type = TR_MARK;
@@ -1092,6 +1094,25 @@ void trace_layer_name(char *buf, int layer, const char *what)
     size_t k = strnlen(what, TRACE_NAME_MAX - 1 - n);
     memcpy(buf + n, what, k);
     buf[n + k] = '\0';
+}
+
+int trace_layer_name_is(const char *name, int layer, const char *what)
+{
+    size_t n = 0;
+    if (layer >= 0) {
+        char d[12];
+        int k = 0;
+        unsigned v = (unsigned)layer;
+        do { d[k++] = (char)('0' + v % 10); v /= 10; } while (v);
+        if (name[n++] != 'L') return 0;
+        while (k)
+            if (name[n++] != d[--k]) return 0;
+        if (name[n++] != '.') return 0;
+    }
+    /* trace_layer_name's copy: at most TRACE_NAME_MAX - 1 - n bytes of what */
+    for (size_t lim = TRACE_NAME_MAX - 1; n < lim && *what; n++, what++)
+        if (name[n] != *what) return 0;
+    return name[n] == '\0';
 }
 
 void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls, int layer,
@@ -1374,14 +1395,20 @@ int trace_text_append(char **buf, size_t *n, size_t *cap, const trace_rec *rec)
 
 int trace_rec_valid(const trace_rec *rec) { return rec_valid(rec); }
 
+int trace_alloc_bytes_valid(uint64_t bytes) { return bytes > 0 && bytes <= TRACE_BYTES_MAX; }
+
+int trace_op_numbers_valid(double flops, double dur_us, double host_us)
+{
+    return isfinite(flops) && flops >= 0 && !isnan(dur_us) && dur_us < INFINITY &&
+           host_us >= 0 && host_us < INFINITY;
+}
+
 int trace_rec_numbers_valid(const trace_rec *rec)
 {
-    if (rec->type == TR_ALLOC)
-        return rec->u.alloc.bytes > 0 && rec->u.alloc.bytes <= TRACE_BYTES_MAX;
+    if (rec->type == TR_ALLOC) return trace_alloc_bytes_valid(rec->u.alloc.bytes);
     if (rec->type != TR_OP) return 1;
     const trace_op *o = &rec->u.op;
-    return isfinite(o->flops) && o->flops >= 0 && !isnan(o->dur_us) && o->dur_us < INFINITY &&
-           o->host_us >= 0 && o->host_us < INFINITY;
+    return trace_op_numbers_valid(o->flops, o->dur_us, o->host_us);
 }
 
 ms_status trace_scan_checked(trace_reader *r, const char *path,

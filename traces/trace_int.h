@@ -80,8 +80,13 @@ ms_status tshape_unshare(trace_t *t);
  * end (and was not appended to since) gives its record array to base, for the next trace
  * made after it. 1 when it did (t->recs is then NULL). */
 int tshape_give_back(trace_t *t);
-/* trace.c's record rules of the numbers alone (what may differ from base's record). */
+/* trace.c's record rules of the numbers alone (what may differ from base's record), and
+ * the same rules by field for tshape_put_alloc and tshape_put_op. */
 int trace_rec_numbers_valid(const trace_rec *rec);
+int trace_alloc_bytes_valid(uint64_t bytes);
+int trace_op_numbers_valid(double flops, double dur_us, double host_us);
+/* 1 when name (a valid record's) is what trace_layer_name(buf, layer, what) writes. */
+int trace_layer_name_is(const char *name, int layer, const char *what);
 
 /* What the binary reader hands back for one record of the file. */
 typedef enum tbin_kind { TBIN_REC, TBIN_META, TBIN_EOF } tbin_kind;

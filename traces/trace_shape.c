@@ -135,6 +135,74 @@ ms_status tshape_append(trace_t *t, const trace_rec *rec)
     return MS_OK;
 }
 
+int tshape_in_place(const trace_t *t)
+{
+    return t && t->base && t->binding && t->recycled && !t->bind_miss && t->n < t->base->n;
+}
+
+static ms_status put_miss(trace_t *t)
+{
+    t->bind_miss = 1;
+    return MS_ERR_INVALID;
+}
+
+/* The tshape_put_ functions compare the fields given with the slot's record, field by field
+ * as same_structure compares, and leave every field but the numbers as the slot has them:
+ * the slot's record was built by the same generator code, so the record that code would
+ * build now is the slot's with the new numbers, byte for byte. */
+ms_status tshape_put_alloc(trace_t *t, uint64_t id, uint64_t bytes, trace_class cls, int layer,
+                           int64_t producer, int tok_scaled, int32_t stream, const char *what)
+{
+    trace_rec *d = &t->recs[t->n];
+    trace_tensor *a = &d->u.alloc;
+    if (d->type != TR_ALLOC || d->line != 0 || a->id != id || a->cls != cls ||
+        a->layer != layer || a->stream != stream || a->tok_scaled != (uint8_t)tok_scaled ||
+        a->producer != producer || (a->bytes != 0) != (bytes != 0) ||
+        !trace_layer_name_is(a->name, layer, what) || !trace_alloc_bytes_valid(bytes))
+        return put_miss(t);
+    a->bytes = bytes;
+    t->n++;
+    return MS_OK;
+}
+
+ms_status tshape_put_op(trace_t *t, const tshape_opfields *f)
+{
+    trace_rec *d = &t->recs[t->n];
+    trace_op *o = &d->u.op;
+    if (d->type != TR_OP || d->line != 0 || o->id != f->id || o->kind != f->kind ||
+        o->phase != f->phase || o->layer != f->layer || o->host_sync != 0 ||
+        (o->dur_us < 0) != (f->dur_us < 0) || o->n_in != f->n_in || o->n_out != f->n_out ||
+        !same_ids(f->in, o->in, f->n_in) || !same_ids(f->out, o->out, f->n_out) ||
+        !trace_layer_name_is(o->name, f->layer, f->what) ||
+        !trace_op_numbers_valid(f->flops, f->dur_us, 0))
+        return put_miss(t);
+    o->flops = f->flops;
+    o->bytes_read = f->bytes_read;
+    o->bytes_written = f->bytes_written;
+    o->dur_us = f->dur_us < 0 ? -1 : f->dur_us;
+    o->host_us = 0;
+    t->n++;
+    return MS_OK;
+}
+
+ms_status tshape_put_free(trace_t *t, uint64_t id)
+{
+    const trace_rec *d = &t->recs[t->n];
+    if (d->type != TR_FREE || d->line != 0 || d->u.free_id != id) return put_miss(t);
+    t->n++;
+    return MS_OK;
+}
+
+ms_status tshape_put_mark(trace_t *t, trace_markkind kind, int64_t value)
+{
+    const trace_rec *d = &t->recs[t->n];
+    if (d->type != TR_MARK || d->line != 0 || d->u.mark.kind != kind ||
+        d->u.mark.value != value)
+        return put_miss(t);
+    t->n++;
+    return MS_OK;
+}
+
 int tshape_give_back(trace_t *t)
 {
     trace_t *b = t->base;
