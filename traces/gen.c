@@ -532,6 +532,7 @@ typedef struct gctx {
     const gen_config *c;
     const machine_t *m;
     trace_t *t;
+    int in_place;            /* t is made in given-back records (tshape_in_place) */
     ms_status st;            /* sticky: once set, emission stops */
     gsz z;
     uint64_t next_tid, next_oid;
@@ -569,7 +570,7 @@ static uint64_t alloc_s(gctx *x, int layer, const char *what, uint64_t bytes, tr
                         int64_t producer, int stream)
 {
     int tok = cls == TC_ACT_SKEL || cls == TC_ACT_TRANS || cls == TC_WORKSPACE;
-    if (tshape_in_place(x->t)) { /* a sweep's later point: compared in place, no record built */
+    if (x->in_place) { /* a sweep's later point: compared in place, no record built */
         uint64_t id = x->next_tid++;
         if (!x->st)
             x->st = tshape_put_alloc(x->t, id, bytes, cls, layer, producer, tok, stream, what);
@@ -590,7 +591,7 @@ static uint64_t alloc_t(gctx *x, int layer, const char *what, uint64_t bytes, tr
 
 static void free_t(gctx *x, uint64_t id)
 {
-    if (tshape_in_place(x->t)) {
+    if (x->in_place) {
         if (!x->st) x->st = tshape_put_free(x->t, id);
         return;
     }
@@ -649,7 +650,7 @@ static void emit_op_as(gctx *x, uint64_t oid, const opspec *o, trace_opkind kind
     } else {
         f.n_out = compact_ids(o->out, o->nout, out);
     }
-    if (tshape_in_place(x->t)) { /* a sweep's later point: compared in place, no record built */
+    if (x->in_place) { /* a sweep's later point: compared in place, no record built */
         if (!x->st) x->st = tshape_put_op(x->t, &f);
         return;
     }
@@ -3229,6 +3230,8 @@ static ms_status gen_into(const gen_config *cin, const machine_t *m, const trace
     x.g = calloc(x.ng, sizeof *x.g);
     x.ls = calloc((size_t)c.model.layers, sizeof *x.ls);
     x.t = like ? tshape_new_like(like) : trace_new();
+    x.in_place = tshape_in_place(x.t); /* for the whole trace: a put past base's records or
+                                          after a miss fails as the append would */
     if (!x.g || !x.ls || !x.t) x.st = MS_ERR_NOMEM;
     if (!x.st && c.framework == GEN_FW_HF) {
         meta(&x, m);

@@ -146,6 +146,13 @@ static ms_status put_miss(trace_t *t)
     return MS_ERR_INVALID;
 }
 
+/* The next slot of a trace made in place, or NULL (after a miss, or past base's records: as
+ * tshape_append, the put fails and so does every later one). */
+static trace_rec *put_slot(trace_t *t)
+{
+    return !t->bind_miss && t->n < t->base->n ? &t->recs[t->n] : NULL;
+}
+
 /* The tshape_put_ functions compare the fields given with the slot's record, field by field
  * as same_structure compares, and leave every field but the numbers as the slot has them:
  * the slot's record was built by the same generator code, so the record that code would
@@ -153,7 +160,8 @@ static ms_status put_miss(trace_t *t)
 ms_status tshape_put_alloc(trace_t *t, uint64_t id, uint64_t bytes, trace_class cls, int layer,
                            int64_t producer, int tok_scaled, int32_t stream, const char *what)
 {
-    trace_rec *d = &t->recs[t->n];
+    trace_rec *d = put_slot(t);
+    if (!d) return put_miss(t);
     trace_tensor *a = &d->u.alloc;
     if (d->type != TR_ALLOC || d->line != 0 || a->id != id || a->cls != cls ||
         a->layer != layer || a->stream != stream || a->tok_scaled != (uint8_t)tok_scaled ||
@@ -167,7 +175,8 @@ ms_status tshape_put_alloc(trace_t *t, uint64_t id, uint64_t bytes, trace_class 
 
 ms_status tshape_put_op(trace_t *t, const tshape_opfields *f)
 {
-    trace_rec *d = &t->recs[t->n];
+    trace_rec *d = put_slot(t);
+    if (!d) return put_miss(t);
     trace_op *o = &d->u.op;
     if (d->type != TR_OP || d->line != 0 || o->id != f->id || o->kind != f->kind ||
         o->phase != f->phase || o->layer != f->layer || o->host_sync != 0 ||
@@ -187,7 +196,8 @@ ms_status tshape_put_op(trace_t *t, const tshape_opfields *f)
 
 ms_status tshape_put_free(trace_t *t, uint64_t id)
 {
-    const trace_rec *d = &t->recs[t->n];
+    const trace_rec *d = put_slot(t);
+    if (!d) return put_miss(t);
     if (d->type != TR_FREE || d->line != 0 || d->u.free_id != id) return put_miss(t);
     t->n++;
     return MS_OK;
@@ -195,7 +205,8 @@ ms_status tshape_put_free(trace_t *t, uint64_t id)
 
 ms_status tshape_put_mark(trace_t *t, trace_markkind kind, int64_t value)
 {
-    const trace_rec *d = &t->recs[t->n];
+    const trace_rec *d = put_slot(t);
+    if (!d) return put_miss(t);
     if (d->type != TR_MARK || d->line != 0 || d->u.mark.kind != kind ||
         d->u.mark.value != value)
         return put_miss(t);

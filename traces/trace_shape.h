@@ -28,7 +28,8 @@ trace_t *tshape_new_like(const trace_t *base);
 int tshape_in_place(const trace_t *t);
 /* As trace_append of the record the generator builds for these fields (trace_alloc_rec
  * with its stream; an op with host_us and host_sync 0, its name by trace_layer_name; a
- * free; a mark), on a trace tshape_in_place: the same result, the same failures. */
+ * free; a mark), on a trace that was tshape_in_place when it was made: the same result,
+ * the same failures (past base's records, after a miss). */
 ms_status tshape_put_alloc(trace_t *t, uint64_t id, uint64_t bytes, trace_class cls, int layer,
                            int64_t producer, int tok_scaled, int32_t stream, const char *what);
 typedef struct tshape_opfields {
