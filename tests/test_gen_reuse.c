@@ -6,7 +6,8 @@
  * template's in structure, a missing record or an invalid number fails the binding; a bound
  * trace appended to afterwards indexes its own records; a bound trace freed gives its records
  * back and the next one made after the template is made in them, failures included; the
- * lowering's reuse is told the structure by tshape_of. For `make check`. */
+ * lowering's reuse is told the structure by tshape_of; the policies' skeletal list of a
+ * re-bound trace, kept with its template, is the one listed afresh. For `make check`. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +347,48 @@ static void test_lowering(const machine_t *m)
     greuse_free(g);
 }
 
+/* The skeletal list of a re-bound trace (kept with its template, tshape_keep_derived) is
+ * the one listed afresh from an equal fresh trace, its tensors in the re-bound trace's own
+ * records. */
+static void test_skeletal(const machine_t *m)
+{
+    greuse *g = greuse_new();
+    uint64_t seqs[] = { 4096, 8192, 16384, 32768 };
+    int same = 1, made = 1, own = 1;
+    for (size_t i = 0; i < 4; i++) {
+        gen_config cfg = config("gpt-7b", i % 2 ? "megatron" : NULL, seqs[i], 1);
+        cfg.iterations = 2;
+        trace_t *t = NULL, *f = fresh(&cfg, m);
+        ms_error err;
+        made &= greuse_trace(g, &cfg, m, &t, &err) == MS_OK && t && f;
+        for (int rep = 0; t && f && rep < 2; rep++) { /* the second from the kept list */
+            pol_skel *a = NULL, *b = NULL;
+            size_t na = 0, nb = 0, nr;
+            made &= pol_skeletal(t, &a, &na, &err) == MS_OK &&
+                    pol_skeletal(f, &b, &nb, &err) == MS_OK;
+            same &= na == nb && na > 0;
+            const trace_rec *r = trace_records(t, &nr);
+            for (size_t k = 0; k < na && k < nb; k++) {
+                same &= a[k].id == b[k].id && a[k].layer == b[k].layer &&
+                        a[k].pass == b[k].pass && a[k].is_input == b[k].is_input &&
+                        a[k].is_attn_out == b[k].is_attn_out && a[k].is_whole == b[k].is_whole;
+                own &= a[k].t == trace_find_tensor(t, a[k].id) &&
+                       (const void *)a[k].t >= (const void *)r &&
+                       (const void *)a[k].t < (const void *)(r + nr) &&
+                       a[k].t->bytes == b[k].t->bytes;
+            }
+            free(a);
+            free(b);
+        }
+        trace_free(f);
+        trace_free(t);
+    }
+    TAP_OK(made && same, "re-bound traces (generic, megatron): the skeletal list as listed "
+           "afresh");
+    TAP_OK(own, "... its tensors in the trace's own records, with its own sizes");
+    greuse_free(g);
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -353,5 +396,6 @@ int main(void)
     test_misses(&m);
     test_binding();
     test_lowering(&m);
+    test_skeletal(&m);
     return tap_done();
 }

@@ -966,6 +966,7 @@ void trace_free(trace_t *t)
     u64map_free(t->op_idx);
     for (u64blk *b = t->blocks, *nx; b; b = nx) { nx = b->next; free(b); }
     free(t->am);
+    tshape_derived_free(t);
     trace_free(t->base);
     free(t);
 }

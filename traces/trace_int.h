@@ -69,6 +69,7 @@ struct trace {
     size_t spare_cap;
     int recycled;                  /* made after base into its spare: records n..base->n-1
                                       are still the last trace's, of base's structure */
+    struct tshape_derived *derived; /* a base's: what readers derived from its structure */
 };
 
 /* From traces/trace_shape.c, for trace_append: appends rec to t while t->binding, where rec
@@ -80,6 +81,8 @@ ms_status tshape_unshare(trace_t *t);
  * end (and was not appended to since) gives its record array to base, for the next trace
  * made after it. 1 when it did (t->recs is then NULL). */
 int tshape_give_back(trace_t *t);
+/* For trace_free: frees what readers kept with t (tshape_keep_derived). */
+void tshape_derived_free(trace_t *t);
 /* trace.c's record rules of the numbers alone (what may differ from base's record), and
  * the same rules by field for tshape_put_alloc and tshape_put_op. */
 int trace_rec_numbers_valid(const trace_rec *rec);

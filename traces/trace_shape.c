@@ -214,6 +214,42 @@ ms_status tshape_put_mark(trace_t *t, trace_markkind kind, int64_t value)
     return MS_OK;
 }
 
+struct tshape_derived {
+    const void *key;
+    void *data;
+    void (*free_fn)(void *);
+    struct tshape_derived *next;
+};
+
+void *tshape_derived(const trace_t *t, const void *key)
+{
+    for (const struct tshape_derived *d = t->derived; d; d = d->next)
+        if (d->key == key) return d->data;
+    return NULL;
+}
+
+ms_status tshape_keep_derived(const trace_t *t, const void *key, void *data,
+                              void (*free_fn)(void *))
+{
+    if (tshape_derived(t, key)) return MS_ERR_INVALID;
+    struct tshape_derived *d = malloc(sizeof *d);
+    if (!d) return MS_ERR_NOMEM;
+    trace_t *w = (trace_t *)t; /* bookkeeping beside the records, as trace_ref's count */
+    *d = (struct tshape_derived){ key, data, free_fn, w->derived };
+    w->derived = d;
+    return MS_OK;
+}
+
+void tshape_derived_free(trace_t *t)
+{
+    for (struct tshape_derived *d = t->derived, *nx; d; d = nx) {
+        nx = d->next;
+        if (d->free_fn) d->free_fn(d->data);
+        free(d);
+    }
+    t->derived = NULL;
+}
+
 int tshape_give_back(trace_t *t)
 {
     trace_t *b = t->base;

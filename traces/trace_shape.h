@@ -66,6 +66,15 @@ typedef struct tshape_ref {
  * and only some classes (the policies' skeletal tensors, planners/pol_layers.c): where t or
  * the trace it was made after (tshape_new_like) has the list; NULL otherwise. */
 const tshape_ref *tshape_alloc_marks(const trace_t *t, size_t *n);
+/* What a reader derived from a trace's structure alone (numbers not read), kept with the
+ * trace tshape_of gives and freed with it, for the other traces of that structure: the data
+ * kept under key (the address of an object of the reader's own), or NULL. */
+void *tshape_derived(const trace_t *t, const void *key);
+/* Keeps data under key with t (a trace tshape_of gives), freed by free_fn when t is freed;
+ * MS_ERR_NOMEM (data not kept: the caller still owns it), MS_ERR_INVALID when the key has
+ * data already. */
+ms_status tshape_keep_derived(const trace_t *t, const void *key, void *data,
+                              void (*free_fn)(void *));
 /* 1 when a and b hold the same meta pairs in the same order and the same records, every
  * field bit for bit (op id lists by their contents). */
 int tshape_equal(const trace_t *a, const trace_t *b);
