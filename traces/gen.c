@@ -563,7 +563,8 @@ static void append(gctx *x, const trace_rec *r)
 
 static void mark(gctx *x, trace_markkind k, int64_t v)
 {
-    if (!x->st) x->st = trace_append_mark(x->t, k, v);
+    if (x->st) return;
+    x->st = x->in_place ? tshape_put_mark(x->t, k, v) : trace_append_mark(x->t, k, v);
 }
 
 static uint64_t alloc_s(gctx *x, int layer, const char *what, uint64_t bytes, trace_class cls,

@@ -7,7 +7,6 @@
  * generator, importers, planners, sim and runtime. */
 #define _POSIX_C_SOURCE 200809L
 #include "traces/trace_int.h"
-#include "traces/trace_shape.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -1069,7 +1068,6 @@ static int rec_valid(const trace_rec *rec)
 
 ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value)
 {
-    if (tshape_in_place(t)) return tshape_put_mark(t, kind, value);
     trace_rec r;
     memset(&r, 0, sizeof r);
     r.type = TR_MARK;
@@ -1095,25 +1093,6 @@ void trace_layer_name(char *buf, int layer, const char *what)
     size_t k = strnlen(what, TRACE_NAME_MAX - 1 - n);
     memcpy(buf + n, what, k);
     buf[n + k] = '\0';
-}
-
-int trace_layer_name_is(const char *name, int layer, const char *what)
-{
-    size_t n = 0;
-    if (layer >= 0) {
-        char d[12];
-        int k = 0;
-        unsigned v = (unsigned)layer;
-        do { d[k++] = (char)('0' + v % 10); v /= 10; } while (v);
-        if (name[n++] != 'L') return 0;
-        while (k)
-            if (name[n++] != d[--k]) return 0;
-        if (name[n++] != '.') return 0;
-    }
-    /* trace_layer_name's copy: at most TRACE_NAME_MAX - 1 - n bytes of what */
-    for (size_t lim = TRACE_NAME_MAX - 1; n < lim && *what; n++, what++)
-        if (name[n] != *what) return 0;
-    return name[n] == '\0';
 }
 
 void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls, int layer,

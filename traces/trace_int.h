@@ -88,8 +88,6 @@ void tshape_derived_free(trace_t *t);
 int trace_rec_numbers_valid(const trace_rec *rec);
 int trace_alloc_bytes_valid(uint64_t bytes);
 int trace_op_numbers_valid(double flops, double dur_us, double host_us);
-/* 1 when name (a valid record's) is what trace_layer_name(buf, layer, what) writes. */
-int trace_layer_name_is(const char *name, int layer, const char *what);
 
 /* What the binary reader hands back for one record of the file. */
 typedef enum tbin_kind { TBIN_REC, TBIN_META, TBIN_EOF } tbin_kind;

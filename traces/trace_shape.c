@@ -140,6 +140,28 @@ int tshape_in_place(const trace_t *t)
     return t && t->base && t->binding && t->recycled && !t->bind_miss && t->n < t->base->n;
 }
 
+/* 1 when name (a valid record's) is what trace_layer_name(buf, layer, what) writes (see
+ * traces/trace.c: "L<layer>." for layer >= 0, then what, truncated to TRACE_NAME_MAX - 1
+ * bytes), compared in place instead of written. */
+static int layer_name_is(const char *name, int layer, const char *what)
+{
+    size_t n = 0;
+    if (layer >= 0) {
+        char d[12];
+        int k = 0;
+        unsigned v = (unsigned)layer;
+        do { d[k++] = (char)('0' + v % 10); v /= 10; } while (v);
+        if (name[n++] != 'L') return 0;
+        while (k)
+            if (name[n++] != d[--k]) return 0;
+        if (name[n++] != '.') return 0;
+    }
+    /* trace_layer_name's copy: at most TRACE_NAME_MAX - 1 - n bytes of what */
+    for (size_t lim = TRACE_NAME_MAX - 1; n < lim && *what; n++, what++)
+        if (name[n] != *what) return 0;
+    return name[n] == '\0';
+}
+
 static ms_status put_miss(trace_t *t)
 {
     t->bind_miss = 1;
@@ -166,7 +188,7 @@ ms_status tshape_put_alloc(trace_t *t, uint64_t id, uint64_t bytes, trace_class 
     if (d->type != TR_ALLOC || d->line != 0 || a->id != id || a->cls != cls ||
         a->layer != layer || a->stream != stream || a->tok_scaled != (uint8_t)tok_scaled ||
         a->producer != producer || (a->bytes != 0) != (bytes != 0) ||
-        !trace_layer_name_is(a->name, layer, what) || !trace_alloc_bytes_valid(bytes))
+        !layer_name_is(a->name, layer, what) || !trace_alloc_bytes_valid(bytes))
         return put_miss(t);
     a->bytes = bytes;
     t->n++;
@@ -182,7 +204,7 @@ ms_status tshape_put_op(trace_t *t, const tshape_opfields *f)
         o->phase != f->phase || o->layer != f->layer || o->host_sync != 0 ||
         (o->dur_us < 0) != (f->dur_us < 0) || o->n_in != f->n_in || o->n_out != f->n_out ||
         !same_ids(f->in, o->in, f->n_in) || !same_ids(f->out, o->out, f->n_out) ||
-        !trace_layer_name_is(o->name, f->layer, f->what) ||
+        !layer_name_is(o->name, f->layer, f->what) ||
         !trace_op_numbers_valid(f->flops, f->dur_us, 0))
         return put_miss(t);
     o->flops = f->flops;
