@@ -217,11 +217,11 @@ int bset_insert(bset *s, uint64_t size, uint64_t addr, uint32_t id)
 
 void bset_erase_at(bset *s, bset_pos pos)
 {
-    bbucket *b = &s->bk[pos.leaf];
+    bbucket *b = &s->bk[pos.bucket];
     ent_down(b->e, pos.at, b->n);
     b->n--;
     s->n--;
-    if (b->n == 0) bucket_close(s, pos.leaf);
+    if (b->n == 0) bucket_close(s, pos.bucket);
 }
 
 int bset_find(const bset *s, uint64_t size, uint64_t addr, uint32_t id, bset_pos *pos)
@@ -247,7 +247,7 @@ int bset_erase(bset *s, uint64_t size, uint64_t addr, uint32_t id)
  * erasure and an insertion (the emptied bucket's array is the spare a new one takes). */
 void bset_rekey_at(bset *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t id)
 {
-    size_t k = pos.leaf;
+    size_t k = pos.bucket;
     if (s->bk[k].n == 1 && (k == 0 || s->sz[k - 1] < size) &&
         (k + 1 == s->nb || size < s->sz[k + 1])) {
         /* the entry is its bucket's only one and its new size falls between the neighbours':

@@ -16,8 +16,9 @@
 
 typedef struct bset bset;
 
-/* Where an entry lies, from bset_lower_bound, valid until the set next changes. */
-typedef struct bset_pos { uint32_t leaf, at; } bset_pos;
+/* Where an entry lies (its size's bucket and its place there), from bset_lower_bound or
+ * bset_find, valid until the set next changes. */
+typedef struct bset_pos { uint32_t bucket, at; } bset_pos;
 
 bset *bset_new(void);
 void bset_free(bset *s);

@@ -1,7 +1,8 @@
 /* test_bset.c — unit tests for memory/bset.c, the caching allocator's ordered set of free
  * blocks: every operation checked against a plain sorted array under seeded random
- * insertions and erasures, small sets (one leaf) and large ones (many leaves, splits and
- * merges), sizes with many equal keys, and the structure's own check after each step. */
+ * insertions and erasures, small sets and large ones (buckets of a size opened, grown and
+ * closed, directories that grow), sizes with many equal keys, and the structure's own check
+ * after each step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,7 +141,7 @@ static void run_phase(const char *what, unsigned distinct, size_t steps, int gro
         if (m.n > peak) peak = m.n;
     }
     ok = ok && same(s, &m, buf);
-    /* drain it: erasures merge the leaves back down to none */
+    /* drain it: erasures close the buckets down to none */
     while (ok && m.n) {
         size_t i = rnd() % m.n;
         ok = bset_erase(s, m.e[i].size, m.e[i].addr, m.e[i].id) == 1;
@@ -187,9 +188,9 @@ static void test_basics(void)
 int main(void)
 {
     test_basics();
-    run_phase("one leaf", 8, 20000, 40, 20);
-    run_phase("a few leaves", 64, 40000, 60, 300);
-    run_phase("many leaves, few distinct sizes", 4, 60000, 60, 5000);
-    run_phase("many leaves, distinct sizes", 1u << 20, 60000, 60, 5000);
+    run_phase("a small set", 8, 20000, 40, 20);
+    run_phase("hundreds of entries", 64, 40000, 60, 300);
+    run_phase("thousands, few distinct sizes (large buckets)", 4, 60000, 60, 5000);
+    run_phase("thousands, distinct sizes (many buckets)", 1u << 20, 60000, 60, 5000);
     return tap_done();
 }
