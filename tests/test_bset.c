@@ -190,7 +190,7 @@ int main(void)
     test_basics();
     run_phase("a small set", 8, 20000, 40, 20);
     run_phase("hundreds of entries", 64, 40000, 60, 300);
-    run_phase("thousands, few distinct sizes (large buckets)", 4, 60000, 60, 5000);
-    run_phase("thousands, distinct sizes (many buckets)", 1u << 20, 60000, 60, 5000);
+    run_phase("thousands, few distinct sizes (large buckets, then a tree)", 4, 60000, 60, 5000);
+    run_phase("thousands, distinct sizes (many buckets, then a tree)", 1u << 20, 60000, 60, 5000);
     return tap_done();
 }
