@@ -68,6 +68,12 @@ void bset_free(bset *s)
 
 size_t bset_count(const bset *s) { return s->t ? bset_tree_count(s->t) : s->n; }
 
+_Static_assert(BSET_NONE == BSET_TREE_NONE, "the two forms say none alike");
+
+/* A position in the tree's terms and back (the same two numbers). */
+static inline bset_tree_pos tpos(bset_pos p) { return (bset_tree_pos){ p.unit, p.at }; }
+static inline bset_pos fpos(bset_tree_pos p) { return (bset_pos){ p.leaf, p.at }; }
+
 /* ---------------------------------------------------------------- room */
 
 static __attribute__((noinline)) int grow_dir(bset *s)
@@ -264,7 +270,7 @@ int bset_insert(bset *s, uint64_t size, uint64_t addr, uint32_t id)
 void bset_erase_at(bset *s, bset_pos pos)
 {
     if (s->t) {
-        bset_tree_erase_at(s->t, pos);
+        bset_tree_erase_at(s->t, tpos(pos));
         return;
     }
     bbucket *b = &s->bk[pos.unit];
@@ -276,7 +282,12 @@ void bset_erase_at(bset *s, bset_pos pos)
 
 int bset_find(const bset *s, uint64_t size, uint64_t addr, uint32_t id, bset_pos *pos)
 {
-    if (s->t) return bset_tree_find(s->t, size, addr, id, pos);
+    if (s->t) {
+        bset_tree_pos tp;
+        if (!bset_tree_find(s->t, size, addr, id, &tp)) return 0;
+        *pos = fpos(tp);
+        return 1;
+    }
     size_t k = size_find(s, size);
     if (k == s->nb || s->sz[k] != size) return 0;
     const bbucket *b = &s->bk[k];
@@ -300,7 +311,7 @@ int bset_erase(bset *s, uint64_t size, uint64_t addr, uint32_t id)
 void bset_rekey_at(bset *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t id)
 {
     if (s->t) {
-        bset_tree_rekey_at(s->t, pos, size, addr, id);
+        bset_tree_rekey_at(s->t, tpos(pos), size, addr, id);
         return;
     }
     size_t k = pos.unit;
@@ -318,7 +329,12 @@ void bset_rekey_at(bset *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t
 
 uint32_t bset_lower_bound(const bset *s, uint64_t size, bset_pos *pos, uint64_t *found_size)
 {
-    if (s->t) return bset_tree_lower_bound(s->t, size, pos, found_size);
+    if (s->t) {
+        bset_tree_pos tp;
+        uint32_t id = bset_tree_lower_bound(s->t, size, &tp, found_size);
+        if (id != BSET_NONE) *pos = fpos(tp);
+        return id;
+    }
     size_t k = size_find(s, size);
     if (k == s->nb) return BSET_NONE;
     *pos = (bset_pos){ (uint32_t)k, 0 };

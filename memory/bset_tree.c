@@ -254,22 +254,22 @@ static void leaf_rebalance(bset_tree *s, size_t k)
     dir_remove(s, k + 1);
 }
 
-void bset_tree_erase_at(bset_tree *s, bset_pos pos)
+void bset_tree_erase_at(bset_tree *s, bset_tree_pos pos)
 {
-    bleaf *L = s->leaf[pos.unit];
+    bleaf *L = s->leaf[pos.leaf];
     ent_down(L->e, pos.at, L->n);
     L->n--;
     s->n--;
     if (L->n == 0) {
-        dir_remove(s, pos.unit);
+        dir_remove(s, pos.leaf);
         return;
     }
-    if (pos.at == L->n) set_last(s, pos.unit);
-    leaf_rebalance(s, pos.unit);
+    if (pos.at == L->n) set_last(s, pos.leaf);
+    leaf_rebalance(s, pos.leaf);
 }
 
 int bset_tree_find(const bset_tree *s, uint64_t size, uint64_t addr, uint32_t id,
-                   bset_pos *pos)
+                   bset_tree_pos *pos)
 {
     size_t k = dir_find(s, size, addr);
     if (k == s->nleaf) return 0;
@@ -277,13 +277,13 @@ int bset_tree_find(const bset_tree *s, uint64_t size, uint64_t addr, uint32_t id
     uint32_t at = leaf_find(L, size, addr);
     if (at == L->n || L->e[at].size != size || L->e[at].addr != addr || L->e[at].id != id)
         return 0;
-    *pos = (bset_pos){(uint32_t)k, at};
+    *pos = (bset_tree_pos){(uint32_t)k, at};
     return 1;
 }
 
 int bset_tree_erase(bset_tree *s, uint64_t size, uint64_t addr, uint32_t id)
 {
-    bset_pos pos;
+    bset_tree_pos pos;
     if (!bset_tree_find(s, size, addr, id, &pos)) return 0;
     bset_tree_erase_at(s, pos);
     return 1;
@@ -300,14 +300,15 @@ static int in_leaf(const bset_tree *s, size_t k, uint64_t z, uint64_t a)
     return 1;
 }
 
-void bset_tree_rekey_at(bset_tree *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t id)
+void bset_tree_rekey_at(bset_tree *s, bset_tree_pos pos, uint64_t size, uint64_t addr,
+                        uint32_t id)
 {
-    if (!in_leaf(s, pos.unit, size, addr)) {
+    if (!in_leaf(s, pos.leaf, size, addr)) {
         bset_tree_erase_at(s, pos);
         bset_tree_insert(s, size, addr, id); /* reserved: cannot fail */
         return;
     }
-    bleaf *L = s->leaf[pos.unit];
+    bleaf *L = s->leaf[pos.leaf];
     bent *e = L->e;
     uint32_t p = pos.at, q;
     if (key_lt(size, addr, e[p].size, e[p].addr)) {
@@ -320,17 +321,17 @@ void bset_tree_rekey_at(bset_tree *s, bset_pos pos, uint64_t size, uint64_t addr
             e[q] = e[q + 1];
     }
     e[q] = (bent){size, addr, id};
-    if (q == L->n - 1 || p == L->n - 1) set_last(s, pos.unit);
+    if (q == L->n - 1 || p == L->n - 1) set_last(s, pos.leaf);
 }
 
-uint32_t bset_tree_lower_bound(const bset_tree *s, uint64_t size, bset_pos *pos,
+uint32_t bset_tree_lower_bound(const bset_tree *s, uint64_t size, bset_tree_pos *pos,
                                uint64_t *found_size)
 {
     size_t k = dir_find_size(s, size);
-    if (k == s->nleaf) return BSET_NONE;
+    if (k == s->nleaf) return BSET_TREE_NONE;
     const bleaf *L = s->leaf[k];
     uint32_t at = leaf_find_size(L, size); /* < L->n: the leaf's last key is >= (size, 0) */
-    *pos = (bset_pos){(uint32_t)k, at};
+    *pos = (bset_tree_pos){(uint32_t)k, at};
     *found_size = L->e[at].size;
     return L->e[at].id;
 }
@@ -342,7 +343,7 @@ uint32_t bset_tree_pred(const bset_tree *s, uint64_t size, uint64_t addr)
         uint32_t at = leaf_find(s->leaf[k], size, addr);
         if (at > 0) return s->leaf[k]->e[at - 1].id;
     }
-    if (k == 0) return BSET_NONE;
+    if (k == 0) return BSET_TREE_NONE;
     const bleaf *P = s->leaf[k - 1];
     return P->e[P->n - 1].id;
 }
