@@ -1,183 +1,234 @@
 /* bset.c — the ordered set of free blocks (see bset.h), used by the caching allocator's
- * pools (memory/alloc_caching.c), which call it millions of times in a long replay.
+ * pools (memory/alloc_caching.c), which call it at every allocation and free.
  *
- * Layout: a two-level B+-tree. Leaves are sorted arrays of up to LEAF_CAP entries; a
- * directory holds the leaves in key order with each one's last key. A lookup is a binary
- * search of the directory and then of one leaf; an insertion or erasure moves the entries
- * after it within its leaf. An allocator's pool holds tens to hundreds of free blocks, so
- * most sets are one or a few leaves: contiguous arrays searched without the chain of
- * dependent loads (and the mispredicted branches) of a binary tree's descent. Leaves split
- * when full and merge with a neighbour when the two fit in half a leaf, so that the
- * directory stays within a few entries per leaf's worth of keys. */
+ * Layout: a directory of the distinct sizes, ascending, in one array, and for each size a
+ * bucket of its entries ordered by address. A pool's free blocks come in few sizes (the
+ * 192-configuration sweep of BENCHMARKS.md: 128-255 free blocks of 8-15 sizes in most of
+ * its sets; the 1.34 M-event replay: 8-31 blocks of up to 31 sizes), so best fit is a short
+ * search of the size array and the bucket's first entry, and an insertion or erasure
+ * searches and moves the few entries of one size, 16 bytes each. (size, address) order is
+ * the directory's order and then the bucket's.
+ *
+ * Memory: a bucket keeps room for one more entry, the set keeps a spare array for a new
+ * bucket and the directory a free slot (the set is "ready"); an insertion restores that
+ * after itself, and where it cannot (out of memory) bset_reserve restores it before the
+ * next. Arrays of emptied buckets are kept for new ones, a few of them.
+ *
+ * Large sets: the moves grow with a bucket's entries and with the directory's sizes, so a
+ * set of many blocks of one size or of many sizes (200,000 free blocks took 20 s of churn
+ * against 0.09 s in a B+-tree) becomes a B+-tree (memory/bset_tree.c) once a bucket holds
+ * more than BUCKET_ENTRIES_MAX entries or the directory more than SIZES_MAX sizes, and stays
+ * one. The change is made by bset_reserve, so positions do not outlive it. */
 #include "memory/bset.h"
+#include "memory/bset_tree.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define LEAF_CAP 32
-
-typedef struct bkey { uint64_t size, addr; } bkey;
+#define BUCKET_MIN 4         /* a new bucket's room */
+#define SPARE_MAX 8          /* emptied buckets' arrays kept for new buckets */
+#define BUCKET_ENTRIES_MAX 256   /* past these, the set becomes a tree (see the top) */
+#define SIZES_MAX 256
 
 typedef struct bent {
-    uint64_t size, addr;
+    uint64_t addr;
     uint32_t id;
 } bent;
 
-typedef struct bleaf {
-    uint32_t n;
-    bent e[LEAF_CAP];
-} bleaf;
+typedef struct bbucket {
+    bent *e;                 /* by address, n of cap */
+    uint32_t n, cap;
+} bbucket;
 
 struct bset {
-    bleaf **leaf;            /* in key order, each holding 1..LEAF_CAP entries */
-    bkey *last;              /* last[k]: the greatest key of leaf[k] */
-    size_t nleaf, cap;       /* leaves, and the capacity of leaf[] and last[] */
+    uint64_t *sz;            /* the distinct sizes, ascending */
+    bbucket *bk;             /* bk[k]: the entries of size sz[k] */
+    size_t nb, capb;         /* buckets, and the capacity of sz[] and bk[] */
     size_t n;                /* entries */
-    bleaf *spare[2];         /* empty leaves for the next splits (so that they cannot
-                              * fail) and for a set that empties and fills again */
+    bent *spare[SPARE_MAX];  /* arrays for new buckets, each of spare_cap[] entries */
+    uint32_t spare_cap[SPARE_MAX];
+    unsigned nspare;
+    int ready;               /* the next insertion needs no memory (see the top) */
+    int big;                 /* past a limit: the next reserve makes the tree */
+    bset_tree *t;            /* the set as a tree, once it is one (the rest is unused) */
 };
-
-/* (z1, a1) < (z2, a2), compiled to one 128-bit comparison where the compiler has one. */
-static inline int key_lt(uint64_t z1, uint64_t a1, uint64_t z2, uint64_t a2)
-{
-#ifdef __SIZEOF_INT128__
-    return ((unsigned __int128)z1 << 64 | a1) < ((unsigned __int128)z2 << 64 | a2);
-#else
-    return (z1 < z2) | ((z1 == z2) & (a1 < a2));
-#endif
-}
 
 bset *bset_new(void) { return calloc(1, sizeof(bset)); }
 
 void bset_free(bset *s)
 {
     if (!s) return;
-    for (size_t k = 0; k < s->nleaf; k++) free(s->leaf[k]);
-    free(s->leaf);
-    free(s->last);
-    free(s->spare[0]);
-    free(s->spare[1]);
+    bset_tree_free(s->t);
+    for (size_t k = 0; k < s->nb; k++) free(s->bk[k].e);
+    for (unsigned j = 0; j < s->nspare; j++) free(s->spare[j]);
+    free(s->sz);
+    free(s->bk);
     free(s);
 }
 
-size_t bset_count(const bset *s) { return s->n; }
+size_t bset_count(const bset *s) { return s->t ? bset_tree_count(s->t) : s->n; }
 
-/* An insertion can take a spare leaf and one more directory slot without allocating. */
-static inline int has_room(const bset *s) { return s->spare[0] && s->nleaf < s->cap; }
+_Static_assert(BSET_NONE == BSET_TREE_NONE, "the two forms say none alike");
 
-/* bset_reserve's allocation, out of line: the check before it is small enough for its
- * callers (every allocator call) to take inline. */
-static __attribute__((noinline)) int reserve_slow(bset *s)
+/* A position in the tree's terms and back (the same two numbers). */
+static inline bset_tree_pos tpos(bset_pos p) { return (bset_tree_pos){ p.unit, p.at }; }
+static inline bset_pos fpos(bset_tree_pos p) { return (bset_pos){ p.leaf, p.at }; }
+
+/* ---------------------------------------------------------------- room */
+
+static __attribute__((noinline)) int grow_dir(bset *s)
 {
-    if (!s->spare[0] && !(s->spare[0] = malloc(sizeof *s->spare[0]))) return -1;
-    if (s->nleaf + 1 <= s->cap) return 0;
-    size_t cap = s->cap ? s->cap * 2 : 4;
-    bleaf **l = realloc(s->leaf, cap * sizeof *l);
-    if (!l) return -1;
-    s->leaf = l;
-    bkey *k = realloc(s->last, cap * sizeof *k);
-    if (!k) return -1;
-    s->last = k;
-    s->cap = cap;
+    size_t cap = s->capb ? s->capb * 2 : 8;
+    uint64_t *z = realloc(s->sz, cap * sizeof *z);
+    if (!z) return -1;
+    s->sz = z;
+    bbucket *b = realloc(s->bk, cap * sizeof *b);
+    if (!b) return -1;
+    s->bk = b;
+    s->capb = cap;
     return 0;
 }
 
-int bset_reserve(bset *s) { return has_room(s) ? 0 : reserve_slow(s); }
-
-/* The first leaf whose last key is >= (z, a); nleaf when there is none. Branch-free steps:
- * the comparison's outcome is data, not control. */
-static size_t dir_find(const bset *s, uint64_t z, uint64_t a)
+static __attribute__((noinline)) int grow_bucket(bbucket *b)
 {
-    size_t lo = 0, len = s->nleaf;
+    if (b->cap > UINT32_MAX / 2) return -1;
+    uint32_t cap = b->cap * 2;
+    bent *e = realloc(b->e, cap * sizeof *e);
+    if (!e) return -1;
+    b->e = e;
+    b->cap = cap;
+    return 0;
+}
+
+static __attribute__((noinline)) int add_spare(bset *s)
+{
+    bent *e = malloc(BUCKET_MIN * sizeof *e);
+    if (!e) return -1;
+    s->spare[0] = e;
+    s->spare_cap[0] = BUCKET_MIN;
+    s->nspare = 1;
+    return 0;
+}
+
+/* Makes the set ready: a free directory slot, a spare array, room in every bucket. */
+/* The buckets' entries into a new tree, in key order, and the buckets freed; the set is
+ * unchanged where memory runs out. */
+static __attribute__((noinline)) int make_tree(bset *s)
+{
+    bset_tree *t = bset_tree_new();
+    if (!t) return -1;
+    for (size_t k = 0; k < s->nb; k++)
+        for (uint32_t j = 0; j < s->bk[k].n; j++)
+            if (bset_tree_reserve(t) ||
+                bset_tree_insert(t, s->sz[k], s->bk[k].e[j].addr, s->bk[k].e[j].id)) {
+                bset_tree_free(t);
+                return -1;
+            }
+    for (size_t k = 0; k < s->nb; k++) free(s->bk[k].e);
+    for (unsigned j = 0; j < s->nspare; j++) free(s->spare[j]);
+    free(s->sz);
+    free(s->bk);
+    s->sz = NULL;
+    s->bk = NULL;
+    s->nb = s->capb = s->n = 0;
+    s->nspare = 0;
+    s->t = t;
+    return 0;
+}
+
+static __attribute__((noinline)) int reserve_slow(bset *s)
+{
+    if (s->t) return bset_tree_reserve(s->t);
+    if (s->big) return make_tree(s) ? -1 : bset_tree_reserve(s->t);
+    if (s->nb >= s->capb && grow_dir(s)) return -1;
+    if (!s->nspare && add_spare(s)) return -1;
+    for (size_t k = 0; k < s->nb; k++)
+        if (s->bk[k].n >= s->bk[k].cap && grow_bucket(&s->bk[k])) return -1;
+    s->ready = 1;
+    return 0;
+}
+
+int bset_reserve(bset *s) { return s->ready ? 0 : reserve_slow(s); }
+
+/* After an insertion into bucket b: the room the next one may need (see the top). */
+static inline void restore_room(bset *s, bbucket *b)
+{
+    if (b->n > BUCKET_ENTRIES_MAX || s->nb > SIZES_MAX) {
+        s->big = 1;
+        s->ready = 0;
+    }
+    if (b->n == b->cap && grow_bucket(b)) s->ready = 0;
+    if (!s->nspare && add_spare(s)) s->ready = 0;
+    if (s->nb == s->capb && grow_dir(s)) s->ready = 0;
+}
+
+/* ---------------------------------------------------------------- searches */
+
+/* The first bucket whose size is >= z; nb when there is none. Branch-free steps: the
+ * comparison's outcome is data, not control. */
+static inline size_t size_find(const bset *s, uint64_t z)
+{
+    const uint64_t *sz = s->sz;
+    size_t lo = 0, len = s->nb;
     while (len > 0) {
         size_t half = len / 2;
-        int lt = key_lt(s->last[lo + half].size, s->last[lo + half].addr, z, a);
+        int lt = sz[lo + half] < z;
         lo = lt ? lo + half + 1 : lo;
         len = lt ? len - half - 1 : half;
     }
     return lo;
 }
 
-/* The first position of leaf L whose key is >= (z, a); L->n when there is none. */
-static uint32_t leaf_find(const bleaf *L, uint64_t z, uint64_t a)
+/* The first position of bucket b whose address is >= a; b->n when there is none. */
+static inline uint32_t addr_find(const bbucket *b, uint64_t a)
 {
-    uint32_t lo = 0, len = L->n;
+    const bent *e = b->e;
+    uint32_t lo = 0, len = b->n;
     while (len > 0) {
         uint32_t half = len / 2;
-        int lt = key_lt(L->e[lo + half].size, L->e[lo + half].addr, z, a);
+        int lt = e[lo + half].addr < a;
         lo = lt ? lo + half + 1 : lo;
         len = lt ? len - half - 1 : half;
     }
     return lo;
 }
 
-/* dir_find and leaf_find for the key (z, 0), as a best fit asks: no key is below address 0,
- * so (size, addr) < (z, 0) is size < z, one 64-bit comparison a step where the full key
- * takes a 128-bit one (bset_lower_bound runs at every allocation). */
-static size_t dir_find_size(const bset *s, uint64_t z)
+/* ---------------------------------------------------------------- buckets */
+
+/* Opens bucket k for size z (the directory has a free slot and a spare array is there). */
+static bbucket *bucket_open(bset *s, size_t k, uint64_t z)
 {
-    size_t lo = 0, len = s->nleaf;
-    while (len > 0) {
-        size_t half = len / 2;
-        int lt = s->last[lo + half].size < z;
-        lo = lt ? lo + half + 1 : lo;
-        len = lt ? len - half - 1 : half;
+    for (size_t j = s->nb; j > k; j--) {
+        s->sz[j] = s->sz[j - 1];
+        s->bk[j] = s->bk[j - 1];
     }
-    return lo;
+    s->nb++;
+    unsigned j = --s->nspare;
+    s->sz[k] = z;
+    s->bk[k] = (bbucket){ s->spare[j], 0, s->spare_cap[j] };
+    return &s->bk[k];
 }
 
-static uint32_t leaf_find_size(const bleaf *L, uint64_t z)
+/* Takes empty bucket k out of the directory; its array is kept as a spare, or freed. */
+static void bucket_close(bset *s, size_t k)
 {
-    uint32_t lo = 0, len = L->n;
-    while (len > 0) {
-        uint32_t half = len / 2;
-        int lt = L->e[lo + half].size < z;
-        lo = lt ? lo + half + 1 : lo;
-        len = lt ? len - half - 1 : half;
+    bbucket b = s->bk[k];
+    for (size_t j = k; j + 1 < s->nb; j++) {
+        s->sz[j] = s->sz[j + 1];
+        s->bk[j] = s->bk[j + 1];
     }
-    return lo;
-}
-
-static void set_last(bset *s, size_t k)
-{
-    const bent *e = &s->leaf[k]->e[s->leaf[k]->n - 1];
-    s->last[k] = (bkey){e->size, e->addr};
-}
-
-/* Opens directory slot k (capacity reserved) for leaf L. */
-static void dir_insert(bset *s, size_t k, bleaf *L)
-{
-    memmove(&s->leaf[k + 1], &s->leaf[k], (s->nleaf - k) * sizeof *s->leaf);
-    memmove(&s->last[k + 1], &s->last[k], (s->nleaf - k) * sizeof *s->last);
-    s->leaf[k] = L;
-    s->nleaf++;
-    set_last(s, k);
-}
-
-/* The spare leaf for a split or a first entry (reserved: never NULL). */
-static bleaf *take_spare(bset *s)
-{
-    bleaf *L = s->spare[0];
-    s->spare[0] = s->spare[1];
-    s->spare[1] = NULL;
-    return L;
-}
-
-/* Takes leaf k out of the directory; it is kept as a spare, or freed. */
-static void dir_remove(bset *s, size_t k)
-{
-    bleaf *L = s->leaf[k];
-    memmove(&s->leaf[k], &s->leaf[k + 1], (s->nleaf - k - 1) * sizeof *s->leaf);
-    memmove(&s->last[k], &s->last[k + 1], (s->nleaf - k - 1) * sizeof *s->last);
-    s->nleaf--;
-    if (!s->spare[0]) s->spare[0] = L;
-    else if (!s->spare[1]) s->spare[1] = L;
-    else free(L);
+    s->nb--;
+    if (s->nspare < SPARE_MAX) {
+        s->spare[s->nspare] = b.e;
+        s->spare_cap[s->nspare++] = b.cap;
+    } else {
+        free(b.e);
+    }
 }
 
 /* Entries at..n-1 of e one place up, and one place down: a plain loop for a few (a library
  * call's dispatch would cost more than the copy), memmove's wide copies for more. */
-#define ENT_LOOP_MAX 6
+#define ENT_LOOP_MAX 8
 
 static inline void ent_up(bent *e, uint32_t at, uint32_t n)
 {
@@ -197,177 +248,135 @@ static inline void ent_down(bent *e, uint32_t at, uint32_t n)
     for (uint32_t j = at; j + 1 < n; j++) e[j] = e[j + 1];
 }
 
-/* Splits full leaf k in two halves, the upper one into the spare as leaf k + 1. */
-static void leaf_split(bset *s, size_t k)
-{
-    bleaf *L = s->leaf[k], *R = take_spare(s);
-    R->n = LEAF_CAP / 2;
-    memcpy(R->e, &L->e[LEAF_CAP - LEAF_CAP / 2], (LEAF_CAP / 2) * sizeof *R->e);
-    L->n = LEAF_CAP - LEAF_CAP / 2;
-    set_last(s, k);
-    dir_insert(s, k + 1, R);
-}
+/* ---------------------------------------------------------------- operations */
 
 int bset_insert(bset *s, uint64_t size, uint64_t addr, uint32_t id)
 {
-    if (!has_room(s) && bset_reserve(s)) return -1;
-    size_t k;
-    if (s->nleaf == 0) {
-        bleaf *L = take_spare(s);
-        L->n = 0;
-        s->leaf[0] = L;
-        s->nleaf = 1;
-        k = 0;
-    } else {
-        k = dir_find(s, size, addr);
-        if (k == s->nleaf) k--; /* above every key: the last leaf grows */
-        if (s->leaf[k]->n == LEAF_CAP) {
-            leaf_split(s, k);
-            if (key_lt(s->last[k].size, s->last[k].addr, size, addr)) k++;
-        }
+    if (!s->ready) {   /* also the way to the tree: a tree's set is never ready */
+        if (reserve_slow(s)) return -1;
+        if (s->t) return bset_tree_insert(s->t, size, addr, id);
     }
-    bleaf *L = s->leaf[k];
-    uint32_t at = leaf_find(L, size, addr);
-    ent_up(L->e, at, L->n);
-    L->e[at] = (bent){size, addr, id};
-    L->n++;
-    if (at == L->n - 1) s->last[k] = (bkey){size, addr};
+    size_t k = size_find(s, size);
+    bbucket *b = k < s->nb && s->sz[k] == size ? &s->bk[k] : bucket_open(s, k, size);
+    uint32_t at = addr_find(b, addr);
+    ent_up(b->e, at, b->n);
+    b->e[at] = (bent){ addr, id };
+    b->n++;
     s->n++;
-    if (!s->spare[0]) s->spare[0] = malloc(sizeof *s->spare[0]); /* NULL: reserve retries */
+    restore_room(s, b);
     return 0;
-}
-
-/* After an erasure from leaf k: a leaf that fits in half a leaf with a neighbour merges
- * into it, so that many erasures do not leave a long directory of nearly empty leaves. */
-static void leaf_rebalance(bset *s, size_t k)
-{
-    if (k + 1 < s->nleaf && s->leaf[k]->n + s->leaf[k + 1]->n <= LEAF_CAP / 2) {
-        /* k absorbs k + 1 */
-    } else if (k > 0 && s->leaf[k - 1]->n + s->leaf[k]->n <= LEAF_CAP / 2) {
-        k--;
-    } else {
-        return;
-    }
-    bleaf *L = s->leaf[k], *R = s->leaf[k + 1];
-    memcpy(&L->e[L->n], R->e, R->n * sizeof *R->e);
-    L->n += R->n;
-    s->last[k] = s->last[k + 1];
-    dir_remove(s, k + 1);
 }
 
 void bset_erase_at(bset *s, bset_pos pos)
 {
-    bleaf *L = s->leaf[pos.leaf];
-    ent_down(L->e, pos.at, L->n);
-    L->n--;
-    s->n--;
-    if (L->n == 0) {
-        dir_remove(s, pos.leaf);
+    if (s->t) {
+        bset_tree_erase_at(s->t, tpos(pos));
         return;
     }
-    if (pos.at == L->n) set_last(s, pos.leaf);
-    leaf_rebalance(s, pos.leaf);
+    bbucket *b = &s->bk[pos.unit];
+    ent_down(b->e, pos.at, b->n);
+    b->n--;
+    s->n--;
+    if (b->n == 0) bucket_close(s, pos.unit);
 }
 
 int bset_find(const bset *s, uint64_t size, uint64_t addr, uint32_t id, bset_pos *pos)
 {
-    size_t k = dir_find(s, size, addr);
-    if (k == s->nleaf) return 0;
-    const bleaf *L = s->leaf[k];
-    uint32_t at = leaf_find(L, size, addr);
-    if (at == L->n || L->e[at].size != size || L->e[at].addr != addr || L->e[at].id != id)
-        return 0;
-    *pos = (bset_pos){(uint32_t)k, at};
+    if (s->t) {
+        bset_tree_pos tp;
+        if (!bset_tree_find(s->t, size, addr, id, &tp)) return 0;
+        *pos = fpos(tp);
+        return 1;
+    }
+    size_t k = size_find(s, size);
+    if (k == s->nb || s->sz[k] != size) return 0;
+    const bbucket *b = &s->bk[k];
+    uint32_t at = addr_find(b, addr);
+    if (at == b->n || b->e[at].addr != addr || b->e[at].id != id) return 0;
+    *pos = (bset_pos){ (uint32_t)k, at };
     return 1;
 }
 
 int bset_erase(bset *s, uint64_t size, uint64_t addr, uint32_t id)
 {
+    if (s->t) return bset_tree_erase(s->t, size, addr, id);
     bset_pos pos;
     if (!bset_find(s, size, addr, id, &pos)) return 0;
     bset_erase_at(s, pos);
     return 1;
 }
 
-/* Whether key (z, a) belongs in leaf k: above the previous leaf's keys, below the next's. */
-static int in_leaf(const bset *s, size_t k, uint64_t z, uint64_t a)
-{
-    if (k > 0 && !key_lt(s->last[k - 1].size, s->last[k - 1].addr, z, a)) return 0;
-    if (k + 1 < s->nleaf) {
-        const bent *f = &s->leaf[k + 1]->e[0];
-        if (!key_lt(z, a, f->size, f->addr)) return 0;
-    }
-    return 1;
-}
-
+/* A split's remainder and a merged block change size, so the entry changes bucket: an
+ * erasure and an insertion (the emptied bucket's array is the spare a new one takes). */
 void bset_rekey_at(bset *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t id)
 {
-    if (!in_leaf(s, pos.leaf, size, addr)) {
-        bset_erase_at(s, pos);
-        bset_insert(s, size, addr, id); /* reserved: cannot fail */
+    if (s->t) {
+        bset_tree_rekey_at(s->t, tpos(pos), size, addr, id);
         return;
     }
-    bleaf *L = s->leaf[pos.leaf];
-    bent *e = L->e;
-    uint32_t p = pos.at, q;
-    if (key_lt(size, addr, e[p].size, e[p].addr)) {
-        /* down: the entries from the new place up to p move one up */
-        for (q = p; q > 0 && key_lt(size, addr, e[q - 1].size, e[q - 1].addr); q--)
-            e[q] = e[q - 1];
-    } else {
-        /* up: the entries after p below the new key move one down */
-        for (q = p; q + 1 < L->n && key_lt(e[q + 1].size, e[q + 1].addr, size, addr); q++)
-            e[q] = e[q + 1];
+    size_t k = pos.unit;
+    if (s->bk[k].n == 1 && (k == 0 || s->sz[k - 1] < size) &&
+        (k + 1 == s->nb || size < s->sz[k + 1])) {
+        /* the entry is its bucket's only one and its new size falls between the neighbours':
+         * the bucket takes the new size in place */
+        s->sz[k] = size;
+        s->bk[k].e[0] = (bent){ addr, id };
+        return;
     }
-    e[q] = (bent){size, addr, id};
-    if (q == L->n - 1 || p == L->n - 1) set_last(s, pos.leaf);
+    bset_erase_at(s, pos);
+    bset_insert(s, size, addr, id); /* reserved: cannot fail */
 }
 
 uint32_t bset_lower_bound(const bset *s, uint64_t size, bset_pos *pos, uint64_t *found_size)
 {
-    size_t k = dir_find_size(s, size);
-    if (k == s->nleaf) return BSET_NONE;
-    const bleaf *L = s->leaf[k];
-    uint32_t at = leaf_find_size(L, size); /* < L->n: the leaf's last key is >= (size, 0) */
-    *pos = (bset_pos){(uint32_t)k, at};
-    *found_size = L->e[at].size;
-    return L->e[at].id;
+    if (s->t) {
+        bset_tree_pos tp;
+        uint32_t id = bset_tree_lower_bound(s->t, size, &tp, found_size);
+        if (id != BSET_NONE) *pos = fpos(tp);
+        return id;
+    }
+    size_t k = size_find(s, size);
+    if (k == s->nb) return BSET_NONE;
+    *pos = (bset_pos){ (uint32_t)k, 0 };
+    *found_size = s->sz[k];
+    return s->bk[k].e[0].id;
 }
 
 uint32_t bset_pred(const bset *s, uint64_t size, uint64_t addr)
 {
-    size_t k = dir_find(s, size, addr);
-    if (k < s->nleaf) {
-        uint32_t at = leaf_find(s->leaf[k], size, addr);
-        if (at > 0) return s->leaf[k]->e[at - 1].id;
+    if (s->t) return bset_tree_pred(s->t, size, addr);
+    size_t k = size_find(s, size);
+    if (k < s->nb && s->sz[k] == size) {
+        uint32_t at = addr_find(&s->bk[k], addr);
+        if (at > 0) return s->bk[k].e[at - 1].id;
     }
     if (k == 0) return BSET_NONE;
-    const bleaf *P = s->leaf[k - 1];
-    return P->e[P->n - 1].id;
+    const bbucket *p = &s->bk[k - 1];
+    return p->e[p->n - 1].id;
 }
 
 size_t bset_ids(const bset *s, uint32_t *out, size_t max)
 {
+    if (s->t) return bset_tree_ids(s->t, out, max);
     size_t n = 0;
-    for (size_t k = 0; k < s->nleaf; k++)
-        for (uint32_t j = 0; j < s->leaf[k]->n; j++, n++)
-            if (n < max) out[n] = s->leaf[k]->e[j].id;
+    for (size_t k = 0; k < s->nb; k++)
+        for (uint32_t j = 0; j < s->bk[k].n; j++, n++)
+            if (n < max) out[n] = s->bk[k].e[j].id;
     return n;
 }
 
 const char *bset_check(const bset *s)
 {
+    if (s->t) return bset_tree_check(s->t);
     size_t total = 0;
-    const bent *prev = NULL;
-    for (size_t k = 0; k < s->nleaf; k++) {
-        const bleaf *L = s->leaf[k];
-        if (L->n == 0 || L->n > LEAF_CAP) return "a leaf is empty or overfull";
-        for (uint32_t j = 0; j < L->n; prev = &L->e[j], j++)
-            if (prev && !key_lt(prev->size, prev->addr, L->e[j].size, L->e[j].addr))
-                return "keys out of order";
-        if (s->last[k].size != prev->size || s->last[k].addr != prev->addr)
-            return "the directory's last key differs from its leaf's";
-        total += L->n;
+    for (size_t k = 0; k < s->nb; k++) {
+        const bbucket *b = &s->bk[k];
+        if (b->n == 0 || b->n > b->cap) return "a bucket is empty or overfull";
+        if (k > 0 && s->sz[k - 1] >= s->sz[k]) return "sizes out of order";
+        for (uint32_t j = 1; j < b->n; j++)
+            if (b->e[j - 1].addr >= b->e[j].addr) return "addresses out of order";
+        total += b->n;
     }
-    return total == s->n ? NULL : "the entry count differs from the leaves'";
+    if (s->nb > s->capb) return "more buckets than the directory holds";
+    return total == s->n ? NULL : "the entry count differs from the buckets'";
 }

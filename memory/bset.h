@@ -16,8 +16,10 @@
 
 typedef struct bset bset;
 
-/* Where an entry lies, from bset_lower_bound, valid until the set next changes. */
-typedef struct bset_pos { uint32_t leaf, at; } bset_pos;
+/* Where an entry lies (unit: its size's bucket, or in a large set the tree's leaf; at: its
+ * place there), from bset_lower_bound or bset_find, valid until the set next changes or
+ * bset_reserve is called (which may reorganize a large set). */
+typedef struct bset_pos { uint32_t unit, at; } bset_pos;
 
 bset *bset_new(void);
 void bset_free(bset *s);

@@ -106,7 +106,67 @@ ms_status pol_check_layer(const trace_t *t, int32_t layer, int32_t limit, const 
     return MS_OK;
 }
 
+/* pol_skeletal's list of a trace of a base's structure, kept with the base
+ * (tshape_keep_derived): every field but the tensor's address is structure. */
+typedef struct skel_memo {
+    pol_skel *v;
+    size_t n;
+} skel_memo;
+
+static const char skel_key; /* the derived slot's key */
+
+static void skel_memo_free(void *p)
+{
+    skel_memo *m = p;
+    if (m) free(m->v);
+    free(m);
+}
+
+static ms_status skeletal_fresh(const trace_t *t, pol_skel **out, size_t *n, ms_error *err);
+
+/* The base's list, made and kept at the first trace of its structure that asks. NULL when
+ * out of memory (the caller then lists afresh). */
+static const skel_memo *skel_of_base(const trace_t *base)
+{
+    const skel_memo *m = tshape_derived(base, &skel_key);
+    if (m) return m;
+    skel_memo *k = calloc(1, sizeof *k);
+    ms_error e;
+    ms_error_clear(&e);
+    if (!k || skeletal_fresh(base, &k->v, &k->n, &e) != MS_OK ||
+        tshape_keep_derived(base, &skel_key, k, skel_memo_free) != MS_OK) {
+        skel_memo_free(k);
+        return NULL;
+    }
+    return k;
+}
+
+/* A sweep's later points (traces made after a template, tshape_of): the template's list,
+ * its tensors' addresses moved to the same records of t, instead of reading t's records
+ * at every plan (three policies a point). */
 ms_status pol_skeletal(const trace_t *t, pol_skel **out, size_t *n, ms_error *err)
+{
+    const trace_t *base = tshape_of(t);
+    const skel_memo *m = base != t ? skel_of_base(base) : NULL;
+    if (!m) return skeletal_fresh(t, out, n, err);
+    *out = NULL;
+    *n = 0;
+    if (!m->n) return MS_OK;
+    pol_skel *v = malloc(m->n * sizeof *v);
+    if (!v) return ms_fail(err, MS_ERR_NOMEM, "out of memory");
+    size_t nb, nt;
+    const char *rb = (const char *)trace_records(base, &nb);
+    const char *rt = (const char *)trace_records(t, &nt);
+    for (size_t i = 0; i < m->n; i++) {
+        v[i] = m->v[i];
+        v[i].t = (const trace_tensor *)(rt + ((const char *)m->v[i].t - rb));
+    }
+    *out = v;
+    *n = m->n;
+    return MS_OK;
+}
+
+static ms_status skeletal_fresh(const trace_t *t, pol_skel **out, size_t *n, ms_error *err)
 {
     *out = NULL;
     *n = 0;

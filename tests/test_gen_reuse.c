@@ -4,8 +4,10 @@
  * (tshape_equal) and answers the same look-ups; a template of another structure (layers, a
  * knob) gives no trace and the cache generates afresh; a record that differs from the
  * template's in structure, a missing record or an invalid number fails the binding; a bound
- * trace appended to afterwards indexes its own records; the lowering's reuse is told the
- * structure by tshape_of. For `make check`. */
+ * trace appended to afterwards indexes its own records; a bound trace freed gives its records
+ * back and the next one made after the template is made in them, failures included; the
+ * lowering's reuse is told the structure by tshape_of; the policies' skeletal list of a
+ * re-bound trace, kept with its template, is the one listed afresh. For `make check`. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +153,28 @@ static void test_misses(const machine_t *m)
     TAP_OK(gen_trace_like(&z, m, ta, &out, &err) == MS_ERR_LIMIT && !out,
            "another program (megatron's): not made after it");
 
+    /* the same, each made in the records a bound trace gave back (the generator then
+       compares its fields in place): no trace, and a good one still made after each */
+    gen_config a8 = config("gpt-7b", NULL, 8192, 1), b8 = b, z8 = z;
+    b8.seq = z8.seq = 8192;
+    const gen_config *other[] = { &b8, &z8 };
+    int in_place = 1, good = 1;
+    for (size_t k = 0; k < 2; k++) {
+        trace_t *g = NULL;
+        good &= gen_trace_like(&a8, m, ta, &g, &err) == MS_OK; /* gives its records back */
+        trace_free(g);
+        out = (trace_t *)1;
+        in_place &= gen_trace_like(other[k], m, ta, &out, &err) == MS_ERR_LIMIT && !out;
+        g = NULL;
+        good &= gen_trace_like(&a8, m, ta, &g, &err) == MS_OK && g;
+        trace_t *f = fresh(&a8, m);
+        good &= f && g && tshape_equal(f, g);
+        trace_free(f);
+        trace_free(g);
+    }
+    TAP_OK(in_place && good, "in given-back records: fewer layers and another program not "
+           "made after the template; the template's own made after it as before");
+
     /* the cache: a template whose key matches (same model, same knobs) but not its layers */
     greuse *c = greuse_new();
     trace_t *t1 = NULL, *t2 = NULL, *t3 = NULL;
@@ -225,12 +249,35 @@ static void test_binding(void)
     TAP_OK(plain && !tshape_alloc_marks(plain, &n_am), "a trace made afresh has no list");
     trace_free(plain);
 
-    /* structure differences, a missing record, an invalid number */
+    /* a bound trace freed gives its records to base; the next one is made in them */
+    int given = 1, own = 1;
+    for (int k = 0; k < 3; k++) {
+        t = tshape_new_like(base);
+        trace_rec a = r, o = op;
+        a.u.alloc.bytes = 4096u << k;
+        o.u.op.dur_us = 10.0 + k;
+        given &= trace_append(t, &a) == MS_OK && trace_append(t, &o) == MS_OK &&
+                 trace_append_mark(t, TM_ITER, 0) == MS_OK && tshape_end(t) &&
+                 tshape_of(t) == base;
+        own &= trace_find_tensor(t, 1) && trace_find_tensor(t, 1)->bytes == 4096u << k &&
+               trace_find_op(t, 7) && trace_find_op(t, 7)->dur_us == 10.0 + k &&
+               trace_find_op(t, 7)->in[0] == 1;
+        trace_free(t);
+    }
+    TAP_OK(given && own, "traces made in the records a freed one gave back: bound, each "
+           "with its own numbers");
+
+    /* structure differences, a missing record, an invalid number; each made in the records
+       a bound trace gave back, then a good one made after it */
     struct { const char *what; int field; } cases[] = {
         { "another name", 0 }, { "another input", 1 }, { "another class", 2 },
         { "a record missing", 3 }, { "an infinite duration", 4 }, { "a record more", 5 },
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        t = tshape_new_like(base);
+        int good = trace_append(t, &r) == MS_OK && trace_append(t, &op) == MS_OK &&
+                   trace_append_mark(t, TM_ITER, 0) == MS_OK && tshape_end(t);
+        trace_free(t); /* gives its records back */
         t = tshape_new_like(base);
         trace_rec a = r, o = op;
         uint64_t other[] = { 2 };
@@ -249,6 +296,11 @@ static void test_binding(void)
         TAP_OK(am && n_am == want && (!want || am[0].at == 0),
                "%s: the list is base's up to the records it has", cases[k].what);
         TAP_OK(!bound && tshape_of(t) == t, "%s: not told base's structure", cases[k].what);
+        trace_free(t); /* a failed binding's records are not given back */
+        t = tshape_new_like(base);
+        good &= trace_append(t, &r) == MS_OK && trace_append(t, &op) == MS_OK &&
+                trace_append_mark(t, TM_ITER, 0) == MS_OK && tshape_end(t);
+        TAP_OK(good, "%s: bound traces before and after it", cases[k].what);
         trace_free(t);
     }
     TAP_OK(tshape_new_like(NULL) == NULL, "no base: no trace");
@@ -295,6 +347,48 @@ static void test_lowering(const machine_t *m)
     greuse_free(g);
 }
 
+/* The skeletal list of a re-bound trace (kept with its template, tshape_keep_derived) is
+ * the one listed afresh from an equal fresh trace, its tensors in the re-bound trace's own
+ * records. */
+static void test_skeletal(const machine_t *m)
+{
+    greuse *g = greuse_new();
+    uint64_t seqs[] = { 4096, 8192, 16384, 32768 };
+    int same = 1, made = 1, own = 1;
+    for (size_t i = 0; i < 4; i++) {
+        gen_config cfg = config("gpt-7b", i % 2 ? "megatron" : NULL, seqs[i], 1);
+        cfg.iterations = 2;
+        trace_t *t = NULL, *f = fresh(&cfg, m);
+        ms_error err;
+        made &= greuse_trace(g, &cfg, m, &t, &err) == MS_OK && t && f;
+        for (int rep = 0; t && f && rep < 2; rep++) { /* the second from the kept list */
+            pol_skel *a = NULL, *b = NULL;
+            size_t na = 0, nb = 0, nr;
+            made &= pol_skeletal(t, &a, &na, &err) == MS_OK &&
+                    pol_skeletal(f, &b, &nb, &err) == MS_OK;
+            same &= na == nb && na > 0;
+            const trace_rec *r = trace_records(t, &nr);
+            for (size_t k = 0; k < na && k < nb; k++) {
+                same &= a[k].id == b[k].id && a[k].layer == b[k].layer &&
+                        a[k].pass == b[k].pass && a[k].is_input == b[k].is_input &&
+                        a[k].is_attn_out == b[k].is_attn_out && a[k].is_whole == b[k].is_whole;
+                own &= a[k].t == trace_find_tensor(t, a[k].id) &&
+                       (const void *)a[k].t >= (const void *)r &&
+                       (const void *)a[k].t < (const void *)(r + nr) &&
+                       a[k].t->bytes == b[k].t->bytes;
+            }
+            free(a);
+            free(b);
+        }
+        trace_free(f);
+        trace_free(t);
+    }
+    TAP_OK(made && same, "re-bound traces (generic, megatron): the skeletal list as listed "
+           "afresh");
+    TAP_OK(own, "... its tensors in the trace's own records, with its own sizes");
+    greuse_free(g);
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -302,5 +396,6 @@ int main(void)
     test_misses(&m);
     test_binding();
     test_lowering(&m);
+    test_skeletal(&m);
     return tap_done();
 }

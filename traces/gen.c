@@ -532,6 +532,7 @@ typedef struct gctx {
     const gen_config *c;
     const machine_t *m;
     trace_t *t;
+    int in_place;            /* t is made in given-back records (tshape_in_place) */
     ms_status st;            /* sticky: once set, emission stops */
     gsz z;
     uint64_t next_tid, next_oid;
@@ -562,15 +563,22 @@ static void append(gctx *x, const trace_rec *r)
 
 static void mark(gctx *x, trace_markkind k, int64_t v)
 {
-    if (!x->st) x->st = trace_append_mark(x->t, k, v);
+    if (x->st) return;
+    x->st = x->in_place ? tshape_put_mark(x->t, k, v) : trace_append_mark(x->t, k, v);
 }
 
 static uint64_t alloc_s(gctx *x, int layer, const char *what, uint64_t bytes, trace_class cls,
                         int64_t producer, int stream)
 {
+    int tok = cls == TC_ACT_SKEL || cls == TC_ACT_TRANS || cls == TC_WORKSPACE;
+    if (x->in_place) { /* a sweep's later point: compared in place, no record built */
+        uint64_t id = x->next_tid++;
+        if (!x->st)
+            x->st = tshape_put_alloc(x->t, id, bytes, cls, layer, producer, tok, stream, what);
+        return id;
+    }
     trace_rec r;
-    trace_alloc_rec(&r, x->next_tid++, bytes, cls, layer, producer,
-                    cls == TC_ACT_SKEL || cls == TC_ACT_TRANS || cls == TC_WORKSPACE, what);
+    trace_alloc_rec(&r, x->next_tid++, bytes, cls, layer, producer, tok, what);
     r.u.alloc.stream = stream;
     append(x, &r);
     return r.u.alloc.id;
@@ -584,6 +592,10 @@ static uint64_t alloc_t(gctx *x, int layer, const char *what, uint64_t bytes, tr
 
 static void free_t(gctx *x, uint64_t id)
 {
+    if (x->in_place) {
+        if (!x->st) x->st = tshape_put_free(x->t, id);
+        return;
+    }
     trace_rec r;
     memset(&r, 0, sizeof r);
     r.type = TR_FREE;
@@ -630,29 +642,36 @@ static uint32_t compact_ids(const uint64_t *src, uint32_t n, uint64_t *dst)
 static void emit_op_as(gctx *x, uint64_t oid, const opspec *o, trace_opkind kind, double flops,
                        uint64_t br, uint64_t bw, double dur_us)
 {
+    uint64_t in[OPS_MAX], out[OPS_MAX];
+    tshape_opfields f = { oid, kind, x->phase, o->layer, flops, br, bw, dur_us,
+                          compact_ids(o->in, o->nin, in), 0, in, out, o->what };
+    if (o->ext_out) {
+        f.n_out = o->n_ext_out;
+        f.out = o->ext_out;
+    } else {
+        f.n_out = compact_ids(o->out, o->nout, out);
+    }
+    if (x->in_place) { /* a sweep's later point: compared in place, no record built */
+        if (!x->st) x->st = tshape_put_op(x->t, &f);
+        return;
+    }
     trace_rec r;
     memset(&r, 0, sizeof r);
     r.type = TR_OP;
     trace_op *p = &r.u.op;
-    p->id = oid;
-    p->kind = kind;
-    p->phase = x->phase;
-    p->layer = o->layer;
-    p->flops = flops;
-    p->bytes_read = br;
-    p->bytes_written = bw;
-    p->dur_us = dur_us;
-    uint64_t in[OPS_MAX], out[OPS_MAX];
-    p->n_in = compact_ids(o->in, o->nin, in);
-    p->in = in;
-    if (o->ext_out) {
-        p->n_out = o->n_ext_out;
-        p->out = o->ext_out;
-    } else {
-        p->n_out = compact_ids(o->out, o->nout, out);
-        p->out = out;
-    }
-    trace_layer_name(p->name, o->layer, o->what);
+    p->id = f.id;
+    p->kind = f.kind;
+    p->phase = f.phase;
+    p->layer = f.layer;
+    p->flops = f.flops;
+    p->bytes_read = f.bytes_read;
+    p->bytes_written = f.bytes_written;
+    p->dur_us = f.dur_us;
+    p->n_in = f.n_in;
+    p->in = f.in;
+    p->n_out = f.n_out;
+    p->out = f.out;
+    trace_layer_name(p->name, f.layer, f.what);
     append(x, &r);
 }
 
@@ -3212,6 +3231,8 @@ static ms_status gen_into(const gen_config *cin, const machine_t *m, const trace
     x.g = calloc(x.ng, sizeof *x.g);
     x.ls = calloc((size_t)c.model.layers, sizeof *x.ls);
     x.t = like ? tshape_new_like(like) : trace_new();
+    x.in_place = tshape_in_place(x.t); /* for the whole trace: a put past base's records or
+                                          after a miss fails as the append would */
     if (!x.g || !x.ls || !x.t) x.st = MS_ERR_NOMEM;
     if (!x.st && c.framework == GEN_FW_HF) {
         meta(&x, m);

@@ -956,7 +956,8 @@ void trace_free(trace_t *t)
         t->refs--;
         return;
     }
-    free(t->recs);
+    if (!tshape_give_back(t)) free(t->recs);
+    free(t->spare_recs);
     for (size_t i = 0; i < t->n_meta; i++) { free(t->mkey[i]); free(t->mval[i]); }
     free(t->mkey);
     free(t->mval);
@@ -964,6 +965,7 @@ void trace_free(trace_t *t)
     u64map_free(t->op_idx);
     for (u64blk *b = t->blocks, *nx; b; b = nx) { nx = b->next; free(b); }
     free(t->am);
+    tshape_derived_free(t);
     trace_free(t->base);
     free(t);
 }
@@ -1373,14 +1375,20 @@ int trace_text_append(char **buf, size_t *n, size_t *cap, const trace_rec *rec)
 
 int trace_rec_valid(const trace_rec *rec) { return rec_valid(rec); }
 
+int trace_alloc_bytes_valid(uint64_t bytes) { return bytes > 0 && bytes <= TRACE_BYTES_MAX; }
+
+int trace_op_numbers_valid(double flops, double dur_us, double host_us)
+{
+    return isfinite(flops) && flops >= 0 && !isnan(dur_us) && dur_us < INFINITY &&
+           host_us >= 0 && host_us < INFINITY;
+}
+
 int trace_rec_numbers_valid(const trace_rec *rec)
 {
-    if (rec->type == TR_ALLOC)
-        return rec->u.alloc.bytes > 0 && rec->u.alloc.bytes <= TRACE_BYTES_MAX;
+    if (rec->type == TR_ALLOC) return trace_alloc_bytes_valid(rec->u.alloc.bytes);
     if (rec->type != TR_OP) return 1;
     const trace_op *o = &rec->u.op;
-    return isfinite(o->flops) && o->flops >= 0 && !isnan(o->dur_us) && o->dur_us < INFINITY &&
-           o->host_us >= 0 && o->host_us < INFINITY;
+    return trace_op_numbers_valid(o->flops, o->dur_us, o->host_us);
 }
 
 ms_status trace_scan_checked(trace_reader *r, const char *path,

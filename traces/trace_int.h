@@ -63,6 +63,13 @@ struct trace {
        (tshape_new_like) and valid while it has am_upto records; NULL if none */
     struct tshape_ref *am;
     size_t n_am, am_upto;
+    /* a base's: the record array of a trace made after it, given back when that trace was
+       freed (tshape_give_back), holding base's n records of base's structure; NULL if none */
+    trace_rec *spare_recs;
+    size_t spare_cap;
+    int recycled;                  /* made after base into its spare: records n..base->n-1
+                                      are still the last trace's, of base's structure */
+    struct tshape_derived *derived; /* a base's: what readers derived from its structure */
 };
 
 /* From traces/trace_shape.c, for trace_append: appends rec to t while t->binding, where rec
@@ -70,8 +77,17 @@ struct trace {
  * otherwise); and gives t indexes of its own before an append after the binding. */
 ms_status tshape_append(trace_t *t, const trace_rec *rec);
 ms_status tshape_unshare(trace_t *t);
-/* trace.c's record rules of the numbers alone (what may differ from base's record). */
+/* For trace_free, as the last holder lets t go: a trace that followed base's records to the
+ * end (and was not appended to since) gives its record array to base, for the next trace
+ * made after it. 1 when it did (t->recs is then NULL). */
+int tshape_give_back(trace_t *t);
+/* For trace_free: frees what readers kept with t (tshape_keep_derived). */
+void tshape_derived_free(trace_t *t);
+/* trace.c's record rules of the numbers alone (what may differ from base's record), and
+ * the same rules by field for tshape_put_alloc and tshape_put_op. */
 int trace_rec_numbers_valid(const trace_rec *rec);
+int trace_alloc_bytes_valid(uint64_t bytes);
+int trace_op_numbers_valid(double flops, double dur_us, double host_us);
 
 /* What the binary reader hands back for one record of the file. */
 typedef enum tbin_kind { TBIN_REC, TBIN_META, TBIN_EOF } tbin_kind;

@@ -37,8 +37,19 @@ trace_t *tshape_new_like(const trace_t *base)
     note_alloc_marks((trace_t *)base); /* base is held, as trace_ref holds it, not changed */
     trace_t *t = calloc(1, sizeof *t);
     if (!t) return NULL;
-    /* room for all of base's records: a bound append never grows the array */
-    if (base->n && trace_reserve(t, base->n) != MS_OK) {
+    trace_t *b = (trace_t *)base; /* its spare is bookkeeping, as trace_ref's count */
+    if (b->spare_recs) {
+        /* the last trace's records, written over in place: each append compares with the
+         * record it replaces, of base's structure, and base's own records are not read (a
+         * gpt-7b trace is 0.58 MB: reading base's beside writing these was the binding's
+         * most frequent cache miss) */
+        t->recs = b->spare_recs;
+        t->cap = b->spare_cap;
+        t->recycled = 1;
+        b->spare_recs = NULL;
+        b->spare_cap = 0;
+    } else if (base->n && trace_reserve(t, base->n) != MS_OK) {
+        /* room for all of base's records: a bound append never grows the array */
         free(t);
         return NULL;
     }
@@ -95,22 +106,182 @@ static int same_structure(const trace_rec *r, const trace_rec *b)
 ms_status tshape_append(trace_t *t, const trace_rec *rec)
 {
     const trace_t *b = t->base;
-    if (t->bind_miss || t->n >= b->n || !same_structure(rec, &b->recs[t->n]) ||
-        !trace_rec_numbers_valid(rec)) {
+    if (t->bind_miss || t->n >= b->n) {
         t->bind_miss = 1;
         return MS_ERR_INVALID;
     }
     trace_rec *dst = &t->recs[t->n]; /* below cap: tshape_new_like reserved base->n */
+    /* a recycled slot holds a record of base's structure, so comparing with it is comparing
+     * with base's (same_structure is an equality of the fields it reads) */
+    const trace_rec *want = t->recycled ? dst : &b->recs[t->n];
+    if (!same_structure(rec, want) || !trace_rec_numbers_valid(rec)) {
+        t->bind_miss = 1;
+        return MS_ERR_INVALID;
+    }
+    const uint64_t *in = NULL, *out = NULL;
+    if (rec->type == TR_OP) {
+        in = want->u.op.in;
+        out = want->u.op.out;
+    }
     *dst = *rec;
     if (rec->type == TR_OP) { /* as trace_append stores it, the lists read in base's blocks */
         trace_op *o = &dst->u.op;
-        o->in = b->recs[t->n].u.op.in;
-        o->out = b->recs[t->n].u.op.out;
+        o->in = in;
+        o->out = out;
         if (o->dur_us < 0) o->dur_us = -1;
         if (o->host_us > 0 || o->host_sync) t->host_times = 1;
     }
     t->n++;
     return MS_OK;
+}
+
+int tshape_in_place(const trace_t *t)
+{
+    return t && t->base && t->binding && t->recycled && !t->bind_miss && t->n < t->base->n;
+}
+
+/* 1 when name (a valid record's) is what trace_layer_name(buf, layer, what) writes (see
+ * traces/trace.c: "L<layer>." for layer >= 0, then what, truncated to TRACE_NAME_MAX - 1
+ * bytes), compared in place instead of written. */
+static int layer_name_is(const char *name, int layer, const char *what)
+{
+    size_t n = 0;
+    if (layer >= 0) {
+        char d[12];
+        int k = 0;
+        unsigned v = (unsigned)layer;
+        do { d[k++] = (char)('0' + v % 10); v /= 10; } while (v);
+        if (name[n++] != 'L') return 0;
+        while (k)
+            if (name[n++] != d[--k]) return 0;
+        if (name[n++] != '.') return 0;
+    }
+    /* trace_layer_name's copy: at most TRACE_NAME_MAX - 1 - n bytes of what */
+    for (size_t lim = TRACE_NAME_MAX - 1; n < lim && *what; n++, what++)
+        if (name[n] != *what) return 0;
+    return name[n] == '\0';
+}
+
+static ms_status put_miss(trace_t *t)
+{
+    t->bind_miss = 1;
+    return MS_ERR_INVALID;
+}
+
+/* The next slot of a trace made in place, or NULL (after a miss, or past base's records: as
+ * tshape_append, the put fails and so does every later one). */
+static trace_rec *put_slot(trace_t *t)
+{
+    return !t->bind_miss && t->n < t->base->n ? &t->recs[t->n] : NULL;
+}
+
+/* The tshape_put_ functions compare the fields given with the slot's record, field by field
+ * as same_structure compares, and leave every field but the numbers as the slot has them:
+ * the slot's record was built by the same generator code, so the record that code would
+ * build now is the slot's with the new numbers, byte for byte. */
+ms_status tshape_put_alloc(trace_t *t, uint64_t id, uint64_t bytes, trace_class cls, int layer,
+                           int64_t producer, int tok_scaled, int32_t stream, const char *what)
+{
+    trace_rec *d = put_slot(t);
+    if (!d) return put_miss(t);
+    trace_tensor *a = &d->u.alloc;
+    if (d->type != TR_ALLOC || d->line != 0 || a->id != id || a->cls != cls ||
+        a->layer != layer || a->stream != stream || a->tok_scaled != (uint8_t)tok_scaled ||
+        a->producer != producer || (a->bytes != 0) != (bytes != 0) ||
+        !layer_name_is(a->name, layer, what) || !trace_alloc_bytes_valid(bytes))
+        return put_miss(t);
+    a->bytes = bytes;
+    t->n++;
+    return MS_OK;
+}
+
+ms_status tshape_put_op(trace_t *t, const tshape_opfields *f)
+{
+    trace_rec *d = put_slot(t);
+    if (!d) return put_miss(t);
+    trace_op *o = &d->u.op;
+    if (d->type != TR_OP || d->line != 0 || o->id != f->id || o->kind != f->kind ||
+        o->phase != f->phase || o->layer != f->layer || o->host_sync != 0 ||
+        (o->dur_us < 0) != (f->dur_us < 0) || o->n_in != f->n_in || o->n_out != f->n_out ||
+        !same_ids(f->in, o->in, f->n_in) || !same_ids(f->out, o->out, f->n_out) ||
+        !layer_name_is(o->name, f->layer, f->what) ||
+        !trace_op_numbers_valid(f->flops, f->dur_us, 0))
+        return put_miss(t);
+    o->flops = f->flops;
+    o->bytes_read = f->bytes_read;
+    o->bytes_written = f->bytes_written;
+    o->dur_us = f->dur_us < 0 ? -1 : f->dur_us;
+    o->host_us = 0;
+    t->n++;
+    return MS_OK;
+}
+
+ms_status tshape_put_free(trace_t *t, uint64_t id)
+{
+    const trace_rec *d = put_slot(t);
+    if (!d) return put_miss(t);
+    if (d->type != TR_FREE || d->line != 0 || d->u.free_id != id) return put_miss(t);
+    t->n++;
+    return MS_OK;
+}
+
+ms_status tshape_put_mark(trace_t *t, trace_markkind kind, int64_t value)
+{
+    const trace_rec *d = put_slot(t);
+    if (!d) return put_miss(t);
+    if (d->type != TR_MARK || d->line != 0 || d->u.mark.kind != kind ||
+        d->u.mark.value != value)
+        return put_miss(t);
+    t->n++;
+    return MS_OK;
+}
+
+struct tshape_derived {
+    const void *key;
+    void *data;
+    void (*free_fn)(void *);
+    struct tshape_derived *next;
+};
+
+void *tshape_derived(const trace_t *t, const void *key)
+{
+    for (const struct tshape_derived *d = t->derived; d; d = d->next)
+        if (d->key == key) return d->data;
+    return NULL;
+}
+
+ms_status tshape_keep_derived(const trace_t *t, const void *key, void *data,
+                              void (*free_fn)(void *))
+{
+    if (tshape_derived(t, key)) return MS_ERR_INVALID;
+    struct tshape_derived *d = malloc(sizeof *d);
+    if (!d) return MS_ERR_NOMEM;
+    trace_t *w = (trace_t *)t; /* bookkeeping beside the records, as trace_ref's count */
+    *d = (struct tshape_derived){ key, data, free_fn, w->derived };
+    w->derived = d;
+    return MS_OK;
+}
+
+void tshape_derived_free(trace_t *t)
+{
+    for (struct tshape_derived *d = t->derived, *nx; d; d = nx) {
+        nx = d->next;
+        if (d->free_fn) d->free_fn(d->data);
+        free(d);
+    }
+    t->derived = NULL;
+}
+
+int tshape_give_back(trace_t *t)
+{
+    trace_t *b = t->base;
+    if (!b || t->binding || t->bind_miss || t->tensor_idx || t->n != b->n || b->spare_recs ||
+        !t->recs)
+        return 0;
+    b->spare_recs = t->recs;
+    b->spare_cap = t->cap;
+    t->recs = NULL;
+    return 1;
 }
 
 int tshape_end(trace_t *t)
