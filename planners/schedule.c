@@ -17,13 +17,16 @@ struct schedule {
     uint32_t n_events;
     sched_index ix;          /* valid when ix_buf is not NULL */
     uint32_t *ix_buf;        /* the index's queues then its timed list, in one block */
+    sched_brief *ix_brief;   /* the index's briefs */
 };
 
 /* An added action changes the streams' queues: the index goes. */
 static void drop_index(schedule_t *s)
 {
     free(s->ix_buf);
+    free(s->ix_brief);
     s->ix_buf = NULL;
+    s->ix_brief = NULL;
 }
 
 schedule_t *sched_new(void)
@@ -70,6 +73,24 @@ static int indexable(const sched_action *a)
            (a->kind != SA_COMPUTE || a->stream == SS_COMPUTE);
 }
 
+sched_brief sched_brief_of(const sched_action *a)
+{
+    sched_brief b = { 0, 0, (uint8_t)a->kind, 0, 0, 0 };
+    switch (a->kind) {
+    case SA_RECORD:
+    case SA_WAIT: b.id = a->event; break;
+    case SA_MARK: b.iter = a->mark == TM_ITER; break;
+    case SA_COMPUTE: b.recompute = a->recompute; break;
+    case SA_HOST_COMPUTE: break;
+    case SA_ALLOC:
+        b.pool = a->pool;
+        b.block = a->block;
+        /* fall through */
+    default: b.id = a->tensor; break;
+    }
+    return b;
+}
+
 static int is_timed(const sched_action *a)
 {
     return a->kind == SA_COMPUTE || a->kind == SA_HOST_COMPUTE;
@@ -93,7 +114,12 @@ ms_status sched_index_build(schedule_t *s)
         }
     }
     uint32_t *buf = malloc((s->n + ix.n_timed + 1) * sizeof *buf);
-    if (!buf) return MS_ERR_NOMEM;
+    sched_brief *brief = malloc((s->n ? s->n : 1) * sizeof *brief);
+    if (!buf || !brief) {
+        free(buf);
+        free(brief);
+        return MS_ERR_NOMEM;
+    }
     uint32_t *q[SS_COUNT], *timed = buf + s->n;
     size_t off = 0;
     for (int k = 0; k < SS_COUNT; k++) {
@@ -101,12 +127,15 @@ ms_status sched_index_build(schedule_t *s)
         off += ix.n[k];
     }
     ix.timed = timed;
+    ix.brief = brief;
     for (size_t i = 0; i < s->n; i++) {
         *q[s->acts[i].stream]++ = (uint32_t)i;
         if (is_timed(&s->acts[i])) *timed++ = (uint32_t)i;
+        brief[i] = sched_brief_of(&s->acts[i]);
     }
     s->ix = ix;
     s->ix_buf = buf;
+    s->ix_brief = brief;
     return MS_OK;
 }
 
