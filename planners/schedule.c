@@ -73,22 +73,17 @@ static int indexable(const sched_action *a)
            (a->kind != SA_COMPUTE || a->stream == SS_COMPUTE);
 }
 
-sched_brief sched_brief_of(const sched_action *a)
+void sched_brief_put(sched_brief *b, const sched_action *a)
 {
-    sched_brief b = { 0, 0, (uint8_t)a->kind, 0, 0, 0 };
-    switch (a->kind) {
-    case SA_RECORD:
-    case SA_WAIT: b.id = a->event; break;
-    case SA_MARK: b.iter = a->mark == TM_ITER; break;
-    case SA_COMPUTE: b.recompute = a->recompute; break;
-    case SA_HOST_COMPUTE: break;
-    case SA_ALLOC:
-        b.pool = a->pool;
-        b.block = a->block;
-        /* fall through */
-    default: b.id = a->tensor; break;
-    }
-    return b;
+    /* the fields of every kind copied as they are, field by field and without a branch on
+     * the kind (an executor without an index briefs each action at every run); the ones a
+     * kind does not use are read by no one */
+    b->id = a->kind == SA_RECORD || a->kind == SA_WAIT ? a->event : a->tensor;
+    b->pool = a->pool;
+    b->kind = (uint8_t)a->kind;
+    b->block = a->block;
+    b->recompute = a->recompute;
+    b->iter = a->kind == SA_MARK && a->mark == TM_ITER;
 }
 
 static int is_timed(const sched_action *a)
@@ -131,7 +126,7 @@ ms_status sched_index_build(schedule_t *s)
     for (size_t i = 0; i < s->n; i++) {
         *q[s->acts[i].stream]++ = (uint32_t)i;
         if (is_timed(&s->acts[i])) *timed++ = (uint32_t)i;
-        brief[i] = sched_brief_of(&s->acts[i]);
+        sched_brief_put(&brief[i], &s->acts[i]);
     }
     s->ix = ix;
     s->ix_buf = buf;

@@ -124,17 +124,16 @@ sched_action *sched_actions_edit(schedule_t *s, size_t *n);
  * the streams touches the actions only for their numbers (a sweep's three gpt-7b schedules
  * take 0.45-0.71 MB each as actions, 60-95 KB as briefs). */
 typedef struct sched_brief {
-    uint64_t id;        /* ALLOC, FREE, COPY_*, HOST_ALLOC, HOST_FREE: the tensor;
-                           RECORD, WAIT: the event; 0 otherwise */
-    int32_t pool;       /* ALLOC: sched_action.pool */
+    uint64_t id;        /* RECORD, WAIT: the event; any other kind: the tensor */
+    int32_t pool;       /* sched_action.pool (an ALLOC's) */
     uint8_t kind;       /* sched_kind */
-    uint8_t block;      /* ALLOC: sched_action.block */
-    uint8_t recompute;  /* COMPUTE: sched_action.recompute */
-    uint8_t iter;       /* MARK: 1 for a mark of kind TM_ITER */
+    uint8_t block;      /* sched_action.block (an ALLOC's) */
+    uint8_t recompute;  /* sched_action.recompute (a COMPUTE's) */
+    uint8_t iter;       /* 1 for a MARK of kind TM_ITER */
 } sched_brief;
 
-/* a's brief (kind below SA_COUNT: the caller checks it). */
-sched_brief sched_brief_of(const sched_action *a);
+/* Writes a's brief into *b (a's kind below SA_COUNT: the caller checks it). */
+void sched_brief_put(sched_brief *b, const sched_action *a);
 
 /* The actions of each stream in program order, for an executor that runs a schedule many
  * times with new numbers (a sweep's re-bound templates, planners/lower_reuse.c): what it

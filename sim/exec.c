@@ -185,6 +185,30 @@ static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
     }
 }
 
+/* ---------- action briefs ---------- */
+
+/* Action idx's brief: the index's (a re-bound template's), else made in *tmp from the
+ * action, of the fields its kind uses alone (a schedule run once is briefed as it runs:
+ * a pass briefing all of it first read every line of every action once more). */
+static inline const sched_brief *ex_brief(const ex *x, size_t idx, sched_brief *tmp)
+{
+    if (x->brief) return &x->brief[idx];
+    const sched_action *a = ex_act(x, idx);
+    tmp->kind = (uint8_t)a->kind;
+    switch (a->kind) {
+    case SA_RECORD:
+    case SA_WAIT: tmp->id = a->event; break;
+    case SA_MARK: tmp->iter = a->mark == TM_ITER; break;
+    case SA_COMPUTE: tmp->recompute = a->recompute; break;
+    case SA_ALLOC:
+        tmp->pool = a->pool;
+        tmp->block = a->block;
+        /* fall through */
+    default: tmp->id = a->tensor; break;
+    }
+    return tmp;
+}
+
 /* ---------- action completion ---------- */
 
 static void action_done(ex *x, int s)
@@ -193,7 +217,8 @@ static void action_done(ex *x, int s)
     double now = eng_now(x->eng);
     size_t idx = t->q[t->pos];
     const sched_action *a = ex_act(x, idx); /* read for the host clock and the spans alone */
-    const sched_brief *b = ex_brief(x, idx);
+    sched_brief tmp;
+    const sched_brief *b = ex_brief(x, idx, &tmp);
     char name[TL_NAME_MAX], nb[48];
     int sp = ex_spans_on(x);
     switch (b->kind) {
@@ -295,9 +320,8 @@ static void copy_lat_cb(eng_t *e, void *ctx, uint64_t arg)
     (void)e;
     ex *x = ctx;
     int s = (int)arg;
-    size_t idx = x->st[s].q[x->st[s].pos];
-    const sched_action *a = ex_act(x, idx);
-    if (ex_brief(x, idx)->kind == SA_COPY_H2D) start_flow(x, s, LINK_H2D, a->bytes, x->m->link_h2d_Bps);
+    const sched_action *a = ex_act(x, x->st[s].q[x->st[s].pos]);
+    if (a->kind == SA_COPY_H2D) start_flow(x, s, LINK_H2D, a->bytes, x->m->link_h2d_Bps);
     else start_flow(x, s, LINK_D2H, a->bytes, x->m->link_d2h_Bps);
 }
 
@@ -429,10 +453,9 @@ int ex_pool_stream(int s, const sched_action *a)
  * lowerings' are): one indexed load where the maps by id and by address were a probe each,
  * and a deletion each at the free, and the allocator finds the block by its handle instead
  * of its own map by address. Sparse ids keep the map (dev_ids_dense); handle NULL: none. */
-static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t *addr,
-                      uint32_t *handle)
+static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, const sched_brief *b,
+                      uint64_t *addr, uint32_t *handle)
 {
-    const sched_brief *b = ex_brief(x, idx);
     int pool = b->pool > 0 ? SS_COUNT - 1 + b->pool : s; /* ex_pool_stream's */
     ms_status st = handle ? alloc_block_h(x->alloc, a->bytes, pool, b->id, addr, handle)
                           : alloc_block(x->alloc, a->bytes, pool, b->id, addr);
@@ -448,9 +471,9 @@ static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t 
     return 1;
 }
 
-static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a)
+static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a,
+                          const sched_brief *b)
 {
-    const sched_brief *b = ex_brief(x, idx);
     uint64_t *w = &x->dlive[b->id / 64], bit = UINT64_C(1) << (b->id % 64);
     if (*w & bit) { /* the tensor below ndtab: setup saw every ALLOC */
         ex_fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
@@ -458,7 +481,7 @@ static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a)
     }
     uint64_t addr = 0;
     uint32_t h;
-    if (!alloc_call(x, s, idx, a, &addr, &h)) return 0;
+    if (!alloc_call(x, s, idx, a, b, &addr, &h)) return 0;
     dev_ent *e = &x->dtab[b->id];
     *w |= bit;
     e->addr = addr;
@@ -468,9 +491,9 @@ static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a)
     return after_alloc_call(x, s);
 }
 
-static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
+static int do_alloc(ex *x, int s, size_t idx, const sched_action *a, const sched_brief *b)
 {
-    if (x->dtab) return do_alloc_dense(x, s, idx, a);
+    if (x->dtab) return do_alloc_dense(x, s, idx, a, b);
     int added; /* one probe checks the tensor is not live and makes its entry */
     uint64_t *slot = u64map_slot(x->dev, a->tensor, &added);
     if (!slot) {
@@ -482,7 +505,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
-    if (!alloc_call(x, s, idx, a, &addr, NULL)) {
+    if (!alloc_call(x, s, idx, a, b, &addr, NULL)) {
         u64map_del(x->dev, a->tensor, NULL);
         return 0;
     }
@@ -512,11 +535,11 @@ static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix, uint32_t 
     return 1;
 }
 
-static int do_free(ex *x, int s, size_t idx)
+static int do_free(ex *x, int s, size_t idx, const sched_brief *b)
 {
     uint64_t addr, mix;
     uint32_t h;
-    if (!dev_take(x, ex_brief(x, idx)->id, &addr, &mix, &h)) {
+    if (!dev_take(x, b->id, &addr, &mix, &h)) {
         ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor is not allocated at this point of the run (never allocated, already "
                 "freed, or its ALLOC is on another stream that has not reached it: a "
@@ -587,11 +610,12 @@ static int do_host_free(ex *x, int s, size_t idx, const sched_action *a)
 }
 
 /* The stream-time model: allocator and host-memory calls when the stream reaches them. */
-static int stream_mem_action(ex *x, int s, size_t idx, const sched_action *a)
+static int stream_mem_action(ex *x, int s, size_t idx, const sched_action *a,
+                             const sched_brief *b)
 {
-    switch (ex_brief(x, idx)->kind) {
-    case SA_ALLOC: return do_alloc(x, s, idx, a);
-    case SA_FREE: return do_free(x, s, idx);
+    switch (b->kind) {
+    case SA_ALLOC: return do_alloc(x, s, idx, a, b);
+    case SA_FREE: return do_free(x, s, idx, b);
     case SA_HOST_ALLOC: return do_host_alloc(x, s, idx, a);
     default: return do_host_free(x, s, idx, a);
     }
@@ -776,7 +800,8 @@ static void advance_stream(ex *x, int s)
         }
         size_t idx = t->q[t->pos];
         const sched_action *a = ex_act(x, idx); /* read for its numbers alone */
-        const sched_brief *b = ex_brief(x, idx);
+        sched_brief tmp;
+        const sched_brief *b = ex_brief(x, idx, &tmp);
         t->t_start = eng_now(x->eng);
         switch (b->kind) {
         case SA_RECORD:
@@ -819,7 +844,7 @@ static void advance_stream(ex *x, int s)
         case SA_HOST_ALLOC:
         case SA_HOST_FREE:
             if (!x->issue) {
-                if (!stream_mem_action(x, s, idx, a)) return;
+                if (!stream_mem_action(x, s, idx, a, b)) return;
             } else {
                 t->pos++; /* the host thread ran it when it issued it */
             }
@@ -851,8 +876,7 @@ static ms_status split_streams(ex *x, uint64_t *top, int *any)
     *top = 0;
     *any = 0;
     x->qbuf = malloc((n ? n : 1) * (sizeof *x->qbuf + 1));
-    x->brief = x->brief_buf = malloc((n ? n : 1) * sizeof *x->brief_buf);
-    if (!x->qbuf || !x->brief_buf) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
+    if (!x->qbuf) return ms_fail(x->err, MS_ERR_NOMEM, "out of memory");
     uint8_t *sid = (uint8_t *)(x->qbuf + (n ? n : 1));
     for (size_t i = 0; i < n; i++) {
         const sched_action *a = ex_act(x, i);
@@ -875,7 +899,6 @@ static ms_status split_streams(ex *x, uint64_t *top, int *any)
                            "the compute stream)", i, sched_stream_name(a->stream));
         cnt[a->stream]++;
         sid[i] = (uint8_t)a->stream;
-        x->brief_buf[i] = sched_brief_of(a);
     }
     /* filled through locals: stores through x->st[] made the compiler reload them */
     uint32_t *q[SS_COUNT];
@@ -1030,7 +1053,6 @@ static void teardown(ex *x)
     for (int k = 0; k < SS_COUNT; k++) free(x->fq[k].v);
     free(x->reached);
     free(x->qbuf);
-    free(x->brief_buf);
 }
 
 /* Why the run stopped with streams unfinished although no event is left. */

@@ -138,8 +138,7 @@ typedef struct ex {
     tl_t *tl;
     stream st[SS_COUNT];
     uint32_t *qbuf;
-    const sched_brief *brief; /* every action's brief: the index's, or brief_buf */
-    sched_brief *brief_buf;   /* made by split_streams for a schedule without an index */
+    const sched_brief *brief; /* every action's brief: the index's; NULL: none (ex_brief) */
     uint8_t *reached;
     uint32_t nevents;
     u64map *dev;         /* tensor id -> device address (issue model, or sparse ids) */
@@ -194,8 +193,6 @@ typedef struct ex {
 
 /* Schedule action idx (< x->nacts). */
 static inline const sched_action *ex_act(const ex *x, size_t idx) { return &x->acts[idx]; }
-/* Its brief: what the streams' walk reads of it, without the 120-byte action. */
-static inline const sched_brief *ex_brief(const ex *x, size_t idx) { return &x->brief[idx]; }
 
 /* Adds the part of [s_us, e_us] inside the measured window to *field. */
 void ex_acc(const ex *x, double *field, double s_us, double e_us);

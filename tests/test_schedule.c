@@ -210,10 +210,13 @@ static void test_index(void)
     al.pool = 2;
     al.block = SB_ACT_SKEL;
     rc.recompute = 1;
-    sched_brief be = sched_brief_of(&ev), bm = sched_brief_of(&mark), ba = sched_brief_of(&al),
-                br = sched_brief_of(&rc);
+    sched_brief be, bm, ba, br;
+    sched_brief_put(&be, &ev);
+    sched_brief_put(&bm, &mark);
+    sched_brief_put(&ba, &al);
+    sched_brief_put(&br, &rc);
     TAP_OK(be.kind == SA_WAIT && be.id == 4 && bm.iter == 1 && ba.pool == 2 &&
-               ba.block == SB_ACT_SKEL && ba.id == 9 && br.recompute == 1 && br.id == 0,
+               ba.block == SB_ACT_SKEL && ba.id == 9 && br.recompute == 1 && br.iter == 0,
            "a brief names a WAIT's event, an iteration mark, an ALLOC's pool and block, a "
            "recomputation");
     size_t n;
