@@ -326,23 +326,78 @@ void lw_src_ops(lw *w, const idx_list *pend, size_t rec_op, double frac)
 
 /* A duration as the lowering makes it (do_op, replay_op, lw_tokenwise_recompute): each op's
  * time times frac; an attention kernel that absorbed .ovl collectives takes the largest. */
-static ms_status bind_us(const lower_srcs *S, const lower_src *x, const trace_rec *recs,
-                         size_t nrecs, const machine_t *m, const roof_params *roof, double *out)
+static ms_status bind_us(const lower_srcs *S, uint32_t ops, uint32_t n_ops, double dur_frac,
+                         const trace_rec *recs, size_t nrecs, const machine_t *m,
+                         const roof_params *roof, double *out)
 {
     double pend = 0;
-    for (uint32_t k = 0; k < x->n_ops; k++) {
-        uint32_t i = S->pool[x->ops + k];
+    for (uint32_t k = 0; k < n_ops; k++) {
+        uint32_t i = S->pool[ops + k];
         if (i >= nrecs || recs[i].type != TR_OP) return MS_ERR_INVALID;
         double us = roof_op_us(m, roof, &recs[i].u.op);
         if (us < 0) return MS_ERR_INVALID;
-        us *= x->dur_frac;
-        if (k + 1 < x->n_ops) {
+        us *= dur_frac;
+        if (k + 1 < n_ops) {
             if (us > pend) pend = us;
         } else {
-            *out = x->n_ops > 1 && pend > us ? pend : us;
+            *out = n_ops > 1 && pend > us ? pend : us;
         }
     }
-    return x->n_ops ? MS_OK : MS_ERR_INVALID;
+    return n_ops ? MS_OK : MS_ERR_INVALID;
+}
+
+ms_status lower_srcs_pack(lower_srcs *S)
+{
+    free(S->bound);
+    S->bound = NULL;
+    S->n_bound = S->n_bound_bytes = 0;
+    size_t nb = 0, nd = 0;
+    for (size_t i = 0; i < S->n; i++) {
+        nb += S->v[i].bytes == LSRC_TENSOR || S->v[i].bytes == LSRC_HOST;
+        nd += S->v[i].dur == LSRC_OPS;
+    }
+    if (S->n > UINT32_MAX) return MS_ERR_LIMIT;
+    lower_bound *b = malloc((nb + nd ? nb + nd : 1) * sizeof *b);
+    if (!b) return MS_ERR_NOMEM;
+    lower_bound *pb = b, *pd = b + nb;
+    for (size_t i = 0; i < S->n; i++) {
+        const lower_src *x = &S->v[i];
+        if (x->bytes == LSRC_TENSOR || x->bytes == LSRC_HOST)
+            *pb++ = (lower_bound){ (uint32_t)i, x->rec, 0, x->bytes, x->frac };
+        if (x->dur == LSRC_OPS)
+            *pd++ = (lower_bound){ (uint32_t)i, x->ops, x->n_ops, LSRC_OPS, x->dur_frac };
+    }
+    S->bound = b;
+    S->n_bound_bytes = nb;
+    S->n_bound = nb + nd;
+    return MS_OK;
+}
+
+/* bind_walk over S->bound alone: the bytes in one tight loop and the durations in another,
+ * each reading its records with no other kind of source between them (the records are the
+ * walk's misses). 0 when a source does not hold for t, for bind_walk to find the first such
+ * action in program order and say which. */
+static int bind_packed(const sched_action *a, sched_action *out, const lower_srcs *S,
+                       const trace_rec *recs, size_t nrecs, const machine_t *m,
+                       const roof_params *roof, size_t *differ)
+{
+    const lower_bound *v = S->bound;
+    for (size_t j = 0; j < S->n_bound_bytes; j++) {
+        const lower_bound *x = &v[j];
+        if (x->at >= nrecs || recs[x->at].type != TR_ALLOC) return 0;
+        uint64_t b = lower_scaled_bytes(recs[x->at].u.alloc.bytes, x->frac);
+        if (x->rule == LSRC_HOST) b = host_size((lower_host_round)S->host_round, S->host_granule, b);
+        if (out) out[x->act].bytes = b;
+        else if (b != a[x->act].bytes) (*differ)++;
+    }
+    for (size_t j = S->n_bound_bytes; j < S->n_bound; j++) {
+        const lower_bound *x = &v[j];
+        double us;
+        if (bind_us(S, x->at, x->n_ops, x->frac, recs, nrecs, m, roof, &us) != MS_OK) return 0;
+        if (out) out[x->act].dur_us = us;
+        else if (memcmp(&us, &a[x->act].dur_us, sizeof us)) (*differ)++; /* bit for bit */
+    }
+    return 1;
 }
 
 /* lower_bind's walk over the actions a: writes their numbers into out (a itself), or with
@@ -358,6 +413,8 @@ static ms_status bind_walk(const sched_action *a, sched_action *out, size_t n,
     roof_params roof;
     roof_params_default(&roof);
     *differ = 0;
+    if (S->bound && bind_packed(a, out, S, recs, nrecs, m, &roof, differ)) return MS_OK;
+    *differ = 0;
     for (size_t i = 0; i < n; i++) {
         const lower_src *x = &S->v[i];
         if (x->bytes == LSRC_TENSOR || x->bytes == LSRC_HOST) {
@@ -372,7 +429,7 @@ static ms_status bind_walk(const sched_action *a, sched_action *out, size_t n,
         }
         if (x->dur == LSRC_OPS) {
             double us;
-            if (bind_us(S, x, recs, nrecs, m, &roof, &us) != MS_OK)
+            if (bind_us(S, x->ops, x->n_ops, x->dur_frac, recs, nrecs, m, &roof, &us) != MS_OK)
                 return ms_fail(err, MS_ERR_INVALID, "lower_bind: action %zu: its ops are not "
                                "this trace's or have no duration", i);
             if (out) out[i].dur_us = us;

@@ -30,9 +30,14 @@ uint64_t lower_scaled_bytes(uint64_t bytes, double frac);
 /* Gives schedule s, lowered from a trace of the same structure with sources S noted
  * (lower_opts.srcs, S->ok 1), the sizes and op times of trace t on machine m: each number
  * its source names is computed again as the lowering computes it, everything else is kept.
- * MS_ERR_INVALID when S does not describe s or t lacks a record S names (err says which). */
+ * MS_ERR_INVALID when S does not describe s or t lacks a record S names (err says which;
+ * s's numbers are then partly bound). */
 ms_status lower_bind(schedule_t *s, const lower_srcs *S, const trace_t *t, const machine_t *m,
                      ms_error *err);
+/* Packs S's sources that name the trace into S->bound, for a lower_bind that reads
+ * those alone (a sweep's template binds once per point): MS_ERR_NOMEM leaves S unpacked,
+ * and lower_bind then walks every action's source as before. Freed with free(S->bound). */
+ms_status lower_srcs_pack(lower_srcs *S);
 /* 1 when lower_bind(s, S, t, m) would leave s as it is, bit for bit (the check that the
  * sources noted for s's own trace t account for its numbers); 0 otherwise or on error. */
 int lower_bind_same(const schedule_t *s, const lower_srcs *S, const trace_t *t,

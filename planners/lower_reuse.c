@@ -299,6 +299,7 @@ static void tmpl_clear(tmpl *T)
     sched_free(T->s);
     free(T->src.v);
     free(T->src.pool);
+    free(T->src.bound);
     trace_free(T->origin);
     memset(T, 0, sizeof *T);
 }
@@ -370,6 +371,7 @@ static int keep(lreuse *c, schedule_t *s, lower_srcs *src, const trace_t *t,
     (void)sched_index_build(s);
     T->src = *src; /* the template owns the sources from here */
     memset(src, 0, sizeof *src);
+    (void)lower_srcs_pack(&T->src); /* unpacked, each binding walks all the sources */
     T->age = c->clock++;
     T->origin = trace_ref(tshape_of(t));
     return 1;

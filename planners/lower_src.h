@@ -30,9 +30,22 @@ typedef struct lower_src {
     double dur_frac;         /* ... each op's time multiplied by it (1: the whole op) */
 } lower_src;
 
+/* A source of lower_srcs.bound: one number of action act that the trace gives. */
+typedef struct lower_bound {
+    uint32_t act;            /* the action */
+    uint32_t at;             /* LSRC_TENSOR / LSRC_HOST: lower_src.rec; LSRC_OPS: .ops */
+    uint32_t n_ops;          /* LSRC_OPS: lower_src.n_ops */
+    uint8_t rule;            /* LSRC_TENSOR, LSRC_HOST or LSRC_OPS */
+    double frac;             /* lower_src.frac, or for LSRC_OPS .dur_frac */
+} lower_bound;
+
 typedef struct lower_srcs {
     lower_src *v;            /* one per action, in program order (n == the schedule's count) */
     size_t n, cap;
+    lower_bound *bound;      /* lower_srcs_pack: the sources of v that name the trace, the
+                                bytes' (n_bound_bytes of them) then the durations', each in
+                                program order; NULL: not packed */
+    size_t n_bound_bytes, n_bound;
     uint32_t *pool;          /* record indices of ops, for LSRC_OPS */
     size_t n_pool, cap_pool;
     int ok;                  /* 1: every number of the schedule has its source; 0: the

@@ -17,13 +17,16 @@ struct schedule {
     uint32_t n_events;
     sched_index ix;          /* valid when ix_buf is not NULL */
     uint32_t *ix_buf;        /* the index's queues then its timed list, in one block */
+    sched_brief *ix_brief;   /* the index's briefs */
 };
 
 /* An added action changes the streams' queues: the index goes. */
 static void drop_index(schedule_t *s)
 {
     free(s->ix_buf);
+    free(s->ix_brief);
     s->ix_buf = NULL;
+    s->ix_brief = NULL;
 }
 
 schedule_t *sched_new(void)
@@ -70,6 +73,19 @@ static int indexable(const sched_action *a)
            (a->kind != SA_COMPUTE || a->stream == SS_COMPUTE);
 }
 
+void sched_brief_put(sched_brief *b, const sched_action *a)
+{
+    /* the fields of every kind copied as they are, field by field and without a branch on
+     * the kind (an executor without an index briefs each action at every run); the ones a
+     * kind does not use are read by no one */
+    b->id = a->kind == SA_RECORD || a->kind == SA_WAIT ? a->event : a->tensor;
+    b->pool = a->pool;
+    b->kind = (uint8_t)a->kind;
+    b->block = a->block;
+    b->recompute = a->recompute;
+    b->iter = a->kind == SA_MARK && a->mark == TM_ITER;
+}
+
 static int is_timed(const sched_action *a)
 {
     return a->kind == SA_COMPUTE || a->kind == SA_HOST_COMPUTE;
@@ -93,7 +109,12 @@ ms_status sched_index_build(schedule_t *s)
         }
     }
     uint32_t *buf = malloc((s->n + ix.n_timed + 1) * sizeof *buf);
-    if (!buf) return MS_ERR_NOMEM;
+    sched_brief *brief = malloc((s->n ? s->n : 1) * sizeof *brief);
+    if (!buf || !brief) {
+        free(buf);
+        free(brief);
+        return MS_ERR_NOMEM;
+    }
     uint32_t *q[SS_COUNT], *timed = buf + s->n;
     size_t off = 0;
     for (int k = 0; k < SS_COUNT; k++) {
@@ -101,12 +122,15 @@ ms_status sched_index_build(schedule_t *s)
         off += ix.n[k];
     }
     ix.timed = timed;
+    ix.brief = brief;
     for (size_t i = 0; i < s->n; i++) {
         *q[s->acts[i].stream]++ = (uint32_t)i;
         if (is_timed(&s->acts[i])) *timed++ = (uint32_t)i;
+        sched_brief_put(&brief[i], &s->acts[i]);
     }
     s->ix = ix;
     s->ix_buf = buf;
+    s->ix_brief = brief;
     return MS_OK;
 }
 

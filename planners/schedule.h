@@ -114,9 +114,26 @@ const sched_action *sched_get(const schedule_t *s, size_t i);
  * changes: for an executor that looks actions up by index many times per run. */
 const sched_action *sched_actions(const schedule_t *s, size_t *n);
 /* The same, to change the actions' numbers in place (planners/lower.c lower_bind): their
- * kinds, streams and tensor ids stay as they are, so that the stream index (sched_index)
- * stays valid. */
+ * kinds, streams and tensor ids stay as they are, and so do the rest of their briefs
+ * (sched_brief: events, pools, blocks, recompute flags, mark kinds), so that the stream
+ * index (sched_index) stays valid. */
 sched_action *sched_actions_edit(schedule_t *s, size_t *n);
+
+/* What an executor reads of an action at each step, in 16 bytes where the action takes 120:
+ * the structure binding leaves as it is (sched_actions_edit), so that an executor walking
+ * the streams touches the actions only for their numbers (a sweep's three gpt-7b schedules
+ * take 0.45-0.71 MB each as actions, 60-95 KB as briefs). */
+typedef struct sched_brief {
+    uint64_t id;        /* RECORD, WAIT: the event; any other kind: the tensor */
+    int32_t pool;       /* sched_action.pool (an ALLOC's) */
+    uint8_t kind;       /* sched_kind */
+    uint8_t block;      /* sched_action.block (an ALLOC's) */
+    uint8_t recompute;  /* sched_action.recompute (a COMPUTE's) */
+    uint8_t iter;       /* 1 for a MARK of kind TM_ITER */
+} sched_brief;
+
+/* Writes a's brief into *b (a's kind below SA_COUNT: the caller checks it). */
+void sched_brief_put(sched_brief *b, const sched_action *a);
 
 /* The actions of each stream in program order, for an executor that runs a schedule many
  * times with new numbers (a sweep's re-bound templates, planners/lower_reuse.c): what it
@@ -128,6 +145,7 @@ typedef struct sched_index {
     const uint32_t *timed;        /* the COMPUTE and HOST_COMPUTE actions, in program order:
                                      their durations are numbers, checked at each run */
     size_t n_timed;
+    const sched_brief *brief;     /* every action's brief, in program order */
     uint64_t top_alloc;           /* the largest ALLOC tensor id (0 when none) */
     int any_alloc;                /* there is an ALLOC */
 } sched_index;

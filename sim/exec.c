@@ -185,6 +185,30 @@ static void sync_done_cb(eng_t *e, void *ctx, uint64_t arg)
     }
 }
 
+/* ---------- action briefs ---------- */
+
+/* Action idx's brief: the index's (a re-bound template's), else made in *tmp from the
+ * action, of the fields its kind uses alone (a schedule run once is briefed as it runs:
+ * a pass briefing all of it first read every line of every action once more). */
+static inline const sched_brief *ex_brief(const ex *x, size_t idx, sched_brief *tmp)
+{
+    if (x->brief) return &x->brief[idx];
+    const sched_action *a = ex_act(x, idx);
+    tmp->kind = (uint8_t)a->kind;
+    switch (a->kind) {
+    case SA_RECORD:
+    case SA_WAIT: tmp->id = a->event; break;
+    case SA_MARK: tmp->iter = a->mark == TM_ITER; break;
+    case SA_COMPUTE: tmp->recompute = a->recompute; break;
+    case SA_ALLOC:
+        tmp->pool = a->pool;
+        tmp->block = a->block;
+        /* fall through */
+    default: tmp->id = a->tensor; break;
+    }
+    return tmp;
+}
+
 /* ---------- action completion ---------- */
 
 static void action_done(ex *x, int s)
@@ -192,15 +216,17 @@ static void action_done(ex *x, int s)
     stream *t = &x->st[s];
     double now = eng_now(x->eng);
     size_t idx = t->q[t->pos];
-    const sched_action *a = ex_act(x, idx);
+    const sched_action *a = ex_act(x, idx); /* read for the host clock and the spans alone */
+    sched_brief tmp;
+    const sched_brief *b = ex_brief(x, idx, &tmp);
     char name[TL_NAME_MAX], nb[48];
     int sp = ex_spans_on(x);
-    switch (a->kind) {
+    switch (b->kind) {
     case SA_COMPUTE:
         x->h.c_done++;
         if (x->host_clock && now > x->hc_t && exh_compute_host_sync(x, a)) x->hc_t = now;
         ex_acc(x, &x->w.compute_us, t->t_start, now);
-        if (a->recompute) ex_acc(x, &x->w.recompute_us, t->t_start, now);
+        if (b->recompute) ex_acc(x, &x->w.recompute_us, t->t_start, now);
         if (!sp) break;
         snprintf(name, sizeof name, "%s%s", a->recompute ? "recompute " : "",
                  op_name(x, a->op, nb, sizeof nb));
@@ -276,16 +302,17 @@ static void start_timer(ex *x, int s, double dur_us)
 
 /* A DHA kernel's efficiency applies to the link rate its reads and writes get; a missing
  * (<= 0) efficiency is taken as 1 rather than as a kernel that never finishes. */
+static double dha_eff(const sched_action *a) { return a->dha_eff > 0 ? a->dha_eff : 1.0; }
+
 static void start_compute(ex *x, int s, const sched_action *a)
 {
-    double eff = a->dha_eff > 0 ? a->dha_eff : 1.0;
     stream *t = &x->st[s];
-    t->parts = 1 + (a->host_read_bytes > 0) + (a->host_write_bytes > 0);
+    uint64_t rd = a->host_read_bytes, wr = a->host_write_bytes;
+    t->parts = 1 + (rd > 0) + (wr > 0);
     start_timer(x, s, a->dur_us > 0 ? a->dur_us : 0);
-    if (a->host_read_bytes)
-        start_dha_flow(x, s, LINK_H2D, a->host_read_bytes, x->m->dha_read_Bps * eff);
-    if (a->host_write_bytes)
-        start_dha_flow(x, s, LINK_D2H, a->host_write_bytes, x->m->dha_write_Bps * eff);
+    /* dha_eff, in the action's next cache line, read only by a DHA kernel */
+    if (rd) start_dha_flow(x, s, LINK_H2D, rd, x->m->dha_read_Bps * dha_eff(a));
+    if (wr) start_dha_flow(x, s, LINK_D2H, wr, x->m->dha_write_Bps * dha_eff(a));
 }
 
 static void copy_lat_cb(eng_t *e, void *ctx, uint64_t arg)
@@ -426,12 +453,12 @@ int ex_pool_stream(int s, const sched_action *a)
  * lowerings' are): one indexed load where the maps by id and by address were a probe each,
  * and a deletion each at the free, and the allocator finds the block by its handle instead
  * of its own map by address. Sparse ids keep the map (dev_ids_dense); handle NULL: none. */
-static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t *addr,
-                      uint32_t *handle)
+static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, const sched_brief *b,
+                      uint64_t *addr, uint32_t *handle)
 {
-    int pool = ex_pool_stream(s, a);
-    ms_status st = handle ? alloc_block_h(x->alloc, a->bytes, pool, a->tensor, addr, handle)
-                          : alloc_block(x->alloc, a->bytes, pool, a->tensor, addr);
+    int pool = b->pool > 0 ? SS_COUNT - 1 + b->pool : s; /* ex_pool_stream's */
+    ms_status st = handle ? alloc_block_h(x->alloc, a->bytes, pool, b->id, addr, handle)
+                          : alloc_block(x->alloc, a->bytes, pool, b->id, addr);
     if (st == MS_ERR_OOM) {
         ex_oom_failure(x, s, idx, a);
         ex_end_as(x, RS_OOM);
@@ -444,28 +471,29 @@ static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, uint64_t 
     return 1;
 }
 
-static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a)
+static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a,
+                          const sched_brief *b)
 {
-    uint64_t *w = &x->dlive[a->tensor / 64], bit = UINT64_C(1) << (a->tensor % 64);
-    if (*w & bit) { /* a->tensor below ndtab: setup saw every ALLOC */
+    uint64_t *w = &x->dlive[b->id / 64], bit = UINT64_C(1) << (b->id % 64);
+    if (*w & bit) { /* the tensor below ndtab: setup saw every ALLOC */
         ex_fail_at(x, MS_ERR_INVALID, idx, "tensor is already allocated");
         return 0;
     }
     uint64_t addr = 0;
     uint32_t h;
-    if (!alloc_call(x, s, idx, a, &addr, &h)) return 0;
-    dev_ent *e = &x->dtab[a->tensor];
+    if (!alloc_call(x, s, idx, a, b, &addr, &h)) return 0;
+    dev_ent *e = &x->dtab[b->id];
     *w |= bit;
     e->addr = addr;
     e->handle = h;
-    e->mix = bm_add(x->mix, a->tensor, (sched_block)a->block, a->bytes);
+    e->mix = bm_add(x->mix, b->id, (sched_block)b->block, a->bytes);
     ex_mem_sample(x);
     return after_alloc_call(x, s);
 }
 
-static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
+static int do_alloc(ex *x, int s, size_t idx, const sched_action *a, const sched_brief *b)
 {
-    if (x->dtab) return do_alloc_dense(x, s, idx, a);
+    if (x->dtab) return do_alloc_dense(x, s, idx, a, b);
     int added; /* one probe checks the tensor is not live and makes its entry */
     uint64_t *slot = u64map_slot(x->dev, a->tensor, &added);
     if (!slot) {
@@ -477,7 +505,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a)
         return 0;
     }
     uint64_t addr = 0;
-    if (!alloc_call(x, s, idx, a, &addr, NULL)) {
+    if (!alloc_call(x, s, idx, a, b, &addr, NULL)) {
         u64map_del(x->dev, a->tensor, NULL);
         return 0;
     }
@@ -507,11 +535,11 @@ static int dev_take(ex *x, uint64_t id, uint64_t *addr, uint64_t *mix, uint32_t 
     return 1;
 }
 
-static int do_free(ex *x, int s, size_t idx, const sched_action *a)
+static int do_free(ex *x, int s, size_t idx, const sched_brief *b)
 {
     uint64_t addr, mix;
     uint32_t h;
-    if (!dev_take(x, a->tensor, &addr, &mix, &h)) {
+    if (!dev_take(x, b->id, &addr, &mix, &h)) {
         ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor is not allocated at this point of the run (never allocated, already "
                 "freed, or its ALLOC is on another stream that has not reached it: a "
@@ -582,11 +610,12 @@ static int do_host_free(ex *x, int s, size_t idx, const sched_action *a)
 }
 
 /* The stream-time model: allocator and host-memory calls when the stream reaches them. */
-static int stream_mem_action(ex *x, int s, size_t idx, const sched_action *a)
+static int stream_mem_action(ex *x, int s, size_t idx, const sched_action *a,
+                             const sched_brief *b)
 {
-    switch (a->kind) {
-    case SA_ALLOC: return do_alloc(x, s, idx, a);
-    case SA_FREE: return do_free(x, s, idx, a);
+    switch (b->kind) {
+    case SA_ALLOC: return do_alloc(x, s, idx, a, b);
+    case SA_FREE: return do_free(x, s, idx, b);
     case SA_HOST_ALLOC: return do_host_alloc(x, s, idx, a);
     default: return do_host_free(x, s, idx, a);
     }
@@ -770,29 +799,31 @@ static void advance_stream(ex *x, int s)
             return;
         }
         size_t idx = t->q[t->pos];
-        const sched_action *a = ex_act(x, idx);
+        const sched_action *a = ex_act(x, idx); /* read for its numbers alone */
+        sched_brief tmp;
+        const sched_brief *b = ex_brief(x, idx, &tmp);
         t->t_start = eng_now(x->eng);
-        switch (a->kind) {
+        switch (b->kind) {
         case SA_RECORD:
         case SA_WAIT:
-            if (a->event >= x->nevents) {
+            if (b->id >= x->nevents) {
                 ex_fail_at(x, MS_ERR_INVALID, idx, "event id out of range");
                 return;
             }
-            if (a->kind == SA_RECORD) {
+            if (b->kind == SA_RECORD) {
                 t->pos++;
-                record_event(x, a->event);
-            } else if (x->reached[a->event]) {
+                record_event(x, (uint32_t)b->id);
+            } else if (x->reached[b->id]) {
                 t->pos++;
             } else {
                 t->state = ST_WAIT;
-                t->wait_event = a->event;
+                t->wait_event = (uint32_t)b->id;
                 return;
             }
             break;
         case SA_MARK:
             t->pos++;
-            if (s == SS_COMPUTE && a->mark == TM_ITER) iter_mark(x);
+            if (s == SS_COMPUTE && b->iter) iter_mark(x);
             break;
         case SA_COMPUTE:
             if (x->host_clock && !exh_clock_ready(x, s, a)) return;
@@ -813,7 +844,7 @@ static void advance_stream(ex *x, int s)
         case SA_HOST_ALLOC:
         case SA_HOST_FREE:
             if (!x->issue) {
-                if (!stream_mem_action(x, s, idx, a)) return;
+                if (!stream_mem_action(x, s, idx, a, b)) return;
             } else {
                 t->pos++; /* the host thread ran it when it issued it */
             }
@@ -898,6 +929,7 @@ static ms_status streams_of_index(ex *x, const sched_index *ix, uint64_t *top, i
         x->st[k].q = ix->q[k];
         x->st[k].n = ix->n[k];
     }
+    x->brief = ix->brief;
     *top = ix->top_alloc;
     *any = ix->any_alloc;
     return MS_OK;

@@ -138,6 +138,7 @@ typedef struct ex {
     tl_t *tl;
     stream st[SS_COUNT];
     uint32_t *qbuf;
+    const sched_brief *brief; /* every action's brief: the index's; NULL: none (ex_brief) */
     uint8_t *reached;
     uint32_t nevents;
     u64map *dev;         /* tensor id -> device address (issue model, or sparse ids) */

@@ -4,7 +4,8 @@
  * full-recompute, full-swap and a partial swap (alpha 0.5: token-wise recomputation), with
  * the CP ring's collectives merged into their attention kernels; a trace that differs in
  * structure (layers, a tensor's class, a name), a plan that differs (a knob) and rounding buffers
- * are lowered afresh, and a size that differs alone is re-bound. For `make check`. */
+ * are lowered afresh, and a size that differs alone is re-bound; the binding of packed
+ * sources (lower_srcs_pack) is the binding of the unpacked. For `make check`. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +240,62 @@ static void test_points(const machine_t *m)
     lreuse_free(c);
 }
 
+/* A copy of t's first n records (the rest dropped). */
+static trace_t *copy_head(const trace_t *t, size_t n)
+{
+    trace_t *o = trace_new();
+    size_t nr;
+    const trace_rec *recs = trace_records(t, &nr);
+    for (size_t i = 0; o && i < n && i < nr; i++)
+        if (trace_append(o, &recs[i]) != MS_OK) {
+            trace_free(o);
+            return NULL;
+        }
+    return o;
+}
+
+/* lower_bind with the sources packed (lower_srcs_pack) gives what it gives unpacked: the
+ * fresh lowering's schedule at another length, and for a trace that lacks a record the
+ * sources name the same failure, naming the same action. */
+static void test_packed(const machine_t *m)
+{
+    trace_t *t = gen(model, 2048, m), *u = gen(model, 6144, m);
+    plan_t *p = t ? plan_of("full-swap", 0.5, t, m) : NULL;
+    lower_srcs S;
+    memset(&S, 0, sizeof S);
+    lower_opts o;
+    lower_opts_default(&o);
+    o.srcs = &S;
+    schedule_t *s = NULL, *f = NULL, *s2 = NULL;
+    ms_error e1, e2;
+    int ok = t && u && p && lower_schedule(t, p, m, &o, &s, &e1) == MS_OK && S.ok &&
+             lower_schedule(u, p, m, NULL, &f, &e1) == MS_OK &&
+             lower_schedule(t, p, m, NULL, &s2, &e1) == MS_OK;
+    ok = ok && lower_srcs_pack(&S) == MS_OK && S.bound && S.n_bound > S.n_bound_bytes &&
+         S.n_bound_bytes > 0;
+    ok = ok && lower_bind(s, &S, u, m, &e1) == MS_OK && same_sched(s, f) &&
+         lower_bind_same(s, &S, u, m);
+    TAP_OK(ok, "packed, the sources bind another length as a fresh lowering does");
+    size_t nr = 0;
+    if (t) trace_records(t, &nr);
+    trace_t *h = ok ? copy_head(t, nr / 2) : NULL;
+    ms_status p1 = h ? lower_bind(s, &S, h, m, &e1) : MS_OK;
+    free(S.bound);
+    S.bound = NULL;
+    ms_status p2 = h ? lower_bind(s2, &S, h, m, &e2) : MS_OK;
+    TAP_OK(h && p1 == MS_ERR_INVALID && p2 == MS_ERR_INVALID && !strcmp(e1.msg, e2.msg),
+           "a trace lacking records fails the same, packed or not: %s", h ? e1.msg : "");
+    trace_free(h);
+    sched_free(s);
+    sched_free(s2);
+    sched_free(f);
+    free(S.v);
+    free(S.pool);
+    plan_free(p);
+    trace_free(t);
+    trace_free(u);
+}
+
 int main(void)
 {
     machine_t m = test_machine();
@@ -253,5 +310,6 @@ int main(void)
     }
     lreuse_free(c);
     test_points(&m);
+    test_packed(&m);
     return tap_done();
 }

@@ -199,6 +199,26 @@ static void test_index(void)
     TAP_OK(ix && ix->n_timed == 2 && ix->timed[0] == 1 && ix->timed[1] == 3 &&
                ix->any_alloc && ix->top_alloc == 7,
            "the timed actions, and the largest ALLOC id");
+    TAP_OK(ix && ix->brief[0].kind == SA_ALLOC && ix->brief[0].id == 7 &&
+               ix->brief[2].kind == SA_COPY_D2H && ix->brief[2].id == 7 &&
+               ix->brief[4].id == 3 && ix->brief[5].kind == SA_FREE && ix->brief[5].id == 7,
+           "each action's brief: its kind and tensor");
+    sched_action ev = mk(SA_WAIT, SS_D2H, 0, 0), mark = mk(SA_MARK, SS_COMPUTE, 0, 0),
+                 al = mk(SA_ALLOC, SS_COMPUTE, 9, 64), rc = mk(SA_COMPUTE, SS_COMPUTE, 0, 0);
+    ev.event = 4;
+    mark.mark = TM_ITER;
+    al.pool = 2;
+    al.block = SB_ACT_SKEL;
+    rc.recompute = 1;
+    sched_brief be, bm, ba, br;
+    sched_brief_put(&be, &ev);
+    sched_brief_put(&bm, &mark);
+    sched_brief_put(&ba, &al);
+    sched_brief_put(&br, &rc);
+    TAP_OK(be.kind == SA_WAIT && be.id == 4 && bm.iter == 1 && ba.pool == 2 &&
+               ba.block == SB_ACT_SKEL && ba.id == 9 && br.recompute == 1 && br.iter == 0,
+           "a brief names a WAIT's event, an iteration mark, an ALLOC's pool and block, a "
+           "recomputation");
     size_t n;
     sched_actions_edit(s, &n)[1].dur_us = 5;
     TAP_OK(sched_get_index(s) == ix, "an edit of numbers keeps the index");
