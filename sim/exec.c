@@ -441,12 +441,9 @@ static inline __attribute__((always_inline)) int after_alloc_call(ex *x, int s)
     return 1;
 }
 
-/* The stream whose pools serve an ALLOC: its own, or a framework side stream's (pool k > 0,
- * numbered after the executor's streams). */
-int ex_pool_stream(int s, const sched_action *a)
-{
-    return a->pool > 0 ? SS_COUNT - 1 + a->pool : s;
-}
+/* The stream whose pools serve an ALLOC of stream s from pool (sched_action.pool): its own,
+ * or a framework side stream's (pool k > 0, numbered after the executor's streams). */
+int ex_pool_stream(int s, int32_t pool) { return pool > 0 ? SS_COUNT - 1 + pool : s; }
 
 /* The stream-time model's device calls keep each live tensor's address, blockmix token and
  * allocator handle in a table by id where the ids are compact (the generators' and
@@ -456,7 +453,7 @@ int ex_pool_stream(int s, const sched_action *a)
 static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, const sched_brief *b,
                       uint64_t *addr, uint32_t *handle)
 {
-    int pool = b->pool > 0 ? SS_COUNT - 1 + b->pool : s; /* ex_pool_stream's */
+    int pool = ex_pool_stream(s, b->pool);
     ms_status st = handle ? alloc_block_h(x->alloc, a->bytes, pool, b->id, addr, handle)
                           : alloc_block(x->alloc, a->bytes, pool, b->id, addr);
     if (st == MS_ERR_OOM) {

@@ -240,7 +240,7 @@ static void host_alloc(ex *x, size_t i, const sched_action *a)
     }
     if (!ex_process_pending(x)) return;
     uint64_t addr = 0;
-    ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a), a->tensor, &addr);
+    ms_status st = alloc_block(x->alloc, a->bytes, ex_pool_stream(s, a->pool), a->tensor, &addr);
     if ((st == MS_ERR_OOM || st == MS_ERR_INVALID) && !h->retried && x->n_live[0]) {
         /* PyTorch's retry path synchronizes outstanding events before giving up; the
          * runtime waits for every deferred free and retries once (its oom_drains). A static

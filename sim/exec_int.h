@@ -214,7 +214,7 @@ void ex_oom_failure(ex *x, int s, size_t idx, const sched_action *a);
 void ex_oohm_failure(ex *x, int s, size_t idx, const sched_action *a);
 int ex_pace_mapping(ex *x, double *left, eng_fn cb, uint64_t arg);
 double ex_take_call_cost(ex *x, int *synced, double *paced);
-int ex_pool_stream(int s, const sched_action *a);
+int ex_pool_stream(int s, int32_t pool);
 /* Deferred frees (issue model). */
 int ex_pend_add(ex *x, uint64_t tensor, uint64_t value, unsigned mask, int host);
 int ex_pending_all_done(const ex *x);
