@@ -23,6 +23,7 @@ Prints CSV rows: what,tokens,median_ms,min_ms,max_ms,tflops,mfu. Exit status: 0 
 GPU or a failed mode, 2 usage.
 """
 import argparse
+import csv
 import glob
 import os
 import re
@@ -201,6 +202,41 @@ def read_memsim(path):
     return r
 
 
+def clock_line(path, busy_w=450.0):
+    """The SM clock while the GPU drew more than busy_w watts, from run.sh's nvidia-smi
+    samples (columns found by their names: clocks.sm, power.draw and, where present,
+    power.limit); None without them."""
+    if not os.path.exists(path):
+        return None
+    rows = list(csv.reader(open(path)))
+    if not rows:
+        return None
+    head = [h.strip() for h in rows[0]]
+    col = {k: next((i for i, h in enumerate(head) if h.startswith(k)), None)
+           for k in ("clocks.current.sm", "power.draw", "power.limit")}
+    if col["clocks.current.sm"] is None or col["power.draw"] is None:
+        return None
+    mhz, watts, limit = [], [], None
+    for row in rows[1:]:
+        try:
+            f = float(row[col["clocks.current.sm"]].split()[0])
+            w = float(row[col["power.draw"]].split()[0])
+            if col["power.limit"] is not None:
+                limit = float(row[col["power.limit"]].split()[0])
+        except (IndexError, ValueError):
+            continue   # a sample nvidia-smi could not take
+        if w > busy_w:
+            mhz.append(f)
+            watts.append(w)
+    if not mhz:
+        return None
+    mhz.sort()
+    of = f" of a {limit:.0f} W limit" if limit else ""
+    return (f"SM clock while the GPU drew more than {busy_w:.0f} W ({len(mhz)} samples): "
+            f"median {mhz[len(mhz) // 2]:.0f} MHz (min {mhz[0]:.0f}, max {mhz[-1]:.0f}); "
+            f"power up to {max(watts):.0f} W{of}")
+
+
 def table(a):
     d = a.table
     torch_rows = read_csv(os.path.join(d, "torch.csv"))
@@ -252,6 +288,9 @@ def table(a):
                 line += (f"   x flash: forward {fw[0] / r['attn']:.3f}, backward "
                          f"{bw[0] / r['attn.bwd']:.3f}")
             print(line)
+    cl = clock_line(os.path.join(d, "smi.csv"))
+    if cl:
+        print("\n" + cl)
     return 0
 
 

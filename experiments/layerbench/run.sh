@@ -8,7 +8,8 @@
 #
 # usage: run.sh [OUTDIR]     on the GPU machine, from a build with runtime/memsim-run (the
 #                            device needs nothing built there); writes OUTDIR/memsim_*.log,
-#                            OUTDIR/torch.csv, OUTDIR/gpu.txt and OUTDIR/table.txt, prints
+#                            OUTDIR/torch.csv, OUTDIR/gpu.txt, OUTDIR/smi.csv (SM clock and
+#                            power every 250 ms) and OUTDIR/table.txt, prints
 #                            the table last (default OUTDIR: out/layerbench)
 # environment: SEQS (default "8192 32768 131072"), MODES (eager,compile), SDPA_SEQ (32768),
 #   ATTN (memsim's attention kernels for the table: auto), EXTRA (other kernel sets memsim also
@@ -33,6 +34,15 @@ IFS=, read -r _ hidden heads ffn _ <<< "$dims"
 mkdir -p "$out"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
   } > "$out/gpu.txt" 2>&1
+# the SM clock and the power through the whole invocation: a sustained step holds an H200 at
+# its power limit below its maximum clock, by an amount that differs lease by lease
+# (BENCHMARKS.md, 2026-12-04), so the table says what clock each invocation ran at
+smi=
+if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.limit --format=csv -lms 250 \
+        > "$out/smi.csv" 2>&1 &
+    smi=$!
+fi
 # memsim: warm-up and repetitions as PyTorch's below (fewer at 64K tokens and more)
 bench() { # tokens kernels [log]
     local s=$1 k=$2 reps=12 warm=3 log=${3:-$out/memsim_${1}_$2.log}
@@ -48,6 +58,7 @@ args=(--hidden "$hidden" --heads "$heads" --ffn "$ffn" --modes "$modes" --sdpa "
 for s in $seqs; do args+=(--seq "$s"); done
 PYTHONUNBUFFERED=1 "$py" "$here/layer_torch.py" "${args[@]}" > "$out/torch.csv" ||
     echo "layerbench: layer_torch.py: status $?" >&2
+[ -n "$smi" ] && kill "$smi" 2> /dev/null
 "$py" "$here/layer_torch.py" --hidden "$hidden" --heads "$heads" --ffn "$ffn" --table "$out" |
     tee "$out/table.txt"
 exit 0
