@@ -259,7 +259,15 @@ cmd_gpu() {
     } > "$out/meta.tsv"
     [ -f "$out/runs.tsv" ] || printf 'id\trc\twall_s\tplan\n' > "$out/runs.tsv"
     echo "validate: ${dev:-unknown GPU} -> profile $m, $(cases | wc -l) cases"
-    local t_all=$SECONDS
+    local t_all=$SECONDS smi=""
+    # the SM clock and the power through the cases (smi.csv, every 250 ms): the real-kernel
+    # cases run at the clock the GPU holds under its power limit, which the profile's burst
+    # rates do not see (docs/VALIDATION.md, 2026-12-04)
+    if command -v nvidia-smi > /dev/null; then
+        nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.limit \
+            --format=csv -lms 250 > "$out/smi.csv" 2> /dev/null &
+        smi=$!
+    fi
     cases | while read -r id pol seq alloc plan role math; do
         local pf="" how=policy tf="" tn extra=()
         tn=$(trace_name "$seq" "$math" "$pol")
@@ -309,7 +317,9 @@ cmd_gpu() {
         printf '%s\t%s\t%s\t%s\n' "$id" "$rc" "$((SECONDS - t0))" "$how" >> "$out/runs.tsv"
         printf '%-28s rc %-3s %4ss  %s\n' "$id" "$rc" "$((SECONDS - t0))" \
             "$(grep -m1 '^result:' "$out/$id.log" || tail -n1 "$out/$id.log")"
+        printf '%s\t%s\n' "$id" "$(date -u +%H:%M:%S)" >> "$out/times.tsv"
     done
+    [ -n "$smi" ] && kill "$smi" 2> /dev/null
     echo "validate: all cases in $((SECONDS - t_all)) s; results in $out"
 }
 
