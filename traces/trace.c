@@ -1078,11 +1078,11 @@ ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value)
 
 /* snprintf(buf, TRACE_NAME_MAX, "L%d.%s" or "%s", ...) by hand: the generators name every
  * record this way, and the formatted print was a tenth of a sweep's instructions. */
-void trace_layer_name(char *buf, int layer, const char *what)
+size_t trace_layer_prefix(char buf[TRACE_LAYER_PREFIX_MAX], int layer)
 {
     size_t n = 0;
     if (layer >= 0) {
-        char d[12];
+        char d[10];
         int k = 0;
         unsigned v = (unsigned)layer;
         do { d[k++] = (char)('0' + v % 10); v /= 10; } while (v);
@@ -1090,6 +1090,12 @@ void trace_layer_name(char *buf, int layer, const char *what)
         while (k) buf[n++] = d[--k];
         buf[n++] = '.';
     }
+    return n;
+}
+
+void trace_layer_name(char *buf, int layer, const char *what)
+{
+    size_t n = trace_layer_prefix(buf, layer);
     size_t k = strnlen(what, TRACE_NAME_MAX - 1 - n);
     memcpy(buf + n, what, k);
     buf[n + k] = '\0';

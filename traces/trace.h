@@ -160,6 +160,10 @@ ms_status trace_append_mark(trace_t *t, trace_markkind kind, int64_t value);
 /* The generators' record name: "L<layer>.<what>", or <what> alone for layer < 0
  * (TRACE_NAME_MAX bytes at buf, truncated). */
 void trace_layer_name(char *buf, int layer, const char *what);
+/* trace_layer_name's prefix, "L<layer>." for layer >= 0 (no terminating NUL): its length, 0
+ * for layer < 0. */
+enum { TRACE_LAYER_PREFIX_MAX = 13 };
+size_t trace_layer_prefix(char buf[TRACE_LAYER_PREFIX_MAX], int layer);
 /* The generators' alloc record of tensor id: the fields given, stream 0, named by
  * trace_layer_name; the caller appends it (after setting what else differs). */
 void trace_alloc_rec(trace_rec *r, uint64_t id, uint64_t bytes, trace_class cls, int layer,

@@ -145,17 +145,10 @@ int tshape_in_place(const trace_t *t)
  * bytes), compared in place instead of written. */
 static int layer_name_is(const char *name, int layer, const char *what)
 {
-    size_t n = 0;
-    if (layer >= 0) {
-        char d[12];
-        int k = 0;
-        unsigned v = (unsigned)layer;
-        do { d[k++] = (char)('0' + v % 10); v /= 10; } while (v);
-        if (name[n++] != 'L') return 0;
-        while (k)
-            if (name[n++] != d[--k]) return 0;
-        if (name[n++] != '.') return 0;
-    }
+    char p[TRACE_LAYER_PREFIX_MAX];
+    size_t n = trace_layer_prefix(p, layer);
+    for (size_t i = 0; i < n; i++)
+        if (name[i] != p[i]) return 0;
     /* trace_layer_name's copy: at most TRACE_NAME_MAX - 1 - n bytes of what */
     for (size_t lim = TRACE_NAME_MAX - 1; n < lim && *what; n++, what++)
         if (name[n] != *what) return 0;
