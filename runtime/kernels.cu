@@ -162,12 +162,10 @@ static int attn90_flags(const kn_ctx *k)
 
 kn_attn_impl kn_ctx_attn(const kn_ctx *k) { return k->attn; }
 
-/* The backward's forms at s tokens and head dim d: the one pass only where it is the faster
- * (wgmma-onepass: wherever it runs, for comparison). */
+/* The backward's forms at s tokens and head dim d: the one pass only where it is the faster. */
 static int attn90_bwd_flags(const kn_ctx *k, size_t s, size_t d)
 {
     int f = attn90_flags(k);
-    if (k->attn == KN_ATTN_WGMMA_ONEPASS) return f;
     return attn90_bwd_onepass(f, s, d, k->l2_bytes) ? f : f & ~ATTN90_ONEPASS;
 }
 

@@ -88,11 +88,11 @@ rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n,
 /* ---- causal attention ---- */
 /* Implementations: wgmma with TMA (FlashAttention-3's producer / consumer warpgroups, the
  * forward's consumers taking turns, the backward at head dim 128 in one kernel with dq summed
- * in a fixed order while a head's fp32 dq fits L2, else in two kernels, each query tile's dQ
- * product issued beside the next tile's dK; runtime/attn_sm90.h), chosen on devices of
- * compute capability 9.0; other forms kept for comparison (onepass: the one pass at every
- * length, whether or not a head's dq fits L2; inline: the one pass with each tile's dQ issued
- * beside its own dK, the default until 2026-12-04, the same bits as wgmma's;
+ * in a fixed order, each query tile's dQ product issued beside the next tile's dK, at head
+ * dim 64 in two kernels; runtime/attn_sm90.h), chosen on devices of compute capability 9.0;
+ * wgmma-onepass names the same; other forms kept for comparison (inline: the one pass with
+ * each tile's dQ issued beside its own dK, and two kernels where a head's fp32 dq does not fit
+ * L2, the default until 2026-12-04, the same bits as wgmma's where it runs the one pass;
  * two: the backward always in two kernels, the default until 2026-12-03;
  * basic: the forward's consumers each in sequence, the two-kernel backward; overlap: two's
  * backward with its products kept in flight while each warpgroup computes P and dS, the same

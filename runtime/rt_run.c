@@ -157,11 +157,10 @@ static void usage(FILE *f)
         "  --attn KERNELS       the benchmark's attention: auto (default: wgmma and TMA on\n"
         "                       compute capability 9.0, mma.sync elsewhere), mma, wgmma (at\n"
         "                       head dim 128 the backward in one pass, dq summed in a fixed\n"
-        "                       order, where a head's fp32 dq fits L2), wgmma-onepass (the\n"
-        "                       one pass at every length), wgmma-inline (the one pass with\n"
-        "                       each tile's dQ beside its own dK, not the next tile's; the\n"
-        "                       same bits), wgmma-two (the backward as\n"
-        "                       two kernels, dk/dv and dq), wgmma-basic (the forward's\n"
+        "                       order), wgmma-onepass (the same), wgmma-inline (the one\n"
+        "                       pass with each tile's dQ beside its own dK, not the next\n"
+        "                       tile's; the same bits), wgmma-two (the backward as two\n"
+        "                       kernels, dk/dv and dq), wgmma-basic (the forward's\n"
         "                       consumers without turns, two-kernel backward) or wgmma-overlap\n"
         "                       (wgmma-two with the backward's products kept in flight while P\n"
         "                       and dS are computed; the same bits)\n"
@@ -983,7 +982,7 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
         "auto", "mma (mma.sync m16n8k16)",
         "wgmma (warpgroup MMA fed by TMA, the forward's consumers taking turns, one-pass backward)",
         "wgmma-basic (warpgroup MMA fed by TMA)",
-        "wgmma-onepass (warpgroup MMA fed by TMA, turns, one-pass backward at every length)",
+        "wgmma-onepass (warpgroup MMA fed by TMA, turns, one-pass backward)",
         "wgmma-overlap (warpgroup MMA fed by TMA, turns, the backward's products overlapped)",
         "wgmma-two (warpgroup MMA fed by TMA, turns, the backward as two kernels)",
         "wgmma-inline (warpgroup MMA fed by TMA, turns, one-pass backward, dQ in its tile's "
