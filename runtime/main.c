@@ -41,6 +41,12 @@ static void usage(FILE *f)
             "                     figure is the base's\n"
             "  --warm-ms MS       with --attn: run each shape back to back for MS ms of GPU\n"
             "                     time before timing it (the clock of a sustained load)\n"
+            "  --power            only the board's power under each kernel class (power.*,\n"
+            "                     through NVML): a spinning block, GEMMs, memsim's attention\n"
+            "                     forward and backward, a memory-bound kernel, each back to\n"
+            "                     back while power and SM clock are read; every other figure\n"
+            "                     is the base's\n"
+            "  --power-ms MS      with --power: how long each class runs (default 6000)\n"
             "  --collectives      only the node's figures, on a machine of several GPUs:\n"
             "                     NCCL all-gather, reduce-scatter, all-reduce of 1 MiB..1 GiB\n"
             "                     over 2, 4, 8 GPUs and the host link while GPUs copy at once\n"
@@ -92,16 +98,38 @@ static int probe_node_figures(machine_profile *p, FILE *raw, const char *rawp, i
     return write_profile(p, out);
 }
 
+/* The power fields' notes: what ran and how a class's figure was derived. */
+static int power_sources(machine_profile *p, const char *note, double run_ms, const char *out)
+{
+    char pnote[2048];
+    snprintf(pnote, sizeof pnote, "%s; idle = one spinning block back to back; each class "
+             "timed in a burst (8 calls after a second of spinning), a duty cycle (each call "
+             "then ~3x its time of spinning) and back to back for %.0f ms, NVML power and SM "
+             "clock medians of each run's second half: gemm = cuBLAS bf16 8192x16384x4096; "
+             "rt_attn = memsim's causal attention, 16 heads x 16K tokens, head dim 128; mem = "
+             "the runtime's GeLU over 8192x16384; raw samples and derivations in the raw CSV",
+             note, run_ms);
+    size_t n;
+    const machine_field *f = machine_fields(&n);
+    for (size_t i = 0; i < n; i++)
+        if (!strncmp(f[i].key, "power.", 6) && strcmp(f[i].key, "power.clock_exp") &&
+            strcmp(f[i].key, "power.clock_floor"))
+            machine_set_source(p, f[i].key, pnote);
+    return write_profile(p, out);
+}
+
 static int cmd_probe(int argc, char **argv)
 {
     const char *base = "h100-sxm", *name = NULL, *out = "-", *rawp = NULL;
-    int quick = 0, adam_only = 0, coll_only = 0, attn_only = 0;
-    double warm_ms = 0;
+    int quick = 0, adam_only = 0, coll_only = 0, attn_only = 0, power_only = 0;
+    double warm_ms = 0, power_ms = 6000;
+    int power_set = 0;
     static const struct option opts[] = {
         {"base", required_argument, 0, 'b'}, {"name", required_argument, 0, 'n'},
         {"raw", required_argument, 0, 'r'}, {"quick", no_argument, 0, 'q'},
         {"host-adam", no_argument, 0, 'A'}, {"collectives", no_argument, 0, 'C'},
         {"attn", no_argument, 0, 'T'}, {"warm-ms", required_argument, 0, 'W'},
+        {"power", no_argument, 0, 'P'}, {"power-ms", required_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
@@ -124,6 +152,18 @@ static int cmd_probe(int argc, char **argv)
             }
             break;
         }
+        case 'P': power_only = 1; break;
+        case 'M': {
+            char *end;
+            power_ms = strtod(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || !(power_ms >= 1000 && power_ms <= 60000)) {
+                fprintf(stderr, "memsim probe: --power-ms: '%s' is not a time in ms "
+                                "(1000..60000)\n", optarg);
+                return MS_EXIT_USAGE;
+            }
+            power_set = 1;
+            break;
+        }
         case 'h': usage(stdout); return MS_EXIT_OK;
         default: usage(stderr); return MS_EXIT_USAGE;
         }
@@ -136,9 +176,13 @@ static int cmd_probe(int argc, char **argv)
         fprintf(stderr, "memsim probe: --warm-ms times the attention probe: give it with --attn\n");
         return MS_EXIT_USAGE;
     }
-    if (adam_only + coll_only + attn_only > 1) {
-        fprintf(stderr, "memsim probe: --host-adam, --collectives and --attn are separate "
-                        "probes\n");
+    if (power_set && !power_only) {
+        fprintf(stderr, "memsim probe: --power-ms times the power probe: give it with --power\n");
+        return MS_EXIT_USAGE;
+    }
+    if (adam_only + coll_only + attn_only + power_only > 1) {
+        fprintf(stderr, "memsim probe: --host-adam, --collectives, --attn and --power are "
+                        "separate probes\n");
         return MS_EXIT_USAGE;
     }
     ms_error err;
@@ -164,6 +208,7 @@ static int cmd_probe(int argc, char **argv)
     if (coll_only) return probe_node_figures(p, raw, rawp, quick, out);
     rt_status rs = adam_only   ? probe_host_adam_run(p, raw, quick, &err)
                    : attn_only ? probe_attn_run(p, raw, quick, warm_ms, &err)
+                   : power_only ? probe_power_run(p, raw, power_ms, &err)
                                : probe_run(p, raw, quick, &err);
     fclose(raw);
     if (rs != RT_OK) {
@@ -181,6 +226,7 @@ static int cmd_probe(int argc, char **argv)
              "the gradient reset, fp32 master and moments, bf16 parameter) over 64 Mi "
              "parameters on its default thread pool (the online CPUs less one), median of 7",
              note);
+    if (power_only) return power_sources(p, note, power_ms, out);
     if (!attn_only) machine_set_source(p, "rt.host_adam_params_per_s", hnote);
     if (adam_only) return write_profile(p, out);
     if (attn_only) machine_set_source(p, "gpu.name", note);

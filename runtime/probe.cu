@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -24,6 +25,7 @@
 #include "runtime/kernels.h"
 #include "runtime/kernels_ref.h"
 #include "runtime/rt_check.h"
+#include "runtime/rt_nvml.h"
 
 #define MiB (1024.0 * 1024.0)
 #define GiB (1024.0 * 1024.0 * 1024.0)
@@ -664,6 +666,434 @@ out:
     return st;
 }
 
+/* ---- the board's power under each kernel class (power.*) ---- */
+
+/* One block that spins for ~1 ms: the SM clock stays up while next to nothing runs. */
+__global__ void idle_spin(long long cycles, unsigned *sink)
+{
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    if (threadIdx.x == 0 && sink) *sink = 1;
+}
+
+/* One operating point of a class: board power (sustained runs only), SM clock and time a
+ * call, medians of the readings. */
+typedef struct power_sample {
+    double power_w, clock_mhz, call_ms;
+} power_sample;
+
+static rt_status power_fail(ms_error *err, rt_status st, const char *why)
+{
+    if (err) snprintf(err->msg, sizeof err->msg, "power probe: %s", why);
+    return st;
+}
+
+static double median_of(double *v, int n)
+{
+    return n > 0 ? median(v, n) : 0;
+}
+
+/* Runs fn back to back for run_ms of wall time, two batches of ~25 ms in flight, and reads
+ * the board's power and SM clock every ~20 ms; the medians of the second half's readings
+ * and its GPU time per call go to *out. NVML's power is a one-second average on this
+ * generation, so the first half is the ramp and is left out. */
+static rt_status sustain(probe_ctx *c, rt_nvml *nv, probe_fn fn, void *arg, double one_ms,
+                         double run_ms, power_sample *out, ms_error *err)
+{
+    enum { MAXS = 4096 };
+    double pw[MAXS], ck[MAXS];
+    int batch = (int)(25.0 / (one_ms > 1e-3 ? one_ms : 1e-3)) + 1;
+    cudaEvent_t ev[2], half = NULL;
+    RT_CHECK(err, cudaEventCreate(&ev[0]));
+    RT_CHECK(err, cudaEventCreate(&ev[1]));
+    RT_CHECK(err, cudaEventCreate(&half));
+    double t0 = host_now_us(), next_read = t0;
+    int ns = 0, half_set = 0;
+    long calls_after_half = 0;
+    rt_status st = RT_OK;
+    for (int b = 0;; b++) {
+        double now_ms = (host_now_us() - t0) / 1e3;
+        if (now_ms >= run_ms) break;
+        if (!half_set && now_ms >= run_ms / 2) {
+            RT_CHECK(err, cudaEventRecord(half, c->s0));
+            half_set = 1;
+        }
+        for (int i = 0; i < batch; i++)
+            if ((st = fn(arg, err)) != RT_OK) return st;
+        if (half_set) calls_after_half += batch;
+        RT_CHECK(err, cudaEventRecord(ev[b & 1], c->s0));
+        if (b == 0) continue; /* keep two batches queued */
+        while (cudaEventQuery(ev[(b - 1) & 1]) == cudaErrorNotReady) {
+            double t = host_now_us();
+            if (t >= next_read && ns < MAXS) {
+                double w, f;
+                if (rt_nvml_power_w(nv, &w) == 0 && rt_nvml_sm_clock_mhz(nv, &f) == 0 &&
+                    (t - t0) / 1e3 >= run_ms / 2) {
+                    pw[ns] = w;
+                    ck[ns] = f;
+                    ns++;
+                }
+                next_read = t + 20e3;
+            }
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    RT_CHECK(err, cudaEventRecord(ev[0], c->s0));
+    RT_CHECK(err, cudaEventSynchronize(ev[0]));
+    float ms = 0;
+    if (half_set) RT_CHECK(err, cudaEventElapsedTime(&ms, half, ev[0]));
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    cudaEventDestroy(half);
+    if (ns == 0 || calls_after_half == 0)
+        return power_fail(err, RT_ERR_CUDA, "no NVML readings while the load ran");
+    out->power_w = median_of(pw, ns);
+    out->clock_mhz = median_of(ck, ns);
+    out->call_ms = ms / (double)calls_after_half;
+    return RT_OK;
+}
+
+typedef struct spin_call {
+    cudaStream_t s;
+    unsigned *sink;
+    long long cycles;
+} spin_call;
+
+static rt_status run_spin(void *p, ms_error *err)
+{
+    spin_call *x = (spin_call *)p;
+    idle_spin<<<1, 32, 0, x->s>>>(x->cycles, x->sink);
+    RT_CHECK(err, cudaGetLastError());
+    return RT_OK;
+}
+
+/* n calls of fn, each timed alone between two events and followed, when gap is given, by
+ * a spin of gap->cycles (the duty cycle's idle part); the SM clock and board power read after
+ * each call. The medians of the last half go to *out, with the fraction of that half's wall
+ * time the calls took in *busy (NVML's power is a one-second average: over a run of more
+ * than two seconds its second half's readings are the duty cycle's average). */
+static rt_status timed_points(probe_ctx *c, rt_nvml *nv, probe_fn fn, void *arg, int n,
+                              spin_call *gap, power_sample *out, double *busy, ms_error *err)
+{
+    enum { MAXN = 4096 };
+    static double t[MAXN], f[MAXN], w[MAXN];
+    int k = 0;
+    double t_half = 0, sum_ms = 0;
+    if (n > MAXN) n = MAXN;
+    for (int i = 0; i < n; i++) {
+        float ms;
+        if (i == n / 2) t_half = host_now_us();
+        RT_CHECK(err, cudaEventRecord(c->e0, c->s0));
+        rt_status st = fn(arg, err);
+        if (st != RT_OK) return st;
+        RT_CHECK(err, cudaEventRecord(c->e1, c->s0));
+        if (gap && (st = run_spin(gap, err)) != RT_OK) return st;
+        RT_CHECK(err, cudaEventSynchronize(c->e1));
+        double mhz, watt;
+        if (rt_nvml_sm_clock_mhz(nv, &mhz)) mhz = 0;
+        if (rt_nvml_power_w(nv, &watt)) watt = 0;
+        RT_CHECK(err, cudaEventElapsedTime(&ms, c->e0, c->e1));
+        if (i >= n / 2) {
+            t[k] = ms;
+            f[k] = mhz;
+            w[k] = watt;
+            sum_ms += ms;
+            k++;
+        }
+    }
+    RT_CHECK(err, cudaStreamSynchronize(c->s0));
+    double wall_ms = (host_now_us() - t_half) / 1e3;
+    *busy = wall_ms > 0 ? sum_ms / wall_ms : 0;
+    out->call_ms = median_of(t, k);
+    out->clock_mhz = median_of(f, k);
+    out->power_w = median_of(w, k);
+    return RT_OK;
+}
+
+/* The exponent s of time ~ clock^-s by least squares over the points' logarithms; 0 when
+ * their clocks span less than 3 % (nothing to fit: the class's time is then taken as
+ * independent of the clock, and the raw CSV says so). */
+static double fit_time_exp(const power_sample *p, int n)
+{
+    double mx = 0, my = 0, sxx = 0, sxy = 0, lo = 1e30, hi = 0;
+    for (int i = 0; i < n; i++) {
+        mx += log(p[i].clock_mhz) / n;
+        my += log(p[i].call_ms) / n;
+        if (p[i].clock_mhz < lo) lo = p[i].clock_mhz;
+        if (p[i].clock_mhz > hi) hi = p[i].clock_mhz;
+    }
+    if (hi < 1.03 * lo) return 0;
+    for (int i = 0; i < n; i++) {
+        double dx = log(p[i].clock_mhz) - mx, dy = log(p[i].call_ms) - my;
+        sxx += dx * dx;
+        sxy += dx * dy;
+    }
+    double s = -sxy / sxx;
+    return s < 0 ? 0 : s > 1.5 ? 1.5 : s;
+}
+
+typedef struct gelu_call {
+    kn_ctx *k;
+    kn_bf16 *y, *x;
+    size_t T, n;
+} gelu_call;
+
+static rt_status run_gelu(void *p, ms_error *err)
+{
+    gelu_call *g = (gelu_call *)p;
+    return kn_gelu_fwd(g->k, g->y, g->x, NULL, g->T, g->n, err);
+}
+
+/* One class: the work of one call (FLOPs or bytes), what it runs, whether its power follows
+ * the clock, and what was measured: a burst (8 calls after a second of a spinning block,
+ * as the rate probes time their calls), a duty cycle (each call then a spin of about three
+ * times its length) and a sustained run. */
+typedef struct power_class {
+    const char *name;
+    probe_fn fn;
+    void *arg;
+    double work;
+    int compute_bound;
+    power_sample burst, duty, sus;
+    double duty_busy;
+    double time_exp, clock_exp, j_per_work, ref_clock;
+} power_class;
+
+static void class_raw(probe_ctx *c, const char *cls, const char *point, const power_sample *s)
+{
+    char w[96];
+    snprintf(w, sizeof w, "sm_clock_MHz:%s.%s", cls, point);
+    raw(c, w, 0, s->clock_mhz, "MHz");
+    snprintf(w, sizeof w, "call_ms:%s.%s", cls, point);
+    raw(c, w, 0, s->call_ms, "ms");
+    if (s->power_w > 0) {
+        snprintf(w, sizeof w, "power_W:%s.%s", cls, point);
+        raw(c, w, 0, s->power_w, "W");
+    }
+    fprintf(stderr, "probe: power %-11s %-9s %6.1f W  SM %5.0f MHz  %.4f ms a call\n", cls,
+            point, s->power_w, s->clock_mhz, s->call_ms);
+}
+
+static rt_status measure_class(probe_ctx *c, rt_nvml *nv, power_class *k, spin_call *sp,
+                               double run_ms, ms_error *err)
+{
+    double one;
+    rt_status st = time_calls(c, k->fn, k->arg, 3, &one, err);
+    if (st != RT_OK) return st;
+    sp->cycles = 2000000; /* ~1 ms a spin: a second of them keeps the clock up */
+    for (int i = 0; i < 1000 && st == RT_OK; i++) st = run_spin(sp, err);
+    double busy;
+    if (st == RT_OK) st = timed_points(c, nv, k->fn, k->arg, 16, NULL, &k->burst, &busy, err);
+    k->burst.power_w = 0; /* a one-second average: not the burst's */
+    spin_call gap = *sp;
+    gap.cycles = (long long)(3.0 * one * 1.98e6); /* ~3 calls' time at the maximum clock */
+    int nduty = (int)(3000.0 / (4.0 * one)) + 2;
+    if (st == RT_OK)
+        st = timed_points(c, nv, k->fn, k->arg, nduty, &gap, &k->duty, &k->duty_busy, err);
+    if (st == RT_OK) st = sustain(c, nv, k->fn, k->arg, one, run_ms, &k->sus, err);
+    if (st != RT_OK) return st;
+    class_raw(c, k->name, "burst", &k->burst);
+    class_raw(c, k->name, "duty", &k->duty);
+    class_raw(c, k->name, "sustained", &k->sus);
+    char w[96];
+    snprintf(w, sizeof w, "busy_fraction:%s.duty", k->name);
+    raw(c, w, 0, k->duty_busy, "fraction");
+    return RT_OK;
+}
+
+/* A class's figures from its points: the time exponent s fitted over the three; its power
+ * above idle at the maximum clock D from the duty cycle, (P_duty - idle) / busy, where that
+ * ran at the maximum clock, and its clock exponent from the sustained point,
+ * (P - idle) = D x^e with x its clock over the maximum (e = default_exp and D from the
+ * sustained point alone where the limit did not hold it back or the duty cycle ran
+ * throttled); the energy of one unit of work there, D t(1) / work with t(1) = t x^s; the
+ * burst's clock as the clock of the probed rates. */
+static void class_figures(power_class *k, double idle_w, double fmax, double default_exp)
+{
+    power_sample pts[3] = {k->burst, k->duty, k->sus};
+    k->time_exp = fit_time_exp(pts, 3);
+    double x = k->sus.clock_mhz / fmax, ds = k->sus.power_w - idle_w, d;
+    if (ds < 0) ds = 0;
+    double dd = k->duty_busy > 0.05 ? (k->duty.power_w - idle_w) / k->duty_busy : 0;
+    k->clock_exp = 0;
+    if (x < 0.98 && k->duty.clock_mhz >= 0.98 * fmax && dd > ds) {
+        d = dd;
+        k->clock_exp = log(ds / dd) / log(x);
+    } else {
+        d = x > 0 ? ds / pow(x, default_exp) : ds;
+    }
+    double t1_s = k->sus.call_ms * 1e-3 * pow(x, k->time_exp);
+    k->j_per_work = k->work > 0 ? d * t1_s / k->work : 0;
+    k->ref_clock = k->burst.clock_mhz / fmax;
+}
+
+/* The controller's time scale: after a second of a spinning block, NR GEMMs back to back,
+ * each between its own events; the time from the first call's start until a run of 5
+ * calls averages half way from the burst's call time to the sustained one. Every call's
+ * start and time go to the raw CSV. */
+static rt_status power_response(probe_ctx *c, power_class *g, spin_call *sp, double *half_ms,
+                                ms_error *err)
+{
+    enum { NR = 300 };
+    static cudaEvent_t ev[NR + 1];
+    double t[NR], at[NR];
+    rt_status st = RT_OK;
+    for (int i = 0; i <= NR; i++) RT_CHECK(err, cudaEventCreate(&ev[i]));
+    sp->cycles = 2000000;
+    for (int i = 0; i < 1000 && st == RT_OK; i++) st = run_spin(sp, err);
+    RT_CHECK(err, cudaEventRecord(ev[0], c->s0));
+    for (int i = 0; i < NR && st == RT_OK; i++) {
+        st = g->fn(g->arg, err);
+        if (st == RT_OK) RT_CHECK(err, cudaEventRecord(ev[i + 1], c->s0));
+    }
+    if (st != RT_OK) return st;
+    RT_CHECK(err, cudaEventSynchronize(ev[NR]));
+    double mid = 0.5 * (g->burst.call_ms + g->sus.call_ms);
+    *half_ms = 0;
+    for (int i = 0; i < NR; i++) {
+        float a, b;
+        RT_CHECK(err, cudaEventElapsedTime(&a, ev[0], ev[i]));
+        RT_CHECK(err, cudaEventElapsedTime(&b, ev[i], ev[i + 1]));
+        at[i] = a;
+        t[i] = b;
+        char w[64];
+        snprintf(w, sizeof w, "gemm_response_ms:%.3f", a);
+        raw(c, w, 0, b, "ms");
+    }
+    for (int i = 0; i + 5 <= NR && *half_ms == 0; i++) {
+        double m = (t[i] + t[i + 1] + t[i + 2] + t[i + 3] + t[i + 4]) / 5;
+        if (m >= mid) *half_ms = at[i] > 0 ? at[i] : t[i];
+    }
+    for (int i = 0; i <= NR; i++) cudaEventDestroy(ev[i]);
+    fprintf(stderr, "probe: power response: half of the GEMMs' slowdown after %.1f ms\n", *half_ms);
+    return RT_OK;
+}
+
+typedef struct power_bufs {
+    kn_ctx *k;
+    kn_bf16 *buf;
+    float *lse;
+    unsigned *sink;
+} power_bufs;
+
+static void power_bufs_free(power_bufs *b)
+{
+    cudaFree(b->buf);
+    cudaFree(b->lse);
+    cudaFree(b->sink);
+    kn_ctx_free(b->k);
+}
+
+/* The shapes: GEMMs of a 4096-wide layer at 8K tokens (8192 x 16384 x 4096, the probe's GEMM
+ * layer); memsim's causal attention over 16 heads x 16K tokens, head dim 128; the GeLU over
+ * 8192 x 16384. The idle figure: a spinning block, back to back. */
+static rt_status probe_power_classes(probe_ctx *c, rt_nvml *nv, double run_ms, double fmax,
+                                     double clock_exp, power_bufs *b, power_class cls[4],
+                                     double *idle_w, double *half_ms, ms_error *err)
+{
+    const size_t S = 16384, H = 16, D = 128, e = S * H * D;
+    const size_t GM = 8192, GN = 16384, GK = 4096;
+    size_t need = 8 * e > GM * GK + GK * GN + GM * GN ? 8 * e : GM * GK + GK * GN + GM * GN;
+    rt_status st = kn_ctx_new(c->s0, &b->k, err);
+    if (st != RT_OK) return st;
+    if ((st = kn_ctx_reserve(b->k, 0, 0, S * H, err)) != RT_OK) return st;
+    RT_CHECK(err, cudaMalloc(&b->buf, need * 2));
+    RT_CHECK(err, cudaMalloc(&b->lse, S * H * sizeof *b->lse));
+    RT_CHECK(err, cudaMalloc(&b->sink, sizeof *b->sink));
+    fill_bf16<<<1024, 256, 0, c->s0>>>((__nv_bfloat16 *)b->buf, need, 7u);
+    RT_CHECK(err, cudaStreamSynchronize(c->s0));
+    spin_call sp = {c->s0, b->sink, 2000000};
+    gemm_call g = {b->k, 0, 0, 0, GM, GN, GK, b->buf, b->buf + GM * GK,
+                    b->buf + GM * GK + GK * GN};
+    attn_call af = {b->k, 0, 1, H, S, D, b->buf, b->buf + e, b->buf + 2 * e, b->buf + 3 * e,
+                     b->buf + 4 * e, b->buf + 5 * e, b->buf + 6 * e, b->buf + 7 * e, b->lse};
+    attn_call ab = af;
+    ab.bwd = 1;
+    gelu_call ge = {b->k, b->buf + GM * GN, b->buf, GM, GN};
+    double afl = 2.0 * (double)S * (double)S * (double)H * (double)D;
+    power_class init[4] = {
+        {"gemm", run_gemm, &g, 2.0 * GM * GN * (double)GK, 1},
+        {"rt_attn_fwd", run_attn, &af, afl, 1},
+        {"rt_attn_bwd", run_attn, &ab, 2.5 * afl, 1},
+        {"mem", run_gelu, &ge, 2.0 * 2.0 * GM * (double)GN, 0},
+    };
+    power_sample idle;
+    if ((st = sustain(c, nv, run_spin, &sp, 1.0, run_ms, &idle, err)) != RT_OK) return st;
+    class_raw(c, "idle", "sustained", &idle);
+    *idle_w = idle.power_w;
+    for (int i = 0; i < 4; i++) {
+        cls[i] = init[i];
+        if ((st = measure_class(c, nv, &cls[i], &sp, run_ms, err)) != RT_OK) return st;
+        class_figures(&cls[i], idle.power_w, fmax, clock_exp);
+    }
+    /* a GEMM of the validation's 2048-wide layer (8K tokens, fc1: 8192 x 8192 x 2048), for
+     * the raw CSV alone: does the energy of a FLOP depend on the shape? */
+    gemm_call gs = {b->k, 0, 0, 0, 8192, 8192, 2048, b->buf, b->buf + GM * GK,
+                    b->buf + GM * GK + GK * GN};
+    power_class small = {"gemm_2048", run_gemm, &gs, 2.0 * 8192.0 * 8192.0 * 2048.0, 1};
+    if ((st = measure_class(c, nv, &small, &sp, run_ms, err)) != RT_OK) return st;
+    class_figures(&small, idle.power_w, fmax, clock_exp);
+    raw(c, "time_exp:gemm_2048", 0, small.time_exp, "exponent");
+    raw(c, "clock_exp:gemm_2048", 0, small.clock_exp, "exponent");
+    raw(c, "J_per_work:gemm_2048", small.work, small.j_per_work, "J/FLOP");
+    return power_response(c, &cls[0], &sp, half_ms, err);
+}
+
+static void set_class(const power_class *k, double *j, double *s, double *e, double *ref)
+{
+    *e = k->clock_exp;
+    *j = k->j_per_work;
+    *s = k->time_exp;
+    *ref = k->ref_clock;
+}
+
+static rt_status probe_power(probe_ctx *c, machine_t *m, double run_ms, ms_error *err)
+{
+    int dev = 0;
+    char pci[64], why[256];
+    RT_CHECK(err, cudaGetDevice(&dev));
+    RT_CHECK(err, cudaDeviceGetPCIBusId(pci, sizeof pci, dev));
+    rt_nvml *nv = NULL;
+    if (rt_nvml_new(pci, &nv, why, sizeof why)) return power_fail(err, RT_ERR_NODEV, why);
+    double fmax = 0, limit = 0;
+    if (rt_nvml_sm_clock_max_mhz(nv, &fmax) || rt_nvml_power_limit_w(nv, &limit)) {
+        rt_nvml_free(nv);
+        return power_fail(err, RT_ERR_NODEV, "NVML gives no maximum SM clock or power limit");
+    }
+    double ex = m->power_clock_exp > 0 ? m->power_clock_exp : 3.0, idle_w = 0, half_ms = 0;
+    power_bufs b = {0};
+    power_class k[4];
+    rt_status st = probe_power_classes(c, nv, run_ms, fmax, ex, &b, k, &idle_w, &half_ms, err);
+    power_bufs_free(&b);
+    rt_nvml_free(nv);
+    if (st != RT_OK) return st;
+    m->power_limit_w = limit;
+    m->power_idle_w = idle_w;
+    if (half_ms > 0) m->power_window_ms = half_ms;
+    set_class(&k[0], &m->power_gemm_j, &m->power_gemm_time_exp, &m->power_gemm_clock_exp,
+              &m->power_gemm_ref_clock);
+    set_class(&k[1], &m->power_rt_attn_fwd_j, &m->power_rt_attn_fwd_time_exp,
+              &m->power_rt_attn_fwd_clock_exp, &m->power_rt_attn_fwd_ref_clock);
+    set_class(&k[2], &m->power_rt_attn_bwd_j, &m->power_rt_attn_bwd_time_exp,
+              &m->power_rt_attn_bwd_clock_exp, &m->power_rt_attn_bwd_ref_clock);
+    set_class(&k[3], &m->power_mem_j, &m->power_mem_time_exp, &m->power_mem_clock_exp,
+              &m->power_mem_ref_clock);
+    for (int i = 0; i < 4; i++) {
+        char w[64];
+        snprintf(w, sizeof w, "time_exp:%s", k[i].name);
+        raw(c, w, 0, k[i].time_exp, "exponent");
+        snprintf(w, sizeof w, "clock_exp:%s", k[i].name);
+        raw(c, w, 0, k[i].clock_exp, "exponent");
+        snprintf(w, sizeof w, "J_per_work:%s", k[i].name);
+        raw(c, w, k[i].work, k[i].j_per_work, i == 3 ? "J/byte" : "J/FLOP");
+    }
+    raw(c, "power_limit_W", 0, limit, "W");
+    raw(c, "sm_clock_max_MHz", 0, fmax, "MHz");
+    return RT_OK;
+}
+
 /* ---- the runtime's host AdamW (rt.host_adam_params_per_s) ---- */
 
 typedef struct host_arrays {
@@ -847,6 +1277,19 @@ rt_status probe_attn_run(machine_profile *p, FILE *raw_csv, int quick, double wa
     if (st == RT_OK) {
         fprintf(stderr, "probe: attention (memsim's kernels)\n");
         st = probe_attn(&c, &p->m, peak, quick, err);
+    }
+    probe_close(&c);
+    return st;
+}
+
+rt_status probe_power_run(machine_profile *p, FILE *raw_csv, double run_ms, ms_error *err)
+{
+    probe_ctx c;
+    double peak = 0;
+    rt_status st = probe_open(&c, &p->m, raw_csv, 0, &peak, err);
+    if (st == RT_OK) {
+        fprintf(stderr, "probe: board power under each kernel class, %.0f ms each\n", run_ms);
+        st = probe_power(&c, &p->m, run_ms, err);
     }
     probe_close(&c);
     return st;

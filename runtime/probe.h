@@ -25,6 +25,11 @@ rt_status probe_host_adam_run(machine_profile *p, FILE *raw_csv, int quick, ms_e
 rt_status probe_attn_run(machine_profile *p, FILE *raw_csv, int quick, double warm_ms,
                          ms_error *err);
 
+/* Only the board's power under each kernel class (power.*; NVML, dlopen'd): one spinning
+ * block, cuBLAS GEMMs, memsim's attention forward and backward and a memory-bound kernel,
+ * each back to back for run_ms while power and clock are read. */
+rt_status probe_power_run(machine_profile *p, FILE *raw_csv, double run_ms, ms_error *err);
+
 #ifdef __cplusplus
 }
 #endif

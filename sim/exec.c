@@ -306,12 +306,15 @@ static void start_timer(ex *x, int s, double dur_us)
  * (<= 0) efficiency is taken as 1 rather than as a kernel that never finishes. */
 static double dha_eff(const sched_action *a) { return a->dha_eff > 0 ? a->dha_eff : 1.0; }
 
-static void start_compute(ex *x, int s, const sched_action *a)
+static void start_compute(ex *x, int s, size_t idx, const sched_action *a)
 {
     stream *t = &x->st[s];
     uint64_t rd = a->host_read_bytes, wr = a->host_write_bytes;
     t->parts = 1 + (rd > 0) + (wr > 0);
-    start_timer(x, s, a->dur_us > 0 ? a->dur_us : 0);
+    double dur = a->dur_us > 0 ? a->dur_us : 0;
+    if (x->o.dur_scale) dur *= x->o.dur_scale[idx];
+    if (x->o.start_us) x->o.start_us[idx] = eng_now(x->eng);
+    start_timer(x, s, dur);
     /* dha_eff, in the action's next cache line, read only by a DHA kernel */
     if (rd) start_dha_flow(x, s, LINK_H2D, rd, x->m->dha_read_Bps * dha_eff(a));
     if (wr) start_dha_flow(x, s, LINK_D2H, wr, x->m->dha_write_Bps * dha_eff(a));
@@ -827,7 +830,7 @@ static void advance_stream(ex *x, int s)
         case SA_COMPUTE:
             if (x->host_clock && !exh_clock_ready(x, s, a)) return;
             t->state = ST_RUN;
-            start_compute(x, s, a);
+            start_compute(x, s, idx, a);
             return;
         case SA_COPY_D2H:
         case SA_COPY_H2D:

@@ -54,6 +54,12 @@ typedef struct sim_opts {
      * as the generator's hf programs do (the profile's host.eager_kernel_us; the pipeline
      * decides, sim/pipeline.c); 0 (default): no host modelled for such a trace */
     double eager_host_us;
+    /* The power limit's clock (sim/power.h; docs/SIMULATOR.md, "Power limit"), one entry per
+     * schedule action, or NULL: dur_scale multiplies a COMPUTE action's dur_us (1: the
+     * clock its time was measured at), and start_us receives the simulated time each
+     * COMPUTE action starts at (other entries are left as they are). */
+    const double *dur_scale;
+    double *start_us;
 } sim_opts;
 
 void sim_opts_default(sim_opts *o);

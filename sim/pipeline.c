@@ -2,6 +2,7 @@
  * memsim plan / simulate / compare and the experiments. */
 #define _POSIX_C_SOURCE 200809L
 #include "sim/pipeline.h"
+#include "sim/power.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,6 +252,33 @@ double pipe_eager_host_us(const trace_t *t, const machine_t *m)
     return m->host_eager_kernel_us;
 }
 
+/* The power limit's passes (sim/power.h): where the profile has the figures, the schedule
+ * runs without outputs, first at the maximum clock, then at the clock each window held in
+ * the pass before, until no duration moves by more than PIPE_POWER_TOL of itself or
+ * PIPE_POWER_PASSES passes ran; so->dur_scale is then the last clock for the run that
+ * counts. A pass that ends in an oom stops the iteration (the final run reports it). */
+#define PIPE_POWER_PASSES 4
+#define PIPE_POWER_TOL 1e-4
+static ms_status power_passes(const schedule_t *s, const trace_t *t, const machine_t *gpu,
+                              sim_opts *so, sim_result *r, pw_model **out, ms_error *err)
+{
+    pw_why why;
+    ms_status st = pw_new(gpu, s, t, out, &why, err);
+    if (st != MS_OK || !*out) return st;
+    sim_opts q = *so;
+    q.timeline_path = q.memcsv_path = q.intervals_path = NULL;
+    q.timeline_out = NULL;
+    q.dur_scale = pw_scales(*out);
+    q.start_us = pw_starts(*out);
+    for (int pass = 0; pass < PIPE_POWER_PASSES; pass++) {
+        res_init(r);
+        if ((st = sim_execute(s, gpu, &q, r, err)) != MS_OK) return st;
+        if (r->status != RS_OK || pw_update(*out) < PIPE_POWER_TOL) break;
+    }
+    so->dur_scale = pw_scales(*out);
+    return MS_OK;
+}
+
 ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t *plan,
                              const pipe_outputs *out, const pipe_policy *p, sim_result *r,
                              ms_error *err)
@@ -308,8 +336,17 @@ ms_status pipe_simulate_with(const trace_t *t, const machine_t *m, const plan_t 
     jobview_of(t, m, &jv);
     so.host_sharers = jv.node_ranks;
     so.host_capacity_bytes = jv.host_share_bytes;
-    res_init(r);
-    st = sim_execute(s, &jv.gpu, &so, r, err);
+    pw_model *pw = NULL;
+    st = power_passes(s, t, &jv.gpu, &so, r, &pw, err);
+    if (st == MS_OK) {
+        res_init(r);
+        st = sim_execute(s, &jv.gpu, &so, r, err);
+    }
+    if (pw) {
+        r->power_clock_ratio = pw_clock_ratio(pw);
+        r->power_peak_w = pw_peak_window_w(pw);
+    }
+    pw_free(pw);
     free(ids);
     free(offs);
     if (!borrowed) sched_free(s);

@@ -193,6 +193,12 @@ void res_table(FILE *f, const sim_result *rs, size_t n)
             fprintf(f, "  %s: %s\n", res_status_name(r->status),
                     r->failure[0] ? r->failure : "the failing request was not recorded");
     }
+    for (size_t i = 0; i < n; i++)
+        if (rs[i].power_clock_ratio > 0 && rs[i].status == RS_OK)
+            fprintf(f, "power limit, %s: compute-bound kernels at %.3f of the maximum SM clock "
+                       "(weighted by their time), busiest window %.0f W\n",
+                    rs[i].policy[0] ? rs[i].policy : "-", rs[i].power_clock_ratio,
+                    rs[i].power_peak_w);
 }
 
 /* GiB in a column w wide: "-" for nothing. */

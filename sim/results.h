@@ -45,6 +45,10 @@ typedef struct sim_result {
      * request was made. */
     uint64_t peak_live_bytes[BM_COUNT];
     int peak_live_at_failure;    /* 1: peak_live_bytes is the state at the oom */
+    /* The power limit (sim/power.h): the compute-bound kernels' SM clock as a fraction of
+     * the maximum (1: the limit never bound them; 0: no power model for this run) and the
+     * highest window's average board power, W; not CSV columns. */
+    double power_clock_ratio, power_peak_w;
     char plan_note[320];         /* the planner's caveat, "" for none: its search found no
                                     configuration within its budget (plan knob feasible 0)
                                     and the plan is the closest one */

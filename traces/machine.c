@@ -37,6 +37,20 @@ enum {
 };
 #define RULE_REQUIRED(r) ((r) != R_OPT_EFF && (r) != R_OPT_NONNEG && (r) != R_OPT_FLAG)
 
+/* A kernel class of the power model (sim/power.h): its energy per unit of work at the
+ * maximum SM clock, how its time follows the clock, and the clock its profile rates hold. */
+#define POWER_CLASS(X, key, f, what, unit)                                                     \
+    X("power." key "_j", MF_DBL, power_##f##_j, R_OPT_NONNEG,                                  \
+      what ": dynamic energy (above power.idle_w) per " unit " at the maximum SM clock, J "     \
+      "(memsim probe --power; 0 or absent: not measured)")                                     \
+    X("power." key "_time_exp", MF_DBL, power_##f##_time_exp, R_OPT_NONNEG,                    \
+      "its time ~ clock^-exp, fitted over a burst, a duty cycle and a sustained run")          \
+    X("power." key "_clock_exp", MF_DBL, power_##f##_clock_exp, R_OPT_NONNEG,                  \
+      "its dynamic power ~ clock^exp, from its duty cycle at the maximum clock and its "       \
+      "sustained run under the limit (0 or absent: power.clock_exp)")                          \
+    X("power." key "_ref_clock", MF_DBL, power_##f##_ref_clock, R_OPT_NONNEG,                  \
+      "the SM clock its probed rates hold (a burst of calls), fraction of the maximum")
+
 /* One list drives the public table and the rules, so they cannot drift apart.
  * X(key, type, field, rule, doc) */
 #define MACHINE_FIELDS(X)                                                                      \
@@ -210,7 +224,28 @@ enum {
       "sequence length (tokens) at which that kernel reaches half of rt.attn_bwd_eff")         \
     X("rt.host_adam_params_per_s", MF_DBL, rt_host_adam_params_per_s, R_OPT_NONNEG,           \
       "memsim runtime's host AdamW step (offload plans with --math real): parameters/s on "   \
-      "its default threads (memsim probe; times host Adam ops under kernels=runtime)")
+      "its default threads (memsim probe; times host Adam ops under kernels=runtime)")     \
+    X("power.limit_w", MF_DBL, power_limit_w, R_OPT_NONNEG,                                    \
+      "board power limit the driver enforces, W (memsim probe --power; 0 or absent: no "      \
+      "power model, every kernel at the clock its rate was measured at)")                     \
+    X("power.idle_w", MF_DBL, power_idle_w, R_OPT_NONNEG,                                      \
+      "board power with the SM clock up and next to no work (one spinning block), W")         \
+    POWER_CLASS(X, "gemm", gemm, "GEMMs (cuBLAS bf16)", "FLOP")                               \
+    POWER_CLASS(X, "rt_attn_fwd", rt_attn_fwd, "memsim's attention forward (kernels=runtime)", \
+                "FLOP")                                                                       \
+    POWER_CLASS(X, "rt_attn_bwd", rt_attn_bwd, "memsim's attention backward", "FLOP")         \
+    POWER_CLASS(X, "mem", mem, "memory-bound kernels (the runtime's GeLU)",                    \
+                "device-memory byte")                                                          \
+    X("power.clock_exp", MF_DBL, power_clock_exp, R_OPT_NONNEG,                                \
+      "exponent of the SM clock in a class's dynamic power, P - idle ~ f^exp, where the class "\
+      "has none of its own (0 or absent: 3, f V^2 with the voltage following the clock)")     \
+    X("power.window_ms", MF_DBL, power_window_ms, R_OPT_NONNEG,                                \
+      "the span of the schedule over which the driver holds the average power to the limit, "  \
+      "ms (memsim probe --power: the time back-to-back GEMMs take to lose half of their "     \
+      "sustained slowdown after a second of idle; 0 or absent: 20)")                           \
+    X("power.clock_floor", MF_DBL, power_clock_floor, R_OPT_NONNEG,                            \
+      "the lowest SM clock the limit may bring, as a fraction of the maximum (0 or absent: "   \
+      "0.5)")
 
 #define AS_FIELD(k, t, f, r, d) {k, t, offsetof(machine_t, f), RULE_REQUIRED(r), d},
 #define AS_RULE(k, t, f, r, d) r,

@@ -101,6 +101,18 @@ typedef struct machine {
     double rt_attn_bwd_eff;
     double rt_attn_bwd_half_seq;
     double rt_host_adam_params_per_s; /* the runtime's host AdamW (0: not probed) */
+    /* The board's power limit and the kernel classes' energy (docs/SIMULATOR.md, "Power
+     * limit"; sim/power.h); 0 = not measured. */
+    double power_limit_w, power_idle_w;
+    double power_gemm_j, power_gemm_time_exp, power_gemm_clock_exp,
+        power_gemm_ref_clock;
+    double power_rt_attn_fwd_j, power_rt_attn_fwd_time_exp, power_rt_attn_fwd_clock_exp,
+        power_rt_attn_fwd_ref_clock;
+    double power_rt_attn_bwd_j, power_rt_attn_bwd_time_exp, power_rt_attn_bwd_clock_exp,
+        power_rt_attn_bwd_ref_clock;
+    double power_mem_j, power_mem_time_exp, power_mem_clock_exp,
+        power_mem_ref_clock;
+    double power_clock_exp, power_window_ms, power_clock_floor;
 } machine_t;
 
 typedef enum machine_ftype { MF_STR, MF_U64, MF_I64, MF_DBL } machine_ftype;

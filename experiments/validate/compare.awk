@@ -84,6 +84,8 @@ mode == "calibrate" && FNR == NR {
     next
 }
 mode == "calibrate" {
+    # the durations below are the GPU's, at the clock it held: no power model on top of them
+    if (FNR == 1) { print; print "meta op_times measured"; next }
     n = split($0, c, " ")
     if (c[1] == "op" && n >= 12 && (c[n] in meas)) {
         c[9] = meas[c[n]]
