@@ -62,12 +62,12 @@
 
 #define NIL UINT32_MAX
 #define ONE_EIB (1ULL << 60)
-/* The two calls made for every request, block_common and caching_release_h, are flattened:
- * the free set's operations (memory/bset.c, through the link-time optimization) and the
- * helpers inlined into them, which saves each call's register saves and lets the searches'
- * results stay in registers (the 192-configuration sweep of BENCHMARKS.md: 16.6 M fewer
- * instructions). OUTLINE keeps the paths a request seldom takes (a new segment, a retry, a
- * new tree, a growing arena, the release by address) out of them, and so out of the
+/* The calls made for every request, block_common and the two releases (by handle, the
+ * executor's; by address, the replay's), are flattened: the free set's operations
+ * (memory/bset.c, through the link-time optimization) and the helpers inlined into them,
+ * which saves each call's register saves and lets the searches' results stay in registers.
+ * OUTLINE keeps the paths a request seldom takes (a new segment, a retry, a new tree, a
+ * growing arena, the fallback of the release by handle) out of them, and so out of the
  * instruction cache's way. */
 #define FLAT __attribute__((flatten))
 #define OUTLINE __attribute__((noinline))
@@ -559,7 +559,7 @@ static OUTLINE uint32_t find_unmapped(const caching *c, uint64_t addr)
     return NIL;
 }
 
-static OUTLINE ms_status caching_release(alloc_t *a, uint64_t addr)
+static FLAT ms_status caching_release(alloc_t *a, uint64_t addr)
 {
     caching *c = impl(a);
     if (addr == 0) return MS_OK;         /* free(nullptr) */
@@ -579,13 +579,19 @@ static OUTLINE ms_status caching_release(alloc_t *a, uint64_t addr)
     return free_block(a, i);
 }
 
+/* caching_release kept out of caching_release_h, which falls back on it. */
+static OUTLINE ms_status release_by_addr(alloc_t *a, uint64_t addr)
+{
+    return caching_release(a, addr);
+}
+
 static FLAT ms_status caching_release_h(alloc_t *a, uint64_t addr, uint32_t handle)
 {
     caching *c = impl(a);
     if (addr == 0) return MS_OK;
     const cblk *b = handle < c->nb ? &c->b[handle] : NULL;
     if (!b || !b->live || !b->allocated || !b->unmapped || b->addr != addr)
-        return caching_release(a, addr); /* not the handle of the block at addr */
+        return release_by_addr(a, addr); /* not the handle of the block at addr */
     if (bset_reserve(set_of(c, b))) return MS_ERR_NOMEM; /* before anything changes */
     c->b[handle].unmapped = 0;
     return free_block(a, handle);
