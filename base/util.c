@@ -806,8 +806,31 @@ const char *ms_fmt_bytes(uint64_t bytes, char *buf, size_t n)
     return buf;
 }
 
+const char *ms_fmt_u64(uint64_t v, char *buf, size_t n)
+{
+    char tmp[24], *p = tmp + sizeof tmp;
+    *--p = '\0';
+    do *--p = (char)('0' + v % 10); while ((v /= 10) != 0);
+    size_t len = (size_t)(tmp + sizeof tmp - p);
+    if (n >= len) memcpy(buf, p, len);
+    else if (n > 0) buf[0] = '\0';
+    return buf;
+}
+
 const char *ms_fmt_double(double v, char *buf, size_t n)
 {
+    /* An integer below 1e15 in magnitude (zeros, counts): %.15g writes its digits alone, no
+     * exponent or point, and they read back exactly (1e15 < 2^53), so they are written
+     * without printf's conversion and the read back (half of a sweep's CSV doubles). */
+    if (n >= 18 && fabs(v) < 1e15 && v == (double)(int64_t)v) {
+        if (signbit(v)) { /* -0 too, which %.15g writes as "-0" */
+            buf[0] = '-';
+            ms_fmt_u64((uint64_t)-(int64_t)v, buf + 1, n - 1);
+        } else {
+            ms_fmt_u64((uint64_t)v, buf, n);
+        }
+        return buf;
+    }
     /* The shortest of %.15g/%.16g/%.17g that reads back to the same double. */
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(buf, n, "%.*g", prec, v);

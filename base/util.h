@@ -141,6 +141,9 @@ static inline ms_status ms_grow(void **arr, size_t *cap, size_t need, size_t ele
 /* Formats bytes as "1.50 GiB" into buf. */
 const char *ms_fmt_bytes(uint64_t bytes, char *buf, size_t n);
 
+/* v in decimal, as "%llu" writes it, into buf (n bytes; "" when it does not fit). */
+const char *ms_fmt_u64(uint64_t v, char *buf, size_t n);
+
 /* Exact decimal formatting of doubles for round-tripping: shortest "%.17g"-safe text. */
 const char *ms_fmt_double(double v, char *buf, size_t n);
 

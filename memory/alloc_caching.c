@@ -62,6 +62,15 @@
 
 #define NIL UINT32_MAX
 #define ONE_EIB (1ULL << 60)
+/* The calls made for every request, block_common and the two releases (by handle, the
+ * executor's; by address, the replay's), are flattened: the free set's operations
+ * (memory/bset.c, through the link-time optimization) and the helpers inlined into them,
+ * which saves each call's register saves and lets the searches' results stay in registers.
+ * OUTLINE keeps the paths a request seldom takes (a new segment, a retry, a new tree, a
+ * growing arena, the fallback of the release by handle) out of them, and so out of the
+ * instruction cache's way. */
+#define FLAT __attribute__((flatten))
+#define OUTLINE __attribute__((noinline))
 
 typedef struct cblk {
     uint64_t addr, size;
@@ -145,6 +154,15 @@ uint64_t alloc_caching_segment_bytes(uint64_t rounded)
 
 /* ---------------------------------------------------------------- arena */
 
+/* A slot past the arena's end, growing it; NIL when out of memory. Out of line: most new
+ * blocks reuse a recycled slot. */
+static OUTLINE uint32_t blk_append(caching *c)
+{
+    if (c->nb >= NIL - 1) return NIL;
+    if (ms_grow((void **)&c->b, &c->capb, c->nb + 1, sizeof *c->b) != MS_OK) return NIL;
+    return (uint32_t)c->nb++;
+}
+
 static uint32_t blk_new(caching *c)
 {
     uint32_t i;
@@ -152,9 +170,8 @@ static uint32_t blk_new(caching *c)
         i = c->free_slot;
         c->free_slot = c->b[i].next;
     } else {
-        if (c->nb >= NIL - 1) return NIL;
-        if (ms_grow((void **)&c->b, &c->capb, c->nb + 1, sizeof *c->b) != MS_OK) return NIL;
-        i = (uint32_t)c->nb++;
+        i = blk_append(c);
+        if (i == NIL) return NIL;
     }
     cblk *b = &c->b[i];
     memset(b, 0, sizeof *b);
@@ -195,12 +212,10 @@ static int pool_erase(caching *c, uint32_t n)
     return 0;
 }
 
-/* The tree of (pool, stream); NIL when it has none (create: makes it; NIL when out of
- * memory). Trees are never removed: a stream's pool keeps its set once it had a request. */
-static uint32_t tree_find(caching *c, int small, int32_t stream, int create)
+/* tree_find past its hint: the map, then a new tree. */
+static OUTLINE uint32_t tree_lookup(caching *c, int small, int32_t stream, int create,
+                                 uint32_t *hint)
 {
-    uint32_t *hint = &c->hint[small][(uint32_t)stream & (TREE_HINTS - 1)];
-    if (*hint != NIL && c->trees[*hint].stream == stream) return *hint;
     uint64_t key = (uint64_t)small << 32 | (uint32_t)stream, v;
     if (u64map_get(c->tree_of, key, &v)) return *hint = (uint32_t)v;
     if (!create || c->ntrees >= NIL - 1) return NIL;
@@ -213,6 +228,15 @@ static uint32_t tree_find(caching *c, int small, int32_t stream, int create)
     }
     c->trees[c->ntrees] = (ctree){set, stream, small};
     return *hint = (uint32_t)c->ntrees++;
+}
+
+/* The tree of (pool, stream); NIL when it has none (create: makes it; NIL when out of
+ * memory). Trees are never removed: a stream's pool keeps its set once it had a request. */
+static uint32_t tree_find(caching *c, int small, int32_t stream, int create)
+{
+    uint32_t *hint = &c->hint[small][(uint32_t)stream & (TREE_HINTS - 1)];
+    if (*hint != NIL && c->trees[*hint].stream == stream) return *hint;
+    return tree_lookup(c, small, stream, create, hint);
 }
 
 /* The pool's trees in stream order into c->order; returns their count (-1: no memory). */
@@ -273,7 +297,7 @@ static uint32_t get_free_block(caching *c, uint32_t tree, uint64_t size, bset_po
 }
 
 /* alloc_block: one cudaMalloc of a whole segment. MS_ERR_OOM when the device is full. */
-static ms_status alloc_segment(alloc_t *a, int small, int32_t stream, uint32_t tree,
+static OUTLINE ms_status alloc_segment(alloc_t *a, int small, int32_t stream, uint32_t tree,
                                uint64_t bytes, int is_retry, uint32_t *out)
 {
     caching *c = impl(a);
@@ -319,7 +343,7 @@ static ms_status release_block(alloc_t *a, uint32_t i)
 /* release_available_cached_blocks: with max_split_size set, free oversize cached blocks of
  * this stream — the smallest one big enough, else the largest ones until enough is freed.
  * Sets *freed to whether the caller should retry. */
-static ms_status release_available(alloc_t *a, uint32_t tree, uint64_t size, int *freed)
+static OUTLINE ms_status release_available(alloc_t *a, uint32_t tree, uint64_t size, int *freed)
 {
     caching *c = impl(a);
     *freed = 0;
@@ -371,7 +395,7 @@ static ms_status release_pool(alloc_t *a, cpool *p)
 /* release_cached_blocks (= empty_cache): synchronize, return the blocks waiting for events
  * (the caller's hook: every event is complete after the synchronize), then free whole cached
  * segments of the large pool and then the small pool. */
-static ms_status release_cached(alloc_t *a)
+static OUTLINE ms_status release_cached(alloc_t *a)
 {
     caching *c = impl(a);
     ms_status st = a->be.ops->synchronize(a->be.ctx);
@@ -390,6 +414,12 @@ static int should_split(const caching *c, const cblk *b, uint64_t size)
     uint64_t remaining = b->size - size;
     if (b->small) return remaining >= ALLOC_CACHING_MIN_BLOCK_BYTES;
     return size < c->max_split && remaining > ALLOC_CACHING_SMALL_SIZE_BYTES;
+}
+
+/* Enters allocated block i in the map by address (the release by address finds it there). */
+static OUTLINE int live_put(caching *c, uint64_t addr, uint32_t i)
+{
+    return u64map_put(c->live, addr, i);
 }
 
 /* alloc_found_block: split off the request at the block's low end if should_split, mark
@@ -437,7 +467,7 @@ static ms_status alloc_found(alloc_t *a, uint32_t i, const bset_pos *at, uint64_
     b->requested = orig_bytes;
     b->unmapped = handle != NULL;
     if (handle) *handle = i; /* found by it at the release: no entry by address */
-    else if (u64map_put(c->live, b->addr, i)) return MS_ERR_NOMEM;
+    else if (live_put(c, b->addr, i)) return MS_ERR_NOMEM;
     alloc_stat_add(&a->stats.allocated_bytes, &a->stats.allocated_peak_bytes, b->size);
     alloc_stat_add(&a->stats.active_bytes, &a->stats.active_peak_bytes, b->size);
     alloc_stat_add(&a->stats.requested_bytes, &a->stats.requested_peak_bytes, orig_bytes);
@@ -446,7 +476,7 @@ static ms_status alloc_found(alloc_t *a, uint32_t i, const bset_pos *at, uint64_
 }
 
 /* caching_block, and with handle (not NULL) caching_block_h. */
-static ms_status block_common(alloc_t *a, uint64_t bytes, int stream, uint64_t tag,
+static FLAT ms_status block_common(alloc_t *a, uint64_t bytes, int stream, uint64_t tag,
                               uint64_t *addr, uint32_t *handle)
 {
     (void)tag;
@@ -520,7 +550,7 @@ static inline __attribute__((always_inline)) ms_status free_block(alloc_t *a, ui
 
 /* The allocated block at addr that caching_block_h gave (a search: their callers release
  * them by handle); NIL when none. */
-static uint32_t find_unmapped(const caching *c, uint64_t addr)
+static OUTLINE uint32_t find_unmapped(const caching *c, uint64_t addr)
 {
     for (size_t i = 0; i < c->nb; i++) {
         const cblk *b = &c->b[i];
@@ -529,7 +559,7 @@ static uint32_t find_unmapped(const caching *c, uint64_t addr)
     return NIL;
 }
 
-static ms_status caching_release(alloc_t *a, uint64_t addr)
+static FLAT ms_status caching_release(alloc_t *a, uint64_t addr)
 {
     caching *c = impl(a);
     if (addr == 0) return MS_OK;         /* free(nullptr) */
@@ -549,13 +579,19 @@ static ms_status caching_release(alloc_t *a, uint64_t addr)
     return free_block(a, i);
 }
 
-static ms_status caching_release_h(alloc_t *a, uint64_t addr, uint32_t handle)
+/* caching_release kept out of caching_release_h, which falls back on it. */
+static OUTLINE ms_status release_by_addr(alloc_t *a, uint64_t addr)
+{
+    return caching_release(a, addr);
+}
+
+static FLAT ms_status caching_release_h(alloc_t *a, uint64_t addr, uint32_t handle)
 {
     caching *c = impl(a);
     if (addr == 0) return MS_OK;
     const cblk *b = handle < c->nb ? &c->b[handle] : NULL;
     if (!b || !b->live || !b->allocated || !b->unmapped || b->addr != addr)
-        return caching_release(a, addr); /* not the handle of the block at addr */
+        return release_by_addr(a, addr); /* not the handle of the block at addr */
     if (bset_reserve(set_of(c, b))) return MS_ERR_NOMEM; /* before anything changes */
     c->b[handle].unmapped = 0;
     return free_block(a, handle);

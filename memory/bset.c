@@ -25,6 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The tree form, a set not ready and a growth are rare (see the top): laid out off the
+ * straight path of the caching allocator's calls, into which these functions are inlined. */
+#define UNLIKELY(c) __builtin_expect(!!(c), 0)
+
 #define BUCKET_MIN 4         /* a new bucket's room */
 #define SPARE_MAX 8          /* emptied buckets' arrays kept for new buckets */
 #define BUCKET_ENTRIES_MAX 256   /* past these, the set becomes a tree (see the top) */
@@ -153,13 +157,13 @@ int bset_reserve(bset *s) { return s->ready ? 0 : reserve_slow(s); }
 /* After an insertion into bucket b: the room the next one may need (see the top). */
 static inline void restore_room(bset *s, bbucket *b)
 {
-    if (b->n > BUCKET_ENTRIES_MAX || s->nb > SIZES_MAX) {
+    if (UNLIKELY(b->n > BUCKET_ENTRIES_MAX || s->nb > SIZES_MAX)) {
         s->big = 1;
         s->ready = 0;
     }
-    if (b->n == b->cap && grow_bucket(b)) s->ready = 0;
-    if (!s->nspare && add_spare(s)) s->ready = 0;
-    if (s->nb == s->capb && grow_dir(s)) s->ready = 0;
+    if (UNLIKELY(b->n == b->cap && grow_bucket(b))) s->ready = 0;
+    if (UNLIKELY(!s->nspare && add_spare(s))) s->ready = 0;
+    if (UNLIKELY(s->nb == s->capb && grow_dir(s))) s->ready = 0;
 }
 
 /* ---------------------------------------------------------------- searches */
@@ -252,7 +256,7 @@ static inline void ent_down(bent *e, uint32_t at, uint32_t n)
 
 int bset_insert(bset *s, uint64_t size, uint64_t addr, uint32_t id)
 {
-    if (!s->ready) {   /* also the way to the tree: a tree's set is never ready */
+    if (UNLIKELY(!s->ready)) {   /* also the way to the tree: a tree's set is never ready */
         if (reserve_slow(s)) return -1;
         if (s->t) return bset_tree_insert(s->t, size, addr, id);
     }
@@ -269,7 +273,7 @@ int bset_insert(bset *s, uint64_t size, uint64_t addr, uint32_t id)
 
 void bset_erase_at(bset *s, bset_pos pos)
 {
-    if (s->t) {
+    if (UNLIKELY(s->t)) {
         bset_tree_erase_at(s->t, tpos(pos));
         return;
     }
@@ -282,7 +286,7 @@ void bset_erase_at(bset *s, bset_pos pos)
 
 int bset_find(const bset *s, uint64_t size, uint64_t addr, uint32_t id, bset_pos *pos)
 {
-    if (s->t) {
+    if (UNLIKELY(s->t)) {
         bset_tree_pos tp;
         if (!bset_tree_find(s->t, size, addr, id, &tp)) return 0;
         *pos = fpos(tp);
@@ -299,7 +303,7 @@ int bset_find(const bset *s, uint64_t size, uint64_t addr, uint32_t id, bset_pos
 
 int bset_erase(bset *s, uint64_t size, uint64_t addr, uint32_t id)
 {
-    if (s->t) return bset_tree_erase(s->t, size, addr, id);
+    if (UNLIKELY(s->t)) return bset_tree_erase(s->t, size, addr, id);
     bset_pos pos;
     if (!bset_find(s, size, addr, id, &pos)) return 0;
     bset_erase_at(s, pos);
@@ -310,7 +314,7 @@ int bset_erase(bset *s, uint64_t size, uint64_t addr, uint32_t id)
  * erasure and an insertion (the emptied bucket's array is the spare a new one takes). */
 void bset_rekey_at(bset *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t id)
 {
-    if (s->t) {
+    if (UNLIKELY(s->t)) {
         bset_tree_rekey_at(s->t, tpos(pos), size, addr, id);
         return;
     }
@@ -329,7 +333,7 @@ void bset_rekey_at(bset *s, bset_pos pos, uint64_t size, uint64_t addr, uint32_t
 
 uint32_t bset_lower_bound(const bset *s, uint64_t size, bset_pos *pos, uint64_t *found_size)
 {
-    if (s->t) {
+    if (UNLIKELY(s->t)) {
         bset_tree_pos tp;
         uint32_t id = bset_tree_lower_bound(s->t, size, &tp, found_size);
         if (id != BSET_NONE) *pos = fpos(tp);
@@ -344,7 +348,7 @@ uint32_t bset_lower_bound(const bset *s, uint64_t size, bset_pos *pos, uint64_t 
 
 uint32_t bset_pred(const bset *s, uint64_t size, uint64_t addr)
 {
-    if (s->t) return bset_tree_pred(s->t, size, addr);
+    if (UNLIKELY(s->t)) return bset_tree_pred(s->t, size, addr);
     size_t k = size_find(s, size);
     if (k < s->nb && s->sz[k] == size) {
         uint32_t at = addr_find(&s->bk[k], addr);

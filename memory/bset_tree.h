@@ -10,25 +10,30 @@
 
 #define BSET_TREE_NONE UINT32_MAX
 
+/* Out of line: a set is seldom a tree, and memory/alloc_caching.c flattens the buckets'
+ * operations into its entry points; the tree's stay out of that code. */
+#define BSET_TREE_OUTLINE __attribute__((noinline))
+
 typedef struct bset_tree bset_tree;
 /* An entry's leaf and its place there (bset.h's bset_pos in the tree's terms). */
 typedef struct bset_tree_pos { uint32_t leaf, at; } bset_tree_pos;
 
-bset_tree *bset_tree_new(void);
-void bset_tree_free(bset_tree *s);
-size_t bset_tree_count(const bset_tree *s);
-int bset_tree_reserve(bset_tree *s);
-int bset_tree_insert(bset_tree *s, uint64_t size, uint64_t addr, uint32_t id);
-int bset_tree_erase(bset_tree *s, uint64_t size, uint64_t addr, uint32_t id);
-int bset_tree_find(const bset_tree *s, uint64_t size, uint64_t addr, uint32_t id,
-                   bset_tree_pos *pos);
-void bset_tree_rekey_at(bset_tree *s, bset_tree_pos pos, uint64_t size, uint64_t addr,
-                        uint32_t id);
-uint32_t bset_tree_lower_bound(const bset_tree *s, uint64_t size, bset_tree_pos *pos,
-                               uint64_t *found_size);
-void bset_tree_erase_at(bset_tree *s, bset_tree_pos pos);
-uint32_t bset_tree_pred(const bset_tree *s, uint64_t size, uint64_t addr);
-size_t bset_tree_ids(const bset_tree *s, uint32_t *out, size_t max);
-const char *bset_tree_check(const bset_tree *s);
+BSET_TREE_OUTLINE bset_tree *bset_tree_new(void);
+BSET_TREE_OUTLINE void bset_tree_free(bset_tree *s);
+BSET_TREE_OUTLINE size_t bset_tree_count(const bset_tree *s);
+BSET_TREE_OUTLINE int bset_tree_reserve(bset_tree *s);
+BSET_TREE_OUTLINE int bset_tree_insert(bset_tree *s, uint64_t size, uint64_t addr,
+                                       uint32_t id);
+BSET_TREE_OUTLINE int bset_tree_erase(bset_tree *s, uint64_t size, uint64_t addr, uint32_t id);
+BSET_TREE_OUTLINE int bset_tree_find(const bset_tree *s, uint64_t size, uint64_t addr,
+                                     uint32_t id, bset_tree_pos *pos);
+BSET_TREE_OUTLINE void bset_tree_rekey_at(bset_tree *s, bset_tree_pos pos, uint64_t size,
+                                          uint64_t addr, uint32_t id);
+BSET_TREE_OUTLINE uint32_t bset_tree_lower_bound(const bset_tree *s, uint64_t size,
+                                                 bset_tree_pos *pos, uint64_t *found_size);
+BSET_TREE_OUTLINE void bset_tree_erase_at(bset_tree *s, bset_tree_pos pos);
+BSET_TREE_OUTLINE uint32_t bset_tree_pred(const bset_tree *s, uint64_t size, uint64_t addr);
+BSET_TREE_OUTLINE size_t bset_tree_ids(const bset_tree *s, uint32_t *out, size_t max);
+BSET_TREE_OUTLINE const char *bset_tree_check(const bset_tree *s);
 
 #endif

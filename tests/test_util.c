@@ -53,6 +53,50 @@ static void test_parse(void)
     TAP_OK(ms_parse_double(buf, &back) && back == v, "double formatting round-trips (%s)", buf);
 }
 
+/* The shortest of %.15g/%.16g/%.17g that reads back, as ms_fmt_double wrote every double
+ * before its integers' way without printf. */
+static const char *fmt_double_ref(double v, char *buf, size_t n)
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
+/* ms_fmt_u64 against "%llu" and ms_fmt_double against printf's way, on the integers it
+ * writes by hand (zeros, -0, up to 1e15), the ones next to them it leaves to printf, and
+ * fractions; a buffer too small for the digits gets "". */
+static void test_fmt_numbers(void)
+{
+    static const double vals[] = { 0.0, -0.0, 1.0, -1.0, 7.0, 10.0, 12345.0, -98765.0,
+                                   999999999999999.0, -999999999999999.0, 1e15, -1e15,
+                                   1e15 + 2, 4503599627370496.0, 9007199254740992.0, 1e16,
+                                   1e300, 0.5, -0.25, 1e-7, 0.1 + 0.2, 2292.252415311548,
+                                   123456789012345.5, 5e-324 };
+    char a[64], b[64];
+    int bad = 0;
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++)
+        bad += strcmp(ms_fmt_double(vals[i], a, sizeof a), fmt_double_ref(vals[i], b, sizeof b))
+               != 0;
+    uint64_t x = 88172645463325252ULL;
+    for (int i = 0; i < 200000; i++) { /* integers of every magnitude, and fractions */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        double v = (double)(int64_t)(x >> (x % 60)) * (x & 1 ? -1 : 1);
+        if (i % 3 == 0) v /= (double)(1 + x % 1000);
+        bad += strcmp(ms_fmt_double(v, a, sizeof a), fmt_double_ref(v, b, sizeof b)) != 0;
+        snprintf(b, sizeof b, "%llu", (unsigned long long)(x >> (x % 64)));
+        bad += strcmp(ms_fmt_u64(x >> (x % 64), a, sizeof a), b) != 0;
+    }
+    TAP_OK(bad == 0, "numbers formatted as printf formats them (%d differ)", bad);
+    TAP_OK(strcmp(ms_fmt_u64(UINT64_MAX, a, 21), "18446744073709551615") == 0 &&
+               strcmp(ms_fmt_u64(UINT64_MAX, a, 20), "") == 0 &&
+               strcmp(ms_fmt_u64(0, a, 2), "0") == 0,
+           "ms_fmt_u64 fills the buffer or writes nothing");
+}
+
 static void test_lines(void)
 {
     char path[512];
@@ -320,6 +364,7 @@ int main(void)
     snprintf(tmpdir, sizeof tmpdir, "/tmp/memsim-test-util-XXXXXX");
     if (!mkdtemp(tmpdir)) return 99;
     test_parse();
+    test_fmt_numbers();
     test_lines();
     test_out();
     test_map();
