@@ -3,7 +3,8 @@
 # without them allows: the options and launchers' variables refused with their messages and
 # documented statuses, a layout of more GPUs than the machine shows refused naming both
 # numbers, `memsim probe --collectives` refused on fewer than 2 GPUs, `memsim probe --attn`
-# refused beside another partial probe and without a GPU, its --warm-ms checked; and no
+# refused beside another partial probe and without a GPU, its --warm-ms checked, `memsim
+# probe --power` likewise with its --power-ms; and no
 # source that calls cuMulticastCreate. Where the CUDA driver is
 # missing (a build box) memsim-run is started against the toolkit's stub libcuda, whose calls
 # all fail as a machine without a driver's do. TAP output; skipped without the runtime.
@@ -93,5 +94,18 @@ expect 1 "no CUDA device|no NVIDIA driver" "probe --attn without a usable GPU is
 ok $? "... and writes no profile"
 "$M" probe --help | grep -q -- "--attn .*only memsim's attention kernels"
 ok $? "probe --help names --attn"
+# memsim probe --power (the board's power under each kernel class)
+expect 2 "separate probes" "probe: --power and --attn are separate" -- \
+    "$M" probe --power --attn
+expect 2 "give it with --power" "probe: --power-ms without --power is refused" -- \
+    "$M" probe --power-ms 3000
+expect 2 "is not a time in ms" "probe: --power-ms takes 1000..60000 ms" -- \
+    "$M" probe --power --power-ms 10
+expect 1 "no CUDA device|no NVIDIA driver" "probe --power without a usable GPU is refused" -- \
+    "$M" probe --power --base h200-sxm --raw "$T/raw3.csv" -o "$T/w.machine"
+[ ! -f "$T/w.machine" ]
+ok $? "... and writes no profile"
+"$M" probe --help | grep -q -- "--power .*only the board's power"
+ok $? "probe --help names --power"
 echo "1..$n"
 exit $bad
