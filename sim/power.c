@@ -1,9 +1,10 @@
 /* power.c — the power limit's clock over windows of a simulated schedule (power.h).
  *
  * Model (docs/SIMULATOR.md, "Power limit"). The board draws power.idle_w, and each kernel
- * class k (GEMM, memsim's attention forward and backward, memory-bound) draws above it the
- * energy of its op's work (FLOPs; device-memory bytes for the memory-bound class) times the
- * class's energy per unit at the maximum SM clock (power.K_j), spread over the op's time.
+ * class k (GEMM, memsim's attention forward and backward, the vendor's, memory-bound) draws
+ * above it the energy of its op's work (FLOPs; device-memory bytes for the memory-bound
+ * class) times the class's energy per unit at the maximum SM clock (power.K_j), spread over
+ * the op's time.
  * An op of class k whose trace time t holds at the class's probed clock x_ref
  * (power.K_ref_clock) takes t (x_ref / x)^s_k at clock x (s_k = power.K_time_exp) and draws
  * its maximum-clock power times x^e_k (e_k = power.K_clock_exp). The driver holds each
@@ -24,7 +25,7 @@
 #define PW_FLOOR_DEFAULT 0.5
 #define PW_MAX_WINDOWS (1u << 22)
 
-enum { PW_GEMM = 0, PW_ATTN_FWD, PW_ATTN_BWD, PW_MEM, PW_NCLS };
+enum { PW_GEMM = 0, PW_ATTN_FWD, PW_ATTN_BWD, PW_VATTN_FWD, PW_VATTN_BWD, PW_MEM, PW_NCLS };
 
 /* A class's figures from the profile. */
 typedef struct pw_class {
@@ -53,7 +54,7 @@ const char *pw_why_text(pw_why w)
     case PW_ON: return "on";
     case PW_NO_LIMIT: return "the profile gives no power.limit_w and class figures";
     case PW_NO_TRACE: return "no trace names the actions' kernels";
-    case PW_NO_ATTN_FIG: return "vendor attention: the profile has no power figure for it";
+    case PW_NO_ATTN_FIG: return "vendor attention: the profile has no power.attn_*_j";
     case PW_MEASURED: return "the trace's op times are measured, at the clock the GPU held";
     }
     return "?";
@@ -73,12 +74,17 @@ static int trace_runtime_kernels(const trace_t *t)
     return k && strcmp(k, "runtime") == 0;
 }
 
-/* The class of one op: -2 where the profile has no figure for it (vendor attention). */
-static int op_class(const trace_op *op, int rt)
+/* The class of one op: -2 where the profile has no figure for it (vendor attention without
+ * power.attn_*). */
+static int op_class(const trace_op *op, int rt, int vendor_ok)
 {
     if (!op) return PW_MEM;
     if (op->kind == TK_GEMM) return PW_GEMM;
-    if (op->kind == TK_ATTN) return rt ? (op->phase == TP_BWD ? PW_ATTN_BWD : PW_ATTN_FWD) : -2;
+    if (op->kind == TK_ATTN) {
+        int bwd = op->phase == TP_BWD;
+        if (rt) return bwd ? PW_ATTN_BWD : PW_ATTN_FWD;
+        return vendor_ok ? (bwd ? PW_VATTN_BWD : PW_VATTN_FWD) : -2;
+    }
     return PW_MEM; /* norms, activations, element-wise, loss, optimizer, collectives */
 }
 
@@ -122,6 +128,10 @@ static void pw_knobs(pw_model *p, const machine_t *m)
          m->power_rt_attn_fwd_ref_clock},
         {m->power_rt_attn_bwd_j, m->power_rt_attn_bwd_time_exp, m->power_rt_attn_bwd_clock_exp,
          m->power_rt_attn_bwd_ref_clock},
+        {m->power_attn_fwd_j, m->power_attn_fwd_time_exp, m->power_attn_fwd_clock_exp,
+         m->power_attn_fwd_ref_clock},
+        {m->power_attn_bwd_j, m->power_attn_bwd_time_exp, m->power_attn_bwd_clock_exp,
+         m->power_attn_bwd_ref_clock},
         {m->power_mem_j, m->power_mem_time_exp, m->power_mem_clock_exp, m->power_mem_ref_clock},
     };
     for (int k = 0; k < PW_NCLS; k++) {
@@ -188,7 +198,7 @@ ms_status pw_new(const machine_t *m, const schedule_t *s, const trace_t *t, pw_m
     for (size_t i = 0; i < n; i++) {
         if (a[i].kind != SA_COMPUTE) continue;
         const trace_op *op = a[i].op >= 0 ? trace_find_op(t, (uint64_t)a[i].op) : NULL;
-        int k = op_class(op, rt);
+        int k = op_class(op, rt, m->power_attn_fwd_j > 0 && m->power_attn_bwd_j > 0);
         if (k < 0) {
             pw_free(p);
             *why = PW_NO_ATTN_FIG;

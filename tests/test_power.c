@@ -104,6 +104,13 @@ int main(void)
     TAP_OK(vend.status == RS_OK && vend.power_clock_ratio == 0,
            "vendor attention, no figure for it: no model");
 
+    m.power_attn_fwd_j = 1.3e-12;
+    m.power_attn_bwd_j = 1.47e-12;
+    sim_result vfig = run(tv, &m);
+    TAP_OK(vfig.power_clock_ratio > 0 && vfig.power_clock_ratio < 1,
+           "with power.attn_*_j the vendor's attention gets the model (clock %.3f)",
+           vfig.power_clock_ratio);
+
     trace_set_meta(t, "op_times", "measured");
     sim_result meas = run(t, &m);
     TAP_OK(meas.power_clock_ratio == 0 && meas.iter_time_s == base.iter_time_s,

@@ -234,6 +234,10 @@ enum {
     POWER_CLASS(X, "rt_attn_fwd", rt_attn_fwd, "memsim's attention forward (kernels=runtime)", \
                 "FLOP")                                                                       \
     POWER_CLASS(X, "rt_attn_bwd", rt_attn_bwd, "memsim's attention backward", "FLOP")         \
+    POWER_CLASS(X, "attn_fwd", attn_fwd, "PyTorch's fused attention forward (scaled_dot_"  \
+                "product_attention's default backend; the gpu.sdpa_* kernels, kernels=vendor; "  \
+                "experiments/realworld/probe_power.py)", "FLOP")                                 \
+    POWER_CLASS(X, "attn_bwd", attn_bwd, "its backward", "FLOP")                               \
     POWER_CLASS(X, "mem", mem, "memory-bound kernels (the runtime's GeLU)",                    \
                 "device-memory byte")                                                          \
     X("power.clock_exp", MF_DBL, power_clock_exp, R_OPT_NONNEG,                                \

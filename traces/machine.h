@@ -110,6 +110,10 @@ typedef struct machine {
         power_rt_attn_fwd_ref_clock;
     double power_rt_attn_bwd_j, power_rt_attn_bwd_time_exp, power_rt_attn_bwd_clock_exp,
         power_rt_attn_bwd_ref_clock;
+    double power_attn_fwd_j, power_attn_fwd_time_exp, power_attn_fwd_clock_exp,
+        power_attn_fwd_ref_clock;
+    double power_attn_bwd_j, power_attn_bwd_time_exp, power_attn_bwd_clock_exp,
+        power_attn_bwd_ref_clock;
     double power_mem_j, power_mem_time_exp, power_mem_clock_exp,
         power_mem_ref_clock;
     double power_clock_exp, power_window_ms, power_clock_floor;
