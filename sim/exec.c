@@ -464,8 +464,10 @@ int ex_pool_stream(int s, int32_t pool) { return pool > 0 ? SS_COUNT - 1 + pool 
  * lowerings' are): one indexed load where the maps by id and by address were a probe each,
  * and a deletion each at the free, and the allocator finds the block by its handle instead
  * of its own map by address. Sparse ids keep the map (dev_ids_dense); handle NULL: none. */
-static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, const sched_brief *b,
-                      uint64_t *addr, uint32_t *handle)
+static inline __attribute__((always_inline)) int alloc_call(ex *x, int s, size_t idx,
+                                                          const sched_action *a,
+                                                          const sched_brief *b,
+                                                          uint64_t *addr, uint32_t *handle)
 {
     int pool = ex_pool_stream(s, b->pool);
     uint64_t bytes = ex_bytes(x, idx);
@@ -584,9 +586,12 @@ void ex_oohm_failure(ex *x, int s, size_t idx, const sched_action *a)
 
 /* Host memory is accounted, not timed: pinned buffers are taken as allocated before the
  * measured iterations (cudaHostAlloc costs ~0.5 s/GiB and frameworks pool it). */
-static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a)
+/* The host-memory calls read the tensor from the brief (b->id) and the bytes by ex_bytes:
+ * the action's own line is read only for a failure's message. */
+static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a,
+                         const sched_brief *b)
 {
-    if (u64map_get(x->host, a->tensor, NULL)) {
+    if (u64map_get(x->host, b->id, NULL)) {
         ex_fail_at(x, MS_ERR_INVALID, idx, "tensor already has host memory");
         return 0;
     }
@@ -595,7 +600,7 @@ static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a)
         ex_oohm_failure(x, s, idx, a);
         return 0;
     }
-    if (u64map_put(x->host, a->tensor, bytes)) {
+    if (u64map_put(x->host, b->id, bytes)) {
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
@@ -606,10 +611,10 @@ static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a)
     return 1;
 }
 
-static int do_host_free(ex *x, int s, size_t idx, const sched_action *a)
+static int do_host_free(ex *x, int s, size_t idx, const sched_brief *b)
 {
     uint64_t bytes;
-    if (!u64map_del(x->host, a->tensor, &bytes)) {
+    if (!u64map_del(x->host, b->id, &bytes)) {
         ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor has no host memory at this point of the run (never reserved, "
                 "already released, or its HOST_ALLOC is on another stream that has not "
@@ -629,8 +634,8 @@ static int stream_mem_action(ex *x, int s, size_t idx, const sched_action *a,
     switch (b->kind) {
     case SA_ALLOC: return do_alloc(x, s, idx, a, b);
     case SA_FREE: return do_free(x, s, idx, b);
-    case SA_HOST_ALLOC: return do_host_alloc(x, s, idx, a);
-    default: return do_host_free(x, s, idx, a);
+    case SA_HOST_ALLOC: return do_host_alloc(x, s, idx, a, b);
+    default: return do_host_free(x, s, idx, b);
     }
 }
 
