@@ -132,7 +132,7 @@ static void kick_cb(eng_t *e, void *ctx, uint64_t arg)
 void ex_kick(ex *x, int s)
 {
     if (x->st[s].kick_pending || x->stop) return;
-    if (!eng_after(x->eng, 0, kick_cb, x, (uint64_t)s)) {
+    if (!eng_post_after(x->eng, 0, kick_cb, x, (uint64_t)s)) {
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
         return;
     }
@@ -151,7 +151,7 @@ static void check_drain(ex *x)
     for (int k = 0; k < SS_COUNT; k++)
         if (k != s && x->st[k].state == ST_RUN) return;
     x->st[s].state = ST_SYNC_COST;
-    if (!eng_after(x->eng, x->sync_cost_us, sync_done_cb, x, (uint64_t)s))
+    if (!eng_post_after(x->eng, x->sync_cost_us, sync_done_cb, x, (uint64_t)s))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
@@ -301,7 +301,7 @@ static void start_dha_flow(ex *x, int s, link_dir dir, uint64_t bytes, double ca
 
 static void start_timer(ex *x, int s, double dur_us)
 {
-    if (!eng_after(x->eng, dur_us, timer_cb, x, (uint64_t)s))
+    if (!eng_post_after(x->eng, dur_us, timer_cb, x, (uint64_t)s))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
@@ -342,7 +342,7 @@ static void start_copy(ex *x, int s)
 {
     x->st[s].parts = 1;
     double lat = x->m->link_small_copy_us > 0 ? x->m->link_small_copy_us : 0;
-    if (!eng_after(x->eng, lat, copy_lat_cb, x, (uint64_t)s))
+    if (!eng_post_after(x->eng, lat, copy_lat_cb, x, (uint64_t)s))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
@@ -355,7 +355,7 @@ static void start_host(ex *x, int s, size_t idx)
     t->t_end_exec = t->t_exec + (dur > 0 ? dur : 0);
     x->host_free_at = t->t_end_exec;
     t->parts = 1;
-    if (!eng_at(x->eng, t->t_end_exec, timer_cb, x, (uint64_t)s))
+    if (!eng_post(x->eng, t->t_end_exec, timer_cb, x, (uint64_t)s))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
@@ -393,7 +393,7 @@ int ex_pace_mapping(ex *x, double *left, eng_fn cb, uint64_t arg)
 {
     if (!(*left > 0)) return 0;
     *left -= 1;
-    if (!eng_after(x->eng, set_access_step_us(x), cb, x, arg))
+    if (!eng_post_after(x->eng, set_access_step_us(x), cb, x, arg))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
     return 1;
 }
@@ -447,7 +447,7 @@ static inline __attribute__((always_inline)) int after_alloc_call(ex *x, int s)
         t->state = ST_RUN;
         t->parts = 1;
         t->sa_left = paced;
-        if (!eng_after(x->eng, cost > 0 ? cost : 0, alloc_timer_cb, x, (uint64_t)s))
+        if (!eng_post_after(x->eng, cost > 0 ? cost : 0, alloc_timer_cb, x, (uint64_t)s))
             ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
         return 0;
     }
