@@ -441,13 +441,32 @@ static ms_status bind_walk(const sched_action *a, sched_action *out, size_t n,
     return MS_OK;
 }
 
+static int bytes_kind(int k)
+{
+    return k == SA_ALLOC || k == SA_COPY_D2H || k == SA_COPY_H2D || k == SA_HOST_ALLOC;
+}
+
+int lower_srcs_fit(lower_srcs *S, const schedule_t *s)
+{
+    const sched_index *ix = sched_get_index(s);
+    S->bound_nums = 0;
+    if (!ix || !S->bound || S->n != sched_count(s)) return 0;
+    for (size_t j = 0; j < S->n_bound; j++) {
+        const lower_bound *x = &S->bound[j];
+        int k = ix->brief[x->act].kind;
+        if (j < S->n_bound_bytes ? !bytes_kind(k) : k != SA_COMPUTE && k != SA_HOST_COMPUTE)
+            return 0;
+    }
+    return S->bound_nums = 1;
+}
+
 ms_status lower_bind(schedule_t *s, const lower_srcs *S, const trace_t *t, const machine_t *m,
                      ms_error *err)
 {
     size_t n, differ;
     /* an indexed schedule takes its numbers into the index's dense array (sched_nums_edit):
        the actions lie 120 bytes apart, and their lines were the binding's misses */
-    sched_num *num = S->ok && S->bound ? sched_nums_edit(s, &n) : NULL;
+    sched_num *num = S->ok && S->bound && S->bound_nums ? sched_nums_edit(s, &n) : NULL;
     if (num && n == S->n) {
         size_t nrecs;
         const trace_rec *recs = trace_records(t, &nrecs);
