@@ -12,8 +12,9 @@
 typedef struct slot { uint64_t skey, value; } slot; /* skey = key + 1; 0: empty */
 
 struct u64map {
-    slot *s;
+    slot *s;             /* the array, or unmade: see none */
     size_t cap;          /* power of two */
+    size_t want;         /* the capacity of the array its first insertion makes */
     unsigned shift;      /* 64 - log2(cap) */
     size_t n;            /* keys held, the one beside included */
     int has_top;         /* key 2^64 - 1 is present ... */
@@ -30,23 +31,35 @@ static inline size_t home_of(const u64map *m, uint64_t skey)
     return (size_t)((skey * 0x9e3779b97f4a7c15ULL) >> m->shift);
 }
 
+/* The array of a map before its first insertion: empty slots, read and never written. Many
+ * maps stay empty (a simulation makes about twenty and uses a few of them: the rest serve
+ * other allocators and backends' calls), so the array is made, at the capacity asked for,
+ * when the first key goes in; until then lookups find nothing in these slots. */
+#define NONE_CAP 16
+static slot none[NONE_CAP];
+
+static void set_cap(u64map *m, slot *s, size_t cap)
+{
+    m->s = s;
+    m->cap = cap;
+    m->shift = 64u - (unsigned)__builtin_ctzll((unsigned long long)cap);
+}
+
 u64map *u64map_new(size_t expected)
 {
     u64map *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     size_t cap = 16;
     while (cap < expected * 2) cap *= 2;
-    m->s = calloc(cap, sizeof *m->s);
-    if (!m->s) { free(m); return NULL; }
-    m->cap = cap;
-    m->shift = 64u - (unsigned)__builtin_ctzll((unsigned long long)cap);
+    m->want = cap;
+    set_cap(m, none, NONE_CAP);
     return m;
 }
 
 void u64map_free(u64map *m)
 {
     if (!m) return;
-    free(m->s);
+    if (m->s != none) free(m->s);
     free(m);
 }
 
@@ -77,7 +90,12 @@ static int grow(u64map *m)
     return 0;
 }
 
-size_t u64map_bytes(const u64map *m) { return m ? m->cap * sizeof *m->s : 0; }
+/* An unmade array counts at the capacity it will have, as when it was made at once. */
+size_t u64map_bytes(const u64map *m)
+{
+    if (!m) return 0;
+    return (m->s == none ? m->want : m->cap) * sizeof *m->s;
+}
 
 int u64map_put_grows(const u64map *m) { return (in_array(m) + 1) * 4 > m->cap * 3; }
 
@@ -109,6 +127,21 @@ static __attribute__((noinline)) uint64_t *slot_after_grow(u64map *m, uint64_t s
     return &m->s[i].value;
 }
 
+/* The first insertion: makes the array, then puts stored key sk into it. */
+static __attribute__((noinline)) uint64_t *slot_after_make(u64map *m, uint64_t sk, int *added)
+{
+    *added = 0;
+    slot *s = calloc(m->want, sizeof *s);
+    if (!s) return NULL;
+    set_cap(m, s, m->want);
+    size_t i = home_of(m, sk);
+    s[i].skey = sk;
+    s[i].value = 0;
+    m->n++;
+    *added = 1;
+    return &s[i].value;
+}
+
 uint64_t *u64map_slot(u64map *m, uint64_t key, int *added)
 {
     if (key == TOP) return top_slot(m, added);
@@ -122,6 +155,7 @@ uint64_t *u64map_slot(u64map *m, uint64_t key, int *added)
         }
         i = (i + 1) & mask;
     }
+    if (s == none) return slot_after_make(m, sk, added);
     if ((in_array(m) + 1) * 4 > m->cap * 3) return slot_after_grow(m, sk, added);
     s[i].skey = sk;
     s[i].value = 0;
@@ -193,7 +227,7 @@ size_t u64map_count(const u64map *m) { return m->n; }
 
 void u64map_clear(u64map *m)
 {
-    memset(m->s, 0, m->cap * sizeof *m->s);
+    if (m->s != none) memset(m->s, 0, m->cap * sizeof *m->s);
     m->has_top = 0;
     m->n = 0;
 }

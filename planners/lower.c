@@ -377,9 +377,9 @@ ms_status lower_srcs_pack(lower_srcs *S)
  * each reading its records with no other kind of source between them (the records are the
  * walk's misses). 0 when a source does not hold for t, for bind_walk to find the first such
  * action in program order and say which. */
-static int bind_packed(const sched_action *a, sched_action *out, const lower_srcs *S,
-                       const trace_rec *recs, size_t nrecs, const machine_t *m,
-                       const roof_params *roof, size_t *differ)
+static int bind_packed(const sched_action *a, sched_action *out, sched_num *num,
+                       const lower_srcs *S, const trace_rec *recs, size_t nrecs,
+                       const machine_t *m, const roof_params *roof, size_t *differ)
 {
     const lower_bound *v = S->bound;
     for (size_t j = 0; j < S->n_bound_bytes; j++) {
@@ -387,14 +387,16 @@ static int bind_packed(const sched_action *a, sched_action *out, const lower_src
         if (x->at >= nrecs || recs[x->at].type != TR_ALLOC) return 0;
         uint64_t b = lower_scaled_bytes(recs[x->at].u.alloc.bytes, x->frac);
         if (x->rule == LSRC_HOST) b = host_size((lower_host_round)S->host_round, S->host_granule, b);
-        if (out) out[x->act].bytes = b;
+        if (num) num[x->act].bytes = b;
+        else if (out) out[x->act].bytes = b;
         else if (b != a[x->act].bytes) (*differ)++;
     }
     for (size_t j = S->n_bound_bytes; j < S->n_bound; j++) {
         const lower_bound *x = &v[j];
         double us;
         if (bind_us(S, x->at, x->n_ops, x->frac, recs, nrecs, m, roof, &us) != MS_OK) return 0;
-        if (out) out[x->act].dur_us = us;
+        if (num) num[x->act].dur_us = us;
+        else if (out) out[x->act].dur_us = us;
         else if (memcmp(&us, &a[x->act].dur_us, sizeof us)) (*differ)++; /* bit for bit */
     }
     return 1;
@@ -413,7 +415,7 @@ static ms_status bind_walk(const sched_action *a, sched_action *out, size_t n,
     roof_params roof;
     roof_params_default(&roof);
     *differ = 0;
-    if (S->bound && bind_packed(a, out, S, recs, nrecs, m, &roof, differ)) return MS_OK;
+    if (S->bound && bind_packed(a, out, NULL, S, recs, nrecs, m, &roof, differ)) return MS_OK;
     *differ = 0;
     for (size_t i = 0; i < n; i++) {
         const lower_src *x = &S->v[i];
@@ -439,11 +441,40 @@ static ms_status bind_walk(const sched_action *a, sched_action *out, size_t n,
     return MS_OK;
 }
 
+static int bytes_kind(int k)
+{
+    return k == SA_ALLOC || k == SA_COPY_D2H || k == SA_COPY_H2D || k == SA_HOST_ALLOC;
+}
+
+int lower_srcs_fit(lower_srcs *S, const schedule_t *s)
+{
+    const sched_index *ix = sched_get_index(s);
+    S->bound_nums = 0;
+    if (!ix || !S->bound || S->n != sched_count(s)) return 0;
+    for (size_t j = 0; j < S->n_bound; j++) {
+        const lower_bound *x = &S->bound[j];
+        int k = ix->brief[x->act].kind;
+        if (j < S->n_bound_bytes ? !bytes_kind(k) : k != SA_COMPUTE && k != SA_HOST_COMPUTE)
+            return 0;
+    }
+    return S->bound_nums = 1;
+}
+
 ms_status lower_bind(schedule_t *s, const lower_srcs *S, const trace_t *t, const machine_t *m,
                      ms_error *err)
 {
     size_t n, differ;
-    sched_action *a = sched_actions_edit(s, &n);
+    /* an indexed schedule takes its numbers into the index's dense array (sched_nums_edit):
+       the actions lie 120 bytes apart, and their lines were the binding's misses */
+    sched_num *num = S->ok && S->bound && S->bound_nums ? sched_nums_edit(s, &n) : NULL;
+    if (num && n == S->n) {
+        size_t nrecs;
+        const trace_rec *recs = trace_records(t, &nrecs);
+        roof_params roof;
+        roof_params_default(&roof);
+        if (bind_packed(NULL, NULL, num, S, recs, nrecs, m, &roof, &differ)) return MS_OK;
+    }
+    sched_action *a = sched_actions_edit(s, &n); /* with what the packed walk wrote */
     return bind_walk(a, a, n, S, t, m, &differ, err);
 }
 

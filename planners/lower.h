@@ -38,6 +38,10 @@ ms_status lower_bind(schedule_t *s, const lower_srcs *S, const trace_t *t, const
  * those alone (a sweep's template binds once per point): MS_ERR_NOMEM leaves S unpacked,
  * and lower_bind then walks every action's source as before. Freed with free(S->bound). */
 ms_status lower_srcs_pack(lower_srcs *S);
+/* Whether the packed sources S fit indexed schedule s's numbers (lower_srcs.bound_nums,
+ * set and returned; 0 without an index or packed sources): lower_bind then writes them into
+ * the index (sched_nums_edit), else into the actions. */
+int lower_srcs_fit(lower_srcs *S, const schedule_t *s);
 /* 1 when lower_bind(s, S, t, m) would leave s as it is, bit for bit (the check that the
  * sources noted for s's own trace t account for its numbers); 0 otherwise or on error. */
 int lower_bind_same(const schedule_t *s, const lower_srcs *S, const trace_t *t,

@@ -372,6 +372,7 @@ static int keep(lreuse *c, schedule_t *s, lower_srcs *src, const trace_t *t,
     T->src = *src; /* the template owns the sources from here */
     memset(src, 0, sizeof *src);
     (void)lower_srcs_pack(&T->src); /* unpacked, each binding walks all the sources */
+    (void)lower_srcs_fit(&T->src, s); /* else each binding writes the actions */
     T->age = c->clock++;
     T->origin = trace_ref(tshape_of(t));
     return 1;

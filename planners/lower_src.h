@@ -46,6 +46,10 @@ typedef struct lower_srcs {
                                 bytes' (n_bound_bytes of them) then the durations', each in
                                 program order; NULL: not packed */
     size_t n_bound_bytes, n_bound;
+    int bound_nums;          /* lower_srcs_fit: each of bound names the number its action's
+                                kind has (sched_num: an ALLOC's, copy's or HOST_ALLOC's bytes,
+                                a COMPUTE's or HOST_COMPUTE's time), so that a binding may
+                                write them into the schedule's index (sched_nums_edit) */
     uint32_t *pool;          /* record indices of ops, for LSRC_OPS */
     size_t n_pool, cap_pool;
     int ok;                  /* 1: every number of the schedule has its source; 0: the

@@ -18,15 +18,61 @@ struct schedule {
     sched_index ix;          /* valid when ix_buf is not NULL */
     uint32_t *ix_buf;        /* the index's queues then its timed list, in one block */
     sched_brief *ix_brief;   /* the index's briefs */
+    sched_num *ix_num;       /* the index's numbers */
+    int acts_old;            /* ix_num changed since the actions' numbers were written */
+    int num_old;             /* the actions changed (sched_actions_edit) since ix_num was */
 };
+
+/* Action a's number (sched_num), and its number n written back into a. */
+static int is_timed(const sched_action *a);
+
+static sched_num num_of(const sched_action *a)
+{
+    sched_num n;
+    if (is_timed(a)) n.dur_us = a->dur_us;
+    else n.bytes = a->kind == SA_ALLOC || a->kind == SA_COPY_D2H || a->kind == SA_COPY_H2D ||
+                   a->kind == SA_HOST_ALLOC ? a->bytes : 0;
+    return n;
+}
+
+static void num_put(sched_action *a, sched_num n)
+{
+    if (is_timed(a)) a->dur_us = n.dur_us;
+    else if (a->kind == SA_ALLOC || a->kind == SA_COPY_D2H || a->kind == SA_COPY_H2D ||
+             a->kind == SA_HOST_ALLOC)
+        a->bytes = n.bytes;
+}
+
+/* The actions' numbers brought up to the index's (after sched_nums_edit). A reader of a
+ * const schedule may call it: the schedule itself is always sched_new's, not const. */
+static void settle_acts(const schedule_t *cs)
+{
+    schedule_t *s = (schedule_t *)cs;
+    if (!s->acts_old) return;
+    for (size_t i = 0; i < s->n; i++) num_put(&s->acts[i], s->ix_num[i]);
+    s->acts_old = 0;
+}
+
+/* The index's numbers brought up to the actions' (after sched_actions_edit). */
+static void settle_num(const schedule_t *cs)
+{
+    schedule_t *s = (schedule_t *)cs;
+    if (!s->num_old) return;
+    for (size_t i = 0; i < s->n; i++) s->ix_num[i] = num_of(&s->acts[i]);
+    s->num_old = 0;
+}
 
 /* An added action changes the streams' queues: the index goes. */
 static void drop_index(schedule_t *s)
 {
+    settle_acts(s);
     free(s->ix_buf);
     free(s->ix_brief);
+    free(s->ix_num);
     s->ix_buf = NULL;
     s->ix_brief = NULL;
+    s->ix_num = NULL;
+    s->num_old = 0;
 }
 
 schedule_t *sched_new(void)
@@ -83,7 +129,8 @@ void sched_brief_put(sched_brief *b, const sched_action *a)
     b->kind = (uint8_t)a->kind;
     b->block = a->block;
     b->recompute = a->recompute;
-    b->iter = a->kind == SA_MARK && a->mark == TM_ITER;
+    b->iter = (a->kind == SA_MARK && a->mark == TM_ITER) |
+              (a->kind == SA_COMPUTE && (a->host_read_bytes | a->host_write_bytes) != 0);
 }
 
 static int is_timed(const sched_action *a)
@@ -110,9 +157,11 @@ ms_status sched_index_build(schedule_t *s)
     }
     uint32_t *buf = malloc((s->n + ix.n_timed + 1) * sizeof *buf);
     sched_brief *brief = malloc((s->n ? s->n : 1) * sizeof *brief);
-    if (!buf || !brief) {
+    sched_num *num = malloc((s->n ? s->n : 1) * sizeof *num);
+    if (!buf || !brief || !num) {
         free(buf);
         free(brief);
+        free(num);
         return MS_ERR_NOMEM;
     }
     uint32_t *q[SS_COUNT], *timed = buf + s->n;
@@ -123,20 +172,41 @@ ms_status sched_index_build(schedule_t *s)
     }
     ix.timed = timed;
     ix.brief = brief;
+    ix.num = num;
     for (size_t i = 0; i < s->n; i++) {
         *q[s->acts[i].stream]++ = (uint32_t)i;
         if (is_timed(&s->acts[i])) *timed++ = (uint32_t)i;
         sched_brief_put(&brief[i], &s->acts[i]);
+        num[i] = num_of(&s->acts[i]);
     }
     s->ix = ix;
     s->ix_buf = buf;
     s->ix_brief = brief;
+    s->ix_num = num;
     return MS_OK;
 }
 
 const sched_index *sched_get_index(const schedule_t *s)
 {
-    return s && s->ix_buf ? &s->ix : NULL;
+    if (!s || !s->ix_buf) return NULL;
+    settle_num(s);
+    return &s->ix;
+}
+
+sched_num *sched_nums_edit(schedule_t *s, size_t *n)
+{
+    *n = 0;
+    if (!s || !s->ix_buf) return NULL;
+    settle_num(s);
+    s->acts_old = 1;
+    *n = s->n;
+    return s->ix_num;
+}
+
+const sched_action *sched_actions_unbound(const schedule_t *s, size_t *n)
+{
+    *n = s ? s->n : 0;
+    return *n ? s->acts : NULL;
 }
 
 uint32_t sched_new_event(schedule_t *s)
@@ -156,17 +226,24 @@ size_t sched_count(const schedule_t *s)
 
 const sched_action *sched_get(const schedule_t *s, size_t i)
 {
-    return (s && i < s->n) ? &s->acts[i] : NULL;
+    if (!s || i >= s->n) return NULL;
+    settle_acts(s);
+    return &s->acts[i];
 }
 
 const sched_action *sched_actions(const schedule_t *s, size_t *n)
 {
+    if (s) settle_acts(s);
     *n = s ? s->n : 0;
     return *n ? s->acts : NULL;
 }
 
 sched_action *sched_actions_edit(schedule_t *s, size_t *n)
 {
+    if (s) {
+        settle_acts(s);
+        s->num_old = s->ix_buf != NULL; /* the caller may change any number */
+    }
     *n = s ? s->n : 0;
     return *n ? s->acts : NULL;
 }
@@ -353,6 +430,7 @@ ms_status sched_validate(const schedule_t *s, ms_error *err)
 {
     if (!s) return ms_fail(err, MS_ERR_INVALID, "no schedule");
     vstate v;
+    settle_acts(s);
     v.recorded = calloc(s->n_events ? s->n_events : 1, 1);
     v.dev = u64map_new(1024);
     v.host = u64map_new(256);
@@ -416,5 +494,6 @@ static void dump_one(const sched_action *a, size_t i, FILE *f)
 void sched_dump(const schedule_t *s, FILE *f)
 {
     if (!s || !f) return;
+    settle_acts(s);
     for (size_t i = 0; i < s->n; i++) dump_one(&s->acts[i], i, f);
 }

@@ -129,8 +129,20 @@ typedef struct sched_brief {
     uint8_t kind;       /* sched_kind */
     uint8_t block;      /* sched_action.block (an ALLOC's) */
     uint8_t recompute;  /* sched_action.recompute (a COMPUTE's) */
-    uint8_t iter;       /* 1 for a MARK of kind TM_ITER */
+    union {
+        uint8_t iter;   /* MARK: 1 for a mark of kind TM_ITER */
+        uint8_t dha;    /* COMPUTE: 1 when it moves bytes across the link (host_read_bytes
+                           or host_write_bytes not 0) */
+    };
 } sched_brief;
+
+/* The number of an action that a binding changes (planners/lower.c lower_bind), in 8 bytes:
+ * an ALLOC's, COPY's or HOST_ALLOC's bytes, a COMPUTE's or HOST_COMPUTE's dur_us (0 for the
+ * other kinds). */
+typedef union sched_num {
+    uint64_t bytes;
+    double dur_us;
+} sched_num;
 
 /* Writes a's brief into *b (a's kind below SA_COUNT: the caller checks it). */
 void sched_brief_put(sched_brief *b, const sched_action *a);
@@ -146,6 +158,8 @@ typedef struct sched_index {
                                      their durations are numbers, checked at each run */
     size_t n_timed;
     const sched_brief *brief;     /* every action's brief, in program order */
+    const sched_num *num;         /* every action's number, in program order (see
+                                     sched_nums_edit) */
     uint64_t top_alloc;           /* the largest ALLOC tensor id (0 when none) */
     int any_alloc;                /* there is an ALLOC */
 } sched_index;
@@ -156,6 +170,16 @@ typedef struct sched_index {
 ms_status sched_index_build(schedule_t *s);
 /* The index, or NULL when none is built (or it was dropped). */
 const sched_index *sched_get_index(const schedule_t *s);
+/* The index's numbers (*n of them), to change in place: a binding writes 8 bytes an action
+ * into one dense array where the actions' own fields lie 120 bytes apart, and an executor
+ * reads them there (a sweep's template is bound and run once per point). The actions' bytes
+ * and dur_us take these numbers at the next read of the actions (sched_get, sched_actions,
+ * sched_actions_edit, sched_validate, sched_dump). NULL when s has no index. */
+sched_num *sched_nums_edit(schedule_t *s, size_t *n);
+/* sched_actions without that update: the actions' bytes and dur_us may be older than the
+ * index's numbers, every other field is current. For an executor that reads the numbers
+ * from sched_index.num (sim/exec.c). */
+const sched_action *sched_actions_unbound(const schedule_t *s, size_t *n);
 const char *sched_kind_name(sched_kind k);
 const char *sched_stream_name(sched_stream s);
 /* The block kind of a trace tensor of class c (SB_OTHER for a class with none). */

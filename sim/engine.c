@@ -1,5 +1,6 @@
-/* engine.c — the discrete-event engine (see engine.h): a binary min-heap keyed by
- * (time_us, seq) plus a slot table for lazy cancellation. Used by sim/link.c, sim/exec.c. */
+/* engine.c — the discrete-event engine (see engine.h): a binary min-heap keyed by (time_us, seq)
+ * and a slot table for lazy cancellation, which events posted without an id (eng_post) skip.
+ * Used by sim/link.c, sim/exec.c. */
 #include "sim/engine.h"
 
 #include <stdlib.h>
@@ -93,6 +94,7 @@ static void sift_down(ev *h, size_t n, size_t i, ev x)
 
 static int entry_valid(const eng_t *e, const ev *x)
 {
+    if (x->slot == NO_SLOT) return 1; /* posted (eng_post): never cancelled */
     const slot *s = &e->slots[x->slot];
     return s->live && s->gen == x->gen;
 }
@@ -153,6 +155,22 @@ eng_id eng_after(eng_t *e, double delay_us, eng_fn fn, void *ctx, uint64_t arg)
     return eng_at(e, e->now + (delay_us > 0 ? delay_us : 0), fn, ctx, arg);
 }
 
+int eng_post(eng_t *e, double time_us, eng_fn fn, void *ctx, uint64_t arg)
+{
+    if (!(time_us >= e->now)) time_us = e->now; /* also catches NaN */
+    if (e->stale > 1024 && e->stale > e->live) compact(e);
+    if (ms_grow((void **)&e->heap, &e->cap, e->n + 1, sizeof *e->heap) != MS_OK) return 0;
+    e->live++;
+    ev x = { time_us, e->seq++, NO_SLOT, 0, fn, ctx, arg };
+    sift_up(e->heap, e->n++, x);
+    return 1;
+}
+
+int eng_post_after(eng_t *e, double delay_us, eng_fn fn, void *ctx, uint64_t arg)
+{
+    return eng_post(e, e->now + (delay_us > 0 ? delay_us : 0), fn, ctx, arg);
+}
+
 static int id_slot(const eng_t *e, eng_id id, uint32_t *s)
 {
     if (id == 0) return 0;
@@ -187,7 +205,8 @@ int eng_step(eng_t *e)
             e->stale--;
             continue; /* cancelled: time does not advance for it */
         }
-        release_slot(e, x.slot);
+        if (x.slot != NO_SLOT) release_slot(e, x.slot);
+        else e->live--;
         e->now = x.t;
         e->ran++;
         x.fn(e, x.ctx, x.arg);

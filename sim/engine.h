@@ -29,6 +29,11 @@ double eng_now(const eng_t *e);
 eng_id eng_at(eng_t *e, double time_us, eng_fn fn, void *ctx, uint64_t arg);
 /* Same, delay_us after now (a negative delay counts as 0). */
 eng_id eng_after(eng_t *e, double delay_us, eng_fn fn, void *ctx, uint64_t arg);
+/* eng_at and eng_after for an event no one will cancel: no id, no slot to take and give
+ * back (the executor's timers and wake-ups, most of a simulation's events). Ordered among
+ * the others exactly as eng_at's. 1 on success, 0 when out of memory. */
+int eng_post(eng_t *e, double time_us, eng_fn fn, void *ctx, uint64_t arg);
+int eng_post_after(eng_t *e, double delay_us, eng_fn fn, void *ctx, uint64_t arg);
 
 /* Cancels a pending event. 1 if it was pending, 0 if it already ran, was cancelled, or
  * id is 0. */

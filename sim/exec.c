@@ -114,7 +114,7 @@ void ex_add_span(ex *x, int track, double s_us, double e_us, size_t idx, const c
     tl_span_info si = { track, s_us, e_us, name, cat, (int64_t)idx,
                         a->kind == SA_COMPUTE ? a->op : -1, a->tensor, has_t,
                         a->kind == SA_COMPUTE ? a->host_read_bytes + a->host_write_bytes
-                                              : a->bytes };
+                                              : ex_bytes(x, idx) };
     if (tl_span(x->tl, &si) != MS_OK)
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory recording the timeline");
 }
@@ -132,7 +132,7 @@ static void kick_cb(eng_t *e, void *ctx, uint64_t arg)
 void ex_kick(ex *x, int s)
 {
     if (x->st[s].kick_pending || x->stop) return;
-    if (!eng_after(x->eng, 0, kick_cb, x, (uint64_t)s)) {
+    if (!eng_post_after(x->eng, 0, kick_cb, x, (uint64_t)s)) {
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
         return;
     }
@@ -151,7 +151,7 @@ static void check_drain(ex *x)
     for (int k = 0; k < SS_COUNT; k++)
         if (k != s && x->st[k].state == ST_RUN) return;
     x->st[s].state = ST_SYNC_COST;
-    if (!eng_after(x->eng, x->sync_cost_us, sync_done_cb, x, (uint64_t)s))
+    if (!eng_post_after(x->eng, x->sync_cost_us, sync_done_cb, x, (uint64_t)s))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
@@ -201,7 +201,10 @@ static inline const sched_brief *ex_brief(const ex *x, size_t idx, sched_brief *
     case SA_RECORD:
     case SA_WAIT: tmp->id = a->event; break;
     case SA_MARK: tmp->iter = a->mark == TM_ITER; break;
-    case SA_COMPUTE: tmp->recompute = a->recompute; break;
+    case SA_COMPUTE:
+        tmp->recompute = a->recompute;
+        tmp->dha = (a->host_read_bytes | a->host_write_bytes) != 0;
+        break;
     case SA_ALLOC:
         tmp->pool = a->pool;
         tmp->block = a->block;
@@ -298,7 +301,7 @@ static void start_dha_flow(ex *x, int s, link_dir dir, uint64_t bytes, double ca
 
 static void start_timer(ex *x, int s, double dur_us)
 {
-    if (!eng_after(x->eng, dur_us, timer_cb, x, (uint64_t)s))
+    if (!eng_post_after(x->eng, dur_us, timer_cb, x, (uint64_t)s))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
@@ -306,12 +309,15 @@ static void start_timer(ex *x, int s, double dur_us)
  * (<= 0) efficiency is taken as 1 rather than as a kernel that never finishes. */
 static double dha_eff(const sched_action *a) { return a->dha_eff > 0 ? a->dha_eff : 1.0; }
 
-static void start_compute(ex *x, int s, size_t idx, const sched_action *a)
+static void start_compute(ex *x, int s, size_t idx, const sched_action *a,
+                          const sched_brief *b)
 {
     stream *t = &x->st[s];
-    uint64_t rd = a->host_read_bytes, wr = a->host_write_bytes;
+    /* the DHA bytes, in the action's line, read by a DHA kernel alone (its brief says so) */
+    uint64_t rd = b->dha ? a->host_read_bytes : 0, wr = b->dha ? a->host_write_bytes : 0;
     t->parts = 1 + (rd > 0) + (wr > 0);
-    double dur = a->dur_us > 0 ? a->dur_us : 0;
+    double dur = ex_dur_us(x, idx);
+    dur = dur > 0 ? dur : 0;
     if (x->o.dur_scale) dur *= x->o.dur_scale[idx];
     if (x->o.start_us) x->o.start_us[idx] = eng_now(x->eng);
     start_timer(x, s, dur);
@@ -325,28 +331,31 @@ static void copy_lat_cb(eng_t *e, void *ctx, uint64_t arg)
     (void)e;
     ex *x = ctx;
     int s = (int)arg;
-    const sched_action *a = ex_act(x, x->st[s].q[x->st[s].pos]);
-    if (a->kind == SA_COPY_H2D) start_flow(x, s, LINK_H2D, a->bytes, x->m->link_h2d_Bps);
-    else start_flow(x, s, LINK_D2H, a->bytes, x->m->link_d2h_Bps);
+    size_t idx = x->st[s].q[x->st[s].pos];
+    sched_brief tmp;
+    const sched_brief *b = ex_brief(x, idx, &tmp);
+    if (b->kind == SA_COPY_H2D) start_flow(x, s, LINK_H2D, ex_bytes(x, idx), x->m->link_h2d_Bps);
+    else start_flow(x, s, LINK_D2H, ex_bytes(x, idx), x->m->link_d2h_Bps);
 }
 
 static void start_copy(ex *x, int s)
 {
     x->st[s].parts = 1;
     double lat = x->m->link_small_copy_us > 0 ? x->m->link_small_copy_us : 0;
-    if (!eng_after(x->eng, lat, copy_lat_cb, x, (uint64_t)s))
+    if (!eng_post_after(x->eng, lat, copy_lat_cb, x, (uint64_t)s))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
-static void start_host(ex *x, int s, const sched_action *a)
+static void start_host(ex *x, int s, size_t idx)
 {
     stream *t = &x->st[s];
     double now = eng_now(x->eng);
+    double dur = ex_dur_us(x, idx);
     t->t_exec = x->host_free_at > now ? x->host_free_at : now;
-    t->t_end_exec = t->t_exec + (a->dur_us > 0 ? a->dur_us : 0);
+    t->t_end_exec = t->t_exec + (dur > 0 ? dur : 0);
     x->host_free_at = t->t_end_exec;
     t->parts = 1;
-    if (!eng_at(x->eng, t->t_end_exec, timer_cb, x, (uint64_t)s))
+    if (!eng_post(x->eng, t->t_end_exec, timer_cb, x, (uint64_t)s))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
@@ -364,7 +373,7 @@ void ex_oom_failure(ex *x, int s, size_t idx, const sched_action *a)
              "at action %zu, t=%.3f us: allocated %s, reserved %s, free cached %s "
              "(reserved - allocated), capacity %s",
              (unsigned long long)a->tensor, ex_tensor_name(x, a->tensor, tn, sizeof tn),
-             (unsigned long long)a->bytes, ms_fmt_bytes(a->bytes, b0, sizeof b0),
+             (unsigned long long)ex_bytes(x, idx), ms_fmt_bytes(ex_bytes(x, idx), b0, sizeof b0),
              sched_stream_name((sched_stream)s), idx, eng_now(x->eng),
              ms_fmt_bytes(st->allocated_bytes, b1, sizeof b1),
              ms_fmt_bytes(st->reserved_bytes, b2, sizeof b2), ms_fmt_bytes(cached, b3, sizeof b3),
@@ -384,7 +393,7 @@ int ex_pace_mapping(ex *x, double *left, eng_fn cb, uint64_t arg)
 {
     if (!(*left > 0)) return 0;
     *left -= 1;
-    if (!eng_after(x->eng, set_access_step_us(x), cb, x, arg))
+    if (!eng_post_after(x->eng, set_access_step_us(x), cb, x, arg))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
     return 1;
 }
@@ -438,7 +447,7 @@ static inline __attribute__((always_inline)) int after_alloc_call(ex *x, int s)
         t->state = ST_RUN;
         t->parts = 1;
         t->sa_left = paced;
-        if (!eng_after(x->eng, cost > 0 ? cost : 0, alloc_timer_cb, x, (uint64_t)s))
+        if (!eng_post_after(x->eng, cost > 0 ? cost : 0, alloc_timer_cb, x, (uint64_t)s))
             ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
         return 0;
     }
@@ -455,12 +464,15 @@ int ex_pool_stream(int s, int32_t pool) { return pool > 0 ? SS_COUNT - 1 + pool 
  * lowerings' are): one indexed load where the maps by id and by address were a probe each,
  * and a deletion each at the free, and the allocator finds the block by its handle instead
  * of its own map by address. Sparse ids keep the map (dev_ids_dense); handle NULL: none. */
-static int alloc_call(ex *x, int s, size_t idx, const sched_action *a, const sched_brief *b,
-                      uint64_t *addr, uint32_t *handle)
+static inline __attribute__((always_inline)) int alloc_call(ex *x, int s, size_t idx,
+                                                          const sched_action *a,
+                                                          const sched_brief *b,
+                                                          uint64_t *addr, uint32_t *handle)
 {
     int pool = ex_pool_stream(s, b->pool);
-    ms_status st = handle ? alloc_block_h(x->alloc, a->bytes, pool, b->id, addr, handle)
-                          : alloc_block(x->alloc, a->bytes, pool, b->id, addr);
+    uint64_t bytes = ex_bytes(x, idx);
+    ms_status st = handle ? alloc_block_h(x->alloc, bytes, pool, b->id, addr, handle)
+                          : alloc_block(x->alloc, bytes, pool, b->id, addr);
     if (st == MS_ERR_OOM) {
         ex_oom_failure(x, s, idx, a);
         ex_end_as(x, RS_OOM);
@@ -488,7 +500,7 @@ static int do_alloc_dense(ex *x, int s, size_t idx, const sched_action *a,
     *w |= bit;
     e->addr = addr;
     e->handle = h;
-    e->mix = bm_add(x->mix, b->id, (sched_block)b->block, a->bytes);
+    e->mix = bm_add(x->mix, b->id, (sched_block)b->block, ex_bytes(x, idx));
     ex_mem_sample(x);
     return after_alloc_call(x, s);
 }
@@ -512,7 +524,7 @@ static int do_alloc(ex *x, int s, size_t idx, const sched_action *a, const sched
         return 0;
     }
     *slot = addr; /* the map is untouched since u64map_slot */
-    if (!bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, a->bytes)) {
+    if (!bm_alloc(x->mix, a->tensor, (sched_block)a->block, addr, ex_bytes(x, idx))) {
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
@@ -565,7 +577,7 @@ void ex_oohm_failure(ex *x, int s, size_t idx, const sched_action *a)
     snprintf(x->failure, sizeof x->failure,
              "out of host memory reserving %llu bytes (%s) for tensor %llu '%s' on stream "
              "%s at action %zu, t=%.3f us: host in use %s of this GPU's %s",
-             (unsigned long long)a->bytes, ms_fmt_bytes(a->bytes, b0, sizeof b0),
+             (unsigned long long)ex_bytes(x, idx), ms_fmt_bytes(ex_bytes(x, idx), b0, sizeof b0),
              (unsigned long long)a->tensor, ex_tensor_name(x, a->tensor, tn, sizeof tn),
              sched_stream_name((sched_stream)s), idx, eng_now(x->eng),
              ms_fmt_bytes(x->host_used, b1, sizeof b1), ms_fmt_bytes(x->host_cap, b2, sizeof b2));
@@ -574,31 +586,35 @@ void ex_oohm_failure(ex *x, int s, size_t idx, const sched_action *a)
 
 /* Host memory is accounted, not timed: pinned buffers are taken as allocated before the
  * measured iterations (cudaHostAlloc costs ~0.5 s/GiB and frameworks pool it). */
-static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a)
+/* The host-memory calls read the tensor from the brief (b->id) and the bytes by ex_bytes:
+ * the action's own line is read only for a failure's message. */
+static int do_host_alloc(ex *x, int s, size_t idx, const sched_action *a,
+                         const sched_brief *b)
 {
-    if (u64map_get(x->host, a->tensor, NULL)) {
+    if (u64map_get(x->host, b->id, NULL)) {
         ex_fail_at(x, MS_ERR_INVALID, idx, "tensor already has host memory");
         return 0;
     }
-    if (x->host_cap && a->bytes > x->host_cap - x->host_used) {
+    uint64_t bytes = ex_bytes(x, idx);
+    if (x->host_cap && bytes > x->host_cap - x->host_used) {
         ex_oohm_failure(x, s, idx, a);
         return 0;
     }
-    if (u64map_put(x->host, a->tensor, a->bytes)) {
+    if (u64map_put(x->host, b->id, bytes)) {
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory");
         return 0;
     }
-    x->host_used += a->bytes;
+    x->host_used += bytes;
     if (x->host_used > x->host_peak) x->host_peak = x->host_used;
     ex_mem_sample(x);
     x->st[s].pos++;
     return 1;
 }
 
-static int do_host_free(ex *x, int s, size_t idx, const sched_action *a)
+static int do_host_free(ex *x, int s, size_t idx, const sched_brief *b)
 {
     uint64_t bytes;
-    if (!u64map_del(x->host, a->tensor, &bytes)) {
+    if (!u64map_del(x->host, b->id, &bytes)) {
         ex_fail_at(x, MS_ERR_INVALID, idx,
                 "tensor has no host memory at this point of the run (never reserved, "
                 "already released, or its HOST_ALLOC is on another stream that has not "
@@ -618,8 +634,8 @@ static int stream_mem_action(ex *x, int s, size_t idx, const sched_action *a,
     switch (b->kind) {
     case SA_ALLOC: return do_alloc(x, s, idx, a, b);
     case SA_FREE: return do_free(x, s, idx, b);
-    case SA_HOST_ALLOC: return do_host_alloc(x, s, idx, a);
-    default: return do_host_free(x, s, idx, a);
+    case SA_HOST_ALLOC: return do_host_alloc(x, s, idx, a, b);
+    default: return do_host_free(x, s, idx, b);
     }
 }
 
@@ -830,7 +846,7 @@ static void advance_stream(ex *x, int s)
         case SA_COMPUTE:
             if (x->host_clock && !exh_clock_ready(x, s, a)) return;
             t->state = ST_RUN;
-            start_compute(x, s, idx, a);
+            start_compute(x, s, idx, a, b);
             return;
         case SA_COPY_D2H:
         case SA_COPY_H2D:
@@ -839,7 +855,7 @@ static void advance_stream(ex *x, int s)
             return;
         case SA_HOST_COMPUTE:
             t->state = ST_RUN;
-            start_host(x, s, a);
+            start_host(x, s, idx);
             return;
         case SA_ALLOC:
         case SA_FREE:
@@ -923,7 +939,7 @@ static ms_status streams_of_index(ex *x, const sched_index *ix, uint64_t *top, i
 {
     for (size_t j = 0; j < ix->n_timed; j++) {
         size_t i = ix->timed[j];
-        if (!isfinite(x->acts[i].dur_us))
+        if (!isfinite(ex_dur_us(x, i)))
             return ms_fail(x->err, MS_ERR_INVALID, "schedule action %zu: non-finite duration",
                            i);
     }
@@ -971,7 +987,7 @@ static int dev_ids_dense(ex *x, uint64_t top, int any)
 
 static ms_status setup(ex *x)
 {
-    x->acts = sched_actions(x->s, &x->nacts);
+    x->acts = sched_actions_unbound(x->s, &x->nacts); /* the numbers: below */
     if (x->nacts > UINT32_MAX)
         return ms_fail(x->err, MS_ERR_LIMIT, "schedule too long");
     x->nevents = sched_event_count(x->s);
@@ -1024,6 +1040,10 @@ static ms_status setup(ex *x)
     uint64_t top = 0;
     int any = 0;
     const sched_index *ix = sched_get_index(x->s);
+    /* A run that records spans or models the host reads actions' numbers in more places:
+     * it reads them from the actions, brought up to date. */
+    if (ix && !x->tl && !x->issue && !x->host_times) x->num = ix->num;
+    else x->acts = sched_actions(x->s, &x->nacts);
     st = ix ? streams_of_index(x, ix, &top, &any) : split_streams(x, &top, &any);
     if (st != MS_OK) return st;
     /* the host issue model keeps the map */

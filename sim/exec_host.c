@@ -73,7 +73,7 @@ static void host_kick_cb(eng_t *e, void *ctx, uint64_t arg)
 void exh_kick(ex *x)
 {
     if (x->h.kick_pending || x->stop) return;
-    if (!eng_after(x->eng, 0, host_kick_cb, x, 0)) {
+    if (!eng_post_after(x->eng, 0, host_kick_cb, x, 0)) {
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
         return;
     }
@@ -107,7 +107,7 @@ static void host_busy(ex *x, double dur_us, int enqueue_after, int alloc_busy)
     h->t0 = eng_now(x->eng);
     h->enqueue_after = enqueue_after;
     h->alloc_busy = alloc_busy;
-    if (!eng_after(x->eng, dur_us > 0 ? dur_us : 0, host_busy_cb, x, 0))
+    if (!eng_post_after(x->eng, dur_us > 0 ? dur_us : 0, host_busy_cb, x, 0))
         ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
 }
 
@@ -455,7 +455,7 @@ int exh_clock_ready(ex *x, int s, const sched_action *a)
         t->starve_since = now;
     }
     if (!t->hc_wake_pending) {
-        if (!eng_at(x->eng, t->hc_ready, hc_wake_cb, x, (uint64_t)s)) {
+        if (!eng_post(x->eng, t->hc_ready, hc_wake_cb, x, (uint64_t)s)) {
             ex_fail_run(x, MS_ERR_NOMEM, "out of memory scheduling an event");
             return 0;
         }

@@ -139,6 +139,9 @@ typedef struct ex {
     stream st[SS_COUNT];
     uint32_t *qbuf;
     const sched_brief *brief; /* every action's brief: the index's; NULL: none (ex_brief) */
+    const sched_num *num;     /* every action's bytes or duration: the index's, where the run
+                                 reads no action's numbers but through ex_bytes and ex_dur_us
+                                 (setup); NULL: the actions' own */
     uint8_t *reached;
     uint32_t nevents;
     u64map *dev;         /* tensor id -> device address (issue model, or sparse ids) */
@@ -193,6 +196,17 @@ typedef struct ex {
 
 /* Schedule action idx (< x->nacts). */
 static inline const sched_action *ex_act(const ex *x, size_t idx) { return &x->acts[idx]; }
+/* Action idx's bytes (an ALLOC's, COPY's, HOST_ALLOC's) and duration (a COMPUTE's,
+ * HOST_COMPUTE's): from the index's dense numbers where the run has them, so that the walk
+ * does not touch the 120-byte action for them. */
+static inline uint64_t ex_bytes(const ex *x, size_t idx)
+{
+    return x->num ? x->num[idx].bytes : x->acts[idx].bytes;
+}
+static inline double ex_dur_us(const ex *x, size_t idx)
+{
+    return x->num ? x->num[idx].dur_us : x->acts[idx].dur_us;
+}
 
 /* Adds the part of [s_us, e_us] inside the measured window to *field. */
 void ex_acc(const ex *x, double *field, double s_us, double e_us);

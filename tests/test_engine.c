@@ -178,6 +178,45 @@ static void test_random(void)
     eng_free(e);
 }
 
+/* Posted events (eng_post: no id) among cancellable ones: one order by (time, insertion),
+ * counted as pending, untouched by cancellations and compaction around them. */
+static void test_post(void)
+{
+    enum { N = 6000 };
+    eng_t *e = eng_new();
+    big b = { calloc(N, sizeof(double)), calloc(N, sizeof(uint64_t)), 0, 0 };
+    uint64_t x = 777;
+    size_t live = 0;
+    int ok = 1;
+    for (size_t i = 0; i < N; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        double t = (double)((x >> 33) % 40);
+        if (i % 2) {
+            ok &= eng_post(e, t, big_rec, &b, i) == 1;
+            live++;
+        } else {
+            eng_id id = eng_at(e, t, big_rec, &b, i);
+            if (i % 4 == 0) eng_cancel(e, id);
+            else live++;
+        }
+    }
+    TAP_OK(ok && eng_pending(e) == live, "posted events count as pending");
+    eng_run(e);
+    int kept = 1;
+    for (size_t i = 0; i < b.n; i++) kept &= (b.seq[i] % 4) != 0;
+    TAP_OK(b.n == live && !b.bad && kept && eng_pending(e) == 0,
+           "posted and cancellable events run in one (time, insertion) order");
+    log l = { .n = 0 };
+    eng_post_after(e, -1, rec, &l, 1);
+    eng_post(e, 0, rec, &l, 2); /* before now: runs at now */
+    eng_run(e);
+    TAP_OK(l.n == 2 && l.arg[0] == 1 && l.arg[1] == 2 && l.t[1] == eng_now(e),
+           "a posted event before now runs at now, after those posted earlier");
+    free(b.t);
+    free(b.seq);
+    eng_free(e);
+}
+
 int main(void)
 {
     test_ordering();
@@ -186,5 +225,6 @@ int main(void)
     test_past_and_stop();
     test_stop_inside();
     test_random();
+    test_post();
     return tap_done();
 }

@@ -276,6 +276,16 @@ static void test_packed(const machine_t *m)
     ok = ok && lower_bind(s, &S, u, m, &e1) == MS_OK && same_sched(s, f) &&
          lower_bind_same(s, &S, u, m);
     TAP_OK(ok, "packed, the sources bind another length as a fresh lowering does");
+    schedule_t *s3 = NULL;
+    int ok3 = ok && lower_schedule(t, p, m, NULL, &s3, &e1) == MS_OK &&
+              sched_index_build(s3) == MS_OK && lower_srcs_fit(&S, s3) &&
+              lower_bind(s3, &S, u, m, &e1) == MS_OK;
+    size_t n3 = 0, stale = 0; /* bound into the index: the actions not yet */
+    const sched_action *a3 = ok3 ? sched_actions_unbound(s3, &n3) : NULL;
+    for (size_t i = 0; i < n3; i++) stale += memcmp(&a3[i], sched_get(f, i), sizeof *a3) != 0;
+    ok3 = ok3 && stale > 0 && same_sched(s3, f) && lower_bind_same(s3, &S, u, m);
+    TAP_OK(ok3, "into an indexed schedule's numbers, the same (%zu actions bound there)", stale);
+    sched_free(s3);
     size_t nr = 0;
     if (t) trace_records(t, &nr);
     trace_t *h = ok ? copy_head(t, nr / 2) : NULL;

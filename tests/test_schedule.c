@@ -219,9 +219,29 @@ static void test_index(void)
                ba.block == SB_ACT_SKEL && ba.id == 9 && br.recompute == 1 && br.iter == 0,
            "a brief names a WAIT's event, an iteration mark, an ALLOC's pool and block, a "
            "recomputation");
+    sched_action dh = mk(SA_COMPUTE, SS_COMPUTE, 0, 0);
+    dh.host_write_bytes = 8;
+    sched_brief bd;
+    sched_brief_put(&bd, &dh);
+    TAP_OK(bd.dha == 1 && br.dha == 0, "a brief says which kernels move bytes across the link");
     size_t n;
     sched_actions_edit(s, &n)[1].dur_us = 5;
     TAP_OK(sched_get_index(s) == ix, "an edit of numbers keeps the index");
+    TAP_OK(ix->num[0].bytes == 4096 && ix->num[1].dur_us == 5 && ix->num[2].bytes == 4096 &&
+               ix->num[4].bytes == 512 && ix->num[5].bytes == 0,
+           "the index's numbers follow the actions' edit");
+    sched_num *num = sched_nums_edit(s, &n);
+    TAP_OK(num && n == 6, "the index's numbers to edit");
+    num[0].bytes = 8192;
+    num[3].dur_us = 2.5;
+    TAP_OK(sched_actions_unbound(s, &n)[0].bytes == 4096, "the unbound actions keep theirs");
+    TAP_OK(sched_get(s, 0)->bytes == 8192 && sched_actions(s, &n)[3].dur_us == 2.5 &&
+               sched_get(s, 1)->dur_us == 5 && sched_get(s, 5)->bytes == 0,
+           "the actions take the edited numbers when read");
+    sched_actions_edit(s, &n)[4].bytes = 1024;
+    num = sched_nums_edit(s, &n);
+    TAP_OK(num && num[4].bytes == 1024 && num[0].bytes == 8192,
+           "numbers edited in the actions reach the index");
     sched_add(s, &acts[1]);
     TAP_OK(!sched_get_index(s), "an added action drops it");
     sched_action bad = mk(SA_COMPUTE, SS_D2H, 0, 0);

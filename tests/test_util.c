@@ -224,6 +224,21 @@ static void test_map(void)
     ok &= u64map_count(m) == 0 && !u64map_get(m, 0, NULL);
     TAP_OK(ok, "keys 0 and 2^64 - 1 are kept, found, iterated, deleted and cleared");
     u64map_free(m);
+
+    /* a map before its first key: its array is made then, at the capacity asked for */
+    m = u64map_new(100);
+    it = 0;
+    ok = !u64map_get(m, 5, NULL) && !u64map_del(m, 5, NULL) && u64map_count(m) == 0 &&
+         !u64map_next(m, &it, NULL, NULL) && u64map_bytes(m) == 256 * 16 &&
+         !u64map_put_grows(m);
+    u64map_clear(m);
+    ok &= u64map_put(m, UINT64_MAX, 1) == 0 && !u64map_get(m, 5, NULL) &&
+          u64map_put(m, 5, 9) == 0 && u64map_get(m, 5, &v) && v == 9 &&
+          u64map_get(m, UINT64_MAX, &v) && v == 1 && u64map_count(m) == 2 &&
+          u64map_bytes(m) == 256 * 16;
+    TAP_OK(ok, "an empty map finds nothing, and makes its array at its first key");
+    u64map_free(m);
+    u64map_free(u64map_new(0));
 }
 
 static void test_simbe(void)
