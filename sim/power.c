@@ -48,18 +48,6 @@ typedef struct pw_win {
     double t1[PW_NCLS], e1[PW_NCLS], busy_us;
 } pw_win;
 
-const char *pw_why_text(pw_why w)
-{
-    switch (w) {
-    case PW_ON: return "on";
-    case PW_NO_LIMIT: return "the profile gives no power.limit_w and class figures";
-    case PW_NO_TRACE: return "no trace names the actions' kernels";
-    case PW_NO_ATTN_FIG: return "vendor attention: the profile has no power.attn_*_j";
-    case PW_MEASURED: return "the trace's op times are measured, at the clock the GPU held";
-    }
-    return "?";
-}
-
 /* Op times of the op-time model: a generated trace (meta machine) whose durations were not
  * replaced by measured ones (meta op_times measured). */
 static int trace_modelled_times(const trace_t *t)

@@ -29,7 +29,6 @@ typedef enum pw_why {
 ms_status pw_new(const machine_t *m, const schedule_t *s, const trace_t *t, pw_model **out,
                  pw_why *why, ms_error *err);
 void pw_free(pw_model *p);
-const char *pw_why_text(pw_why w);
 
 /* The per-action duration multipliers for the next pass (1 everywhere before the first
  * update), and the array the executor writes each compute action's start time into. */
