@@ -4,7 +4,7 @@ replay of the 1,344,000-event trace from its text, .gz and binary forms, the 192
 15-configuration sweeps at -j 1 and -j 2, the planners' slow cases (MEMO's plan and
 simulation at 896K on experiments/memo's workload, the somas-pangu DSA instance at --gap 0.5)
 and (when it can run here) Calculon's rate on a comparable GPT configuration. Each command runs --runs times, the builds (and rows)
-interleaved run by run; it prints a markdown table of median wall time (min - max), the
+interleaved run by run, the builds' order alternating; it prints a markdown table of median wall time (min - max), the
 median CPU time of the process (user + system, from getrusage) and the rates.
 
   python3 benchmarks/speed.py [--memsim sim/memsim] [--before OLD/memsim] [--runs 11]
@@ -130,16 +130,18 @@ def main():
         builds.insert(0, ("before", args.before))
     rows = rows_for(args, args.memsim, args.work)
     res = {}  # (row, build) -> [(wall, cpu)]
-    for _ in range(args.runs):
+    for i in range(args.runs):
         for label, cmd, _, _ in rows:
-            for b, path in builds:
+            # the builds' order alternates run by run: on a small box the one that runs
+            # second in a pair was measured 2-5 % apart from the first with the same binary
+            for b, path in (builds if i % 2 == 0 else builds[::-1]):
                 got = res.setdefault((label, b), [])
                 if None in got:
                     continue
                 got.append(run_once([path] + cmd[1:]))
     print("load average at the end: %.2f %.2f %.2f" % os.getloadavg())
-    print("%d runs of each, interleaved; wall: median (min - max); CPU: median of user + "
-          "system\n" % args.runs)
+    print("%d runs of each, interleaved, the builds' order alternating; wall: median (min - "
+          "max); CPU: median of user + system\n" % args.runs)
     head = "| what |" + "".join(" %s: wall | %s: CPU |" % (b, b) for b, _ in builds)
     print(head)
     print("|---|" + "---|---|" * len(builds))
