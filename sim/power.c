@@ -62,16 +62,25 @@ static int trace_runtime_kernels(const trace_t *t)
     return k && strcmp(k, "runtime") == 0;
 }
 
-/* The class of one op: -2 where the profile has no figure for it (vendor attention without
- * power.attn_*). */
-static int op_class(const trace_op *op, int rt, int vendor_ok)
+/* A trace with an attention op (which needs its kernel set's figures). */
+static int trace_has_attn(const trace_t *t)
+{
+    size_t n;
+    const trace_rec *r = trace_records(t, &n);
+    for (size_t i = 0; i < n; i++)
+        if (r[i].type == TR_OP && r[i].u.op.kind == TK_ATTN) return 1;
+    return 0;
+}
+
+/* The class of one op (pw_new has refused vendor attention without its figures). */
+static int op_class(const trace_op *op, int rt)
 {
     if (!op) return PW_MEM;
     if (op->kind == TK_GEMM) return PW_GEMM;
     if (op->kind == TK_ATTN) {
         int bwd = op->phase == TP_BWD;
         if (rt) return bwd ? PW_ATTN_BWD : PW_ATTN_FWD;
-        return vendor_ok ? (bwd ? PW_VATTN_BWD : PW_VATTN_FWD) : -2;
+        return bwd ? PW_VATTN_BWD : PW_VATTN_FWD;
     }
     return PW_MEM; /* norms, activations, element-wise, loss, optimizer, collectives */
 }
@@ -153,8 +162,7 @@ static void act_init(pw_model *p, size_t i, const sched_action *a, const trace_o
 
 static int has_figures(const machine_t *m)
 {
-    return m && m->power_limit_w > 0 && m->power_gemm_j > 0 && m->power_rt_attn_fwd_j > 0 &&
-           m->power_rt_attn_bwd_j > 0;
+    return m && m->power_limit_w > 0 && m->power_gemm_j > 0;
 }
 
 ms_status pw_new(const machine_t *m, const schedule_t *s, const trace_t *t, pw_model **out,
@@ -174,6 +182,13 @@ ms_status pw_new(const machine_t *m, const schedule_t *s, const trace_t *t, pw_m
         *why = PW_MEASURED;
         return MS_OK;
     }
+    int rt = trace_runtime_kernels(t);
+    int attn_ok = rt ? m->power_rt_attn_fwd_j > 0 && m->power_rt_attn_bwd_j > 0
+                     : m->power_attn_fwd_j > 0 && m->power_attn_bwd_j > 0;
+    if (!attn_ok && trace_has_attn(t)) { /* before any allocation: the common case */
+        *why = PW_NO_ATTN_FIG;
+        return MS_OK;
+    }
     size_t n;
     const sched_action *a = sched_actions(s, &n);
     pw_model *p = calloc(1, sizeof *p);
@@ -182,17 +197,10 @@ ms_status pw_new(const machine_t *m, const schedule_t *s, const trace_t *t, pw_m
         return ms_fail(err, MS_ERR_NOMEM, "out of memory for the power model");
     }
     pw_knobs(p, m);
-    int rt = trace_runtime_kernels(t);
     for (size_t i = 0; i < n; i++) {
         if (a[i].kind != SA_COMPUTE) continue;
         const trace_op *op = a[i].op >= 0 ? trace_find_op(t, (uint64_t)a[i].op) : NULL;
-        int k = op_class(op, rt, m->power_attn_fwd_j > 0 && m->power_attn_bwd_j > 0);
-        if (k < 0) {
-            pw_free(p);
-            *why = PW_NO_ATTN_FIG;
-            return MS_OK;
-        }
-        act_init(p, i, &a[i], op, k);
+        act_init(p, i, &a[i], op, op_class(op, rt));
     }
     *out = p;
     return MS_OK;

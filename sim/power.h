@@ -17,9 +17,10 @@ typedef struct pw_model pw_model;
 /* Why a run gets no power model (PW_ON: it gets one). */
 typedef enum pw_why {
     PW_ON = 0,
-    PW_NO_LIMIT,     /* the profile has no power.limit_w (or no class figures) */
+    PW_NO_LIMIT,     /* the profile has no power.limit_w (or no power.gemm_j) */
     PW_NO_TRACE,     /* no trace to tell the actions' kernels */
-    PW_NO_ATTN_FIG,  /* vendor attention in the trace: the profile has no figure for it */
+    PW_NO_ATTN_FIG,  /* the trace's attention kernels (memsim's or the vendor's) have no
+                        power figures in the profile */
     PW_MEASURED      /* the trace's op times are measured (meta op_times measured, a
                         capture, a recording): they carry the clock the GPU held */
 } pw_why;
