@@ -112,8 +112,10 @@ static int power_sources(machine_profile *p, const char *note, double run_ms, co
     size_t n;
     const machine_field *f = machine_fields(&n);
     for (size_t i = 0; i < n; i++)
-        if (!strncmp(f[i].key, "power.", 6) && strcmp(f[i].key, "power.clock_exp") &&
-            strcmp(f[i].key, "power.clock_floor"))
+        /* not the knobs, nor the vendor attention's figures (experiments/realworld's
+         * probe_power.py measures those) */
+        if (!strncmp(f[i].key, "power.", 6) && strncmp(f[i].key, "power.attn_", 11) &&
+            strcmp(f[i].key, "power.clock_exp") && strcmp(f[i].key, "power.clock_floor"))
             machine_set_source(p, f[i].key, pnote);
     return write_profile(p, out);
 }
