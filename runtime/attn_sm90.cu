@@ -358,6 +358,13 @@ struct bwd_args {
     float sl2, scale;   /* log2(e) / sqrt(D), 1 / sqrt(D) */
     float *dqacc;       /* one pass: fp32 dq, [b h][s][D] */
     int *sem;           /* one pass: contributions added, per (b h, 64-query tile) */
+    /* The one pass in query chunks (dkv_item): qchunk query tiles a chunk, nitems CTAs a
+     * head; semk: chunks of a key block done, per (b h, key block); done: a head's CTAs
+     * finished, per b h; part: the fp32 dK, dV a key block carries between its chunks, in
+     * DKV_RING heads' slots (NULL with one chunk). */
+    int qchunk, nitems;
+    int *semk, *done;
+    float *part;
 };
 
 template <int D>
@@ -626,20 +633,64 @@ __device__ __forceinline__ dkv_bars dkv_bars_at(uint32_t base)
             b + 8 + 40 * N, b + 8 + 40 * N + 16};
 }
 
-/* This CTA's key block and head: the grid's x in the two-kernel form; in the one-pass form
- * a flat index, head by head and within a head the highest key block first, so that the
- * reductions into the head in flight stay in L2 (every head's key blocks interleaved, the
- * accumulators went to memory: 64.9 against 52.1 ms at 32K tokens on the H200). */
-template <bool ONE> __device__ __forceinline__ void dkv_block(const bwd_args &a, int *kb, int *bh)
+/* One CTA's work: a key block of a head and the query tiles [qa, qb) it visits. The
+ * two-kernel form: the grid's (x, y), the query tiles from the diagonal to the end. The one
+ * pass: a flat index, head by head, so that the reductions of the head in flight stay in L2
+ * (every head's key blocks interleaved, the accumulators went to memory: 64.9 against 52.1 ms
+ * at 32K tokens on the H200); within a head, chunk by chunk of qchunk query tiles, and within
+ * a chunk the highest key block first, as the fixed order of dq's sums needs. A key block
+ * visits the query tiles of a chunk from its diagonal's on: with one chunk (qchunk 0) the
+ * whole range, as before chunks. Chunks keep what the CTAs in flight read and reduce into
+ * (a chunk's Q, dO and dq accumulator) in L2 where a head's does not fit: at 128K tokens, 8
+ * heads, the unchunked one pass moved 203 GB through DRAM (L2 hit rate 78 %) against cuDNN's
+ * 7.8 GB (99 %), 208.4 against 183.5 ms under Nsight Compute (H200, 2026-12-04). */
+struct dkv_work {
+    int kb, bh, qa, qb;
+    int first, last;   /* the key block's first and last chunk: none before, none after */
+};
+
+__device__ __forceinline__ dkv_work dkv_item(const bwd_args &a, bool one)
 {
-    const int nkb = a.S / DKV_BK;
-    if (ONE) {
-        *bh = (int)blockIdx.x / nkb;
-        *kb = nkb - 1 - (int)blockIdx.x % nkb;
-    } else {
-        *kb = (int)blockIdx.x;
-        *bh = (int)blockIdx.y;
+    const int nkb = a.S / DKV_BK, nq = a.S / DKV_BQ;
+    dkv_work w;
+    if (!one) {
+        w.kb = (int)blockIdx.x;
+        w.bh = (int)blockIdx.y;
+        w.qa = w.kb * (DKV_BK / DKV_BQ);
+        w.qb = nq;
+        w.first = w.last = 1;
+        return w;
     }
+    w.bh = (int)blockIdx.x / a.nitems;
+    int x = (int)blockIdx.x % a.nitems, c = 0;
+    const int ch = a.qchunk > 0 && a.qchunk < nq ? a.qchunk : nq;
+    for (;; c++) {   /* chunk c holds the key blocks whose diagonal comes before its end */
+        const int m = min(nkb, (c + 1) * ch / (DKV_BK / DKV_BQ));
+        if (x < m) {
+            w.kb = m - 1 - x;
+            break;
+        }
+        x -= m;
+    }
+    const int diag = w.kb * (DKV_BK / DKV_BQ);
+    w.qa = max(diag, c * ch);
+    w.qb = min(nq, (c + 1) * ch);
+    w.first = w.qa == diag;
+    w.last = w.qb == nq;
+    return w;
+}
+
+/* CTAs of one head in the one pass: each chunk's key blocks up to its end (dkv_item). */
+static int dkv_items(int S, int qchunk)
+{
+    const int nkb = S / DKV_BK, nq = S / DKV_BQ;
+    const int ch = qchunk > 0 && qchunk < nq ? qchunk : nq;
+    int n = 0;
+    for (int c = 0; c * ch < nq; c++) {
+        const int m = (c + 1) * ch / (DKV_BK / DKV_BQ);
+        n += m < nkb ? m : nkb;
+    }
+    return n;
 }
 
 /* P^T of a query tile over the scores' registers (S^T = K Q^T, unscaled): exp2 of the scaled
@@ -875,6 +926,79 @@ __device__ __forceinline__ void dkv_one_done(uint32_t base, int s, int lane, flo
     if (lane == 0) p90_bar_arrive(b.e + 8 * s);
 }
 
+/* ---- the chunked one pass's carried dK, dV (dkv_item) ---- */
+
+#define DKV_RING 2        /* heads whose key blocks' fp32 dK, dV may be carried at once */
+#define DKV_BAR_PART 1    /* named barrier of the two consumer warpgroups */
+
+/* Key block w.kb's slot of carried dK, dV: 2 x 128 x D fp32 in DKV_RING heads' slots, or
+ * NULL when the head is one chunk. */
+template <int D> __device__ __forceinline__ float4 *dkv_part_at(const bwd_args &a, const dkv_work &w)
+{
+    if (!a.part || (w.first && w.last)) return NULL;
+    const size_t slot = (size_t)(w.bh % DKV_RING) * (a.S / DKV_BK) + w.kb;
+    return reinterpret_cast<float4 *>(a.part + slot * 2 * DKV_BK * D);
+}
+
+/* This consumer thread's dK, dV accumulators to or from the slot: float4 j of thread ct at
+ * 16 (256 j + ct) bytes, so a warp's accesses are 512 consecutive bytes; through L2 only
+ * (.cg), since another SM wrote them or will read them. */
+template <int D>
+__device__ __forceinline__ void dkv_part_io(float4 *p, float (&dka)[D / 2], float (&dva)[D / 2],
+                                            int ct, bool store)
+{
+#pragma unroll
+    for (int j = 0; j < D / 4; j++) {   /* D / 2 floats of each accumulator */
+        float *acc = j < D / 8 ? &dka[4 * j] : &dva[4 * (j - D / 8)];
+        float4 *q = p + 2 * A90_WG * j + ct;
+        if (store) {
+            __stcg(q, make_float4(acc[0], acc[1], acc[2], acc[3]));
+        } else {
+            const float4 v = __ldcg(q);
+            acc[0] = v.x;
+            acc[1] = v.y;
+            acc[2] = v.z;
+            acc[3] = v.w;
+        }
+    }
+}
+
+/* Before a CTA touches its slot: the head DKV_RING before, which used the slot, finished
+ * (its CTAs started before this one's, so the wait ends), and the key block's earlier chunks
+ * put their dK, dV there (a head's chunks start in order); then, past its first chunk, the
+ * carried dK, dV into the accumulators. One thread waits; the two consumer warpgroups meet
+ * at a named barrier. */
+template <int D>
+__device__ __forceinline__ void dkv_part_enter(const bwd_args &a, const dkv_work &w, float4 *p,
+                                               float (&dka)[D / 2], float (&dva)[D / 2], int ct)
+{
+    if (!p) return;
+    if (ct == 0) {
+        if (w.bh >= DKV_RING)
+            while (p90_ld_acquire(a.done + w.bh - DKV_RING) != a.nitems) __nanosleep(64);
+        const int c = w.qa / a.qchunk, c1 = w.kb * (DKV_BK / DKV_BQ) / a.qchunk;
+        const int *sk = a.semk + (size_t)w.bh * (a.S / DKV_BK) + w.kb;
+        while (p90_ld_acquire(sk) < c - c1) __nanosleep(64);
+    }
+    p90_named_sync(DKV_BAR_PART, 2 * A90_WG);
+    if (!w.first) dkv_part_io<D>(p, dka, dva, ct, false);
+}
+
+/* After the CTA's last access of its slot: the key block's chunk is counted (when it left
+ * its dK, dV in the slot) and so is the head's CTA (every CTA of a chunked head, slot or
+ * not), each released at GPU scope once both consumer warpgroups are past their accesses. */
+__device__ __forceinline__ void dkv_item_done(const bwd_args &a, const dkv_work &w,
+                                              const float4 *p, int ct)
+{
+    if (!a.part) return;   /* heads of one chunk: no slots, nothing waits */
+    if (p) p90_named_sync(DKV_BAR_PART, 2 * A90_WG);
+    if (ct == 0) {
+        __threadfence();
+        if (!w.last) p90_add_release(a.semk + (size_t)w.bh * (a.S / DKV_BK) + w.kb, 1);
+        p90_add_release(a.done + w.bh, 1);
+    }
+}
+
 /* The one-pass consumer: per query tile, dS^T, then dK += dS^T Q and dQ = dS K (once both
  * warpgroups' dS^T of the tile is there: an mbarrier, so that a warpgroup may run up to a
  * tile ahead), then dQ to the writer. DEFER = false: tile i's dQ in one batch with its own
@@ -887,8 +1011,8 @@ __device__ __forceinline__ void dkv_one_done(uint32_t base, int s, int lane, flo
  * done). The products and their order are the same in both: the same bits. */
 template <int D, bool DEFER>
 __device__ __forceinline__ void dkv_consume_one(const bwd_args &a, unsigned char *raw,
-                                                uint32_t base, int row0, int k0, int c0, int qt0,
-                                                int nqt)
+                                                uint32_t base, const dkv_work &w, int row0,
+                                                int k0, int c0, int qt0, int nqt)
 {
     static_assert(D == 128, "each consumer warpgroup takes 64 of dq's columns");
     using C = dkv_cfg<D, true>;
@@ -900,8 +1024,10 @@ __device__ __forceinline__ void dkv_consume_one(const bwd_args &a, unsigned char
     uint32_t pf[DKV_BQ / 16][4];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dka[i] = dva[i] = 0;
+    float4 *part = dkv_part_at<D>(a, w);
+    dkv_part_enter<D>(a, w, part, dka, dva, ct);
     p90_bar_wait(b.kv, 0);
-    if constexpr (DEFER) {   /* nqt >= 2: the last key block sees two query tiles */
+    if constexpr (DEFER) {   /* nqt >= 2: a chunk's first key block sees two query tiles */
         dkv_one_front<D>(a, gsm, base, 0, cw, warp, lane, kw, kr, qt0, dka, dva, sacc, dpa, dqp,
                          pf);
         dkv_one_done<D>(base, 0, lane, dka, dqp, pf);
@@ -928,8 +1054,13 @@ __device__ __forceinline__ void dkv_consume_one(const bwd_args &a, unsigned char
             dkv_dq_stage<D>(base, gsm, dqp, i, cw, warp, lane);
         }
     }
-    a90_store<D>(a.dk, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dka, a.scale, a.scale, t);
-    a90_store<D>(a.dv, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dva, 1.0f, 1.0f, t);
+    if (w.last) {
+        a90_store<D>(a.dk, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dka, a.scale, a.scale, t);
+        a90_store<D>(a.dv, (size_t)a.ldqkv, (size_t)row0 + kr, c0, dva, 1.0f, 1.0f, t);
+    } else {
+        dkv_part_io<D>(part, dka, dva, ct, true);
+    }
+    dkv_item_done(a, w, part, ct);
 }
 
 /* The two-kernel form's dK / dV, each product waited for in turn. */
@@ -1090,10 +1221,10 @@ attn90_dkv_k(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUt
 {
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = a90_base(smem_raw);
-    int kb, bh;
-    dkv_block<ONE>(a, &kb, &bh);
+    const dkv_work w = dkv_item(a, ONE);
+    const int kb = w.kb, bh = w.bh;
     const int row0 = bh / a.H * a.S, c0 = bh % a.H * D;
-    const int k0 = kb * DKV_BK, qt0 = k0 / DKV_BQ, nqt = a.S / DKV_BQ - qt0;
+    const int k0 = kb * DKV_BK, qt0 = w.qa, nqt = w.qb - w.qa;
     if (threadIdx.x == 0) {
         const dkv_bars b = dkv_bars_at<D, ONE, PP>(base);
         p90_bar_init(b.kv, 1);
@@ -1122,7 +1253,7 @@ attn90_dkv_k(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUt
         p90_regs_inc<A90_REGS_CONSUMER>();
         if constexpr (PP && !ONE) dkv_consume_pp<D>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
         else if constexpr (ONE)
-            dkv_consume_one<D, PP>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
+            dkv_consume_one<D, PP>(a, smem_raw, base, w, row0, k0, c0, qt0, nqt);
         else dkv_consume<D>(a, smem_raw, base, row0, k0, c0, qt0, nqt);
     }
 }
@@ -1220,9 +1351,28 @@ int attn90_bwd_onepass(int flags, size_t S, size_t D, size_t l2_bytes)
     return (flags & ATTN90_DQ_DEFER) || S * D * sizeof(float) <= l2_bytes;
 }
 
-size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D)
+int attn90_bwd_qchunk(int flags, size_t S, size_t D, size_t l2_bytes)
 {
-    return a90_up(B * H * (S / DKV_BQ)) + B * H * S * D;
+    if (!(flags & ATTN90_QCHUNK) || !(flags & ATTN90_ONEPASS) || D != 128 || !l2_bytes)
+        return 0;
+    if (S * D * sizeof(float) <= l2_bytes / 2) return 0;
+    size_t c = l2_bytes / 2 / (DKV_BQ * D * 8);   /* Q and dO in bf16, the fp32 accumulator */
+    c -= c % 2;                                   /* whole key blocks of 2 query tiles */
+    if (c < 2) c = 2;
+    return c >= S / DKV_BQ ? 0 : (int)c;
+}
+
+/* The one pass's counters, as ints at the scratch's start: per (b h, query tile), per
+ * (b h, key block), per b h. */
+static size_t a90_counters(size_t B, size_t H, size_t S)
+{
+    return B * H * (S / DKV_BQ) + B * H * (S / DKV_BK) + B * H;
+}
+
+size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D, int qchunk)
+{
+    const size_t ring = qchunk ? (size_t)DKV_RING * (S / DKV_BK) * 2 * DKV_BK * D : 0;
+    return a90_up(a90_counters(B, H, S)) + B * H * S * D + ring;
 }
 
 /* The two-kernel form, its products overlapped within each warpgroup (PP) or not. */
@@ -1244,11 +1394,12 @@ static rt_status a90_bwd_launch(const bwd_args &a, int flags, const CUtensorMap 
 {
     const unsigned bhs = (unsigned)(B * H), nkb = (unsigned)(S / DKV_BK);
     if constexpr (D == 128) if (flags & ATTN90_ONEPASS) {
+        const unsigned n = (unsigned)a.nitems * bhs;
         if (flags & ATTN90_DQ_DEFER)
-            attn90_dkv_k<D, true, true><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(
+            attn90_dkv_k<D, true, true><<<n, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(
                 m[0], m[1], m[2], m[3], a);
         else
-            attn90_dkv_k<D, true, false><<<nkb * bhs, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(
+            attn90_dkv_k<D, true, false><<<n, A90_NT, dkv_cfg<D, true>::SMEM, s>>>(
                 m[0], m[1], m[2], m[3], a);
         RT_TRY(a90_launched("attn90_dkv_k (one pass)", err));
         attn90_dq_out_k<D><<<(unsigned)(B * H * (S / DKV_BQ)), 256, 0, s>>>(
@@ -1262,8 +1413,8 @@ static rt_status a90_bwd_launch(const bwd_args &a, int flags, const CUtensorMap 
 rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16_t *dk,
                      uint16_t *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
                      const uint16_t *v, const float *lse, const float *dvec, float *scratch,
-                     size_t ld_qkv, size_t ld_o, size_t B, size_t H, size_t S, size_t D,
-                     ms_error *err)
+                     int qchunk, size_t ld_qkv, size_t ld_o, size_t B, size_t H, size_t S,
+                     size_t D, ms_error *err)
 {
     /* maps: K, V (128-row boxes), Q, dO (64-row boxes) for dk/dv; Q, dO (128) for dq */
     CUtensorMap m[6];
@@ -1277,12 +1428,16 @@ rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16
         RT_TRY(a90_map(encode, &m[4], q, w, T, ld_qkv, DQ_BQ, err));
         RT_TRY(a90_map(encode, &m[5], dout, w, T, ld_o, DQ_BQ, err));
     }
-    const size_t nsem = B * H * (S / DKV_BQ);
+    if (qchunk < 0 || qchunk % 2 || !one || (size_t)qchunk >= S / DKV_BQ) qchunk = 0;
+    const size_t nsem = B * H * (S / DKV_BQ), nc = a90_counters(B, H, S);
     bwd_args a = {(bf16 *)dq, (bf16 *)dk, (bf16 *)dv, lse, dvec, (int)ld_qkv, (int)H, (int)S,
                   A90_LOG2E / sqrtf((float)D), 1.0f / sqrtf((float)D),
-                  scratch + a90_up(nsem), (int *)scratch};
+                  scratch + a90_up(nc), (int *)scratch,
+                  qchunk, dkv_items((int)S, qchunk), (int *)scratch + nsem,
+                  (int *)scratch + nsem + B * H * (S / DKV_BK),
+                  qchunk ? scratch + a90_up(nc) + B * H * S * D : NULL};
     cudaStream_t s = (cudaStream_t)stream;
-    if (one) RT_CHECK(err, cudaMemsetAsync(a.sem, 0, nsem * sizeof(int), s));
+    if (one) RT_CHECK(err, cudaMemsetAsync(a.sem, 0, nc * sizeof(int), s));
     const int f = one ? flags & (ATTN90_ONEPASS | ATTN90_DQ_DEFER) : flags & ~ATTN90_ONEPASS;
     if (D == 64) return a90_bwd_launch<64>(a, f, m, B, H, S, s, err);
     return a90_bwd_launch<128>(a, f, m, B, H, S, s, err);

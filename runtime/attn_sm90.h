@@ -33,8 +33,13 @@ rt_status attn90_setup(void **encode, ms_error *err);
  * ATTN90_BWD_OVERLAP: in the two-kernel form, each consumer warpgroup keeps products in
  * flight while it computes P and dS (else it waits for each batch); the same bits as without.
  * ATTN90_DQ_DEFER: in the one-pass form, each query tile's dQ product is issued beside the
- * next tile's dK (else beside its own); the same bits. Every form is deterministic. */
-enum { ATTN90_PINGPONG = 1, ATTN90_ONEPASS = 2, ATTN90_BWD_OVERLAP = 4, ATTN90_DQ_DEFER = 8 };
+ * next tile's dK (else beside its own); the same bits. ATTN90_QCHUNK: in the one-pass form,
+ * a head's query range in chunks where its dq accumulator exceeds half the L2
+ * (attn90_bwd_qchunk); the same bits. Every form is deterministic. */
+enum {
+    ATTN90_PINGPONG = 1, ATTN90_ONEPASS = 2, ATTN90_BWD_OVERLAP = 4, ATTN90_DQ_DEFER = 8,
+    ATTN90_QCHUNK = 16
+};
 
 /* o and lse as kn_attn_fwd. */
 rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *lse,
@@ -54,17 +59,29 @@ rt_status attn90_fwd(void *encode, void *stream, int flags, uint16_t *o, float *
  * 776.9 against 807.8 (2026-12-04, two runs each). */
 int attn90_bwd_onepass(int flags, size_t S, size_t D, size_t l2_bytes);
 
-/* Device floats of the backward's scratch (the one-pass form's fp32 dq and its counters). */
-size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D);
+/* Query tiles (of 64) in a chunk of the one-pass backward for these flags at this shape on
+ * a GPU of l2_bytes of L2, or 0 for one chunk a head. With ATTN90_QCHUNK, where a head's fp32
+ * dq accumulator (S x D x 4 bytes) exceeds half the L2, the key blocks of a head visit its
+ * query tiles chunk by chunk, each chunk's Q, dO and accumulator (64 KB a tile at D 128)
+ * within half the L2, and carry their fp32 dK, dV from chunk to chunk: the CTAs in flight
+ * read and add into one chunk, which stays in L2, instead of the whole head's, which went to
+ * memory (at 128K tokens, 203 GB of DRAM traffic against 1.3 GB at 32K: Nsight Compute, H200,
+ * 2026-12-04). The sums and their order are unchanged: the same bits. */
+int attn90_bwd_qchunk(int flags, size_t S, size_t D, size_t l2_bytes);
+
+/* Device floats of the backward's scratch (the one-pass form's fp32 dq, its counters and,
+ * with query chunks, the dK, dV carried between them). */
+size_t attn90_bwd_scratch_floats(size_t B, size_t H, size_t S, size_t D, int qchunk);
 
 /* dq, dk, dv as kn_attn_bwd; dvec[(b * H + hd) * S + i] = sum_c dout * o of that row (fp32,
  * computed by the caller); scratch: attn90_bwd_scratch_floats device floats (with
- * ATTN90_ONEPASS). No floating-point atomics: the same inputs give the same bits. */
+ * ATTN90_ONEPASS); qchunk: attn90_bwd_qchunk's (0: one chunk). No floating-point atomics:
+ * the same inputs give the same bits. */
 rt_status attn90_bwd(void *encode, void *stream, int flags, uint16_t *dq, uint16_t *dk,
                      uint16_t *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
                      const uint16_t *v, const float *lse, const float *dvec, float *scratch,
-                     size_t ld_qkv, size_t ld_o, size_t B, size_t H, size_t S, size_t D,
-                     ms_error *err);
+                     int qchunk, size_t ld_qkv, size_t ld_o, size_t B, size_t H, size_t S,
+                     size_t D, ms_error *err);
 
 #ifdef __cplusplus
 }

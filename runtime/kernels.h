@@ -37,9 +37,10 @@ rt_status kn_ctx_new(void *stream, kn_ctx **out, ms_error *err);
 void kn_ctx_free(kn_ctx *k);
 rt_status kn_ctx_set_stream(kn_ctx *k, void *stream, ms_error *err);
 void *kn_ctx_stream(const kn_ctx *k);
-/* Makes sure the scratch holds a problem of up to rows x cols and b*h*s attention rows,
- * so that no allocation happens while kernels are timed. */
-rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows, ms_error *err);
+/* Makes sure the scratch holds a problem of up to rows x cols and b*h*s attention rows of
+ * sequences of up to attn_seq tokens, so that no allocation happens while kernels are timed. */
+rt_status kn_ctx_reserve(kn_ctx *k, size_t rows, size_t cols, size_t attn_rows, size_t attn_seq,
+                         ms_error *err);
 
 /* ---- embedding ---- */
 /* out[t][:] = wte[tok[t]][:]; tok in [0, rows of wte). */
@@ -88,9 +89,11 @@ rt_status kn_colsum(kn_ctx *k, float *out, const kn_bf16 *a, size_t T, size_t n,
 /* ---- causal attention ---- */
 /* Implementations: wgmma with TMA (FlashAttention-3's producer / consumer warpgroups, the
  * forward's consumers taking turns, the backward at head dim 128 in one kernel with dq summed
- * in a fixed order, each query tile's dQ product issued beside the next tile's dK, at head
- * dim 64 in two kernels; runtime/attn_sm90.h), chosen on devices of compute capability 9.0;
- * wgmma-onepass names the same; other forms kept for comparison (inline: the one pass with
+ * in a fixed order, each query tile's dQ product issued beside the next tile's dK, a head's
+ * query range in chunks where its dq accumulator exceeds half the L2, at head dim 64 in two
+ * kernels; runtime/attn_sm90.h), chosen on devices of compute capability 9.0;
+ * wgmma-onepass: the same without query chunks (the default until 2026-12-04, the same
+ * bits); other forms kept for comparison (inline: the one pass with
  * each tile's dQ issued beside its own dK, and two kernels where a head's fp32 dq does not fit
  * L2, the default until 2026-12-04, the same bits as wgmma's where it runs the one pass;
  * two: the backward always in two kernels, the default until 2026-12-03;
@@ -105,12 +108,19 @@ typedef enum kn_attn_impl {
 } kn_attn_impl;
 /* KN_ATTN_AUTO: the device's; the wgmma ones on another device: RT_ERR_INVALID. */
 rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err);
+/* The L2 size the attention backward's rules assume (the device's; a test sets a smaller one
+ * to run the query-chunked one pass at short lengths: attn90_bwd_qchunk). */
+size_t kn_ctx_l2_bytes(const kn_ctx *k);
+void kn_ctx_set_l2_bytes(kn_ctx *k, size_t bytes);
 kn_attn_impl kn_ctx_attn(const kn_ctx *k);
 const char *kn_attn_name(kn_attn_impl impl);
 /* The causal products the backward of the kernels in use computes for s tokens at head dim
  * d: 5 in one pass (dq through ordered reductions; attn90_bwd_onepass says where), 7 in the
  * two-kernel forms (S and dP computed twice). */
 int kn_attn_bwd_products(const kn_ctx *k, size_t s, size_t d);
+/* Query tiles of 64 in each chunk of the one-pass backward at s tokens and head dim d, or 0
+ * where a head is one chunk (runtime/attn_sm90.h, attn90_bwd_qchunk). */
+int kn_attn_bwd_qchunk(const kn_ctx *k, size_t s, size_t d);
 /* The wgmma kernels' layout self-test (runtime/attn_sm90.h: three products and the TMA tile
  * against the host, relative errors); RT_ERR_INVALID without the wgmma kernels. */
 enum { KN_ATTN_NTEST = 4 };

@@ -368,7 +368,8 @@ rt_status mrt_new(const mrt_config *c, void *stream, mrt_model **out, ms_error *
         st = rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cudaMemsetAsync", "moments");
     if (st == RT_OK && cudaMemsetAsync(m->var, 0, m->np * 4, m->s) != cudaSuccess)
         st = rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cudaMemsetAsync", "moments");
-    if (st == RT_OK) st = kn_ctx_reserve(m->k, z.T, z.f > 3 * z.h ? z.f : 3 * z.h, z.T * z.H, err);
+    if (st == RT_OK) st = kn_ctx_reserve(m->k, z.T, z.f > 3 * z.h ? z.f : 3 * z.h, z.T * z.H, z.S,
+                                           err);
     if (st == RT_OK && cudaStreamSynchronize(m->s) != cudaSuccess)
         st = rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cudaStreamSynchronize",
                           cudaGetErrorString(cudaGetLastError()));
@@ -608,7 +609,7 @@ static rt_status bench_init(bench_state *b, ms_error *err)
     }
     RT_TRY(kn_fill_uniform(b->k, b->x, b->z.T * b->z.h, 200, 1.0f, err));
     RT_TRY(kn_fill_uniform(b->k, b->dy, b->z.T * b->z.h, 201, 0.01f, err));
-    return kn_ctx_reserve(b->k, b->z.T, b->z.f, b->z.T * b->z.H, err);
+    return kn_ctx_reserve(b->k, b->z.T, b->z.f, b->z.T * b->z.H, b->z.S, err);
 }
 
 static rt_status bench_pass(bench_state *b, timer *tm, ms_error *err)

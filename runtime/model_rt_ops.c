@@ -213,7 +213,8 @@ rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out, ms_error *
                         cudaMalloc((void **)&o->loss_hist, MRT_MAX_ITERS * 4) != cudaSuccess ||
                         cudaMemset(o->loss_hist, 0, MRT_MAX_ITERS * 4) != cudaSuccess))
         st = rt_fail(err, RT_ERR_OOM, __FILE__, __LINE__, "cudaMalloc", "dispatcher buffers");
-    if (st == RT_OK) st = kn_ctx_reserve(o->k, z.T, z.f > 3 * z.h ? z.f : 3 * z.h, z.T * z.H, err);
+    if (st == RT_OK) st = kn_ctx_reserve(o->k, z.T, z.f > 3 * z.h ? z.f : 3 * z.h, z.T * z.H, z.S,
+                                           err);
     if (st != RT_OK) {
         mrt_ops_free(o);
         return st;

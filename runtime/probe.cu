@@ -629,7 +629,7 @@ static rt_status probe_attn(probe_ctx *c, machine_t *m, double peak_flops, int q
     double Sd[NS], eff[2][NS];
     rt_status st = kn_ctx_new(c->s0, &k, err);
     if (st != RT_OK) return st;
-    if ((st = kn_ctx_reserve(k, 0, 0, Ttok * H, err)) != RT_OK) {
+    if ((st = kn_ctx_reserve(k, 0, 0, Ttok * H, Ttok, err)) != RT_OK) {
         kn_ctx_free(k);
         return st;
     }
@@ -998,7 +998,7 @@ static rt_status probe_power_classes(probe_ctx *c, rt_nvml *nv, double run_ms, d
     size_t need = 8 * e > GM * GK + GK * GN + GM * GN ? 8 * e : GM * GK + GK * GN + GM * GN;
     rt_status st = kn_ctx_new(c->s0, &b->k, err);
     if (st != RT_OK) return st;
-    if ((st = kn_ctx_reserve(b->k, 0, 0, S * H, err)) != RT_OK) return st;
+    if ((st = kn_ctx_reserve(b->k, 0, 0, S * H, S, err)) != RT_OK) return st;
     RT_CHECK(err, cudaMalloc(&b->buf, need * 2));
     RT_CHECK(err, cudaMalloc(&b->lse, S * H * sizeof *b->lse));
     RT_CHECK(err, cudaMalloc(&b->sink, sizeof *b->sink));

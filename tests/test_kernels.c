@@ -319,8 +319,11 @@ static void t_attn(uint64_t seed, size_t B, size_t H, size_t S, size_t D, int pa
     kn_bf16 *g3 = NULL;
     /* likewise the one pass with each tile's dQ beside its own dK (wgmma-inline) against
      * wgmma's, which issues it beside the next tile's */
+    /* and wgmma's, its query range in chunks where the L2 asks for them, against the one
+     * pass of one chunk (wgmma-onepass) */
     const kn_attn_impl twin = impl == KN_ATTN_WGMMA_OVERLAP  ? KN_ATTN_WGMMA_BASIC
                               : impl == KN_ATTN_WGMMA_INLINE ? KN_ATTN_WGMMA
+                              : impl == KN_ATTN_WGMMA        ? KN_ATTN_WGMMA_ONEPASS
                                                              : KN_ATTN_AUTO;
     if (twin != KN_ATTN_AUTO) {
         g3 = dmalloc(n * 2 * 3);
@@ -654,6 +657,41 @@ static void t_trace(void)
     machine_profile_free(mp);
 }
 
+/* The one pass in query chunks (runtime/attn_sm90.h, attn90_bwd_qchunk) at short lengths: an
+ * L2 of 256 KB as the rule sees it makes chunks of 2 query tiles (128 queries), so that every
+ * key block carries its dK, dV across many chunks and heads share the ring's slots; each
+ * against the CPU reference and, bit for bit, against the one pass of one chunk. */
+static void t_attn_chunks(void)
+{
+    const size_t l2 = kn_ctx_l2_bytes(K);
+    kn_ctx_set_l2_bytes(K, 256u << 10);
+    kn_attn_impl was = kn_ctx_attn(K);
+    ms_error err;
+    ms_error_clear(&err);
+    if (kn_ctx_set_attn(K, KN_ATTN_WGMMA, &err) == RT_OK) {
+        static const size_t S[3] = {768, 1024, 640};
+        for (int i = 0; i < 3; i++)
+            TAP_OK(kn_attn_bwd_qchunk(K, S[i], 128) == 2,
+                   "one-pass backward at %zu tokens in chunks of %d query tiles under a 256 KB L2",
+                   S[i], kn_attn_bwd_qchunk(K, S[i], 128));
+        kn_ctx_set_attn(K, was, &err);
+    }
+    t_attn(3600, 2, 3, 768, 128, 1, KN_ATTN_WGMMA);    /* 6 heads: the ring's slots reused */
+    t_attn(3700, 1, 2, 1024, 128, 0, KN_ATTN_WGMMA);
+    t_attn(3800, 1, 5, 640, 128, 1, KN_ATTN_WGMMA);
+    kn_ctx_set_l2_bytes(K, 1u << 20);                  /* chunks of 8 tiles: 24 in 3 */
+    t_attn(3900, 1, 3, 1536, 128, 1, KN_ATTN_WGMMA);
+    if (kn_ctx_set_attn(K, KN_ATTN_WGMMA, &err) == RT_OK) {
+        TAP_OK(kn_attn_bwd_qchunk(K, 1536, 128) == 8, "chunks of %d query tiles under a 1 MB L2",
+               kn_attn_bwd_qchunk(K, 1536, 128));
+        TAP_OK(kn_attn_bwd_qchunk(K, 1280, 128) == 8 && kn_attn_bwd_qchunk(K, 1024, 128) == 0,
+               "under a 1 MB L2 1280 tokens in chunks (%d), 1024 (a 512 KB accumulator) in one "
+               "(%d)", kn_attn_bwd_qchunk(K, 1280, 128), kn_attn_bwd_qchunk(K, 1024, 128));
+        kn_ctx_set_attn(K, was, &err);
+    }
+    kn_ctx_set_l2_bytes(K, l2);
+}
+
 /* The wgmma kernels' fragment and shared-memory layouts, each product against the host. */
 static void t_attn_layouts(void)
 {
@@ -727,6 +765,7 @@ int main(void)
             t_attn(3400, 1, 2, 1024, 128, 1, impl);
             t_attn(3500, 2, 3, 768, 128, 1, impl);
         }
+        t_attn_chunks();
     }
     kn_ctx_free(K);
     return tap_done();
