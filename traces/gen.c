@@ -1407,15 +1407,14 @@ static void linear_fwd(gctx *x, int l, const ggroup *g, int base, const char *wh
     free_t(x, up);
 }
 
-/* Row-parallel GEMM [T, K] x [K, h] then the SP reduce-scatter; returns the [Ts, h] shard. */
+/* Row-parallel GEMM [T, K] x [K, h] then the SP reduce-scatter; returns the [Ts, h] shard
+ * outn. With tp > 1 the GEMM's output is partn, the partial sums ("<outn>_partial"). */
 static uint64_t row_parallel(gctx *x, int l, const ggroup *g, int base, const char *op,
-                             const char *rsop, const char *outn, uint64_t in, uint64_t K,
-                             uint64_t *mid)
+                             const char *rsop, const char *outn, const char *partn,
+                             uint64_t in, uint64_t K, uint64_t *mid)
 {
     const gsz *z = &x->z;
-    char pn[TRACE_NAME_MAX];
-    MS_JOIN(pn, sizeof pn, outn, z->tp > 1 ? "_partial" : "");
-    const char *names[1] = { pn };
+    const char *names[1] = { z->tp > 1 ? partn : outn };
     uint64_t bytes[1] = { z->T * z->h * z->D }, out;
     linear_fwd(x, l, g, base, op, in, z->h, K, 1, names, bytes, TC_ACT_TRANS, &out, mid);
     return tp_scatter(x, l, rsop, l, outn, out, TC_ACT_TRANS);
@@ -1442,8 +1441,25 @@ static uint64_t resid_add(gctx *x, int l, const char *op, int owner, const char 
 
 static uint64_t rows_h(const gsz *z, uint64_t rows) { return rows * z->h * z->D; }
 
+/* The names of a column-parallel linear's backward (col_parallel_bwd): the linear's and
+ * those of src, the norm whose gathered output it read. Joined at compile time: they name
+ * records of every layer, and a trace made in place only compares them. */
+typedef struct colnames {
+    const char *base;            /* the linear ("qkv"): its LoRA adapters' names begin so */
+    const char *bwd, *rs;        /* "<base>.bwd"; "<base>.rs.bwd", the input gradient's
+                                    reduce-scatter */
+    const char *ag, *full;       /* "<src>.ag.bwd", "<src>_full.bwd": src re-gathered */
+    const char *din_full, *din;  /* "d_<src>_out_full", "d_<src>_out": the input gradient
+                                    before (tp > 1) and after the reduce-scatter */
+} colnames;
+#define COL_NAMES(base, src) { base, base ".bwd", base ".rs.bwd", src ".ag.bwd", \
+                               src "_full.bwd", "d_" src "_out_full", "d_" src "_out" }
+static const colnames COL_QKV = COL_NAMES("qkv", "ln1");
+static const colnames COL_FC1 = COL_NAMES("fc1", "ln2");
+static const colnames COL_SHARED_FC1 = COL_NAMES("shared.fc1", "ln2");
+
 /* The dense MLP's backward pieces, defined with the layer backward below. */
-static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const colnames *nm,
                                  uint64_t saved_shard, const uint64_t *dout, int ndout,
                                  uint64_t N, uint64_t mid);
 static uint64_t row_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
@@ -1721,7 +1737,7 @@ static void shared_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx, 
                           .br = z->T * (z->fs + z->f1s) * z->D, .bw = z->T * z->f1s * z->D));
     free_t(x, dact);
     free_t(x, s->fc1);
-    uint64_t dsh = col_parallel_bwd(x, l, g, G_FC1, "shared.fc1", s->ln2, &dfc1, 1, z->f1s,
+    uint64_t dsh = col_parallel_bwd(x, l, g, G_FC1, &COL_SHARED_FC1, s->ln2, &dfc1, 1, z->f1s,
                                     s->mid[2]);
     oid = new_op(x);
     simple_op(x, oid, &OPS(.kind = TK_ELEM, .layer = l, .what = "shared.dadd", IN(dln2, dsh),
@@ -1940,7 +1956,8 @@ static uint64_t mlp_fwd(gctx *x, int l, const ggroup *g, lstate *s)
     simple_op(x, oid, &OPS(.kind = TK_ACT, .layer = l, .what = "act", IN(s->fc1), OUT(s->act),
                           .flops = ACT_FWD_FLOPS * (double)(z->T * z->f),
                           .br = z->T * z->f1 * z->D, .bw = z->T * z->f * z->D));
-    return row_parallel(x, l, g, G_FC2, "fc2", "fc2.rs", "fc2_out", s->act, z->f, &s->mid[3]);
+    return row_parallel(x, l, g, G_FC2, "fc2", "fc2.rs", "fc2_out", "fc2_out_partial", s->act,
+                        z->f, &s->mid[3]);
 }
 
 static void layer_fwd(gctx *x, int l)
@@ -1969,8 +1986,8 @@ static void layer_fwd(gctx *x, int l)
         if (x->c->attn_impl == GEN_ATTN_EAGER) attn_eager_fwd(x, l, s);
         else attn_fwd(x, l, s);
     }
-    uint64_t po = row_parallel(x, l, g, G_PROJ, "proj", "proj.rs", "proj_out", s->ao, z->hq,
-                               &s->mid[1]);
+    uint64_t po = row_parallel(x, l, g, G_PROJ, "proj", "proj.rs", "proj_out",
+                               "proj_out_partial", s->ao, z->hq, &s->mid[1]);
     for (int i = 0; i < 2; i++)
         if (late[i]) free_t(x, late[i]);
     s->r1 = resid_add(x, l, "add1", l, "resid1", s->in, po);
@@ -2477,33 +2494,26 @@ static void lora_bwd(gctx *x, int l, const ggroup *g, int base, const char *what
  * keeps only the shard), two GEMMs, reduce-scatter the input gradient. Frees dout(s), the
  * re-gathered copy and the saved shard. Returns the [Ts, h] input-gradient shard. A frozen
  * weight without an adapter needs no re-gathered input (data gradient only). */
-static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const char *base,
+static uint64_t col_parallel_bwd(gctx *x, int l, const ggroup *g, int slot, const colnames *nm,
                                  uint64_t saved_shard, const uint64_t *dout, int ndout,
                                  uint64_t N, uint64_t mid)
 {
     const gsz *z = &x->z;
-    char n1[TRACE_NAME_MAX], n2[TRACE_NAME_MAX], n3[TRACE_NAME_MAX], n4[TRACE_NAME_MAX];
-    const char *src = strcmp(base, "qkv") == 0 ? "ln1" : "ln2";
     uint64_t grad = gw(x, g, slot);
-    MS_JOIN(n1, sizeof n1, src, ".ag.bwd");
-    MS_JOIN(n2, sizeof n2, src, "_full.bwd");
-    uint64_t a = grad || mid ? tp_gather(x, l, n1, n2, saved_shard) : 0;
-    MS_JOIN(n3, sizeof n3, base, ".bwd");
-    MS_JOIN(n4, sizeof n4, "d_", src, "_out", z->tp > 1 ? "_full" : "");
+    uint64_t a = grad || mid ? tp_gather(x, l, nm->ag, nm->full, saved_shard) : 0;
     uint64_t oid = new_op(x);
-    uint64_t din = alloc_t(x, l, n4, z->T * z->h * z->D, TC_ACT_TRANS, (int64_t)oid);
-    opspec o = OPS(.layer = l, .what = n3, OUT(din, grad));
+    uint64_t din = alloc_t(x, l, z->tp > 1 ? nm->din_full : nm->din, z->T * z->h * z->D,
+                           TC_ACT_TRANS, (int64_t)oid);
+    opspec o = OPS(.layer = l, .what = nm->bwd, OUT(din, grad));
     for (int i = 0; i < ndout; i++) o.in[o.nin++] = dout[i];
     o.in[o.nin++] = pw(x, g, slot);
     if (grad) o.in[o.nin++] = a;
     gemm_bwd(x, oid, &o, z->T, N, z->h, grad != 0);
-    if (mid) lora_bwd(x, l, g, slot, base, dout, ndout, a, mid, din, N, z->h);
+    if (mid) lora_bwd(x, l, g, slot, nm->base, dout, ndout, a, mid, din, N, z->h);
     for (int i = 0; i < ndout; i++) free_t(x, dout[i]);
     if (z->tp > 1 && a) free_t(x, a);
     free_t(x, saved_shard);
-    MS_JOIN(n1, sizeof n1, base, ".rs.bwd");
-    MS_JOIN(n4, sizeof n4, "d_", src, "_out");
-    return tp_scatter(x, l, n1, l, n4, din, TC_ACT_TRANS);
+    return tp_scatter(x, l, nm->rs, l, nm->din, din, TC_ACT_TRANS);
 }
 
 /* Row-parallel GEMM backward: gather the output gradient, dgrad into a [T, K] tensor, wgrad
@@ -2783,7 +2793,7 @@ static uint64_t mlp_bwd(gctx *x, int l, const ggroup *g, lstate *s, uint64_t dx)
                           .br = z->T * (z->f + z->f1) * z->D, .bw = z->T * z->f1 * z->D));
     free_t(x, dact);
     free_t(x, s->fc1);
-    return col_parallel_bwd(x, l, g, G_FC1, "fc1", s->ln2, &dfc1, 1, z->f1, s->mid[2]);
+    return col_parallel_bwd(x, l, g, G_FC1, &COL_FC1, s->ln2, &dfc1, 1, z->f1, s->mid[2]);
 }
 
 static uint64_t layer_bwd(gctx *x, int l, uint64_t dx)
@@ -2813,7 +2823,7 @@ static uint64_t layer_bwd(gctx *x, int l, uint64_t dx)
         attn_eager_bwd(x, l, s, dao, &dqkv[0], &dqkv[1], &dqkv[2]);
     else
         attn_bwd(x, l, s, dao, &dqkv[0], &dqkv[1], &dqkv[2]);
-    uint64_t dln1 = col_parallel_bwd(x, l, g, G_QKV, "qkv", s->ln1, dqkv, 3, z->hq + 2 * z->hkv,
+    uint64_t dln1 = col_parallel_bwd(x, l, g, G_QKV, &COL_QKV, s->ln1, dqkv, 3, z->hq + 2 * z->hkv,
                                      s->mid[0]);
     uint64_t din = norm_bwd(x, l, "ln1.bwd", "d_input", dln1, s->in, pw(x, g, G_LN1), s->ln1s,
                             dr1, gw(x, g, G_LN1));

@@ -70,9 +70,13 @@ static int same_name(const char *a, const char *b)
     return !memcmp(a, b, strlen(b) + 1);
 }
 
+/* An op's lists are a few ids: compared here, not by a call to memcmp per list. */
 static int same_ids(const uint64_t *a, const uint64_t *b, uint32_t n)
 {
-    return !n || (a && !memcmp(a, b, n * sizeof *a));
+    if (n && !a) return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
 }
 
 /* 1 when r has the structure of b (a record of a trace, so valid). */
@@ -140,19 +144,29 @@ int tshape_in_place(const trace_t *t)
     return t && t->base && t->binding && t->recycled && !t->bind_miss && t->n < t->base->n;
 }
 
-/* 1 when name (a valid record's) is what trace_layer_name(buf, layer, what) writes (see
- * traces/trace.c: "L<layer>." for layer >= 0, then what, truncated to TRACE_NAME_MAX - 1
- * bytes), compared in place instead of written. */
+/* The length of the "L<layer>." prefix trace_layer_prefix writes (none for layer < 0) when
+ * name begins with it, else -1: the digits are read back, since formatting them again was a
+ * division loop at every record of a trace made in place. */
+static int layer_prefix_len(const char *name, int layer)
+{
+    if (layer < 0) return 0;
+    if (name[0] != 'L' || name[1] < '0' || name[1] > '9') return -1;
+    uint64_t v = (uint64_t)(name[1] - '0');
+    int n = 2;
+    if (v) /* no leading zero: "L0." is the one prefix whose digits begin with 0 */
+        for (; n <= 10 && name[n] >= '0' && name[n] <= '9'; n++)
+            v = v * 10 + (uint64_t)(name[n] - '0');
+    return name[n] == '.' && v == (uint64_t)layer ? n + 1 : -1;
+}
+
+/* 1 when name (a valid record's: it ends within TRACE_NAME_MAX) is what
+ * trace_layer_name(buf, layer, what) writes (see traces/trace.c: the prefix, then what
+ * truncated to TRACE_NAME_MAX - 1 bytes in all), compared in place instead of written. */
 static int layer_name_is(const char *name, int layer, const char *what)
 {
-    char p[TRACE_LAYER_PREFIX_MAX];
-    size_t n = trace_layer_prefix(p, layer);
-    for (size_t i = 0; i < n; i++)
-        if (name[i] != p[i]) return 0;
-    /* trace_layer_name's copy: at most TRACE_NAME_MAX - 1 - n bytes of what */
-    for (size_t lim = TRACE_NAME_MAX - 1; n < lim && *what; n++, what++)
-        if (name[n] != *what) return 0;
-    return name[n] == '\0';
+    int n = layer_prefix_len(name, layer);
+    /* equal up to the end of both or up to the truncation, where name ends */
+    return n >= 0 && !strncmp(name + n, what, TRACE_NAME_MAX - 1 - (size_t)n);
 }
 
 static ms_status put_miss(trace_t *t)
