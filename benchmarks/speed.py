@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """speed.py — measures memsim's own speed side by side, for BENCHMARKS.md: whole-process
 replay of the 1,344,000-event trace from its text, .gz and binary forms, the 192- and
-15-configuration sweeps at -j 1 and -j 2, the planners' slow cases (MEMO's plan and
+15-configuration sweeps at -j 1 and -j 2 (and the first length alone, so that the rate
+beyond process start and the first point is printed too), the planners' slow cases (MEMO's plan and
 simulation at 896K on experiments/memo's workload, the somas-pangu DSA instance at --gap 0.5)
 and (when it can run here) Calculon's rate on a comparable GPT configuration. Each command runs --runs times, the builds (and rows)
 interleaved run by run, the builds' order alternating; it prints a markdown table of median wall time (min - max), the
@@ -83,6 +84,7 @@ def rows_for(args, memsim, work):
     if "sweep" in want:
         rows.append(("192 configurations, -j 1", sweep_cmd(memsim, seq192, 1), 192, "configs"))
         rows.append(("192 configurations, -j 2", sweep_cmd(memsim, seq192, 2), 192, "configs"))
+        rows.append((FIRST, sweep_cmd(memsim, "16K", 1), 3, "configs"))
     if "quick" in want:
         rows.append(("quickstart, 15 configurations, -j 1", sweep_cmd(memsim, seq15, 1), 15,
                      "configs"))
@@ -99,6 +101,30 @@ def rows_for(args, memsim, work):
                                                   "somas-pangu_2.6B.csv"), "--gap", "0.5"],
                      0, "s"))
     return rows
+
+
+# the sweep's first length alone: what process start and the first point cost, which the
+# marginal rate below leaves out, as Calculon's in-process rate leaves out its interpreter's
+# start, its imports and its system's set-up
+FIRST = "the first length alone (16K), 3 configurations, -j 1"
+SWEEP = "192 configurations, -j 1"
+
+
+def marginal(res, builds):
+    """Lines giving each build's per-configuration time beyond its first length's."""
+    out = []
+    for b, _ in builds:
+        if None in res.get((SWEEP, b), [None]) or None in res.get((FIRST, b), [None]):
+            continue
+        for k, name in ((0, "wall"), (1, "CPU")):
+            t192 = statistics.median(x[k] for x in res[(SWEEP, b)])
+            t3 = statistics.median(x[k] for x in res[(FIRST, b)])
+            per = (t192 - t3) / 189
+            out.append("%s, %s: the 189 configurations beyond the first length's 3 (medians' "
+                       "difference) %.4f ms per configuration, %s" % (b, name, per * 1e3,
+                                                                     fmt_rate(189, t192 - t3,
+                                                                              "configs")))
+    return out
 
 
 def rate(n, s):
@@ -161,6 +187,8 @@ def main():
             line += " %.0f ms (%.0f - %.0f), %s | %.0f ms, %s |" % (
                 mw * 1e3, min(w) * 1e3, max(w) * 1e3, fmt_rate(n, mw, unit), mc * 1e3,
                 fmt_rate(n, mc, unit))
+        print(line)
+    for line in marginal(res, builds):
         print(line)
     if "calculon" in args.rows.split(","):
         print()
