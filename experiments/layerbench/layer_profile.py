@@ -15,53 +15,43 @@ Exit status: 0 done, 1 no GPU, 2 usage.
 """
 import argparse
 import collections
+import os
 import sys
 
 
-def make_scoped_layer(h, heads, f):
-    """layer_torch.make_layer's layer (the same parameters, seed and ops), its forward ops
-    each in a record_function scope named as memsim's op."""
-    import torch
-    import torch.nn as nn
+def scope_forward(layer, h, heads):
+    """Replaces layer_torch.make_layer's forward by the same ops, each in a record_function
+    scope named as memsim's op (the scopes launch nothing)."""
     import torch.nn.functional as F
     from torch.profiler import record_function as rf
+    m = layer
 
-    class Layer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(h)
-            self.qkv = nn.Linear(h, 3 * h)
-            self.proj = nn.Linear(h, h)
-            self.ln2 = nn.LayerNorm(h)
-            self.fc1 = nn.Linear(h, f)
-            self.fc2 = nn.Linear(f, h)
+    def forward(x):
+        b, s, _ = x.shape
+        with rf("ln1"):
+            y = m.ln1(x)
+        with rf("qkv"):
+            q, k, v = m.qkv(y).split(h, dim=-1)
+            q, k, v = (t.view(b, s, heads, h // heads).transpose(1, 2) for t in (q, k, v))
+        with rf("attn"):
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        with rf("proj"):
+            p = m.proj(a.transpose(1, 2).reshape(b, s, h))
+        with rf("add1"):
+            x = x + p
+        with rf("ln2"):
+            y = m.ln2(x)
+        with rf("fc1"):
+            y = m.fc1(y)
+        with rf("act"):
+            y = F.gelu(y, approximate="tanh")
+        with rf("fc2"):
+            y = m.fc2(y)
+        with rf("add2"):
+            return x + y
 
-        def forward(self, x):
-            b, s, _ = x.shape
-            with rf("ln1"):
-                y = self.ln1(x)
-            with rf("qkv"):
-                q, k, v = self.qkv(y).split(h, dim=-1)
-                q, k, v = (t.view(b, s, heads, h // heads).transpose(1, 2) for t in (q, k, v))
-            with rf("attn"):
-                a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            with rf("proj"):
-                p = self.proj(a.transpose(1, 2).reshape(b, s, h))
-            with rf("add1"):
-                x = x + p
-            with rf("ln2"):
-                y = self.ln2(x)
-            with rf("fc1"):
-                y = self.fc1(y)
-            with rf("act"):
-                y = F.gelu(y, approximate="tanh")
-            with rf("fc2"):
-                y = self.fc2(y)
-            with rf("add2"):
-                return x + y
-
-    torch.manual_seed(7)
-    return Layer().cuda().to(torch.bfloat16)
+    layer.forward = forward
+    return layer
 
 
 FWD = ("ln1", "qkv", "attn", "proj", "add1", "ln2", "fc1", "act", "fc2", "add2")
@@ -115,9 +105,9 @@ def main():
     if not torch.cuda.is_available():
         print("no GPU")
         return 1
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    from layer_torch import timed
-    layer = make_scoped_layer(a.hidden, a.heads, a.ffn)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from layer_torch import make_layer, timed
+    layer = scope_forward(make_layer(a.hidden, a.heads, a.ffn), a.hidden, a.heads)
     x = torch.randn(1, a.seq, a.hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(1, a.seq, a.hidden, device="cuda", dtype=torch.bfloat16) * 0.01
     params = [x] + list(layer.parameters())
