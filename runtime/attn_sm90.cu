@@ -649,9 +649,23 @@ struct dkv_work {
     int first, last;   /* the key block's first and last chunk: none before, none after */
 };
 
+/* Query tiles in a chunk of a head of S tokens (the whole head with qchunk 0), and the key
+ * blocks of chunk c: those whose diagonal comes before its end. */
+__host__ __device__ inline int dkv_chunk_tiles(int S, int qchunk)
+{
+    const int nq = S / DKV_BQ;
+    return qchunk > 0 && qchunk < nq ? qchunk : nq;
+}
+
+__host__ __device__ inline int dkv_chunk_blocks(int S, int ch, int c)
+{
+    const int m = (c + 1) * ch / (DKV_BK / DKV_BQ), nkb = S / DKV_BK;
+    return m < nkb ? m : nkb;
+}
+
 __device__ __forceinline__ dkv_work dkv_item(const bwd_args &a, bool one)
 {
-    const int nkb = a.S / DKV_BK, nq = a.S / DKV_BQ;
+    const int nq = a.S / DKV_BQ;
     dkv_work w;
     if (!one) {
         w.kb = (int)blockIdx.x;
@@ -663,9 +677,9 @@ __device__ __forceinline__ dkv_work dkv_item(const bwd_args &a, bool one)
     }
     w.bh = (int)blockIdx.x / a.nitems;
     int x = (int)blockIdx.x % a.nitems, c = 0;
-    const int ch = a.qchunk > 0 && a.qchunk < nq ? a.qchunk : nq;
-    for (;; c++) {   /* chunk c holds the key blocks whose diagonal comes before its end */
-        const int m = min(nkb, (c + 1) * ch / (DKV_BK / DKV_BQ));
+    const int ch = dkv_chunk_tiles(a.S, a.qchunk);
+    for (;; c++) {
+        const int m = dkv_chunk_blocks(a.S, ch, c);
         if (x < m) {
             w.kb = m - 1 - x;
             break;
@@ -683,13 +697,9 @@ __device__ __forceinline__ dkv_work dkv_item(const bwd_args &a, bool one)
 /* CTAs of one head in the one pass: each chunk's key blocks up to its end (dkv_item). */
 static int dkv_items(int S, int qchunk)
 {
-    const int nkb = S / DKV_BK, nq = S / DKV_BQ;
-    const int ch = qchunk > 0 && qchunk < nq ? qchunk : nq;
+    const int ch = dkv_chunk_tiles(S, qchunk);
     int n = 0;
-    for (int c = 0; c * ch < nq; c++) {
-        const int m = (c + 1) * ch / (DKV_BK / DKV_BQ);
-        n += m < nkb ? m : nkb;
-    }
+    for (int c = 0; c * ch < S / DKV_BQ; c++) n += dkv_chunk_blocks(S, ch, c);
     return n;
 }
 
