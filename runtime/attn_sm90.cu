@@ -710,11 +710,15 @@ __device__ __forceinline__ void dkv_probs(float (&sacc)[DKV_BQ / 2], const float
 {
     const bool diag = kw + 63 > q0;
 #pragma unroll
-    for (int x = 0; x < DKV_BQ / 2; x++) {
-        const int e = x % 4, qi = 8 * (x / 4) + 2 * t + (e & 1);
-        float p = p90_exp2(sacc[x] * sl2 - sl[qi] * A90_LOG2E);
-        if (diag && kr + 8 * (e >> 1) > q0 + qi) p = 0.0f;
-        sacc[x] = p;
+    for (int j = 0; j < DKV_BQ / 8; j++) {   /* queries 8 j + 2 t and + 1: one 8-byte load */
+        const float2 l = *reinterpret_cast<const float2 *>(sl + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int x = 4 * j + e, qi = 8 * j + 2 * t + (e & 1);
+            float p = p90_exp2(sacc[x] * sl2 - (e & 1 ? l.y : l.x) * A90_LOG2E);
+            if (diag && kr + 8 * (e >> 1) > q0 + qi) p = 0.0f;
+            sacc[x] = p;
+        }
     }
 }
 
@@ -823,7 +827,8 @@ __device__ __forceinline__ void dkv_tile_ds(const bwd_args &a, unsigned char *gs
             for (int r = 0; r < 4; r++) {
                 const int x = 8 * kk + 2 * r, qi = 8 * (x / 4) + 2 * t;
                 const float2 p = p90_unpack(pf[kk][r]);
-                pf[kk][r] = p90_pack(p.x * (dpa[x] - sd[qi]), p.y * (dpa[x + 1] - sd[qi + 1]));
+                const float2 d = *reinterpret_cast<const float2 *>(sd + qi);   /* 8-byte aligned */
+                pf[kk][r] = p90_pack(p.x * (dpa[x] - d.x), p.y * (dpa[x + 1] - d.y));
             }
     } else {
         p90_bar_wait(b.o + 8 * s, ph);   /* the stage's copies must land before it is reused */

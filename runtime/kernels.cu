@@ -8,6 +8,7 @@
 
 #include "runtime/bf16_dev.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -47,7 +48,14 @@ struct kn_ctx {
     kn_attn_impl attn;        /* the attention kernels in use (never KN_ATTN_AUTO) */
     void *ebw;                /* the embedding backward's sort scratch */
     size_t ebw_bytes;
+    cublasLtHandle_t lt;      /* the GEMMs whose algorithm was chosen by measurement */
+    struct kn_galgo *ga;      /* (kn_gemm_algos_load, kn_ctx_set_gemm_tune), by shape */
+    size_t nga, capga;
+    int tune;                 /* a GEMM shape not in ga is measured at its first call */
+    double tune_margin;       /* how much faster than the default a candidate must be */
 };
+
+static void ga_free(kn_ctx *k);
 
 static rt_status launched(const char *what, ms_error *err)
 {
@@ -107,6 +115,7 @@ rt_status kn_ctx_new(void *stream, kn_ctx **out, ms_error *err)
     if (st == RT_OK)
         st = blas_err(cublasSetWorkspace(k->blas, k->blas_ws, KN_BLAS_WS_BYTES),
                       "cublasSetWorkspace", err);
+    if (st == RT_OK) st = blas_err(cublasLtCreate(&k->lt), "cublasLtCreate", err);
     if (st == RT_OK) st = attn80_setup(err);
     if (st == RT_OK) st = attn_pick(k, err);
     if (st != RT_OK) {
@@ -120,6 +129,8 @@ rt_status kn_ctx_new(void *stream, kn_ctx **out, ms_error *err)
 void kn_ctx_free(kn_ctx *k)
 {
     if (!k) return;
+    ga_free(k);
+    if (k->lt) cublasLtDestroy(k->lt);
     if (k->blas) cublasDestroy(k->blas);
     cudaFree(k->blas_ws);
     cudaFree(k->scratch);
@@ -519,18 +530,453 @@ rt_status kn_ln_bwd(kn_ctx *k, kn_bf16 *dx, float *dg, float *db, const kn_bf16 
 
 /* ======================= GEMM ======================= */
 
+/* ---- GEMM algorithms chosen by measurement ----
+ * cuBLAS's default choice for a GEMM is a heuristic's; cuBLASLt offers further algorithms
+ * for the same operation, some of them faster on a given device and shape (on an H200, the
+ * layer benchmark's GEMMs at 32K tokens: the fastest 5-12 % below the default for 9 of its
+ * 12 GEMMs, experiments/layerbench/README.md). As PyTorch's TunableOp does, a tuning pass
+ * times the default and the candidates on the call's own operands, keeps the fastest for that
+ * shape, and a file carries the choices to later runs, so that a run's GEMMs (and their bits)
+ * do not depend on that run's timing. An algorithm replaces the default only when it is
+ * KN_GEMM_TUNE_MARGIN (kernels.h) faster: nearer, the timing's spread decides, not the
+ * algorithm. */
+#define KN_GEMM_TUNE_WARM 2
+#define KN_GEMM_TUNE_REPS 5
+#define KN_GEMM_TUNE_CANDIDATES 16
+#define KN_GEMM_ALGOS_VERSION 1
+
+typedef struct kn_gkey {
+    int ta, tb, beta1, c_fp32, bias;   /* bias: kn_gemm_bias's (bf16 C, beta 0) */
+    uint64_t M, N, K, lda, ldb, ldc;
+} kn_gkey;
+
+typedef struct kn_galgo {
+    kn_gkey key;
+    int lt;                        /* 1: the cuBLASLt algorithm below; 0: cuBLAS's default */
+    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulDesc_t d;
+    cublasLtMatrixLayout_t la, lb, lc;
+    kn_gemm_info info;
+} kn_galgo;
+
+static void ga_release(kn_galgo *g)
+{
+    if (g->d) cublasLtMatmulDescDestroy(g->d);
+    if (g->la) cublasLtMatrixLayoutDestroy(g->la);
+    if (g->lb) cublasLtMatrixLayoutDestroy(g->lb);
+    if (g->lc) cublasLtMatrixLayoutDestroy(g->lc);
+    g->d = NULL;
+    g->la = g->lb = g->lc = NULL;
+}
+
+static void ga_free(kn_ctx *k)
+{
+    for (size_t i = 0; i < k->nga; i++) ga_release(&k->ga[i]);
+    free(k->ga);
+    k->ga = NULL;
+    k->nga = k->capga = 0;
+}
+
+static int gkey_eq(const kn_gkey *a, const kn_gkey *b)
+{
+    return a->ta == b->ta && a->tb == b->tb && a->beta1 == b->beta1 && a->c_fp32 == b->c_fp32 &&
+           a->bias == b->bias &&
+           a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
+           a->ldb == b->ldb && a->ldc == b->ldc;
+}
+
+static kn_galgo *ga_find(kn_ctx *k, const kn_gkey *key)
+{
+    for (size_t i = 0; i < k->nga; i++)
+        if (gkey_eq(&k->ga[i].key, key)) return &k->ga[i];
+    return NULL;
+}
+
+/* A new entry for key (descriptors made), or NULL when out of host memory. */
+static kn_galgo *ga_add(kn_ctx *k, const kn_gkey *key, ms_error *err)
+{
+    if (k->nga == k->capga) {
+        size_t cap = k->capga ? 2 * k->capga : 16;
+        kn_galgo *n = (kn_galgo *)realloc(k->ga, cap * sizeof *n);
+        if (!n) {
+            rt_fail(err, RT_ERR_HOST, __FILE__, __LINE__, "realloc", "out of memory");
+            return NULL;
+        }
+        k->ga = n;
+        k->capga = cap;
+    }
+    kn_galgo *g = &k->ga[k->nga];
+    memset(g, 0, sizeof *g);
+    g->key = *key;
+    g->info.chosen = -1;
+    /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, as in kn_gemm */
+    cublasOperation_t oa = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t ob = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint64_t m = key->N, n = key->M, kk = key->K;
+    cudaDataType_t ct = key->c_fp32 ? CUDA_R_32F : CUDA_R_16BF;
+    rt_status st = blas_err(cublasLtMatmulDescCreate(&g->d, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                            "cublasLtMatmulDescCreate", err);
+    if (st == RT_OK)
+        st = blas_err(cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_TRANSA, &oa,
+                                                     sizeof oa), "cublasLtMatmulDesc", err);
+    if (st == RT_OK)
+        st = blas_err(cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_TRANSB, &ob,
+                                                     sizeof ob), "cublasLtMatmulDesc", err);
+    if (st == RT_OK && key->bias) {   /* + bias[column of row-major C]: a row of C^T each */
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_16BF;
+        st = blas_err(cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
+                                                     sizeof ep), "cublasLtMatmulDesc", err);
+        if (st == RT_OK)
+            st = blas_err(cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                         &bt, sizeof bt), "cublasLtMatmulDesc",
+                          err);
+    }
+    if (st == RT_OK)
+        st = blas_err(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_16BF, key->tb ? kk : m,
+                                                 key->tb ? m : kk, (int64_t)key->ldb),
+                      "cublasLtMatrixLayoutCreate", err);
+    if (st == RT_OK)
+        st = blas_err(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_16BF, key->ta ? n : kk,
+                                                 key->ta ? kk : n, (int64_t)key->lda),
+                      "cublasLtMatrixLayoutCreate", err);
+    if (st == RT_OK)
+        st = blas_err(cublasLtMatrixLayoutCreate(&g->lc, ct, m, n, (int64_t)key->ldc),
+                      "cublasLtMatrixLayoutCreate", err);
+    if (st != RT_OK) {
+        ga_release(g);
+        return NULL;
+    }
+    g->info.ta = key->ta;
+    g->info.tb = key->tb;
+    g->info.c_fp32 = key->c_fp32;
+    g->info.beta1 = key->beta1;
+    g->info.bias = key->bias;
+    g->info.M = key->M;
+    g->info.N = key->N;
+    g->info.K = key->K;
+    k->nga++;
+    return g;
+}
+
+/* cuBLAS's default choice, and for kn_gemm_bias the separate bias pass after it. */
+static rt_status gemm_default(kn_ctx *k, const kn_gkey *x, const kn_bf16 *A, const kn_bf16 *B,
+                              float beta, void *C, const kn_bf16 *bias, ms_error *err)
+{
+    float alpha = 1.0f;
+    cublasStatus_t st = cublasGemmEx(
+        k->blas, x->tb ? CUBLAS_OP_T : CUBLAS_OP_N, x->ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)x->N,
+        (int)x->M, (int)x->K, &alpha, B, CUDA_R_16BF, (int)x->ldb, A, CUDA_R_16BF, (int)x->lda,
+        &beta, C, x->c_fp32 ? CUDA_R_32F : CUDA_R_16BF, (int)x->ldc, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    RT_TRY(blas_err(st, "cublasGemmEx", err));
+    return x->bias ? kn_bias_add(k, (kn_bf16 *)C, bias, x->M, x->N, x->ldc, err) : RT_OK;
+}
+
+static rt_status gemm_lt(kn_ctx *k, const kn_galgo *g, const cublasLtMatmulAlgo_t *algo,
+                         const kn_bf16 *A, const kn_bf16 *B, float beta, void *C,
+                         const kn_bf16 *bias, ms_error *err)
+{
+    float alpha = 1.0f;
+    if (g->key.bias)
+        RT_TRY(blas_err(cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &bias, sizeof bias),
+                        "cublasLtMatmulDesc", err));
+    return blas_err(cublasLtMatmul(k->lt, g->d, &alpha, B, g->la, A, g->lb, &beta, C, g->lc, C,
+                                   g->lc, algo, k->blas_ws, KN_BLAS_WS_BYTES, k->s),
+                    "cublasLtMatmul", err);
+}
+
+static int cmp_ms(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median ms of KN_GEMM_TUNE_REPS calls (after KN_GEMM_TUNE_WARM) of the default (algo NULL)
+ * or of algo, on the call's operands: C is overwritten (accumulated into with beta != 0). */
+static rt_status tune_time(kn_ctx *k, const kn_galgo *g, const cublasLtMatmulAlgo_t *algo,
+                           const kn_bf16 *A, const kn_bf16 *B, float beta, void *C,
+                           const kn_bf16 *bias, double *ms, ms_error *err)
+{
+    cudaEvent_t e[2 * KN_GEMM_TUNE_REPS];
+    int ne = 0;
+    rt_status st = RT_OK;
+    for (; ne < 2 * KN_GEMM_TUNE_REPS && st == RT_OK; ne++)
+        if (cudaEventCreate(&e[ne]) != cudaSuccess)
+            st = rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cudaEventCreate", "events");
+    for (int i = 0; i < KN_GEMM_TUNE_WARM + KN_GEMM_TUNE_REPS && st == RT_OK; i++) {
+        int r = i - KN_GEMM_TUNE_WARM;
+        if (r >= 0 && cudaEventRecord(e[2 * r], k->s) != cudaSuccess) break;
+        st = algo ? gemm_lt(k, g, algo, A, B, beta, C, bias, err)
+                  : gemm_default(k, &g->key, A, B, beta, C, bias, err);
+        if (r >= 0 && st == RT_OK && cudaEventRecord(e[2 * r + 1], k->s) != cudaSuccess) break;
+    }
+    double t[KN_GEMM_TUNE_REPS];
+    for (int r = 0; r < KN_GEMM_TUNE_REPS && st == RT_OK; r++) {
+        float x = 0;
+        if (cudaEventSynchronize(e[2 * r + 1]) != cudaSuccess ||
+            cudaEventElapsedTime(&x, e[2 * r], e[2 * r + 1]) != cudaSuccess)
+            st = rt_fail(err, RT_ERR_CUDA, __FILE__, __LINE__, "cudaEventElapsedTime",
+                         cudaGetErrorString(cudaGetLastError()));
+        t[r] = x;
+    }
+    for (int i = 0; i < ne; i++) cudaEventDestroy(e[i]);
+    if (st != RT_OK) return st;
+    qsort(t, KN_GEMM_TUNE_REPS, sizeof *t, cmp_ms);
+    *ms = t[KN_GEMM_TUNE_REPS / 2];
+    return RT_OK;
+}
+
+/* The tuning of a shape at its first call: the default and cuBLASLt's heuristic candidates
+ * timed on the operands; the entry keeps the fastest candidate where it beats the default by
+ * the margin. A candidate the device rejects at launch is skipped. */
+static rt_status gemm_tune(kn_ctx *k, const kn_gkey *key, const kn_bf16 *A, const kn_bf16 *B,
+                           float beta, void *C, const kn_bf16 *bias, kn_galgo **out,
+                           ms_error *err)
+{
+    kn_galgo *g = ga_add(k, key, err);
+    if (!g) return RT_ERR_HOST;
+    *out = g;
+    RT_TRY(tune_time(k, g, NULL, A, B, beta, C, bias, &g->info.default_ms, err));
+    cublasLtMatmulPreference_t pref;
+    RT_TRY(blas_err(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreference", err));
+    size_t ws = KN_BLAS_WS_BYTES;
+    cublasLtMatmulHeuristicResult_t r[KN_GEMM_TUNE_CANDIDATES];
+    int nr = 0;
+    rt_status st = blas_err(cublasLtMatmulPreferenceSetAttribute(
+                                pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                            "cublasLtMatmulPreference", err);
+    if (st == RT_OK)
+        st = blas_err(cublasLtMatmulAlgoGetHeuristic(k->lt, g->d, g->la, g->lb, g->lc, g->lc,
+                                                     pref, KN_GEMM_TUNE_CANDIDATES, r, &nr),
+                      "cublasLtMatmulAlgoGetHeuristic", err);
+    cublasLtMatmulPreferenceDestroy(pref);
+    RT_TRY(st);
+    g->info.candidates = nr;
+    int bi = -1;
+    double best = 0;
+    for (int i = 0; i < nr; i++) {
+        if (r[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        double ms = 0;
+        ms_error e2;
+        ms_error_clear(&e2);
+        if (tune_time(k, g, &r[i].algo, A, B, beta, C, bias, &ms, &e2) != RT_OK) {
+            cudaGetLastError();   /* a rejected candidate, not the run's error */
+            continue;
+        }
+        if (bi < 0 || ms < best) {
+            bi = i;
+            best = ms;
+        }
+    }
+    g->info.best_ms = bi >= 0 ? best : g->info.default_ms;
+    if (bi >= 0 && (k->tune_margin < 0 || best < g->info.default_ms * (1.0 - k->tune_margin))) {
+        g->algo = r[bi].algo;
+        g->lt = 1;
+        g->info.chosen = bi;
+    }
+    return RT_OK;
+}
+
+static rt_status gemm_run(kn_ctx *k, const kn_gkey *key, const kn_bf16 *A, const kn_bf16 *B,
+                          float beta, void *C, const kn_bf16 *bias, ms_error *err)
+{
+    kn_galgo *g = k->nga ? ga_find(k, key) : NULL;
+    if (!g && k->tune) RT_TRY(gemm_tune(k, key, A, B, beta, C, bias, &g, err));
+    if (g && g->lt) return gemm_lt(k, g, &g->algo, A, B, beta, C, bias, err);
+    return gemm_default(k, key, A, B, beta, C, bias, err);
+}
+
 rt_status kn_gemm(kn_ctx *k, int ta, int tb, size_t M, size_t N, size_t K, const kn_bf16 *A,
                   size_t lda, const kn_bf16 *B, size_t ldb, float beta, void *C, size_t ldc,
                   int c_fp32, ms_error *err)
 {
     if (!M || !N || !K) return RT_OK;
-    /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands */
-    float alpha = 1.0f;
-    cublasStatus_t st = cublasGemmEx(
-        k->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
-        (int)K, &alpha, B, CUDA_R_16BF, (int)ldb, A, CUDA_R_16BF, (int)lda, &beta, C,
-        c_fp32 ? CUDA_R_32F : CUDA_R_16BF, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return blas_err(st, "cublasGemmEx", err);
+    kn_gkey key = {ta != 0, tb != 0, beta != 0.0f, c_fp32 != 0, 0, M, N, K, lda, ldb, ldc};
+    return gemm_run(k, &key, A, B, beta, C, NULL, err);
+}
+
+rt_status kn_gemm_bias(kn_ctx *k, int ta, int tb, size_t M, size_t N, size_t K,
+                       const kn_bf16 *A, size_t lda, const kn_bf16 *B, size_t ldb, kn_bf16 *C,
+                       size_t ldc, const kn_bf16 *bias, ms_error *err)
+{
+    if (!M || !N || !K) return RT_OK;
+    if (N % 8 || ldc % 8 || !al16(C) || !al16(bias))
+        return invalid("kn_gemm_bias", "N % 8, ldc % 8, alignment", err);
+    kn_gkey key = {ta != 0, tb != 0, 0, 0, 1, M, N, K, lda, ldb, ldc};
+    return gemm_run(k, &key, A, B, 0.0f, C, bias, err);
+}
+
+void kn_ctx_set_gemm_tune(kn_ctx *k, int on, double margin)
+{
+    k->tune = on != 0;
+    k->tune_margin = margin;
+}
+
+size_t kn_gemm_algos_count(const kn_ctx *k) { return k->nga; }
+
+void kn_gemm_algo_info(const kn_ctx *k, size_t i, kn_gemm_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (i < k->nga) *out = k->ga[i].info;
+}
+
+/* The file's validity: the same cuBLAS build and device name (an algorithm is described in
+ * cuBLASLt's terms, which hold for one library version on one device). */
+static rt_status gemm_env(char *dev, size_t cap, int *ver, ms_error *err)
+{
+    int d = 0;
+    cudaDeviceProp p;
+    RT_CHECK(err, cudaGetDevice(&d));
+    RT_CHECK(err, cudaGetDeviceProperties(&p, d));
+    snprintf(dev, cap, "%s", p.name);
+    *ver = (int)cublasLtGetVersion();
+    return RT_OK;
+}
+
+rt_status kn_gemm_algos_save(const kn_ctx *k, const char *path, ms_error *err)
+{
+    char dev[256];
+    int ver = 0;
+    RT_TRY(gemm_env(dev, sizeof dev, &ver, err));
+    ms_out *o = NULL;
+    if (ms_out_open(path, &o, err) != MS_OK) return RT_ERR_HOST;
+    ms_out_printf(o, "# memsim GEMM algorithms (memsim run --tune-gemms; docs/RUNTIME.md "
+                     "\"GEMM algorithms\")\n");
+    ms_out_printf(o, "memsim-gemm-algos %d\ncublaslt %d\ndevice %s\n", KN_GEMM_ALGOS_VERSION,
+                  ver, dev);
+    ms_out_printf(o, "# gemm ta tb M N K lda ldb ldc beta!=0 c_fp32 bias default_ms best_ms "
+                     "candidates chosen algo(hex, - for cuBLAS's default)\n");
+    for (size_t i = 0; i < k->nga; i++) {
+        const kn_galgo *g = &k->ga[i];
+        const kn_gkey *x = &g->key;
+        ms_out_printf(o, "gemm %d %d %llu %llu %llu %llu %llu %llu %d %d %d %.4f %.4f %d %d ",
+                      x->ta, x->tb, (unsigned long long)x->M, (unsigned long long)x->N,
+                      (unsigned long long)x->K, (unsigned long long)x->lda,
+                      (unsigned long long)x->ldb, (unsigned long long)x->ldc, x->beta1,
+                      x->c_fp32, x->bias, g->info.default_ms, g->info.best_ms, g->info.candidates,
+                      g->info.chosen);
+        if (!g->lt) {
+            ms_out_printf(o, "-\n");
+            continue;
+        }
+        const unsigned char *b = (const unsigned char *)&g->algo;
+        for (size_t j = 0; j < sizeof g->algo; j++) ms_out_printf(o, "%02x", b[j]);
+        ms_out_printf(o, "\n");
+    }
+    return ms_out_commit(o, err) == MS_OK ? RT_OK : RT_ERR_HOST;
+}
+
+static rt_status algos_bad(ms_error *err, const ms_lines *lr, const char *what)
+{
+    char msg[320];
+    snprintf(msg, sizeof msg, "%s:%llu: %s", ms_lines_path(lr),
+             (unsigned long long)ms_lines_lineno(lr), what);
+    return rt_fail(err, RT_ERR_INVALID, __FILE__, __LINE__, "kn_gemm_algos_load", msg);
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* One "gemm" line's fields after the keyword into an entry (its algorithm checked by
+ * cuBLASLt against the shape). */
+static rt_status algos_line(kn_ctx *k, const ms_lines *lr, char **f, int nf, ms_error *err)
+{
+    if (nf != 17) return algos_bad(err, lr, "a gemm line has 17 fields");
+    uint64_t v[11];
+    for (int i = 0; i < 11; i++)
+        if (!ms_parse_u64(f[1 + i], &v[i])) return algos_bad(err, lr, "a field is not a number");
+    if (v[0] > 1 || v[1] > 1 || v[8] > 1 || v[9] > 1 || v[10] > 1 || !v[2] || !v[3] || !v[4] ||
+        v[2] > INT32_MAX || v[3] > INT32_MAX || v[4] > INT32_MAX ||
+        (v[10] && (v[8] || v[9])))
+        return algos_bad(err, lr, "ta, tb, beta, c_fp32, bias are 0 or 1 (a bias with beta 0 "
+                                  "and bf16 C); M, N, K positive");
+    kn_gkey key = {(int)v[0], (int)v[1], (int)v[8], (int)v[9], (int)v[10], v[2], v[3], v[4],
+                   v[5], v[6], v[7]};
+    if (ga_find(k, &key)) return algos_bad(err, lr, "the same GEMM twice");
+    kn_galgo *g = ga_add(k, &key, err);
+    if (!g) return RT_ERR_HOST;
+    int64_t cand = 0, chosen = 0;
+    if (!ms_parse_double(f[12], &g->info.default_ms) || !ms_parse_double(f[13], &g->info.best_ms) ||
+        !ms_parse_i64(f[14], &cand) || !ms_parse_i64(f[15], &chosen) || cand < 0 ||
+        cand > KN_GEMM_TUNE_CANDIDATES || chosen < -1 || chosen >= cand) {
+        k->nga--;
+        ga_release(g);
+        return algos_bad(err, lr, "default_ms, best_ms, candidates or chosen out of range");
+    }
+    g->info.candidates = (int)cand;
+    g->info.chosen = (int)chosen;
+    const char *h = f[16];
+    if (!strcmp(h, "-")) return RT_OK;
+    if (strlen(h) != 2 * sizeof g->algo) {
+        k->nga--;
+        ga_release(g);
+        return algos_bad(err, lr, "an algorithm is 128 hex digits or -");
+    }
+    unsigned char *b = (unsigned char *)&g->algo;
+    for (size_t j = 0; j < sizeof g->algo; j++) {
+        int hi = hexval(h[2 * j]), lo = hexval(h[2 * j + 1]);
+        if (hi < 0 || lo < 0) {
+            k->nga--;
+            ga_release(g);
+            return algos_bad(err, lr, "an algorithm is 128 lowercase hex digits or -");
+        }
+        b[j] = (unsigned char)(16 * hi + lo);
+    }
+    cublasLtMatmulHeuristicResult_t chk;
+    if (cublasLtMatmulAlgoCheck(k->lt, g->d, g->la, g->lb, g->lc, g->lc, &g->algo, &chk) !=
+            CUBLAS_STATUS_SUCCESS ||
+        chk.workspaceSize > KN_BLAS_WS_BYTES) {
+        k->nga--;
+        ga_release(g);
+        return algos_bad(err, lr, "cuBLASLt rejects the algorithm for this GEMM");
+    }
+    g->lt = 1;
+    return RT_OK;
+}
+
+rt_status kn_gemm_algos_load(kn_ctx *k, const char *path, ms_error *err)
+{
+    char dev[256];
+    int ver = 0;
+    RT_TRY(gemm_env(dev, sizeof dev, &ver, err));
+    ms_lines *lr = NULL;
+    if (ms_lines_open(path, &lr, err) != MS_OK) return RT_ERR_INVALID;
+    rt_status st = RT_OK;
+    int seen = 0;   /* header lines read: version, cublaslt, device */
+    char *line = NULL;
+    ms_status ls;
+    while (st == RT_OK && (ls = ms_lines_next_content(lr, &line, err)) == MS_OK) {
+        char want[300];
+        if (seen == 0) {
+            snprintf(want, sizeof want, "memsim-gemm-algos %d", KN_GEMM_ALGOS_VERSION);
+            st = strcmp(line, want) ? algos_bad(err, lr, "not a memsim-gemm-algos 1 file")
+                                    : RT_OK;
+        } else if (seen == 1) {
+            snprintf(want, sizeof want, "cublaslt %d", ver);
+            st = strcmp(line, want) ? algos_bad(err, lr, "made with another cuBLASLt version: "
+                                                         "tune again (--tune-gemms)")
+                                    : RT_OK;
+        } else if (seen == 2) {
+            snprintf(want, sizeof want, "device %s", dev);
+            st = strcmp(line, want) ? algos_bad(err, lr, "made on another device: tune again "
+                                                         "(--tune-gemms)")
+                                    : RT_OK;
+        } else {
+            char *f[20];
+            int nf = ms_split(line, f, 18);
+            st = nf < 1 || strcmp(f[0], "gemm") ? algos_bad(err, lr, "expected a gemm line")
+                                                : algos_line(k, lr, f, nf, err);
+        }
+        seen++;
+    }
+    if (st == RT_OK && ls != MS_ERR_LIMIT) st = RT_ERR_INVALID;
+    if (st == RT_OK && seen < 3) st = algos_bad(err, lr, "the header is incomplete");
+    ms_lines_free(lr);
+    return st;
 }
 
 /* ======================= element-wise ======================= */

@@ -70,6 +70,37 @@ rt_status kn_gemm(kn_ctx *k, int ta, int tb, size_t M, size_t N, size_t K, const
                   size_t lda, const kn_bf16 *B, size_t ldb, float beta, void *C, size_t ldc,
                   int c_fp32, ms_error *err);
 
+/* GEMM algorithms chosen by measurement (docs/RUNTIME.md "GEMM algorithms"). With tuning on,
+ * each GEMM shape not yet chosen is timed at its first call, cuBLAS's default against
+ * cuBLASLt's heuristic candidates, on that call's operands: its C is overwritten (and
+ * accumulated into repeatedly where beta != 0), so tuning is for a pass whose results are
+ * thrown away. The choices are kept per shape and used by every later kn_gemm of the shape;
+ * a file carries them to other runs (the same cuBLASLt version and device only). */
+typedef struct kn_gemm_info {
+    int ta, tb, c_fp32, beta1, bias;
+    size_t M, N, K;
+    double default_ms, best_ms;   /* medians measured at tuning (read back from a file) */
+    int candidates, chosen;       /* chosen: the heuristic's candidate in use, -1: the default */
+} kn_gemm_info;
+/* margin: a candidate replaces the default only when that fraction faster (KN_GEMM_TUNE_MARGIN;
+ * below 0, the fastest candidate is taken even where the default is faster: the tests' way to
+ * run cuBLASLt's algorithms on small shapes). */
+#define KN_GEMM_TUNE_MARGIN 0.02
+void kn_ctx_set_gemm_tune(kn_ctx *k, int on, double margin);
+size_t kn_gemm_algos_count(const kn_ctx *k);
+void kn_gemm_algo_info(const kn_ctx *k, size_t i, kn_gemm_info *out);
+/* Written atomically; loading checks the version, cuBLASLt and device lines and each algorithm
+ * (cuBLASLt's own check), naming the file and line of what is wrong (RT_ERR_INVALID). */
+rt_status kn_gemm_algos_save(const kn_ctx *k, const char *path, ms_error *err);
+rt_status kn_gemm_algos_load(kn_ctx *k, const char *path, ms_error *err);
+
+/* C[M,N] = op(A) op(B) + bias[N] broadcast over the rows, bf16 C: one GEMM with cuBLASLt's
+ * bias epilogue where the shape's tuned algorithm is one (GEMM algorithms above), else
+ * cuBLAS's default GEMM and kn_bias_add. N, ldc multiples of 8; C, bias 16-byte aligned. */
+rt_status kn_gemm_bias(kn_ctx *k, int ta, int tb, size_t M, size_t N, size_t K,
+                       const kn_bf16 *A, size_t lda, const kn_bf16 *B, size_t ldb, kn_bf16 *C,
+                       size_t ldc, const kn_bf16 *bias, ms_error *err);
+
 /* ---- element-wise ---- */
 /* y[t][c] += bias[c] for c < n, rows of stride ld. */
 rt_status kn_bias_add(kn_ctx *k, kn_bf16 *y, const kn_bf16 *bias, size_t T, size_t n,

@@ -129,8 +129,8 @@ static rt_status layer_fwd(kn_ctx *k, const shape *z, kn_bf16 *const w[P_NL], co
     RT_TRY(tmark(tm, "ln1", err));
     RT_TRY(kn_ln_fwd(k, a->ln1, a->mu1, a->rs1, a->x, w[P_LN1G], w[P_LN1B], T, h, z->eps, err));
     RT_TRY(tmark(tm, "qkv", err));
-    RT_TRY(kn_gemm(k, 0, 0, T, 3 * h, h, a->ln1, h, w[P_WQKV], 3 * h, 0, a->qkv, 3 * h, 0, err));
-    RT_TRY(kn_bias_add(k, a->qkv, w[P_BQKV], T, 3 * h, 3 * h, err));
+    RT_TRY(kn_gemm_bias(k, 0, 0, T, 3 * h, h, a->ln1, h, w[P_WQKV], 3 * h, a->qkv, 3 * h,
+                        w[P_BQKV], err));
     RT_TRY(tmark(tm, "attn", err));
     RT_TRY(kn_attn_fwd(k, a->attn, a->lse, a->qkv, a->qkv + h, a->qkv + 2 * h, 3 * h, h, z->B,
                        z->H, z->S, z->D, err));
@@ -400,6 +400,11 @@ size_t mrt_tokens(const mrt_model *m) { return m->z.T; }
 
 uint64_t mrt_device_bytes(const mrt_model *m) { return m->bytes; }
 
+rt_status mrt_load_gemm_algos(mrt_model *m, const char *path, ms_error *err)
+{
+    return kn_gemm_algos_load(m->k, path, err);
+}
+
 static rt_status ensure_acts(mrt_model *m, int recompute, ms_error *err)
 {
     arena a = {NULL, 0};
@@ -546,6 +551,7 @@ void mrt_stream(uint64_t seed, uint64_t step, int vocab, int seq, int batch, int
 
 void mrt_bench_default(mrt_bench_cfg *c)
 {
+    memset(c, 0, sizeof *c);
     c->hidden = 4096;
     c->heads = 32;
     c->ffn = 16384;
@@ -696,6 +702,26 @@ static rt_status bench_run(bench_state *b, const mrt_bench_cfg *c, mrt_bench_res
     return st;
 }
 
+/* --tune-gemms: one pass that measures each GEMM shape at its first call (kn_gemm's tuning
+ * overwrites and accumulates into outputs: the pass's results are thrown away), the choices
+ * written; then the benchmark runs with them. */
+static rt_status bench_tune(bench_state *b, const mrt_bench_cfg *c, ms_error *err)
+{
+    kn_ctx_set_gemm_tune(b->k, 1, KN_GEMM_TUNE_MARGIN);
+    rt_status st = bench_pass(b, NULL, err);
+    kn_ctx_set_gemm_tune(b->k, 0, KN_GEMM_TUNE_MARGIN);
+    if (st == RT_OK && b->s) RT_CHECK(err, cudaStreamSynchronize(b->s));
+    if (st == RT_OK && !b->s) RT_CHECK(err, cudaDeviceSynchronize());
+    return st == RT_OK ? kn_gemm_algos_save(b->k, c->tune_gemms, err) : st;
+}
+
+static void bench_gemms(const bench_state *b, mrt_bench_result *r)
+{
+    size_t n = kn_gemm_algos_count(b->k);
+    r->n_gemms = (int)(n < MRT_BENCH_OPS ? n : MRT_BENCH_OPS);
+    for (int i = 0; i < r->n_gemms; i++) kn_gemm_algo_info(b->k, (size_t)i, &r->gemms[i]);
+}
+
 rt_status mrt_bench_layer(const mrt_bench_cfg *c, void *stream, mrt_bench_result *r, ms_error *err)
 {
     memset(r, 0, sizeof *r);
@@ -724,7 +750,10 @@ rt_status mrt_bench_layer(const mrt_bench_cfg *c, void *stream, mrt_bench_result
         r->exec_flops = 3 * 2 * T * (3 * h * h + h * h + 2 * h * f) +
                         (2 + r->bwd_products) * (double)z->B * (double)z->S * (double)z->S * h;
     }
+    if (st == RT_OK && c->gemm_algos) st = kn_gemm_algos_load(b.k, c->gemm_algos, err);
     if (st == RT_OK) st = bench_init(&b, err);
+    if (st == RT_OK && c->tune_gemms) st = bench_tune(&b, c, err);
+    if (st == RT_OK) bench_gemms(&b, r);
     if (st == RT_OK) st = bench_run(&b, c, r, err);
     if (b.s) cudaStreamSynchronize(b.s);
     else cudaDeviceSynchronize();

@@ -47,6 +47,8 @@ void mrt_free(mrt_model *m);
 size_t mrt_param_count(const mrt_model *m);   /* padded vocabulary rows included */
 size_t mrt_tokens(const mrt_model *m);        /* T */
 uint64_t mrt_device_bytes(const mrt_model *m);
+/* The model's GEMMs with the algorithms of a file (kn_gemm_algos_load). */
+rt_status mrt_load_gemm_algos(mrt_model *m, const char *path, ms_error *err);
 
 /* The next inputs: T token ids and T labels (the following token; < 0: ignored). */
 rt_status mrt_set_batch(mrt_model *m, const int32_t *tokens, const int32_t *labels, ms_error *err);
@@ -74,6 +76,8 @@ typedef struct mrt_bench_cfg {
     int warmup, iters;        /* timed repetitions of forward + backward (median reported) */
     uint64_t seed;
     kn_attn_impl attn;        /* attention kernels (KN_ATTN_AUTO: the device's) */
+    const char *gemm_algos;   /* NULL, or a file of GEMM algorithms (kn_gemm_algos_load) */
+    const char *tune_gemms;   /* NULL, or: a first pass measures the GEMMs, written here */
 } mrt_bench_cfg;
 
 #define MRT_BENCH_OPS 32
@@ -96,6 +100,8 @@ typedef struct mrt_bench_result {
     mrt_bench_op ops[MRT_BENCH_OPS];
     double ops_sum_ms;
     uint64_t device_bytes;
+    int n_gemms;              /* the GEMM algorithms in use (tuned or read), by shape */
+    kn_gemm_info gemms[MRT_BENCH_OPS];
 } mrt_bench_result;
 
 void mrt_bench_default(mrt_bench_cfg *c);   /* hidden 4096, 32 heads, ffn 16384, 8K x 1 */

@@ -223,6 +223,11 @@ rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out, ms_error *
     return RT_OK;
 }
 
+rt_status mrt_ops_load_gemm_algos(mrt_ops *o, const char *path, ms_error *err)
+{
+    return kn_gemm_algos_load(o->k, path, err);
+}
+
 void mrt_ops_free(mrt_ops *o)
 {
     if (!o) return;
@@ -371,8 +376,8 @@ static rt_status op_linear(mrt_ops *o, const trace_op *op, const uint64_t *in,
         return mrt_bad_trace("a linear op's shapes do not match its weight", err);
     kn_bf16 *W = BF(in[1]);
     for (uint32_t j = 0; j < op->n_out; j++) {
-        RT_TRY(kn_gemm(o->k, 0, 0, T, N, K, BF(in[0]), K, W + j * N, Nt, 0, BF(out[j]), N, 0, err));
-        RT_TRY(kn_bias_add(o->k, BF(out[j]), W + K * Nt + j * N, T, N, N, err));
+        RT_TRY(kn_gemm_bias(o->k, 0, 0, T, N, K, BF(in[0]), K, W + j * N, Nt, BF(out[j]), N,
+                            W + K * Nt + j * N, err));
     }
     return RT_OK;
 }

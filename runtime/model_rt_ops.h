@@ -38,6 +38,8 @@ extern "C" {
 typedef struct mrt_ops mrt_ops;
 rt_status mrt_ops_new(const trace_t *t, uint64_t seed, mrt_ops **out, ms_error *err);
 void mrt_ops_free(mrt_ops *o);
+/* The ops' GEMMs with the algorithms of a file (kn_gemm_algos_load). */
+rt_status mrt_ops_load_gemm_algos(mrt_ops *o, const char *path, ms_error *err);
 /* The iteration the next ops belong to (the executor's `mark iter`). */
 void mrt_ops_set_iter(mrt_ops *o, int iter);
 /* AdamW's knobs (step is counted per group); default: mrt_config_default's. */

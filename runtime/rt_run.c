@@ -46,6 +46,8 @@ typedef struct run_args {
     int math_real;                /* --math real: the model's kernels (model_rt.h) */
     int bench_layer, train_steps, reps, warmup;
     kn_attn_impl attn;            /* --attn: the benchmark's attention kernels */
+    const char *gemm_algos;       /* --gemm-algos: GEMM algorithms chosen by measurement */
+    const char *tune_gemms;       /* --tune-gemms: measure the layer's and write them here */
     double lr;                    /* --train: AdamW learning rate (0: the model's default) */
     int host_threads;             /* --host-threads: host optimizer threads (0: CPUs - 1) */
     int host_denormals_keep;      /* --host-denormals keep: the host step without FTZ/DAZ */
@@ -59,7 +61,7 @@ enum {
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
     O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY,
-    O_HOSTTHREADS, O_HOSTDENORM, O_ATTN, O_COLL
+    O_HOSTTHREADS, O_HOSTDENORM, O_ATTN, O_COLL, O_GEMMALGOS, O_TUNEGEMMS
 };
 
 static const struct option opts[] = {
@@ -86,6 +88,8 @@ static const struct option opts[] = {
     {"host-threads", required_argument, 0, O_HOSTTHREADS},
     {"host-denormals", required_argument, 0, O_HOSTDENORM},
     {"attn", required_argument, 0, O_ATTN},
+    {"gemm-algos", required_argument, 0, O_GEMMALGOS},
+    {"tune-gemms", required_argument, 0, O_TUNEGEMMS},
     {"collectives", required_argument, 0, O_COLL},
     {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
@@ -164,6 +168,12 @@ static void usage(FILE *f)
         "                       consumers without turns, two-kernel backward) or wgmma-overlap\n"
         "                       (wgmma-two with the backward's products kept in flight while P\n"
         "                       and dS are computed; the same bits)\n"
+        "  --gemm-algos FILE    GEMM algorithms chosen by measurement (--tune-gemms), each for\n"
+        "                       its shape; other shapes run cuBLAS's default (docs/RUNTIME.md,\n"
+        "                       GEMM algorithms; the same cuBLASLt and device only)\n"
+        "  --tune-gemms FILE    with --bench-layer: first one pass that times cuBLAS's default\n"
+        "                       and cuBLASLt's candidates for each of the layer's GEMMs, writes\n"
+        "                       the choices to FILE, then the benchmark with them\n"
         "  --train N            N training steps of the whole model (AdamW, seeded weights and\n"
         "                       token stream; --policy full-recompute replays each layer's\n"
         "                       forward in the backward): the loss curve and step times\n"
@@ -282,6 +292,8 @@ static int apply(int c, char *v, run_args *a)
         else return bad("math", v, "expected spin or real");
         return 0;
     case O_BENCH: a->bench_layer = 1; return 0;
+    case O_GEMMALGOS: a->gemm_algos = v; return 0;
+    case O_TUNEGEMMS: a->tune_gemms = v; return 0;
     case O_LR:
         if (!ms_parse_double(v, &a->lr) || a->lr <= 0 || a->lr > 1)
             return bad("lr", v, "expected a learning rate in (0, 1]");
@@ -376,6 +388,15 @@ static int parse(int argc, char **argv, run_args *a)
     if (a->record && (a->bench_layer || a->train_steps)) {
         fprintf(stderr, "memsim run: --record records a workload's schedule, not --bench-layer "
                         "or --train\n");
+        return MS_EXIT_USAGE;
+    }
+    if ((a->gemm_algos || a->tune_gemms) && !a->math_real) {
+        fprintf(stderr, "memsim run: --gemm-algos and --tune-gemms choose the GEMMs of --math "
+                        "real\n");
+        return MS_EXIT_USAGE;
+    }
+    if (a->tune_gemms && !a->bench_layer) {
+        fprintf(stderr, "memsim run: --tune-gemms measures the GEMMs of --bench-layer\n");
         return MS_EXIT_USAGE;
     }
     if (a->bench_layer && a->train_steps) {
@@ -840,7 +861,8 @@ static int execute(const run_args *a, const rt_gpu_info *g, const machine_t *m,
         /* Multi-stream schedules (swap, offload): the executor runs the real kernels, which
          * find rounding-buffer members through lowering's layout. */
         ms_status ls = lower_rb_map_new(t, plan, &rbm, &err);
-        if (ls != MS_OK || mrt_ops_new(t, 77, &ops, &err) != RT_OK) {
+        if (ls != MS_OK || mrt_ops_new(t, 77, &ops, &err) != RT_OK ||
+            (a->gemm_algos && mrt_ops_load_gemm_algos(ops, a->gemm_algos, &err) != RT_OK)) {
             fprintf(stderr, "memsim run: %s\n", err.msg);
             lower_rb_map_free(rbm);
             free(ids);
@@ -948,6 +970,29 @@ static void print_device(const rt_gpu_info *g, const machine_t *m)
            g->driver_version % 1000 / 10, m->name, m->gpu_peak_bf16_flops / 1e12);
 }
 
+/* The GEMM algorithms the benchmark ran: measured by --tune-gemms, or read by --gemm-algos. */
+static void print_gemms(const mrt_bench_result *r, const run_args *a)
+{
+    if (!r->n_gemms) {
+        printf("GEMMs: cuBLAS's default algorithms\n");
+        return;
+    }
+    printf("GEMMs: algorithms %s %s (medians at tuning, ms; the default kept unless a "
+           "candidate is 2%% faster)\n", a->tune_gemms ? "measured into" : "read from",
+           a->tune_gemms ? a->tune_gemms : a->gemm_algos);
+    for (int i = 0; i < r->n_gemms; i++) {
+        const kn_gemm_info *x = &r->gemms[i];
+        char who[48] = "cuBLAS default";
+        if (x->chosen >= 0) snprintf(who, sizeof who, "cuBLASLt candidate %d of %d", x->chosen,
+                                     x->candidates);
+        printf("  %c%c M %6zu N %6zu K %6zu C %s%s  default %8.3f  best %8.3f (%.3f)  %s\n",
+               x->ta ? 'T' : 'N', x->tb ? 'T' : 'N', x->M, x->N, x->K,
+               x->c_fp32 ? "fp32" : "bf16", x->beta1 ? " +=" : x->bias ? " +b" : "   ",
+               x->default_ms,
+               x->best_ms, x->default_ms > 0 ? x->best_ms / x->default_ms : 0, who);
+    }
+}
+
 static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m)
 {
     model_t md;
@@ -963,6 +1008,8 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
     if (a->reps) c.iters = a->reps;
     if (a->warmup >= 0) c.warmup = a->warmup;
     c.attn = a->attn;
+    c.gemm_algos = a->gemm_algos;
+    c.tune_gemms = a->tune_gemms;
     mrt_bench_result r;
     ms_error err;
     ms_error_clear(&err);
@@ -988,6 +1035,7 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
         "wgmma-inline (warpgroup MMA fed by TMA, turns, one-pass backward, dQ in its tile's "
         "iteration)"};
     printf("attention kernels: %s\n", attn_what[r.attn]);
+    print_gemms(&r, a);
     printf("time: median %.3f ms of %d repetitions (min %.3f, max %.3f) after %d warm-up, "
            "events around each repetition\n", r.median_ms, r.n_times, r.min_ms, r.max_ms,
            c.warmup);
@@ -1233,8 +1281,10 @@ static int run_train(const run_args *a, const rt_gpu_info *g, const machine_t *m
     mrt_model *mm = NULL;
     ms_error err;
     ms_error_clear(&err);
-    if (mrt_new(&c, NULL, &mm, &err) != RT_OK) {
+    if (mrt_new(&c, NULL, &mm, &err) != RT_OK ||
+        (a->gemm_algos && mrt_load_gemm_algos(mm, a->gemm_algos, &err) != RT_OK)) {
         fprintf(stderr, "memsim run: %s\n", err.msg);
+        mrt_free(mm);
         return MS_EXIT_FAIL;
     }
     size_t T = mrt_tokens(mm);

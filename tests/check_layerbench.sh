@@ -21,5 +21,13 @@ mkdir "$T/nosmi" && cp "$d"/memsim_*.log "$d/torch.csv" "$T/nosmi/" &&
     python3 "$py" --table "$T/nosmi" > "$T/nosmi.txt" && ! grep -q "SM clock" "$T/nosmi.txt" &&
     grep -q "^  32768 " "$T/nosmi.txt"
 ok $? "without samples: the table, no clock line"
+# an invocation with GEMM algorithms measured per length (GEMMS=tune, 2026-12-04, late)
+g=$src/experiments/layerbench/results/2026-12-04b/final
+python3 "$py" --table "$g" > "$T/tuned.txt" 2> "$T/err" && cmp -s "$T/tuned.txt" "$g/table.txt"
+ok $? "an invocation with tuned GEMMs: the table again from its files"
+grep -q "^GEMMs: algorithms measured into .*gemms_32768.txt" "$g/memsim_32768.log" &&
+    [ "$(sed -n 2p "$g/gemms_32768.txt")" = "memsim-gemm-algos 1" ] &&
+    [ "$(grep -c '^gemm ' "$g/gemms_32768.txt")" = 12 ]
+ok $? "... whose log names its GEMM algorithms' file, 12 shapes in memsim-gemm-algos 1 form"
 echo "1..$n"
 exit $bad

@@ -10,8 +10,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "planners/lower.h"
 #include "planners/policy.h"
@@ -240,6 +242,162 @@ static void t_gemm(uint64_t seed)
             free(A); free(B); free(C0); free(R); free(o); free(o32); free(ow); free(rw);
             cudaFree(dA); cudaFree(dB); cudaFree(dC); cudaFree(dC32);
         }
+}
+
+/* The GEMMs of t_gemm's four operand forms (bf16 out; fp32 out accumulating; bf16 out with a
+ * bias) on context k into dC, dC32 (preset to C0), dCb; returns 0 when a call failed. */
+static int gemm_forms(kn_ctx *k, const kn_bf16 *dA, const kn_bf16 *dB, const kn_bf16 *dbias,
+                      kn_bf16 *dC[4], float *dC32[4], kn_bf16 *dCb[4], const float *C0,
+                      size_t nc, ms_error *err)
+{
+    const size_t M = 192, N = 136, Kd = 328;
+    for (int f = 0; f < 4; f++) {
+        int ta = f / 2, tb = f % 2;
+        size_t lda = ta ? M + 8 : Kd + 16, ldb = tb ? Kd + 8 : N + 8, ldc = N + 24;
+        if (cudaMemcpy(dC32[f], C0, nc * 4, cudaMemcpyHostToDevice) != cudaSuccess) return 0;
+        if (kn_gemm(k, ta, tb, M, N, Kd, dA, lda, dB, ldb, 0, dC[f], ldc, 0, err) != RT_OK ||
+            kn_gemm(k, ta, tb, M, N, Kd, dA, lda, dB, ldb, 1, dC32[f], ldc, 1, err) != RT_OK ||
+            kn_gemm_bias(k, ta, tb, M, N, Kd, dA, lda, dB, ldb, dCb[f], ldc, dbias, err) !=
+                RT_OK)
+            return 0;
+    }
+    return cudaDeviceSynchronize() == cudaSuccess;
+}
+
+/* A file with line `line` (1-based) replaced by `text`, loaded: it must fail naming that line. */
+static void gemm_algos_bad(const char *good, int line, const char *text, const char *what)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/memsim-gemm-bad-%d.txt", (int)getpid());
+    FILE *in = fopen(good, "r"), *out = fopen(path, "w");
+    char buf[1024];
+    int n = 0;
+    while (in && out && fgets(buf, sizeof buf, in)) {
+        if (++n == line) fprintf(out, "%s\n", text);
+        else fputs(buf, out);
+    }
+    if (in) fclose(in);
+    if (out) fclose(out);
+    kn_ctx *k = NULL;
+    ms_error err;
+    ms_error_clear(&err);
+    char at[96];
+    snprintf(at, sizeof at, "%s:%d: ", path, line);
+    int ok = kn_ctx_new(NULL, &k, &err) == RT_OK;
+    rt_status st = ok ? kn_gemm_algos_load(k, path, &err) : RT_OK;
+    TAP_OK(ok && st == RT_ERR_INVALID && strstr(err.msg, at) != NULL,
+           "a GEMM algorithms file with %s is refused, naming its line (%s)", what, err.msg);
+    kn_ctx_free(k);
+    remove(path);
+}
+
+/* GEMM algorithms chosen by measurement: a tuning pass (every shape's fastest cuBLASLt
+ * candidate taken, margin below 0, so that the Lt path runs on these small shapes), results
+ * against the CPU reference, the choices through a file into a fresh context (the same bits),
+ * and malformed files refused. */
+static void t_gemm_tuned(uint64_t seed)
+{
+    ms_error err;
+    ms_error_clear(&err);
+    const size_t M = 192, N = 136, Kd = 328, nc = M * (N + 24);
+    const size_t nmax = (Kd + 8) * (Kd + 16);   /* the largest A or B of the four forms */
+    float *A = hrand(nmax, seed, 1), *B = hrand(nmax, seed + 1, 1), *C0 = hrand(nc, seed + 2, 1);
+    float *bias = hrand(N, seed + 3, 1);
+    kn_bf16 *dA = up_bf16(A, nmax), *dB = up_bf16(B, nmax), *dbias = up_bf16(bias, N);
+    kn_bf16 *dC[2][4], *dCb[2][4];
+    float *dC32[2][4];
+    for (int c = 0; c < 2; c++)
+        for (int f = 0; f < 4; f++) {
+            dC[c][f] = dmalloc(nc * 2);
+            dCb[c][f] = dmalloc(nc * 2);
+            dC32[c][f] = dmalloc(nc * 4);
+        }
+    kn_ctx *k1 = NULL, *k2 = NULL;
+    int ok = kn_ctx_new(NULL, &k1, &err) == RT_OK && kn_ctx_new(NULL, &k2, &err) == RT_OK;
+    if (ok) {   /* the tuning pass overwrites its outputs; then the runs that count */
+        kn_ctx_set_gemm_tune(k1, 1, -1.0);
+        ok = gemm_forms(k1, dA, dB, dbias, dC[0], dC32[0], dCb[0], C0, nc, &err);
+        kn_ctx_set_gemm_tune(k1, 0, KN_GEMM_TUNE_MARGIN);
+        ok = ok && gemm_forms(k1, dA, dB, dbias, dC[0], dC32[0], dCb[0], C0, nc, &err);
+    }
+    size_t n1 = ok ? kn_gemm_algos_count(k1) : 0;
+    int lt = 0;
+    for (size_t i = 0; i < n1; i++) {
+        kn_gemm_info g;
+        kn_gemm_algo_info(k1, i, &g);
+        lt += g.chosen >= 0 && g.candidates > 0;
+    }
+    TAP_OK(ok && n1 == 12 && lt == 12, "GEMM tuning: 12 shapes measured, every one on a cuBLASLt "
+           "candidate (%zu shapes, %d on cuBLASLt; %s)", n1, lt, ok ? "ok" : err.msg);
+    for (int f = 0; f < 4 && ok; f++) {   /* the tuned algorithms against the CPU reference */
+        int ta = f / 2, tb = f % 2;
+        size_t lda = ta ? M + 8 : Kd + 16, ldb = tb ? Kd + 8 : N + 8, ldc = N + 24;
+        float *o = down_bf16(dC[0][f], nc), *o32 = down_f32(dC32[0][f], nc);
+        float *ob = down_bf16(dCb[0][f], nc), *owb = malloc(M * N * 4), *rwb = malloc(M * N * 4);
+        float *R = malloc(nc * 4), *R32 = malloc(nc * 4), *ow = malloc(M * N * 4),
+              *rw = malloc(M * N * 4), *ow32 = malloc(M * N * 4), *rw32 = malloc(M * N * 4);
+        memcpy(R, C0, nc * 4);
+        memcpy(R32, C0, nc * 4);
+        kref_gemm(ta, tb, M, N, Kd, A, lda, B, ldb, 0, R, ldc);
+        kref_gemm(ta, tb, M, N, Kd, A, lda, B, ldb, 1, R32, ldc);
+        for (size_t i = 0; i < M; i++)
+            for (size_t j = 0; j < N; j++) {
+                ow[i * N + j] = o[i * ldc + j];
+                rw[i * N + j] = R[i * ldc + j];
+                ow32[i * N + j] = o32[i * ldc + j];
+                rw32[i * N + j] = R32[i * ldc + j];
+                owb[i * N + j] = ob[i * ldc + j];
+                rwb[i * N + j] = R[i * ldc + j] + bias[j];
+            }
+        char what[96];
+        snprintf(what, sizeof what, "tuned GEMM %s%s bf16 out", ta ? "A^T" : "A", tb ? "B^T" : "B");
+        check(what, ow, rw, M * N, TOL_BF16);
+        snprintf(what, sizeof what, "tuned GEMM %s%s fp32 out, beta 1", ta ? "A^T" : "A",
+                 tb ? "B^T" : "B");
+        check(what, ow32, rw32, M * N, TOL_F32);
+        snprintf(what, sizeof what, "tuned GEMM %s%s + bias (cuBLASLt's epilogue)",
+                 ta ? "A^T" : "A", tb ? "B^T" : "B");
+        check(what, owb, rwb, M * N, TOL_BF16);
+        free(o); free(o32); free(R); free(R32); free(ow); free(rw); free(ow32); free(rw32);
+        free(ob); free(owb); free(rwb);
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/memsim-gemm-%d.txt", (int)getpid());
+    rt_status st = ok ? kn_gemm_algos_save(k1, path, &err) : RT_ERR_INVALID;
+    if (st == RT_OK) st = kn_gemm_algos_load(k2, path, &err);
+    ok = ok && st == RT_OK && gemm_forms(k2, dA, dB, dbias, dC[1], dC32[1], dCb[1], C0, nc, &err);
+    int same = ok;
+    for (int f = 0; f < 4 && same; f++) {
+        float *a = down_bf16(dC[0][f], nc), *b = down_bf16(dC[1][f], nc);
+        float *a32 = down_f32(dC32[0][f], nc), *b32 = down_f32(dC32[1][f], nc);
+        float *ab = down_bf16(dCb[0][f], nc), *bb = down_bf16(dCb[1][f], nc);
+        same = !memcmp(a, b, nc * 4) && !memcmp(a32, b32, nc * 4) && !memcmp(ab, bb, nc * 4);
+        free(a); free(b); free(a32); free(b32); free(ab); free(bb);
+    }
+    TAP_OK(same && kn_gemm_algos_count(k2) == 12, "GEMM algorithms through a file: a fresh "
+           "context loads 12 and computes the same bits (%s)", ok ? "ok" : err.msg);
+    if (st == RT_OK) {
+        gemm_algos_bad(path, 2, "memsim-gemm-algos 9", "another version");
+        gemm_algos_bad(path, 3, "cublaslt 1", "another cuBLASLt");
+        gemm_algos_bad(path, 4, "device Not This GPU", "another device");
+        gemm_algos_bad(path, 6, "gemm 0 0 192 136 328 344 144 160 0 0 0 1.0 1.0 4 0",
+                       "16 fields");
+        gemm_algos_bad(path, 6, "gemm 0 0 192 136 328 344 144 160 0 0 0 1.0 1.0 4 0 zz",
+                       "a bad algorithm");
+        gemm_algos_bad(path, 6, "gemm 0 0 192 136 328 344 144 160 1 0 1 1.0 1.0 4 0 -",
+                       "a bias with beta 1");
+    }
+    remove(path);
+    kn_ctx_free(k1);
+    kn_ctx_free(k2);
+    for (int c = 0; c < 2; c++)
+        for (int f = 0; f < 4; f++) {
+            cudaFree(dC[c][f]);
+            cudaFree(dCb[c][f]);
+            cudaFree(dC32[c][f]);
+        }
+    cudaFree(dA); cudaFree(dB); cudaFree(dbias);
+    free(A); free(B); free(C0); free(bias);
 }
 
 static void t_elem(uint64_t seed)
@@ -733,6 +891,7 @@ int main(void)
         t_embed(seed * 1000 + 50, 4096, 64, 40);
         t_ln(seed * 1000 + 100);
         t_gemm(seed * 1000 + 200);
+        if (seed == 1) t_gemm_tuned(seed * 1000 + 250);
         t_elem(seed * 1000 + 300);
         for (int i = 0; i < 5; i++) {   /* every attention kernel set the device runs */
             static const kn_attn_impl im[5] = {KN_ATTN_MMA, KN_ATTN_WGMMA, KN_ATTN_WGMMA_BASIC,

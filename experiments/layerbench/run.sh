@@ -15,7 +15,9 @@
 #   ATTN (memsim's attention kernels for the table: auto), EXTRA (other kernel sets memsim also
 #   runs at SDPA_SEQ, for the attention lines: "wgmma-inline wgmma-two wgmma-overlap wgmma-basic mma"), MEMSIM_RUN (default
 #   runtime/memsim-run), PYTHON (python3), DIMS (1,4096,32,16384,50257), TIMEOUT (seconds per
-#   memsim run, 600)
+#   memsim run, 600), GEMMS (tune, the default: memsim's run at each length first measures
+#   its GEMMs' algorithms into OUTDIR/gemms_TOKENS.txt, --tune-gemms, and runs with them;
+#   default: cuBLAS's own choice)
 # Exit status: 0 done (a failed run is named on stderr and left out of the table), 2 usage.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +34,7 @@ run=${MEMSIM_RUN:-$root/runtime/memsim-run}
 py=${PYTHON:-python3}
 IFS=, read -r _ hidden heads ffn _ <<< "$dims"
 mkdir -p "$out"
+out=$(cd "$out" && pwd)   # memsim runs from the source root: its files by absolute path
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
   } > "$out/gpu.txt" 2>&1
 # the SM clock and the power through the whole invocation: a sustained step holds an H200 at
@@ -44,12 +47,18 @@ if command -v nvidia-smi > /dev/null; then
     smi=$!
 fi
 # memsim: warm-up and repetitions as PyTorch's below (fewer at 64K tokens and more)
+gemms=${GEMMS:-tune}
+case "$gemms" in tune|default) ;; *) echo "layerbench: GEMMS is tune or default" >&2; exit 2 ;; esac
 bench() { # tokens kernels [log]
-    local s=$1 k=$2 reps=12 warm=3 log=${3:-$out/memsim_${1}_$2.log}
+    local s=$1 k=$2 reps=12 warm=3 log=${3:-$out/memsim_${1}_$2.log} g=()
     [ "$s" -ge 65536 ] && { reps=5; warm=1; }
+    if [ "$gemms" = tune ]; then   # measured once per length, then reused
+        if [ -f "$out/gemms_$s.txt" ]; then g=(--gemm-algos "$out/gemms_$s.txt")
+        else g=(--tune-gemms "$out/gemms_$s.txt"); fi
+    fi
     (cd "$root" && timeout "${TIMEOUT:-600}" "$run" run --machine h200-sxm --math real \
-        --bench-layer --dims "$dims" --seq "$s" --reps "$reps" --warmup "$warm" --attn "$k") \
-        > "$log" 2>&1 ||
+        --bench-layer --dims "$dims" --seq "$s" --reps "$reps" --warmup "$warm" --attn "$k" \
+        "${g[@]}") > "$log" 2>&1 ||
         echo "layerbench: memsim at $s tokens ($k attention): status $?" >&2
 }
 for s in $seqs; do bench "$s" "${ATTN:-auto}" "$out/memsim_$s.log"; done
