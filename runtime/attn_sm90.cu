@@ -778,11 +778,17 @@ __device__ __forceinline__ void dkv_write_dq(const bwd_args &a, uint32_t base, i
  * S^T = K Q^T, P, dV += P^T dO, dP^T = V dO^T and leaves dS^T = P^T * (dP^T - D) in pf (bf16, the
  * register A operand of dK += dS^T Q); zeros when none of this warpgroup's keys is seen by a
  * query of the tile. */
+template <int D> __device__ __forceinline__ void dkv_dq_publish(uint32_t base, int x2, int lane);
+
+/* pend (the one pass): a dQ staging buffer whose stores are to be published (dkv_dq_publish)
+ * once this tile's S^T product is issued, so that the fence's wait for those stores runs
+ * beside the tensor cores' work; -1: none. */
 template <int D, bool ONE>
 __device__ __forceinline__ void dkv_tile_ds(const bwd_args &a, unsigned char *gsm, uint32_t base,
                                             int i, int cw, int t, int kw, int kr, int qt0,
                                             float (&dva)[D / 2], float (&sacc)[DKV_BQ / 2],
-                                            float (&dpa)[DKV_BQ / 2], uint32_t (&pf)[DKV_BQ / 16][4])
+                                            float (&dpa)[DKV_BQ / 2], uint32_t (&pf)[DKV_BQ / 16][4],
+                                            int pend = -1, int lane = 0)
 {
     using C = dkv_cfg<D, ONE>;
     const dkv_bars b = dkv_bars_at<D, ONE>(base);
@@ -800,6 +806,7 @@ __device__ __forceinline__ void dkv_tile_ds(const bwd_args &a, unsigned char *gs
             wg_ss64(sacc, a90_desc_k(base, DKV_BK, 64 * cw, ks), a90_desc_k(qt, DKV_BQ, 0, ks),
                     ks > 0);
         p90_wg_commit();
+        if (ONE && pend >= 0) dkv_dq_publish<D>(base, pend, lane);
         p90_wg_wait<0>();
         p90_keep(sacc);
         dkv_probs(sacc, sl, a.sl2, kw, kr, q0, t);
@@ -831,6 +838,7 @@ __device__ __forceinline__ void dkv_tile_ds(const bwd_args &a, unsigned char *gs
                 pf[kk][r] = p90_pack(p.x * (dpa[x] - d.x), p.y * (dpa[x + 1] - d.y));
             }
     } else {
+        if (ONE && pend >= 0) dkv_dq_publish<D>(base, pend, lane);
         p90_bar_wait(b.o + 8 * s, ph);   /* the stage's copies must land before it is reused */
 #pragma unroll
         for (int kk = 0; kk < DKV_BQ / 16; kk++)
@@ -840,7 +848,7 @@ __device__ __forceinline__ void dkv_tile_ds(const bwd_args &a, unsigned char *gs
 
 /* The one-pass form: this warpgroup's dS^T rows of tile i (keys 64 cw .., queries of the tile;
  * 128-byte swizzled rows) into dS buffer i % 2, once both warpgroups have read what tile
- * i - 2 left there; then arrives on the buffer's "full" barrier. */
+ * i - 2 left there (dkv_ds_publish then announces them). */
 template <int D>
 __device__ __forceinline__ void dkv_ds_put(uint32_t base, unsigned char *gsm,
                                            const uint32_t (&pf)[DKV_BQ / 16][4], int i, int cw,
@@ -859,9 +867,19 @@ __device__ __forceinline__ void dkv_ds_put(uint32_t base, unsigned char *gsm,
             const uint32_t off = ds + row * 128 + (((x / 4) ^ (row % 8)) * 16) + 4 * t;
             *reinterpret_cast<uint32_t *>(gsm + off) = pf[kk][r];
         }
+}
+
+/* dS buffer i % 2's stores made visible to the products (the async proxy) and announced on
+ * its "full" barrier. The fence waits for this thread's stores to land: issued after the
+ * tile's dK product, it waits beside that product, not before it (Nsight Compute at 16K, 8
+ * heads: 2.4 % of the kernel's stall samples at this fence when it came first). */
+template <int D>
+__device__ __forceinline__ void dkv_ds_publish(uint32_t base, int i, int lane)
+{
+    const dkv_bars b = dkv_bars_at<D, true>(base);
     p90_fence_async_smem();
     __syncwarp();
-    if (lane == 0) p90_bar_arrive(b.dsf + 8 * x2);
+    if (lane == 0) p90_bar_arrive(b.dsf + 8 * (i % 2));
 }
 
 /* Issues dQ[:, 64 cw ..) = dS K of tile i over the 128 keys (dS^T of both warpgroups, in dS
@@ -880,11 +898,12 @@ __device__ __forceinline__ void dkv_dq_mma(uint32_t base, float (&dqp)[32], int 
 }
 
 /* Hands dS buffer i % 2 back and puts this warpgroup's half of tile i's dQ contribution into
- * staging buffer i % 2 for the writer. In fragment order: float4 j of consumer thread
- * ct = 128 cw + 32 warp + lane at 16 (256 j + ct) bytes, so a warp's stores are 512
- * consecutive bytes, free of bank conflicts (attn90_dq_out_k reads that order back). */
+ * staging buffer i % 2 for the writer (dkv_dq_publish then announces it). In fragment
+ * order: float4 j of consumer thread ct = 128 cw + 32 warp + lane at 16 (256 j + ct) bytes,
+ * so a warp's stores are 512 consecutive bytes, free of bank conflicts (attn90_dq_out_k reads
+ * that order back). */
 template <int D>
-__device__ __forceinline__ void dkv_dq_stage(uint32_t base, unsigned char *gsm,
+__device__ __forceinline__ void dkv_dq_store(uint32_t base, unsigned char *gsm,
                                              const float (&dqp)[32], int i, int cw, int warp,
                                              int lane)
 {
@@ -898,6 +917,17 @@ __device__ __forceinline__ void dkv_dq_stage(uint32_t base, unsigned char *gsm,
 #pragma unroll
     for (int j = 0; j < 8; j++)
         dq[256 * j + ct] = make_float4(dqp[4 * j], dqp[4 * j + 1], dqp[4 * j + 2], dqp[4 * j + 3]);
+}
+
+/* Staging buffer x2's stores made visible to the writer's bulk reduction (the async proxy)
+ * and announced on its "full" barrier. The fence waits for this thread's 8 16-byte stores to
+ * land (Nsight Compute at 16K, 8 heads: 7.2 % of the kernel's stall samples at this fence
+ * right after the stores); the one pass with dQ deferred publishes a buffer in the next
+ * tile's front, once that tile's S^T product is issued (dkv_tile_ds's pend). */
+template <int D>
+__device__ __forceinline__ void dkv_dq_publish(uint32_t base, int x2, int lane)
+{
+    const dkv_bars b = dkv_bars_at<D, true>(base);
     p90_fence_async_smem();
     __syncwarp();
     if (lane == 0) p90_bar_arrive(b.dqf + 8 * x2);
@@ -912,11 +942,11 @@ __device__ __forceinline__ void dkv_one_front(const bwd_args &a, unsigned char *
                                               int kw, int kr, int qt0, float (&dka)[D / 2],
                                               float (&dva)[D / 2], float (&sacc)[DKV_BQ / 2],
                                               float (&dpa)[DKV_BQ / 2], float (&dqp)[32],
-                                              uint32_t (&pf)[DKV_BQ / 16][4])
+                                              uint32_t (&pf)[DKV_BQ / 16][4], int pend)
 {
     using C = dkv_cfg<D, true>;
     const int s = i % C::NST, t = lane % 4;
-    dkv_tile_ds<D, true>(a, gsm, base, i, cw, t, kw, kr, qt0, dva, sacc, dpa, pf);
+    dkv_tile_ds<D, true>(a, gsm, base, i, cw, t, kw, kr, qt0, dva, sacc, dpa, pf, pend, lane);
     dkv_ds_put<D>(base, gsm, pf, i, cw, warp, lane);
     p90_keep(dka);
     p90_keep(dqp);
@@ -924,6 +954,7 @@ __device__ __forceinline__ void dkv_one_front(const bwd_args &a, unsigned char *
 #pragma unroll
     for (int kk = 0; kk < DKV_BQ / 16; kk++)   /* dK += dS^T Q */
         a90_rs<D>(dka, pf[kk], a90_desc_n(base + C::Q0 + s * C::Q, DKV_BQ, kk));
+    dkv_ds_publish<D>(base, i, lane);
 }
 
 /* Waits for the products in flight; hands stage s (Q and dO of its tile) back to the producer. */
@@ -1043,30 +1074,35 @@ __device__ __forceinline__ void dkv_consume_one(const bwd_args &a, unsigned char
     dkv_part_enter<D>(a, w, part, dka, dva, ct);
     p90_bar_wait(b.kv, 0);
     if constexpr (DEFER) {   /* nqt >= 2: a chunk's first key block sees two query tiles */
+        /* tile i's dQ: issued in iteration i + 1, stored at its end, published in the front of
+         * iteration i + 2 (after the loop for the last two) */
         dkv_one_front<D>(a, gsm, base, 0, cw, warp, lane, kw, kr, qt0, dka, dva, sacc, dpa, dqp,
-                         pf);
+                         pf, -1);
         dkv_one_done<D>(base, 0, lane, dka, dqp, pf);
         for (int i = 1; i < nqt; i++) {
             dkv_one_front<D>(a, gsm, base, i, cw, warp, lane, kw, kr, qt0, dka, dva, sacc, dpa,
-                             dqp, pf);
+                             dqp, pf, i >= 2 ? (i - 2) % 2 : -1);
             dkv_dq_mma<D>(base, dqp, i - 1, cw);
             dkv_one_done<D>(base, i % C::NST, lane, dka, dqp, pf);
-            dkv_dq_stage<D>(base, gsm, dqp, i - 1, cw, warp, lane);
+            dkv_dq_store<D>(base, gsm, dqp, i - 1, cw, warp, lane);
         }
+        dkv_dq_publish<D>(base, (nqt - 2) % 2, lane);
         p90_keep(dqp);
         p90_wg_fence();
         dkv_dq_mma<D>(base, dqp, nqt - 1, cw);
         p90_wg_commit();
         p90_wg_wait<0>();
         p90_keep(dqp);
-        dkv_dq_stage<D>(base, gsm, dqp, nqt - 1, cw, warp, lane);
+        dkv_dq_store<D>(base, gsm, dqp, nqt - 1, cw, warp, lane);
+        dkv_dq_publish<D>(base, (nqt - 1) % 2, lane);
     } else {
         for (int i = 0; i < nqt; i++) {
             dkv_one_front<D>(a, gsm, base, i, cw, warp, lane, kw, kr, qt0, dka, dva, sacc, dpa,
-                             dqp, pf);
+                             dqp, pf, -1);
             dkv_dq_mma<D>(base, dqp, i, cw);
             dkv_one_done<D>(base, i % C::NST, lane, dka, dqp, pf);
-            dkv_dq_stage<D>(base, gsm, dqp, i, cw, warp, lane);
+            dkv_dq_store<D>(base, gsm, dqp, i, cw, warp, lane);
+            dkv_dq_publish<D>(base, i % 2, lane);
         }
     }
     if (w.last) {

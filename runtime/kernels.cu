@@ -44,6 +44,7 @@ struct kn_ctx {
     size_t scratch_floats;
     int cc_major, cc_minor;   /* the device's compute capability */
     size_t l2_bytes;          /* its L2 cache (attn90_bwd_onepass) */
+    int qchunk_force;         /* > 0: the one pass's query chunk in tiles, not the L2 rule's */
     void *a90_encode;         /* the tensor-map encoder when the sm_90 attention can run */
     kn_attn_impl attn;        /* the attention kernels in use (never KN_ATTN_AUTO) */
     void *ebw;                /* the embedding backward's sort scratch */
@@ -187,7 +188,18 @@ static int attn90_bwd_flags(const kn_ctx *k, size_t s, size_t d)
 /* Query tiles a chunk of the one-pass backward takes at s tokens, head dim d (0: one). */
 static int attn90_chunk(const kn_ctx *k, size_t s, size_t d)
 {
-    return attn90_bwd_qchunk(attn90_bwd_flags(k, s, d), s, d, k->l2_bytes);
+    const int f = attn90_bwd_flags(k, s, d);
+    if (k->qchunk_force > 0 && (f & ATTN90_QCHUNK) && (f & ATTN90_ONEPASS) && d == 128)
+        return (size_t)k->qchunk_force < s / 64 ? k->qchunk_force : 0;
+    return attn90_bwd_qchunk(f, s, d, k->l2_bytes);
+}
+
+rt_status kn_ctx_set_attn_qchunk(kn_ctx *k, int tiles, ms_error *err)
+{
+    if (tiles < 0 || tiles % 2)
+        return invalid("kn_ctx_set_attn_qchunk", "a chunk is an even number of query tiles", err);
+    k->qchunk_force = tiles;
+    return RT_OK;
 }
 
 int kn_attn_bwd_qchunk(const kn_ctx *k, size_t s, size_t d)

@@ -144,6 +144,9 @@ rt_status kn_ctx_set_attn(kn_ctx *k, kn_attn_impl impl, ms_error *err);
 size_t kn_ctx_l2_bytes(const kn_ctx *k);
 void kn_ctx_set_l2_bytes(kn_ctx *k, size_t bytes);
 kn_attn_impl kn_ctx_attn(const kn_ctx *k);
+/* The one-pass backward's query chunk forced to `tiles` query tiles of 64 (even; 0: the L2
+ * rule's, attn90_bwd_qchunk), where the kernels in use chunk at all: a knob for measuring. */
+rt_status kn_ctx_set_attn_qchunk(kn_ctx *k, int tiles, ms_error *err);
 const char *kn_attn_name(kn_attn_impl impl);
 /* The causal products the backward of the kernels in use computes for s tokens at head dim
  * d: 5 in one pass (dq through ordered reductions; attn90_bwd_onepass says where), 7 in the

@@ -751,6 +751,8 @@ rt_status mrt_bench_layer(const mrt_bench_cfg *c, void *stream, mrt_bench_result
                         (2 + r->bwd_products) * (double)z->B * (double)z->S * (double)z->S * h;
     }
     if (st == RT_OK && c->gemm_algos) st = kn_gemm_algos_load(b.k, c->gemm_algos, err);
+    if (st == RT_OK && c->attn_qchunk) st = kn_ctx_set_attn_qchunk(b.k, c->attn_qchunk, err);
+    if (st == RT_OK) r->qchunk = kn_attn_bwd_qchunk(b.k, b.z.S, b.z.D);
     if (st == RT_OK) st = bench_init(&b, err);
     if (st == RT_OK && c->tune_gemms) st = bench_tune(&b, c, err);
     if (st == RT_OK) bench_gemms(&b, r);

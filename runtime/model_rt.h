@@ -78,6 +78,7 @@ typedef struct mrt_bench_cfg {
     kn_attn_impl attn;        /* attention kernels (KN_ATTN_AUTO: the device's) */
     const char *gemm_algos;   /* NULL, or a file of GEMM algorithms (kn_gemm_algos_load) */
     const char *tune_gemms;   /* NULL, or: a first pass measures the GEMMs, written here */
+    int attn_qchunk;          /* > 0: the attention backward's query chunk (kn_ctx_set_attn_qchunk) */
 } mrt_bench_cfg;
 
 #define MRT_BENCH_OPS 32
@@ -100,6 +101,7 @@ typedef struct mrt_bench_result {
     mrt_bench_op ops[MRT_BENCH_OPS];
     double ops_sum_ms;
     uint64_t device_bytes;
+    int qchunk;               /* the attention backward's query chunk in tiles (0: one) */
     int n_gemms;              /* the GEMM algorithms in use (tuned or read), by shape */
     kn_gemm_info gemms[MRT_BENCH_OPS];
 } mrt_bench_result;

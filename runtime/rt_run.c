@@ -48,6 +48,7 @@ typedef struct run_args {
     kn_attn_impl attn;            /* --attn: the benchmark's attention kernels */
     const char *gemm_algos;       /* --gemm-algos: GEMM algorithms chosen by measurement */
     const char *tune_gemms;       /* --tune-gemms: measure the layer's and write them here */
+    int attn_qchunk;              /* --attn-qchunk: the backward's query chunk (tiles) */
     double lr;                    /* --train: AdamW learning rate (0: the model's default) */
     int host_threads;             /* --host-threads: host optimizer threads (0: CPUs - 1) */
     int host_denormals_keep;      /* --host-denormals keep: the host step without FTZ/DAZ */
@@ -61,7 +62,7 @@ enum {
     O_POLICY, O_PLAN, O_ALLOCATOR, O_ALPHA, O_CSV, O_PEROP, O_OPSCSV, O_SCHEDULE, O_SYNC,
     O_AHEAD, O_NOCREDIT, O_CAPACITY, O_HOSTLIMIT, O_WATCHDOG, O_DEVICE, O_HOSTWORK, O_QUIET,
     O_HELP, O_MATH, O_BENCH, O_TRAIN, O_REPS, O_WARMUP, O_LR, O_RECORD, O_VERIFY,
-    O_HOSTTHREADS, O_HOSTDENORM, O_ATTN, O_COLL, O_GEMMALGOS, O_TUNEGEMMS
+    O_HOSTTHREADS, O_HOSTDENORM, O_ATTN, O_COLL, O_GEMMALGOS, O_TUNEGEMMS, O_QCHUNK
 };
 
 static const struct option opts[] = {
@@ -90,6 +91,7 @@ static const struct option opts[] = {
     {"attn", required_argument, 0, O_ATTN},
     {"gemm-algos", required_argument, 0, O_GEMMALGOS},
     {"tune-gemms", required_argument, 0, O_TUNEGEMMS},
+    {"attn-qchunk", required_argument, 0, O_QCHUNK},
     {"collectives", required_argument, 0, O_COLL},
     {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
@@ -174,6 +176,9 @@ static void usage(FILE *f)
         "  --tune-gemms FILE    with --bench-layer: first one pass that times cuBLAS's default\n"
         "                       and cuBLASLt's candidates for each of the layer's GEMMs, writes\n"
         "                       the choices to FILE, then the benchmark with them\n"
+        "  --attn-qchunk TILES  with --bench-layer: the one-pass backward's query chunk in\n"
+        "                       tiles of 64 queries (even; default: half the L2's worth where\n"
+        "                       a head's dq accumulator exceeds it, else one chunk a head)\n"
         "  --train N            N training steps of the whole model (AdamW, seeded weights and\n"
         "                       token stream; --policy full-recompute replays each layer's\n"
         "                       forward in the backward): the loss curve and step times\n"
@@ -294,6 +299,10 @@ static int apply(int c, char *v, run_args *a)
     case O_BENCH: a->bench_layer = 1; return 0;
     case O_GEMMALGOS: a->gemm_algos = v; return 0;
     case O_TUNEGEMMS: a->tune_gemms = v; return 0;
+    case O_QCHUNK:
+        if (parse_pos("attn-qchunk", v, &a->attn_qchunk)) return MS_EXIT_USAGE;
+        if (a->attn_qchunk % 2) return bad("attn-qchunk", v, "expected an even number of tiles");
+        return 0;
     case O_LR:
         if (!ms_parse_double(v, &a->lr) || a->lr <= 0 || a->lr > 1)
             return bad("lr", v, "expected a learning rate in (0, 1]");
@@ -1010,6 +1019,7 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
     c.attn = a->attn;
     c.gemm_algos = a->gemm_algos;
     c.tune_gemms = a->tune_gemms;
+    c.attn_qchunk = a->attn_qchunk;
     mrt_bench_result r;
     ms_error err;
     ms_error_clear(&err);
@@ -1034,7 +1044,9 @@ static int run_bench(const run_args *a, const rt_gpu_info *g, const machine_t *m
         "wgmma-two (warpgroup MMA fed by TMA, turns, the backward as two kernels)",
         "wgmma-inline (warpgroup MMA fed by TMA, turns, one-pass backward, dQ in its tile's "
         "iteration)"};
-    printf("attention kernels: %s\n", attn_what[r.attn]);
+    printf("attention kernels: %s", attn_what[r.attn]);
+    if (r.qchunk) printf("; the backward in query chunks of %d tiles of 64", r.qchunk);
+    printf("\n");
     print_gemms(&r, a);
     printf("time: median %.3f ms of %d repetitions (min %.3f, max %.3f) after %d warm-up, "
            "events around each repetition\n", r.median_ms, r.n_times, r.min_ms, r.max_ms,

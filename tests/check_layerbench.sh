@@ -22,7 +22,7 @@ mkdir "$T/nosmi" && cp "$d"/memsim_*.log "$d/torch.csv" "$T/nosmi/" &&
     grep -q "^  32768 " "$T/nosmi.txt"
 ok $? "without samples: the table, no clock line"
 # an invocation with GEMM algorithms measured per length (GEMMS=tune, 2026-12-04, late)
-g=$src/experiments/layerbench/results/2026-12-04b/final
+g=$src/experiments/layerbench/results/2026-12-04b/final2
 python3 "$py" --table "$g" > "$T/tuned.txt" 2> "$T/err" && cmp -s "$T/tuned.txt" "$g/table.txt"
 ok $? "an invocation with tuned GEMMs: the table again from its files"
 grep -q "^GEMMs: algorithms measured into .*gemms_32768.txt" "$g/memsim_32768.log" &&
