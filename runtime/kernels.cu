@@ -954,6 +954,7 @@ rt_status kn_gemm_algos_load(kn_ctx *k, const char *path, ms_error *err)
 {
     char dev[256];
     int ver = 0;
+    const size_t n0 = k->nga;   /* a file refused leaves the table as it was */
     RT_TRY(gemm_env(dev, sizeof dev, &ver, err));
     ms_lines *lr = NULL;
     if (ms_lines_open(path, &lr, err) != MS_OK) return RT_ERR_INVALID;
@@ -988,6 +989,7 @@ rt_status kn_gemm_algos_load(kn_ctx *k, const char *path, ms_error *err)
     if (st == RT_OK && ls != MS_ERR_LIMIT) st = RT_ERR_INVALID;
     if (st == RT_OK && seen < 3) st = algos_bad(err, lr, "the header is incomplete");
     ms_lines_free(lr);
+    while (st != RT_OK && k->nga > n0) ga_release(&k->ga[--k->nga]);
     return st;
 }
 

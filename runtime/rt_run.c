@@ -408,6 +408,10 @@ static int parse(int argc, char **argv, run_args *a)
         fprintf(stderr, "memsim run: --tune-gemms measures the GEMMs of --bench-layer\n");
         return MS_EXIT_USAGE;
     }
+    if (a->attn_qchunk && !a->bench_layer) {
+        fprintf(stderr, "memsim run: --attn-qchunk sets the attention of --bench-layer\n");
+        return MS_EXIT_USAGE;
+    }
     if (a->bench_layer && a->train_steps) {
         fprintf(stderr, "memsim run: --bench-layer and --train are separate runs\n");
         return MS_EXIT_USAGE;

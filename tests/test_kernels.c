@@ -285,8 +285,10 @@ static void gemm_algos_bad(const char *good, int line, const char *text, const c
     snprintf(at, sizeof at, "%s:%d: ", path, line);
     int ok = kn_ctx_new(NULL, &k, &err) == RT_OK;
     rt_status st = ok ? kn_gemm_algos_load(k, path, &err) : RT_OK;
-    TAP_OK(ok && st == RT_ERR_INVALID && strstr(err.msg, at) != NULL,
-           "a GEMM algorithms file with %s is refused, naming its line (%s)", what, err.msg);
+    TAP_OK(ok && st == RT_ERR_INVALID && strstr(err.msg, at) != NULL &&
+               kn_gemm_algos_count(k) == 0,
+           "a GEMM algorithms file with %s is refused, naming its line, nothing kept (%s)", what,
+           err.msg);
     kn_ctx_free(k);
     remove(path);
 }
@@ -380,8 +382,8 @@ static void t_gemm_tuned(uint64_t seed)
         gemm_algos_bad(path, 2, "memsim-gemm-algos 9", "another version");
         gemm_algos_bad(path, 3, "cublaslt 1", "another cuBLASLt");
         gemm_algos_bad(path, 4, "device Not This GPU", "another device");
-        gemm_algos_bad(path, 6, "gemm 0 0 192 136 328 344 144 160 0 0 0 1.0 1.0 4 0",
-                       "16 fields");
+        gemm_algos_bad(path, 9, "gemm 0 0 192 136 328 344 144 160 0 0 0 1.0 1.0 4 0",
+                       "16 fields after three good lines");
         gemm_algos_bad(path, 6, "gemm 0 0 192 136 328 344 144 160 0 0 0 1.0 1.0 4 0 zz",
                        "a bad algorithm");
         gemm_algos_bad(path, 6, "gemm 0 0 192 136 328 344 144 160 1 0 1 1.0 1.0 4 0 -",
