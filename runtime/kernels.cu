@@ -545,8 +545,8 @@ rt_status kn_ln_bwd(kn_ctx *k, kn_bf16 *dx, float *dg, float *db, const kn_bf16 
 /* ---- GEMM algorithms chosen by measurement ----
  * cuBLAS's default choice for a GEMM is a heuristic's; cuBLASLt offers further algorithms
  * for the same operation, some of them faster on a given device and shape (on an H200, the
- * layer benchmark's GEMMs at 32K tokens: the fastest 5-12 % below the default for 9 of its
- * 12 GEMMs, experiments/layerbench/README.md). As PyTorch's TunableOp does, a tuning pass
+ * layer benchmark's GEMMs at 32K tokens in bursts: the fastest 5-12 % below the default for
+ * 6 of its 12 GEMMs, 2-4 % for three more; docs/RUNTIME.md "GEMM algorithms"). As PyTorch's TunableOp does, a tuning pass
  * times the default and the candidates on the call's own operands, keeps the fastest for that
  * shape, and a file carries the choices to later runs, so that a run's GEMMs (and their bits)
  * do not depend on that run's timing. An algorithm replaces the default only when it is
@@ -659,14 +659,6 @@ static kn_galgo *ga_add(kn_ctx *k, const kn_gkey *key, ms_error *err)
         ga_release(g);
         return NULL;
     }
-    g->info.ta = key->ta;
-    g->info.tb = key->tb;
-    g->info.c_fp32 = key->c_fp32;
-    g->info.beta1 = key->beta1;
-    g->info.bias = key->bias;
-    g->info.M = key->M;
-    g->info.N = key->N;
-    g->info.K = key->K;
     k->nga++;
     return g;
 }
@@ -831,7 +823,17 @@ size_t kn_gemm_algos_count(const kn_ctx *k) { return k->nga; }
 void kn_gemm_algo_info(const kn_ctx *k, size_t i, kn_gemm_info *out)
 {
     memset(out, 0, sizeof *out);
-    if (i < k->nga) *out = k->ga[i].info;
+    if (i >= k->nga) return;
+    const kn_galgo *g = &k->ga[i];
+    *out = g->info;   /* the measurements; the shape is the key's */
+    out->ta = g->key.ta;
+    out->tb = g->key.tb;
+    out->c_fp32 = g->key.c_fp32;
+    out->beta1 = g->key.beta1;
+    out->bias = g->key.bias;
+    out->M = g->key.M;
+    out->N = g->key.N;
+    out->K = g->key.K;
 }
 
 /* The file's validity: the same cuBLAS build and device name (an algorithm is described in
